@@ -1,0 +1,1 @@
+"""analyzers (see DESIGN.md)."""

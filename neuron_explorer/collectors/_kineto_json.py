@@ -1,0 +1,458 @@
+"""Fast, bounded-memory decoding of Kineto / Chrome JSON traces into Arrow columns.
+
+A trace is one JSON object whose `traceEvents` array holds millions of small objects. Decoding it
+whole into Python dicts costs several GB. Instead the array is cut into chunks of whole events
+(a cut is only accepted if the chunk decodes, so a cut inside a string or a nested object is
+never kept), each chunk is decoded with typed msgspec structs into Arrow columns, and chunks are
+decoded in worker processes when the file is large. Everything outside `traceEvents` (device
+properties, distributedInfo, metadata keys) is decoded as plain JSON.
+
+This module only turns bytes into columns; it knows nothing about links or the run format.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import re
+import zlib
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Union
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+
+from ..errors import InputError
+
+CHUNK_BYTES = 24 << 20
+"""Target size of one decoded chunk of the traceEvents array."""
+
+PARALLEL_MIN_BYTES = 96 << 20
+"""Files smaller than this are decoded in-process (no worker start-up cost)."""
+
+_Num = Union[int, float, str, None]
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: Union[str, None] = None
+    name: Union[str, int, float, None] = None
+    ts: _Num = None
+    dur: _Num = None
+    pid: Union[int, str, None] = None
+    tid: Union[int, str, None] = None
+    id: Union[int, str, None] = None
+    bp: Union[str, None] = None
+    args: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _Args(msgspec.Struct, gc=False):
+    """The args that links and tables need; the rest stays in the args JSON text."""
+
+    external_id: Union[int, None] = msgspec.field(default=None, name="External id")
+    external_id_old: Union[int, None] = msgspec.field(default=None, name="external id")
+    correlation: Union[int, None] = None
+    stream: Union[int, str, None] = None
+    device: Union[int, str, None] = None
+    python_id: Union[int, None] = msgspec.field(default=None, name="Python id")
+    python_parent_id: Union[int, None] = msgspec.field(default=None, name="Python parent id")
+    # [memory] instants
+    addr: Union[int, None] = msgspec.field(default=None, name="Addr")
+    bytes_: Union[int, None] = msgspec.field(default=None, name="Bytes")
+    total_allocated: Union[int, None] = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Union[int, None] = msgspec.field(default=None, name="Total Reserved")
+    device_type: Union[int, None] = msgspec.field(default=None, name="Device Type")
+    device_id: Union[int, None] = msgspec.field(default=None, name="Device Id")
+
+
+_EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
+_ARGS_DECODER = msgspec.json.Decoder(list[Union[_Args, None]])
+_COUNTER_ARGS_DECODER = msgspec.json.Decoder(list[Union[dict[str, Union[int, float, str, bool, None]], None]])
+
+MEMORY_EVENT_NAME = "[memory]"
+FLOW_PHASES = ("s", "f", "t")
+SLICE_PHASES = ("X", "i", "I")
+
+
+@dataclass
+class Chunk:
+    """Columns of one decoded chunk, split by table. Plain Arrow tables, picklable."""
+
+    events: pa.Table
+    flows: pa.Table
+    memory: pa.Table
+    counters: pa.Table
+    metadata: list  # 'M' events, as dicts
+    unsupported: dict = field(default_factory=dict)  # phase -> count
+
+
+@dataclass
+class Decoded:
+    header: dict  # every top-level key but traceEvents
+    chunks: list[Chunk]
+
+
+def open_bytes_stream(path: str) -> io.BufferedIOBase:
+    raw = open(path, "rb")
+    magic = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
+    if magic == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+    return raw
+
+
+def _read_all(path: str) -> bytes:
+    with open_bytes_stream(path) as f:
+        try:
+            return f.read()
+        except (EOFError, OSError, zlib.error) as e:
+            raise InputError(path, f"cannot decompress: {_short(e)}") from None
+
+
+def _short(e: BaseException) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+_ARRAY_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_CUT = re.compile(rb"\}\s*,\s*\{")
+
+
+def decode_trace(path: str, progress: Callable[[int, int], None] | None = None, workers: int | None = None) -> Decoded:
+    """Decode a whole trace file. Raises InputError (naming the file) on bad input."""
+    data = _read_all(path)
+    if not data.strip():
+        raise InputError(path, "empty file")
+    m = _ARRAY_KEY.search(data)
+    if m is None or data.lstrip()[:1] != b"{":
+        return _decode_whole(path, data)
+    start = m.end()
+    pieces, end = _split_array(data, start)
+    if end is None:
+        return _decode_whole(path, data)
+    try:
+        header = msgspec.json.decode(data[:start] + b"]" + data[end + 1 :])
+    except msgspec.DecodeError:
+        return _decode_whole(path, data)
+    header.pop("traceEvents", None)
+    chunks: list[Chunk] = []
+    total = len(data)
+    use_pool = len(data) >= PARALLEL_MIN_BYTES and len(pieces) > 1 and (workers or os.cpu_count() or 1) > 1
+    done = start
+    if use_pool:
+        with ProcessPoolExecutor(max_workers=workers or min(4, os.cpu_count() or 1)) as pool:
+            futures = [pool.submit(_decode_chunk, path, data[a:b]) for a, b in pieces]
+            del data
+            for (a, b), fut in zip(pieces, futures):
+                chunks.append(fut.result())
+                done = b
+                if progress:
+                    progress(done, total)
+    else:
+        for a, b in pieces:
+            chunks.append(_decode_chunk(path, data[a:b]))
+            if progress:
+                progress(b, total)
+    return Decoded(header, chunks)
+
+
+def _split_array(data: bytes, start: int) -> tuple[list[tuple[int, int]], int | None]:
+    """Cut data[start:] (the inside of the traceEvents array) into pieces of whole events.
+
+    Returns ([(a, b), ...], index of the closing ']') or ([], None) when the layout is not the
+    usual one (the caller then decodes the file whole).
+    """
+    end = _array_end(data, start)
+    if end is None:
+        return [], None
+    pieces = []
+    a = start
+    while end - a > CHUNK_BYTES * 3 // 2:
+        cut = None
+        for m in _CUT.finditer(data, a + CHUNK_BYTES, min(end, a + CHUNK_BYTES * 2)):
+            b = m.start() + 1
+            # A cut is right when the piece before it is whole: try the next event's opening.
+            if _looks_like_event_start(data, m.end() - 1) and _balanced(data, a, b):
+                cut = m
+                break
+        if cut is None:
+            break
+        pieces.append((a, cut.start() + 1))
+        a = cut.end() - 1
+    pieces.append((a, end))
+    return pieces, end
+
+
+def _looks_like_event_start(data: bytes, pos: int) -> bool:
+    head = data[pos : pos + 16]
+    return head.startswith(b'{"') or head[:1] == b"{" and head[1:].lstrip()[:1] == b'"'
+
+
+def _balanced(data: bytes, a: int, b: int) -> bool:
+    """Cheap check on the last event before a cut: it must decode as an object on its own."""
+    start = data.rfind(b"{", max(a, b - 65536), b)
+    while start != -1 and start >= max(a, b - 65536):
+        try:
+            obj = msgspec.json.decode(data[start:b])
+        except msgspec.DecodeError:
+            start = data.rfind(b"{", max(a, b - 65536), start)
+            continue
+        return isinstance(obj, dict) and ("ph" in obj or "name" in obj or "ts" in obj)
+    return False
+
+
+def _array_end(data: bytes, start: int) -> int | None:
+    """Index of the ']' closing traceEvents, or None when not found cheaply.
+
+    Other arrays may follow traceEvents (Kineto's INFO log lines, which hold ']' too), so a
+    candidate is accepted only when an event (or the opening bracket) stands right before it and
+    the rest of the document decodes without the array.
+    """
+    pos = len(data)
+    for _ in range(100_000):
+        pos = data.rfind(b"]", start - 1, pos)
+        if pos < 0:
+            return None
+        before = data[max(start - 1, pos - 64) : pos].rstrip()
+        if not (before.endswith(b"}") or before.endswith(b"[")):
+            continue
+        try:
+            msgspec.json.decode(data[:start] + b"]" + data[pos + 1 :])
+        except msgspec.DecodeError:
+            continue
+        return pos
+    return None
+
+
+def _decode_whole(path: str, data: bytes) -> Decoded:
+    try:
+        doc = msgspec.json.decode(data)
+    except msgspec.DecodeError as e:
+        raise InputError(path, f"not valid JSON ({_short(e)})") from None
+    if isinstance(doc, list):  # the bare-array form of the Chrome format
+        doc = {"traceEvents": doc}
+    if not isinstance(doc, dict):
+        raise InputError(path, "not a trace: the top level is not a JSON object")
+    if "traceEvents" not in doc:
+        raise InputError(path, "not a trace: no 'traceEvents' key")
+    events = doc.pop("traceEvents")
+    if not isinstance(events, list):
+        raise InputError(path, "'traceEvents' is not a list")
+    body = msgspec.json.encode(events)
+    return Decoded(doc, [_decode_chunk(path, body[1:-1])])
+
+
+def _decode_chunk(path: str, piece: bytes) -> Chunk:
+    try:
+        evs = _EVENTS_DECODER.decode(b"[" + piece + b"]")
+    except msgspec.ValidationError as e:
+        raise InputError(path, f"wrong value type in traceEvents: {_short(e)}") from None
+    except msgspec.DecodeError as e:
+        raise InputError(path, f"not valid JSON in traceEvents ({_short(e)})") from None
+    return _columns(path, evs)
+
+
+def _num(path: str, v, what: str) -> float:
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            raise InputError(path, f"wrong value type: {what} is {v!r}, not a number") from None
+    return v
+
+
+def _ns(path: str, values: list, what: str) -> np.ndarray:
+    """Microseconds (int, float or numeric string) → int64 ns, rounded to the nearest ns."""
+    try:
+        arr = np.array(values, dtype=np.float64)
+    except (ValueError, TypeError):
+        arr = np.array([_num(path, v, what) if v is not None else np.nan for v in values], dtype=np.float64)
+    if np.isnan(arr).any():
+        arr = np.nan_to_num(arr, nan=0.0)
+    if np.isinf(arr).any():
+        raise InputError(path, f"wrong value: {what} is infinite")
+    return np.rint(arr * 1000.0).astype(np.int64)
+
+
+def _id_columns(values: list) -> tuple[pa.Array, pa.Array]:
+    """pid/tid → (int64 with nulls for non-integers, original text for non-integers)."""
+    ints = [v if type(v) is int else None for v in values]
+    texts = [None if type(v) is int else (None if v is None else str(v)) for v in values]
+    return pa.array(ints, pa.int64()), pa.array(texts, pa.string())
+
+
+def _opt_int(values: list) -> pa.Array:
+    out = []
+    for v in values:
+        if v is None or type(v) is int:
+            out.append(v)
+        else:
+            try:
+                out.append(int(v))
+            except (TypeError, ValueError):
+                out.append(None)
+    return pa.array(out, pa.int64())
+
+
+def _args_text(raws: list) -> pa.Array:
+    """Raw JSON args → a string array without per-item Python strings; 'null' and '{}' → null."""
+    lens = np.fromiter((len(r) for r in raws), dtype=np.int64, count=len(raws))
+    offsets = np.zeros(len(raws) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    data = b"".join(raws)
+    arr = pa.LargeStringArray.from_buffers(len(raws), pa.py_buffer(offsets), pa.py_buffer(data))
+    empty = np.isin(lens, (2, 4))  # '{}' or 'null'
+    if empty.any():
+        first = np.frombuffer(data, dtype=np.uint8)[offsets[:-1][empty]] if len(data) else np.array([], np.uint8)
+        mask = np.zeros(len(raws), dtype=bool)
+        mask[np.flatnonzero(empty)] = (first == ord("{")) | (first == ord("n"))
+        arr = pa.compute.if_else(pa.array(mask), pa.scalar(None, pa.large_string()), arr)
+    return arr.cast(pa.string())
+
+
+def _columns(path: str, evs: list[_Event]) -> Chunk:
+    slices, flows, memory, counters, metadata = [], [], [], [], []
+    unsupported: dict[str, int] = {}
+    for e in evs:
+        ph = e.ph
+        if ph in SLICE_PHASES:
+            if e.name == MEMORY_EVENT_NAME:
+                memory.append(e)
+            else:
+                slices.append(e)
+        elif ph in FLOW_PHASES:
+            flows.append(e)
+        elif ph == "C":
+            counters.append(e)
+        elif ph == "M":
+            metadata.append(msgspec.structs.asdict(e) | {"args": msgspec.json.decode(e.args)})
+        else:
+            unsupported[ph] = unsupported.get(ph, 0) + 1
+    return Chunk(
+        events=_slice_table(path, slices),
+        flows=_flow_table(path, flows),
+        memory=_memory_table(path, memory),
+        counters=_counter_table(path, counters),
+        metadata=metadata,
+        unsupported=unsupported,
+    )
+
+
+def _names(values: list) -> pa.Array:
+    return pa.array([v if v is None or type(v) is str else str(v) for v in values], pa.string())
+
+
+def _decode_args(path: str, raws: list) -> list:
+    try:
+        return _ARGS_DECODER.decode(b"[" + b",".join(raws) + b"]")
+    except msgspec.ValidationError:
+        # A known key with an odd type: decode one by one and drop only what does not fit.
+        out = []
+        for r in raws:
+            try:
+                out.append(_ARGS_DECODER.decode(b"[" + bytes(r) + b"]")[0])
+            except msgspec.ValidationError:
+                out.append(None)
+        return out
+    except msgspec.DecodeError as e:  # pragma: no cover - the events decoded, so the args are JSON
+        raise InputError(path, f"bad args JSON: {_short(e)}") from None
+
+
+def _slice_table(path: str, evs: list[_Event]) -> pa.Table:
+    raws = [e.args for e in evs]
+    args = _decode_args(path, raws)
+    pid, pid_text = _id_columns([e.pid for e in evs])
+    tid, tid_text = _id_columns([e.tid for e in evs])
+    ext = [None if a is None else (a.external_id if a.external_id is not None else a.external_id_old) for a in args]
+    return pa.table(
+        {
+            "category": pa.array([e.cat or "" for e in evs], pa.string()).dictionary_encode(),
+            "name": _names([e.name for e in evs]).dictionary_encode(),
+            "phase": pa.array(["X" if e.ph == "X" else "i" for e in evs], pa.string()).dictionary_encode(),
+            "ts_ns": _ns(path, [e.ts for e in evs], "ts"),
+            "dur_ns": _ns(path, [e.dur if e.ph == "X" else 0 for e in evs], "dur"),
+            "pid": pid,
+            "tid": tid,
+            "pid_text": pid_text,
+            "tid_text": tid_text,
+            "correlation": pa.array([None if a is None else a.correlation for a in args], pa.int64()),
+            "external_id": pa.array(ext, pa.int64()),
+            "stream": _opt_int([None if a is None else a.stream for a in args]),
+            "python_id": pa.array([None if a is None else a.python_id for a in args], pa.int64()),
+            "python_parent_id": pa.array([None if a is None else a.python_parent_id for a in args], pa.int64()),
+            "args": _args_text(raws),
+        }
+    )
+
+
+def _flow_table(path: str, evs: list[_Event]) -> pa.Table:
+    pid, _ = _id_columns([e.pid for e in evs])
+    tid, _ = _id_columns([e.tid for e in evs])
+    return pa.table(
+        {
+            "flow_id": _opt_int([e.id for e in evs]),
+            "category": pa.array([e.cat or "" for e in evs], pa.string()),
+            "name": _names([e.name for e in evs]),
+            "phase": pa.array([e.ph for e in evs], pa.string()),
+            "ts_ns": _ns(path, [e.ts for e in evs], "ts"),
+            "pid": pid,
+            "tid": tid,
+            "binding_point": pa.array([e.bp for e in evs], pa.string()),
+        }
+    )
+
+
+def _memory_table(path: str, evs: list[_Event]) -> pa.Table:
+    args = _decode_args(path, [e.args for e in evs])
+    pid, _ = _id_columns([e.pid for e in evs])
+    tid, _ = _id_columns([e.tid for e in evs])
+
+    def col(attr: str, typ=pa.int64()):
+        return pa.array([None if a is None else getattr(a, attr) for a in args], typ)
+
+    return pa.table(
+        {
+            "ts_ns": _ns(path, [e.ts for e in evs], "ts"),
+            "pid": pid,
+            "tid": tid,
+            "device_type": col("device_type", pa.int32()),
+            "device": col("device_id", pa.int32()),
+            "addr": col("addr"),
+            "bytes": col("bytes_"),
+            "total_allocated": col("total_allocated"),
+            "total_reserved": col("total_reserved"),
+            "category": pa.array([e.cat or "" for e in evs], pa.string()),
+        }
+    )
+
+
+def _counter_table(path: str, evs: list[_Event]) -> pa.Table:
+    rows: dict[str, list] = {"ts_ns": [], "pid": [], "name": [], "series": [], "value": [], "category": []}
+    if evs:
+        all_args = _COUNTER_ARGS_DECODER.decode(b"[" + b",".join(e.args for e in evs) + b"]")
+        ts = _ns(path, [e.ts for e in evs], "ts")
+        for e, t, a in zip(evs, ts, all_args):
+            for k, v in (a or {}).items():
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    try:
+                        v = float(v)  # type: ignore[arg-type]
+                    except (TypeError, ValueError):
+                        raise InputError(path, f"wrong value type: counter {e.name!r} series {k!r} is {v!r}") from None
+                rows["ts_ns"].append(int(t))
+                rows["pid"].append(e.pid if type(e.pid) is int else None)
+                rows["name"].append(str(e.name) if e.name is not None else "")
+                rows["series"].append(k)
+                rows["value"].append(float(v))
+                rows["category"].append(e.cat or "")
+    return pa.table(
+        {
+            "ts_ns": pa.array(rows["ts_ns"], pa.int64()),
+            "pid": pa.array(rows["pid"], pa.int64()),
+            "name": pa.array(rows["name"], pa.string()),
+            "series": pa.array(rows["series"], pa.string()),
+            "value": pa.array(rows["value"], pa.float64()),
+            "category": pa.array(rows["category"], pa.string()),
+        }
+    )

@@ -1,0 +1,583 @@
+"""Normalise the raw events of one rank into the run tables, with every link precomputed.
+
+Both collectors end here: the importer (decoded JSON) and the live collector (the profiler's
+in-memory results) hand over a `RawRank` and get back Arrow tables in the schema of `schema.py`.
+Links are computed with vectorised pointer jumping (O(n log depth)), never a Python loop per
+event, so a 2-million-event rank builds in about a second.
+
+Must not: read files, know about JSON or torch objects.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pandas as pd
+import pyarrow.compute as pc
+
+from .. import schema
+from ..schema import DEVICE_KINDS, ID_STRIDE
+
+_CATEGORY_KINDS = {
+    "cpu_op": "cpu_op",
+    "operator": "cpu_op",
+    "python_function": "python",
+    "user_annotation": "user_annotation",
+    "cuda_runtime": "runtime",
+    "cuda_driver": "runtime",
+    "runtime": "runtime",
+    "mtia_runtime": "runtime",
+    "privateuse1_runtime": "runtime",
+    "privateuse1_driver": "runtime",
+    "xpu_runtime": "runtime",
+    "xpu_driver": "runtime",
+    "hip_runtime": "runtime",
+    "kernel": "kernel",
+    "mtia_ccp_events": "kernel",
+    "privateuse1_kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+    "cuda_sync": "sync",
+    "gpu_user_annotation": "gpu_annotation",
+}
+_STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+_PY_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.*)$")
+_MODULE_PREFIX = "nn.Module: "
+_NOT_USER = re.compile(r"(^<built-in|^<frozen|/site-packages/|/dist-packages/|/lib/python\d|(^|/)torch/|^torch/|^<string>$|^<unknown>$)")
+
+
+def kind_of_category(category: str) -> str:
+    """The normalised kind of a Kineto category (case-insensitive); unknown ones are 'other'."""
+    return _CATEGORY_KINDS.get(category.lower(), "other")
+
+
+def is_user_file(path: str) -> bool:
+    """User code: not torch, not site-packages, not the standard library, not a built-in."""
+    return not _NOT_USER.search(path.replace("\\", "/"))
+
+
+@dataclass
+class RawRank:
+    """What a collector hands over for one rank.
+
+    events columns: category, name, phase ('X'|'i'), ts_ns, dur_ns, pid, tid, pid_text, tid_text,
+    correlation, external_id, stream, python_id, python_parent_id, args; optionally
+    frame_index (row of `frames`, for collectors that know each event's source line) and
+    module_path. ts_ns are relative to `base_ns`.
+    """
+
+    rank: int
+    events: pa.Table
+    flows: pa.Table
+    memory: pa.Table
+    counters: pa.Table
+    base_ns: int = 0
+    frames: pa.Table | None = None  # file, line, function, is_user, line_kind, parent_index
+    metadata: dict = field(default_factory=dict)
+
+
+@dataclass
+class RankTables:
+    rank: int
+    tables: dict[str, pa.Table]
+    steps: list[dict]
+    quality: dict[str, int]
+    counts: dict[str, int]
+    devices: list[int]
+
+
+# --- pointer jumping ------------------------------------------------------------------------
+
+
+def nearest_marked(parent: np.ndarray, marked: np.ndarray) -> np.ndarray:
+    """For each node, its nearest ancestor-or-self with marked=True, or -1."""
+    idx = np.arange(len(parent))
+    res = np.where(marked, idx, parent)
+    while True:
+        valid = res >= 0
+        pending = np.zeros(len(res), dtype=bool)
+        pending[valid] = ~marked[res[valid]]
+        if not pending.any():
+            return res
+        res[pending] = res[res[pending]]
+
+
+def root_of(parent: np.ndarray) -> np.ndarray:
+    """For each node of a forest given by parent (-1 = root), its root."""
+    res = np.where(parent >= 0, parent, np.arange(len(parent)))
+    while True:
+        nxt = res[res]
+        if np.array_equal(nxt, res):
+            return res
+        res = nxt
+
+
+def depth_of(parent: np.ndarray) -> np.ndarray:
+    d = (parent >= 0).astype(np.int64)
+    p = parent.copy()
+    while True:
+        m = p >= 0
+        if not m.any():
+            return d
+        pm = p[m]
+        d2 = d.copy()
+        d2[m] = d[m] + d[pm]
+        p2 = p.copy()
+        p2[m] = p[pm]
+        d, p = d2, p2
+
+
+def enclosing_parents(track: np.ndarray, ts: np.ndarray, end: np.ndarray, can_contain: np.ndarray) -> tuple[np.ndarray, int]:
+    """Innermost slice on the same track that contains each event, and the count of overlaps.
+
+    Input rows must be sorted by (ts, -dur). Returns parent indices (-1 for top level).
+    """
+    n = len(ts)
+    order = np.argsort(track, kind="stable")  # by (track, ts, -dur)
+    t_ts, t_end, t_track, t_can = ts[order], end[order], track[order], can_contain[order]
+    cand = np.arange(-1, n - 1)
+    if n:
+        same = np.zeros(n, dtype=bool)
+        same[1:] = t_track[1:] == t_track[:-1]
+        cand[~same] = -1
+        prev_ok = cand >= 0
+        overlaps = int(np.count_nonzero(prev_ok[1:] & t_can[:-1] & (t_ts[1:] < t_end[:-1]) & (t_end[:-1] < t_end[1:])))
+    else:
+        overlaps = 0
+    while True:
+        valid = cand >= 0
+        c = cand[valid]
+        ok = t_can[c] & (t_end[c] >= t_end[valid])
+        pending = np.zeros(n, dtype=bool)
+        pending[np.flatnonzero(valid)[~ok]] = True
+        if not pending.any():
+            break
+        cand[pending] = cand[cand[pending]]
+    parent = np.full(n, -1, dtype=np.int64)
+    has = cand >= 0
+    parent[order[has]] = order[cand[has]]
+    return parent, overlaps
+
+
+def slice_at(track: np.ndarray, ev_ts: np.ndarray, ev_end: np.ndarray, parent: np.ndarray,
+             q_track: np.ndarray, q_ts: np.ndarray) -> np.ndarray:
+    """For query points (track, ts): the innermost event on that track that starts at or encloses ts.
+
+    Events must be sorted by (ts, -dur), so that among slices starting at the same time the
+    innermost comes last. Returns event indices, -1 where none.
+    """
+    out = np.full(len(q_ts), -1, dtype=np.int64)
+    if not len(ev_ts) or not len(q_ts):
+        return out
+    tmin = int(min(ev_ts.min(), q_ts.min()))
+    shift = int(max(ev_ts.max(), q_ts.max()) - tmin + 1).bit_length()
+    if shift + int(max(track.max(), q_track.max()) + 1).bit_length() > 62:
+        for t in np.unique(q_track):  # very long spans: one search per track
+            sel, qsel = np.flatnonzero(track == t), np.flatnonzero(q_track == t)
+            pos = np.searchsorted(ev_ts[sel], q_ts[qsel], side="right") - 1
+            out[qsel] = np.where(pos >= 0, sel[np.maximum(pos, 0)], -1)
+    else:
+        key = (track << shift) | (ev_ts - tmin)
+        order = np.argsort(key, kind="stable")
+        pos = np.searchsorted(key[order], (q_track << shift) | (q_ts - tmin), side="right") - 1
+        out = np.where(pos >= 0, order[np.maximum(pos, 0)], -1)
+        out[(out >= 0) & (track[np.maximum(out, 0)] != q_track)] = -1
+    while True:  # climb while the candidate ended before the query time
+        valid = np.flatnonzero(out >= 0)
+        bad = valid[ev_end[out[valid]] < q_ts[valid]]
+        if not len(bad):
+            return out
+        out[bad] = parent[out[bad]]
+
+
+def tracks_of(pid: np.ndarray, tid: np.ndarray, pid_text: pa.ChunkedArray, tid_text: pa.ChunkedArray) -> np.ndarray:
+    """A dense track number per event: one per distinct (pid, tid, pid_text, tid_text)."""
+    if not len(pid):
+        return np.zeros(0, dtype=np.int64)
+    codes = [pd.factorize(pid)[0], pd.factorize(tid)[0],
+             _np(pc.dictionary_encode(pid_text).combine_chunks().indices) + 1,
+             _np(pc.dictionary_encode(tid_text).combine_chunks().indices) + 1]
+    key = np.zeros(len(pid), dtype=np.int64)
+    for c in codes:
+        key = key * (int(c.max()) + 2) + c
+    return pd.factorize(key)[0].astype(np.int64)
+
+
+def track_lookup(track: np.ndarray, pid: np.ndarray, tid: np.ndarray, q_pid: np.ndarray, q_tid: np.ndarray) -> np.ndarray:
+    """Track number of integer (pid, tid) query points, -1 where no event has that track."""
+    if not len(track) or not len(q_pid):
+        return np.full(len(q_pid), -1, dtype=np.int64)
+    _, first = np.unique(track, return_index=True)
+    known = {(int(pid[i]), int(tid[i])): int(track[i]) for i in first}
+    return np.array([known.get(k, -1) for k in zip(q_pid.tolist(), q_tid.tolist())], dtype=np.int64)
+
+
+# --- the build ------------------------------------------------------------------------------
+
+
+def _launch_by_flows(fl: pa.Table, fl_event: np.ndarray, is_device: np.ndarray, launch: np.ndarray) -> np.ndarray:
+    """ac2g flows: the start binds to the runtime call, the finish to the device event."""
+    cat = np.asarray(pc.utf8_lower(fl["category"]).to_numpy(zero_copy_only=False), dtype=object)
+    ph = np.asarray(fl["phase"].to_numpy(zero_copy_only=False), dtype=object)
+    fid = _np(fl["flow_id"])
+    is_launch = np.isin(cat, ["ac2g", "async_gpu"]) & (fl_event >= 0)
+    s = np.flatnonzero(is_launch & (ph == "s"))
+    s = s[~is_device[fl_event[s]]]
+    f = np.flatnonzero(is_launch & (ph == "f"))
+    f = f[is_device[fl_event[f]]]
+    if not len(s) or not len(f):
+        return launch
+    o = np.argsort(fid[s], kind="stable")
+    s_ids, s_ev = fid[s][o], fl_event[s][o]
+    pos = np.clip(np.searchsorted(s_ids, fid[f]), 0, len(s_ids) - 1)
+    hit = s_ids[pos] == fid[f]
+    dev = fl_event[f][hit]
+    src = s_ev[pos[hit]]
+    need = launch[dev] < 0
+    launch = launch.copy()
+    launch[dev[need]] = src[need]
+    return launch
+
+
+def _np(col: pa.ChunkedArray | pa.Array, fill: int = -1) -> np.ndarray:
+    return np.asarray(col.fill_null(fill).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _parse_frame(name: str) -> tuple[str, int, str] | None:
+    m = _PY_FRAME.match(name)
+    if not m:
+        return None
+    return m.group("file"), int(m.group("line")), m.group("func")
+
+
+def build_rank(raw: RawRank) -> RankTables:
+    rank = raw.rank
+    ev = raw.events
+    n = ev.num_rows
+    quality: dict[str, int] = {}
+
+    # Order: by time, longer first at equal start so that parents precede children.
+    ts = _np(ev["ts_ns"], 0) + raw.base_ns
+    dur = _np(ev["dur_ns"], 0)
+    order = np.lexsort((-dur, ts))
+    ev = ev.take(pa.array(order))
+    ts, dur = ts[order], dur[order]
+    event_id = rank * ID_STRIDE + np.arange(n, dtype=np.int64)
+
+    category = ev["category"].combine_chunks()
+    category = category.dictionary_decode() if pa.types.is_dictionary(category.type) else category
+    name = ev["name"].combine_chunks()
+    name = name.dictionary_decode() if pa.types.is_dictionary(name.type) else name
+    phase = ev["phase"].combine_chunks()
+    phase = phase.dictionary_decode() if pa.types.is_dictionary(phase.type) else phase
+
+    # kinds, via the (few) distinct categories and names
+    cat_dict = pc.dictionary_encode(category)
+    cat_values = cat_dict.dictionary.to_pylist()
+    kind_table = np.array([kind_of_category(c) for c in cat_values] or ["other"], dtype=object)
+    kind = kind_table[np.asarray(cat_dict.indices.to_numpy(zero_copy_only=False), dtype=np.int64)] if n else np.array([], dtype=object)
+    name_dict = pc.dictionary_encode(name)
+    name_values = name_dict.dictionary.to_pylist()
+    name_idx = np.asarray(name_dict.indices.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64) if n else np.zeros(0, np.int64)
+    step_no_of_name = np.array([int(m.group(1)) if (m := _STEP_NAME.match(v or "")) else -1 for v in name_values] or [-1])
+    is_step_name = step_no_of_name[name_idx] >= 0 if n else np.zeros(0, bool)
+    kind = np.where(is_step_name & np.isin(kind, ["user_annotation", "other"]), "step", kind)
+    is_instant = np.asarray(pc.equal(phase, "i").to_numpy(zero_copy_only=False), dtype=bool) if n else np.zeros(0, bool)
+    kind = np.where(is_instant & (kind == "other") & (np.asarray(category.to_numpy(zero_copy_only=False)) == ""), "instant", kind)
+    is_device = np.isin(kind, list(DEVICE_KINDS))
+    is_op = kind == "cpu_op"
+    is_python = kind == "python"
+    is_runtime = kind == "runtime"
+
+    pid = _np(ev["pid"])
+    tid = _np(ev["tid"])
+    pid_text = ev["pid_text"]
+    tid_text = ev["tid_text"]
+    track = tracks_of(pid, tid, pid_text, tid_text)
+    end = ts + np.maximum(dur, 0)
+
+    quality["nonpositive_duration"] = int(np.count_nonzero((~is_instant) & (dur <= 0)))
+    quality["negative_duration"] = int(np.count_nonzero(dur < 0))
+    can_contain = (~is_instant) & (dur > 0)
+    parent, overlaps = enclosing_parents(track, ts, end, can_contain)
+    quality["overlapping_slices"] = overlaps
+    depth = depth_of(parent)
+
+    # operators: innermost and outermost cpu_op around each event
+    op = nearest_marked(parent, is_op)
+    op_parent = np.full(n, -1, dtype=np.int64)
+    has_parent = parent >= 0
+    op_parent[has_parent] = op[parent[has_parent]]
+    op_root = root_of(op_parent)
+    top_op = np.where(op >= 0, op_root[np.maximum(op, 0)], -1)
+
+    # launches: device event -> runtime call, by correlation, else by ac2g flow
+    correlation = _np(ev["correlation"])
+    launch = np.full(n, -1, dtype=np.int64)
+    rt_idx = np.flatnonzero(is_runtime & (correlation >= 0))
+    if len(rt_idx):
+        rt_corr = correlation[rt_idx]
+        o = np.argsort(rt_corr, kind="stable")
+        rt_corr, rt_sorted = rt_corr[o], rt_idx[o]
+        dev_idx = np.flatnonzero(is_device & (correlation >= 0))
+        p = np.searchsorted(rt_corr, correlation[dev_idx])
+        p = np.clip(p, 0, len(rt_corr) - 1)
+        hit = rt_corr[p] == correlation[dev_idx]
+        launch[dev_idx[hit]] = rt_sorted[p[hit]]
+
+    # flows: bind each endpoint to a slice
+    fl = raw.flows
+    fl_event = np.full(fl.num_rows, -1, dtype=np.int64)
+    if fl.num_rows and n:
+        fl_ts = _np(fl["ts_ns"], 0) + raw.base_ns
+        f_track = track_lookup(track, pid, tid, _np(fl["pid"]), _np(fl["tid"]))
+        ok = f_track >= 0
+        if ok.any():
+            fl_event[ok] = slice_at(track, ts, end, parent, f_track[ok], fl_ts[ok])
+        launch = _launch_by_flows(fl, fl_event, is_device, launch)
+
+    dev_no_launch = is_device & (launch < 0) & (kind != "gpu_annotation")
+    quality["device_events_without_launch"] = int(np.count_nonzero(dev_no_launch))
+    has_launch = launch >= 0
+    quality["device_before_launch"] = int(np.count_nonzero(has_launch & (ts < np.where(has_launch, ts[np.maximum(launch, 0)], 0))))
+    quality["negative_timestamps"] = int(np.count_nonzero(ts < 0))
+
+    # steps: ProfilerStep ranges (host), by time for every host event, via the launch on devices
+    step_rows = np.flatnonzero(kind == "step")
+    steps = []
+    step = np.full(n, -1, dtype=np.int64)
+    if len(step_rows):
+        s_no = step_no_of_name[name_idx[step_rows]]
+        s_ts, s_end = ts[step_rows], end[step_rows]
+        o = np.argsort(s_ts, kind="stable")
+        s_no, s_ts, s_end, step_rows_o = s_no[o], s_ts[o], s_end[o], step_rows[o]
+        p = np.searchsorted(s_ts, ts, side="right") - 1
+        inside = (p >= 0) & (ts < s_end[np.maximum(p, 0)])
+        host = ~is_device
+        step[host & inside] = s_no[p[host & inside]]
+        steps = [{"step": int(a), "ts_ns": int(b), "dur_ns": int(c - b), "event_id": int(event_id[r])}
+                 for a, b, c, r in zip(s_no, s_ts, s_end, step_rows_o)]
+
+    # source frames: from the collector (live), else from python_function events (def lines)
+    frames_out, ev_frame, module_path = _frames_and_modules(raw, ev, n, parent, is_python, name_values, name_idx)
+
+    # device events inherit operator, step, frame and module of their launch
+    li = np.maximum(launch, 0)
+    op = np.where(has_launch, op[li], np.where(is_device, -1, op))
+    top_op = np.where(has_launch, top_op[li], np.where(is_device, -1, top_op))
+    step = np.where(has_launch, step[li], step)
+    ev_frame = np.where(has_launch, ev_frame[li], ev_frame)
+    if module_path is not None:
+        mp = np.asarray(module_path, dtype=object)
+        mp = np.where(has_launch, mp[li], mp)
+        module_col = pa.array(mp.tolist(), pa.string())
+    else:
+        module_col = pa.nulls(n, pa.string())
+
+    def ids(local: np.ndarray) -> pa.Array:
+        return pa.array(np.where(local >= 0, rank * ID_STRIDE + local, 0), pa.int64(), mask=local < 0)
+
+    device = np.where(is_device, pid, -1)
+    stream_arg = _np(ev["stream"])
+    stream = np.where(is_device, np.where(stream_arg >= 0, stream_arg, tid), -1)
+    frame_base = rank * ID_STRIDE
+    events = pa.table(
+        {
+            "event_id": pa.array(event_id, pa.int64()),
+            "rank": pa.array(np.full(n, rank, dtype=np.int32)),
+            "kind": pa.array(kind.tolist() if n else [], pa.string()),
+            "category": category,
+            "name": name,
+            "phase": phase,
+            "ts_ns": pa.array(ts, pa.int64()),
+            "dur_ns": pa.array(dur, pa.int64()),
+            "pid": ev["pid"],
+            "tid": ev["tid"],
+            "pid_text": pid_text,
+            "tid_text": tid_text,
+            "device": pa.array(device.astype(np.int32), pa.int32(), mask=~is_device | (pid < 0)),
+            "stream": pa.array(stream, pa.int64(), mask=~is_device),
+            "depth": pa.array(depth.astype(np.int32)),
+            "parent_id": ids(parent),
+            "op_id": ids(op),
+            "top_op_id": ids(top_op),
+            "launch_id": ids(launch),
+            "correlation": ev["correlation"],
+            "external_id": ev["external_id"],
+            "step": pa.array(step, pa.int64(), mask=step < 0),
+            "module_path": module_col,
+            "frame_id": pa.array(np.where(ev_frame >= 0, frame_base + ev_frame, 0), pa.int64(), mask=ev_frame < 0),
+            "args": ev["args"],
+        }
+    )
+    events = _conform(events, schema.EVENTS)
+
+    # flows
+    flows = pa.table(
+        {
+            "rank": pa.array(np.full(fl.num_rows, rank, dtype=np.int32)),
+            "flow_id": fl["flow_id"],
+            "category": fl["category"],
+            "name": fl["name"],
+            "phase": fl["phase"],
+            "ts_ns": pa.array(_np(fl["ts_ns"], 0) + raw.base_ns, pa.int64()),
+            "pid": fl["pid"],
+            "tid": fl["tid"],
+            "binding_point": fl["binding_point"],
+            "event_id": ids(fl_event),
+        }
+    )
+    flows = _conform(flows, schema.FLOWS).sort_by([("ts_ns", "ascending")])
+
+    # memory: operator, step and frame of the slice around each allocation on its thread
+    mem = raw.memory
+    m_ts = _np(mem["ts_ns"], 0) + raw.base_ns
+    m_slice = np.full(mem.num_rows, -1, dtype=np.int64)
+    if mem.num_rows and n:
+        m_track = track_lookup(track, pid, tid, _np(mem["pid"]), _np(mem["tid"]))
+        ok = m_track >= 0
+        if ok.any():
+            m_slice[ok] = slice_at(track, ts, end, parent, m_track[ok], m_ts[ok])
+    ms = np.maximum(m_slice, 0)
+    has_slice = m_slice >= 0
+    m_op = np.where(has_slice, op[ms], -1)
+    m_frame = np.where(has_slice, ev_frame[ms], -1)
+    m_step = np.where(has_slice, step[ms], -1)
+    if len(step_rows) and mem.num_rows:
+        p = np.searchsorted(np.sort(ts[step_rows]), m_ts, side="right") - 1
+        by_time = np.full(mem.num_rows, -1, dtype=np.int64)
+        st = sorted(steps, key=lambda s: s["ts_ns"])
+        s_ts = np.array([s["ts_ns"] for s in st]); s_end = s_ts + np.array([s["dur_ns"] for s in st]); s_no = np.array([s["step"] for s in st])
+        inside = (p >= 0) & (m_ts < s_end[np.maximum(p, 0)])
+        by_time[inside] = s_no[p[inside]]
+        m_step = np.where(m_step >= 0, m_step, by_time)
+    memory = pa.table(
+        {
+            "rank": pa.array(np.full(mem.num_rows, rank, dtype=np.int32)),
+            "ts_ns": pa.array(m_ts, pa.int64()),
+            "pid": mem["pid"],
+            "tid": mem["tid"],
+            "device_type": mem["device_type"],
+            "device": mem["device"],
+            "addr": mem["addr"],
+            "bytes": mem["bytes"],
+            "total_allocated": mem["total_allocated"],
+            "total_reserved": mem["total_reserved"],
+            "op_id": ids(m_op),
+            "step": pa.array(m_step, pa.int64(), mask=m_step < 0),
+            "frame_id": pa.array(np.where(m_frame >= 0, frame_base + m_frame, 0), pa.int64(), mask=m_frame < 0),
+            "category": mem["category"],
+        }
+    )
+    memory = _conform(memory, schema.MEMORY).sort_by([("ts_ns", "ascending")])
+
+    cn = raw.counters
+    counters = pa.table(
+        {
+            "rank": pa.array(np.full(cn.num_rows, rank, dtype=np.int32)),
+            "ts_ns": pa.array(_np(cn["ts_ns"], 0) + raw.base_ns, pa.int64()),
+            "pid": cn["pid"],
+            "name": cn["name"],
+            "series": cn["series"],
+            "value": cn["value"],
+            "category": cn["category"],
+        }
+    )
+    counters = _conform(counters, schema.COUNTERS).sort_by([("ts_ns", "ascending")])
+
+    frames = frames_out
+    kinds, kind_counts = np.unique(kind.astype(str), return_counts=True) if n else ([], [])
+    counts = {str(k): int(c) for k, c in zip(kinds, kind_counts)}
+    counts |= {"flows": flows.num_rows, "memory": memory.num_rows, "counters": counters.num_rows, "frames": frames.num_rows}
+    devices = sorted({int(d) for d in np.unique(pid[is_device]) if d >= 0})
+    return RankTables(rank, {"events": events, "frames": frames, "flows": flows, "memory": memory, "counters": counters},
+                      steps, {k: v for k, v in quality.items()}, counts, devices)
+
+
+def _frames_and_modules(raw: RawRank, ev: pa.Table, n: int, parent: np.ndarray, is_python: np.ndarray,
+                        name_values: list, name_idx: np.ndarray):
+    """frames table, per-event frame index (-1 = none) and per-event module path (or None)."""
+    rank = raw.rank
+    module_path = ev["module_path"].to_pylist() if "module_path" in ev.column_names else None
+    if raw.frames is not None and "frame_index" in ev.column_names:
+        fr = raw.frames
+        ev_frame = _np(ev["frame_index"])
+        parent_index = _np(fr["parent_index"])
+        frames = pa.table(
+            {
+                "frame_id": pa.array(rank * ID_STRIDE + np.arange(fr.num_rows, dtype=np.int64)),
+                "rank": pa.array(np.full(fr.num_rows, rank, dtype=np.int32)),
+                "file": fr["file"],
+                "line": pc.cast(fr["line"], pa.int32()),
+                "function": fr["function"],
+                "is_user": fr["is_user"],
+                "line_kind": fr["line_kind"],
+                "parent_frame_id": pa.array(np.where(parent_index >= 0, rank * ID_STRIDE + parent_index, 0), pa.int64(), mask=parent_index < 0),
+            }
+        )
+        return _conform(frames, schema.FRAMES), ev_frame, module_path
+
+    # Imported traces: python_function events named 'file.py(123): func' (their def line).
+    parsed = [_parse_frame(v) if v else None for v in name_values]
+    frame_keys: dict[tuple, int] = {}
+    name_frame = np.full(max(len(name_values), 1), -1, dtype=np.int64)
+    name_user = np.zeros(max(len(name_values), 1), dtype=bool)
+    name_module = [None] * max(len(name_values), 1)
+    for i, (v, p) in enumerate(zip(name_values, parsed)):
+        if v and v.startswith(_MODULE_PREFIX):
+            name_module[i] = v[len(_MODULE_PREFIX):]
+        if p is None:
+            continue
+        key = p
+        name_frame[i] = frame_keys.setdefault(key, len(frame_keys))
+        name_user[i] = is_user_file(p[0])
+    ev_frame_own = np.where(is_python, name_frame[name_idx], -1) if n else np.zeros(0, np.int64)
+    user_mark = is_python & name_user[name_idx] if n else np.zeros(0, bool)
+    nearest_user = nearest_marked(parent, user_mark)
+    ev_frame = np.where(nearest_user >= 0, ev_frame_own[np.maximum(nearest_user, 0)], -1)
+    keys = list(frame_keys)
+    frames = pa.table(
+        {
+            "frame_id": pa.array(rank * ID_STRIDE + np.arange(len(keys), dtype=np.int64)),
+            "rank": pa.array(np.full(len(keys), rank, dtype=np.int32)),
+            "file": pa.array([k[0] for k in keys], pa.string()),
+            "line": pa.array([k[1] for k in keys], pa.int32()),
+            "function": pa.array([k[2] for k in keys], pa.string()),
+            "is_user": pa.array([is_user_file(k[0]) for k in keys], pa.bool_()),
+            "line_kind": pa.array(["def"] * len(keys), pa.string()),
+            "parent_frame_id": pa.nulls(len(keys), pa.int64()),
+        }
+    )
+    if module_path is None and any(m is not None for m in name_module):
+        is_module = np.array([name_module[i] is not None for i in name_idx]) if n else np.zeros(0, bool)
+        nearest_mod = nearest_marked(parent, is_module)
+        mod_rows = np.flatnonzero(is_module)
+        mod_parent = {}
+        for r in mod_rows.tolist():
+            p = parent[r]
+            mod_parent[r] = int(nearest_mod[p]) if p >= 0 else -1
+        paths: dict[int, str] = {}
+        for r in mod_rows.tolist():  # rows are in time order: a parent module precedes its children
+            seg = name_module[name_idx[r]]
+            pm = mod_parent[r]
+            paths[r] = f"{paths[pm]}.{seg}" if pm >= 0 and pm in paths else seg
+        module_path = [paths.get(int(m)) if m >= 0 else None for m in nearest_mod.tolist()]
+    return _conform(frames, schema.FRAMES), ev_frame, module_path
+
+
+def _conform(table: pa.Table, spec: schema.Table) -> pa.Table:
+    """Select and cast columns to the schema (dictionary-decoded, exact types, format metadata)."""
+    cols = []
+    for c in spec.columns:
+        col = table[c.name]
+        if pa.types.is_dictionary(col.type):
+            col = col.cast(col.type.value_type)
+        if col.type != c.arrow_type:
+            col = col.cast(c.arrow_type)
+        cols.append(col)
+    return pa.Table.from_arrays(cols, schema=spec.arrow_schema())

@@ -1,0 +1,277 @@
+"""The one definition of the run format: every table, every column, its type, unit and meaning.
+
+Everything that writes or reads a run takes its columns from here; docs/SCHEMA.md is generated
+from this module (`python -m neuron_explorer.schema > docs/SCHEMA.md`) and a test fails when the
+two differ. Only plain Parquet types are used (int64, int32, double, string, bool) so that any
+engine reads a run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+FORMAT_VERSION = 1
+"""Version of the run directory format. Bumped on any change a reader must know about."""
+
+FORMAT_VERSION_KEY = b"neuron_explorer.format_version"
+"""Key of the format version in every Parquet file's key-value metadata."""
+
+ID_STRIDE = 1_000_000_000_000
+"""Run-wide ids are `rank * ID_STRIDE + index within the rank` (readable: rank 3, event 42 = 3000000000042)."""
+
+_ARROW_TYPES = {
+    "int64": pa.int64(),
+    "int32": pa.int32(),
+    "double": pa.float64(),
+    "string": pa.string(),
+    "bool": pa.bool_(),
+}
+
+# The normalised event kinds. The original Kineto category is always kept in `category`.
+KINDS: dict[str, str] = {
+    "cpu_op": "an ATen/framework operator on a CPU thread (Kineto `cpu_op`, `operator`)",
+    "python": "a Python function call (Kineto `python_function`)",
+    "user_annotation": "a `record_function` range on a CPU thread",
+    "step": "a profiler step range (`ProfilerStep#N`)",
+    "runtime": "a runtime or driver call on the host (`cuda_runtime`, `cuda_driver`, `mtia_runtime`, "
+    "`privateuse1_runtime`, `xpu_runtime`, old `Runtime`)",
+    "kernel": "a kernel or compute command on a device (`kernel`, `mtia_ccp_events`, old `Kernel`)",
+    "memcpy": "a device memory copy (`gpu_memcpy`, old `Memcpy`)",
+    "memset": "a device memory set (`gpu_memset`, old `Memset`)",
+    "sync": "a synchronisation recorded on a device stream (`cuda_sync`)",
+    "gpu_annotation": "a `record_function` range as seen on a device stream (`gpu_user_annotation`)",
+    "instant": "an instant event with no duration",
+    "other": "any other category, kept as it is (`Trace`, `overhead`, unknown ones)",
+}
+DEVICE_KINDS = frozenset({"kernel", "memcpy", "memset", "sync", "gpu_annotation"})
+"""Kinds that run on a device: their `pid` is the device index and their `tid` the stream."""
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+    unit: str
+    doc: str
+
+    @property
+    def arrow_type(self) -> pa.DataType:
+        return _ARROW_TYPES[self.type]
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    file: str
+    doc: str
+    columns: tuple[Column, ...]
+    sort_by: tuple[str, ...]
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def arrow_schema(self) -> pa.Schema:
+        fields = [pa.field(c.name, c.arrow_type) for c in self.columns]
+        return pa.schema(fields, metadata={FORMAT_VERSION_KEY: str(FORMAT_VERSION).encode(), b"neuron_explorer.table": self.name.encode()})
+
+    def empty(self) -> pa.Table:
+        return self.arrow_schema().empty_table()
+
+
+def _c(name: str, type_: str, unit: str, doc: str) -> Column:
+    return Column(name, type_, unit, doc)
+
+
+_RANK = _c("rank", "int32", "", "distributed rank the row belongs to (0 for a single-process job)")
+_TS = _c("ts_ns", "int64", "ns", "start time on the run clock (Unix epoch when the trace gives `baseTimeNanoseconds` or the collector is live)")
+_OP = _c("op_id", "int64", "event id", "innermost CPU operator (`kind='cpu_op'`) around the event, the event itself for an operator; "
+         "for a device event, that of the runtime call that launched it")
+_STEP = _c("step", "int64", "", "profiler step number N of the `ProfilerStep#N` range around the event (device events: of their launch)")
+_FRAME = _c("frame_id", "int64", "frame id", "innermost user source frame of the event (joins `frames.frame_id`); device events inherit their launch's")
+
+EVENTS = Table(
+    "events",
+    "events.parquet",
+    "Every span and instant of a rank: operators, Python calls, annotations, runtime calls, kernels, copies.",
+    (
+        _c("event_id", "int64", "event id", "unique in the run: rank * 10^12 + index of the event in time order within the rank"),
+        _RANK,
+        _c("kind", "string", "", "normalised kind: " + ", ".join(KINDS)),
+        _c("category", "string", "", "the original Kineto category (`cat`), '' when the source had none"),
+        _c("name", "string", "", "event name: operator, kernel, function or annotation name"),
+        _c("phase", "string", "", "Chrome trace phase: 'X' for a span, 'i' for an instant"),
+        _TS,
+        _c("dur_ns", "int64", "ns", "duration; 0 for instants"),
+        _c("pid", "int64", "", "process id; for device events the device index"),
+        _c("tid", "int64", "", "thread id; for device events the stream"),
+        _c("pid_text", "string", "", "the original pid when it was not an integer (e.g. 'Spans'); null otherwise"),
+        _c("tid_text", "string", "", "the original tid when it was not an integer; null otherwise"),
+        _c("device", "int32", "", "device index for device events (from `pid`); null on the host"),
+        _c("stream", "int64", "", "device stream for device events (args `stream`, else `tid`); null on the host"),
+        _c("depth", "int32", "", "nesting depth on its track (same pid and tid): 0 for a top-level slice"),
+        _c("parent_id", "int64", "event id", "innermost slice on the same track that contains this event"),
+        _OP,
+        _c("top_op_id", "int64", "event id", "outermost CPU operator around the event (device events: of their launch)"),
+        _c("launch_id", "int64", "event id", "device events: the runtime call that launched it (by correlation id, else by an `ac2g` flow)"),
+        _c("correlation", "int64", "", "Kineto correlation id joining a runtime call and its device events"),
+        _c("external_id", "int64", "", "Kineto `External id` joining an operator and the runtime calls it made"),
+        _STEP,
+        _c("module_path", "string", "", "`nn.Module` path around the event (e.g. 'Net.encoder.Linear_0') where modules were recorded"),
+        _FRAME,
+        _c("args", "string", "", "the remaining Kineto args as a JSON object (shapes, dtypes, flops, bytes, ...); null when empty"),
+    ),
+    ("ts_ns",),
+)
+
+FRAMES = Table(
+    "frames",
+    "frames.parquet",
+    "Source locations that events link to through `frame_id`.",
+    (
+        _c("frame_id", "int64", "frame id", "unique in the run: rank * 10^12 + index"),
+        _RANK,
+        _c("file", "string", "", "source file path as recorded"),
+        _c("line", "int32", "", "line number (see `line_kind`)"),
+        _c("function", "string", "", "function name"),
+        _c("is_user", "bool", "", "true for user code; false for torch, site-packages, the standard library and built-ins"),
+        _c("line_kind", "string", "", "'call': the calling statement (live collector); 'def': the function's def line (imported JSON traces only hold these)"),
+        _c("parent_frame_id", "int64", "frame id", "the frame that called this one, when known"),
+    ),
+    ("frame_id",),
+)
+
+FLOWS = Table(
+    "flows",
+    "flows.parquet",
+    "Flow endpoints: one row per flow event of the trace ('s' start, 'f' finish, 't' step); pairs share `flow_id` and `category`.",
+    (
+        _RANK,
+        _c("flow_id", "int64", "", "the trace's flow id; a start and a finish with the same id and category form one link"),
+        _c("category", "string", "", "flow category: 'ac2g' (launch → device), 'fwdbwd' (forward → backward), ..."),
+        _c("name", "string", "", "flow name as recorded"),
+        _c("phase", "string", "", "'s', 'f' or 't'"),
+        _TS,
+        _c("pid", "int64", "", "process id (device index on a device)"),
+        _c("tid", "int64", "", "thread id (stream on a device)"),
+        _c("binding_point", "string", "", "'e' when the finish binds to the enclosing slice, else null"),
+        _c("event_id", "int64", "event id", "the slice this endpoint binds to (starts at `ts_ns` on the same track, else encloses it)"),
+    ),
+    ("ts_ns",),
+)
+
+MEMORY = Table(
+    "memory",
+    "memory.parquet",
+    "Allocator events (`[memory]` instants): one row per allocation (bytes > 0) or free (bytes < 0).",
+    (
+        _RANK,
+        _TS,
+        _c("pid", "int64", "", "process id"),
+        _c("tid", "int64", "", "thread id"),
+        _c("device_type", "int32", "", "c10 device type (0 = CPU, 1 = CUDA, ...)"),
+        _c("device", "int32", "", "device index (-1 for the CPU)"),
+        _c("addr", "int64", "", "address of the block"),
+        _c("bytes", "int64", "bytes", "size: positive for an allocation, negative for a free"),
+        _c("total_allocated", "int64", "bytes", "bytes allocated on that device after this event"),
+        _c("total_reserved", "int64", "bytes", "bytes reserved by the caching allocator after this event"),
+        _OP,
+        _STEP,
+        _FRAME,
+        _c("category", "string", "", "original category ('' when none)"),
+    ),
+    ("ts_ns",),
+)
+
+COUNTERS = Table(
+    "counters",
+    "counters.parquet",
+    "Counter tracks (Chrome 'C' events): one row per series value.",
+    (
+        _RANK,
+        _TS,
+        _c("pid", "int64", "", "process id"),
+        _c("name", "string", "", "counter name"),
+        _c("series", "string", "", "series within the counter (the args key)"),
+        _c("value", "double", "", "value at `ts_ns`"),
+        _c("category", "string", "", "original category ('' when none)"),
+    ),
+    ("ts_ns",),
+)
+
+RANK_TABLES: tuple[Table, ...] = (EVENTS, FRAMES, FLOWS, MEMORY, COUNTERS)
+"""Tables written once per rank, as RUN/rank=<r>/<file>."""
+
+SCHEMA_FIELDS = Table(
+    "schema_fields",
+    "schema_fields.parquet",
+    "This description of the run's tables, stored in every run so that plain DuckDB can read it.",
+    (
+        _c("table_name", "string", "", "table name"),
+        _c("file", "string", "", "file name inside each rank=<r>/ partition"),
+        _c("column_name", "string", "", "column name"),
+        _c("type", "string", "", "Parquet/Arrow type"),
+        _c("unit", "string", "", "unit ('ns', 'bytes', 'event id', ...) or ''"),
+        _c("doc", "string", "", "what the column holds"),
+    ),
+    ("table_name",),
+)
+
+TABLES: dict[str, Table] = {t.name: t for t in (*RANK_TABLES, SCHEMA_FIELDS)}
+
+MANIFEST_KEYS: dict[str, str] = {
+    "format_version": "run format version (this document's)",
+    "tool_version": "Neuron Explorer version that wrote the run",
+    "created": "when the run was written (ISO 8601, UTC)",
+    "source": "'import' (from Kineto JSON) or 'live' (recorded by the collector)",
+    "sources": "imported files: path, size, rank",
+    "command": "command line that produced the run",
+    "ranks": "per rank: rank, world_size, event counts, devices, distributedInfo, trace metadata keys, metadata events",
+    "devices": "device properties (Kineto `deviceProperties`) per rank",
+    "steps": "profiler steps found, per rank",
+    "warnings": "data-quality problems: counted, never raised (see `data_quality`)",
+    "data_quality": "counts per rank: device events with no launch, non-positive durations, overlapping slices, clock anomalies, ...",
+    "profiler": "profiler options (live runs)",
+    "git": "commit and dirty flag of the profiled script's repository (live runs)",
+    "host": "host name (live runs)",
+    "torch_version": "torch version (live runs)",
+}
+
+
+def schema_fields_table() -> pa.Table:
+    rows = [(t.name, t.file, c.name, c.type, c.unit, c.doc) for t in RANK_TABLES for c in t.columns]
+    cols = list(zip(*rows))
+    return pa.Table.from_arrays([pa.array(list(col), pa.string()) for col in cols], schema=SCHEMA_FIELDS.arrow_schema())
+
+
+def markdown() -> str:
+    """docs/SCHEMA.md, generated."""
+    out = [
+        "# Run format (v%d)" % FORMAT_VERSION,
+        "",
+        "<!-- generated by `python -m neuron_explorer.schema > docs/SCHEMA.md`; do not edit -->",
+        "",
+        "A run is a directory: `manifest.json`, `schema_fields.parquet`, and one `rank=<r>/` folder per rank",
+        "holding the tables below. Every Parquet file carries the format version under the key",
+        f"`{FORMAT_VERSION_KEY.decode()}` of its metadata. Timestamps and durations are int64 nanoseconds.",
+        "",
+        "## Event kinds",
+        "",
+        "| kind | what |",
+        "| --- | --- |",
+    ]
+    out += [f"| `{k}` | {v} |" for k, v in KINDS.items()]
+    for t in (*RANK_TABLES, SCHEMA_FIELDS):
+        where = f"RUN/rank=<r>/{t.file}" if t in RANK_TABLES else f"RUN/{t.file}"
+        out += ["", f"## {t.name}", "", f"`{where}`, sorted by {', '.join(t.sort_by)}. {t.doc}", "",
+                "| column | type | unit | meaning |", "| --- | --- | --- | --- |"]
+        out += [f"| `{c.name}` | {c.type} | {c.unit} | {c.doc} |" for c in t.columns]
+    out += ["", "## manifest.json", "", "| key | meaning |", "| --- | --- |"]
+    out += [f"| `{k}` | {v} |" for k, v in MANIFEST_KEYS.items()]
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

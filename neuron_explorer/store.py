@@ -1,0 +1,206 @@
+"""Write and open run directories (format v1, see schema.py and docs/SCHEMA.md).
+
+Writing is atomic: a run, or one rank's partition of it, is written to a temporary directory
+beside its final place and renamed into place, so a crash never leaves a half-written run that
+looks whole, and an existing run is only replaced when asked (and only once the new one is whole).
+
+Reading goes through `open_run`, the one connection helper that analyzers, the dashboard and
+the agent interface share: a DuckDB connection with one view per table.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import __version__, schema
+from .errors import InputError, RunExistsError
+
+MANIFEST = "manifest.json"
+ROW_GROUP_ROWS = 128 * 1024
+
+
+def is_run(path: Path | str) -> bool:
+    return (Path(path) / MANIFEST).is_file()
+
+
+def check_writable_target(out_dir: Path | str, force: bool) -> Path:
+    """Fail early (before any long work) when the output cannot be written."""
+    out = Path(out_dir)
+    if out.exists() and not force:
+        if out.is_file() or is_run(out) or any(out.iterdir()):
+            raise RunExistsError(out)
+    parent = out.parent if str(out.parent) else Path(".")
+    probe = parent
+    while not probe.exists():
+        probe = probe.parent
+    if not os.access(probe, os.W_OK):
+        raise InputError(out, "cannot write here (permission denied)")
+    if probe.is_file():
+        raise InputError(out, f"cannot create the run: {probe} is a file")
+    return out
+
+
+def _write_table(table: pa.Table, path: Path) -> None:
+    pq.write_table(
+        table,
+        path,
+        row_group_size=ROW_GROUP_ROWS,
+        compression="zstd",
+        write_statistics=True,
+        use_dictionary=True,
+    )
+
+
+def write_partition(dir_: Path, tables: dict[str, pa.Table]) -> None:
+    """Write one rank's tables into dir_ (which must exist)."""
+    for spec in schema.RANK_TABLES:
+        table = tables.get(spec.name)
+        if table is None:
+            table = spec.empty()
+        _write_table(table.replace_schema_metadata(spec.arrow_schema().metadata), dir_ / spec.file)
+
+
+def write_manifest(run_dir: Path, manifest: dict) -> None:
+    tmp = run_dir / f".{MANIFEST}.{uuid.uuid4().hex}"
+    tmp.write_text(json.dumps(manifest, indent=1, default=str, sort_keys=False))
+    os.replace(tmp, run_dir / MANIFEST)
+
+
+def base_manifest(source: str, **extra) -> dict:
+    return {
+        "format_version": schema.FORMAT_VERSION,
+        "tool_version": __version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "source": source,
+        **extra,
+    }
+
+
+def write_run(out_dir: Path | str, partitions: dict[int, dict[str, pa.Table]], manifest: dict, *, force: bool = False) -> Path:
+    """Write a whole run atomically: temporary directory, then rename into place."""
+    out = check_writable_target(out_dir, force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        for rank, tables in sorted(partitions.items()):
+            part = tmp / f"rank={rank}"
+            part.mkdir()
+            write_partition(part, tables)
+        _write_table(schema.schema_fields_table(), tmp / schema.SCHEMA_FIELDS.file)
+        write_manifest(tmp, manifest)
+        if out.exists():
+            trash = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+            os.replace(out, trash)
+            os.replace(tmp, out)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def read_manifest(run_dir: Path | str) -> dict:
+    p = Path(run_dir) / MANIFEST
+    if not Path(run_dir).exists():
+        raise InputError(run_dir, "no such run directory")
+    if not p.is_file():
+        raise InputError(run_dir, "not a run directory (no manifest.json)")
+    try:
+        manifest = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise InputError(p, f"unreadable manifest ({e})") from None
+    version = manifest.get("format_version")
+    if not isinstance(version, int):
+        raise InputError(p, "manifest has no format_version")
+    if version > schema.FORMAT_VERSION:
+        raise InputError(run_dir, f"run format v{version} is newer than this Neuron Explorer reads (v{schema.FORMAT_VERSION}); upgrade neuron-explorer")
+    return manifest
+
+
+@dataclass
+class Run:
+    """An open run: its path, manifest and a DuckDB connection with a view per table."""
+
+    path: Path
+    manifest: dict
+    con: duckdb.DuckDBPyConnection
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(r["rank"] for r in self.manifest.get("ranks", []))
+
+    def sql(self, query: str, params: list | None = None) -> duckdb.DuckDBPyRelation:
+        return self.con.execute(query, params or [])
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def open_run(path: Path | str, con: duckdb.DuckDBPyConnection | None = None) -> Run:
+    """Open a run directory: DuckDB views events, frames, flows, memory, counters, steps, ranks, devices."""
+    run_dir = Path(path)
+    manifest = read_manifest(run_dir)
+    con = con or duckdb.connect()
+    for spec in schema.RANK_TABLES:
+        files = sorted(str(p) for p in run_dir.glob(f"rank=*/{spec.file}"))
+        if files:
+            src = "read_parquet([" + ", ".join(_sql_str(f) for f in files) + "], hive_partitioning=false)"
+            con.execute(f"CREATE OR REPLACE VIEW {spec.name} AS SELECT * FROM {src}")
+        else:  # a run with no rank partitions still answers queries
+            cols = ", ".join(f"NULL::{_duck_type(c.type)} AS {c.name}" for c in spec.columns)
+            con.execute(f"CREATE OR REPLACE VIEW {spec.name} AS SELECT {cols} WHERE false")
+    con.execute(f"CREATE OR REPLACE VIEW schema_fields AS SELECT * FROM read_parquet({_sql_str(str(run_dir / schema.SCHEMA_FIELDS.file))})"
+                if (run_dir / schema.SCHEMA_FIELDS.file).exists() else
+                "CREATE OR REPLACE VIEW schema_fields AS SELECT NULL::VARCHAR AS table_name WHERE false")
+    con.execute(
+        "CREATE OR REPLACE VIEW steps AS SELECT rank, step, min(ts_ns) AS ts_ns, max(ts_ns + dur_ns) - min(ts_ns) AS dur_ns, "
+        "min(event_id) AS event_id FROM events WHERE kind = 'step' GROUP BY rank, step"
+    )
+    ranks = manifest.get("ranks", [])
+    rank_rows = pa.table({
+        "rank": pa.array([int(r.get("rank", 0)) for r in ranks], pa.int32()),
+        "world_size": pa.array([r.get("world_size") for r in ranks], pa.int64()),
+        "events": pa.array([int(r.get("events", 0)) for r in ranks], pa.int64()),
+        "source": pa.array([r.get("source") for r in ranks], pa.string()),
+    })
+    dev_rows = {"rank": [], "device": [], "name": [], "properties": []}
+    for r in ranks:
+        for d in r.get("device_properties") or []:
+            dev_rows["rank"].append(int(r.get("rank", 0)))
+            dev_rows["device"].append(d.get("id"))
+            dev_rows["name"].append(d.get("name"))
+            dev_rows["properties"].append(json.dumps(d))
+    devices = pa.table({"rank": pa.array(dev_rows["rank"], pa.int32()), "device": pa.array(dev_rows["device"], pa.int64()),
+                        "name": pa.array(dev_rows["name"], pa.string()), "properties": pa.array(dev_rows["properties"], pa.string())})
+    con.register("_ranks_arrow", rank_rows)
+    con.register("_devices_arrow", devices)
+    con.execute("CREATE OR REPLACE VIEW ranks AS SELECT * FROM _ranks_arrow")
+    con.execute("CREATE OR REPLACE VIEW devices AS SELECT * FROM _devices_arrow")
+    return Run(run_dir, manifest, con)
+
+
+def _duck_type(t: str) -> str:
+    return {"int64": "BIGINT", "int32": "INTEGER", "double": "DOUBLE", "string": "VARCHAR", "bool": "BOOLEAN"}[t]

@@ -1,0 +1,42 @@
+"""Shared fixtures: the real traces in ../shared/traces and hand-built traces written in code."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TRACES = Path(os.environ.get("NEURON_EXPLORER_TRACES", REPO.parent / "shared" / "traces"))
+
+
+def real_traces() -> list[Path]:
+    files = sorted(p for p in TRACES.glob("*.json*"))
+    assert files, f"the real traces are missing: {TRACES} (set NEURON_EXPLORER_TRACES)"
+    return files
+
+
+def write_trace(path: Path, events: list[dict], **header) -> Path:
+    doc = {"schemaVersion": 1, **header, "traceEvents": events}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if str(path).endswith(".gz"):
+        with gzip.open(path, "wt") as f:
+            json.dump(doc, f)
+    else:
+        path.write_text(json.dumps(doc))
+    return path
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the installed CLI the way a user does (a separate process)."""
+    return subprocess.run([sys.executable, "-m", "neuron_explorer", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+@pytest.fixture
+def tmp_run_dir(tmp_path: Path) -> Path:
+    return tmp_path / "run"

@@ -1,0 +1,38 @@
+"""The CLI as a user meets it: import, info, info --json, export, schema, demo, --help."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .conftest import TRACES, cli
+
+
+def test_import_then_info_text_and_json(tmp_path: Path):
+    res = cli("import", TRACES / "cuda_nccl_rank0_of_2.json.gz", "-o", tmp_path / "run")
+    assert res.returncode == 0, res.stderr
+    assert "rank 0 of 2" in res.stdout and "NVIDIA" in res.stdout
+    text = cli("info", tmp_path / "run")
+    assert text.returncode == 0 and "steps:" in text.stdout and "kernel" in text.stdout
+    data = json.loads(cli("info", tmp_path / "run", "--json").stdout)
+    rank = data["ranks"][0]
+    assert rank["counts"]["kernel"] == 2700 and rank["world_size"] == 2 and rank["steps"] >= 1
+
+
+def test_demo_runs_on_the_built_in_sample(tmp_path: Path):
+    res = cli("demo", "-o", tmp_path / "demo")
+    assert res.returncode == 0, res.stderr
+    assert "steps: 3" in res.stdout and (tmp_path / "demo" / "manifest.json").is_file()
+
+
+def test_help_explains_every_command():
+    res = cli("--help")
+    assert res.returncode == 0
+    for command in ("import", "info", "export", "schema", "demo"):
+        assert command in res.stdout
+    assert "--force" in cli("import", "--help").stdout
+
+
+def test_schema_lists_columns_with_units():
+    res = cli("schema")
+    assert res.returncode == 0 and "| `ts_ns` | int64 | ns |" in res.stdout

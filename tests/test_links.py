@@ -1,0 +1,156 @@
+"""Every link column on a hand-built trace whose right answer is known.
+
+    pid 1 / tid 1 (host), times in us after baseTimeNanoseconds:
+    0 ............................................................ 100  ProfilerStep#7
+     1 ........................................................ 90     train.py(10): train_step
+      2 .................................. 60                          nn.Module: Net_0
+       3 ................................ 59                           torch/nn/modules/module.py(1500): _call_impl
+        4 ........................ 50                                 aten::linear
+         5 ............... 40                                         aten::addmm
+          6 .. 8  cudaLaunchKernel (corr 500)   [memory] at 7
+                           41 .. 43 cudaLaunchKernel (corr 501, ac2g flow 501)
+                                                  70 .... 80           aten::pow
+    pid 0 / tid 7 (device 0, stream 7):
+                20 .... 30 gemm (corr 500)     50 .. 55 other (flow 501)  60..61 orphan
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from neuron_explorer import open_run
+from neuron_explorer.collectors.chrome_trace import import_traces
+
+from .conftest import write_trace
+
+BASE = 1_700_000_000_000_000_000
+
+
+def X(name, cat, ts, dur, pid=1, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+EVENTS = [
+    X("ProfilerStep#7", "user_annotation", 0, 100),
+    X("train.py(10): train_step", "python_function", 1, 89),
+    X("nn.Module: Net_0", "python_function", 2, 58),
+    X("torch/nn/modules/module.py(1500): _call_impl", "python_function", 3, 56),
+    X("aten::linear", "cpu_op", 4, 46, **{"External id": 100}),
+    X("aten::addmm", "cpu_op", 5, 35, **{"External id": 101, "Input Dims": [[8, 4], [4, 2]]}),
+    X("cudaLaunchKernel", "cuda_runtime", 6, 2, correlation=500, **{"External id": 101}),
+    {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 7, "s": "t",
+     "args": {"Device Type": 1, "Device Id": 0, "Addr": 4096, "Bytes": 512, "Total Allocated": 1024, "Total Reserved": 2048}},
+    X("cudaLaunchKernel", "cuda_runtime", 41, 2, **{"External id": 100}),
+    {"ph": "s", "id": 501, "pid": 1, "tid": 1, "ts": 41, "cat": "ac2g", "name": "ac2g"},
+    X("aten::pow", "cpu_op", 70, 10, **{"External id": 102}),
+    X("gemm", "kernel", 20, 10, pid=0, tid=7, correlation=500, stream=7, device=0),
+    X("other", "kernel", 50, 5, pid=0, tid=7, stream=7),
+    {"ph": "f", "id": 501, "pid": 0, "tid": 7, "ts": 50, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+    X("orphan", "kernel", 60, 1, pid=0, tid=7),
+    {"ph": "C", "name": "queue", "pid": 1, "ts": 5.5, "args": {"a": 1, "b": 2.5}},
+    {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}},
+]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("links")
+    trace = write_trace(tmp / "t.json", EVENTS, baseTimeNanoseconds=BASE, distributedInfo={"rank": 2, "world_size": 4})
+    run_dir = import_traces(trace, tmp / "run").run_dir
+    with open_run(run_dir) as r:
+        yield r
+
+
+def ev(run, name: str) -> dict:
+    rel = run.sql("SELECT * FROM events WHERE name = ?", [name])
+    cols = [d[0] for d in rel.description]
+    rows = rel.fetchall()
+    assert len(rows) == 1, (name, rows)
+    return dict(zip(cols, rows[0]))
+
+
+def frame(run, frame_id) -> tuple:
+    return run.sql("SELECT file, line, function, is_user, line_kind FROM frames WHERE frame_id = ?", [frame_id]).fetchone()
+
+
+def test_timestamps_are_int_ns_on_the_epoch_clock(run):
+    e = ev(run, "aten::addmm")
+    assert e["ts_ns"] == BASE + 5_000 and e["dur_ns"] == 35_000
+    assert e["rank"] == 2 and e["event_id"] // 10**12 == 2
+
+
+def test_kinds_and_original_categories(run):
+    assert ev(run, "ProfilerStep#7")["kind"] == "step"
+    assert ev(run, "aten::linear")["kind"] == "cpu_op"
+    assert ev(run, "gemm")["kind"] == "kernel" and ev(run, "gemm")["category"] == "kernel"
+    assert ev(run, "train.py(10): train_step")["kind"] == "python"
+
+
+def test_nesting_parent_and_depth(run):
+    step, linear, addmm = ev(run, "ProfilerStep#7"), ev(run, "aten::linear"), ev(run, "aten::addmm")
+    assert step["depth"] == 0 and step["parent_id"] is None
+    assert addmm["parent_id"] == linear["event_id"] and addmm["depth"] == 5
+    assert ev(run, "aten::pow")["parent_id"] == ev(run, "train.py(10): train_step")["event_id"]
+
+
+def test_operator_links_innermost_and_top_level(run):
+    linear, addmm, pow_ = ev(run, "aten::linear"), ev(run, "aten::addmm"), ev(run, "aten::pow")
+    assert linear["op_id"] == linear["event_id"] and linear["top_op_id"] == linear["event_id"]
+    assert addmm["op_id"] == addmm["event_id"] and addmm["top_op_id"] == linear["event_id"]
+    assert pow_["top_op_id"] == pow_["event_id"]
+    assert ev(run, "train.py(10): train_step")["op_id"] is None
+
+
+def test_device_events_link_to_launch_by_correlation_and_by_flow(run):
+    gemm, other, orphan = ev(run, "gemm"), ev(run, "other"), ev(run, "orphan")
+    launches = dict(run.sql("SELECT ts_ns, event_id FROM events WHERE kind = 'runtime'").fetchall())
+    assert gemm["launch_id"] == launches[BASE + 6_000]
+    assert other["launch_id"] == launches[BASE + 41_000]
+    assert orphan["launch_id"] is None
+    assert gemm["device"] == 0 and gemm["stream"] == 7
+    assert gemm["op_id"] == ev(run, "aten::addmm")["event_id"] and gemm["top_op_id"] == ev(run, "aten::linear")["event_id"]
+    assert other["op_id"] == ev(run, "aten::linear")["event_id"]
+    assert orphan["op_id"] is None and orphan["step"] is None
+    assert run.manifest["ranks"][0]["data_quality"]["device_events_without_launch"] == 1
+
+
+def test_steps_modules_and_source_frames(run):
+    gemm, addmm, pow_ = ev(run, "gemm"), ev(run, "aten::addmm"), ev(run, "aten::pow")
+    assert addmm["step"] == 7 and gemm["step"] == 7 and pow_["step"] == 7
+    assert addmm["module_path"] == "Net_0" and gemm["module_path"] == "Net_0" and pow_["module_path"] is None
+    # the innermost *user* frame (module.py is torch's): train.py, marked as a def-line location
+    assert frame(run, addmm["frame_id"]) == ("train.py", 10, "train_step", True, "def")
+    assert gemm["frame_id"] == addmm["frame_id"] == pow_["frame_id"]
+    torch_frame = run.sql("SELECT is_user FROM frames WHERE file LIKE 'torch/%'").fetchone()
+    assert torch_frame == (False,)
+
+
+def test_flows_bind_to_their_slices(run):
+    rows = run.sql("SELECT phase, event_id FROM flows ORDER BY phase DESC").fetchall()
+    launch = run.sql(f"SELECT event_id FROM events WHERE kind = 'runtime' AND ts_ns = {BASE + 41_000}").fetchone()[0]
+    assert rows == [("s", launch), ("f", ev(run, "other")["event_id"])]
+
+
+def test_memory_rows_carry_operator_step_and_frame(run):
+    m = run.sql("SELECT ts_ns, bytes, total_allocated, total_reserved, device, op_id, step, frame_id FROM memory").fetchall()
+    addmm = ev(run, "aten::addmm")
+    assert m == [(BASE + 7_000, 512, 1024, 2048, 0, addmm["event_id"], 7, addmm["frame_id"])]
+
+
+def test_counters_one_row_per_series(run):
+    rows = run.sql("SELECT ts_ns, name, series, value FROM counters ORDER BY series").fetchall()
+    assert rows == [(BASE + 5_500, "queue", "a", 1.0), (BASE + 5_500, "queue", "b", 2.5)]
+
+
+def test_args_are_kept_as_json(run):
+    args = run.sql("SELECT args->>'$.\"Input Dims\"' FROM events WHERE name = 'aten::addmm'").fetchone()[0]
+    assert args == "[[8,4],[4,2]]"
+
+
+def test_overlapping_slices_are_counted(tmp_path: Path):
+    trace = write_trace(tmp_path / "o.json", [X("a", "cpu_op", 0, 10), X("b", "cpu_op", 5, 10), X("c", "cpu_op", 20, 0)])
+    run = import_traces(trace, tmp_path / "run")
+    q = run.manifest["ranks"][0]["data_quality"]
+    assert q["overlapping_slices"] == 1 and q["nonpositive_duration"] == 1
