@@ -50,6 +50,11 @@ def check_writable_target(out_dir: Path | str, force: bool) -> Path:
     return out
 
 
+# Low-cardinality columns: dictionary pages make them small; for ids and args they only cost time.
+_DICTIONARY_COLUMNS = ["kind", "category", "name", "phase", "pid_text", "tid_text", "module_path", "file", "function",
+                       "line_kind", "series", "binding_point", "pid", "tid", "rank", "device", "stream", "step"]
+
+
 def _write_table(table: pa.Table, path: Path) -> None:
     pq.write_table(
         table,
@@ -57,17 +62,28 @@ def _write_table(table: pa.Table, path: Path) -> None:
         row_group_size=ROW_GROUP_ROWS,
         compression="zstd",
         write_statistics=True,
-        use_dictionary=True,
+        use_dictionary=_DICTIONARY_COLUMNS,
     )
 
 
-def write_partition(dir_: Path, tables: dict[str, pa.Table]) -> None:
-    """Write one rank's tables into dir_ (which must exist)."""
+def write_partition(dir_: Path, tables: dict) -> None:
+    """Write one rank's tables into dir_ (which must exist).
+
+    A table is a pyarrow Table, or anything with `schema` and `batches(n)` (build.SortedTable),
+    which is written row group by row group so that it is never materialised whole.
+    """
     for spec in schema.RANK_TABLES:
         table = tables.get(spec.name)
         if table is None:
             table = spec.empty()
-        _write_table(table.replace_schema_metadata(spec.arrow_schema().metadata), dir_ / spec.file)
+        path = dir_ / spec.file
+        if isinstance(table, pa.Table):
+            _write_table(table.replace_schema_metadata(spec.arrow_schema().metadata), path)
+            continue
+        with pq.ParquetWriter(path, spec.arrow_schema(), compression="zstd", write_statistics=True,
+                              use_dictionary=_DICTIONARY_COLUMNS) as writer:
+            for batch in table.batches(ROW_GROUP_ROWS):
+                writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
 
 
 def write_manifest(run_dir: Path, manifest: dict) -> None:

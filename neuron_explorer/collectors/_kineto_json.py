@@ -17,6 +17,7 @@ import io
 import os
 import re
 import zlib
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ import pyarrow as pa
 
 from ..errors import InputError
 
-CHUNK_BYTES = 24 << 20
+CHUNK_BYTES = 16 << 20
 """Target size of one decoded chunk of the traceEvents array."""
 
 PARALLEL_MIN_BYTES = 96 << 20
@@ -104,12 +105,33 @@ def open_bytes_stream(path: str) -> io.BufferedIOBase:
     return raw
 
 
-def _read_all(path: str) -> bytes:
-    with open_bytes_stream(path) as f:
+class _Reader:
+    """Reads a (possibly gzip) file in blocks; decompression errors become InputError."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.f = open_bytes_stream(path)
+        self.eof = False
+        self.done = 0
+
+    def read(self, n: int) -> bytes:
         try:
-            return f.read()
+            block = self.f.read(n)
         except (EOFError, OSError, zlib.error) as e:
-            raise InputError(path, f"cannot decompress: {_short(e)}") from None
+            raise InputError(self.path, f"cannot decompress: {_short(e)}") from None
+        if len(block) < n:
+            self.eof = True
+        self.done = self.f.tell() if not isinstance(self.f, gzip.GzipFile) else self.f.fileobj.tell()  # type: ignore[union-attr]
+        return block
+
+    def read_rest(self) -> bytes:
+        parts = []
+        while not self.eof:
+            parts.append(self.read(CHUNK_BYTES))
+        return b"".join(parts)
+
+    def close(self) -> None:
+        self.f.close()
 
 
 def _short(e: BaseException) -> str:
@@ -118,71 +140,113 @@ def _short(e: BaseException) -> str:
 
 _ARRAY_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _CUT = re.compile(rb"\}\s*,\s*\{")
+_MAX_HEADER = 256 << 20
+
+
+class _Pipeline:
+    """Decodes pieces in order, in worker processes for large files, with few pieces in flight."""
+
+    def __init__(self, path: str, parallel: bool, workers: int):
+        self.path = path
+        self.pool = ProcessPoolExecutor(max_workers=workers) if parallel else None
+        self.max_in_flight = workers + 1
+        self.pending: deque = deque()
+        self.chunks: list[Chunk] = []
+
+    def submit(self, piece: bytes) -> None:
+        if not piece.strip():
+            return
+        if self.pool is None:
+            self.chunks.append(_decode_chunk(self.path, piece))
+            return
+        self.pending.append(self.pool.submit(_decode_chunk, self.path, piece))
+        while len(self.pending) > self.max_in_flight:
+            self.chunks.append(self.pending.popleft().result())
+
+    def finish(self) -> list[Chunk]:
+        try:
+            while self.pending:
+                self.chunks.append(self.pending.popleft().result())
+        finally:
+            self.close()
+        return self.chunks
+
+    def close(self) -> None:
+        if self.pool is not None:
+            for fut in self.pending:
+                fut.cancel()
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
 
 
 def decode_trace(path: str, progress: Callable[[int, int], None] | None = None, workers: int | None = None) -> Decoded:
-    """Decode a whole trace file. Raises InputError (naming the file) on bad input."""
-    data = _read_all(path)
-    if not data.strip():
-        raise InputError(path, "empty file")
-    m = _ARRAY_KEY.search(data)
-    if m is None or data.lstrip()[:1] != b"{":
-        return _decode_whole(path, data)
-    start = m.end()
-    pieces, end = _split_array(data, start)
-    if end is None:
-        return _decode_whole(path, data)
+    """Decode a whole trace file, streaming. Raises InputError (naming the file) on bad input."""
+    total = os.path.getsize(path)
+    reader = _Reader(path)
     try:
-        header = msgspec.json.decode(data[:start] + b"]" + data[end + 1 :])
-    except msgspec.DecodeError:
-        return _decode_whole(path, data)
-    header.pop("traceEvents", None)
-    chunks: list[Chunk] = []
-    total = len(data)
-    use_pool = len(data) >= PARALLEL_MIN_BYTES and len(pieces) > 1 and (workers or os.cpu_count() or 1) > 1
-    done = start
-    if use_pool:
-        with ProcessPoolExecutor(max_workers=workers or min(4, os.cpu_count() or 1)) as pool:
-            futures = [pool.submit(_decode_chunk, path, data[a:b]) for a, b in pieces]
-            del data
-            for (a, b), fut in zip(pieces, futures):
-                chunks.append(fut.result())
-                done = b
+        buf = reader.read(CHUNK_BYTES)
+        m = _ARRAY_KEY.search(buf)
+        while m is None and not reader.eof and len(buf) < _MAX_HEADER:
+            buf += reader.read(CHUNK_BYTES)
+            m = _ARRAY_KEY.search(buf)
+        if m is None or buf.lstrip()[:1] != b"{":
+            return _decode_whole(path, buf + reader.read_rest())
+        prefix, rest = buf[: m.end()], buf[m.end() :]
+        del buf
+        n_workers = workers or min(2, os.cpu_count() or 1)
+        parallel = total >= PARALLEL_MIN_BYTES and n_workers > 1
+        pipe = _Pipeline(path, parallel, n_workers)
+        try:
+            while not reader.eof or len(rest) > CHUNK_BYTES * 2:
+                if not reader.eof and len(rest) < CHUNK_BYTES * 2:
+                    rest += reader.read(CHUNK_BYTES)
+                    continue
+                cut = _find_cut(rest)
+                if cut is None:  # no clean cut in reach: decode what is left in one piece
+                    rest += reader.read_rest()
+                    break
+                pipe.submit(rest[: cut[0]])
+                rest = rest[cut[1] :]
                 if progress:
-                    progress(done, total)
-    else:
-        for a, b in pieces:
-            chunks.append(_decode_chunk(path, data[a:b]))
-            if progress:
-                progress(b, total)
+                    progress(reader.done, total)
+            end = _array_end(prefix, rest)
+            if end is None:
+                pipe.close()
+                reader.close()
+                return _decode_whole(path, _read_all(path))
+            try:
+                header = msgspec.json.decode(prefix + b"]" + rest[end + 1 :])
+            except msgspec.DecodeError:  # pragma: no cover - _array_end checked it
+                header = {}
+            pipe.submit(rest[:end])
+            del rest
+            chunks = pipe.finish()
+        except BaseException:
+            pipe.close()
+            raise
+    finally:
+        reader.close()
+    if progress:
+        progress(total, total)
+    header.pop("traceEvents", None)
     return Decoded(header, chunks)
 
 
-def _split_array(data: bytes, start: int) -> tuple[list[tuple[int, int]], int | None]:
-    """Cut data[start:] (the inside of the traceEvents array) into pieces of whole events.
+def _read_all(path: str) -> bytes:
+    reader = _Reader(path)
+    try:
+        return reader.read_rest()
+    finally:
+        reader.close()
 
-    Returns ([(a, b), ...], index of the closing ']') or ([], None) when the layout is not the
-    usual one (the caller then decodes the file whole).
-    """
-    end = _array_end(data, start)
-    if end is None:
-        return [], None
-    pieces = []
-    a = start
-    while end - a > CHUNK_BYTES * 3 // 2:
-        cut = None
-        for m in _CUT.finditer(data, a + CHUNK_BYTES, min(end, a + CHUNK_BYTES * 2)):
-            b = m.start() + 1
-            # A cut is right when the piece before it is whole: try the next event's opening.
-            if _looks_like_event_start(data, m.end() - 1) and _balanced(data, a, b):
-                cut = m
-                break
-        if cut is None:
-            break
-        pieces.append((a, cut.start() + 1))
-        a = cut.end() - 1
-    pieces.append((a, end))
-    return pieces, end
+
+def _find_cut(data: bytes) -> tuple[int, int] | None:
+    """A cut between two whole events after CHUNK_BYTES: (end of the piece, start of the next)."""
+    for m in _CUT.finditer(data, CHUNK_BYTES, min(len(data), CHUNK_BYTES * 2)):
+        b = m.start() + 1
+        if _looks_like_event_start(data, m.end() - 1) and _balanced(data, 0, b):
+            return b, m.end() - 1
+    return None
 
 
 def _looks_like_event_start(data: bytes, pos: int) -> bool:
@@ -191,35 +255,36 @@ def _looks_like_event_start(data: bytes, pos: int) -> bool:
 
 
 def _balanced(data: bytes, a: int, b: int) -> bool:
-    """Cheap check on the last event before a cut: it must decode as an object on its own."""
-    start = data.rfind(b"{", max(a, b - 65536), b)
-    while start != -1 and start >= max(a, b - 65536):
+    """The last event before a cut must decode as a trace-event object on its own."""
+    lo = max(a, b - 65536)
+    start = data.rfind(b"{", lo, b)
+    while start != -1:
         try:
             obj = msgspec.json.decode(data[start:b])
         except msgspec.DecodeError:
-            start = data.rfind(b"{", max(a, b - 65536), start)
+            start = data.rfind(b"{", lo, start)
             continue
         return isinstance(obj, dict) and ("ph" in obj or "name" in obj or "ts" in obj)
     return False
 
 
-def _array_end(data: bytes, start: int) -> int | None:
-    """Index of the ']' closing traceEvents, or None when not found cheaply.
+def _array_end(prefix: bytes, rest: bytes) -> int | None:
+    """Index in `rest` of the ']' closing traceEvents, or None when not found cheaply.
 
     Other arrays may follow traceEvents (Kineto's INFO log lines, which hold ']' too), so a
     candidate is accepted only when an event (or the opening bracket) stands right before it and
     the rest of the document decodes without the array.
     """
-    pos = len(data)
+    pos = len(rest)
     for _ in range(100_000):
-        pos = data.rfind(b"]", start - 1, pos)
+        pos = rest.rfind(b"]", 0, pos)
         if pos < 0:
             return None
-        before = data[max(start - 1, pos - 64) : pos].rstrip()
-        if not (before.endswith(b"}") or before.endswith(b"[")):
+        before = rest[max(0, pos - 64) : pos].rstrip()
+        if not (before.endswith(b"}") or (not before and prefix.rstrip().endswith(b"["))):
             continue
         try:
-            msgspec.json.decode(data[:start] + b"]" + data[pos + 1 :])
+            msgspec.json.decode(prefix + b"]" + rest[pos + 1 :])
         except msgspec.DecodeError:
             continue
         return pos
@@ -278,12 +343,20 @@ def _ns(path: str, values: list, what: str) -> np.ndarray:
 
 def _id_columns(values: list) -> tuple[pa.Array, pa.Array]:
     """pid/tid → (int64 with nulls for non-integers, original text for non-integers)."""
+    try:  # the common case: all integers
+        return pa.array(values, pa.int64()), pa.nulls(len(values), pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        pass
     ints = [v if type(v) is int else None for v in values]
     texts = [None if type(v) is int else (None if v is None else str(v)) for v in values]
     return pa.array(ints, pa.int64()), pa.array(texts, pa.string())
 
 
 def _opt_int(values: list) -> pa.Array:
+    try:
+        return pa.array(values, pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        pass
     out = []
     for v in values:
         if v is None or type(v) is int:
@@ -291,7 +364,7 @@ def _opt_int(values: list) -> pa.Array:
         else:
             try:
                 out.append(int(v))
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 out.append(None)
     return pa.array(out, pa.int64())
 
@@ -380,11 +453,18 @@ def _slice_table(path: str, evs: list[_Event]) -> pa.Table:
             "correlation": pa.array([None if a is None else a.correlation for a in args], pa.int64()),
             "external_id": pa.array(ext, pa.int64()),
             "stream": _opt_int([None if a is None else a.stream for a in args]),
-            "python_id": pa.array([None if a is None else a.python_id for a in args], pa.int64()),
-            "python_parent_id": pa.array([None if a is None else a.python_parent_id for a in args], pa.int64()),
+            "python_id": _sparse_int([None if a is None else a.python_id for a in args]),
+            "python_parent_id": _sparse_int([None if a is None else a.python_parent_id for a in args]),
             "args": _args_text(raws),
         }
     )
+
+
+def _sparse_int(values: list) -> pa.Array:
+    """int64 column that is often entirely null (no buffer allocated then)."""
+    if not any(v is not None for v in values):
+        return pa.nulls(len(values), pa.int64())
+    return pa.array(values, pa.int64())
 
 
 def _flow_table(path: str, evs: list[_Event]) -> pa.Table:

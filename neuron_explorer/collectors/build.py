@@ -195,13 +195,13 @@ def slice_at(track: np.ndarray, ev_ts: np.ndarray, ev_end: np.ndarray, parent: n
         out[bad] = parent[out[bad]]
 
 
-def tracks_of(pid: np.ndarray, tid: np.ndarray, pid_text: pa.ChunkedArray, tid_text: pa.ChunkedArray) -> np.ndarray:
+def tracks_of(pid: np.ndarray, tid: np.ndarray, pid_text: pa.Array, tid_text: pa.Array) -> np.ndarray:
     """A dense track number per event: one per distinct (pid, tid, pid_text, tid_text)."""
     if not len(pid):
         return np.zeros(0, dtype=np.int64)
     codes = [pd.factorize(pid)[0], pd.factorize(tid)[0],
-             _np(pc.dictionary_encode(pid_text).combine_chunks().indices) + 1,
-             _np(pc.dictionary_encode(tid_text).combine_chunks().indices) + 1]
+             _np(pc.dictionary_encode(pid_text).indices) + 1,
+             _np(pc.dictionary_encode(tid_text).indices) + 1]
     key = np.zeros(len(pid), dtype=np.int64)
     for c in codes:
         key = key * (int(c.max()) + 2) + c
@@ -255,6 +255,58 @@ def _parse_frame(name: str) -> tuple[str, int, str] | None:
     return m.group("file"), int(m.group("line")), m.group("func")
 
 
+_KIND_NAMES = list(schema.KINDS)
+_KIND_CODE = {k: i for i, k in enumerate(_KIND_NAMES)}
+
+
+def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
+    """A string column as (int codes, dictionary of distinct values); nulls become ''."""
+    if not pa.types.is_dictionary(col.type):
+        col = pc.dictionary_encode(col)
+    col = pa.chunked_array(col.chunks, type=col.type).unify_dictionaries()
+    if col.num_chunks == 0 or len(col) == 0:
+        return np.zeros(0, dtype=np.int64), pa.array([""], pa.string())
+    dictionary = col.chunk(0).dictionary.cast(pa.string())
+    null_code = len(dictionary)
+    codes = np.concatenate([np.asarray(c.indices.fill_null(null_code).to_numpy(zero_copy_only=False), dtype=np.int64)
+                            for c in col.chunks])
+    dictionary = pa.concat_arrays([dictionary, pa.array([""], pa.string())])
+    return codes, dictionary
+
+
+@dataclass
+class SortedTable:
+    """A table whose rows are materialised batch by batch when written, never copied whole.
+
+    The importer holds millions of rows; sorting them by time with one `take` would double the
+    memory. Each column is a function from a row slice (in sorted order) to an Arrow array.
+    """
+
+    spec: schema.Table
+    num_rows: int
+    makers: dict
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.spec.arrow_schema()
+
+    @property
+    def column_names(self) -> list[str]:
+        return self.spec.column_names
+
+    def batches(self, size: int):
+        for start in range(0, self.num_rows, size):
+            sl = slice(start, min(self.num_rows, start + size))
+            arrays = []
+            for c in self.spec.columns:
+                arr = self.makers[c.name](sl)
+                arrays.append(arr if arr.type == c.arrow_type else arr.cast(c.arrow_type))
+            yield pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def to_table(self) -> pa.Table:
+        return pa.Table.from_batches(list(self.batches(1 << 20)), schema=self.schema)
+
+
 def build_rank(raw: RawRank) -> RankTables:
     rank = raw.rank
     ev = raw.events
@@ -265,39 +317,35 @@ def build_rank(raw: RawRank) -> RankTables:
     ts = _np(ev["ts_ns"], 0) + raw.base_ns
     dur = _np(ev["dur_ns"], 0)
     order = np.lexsort((-dur, ts))
-    ev = ev.take(pa.array(order))
     ts, dur = ts[order], dur[order]
     event_id = rank * ID_STRIDE + np.arange(n, dtype=np.int64)
 
-    category = ev["category"].combine_chunks()
-    category = category.dictionary_decode() if pa.types.is_dictionary(category.type) else category
-    name = ev["name"].combine_chunks()
-    name = name.dictionary_decode() if pa.types.is_dictionary(name.type) else name
-    phase = ev["phase"].combine_chunks()
-    phase = phase.dictionary_decode() if pa.types.is_dictionary(phase.type) else phase
+    cat_codes, cat_dict = _codes(ev["category"])
+    name_codes, name_dict = _codes(ev["name"])
+    phase_codes, phase_dict = _codes(ev["phase"])
+    cat_codes, name_codes, phase_codes = (cat_codes[order].astype(np.int32), name_codes[order].astype(np.int32),
+                                          phase_codes[order].astype(np.int32))
+    cat_values, name_values = cat_dict.to_pylist(), name_dict.to_pylist()
 
     # kinds, via the (few) distinct categories and names
-    cat_dict = pc.dictionary_encode(category)
-    cat_values = cat_dict.dictionary.to_pylist()
-    kind_table = np.array([kind_of_category(c) for c in cat_values] or ["other"], dtype=object)
-    kind = kind_table[np.asarray(cat_dict.indices.to_numpy(zero_copy_only=False), dtype=np.int64)] if n else np.array([], dtype=object)
-    name_dict = pc.dictionary_encode(name)
-    name_values = name_dict.dictionary.to_pylist()
-    name_idx = np.asarray(name_dict.indices.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64) if n else np.zeros(0, np.int64)
-    step_no_of_name = np.array([int(m.group(1)) if (m := _STEP_NAME.match(v or "")) else -1 for v in name_values] or [-1])
-    is_step_name = step_no_of_name[name_idx] >= 0 if n else np.zeros(0, bool)
-    kind = np.where(is_step_name & np.isin(kind, ["user_annotation", "other"]), "step", kind)
-    is_instant = np.asarray(pc.equal(phase, "i").to_numpy(zero_copy_only=False), dtype=bool) if n else np.zeros(0, bool)
-    kind = np.where(is_instant & (kind == "other") & (np.asarray(category.to_numpy(zero_copy_only=False)) == ""), "instant", kind)
-    is_device = np.isin(kind, list(DEVICE_KINDS))
-    is_op = kind == "cpu_op"
-    is_python = kind == "python"
-    is_runtime = kind == "runtime"
+    kind_of_cat = np.array([_KIND_CODE[kind_of_category(c)] for c in cat_values], dtype=np.int8)
+    kind = kind_of_cat[cat_codes] if n else np.zeros(0, np.int8)
+    step_no_of_name = np.array([int(m.group(1)) if (m := _STEP_NAME.match(v or "")) else -1 for v in name_values])
+    is_step_name = step_no_of_name[name_codes] >= 0
+    K = _KIND_CODE
+    kind[is_step_name & ((kind == K["user_annotation"]) | (kind == K["other"]))] = K["step"]
+    is_instant = np.array([v == "i" for v in phase_dict.to_pylist()], dtype=bool)[phase_codes]
+    no_cat = np.array([c == "" for c in cat_values], dtype=bool)[cat_codes]
+    kind[is_instant & (kind == K["other"]) & no_cat] = K["instant"]
+    is_device = np.isin(kind, [K[k] for k in DEVICE_KINDS])
+    is_op = kind == K["cpu_op"]
+    is_python = kind == K["python"]
+    is_runtime = kind == K["runtime"]
 
-    pid = _np(ev["pid"])
-    tid = _np(ev["tid"])
-    pid_text = ev["pid_text"]
-    tid_text = ev["tid_text"]
+    pid, pid_null = _np_mask(ev["pid"], order)
+    tid, tid_null = _np_mask(ev["tid"], order)
+    pid_text = ev["pid_text"].take(pa.array(order)).combine_chunks()
+    tid_text = ev["tid_text"].take(pa.array(order)).combine_chunks()
     track = tracks_of(pid, tid, pid_text, tid_text)
     end = ts + np.maximum(dur, 0)
 
@@ -317,16 +365,15 @@ def build_rank(raw: RawRank) -> RankTables:
     top_op = np.where(op >= 0, op_root[np.maximum(op, 0)], -1)
 
     # launches: device event -> runtime call, by correlation, else by ac2g flow
-    correlation = _np(ev["correlation"])
+    correlation, correlation_null = _np_mask(ev["correlation"], order)
     launch = np.full(n, -1, dtype=np.int64)
-    rt_idx = np.flatnonzero(is_runtime & (correlation >= 0))
+    rt_idx = np.flatnonzero(is_runtime & ~correlation_null)
     if len(rt_idx):
         rt_corr = correlation[rt_idx]
         o = np.argsort(rt_corr, kind="stable")
         rt_corr, rt_sorted = rt_corr[o], rt_idx[o]
-        dev_idx = np.flatnonzero(is_device & (correlation >= 0))
-        p = np.searchsorted(rt_corr, correlation[dev_idx])
-        p = np.clip(p, 0, len(rt_corr) - 1)
+        dev_idx = np.flatnonzero(is_device & ~correlation_null)
+        p = np.clip(np.searchsorted(rt_corr, correlation[dev_idx]), 0, len(rt_corr) - 1)
         hit = rt_corr[p] == correlation[dev_idx]
         launch[dev_idx[hit]] = rt_sorted[p[hit]]
 
@@ -341,83 +388,77 @@ def build_rank(raw: RawRank) -> RankTables:
             fl_event[ok] = slice_at(track, ts, end, parent, f_track[ok], fl_ts[ok])
         launch = _launch_by_flows(fl, fl_event, is_device, launch)
 
-    dev_no_launch = is_device & (launch < 0) & (kind != "gpu_annotation")
+    dev_no_launch = is_device & (launch < 0) & (kind != K["gpu_annotation"])
     quality["device_events_without_launch"] = int(np.count_nonzero(dev_no_launch))
     has_launch = launch >= 0
-    quality["device_before_launch"] = int(np.count_nonzero(has_launch & (ts < np.where(has_launch, ts[np.maximum(launch, 0)], 0))))
+    li = np.maximum(launch, 0)
+    quality["device_before_launch"] = int(np.count_nonzero(has_launch & (ts < ts[li]))) if n else 0
     quality["negative_timestamps"] = int(np.count_nonzero(ts < 0))
 
     # steps: ProfilerStep ranges (host), by time for every host event, via the launch on devices
-    step_rows = np.flatnonzero(kind == "step")
-    steps = []
-    step = np.full(n, -1, dtype=np.int64)
-    if len(step_rows):
-        s_no = step_no_of_name[name_idx[step_rows]]
-        s_ts, s_end = ts[step_rows], end[step_rows]
-        o = np.argsort(s_ts, kind="stable")
-        s_no, s_ts, s_end, step_rows_o = s_no[o], s_ts[o], s_end[o], step_rows[o]
-        p = np.searchsorted(s_ts, ts, side="right") - 1
-        inside = (p >= 0) & (ts < s_end[np.maximum(p, 0)])
-        host = ~is_device
-        step[host & inside] = s_no[p[host & inside]]
-        steps = [{"step": int(a), "ts_ns": int(b), "dur_ns": int(c - b), "event_id": int(event_id[r])}
-                 for a, b, c, r in zip(s_no, s_ts, s_end, step_rows_o)]
+    steps, step = _steps(kind == K["step"], step_no_of_name[name_codes], ts, end, event_id, is_device)
 
     # source frames: from the collector (live), else from python_function events (def lines)
-    frames_out, ev_frame, module_path = _frames_and_modules(raw, ev, n, parent, is_python, name_values, name_idx)
+    frames, ev_frame, module_path = _frames_and_modules(raw, order, n, parent, is_python, name_values, name_codes)
 
     # device events inherit operator, step, frame and module of their launch
-    li = np.maximum(launch, 0)
     op = np.where(has_launch, op[li], np.where(is_device, -1, op))
     top_op = np.where(has_launch, top_op[li], np.where(is_device, -1, top_op))
     step = np.where(has_launch, step[li], step)
     ev_frame = np.where(has_launch, ev_frame[li], ev_frame)
     if module_path is not None:
-        mp = np.asarray(module_path, dtype=object)
-        mp = np.where(has_launch, mp[li], mp)
-        module_col = pa.array(mp.tolist(), pa.string())
-    else:
-        module_col = pa.nulls(n, pa.string())
+        module_path = np.where(has_launch, module_path[li], module_path)
 
-    def ids(local: np.ndarray) -> pa.Array:
-        return pa.array(np.where(local >= 0, rank * ID_STRIDE + local, 0), pa.int64(), mask=local < 0)
+    device = np.where(is_device & ~pid_null, pid, -1)
+    stream_arg, stream_null = _np_mask(ev["stream"], order)
+    stream = np.where(is_device, np.where(stream_null, tid, stream_arg), -1)
+    stream_mask = ~is_device | (stream_null & tid_null)
+    args = ev["args"].combine_chunks() if n else None
+    kind_dict = pa.array(_KIND_NAMES, pa.string())
+    base = rank * ID_STRIDE
+    external_id, external_null = _np_mask(ev["external_id"], order)
+    memory = _memory(raw, track, pid, tid, ts, end, parent, op, ev_frame, step, steps)
+    del track, end, op_parent, op_root, has_parent, li, is_op, is_python, is_runtime, can_contain, event_id
 
-    device = np.where(is_device, pid, -1)
-    stream_arg = _np(ev["stream"])
-    stream = np.where(is_device, np.where(stream_arg >= 0, stream_arg, tid), -1)
-    frame_base = rank * ID_STRIDE
-    events = pa.table(
-        {
-            "event_id": pa.array(event_id, pa.int64()),
-            "rank": pa.array(np.full(n, rank, dtype=np.int32)),
-            "kind": pa.array(kind.tolist() if n else [], pa.string()),
-            "category": category,
-            "name": name,
-            "phase": phase,
-            "ts_ns": pa.array(ts, pa.int64()),
-            "dur_ns": pa.array(dur, pa.int64()),
-            "pid": ev["pid"],
-            "tid": ev["tid"],
-            "pid_text": pid_text,
-            "tid_text": tid_text,
-            "device": pa.array(device.astype(np.int32), pa.int32(), mask=~is_device | (pid < 0)),
-            "stream": pa.array(stream, pa.int64(), mask=~is_device),
-            "depth": pa.array(depth.astype(np.int32)),
-            "parent_id": ids(parent),
-            "op_id": ids(op),
-            "top_op_id": ids(top_op),
-            "launch_id": ids(launch),
-            "correlation": ev["correlation"],
-            "external_id": ev["external_id"],
-            "step": pa.array(step, pa.int64(), mask=step < 0),
-            "module_path": module_col,
-            "frame_id": pa.array(np.where(ev_frame >= 0, frame_base + ev_frame, 0), pa.int64(), mask=ev_frame < 0),
-            "args": ev["args"],
-        }
-    )
-    events = _conform(events, schema.EVENTS)
+    def ids(local):
+        return lambda sl: pa.array(np.where(local[sl] >= 0, base + local[sl], 0), pa.int64(), mask=local[sl] < 0)
 
-    # flows
+    def dict_col(codes, dictionary):
+        return lambda sl: pa.DictionaryArray.from_arrays(pa.array(codes[sl], pa.int32()), dictionary).cast(pa.string())
+
+    def plain(values, mask=None, type_=pa.int64()):
+        return lambda sl: pa.array(values[sl], type_, mask=None if mask is None else mask[sl])
+
+    makers = {
+        "event_id": lambda sl: pa.array(np.arange(base + sl.start, base + sl.stop, dtype=np.int64)),
+        "rank": lambda sl: pa.array(np.full(sl.stop - sl.start, rank, dtype=np.int32)),
+        "kind": dict_col(kind, kind_dict),
+        "category": dict_col(cat_codes, cat_dict),
+        "name": dict_col(name_codes, name_dict),
+        "phase": dict_col(phase_codes, phase_dict),
+        "ts_ns": plain(ts),
+        "dur_ns": plain(dur),
+        "pid": plain(pid, pid_null),
+        "tid": plain(tid, tid_null),
+        "pid_text": lambda sl: pid_text[sl],
+        "tid_text": lambda sl: tid_text[sl],
+        "device": plain(device.astype(np.int32), device < 0, pa.int32()),
+        "stream": plain(stream, stream_mask),
+        "depth": plain(depth.astype(np.int32), None, pa.int32()),
+        "parent_id": ids(parent),
+        "op_id": ids(op),
+        "top_op_id": ids(top_op),
+        "launch_id": ids(launch),
+        "correlation": plain(correlation, correlation_null),
+        "external_id": plain(external_id, external_null),
+        "step": plain(step, step < 0),
+        "module_path": (lambda sl: pa.array(module_path[sl], pa.string())) if module_path is not None
+        else (lambda sl: pa.nulls(sl.stop - sl.start, pa.string())),
+        "frame_id": ids(ev_frame),
+        "args": (lambda sl: args.take(pa.array(order[sl]))) if n else (lambda sl: pa.nulls(0, pa.string())),
+    }
+    events = SortedTable(schema.EVENTS, n, makers)
+
     flows = pa.table(
         {
             "rank": pa.array(np.full(fl.num_rows, rank, dtype=np.int32)),
@@ -429,34 +470,67 @@ def build_rank(raw: RawRank) -> RankTables:
             "pid": fl["pid"],
             "tid": fl["tid"],
             "binding_point": fl["binding_point"],
-            "event_id": ids(fl_event),
+            "event_id": pa.array(np.where(fl_event >= 0, base + fl_event, 0), pa.int64(), mask=fl_event < 0),
         }
     )
     flows = _conform(flows, schema.FLOWS).sort_by([("ts_ns", "ascending")])
+    counters = _counters(raw)
 
-    # memory: operator, step and frame of the slice around each allocation on its thread
+    counts = {_KIND_NAMES[k]: int(c) for k, c in zip(*np.unique(kind, return_counts=True))} if n else {}
+    counts |= {"flows": flows.num_rows, "memory": memory.num_rows, "counters": counters.num_rows, "frames": frames.num_rows}
+    devices = sorted({int(d) for d in np.unique(device) if d >= 0})
+    return RankTables(rank, {"events": events, "frames": frames, "flows": flows, "memory": memory, "counters": counters},
+                      steps, quality, counts, devices)
+
+
+def _np_mask(col: pa.ChunkedArray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 values with nulls as -1, null mask), both in sorted order."""
+    values = np.asarray(col.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    nulls = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    return values[order], nulls[order]
+
+
+def _steps(is_step: np.ndarray, step_no: np.ndarray, ts: np.ndarray, end: np.ndarray, event_id: np.ndarray,
+           is_device: np.ndarray) -> tuple[list[dict], np.ndarray]:
+    """Profiler steps of the rank, and the step of each host event (the step range its start falls in)."""
+    step = np.full(len(ts), -1, dtype=np.int64)
+    rows = np.flatnonzero(is_step)
+    if not len(rows):
+        return [], step
+    s_no, s_ts, s_end = step_no[rows], ts[rows], end[rows]
+    p = np.searchsorted(s_ts, ts, side="right") - 1
+    inside = (p >= 0) & (ts < s_end[np.maximum(p, 0)]) & ~is_device
+    step[inside] = s_no[p[inside]]
+    steps = [{"step": int(a), "ts_ns": int(b), "dur_ns": int(c - b), "event_id": int(event_id[r])}
+             for a, b, c, r in zip(s_no, s_ts, s_end, rows)]
+    return steps, step
+
+
+def _memory(raw: RawRank, track, pid, tid, ts, end, parent, op, ev_frame, step, steps) -> pa.Table:
+    """Allocator rows with the operator, step and frame of the slice around them on their thread."""
     mem = raw.memory
+    rank = raw.rank
+    base = rank * ID_STRIDE
     m_ts = _np(mem["ts_ns"], 0) + raw.base_ns
     m_slice = np.full(mem.num_rows, -1, dtype=np.int64)
-    if mem.num_rows and n:
+    if mem.num_rows and len(ts):
         m_track = track_lookup(track, pid, tid, _np(mem["pid"]), _np(mem["tid"]))
         ok = m_track >= 0
         if ok.any():
             m_slice[ok] = slice_at(track, ts, end, parent, m_track[ok], m_ts[ok])
     ms = np.maximum(m_slice, 0)
     has_slice = m_slice >= 0
-    m_op = np.where(has_slice, op[ms], -1)
-    m_frame = np.where(has_slice, ev_frame[ms], -1)
-    m_step = np.where(has_slice, step[ms], -1)
-    if len(step_rows) and mem.num_rows:
-        p = np.searchsorted(np.sort(ts[step_rows]), m_ts, side="right") - 1
-        by_time = np.full(mem.num_rows, -1, dtype=np.int64)
-        st = sorted(steps, key=lambda s: s["ts_ns"])
-        s_ts = np.array([s["ts_ns"] for s in st]); s_end = s_ts + np.array([s["dur_ns"] for s in st]); s_no = np.array([s["step"] for s in st])
+    m_op = np.where(has_slice, op[ms], -1) if len(ts) else m_slice
+    m_frame = np.where(has_slice, ev_frame[ms], -1) if len(ts) else m_slice
+    m_step = np.where(has_slice, step[ms], -1) if len(ts) else m_slice
+    if steps and mem.num_rows:  # allocations outside any slice still fall in a step by time
+        s_ts = np.array([s["ts_ns"] for s in steps])
+        s_end = s_ts + np.array([s["dur_ns"] for s in steps])
+        s_no = np.array([s["step"] for s in steps])
+        p = np.searchsorted(s_ts, m_ts, side="right") - 1
         inside = (p >= 0) & (m_ts < s_end[np.maximum(p, 0)])
-        by_time[inside] = s_no[p[inside]]
-        m_step = np.where(m_step >= 0, m_step, by_time)
-    memory = pa.table(
+        m_step = np.where((m_step < 0) & inside, s_no[np.maximum(p, 0)], m_step)
+    table = pa.table(
         {
             "rank": pa.array(np.full(mem.num_rows, rank, dtype=np.int32)),
             "ts_ns": pa.array(m_ts, pa.int64()),
@@ -468,18 +542,20 @@ def build_rank(raw: RawRank) -> RankTables:
             "bytes": mem["bytes"],
             "total_allocated": mem["total_allocated"],
             "total_reserved": mem["total_reserved"],
-            "op_id": ids(m_op),
+            "op_id": pa.array(np.where(m_op >= 0, base + m_op, 0), pa.int64(), mask=m_op < 0),
             "step": pa.array(m_step, pa.int64(), mask=m_step < 0),
-            "frame_id": pa.array(np.where(m_frame >= 0, frame_base + m_frame, 0), pa.int64(), mask=m_frame < 0),
+            "frame_id": pa.array(np.where(m_frame >= 0, base + m_frame, 0), pa.int64(), mask=m_frame < 0),
             "category": mem["category"],
         }
     )
-    memory = _conform(memory, schema.MEMORY).sort_by([("ts_ns", "ascending")])
+    return _conform(table, schema.MEMORY).sort_by([("ts_ns", "ascending")])
 
+
+def _counters(raw: RawRank) -> pa.Table:
     cn = raw.counters
-    counters = pa.table(
+    table = pa.table(
         {
-            "rank": pa.array(np.full(cn.num_rows, rank, dtype=np.int32)),
+            "rank": pa.array(np.full(cn.num_rows, raw.rank, dtype=np.int32)),
             "ts_ns": pa.array(_np(cn["ts_ns"], 0) + raw.base_ns, pa.int64()),
             "pid": cn["pid"],
             "name": cn["name"],
@@ -488,25 +564,23 @@ def build_rank(raw: RawRank) -> RankTables:
             "category": cn["category"],
         }
     )
-    counters = _conform(counters, schema.COUNTERS).sort_by([("ts_ns", "ascending")])
-
-    frames = frames_out
-    kinds, kind_counts = np.unique(kind.astype(str), return_counts=True) if n else ([], [])
-    counts = {str(k): int(c) for k, c in zip(kinds, kind_counts)}
-    counts |= {"flows": flows.num_rows, "memory": memory.num_rows, "counters": counters.num_rows, "frames": frames.num_rows}
-    devices = sorted({int(d) for d in np.unique(pid[is_device]) if d >= 0})
-    return RankTables(rank, {"events": events, "frames": frames, "flows": flows, "memory": memory, "counters": counters},
-                      steps, {k: v for k, v in quality.items()}, counts, devices)
+    return _conform(table, schema.COUNTERS).sort_by([("ts_ns", "ascending")])
 
 
-def _frames_and_modules(raw: RawRank, ev: pa.Table, n: int, parent: np.ndarray, is_python: np.ndarray,
+def _frames_and_modules(raw: RawRank, order: np.ndarray, n: int, parent: np.ndarray, is_python: np.ndarray,
                         name_values: list, name_idx: np.ndarray):
-    """frames table, per-event frame index (-1 = none) and per-event module path (or None)."""
+    """frames table, per-event frame index (-1 = none) and per-event module path (object array, or None).
+
+    Arrays are in sorted event order.
+    """
     rank = raw.rank
-    module_path = ev["module_path"].to_pylist() if "module_path" in ev.column_names else None
+    ev = raw.events
+    module_path = None
+    if "module_path" in ev.column_names:
+        module_path = np.array(ev["module_path"].to_pylist(), dtype=object)[order]
     if raw.frames is not None and "frame_index" in ev.column_names:
         fr = raw.frames
-        ev_frame = _np(ev["frame_index"])
+        ev_frame = _np(ev["frame_index"])[order]
         parent_index = _np(fr["parent_index"])
         frames = pa.table(
             {
@@ -525,9 +599,9 @@ def _frames_and_modules(raw: RawRank, ev: pa.Table, n: int, parent: np.ndarray, 
     # Imported traces: python_function events named 'file.py(123): func' (their def line).
     parsed = [_parse_frame(v) if v else None for v in name_values]
     frame_keys: dict[tuple, int] = {}
-    name_frame = np.full(max(len(name_values), 1), -1, dtype=np.int64)
-    name_user = np.zeros(max(len(name_values), 1), dtype=bool)
-    name_module = [None] * max(len(name_values), 1)
+    name_frame = np.full(len(name_values), -1, dtype=np.int64)
+    name_user = np.zeros(len(name_values), dtype=bool)
+    name_module = [None] * len(name_values)
     for i, (v, p) in enumerate(zip(name_values, parsed)):
         if v and v.startswith(_MODULE_PREFIX):
             name_module[i] = v[len(_MODULE_PREFIX):]
@@ -554,7 +628,7 @@ def _frames_and_modules(raw: RawRank, ev: pa.Table, n: int, parent: np.ndarray, 
         }
     )
     if module_path is None and any(m is not None for m in name_module):
-        is_module = np.array([name_module[i] is not None for i in name_idx]) if n else np.zeros(0, bool)
+        is_module = np.array([m is not None for m in name_module], dtype=bool)[name_idx]
         nearest_mod = nearest_marked(parent, is_module)
         mod_rows = np.flatnonzero(is_module)
         mod_parent = {}
@@ -566,7 +640,10 @@ def _frames_and_modules(raw: RawRank, ev: pa.Table, n: int, parent: np.ndarray, 
             seg = name_module[name_idx[r]]
             pm = mod_parent[r]
             paths[r] = f"{paths[pm]}.{seg}" if pm >= 0 and pm in paths else seg
-        module_path = [paths.get(int(m)) if m >= 0 else None for m in nearest_mod.tolist()]
+        path_of_row = np.full(n + 1, None, dtype=object)  # the last slot answers "no module"
+        for r, path in paths.items():
+            path_of_row[r] = path
+        module_path = path_of_row[nearest_mod]
     return _conform(frames, schema.FRAMES), ev_frame, module_path
 
 

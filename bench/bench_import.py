@@ -1,0 +1,128 @@
+"""Import of a large Kineto trace: Neuron Explorer vs HolisticTraceAnalysis, side by side in one run.
+
+Each tool runs in its own process; the benchmark polls the whole process tree (the importer uses
+worker processes) every 50 ms and reports the peak of the summed RSS and of the summed USS
+(memory private to each process, so pages shared after fork are not counted twice). Targets
+(DESIGN.md): at least 10x faster than HTA's `TraceAnalysis(trace_dir=...)`, at most a third of its
+peak memory.
+
+    python bench/bench_import.py                       # makes /tmp/big.json (2.2M events) if missing
+    python bench/bench_import.py --trace my.json.gz --hta-python /path/to/venv/bin/python
+
+HTA is not a dependency of the project: install it in any environment (`pip install
+holistictraceanalysis`) and pass that environment's python with --hta-python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+TILE = REPO.parent / "shared" / "tools" / "tile_trace.py"
+BASE_TRACE = REPO.parent / "shared" / "traces" / "cuda_train_68k_events.json.gz"
+
+HTA_SCRIPT = """
+import sys
+from hta.trace_analysis import TraceAnalysis
+TraceAnalysis(trace_dir=sys.argv[1])
+"""
+
+
+def measure(cmd: list[str], env: dict | None = None) -> dict:
+    """Wall time and peak summed RSS/USS of a command's whole process tree."""
+    start = time.perf_counter()
+    proc = psutil.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    peak_rss = peak_uss = 0
+    while proc.poll() is None:
+        rss = uss = 0
+        try:
+            procs = [proc, *proc.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            break
+        for p in procs:
+            try:
+                m = p.memory_full_info()
+                rss += m.rss
+                uss += m.uss
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        peak_rss, peak_uss = max(peak_rss, rss), max(peak_uss, uss)
+        time.sleep(0.05)
+    wall = time.perf_counter() - start
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-2000:]}")
+    return {"wall_s": wall, "peak_rss_mb": peak_rss / 2**20, "peak_uss_mb": peak_uss / 2**20}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trace", type=Path, default=Path("/tmp/big.json"))
+    ap.add_argument("--copies", type=int, default=32, help="tiles of the 68k-event trace when --trace is missing")
+    ap.add_argument("--hta-python", default=sys.executable, help="a python with holistictraceanalysis installed")
+    ap.add_argument("--repeat", type=int, default=2, help="runs of Neuron Explorer (the best is reported)")
+    ap.add_argument("--skip-hta", action="store_true", help="only time Neuron Explorer")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = ap.parse_args()
+
+    if not args.trace.exists():
+        print(f"making {args.trace} ({args.copies} copies of {BASE_TRACE.name}) ...", file=sys.stderr)
+        subprocess.run([sys.executable, str(TILE), str(BASE_TRACE), str(args.trace), str(args.copies)], check=True)
+    work = Path(tempfile.mkdtemp(prefix="bench_import_"))
+    try:
+        trace_dir = work / "trace"
+        trace_dir.mkdir()
+        os.symlink(args.trace.resolve(), trace_dir / args.trace.name)
+        ours_runs = []
+        for i in range(args.repeat):
+            out = work / f"run{i}"
+            ours_runs.append(measure([sys.executable, "-m", "neuron_explorer", "import", str(args.trace), "-o", str(out)]))
+            run_bytes = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+            if i < args.repeat - 1:
+                shutil.rmtree(out)
+        ours = min(ours_runs, key=lambda r: r["wall_s"])
+        ours["peak_rss_mb"] = max(r["peak_rss_mb"] for r in ours_runs)
+        ours["peak_uss_mb"] = max(r["peak_uss_mb"] for r in ours_runs)
+        hta = None if args.skip_hta else measure([args.hta_python, "-c", HTA_SCRIPT, str(trace_dir)])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    trace_bytes = args.trace.stat().st_size
+    result = {
+        "trace": str(args.trace),
+        "trace_mb": trace_bytes / 2**20,
+        "neuron_explorer": ours,
+        "hta": hta,
+        "run_mb": run_bytes / 2**20,
+        "run_vs_json": run_bytes / trace_bytes,
+        "cpus": os.cpu_count(),
+    }
+    if hta:
+        result["speedup"] = hta["wall_s"] / ours["wall_s"]
+        result["rss_ratio"] = ours["peak_rss_mb"] / hta["peak_rss_mb"]
+        result["uss_ratio"] = ours["peak_uss_mb"] / hta["peak_uss_mb"]
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return
+    print(f"trace: {args.trace} ({result['trace_mb']:.0f} MB), {os.cpu_count()} CPUs")
+    print(f"{'':22}{'wall s':>10}{'peak RSS MB':>14}{'peak USS MB':>14}")
+    print(f"{'neuron-explorer':22}{ours['wall_s']:>10.2f}{ours['peak_rss_mb']:>14.0f}{ours['peak_uss_mb']:>14.0f}")
+    if hta:
+        print(f"{'HTA TraceAnalysis':22}{hta['wall_s']:>10.2f}{hta['peak_rss_mb']:>14.0f}{hta['peak_uss_mb']:>14.0f}")
+        print(f"speedup {result['speedup']:.1f}x (target >= 10x); memory {result['rss_ratio']:.2f}x RSS, "
+              f"{result['uss_ratio']:.2f}x USS of HTA (target <= 0.33x)")
+    print(f"run size {result['run_mb']:.0f} MB = {result['run_vs_json']:.2f}x the JSON")
+
+
+if __name__ == "__main__":
+    main()
