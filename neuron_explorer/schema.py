@@ -139,6 +139,7 @@ FRAMES = Table(
         _c("is_user", "bool", "", "true for user code; false for torch, site-packages, the standard library and built-ins"),
         _c("line_kind", "string", "", "'call': the calling statement (live collector); 'def': the function's def line (imported JSON traces only hold these)"),
         _c("parent_frame_id", "int64", "frame id", "the frame that called this one, when known"),
+        _c("code", "string", "", "the text of the line (stripped) when the source file was readable at collection time; null otherwise"),
     ),
     ("frame_id",),
 )

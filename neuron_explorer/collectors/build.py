@@ -10,6 +10,8 @@ Must not: read files, know about JSON or torch objects.
 
 from __future__ import annotations
 
+import linecache
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -592,6 +594,7 @@ def _frames_and_modules(raw: RawRank, order: np.ndarray, n: int, parent: np.ndar
                 "is_user": fr["is_user"],
                 "line_kind": fr["line_kind"],
                 "parent_frame_id": pa.array(np.where(parent_index >= 0, rank * ID_STRIDE + parent_index, 0), pa.int64(), mask=parent_index < 0),
+                "code": fr["code"] if "code" in fr.column_names else _code_lines(fr["file"].to_pylist(), fr["line"].to_pylist()),
             }
         )
         return _conform(frames, schema.FRAMES), ev_frame, module_path
@@ -625,6 +628,7 @@ def _frames_and_modules(raw: RawRank, order: np.ndarray, n: int, parent: np.ndar
             "is_user": pa.array([is_user_file(k[0]) for k in keys], pa.bool_()),
             "line_kind": pa.array(["def"] * len(keys), pa.string()),
             "parent_frame_id": pa.nulls(len(keys), pa.int64()),
+            "code": _code_lines([k[0] for k in keys], [k[1] for k in keys]),
         }
     )
     if module_path is None and any(m is not None for m in name_module):
@@ -645,6 +649,15 @@ def _frames_and_modules(raw: RawRank, order: np.ndarray, n: int, parent: np.ndar
             path_of_row[r] = path
         module_path = path_of_row[nearest_mod]
     return _conform(frames, schema.FRAMES), ev_frame, module_path
+
+
+def _code_lines(files: list, lines: list) -> pa.Array:
+    """The text of each (file, line) where the file is readable here; lets `diff` match moved lines."""
+    out = []
+    for f, n in zip(files, lines):
+        text = linecache.getline(f, n).strip() if f and n and is_user_file(f) and os.path.isfile(f) else ""
+        out.append(text or None)
+    return pa.array(out, pa.string())
 
 
 def _conform(table: pa.Table, spec: schema.Table) -> pa.Table:
