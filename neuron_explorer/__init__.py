@@ -18,4 +18,24 @@ def import_trace(source, out_dir, *, force: bool = False):
     return import_traces(source, out_dir, force=force).run_dir
 
 
-__all__ = ["__version__", "open_run", "Run", "import_trace", "InputError", "NeuronExplorerError", "RunExistsError"]
+def analyze(run_dir, *, write: bool = True):
+    """Analyse a run directory: a Report of ranked findings (also written to RUN/analysis/ unless write=False)."""
+    from .analyzers.engine import analyze as _analyze
+
+    return _analyze(run_dir, write=write)
+
+
+__all__ = ["__version__", "open_run", "analyze", "Run", "import_trace", "InputError", "NeuronExplorerError", "RunExistsError"]
+
+# The live collector (profile, schedule, trace_handler) imports torch: loaded only when asked, so
+# that readers of runs (analyze, dashboard, agent) never import torch.
+_LIVE = ("profile", "schedule", "trace_handler")
+__all__ += list(_LIVE)
+
+
+def __getattr__(name: str):
+    if name in _LIVE:
+        from .collectors import torch_profiler
+
+        return getattr(torch_profiler, name)
+    raise AttributeError(f"module 'neuron_explorer' has no attribute {name!r}")

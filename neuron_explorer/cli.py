@@ -64,9 +64,10 @@ def import_cmd(
     force: bool = typer.Option(False, "--force", help="Replace an existing run at --out."),
 ) -> None:
     """Import torch.profiler (Kineto) JSON traces into a run directory of Parquet tables."""
-    from .collectors.chrome_trace import import_traces
+    from .collectors.chrome_trace import import_traces, release_memory_eagerly
     from .info import render_info, run_info
 
+    release_memory_eagerly()
     result = import_traces(trace, out, force=force, progress_factory=_progress_factory(), command=sys.argv)
     typer.echo(render_info(run_info(result.run_dir)))
 
@@ -98,15 +99,68 @@ def export(
 
 @app.command()
 def schema(
+    run: Optional[Path] = typer.Argument(None, help="A run directory: list the views you can query on it (its schema_fields)."),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """Print every table and column of the run format with type, unit and meaning."""
     from . import schema as s
 
-    if as_json:
+    if run is not None:
+        from .agent.catalog import describe, render_text
+
+        tables = describe(run)
+        typer.echo(json.dumps({"tables": tables}, indent=1) if as_json else render_text(tables), nl=as_json)
+    elif as_json:
         typer.echo(json.dumps({t.name: [c.__dict__ for c in t.columns] for t in s.RANK_TABLES}, indent=1))
     else:
         typer.echo(s.markdown())
+
+
+@app.command()
+def query(
+    run: Path = typer.Argument(..., help="Run directory."),
+    sql: str = typer.Argument(..., help="One SELECT statement (DuckDB SQL) over the views events, frames, flows, ... (see `schema RUN`)."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, json (the {ok, error, columns, rows, truncated, row_count} envelope) or csv."),
+    max_rows: int = typer.Option(1000, "--max-rows", min=0, help="Return at most this many rows (the output says when it cut)."),
+    timeout: float = typer.Option(10.0, "--timeout", min=0.01, help="Stop the query after this many seconds."),
+) -> None:
+    """Run one read-only SELECT on a run in the sandbox (no writes, no files outside the run, a time limit)."""
+    from .agent.render import FORMATS, render
+    from .agent.sandbox import query as sandbox_query
+
+    if fmt not in FORMATS:
+        _fail(f"--format must be one of {', '.join(FORMATS)} (got {fmt!r})")
+    result = sandbox_query(run, sql, max_rows=max_rows, timeout_s=timeout)
+    if fmt == "json":
+        typer.echo(render(result, fmt), nl=False)
+    if not result.ok:
+        _fail(f"{run}: {result.error}")
+    if fmt != "json":
+        typer.echo(render(result, fmt), nl=False)
+        if result.truncated and fmt == "csv":
+            typer.echo(f"note: output truncated at {result.row_count} rows (--max-rows)", err=True)
+
+
+@app.command()
+def mcp(
+    runs: list[Path] = typer.Argument(..., help="Run directories the agent may read."),
+) -> None:
+    """Serve runs to an LLM agent over MCP (stdio): tools list_runs, summary, findings, query, ... (see README "For agents")."""
+    from .agent.mcp_server import serve
+
+    serve(runs)
+
+
+@app.command()
+def dashboard(
+    runs: list[Path] = typer.Argument(..., help="Run directories to serve (only these are served)."),
+    port: int = typer.Option(8050, "--port", min=1, max=65535, help="Port to listen on."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; the default serves this machine only."),
+) -> None:
+    """Serve the web dashboard: timeline, event chain and source, findings, tables (and /api/<view> JSON)."""
+    from .dashboard import serve as serve_dashboard
+
+    serve_dashboard(runs, host=host, port=port, echo=typer.echo)
 
 
 @app.command()
@@ -132,6 +186,90 @@ def _sample_trace() -> Path:
         if candidate.is_file():
             return candidate
     raise NeuronExplorerError("the built-in sample trace is missing from this installation (sample_traces/cpu_train_step.json.gz)")
+
+
+@app.command()
+def analyze(
+    run: Path = typer.Argument(..., help="Run directory."),
+    as_json: bool = typer.Option(False, "--json", help="Print report.json instead of text."),
+    as_markdown: bool = typer.Option(False, "--markdown", help="Print the report as Markdown."),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="Exit 1 when a finding of this severity or worse exists: high, medium or low."),
+) -> None:
+    """Find what holds the job back: ranked findings with impact, source line, evidence SQL and advice."""
+    from .analyzers.engine import analyze as run_analyze
+    from .analyzers.model import SEVERITIES
+    from .analyzers.outputs import report_json
+    from .analyzers.render import markdown, text
+
+    if fail_on is not None and fail_on not in ("high", "medium", "low"):
+        _fail(f"--fail-on must be high, medium or low, not {fail_on!r}")
+    report = run_analyze(run)
+    typer.echo(report_json(report) if as_json else markdown(report) if as_markdown else text(report), nl=False)
+    if fail_on is not None:
+        worst = SEVERITIES.index(fail_on)
+        if any(SEVERITIES.index(f.severity) <= worst for f in report.findings):
+            raise typer.Exit(1)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False})
+def record(
+    ctx: typer.Context,
+    script: Optional[str] = typer.Argument(None, help="The script to run (its own arguments follow it)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Run directory to write."),
+    module: Optional[str] = typer.Option(None, "-m", "--module", help="Run a module, as python -m does (its arguments follow it)."),
+    wait: int = typer.Option(0, "--wait", help="Schedule: steps to skip at the start of each cycle (needs --active)."),
+    warmup: int = typer.Option(0, "--warmup", help="Schedule: warm-up steps of each cycle (needs --active)."),
+    active: int = typer.Option(0, "--active", help="Schedule: steps recorded per cycle; 0 records the whole script as one window."),
+    repeat: int = typer.Option(0, "--repeat", help="Schedule: number of cycles (0: until the script ends)."),
+    activities: Optional[str] = typer.Option(None, "--activities", help="Comma-separated: cpu,cuda,xpu,mtia,privateuse1 (default: CPU and every accelerator available)."),
+    no_stack: bool = typer.Option(False, "--no-stack", help="Do not record Python calls (no source lines)."),
+    no_memory: bool = typer.Option(False, "--no-memory", help="Do not record allocations."),
+    no_shapes: bool = typer.Option(False, "--no-shapes", help="Do not record input shapes."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing run at --out."),
+) -> None:
+    """Run a script (or -m module) under the live collector; keeps its exit code.
+
+    Each optimizer.step() ends a profiler step. Arguments after the script go to the script.
+    """
+    from .collectors.record import record as run_record, profile_options
+
+    args = list(ctx.args)
+    if module and script is not None:  # with -m, the first positional is the module's own argument
+        args.insert(0, script)
+        script = None
+    options = profile_options(wait=wait, warmup=warmup, active=active, repeat=repeat, activities=activities,
+                              stack=not no_stack, memory=not no_memory, shapes=not no_shapes)
+    result = run_record(out, script, args, module=module, overwrite=force, profile_options=options)
+    if result.run_dir is not None:
+        typer.echo(f"neuron-explorer: wrote {result.run_dir}", err=True)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def diff(
+    base: Path = typer.Argument(..., help="The reference run."),
+    test: Path = typer.Argument(..., help="The run to compare with it."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+    top: int = typer.Option(20, "--top", help="How many deltas the text shows."),
+    fail_if_slower: Optional[str] = typer.Option(None, "--fail-if-slower", metavar="PCT",
+                                                 help="Exit 1 when the step time is significantly slower by more than PCT (e.g. 5%)."),
+) -> None:
+    """Compare two runs: step time with confidence intervals and significance, then what changed
+    per operator, kernel, nn.Module and source line (time per step)."""
+    from .analyzers.diff import compare, render_text
+
+    threshold = None
+    if fail_if_slower is not None:
+        try:
+            threshold = float(fail_if_slower.strip().rstrip("%"))
+        except ValueError:
+            _fail(f"--fail-if-slower takes a percentage such as 5%, not {fail_if_slower!r}")
+    result = compare(base, test)
+    typer.echo(json.dumps(result.to_dict(), indent=1) if as_json else render_text(result, top=top))
+    st = result.step_time
+    if threshold is not None and st.significant and st.delta_pct > threshold:
+        typer.echo(f"step time is {st.delta_pct:.1f}% slower (p={st.p_value:.2g}), over the {threshold:g}% limit", err=True)
+        raise typer.Exit(1)
 
 
 @app.command()

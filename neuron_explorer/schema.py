@@ -238,6 +238,9 @@ MANIFEST_KEYS: dict[str, str] = {
     "git": "commit and dirty flag of the profiled script's repository (live runs)",
     "host": "host name (live runs)",
     "torch_version": "torch version (live runs)",
+    "python_version": "Python version (live runs)",
+    "started": "when recording began (ISO 8601, UTC; live runs)",
+    "process_group": "torch.distributed setup while recording: backend, rank, world size (live runs; null for one process)",
 }
 
 

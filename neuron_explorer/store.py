@@ -11,6 +11,8 @@ the agent interface share: a DuckDB connection with one view per table.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
+import tempfile
 import json
 import os
 import shutil
@@ -175,11 +177,55 @@ def _sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
+def cache_dir() -> Path:
+    """Where runs imported on the fly are kept: $NEURON_EXPLORER_CACHE, else the user's cache folder."""
+    env = os.environ.get("NEURON_EXPLORER_CACHE")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "neuron-explorer" / "runs"
+
+
+def resolve_run(path: Path | str) -> Path:
+    """A run directory for `path`: the path itself when it is a run, else the cached import of the
+    Kineto trace (or directory of traces) it names, imported now when the cache has no up-to-date copy.
+
+    The cache key covers every trace file's path, size and modification time, the format and the tool
+    version, so an edited or re-recorded trace is imported again.
+    """
+    p = Path(path)
+    if is_run(p) or not p.exists():
+        return p  # read_manifest gives the error for a missing path
+    from .collectors.chrome_trace import find_traces, import_traces  # the one place that reads JSON traces
+
+    if p.is_dir() and not any(p.rglob("*.json")) and not any(p.rglob("*.json.gz")):
+        return p  # neither a run nor traces: read_manifest says so
+    files = find_traces(p)
+    h = hashlib.sha256(f"{schema.FORMAT_VERSION}|{__version__}".encode())
+    for f in files:
+        st = f.stat()
+        h.update(f"|{f.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
+    target = cache_dir() / f"{p.name.split('.')[0] or 'trace'}-{h.hexdigest()[:16]}"
+    if is_run(target):
+        return target
+    try:
+        import_traces(p, target)
+    except RunExistsError:  # another process imported it meanwhile
+        pass
+    return target
+
+
 def open_run(path: Path | str, con: duckdb.DuckDBPyConnection | None = None) -> Run:
-    """Open a run directory: DuckDB views events, frames, flows, memory, counters, steps, ranks, devices."""
-    run_dir = Path(path)
+    """Open a run: DuckDB views events, frames, flows, memory, counters, steps, ranks, devices.
+
+    `path` is a run directory, or a Kineto trace file or directory of traces (imported once into
+    the cache, see resolve_run).
+    """
+    run_dir = resolve_run(path)
     manifest = read_manifest(run_dir)
-    con = con or duckdb.connect()
+    if con is None:
+        con = duckdb.connect()
+        # spill large sorts and joins to the system temp folder, not '.tmp' in the user's cwd
+        con.execute(f"SET temp_directory = {_sql_str(str(Path(tempfile.gettempdir()) / 'neuron-explorer-duckdb'))}")
     for spec in schema.RANK_TABLES:
         files = sorted(str(p) for p in run_dir.glob(f"rank=*/{spec.file}"))
         if files:

@@ -37,6 +37,12 @@ def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "neuron_explorer", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=600)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_import_cache(tmp_path_factory):
+    """Traces opened as runs are imported into a cache: keep the tests' cache out of the user's."""
+    os.environ["NEURON_EXPLORER_CACHE"] = str(tmp_path_factory.mktemp("import-cache"))
+
+
 @pytest.fixture
 def tmp_run_dir(tmp_path: Path) -> Path:
     return tmp_path / "run"

@@ -654,6 +654,8 @@ def _frames_and_modules(raw: RawRank, order: np.ndarray, n: int, parent: np.ndar
 def _code_lines(files: list, lines: list) -> pa.Array:
     """The text of each (file, line) where the file is readable here; lets `diff` match moved lines."""
     out = []
+    for f in set(files):
+        linecache.checkcache(f)  # the file may have changed since this process last read it
     for f, n in zip(files, lines):
         text = linecache.getline(f, n).strip() if f and n and is_user_file(f) and os.path.isfile(f) else ""
         out.append(text or None)

@@ -1,0 +1,324 @@
+"""The agent tools as plain functions over a set of runs: what the MCP server exposes.
+
+Every function returns a JSON-ready dict with `ok` (and `error` when not ok); nothing raises for
+an agent's mistake. Every result is bounded in rows and in characters and says when it was cut
+(`truncated: true` plus a `note`). All SQL runs in each run's Sandbox, including the report's
+evidence queries. The analyzer is imported only when a report is first needed, and its Report is
+kept per run for the life of the RunSet. Nothing here writes to a run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from ..errors import NeuronExplorerError
+from . import catalog
+from .sandbox import DEFAULT_TIMEOUT_S, Sandbox
+
+log = logging.getLogger("neuron_explorer.agent")
+
+MAX_CHARS = 20_000
+"""Upper bound on the JSON size of one tool result (about 5k tokens)."""
+MAX_ROWS = 200
+"""Upper bound on the rows one tool result carries."""
+DEVICE_WORK_KINDS = ("kernel", "memcpy", "memset")
+
+SEVERITY_ORDER = ("high", "medium", "low", "info")
+
+
+def error(message: str, **extra) -> dict:
+    return {"ok": False, "error": message, **extra}
+
+
+def bound(payload: dict, max_chars: int = MAX_CHARS) -> dict:
+    """Cut the longest lists in payload until its JSON fits max_chars; mark what was cut."""
+    def size(obj) -> int:
+        return len(json.dumps(obj, ensure_ascii=False, default=str))
+
+    if size(payload) <= max_chars:
+        return payload
+    payload = json.loads(json.dumps(payload, default=str))  # a private copy we may cut
+
+    def lists(obj, path=()):
+        if isinstance(obj, list):
+            yield path, obj
+            for i, x in enumerate(obj):
+                yield from lists(x, path + (i,))
+        elif isinstance(obj, dict):
+            for k, v in obj.items():
+                yield from lists(v, path + (k,))
+
+    while size(payload) > max_chars:
+        candidates = [(size(lst), p, lst) for p, lst in lists(payload) if lst]
+        if not candidates:
+            return error(f"the result is larger than {max_chars} characters even with every list emptied; narrow the request")
+        _, _, longest = max(candidates, key=lambda c: c[0])
+        del longest[max(1, len(longest) // 2) if len(longest) > 1 else 0:]
+        payload["truncated"] = True
+        payload["note"] = f"cut to fit {max_chars} characters: some lists hold only their first items; ask for fewer rows"
+    if isinstance(payload.get("rows"), list) and "row_count" in payload:
+        payload["row_count"] = len(payload["rows"])
+    return payload
+
+
+class RunSet:
+    """The runs an agent may see, by name (the directory name, made unique), each with its Sandbox."""
+
+    def __init__(self, paths: list[Path | str]):
+        if not paths:
+            raise NeuronExplorerError("give at least one run directory")
+        self._runs: dict[str, Path] = {}
+        self._boxes: dict[str, Sandbox] = {}
+        self._reports: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        for p in paths:
+            path = Path(p).resolve()
+            box = Sandbox(path)  # fails now, with a one-line InputError, on a bad run
+            name = path.name or "run"
+            n = 2
+            while name in self._runs:
+                name = f"{path.name}#{n}"
+                n += 1
+            self._runs[name] = path
+            self._boxes[name] = box
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._runs)
+
+    def close(self) -> None:
+        for box in self._boxes.values():
+            box.close()
+
+    # --- helpers -------------------------------------------------------------------------
+    def _resolve(self, run: str | None) -> str:
+        if run in (None, "") and len(self._runs) == 1:
+            return next(iter(self._runs))
+        if run in self._runs:
+            return run
+        for name, path in self._runs.items():  # a path is accepted too
+            if run and Path(run).resolve() == path:
+                return name
+        raise KeyError(f"unknown run {run!r}; call list_runs (runs: {', '.join(self._runs)})")
+
+    def _sql(self, name: str, sql: str, max_rows: int = MAX_ROWS) -> list[dict]:
+        res = self._boxes[name].query(sql, max_rows=max_rows, timeout_s=DEFAULT_TIMEOUT_S)
+        if not res.ok:
+            raise RuntimeError(res.error)
+        return res.records()
+
+    def report(self, name: str) -> dict:
+        """The analyzer's report for a run as a dict (computed once; never written to the run)."""
+        with self._lock:
+            if name in self._reports:
+                return self._reports[name]
+        try:
+            from ..analyzers import analyze
+        except ImportError as e:
+            raise RuntimeError(f"the analyzer is not available in this installation ({e})") from None
+        try:
+            rep = analyze(self._runs[name], write=False)
+        except TypeError:  # an analyze() without the write switch
+            rep = analyze(self._runs[name])
+        data = rep.to_dict() if hasattr(rep, "to_dict") else dict(rep)
+        with self._lock:
+            self._reports[name] = data
+        return data
+
+    def _call(self, fn, *args, **kw) -> dict:
+        try:
+            return bound(fn(*args, **kw))
+        except KeyError as e:
+            return error(str(e.args[0]) if e.args else str(e))
+        except (RuntimeError, ValueError, NeuronExplorerError) as e:
+            return error(str(e))
+        except Exception as e:  # noqa: BLE001 - an agent gets an envelope, the log gets the traceback
+            log.exception("tool failed")
+            return error(f"internal error: {type(e).__name__}: {e}")
+
+    # --- tools ---------------------------------------------------------------------------
+    def list_runs(self) -> dict:
+        def go():
+            runs = []
+            for name, path in self._runs.items():
+                m = self._boxes[name].manifest
+                ranks = m.get("ranks", [])
+                runs.append({"run": name, "path": str(path), "source": m.get("source"), "created": m.get("created"),
+                             "format_version": m.get("format_version"), "ranks": [r.get("rank") for r in ranks],
+                             "events": sum(int(r.get("events", 0)) for r in ranks)})
+            return {"ok": True, "runs": runs}
+        return self._call(go)
+
+    def summary(self, run: str | None = None) -> dict:
+        def go():
+            from ..info import run_info
+
+            name = self._resolve(run)
+            out = {"ok": True, "run": name, "info": run_info(self._runs[name])}
+            try:
+                rep = self.report(name)
+                out["report_summary"] = rep.get("summary")
+                out["findings"] = len(rep.get("findings", []))
+                out["report_warnings"] = rep.get("warnings", [])
+            except Exception as e:  # noqa: BLE001 - the run's own numbers are still worth returning
+                out["analysis_error"] = str(e)
+            return out
+        return self._call(go)
+
+    def findings(self, run: str | None = None, k: int = 10, category: str | None = None, severity: str | None = None) -> dict:
+        def go():
+            name = self._resolve(run)
+            all_f = self.report(name).get("findings", [])  # first: says so when the analyzer is missing
+            from ..analyzers.model import CATEGORIES
+
+            if category and category not in CATEGORIES:
+                raise ValueError(f"unknown category {category!r}; one of: {', '.join(CATEGORIES)}")
+            if severity and severity not in SEVERITY_ORDER:
+                raise ValueError(f"unknown severity {severity!r}; one of: {', '.join(SEVERITY_ORDER)}")
+            picked = []
+            for i, f in enumerate(all_f):
+                if category and f.get("category") != category:
+                    continue
+                if severity and SEVERITY_ORDER.index(f.get("severity", "info")) > SEVERITY_ORDER.index(severity):
+                    continue
+                picked.append({"finding": i, **{key: f.get(key) for key in (
+                    "rule_id", "title", "category", "severity", "impact_ns", "impact_share", "saving_bound_ns", "confidence")},
+                    "source": (f.get("location") or {}).get("source"), "recommendation": f.get("recommendation")})
+            kk = max(0, min(int(k), MAX_ROWS))
+            return {"ok": True, "run": name, "total_findings": len(all_f), "matching": len(picked),
+                    "findings": picked[:kk], "truncated": len(picked) > kk}
+        return self._call(go)
+
+    def explain_finding(self, run: str | None = None, finding: int = 0, max_rows: int = 20) -> dict:
+        def go():
+            name = self._resolve(run)
+            all_f = self.report(name).get("findings", [])
+            if not 0 <= int(finding) < len(all_f):
+                raise ValueError(f"no finding {finding}; the report has {len(all_f)} (numbered from 0, see findings)")
+            f = all_f[int(finding)]
+            rows = max(0, min(int(max_rows), MAX_ROWS))
+            ev = f.get("evidence") or {}
+            res = self._boxes[name].query(ev.get("sql") or "", max_rows=rows) if ev.get("sql") else None
+            samples = [int(x) for x in (ev.get("sample_event_ids") or [])][:20]
+            sample_rows = self._sql(name, "SELECT event_id, rank, kind, name, ts_ns, dur_ns, device, stream, step FROM events "
+                                    f"WHERE event_id IN ({', '.join(map(str, samples))}) ORDER BY ts_ns") if samples else []
+            return {"ok": True, "run": name, "finding": int(finding), "detail": f,
+                    "evidence_result": res.to_dict() if res else None, "sample_events": sample_rows,
+                    "truncated": bool(res and res.truncated)}
+        return self._call(go)
+
+    def query(self, run: str | None = None, sql: str = "", max_rows: int = 50, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
+        def go():
+            name = self._resolve(run)
+            rows = max(0, min(int(max_rows), MAX_ROWS))
+            t = max(0.1, min(float(timeout_s), 60.0))
+            return {"run": name, **self._boxes[name].query(sql, max_rows=rows, timeout_s=t).to_dict()}
+        return self._call(go)
+
+    def hot_source_lines(self, run: str | None = None, k: int = 20, rank: int | None = None) -> dict:
+        def go():
+            name = self._resolve(run)
+            kk = max(1, min(int(k), MAX_ROWS))
+            where = f"WHERE e.rank = {int(rank)}" if rank is not None else ""
+            kinds = ", ".join(f"'{x}'" for x in DEVICE_WORK_KINDS)
+            sql = (
+                "SELECT f.file, f.line, f.function, f.line_kind, "
+                f"coalesce(sum(e.dur_ns) FILTER (WHERE e.kind IN ({kinds})), 0) AS device_ns, "
+                "count(*) FILTER (WHERE e.kind = 'kernel') AS kernels, "
+                "coalesce(sum(e.dur_ns) FILTER (WHERE e.kind = 'cpu_op' AND e.top_op_id = e.event_id), 0) AS cpu_op_ns "
+                f"FROM events e JOIN frames f ON e.frame_id = f.frame_id {where} "
+                "GROUP BY f.file, f.line, f.function, f.line_kind "
+                "ORDER BY device_ns DESC, cpu_op_ns DESC, f.file, f.line"
+            )
+            rows = self._sql(name, sql, max_rows=kk + 1)
+            out = {"ok": True, "run": name, "lines": rows[:kk], "truncated": len(rows) > kk,
+                   "definitions": {"device_ns": "sum of durations of kernel, memcpy and memset events attributed to the line "
+                                   "(device events inherit their launch's frame); streams that overlap add up",
+                                   "kernels": "number of kernel events attributed to the line",
+                                   "cpu_op_ns": "sum of durations of outermost CPU operators (top_op_id = event_id) attributed to the line"}}
+            if not rows:
+                out["note"] = "no event of this run links to a source frame (traces recorded without with_stack=True have none)"
+            return out
+        return self._call(go)
+
+    def event_context(self, run: str | None = None, event_id: int = 0, neighbours: int = 3) -> dict:
+        def go():
+            name = self._resolve(run)
+            eid = int(event_id)
+            n = max(0, min(int(neighbours), 20))
+            cols = "event_id, rank, kind, name, ts_ns, dur_ns, pid, tid, device, stream, depth, step, module_path"
+            ev = self._sql(name, f"SELECT {cols}, op_id, top_op_id, launch_id, frame_id FROM events WHERE event_id = {eid}")
+            if not ev:
+                raise ValueError(f"no event with event_id {eid} in run {name}")
+            e = ev[0]
+
+            def one(eid2) -> dict | None:
+                if eid2 is None:
+                    return None
+                r = self._sql(name, f"SELECT {cols} FROM events WHERE event_id = {int(eid2)}")
+                return r[0] if r else None
+
+            source = None
+            if e["frame_id"] is not None:
+                fr = self._sql(name, f"SELECT file, line, function, is_user, line_kind FROM frames WHERE frame_id = {int(e['frame_id'])}")
+                source = fr[0] if fr else None
+            launch = e if e["kind"] == "runtime" else one(e["launch_id"])
+            if launch is not None:
+                device_sql = f"launch_id = {int(launch['event_id'])}"
+            elif e["kind"] == "cpu_op":
+                device_sql = f"(op_id = {eid} OR top_op_id = {eid}) AND device IS NOT NULL"
+            else:
+                device_sql = None
+            device_events, device_total = [], 0
+            if device_sql:
+                device_events = self._sql(name, f"SELECT {cols} FROM events WHERE {device_sql} ORDER BY ts_ns", max_rows=20)
+                device_total = self._sql(name, f"SELECT count(*) AS n FROM events WHERE {device_sql}")[0]["n"]
+            track = (f"rank = {int(e['rank'])} AND pid IS NOT DISTINCT FROM {_lit(e['pid'])} "
+                     f"AND tid IS NOT DISTINCT FROM {_lit(e['tid'])} AND depth IS NOT DISTINCT FROM {_lit(e['depth'])}")
+            before = self._sql(name, f"SELECT {cols}, {int(e['ts_ns'])} - (ts_ns + dur_ns) AS gap_ns FROM events WHERE {track} "
+                               f"AND (ts_ns, event_id) < ({int(e['ts_ns'])}, {eid}) ORDER BY ts_ns DESC, event_id DESC", max_rows=n)
+            after = self._sql(name, f"SELECT {cols}, ts_ns - {int(e['ts_ns']) + int(e['dur_ns'] or 0)} AS gap_ns FROM events "
+                              f"WHERE {track} AND (ts_ns, event_id) > ({int(e['ts_ns'])}, {eid}) ORDER BY ts_ns, event_id", max_rows=n)
+            chain = {"source": source, "module_path": e["module_path"], "top_op": one(e["top_op_id"]),
+                     "op": one(e["op_id"]), "launch": launch, "device_events": device_events,
+                     "device_events_total": device_total}
+            return {"ok": True, "run": name, "event": {k: v for k, v in e.items()}, "chain": chain,
+                    "neighbours": {"track": "same rank, pid, tid (device, stream for device events) and depth",
+                                   "gap_ns": "before: the event's start minus the neighbour's end; after: the neighbour's "
+                                   "start minus the event's end (negative when they overlap)",
+                                   "before": list(reversed(before)), "after": after},
+                    "truncated": device_total > len(device_events)}
+        return self._call(go)
+
+    def compare(self, base: str, test: str, k: int = 20, significant_only: bool = False) -> dict:
+        def go():
+            b, t = self._resolve(base), self._resolve(test)
+            try:
+                from ..analyzers.diff import compare
+            except ImportError as e:
+                raise RuntimeError(f"run comparison is not available in this installation ({e})") from None
+            diff = compare(self._runs[b], self._runs[t]).to_dict()
+            deltas = [d for d in diff["deltas"] if d.get("significant") or not significant_only]
+            kk = max(0, min(int(k), MAX_ROWS))
+            return {"ok": True, "base": b, "test": t, "step_time": diff["step_time"], "notes": diff.get("notes", []),
+                    "total_deltas": len(deltas), "deltas": deltas[:kk], "truncated": len(deltas) > kk}
+        return self._call(go)
+
+    def schema_text(self, run: str | None = None) -> str:
+        name = self._resolve(run)
+        return catalog.render_text(catalog.describe(self._runs[name]))
+
+    def report_json(self, run: str | None = None) -> str:
+        try:
+            name = self._resolve(run)
+            return json.dumps(bound({"ok": True, "run": name, "report": self.report(name)}, max_chars=200_000), default=str)
+        except Exception as e:  # noqa: BLE001
+            return json.dumps(error(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)))
+
+
+def _lit(v) -> str:
+    return "NULL" if v is None else str(int(v))

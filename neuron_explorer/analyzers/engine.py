@@ -1,0 +1,161 @@
+"""The rule engine: open a run, compute the summary, run every rule, rank the findings.
+
+A rule is a module in analyzers/rules/ with RULE_ID, TITLE, CATEGORY, THRESHOLDS, SCOPE
+('rank' or 'run') and `check(ctx) -> list[Finding]`; it raises NotApplicable(reason) when the data
+cannot answer its question. A rule that raises anything else becomes a warning in the report
+while the others still run.
+
+Must not: render (see render.py) or write files (see outputs.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+from ..store import Run, open_run
+from . import metrics
+from .model import Evidence, Finding, Location, Report, SEVERITIES
+
+SEVERITY_SHARES = {"high": 0.20, "medium": 0.05, "low": 0.01}
+"""A finding's severity from its impact share: at least this share of the analysed time."""
+
+CONFIDENCE_PENALTIES = {"no_user_frames": 0.25, "data_quality": 0.2, "one_step": 0.2, "no_steps": 0.1}
+"""How much each data-quality problem lowers a finding's confidence (from 1.0)."""
+
+
+class NotApplicable(Exception):
+    """The data cannot answer the rule's question (e.g. no device events); the reason is reported."""
+
+
+def severity_for(share: float) -> str:
+    for sev in ("high", "medium", "low"):
+        if share >= SEVERITY_SHARES[sev]:
+            return sev
+    return "info"
+
+
+@dataclass
+class Context:
+    """What a rule sees: the open run, one rank (for SCOPE='rank'), and the summary numbers."""
+
+    run: Run
+    rank: int | None
+    summaries: dict[int, dict]
+    quality: dict[int, list[str]] = field(default_factory=dict)
+    rule: ModuleType | None = None  # the rule being run (set by the engine)
+
+    @property
+    def summary(self) -> dict:
+        return self.summaries[self.rank]
+
+    @property
+    def analysed_ns(self) -> int:
+        """Denominator of impact shares: total step time, or the span when there are no steps."""
+        if self.rank is None:
+            return max((s["analysed_ns"] for s in self.summaries.values()), default=0)
+        return self.summary["analysed_ns"]
+
+    def has_device(self, rank: int | None = None) -> bool:
+        return bool(self.summaries[self.rank if rank is None else rank]["devices"])
+
+    def require_device(self) -> None:
+        if not self.has_device():
+            raise NotApplicable("no device events (kernel, memcpy, memset) in this rank: a CPU-only run")
+
+    def has_user_frames(self, rank: int | None = None) -> bool:
+        return self.summaries[self.rank if rank is None else rank]["source_lines"]["has_frames"]
+
+    def source_of(self, frame_id: int | None) -> str | None:
+        if frame_id is None:
+            return None
+        row = self.run.sql("SELECT file, line FROM frames WHERE frame_id = ?", [frame_id]).fetchone()
+        return f"{row[0]}:{row[1]}" if row else None
+
+    def finding(self, *, title: str, impact_ns: int, saving_bound_ns: int, location: Location,
+                sql: str, values: dict, recommendation: str, sample_event_ids=(), severity: str | None = None,
+                uses_source: bool = False, rank: int | None = None) -> Finding:
+        rank = self.rank if rank is None else rank
+        if location.rank is None:
+            location.rank = rank
+        denom = self.summaries[rank]["analysed_ns"] if rank is not None else self.analysed_ns
+        share = (impact_ns / denom) if denom else 0.0
+        confidence, notes = 1.0, []
+        if uses_source and not self.has_user_frames(rank):
+            confidence -= CONFIDENCE_PENALTIES["no_user_frames"]
+            notes.append("no user source frames recorded (record with with_stack=True or the live collector)")
+        for note in self.quality.get(rank, []):
+            confidence -= CONFIDENCE_PENALTIES["data_quality"]
+            notes.append(note)
+        steps = self.summaries[rank]["steps"]["count"]
+        if steps == 1:
+            confidence -= CONFIDENCE_PENALTIES["one_step"]
+            notes.append("one profiler step only: no repetition to confirm the pattern")
+        elif steps == 0:
+            confidence -= CONFIDENCE_PENALTIES["no_steps"]
+            notes.append("no profiler steps: shares are of the whole span")
+        rule = self.rule
+        return Finding(
+            rule_id=rule.RULE_ID, title=title, category=rule.CATEGORY,
+            severity=severity or severity_for(share), impact_ns=int(impact_ns), impact_share=round(min(share, 1.0), 6),
+            saving_bound_ns=int(min(saving_bound_ns, impact_ns) if saving_bound_ns is not None else impact_ns),
+            location=location, evidence=Evidence(sql=sql.strip(), sample_event_ids=[int(i) for i in sample_event_ids][:5], values=values),
+            recommendation=recommendation, confidence=round(max(confidence, 0.1), 2), confidence_notes=notes)
+
+
+def all_rules() -> list[ModuleType]:
+    """Every rule module in analyzers/rules/, ordered by RULE_ID."""
+    from . import rules
+
+    mods = [importlib.import_module(f"{rules.__name__}.{m.name}") for m in pkgutil.iter_modules(rules.__path__) if not m.name.startswith("_")]
+    return sorted(mods, key=lambda m: m.RULE_ID)
+
+
+def _quality_notes(run: Run) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    labels = {"device_events_without_launch": "device events with no launch (dropped events?)",
+              "device_before_launch": "device events before their launch (clock anomaly)",
+              "overlapping_slices": "overlapping slices on one thread (events dropped or clocks skewed)"}
+    for entry in run.manifest.get("ranks", []):
+        dq = entry.get("data_quality") or {}
+        notes = [f"{dq[k]} {label}" for k, label in labels.items() if dq.get(k)]
+        out[int(entry.get("rank", 0))] = notes
+    return out
+
+
+def analyze_run(run: Run, rules: list[ModuleType] | None = None) -> Report:
+    """Run the rules over an open run and return the ranked Report."""
+    rules = all_rules() if rules is None else rules
+    summaries = {s["rank"]: s for s in metrics.summary(run)["ranks"]}
+    quality = _quality_notes(run)
+    findings: list[Finding] = []
+    not_applicable: list[dict] = []
+    warnings = list(run.manifest.get("warnings", []))
+    for rule in rules:
+        scopes = [None] if getattr(rule, "SCOPE", "rank") == "run" else sorted(summaries)
+        for rank in scopes:
+            ctx = Context(run, rank, summaries, quality, rule)
+            try:
+                findings += rule.check(ctx)
+            except NotApplicable as e:
+                not_applicable.append({"rule_id": rule.RULE_ID, "rank": rank, "reason": str(e)})
+            except Exception as e:  # noqa: BLE001 - one rule failing on odd data must not stop the report
+                warnings.append(f"rule {rule.RULE_ID} failed on rank {rank}: {type(e).__name__}: {e}")
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    findings.sort(key=lambda f: (-f.impact_ns, order[f.severity], f.rule_id))
+    return Report(run=str(run.path), summary={"ranks": list(summaries.values()), "definitions": "docs/METRICS.md"}, findings=findings,
+                  not_applicable=not_applicable, warnings=warnings)
+
+
+def analyze(path: Path | str, *, write: bool = True, rules: list[ModuleType] | None = None) -> Report:
+    """Analyse a run directory; with write=True also write RUN/analysis/{report.json, report.md, findings.parquet}."""
+    with open_run(path) as run:
+        report = analyze_run(run, rules)
+    if write:
+        from .outputs import write_outputs
+
+        write_outputs(report, Path(path) / "analysis")
+    return report

@@ -1,0 +1,61 @@
+"""Write a Report to RUN/analysis/: report.json, report.md and findings.parquet.
+
+Must not: compute anything (the engine does) or print (the CLI does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .model import Report
+from .render import markdown
+
+
+def report_json(report: Report) -> str:
+    return json.dumps(report.to_dict(), indent=1, default=str)
+
+
+def findings_table(report: Report) -> pa.Table:
+    """One row per finding, flat columns (evidence values as JSON text) so plain Parquet readers see it."""
+    rows = []
+    for rank_order, f in enumerate(report.findings, 1):
+        loc = f.location
+        rows.append({
+            "rank_order": rank_order, "rule_id": f.rule_id, "title": f.title, "category": f.category, "severity": f.severity,
+            "impact_ns": f.impact_ns, "impact_share": f.impact_share, "saving_bound_ns": f.saving_bound_ns,
+            "rank": loc.rank, "device": loc.device, "steps": [int(s) for s in loc.steps], "op": loc.op, "kernel": loc.kernel,
+            "source": loc.source, "module_path": loc.module_path, "evidence_sql": f.evidence.sql,
+            "sample_event_ids": f.evidence.sample_event_ids, "evidence_values": json.dumps(f.evidence.values, default=str),
+            "recommendation": f.recommendation, "confidence": f.confidence,
+        })
+    schema = pa.schema([("rank_order", pa.int32()), ("rule_id", pa.string()), ("title", pa.string()), ("category", pa.string()),
+                        ("severity", pa.string()), ("impact_ns", pa.int64()), ("impact_share", pa.float64()),
+                        ("saving_bound_ns", pa.int64()), ("rank", pa.int32()), ("device", pa.int32()), ("steps", pa.list_(pa.int64())),
+                        ("op", pa.string()), ("kernel", pa.string()), ("source", pa.string()), ("module_path", pa.string()),
+                        ("evidence_sql", pa.string()), ("sample_event_ids", pa.list_(pa.int64())), ("evidence_values", pa.string()),
+                        ("recommendation", pa.string()), ("confidence", pa.float64())])
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _atomic_write(path: Path, write) -> None:
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}"
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_outputs(report: Report, out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _atomic_write(out_dir / "report.json", lambda p: p.write_text(report_json(report)))
+    _atomic_write(out_dir / "report.md", lambda p: p.write_text(markdown(report)))
+    _atomic_write(out_dir / "findings.parquet", lambda p: pq.write_table(findings_table(report), p))
+    return out_dir

@@ -1,0 +1,104 @@
+"""Render a Report as terminal text (rich, fits 100 columns) or Markdown. Pure: Report in, string out.
+
+Must not: compute numbers (they come from the Report) or write files.
+"""
+
+from __future__ import annotations
+
+import io
+
+from .model import Finding, Report
+
+
+def _ms(ns) -> str:
+    return "-" if ns is None else f"{ns / 1e6:,.2f} ms"
+
+
+def _where(f: Finding) -> str:
+    loc = f.location
+    parts = [f"rank {loc.rank}" if loc.rank is not None else None, f"device {loc.device}" if loc.device is not None else None,
+             loc.source, loc.op, (loc.kernel or "")[:60] or None,
+             ("steps " + ",".join(map(str, loc.steps[:6])) + ("…" if len(loc.steps) > 6 else "")) if loc.steps else None]
+    return " · ".join(p for p in parts if p)
+
+
+def _summary_lines(report: Report) -> list[str]:
+    out = []
+    for r in report.summary["ranks"]:
+        st = r["steps"]
+        line = f"rank {r['rank']}: span {_ms(r['span_ns'])}"
+        if st["count"]:
+            line += f", {st['count']} steps, mean {_ms(st['mean_ns'])} (p50 {_ms(st['p50_ns'])}, p90 {_ms(st['p90_ns'])}, max {_ms(st['max_ns'])}, cv {st['cv']:.2f})"
+        out.append(line)
+        for d in r["devices"]:
+            win = d["window_ns"] or 0
+            out.append(f"  device {d['device']}: busy {_ms(d['busy_ns'])} of {_ms(win)} ({100 * d['busy_ns'] / win if win else 0:.1f}%), "
+                       f"kernels {_ms(d['kernel_ns'])}, memcpy {_ms(d['memcpy_ns'])}, comm {_ms(d['comm_ns'])} (exposed {_ms(d['comm_exposed_ns'])})")
+        if not r["devices"]:
+            top = r["top_level_ops"][:3]
+            out.append("  CPU only; top operators: " + ", ".join(f"{o['name']} {_ms(o['cpu_ns'])}" for o in top))
+    return out
+
+
+def text(report: Report, width: int = 100) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, force_terminal=False, color_system=None, soft_wrap=False)
+    con.print(f"[bold]Neuron Explorer report[/] — {report.run}")
+    for line in _summary_lines(report):
+        con.print(line, highlight=False)
+    con.print()
+    if not report.findings:
+        con.print("No findings above the thresholds.")
+    else:
+        t = Table(show_lines=False, expand=False, pad_edge=False)
+        for col, kw in (("#", {"justify": "right"}), ("sev", {}), ("impact", {"justify": "right"}), ("share", {"justify": "right"}),
+                        ("rule", {}), ("finding", {"overflow": "fold", "max_width": 58})):
+            t.add_column(col, **kw)
+        for i, f in enumerate(report.findings, 1):
+            t.add_row(str(i), f.severity, _ms(f.impact_ns), f"{100 * f.impact_share:.1f}%", f.rule_id, f.title)
+        con.print(t)
+        for i, f in enumerate(report.findings, 1):
+            con.print(f"\n[bold]{i}. {f.title}[/]", highlight=False)
+            if _where(f):
+                con.print(f"   where: {_where(f)}", highlight=False)
+            con.print(f"   do: {f.recommendation}", highlight=False)
+            con.print(f"   confidence {f.confidence:.2f}" + (f" ({'; '.join(f.confidence_notes)})" if f.confidence_notes else ""), highlight=False)
+    if report.not_applicable:
+        con.print("\nnot applicable: " + "; ".join(f"{n['rule_id']} ({n['reason']})" for n in _dedup(report.not_applicable)), highlight=False)
+    for w in report.warnings:
+        con.print(f"warning: {w}", highlight=False)
+    return buf.getvalue()
+
+
+def _dedup(items: list[dict]) -> list[dict]:
+    seen, out = set(), []
+    for n in items:
+        if (n["rule_id"], n["reason"]) not in seen:
+            seen.add((n["rule_id"], n["reason"]))
+            out.append(n)
+    return out
+
+
+def markdown(report: Report) -> str:
+    out = [f"# Performance report: `{report.run}`", "", "## Summary", ""]
+    out += [f"- {line.strip()}" for line in _summary_lines(report)]
+    out += ["", "Definitions: docs/METRICS.md. Evidence queries run on the views `events`, `frames`, `flows`, `memory`, "
+            "`counters` (e.g. `CREATE VIEW events AS SELECT * FROM 'RUN/rank=*/events.parquet'`).", "", "## Findings", ""]
+    if not report.findings:
+        out.append("No findings above the thresholds.")
+    else:
+        out += ["| # | severity | impact | share | rule | finding |", "| --- | --- | --- | --- | --- | --- |"]
+        out += [f"| {i} | {f.severity} | {_ms(f.impact_ns)} | {100 * f.impact_share:.1f}% | `{f.rule_id}` | {f.title.replace('|', '/')} |"
+                for i, f in enumerate(report.findings, 1)]
+        for i, f in enumerate(report.findings, 1):
+            out += ["", f"### {i}. {f.title}", "", f"- where: {_where(f) or '-'}", f"- saving bound: {_ms(f.saving_bound_ns)}",
+                    f"- confidence: {f.confidence:.2f}" + (f" ({'; '.join(f.confidence_notes)})" if f.confidence_notes else ""),
+                    f"- do: {f.recommendation}", "", "```sql", f.evidence.sql, "```"]
+    if report.not_applicable:
+        out += ["", "## Not applicable", ""] + [f"- `{n['rule_id']}`: {n['reason']}" for n in _dedup(report.not_applicable)]
+    if report.warnings:
+        out += ["", "## Warnings", ""] + [f"- {w}" for w in report.warnings]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,56 @@
+"""copies: slow or blocking memory copies.
+
+Finds host-to-device copies from pageable (not pinned) host memory, which the driver stages
+through a bounce buffer and which cannot overlap compute, and device-to-host copies inside a
+profiler step, which usually mean the host waits for a result (logging, `.cpu()`, `.tolist()`).
+Kineto names copies 'Memcpy HtoD (Pageable -> Device)' and 'Memcpy DtoH (Device -> Pageable)'.
+Impact: device time of these copies. Saving bound: the same.
+"""
+
+from __future__ import annotations
+
+from ..engine import Context
+from ..model import Location
+from ._util import ms, row
+
+RULE_ID = "copies"
+TITLE = "Pageable host-to-device and in-step device-to-host copies"
+CATEGORY = "copies"
+SCOPE = "rank"
+THRESHOLDS = {
+    "COPY_SHARE_MIN": 0.01,  # copy time / analysed time
+}
+PAGEABLE_H2D = "(name ILIKE '%HtoD%' AND name ILIKE '%Pageable%')"
+D2H_IN_STEP = "(name ILIKE '%DtoH%' AND step IS NOT NULL)"
+
+
+def check(ctx: Context) -> list:
+    ctx.require_device()
+    sql = f"""SELECT coalesce(sum(dur_ns) FILTER (WHERE {PAGEABLE_H2D}), 0)::BIGINT AS pageable_h2d_ns,
+  count(*) FILTER (WHERE {PAGEABLE_H2D}) AS pageable_h2d,
+  coalesce(sum(dur_ns) FILTER (WHERE {D2H_IN_STEP}), 0)::BIGINT AS d2h_in_step_ns,
+  count(*) FILTER (WHERE {D2H_IN_STEP}) AS d2h_in_step,
+  coalesce(sum(dur_ns), 0)::BIGINT AS copy_ns
+FROM events WHERE rank = {ctx.rank} AND kind = 'memcpy' AND ({PAGEABLE_H2D} OR {D2H_IN_STEP})"""
+    v = row(ctx.run, sql)
+    if not ctx.analysed_ns or v["copy_ns"] / ctx.analysed_ns < THRESHOLDS["COPY_SHARE_MIN"]:
+        return []
+    top = row(ctx.run, f"""SELECT frame_id, arg_max(name, dur_ns) AS name, min(event_id) AS sample_id, sum(dur_ns) AS ns FROM events
+        WHERE rank = {ctx.rank} AND kind = 'memcpy' AND ({PAGEABLE_H2D} OR {D2H_IN_STEP}) GROUP BY frame_id ORDER BY ns DESC LIMIT 1""")
+    op = row(ctx.run, f"""SELECT o.name FROM events k JOIN events o ON o.event_id = k.top_op_id WHERE k.rank = {ctx.rank} AND k.kind = 'memcpy'
+        AND ({PAGEABLE_H2D.replace('name', 'k.name')} OR {D2H_IN_STEP.replace('name', 'k.name').replace('step', 'k.step')})
+        GROUP BY o.name ORDER BY sum(k.dur_ns) DESC LIMIT 1""")
+    parts = []
+    if v["pageable_h2d"]:
+        parts.append(f"{v['pageable_h2d']} pageable H2D copies ({ms(v['pageable_h2d_ns'])})")
+    if v["d2h_in_step"]:
+        parts.append(f"{v['d2h_in_step']} D2H copies inside steps ({ms(v['d2h_in_step_ns'])})")
+    return [ctx.finding(
+        title="Copies: " + ", ".join(parts),
+        impact_ns=v["copy_ns"], saving_bound_ns=v["copy_ns"],
+        location=Location(op=op.get("name"), source=ctx.source_of(top["frame_id"])),
+        sql=sql, values=v, sample_event_ids=[top["sample_id"]] if top["sample_id"] else [], uses_source=True,
+        recommendation="Pin host memory (DataLoader(pin_memory=True), tensor.pin_memory()) and copy with "
+        "non_blocking=True so copies overlap compute; keep results on the device inside the step and move "
+        "them to the host every N steps.",
+    )]

@@ -1,0 +1,70 @@
+"""memory: peak memory, allocation churn per step, and the source lines that allocate most.
+
+From the allocator events (recorded with profile_memory=True): per device, the peak of
+`total_allocated`; the bytes allocated per profiler step (churn: many short-lived allocations
+cost allocator time and fragment memory); and the user source lines that allocate the most
+bytes, where stacks exist. Severity is high when the peak is above PEAK_CAPACITY_MAX of the
+device's memory (from the devices view); else a finding of severity info is made only when the
+peak or the churn per step reaches REPORT_MIN_BYTES (memory has no direct time cost: impact 0).
+Not applicable when the run has no allocator events.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..engine import Context, NotApplicable
+from ..model import Location
+from ._util import row, rows
+
+RULE_ID = "memory"
+TITLE = "Memory: peak, churn and allocating lines"
+CATEGORY = "memory"
+SCOPE = "rank"
+THRESHOLDS = {
+    "PEAK_CAPACITY_MAX": 0.90,  # peak allocated / device memory above this is high severity
+    "REPORT_MIN_BYTES": 64 * 2**20,  # below capacity, report only when the peak or the churn per step reaches this
+}
+
+
+def _gib(b) -> str:
+    return f"{(b or 0) / 2**30:.2f} GiB" if (b or 0) >= 2**28 else f"{(b or 0) / 2**20:.1f} MiB"
+
+
+def check(ctx: Context) -> list:
+    n = row(ctx.run, f"SELECT count(*) AS n FROM memory WHERE rank = {ctx.rank}")["n"]
+    if not n:
+        raise NotApplicable("no allocator events (record with profile_memory=True)")
+    steps = max(ctx.summary["steps"]["count"], 1)
+    out = []
+    for dev in rows(ctx.run, f"SELECT DISTINCT device_type, device FROM memory WHERE rank = {ctx.rank} ORDER BY 1, 2"):
+        dt, d = dev["device_type"], dev["device"]
+        sql = f"""SELECT max(total_allocated)::BIGINT AS peak_bytes, coalesce(sum(bytes) FILTER (WHERE bytes > 0), 0)::BIGINT AS allocated_bytes,
+  count(*) FILTER (WHERE bytes > 0) AS allocations,
+  coalesce(sum(bytes) FILTER (WHERE bytes > 0 AND step IS NOT NULL), 0)::BIGINT AS allocated_in_steps_bytes
+FROM memory WHERE rank = {ctx.rank} AND device_type = {dt} AND device = {d}"""
+        v = row(ctx.run, sql)
+        lines = rows(ctx.run, f"""SELECT f.file || ':' || f.line AS source, sum(m.bytes)::BIGINT AS bytes FROM memory m JOIN frames f ON f.frame_id = m.frame_id
+            WHERE m.rank = {ctx.rank} AND m.device_type = {dt} AND m.device = {d} AND m.bytes > 0 GROUP BY 1 ORDER BY bytes DESC LIMIT 3""")
+        cap = None
+        if d is not None and d >= 0:
+            p = row(ctx.run, f"SELECT properties FROM devices WHERE rank = {ctx.rank} AND device = {d}")
+            cap = json.loads(p["properties"]).get("totalGlobalMem") if p.get("properties") else None
+        ratio = (v["peak_bytes"] / cap) if cap else None
+        severity = "high" if ratio is not None and ratio > THRESHOLDS["PEAK_CAPACITY_MAX"] else "info"
+        where = "CPU" if dt == 0 else f"device {d}"
+        churn = v["allocated_in_steps_bytes"] // steps
+        if severity == "info" and max(v["peak_bytes"] or 0, churn) < THRESHOLDS["REPORT_MIN_BYTES"]:
+            continue
+        text = (f"peak {_gib(v['peak_bytes'])}" + (f" ({100 * ratio:.0f}% of {_gib(cap)})" if ratio is not None else "")
+                + f", {_gib(churn)} allocated per step")
+        out.append(ctx.finding(
+            title=f"Memory on {where}: {text}", impact_ns=0, saving_bound_ns=0, severity=severity,
+            location=Location(device=d if dt != 0 else None, source=lines[0]["source"] if lines else None),
+            sql=sql, values=v, uses_source=True,
+            recommendation=("Near capacity: use activation checkpointing, a smaller micro-batch, bf16/fp16, or "
+                            "sharding (FSDP/ZeRO). " if severity == "high" else "")
+            + ("Largest allocating lines: " + ", ".join(f"{x['source']} {_gib(x['bytes'])}" for x in lines) + ". " if lines else "")
+            + "Reduce churn by reusing buffers (out=, in-place ops) and keeping shapes stable.",
+        ))
+    return out

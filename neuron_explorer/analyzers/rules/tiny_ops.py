@@ -1,0 +1,52 @@
+"""tiny-ops: Python and dispatch overhead from many tiny operators.
+
+Counts top-level CPU operators shorter than TINY_OP_NS. When there are many per step, the time
+goes to Python, the dispatcher and per-op bookkeeping rather than to arithmetic: a loop over
+elements or small tensors that should be one vectorised operation, or a chain that a compiler
+would fuse. Impact: total time of the tiny operators plus the host gaps between consecutive ones
+on the same thread that are shorter than TINY_GAP_NS (the Python in between). Saving bound: the same.
+"""
+
+from __future__ import annotations
+
+from ..engine import Context
+from ..model import Location
+from ._util import ms, row
+
+RULE_ID = "tiny-ops"
+TITLE = "Many tiny operators (Python / dispatch overhead)"
+CATEGORY = "python_overhead"
+SCOPE = "rank"
+THRESHOLDS = {
+    "TINY_OP_NS": 20_000,  # a top-level operator shorter than this is 'tiny'
+    "TINY_GAP_NS": 50_000,  # gaps between consecutive tiny ops up to this long count as their overhead
+    "TINY_OPS_PER_STEP_MIN": 200,  # at least this many per step (or in total without steps)
+    "TINY_SHARE_MIN": 0.10,  # and their impact / analysed time at least this
+}
+
+
+def check(ctx: Context) -> list:
+    t = THRESHOLDS
+    sql = f"""WITH ops AS (SELECT tid, ts_ns, dur_ns, event_id, frame_id, name,
+    ts_ns - lag(ts_ns + dur_ns) OVER (PARTITION BY pid, tid ORDER BY ts_ns) AS gap_ns
+  FROM events WHERE rank = {ctx.rank} AND kind = 'cpu_op' AND event_id = top_op_id AND dur_ns < {t['TINY_OP_NS']})
+SELECT count(*) AS tiny_ops, coalesce(sum(dur_ns), 0)::BIGINT AS tiny_op_ns,
+  coalesce(sum(gap_ns) FILTER (WHERE gap_ns >= 0 AND gap_ns < {t['TINY_GAP_NS']}), 0)::BIGINT AS gap_ns,
+  (coalesce(sum(dur_ns), 0) + coalesce(sum(gap_ns) FILTER (WHERE gap_ns >= 0 AND gap_ns < {t['TINY_GAP_NS']}), 0))::BIGINT AS overhead_ns
+FROM ops"""
+    v = row(ctx.run, sql)
+    steps = max(ctx.summary["steps"]["count"], 1)
+    if v["tiny_ops"] / steps < t["TINY_OPS_PER_STEP_MIN"] or not ctx.analysed_ns or v["overhead_ns"] / ctx.analysed_ns < t["TINY_SHARE_MIN"]:
+        return []
+    top = row(ctx.run, f"""SELECT frame_id, mode(name) AS op, count(*) AS n, min(event_id) AS sample_id FROM events
+        WHERE rank = {ctx.rank} AND kind = 'cpu_op' AND event_id = top_op_id AND dur_ns < {t['TINY_OP_NS']}
+        GROUP BY frame_id ORDER BY n DESC LIMIT 1""")
+    return [ctx.finding(
+        title=f"{v['tiny_ops']} tiny operators ({v['tiny_ops'] // steps}/step) cost {ms(v['overhead_ns'])}",
+        impact_ns=v["overhead_ns"], saving_bound_ns=v["overhead_ns"],
+        location=Location(op=top["op"], source=ctx.source_of(top["frame_id"])),
+        sql=sql, values=v, sample_event_ids=[top["sample_id"]], uses_source=True,
+        recommendation=f"Most calls are under {t['TINY_OP_NS'] // 1000} us, so Python and dispatch dominate"
+        + (f" (mostly {top['op']} x{top['n']})" if top["op"] else "") + ". Vectorise the Python loop into whole-tensor "
+        "operations, use foreach/fused variants, or wrap the function in torch.compile to fuse it.",
+    )]

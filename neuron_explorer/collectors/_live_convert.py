@@ -1,0 +1,420 @@
+"""Turn one cycle of torch.profiler's in-memory results into raw Arrow columns (no JSON).
+
+Two sources of the same recording are read, each for what it holds best:
+- `kineto_results.events()` (KinetoEvent): every event Kineto would write to the JSON trace,
+  with its Kineto category (`activity_type()`), times on the Unix-epoch clock in ns, thread,
+  device and stream, correlation ids, shapes and flops. This gives the `events` table.
+- `kineto_results.experimental_event_tree()`: the host call tree, where Python call nodes carry
+  the *caller's* line (`extra_fields.caller`: the statement `y = model(x)`, not the `def` line of
+  `forward`) and their `nn.Module`, and allocation nodes carry the allocator's numbers. This gives
+  each host event its source frame and module path, and the `memory` table.
+The two are joined by the operator's correlation id (operators, annotations) and by (start time,
+name) for Python calls; device events get their frame later in build.py, through their launch.
+
+Frames are the user's call sites as a tree: a frame is (file, line, function, parent frame),
+where the parent is the next user call site further out. An event links to its innermost user
+call site; an event with no user code around it links to its innermost call site (not user).
+
+Must not: write files, compute links between events (build.py does), or import torch at module
+import time (callers pass the results in).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import site
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from .build import is_user_file
+
+MODULE_PREFIX = "nn.Module: "
+MEMORY_NAME = "[memory]"
+# c10::DeviceType values, as the JSON trace's `[memory]` events write them under "Device Type".
+_C10_DEVICE_TYPE = {"cpu": 0, "cuda": 1, "mkldnn": 2, "hip": 6, "xla": 9, "xpu": 12, "mps": 13, "meta": 14,
+                    "hpu": 15, "lazy": 17, "ipu": 18, "mtia": 19}
+C10_PRIVATEUSE1 = 20
+
+
+@dataclass
+class FrameTable:
+    """Interned source frames shared by every cycle of one recording (so indices stay valid)."""
+
+    keys: dict[tuple, int] = field(default_factory=dict)
+    file: list[str] = field(default_factory=list)
+    line: list[int] = field(default_factory=list)
+    function: list[str] = field(default_factory=list)
+    is_user: list[bool] = field(default_factory=list)
+    parent: list[int] = field(default_factory=list)
+    _file_cache: dict[str, tuple[str, bool]] = field(default_factory=dict)
+
+    def resolve(self, recorded: str) -> tuple[str, bool]:
+        """(path to store, is user code) of a file name as the profiler recorded it."""
+        hit = self._file_cache.get(recorded)
+        if hit is None:
+            hit = self._file_cache[recorded] = _resolve_file(recorded)
+        return hit
+
+    def intern(self, recorded_file: str, line: int, caller, parent: int) -> int:
+        """Index of the frame (file, line, parent); `caller` gives the function name of a new one.
+        A line lies in one function, so the name is not part of the key (and not read per call)."""
+        key = (recorded_file, line, parent)
+        idx = self.keys.get(key)
+        if idx is None:
+            function = _text(caller, "function_name")
+            path, user = self.resolve(recorded_file)
+            idx = self.keys[key] = len(self.file)
+            self.file.append(path)
+            self.line.append(line)
+            self.function.append(function)
+            self.is_user.append(user)
+            self.parent.append(parent)
+        return idx
+
+    def table(self) -> pa.Table:
+        n = len(self.file)
+        return pa.table({
+            "file": pa.array(self.file, pa.string()),
+            "line": pa.array(self.line, pa.int32()),
+            "function": pa.array(self.function, pa.string()),
+            "is_user": pa.array(self.is_user, pa.bool_()),
+            "line_kind": pa.array(["call"] * n, pa.string()),
+            "parent_index": pa.array(self.parent, pa.int64()),
+        })
+
+
+def _library_roots() -> list[str]:
+    roots = set()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib", "scripts"):  # scripts: console entry points
+        p = sysconfig.get_paths().get(key)
+        if p:
+            roots.add(os.path.realpath(p))
+    try:
+        roots.update(os.path.realpath(p) for p in site.getsitepackages())
+    except AttributeError:  # some virtualenv layouts lack it
+        pass
+    return sorted(roots, key=len, reverse=True)
+
+
+_LIB_ROOTS: list[str] | None = None
+# Neuron Explorer's own frames (the `record` runner around a script) are never the user's code.
+_OWN_PACKAGE = os.path.realpath(os.path.join(os.path.dirname(__file__), "..")) + os.sep
+
+
+def _resolve_file(recorded: str) -> tuple[str, bool]:
+    """The profiler strips sys.path prefixes ('typing.py', 'torch/nn/...', 'train.py'); find the
+    file again to tell the standard library and installed packages from the user's own code."""
+    global _LIB_ROOTS
+    if recorded.startswith("<"):
+        return recorded, False
+    if _LIB_ROOTS is None:
+        _LIB_ROOTS = _library_roots()
+    candidates = [recorded] if os.path.isabs(recorded) else [os.path.join(p or os.getcwd(), recorded) for p in sys.path]
+    for c in candidates:
+        if os.path.isfile(c):
+            real = os.path.realpath(c)
+            in_library = any(real.startswith(root + os.sep) for root in _LIB_ROOTS) or real.startswith(_OWN_PACKAGE)
+            return os.path.abspath(c), (not in_library) and is_user_file(real) and is_user_file(recorded)
+    return recorded, is_user_file(recorded)
+
+
+@dataclass
+class CycleColumns:
+    """Raw columns of one recorded cycle, ready for RawRank (ts_ns are Unix-epoch ns)."""
+
+    events: pa.Table
+    memory: pa.Table
+    flows: pa.Table
+    thread_names: dict[int, str] = field(default_factory=dict)
+
+
+def _device_type_code(device) -> int:
+    t = getattr(device, "type", str(device))
+    code = _C10_DEVICE_TYPE.get(t)
+    if code is None:
+        return C10_PRIVATEUSE1
+    return code
+
+
+UNDECODABLE = "<name not decodable>"
+_PROFILER_OWN = re.compile(r"^(torch/profiler/|torch/autograd/profiler\.py\(|.*[/\\]neuron_explorer[/\\]collectors[/\\]"
+                           r"(torch_profiler\.py\(|_live_\w+\.py\(|record\.py\(\d+\): step$))")
+
+
+def _text(obj, attr: str) -> str:
+    # torch sometimes hands back a name or file name whose bytes are not UTF-8 (seen on C
+    # functions and on frames of code freed before the cycle ended); the event is kept under a
+    # placeholder rather than the whole cycle lost.
+    try:
+        return getattr(obj, attr)
+    except UnicodeDecodeError:
+        return UNDECODABLE
+
+
+def _node_name(node) -> str:
+    return _text(node, "name")
+
+
+@dataclass
+class _PythonRows:
+    """Python call events, read from the tree (which holds all they need) rather than from
+    KinetoEvents: one pass over the tree instead of a second set of calls per event."""
+
+    ts: list = field(default_factory=list)
+    dur: list = field(default_factory=list)
+    thread: list = field(default_factory=list)  # the profiler's internal thread id
+    name: list = field(default_factory=list)
+    frame: list = field(default_factory=list)
+    module: list = field(default_factory=list)
+
+
+def _walk_tree(roots, frames: FrameTable):
+    """Frame and module path of each operator (by correlation id), the Python call events with
+    theirs, and the allocation nodes."""
+    from torch._C._profiler import _EventType
+
+    py_call, py_ccall, torch_op, allocation = _EventType.PyCall, _EventType.PyCCall, _EventType.TorchOp, _EventType.Allocation
+    op_info: dict[int, tuple[int, str | None]] = {}
+    py = _PythonRows()
+    allocations = []
+    own_cache: dict[str, bool] = {}
+    file_user: dict[str, bool] = {}
+    runs_user_code: dict[str, bool | None] = {}
+    # (node, innermost user frame, innermost frame of any kind, module path, inside the profiler's
+    # own calls, whether the code that called this node is the user's: True/False, None = not
+    # known without asking torch). A root's "caller" is only the line its frame was at when
+    # recording began (it has no caller), so roots start with user_frame -2 and it is skipped.
+    stack = [(r, -2, -1, None, False, None) for r in reversed(roots)]
+    pop, push = stack.pop, stack.extend
+    while stack:
+        node, user_frame, any_frame, module, in_profiler, caller_user = pop()
+        children_caller_user = None
+        tag = node.tag
+        is_root = user_frame == -2
+        if is_root:
+            user_frame = -1
+        if tag == py_call or tag == py_ccall:
+            name = _node_name(node)
+            own = own_cache.get(name)
+            if own is None:
+                own = own_cache[name] = bool(_PROFILER_OWN.search(name))
+            if in_profiler or own:
+                # the profiler watching itself (start, stop, step): its calls straddle the step
+                # ranges they open and close, so they would only show as overlapping slices
+                in_profiler = True
+            else:
+                # A Python call's children are called from its own file: when that is not user
+                # code, their caller needs no lookup (most calls happen inside torch).
+                children_caller_user = runs_user_code.get(name, 0)
+                if children_caller_user == 0:
+                    children_caller_user = runs_user_code[name] = _runs_user_code(name, tag == py_call, frames)
+                if not is_root and (caller_user is not False or user_frame < 0):
+                    caller = node.extra_fields.caller
+                    c_file = _text(caller, "file_name")
+                    user = file_user.get(c_file)
+                    if user is None:
+                        user = file_user[c_file] = frames.resolve(c_file)[1]
+                    if user:
+                        user_frame = frames.intern(c_file, caller.line_number, caller, user_frame)
+                        any_frame = user_frame
+                    elif user_frame < 0:
+                        any_frame = frames.intern(c_file, caller.line_number, caller, -1)
+                if tag == py_call and name.startswith(MODULE_PREFIX):
+                    seg = name[len(MODULE_PREFIX):]
+                    module = f"{module}.{seg}" if module else seg
+                t0 = node.start_time_ns
+                py.ts.append(t0)
+                py.dur.append(node.end_time_ns - t0)
+                py.thread.append(node.start_tid)
+                py.name.append(name)
+                py.frame.append(user_frame if user_frame >= 0 else any_frame)
+                py.module.append(module)
+        elif tag == torch_op:
+            op_info[node.correlation_id] = (user_frame if user_frame >= 0 else any_frame, module)
+        elif tag == allocation:
+            allocations.append(node)
+            continue
+        children = node.children
+        if children:
+            push((c, user_frame, any_frame, module, in_profiler, children_caller_user) for c in reversed(children))
+    return op_info, py, allocations
+
+
+_CALLSITE = re.compile(r"^(.+)\(\d+\): ")
+
+
+def _runs_user_code(name: str, is_python_call: bool, frames: FrameTable) -> bool | None:
+    """Whether the function a Python call node stands for is user code, from its name
+    ('file.py(12): func'); None when the name does not say (C functions, other names)."""
+    if not is_python_call:
+        return None
+    if name.startswith(MODULE_PREFIX):
+        return False  # nn.Module calls run torch's Module._call_impl
+    m = _CALLSITE.match(name)
+    return frames.resolve(m.group(1))[1] if m else None
+
+
+_HOST_OPS = frozenset({"cpu_op", "user_annotation"})
+
+
+def convert_cycle(kineto_results, frames: FrameTable, pid: int | None = None) -> CycleColumns:
+    """Columns of one cycle. `pid` is the host process id written on host events."""
+    pid = os.getpid() if pid is None else pid
+    op_info, py, allocations = _walk_tree(kineto_results.experimental_event_tree(), frames)
+
+    category_l, name_l, ts_l, dur_l, host_l, tid_l, corr_l, ext_l, args_l, frame_l, module_l = ([] for _ in range(11))
+    fl: dict[str, list] = {k: [] for k in ("flow_id", "category", "name", "phase", "ts_ns", "pid", "tid", "binding_point")}
+    internal_tid: dict[int, int] = {}
+    seen_threads: set[int] = set()
+    no_info = (-1, None)
+    shapes_json: dict[str, str] = {}
+    for e in kineto_results.events():
+        category = e.activity_type()
+        if category == "python_function":
+            continue  # taken from the tree
+        try:
+            name = e.name()
+        except UnicodeDecodeError:
+            name = UNDECODABLE
+        if category == "cpu_instant_event" and name == MEMORY_NAME:
+            continue  # allocations come from the tree, which holds their sizes
+        ts = e.start_ns()
+        resource = e.device_resource_id()
+        if category in _HOST_OPS:
+            if resource not in seen_threads:  # the tree names threads by the profiler's own ids
+                seen_threads.add(resource)
+                internal_tid[e.start_thread_id()] = resource
+            corr = e.correlation_id()
+            on_host, correlation, external = True, None, corr
+            frame, module = op_info.get(corr, no_info)
+            if category == "cpu_op":
+                args = _op_args(e, corr, shapes_json)
+                flow_id = e.flow_id()
+                if flow_id:
+                    start = e.flow_start()
+                    fl["flow_id"].append(flow_id)
+                    fl["category"].append("fwdbwd" if e.flow_type() == 1 else "ac2g")
+                    fl["name"].append("fwdbwd" if e.flow_type() == 1 else "ac2g")
+                    fl["phase"].append("s" if start else "f")
+                    fl["ts_ns"].append(ts)
+                    fl["pid"].append(pid)
+                    fl["tid"].append(resource)
+                    fl["binding_point"].append(None if start else "e")
+            else:
+                args = None
+        else:
+            on_host = e.device_type().name == "CPU"
+            correlation = e.correlation_id()
+            external = e.linked_correlation_id() or None
+            args = None
+            # a runtime call belongs to the operator that made it (its External id); device
+            # events get theirs through their launch, in build.py
+            frame, module = op_info.get(external, no_info) if on_host and external else no_info
+            if not on_host:
+                resource = (e.device_index(), resource)  # type: ignore[assignment]
+        category_l.append(category)
+        name_l.append(name)
+        ts_l.append(ts)
+        dur_l.append(e.duration_ns())
+        host_l.append(on_host)
+        tid_l.append(resource)
+        corr_l.append(correlation)
+        ext_l.append(external)
+        args_l.append(args)
+        frame_l.append(frame)
+        module_l.append(module)
+
+    # device events: pid = device index, tid = stream (resource id), as in the JSON trace
+    pid_l = [pid if h else r[0] for h, r in zip(host_l, tid_l)]
+    stream_l = [None if h else r[1] for h, r in zip(host_l, tid_l)]
+    tid_l = [r if h else r[1] for h, r in zip(host_l, tid_l)]
+    n_py = len(py.ts)
+    py_tid = [internal_tid.get(t, t) for t in py.thread]
+    n = len(name_l) + n_py
+    events = pa.table({
+        "category": pa.array(category_l + ["python_function"] * n_py, pa.string()).dictionary_encode(),
+        "name": pa.array(name_l + py.name, pa.string()).dictionary_encode(),
+        "phase": pa.array(["X"] * n, pa.string()).dictionary_encode(),
+        "ts_ns": pa.array(ts_l + py.ts, pa.int64()),
+        "dur_ns": pa.array(dur_l + py.dur, pa.int64()),
+        "pid": pa.array(pid_l + [pid] * n_py, pa.int64()),
+        "tid": pa.array(tid_l + py_tid, pa.int64()),
+        "pid_text": pa.nulls(n, pa.string()),
+        "tid_text": pa.nulls(n, pa.string()),
+        "correlation": pa.array(corr_l + [None] * n_py, pa.int64()),
+        "external_id": pa.array(ext_l + [None] * n_py, pa.int64()),
+        "stream": pa.array(stream_l + [None] * n_py, pa.int64()),
+        "python_id": pa.nulls(n, pa.int64()),
+        "python_parent_id": pa.nulls(n, pa.int64()),
+        "args": pa.array(args_l + [None] * n_py, pa.string()),
+        "frame_index": pa.array(frame_l + py.frame, pa.int64()),
+        "module_path": pa.array(module_l + py.module, pa.string()),
+    })
+    flows = pa.table({k: pa.array(v, pa.string() if k in ("category", "name", "phase", "binding_point") else pa.int64())
+                      for k, v in fl.items()})
+    return CycleColumns(events, _memory_table(allocations, internal_tid, pid), flows)
+
+
+def _op_args(e, corr: int, shapes_json: dict[str, str]) -> str:
+    """The args the JSON trace gives an operator (shapes, dtypes, flops, sequence number), as
+    JSON text built directly: json.dumps per operator would cost more than all the rest."""
+    parts = [f'"External id":{corr}']
+    shapes = e.shapes()
+    if shapes:
+        text = repr(shapes)  # lists of ints: already JSON
+        if "None" in text or "'" in text:
+            text = json.dumps(shapes)
+        parts.append(f'"Input Dims":{text}')
+        dtypes = e.dtypes()
+        key = "\x00".join(dtypes)
+        dt = shapes_json.get(key)
+        if dt is None:
+            dt = shapes_json[key] = json.dumps(dtypes)
+        parts.append(f'"Input type":{dt}')
+    seq = e.sequence_nr()
+    if seq >= 0:
+        parts.append(f'"Sequence number":{seq},"Fwd thread id":{e.fwd_thread_id()}')
+    flops = e.flops()
+    if flops:
+        parts.append(f'"flops":{flops}')
+    return "{" + ",".join(parts) + "}"
+
+
+def _memory_table(allocations, internal_tid: dict[int, int], pid: int) -> pa.Table:
+    rows: dict[str, list] = {k: [] for k in ("ts_ns", "tid", "device_type", "device", "addr", "bytes", "total_allocated", "total_reserved")}
+    for node in allocations:
+        a = node.extra_fields
+        dev = a.device
+        rows["ts_ns"].append(node.start_time_ns)
+        rows["tid"].append(internal_tid.get(node.start_tid, node.start_tid))
+        rows["device_type"].append(_device_type_code(dev))
+        rows["device"].append(dev.index if dev.index is not None else -1)
+        rows["addr"].append(a.ptr)
+        rows["bytes"].append(a.alloc_size)
+        rows["total_allocated"].append(a.total_allocated)
+        rows["total_reserved"].append(a.total_reserved)
+    n = len(rows["ts_ns"])
+    return pa.table({
+        "ts_ns": pa.array(rows["ts_ns"], pa.int64()),
+        "pid": pa.array([pid] * n, pa.int64()),
+        "tid": pa.array(rows["tid"], pa.int64()),
+        "device_type": pa.array(rows["device_type"], pa.int32()),
+        "device": pa.array(rows["device"], pa.int32()),
+        "addr": pa.array(rows["addr"], pa.int64()),
+        "bytes": pa.array(rows["bytes"], pa.int64()),
+        "total_allocated": pa.array(rows["total_allocated"], pa.int64()),
+        "total_reserved": pa.array(rows["total_reserved"], pa.int64()),
+        "category": pa.array(["cpu_instant_event"] * n, pa.string()),
+    })
+
+
+def empty_counters() -> pa.Table:
+    return pa.table({
+        "ts_ns": pa.array([], pa.int64()), "pid": pa.array([], pa.int64()), "name": pa.array([], pa.string()),
+        "series": pa.array([], pa.string()), "value": pa.array([], pa.float64()), "category": pa.array([], pa.string()),
+    })

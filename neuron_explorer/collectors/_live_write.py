@@ -1,0 +1,105 @@
+"""Write a live recording: a whole run for one process, or one rank's partition of a shared run.
+
+One process (no RANK/WORLD_SIZE, or a world of one): `store.write_run`, the importer's writer.
+Several ranks writing into one directory at the same time: each writes `rank=<r>/` into a
+temporary directory beside it and renames it into place (atomic, never clobbers another rank),
+with its manifest entry as `rank=<r>/rank.json`; then, under an exclusive file lock, the run's
+`manifest.json` is rebuilt from every `rank=*/rank.json` present and replaced atomically. Any rank
+that finishes last leaves a manifest listing all ranks; an early reader sees the ranks done so far.
+
+Must not: know about torch; decide what goes in the tables (build.py does).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .. import schema, store
+from ..errors import InputError, RunExistsError
+
+RANK_ENTRY_FILE = "rank.json"
+LOCK_FILE = ".manifest.lock"
+
+
+def partition_dir(run_dir: Path, rank: int) -> Path:
+    return run_dir / f"rank={rank}"
+
+
+def check_target(run_dir: Path | str, *, overwrite: bool, rank: int, shared: bool) -> Path:
+    """Fail early, before any training runs, when the run cannot be written."""
+    out = Path(run_dir)
+    if not shared:
+        return store.check_writable_target(out, overwrite)
+    if out.is_file():
+        raise InputError(out, "cannot create the run: it is a file")
+    if partition_dir(out, rank).exists() and not overwrite:
+        raise RunExistsError(partition_dir(out, rank))
+    store.check_writable_target(out, True)  # permission checks only: other ranks share the directory
+    return out
+
+
+def write_single(run_dir: Path, rank: int, tables: dict[str, pa.Table], manifest: dict, *, overwrite: bool) -> Path:
+    return store.write_run(run_dir, {rank: tables}, manifest, force=overwrite)
+
+
+def write_shared(run_dir: Path, rank: int, tables: dict[str, pa.Table], entry: dict, manifest: dict, *, overwrite: bool) -> Path:
+    """This rank's partition of a run that other ranks write too; then the merged manifest."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    final = partition_dir(run_dir, rank)
+    tmp = run_dir / f".rank={rank}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        store.write_partition(tmp, tables)
+        (tmp / RANK_ENTRY_FILE).write_text(json.dumps({"entry": entry, "manifest": manifest}, default=str))
+        if final.exists():
+            if not overwrite:
+                raise RunExistsError(final)
+            trash = run_dir / f".rank={rank}.old-{uuid.uuid4().hex[:8]}"
+            os.replace(final, trash)
+            os.replace(tmp, final)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    merge_manifest(run_dir)
+    return run_dir
+
+
+def merge_manifest(run_dir: Path) -> dict:
+    """Rebuild manifest.json from every rank=*/rank.json, under an exclusive lock."""
+    with open(run_dir / LOCK_FILE, "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            parts = []
+            for p in sorted(run_dir.glob(f"rank=*/{RANK_ENTRY_FILE}")):
+                try:
+                    parts.append(json.loads(p.read_text()))
+                except (OSError, ValueError):
+                    continue  # a partition being replaced right now; its writer merges again
+            parts.sort(key=lambda d: d["entry"]["rank"])
+            manifest = dict(parts[0]["manifest"]) if parts else store.base_manifest("live")
+            manifest["ranks"] = [d["entry"] for d in parts]
+            warnings = []
+            for d in parts:
+                warnings += d["manifest"].get("warnings", [])
+            manifest["warnings"] = list(dict.fromkeys(warnings))
+            manifest["command"] = parts[0]["manifest"].get("command") if parts else None
+            fields = run_dir / schema.SCHEMA_FIELDS.file
+            if not fields.exists():
+                tmp = run_dir / f".{fields.name}.{uuid.uuid4().hex[:8]}"
+                pq.write_table(schema.schema_fields_table(), tmp)
+                os.replace(tmp, fields)
+            store.write_manifest(run_dir, manifest)
+            return manifest
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

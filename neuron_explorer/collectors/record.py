@@ -1,0 +1,178 @@
+"""`neuron-explorer record`: run an unmodified script or module under the live collector.
+
+The target runs the way `python script.py args` / `python -m pkg.mod args` (and `python -m
+cProfile`) run it: the same `sys.argv`, `__name__ == "__main__"`, and `sys.path[0]` (the script's
+directory, or the current directory for a module). Its exit code is kept. When it raises or is
+interrupted, the run of what was recorded is still written, with a warning in the manifest, and
+the traceback is printed as Python would print it.
+
+Must not: parse command lines (cli.py does) or change what the profiler records.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import runpy
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InputError, UsageError
+
+
+@dataclass
+class RecordResult:
+    run_dir: Path | None
+    exit_code: int
+
+
+def _exit_code(e: SystemExit) -> int:
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code
+    print(e.code, file=sys.stderr)  # sys.exit("message") prints it and exits 1, as Python does
+    return 1
+
+
+def check_target(script: str | None, module: str | None) -> Path | None:
+    """Fail early on a target that cannot run. Returns the script path (None for a module)."""
+    if bool(script) == bool(module):
+        raise UsageError("give either a script path or -m MODULE")
+    if script:
+        path = Path(script)
+        if not path.exists():
+            raise InputError(path, "no such script")
+        if path.is_dir() and not (path / "__main__.py").is_file():
+            raise InputError(path, "is a directory with no __main__.py")
+        return path
+    try:
+        spec = importlib.util.find_spec(module)  # type: ignore[arg-type]
+    except (ImportError, ValueError) as e:
+        raise InputError(module, f"cannot find module ({e})") from None
+    if spec is None:
+        raise InputError(module, "no such module")
+    return None
+
+
+_ACTIVITY_NAMES = ("cpu", "cuda", "xpu", "mtia", "privateuse1")
+
+
+def profile_options(*, wait: int = 0, warmup: int = 0, active: int = 0, repeat: int = 0, activities: str | None = None,
+                    stack: bool = True, memory: bool = True, shapes: bool = True) -> dict:
+    """Keyword arguments of `profile()` from the CLI's options (checked here, before the script runs)."""
+    if min(wait, warmup, active, repeat) < 0:
+        raise UsageError("--wait, --warmup, --active and --repeat must not be negative")
+    if (wait or warmup or repeat) and not active:
+        raise UsageError("--wait, --warmup and --repeat need --active N (steps recorded per cycle)")
+    # flops are computed from input shapes: torch records shapes whenever flops are asked for
+    opts: dict = {"with_stack": stack, "profile_memory": memory, "record_shapes": shapes, "with_flops": shapes}
+    if active:
+        import torch.profiler as tp
+
+        opts["schedule"] = tp.schedule(wait=wait, warmup=warmup, active=active, repeat=repeat)
+    if activities:
+        import torch
+        import torch.profiler as tp
+
+        names = [a.strip().lower() for a in activities.split(",") if a.strip()]
+        pu1 = torch._C._get_privateuse1_backend_name()
+        acts = []
+        for n in names:
+            key = "privateuse1" if n == pu1 else n
+            if key not in _ACTIVITY_NAMES:
+                raise UsageError(f"unknown activity {n!r}; choose from {', '.join(_ACTIVITY_NAMES)} (or {pu1!r})")
+            acts.append(getattr(tp.ProfilerActivity, {"privateuse1": "PrivateUse1"}.get(key, key.upper())))
+        opts["activities"] = acts
+    return opts
+
+
+def record(out: Path | str, script: str | None, args: list[str], *, module: str | None = None, overwrite: bool = False,
+           profile_options: dict | None = None) -> RecordResult:
+    """Run the script (or module) under `neuron_explorer.profile(out, **profile_options)`."""
+    path = check_target(script, module)
+    from . import torch_profiler  # torch is imported only once the target is known to exist
+
+    argv0 = str(path) if path is not None else module
+    command = list(sys.argv)
+    prof = torch_profiler.profile(out, overwrite=overwrite, command=command,
+                                  script_dir=(path.resolve().parent if path is not None else Path.cwd()),
+                                  **(profile_options or {}))
+    saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    sys.argv = [argv0, *args]
+    new_path0 = str(path.resolve().parent) if path is not None and not path.is_dir() else \
+        str(path.resolve()) if path is not None else os.getcwd()
+    if sys.path:
+        sys.path[0] = new_path0
+    else:
+        sys.path.append(new_path0)
+    code = 0
+    restore_dist = _capture_process_group_on_destroy(prof)
+    step_hook = _count_optimizer_steps(prof)
+    try:
+        try:
+            with prof:
+                if path is not None:
+                    runpy.run_path(str(path), run_name="__main__")
+                else:
+                    runpy.run_module(module, run_name="__main__", alter_sys=True)  # type: ignore[arg-type]
+        except SystemExit as e:
+            code = _exit_code(e)
+        except KeyboardInterrupt as e:
+            _print_script_traceback(e)
+            code = 130
+        except BaseException as e:  # the script's own error: shown as Python shows it, the run is written
+            _print_script_traceback(e)
+            code = 1
+    finally:
+        restore_dist()
+        step_hook.remove()
+        sys.argv = saved_argv
+        if saved_path0 is not None and sys.path:
+            sys.path[0] = saved_path0
+    return RecordResult(prof.run_dir, code)
+
+
+def _print_script_traceback(e: BaseException) -> None:
+    """The traceback from the script's first frame on, without the runner's and runpy's frames."""
+    tb = e.__traceback__
+    while tb is not None and (tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__)
+                              or "runpy" in tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    traceback.print_exception(type(e), e, tb)
+
+
+def _count_optimizer_steps(prof):
+    """An unmodified script never calls prof.step(): each optimizer.step() ends a step instead,
+    which gives the run its steps and lets a schedule (wait/warmup/active) advance."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    def step(optimizer, args, kwargs):  # registered only while the script runs inside the profiler
+        prof.step()
+
+    return register_optimizer_step_post_hook(step)
+
+
+def _capture_process_group_on_destroy(prof):
+    """Scripts often tear their process group down before they return, and the run is written
+    after that: note the group's setup (backend, world size) just before it goes."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return lambda: None
+    if not dist.is_available():
+        return lambda: None
+    original = dist.destroy_process_group
+
+    def destroy_process_group(*a, **kw):
+        prof.recording.capture_process_group()
+        return original(*a, **kw)
+
+    dist.destroy_process_group = destroy_process_group
+
+    def restore():
+        dist.destroy_process_group = original
+
+    return restore

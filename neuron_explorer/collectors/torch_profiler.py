@@ -1,0 +1,354 @@
+"""The live collector: `profile()`, `trace_handler()` and `schedule`, over torch.profiler.
+
+`profile` is a `torch.profiler.profile` (same `step()`, schedule, `key_averages()`, ...) that
+writes a run directory when it stops. Each active cycle of the schedule is converted from the
+profiler's in-memory results as it ends (no JSON round trip; see _live_convert.py) and the run is
+written once, when the profiler stops, through the importer's normalisation (build.py) and writer.
+A recording that ends with an exception or an interrupt still writes what was recorded, with a
+warning in the manifest. With RANK/WORLD_SIZE set (torchrun), each rank writes its own
+`rank=<r>/` partition of one run (see _live_write.py).
+
+`module_path` of an operator is the chain of `nn.Module` calls around it, each named as the
+profiler names it (class name and call index, e.g. 'TinyNet_0.Sequential_0.Linear_1'): the same
+names an imported trace gives, so runs from both collectors compare.
+
+Must not: analyse anything, or be imported by readers of runs (it imports torch).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Callable, Iterable
+
+import pyarrow as pa
+import torch
+import torch.profiler as tp
+
+from .. import store
+from ..errors import UsageError
+from . import _live_convert, _live_write
+from .build import RawRank, build_rank
+from .chrome_trace import quality_warnings, rank_entry
+
+schedule = tp.schedule
+"""torch.profiler.schedule, re-exported: `nx.schedule(wait=1, warmup=1, active=3, repeat=1)`."""
+
+
+# --- what the machine and the job are ------------------------------------------------------
+
+
+def default_activities() -> list[tp.ProfilerActivity]:
+    """The CPU plus every accelerator torch reports available (CUDA, XPU, MTIA, PrivateUse1)."""
+    supported = tp.supported_activities()
+    acts = [tp.ProfilerActivity.CPU]
+
+    def available(mod_name: str) -> bool:
+        mod = getattr(torch, mod_name, None)
+        try:
+            return bool(mod is not None and mod.is_available())
+        except Exception:  # a backend that cannot even answer is not usable
+            return False
+
+    for act_name, mod_name in (("CUDA", "cuda"), ("XPU", "xpu"), ("MTIA", "mtia")):
+        act = getattr(tp.ProfilerActivity, act_name, None)
+        if act is not None and act in supported and available(mod_name):
+            acts.append(act)
+    pu1 = getattr(tp.ProfilerActivity, "PrivateUse1", None)
+    backend = torch._C._get_privateuse1_backend_name()
+    if pu1 is not None and backend != "privateuseone" and available(backend):
+        acts.append(pu1)
+    return acts
+
+
+def activity_names(acts: Iterable) -> list[str]:
+    backend = torch._C._get_privateuse1_backend_name()
+    return [backend if a.name == "PrivateUse1" else a.name for a in acts]
+
+
+def device_properties() -> list[dict]:
+    """Properties of the visible accelerators, in the shape of Kineto's `deviceProperties`."""
+    out: list[dict] = []
+    for kind in ("cuda", "xpu", "mtia", torch._C._get_privateuse1_backend_name()):
+        mod = getattr(torch, kind, None)
+        try:
+            if mod is None or not mod.is_available():
+                continue
+            for i in range(mod.device_count()):
+                entry: dict = {"id": i, "type": kind}
+                props = getattr(mod, "get_device_properties", None)
+                if props is not None:
+                    p = props(i)
+                    entry["name"] = getattr(p, "name", None)
+                    for src, dst in (("total_memory", "totalGlobalMem"), ("major", "computeMajor"), ("minor", "computeMinor"),
+                                     ("multi_processor_count", "numSms")):
+                        if hasattr(p, src):
+                            entry[dst] = getattr(p, src)
+                elif hasattr(mod, "get_device_name"):
+                    entry["name"] = mod.get_device_name(i)
+                out.append(entry)
+        except Exception:  # properties are informative; a backend that fails to give them is skipped
+            continue
+    return out
+
+
+def git_info(directory: Path | str) -> dict | None:
+    """Commit and dirty flag of the repository holding `directory`, or None outside a repository."""
+    def git(*args: str) -> str | None:
+        try:
+            r = subprocess.run(["git", "-C", str(directory), *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return r.stdout if r.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit.strip(), "dirty": bool(status and status.strip()), "directory": str(directory)}
+
+
+def dist_rank() -> tuple[int, int | None, bool]:
+    """(rank, world size, shared run) from torch.distributed or the RANK/WORLD_SIZE variables."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        world = dist.get_world_size()
+        return dist.get_rank(), world, world > 1
+    rank = int(os.environ.get("RANK", "0") or 0)
+    world = int(os.environ["WORLD_SIZE"]) if os.environ.get("WORLD_SIZE") else None
+    return rank, world, bool(world and world > 1)
+
+
+def process_group_info() -> dict | None:
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    return {"backend": str(dist.get_backend()), "rank": dist.get_rank(), "world_size": dist.get_world_size()}
+
+
+def _schedule_options(fn) -> dict | None:
+    """wait/warmup/active/repeat/skip_first of a torch.profiler.schedule, read from its closure."""
+    if fn is None:
+        return None
+    code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None)
+    if code is None or not cells:
+        return {"custom": repr(fn)}
+    return {k: c.cell_contents for k, c in zip(code.co_freevars, cells) if isinstance(c.cell_contents, (int, bool))}
+
+
+# --- the recording --------------------------------------------------------------------------
+
+
+class Recording:
+    """Accumulates the cycles of one profiler and writes them as a run (or a rank's partition)."""
+
+    def __init__(self, run_dir: Path | str, *, overwrite: bool, options: dict, command: list[str] | None = None,
+                 script_dir: Path | str | None = None):
+        self.rank, self.world_size, self.shared = dist_rank()
+        self.run_dir = _live_write.check_target(run_dir, overwrite=overwrite, rank=self.rank, shared=self.shared)
+        self.overwrite = overwrite
+        self.options = options
+        self.command = list(command if command is not None else sys.argv)
+        self.script_dir = Path(script_dir) if script_dir else _script_dir()
+        self.started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        self.frames = _live_convert.FrameTable()
+        self.cycles: list[_live_convert.CycleColumns] = []
+        self.process_group: dict | None = None
+        self.warnings: list[str] = []
+        self.written = False
+        self.timings = {"convert_s": 0.0, "write_s": 0.0}
+
+    def capture_process_group(self) -> None:
+        pg = process_group_info()
+        if pg:
+            self.process_group = pg
+            self.rank, self.world_size, self.shared = pg["rank"], pg["world_size"], pg["world_size"] > 1
+
+    def add_cycle(self, prof: tp.profile) -> None:
+        t0 = time.perf_counter()
+        self.capture_process_group()
+        results = prof.profiler.kineto_results if prof.profiler is not None else None
+        if results is not None:
+            try:
+                self.cycles.append(_live_convert.convert_cycle(results, self.frames))
+            except Exception as e:  # never let the collector stop the training it watches
+                where = traceback.extract_tb(e.__traceback__)[-1]
+                self.warnings.append(f"profiler cycle {len(self.cycles) + 1} could not be read and is missing: "
+                                     f"{type(e).__name__}: {e} (at {Path(where.filename).name}:{where.lineno})")
+        self.timings["convert_s"] += time.perf_counter() - t0
+
+    def raw_rank(self) -> RawRank:
+        # stopped before any active cycle: an empty but whole run
+        cycles = self.cycles or [_live_convert.CycleColumns(*[_empty_like(k) for k in ("events", "memory", "flows")])]
+
+        def cat(name: str) -> pa.Table:
+            tables = [getattr(c, name) for c in cycles]
+            decoded = [pa.Table.from_arrays([col.cast(col.type.value_type) if pa.types.is_dictionary(col.type) else col
+                                             for col in t.columns], names=t.column_names) for t in tables]
+            return pa.concat_tables(decoded)
+
+        return RawRank(rank=self.rank, events=cat("events"), flows=cat("flows"), memory=cat("memory"),
+                       counters=_live_convert.empty_counters(), frames=self.frames.table())
+
+    def write(self, extra_warnings: Iterable[str] = ()) -> Path:
+        t0 = time.perf_counter()
+        self.capture_process_group()
+        if self.shared and not self.process_group:
+            self.process_group = {"backend": None, "rank": self.rank, "world_size": self.world_size,
+                                  "note": "from the RANK/WORLD_SIZE environment; no process group was initialised while recording"}
+        warnings_ = [*self.warnings, *extra_warnings]
+        if not self.cycles:
+            warnings_.append("no active profiler cycle completed: the run holds no events (check the schedule and prof.step() calls)")
+        built = build_rank(self.raw_rank())
+        meta = {"source": "live", "distributed_info": self.process_group or ({"rank": self.rank, "world_size": self.world_size}
+                                                                            if self.world_size else None),
+                "device_properties": device_properties(), "started": self.started, "cycles": len(self.cycles),
+                "host": socket.gethostname(), "pid": os.getpid()}
+        entry = rank_entry(built, meta)
+        warnings_ = [f"rank {self.rank}: {w}" if self.shared else w for w in warnings_] + quality_warnings(entry)
+        manifest = store.base_manifest(
+            "live",
+            command=self.command,
+            git=git_info(self.script_dir),
+            torch_version=torch.__version__,
+            python_version=platform.python_version(),
+            host=socket.gethostname(),
+            started=self.started,
+            profiler=self.options,
+            devices=meta["device_properties"],
+            process_group=self.process_group,
+            ranks=[entry],
+            warnings=warnings_,
+        )
+        if self.shared:
+            out = _live_write.write_shared(self.run_dir, self.rank, built.tables, entry, manifest, overwrite=self.overwrite or self.written)
+        else:
+            out = _live_write.write_single(self.run_dir, self.rank, built.tables, manifest, overwrite=self.overwrite or self.written)
+        self.written = True
+        self.timings["write_s"] += time.perf_counter() - t0
+        return out
+
+
+def _empty_like(kind: str) -> pa.Table:
+    if kind == "events":
+        cols = {"category": pa.string(), "name": pa.string(), "phase": pa.string(), "ts_ns": pa.int64(), "dur_ns": pa.int64(),
+                "pid": pa.int64(), "tid": pa.int64(), "pid_text": pa.string(), "tid_text": pa.string(), "correlation": pa.int64(),
+                "external_id": pa.int64(), "stream": pa.int64(), "python_id": pa.int64(), "python_parent_id": pa.int64(),
+                "args": pa.string(), "frame_index": pa.int64(), "module_path": pa.string()}
+    elif kind == "memory":
+        cols = {"ts_ns": pa.int64(), "pid": pa.int64(), "tid": pa.int64(), "device_type": pa.int32(), "device": pa.int32(),
+                "addr": pa.int64(), "bytes": pa.int64(), "total_allocated": pa.int64(), "total_reserved": pa.int64(), "category": pa.string()}
+    else:
+        cols = {"flow_id": pa.int64(), "category": pa.string(), "name": pa.string(), "phase": pa.string(), "ts_ns": pa.int64(),
+                "pid": pa.int64(), "tid": pa.int64(), "binding_point": pa.string()}
+    return pa.schema(cols).empty_table()
+
+
+def _script_dir() -> Path:
+    main = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    return Path(main).resolve().parent if main and Path(main).is_file() else Path.cwd()
+
+
+def _check_no_active_profiler() -> None:
+    if torch._C._autograd._profiler_enabled():
+        raise UsageError("another profiler is already active in this process; neuron_explorer.profile() cannot run inside it "
+                         "(use on_trace_ready=neuron_explorer.trace_handler(...) on that profiler instead)")
+
+
+# --- public API -----------------------------------------------------------------------------
+
+
+class profile(tp.profile):
+    """A `torch.profiler.profile` that writes a Neuron Explorer run directory when it stops.
+
+    Context manager (`with nx.profile("runs/x") as prof: ... prof.step()`) or decorator
+    (`@nx.profile("runs/x")`: every call is recorded; the run is rewritten to hold them all). Activities
+    default to the CPU plus every available accelerator. Errors in how it is used (a run already
+    at run_dir, a directory that cannot be written) are raised here, before any work is profiled.
+    """
+
+    def __init__(self, run_dir: Path | str, *, activities: Iterable | None = None, schedule: Callable | None = None,
+                 with_stack: bool = True, record_shapes: bool = True, profile_memory: bool = True, with_flops: bool = True,
+                 overwrite: bool = False, command: list[str] | None = None, script_dir: Path | str | None = None,
+                 **torch_profiler_kwargs):
+        acts = list(activities) if activities is not None else default_activities()
+        user_ready = torch_profiler_kwargs.pop("on_trace_ready", None)
+        options = {"activities": activity_names(acts), "schedule": _schedule_options(schedule), "with_stack": with_stack,
+                   "record_shapes": record_shapes, "profile_memory": profile_memory, "with_flops": with_flops,
+                   **{k: repr(v) for k, v in torch_profiler_kwargs.items()}}
+        self.recording = Recording(run_dir, overwrite=overwrite, options=options, command=command, script_dir=script_dir)
+        self._user_ready = user_ready
+        self._exit_warning: str | None = None
+        self.run_dir: Path | None = None
+        super().__init__(activities=acts, schedule=schedule, on_trace_ready=self._on_trace_ready, record_shapes=record_shapes,
+                         profile_memory=profile_memory, with_stack=with_stack, with_flops=with_flops, **torch_profiler_kwargs)
+        # torch marks ProfilerStep#N ranges only under a schedule; a run wants its steps either way
+        self.record_steps = True
+
+    def _on_trace_ready(self, prof: tp.profile) -> None:
+        self.recording.add_cycle(prof)
+        if self._user_ready is not None:
+            self._user_ready(prof)
+
+    def start(self) -> None:
+        _check_no_active_profiler()
+        self._exit_warning = None
+        super().start()
+
+    def stop(self) -> None:
+        super().stop()
+        warn = [self._exit_warning] if self._exit_warning else []
+        self.run_dir = self.recording.write(warn)
+
+    def __exit__(self, exc_type, exc_val, exc_tb):
+        if exc_type is not None and not (exc_type is SystemExit and exc_val.code in (0, None)):
+            what = "interrupted (KeyboardInterrupt)" if exc_type is KeyboardInterrupt else \
+                f"exited with code {exc_val.code}" if exc_type is SystemExit else f"raised {exc_type.__name__}: {exc_val}"
+            self._exit_warning = f"the profiled code {what}; the run holds what was recorded until then"
+        return super().__exit__(exc_type, exc_val, exc_tb)
+
+    def __call__(self, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self:
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+def trace_handler(run_dir: Path | str, *, overwrite: bool = False) -> Callable[[tp.profile], None]:
+    """`on_trace_ready` for a torch.profiler.profile of your own: each cycle is added to one run.
+
+    The run is rewritten after every cycle, so it is always whole, whichever cycle was the last.
+    """
+    recording = Recording(run_dir, overwrite=overwrite, options={"via": "trace_handler"})
+
+    def handler(prof: tp.profile) -> None:
+        recording.options = {"via": "trace_handler", "activities": activity_names(prof.activities),
+                             "record_shapes": prof.record_shapes, "profile_memory": prof.profile_memory,
+                             "with_stack": prof.with_stack, "with_flops": prof.with_flops,
+                             "schedule": _schedule_options(getattr(prof, "schedule", None))}
+        recording.add_cycle(prof)
+        recording.write()
+
+    handler.recording = recording  # type: ignore[attr-defined]
+    return handler
+
+
+def _silence_cycle_warning() -> None:
+    # torch warns that events are cleared between cycles (acc_events); every cycle is kept here.
+    warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle.*")
+
+
+_silence_cycle_warning()

@@ -1,0 +1,325 @@
+"""The Dash app: layout and callbacks. It only draws what the query functions return.
+
+Callback bodies are plain functions (`view_for`, `timeline_figure`, `clicked_event` here;
+`detail_panel`, `tables_for`, `findings_for` in panels.py) so that tests call them without a
+browser; `create_app` wires them.
+Every callback answers malformed input with a message, never an exception.
+
+Must not: query the run itself (queries.py does) or accept a path from the browser.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+from ..errors import NeuronExplorerError
+from . import queries
+from .api import register as register_api
+from .figure import build_figure, time_unit
+from .panels import CallbackInputError, detail_panel, findings_for, tables_for  # noqa: F401  (callback bodies)
+from .theme import STYLE
+from .runs import RunSet
+from .timeline import timeline_arrays
+
+DEFAULT_WIDTH = 1500
+RANGE_KEY = re.compile(r"^xaxis\d*\.range(\[(0|1)\])?$")
+
+
+
+def _as_float(v) -> float:
+    try:
+        x = float(v)
+    except (TypeError, ValueError, OverflowError):
+        raise CallbackInputError(f"zoom range must be numbers, got {v!r}") from None
+    if x != x or x in (float("inf"), float("-inf")):
+        raise CallbackInputError(f"zoom range must be finite, got {v!r}")
+    return x
+
+
+def _as_int(v, what: str) -> int:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v  # exact: ns timestamps need all 64 bits
+    try:
+        return int(float(v))
+    except (TypeError, ValueError, OverflowError):
+        raise CallbackInputError(f"{what} must be a number, got {v!r}") from None
+
+
+# ---- callback bodies (plain functions) -------------------------------------------------------
+def view_for(rs: RunSet, trigger: str | None, run, rank, relayout, finding_index, current: dict | None) -> dict:
+    """The window to show after a user action: run/rank change or reset → the whole run; a zoom
+    or pan (relayout x range, offsets in µs from the current window start) → that range; a
+    finding → the window around its evidence."""
+    r = rs.get(run)
+    rank = queries.parse_rank(r, rank)
+    start, end = r.span()
+    whole = {"run": r.index, "rank": rank, "t0": start, "t1": end + 1, "finding": None}  # [t0, t1)
+    if trigger == "timeline" and isinstance(relayout, dict) and current and current.get("run") == r.index:
+        if relayout.get("xaxis.autorange"):  # double-click: the whole run
+            return whole
+        x0 = x1 = None
+        for k, v in relayout.items():
+            if not RANGE_KEY.match(str(k)):
+                continue
+            if k.endswith("range") and isinstance(v, (list, tuple)) and len(v) == 2:
+                x0, x1 = v
+            elif k.endswith("[0]"):
+                x0 = v
+            elif k.endswith("[1]"):
+                x1 = v
+        if x0 is None or x1 is None:
+            raise CallbackInputError("zoom/pan data has no x range")
+        base = _as_int(current.get("t0"), "window start")
+        unit_ns, _ = time_unit(_as_int(current.get("t1"), "window end") - base)
+        a = base + int(_as_float(x0) * unit_ns)
+        b = base + int(_as_float(x1) * unit_ns)
+        if not (b > a):
+            raise CallbackInputError("empty zoom range")
+        pad = (end - start) // 20
+        return {**whole, "t0": max(a, start - pad), "t1": min(b, end + pad)}
+    if trigger == "findings" and finding_index is not None:
+        rows = queries.findings(rs, run=r.index)["rows"]
+        i = _as_int(finding_index, "finding")
+        if not 0 <= i < len(rows):
+            raise CallbackInputError(f"no finding {i}")
+        f = rows[i]
+        if f["t0"] is not None:
+            return {**whole, "t0": f["t0"], "t1": f["t1"], "finding": i}
+        return {**whole, "finding": i}
+    return whole
+
+
+def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None):
+    """(figure, status text) for a window, with the selected event, its flows and the current
+    finding's events highlighted."""
+    if not isinstance(view, dict):
+        raise CallbackInputError("no view")
+    px = max(200, min(_as_int(width or DEFAULT_WIDTH, "width"), 4000))
+    tl = timeline_arrays(rs, run=view.get("run"), t0=view.get("t0"), t1=view.get("t1"), width=px, rank=view.get("rank"))
+    highlight, flows, selected = [], [], None
+    if view.get("finding") is not None:
+        f = queries.findings(rs, run=tl["run"])["rows"][int(view["finding"])]
+        highlight = _events_brief(rs, tl["run"], f["event_ids"][:100])
+    if selected_event is not None:
+        try:
+            d = queries.event(rs, run=tl["run"], event_id=selected_event)
+        except NeuronExplorerError:
+            d = None
+        if d is not None:
+            selected = {"event_id": d["event_id"], "name": d["name"], "ts_ns": d["ts_ns"], "dur_ns": d["dur_ns"], "y": d["y"]}
+            flows = d["flows"]
+    if view.get("rank") is not None:  # y rows of the all-ranks layout do not apply to a one-rank view
+        flows, highlight = _relane(rs, tl, flows, highlight)
+        selected = (_relane(rs, tl, [], [selected])[1] or [None])[0] if selected else None
+    fig = build_figure(tl, highlight=highlight, flows=flows, selected=selected)
+    span_ms = (tl["t1"] - tl["t0"]) / 1e6
+    status = (f"{span_ms:,.3f} ms from +{max(tl['t0'] - tl['run_start'], 0) / 1e6:,.3f} ms · {tl['visible_events']:,} events · "
+              f"{'exact slices' if tl['mode'] == 'exact' else 'aggregated per pixel'} · {len(tl['slices']['x0']):,} slices, "
+              f"{len(tl['buckets']['x0']):,} buckets")
+    return fig, status
+
+
+def _events_brief(rs: RunSet, run: int, ids: list[int]) -> list[dict]:
+    r = rs.get(run)
+    if not ids:
+        return []
+    recs = r.records(f"SELECT event_id, name, kind, ts_ns, dur_ns, depth, {queries.LANE_SQL} FROM events "
+                     f"WHERE event_id IN ({', '.join(str(int(i)) for i in ids)})")
+    return [queries._brief(r, e, "evidence") for e in recs]
+
+
+def _relane(rs: RunSet, tl: dict, flows: list, events: list) -> tuple[list, list]:
+    """Map y rows from the all-ranks layout to this view's layout (same lanes, fewer of them)."""
+    r = rs.get(tl["run"])
+    all_l = r.lanes(None)
+    mine = {(ln["rank"], ln["is_device"], ln["a"], ln["b"]): ln for ln in tl["lanes"]}
+
+    def move(e):
+        if not e or e.get("y") is None:
+            return None
+        for ln in all_l:
+            if ln.y0 <= e["y"] < ln.y0 + ln.rows:
+                m = mine.get((ln.rank, ln.is_device, ln.a, ln.b))
+                return {**e, "y": m["y0"] + (e["y"] - ln.y0)} if m else None
+        return None
+
+    fl = [{"from": move(f["from"]), "to": move(f["to"])} for f in flows]
+    return [f for f in fl if f["from"] and f["to"]], [x for x in map(move, events) if x]
+
+
+def clicked_event(click) -> int | None:
+    """The event id of a click on the timeline (None for a click on nothing)."""
+    if not isinstance(click, dict):
+        return None
+    pts = click.get("points")
+    if not isinstance(pts, list) or not pts or not isinstance(pts[0], dict):
+        raise CallbackInputError("click data has no point")
+    cd = pts[0].get("customdata")
+    if isinstance(cd, list):
+        cd = cd[0] if cd else None
+    if cd is None:
+        return None
+    return _as_int(cd, "event id")
+
+
+# ---- the app ---------------------------------------------------------------------------------
+def create_app(rs: RunSet):
+    import dash
+    from dash import Input, Output, State, ctx, dash_table, dcc, html, no_update
+
+    app = dash.Dash(__name__, title="Neuron Explorer", update_title=None, serve_locally=True)
+    register_api(app.server, rs)
+    run_opts = [{"label": f"{r.index}: {r.name}", "value": r.index} for r in rs.runs]
+    app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + STYLE + "</style>")
+    app.layout = html.Div([
+        html.Div([
+            html.H1("Neuron Explorer"),
+            html.Label("run"), html.Div(dcc.Dropdown(id="run-select", options=run_opts, value=0, clearable=False), className="nx-dd",
+                                   style={"width": 260, "color": "#263238"}),
+            html.Label("rank"), html.Div(dcc.Dropdown(id="rank-select", options=[], value="all", clearable=False), className="nx-dd",
+                                    style={"width": 130, "color": "#263238"}),
+            html.Button("whole run", id="reset", className="nx-btn"),
+            html.Div(id="status", className="nx-status"),
+        ], className="nx-top"),
+        html.Div(id="error", className="nx-error"),
+        html.Div(dcc.Loading(dcc.Graph(id="timeline", config={"scrollZoom": False, "displaylogo": False, "doubleClick": "autosize"},
+                                       style={"width": "100%"}), type="dot", delay_show=400), className="nx-card"),
+        html.Div([
+            html.Div([dcc.Tabs(id="tabs", value="findings", children=[
+                dcc.Tab(label="Findings", value="findings", children=[
+                    html.Div(id="findings-note", className="nx-muted"),
+                    dash_table.DataTable(id="findings", columns=[{"name": c, "id": c} for c in
+                                                                 ("severity", "title", "impact ms", "share %", "where", "rule")],
+                                         data=[], sort_action="native", filter_action="native", page_size=12,
+                                         style_cell={"fontSize": 12, "textAlign": "left", "whiteSpace": "normal", "height": "auto",
+                                                     "padding": "4px 6px", "fontFamily": "inherit"},
+                                         style_header={"fontWeight": 600, "backgroundColor": "#ECEFF1"},
+                                         style_data_conditional=[
+                                             {"if": {"filter_query": "{severity} = high", "column_id": "severity"}, "color": "#B71C1C", "fontWeight": 600},
+                                             {"if": {"filter_query": "{severity} = medium", "column_id": "severity"}, "color": "#E65100", "fontWeight": 600},
+                                             {"if": {"state": "active"}, "backgroundColor": "#FFF3E0", "border": "1px solid #FFB300"}]),
+                    html.Div(id="finding-detail", className="nx-muted", style={"marginTop": 6})]),
+                dcc.Tab(label="Operators", value="operators"), dcc.Tab(label="Kernels", value="kernels"),
+                dcc.Tab(label="Source lines", value="lines"), dcc.Tab(label="Steps", value="steps"), dcc.Tab(label="Memory", value="memory"),
+            ]), html.Div(id="tab-content")], className="nx-card"),
+            html.Div(html.Div(id="detail"), className="nx-card nx-detail"),
+        ], className="nx-grid"),
+        dcc.Store(id="view"), dcc.Store(id="selected"), dcc.Store(id="px", data=DEFAULT_WIDTH),
+    ])
+
+    def guard(n_out):
+        """Run a callback body; a NeuronExplorerError becomes a message in #error, other outputs unchanged."""
+        def deco(fn):
+            def wrapped(*a):
+                try:
+                    return (*fn(*a), "")
+                except NeuronExplorerError as e:
+                    return (*([no_update] * n_out), f"⚠ {e}")
+            return wrapped
+        return deco
+
+    app.clientside_callback("function(r) { return Math.max(400, Math.min(4000, Math.round(window.innerWidth - 260))); }",
+                            Output("px", "data"), Input("run-select", "value"))
+
+    @app.callback(Output("rank-select", "options"), Output("rank-select", "value"), Input("run-select", "value"))
+    def _ranks(run):
+        try:
+            r = rs.get(run)
+        except NeuronExplorerError:
+            return [], "all"
+        return [{"label": "all ranks", "value": "all"}] + [{"label": f"rank {k}", "value": k} for k in r.run.ranks], "all"
+
+    @app.callback(Output("view", "data"), Output("error", "children", allow_duplicate=True),
+                  Input("run-select", "value"), Input("rank-select", "value"), Input("reset", "n_clicks"),
+                  Input("timeline", "relayoutData"), Input("findings", "active_cell"), State("view", "data"),
+                  State("findings", "derived_viewport_data"), prevent_initial_call="initial_duplicate")
+    @guard(1)
+    def _view(run, rank, _reset, relayout, cell, current, findings_rows):
+        trig = ctx.triggered_id
+        trigger = {"timeline": "timeline", "findings": "findings"}.get(trig)
+        finding_index = None
+        if trigger == "findings":
+            if not isinstance(cell, dict) or not isinstance(findings_rows, list):
+                raise CallbackInputError("no finding selected")
+            row = _as_int(cell.get("row"), "row")
+            if not 0 <= row < len(findings_rows):
+                raise CallbackInputError(f"no finding row {row}")
+            finding_index = findings_rows[row].get("index")
+        if trigger == "timeline" and isinstance(relayout, dict) and not any(RANGE_KEY.match(str(k)) or k == "xaxis.autorange"
+                                                                              for k in relayout):
+            return (no_update,)  # a relayout that is not a zoom (autosize on a page resize, a legend click)
+        return (view_for(rs, trigger, run, rank, relayout, finding_index, current),)
+
+    @app.callback(Output("timeline", "figure"), Output("status", "children"), Output("error", "children", allow_duplicate=True),
+                  Input("view", "data"), Input("selected", "data"), State("px", "data"), prevent_initial_call=True)
+    @guard(2)
+    def _figure(view, selected, px):
+        return timeline_figure(rs, view, px, selected)
+
+    @app.callback(Output("selected", "data"), Output("error", "children", allow_duplicate=True),
+                  Input("timeline", "clickData"), prevent_initial_call=True)
+    @guard(1)
+    def _click(click):
+        eid = clicked_event(click)
+        return (eid if eid is not None else no_update,)
+
+    @app.callback(Output("detail", "children"), Output("error", "children", allow_duplicate=True),
+                  Input("selected", "data"), State("run-select", "value"), prevent_initial_call="initial_duplicate")
+    @guard(1)
+    def _detail(eid, run):
+        return (detail_panel(rs, run, eid),)
+
+    @app.callback(Output("tab-content", "children"), Output("error", "children", allow_duplicate=True),
+                  Input("tabs", "value"), Input("run-select", "value"), Input("rank-select", "value"), prevent_initial_call="initial_duplicate")
+    @guard(1)
+    def _tabs(tab, run, rank):
+        if tab == "findings":
+            return (None,)
+        return (tables_for(rs, run, rank, tab),)
+
+    @app.callback(Output("findings", "data"), Output("findings-note", "children"), Output("error", "children", allow_duplicate=True),
+                  Input("run-select", "value"), prevent_initial_call="initial_duplicate")
+    @guard(2)
+    def _findings(run):
+        rows = findings_for(rs, run)
+        note = f"{len(rows)} findings, ranked by impact — click one to zoom the timeline to its evidence" if rows else "no findings"
+        return rows, note
+
+    @app.callback(Output("finding-detail", "children"), Output("selected", "data", allow_duplicate=True),
+                  Output("error", "children", allow_duplicate=True),
+                  Input("view", "data"), State("run-select", "value"), prevent_initial_call=True)
+    @guard(2)
+    def _finding_detail(view, run):
+        if not isinstance(view, dict) or view.get("finding") is None:
+            return None, no_update
+        f = queries.findings(rs, run=run)["rows"][int(view["finding"])]
+        body = [html.B(f["title"]), html.Div(f["recommendation"]),
+                html.Details([html.Summary("evidence (SQL on the run's views)"), html.Pre(f["evidence_sql"], className="nx-args")])]
+        return html.Div(body, id="finding-text"), (f["event_ids"][0] if f["event_ids"] else no_update)
+
+    return app
+
+
+def warm(rs: RunSet) -> None:
+    """Compute the per-run caches (lanes, long events) and the first view, so the first page is quick."""
+    for r in rs.runs:
+        timeline_arrays(rs, run=r.index, width=DEFAULT_WIDTH)
+
+
+def serve(paths, host: str = "127.0.0.1", port: int = 8050, *, echo=print, debug: bool = False) -> None:
+    """Open the runs (a bad path raises InputError before any server starts), print the URL, serve."""
+    rs = RunSet(paths)
+    warm(rs)
+    app = create_app(rs)
+    # analyze the runs in the background so the findings panel is ready when people look
+    threading.Thread(target=lambda: [_quiet(queries.findings, rs, r.index) for r in rs.runs], daemon=True).start()
+    echo(f"Neuron Explorer dashboard: http://{host}:{port}/  (serving {len(rs.runs)} run(s); Ctrl+C to stop)")
+    app.run(host=host, port=port, debug=debug, use_reloader=False)
+
+
+def _quiet(fn, *a):
+    try:
+        fn(*a)
+    except Exception:  # noqa: BLE001  (a background warm-up; the panel shows the error when asked)
+        pass

@@ -1,0 +1,183 @@
+"""Draw a timeline view (timeline.timeline_arrays) as a plotly figure. Drawing only.
+
+Slices and per-pixel buckets are WebGL line segments (go.Scattergl, NaN-separated, one trace per
+kind and shade): hundreds of thousands of rectangles stay smooth where SVG shapes stop at a few
+thousand. x values are float32 microseconds from the window start. Each segment carries its event
+id (customdata) so a click opens that event.
+
+The figure is a plain dict (what Dash sends), with numeric arrays as plotly.js typed-array specs
+({"dtype", "bdata"}): building plotly graph objects validates every element, which costs more than
+the query on a large view.
+
+Must not: query the run (it receives plain data) or decide the level of detail.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+
+KIND_COLORS = {
+    "cpu_op": "#4C78A8",
+    "python": "#A0785A",
+    "user_annotation": "#B279A2",
+    "step": "#9E9E9E",
+    "runtime": "#F58518",
+    "kernel": "#54A24B",
+    "memcpy": "#E45756",
+    "memset": "#FF9DA6",
+    "sync": "#72B7B2",
+    "gpu_annotation": "#D4B02A",
+    "instant": "#333333",
+    "other": "#BDBDBD",
+}
+HIGHLIGHT = "#D62728"
+ROW_PX = 14
+"""Height of one nesting row in pixels."""
+NAME_CHARS = 80
+
+
+def typed(a: np.ndarray) -> dict:
+    """A plotly.js typed array (base64), float32 or int32."""
+    a = np.ascontiguousarray(a, dtype=np.float32 if a.dtype.kind == "f" else np.int32)
+    return {"dtype": "f4" if a.dtype == np.float32 else "i4", "bdata": base64.b64encode(a.tobytes()).decode()}
+
+
+def _trace(xs, ys, cd, text, name: str, color: str, width: float, **extra) -> dict:
+    return {"type": "scattergl", "mode": "lines", "x": typed(xs), "y": typed(ys), "customdata": cd,
+            "text": None if text is None else text.tolist(), "name": name, "legendgroup": name,
+            "line": {"color": color, "width": width}, "hovertemplate": "%{text}<extra></extra>", **extra}
+
+
+def _segments(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, ids: np.ndarray, names=None):
+    """NaN-separated polyline (start, middle, end, gap) per segment; hover text on the middle."""
+    n = len(x0)
+    xs = np.empty(n * 4, np.float32)
+    ys = np.empty(n * 4, np.float32)
+    xs[0::4], xs[1::4], xs[2::4], xs[3::4] = x0, (x0 + x1) / 2, x1, np.nan
+    ys[0::4] = ys[1::4] = ys[2::4] = y
+    ys[3::4] = np.nan
+    # a plain list, not a typed array: Dash copies customdata into clickData only from plain arrays
+    cd = np.repeat(ids.astype(np.int64), 4).tolist()
+    text = None
+    if names is not None:
+        text = np.full(n * 4, "", dtype=object)
+        text[1::4] = names
+    return xs, ys, cd, text
+
+
+def time_unit(span_ns: int) -> tuple[float, str]:
+    """(ns per x unit, suffix) for a window: µs for windows up to 20 ms, ms beyond (readable ticks).
+    The app converts zoom ranges back to ns with the same function."""
+    return (1000.0, " µs") if span_ns <= 20_000_000 else (1e6, " ms")
+
+
+def _kind_order(kinds: np.ndarray) -> list[str]:
+    present = set(kinds.tolist())
+    return [k for k in KIND_COLORS if k in present] + sorted(present - set(KIND_COLORS))
+
+
+def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[dict] | None = None,
+                 selected: dict | None = None) -> dict:
+    """The timeline figure. `highlight` and `selected` are events as `queries._brief` returns them
+    (ts_ns, dur_ns, y); `flows` are {from, to} pairs of such events (drawn as arrows)."""
+    lanes = tl["lanes"]
+    n_rows = max((ln["y0"] + ln["rows"] for ln in lanes), default=1)
+    has_memory = bool(tl.get("memory"))
+    t0, t1 = tl["t0"], tl["t1"]
+    unit_ns, suffix = time_unit(t1 - t0)
+    k = np.float32(1000.0 / unit_ns)  # timeline offsets are µs; the axis shows `suffix`
+    span_us = (t1 - t0) / 1000.0
+    px_us = span_us / max(tl["width"], 1)
+    lane_h = n_rows * ROW_PX
+    mem_h = 110 if has_memory else 0
+    height = lane_h + mem_h + 86  # + the top and bottom margins
+    traces: list[dict] = []
+    line_w = ROW_PX * 0.78
+
+    s = tl["slices"]
+    if len(s["x0"]):
+        x1 = np.maximum(s["x1"], s["x0"] + np.float32(px_us * 0.8))  # at least ~1 pixel, so instants show
+        kinds = np.asarray(s["kind"], dtype=object)
+        names = np.array([str(n)[:NAME_CHARS] for n in s["name"]], dtype=object)
+        durs = s["dur_ns"]
+        labels = np.array([f"{n}<br>{k} · {d / 1000:.3f} µs" for n, k, d in zip(names, kinds, durs)], dtype=object)
+        for kind in _kind_order(kinds):
+            m = kinds == kind
+            xs, ys, cd, text = _segments(s["x0"][m] * k, x1[m] * k, s["y"][m], s["event_id"][m], labels[m])
+            traces.append(_trace(xs, ys, cd, text, kind, KIND_COLORS.get(kind, "#888"), line_w))
+    b = tl["buckets"]
+    if len(b["x0"]):
+        kinds = np.asarray(b["kind"], dtype=object)
+        occ = b["occupancy"]
+        for kind in _kind_order(kinds):
+            for dense in (True, False):
+                m = (kinds == kind) & ((occ >= 0.5) == dense)
+                if not m.any():
+                    continue
+                text = np.array([f"{c} events · {o * 100:.0f}% busy · mostly {kind}" for c, o in zip(b["events"][m], occ[m])], dtype=object)
+                xs, ys, cd, txt = _segments(b["x0"][m] * k, b["x1"][m] * k, b["y"][m], b["event_id"][m], text)
+                traces.append(_trace(xs, ys, cd, txt, kind, KIND_COLORS.get(kind, "#888"), line_w,
+                                     showlegend=bool(not len(s["x0"]) and dense), opacity=1.0 if dense else 0.45))
+
+    def off(ts_ns: int) -> float:
+        return (ts_ns - t0) / unit_ns
+
+    marks = [e for e in (highlight or []) if e and e.get("y") is not None]
+    if selected and selected.get("y") is not None:
+        marks.append(selected)
+    if marks:
+        x0 = np.array([off(e["ts_ns"]) for e in marks], np.float32)
+        x1 = np.maximum(np.array([off(e["ts_ns"] + e["dur_ns"]) for e in marks], np.float32), x0 + np.float32(px_us * 2) * k)
+        xs, ys, cd, text = _segments(x0, x1, np.array([e["y"] for e in marks]), np.array([e["event_id"] for e in marks]),
+                                     np.array([str(e.get("name", ""))[:NAME_CHARS] for e in marks], dtype=object))
+        traces.append(_trace(xs, ys, cd, text, "selected", HIGHLIGHT, 3, mode="lines+markers",
+                             marker={"size": 7, "color": HIGHLIGHT, "symbol": "diamond"}, hovertemplate="%{text}<extra>selected</extra>"))
+    annotations = []
+    for f in (flows or [])[:60]:
+        src, dst = f.get("from"), f.get("to")
+        if not src or not dst or src.get("y") is None or dst.get("y") is None:
+            continue
+        # an end outside the window is pinned to its edge, so the arrow stays over the plot
+        edge = (t1 - t0) / unit_ns
+        annotations.append({"x": min(max(off(dst["ts_ns"]), 0.0), edge), "y": dst["y"],
+                            "ax": min(max(off(src["ts_ns"]), 0.0), edge), "ay": src["y"], "xref": "x", "yref": "y",
+                            "axref": "x", "ayref": "y", "showarrow": True, "arrowhead": 3, "arrowwidth": 1.6,
+                            "arrowcolor": HIGHLIGHT, "text": ""})
+    shapes = []
+    steps = tl.get("steps") or []
+    for st in steps[:200]:
+        shapes.append({"type": "line", "x0": st["x0"] * float(k), "x1": st["x0"] * float(k), "yref": "paper", "y0": 0, "y1": 1, "xref": "x",
+                       "line": {"color": "rgba(60,60,60,0.45)", "width": 1, "dash": "dot"}})
+        if len(steps) <= 30:
+            annotations.append({"x": max(st["x0"] * float(k), 0), "y": 1, "yref": "paper", "xref": "x", "text": f"step {st['step']}",
+                                "showarrow": False, "xanchor": "left", "yanchor": "bottom", "font": {"size": 10, "color": "#555"}})
+
+    if has_memory:
+        for series in tl["memory"]:
+            traces.append({"type": "scatter", "x": typed(np.asarray(series["x"], np.float32) * k),
+                           "y": typed(np.asarray(series["bytes"], np.float64).astype(np.float32) / np.float32(2**20)),
+                           "mode": "lines", "line": {"shape": "hv", "color": "#7F3C8D", "width": 1.5}, "name": series["label"],
+                           "yaxis": "y2", "hovertemplate": "%{y:.2f} MiB<extra>" + series["label"] + "</extra>"})
+    dom_split = mem_h / (lane_h + mem_h) if has_memory else 0
+    tick_vals = [ln["y0"] for ln in lanes]
+    tick_text = [ln["label"] for ln in lanes]
+    layout = dict(
+        height=height,
+        margin={"l": 190, "r": 20, "t": 30, "b": 56},
+        plot_bgcolor="#FFFFFF", paper_bgcolor="#FFFFFF",
+        font={"family": "Inter, Segoe UI, Helvetica, Arial, sans-serif", "size": 11, "color": "#263238"},
+        dragmode="zoom", hovermode="closest", hoverdistance=12, showlegend=True,
+        # under the time axis labels (26 px below the plot area), clear of the step labels on top
+        legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -26 / max(height - 86, 1), "yanchor": "top", "font": {"size": 10}},
+        xaxis={"range": [0, span_us * float(k)], "title": None, "showgrid": True, "gridcolor": "#EEF1F4", "zeroline": False,
+               "ticksuffix": suffix, "anchor": "y2" if has_memory else "y"},
+        yaxis={"range": [n_rows - 0.5, -0.8], "tickvals": tick_vals, "ticktext": tick_text, "showgrid": False, "zeroline": False,
+               "fixedrange": True, "domain": [dom_split + (0.02 if has_memory else 0), 1], "tickfont": {"size": 10}},
+        shapes=shapes, annotations=annotations, uirevision=f"{tl['run']}-{tl['rank']}-{t0}-{t1}",
+    )
+    if has_memory:
+        layout["yaxis2"] = {"domain": [0, dom_split - 0.02], "title": {"text": "MiB", "font": {"size": 10}},
+                            "fixedrange": True, "gridcolor": "#EEF1F4", "rangemode": "tozero"}
+    return {"data": traces, "layout": layout}

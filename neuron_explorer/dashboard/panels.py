@@ -1,0 +1,117 @@
+"""The panels below the timeline: the event panel, the tables tabs and the findings rows.
+
+Plain functions of the RunSet and callback inputs, returning Dash components or rows; app.py wires
+them to callbacks. Must not: query the run itself (queries.py does).
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..errors import NeuronExplorerError
+from . import queries
+from .runs import RunSet
+
+
+class CallbackInputError(NeuronExplorerError):
+    """Input a callback cannot use (malformed relayout or click data, unknown ids)."""
+
+
+def detail_panel(rs: RunSet, run, event_id):
+    """The event panel: name, times, shapes, module, the chain source → operator → launch → kernel,
+    and the user's source code."""
+    from dash import html
+
+    if event_id is None:
+        return html.Div([html.H3("Nothing selected"),
+                         html.Div("Click a slice on the timeline to see its chain from your source "
+                                  "line down to the kernel.", className="nx-muted")])
+    d = queries.event(rs, run=run, event_id=event_id)
+    fmt = lambda ns: f"{ns / 1000:,.3f} µs" if ns < 10**6 else f"{ns / 1e6:,.3f} ms"  # noqa: E731
+    where = (f"rank {d['rank']} · device {d['device']} · stream {d['stream']}" if d["device"] is not None
+             else f"rank {d['rank']} · pid {d['pid']} · tid {d['tid']}")
+    kv = [("kind", f"{d['kind']} ({d['category']})"), ("start", f"+{d['start_ms']:,.6f} ms"), ("duration", fmt(d["dur_ns"])),
+          ("where", where), ("step", d["step"] if d["step"] is not None else "—"), ("module", d["module_path"] or "—")]
+    shapes = {k: v for k, v in d["args"].items() if k in ("Input Dims", "Input type", "Input Strides", "grid", "block")}
+    items = []
+    for c in d["chain"]:
+        label = c["name"] if c["role"] == "source" else f"{c['name']}  ({fmt(c['dur_ns'])})"
+        items.append(html.Li([html.B(c["role"]), html.Span(label)]))
+    children = [
+        html.H3(d["name"], id="detail-name"),
+        html.Div([x for k, v in kv for x in (html.Div(k), html.Div(str(v)))], className="nx-kv"),
+        html.Div("chain", className="nx-muted", style={"marginTop": "8px"}),
+        html.Ul(items, className="nx-chain", id="detail-chain"),
+    ]
+    src = d["source"]
+    if src is not None:
+        head = f"{src['file']}:{src['line']}  {src['function']}" + ("  (def line: imported traces only hold these)" if src["line_kind"] == "def" else "")
+        children.append(html.Div(head, className="nx-muted", id="detail-source-line"))
+        if src["readable"]:
+            children.append(html.Div([html.Div([html.Span(str(x["line"]), className="ln"), x["text"]], className="cur" if x["current"] else None)
+                                      for x in src["lines"]], className="nx-src", id="detail-source"))
+        else:
+            children.append(html.Div(src.get("reason", "source not readable"), className="nx-muted", id="detail-source"))
+    else:
+        children.append(html.Div("no source line recorded for this event (record with with_stack=True)", className="nx-muted",
+                                 id="detail-source-line"))
+    if shapes:
+        children += [html.Div("shapes", className="nx-muted"), html.Pre(json.dumps(shapes), className="nx-args")]
+    if d["args"]:
+        children += [html.Details([html.Summary("all args", className="nx-muted"), html.Pre(json.dumps(d["args"], indent=1), className="nx-args")])]
+    return html.Div(children)
+
+
+def _columns(rows: list[dict], ns_cols: tuple[str, ...]) -> tuple[list[dict], list[dict]]:
+    """DataTable columns and rows, with *_ns shown as ms (numbers, so they sort)."""
+    if not rows:
+        return [], []
+    cols, out = [], []
+    for k in rows[0]:
+        if k in ("ts_ns",):
+            continue
+        name = k.replace("_ns", " (ms)") if k.endswith("_ns") else k.replace("_", " ")
+        cols.append({"name": name, "id": k, "type": "numeric" if isinstance(rows[0][k], (int, float)) else "text"})
+    for r in rows:
+        out.append({k: (round(v / 1e6, 4) if k.endswith("_ns") and isinstance(v, (int, float)) else v) for k, v in r.items()})
+    return cols, out
+
+
+def tables_for(rs: RunSet, run, rank, tab: str):
+    from dash import dash_table, dcc, html
+
+    if tab == "memory":
+        mem = queries.memory(rs, run=run, rank=rank)
+        if not mem["series"]:
+            return html.Div("no memory events in this run (record with profile_memory=True)", className="nx-muted")
+        import plotly.graph_objects as go
+
+        fig = go.Figure([go.Scatter(x=s["x_ms"], y=[b / 2**20 for b in s["bytes"]], name=s["label"], mode="lines",
+                                    line={"shape": "hv"}) for s in mem["series"]])
+        fig.update_layout(template=go.layout.Template(), height=320, margin={"l": 60, "r": 20, "t": 20, "b": 40},
+                          xaxis={"title": "ms from run start", "gridcolor": "#EEF1F4"}, yaxis={"title": "allocated MiB", "gridcolor": "#EEF1F4"})
+        return dcc.Graph(figure=fig, id="memory-graph")
+    fn = {"operators": queries.operators, "kernels": queries.kernels, "lines": queries.source_lines, "steps": queries.steps}.get(tab)
+    if fn is None:
+        raise CallbackInputError(f"unknown tab {tab!r}")
+    data = fn(rs, run=run, rank=rank)
+    cols, rows = _columns(data["rows"], ())
+    if not rows:
+        why = {"lines": "no user source lines in this run (record with with_stack=True)", "kernels": "no device work in this run",
+               "steps": "no ProfilerStep ranges in this run (call prof.step())"}.get(tab, "nothing to show")
+        return html.Div(why, className="nx-muted")
+    note = html.Div(f"first {len(rows)} of {data.get('total_rows')} rows", className="nx-muted") if data.get("truncated") else None
+    return html.Div([note, dash_table.DataTable(
+        id=f"table-{tab}", columns=cols, data=rows, sort_action="native", filter_action="native", page_size=15,
+        style_table={"overflowX": "auto"}, style_cell={"fontSize": 12, "fontFamily": "inherit", "maxWidth": 420,
+                                                       "overflow": "hidden", "textOverflow": "ellipsis", "padding": "3px 6px"},
+        style_header={"fontWeight": 600, "backgroundColor": "#ECEFF1"}, tooltip_duration=None,
+        tooltip_data=[{"name": {"value": str(r.get("name", "")), "type": "text"}} for r in rows] if "name" in rows[0] else None)])
+
+
+def findings_for(rs: RunSet, run):
+    """Rows for the findings table (ranked by impact, as the analyzer ranks them)."""
+    data = queries.findings(rs, run=run)
+    return [{"index": f["index"], "severity": f["severity"], "title": f["title"], "impact ms": round(f["impact_ms"], 3),
+             "share %": round(100 * f["impact_share"], 1), "where": f["source"] or f["location"].get("op") or f["location"].get("kernel") or "",
+             "rule": f["rule_id"]} for f in data["rows"]]

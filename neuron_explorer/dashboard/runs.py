@@ -1,0 +1,176 @@
+"""The runs a dashboard serves, opened once, addressed by index (never by a path from a request).
+
+`RunSet` opens every run it is given up front (a bad path raises InputError before any server
+starts), keeps one DuckDB connection per run behind a lock (the web server is threaded and a
+DuckDB connection must not run two statements at once), and caches the per-run facts that every
+timeline query needs: the lanes, the time span, and the few very long events that would otherwise
+defeat row-group pruning.
+
+Must not: open a path that arrives in a request, or read a file that the run's frames do not name.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import NeuronExplorerError
+from ..store import Run, open_run
+
+# Lane identity of an event: device events (those with a `device`, see schema.DEVICE_KINDS) go to
+# (rank, device, stream), host events to (rank, pid, tid). pid/tid that were not integers in the
+# trace are kept in pid_text. Testing `device IS NOT NULL` rather than the kind keeps the per-row
+# cost of a 2-million-event scan low.
+LANE_SQL = ("rank, (device IS NOT NULL) AS is_device, coalesce(device, pid) AS lane_a, "
+            "CASE WHEN device IS NOT NULL THEN coalesce(stream, tid) ELSE tid END AS lane_b, "
+            "coalesce(pid_text, '') AS lane_text")
+
+MAX_DEPTH_ROWS = 32
+"""Nesting rows drawn per lane; deeper slices are drawn on the last row (it says so in the label)."""
+
+LONG_EVENTS = 4096
+"""At most this many of the longest events are kept in memory per run; every other event is
+shorter than the run's `short_max_dur_ns`, which bounds how far before a window a query must look."""
+
+
+class QueryError(NeuronExplorerError):
+    """A request the dashboard cannot answer (bad parameter, unknown run or event)."""
+
+
+@dataclass
+class Lane:
+    index: int
+    rank: int
+    is_device: bool
+    a: int | None  # pid, or device index
+    b: int | None  # tid, or stream
+    text: str
+    rows: int  # nesting rows drawn (max depth + 1, capped)
+    y0: int = 0  # first row on the timeline's y axis
+
+    @property
+    def label(self) -> str:
+        if self.is_device:
+            return f"r{self.rank} device {self.a} stream {self.b}"
+        if self.text:
+            return f"r{self.rank} {self.text}"
+        if self.a is None:
+            return f"r{self.rank} (no thread)"
+        return f"r{self.rank} pid {self.a} tid {self.b}"
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "rank": self.rank, "is_device": self.is_device, "a": self.a, "b": self.b,
+                "label": self.label, "rows": self.rows, "y0": self.y0}
+
+
+@dataclass
+class OpenRun:
+    index: int
+    path: Path
+    run: Run
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    _facts: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def query(self, sql: str, params: list | None = None):
+        """(column names, rows) of one statement, serialised on this run's connection."""
+        with self.lock:
+            cur = self.run.con.execute(sql, params or [])
+            cols = [d[0] for d in cur.description]
+            return cols, cur.fetchall()
+
+    def arrow(self, sql: str, params: list | None = None):
+        with self.lock:
+            return self.run.con.sql(sql, params=params or None).to_arrow_table()
+
+    def records(self, sql: str, params: list | None = None) -> list[dict]:
+        cols, rows = self.query(sql, params)
+        return [dict(zip(cols, r)) for r in rows]
+
+    # ---- cached facts -------------------------------------------------------------------
+    def span(self) -> tuple[int, int]:
+        """(first start, last end) of all events, ns."""
+        if "span" not in self._facts:
+            _, rows = self.query("SELECT min(ts_ns), max(ts_ns + dur_ns) FROM events")
+            t0, t1 = rows[0]
+            self._facts["span"] = (int(t0 or 0), int(t1 or 0))
+        return self._facts["span"]
+
+    def lanes(self, rank: int | None) -> list[Lane]:
+        key = ("lanes", rank)
+        if key not in self._facts:
+            where = "" if rank is None else f"WHERE rank = {int(rank)}"
+            _, rows = self.query(f"SELECT {LANE_SQL}, max(depth) AS max_depth FROM events {where} "
+                                 "GROUP BY ALL ORDER BY rank, is_device, lane_a NULLS FIRST, lane_b NULLS FIRST, lane_text")
+            lanes, y = [], 0
+            for i, (rk, dev, a, b, text, depth) in enumerate(rows):
+                rows_ = min(int(depth or 0) + 1, MAX_DEPTH_ROWS)
+                lanes.append(Lane(i, int(rk), bool(dev), a, b, text, rows_, y))
+                y += rows_ + 1  # one empty row between lanes
+            self._facts[key] = lanes
+        return self._facts[key]
+
+    def long_events(self):
+        """(short_max_dur_ns, the longest events as an Arrow table): every event not in the table
+        has dur_ns <= short_max_dur_ns (-1 when every event is in the table)."""
+        if "long" not in self._facts:
+            _, rows = self.query(f"SELECT count(*) FROM events")
+            n = rows[0][0]
+            if n <= LONG_EVENTS:
+                threshold = -1  # every event is "long": all are kept
+            else:
+                _, rows = self.query("SELECT dur_ns FROM events ORDER BY dur_ns DESC LIMIT 1 OFFSET ?", [LONG_EVENTS])
+                threshold = int(rows[0][0])
+            tbl = self.arrow(f"SELECT event_id, kind, name, ts_ns, dur_ns, depth, {LANE_SQL} FROM events WHERE dur_ns > ?",
+                             [threshold])
+            self._facts["long"] = (threshold, tbl)
+        return self._facts["long"]
+
+    def steps(self) -> list[dict]:
+        """Every profiler step of every rank (rank, step, ts_ns, dur_ns), in time order."""
+        if "steps" not in self._facts:
+            self._facts["steps"] = self.records("SELECT rank, step, ts_ns, dur_ns FROM steps ORDER BY ts_ns, rank")
+        return self._facts["steps"]
+
+    def frame_file(self, frame_id: int) -> tuple[str, int, str] | None:
+        _, rows = self.query("SELECT file, line, function FROM frames WHERE frame_id = ?", [int(frame_id)])
+        return tuple(rows[0]) if rows else None
+
+    def source_roots(self) -> list[Path]:
+        """Where relative frame paths are looked up: the folders of the imported traces, then the
+        folder the run lives in. Never a folder a request names."""
+        roots: list[Path] = []
+        for src in self.run.manifest.get("sources") or []:
+            p = src.get("path") if isinstance(src, dict) else None
+            if isinstance(p, str):
+                roots.append(Path(p).parent)
+        roots.append(self.path.resolve().parent)
+        return roots
+
+
+class RunSet:
+    """The runs one dashboard serves, by index."""
+
+    def __init__(self, paths: list[Path | str]):
+        if not paths:
+            raise NeuronExplorerError("give at least one run directory")
+        self.runs: list[OpenRun] = []
+        for i, p in enumerate(paths):
+            self.runs.append(OpenRun(i, Path(p), open_run(p)))  # raises InputError for a bad path
+
+    def get(self, index) -> OpenRun:
+        try:
+            i = int(index)
+        except (TypeError, ValueError):
+            raise QueryError(f"run must be a run index (0..{len(self.runs) - 1}), got {index!r}") from None
+        if not 0 <= i < len(self.runs):
+            raise QueryError(f"no run {i}: this dashboard serves runs 0..{len(self.runs) - 1}")
+        return self.runs[i]
+
+    def close(self) -> None:
+        for r in self.runs:
+            r.run.close()

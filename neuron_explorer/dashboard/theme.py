@@ -1,0 +1,29 @@
+"""The dashboard's look: one stylesheet, inlined into the page (no external assets to fetch)."""
+
+STYLE = """
+body { margin: 0; background: #F4F6F8; font-family: Inter, 'Segoe UI', Helvetica, Arial, sans-serif; color: #263238; }
+.nx-top { display: flex; align-items: center; gap: 14px; padding: 8px 16px; background: #1F2A36; color: #ECEFF1; }
+.nx-top h1 { font-size: 17px; margin: 0 12px 0 0; font-weight: 600; letter-spacing: .2px; }
+.nx-top .nx-dd { flex: 0 0 auto; }
+.nx-top label { font-size: 12px; color: #B0BEC5; }
+.nx-btn { background: #37474F; color: #ECEFF1; border: 1px solid #546E7A; border-radius: 4px; padding: 5px 10px; cursor: pointer; font-size: 12px; }
+.nx-btn:hover { background: #455A64; }
+.nx-status { font-size: 12px; color: #B0BEC5; margin-left: auto; }
+.nx-card { background: #FFF; border-radius: 6px; box-shadow: 0 1px 3px rgba(0,0,0,.08); margin: 10px 12px; padding: 8px 10px; }
+.nx-grid { display: grid; grid-template-columns: minmax(0, 3fr) minmax(0, 2fr); gap: 0; }
+.nx-detail h3 { margin: 2px 0 6px 0; font-size: 15px; word-break: break-all; }
+.nx-kv { display: grid; grid-template-columns: 110px 1fr; font-size: 12px; row-gap: 2px; }
+.nx-kv div:nth-child(odd) { color: #78909C; }
+.nx-chain { list-style: none; padding: 0; margin: 6px 0; font-size: 12px; }
+.nx-chain li { padding: 3px 6px; border-left: 3px solid #90A4AE; margin: 2px 0; background: #FAFBFC; }
+.nx-chain li b { display: inline-block; min-width: 92px; color: #546E7A; font-weight: 600; }
+.nx-src { font-family: 'JetBrains Mono', Menlo, Consolas, monospace; font-size: 11.5px; background: #263238; color: #ECEFF1;
+          border-radius: 4px; padding: 6px 0; margin: 6px 0; overflow-x: auto; }
+.nx-src div { white-space: pre; padding: 0 10px; }
+.nx-src .cur { background: #FFB30033; border-left: 3px solid #FFB300; }
+.nx-src span.ln { color: #78909C; display: inline-block; width: 42px; text-align: right; margin-right: 10px; }
+.nx-muted { color: #78909C; font-size: 12px; }
+.nx-error { color: #B71C1C; font-size: 12px; margin: 4px 12px; }
+.nx-args { font-family: Menlo, Consolas, monospace; font-size: 11px; background: #F5F7F9; padding: 6px; border-radius: 4px;
+           max-height: 180px; overflow: auto; white-space: pre-wrap; }
+"""

@@ -1,0 +1,315 @@
+"""The timeline view with level of detail decided on the server.
+
+For a window [t0, t1) drawn `width` pixels wide, one pixel is a bucket of b = (t1 - t0) / width ns.
+- When at most EXACT_CAP events are visible, every one is sent as an exact slice.
+- Otherwise the widest visible events (all wider than MIN_EXACT_PX pixels, at most EXACT_CAP of
+  them) are sent exactly, and every other event is folded into per-lane, per-row, per-pixel
+  buckets: occupancy (the share of the pixel's time covered by events), the number of events, the
+  kind that covers most of it, and the event that covers most of it (what a click opens).
+So the browser gets at most EXACT_CAP slices plus (rows x width) buckets, at any trace size.
+
+Times are sent as float offsets in microseconds from the window start (float32 in the figure),
+never as absolute nanoseconds. The lower time bound of the scan is t0 - short_max_dur so that
+row-group statistics prune (rows are sorted by ts_ns); the few longer events are kept in memory.
+
+Must not: draw anything (figure.py does), or read anything but the run's tables.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
+
+from .runs import LANE_SQL, MAX_DEPTH_ROWS, OpenRun, QueryError, RunSet
+
+EXACT_CAP = 6000
+"""Most exact slices sent for one view."""
+MIN_EXACT_PX = 2.0
+"""When aggregating, only events at least this many pixels wide are sent as exact slices."""
+MAX_WIDTH_PX = 4000
+PYRAMID_BUCKETS = 1 << 16
+"""Fine time buckets over the whole run in the pre-aggregated pyramid (see _pyramid)."""
+PYRAMID_PX_FACTOR = 8
+"""A window uses the pyramid when one pixel spans at least this many fine buckets."""
+
+
+def _int(v, name: str, default=None):
+    if v is None or v == "":
+        if default is None:
+            raise QueryError(f"{name} is required")
+        return default
+    if isinstance(v, bool):
+        raise QueryError(f"{name} must be an integer, got {v!r}")
+    if isinstance(v, int):
+        return v  # exact: ns timestamps need all 64 bits, a float keeps only 53
+    try:
+        return int(str(v).strip())
+    except ValueError:
+        pass
+    try:
+        return int(float(v))  # 1e9 in a query string is fine; nan/inf are not
+    except (TypeError, ValueError, OverflowError):
+        raise QueryError(f"{name} must be an integer, got {v!r}") from None
+
+
+def parse_window(r: OpenRun, t0, t1, width) -> tuple[int, int, int]:
+    start, end = r.span()
+    t0 = _int(t0, "t0", start)
+    t1 = _int(t1, "t1", end + 1)  # the window is [t0, t1): + 1 keeps an instant at the very end
+    width = _int(width, "width", 1500)
+    if not 10 <= width <= MAX_WIDTH_PX:
+        raise QueryError(f"width must be between 10 and {MAX_WIDTH_PX} pixels, got {width}")
+    if t1 <= t0:
+        t1 = t0 + 1
+    return t0, t1, width
+
+
+def parse_rank(r: OpenRun, rank) -> int | None:
+    if rank is None or rank == "" or rank == "all":
+        return None
+    rk = _int(rank, "rank")
+    if rk not in r.run.ranks:
+        raise QueryError(f"rank {rk} is not in this run (ranks {r.run.ranks})")
+    return rk
+
+
+def _lanes_table(r: OpenRun, rank: int | None) -> str:
+    """Name of a registered table mapping lane identity to its first y row (registered once)."""
+    import pyarrow as pa
+
+    name = f"_nx_lanes_{'all' if rank is None else rank}"
+    key = ("lanes_tbl", rank)
+    if key not in r._facts:
+        lanes = r.lanes(rank)
+        tbl = pa.table({
+            "l_rank": pa.array([ln.rank for ln in lanes], pa.int32()),
+            "l_dev": pa.array([ln.is_device for ln in lanes], pa.bool_()),
+            "l_a": pa.array([ln.a for ln in lanes], pa.int64()),
+            "l_b": pa.array([ln.b for ln in lanes], pa.int64()),
+            "l_text": pa.array([ln.text for ln in lanes], pa.string()),
+            "l_y0": pa.array([ln.y0 for ln in lanes], pa.int64()),
+            "l_rows": pa.array([ln.rows for ln in lanes], pa.int64()),
+        })
+        with r.lock:
+            r.run.con.register(name, tbl)
+        r._facts[key] = name
+    return r._facts[key]
+
+
+def _long_table(r: OpenRun) -> tuple[int, str]:
+    threshold, tbl = r.long_events()
+    name = "_nx_long"
+    if "long_tbl" not in r._facts:
+        import pyarrow as pa
+
+        with r.lock:
+            r.run.con.register(name, tbl)
+        r._facts["long_tbl"] = name
+    return threshold, name
+
+
+def _window_sql(r: OpenRun, rank: int | None, t0: int, t1: int) -> tuple[str, list]:
+    """A CTE `win` of the visible events (lane columns, no y yet), and its parameters."""
+    threshold, _ = _long_table(r)
+    rank_where = "" if rank is None else f" AND rank = {int(rank)}"
+    cols = f"event_id, kind, name, ts_ns, dur_ns, depth, {LANE_SQL}"
+    parts, params = [], []
+    if threshold >= 0:
+        parts.append(f"SELECT {cols} FROM events WHERE ts_ns >= ? AND ts_ns < ? AND ts_ns + dur_ns >= ? AND dur_ns <= ?{rank_where}")
+        params += [t0 - threshold, t1, t0, threshold]
+    lw, lp = _long_window(r, rank, t0, t1)
+    parts.append(lw)
+    params += lp
+    body = " UNION ALL ".join(parts)
+    return f"WITH win AS ({body}) ", params
+
+
+def _long_window(r: OpenRun, rank: int | None, t0: int, t1: int) -> tuple[str, list]:
+    """The in-memory long events that overlap the window."""
+    _, long_name = _long_table(r)
+    rank_where = "" if rank is None else f" AND rank = {int(rank)}"
+    return (f"SELECT event_id, kind, name, ts_ns, dur_ns, depth, rank, is_device, lane_a, lane_b, lane_text "
+            f"FROM {long_name} WHERE ts_ns < ? AND ts_ns + dur_ns >= ?{rank_where}", [t1, t0])
+
+
+def _y_join(r: OpenRun, rank: int | None, inner: str) -> str:
+    """`inner` (a query with lane columns and `depth`) with each row's y row on the timeline."""
+    lanes = _lanes_table(r, rank)
+    return (f"SELECT q.*, l_y0 + least(coalesce(q.depth, 0), l_rows - 1) AS y FROM ({inner}) q JOIN {lanes} "
+            "ON q.rank = l_rank AND q.is_device = l_dev AND q.lane_a IS NOT DISTINCT FROM l_a "
+            "AND q.lane_b IS NOT DISTINCT FROM l_b AND q.lane_text = l_text")
+
+
+def timeline_arrays(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None) -> dict:
+    """The timeline of one window as numpy arrays (see the module docstring); `timeline` is its JSON form."""
+    r = rs.get(run)
+    rank = parse_rank(r, rank)
+    t0, t1, width = parse_window(r, t0, t1, width)
+    bucket = max(1.0, (t1 - t0) / width)
+    cte, params = _window_sql(r, rank, t0, t1)
+    threshold, _ = _long_table(r)
+    min_exact = int(MIN_EXACT_PX * bucket) - 1  # an exact slice is wider than this when aggregating
+    if 0 <= threshold < min_exact:
+        # A wide window: only the in-memory long events can be wide enough to be exact slices, so
+        # the raw events are only aggregated, never sorted.
+        lw, lp = _long_window(r, rank, t0, t1)
+        top = r.arrow(f"WITH win AS ({lw}) " + _y_join(r, rank, "SELECT * FROM win ORDER BY dur_ns DESC LIMIT ?"), lp + [EXACT_CAP + 1])
+        durs = top["dur_ns"].to_numpy(zero_copy_only=False)
+        cutoff = max(int(durs.min()) if top.num_rows > EXACT_CAP else -1, min_exact)
+    else:
+        # The widest visible events first: when there are at most EXACT_CAP, that is all of them.
+        top = r.arrow(cte + _y_join(r, rank, "SELECT * FROM win ORDER BY dur_ns DESC LIMIT ?"), params + [EXACT_CAP + 1])
+        if top.num_rows <= EXACT_CAP:
+            cutoff = -1
+        else:
+            cutoff = max(int(top["dur_ns"].to_numpy(zero_copy_only=False).min()), min_exact)
+    exact = top if cutoff < 0 else top.filter(pa.compute.greater(top["dur_ns"], cutoff))
+    out = {
+        "run": r.index, "rank": rank, "t0": t0, "t1": t1, "width": width, "bucket_ns": bucket,
+        "run_start": r.span()[0], "run_end": r.span()[1], "visible_events": exact.num_rows,
+        "lanes": [ln.to_dict() for ln in r.lanes(rank)],
+        "mode": "exact" if cutoff < 0 else "aggregated",
+    }
+    ts = exact["ts_ns"].to_numpy(zero_copy_only=False).astype(np.int64)
+    dur = exact["dur_ns"].to_numpy(zero_copy_only=False).astype(np.int64)
+    start = np.maximum(ts, t0)
+    end = np.minimum(ts + dur, t1)
+    out["slices"] = {
+        "x0": ((start - t0) / 1000.0).astype(np.float32),
+        "x1": ((end - t0) / 1000.0).astype(np.float32),
+        "y": exact["y"].to_numpy(zero_copy_only=False).astype(np.int32),
+        "kind": exact["kind"].to_numpy(zero_copy_only=False).astype(object),
+        "name": exact["name"].to_numpy(zero_copy_only=False).astype(object),
+        "event_id": exact["event_id"].to_numpy(zero_copy_only=False).astype(np.int64),
+        "dur_ns": dur,
+    }
+    if cutoff >= 0:
+        b = float(bucket)
+        # Each residual event is counted in the pixel where it starts (they are narrower than
+        # MIN_EXACT_PX unless there were more than EXACT_CAP wide ones); the bucket is drawn from its
+        # pixel to the furthest end of its events, so an overflowing wide event keeps its extent.
+        lane = "rank, is_device, lane_a, lane_b, lane_text"
+        pyr = _pyramid(r) if 0 <= threshold < cutoff else None
+        if pyr is not None and b >= PYRAMID_PX_FACTOR * pyr[1]:
+            agg = r.arrow(_pyramid_sql(r, rank, t0, t1, b, cutoff, pyr))
+        else:
+            agg = r.arrow(
+                cte + _y_join(r, rank, f"""SELECT {lane}, least(coalesce(depth, 0), {MAX_DEPTH_ROWS - 1}) AS depth,
+                      floor((greatest(ts_ns, {t0}) - {t0}) / {b})::BIGINT AS bucket,
+                      sum(least(ts_ns + dur_ns, {t1}) - greatest(ts_ns, {t0})) / {b} AS occupancy,
+                      max(least(ts_ns + dur_ns, {t1})) - {t0} AS end_offset, count(*) AS events,
+                      arg_max(kind, dur_ns) AS kind, arg_max(event_id, dur_ns) AS event_id
+                      FROM win WHERE dur_ns <= ? GROUP BY ALL"""),
+                params + [cutoff])
+        out["visible_events"] += int(pa.compute.sum(agg["events"]).as_py() or 0)
+        bk = agg["bucket"].to_numpy(zero_copy_only=False).astype(np.float64)
+        out["buckets"] = {
+            "x0": (bk * b / 1000.0).astype(np.float32),
+            "x1": (np.maximum((bk + 1) * b, agg["end_offset"].to_numpy(zero_copy_only=False)) / 1000.0).astype(np.float32),
+            "y": agg["y"].to_numpy(zero_copy_only=False).astype(np.int32),
+            "occupancy": np.minimum(agg["occupancy"].to_numpy(zero_copy_only=False), 1.0).astype(np.float32),
+            "events": agg["events"].to_numpy(zero_copy_only=False).astype(np.int64),
+            "kind": agg["kind"].to_numpy(zero_copy_only=False).astype(object),
+            "event_id": agg["event_id"].to_numpy(zero_copy_only=False).astype(np.int64),
+        }
+    else:
+        out["buckets"] = {k: np.zeros(0, np.float32) for k in ("x0", "x1", "y", "occupancy", "events", "kind", "event_id")}
+    out["steps"] = steps_in_window(r, rank, t0, t1)
+    out["memory"] = memory_track(r, rank, t0, t1, width)
+    return out
+
+
+def _pyramid(r: OpenRun):
+    """(table name, fine bucket ns, run start) of the run's pre-aggregated short events, built once.
+
+    Every event not kept in memory (dur_ns <= short_max_dur) is counted in one of PYRAMID_BUCKETS
+    fine time buckets per lane row: busy time, count, furthest end, and the longest event with its
+    kind. A wide window re-buckets these rows instead of scanning millions of events; it is only
+    used when a pixel spans at least PYRAMID_PX_FACTOR fine buckets, so attributing an event to its
+    fine bucket's start moves it by at most 1/PYRAMID_PX_FACTOR of a pixel.
+    """
+    if "pyramid" not in r._facts:
+        threshold, _ = r.long_events()
+        if threshold < 0:
+            r._facts["pyramid"] = None
+            return None
+        start, end = r.span()
+        fine = max(1, -(-(end + 1 - start) // PYRAMID_BUCKETS))
+        tbl = r.arrow(f"""SELECT {LANE_SQL}, least(coalesce(depth, 0), {MAX_DEPTH_ROWS - 1}) AS depth,
+                (ts_ns - {start}) // {fine} AS fine_bucket, sum(dur_ns) AS busy, count(*) AS n, max(ts_ns + dur_ns) AS end_max,
+                arg_max(kind, dur_ns) AS kind, arg_max(event_id, dur_ns) AS event_id, max(dur_ns) AS dur
+                FROM events WHERE dur_ns <= {threshold} GROUP BY ALL""")
+        with r.lock:
+            r.run.con.register("_nx_pyramid", tbl)
+        r._facts["pyramid"] = ("_nx_pyramid", fine, start)
+    return r._facts["pyramid"]
+
+
+def _pyramid_sql(r: OpenRun, rank: int | None, t0: int, t1: int, b: float, cutoff: int, pyr) -> str:
+    """Per-pixel buckets of a wide window: the pyramid's fine buckets re-bucketed, plus the
+    in-memory long events that are not exact slices."""
+    name, fine, start = pyr
+    _, long_name = _long_table(r)
+    rw = "" if rank is None else f" AND rank = {int(rank)}"
+    lane = "rank, is_device, lane_a, lane_b, lane_text"
+    inner = f"""WITH p AS (
+          SELECT {lane}, depth, greatest(floor(({start} + fine_bucket * {fine} - {t0}) / {b}), 0)::BIGINT AS bucket,
+                 busy, n, end_max, kind, event_id, dur
+          FROM {name} WHERE {start} + fine_bucket * {fine} < {t1} AND end_max >= {t0}{rw}),
+        l AS (
+          SELECT {lane}, least(coalesce(depth, 0), {MAX_DEPTH_ROWS - 1}) AS depth,
+                 floor((greatest(ts_ns, {t0}) - {t0}) / {b})::BIGINT AS bucket,
+                 least(ts_ns + dur_ns, {t1}) - greatest(ts_ns, {t0}) AS busy, 1 AS n, ts_ns + dur_ns AS end_max,
+                 kind, event_id, dur_ns AS dur
+          FROM {long_name} WHERE ts_ns < {t1} AND ts_ns + dur_ns >= {t0} AND dur_ns <= {int(cutoff)}{rw}),
+        u AS (SELECT * FROM p UNION ALL SELECT * FROM l)
+        SELECT {lane}, depth, bucket, sum(busy) / {b} AS occupancy, least(max(end_max), {t1}) - {t0} AS end_offset,
+               sum(n) AS events, arg_max(kind, dur) AS kind, arg_max(event_id, dur) AS event_id FROM u GROUP BY ALL"""
+    return _y_join(r, rank, inner)
+
+
+def steps_in_window(r: OpenRun, rank: int | None, t0: int, t1: int, limit: int = 400) -> list[dict]:
+    """Profiler steps that overlap the window: step number, rank, start and end offsets (us)."""
+    recs = [x for x in r.steps() if x["ts_ns"] < t1 and x["ts_ns"] + x["dur_ns"] > t0 and (rank is None or x["rank"] == rank)][:limit]
+    return [{"rank": x["rank"], "step": x["step"], "x0": (x["ts_ns"] - t0) / 1000.0,
+             "x1": (x["ts_ns"] + x["dur_ns"] - t0) / 1000.0} for x in recs]
+
+
+def memory_track(r: OpenRun, rank: int | None, t0: int, t1: int, width: int) -> list[dict]:
+    """Allocated bytes over the window, per (rank, device): the highest value in each pixel (at the
+    time it was reached), plus the value in force at t0 (the last one before the window)."""
+    b = max(1.0, (t1 - t0) / width)
+    rank_where = "" if rank is None else f" AND rank = {int(rank)}"
+    recs = r.records(
+        f"""SELECT rank, device_type, device, list(x ORDER BY x) AS xs, list(v ORDER BY x) AS vs FROM (
+              SELECT rank, device_type, device, (arg_max(ts_ns, total_allocated) - {t0}) / 1000.0 AS x, max(total_allocated) AS v
+              FROM memory WHERE ts_ns >= ? AND ts_ns < ?{rank_where} GROUP BY rank, device_type, device, floor((ts_ns - {t0}) / {b})
+              UNION ALL
+              SELECT rank, device_type, device, 0.0 AS x, arg_max(total_allocated, ts_ns) AS v
+              FROM memory WHERE ts_ns < ?{rank_where} GROUP BY ALL)
+            GROUP BY ALL ORDER BY ALL""", [t0, t1, t0])
+    out = []
+    for x in recs:
+        where = "cpu" if x["device_type"] == 0 else f"device {x['device']}"
+        out.append({"rank": x["rank"], "device_type": x["device_type"], "device": x["device"],
+                    "label": f"r{x['rank']} {where} allocated", "x": list(x["xs"]), "bytes": list(x["vs"])})
+    return out
+
+
+def _jsonable(v):
+    if isinstance(v, np.ndarray):
+        if v.dtype == np.float32:
+            return [round(float(x), 3) for x in v]
+        return v.tolist()
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def timeline(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None) -> dict:
+    """The timeline of one window as plain JSON data: lanes, exact slices, per-pixel buckets,
+    steps and the memory counter track. Offsets (x0, x1) are microseconds from `t0`."""
+    return _jsonable(timeline_arrays(rs, run=run, t0=t0, t1=t1, width=width, rank=rank))

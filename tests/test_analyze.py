@@ -1,0 +1,290 @@
+"""The analyzer on hand-built traces whose right answers are known, plus its outputs and robustness.
+
+Trace A (one rank, device 0; times in us from baseTimeNanoseconds):
+    host  0 ........ 100 ........ 200 ......................... 400   ProfilerStep#1, #2, #3
+          1..30 DataLoader.__next__   101..130 DataLoader.__next__
+          66..99 aten::slow_host          205 ... train.py(42): save ... 295
+                                           210 .. aten::checkpoint .. 290
+                                                                 300 .. cudaStreamSynchronize .. 390
+    dev0  s7: 10..30 k1   50..60 memcpy   s8: 20..40 k2   s7: 60..65 memset
+          s7: 300..350 k3    s9: 340..390 ncclKernel_AllReduce
+  busy = [10,40) + [50,65) + [300,390) = 30 + 15 + 90 = 135; window [10,390) = 380; idle 245
+  comm 50, overlapping k3 by 10 → exposed 40; steps 100, 100, 200 (step 3 is the slow one)
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import duckdb
+import jsonschema
+import pytest
+
+import neuron_explorer as nx
+from neuron_explorer.analyzers.engine import all_rules, analyze, analyze_run
+from neuron_explorer.analyzers.report_schema import SCHEMA
+from neuron_explorer.collectors.chrome_trace import import_traces
+from neuron_explorer.errors import InputError
+
+from .conftest import cli, write_trace
+
+BASE = 1_700_000_000_000_000_000
+US = 1000
+
+
+def X(name, cat, ts, dur, pid=1, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def K(name, ts, dur, stream=7, cat="kernel"):
+    return X(name, cat, ts, dur, pid=0, tid=stream, device=0, stream=stream)
+
+
+LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+TRACE_A = [
+    X("ProfilerStep#1", "user_annotation", 0, 100), X("ProfilerStep#2", "user_annotation", 100, 100),
+    X("ProfilerStep#3", "user_annotation", 200, 200),
+    X(LOADER, "user_annotation", 1, 29), X(LOADER, "user_annotation", 101, 29),
+    X("aten::slow_host", "cpu_op", 66, 33),
+    X("train.py(42): save", "python_function", 205, 90), X("aten::checkpoint", "cpu_op", 210, 80),
+    X("cudaStreamSynchronize", "cuda_runtime", 300, 90),
+    K("k1", 10, 20), K("k2", 20, 20, stream=8), K("Memcpy DtoD (Device -> Device)", 50, 10, cat="gpu_memcpy"),
+    K("Memset (Device)", 60, 5, cat="gpu_memset"), K("k3", 300, 50), K("ncclKernel_AllReduce_RING", 340, 50, stream=9),
+]
+
+
+def _cpu_trace() -> list[dict]:
+    """Trace B, CPU only: 3 steps of 4200 us, each 300 tiny aten::add (5 us, 2 us apart) then one aten::mm of 2000 us."""
+    ev = []
+    for s in range(3):
+        t0 = s * 4200
+        ev.append(X(f"ProfilerStep#{s + 1}", "user_annotation", t0, 4200))
+        ev += [X("aten::add", "cpu_op", t0 + 10 + i * 7, 5) for i in range(300)]
+        ev.append(X("aten::mm", "cpu_op", t0 + 2200, 2000))
+        ev.append({"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": t0 + 2201, "s": "t",
+                   "args": {"Device Type": 0, "Device Id": -1, "Addr": 1 + s, "Bytes": 2**27, "Total Allocated": 2**27 * (s + 1), "Total Reserved": 0}})
+    return ev
+
+
+def _launch_trace() -> list[dict]:
+    """Trace C, one 1000 us step: 120 aten::add each launching a 2 us kernel, a float32 aten::mm launching 240 us of sgemm,
+    and a 60 us pageable host-to-device copy."""
+    ev = [X("ProfilerStep#1", "user_annotation", 0, 1000)]
+    for i in range(120):
+        t = 10 + i * 6
+        ev += [X("aten::add", "cpu_op", t, 5, **{"External id": i}),
+               X("cudaLaunchKernel", "cuda_runtime", t + 1, 4, correlation=i, **{"External id": i}),
+               X("add_kernel", "kernel", t + 6, 2, pid=0, tid=7, device=0, stream=7, correlation=i)]
+    ev += [X("aten::mm", "cpu_op", 740, 20, **{"External id": 999, "Input type": ["float", "float"]}),
+           X("cudaLaunchKernel", "cuda_runtime", 741, 4, correlation=9999, **{"External id": 999}),
+           X("sgemm", "kernel", 750, 240, pid=0, tid=7, device=0, stream=7, correlation=9999),
+           X("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 10, 60, pid=0, tid=8, device=0, stream=8)]
+    return ev
+
+
+PROPS = [{"id": 0, "name": "NVIDIA A100", "computeMajor": 8, "computeMinor": 0, "totalGlobalMem": 42297524224}]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("analyze")
+    out = {}
+    for name, events, extra in (("a", TRACE_A, {}), ("b", _cpu_trace(), {}), ("c", _launch_trace(), {"deviceProperties": PROPS})):
+        trace = write_trace(tmp / f"{name}.json", events, baseTimeNanoseconds=BASE, **extra)
+        out[name] = import_traces(trace, tmp / f"run_{name}").run_dir
+    quiet = write_trace(tmp / "quiet.json", [X("ProfilerStep#1", "user_annotation", 0, 100), X("aten::relu", "cpu_op", 10, 10)])
+    out["quiet"] = import_traces(quiet, tmp / "run_quiet").run_dir
+    for name, waits in (("skew", (40, 5)), ("even", (20, 20))):
+        for rank, w in enumerate(waits):
+            write_trace(tmp / name / f"rank{rank}.json", [X("ProfilerStep#1", "user_annotation", 0, 100),
+                                                          X("c10d::allreduce_", "cpu_op", 90 - w, w)],
+                        baseTimeNanoseconds=BASE, distributedInfo={"rank": rank, "world_size": 2})
+        out[name] = import_traces(tmp / name, tmp / f"run_{name}").run_dir
+    return out
+
+
+@pytest.fixture(scope="module")
+def reports(runs):
+    return {k: analyze(v) for k, v in runs.items()}
+
+
+def by_rule(report, rule_id):
+    return [f for f in report.findings if f.rule_id == rule_id]
+
+
+# ---- summary numbers -------------------------------------------------------------------------
+
+def test_device_busy_idle_kernel_copy_and_comm_numbers(reports):
+    r = reports["a"].summary["ranks"][0]
+    (d,) = r["devices"]
+    assert d["busy_ns"] == 135 * US and d["window_ns"] == 380 * US and d["idle_ns"] == 245 * US
+    assert d["kernel_ns"] == (20 + 20 + 50 + 50) * US and d["memcpy_ns"] == 10 * US and d["memset_ns"] == 5 * US
+    assert d["comm_ns"] == 50 * US and d["comm_overlap_ns"] == 10 * US and d["comm_exposed_ns"] == 40 * US
+
+
+def test_span_and_step_statistics(reports):
+    r = reports["a"].summary["ranks"][0]
+    assert r["span_ns"] == 400 * US and r["analysed_ns"] == 400 * US
+    s, durs = r["steps"], [100 * US, 100 * US, 200 * US]
+    assert s["count"] == 3 and s["total_ns"] == sum(durs) and s["max_ns"] == 200 * US
+    assert s["mean_ns"] == pytest.approx(statistics.mean(durs)) and s["p50_ns"] == 100 * US
+    assert s["p90_ns"] == pytest.approx(180 * US)  # linear interpolation: 100 + 0.8 * (200 - 100)
+    assert s["cv"] == pytest.approx(statistics.pstdev(durs) / statistics.mean(durs))
+
+
+def test_top_level_ops_and_source_lines(reports):
+    r = reports["b"].summary["ranks"][0]
+    ops = {o["name"]: o for o in r["top_level_ops"]}
+    assert ops["aten::mm"] == {"name": "aten::mm", "calls": 3, "cpu_ns": 6000 * US}
+    assert ops["aten::add"]["calls"] == 900 and ops["aten::add"]["cpu_ns"] == 4500 * US
+    assert r["devices"] == [] and r["source_lines"]["has_frames"] is False
+    lines = reports["a"].summary["ranks"][0]["source_lines"]
+    assert lines["cpu"] == [{"source": "train.py:42", "self_ns": 80 * US, "total_ns": 80 * US}]
+
+
+def test_cpu_comm_time(reports):
+    ranks = {r["rank"]: r for r in reports["skew"].summary["ranks"]}
+    assert ranks[0]["comm_cpu_ns"] == 40 * US and ranks[1]["comm_cpu_ns"] == 5 * US
+
+
+# ---- rules: positive and negative cases ------------------------------------------------------
+
+def test_device_idle_names_host_work_in_the_largest_gap(reports):
+    (f,) = by_rule(reports["a"], "device-idle")
+    assert f.impact_ns == 245 * US and f.location.device == 0 and f.severity == "high"
+    assert "aten::checkpoint" in f.recommendation and f.impact_share == pytest.approx(245 / 400)
+
+
+def test_host_sync_input_pipeline_comm_and_step_outliers(reports):
+    (sync,) = by_rule(reports["a"], "host-sync")
+    assert sync.impact_ns == 90 * US and sync.location.op == "cudaStreamSynchronize"
+    (loader,) = by_rule(reports["a"], "input-pipeline")
+    assert loader.impact_ns == 58 * US and loader.location.op == LOADER
+    (comm,) = by_rule(reports["a"], "comm-exposed")
+    assert comm.impact_ns == 40 * US
+    (slow,) = by_rule(reports["a"], "step-outliers")
+    assert slow.location.steps == [3] and slow.impact_ns == 100 * US and slow.location.source == "train.py:42"
+
+
+def test_cpu_only_run_hotspot_tiny_ops_memory_and_device_rules_not_applicable(reports):
+    rep = reports["b"]
+    hot = [f for f in by_rule(rep, "hotspot") if f.location.op == "aten::mm"]
+    assert hot and hot[0].impact_ns == 6000 * US
+    (tiny,) = by_rule(rep, "tiny-ops")
+    assert tiny.evidence.values["tiny_ops"] == 900 and tiny.impact_ns == (4500 + 3 * 299 * 2) * US
+    (mem,) = by_rule(rep, "memory")
+    assert mem.evidence.values["peak_bytes"] == 3 * 2**27 and mem.severity == "info"
+    assert mem.evidence.values["allocated_in_steps_bytes"] == 3 * 2**27
+    na = {n["rule_id"] for n in rep.not_applicable}
+    assert {"device-idle", "launch-overhead", "host-sync", "copies", "precision"} <= na
+    assert not by_rule(rep, "input-pipeline") and not by_rule(rep, "step-outliers")
+
+
+def test_launch_overhead_copies_and_precision(reports):
+    rep = reports["c"]
+    (launch,) = by_rule(rep, "launch-overhead")
+    assert launch.evidence.values["short_kernels"] == 120 and launch.impact_ns == 120 * 4 * US and launch.location.op == "aten::add"
+    (copy,) = by_rule(rep, "copies")
+    assert copy.impact_ns == 60 * US and copy.evidence.values["pageable_h2d"] == 1
+    (prec,) = by_rule(rep, "precision")
+    assert prec.impact_ns == 240 * US and prec.saving_bound_ns == 120 * US and prec.location.op == "aten::mm"
+    assert "one profiler step only" in " ".join(prec.confidence_notes) and prec.confidence < 1.0
+
+
+def test_negative_cases_stay_quiet(reports):
+    a = reports["a"]
+    assert not by_rule(a, "launch-overhead") and not by_rule(a, "tiny-ops") and not by_rule(a, "copies")
+    assert not by_rule(reports["c"], "input-pipeline") and not by_rule(reports["c"], "step-outliers")
+    assert reports["quiet"].findings == []
+    assert not by_rule(reports["skew"], "memory")  # no allocator events: not applicable
+    assert {"memory"} <= {n["rule_id"] for n in reports["skew"].not_applicable}
+    assert not by_rule(reports["even"], "rank-skew")
+    assert {n["rule_id"] for n in a.not_applicable} >= {"rank-skew", "precision"}
+
+
+def test_rank_skew_names_the_straggler(reports):
+    (f,) = by_rule(reports["skew"], "rank-skew")
+    assert f.location.rank == 1 and f.impact_ns == 35 * US and f.location.op == "c10d::allreduce_"
+
+
+# ---- the finding contract, outputs ------------------------------------------------------------
+
+def test_findings_are_ranked_by_impact_and_evidence_sql_reproduces_them_in_plain_duckdb(runs, reports):
+    checked = 0
+    for name, rep in reports.items():
+        impacts = [f.impact_ns for f in rep.findings]
+        assert impacts == sorted(impacts, reverse=True)
+        con = duckdb.connect()
+        for t in ("events", "frames", "flows", "memory", "counters"):
+            con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{runs[name]}/rank=*/{t}.parquet')")
+        for f in rep.findings:
+            rel = con.execute(f.evidence.sql)
+            cols = [d[0] for d in rel.description]
+            row = dict(zip(cols, rel.fetchone()))
+            shared = [k for k in f.evidence.values if k in row]
+            assert shared, (f.rule_id, cols)
+            for k in shared:
+                assert row[k] == f.evidence.values[k], (name, f.rule_id, k)
+            checked += 1
+    assert checked >= 12
+
+
+def test_report_json_validates_and_outputs_are_written(runs, reports):
+    for name, run_dir in runs.items():
+        doc = json.loads((run_dir / "analysis" / "report.json").read_text())
+        jsonschema.validate(doc, SCHEMA)
+        assert doc["schema_version"] == 1
+        assert (run_dir / "analysis" / "report.md").read_text().startswith("# Performance report")
+    t = duckdb.sql(f"SELECT rule_id, impact_ns FROM '{runs['a']}/analysis/findings.parquet' ORDER BY rank_order").fetchall()
+    assert t == [(f.rule_id, f.impact_ns) for f in reports["a"].findings]
+
+
+def test_python_api(runs):
+    report = nx.analyze(runs["a"], write=False)
+    assert report.findings[0].rule_id == "device-idle"
+    slow = [f for f in report.findings if f.rule_id == "step-outliers"][0]
+    assert slow.source == "train.py:42"
+
+
+def test_cli_text_json_markdown_and_fail_on(runs):
+    r = cli("analyze", runs["a"])
+    assert r.returncode == 0 and "device-idle" in r.stdout and max(map(len, r.stdout.splitlines())) <= 100
+    assert json.loads(cli("analyze", runs["a"], "--json").stdout)["findings"][0]["rule_id"] == "device-idle"
+    assert "| 1 | high |" in cli("analyze", runs["a"], "--markdown").stdout
+    assert cli("analyze", runs["a"], "--fail-on", "high").returncode == 1
+    quiet = cli("analyze", runs["quiet"], "--fail-on", "low")
+    assert quiet.returncode == 0 and "No findings above the thresholds" in quiet.stdout
+    bad = cli("analyze", runs["a"], "--fail-on", "urgent")
+    assert bad.returncode == 2 and "high, medium or low" in bad.stderr
+
+
+# ---- robustness --------------------------------------------------------------------------------
+
+def test_a_failing_rule_becomes_a_warning_and_the_others_run(runs):
+    class Broken:
+        RULE_ID, TITLE, CATEGORY, SCOPE, THRESHOLDS = "broken", "Broken", "hotspot", "rank", {}
+
+        @staticmethod
+        def check(ctx):
+            return 1 / 0
+
+    with nx.open_run(runs["a"]) as run:
+        rep = analyze_run(run, [Broken, *all_rules()])
+    assert any("broken" in w and "ZeroDivisionError" in w for w in rep.warnings)
+    assert by_rule(rep, "device-idle")
+
+
+def test_newer_run_format_is_a_clear_error(runs, tmp_path):
+    import shutil
+
+    newer = tmp_path / "newer"
+    shutil.copytree(runs["a"], newer)
+    m = json.loads((newer / "manifest.json").read_text())
+    m["format_version"] = 99
+    (newer / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(InputError, match="newer"):
+        analyze(newer)
+    r = cli("analyze", newer)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "newer" in r.stderr
+

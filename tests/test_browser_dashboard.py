@@ -1,0 +1,227 @@
+"""End to end in headless Chromium: the dashboard on a real recorded run, driven like a user.
+
+Loads the project's sample run (a torch.profiler trace recorded with stacks, the only real trace
+with source lines) next to a real GPU trace from ../shared/traces, sees the timeline drawn, zooms
+with a mouse drag, clicks an operator and reads its source line, opens a finding, switches to the
+GPU run and clicks a kernel to see its launch chain and flow arrow, and saves
+screenshots to test-artifacts/ (dashboard-source.png, dashboard.png).
+
+Needs Debian's chromium and chromium-driver (.ci/run installs them).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from neuron_explorer.collectors.chrome_trace import import_traces
+
+from .conftest import REPO, TRACES
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+ARTIFACTS = REPO / "test-artifacts"
+SAMPLE = REPO / "sample_traces" / "cpu_train_step.json.gz"
+
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _browser_installed():
+    """A real test, not an optional extra: without the browser it fails and says how to get it."""
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.fail("Debian chromium + chromium-driver are missing: apt-get install chromium chromium-driver (.ci/run does)")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    from werkzeug.serving import make_server
+
+    from neuron_explorer.dashboard.app import create_app, warm
+    from neuron_explorer.dashboard.runs import RunSet
+
+    tmp = tmp_path_factory.mktemp("browser")
+    sample = import_traces(SAMPLE, tmp / "sample").run_dir
+    gpu = import_traces(TRACES / "cuda_train_68k_events.json.gz", tmp / "gpu").run_dir
+    rs = RunSet([sample, gpu])
+    warm(rs)
+    app = create_app(rs)
+    srv = make_server("127.0.0.1", 0, app.server, threaded=True)  # port 0: a free port
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    yield f"http://127.0.0.1:{srv.server_port}/", rs
+    srv.shutdown()
+    rs.close()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for a in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+              "--disable-component-update", "--disable-sync", "--no-first-run", "--enable-unsafe-swiftshader",
+              "--window-size=1600,1250", f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
+        opts.add_argument(a)
+    drv = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    drv.set_page_load_timeout(60)
+    yield drv
+    drv.quit()
+
+
+def wait_for(drv, js: str, timeout: float = 60.0, what: str = ""):
+    """Poll a JS expression until it is truthy; return its value."""
+    end = time.time() + timeout
+    last = None
+    while time.time() < end:
+        try:
+            last = drv.execute_script(js)
+        except Exception as e:  # noqa: BLE001  (the page may still be loading)
+            last = e
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(0.25)
+    shown = drv.execute_script("const e = document.getElementById('error'); return e && e.innerText")
+    raise AssertionError(f"timed out waiting for {what or js}: last={last!r}; dashboard error line: {shown!r}")
+
+
+GD = "document.querySelector('#timeline .js-plotly-plot')"
+STATUS = "document.getElementById('status').innerText"
+
+
+def plot_box(drv) -> dict:
+    """The plot area in page pixels and the axis scale (offsets in µs → pixels)."""
+    return drv.execute_script(f"""const gd = {GD}; const r = gd.getBoundingClientRect(); const s = gd._fullLayout._size;
+        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+        return {{left: r.left + s.l, top: r.top + s.t, w: s.w, h: s.h, x0: xa.range[0], x1: xa.range[1],
+                 y0: ya.range[0], y1: ya.range[1], ylen: ya._length, yoff: ya._offset}};""")
+
+
+def test_dashboard_in_chromium(server, browser):
+    from selenium.webdriver.common.by import By
+
+    url, rs = server
+    drv = browser
+    drv.get(url)
+
+    # 1. the timeline is drawn: WebGL traces with slices, lane labels, a status line
+    n = wait_for(drv, f"const gd = {GD}; return gd && gd.data && gd.data.filter(t => t.type === 'scattergl').length", what="timeline traces")
+    assert n >= 2
+    assert wait_for(drv, f"return {GD}.querySelectorAll('canvas').length", what="WebGL canvas")
+    ticks = drv.execute_script(f"return Array.from({GD}.querySelectorAll('.ytick text')).map(t => t.textContent)")
+    assert any("tid" in t for t in ticks), ticks
+    status0 = wait_for(drv, f"return {STATUS}", what="status")
+    assert "events" in status0 and "exact slices" in status0, status0
+    full = plot_box(drv)
+
+    # 2. zoom: drag a box over the middle of the timeline; the server sends the narrower window
+    y = full["top"] + full["h"] * 0.4
+    start_x, end_x = full["left"] + full["w"] * 0.30, full["left"] + full["w"] * 0.55
+    _mouse_drag(drv, start_x, y, end_x, y)
+    status1 = wait_for(drv, f"const s = {STATUS}; return s !== {status0!r} && s", what="re-queried window after zoom")
+    zoomed = plot_box(drv)
+    assert zoomed["x0"] == 0 and abs(zoomed["x1"] - full["x1"] * 0.25) / (full["x1"] * 0.25) < 0.02, (full, zoomed)
+    assert float(status1.split(" ms")[0].replace(",", "")) < float(status0.split(" ms")[0].replace(",", "")) * 0.3
+
+    # 3. click an operator that has a source line; the panel shows the chain and the user's code
+    target = drv.execute_script(f"""const gd = {GD}; const box = arguments[0];
+        const px = v => (v - box.x0) / (box.x1 - box.x0) * box.w;
+        for (const t of gd._fullData) {{ if (t.name !== 'cpu_op') continue;
+          const xs = t.x, ys = t.y, cd = t.customdata, tx = t.text;
+          for (let i = 1; i < xs.length; i += 4) {{
+            if (!String(tx[i]).startsWith('aten::linear')) continue;
+            if (px(xs[i + 1]) - px(xs[i - 1]) < 8 || px(xs[i]) < 5 || px(xs[i]) > box.w - 5) continue;
+            return {{x: xs[i], y: ys[i], id: cd[i]}}; }} }}
+        return null;""", zoomed)
+    assert target is not None, "no clickable aten::linear slice in the zoomed window"
+    ya = drv.execute_script(f"return {GD}._fullLayout.yaxis.l2p(arguments[0])", target["y"])
+    cx = zoomed["left"] + (target["x"] - zoomed["x0"]) / (zoomed["x1"] - zoomed["x0"]) * zoomed["w"]
+    cy = zoomed["top"] + ya
+    _mouse_click(drv, cx, cy)
+    name = wait_for(drv, "const e = document.getElementById('detail-name'); return e && e.innerText", what="event panel")
+    assert name == "aten::linear"
+    src_line = wait_for(drv, "const e = document.getElementById('detail-source-line'); return e && e.innerText", what="source line")
+    file_line = src_line.split()[0]
+    assert file_line.startswith("make_sample.py:"), src_line
+    line_no = int(file_line.split(":")[1])
+    current = drv.execute_script("const e = document.querySelector('#detail-source .cur'); return e && e.innerText")
+    expected = (REPO / "sample_traces" / "make_sample.py").read_text().splitlines()[line_no - 1].strip()
+    assert current is not None and expected in current, (current, expected)
+    chain = drv.find_element(By.ID, "detail-chain").text
+    assert "source" in chain and "aten::linear" in chain
+    assert wait_for(drv, f"return {GD}.data.some(t => t.name === 'selected')", what="selected event highlighted")
+
+    # 4. open the first finding: the timeline zooms to its evidence and highlights its events
+    status2 = drv.execute_script(f"return {STATUS}")
+    cell = wait_for(drv, "return document.querySelector('#findings td[data-dash-column=\"title\"]')", what="findings table")
+    title = cell.text
+    drv.execute_script("arguments[0].scrollIntoView({block: 'center'})", cell)
+    time.sleep(0.5)  # let the page settle after the event panel grew, so the click lands on the cell
+    cell = drv.find_element(By.CSS_SELECTOR, '#findings td[data-dash-column="title"]')
+    cell.click()
+    text = wait_for(drv, "const e = document.getElementById('finding-text'); return e && e.innerText", what="finding detail")
+    assert title.split(":")[0] in text
+    wait_for(drv, f"const s = {STATUS}; return s !== {status2!r} && s", what="timeline zoomed to the finding")
+    assert drv.execute_script(f"return {GD}.data.some(t => t.name === 'selected')")
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    _mouse_click(drv, 5, 5)
+    drv.execute_script("window.scrollTo(0, 0)")
+    drv.save_screenshot(str(ARTIFACTS / "dashboard-source.png"))
+
+    # 5. the real GPU run: device lanes; zoom in, click a kernel: its launch chain and the
+    #    launch → kernel arrow on the timeline
+    status3 = drv.execute_script(f"return {STATUS}")
+    drv.find_element(By.ID, "run-select").click()
+    wait_for(drv, "return document.querySelector('[role=option][data-option-index=\"1\"]')", what="run menu").click()
+    wait_for(drv, f"const s = {STATUS}; return s !== {status3!r} && s.includes('45,4') && s", what="the GPU run drawn")
+    ticks = drv.execute_script(f"return Array.from({GD}.querySelectorAll('.ytick text')).map(t => t.textContent)")
+    assert any("device 0 stream 7" in t for t in ticks), ticks
+    full = plot_box(drv)
+    status4 = drv.execute_script(f"return {STATUS}")
+    _mouse_drag(drv, full["left"] + full["w"] * 0.20, full["top"] + 20, full["left"] + full["w"] * 0.215, full["top"] + 20)
+    wait_for(drv, f"const s = {STATUS}; return s !== {status4!r} && s", what="zoomed GPU run")
+    zoomed = plot_box(drv)
+    target = drv.execute_script(f"""const gd = {GD}; const box = arguments[0];
+        const px = v => (v - box.x0) / (box.x1 - box.x0) * box.w; let best = null;
+        for (const t of gd._fullData) {{ if (t.name !== 'kernel') continue;
+          for (let i = 1; i < t.x.length; i += 4) {{ const w = px(t.x[i + 1]) - px(t.x[i - 1]);
+            if (px(t.x[i]) > 5 && px(t.x[i]) < box.w - 5 && (!best || w > best.w)) best = {{x: t.x[i], y: t.y[i], id: t.customdata[i], w}}; }} }}
+        return best;""", zoomed)
+    assert target is not None, "no kernel in the zoomed window"
+    ya = drv.execute_script(f"return {GD}._fullLayout.yaxis.l2p(arguments[0])", target["y"])
+    _mouse_click(drv, zoomed["left"] + (target["x"] - zoomed["x0"]) / (zoomed["x1"] - zoomed["x0"]) * zoomed["w"], zoomed["top"] + ya)
+    wait_for(drv, "const e = document.getElementById('detail-chain'); return e && e.innerText.includes('launch') && e.innerText.includes('kernel')",
+             what="kernel chain with its launch")
+    assert wait_for(drv, f"return ({GD}.layout.annotations || []).filter(a => a.axref === 'x' && a.showarrow).length",
+                    what="launch → kernel arrow")
+    _mouse_click(drv, 5, 5)  # away from the plot: no hover label over the picture
+    drv.save_screenshot(str(ARTIFACTS / "dashboard.png"))
+    assert (ARTIFACTS / "dashboard.png").stat().st_size > 20_000
+    errors = drv.execute_script("return document.getElementById('error').innerText")
+    assert not errors.strip(), errors
+
+
+def _mouse_drag(drv, x0, y0, x1, y1):
+    """A real mouse drag at page coordinates (the plot's zoom box)."""
+    from selenium.webdriver.common.actions.action_builder import ActionBuilder
+
+    ab = ActionBuilder(drv)
+    ab.pointer_action.move_to_location(int(x0), int(y0)).pointer_down()
+    for i in range(1, 6):
+        ab.pointer_action.move_to_location(int(x0 + (x1 - x0) * i / 5), int(y0 + (y1 - y0) * i / 5))
+    ab.pointer_action.pointer_up()
+    ab.perform()
+
+
+def _mouse_click(drv, x, y):
+    from selenium.webdriver.common.actions.action_builder import ActionBuilder
+
+    ab = ActionBuilder(drv)
+    ab.pointer_action.move_to_location(int(x) - 3, int(y)).move_to_location(int(x), int(y)).pause(0.3).click()
+    ab.perform()
+

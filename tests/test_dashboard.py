@@ -1,0 +1,436 @@
+"""The dashboard's query functions, JSON API and callbacks on hand-built traces with known answers.
+
+    host pid 1 / tid 1, times in us after BASE:
+    0 ...................................................................... 100  ProfilerStep#1
+     1 .................................................................... 99   train.py(5): step_fn
+          10 ......................... 50 aten::linear                   60 ..... 70 aten::relu
+            12 ............ 40 aten::addmm                                  62 64 launch (corr 102)
+              14 18 launch (corr 100)    42 45 launch (corr 101)
+    device 0 / stream 7:
+                  20 ... 30 gemm            46 48 bias                         65 ... 71 relu_k
+    memory: +1024 at 15 (total 1024), +512 at 66 (1536), -1024 at 80 (512)
+
+Known answers: aten::linear CPU total 40 us, self 40 - 28 - 3 = 9 us, device self 2 us (bias:
+launched directly inside it), device total 12 us (gemm + bias); aten::addmm total 28, self 24,
+device 10/10; aten::relu total 10, self 8, device 6/6; step 1 device time 18 us.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from neuron_explorer.analyzers.model import Evidence, Finding, Location, Report
+from neuron_explorer.collectors.chrome_trace import import_traces
+from neuron_explorer.dashboard import api, app as dash_app, queries, runs as runs_mod, timeline as tl_mod
+from neuron_explorer.dashboard.runs import QueryError, RunSet
+from neuron_explorer.errors import NeuronExplorerError
+
+from .conftest import TRACES, cli, write_trace
+
+BASE = 1_700_000_000_000_000_000
+US = 1000
+
+
+def X(name, cat, ts, dur, pid=1, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def MEM(ts, nbytes, total):
+    return {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts, "s": "t",
+            "args": {"Device Type": 1, "Device Id": 0, "Addr": 4096, "Bytes": nbytes, "Total Allocated": total, "Total Reserved": 4096}}
+
+
+EVENTS = [
+    X("ProfilerStep#1", "user_annotation", 0, 100),
+    X("train.py(5): step_fn", "python_function", 1, 98),
+    X("aten::linear", "cpu_op", 10, 40, **{"External id": 1}),
+    X("aten::addmm", "cpu_op", 12, 28, **{"External id": 2, "Input Dims": [[8, 4], [4, 2]]}),
+    X("cudaLaunchKernel", "cuda_runtime", 14, 4, correlation=100, **{"External id": 2}),
+    X("cudaLaunchKernel", "cuda_runtime", 42, 3, correlation=101, **{"External id": 1}),
+    X("aten::relu", "cpu_op", 60, 10, **{"External id": 3}),
+    X("cudaLaunchKernel", "cuda_runtime", 62, 2, correlation=102, **{"External id": 3}),
+    X("gemm", "kernel", 20, 10, pid=0, tid=7, correlation=100, stream=7, device=0),
+    X("bias", "kernel", 46, 2, pid=0, tid=7, correlation=101, stream=7, device=0),
+    X("relu_k", "kernel", 65, 6, pid=0, tid=7, correlation=102, stream=7, device=0),
+    MEM(15, 1024, 1024), MEM(66, 512, 1536), MEM(80, -1024, 512),
+]
+SOURCE = "import torch\n\n\n# the step\ndef step_fn():\n    y = model(x)\n    return y\n"
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dash")
+    (tmp / "train.py").write_text(SOURCE)  # beside the trace: the run's source root
+    trace = write_trace(tmp / "t.json", EVENTS, baseTimeNanoseconds=BASE, distributedInfo={"rank": 0, "world_size": 1})
+    run_dir = import_traces(trace, tmp / "run").run_dir
+    rs = RunSet([run_dir])
+    yield rs, tmp
+    rs.close()
+
+
+@pytest.fixture(scope="module")
+def rs(made):
+    return made[0]
+
+
+def eid(rs, name: str, ts_us: float | None = None) -> int:
+    sql = "SELECT event_id FROM events WHERE name = ?" + ("" if ts_us is None else f" AND ts_ns = {BASE + int(ts_us * US)}")
+    rows = rs.get(0).query(sql, [name])[1]
+    assert len(rows) == 1, (name, rows)
+    return rows[0][0]
+
+
+def by_name(rows, name):
+    return next(r for r in rows if r["name"] == name)
+
+
+# ---- query functions -------------------------------------------------------------------------
+def test_operators_self_and_total_cpu_and_device(rs):
+    rows = queries.operators(rs, run=0)["rows"]
+    lin, mm, relu = by_name(rows, "aten::linear"), by_name(rows, "aten::addmm"), by_name(rows, "aten::relu")
+    assert (lin["calls"], lin["cpu_total_ns"], lin["cpu_self_ns"], lin["device_self_ns"], lin["device_total_ns"]) == (1, 40 * US, 9 * US, 2 * US, 12 * US)
+    assert (mm["cpu_total_ns"], mm["cpu_self_ns"], mm["device_self_ns"], mm["device_total_ns"]) == (28 * US, 24 * US, 10 * US, 10 * US)
+    assert (relu["cpu_total_ns"], relu["cpu_self_ns"], relu["device_self_ns"], relu["device_total_ns"]) == (10 * US, 8 * US, 6 * US, 6 * US)
+    assert [r["name"] for r in rows] == ["aten::linear", "aten::addmm", "aten::relu"]  # by device total
+
+
+def test_kernels_table(rs):
+    rows = queries.kernels(rs, run=0)["rows"]
+    assert [(r["name"], r["calls"], r["device_total_ns"], r["launch_cpu_ns"]) for r in rows] == [
+        ("gemm", 1, 10 * US, 4 * US), ("relu_k", 1, 6 * US, 2 * US), ("bias", 1, 2 * US, 3 * US)]
+
+
+def test_steps_and_memory(rs):
+    st = queries.steps(rs, run=0)["rows"]
+    assert [(s["step"], s["start_ms"], s["dur_ns"], s["device_ns"]) for s in st] == [(1, 0.0, 100 * US, 18 * US)]
+    mem = queries.memory(rs, run=0, width=100)["series"]
+    assert len(mem) == 1 and mem[0]["bytes"] == [1024, 1536, 512]
+    assert mem[0]["x_ms"] == pytest.approx([0.015, 0.066, 0.080])
+
+
+def test_source_lines_table(rs):
+    rows = queries.source_lines(rs, run=0)["rows"]
+    # the top-level operators called under train.py:5 (linear 40 + relu 10 us), and their kernels (18 us)
+    assert [(r["source"], r["cpu_self_ns"], r["device_self_ns"]) for r in rows] == [("train.py:5", 50 * US, 18 * US)]
+
+
+def test_timeline_exact_slices_lanes_and_rows(rs):
+    tl = tl_mod.timeline(rs, run=0, width=1000)
+    assert tl["mode"] == "exact" and tl["visible_events"] == 11
+    labels = [ln["label"] for ln in tl["lanes"]]
+    assert labels == ["r0 pid 1 tid 1", "r0 device 0 stream 7"]
+    host, dev = tl["lanes"]
+    assert host["rows"] == 5 and dev["y0"] == host["rows"] + 1
+    s = tl["slices"]
+    rows = {(s["name"][i], round(s["x0"][i], 3)): (s["y"][i], s["x1"][i]) for i in range(len(s["x0"]))}
+    assert rows[("aten::addmm", 12.0)] == (3, 40.0)  # depth 3 on the host lane, offsets in us from t0
+    assert rows[("gemm", 20.0)] == (dev["y0"], 30.0)
+    assert tl["steps"] == [{"rank": 0, "step": 1, "x0": 0.0, "x1": 100.0}]
+    json.dumps(tl)  # plain data
+
+
+def test_timeline_aggregates_below_a_pixel(rs, monkeypatch):
+    monkeypatch.setattr(tl_mod, "EXACT_CAP", 2)
+    tl = tl_mod.timeline(rs, run=0, t0=BASE, t1=BASE + 100 * US, width=10)  # 1 pixel = 10 us
+    assert tl["mode"] == "aggregated"
+    assert sorted(tl["slices"]["name"]) == ["ProfilerStep#1", "train.py(5): step_fn"]
+    b = tl["buckets"]
+    dev_y = tl["lanes"][1]["y0"]
+    dev = {round(b["x0"][i]): (b["occupancy"][i], b["event_id"][i], b["events"][i]) for i in range(len(b["x0"])) if b["y"][i] == dev_y}
+    assert dev == {20: (1.0, eid(rs, "gemm"), 1), 40: (pytest.approx(0.2), eid(rs, "bias"), 1), 60: (pytest.approx(0.6), eid(rs, "relu_k"), 1)}
+    assert tl["visible_events"] == 11  # every event is either a slice or counted in a bucket
+
+
+def test_timeline_window_finds_long_events_that_start_before_it(made, monkeypatch):
+    """With few events kept in memory, the scan's lower bound t0 - short_max_dur must not lose a
+    slice that began before the window."""
+    monkeypatch.setattr(runs_mod, "LONG_EVENTS", 2)
+    rs = RunSet([made[0].runs[0].path])
+    tl = tl_mod.timeline(rs, run=0, t0=BASE + 61 * US, t1=BASE + 70 * US, width=500)
+    assert rs.get(0).long_events()[0] == 40 * US
+    assert sorted(tl["slices"]["name"]) == sorted(["ProfilerStep#1", "train.py(5): step_fn", "aten::relu", "cudaLaunchKernel", "relu_k"])
+    rs.close()
+
+
+def test_wide_window_from_the_pyramid_equals_the_raw_scan(made, monkeypatch):
+    """The pre-aggregated pyramid (used for wide windows) gives the buckets a scan of every event gives."""
+    monkeypatch.setattr(runs_mod, "LONG_EVENTS", 2)  # only the step and step_fn stay in memory
+    monkeypatch.setattr(tl_mod, "EXACT_CAP", 1)
+    monkeypatch.setattr(tl_mod, "PYRAMID_BUCKETS", 1001)  # fine buckets of 100 ns: event starts fall on their edges
+
+    def buckets(rs):
+        b = tl_mod.timeline(rs, run=0, width=10)
+        assert b["mode"] == "aggregated"
+        return sorted(zip(b["buckets"]["y"], b["buckets"]["x0"], b["buckets"]["x1"], b["buckets"]["occupancy"],
+                          b["buckets"]["events"], b["buckets"]["event_id"], b["buckets"]["kind"])), b["slices"]["name"]
+
+    used = []
+    real_sql = tl_mod._pyramid_sql
+    monkeypatch.setattr(tl_mod, "_pyramid_sql", lambda *a: used.append(a[-1]) or real_sql(*a))
+    rs = RunSet([made[0].runs[0].path])
+    from_pyramid = buckets(rs)
+    assert used and used[0][1] == 100  # the pyramid answered, with 100 ns fine buckets
+    monkeypatch.setattr(tl_mod, "PYRAMID_PX_FACTOR", 10**9)  # never use it
+    from_scan = buckets(rs)
+    assert from_pyramid == from_scan and len(from_scan[0]) >= 6
+    rs.close()
+
+
+def test_event_chain_from_source_line_to_kernel(rs):
+    d = queries.event(rs, run=0, event_id=eid(rs, "aten::addmm"))
+    assert d["args"]["Input Dims"] == [[8, 4], [4, 2]]
+    assert [(c["role"], c["name"]) for c in d["chain"]] == [
+        ("source", "train.py:5 step_fn"), ("top operator", "aten::linear"), ("operator", "aten::addmm"),
+        ("launch", "cudaLaunchKernel"), ("kernel", "gemm")]
+    assert [(f["from"]["event_id"], f["to"]["event_id"]) for f in d["flows"]] == [(eid(rs, "cudaLaunchKernel", 14), eid(rs, "gemm"))]
+    assert d["source"]["readable"] and [x["text"] for x in d["source"]["lines"] if x["current"]] == ["def step_fn():"]
+
+    k = queries.event(rs, run=0, event_id=eid(rs, "bias"))
+    assert k["launch"]["event_id"] == eid(rs, "cudaLaunchKernel", 42)
+    assert k["operator"]["name"] == "aten::linear" and [x["name"] for x in k["kernels"]] == ["bias"]
+    launch = queries.event(rs, run=0, event_id=eid(rs, "cudaLaunchKernel", 62))
+    assert [x["name"] for x in launch["kernels"]] == ["relu_k"]
+    assert launch["flows"][0]["to"]["y"] == k["y"]  # same device lane row
+
+
+def test_source_reads_only_python_files_named_by_frames(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("password")
+    events = [X(f"{secret}(1): f", "python_function", 0, 10), X("elsewhere.py(2): g", "python_function", 20, 5),
+              X("aten::add", "cpu_op", 1, 2), X("aten::add", "cpu_op", 21, 2)]
+    run_dir = import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir
+    rs = RunSet([run_dir])
+    frames = rs.get(0).records("SELECT frame_id, file FROM frames ORDER BY file")
+    for f in frames:
+        src = queries.source(rs, run=0, frame_id=f["frame_id"])
+        assert not src["readable"] and src["lines"] == [] and "password" not in json.dumps(src)
+    with pytest.raises(QueryError):
+        queries.source(rs, run=0, frame_id=123456789)
+    rs.close()
+
+
+def test_findings_zoom_targets_from_a_hand_made_report(rs, monkeypatch):
+    addmm = eid(rs, "aten::addmm")
+    report = Report(run="x", summary={}, findings=[
+        Finding("hotspot", "addmm is hot", "hotspot", "high", 28 * US, 0.28, 28 * US, Location(rank=0, steps=[1], op="aten::addmm"),
+                Evidence("SELECT 1", [addmm]), "fuse it", 0.9),
+        Finding("step-outliers", "step 1 is slow", "step_variance", "low", 5 * US, 0.05, 5 * US, Location(rank=0, steps=[1]),
+                Evidence("SELECT 2", []), "look", 0.5)])
+    r = rs.get(0)
+    monkeypatch.delitem(r._facts, "findings", raising=False)
+    monkeypatch.setattr(queries, "_load_analyze", lambda: lambda path, write: report)
+    rows = queries.findings(rs, run=0)["rows"]
+    pad = max(28 * US // 10, 1000)
+    assert (rows[0]["t0"], rows[0]["t1"]) == (BASE + 12 * US - pad, BASE + 40 * US + pad)
+    assert rows[0]["event_ids"] == [addmm]
+    pad2 = 100 * US // 10
+    assert (rows[1]["t0"], rows[1]["t1"]) == (BASE - pad2, BASE + 100 * US + pad2)  # no events: its steps
+    view = dash_app.view_for(rs, "findings", 0, "all", None, 0, None)
+    assert (view["t0"], view["t1"], view["finding"]) == (rows[0]["t0"], rows[0]["t1"], 0)
+    fig, _ = dash_app.timeline_figure(rs, view, 800, None)
+    sel = [t for t in fig["data"] if t["name"] == "selected"]
+    assert sel and addmm in sel[0]["customdata"]
+    monkeypatch.delitem(r._facts, "findings")
+
+
+def test_findings_from_the_real_analyzer_are_ranked(tmp_path):
+    run_dir = import_traces(TRACES / "cuda_alexnet_train.json.gz", tmp_path / "run").run_dir
+    rs = RunSet([run_dir])
+    rows = queries.findings(rs, run=0)["rows"]
+    assert rows, "the analyzer found nothing on a real training trace"
+    assert not (Path(run_dir) / "analysis").exists()  # the dashboard only reads the run
+    rs.close()
+
+
+# ---- callbacks ---------------------------------------------------------------------------------
+def test_zoom_relayout_maps_offsets_back_to_ns(rs):
+    whole = dash_app.view_for(rs, None, 0, "all", None, None, None)
+    assert (whole["t0"], whole["t1"]) == (BASE, BASE + 100 * US + 1)
+    z = dash_app.view_for(rs, "timeline", 0, "all", {"xaxis.range[0]": 10.0, "xaxis.range[1]": 30.5}, None, whole)
+    assert (z["t0"], z["t1"]) == (BASE + 10 * US, BASE + 30 * US + 500)
+    z2 = dash_app.view_for(rs, "timeline", 0, "all", {"xaxis.range": [5, 6]}, None, z)  # relative to the zoomed window
+    assert (z2["t0"], z2["t1"]) == (BASE + 15 * US, BASE + 16 * US)
+    assert dash_app.view_for(rs, "timeline", 0, "all", {"xaxis.autorange": True}, None, z2)["t0"] == BASE
+    with pytest.raises(NeuronExplorerError):  # a page resize (autosize) is not a zoom: the app ignores it
+        dash_app.view_for(rs, "timeline", 0, "all", {"autosize": True}, None, z2)
+
+
+@pytest.mark.parametrize("relayout", [{"xaxis.range[0]": "abc", "xaxis.range[1]": 3}, {"xaxis.range[0]": 5},
+                                      {"xaxis.range": [3, 1]}, {"xaxis.range[0]": float("nan"), "xaxis.range[1]": 2}])
+def test_malformed_zoom_is_an_error_not_a_crash(rs, relayout):
+    whole = dash_app.view_for(rs, None, 0, "all", None, None, None)
+    with pytest.raises(NeuronExplorerError):
+        dash_app.view_for(rs, "timeline", 0, "all", relayout, None, whole)
+
+
+@pytest.mark.parametrize("run,rank", [(7, "all"), ("x", "all"), (0, 9), (0, "zero")])
+def test_bad_run_or_rank_is_an_error(rs, run, rank):
+    with pytest.raises(NeuronExplorerError):
+        dash_app.view_for(rs, None, run, rank, None, None, None)
+
+
+def test_click_to_event_and_panel(rs):
+    addmm = eid(rs, "aten::addmm")
+    assert dash_app.clicked_event({"points": [{"customdata": addmm, "x": 1, "y": 3}]}) == addmm
+    assert dash_app.clicked_event(None) is None
+    for bad in ({"points": []}, {"points": "x"}, {"points": [{"customdata": "drop table"}]}):
+        with pytest.raises(NeuronExplorerError):
+            dash_app.clicked_event(bad)
+    panel = json.dumps(dash_app.detail_panel(rs, 0, addmm).to_plotly_json(), default=lambda o: o.to_plotly_json())
+    assert "aten::addmm" in panel and "def step_fn():" in panel and "train.py:5" in panel and "gemm" in panel
+    with pytest.raises(NeuronExplorerError):
+        dash_app.detail_panel(rs, 0, 999999)
+
+
+def test_figure_draws_webgl_segments_flows_and_memory(rs):
+    view = dash_app.view_for(rs, None, 0, "all", None, None, None)
+    fig, status = dash_app.timeline_figure(rs, view, 1000, eid(rs, "gemm"))
+    gl = [t for t in fig["data"] if t["type"] == "scattergl" and t["name"] != "selected"]
+    assert {t["name"] for t in gl} == {"step", "python", "cpu_op", "runtime", "kernel"}
+    xs = np.concatenate([np.frombuffer(base64.b64decode(t["x"]["bdata"]), np.float32) for t in gl])
+    assert len(xs) == 4 * 11 and np.isnan(xs[3::4]).all()  # start, middle, end, gap per slice
+    gemm_x = np.frombuffer(base64.b64decode(next(t for t in gl if t["name"] == "kernel")["x"]["bdata"]), np.float32)
+    assert sorted(gemm_x[0::4].tolist()) == [20.0, 46.0, 65.0]  # us from the window start
+    arrows = [a for a in fig["layout"]["annotations"] if a.get("axref") == "x"]  # launch → kernel arrow
+    assert [(a["ax"], a["x"]) for a in arrows] == [(14.0, 20.0)]
+    assert any(t["name"] == "r0 device 0 allocated" for t in fig["data"])
+    assert "11 events" in status
+
+
+def test_tables_tabs_render(rs):
+    for tab in ("operators", "kernels", "lines", "steps", "memory"):
+        assert dash_app.tables_for(rs, 0, "all", tab) is not None
+    with pytest.raises(NeuronExplorerError):
+        dash_app.tables_for(rs, 0, "all", "../../etc")
+
+
+# ---- JSON API and the server ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def client(rs):
+    return dash_app.create_app(rs).server.test_client()
+
+
+def test_api_envelope_for_every_view(client, rs):
+    params = {"event": f"&event_id={eid(rs, 'gemm')}", "source": "&frame_id=0"}
+    for view in queries.VIEWS:
+        if view == "findings":
+            continue  # runs the analyzer: covered above
+        r = client.get(f"/api/{view}?run=0{params.get(view, '')}" if view != "runs" else "/api/runs")
+        body = r.get_json()
+        assert r.status_code == 200 and set(body) == {"ok", "error", "data", "truncated"} and body["ok"], (view, body)
+
+
+@pytest.mark.parametrize("url,status", [
+    ("/api/timeline?run=3", 400), ("/api/timeline?run=../../etc", 400), ("/api/source?run=0&path=/etc/passwd", 400),
+    ("/api/timeline?run=0&t0=zzz", 400), ("/api/timeline?run=0&width=99999999", 400), ("/api/event?run=0&event_id=1e400", 400),
+    ("/api/event?run=0", 400), ("/api/nope", 404)])
+def test_api_bad_requests_get_an_error_envelope(client, url, status):
+    r = client.get(url)
+    body = r.get_json()
+    assert r.status_code == status and body["ok"] is False and body["error"] and body["data"] is None
+
+
+def test_malformed_dash_callback_request_does_not_take_the_server_down(client):
+    for payload in (b"not json", json.dumps({"output": "timeline.figure", "inputs": [{"id": "view", "property": "data", "value": "x"}]}).encode(),
+                    json.dumps({"output": "view.data", "inputs": "nonsense"}).encode()):
+        r = client.post("/_dash-update-component", data=payload, content_type="application/json")
+        assert r.status_code >= 400 or "error" in r.get_data(as_text=True).lower()
+    assert client.get("/api/runs").get_json()["ok"]
+
+
+def test_multi_rank_run_has_a_rank_selector(tmp_path):
+    d = tmp_path / "traces"
+    for rank in (0, 1):
+        write_trace(d / f"rank-{rank}.json", [X(f"op{rank}", "cpu_op", 0, 10, pid=10 + rank, tid=10 + rank)],
+                    baseTimeNanoseconds=BASE, distributedInfo={"rank": rank, "world_size": 2})
+    rs = RunSet([import_traces(d, tmp_path / "run").run_dir])
+    both = tl_mod.timeline(rs, run=0)
+    assert [ln["label"] for ln in both["lanes"]] == ["r0 pid 10 tid 10", "r1 pid 11 tid 11"]
+    one = tl_mod.timeline(rs, run=0, rank=1)
+    assert [ln["label"] for ln in one["lanes"]] == ["r1 pid 11 tid 11"] and one["slices"]["name"] == ["op1"]
+    with pytest.raises(QueryError):
+        tl_mod.timeline(rs, run=0, rank=2)
+    rs.close()
+
+
+def test_cli_bad_run_path_is_one_line_before_serving(tmp_path):
+    p = cli("dashboard", tmp_path / "missing", "--port", "1")
+    assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "missing" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_server_binds_loopback_by_default(monkeypatch, made):
+    seen = {}
+
+    class FakeApp:
+        def run(self, host, port, **kw):
+            seen.update(host=host, port=port)
+
+    monkeypatch.setattr(dash_app, "create_app", lambda rs: FakeApp())
+    lines = []
+    dash_app.serve([made[0].runs[0].path], port=8123, echo=lines.append)
+    assert seen == {"host": "127.0.0.1", "port": 8123} and lines == ["Neuron Explorer dashboard: http://127.0.0.1:8123/  (serving 1 run(s); Ctrl+C to stop)"]
+
+
+# ---- the real traces -------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def real_runs(tmp_path_factory):
+    from .conftest import real_traces
+
+    tmp = tmp_path_factory.mktemp("real")
+    paths = [import_traces(p, tmp / p.name.split(".")[0]).run_dir for p in real_traces()]
+    paths.append(import_traces(TRACES / "multirank_128", tmp / "multirank").run_dir)
+    rs = RunSet(paths)
+    yield rs
+    rs.close()
+
+
+def test_every_view_on_every_real_trace(real_runs):
+    rs = real_runs
+    for r in rs.runs:
+        total = r.query("SELECT count(*) FROM events")[1][0][0]
+        view = dash_app.view_for(rs, None, r.index, "all", None, None, None)
+        fig, status = dash_app.timeline_figure(rs, view, 1200, None)
+        tl = tl_mod.timeline(rs, run=r.index, width=1200)
+        # every event is drawn once: as an exact slice or inside a pixel bucket
+        assert tl["visible_events"] == total, r.name
+        rows = max(ln["y0"] + ln["rows"] for ln in tl["lanes"])
+        assert all(0 <= y < rows for y in tl["slices"]["y"] + tl["buckets"]["y"]), r.name
+        assert fig["data"] and f"{total:,} events" in status
+        # zoom into the middle tenth: only events overlapping it
+        s, e = r.span()
+        a, b = s + (e - s) * 9 // 20, s + (e - s) * 11 // 20
+        z = tl_mod.timeline(rs, run=r.index, t0=a, t1=b, width=1200)
+        want = r.query(f"SELECT count(*) FROM events WHERE ts_ns < {b} AND ts_ns + dur_ns >= {a}")[1][0][0]
+        assert z["visible_events"] == want, r.name
+        for view_fn in (queries.operators, queries.kernels, queries.source_lines, queries.steps, queries.memory):
+            json.dumps(view_fn(rs, run=r.index))
+        for (event_id,) in r.query("SELECT event_id FROM events USING SAMPLE 5 ROWS")[1]:
+            d = queries.event(rs, run=r.index, event_id=event_id)
+            assert d["event_id"] == event_id and json.dumps(d)
+
+
+def test_kernel_chain_on_a_real_gpu_trace(real_runs):
+    rs = real_runs
+    r = next(x for x in rs.runs if x.name == "cuda_alexnet_train")
+    (kid, launch_id), = r.query("SELECT event_id, launch_id FROM events WHERE kind = 'kernel' AND launch_id IS NOT NULL "
+                                "AND top_op_id IS NOT NULL ORDER BY ts_ns LIMIT 1")[1]
+    d = queries.event(rs, run=r.index, event_id=kid)
+    roles = [c["role"] for c in d["chain"]]
+    assert roles[-2:] == ["launch", "kernel"] and "top operator" in roles
+    assert d["flows"][0]["from"]["event_id"] == launch_id and d["flows"][0]["to"]["event_id"] == kid
+    launch = queries.event(rs, run=r.index, event_id=launch_id)
+    assert kid in [k["event_id"] for k in launch["kernels"]]
+
+
+def test_rank_selector_on_the_real_multirank_run(real_runs):
+    rs = real_runs
+    r = next(x for x in rs.runs if x.name == "multirank")
+    assert r.run.ranks == [0, 1]
+    one = tl_mod.timeline(rs, run=r.index, rank=1, width=800)
+    assert {ln["rank"] for ln in one["lanes"]} == {1}
+    assert one["visible_events"] == r.query("SELECT count(*) FROM events WHERE rank = 1")[1][0][0]
