@@ -165,19 +165,22 @@ def dashboard(
 
 @app.command()
 def demo(
-    out: Path = typer.Option(Path("runs/demo"), "--out", "-o", help="Where to write the demo run."),
+    out: Path = typer.Option(Path("runs/demo"), "--out", "-o", help="Where to write the demo run (replaced if it exists)."),
 ) -> None:
-    """Import the built-in sample trace (a small CPU training loop) and summarise it."""
-    from .collectors.chrome_trace import import_traces
-    from .info import render_info, run_info
+    """Record a small built-in CPU training loop with the live collector, analyse it and print the report."""
+    from .analyzers.engine import analyze as run_analyze
+    from .analyzers.render import text
+    from .demo import train_demo
 
-    sample = _sample_trace()
-    result = import_traces(sample, out, force=True, command=sys.argv)
-    typer.echo(render_info(run_info(result.run_dir)))
+    typer.echo(f"recording a small training loop into {out} ...", err=True)
+    run_dir = train_demo(out)
+    typer.echo(text(run_analyze(run_dir)), nl=False)
     typer.echo("")
     typer.echo("next:")
-    typer.echo(f"  neuron-explorer info {result.run_dir} --json")
-    typer.echo(f"  duckdb -c \"SELECT kind, count(*) FROM '{result.run_dir}/rank=*/events.parquet' GROUP BY 1\"")
+    typer.echo(f"  neuron-explorer dashboard {run_dir}        # timeline, findings and source in the browser")
+    typer.echo(f"  neuron-explorer analyze {run_dir} --json   # the same report for agents and CI")
+    typer.echo(f"  neuron-explorer query {run_dir} \"SELECT name, sum(dur_ns) FROM events WHERE kind = 'cpu_op' GROUP BY 1 ORDER BY 2 DESC LIMIT 10\"")
+    typer.echo(f"  neuron-explorer info {run_dir}")
 
 
 def _sample_trace() -> Path:

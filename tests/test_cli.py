@@ -19,10 +19,16 @@ def test_import_then_info_text_and_json(tmp_path: Path):
     assert rank["counts"]["kernel"] == 2700 and rank["world_size"] == 2 and rank["steps"] >= 1
 
 
-def test_demo_runs_on_the_built_in_sample(tmp_path: Path):
-    res = cli("demo", "-o", tmp_path / "demo")
-    assert res.returncode == 0, res.stderr
-    assert "steps: 3" in res.stdout and (tmp_path / "demo" / "manifest.json").is_file()
+def test_demo_records_analyses_and_points_at_user_lines(tmp_path: Path):
+    res = cli("demo", "-o", tmp_path / "runs" / "demo")
+    assert res.returncode == 0, res.stderr[-2000:]
+    run = tmp_path / "runs" / "demo"
+    assert (run / "manifest.json").is_file() and (run / "analysis" / "report.json").is_file()
+    report = json.loads((run / "analysis" / "report.json").read_text())
+    assert report["findings"], "the demo job has known bottlenecks"
+    assert all(f["location"]["source"].startswith(str(tmp_path / "runs" / "demo_train.py")) for f in report["findings"]
+               if f["location"]["source"])
+    assert "Neuron Explorer report" in res.stdout and f"neuron-explorer dashboard {run}" in res.stdout
 
 
 def test_help_explains_every_command():

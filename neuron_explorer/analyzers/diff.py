@@ -19,7 +19,7 @@ from .stats import Sample, describe, welch
 
 ALPHA = 0.05
 """A change is significant when Welch's two-sided p-value is below this..."""
-MIN_SHARE_OF_STEP = 0.01
+MIN_SHARE_OF_STEP = 0.05
 """...and it moves time per step by at least this share of the base step time (noise floor)."""
 DEVICE_KINDS_SQL = "('kernel', 'memcpy', 'memset')"
 _TYPE_ORDER = ("source_line", "module", "operator", "kernel")
@@ -167,7 +167,7 @@ def _mean(v: list[float]) -> float:
 
 
 def compare(base_path: Path | str, test_path: Path | str) -> Diff:
-    """Compare two runs. Deltas are ranked by absolute change in time per step."""
+    """Compare two runs. Deltas: source lines, then modules, operators, kernels; each by absolute change per step."""
     with open_run(base_path) as base, open_run(test_path) as test:
         base_steps, base_times = _step_samples(base)
         test_steps, test_times = _step_samples(test)
@@ -206,8 +206,9 @@ def compare(base_path: Path | str, test_path: Path | str) -> Diff:
         base_shown = base_disp.get(key) if type_ == "source_line" and k in base_vals else None
         deltas.append(Delta(type_, shown, metric, ma, mb, d, (100.0 * d / ma) if ma else None, kp, sig, status,
                             base_shown if base_shown != shown else None))
-    # on equal change, the most actionable first: the user's line, then module, operator, kernel
-    deltas.sort(key=lambda x: (-abs(x.delta_ns_per_step), _TYPE_ORDER.index(x.type), x.key))
+    # the most actionable view first (the user's lines, then modules, operators, kernels), each ranked
+    # by absolute change: an operator's total spans many lines, so across types sizes do not compare
+    deltas.sort(key=lambda x: (_TYPE_ORDER.index(x.type), -abs(x.delta_ns_per_step), x.key))
     return Diff(str(base_path), str(test_path), step_time, deltas, notes)
 
 
@@ -227,15 +228,20 @@ def render_text(diff: Diff, top: int = 20) -> str:
         f"test {diff.test}: step time {sample(s.test)}",
         f"change: {'+' if s.delta_ns >= 0 else '-'}{fmt_ns(abs(s.delta_ns))} ({s.delta_pct:+.1f}%), {p} → {s.verdict.upper()}",
         "",
-        f"largest changes per step (* = significant, p < {ALPHA} and at least {MIN_SHARE_OF_STEP:.0%} of the step):",
+        f"largest changes per step (* = significant: p < {ALPHA} and at least {MIN_SHARE_OF_STEP:.0%} of the step)",
     ]
-    for d in diff.deltas[:top]:
-        sign = "+" if d.delta_ns_per_step >= 0 else "-"
-        was = f" (was {d.base_key})" if d.base_key else ""
-        status = "" if d.status == "changed" else f" [{d.status}]"
-        pv = "" if not math.isfinite(d.p_value) else f" p={d.p_value:.2g}"
-        lines.append(f"  {'*' if d.significant else ' '} {sign}{fmt_ns(abs(d.delta_ns_per_step)):>9}  {d.type:<11} {d.metric:<6} "
-                     f"{d.key[:60]}{was}{status}  {fmt_ns(d.base_ns_per_step)} → {fmt_ns(d.test_ns_per_step)}{pv}")
+    for type_ in _TYPE_ORDER:
+        rows = [d for d in diff.deltas if d.type == type_][:top]
+        if not rows:
+            continue
+        lines.append(f"{type_.replace('_', ' ')}s:")
+        for d in rows:
+            sign = "+" if d.delta_ns_per_step >= 0 else "-"
+            was = f" (was {d.base_key})" if d.base_key else ""
+            status = "" if d.status == "changed" else f" [{d.status}]"
+            pv = "" if not math.isfinite(d.p_value) else f" p={d.p_value:.2g}"
+            lines.append(f"  {'*' if d.significant else ' '} {sign}{fmt_ns(abs(d.delta_ns_per_step)):>9}  {d.metric:<6} "
+                         f"{d.key[-70:]}{was}{status}  {fmt_ns(d.base_ns_per_step)} → {fmt_ns(d.test_ns_per_step)}{pv}")
     if not diff.deltas:
         lines.append("  (no differences)")
     lines += [f"note: {n}" for n in diff.notes]

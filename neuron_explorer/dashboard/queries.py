@@ -18,6 +18,7 @@ import numpy as np
 from ..analyzers.metrics import DEVICE_WORK_KINDS, kinds_sql
 from .runs import LANE_SQL, OpenRun, QueryError, RunSet
 from .timeline import _int, memory_track, parse_rank, timeline  # noqa: F401  (timeline is a view too)
+from .compare import compare, compare_timeline  # noqa: F401  (the views of two runs)
 
 TABLE_LIMIT = 500
 """Most rows a table view returns (the output says when it cut)."""
@@ -393,6 +394,8 @@ VIEWS = {
     "steps": steps,
     "memory": memory,
     "findings": findings,
+    "compare": compare,
+    "compare_timeline": compare_timeline,
 }
 """The views served at /api/<name>; each is documented by its docstring."""
 
