@@ -117,17 +117,23 @@ def write_run(out_dir: Path | str, partitions: dict[int, dict[str, pa.Table]], m
             write_partition(part, tables)
         _write_table(schema.schema_fields_table(), tmp / schema.SCHEMA_FIELDS.file)
         write_manifest(tmp, manifest)
-        if out.exists():
-            trash = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(out, trash)
-            os.replace(tmp, out)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
+        move_into_place(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def move_into_place(tmp: Path, final: Path) -> None:
+    """Rename a finished directory onto `final`; an existing `final` is moved aside first and
+    deleted only once the new one is in place (callers decide whether replacing is allowed)."""
+    if final.exists():
+        trash = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:8]}"
+        os.replace(final, trash)
+        os.replace(tmp, final)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
 
 
 def read_manifest(run_dir: Path | str) -> dict:

@@ -91,30 +91,22 @@ def _per_step(run: Run, steps: list[int]) -> dict[tuple[str, str, str], list[flo
     step_col = "e.step" if steps else "0"
     index = {s: i for i, s in enumerate(steps)} if steps else {0: 0}
     n = len(index)
+    # CPU: self time of operators (duration minus the slices directly inside them);
+    # device: kernel, memcpy and memset time. Keyed by what each delta list groups on.
+    self_ns = (f"WITH child AS (SELECT parent_id, sum(dur_ns) AS ns FROM events WHERE parent_id IS NOT NULL GROUP BY 1) "
+               f"SELECT {{key}}, {step_col}, sum(e.dur_ns - coalesce(c.ns, 0)) FROM events e "
+               f"LEFT JOIN child c ON c.parent_id = e.event_id WHERE e.kind = 'cpu_op' AND {{key}} IS NOT NULL AND {in_steps} GROUP BY 1, 2")
+    device_ns = (f"SELECT {{key}}, {step_col}, sum(e.dur_ns) FROM events e {{join}} "
+                 f"WHERE e.kind IN {DEVICE_KINDS_SQL} AND {{key}} IS NOT NULL AND {in_steps} GROUP BY 1, 2")
+    op_join = "JOIN events o ON e.op_id = o.event_id"
     queries = {
-        ("operator", "cpu"): f"""
-            WITH child AS (SELECT parent_id, sum(dur_ns) AS ns FROM events WHERE parent_id IS NOT NULL GROUP BY 1)
-            SELECT e.name, {step_col}, sum(e.dur_ns - coalesce(c.ns, 0)) FROM events e
-            LEFT JOIN child c ON c.parent_id = e.event_id WHERE e.kind = 'cpu_op' AND {in_steps} GROUP BY 1, 2""",
-        ("operator", "device"): f"""
-            SELECT o.name, {step_col}, sum(e.dur_ns) FROM events e JOIN events o ON e.op_id = o.event_id
-            WHERE e.kind IN {DEVICE_KINDS_SQL} AND {in_steps} GROUP BY 1, 2""",
-        ("kernel", "device"): f"""
-            SELECT e.name, {step_col}, sum(e.dur_ns) FROM events e WHERE e.kind IN {DEVICE_KINDS_SQL} AND {in_steps} GROUP BY 1, 2""",
-        ("module", "cpu"): f"""
-            WITH child AS (SELECT parent_id, sum(dur_ns) AS ns FROM events WHERE parent_id IS NOT NULL GROUP BY 1)
-            SELECT e.module_path, {step_col}, sum(e.dur_ns - coalesce(c.ns, 0)) FROM events e
-            LEFT JOIN child c ON c.parent_id = e.event_id WHERE e.kind = 'cpu_op' AND e.module_path IS NOT NULL AND {in_steps} GROUP BY 1, 2""",
-        ("module", "device"): f"""
-            SELECT e.module_path, {step_col}, sum(e.dur_ns) FROM events e
-            WHERE e.kind IN {DEVICE_KINDS_SQL} AND e.module_path IS NOT NULL AND {in_steps} GROUP BY 1, 2""",
-        ("source_line", "cpu"): f"""
-            WITH child AS (SELECT parent_id, sum(dur_ns) AS ns FROM events WHERE parent_id IS NOT NULL GROUP BY 1)
-            SELECT e.frame_id, {step_col}, sum(e.dur_ns - coalesce(c.ns, 0)) FROM events e
-            LEFT JOIN child c ON c.parent_id = e.event_id WHERE e.kind = 'cpu_op' AND e.frame_id IS NOT NULL AND {in_steps} GROUP BY 1, 2""",
-        ("source_line", "device"): f"""
-            SELECT e.frame_id, {step_col}, sum(e.dur_ns) FROM events e
-            WHERE e.kind IN {DEVICE_KINDS_SQL} AND e.frame_id IS NOT NULL AND {in_steps} GROUP BY 1, 2""",
+        ("operator", "cpu"): self_ns.format(key="e.name"),
+        ("operator", "device"): device_ns.format(key="o.name", join=op_join),
+        ("kernel", "device"): device_ns.format(key="e.name", join=""),
+        ("module", "cpu"): self_ns.format(key="e.module_path"),
+        ("module", "device"): device_ns.format(key="e.module_path", join=""),
+        ("source_line", "cpu"): self_ns.format(key="e.frame_id"),
+        ("source_line", "device"): device_ns.format(key="e.frame_id", join=""),
     }
     out: dict[tuple[str, str, str], list[float]] = {}
     for (type_, metric), sql in queries.items():

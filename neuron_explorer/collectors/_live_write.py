@@ -59,15 +59,9 @@ def write_shared(run_dir: Path, rank: int, tables: dict[str, pa.Table], entry: d
     try:
         store.write_partition(tmp, tables)
         (tmp / RANK_ENTRY_FILE).write_text(json.dumps({"entry": entry, "manifest": manifest}, default=str))
-        if final.exists():
-            if not overwrite:
-                raise RunExistsError(final)
-            trash = run_dir / f".rank={rank}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(final, trash)
-            os.replace(tmp, final)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
+        if final.exists() and not overwrite:
+            raise RunExistsError(final)
+        store.move_into_place(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -212,11 +212,16 @@ def tracks_of(pid: np.ndarray, tid: np.ndarray, pid_text: pa.Array, tid_text: pa
 
 def track_lookup(track: np.ndarray, pid: np.ndarray, tid: np.ndarray, q_pid: np.ndarray, q_tid: np.ndarray) -> np.ndarray:
     """Track number of integer (pid, tid) query points, -1 where no event has that track."""
+    out = np.full(len(q_pid), -1, dtype=np.int64)
     if not len(track) or not len(q_pid):
-        return np.full(len(q_pid), -1, dtype=np.int64)
+        return out
     _, first = np.unique(track, return_index=True)
     known = {(int(pid[i]), int(tid[i])): int(track[i]) for i in first}
-    return np.array([known.get(k, -1) for k in zip(q_pid.tolist(), q_tid.tolist())], dtype=np.int64)
+    if len(known) > 64:  # many tracks: one dict lookup per point
+        return np.array([known.get(k, -1) for k in zip(q_pid.tolist(), q_tid.tolist())], dtype=np.int64)
+    for (p_, t_), tr in known.items():  # few tracks, many points: one vectorised pass per track
+        out[(q_pid == p_) & (q_tid == t_)] = tr
+    return out
 
 
 # --- the build ------------------------------------------------------------------------------
@@ -310,6 +315,7 @@ class SortedTable:
 
 
 def build_rank(raw: RawRank) -> RankTables:
+    """The run tables of one rank. Consumes `raw`: its event columns are released as they are read."""
     rank = raw.rank
     ev = raw.events
     n = ev.num_rows
@@ -348,6 +354,14 @@ def build_rank(raw: RawRank) -> RankTables:
     tid, tid_null = _np_mask(ev["tid"], order)
     pid_text = ev["pid_text"].take(pa.array(order)).combine_chunks()
     tid_text = ev["tid_text"].take(pa.array(order)).combine_chunks()
+    correlation, correlation_null = _np_mask(ev["correlation"], order)
+    stream_arg, stream_null = _np_mask(ev["stream"], order)
+    external_id, external_null = _np_mask(ev["external_id"], order)
+    args = ev["args"].combine_chunks() if n else None
+    # Everything needed from the raw columns is now in sorted arrays: let the raw ones go (build
+    # consumes `raw`), which lowers the import's memory peak by the size of the decoded columns.
+    raw.events = ev.select([c for c in ("module_path", "frame_index") if c in ev.column_names])
+    del ev
     track = tracks_of(pid, tid, pid_text, tid_text)
     end = ts + np.maximum(dur, 0)
 
@@ -367,7 +381,6 @@ def build_rank(raw: RawRank) -> RankTables:
     top_op = np.where(op >= 0, op_root[np.maximum(op, 0)], -1)
 
     # launches: device event -> runtime call, by correlation, else by ac2g flow
-    correlation, correlation_null = _np_mask(ev["correlation"], order)
     launch = np.full(n, -1, dtype=np.int64)
     rt_idx = np.flatnonzero(is_runtime & ~correlation_null)
     if len(rt_idx):
@@ -412,13 +425,10 @@ def build_rank(raw: RawRank) -> RankTables:
         module_path = np.where(has_launch, module_path[li], module_path)
 
     device = np.where(is_device & ~pid_null, pid, -1)
-    stream_arg, stream_null = _np_mask(ev["stream"], order)
     stream = np.where(is_device, np.where(stream_null, tid, stream_arg), -1)
     stream_mask = ~is_device | (stream_null & tid_null)
-    args = ev["args"].combine_chunks() if n else None
     kind_dict = pa.array(_KIND_NAMES, pa.string())
     base = rank * ID_STRIDE
-    external_id, external_null = _np_mask(ev["external_id"], order)
     memory = _memory(raw, track, pid, tid, ts, end, parent, op, ev_frame, step, steps)
     del track, end, op_parent, op_root, has_parent, li, is_op, is_python, is_runtime, can_contain, event_id
 
