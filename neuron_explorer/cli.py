@@ -57,7 +57,7 @@ def _stderr_console():
     return Console(stderr=True)
 
 
-@app.command("import")
+@app.command("import", rich_help_panel="Record")
 def import_cmd(
     trace: Path = typer.Argument(..., help="A Kineto trace (.json or .json.gz) or a directory of per-rank traces."),
     out: Path = typer.Option(..., "--out", "-o", help="Run directory to write."),
@@ -72,7 +72,7 @@ def import_cmd(
     typer.echo(render_info(run_info(result.run_dir)))
 
 
-@app.command()
+@app.command(rich_help_panel="Analyse")
 def info(
     run: Path = typer.Argument(..., help="Run directory."),
     as_json: bool = typer.Option(False, "--json", help="Print the same summary as JSON."),
@@ -84,7 +84,7 @@ def info(
     typer.echo(json.dumps(data, indent=1) if as_json else render_info(data))
 
 
-@app.command()
+@app.command(rich_help_panel="Explore")
 def export(
     run: Path = typer.Argument(..., help="Run directory."),
     chrome: Path = typer.Option(..., "--chrome", help="Chrome/Perfetto trace to write (.json or .json.gz); a directory for several ranks."),
@@ -97,7 +97,7 @@ def export(
         typer.echo(f"wrote {p}")
 
 
-@app.command()
+@app.command(rich_help_panel="Explore")
 def schema(
     run: Optional[Path] = typer.Argument(None, help="A run directory: list the views you can query on it (its schema_fields)."),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
@@ -116,7 +116,7 @@ def schema(
         typer.echo(s.markdown())
 
 
-@app.command()
+@app.command(rich_help_panel="Explore")
 def query(
     run: Path = typer.Argument(..., help="Run directory."),
     sql: str = typer.Argument(..., help="One SELECT statement (DuckDB SQL) over the views events, frames, flows, ... (see `schema RUN`)."),
@@ -141,7 +141,7 @@ def query(
             typer.echo(f"note: output truncated at {result.row_count} rows (--max-rows)", err=True)
 
 
-@app.command()
+@app.command(rich_help_panel="Explore")
 def mcp(
     runs: list[Path] = typer.Argument(..., help="Run directories the agent may read."),
 ) -> None:
@@ -151,7 +151,7 @@ def mcp(
     serve(runs)
 
 
-@app.command()
+@app.command(rich_help_panel="Explore")
 def dashboard(
     runs: list[Path] = typer.Argument(..., help="Run directories to serve (only these are served)."),
     port: int = typer.Option(8050, "--port", min=1, max=65535, help="Port to listen on."),
@@ -163,7 +163,7 @@ def dashboard(
     serve_dashboard(runs, host=host, port=port, echo=typer.echo)
 
 
-@app.command()
+@app.command(rich_help_panel="Record")
 def demo(
     out: Path = typer.Option(Path("runs/demo"), "--out", "-o", help="Where to write the demo run (replaced if it exists)."),
 ) -> None:
@@ -191,7 +191,7 @@ def _sample_trace() -> Path:
     raise NeuronExplorerError("the built-in sample trace is missing from this installation (sample_traces/cpu_train_step.json.gz)")
 
 
-@app.command()
+@app.command(rich_help_panel="Analyse")
 def analyze(
     run: Path = typer.Argument(..., help="Run directory."),
     as_json: bool = typer.Option(False, "--json", help="Print report.json instead of text."),
@@ -214,7 +214,7 @@ def analyze(
             raise typer.Exit(1)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False})
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}, rich_help_panel="Record")
 def record(
     ctx: typer.Context,
     script: Optional[str] = typer.Argument(None, help="The script to run (its own arguments follow it)."),
@@ -248,7 +248,7 @@ def record(
     raise typer.Exit(result.exit_code)
 
 
-@app.command()
+@app.command(rich_help_panel="Analyse")
 def diff(
     base: Path = typer.Argument(..., help="The reference run."),
     test: Path = typer.Argument(..., help="The run to compare with it."),
@@ -257,8 +257,7 @@ def diff(
     fail_if_slower: Optional[str] = typer.Option(None, "--fail-if-slower", metavar="PCT",
                                                  help="Exit 1 when the step time is significantly slower by more than PCT (e.g. 5%)."),
 ) -> None:
-    """Compare two runs: step time with confidence intervals and significance, then what changed
-    per operator, kernel, nn.Module and source line (time per step)."""
+    """Compare two runs: step time (confidence intervals, significance), then what changed per source line, nn.Module, operator and kernel."""
     from .analyzers.diff import compare, render_text
 
     threshold = None
@@ -275,7 +274,7 @@ def diff(
         raise typer.Exit(1)
 
 
-@app.command()
+@app.command(rich_help_panel="Explore")
 def version() -> None:
     """Print the Neuron Explorer version and the run format version."""
     from . import __version__, schema as s

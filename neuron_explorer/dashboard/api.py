@@ -1,4 +1,5 @@
-"""The JSON twin of every dashboard view: GET /api/<view>?run=<index>&... on the Dash server.
+"""The JSON twin of every dashboard view: GET /api/<view>?run=<index>&... on the Dash server
+(views of two runs: /api/compare?base=<index>&test=<index>&...).
 
 Every response is one envelope: {"ok": bool, "error": str|null, "data": ..., "truncated": bool}.
 Keys are only ever added. A bad request (unknown view, unknown parameter, a value of the wrong
@@ -17,7 +18,7 @@ import math
 import numpy as np
 
 from ..errors import NeuronExplorerError
-from .queries import VIEWS
+from .queries import PAIR_VIEWS, VIEWS
 from .runs import RunSet
 
 
@@ -41,9 +42,9 @@ def _clean(v):
 
 def call_view(rs: RunSet, view: str, params: dict) -> tuple[dict, int]:
     """(envelope, HTTP status) of one view called with string parameters."""
-    fn = VIEWS.get(view)
+    fn = VIEWS.get(view) or PAIR_VIEWS.get(view)
     if fn is None:
-        return envelope(error=f"unknown view {view!r}; views: {', '.join(sorted(VIEWS))}"), 404
+        return envelope(error=f"unknown view {view!r}; views: {', '.join(sorted({**VIEWS, **PAIR_VIEWS}))}"), 404
     allowed = [p for p in inspect.signature(fn).parameters if p != "rs"]
     unknown = sorted(set(params) - set(allowed))
     if unknown:

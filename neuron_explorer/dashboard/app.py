@@ -14,7 +14,7 @@ import re
 import threading
 
 from ..errors import NeuronExplorerError
-from . import queries
+from . import compare_view, queries
 from .api import register as register_api
 from .figure import build_figure, time_unit
 from .panels import CallbackInputError, detail_panel, findings_for, tables_for  # noqa: F401  (callback bodies)
@@ -171,19 +171,23 @@ def create_app(rs: RunSet):
     app = dash.Dash(__name__, title="Neuron Explorer", update_title=None, serve_locally=True)
     register_api(app.server, rs)
     run_opts = [{"label": f"{r.index}: {r.name}", "value": r.index} for r in rs.runs]
-    app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + STYLE + "</style>")
+    app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + STYLE + compare_view.STYLE + "</style>")
+    comparing = len(rs.runs) >= 2  # the Compare view needs two runs
     app.layout = html.Div([
         html.Div([
             html.H1("Neuron Explorer"),
-            html.Label("run"), html.Div(dcc.Dropdown(id="run-select", options=run_opts, value=0, clearable=False), className="nx-dd",
-                                   style={"width": 260, "color": "#263238"}),
-            html.Label("rank"), html.Div(dcc.Dropdown(id="rank-select", options=[], value="all", clearable=False), className="nx-dd",
-                                    style={"width": 130, "color": "#263238"}),
-            html.Button("whole run", id="reset", className="nx-btn"),
+            *([compare_view.mode_switch()] if comparing else []),
+            html.Div([
+                html.Label("run"), html.Div(dcc.Dropdown(id="run-select", options=run_opts, value=0, clearable=False), className="nx-dd",
+                                       style={"width": 260, "color": "#263238"}),
+                html.Label("rank"), html.Div(dcc.Dropdown(id="rank-select", options=[], value="all", clearable=False), className="nx-dd",
+                                        style={"width": 130, "color": "#263238"}),
+                html.Button("whole run", id="reset", className="nx-btn"),
+            ], id="explore-controls", style={"display": "flex", "alignItems": "center", "gap": "14px"}),
             html.Div(id="status", className="nx-status"),
         ], className="nx-top"),
         html.Div(id="error", className="nx-error"),
-        html.Div(dcc.Loading(dcc.Graph(id="timeline", config={"scrollZoom": False, "displaylogo": False, "doubleClick": "autosize"},
+        html.Div([html.Div(dcc.Loading(dcc.Graph(id="timeline", config={"scrollZoom": False, "displaylogo": False, "doubleClick": "autosize"},
                                        style={"width": "100%"}), type="dot", delay_show=400), className="nx-card"),
         html.Div([
             html.Div([dcc.Tabs(id="tabs", value="findings", children=[
@@ -204,7 +208,8 @@ def create_app(rs: RunSet):
                 dcc.Tab(label="Source lines", value="lines"), dcc.Tab(label="Steps", value="steps"), dcc.Tab(label="Memory", value="memory"),
             ]), html.Div(id="tab-content")], className="nx-card"),
             html.Div(html.Div(id="detail"), className="nx-card nx-detail"),
-        ], className="nx-grid"),
+        ], className="nx-grid")], id="explore-view"),
+        *([compare_view.layout(rs)] if comparing else []),
         dcc.Store(id="view"), dcc.Store(id="selected"), dcc.Store(id="px", data=DEFAULT_WIDTH),
     ])
 
@@ -298,6 +303,8 @@ def create_app(rs: RunSet):
                 html.Details([html.Summary("evidence (SQL on the run's views)"), html.Pre(f["evidence_sql"], className="nx-args")])]
         return html.Div(body, id="finding-text"), (f["event_ids"][0] if f["event_ids"] else no_update)
 
+    if comparing:
+        compare_view.register(app, rs)
     return app
 
 

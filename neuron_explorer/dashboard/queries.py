@@ -394,8 +394,12 @@ VIEWS = {
     "steps": steps,
     "memory": memory,
     "findings": findings,
+}
+"""The views served at /api/<name>; each is documented by its docstring."""
+
+PAIR_VIEWS = {
     "compare": compare,
     "compare_timeline": compare_timeline,
 }
-"""The views served at /api/<name>; each is documented by its docstring."""
+"""The views of two runs (`base`, `test` run indexes instead of `run`), also served at /api/<name>."""
 
