@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,8 +85,20 @@ def write_partition(dir_: Path, tables: dict) -> None:
             continue
         with pq.ParquetWriter(path, spec.arrow_schema(), compression="zstd", write_statistics=True,
                               use_dictionary=_DICTIONARY_COLUMNS) as writer:
-            for batch in table.batches(ROW_GROUP_ROWS):
-                writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
+            _write_batches_pipelined(writer, table.batches(ROW_GROUP_ROWS))
+
+
+def _write_batches_pipelined(writer: pq.ParquetWriter, batches) -> None:
+    """Encode and compress row group k (in a thread; Arrow releases the GIL) while batch k+1 is
+    being assembled here: the two halves of writing a large table then use both cores."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = None
+        for batch in batches:
+            if pending is not None:
+                pending.result()
+            pending = pool.submit(writer.write_batch, batch, row_group_size=ROW_GROUP_ROWS)
+        if pending is not None:
+            pending.result()
 
 
 def write_manifest(run_dir: Path, manifest: dict) -> None:

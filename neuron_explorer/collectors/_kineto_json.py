@@ -180,8 +180,18 @@ class _Pipeline:
 
 
 def decode_trace(path: str, progress: Callable[[int, int], None] | None = None, workers: int | None = None) -> Decoded:
-    """Decode a whole trace file, streaming. Raises InputError (naming the file) on bad input."""
+    """Decode a whole trace file. Raises InputError (naming the file) on bad input.
+
+    A large plain-JSON file is cut into byte ranges by reading a little around each cut, and each
+    worker reads and decodes its own range (the bytes never pass through this process). Other
+    files are streamed block by block; pieces go to the workers when the file is large.
+    """
     total = os.path.getsize(path)
+    n_workers = workers or min(2, os.cpu_count() or 1)
+    if total >= PARALLEL_MIN_BYTES and n_workers > 1:
+        plan = _plan_ranges(path, total)
+        if plan is not None:
+            return _decode_ranges(path, plan, n_workers, progress)
     reader = _Reader(path)
     try:
         buf = reader.read(CHUNK_BYTES)
@@ -193,7 +203,6 @@ def decode_trace(path: str, progress: Callable[[int, int], None] | None = None, 
             return _decode_whole(path, buf + reader.read_rest())
         prefix, rest = buf[: m.end()], buf[m.end() :]
         del buf
-        n_workers = workers or min(2, os.cpu_count() or 1)
         parallel = total >= PARALLEL_MIN_BYTES and n_workers > 1
         pipe = _Pipeline(path, parallel, n_workers)
         try:
@@ -232,6 +241,79 @@ def decode_trace(path: str, progress: Callable[[int, int], None] | None = None, 
     return Decoded(header, chunks)
 
 
+@dataclass
+class _Plan:
+    header: dict
+    ranges: list[tuple[int, int]]  # byte ranges of whole events inside traceEvents
+
+
+_WINDOW = 1 << 20
+_LOOKBACK = 65536
+
+
+def _plan_ranges(path: str, total: int) -> _Plan | None:
+    """Byte ranges of a plain (not gzip) trace, found by reading windows around each cut; None when
+    the file is gzip or its layout is not the usual one (the caller then streams it)."""
+    with open(path, "rb") as f:
+        head = f.read(CHUNK_BYTES)
+        if head[:2] == b"\x1f\x8b" or head.lstrip()[:1] != b"{":
+            return None
+        m = _ARRAY_KEY.search(head)
+        if m is None:
+            return None
+        start = m.end()
+        prefix = head[:start]
+        end = header = None
+        win = _WINDOW
+        while end is None:  # the array's end: read a growing window at the end of the file
+            lo = max(start, total - win)
+            f.seek(lo)
+            tail = f.read(total - lo)
+            rel = _array_end(prefix, tail)
+            if rel is not None:
+                end = lo + rel
+                header = msgspec.json.decode(prefix + b"]" + tail[rel + 1 :])
+            elif lo == start or win >= 64 * _WINDOW:
+                return None
+            win *= 4
+        ranges, a = [], start
+        while end - a > CHUNK_BYTES * 3 // 2:
+            base = a + CHUNK_BYTES - _LOOKBACK
+            f.seek(base)
+            window = f.read(_LOOKBACK + _WINDOW)
+            cut = _find_cut(window, _LOOKBACK, len(window))
+            if cut is None:  # an event larger than the window: the rest is one range
+                break
+            ranges.append((a, base + cut[0]))
+            a = base + cut[1]
+        ranges.append((a, end))
+    header.pop("traceEvents", None)
+    return _Plan(header, ranges)
+
+
+def _decode_range(path: str, a: int, b: int) -> Chunk:
+    with open(path, "rb") as f:
+        f.seek(a)
+        return _decode_chunk(path, f.read(b - a))
+
+
+def _decode_ranges(path: str, plan: _Plan, workers: int, progress: Callable[[int, int], None] | None) -> Decoded:
+    total = plan.ranges[-1][1] if plan.ranges else 0
+    chunks: list[Chunk] = []
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(_decode_range, path, a, b) for a, b in plan.ranges]
+        try:
+            for (_, b), fut in zip(plan.ranges, futures):
+                chunks.append(fut.result())
+                if progress:
+                    progress(b, total)
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise
+    return Decoded(plan.header, chunks)
+
+
 def _read_all(path: str) -> bytes:
     reader = _Reader(path)
     try:
@@ -240,9 +322,12 @@ def _read_all(path: str) -> bytes:
         reader.close()
 
 
-def _find_cut(data: bytes) -> tuple[int, int] | None:
-    """A cut between two whole events after CHUNK_BYTES: (end of the piece, start of the next)."""
-    for m in _CUT.finditer(data, CHUNK_BYTES, min(len(data), CHUNK_BYTES * 2)):
+def _find_cut(data: bytes, lo: int | None = None, hi: int | None = None) -> tuple[int, int] | None:
+    """A cut between two whole events in data[lo:hi] (default: between one and two chunk sizes):
+    (end of the piece, start of the next)."""
+    lo = CHUNK_BYTES if lo is None else lo
+    hi = CHUNK_BYTES * 2 if hi is None else hi
+    for m in _CUT.finditer(data, lo, min(len(data), hi)):
         b = m.start() + 1
         if _looks_like_event_start(data, m.end() - 1) and _balanced(data, 0, b):
             return b, m.end() - 1

@@ -1,0 +1,48 @@
+"""Large traces are cut into pieces decoded in worker processes: the result must not depend on it.
+
+The real traces are small, so the size thresholds are lowered here to force many pieces through
+both paths: byte ranges read by the workers (plain JSON) and streamed pieces (gzip).
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from neuron_explorer import open_run
+from neuron_explorer.collectors import _kineto_json
+from neuron_explorer.collectors.chrome_trace import import_traces
+
+from .conftest import TRACES
+
+COLUMNS = "event_id, kind, category, name, ts_ns, dur_ns, pid, tid, parent_id, op_id, launch_id, step, args"
+
+
+def _rows(run_dir: Path) -> dict:
+    with open_run(run_dir) as run:
+        return {
+            "events": run.sql(f"SELECT {COLUMNS} FROM events ORDER BY event_id").fetchall(),
+            "flows": run.sql("SELECT * FROM flows ORDER BY ts_ns, flow_id, phase").fetchall(),
+            "manifest": {k: v for k, v in run.manifest["ranks"][0].items() if k not in ("source",)},
+        }
+
+
+@pytest.mark.parametrize("name", ["cuda_nccl_rank0_of_2.json.gz", "mtia_inference.json.gz", "cpu_only_rank34_of_300.json.gz"])
+@pytest.mark.parametrize("encoding", ["plain", "gzip"])
+def test_many_pieces_in_workers_give_the_same_run(tmp_path: Path, monkeypatch, name: str, encoding: str):
+    src = tmp_path / ("trace.json" if encoding == "plain" else "trace.json.gz")
+    data = gzip.decompress((TRACES / name).read_bytes())
+    src.write_bytes(data if encoding == "plain" else gzip.compress(data))
+    whole = import_traces(src, tmp_path / "whole").run_dir
+    monkeypatch.setattr(_kineto_json, "CHUNK_BYTES", 96 << 10)
+    monkeypatch.setattr(_kineto_json, "PARALLEL_MIN_BYTES", 0)
+    if len(data) > 300 << 10:
+        if encoding == "plain":
+            plan = _kineto_json._plan_ranges(str(src), len(data))
+            assert plan is not None and len(plan.ranges) > 2, "the plain file must be cut into several byte ranges"
+        else:
+            assert len(_kineto_json.decode_trace(str(src)).chunks) > 2, "the gzip stream must be cut into several pieces"
+    pieces = import_traces(src, tmp_path / "pieces").run_dir
+    assert _rows(pieces) == _rows(whole)
