@@ -222,6 +222,38 @@ SCHEMA_FIELDS = Table(
 
 TABLES: dict[str, Table] = {t.name: t for t in (*RANK_TABLES, SCHEMA_FIELDS)}
 
+
+@dataclass(frozen=True)
+class View:
+    """A view that `store.open_run` derives (from events or the manifest) rather than reads from a file."""
+
+    name: str
+    doc: str
+    columns: tuple[Column, ...]
+
+
+DERIVED_VIEWS: tuple[View, ...] = (
+    View("steps", "One row per profiler step and rank, derived from the `kind='step'` events.", (
+        _RANK,
+        _c("step", "int64", "", "profiler step number N of `ProfilerStep#N`"),
+        _c("ts_ns", "int64", "ns", "start of the step's first range"),
+        _c("dur_ns", "int64", "ns", "end of its last range minus start"),
+        _c("event_id", "int64", "event id", "the step's first range (joins events.event_id)"),
+    )),
+    View("ranks", "One row per rank of the run, from manifest.json.", (
+        _RANK,
+        _c("world_size", "int64", "", "ranks in the job, when the trace said"),
+        _c("events", "int64", "", "events imported or recorded for the rank"),
+        _c("source", "string", "", "the trace file the rank came from (import) or 'live'"),
+    )),
+    View("devices", "One row per device a rank reported (Kineto `deviceProperties`), from manifest.json.", (
+        _RANK,
+        _c("device", "int64", "", "device index (matches events.device)"),
+        _c("name", "string", "", "device name"),
+        _c("properties", "string", "", "all reported properties as a JSON object"),
+    )),
+)
+
 MANIFEST_KEYS: dict[str, str] = {
     "format_version": "run format version (this document's)",
     "tool_version": "Neuron Explorer version that wrote the run",
@@ -272,6 +304,10 @@ def markdown() -> str:
         out += ["", f"## {t.name}", "", f"`{where}`, sorted by {', '.join(t.sort_by)}. {t.doc}", "",
                 "| column | type | unit | meaning |", "| --- | --- | --- | --- |"]
         out += [f"| `{c.name}` | {c.type} | {c.unit} | {c.doc} |" for c in t.columns]
+    for v in DERIVED_VIEWS:
+        out += ["", f"## {v.name} (view)", "", f"Derived by `open_run`, not stored. {v.doc}", "",
+                "| column | type | unit | meaning |", "| --- | --- | --- | --- |"]
+        out += [f"| `{c.name}` | {c.type} | {c.unit} | {c.doc} |" for c in v.columns]
     out += ["", "## manifest.json", "", "| key | meaning |", "| --- | --- |"]
     out += [f"| `{k}` | {v} |" for k, v in MANIFEST_KEYS.items()]
     return "\n".join(out) + "\n"

@@ -1,9 +1,9 @@
 """What an agent can query: every view of a run with its columns, types, units and docs.
 
 The stored tables come from the run's own `schema_fields` table (so the description matches the
-run, even one written by another version) and fall back to schema.py; the derived views that
-`open_run` builds (steps, ranks, devices) are described here, and a test checks these
-descriptions against the views themselves. Plain data in, plain data out; nothing is written.
+run, even one written by another version) and fall back to schema.py, which also describes the
+views that `open_run` derives (steps, ranks, devices); a test checks those descriptions against
+the views themselves. Plain data in, plain data out; nothing is written.
 """
 
 from __future__ import annotations
@@ -14,39 +14,6 @@ import pyarrow.parquet as pq
 
 from .. import schema
 from ..store import read_manifest
-
-# Views that open_run derives rather than reads from a file of the same name.
-DERIVED_VIEWS: dict[str, tuple[str, list[tuple[str, str, str, str]]]] = {
-    "steps": (
-        "One row per profiler step and rank, derived from the `kind='step'` events.",
-        [
-            ("rank", "int32", "", "distributed rank"),
-            ("step", "int64", "", "profiler step number N of `ProfilerStep#N`"),
-            ("ts_ns", "int64", "ns", "start of the step's first range"),
-            ("dur_ns", "int64", "ns", "end of its last range minus start"),
-            ("event_id", "int64", "event id", "the step's first range (joins events.event_id)"),
-        ],
-    ),
-    "ranks": (
-        "One row per rank of the run, from manifest.json.",
-        [
-            ("rank", "int32", "", "distributed rank"),
-            ("world_size", "int64", "", "ranks in the job, when the trace said"),
-            ("events", "int64", "", "events imported or recorded for the rank"),
-            ("source", "string", "", "the trace file the rank came from (import) or 'live'"),
-        ],
-    ),
-    "devices": (
-        "One row per device a rank reported (Kineto `deviceProperties`), from manifest.json.",
-        [
-            ("rank", "int32", "", "distributed rank"),
-            ("device", "int64", "", "device index (matches events.device)"),
-            ("name", "string", "", "device name"),
-            ("properties", "string", "", "all reported properties as a JSON object"),
-        ],
-    ),
-}
-
 
 def describe(run: Path | str | None = None) -> list[dict]:
     """Tables/views with their columns: [{table, doc, columns: [{name, type, unit, doc}]}].
@@ -72,9 +39,9 @@ def describe(run: Path | str | None = None) -> list[dict]:
         for name, cols in by_table.items():
             known = schema.TABLES.get(name)
             out.append({"table": name, "doc": known.doc if known else "", "columns": cols})
-    for name, (doc, cols) in DERIVED_VIEWS.items():
-        out.append({"table": name, "doc": doc,
-                    "columns": [{"name": n, "type": t, "unit": u, "doc": d} for n, t, u, d in cols]})
+    for v in schema.DERIVED_VIEWS:
+        out.append({"table": v.name, "doc": v.doc,
+                    "columns": [{"name": c.name, "type": c.type, "unit": c.unit, "doc": c.doc} for c in v.columns]})
     sf = schema.SCHEMA_FIELDS
     out.append({"table": sf.name, "doc": sf.doc,
                 "columns": [{"name": c.name, "type": c.type, "unit": c.unit, "doc": c.doc} for c in sf.columns]})
