@@ -64,11 +64,10 @@ def import_cmd(
     force: bool = typer.Option(False, "--force", help="Replace an existing run at --out."),
 ) -> None:
     """Import torch.profiler (Kineto) JSON traces into a run directory of Parquet tables."""
-    from .collectors.chrome_trace import import_traces, release_memory_eagerly
+    from .collectors.chrome_trace import import_traces
     from .info import render_info, run_info
 
-    release_memory_eagerly()
-    result = import_traces(trace, out, force=force, progress_factory=_progress_factory(), command=sys.argv)
+    result = import_traces(trace, out, force=force, tune_allocator=True, progress_factory=_progress_factory(), command=sys.argv)
     typer.echo(render_info(run_info(result.run_dir)))
 
 

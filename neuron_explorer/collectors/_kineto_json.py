@@ -148,7 +148,7 @@ class _Pipeline:
 
     def __init__(self, path: str, parallel: bool, workers: int):
         self.path = path
-        self.pool = ProcessPoolExecutor(max_workers=workers) if parallel else None
+        self.pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) if parallel else None
         self.max_in_flight = workers + 1
         self.pending: deque = deque()
         self.chunks: list[Chunk] = []
@@ -291,6 +291,20 @@ def _plan_ranges(path: str, total: int) -> _Plan | None:
     return _Plan(header, ranges)
 
 
+WORKER_MMAP_THRESHOLD = 64 << 20
+
+
+def _worker_init() -> None:
+    """Workers decode one piece after another: let them reuse their heap (no mmap per large block).
+
+    A parent that lowered glibc's mmap threshold for itself (chrome_trace.set_mmap_threshold)
+    passes it on through fork; in a worker it only costs page faults.
+    """
+    from .chrome_trace import set_mmap_threshold
+
+    set_mmap_threshold(WORKER_MMAP_THRESHOLD)
+
+
 def _decode_range(path: str, a: int, b: int) -> Chunk:
     with open(path, "rb") as f:
         f.seek(a)
@@ -300,7 +314,7 @@ def _decode_range(path: str, a: int, b: int) -> Chunk:
 def _decode_ranges(path: str, plan: _Plan, workers: int, progress: Callable[[int, int], None] | None) -> Decoded:
     total = plan.ranges[-1][1] if plan.ranges else 0
     chunks: list[Chunk] = []
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) as pool:
         futures = [pool.submit(_decode_range, path, a, b) for a, b in plan.ranges]
         try:
             for (_, b), fut in zip(plan.ranges, futures):

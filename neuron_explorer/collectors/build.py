@@ -98,7 +98,7 @@ class RankTables:
 
 def nearest_marked(parent: np.ndarray, marked: np.ndarray) -> np.ndarray:
     """For each node, its nearest ancestor-or-self with marked=True, or -1."""
-    idx = np.arange(len(parent))
+    idx = np.arange(len(parent), dtype=parent.dtype)
     res = np.where(marked, idx, parent)
     while True:
         valid = res >= 0
@@ -111,7 +111,7 @@ def nearest_marked(parent: np.ndarray, marked: np.ndarray) -> np.ndarray:
 
 def root_of(parent: np.ndarray) -> np.ndarray:
     """For each node of a forest given by parent (-1 = root), its root."""
-    res = np.where(parent >= 0, parent, np.arange(len(parent)))
+    res = np.where(parent >= 0, parent, np.arange(len(parent), dtype=parent.dtype))
     while True:
         nxt = res[res]
         if np.array_equal(nxt, res):
@@ -120,7 +120,7 @@ def root_of(parent: np.ndarray) -> np.ndarray:
 
 
 def depth_of(parent: np.ndarray) -> np.ndarray:
-    d = (parent >= 0).astype(np.int64)
+    d = (parent >= 0).astype(np.int32)
     p = parent.copy()
     while True:
         m = p >= 0
@@ -134,15 +134,21 @@ def depth_of(parent: np.ndarray) -> np.ndarray:
         d, p = d2, p2
 
 
+def _index_dtype(n: int):
+    """Row indices fit int32 below 2^31 rows: half the memory of the link arrays of a large rank."""
+    return np.int32 if n < 2**31 - 1 else np.int64
+
+
 def enclosing_parents(track: np.ndarray, ts: np.ndarray, end: np.ndarray, can_contain: np.ndarray) -> tuple[np.ndarray, int]:
     """Innermost slice on the same track that contains each event, and the count of overlaps.
 
     Input rows must be sorted by (ts, -dur). Returns parent indices (-1 for top level).
     """
     n = len(ts)
-    order = np.argsort(track, kind="stable")  # by (track, ts, -dur)
+    idx = _index_dtype(n)
+    order = np.argsort(track, kind="stable").astype(idx)  # by (track, ts, -dur)
     t_ts, t_end, t_track, t_can = ts[order], end[order], track[order], can_contain[order]
-    cand = np.arange(-1, n - 1)
+    cand = np.arange(-1, n - 1, dtype=idx)
     if n:
         same = np.zeros(n, dtype=bool)
         same[1:] = t_track[1:] == t_track[:-1]
@@ -160,7 +166,8 @@ def enclosing_parents(track: np.ndarray, ts: np.ndarray, end: np.ndarray, can_co
         if not pending.any():
             break
         cand[pending] = cand[cand[pending]]
-    parent = np.full(n, -1, dtype=np.int64)
+    del t_ts, t_track
+    parent = np.full(n, -1, dtype=idx)
     has = cand >= 0
     parent[order[has]] = order[cand[has]]
     return parent, overlaps
@@ -374,14 +381,14 @@ def build_rank(raw: RawRank) -> RankTables:
 
     # operators: innermost and outermost cpu_op around each event
     op = nearest_marked(parent, is_op)
-    op_parent = np.full(n, -1, dtype=np.int64)
+    op_parent = np.full(n, -1, dtype=parent.dtype)
     has_parent = parent >= 0
     op_parent[has_parent] = op[parent[has_parent]]
     op_root = root_of(op_parent)
     top_op = np.where(op >= 0, op_root[np.maximum(op, 0)], -1)
 
     # launches: device event -> runtime call, by correlation, else by ac2g flow
-    launch = np.full(n, -1, dtype=np.int64)
+    launch = np.full(n, -1, dtype=parent.dtype)
     rt_idx = np.flatnonzero(is_runtime & ~correlation_null)
     if len(rt_idx):
         rt_corr = correlation[rt_idx]
@@ -433,7 +440,7 @@ def build_rank(raw: RawRank) -> RankTables:
     del track, end, op_parent, op_root, has_parent, li, is_op, is_python, is_runtime, can_contain, event_id
 
     def ids(local):
-        return lambda sl: pa.array(np.where(local[sl] >= 0, base + local[sl], 0), pa.int64(), mask=local[sl] < 0)
+        return lambda sl: pa.array(np.where(local[sl] >= 0, base + local[sl].astype(np.int64), 0), pa.int64(), mask=local[sl] < 0)
 
     def dict_col(codes, dictionary):
         return lambda sl: pa.DictionaryArray.from_arrays(pa.array(codes[sl], pa.int32()), dictionary).cast(pa.string())
@@ -554,9 +561,9 @@ def _memory(raw: RawRank, track, pid, tid, ts, end, parent, op, ev_frame, step, 
             "bytes": mem["bytes"],
             "total_allocated": mem["total_allocated"],
             "total_reserved": mem["total_reserved"],
-            "op_id": pa.array(np.where(m_op >= 0, base + m_op, 0), pa.int64(), mask=m_op < 0),
+            "op_id": pa.array(np.where(m_op >= 0, base + m_op.astype(np.int64), 0), pa.int64(), mask=m_op < 0),
             "step": pa.array(m_step, pa.int64(), mask=m_step < 0),
-            "frame_id": pa.array(np.where(m_frame >= 0, base + m_frame, 0), pa.int64(), mask=m_frame < 0),
+            "frame_id": pa.array(np.where(m_frame >= 0, base + m_frame.astype(np.int64), 0), pa.int64(), mask=m_frame < 0),
             "category": mem["category"],
         }
     )

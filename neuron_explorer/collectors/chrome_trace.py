@@ -147,25 +147,35 @@ def quality_warnings(entry: dict) -> list[str]:
     return out
 
 
-def release_memory_eagerly() -> None:
-    """Make freed memory go back to the OS at once (glibc only; a no-op elsewhere).
+DECODE_MMAP_THRESHOLD = 256 << 10
+BUILD_MMAP_THRESHOLD = 64 << 20
 
-    An import allocates and frees hundreds of MB in blocks of a few MB. glibc's adaptive mmap
-    threshold then serves such blocks from the heap, where freed memory stays in the process, so the
-    peak RSS of an import can be ~1.4x what is live. A fixed 256 KiB threshold returns them. Called by
-    the CLI (a batch job), not on import of the library, since it is process-wide.
+
+def set_mmap_threshold(nbytes: int, trim: bool = False) -> None:
+    """glibc's M_MMAP_THRESHOLD: blocks this large or larger are mmapped, and so returned to the OS
+    when freed (a no-op off Linux/glibc). Process-wide, so only batch imports (`tune_allocator=True`,
+    what the CLI asks for) change it.
+
+    Decoding interleaves long-lived result buffers with short-lived ones of a few MB; served from
+    the heap (glibc's adaptive default) the freed ones stay in the process and the peak grows by
+    ~40%, so decoding runs with a small threshold. Building the links allocates and frees arrays of
+    tens of MB; mmapping each costs page faults (~0.5 s for a 2M-event trace) while the heap
+    reuses them, so the build runs with a large one.
     """
     if not sys.platform.startswith("linux"):
         return
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6").mallopt(-3, 256 * 1024)  # M_MMAP_THRESHOLD
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, int(nbytes))  # M_MMAP_THRESHOLD
+        if trim:
+            libc.malloc_trim(0)  # hand the heap's free memory back now
     except (OSError, AttributeError):
         pass
 
 
-def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = False,
+def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = False, tune_allocator: bool = False,
                   progress_factory: Callable[[str, int], Callable[[int, int], None]] | None = None,
                   command: list[str] | None = None) -> ImportResult:
     out = store.check_writable_target(out_dir, force)
@@ -176,12 +186,18 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
     seen: dict[int, Path] = {}
     for path in files:
         progress = progress_factory(path.name, path.stat().st_size) if progress_factory else None
+        if tune_allocator:
+            set_mmap_threshold(DECODE_MMAP_THRESHOLD)
         raw, meta, w, category_counts = decode_rank(path, progress)
         if raw.rank in seen:
             raise InputError(path, f"rank {raw.rank} is also claimed by {seen[raw.rank]}; import them into separate runs")
         seen[raw.rank] = path
+        if tune_allocator:
+            set_mmap_threshold(BUILD_MMAP_THRESHOLD)
         built = build_rank(raw)
         del raw  # build_rank took what it needs; let the raw columns go before writing
+        if tune_allocator:
+            set_mmap_threshold(DECODE_MMAP_THRESHOLD, trim=True)  # the build's temporaries go back before writing
         entry = rank_entry(built, meta)
         entry["category_counts"] = category_counts
         entries.append(entry)
