@@ -17,7 +17,7 @@ from ..errors import NeuronExplorerError
 from . import compare_view, queries
 from .api import register as register_api
 from .figure import build_figure, time_unit
-from .panels import CallbackInputError, detail_panel, findings_for, tables_for  # noqa: F401  (callback bodies)
+from .panels import CallbackInputError, detail_panel, findings_for, guard, tables_for  # noqa: F401  (callback bodies)
 from .theme import STYLE
 from .runs import RunSet
 from .timeline import timeline_arrays
@@ -212,17 +212,6 @@ def create_app(rs: RunSet):
         *([compare_view.layout(rs)] if comparing else []),
         dcc.Store(id="view"), dcc.Store(id="selected"), dcc.Store(id="px", data=DEFAULT_WIDTH),
     ])
-
-    def guard(n_out):
-        """Run a callback body; a NeuronExplorerError becomes a message in #error, other outputs unchanged."""
-        def deco(fn):
-            def wrapped(*a):
-                try:
-                    return (*fn(*a), "")
-                except NeuronExplorerError as e:
-                    return (*([no_update] * n_out), f"⚠ {e}")
-            return wrapped
-        return deco
 
     app.clientside_callback("function(r) { return Math.max(400, Math.min(4000, Math.round(window.innerWidth - 260))); }",
                             Output("px", "data"), Input("run-select", "value"))

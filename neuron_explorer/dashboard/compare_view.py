@@ -16,7 +16,7 @@ import math
 from ..errors import NeuronExplorerError
 from . import compare as cmp
 from .figure import HIGHLIGHT, build_figure, time_unit
-from .panels import CallbackInputError
+from .panels import CallbackInputError, guard
 from .runs import RunSet
 
 TAB_LABELS = {"source_line": "Source lines", "module": "Modules", "operator": "Operators", "kernel": "Kernels"}
@@ -233,18 +233,6 @@ def register(app, rs: RunSet) -> None:
     """Wire the Compare view's callbacks (the app has the `mode` switch and the `px` store)."""
     from dash import Input, Output, State, ctx, no_update
 
-    def guard(n_out):
-        def deco(fn):
-            def wrapped(mode, *a):
-                if mode != "compare":  # nothing is computed until the user opens the view
-                    return (*([no_update] * n_out), no_update)
-                try:
-                    return (*fn(*a), "")
-                except NeuronExplorerError as e:
-                    return (*([no_update] * n_out), f"⚠ {e}")
-            return wrapped
-        return deco
-
     @app.callback(Output("mode", "data"), Output("explore-view", "style"), Output("compare-view", "style"),
                   Output("explore-controls", "style"), Output("status", "style"), Output("mode-explore", "className"),
                   Output("mode-compare", "className"), Input("mode-explore", "n_clicks"), Input("mode-compare", "n_clicks"),
@@ -256,7 +244,7 @@ def register(app, rs: RunSet) -> None:
     @app.callback(Output("cmp-verdict", "children"), Output("cmp-step", "options"), Output("cmp-step", "value"),
                   Output("error", "children", allow_duplicate=True),
                   Input("mode", "data"), Input("cmp-base", "value"), Input("cmp-test", "value"), prevent_initial_call=True)
-    @guard(3)
+    @guard(3, only_in_mode="compare")  # nothing is computed until the view is open
     def _verdict(base, test):
         opts, value = step_options(rs, base, test)
         return verdict_panel(rs, base, test), opts, value
@@ -266,7 +254,7 @@ def register(app, rs: RunSet) -> None:
                   Output("error", "children", allow_duplicate=True),
                   Input("mode", "data"), Input("cmp-step", "value"), State("cmp-base", "value"), State("cmp-test", "value"),
                   State("px", "data"), prevent_initial_call=True)
-    @guard(4)
+    @guard(4, only_in_mode="compare")  # nothing is computed until the view is open
     def _timelines(step, base, test, px):
         if step is None:
             return no_update, no_update, no_update, no_update  # the step menu is filled first
@@ -275,6 +263,6 @@ def register(app, rs: RunSet) -> None:
     @app.callback(Output("cmp-table", "children"), Output("error", "children", allow_duplicate=True),
                   Input("mode", "data"), Input("cmp-tabs", "value"), Input("cmp-base", "value"), Input("cmp-test", "value"),
                   prevent_initial_call=True)
-    @guard(1)
+    @guard(1, only_in_mode="compare")  # nothing is computed until the view is open
     def _table(tab, base, test):
         return (delta_table(rs, base, test, tab),)

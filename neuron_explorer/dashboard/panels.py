@@ -115,3 +115,29 @@ def findings_for(rs: RunSet, run):
     return [{"index": f["index"], "severity": f["severity"], "title": f["title"], "impact ms": round(f["impact_ms"], 3),
              "share %": round(100 * f["impact_share"], 1), "where": f["source"] or f["location"].get("op") or f["location"].get("kernel") or "",
              "rule": f["rule_id"]} for f in data["rows"]]
+
+
+def guard(n_out: int, *, only_in_mode: str | None = None):
+    """Decorate a callback body: its outputs plus the #error message ('' on success).
+
+    A NeuronExplorerError (bad input from the page) becomes the message and leaves the other
+    outputs unchanged, so no input from a page can crash the server. With `only_in_mode`, the
+    first input is the view mode and nothing is computed unless it is that mode.
+    """
+    from dash import no_update
+
+    from ..errors import NeuronExplorerError
+
+    def deco(fn):
+        def wrapped(*args):
+            if only_in_mode is not None:
+                mode, *args = args
+                if mode != only_in_mode:
+                    return (*([no_update] * n_out), no_update)
+            try:
+                return (*fn(*args), "")
+            except NeuronExplorerError as e:
+                return (*([no_update] * n_out), f"⚠ {e}")
+        return wrapped
+    return deco
+
