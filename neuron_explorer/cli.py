@@ -73,7 +73,7 @@ def import_cmd(
 
 @app.command(rich_help_panel="Analyse")
 def info(
-    run: Path = typer.Argument(..., help="Run directory."),
+    run: Path = typer.Argument(..., help="Run directory, or a Kineto trace (or directory of traces) to import on the fly."),
     as_json: bool = typer.Option(False, "--json", help="Print the same summary as JSON."),
 ) -> None:
     """Summarise a run: ranks, devices, steps, event counts, data-quality warnings."""
@@ -85,7 +85,7 @@ def info(
 
 @app.command(rich_help_panel="Explore")
 def export(
-    run: Path = typer.Argument(..., help="Run directory."),
+    run: Path = typer.Argument(..., help="Run directory, or a Kineto trace (or directory of traces) to import on the fly."),
     chrome: Path = typer.Option(..., "--chrome", help="Chrome/Perfetto trace to write (.json or .json.gz); a directory for several ranks."),
     rank: Optional[int] = typer.Option(None, "--rank", help="Export only this rank."),
 ) -> None:
@@ -117,7 +117,7 @@ def schema(
 
 @app.command(rich_help_panel="Explore")
 def query(
-    run: Path = typer.Argument(..., help="Run directory."),
+    run: Path = typer.Argument(..., help="Run directory, or a Kineto trace (or directory of traces) to import on the fly."),
     sql: str = typer.Argument(..., help="One SELECT statement (DuckDB SQL) over the views events, frames, flows, ... (see `schema RUN`)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json (the {ok, error, columns, rows, truncated, row_count} envelope) or csv."),
     max_rows: int = typer.Option(1000, "--max-rows", min=0, help="Return at most this many rows (the output says when it cut)."),
@@ -192,7 +192,7 @@ def _sample_trace() -> Path:
 
 @app.command(rich_help_panel="Analyse")
 def analyze(
-    run: Path = typer.Argument(..., help="Run directory."),
+    run: Path = typer.Argument(..., help="Run directory, or a Kineto trace (or directory of traces) to import on the fly."),
     as_json: bool = typer.Option(False, "--json", help="Print report.json instead of text."),
     as_markdown: bool = typer.Option(False, "--markdown", help="Print the report as Markdown."),
     fail_on: Optional[str] = typer.Option(None, "--fail-on", help="Exit 1 when a finding of this severity or worse exists: high, medium or low."),

@@ -43,3 +43,14 @@ def test_a_directory_that_is_neither_run_nor_traces_is_a_clear_error(tmp_path: P
     (tmp_path / "empty").mkdir()
     res = cli("info", tmp_path / "empty")
     assert res.returncode == 2 and "not a run directory" in res.stderr
+
+
+def test_analyze_a_trace_file_writes_into_the_cached_run(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("NEURON_EXPLORER_CACHE", str(tmp_path / "cache"))
+    trace = tmp_path / "t.json.gz"
+    shutil.copy(TRACES / "cuda_alexnet_train.json.gz", trace)
+    res = cli("analyze", trace, "--json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert json.loads(res.stdout)["findings"]
+    assert list((tmp_path / "cache").glob("*/analysis/report.json")), "the report goes into the cached run"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "t.json.gz"], "nothing is written beside the trace"

@@ -151,11 +151,13 @@ def analyze_run(run: Run, rules: list[ModuleType] | None = None) -> Report:
 
 
 def analyze(path: Path | str, *, write: bool = True, rules: list[ModuleType] | None = None) -> Report:
-    """Analyse a run directory; with write=True also write RUN/analysis/{report.json, report.md, findings.parquet}."""
+    """Analyse a run (or a trace, imported into the cache); with write=True also write
+    RUN/analysis/{report.json, report.md, findings.parquet} into the run directory."""
     with open_run(path) as run:
         report = analyze_run(run, rules)
+        run_dir = run.path  # the cached run when `path` is a trace
     if write:
         from .outputs import write_outputs
 
-        write_outputs(report, Path(path) / "analysis")
+        write_outputs(report, run_dir / "analysis")
     return report
