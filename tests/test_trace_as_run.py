@@ -54,3 +54,13 @@ def test_analyze_a_trace_file_writes_into_the_cached_run(tmp_path: Path, monkeyp
     assert json.loads(res.stdout)["findings"]
     assert list((tmp_path / "cache").glob("*/analysis/report.json")), "the report goes into the cached run"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "t.json.gz"], "nothing is written beside the trace"
+
+
+def test_query_and_schema_take_a_trace_too(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("NEURON_EXPLORER_CACHE", str(tmp_path / "cache"))
+    trace = TRACES / "rocm_mi250_train.json.gz"
+    res = cli("query", trace, "SELECT count(*) AS n FROM events WHERE kind = 'kernel'", "--format", "json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["rows"] == [[14]]
+    schema = cli("schema", trace)
+    assert schema.returncode == 0 and "events:" in schema.stdout

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from .. import schema
-from ..store import read_manifest
+from ..store import read_manifest, resolve_run
 
 def describe(run: Path | str | None = None) -> list[dict]:
     """Tables/views with their columns: [{table, doc, columns: [{name, type, unit, doc}]}].
@@ -22,6 +22,7 @@ def describe(run: Path | str | None = None) -> list[dict]:
     """
     fields: list[dict] | None = None
     if run is not None:
+        run = resolve_run(run)  # a trace is imported into the cache first
         read_manifest(run)  # a bad path fails here with a one-line InputError
         path = Path(run) / schema.SCHEMA_FIELDS.file
         if path.is_file():

@@ -32,7 +32,7 @@ from typing import Any
 
 import duckdb
 
-from ..store import open_run
+from ..store import open_run, resolve_run
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_ROWS = 1000
@@ -143,7 +143,7 @@ class Sandbox:
     """A locked-down, read-only DuckDB connection over one run. Thread-safe (queries run one at a time)."""
 
     def __init__(self, run_dir: Path | str):
-        self.path = Path(run_dir).resolve()
+        self.path = resolve_run(run_dir).resolve()  # a trace is imported into the cache first
         con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
         try:
             run = open_run(self.path, con)
