@@ -192,7 +192,8 @@ class Run:
         self.close()
 
 
-def _sql_str(s: str) -> str:
+def sql_literal(s: str) -> str:
+    """A SQL string literal (quotes doubled), for paths and names put into DuckDB statements."""
     return "'" + s.replace("'", "''") + "'"
 
 
@@ -244,16 +245,16 @@ def open_run(path: Path | str, con: duckdb.DuckDBPyConnection | None = None) -> 
     if con is None:
         con = duckdb.connect()
         # spill large sorts and joins to the system temp folder, not '.tmp' in the user's cwd
-        con.execute(f"SET temp_directory = {_sql_str(str(Path(tempfile.gettempdir()) / 'neuron-explorer-duckdb'))}")
+        con.execute(f"SET temp_directory = {sql_literal(str(Path(tempfile.gettempdir()) / 'neuron-explorer-duckdb'))}")
     for spec in schema.RANK_TABLES:
         files = sorted(str(p) for p in run_dir.glob(f"rank=*/{spec.file}"))
         if files:
-            src = "read_parquet([" + ", ".join(_sql_str(f) for f in files) + "], hive_partitioning=false)"
+            src = "read_parquet([" + ", ".join(sql_literal(f) for f in files) + "], hive_partitioning=false)"
             con.execute(f"CREATE OR REPLACE VIEW {spec.name} AS SELECT * FROM {src}")
         else:  # a run with no rank partitions still answers queries
             cols = ", ".join(f"NULL::{_duck_type(c.type)} AS {c.name}" for c in spec.columns)
             con.execute(f"CREATE OR REPLACE VIEW {spec.name} AS SELECT {cols} WHERE false")
-    con.execute(f"CREATE OR REPLACE VIEW schema_fields AS SELECT * FROM read_parquet({_sql_str(str(run_dir / schema.SCHEMA_FIELDS.file))})"
+    con.execute(f"CREATE OR REPLACE VIEW schema_fields AS SELECT * FROM read_parquet({sql_literal(str(run_dir / schema.SCHEMA_FIELDS.file))})"
                 if (run_dir / schema.SCHEMA_FIELDS.file).exists() else
                 "CREATE OR REPLACE VIEW schema_fields AS SELECT NULL::VARCHAR AS table_name WHERE false")
     con.execute(

@@ -21,6 +21,11 @@ def real_traces() -> list[Path]:
     return files
 
 
+def X(name, cat, ts, dur, pid=1, tid=1, **args):
+    """A complete ('X') Kineto event for hand-built traces (ts and dur in microseconds)."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
 def write_trace(path: Path, events: list[dict], **header) -> Path:
     doc = {"schemaVersion": 1, **header, "traceEvents": events}
     path.parent.mkdir(parents=True, exist_ok=True)

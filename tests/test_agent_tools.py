@@ -28,15 +28,11 @@ from neuron_explorer import open_run
 from neuron_explorer.agent.tools import MAX_CHARS, RunSet, bound
 from neuron_explorer.collectors.chrome_trace import import_traces
 
-from .conftest import TRACES, write_trace
+from .conftest import TRACES, X, write_trace
 from .test_sandbox import run_digest
 
 BASE = 1_700_000_000_000_000_000
 US = 1000
-
-
-def X(name, cat, ts, dur, pid=1, tid=1, **args):
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
 
 
 EVENTS = [

@@ -27,14 +27,10 @@ from neuron_explorer.analyzers.report_schema import SCHEMA
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.errors import InputError
 
-from .conftest import cli, write_trace
+from .conftest import X, cli, write_trace
 
 BASE = 1_700_000_000_000_000_000
 US = 1000
-
-
-def X(name, cat, ts, dur, pid=1, tid=1, **args):
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
 
 
 def K(name, ts, dur, stream=7, cat="kernel"):

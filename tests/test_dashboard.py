@@ -30,14 +30,10 @@ from neuron_explorer.dashboard import api, app as dash_app, queries, runs as run
 from neuron_explorer.dashboard.runs import QueryError, RunSet
 from neuron_explorer.errors import NeuronExplorerError
 
-from .conftest import TRACES, cli, write_trace
+from .conftest import TRACES, X, cli, write_trace
 
 BASE = 1_700_000_000_000_000_000
 US = 1000
-
-
-def X(name, cat, ts, dur, pid=1, tid=1, **args):
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
 
 
 def MEM(ts, nbytes, total):

@@ -23,13 +23,9 @@ import pytest
 from neuron_explorer import open_run
 from neuron_explorer.collectors.chrome_trace import import_traces
 
-from .conftest import write_trace
+from .conftest import X, write_trace
 
 BASE = 1_700_000_000_000_000_000
-
-
-def X(name, cat, ts, dur, pid=1, tid=1, **args):
-    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
 
 
 EVENTS = [

@@ -32,7 +32,7 @@ from typing import Any
 
 import duckdb
 
-from ..store import open_run, resolve_run
+from ..store import open_run, resolve_run, sql_literal
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_ROWS = 1000
@@ -156,7 +156,7 @@ class Sandbox:
                 "SET temp_directory = ''",
                 # The progress bar would write into the CLI's output and the MCP server's log.
                 "SET enable_progress_bar = false",
-                f"SET allowed_directories = [{_sql_str(allowed)}]",
+                f"SET allowed_directories = [{sql_literal(allowed)}]",
                 "SET enable_external_access = false",
                 "SET lock_configuration = true",
             ):
@@ -231,10 +231,6 @@ class Sandbox:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _sql_str(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
 
 
 def query(run: Path | str, sql: str, *, max_rows: int = DEFAULT_MAX_ROWS, timeout_s: float = DEFAULT_TIMEOUT_S) -> QueryResult:

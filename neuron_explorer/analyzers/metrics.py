@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from ..store import Run
+from ..store import Run, sql_literal
 
 DEVICE_WORK_KINDS = ("kernel", "memcpy", "memset")
 """Kinds whose intervals make a device busy."""
@@ -22,12 +22,8 @@ COMM_OP_PATTERN = "^(c10d::|c10d_functional::|_c10d_functional::|record_param_co
 """A CPU operator is a collective when its name matches this regexp."""
 
 
-def _q(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
-
-
 def kinds_sql(kinds) -> str:
-    return "(" + ", ".join(_q(k) for k in kinds) + ")"
+    return "(" + ", ".join(sql_literal(k) for k in kinds) + ")"
 
 
 def union_sql(where: str) -> str:
@@ -58,7 +54,7 @@ def busy_sql(rank: int, device: int) -> str:
 def comm_overlap_sql(rank: int, device: int) -> str:
     """One row: comm_ns (union of collective kernels), comm_overlap_ns (its intersection with the union of all
     other kernel/memcpy/memset intervals of the device) and comm_exposed_ns (the difference)."""
-    pat = _q(COMM_KERNEL_PATTERN)
+    pat = sql_literal(COMM_KERNEL_PATTERN)
     comm = union_sql(device_where(rank, device, ("kernel",), f"regexp_matches(name, {pat})"))
     comp = union_sql(device_where(rank, device, DEVICE_WORK_KINDS, f"NOT regexp_matches(name, {pat})"))
     return f"""WITH c AS ({comm}), k AS ({comp}),
@@ -130,7 +126,7 @@ def device_summary(run: Run, rank: int, device: int) -> dict:
 
 def cpu_comm(run: Run, rank: int) -> dict:
     """Collective CPU operators (c10d, record_param_comms): union of their intervals on the host."""
-    iv = intervals(run, f"rank = {int(rank)} AND kind = 'cpu_op' AND regexp_matches(name, {_q(COMM_OP_PATTERN)})")
+    iv = intervals(run, f"rank = {int(rank)} AND kind = 'cpu_op' AND regexp_matches(name, {sql_literal(COMM_OP_PATTERN)})")
     return {"comm_cpu_ns": sum(e - s for s, e in iv), "comm_cpu_intervals": len(iv)}
 
 

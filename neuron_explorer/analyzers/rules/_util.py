@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 
-def q(s: str) -> str:
-    """A SQL string literal."""
-    return "'" + s.replace("'", "''") + "'"
+from ...store import sql_literal as q  # noqa: F401  (rules write q(...) for a SQL string literal)
 
 
 def ms(ns: float | int | None) -> str:
