@@ -84,7 +84,8 @@ def run_nx(step, steps: int, out: Path) -> dict:
         t1 = time.perf_counter()
     t3 = time.perf_counter()
     timings = prof.recording.timings
-    return {"loop": t1 - t0, "write": timings["convert_s"] + timings["write_s"], "after": t3 - t1, "size": size_of(out),
+    return {"loop": t1 - t0, "write": timings["convert_s"] + timings["write_s"], "convert": timings["convert_s"],
+            "build_write": timings["write_s"], "after": t3 - t1, "size": size_of(out),
             "events": prof.recording.cycles[0].events.num_rows if prof.recording.cycles else 0}
 
 
@@ -132,6 +133,7 @@ def main() -> int:
     print(f"{'':28}{'no profiler':>14}{'torch.profiler':>16}{'nx.profile':>12}{'nx / torch':>12}  target")
     print(f"{'loop (s)':28}{med('none', 'loop'):>14.3f}{med('torch', 'loop'):>16.3f}{med('nx', 'loop'):>12.3f}{loop_ratio:>12.2f}  <= 1.10")
     print(f"{'write: export / run (s)':28}{'':>14}{med('torch', 'write'):>16.3f}{med('nx', 'write'):>12.3f}{write_ratio:>12.2f}  <= 1.00")
+    print(f"{'  of which convert / write':28}{'':>14}{'':>16}{med('nx', 'convert'):>6.3f} / {med('nx', 'build_write'):.3f}")
     print(f"{'write: export+import / run':28}{'':>14}{med('torch', 'export_import'):>16.3f}{med('nx', 'write'):>12.3f}"
           f"{med('nx', 'write') / med('torch', 'export_import'):>12.2f}")
     print(f"{'after loop, total (s)':28}{'':>14}{med('torch', 'after'):>16.3f}{med('nx', 'after'):>12.3f}"

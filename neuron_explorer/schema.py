@@ -267,6 +267,7 @@ MANIFEST_KEYS: dict[str, str] = {
     "warnings": "data-quality problems: counted, never raised (see `data_quality`)",
     "data_quality": "counts per rank: device events with no launch, non-positive durations, overlapping slices, clock anomalies, ...",
     "profiler": "profiler options (live runs)",
+    "converter": "what read the profiler's results: 'native' (the C++ converter) or 'python' (its fallback, same tables; live runs)",
     "git": "commit and dirty flag of the profiled script's repository (live runs)",
     "host": "host name (live runs)",
     "torch_version": "torch version (live runs)",

@@ -74,31 +74,41 @@ def write_partition(dir_: Path, tables: dict) -> None:
 
     A table is a pyarrow Table, or anything with `schema` and `batches(n)` (build.SortedTable),
     which is written row group by row group so that it is never materialised whole.
+
+    Encoding and compressing a row group runs on a writer thread (Arrow releases the GIL) while
+    this thread assembles the next batch, or writes the small tables: both cores are used.
     """
-    for spec in schema.RANK_TABLES:
-        table = tables.get(spec.name)
-        if table is None:
-            table = spec.empty()
-        path = dir_ / spec.file
-        if isinstance(table, pa.Table):
-            _write_table(table.replace_schema_metadata(spec.arrow_schema().metadata), path)
-            continue
-        with pq.ParquetWriter(path, spec.arrow_schema(), compression="zstd", write_statistics=True,
-                              use_dictionary=_DICTIONARY_COLUMNS) as writer:
-            _write_batches_pipelined(writer, table.batches(ROW_GROUP_ROWS))
+    with ThreadPoolExecutor(max_workers=1) as pool:  # one worker: each file's writes stay in order
+        queued: list = []
+        try:
+            for spec in schema.RANK_TABLES:
+                table = tables.get(spec.name)
+                if table is None:
+                    table = spec.empty()
+                path = dir_ / spec.file
+                if isinstance(table, pa.Table):
+                    _write_table(table.replace_schema_metadata(spec.arrow_schema().metadata), path)
+                    continue
+                writer = pq.ParquetWriter(path, spec.arrow_schema(), compression="zstd", write_statistics=True,
+                                          use_dictionary=_DICTIONARY_COLUMNS)
+                queued += _queue_batches(pool, writer, table.batches(ROW_GROUP_ROWS))
+        finally:
+            for future in queued:
+                future.result()  # raises the writer thread's error, if any, once all are done
 
 
-def _write_batches_pipelined(writer: pq.ParquetWriter, batches) -> None:
-    """Encode and compress row group k (in a thread; Arrow releases the GIL) while batch k+1 is
-    being assembled here: the two halves of writing a large table then use both cores."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = None
+def _queue_batches(pool: ThreadPoolExecutor, writer: pq.ParquetWriter, batches) -> list:
+    """Queue each batch's write, then the file's close, on the writer thread; at most one batch
+    waits in the queue, so memory holds two batches, not the table."""
+    queued = []
+    try:
         for batch in batches:
-            if pending is not None:
-                pending.result()
-            pending = pool.submit(writer.write_batch, batch, row_group_size=ROW_GROUP_ROWS)
-        if pending is not None:
-            pending.result()
+            if queued:
+                queued[-1].result()
+            queued.append(pool.submit(writer.write_batch, batch, row_group_size=ROW_GROUP_ROWS))
+    finally:
+        queued.append(pool.submit(writer.close))
+    return queued
 
 
 def write_manifest(run_dir: Path, manifest: dict) -> None:

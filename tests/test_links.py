@@ -150,3 +150,69 @@ def test_overlapping_slices_are_counted(tmp_path: Path):
     run = import_traces(trace, tmp_path / "run")
     q = run.manifest["ranks"][0]["data_quality"]
     assert q["overlapping_slices"] == 1 and q["nonpositive_duration"] == 1
+
+
+def test_enclosing_parent_is_the_innermost_slice_that_contains_the_event():
+    """build.enclosing_parents on random properly nested slices (several tracks, shared start
+    times, zero-length slices) against the definition: the shortest slice on the same track that
+    starts at or before the event and ends at or after it, other than the event itself (a slice
+    of zero length contains nothing)."""
+    import numpy as np
+
+    from neuron_explorer.collectors.build import enclosing_parents
+
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        rows = []  # (track, start, end), nested by construction: children inside their parent
+
+        def grow(track, start, end, depth):
+            rows.append((track, start, end))
+            t = start
+            while depth < 5 and t < end and rng.random() < 0.7:
+                a = int(rng.integers(t, end + 1))
+                b = int(rng.integers(a, end + 1))
+                grow(track, a, b, depth + 1)
+                t = b + 1 if b > a else b + 1
+        for track in range(3):
+            t = 0
+            for _ in range(int(rng.integers(1, 4))):
+                a = t + int(rng.integers(0, 5))
+                grow(track, a, a + int(rng.integers(0, 60)), 0)
+                t = rows[-1][2] + 1 if rows else 0
+                t = max(t, a + 1)
+        track = np.array([r[0] for r in rows])
+        ts = np.array([r[1] for r in rows])
+        end = np.array([r[2] for r in rows])
+        dur = end - ts
+        order = np.lexsort((-dur, ts))
+        track, ts, end, dur = track[order], ts[order], end[order], dur[order]
+        can = dur > 0
+        got, _ = enclosing_parents(track, ts, end, can)
+        for i in range(len(ts)):
+            # candidates: earlier rows in (ts, -dur) order on the same track that contain row i
+            cands = [j for j in range(i) if track[j] == track[i] and can[j] and ts[j] <= ts[i] and end[j] >= end[i]]
+            want = min(cands, key=lambda j: (end[j] - ts[j], -j)) if cands else -1
+            assert got[i] == want, (i, got[i], want)
+
+
+def test_time_order_is_by_start_then_longest_first_and_stable():
+    """build.time_order: rows by start time, longer first among equal starts, and rows equal in
+    both keep their input order (what np.lexsort((-dur, ts)) gives), on inputs with long sorted
+    runs, many ties and random order."""
+    import numpy as np
+
+    from neuron_explorer.collectors.build import time_order
+
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 2, 17, 1000, 5000):
+        for shape in ("random", "runs", "ties"):
+            if shape == "random":
+                ts = rng.integers(0, 10**6, n)
+            elif shape == "runs":
+                ts = np.concatenate([np.sort(rng.integers(0, 10**6, n // 2)), np.sort(rng.integers(0, 10**6, n - n // 2))])
+            else:
+                ts = rng.integers(0, 5, n)
+            dur = rng.integers(-1, 4, n)
+            got = time_order(ts, dur)
+            want = sorted(range(n), key=lambda i: (ts[i], -dur[i], i))
+            assert got.tolist() == want, (n, shape)

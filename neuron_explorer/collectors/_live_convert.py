@@ -15,6 +15,10 @@ Frames are the user's call sites as a tree: a frame is (file, line, function, pa
 where the parent is the next user call site further out. An event links to its innermost user
 call site; an event with no user code around it links to its innermost call site (not user).
 
+This module holds the rules, in Python; native/live_convert.cpp applies the same rules in C++
+(about fifteen times faster, asking `_NativeHelper` here for the decisions that need Python) and
+is what the collector uses when it can be built. tests/test_native.py holds the two equal.
+
 Must not: write files, compute links between events (build.py does), or import torch at module
 import time (callers pass the results in).
 """
@@ -30,6 +34,7 @@ import sysconfig
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .build import is_user_file
 
@@ -61,12 +66,13 @@ class FrameTable:
         return hit
 
     def intern(self, recorded_file: str, line: int, caller, parent: int) -> int:
-        """Index of the frame (file, line, parent); `caller` gives the function name of a new one.
-        A line lies in one function, so the name is not part of the key (and not read per call)."""
+        """Index of the frame (file, line, parent); `caller` (torch's frame, or the name as a str)
+        gives the function name of a new one. A line lies in one function, so the name is not part
+        of the key (and not read per call)."""
         key = (recorded_file, line, parent)
         idx = self.keys.get(key)
         if idx is None:
-            function = _text(caller, "function_name")
+            function = caller if isinstance(caller, str) else _text(caller, "function_name")
             path, user = self.resolve(recorded_file)
             idx = self.keys[key] = len(self.file)
             self.file.append(path)
@@ -262,9 +268,12 @@ def _runs_user_code(name: str, is_python_call: bool, frames: FrameTable) -> bool
 _HOST_OPS = frozenset({"cpu_op", "user_annotation"})
 
 
-def convert_cycle(kineto_results, frames: FrameTable, pid: int | None = None) -> CycleColumns:
-    """Columns of one cycle. `pid` is the host process id written on host events."""
+def convert_cycle(kineto_results, frames: FrameTable, pid: int | None = None, native=None) -> CycleColumns:
+    """Columns of one cycle. `pid` is the host process id written on host events. `native` is the
+    compiled converter (collectors/native), which gives the same columns much faster."""
     pid = os.getpid() if pid is None else pid
+    if native is not None:
+        return _from_native(native.convert(kineto_results, _NativeHelper(frames), pid), pid)
     op_info, py, allocations = _walk_tree(kineto_results.experimental_event_tree(), frames)
 
     category_l, name_l, ts_l, dur_l, host_l, tid_l, corr_l, ext_l, args_l, frame_l, module_l = ([] for _ in range(11))
@@ -358,6 +367,94 @@ def convert_cycle(kineto_results, frames: FrameTable, pid: int | None = None) ->
     flows = pa.table({k: pa.array(v, pa.string() if k in ("category", "name", "phase", "binding_point") else pa.int64())
                       for k, v in fl.items()})
     return CycleColumns(events, _memory_table(allocations, internal_tid, pid), flows)
+
+
+class _NativeHelper:
+    """What the C++ converter asks of Python, once per distinct name, file or frame: the same
+    decisions _walk_tree makes, from the same FrameTable."""
+
+    def __init__(self, frames: FrameTable):
+        self.frames = frames
+
+    def own(self, name: str) -> bool:
+        return bool(_PROFILER_OWN.search(name))
+
+    def runs_user(self, name: str, is_python_call: bool) -> bool | None:
+        return _runs_user_code(name, is_python_call, self.frames)
+
+    def file_user(self, recorded_file: str) -> bool:
+        return self.frames.resolve(recorded_file)[1]
+
+    def intern(self, recorded_file: str, line: int, function: str, parent: int) -> int:
+        return self.frames.intern(recorded_file, line, function, parent)
+
+
+def _int64(data: tuple, n: int) -> pa.Array:
+    values, validity = data
+    return pa.Array.from_buffers(pa.int64(), n, [None if validity is None else pa.py_buffer(validity), pa.py_buffer(values)])
+
+
+def _dictionary(codes: bytes, values: list, n: int, *, nullable: bool = False) -> pa.Array:
+    idx = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(codes)])
+    if nullable:  # code -1: no value
+        idx = pc.if_else(pc.less(idx, 0), pa.scalar(None, pa.int32()), idx)
+    return pa.DictionaryArray.from_arrays(idx, pa.array(values, pa.string()))
+
+
+def _from_native(d: dict, pid: int) -> CycleColumns:
+    n = d["n"]
+    offsets, data, validity = d["args"]
+    events = pa.table({
+        "category": _dictionary(d["category_codes"], d["category_values"], n),
+        "name": _dictionary(d["name_codes"], d["name_values"], n),
+        "phase": pa.DictionaryArray.from_arrays(pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(bytes(4 * n))]),
+                                                pa.array(["X"], pa.string())),
+        "ts_ns": _int64(d["ts_ns"], n),
+        "dur_ns": _int64(d["dur_ns"], n),
+        "pid": _int64(d["pid"], n),
+        "tid": _int64(d["tid"], n),
+        "pid_text": pa.nulls(n, pa.string()),
+        "tid_text": pa.nulls(n, pa.string()),
+        "correlation": _int64(d["correlation"], n),
+        "external_id": _int64(d["external_id"], n),
+        "stream": _int64(d["stream"], n),
+        "python_id": pa.nulls(n, pa.int64()),
+        "python_parent_id": pa.nulls(n, pa.int64()),
+        "args": pa.Array.from_buffers(pa.string(), n, [pa.py_buffer(validity), pa.py_buffer(offsets), pa.py_buffer(data)]),
+        "frame_index": _int64(d["frame_index"], n),
+        "module_path": _dictionary(d["module_codes"], d["module_values"], n, nullable=True).cast(pa.string()),
+    })
+    f = d["flows"]
+    nf = len(f["flow_id"])
+    flows = pa.table({
+        "flow_id": pa.array(f["flow_id"], pa.int64()),
+        "category": pa.array(f["category"], pa.string()),
+        "name": pa.array(f["category"], pa.string()),
+        "phase": pa.array(f["phase"], pa.string()),
+        "ts_ns": pa.array(f["ts_ns"], pa.int64()),
+        "pid": pa.array([pid] * nf, pa.int64()),
+        "tid": pa.array(f["tid"], pa.int64()),
+        "binding_point": pa.array(f["binding_point"], pa.string()),
+    })
+    m = d["memory"]
+    nm = m["n"]
+
+    def col(key: str, t: pa.DataType) -> pa.Array:
+        return pa.Array.from_buffers(t, nm, [None, pa.py_buffer(m[key])])
+
+    memory = pa.table({
+        "ts_ns": col("ts_ns", pa.int64()),
+        "pid": pa.array([pid] * nm, pa.int64()),
+        "tid": col("tid", pa.int64()),
+        "device_type": col("device_type", pa.int32()),
+        "device": col("device", pa.int32()),
+        "addr": col("addr", pa.int64()),
+        "bytes": col("bytes", pa.int64()),
+        "total_allocated": col("total_allocated", pa.int64()),
+        "total_reserved": col("total_reserved", pa.int64()),
+        "category": pa.array(["cpu_instant_event"] * nm, pa.string()),
+    })
+    return CycleColumns(events, memory, flows)
 
 
 def _op_args(e, corr: int, shapes_json: dict[str, str]) -> str:

@@ -134,6 +134,22 @@ def depth_of(parent: np.ndarray) -> np.ndarray:
         d, p = d2, p2
 
 
+def time_order(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Row order by (ts, -dur), stable: `np.lexsort((-dur, ts))`, computed faster.
+
+    Events come in long runs already sorted by start (a thread's ops, a stream's kernels), which
+    a stable sort on ts alone takes in near-linear time; only rows that share a start time with
+    another are then put longest-first, among themselves."""
+    order = np.argsort(ts, kind="stable")
+    t = ts[order]
+    tie = np.flatnonzero(t[1:] == t[:-1])
+    if len(tie):
+        at = np.union1d(tie, tie + 1)  # positions inside groups of equal start
+        rows = order[at]
+        order[at] = rows[np.lexsort((-dur[rows], ts[rows]))]
+    return order
+
+
 def _index_dtype(n: int):
     """Row indices fit int32 below 2^31 rows: half the memory of the link arrays of a large rank."""
     return np.int32 if n < 2**31 - 1 else np.int64
@@ -146,7 +162,9 @@ def enclosing_parents(track: np.ndarray, ts: np.ndarray, end: np.ndarray, can_co
     """
     n = len(ts)
     idx = _index_dtype(n)
-    order = np.argsort(track, kind="stable").astype(idx)  # by (track, ts, -dur)
+    # by (track, ts, -dur); few tracks: as 16-bit keys numpy's stable sort is a radix sort
+    small = n and int(track.max()) < 2**15 and int(track.min()) >= 0
+    order = np.argsort(track.astype(np.int16) if small else track, kind="stable").astype(idx)
     t_ts, t_end, t_track, t_can = ts[order], end[order], track[order], can_contain[order]
     cand = np.arange(-1, n - 1, dtype=idx)
     if n:
@@ -157,15 +175,15 @@ def enclosing_parents(track: np.ndarray, ts: np.ndarray, end: np.ndarray, can_co
         overlaps = int(np.count_nonzero(prev_ok[1:] & t_can[:-1] & (t_ts[1:] < t_end[:-1]) & (t_end[:-1] < t_end[1:])))
     else:
         overlaps = 0
-    while True:
-        valid = cand >= 0
-        c = cand[valid]
-        ok = t_can[c] & (t_end[c] >= t_end[valid])
-        pending = np.zeros(n, dtype=bool)
-        pending[np.flatnonzero(valid)[~ok]] = True
-        if not pending.any():
-            break
-        cand[pending] = cand[cand[pending]]
+    # Pointer jumping over the rows still looking: a row whose candidate encloses it is done for
+    # good (only looking rows move), so each pass works on a shrinking set, not on all n rows.
+    active = np.flatnonzero(cand >= 0).astype(idx)
+    while len(active):
+        c = cand[active]
+        ok = t_can[c] & (t_end[c] >= t_end[active])
+        active = active[~ok]
+        cand[active] = cand[cand[active]]
+        active = active[cand[active] >= 0]
     del t_ts, t_track
     parent = np.full(n, -1, dtype=idx)
     has = cand >= 0
@@ -331,7 +349,7 @@ def build_rank(raw: RawRank) -> RankTables:
     # Order: by time, longer first at equal start so that parents precede children.
     ts = _np(ev["ts_ns"], 0) + raw.base_ns
     dur = _np(ev["dur_ns"], 0)
-    order = np.lexsort((-dur, ts))
+    order = time_order(ts, dur)
     ts, dur = ts[order], dur[order]
     event_id = rank * ID_STRIDE + np.arange(n, dtype=np.int64)
 
@@ -428,8 +446,8 @@ def build_rank(raw: RawRank) -> RankTables:
     top_op = np.where(has_launch, top_op[li], np.where(is_device, -1, top_op))
     step = np.where(has_launch, step[li], step)
     ev_frame = np.where(has_launch, ev_frame[li], ev_frame)
-    if module_path is not None:
-        module_path = np.where(has_launch, module_path[li], module_path)
+    if module_path is not None:  # (codes, -1 = none; their dictionary)
+        module_path = (np.where(has_launch, module_path[0][li], module_path[0]), module_path[1])
 
     device = np.where(is_device & ~pid_null, pid, -1)
     stream = np.where(is_device, np.where(stream_null, tid, stream_arg), -1)
@@ -471,7 +489,8 @@ def build_rank(raw: RawRank) -> RankTables:
         "correlation": plain(correlation, correlation_null),
         "external_id": plain(external_id, external_null),
         "step": plain(step, step < 0),
-        "module_path": (lambda sl: pa.array(module_path[sl], pa.string())) if module_path is not None
+        "module_path": (lambda sl: pa.DictionaryArray.from_arrays(pa.array(module_path[0][sl], pa.int32(), mask=module_path[0][sl] < 0),
+                                                                  module_path[1]).cast(pa.string())) if module_path is not None
         else (lambda sl: pa.nulls(sl.stop - sl.start, pa.string())),
         "frame_id": ids(ev_frame),
         "args": (lambda sl: args.take(pa.array(order[sl]))) if n else (lambda sl: pa.nulls(0, pa.string())),
@@ -588,7 +607,8 @@ def _counters(raw: RawRank) -> pa.Table:
 
 def _frames_and_modules(raw: RawRank, order: np.ndarray, n: int, parent: np.ndarray, is_python: np.ndarray,
                         name_values: list, name_idx: np.ndarray):
-    """frames table, per-event frame index (-1 = none) and per-event module path (object array, or None).
+    """frames table, per-event frame index (-1 = none) and per-event module path (None, or int32
+    codes, -1 = none, with their dictionary of paths).
 
     Arrays are in sorted event order.
     """
@@ -596,7 +616,8 @@ def _frames_and_modules(raw: RawRank, order: np.ndarray, n: int, parent: np.ndar
     ev = raw.events
     module_path = None
     if "module_path" in ev.column_names:
-        module_path = np.array(ev["module_path"].to_pylist(), dtype=object)[order]
+        codes, dictionary = _codes(ev["module_path"])
+        module_path = (np.where(codes == len(dictionary) - 1, -1, codes).astype(np.int32)[order], dictionary)
     if raw.frames is not None and "frame_index" in ev.column_names:
         fr = raw.frames
         ev_frame = _np(ev["frame_index"])[order]
@@ -661,10 +682,12 @@ def _frames_and_modules(raw: RawRank, order: np.ndarray, n: int, parent: np.ndar
             seg = name_module[name_idx[r]]
             pm = mod_parent[r]
             paths[r] = f"{paths[pm]}.{seg}" if pm >= 0 and pm in paths else seg
-        path_of_row = np.full(n + 1, None, dtype=object)  # the last slot answers "no module"
+        distinct = list(dict.fromkeys(paths.values()))
+        code_of_path = {p: i for i, p in enumerate(distinct)}
+        path_of_row = np.full(n + 1, -1, dtype=np.int32)  # the last slot answers "no module"
         for r, path in paths.items():
-            path_of_row[r] = path
-        module_path = path_of_row[nearest_mod]
+            path_of_row[r] = code_of_path[path]
+        module_path = (path_of_row[nearest_mod], pa.array(distinct, pa.string()))
     return _conform(frames, schema.FRAMES), ev_frame, module_path
 
 

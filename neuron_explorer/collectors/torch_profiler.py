@@ -18,7 +18,9 @@ Must not: analyse anything, or be imported by readers of runs (it imports torch)
 from __future__ import annotations
 
 import datetime as _dt
+import contextlib
 import functools
+import gc
 import os
 import platform
 import socket
@@ -36,7 +38,7 @@ import torch.profiler as tp
 
 from .. import store
 from ..errors import UsageError
-from . import _live_convert, _live_write
+from . import _live_convert, _live_write, native
 from .build import RawRank, build_rank
 from .chrome_trace import quality_warnings, rank_entry
 
@@ -150,6 +152,20 @@ def _schedule_options(fn) -> dict | None:
 # --- the recording --------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _no_gc():
+    """Python's cycle collector off while a cycle is converted or the run written: that work
+    allocates many short-lived objects and no cycles, and each collection it would trigger walks
+    the whole heap of the job being profiled (its model, optimizer, data) for nothing."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 class Recording:
     """Accumulates the cycles of one profiler and writes them as a run (or a rank's partition)."""
 
@@ -163,6 +179,7 @@ class Recording:
         self.script_dir = Path(script_dir) if script_dir else _script_dir()
         self.started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self.frames = _live_convert.FrameTable()
+        self.native = native.load()  # before any training runs: a first build takes a while
         self.cycles: list[_live_convert.CycleColumns] = []
         self.process_group: dict | None = None
         self.warnings: list[str] = []
@@ -181,7 +198,8 @@ class Recording:
         results = prof.profiler.kineto_results if prof.profiler is not None else None
         if results is not None:
             try:
-                self.cycles.append(_live_convert.convert_cycle(results, self.frames))
+                with _no_gc():
+                    self.cycles.append(_live_convert.convert_cycle(results, self.frames, native=self.native))
             except Exception as e:  # never let the collector stop the training it watches
                 where = traceback.extract_tb(e.__traceback__)[-1]
                 self.warnings.append(f"profiler cycle {len(self.cycles) + 1} could not be read and is missing: "
@@ -194,6 +212,8 @@ class Recording:
 
         def cat(name: str) -> pa.Table:
             tables = [getattr(c, name) for c in cycles]
+            if all(t.schema.equals(tables[0].schema) for t in tables):
+                return pa.concat_tables(tables)  # dictionaries differ per cycle; build.py unifies them
             decoded = [pa.Table.from_arrays([col.cast(col.type.value_type) if pa.types.is_dictionary(col.type) else col
                                              for col in t.columns], names=t.column_names) for t in tables]
             return pa.concat_tables(decoded)
@@ -202,6 +222,10 @@ class Recording:
                        counters=_live_convert.empty_counters(), frames=self.frames.table())
 
     def write(self, extra_warnings: Iterable[str] = ()) -> Path:
+        with _no_gc():
+            return self._write(extra_warnings)
+
+    def _write(self, extra_warnings: Iterable[str]) -> Path:
         t0 = time.perf_counter()
         self.capture_process_group()
         if self.shared and not self.process_group:
@@ -226,6 +250,7 @@ class Recording:
             host=socket.gethostname(),
             started=self.started,
             profiler=self.options,
+            converter="native" if self.native is not None else "python",
             devices=meta["device_properties"],
             process_group=self.process_group,
             ranks=[entry],

@@ -1,0 +1,124 @@
+"""The live collector's C++ converter (live_convert.cpp): built once per torch version, on first use.
+
+Reading a recorded cycle through torch's Python bindings costs a wrapper object per event and per
+attribute (12-20 µs an event); the same walk in C++ over torch's own objects is about a
+hundredth of that, which is what lets writing a run keep up with `export_chrome_trace`.
+
+The extension is compiled with `torch.utils.cpp_extension` (the compiler flags and pybind11 ABI of
+the torch it runs with) into `$NEURON_EXPLORER_NATIVE_DIR`, by default
+`~/.cache/neuron-explorer/native/`, under a name that changes with the source, the torch version
+and the Python version, so a torch upgrade builds a fresh one. It needs a C++ compiler (`c++`, or
+`$CXX`) and ninja (a dependency). Building takes about half a minute on two cores and happens
+when `profile()` is created, before the job is profiled, never inside a recorded cycle.
+
+`NEURON_EXPLORER_NATIVE`: `auto` (default: build or load it; if that fails, warn and use the
+Python converter, which writes the same run, more slowly; a failed build leaves
+`build-failed.txt` in its folder so that later runs do not try again until it is deleted), `0`
+(always the Python converter), `require` (fail when it cannot be built; retries a failed build:
+for CI and benchmarks).
+
+Must not: decide what goes in the tables (the C++ mirrors _live_convert.py, and tests hold them
+equal).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import sys
+import sysconfig
+import threading
+import warnings
+from pathlib import Path
+
+from ...errors import UsageError
+
+SOURCE = Path(__file__).with_name("live_convert.cpp")
+_lock = threading.Lock()
+_state: dict = {}
+
+
+class NativeUnavailable(UsageError):
+    """The C++ converter could not be built or loaded (and NEURON_EXPLORER_NATIVE=require)."""
+
+
+def mode() -> str:
+    value = os.environ.get("NEURON_EXPLORER_NATIVE", "auto").strip().lower()
+    if value in ("0", "off", "no", "false", "python"):
+        return "off"
+    if value in ("require", "required", "1", "on", "yes", "true"):
+        return "require"
+    return "auto"
+
+
+def build_dir() -> Path:
+    env = os.environ.get("NEURON_EXPLORER_NATIVE_DIR")
+    base = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "neuron-explorer" / "native"
+    return base
+
+
+def module_name() -> str:
+    import torch
+
+    key = hashlib.sha256(SOURCE.read_bytes() + f"|{torch.__version__}|{sys.version}|{platform.machine()}".encode()).hexdigest()
+    return f"nx_live_{key[:16]}"
+
+
+FAILED_FILE = "build-failed.txt"
+
+
+def load():
+    """The compiled module, building it if needed; None when it is off or cannot be had (auto)."""
+    m = mode()
+    if m == "off":
+        return None
+    with _lock:
+        if "module" in _state:
+            return _state["module"]
+        try:
+            module = _build(retry=m == "require")
+        except Exception as e:  # a missing compiler, headers or ninja: the Python path still works
+            reason = " ".join(str(e).split())[:400]
+            if m == "require":
+                raise NativeUnavailable(f"the native converter could not be built: {reason}") from None
+            warnings.warn(f"neuron-explorer: the native converter is not available ({reason}); recording with the "
+                          "slower Python converter, which writes the same run", RuntimeWarning, stacklevel=3)
+            module = None
+        _state["module"] = module
+        return module
+
+
+def _build(retry: bool):
+    import torch.utils.cpp_extension as ext
+
+    name = module_name()
+    out = build_dir() / name
+    failed = out / FAILED_FILE
+    if failed.is_file() and not retry:
+        # one failed build per torch version is enough: every later run would pay for it again
+        raise RuntimeError(f"its build failed before; see {failed} (delete that file to try again)")
+    out.mkdir(parents=True, exist_ok=True)
+    if not any(out.glob(f"{name}*.so")):
+        print(f"neuron-explorer: compiling the native converter for torch {_torch_version()} into {out} "
+              "(once per torch version; about half a minute)", file=sys.stderr, flush=True)
+    include = [str(Path(p) / "kineto") for p in ext.include_paths() if (Path(p) / "kineto").is_dir()]
+    path = os.environ.get("PATH", "")
+    # torch runs `ninja` from PATH; the one pip installed beside this interpreter counts too
+    os.environ["PATH"] = os.pathsep.join([path, sysconfig.get_path("scripts"), os.path.dirname(sys.executable)])
+    try:
+        module = ext.load(name=name, sources=[str(SOURCE)], build_directory=str(out), extra_include_paths=include,
+                          extra_cflags=["-O2", "-DUSE_KINETO"], verbose=False)
+    except Exception as e:
+        failed.write_text(f"{type(e).__name__}: {e}\n")
+        raise
+    finally:
+        os.environ["PATH"] = path
+    failed.unlink(missing_ok=True)
+    return module
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
