@@ -84,9 +84,10 @@ def run_nx(step, steps: int, out: Path) -> dict:
         t1 = time.perf_counter()
     t3 = time.perf_counter()
     timings = prof.recording.timings
+    converter = "native" if prof.recording.native is not None else "python"
     return {"loop": t1 - t0, "write": timings["convert_s"] + timings["write_s"], "convert": timings["convert_s"],
             "build_write": timings["write_s"], "after": t3 - t1, "size": size_of(out),
-            "events": prof.recording.cycles[0].events.num_rows if prof.recording.cycles else 0}
+            "events": prof.recording.cycles[0].events.num_rows if prof.recording.cycles else 0, "converter": converter}
 
 
 def run_none(step, steps: int) -> dict:
@@ -129,7 +130,7 @@ def main() -> int:
     write_ratio = med("nx", "write") / med("torch", "write")
     size_ratio = med("nx", "size") / med("torch", "size")
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {args.steps} steps x {args.rounds} rounds, "
-          f"{events:,} events per recording (medians)")
+          f"{events:,} events per recording (medians), {results['nx'][0]['converter']} converter")
     print(f"{'':28}{'no profiler':>14}{'torch.profiler':>16}{'nx.profile':>12}{'nx / torch':>12}  target")
     print(f"{'loop (s)':28}{med('none', 'loop'):>14.3f}{med('torch', 'loop'):>16.3f}{med('nx', 'loop'):>12.3f}{loop_ratio:>12.2f}  <= 1.10")
     print(f"{'write: export / run (s)':28}{'':>14}{med('torch', 'write'):>16.3f}{med('nx', 'write'):>12.3f}{write_ratio:>12.2f}  <= 1.00")

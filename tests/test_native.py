@@ -162,3 +162,18 @@ def test_a_required_native_converter_that_cannot_be_built_is_a_one_line_error(tm
     last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
     assert "native converter could not be built" in last
     assert not (tmp_path / "run").exists()
+
+
+def test_a_build_lock_left_by_a_killed_build_does_not_hang_the_next_run(tmp_path):
+    """torch's build lock file stays behind when a build is killed outright; a later run must
+    not wait on it forever (one older than any build is removed)."""
+    native_dir = tmp_path / "native"
+    folder = native_dir / native.module_name()
+    folder.mkdir(parents=True)
+    (folder / "lock").write_text("")
+    old = 1_000_000_000  # 2001: long before any build now running
+    os.utime(folder / "lock", (old, old))
+    proc, manifest = _record(tmp_path, {"NEURON_EXPLORER_NATIVE_DIR": str(native_dir), "NEURON_EXPLORER_NATIVE": "require"})
+    assert proc.returncode == 0, proc.stderr
+    assert manifest["converter"] == "native"
+    assert not (folder / "lock").exists()

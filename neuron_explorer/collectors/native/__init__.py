@@ -24,11 +24,13 @@ equal).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import platform
 import sys
 import sysconfig
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -66,6 +68,7 @@ def module_name() -> str:
 
 
 FAILED_FILE = "build-failed.txt"
+STALE_LOCK_S = 600  # a build takes well under a minute
 
 
 def load():
@@ -90,8 +93,6 @@ def load():
 
 
 def _build(retry: bool):
-    import torch.utils.cpp_extension as ext
-
     name = module_name()
     out = build_dir() / name
     failed = out / FAILED_FILE
@@ -99,9 +100,24 @@ def _build(retry: bool):
         # one failed build per torch version is enough: every later run would pay for it again
         raise RuntimeError(f"its build failed before; see {failed} (delete that file to try again)")
     out.mkdir(parents=True, exist_ok=True)
-    if not any(out.glob(f"{name}*.so")):
-        print(f"neuron-explorer: compiling the native converter for torch {_torch_version()} into {out} "
-              "(once per torch version; about half a minute)", file=sys.stderr, flush=True)
+    lock = out / "lock"  # torch's build lock: a build killed outright leaves it, and every later one would wait forever
+    try:
+        if time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+            lock.unlink(missing_ok=True)
+    except FileNotFoundError:
+        pass
+    built = out / f"{name}.so"
+    if built.is_file() and not lock.exists():  # (a lock: another process is building it right now)
+        # the name holds the source's hash and the torch and Python versions: a module there was
+        # built from exactly this; importing it directly skips torch's rebuild check (~0.2 s)
+        spec = importlib.util.spec_from_file_location(name, built)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    print(f"neuron-explorer: compiling the native converter for torch {_torch_version()} into {out} "
+          "(once per torch version; about half a minute)", file=sys.stderr, flush=True)
+    import torch.utils.cpp_extension as ext  # (a slow import: only when building)
+
     include = [str(Path(p) / "kineto") for p in ext.include_paths() if (Path(p) / "kineto").is_dir()]
     path = os.environ.get("PATH", "")
     # torch runs `ninja` from PATH; the one pip installed beside this interpreter counts too
