@@ -51,9 +51,7 @@ def fake_cuda():
     name = f"nx_test_fake_cuda_{key}"
     out = native.build_dir() / name
     out.mkdir(parents=True, exist_ok=True)
-    include = [str(Path(p) / "kineto") for p in ext.include_paths() if (Path(p) / "kineto").is_dir()]
-    return ext.load(name=name, sources=[str(FIXTURE_SOURCE)], build_directory=str(out), extra_include_paths=include,
-                    extra_cflags=["-O1", "-DUSE_KINETO"], verbose=False)
+    return ext.load(name=name, sources=[str(FIXTURE_SOURCE)], build_directory=str(out), verbose=False, **native.compile_options())
 
 
 @pytest.fixture(scope="module")

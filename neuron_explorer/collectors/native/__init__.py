@@ -118,13 +118,11 @@ def _build(retry: bool):
           "(once per torch version; about half a minute)", file=sys.stderr, flush=True)
     import torch.utils.cpp_extension as ext  # (a slow import: only when building)
 
-    include = [str(Path(p) / "kineto") for p in ext.include_paths() if (Path(p) / "kineto").is_dir()]
     path = os.environ.get("PATH", "")
     # torch runs `ninja` from PATH; the one pip installed beside this interpreter counts too
     os.environ["PATH"] = os.pathsep.join([path, sysconfig.get_path("scripts"), os.path.dirname(sys.executable)])
     try:
-        module = ext.load(name=name, sources=[str(SOURCE)], build_directory=str(out), extra_include_paths=include,
-                          extra_cflags=["-O2", "-DUSE_KINETO"], verbose=False)
+        module = ext.load(name=name, sources=[str(SOURCE)], build_directory=str(out), verbose=False, **compile_options())
     except Exception as e:
         failed.write_text(f"{type(e).__name__}: {e}\n")
         raise
@@ -132,6 +130,15 @@ def _build(retry: bool):
         os.environ["PATH"] = path
     failed.unlink(missing_ok=True)
     return module
+
+
+def compile_options() -> dict:
+    """Options of torch.utils.cpp_extension.load for code that reads torch's profiler objects:
+    Kineto's headers (torch ships them in include/kineto) and the layout torch was built with."""
+    import torch.utils.cpp_extension as ext
+
+    include = [str(Path(p) / "kineto") for p in ext.include_paths() if (Path(p) / "kineto").is_dir()]
+    return {"extra_include_paths": include, "extra_cflags": ["-O2", "-DUSE_KINETO"]}
 
 
 def _torch_version() -> str:
