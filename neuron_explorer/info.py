@@ -44,6 +44,7 @@ def run_info(path: Path | str) -> dict:
             "format_version": m.get("format_version"),
             "tool_version": m.get("tool_version"),
             "source": m.get("source"),
+            "converter": m.get("converter"),
             "created": m.get("created"),
             "ranks": ranks,
             "warnings": m.get("warnings", []),
@@ -65,7 +66,8 @@ def fmt_ns(ns: int | float | None) -> str:
 
 def render_info(info: dict) -> str:
     lines = [
-        f"run {info['path']}  (format v{info['format_version']}, {info['source']}, created {info['created']})",
+        f"run {info['path']}  (format v{info['format_version']}, {info['source']}"
+        + (f" ({info['converter']} converter)" if info.get("converter") else "") + f", created {info['created']})",
     ]
     for r in info["ranks"]:
         counts = r["counts"]

@@ -21,6 +21,8 @@ from torch import nn
 import neuron_explorer as nx
 from neuron_explorer.collectors import _live_convert, native
 
+from .conftest import cli
+
 
 @pytest.fixture(scope="module")
 def native_module():
@@ -103,6 +105,8 @@ def test_profile_uses_the_native_converter_and_says_so(native_module, tmp_path):
             prof.step()
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["converter"] == "native"
+    shown = cli("info", tmp_path / "run")
+    assert shown.returncode == 0 and "live (native converter)" in shown.stdout.splitlines()[0]
     with nx.open_run(tmp_path / "run") as run:
         n, linked = run.sql("SELECT count(*), count(frame_id) FROM events WHERE kind = 'cpu_op'").fetchone()
     assert n > 0 and linked == n
