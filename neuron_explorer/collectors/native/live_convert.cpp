@@ -386,6 +386,19 @@ struct EventsOut {
   std::vector<std::pair<int64_t, uint64_t>> first_seen;  // (resource, profiler thread id) of host threads, in order
   std::vector<Flow> flows;
 
+  void reserve(size_t rows, size_t text) {
+    for (Int64Column* c : {&ts, &dur, &pids, &tids, &corr, &ext, &stream}) {
+      c->values.reserve(rows);
+      c->valid.reserve(rows / 8 + 1);
+    }
+    names.codes.reserve(rows);
+    categories.codes.reserve(rows);
+    args.offsets.reserve(rows + 1);
+    args.valid.reserve(rows / 8 + 1);
+    args.data.reserve(text);
+    op_key.reserve(rows);
+  }
+
   // The rows of the next range of events, after these (their dictionaries remapped to ours).
   void append(const EventsOut& o) {
     names.append(o.names);
@@ -509,7 +522,13 @@ py::dict convert(py::handle results, py::handle helper, int64_t pid) {
     throw;
   }
   if (events_error) std::rethrow_exception(events_error);
+  size_t rows = tree.py_rows.size(), text = 0;  // (Python call rows are added to the same columns below)
+  for (const auto& part : ranges) {
+    rows += part.op_key.size();
+    text += part.args.data.size();
+  }
   EventsOut ev = n_ranges ? std::move(ranges[0]) : EventsOut{};
+  ev.reserve(rows, text);  // the merged columns grow once, not by doubling
   for (size_t r = 1; r < n_ranges; ++r) {
     ev.append(ranges[r]);
     ranges[r] = EventsOut{};  // its memory back now
