@@ -16,7 +16,7 @@ where the parent is the next user call site further out. An event links to its i
 call site; an event with no user code around it links to its innermost call site (not user).
 
 This module holds the rules, in Python; native/live_convert.cpp applies the same rules in C++
-(about fifteen times faster, asking `_NativeHelper` here for the decisions that need Python) and
+(about twenty times faster, asking `_NativeHelper` here for the decisions that need Python) and
 is what the collector uses when it can be built. tests/test_native.py holds the two equal.
 
 Must not: write files, compute links between events (build.py does), or import torch at module
