@@ -78,12 +78,6 @@ class Finding:
 
 
 @dataclass
-class RuleError:
-    rule_id: str
-    message: str
-
-
-@dataclass
 class Report:
     run: str
     summary: dict  # per rank: the summary numbers (see docs/METRICS.md)

@@ -129,6 +129,27 @@ def _resolve_file(recorded: str) -> tuple[str, bool]:
     return recorded, is_user_file(recorded)
 
 
+_TEXT = pa.dictionary(pa.int32(), pa.string())  # few distinct values: build.py reads the codes
+_I64 = pa.int64()
+# The raw tables the live collector hands to build.py (RawRank), one schema each, for both converters.
+RAW_EVENTS = pa.schema({
+    "category": _TEXT, "name": _TEXT, "phase": _TEXT, "ts_ns": _I64, "dur_ns": _I64, "pid": _I64, "tid": _I64,
+    "pid_text": pa.string(), "tid_text": pa.string(), "correlation": _I64, "external_id": _I64, "stream": _I64,
+    "python_id": _I64, "python_parent_id": _I64, "args": pa.string(), "frame_index": _I64, "module_path": pa.string(),
+})
+RAW_MEMORY = pa.schema({
+    "ts_ns": _I64, "pid": _I64, "tid": _I64, "device_type": pa.int32(), "device": pa.int32(), "addr": _I64, "bytes": _I64,
+    "total_allocated": _I64, "total_reserved": _I64, "category": pa.string(),
+})
+RAW_FLOWS = pa.schema({
+    "flow_id": _I64, "category": pa.string(), "name": pa.string(), "phase": pa.string(), "ts_ns": _I64, "pid": _I64,
+    "tid": _I64, "binding_point": pa.string(),
+})
+RAW_COUNTERS = pa.schema({
+    "ts_ns": _I64, "pid": _I64, "name": pa.string(), "series": pa.string(), "value": pa.float64(), "category": pa.string(),
+})
+
+
 @dataclass
 class CycleColumns:
     """Raw columns of one recorded cycle, ready for RawRank (ts_ns are Unix-epoch ns)."""
@@ -136,7 +157,14 @@ class CycleColumns:
     events: pa.Table
     memory: pa.Table
     flows: pa.Table
-    thread_names: dict[int, str] = field(default_factory=dict)
+
+
+def empty_cycle() -> CycleColumns:
+    return CycleColumns(RAW_EVENTS.empty_table(), RAW_MEMORY.empty_table(), RAW_FLOWS.empty_table())
+
+
+def empty_counters() -> pa.Table:
+    return RAW_COUNTERS.empty_table()
 
 
 def _device_type_code(device) -> int:
@@ -345,27 +373,26 @@ def convert_cycle(kineto_results, frames: FrameTable, pid: int | None = None, na
     n_py = len(py.ts)
     py_tid = [internal_tid.get(t, t) for t in py.thread]
     n = len(name_l) + n_py
-    events = pa.table({
-        "category": pa.array(category_l + ["python_function"] * n_py, pa.string()).dictionary_encode(),
-        "name": pa.array(name_l + py.name, pa.string()).dictionary_encode(),
-        "phase": pa.array(["X"] * n, pa.string()).dictionary_encode(),
-        "ts_ns": pa.array(ts_l + py.ts, pa.int64()),
-        "dur_ns": pa.array(dur_l + py.dur, pa.int64()),
-        "pid": pa.array(pid_l + [pid] * n_py, pa.int64()),
-        "tid": pa.array(tid_l + py_tid, pa.int64()),
+    events = pa.Table.from_pydict({
+        "category": category_l + ["python_function"] * n_py,
+        "name": name_l + py.name,
+        "phase": ["X"] * n,
+        "ts_ns": ts_l + py.ts,
+        "dur_ns": dur_l + py.dur,
+        "pid": pid_l + [pid] * n_py,
+        "tid": tid_l + py_tid,
         "pid_text": pa.nulls(n, pa.string()),
         "tid_text": pa.nulls(n, pa.string()),
-        "correlation": pa.array(corr_l + [None] * n_py, pa.int64()),
-        "external_id": pa.array(ext_l + [None] * n_py, pa.int64()),
-        "stream": pa.array(stream_l + [None] * n_py, pa.int64()),
+        "correlation": corr_l + [None] * n_py,
+        "external_id": ext_l + [None] * n_py,
+        "stream": stream_l + [None] * n_py,
         "python_id": pa.nulls(n, pa.int64()),
         "python_parent_id": pa.nulls(n, pa.int64()),
-        "args": pa.array(args_l + [None] * n_py, pa.string()),
-        "frame_index": pa.array(frame_l + py.frame, pa.int64()),
-        "module_path": pa.array(module_l + py.module, pa.string()),
-    })
-    flows = pa.table({k: pa.array(v, pa.string() if k in ("category", "name", "phase", "binding_point") else pa.int64())
-                      for k, v in fl.items()})
+        "args": args_l + [None] * n_py,
+        "frame_index": frame_l + py.frame,
+        "module_path": module_l + py.module,
+    }, schema=RAW_EVENTS)
+    flows = pa.Table.from_pydict(fl, schema=RAW_FLOWS)
     return CycleColumns(events, _memory_table(allocations, internal_tid, pid), flows)
 
 
@@ -404,7 +431,7 @@ def _dictionary(codes: bytes, values: list, n: int, *, nullable: bool = False) -
 def _from_native(d: dict, pid: int) -> CycleColumns:
     n = d["n"]
     offsets, data, validity = d["args"]
-    events = pa.table({
+    events = pa.Table.from_pydict({
         "category": _dictionary(d["category_codes"], d["category_values"], n),
         "name": _dictionary(d["name_codes"], d["name_values"], n),
         "phase": pa.DictionaryArray.from_arrays(pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(bytes(4 * n))]),
@@ -423,37 +450,13 @@ def _from_native(d: dict, pid: int) -> CycleColumns:
         "args": pa.Array.from_buffers(pa.string(), n, [pa.py_buffer(validity), pa.py_buffer(offsets), pa.py_buffer(data)]),
         "frame_index": _int64(d["frame_index"], n),
         "module_path": _dictionary(d["module_codes"], d["module_values"], n, nullable=True).cast(pa.string()),
-    })
+    }, schema=RAW_EVENTS)
     f = d["flows"]
-    nf = len(f["flow_id"])
-    flows = pa.table({
-        "flow_id": pa.array(f["flow_id"], pa.int64()),
-        "category": pa.array(f["category"], pa.string()),
-        "name": pa.array(f["category"], pa.string()),
-        "phase": pa.array(f["phase"], pa.string()),
-        "ts_ns": pa.array(f["ts_ns"], pa.int64()),
-        "pid": pa.array([pid] * nf, pa.int64()),
-        "tid": pa.array(f["tid"], pa.int64()),
-        "binding_point": pa.array(f["binding_point"], pa.string()),
-    })
+    flows = pa.Table.from_pydict({**f, "name": f["category"], "pid": [pid] * len(f["flow_id"])}, schema=RAW_FLOWS)
     m = d["memory"]
     nm = m["n"]
-
-    def col(key: str, t: pa.DataType) -> pa.Array:
-        return pa.Array.from_buffers(t, nm, [None, pa.py_buffer(m[key])])
-
-    memory = pa.table({
-        "ts_ns": col("ts_ns", pa.int64()),
-        "pid": pa.array([pid] * nm, pa.int64()),
-        "tid": col("tid", pa.int64()),
-        "device_type": col("device_type", pa.int32()),
-        "device": col("device", pa.int32()),
-        "addr": col("addr", pa.int64()),
-        "bytes": col("bytes", pa.int64()),
-        "total_allocated": col("total_allocated", pa.int64()),
-        "total_reserved": col("total_reserved", pa.int64()),
-        "category": pa.array(["cpu_instant_event"] * nm, pa.string()),
-    })
+    packed = {c.name: pa.Array.from_buffers(c.type, nm, [None, pa.py_buffer(m[c.name])]) for c in RAW_MEMORY if c.name in m}
+    memory = pa.Table.from_pydict({**packed, "pid": [pid] * nm, "category": ["cpu_instant_event"] * nm}, schema=RAW_MEMORY)
     return CycleColumns(events, memory, flows)
 
 
@@ -496,22 +499,4 @@ def _memory_table(allocations, internal_tid: dict[int, int], pid: int) -> pa.Tab
         rows["total_allocated"].append(a.total_allocated)
         rows["total_reserved"].append(a.total_reserved)
     n = len(rows["ts_ns"])
-    return pa.table({
-        "ts_ns": pa.array(rows["ts_ns"], pa.int64()),
-        "pid": pa.array([pid] * n, pa.int64()),
-        "tid": pa.array(rows["tid"], pa.int64()),
-        "device_type": pa.array(rows["device_type"], pa.int32()),
-        "device": pa.array(rows["device"], pa.int32()),
-        "addr": pa.array(rows["addr"], pa.int64()),
-        "bytes": pa.array(rows["bytes"], pa.int64()),
-        "total_allocated": pa.array(rows["total_allocated"], pa.int64()),
-        "total_reserved": pa.array(rows["total_reserved"], pa.int64()),
-        "category": pa.array(["cpu_instant_event"] * n, pa.string()),
-    })
-
-
-def empty_counters() -> pa.Table:
-    return pa.table({
-        "ts_ns": pa.array([], pa.int64()), "pid": pa.array([], pa.int64()), "name": pa.array([], pa.string()),
-        "series": pa.array([], pa.string()), "value": pa.array([], pa.float64()), "category": pa.array([], pa.string()),
-    })
+    return pa.Table.from_pydict({**rows, "pid": [pid] * n, "category": ["cpu_instant_event"] * n}, schema=RAW_MEMORY)

@@ -208,15 +208,11 @@ class Recording:
 
     def raw_rank(self) -> RawRank:
         # stopped before any active cycle: an empty but whole run
-        cycles = self.cycles or [_live_convert.CycleColumns(*[_empty_like(k) for k in ("events", "memory", "flows")])]
+        cycles = self.cycles or [_live_convert.empty_cycle()]
 
         def cat(name: str) -> pa.Table:
-            tables = [getattr(c, name) for c in cycles]
-            if all(t.schema.equals(tables[0].schema) for t in tables):
-                return pa.concat_tables(tables)  # dictionaries differ per cycle; build.py unifies them
-            decoded = [pa.Table.from_arrays([col.cast(col.type.value_type) if pa.types.is_dictionary(col.type) else col
-                                             for col in t.columns], names=t.column_names) for t in tables]
-            return pa.concat_tables(decoded)
+            # one schema (_live_convert.RAW_*); dictionaries differ per cycle, build.py unifies them
+            return pa.concat_tables([getattr(c, name) for c in cycles])
 
         return RawRank(rank=self.rank, events=cat("events"), flows=cat("flows"), memory=cat("memory"),
                        counters=_live_convert.empty_counters(), frames=self.frames.table())
@@ -263,21 +259,6 @@ class Recording:
         self.written = True
         self.timings["write_s"] += time.perf_counter() - t0
         return out
-
-
-def _empty_like(kind: str) -> pa.Table:
-    if kind == "events":
-        cols = {"category": pa.string(), "name": pa.string(), "phase": pa.string(), "ts_ns": pa.int64(), "dur_ns": pa.int64(),
-                "pid": pa.int64(), "tid": pa.int64(), "pid_text": pa.string(), "tid_text": pa.string(), "correlation": pa.int64(),
-                "external_id": pa.int64(), "stream": pa.int64(), "python_id": pa.int64(), "python_parent_id": pa.int64(),
-                "args": pa.string(), "frame_index": pa.int64(), "module_path": pa.string()}
-    elif kind == "memory":
-        cols = {"ts_ns": pa.int64(), "pid": pa.int64(), "tid": pa.int64(), "device_type": pa.int32(), "device": pa.int32(),
-                "addr": pa.int64(), "bytes": pa.int64(), "total_allocated": pa.int64(), "total_reserved": pa.int64(), "category": pa.string()}
-    else:
-        cols = {"flow_id": pa.int64(), "category": pa.string(), "name": pa.string(), "phase": pa.string(), "ts_ns": pa.int64(),
-                "pid": pa.int64(), "tid": pa.int64(), "binding_point": pa.string()}
-    return pa.schema(cols).empty_table()
 
 
 def _script_dir() -> Path:

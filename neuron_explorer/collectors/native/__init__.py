@@ -114,7 +114,9 @@ def _build(retry: bool):
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module
-    print(f"neuron-explorer: compiling the native converter for torch {_torch_version()} into {out} "
+    import torch
+
+    print(f"neuron-explorer: compiling the native converter for torch {torch.__version__} into {out} "
           "(once per torch version; about half a minute)", file=sys.stderr, flush=True)
     import torch.utils.cpp_extension as ext  # (a slow import: only when building)
 
@@ -141,7 +143,3 @@ def compile_options() -> dict:
     return {"extra_include_paths": include, "extra_cflags": ["-O2", "-DUSE_KINETO"]}
 
 
-def _torch_version() -> str:
-    import torch
-
-    return torch.__version__
