@@ -1,7 +1,7 @@
 """Benchmark: a full `analyze` of a large run — wall time and peak memory (DESIGN.md target: a few seconds).
 
 Make the run first (about 2.2 million events):
-    python ../shared/tools/tile_trace.py ../shared/traces/cuda_train_68k_events.json.gz /tmp/big.json 32
+    python ../shared/tools/tile_trace.py tests/data/traces/cuda_train_68k_events.json.gz /tmp/big.json 32
     neuron-explorer import /tmp/big.json -o /tmp/runs/big --force
 then: python bench/bench_analyze.py /tmp/runs/big [--repeat 3]
 

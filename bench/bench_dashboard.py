@@ -9,7 +9,7 @@ plotly figure and serialising it to the JSON Dash sends — and the size of that
 Targets (DESIGN.md, issue 5): first view < 1 s, zoom < 300 ms, payload < 2 MB.
 
     python bench/bench_dashboard.py [RUN]     # default /tmp/runs/big
-    (make it: python ../shared/tools/tile_trace.py ../shared/traces/cuda_train_68k_events.json.gz /tmp/big.json 32
+    (make it: python ../shared/tools/tile_trace.py tests/data/traces/cuda_train_68k_events.json.gz /tmp/big.json 32
               neuron-explorer import /tmp/big.json -o /tmp/runs/big --force)
 """
 

@@ -176,7 +176,7 @@ MEMORY = Table(
         _c("device", "int32", "", "device index (-1 for the CPU)"),
         _c("addr", "int64", "", "address of the block"),
         _c("bytes", "int64", "bytes", "size: positive for an allocation, negative for a free"),
-        _c("total_allocated", "int64", "bytes", "bytes allocated on that device after this event"),
+        _c("total_allocated", "int64", "bytes", "bytes allocated on that device after this event; for traces that do not record it (torch <= 1.9), the running sum of `bytes` on the device from the trace's first allocator event"),
         _c("total_reserved", "int64", "bytes", "bytes reserved by the caching allocator after this event"),
         _OP,
         _STEP,

@@ -1,4 +1,4 @@
-"""Shared fixtures: the real traces in ../shared/traces and hand-built traces written in code."""
+"""Shared fixtures: the real traces in tests/data/traces (or $NEURON_EXPLORER_TRACES) and hand-built traces written in code."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TRACES = Path(os.environ.get("NEURON_EXPLORER_TRACES", REPO.parent / "shared" / "traces"))
+TRACES = Path(os.environ.get("NEURON_EXPLORER_TRACES", REPO / "tests" / "data" / "traces"))
 
 
 def real_traces() -> list[Path]:

@@ -1,7 +1,7 @@
 """End to end in headless Chromium: the dashboard on a real recorded run, driven like a user.
 
 Loads the project's sample run (a torch.profiler trace recorded with stacks, the only real trace
-with source lines) next to a real GPU trace from ../shared/traces, sees the timeline drawn, zooms
+with source lines) next to a real GPU trace from tests/data/traces, sees the timeline drawn, zooms
 with a mouse drag, clicks an operator and reads its source line, opens a finding, switches to the
 GPU run and clicks a kernel to see its launch chain and flow arrow, and saves
 screenshots to test-artifacts/ (dashboard-source.png, dashboard.png).

@@ -109,6 +109,19 @@ def test_steps_and_memory(rs):
     assert mem[0]["x_ms"] == pytest.approx([0.015, 0.066, 0.080])
 
 
+def test_memory_of_an_old_trace_without_totals(tmp_path):
+    """torch <= 1.9 wrote `[memory]` events with `Bytes` only: the allocated total is the running
+    sum per device, and the memory view draws it instead of failing."""
+    old = [{**MEM(ts, n, 0), "args": {"Device Type": dt, "Device Id": dev, "Bytes": n}}
+           for ts, n, dt, dev in [(15, 1024, 1, 0), (20, 64, 0, -1), (66, 512, 1, 0), (70, -64, 0, -1), (80, -1024, 1, 0)]]
+    trace = write_trace(tmp_path / "old.json", [X("ProfilerStep#1", "user_annotation", 0, 100), *old])
+    import_traces(trace, tmp_path / "run")
+    mem = {s["label"]: s for s in queries.memory(RunSet([tmp_path / "run"]), run=0, width=100)["series"]}
+    assert mem["r0 device 0 allocated"]["bytes"] == [1024, 1536, 512]
+    assert mem["r0 cpu allocated"]["bytes"] == [64, 0]
+    assert mem["r0 device 0 allocated"]["x_ms"] == pytest.approx([0.015, 0.066, 0.080])
+
+
 def test_source_lines_table(rs):
     rows = queries.source_lines(rs, run=0)["rows"]
     # the top-level operators called under train.py:5 (linear 40 + relu 10 us), and their kernels (18 us)

@@ -578,7 +578,7 @@ def _memory(raw: RawRank, track, pid, tid, ts, end, parent, op, ev_frame, step, 
             "device": mem["device"],
             "addr": mem["addr"],
             "bytes": mem["bytes"],
-            "total_allocated": mem["total_allocated"],
+            "total_allocated": _running_total(mem, m_ts),
             "total_reserved": mem["total_reserved"],
             "op_id": pa.array(np.where(m_op >= 0, base + m_op.astype(np.int64), 0), pa.int64(), mask=m_op < 0),
             "step": pa.array(m_step, pa.int64(), mask=m_step < 0),
@@ -587,6 +587,28 @@ def _memory(raw: RawRank, track, pid, tid, ts, end, parent, op, ev_frame, step, 
         }
     )
     return _conform(table, schema.MEMORY).sort_by([("ts_ns", "ascending")])
+
+
+def _running_total(mem: pa.Table, m_ts: np.ndarray) -> pa.Array:
+    """`total_allocated` as recorded; where a device has no recorded total at all (torch <= 1.9
+    wrote only `Bytes`), the running sum of `bytes` on that device in time order, counted from the
+    trace's first allocator event (what was allocated before profiling started is unknown)."""
+    total = mem["total_allocated"].combine_chunks() if mem.num_rows else pa.array([], pa.int64())
+    if total.null_count == 0:
+        return total
+    values = _np(total, 0).astype(np.int64)
+    recorded = ~np.asarray(total.is_null().to_numpy(zero_copy_only=False))
+    sizes = _np(mem["bytes"], 0).astype(np.int64)
+    device = _np(mem["device_type"], 0).astype(np.int64) * (1 << 32) + _np(mem["device"], 0).astype(np.int64)
+    derived = np.zeros(len(values), dtype=bool)
+    for d in np.unique(device):
+        rows = np.flatnonzero(device == d)
+        if recorded[rows].any():
+            continue
+        rows = rows[np.argsort(m_ts[rows], kind="stable")]
+        values[rows] = np.cumsum(sizes[rows])
+        derived[rows] = True
+    return pa.array(values, pa.int64(), mask=~(recorded | derived))
 
 
 def _counters(raw: RawRank) -> pa.Table:

@@ -284,10 +284,11 @@ def memory_track(r: OpenRun, rank: int | None, t0: int, t1: int, width: int) -> 
     recs = r.records(
         f"""SELECT rank, device_type, device, list(x ORDER BY x) AS xs, list(v ORDER BY x) AS vs FROM (
               SELECT rank, device_type, device, (arg_max(ts_ns, total_allocated) - {t0}) / 1000.0 AS x, max(total_allocated) AS v
-              FROM memory WHERE ts_ns >= ? AND ts_ns < ?{rank_where} GROUP BY rank, device_type, device, floor((ts_ns - {t0}) / {b})
+              FROM memory WHERE ts_ns >= ? AND ts_ns < ? AND total_allocated IS NOT NULL{rank_where}
+              GROUP BY rank, device_type, device, floor((ts_ns - {t0}) / {b})
               UNION ALL
               SELECT rank, device_type, device, 0.0 AS x, arg_max(total_allocated, ts_ns) AS v
-              FROM memory WHERE ts_ns < ?{rank_where} GROUP BY ALL)
+              FROM memory WHERE ts_ns < ? AND total_allocated IS NOT NULL{rank_where} GROUP BY ALL)
             GROUP BY ALL ORDER BY ALL""", [t0, t1, t0])
     out = []
     for x in recs:
