@@ -1,8 +1,8 @@
 """Write a run back out as a Chrome / Perfetto trace (Kineto JSON layout).
 
-Timestamps are written in microseconds relative to a per-rank `baseTimeNanoseconds`, small enough
-that a float keeps every nanosecond, so import → export → import keeps every event, link and
-timing. Reads the run only through open_run.
+Timestamps are written in microseconds relative to a per-rank `baseTimeNanoseconds`, as exact
+decimal text (`12.345` is 12345 ns; never a float), so import → export → import keeps every event,
+link and timing to the nanosecond. Reads the run only through open_run.
 """
 
 from __future__ import annotations
@@ -19,8 +19,11 @@ from .store import open_run
 _ENC = msgspec.json.Encoder()
 
 
-def _us(ns: int, base: int) -> float:
-    return (ns - base) / 1000.0
+def _us(ns: int, base: int = 0) -> msgspec.Raw:
+    """ns - base as microseconds in decimal text with three decimals: exact, whatever the size."""
+    v = int(ns) - base
+    whole, frac = divmod(abs(v), 1000)
+    return msgspec.Raw(f"{'-' if v < 0 else ''}{whole}.{frac:03d}".encode())
 
 
 def export_chrome(run_dir: Path | str, out: Path | str, rank: int | None = None) -> list[Path]:
@@ -60,7 +63,7 @@ def _export_rank(run, rank: int, path: Path) -> None:
                     [rank] * 4).fetchone()[0]
     base = int(entry.get("base_ns") or 0)
     if first is not None and (first < base or first - base > 10**15):
-        # keep relative microseconds small enough for a float to hold every nanosecond
+        # relative microseconds keep the numbers short (they are exact text at any size)
         base = (int(first) // 1_000_000_000) * 1_000_000_000
     header = dict(entry.get("trace_metadata") or {})
     header.setdefault("schemaVersion", 1)
@@ -104,7 +107,7 @@ def _export_rank(run, rank: int, path: Path) -> None:
                 ev["tid"] = tid_text if tid_text is not None else tid
                 ev["ts"] = _us(ts, base)
                 if ph == "X":
-                    ev["dur"] = dur / 1000.0
+                    ev["dur"] = _us(dur)
                 else:
                     ev["s"] = "t"
                 if args is not None:

@@ -12,6 +12,7 @@ This module only turns bytes into columns; it knows nothing about links or the r
 
 from __future__ import annotations
 
+import decimal
 import gzip
 import io
 import os
@@ -26,6 +27,7 @@ from typing import Union
 import msgspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import InputError
 
@@ -35,15 +37,18 @@ CHUNK_BYTES = 16 << 20
 PARALLEL_MIN_BYTES = 96 << 20
 """Files smaller than this are decoded in-process (no worker start-up cost)."""
 
-_Num = Union[int, float, str, None]
+_NULL = msgspec.Raw(b"null")
+_ZERO = msgspec.Raw(b"0")
 
 
 class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: Union[str, None] = None
     name: Union[str, int, float, None] = None
-    ts: _Num = None
-    dur: _Num = None
+    # ts and dur stay as their JSON text: a float64 cannot hold epoch microseconds to the
+    # nanosecond (it rounds them to multiples of 256 ns); `_exact_ns` reads the digits.
+    ts: msgspec.Raw = _NULL
+    dur: msgspec.Raw = _NULL
     pid: Union[int, str, None] = None
     tid: Union[int, str, None] = None
     id: Union[int, str, None] = None
@@ -390,27 +395,36 @@ def _array_end(prefix: bytes, rest: bytes) -> int | None:
     return None
 
 
+_TOP_DECODER = msgspec.json.Decoder(Union[dict[str, msgspec.Raw], list[msgspec.Raw]])
+
+
 def _decode_whole(path: str, data: bytes) -> Decoded:
+    """The whole document in memory: its top level parsed with every value left as JSON text."""
     try:
-        doc = msgspec.json.decode(data)
+        doc = _TOP_DECODER.decode(data)
+    except msgspec.ValidationError:
+        raise InputError(path, "not a trace: the top level is not a JSON object") from None
     except msgspec.DecodeError as e:
         raise InputError(path, f"not valid JSON ({_short(e)})") from None
     if isinstance(doc, list):  # the bare-array form of the Chrome format
-        doc = {"traceEvents": doc}
-    if not isinstance(doc, dict):
-        raise InputError(path, "not a trace: the top level is not a JSON object")
+        return Decoded({}, [_decode_array(path, data)])
     if "traceEvents" not in doc:
         raise InputError(path, "not a trace: no 'traceEvents' key")
     events = doc.pop("traceEvents")
-    if not isinstance(events, list):
+    if memoryview(events)[:1].tobytes() != b"[":
         raise InputError(path, "'traceEvents' is not a list")
-    body = msgspec.json.encode(events)
-    return Decoded(doc, [_decode_chunk(path, body[1:-1])])
+    header = {k: msgspec.json.decode(v) for k, v in doc.items()}
+    return Decoded(header, [_decode_array(path, events)])
 
 
 def _decode_chunk(path: str, piece: bytes) -> Chunk:
+    """Events of a piece of the traceEvents array (whole events separated by commas)."""
+    return _decode_array(path, b"[" + piece + b"]")
+
+
+def _decode_array(path: str, array) -> Chunk:
     try:
-        evs = _EVENTS_DECODER.decode(b"[" + piece + b"]")
+        evs = _EVENTS_DECODER.decode(array)
     except msgspec.ValidationError as e:
         raise InputError(path, f"wrong value type in traceEvents: {_short(e)}") from None
     except msgspec.DecodeError as e:
@@ -418,26 +432,89 @@ def _decode_chunk(path: str, piece: bytes) -> Chunk:
     return _columns(path, evs)
 
 
-def _num(path: str, v, what: str) -> float:
-    if isinstance(v, str):
-        try:
-            return float(v)
-        except ValueError:
-            raise InputError(path, f"wrong value type: {what} is {v!r}, not a number") from None
-    return v
+_NS_DECIMAL = pa.decimal128(38, 12)
+"""What the digits of ts/dur are read into: up to 26 integer and 12 fraction digits of a microsecond."""
+_NUMBER_START = np.zeros(256, dtype=bool)
+_NUMBER_START[list(b"-0123456789")] = True
+_INT64_MAX = 2**63 - 1
 
 
 def _ns(path: str, values: list, what: str) -> np.ndarray:
-    """Microseconds (int, float or numeric string) → int64 ns, rounded to the nearest ns."""
+    """Microseconds as JSON text (`msgspec.Raw`) → int64 ns, exact: the decimal digits are
+    converted, never a float; below a nanosecond the value is rounded half to even; null is 0.
+
+    The texts are joined into one buffer (by msgspec, in C) and read by Arrow's decimal parser;
+    odd ones (numeric strings, more than 12 decimals, values that do not fit) go one by one.
+    """
+    n = len(values)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    text = msgspec.json.encode(values)  # b"[v0,v1,...]": numbers hold no commas
+    inner = np.frombuffer(text, dtype=np.uint8)[1:-1]
+    is_comma = inner == ord(",")
+    commas = np.flatnonzero(is_comma)
+    if len(commas) != n - 1:  # a string value with a comma in it
+        return _ns_each(path, values, what)
+    starts = np.empty(n, dtype=np.int64)
+    starts[0] = 0
+    starts[1:] = commas + 1
+    first = inner[starts]
+    is_null = first == ord("n")
+    if not (_NUMBER_START[first] | is_null).all():  # strings, booleans, objects: one by one
+        return _ns_each(path, values, what)
+    ends = np.empty(n, dtype=np.int64)
+    ends[:-1] = commas
+    ends[-1] = len(inner)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(ends - starts, out=offsets[1:])
+    digits = inner[~is_comma]
+    nulls = int(np.count_nonzero(is_null))
+    bitmap = pa.py_buffer(np.packbits(~is_null, bitorder="little")) if nulls else None
+    texts = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(digits), bitmap, nulls)
     try:
-        arr = np.array(values, dtype=np.float64)
-    except (ValueError, TypeError):
-        arr = np.array([_num(path, v, what) if v is not None else np.nan for v in values], dtype=np.float64)
-    if np.isnan(arr).any():
-        arr = np.nan_to_num(arr, nan=0.0)
-    if np.isinf(arr).any():
-        raise InputError(path, f"wrong value: {what} is infinite")
-    return np.rint(arr * 1000.0).astype(np.int64)
+        us = pc.cast(texts, _NS_DECIMAL)
+        ns = pc.round(us, ndigits=3, round_mode="half_to_even").cast(pa.decimal128(38, 3))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return _ns_each(path, values, what)
+    # a decimal128 with 3 decimals stores µs * 1000 = ns as a 128-bit little-endian integer
+    words = np.frombuffer(ns.buffers()[1], dtype=np.int64, count=2 * n, offset=16 * ns.offset)
+    low, high = words[0::2], words[1::2]
+    fits = high == (low >> 63)
+    if nulls:
+        fits |= is_null
+    if not fits.all():
+        raise InputError(path, f"wrong value: {what} {values[int(np.flatnonzero(~fits)[0])]} does not fit in int64 nanoseconds")
+    out = low.copy()
+    if nulls:
+        out[is_null] = 0
+    return out
+
+
+def _ns_each(path: str, values: list, what: str) -> np.ndarray:
+    return np.array([_ns_of_text(path, bytes(v), what) for v in values], dtype=np.int64)
+
+
+def _ns_of_text(path: str, token: bytes, what: str) -> int:
+    """One JSON value (number, numeric string or null) in microseconds → exact int ns."""
+    if token == b"null":
+        return 0
+    shown = token.decode(errors="replace")[:40]
+    text = msgspec.json.decode(token) if token[:1] == b'"' else token.decode() if _NUMBER_START[token[0]] else None
+    if not isinstance(text, str):
+        raise InputError(path, f"wrong value type: {what} is {shown}, not a number")
+    try:
+        us = decimal.Decimal(text.strip())
+    except decimal.InvalidOperation:
+        raise InputError(path, f"wrong value type: {what} is {shown}, not a number") from None
+    if not us.is_finite():
+        raise InputError(path, f"wrong value: {what} is {shown}")
+    with decimal.localcontext() as ctx:
+        ctx.prec = max(60, len(text) + 10)
+        ctx.Emax = 10**6
+        ns = int((us * 1000).to_integral_value(rounding=decimal.ROUND_HALF_EVEN)) if abs(us.adjusted()) < 10**4 else 2**64
+    if not -_INT64_MAX - 1 <= ns <= _INT64_MAX:
+        raise InputError(path, f"wrong value: {what} {shown} does not fit in int64 nanoseconds")
+    return ns
 
 
 def _id_columns(values: list) -> tuple[pa.Array, pa.Array]:
@@ -499,7 +576,8 @@ def _columns(path: str, evs: list[_Event]) -> Chunk:
         elif ph == "C":
             counters.append(e)
         elif ph == "M":
-            metadata.append(msgspec.structs.asdict(e) | {"args": msgspec.json.decode(e.args)})
+            metadata.append(msgspec.structs.asdict(e) | {"ts": msgspec.json.decode(e.ts), "dur": msgspec.json.decode(e.dur),
+                                                         "args": msgspec.json.decode(e.args)})
         else:
             unsupported[ph] = unsupported.get(ph, 0) + 1
     return Chunk(
@@ -544,7 +622,7 @@ def _slice_table(path: str, evs: list[_Event]) -> pa.Table:
             "name": _names([e.name for e in evs]).dictionary_encode(),
             "phase": pa.array(["X" if e.ph == "X" else "i" for e in evs], pa.string()).dictionary_encode(),
             "ts_ns": _ns(path, [e.ts for e in evs], "ts"),
-            "dur_ns": _ns(path, [e.dur if e.ph == "X" else 0 for e in evs], "dur"),
+            "dur_ns": _ns(path, [e.dur if e.ph == "X" else _ZERO for e in evs], "dur"),
             "pid": pid,
             "tid": tid,
             "pid_text": pid_text,
