@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from neuron_explorer.collectors.chrome_trace import import_traces
+from neuron_explorer.dashboard import queries
 
 from .conftest import REPO, TRACES
 
@@ -90,6 +91,11 @@ def wait_for(drv, js: str, timeout: float = 60.0, what: str = ""):
 
 
 GD = "document.querySelector('#timeline .js-plotly-plot')"
+GRID_COLUMN = """((grid, col) => { const cells = Array.from(document.querySelectorAll(`#${grid} .ag-center-cols-container .ag-row`))
+    .sort((a, b) => a.getAttribute('row-index') - b.getAttribute('row-index')).map(r => r.querySelector(`[col-id="${col}"]`));
+    return cells.length && cells.every(c => c && c.innerText) ? cells.map(c => c.innerText) : null; })"""
+"""A JS function: the text of one column in the rows a grid shows, top to bottom; null until
+every row shows a non-empty value there (the grid draws the cells just after the rows)."""
 STATUS = "document.getElementById('status').innerText"
 
 
@@ -155,25 +161,45 @@ def test_dashboard_in_chromium(server, browser):
     assert "source" in chain and "aten::linear" in chain
     assert wait_for(drv, f"return {GD}.data.some(t => t.name === 'selected')", what="selected event highlighted")
 
-    # 4. open the first finding: the timeline zooms to its evidence and highlights its events
+    # 4. open the second finding by clicking its row: the timeline zooms to its evidence and
+    #    highlights its events; the clicked row stays marked
     status2 = drv.execute_script(f"return {STATUS}")
-    cell = wait_for(drv, "return document.querySelector('#findings td[data-dash-column=\"title\"]')", what="findings table")
-    title = cell.text
+    titles = wait_for(drv, f"return {GRID_COLUMN}('findings', 'title')", what="findings rows")
+    assert titles == [f["title"] for f in queries.findings(rs, run=0)["rows"]] and len(titles) >= 2  # ranked by impact
+    cell = drv.find_element(By.CSS_SELECTOR, '#findings .ag-row[row-index="1"] [col-id="title"]')
     drv.execute_script("arguments[0].scrollIntoView({block: 'center'})", cell)
     time.sleep(0.5)  # let the page settle after the event panel grew, so the click lands on the cell
-    cell = drv.find_element(By.CSS_SELECTOR, '#findings td[data-dash-column="title"]')
-    cell.click()
+    drv.find_element(By.CSS_SELECTOR, '#findings .ag-row[row-index="1"] [col-id="title"]').click()
     text = wait_for(drv, "const e = document.getElementById('finding-text'); return e && e.innerText", what="finding detail")
-    assert title.split(":")[0] in text
+    assert text.startswith(titles[1]) and not text.startswith(titles[0])
     wait_for(drv, f"const s = {STATUS}; return s !== {status2!r} && s", what="timeline zoomed to the finding")
     assert drv.execute_script(f"return {GD}.data.some(t => t.name === 'selected')")
+    assert drv.execute_script("return document.querySelector('#findings .ag-row[row-index=\"1\"]').classList.contains('ag-row-selected')")
+
+    # 5. the operators table: every row the query gives, sorted by a header click, filtered by typing
+    drv.find_element(By.XPATH, "//div[@id='tabs']//*[contains(text(), 'Operators')]").click()
+    want = [r["name"] for r in queries.operators(rs, run=0)["rows"]]
+    shown = wait_for(drv, f"return {GRID_COLUMN}('table-operators', 'name')", what="operators rows")
+    assert shown == want[:len(shown)] and len(shown) >= 10
+    assert drv.execute_script("return document.querySelector('#table-operators [role=grid]').getAttribute('aria-rowcount')") == str(len(want) + 2)
+    drv.find_element(By.CSS_SELECTOR, '#table-operators .ag-header-cell[col-id="calls"]').click()
+    calls = wait_for(drv, "const h = document.querySelector('#table-operators .ag-header-cell[col-id=\"calls\"]'); "
+                          f"const c = {GRID_COLUMN}('table-operators', 'calls'); return h.getAttribute('aria-sort') === 'ascending' && c && c.map(Number)",
+                     what="operators sorted by calls")
+    assert calls == sorted(calls) and calls != [r["calls"] for r in queries.operators(rs, run=0)["rows"]][:len(calls)]
+    assert calls[0] == min(r["calls"] for r in queries.operators(rs, run=0)["rows"])
+    box = drv.find_element(By.CSS_SELECTOR, '#table-operators .ag-floating-filter[col-id="name"] input')
+    box.send_keys("aten::linear")
+    names = wait_for(drv, f"const n = {GRID_COLUMN}('table-operators', 'name'); return n && n.length < {len(shown)} && n", what="filtered rows")
+    assert names and all("aten::linear" in n for n in names), names
+    drv.find_element(By.XPATH, "//div[@id='tabs']//*[contains(text(), 'Findings')]").click()
 
     ARTIFACTS.mkdir(exist_ok=True)
     _mouse_click(drv, 5, 5)
     drv.execute_script("window.scrollTo(0, 0)")
     drv.save_screenshot(str(ARTIFACTS / "dashboard-source.png"))
 
-    # 5. the real GPU run: device lanes; zoom in, click a kernel: its launch chain and the
+    # 6. the real GPU run: device lanes; zoom in, click a kernel: its launch chain and the
     #    launch → kernel arrow on the timeline
     status3 = drv.execute_script(f"return {STATUS}")
     drv.find_element(By.ID, "run-select").click()

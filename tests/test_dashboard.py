@@ -311,11 +311,47 @@ def test_figure_draws_webgl_segments_flows_and_memory(rs):
     assert "11 events" in status
 
 
+def _grid(component):
+    """The grid inside a tab's content."""
+    import dash_ag_grid as dag
+
+    return next(c for c in component.children if isinstance(c, dag.AgGrid))
+
+
 def test_tables_tabs_render(rs):
-    for tab in ("operators", "kernels", "lines", "steps", "memory"):
-        assert dash_app.tables_for(rs, 0, "all", tab) is not None
+    ops = _grid(dash_app.tables_for(rs, 0, "all", "operators"))
+    assert ops.id == "table-operators"
+    assert [(r["name"], r["calls"], r["cpu_total_ns"], r["cpu_self_ns"]) for r in ops.rowData] == [
+        ("aten::linear", 1, 0.04, 0.009), ("aten::addmm", 1, 0.028, 0.024), ("aten::relu", 1, 0.01, 0.008)]  # ms
+    cols = {c["field"]: c for c in ops.columnDefs}
+    assert cols["cpu_self_ns"]["headerName"] == "cpu_self (ms)" and cols["cpu_self_ns"]["filter"] == "agNumberColumnFilter"
+    assert cols["name"]["filter"] == "agTextColumnFilter" and ops.defaultColDef["sortable"] and ops.defaultColDef["floatingFilter"]
+    assert [r["name"] for r in _grid(dash_app.tables_for(rs, 0, "all", "kernels")).rowData] == ["gemm", "relu_k", "bias"]
+    assert [r["source"] for r in _grid(dash_app.tables_for(rs, 0, "all", "lines")).rowData] == ["train.py:5"]
+    assert [r["step"] for r in _grid(dash_app.tables_for(rs, 0, "all", "steps")).rowData] == [1]
+    assert dash_app.tables_for(rs, 0, "all", "memory").id == "memory-graph"
     with pytest.raises(NeuronExplorerError):
         dash_app.tables_for(rs, 0, "all", "../../etc")
+
+
+def test_findings_row_click_names_the_finding_whatever_the_sort():
+    """The findings grid identifies rows by the finding's index, so a click after sorting or
+    filtering still opens the finding that was clicked."""
+    assert dash_app.finding_clicked({"value": "x", "colId": "title", "rowIndex": 0, "rowId": "3"}) == 3
+    for bad in (None, {}, {"rowId": None}, {"rowId": "drop table"}):
+        with pytest.raises(NeuronExplorerError):
+            dash_app.finding_clicked(bad)
+    assert dash_app.findings_table().getRowId == "params.data.id"
+
+
+def test_the_app_uses_no_deprecated_component(rs):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dash_app.create_app(rs)
+        dash_app.tables_for(rs, 0, "all", "operators")
+    assert not [w for w in caught if issubclass(w.category, DeprecationWarning)], [str(w.message) for w in caught]
 
 
 # ---- JSON API and the server ------------------------------------------------------------------

@@ -31,7 +31,7 @@ from neuron_explorer.dashboard.runs import QueryError, RunSet
 from neuron_explorer.errors import NeuronExplorerError
 
 from .conftest import REPO, write_trace
-from .test_browser_dashboard import _browser_installed, browser, wait_for  # noqa: F401  (shared browser fixtures)
+from .test_browser_dashboard import GRID_COLUMN, _browser_installed, browser, wait_for  # noqa: F401  (shared browser fixtures)
 
 BASE_STEPS = [10.0, 10.3, 9.8, 10.1, 10.0]
 TEST_STEPS = [13.1, 12.9, 13.2, 13.0, 12.9]
@@ -298,11 +298,9 @@ def test_compare_view_in_chromium(server, browser):  # noqa: F811  (the shared f
     assert ranges[0] == ranges[1] and ranges[0][1] == pytest.approx(13_728.0, rel=1e-3)
     caption = drv.find_element(By.ID, "cmp-test-caption").text
     assert "step 2" in caption and "13.200 ms" in caption
-    key = wait_for(drv, "const e = document.querySelector('#cmp-table-source_line td[data-dash-column=\"key\"]'); return e && e.innerText",
-                   what="source-line delta table")
-    assert key.endswith("train.py:20")
-    sig = drv.find_element(By.CSS_SELECTOR, '#cmp-table-source_line td[data-dash-column="significant"]').text
-    assert sig == "yes"
+    keys = wait_for(drv, f"return {GRID_COLUMN}('cmp-table-source_line', 'key')", what="source-line delta table")
+    assert keys == ["train.py:20", "train.py:20"]
+    assert wait_for(drv, f"return {GRID_COLUMN}('cmp-table-source_line', 'significant')", what="sig. column") == ["yes", "yes"]
 
     # another step: both timelines follow, still on one scale
     drv.find_element(By.ID, "cmp-step").click()
@@ -312,10 +310,23 @@ def test_compare_view_in_chromium(server, browser):  # noqa: F811  (the shared f
     wait_for(drv, f"const r = {_graph('cmp-base-timeline')}._fullLayout.xaxis.range; return Math.abs(r[1] - 13624) < 1",
              what="the step-0 window (13.1 ms x 1.04)")
 
+    # the operator deltas: significant rows highlighted, the others plain; a header click sorts
+    drv.find_element(By.XPATH, "//div[@id='cmp-tabs']//*[contains(text(), 'Operators')]").click()
+    ops = wait_for(drv, f"const k = {GRID_COLUMN}('cmp-table-operator', 'key'); return k && k.length === 3 && k", what="operator deltas")
+    assert ops == ["aten::slow", "aten::slow", "aten::relu"]  # largest change per step first
+    backgrounds = drv.execute_script("return Array.from(document.querySelectorAll('#cmp-table-operator .ag-center-cols-container .ag-row'))"
+                                     ".sort((a, b) => a.getAttribute('row-index') - b.getAttribute('row-index'))"
+                                     ".map(r => [r.innerText.includes('aten::slow'), getComputedStyle(r).backgroundColor, getComputedStyle(r).fontWeight])")
+    for is_slow, bg, weight in backgrounds:
+        assert (bg == "rgb(255, 248, 225)" and weight == "600") == is_slow, backgrounds  # aten::relu did not change significantly
+    drv.find_element(By.CSS_SELECTOR, '#cmp-table-operator .ag-header-cell[col-id="delta"]').click()
+    deltas = wait_for(drv, f"const d = {GRID_COLUMN}('cmp-table-operator', 'delta'); return d && Number(d[0]) < 0 && d.map(Number)",
+                      what="sorted by Δ")
+    assert deltas == sorted(deltas) and drv.execute_script(f"return {GRID_COLUMN}('cmp-table-operator', 'key')")[0] == "aten::relu"
     drv.find_element(By.XPATH, "//div[@id='cmp-tabs']//*[contains(text(), 'Kernels')]").click()
-    wait_for(drv, "return document.querySelector('#cmp-table-kernel td[data-dash-column=\"key\"]')", what="kernel deltas")
+    assert wait_for(drv, f"return {GRID_COLUMN}('cmp-table-kernel', 'key')", what="kernel deltas") == ["slow_k"]
     drv.find_element(By.XPATH, "//div[@id='cmp-tabs']//*[contains(text(), 'Source lines')]").click()
-    wait_for(drv, "return document.querySelector('#cmp-table-source_line td[data-dash-column=\"key\"]')", what="source-line deltas")
+    wait_for(drv, f"return {GRID_COLUMN}('cmp-table-source_line', 'key')", what="source-line deltas")
     drv.find_element(By.ID, "cmp-step").click()
     wait_for(drv, "return Array.from(document.querySelectorAll('[role=option]')).find(o => o.innerText === 'step 2')",
              what="step menu").click()

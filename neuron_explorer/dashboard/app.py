@@ -17,7 +17,7 @@ from ..errors import NeuronExplorerError
 from . import compare_view, queries
 from .api import register as register_api
 from .figure import build_figure, time_unit
-from .panels import CallbackInputError, detail_panel, findings_for, guard, tables_for  # noqa: F401  (callback bodies)
+from .panels import CallbackInputError, detail_panel, finding_clicked, findings_for, findings_table, guard, tables_for  # noqa: F401  (callback bodies)
 from .theme import STYLE
 from .runs import RunSet
 from .timeline import timeline_arrays
@@ -166,7 +166,7 @@ def clicked_event(click) -> int | None:
 # ---- the app ---------------------------------------------------------------------------------
 def create_app(rs: RunSet):
     import dash
-    from dash import Input, Output, State, ctx, dash_table, dcc, html, no_update
+    from dash import Input, Output, State, ctx, dcc, html, no_update
 
     app = dash.Dash(__name__, title="Neuron Explorer", update_title=None, serve_locally=True)
     register_api(app.server, rs)
@@ -193,16 +193,7 @@ def create_app(rs: RunSet):
             html.Div([dcc.Tabs(id="tabs", value="findings", children=[
                 dcc.Tab(label="Findings", value="findings", children=[
                     html.Div(id="findings-note", className="nx-muted"),
-                    dash_table.DataTable(id="findings", columns=[{"name": c, "id": c} for c in
-                                                                 ("severity", "title", "impact ms", "share %", "where", "rule")],
-                                         data=[], sort_action="native", filter_action="native", page_size=12,
-                                         style_cell={"fontSize": 12, "textAlign": "left", "whiteSpace": "normal", "height": "auto",
-                                                     "padding": "4px 6px", "fontFamily": "inherit"},
-                                         style_header={"fontWeight": 600, "backgroundColor": "#ECEFF1"},
-                                         style_data_conditional=[
-                                             {"if": {"filter_query": "{severity} = high", "column_id": "severity"}, "color": "#B71C1C", "fontWeight": 600},
-                                             {"if": {"filter_query": "{severity} = medium", "column_id": "severity"}, "color": "#E65100", "fontWeight": 600},
-                                             {"if": {"state": "active"}, "backgroundColor": "#FFF3E0", "border": "1px solid #FFB300"}]),
+                    findings_table(),
                     html.Div(id="finding-detail", className="nx-muted", style={"marginTop": 6})]),
                 dcc.Tab(label="Operators", value="operators"), dcc.Tab(label="Kernels", value="kernels"),
                 dcc.Tab(label="Source lines", value="lines"), dcc.Tab(label="Steps", value="steps"), dcc.Tab(label="Memory", value="memory"),
@@ -226,20 +217,13 @@ def create_app(rs: RunSet):
 
     @app.callback(Output("view", "data"), Output("error", "children", allow_duplicate=True),
                   Input("run-select", "value"), Input("rank-select", "value"), Input("reset", "n_clicks"),
-                  Input("timeline", "relayoutData"), Input("findings", "active_cell"), State("view", "data"),
-                  State("findings", "derived_viewport_data"), prevent_initial_call="initial_duplicate")
+                  Input("timeline", "relayoutData"), Input("findings", "cellClicked"), State("view", "data"),
+                  prevent_initial_call="initial_duplicate")
     @guard(1)
-    def _view(run, rank, _reset, relayout, cell, current, findings_rows):
+    def _view(run, rank, _reset, relayout, click, current):
         trig = ctx.triggered_id
         trigger = {"timeline": "timeline", "findings": "findings"}.get(trig)
-        finding_index = None
-        if trigger == "findings":
-            if not isinstance(cell, dict) or not isinstance(findings_rows, list):
-                raise CallbackInputError("no finding selected")
-            row = _as_int(cell.get("row"), "row")
-            if not 0 <= row < len(findings_rows):
-                raise CallbackInputError(f"no finding row {row}")
-            finding_index = findings_rows[row].get("index")
+        finding_index = finding_clicked(click) if trigger == "findings" else None
         if trigger == "timeline" and isinstance(relayout, dict) and not any(RANGE_KEY.match(str(k)) or k == "xaxis.autorange"
                                                                               for k in relayout):
             return (no_update,)  # a relayout that is not a zoom (autosize on a page resize, a legend click)
@@ -272,7 +256,7 @@ def create_app(rs: RunSet):
             return (None,)
         return (tables_for(rs, run, rank, tab),)
 
-    @app.callback(Output("findings", "data"), Output("findings-note", "children"), Output("error", "children", allow_duplicate=True),
+    @app.callback(Output("findings", "rowData"), Output("findings-note", "children"), Output("error", "children", allow_duplicate=True),
                   Input("run-select", "value"), prevent_initial_call="initial_duplicate")
     @guard(2)
     def _findings(run):

@@ -16,6 +16,7 @@ import math
 from ..errors import NeuronExplorerError
 from . import compare as cmp
 from .figure import HIGHLIGHT, build_figure, time_unit
+from .grid import column, grid, text_color_when
 from .panels import CallbackInputError, guard
 from .runs import RunSet
 
@@ -172,8 +173,12 @@ def delta_rows(rs: RunSet, base, test, tab) -> tuple[list[dict], dict]:
     return rows, {k: d[k] for k in ("total_rows", "significant", "truncated")}
 
 
+SIGNIFICANT_ROW = {"styleConditions": [{"condition": "params.data.significant == 'yes'",
+                                       "style": {"fontWeight": 600, "backgroundColor": "#FFF8E1"}}]}
+
+
 def delta_table(rs: RunSet, base, test, tab):
-    from dash import dash_table, html
+    from dash import html
 
     rows, counts = delta_rows(rs, base, test, tab)
     label = TAB_LABELS[tab].lower()
@@ -183,27 +188,18 @@ def delta_table(rs: RunSet, base, test, tab):
     note = f"{counts['total_rows']} {label} changed, {counts['significant']} significantly; largest change per step first"
     if counts["truncated"]:
         note += f" (first {len(rows)} shown)"
-    num = lambda i, n: {"id": i, "name": n, "type": "numeric"}  # noqa: E731
-    cols = [{"id": "significant", "name": "sig.", "type": "text"}, {"id": "key", "name": TAB_LABELS[tab][:-1].lower(), "type": "text"},
-            *([{"id": "was", "name": "was (base)", "type": "text"}] if tab == "source_line" else []),
-            {"id": "metric", "name": "metric", "type": "text"}, {"id": "status", "name": "status", "type": "text"},
-            num("base", "base ms/step"), num("test", "test ms/step"), num("delta", "Δ ms/step"), num("delta_pct", "Δ %"), num("p", "p")]
-    return html.Div([html.Div(note, className="nx-muted", id="cmp-table-note"), dash_table.DataTable(
-        id=f"cmp-table-{tab}", columns=cols, data=rows, sort_action="native", filter_action="native", page_size=12,
-        style_table={"overflowX": "auto"},
-        style_cell={"fontSize": 12, "fontFamily": "inherit", "maxWidth": 460, "overflow": "hidden", "textOverflow": "ellipsis",
-                    "padding": "3px 6px"},
-        style_cell_conditional=[{"if": {"column_id": c}, "textAlign": "left"} for c in ("key", "was", "metric", "status")] + [
-                                {"if": {"column_id": "key"}, "direction": "rtl"},
-                                {"if": {"column_id": "significant"}, "textAlign": "center", "width": "42px"}],
-        style_header={"fontWeight": 600, "backgroundColor": "#ECEFF1"},
-        style_data_conditional=[
-            {"if": {"filter_query": "{significant} = yes"}, "fontWeight": 600, "backgroundColor": "#FFF8E1"},
-            {"if": {"filter_query": "{delta} > 0", "column_id": "delta"}, "color": "#B71C1C"},
-            {"if": {"filter_query": "{delta} < 0", "column_id": "delta"}, "color": "#1B5E20"},
-            {"if": {"filter_query": "{status} = new", "column_id": "status"}, "color": "#B71C1C"},
-            {"if": {"filter_query": "{status} = gone", "column_id": "status"}, "color": "#1B5E20"}],
-        tooltip_data=[{"key": {"value": str(r["key"]), "type": "text"}} for r in rows], tooltip_duration=None)])
+    num = lambda f, h, **kw: column(f, h, numeric=True, **kw)  # noqa: E731
+    red_up_green_down = text_color_when(("params.value > 0", "#B71C1C"), ("params.value < 0", "#1B5E20"))
+    cols = [column("significant", "sig.", flex=0, width=70, minWidth=70, cellStyle={"textAlign": "center"}),
+            column("key", TAB_LABELS[tab][:-1].lower(), wide=True, tooltipField="key",
+                   cellStyle={"direction": "rtl", "textAlign": "left"}),  # long keys keep their end (file:line) in view
+            *([column("was", "was (base)", wide=True, tooltipField="was")] if tab == "source_line" else []),
+            column("metric", "metric"),
+            column("status", "status", cellStyle=text_color_when(("params.value == 'new'", "#B71C1C"), ("params.value == 'gone'", "#1B5E20"))),
+            num("base", "base ms/step"), num("test", "test ms/step"), num("delta", "Δ ms/step", cellStyle=red_up_green_down),
+            num("delta_pct", "Δ %"), num("p", "p")]
+    return html.Div([html.Div(note, className="nx-muted", id="cmp-table-note"),
+                     grid(f"cmp-table-{tab}", cols, rows, row_style=SIGNIFICANT_ROW)])
 
 
 # ---- layout and wiring -------------------------------------------------------------------------
