@@ -254,10 +254,10 @@ def diff(
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
     top: int = typer.Option(20, "--top", help="How many deltas the text shows."),
     fail_if_slower: Optional[str] = typer.Option(None, "--fail-if-slower", metavar="PCT",
-                                                 help="Exit 1 when the step time is significantly slower by more than PCT (e.g. 5%)."),
+                                                 help="Exit 1 when the steady-state step time is significantly slower by more than PCT (e.g. 5%)."),
 ) -> None:
-    """Compare two runs: step time (confidence intervals, significance), then what changed per source line, nn.Module, operator and kernel."""
-    from .analyzers.diff import compare, render_text
+    """Compare two runs over their steady-state steps: step time (medians, rank test, verdict), then what changed per source line, nn.Module, operator and kernel."""
+    from .analyzers.diff import compare, gate, render_text
 
     threshold = None
     if fail_if_slower is not None:
@@ -265,12 +265,14 @@ def diff(
             threshold = float(fail_if_slower.strip().rstrip("%"))
         except ValueError:
             _fail(f"--fail-if-slower takes a percentage such as 5%, not {fail_if_slower!r}")
-    result = compare(base, test)
+    result = compare(base, test, detect_pct=threshold)
     typer.echo(json.dumps(result.to_dict(), indent=1) if as_json else render_text(result, top=top))
-    st = result.step_time
-    if threshold is not None and st.significant and st.delta_pct > threshold:
-        typer.echo(f"step time is {st.delta_pct:.1f}% slower (p={st.p_value:.2g}), over the {threshold:g}% limit", err=True)
-        raise typer.Exit(1)
+    if threshold is not None:
+        failed, message = gate(result, threshold)
+        if message:
+            typer.echo(message, err=True)
+        if failed:
+            raise typer.Exit(1)
 
 
 @app.command(rich_help_panel="Explore")

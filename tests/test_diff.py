@@ -1,15 +1,24 @@
-"""Comparing runs: step-time significance, ranked deltas, moved source lines, the CI gate."""
+"""Comparing runs: steady-state steps, robust step-time verdicts, ranked deltas, moved source lines, the CI gate."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
+import statistics
 from pathlib import Path
 
-from neuron_explorer.analyzers.diff import compare
-from neuron_explorer.analyzers.stats import describe, t_quantile, t_sf, welch
-from neuron_explorer.collectors.chrome_trace import import_traces
+import pytest
 
-from .conftest import cli, write_trace
+from neuron_explorer.analyzers import analyze
+from neuron_explorer.analyzers.diff import compare, gate, render_text
+from neuron_explorer.analyzers.metrics import select_steady_steps, steady_steps
+from neuron_explorer.analyzers.stats import (_u_counts, bootstrap_median_diff_ci, cliffs_delta, compare_samples, describe,
+                                             mann_whitney, t_quantile, t_sf, u_statistic, welch)
+from neuron_explorer.collectors.chrome_trace import import_traces
+from neuron_explorer.store import open_run
+
+from .conftest import X, cli, write_trace
 
 
 def test_statistics_match_textbook_values():
@@ -96,4 +105,210 @@ def test_one_step_runs_say_they_cannot_tell(tmp_path: Path):
     a = import_traces(_trace(tmp_path / "a.json", src, 1, [10.0]), tmp_path / "a").run_dir
     b = import_traces(_trace(tmp_path / "b.json", src, 1, [20.0]), tmp_path / "b").run_dir
     d = compare(a, b)
-    assert d.step_time.verdict == "cannot tell" and d.notes
+    assert d.step_time.verdict == "cannot tell" and "fewer than 5 steady-state steps" in d.step_time.reason
+    assert d.step_time.steps["base"]["used"] == [0] and d.step_time.steps_to_record == 5
+
+
+# ---- statistics ----------------------------------------------------------------------------------
+
+def test_mann_whitney_is_exact_for_small_samples_and_close_to_it_beyond():
+    assert mann_whitney([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == (25.0, pytest.approx(2 / 252))  # the most extreme of C(10,5)
+    base, test = [1.0, 3.5, 4.2, 7.0], [2.0, 5.0, 6.1, 8.0, 9.0]
+    u, p = mann_whitney(base, test)
+    # the permutation distribution by brute force: every way to split the 9 values 4 / 5
+    values, centre = base + test, len(base) * len(test) / 2
+    as_extreme = [abs(u_statistic([values[i] for i in c], [values[i] for i in range(9) if i not in c]) - centre) >= abs(u - centre)
+                  for c in itertools.combinations(range(9), 4)]
+    assert u == 15 and p == pytest.approx(sum(as_extreme) / len(as_extreme))
+    # 31 + 31 values: the normal approximation, within 0.005 of the exact tail
+    rng = random.Random(3)
+    a, b = [rng.gauss(0, 1) for _ in range(31)], [rng.gauss(0.5, 1) for _ in range(31)]
+    u, p = mann_whitney(a, b)
+    counts = _u_counts(31, 31)
+    k = int(min(u, 31 * 31 - u))
+    assert abs(p - 2 * sum(counts[: k + 1]) / sum(counts)) < 0.005
+    assert cliffs_delta([1, 2], [3, 4]) == 1.0 and cliffs_delta([1, 2], [2, 1]) == 0.0 and cliffs_delta([3, 4], [1, 2]) == -1.0
+
+
+def test_welch_only_where_its_screen_holds_and_a_seeded_bootstrap():
+    calm = [10.0, 10.3, 9.8, 10.1, 10.0]
+    assert compare_samples(calm, [x + 3 for x in calm]).name == "welch-t"
+    spiky = [10.0, 10.3, 9.8, 10.1, 10.0, 31.0]  # one garbage-collection step
+    r = compare_samples(spiky, [x + 3 for x in calm])
+    assert r.name == "mann-whitney-u" and "robust SDs" in r.reason and r.effect_size == pytest.approx(1 - 2 * 5 / 30)
+    assert compare_samples(calm[:4], calm[:4]).name == "mann-whitney-u"  # fewer than 5 values: no screen passes
+    ci = bootstrap_median_diff_ci(calm, [x + 3 for x in calm])
+    assert ci == bootstrap_median_diff_ci(calm, [x + 3 for x in calm]) and ci[0] <= 3.0 <= ci[1]
+
+
+# ---- steady-state steps --------------------------------------------------------------------------
+
+def test_step_selection_rules():
+    steps = list(range(11))
+    # a live run without a schedule: the first and last steps are bounded by the profiler, not by steps
+    durs = [95.0, 1.07, 0.75, 0.76, 0.68, 0.74, 0.76, 0.79, 0.85, 0.80, 0.12]
+    sel = select_steady_steps(steps, durs, open_ended=True)
+    assert sel.used == list(range(2, 10)) and [x["step"] for x in sel.left_out] == [0, 1, 10]
+    assert [x["reason"].split(":")[0] for x in sel.left_out] == ["before the first step boundary", "warm-up", "after the last step boundary"]
+    # an imported run: a short last step is partial; warm-up is capped at a quarter of the steps
+    sel = select_steady_steps(steps, [50.0, 40, 30, 10, 10.1, 9.9, 10, 10.2, 9.8, 10, 3.0])
+    assert sel.used == [2, 3, 4, 5, 6, 7, 8, 9] and [x["step"] for x in sel.left_out] == [0, 1, 10]
+    # a very steady run keeps its first step (within 10% of the median), and a late spike is kept
+    sel = select_steady_steps(steps[:8], [10.6, 10.0, 10.0, 10.0, 10.0, 30.0, 10.0, 10.0])
+    assert sel.used == list(range(8)) and sel.left_out == []
+    assert select_steady_steps([0, 1, 2], [9.0, 1.0, 1.0]).used == [0, 1, 2]  # too few steps to judge
+
+
+US = 1.0  # the Kineto unit
+
+
+def _steps_run(tmp: Path, name: str, step_ms: list[float], slow_ms: float = 0.0) -> Path:
+    """Hand-built run: each step is ProfilerStep#i, and in it train.py(10): hot (aten::mm, 1 ms,
+    plus aten::slow for slow_ms) then aten::relu for the rest of the step. A step shorter than
+    hot + slow holds only aten::relu (a partial step).
+
+        |ProfilerStep#i ..........................................................|
+        |hot: aten::mm 1 ms | aten::slow slow_ms |  aten::relu (rest of the step)  |
+    """
+    src = tmp / "train.py"
+    if not src.exists():
+        src.write_text("import torch\n" + "\n" * 8 + "def hot():\n    return torch.mm(a, b)\n")
+    ev, t = [], 0.0
+    for i, ms in enumerate(step_ms):
+        us = ms * 1000
+        ev.append(X(f"ProfilerStep#{i}", "user_annotation", t, us))
+        rest = t + 1
+        if us > 1000 + slow_ms * 1000 + 20:
+            hot_us = 1000 + slow_ms * 1000
+            ev.append(X(f"{src}(10): hot", "python_function", t + 1, hot_us))
+            ev.append(X("aten::mm", "cpu_op", t + 2, 998))
+            if slow_ms:
+                ev.append(X("aten::slow", "cpu_op", t + 1001, slow_ms * 1000 - 2))
+            rest = t + hot_us + 5
+        ev.append(X("aten::relu", "cpu_op", rest, t + us - rest - 5))
+        t += us + 10
+    return import_traces(write_trace(tmp / f"{name}.json", ev), tmp / name).run_dir
+
+
+def _noisy(rng: random.Random, n: int, ms: float = 10.0) -> list[float]:
+    """Step times with a heavy right tail: most within ±2%, one in six a 1.5x-4x spike (GC, allocator)."""
+    return [ms * (rng.uniform(1.5, 4.0) if rng.random() < 1 / 6 else rng.gauss(1.0, 0.01)) for _ in range(n)]
+
+
+def test_warm_up_and_partial_steps_are_left_out_and_a_real_regression_is_slower(tmp_path: Path):
+    #           warm-up    steady steps (7)                         partial
+    base_ms = [40.0, 25.0, 10.0, 10.3, 9.8, 10.1, 10.0, 10.2, 9.9, 2.0]
+    test_ms = [80.0, 30.0, *(x + 3.0 for x in base_ms[2:9]), 0.5]
+    base = _steps_run(tmp_path, "base", base_ms)
+    test = _steps_run(tmp_path, "test", test_ms, slow_ms=3.0)
+    d = compare(base, test)
+    s = d.step_time
+    assert s.verdict == "slower" and s.significant and s.delta_ns == pytest.approx(3.0e6)
+    assert s.steps["base"]["used"] == s.steps["test"]["used"] == list(range(2, 9))
+    assert [x["step"] for x in s.steps["test"]["left_out"]] == [0, 1, 9]
+    assert s.test_name == "welch-t" and s.effect_size == 1.0
+    first = d.deltas[0]
+    assert first.type == "source_line" and first.significant and first.delta_ns_per_step == pytest.approx(3.0e6, rel=1e-3)
+    text = render_text(d)
+    assert "7 of 10 steps used (2..8)" in text and "left out step 9" in text and "warm-up" in text and "→ SLOWER" in text
+    data = json.loads(cli("diff", base, test, "--json").stdout)["step_time"]
+    assert data["steps"]["base"]["used"] == list(range(2, 9)) and data["test_name"] == "welch-t"
+    assert data["steps"]["base"]["left_out"][0]["reason"].startswith("warm-up")
+
+
+def test_a_longer_warm_up_alone_is_no_change(tmp_path: Path):
+    """The same steady steps after warm-ups of very different length: with every step (the old
+    comparison) the means differ by ~25%; over the steady steps nothing changed."""
+    steady = [10.0, 10.3, 9.8, 10.1, 10.0, 10.2, 9.9, 10.1]
+    base = _steps_run(tmp_path, "base", [30.0, 20.0, *steady])
+    test = _steps_run(tmp_path, "test", [60.0, 40.0, *reversed(steady)])
+    s = compare(base, test).step_time
+    assert s.verdict == "no significant change" and s.steps["base"]["used"] == s.steps["test"]["used"] == list(range(2, 10))
+    assert cli("diff", base, test, "--fail-if-slower", "5%").returncode == 0
+    with open_run(test) as run:
+        every = [d for (d,) in run.sql("SELECT dur_ns FROM steps ORDER BY step").fetchall()]
+    with open_run(base) as run:
+        every_base = [d for (d,) in run.sql("SELECT dur_ns FROM steps ORDER BY step").fetchall()]
+    assert statistics.mean(every) / statistics.mean(every_base) > 1.2  # what including warm-up would have compared
+
+
+def test_heavy_tailed_noise_is_no_change_and_a_regression_under_it_is_slower(tmp_path: Path):
+    rng = random.Random(19)
+    base = _steps_run(tmp_path, "base", _noisy(rng, 16))
+    same = _steps_run(tmp_path, "same", _noisy(rng, 16))
+    slow = _steps_run(tmp_path, "slow", _noisy(rng, 16, ms=12.0), slow_ms=2.0)  # +20%
+    s = compare(base, same).step_time
+    assert s.verdict == "no significant change" and s.test_name == "mann-whitney-u"
+    assert len(s.steps["base"]["used"]) >= 12 and len(s.steps["test"]["used"]) >= 12  # spikes later in a run are kept
+    r = compare(base, slow).step_time
+    assert r.verdict == "slower" and r.test_name == "mann-whitney-u" and r.effect_size > 0.5
+    assert r.delta_pct == pytest.approx(20, abs=3) and r.delta_ci_low_ns > 0
+    assert r.steps["test"]["used"] == [s for s in range(16) if s not in {x["step"] for x in r.steps["test"]["left_out"]}]
+    assert cli("diff", base, slow, "--fail-if-slower", "5%").returncode == 1
+
+
+def test_significant_deltas_larger_than_the_noise_floor_are_never_no_change(tmp_path: Path):
+    """Step times too noisy to show a +2 ms line (aten::relu fills 4..29 ms of every step), but the
+    line itself is steady: the verdict cannot be a confident "no significant change"."""
+    rest = [5.0, 25.0, 8.0, 29.0, 12.0, 20.0, 6.0, 27.0, 15.0, 10.0]
+    base = _steps_run(tmp_path, "base", [1.0 + r for r in rest])
+    test = _steps_run(tmp_path, "test", [3.0 + r for r in [rest[i] for i in (3, 0, 5, 1, 8, 2, 9, 4, 7, 6)]], slow_ms=2.0)
+    d = compare(base, test)
+    s = d.step_time
+    assert s.p_value > 0.05 and s.verdict == "cannot tell", s
+    assert s.significant_deltas["delta_ns_per_step"] == pytest.approx(2e6, rel=0.01) and "add up to" in s.reason
+    assert s.steps["base"]["used"] == list(range(10))
+    assert [x.key.endswith("train.py:10") for x in d.deltas if x.significant and x.type == "source_line"] == [True]
+    failed, why = gate(d, 5.0)
+    assert failed and "add up to" in why  # +2 ms is ~12% of the median step
+    assert cli("diff", base, test, "--fail-if-slower", "5%").returncode == 1
+    lenient = cli("diff", base, test, "--fail-if-slower", "50%")
+    assert lenient.returncode == 0 and "cannot tell" in lenient.stderr
+
+
+def test_too_few_steady_steps_say_how_many_to_record(tmp_path: Path):
+    calm = _steps_run(tmp_path, "calm", [30.0, 10.0, 10.2, 9.9, 10.1])  # 1 warm-up + 4 steady steps
+    calm2 = _steps_run(tmp_path, "calm2", [30.0, 13.0, 13.2, 12.9, 13.1])
+    noisy = _steps_run(tmp_path, "noisy", [30.0, 8.0, 13.0, 9.0, 12.0])
+    s = compare(calm, calm2).step_time
+    assert s.verdict == "cannot tell" and s.steps["base"]["used"] == [1, 2, 3, 4] and not s.significant
+    assert s.steps_to_record >= 6 and f"record at least {s.steps_to_record} steps" in s.reason  # 5 steady + the warm-up
+    loud = compare(calm, noisy).step_time
+    assert loud.verdict == "cannot tell" and loud.steps_to_record > s.steps_to_record
+    # asking to detect a smaller change needs more steps
+    assert compare(calm, noisy, detect_pct=2).step_time.steps_to_record > loud.steps_to_record
+    res = cli("diff", calm, calm2, "--fail-if-slower", "5%")
+    assert res.returncode == 0 and "CANNOT TELL" in res.stdout and "cannot tell" in res.stderr
+
+
+def test_the_analyzer_uses_the_same_steady_steps(tmp_path: Path):
+    """Summary step statistics and step-outliers read the steps that diff compares: the warm-up
+    step (40 ms) and the partial one are not outliers; the periodic 25 ms step is."""
+    durs = [40.0, 10.0, 10.2, 9.9, 10.1, 10.0, 25.0, 10.0, 9.8, 10.1, 10.0, 3.0]
+    run = _steps_run(tmp_path, "run", durs)
+    with open_run(run) as r:
+        sel = steady_steps(r, 0)
+        job = steady_steps(r)
+    assert sel.used == job.used == list(range(1, 11)) == compare(run, run).step_time.steps["base"]["used"]
+    report = analyze(run, write=False)
+    st = report.summary["ranks"][0]["steps"]
+    used_ms = durs[1:11]
+    assert st["count"] == 12 and st["steady_count"] == 10 and st["steady_steps"] == sel.used
+    assert st["p50_ns"] == pytest.approx(statistics.median(used_ms) * 1e6) and st["max_ns"] == pytest.approx(25e6)
+    assert st["cv"] == pytest.approx(statistics.pstdev(used_ms) / statistics.mean(used_ms), rel=1e-3)
+    assert [x["step"] for x in st["left_out"]] == [0, 11]
+    (out,) = [f for f in report.findings if f.rule_id == "step-outliers"]
+    assert out.location.steps == [6] and "of 10 steady steps" in out.title
+
+
+def test_compare_md_states_every_threshold_with_its_value():
+    from neuron_explorer.analyzers import diff, metrics, stats
+
+    from .conftest import REPO
+
+    text = (REPO / "docs" / "COMPARE.md").read_text()
+    for mod, names in ((diff, ("ALPHA", "MIN_SHARE_OF_STEP", "MIN_STEADY_STEPS", "POWER")),
+                       (metrics, ("WARMUP_ROBUST_SDS", "WARMUP_MIN_SHARE", "WARMUP_MAX_SHARE", "PARTIAL_MAX_SHARE", "MIN_STEPS_TO_SELECT")),
+                       (stats, ("OUTLIER_SDS", "EXACT_U_MAX_N", "BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED"))):
+        for name in names:
+            assert f"`{name}` = {getattr(mod, name)}" in text, f"docs/COMPARE.md must state {name} = {getattr(mod, name)}"

@@ -1,10 +1,18 @@
 """Compare two runs: did the step get slower, what changed (operator, kernel, module, source line),
 and is it real or noise.
 
-Every number is per profiler step, computed from per-step samples so that Welch's t-test can tell
-a change from step-to-step noise. Source lines are matched by (file, function, code text) when the
-collector recorded the code, so an edit above a hot line does not turn it into a "new" hotspot.
+Only the steady state is compared: start-up, warm-up and partial steps are left out by
+metrics.steady_steps, the one selection that the summary's step statistics and the step-outliers
+rule use too. Step time is compared by medians (bootstrap confidence interval of the difference),
+with Mann-Whitney U, or Welch's t where both runs pass its screen (stats.compare_samples), and
+Cliff's delta as the effect size. The verdict is "cannot tell" with fewer than MIN_STEADY_STEPS
+steady steps in a run, or when the significant line, operator or kernel deltas add up to more
+than the step-time verdict could still call no change. Every number is per profiler step, from
+per-step samples. Source lines are matched by (file, function, code text) when the collector
+recorded the code, so an edit above a hot line does not turn it into a "new" hotspot.
 Definitions: docs/COMPARE.md. Reads runs only through open_run.
+
+Must not: select steps itself (metrics.steady_steps does) or print (render_text returns text).
 """
 
 from __future__ import annotations
@@ -15,26 +23,46 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..store import Run, open_run
-from .stats import Sample, describe, welch
+from .metrics import StepSelection, steady_steps
+from .stats import (Sample, bootstrap_median_diff_ci, compare_samples, describe, detectable_change, robust_sd,
+                    steps_to_detect)
 
 ALPHA = 0.05
-"""A change is significant when Welch's two-sided p-value is below this..."""
+"""A change is significant when the test's two-sided p-value is below this..."""
 MIN_SHARE_OF_STEP = 0.05
-"""...and it moves time per step by at least this share of the base step time (noise floor)."""
+"""...and it moves time per step by at least this share of the base median step (noise floor)."""
+MIN_STEADY_STEPS = 5
+"""With fewer steady steps in a run the verdict is "cannot tell"."""
+POWER = 0.8
+"""Steps to record are sized so that a change of the asked size is detected with this probability."""
 DEVICE_KINDS_SQL = "('kernel', 'memcpy', 'memset')"
 _TYPE_ORDER = ("source_line", "module", "operator", "kernel")
+_CONSISTENCY_TYPES = ("source_line", "operator", "kernel")
+"""Delta lists whose significant rows are summed to check the verdict (modules overlap lines)."""
 
 
 @dataclass
 class StepTime:
-    base: Sample
+    base: Sample  # over the steady steps
     test: Sample
-    delta_ns: float
-    delta_pct: float
-    t: float
+    delta_ns: float  # median(test) - median(base)
+    delta_pct: float  # delta_ns as a percentage of median(base)
+    t: float  # Welch's t when that test was used, else NaN
     p_value: float
-    significant: bool
+    significant: bool  # p < ALPHA and |delta| >= MIN_SHARE_OF_STEP of median(base)
     verdict: str  # 'slower', 'faster', 'no significant change', 'cannot tell'
+    reason: str = ""  # one sentence: why this verdict
+    test_name: str = "none"  # 'mann-whitney-u' | 'welch-t' | 'none'
+    test_reason: str = ""
+    statistic: float = float("nan")  # U (Mann-Whitney) or t (Welch)
+    effect_size: float = float("nan")  # Cliff's delta: P(test step > base step) - P(test step < base step)
+    delta_ci_low_ns: float = float("nan")  # 95% bootstrap interval of delta_ns
+    delta_ci_high_ns: float = float("nan")
+    steps: dict = field(default_factory=dict)  # base / test: {steps, used, left_out: [{step, dur_ns, reason}]}
+    detect_pct: float = 100 * MIN_SHARE_OF_STEP  # the change the step counts below are sized for
+    min_detectable_pct: float = float("nan")  # smallest change these steps detect with POWER
+    steps_to_record: int | None = None  # steps per run to record to detect detect_pct (left-out steps included)
+    significant_deltas: dict | None = None  # the largest total of significant deltas: {type, metric, delta_ns_per_step, rows}
 
 
 @dataclass
@@ -50,6 +78,7 @@ class Delta:
     significant: bool
     status: str  # changed | new | gone
     base_key: str | None = None  # for source lines: the matched line in the base run
+    test_name: str = "none"  # which test gave p_value (stats.compare_samples)
 
 
 @dataclass
@@ -76,13 +105,14 @@ def _clean(obj):
     return obj
 
 
-def _step_samples(run: Run) -> tuple[list[int], list[float]]:
-    """Step numbers and the job's time per step (the slowest rank's duration of that step)."""
-    rows = run.sql("SELECT step, max(dur_ns) FROM steps GROUP BY step ORDER BY step").fetchall()
-    if rows:
-        return [r[0] for r in rows], [float(r[1]) for r in rows]
+def _step_samples(run: Run) -> tuple[StepSelection, list[float]]:
+    """The steady-state selection and the job's time per used step (the slowest rank's duration of
+    that step); a run with no steps has one sample, its span."""
+    sel = steady_steps(run)
+    if sel.steps:
+        return sel, sel.used_durations_ns
     span = run.sql("SELECT max(ts_ns + dur_ns) - min(ts_ns) FROM events").fetchone()[0]
-    return [], [float(span or 0)]
+    return sel, [float(span or 0)]
 
 
 def _per_step(run: Run, steps: list[int]) -> dict[tuple[str, str, str], list[float]]:
@@ -158,30 +188,26 @@ def _mean(v: list[float]) -> float:
     return sum(v) / len(v) if v else 0.0
 
 
-def compare(base_path: Path | str, test_path: Path | str) -> Diff:
-    """Compare two runs. Deltas: source lines, then modules, operators, kernels; each by absolute change per step."""
+def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | None = None) -> Diff:
+    """Compare two runs over their steady-state steps. Deltas: source lines, then modules, operators,
+    kernels; each by absolute change per step. `detect_pct` sizes the advice on how many steps to
+    record (default: the MIN_SHARE_OF_STEP noise floor)."""
+    detect = 100 * MIN_SHARE_OF_STEP if detect_pct is None else float(detect_pct)
     with open_run(base_path) as base, open_run(test_path) as test:
-        base_steps, base_times = _step_samples(base)
-        test_steps, test_times = _step_samples(test)
-        base_vals, base_disp = _rekey_lines(_per_step(base, base_steps), _line_keys(base))
-        test_vals, test_disp = _rekey_lines(_per_step(test, test_steps), _line_keys(test))
+        base_sel, base_times = _step_samples(base)
+        test_sel, test_times = _step_samples(test)
+        base_vals, base_disp = _rekey_lines(_per_step(base, base_sel.used), _line_keys(base))
+        test_vals, test_disp = _rekey_lines(_per_step(test, test_sel.used), _line_keys(test))
     notes = []
-    if len(base_times) < 2 or len(test_times) < 2:
-        notes.append("a run has fewer than 2 profiler steps: significance cannot be judged (record more steps)")
     sb, st = describe(base_times), describe(test_times)
-    t, p = welch(base_times, test_times)
-    delta = st.mean - sb.mean
-    pct = 100.0 * delta / sb.mean if sb.mean else float("nan")
-    significant = bool(p < ALPHA and abs(delta) >= MIN_SHARE_OF_STEP * sb.mean) if not math.isnan(p) else False
-    if math.isnan(p):
-        verdict = "cannot tell"
-    elif significant:
-        verdict = "slower" if delta > 0 else "faster"
-    else:
-        verdict = "no significant change"
-    step_time = StepTime(sb, st, delta, pct, t, p, significant, verdict)
+    outcome = compare_samples(base_times, test_times)
+    p = outcome.p_value
+    delta = st.median - sb.median
+    pct = 100.0 * delta / sb.median if sb.median else float("nan")
+    floor = MIN_SHARE_OF_STEP * (sb.median if math.isfinite(sb.median) else 0.0)
+    significant = bool(math.isfinite(p) and p < ALPHA and abs(delta) >= floor)
+    ci_low, ci_high = bootstrap_median_diff_ci(base_times, test_times)
 
-    floor = MIN_SHARE_OF_STEP * (sb.mean if math.isfinite(sb.mean) else 0.0)
     deltas = []
     for k in set(base_vals) | set(test_vals):
         type_, key, metric = k
@@ -191,17 +217,123 @@ def compare(base_path: Path | str, test_path: Path | str) -> Diff:
         d = mb - ma
         if d == 0:
             continue
-        _, kp = welch(a, b)
-        sig = bool(not math.isnan(kp) and kp < ALPHA and abs(d) >= floor)
+        kt = compare_samples(a, b)
+        sig = bool(math.isfinite(kt.p_value) and kt.p_value < ALPHA and abs(d) >= floor)
         status = "new" if k not in base_vals else "gone" if k not in test_vals else "changed"
         shown = test_disp.get(key) or base_disp.get(key) or key
         base_shown = base_disp.get(key) if type_ == "source_line" and k in base_vals else None
-        deltas.append(Delta(type_, shown, metric, ma, mb, d, (100.0 * d / ma) if ma else None, kp, sig, status,
-                            base_shown if base_shown != shown else None))
+        deltas.append(Delta(type_, shown, metric, ma, mb, d, (100.0 * d / ma) if ma else None, kt.p_value, sig, status,
+                            base_shown if base_shown != shown else None, kt.name))
     # the most actionable view first (the user's lines, then modules, operators, kernels), each ranked
     # by absolute change: an operator's total spans many lines, so across types sizes do not compare
     deltas.sort(key=lambda x: (_TYPE_ORDER.index(x.type), -abs(x.delta_ns_per_step), x.key))
+
+    # how many steps it takes to see a change of `detect` percent, from the runs' own noise
+    sd = _pooled_sd(base_times, test_times)
+    n_steady = min(len(base_times), len(test_times)) if base_sel.steps and test_sel.steps else 0
+    left_out = max(len(base_sel.left_out), len(test_sel.left_out))
+    target = detect / 100 * sb.median if math.isfinite(sb.median) else float("nan")
+    needed = steps_to_detect(sd, target, ALPHA, POWER) if math.isfinite(sd) and math.isfinite(target) else float("nan")
+    to_record = max(MIN_STEADY_STEPS, math.ceil(needed) if math.isfinite(needed) else MIN_STEADY_STEPS) + left_out
+    mdc = 100 * detectable_change(sd, n_steady, ALPHA, POWER) / sb.median if n_steady and math.isfinite(sd) and sb.median else float("nan")
+    big = _largest_significant_total(deltas)
+
+    if n_steady < MIN_STEADY_STEPS:
+        verdict = "cannot tell"
+        few = ", ".join(f"{role} has {len(sel.used) if sel.steps else 0}" for role, sel in (("base", base_sel), ("test", test_sel))
+                        if (len(sel.used) if sel.steps else 0) < MIN_STEADY_STEPS)
+        reason = (f"fewer than {MIN_STEADY_STEPS} steady-state steps ({few}): record at least {to_record} steps per run "
+                  f"to detect a {detect:g}% change")
+        significant = False
+    elif significant:
+        verdict = "slower" if delta > 0 else "faster"
+        reason = f"the median step changed by {pct:+.1f}% (p={p:.2g}, {outcome.name}), over the {MIN_SHARE_OF_STEP:.0%} floor"
+    elif big is not None and abs(big["delta_ns_per_step"]) > floor:
+        what = (f"the significant {big['type'].replace('_', ' ')} deltas ({big['metric']}) add up to "
+                f"{_signed_ms(big['delta_ns_per_step'])} per step, more than the {MIN_SHARE_OF_STEP:.0%} "
+                f"({_signed_ms(floor).lstrip('+')}) that 'no significant change' allows")
+        if math.isfinite(p) and p < ALPHA and (delta > 0) == (big["delta_ns_per_step"] > 0):
+            verdict = "slower" if delta > 0 else "faster"
+            reason = f"the median step changed by {pct:+.1f}% (p={p:.2g}) and {what}"
+        else:
+            verdict = "cannot tell"
+            reason = (f"{what}, but the step times do not show it (p={p:.2g}): the steps are too noisy; "
+                      f"record about {to_record} steps per run")
+    else:
+        verdict = "no significant change"
+        reason = (f"p={p:.2g} ({outcome.name})" if not math.isfinite(p) or p >= ALPHA else
+                  f"the median step changed by {pct:+.1f}%, under the {MIN_SHARE_OF_STEP:.0%} floor")
+        if math.isfinite(mdc) and mdc > detect:
+            notes.append(f"with {n_steady} steady steps these runs detect only changes over about {mdc:.0f}% "
+                         f"(with {POWER:.0%} probability); record about {to_record} steps per run to detect {detect:g}%")
+    if not base_sel.steps or not test_sel.steps:
+        notes.append("a run has no profiler steps: significance cannot be judged (record with prof.step() or `neuron-explorer record`)")
+    step_time = StepTime(
+        sb, st, delta, pct, outcome.statistic if outcome.name == "welch-t" else float("nan"), p, significant, verdict,
+        reason=reason, test_name=outcome.name, test_reason=outcome.reason, statistic=outcome.statistic,
+        effect_size=outcome.effect_size, delta_ci_low_ns=ci_low, delta_ci_high_ns=ci_high,
+        steps={"base": base_sel.to_dict(), "test": test_sel.to_dict()}, detect_pct=detect, min_detectable_pct=mdc,
+        steps_to_record=to_record, significant_deltas=big)
     return Diff(str(base_path), str(test_path), step_time, deltas, notes)
+
+
+def _pooled_sd(a: list[float], b: list[float]) -> float:
+    """Robust standard deviation of the step times, pooled over both runs (1.4826 x MAD each; the
+    sample standard deviation where the MAD is 0)."""
+    parts = []
+    for v in (a, b):
+        if len(v) < 2:
+            continue
+        sd = robust_sd(v) or describe(v).std
+        parts.append(sd)
+    return math.sqrt(sum(x * x for x in parts) / len(parts)) if parts else float("nan")
+
+
+def _largest_significant_total(deltas: list[Delta]) -> dict | None:
+    """Per (type, metric) of the line, operator and kernel lists, the sum of the significant deltas
+    per step; the largest in absolute value, or None when no delta is significant."""
+    totals: dict[tuple[str, str], list[float]] = {}
+    for d in deltas:
+        if d.significant and d.type in _CONSISTENCY_TYPES:
+            totals.setdefault((d.type, d.metric), []).append(d.delta_ns_per_step)
+    if not totals:
+        return None
+    (type_, metric), vals = max(totals.items(), key=lambda kv: (abs(sum(kv[1])), kv[0]))
+    return {"type": type_, "metric": metric, "delta_ns_per_step": sum(vals), "rows": len(vals)}
+
+
+def _signed_ms(ns: float) -> str:
+    from ..info import fmt_ns
+
+    return f"{'+' if ns >= 0 else '-'}{fmt_ns(abs(ns))}"
+
+
+def gate(diff: Diff, max_slower_pct: float) -> tuple[bool, str]:
+    """The CI gate of `diff --fail-if-slower PCT`: (fail, message). It fails when the verdict is
+    "slower" by more than PCT, or "cannot tell" while the significant line, operator or kernel
+    deltas add up to a slowdown of more than PCT of the base median step (with at least
+    MIN_STEADY_STEPS steady steps per run: with fewer, nothing is judged)."""
+    s = diff.step_time
+    if s.verdict == "slower" and s.delta_pct > max_slower_pct:
+        return True, f"step time is {s.delta_pct:.1f}% slower (p={s.p_value:.2g}, {s.test_name}), over the {max_slower_pct:g}% limit"
+    if s.verdict == "cannot tell":
+        big = s.significant_deltas
+        enough = min(s.base.n, s.test.n) >= MIN_STEADY_STEPS
+        if enough and big and s.base.median and 100 * big["delta_ns_per_step"] / s.base.median > max_slower_pct:
+            pct = 100 * big["delta_ns_per_step"] / s.base.median
+            return True, (f"cannot tell from the step times, but the significant {big['type'].replace('_', ' ')} deltas add up to "
+                          f"{pct:+.1f}% of the step, over the {max_slower_pct:g}% limit")
+        return False, f"cannot tell whether the step time is over the {max_slower_pct:g}% limit: {s.reason}"
+    return False, ""
+
+
+def _step_list(steps: list[int]) -> str:
+    if len(steps) > 3 and steps == list(range(steps[0], steps[-1] + 1)):
+        return f"{steps[0]}..{steps[-1]}"
+    return ", ".join(map(str, steps)) or "none"
+
+
+TEST_NAMES = {"mann-whitney-u": "Mann-Whitney U", "welch-t": "Welch's t", "none": "no test"}
 
 
 def render_text(diff: Diff, top: int = 20) -> str:
@@ -211,17 +343,29 @@ def render_text(diff: Diff, top: int = 20) -> str:
 
     def sample(x: Sample) -> str:
         if x.n < 2:
-            return f"{fmt_ns(x.mean)} (n={x.n})"
-        return f"{fmt_ns(x.mean)} [95% CI {fmt_ns(x.ci_low)} .. {fmt_ns(x.ci_high)}] (n={x.n})"
+            return f"{fmt_ns(x.median)} (n={x.n})"
+        return f"median {fmt_ns(x.median)}, mean {fmt_ns(x.mean)} [95% CI {fmt_ns(x.ci_low)} .. {fmt_ns(x.ci_high)}]"
 
+    lines = []
+    for role, path, x in (("base", diff.base, s.base), ("test", diff.test, s.test)):
+        sel = s.steps.get(role, {})
+        used = sel.get("used", [])
+        lines.append(f"{role} {path}: step time {sample(x)}, {len(used)} of {sel.get('steps', 0)} steps used ({_step_list(used)})")
+        for lo in sel.get("left_out", []):
+            lines.append(f"  left out step {lo['step']} ({fmt_ns(lo['dur_ns'])}): {lo['reason']}")
     p = "p=n/a" if not math.isfinite(s.p_value) else f"p={s.p_value:.3g}"
-    lines = [
-        f"base {diff.base}: step time {sample(s.base)}",
-        f"test {diff.test}: step time {sample(s.test)}",
-        f"change: {'+' if s.delta_ns >= 0 else '-'}{fmt_ns(abs(s.delta_ns))} ({s.delta_pct:+.1f}%), {p} → {s.verdict.upper()}",
-        "",
-        f"largest changes per step (* = significant: p < {ALPHA} and at least {MIN_SHARE_OF_STEP:.0%} of the step)",
-    ]
+    ci = "" if not math.isfinite(s.delta_ci_low_ns) else f" [95% CI {_signed_ms(s.delta_ci_low_ns)} .. {_signed_ms(s.delta_ci_high_ns)}]"
+    eff = "" if not math.isfinite(s.effect_size) else f", Cliff's delta {s.effect_size:+.2f}"
+    pct = "" if not math.isfinite(s.delta_pct) else f" ({s.delta_pct:+.1f}%)"
+    test_name = TEST_NAMES.get(s.test_name, s.test_name)
+    change = _signed_ms(s.delta_ns) if math.isfinite(s.delta_ns) else "n/a"
+    lines.append(f"change of the median step: {change}{pct}{ci}, {test_name} {p}{eff} → {s.verdict.upper()}")
+    if s.reason:
+        lines.append(f"  because {s.reason}")
+    if s.test_reason:
+        lines.append(f"  {test_name} was used: {s.test_reason}")
+    lines += ["", f"largest changes per step over the steady steps (* = significant: p < {ALPHA} and at least "
+                  f"{MIN_SHARE_OF_STEP:.0%} of the step)"]
     for type_ in _TYPE_ORDER:
         rows = [d for d in diff.deltas if d.type == type_][:top]
         if not rows:

@@ -9,6 +9,7 @@ Must not: print, render or decide what is a problem (that is what rules do).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 from ..store import Run, sql_literal
 
@@ -84,10 +85,116 @@ def span(run: Run, rank: int) -> dict:
     return {"start_ns": lo, "end_ns": hi, "span_ns": (hi - lo) if lo is not None else 0}
 
 
+# ---- steady-state steps: THE selection used by step statistics, step-outliers and diff ----------
+
+WARMUP_ROBUST_SDS = 5.0
+"""A leading step is warm-up when it differs from the median step by more than this many robust
+standard deviations (1.4826 x MAD of the candidate steps)..."""
+WARMUP_MIN_SHARE = 0.10
+"""...and by more than this share of the median step (so a very steady run keeps its first steps)."""
+WARMUP_MAX_SHARE = 0.25
+"""At most this share of the candidate steps (rounded down) is left out as warm-up."""
+PARTIAL_MAX_SHARE = 0.5
+"""The last step is partial when it is shorter than this share of the median step."""
+MIN_STEPS_TO_SELECT = 4
+"""With fewer candidate steps there is no robust reference: warm-up and short last steps are kept."""
+
+
+@dataclass
+class StepSelection:
+    """Which profiler steps are the steady state, and why each other step was left out."""
+    steps: list[int]  # every step, in order
+    durations_ns: list[float]  # per step (the slowest rank's duration when several ranks are read)
+    used: list[int]  # the steady steps
+    left_out: list[dict] = field(default_factory=list)  # {"step", "dur_ns", "reason"}
+
+    @property
+    def used_durations_ns(self) -> list[float]:
+        keep = set(self.used)
+        return [d for s, d in zip(self.steps, self.durations_ns) if s in keep]
+
+    def to_dict(self) -> dict:
+        return {"steps": len(self.steps), "used": list(self.used), "left_out": [dict(x) for x in self.left_out]}
+
+
+def steady_steps(run: Run, rank: int | None = None) -> StepSelection:
+    """The steady-state steps of a rank (or of the job when rank is None: per step, the slowest
+    rank's duration). The one definition behind `steps` in the summary, the step-outliers rule and
+    `diff`; docs/METRICS.md and docs/COMPARE.md state it.
+
+    1. Steps that do not lie between two step boundaries: a live run recorded without a schedule
+       (`neuron-explorer record`, or `nx.profile` without one) opens its first step when the
+       profiler starts (script start-up, imports, model construction) and closes its last when it
+       stops (the remainder after the last optimizer.step() / prof.step()). Both are left out.
+    2. A last step shorter than PARTIAL_MAX_SHARE of the median: a partial step.
+    3. Warm-up: the leading steps, in order, whose duration differs from the median of the
+       candidates by more than max(WARMUP_ROBUST_SDS x 1.4826 x MAD, WARMUP_MIN_SHARE x median);
+       at most WARMUP_MAX_SHARE of the candidates. Slow steps later in the run are kept (they are
+       the run's variance, which robust statistics and the step-outliers rule judge).
+    """
+    if rank is None:
+        rows = run.sql("SELECT step, max(dur_ns) FROM steps GROUP BY step ORDER BY step").fetchall()
+    else:
+        rows = run.sql("SELECT step, dur_ns FROM steps WHERE rank = ? ORDER BY step", [rank]).fetchall()
+    return select_steady_steps([int(r[0]) for r in rows], [float(r[1]) for r in rows], open_ended=_open_ended_steps(run))
+
+
+def _open_ended_steps(run: Run) -> bool:
+    """True when the first and last steps are bounded by the profiler's start and stop, not by step
+    calls: a live run whose profiler had no schedule (torch then opens a step at start() and at
+    every step(), and closes the open one at stop())."""
+    prof = run.manifest.get("profiler")
+    return run.manifest.get("source") == "live" and isinstance(prof, dict) and "schedule" in prof and prof["schedule"] is None
+
+
+def select_steady_steps(steps: list[int], durations_ns: list[float], *, open_ended: bool = False) -> StepSelection:
+    """The selection of `steady_steps` on plain data (see there for the rules)."""
+    sel = StepSelection(list(steps), list(durations_ns), [])
+    cand = list(zip(steps, durations_ns))
+
+    def drop(item, reason):
+        sel.left_out.append({"step": item[0], "dur_ns": item[1], "reason": reason})
+
+    if open_ended and len(cand) >= 3:
+        drop(cand.pop(0), "before the first step boundary: starts when the profiler started (start-up, first iteration)")
+        drop(cand.pop(), "after the last step boundary: a partial step, ended by the profiler's stop")
+    if len(cand) >= MIN_STEPS_TO_SELECT:
+        med = _median([d for _, d in cand])
+        if cand[-1][1] < PARTIAL_MAX_SHARE * med:
+            drop(cand.pop(), f"partial: shorter than {PARTIAL_MAX_SHARE:.0%} of the median step")
+    if len(cand) >= MIN_STEPS_TO_SELECT:
+        durs = [d for _, d in cand]
+        med = _median(durs)
+        mad = _median([abs(d - med) for d in durs])
+        limit = max(WARMUP_ROBUST_SDS * 1.4826 * mad, WARMUP_MIN_SHARE * med)
+        cap = int(len(cand) * WARMUP_MAX_SHARE)
+        warm = 0
+        while warm < cap and abs(cand[warm][1] - med) > limit:
+            warm += 1
+        for item in cand[:warm]:
+            drop(item, f"warm-up: {item[1] / med:.2f}x the median step, beyond the warm-up threshold of ±{limit / med:.0%}")
+        cand = cand[warm:]
+    sel.used = [s for s, _ in cand]
+    sel.left_out.sort(key=lambda x: x["step"])
+    return sel
+
+
+def _median(values: list[float]) -> float:
+    s = sorted(values)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2.0
+
+
 def step_stats(run: Run, rank: int) -> dict:
-    """Profiler steps of a rank: count, total, mean, p50, p90 (linear interpolation), max, cv (population)."""
-    rows = [d for (d,) in run.sql("SELECT dur_ns FROM steps WHERE rank = ? ORDER BY step", [rank]).fetchall()]
-    return step_stats_of(rows)
+    """Profiler steps of a rank: count and total over every step (the analysed window); mean, p50,
+    p90 (linear interpolation), max and cv (population) over the steady steps (`steady_steps`)."""
+    sel = steady_steps(run, rank)
+    out = step_stats_of([int(d) for d in sel.used_durations_ns])
+    out["count"], out["total_ns"] = len(sel.steps), int(sum(sel.durations_ns))
+    out["steady_count"] = len(sel.used)
+    out["steady_steps"] = list(sel.used)
+    out["left_out"] = [{**x, "dur_ns": int(x["dur_ns"])} for x in sel.left_out]
+    return out
 
 
 def step_stats_of(durs: list[int]) -> dict:

@@ -28,7 +28,10 @@ def _summary_lines(report: Report) -> list[str]:
         st = r["steps"]
         line = f"rank {r['rank']}: span {_ms(r['span_ns'])}"
         if st["count"]:
-            line += f", {st['count']} steps, mean {_ms(st['mean_ns'])} (p50 {_ms(st['p50_ns'])}, p90 {_ms(st['p90_ns'])}, max {_ms(st['max_ns'])}, cv {st['cv']:.2f})"
+            steady = st.get("steady_count", st["count"])
+            left = ", ".join(str(x["step"]) for x in st.get("left_out", []))
+            steps = f"{st['count']} steps" + (f" ({steady} steady; left out {left})" if steady != st["count"] else "")
+            line += f", {steps}, mean {_ms(st['mean_ns'])} (p50 {_ms(st['p50_ns'])}, p90 {_ms(st['p90_ns'])}, max {_ms(st['max_ns'])}, cv {st['cv']:.2f})"
         out.append(line)
         for d in r["devices"]:
             win = d["window_ns"] or 0

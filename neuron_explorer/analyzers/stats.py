@@ -1,13 +1,20 @@
-"""Small-sample statistics for comparing runs: means with confidence intervals and Welch's t-test.
+"""Small-sample statistics for comparing runs: robust summaries, rank and t tests, confidence intervals.
 
-Profiles hold few steps (3 to 20), so the normal approximation is wrong; Student's t is right.
-The t distribution's CDF is computed from the regularised incomplete beta function (continued
-fraction, as in every numerics text), so no SciPy dependency is needed.
+Profiles hold few steps (5 to 50) and step times have heavy tails (garbage collection, allocator
+growth, periodic work), so the comparison is built on medians and ranks: Mann-Whitney U (exact
+for small samples), a bootstrap confidence interval of the difference of medians, and Cliff's
+delta as the effect size. Welch's t-test is used only when both samples pass a stated screen for
+outliers (`no_outliers`), the case where its assumptions hold. The t distribution's CDF comes
+from the regularised incomplete beta function (continued fraction, as in every numerics text),
+so no SciPy dependency is needed. Definitions: docs/COMPARE.md.
+
+Must not: read runs or decide verdicts (analyzers/diff.py does).
 """
 
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 
 
@@ -18,6 +25,8 @@ class Sample:
     std: float  # sample standard deviation (n - 1)
     ci_low: float  # 95% confidence interval of the mean (Student's t)
     ci_high: float
+    median: float = float("nan")
+    mad: float = float("nan")  # median absolute deviation from the median (unscaled)
 
 
 def describe(values: list[float]) -> Sample:
@@ -25,12 +34,207 @@ def describe(values: list[float]) -> Sample:
     if n == 0:
         return Sample(0, float("nan"), float("nan"), float("nan"), float("nan"))
     mean = sum(values) / n
+    med, mad = median(values), median_abs_deviation(values)
     if n == 1:
-        return Sample(1, mean, float("nan"), float("nan"), float("nan"))
+        return Sample(1, mean, float("nan"), float("nan"), float("nan"), med, mad)
     var = sum((v - mean) ** 2 for v in values) / (n - 1)
     std = math.sqrt(var)
     half = t_quantile(0.975, n - 1) * std / math.sqrt(n)
-    return Sample(n, mean, std, mean - half, mean + half)
+    return Sample(n, mean, std, mean - half, mean + half, med, mad)
+
+
+def median(values) -> float:
+    s = sorted(values)
+    n = len(s)
+    if not n:
+        return float("nan")
+    return float(s[n // 2]) if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2.0
+
+
+def median_abs_deviation(values) -> float:
+    """MAD: the median of |v - median|. Times 1.4826 it estimates the standard deviation of normal data."""
+    m = median(values)
+    return median([abs(v - m) for v in values])
+
+
+MAD_TO_SD = 1.4826
+"""1.4826 x MAD estimates the standard deviation of normal data, and is not moved by outliers."""
+OUTLIER_SDS = 3.0
+"""`no_outliers`: every value within this many robust standard deviations (1.4826 x MAD) of the median."""
+
+
+def robust_sd(values) -> float:
+    return MAD_TO_SD * median_abs_deviation(values)
+
+
+def no_outliers(values) -> bool:
+    """The screen for Welch's t-test: at least 5 values and every one within OUTLIER_SDS robust
+    standard deviations of the median (a constant sample passes). Heavy tails, single spikes and
+    bimodal steps fail it, and then the rank test is used instead."""
+    if len(values) < 5:
+        return False
+    m, sd = median(values), robust_sd(values)
+    return all(abs(v - m) <= OUTLIER_SDS * sd for v in values)
+
+
+@dataclass(frozen=True)
+class Test:
+    """The outcome of comparing two samples (test minus base)."""
+    name: str  # 'welch-t' | 'mann-whitney-u' | 'none'
+    statistic: float  # Welch's t, or U of the test sample (pairs where test > base, ties count 1/2)
+    p_value: float  # two-sided; NaN when it cannot be computed
+    effect_size: float  # Cliff's delta: P(test > base) - P(test < base), in [-1, 1]
+    reason: str  # why this test
+
+
+def compare_samples(base: list[float], test: list[float]) -> Test:
+    """Welch's t-test when both samples pass `no_outliers`, else Mann-Whitney U; Cliff's delta either way."""
+    if len(base) < 2 or len(test) < 2:
+        return Test("none", float("nan"), float("nan"), cliffs_delta(base, test), "fewer than 2 values on a side")
+    if no_outliers(base) and no_outliers(test):
+        t, p = welch(base, test)
+        return Test("welch-t", t, p, cliffs_delta(base, test),
+                    f"both samples have at least 5 values, all within {OUTLIER_SDS:g} robust SDs of their median")
+    u, p = mann_whitney(base, test)
+    why = "fewer than 5 values on a side" if min(len(base), len(test)) < 5 else \
+        f"a sample has values beyond {OUTLIER_SDS:g} robust SDs of its median (heavy tail, spikes)"
+    return Test("mann-whitney-u", u, p, cliffs_delta(base, test), why)
+
+
+def cliffs_delta(base, test) -> float:
+    """P(test > base) - P(test < base) over all pairs: +1 when every test value is larger."""
+    if not base or not test:
+        return float("nan")
+    return 2.0 * u_statistic(base, test) / (len(base) * len(test)) - 1.0
+
+
+def u_statistic(base, test) -> float:
+    """Mann-Whitney U of `test`: the pairs (b, t) with t > b, plus half the ties (via ranks, O(n log n))."""
+    ranks = _midranks(list(base) + list(test))
+    r_test = sum(ranks[len(base):])
+    return r_test - len(test) * (len(test) + 1) / 2.0
+
+
+def _midranks(values) -> list[float]:
+    order = sorted(range(len(values)), key=values.__getitem__)
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2.0 + 1.0
+        i = j + 1
+    return ranks
+
+
+EXACT_U_MAX_N = 60
+"""Mann-Whitney U is exact (the permutation distribution) up to this many values in all, without ties."""
+
+
+def mann_whitney(base, test) -> tuple[float, float]:
+    """Mann-Whitney U test of `test` against `base`: (U of test, two-sided p-value).
+
+    Exact without ties and up to EXACT_U_MAX_N values; otherwise the normal approximation with the
+    tie correction and a continuity correction of 1/2.
+    """
+    n1, n2 = len(base), len(test)
+    if not n1 or not n2:
+        return float("nan"), float("nan")
+    u = u_statistic(base, test)
+    values = list(base) + list(test)
+    ties = len(set(values)) < len(values)
+    if not ties and n1 + n2 <= EXACT_U_MAX_N:
+        counts = _u_counts(n1, n2)
+        total = sum(counts)
+        k = int(round(u))
+        low = sum(counts[: k + 1]) / total
+        high = sum(counts[k:]) / total
+        return u, min(1.0, 2.0 * min(low, high))
+    n = n1 + n2
+    tie_term = 0.0
+    ranks = sorted(values)
+    i = 0
+    while i < n:
+        j = i
+        while j + 1 < n and ranks[j + 1] == ranks[i]:
+            j += 1
+        t = j - i + 1
+        tie_term += t ** 3 - t
+        i = j + 1
+    var = n1 * n2 / 12.0 * ((n + 1) - tie_term / (n * (n - 1)))
+    if var <= 0:
+        return u, 1.0
+    z = (abs(u - n1 * n2 / 2.0) - 0.5) / math.sqrt(var)
+    return u, min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2.0)))
+
+
+def _u_counts(n1: int, n2: int) -> list[int]:
+    """How many of the C(n1+n2, n1) orderings give U = 0, 1, ..., n1*n2: the coefficients of the
+    Gaussian binomial [n1+n2 choose n1]_q = prod_{i=1..n1} (1 - q^(n2+i)) / (1 - q^i)."""
+    size = n1 * n2 + 1
+    c = [0] * (size + n1 + n2 + 1)
+    c[0] = 1
+    for i in range(1, n1 + 1):
+        a = n2 + i
+        for j in range(len(c) - 1, a - 1, -1):  # multiply by (1 - q^a)
+            c[j] -= c[j - a]
+        for j in range(i, len(c)):  # divide by (1 - q^i): a power series, exact here
+            c[j] += c[j - i]
+    return c[:size]
+
+
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
+"""The bootstrap is seeded, so the same two runs always give the same interval."""
+
+
+def bootstrap_median_diff_ci(base, test, level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of median(test) - median(base): both samples resampled with
+    replacement BOOTSTRAP_RESAMPLES times (seeded)."""
+    if len(base) < 2 or len(test) < 2:
+        return float("nan"), float("nan")
+    rng = random.Random(BOOTSTRAP_SEED)
+    nb, nt = len(base), len(test)
+    diffs = sorted(median(rng.choices(test, k=nt)) - median(rng.choices(base, k=nb)) for _ in range(BOOTSTRAP_RESAMPLES))
+    lo = diffs[int(math.floor((1 - level) / 2 * (len(diffs) - 1)))]
+    hi = diffs[int(math.ceil((1 + level) / 2 * (len(diffs) - 1)))]
+    return lo, hi
+
+
+def normal_quantile(p: float) -> float:
+    """The p-quantile of the standard normal, by bisection on erfc."""
+    lo, hi = -40.0, 40.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if 0.5 * math.erfc(-mid / math.sqrt(2.0)) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+MW_EFFICIENCY = 3.0 / math.pi
+"""Asymptotic relative efficiency of Mann-Whitney U against the t-test on normal data (0.955)."""
+
+
+def steps_to_detect(sd: float, change: float, alpha: float = 0.05, power: float = 0.8) -> float:
+    """Steps per run for a two-sided rank test at `alpha` to detect a shift of `change` with `power`,
+    when steps vary with standard deviation `sd`: 2 (z(1-alpha/2) + z(power))^2 sd^2 / change^2,
+    divided by MW_EFFICIENCY. inf when change is 0."""
+    if change <= 0:
+        return math.inf
+    z = normal_quantile(1 - alpha / 2) + normal_quantile(power)
+    return 2.0 * z * z * sd * sd / (change * change) / MW_EFFICIENCY
+
+
+def detectable_change(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The inverse of steps_to_detect: the smallest shift n steps per run detect with `power`."""
+    if n < 1:
+        return math.inf
+    z = normal_quantile(1 - alpha / 2) + normal_quantile(power)
+    return z * sd * math.sqrt(2.0 / n / MW_EFFICIENCY)
 
 
 def welch(a: list[float], b: list[float]) -> tuple[float, float]:
