@@ -201,6 +201,12 @@ class Run:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _repr_html_(self) -> str:
+        """Jupyter's view: ranks, steps, devices, the findings `analyze` wrote, the dashboard command."""
+        from .notebook import run_html
+
+        return run_html(self.path, self.manifest)
+
 
 def sql_literal(s: str) -> str:
     """A SQL string literal (quotes doubled), for paths and names put into DuckDB statements."""
