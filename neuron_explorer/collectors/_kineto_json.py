@@ -94,6 +94,7 @@ class Chunk:
     counters: pa.Table
     metadata: list  # 'M' events, as dicts
     unsupported: dict = field(default_factory=dict)  # phase -> count
+    array_end: int | None = None  # where traceEvents closed inside this piece (its ']'), if it did
 
 
 @dataclass
@@ -148,8 +149,28 @@ _CUT = re.compile(rb"\}\s*,\s*\{")
 _MAX_HEADER = 256 << 20
 
 
+def _events_start(head: bytes) -> int | None:
+    """Offset just after the '[' of the top-level traceEvents array in the first bytes of a
+    document, or None. A candidate counts only when the document up to it, closed right there,
+    parses as an object holding traceEvents: so a match inside a string or a nested object is
+    never taken."""
+    for m in _ARRAY_KEY.finditer(head):
+        try:
+            doc = msgspec.json.decode(head[: m.end()] + b"]}")
+        except msgspec.DecodeError:
+            continue
+        if isinstance(doc, dict) and "traceEvents" in doc:
+            return m.end()
+    return None
+
+
 class _Pipeline:
-    """Decodes pieces in order, in worker processes for large files, with few pieces in flight."""
+    """Decodes pieces in order, in worker processes for large files, with few pieces in flight.
+
+    Pieces are cut without knowing where traceEvents ends, so the last one (or, when other
+    arrays follow it, an earlier one) holds its closing bracket: decoding finds it (`array_end`)
+    and every piece after it is dropped, whatever it decoded to.
+    """
 
     def __init__(self, path: str, parallel: bool, workers: int):
         self.path = path
@@ -157,21 +178,36 @@ class _Pipeline:
         self.max_in_flight = workers + 1
         self.pending: deque = deque()
         self.chunks: list[Chunk] = []
+        self.submitted = 0
+
+    @property
+    def ended(self) -> bool:
+        return bool(self.chunks) and self.chunks[-1].array_end is not None
 
     def submit(self, piece: bytes) -> None:
         if not piece.strip():
+            return
+        self.submitted += 1  # pieces offered, decoded or not
+        if self.ended:
             return
         if self.pool is None:
             self.chunks.append(_decode_chunk(self.path, piece))
             return
         self.pending.append(self.pool.submit(_decode_chunk, self.path, piece))
         while len(self.pending) > self.max_in_flight:
-            self.chunks.append(self.pending.popleft().result())
+            self._collect()
+
+    def _collect(self) -> None:
+        fut = self.pending.popleft()
+        if self.ended:
+            fut.cancel()
+            return
+        self.chunks.append(fut.result())
 
     def finish(self) -> list[Chunk]:
         try:
             while self.pending:
-                self.chunks.append(self.pending.popleft().result())
+                self._collect()
         finally:
             self.close()
         return self.chunks
@@ -189,7 +225,9 @@ def decode_trace(path: str, progress: Callable[[int, int], None] | None = None, 
 
     A large plain-JSON file is cut into byte ranges by reading a little around each cut, and each
     worker reads and decodes its own range (the bytes never pass through this process). Other
-    files are streamed block by block; pieces go to the workers when the file is large.
+    files are streamed block by block; pieces go to the workers when the file is large. Either
+    way the end of traceEvents is found by parsing (the piece whose array closes), so any top-level
+    key order works; documents of another layout are parsed whole.
     """
     total = os.path.getsize(path)
     n_workers = workers or min(2, os.cpu_count() or 1)
@@ -200,13 +238,13 @@ def decode_trace(path: str, progress: Callable[[int, int], None] | None = None, 
     reader = _Reader(path)
     try:
         buf = reader.read(CHUNK_BYTES)
-        m = _ARRAY_KEY.search(buf)
-        while m is None and not reader.eof and len(buf) < _MAX_HEADER:
+        start = _events_start(buf) if buf.lstrip()[:1] == b"{" else None
+        while start is None and buf.lstrip()[:1] == b"{" and not reader.eof and len(buf) < _MAX_HEADER:
             buf += reader.read(CHUNK_BYTES)
-            m = _ARRAY_KEY.search(buf)
-        if m is None or buf.lstrip()[:1] != b"{":
+            start = _events_start(buf)
+        if start is None:
             return _decode_whole(path, buf + reader.read_rest())
-        prefix, rest = buf[: m.end()], buf[m.end() :]
+        prefix, rest = buf[:start], buf[start:]
         del buf
         parallel = total >= PARALLEL_MIN_BYTES and n_workers > 1
         pipe = _Pipeline(path, parallel, n_workers)
@@ -223,32 +261,38 @@ def decode_trace(path: str, progress: Callable[[int, int], None] | None = None, 
                 rest = rest[cut[1] :]
                 if progress:
                     progress(reader.done, total)
-            end = _array_end(prefix, rest)
-            if end is None:
-                pipe.close()
-                reader.close()
-                return _decode_whole(path, _read_all(path))
-            try:
-                header = msgspec.json.decode(prefix + b"]" + rest[end + 1 :])
-            except msgspec.DecodeError:  # pragma: no cover - _array_end checked it
-                header = {}
-            pipe.submit(rest[:end])
-            del rest
+            pipe.submit(rest)
             chunks = pipe.finish()
         except BaseException:
             pipe.close()
             raise
+        if not pipe.ended:
+            raise InputError(path, "not valid JSON (the traceEvents array is not closed)")
+        if len(chunks) < pipe.submitted:  # closed before the last piece (a large array follows it)
+            reader.close()
+            return _decode_whole(path, _read_all(path))
+        header = _header(path, prefix, rest[chunks[-1].array_end + 1 :])
+        del rest
     finally:
         reader.close()
     if progress:
         progress(total, total)
-    header.pop("traceEvents", None)
     return Decoded(header, chunks)
+
+
+def _header(path: str, prefix: bytes, after: bytes) -> dict:
+    """The top-level keys other than traceEvents: the document with an empty traceEvents array."""
+    try:
+        header = msgspec.json.decode(prefix + b"]" + after)
+    except msgspec.DecodeError as e:
+        raise InputError(path, f"not valid JSON after traceEvents ({_short(e)})") from None
+    header.pop("traceEvents", None)
+    return header
 
 
 @dataclass
 class _Plan:
-    header: dict
+    prefix: bytes  # the document up to and including the '[' of traceEvents
     ranges: list[tuple[int, int]]  # byte ranges of whole events inside traceEvents
 
 
@@ -258,42 +302,27 @@ _LOOKBACK = 65536
 
 def _plan_ranges(path: str, total: int) -> _Plan | None:
     """Byte ranges of a plain (not gzip) trace, found by reading windows around each cut; None when
-    the file is gzip or its layout is not the usual one (the caller then streams it)."""
+    the file is gzip or its layout is not the usual one (the caller then streams it). The last
+    range runs to the end of the file: where traceEvents closes is found by decoding."""
     with open(path, "rb") as f:
         head = f.read(CHUNK_BYTES)
         if head[:2] == b"\x1f\x8b" or head.lstrip()[:1] != b"{":
             return None
-        m = _ARRAY_KEY.search(head)
-        if m is None:
+        start = _events_start(head)
+        if start is None:
             return None
-        start = m.end()
-        prefix = head[:start]
-        end = header = None
-        win = _WINDOW
-        while end is None:  # the array's end: read a growing window at the end of the file
-            lo = max(start, total - win)
-            f.seek(lo)
-            tail = f.read(total - lo)
-            rel = _array_end(prefix, tail)
-            if rel is not None:
-                end = lo + rel
-                header = msgspec.json.decode(prefix + b"]" + tail[rel + 1 :])
-            elif lo == start or win >= 64 * _WINDOW:
-                return None
-            win *= 4
         ranges, a = [], start
-        while end - a > CHUNK_BYTES * 3 // 2:
-            base = a + CHUNK_BYTES - _LOOKBACK
+        while total - a > CHUNK_BYTES * 3 // 2:
+            base = a + max(CHUNK_BYTES - _LOOKBACK, 1)
             f.seek(base)
             window = f.read(_LOOKBACK + _WINDOW)
-            cut = _find_cut(window, _LOOKBACK, len(window))
+            cut = _find_cut(window, min(_LOOKBACK, CHUNK_BYTES // 2), len(window))
             if cut is None:  # an event larger than the window: the rest is one range
                 break
             ranges.append((a, base + cut[0]))
             a = base + cut[1]
-        ranges.append((a, end))
-    header.pop("traceEvents", None)
-    return _Plan(header, ranges)
+        ranges.append((a, total))
+    return _Plan(head[:start], ranges)
 
 
 WORKER_MMAP_THRESHOLD = 64 << 20
@@ -317,20 +346,29 @@ def _decode_range(path: str, a: int, b: int) -> Chunk:
 
 
 def _decode_ranges(path: str, plan: _Plan, workers: int, progress: Callable[[int, int], None] | None) -> Decoded:
-    total = plan.ranges[-1][1] if plan.ranges else 0
+    total = plan.ranges[-1][1]
     chunks: list[Chunk] = []
+    end = None
     with ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) as pool:
         futures = [pool.submit(_decode_range, path, a, b) for a, b in plan.ranges]
         try:
-            for (_, b), fut in zip(plan.ranges, futures):
-                chunks.append(fut.result())
+            for (a, b), fut in zip(plan.ranges, futures):
+                chunk = fut.result()
+                chunks.append(chunk)
                 if progress:
                     progress(b, total)
-        except BaseException:
+                if chunk.array_end is not None:  # traceEvents closed here: what follows is not events
+                    end = a + chunk.array_end
+                    break
+        finally:
             for fut in futures:
                 fut.cancel()
-            raise
-    return Decoded(plan.header, chunks)
+    if end is None:
+        raise InputError(path, "not valid JSON (the traceEvents array is not closed)")
+    with open(path, "rb") as f:
+        f.seek(end + 1)
+        after = f.read()
+    return Decoded(_header(path, plan.prefix, after), chunks)
 
 
 def _read_all(path: str) -> bytes:
@@ -372,29 +410,6 @@ def _balanced(data: bytes, a: int, b: int) -> bool:
     return False
 
 
-def _array_end(prefix: bytes, rest: bytes) -> int | None:
-    """Index in `rest` of the ']' closing traceEvents, or None when not found cheaply.
-
-    Other arrays may follow traceEvents (Kineto's INFO log lines, which hold ']' too), so a
-    candidate is accepted only when an event (or the opening bracket) stands right before it and
-    the rest of the document decodes without the array.
-    """
-    pos = len(rest)
-    for _ in range(100_000):
-        pos = rest.rfind(b"]", 0, pos)
-        if pos < 0:
-            return None
-        before = rest[max(0, pos - 64) : pos].rstrip()
-        if not (before.endswith(b"}") or (not before and prefix.rstrip().endswith(b"["))):
-            continue
-        try:
-            msgspec.json.decode(prefix + b"]" + rest[pos + 1 :])
-        except msgspec.DecodeError:
-            continue
-        return pos
-    return None
-
-
 _TOP_DECODER = msgspec.json.Decoder(Union[dict[str, msgspec.Raw], list[msgspec.Raw]])
 
 
@@ -417,19 +432,55 @@ def _decode_whole(path: str, data: bytes) -> Decoded:
     return Decoded(header, [_decode_array(path, events)])
 
 
+_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
+
+
 def _decode_chunk(path: str, piece: bytes) -> Chunk:
-    """Events of a piece of the traceEvents array (whole events separated by commas)."""
-    return _decode_array(path, b"[" + piece + b"]")
+    """Events of a piece of the traceEvents array (whole events separated by commas).
+
+    The piece may run past the end of the array (the last piece holds the rest of the document):
+    the parser then stops at the array's closing bracket and reports what trails it, and the
+    events are the array up to that bracket (`Chunk.array_end`).
+    """
+    data = b"[" + piece + b"]"
+    try:
+        return _decode_array(path, data)
+    except _Trailing as t:
+        chunk = _columns(path, t.events)
+        chunk.array_end = t.end - 1  # in the piece, without the '[' put before it
+        return chunk
+
+
+class _Trailing(Exception):
+    def __init__(self, events: list, end: int):
+        self.events, self.end = events, end
 
 
 def _decode_array(path: str, array) -> Chunk:
+    return _columns(path, _decode_events(path, array))
+
+
+def _decode_events(path: str, array) -> list:
     try:
-        evs = _EVENTS_DECODER.decode(array)
+        return _EVENTS_DECODER.decode(array)
     except msgspec.ValidationError as e:
         raise InputError(path, f"wrong value type in traceEvents: {_short(e)}") from None
     except msgspec.DecodeError as e:
+        m = _TRAILING.search(str(e))
+        if m and isinstance(array, bytes):
+            # the array closed before the end of the data: the closing bracket is the last ']'
+            # before the reported byte; only that cut parses as a whole array
+            view = memoryview(array)
+            pos = int(m.group(1))
+            for end in dict.fromkeys((array.rfind(b"]", 0, pos - 1), array.rfind(b"]", 0, pos))):
+                if end <= 0:
+                    continue
+                try:
+                    events = _EVENTS_DECODER.decode(view[: end + 1])
+                except msgspec.DecodeError:
+                    continue
+                raise _Trailing(events, end) from None
         raise InputError(path, f"not valid JSON in traceEvents ({_short(e)})") from None
-    return _columns(path, evs)
 
 
 _NS_DECIMAL = pa.decimal128(38, 12)
@@ -483,7 +534,8 @@ def _ns(path: str, values: list, what: str) -> np.ndarray:
     if nulls:
         fits |= is_null
     if not fits.all():
-        raise InputError(path, f"wrong value: {what} {values[int(np.flatnonzero(~fits)[0])]} does not fit in int64 nanoseconds")
+        shown = bytes(values[int(np.flatnonzero(~fits)[0])]).decode(errors="replace")[:40]
+        raise InputError(path, f"wrong value: {what} {shown} does not fit in int64 nanoseconds")
     out = low.copy()
     if nulls:
         out[is_null] = 0
