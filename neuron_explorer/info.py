@@ -30,9 +30,13 @@ def run_info(path: Path | str) -> dict:
                 "events": e.get("events", 0),
                 "span_ns": (per_rank.get(r) or {}).get("span_ns"),
                 "counts": e.get("counts", {}),
-                "devices": [
+                # devices events ran on, named from the device properties (runs before the
+                # devices_used key: the properties as listed)
+                "devices": e["devices_used"] if "devices_used" in e else [
                     {"device": d.get("id"), "name": d.get("name")} for d in (e.get("device_properties") or [])
                 ] or [{"device": d, "name": None} for d in e.get("devices", [])],
+                "devices_listed_without_events": e.get("devices_listed_without_events", []),
+                "devices_without_properties": e.get("devices_without_properties", []) if e.get("device_properties") else [],
                 "steps": len(steps),
                 "step_first": steps[0]["step"] if steps else None,
                 "step_last": steps[-1]["step"] if steps else None,
@@ -64,6 +68,17 @@ def fmt_ns(ns: int | float | None) -> str:
     return f"{ns:.0f} ns"
 
 
+def _id_ranges(ids: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    out: list[str] = []
+    for i in sorted(ids):
+        if out and out[-1].split("-")[-1] == str(i - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{i}"
+        else:
+            out.append(str(i))
+    return ", ".join(out)
+
+
 def render_info(info: dict) -> str:
     lines = [
         f"run {info['path']}  (format v{info['format_version']}, {info['source']}"
@@ -76,6 +91,10 @@ def render_info(info: dict) -> str:
         world = f" of {r['world_size']}" if r.get("world_size") else ""
         lines.append(f"rank {r['rank']}{world}: {r['events']} events over {fmt_ns(r['span_ns'])}")
         lines.append(f"  devices: {devs}")
+        if r.get("devices_without_properties"):
+            lines.append(f"    events ran on device {_id_ranges(r['devices_without_properties'])}, which the device properties do not list")
+        if r.get("devices_listed_without_events"):
+            lines.append(f"    the device properties also list device {_id_ranges(r['devices_listed_without_events'])}, with no events")
         if r["steps"]:
             lines.append(f"  steps: {r['steps']} (#{r['step_first']}..#{r['step_last']}), median {fmt_ns(r['step_median_ns'])}")
         else:

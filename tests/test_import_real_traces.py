@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from neuron_explorer import open_run
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.schema import DEVICE_KINDS, ID_STRIDE, KINDS
 
-from .conftest import TRACES, real_traces
+from .conftest import TRACES, cli, real_traces
 
 
 def _source_counts(path: Path) -> tuple[Counter, Counter]:
@@ -109,3 +110,49 @@ def test_trace_metadata_devices_and_distributed_info_are_kept(tmp_path: Path):
         assert steps >= 1
         # baseTimeNanoseconds puts timestamps on the Unix epoch
         assert r.sql("SELECT min(ts_ns) FROM events").fetchone()[0] > 1_700_000_000 * 10**9
+
+
+# --- steps and devices, expected from the trace text ----------------------------------------
+
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+# categories of events that run on a device (pid = device index), in every spelling the traces use
+_DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "mtia_ccp_events", "cuda_sync", "gpu_user_annotation"}
+
+
+def _trace_docs(trace: Path) -> list[dict]:
+    files = sorted(trace.glob("*.json*")) if trace.is_dir() else [trace]
+    docs = []
+    for f in files:
+        opener = gzip.open if f.name.endswith(".gz") else open
+        with opener(f, "rt") as fh:
+            docs.append(json.load(fh))
+    return docs
+
+
+@pytest.mark.parametrize("trace", [*real_traces(), TRACES / "multirank_128"], ids=lambda p: p.name)
+def test_steps_and_devices_of_every_real_trace(trace: Path, tmp_path: Path):
+    run = import_traces(trace, tmp_path / "run")
+    entries = sorted(run.manifest["ranks"], key=lambda e: e["source"])
+    docs = _trace_docs(trace)
+    assert len(entries) == len(docs)
+    for entry, doc in zip(entries, docs):
+        events = doc["traceEvents"]
+        # host ProfilerStep#N ranges, whatever category the torch version filed them under
+        want_steps = sorted({int(m.group(1)) for e in events
+                             if (m := _STEP.match(str(e.get("name")))) and str(e.get("cat")).lower() != "gpu_user_annotation"})
+        assert [s["step"] for s in entry["steps"]] == want_steps
+        used = sorted({e["pid"] for e in events if str(e.get("cat")).lower() in _DEVICE_CATEGORIES and isinstance(e.get("pid"), int)})
+        props = doc.get("deviceProperties") or doc.get("computeProperties") or []
+        names = {p["id"]: p.get("name") for p in props}
+        assert entry["devices_used"] == [{"device": d, "name": names.get(d)} for d in used]
+        assert entry["devices_listed_without_events"] == sorted(set(names) - set(used))
+        assert entry["devices_without_properties"] == [d for d in used if d not in names]
+
+
+def test_old_torch_steps_are_listed_by_info(tmp_path: Path):
+    res = cli("info", TRACES / "v100_resnet50_torch19_memory.json.gz", "--json")
+    assert res.returncode == 0, res.stderr
+    rank = json.loads(res.stdout)["ranks"][0]
+    assert (rank["steps"], rank["step_first"], rank["step_last"]) == (6, 16, 21)
+    assert rank["devices"] == [{"device": 0, "name": "Tesla V100-DGXS-32GB"}]
+    assert rank["devices_listed_without_events"] == [1, 2, 3]

@@ -366,7 +366,8 @@ def build_rank(raw: RawRank) -> RankTables:
     step_no_of_name = np.array([int(m.group(1)) if (m := _STEP_NAME.match(v or "")) else -1 for v in name_values])
     is_step_name = step_no_of_name[name_codes] >= 0
     K = _KIND_CODE
-    kind[is_step_name & ((kind == K["user_annotation"]) | (kind == K["other"]))] = K["step"]
+    # torch >= 1.11 files ProfilerStep#N under user_annotation; torch 1.8-1.10 under Operator
+    kind[is_step_name & ((kind == K["user_annotation"]) | (kind == K["other"]) | (kind == K["cpu_op"]))] = K["step"]
     is_instant = np.array([v == "i" for v in phase_dict.to_pylist()], dtype=bool)[phase_codes]
     no_cat = np.array([c == "" for c in cat_values], dtype=bool)[cat_codes]
     kind[is_instant & (kind == K["other"]) & no_cat] = K["instant"]

@@ -23,7 +23,7 @@ from .build import RankTables, RawRank, build_rank
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK_IN_NAME = re.compile(r"rank[-_](\d+)", re.IGNORECASE)
-HEADER_KEYS_KEPT_APART = ("deviceProperties", "distributedInfo", "baseTimeNanoseconds")
+HEADER_KEYS_KEPT_APART = ("deviceProperties", "computeProperties", "distributedInfo", "baseTimeNanoseconds")
 
 
 @dataclass
@@ -92,7 +92,8 @@ def decode_rank(path: Path, progress: Callable[[int, int], None] | None = None) 
         "source": str(path),
         "base_ns": base,
         "distributed_info": header.get("distributedInfo"),
-        "device_properties": header.get("deviceProperties") or [],
+        # torch 1.8-1.9 called deviceProperties computeProperties
+        "device_properties": header.get("deviceProperties") or header.get("computeProperties") or [],
         "trace_metadata": {k: v for k, v in header.items() if k not in HEADER_KEYS_KEPT_APART},
         "metadata_events": metadata_events,
         "unsupported_phases": unsupported,
@@ -113,6 +114,21 @@ def _category_counts(raw: RawRank) -> dict:
     return counts
 
 
+def device_list(used: list[int], properties: list) -> dict:
+    """The devices events ran on, named from the device properties whose `id` matches, and the
+    mismatches both ways: properties of devices no event used (each rank of a job often lists
+    every GPU of its host) and devices with events that no property describes."""
+    names: dict[int, str | None] = {}
+    for p in properties if isinstance(properties, list) else []:
+        if isinstance(p, dict) and isinstance(p.get("id"), int) and not isinstance(p.get("id"), bool):
+            names.setdefault(p["id"], p.get("name") if isinstance(p.get("name"), str) else None)
+    return {
+        "devices_used": [{"device": d, "name": names.get(d)} for d in used],
+        "devices_listed_without_events": sorted(set(names) - set(used)),
+        "devices_without_properties": [d for d in used if d not in names],
+    }
+
+
 def rank_entry(built: RankTables, meta: dict, quality_extra: dict | None = None) -> dict:
     info = meta.get("distributed_info") or {}
     world = info.get("world_size") if isinstance(info, dict) else None
@@ -125,6 +141,7 @@ def rank_entry(built: RankTables, meta: dict, quality_extra: dict | None = None)
         "events": built.tables["events"].num_rows,
         "counts": built.counts,
         "devices": built.devices,
+        **device_list(built.devices, meta.get("device_properties") or []),
         "steps": built.steps,
         "data_quality": quality,
         **meta,
@@ -144,6 +161,11 @@ def quality_warnings(entry: dict) -> list[str]:
         n = entry["data_quality"].get(key, 0)
         if n:
             out.append(f"rank {entry['rank']}: {n} {label}")
+    unlisted = entry.get("devices_without_properties") or []
+    if unlisted and entry.get("device_properties"):
+        listed = sorted({p.get("id") for p in entry["device_properties"] if isinstance(p, dict) and isinstance(p.get("id"), int)})
+        out.append(f"rank {entry['rank']}: events ran on device {', '.join(map(str, unlisted))}, which the device "
+                   f"properties do not list (they list {', '.join(map(str, listed)) or 'none'})")
     return out
 
 
