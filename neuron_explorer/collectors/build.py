@@ -446,6 +446,7 @@ def build_rank(raw: RawRank) -> RankTables:
     op = np.where(has_launch, op[li], np.where(is_device, -1, op))
     top_op = np.where(has_launch, top_op[li], np.where(is_device, -1, top_op))
     step = np.where(has_launch, step[li], step)
+    op, top_op, step = _syncs_by_external_id(kind == K["sync"], is_op, external_id, external_null, ts, op, top_op, step)
     ev_frame = np.where(has_launch, ev_frame[li], ev_frame)
     if module_path is not None:  # (codes, -1 = none; their dictionary)
         module_path = (np.where(has_launch, module_path[0][li], module_path[0]), module_path[1])
@@ -527,6 +528,30 @@ def _np_mask(col: pa.ChunkedArray, order: np.ndarray) -> tuple[np.ndarray, np.nd
     values = np.asarray(col.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
     nulls = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
     return values[order], nulls[order]
+
+
+def _syncs_by_external_id(is_sync, is_op, external_id, external_null, ts, op, top_op, step):
+    """cuda_sync events still without an operator (their runtime call ran outside any, or was not
+    recorded) take the operator that shares their `External id`: the latest to start at or
+    before them, else the first after. Syncs are few: a loop over them is cheap."""
+    need = np.flatnonzero(is_sync & (op < 0) & ~external_null)
+    if not len(need):
+        return op, top_op, step
+    ops = np.flatnonzero(is_op & ~external_null)
+    by_id: dict[int, list[int]] = {}
+    for r in ops[np.argsort(ts[ops], kind="stable")].tolist():
+        by_id.setdefault(int(external_id[r]), []).append(r)
+    op, top_op, step = op.copy(), top_op.copy(), step.copy()
+    for r in need.tolist():
+        rows = by_id.get(int(external_id[r]))
+        if not rows:
+            continue
+        before = [o for o in rows if ts[o] <= ts[r]]
+        o = before[-1] if before else rows[0]
+        op[r], top_op[r] = o, top_op[o]
+        if step[r] < 0:
+            step[r] = step[o]
+    return op, top_op, step
 
 
 def _steps(is_step: np.ndarray, step_no: np.ndarray, ts: np.ndarray, end: np.ndarray, event_id: np.ndarray,
