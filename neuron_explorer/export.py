@@ -27,7 +27,8 @@ def _us(ns: int, base: int = 0) -> msgspec.Raw:
 
 
 def export_chrome(run_dir: Path | str, out: Path | str, rank: int | None = None) -> list[Path]:
-    """Export one rank to `out`; with several ranks and no `rank`, `out` is a directory of rank-N files."""
+    """Export one rank to `out`; with several ranks and no `rank`, `out` is a directory of rank-N files
+    (a file name there is an error: it would silently become a directory)."""
     run = open_run(run_dir)
     try:
         ranks = run.ranks
@@ -38,6 +39,9 @@ def export_chrome(run_dir: Path | str, out: Path | str, rank: int | None = None)
         if rank is not None or len(ranks) <= 1:
             targets = [(rank if rank is not None else (ranks[0] if ranks else 0), out)]
         else:
+            if out.name.endswith((".json", ".json.gz")) or out.is_file():
+                raise InputError(out, f"the run has {len(ranks)} ranks ({', '.join(map(str, ranks))}): give a directory "
+                                      "to write one rank-N.json.gz each, or pick one rank with --rank")
             out.mkdir(parents=True, exist_ok=True)
             targets = [(r, out / f"rank-{r}.json.gz") for r in ranks]
         written = []

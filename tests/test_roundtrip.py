@@ -49,3 +49,17 @@ def test_roundtrip_of_the_sample_with_frames_memory_and_modules(tmp_path: Path):
     assert a["memory"] and a["frames"]
     for table in a:
         assert a[table] == b[table], table
+
+
+def test_several_ranks_to_a_file_name_is_a_one_line_error(tmp_path: Path):
+    run = import_traces(TRACES / "multirank_128", tmp_path / "run").run_dir
+    for name in ("out.json.gz", "out.json"):
+        res = cli("export", run, "--chrome", tmp_path / name)
+        assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr, res.stderr
+        assert "2 ranks" in res.stderr and "--rank" in res.stderr and "directory" in res.stderr
+        assert not (tmp_path / name).exists()
+    # one rank of them to a file, or all of them to a directory
+    assert cli("export", run, "--chrome", tmp_path / "r1.json.gz", "--rank", "1").returncode == 0
+    assert (tmp_path / "r1.json.gz").is_file()
+    assert cli("export", run, "--chrome", tmp_path / "all").returncode == 0
+    assert sorted(p.name for p in (tmp_path / "all").iterdir()) == ["rank-0.json.gz", "rank-1.json.gz"]
