@@ -102,8 +102,45 @@ def render_info(info: dict) -> str:
             lines.append("  steps: none recorded (no ProfilerStep#N ranges)")
         lines.append(f"  counts: {kinds}")
     if info["warnings"]:
-        lines.append(f"warnings ({len(info['warnings'])}):")
-        lines += [f"  - {w}" for w in info["warnings"][:20]]
-        if len(info["warnings"]) > 20:
-            lines.append(f"  ... {len(info['warnings']) - 20} more (info --json lists all)")
+        summary = summarise_warnings(info["warnings"])
+        lines.append(f"warnings ({len(info['warnings'])}" + (f", {len(summary)} kinds" if len(summary) < len(info["warnings"]) else "") + "):")
+        lines += [f"  - {w}" for w in summary[:20]]
+        if len(summary) > 20:
+            lines.append(f"  ... {len(summary) - 20} more (info --json lists all)")
     return "\n".join(lines)
+
+
+_WARNING_SUBJECT = re.compile(r"^(?:rank (?P<rank>\d+)|(?P<file>[^\s:]+)): (?P<message>.*)$", re.DOTALL)
+_LEADING_COUNT = re.compile(r"^(\d+) ")
+_NUMBER = re.compile(r"\d+")
+
+
+def summarise_warnings(warnings: list[str], keep: int = 2) -> list[str]:
+    """One line per kind of warning: a kind that more than `keep` ranks (or files) report becomes
+    one line with how many, the total of its counts and the ranks with the most. A kind is the
+    text after 'rank N: ' with its numbers left out; fewer are kept as they are."""
+    groups: dict[str, list[tuple[int | None, str | None, int | None, str]]] = {}
+    for w in warnings:
+        m = _WARNING_SUBJECT.match(w)
+        rank, file, message = (int(m["rank"]) if m["rank"] else None, m["file"], m["message"]) if m else (None, None, w)
+        count = _LEADING_COUNT.match(message)
+        groups.setdefault(_NUMBER.sub("#", message), []).append((rank, file, int(count[1]) if count else None, w))
+    out = []
+    for items in groups.values():
+        if len(items) <= keep:
+            out += [w for *_, w in items]
+            continue
+        ranks = [r for r, _, _, _ in items if r is not None]
+        who = f"{len(items)} ranks" if len(ranks) == len(items) else f"{len(items)} traces"
+        _, _, _, first = items[0]
+        message = _WARNING_SUBJECT.match(first)["message"] if _WARNING_SUBJECT.match(first) else first
+        counts = [(n, r) for r, _, n, _ in items if n is not None]
+        if len(counts) == len(items) and len(ranks) == len(items):
+            worst = sorted(counts, key=lambda nr: (-nr[0], nr[1]))[:3]
+            label = _LEADING_COUNT.sub("", message)
+            out.append(f"{who}: {label}: {sum(n for n, _ in counts):,} in all; most on "
+                       + ", ".join(f"rank {r} ({n:,})" for n, r in worst))
+        else:
+            where = f"ranks {_id_ranges(ranks)}" if len(ranks) == len(items) else ", ".join(f for _, f, _, _ in items[:3] if f) + ", ..."
+            out.append(f"{who}: {message} ({where})")
+    return out
