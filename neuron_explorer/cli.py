@@ -225,6 +225,9 @@ def record(
     repeat: int = typer.Option(0, "--repeat", help="Schedule: number of cycles (0: until the script ends)."),
     activities: Optional[str] = typer.Option(None, "--activities", help="Comma-separated: cpu,cuda,xpu,mtia,privateuse1 (default: CPU and every accelerator available)."),
     no_stack: bool = typer.Option(False, "--no-stack", help="Do not record Python calls (no source lines)."),
+    no_statement_lines: bool = typer.Option(False, "--no-statement-lines",
+                                            help="Do not link operators written as Python syntax (a @ b, x[i]) to their own "
+                                                 "statement; they then link to the line that called the enclosing function."),
     no_memory: bool = typer.Option(False, "--no-memory", help="Do not record allocations."),
     no_shapes: bool = typer.Option(False, "--no-shapes", help="Do not record input shapes."),
     force: bool = typer.Option(False, "--force", help="Replace an existing run at --out."),
@@ -240,7 +243,8 @@ def record(
         args.insert(0, script)
         script = None
     options = profile_options(wait=wait, warmup=warmup, active=active, repeat=repeat, activities=activities,
-                              stack=not no_stack, memory=not no_memory, shapes=not no_shapes)
+                              stack=not no_stack, memory=not no_memory, shapes=not no_shapes,
+                              statement_lines=not no_statement_lines)
     result = run_record(out, script, args, module=module, overwrite=force, profile_options=options)
     if result.run_dir is not None:
         typer.echo(f"neuron-explorer: wrote {result.run_dir}", err=True)

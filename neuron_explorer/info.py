@@ -101,6 +101,11 @@ def render_info(info: dict) -> str:
         else:
             lines.append("  steps: none recorded (no ProfilerStep#N ranges)")
         lines.append(f"  counts: {kinds}")
+        dq = r.get("data_quality") or {}
+        if dq.get("backward_ns"):
+            linked = dq.get("backward_linked_ns", 0) / dq["backward_ns"]
+            lines.append(f"  backward: {fmt_ns(dq['backward_ns'])} of operator and device time, {100 * linked:.1f}% linked to "
+                         "the forward statement that built it")
     if info["warnings"]:
         summary = summarise_warnings(info["warnings"])
         lines.append(f"warnings ({len(info['warnings'])}" + (f", {len(summary)} kinds" if len(summary) < len(info["warnings"]) else "") + "):")

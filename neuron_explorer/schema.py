@@ -12,11 +12,17 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 """Version of the run directory format. Bumped on any change a reader must know about."""
 
 FORMAT_VERSION_KEY = b"neuron_explorer.format_version"
 """Key of the format version in every Parquet file's key-value metadata."""
+
+DERIVED_ON_READ = {
+    "events": {"self_ns": "NULL::BIGINT", "fwd_op_id": "NULL::BIGINT", "pass": "NULL::VARCHAR", "source_frame_id": "frame_id"},
+}
+"""Columns added since format v1, as DuckDB expressions over a v1 file's columns: runs written
+before them open with these (re-import or re-record to compute the real values)."""
 
 ID_STRIDE = 1_000_000_000_000
 """Run-wide ids are `rank * ID_STRIDE + index within the rank` (readable: rank 3, event 42 = 3000000000042)."""
@@ -121,6 +127,16 @@ EVENTS = Table(
         _STEP,
         _c("module_path", "string", "", "`nn.Module` path around the event (e.g. 'Net.encoder.Linear_0') where modules were recorded"),
         _FRAME,
+        _c("self_ns", "int64", "ns", "self time: `dur_ns` less the durations of the slices directly inside it on its track "
+           "(same pid and tid, `parent_id` = this event); equals `dur_ns` for device events and slices with nothing inside"),
+        _c("fwd_op_id", "int64", "event id", "backward work (inside `autograd::engine::evaluate_function: …`, and device work it launched): "
+           "the forward operator that built its autograd node, by the `fwdbwd` flow, else the `Sequence number`; "
+           "`AccumulateGrad` takes the node evaluated just before it on its thread; null otherwise"),
+        _c("pass", "string", "", "'forward', 'backward' (inside an autograd node's evaluation or the backward call), "
+           "'optimizer' (inside torch's `Optimizer.step#…`/`Optimizer.zero_grad#…`), 'data' (inside `enumerate(DataLoader)#…`), "
+           "'other' (steps, profiler bookkeeping, device work with no launch); device events take their launch's"),
+        _c("source_frame_id", "int64", "frame id", "the user statement this event's time belongs to: for backward work the frame of "
+           "its forward operator (`fwd_op_id`), else `frame_id`; what per-line figures group by"),
         _c("args", "string", "", "the remaining Kineto args as a JSON object (shapes, dtypes, flops, bytes, ...); null when empty"),
     ),
     ("ts_ns",),

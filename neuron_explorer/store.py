@@ -266,7 +266,7 @@ def open_run(path: Path | str, con: duckdb.DuckDBPyConnection | None = None) -> 
         files = sorted(str(p) for p in run_dir.glob(f"rank=*/{spec.file}"))
         if files:
             src = "read_parquet([" + ", ".join(sql_literal(f) for f in files) + "], hive_partitioning=false)"
-            con.execute(f"CREATE OR REPLACE VIEW {spec.name} AS SELECT * FROM {src}")
+            con.execute(f"CREATE OR REPLACE VIEW {spec.name} AS SELECT {_columns_sql(spec, files[0])} FROM {src}")
         else:  # a run with no rank partitions still answers queries
             cols = ", ".join(f"NULL::{_duck_type(c.type)} AS {c.name}" for c in spec.columns)
             con.execute(f"CREATE OR REPLACE VIEW {spec.name} AS SELECT {cols} WHERE false")
@@ -298,6 +298,20 @@ def open_run(path: Path | str, con: duckdb.DuckDBPyConnection | None = None) -> 
     con.execute("CREATE OR REPLACE VIEW ranks AS SELECT * FROM _ranks_arrow")
     con.execute("CREATE OR REPLACE VIEW devices AS SELECT * FROM _devices_arrow")
     return Run(run_dir, manifest, con)
+
+
+def _columns_sql(spec: schema.Table, first_file: str) -> str:
+    """SELECT list of a table's view: `*`, plus the columns an older format lacks, derived on read."""
+    derived = schema.DERIVED_ON_READ.get(spec.name)
+    if not derived:
+        return "*"
+    have = set(pq.read_schema(first_file).names)
+    missing = [f"{expr} AS {quote_ident(name)}" for name, expr in derived.items() if name not in have]
+    return ", ".join(["*", *missing])
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _duck_type(t: str) -> str:

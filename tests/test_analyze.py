@@ -136,7 +136,7 @@ def test_top_level_ops_and_source_lines(reports):
     assert ops["aten::add"]["calls"] == 900 and ops["aten::add"]["cpu_ns"] == 4500 * US
     assert r["devices"] == [] and r["source_lines"]["has_frames"] is False
     lines = reports["a"].summary["ranks"][0]["source_lines"]
-    assert lines["cpu"] == [{"source": "train.py:42", "self_ns": 80 * US, "total_ns": 80 * US}]
+    assert lines["cpu"] == [{"source": "train.py:42", "self_ns": 80 * US, "total_ns": 80 * US, "backward_self_ns": 0, "calls": 1}]
 
 
 def test_cpu_comm_time(reports):

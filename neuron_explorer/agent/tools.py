@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ..analyzers.lines import LINE_DEFINITIONS, line_times_sql
 from ..errors import NeuronExplorerError
 from . import catalog
 from .sandbox import DEFAULT_TIMEOUT_S, Sandbox
@@ -223,23 +224,10 @@ class RunSet:
         def go():
             name = self._resolve(run)
             kk = max(1, min(int(k), MAX_ROWS))
-            where = f"WHERE e.rank = {int(rank)}" if rank is not None else ""
-            kinds = ", ".join(f"'{x}'" for x in DEVICE_WORK_KINDS)
-            sql = (
-                "SELECT f.file, f.line, f.function, f.line_kind, "
-                f"coalesce(sum(e.dur_ns) FILTER (WHERE e.kind IN ({kinds})), 0) AS device_ns, "
-                "count(*) FILTER (WHERE e.kind = 'kernel') AS kernels, "
-                "coalesce(sum(e.dur_ns) FILTER (WHERE e.kind = 'cpu_op' AND e.top_op_id = e.event_id), 0) AS cpu_op_ns "
-                f"FROM events e JOIN frames f ON e.frame_id = f.frame_id {where} "
-                "GROUP BY f.file, f.line, f.function, f.line_kind "
-                "ORDER BY device_ns DESC, cpu_op_ns DESC, f.file, f.line"
-            )
+            sql = (f"SELECT *, cpu_ns AS cpu_op_ns FROM ({line_times_sql(None if rank is None else int(rank))})\n"
+                   "ORDER BY device_ns DESC, cpu_ns DESC, source")
             rows = self._sql(name, sql, max_rows=kk + 1)
-            out = {"ok": True, "run": name, "lines": rows[:kk], "truncated": len(rows) > kk,
-                   "definitions": {"device_ns": "sum of durations of kernel, memcpy and memset events attributed to the line "
-                                   "(device events inherit their launch's frame); streams that overlap add up",
-                                   "kernels": "number of kernel events attributed to the line",
-                                   "cpu_op_ns": "sum of durations of outermost CPU operators (top_op_id = event_id) attributed to the line"}}
+            out = {"ok": True, "run": name, "lines": rows[:kk], "truncated": len(rows) > kk, "definitions": LINE_DEFINITIONS}
             if not rows:
                 out["note"] = "no event of this run links to a source frame (traces recorded without with_stack=True have none)"
             return out

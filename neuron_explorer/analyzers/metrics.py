@@ -247,46 +247,22 @@ def top_level_ops(run: Run, rank: int, limit: int = 10) -> list[dict]:
 
 
 def source_lines(run: Run, rank: int, limit: int = 10) -> dict:
-    """Top user source lines by CPU time and by device time, self and total (see METRICS.md).
+    """Top user source lines by CPU time and by device time, self and total, by the one definition
+    of time per source line (analyzers/lines.py, METRICS.md)."""
+    from .lines import self_and_total
 
-    self: events whose innermost user frame is the line; total: events with the line anywhere in
-    their user-frame ancestry (each event counted once per line).
-    """
-    frames = {fid: (f"{file}:{line}", parent) for fid, file, line, parent in run.sql(
-        "SELECT frame_id, file, line, parent_frame_id FROM frames WHERE rank = ? AND is_user", [rank]).fetchall()}
-    if not frames:
+    got = self_and_total(run, rank)
+    if not got["has_frames"]:
         return {"cpu": [], "device": [], "has_frames": False}
-    cpu = dict(run.sql("SELECT frame_id, sum(dur_ns)::BIGINT FROM events WHERE rank = ? AND kind = 'cpu_op' AND event_id = top_op_id "
-                       "AND frame_id IS NOT NULL GROUP BY 1", [rank]).fetchall())
-    dev = dict(run.sql(f"SELECT frame_id, sum(dur_ns)::BIGINT FROM events WHERE rank = ? AND kind IN {kinds_sql(DEVICE_WORK_KINDS)} "
-                       "AND frame_id IS NOT NULL GROUP BY 1", [rank]).fetchall())
-    chains: dict[int, set[str]] = {}
 
-    def lines_of(fid: int) -> set[str]:
-        if fid in chains:
-            return chains[fid]
-        seen, out, cur = set(), set(), fid
-        while cur is not None and cur in frames and cur not in seen:
-            seen.add(cur)
-            out.add(frames[cur][0])
-            cur = frames[cur][1]
-        chains[fid] = out
-        return out
-
-    def rank_lines(per_frame: dict) -> list[dict]:
-        self_t: dict[str, int] = {}
-        total_t: dict[str, int] = {}
-        for fid, t in per_frame.items():
-            if fid not in frames:
-                continue
-            self_t[frames[fid][0]] = self_t.get(frames[fid][0], 0) + t
-            for line in lines_of(fid):
-                total_t[line] = total_t.get(line, 0) + t
-        out = [{"source": s, "self_ns": self_t.get(s, 0), "total_ns": t} for s, t in total_t.items()]
+    def ranked(side: str) -> list[dict]:
+        out = [{"source": s, "self_ns": r[f"{side}_ns_self"], "total_ns": r[f"{side}_ns_total"],
+                "backward_self_ns": r[f"{side}_backward_ns_self"], "calls": r["calls_self"]}
+               for s, r in got["lines"].items() if r[f"{side}_ns_total"]]
         out.sort(key=lambda r: (-r["self_ns"], -r["total_ns"], r["source"]))
         return out[:limit]
 
-    return {"cpu": rank_lines(cpu), "device": rank_lines(dev), "has_frames": True}
+    return {"cpu": ranked("cpu"), "device": ranked("device"), "has_frames": True}
 
 
 def rank_summary(run: Run, rank: int) -> dict:

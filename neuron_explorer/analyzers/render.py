@@ -45,13 +45,14 @@ def _summary_lines(report: Report) -> list[str]:
 
 def text(report: Report, width: int = 100) -> str:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     buf = io.StringIO()
     con = Console(file=buf, width=width, force_terminal=False, color_system=None, soft_wrap=False)
-    con.print(f"[bold]Neuron Explorer report[/] — {report.run}")
+    con.print(f"[bold]Neuron Explorer report[/] — {escape(str(report.run))}")
     for line in _summary_lines(report):
-        con.print(line, highlight=False)
+        con.print(escape(line), highlight=False)
     con.print()
     if not report.findings:
         con.print("No findings above the thresholds.")
@@ -61,18 +62,18 @@ def text(report: Report, width: int = 100) -> str:
                         ("rule", {}), ("finding", {"overflow": "fold", "max_width": 58})):
             t.add_column(col, **kw)
         for i, f in enumerate(report.findings, 1):
-            t.add_row(str(i), f.severity, _ms(f.impact_ns), f"{100 * f.impact_share:.1f}%", f.rule_id, f.title)
+            t.add_row(str(i), f.severity, _ms(f.impact_ns), f"{100 * f.impact_share:.1f}%", f.rule_id, escape(f.title))
         con.print(t)
         for i, f in enumerate(report.findings, 1):
-            con.print(f"\n[bold]{i}. {f.title}[/]", highlight=False)
+            con.print(f"\n[bold]{i}. {escape(f.title)}[/]", highlight=False)
             if _where(f):
-                con.print(f"   where: {_where(f)}", highlight=False)
-            con.print(f"   do: {f.recommendation}", highlight=False)
-            con.print(f"   confidence {f.confidence:.2f}" + (f" ({'; '.join(f.confidence_notes)})" if f.confidence_notes else ""), highlight=False)
+                con.print(f"   where: {escape(_where(f))}", highlight=False)
+            con.print(f"   do: {escape(f.recommendation)}", highlight=False)
+            con.print(escape(f"   confidence {f.confidence:.2f}" + (f" ({'; '.join(f.confidence_notes)})" if f.confidence_notes else "")), highlight=False)
     if report.not_applicable:
-        con.print("\nnot applicable: " + "; ".join(f"{n['rule_id']} ({n['reason']})" for n in _dedup(report.not_applicable)), highlight=False)
+        con.print(escape("\nnot applicable: " + "; ".join(f"{n['rule_id']} ({n['reason']})" for n in _dedup(report.not_applicable))), highlight=False)
     for w in report.warnings:
-        con.print(f"warning: {w}", highlight=False)
+        con.print(escape(f"warning: {w}"), highlight=False)
     return buf.getvalue()
 
 

@@ -180,6 +180,15 @@ _PROFILER_OWN = re.compile(r"^(torch/profiler/|torch/autograd/profiler\.py\(|.*[
                            r"(torch_profiler\.py\(|_live_\w+\.py\(|record\.py\(\d+\): step$))")
 
 
+# The Python call that statements.StatementLines makes for every torch call: its caller is the
+# user's statement; it gets no event of its own.
+_STATEMENT_MARKER = re.compile(r"neuron_explorer[/\\]collectors[/\\]statements\.py\(\d+\): __torch_function__$")
+
+
+def is_marker(name: str) -> bool:
+    return bool(_STATEMENT_MARKER.search(name))
+
+
 def _text(obj, attr: str) -> str:
     # torch sometimes hands back a name or file name whose bytes are not UTF-8 (seen on C
     # functions and on frames of code freed before the cycle ended); the event is kept under a
@@ -217,6 +226,7 @@ def _walk_tree(roots, frames: FrameTable):
     py = _PythonRows()
     allocations = []
     own_cache: dict[str, bool] = {}
+    marker_cache: dict[str, bool] = {}
     file_user: dict[str, bool] = {}
     runs_user_code: dict[str, bool | None] = {}
     # (node, innermost user frame, innermost frame of any kind, module path, inside the profiler's
@@ -242,6 +252,9 @@ def _walk_tree(roots, frames: FrameTable):
                 # ranges they open and close, so they would only show as overlapping slices
                 in_profiler = True
             else:
+                marker = marker_cache.get(name)
+                if marker is None:
+                    marker = marker_cache[name] = is_marker(name)
                 # A Python call's children are called from its own file: when that is not user
                 # code, their caller needs no lookup (most calls happen inside torch).
                 children_caller_user = runs_user_code.get(name, 0)
@@ -261,6 +274,11 @@ def _walk_tree(roots, frames: FrameTable):
                 if tag == py_call and name.startswith(MODULE_PREFIX):
                     seg = name[len(MODULE_PREFIX):]
                     module = f"{module}.{seg}" if module else seg
+                if marker:  # statements.StatementLines: its caller is the statement; no event of its own
+                    children = node.children
+                    if children:
+                        push((c, user_frame, any_frame, module, in_profiler, False) for c in reversed(children))
+                    continue
                 t0 = node.start_time_ns
                 py.ts.append(t0)
                 py.dur.append(node.end_time_ns - t0)
@@ -405,6 +423,9 @@ class _NativeHelper:
 
     def own(self, name: str) -> bool:
         return bool(_PROFILER_OWN.search(name))
+
+    def marker(self, name: str) -> bool:
+        return is_marker(name)
 
     def runs_user(self, name: str, is_python_call: bool) -> bool | None:
         return _runs_user_code(name, is_python_call, self.frames)

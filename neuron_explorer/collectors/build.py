@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from .. import schema
 from ..schema import DEVICE_KINDS, ID_STRIDE
+from . import passes
 
 _CATEGORY_KINDS = {
     "cpu_op": "cpu_op",
@@ -50,6 +51,7 @@ _CATEGORY_KINDS = {
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _PY_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.*)$")
 _MODULE_PREFIX = "nn.Module: "
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+(?=>)")
 _NOT_USER = re.compile(r"(^<built-in|^<frozen|/site-packages/|/dist-packages/|/lib/python\d|(^|/)torch/|^torch/|^<string>$|^<unknown>$)")
 
 
@@ -276,6 +278,24 @@ def _launch_by_flows(fl: pa.Table, fl_event: np.ndarray, is_device: np.ndarray, 
     return launch
 
 
+def _flow_pairs(fl: pa.Table, fl_event: np.ndarray, category: str) -> tuple[np.ndarray, np.ndarray]:
+    """(start event, finish event) of each flow of `category` whose two ends are bound to slices."""
+    if not fl.num_rows:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    cat = np.asarray(pc.utf8_lower(fl["category"]).to_numpy(zero_copy_only=False), dtype=object)
+    ph = np.asarray(fl["phase"].to_numpy(zero_copy_only=False), dtype=object)
+    fid = _np(fl["flow_id"])
+    mine = (cat == category) & (fl_event >= 0)
+    s, f = np.flatnonzero(mine & (ph == "s")), np.flatnonzero(mine & (ph == "f"))
+    if not len(s) or not len(f):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    o = np.argsort(fid[s], kind="stable")
+    s_ids, s_ev = fid[s][o], fl_event[s][o]
+    pos = np.clip(np.searchsorted(s_ids, fid[f]), 0, len(s_ids) - 1)
+    hit = s_ids[pos] == fid[f]
+    return s_ev[pos[hit]].astype(np.int64), fl_event[f][hit].astype(np.int64)
+
+
 def _np(col: pa.ChunkedArray | pa.Array, fill: int = -1) -> np.ndarray:
     return np.asarray(col.fill_null(fill).to_numpy(zero_copy_only=False), dtype=np.int64)
 
@@ -359,6 +379,11 @@ def build_rank(raw: RawRank) -> RankTables:
     cat_codes, name_codes, phase_codes = (cat_codes[order].astype(np.int32), name_codes[order].astype(np.int32),
                                           phase_codes[order].astype(np.int32))
     cat_values, name_values = cat_dict.to_pylist(), name_dict.to_pylist()
+    # '<built-in method run_backward of ... object at 0x7f66d3d4f780>': an address differs per
+    # process, so the same call would never compare or group across runs
+    if any(v and " at 0x" in v for v in name_values):
+        name_values = [_ADDRESS.sub("", v) if v else v for v in name_values]
+        name_dict = pa.array(name_values, pa.string())
 
     # kinds, via the (few) distinct categories and names
     kind_of_cat = np.array([_KIND_CODE[kind_of_category(c)] for c in cat_values], dtype=np.int8)
@@ -397,6 +422,11 @@ def build_rank(raw: RawRank) -> RankTables:
     parent, overlaps = enclosing_parents(track, ts, end, can_contain)
     quality["overlapping_slices"] = overlaps
     depth = depth_of(parent)
+    # self time: the duration less the slices directly inside it on its track
+    nested = parent >= 0  # (float sums are exact below 2^53 ns, about 104 days)
+    inner = np.bincount(parent[nested], weights=np.maximum(dur[nested], 0), minlength=n).astype(np.int64)
+    self_ns = np.maximum(np.maximum(dur, 0) - inner, 0)
+    del inner, nested
 
     # operators: innermost and outermost cpu_op around each event
     op = nearest_marked(parent, is_op)
@@ -442,7 +472,24 @@ def build_rank(raw: RawRank) -> RankTables:
     # source frames: from the collector (live), else from python_function events (def lines)
     frames, ev_frame, module_path = _frames_and_modules(raw, order, n, parent, is_python, name_values, name_codes)
 
-    # device events inherit operator, step, frame and module of their launch
+    # backward work: the forward operator that built its autograd node, and every event's pass
+    fwd, pass_code, backward_counts = passes.backward_links(
+        name_codes=name_codes, name_values=name_values, is_op=is_op, is_python=is_python, parent=parent, ts=ts,
+        track=track, fwdbwd=_flow_pairs(fl, fl_event, "fwdbwd"), args=args, order=order)
+    # the statement each event's time belongs to: the forward statement for backward work
+    fwd_frame = np.where(fwd >= 0, ev_frame[np.maximum(fwd, 0)], -1)
+    source_frame = np.where(fwd_frame >= 0, fwd_frame, ev_frame)
+
+    # device events inherit operator, step, frame, module, backward link and pass of their launch
+    fwd = np.where(has_launch, fwd[li], np.where(is_device, -1, fwd))
+    source_frame = np.where(has_launch, source_frame[li], source_frame)
+    pass_code = np.where(has_launch, pass_code[li], np.where(is_device | (kind == K["step"]) | (kind == K["other"]),
+                                                             passes.P["other"], pass_code)).astype(np.int8)
+    # backward time: outermost operators and device work of the backward pass, and the part linked
+    outermost = (is_op & (top_op == np.arange(n))) | is_device
+    backward = (pass_code == passes.P["backward"]) & outermost
+    quality["backward_ns"] = int(dur[backward].sum())
+    quality["backward_linked_ns"] = int(dur[backward & (fwd >= 0)].sum())
     op = np.where(has_launch, op[li], np.where(is_device, -1, op))
     top_op = np.where(has_launch, top_op[li], np.where(is_device, -1, top_op))
     step = np.where(has_launch, step[li], step)
@@ -455,6 +502,7 @@ def build_rank(raw: RawRank) -> RankTables:
     stream = np.where(is_device, np.where(stream_null, tid, stream_arg), -1)
     stream_mask = ~is_device | (stream_null & tid_null)
     kind_dict = pa.array(_KIND_NAMES, pa.string())
+    pass_dict = pa.array(passes.PASSES, pa.string())
     base = rank * ID_STRIDE
     memory = _memory(raw, track, pid, tid, ts, end, parent, op, ev_frame, step, steps)
     del track, end, op_parent, op_root, has_parent, li, is_op, is_python, is_runtime, can_contain, event_id
@@ -495,6 +543,10 @@ def build_rank(raw: RawRank) -> RankTables:
                                                                   module_path[1]).cast(pa.string())) if module_path is not None
         else (lambda sl: pa.nulls(sl.stop - sl.start, pa.string())),
         "frame_id": ids(ev_frame),
+        "self_ns": plain(self_ns),
+        "fwd_op_id": ids(fwd),
+        "pass": dict_col(pass_code, pass_dict),
+        "source_frame_id": ids(source_frame),
         "args": (lambda sl: args.take(pa.array(order[sl]))) if n else (lambda sl: pa.nulls(0, pa.string())),
     }
     events = SortedTable(schema.EVENTS, n, makers)

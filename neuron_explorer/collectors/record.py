@@ -61,14 +61,15 @@ _ACTIVITY_NAMES = ("cpu", "cuda", "xpu", "mtia", "privateuse1")
 
 
 def profile_options(*, wait: int = 0, warmup: int = 0, active: int = 0, repeat: int = 0, activities: str | None = None,
-                    stack: bool = True, memory: bool = True, shapes: bool = True) -> dict:
+                    stack: bool = True, memory: bool = True, shapes: bool = True, statement_lines: bool = True) -> dict:
     """Keyword arguments of `profile()` from the CLI's options (checked here, before the script runs)."""
     if min(wait, warmup, active, repeat) < 0:
         raise UsageError("--wait, --warmup, --active and --repeat must not be negative")
     if (wait or warmup or repeat) and not active:
         raise UsageError("--wait, --warmup and --repeat need --active N (steps recorded per cycle)")
     # flops are computed from input shapes: torch records shapes whenever flops are asked for
-    opts: dict = {"with_stack": stack, "profile_memory": memory, "record_shapes": shapes, "with_flops": shapes}
+    opts: dict = {"with_stack": stack, "profile_memory": memory, "record_shapes": shapes, "with_flops": shapes,
+                  "statement_lines": statement_lines}
     if active:
         import torch.profiler as tp
 

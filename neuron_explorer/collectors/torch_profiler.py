@@ -41,6 +41,7 @@ from ..errors import UsageError
 from . import _live_convert, _live_write, native
 from .build import RawRank, build_rank
 from .chrome_trace import quality_warnings, rank_entry
+from .statements import StatementHook
 
 schedule = tp.schedule
 """torch.profiler.schedule, re-exported: `nx.schedule(wait=1, warmup=1, active=3, repeat=1)`."""
@@ -278,6 +279,9 @@ def _check_no_active_profiler() -> None:
 class profile(tp.profile):
     """A `torch.profiler.profile` that writes a Neuron Explorer run directory when it stops.
 
+    `statement_lines` (default on, with `with_stack`): operators written as Python syntax (`a @ b`,
+    `x[i]`) link to their own statement, through statements.StatementLines (a few % of step time).
+
     Context manager (`with nx.profile("runs/x") as prof: ... prof.step()`) or decorator
     (`@nx.profile("runs/x")`: every call is recorded; the run is rewritten to hold them all). Activities
     default to the CPU plus every available accelerator. Errors in how it is used (a run already
@@ -287,14 +291,16 @@ class profile(tp.profile):
     def __init__(self, run_dir: Path | str, *, activities: Iterable | None = None, schedule: Callable | None = None,
                  with_stack: bool = True, record_shapes: bool = True, profile_memory: bool = True, with_flops: bool = True,
                  overwrite: bool = False, command: list[str] | None = None, script_dir: Path | str | None = None,
-                 **torch_profiler_kwargs):
+                 statement_lines: bool = True, **torch_profiler_kwargs):
         acts = list(activities) if activities is not None else default_activities()
         user_ready = torch_profiler_kwargs.pop("on_trace_ready", None)
         options = {"activities": activity_names(acts), "schedule": _schedule_options(schedule), "with_stack": with_stack,
+                   "statement_lines": bool(statement_lines and with_stack),
                    "record_shapes": record_shapes, "profile_memory": profile_memory, "with_flops": with_flops,
                    **{k: repr(v) for k, v in torch_profiler_kwargs.items()}}
         self.recording = Recording(run_dir, overwrite=overwrite, options=options, command=command, script_dir=script_dir)
         self._user_ready = user_ready
+        self._statements = StatementHook() if statement_lines and with_stack else None
         self._exit_warning: str | None = None
         self.run_dir: Path | None = None
         super().__init__(activities=acts, schedule=schedule, on_trace_ready=self._on_trace_ready, record_shapes=record_shapes,
@@ -311,8 +317,12 @@ class profile(tp.profile):
         _check_no_active_profiler()
         self._exit_warning = None
         super().start()
+        if self._statements is not None:
+            self._statements.start()
 
     def stop(self) -> None:
+        if self._statements is not None:
+            self._statements.stop()
         super().stop()
         warn = [self._exit_warning] if self._exit_warning else []
         self.run_dir = self.recording.write(warn)

@@ -38,7 +38,7 @@ def check(ctx: Context) -> list:
                     f"QUALIFY gap_start IS NOT NULL ORDER BY gap_end - gap_start DESC LIMIT {THRESHOLDS['GAPS_SHOWN']}")
         host, samples, frame = [], [], None
         for g in gaps:
-            busy = rows(ctx.run, f"""SELECT name, min(event_id) AS event_id, any_value(frame_id) AS frame_id,
+            busy = rows(ctx.run, f"""SELECT name, min(event_id) AS event_id, any_value(source_frame_id) AS frame_id,
                 sum(least(ts_ns + dur_ns, {g['gap_end']}) - greatest(ts_ns, {g['gap_start']}))::BIGINT AS overlap_ns
                 FROM events WHERE rank = {ctx.rank} AND kind IN ('cpu_op', 'runtime') AND event_id = coalesce(top_op_id, event_id)
                 AND ts_ns < {g['gap_end']} AND ts_ns + dur_ns > {g['gap_start']}

@@ -39,9 +39,9 @@ def check(ctx: Context) -> list:
     v = row(ctx.run, sql)
     if not ctx.analysed_ns or v["sync_ns"] / ctx.analysed_ns < THRESHOLDS["SYNC_SHARE_MIN"]:
         return []
-    by_line = rows(ctx.run, f"""SELECT frame_id, arg_max(name, dur_ns) AS name, count(*) AS calls, sum(dur_ns)::BIGINT AS ns, min(event_id) AS sample_id
+    by_line = rows(ctx.run, f"""SELECT source_frame_id AS frame_id, arg_max(name, dur_ns) AS name, count(*) AS calls, sum(dur_ns)::BIGINT AS ns, min(event_id) AS sample_id
         FROM events WHERE {where} AND (kind = 'cpu_op' AND event_id = top_op_id OR kind = 'runtime' AND top_op_id IS NULL)
-        GROUP BY frame_id ORDER BY ns DESC LIMIT 3""")
+        GROUP BY source_frame_id ORDER BY ns DESC LIMIT 3""")
     top = by_line[0] if by_line else {"frame_id": None, "name": None, "sample_id": None}
     where_txt = "; ".join(f"{ctx.source_of(b['frame_id']) or 'unknown line'}: {b['name']} x{b['calls']} {ms(b['ns'])}" for b in by_line)
     return [ctx.finding(

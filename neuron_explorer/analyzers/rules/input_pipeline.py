@@ -5,11 +5,14 @@ Measures the time spent fetching batches: events named like the DataLoader's `__
 the live collector as a Python call). The union of their intervals, as a share of the analysed
 time (total step time, or the span without steps). Works on CPU-only runs. Impact: that union.
 Saving bound: the same (prefetching workers can hide it entirely when the step is long enough).
+Where: the slowest user statement inside the data loading (`__getitem__`, collate, transforms: its
+operators and its Python-level time), not the `for` over the DataLoader.
 """
 
 from __future__ import annotations
 
 from .. import metrics
+from ..lines import PYTHON_SELF
 from ..engine import Context
 from ..model import Location
 from ._util import ms, pct, row
@@ -24,6 +27,18 @@ THRESHOLDS = {
 LOADER_NAME = r"(?i)dataloader.*__next__|__next__.*dataloader"
 
 
+def _slowest_line_sql(rank: int, loader_where: str) -> str:
+    """The user statement inside data loading (`pass = 'data'`) with the most time of its own: its
+    outermost operators plus its Python-level time (analyzers/lines.py), leaving out the statement
+    that iterates the DataLoader (its own time is the loader's machinery)."""
+    return f"""SELECT f.file || ':' || f.line AS source, any_value(f.code) AS code,
+  sum(CASE WHEN e.kind = 'cpu_op' AND e.event_id = e.top_op_id THEN e.dur_ns WHEN {PYTHON_SELF} THEN e.self_ns ELSE 0 END)::BIGINT AS ns
+FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
+WHERE e.rank = {int(rank)} AND e.pass = 'data' AND f.is_user
+  AND f.frame_id NOT IN (SELECT source_frame_id FROM events WHERE {loader_where} AND source_frame_id IS NOT NULL)
+GROUP BY f.file, f.line HAVING ns > 0 ORDER BY ns DESC, source LIMIT 1"""
+
+
 def check(ctx: Context) -> list:
     where = f"rank = {ctx.rank} AND kind IN ('user_annotation', 'python', 'cpu_op') AND regexp_matches(name, '{LOADER_NAME}')"
     sql = f"WITH u AS ({metrics.union_sql(where)}) SELECT coalesce(sum(end_ns - start_ns), 0)::BIGINT AS loader_ns, count(*) AS fetches FROM u"
@@ -32,11 +47,16 @@ def check(ctx: Context) -> list:
     if share < THRESHOLDS["LOADER_SHARE_MIN"]:
         return []
     top = row(ctx.run, f"SELECT name, frame_id, event_id, module_path FROM events WHERE {where} ORDER BY dur_ns DESC LIMIT 1")
+    slow = row(ctx.run, _slowest_line_sql(ctx.rank, where))
+    source = slow.get("source") or ctx.source_of(top["frame_id"])
+    inside = (f"; slowest line inside: {slow['source']}" + (f" `{slow['code'][:60]}`" if slow.get("code") else "")
+              + f" ({ms(slow['ns'])})") if slow.get("source") else ""
     return [ctx.finding(
-        title=f"DataLoader takes {pct(share)} of step time ({ms(v['loader_ns'])} over {v['fetches']} fetches)",
+        title=f"DataLoader takes {pct(share)} of step time ({ms(v['loader_ns'])} over {v['fetches']} fetches){inside}",
         impact_ns=v["loader_ns"], saving_bound_ns=v["loader_ns"],
-        location=Location(op=top["name"], source=ctx.source_of(top["frame_id"])),
-        sql=sql, values=v, sample_event_ids=[top["event_id"]], uses_source=True,
+        location=Location(op=top["name"], source=source),
+        sql=sql, values={**v, "slowest_line": slow.get("source"), "slowest_line_ns": slow.get("ns")},
+        sample_event_ids=[top["event_id"]], uses_source=True,
         recommendation="Load data ahead of the step: DataLoader(num_workers>0, persistent_workers=True, "
         "prefetch_factor=2..4, pin_memory=True); move decoding and augmentation out of __getitem__'s hot path "
         "or onto the device; cache preprocessed samples.",

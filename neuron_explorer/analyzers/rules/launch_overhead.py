@@ -40,7 +40,7 @@ WHERE k.rank = {ctx.rank} AND k.device = {d} AND k.kind = 'kernel'"""
         if not v["kernels"] or v["short_kernels"] / steps < THRESHOLDS["SHORT_KERNELS_PER_STEP_MIN"] \
                 or v["short_kernels"] / v["kernels"] < THRESHOLDS["SHORT_KERNEL_FRACTION_MIN"]:
             continue
-        top = row(ctx.run, f"""SELECT o.name AS op, any_value(k.frame_id) AS frame_id, count(*) AS n FROM events k JOIN events o ON o.event_id = k.top_op_id
+        top = row(ctx.run, f"""SELECT o.name AS op, any_value(k.source_frame_id) AS frame_id, count(*) AS n FROM events k JOIN events o ON o.event_id = k.top_op_id
             WHERE k.rank = {ctx.rank} AND k.device = {d} AND k.kind = 'kernel' AND k.dur_ns < {THRESHOLDS['SHORT_KERNEL_NS']}
             GROUP BY o.name ORDER BY n DESC LIMIT 1""")
         out.append(ctx.finding(

@@ -48,7 +48,7 @@ WHERE k.rank = {ctx.rank} AND k.kind = 'kernel' AND o.name IN {OPS}
     v = row(ctx.run, sql)
     if not ctx.analysed_ns or v["fp32_kernel_ns"] / ctx.analysed_ns < THRESHOLDS["FP32_SHARE_MIN"]:
         return []
-    top = row(ctx.run, f"""SELECT o.name, mode(o.frame_id) AS frame_id, min(k.event_id) AS sample_id FROM events k JOIN events o ON o.event_id = k.op_id
+    top = row(ctx.run, f"""SELECT o.name, mode(o.source_frame_id) AS frame_id, min(k.event_id) AS sample_id FROM events k JOIN events o ON o.event_id = k.op_id
         WHERE k.rank = {ctx.rank} AND k.kind = 'kernel' AND o.name IN {OPS}
         AND regexp_matches(json_extract_string(o.args, '$."Input type"[0]'), '^float$') GROUP BY o.name ORDER BY sum(k.dur_ns) DESC LIMIT 1""")
     return [ctx.finding(

@@ -45,7 +45,7 @@ SELECT coalesce(sum(skew_ns), 0)::BIGINT AS skew_ns, count(*) AS collectives, mo
     others = len(ranks) - 1
     diff = rows(ctx.run, f"""SELECT name, coalesce(sum(dur_ns) FILTER (WHERE rank = {straggler}), 0)
           - coalesce(sum(dur_ns) FILTER (WHERE rank <> {straggler}), 0) / {others} AS grew_ns,
-        mode(frame_id) FILTER (WHERE rank = {straggler}) AS frame_id, min(event_id) FILTER (WHERE rank = {straggler}) AS sample_id
+        mode(source_frame_id) FILTER (WHERE rank = {straggler}) AS frame_id, min(event_id) FILTER (WHERE rank = {straggler}) AS sample_id
         FROM events WHERE step IS NOT NULL AND (kind = 'cpu_op' AND event_id = top_op_id OR kind IN ('python', 'user_annotation'))
         GROUP BY name ORDER BY grew_ns DESC LIMIT 1""")
     top = diff[0] if diff and diff[0]["grew_ns"] and diff[0]["grew_ns"] > 0 else None

@@ -38,9 +38,9 @@ FROM ops"""
     steps = max(ctx.summary["steps"]["count"], 1)
     if v["tiny_ops"] / steps < t["TINY_OPS_PER_STEP_MIN"] or not ctx.analysed_ns or v["overhead_ns"] / ctx.analysed_ns < t["TINY_SHARE_MIN"]:
         return []
-    top = row(ctx.run, f"""SELECT frame_id, mode(name) AS op, count(*) AS n, min(event_id) AS sample_id FROM events
+    top = row(ctx.run, f"""SELECT source_frame_id AS frame_id, mode(name) AS op, count(*) AS n, min(event_id) AS sample_id FROM events
         WHERE rank = {ctx.rank} AND kind = 'cpu_op' AND event_id = top_op_id AND dur_ns < {t['TINY_OP_NS']}
-        GROUP BY frame_id ORDER BY n DESC LIMIT 1""")
+        GROUP BY source_frame_id ORDER BY n DESC LIMIT 1""")
     return [ctx.finding(
         title=f"{v['tiny_ops']} tiny operators ({v['tiny_ops'] // steps}/step) cost {ms(v['overhead_ns'])}",
         impact_ns=v["overhead_ns"], saving_bound_ns=v["overhead_ns"],

@@ -236,6 +236,7 @@ struct FrameKeyHash {
 struct Oracle {
   py::object helper;
   std::unordered_map<std::string, bool> own;
+  std::unordered_map<std::string, bool> marker;
   std::unordered_map<std::string, int> runs_user;  // -1: not known from the name
   std::unordered_map<std::string, bool> file_user;
   std::unordered_map<FrameKey, int64_t, FrameKeyHash> frames;
@@ -245,6 +246,14 @@ struct Oracle {
     if (it != own.end()) return it->second;
     bool v = helper.attr("own")(clean(name)).cast<bool>();
     own.emplace(name, v);
+    return v;
+  }
+  // statements.StatementLines' call: its caller is the statement; no event of its own
+  bool is_marker(const std::string& name) {
+    auto it = marker.find(name);
+    if (it != marker.end()) return it->second;
+    bool v = helper.attr("marker")(clean(name)).cast<bool>();
+    marker.emplace(name, v);
     return v;
   }
   int runs_user_code(const std::string& name, bool is_pycall) {
@@ -345,9 +354,11 @@ void walk_tree(const ProfilerResult& res, Oracle& oracle, TreeOut& out) {
           }
           item.module = mit->second;
         }
-        int64_t t0 = node->start_time_ns_;
-        out.py_rows.push_back({t0, node->endTimeNS() - t0, node->start_tid_, out.names.code_of(name),
-                               item.user_frame >= 0 ? item.user_frame : item.any_frame, item.module});
+        if (!oracle.is_marker(name)) {
+          int64_t t0 = node->start_time_ns_;
+          out.py_rows.push_back({t0, node->endTimeNS() - t0, node->start_tid_, out.names.code_of(name),
+                                 item.user_frame >= 0 ? item.user_frame : item.any_frame, item.module});
+        }
       }
     } else if (tag == EventType::TorchOp) {
       node->visit([&](const auto& f) {

@@ -1,0 +1,128 @@
+"""Time per source line: the one definition, used by the report, rules, dashboard, agent and diff.
+
+A line's time is the time of the work whose statement it is (`events.source_frame_id`: the
+innermost user statement that called it, and for backward work the forward statement that built
+its autograd node):
+- `cpu_ns`: sum of durations of outermost CPU operators (`event_id = top_op_id`) of the line;
+- `device_ns`: sum of durations of device work (kernel, memcpy, memset) of the line (streams that
+  overlap add up);
+- `python_ns`: Python-level time: the self time (`self_ns`) of the Python calls the line made
+  outside any operator (decoding, `time.sleep`, Python loops in `__getitem__`, callbacks): time
+  no operator accounts for;
+- `*_backward_ns`: the part of each in the backward pass (`pass = 'backward'`); the rest is the
+  forward pass, optimizer and data loading work called from the line;
+- `calls`: number of outermost CPU operators of the line; `calls_per_step`: that over the rank's
+  profiler steps (null without steps); `kernels`: number of kernel events of the line.
+"self" is the line's own figure; "total" adds the figures of every line it called (a line counts
+once per event, through `frames.parent_frame_id`).
+
+Must not: decide what is a problem (rules do) or render anything.
+"""
+
+from __future__ import annotations
+
+from ..store import Run
+from .metrics import DEVICE_WORK_KINDS, kinds_sql
+
+LINE_FIELDS = ("calls", "kernels", "cpu_ns", "cpu_backward_ns", "device_ns", "device_backward_ns", "python_ns")
+
+LINE_DEFINITIONS = {
+    "source": "file:line of a user statement; backward work counts on the forward statement that built its autograd node",
+    "code": "the text of the line, when the source was readable",
+    "calls": "number of outermost CPU operators (top_op_id = event_id) of the line; calls_per_step: over the profiler steps",
+    "kernels": "number of kernel events of the line",
+    "cpu_ns": "sum of durations of the line's outermost CPU operators (also as cpu_op_ns)",
+    "device_ns": "sum of durations of the line's kernel, memcpy and memset events (device events take their launch's "
+                 "statement); streams that overlap add up",
+    "cpu_backward_ns": "the part of cpu_ns in the backward pass",
+    "python_ns": "Python-level time: self time of the Python calls the line made outside any operator",
+    "device_backward_ns": "the part of device_ns in the backward pass",
+}
+"""What each figure of `line_times` means: for agents, beside the rows."""
+
+
+PYTHON_SELF = "e.kind = 'python' AND e.op_id IS NULL"
+"""Python calls whose self time is Python-level work of their calling statement: outside every
+operator (inside one, the operator's time already holds it)."""
+
+
+def _rank_filter(rank: int | None, alias: str = "e") -> str:
+    return "TRUE" if rank is None else f"{alias}.rank = {int(rank)}"
+
+
+def frame_times_sql(rank: int | None) -> str:
+    """One row per source frame of the rank (every rank: None): LINE_FIELDS (plain DuckDB over
+    the run's views)."""
+    dev = kinds_sql(DEVICE_WORK_KINDS)
+    top = "e.kind = 'cpu_op' AND e.event_id = e.top_op_id"
+    return f"""SELECT e.source_frame_id AS frame_id,
+  count(*) FILTER (WHERE {top}) AS calls,
+  count(*) FILTER (WHERE e.kind = 'kernel') AS kernels,
+  coalesce(sum(e.dur_ns) FILTER (WHERE {top}), 0)::BIGINT AS cpu_ns,
+  coalesce(sum(e.dur_ns) FILTER (WHERE {top} AND e.pass = 'backward'), 0)::BIGINT AS cpu_backward_ns,
+  coalesce(sum(e.dur_ns) FILTER (WHERE e.kind IN {dev}), 0)::BIGINT AS device_ns,
+  coalesce(sum(e.dur_ns) FILTER (WHERE e.kind IN {dev} AND e.pass = 'backward'), 0)::BIGINT AS device_backward_ns,
+  coalesce(sum(e.self_ns) FILTER (WHERE {PYTHON_SELF}), 0)::BIGINT AS python_ns
+FROM events e WHERE {_rank_filter(rank)} AND e.source_frame_id IS NOT NULL AND (({top}) OR e.kind IN {dev} OR ({PYTHON_SELF}))
+GROUP BY 1"""
+
+
+def line_times_sql(rank: int | None) -> str:
+    """Self figures per user source line, with its code text: what `hot_source_lines` and the
+    hotspot rule read (evidence SQL that runs on plain DuckDB). Over every rank (None), lines of
+    the same file and number add up and `calls_per_step` divides by the steps of all ranks."""
+    return f"""WITH t AS ({frame_times_sql(rank)}),
+n AS (SELECT count(DISTINCT (rank, step)) AS steps FROM events e WHERE {_rank_filter(rank)} AND kind = 'step')
+SELECT f.file || ':' || f.line AS source, f.file, f.line, any_value(f.code) AS code, any_value(f.function) AS function,
+  any_value(f.line_kind) AS line_kind,
+  min(f.frame_id) AS frame_id, sum(t.calls)::BIGINT AS calls,
+  CASE WHEN any_value(n.steps) > 0 THEN sum(t.calls) / any_value(n.steps) END AS calls_per_step,
+  sum(t.kernels)::BIGINT AS kernels,
+  sum(t.cpu_ns)::BIGINT AS cpu_ns, sum(t.cpu_backward_ns)::BIGINT AS cpu_backward_ns,
+  sum(t.device_ns)::BIGINT AS device_ns, sum(t.device_backward_ns)::BIGINT AS device_backward_ns,
+  sum(t.python_ns)::BIGINT AS python_ns
+FROM t JOIN frames f ON f.frame_id = t.frame_id CROSS JOIN n
+WHERE f.is_user GROUP BY f.file, f.line"""
+
+
+def line_times(run: Run, rank: int) -> list[dict]:
+    """Self figures per user line of a rank (see the module docstring), heaviest first."""
+    rel = run.sql(line_times_sql(rank) + " ORDER BY device_ns DESC, cpu_ns DESC, source")
+    cols = [d[0] for d in rel.description]
+    return [dict(zip(cols, r)) for r in rel.fetchall()]
+
+
+def self_and_total(run: Run, rank: int) -> dict:
+    """Per user line: self and total CPU and device time ('file:line' → dict), and whether the
+    rank has user frames at all. Total adds every line that the line's statement called."""
+    frames = {fid: (f"{file}:{line}", parent) for fid, file, line, parent in run.sql(
+        "SELECT frame_id, file, line, parent_frame_id FROM frames WHERE rank = ? AND is_user", [rank]).fetchall()}
+    if not frames:
+        return {"lines": {}, "has_frames": False}
+    per_frame = run.sql(frame_times_sql(rank)).fetchall()
+    chains: dict[int, set[str]] = {}
+
+    def lines_of(fid: int) -> set[str]:
+        if fid not in chains:
+            seen, out, cur = set(), set(), fid
+            while cur is not None and cur in frames and cur not in seen:
+                seen.add(cur)
+                out.add(frames[cur][0])
+                cur = frames[cur][1]
+            chains[fid] = out
+        return chains[fid]
+
+    lines: dict[str, dict] = {}
+    for fid, *values in per_frame:
+        if fid not in frames:
+            continue
+        figures = dict(zip(LINE_FIELDS, values))
+        own = frames[fid][0]
+        for line in lines_of(fid):
+            row = lines.setdefault(line, {"source": line, **{f"{k}_self": 0 for k in LINE_FIELDS},
+                                          **{f"{k}_total": 0 for k in LINE_FIELDS}})
+            for k, v in figures.items():
+                row[f"{k}_total"] += int(v or 0)
+                if line == own:
+                    row[f"{k}_self"] += int(v or 0)
+    return {"lines": lines, "has_frames": True}

@@ -1,0 +1,131 @@
+"""Which pass every event belongs to, and the forward operator behind each piece of backward work.
+
+Backward work runs under `autograd::engine::evaluate_function: XBackward0` operators, called from
+`loss.backward()`: charged to where it was called, two thirds of a training step would land on
+that one line. The autograd node `XBackward0` was created by a forward operator, and the profiler
+records the link twice:
+- a `fwdbwd` flow from the forward operator to the backward node (the first choice), and
+- the node's `Sequence number`, which the forward operator that created it carries too (the
+  fallback: among forward operators with that number, the last one to start before the node
+  ran is the one that took the number; sequence numbers count per forward thread).
+`AccumulateGrad` nodes (sequence number -1, no flow) go with the node evaluated just before them
+on the same thread. Every event inside an `evaluate_function` takes its node's forward operator
+(`fwd_op_id`); device events take their launch's (build.py).
+
+Passes, from the innermost marker around an event: `backward` (inside `evaluate_function` or
+the `run_backward` call), `optimizer` (inside torch's `Optimizer.step#…` / `Optimizer.zero_grad#…`
+ranges), `data` (inside torch's `enumerate(DataLoader)#…` range), else `forward` for host work
+and `other` for steps, annotations of the profiler itself and device events with no launch.
+
+Must not: read files or know about JSON or torch objects (build.py hands over arrays).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
+PASSES = ("forward", "backward", "optimizer", "data", "other")
+"""Values of `events.pass`, in code order."""
+
+_BACKWARD_CALL = re.compile(r"(run_backward|^torch/autograd/__init__\.py\(\d+\): backward$|^torch/_tensor\.py\(\d+\): backward$)")
+_OPTIMIZER = re.compile(r"^Optimizer\.(step|zero_grad)#")
+_DATA = re.compile(r"^enumerate\(DataLoader\)#")
+_SEQUENCE = r'"Sequence number"\s*:\s*(?P<seq>-?\d+)'
+P = {name: code for code, name in enumerate(PASSES)}
+
+
+def _name_flags(name_values: list, pattern) -> np.ndarray:
+    return np.array([bool(v) and bool(pattern(v)) for v in name_values], dtype=bool)
+
+
+def _nearest_marked(parent: np.ndarray, marked: np.ndarray) -> np.ndarray:
+    from .build import nearest_marked
+
+    return nearest_marked(parent, marked)
+
+
+def sequence_numbers(args: pa.Array | None, rows: np.ndarray) -> np.ndarray:
+    """The `Sequence number` in the args JSON of the given rows (-1 where there is none)."""
+    if args is None or not len(rows):
+        return np.full(len(rows), -1, dtype=np.int64)
+    found = pc.extract_regex(args.take(pa.array(rows)), _SEQUENCE).field("seq")
+    found = pc.if_else(pc.equal(found, ""), pa.scalar(None, pa.string()), found)  # rows with no match
+    return np.asarray(pc.cast(found, pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def backward_links(*, name_codes: np.ndarray, name_values: list, is_op: np.ndarray, is_python: np.ndarray,
+                   parent: np.ndarray, ts: np.ndarray, track: np.ndarray, fwdbwd: tuple[np.ndarray, np.ndarray],
+                   args: pa.Array | None, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(forward operator index per event or -1, pass code per host event, counts).
+
+    Arrays are in the rank's time order; `fwdbwd` is (start event, finish event) of each bound
+    `fwdbwd` flow; `args` is in the source order, `order[i]` its row for sorted event i.
+    """
+    n = len(name_codes)
+    fwd = np.full(n, -1, dtype=np.int64)
+    is_eval = is_op & _name_flags(name_values, lambda v: v.startswith(EVALUATE_PREFIX))[name_codes] if n else np.zeros(0, bool)
+    evals = np.flatnonzero(is_eval)
+    counts = {"backward_nodes": int(len(evals)), "linked_by_flow": 0, "linked_by_sequence": 0, "linked_after": 0}
+    if len(evals):
+        eval_of = _nearest_marked(parent, is_eval)  # innermost evaluate_function around each event
+        link = np.full(n, -1, dtype=np.int64)  # per evaluate_function: its forward operator
+        starts, finishes = fwdbwd
+        ok = (starts >= 0) & (finishes >= 0)
+        starts, finishes = starts[ok], finishes[ok]
+        owner = eval_of[finishes]
+        ok = (owner >= 0) & (eval_of[starts] < 0)  # a forward operator is not itself backward work
+        link[owner[ok]] = starts[ok]
+        counts["linked_by_flow"] = int(np.count_nonzero(link[evals] >= 0))
+
+        missing = evals[link[evals] < 0]
+        if len(missing):
+            # the node is the operator directly inside evaluate_function; it and the wrapper carry the number
+            seq_missing = sequence_numbers(args, order[missing])
+            candidates = np.flatnonzero(is_op & (eval_of < 0))
+            seq_cand = sequence_numbers(args, order[candidates])
+            keep = seq_cand >= 0
+            candidates, seq_cand = candidates[keep], seq_cand[keep]
+            o = np.lexsort((ts[candidates], seq_cand))
+            candidates, seq_cand = candidates[o], seq_cand[o]
+            lo = np.searchsorted(seq_cand, seq_missing, side="left")
+            hi = np.searchsorted(seq_cand, seq_missing, side="right")
+            for i, (a, b) in enumerate(zip(lo, hi)):
+                if a == b or seq_missing[i] < 0:
+                    continue
+                group = candidates[a:b]
+                k = np.searchsorted(ts[group], ts[missing[i]], side="right") - 1
+                if k >= 0:
+                    link[missing[i]] = group[k]
+            counts["linked_by_sequence"] = int(np.count_nonzero(link[missing] >= 0))
+
+        # AccumulateGrad and other nodes with no number: the node evaluated just before on the thread
+        o = np.lexsort((ts[evals], track[evals]))
+        ordered = evals[o]
+        tr = track[ordered]
+        group_start = np.searchsorted(tr, tr, side="left")
+        pos = np.arange(len(ordered))
+        last = np.maximum.accumulate(np.where(link[ordered] >= 0, pos, -1))
+        fill = (link[ordered] < 0) & (last >= group_start)
+        link[ordered[fill]] = link[ordered[last[fill]]]
+        counts["linked_after"] = int(np.count_nonzero(fill))
+
+        inside = eval_of >= 0
+        fwd[inside] = link[eval_of[inside]]
+
+    # passes, from the innermost marker around each event
+    marker = np.full(n, -1, dtype=np.int8)
+    if n:
+        marker[is_eval] = P["backward"]
+        marker[is_python & _name_flags(name_values, _BACKWARD_CALL.search)[name_codes]] = P["backward"]
+        marker[~is_python & ~is_op & _name_flags(name_values, _OPTIMIZER.match)[name_codes]] = P["optimizer"]
+        marker[~is_python & ~is_op & _name_flags(name_values, _DATA.match)[name_codes]] = P["data"]
+        around = _nearest_marked(parent, marker >= 0)
+        pass_code = np.where(around >= 0, marker[np.maximum(around, 0)], P["forward"]).astype(np.int8)
+    else:
+        pass_code = np.zeros(0, dtype=np.int8)
+    return fwd, pass_code, counts
