@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from neuron_explorer.agent.tools import RunSet as AgentTools
 from neuron_explorer.analyzers import analyze
 from neuron_explorer.analyzers.lines import line_times
 from neuron_explorer.store import open_run
@@ -101,6 +102,16 @@ def test_attention_loop_lands_on_its_statements_not_on_backward(tmp_path):
     assert loop_finding.evidence.values["calls_per_step"] >= 100 and loop_finding.evidence.values["cpu_backward_ns"] > 0
     if loop_finding.location.source.endswith(f":{mix}"):  # softmax and matmul per head: the fused kernel is the fix
         assert "scaled_dot_product_attention" in loop_finding.recommendation
+    # an agent gets the line, its code and the backward split in one call
+    agent = AgentTools([run])
+    try:
+        first = agent.findings(k=1)["findings"][0]
+        hot = agent.hot_source_lines(k=1)["lines"][0]
+    finally:
+        agent.close()
+    assert first["source"] == top.location.source and first["code"] == lines[int(first["source"].rsplit(":", 1)[1]) - 1].strip()
+    assert first["values"]["cpu_backward_ns"] > 0
+    assert hot["source"] in (f"{script}:{scores}", f"{script}:{mix}") and hot["code"] and hot["cpu_backward_ns"] > 0
     # `info` says how much backward time reached a forward statement
     info = json.loads(cli("info", run, "--json").stdout)
     dq = info["ranks"][0]["data_quality"]

@@ -44,11 +44,12 @@ def call(server, script):
     return out["value"]
 
 
-def data(result) -> dict:
-    """The tool's JSON payload, from the structured content (and the text content must say the same)."""
-    assert not result.is_error, result
+def data(result, failed: bool = False) -> dict:
+    """The tool's JSON payload, from the structured content (and the text content must say the same);
+    MCP's isError is set exactly when the envelope says `ok: false`."""
+    assert result.is_error is failed, result
     text = json.loads(result.content[0].text)
-    assert text == result.structured_content
+    assert text == result.structured_content and text["ok"] is not failed
     return result.structured_content
 
 
@@ -66,14 +67,15 @@ def test_every_tool_and_resource_in_process(runs):
         r["findings_high"] = data(await c.call_tool("findings", {"run": "t68k", "severity": "high"}))
         r["explain"] = data(await c.call_tool("explain_finding", {"run": "t68k", "finding": 0}))
         r["query"] = data(await c.call_tool("query", {"run": "hand", "sql": "SELECT name FROM events WHERE kind = 'kernel' ORDER BY ts_ns"}))
-        r["refused"] = data(await c.call_tool("query", {"run": "hand", "sql": "COPY (SELECT 1) TO 'x.csv'"}))
+        r["refused"] = data(await c.call_tool("query", {"run": "hand", "sql": "COPY (SELECT 1) TO 'x.csv'"}), failed=True)
         r["slow"] = data(await c.call_tool("query", {"run": "hand", "timeout_s": 0.5,
-                                                     "sql": "SELECT count(*) FROM range(1000000000000) a, range(1000000000000) b"}))
+                                                     "sql": "SELECT count(*) FROM range(1000000000000) a, range(1000000000000) b"}),
+                         failed=True)
         r["hot"] = data(await c.call_tool("hot_source_lines", {"run": "hand"}))
         gemm = data(await c.call_tool("query", {"run": "hand", "sql": "SELECT event_id FROM events WHERE name = 'gemm'"}))["rows"][0][0]
         r["context"] = data(await c.call_tool("event_context", {"run": "hand", "event_id": gemm}))
         r["compare"] = data(await c.call_tool("compare", {"base": "hand", "test": "t68k", "k": 5}))
-        r["compare_bad"] = data(await c.call_tool("compare", {"base": "hand", "test": "nope"}))
+        r["compare_bad"] = data(await c.call_tool("compare", {"base": "hand", "test": "nope"}), failed=True)
         r["resources"] = {str(x.uri) for x in (await c.list_resources()).resources}
         r["templates"] = {x.uri_template for x in (await c.list_resource_templates()).resource_templates}
         r["schema"] = (await c.read_resource("neuron-explorer://schema")).contents[0].text
@@ -189,8 +191,9 @@ def test_stdio_stdout_carries_only_the_protocol(runs):
         send({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
               "params": {"name": "query", "arguments": {"sql": "SELECT count(*) FROM range(100000000000) a, range(1000000000) b",
                                                          "timeout_s": 3}}})  # long enough for DuckDB's progress bar
-        slow = json.loads(wait_for(3)["result"]["content"][0]["text"])
-        assert slow["ok"] is False and "interrupted" in slow["error"]
+        slow_reply = wait_for(3)["result"]
+        slow = json.loads(slow_reply["content"][0]["text"])
+        assert slow["ok"] is False and "interrupted" in slow["error"] and slow_reply["isError"] is True
         proc.stdin.close()
         rest = ""
         proc.wait(timeout=60)

@@ -1,26 +1,45 @@
 """The MCP server (`neuron-explorer mcp RUN...`): the agent tools and resources over stdio.
 
-A thin layer over `tools.RunSet`: each MCP tool is one RunSet method, with a description that
-tells an agent what it returns and how it is bounded. Resources: the schema (all views and
+A thin layer over `tools.RunSet`: each MCP tool is one RunSet method (`tools.TOOLS`), registered
+with the method's own signature and docstring, which tells an agent what it returns and how it is
+bounded; a result with `ok: false` also sets MCP's `isError`. Resources: the schema (all views and
 columns) and each run's report. Logging goes to stderr: stdout carries only the protocol.
 `compare` calls the analyzers' run diff (analyzers/diff.py), imported when first used.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+import json
 import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from .tools import MAX_CHARS, MAX_ROWS, RunSet
+from .tools import MAX_CHARS, MAX_ROWS, TOOLS, RunSet
 
 INSTRUCTIONS = f"""Neuron Explorer: PyTorch profiler runs (events from the Python line to the device kernel) as SQL views.
 Start with list_runs, then the schema resource (or the query tool on `schema_fields`), summary and findings.
 Verify a finding with explain_finding; ask your own questions with query (one read-only SELECT, DuckDB SQL).
 Times and durations are int64 nanoseconds. Results hold at most {MAX_ROWS} rows and about {MAX_CHARS} characters;
 `truncated: true` says a result was cut."""
+
+
+def _register(server: Any, method: Any) -> None:
+    """One RunSet method as an MCP tool: its name, parameters and docstring as they are; the
+    envelope is the structured result, and a failed call (`ok: false`) sets MCP's isError."""
+    from mcp.types import CallToolResult, TextContent
+
+    @functools.wraps(method)
+    def tool(**kwargs: Any) -> CallToolResult:
+        out = method(**kwargs)
+        return CallToolResult(content=[TextContent(type="text", text=json.dumps(out, default=str))], structured_content=out,
+                              is_error=not out.get("ok", False))
+
+    tool.__signature__ = inspect.signature(method).replace(return_annotation=CallToolResult)  # type: ignore[attr-defined]
+    server.tool(name=method.__name__, description=inspect.getdoc(method))(tool)
 
 
 def build_server(runs: list[Path | str]) -> Any:
@@ -31,46 +50,8 @@ def build_server(runs: list[Path | str]) -> Any:
     server = MCPServer(name="neuron-explorer", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
     server.run_set = rs  # for tests and for closing
 
-    @server.tool(description="The runs this server serves: name, path, ranks, event count. Pass `run` (a name) to the other tools.")
-    def list_runs() -> dict[str, Any]:
-        return rs.list_runs()
-
-    @server.tool(description="A run's summary: ranks, devices, steps, event counts, data-quality warnings, and the analyzer's "
-                 "summary numbers (step time, device busy/idle ...) when the analyzer is available.")
-    def summary(run: str | None = None) -> dict[str, Any]:
-        return rs.summary(run)
-
-    @server.tool(description="The analyzer's findings ranked by impact: top `k`, optionally only one `category` or `severity` "
-                 "at or above a level (high > medium > low > info). Each has a number `finding` for explain_finding.")
-    def findings(run: str | None = None, k: int = 10, category: str | None = None, severity: str | None = None) -> dict[str, Any]:
-        return rs.findings(run, k=k, category=category, severity=severity)
-
-    @server.tool(description="One finding in full, with its evidence query run in the sandbox (its rows, up to `max_rows`) "
-                 "and its sample events: check the claim against the data.")
-    def explain_finding(finding: int, run: str | None = None, max_rows: int = 20) -> dict[str, Any]:
-        return rs.explain_finding(run, finding=finding, max_rows=max_rows)
-
-    @server.tool(description="Run ONE read-only SELECT (DuckDB SQL) on a run. Views: events, frames, flows, memory, counters, "
-                 "steps, ranks, devices, schema_fields (read it to learn the columns). Returns {ok, error, columns, types, rows, "
-                 f"row_count, truncated}}; at most max_rows (<= {MAX_ROWS}) rows; the query is stopped after timeout_s (<= 60).")
-    def query(sql: str, run: str | None = None, max_rows: int = 50, timeout_s: float = 10.0) -> dict[str, Any]:
-        return rs.query(run, sql=sql, max_rows=max_rows, timeout_s=timeout_s)
-
-    @server.tool(description="Source lines ranked by device time (kernels, copies, memsets launched from the line), then by "
-                 "time in outermost CPU operators. Empty when the trace has no Python stacks.")
-    def hot_source_lines(run: str | None = None, k: int = 20, rank: int | None = None) -> dict[str, Any]:
-        return rs.hot_source_lines(run, k=k, rank=rank)
-
-    @server.tool(description="An event's chain: source line, module path, outermost and innermost CPU operator, the runtime "
-                 "launch, the device events it led to; and its neighbours in time on the same track with the gaps between.")
-    def event_context(event_id: int, run: str | None = None, neighbours: int = 3) -> dict[str, Any]:
-        return rs.event_context(run, event_id=event_id, neighbours=neighbours)
-
-    @server.tool(description="Compare two runs (base, test): step time per profiler step with Welch's t-test verdict "
-                 "(slower, faster, no significant change), and the top `k` changes per step by source line, module, operator "
-                 "and kernel, ranked by absolute change (definitions: docs/COMPARE.md).")
-    def compare(base: str, test: str, k: int = 20, significant_only: bool = False) -> dict[str, Any]:
-        return rs.compare(base, test, k=k, significant_only=significant_only)
+    for name in TOOLS:
+        _register(server, getattr(rs, name))
 
     @server.resource("neuron-explorer://schema", name="schema", mime_type="text/plain",
                      description="Every view and column with type, unit and meaning (the first run's schema_fields).")

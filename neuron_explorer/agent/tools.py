@@ -30,6 +30,10 @@ DEVICE_WORK_KINDS = ("kernel", "memcpy", "memset")
 
 SEVERITY_ORDER = ("high", "medium", "low", "info")
 
+TOOLS = ("list_runs", "summary", "findings", "explain_finding", "query", "hot_source_lines", "event_context", "compare")
+"""The RunSet methods that are agent tools: each method's signature and docstring are the tool's
+one definition (the MCP server registers them as they are)."""
+
 
 def error(message: str, **extra) -> dict:
     return {"ok": False, "error": message, **extra}
@@ -112,6 +116,15 @@ class RunSet:
             raise RuntimeError(res.error)
         return res.records()
 
+    def _codes(self, name: str, sources: set[str]) -> dict[str, str]:
+        """'file:line' → the line's code text, where the run's frames hold it."""
+        if not sources:
+            return {}
+        wanted = ", ".join("'" + x.replace("'", "''") + "'" for x in sorted(sources))
+        rows = self._sql(name, f"SELECT file || ':' || line AS source, any_value(code) AS code FROM frames "
+                               f"WHERE file || ':' || line IN ({wanted}) AND code IS NOT NULL GROUP BY 1")
+        return {r["source"]: r["code"] for r in rows}
+
     def report(self, name: str) -> dict:
         """The analyzer's report for a run as a dict (computed once; never written to the run)."""
         with self._lock:
@@ -143,6 +156,7 @@ class RunSet:
 
     # --- tools ---------------------------------------------------------------------------
     def list_runs(self) -> dict:
+        """The runs this server serves: name, path, ranks, event count. Pass `run` (a name) to the other tools."""
         def go():
             runs = []
             for name, path in self._runs.items():
@@ -155,6 +169,8 @@ class RunSet:
         return self._call(go)
 
     def summary(self, run: str | None = None) -> dict:
+        """A run's summary: ranks, devices, steps, event counts, data-quality warnings, and the analyzer's summary
+        numbers (step time, device busy/idle ...) when the analyzer is available."""
         def go():
             from ..info import run_info
 
@@ -171,6 +187,9 @@ class RunSet:
         return self._call(go)
 
     def findings(self, run: str | None = None, k: int = 10, category: str | None = None, severity: str | None = None) -> dict:
+        """The analyzer's findings ranked by impact: top `k`, optionally only one `category` or `severity` at or above
+        a level (high > medium > low > info). Each has a number `finding` for explain_finding, its source line and that
+        line's code, and the figures behind it (for source lines: the forward and backward split)."""
         def go():
             name = self._resolve(run)
             all_f = self.report(name).get("findings", [])  # first: says so when the analyzer is missing
@@ -188,13 +207,19 @@ class RunSet:
                     continue
                 picked.append({"finding": i, **{key: f.get(key) for key in (
                     "rule_id", "title", "category", "severity", "impact_ns", "impact_share", "saving_bound_ns", "confidence")},
-                    "source": (f.get("location") or {}).get("source"), "recommendation": f.get("recommendation")})
+                    "source": (f.get("location") or {}).get("source"), "recommendation": f.get("recommendation"),
+                    "values": (f.get("evidence") or {}).get("values")})
+            codes = self._codes(name, {p["source"] for p in picked if p["source"]})
+            for p in picked:
+                p["code"] = codes.get(p["source"])
             kk = max(0, min(int(k), MAX_ROWS))
             return {"ok": True, "run": name, "total_findings": len(all_f), "matching": len(picked),
                     "findings": picked[:kk], "truncated": len(picked) > kk}
         return self._call(go)
 
     def explain_finding(self, run: str | None = None, finding: int = 0, max_rows: int = 20) -> dict:
+        """One finding in full, with its evidence query run in the sandbox (its rows, up to `max_rows`) and its sample
+        events: check the claim against the data."""
         def go():
             name = self._resolve(run)
             all_f = self.report(name).get("findings", [])
@@ -213,6 +238,9 @@ class RunSet:
         return self._call(go)
 
     def query(self, run: str | None = None, sql: str = "", max_rows: int = 50, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
+        """Run ONE read-only SELECT (DuckDB SQL) on a run. Views: events, frames, flows, memory, counters, steps, ranks,
+        devices, schema_fields (read it to learn the columns). Returns {ok, error, columns, types, rows, row_count,
+        truncated}; at most max_rows (<= 200) rows; the query is stopped after timeout_s (<= 60)."""
         def go():
             name = self._resolve(run)
             rows = max(0, min(int(max_rows), MAX_ROWS))
@@ -221,6 +249,9 @@ class RunSet:
         return self._call(go)
 
     def hot_source_lines(self, run: str | None = None, k: int = 20, rank: int | None = None) -> dict:
+        """User statements ranked by device time, then CPU time in outermost operators, with their code, calls per
+        step, the backward part (backward work counts on the forward statement that built it) and Python-level time.
+        Empty when the run has no Python stacks."""
         def go():
             name = self._resolve(run)
             kk = max(1, min(int(k), MAX_ROWS))
@@ -234,6 +265,8 @@ class RunSet:
         return self._call(go)
 
     def event_context(self, run: str | None = None, event_id: int = 0, neighbours: int = 3) -> dict:
+        """An event's chain: source line, module path, outermost and innermost CPU operator, the runtime launch, the
+        device events it led to; and its neighbours in time on the same track with the gaps between."""
         def go():
             name = self._resolve(run)
             eid = int(event_id)
@@ -283,6 +316,9 @@ class RunSet:
         return self._call(go)
 
     def compare(self, base: str, test: str, k: int = 20, significant_only: bool = False) -> dict:
+        """Compare two runs (base, test): the steady-state step-time verdict (slower, faster, no significant change,
+        cannot tell; the test used and the steps compared), and the top `k` changes per step by source line, module,
+        operator and kernel, ranked by absolute change (definitions: docs/COMPARE.md)."""
         def go():
             b, t = self._resolve(base), self._resolve(test)
             try:
