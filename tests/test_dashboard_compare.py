@@ -18,6 +18,7 @@ are 13.2 ms × 1.04 long and start at that step's start (base +20.32 ms, test +2
 from __future__ import annotations
 
 import json
+import statistics
 import threading
 from pathlib import Path
 
@@ -90,8 +91,10 @@ def test_compare_gives_the_verdict_and_the_slow_line_first(rs, paths):
     d = queries.compare(rs, base=0, test=1)
     s = d["step_time"]
     assert s["verdict"] == "slower" and s["significant"] and s["p_value"] < 0.001
-    assert s["delta_ns"] == pytest.approx((sum(TEST_STEPS) - sum(BASE_STEPS)) / 5 * 1e6)
+    assert s["delta_ns"] == pytest.approx((statistics.median(TEST_STEPS) - statistics.median(BASE_STEPS)) * 1e6)
     assert s["base"]["n"] == 5 and s["base"]["mean"] == pytest.approx(sum(BASE_STEPS) / 5 * 1e6)
+    assert s["base"]["median"] == pytest.approx(statistics.median(BASE_STEPS) * 1e6) and s["test_name"] == "welch-t"
+    assert s["steps"]["base"] == s["steps"]["test"] == {"steps": 5, "used": [0, 1, 2, 3, 4], "left_out": []}
     assert s["base"]["ci_low"] < s["base"]["mean"] < s["base"]["ci_high"] < s["test"]["ci_low"]
     assert (d["base"], d["test"]) == ({"run": 0, "name": "base"}, {"run": 1, "name": "test"})
     lines = d["deltas"]["source_line"]
@@ -204,8 +207,9 @@ def _text(component) -> str:
 def test_verdict_panel_shows_means_cis_and_the_verdict(rs):
     text = _text(compare_view.verdict_panel(rs, 0, 1))
     s = queries.compare(rs, base=0, test=1)["step_time"]
-    assert "SLOWER" in text and "+2.980 ms (+29.7%)" in text and "Welch" in text
+    assert "SLOWER" in text and f"+{s['delta_ns'] / 1e6:,.3f} ms ({s['delta_pct']:+.1f}%)" in text and "Welch's t-test p" in text
     assert f"{s['base']['ci_low'] / 1e6:,.3f} ms" in text and f"{s['test']['mean'] / 1e6:,.3f} ms" in text
+    assert f"{s['test']['median'] / 1e6:,.3f} ms" in text and "5 of 5 (0..4)" in text and "Cliff's delta +1.00" in text
     with pytest.raises(NeuronExplorerError):
         compare_view.verdict_panel(rs, 0, 0)
     with pytest.raises(NeuronExplorerError):
@@ -288,6 +292,8 @@ def test_compare_view_in_chromium(server, browser):  # noqa: F811  (the shared f
     drv.find_element(By.ID, "mode-compare").click()
     badge = wait_for(drv, "const e = document.getElementById('cmp-verdict-badge'); return e && e.innerText", what="verdict")
     assert badge == "SLOWER"
+    assert drv.find_element(By.CSS_SELECTOR, "td.nx-steps-used").text == "5 of 5 (0..4)"
+    assert drv.find_element(By.ID, "cmp-test-name").text.startswith("Welch's t-test p = ")
     assert not drv.execute_script("return document.getElementById('compare-view').offsetParent === null")
     assert drv.execute_script("return document.getElementById('explore-view').offsetParent === null")  # explore is hidden
     for gid in ("cmp-base-timeline", "cmp-test-timeline"):

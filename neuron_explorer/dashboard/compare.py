@@ -1,7 +1,8 @@
 """The compare view's queries: two runs served by the dashboard, named by index.
 
-`compare` is `analyzers.diff.compare` on the two runs (step time with its 95% CIs, Welch's p-value
-and verdict; the delta lists per source line, module, operator and kernel), cached per
+`compare` is `analyzers.diff.compare` on the two runs (step time over the steady-state steps, with
+the steps used and left out, medians, the test used, its p-value, effect size and verdict; the
+delta lists per source line, module, operator and kernel), cached per
 (base, test) pair and returned without paths. `compare_timeline` is the existing timeline view
 of one step of each run, aligned: both windows start where the step starts (x = 0) and have the
 same length — the longer of the two steps plus a margin — so both are drawn to the same time
@@ -52,8 +53,9 @@ def _diff(rs: RunSet, b: OpenRun, t: OpenRun) -> diff_mod.Diff:
 def compare(rs: RunSet, base=0, test=1, limit=None) -> dict:
     """The comparison of run `test` against run `base` (docs/COMPARE.md has every definition).
 
-    step_time: per-run samples (n, mean, std, 95% CI in ns), delta_ns, delta_pct, t, p_value,
-    significant, verdict. deltas: per type (source_line, module, operator, kernel) the rows of
+    step_time: per-run samples over the steady steps (n, median, mean, std, 95% CI in ns), the
+    steps used and left out (steps.base / steps.test), delta_ns (change of the median), its
+    bootstrap CI, test_name, p_value, effect_size, significant, verdict and reason. deltas: per type (source_line, module, operator, kernel) the rows of
     diff.compare in its order (largest absolute change per step first), with counts of all and of
     significant rows."""
     b, t = _pair(rs, base, test)

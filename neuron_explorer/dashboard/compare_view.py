@@ -74,8 +74,20 @@ def mode_switch():
                      dcc.Store(id="mode", data="explore")], className="nx-mode")
 
 
+TEST_NAMES = {"mann-whitney-u": "Mann–Whitney U", "welch-t": "Welch's t-test", "none": "no test"}
+
+
+def _steps_used(sel: dict) -> str:
+    used = sel.get("used", [])
+    if len(used) > 3 and used == list(range(used[0], used[-1] + 1)):
+        return f"{used[0]}..{used[-1]}"
+    return ", ".join(map(str, used)) or "none"
+
+
 def verdict_panel(rs: RunSet, base, test):
-    """The step-time verdict: means, 95% CIs, change, Welch's p-value and the verdict."""
+    """The step-time verdict over the steady-state steps: the steps used and those left out (with
+    why), medians and means with 95% CIs, the change of the median with its CI, the test used,
+    its p-value, the effect size, and why the verdict is what it is."""
     from dash import html
 
     d = cmp.compare(rs, *_pair(base, test), limit=1)
@@ -84,23 +96,37 @@ def verdict_panel(rs: RunSet, base, test):
     p = s["p_value"]
     change = f"{'+' if (s['delta_ns'] or 0) >= 0 else '−'}{_fmt(abs(s['delta_ns'] or 0))}"
     pct = "" if s["delta_pct"] is None else f" ({s['delta_pct']:+.1f}%)"
+    lo, hi = s.get("delta_ci_low_ns"), s.get("delta_ci_high_ns")
+    signed = lambda ns: f"{'+' if ns >= 0 else '−'}{_fmt(abs(ns))}"  # noqa: E731
+    change_ci = "" if lo is None or hi is None else f", 95% CI {signed(lo)} .. {signed(hi)}"
+    test_name = TEST_NAMES.get(s.get("test_name"), s.get("test_name") or "no test")
+    effect = "" if s.get("effect_size") is None else f", Cliff's delta {s['effect_size']:+.2f}"
 
     def ci(x):
         return "n/a (one step)" if x["ci_low"] is None else f"{_fmt(x['ci_low'])} – {_fmt(x['ci_high'])}"
 
-    rows = [html.Tr([html.Th(""), html.Th("run"), html.Th("steps"), html.Th("mean step time"), html.Th("95% CI of the mean")])]
+    rows = [html.Tr([html.Th(""), html.Th("run"), html.Th("steps used"), html.Th("median step time"), html.Th("mean step time"),
+                     html.Th("95% CI of the mean")])]
+    left_out = []
     for role, who, x in (("base", d["base"], s["base"]), ("test", d["test"], s["test"])):
-        rows.append(html.Tr([html.Td(html.B(role)), html.Td(f"{who['run']}: {who['name']}"), html.Td(str(x["n"])),
-                             html.Td(_fmt(x["mean"])), html.Td(ci(x))]))
+        sel = s.get("steps", {}).get(role, {})
+        rows.append(html.Tr([html.Td(html.B(role)), html.Td(f"{who['run']}: {who['name']}"),
+                             html.Td(f"{len(sel.get('used', []))} of {sel.get('steps', 0)} ({_steps_used(sel)})", className="nx-steps-used"),
+                             html.Td(_fmt(x.get("median"))), html.Td(_fmt(x["mean"])), html.Td(ci(x))]))
+        left_out += [html.Div(f"{role}: step {lo_['step']} left out ({_fmt(lo_['dur_ns'])}): {lo_['reason']}", className="nx-muted")
+                     for lo_ in sel.get("left_out", [])]
     return html.Div([
         html.Div([html.Span(verdict.upper(), className="nx-badge", id="cmp-verdict-badge",
                             style={"background": VERDICT_COLORS.get(verdict, "#455A64")}),
-                  html.Span([html.B(f"{change}{pct}"), " per step (test − base)"]),
-                  html.Span(f"Welch's t-test p = {'n/a' if p is None else f'{p:.3g}'}", className="nx-muted")],
+                  html.Span([html.B(f"{change}{pct}"), f" median step (test − base){change_ci}"]),
+                  html.Span(f"{test_name} p = {'n/a' if p is None else f'{p:.3g}'}{effect}", className="nx-muted", id="cmp-test-name")],
                  className="nx-verdict"),
+        *([html.Div(f"because {s['reason']}", className="nx-muted", id="cmp-verdict-reason")] if s.get("reason") else []),
         html.Table(rows, className="nx-cmp-table"),
-        html.Div(f"significant = p < {d['alpha']:g} and a change of at least {d['min_share_of_step']:.0%} of the base step time "
-                 "(definitions: docs/COMPARE.md)", className="nx-muted"),
+        *left_out,
+        html.Div(f"significant = p < {d['alpha']:g} and a change of at least {d['min_share_of_step']:.0%} of the base median step, "
+                 f"over the steady-state steps; {test_name} was used: {s.get('test_reason') or 'n/a'} (definitions: docs/COMPARE.md)",
+                 className="nx-muted"),
         *[html.Div(f"note: {n}", className="nx-muted") for n in d["notes"]],
     ], id="cmp-verdict-body")
 
