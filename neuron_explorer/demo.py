@@ -60,6 +60,9 @@ if __name__ == "__main__":
 
 def train_demo(run_dir: Path | str) -> Path:
     """Write demo_train.py beside run_dir and run it; the run is replaced if it exists."""
+    from .collectors.record import quiet_torch_logs
+
+    quiet_torch_logs()  # the demo's output is the loop's and the report's, not torch's log lines
     run_dir = Path(run_dir)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     script = run_dir.parent / "demo_train.py"
