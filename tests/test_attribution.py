@@ -309,3 +309,34 @@ def test_slow_getitem_names_the_line_inside_it_not_the_loop(tmp_path):
     with open_run(run) as r:
         hot = {row["source"]: row for row in line_times(r, 0)}
     assert hot[f"{script}:{planted}"]["python_ns"] >= 6 * 8 * 2_000_000
+
+
+COMPILED = """\
+    import torch
+
+
+    @torch.compile(backend="eager")
+    def block(x, w):
+        h = x @ w
+        for _ in range(20):
+            h = torch.nn.functional.gelu(h) * 0.5 + h
+        return h
+
+
+    torch.set_num_threads(1)
+    w = torch.randn(128, 128, requires_grad=True)
+    x = torch.randn(64, 128)
+    for step in range(4):
+        y = block(x, w)  # planted
+        y.sum().backward()  # backward call
+"""
+
+
+def test_compiled_region_lands_on_the_line_that_called_it(tmp_path):
+    run, script, lines = _record(tmp_path, COMPILED)
+    planted, backward_call = _line_of(lines, "# planted"), _line_of(lines, "# backward call")
+    per_line = _per_line(run, script)
+    assert per_line[planted]["backward_ns"] > 0, per_line  # CompiledFunctionBackward on the calling statement
+    assert max(per_line, key=lambda k: per_line[k]["ns"]) == planted, per_line
+    decorator = _line_of(lines, "@torch.compile")
+    assert decorator not in per_line, per_line  # not the compiled code's entry line

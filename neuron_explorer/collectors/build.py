@@ -477,8 +477,10 @@ def build_rank(raw: RawRank) -> RankTables:
         name_codes=name_codes, name_values=name_values, is_op=is_op, is_python=is_python, parent=parent, ts=ts,
         track=track, fwdbwd=_flow_pairs(fl, fl_event, "fwdbwd"), args=args, order=order)
     # the statement each event's time belongs to: the forward statement for backward work
-    fwd_frame = np.where(fwd >= 0, ev_frame[np.maximum(fwd, 0)], -1)
-    source_frame = np.where(fwd_frame >= 0, fwd_frame, ev_frame)
+    # (work inside a torch.compile region belongs to the statement that called the compiled function)
+    statement = passes.compiled_region_frames(name_codes=name_codes, name_values=name_values, parent=parent, frame=ev_frame)
+    fwd_frame = np.where(fwd >= 0, statement[np.maximum(fwd, 0)], -1)
+    source_frame = np.where(fwd_frame >= 0, fwd_frame, statement)
 
     # device events inherit operator, step, frame, module, backward link and pass of their launch
     fwd = np.where(has_launch, fwd[li], np.where(is_device, -1, fwd))

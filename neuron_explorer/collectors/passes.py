@@ -12,6 +12,10 @@ records the link twice:
 on the same thread. Every event inside an `evaluate_function` takes its node's forward operator
 (`fwd_op_id`); device events take their launch's (build.py).
 
+Work inside a `Torch-Compiled Region` (torch.compile) takes the region's frame, the statement that
+called the compiled function, and so does the backward of a compiled function (its forward
+operator is inside the region).
+
 Passes, from the innermost marker around an event: `backward` (inside `evaluate_function` or
 the `run_backward` call), `optimizer` (inside torch's `Optimizer.step#…` / `Optimizer.zero_grad#…`
 ranges), `data` (inside torch's `enumerate(DataLoader)#…` range), else `forward` for host work
@@ -29,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
+COMPILED_REGION_PREFIX = "Torch-Compiled Region"
 PASSES = ("forward", "backward", "optimizer", "data", "other")
 """Values of `events.pass`, in code order."""
 
@@ -56,6 +61,25 @@ def sequence_numbers(args: pa.Array | None, rows: np.ndarray) -> np.ndarray:
     found = pc.extract_regex(args.take(pa.array(rows)), _SEQUENCE).field("seq")
     found = pc.if_else(pc.equal(found, ""), pa.scalar(None, pa.string()), found)  # rows with no match
     return np.asarray(pc.cast(found, pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def compiled_region_frames(*, name_codes: np.ndarray, name_values: list, parent: np.ndarray, frame: np.ndarray) -> np.ndarray:
+    """Each event's frame, except that events inside a `Torch-Compiled Region` range take the
+    region's frame: the statement that called the compiled function (inside it, the tracer sees
+    only the compiled code's entry line). The outermost region wins."""
+    n = len(name_codes)
+    if not n:
+        return frame
+    is_region = _name_flags(name_values, lambda v: v.startswith(COMPILED_REGION_PREFIX))[name_codes]
+    if not is_region.any():
+        return frame
+    from .build import root_of
+
+    region = _nearest_marked(parent, is_region)  # innermost region around (or at) each event
+    up = np.where(is_region & (parent >= 0), region[np.maximum(parent, 0)], -1)  # a region's enclosing region
+    outer = root_of(up)
+    around = np.where(region >= 0, outer[np.maximum(region, 0)], -1)
+    return np.where(around >= 0, frame[np.maximum(around, 0)], frame)
 
 
 def backward_links(*, name_codes: np.ndarray, name_values: list, is_op: np.ndarray, is_python: np.ndarray,
