@@ -483,8 +483,10 @@ def _decode_events(path: str, array) -> list:
         raise InputError(path, f"not valid JSON in traceEvents ({_short(e)})") from None
 
 
+_NS_EXACT = pa.decimal128(38, 3)
+"""Microseconds with 3 decimals: the 128-bit integer behind it is the value in ns."""
 _NS_DECIMAL = pa.decimal128(38, 12)
-"""What the digits of ts/dur are read into: up to 26 integer and 12 fraction digits of a microsecond."""
+"""What finer ts/dur are read into: up to 26 integer and 12 fraction digits of a microsecond."""
 _NUMBER_START = np.zeros(256, dtype=bool)
 _NUMBER_START[list(b"-0123456789")] = True
 _INT64_MAX = 2**63 - 1
@@ -522,11 +524,13 @@ def _ns(path: str, values: list, what: str) -> np.ndarray:
     nulls = int(np.count_nonzero(is_null))
     bitmap = pa.py_buffer(np.packbits(~is_null, bitorder="little")) if nulls else None
     texts = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(digits), bitmap, nulls)
-    try:
-        us = pc.cast(texts, _NS_DECIMAL)
-        ns = pc.round(us, ndigits=3, round_mode="half_to_even").cast(pa.decimal128(38, 3))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return _ns_each(path, values, what)
+    try:  # the usual case, at most 3 decimals (whole ns): read straight to ns
+        ns = pc.cast(texts, _NS_EXACT)
+    except pa.ArrowInvalid:
+        try:  # below a nanosecond: round half to even
+            ns = pc.round(pc.cast(texts, _NS_DECIMAL), ndigits=3, round_mode="half_to_even").cast(_NS_EXACT)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return _ns_each(path, values, what)
     # a decimal128 with 3 decimals stores µs * 1000 = ns as a 128-bit little-endian integer
     words = np.frombuffer(ns.buffers()[1], dtype=np.int64, count=2 * n, offset=16 * ns.offset)
     low, high = words[0::2], words[1::2]
