@@ -12,7 +12,7 @@ load other work puts on the shared machine falls on both sides alike. Recorded o
 other, two runs of the same code here differ by -30% to +90% in step time whenever other jobs
 come and go, a real difference between the runs that no statistic on them can call noise.
 
-    python bench/bench_diff_errors.py --pairs 20 [--steps 12] [--out /tmp/diff-errors]
+    python bench/bench_diff_errors.py --pairs 20 [--steps 30] [--out /tmp/diff-errors] [--reuse]
 
 Prints one line per pair and a summary, and writes summary.json under --out. Not a test: the
 rates are measured, never asserted.
@@ -45,11 +45,12 @@ torch.set_num_threads(1)
 from pathlib import Path
 
 blocks, steps, barrier = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
-model = torch.nn.Sequential(torch.nn.Linear(128, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128))
+model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256))
 opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-x = torch.randn(64, 128)
+x = torch.randn(128, 256)
 (barrier / f"ready-{blocks}-{time.time_ns()}").touch()  # both sides of a pair start their loops together
-while not (barrier / "go").exists():
+give_up = time.monotonic() + 300
+while not (barrier / "go").exists() and time.monotonic() < give_up:
     time.sleep(0.001)
 for _ in range(steps):
     opt.zero_grad()
@@ -60,8 +61,9 @@ for _ in range(steps):
 """
 
 
-def record_pair(script: Path, sides: list[tuple[Path, int]], steps: int) -> None:
-    """Record both sides at once with `neuron-explorer record`; their loops start when both are ready."""
+def record_pair(script: Path, sides: list[tuple[Path, int]], steps: int, cpu: int | None = None) -> None:
+    """Record both sides at once with `neuron-explorer record`; their loops start when both are
+    ready. With `cpu`, both processes are pinned to that one CPU."""
     barrier = script.parent / "barrier"
     shutil.rmtree(barrier, ignore_errors=True)
     barrier.mkdir()
@@ -69,7 +71,9 @@ def record_pair(script: Path, sides: list[tuple[Path, int]], steps: int) -> None
     for out, blocks in sides:
         cmd = [sys.executable, "-m", "neuron_explorer", "record", "-o", str(out), "--force", str(script), str(blocks), str(steps),
                str(barrier)]
-        procs.append((cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=script.parent)))
+        pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
+        procs.append((cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=script.parent,
+                                            preexec_fn=pin)))
     while len(list(barrier.glob("ready-*"))) < len(procs):
         if any(p.poll() is not None for _, p in procs):
             break  # one failed before its loop: reported below
@@ -105,12 +109,15 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=20, help="pairs per group (same code, planted regression)")
     ap.add_argument("--steps", type=int, default=30, help="optimizer steps per recording")
     ap.add_argument("--out", type=Path, default=Path("/tmp/diff-errors"))
+    ap.add_argument("--cpu", type=int, default=None, help="pin both recordings of a pair to this CPU (default: not pinned)")
+    ap.add_argument("--reuse", action="store_true", help="judge the recordings already in --out again, recording nothing")
     args = ap.parse_args()
 
     from neuron_explorer.analyzers.diff import compare
 
-    shutil.rmtree(args.out, ignore_errors=True)
-    args.out.mkdir(parents=True)
+    if not args.reuse:
+        shutil.rmtree(args.out, ignore_errors=True)
+        args.out.mkdir(parents=True)
     script = args.out / "train.py"
     script.write_text(SCRIPT)
     t0 = time.perf_counter()
@@ -120,7 +127,8 @@ def main() -> None:
         for i in range(args.pairs):
             base, test = args.out / f"{group}-{i}-base", args.out / f"{group}-{i}-test"
             sides = [(base, BLOCKS), (test, test_blocks)]
-            record_pair(script, sides if i % 2 == 0 else sides[::-1], args.steps)
+            if not args.reuse:
+                record_pair(script, sides if i % 2 == 0 else sides[::-1], args.steps, args.cpu)
             s = compare(base, test, detect_pct=5).step_time
             row = {"pair": i, "verdict": s.verdict, "delta_pct": s.delta_pct, "p_value": s.p_value, "test": s.test_name,
                    "effect_size": s.effect_size, "base_used": len(s.steps["base"]["used"]), "test_used": len(s.steps["test"]["used"]),

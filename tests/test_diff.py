@@ -312,3 +312,17 @@ def test_compare_md_states_every_threshold_with_its_value():
                        (stats, ("OUTLIER_SDS", "EXACT_U_MAX_N", "BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED"))):
         for name in names:
             assert f"`{name}` = {getattr(mod, name)}" in text, f"docs/COMPARE.md must state {name} = {getattr(mod, name)}"
+
+
+def test_one_chance_row_among_many_does_not_overrule_the_step_times():
+    """The consistency check counts a delta row only when it stays significant under Holm's
+    correction for the rows tested in its list: among 20 rows, p = 0.04 is what chance gives."""
+    from neuron_explorer.analyzers.diff import Delta, _largest_significant_total
+
+    def row(key, p, ns=2e6):
+        return Delta("source_line", key, "cpu", 10e6, 10e6 + ns, ns, 20.0, p, p < 0.05, "changed")
+
+    noise = [row(f"train.py:{i}", 0.5) for i in range(19)]
+    assert _largest_significant_total([row("train.py:99", 0.04), *noise]) is None
+    big = _largest_significant_total([row("train.py:99", 1e-4), row("train.py:98", 0.002, ns=1e6), *noise])
+    assert big == {"type": "source_line", "metric": "cpu", "delta_ns_per_step": 3e6, "rows": 2}

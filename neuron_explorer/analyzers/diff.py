@@ -290,12 +290,22 @@ def _pooled_sd(a: list[float], b: list[float]) -> float:
 
 
 def _largest_significant_total(deltas: list[Delta]) -> dict | None:
-    """Per (type, metric) of the line, operator and kernel lists, the sum of the significant deltas
-    per step; the largest in absolute value, or None when no delta is significant."""
-    totals: dict[tuple[str, str], list[float]] = {}
+    """Per (type, metric) of the line, operator and kernel lists, the sum of the deltas per step
+    that are significant and stay so after Holm's correction for the number of rows tested in that
+    list (with dozens of rows, some pass p < 0.05 by chance; one such row must not overrule the
+    step times). The largest total in absolute value, or None when no row qualifies."""
+    lists: dict[tuple[str, str], list[Delta]] = {}
     for d in deltas:
-        if d.significant and d.type in _CONSISTENCY_TYPES:
-            totals.setdefault((d.type, d.metric), []).append(d.delta_ns_per_step)
+        if d.type in _CONSISTENCY_TYPES and math.isfinite(d.p_value):
+            lists.setdefault((d.type, d.metric), []).append(d)
+    totals: dict[tuple[str, str], list[float]] = {}
+    for key, rows in lists.items():
+        rows.sort(key=lambda d: d.p_value)
+        for i, d in enumerate(rows):
+            if d.p_value > ALPHA / (len(rows) - i):
+                break  # Holm: stop at the first row that fails its threshold
+            if d.significant:
+                totals.setdefault(key, []).append(d.delta_ns_per_step)
     if not totals:
         return None
     (type_, metric), vals = max(totals.items(), key=lambda kv: (abs(sum(kv[1])), kv[0]))
