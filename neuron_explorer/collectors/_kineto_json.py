@@ -184,16 +184,16 @@ class _Pipeline:
     def ended(self) -> bool:
         return bool(self.chunks) and self.chunks[-1].array_end is not None
 
-    def submit(self, piece: bytes) -> None:
+    def submit(self, piece: bytes, last: bool = False) -> None:
         if not piece.strip():
             return
         self.submitted += 1  # pieces offered, decoded or not
         if self.ended:
             return
         if self.pool is None:
-            self.chunks.append(_decode_chunk(self.path, piece))
+            self.chunks.append(_decode_chunk(self.path, piece, last))
             return
-        self.pending.append(self.pool.submit(_decode_chunk, self.path, piece))
+        self.pending.append(self.pool.submit(_decode_chunk, self.path, piece, last))
         while len(self.pending) > self.max_in_flight:
             self._collect()
 
@@ -261,7 +261,7 @@ def decode_trace(path: str, progress: Callable[[int, int], None] | None = None, 
                 rest = rest[cut[1] :]
                 if progress:
                     progress(reader.done, total)
-            pipe.submit(rest)
+            pipe.submit(rest, last=True)
             chunks = pipe.finish()
         except BaseException:
             pipe.close()
@@ -339,10 +339,10 @@ def _worker_init() -> None:
     set_mmap_threshold(WORKER_MMAP_THRESHOLD)
 
 
-def _decode_range(path: str, a: int, b: int) -> Chunk:
+def _decode_range(path: str, a: int, b: int, last: bool) -> Chunk:
     with open(path, "rb") as f:
         f.seek(a)
-        return _decode_chunk(path, f.read(b - a))
+        return _decode_chunk(path, f.read(b - a), last)
 
 
 def _decode_ranges(path: str, plan: _Plan, workers: int, progress: Callable[[int, int], None] | None) -> Decoded:
@@ -350,7 +350,7 @@ def _decode_ranges(path: str, plan: _Plan, workers: int, progress: Callable[[int
     chunks: list[Chunk] = []
     end = None
     with ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) as pool:
-        futures = [pool.submit(_decode_range, path, a, b) for a, b in plan.ranges]
+        futures = [pool.submit(_decode_range, path, a, b, b == total) for a, b in plan.ranges]
         try:
             for (a, b), fut in zip(plan.ranges, futures):
                 chunk = fut.result()
@@ -435,20 +435,57 @@ def _decode_whole(path: str, data: bytes) -> Decoded:
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 
 
-def _decode_chunk(path: str, piece: bytes) -> Chunk:
+_RAW_DECODER = msgspec.json.Decoder(msgspec.Raw)
+
+
+def _decode_chunk(path: str, piece: bytes, last: bool = False) -> Chunk:
     """Events of a piece of the traceEvents array (whole events separated by commas).
 
-    The piece may run past the end of the array (the last piece holds the rest of the document):
-    the parser then stops at the array's closing bracket and reports what trails it, and the
-    events are the array up to that bracket (`Chunk.array_end`).
+    The piece may run past the end of the array (the last piece holds the rest of the document,
+    and when other arrays follow traceEvents an earlier one may too): the parser stops at the
+    array's closing bracket and reports what trails it, and the events are the array up to that
+    bracket (`Chunk.array_end`). For the `last` piece the bracket is found first by a fast
+    validating scan, so that its events are decoded once.
     """
     data = b"[" + piece + b"]"
-    try:
-        return _decode_array(path, data)
-    except _Trailing as t:
-        chunk = _columns(path, t.events)
-        chunk.array_end = t.end - 1  # in the piece, without the '[' put before it
-        return chunk
+    end = None
+    if last:
+        try:
+            _RAW_DECODER.decode(data)
+        except msgspec.DecodeError as e:
+            end = _closing_bracket(data, e, _RAW_DECODER)
+            if end is None:
+                raise InputError(path, f"not valid JSON in traceEvents ({_short(e)})") from None
+    if end is not None:
+        chunk = _decode_array(path, memoryview(data)[: end + 1])
+    else:
+        try:
+            chunk = _decode_array(path, data)
+        except _Trailing as t:
+            chunk, end = _columns(path, t.events), t.end
+    if end is not None:
+        chunk.array_end = end - 1  # in the piece, without the '[' put before it
+    return chunk
+
+
+def _closing_bracket(data: bytes, error: msgspec.DecodeError, decoder) -> int | None:
+    """Where the array at the start of `data` closes, given the parser's 'trailing characters'
+    error: the last ']' before the reported byte. Only the true end parses as a whole array, so
+    each candidate is checked with `decoder`."""
+    m = _TRAILING.search(str(error))
+    if not m:
+        return None
+    view = memoryview(data)
+    pos = int(m.group(1))
+    for end in dict.fromkeys((data.rfind(b"]", 0, pos - 1), data.rfind(b"]", 0, pos))):
+        if end <= 0:
+            continue
+        try:
+            decoder.decode(view[: end + 1])
+        except msgspec.DecodeError:
+            continue
+        return end
+    return None
 
 
 class _Trailing(Exception):
@@ -466,20 +503,9 @@ def _decode_events(path: str, array) -> list:
     except msgspec.ValidationError as e:
         raise InputError(path, f"wrong value type in traceEvents: {_short(e)}") from None
     except msgspec.DecodeError as e:
-        m = _TRAILING.search(str(e))
-        if m and isinstance(array, bytes):
-            # the array closed before the end of the data: the closing bracket is the last ']'
-            # before the reported byte; only that cut parses as a whole array
-            view = memoryview(array)
-            pos = int(m.group(1))
-            for end in dict.fromkeys((array.rfind(b"]", 0, pos - 1), array.rfind(b"]", 0, pos))):
-                if end <= 0:
-                    continue
-                try:
-                    events = _EVENTS_DECODER.decode(view[: end + 1])
-                except msgspec.DecodeError:
-                    continue
-                raise _Trailing(events, end) from None
+        end = _closing_bracket(array, e, _RAW_DECODER) if isinstance(array, bytes) else None
+        if end is not None:  # the array closed before the end of the data
+            raise _Trailing(_decode_events(path, memoryview(array)[: end + 1]), end) from None
         raise InputError(path, f"not valid JSON in traceEvents ({_short(e)})") from None
 
 
