@@ -95,7 +95,8 @@ def test_attention_loop_lands_on_its_statements_not_on_backward(tmp_path):
     assert per_line[scores]["backward_ns"] > 0 and per_line[mix]["backward_ns"] > 0  # both passes, one statement
     report = analyze(run)
     top = report.findings[0]
-    assert top.rule_id == "hotspot" and top.location.source in (f"{script}:{scores}", f"{script}:{mix}"), top
+    # a Python loop of small operators (tiny-ops counts its dispatch gaps, python-loop its operators): the loop's line
+    assert top.rule_id in ("python-loop", "tiny-ops") and top.location.source in (f"{script}:{scores}", f"{script}:{mix}"), top
     assert not any(f.location.source == f"{script}:{backward_call}" for f in report.findings if f.rule_id == "hotspot")
     loop_finding = next(f for f in report.findings if f.rule_id == "python-loop")
     assert loop_finding.location.source in (f"{script}:{scores}", f"{script}:{mix}")
@@ -105,12 +106,13 @@ def test_attention_loop_lands_on_its_statements_not_on_backward(tmp_path):
     # an agent gets the line, its code and the backward split in one call
     agent = AgentTools([run])
     try:
-        first = agent.findings(k=1)["findings"][0]
+        found = agent.findings(k=5)["findings"]
         hot = agent.hot_source_lines(k=1)["lines"][0]
     finally:
         agent.close()
+    first = found[0]
     assert first["source"] == top.location.source and first["code"] == lines[int(first["source"].rsplit(":", 1)[1]) - 1].strip()
-    assert first["values"]["cpu_backward_ns"] > 0
+    assert next(f for f in found if f["rule_id"] == "python-loop")["values"]["cpu_backward_ns"] > 0
     assert hot["source"] in (f"{script}:{scores}", f"{script}:{mix}") and hot["code"] and hot["cpu_backward_ns"] > 0
     # `info` says how much backward time reached a forward statement
     info = json.loads(cli("info", run, "--json").stdout)

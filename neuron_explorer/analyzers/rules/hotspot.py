@@ -4,7 +4,8 @@ Reports, per rank, the single top-level CPU operator (by total CPU time), the si
 (by total device time) and the single user source line (its own time by analyzers/lines.py:
 device time where the rank has devices, else the CPU time of the outermost operators it called,
 backward work counted on the forward statement) that take at least HOTSPOT_SHARE_MIN of the
-analysed time. A hotspot is
+analysed time. A line that issues python-loop's CALLS_PER_STEP_MIN operators per step or more is
+left to that rule, which names the batched alternative. A hotspot is
 where optimisation pays first. Impact: its time. Saving bound: the same (an upper bound — the
 work itself cannot vanish, but a better algorithm, dtype or kernel can shrink it).
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 from ..engine import Context
 from ..model import Location
 from ..lines import line_times_sql
+from . import python_loop
 from ._util import ms, pct, row
 
 RULE_ID = "hotspot"
@@ -50,7 +52,9 @@ def _line_finding(ctx: Context):
     rank has devices, else CPU time of its outermost operators; backward work counts on the
     forward statement that built it."""
     key = "device_ns" if ctx.has_device() else "cpu_ns"
-    sql = f"{line_times_sql(ctx.rank)}\nORDER BY {key} DESC, source LIMIT 1"
+    loop = python_loop.THRESHOLDS["CALLS_PER_STEP_MIN"]  # such lines are python-loop's, with a batched fix
+    sql = (f"SELECT * FROM ({line_times_sql(ctx.rank)})\nWHERE calls_per_step IS NULL OR calls_per_step < {loop}\n"
+           f"ORDER BY {key} DESC, source LIMIT 1")
     v = row(ctx.run, sql)
     if v.get(key) is None or not ctx.analysed_ns or v[key] / ctx.analysed_ns < THRESHOLDS["HOTSPOT_SHARE_MIN"]:
         return None

@@ -3,16 +3,18 @@
 Over the steady-state steps (metrics.steady_steps: start-up, warm-up and partial steps left out,
 the same selection as the summary's step statistics and `diff`), with at least MIN_STEPS of
 them: a step is slow when it lasts more than SLOW_FACTOR times their median. To say what
-differs, it compares, per event name (top-level operators, Python calls and annotations), the
-mean time in slow steps with the mean time in the other steady steps, and names the one whose
-time grew the most, with its source line. Impact: the sum over slow steps of (step time -
+differs, it compares, per user statement (analyzers/lines.py: its outermost operators, its
+Python-level time and its device work), the mean time in slow steps with the mean time in the
+other steady steps, and names the statement whose time grew the most, with the statements that
+called it; never a frame of torch, the standard library or Neuron Explorer. Impact: the sum over slow steps of (step time -
 median step time). Saving bound: the same.
 """
 
 from __future__ import annotations
 
 from ..engine import Context, NotApplicable
-from ..metrics import steady_steps
+from ..lines import PYTHON_SELF
+from ..metrics import DEVICE_WORK_KINDS, kinds_sql, steady_steps
 from ..model import Location
 from ._util import ms, rows
 
@@ -24,6 +26,21 @@ THRESHOLDS = {
     "MIN_STEPS": 3,  # fewer steps cannot show an outlier
     "SLOW_FACTOR": 1.5,  # slow: step time > this x median step time
 }
+
+
+def _callers(ctx: Context, frame_id: int, limit: int = 3) -> list[str]:
+    """'file:line' of the user statements that called this one, innermost first."""
+    out, seen = [], {frame_id}
+    cur = ctx.run.sql("SELECT parent_frame_id FROM frames WHERE frame_id = ?", [frame_id]).fetchone()
+    while cur and cur[0] is not None and cur[0] not in seen and len(out) < limit:
+        seen.add(cur[0])
+        r = ctx.run.sql("SELECT file, line, is_user, parent_frame_id FROM frames WHERE frame_id = ?", [cur[0]]).fetchone()
+        if not r:
+            break
+        if r[2]:
+            out.append(f"{r[0]}:{r[1]}")
+        cur = (r[3],)
+    return out
 
 
 def check(ctx: Context) -> list:
@@ -45,19 +62,30 @@ FROM s, m WHERE s.dur_ns > {t['SLOW_FACTOR']} * m.median_ns"""
     slow = list(v["steps"])
     n_all = len(used)
     slow_list = ", ".join(str(int(s)) for s in slow)
-    diff = rows(ctx.run, f"""WITH e AS (SELECT kind, name, step, dur_ns, frame_id, event_id FROM events WHERE rank = {ctx.rank} AND step IN ({in_used})
-      AND (kind = 'cpu_op' AND event_id = top_op_id OR kind IN ('python', 'user_annotation')))
-    SELECT name, sum(dur_ns) FILTER (WHERE step IN ({slow_list})) / {len(slow)} - coalesce(sum(dur_ns) FILTER (WHERE step NOT IN ({slow_list})), 0) / {max(n_all - len(slow), 1)} AS grew_ns,
-      mode(frame_id) FILTER (WHERE step IN ({slow_list})) AS frame_id, min(event_id) FILTER (WHERE step IN ({slow_list})) AS sample_id
-    FROM e GROUP BY name HAVING grew_ns IS NOT NULL ORDER BY grew_ns DESC LIMIT 1""")
-    top = diff[0] if diff and diff[0]["grew_ns"] > 0 else None
-    what = (f"In slow steps {top['name']} takes {ms(top['grew_ns'])} more per step than in the others. ") if top else \
-        "No recorded operator explains the difference (look for un-instrumented Python or waiting). "
+    diff = rows(ctx.run, f"""WITH e AS (SELECT e.step, f.file || ':' || f.line AS source, f.code, f.frame_id, e.event_id,
+        CASE WHEN e.kind = 'cpu_op' AND e.event_id = e.top_op_id THEN e.dur_ns WHEN {PYTHON_SELF} THEN e.self_ns
+             WHEN e.kind IN {kinds_sql(DEVICE_WORK_KINDS)} THEN e.dur_ns ELSE 0 END AS ns
+      FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
+      WHERE e.rank = {ctx.rank} AND e.step IN ({in_used}) AND f.is_user)
+    SELECT source, any_value(code) AS code, min(frame_id) AS frame_id,
+      coalesce(sum(ns) FILTER (WHERE step IN ({slow_list})), 0) / {len(slow)}
+        - coalesce(sum(ns) FILTER (WHERE step NOT IN ({slow_list})), 0) / {max(n_all - len(slow), 1)} AS grew_ns,
+      min(event_id) FILTER (WHERE step IN ({slow_list})) AS sample_id
+    FROM e GROUP BY source ORDER BY grew_ns DESC, source LIMIT 1""")
+    top = diff[0] if diff and diff[0]["grew_ns"] and diff[0]["grew_ns"] > 0 else None
+    if top:
+        code = f" `{top['code'][:60]}`" if top.get("code") else ""
+        callers = _callers(ctx, top["frame_id"])
+        what = (f"In slow steps {top['source']}{code} takes {ms(top['grew_ns'])} more per step than in the others"
+                + (f" (called from {' ← '.join(callers)})" if callers else "") + ". ")
+    else:
+        what = "No user statement explains the difference (look for un-instrumented work or waiting). "
     return [ctx.finding(
         title=f"{v['slow_steps']} of {n_all} steady steps are over {t['SLOW_FACTOR']}x the median step ({ms(v['median_ns'])})",
         impact_ns=v["excess_ns"], saving_bound_ns=v["excess_ns"],
-        location=Location(steps=[int(s) for s in slow], op=top["name"] if top else None, source=ctx.source_of(top["frame_id"]) if top else None),
-        sql=sql, values={"slow_steps": v["slow_steps"], "excess_ns": v["excess_ns"], "median_ns": v["median_ns"]},
+        location=Location(steps=[int(s) for s in slow], source=top["source"] if top else None),
+        sql=sql, values={"slow_steps": v["slow_steps"], "excess_ns": v["excess_ns"], "median_ns": v["median_ns"],
+                         "grew_source": top["source"] if top else None, "grew_ns": top["grew_ns"] if top else None},
         sample_event_ids=[top["sample_id"]] if top else [], uses_source=True,
         recommendation=what + "Make periodic work (checkpoints, evaluation, logging, garbage collection) "
         "asynchronous or rarer, and keep shapes stable between steps (recompilation, allocator growth).",
