@@ -27,7 +27,9 @@ class StatementLines(TorchFunctionMode):
     """Calls through; exists so that the tracer records the user's statement as a caller."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        return func(*args, **(kwargs or {}))
+        if kwargs:
+            return func(*args, **kwargs)
+        return func(*args)
 
 
 class StatementHook:
