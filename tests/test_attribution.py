@@ -18,6 +18,8 @@ import pytest
 from neuron_explorer.agent.tools import RunSet as AgentTools
 from neuron_explorer.analyzers import analyze
 from neuron_explorer.analyzers.lines import line_times
+from neuron_explorer.dashboard import queries as dash_queries
+from neuron_explorer.dashboard.runs import RunSet as DashRuns
 from neuron_explorer.store import open_run
 
 from .conftest import cli
@@ -114,6 +116,15 @@ def test_attention_loop_lands_on_its_statements_not_on_backward(tmp_path):
     assert first["source"] == top.location.source and first["code"] == lines[int(first["source"].rsplit(":", 1)[1]) - 1].strip()
     assert next(f for f in found if f["rule_id"] == "python-loop")["values"]["cpu_backward_ns"] > 0
     assert hot["source"] in (f"{script}:{scores}", f"{script}:{mix}") and hot["code"] and hot["cpu_backward_ns"] > 0
+    # one definition of time per line: the report, the dashboard's table and the agent tool agree
+    with open_run(run) as r:
+        defined = {x["source"]: x for x in line_times(r, 0)}
+    table = {x["source"]: x for x in dash_queries.source_lines(DashRuns([run]), run=0)["rows"]}
+    summary = {x["source"]: x for x in report.summary["ranks"][0]["source_lines"]["cpu"]}
+    for src in (f"{script}:{scores}", f"{script}:{mix}"):
+        assert defined[src]["cpu_ns"] == table[src]["cpu_self_ns"] == summary[src]["self_ns"] > 0
+        assert defined[src]["cpu_backward_ns"] + defined[src]["device_backward_ns"] == table[src]["backward_self_ns"] > 0
+    assert hot["cpu_ns"] == defined[hot["source"]]["cpu_ns"]
     # `info` says how much backward time reached a forward statement
     info = json.loads(cli("info", run, "--json").stdout)
     dq = info["ranks"][0]["data_quality"]

@@ -95,8 +95,9 @@ def line_times(run: Run, rank: int) -> list[dict]:
 def self_and_total(run: Run, rank: int) -> dict:
     """Per user line: self and total CPU and device time ('file:line' → dict), and whether the
     rank has user frames at all. Total adds every line that the line's statement called."""
-    frames = {fid: (f"{file}:{line}", parent) for fid, file, line, parent in run.sql(
-        "SELECT frame_id, file, line, parent_frame_id FROM frames WHERE rank = ? AND is_user", [rank]).fetchall()}
+    found = run.sql("SELECT frame_id, file, line, parent_frame_id, code FROM frames WHERE rank = ? AND is_user", [rank]).fetchall()
+    frames = {fid: (f"{file}:{line}", parent) for fid, file, line, parent, _ in found}
+    codes = {f"{file}:{line}": code for _, file, line, _, code in found if code}
     if not frames:
         return {"lines": {}, "has_frames": False}
     per_frame = run.sql(frame_times_sql(rank)).fetchall()
@@ -119,7 +120,7 @@ def self_and_total(run: Run, rank: int) -> dict:
         figures = dict(zip(LINE_FIELDS, values))
         own = frames[fid][0]
         for line in lines_of(fid):
-            row = lines.setdefault(line, {"source": line, **{f"{k}_self": 0 for k in LINE_FIELDS},
+            row = lines.setdefault(line, {"source": line, "code": codes.get(line), **{f"{k}_self": 0 for k in LINE_FIELDS},
                                           **{f"{k}_total": 0 for k in LINE_FIELDS}})
             for k, v in figures.items():
                 row[f"{k}_total"] += int(v or 0)

@@ -277,10 +277,11 @@ def kernels(rs: RunSet, run=0, rank=None, limit=None) -> dict:
 
 
 def source_lines(rs: RunSet, run=0, rank=None, limit=None) -> dict:
-    """Per user source line: CPU time of the top-level operators it called and device time of the
-    work they launched, self (the line is the innermost user frame) and total (the line is anywhere
-    in the user-frame ancestry) — the analyzer's definitions (analyzers.metrics.source_lines)."""
-    from ..analyzers import metrics
+    """Per user source line, by the one definition (analyzers/lines.py): its code, calls per step,
+    CPU time of its top-level operators and device time of their work, self (the line is the
+    statement) and total (the line is anywhere in the statement's user-frame ancestry), the
+    backward part of self (backward work counts on its forward statement) and Python-level time."""
+    from ..analyzers.lines import self_and_total
 
     r = rs.get(run)
     rank = parse_rank(r, rank)
@@ -289,14 +290,17 @@ def source_lines(rs: RunSet, run=0, rank=None, limit=None) -> dict:
     has_frames = False
     for rk in ([rank] if rank is not None else r.run.ranks):
         with r.lock:
-            got = metrics.source_lines(r.run, rk, limit=10 ** 6)
-        has_frames |= got.get("has_frames", False)
-        for side in ("cpu", "device"):
-            for x in got.get(side, []):
-                row = merged.setdefault((rk, x["source"]), {"rank": rk, "source": x["source"], "cpu_self_ns": 0, "cpu_total_ns": 0,
-                                                             "device_self_ns": 0, "device_total_ns": 0})
-                row[f"{side}_self_ns"] += x["self_ns"]
-                row[f"{side}_total_ns"] += x["total_ns"]
+            got = self_and_total(r.run, rk)
+        has_frames |= got["has_frames"]
+        steps = len([s for s in r.steps() if s["rank"] == rk]) or None
+        for source, x in got["lines"].items():
+            merged[(rk, source)] = {
+                "rank": rk, "source": source, "code": x["code"],
+                "calls_per_step": round(x["calls_self"] / steps, 1) if steps else None,
+                "cpu_self_ns": x["cpu_ns_self"], "cpu_total_ns": x["cpu_ns_total"],
+                "device_self_ns": x["device_ns_self"], "device_total_ns": x["device_ns_total"],
+                "backward_self_ns": x["cpu_backward_ns_self"] + x["device_backward_ns_self"],
+                "python_self_ns": x["python_ns_self"]}
     rows = sorted(merged.values(), key=lambda x: (-x["device_total_ns"], -x["cpu_total_ns"], x["source"]))
     return {**_table(rows, limit), "has_frames": has_frames}
 
