@@ -8,6 +8,11 @@ peak memory.
 
     python bench/bench_import.py                       # makes /tmp/big.json (2.2M events) if missing
     python bench/bench_import.py --trace my.json.gz --hta-python /path/to/venv/bin/python
+    python bench/bench_import.py --skip-hta --baseline /tmp/old   # before/after: another source tree, runs alternating
+
+`--baseline DIR` times the `neuron_explorer` package of another source tree (e.g. `git worktree add
+/tmp/old <commit>`, or `git archive <commit> neuron_explorer | tar -x -C /tmp/old`) against this
+one, alternating run by run so that both see the same load.
 
 HTA is not a dependency of the project: install it in any environment (`pip install
 holistictraceanalysis`) and pass that environment's python with --hta-python.
@@ -38,10 +43,10 @@ TraceAnalysis(trace_dir=sys.argv[1])
 """
 
 
-def measure(cmd: list[str], env: dict | None = None) -> dict:
+def measure(cmd: list[str], env: dict | None = None, cwd: Path | None = None) -> dict:
     """Wall time and peak summed RSS/USS of a command's whole process tree."""
     start = time.perf_counter()
-    proc = psutil.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = psutil.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd)
     peak_rss = peak_uss = 0
     while proc.poll() is None:
         rss = uss = 0
@@ -65,6 +70,18 @@ def measure(cmd: list[str], env: dict | None = None) -> dict:
     return {"wall_s": wall, "peak_rss_mb": peak_rss / 2**20, "peak_uss_mb": peak_uss / 2**20}
 
 
+def _best(runs: list[dict]) -> dict:
+    """The fastest run's wall time, and the largest peaks of all runs."""
+    best = dict(min(runs, key=lambda r: r["wall_s"]))
+    best["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
+    best["peak_uss_mb"] = max(r["peak_uss_mb"] for r in runs)
+    return best
+
+
+def _walls(runs: list[dict]) -> str:
+    return ", ".join(f"{r['wall_s']:.2f}" for r in runs)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trace", type=Path, default=Path("/tmp/big.json"))
@@ -73,7 +90,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="runs of Neuron Explorer (the best is reported)")
     ap.add_argument("--skip-hta", action="store_true", help="only time Neuron Explorer")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--baseline", type=Path, help="another source tree whose neuron_explorer package is timed too, alternating")
     args = ap.parse_args()
+    if args.baseline and not (args.baseline / "neuron_explorer" / "__init__.py").is_file():
+        raise SystemExit(f"--baseline {args.baseline}: no neuron_explorer package there")
 
     if not args.trace.exists():
         print(f"making {args.trace} ({args.copies} copies of {BASE_TRACE.name}) ...", file=sys.stderr)
@@ -83,16 +103,20 @@ def main() -> None:
         trace_dir = work / "trace"
         trace_dir.mkdir()
         os.symlink(args.trace.resolve(), trace_dir / args.trace.name)
-        ours_runs = []
+        ours_runs, base_runs = [], []
         for i in range(args.repeat):
             out = work / f"run{i}"
-            ours_runs.append(measure([sys.executable, "-m", "neuron_explorer", "import", str(args.trace), "-o", str(out)]))
+            # `python -m` imports the package of its working directory first: this tree, or the baseline
+            ours_runs.append(measure([sys.executable, "-m", "neuron_explorer", "import", str(args.trace.resolve()), "-o", str(out)],
+                                     cwd=REPO))
             run_bytes = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-            if i < args.repeat - 1:
+            shutil.rmtree(out)
+            if args.baseline:
+                base_runs.append(measure([sys.executable, "-m", "neuron_explorer", "import", str(args.trace.resolve()), "-o", str(out)],
+                                         cwd=args.baseline.resolve()))
                 shutil.rmtree(out)
-        ours = min(ours_runs, key=lambda r: r["wall_s"])
-        ours["peak_rss_mb"] = max(r["peak_rss_mb"] for r in ours_runs)
-        ours["peak_uss_mb"] = max(r["peak_uss_mb"] for r in ours_runs)
+        ours = _best(ours_runs)
+        baseline = _best(base_runs) if base_runs else None
         hta = None if args.skip_hta else measure([args.hta_python, "-c", HTA_SCRIPT, str(trace_dir)])
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -103,6 +127,8 @@ def main() -> None:
         "trace_mb": trace_bytes / 2**20,
         "neuron_explorer": ours,
         "hta": hta,
+        "baseline": baseline and {**baseline, "source": str(args.baseline), "runs": base_runs},
+        "neuron_explorer_runs": ours_runs,
         "run_mb": run_bytes / 2**20,
         "run_vs_json": run_bytes / trace_bytes,
         "cpus": os.cpu_count(),
@@ -116,7 +142,11 @@ def main() -> None:
         return
     print(f"trace: {args.trace} ({result['trace_mb']:.0f} MB), {os.cpu_count()} CPUs")
     print(f"{'':22}{'wall s':>10}{'peak RSS MB':>14}{'peak USS MB':>14}")
-    print(f"{'neuron-explorer':22}{ours['wall_s']:>10.2f}{ours['peak_rss_mb']:>14.0f}{ours['peak_uss_mb']:>14.0f}")
+    print(f"{'neuron-explorer':22}{ours['wall_s']:>10.2f}{ours['peak_rss_mb']:>14.0f}{ours['peak_uss_mb']:>14.0f}"
+          f"   (runs: {_walls(ours_runs)})")
+    if baseline:
+        print(f"{'baseline':22}{baseline['wall_s']:>10.2f}{baseline['peak_rss_mb']:>14.0f}{baseline['peak_uss_mb']:>14.0f}"
+              f"   (runs: {_walls(base_runs)}; {args.baseline})")
     if hta:
         print(f"{'HTA TraceAnalysis':22}{hta['wall_s']:>10.2f}{hta['peak_rss_mb']:>14.0f}{hta['peak_uss_mb']:>14.0f}")
         print(f"speedup {result['speedup']:.1f}x (target >= 10x); memory {result['rss_ratio']:.2f}x RSS, "

@@ -74,6 +74,13 @@ def test_events_first_in_pieces_and_byte_ranges(tmp_path: Path, monkeypatch):
         assert_same(run_times(res.run_dir), expected_times(path))
 
 
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_empty_events_followed_by_other_arrays(tmp_path: Path, suffix: str):
+    path = _write(tmp_path / f"t{suffix}", '{"traceEvents": [ ], "deviceProperties": [{"id": 0, "name": "G"}], "INFO": ["]"]}')
+    entry = import_traces(path, tmp_path / "run").manifest["ranks"][0]
+    assert entry["events"] == 0 and entry["device_properties"] == [{"id": 0, "name": "G"}]
+
+
 @pytest.mark.parametrize("text", [
     '{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}], "deviceProperties": [}',
     '{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}]} trailing',
