@@ -4,8 +4,11 @@ A trace is one JSON object whose `traceEvents` array holds millions of small obj
 whole into Python dicts costs several GB. Instead the array is cut into chunks of whole events
 (a cut is only accepted if the chunk decodes, so a cut inside a string or a nested object is
 never kept), each chunk is decoded with typed msgspec structs into Arrow columns, and chunks are
-decoded in worker processes when the file is large. Everything outside `traceEvents` (device
-properties, distributedInfo, metadata keys) is decoded as plain JSON.
+decoded in worker processes when the file is large. Where the array ends is found by the parser
+(the piece whose array closes), never guessed from brackets, so the top-level keys may come in any
+order. Everything outside `traceEvents` (device properties, distributedInfo, metadata keys) is
+decoded as plain JSON. `ts` and `dur` stay JSON text until they are converted, digit by digit, to
+integer nanoseconds: a float64 would round epoch microseconds to multiples of 256 ns.
 
 This module only turns bytes into columns; it knows nothing about links or the run format.
 """
