@@ -184,6 +184,7 @@ class Run:
     path: Path
     manifest: dict
     con: duckdb.DuckDBPyConnection
+    view_ranks: list[int] | None = None  # the ranks the views read (None: every rank)
 
     @property
     def ranks(self) -> list[int]:
@@ -194,6 +195,13 @@ class Run:
 
     def close(self) -> None:
         self.con.close()
+
+    def with_ranks(self, ranks, con: duckdb.DuckDBPyConnection | None = None) -> Run:
+        """The same run with views over only `ranks`, on `con` (a new connection when None).
+        Queries and evidence SQL read the same; `rank = N` filters then scan one partition."""
+        run = Run(self.path, self.manifest, con if con is not None else new_connection())
+        create_views(run, ranks)
+        return run
 
     def __enter__(self) -> Run:
         return self
@@ -250,20 +258,39 @@ def resolve_run(path: Path | str) -> Path:
     return target
 
 
-def open_run(path: Path | str, con: duckdb.DuckDBPyConnection | None = None) -> Run:
+def open_run(path: Path | str, con: duckdb.DuckDBPyConnection | None = None, *, ranks=None) -> Run:
     """Open a run: DuckDB views events, frames, flows, memory, counters, steps, ranks, devices.
 
     `path` is a run directory, or a Kineto trace file or directory of traces (imported once into
-    the cache, see resolve_run).
+    the cache, see resolve_run). With `ranks` (rank numbers), the views read only those ranks'
+    partitions (`rank=<r>/`): per-rank work then costs what that rank holds, not the whole run.
     """
     run_dir = resolve_run(path)
     manifest = read_manifest(run_dir)
     if con is None:
-        con = duckdb.connect()
-        # spill large sorts and joins to the system temp folder, not '.tmp' in the user's cwd
-        con.execute(f"SET temp_directory = {sql_literal(str(Path(tempfile.gettempdir()) / 'neuron-explorer-duckdb'))}")
+        con = new_connection()
+    run = Run(run_dir, manifest, con)
+    create_views(run, ranks)
+    return run
+
+
+def new_connection() -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    # spill large sorts and joins to the system temp folder, not '.tmp' in the user's cwd
+    con.execute(f"SET temp_directory = {sql_literal(str(Path(tempfile.gettempdir()) / 'neuron-explorer-duckdb'))}")
+    return con
+
+
+def create_views(run: Run, ranks=None) -> None:
+    """(Re)create the run's views on `run.con`, over every rank or only over `ranks`; sets
+    `run.view_ranks`. Re-pointing the views of one connection rank after rank is cheap."""
+    run_dir, manifest, con = run.path, run.manifest, run.con
+    subset = None if ranks is None else sorted({int(r) for r in ranks})
     for spec in schema.RANK_TABLES:
-        files = sorted(str(p) for p in run_dir.glob(f"rank=*/{spec.file}"))
+        if subset is None:
+            files = sorted(str(p) for p in run_dir.glob(f"rank=*/{spec.file}"))
+        else:
+            files = [str(p) for r in subset if (p := run_dir / f"rank={r}" / spec.file).is_file()]
         if files:
             src = "read_parquet([" + ", ".join(sql_literal(f) for f in files) + "], hive_partitioning=false)"
             con.execute(f"CREATE OR REPLACE VIEW {spec.name} AS SELECT {_columns_sql(spec, files[0])} FROM {src}")
@@ -277,15 +304,16 @@ def open_run(path: Path | str, con: duckdb.DuckDBPyConnection | None = None) -> 
         "CREATE OR REPLACE VIEW steps AS SELECT rank, step, min(ts_ns) AS ts_ns, max(ts_ns + dur_ns) - min(ts_ns) AS dur_ns, "
         "min(event_id) AS event_id FROM events WHERE kind = 'step' GROUP BY rank, step"
     )
-    ranks = manifest.get("ranks", [])
+    keep = None if subset is None else set(subset)
+    entries = [r for r in manifest.get("ranks", []) if keep is None or int(r.get("rank", 0)) in keep]
     rank_rows = pa.table({
-        "rank": pa.array([int(r.get("rank", 0)) for r in ranks], pa.int32()),
-        "world_size": pa.array([r.get("world_size") for r in ranks], pa.int64()),
-        "events": pa.array([int(r.get("events", 0)) for r in ranks], pa.int64()),
-        "source": pa.array([r.get("source") for r in ranks], pa.string()),
+        "rank": pa.array([int(r.get("rank", 0)) for r in entries], pa.int32()),
+        "world_size": pa.array([r.get("world_size") for r in entries], pa.int64()),
+        "events": pa.array([int(r.get("events", 0)) for r in entries], pa.int64()),
+        "source": pa.array([r.get("source") for r in entries], pa.string()),
     })
     dev_rows = {"rank": [], "device": [], "name": [], "properties": []}
-    for r in ranks:
+    for r in entries:
         for d in r.get("device_properties") or []:
             dev_rows["rank"].append(int(r.get("rank", 0)))
             dev_rows["device"].append(d.get("id"))
@@ -297,7 +325,7 @@ def open_run(path: Path | str, con: duckdb.DuckDBPyConnection | None = None) -> 
     con.register("_devices_arrow", devices)
     con.execute("CREATE OR REPLACE VIEW ranks AS SELECT * FROM _ranks_arrow")
     con.execute("CREATE OR REPLACE VIEW devices AS SELECT * FROM _devices_arrow")
-    return Run(run_dir, manifest, con)
+    run.view_ranks = subset
 
 
 def _columns_sql(spec: schema.Table, first_file: str) -> str:

@@ -11,12 +11,14 @@ Must not: render (see render.py) or write files (see outputs.py).
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from ..store import Run, open_run
+from ..store import Run, create_views, new_connection, open_run
 from . import metrics
 from .model import Evidence, Finding, Location, Report, SEVERITIES
 
@@ -126,35 +128,126 @@ def _quality_notes(run: Run) -> dict[int, list[str]]:
     return out
 
 
-def analyze_run(run: Run, rules: list[ModuleType] | None = None) -> Report:
-    """Run the rules over an open run and return the ranked Report."""
+def _analyze_rank(run: Run, rank: int, rank_rules: list[ModuleType], quality: dict) -> tuple[dict, dict]:
+    """The summary of one rank and its per-rank rules' results, on `run` (views over that rank)."""
+    summary = metrics.rank_summary(run, rank)
+    results = {}
+    for rule in rank_rules:
+        ctx = Context(run, rank, {rank: summary}, quality, rule)
+        try:
+            results[rule.RULE_ID] = ("findings", rule.check(ctx))
+        except NotApplicable as e:
+            results[rule.RULE_ID] = ("not_applicable", str(e))
+        except Exception as e:  # noqa: BLE001 - one rule failing on odd data must not stop the report
+            results[rule.RULE_ID] = ("failed", f"{type(e).__name__}: {e}")
+    return summary, results
+
+
+def default_workers(ranks: int) -> int:
+    """Threads for per-rank analysis: one per core (DuckDB runs each query outside the GIL), at
+    most one per rank."""
+    return max(1, min(os.cpu_count() or 1, ranks))
+
+
+def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int | None = None) -> Report:
+    """Run the rules over an open run and return the ranked Report.
+
+    Per-rank work (the summary and every SCOPE='rank' rule) reads only its own rank's partition:
+    a connection's views are re-pointed at `rank=<r>/` before that rank's queries, so the cost
+    grows with events, not with ranks x events. Ranks are analysed by `workers` threads (default:
+    one per core), each with its own DuckDB connection. SCOPE='run' rules then read the whole run
+    once, with every rank's summary. Evidence SQL keeps its `rank = N` filters, so it reproduces
+    the numbers on the full run's views.
+    """
     rules = all_rules() if rules is None else rules
-    summaries = {s["rank"]: s for s in metrics.summary(run)["ranks"]}
+    rank_rules = [r for r in rules if getattr(r, "SCOPE", "rank") != "run"]
+    ranks = metrics.ranks(run)
     quality = _quality_notes(run)
+    per_rank: dict[int, tuple[dict, dict]] = {}
+    n_workers = default_workers(len(ranks)) if workers is None else max(1, min(workers, len(ranks) or 1))
+    per_rank = _analyze_ranks(run, ranks, rank_rules, quality, n_workers)
+    summaries = {rank: per_rank[rank][0] for rank in ranks}
     findings: list[Finding] = []
     not_applicable: list[dict] = []
     warnings = list(run.manifest.get("warnings", []))
     for rule in rules:
-        scopes = [None] if getattr(rule, "SCOPE", "rank") == "run" else sorted(summaries)
-        for rank in scopes:
-            ctx = Context(run, rank, summaries, quality, rule)
-            try:
-                findings += rule.check(ctx)
-            except NotApplicable as e:
-                not_applicable.append({"rule_id": rule.RULE_ID, "rank": rank, "reason": str(e)})
-            except Exception as e:  # noqa: BLE001 - one rule failing on odd data must not stop the report
-                warnings.append(f"rule {rule.RULE_ID} failed on rank {rank}: {type(e).__name__}: {e}")
+        if getattr(rule, "SCOPE", "rank") == "run":
+            outcomes = [(None, _run_rule(run, rule, summaries, quality))]
+        else:
+            outcomes = [(rank, per_rank[rank][1][rule.RULE_ID]) for rank in ranks]
+        for rank, (what, value) in outcomes:
+            if what == "findings":
+                findings += value
+            elif what == "not_applicable":
+                not_applicable.append({"rule_id": rule.RULE_ID, "rank": rank, "reason": value})
+            else:
+                warnings.append(f"rule {rule.RULE_ID} failed on rank {rank}: {value}")
     order = {s: i for i, s in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: (-f.impact_ns, order[f.severity], f.rule_id))
     return Report(run=str(run.path), summary={"ranks": list(summaries.values()), "definitions": "docs/METRICS.md"}, findings=findings,
                   not_applicable=not_applicable, warnings=warnings)
 
 
-def analyze(path: Path | str, *, write: bool = True, rules: list[ModuleType] | None = None) -> Report:
+def _run_rule(run: Run, rule: ModuleType, summaries: dict, quality: dict) -> tuple[str, object]:
+    ctx = Context(run, None, summaries, quality, rule)
+    try:
+        return "findings", rule.check(ctx)
+    except NotApplicable as e:
+        return "not_applicable", str(e)
+    except Exception as e:  # noqa: BLE001 - one rule failing on odd data must not stop the report
+        return "failed", f"{type(e).__name__}: {e}"
+
+
+def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], quality: dict,
+                   n_workers: int) -> dict[int, tuple[dict, dict]]:
+    """Ranks shared out to `n_workers` threads (the calling thread when 1); each keeps its own
+    connection, whose views it re-points at each rank in turn (a connection of its own: cursors
+    of one connection share their views)."""
+    todo = iter(ranks)
+    lock = threading.Lock()
+    out: dict[int, tuple[dict, dict]] = {}
+    errors: list[BaseException] = []
+    duck_threads = max(1, (os.cpu_count() or 1) // n_workers)  # one big rank keeps every core for DuckDB
+
+    def worker() -> None:
+        con = new_connection()
+        con.execute(f"SET threads = {duck_threads}")
+        rank_run = Run(run.path, run.manifest, con)
+        try:
+            while not errors:
+                with lock:
+                    rank = next(todo, None)
+                if rank is None:
+                    return
+                create_views(rank_run, [rank])
+                result = _analyze_rank(rank_run, rank, rank_rules, quality)
+                with lock:
+                    out[rank] = result
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(e)
+        finally:
+            con.close()
+
+    if n_workers == 1:
+        worker()
+    else:
+        threads = [threading.Thread(target=worker, name=f"nx-analyze-{i}", daemon=True) for i in range(n_workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    if errors:
+        raise errors[0]
+    return out
+
+
+def analyze(path: Path | str, *, write: bool = True, rules: list[ModuleType] | None = None,
+            workers: int | None = None) -> Report:
     """Analyse a run (or a trace, imported into the cache); with write=True also write
-    RUN/analysis/{report.json, report.md, findings.parquet} into the run directory."""
+    RUN/analysis/{report.json, report.md, findings.parquet} into the run directory. `workers`:
+    threads for the per-rank analysis (default: one per core)."""
     with open_run(path) as run:
-        report = analyze_run(run, rules)
+        report = analyze_run(run, rules, workers=workers)
         run_dir = run.path  # the cached run when `path` is a trace
     if write:
         from .outputs import write_outputs

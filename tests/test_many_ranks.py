@@ -1,0 +1,168 @@
+"""Many ranks: per-rank analysis reads only its own partition and the report stays the same.
+
+A hand-built 4-rank run, each rank a different workload (times in us):
+    rank 0  3 steps of 100 us; kernels leave device 0 idle most of its window; a host sync
+    rank 1  CPU only: 3 steps of 4200 us, 300 tiny aten::add then a 2000 us aten::mm each
+    rank 2  one 1000 us step: 120 aten::add launching 2 us kernels, a float32 mm (A100 properties)
+    rank 3  like rank 0, with its collectives 30 us later
+Every rank calls c10d::allreduce_ once per step, so rank-skew matches them across ranks. Step 1 is
+the one step all ranks share; its collective starts at 60 (rank 0), 4150 (rank 1), 995 (rank 2)
+and 90 us (rank 3): rank 1 arrives last, the straggler.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from neuron_explorer.analyzers import metrics
+from neuron_explorer.analyzers.engine import Context, NotApplicable, _quality_notes, all_rules, analyze, analyze_run
+from neuron_explorer.collectors.chrome_trace import import_traces
+from neuron_explorer.store import open_run
+
+from .conftest import X, write_trace
+
+BASE = 1_700_000_000_000_000_000
+PROPS = [{"id": 0, "name": "NVIDIA A100", "computeMajor": 8, "computeMinor": 0, "totalGlobalMem": 42297524224}]
+
+
+def K(name, ts, dur, stream=7, cat="kernel", **args):
+    return X(name, cat, ts, dur, pid=0, tid=stream, device=0, stream=stream, **args)
+
+
+def _device_rank(late: int) -> list[dict]:
+    ev = []
+    for s in range(3):
+        t0 = s * 100
+        ev += [X(f"ProfilerStep#{s + 1}", "user_annotation", t0, 100),
+               X("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "user_annotation", t0 + 1, 20),
+               X("aten::slow_host", "cpu_op", t0 + 25, 30), X("cudaStreamSynchronize", "cuda_runtime", t0 + 56, 10),
+               X("c10d::allreduce_", "cpu_op", t0 + 60 + late, 5),
+               K("k1", t0 + 10, 5), K("ncclKernel_AllReduce_RING", t0 + 70 + late, 10, stream=9)]
+    return ev
+
+
+def _cpu_rank() -> list[dict]:
+    ev = []
+    for s in range(3):
+        t0 = s * 4200
+        ev.append(X(f"ProfilerStep#{s + 1}", "user_annotation", t0, 4200))
+        ev += [X("aten::add", "cpu_op", t0 + 10 + i * 7, 5) for i in range(300)]
+        ev += [X("aten::mm", "cpu_op", t0 + 2200, 1900), X("c10d::allreduce_", "cpu_op", t0 + 4150, 20)]
+    return ev
+
+
+def _launch_rank() -> list[dict]:
+    ev = [X("ProfilerStep#1", "user_annotation", 0, 1000)]
+    for i in range(120):
+        t = 10 + i * 6
+        ev += [X("aten::add", "cpu_op", t, 5, **{"External id": i}),
+               X("cudaLaunchKernel", "cuda_runtime", t + 1, 4, correlation=i, **{"External id": i}),
+               K("add_kernel", t + 6, 2, correlation=i)]
+    ev += [X("aten::mm", "cpu_op", 740, 20, **{"External id": 999, "Input type": ["float", "float"]}),
+           X("cudaLaunchKernel", "cuda_runtime", 741, 4, correlation=9999, **{"External id": 999}),
+           K("sgemm", 750, 240, correlation=9999), K("Memcpy HtoD (Pageable -> Device)", 10, 60, stream=8, cat="gpu_memcpy"),
+           X("c10d::allreduce_", "cpu_op", 995, 3)]
+    return ev
+
+
+RANKS = {0: (_device_rank(0), {}), 1: (_cpu_rank(), {}), 2: (_launch_rank(), {"deviceProperties": PROPS}), 3: (_device_rank(30), {})}
+
+
+def _write(dir_, ranks) -> None:
+    for r in ranks:
+        events, extra = RANKS[r]
+        write_trace(dir_ / f"rank{r}.json", events, baseTimeNanoseconds=BASE, distributedInfo={"rank": r, "world_size": 4}, **extra)
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("many_ranks")
+    _write(tmp / "traces", RANKS)
+    run_dir = import_traces(tmp / "traces", tmp / "run").run_dir
+    alone = {}
+    for r in RANKS:  # each rank imported on its own, with its rank number (so event ids are the same)
+        _write(tmp / f"traces_{r}", [r])
+        alone[r] = import_traces(tmp / f"traces_{r}", tmp / f"run_{r}").run_dir
+    return run_dir, alone
+
+
+def _plain(report) -> dict:
+    doc = json.loads(json.dumps(report.to_dict(), default=str, sort_keys=True))
+    doc.pop("created", None)
+    return doc
+
+
+def _whole_run_reference(run_dir) -> dict:
+    """What the engine computed before per-rank views: every number and rule of every rank on
+    views over the whole run (the rank picked by each query's `rank = N`), rules in order, ranks
+    inside each rule."""
+    with open_run(run_dir) as run:
+        summaries = {r: metrics.rank_summary(run, r) for r in metrics.ranks(run)}
+        quality = _quality_notes(run)
+        findings, not_applicable = [], []
+        for rule in all_rules():
+            for rank in [None] if rule.SCOPE == "run" else sorted(summaries):
+                try:
+                    findings += rule.check(Context(run, rank, summaries, quality, rule))
+                except NotApplicable as e:
+                    not_applicable.append({"rule_id": rule.RULE_ID, "rank": rank, "reason": str(e)})
+    findings.sort(key=lambda f: (-f.impact_ns, ["high", "medium", "low", "info"].index(f.severity), f.rule_id))
+    return {"summary": {"ranks": list(summaries.values())}, "findings": [f.to_dict() for f in findings],
+            "not_applicable": not_applicable}
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_report_equals_every_rule_run_on_the_whole_run(many, workers):
+    run_dir, _ = many
+    got = _plain(analyze(run_dir, write=False, workers=workers))
+    want = json.loads(json.dumps(_whole_run_reference(run_dir), default=str, sort_keys=True))
+    assert got["summary"]["ranks"] == want["summary"]["ranks"]
+    assert got["findings"] == want["findings"]
+    assert got["not_applicable"] == want["not_applicable"]
+    # the run is not trivial: several rules fire, on several ranks, and the cross-rank rule names rank 3
+    assert {f["rule_id"] for f in got["findings"]} >= {"device-idle", "tiny-ops", "launch-overhead", "rank-skew"}
+    assert {f["location"]["rank"] for f in got["findings"]} == {0, 1, 2, 3}
+    (skew,) = [f for f in got["findings"] if f["rule_id"] == "rank-skew"]
+    assert skew["location"]["rank"] == 1 and skew["impact_ns"] == (4150 - 60) * 1000
+
+
+def test_each_rank_reports_what_it_reports_alone(many):
+    run_dir, alone = many
+    together = _plain(analyze(run_dir, write=False))
+    for r, single_dir in alone.items():
+        single = _plain(analyze(single_dir, write=False))
+        mine = [f for f in together["findings"] if f["location"]["rank"] == r and f["rule_id"] != "rank-skew"]
+        assert mine == single["findings"], r
+        (summary,) = [s for s in together["summary"]["ranks"] if s["rank"] == r]
+        assert summary == single["summary"]["ranks"][0]
+
+
+def test_evidence_sql_reproduces_findings_on_the_whole_run(many):
+    run_dir, _ = many
+    report = analyze(run_dir, write=False)
+    with open_run(run_dir) as run:
+        for f in report.findings:
+            rel = run.sql(f.evidence.sql)
+            row = dict(zip([d[0] for d in rel.description], rel.fetchone()))
+            shared = [k for k in f.evidence.values if k in row]
+            assert shared, f.rule_id
+            assert {k: row[k] for k in shared} == {k: f.evidence.values[k] for k in shared}, f.rule_id
+
+
+def test_open_run_with_ranks_reads_only_those_partitions(many):
+    run_dir, _ = many
+    with open_run(run_dir, ranks=[2]) as run:
+        assert run.sql("SELECT DISTINCT rank FROM events").fetchall() == [(2,)]
+        assert run.sql("SELECT DISTINCT rank FROM frames").fetchall() in ([], [(2,)])
+        assert run.sql("SELECT rank FROM ranks").fetchall() == [(2,)]
+        assert run.sql("SELECT DISTINCT rank FROM devices").fetchall() == [(2,)]
+        assert run.sql("SELECT count(*) FROM events").fetchone()[0] == run.manifest["ranks"][2]["events"]
+        whole = run.with_ranks([0, 3])
+        try:
+            assert whole.sql("SELECT DISTINCT rank FROM events ORDER BY 1").fetchall() == [(0,), (3,)]
+        finally:
+            whole.close()
+        # the original connection's views are untouched by with_ranks on another connection
+        assert run.sql("SELECT DISTINCT rank FROM events").fetchall() == [(2,)]
