@@ -15,6 +15,9 @@ class InputError(NeuronExplorerError):
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
 
+    def __reduce__(self):  # raised in worker processes too: pickles with both arguments
+        return type(self), (self.path, self.problem)
+
 
 class RunExistsError(NeuronExplorerError):
     """The output path already holds a run (or other files) and replacing it was not asked for."""

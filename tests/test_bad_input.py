@@ -86,3 +86,19 @@ def test_bare_array_and_both_encodings_import(tmp_path: Path, suffix: str):
     path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
     res = cli("import", path, "-o", tmp_path / "run")
     assert res.returncode == 0, res.stderr
+
+
+def test_a_bad_event_decoded_by_a_worker_process_is_a_one_line_error(tmp_path: Path, monkeypatch):
+    from neuron_explorer.collectors import _kineto_json
+    from neuron_explorer.collectors.chrome_trace import import_traces
+    from neuron_explorer.errors import InputError
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(5000)]
+    events[4000]["ts"] = "soon"
+    path = write_trace(tmp_path / "big.json", events)
+    monkeypatch.setattr(_kineto_json, "CHUNK_BYTES", 32 << 10)
+    monkeypatch.setattr(_kineto_json, "PARALLEL_MIN_BYTES", 0)
+    with pytest.raises(InputError) as err:
+        import_traces(path, tmp_path / "run")
+    assert str(path) in str(err.value) and "soon" in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "run").exists()

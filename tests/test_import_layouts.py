@@ -207,3 +207,18 @@ def test_random_large_documents_decode_the_same_in_pieces(tmp_path: Path, monkey
         assert plan is not None and len(plan.ranges) > 3
     res = import_traces(path, tmp_path / "run")
     assert_same(run_times(res.run_dir), expected_times(path))
+
+
+def test_cuts_that_fall_inside_args_fall_back_to_a_whole_parse(tmp_path: Path, monkeypatch):
+    """Args holding lists of objects that look like events ({"name": ...}, {"name": ...}) offer
+    false cuts between them; the import must still be exact, through both piece paths."""
+    inputs = [{"name": f"in{k}", "ts": k, "shape": [k, k]} for k in range(40)]
+    many = [dict(EVENTS[0], ts=1700000000000000 + i, args={"External id": i, "inputs": inputs}) for i in range(300)]
+    doc = json.dumps({"traceEvents": many, "deviceProperties": DEVICES})
+    monkeypatch.setattr(_kineto_json, "CHUNK_BYTES", 16 << 10)
+    for name, parallel_min in (("t.json", 0), ("t.json.gz", 1 << 40)):
+        monkeypatch.setattr(_kineto_json, "PARALLEL_MIN_BYTES", parallel_min)
+        path = _write(tmp_path / name, doc)
+        res = import_traces(path, tmp_path / f"run-{name}")
+        assert res.manifest["ranks"][0]["events"] == 300, name
+        assert_same(run_times(res.run_dir), expected_times(path))

@@ -143,6 +143,12 @@ class _Reader:
         self.f.close()
 
 
+class _PieceError(InputError):
+    """A piece of traceEvents did not decode. Either the file is malformed there, or a cut fell
+    inside an event (between objects nested in its args that look like events): the caller
+    then parses the whole document, which tells the two apart."""
+
+
 def _short(e: BaseException) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
 
@@ -266,6 +272,10 @@ def decode_trace(path: str, progress: Callable[[int, int], None] | None = None, 
                     progress(reader.done, total)
             pipe.submit(rest, last=True)
             chunks = pipe.finish()
+        except _PieceError:
+            pipe.close()
+            reader.close()
+            return _decode_whole(path, _read_all(path))
         except BaseException:
             pipe.close()
             raise
@@ -352,11 +362,16 @@ def _decode_ranges(path: str, plan: _Plan, workers: int, progress: Callable[[int
     total = plan.ranges[-1][1]
     chunks: list[Chunk] = []
     end = None
+    failed = False
     with ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) as pool:
         futures = [pool.submit(_decode_range, path, a, b, b == total) for a, b in plan.ranges]
         try:
             for (a, b), fut in zip(plan.ranges, futures):
-                chunk = fut.result()
+                try:
+                    chunk = fut.result()
+                except _PieceError:
+                    failed = True
+                    break
                 chunks.append(chunk)
                 if progress:
                     progress(b, total)
@@ -366,6 +381,9 @@ def _decode_ranges(path: str, plan: _Plan, workers: int, progress: Callable[[int
         finally:
             for fut in futures:
                 fut.cancel()
+    if failed:
+        del chunks
+        return _decode_whole(path, _read_all(path))
     if end is None:
         raise InputError(path, "not valid JSON (the traceEvents array is not closed)")
     with open(path, "rb") as f:
@@ -442,6 +460,13 @@ _RAW_DECODER = msgspec.json.Decoder(msgspec.Raw)
 
 
 def _decode_chunk(path: str, piece: bytes, last: bool = False) -> Chunk:
+    try:
+        return _decode_piece(path, piece, last)
+    except InputError as e:
+        raise _PieceError(e.path, e.problem) from None
+
+
+def _decode_piece(path: str, piece: bytes, last: bool) -> Chunk:
     """Events of a piece of the traceEvents array (whole events separated by commas).
 
     The piece may run past the end of the array (the last piece holds the rest of the document,
