@@ -1,0 +1,428 @@
+"""What bounds each step: a critical path per profiler step of a rank, and the step's bound.
+
+Every nanosecond of a step (its `ProfilerStep#N` range, [ts_ns, ts_ns + dur_ns)) is charged to
+exactly one item: a device event (kernel, collective kernel, memcpy, memset), a host event (CPU
+operator, Python call, annotation, runtime call), or a device idle gap with its cause. The model
+(docs/METRICS.md "Critical path" states it for users) walks backwards from the step's end:
+
+- On the host, at each moment the path charges the innermost event of the thread that owns the
+  step. When that thread is inside no operator (only Python calls, annotations or the step range)
+  and another host thread of the rank runs an operator then, the path charges that operator:
+  the step's thread is waiting for it (autograd's backward thread).
+- When the charged host event is a runtime call that waits for the device — a call named
+  `…Synchronize`, a memcpy call whose own copy finished before it returned (a blocking copy, as
+  in `.item()`; it started before the call returned), or any runtime call of at least RUNTIME_WAIT_MIN_NS during which device work
+  finished (a launch blocked on a full launch queue) — the path moves to the device work the call
+  waited for: the device event on the awaited streams that ended last before the call returned
+  (streams from the call's `cuda_sync` records: `Stream Sync` its stream, `Event Sync` the stream
+  it waits on, `Context Sync` every stream, else every stream; a blocking copy waits for its own copy).
+  The part of the call after that work ended is the call's own overhead.
+- On the device, the path charges the event back to its start, then goes to whichever
+  predecessor became ready last: the previous event on the same stream (ready at its end), its
+  launch (ready at the launch's end, or its start for a blocking call), or, when a `Stream Wait
+  Event` record on the stream says it waited for another stream, the last event on that stream
+  (ready at its end). Ties prefer the stream, then the launch. The time between that predecessor
+  being ready and the event starting is an idle gap with its cause. With no predecessor the path
+  returns to the host at the event's start.
+
+The walk is deterministic and every move goes strictly back in time, so the charged times of a
+step add up to its duration exactly.
+
+Must not: decide what is a problem (rules do), render anything or write files.
+"""
+
+from __future__ import annotations
+
+import json
+from bisect import bisect_left
+from dataclasses import dataclass, field
+
+from ..store import Run
+from .metrics import COMM_KERNEL_PATTERN, DEVICE_WORK_KINDS
+
+RUNTIME_WAIT_MIN_NS = 20_000
+"""A runtime call at least this long, during which device work finished, is taken as waiting for
+the device (a launch blocked on a full launch queue); shorter calls are launch overhead."""
+
+HOST_KINDS = ("cpu_op", "python", "user_annotation", "step", "runtime")
+"""Host events the path can charge."""
+
+CATEGORIES = ("device_compute", "communication", "memcpy", "host_compute", "launch_overhead", "input_pipeline", "idle")
+"""What each charged nanosecond is: see `category_of` and docs/METRICS.md."""
+
+GROUPS = {"device": ("device_compute", "communication", "memcpy"), "host": ("host_compute", "launch_overhead"),
+          "input": ("input_pipeline",), "idle": ("idle",)}
+"""Categories grouped into what bounds a step."""
+
+GROUP_LABELS = {"device": "device-bound", "host": "host-bound", "input": "input-bound", "idle": "idle-bound"}
+CATEGORY_WORDS = {"device_compute": "device compute", "communication": "communication", "memcpy": "memory copies",
+                  "host_compute": "CPU operators and Python", "launch_overhead": "launch overhead",
+                  "input_pipeline": "input pipeline", "idle": "device idle"}
+
+PATH_COLUMNS = ("rank", "step", "seq", "ts_ns", "charged_ns", "event_id", "category", "cause", "source_frame_id")
+
+
+@dataclass(eq=False)
+class _Ev:
+    __slots__ = ("id", "kind", "name", "ts", "end", "track", "device", "stream", "launch_id", "pass_", "frame", "args")
+    id: int
+    kind: str
+    name: str
+    ts: int
+    end: int
+    track: tuple
+    device: int | None
+    stream: int | None
+    launch_id: int | None
+    pass_: str | None
+    frame: int | None
+    args: str | None
+
+
+@dataclass
+class _Track:
+    """A host thread: the innermost event from each change point on (points sorted)."""
+    points: list[int] = field(default_factory=list)
+    inner: list = field(default_factory=list)
+
+    def at(self, t: int):
+        """(innermost event just before t or None, the change point where that began)."""
+        i = bisect_left(self.points, t) - 1
+        return (None, None) if i < 0 else (self.inner[i], self.points[i])
+
+
+def _build_track(events: list[_Ev]) -> _Track:
+    events = sorted(events, key=lambda e: (e.ts, -e.end, e.id))
+    bounds = sorted({e.ts for e in events} | {e.end for e in events})
+    tr, stack, j = _Track(), [], 0
+    for b in bounds:
+        while stack and stack[-1].end <= b:
+            stack.pop()
+        while j < len(events) and events[j].ts == b:
+            stack.append(events[j])
+            j += 1
+        while stack and stack[-1].end <= b:  # improperly nested slices: drop what has already ended
+            stack.pop()
+        top = stack[-1] if stack else None
+        if not tr.inner or tr.inner[-1] is not top:
+            tr.points.append(b)
+            tr.inner.append(top)
+    return tr
+
+
+class _RankIndex:
+    """A rank's events, indexed for the walk."""
+
+    def __init__(self, rows):
+        import re
+
+        comm = re.compile(COMM_KERNEL_PATTERN)
+        self.by_id: dict[int, _Ev] = {}
+        host: dict[tuple, list[_Ev]] = {}
+        streams: dict[tuple, list[_Ev]] = {}
+        self.syncs_of_launch: dict[int, list[_Ev]] = {}
+        self.stream_waits: dict[tuple, list[_Ev]] = {}
+        self.launched: dict[int, list[_Ev]] = {}
+        for r in rows:
+            e = _Ev(*r)
+            self.by_id[e.id] = e
+            if e.device is None:
+                if e.kind in HOST_KINDS:
+                    host.setdefault(e.track, []).append(e)
+            elif e.kind in DEVICE_WORK_KINDS:
+                streams.setdefault((e.device, e.stream), []).append(e)
+                if e.launch_id is not None:
+                    self.launched.setdefault(e.launch_id, []).append(e)
+            elif e.kind == "sync":
+                if e.launch_id is not None:
+                    self.syncs_of_launch.setdefault(e.launch_id, []).append(e)
+                if "Wait" in e.name:
+                    self.stream_waits.setdefault((e.device, e.stream), []).append(e)
+        self.tracks = {k: _build_track(v) for k, v in sorted(host.items(), key=lambda kv: str(kv[0]))}
+        self.streams = {}
+        self.stream_pos: dict[int, tuple[tuple, int]] = {}
+        for key, evs in sorted(streams.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
+            evs.sort(key=lambda e: (e.ts, e.end, e.id))
+            self.streams[key] = (evs, [e.ts for e in evs])
+            for i, e in enumerate(evs):
+                self.stream_pos[e.id] = (key, i)
+        for key in self.stream_waits:
+            self.stream_waits[key].sort(key=lambda e: (e.ts, e.id))
+        self.is_comm = {e.id for evs, _ in self.streams.values() for e in evs if e.kind == "kernel" and comm.search(e.name or "")}
+        self._wait_targets: dict[int, object] = {}
+
+    # --- host side -------------------------------------------------------------------------
+    def host_at(self, t: int, step_track: tuple, floor: int) -> tuple[_Ev | None, int]:
+        """The host event charged just before t, and the time from which that choice holds."""
+        own = self.tracks.get(step_track)
+        ev, lo = own.at(t) if own else (None, None)
+        lo = floor if lo is None else max(lo, floor)
+        if ev is not None and ev.kind in ("cpu_op", "runtime"):
+            return ev, lo
+        best = None
+        for key, tr in self.tracks.items():
+            if key == step_track:
+                continue
+            other, olo = tr.at(t)
+            if olo is not None:
+                lo = max(lo, olo)
+            if other is not None and other.kind in ("cpu_op", "runtime") and (best is None or other.ts > best.ts):
+                best = other
+        return (best or ev), lo
+
+    def wait_targets(self, x: _Ev):
+        """The streams a runtime call may wait on: a set of (device, stream), None for every stream,
+        "own" for a blocking copy (its own copy), or False when the call does not wait for the device."""
+        if x.id in self._wait_targets:
+            return self._wait_targets[x.id]
+        name = x.name or ""
+        targets: object = False
+        if "Synchronize" in name:
+            targets = set()
+            for s in self.syncs_of_launch.get(x.id, []):
+                kind = _sync_kind(s)
+                if kind == "Stream Sync" and s.stream is not None and s.stream >= 0:
+                    targets.add((s.device, s.stream))
+                elif kind == "Event Sync" and _arg_int(s, "wait_on_stream", -1) >= 0:
+                    targets.add((s.device, _arg_int(s, "wait_on_stream", -1)))
+                else:
+                    targets = None
+                    break
+            if targets is not None and not targets:
+                targets = None
+        elif "Memcpy" in name or "memcpy" in name:
+            own = self.launched.get(x.id, [])
+            if own and all(d.ts < x.end for d in own):
+                targets = "own"  # a blocking copy: it returns when its own copy is done
+        elif x.end - x.ts >= RUNTIME_WAIT_MIN_NS:
+            targets = None
+        self._wait_targets[x.id] = targets
+        return targets
+
+    def awaited(self, x: _Ev, t: int) -> _Ev | None:
+        """The device work a waiting runtime call x waited for, as seen just before t: on its
+        target streams, the event started before t that ended last within the call."""
+        targets = self.wait_targets(x)
+        if targets is False:
+            return None
+        if targets == "own":
+            own = [d for d in self.launched.get(x.id, []) if d.ts < t]
+            return max(own, key=lambda d: (d.end, d.id)) if own else None
+        best = None
+        for key, (evs, starts) in self.streams.items():
+            if targets is not None and key not in targets:
+                continue
+            i = bisect_left(starts, min(t, x.end)) - 1
+            while i >= 0 and evs[i].end > x.end:
+                i -= 1
+            if i >= 0 and evs[i].end > x.ts and (best is None or evs[i].end > best.end):
+                best = evs[i]
+        return best
+
+    # --- device side -----------------------------------------------------------------------
+    def predecessor(self, d: _Ev):
+        """(ready time, kind, event) of the predecessor that became ready last, or None."""
+        ds = d.ts
+        key, i = self.stream_pos[d.id]
+        evs, _ = self.streams[key]
+        cands = []
+        prev = evs[i - 1] if i > 0 else None
+        if prev is not None:
+            cands.append((min(prev.end, ds), 2, "stream", prev))
+        launch = self.by_id.get(d.launch_id) if d.launch_id is not None else None
+        if launch is not None and launch.device is None:
+            blocking = self.wait_targets(launch) is not False and "Synchronize" not in (launch.name or "")
+            ready = launch.ts if blocking and launch.end > ds else min(launch.end, ds)
+            cands.append((min(ready, ds), 1, "launch", launch))
+        for w in self.stream_waits.get(key, []):
+            if w.ts > ds or (prev is not None and w.ts < prev.ts):
+                continue
+            other = _arg_int(w, "wait_on_stream", -1)
+            if other < 0 or (key[0], other) not in self.streams or (key[0], other) == key:
+                continue
+            oevs, ostarts = self.streams[(key[0], other)]
+            j = bisect_left(ostarts, ds) - 1
+            while j >= 0 and oevs[j].end > ds:
+                j -= 1
+            if j >= 0:
+                cands.append((oevs[j].end, 0, f"stream {other}", oevs[j]))
+        if not cands:
+            return None
+        ready, _, how, ev = max(cands, key=lambda c: (c[0], c[1]))
+        return ready, how, ev
+
+
+def _sync_kind(e: _Ev) -> str:
+    try:
+        return json.loads(e.args or "{}").get("cuda_sync_kind") or e.name
+    except ValueError:
+        return e.name
+
+
+def _arg_int(e: _Ev, key: str, default: int) -> int:
+    try:
+        v = json.loads(e.args or "{}").get(key, default)
+        return int(v)
+    except (ValueError, TypeError):
+        return default
+
+
+def category_of(index: _RankIndex, e: _Ev | None) -> str:
+    """A charged event's category: device work by kind (collective kernels are communication,
+    memcpy and memset are memcpy); host work in the data-loading pass (or the `enumerate(DataLoader)`
+    range itself, which old traces file as an operator) is input_pipeline, runtime
+    calls launch_overhead, any other host event (or untraced host time) host_compute."""
+    if e is None:
+        return "host_compute"
+    if e.device is not None:
+        if e.kind == "kernel":
+            return "communication" if e.id in index.is_comm else "device_compute"
+        return "memcpy"
+    if e.pass_ == "data" or (e.name or "").startswith("enumerate(DataLoader)"):
+        return "input_pipeline"
+    return "launch_overhead" if e.kind == "runtime" else "host_compute"
+
+
+def _walk(index: _RankIndex, start: int, end: int, step_track: tuple) -> list[tuple]:
+    """Charged segments of one step, latest first: (ts_ns, charged_ns, event, category, cause)."""
+    out: list[tuple] = []
+
+    def charge(lo, hi, ev, category, cause=None, frame_ev=None):
+        lo = max(lo, start)
+        if hi > lo:
+            out.append((lo, hi - lo, ev, category, cause))
+
+    t, state, dev = end, "host", None
+    guard = 0
+    while t > start:
+        guard += 1
+        if guard > 10_000_000:
+            raise RuntimeError("critical path walk did not finish")
+        if state == "host":
+            ev, lo = index.host_at(t, step_track, start)
+            if ev is not None and ev.kind == "runtime":
+                d = index.awaited(ev, t)
+                if d is not None and d.end > lo:
+                    if d.end < t:
+                        charge(d.end, t, ev, "launch_overhead", "the call's own time after the device work it waited for")
+                        t = d.end
+                    state, dev = "device", d
+                    continue
+            if ev is not None and ev.kind == "step":
+                ev = None  # the step range itself: host time outside every traced call
+            charge(lo, t, ev, category_of(index, ev), None if ev is not None else "host time outside every traced call")
+            t = max(lo, start)
+            continue
+        d = dev
+        lo = max(d.ts, start)
+        charge(lo, t, d, category_of(index, d))
+        t = lo
+        if t <= start:
+            break
+        pred = index.predecessor(d)
+        if pred is None:
+            state = "host"
+            continue
+        ready, how, p = pred
+        if ready < t:
+            cause = ("waiting for its launch" if how == "launch" else
+                     "gap after the previous work on its stream" if how == "stream" else f"waiting for {how}")
+            charge(ready, t, d, "idle", cause)
+            t = max(ready, start)
+            if t <= start:
+                break
+        if how == "launch":
+            state = "host"
+        else:
+            state, dev = "device", p
+    return out
+
+
+def _merge(segments: list[tuple]) -> list[tuple]:
+    """Adjacent segments (in time order) charged to the same event, category and cause become one."""
+    merged: list[list] = []
+    for ts, ns, ev, cat, cause in sorted(segments, key=lambda s: s[0]):
+        if merged and merged[-1][2] is ev and merged[-1][3] == cat and merged[-1][4] == cause and merged[-1][0] + merged[-1][1] == ts:
+            merged[-1][1] += ns
+        else:
+            merged.append([ts, ns, ev, cat, cause])
+    return [tuple(m) for m in merged]
+
+
+_CACHE: dict[tuple, list[dict]] = {}
+
+
+def _load_rows(run: Run, rank: int):
+    return run.sql(
+        f"""SELECT event_id, kind, name, ts_ns, ts_ns + dur_ns, pid, coalesce(CAST(tid AS VARCHAR), tid_text, ''),
+               device, stream, launch_id, pass, source_frame_id, CASE WHEN kind = 'sync' THEN args END
+        FROM events WHERE rank = ? AND dur_ns > 0
+          AND kind IN ('cpu_op', 'python', 'user_annotation', 'step', 'runtime', 'kernel', 'memcpy', 'memset', 'sync')""",
+        [rank]).fetchall()
+
+
+def rank_path(run: Run, rank: int) -> list[dict]:
+    """The critical path of every profiler step of a rank: one dict per charged segment (the
+    columns PATH_COLUMNS), in time order per step. Computed once per run and rank per process."""
+    key = (str(run.path), run.manifest.get("created"), int(rank))
+    if key in _CACHE:
+        return _CACHE[key]
+    steps = run.sql("SELECT s.step, s.ts_ns, s.dur_ns, s.event_id, e.pid, coalesce(CAST(e.tid AS VARCHAR), e.tid_text, '') "
+                    "FROM steps s JOIN events e ON e.event_id = s.event_id WHERE s.rank = ? ORDER BY s.step", [rank]).fetchall()
+    out: list[dict] = []
+    if steps:
+        rows = [(r[0], r[1], r[2], r[3], r[4], (r[5], r[6]), *r[7:]) for r in _load_rows(run, rank)]
+        index = _RankIndex(rows)
+        for step, ts, dur, _eid, pid, tid in steps:
+            segs = _merge(_walk(index, int(ts), int(ts) + int(dur), (pid, tid)))
+            for seq, (s_ts, ns, ev, cat, cause) in enumerate(segs):
+                out.append({"rank": int(rank), "step": int(step), "seq": seq, "ts_ns": int(s_ts), "charged_ns": int(ns),
+                            "event_id": ev.id if ev is not None else None, "category": cat, "cause": cause,
+                            "source_frame_id": ev.frame if ev is not None else None})
+    if len(_CACHE) > 16:
+        _CACHE.clear()
+    _CACHE[key] = out
+    return out
+
+
+def path_table(run: Run):
+    """Every rank's critical path as one Arrow table (analysis/critical_path.parquet)."""
+    import pyarrow as pa
+
+    rows = [r for (rank,) in run.sql("SELECT DISTINCT rank FROM events ORDER BY 1").fetchall() for r in rank_path(run, rank)]
+    schema = pa.schema([("rank", pa.int32()), ("step", pa.int64()), ("seq", pa.int32()), ("ts_ns", pa.int64()),
+                        ("charged_ns", pa.int64()), ("event_id", pa.int64()), ("category", pa.string()), ("cause", pa.string()),
+                        ("source_frame_id", pa.int64())])
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _verdict(ns_by_cat: dict[str, int], total: int) -> dict:
+    shares = {c: (ns_by_cat.get(c, 0) / total if total else 0.0) for c in CATEGORIES}
+    groups = {g: sum(shares[c] for c in cats) for g, cats in GROUPS.items()}
+    group = max(GROUPS, key=lambda g: (groups[g], -list(GROUPS).index(g)))
+    top = max(GROUPS[group], key=lambda c: (shares[c], -CATEGORIES.index(c)))
+    words = f"{GROUP_LABELS[group]} ({100 * groups[group]:.0f}%): {CATEGORY_WORDS[top]}"
+    return {"bound": group, "top_category": top, "words": words,
+            "shares": {c: round(v, 4) for c, v in shares.items()}, "group_shares": {g: round(v, 4) for g, v in groups.items()}}
+
+
+def bound(run: Run, rank: int) -> dict:
+    """What bounds the steps of a rank: per step and over all steps, the charged ns per category,
+    their shares of step time and a verdict in words ("device-bound (94%): device compute")."""
+    path = rank_path(run, rank)
+    per_step: dict[int, dict[str, int]] = {}
+    for r in path:
+        d = per_step.setdefault(r["step"], {})
+        d[r["category"]] = d.get(r["category"], 0) + r["charged_ns"]
+    if not per_step:
+        return {"steps": [], "overall": None}
+    steps = []
+    total_by_cat: dict[str, int] = {}
+    for step, d in sorted(per_step.items()):
+        total = sum(d.values())
+        steps.append({"step": step, "dur_ns": total, "ns": {c: d.get(c, 0) for c in CATEGORIES}, **_verdict(d, total)})
+        for c, v in d.items():
+            total_by_cat[c] = total_by_cat.get(c, 0) + v
+    total = sum(total_by_cat.values())
+    return {"steps": steps, "overall": {"dur_ns": total, "ns": {c: total_by_cat.get(c, 0) for c in CATEGORIES},
+                                        **_verdict(total_by_cat, total)}}

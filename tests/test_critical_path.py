@@ -1,0 +1,234 @@
+"""The critical path of a step (analyzers/critical_path.py): hand-built traces whose path is known
+from the drawn timeline, every shared trace with steps, and a live CPU recording.
+
+Times in the timelines are microseconds; the expected charges are worked out by hand from them,
+following the model in docs/METRICS.md ("Critical path").
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from neuron_explorer.analyzers import critical_path as cp
+from neuron_explorer.collectors.chrome_trace import import_traces
+from neuron_explorer.store import open_run
+
+from .conftest import TRACES, X, cli, real_traces, write_trace
+
+US = 1000
+
+
+def _path(tmp_path: Path, events: list[dict]):
+    run_dir = import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir
+    with open_run(run_dir) as run:
+        rows = cp.rank_path(run, 0)
+        names = dict(run.sql("SELECT event_id, name FROM events").fetchall())
+        bound = cp.bound(run, 0)
+    return [(names.get(r["event_id"]), r["category"], r["charged_ns"]) for r in rows], rows, bound
+
+
+def _by(items) -> dict:
+    """(event name, category) → charged ns, summed."""
+    out: dict = {}
+    for name, cat, ns in items:
+        out[(name, cat)] = out.get((name, cat), 0) + ns
+    return out
+
+
+def _k(name, cat, corr, ts, dur, stream=7, **args):
+    return X(name, cat, ts, dur, pid=0, tid=stream, correlation=corr, stream=stream, device=0, **args)
+
+
+def test_host_bound_loop_of_tiny_kernels(tmp_path):
+    """Three tiny kernels; the device waits for the host every time, and the host never waits.
+
+        host  0                                                                         100
+        ProfilerStep#1 [=============================================================]
+        aten::add        [10 ---- 20)      [30 ---- 40)      [50 ---- 60)
+          cudaLaunchKernel  [14-18) c1        [34-38) c2        [54-58) c3
+        stream 7                [19-21)           [39-41)           [59-61)
+
+    The path stays on the host: 12 µs in launches, 18 in aten::add outside them, and the 70 µs
+    between operators (and after the last) as host time outside every traced call.
+    """
+    events = [X("ProfilerStep#1", "user_annotation", 0, 100)]
+    for i, t in enumerate((10, 30, 50), 1):
+        events += [X("aten::add", "cpu_op", t, 10, **{"External id": i}),
+                   X("cudaLaunchKernel", "cuda_runtime", t + 4, 4, correlation=i, **{"External id": i}),
+                   _k("elementwise_kernel", "kernel", i, t + 9, 2)]
+    items, rows, bound = _path(tmp_path, events)
+    assert _by(items) == {(None, "host_compute"): 70 * US, ("aten::add", "host_compute"): 18 * US,
+                          ("cudaLaunchKernel", "launch_overhead"): 12 * US}
+    assert sum(r["charged_ns"] for r in rows) == 100 * US
+    assert bound["overall"]["bound"] == "host" and bound["overall"]["words"] == "host-bound (100%): CPU operators and Python"
+
+
+def test_device_bound_gemm_chain(tmp_path):
+    """Three 300 µs GEMMs back to back, then the host waits for them.
+
+        host  0                                                                          1000
+        ProfilerStep#1 [===============================================================]
+        aten::mm  [10-20) [20-30) [30-40)
+          launch    [12-16) [22-26) [32-36)   c1, c2, c3
+        cudaDeviceSynchronize       [50 ------------------------------------ 925)
+        stream 7           [20 --- k1 --- 320)[320 --- k2 --- 620)[620 --- k3 --- 920)
+
+    From the end: 75 µs of host after the sync; the sync's own 5 µs after k3 ended; k3, k2, k1
+    (900 µs, each waiting on the previous one on the stream); 4 µs idle before k1 waiting for its
+    launch (launch ended at 16, k1 started at 20); the launch (4), aten::mm before it (2), and
+    10 µs of host before that.
+    """
+    events = [X("ProfilerStep#1", "user_annotation", 0, 1000)]
+    for i, t in enumerate((10, 20, 30), 1):
+        events += [X("aten::mm", "cpu_op", t, 10, **{"External id": i}),
+                   X("cudaLaunchKernel", "cuda_runtime", t + 2, 4, correlation=i, **{"External id": i}),
+                   _k(f"sgemm_{i}", "kernel", i, 20 + 300 * (i - 1), 300)]
+    events.append(X("cudaDeviceSynchronize", "cuda_runtime", 50, 875, correlation=9))
+    items, rows, bound = _path(tmp_path, events)
+    assert _by(items) == {(None, "host_compute"): 85 * US, ("cudaDeviceSynchronize", "launch_overhead"): 5 * US,
+                          ("sgemm_3", "device_compute"): 300 * US, ("sgemm_2", "device_compute"): 300 * US,
+                          ("sgemm_1", "device_compute"): 300 * US, ("sgemm_1", "idle"): 4 * US,
+                          ("cudaLaunchKernel", "launch_overhead"): 4 * US, ("aten::mm", "host_compute"): 2 * US}
+    idle = [r for r in rows if r["category"] == "idle"]
+    assert [(r["ts_ns"], r["cause"]) for r in idle] == [(16 * US, "waiting for its launch")]
+    assert bound["overall"]["words"] == "device-bound (90%): device compute"
+
+
+def test_sync_in_the_middle_of_the_step(tmp_path):
+    """`.item()` halfway: the host waits for a kernel and a copy, then goes on alone.
+
+        host  0                                                                         200
+        ProfilerStep#1 [=============================================================]
+        aten::mm   [10-20)  launch [12-16) c1
+        aten::item           [30 -------------------------------- 110)
+          cudaMemcpyAsync      [32-36) c2
+          cudaStreamSynchronize    [40 -------------------------- 105) c3  (Stream Sync on stream 7)
+        aten::add                                                      [120-130) launch [122-126) c4
+        stream 7        [20 ------ mm_kernel ------ 100)[100-102) D2H copy   [127-140) add_kernel
+
+    From the end: 70 µs of host after aten::add; aten::add (6) and its launch (4); 10 µs of host;
+    aten::item's own 5 µs after the sync; the sync's 3 µs after the copy; the copy (2) and the
+    GEMM before it on the stream (80); 4 µs idle waiting for the GEMM's launch; the launch (4),
+    aten::mm (2) and 10 µs of host. add_kernel runs after the step's host work and is not on the path.
+    """
+    events = [
+        X("ProfilerStep#1", "user_annotation", 0, 200),
+        X("aten::mm", "cpu_op", 10, 10, **{"External id": 1}),
+        X("cudaLaunchKernel", "cuda_runtime", 12, 4, correlation=1, **{"External id": 1}),
+        X("aten::item", "cpu_op", 30, 80, **{"External id": 2}),
+        X("cudaMemcpyAsync", "cuda_runtime", 32, 4, correlation=2, **{"External id": 2}),
+        X("cudaStreamSynchronize", "cuda_runtime", 40, 65, correlation=3, **{"External id": 2}),
+        X("aten::add", "cpu_op", 120, 10, **{"External id": 4}),
+        X("cudaLaunchKernel", "cuda_runtime", 122, 4, correlation=4, **{"External id": 4}),
+        _k("mm_kernel", "kernel", 1, 20, 80),
+        _k("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 2, 100, 2),
+        _k("Stream Sync", "cuda_sync", 3, 41, 63, cuda_sync_kind="Stream Sync"),
+        _k("add_kernel", "kernel", 4, 127, 13),
+    ]
+    items, rows, bound = _path(tmp_path, events)
+    assert _by(items) == {(None, "host_compute"): 90 * US, ("aten::add", "host_compute"): 6 * US,
+                          ("cudaLaunchKernel", "launch_overhead"): 8 * US, ("aten::item", "host_compute"): 5 * US,
+                          ("cudaStreamSynchronize", "launch_overhead"): 3 * US,
+                          ("Memcpy DtoH (Device -> Pageable)", "memcpy"): 2 * US, ("mm_kernel", "device_compute"): 80 * US,
+                          ("mm_kernel", "idle"): 4 * US, ("aten::mm", "host_compute"): 2 * US}
+    shares = bound["overall"]["shares"]
+    assert shares["device_compute"] == 0.4 and shares["memcpy"] == 0.01 and shares["idle"] == 0.02
+
+
+def test_two_streams_follow_the_recorded_stream_wait(tmp_path):
+    """A kernel on stream 9 waits (cudaStreamWaitEvent) for a kernel on stream 7.
+
+        host  0                                                                          300
+        ProfilerStep#1 [===============================================================]
+        aten::a [10-20) launch [12-16) c1
+          cudaEventRecord [22-24) c2   cudaStreamWaitEvent [26-28) c3
+        aten::b           [30-40) launch [32-36) c4
+        cudaDeviceSynchronize          [50 ------------------------------ 205) c5
+        stream 7        [20 ------ kA ------ 120)
+        stream 9   (Stream Wait Event on 7 at 28)  [120 ---- kB ---- 200)
+
+    kB's launch ended at 36 but it started at 120, when kA ended: the path goes from kB to kA
+    (stream 9 waited for stream 7), not to kB's launch. From the end: 95 µs of host, the sync's
+    5 µs after kB, kB (80), kA (100), 4 µs idle before kA, its launch (4), aten::a (2), 10 µs host.
+    """
+    events = [
+        X("ProfilerStep#1", "user_annotation", 0, 300),
+        X("aten::a", "cpu_op", 10, 10, **{"External id": 1}),
+        X("cudaLaunchKernel", "cuda_runtime", 12, 4, correlation=1, **{"External id": 1}),
+        X("cudaEventRecord", "cuda_runtime", 22, 2, correlation=2),
+        X("cudaStreamWaitEvent", "cuda_runtime", 26, 2, correlation=3),
+        X("aten::b", "cpu_op", 30, 10, **{"External id": 4}),
+        X("cudaLaunchKernel", "cuda_runtime", 32, 4, correlation=4, **{"External id": 4}),
+        X("cudaDeviceSynchronize", "cuda_runtime", 50, 155, correlation=5),
+        _k("kA", "kernel", 1, 20, 100),
+        _k("Stream Wait Event", "cuda_sync", 3, 28, 0.5, stream=9, cuda_sync_kind="Stream Wait Event", wait_on_stream=7),
+        _k("kB", "kernel", 4, 120, 80, stream=9),
+    ]
+    items, rows, bound = _path(tmp_path, events)
+    assert _by(items) == {(None, "host_compute"): 105 * US, ("cudaDeviceSynchronize", "launch_overhead"): 5 * US,
+                          ("kB", "device_compute"): 80 * US, ("kA", "device_compute"): 100 * US, ("kA", "idle"): 4 * US,
+                          ("cudaLaunchKernel", "launch_overhead"): 4 * US, ("aten::a", "host_compute"): 2 * US}
+    assert [r["ts_ns"] for r in rows] == sorted(r["ts_ns"] for r in rows)
+    assert bound["overall"]["bound"] == "device"
+
+
+def _shared_runs() -> list[Path]:
+    runs = list(real_traces())
+    if (TRACES / "multirank_128").is_dir():
+        runs.append(TRACES / "multirank_128")
+    return runs
+
+
+@pytest.mark.parametrize("trace", _shared_runs(), ids=lambda p: p.name)
+def test_path_length_equals_step_duration_on_shared_traces(trace):
+    with open_run(trace) as run:
+        steps = run.sql("SELECT rank, step, ts_ns, dur_ns FROM steps ORDER BY 1, 2").fetchall()
+        if not steps:
+            pytest.skip("no ProfilerStep in this trace")
+        for rank in sorted({s[0] for s in steps}):
+            rows = cp.rank_path(run, rank)
+            for _, step, ts, dur in (s for s in steps if s[0] == rank):
+                mine = [r for r in rows if r["step"] == step]
+                assert sum(r["charged_ns"] for r in mine) == dur, (rank, step)
+                assert all(r["charged_ns"] > 0 and ts <= r["ts_ns"] and r["ts_ns"] + r["charged_ns"] <= ts + dur for r in mine)
+                spans = sorted((r["ts_ns"], r["ts_ns"] + r["charged_ns"]) for r in mine)
+                assert all(a[1] == b[0] for a, b in zip(spans, spans[1:])), "segments must tile the step"
+                assert {r["category"] for r in mine} <= set(cp.CATEGORIES)
+
+
+LOOP = """\
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(16, 32)
+    for step in range(6):
+        loss = model(x).pow(2).mean()  # forward
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+"""
+
+
+def test_live_cpu_recording_is_host_bound_on_its_lines(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(LOOP))
+    r = cli("record", "-o", tmp_path / "run", script)
+    assert r.returncode == 0, r.stderr
+    with open_run(tmp_path / "run") as run:
+        b = cp.bound(run, 0)
+        rows = cp.rank_path(run, 0)
+        durs = dict(run.sql("SELECT step, dur_ns FROM steps WHERE rank = 0").fetchall())
+        on_script = run.sql(f"""SELECT count(*) FROM frames WHERE file = '{script}' AND frame_id IN
+            ({', '.join(str(r['source_frame_id']) for r in rows if r['source_frame_id'] is not None) or 'NULL'})""").fetchone()[0]
+    assert len(b["steps"]) == len(durs) >= 4
+    assert all(s["bound"] == "host" for s in b["steps"]), [s["words"] for s in b["steps"]]
+    assert {r["category"] for r in rows} <= {"host_compute", "input_pipeline"}
+    assert {s["step"]: s["dur_ns"] for s in b["steps"]} == durs
+    assert on_script >= 2  # the forward statement and others of the script are on the path
