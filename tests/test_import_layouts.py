@@ -210,9 +210,9 @@ def test_random_large_documents_decode_the_same_in_pieces(tmp_path: Path, monkey
 
 
 def test_cuts_that_fall_inside_args_fall_back_to_a_whole_parse(tmp_path: Path, monkeypatch):
-    """Args holding lists of objects that look like events ({"name": ...}, {"name": ...}) offer
+    """Args holding lists of objects that look like events ({"ph": ..., "name": ...}, ...) offer
     false cuts between them; the import must still be exact, through both piece paths."""
-    inputs = [{"name": f"in{k}", "ts": k, "shape": [k, k]} for k in range(40)]
+    inputs = [{"ph": "X", "name": f"in{k}", "ts": k, "shape": [k, k]} for k in range(40)]
     many = [dict(EVENTS[0], ts=1700000000000000 + i, args={"External id": i, "inputs": inputs}) for i in range(300)]
     doc = json.dumps({"traceEvents": many, "deviceProperties": DEVICES})
     monkeypatch.setattr(_kineto_json, "CHUNK_BYTES", 16 << 10)
