@@ -12,6 +12,7 @@ and 90 us (rank 3): rank 1 arrives last, the straggler.
 
 from __future__ import annotations
 
+import contextvars
 import json
 
 import pytest
@@ -166,3 +167,27 @@ def test_open_run_with_ranks_reads_only_those_partitions(many):
             whole.close()
         # the original connection's views are untouched by with_ranks on another connection
         assert run.sql("SELECT DISTINCT rank FROM events").fetchall() == [(2,)]
+
+
+_SETTING: contextvars.ContextVar[str] = contextvars.ContextVar("test_many_ranks_setting", default="unset")
+
+
+class _ReadsSetting:
+    """A rule that reports the context variable it sees (as rules read settings like device peaks)."""
+    RULE_ID, TITLE, CATEGORY, SCOPE, THRESHOLDS = "reads-setting", "Reads a setting", "hotspot", "rank", {}
+
+    @staticmethod
+    def check(ctx):
+        raise NotApplicable(_SETTING.get())
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_rules_on_every_rank_see_the_callers_context(many, workers):
+    run_dir, _ = many
+    token = _SETTING.set("set by the caller")
+    try:
+        with open_run(run_dir) as run:
+            report = analyze_run(run, [_ReadsSetting], workers=workers)
+    finally:
+        _SETTING.reset(token)
+    assert [(n["rank"], n["reason"]) for n in report.not_applicable] == [(r, "set by the caller") for r in sorted(RANKS)]

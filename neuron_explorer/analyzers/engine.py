@@ -10,6 +10,7 @@ Must not: render (see render.py) or write files (see outputs.py).
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import os
 import pkgutil
@@ -231,7 +232,10 @@ def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], qua
     if n_workers == 1:
         worker()
     else:
-        threads = [threading.Thread(target=worker, name=f"nx-analyze-{i}", daemon=True) for i in range(n_workers)]
+        # each thread runs in a copy of the caller's context: settings held in context variables
+        # (e.g. the device peaks `analyze --peak-tflops` sets) apply to every rank
+        threads = [threading.Thread(target=contextvars.copy_context().run, args=(worker,), name=f"nx-analyze-{i}", daemon=True)
+                   for i in range(n_workers)]
         for t in threads:
             t.start()
         for t in threads:
