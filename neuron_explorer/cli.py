@@ -196,16 +196,25 @@ def analyze(
     as_json: bool = typer.Option(False, "--json", help="Print report.json instead of text."),
     as_markdown: bool = typer.Option(False, "--markdown", help="Print the report as Markdown."),
     fail_on: Optional[str] = typer.Option(None, "--fail-on", help="Exit 1 when a finding of this severity or worse exists: high, medium or low."),
+    peak_tflops: Optional[float] = typer.Option(None, "--peak-tflops", help="The device's peak dense TFLOP/s, for MFU and the roofline "
+                                                "(replaces the built-in figure; see --peak-dtype)."),
+    peak_gbps: Optional[float] = typer.Option(None, "--peak-gbps", help="The device's peak memory bandwidth in GB/s, for the roofline."),
+    peak_dtype: Optional[str] = typer.Option(None, "--peak-dtype", help="The dtype --peak-tflops is for: fp32, tf32, bf16, fp16, fp8 "
+                                             "(default: every dtype)."),
+    peaks_file: Optional[Path] = typer.Option(None, "--peaks", help="A JSON list of device peaks matched before the built-in table "
+                                              "(docs/METRICS.md, Utilisation)."),
 ) -> None:
     """Find what holds the job back: ranked findings with impact, source line, evidence SQL and advice."""
     from .analyzers.engine import analyze as run_analyze
     from .analyzers.model import SEVERITIES
     from .analyzers.outputs import report_json
     from .analyzers.render import markdown, text
+    from .analyzers.utilisation import peaks_from_options
 
     if fail_on is not None and fail_on not in ("high", "medium", "low"):
         _fail(f"--fail-on must be high, medium or low, not {fail_on!r}")
-    report = run_analyze(run)
+    with peaks_from_options(tflops=peak_tflops, gbps=peak_gbps, dtype=peak_dtype, file=peaks_file):
+        report = run_analyze(run)
     typer.echo(report_json(report) if as_json else markdown(report) if as_markdown else text(report), nl=False)
     if fail_on is not None:
         worst = SEVERITIES.index(fail_on)

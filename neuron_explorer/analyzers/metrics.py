@@ -278,7 +278,21 @@ def rank_summary(run: Run, rank: int) -> dict:
         **cpu_comm(run, rank),
         "top_level_ops": top_level_ops(run, rank),
         "source_lines": source_lines(run, rank),
+        "bound": _bound(run, rank),
+        "utilisation": _utilisation(run, rank),
     }
+
+
+def _utilisation(run: Run, rank: int) -> dict:
+    from .utilisation import rank_utilisation  # FLOPs, MFU and roofline: their own module
+
+    return rank_utilisation(run, rank)
+
+
+def _bound(run: Run, rank: int) -> dict:
+    from .critical_path import bound  # what bounds each step, from its critical path: its own module
+
+    return bound(run, rank)
 
 
 def summary(run: Run) -> dict:

@@ -40,7 +40,51 @@ def _summary_lines(report: Report) -> list[str]:
         if not r["devices"]:
             top = r["top_level_ops"][:3]
             out.append("  CPU only; top operators: " + ", ".join(f"{o['name']} {_ms(o['cpu_ns'])}" for o in top))
+        line = _utilisation_line(r.get("utilisation"))
+        if line:
+            out.append(line)
     return out
+
+
+def _flop(x: float) -> str:
+    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
+        if x >= scale:
+            return f"{x / scale:,.2f} {unit}"
+    return f"{x:,.0f} FLOP"
+
+
+def _utilisation_line(u: dict | None) -> str | None:
+    """FLOPs per step, achieved rate and MFU (docs/METRICS.md, Utilisation), in one line."""
+    if not u or not u.get("flops"):
+        return None
+    steps = [s for s in u.get("steps", []) if s.get("dur_ns")]
+    flops = sorted(s["flops"] for s in steps)
+    rates = sorted(s["tflops_per_s"] for s in steps if s.get("tflops_per_s") is not None)
+    head = (f"  work: {_flop(flops[len(flops) // 2])} per step (median), {_flop(rates[len(rates) // 2] * 1e12)}/s"
+            if flops and rates else f"  work: {_flop(u['flops'])} in all ({u.get('dtype') or 'unknown dtype'})")
+    peak = u.get("peak")
+    if peak and u.get("mfu_median") is not None:
+        p = peak["tflops"].get(u.get("dtype") or "")
+        return f"{head}; MFU {100 * u['mfu_median']:.1f}% of the {peak['name']} {u.get('dtype')} peak ({p:g} TFLOP/s, {peak['source']})"
+    if peak:
+        return f"{head}; peak {peak['name']} ({peak['source']})"
+    where = u.get("device_name")
+    return f"{head}; MFU not computed: " + (f"no peak known for {where}" if where else "no device peak (CPU)")
+
+
+_BOUND_SHORT = {"device_compute": "compute", "communication": "comm", "memcpy": "memcpy", "host_compute": "host",
+                "launch_overhead": "launch", "input_pipeline": "input", "idle": "idle"}
+
+
+def _bound_line(b: dict) -> str:
+    """What bounds the steps (critical path, docs/METRICS.md): the verdict, its shares, and the steps that differ."""
+    o = b["overall"]
+    shares = ", ".join(f"{_BOUND_SHORT.get(c, c)} {100 * v:.0f}%" for c, v in o["shares"].items() if v >= 0.005)
+    odd = [s for s in b["steps"] if s["bound"] != o["bound"]]
+    tail = ("; steps " + ", ".join(f"{s['step']} {s['words'].split(' (')[0]}" for s in odd[:4]) + ("…" if len(odd) > 4 else "")) if odd else ""
+    return f"  bound: {o['words']} (critical path: {shares}){tail}"
+
+
 
 
 def text(report: Report, width: int = 100) -> str:

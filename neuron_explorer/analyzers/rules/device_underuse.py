@@ -1,0 +1,112 @@
+"""device-underuse: heavy matrix kernels far below the device's roofline for their shape.
+
+Per rank with a known device peak (analyzers/peaks.py), over kernels of matrix operators
+(GEMM, convolution, attention; analyzers/flops.py MATRIX) grouped by kernel name: a group is
+under-used when its device time is at least TIME_SHARE_MIN of the analysed time and its achieved
+FLOP/s is below EFFICIENCY_MAX of the roofline bound it could reach (min(peak, intensity x peak
+bandwidth); analyzers/utilisation.py), where the peak is that of its dtype, or of bf16 (fp16 on
+devices without bf16) for fp32 work on devices whose matrix units make that at least
+TENSOR_CORE_RATIO times faster. The finding names the heaviest such kernel, its operator
+and source line, and the reasons its evidence shows: fp32 work on a device whose bf16 peak is
+(fp16 where it has no bf16) at least 4x its fp32 peak (use autocast, or TF32 where the device has it), GEMM dimensions that are not multiples
+of 8 (pad them), tiny GEMMs (M or N below 64: batch more work per call).
+Impact: the group's device time. Saving bound: its time less the time its FLOPs would take at
+the roofline bound of the dtype it could use (the bf16 bound for fp32 work on such devices).
+"""
+
+from __future__ import annotations
+
+import json
+
+from .. import flops as F
+from ..engine import Context, NotApplicable
+from ..model import Location
+from ..utilisation import kernel_table, rank_work, roofline
+from ._util import ms, pct, q
+
+RULE_ID = "device-underuse"
+TITLE = "Device under-used by matrix kernels"
+CATEGORY = "hotspot"
+SCOPE = "rank"
+THRESHOLDS = {
+    "TIME_SHARE_MIN": 0.05,  # the kernel group's device time / analysed time
+    "EFFICIENCY_MAX": 0.30,  # achieved / roofline bound below this is under-used
+    "TENSOR_CORE_RATIO": 4.0,  # bf16 peak / fp32 peak at or above this: fp32 work leaves matrix units idle
+    "SMALL_DIM": 64,  # GEMMs with M or N below this are too small to fill the device
+}
+
+
+def _shape_reasons(ctx: Context, event_id: int) -> tuple[list[str], dict]:
+    got = ctx.run.sql("SELECT name, args, source_frame_id FROM events WHERE event_id = ?", [event_id]).fetchone()
+    if not got:
+        return [], {}
+    name, args, frame = got
+    try:
+        dims = (json.loads(args) or {}).get("Input Dims") or []
+    except (TypeError, ValueError):
+        dims = []
+    reasons = []
+    mats = [d for d in dims if isinstance(d, list) and len(d) >= 2]
+    if name in F.GEMM and len(mats) >= 2:
+        a, b = mats[-2], mats[-1]
+        m, k = a[-2], a[-1]
+        n = b[0] if name == "aten::linear" else b[-1]
+        if any(int(x) % 8 for x in (m, k, n)):
+            reasons.append(f"GEMM dimensions {m}x{k}x{n} are not all multiples of 8: pad them (or the batch) to multiples of 8/16")
+        if min(m, n) < THRESHOLDS["SMALL_DIM"]:
+            reasons.append(f"the GEMM is small ({m}x{k}x{n}): batch more rows per call (larger batch, fused heads)")
+    return reasons, {"shapes": mats, "frame_id": frame}
+
+
+def check(ctx: Context) -> list:
+    t = THRESHOLDS
+    if not ctx.has_device():
+        raise NotApplicable("no device events (kernel, memcpy, memset) in this rank: a CPU-only run")
+    work = rank_work(ctx.run, ctx.rank)
+    if work.peak is None:
+        raise NotApplicable(f"no peak known for device {work.device_name or '(unnamed)'}: give --peak-tflops/--peak-gbps")
+    half = "bf16" if work.peak.tflops.get("bf16") else "fp16"
+    low, fp32 = work.peak.tflops.get(half), work.peak.tflops.get("fp32")
+    tensor_cores = bool(low and fp32 and low / fp32 >= t["TENSOR_CORE_RATIO"])
+
+    def could_use(r) -> str | None:  # the dtype whose roofline the work should be held to
+        return half if (r["dtype"] == "fp32" and tensor_cores) else r["dtype"]
+
+    rows = []
+    for r in kernel_table(work, limit=50):
+        if r["op"] not in F.MATRIX or not r["dur_ns"]:
+            continue
+        bound = roofline(work.peak, could_use(r), r["flops"], r["bytes"], r["dur_ns"])["bound_tflops_per_s"]
+        if bound and r["tflops_per_s"] is not None:
+            rows.append({**r, "target_dtype": could_use(r), "target_tflops_per_s": bound, "target_efficiency": r["tflops_per_s"] / bound})
+    heavy = [r for r in rows if ctx.analysed_ns and r["dur_ns"] / ctx.analysed_ns >= t["TIME_SHARE_MIN"]
+             and r["target_efficiency"] < t["EFFICIENCY_MAX"]]
+    if not heavy:
+        return []
+    top = heavy[0]
+    sample = next(k for k in work.kernels if k["name"] == top["kernel"])
+    op = work.ops[sample["op"]]
+    reasons, shape = _shape_reasons(ctx, op["event_id"])
+    if top["target_dtype"] != top["dtype"]:
+        reasons.insert(0, f"fp32 work on {work.peak.name}, whose {half} peak is {low:g} TFLOP/s against {fp32:g} for fp32: "
+                          f"run it under torch.autocast(dtype=torch.{'bfloat16' if half == 'bf16' else 'float16'})"
+                          + (", or allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True)" if work.peak.tflops.get("tf32") else ""))
+    best_ns = top["flops"] / (top["target_tflops_per_s"] * 1e12) * 1e9
+    saving = max(0, int(top["dur_ns"] - best_ns))
+    sql = (f"SELECT k.name AS kernel, o.name AS op, count(*) AS calls, sum(k.dur_ns) AS device_ns, any_value(o.args) AS op_args\n"
+           f"FROM events k JOIN events o ON o.event_id = k.op_id WHERE k.rank = {ctx.rank} AND k.kind = 'kernel' "
+           f"AND k.name = {q(top['kernel'])} GROUP BY 1, 2")
+    return [ctx.finding(
+        title=f"{top['op']} kernels reach {pct(top['target_efficiency'])} of the roofline ({top['tflops_per_s']:.1f} of "
+              f"{top['target_tflops_per_s']:.1f} TFLOP/s at {top['target_dtype']}; they run {top['dtype'] or 'unknown dtype'}) "
+              f"over {ms(top['dur_ns'])}",
+        impact_ns=int(top["dur_ns"]), saving_bound_ns=saving,
+        location=Location(op=top["op"], kernel=top["kernel"], source=ctx.source_of(shape.get("frame_id"))),
+        sql=sql, values={k: top[k] for k in ("kernel", "op", "dtype", "calls", "flops", "bytes", "dur_ns", "tflops_per_s",
+                                              "bound_tflops_per_s", "efficiency", "intensity_flops_per_byte", "target_dtype",
+                                              "target_tflops_per_s", "target_efficiency")}
+        | {"peak": work.peak.to_dict(), "shapes": shape.get("shapes")},
+        sample_event_ids=[sample["event_id"]], uses_source=True,
+        recommendation=("; ".join(reasons) + ". " if reasons else "")
+        + f"Peak from {work.peak.source}; FLOPs {op['how']} from the operator's shapes (docs/METRICS.md).")]
+

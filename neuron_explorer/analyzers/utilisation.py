@@ -1,0 +1,268 @@
+"""Utilisation: FLOPs and bytes per operator, kernel, line and step; achieved FLOP/s, MFU, roofline.
+
+Definitions (docs/METRICS.md, "Utilisation"):
+- An operator's work (flops, bytes) comes from analyzers/flops.py (recorded, else estimated).
+- Work is counted once, at the outermost operator that has any on its thread (`aten::linear`,
+  not also the `aten::addmm` inside it): `counted = true`.
+- Device work inherits its counted operator's FLOPs and bytes, split across the operator's
+  kernels by duration; memcpy and memset carry none.
+- Achieved FLOP/s of a kernel name: its FLOPs over its summed duration; of a step: the step's
+  counted FLOPs over the step's duration.
+- MFU of a step: the step's counted FLOPs / (step duration x the device's peak for the dtype that
+  carries most FLOPs). Unknown devices and CPUs have no peak: MFU is null, never guessed.
+- Arithmetic intensity: FLOPs / bytes; roofline bound: min(peak FLOP/s, intensity x peak bytes/s);
+  efficiency: achieved / bound.
+
+Must not: decide what is a problem (rules/device_underuse.py does) or render anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import InputError
+from ..store import Run
+from . import flops as F
+from . import peaks as P
+
+_KNOWN_SQL = ", ".join("'" + n.replace("'", "''") + "'" for n in sorted(F.KNOWN))
+
+
+@dataclass
+class PeakSettings:
+    """The peak table and the user's overrides in force for one analysis (see `peaks_in_force`)."""
+
+    table: tuple[P.Peak, ...] = P.PEAKS
+    override: dict = field(default_factory=dict)  # tflops, gbps, dtype
+    cache: dict = field(default_factory=dict)  # (run path, rank) -> RankWork
+
+
+_SETTINGS: contextvars.ContextVar[PeakSettings | None] = contextvars.ContextVar("neuron_explorer_peaks", default=None)
+
+
+@contextlib.contextmanager
+def peaks_in_force(table: tuple[P.Peak, ...] = P.PEAKS, override: dict | None = None):
+    """Within the block, the summary and the rules use this peak table and these overrides (the
+    CLI's --peak-tflops, --peak-gbps, --peaks FILE), and compute each rank's work once."""
+    token = _SETTINGS.set(PeakSettings(table, {k: v for k, v in (override or {}).items() if v is not None}))
+    try:
+        yield
+    finally:
+        _SETTINGS.reset(token)
+
+
+def peaks_from_options(*, tflops: float | None = None, gbps: float | None = None, dtype: str | None = None, file=None):
+    """`peaks_in_force` from the CLI's options, checked first (a bad value is a one-line error)."""
+    if dtype is not None and dtype not in ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8"):
+        raise InputError("--peak-dtype", f"must be one of fp64, fp32, tf32, bf16, fp16, fp8, not {dtype!r}")
+    table = P.load_file(file) if file is not None else P.PEAKS
+    P.override(None, tflops=tflops, gbps=gbps, dtype=dtype)  # validates the figures
+    return peaks_in_force(table, {"tflops": tflops, "gbps": gbps, "dtype": dtype if tflops is not None else None})
+
+
+def _settings() -> PeakSettings:
+    return _SETTINGS.get() or PeakSettings()
+
+
+@dataclass
+class RankWork:
+    """The work of one rank: counted operators with their kernels, and the device's peak."""
+
+    ops: list[dict]
+    kernels: list[dict]
+    peak: P.Peak | None
+    device_name: str | None
+
+
+def device_name(run: Run, rank: int) -> str | None:
+    """The name of the device the rank's kernels ran on, from the trace's device properties."""
+    used = [d for (d,) in run.sql("SELECT DISTINCT device FROM events WHERE rank = ? AND kind = 'kernel' AND device IS NOT NULL "
+                                  "ORDER BY 1", [rank]).fetchall()]
+    for entry in run.manifest.get("ranks", []):
+        if int(entry.get("rank", 0)) != rank:
+            continue
+        props = [p for p in (entry.get("device_properties") or []) if isinstance(p, dict)]
+        named = {p.get("id"): p.get("name") for p in props if p.get("name")}
+        for d in used:
+            if named.get(d):
+                return named[d]
+        if used and len(set(named.values())) == 1:  # one device model listed: the job's
+            return next(iter(named.values()))
+    return None
+
+
+def rank_work(run: Run, rank: int) -> RankWork:
+    """Counted operators and kernels of a rank, with the device's peak (computed once per analysis)."""
+    settings = _settings()
+    key = (str(run.path), rank)
+    if key not in settings.cache:
+        settings.cache[key] = _rank_work(run, rank, settings)
+    return settings.cache[key]
+
+
+def _rank_work(run: Run, rank: int, settings: PeakSettings) -> RankWork:
+    rows = run.sql(
+        f"""SELECT event_id, pid, tid, ts_ns, dur_ns, name, args, step, source_frame_id, pass FROM events
+        WHERE rank = ? AND kind = 'cpu_op' AND (name IN ({_KNOWN_SQL}) OR contains(args, '"flops"'))
+        ORDER BY pid, tid, ts_ns, dur_ns DESC""", [rank]).fetchall()
+    ops, open_until = [], {}
+    for i, (event_id, pid, tid, ts, dur, name, args, step, frame, pass_) in enumerate(rows):
+        track = (pid, tid)
+        if open_until.get(track, -1) > ts:  # inside a counted operator: its work is already there
+            continue
+        work = F.op_work(name, args)
+        if work is not None and work[3].startswith("estimated (") and name in F.CONV:
+            work = F.op_work(name, args, _next_input_shape(rows, i)) or work
+        if work is None:
+            continue
+        flops, nbytes, dtype, how = work
+        open_until[track] = ts + max(dur, 0)
+        ops.append({"event_id": event_id, "pid": pid, "tid": tid, "ts_ns": ts, "dur_ns": dur, "name": name, "flops": flops,
+                    "bytes": nbytes, "dtype": dtype, "how": how, "step": step, "source_frame_id": frame, "pass": pass_,
+                    "device_ns": 0, "kernels": 0})
+    kernels = _kernels_of(run, rank, ops)
+    name = device_name(run, rank)
+    peak = P.match(name, settings.table) if name else None
+    if settings.override:
+        peak = P.override(peak, **settings.override)
+    return RankWork(ops=ops, kernels=kernels, peak=peak, device_name=name)
+
+
+def _next_input_shape(rows: list, i: int) -> list | None:
+    """The first input of 3 or more dimensions of the operators after row i ends on the same
+    thread (what a convolution's output feeds, e.g. its batch norm), from rows sorted by thread and
+    time; flops.py uses it only when its batch and channels match the convolution's output."""
+    _, pid, tid, ts, dur, *_ = rows[i]
+    end = ts + max(dur, 0)
+    for j in range(i + 1, min(i + 40, len(rows))):
+        _, p2, t2, ts2, _, _, args2, *_ = rows[j]
+        if (p2, t2) != (pid, tid):
+            return None
+        if ts2 >= end:
+            try:
+                dims = (json.loads(args2) or {}).get("Input Dims") or []
+            except (TypeError, ValueError):
+                continue
+            if dims and isinstance(dims[0], list) and len(dims[0]) >= 3:  # skip scalar bookkeeping (num_batches_tracked += 1)
+                return dims[0]
+    return None
+
+
+def _kernels_of(run: Run, rank: int, ops: list[dict]) -> list[dict]:
+    """Kernels launched inside a counted operator, with their share of its work (by duration)."""
+    rows = run.sql("""SELECT k.event_id, k.name, k.dur_ns, k.device, r.pid, r.tid, r.ts_ns, k.step FROM events k
+        JOIN events r ON r.event_id = k.launch_id WHERE k.rank = ? AND k.kind = 'kernel'""", [rank]).fetchall()
+    if not rows or not ops:
+        return []
+    by_track: dict[tuple, tuple[np.ndarray, np.ndarray, list[int]]] = {}
+    for i, o in enumerate(ops):
+        by_track.setdefault((o["pid"], o["tid"]), ([], [], []))
+        starts, ends, idx = by_track[(o["pid"], o["tid"])]
+        starts.append(o["ts_ns"])
+        ends.append(o["ts_ns"] + max(o["dur_ns"], 0))
+        idx.append(i)
+    tracks = {k: (np.array(s), np.array(e), i) for k, (s, e, i) in by_track.items()}
+    out = []
+    for event_id, name, dur, device, pid, tid, launch_ts, step in rows:
+        t = tracks.get((pid, tid))
+        if t is None:
+            continue
+        starts, ends, idx = t
+        p = int(np.searchsorted(starts, launch_ts, side="right")) - 1
+        if p < 0 or launch_ts >= ends[p]:
+            continue
+        op = ops[idx[p]]
+        op["device_ns"] += max(dur, 0)
+        op["kernels"] += 1
+        out.append({"event_id": event_id, "name": name, "dur_ns": dur, "device": device, "op": idx[p], "step": step})
+    for k in out:
+        op = ops[k["op"]]
+        share = (k["dur_ns"] / op["device_ns"]) if op["device_ns"] else 1.0 / max(op["kernels"], 1)
+        k["flops"], k["bytes"] = op["flops"] * share, op["bytes"] * share
+        k["op_name"], k["dtype"] = op["name"], op["dtype"]
+    return out
+
+
+def _main_dtype(ops: list[dict]) -> str | None:
+    per: dict[str, float] = {}
+    for o in ops:
+        if o["dtype"]:
+            per[o["dtype"]] = per.get(o["dtype"], 0.0) + o["flops"]
+    return max(per, key=per.get) if per else None
+
+
+def roofline(peak: P.Peak | None, dtype: str | None, flops: float, nbytes: float, dur_ns: int) -> dict:
+    """Achieved figures of some work and where it sits under the device's roofline."""
+    achieved = flops / (dur_ns / 1e9) if dur_ns > 0 else None
+    gbs = nbytes / (dur_ns / 1e9) / 1e9 if dur_ns > 0 else None
+    intensity = flops / nbytes if nbytes else None
+    peak_f = peak.flops_per_s(dtype) if peak else None
+    bound = None
+    if peak_f and intensity is not None and peak and peak.gbps:
+        bound = min(peak_f, intensity * peak.gbps * 1e9)
+    elif peak_f:
+        bound = peak_f
+    return {"tflops_per_s": achieved / 1e12 if achieved is not None else None, "gb_per_s": gbs,
+            "intensity_flops_per_byte": intensity, "bound_tflops_per_s": bound / 1e12 if bound else None,
+            "efficiency": (achieved / bound) if (achieved is not None and bound) else None,
+            "memory_bound": (intensity is not None and peak_f is not None and peak is not None and peak.gbps is not None
+                             and intensity * peak.gbps * 1e9 < peak_f)}
+
+
+def kernel_table(work: RankWork, limit: int = 20) -> list[dict]:
+    """Per kernel name: FLOPs, bytes, time, achieved TFLOP/s and GB/s, intensity, roofline bound."""
+    per: dict[str, dict] = {}
+    for k in work.kernels:
+        r = per.setdefault(k["name"], {"kernel": k["name"], "op": k["op_name"], "dtype": k["dtype"], "calls": 0, "flops": 0.0,
+                                       "bytes": 0.0, "dur_ns": 0})
+        r["calls"] += 1
+        r["flops"] += k["flops"]
+        r["bytes"] += k["bytes"]
+        r["dur_ns"] += max(k["dur_ns"], 0)
+    rows = sorted(per.values(), key=lambda r: (-r["dur_ns"], r["kernel"]))[:limit]
+    for r in rows:
+        r.update(roofline(work.peak, r["dtype"], r["flops"], r["bytes"], r["dur_ns"]))
+    return rows
+
+
+def step_table(run: Run, rank: int, work: RankWork) -> list[dict]:
+    """Per profiler step: counted FLOPs, achieved TFLOP/s over the step's duration, and MFU."""
+    steps = run.sql("SELECT step, dur_ns FROM steps WHERE rank = ? ORDER BY step", [rank]).fetchall()
+    dtype = _main_dtype(work.ops)
+    peak_f = work.peak.flops_per_s(dtype) if work.peak else None
+    per = {}
+    for o in work.ops:
+        if o["step"] is not None:
+            per[o["step"]] = per.get(o["step"], 0.0) + o["flops"]
+    out = []
+    for step, dur in steps:
+        f = per.get(step, 0.0)
+        achieved = f / (dur / 1e9) if dur else None
+        out.append({"step": step, "dur_ns": dur, "flops": f, "tflops_per_s": achieved / 1e12 if achieved is not None else None,
+                    "mfu": (achieved / peak_f) if (achieved is not None and peak_f) else None})
+    return out
+
+
+def rank_utilisation(run: Run, rank: int) -> dict:
+    """The `utilisation` entry of a rank's summary (report.json): see the module docstring."""
+    work = rank_work(run, rank)
+    steps = step_table(run, rank, work)
+    mfus = sorted(s["mfu"] for s in steps if s["mfu"] is not None)
+    dtype = _main_dtype(work.ops)
+    return {
+        "device_name": work.device_name,
+        "peak": work.peak.to_dict() if work.peak else None,
+        "dtype": dtype,
+        "flops": float(sum(o["flops"] for o in work.ops)),
+        "bytes": float(sum(o["bytes"] for o in work.ops)),
+        "ops_counted": len(work.ops),
+        "ops_estimated": sum(1 for o in work.ops if o["how"] != "recorded"),
+        "steps": steps,
+        "mfu_median": mfus[len(mfus) // 2] if mfus else None,
+        "top_kernels": kernel_table(work, limit=10),
+    }

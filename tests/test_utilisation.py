@@ -1,0 +1,181 @@
+"""FLOPs, bytes, achieved FLOP/s, MFU and the roofline, on hand-built traces with known answers,
+real traces (checked against hand computation) and a live CPU recording.
+
+    thread 1 (µs)  0                                                                 1000
+    ProfilerStep#1 [===================================================================]
+      aten::linear  [64,128]x[256,128] bf16   [10 ---- 60]
+        aten::addmm (inside: not counted again)  [12 - 58]  → cudaLaunchKernel → gemm (GPU, 100 µs)
+      aten::conv2d  [8,16,32,32]x[32,16,3,3] stride 2 pad 1   [100 --- 200] → two kernels, 30 and 10 µs
+      aten::mm      flops recorded by the profiler: 1000       [300 - 310]
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from neuron_explorer.analyzers import analyze, flops as F, peaks as P
+from neuron_explorer.analyzers.utilisation import kernel_table, peaks_in_force, rank_utilisation, rank_work
+from neuron_explorer.collectors.chrome_trace import import_traces
+from neuron_explorer.store import open_run
+
+from .conftest import TRACES, X, cli, write_trace
+
+US = 1000
+BF16 = "c10::BFloat16"
+LINEAR_FLOPS = 2 * 64 * 128 * 256
+CONV_FLOPS = 2 * 8 * 32 * (16 * 16) * 16 * 9  # out 16x16 at stride 2, padding 1
+H100_BF16 = 989.4e12
+
+
+def _launch(ts, corr, ext):
+    return X("cudaLaunchKernel", "cuda_runtime", ts, 1, correlation=corr, **{"External id": ext})
+
+
+def _kernel(name, ts, dur, corr):
+    return X(name, "kernel", ts, dur, pid=0, tid=7, correlation=corr, stream=7, device=0)
+
+
+EVENTS = [
+    X("ProfilerStep#1", "user_annotation", 0, 1000),
+    X("aten::linear", "cpu_op", 10, 50, **{"External id": 1, "Input Dims": [[64, 128], [256, 128], [256]], "Input type": [BF16] * 3}),
+    X("aten::addmm", "cpu_op", 12, 46, **{"External id": 2, "Input Dims": [[256], [64, 128], [128, 256], [], []],
+                                          "Input type": [BF16] * 3 + ["Scalar", "Scalar"]}),
+    _launch(20, 100, 2),
+    _kernel("gemm", 30, 100, 100),
+    X("aten::conv2d", "cpu_op", 100, 100, **{"External id": 3, "Input Dims": [[8, 16, 32, 32], [32, 16, 3, 3], [], [], [], [], []],
+                                            "Input type": [BF16, BF16, "", "ScalarList", "ScalarList", "ScalarList", "Scalar"],
+                                            "Concrete Inputs": ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "1"]}),
+    _launch(110, 101, 3), _launch(120, 102, 3),
+    _kernel("conv_main", 210, 30, 101), _kernel("conv_tail", 240, 10, 102),
+    X("aten::mm", "cpu_op", 300, 10, **{"External id": 4, "Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"], "flops": 1000}),
+]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("util")
+    trace = write_trace(tmp / "t.json", EVENTS, deviceProperties=[{"id": 0, "name": "NVIDIA H100 80GB HBM3"}])
+    run_dir = import_traces(trace, tmp / "run").run_dir
+    with open_run(run_dir) as r:
+        yield r
+
+
+def test_operators_are_counted_once_with_their_flops(run):
+    work = rank_work(run, 0)
+    got = {o["name"]: (o["flops"], o["how"]) for o in work.ops}
+    assert got == {"aten::linear": (LINEAR_FLOPS, "estimated"), "aten::conv2d": (CONV_FLOPS, "estimated"),
+                   "aten::mm": (1000, "recorded")}  # aten::addmm is inside aten::linear: not counted twice
+    linear = next(o for o in work.ops if o["name"] == "aten::linear")
+    assert linear["bytes"] == (64 * 128 + 256 * 128 + 256 + 64 * 256) * 2 and linear["dtype"] == "bf16"
+
+
+def test_kernels_share_their_operators_work_by_duration(run):
+    k = {x["name"]: x for x in rank_work(run, 0).kernels}
+    assert k["gemm"]["flops"] == LINEAR_FLOPS
+    assert k["conv_main"]["flops"] == pytest.approx(CONV_FLOPS * 30 / 40) and k["conv_tail"]["flops"] == pytest.approx(CONV_FLOPS * 10 / 40)
+    gemm = next(r for r in kernel_table(rank_work(run, 0)) if r["kernel"] == "gemm")
+    nbytes = (64 * 128 + 256 * 128 + 256 + 64 * 256) * 2
+    assert gemm["tflops_per_s"] == pytest.approx(LINEAR_FLOPS / 100e-6 / 1e12)
+    assert gemm["intensity_flops_per_byte"] == pytest.approx(LINEAR_FLOPS / nbytes)
+    # the roofline: bandwidth-bound at this intensity on an H100 (3,350 GB/s)
+    assert gemm["bound_tflops_per_s"] == pytest.approx(min(989.4, LINEAR_FLOPS / nbytes * 3350e9 / 1e12))
+    assert gemm["efficiency"] == pytest.approx(gemm["tflops_per_s"] / gemm["bound_tflops_per_s"])
+
+
+def test_step_flops_and_mfu(run):
+    u = rank_utilisation(run, 0)
+    assert u["device_name"] == "NVIDIA H100 80GB HBM3" and u["peak"]["name"] == "NVIDIA H100 SXM" and u["dtype"] == "bf16"
+    (step,) = u["steps"]
+    total = LINEAR_FLOPS + CONV_FLOPS + 1000
+    assert step["flops"] == total and step["dur_ns"] == 1000 * US
+    assert step["mfu"] == pytest.approx(total / 1e-3 / H100_BF16)
+    with peaks_in_force(override={"tflops": 100.0}):
+        assert rank_utilisation(run, 0)["steps"][0]["mfu"] == pytest.approx(total / 1e-3 / 100e12)
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("NVIDIA A100-PG509-200", "NVIDIA A100"), ("Tesla V100-SXM2-32GB", "NVIDIA V100"), ("Tesla V100-DGXS-32GB", "NVIDIA V100"),
+    ("NVIDIA B200", "NVIDIA B200 (HGX)"), ("AMD Instinct MI300X", "AMD Instinct MI300X"), ("NVIDIA H200", "NVIDIA H200 SXM"),
+    ("NVIDIA H100 PCIe", "NVIDIA H100 PCIe"), ("AMD Instinct MI250X", "AMD Instinct MI250X"),
+    ("AMD Radeon Graphics", None), ("ARTEMIS", None), ("NVIDIA GeForce RTX 2080 Ti", None), ("", None)])
+def test_peaks_match_the_device_names_of_the_shared_traces(name, expected):
+    got = P.match(name)
+    assert (got.name if got else None) == expected
+    if got:
+        assert got.source and got.gbps and all(v > 0 for v in got.tflops.values())
+
+
+def test_real_v100_resnet50_against_hand_computation():
+    """ResNet-50 at batch 32 on a V100 (torch 1.9: no stride in the trace; the output shape comes
+    from the batch norm that follows each convolution)."""
+    with open_run(TRACES / "v100_resnet50_torch19_memory.json.gz") as r:
+        work = rank_work(r, 0)
+        stem = next(o for o in work.ops if o["name"] == "aten::conv2d")  # 7x7/2 on 224x224 -> 112x112
+        assert stem["flops"] == 2 * 32 * 64 * 112 * 112 * 3 * 7 * 7 and stem["how"] == "estimated"
+        fc = next(o for o in work.ops if o["name"] == "aten::linear")
+        assert fc["flops"] == 2 * 32 * 2048 * 1000
+        u = rank_utilisation(r, 0)
+    assert u["peak"]["name"] == "NVIDIA V100" and u["dtype"] == "fp32"
+    per_step = {s["flops"] for s in u["steps"]}
+    assert len(per_step) == 1  # the same model every step
+    for s in u["steps"]:
+        assert s["mfu"] == pytest.approx(s["flops"] / (s["dur_ns"] / 1e9) / 15.7e12)
+    # forward + backward of ResNet-50 is about 3x its ~4.1 GMAC forward per image
+    assert 0.9 * 3 * 2 * 4.1e9 * 32 < per_step.pop() < 1.1 * 3 * 2 * 4.1e9 * 32
+
+
+def test_formulas_for_attention_and_norms():
+    q = [2, 8, 128, 64]
+    got = F.op_work("aten::_scaled_dot_product_flash_attention", {"Input Dims": [q, q, q], "Input type": [BF16] * 3})
+    assert got[0] == 2 * 2 * 8 * 128 * 128 * (64 + 64)
+    bwd = F.op_work("aten::_scaled_dot_product_flash_attention_backward", {"Input Dims": [q, q, q, q], "Input type": [BF16] * 4})
+    assert bwd[0] == 2.5 * got[0]
+    ln = F.op_work("aten::layer_norm", {"Input Dims": [[4, 10], [10], [10], [10]], "Input type": ["float"] * 4})
+    assert ln[0] == 5 * 40
+    assert F.op_work("aten::unknown_op", {"Input Dims": [[4]]}) is None
+
+
+def test_live_recording_uses_the_profilers_own_flops(tmp_path):
+    import torch
+
+    import neuron_explorer as nx
+
+    a, b = torch.randn(32, 48), torch.randn(48, 16)
+    with nx.profile(tmp_path / "run"):
+        torch.mm(a, b)
+    with open_run(tmp_path / "run") as r:
+        mm = next(o for o in rank_work(r, 0).ops if o["name"] == "aten::mm")
+    assert mm["how"] == "recorded" and mm["flops"] == 2 * 32 * 48 * 16 and mm["dtype"] == "fp32"
+
+
+def test_underused_fp32_gemm_on_a_tensor_core_device(tmp_path):
+    """A heavy fp32 GEMM with odd sizes on an A100: far below the bf16 roofline it could reach."""
+    m = k = n = 1001
+    events = [X("ProfilerStep#1", "user_annotation", 0, 10_000),
+              X("aten::mm", "cpu_op", 10, 50, **{"External id": 1, "Input Dims": [[m, k], [k, n]], "Input type": ["float", "float"]}),
+              _launch(20, 100, 1), _kernel("sgemm_fp32", 100, 8_000, 100)]
+    trace = write_trace(tmp_path / "t.json", events, deviceProperties=[{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}])
+    report = analyze(import_traces(trace, tmp_path / "run").run_dir, write=False)
+    f = next(x for x in report.findings if x.rule_id == "device-underuse")
+    assert f.location.kernel == "sgemm_fp32" and f.location.op == "aten::mm"
+    assert "torch.autocast(dtype=torch.bfloat16)" in f.recommendation and "allow_tf32" in f.recommendation
+    assert "not all multiples of 8" in f.recommendation
+    achieved = 2 * m * k * n / 8e-3
+    assert f.evidence.values["tflops_per_s"] == pytest.approx(achieved / 1e12)
+    assert f.evidence.values["target_dtype"] == "bf16"
+    # saving bound: the time left at the bf16 roofline is removed from the kernel's 8 ms
+    bound = f.evidence.values["target_tflops_per_s"] * 1e12
+    assert f.saving_bound_ns == int(8_000 * US - 2 * m * k * n / bound * 1e9)
+
+
+def test_cli_peak_options(tmp_path):
+    trace = write_trace(tmp_path / "t.json", EVENTS, deviceProperties=[{"id": 0, "name": "Some New Accelerator"}])
+    out = json.loads(cli("analyze", trace, "--json", "--peak-tflops", "50", "--peak-gbps", "1000").stdout)
+    u = out["summary"]["ranks"][0]["utilisation"]
+    assert u["peak"]["tflops"]["bf16"] == 50 and u["steps"][0]["mfu"] == pytest.approx((LINEAR_FLOPS + CONV_FLOPS + 1000) / 1e-3 / 50e12)
+    plain = json.loads(cli("analyze", trace, "--json").stdout)["summary"]["ranks"][0]["utilisation"]
+    assert plain["peak"] is None and plain["steps"][0]["mfu"] is None  # unknown device: not guessed
+    bad = cli("analyze", trace, "--peak-tflops", "-1")
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--peak-tflops" in bad.stderr
