@@ -232,3 +232,30 @@ def test_live_cpu_recording_is_host_bound_on_its_lines(tmp_path):
     assert {r["category"] for r in rows} <= {"host_compute", "input_pipeline"}
     assert {s["step"]: s["dur_ns"] for s in b["steps"]} == durs
     assert on_script >= 2  # the forward statement and others of the script are on the path
+
+
+def test_analyze_writes_the_path_and_says_what_bounds_the_steps(tmp_path):
+    """The GEMM chain of test_device_bound_gemm_chain, analysed: the table, the summary and the text."""
+    import pyarrow.parquet as pq
+
+    from neuron_explorer.analyzers import analyze
+    from neuron_explorer.analyzers.render import text
+
+    events = [X("ProfilerStep#1", "user_annotation", 0, 1000)]
+    for i, t in enumerate((10, 20, 30), 1):
+        events += [X("aten::mm", "cpu_op", t, 10, **{"External id": i}),
+                   X("cudaLaunchKernel", "cuda_runtime", t + 2, 4, correlation=i, **{"External id": i}),
+                   _k(f"sgemm_{i}", "kernel", i, 20 + 300 * (i - 1), 300)]
+    events.append(X("cudaDeviceSynchronize", "cuda_runtime", 50, 875, correlation=9))
+    run_dir = import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir
+    report = analyze(run_dir)
+    table = pq.read_table(run_dir / "analysis" / "critical_path.parquet").to_pylist()
+    assert sum(r["charged_ns"] for r in table) == 1000 * US
+    assert [r["seq"] for r in table] == list(range(len(table)))
+    by_cat: dict = {}
+    for r in table:
+        by_cat[r["category"]] = by_cat.get(r["category"], 0) + r["charged_ns"]
+    assert by_cat == {"device_compute": 900 * US, "host_compute": 87 * US, "launch_overhead": 9 * US, "idle": 4 * US}
+    bound = report.summary["ranks"][0]["bound"]
+    assert bound["overall"]["ns"]["device_compute"] == 900 * US and bound["steps"][0]["bound"] == "device"
+    assert "bound: device-bound (90%): device compute" in text(report)

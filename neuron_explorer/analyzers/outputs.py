@@ -1,6 +1,7 @@
-"""Write a Report to RUN/analysis/: report.json, report.md and findings.parquet.
+"""Write a Report to RUN/analysis/: report.json, report.md, findings.parquet and critical_path.parquet.
 
-Must not: compute anything (the engine does) or print (the CLI does).
+Must not: compute anything (the engine does; the critical path comes from analyzers/critical_path.py,
+which computed it for the summary and keeps it per run) or print (the CLI does).
 """
 
 from __future__ import annotations
@@ -58,4 +59,15 @@ def write_outputs(report: Report, out_dir: Path) -> Path:
     _atomic_write(out_dir / "report.json", lambda p: p.write_text(report_json(report)))
     _atomic_write(out_dir / "report.md", lambda p: p.write_text(markdown(report)))
     _atomic_write(out_dir / "findings.parquet", lambda p: pq.write_table(findings_table(report), p))
+    if (out_dir.parent / "manifest.json").exists():  # out_dir is RUN/analysis
+        _atomic_write(out_dir / "critical_path.parquet", lambda p: pq.write_table(_critical_path(out_dir.parent), p))
     return out_dir
+
+
+def _critical_path(run_dir: Path) -> pa.Table:
+    """The critical path of every step of every rank (docs/METRICS.md "Critical path")."""
+    from ..store import open_run
+    from .critical_path import path_table
+
+    with open_run(run_dir) as run:
+        return path_table(run)

@@ -33,6 +33,8 @@ def _summary_lines(report: Report) -> list[str]:
             steps = f"{st['count']} steps" + (f" ({steady} steady; left out {left})" if steady != st["count"] else "")
             line += f", {steps}, mean {_ms(st['mean_ns'])} (p50 {_ms(st['p50_ns'])}, p90 {_ms(st['p90_ns'])}, max {_ms(st['max_ns'])}, cv {st['cv']:.2f})"
         out.append(line)
+        if (r.get("bound") or {}).get("overall"):
+            out.append(_bound_line(r["bound"]))
         for d in r["devices"]:
             win = d["window_ns"] or 0
             out.append(f"  device {d['device']}: busy {_ms(d['busy_ns'])} of {_ms(win)} ({100 * d['busy_ns'] / win if win else 0:.1f}%), "
@@ -83,8 +85,6 @@ def _bound_line(b: dict) -> str:
     odd = [s for s in b["steps"] if s["bound"] != o["bound"]]
     tail = ("; steps " + ", ".join(f"{s['step']} {s['words'].split(' (')[0]}" for s in odd[:4]) + ("…" if len(odd) > 4 else "")) if odd else ""
     return f"  bound: {o['words']} (critical path: {shares}){tail}"
-
-
 
 
 def text(report: Report, width: int = 100) -> str:
