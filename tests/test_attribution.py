@@ -353,3 +353,23 @@ def test_compiled_region_lands_on_the_line_that_called_it(tmp_path):
     assert max(per_line, key=lambda k: per_line[k]["ns"]) == planted, per_line
     decorator = _line_of(lines, "@torch.compile")
     assert decorator not in per_line, per_line  # not the compiled code's entry line
+
+
+def test_dataloader_workers_forked_while_profiling_drop_the_mode(tmp_path):
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    import neuron_explorer as nx
+
+    class ModeDepth(Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return torch.tensor(torch._C._len_torch_function_stack())
+
+    before = torch._C._len_torch_function_stack()
+    with nx.profile(tmp_path / "run"):
+        in_workers = [int(x) for x in DataLoader(ModeDepth(), batch_size=1, num_workers=2, multiprocessing_context="fork")]
+        in_main = torch._C._len_torch_function_stack()
+    assert in_main == before + 1 and in_workers == [before] * 4

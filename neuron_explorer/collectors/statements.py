@@ -12,12 +12,15 @@ and writes no event for the call itself (`is_marker`).
 
 The mode is thread-local in torch, as is the profiler's recording of operators: both hold on
 the thread that starts profiling, and torch carries them into the autograd engine's threads.
-Under `torch.compile` the mode is traced through, with no graph break.
+Under `torch.compile` the mode is traced through, with no graph break. Processes forked while
+profiling (DataLoader workers) drop it.
 
 Must not: change what any torch call computes or returns.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -32,6 +35,24 @@ class StatementLines(TorchFunctionMode):
         return func(*args)
 
 
+def _remove(keep) -> None:
+    """Pop every StatementLines that `keep` rejects from this thread's mode stack, leaving the
+    user's own modes in their order (even when one sits above ours)."""
+    stack = [torch._C._pop_torch_function_stack() for _ in range(torch._C._len_torch_function_stack())]
+    for m in reversed(stack):
+        if not isinstance(m, StatementLines) or keep(m):
+            torch._C._push_on_torch_function_stack(m)
+
+
+def _drop_in_forked_child() -> None:
+    # A DataLoader worker forked while profiling inherits the mode on its main thread, and no
+    # profiler watches it there: it would only cost time.
+    _remove(lambda m: False)
+
+
+_FORK_HOOKED = False
+
+
 class StatementHook:
     """Enters StatementLines on the thread that starts profiling; `stop()` leaves it."""
 
@@ -39,16 +60,15 @@ class StatementHook:
         self._mode: StatementLines | None = None
 
     def start(self) -> None:
+        global _FORK_HOOKED
         if self._mode is None:
             self._mode = StatementLines()
             self._mode.__enter__()
+        if not _FORK_HOOKED and hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_drop_in_forked_child)
+            _FORK_HOOKED = True
 
     def stop(self) -> None:
         mode, self._mode = self._mode, None
-        if mode is None:
-            return
-        # pop our own mode even when user code left one of its own above it
-        stack = [torch._C._pop_torch_function_stack() for _ in range(torch._C._len_torch_function_stack())]
-        for m in reversed(stack):
-            if m is not mode:
-                torch._C._push_on_torch_function_stack(m)
+        if mode is not None:
+            _remove(lambda m: m is not mode)
