@@ -29,26 +29,48 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _progress_factory():
-    """A rich progress bar on stderr for files large enough to make people wait."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+class _ImportProgress:
+    """Rich progress on stderr for `import`: files and bytes done over all traces, and a bar of
+    its own for each large file decoded in this process. Started on first use; one live display."""
 
-    def factory(label: str, size: int):
-        if size < 16 << 20 or not sys.stderr.isatty():
+    LARGE_FILE = 16 << 20
+
+    def __init__(self) -> None:
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.progress = Progress(TextColumn("[bold]importing[/] {task.description}"), BarColumn(), DownloadColumn(),
+                                 TimeRemainingColumn(), transient=sys.stderr.isatty(), console=_stderr_console())
+        self.task = None
+        self.started = False
+
+    def _start(self) -> None:
+        if not self.started:
+            self.progress.start()
+            self.started = True
+
+    def files(self, done: int, total: int, done_bytes: int, total_bytes: int) -> None:
+        self._start()
+        label = f"{done}/{total} files"
+        if self.task is None:
+            self.task = self.progress.add_task(label, total=total_bytes)
+        self.progress.update(self.task, description=label, completed=done_bytes)
+
+    def file_factory(self, label: str, size: int):
+        if size < self.LARGE_FILE:
             return None
-        progress = Progress(TextColumn("[bold]importing[/] {task.description}"), BarColumn(), DownloadColumn(),
-                            TimeRemainingColumn(), transient=True, console=_stderr_console())
-        task = progress.add_task(label, total=size)
-        progress.start()
+        self._start()
+        task = self.progress.add_task(label, total=size)
 
         def update(done: int, total: int) -> None:
-            progress.update(task, completed=min(done, size), total=max(total, size))
+            self.progress.update(task, completed=min(done, size), total=max(total, size))
             if done >= total:
-                progress.stop()
+                self.progress.remove_task(task)
 
         return update
 
-    return factory
+    def stop(self) -> None:
+        if self.started:
+            self.progress.stop()
 
 
 def _stderr_console():
@@ -62,12 +84,22 @@ def import_cmd(
     trace: Path = typer.Argument(..., help="A Kineto trace (.json or .json.gz) or a directory of per-rank traces."),
     out: Path = typer.Option(..., "--out", "-o", help="Run directory to write."),
     force: bool = typer.Option(False, "--force", help="Replace an existing run at --out."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Worker processes for a directory of traces "
+                                          "(default: one per core, fewer when memory is short)."),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Show files and bytes done on stderr "
+                                            "(default: when stderr is a terminal)."),
 ) -> None:
     """Import torch.profiler (Kineto) JSON traces into a run directory of Parquet tables."""
     from .collectors.chrome_trace import import_traces
     from .info import render_info, run_info
 
-    result = import_traces(trace, out, force=force, tune_allocator=True, progress_factory=_progress_factory(), command=sys.argv)
+    bar = _ImportProgress() if (sys.stderr.isatty() if progress is None else progress) else None
+    try:
+        result = import_traces(trace, out, force=force, tune_allocator=True, command=sys.argv, workers=workers,
+                               progress_factory=bar.file_factory if bar else None, progress=bar.files if bar else None)
+    finally:
+        if bar:
+            bar.stop()
     typer.echo(render_info(run_info(result.run_dir)))
 
 

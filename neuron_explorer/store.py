@@ -129,22 +129,34 @@ def base_manifest(source: str, **extra) -> dict:
 
 def write_run(out_dir: Path | str, partitions: dict[int, dict[str, pa.Table]], manifest: dict, *, force: bool = False) -> Path:
     """Write a whole run atomically: temporary directory, then rename into place."""
-    out = check_writable_target(out_dir, force)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
+    out, tmp = begin_run(out_dir, force)
     try:
         for rank, tables in sorted(partitions.items()):
             part = tmp / f"rank={rank}"
             part.mkdir()
             write_partition(part, tables)
-        _write_table(schema.schema_fields_table(), tmp / schema.SCHEMA_FIELDS.file)
-        write_manifest(tmp, manifest)
-        move_into_place(tmp, out)
+        finish_run(tmp, out, manifest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def begin_run(out_dir: Path | str, force: bool = False) -> tuple[Path, Path]:
+    """(final path, temporary directory beside it) for a run written piece by piece: write each
+    `rank=<r>/` partition into the temporary directory, then `finish_run` (or delete it on error)."""
+    out = check_writable_target(out_dir, force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    return out, tmp
+
+
+def finish_run(tmp: Path, out: Path, manifest: dict) -> None:
+    """Write the run-level files into `tmp` and rename it onto `out`."""
+    _write_table(schema.schema_fields_table(), tmp / schema.SCHEMA_FIELDS.file)
+    write_manifest(tmp, manifest)
+    move_into_place(tmp, out)
 
 
 def move_into_place(tmp: Path, final: Path) -> None:

@@ -20,6 +20,7 @@ import pytest
 from neuron_explorer.analyzers import metrics
 from neuron_explorer.analyzers.engine import Context, NotApplicable, _quality_notes, all_rules, analyze, analyze_run
 from neuron_explorer.collectors.chrome_trace import import_traces
+from neuron_explorer.errors import InputError
 from neuron_explorer.store import open_run
 
 from .conftest import X, write_trace
@@ -90,7 +91,9 @@ def many(tmp_path_factory):
 
 
 def _plain(report) -> dict:
-    doc = json.loads(json.dumps(report.to_dict(), default=str, sort_keys=True))
+    """The report as JSON data, its run directory written RUN (evidence SQL may name files in it)."""
+    text = json.dumps(report.to_dict(), default=str, sort_keys=True)
+    doc = json.loads(text.replace(json.dumps(str(report.run))[1:-1], "RUN"))
     doc.pop("created", None)
     return doc
 
@@ -118,7 +121,7 @@ def _whole_run_reference(run_dir) -> dict:
 def test_report_equals_every_rule_run_on_the_whole_run(many, workers):
     run_dir, _ = many
     got = _plain(analyze(run_dir, write=False, workers=workers))
-    want = json.loads(json.dumps(_whole_run_reference(run_dir), default=str, sort_keys=True))
+    want = json.loads(json.dumps(_whole_run_reference(run_dir), default=str, sort_keys=True).replace(str(run_dir), "RUN"))
     assert got["summary"]["ranks"] == want["summary"]["ranks"]
     assert got["findings"] == want["findings"]
     assert got["not_applicable"] == want["not_applicable"]
@@ -142,7 +145,7 @@ def test_each_rank_reports_what_it_reports_alone(many):
 
 def test_evidence_sql_reproduces_findings_on_the_whole_run(many):
     run_dir, _ = many
-    report = analyze(run_dir, write=False)
+    report = analyze(run_dir)  # written: evidence may read RUN/analysis/
     with open_run(run_dir) as run:
         for f in report.findings:
             rel = run.sql(f.evidence.sql)
@@ -191,3 +194,61 @@ def test_rules_on_every_rank_see_the_callers_context(many, workers):
     finally:
         _SETTING.reset(token)
     assert [(n["rank"], n["reason"]) for n in report.not_applicable] == [(r, "set by the caller") for r in sorted(RANKS)]
+
+
+# ---- import of many rank files -----------------------------------------------------------------
+
+def _tables(run_dir) -> dict:
+    import pyarrow.parquet as pq
+
+    return {str(p.relative_to(run_dir)): pq.read_table(p) for p in sorted(run_dir.glob("rank=*/*.parquet"))}
+
+
+def test_parallel_import_writes_the_same_run_as_one_process(many, tmp_path):
+    run_dir, _ = many
+    traces = run_dir.parent / "traces"
+    calls = []
+    parallel = import_traces(traces, tmp_path / "parallel", workers=3, progress=lambda *a: calls.append(a)).run_dir
+    serial = import_traces(traces, tmp_path / "serial", workers=1).run_dir
+    drop = ("created", "command")
+    m_par, m_ser = (({k: v for k, v in json.loads((d / "manifest.json").read_text()).items() if k not in drop}) for d in (parallel, serial))
+    assert m_par == m_ser
+    assert [e["rank"] for e in m_par["ranks"]] == sorted(RANKS)
+    a, b = _tables(parallel), _tables(serial)
+    assert sorted(a) == sorted(b) and len(a) == 5 * len(RANKS)
+    for name in a:
+        assert a[name].equals(b[name]), name
+    assert not list(tmp_path.glob(".*"))  # no temporary directory left beside the runs
+    # progress: files and bytes done, from none to all
+    sizes = sum(p.stat().st_size for p in traces.glob("*.json"))
+    assert calls[0] == (0, len(RANKS), 0, sizes) and calls[-1] == (len(RANKS), len(RANKS), sizes, sizes)
+    assert [c[0] for c in calls] == list(range(len(RANKS) + 1))
+
+
+def test_a_rank_claimed_twice_fails_in_parallel_and_leaves_nothing(many, tmp_path):
+    run_dir, _ = many
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for p in (run_dir.parent / "traces").glob("*.json"):
+        (traces / p.name).write_bytes(p.read_bytes())
+    (traces / "rank9.json").write_bytes((traces / "rank2.json").read_bytes())  # says rank 2 inside
+    with pytest.raises(InputError, match="rank 2 is also claimed by"):
+        import_traces(traces, tmp_path / "run", workers=3)
+    assert not (tmp_path / "run").exists() and not list(tmp_path.glob(".run*"))
+
+
+def test_import_workers_are_bounded_by_cores_files_and_memory(many, monkeypatch):
+    from neuron_explorer.collectors import chrome_trace
+
+    files = sorted((many[0].parent / "traces").glob("*.json"))
+    monkeypatch.setattr(chrome_trace.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(chrome_trace, "_available_memory", lambda: 64 << 30)
+    assert chrome_trace.import_workers(files) == 4  # one per file
+    assert chrome_trace.import_workers(files, 2) == 2
+    monkeypatch.setattr(chrome_trace.os, "cpu_count", lambda: 3)
+    assert chrome_trace.import_workers(files, 16) == 3  # one per core
+    need = chrome_trace.WORKER_BASE_BYTES + chrome_trace.WORKER_BYTES_PER_JSON_BYTE * max(f.stat().st_size for f in files)
+    monkeypatch.setattr(chrome_trace, "_available_memory", lambda: int(2.6 * need / 0.8))
+    assert chrome_trace.import_workers(files) == 2  # two fit in memory
+    monkeypatch.setattr(chrome_trace, "_available_memory", lambda: 1 << 20)
+    assert chrome_trace.import_workers(files) == 1
