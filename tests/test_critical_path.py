@@ -259,3 +259,80 @@ def test_analyze_writes_the_path_and_says_what_bounds_the_steps(tmp_path):
     bound = report.summary["ranks"][0]["bound"]
     assert bound["overall"]["ns"]["device_compute"] == 900 * US and bound["steps"][0]["bound"] == "device"
     assert "bound: device-bound (90%): device compute" in text(report)
+
+
+# ---- the critical-path rule ---------------------------------------------------------------------
+
+def _analyze(tmp_path: Path, events: list[dict]):
+    from neuron_explorer.analyzers import analyze
+
+    run_dir = import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir
+    report = analyze(run_dir)
+    return run_dir, [f for f in report.findings if f.rule_id == "critical-path"]
+
+
+def _evidence_rows(run_dir: Path, finding) -> dict:
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet('{run_dir}/rank=*/events.parquet')")
+    rel = con.execute(finding.evidence.sql)
+    return dict(zip([d[0] for d in rel.description], rel.fetchone()))
+
+
+def test_rule_names_fp32_gemms_on_a_device_bound_path(tmp_path):
+    """The GEMM chain of test_device_bound_gemm_chain: each sgemm is 300 µs of the path (30%), the
+    85 µs of untraced host time is 8.5%; the sync's 5 µs and the rest are under 2% and left out."""
+    events = [X("ProfilerStep#1", "user_annotation", 0, 1000)]
+    for i, t in enumerate((10, 20, 30), 1):
+        events += [X("aten::mm", "cpu_op", t, 10, **{"External id": i, "Input type": ["float", "float"]}),
+                   X("cudaLaunchKernel", "cuda_runtime", t + 2, 4, correlation=i, **{"External id": i}),
+                   _k(f"volta_sgemm_128x64_nn_{i}", "kernel", i, 20 + 300 * (i - 1), 300)]
+    events.append(X("cudaDeviceSynchronize", "cuda_runtime", 50, 875, correlation=9))
+    run_dir, found = _analyze(tmp_path, events)
+    assert [(f.location.kernel, f.location.op, f.impact_ns) for f in found] == [
+        ("volta_sgemm_128x64_nn_1", "aten::mm", 300 * US), ("volta_sgemm_128x64_nn_2", "aten::mm", 300 * US),
+        ("volta_sgemm_128x64_nn_3", "aten::mm", 300 * US), (None, None, 85 * US)]
+    assert all("bf16" in f.recommendation and "TF32" in f.recommendation for f in found[:3])
+    assert found[0].title.startswith("device-bound (90%): device compute")
+    assert _evidence_rows(run_dir, found[0])["charged_ns"] == 300 * US
+    assert _evidence_rows(run_dir, found[3])["charged_ns"] == 85 * US
+
+
+def test_rule_says_fuse_many_short_kernels(tmp_path):
+    """Thirty 10 µs kernels back to back, launched well ahead, then a sync.
+
+        host  0                                                                       400
+        ProfilerStep#1 [=============================================================]
+        aten::add i    [10+5i, 14+5i), its launch [11+5i, 13+5i)   i = 0..29
+        cudaDeviceSynchronize                 [170 --------------------------- 325)
+        stream 7          [20 + 10i, 30 + 10i) add_kernel, i = 0..29 (ends at 320)
+
+    From the end: 75 µs host, the sync's 5, the thirty kernels (300), 7 µs idle waiting for the first
+    launch (13 → 20), that launch (2), aten::add before it (1), 10 µs host.
+    """
+    events = [X("ProfilerStep#1", "user_annotation", 0, 400)]
+    for i in range(30):
+        events += [X("aten::add", "cpu_op", 10 + 5 * i, 4, **{"External id": i + 1}),
+                   X("cudaLaunchKernel", "cuda_runtime", 11 + 5 * i, 2, correlation=i + 1, **{"External id": i + 1}),
+                   _k("add_kernel", "kernel", i + 1, 20 + 10 * i, 10)]
+    events.append(X("cudaDeviceSynchronize", "cuda_runtime", 170, 155, correlation=99))
+    run_dir, found = _analyze(tmp_path, events)
+    assert [(f.location.kernel, f.impact_ns, f.evidence.values["events"]) for f in found] == [
+        ("add_kernel", 300 * US, 30), (None, 85 * US, 0)]
+    assert "30 short kernels per step" in found[0].recommendation and "torch.compile" in found[0].recommendation
+
+
+def test_rule_on_a_host_bound_loop_points_at_launches_and_host_time(tmp_path):
+    """The loop of test_host_bound_loop_of_tiny_kernels: host time outside calls (70), aten::add (18)
+    and the launches inside aten::add (12)."""
+    events = [X("ProfilerStep#1", "user_annotation", 0, 100)]
+    for i, t in enumerate((10, 30, 50), 1):
+        events += [X("aten::add", "cpu_op", t, 10, **{"External id": i}),
+                   X("cudaLaunchKernel", "cuda_runtime", t + 4, 4, correlation=i, **{"External id": i}),
+                   _k("elementwise_kernel", "kernel", i, t + 9, 2)]
+    run_dir, found = _analyze(tmp_path, events)
+    assert [(f.evidence.values["category"], f.location.op, f.impact_ns) for f in found] == [
+        ("host_compute", None, 70 * US), ("host_compute", "aten::add", 18 * US), ("launch_overhead", "aten::add", 12 * US)]
+    assert "CUDA graphs" in found[2].recommendation
+    assert _evidence_rows(run_dir, found[2])["charged_ns"] == 12 * US
