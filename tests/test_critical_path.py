@@ -336,3 +336,31 @@ def test_rule_on_a_host_bound_loop_points_at_launches_and_host_time(tmp_path):
         ("host_compute", None, 70 * US), ("host_compute", "aten::add", 18 * US), ("launch_overhead", "aten::add", 12 * US)]
     assert "CUDA graphs" in found[2].recommendation
     assert _evidence_rows(run_dir, found[2])["charged_ns"] == 12 * US
+
+
+def test_agent_tool_returns_the_top_items_with_their_lines(tmp_path):
+    """The GEMM chain through the MCP tool: verdict, shares, and the items by charged ns, bounded by k."""
+    from neuron_explorer.agent.tools import RunSet
+
+    events = [X("ProfilerStep#1", "user_annotation", 0, 1000)]
+    for i, t in enumerate((10, 20, 30), 1):
+        events += [X("aten::mm", "cpu_op", t, 10, **{"External id": i}),
+                   X("cudaLaunchKernel", "cuda_runtime", t + 2, 4, correlation=i, **{"External id": i}),
+                   _k(f"sgemm_{i}", "kernel", i, 20 + 300 * (i - 1), 300)]
+    events.append(X("cudaDeviceSynchronize", "cuda_runtime", 50, 875, correlation=9))
+    run_dir = import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir
+    tools = RunSet([run_dir])
+    try:
+        res = tools.critical_path(k=4)
+        one = tools.critical_path(step=1, k=50)
+        bad = tools.critical_path(step=7)
+    finally:
+        tools.close()
+    assert res["ok"] and res["truncated"]
+    (r,) = res["ranks"]
+    assert r["bound"] == "device-bound (90%): device compute" and r["step_ns"] == 1000 * US
+    assert r["shares"] == {"device_compute": 0.9, "host_compute": 0.087, "launch_overhead": 0.009, "idle": 0.004}
+    assert [(i["item"], i["op"], i["charged_ns"]) for i in r["items"]] == [
+        ("sgemm_1", "aten::mm", 300 * US), ("sgemm_2", "aten::mm", 300 * US), ("sgemm_3", "aten::mm", 300 * US), (None, None, 85 * US)]
+    assert sum(i["charged_ns"] for i in one["ranks"][0]["items"]) == 1000 * US and not one["truncated"]
+    assert not bad["ok"] and "no step 7" in bad["error"]

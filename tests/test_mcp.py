@@ -21,7 +21,8 @@ from .conftest import TRACES
 from .test_agent_tools import BASE, EVENTS, US, build_hand_run
 from .test_sandbox import run_digest
 
-TOOLS = {"list_runs", "summary", "findings", "explain_finding", "query", "hot_source_lines", "event_context", "compare"}
+TOOLS = {"list_runs", "summary", "findings", "explain_finding", "query", "hot_source_lines", "event_context", "compare",
+         "critical_path"}
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,8 @@ DEVICE_WORK_KINDS = ("kernel", "memcpy", "memset")
 
 SEVERITY_ORDER = ("high", "medium", "low", "info")
 
-TOOLS = ("list_runs", "summary", "findings", "explain_finding", "query", "hot_source_lines", "event_context", "compare")
+TOOLS = ("list_runs", "summary", "findings", "explain_finding", "query", "hot_source_lines", "event_context", "compare",
+         "critical_path")
 """The RunSet methods that are agent tools: each method's signature and docstring are the tool's
 one definition (the MCP server registers them as they are)."""
 
@@ -330,6 +331,58 @@ class RunSet:
             kk = max(0, min(int(k), MAX_ROWS))
             return {"ok": True, "base": b, "test": t, "step_time": diff["step_time"], "notes": diff.get("notes", []),
                     "total_deltas": len(deltas), "deltas": deltas[:kk], "truncated": len(deltas) > kk}
+        return self._call(go)
+
+    def critical_path(self, run: str | None = None, k: int = 10, rank: int | None = None, step: int | None = None) -> dict:
+        """What bounds the steps, from each step's critical path (every ns of a step charged to one kernel, copy,
+        collective, host operator or Python line, launch, or device idle gap): per rank the verdict in words
+        ("device-bound (88%): device compute") with the share of step time per category, each step's verdict, and the
+        top `k` items on the path by charged ns with their category, operator, kernel, source line and code. `rank`
+        and `step` narrow it (default: every rank, every step). Model: docs/METRICS.md "Critical path"."""
+        def go():
+            from ..analyzers.critical_path import bound, path_items, rank_path
+            from ..store import open_run
+
+            name = self._resolve(run)
+            kk = max(1, min(int(k), 50))
+            out_ranks = []
+            with open_run(self._runs[name]) as r:
+                all_ranks = [x for (x,) in r.sql("SELECT DISTINCT rank FROM steps ORDER BY 1").fetchall()]
+                if rank is not None and int(rank) not in all_ranks:
+                    raise ValueError(f"rank {rank} has no profiler steps (ranks with steps: {all_ranks})")
+                for rk in ([int(rank)] if rank is not None else all_ranks):
+                    path = rank_path(r, rk)
+                    b = bound(r, rk)
+                    steps = b["steps"]
+                    if step is not None:
+                        path = [p for p in path if p["step"] == int(step)]
+                        steps = [s for s in steps if s["step"] == int(step)]
+                        if not steps:
+                            raise ValueError(f"no step {step} on rank {rk} (steps: {[s['step'] for s in b['steps']]})")
+                    total = sum(p["charged_ns"] for p in path)
+                    items = path_items(r, path)
+                    frames = {fid: (f"{f}:{ln}", code) for fid, f, ln, code in r.sql(
+                        "SELECT frame_id, file, line, code FROM frames WHERE frame_id IN (SELECT unnest(?::BIGINT[]))",
+                        [sorted({i["frame_id"] for i in items[:kk] if i["frame_id"] is not None})]).fetchall()}
+                    overall = b["overall"] if step is None else steps[0]
+                    out_ranks.append({
+                        "rank": rk, "bound": overall["words"], "step_ns": total,
+                        "shares": {c: v for c, v in overall["shares"].items() if v},
+                        "steps": [{"step": s["step"], "dur_ns": s["dur_ns"], "bound": s["words"]} for s in steps],
+                        "items": [{"category": i["category"], "item": i["item"], "op": i["op"], "cause": i["cause"],
+                                   "source": frames.get(i["frame_id"], (None, None))[0], "code": frames.get(i["frame_id"], (None, None))[1],
+                                   "module_path": i["module_path"], "charged_ns": i["charged_ns"],
+                                   "share": round(i["charged_ns"] / total, 4) if total else 0.0, "events": i["events"],
+                                   "steps": i["steps"], "sample_event_id": i["sample_id"]} for i in items[:kk]],
+                        "items_total": len(items)})
+            out = {"ok": True, "run": name, "ranks": out_ranks, "truncated": any(x["items_total"] > kk for x in out_ranks),
+                   "definitions": {"charged_ns": "ns of step time charged to the item on the critical path; per step they add "
+                                                 "up to the step's duration", "share": "charged_ns / step time (the steps asked for)",
+                                   "item": "device work and idle: the device event's name; host: the top-level operator "
+                                           "(or the event's own name); null: host time outside every traced call"}}
+            if not out_ranks:
+                out["note"] = "no profiler steps (ProfilerStep#N) in this run: no critical path"
+            return out
         return self._call(go)
 
     def schema_text(self, run: str | None = None) -> str:

@@ -396,6 +396,42 @@ def path_table(run: Run):
     return pa.Table.from_pylist(rows, schema=schema)
 
 
+ON_DEVICE = ("device_compute", "communication", "memcpy", "idle")
+"""Categories whose item is the device event itself (idle: the device event that waited)."""
+
+
+def path_items(run: Run, path: list[dict]) -> list[dict]:
+    """The path's charged ns per item, heaviest first. An item is (category, item, op, frame_id,
+    cause): for device work and idle gaps `item` is the device event's name, for host work the
+    top-level operator around the charged event (else the event's own name; None for untraced
+    host time); `op` is the top-level operator (device events: of their launch), `frame_id` the
+    statement. Each item also has `charged_ns`, `events` (distinct events), `steps`, `sample_id`,
+    `module_path` and `op_args` (the operator's Kineto args)."""
+    ids = sorted({r["event_id"] for r in path if r["event_id"] is not None})
+    info = {eid: (name, op, module_path, op_args) for eid, name, op, module_path, op_args in run.sql(
+        "SELECT e.event_id, e.name, o.name, e.module_path, o.args FROM events e LEFT JOIN events o ON o.event_id = e.top_op_id "
+        "WHERE e.event_id IN (SELECT unnest(?::BIGINT[]))", [ids]).fetchall()} if ids else {}
+    groups: dict[tuple, dict] = {}
+    for r in path:
+        name, op, module_path, op_args = info.get(r["event_id"], (None, None, None, None))
+        item = name if r["category"] in ON_DEVICE else (op if op is not None else name)
+        key = (r["category"], item, op, r["source_frame_id"], r["cause"])
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = {"category": key[0], "item": item, "op": op, "frame_id": key[3], "cause": key[4], "charged_ns": 0,
+                               "_events": set(), "_steps": set(), "module_path": module_path, "op_args": op_args}
+        g["charged_ns"] += r["charged_ns"]
+        if r["event_id"] is not None:
+            g["_events"].add(r["event_id"])
+        g["_steps"].add(r["step"])
+    out = []
+    for g in groups.values():
+        ev, st = g.pop("_events"), g.pop("_steps")
+        out.append({**g, "events": len(ev), "steps": len(st), "sample_id": min(ev) if ev else None})
+    out.sort(key=lambda g: (-g["charged_ns"], g["item"] is None, g["item"] or "", g["category"]))
+    return out
+
+
 def _verdict(ns_by_cat: dict[str, int], total: int) -> dict:
     shares = {c: (ns_by_cat.get(c, 0) / total if total else 0.0) for c in CATEGORIES}
     groups = {g: sum(shares[c] for c in cats) for g, cats in GROUPS.items()}

@@ -43,7 +43,7 @@ DEVICE = ("device_compute", "communication", "memcpy")
 
 
 def _items_sql(src: str, rank: int, where: str = "TRUE") -> str:
-    """Charged ns per item of a rank's path (`src`: the path table) — the rule's grouping and its evidence."""
+    """Charged ns per item of a rank's path (`src`: the path table): `critical_path.path_items` in SQL, the evidence."""
     dev = ", ".join(q(c) for c in DEVICE + ("idle",))
     return f"""SELECT * FROM (SELECT p.category,
   CASE WHEN p.category IN ({dev}) THEN e.name ELSE coalesce(o.name, e.name) END AS item,
@@ -52,34 +52,6 @@ def _items_sql(src: str, rank: int, where: str = "TRUE") -> str:
   min(p.event_id) AS sample_id, any_value(e.module_path) AS module_path, any_value(o.args) AS op_args
 FROM {src} p LEFT JOIN events e ON e.event_id = p.event_id LEFT JOIN events o ON o.event_id = e.top_op_id
 WHERE p.rank = {int(rank)} GROUP BY ALL) WHERE {where}"""
-
-
-def _items(ctx: Context, path: list[dict]) -> list[dict]:
-    """The grouping of `_items_sql`, on the path in memory (the evidence query runs `_items_sql` on the
-    written table): charged ns per item, heaviest first."""
-    ids = sorted({r["event_id"] for r in path if r["event_id"] is not None})
-    info = {eid: (name, op, module_path, op_args) for eid, name, op, module_path, op_args in ctx.run.sql(
-        "SELECT e.event_id, e.name, o.name, e.module_path, o.args FROM events e LEFT JOIN events o ON o.event_id = e.top_op_id "
-        "WHERE e.event_id IN (SELECT unnest(?::BIGINT[]))", [ids]).fetchall()}
-    groups: dict[tuple, dict] = {}
-    for r in path:
-        name, op, module_path, op_args = info.get(r["event_id"], (None, None, None, None))
-        item = name if r["category"] in DEVICE + ("idle",) else (op if op is not None else name)
-        key = (r["category"], item, op, r["source_frame_id"], r["cause"])
-        g = groups.get(key)
-        if g is None:
-            g = groups[key] = {"category": key[0], "item": item, "op": op, "frame_id": key[3], "cause": key[4], "charged_ns": 0,
-                               "_events": set(), "_steps": set(), "module_path": module_path, "op_args": op_args}
-        g["charged_ns"] += r["charged_ns"]
-        if r["event_id"] is not None:
-            g["_events"].add(r["event_id"])
-        g["_steps"].add(r["step"])
-    out = []
-    for g in groups.values():
-        ev, st = g.pop("_events"), g.pop("_steps")
-        out.append({**g, "events": len(ev), "steps": len(st), "sample_id": min(ev) if ev else None})
-    out.sort(key=lambda g: (-g["charged_ns"], g["item"] is None, g["item"] or ""))
-    return out
 
 
 def _advice(it: dict, step_count: int) -> str:
@@ -139,7 +111,7 @@ def check(ctx: Context) -> list:
     bound = cp.bound(ctx.run, ctx.rank)
     step_count = len(bound["steps"])
     total = sum(r["charged_ns"] for r in path)
-    items = _items(ctx, path)[:THRESHOLDS["MAX_ITEMS"]]
+    items = cp.path_items(ctx.run, path)[:THRESHOLDS["MAX_ITEMS"]]
     parquet = f"read_parquet({q(str(ctx.run.path / 'analysis' / 'critical_path.parquet'))})"
     out = []
     for it in items:
