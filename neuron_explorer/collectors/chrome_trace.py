@@ -96,7 +96,7 @@ def decode_rank(path: Path, progress: Callable[[int, int], None] | None = None,
         "source": str(path),
         "base_ns": base,
         "distributed_info": header.get("distributedInfo"),
-        # torch 1.8-1.9 called deviceProperties computeProperties
+        # older traces call deviceProperties computeProperties
         "device_properties": header.get("deviceProperties") or header.get("computeProperties") or [],
         "trace_metadata": {k: v for k, v in header.items() if k not in HEADER_KEYS_KEPT_APART},
         "metadata_events": metadata_events,
