@@ -252,17 +252,21 @@ class _RankIndex:
         return ready, how, ev
 
 
-def _sync_kind(e: _Ev) -> str:
+def _args(e: _Ev) -> dict:
     try:
-        return json.loads(e.args or "{}").get("cuda_sync_kind") or e.name
+        a = json.loads(e.args or "{}")
     except ValueError:
-        return e.name
+        return {}
+    return a if isinstance(a, dict) else {}
+
+
+def _sync_kind(e: _Ev) -> str:
+    return _args(e).get("cuda_sync_kind") or e.name
 
 
 def _arg_int(e: _Ev, key: str, default: int) -> int:
     try:
-        v = json.loads(e.args or "{}").get(key, default)
-        return int(v)
+        return int(_args(e).get(key, default))
     except (ValueError, TypeError):
         return default
 
@@ -379,7 +383,7 @@ def rank_path(run: Run, rank: int) -> list[dict]:
                 out.append({"rank": int(rank), "step": int(step), "seq": seq, "ts_ns": int(s_ts), "charged_ns": int(ns),
                             "event_id": ev.id if ev is not None else None, "category": cat, "cause": cause,
                             "source_frame_id": ev.frame if ev is not None else None})
-    if len(_CACHE) > 16:
+    if len(_CACHE) >= 8:
         _CACHE.clear()
     _CACHE[key] = out
     return out
@@ -444,8 +448,12 @@ def _verdict(ns_by_cat: dict[str, int], total: int) -> dict:
 
 def bound(run: Run, rank: int) -> dict:
     """What bounds the steps of a rank: per step and over all steps, the charged ns per category,
-    their shares of step time and a verdict in words ("device-bound (94%): device compute")."""
-    path = rank_path(run, rank)
+    their shares of step time and a verdict in words ("device-bound (94%): device compute").
+    Data the walk cannot read gives `overall: None` and the reason in `error`, not a failed report."""
+    try:
+        path = rank_path(run, rank)
+    except Exception as e:  # noqa: BLE001 - the summary of a run must not fail on one odd trace
+        return {"steps": [], "overall": None, "error": f"{type(e).__name__}: {e}"}
     per_step: dict[int, dict[str, int]] = {}
     for r in path:
         d = per_step.setdefault(r["step"], {})
