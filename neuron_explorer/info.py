@@ -80,12 +80,76 @@ def _id_ranges(ids: list[int]) -> str:
     return ", ".join(out)
 
 
+id_ranges = _id_ranges
+
+
+def spread(values: list[tuple[float, int]], fmt) -> str:
+    """'min X (rank a), p50 Y, p90 Z, max W (rank b)' of (value, rank) pairs (nearest-rank quantiles)."""
+    v = sorted(values)
+
+    def q(f: float) -> float:
+        return v[min(len(v) - 1, int(f * (len(v) - 1) + 0.5))][0]
+
+    return f"min {fmt(v[0][0])} (rank {v[0][1]}), p50 {fmt(q(0.5))}, p90 {fmt(q(0.9))}, max {fmt(v[-1][0])} (rank {v[-1][1]})"
+
+
+MANY_RANKS = 8
+"""With more ranks than this, `render_info` describes them together (counts, distributions, the
+slowest and fastest ranks) instead of a block each; `info --json` keeps every rank."""
+
+
+def _render_many_ranks(ranks: list[dict], shown: int = 3) -> list[str]:
+    world = sorted({r["world_size"] for r in ranks if r.get("world_size")})
+    lines = [f"{len(ranks)} ranks ({_id_ranges([r['rank'] for r in ranks])})"
+             + (f" of {', '.join(map(str, world))}" if world else "") + f"; {sum(r['events'] for r in ranks):,} events"
+             + "; info --json lists every rank"]
+    lines.append("  events per rank: " + spread([(r["events"], r["rank"]) for r in ranks], lambda n: f"{n:,.0f}"))
+    spans = [(r["span_ns"], r["rank"]) for r in ranks if r.get("span_ns") is not None]
+    if spans:
+        lines.append("  span per rank: " + spread(spans, fmt_ns))
+    by_devices: dict[str, list[int]] = {}
+    for r in ranks:
+        devs = ", ".join(f"{d['device']}" + (f" ({d['name']})" if d.get("name") else "") for d in r["devices"])
+        by_devices.setdefault(f"device {devs}" if devs else "CPU only", []).append(r["rank"])
+    lines.append("  devices: " + "; ".join(f"{devs} on {_ranks_text(rs)}" for devs, rs in by_devices.items()))
+    by_steps: dict[str, list[int]] = {}
+    for r in ranks:
+        key = f"{r['steps']} (#{r['step_first']}..#{r['step_last']})" if r["steps"] else "none recorded"
+        by_steps.setdefault(key, []).append(r["rank"])
+    lines.append("  steps: " + "; ".join(f"{k} on {_ranks_text(rs)}" for k, rs in by_steps.items()))
+    step = [(r["step_median_ns"], r["rank"]) for r in ranks if r.get("step_median_ns") is not None]
+    if step:
+        lines.append("  step time per rank (its median step): " + spread(step, fmt_ns))
+        by_time = sorted(step, key=lambda x: (-x[0], x[1]))
+        lines.append("  slowest ranks: " + ", ".join(f"rank {r} {fmt_ns(t)}" for t, r in by_time[:shown]))
+        lines.append("  fastest ranks: " + ", ".join(f"rank {r} {fmt_ns(t)}" for t, r in reversed(by_time[-shown:])))
+    counts: dict[str, int] = {}
+    for r in ranks:
+        for k, v in r["counts"].items():
+            counts[k] = counts.get(k, 0) + (v or 0)
+    lines.append("  counts (all ranks): " + ", ".join(f"{k} {v:,}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])
+                                                      if v and k != "frames"))
+    backward = sum((r.get("data_quality") or {}).get("backward_ns", 0) for r in ranks)
+    if backward:
+        linked = sum((r.get("data_quality") or {}).get("backward_linked_ns", 0) for r in ranks) / backward
+        lines.append(f"  backward: {fmt_ns(backward)} of operator and device time over all ranks, {100 * linked:.1f}% linked to "
+                     "the forward statement that built it")
+    return lines
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"{len(ranks)} ranks ({_id_ranges(ranks)})"
+
+
 def render_info(info: dict) -> str:
     lines = [
         f"run {info['path']}  (format v{info['format_version']}, {info['source']}"
         + (f" ({info['converter']} converter)" if info.get("converter") else "") + f", created {info['created']})",
     ]
-    for r in info["ranks"]:
+    many = len(info["ranks"]) > MANY_RANKS
+    if many:
+        lines += _render_many_ranks(info["ranks"])
+    for r in [] if many else info["ranks"]:
         counts = r["counts"]
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]) if v and k not in ("frames",))
         devs = ", ".join(f"{d['device']}" + (f" ({d['name']})" if d.get("name") else "") for d in r["devices"]) or "none (CPU only)"

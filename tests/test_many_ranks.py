@@ -252,3 +252,68 @@ def test_import_workers_are_bounded_by_cores_files_and_memory(many, monkeypatch)
     assert chrome_trace.import_workers(files) == 2  # two fit in memory
     monkeypatch.setattr(chrome_trace, "_available_memory", lambda: 1 << 20)
     assert chrome_trace.import_workers(files) == 1
+
+
+# ---- views of many ranks -----------------------------------------------------------------------
+
+STEP_US = {r: 100 + 10 * r for r in range(10)} | {7: 400}  # rank 7 is the slowest, rank 0 the fastest
+
+
+@pytest.fixture(scope="module")
+def ten(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ten_ranks")
+    for r, step in STEP_US.items():
+        ev = []
+        for s in range(3):
+            t0 = s * step
+            ev += [X(f"ProfilerStep#{s + 1}", "user_annotation", t0, step), X("aten::mm", "cpu_op", t0 + 1, step - 10)]
+        write_trace(tmp / "traces" / f"rank{r}.json", ev, baseTimeNanoseconds=BASE, distributedInfo={"rank": r, "world_size": 10})
+    return import_traces(tmp / "traces", tmp / "run").run_dir
+
+
+def test_info_of_many_ranks_is_a_summary_and_json_keeps_every_rank(ten):
+    from neuron_explorer.info import render_info, run_info
+
+    info = run_info(ten)
+    assert [r["rank"] for r in info["ranks"]] == list(range(10))  # --json: every rank
+    text = render_info(info)
+    assert "10 ranks (0-9) of 10" in text
+    assert not any(line.startswith("rank ") for line in text.splitlines())  # no block per rank
+    slow = next(line for line in text.splitlines() if "slowest ranks" in line)
+    fast = next(line for line in text.splitlines() if "fastest ranks" in line)
+    assert slow.split(": ", 1)[1].startswith("rank 7 400 us, rank 9 190 us")
+    assert fast.split(": ", 1)[1].startswith("rank 0 100 us, rank 1 110 us")
+    assert "step time per rank (its median step): min 100 us (rank 0)" in text and "max 400 us (rank 7)" in text
+    assert "steps: 3 (#1..#3) on 10 ranks (0-9)" in text and "CPU only on 10 ranks (0-9)" in text
+
+
+def test_text_report_of_many_ranks_summarises_them(ten):
+    from neuron_explorer.analyzers.render import markdown, text
+
+    report = analyze(ten, write=False)
+    assert [r["rank"] for r in report.summary["ranks"]] == list(range(10))
+    out = text(report, width=200)
+    assert "10 ranks (0-9)" in out
+    assert not any(line.startswith("rank ") for line in out.splitlines())
+    slow = next(line for line in out.splitlines() if "slowest ranks" in line)
+    assert slow.split(": ", 1)[1].startswith("rank 7 0.40 ms, rank 9 0.19 ms")
+    assert "min 0.10 ms (rank 0)" in out and "max 0.40 ms (rank 7)" in out
+    assert "slowest ranks: rank 7" in markdown(report)
+
+
+def test_the_same_finding_on_many_ranks_is_one_row(ten, tmp_path):
+    from neuron_explorer.analyzers.render import text
+
+    for r in range(9):  # nine copies of rank 0's trace
+        doc = json.loads((ten.parent / "traces" / "rank0.json").read_text())
+        doc["distributedInfo"]["rank"] = r
+        (tmp_path / "traces").mkdir(exist_ok=True)
+        (tmp_path / "traces" / f"rank{r}.json").write_text(json.dumps(doc))
+    report = analyze(import_traces(tmp_path / "traces", tmp_path / "run").run_dir, write=False)
+    hot = [f for f in report.findings if f.rule_id == "hotspot"]
+    assert len(hot) == 9 and len({f.title for f in hot}) == 1
+    out = text(report, width=250)
+    assert len([line for line in out.splitlines() if "│ hotspot" in line]) == 1
+    (head,) = [line for line in out.splitlines() if line.split(". ", 1)[-1].startswith(hot[0].title)]
+    assert head.endswith(f"{hot[0].title} — on 9 ranks (0-8)")
+    assert "   where: ranks 0-8 · aten::mm" in out

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 
+from ..info import id_ranges as _id_ranges, spread as _spread_of
 from .model import Finding, Report
 
 
@@ -22,7 +23,43 @@ def _where(f: Finding) -> str:
     return " · ".join(p for p in parts if p)
 
 
+MANY_RANKS = 8
+"""With more ranks than this, the text and Markdown summaries describe the ranks as a distribution
+(step time, busy share, exposed communication: spread, slowest and fastest) instead of one block
+per rank; report.json keeps every rank."""
+FINDINGS_SHOWN_MANY = 20
+"""With many ranks, the text report details the heaviest findings only, and counts the rest by rule."""
+
+
+def _ranks_overview(ranks: list[dict], shown: int = 3) -> list[str]:
+    """The ranks of a large job in a few lines: how many, step time per rank (the median of its
+    steady steps) with the slowest and fastest ranks, device busy share, exposed communication
+    (collective kernels not overlapped with compute; on CPU-only ranks, the host's collectives)."""
+    ids = sorted(r["rank"] for r in ranks)
+    out = [f"{len(ranks)} ranks ({_id_ranges(ids)}); every rank's numbers are in report.json (analyze --json)"]
+    step = [(r["steps"]["p50_ns"], r["rank"]) for r in ranks if r["steps"].get("p50_ns") is not None]
+    if step:
+        out.append("  step time per rank (median of its steady steps): " + _spread_of(step, _ms))
+        by_time = sorted(step, key=lambda x: (-x[0], x[1]))
+        out.append("  slowest ranks: " + ", ".join(f"rank {r} {_ms(t)}" for t, r in by_time[:shown]))
+        out.append("  fastest ranks: " + ", ".join(f"rank {r} {_ms(t)}" for t, r in reversed(by_time[-shown:])))
+    if len(step) < len(ranks):
+        out.append(f"  {len(ranks) - len(step)} ranks without profiler steps")
+    busy = [(sum(d["busy_ns"] for d in r["devices"]) / max(sum(d["window_ns"] or 0 for d in r["devices"]), 1), r["rank"])
+            for r in ranks if r["devices"]]
+    if busy:
+        out.append("  device busy share per rank: " + _spread_of(busy, lambda x: f"{100 * x:.1f}%"))
+    comm = [(sum(d["comm_exposed_ns"] for d in r["devices"]) if r["devices"] else r.get("comm_cpu_ns", 0), r["rank"]) for r in ranks]
+    if any(c for c, _ in comm):
+        out.append("  exposed communication per rank: " + _spread_of(comm, _ms))
+    if len(busy) < len(ranks):
+        out.append(f"  {len(ranks) - len(busy)} ranks CPU only")
+    return out
+
+
 def _summary_lines(report: Report) -> list[str]:
+    if len(report.summary["ranks"]) > MANY_RANKS:
+        return _ranks_overview(report.summary["ranks"])
     out = []
     for r in report.summary["ranks"]:
         st = r["steps"]
@@ -98,27 +135,70 @@ def text(report: Report, width: int = 100) -> str:
     for line in _summary_lines(report):
         con.print(escape(line), highlight=False)
     con.print()
-    if not report.findings:
+    findings, ranks_of = report.findings, {}
+    if len(report.summary["ranks"]) > MANY_RANKS:
+        findings, ranks_of = _group_across_ranks(report.findings)
+        if len(findings) > FINDINGS_SHOWN_MANY:
+            findings = findings[:FINDINGS_SHOWN_MANY]
+            con.print(escape(f"{len(report.findings)} findings; the {len(findings)} heaviest below, the same finding on several "
+                             "ranks in one row (analyze --json lists all). By rule: " + _findings_by_rule(report.findings)),
+                      highlight=False)
+            con.print()
+    if not findings:
         con.print("No findings above the thresholds.")
     else:
         t = Table(show_lines=False, expand=False, pad_edge=False)
         for col, kw in (("#", {"justify": "right"}), ("sev", {}), ("impact", {"justify": "right"}), ("share", {"justify": "right"}),
                         ("rule", {}), ("finding", {"overflow": "fold", "max_width": 58})):
             t.add_column(col, **kw)
-        for i, f in enumerate(report.findings, 1):
-            t.add_row(str(i), f.severity, _ms(f.impact_ns), f"{100 * f.impact_share:.1f}%", f.rule_id, escape(f.title))
+        for i, f in enumerate(findings, 1):
+            t.add_row(str(i), f.severity, _ms(f.impact_ns), f"{100 * f.impact_share:.1f}%", f.rule_id,
+                      escape(f.title + _on_ranks(ranks_of.get(id(f)))))
         con.print(t)
-        for i, f in enumerate(report.findings, 1):
-            con.print(f"\n[bold]{i}. {escape(f.title)}[/]", highlight=False)
+        for i, f in enumerate(findings, 1):
+            con.print(f"\n[bold]{i}. {escape(f.title + _on_ranks(ranks_of.get(id(f))))}[/]", highlight=False)
             if _where(f):
-                con.print(f"   where: {escape(_where(f))}", highlight=False)
+                where = _where(f)
+                if len(ranks_of.get(id(f)) or ()) > 1:
+                    where = where.replace(f"rank {f.location.rank}", f"ranks {_id_ranges(ranks_of[id(f)])}", 1)
+                con.print(f"   where: {escape(where)}", highlight=False)
             con.print(f"   do: {escape(f.recommendation)}", highlight=False)
             con.print(escape(f"   confidence {f.confidence:.2f}" + (f" ({'; '.join(f.confidence_notes)})" if f.confidence_notes else "")), highlight=False)
     if report.not_applicable:
         con.print(escape("\nnot applicable: " + "; ".join(f"{n['rule_id']} ({n['reason']})" for n in _dedup(report.not_applicable))), highlight=False)
-    for w in report.warnings:
+    warnings = report.warnings
+    if len(report.summary["ranks"]) > MANY_RANKS:
+        from ..info import summarise_warnings  # one line per kind of warning across ranks
+
+        warnings = summarise_warnings(warnings)
+    for w in warnings:
         con.print(escape(f"warning: {w}"), highlight=False)
     return buf.getvalue()
+
+
+def _group_across_ranks(findings: list[Finding]) -> tuple[list[Finding], dict[int, list[int]]]:
+    """The same finding (rule, title, and where apart from the rank) on several ranks as one: the
+    heaviest of them stands for the group; returns those and, per id() of each, its ranks."""
+    groups: dict[tuple, list[Finding]] = {}
+    for f in findings:
+        loc = f.location
+        key = (f.rule_id, f.title, loc.device, loc.source, loc.op, loc.kernel, tuple(loc.steps or ()))
+        groups.setdefault(key, []).append(f)
+    heads = [fs[0] for fs in groups.values()]
+    return heads, {id(fs[0]): sorted({f.location.rank for f in fs if f.location.rank is not None}) for fs in groups.values()}
+
+
+def _on_ranks(ranks: list[int] | None) -> str:
+    return f" — on {len(ranks)} ranks ({_id_ranges(ranks)})" if ranks and len(ranks) > 1 else ""
+
+
+def _findings_by_rule(findings: list[Finding]) -> str:
+    """'device-idle 256 on ranks 0-255; ...': how many findings each rule made, on which ranks."""
+    by_rule: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_rule.setdefault(f.rule_id, []).append(f)
+    return "; ".join(f"{rule} {len(fs)} on ranks {_id_ranges(sorted({f.location.rank for f in fs if f.location.rank is not None}))}"
+                     for rule, fs in by_rule.items())
 
 
 def _dedup(items: list[dict]) -> list[dict]:
