@@ -291,7 +291,7 @@ def _walk(index: _RankIndex, start: int, end: int, step_track: tuple) -> list[tu
     """Charged segments of one step, latest first: (ts_ns, charged_ns, event, category, cause)."""
     out: list[tuple] = []
 
-    def charge(lo, hi, ev, category, cause=None, frame_ev=None):
+    def charge(lo, hi, ev, category, cause=None):
         lo = max(lo, start)
         if hi > lo:
             out.append((lo, hi - lo, ev, category, cause))
@@ -345,7 +345,7 @@ def _walk(index: _RankIndex, start: int, end: int, step_track: tuple) -> list[tu
 def _merge(segments: list[tuple]) -> list[tuple]:
     """Adjacent segments (in time order) charged to the same event, category and cause become one."""
     merged: list[list] = []
-    for ts, ns, ev, cat, cause in sorted(segments, key=lambda s: s[0]):
+    for ts, ns, ev, cat, cause in reversed(segments):  # the walk charges latest first
         if merged and merged[-1][2] is ev and merged[-1][3] == cat and merged[-1][4] == cause and merged[-1][0] + merged[-1][1] == ts:
             merged[-1][1] += ns
         else:
