@@ -317,3 +317,19 @@ def test_the_same_finding_on_many_ranks_is_one_row(ten, tmp_path):
     (head,) = [line for line in out.splitlines() if line.split(". ", 1)[-1].startswith(hot[0].title)]
     assert head.endswith(f"{hot[0].title} — on 9 ranks (0-8)")
     assert "   where: ranks 0-8 · aten::mm" in out
+
+
+def test_critical_path_table_of_many_ranks_equals_the_whole_run_one(many):
+    import pyarrow.parquet as pq
+
+    from neuron_explorer.analyzers import critical_path as cp
+    from neuron_explorer.analyzers.critical_path import path_table
+
+    run_dir, _ = many
+    analyze(run_dir)
+    written = pq.read_table(run_dir / "analysis" / "critical_path.parquet")
+    cp._CACHE.clear()  # computed afresh on views over the whole run
+    with open_run(run_dir) as run:
+        whole = path_table(run)
+    assert written.num_rows > 0 and sorted(set(written["rank"].to_pylist())) == [0, 1, 2, 3]
+    assert written.equals(whole)

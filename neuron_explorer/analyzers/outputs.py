@@ -70,4 +70,11 @@ def _critical_path(run_dir: Path) -> pa.Table:
     from .critical_path import path_table
 
     with open_run(run_dir) as run:
-        return path_table(run)
+        ranks = [r for (r,) in run.sql("SELECT DISTINCT rank FROM events ORDER BY 1").fetchall()]
+        if len(ranks) <= 1:
+            return path_table(run)
+        tables = []
+        for rank in ranks:  # each rank on views over its own partition: cost grows with events, not ranks x events
+            with run.with_ranks([rank]) as one:
+                tables.append(path_table(one))
+        return pa.concat_tables(tables)
