@@ -333,3 +333,18 @@ def test_critical_path_table_of_many_ranks_equals_the_whole_run_one(many):
         whole = path_table(run)
     assert written.num_rows > 0 and sorted(set(written["rank"].to_pylist())) == [0, 1, 2, 3]
     assert written.equals(whole)
+
+
+def test_cli_import_with_workers_and_progress(many, tmp_path):
+    from .conftest import cli
+
+    traces = many[0].parent / "traces"
+    quiet = cli("import", traces, "-o", tmp_path / "quiet", "--workers", "2")
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stderr == ""  # no bar unless stderr is a terminal or --progress asks
+    assert [e["rank"] for e in json.loads((tmp_path / "quiet" / "manifest.json").read_text())["ranks"]] == sorted(RANKS)
+    shown = cli("import", traces, "-o", tmp_path / "shown", "--workers", "2", "--progress")
+    assert shown.returncode == 0, shown.stderr
+    assert f"importing {len(RANKS)}/{len(RANKS)} files" in shown.stderr
+    bad = cli("import", traces, "-o", tmp_path / "bad", "--workers", "0")
+    assert bad.returncode != 0 and not (tmp_path / "bad").exists()
