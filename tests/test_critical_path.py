@@ -175,6 +175,50 @@ def test_two_streams_follow_the_recorded_stream_wait(tmp_path):
     assert bound["overall"]["bound"] == "device"
 
 
+def test_step_that_ends_while_its_kernels_still_run_is_charged_to_them(tmp_path):
+    """The host finishes launching and ends the step while the device still works through the queue.
+
+        host  0                                                        200
+        ProfilerStep#1 [=================================================]
+        aten::mm [10-20) launch [12-16) c1    aten::mm [30-40) launch [32-36) c2
+        stream 7          [20 ----------- k1 ----------- 150)[150 ---- k2 ----|---- 260)
+
+    k2 runs at the step's end, so the path starts on it: k2 (50 up to the end), k1 (130), 4 µs idle
+    waiting for k1's launch, the launch (4), aten::mm (2), 10 µs host.
+    """
+    events = [X("ProfilerStep#1", "user_annotation", 0, 200)]
+    for i, (t, k_ts, k_dur) in enumerate(((10, 20, 130), (30, 150, 110)), 1):
+        events += [X("aten::mm", "cpu_op", t, 10, **{"External id": i}),
+                   X("cudaLaunchKernel", "cuda_runtime", t + 2, 4, correlation=i, **{"External id": i}),
+                   _k(f"k{i}", "kernel", i, k_ts, k_dur)]
+    items, rows, bound = _path(tmp_path, events)
+    assert _by(items) == {("k2", "device_compute"): 50 * US, ("k1", "device_compute"): 130 * US, ("k1", "idle"): 4 * US,
+                          ("cudaLaunchKernel", "launch_overhead"): 4 * US, ("aten::mm", "host_compute"): 2 * US,
+                          (None, "host_compute"): 10 * US}
+    assert bound["overall"]["words"] == "device-bound (90%): device compute"
+
+
+def test_device_work_with_no_launch_after_a_gap_returns_to_the_host(tmp_path):
+    """Kernels whose launches were not recorded: after a 40 µs gap nothing says what kB waited for.
+
+        host  0                                               100
+        ProfilerStep#1 [===========================================]
+        cudaDeviceSynchronize          [30 ----------------- 95)
+        stream 7      [10-20) kA                [60 --- kB --- 90)      (no launch, no correlation)
+
+    From the end: 5 µs host; the sync's 5 µs after kB; kB (30); no predecessor for kB (its stream's
+    previous work ended 40 µs before, beyond UNLINKED_GAP_MAX_NS), so back to the host at 60: the
+    sync (30 → 60, it waited for nothing recorded yet), then 30 µs of host. kA is not on the path.
+    """
+    events = [X("ProfilerStep#1", "user_annotation", 0, 100),
+              X("cudaDeviceSynchronize", "cuda_runtime", 30, 65, correlation=5),
+              X("kA", "kernel", 10, 10, pid=0, tid=7, stream=7, device=0),
+              X("kB", "kernel", 60, 30, pid=0, tid=7, stream=7, device=0)]
+    items, rows, bound = _path(tmp_path, events)
+    assert _by(items) == {(None, "host_compute"): 35 * US, ("cudaDeviceSynchronize", "launch_overhead"): 35 * US,
+                          ("kB", "device_compute"): 30 * US}
+
+
 def _shared_runs() -> list[Path]:
     runs = list(real_traces())
     if (TRACES / "multirank_128").is_dir():

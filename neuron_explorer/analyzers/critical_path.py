@@ -3,7 +3,9 @@
 Every nanosecond of a step (its `ProfilerStep#N` range, [ts_ns, ts_ns + dur_ns)) is charged to
 exactly one item: a device event (kernel, collective kernel, memcpy, memset), a host event (CPU
 operator, Python call, annotation, runtime call), or a device idle gap with its cause. The model
-(docs/METRICS.md "Critical path" states it for users) walks backwards from the step's end:
+(docs/METRICS.md "Critical path" states it for users) walks backwards from the step's end. It
+starts on the device when device work other than a collective is still running at the step's end
+(the host ran ahead and the step's work is still queued), else on the host:
 
 - On the host, at each moment the path charges the innermost event of the thread that owns the
   step. When that thread is inside no operator (only Python calls, annotations or the step range)
@@ -22,8 +24,9 @@ operator, Python call, annotation, runtime call), or a device idle gap with its 
   launch (ready at the launch's end, or its start for a blocking call), or, when a `Stream Wait
   Event` record on the stream says it waited for another stream, the last event on that stream
   (ready at its end). Ties prefer the stream, then the launch. The time between that predecessor
-  being ready and the event starting is an idle gap with its cause. With no predecessor the path
-  returns to the host at the event's start.
+  being ready and the event starting is an idle gap with its cause. An event with no recorded
+  launch follows its stream only when it started within UNLINKED_GAP_MAX_NS of the previous
+  work. With no predecessor the path returns to the host at the event's start.
 
 The walk is deterministic and every move goes strictly back in time, so the charged times of a
 step add up to its duration exactly.
@@ -43,6 +46,11 @@ from .metrics import COMM_KERNEL_PATTERN, DEVICE_WORK_KINDS
 RUNTIME_WAIT_MIN_NS = 20_000
 """A runtime call at least this long, during which device work finished, is taken as waiting for
 the device (a launch blocked on a full launch queue); shorter calls are launch overhead."""
+
+UNLINKED_GAP_MAX_NS = 10_000
+"""A device event with no recorded launch follows the previous work on its stream only when it
+started within this long after it (back to back); after a longer gap nothing says what it waited
+for, and the path returns to the host."""
 
 HOST_KINDS = ("cpu_op", "python", "user_annotation", "step", "runtime")
 """Host events the path can charge."""
@@ -220,6 +228,16 @@ class _RankIndex:
         return best
 
     # --- device side -----------------------------------------------------------------------
+    def running_at(self, t: int) -> _Ev | None:
+        """The device work still running at t (started before, ends after), the one started last;
+        collectives are left out (one may spin waiting for other ranks while the host goes on)."""
+        best = None
+        for evs, starts in self.streams.values():
+            i = bisect_left(starts, t) - 1
+            if i >= 0 and evs[i].end > t and evs[i].id not in self.is_comm and (best is None or (evs[i].ts, evs[i].id) > (best.ts, best.id)):
+                best = evs[i]
+        return best
+
     def predecessor(self, d: _Ev):
         """(ready time, kind, event) of the predecessor that became ready last, or None."""
         ds = d.ts
@@ -227,9 +245,9 @@ class _RankIndex:
         evs, _ = self.streams[key]
         cands = []
         prev = evs[i - 1] if i > 0 else None
-        if prev is not None:
-            cands.append((min(prev.end, ds), 2, "stream", prev))
         launch = self.by_id.get(d.launch_id) if d.launch_id is not None else None
+        if prev is not None and (launch is not None or ds - prev.end <= UNLINKED_GAP_MAX_NS):
+            cands.append((min(prev.end, ds), 2, "stream", prev))
         if launch is not None and launch.device is None:
             blocking = self.wait_targets(launch) is not False and "Synchronize" not in (launch.name or "")
             ready = launch.ts if blocking and launch.end > ds else min(launch.end, ds)
@@ -297,6 +315,9 @@ def _walk(index: _RankIndex, start: int, end: int, step_track: tuple) -> list[tu
             out.append((lo, hi - lo, ev, category, cause))
 
     t, state, dev = end, "host", None
+    running = index.running_at(end)
+    if running is not None:  # the host ran ahead: the step's end waits for the device work still queued
+        state, dev = "device", running
     guard = 0
     while t > start:
         guard += 1
