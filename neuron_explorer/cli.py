@@ -153,7 +153,7 @@ def query(
     sql: str = typer.Argument(..., help="One SELECT statement (DuckDB SQL) over the views events, frames, flows, ... (see `schema RUN`)."),
     fmt: str = typer.Option("table", "--format", "-f", help="table, json (the {ok, error, columns, rows, truncated, row_count} envelope) or csv."),
     max_rows: int = typer.Option(1000, "--max-rows", min=0, help="Return at most this many rows (the output says when it cut)."),
-    timeout: float = typer.Option(10.0, "--timeout", min=0.01, help="Stop the query after this many seconds."),
+    timeout: float = typer.Option(10.0, "--timeout", help="Stop the query after this many seconds (more than 0, at most 3600)."),
 ) -> None:
     """Run one read-only SELECT on a run in the sandbox (no writes, no files outside the run, a time limit)."""
     from .agent.render import FORMATS, render
