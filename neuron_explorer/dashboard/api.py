@@ -3,8 +3,9 @@
 
 Every response is one envelope: {"ok": bool, "error": str|null, "data": ..., "truncated": bool}.
 Keys are only ever added. A bad request (unknown view, unknown parameter, a value of the wrong
-type, an unknown run index) is answered with ok=false and HTTP 400, never a crash; a run is named by
-its index, never by a path.
+type or out of its range, an unknown run index) is answered with ok=false and HTTP 400, never a
+crash; a run is named by its index, never by a path. A path under /_dash-component-suites/ that Dash
+does not serve is a 404, not a 500.
 
 Must not: compute anything itself (queries.py does) or accept a path.
 """
@@ -15,6 +16,7 @@ import inspect
 import json
 import math
 
+import duckdb
 import numpy as np
 
 from ..errors import NeuronExplorerError
@@ -53,6 +55,9 @@ def call_view(rs: RunSet, view: str, params: dict) -> tuple[dict, int]:
         data = fn(rs, **params)
     except NeuronExplorerError as e:
         return envelope(error=str(e)), 400
+    except (OverflowError, duckdb.OutOfRangeException, duckdb.ConversionException) as e:
+        # a value the checks let through that still does not fit the run's int64 arithmetic
+        return envelope(error=f"a parameter is out of range for {view}: {' '.join(str(e).split())[:200]}"), 400
     return envelope(_clean(data)), 200
 
 
@@ -65,3 +70,12 @@ def register(server, rs: RunSet) -> None:
         return Response(json.dumps(env, allow_nan=False), status=status, mimetype="application/json")
 
     server.add_url_rule("/api/<view>", "neuron_explorer_api", api, methods=["GET"])
+
+    def not_found(e):
+        return Response(json.dumps(envelope(error="not found")), status=404, mimetype="application/json")
+
+    # Dash answers a component-suite path it does not serve (`..%2f..%2fetc%2fpasswd`) by raising
+    # DependencyException, which Flask turns into a 500 with a traceback in the log: a 404 instead.
+    from dash.exceptions import DependencyException
+
+    server.register_error_handler(DependencyException, not_found)

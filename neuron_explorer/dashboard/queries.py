@@ -17,11 +17,13 @@ import numpy as np
 
 from ..analyzers.metrics import DEVICE_WORK_KINDS, kinds_sql
 from .runs import LANE_SQL, OpenRun, QueryError, RunSet
-from .timeline import _int, memory_track, parse_rank, timeline  # noqa: F401  (timeline is a view too)
+from .timeline import MAX_WIDTH_PX, _int, memory_track, parse_rank, timeline  # noqa: F401  (timeline is a view too)
 from .compare import compare, compare_timeline  # noqa: F401  (the views of two runs)
 
 TABLE_LIMIT = 500
-"""Most rows a table view returns (the output says when it cut)."""
+"""Rows a table view returns when the request does not say (the output says when it cut)."""
+MAX_TABLE_LIMIT = 1_000_000
+"""The largest `limit` a table view accepts; a negative or larger one is answered with HTTP 400."""
 KERNELS_PER_EVENT = 50
 """Most kernels listed for one event's chain."""
 SOURCE_CONTEXT = 7
@@ -144,16 +146,18 @@ def event(rs: RunSet, run=0, event_id=None) -> dict:
 # ---- source ----------------------------------------------------------------------------------
 def _resolve(r: OpenRun, file: str) -> Path | None:
     """The readable .py file a frame names: absolute as recorded, else under one of the run's
-    source roots. Only Python sources are read, whatever a (possibly hostile) run says."""
+    source roots. Only Python sources are read, whatever a (possibly hostile) run says: the check
+    is made on the real path, symlinks resolved (`evil.py -> /etc/passwd` is not a .py file)."""
     if not file or not file.endswith(".py") or "\x00" in file:
         return None
     p = Path(file)
     candidates = [p] if p.is_absolute() else [root / p for root in r.source_roots()]
     for c in candidates:
         try:
-            if c.is_file() and c.stat().st_size <= MAX_SOURCE_BYTES:
-                return c
-        except OSError:
+            real = c.resolve(strict=True)
+            if real.suffix == ".py" and real.is_file() and real.stat().st_size <= MAX_SOURCE_BYTES:
+                return real
+        except (OSError, RuntimeError):  # missing, unreadable, or a symlink loop
             continue
     return None
 
@@ -163,7 +167,7 @@ def source(rs: RunSet, run=0, frame_id=None, context=None) -> dict:
     only name a frame id, never a path."""
     r = rs.get(run)
     fid = _int(frame_id, "frame_id")
-    ctx = max(0, min(_int(context, "context", SOURCE_CONTEXT), 50))
+    ctx = _int(context, "context", SOURCE_CONTEXT, 0, 50)
     recs = r.records("SELECT frame_id, file, line, function, is_user, line_kind, parent_frame_id FROM frames WHERE frame_id = ?", [fid])
     if not recs:
         raise QueryError(f"no frame {fid} in run {r.index}")
@@ -207,7 +211,7 @@ def operators(rs: RunSet, run=0, rank=None, limit=None) -> dict:
     inside it: the operator is on the op_id → parent-operator chain of the kernel's launch)."""
     r = rs.get(run)
     rank = parse_rank(r, rank)
-    limit = _int(limit, "limit", TABLE_LIMIT)
+    limit = _int(limit, "limit", TABLE_LIMIT, 0, MAX_TABLE_LIMIT)
     key = ("operators", rank)
     if key not in r._facts:
         rw = _rank_where(rank, "o.rank")
@@ -266,7 +270,7 @@ def kernels(rs: RunSet, run=0, rank=None, limit=None) -> dict:
     nest), mean and max, and the CPU time of the runtime calls that launched them."""
     r = rs.get(run)
     rank = parse_rank(r, rank)
-    limit = _int(limit, "limit", TABLE_LIMIT)
+    limit = _int(limit, "limit", TABLE_LIMIT, 0, MAX_TABLE_LIMIT)
     rows = r.records(
         f"""SELECT k.name, k.kind, count(*) AS calls, sum(k.dur_ns)::BIGINT AS device_total_ns, sum(k.dur_ns)::BIGINT AS device_self_ns,
               avg(k.dur_ns)::BIGINT AS mean_ns, max(k.dur_ns) AS max_ns, coalesce(sum(l.dur_ns), 0)::BIGINT AS launch_cpu_ns
@@ -285,7 +289,7 @@ def source_lines(rs: RunSet, run=0, rank=None, limit=None) -> dict:
 
     r = rs.get(run)
     rank = parse_rank(r, rank)
-    limit = _int(limit, "limit", TABLE_LIMIT)
+    limit = _int(limit, "limit", TABLE_LIMIT, 0, MAX_TABLE_LIMIT)
     merged: dict[tuple, dict] = {}
     has_frames = False
     for rk in ([rank] if rank is not None else r.run.ranks):
@@ -324,7 +328,7 @@ def memory(rs: RunSet, run=0, rank=None, width=None) -> dict:
     time buckets; x is ms from the run's first event."""
     r = rs.get(run)
     rank = parse_rank(r, rank)
-    width = max(10, min(_int(width, "width", 1000), 4000))
+    width = _int(width, "width", 1000, 10, MAX_WIDTH_PX)
     start, end = r.span()
     series = memory_track(r, rank, start, end + 1, width)
     for s in series:

@@ -34,7 +34,14 @@ PYRAMID_PX_FACTOR = 8
 """A window uses the pyramid when one pixel spans at least this many fine buckets."""
 
 
-def _int(v, name: str, default=None):
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+TIME_LIMIT_NS = 1 << 62
+"""t0 and t1 must lie within ±2^62 ns (±146 years from the epoch): every timestamp a run can hold
+fits, and the window's arithmetic (t0 minus the longest event, t1 - t0) stays inside int64."""
+
+
+def _int(v, name: str, default=None, lo: int = INT64_MIN, hi: int = INT64_MAX):
+    """An integer request parameter in [lo, hi] (int64 by default); anything else is a QueryError (HTTP 400)."""
     if v is None or v == "":
         if default is None:
             raise QueryError(f"{name} is required")
@@ -42,21 +49,24 @@ def _int(v, name: str, default=None):
     if isinstance(v, bool):
         raise QueryError(f"{name} must be an integer, got {v!r}")
     if isinstance(v, int):
-        return v  # exact: ns timestamps need all 64 bits, a float keeps only 53
-    try:
-        return int(str(v).strip())
-    except ValueError:
-        pass
-    try:
-        return int(float(v))  # 1e9 in a query string is fine; nan/inf are not
-    except (TypeError, ValueError, OverflowError):
-        raise QueryError(f"{name} must be an integer, got {v!r}") from None
+        n = v  # exact: ns timestamps need all 64 bits, a float keeps only 53
+    else:
+        try:
+            n = int(str(v).strip())
+        except ValueError:
+            try:
+                n = int(float(v))  # 1e9 in a query string is fine; nan/inf are not
+            except (TypeError, ValueError, OverflowError):
+                raise QueryError(f"{name} must be an integer, got {str(v)[:40]!r}") from None
+    if not lo <= n <= hi:
+        raise QueryError(f"{name} must be between {lo} and {hi}, got {str(v)[:40]}")
+    return n
 
 
 def parse_window(r: OpenRun, t0, t1, width) -> tuple[int, int, int]:
     start, end = r.span()
-    t0 = _int(t0, "t0", start)
-    t1 = _int(t1, "t1", end + 1)  # the window is [t0, t1): + 1 keeps an instant at the very end
+    t0 = _int(t0, "t0", start, -TIME_LIMIT_NS, TIME_LIMIT_NS)
+    t1 = _int(t1, "t1", end + 1, -TIME_LIMIT_NS, TIME_LIMIT_NS)  # the window is [t0, t1): + 1 keeps an instant at the very end
     width = _int(width, "width", 1500)
     if not 10 <= width <= MAX_WIDTH_PX:
         raise QueryError(f"width must be between 10 and {MAX_WIDTH_PX} pixels, got {width}")
