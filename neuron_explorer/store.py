@@ -3,6 +3,13 @@
 Writing is atomic: a run, or one rank's partition of it, is written to a temporary directory
 beside its final place and renamed into place, so a crash never leaves a half-written run that
 looks whole, and an existing run is only replaced when asked (and only once the new one is whole).
+Faults on the way are one-line errors (InputError), never a traceback and never a lost run: a disk
+that fills up (or any other OSError while writing) leaves the old run as it was; a failed final
+rename puts the old run back in place; temporary directories left by a killed writer
+(`.OUT.tmp-<pid>-<host>-<id>`) are removed by the next write to the same place, once their writer's
+process is gone (same host) or they are a day old; and replacing is only ever done to a run: a
+directory that is not one, or one that holds the traces being imported, is refused even when
+replacing is asked for.
 
 Reading goes through `open_run`, the one connection helper that analyzers, the dashboard and
 the agent interface share: a DuckDB connection with one view per table.
@@ -10,12 +17,17 @@ the agent interface share: a DuckDB connection with one view per table.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import errno
 import hashlib
 import tempfile
 import json
 import os
+import re
 import shutil
+import socket
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -37,20 +49,138 @@ def is_run(path: Path | str) -> bool:
 
 
 def check_writable_target(out_dir: Path | str, force: bool) -> Path:
-    """Fail early (before any long work) when the output cannot be written."""
+    """Fail early (before any long work) when the output cannot be written: a run already there
+    (unless `force`), something there that is not a run (even with `force`: only runs are ever
+    replaced), a place where no directory can be created."""
     out = Path(out_dir)
-    if out.exists() and not force:
-        if out.is_file() or is_run(out) or any(out.iterdir()):
-            raise RunExistsError(out)
+    if out.is_symlink() and not out.exists():
+        raise InputError(out, "is a dangling symbolic link; remove it or pick another output")
+    if out.exists():
+        if not out.is_dir():
+            raise InputError(out, "exists and is not a directory; pick another output")
+        if is_run(out):
+            if not force:
+                raise RunExistsError(out)
+        elif _has_entries(out):
+            raise InputError(out, "is a directory that is not a run (no manifest.json); --force (overwrite=True) only "
+                                  "replaces a run: pick another output, or empty it")
+    check_can_create(out)
+    return out
+
+
+def check_can_create(out: Path) -> None:
+    """Whether a directory can be created beside `out` (where its temporary directory goes): tried for
+    real, once, with the name a temporary directory will have, so /proc, read-only mounts and names
+    that are too long are one-line errors now, not after the work."""
     parent = out.parent if str(out.parent) else Path(".")
     probe = parent
-    while not probe.exists():
+    while not probe.exists() and probe != probe.parent:
         probe = probe.parent
-    if not os.access(probe, os.W_OK):
-        raise InputError(out, "cannot write here (permission denied)")
     if probe.is_file():
         raise InputError(out, f"cannot create the run: {probe} is a file")
-    return out
+    if not os.access(probe, os.W_OK):
+        raise InputError(out, "cannot write here (permission denied)")
+    name = _temp_name(out.name, "probe") if probe == parent else f".nx-probe-{uuid.uuid4().hex[:8]}"
+    try:
+        (probe / name).mkdir()
+        (probe / name).rmdir()
+    except OSError as e:
+        raise InputError(out, f"cannot write here ({_reason(e)})") from None
+
+
+def _has_entries(d: Path) -> bool:
+    """Whether `d` holds anything but the temporary directories of writes to itself."""
+    try:
+        return any(not _TEMP_RE.match(p.name) for p in d.iterdir())
+    except OSError as e:
+        raise InputError(d, f"cannot read the directory ({_reason(e)})") from None
+
+
+STALE_AFTER_S = 24 * 3600
+"""A temporary directory whose writer cannot be checked (another host, an older name) is stale
+once nothing in it changed for this long."""
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:6]
+_TEMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?:(?P<pid>\d+)-(?P<host>[0-9a-f]{6})-)?[0-9a-f]{8}$")
+
+
+def _temp_name(name: str, kind: str) -> str:
+    """`.NAME.tmp-<pid>-<host>-<id>`: the writer's pid and host let a later write tell a stale one."""
+    return f".{name}.{kind}-{os.getpid()}-{_HOST}-{uuid.uuid4().hex[:8]}"
+
+
+def _reason(e: OSError) -> str:
+    if e.errno == errno.ENOSPC:
+        return "no space left on device"
+    return " ".join((e.strerror or str(e)).split())[:300]
+
+
+@contextlib.contextmanager
+def write_errors(path: Path):
+    """OSError while writing (a full disk, a quota, an I/O error; pyarrow's included) as a one-line InputError."""
+    try:
+        yield
+    except OSError as e:
+        raise InputError(path, f"cannot write the run ({_reason(e)})") from None
+
+
+def new_temp_dir(final: Path) -> Path:
+    """A fresh temporary directory beside `final` (parents created), after removing the stale ones
+    that killed writers left there."""
+    with write_errors(final):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale(final)
+        tmp = final.parent / _temp_name(final.name, "tmp")
+        tmp.mkdir()
+    return tmp
+
+
+def _writer_gone(pid: int, host: str | None) -> bool:
+    if host != _HOST or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists (another user's)
+        return False
+    return False
+
+
+def _newest_mtime(d: Path) -> float:
+    newest = d.lstat().st_mtime
+    for sub in [d, *(p for p in d.iterdir() if p.is_dir() and not p.is_symlink())]:
+        for p in sub.iterdir():
+            with contextlib.suppress(OSError):
+                newest = max(newest, p.lstat().st_mtime)
+    return newest
+
+
+def clean_stale(final: Path) -> list[Path]:
+    """Remove `.NAME.tmp-*` beside `final` whose writer is gone (its pid no longer runs on this
+    host) or that nothing touched for STALE_AFTER_S; `.NAME.old-*` (an old run moved aside) only
+    when `final` exists, since otherwise it may be the only copy. A live concurrent writer's
+    directory is never removed. Returns what was removed."""
+    removed = []
+    prefix = f".{final.name}."
+    try:
+        siblings = [p for p in final.parent.iterdir() if p.name.startswith(prefix)]
+    except OSError:
+        return removed
+    for p in siblings:
+        m = _TEMP_RE.match(p.name)
+        if not m or m["name"] != final.name:
+            continue
+        kind, pid, host = m["kind"], m["pid"], m["host"]
+        if kind == "old" and not final.exists():
+            continue
+        try:
+            stale = (pid is not None and _writer_gone(int(pid), host)) or time.time() - _newest_mtime(p) > STALE_AFTER_S
+        except OSError:
+            continue
+        if stale and p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
 
 
 # Low-cardinality columns: dictionary pages make them small; for ids and args they only cost time.
@@ -59,17 +189,24 @@ _DICTIONARY_COLUMNS = ["kind", "category", "name", "phase", "pid_text", "tid_tex
 
 
 def _write_table(table: pa.Table, path: Path) -> None:
-    pq.write_table(
-        table,
-        path,
-        row_group_size=ROW_GROUP_ROWS,
-        compression="zstd",
-        write_statistics=True,
-        use_dictionary=_DICTIONARY_COLUMNS,
-    )
+    with write_errors(path.parent):
+        pq.write_table(
+            table,
+            path,
+            row_group_size=ROW_GROUP_ROWS,
+            compression="zstd",
+            write_statistics=True,
+            use_dictionary=_DICTIONARY_COLUMNS,
+        )
 
 
 def write_partition(dir_: Path, tables: dict) -> None:
+    """Write one rank's tables into dir_ (which must exist); an OSError (a full disk) is a one-line InputError."""
+    with write_errors(dir_):
+        _write_partition(dir_, tables)
+
+
+def _write_partition(dir_: Path, tables: dict) -> None:
     """Write one rank's tables into dir_ (which must exist).
 
     A table is a pyarrow Table, or anything with `schema` and `batches(n)` (build.SortedTable),
@@ -113,8 +250,13 @@ def _queue_batches(pool: ThreadPoolExecutor, writer: pq.ParquetWriter, batches) 
 
 def write_manifest(run_dir: Path, manifest: dict) -> None:
     tmp = run_dir / f".{MANIFEST}.{uuid.uuid4().hex}"
-    tmp.write_text(json.dumps(manifest, indent=1, default=str, sort_keys=False))
-    os.replace(tmp, run_dir / MANIFEST)
+    text = json.dumps(manifest, indent=1, default=str, sort_keys=False)
+    with write_errors(run_dir):
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, run_dir / MANIFEST)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def base_manifest(source: str, **extra) -> dict:
@@ -146,9 +288,7 @@ def begin_run(out_dir: Path | str, force: bool = False) -> tuple[Path, Path]:
     """(final path, temporary directory beside it) for a run written piece by piece: write each
     `rank=<r>/` partition into the temporary directory, then `finish_run` (or delete it on error)."""
     out = check_writable_target(out_dir, force)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
+    tmp = new_temp_dir(out)
     return out, tmp
 
 
@@ -161,14 +301,42 @@ def finish_run(tmp: Path, out: Path, manifest: dict) -> None:
 
 def move_into_place(tmp: Path, final: Path) -> None:
     """Rename a finished directory onto `final`; an existing `final` is moved aside first and
-    deleted only once the new one is in place (callers decide whether replacing is allowed)."""
-    if final.exists():
-        trash = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:8]}"
-        os.replace(final, trash)
-        os.replace(tmp, final)
+    deleted only once the new one is in place (callers decide whether replacing is allowed). When
+    the new one cannot be renamed into place, the old one is put back: an InputError, and the old
+    run as it was. A run that holds the inputs of the new one (the traces being imported) is never
+    replaced."""
+    if final.exists() or final.is_symlink():
+        _refuse_replacing_inputs(tmp, final)
+        trash = final.parent / _temp_name(final.name, "old")
+        try:
+            os.replace(final, trash)
+        except OSError as e:
+            raise InputError(final, f"cannot move the old run aside to replace it ({_reason(e)}); it is unchanged") from None
+        try:
+            os.replace(tmp, final)
+        except OSError as e:
+            try:
+                os.replace(trash, final)
+            except OSError:
+                raise InputError(final, f"cannot move the new run into place ({_reason(e)}); the old run is kept at {trash}") from None
+            raise InputError(final, f"cannot move the new run into place ({_reason(e)}); the old run is unchanged") from None
         shutil.rmtree(trash, ignore_errors=True)
     else:
-        os.replace(tmp, final)
+        with write_errors(final):
+            os.replace(tmp, final)
+
+
+def _refuse_replacing_inputs(tmp: Path, final: Path) -> None:
+    """An import's new manifest lists its source files: none of them may live inside `final`."""
+    try:
+        sources = json.loads((tmp / MANIFEST).read_text()).get("sources") or []
+    except (OSError, ValueError, AttributeError):
+        return
+    root = final.resolve()
+    for src in sources:
+        p = src.get("path") if isinstance(src, dict) else None
+        if isinstance(p, str) and (root == Path(p).resolve() or root in Path(p).resolve().parents):
+            raise InputError(final, f"holds {p}, an input of this import; replacing it would delete it: write the run elsewhere")
 
 
 def read_manifest(run_dir: Path | str) -> dict:

@@ -6,6 +6,8 @@ temporary directory beside it and renames it into place (atomic, never clobbers 
 with its manifest entry as `rank=<r>/rank.json`; then, under an exclusive file lock, the run's
 `manifest.json` is rebuilt from every `rank=*/rank.json` present and replaced atomically. Any rank
 that finishes last leaves a manifest listing all ranks; an early reader sees the ranks done so far.
+Faults are store's: a full disk is a one-line InputError, a failed rename keeps the old partition,
+and a partition's stale temporary directories (a killed rank's) go at the next write of that rank.
 
 Must not: know about torch; decide what goes in the tables (build.py does).
 """
@@ -42,7 +44,7 @@ def check_target(run_dir: Path | str, *, overwrite: bool, rank: int, shared: boo
         raise InputError(out, "cannot create the run: it is a file")
     if partition_dir(out, rank).exists() and not overwrite:
         raise RunExistsError(partition_dir(out, rank))
-    store.check_writable_target(out, True)  # permission checks only: other ranks share the directory
+    store.check_can_create(partition_dir(out, rank))  # permission checks only: other ranks share the directory
     return out
 
 
@@ -52,13 +54,12 @@ def write_single(run_dir: Path, rank: int, tables: dict[str, pa.Table], manifest
 
 def write_shared(run_dir: Path, rank: int, tables: dict[str, pa.Table], entry: dict, manifest: dict, *, overwrite: bool) -> Path:
     """This rank's partition of a run that other ranks write too; then the merged manifest."""
-    run_dir.mkdir(parents=True, exist_ok=True)
     final = partition_dir(run_dir, rank)
-    tmp = run_dir / f".rank={rank}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
+    tmp = store.new_temp_dir(final)  # creates run_dir; removes this rank's stale temporary directories
     try:
         store.write_partition(tmp, tables)
-        (tmp / RANK_ENTRY_FILE).write_text(json.dumps({"entry": entry, "manifest": manifest}, default=str))
+        with store.write_errors(tmp):
+            (tmp / RANK_ENTRY_FILE).write_text(json.dumps({"entry": entry, "manifest": manifest}, default=str))
         if final.exists() and not overwrite:
             raise RunExistsError(final)
         store.move_into_place(tmp, final)
@@ -71,7 +72,7 @@ def write_shared(run_dir: Path, rank: int, tables: dict[str, pa.Table], entry: d
 
 def merge_manifest(run_dir: Path) -> dict:
     """Rebuild manifest.json from every rank=*/rank.json, under an exclusive lock."""
-    with open(run_dir / LOCK_FILE, "a+") as lock:
+    with store.write_errors(run_dir), open(run_dir / LOCK_FILE, "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             parts = []
