@@ -6,6 +6,13 @@ directory, or the current directory for a module). Its exit code is kept. When i
 interrupted, the run of what was recorded is still written, with a warning in the manifest, and
 the traceback is printed as Python would print it.
 
+Signals: SIGTERM ends the script the way Ctrl-C does (an exception, `Terminated`, raised where it
+runs), so the run of what was recorded is written and the exit code is 143 (128 + 15), as an
+unhandled SIGTERM gives. SIGINT and SIGTERM that arrive while the profiler starts, or while the run
+is being written, wait until that is done (the run is then written, exit 130 or 143, no traceback).
+A script that ends with `os._exit()` (or is killed with SIGKILL) ends the process at once, without
+unwinding: no run can be written then.
+
 Must not: parse command lines (cli.py does) or change what the profiler records.
 """
 
@@ -14,12 +21,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import runpy
+import signal
 import sys
+import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError, UsageError
+from ..errors import InputError, NeuronExplorerError, UsageError
 
 
 @dataclass
@@ -47,6 +56,40 @@ def quiet_torch_logs() -> dict[str, str]:
     added = {k: v for k, v in QUIET_TORCH_LOGS.items() if k not in os.environ}
     os.environ.update(added)
     return added
+
+
+class Terminated(BaseException):
+    """Raised in the script when `record` gets SIGTERM (a BaseException: `except Exception` in the
+    script does not swallow it), so that the profiler stops and the run is written."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated("received SIGTERM")
+
+
+_SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+def _hold_signals(into: list[int]):
+    """Hold SIGINT and SIGTERM back (each one that comes is appended to `into`) while the profiler
+    starts or the run is written. Returns what `_restore_signals` needs; only in the main thread
+    (elsewhere signals cannot be handled and nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    saved = {s: signal.getsignal(s) for s in _SIGNAL_EXIT}
+    for s in _SIGNAL_EXIT:
+        signal.signal(s, lambda signum, frame: into.append(signum))
+    return saved
+
+
+def _restore_signals(saved, *, terminate: bool = False) -> None:
+    """Put the handlers back; with `terminate`, SIGTERM raises Terminated (while the script runs)."""
+    if saved is None:
+        return
+    for s, h in saved.items():
+        signal.signal(s, h)
+    if terminate:
+        signal.signal(signal.SIGTERM, _raise_terminated)
 
 
 def _exit_code(e: SystemExit) -> int:
@@ -135,28 +178,71 @@ def record(out: Path | str, script: str | None, args: list[str], *, module: str 
     code = 0
     restore_dist = _capture_process_group_on_destroy(prof)
     step_hook = _count_optimizer_steps(prof)
+    late: list[int] = []
+    write_error = _keep_write_error(prof, late)
+    early: list[int] = []
+    saved = _hold_signals(early)  # a signal while the profiler starts waits until it runs
     try:
         try:
+            # The profiler starts in torch's __enter__ called from this frame, as the plain `with
+            # prof:` did: a frame of ours open across the start would show as an overlapping slice.
             with prof:
+                _restore_signals(saved, terminate=True)
+                saved = None
+                if early:  # the profiler runs: end as the signal says, the (empty) run is written on the way out
+                    raise Terminated("received SIGTERM") if signal.SIGTERM in early else KeyboardInterrupt()
                 if path is not None:
                     runpy.run_path(str(path), run_name="__main__")
                 else:
                     runpy.run_module(module, run_name="__main__", alter_sys=True)  # type: ignore[arg-type]
         except SystemExit as e:
             code = _exit_code(e)
+        except Terminated:
+            print("neuron-explorer: terminated (SIGTERM); the run holds what was recorded", file=sys.stderr)
+            code = 143
         except KeyboardInterrupt as e:
-            _print_script_traceback(e)
+            if early:
+                print("interrupted", file=sys.stderr)  # while the profiler started: nothing of the script to show
+            else:
+                _print_script_traceback(e)
             code = 130
         except BaseException as e:  # the script's own error: shown as Python shows it, the run is written
             _print_script_traceback(e)
             code = 1
+        for s in late:  # a signal that came while the run was written
+            code = code or _SIGNAL_EXIT[s]
     finally:
+        _restore_signals(saved)  # only when the profiler did not start
         restore_dist()
         step_hook.remove()
         sys.argv = saved_argv
         if saved_path0 is not None and sys.path:
             sys.path[0] = saved_path0
+    if write_error:
+        print(f"error: {write_error[0]}", file=sys.stderr)  # one line; the script's own exit code is kept
+        code = code or 2
     return RecordResult(prof.run_dir, code)
+
+
+def _keep_write_error(prof, held: list[int]) -> list:
+    """Writing the run can fail late (a full disk): keep the one-line error instead of letting it
+    pass for the script's own exception (the script's exit code is kept; 2 when it succeeded).
+    SIGINT and SIGTERM that come while the run is written wait (appended to `held`)."""
+    errors: list = []
+    write = prof.recording.write
+
+    def guarded(*a, **kw):
+        saved = _hold_signals(held)
+        try:
+            return write(*a, **kw)
+        except (NeuronExplorerError, OSError) as e:
+            errors.append(e)
+            return None
+        finally:
+            _restore_signals(saved)
+
+    prof.recording.write = guarded
+    return errors
 
 
 def _print_script_traceback(e: BaseException) -> None:
