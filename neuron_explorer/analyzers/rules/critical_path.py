@@ -23,7 +23,7 @@ import re
 from .. import critical_path as cp
 from ..engine import Context, NotApplicable
 from ..model import Location
-from ._util import ms, pct, q, rows
+from ._util import ms, pct, q
 
 RULE_ID = "critical-path"
 TITLE = "Critical path: what bounds the step"
