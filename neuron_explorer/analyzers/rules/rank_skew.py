@@ -39,7 +39,8 @@ def check(ctx: Context) -> list:
         raise NotApplicable("one rank only: cross-rank skew needs several ranks in the run")
     where = f"kind = 'cpu_op' AND event_id = top_op_id AND regexp_matches(name, {q(metrics.COMM_OP_PATTERN)})"
     sql = f"""WITH n AS (SELECT count(DISTINCT rank) AS ranks FROM events),
-st AS (SELECT rank, step, ts_ns FROM steps WHERE step IN (SELECT step FROM steps GROUP BY step HAVING count(DISTINCT rank) = (SELECT ranks FROM n))),
+s0 AS (SELECT rank, step, min(ts_ns) AS ts_ns FROM events WHERE kind = 'step' GROUP BY rank, step),
+st AS (SELECT rank, step, ts_ns FROM s0 WHERE step IN (SELECT step FROM s0 GROUP BY step HAVING count(DISTINCT rank) = (SELECT ranks FROM n))),
 mid AS (SELECT step, quantile_disc(ts_ns, 0.5) AS mid_ns FROM st GROUP BY step),
 off AS (SELECT rank, quantile_disc(st.ts_ns - mid.mid_ns, 0.5) AS offset_ns FROM st JOIN mid USING (step) GROUP BY rank),
 c AS (SELECT rank, name, coalesce(step, -1) AS step, ts_ns - coalesce(offset_ns, 0) AS at_ns,
