@@ -222,6 +222,31 @@ def path_items(run: Run, path: list[dict]) -> list[dict]:
     return out
 
 
+HOST_CATEGORIES = ("host_compute", "launch_overhead", "input_pipeline")
+
+
+def on_path_ns(run: Run, rank: int, *, top_op: str | None = None, kernel: str | None = None) -> int | None:
+    """What an item costs on the rank's critical paths, summed over its steps: the host time
+    charged inside a top-level operator named `top_op`, or the device time charged to kernels
+    named `kernel`. None when the rank has no steps (so no path): callers fall back to durations."""
+    path = rank_path(run, rank)
+    if not path:
+        return None
+    if kernel is not None:
+        ids = sorted({r["event_id"] for r in path if r["event_id"] is not None and r["category"] not in HOST_CATEGORIES})
+        if not ids:
+            return 0
+        named = {e for (e,) in run.sql("SELECT event_id FROM events WHERE event_id IN (SELECT unnest(?::BIGINT[])) AND name = ?",
+                                       [ids, kernel]).fetchall()}
+        return sum(r["charged_ns"] for r in path if r["event_id"] in named and r["category"] not in HOST_CATEGORIES)
+    ids = sorted({r["event_id"] for r in path if r["event_id"] is not None and r["category"] in HOST_CATEGORIES})
+    if not ids:
+        return 0
+    inside = {e for (e,) in run.sql("SELECT e.event_id FROM events e JOIN events o ON o.event_id = e.top_op_id "
+                                    "WHERE e.event_id IN (SELECT unnest(?::BIGINT[])) AND o.name = ?", [ids, top_op]).fetchall()}
+    return sum(r["charged_ns"] for r in path if r["event_id"] in inside and r["category"] in HOST_CATEGORIES)
+
+
 def _verdict(ns_by_cat: dict[str, int], total: int) -> dict:
     shares = {c: (ns_by_cat.get(c, 0) / total if total else 0.0) for c in CATEGORIES}
     groups = {g: sum(shares[c] for c in cats) for g, cats in GROUPS.items()}

@@ -4,8 +4,11 @@ Finds synchronising calls: cudaDeviceSynchronize / cudaStreamSynchronize / cudaE
 (and their hip equivalents) and the operators that imply one — aten::item, aten::_local_scalar_dense
 (`.item()`, `float(t)`, `if t:`) and aten::nonzero (data-dependent shape). Each stalls the host
 until the device drains, so the device then idles while the host catches up. Grouped by the
-user's source line. Impact: union of the intervals of these calls on the host. Saving bound: the
-same. Only meaningful with a device: on a CPU-only run it is not applicable.
+user's source line. Impact, with profiler steps: the device idle the syncs inside steps cause —
+per sync, from its return to the next device work of the rank, at most to its step's end (while
+it waits the device is busy, so its own duration is not the cost); syncs outside every step are
+counted apart and never in the impact. Without steps: the union of the calls' intervals. Saving
+bound: the same. Only meaningful with a device: on a CPU-only run it is not applicable.
 """
 
 from __future__ import annotations
@@ -32,25 +35,55 @@ def _where(rank: int) -> str:
     return f"rank = {rank} AND kind IN ('runtime', 'cpu_op') AND name IN ({names})"
 
 
+def _idle_sql(rank: int, where: str) -> str:
+    """Per sync inside a step: the device idle it leaves after it returns (from its end to the
+    next device work of the rank, at most to the step's end); plain DuckDB over `events`."""
+    dev = metrics.kinds_sql(metrics.DEVICE_WORK_KINDS)
+    return f"""WITH st AS (SELECT step, min(ts_ns) AS s_ts, max(ts_ns + dur_ns) AS s_end FROM events
+            WHERE rank = {rank} AND kind = 'step' GROUP BY step),
+s AS (SELECT e.event_id, e.ts_ns + e.dur_ns AS end_ns, e.dur_ns, st.s_end FROM events e
+      LEFT JOIN st ON e.ts_ns >= st.s_ts AND e.ts_ns < st.s_end WHERE {where}
+        AND (e.kind = 'cpu_op' AND e.event_id = e.top_op_id OR e.kind = 'runtime' AND e.top_op_id IS NULL)),
+d AS (SELECT ts_ns FROM events WHERE rank = {rank} AND kind IN {dev})
+SELECT count(*) FILTER (WHERE s.s_end IS NOT NULL) AS stalls,
+  coalesce(sum(s.dur_ns) FILTER (WHERE s.s_end IS NOT NULL), 0)::BIGINT AS wait_ns,
+  coalesce(sum(greatest(0, least(coalesce(d.ts_ns, s.s_end), s.s_end) - s.end_ns)) FILTER (WHERE s.s_end IS NOT NULL), 0)::BIGINT
+    AS idle_after_ns,
+  count(*) FILTER (WHERE s.s_end IS NULL) AS outside_steps,
+  coalesce(sum(s.dur_ns) FILTER (WHERE s.s_end IS NULL), 0)::BIGINT AS outside_wait_ns
+FROM s ASOF LEFT JOIN d ON s.end_ns <= d.ts_ns"""
+
+
 def check(ctx: Context) -> list:
     ctx.require_device()
     where = _where(ctx.rank)
-    sql = f"WITH u AS ({metrics.union_sql(where)}) SELECT coalesce(sum(end_ns - start_ns), 0)::BIGINT AS sync_ns, count(*) AS stalls FROM u"
-    v = row(ctx.run, sql)
-    if not ctx.analysed_ns or v["sync_ns"] / ctx.analysed_ns < THRESHOLDS["SYNC_SHARE_MIN"]:
+    steps = ctx.summary["steps"]["count"]
+    if steps:
+        # a sync costs the device idle it causes inside the steps, not its own duration: the host
+        # waits while the device works, then the device waits for the next launch
+        sql = _idle_sql(ctx.rank, where.replace("rank = ", "e.rank = ").replace("kind IN", "e.kind IN").replace("name IN", "e.name IN"))
+        v = row(ctx.run, sql)
+        impact = v["idle_after_ns"]
+    else:
+        sql = f"WITH u AS ({metrics.union_sql(where)}) SELECT coalesce(sum(end_ns - start_ns), 0)::BIGINT AS sync_ns, count(*) AS stalls FROM u"
+        v = row(ctx.run, sql)
+        impact = v["sync_ns"]
+    if not ctx.analysed_ns or not v["stalls"] or impact / ctx.analysed_ns < THRESHOLDS["SYNC_SHARE_MIN"]:
         return []
     by_line = rows(ctx.run, f"""SELECT source_frame_id AS frame_id, arg_max(name, dur_ns) AS name, count(*) AS calls, sum(dur_ns)::BIGINT AS ns, min(event_id) AS sample_id
         FROM events WHERE {where} AND (kind = 'cpu_op' AND event_id = top_op_id OR kind = 'runtime' AND top_op_id IS NULL)
-        GROUP BY source_frame_id ORDER BY ns DESC LIMIT 3""")
+        {"AND step IS NOT NULL" if steps else ""} GROUP BY source_frame_id ORDER BY ns DESC LIMIT 3""")
     top = by_line[0] if by_line else {"frame_id": None, "name": None, "sample_id": None}
     where_txt = "; ".join(f"{ctx.source_of(b['frame_id']) or 'unknown line'}: {b['name']} x{b['calls']} {ms(b['ns'])}" for b in by_line)
+    title = (f"{v['stalls']} host-device synchronisations leave the device idle {ms(impact)} (they wait {ms(v['wait_ns'])})"
+             if steps else f"{v['stalls']} host-device synchronisations cost {ms(impact)}")
+    outside = (f" {v['outside_steps']} more outside every step ({ms(v['outside_wait_ns'])}) are not counted."
+               if steps and v.get("outside_steps") else "")
     return [ctx.finding(
-        title=f"{v['stalls']} host-device synchronisations cost {ms(v['sync_ns'])}",
-        impact_ns=v["sync_ns"], saving_bound_ns=v["sync_ns"],
+        title=title, impact_ns=impact, saving_bound_ns=impact,
         location=Location(op=top["name"], source=ctx.source_of(top["frame_id"])),
-        sql=sql, values={"sync_ns": v["sync_ns"], "stalls": v["stalls"]},
-        sample_event_ids=[b["sample_id"] for b in by_line], uses_source=True,
+        sql=sql, values=dict(v), sample_event_ids=[b["sample_id"] for b in by_line], uses_source=True,
         recommendation=f"Remove host syncs from the step ({where_txt}). Keep values on the device (no .item(), "
         "float(t), print(t) or data-dependent `if` inside the loop); log metrics every N steps; avoid "
-        "torch.nonzero / boolean-mask indexing (use torch.where); drop explicit torch.cuda.synchronize().",
+        "torch.nonzero / boolean-mask indexing (use torch.where); drop explicit torch.cuda.synchronize()." + outside,
     )]

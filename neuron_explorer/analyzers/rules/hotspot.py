@@ -5,15 +5,20 @@ Reports, per rank, the single top-level CPU operator (by total CPU time), the si
 device time where the rank has devices, else the CPU time of the outermost operators it called,
 backward work counted on the forward statement) that take at least HOTSPOT_SHARE_MIN of the
 analysed time. A line that issues python-loop's CALLS_PER_STEP_MIN operators per step or more is
-left to that rule, which names the batched alternative. A hotspot is
-where optimisation pays first. Impact: its time. Saving bound: the same (an upper bound — the
-work itself cannot vanish, but a better algorithm, dtype or kernel can shrink it).
+left to that rule, which names the batched alternative. A hotspot is where optimisation pays first.
+Impact: for the operator and the kernel, their time on the steps' critical paths
+(analyzers/critical_path.py: the operator's host time, the kernel's device time; an operator
+that runs while the device is busy costs nothing), and they are reported only when that is at
+least HOTSPOT_SHARE_MIN too; without steps (no path), their time. For the line: its time.
+Saving bound: the same (an upper bound — the work itself cannot vanish, but a better algorithm,
+dtype or kernel can shrink it).
 """
 
 from __future__ import annotations
 
 from ..engine import Context
 from ..model import Location
+from ..critical_path import on_path_ns
 from ..lines import line_times_sql
 from . import python_loop
 from ._util import ms, pct, row
@@ -31,6 +36,12 @@ def _finding(ctx: Context, what: str, sql: str, loc: Location, key: str, rec: st
     v = row(ctx.run, sql)
     if v.get(key) is None or not ctx.analysed_ns or v[key] / ctx.analysed_ns < THRESHOLDS["HOTSPOT_SHARE_MIN"]:
         return None
+    # what shortening it could save is its time on the steps' critical paths (a CPU operator that
+    # runs while the device is busy saves nothing); without steps there is no path: its duration
+    on_path = on_path_ns(ctx.run, ctx.rank, **({"kernel": v["name"]} if what == "kernel" else {"top_op": v["name"]}))
+    if on_path is not None and on_path / ctx.analysed_ns < THRESHOLDS["HOTSPOT_SHARE_MIN"]:
+        return None
+    impact = v[key] if on_path is None else on_path
     label = v["name"]
     if what == "source line":
         loc.source = label
@@ -40,10 +51,11 @@ def _finding(ctx: Context, what: str, sql: str, loc: Location, key: str, rec: st
     else:
         loc.op, loc.source = label, ctx.source_of(v.get("frame_id"))
     share = v[key] / ctx.analysed_ns
+    path_txt = f"; {ms(on_path)} on the critical path" if on_path is not None else ""
     return ctx.finding(
-        title=f"Hotspot {what}: {label[:80]} takes {pct(share)} ({ms(v[key])} over {v['calls']} calls)",
-        impact_ns=v[key], saving_bound_ns=v[key], location=loc, sql=sql,
-        values={key: v[key], "calls": v["calls"], "name": v["name"]},
+        title=f"Hotspot {what}: {label[:80]} takes {pct(share)} ({ms(v[key])} over {v['calls']} calls{path_txt})",
+        impact_ns=impact, saving_bound_ns=impact, location=loc, sql=sql,
+        values={key: v[key], "calls": v["calls"], "name": v["name"], "on_path_ns": on_path},
         sample_event_ids=[v["sample_id"]] if v.get("sample_id") is not None else [], uses_source=True, recommendation=rec)
 
 

@@ -1,0 +1,77 @@
+"""Impact is what fixing an item could save on the step's critical path, not its duration.
+
+A sync in a step (µs):
+
+    host   ProfilerStep#1 [0 ............................................. 100]
+           aten::mm [0-10]  cudaDeviceSynchronize [12 ------------ 50]  aten::relu [55-60]
+    GPU                K1 [10 ----------------------------- 50]              K2 [62-70]
+                                                                   idle 50 → 62: 12 µs
+    after the step: cudaDeviceSynchronize [200 -- 300] (outside every step: not counted)
+
+A CPU operator that runs while the device is busy (device-bound step):
+
+    host   ProfilerStep#1 [0 ............................................. 100]
+           aten::heavy_cpu [0 ------------ 60]   (launches K at 1)
+    GPU      K [2 ..................................................... 120]  (still running when the step ends)
+"""
+
+from __future__ import annotations
+
+from neuron_explorer.analyzers import analyze
+from neuron_explorer.collectors.chrome_trace import import_traces
+
+from .conftest import X, write_trace
+
+US = 1000
+
+
+def _launch(ts, corr, ext, dur=1, name="cudaLaunchKernel"):
+    return X(name, "cuda_runtime", ts, dur, correlation=corr, **{"External id": ext})
+
+
+def _kernel(name, ts, dur, corr):
+    return X(name, "kernel", ts, dur, pid=0, tid=7, correlation=corr, stream=7, device=0)
+
+
+def _report(tmp_path, events):
+    return analyze(import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir, write=False)
+
+
+def test_a_sync_costs_the_device_idle_it_causes_inside_steps(tmp_path):
+    events = [
+        X("ProfilerStep#1", "user_annotation", 0, 100),
+        X("aten::mm", "cpu_op", 0, 10, **{"External id": 1}), _launch(2, 100, 1), _kernel("K1", 10, 40, 100),
+        _launch(12, 101, None, dur=38, name="cudaDeviceSynchronize"),
+        X("aten::relu", "cpu_op", 55, 5, **{"External id": 2}), _launch(56, 102, 2), _kernel("K2", 62, 8, 102),
+        _launch(200, 103, None, dur=100, name="cudaDeviceSynchronize"),
+    ]
+    f = next(x for x in _report(tmp_path, events).findings if x.rule_id == "host-sync")
+    assert f.impact_ns == 12 * US  # 50 → 62 on the device, not the 38 µs wait nor the 100 µs after the step
+    assert f.evidence.values["stalls"] == 1 and f.evidence.values["wait_ns"] == 38 * US
+    assert f.evidence.values["outside_steps"] == 1 and f.evidence.values["outside_wait_ns"] == 100 * US
+
+
+def test_a_sync_outside_every_step_is_no_finding(tmp_path):
+    events = [
+        X("ProfilerStep#1", "user_annotation", 0, 100),
+        X("aten::mm", "cpu_op", 0, 10, **{"External id": 1}), _launch(2, 100, 1), _kernel("K1", 10, 80, 100),
+        _launch(200, 103, None, dur=300, name="cudaDeviceSynchronize"),
+    ]
+    assert not [x for x in _report(tmp_path, events).findings if x.rule_id == "host-sync"]
+
+
+def test_a_cpu_operator_under_a_busy_device_is_no_hotspot_but_its_kernel_is(tmp_path):
+    events = [
+        X("ProfilerStep#1", "user_annotation", 0, 100),
+        X("aten::heavy_cpu", "cpu_op", 0, 60, **{"External id": 1}), _launch(1, 100, 1), _kernel("K", 2, 118, 100),
+    ]
+    report = _report(tmp_path, events)
+    hot = {x.title.split(":")[0]: x for x in report.findings if x.rule_id == "hotspot"}
+    assert "Hotspot operator" not in hot  # 60 µs of CPU time, none of it on the path
+    assert hot["Hotspot kernel"].impact_ns == 98 * US  # the kernel is the path from 2 to 100
+
+
+def test_a_cpu_bound_step_keeps_its_operator_hotspot(tmp_path):
+    events = [X("ProfilerStep#1", "user_annotation", 0, 100), X("aten::heavy_cpu", "cpu_op", 0, 90, **{"External id": 1})]
+    op = next(x for x in _report(tmp_path, events).findings if x.rule_id == "hotspot" and x.title.startswith("Hotspot operator"))
+    assert op.impact_ns == 90 * US and op.evidence.values["on_path_ns"] == 90 * US
