@@ -123,6 +123,20 @@ def test_dashboard_in_chromium(server, browser):
     status0 = wait_for(drv, f"return {STATUS}", what="status")
     assert "events" in status0 and "exact slices" in status0, status0
     full = plot_box(drv)
+    # names are drawn inside the slices wide enough for them: the widest slice carries its name
+    # (shortened with "…" where it does not fit), in its middle, on its row
+    label = drv.execute_script(f"""const gd = {GD}; const box = arguments[0];
+        const px = v => (v - box.x0) / (box.x1 - box.x0) * box.w; let best = null;
+        for (const t of gd._fullData) {{ if (t.type !== 'scattergl' || t.mode !== 'lines' || !t.text) continue;
+          for (let i = 1; i < t.x.length; i += 4) {{ const w = px(t.x[i + 1]) - px(t.x[i - 1]);
+            if (!best || w > best.w) best = {{w, x0: t.x[i - 1], x1: t.x[i + 1], y: t.y[i], name: String(t.text[i]).split('<br>')[0]}}; }} }}
+        const lab = gd._fullData.find(t => t.name === 'labels');
+        if (!lab || !best) return null;
+        const hits = []; for (let i = 0; i < lab.text.length; i++)
+          if (lab.y[i] === best.y && lab.x[i] > best.x0 && lab.x[i] < best.x1) hits.push(lab.text[i]);
+        return {{best, hits, visible: lab.visible}};""", full)
+    assert label and label["best"]["w"] > 40 and label["visible"] is True, label
+    assert len(label["hits"]) == 1 and label["best"]["name"].startswith(label["hits"][0].rstrip("…")), label
 
     # 2. zoom: drag a box over the middle of the timeline; the server sends the narrower window
     y = full["top"] + full["h"] * 0.4
@@ -159,7 +173,8 @@ def test_dashboard_in_chromium(server, browser):
     assert current is not None and expected in current, (current, expected)
     chain = drv.find_element(By.ID, "detail-chain").text
     assert "source" in chain and "aten::linear" in chain
-    assert wait_for(drv, f"return {GD}.data.some(t => t.name === 'selected')", what="selected event highlighted")
+    outline = wait_for(drv, f"const t = {GD}.data.find(t => t.name === 'selected'); return t && t.customdata[0]", what="selected slice outlined")
+    assert outline == target["id"]
 
     # 4. open the second finding by clicking its row: the timeline zooms to its evidence and
     #    highlights its events; the clicked row stays marked
@@ -173,7 +188,7 @@ def test_dashboard_in_chromium(server, browser):
     text = wait_for(drv, "const e = document.getElementById('finding-text'); return e && e.innerText", what="finding detail")
     assert text.startswith(titles[1]) and not text.startswith(titles[0])
     wait_for(drv, f"const s = {STATUS}; return s !== {status2!r} && s", what="timeline zoomed to the finding")
-    assert drv.execute_script(f"return {GD}.data.some(t => t.name === 'selected')")
+    assert drv.execute_script(f"return {GD}.data.some(t => t.name === 'highlighted')")
     assert drv.execute_script("return document.querySelector('#findings .ag-row[row-index=\"1\"]').classList.contains('ag-row-selected')")
 
     # 5. the operators table: every row the query gives, sorted by a header click, filtered by typing

@@ -26,7 +26,7 @@ import pytest
 
 from neuron_explorer.analyzers.model import Evidence, Finding, Location, Report
 from neuron_explorer.collectors.chrome_trace import import_traces
-from neuron_explorer.dashboard import api, app as dash_app, queries, runs as runs_mod, timeline as tl_mod
+from neuron_explorer.dashboard import api, app as dash_app, figure, queries, runs as runs_mod, timeline as tl_mod
 from neuron_explorer.dashboard.runs import QueryError, RunSet
 from neuron_explorer.errors import NeuronExplorerError
 
@@ -242,7 +242,7 @@ def test_findings_zoom_targets_from_a_hand_made_report(rs, monkeypatch):
     view = dash_app.view_for(rs, "findings", 0, "all", None, 0, None)
     assert (view["t0"], view["t1"], view["finding"]) == (rows[0]["t0"], rows[0]["t1"], 0)
     fig, _ = dash_app.timeline_figure(rs, view, 800, None)
-    sel = [t for t in fig["data"] if t["name"] == "selected"]
+    sel = [t for t in fig["data"] if t["name"] == "highlighted"]
     assert sel and addmm in sel[0]["customdata"]
     monkeypatch.delitem(r._facts, "findings")
 
@@ -299,16 +299,58 @@ def test_click_to_event_and_panel(rs):
 def test_figure_draws_webgl_segments_flows_and_memory(rs):
     view = dash_app.view_for(rs, None, 0, "all", None, None, None)
     fig, status = dash_app.timeline_figure(rs, view, 1000, eid(rs, "gemm"))
-    gl = [t for t in fig["data"] if t["type"] == "scattergl" and t["name"] != "selected"]
+    gl = [t for t in fig["data"] if t["type"] == "scattergl" and t["name"] not in ("selected", "labels")]
     assert {t["name"] for t in gl} == {"step", "python", "cpu_op", "runtime", "kernel"}
     xs = np.concatenate([np.frombuffer(base64.b64decode(t["x"]["bdata"]), np.float32) for t in gl])
     assert len(xs) == 4 * 11 and np.isnan(xs[3::4]).all()  # start, middle, end, gap per slice
-    gemm_x = np.frombuffer(base64.b64decode(next(t for t in gl if t["name"] == "kernel")["x"]["bdata"]), np.float32)
+    gemm_x = np.concatenate([np.frombuffer(base64.b64decode(t["x"]["bdata"]), np.float32) for t in gl if t["name"] == "kernel"])
     assert sorted(gemm_x[0::4].tolist()) == [20.0, 46.0, 65.0]  # us from the window start
     arrows = [a for a in fig["layout"]["annotations"] if a.get("axref") == "x"]  # launch → kernel arrow
     assert [(a["ax"], a["x"]) for a in arrows] == [(14.0, 20.0)]
     assert any(t["name"] == "r0 device 0 allocated" for t in fig["data"])
     assert "11 events" in status
+
+
+def _decode(arr) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(arr["bdata"]), np.float32 if arr["dtype"] == "f4" else np.int32)
+
+
+def test_names_inside_slices_wide_enough_shortened_to_fit(rs):
+    """At 1000 px for 100 us (10 px per us): the step (1000 px), gemm (100 px) and aten::linear
+    (400 px) carry their names; a 2 us launch (20 px) carries none."""
+    view = dash_app.view_for(rs, None, 0, "all", None, None, None)
+    fig, _ = dash_app.timeline_figure(rs, view, 1000, None)
+    lab = next(t for t in fig["data"] if t["name"] == "labels")
+    at = dict(zip(lab["text"], zip(_decode(lab["x"]).tolist(), _decode(lab["y"]).tolist())))
+    assert {"ProfilerStep#1", "gemm", "aten::linear", "aten::addmm", "relu_k"} <= set(at)
+    assert "cudaLaunchKernel" not in at and "bias" not in at  # 30 px and 20 px: too narrow
+    dev_y = [ln for ln in tl_mod.timeline(rs, run=0, width=1000)["lanes"] if ln["is_device"]][0]["y0"]
+    assert at["gemm"] == (pytest.approx(25.0), dev_y)  # the middle of the slice (20..30 us), on its row
+    assert lab["hoverinfo"] == "skip"  # labels never take a click from the slice under them
+    assert figure.fit_label("void at::native::vectorized_elementwise_kernel", 60) == "void at::…"
+    assert figure.fit_label("gemm", 60) == "gemm" and figure.fit_label("gemm", 15) is None
+
+
+def test_slices_coloured_by_name_or_kind_and_the_selected_one_outlined(rs):
+    view = dash_app.view_for(rs, None, 0, "all", None, None, None)
+
+    def colour_of(fig, event_id):
+        return next(t["line"]["color"] for t in fig["data"] if t["type"] == "scattergl" and event_id in (t.get("customdata") or []))
+
+    by_name, _ = dash_app.timeline_figure(rs, view, 1000, eid(rs, "gemm"))
+    gemm, relu = colour_of(by_name, eid(rs, "gemm")), colour_of(by_name, eid(rs, "relu_k"))
+    assert gemm == figure.NAME_PALETTE[figure.name_color_index("gemm")] and relu == figure.NAME_PALETTE[figure.name_color_index("relu_k")]
+    assert gemm != relu  # two kernels, two colours (these two names hash apart)
+    # the same name has the same colour in another window (and any run: the hash is of the name only)
+    zoom = dash_app.view_for(rs, "timeline", 0, "all", {"xaxis.range": [15, 35]}, None, view)
+    assert colour_of(dash_app.timeline_figure(rs, zoom, 700, None)[0], eid(rs, "gemm")) == gemm
+    by_kind, _ = dash_app.timeline_figure(rs, view, 1000, None, "kind")
+    assert colour_of(by_kind, eid(rs, "gemm")) == colour_of(by_kind, eid(rs, "relu_k")) == figure.KIND_COLORS["kernel"]
+    # the selected slice (gemm, 20..30 us on the device lane) has a red outline around it
+    sel = next(t for t in by_name["data"] if t["name"] == "selected")
+    dev_y = [ln for ln in tl_mod.timeline(rs, run=0, width=1000)["lanes"] if ln["is_device"]][0]["y0"]
+    assert sel["x"] == pytest.approx([20, 30, 30, 20, 20]) and min(sel["y"]) < dev_y < max(sel["y"])
+    assert sel["line"]["color"] == figure.HIGHLIGHT and not any(t["name"] == "selected" for t in by_kind["data"])
 
 
 def _grid(component):

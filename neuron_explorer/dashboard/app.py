@@ -90,9 +90,9 @@ def view_for(rs: RunSet, trigger: str | None, run, rank, relayout, finding_index
     return whole
 
 
-def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None):
-    """(figure, status text) for a window, with the selected event, its flows and the current
-    finding's events highlighted."""
+def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, color_by: str = "name"):
+    """(figure, status text) for a window, with the selected event outlined, its flows drawn and
+    the current finding's events highlighted; slices coloured by "name" or "kind"."""
     if not isinstance(view, dict):
         raise CallbackInputError("no view")
     px = max(200, min(_as_int(width or DEFAULT_WIDTH, "width"), 4000))
@@ -112,7 +112,7 @@ def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None):
     if view.get("rank") is not None:  # y rows of the all-ranks layout do not apply to a one-rank view
         flows, highlight = _relane(rs, tl, flows, highlight)
         selected = (_relane(rs, tl, [], [selected])[1] or [None])[0] if selected else None
-    fig = build_figure(tl, highlight=highlight, flows=flows, selected=selected)
+    fig = build_figure(tl, highlight=highlight, flows=flows, selected=selected, color_by="kind" if color_by == "kind" else "name")
     span_ms = (tl["t1"] - tl["t0"]) / 1e6
     status = (f"{span_ms:,.3f} ms from +{max(tl['t0'] - tl['run_start'], 0) / 1e6:,.3f} ms · {tl['visible_events']:,} events · "
               f"{'exact slices' if tl['mode'] == 'exact' else 'aggregated per pixel'} · {len(tl['slices']['x0']):,} slices, "
@@ -183,6 +183,8 @@ def create_app(rs: RunSet):
                 html.Label("rank"), html.Div(dcc.Dropdown(id="rank-select", options=[], value="all", clearable=False), className="nx-dd",
                                         style={"width": 130, "color": "#263238"}),
                 html.Button("whole run", id="reset", className="nx-btn"),
+                html.Label("colour"), dcc.RadioItems(id="color-by", options=[{"label": "name", "value": "name"}, {"label": "kind", "value": "kind"}],
+                                                      value="name", inline=True, className="nx-radio"),
             ], id="explore-controls", style={"display": "flex", "alignItems": "center", "gap": "14px"}),
             html.Div(id="status", className="nx-status"),
         ], className="nx-top"),
@@ -230,10 +232,10 @@ def create_app(rs: RunSet):
         return (view_for(rs, trigger, run, rank, relayout, finding_index, current),)
 
     @app.callback(Output("timeline", "figure"), Output("status", "children"), Output("error", "children", allow_duplicate=True),
-                  Input("view", "data"), Input("selected", "data"), State("px", "data"), prevent_initial_call=True)
+                  Input("view", "data"), Input("selected", "data"), Input("color-by", "value"), State("px", "data"), prevent_initial_call=True)
     @guard(2)
-    def _figure(view, selected, px):
-        return timeline_figure(rs, view, px, selected)
+    def _figure(view, selected, color_by, px):
+        return timeline_figure(rs, view, px, selected, color_by)
 
     @app.callback(Output("selected", "data"), Output("error", "children", allow_duplicate=True),
                   Input("timeline", "clickData"), prevent_initial_call=True)

@@ -1,9 +1,15 @@
 """Draw a timeline view (timeline.timeline_arrays) as a plotly figure. Drawing only.
 
 Slices and per-pixel buckets are WebGL line segments (go.Scattergl, NaN-separated, one trace per
-kind and shade): hundreds of thousands of rectangles stay smooth where SVG shapes stop at a few
+kind and colour): hundreds of thousands of rectangles stay smooth where SVG shapes stop at a few
 thousand. x values are float32 microseconds from the window start. Each segment carries its event
 id (customdata) so a click opens that event.
+
+Exact slices are coloured by name (a stable hash of the name picks one of NAME_PALETTE, so a kernel
+has the same colour in every view and every run) or by kind. Names are drawn inside the exact
+slices that are at least LABEL_MIN_PX wide, shortened with "…" to what fits, as one WebGL text
+trace of at most MAX_LABELS labels (the widest): no DOM element per slice. The selected slice is
+outlined.
 
 The figure is a plain dict (what Dash sends), with numeric arrays as plotly.js typed-array specs
 ({"dtype", "bdata"}): building plotly graph objects validates every element, which costs more than
@@ -15,6 +21,7 @@ Must not: query the run (it receives plain data) or decide the level of detail.
 from __future__ import annotations
 
 import base64
+import zlib
 
 import numpy as np
 
@@ -32,6 +39,18 @@ KIND_COLORS = {
     "instant": "#333333",
     "other": "#BDBDBD",
 }
+NAME_PALETTE = (
+    "#7BAFD4", "#F2A96B", "#93C47D", "#E8C95A", "#B9A0D6", "#76C1B8", "#F08E8E", "#A3B8E0",
+    "#D9B382", "#B3D88C", "#EBA6CB", "#8FD0E3", "#C9A27E", "#C2CF62", "#A99BE0", "#F0B65A",
+)
+"""Light enough for dark text on them, and told apart from their neighbours."""
+LABEL_COLOR = "#14202B"
+LABEL_MIN_PX = 40.0
+"""Names are drawn only inside exact slices at least this wide on screen."""
+MAX_LABELS = 300
+LABEL_CHAR_PX = 5.6
+"""The mean width of a label character at LABEL_FONT_PX (to shorten names to what fits)."""
+LABEL_FONT_PX = 9
 HIGHLIGHT = "#D62728"
 ROW_PX = 14
 """Height of one nesting row in pixels."""
@@ -67,6 +86,40 @@ def _segments(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, ids: np.ndarray, na
     return xs, ys, cd, text
 
 
+def name_color_index(name: str) -> int:
+    """A stable palette index for a name: the same name gets the same colour in every view and run."""
+    return zlib.crc32(str(name).encode("utf-8", "replace")) % len(NAME_PALETTE)
+
+
+def fit_label(name: str, width_px: float) -> str | None:
+    """`name` shortened with "…" to fit `width_px` (None when not even three characters fit)."""
+    room = int((width_px - 4) / LABEL_CHAR_PX)
+    if room < 3:
+        return None
+    return name if len(name) <= room else name[:room - 1] + "…"
+
+
+def _labels(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, names, px_per_x: float) -> dict | None:
+    """One WebGL text trace with the names of the widest slices that are at least LABEL_MIN_PX wide."""
+    w = (x1 - x0) * px_per_x
+    idx = np.nonzero(w >= LABEL_MIN_PX)[0]
+    if not len(idx):
+        return None
+    idx = idx[np.argsort(-w[idx], kind="stable")[:MAX_LABELS]]
+    xs, ys, texts = [], [], []
+    for i in idx:
+        t = fit_label(str(names[i]), float(w[i]))
+        if t is not None:
+            xs.append((x0[i] + x1[i]) / 2)
+            ys.append(y[i])
+            texts.append(t)
+    if not texts:
+        return None
+    return {"type": "scattergl", "mode": "text", "x": typed(np.asarray(xs, np.float32)), "y": typed(np.asarray(ys, np.int32)),
+            "text": texts, "name": "labels", "showlegend": False, "hoverinfo": "skip",
+            "textfont": {"size": LABEL_FONT_PX, "color": LABEL_COLOR}, "textposition": "middle center"}
+
+
 def time_unit(span_ns: int) -> tuple[float, str]:
     """(ns per x unit, suffix) for a window: µs for windows up to 20 ms, ms beyond (readable ticks).
     The app converts zoom ranges back to ns with the same function."""
@@ -79,9 +132,10 @@ def _kind_order(kinds: np.ndarray) -> list[str]:
 
 
 def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[dict] | None = None,
-                 selected: dict | None = None) -> dict:
+                 selected: dict | None = None, color_by: str = "name") -> dict:
     """The timeline figure. `highlight` and `selected` are events as `queries._brief` returns them
-    (ts_ns, dur_ns, y); `flows` are {from, to} pairs of such events (drawn as arrows)."""
+    (ts_ns, dur_ns, y); `flows` are {from, to} pairs of such events (drawn as arrows). Exact
+    slices are coloured by `color_by`: "name" (stable hash) or "kind"."""
     lanes = tl["lanes"]
     n_rows = max((ln["y0"] + ln["rows"] for ln in lanes), default=1)
     has_memory = bool(tl.get("memory"))
@@ -103,10 +157,19 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
         names = np.array([str(n)[:NAME_CHARS] for n in s["name"]], dtype=object)
         durs = s["dur_ns"]
         labels = np.array([f"{n}<br>{k} · {d / 1000:.3f} µs" for n, k, d in zip(names, kinds, durs)], dtype=object)
+        by_name = color_by != "kind"
+        shade = np.array([name_color_index(n) for n in s["name"]], np.int32) if by_name else np.zeros(len(kinds), np.int32)
         for kind in _kind_order(kinds):
-            m = kinds == kind
-            xs, ys, cd, text = _segments(s["x0"][m] * k, x1[m] * k, s["y"][m], s["event_id"][m], labels[m])
-            traces.append(_trace(xs, ys, cd, text, kind, KIND_COLORS.get(kind, "#888"), line_w))
+            mk = kinds == kind
+            for c in np.unique(shade[mk]):
+                m = mk & (shade == c)
+                xs, ys, cd, text = _segments(s["x0"][m] * k, x1[m] * k, s["y"][m], s["event_id"][m], labels[m])
+                color = NAME_PALETTE[c] if by_name else KIND_COLORS.get(kind, "#888")
+                # by name, a legend entry's colour would be one name's: the legend is for kinds
+                traces.append(_trace(xs, ys, cd, text, kind, color, line_w, showlegend=not by_name and c == shade[mk][0]))
+        lab = _labels(s["x0"] * k, x1 * k, s["y"], s["name"], tl["width"] / (span_us * float(k)) if span_us else 0.0)
+        if lab is not None:
+            traces.append(lab)
     b = tl["buckets"]
     if len(b["x0"]):
         kinds = np.asarray(b["kind"], dtype=object)
@@ -125,15 +188,23 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
         return (ts_ns - t0) / unit_ns
 
     marks = [e for e in (highlight or []) if e and e.get("y") is not None]
-    if selected and selected.get("y") is not None:
-        marks.append(selected)
     if marks:
         x0 = np.array([off(e["ts_ns"]) for e in marks], np.float32)
         x1 = np.maximum(np.array([off(e["ts_ns"] + e["dur_ns"]) for e in marks], np.float32), x0 + np.float32(px_us * 2) * k)
         xs, ys, cd, text = _segments(x0, x1, np.array([e["y"] for e in marks]), np.array([e["event_id"] for e in marks]),
                                      np.array([str(e.get("name", ""))[:NAME_CHARS] for e in marks], dtype=object))
-        traces.append(_trace(xs, ys, cd, text, "selected", HIGHLIGHT, 3, mode="lines+markers",
-                             marker={"size": 7, "color": HIGHLIGHT, "symbol": "diamond"}, hovertemplate="%{text}<extra>selected</extra>"))
+        traces.append(_trace(xs, ys, cd, text, "highlighted", HIGHLIGHT, 3, mode="lines+markers",
+                             marker={"size": 7, "color": HIGHLIGHT, "symbol": "diamond"}, hovertemplate="%{text}<extra>evidence</extra>"))
+    if selected and selected.get("y") is not None:
+        # an outline around the selected slice (at least a few pixels wide, so an instant shows)
+        a = off(selected["ts_ns"])
+        b = max(off(selected["ts_ns"] + selected["dur_ns"]), a + px_us * 3 * float(k))
+        a, b = max(a, -px_us * 2 * float(k)), min(b, (span_us + px_us * 2) * float(k))  # clipped just outside the plot
+        y, h = float(selected["y"]), 0.48
+        if a < b:  # else it lies outside the window
+            traces.append({"type": "scatter", "mode": "lines", "x": [a, b, b, a, a], "y": [y - h, y - h, y + h, y + h, y - h],
+                           "customdata": [selected["event_id"]] * 5, "name": "selected", "showlegend": False, "hoverinfo": "skip",
+                           "line": {"color": HIGHLIGHT, "width": 2.5}})
     annotations = []
     for f in (flows or [])[:60]:
         src, dst = f.get("from"), f.get("to")
