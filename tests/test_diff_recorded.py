@@ -91,38 +91,47 @@ import torch
 
 torch.manual_seed(0)
 torch.set_num_threads(1)
-model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-x, y = torch.randn(32, 64), torch.randn(32, 1)
-m = torch.randn(160, 160)
-barrier = Path(sys.argv[1])
-(barrier / sys.argv[2]).touch()
-while not (barrier / "go").exists():  # the two recordings of a pair start their loops together
+x, y = torch.randn(256, 256), torch.randn(256, 1)
+m = torch.randn(384, 384)
+barrier, me, planted = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "qr"
+(barrier / f"ready-{me}").touch()
+give_up = time.monotonic() + 120
+while not (barrier / "go").exists() and time.monotonic() < give_up:  # both recordings start their loops together
     time.sleep(0.001)
-for _ in range(16):
+for _ in range(STEPS):
     opt.zero_grad()
     loss = torch.nn.functional.mse_loss(model(x), y)
     loss.backward()
-{qr}    opt.step()
+    if planted:
+        torch.linalg.qr(m)  # PLANTED
+    opt.step()
+(barrier / f"done-{me}").touch()
+while len(list(barrier.glob("done-*"))) < 2 and time.monotonic() < give_up:  # keep the other side's neighbour busy
+    model(x).sum().backward()
 """
-QR = "    torch.linalg.qr(m)  # PLANTED\n"
+STEPS = 30
 
 
 def _record_side_by_side(tmp: Path, qr_on_test: bool) -> tuple[Path, Path]:
-    """Record base and test at once with `neuron-explorer record`. Their loops start when both
-    processes are ready, so the load that other work puts on a shared machine falls on both:
-    recorded one after the other, two runs of the same code here can differ by tens of percent,
-    a real difference between the runs that no statistic on them can call noise."""
+    """Record base and test at once with `neuron-explorer record`, from the same script (the test
+    side runs the planted line when asked). Their loops start when both processes are ready, and
+    the side done first keeps computing (after its last optimizer.step(): in the partial step diff
+    leaves out) until the other is done, so the load on a shared machine falls on both alike:
+    recorded one after the other, two runs of the same code here can differ by tens of percent, a
+    real difference between the runs that no statistic on them can call noise (bench/README.md)."""
     barrier = tmp / "barrier"
     barrier.mkdir()
+    script = tmp / "train.py"
+    script.write_text(TRAIN.replace("STEPS", str(STEPS)))
     procs = {}
     for name, qr in (("base", False), ("test", qr_on_test)):
-        script = tmp / f"{name}.py"
-        script.write_text(TRAIN.format(qr=QR if qr else ""))
-        cmd = [sys.executable, "-m", "neuron_explorer", "record", "-o", str(tmp / name), str(script), str(barrier), name]
+        cmd = [sys.executable, "-m", "neuron_explorer", "record", "-o", str(tmp / name), str(script), str(barrier), name,
+               "qr" if qr else "-"]
         procs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp)
     deadline = time.monotonic() + 300
-    while len(list(barrier.iterdir())) < 2 and time.monotonic() < deadline and all(p.poll() is None for p in procs.values()):
+    while len(list(barrier.glob("ready-*"))) < 2 and time.monotonic() < deadline and all(p.poll() is None for p in procs.values()):
         time.sleep(0.01)
     (barrier / "go").touch()
     for name, p in procs.items():
@@ -132,7 +141,7 @@ def _record_side_by_side(tmp: Path, qr_on_test: bool) -> tuple[Path, Path]:
 
 
 def _qr_line(tmp: Path) -> int:
-    return next(i for i, t in enumerate((tmp / "test.py").read_text().splitlines(), 1) if "# PLANTED" in t)
+    return next(i for i, t in enumerate((tmp / "train.py").read_text().splitlines(), 1) if "# PLANTED" in t)
 
 
 def test_a_planted_regression_under_record_fails_the_gate(tmp_path: Path):
@@ -145,12 +154,12 @@ def test_a_planted_regression_under_record_fails_the_gate(tmp_path: Path):
     assert s["verdict"] == "slower" and s["delta_pct"] > 50 and s["effect_size"] > 0.5
     for side in ("base", "test"):
         steps = s["steps"][side]
-        assert steps["steps"] == 17  # 16 optimizer steps: the start-up before the first and the remainder after the last
+        assert steps["steps"] == STEPS + 1  # the start-up before the first optimizer.step() and the remainder after the last
         left = {x["step"]: x["reason"] for x in steps["left_out"]}
-        assert left[0].startswith("before the first step boundary") and left[16].startswith("after the last step boundary")
-        assert steps["used"] == [n for n in range(17) if n not in left] and len(steps["used"]) >= 11
+        assert left[0].startswith("before the first step boundary") and left[STEPS].startswith("after the last step boundary")
+        assert steps["used"] == [n for n in range(STEPS + 1) if n not in left] and len(steps["used"]) >= STEPS - 1 - STEPS // 4
     first = data["deltas"][0]
-    assert first["type"] == "source_line" and first["key"] == f"{tmp_path / 'test.py'}:{_qr_line(tmp_path)}" and first["significant"]
+    assert first["type"] == "source_line" and first["key"] == f"{tmp_path / 'train.py'}:{_qr_line(tmp_path)}" and first["significant"]
 
 
 def test_two_recordings_of_the_same_code_pass_the_gate(tmp_path: Path):
@@ -160,4 +169,4 @@ def test_two_recordings_of_the_same_code_pass_the_gate(tmp_path: Path):
     data = json.loads(cli("diff", base, test, "--json").stdout)
     s = data["step_time"]
     assert s["verdict"] != "slower", s
-    assert [x["step"] for x in s["steps"]["base"]["left_out"]][:1] == [0] and s["steps"]["base"]["left_out"][-1]["step"] == 16
+    assert [x["step"] for x in s["steps"]["base"]["left_out"]][:1] == [0] and s["steps"]["base"]["left_out"][-1]["step"] == STEPS
