@@ -88,6 +88,9 @@ def import_cmd(
                                           "(default: one per core, fewer when memory is short)."),
     progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="Show files and bytes done on stderr "
                                             "(default: when stderr is a terminal)."),
+    ray: Optional[str] = typer.Option(None, "--ray", help="Import each trace as a task on this Ray cluster (an address, auto: "
+                                      "the one `ray start` runs, local: a new one here); --out on a shared filesystem. "
+                                      'Needs pip install "neuron-explorer[ray]".'),
 ) -> None:
     """Import torch.profiler (Kineto) JSON traces into a run directory of Parquet tables."""
     from .collectors.chrome_trace import import_traces
@@ -95,7 +98,7 @@ def import_cmd(
 
     bar = _ImportProgress() if (sys.stderr.isatty() if progress is None else progress) else None
     try:
-        result = import_traces(trace, out, force=force, tune_allocator=True, command=sys.argv, workers=workers,
+        result = import_traces(trace, out, force=force, tune_allocator=True, command=sys.argv, workers=workers, ray=ray,
                                progress_factory=bar.file_factory if bar else None, progress=bar.files if bar else None)
     finally:
         if bar:
@@ -235,6 +238,8 @@ def analyze(
                                              "(default: every dtype)."),
     peaks_file: Optional[Path] = typer.Option(None, "--peaks", help="A JSON list of device peaks matched before the built-in table "
                                               "(docs/METRICS.md, Utilisation)."),
+    ray: Optional[str] = typer.Option(None, "--ray", help="Analyse each rank as a task on this Ray cluster (an address, auto, "
+                                      'or local); the run on a shared filesystem. Needs pip install "neuron-explorer[ray]".'),
 ) -> None:
     """Find what holds the job back: ranked findings with impact, source line, evidence SQL and advice."""
     from .analyzers.engine import analyze as run_analyze
@@ -245,8 +250,10 @@ def analyze(
 
     if fail_on is not None and fail_on not in ("high", "medium", "low"):
         _fail(f"--fail-on must be high, medium or low, not {fail_on!r}")
+    if ray is not None and (peak_tflops, peak_gbps, peak_dtype, peaks_file) != (None, None, None, None):
+        _fail("--ray does not carry --peak-tflops, --peak-gbps, --peak-dtype or --peaks to the Ray workers yet; analyse without --ray")
     with peaks_from_options(tflops=peak_tflops, gbps=peak_gbps, dtype=peak_dtype, file=peaks_file):
-        report = run_analyze(run)
+        report = run_analyze(run, ray=ray)
     typer.echo(report_json(report) if as_json else markdown(report) if as_markdown else text(report), nl=False)
     if fail_on is not None:
         worst = SEVERITIES.index(fail_on)

@@ -150,7 +150,7 @@ def default_workers(ranks: int) -> int:
     return max(1, min(os.cpu_count() or 1, ranks))
 
 
-def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int | None = None) -> Report:
+def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int | None = None, ray: str | None = None) -> Report:
     """Run the rules over an open run and return the ranked Report.
 
     Per-rank work (the summary and every SCOPE='rank' rule) reads only its own rank's partition:
@@ -158,7 +158,9 @@ def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int
     grows with events, not with ranks x events. Ranks are analysed by `workers` threads (default:
     one per core), each with its own DuckDB connection. SCOPE='run' rules then read the whole run
     once, with every rank's summary. Evidence SQL keeps its `rank = N` filters, so it reproduces
-    the numbers on the full run's views.
+    the numbers on the full run's views. With `ray` (a cluster address, 'auto' or 'local'), each
+    rank is a Ray task instead (ray_tasks.py; the run must be on a filesystem every node shares),
+    and only the cross-rank rules run here.
     """
     rules = all_rules() if rules is None else rules
     rank_rules = [r for r in rules if getattr(r, "SCOPE", "rank") != "run"]
@@ -166,7 +168,13 @@ def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int
     quality = _quality_notes(run)
     per_rank: dict[int, tuple[dict, dict]] = {}
     n_workers = default_workers(len(ranks)) if workers is None else max(1, min(workers, len(ranks) or 1))
-    per_rank = _analyze_ranks(run, ranks, rank_rules, quality, n_workers)
+    if ray is not None:
+        from ..ray_tasks import map_unordered
+
+        rule_ids = [r.RULE_ID for r in rank_rules]
+        per_rank = dict(map_unordered(ray, _analyze_rank_task, [(str(run.path), rank, rule_ids, quality) for rank in ranks]))
+    else:
+        per_rank = _analyze_ranks(run, ranks, rank_rules, quality, n_workers)
     summaries = {rank: per_rank[rank][0] for rank in ranks}
     findings: list[Finding] = []
     not_applicable: list[dict] = []
@@ -187,6 +195,16 @@ def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int
     findings.sort(key=lambda f: (-f.impact_ns, order[f.severity], f.rule_id))
     return Report(run=str(run.path), summary={"ranks": list(summaries.values()), "definitions": "docs/METRICS.md"}, findings=findings,
                   not_applicable=not_applicable, warnings=warnings)
+
+
+def _analyze_rank_task(run_dir: str, rank: int, rule_ids: list[str], quality: dict) -> tuple[int, tuple[dict, dict]]:
+    """One rank's analysis where the run is opened anew (a Ray task): views over that rank only."""
+    by_id = {r.RULE_ID: r for r in all_rules()}
+    missing = [i for i in rule_ids if i not in by_id]
+    if missing:
+        raise RuntimeError(f"rules {missing} are not installed where this task runs (rules travel by name)")
+    with open_run(run_dir, ranks=[rank]) as run:
+        return rank, _analyze_rank(run, rank, [by_id[i] for i in rule_ids], quality)
 
 
 def _run_rule(run: Run, rule: ModuleType, summaries: dict, quality: dict) -> tuple[str, object]:
@@ -246,12 +264,12 @@ def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], qua
 
 
 def analyze(path: Path | str, *, write: bool = True, rules: list[ModuleType] | None = None,
-            workers: int | None = None) -> Report:
+            workers: int | None = None, ray: str | None = None) -> Report:
     """Analyse a run (or a trace, imported into the cache); with write=True also write
     RUN/analysis/{report.json, report.md, findings.parquet} into the run directory. `workers`:
-    threads for the per-rank analysis (default: one per core)."""
+    threads for the per-rank analysis (default: one per core); `ray`: run each rank as a Ray task."""
     with open_run(path) as run:
-        report = analyze_run(run, rules, workers=workers)
+        report = analyze_run(run, rules, workers=workers, ray=ray)
         run_dir = run.path  # the cached run when `path` is a trace
     if write:
         from .outputs import write_outputs

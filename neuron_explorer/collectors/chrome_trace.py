@@ -271,14 +271,16 @@ def _import_rank(index: int, path: Path, tmp: Path, tune_allocator: bool, decode
 def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = False, tune_allocator: bool = False,
                   progress_factory: Callable[[str, int], Callable[[int, int], None]] | None = None,
                   command: list[str] | None = None, workers: int | None = None,
-                  progress: ImportProgress | None = None) -> ImportResult:
+                  progress: ImportProgress | None = None, ray: str | None = None) -> ImportResult:
     """Import one trace or a directory of per-rank traces into a run at `out_dir`.
 
     Several traces are imported by `workers` processes (default and upper bound: `import_workers`,
     one per core within the memory available), each writing its own rank's partition into the
     run's temporary directory, so memory holds a few ranks, never the job. The run is the same
     whatever the number of workers. `progress_factory` gives byte progress within a file (one
-    worker only); `progress` is called as each file is done.
+    worker only); `progress` is called as each file is done. With `ray` (a cluster address, 'auto'
+    or 'local'), each trace is a Ray task instead (ray_tasks.py): the output's folder must be on a
+    filesystem every node shares.
     """
     store.check_writable_target(out_dir, force)
     files = find_traces(source)
@@ -298,7 +300,15 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
             if progress:
                 progress(len(results), len(files), done_bytes, sum(sizes))
 
-        if n_workers == 1:
+        if ray is not None:
+            from ..ray_tasks import map_unordered
+
+            order = sorted(range(len(files)), key=lambda i: -sizes[i])
+            for result in map_unordered(ray, _import_rank, [(i, files[i], tmp, tune_allocator, 1) for i in order]):
+                finished(result)
+            for i in range(len(files)):
+                _claim_rank(results, files, tmp, i)
+        elif n_workers == 1:
             for i, path in enumerate(files):
                 file_progress = progress_factory(path.name, sizes[i]) if progress_factory else None
                 finished(_import_rank(i, path, tmp, tune_allocator, None, file_progress))

@@ -1,0 +1,109 @@
+"""Per-rank import and analysis as Ray tasks (the optional `ray` extra): the same run and the same
+report as on one machine; without Ray, `--ray` is a one-line error naming the extra.
+
+The Ray tests run where `ray` is importable (pip install -e ".[ray]") and are skipped elsewhere.
+They reuse the hand-built 4-rank run of test_many_ranks.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from neuron_explorer.analyzers.engine import analyze
+from neuron_explorer.collectors.chrome_trace import import_traces
+from neuron_explorer.errors import InputError
+
+from .conftest import WORKLOAD_ENV, cli
+from .test_many_ranks import RANKS, _plain, _tables, many  # noqa: F401  (many: the fixture)
+
+
+def _have_ray() -> bool:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_without_ray_the_option_is_one_line_naming_the_extra(monkeypatch):
+    from neuron_explorer import ray_tasks
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails as when it is not installed
+    with pytest.raises(InputError, match=r'pip install "neuron-explorer\[ray\]"'):
+        ray_tasks.require_ray()
+
+
+@pytest.mark.skipif(_have_ray(), reason="ray is installed here")
+def test_cli_without_ray_is_one_line(many, tmp_path):  # noqa: F811
+    r = cli("import", many[0].parent / "traces", "-o", tmp_path / "run", "--ray", "auto")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "neuron-explorer[ray]" in r.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def _manifest(run_dir) -> dict:
+    return {k: v for k, v in json.loads((run_dir / "manifest.json").read_text()).items() if k not in ("created", "command")}
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield "local"
+    ray.shutdown()
+
+
+def test_ray_tasks_write_the_same_run_and_report(many, local_ray, tmp_path):  # noqa: F811
+    traces = many[0].parent / "traces"
+    on_ray = import_traces(traces, tmp_path / "ray", ray=local_ray).run_dir
+    here = import_traces(traces, tmp_path / "here", workers=1).run_dir
+    assert _manifest(on_ray) == _manifest(here)
+    a, b = _tables(on_ray), _tables(here)
+    assert sorted(a) == sorted(b) and all(a[k].equals(b[k]) for k in a)
+    got, want = _plain(analyze(on_ray, write=False, ray=local_ray)), _plain(analyze(on_ray, write=False, workers=1))
+    assert got["summary"] == want["summary"] and got["findings"] == want["findings"]
+    assert got["not_applicable"] == want["not_applicable"] and got["warnings"] == want["warnings"]
+    assert {f["location"]["rank"] for f in got["findings"]} == set(RANKS)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.skipif(not _have_ray(), reason="ray is not installed (pip install -e '.[ray]')")
+def test_cli_against_a_ray_head_started_here(many, tmp_path):  # noqa: F811
+    port = _free_port()
+    env = {**WORKLOAD_ENV, "RAY_USAGE_STATS_ENABLED": "0"}
+    head = subprocess.Popen([sys.executable, "-c", "from ray.scripts.scripts import main; main()", "start", "--head", "--block",
+                             f"--port={port}", "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    address = "auto"  # the cluster `ray start` last started on this machine: this one
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # the head is up when a client connects
+            probe = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address={address!r}); ray.shutdown()"],
+                                   capture_output=True, env=env, timeout=120)
+            if probe.returncode == 0:
+                break
+            assert time.monotonic() < deadline and head.poll() is None, probe.stderr[-2000:]
+            time.sleep(2)
+        imported = cli("import", many[0].parent / "traces", "-o", tmp_path / "run", "--ray", address)
+        assert imported.returncode == 0, imported.stderr[-2000:]
+        assert _manifest(tmp_path / "run") == _manifest(many[0]) | {"sources": _manifest(tmp_path / "run")["sources"]}
+        report = cli("analyze", tmp_path / "run", "--json", "--ray", address)
+        assert report.returncode == 0, report.stderr[-2000:]
+        got = json.loads(report.stdout)
+        want = _plain(analyze(tmp_path / "run", write=False, workers=1))
+        assert [f["rule_id"] for f in got["findings"]] == [f["rule_id"] for f in want["findings"]]
+        assert [f["impact_ns"] for f in got["findings"]] == [f["impact_ns"] for f in want["findings"]]
+    finally:
+        os.killpg(head.pid, 15)  # the head and the raylets it started, in their own session
+        head.wait(timeout=60)
