@@ -119,7 +119,7 @@ def test_dashboard_in_chromium(server, browser):
     assert n >= 2
     assert wait_for(drv, f"return {GD}.querySelectorAll('canvas').length", what="WebGL canvas")
     ticks = drv.execute_script(f"return Array.from({GD}.querySelectorAll('.ytick text')).map(t => t.textContent)")
-    assert any("tid" in t for t in ticks), ticks
+    assert "r0 python · tid 3224" in ticks, ticks  # the thread's name from the trace's metadata
     status0 = wait_for(drv, f"return {STATUS}", what="status")
     assert "events" in status0 and "exact slices" in status0, status0
     full = plot_box(drv)
@@ -219,9 +219,21 @@ def test_dashboard_in_chromium(server, browser):
     status3 = drv.execute_script(f"return {STATUS}")
     drv.find_element(By.ID, "run-select").click()
     wait_for(drv, "return document.querySelector('[role=option][data-option-index=\"1\"]')", what="run menu").click()
-    wait_for(drv, f"const s = {STATUS}; return s !== {status3!r} && s.includes('45,4') && s", what="the GPU run drawn")
+    wait_for(drv, f"const s = {STATUS}; return s !== {status3!r} && s.includes('45,') && s", what="the GPU run drawn")
     ticks = drv.execute_script(f"return Array.from({GD}.querySelectorAll('.ytick text')).map(t => t.textContent)")
-    assert any("device 0 stream 7" in t for t in ticks), ticks
+    # lanes named from the trace's metadata ("thread 1262 (pt_autograd_0)", "GPU 0"); the meta
+    # lanes (Spans, Traces, no thread, negative tids) hidden until asked for
+    assert "r0 GPU 0 · stream 7" in ticks and "r0 pt_autograd_0 · tid 1262" in ticks, ticks
+    assert not any("Spans" in t or "(no thread)" in t or "tid -" in t for t in ticks), ticks
+    status_hidden = drv.execute_script(f"return {STATUS}")
+    assert "meta lanes hidden" in status_hidden, status_hidden
+    drv.find_element(By.CSS_SELECTOR, "#all-lanes input").click()
+    wait_for(drv, f"const s = {STATUS}; return s !== {status_hidden!r} && !s.includes('meta lanes hidden') && s", what="meta lanes shown")
+    ticks = drv.execute_script(f"return Array.from({GD}.querySelectorAll('.ytick text')).map(t => t.textContent)")
+    assert "r0 Spans" in ticks and "r0 (no thread)" in ticks, ticks
+    status_all = drv.execute_script(f"return {STATUS}")
+    drv.find_element(By.CSS_SELECTOR, "#all-lanes input").click()
+    wait_for(drv, f"const s = {STATUS}; return s !== {status_all!r} && s.includes('meta lanes hidden') && s", what="meta lanes hidden again")
     full = plot_box(drv)
     status4 = drv.execute_script(f"return {STATUS}")
     _mouse_drag(drv, full["left"] + full["w"] * 0.20, full["top"] + 20, full["left"] + full["w"] * 0.215, full["top"] + 20)

@@ -132,7 +132,7 @@ def test_timeline_exact_slices_lanes_and_rows(rs):
     tl = tl_mod.timeline(rs, run=0, width=1000)
     assert tl["mode"] == "exact" and tl["visible_events"] == 11
     labels = [ln["label"] for ln in tl["lanes"]]
-    assert labels == ["r0 pid 1 tid 1", "r0 device 0 stream 7"]
+    assert labels == ["r0 pid 1 tid 1", "r0 GPU 0 · stream 7"]  # no thread names in this trace's metadata
     host, dev = tl["lanes"]
     assert host["rows"] == 5 and dev["y0"] == host["rows"] + 1
     s = tl["slices"]
@@ -141,6 +141,51 @@ def test_timeline_exact_slices_lanes_and_rows(rs):
     assert rows[("gemm", 20.0)] == (dev["y0"], 30.0)
     assert tl["steps"] == [{"rank": 0, "step": 1, "x0": 0.0, "x1": 100.0}]
     json.dumps(tl)  # plain data
+
+
+def META(what, pid, tid, **args):
+    return {"ph": "M", "name": what, "pid": pid, "tid": tid, "ts": 0, "args": args}
+
+
+def test_lanes_named_from_trace_metadata_and_meta_lanes_hidden(tmp_path):
+    """Kineto names threads "thread <tid> (<name>)" (a later name wins) and labels device
+    processes "GPU 0"; the profiler's own `Spans` lane, a pseudo-thread with a negative tid and an
+    event without a thread are meta lanes, hidden unless asked for.
+
+        pid 1 tid 1262  (pt_autograd_0)  0 ....... 40 aten::mm
+        pid 1 tid -9                     5 .. 10 fake
+        pid Spans tid PyTorch Profiler   0 ............... 100 PyTorch Profiler (0)
+        GPU 0 stream 7                        20 .. 30 gemm
+    """
+    events = [META("thread_name", 1, 1262, name="thread 1262 (pt_main_thread)"), META("thread_name", 1, 1262, name="thread 1262 (pt_autograd_0)"),
+              META("process_labels", 0, 0, labels="GPU 0"), META("process_labels", 1, 0, labels="CPU"),
+              X("aten::mm", "cpu_op", 0, 40, pid=1, tid=1262), X("fake", "cpu_op", 5, 5, pid=1, tid=-9),
+              X("PyTorch Profiler (0)", "Trace", 0, 100, pid="Spans", tid="PyTorch Profiler"),
+              X("gemm", "kernel", 20, 10, pid=0, tid=7, stream=7, device=0)]
+    rs = RunSet([import_traces(write_trace(tmp_path / "t.json", events, baseTimeNanoseconds=BASE), tmp_path / "run").run_dir])
+    shown = tl_mod.timeline(rs, run=0, width=1000)
+    assert [ln["label"] for ln in shown["lanes"]] == ["r0 pt_autograd_0 · tid 1262", "r0 GPU 0 · stream 7"]
+    assert shown["hidden_lanes"] == 2 and sorted(shown["slices"]["name"]) == ["aten::mm", "gemm"] and shown["visible_events"] == 2
+    assert [ln["y0"] for ln in shown["lanes"]] == [0, 2]  # the shown lanes move up
+    every = tl_mod.timeline(rs, run=0, width=1000, all_lanes="true")
+    assert sorted(ln["label"] for ln in every["lanes"]) == sorted(["r0 Spans", "r0 pid 1 tid -9", "r0 pt_autograd_0 · tid 1262", "r0 GPU 0 · stream 7"])
+    assert every["hidden_lanes"] == 0 and every["visible_events"] == 4
+    # aggregated too: every shown event is a slice or in a bucket, the hidden ones in neither
+    import neuron_explorer.dashboard.timeline as t
+    old, t.EXACT_CAP = t.EXACT_CAP, 1
+    try:
+        agg = tl_mod.timeline(rs, run=0, width=10)
+        assert agg["mode"] == "aggregated" and agg["visible_events"] == 2 and agg["slices"]["name"] == ["aten::mm"]
+    finally:
+        t.EXACT_CAP = old
+    # the selected kernel is outlined on its row in the layout without meta lanes
+    fig, status = dash_app.timeline_figure(rs, dash_app.view_for(rs, None, 0, "all", None, None, None), 1000,
+                                           rs.get(0).query("SELECT event_id FROM events WHERE name = 'gemm'")[1][0][0])
+    sel = next(tr for tr in fig["data"] if tr["name"] == "selected")
+    assert min(sel["y"]) < 2 < max(sel["y"]) and "2 meta lanes hidden" in status
+    with pytest.raises(QueryError):
+        tl_mod.timeline(rs, run=0, all_lanes="maybe")
+    rs.close()
 
 
 def test_timeline_aggregates_below_a_pixel(rs, monkeypatch):
@@ -415,7 +460,7 @@ def test_api_envelope_for_every_view(client, rs):
 @pytest.mark.parametrize("url,status", [
     ("/api/timeline?run=3", 400), ("/api/timeline?run=../../etc", 400), ("/api/source?run=0&path=/etc/passwd", 400),
     ("/api/timeline?run=0&t0=zzz", 400), ("/api/timeline?run=0&width=99999999", 400), ("/api/event?run=0&event_id=1e400", 400),
-    ("/api/event?run=0", 400), ("/api/nope", 404)])
+    ("/api/event?run=0", 400), ("/api/timeline?run=0&all_lanes=maybe", 400), ("/api/nope", 404)])
 def test_api_bad_requests_get_an_error_envelope(client, url, status):
     r = client.get(url)
     body = r.get_json()
@@ -481,8 +526,8 @@ def test_every_view_on_every_real_trace(real_runs):
     for r in rs.runs:
         total = r.query("SELECT count(*) FROM events")[1][0][0]
         view = dash_app.view_for(rs, None, r.index, "all", None, None, None)
-        fig, status = dash_app.timeline_figure(rs, view, 1200, None)
-        tl = tl_mod.timeline(rs, run=r.index, width=1200)
+        fig, status = dash_app.timeline_figure(rs, view, 1200, None, all_lanes=True)
+        tl = tl_mod.timeline(rs, run=r.index, width=1200, all_lanes=True)
         # every event is drawn once: as an exact slice or inside a pixel bucket
         assert tl["visible_events"] == total, r.name
         rows = max(ln["y0"] + ln["rows"] for ln in tl["lanes"])
@@ -491,9 +536,14 @@ def test_every_view_on_every_real_trace(real_runs):
         # zoom into the middle tenth: only events overlapping it
         s, e = r.span()
         a, b = s + (e - s) * 9 // 20, s + (e - s) * 11 // 20
-        z = tl_mod.timeline(rs, run=r.index, t0=a, t1=b, width=1200)
+        z = tl_mod.timeline(rs, run=r.index, t0=a, t1=b, width=1200, all_lanes=1)
         want = r.query(f"SELECT count(*) FROM events WHERE ts_ns < {b} AND ts_ns + dur_ns >= {a}")[1][0][0]
         assert z["visible_events"] == want, r.name
+        # by default the meta lanes' events are left out, and only they
+        shown = tl_mod.timeline(rs, run=r.index, t0=a, t1=b, width=1200)
+        want = r.query(f"SELECT count(*) FROM events WHERE ts_ns < {b} AND ts_ns + dur_ns >= {a} AND NOT "
+                       f"(SELECT {tl_mod.HIDDEN_LANE_SQL} FROM (SELECT {queries.LANE_SQL}))")[1][0][0]
+        assert shown["visible_events"] == (want if shown["hidden_lanes"] else z["visible_events"]), r.name
         for view_fn in (queries.operators, queries.kernels, queries.source_lines, queries.steps, queries.memory):
             json.dumps(view_fn(rs, run=r.index))
         for (event_id,) in r.query("SELECT event_id FROM events USING SAMPLE 5 ROWS")[1]:
@@ -518,6 +568,6 @@ def test_rank_selector_on_the_real_multirank_run(real_runs):
     rs = real_runs
     r = next(x for x in rs.runs if x.name == "multirank")
     assert r.run.ranks == [0, 1]
-    one = tl_mod.timeline(rs, run=r.index, rank=1, width=800)
+    one = tl_mod.timeline(rs, run=r.index, rank=1, width=800, all_lanes=True)
     assert {ln["rank"] for ln in one["lanes"]} == {1}
     assert one["visible_events"] == r.query("SELECT count(*) FROM events WHERE rank = 1")[1][0][0]

@@ -90,13 +90,15 @@ def view_for(rs: RunSet, trigger: str | None, run, rank, relayout, finding_index
     return whole
 
 
-def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, color_by: str = "name"):
+def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, color_by: str = "name", all_lanes: bool = False):
     """(figure, status text) for a window, with the selected event outlined, its flows drawn and
-    the current finding's events highlighted; slices coloured by "name" or "kind"."""
+    the current finding's events highlighted; slices coloured by "name" or "kind"; meta lanes
+    shown only with `all_lanes`."""
     if not isinstance(view, dict):
         raise CallbackInputError("no view")
     px = max(200, min(_as_int(width or DEFAULT_WIDTH, "width"), 4000))
-    tl = timeline_arrays(rs, run=view.get("run"), t0=view.get("t0"), t1=view.get("t1"), width=px, rank=view.get("rank"))
+    tl = timeline_arrays(rs, run=view.get("run"), t0=view.get("t0"), t1=view.get("t1"), width=px, rank=view.get("rank"),
+                         all_lanes=bool(all_lanes))
     highlight, flows, selected = [], [], None
     if view.get("finding") is not None:
         f = queries.findings(rs, run=tl["run"])["rows"][int(view["finding"])]
@@ -109,14 +111,14 @@ def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, c
         if d is not None:
             selected = {"event_id": d["event_id"], "name": d["name"], "ts_ns": d["ts_ns"], "dur_ns": d["dur_ns"], "y": d["y"]}
             flows = d["flows"]
-    if view.get("rank") is not None:  # y rows of the all-ranks layout do not apply to a one-rank view
+    if view.get("rank") is not None or not tl["all_lanes"]:  # y rows of the all-lanes layout do not apply
         flows, highlight = _relane(rs, tl, flows, highlight)
         selected = (_relane(rs, tl, [], [selected])[1] or [None])[0] if selected else None
     fig = build_figure(tl, highlight=highlight, flows=flows, selected=selected, color_by="kind" if color_by == "kind" else "name")
     span_ms = (tl["t1"] - tl["t0"]) / 1e6
     status = (f"{span_ms:,.3f} ms from +{max(tl['t0'] - tl['run_start'], 0) / 1e6:,.3f} ms · {tl['visible_events']:,} events · "
               f"{'exact slices' if tl['mode'] == 'exact' else 'aggregated per pixel'} · {len(tl['slices']['x0']):,} slices, "
-              f"{len(tl['buckets']['x0']):,} buckets")
+              f"{len(tl['buckets']['x0']):,} buckets" + (f" · {tl['hidden_lanes']} meta lanes hidden" if tl["hidden_lanes"] else ""))
     return fig, status
 
 
@@ -130,17 +132,18 @@ def _events_brief(rs: RunSet, run: int, ids: list[int]) -> list[dict]:
 
 
 def _relane(rs: RunSet, tl: dict, flows: list, events: list) -> tuple[list, list]:
-    """Map y rows from the all-ranks layout to this view's layout (same lanes, fewer of them)."""
+    """Map y rows from the all-ranks, all-lanes layout to this view's layout (same lanes, fewer of
+    them); an event on a lane this view does not show is dropped."""
     r = rs.get(tl["run"])
     all_l = r.lanes(None)
-    mine = {(ln["rank"], ln["is_device"], ln["a"], ln["b"]): ln for ln in tl["lanes"]}
+    mine = {(ln["rank"], ln["is_device"], ln["a"], ln["b"], ln["text"]): ln for ln in tl["lanes"]}
 
     def move(e):
         if not e or e.get("y") is None:
             return None
         for ln in all_l:
             if ln.y0 <= e["y"] < ln.y0 + ln.rows:
-                m = mine.get((ln.rank, ln.is_device, ln.a, ln.b))
+                m = mine.get((ln.rank, ln.is_device, ln.a, ln.b, ln.text))
                 return {**e, "y": m["y0"] + (e["y"] - ln.y0)} if m else None
         return None
 
@@ -185,6 +188,7 @@ def create_app(rs: RunSet):
                 html.Button("whole run", id="reset", className="nx-btn"),
                 html.Label("colour"), dcc.RadioItems(id="color-by", options=[{"label": "name", "value": "name"}, {"label": "kind", "value": "kind"}],
                                                       value="name", inline=True, className="nx-radio"),
+                dcc.Checklist(id="all-lanes", options=[{"label": "meta lanes", "value": "all"}], value=[], inline=True, className="nx-radio"),
             ], id="explore-controls", style={"display": "flex", "alignItems": "center", "gap": "14px"}),
             html.Div(id="status", className="nx-status"),
         ], className="nx-top"),
@@ -232,10 +236,11 @@ def create_app(rs: RunSet):
         return (view_for(rs, trigger, run, rank, relayout, finding_index, current),)
 
     @app.callback(Output("timeline", "figure"), Output("status", "children"), Output("error", "children", allow_duplicate=True),
-                  Input("view", "data"), Input("selected", "data"), Input("color-by", "value"), State("px", "data"), prevent_initial_call=True)
+                  Input("view", "data"), Input("selected", "data"), Input("color-by", "value"), Input("all-lanes", "value"),
+                  State("px", "data"), prevent_initial_call=True)
     @guard(2)
-    def _figure(view, selected, color_by, px):
-        return timeline_figure(rs, view, px, selected, color_by)
+    def _figure(view, selected, color_by, all_lanes, px):
+        return timeline_figure(rs, view, px, selected, color_by, isinstance(all_lanes, list) and "all" in all_lanes)
 
     @app.callback(Output("selected", "data"), Output("error", "children", allow_duplicate=True),
                   Input("timeline", "clickData"), prevent_initial_call=True)

@@ -11,8 +11,9 @@ Must not: open a path that arrives in a request, or read a file that the run's f
 
 from __future__ import annotations
 
+import re
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import NeuronExplorerError
@@ -38,6 +39,11 @@ class QueryError(NeuronExplorerError):
     """A request the dashboard cannot answer (bad parameter, unknown run or event)."""
 
 
+LANE_NAME_CHARS = 22
+"""Thread and device names are cut to this many characters in lane labels (the axis is narrow)."""
+_KINETO_THREAD = re.compile(r"^thread (\d+) \((.*)\)$")
+
+
 @dataclass
 class Lane:
     index: int
@@ -48,20 +54,57 @@ class Lane:
     text: str
     rows: int  # nesting rows drawn (max depth + 1, capped)
     y0: int = 0  # first row on the timeline's y axis
+    name: str = ""  # the thread's name (host) or the device's ("GPU 0", "MTIA 17") from the trace's metadata
 
     @property
     def label(self) -> str:
         if self.is_device:
-            return f"r{self.rank} device {self.a} stream {self.b}"
+            return f"r{self.rank} {self.name or f'GPU {self.a}'} · stream {self.b}"
         if self.text:
             return f"r{self.rank} {self.text}"
         if self.a is None:
             return f"r{self.rank} (no thread)"
+        if self.name:
+            return f"r{self.rank} {self.name} · tid {self.b}"
         return f"r{self.rank} pid {self.a} tid {self.b}"
 
+    @property
+    def hidden(self) -> bool:
+        """A meta lane, hidden unless asked for: the profiler's own spans (`Spans`, `Traces`: pids
+        that are not numbers), events with no thread, and the negative tids Kineto gives
+        pseudo-threads."""
+        return not self.is_device and (bool(self.text) or self.a is None or (self.b is not None and self.b < 0))
+
     def to_dict(self) -> dict:
-        return {"index": self.index, "rank": self.rank, "is_device": self.is_device, "a": self.a, "b": self.b,
-                "label": self.label, "rows": self.rows, "y0": self.y0}
+        return {"index": self.index, "rank": self.rank, "is_device": self.is_device, "a": self.a, "b": self.b, "text": self.text,
+                "name": self.name, "label": self.label, "hidden": self.hidden, "rows": self.rows, "y0": self.y0}
+
+
+def lane_names(manifest: dict) -> dict[tuple, str]:
+    """Names of lanes from the trace metadata the importer keeps per rank (Kineto's `ph: "M"`
+    events): (rank, "thread", pid, tid) → thread name ("thread 1262 (pt_autograd_0)" becomes
+    "pt_autograd_0"; the last name given wins, as in Perfetto) and (rank, "device", pid) → the
+    process label of a device ("GPU 0"). Anything malformed is skipped."""
+    out: dict[tuple, str] = {}
+    for entry in manifest.get("ranks") or []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("rank"), int):
+            continue
+        rank = entry["rank"]
+        for m in entry.get("metadata_events") or []:
+            if not isinstance(m, dict) or not isinstance(m.get("args"), dict):
+                continue
+            pid, tid = m.get("pid"), m.get("tid")
+            if m.get("name") == "thread_name" and isinstance(m["args"].get("name"), str) and isinstance(pid, int) and isinstance(tid, int):
+                name = m["args"]["name"].strip()
+                hit = _KINETO_THREAD.match(name)
+                name = hit.group(2).strip() if hit else name
+                if name:
+                    out[(rank, "thread", pid, tid)] = name[:LANE_NAME_CHARS]
+            elif m.get("name") == "process_labels" and isinstance(m["args"].get("labels"), str) and isinstance(pid, int):
+                label = m["args"]["labels"].strip()
+                if label and label.upper() != "CPU":
+                    out[(rank, "device", pid)] = label[:LANE_NAME_CHARS]
+    return out
 
 
 @dataclass
@@ -100,17 +143,29 @@ class OpenRun:
             self._facts["span"] = (int(t0 or 0), int(t1 or 0))
         return self._facts["span"]
 
-    def lanes(self, rank: int | None) -> list[Lane]:
-        key = ("lanes", rank)
+    def lanes(self, rank: int | None, all_lanes: bool = True) -> list[Lane]:
+        """The lanes of the timeline, with their first y row. Without `all_lanes`, meta lanes
+        (Lane.hidden) are left out and the others move up — unless that leaves none."""
+        key = ("lanes", rank, bool(all_lanes))
         if key not in self._facts:
-            where = "" if rank is None else f"WHERE rank = {int(rank)}"
-            _, rows = self.query(f"SELECT {LANE_SQL}, max(depth) AS max_depth FROM events {where} "
-                                 "GROUP BY ALL ORDER BY rank, is_device, lane_a NULLS FIRST, lane_b NULLS FIRST, lane_text")
-            lanes, y = [], 0
-            for i, (rk, dev, a, b, text, depth) in enumerate(rows):
-                rows_ = min(int(depth or 0) + 1, MAX_DEPTH_ROWS)
-                lanes.append(Lane(i, int(rk), bool(dev), a, b, text, rows_, y))
-                y += rows_ + 1  # one empty row between lanes
+            if all_lanes:
+                where = "" if rank is None else f"WHERE rank = {int(rank)}"
+                _, rows = self.query(f"SELECT {LANE_SQL}, max(depth) AS max_depth FROM events {where} "
+                                     "GROUP BY ALL ORDER BY rank, is_device, lane_a NULLS FIRST, lane_b NULLS FIRST, lane_text")
+                names = lane_names(self.run.manifest)
+                lanes = []
+                for i, (rk, dev, a, b, text, depth) in enumerate(rows):
+                    rows_ = min(int(depth or 0) + 1, MAX_DEPTH_ROWS)
+                    name = names.get((int(rk), "device", a) if dev else (int(rk), "thread", a, b), "")
+                    lanes.append(Lane(i, int(rk), bool(dev), a, b, text, rows_, 0, name))
+            else:
+                full = self.lanes(rank, True)
+                lanes = [ln for ln in full if not ln.hidden] or full
+                lanes = [replace(ln) for ln in lanes]
+            y = 0
+            for ln in lanes:
+                ln.y0 = y
+                y += ln.rows + 1  # one empty row between lanes
             self._facts[key] = lanes
         return self._facts[key]
 

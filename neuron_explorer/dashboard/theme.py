@@ -8,6 +8,7 @@ body { margin: 0; background: #F4F6F8; font-family: Inter, 'Segoe UI', Helvetica
 .nx-top label { font-size: 12px; color: #B0BEC5; }
 .nx-btn { background: #37474F; color: #ECEFF1; border: 1px solid #546E7A; border-radius: 4px; padding: 5px 10px; cursor: pointer; font-size: 12px; }
 .nx-btn:hover { background: #455A64; }
+.nx-top label, .nx-btn { white-space: nowrap; }
 .nx-radio { font-size: 12px; color: #ECEFF1; display: flex; gap: 8px; }
 .nx-radio label { color: #ECEFF1; display: inline-flex; align-items: center; gap: 3px; cursor: pointer; }
 .nx-status { font-size: 12px; color: #B0BEC5; margin-left: auto; }

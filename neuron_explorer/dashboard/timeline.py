@@ -75,6 +75,20 @@ def parse_window(r: OpenRun, t0, t1, width) -> tuple[int, int, int]:
     return t0, t1, width
 
 
+def parse_flag(v, name: str, default: bool = False) -> bool:
+    """A yes/no request parameter: true/false, 1/0, yes/no (any case); anything else is a QueryError."""
+    if v is None or v == "":
+        return default
+    if isinstance(v, bool):
+        return v
+    text = str(v).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise QueryError(f"{name} must be true or false, got {str(v)[:40]!r}")
+
+
 def parse_rank(r: OpenRun, rank) -> int | None:
     if rank is None or rank == "" or rank == "all":
         return None
@@ -84,14 +98,15 @@ def parse_rank(r: OpenRun, rank) -> int | None:
     return rk
 
 
-def _lanes_table(r: OpenRun, rank: int | None) -> str:
-    """Name of a registered table mapping lane identity to its first y row (registered once)."""
+def _lanes_table(r: OpenRun, rank: int | None, all_lanes: bool = True) -> str:
+    """Name of a registered table mapping lane identity to its first y row (registered once).
+    Without `all_lanes` it holds only the lanes shown by default: the join drops the others."""
     import pyarrow as pa
 
-    name = f"_nx_lanes_{'all' if rank is None else rank}"
-    key = ("lanes_tbl", rank)
+    name = f"_nx_lanes_{'all' if rank is None else rank}{'' if all_lanes else '_shown'}"
+    key = ("lanes_tbl", rank, bool(all_lanes))
     if key not in r._facts:
-        lanes = r.lanes(rank)
+        lanes = r.lanes(rank, all_lanes)
         tbl = pa.table({
             "l_rank": pa.array([ln.rank for ln in lanes], pa.int32()),
             "l_dev": pa.array([ln.is_device for ln in lanes], pa.bool_()),
@@ -143,18 +158,33 @@ def _long_window(r: OpenRun, rank: int | None, t0: int, t1: int) -> tuple[str, l
             f"FROM {long_name} WHERE ts_ns < ? AND ts_ns + dur_ns >= ?{rank_where}", [t1, t0])
 
 
-def _y_join(r: OpenRun, rank: int | None, inner: str) -> str:
+HIDDEN_LANE_SQL = "(NOT is_device AND (lane_text <> '' OR lane_a IS NULL OR coalesce(lane_b, 0) < 0))"
+"""runs.Lane.hidden in SQL, on the lane columns of LANE_SQL."""
+
+
+def _shown_sql(r: OpenRun, rank: int | None, all_lanes: bool) -> str:
+    """A condition on LANE_SQL columns that keeps the events of the lanes shown ("true" for all):
+    applied before a LIMIT, so that the widest events are picked among those drawn."""
+    if all_lanes or len(r.lanes(rank, False)) == len(r.lanes(rank, True)):
+        return "true"
+    return f"NOT {HIDDEN_LANE_SQL}"
+
+
+def _y_join(r: OpenRun, rank: int | None, inner: str, all_lanes: bool = True) -> str:
     """`inner` (a query with lane columns and `depth`) with each row's y row on the timeline."""
-    lanes = _lanes_table(r, rank)
+    lanes = _lanes_table(r, rank, all_lanes)
     return (f"SELECT q.*, l_y0 + least(coalesce(q.depth, 0), l_rows - 1) AS y FROM ({inner}) q JOIN {lanes} "
             "ON q.rank = l_rank AND q.is_device = l_dev AND q.lane_a IS NOT DISTINCT FROM l_a "
             "AND q.lane_b IS NOT DISTINCT FROM l_b AND q.lane_text = l_text")
 
 
-def timeline_arrays(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None) -> dict:
-    """The timeline of one window as numpy arrays (see the module docstring); `timeline` is its JSON form."""
+def timeline_arrays(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None, all_lanes=None) -> dict:
+    """The timeline of one window as numpy arrays (see the module docstring); `timeline` is its JSON form.
+    Meta lanes (runs.Lane.hidden) and their events are left out unless `all_lanes`."""
     r = rs.get(run)
     rank = parse_rank(r, rank)
+    all_lanes = parse_flag(all_lanes, "all_lanes")
+    shown = _shown_sql(r, rank, all_lanes)
     t0, t1, width = parse_window(r, t0, t1, width)
     bucket = max(1.0, (t1 - t0) / width)
     cte, params = _window_sql(r, rank, t0, t1)
@@ -164,12 +194,12 @@ def timeline_arrays(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None) 
         # A wide window: only the in-memory long events can be wide enough to be exact slices, so
         # the raw events are only aggregated, never sorted.
         lw, lp = _long_window(r, rank, t0, t1)
-        top = r.arrow(f"WITH win AS ({lw}) " + _y_join(r, rank, "SELECT * FROM win ORDER BY dur_ns DESC LIMIT ?"), lp + [EXACT_CAP + 1])
+        top = r.arrow(f"WITH win AS ({lw}) " + _y_join(r, rank, f"SELECT * FROM win WHERE {shown} ORDER BY dur_ns DESC LIMIT ?", all_lanes), lp + [EXACT_CAP + 1])
         durs = top["dur_ns"].to_numpy(zero_copy_only=False)
         cutoff = max(int(durs.min()) if top.num_rows > EXACT_CAP else -1, min_exact)
     else:
         # The widest visible events first: when there are at most EXACT_CAP, that is all of them.
-        top = r.arrow(cte + _y_join(r, rank, "SELECT * FROM win ORDER BY dur_ns DESC LIMIT ?"), params + [EXACT_CAP + 1])
+        top = r.arrow(cte + _y_join(r, rank, f"SELECT * FROM win WHERE {shown} ORDER BY dur_ns DESC LIMIT ?", all_lanes), params + [EXACT_CAP + 1])
         if top.num_rows <= EXACT_CAP:
             cutoff = -1
         else:
@@ -178,7 +208,8 @@ def timeline_arrays(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None) 
     out = {
         "run": r.index, "rank": rank, "t0": t0, "t1": t1, "width": width, "bucket_ns": bucket,
         "run_start": r.span()[0], "run_end": r.span()[1], "visible_events": exact.num_rows,
-        "lanes": [ln.to_dict() for ln in r.lanes(rank)],
+        "lanes": [ln.to_dict() for ln in r.lanes(rank, all_lanes)], "all_lanes": all_lanes,
+        "hidden_lanes": len(r.lanes(rank, True)) - len(r.lanes(rank, all_lanes)),
         "mode": "exact" if cutoff < 0 else "aggregated",
     }
     ts = exact["ts_ns"].to_numpy(zero_copy_only=False).astype(np.int64)
@@ -202,7 +233,7 @@ def timeline_arrays(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None) 
         lane = "rank, is_device, lane_a, lane_b, lane_text"
         pyr = _pyramid(r) if 0 <= threshold < cutoff else None
         if pyr is not None and b >= PYRAMID_PX_FACTOR * pyr[1]:
-            agg = r.arrow(_pyramid_sql(r, rank, t0, t1, b, cutoff, pyr))
+            agg = r.arrow(_pyramid_sql(r, rank, t0, t1, b, cutoff, all_lanes, pyr))
         else:
             agg = r.arrow(
                 cte + _y_join(r, rank, f"""SELECT {lane}, least(coalesce(depth, 0), {MAX_DEPTH_ROWS - 1}) AS depth,
@@ -210,7 +241,7 @@ def timeline_arrays(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None) 
                       sum(least(ts_ns + dur_ns, {t1}) - greatest(ts_ns, {t0})) / {b} AS occupancy,
                       max(least(ts_ns + dur_ns, {t1})) - {t0} AS end_offset, count(*) AS events,
                       arg_max(kind, dur_ns) AS kind, arg_max(event_id, dur_ns) AS event_id
-                      FROM win WHERE dur_ns <= ? GROUP BY ALL"""),
+                      FROM win WHERE dur_ns <= ? AND {shown} GROUP BY ALL""", all_lanes),
                 params + [cutoff])
         out["visible_events"] += int(pa.compute.sum(agg["events"]).as_py() or 0)
         bk = agg["bucket"].to_numpy(zero_copy_only=False).astype(np.float64)
@@ -256,7 +287,7 @@ def _pyramid(r: OpenRun):
     return r._facts["pyramid"]
 
 
-def _pyramid_sql(r: OpenRun, rank: int | None, t0: int, t1: int, b: float, cutoff: int, pyr) -> str:
+def _pyramid_sql(r: OpenRun, rank: int | None, t0: int, t1: int, b: float, cutoff: int, all_lanes: bool, pyr) -> str:
     """Per-pixel buckets of a wide window: the pyramid's fine buckets re-bucketed, plus the
     in-memory long events that are not exact slices."""
     name, fine, start = pyr
@@ -276,7 +307,7 @@ def _pyramid_sql(r: OpenRun, rank: int | None, t0: int, t1: int, b: float, cutof
         u AS (SELECT * FROM p UNION ALL SELECT * FROM l)
         SELECT {lane}, depth, bucket, sum(busy) / {b} AS occupancy, least(max(end_max), {t1}) - {t0} AS end_offset,
                sum(n) AS events, arg_max(kind, dur) AS kind, arg_max(event_id, dur) AS event_id FROM u GROUP BY ALL"""
-    return _y_join(r, rank, inner)
+    return _y_join(r, rank, inner, all_lanes)
 
 
 def steps_in_window(r: OpenRun, rank: int | None, t0: int, t1: int, limit: int = 400) -> list[dict]:
@@ -320,7 +351,8 @@ def _jsonable(v):
     return v
 
 
-def timeline(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None) -> dict:
+def timeline(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None, all_lanes=None) -> dict:
     """The timeline of one window as plain JSON data: lanes, exact slices, per-pixel buckets,
-    steps and the memory counter track. Offsets (x0, x1) are microseconds from `t0`."""
-    return _jsonable(timeline_arrays(rs, run=run, t0=t0, t1=t1, width=width, rank=rank))
+    steps and the memory counter track. Offsets (x0, x1) are microseconds from `t0`. Meta lanes
+    (`Spans`, `Traces`, no thread, negative tids) are left out unless `all_lanes` is true."""
+    return _jsonable(timeline_arrays(rs, run=run, t0=t0, t1=t1, width=width, rank=rank, all_lanes=all_lanes))
