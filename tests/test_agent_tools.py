@@ -157,7 +157,7 @@ def test_explain_finding_runs_its_evidence_in_the_sandbox(real):
     from neuron_explorer.analyzers import analyze
 
     rs, run_dir = real
-    report = analyze(run_dir, write=False).to_dict()
+    report = analyze(run_dir).to_dict()  # as a user does: analyze writes RUN/analysis/, which some evidence reads
     first = report["findings"][0]
     out = rs.explain_finding(finding=0, max_rows=5)
     assert out["ok"] and out["detail"]["rule_id"] == first["rule_id"]

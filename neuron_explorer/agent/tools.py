@@ -229,13 +229,22 @@ class RunSet:
             f = all_f[int(finding)]
             rows = max(0, min(int(max_rows), MAX_ROWS))
             ev = f.get("evidence") or {}
-            res = self._boxes[name].query(ev.get("sql") or "", max_rows=rows) if ev.get("sql") else None
+            sql = ev.get("sql") or ""
+            res = self._boxes[name].query(sql, max_rows=rows) if sql else None
+            note = None
+            if res is not None and not res.ok and "analysis" in sql and not (self._runs[name] / "analysis").is_dir():
+                # some evidence reads what `analyze` writes (the critical path); this server writes nothing
+                note = ("this evidence reads RUN/analysis/, which `neuron-explorer analyze RUN` writes; run it once, then ask again "
+                        "(this server never writes to a run)")
             samples = [int(x) for x in (ev.get("sample_event_ids") or [])][:20]
             sample_rows = self._sql(name, "SELECT event_id, rank, kind, name, ts_ns, dur_ns, device, stream, step FROM events "
                                     f"WHERE event_id IN ({', '.join(map(str, samples))}) ORDER BY ts_ns") if samples else []
-            return {"ok": True, "run": name, "finding": int(finding), "detail": f,
-                    "evidence_result": res.to_dict() if res else None, "sample_events": sample_rows,
-                    "truncated": bool(res and res.truncated)}
+            out = {"ok": True, "run": name, "finding": int(finding), "detail": f,
+                   "evidence_result": res.to_dict() if res else None, "sample_events": sample_rows,
+                   "truncated": bool(res and res.truncated)}
+            if note:
+                out["note"] = note
+            return out
         return self._call(go)
 
     def query(self, run: str | None = None, sql: str = "", max_rows: int = 50, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict:
