@@ -109,6 +109,7 @@ def plot_box(drv) -> dict:
 
 def test_dashboard_in_chromium(server, browser):
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
 
     url, rs = server
     drv = browser
@@ -252,6 +253,31 @@ def test_dashboard_in_chromium(server, browser):
              what="kernel chain with its launch")
     assert wait_for(drv, f"return ({GD}.layout.annotations || []).filter(a => a.axref === 'x' && a.showarrow).length",
                     what="launch → kernel arrow")
+
+    # 7. search: type a kernel's name, Enter; the count is every event of that name, and the
+    #    timeline goes to the first hit (selected, outlined, named in the panel); "next" to the second
+    kernel = queries.kernels(rs, run=1)["rows"][0]["name"]
+    text = kernel[5:30].upper()  # a part of the name, in another case
+    want = queries.search(rs, run=1, text=text)
+    assert want["count"] >= 2 and all(kernel[5:30] in h["name"] for h in want["hits"])
+    status5 = drv.execute_script(f"return {STATUS}")
+    box = drv.find_element(By.ID, "search")
+    box.send_keys(text)
+    box.send_keys(Keys.ENTER)
+    count = wait_for(drv, "const e = document.getElementById('search-count'); return e && e.innerText", what="search count")
+    more = " (first 1,000 shown)" if want["count"] > 1000 else ""  # the box steps through the first 1,000
+    assert count == f"1 / {want['count']:,}{more}", count
+    wait_for(drv, f"const s = {STATUS}; return s !== {status5!r} && s", what="timeline at the first hit")
+    first = want["hits"][0]
+    assert wait_for(drv, f"const t = {GD}.data.find(t => t.name === 'selected'); return t && t.customdata[0]", what="hit outlined") == first["event_id"]
+    assert wait_for(drv, "const e = document.getElementById('detail-name'); return e && e.innerText", what="hit in the panel") == first["name"]
+    drv.find_element(By.ID, "search-next").click()
+    wait_for(drv, f"return document.getElementById('search-count').innerText === '2 / {want['count']:,}{more}'", what="second hit")
+    second = want["hits"][1]
+    wait_for(drv, f"const t = {GD}.data.find(t => t.name === 'selected'); return t && t.customdata[0] === {second['event_id']}", what="second hit outlined")
+    lab = wait_for(drv, f"const t = {GD}.data.find(t => t.name === 'labels'); return t && t.text", what="labels at the hit")
+    assert any(second["name"].startswith(x.rstrip("…")) for x in lab), lab  # the hit is wide enough to carry its name
+
     _mouse_click(drv, 5, 5)  # away from the plot: no hover label over the picture
     drv.save_screenshot(str(ARTIFACTS / "dashboard.png"))
     assert (ARTIFACTS / "dashboard.png").stat().st_size > 20_000

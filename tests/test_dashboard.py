@@ -301,6 +301,49 @@ def test_findings_from_the_real_analyzer_are_ranked(tmp_path):
     rs.close()
 
 
+def test_search_by_substring_and_regex_in_time_order(rs):
+    """Any case, a part of the name; /…/ is a regular expression. Hits are in time order with the
+    lane they are on; `count` is all matches even when `limit` cuts the hits."""
+    found = queries.search(rs, run=0, text="LAUNCH")
+    assert found["count"] == 3 and not found["regex"] and not found["truncated"]
+    assert [(h["name"], h["ts_ns"] - BASE, h["dur_ns"], h["lane"]) for h in found["hits"]] == [
+        ("cudaLaunchKernel", 14 * US, 4 * US, "r0 pid 1 tid 1"), ("cudaLaunchKernel", 42 * US, 3 * US, "r0 pid 1 tid 1"),
+        ("cudaLaunchKernel", 62 * US, 2 * US, "r0 pid 1 tid 1")]
+    assert [h["event_id"] for h in found["hits"]] == [eid(rs, "cudaLaunchKernel", t) for t in (14, 42, 62)]
+    rx = queries.search(rs, run=0, text="/^(gemm|bias)$/")
+    assert rx["regex"] and [(h["name"], h["lane"], h["start_ms"]) for h in rx["hits"]] == [
+        ("gemm", "r0 GPU 0 · stream 7", 0.02), ("bias", "r0 GPU 0 · stream 7", 0.046)]
+    assert queries.search(rs, run=0, text="/^gemm/")["count"] == 1 and queries.search(rs, run=0, text="gemm$")["count"] == 0  # $ is literal
+    cut = queries.search(rs, run=0, text="aten::", limit=1)
+    assert cut["count"] == 3 and [h["name"] for h in cut["hits"]] == ["aten::linear"] and cut["truncated"]
+    assert queries.search(rs, run=0, text="aten::", limit=0)["count"] == 3
+    assert queries.search(rs, run=0, text="no such kernel") == {"text": "no such kernel", "regex": False, "count": 0, "hits": [], "truncated": False}
+    for bad in ("", "   ", None, "/(/", "x" * 501):
+        with pytest.raises(QueryError):
+            queries.search(rs, run=0, text=bad)
+
+
+def test_search_box_steps_through_hits_and_zooms_to_each(rs):
+    st = dash_app.search_step(rs, "search", "launch", 0, "all", None)
+    assert st["ids"] == [eid(rs, "cudaLaunchKernel", t) for t in (14, 42, 62)] and st["i"] == 0
+    assert dash_app.search_status(st) == "1 / 3"
+    st = dash_app.search_step(rs, "search-next", "launch", 0, "all", st)
+    assert st["i"] == 1 and dash_app.search_status(st) == "2 / 3"
+    st = dash_app.search_step(rs, "search-prev", "launch", 0, "all", st)
+    st = dash_app.search_step(rs, "search-prev", "launch", 0, "all", st)
+    assert st["i"] == 2  # wraps around
+    # the view around a hit: the event with its own length on each side (at least 10 us)
+    v = dash_app.search_view(rs, 0, "all", eid(rs, "gemm"))
+    assert (v["t0"], v["t1"]) == (BASE + 10 * US, BASE + 40 * US)
+    fig, _ = dash_app.timeline_figure(rs, v, 900, eid(rs, "gemm"))
+    assert "gemm" in next(t for t in fig["data"] if t["name"] == "labels")["text"]
+    none = dash_app.search_step(rs, "search", "zzz", 0, "all", st)
+    assert none["ids"] == [] and none["i"] is None and dash_app.search_status(none) == "no match"
+    assert dash_app.search_status(dash_app.search_step(rs, "search", "", 0, "all", None)) == ""
+    with pytest.raises(NeuronExplorerError):
+        dash_app.search_step(rs, "search", "/[/", 0, "all", None)
+
+
 # ---- callbacks ---------------------------------------------------------------------------------
 def test_zoom_relayout_maps_offsets_back_to_ns(rs):
     whole = dash_app.view_for(rs, None, 0, "all", None, None, None)
@@ -448,7 +491,7 @@ def client(rs):
 
 
 def test_api_envelope_for_every_view(client, rs):
-    params = {"event": f"&event_id={eid(rs, 'gemm')}", "source": "&frame_id=0"}
+    params = {"event": f"&event_id={eid(rs, 'gemm')}", "source": "&frame_id=0", "search": "&text=gemm"}
     for view in queries.VIEWS:
         if view == "findings":
             continue  # runs the analyzer: covered above
@@ -460,7 +503,8 @@ def test_api_envelope_for_every_view(client, rs):
 @pytest.mark.parametrize("url,status", [
     ("/api/timeline?run=3", 400), ("/api/timeline?run=../../etc", 400), ("/api/source?run=0&path=/etc/passwd", 400),
     ("/api/timeline?run=0&t0=zzz", 400), ("/api/timeline?run=0&width=99999999", 400), ("/api/event?run=0&event_id=1e400", 400),
-    ("/api/event?run=0", 400), ("/api/timeline?run=0&all_lanes=maybe", 400), ("/api/nope", 404)])
+    ("/api/event?run=0", 400), ("/api/timeline?run=0&all_lanes=maybe", 400), ("/api/search?run=0", 400),
+    ("/api/search?run=0&text=%2F(%2F", 400), ("/api/search?run=0&text=a&limit=-1", 400), ("/api/nope", 404)])
 def test_api_bad_requests_get_an_error_envelope(client, url, status):
     r = client.get(url)
     body = r.get_json()

@@ -122,6 +122,54 @@ def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, c
     return fig, status
 
 
+SEARCH_UI_LIMIT = 1000
+"""Hits the search box steps through (its count says how many match in all)."""
+SEARCH_PAD_NS = 10_000
+"""At least this much time is shown on each side of a search hit."""
+
+
+def search_step(rs: RunSet, trigger: str | None, text, run, rank, state: dict | None) -> dict:
+    """The search box's state after a user action: a new query (Enter in the box) runs the search
+    and goes to its first hit; "next"/"previous" step through the hits, wrapping around. The
+    state holds the query, the hits' event ids, the full count and the current hit's index."""
+    fresh = not isinstance(state, dict) or trigger == "search" or state.get("text") != text or state.get("run") != run \
+        or state.get("rank") != rank or not isinstance(state.get("ids"), list)
+    if fresh:
+        if not isinstance(text, str) or not text.strip():
+            return {"text": text, "run": run, "rank": rank, "ids": [], "count": 0, "i": None}
+        res = queries.search(rs, run=run, text=text, limit=SEARCH_UI_LIMIT, rank=rank)
+        return {"text": text, "run": run, "rank": rank, "ids": [h["event_id"] for h in res["hits"]], "count": res["count"],
+                "i": 0 if res["hits"] else None}
+    ids = state["ids"]
+    if not ids:
+        return state
+    i = _as_int(state.get("i") or 0, "search hit")
+    i = (i + (-1 if trigger == "search-prev" else 1)) % len(ids)
+    return {**state, "i": i}
+
+
+def search_view(rs: RunSet, run, rank, event_id) -> dict:
+    """The window that shows one search hit: the event with its own length (at least
+    SEARCH_PAD_NS) on each side, so that it is a third of the view and wide enough for its name."""
+    r = rs.get(run)
+    _, rows = r.query("SELECT ts_ns, dur_ns FROM events WHERE event_id = ?", [_as_int(event_id, "event id")])
+    if not rows:
+        raise CallbackInputError(f"no event {event_id} in run {r.index}")
+    ts, dur = int(rows[0][0]), int(rows[0][1])
+    pad = max(dur, SEARCH_PAD_NS)
+    return {**view_for(rs, None, run, rank, None, None, None), "t0": ts - pad, "t1": ts + dur + pad}
+
+
+def search_status(state: dict | None) -> str:
+    """What the box says: "3 / 17" (the current hit and how many match), or "no match"."""
+    if not isinstance(state, dict) or not state.get("text"):
+        return ""
+    if not state.get("ids"):
+        return "no match"
+    more = f" (first {len(state['ids']):,} shown)" if state["count"] > len(state["ids"]) else ""
+    return f"{state['i'] + 1:,} / {state['count']:,}{more}"
+
+
 def _events_brief(rs: RunSet, run: int, ids: list[int]) -> list[dict]:
     r = rs.get(run)
     if not ids:
@@ -193,8 +241,13 @@ def create_app(rs: RunSet):
             html.Div(id="status", className="nx-status"),
         ], className="nx-top"),
         html.Div(id="error", className="nx-error"),
-        html.Div([html.Div(dcc.Loading(dcc.Graph(id="timeline", config={"scrollZoom": False, "displaylogo": False, "doubleClick": "autosize"},
-                                       style={"width": "100%"}), type="dot", delay_show=400), className="nx-card"),
+        html.Div([html.Div([html.Div([
+            dcc.Input(id="search", type="text", debounce=True, placeholder="find by name, or /regex/ (Enter)", className="nx-search-box"),
+            html.Button("‹ prev", id="search-prev", className="nx-btn nx-btn-light"),
+            html.Button("next ›", id="search-next", className="nx-btn nx-btn-light"),
+            html.Span(id="search-count", className="nx-muted")], className="nx-search"),
+            dcc.Loading(dcc.Graph(id="timeline", config={"scrollZoom": False, "displaylogo": False, "doubleClick": "autosize"},
+                                       style={"width": "100%"}), type="dot", delay_show=400)], className="nx-card"),
         html.Div([
             html.Div([dcc.Tabs(id="tabs", value="findings", children=[
                 dcc.Tab(label="Findings", value="findings", children=[
@@ -207,7 +260,7 @@ def create_app(rs: RunSet):
             html.Div(html.Div(id="detail"), className="nx-card nx-detail"),
         ], className="nx-grid")], id="explore-view"),
         *([compare_view.layout(rs)] if comparing else []),
-        dcc.Store(id="view"), dcc.Store(id="selected"), dcc.Store(id="px", data=DEFAULT_WIDTH),
+        dcc.Store(id="view"), dcc.Store(id="selected"), dcc.Store(id="search-state"), dcc.Store(id="px", data=DEFAULT_WIDTH),
     ])
 
     app.clientside_callback("function(r) { return Math.max(400, Math.min(4000, Math.round(window.innerWidth - 260))); }",
@@ -241,6 +294,18 @@ def create_app(rs: RunSet):
     @guard(2)
     def _figure(view, selected, color_by, all_lanes, px):
         return timeline_figure(rs, view, px, selected, color_by, isinstance(all_lanes, list) and "all" in all_lanes)
+
+    @app.callback(Output("view", "data", allow_duplicate=True), Output("selected", "data", allow_duplicate=True),
+                  Output("search-count", "children"), Output("search-state", "data"), Output("error", "children", allow_duplicate=True),
+                  Input("search", "value"), Input("search-prev", "n_clicks"), Input("search-next", "n_clicks"),
+                  State("search-state", "data"), State("run-select", "value"), State("rank-select", "value"), prevent_initial_call=True)
+    @guard(4)
+    def _search(text, _prev, _next, state, run, rank):
+        state = search_step(rs, ctx.triggered_id, text, run, rank, state)
+        if state.get("i") is None:
+            return no_update, no_update, search_status(state), state
+        eid = state["ids"][state["i"]]
+        return search_view(rs, run, rank, eid), eid, search_status(state), state
 
     @app.callback(Output("selected", "data"), Output("error", "children", allow_duplicate=True),
                   Input("timeline", "clickData"), prevent_initial_call=True)

@@ -19,6 +19,7 @@ from ..analyzers.metrics import DEVICE_WORK_KINDS, kinds_sql
 from .runs import LANE_SQL, OpenRun, QueryError, RunSet
 from .timeline import MAX_WIDTH_PX, _int, memory_track, parse_rank, timeline  # noqa: F401  (timeline is a view too)
 from .compare import compare, compare_timeline  # noqa: F401  (the views of two runs)
+from .search import search  # noqa: F401  (a view: find events by name)
 
 TABLE_LIMIT = 500
 """Rows a table view returns when the request does not say (the output says when it cut)."""
@@ -402,6 +403,7 @@ VIEWS = {
     "steps": steps,
     "memory": memory,
     "findings": findings,
+    "search": search,
 }
 """The views served at /api/<name>; each is documented by its docstring."""
 

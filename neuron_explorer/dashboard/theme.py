@@ -11,6 +11,10 @@ body { margin: 0; background: #F4F6F8; font-family: Inter, 'Segoe UI', Helvetica
 .nx-top label, .nx-btn { white-space: nowrap; }
 .nx-radio { font-size: 12px; color: #ECEFF1; display: flex; gap: 8px; }
 .nx-radio label { color: #ECEFF1; display: inline-flex; align-items: center; gap: 3px; cursor: pointer; }
+.nx-search { display: flex; align-items: center; gap: 6px; margin: 0 0 4px 0; }
+.nx-search-box { width: 320px; font-size: 12px; padding: 4px 8px; border: 1px solid #B0BEC5; border-radius: 4px; }
+.nx-btn-light { background: #ECEFF1; color: #263238; border-color: #B0BEC5; }
+.nx-btn-light:hover { background: #CFD8DC; }
 .nx-status { font-size: 12px; color: #B0BEC5; margin-left: auto; }
 .nx-card { background: #FFF; border-radius: 6px; box-shadow: 0 1px 3px rgba(0,0,0,.08); margin: 10px 12px; padding: 8px 10px; }
 .nx-grid { display: grid; grid-template-columns: minmax(0, 3fr) minmax(0, 2fr); gap: 0; }
