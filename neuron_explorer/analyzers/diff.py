@@ -135,8 +135,9 @@ def _per_step(run: Run, steps: list[int]) -> dict[tuple[str, str, str], list[flo
         ("kernel", "device"): device_ns.format(key="e.name", join=""),
         ("module", "cpu"): self_ns.format(key="e.module_path"),
         ("module", "device"): device_ns.format(key="e.module_path", join=""),
-        ("source_line", "cpu"): self_ns.format(key="e.frame_id"),
-        ("source_line", "device"): device_ns.format(key="e.frame_id", join=""),
+        # lines by the statement the time belongs to (analyzers/lines.py: backward work on its forward statement)
+        ("source_line", "cpu"): self_ns.format(key="e.source_frame_id"),
+        ("source_line", "device"): device_ns.format(key="e.source_frame_id", join=""),
     }
     out: dict[tuple[str, str, str], list[float]] = {}
     for (type_, metric), sql in queries.items():
