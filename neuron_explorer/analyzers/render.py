@@ -82,7 +82,15 @@ def _summary_lines(report: Report) -> list[str]:
         line = _utilisation_line(r.get("utilisation"))
         if line:
             out.append(line)
+    out.append(_shares_line(report.summary["ranks"]))
     return out
+
+
+def _shares_line(ranks: list[dict]) -> str:
+    """The denominator of every share in the report (docs/METRICS.md, `analysed_ns`)."""
+    each = ", ".join(f"rank {r['rank']} {_ms(r['analysed_ns'])}" for r in ranks[:4]) + (", ..." if len(ranks) > 4 else "")
+    return (f"  shares: impact / the rank's analysed time ({each}): the total of its profiler steps, or its span "
+            "when it has none")
 
 
 def _flop(x: float) -> str:
