@@ -81,7 +81,8 @@ def _stderr_console():
 
 @app.command("import", rich_help_panel="Record")
 def import_cmd(
-    trace: Path = typer.Argument(..., help="A Kineto trace (.json or .json.gz) or a directory of per-rank traces."),
+    # readable=False: an unreadable trace is the importer's one-line error, not click's usage box
+    trace: Path = typer.Argument(..., readable=False, help="A Kineto trace (.json or .json.gz) or a directory of per-rank traces."),
     out: Path = typer.Option(..., "--out", "-o", help="Run directory to write."),
     force: bool = typer.Option(False, "--force", help="Replace an existing run at --out."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Worker processes for a directory of traces "

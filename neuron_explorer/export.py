@@ -17,6 +17,8 @@ from .errors import InputError
 from .store import open_run
 
 _ENC = msgspec.json.Encoder()
+_TIME_LIMIT_NS = 2**62
+"""chrome_trace.TIME_LIMIT_NS: times and baseTimeNanoseconds an import accepts lie within ±2^62 ns."""
 
 
 def _us(ns: int, base: int = 0) -> msgspec.Raw:
@@ -62,13 +64,16 @@ def _rank_entry(run, rank: int) -> dict:
 
 def _export_rank(run, rank: int, path: Path) -> None:
     entry = _rank_entry(run, rank)
-    first = run.sql("SELECT min(ts_ns) FROM (SELECT ts_ns FROM events WHERE rank = ? UNION ALL SELECT ts_ns FROM flows WHERE rank = ? "
-                    "UNION ALL SELECT ts_ns FROM memory WHERE rank = ? UNION ALL SELECT ts_ns FROM counters WHERE rank = ?)",
-                    [rank] * 4).fetchone()[0]
+    first, last = run.sql("SELECT min(ts_ns), max(end_ns) FROM (SELECT ts_ns, ts_ns + greatest(dur_ns, 0) AS end_ns FROM events "
+                          "WHERE rank = ? UNION ALL SELECT ts_ns, ts_ns FROM flows WHERE rank = ? UNION ALL SELECT ts_ns, ts_ns "
+                          "FROM memory WHERE rank = ? UNION ALL SELECT ts_ns, ts_ns FROM counters WHERE rank = ?)",
+                          [rank] * 4).fetchone()
     base = int(entry.get("base_ns") or 0)
     if first is not None and (first < base or first - base > 10**15):
         # relative microseconds keep the numbers short (they are exact text at any size)
         base = (int(first) // 1_000_000_000) * 1_000_000_000
+    if first is not None and not (-_TIME_LIMIT_NS <= base <= _TIME_LIMIT_NS and last - base <= _TIME_LIMIT_NS):
+        base = 0  # times over more than 2^62 ns (an import holds at most ±2^62): absolute, so that the file imports again
     header = dict(entry.get("trace_metadata") or {})
     header.setdefault("schemaVersion", 1)
     if entry.get("device_properties") is not None:

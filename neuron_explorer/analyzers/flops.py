@@ -130,10 +130,13 @@ def op_work(name: str, args: str | dict | None, out_shape: list | None = None) -
         return None
     dims = a.get("Input Dims") or []
     types = a.get("Input type") or []
-    dtype = _dtype(types)
-    size = SIZE.get(dtype or "", 4)
-    tensors = [d for d in dims if isinstance(d, list) and d]
-    in_bytes = sum(_numel(d) for d in tensors) * size
+    try:
+        dtype = _dtype(types)
+        size = SIZE.get(dtype or "", 4)
+        tensors = [d for d in dims if isinstance(d, list) and d]
+        in_bytes = sum(_numel(d) for d in tensors) * size
+    except (TypeError, ValueError, OverflowError):  # args not in Kineto's shape (imported traces can hold anything)
+        return None
     recorded = a.get("flops")
     if isinstance(recorded, (int, float)) and recorded > 0:
         return float(recorded), float(in_bytes + (max((_numel(d) for d in tensors), default=0) * size)), dtype, "recorded"

@@ -68,7 +68,7 @@ def _summary_lines(report: Report) -> list[str]:
             steady = st.get("steady_count", st["count"])
             left = ", ".join(str(x["step"]) for x in st.get("left_out", []))
             steps = f"{st['count']} steps" + (f" ({steady} steady; left out {left})" if steady != st["count"] else "")
-            line += f", {steps}, mean {_ms(st['mean_ns'])} (p50 {_ms(st['p50_ns'])}, p90 {_ms(st['p90_ns'])}, max {_ms(st['max_ns'])}, cv {st['cv']:.2f})"
+            line += f", {steps}, mean {_ms(st['mean_ns'])} (p50 {_ms(st['p50_ns'])}, p90 {_ms(st['p90_ns'])}, max {_ms(st['max_ns'])}, cv {'-' if st['cv'] is None else format(st['cv'], '.2f')})"
         out.append(line)
         if (r.get("bound") or {}).get("overall"):
             out.append(_bound_line(r["bound"]))

@@ -10,6 +10,11 @@ order. Everything outside `traceEvents` (device properties, distributedInfo, met
 decoded as plain JSON. `ts` and `dur` stay JSON text until they are converted, digit by digit, to
 integer nanoseconds: a float64 would round epoch microseconds to multiples of 256 ns.
 
+Values the run cannot hold are one-line errors (InputError, naming the file and the field), never
+silently wrapped: an id, stream or byte count beyond int64, a memory device beyond int32, JSON
+nested more than MAX_NESTING levels in args or metadata, a counter whose args are not an object of
+numbers. A pid or tid beyond int64 is kept as text, as non-integer pids and tids are.
+
 This module only turns bytes into columns; it knows nothing about links or the run format.
 """
 
@@ -39,6 +44,15 @@ CHUNK_BYTES = 16 << 20
 
 PARALLEL_MIN_BYTES = 96 << 20
 """Files smaller than this are decoded in-process (no worker start-up cost)."""
+
+MAX_NESTING = 100
+"""Deepest nesting of arrays and objects accepted in an event's args or in the trace's metadata.
+Kineto writes 3 or 4 levels; the args are stored as JSON text that DuckDB and Python's json parse
+again later, whose recursion limits (about 1000 levels, less deep inside a call stack) must never
+be reached by a run that was written."""
+
+_INT64 = (-(2**63), 2**63 - 1)
+_INT32 = (-(2**31), 2**31 - 1)
 
 _NULL = msgspec.Raw(b"null")
 _ZERO = msgspec.Raw(b"0")
@@ -119,7 +133,10 @@ class _Reader:
 
     def __init__(self, path: str):
         self.path = path
-        self.f = open_bytes_stream(path)
+        try:
+            self.f = open_bytes_stream(path)
+        except OSError as e:
+            raise InputError(path, f"cannot read the file ({_os_reason(e)})") from None
         self.eof = False
         self.done = 0
 
@@ -151,6 +168,10 @@ class _PieceError(InputError):
 
 def _short(e: BaseException) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def _os_reason(e: OSError) -> str:
+    return " ".join((e.strerror or str(e)).split()) or type(e).__name__
 
 
 _ARRAY_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -238,7 +259,19 @@ def decode_trace(path: str, progress: Callable[[int, int], None] | None = None, 
     way the end of traceEvents is found by parsing (the piece whose array closes), so any top-level
     key order works; documents of another layout are parsed whole.
     """
-    total = os.path.getsize(path)
+    try:
+        return _decode_trace(path, progress, workers)
+    except RecursionError:  # msgspec's parser recurses once per level: ~1000 levels end it
+        raise InputError(path, f"JSON nested too deeply (more than {MAX_NESTING} levels of arrays and objects)") from None
+    except msgspec.DecodeError as e:  # what the parts above did not name (a number beyond any type, ...)
+        raise InputError(path, f"not a valid trace ({_short(e)})") from None
+
+
+def _decode_trace(path: str, progress: Callable[[int, int], None] | None, workers: int | None) -> Decoded:
+    try:
+        total = os.path.getsize(path)
+    except OSError as e:
+        raise InputError(path, f"cannot read the file ({_os_reason(e)})") from None
     n_workers = workers or min(2, os.cpu_count() or 1)
     if total >= PARALLEL_MIN_BYTES and n_workers > 1:
         plan = _plan_ranges(path, total)
@@ -300,6 +333,7 @@ def _header(path: str, prefix: bytes, after: bytes) -> dict:
     except msgspec.DecodeError as e:
         raise InputError(path, f"not valid JSON after traceEvents ({_short(e)})") from None
     header.pop("traceEvents", None)
+    check_nesting(path, header, "the trace's top-level keys")
     return header
 
 
@@ -450,7 +484,27 @@ def _decode_whole(path: str, data: bytes) -> Decoded:
     if memoryview(events)[:1].tobytes() != b"[":
         raise InputError(path, "'traceEvents' is not a list")
     header = {k: msgspec.json.decode(v) for k, v in doc.items()}
+    check_nesting(path, header, "the trace's top-level keys")
     return Decoded(header, [_decode_array(path, events)])
+
+
+def nesting_depth(value, limit: int) -> int:
+    """Levels of lists and dicts in a decoded JSON value (a scalar is 0), counted without
+    recursion; stops counting once past `limit`."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, (list, dict)):
+            deepest = max(deepest, depth)
+            if depth > limit:
+                return deepest
+            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
+def check_nesting(path: str, value, what: str) -> None:
+    if nesting_depth(value, MAX_NESTING) > MAX_NESTING:
+        raise InputError(path, f"{what} nested more than {MAX_NESTING} levels deep")
 
 
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
@@ -627,18 +681,35 @@ def _ns_of_text(path: str, token: bytes, what: str) -> int:
     return ns
 
 
+def _fits(v: int, bounds: tuple[int, int] = _INT64) -> bool:
+    return bounds[0] <= v <= bounds[1]
+
+
 def _id_columns(values: list) -> tuple[pa.Array, pa.Array]:
-    """pid/tid → (int64 with nulls for non-integers, original text for non-integers)."""
+    """pid/tid → (int64 with nulls for non-integers, original text for non-integers). An integer
+    beyond int64 is kept as its text, like a named thread: nothing is lost or wrapped."""
     try:  # the common case: all integers
         return pa.array(values, pa.int64()), pa.nulls(len(values), pa.string())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
         pass
-    ints = [v if type(v) is int else None for v in values]
-    texts = [None if type(v) is int else (None if v is None else str(v)) for v in values]
+    ints = [v if type(v) is int and _fits(v) else None for v in values]
+    texts = [None if v is None or type(v) is int and _fits(v) else str(v) for v in values]
     return pa.array(ints, pa.int64()), pa.array(texts, pa.string())
 
 
-def _opt_int(values: list) -> pa.Array:
+def _int_column(path: str, values: list, what: str, bounds: tuple[int, int] = _INT64,
+                typ: pa.DataType = pa.int64()) -> pa.Array:
+    """Integers (or None) that must fit the column: one beyond it is an InputError naming the field."""
+    try:
+        return pa.array(values, typ)
+    except (pa.ArrowInvalid, OverflowError):
+        bad = next(v for v in values if v is not None and not _fits(v, bounds))
+        raise InputError(path, f"wrong value: {what} {bad} does not fit in a {64 if bounds == _INT64 else 32}-bit integer") from None
+
+
+def _opt_int(path: str, values: list, what: str) -> pa.Array:
+    """Integers, numeric strings or floats → int64; what is not a number → null; a number beyond
+    int64 → InputError."""
     try:
         return pa.array(values, pa.int64())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
@@ -652,15 +723,17 @@ def _opt_int(values: list) -> pa.Array:
                 out.append(int(v))
             except (TypeError, ValueError, OverflowError):
                 out.append(None)
-    return pa.array(out, pa.int64())
+    return _int_column(path, out, what)
 
 
-def _args_text(raws: list) -> pa.Array:
-    """Raw JSON args → a string array without per-item Python strings; 'null' and '{}' → null."""
+def _args_text(path: str, raws: list) -> pa.Array:
+    """Raw JSON args → a string array without per-item Python strings; 'null' and '{}' → null.
+    Args nested more than MAX_NESTING levels are an InputError."""
     lens = np.fromiter((len(r) for r in raws), dtype=np.int64, count=len(raws))
     offsets = np.zeros(len(raws) + 1, dtype=np.int64)
     np.cumsum(lens, out=offsets[1:])
     data = b"".join(raws)
+    _check_nesting_text(path, data, offsets, raws)
     arr = pa.LargeStringArray.from_buffers(len(raws), pa.py_buffer(offsets), pa.py_buffer(data))
     empty = np.isin(lens, (2, 4))  # '{}' or 'null'
     if empty.any():
@@ -669,6 +742,25 @@ def _args_text(raws: list) -> pa.Array:
         mask[np.flatnonzero(empty)] = (first == ord("{")) | (first == ord("n"))
         arr = pa.compute.if_else(pa.array(mask), pa.scalar(None, pa.large_string()), arr)
     return arr.cast(pa.string())
+
+
+def _check_nesting_text(path: str, data: bytes, offsets: np.ndarray, raws: list) -> None:
+    """Only args with more than MAX_NESTING opening brackets can nest that deep: counted for all at
+    once (numpy over the bytes), parsed one by one only for those few."""
+    if len(data) <= 2 * MAX_NESTING:
+        return
+    b = np.frombuffer(data, dtype=np.uint8)
+    opens = np.zeros(len(b) + 1, dtype=np.int64)
+    np.cumsum((b == ord("[")) | (b == ord("{")), out=opens[1:])
+    for i in np.flatnonzero(opens[offsets[1:]] - opens[offsets[:-1]] > MAX_NESTING).tolist():
+        check_nesting(path, msgspec.json.decode(raws[i]), "the args of an event")
+
+
+def _check_args_nesting(path: str, raws: list) -> None:
+    lens = np.fromiter((len(r) for r in raws), dtype=np.int64, count=len(raws))
+    offsets = np.zeros(len(raws) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    _check_nesting_text(path, b"".join(raws), offsets, raws)
 
 
 def _columns(path: str, evs: list[_Event]) -> Chunk:
@@ -686,8 +778,10 @@ def _columns(path: str, evs: list[_Event]) -> Chunk:
         elif ph == "C":
             counters.append(e)
         elif ph == "M":
-            metadata.append(msgspec.structs.asdict(e) | {"ts": msgspec.json.decode(e.ts), "dur": msgspec.json.decode(e.dur),
-                                                         "args": msgspec.json.decode(e.args)})
+            meta = msgspec.structs.asdict(e) | {"ts": msgspec.json.decode(e.ts), "dur": msgspec.json.decode(e.dur),
+                                                "args": msgspec.json.decode(e.args)}
+            check_nesting(path, meta["args"], f"the args of metadata event {e.name!r}")
+            metadata.append(meta)
         else:
             unsupported[ph] = unsupported.get(ph, 0) + 1
     return Chunk(
@@ -737,21 +831,22 @@ def _slice_table(path: str, evs: list[_Event]) -> pa.Table:
             "tid": tid,
             "pid_text": pid_text,
             "tid_text": tid_text,
-            "correlation": pa.array([None if a is None else a.correlation for a in args], pa.int64()),
-            "external_id": pa.array(ext, pa.int64()),
-            "stream": _opt_int([None if a is None else a.stream for a in args]),
-            "python_id": _sparse_int([None if a is None else a.python_id for a in args]),
-            "python_parent_id": _sparse_int([None if a is None else a.python_parent_id for a in args]),
-            "args": _args_text(raws),
+            "correlation": _int_column(path, [None if a is None else a.correlation for a in args], "args 'correlation'"),
+            "external_id": _int_column(path, ext, "args 'External id'"),
+            "stream": _opt_int(path, [None if a is None else a.stream for a in args], "args 'stream'"),
+            "python_id": _sparse_int(path, [None if a is None else a.python_id for a in args], "args 'Python id'"),
+            "python_parent_id": _sparse_int(path, [None if a is None else a.python_parent_id for a in args],
+                                            "args 'Python parent id'"),
+            "args": _args_text(path, raws),
         }
     )
 
 
-def _sparse_int(values: list) -> pa.Array:
+def _sparse_int(path: str, values: list, what: str) -> pa.Array:
     """int64 column that is often entirely null (no buffer allocated then)."""
     if not any(v is not None for v in values):
         return pa.nulls(len(values), pa.int64())
-    return pa.array(values, pa.int64())
+    return _int_column(path, values, what)
 
 
 def _flow_table(path: str, evs: list[_Event]) -> pa.Table:
@@ -759,7 +854,7 @@ def _flow_table(path: str, evs: list[_Event]) -> pa.Table:
     tid, _ = _id_columns([e.tid for e in evs])
     return pa.table(
         {
-            "flow_id": _opt_int([e.id for e in evs]),
+            "flow_id": _opt_int(path, [e.id for e in evs], "flow 'id'"),
             "category": pa.array([e.cat or "" for e in evs], pa.string()),
             "name": _names([e.name for e in evs]),
             "phase": pa.array([e.ph for e in evs], pa.string()),
@@ -776,20 +871,21 @@ def _memory_table(path: str, evs: list[_Event]) -> pa.Table:
     pid, _ = _id_columns([e.pid for e in evs])
     tid, _ = _id_columns([e.tid for e in evs])
 
-    def col(attr: str, typ=pa.int64()):
-        return pa.array([None if a is None else getattr(a, attr) for a in args], typ)
+    def col(attr: str, key: str, bounds=_INT64, typ=pa.int64()):
+        return _int_column(path, [None if a is None else getattr(a, attr) for a in args], f"[memory] args {key!r}", bounds, typ)
 
+    _check_args_nesting(path, [e.args for e in evs])
     return pa.table(
         {
             "ts_ns": _ns(path, [e.ts for e in evs], "ts"),
             "pid": pid,
             "tid": tid,
-            "device_type": col("device_type", pa.int32()),
-            "device": col("device_id", pa.int32()),
-            "addr": col("addr"),
-            "bytes": col("bytes_"),
-            "total_allocated": col("total_allocated"),
-            "total_reserved": col("total_reserved"),
+            "device_type": col("device_type", "Device Type", _INT32, pa.int32()),
+            "device": col("device_id", "Device Id", _INT32, pa.int32()),
+            "addr": col("addr", "Addr"),
+            "bytes": col("bytes_", "Bytes"),
+            "total_allocated": col("total_allocated", "Total Allocated"),
+            "total_reserved": col("total_reserved", "Total Reserved"),
             "category": pa.array([e.cat or "" for e in evs], pa.string()),
         }
     )
@@ -798,7 +894,17 @@ def _memory_table(path: str, evs: list[_Event]) -> pa.Table:
 def _counter_table(path: str, evs: list[_Event]) -> pa.Table:
     rows: dict[str, list] = {"ts_ns": [], "pid": [], "name": [], "series": [], "value": [], "category": []}
     if evs:
-        all_args = _COUNTER_ARGS_DECODER.decode(b"[" + b",".join(e.args for e in evs) + b"]")
+        try:
+            all_args = _COUNTER_ARGS_DECODER.decode(b"[" + b",".join(e.args for e in evs) + b"]")
+        except msgspec.ValidationError:
+            for e in evs:  # name the counter whose args are not an object of numbers
+                try:
+                    _COUNTER_ARGS_DECODER.decode(b"[" + bytes(e.args) + b"]")
+                except msgspec.ValidationError:
+                    shown = bytes(e.args).decode(errors="replace")[:60]
+                    raise InputError(path, f"wrong value type: the args of counter {e.name!r} are {shown}, "
+                                           "not an object of numbers") from None
+            raise  # pragma: no cover - one of them failed above
         ts = _ns(path, [e.ts for e in evs], "ts")
         for e, t, a in zip(evs, ts, all_args):
             for k, v in (a or {}).items():
@@ -807,8 +913,12 @@ def _counter_table(path: str, evs: list[_Event]) -> pa.Table:
                         v = float(v)  # type: ignore[arg-type]
                     except (TypeError, ValueError):
                         raise InputError(path, f"wrong value type: counter {e.name!r} series {k!r} is {v!r}") from None
+                try:
+                    v = float(v)
+                except OverflowError:
+                    raise InputError(path, f"wrong value: counter {e.name!r} series {k!r} is beyond a double") from None
                 rows["ts_ns"].append(int(t))
-                rows["pid"].append(e.pid if type(e.pid) is int else None)
+                rows["pid"].append(e.pid if type(e.pid) is int and _fits(e.pid) else None)
                 rows["name"].append(str(e.name) if e.name is not None else "")
                 rows["series"].append(k)
                 rows["value"].append(float(v))

@@ -49,7 +49,8 @@ _CATEGORY_KINDS = {
     "gpu_user_annotation": "gpu_annotation",
 }
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
-_PY_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): (?P<func>.*)$")
+# a line number fits frames.line (int32): one of ten digits or more is no source location
+_PY_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d{1,9})\): (?P<func>.*)$")
 _MODULE_PREFIX = "nn.Module: "
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+(?=>)")
 _NOT_USER = re.compile(r"(^<built-in|^<frozen|/site-packages/|/dist-packages/|/lib/python\d|(^|/)torch/|^torch/|^<string>$|^<unknown>$)")
@@ -500,7 +501,8 @@ def build_rank(raw: RawRank) -> RankTables:
     if module_path is not None:  # (codes, -1 = none; their dictionary)
         module_path = (np.where(has_launch, module_path[0][li], module_path[0]), module_path[1])
 
-    device = np.where(is_device & ~pid_null, pid, -1)
+    # a device number is an int32: a device event's pid beyond it names no device
+    device = np.where(is_device & ~pid_null & (pid >= 0) & (pid < 2**31), pid, -1)
     stream = np.where(is_device, np.where(stream_null, tid, stream_arg), -1)
     stream_mask = ~is_device | (stream_null & tid_null)
     kind_dict = pa.array(_KIND_NAMES, pa.string())
@@ -619,6 +621,7 @@ def _steps(is_step: np.ndarray, step_no: np.ndarray, ts: np.ndarray, end: np.nda
     p = np.searchsorted(s_ts, ts, side="right") - 1
     inside = (p >= 0) & (ts < s_end[np.maximum(p, 0)]) & ~is_device
     step[inside] = s_no[p[inside]]
+    step[rows] = s_no  # a step range is in its own step, even one of no duration
     steps = [{"step": int(a), "ts_ns": int(b), "dur_ns": int(c - b), "event_id": int(event_id[r])}
              for a, b, c, r in zip(s_no, s_ts, s_end, rows)]
     return steps, step

@@ -3,6 +3,15 @@
 One file, or a directory of per-rank files (`tensorboard_trace_handler` output). The rank comes
 from `distributedInfo.rank`, else from a `rank-N` / `rank_N` file name, else 0 with a warning.
 Data-quality problems are counted in the manifest, never raised; bad input raises InputError.
+
+A run is written only when every later reader can use it, so what the run cannot hold truthfully
+is refused with one line (InputError) before anything is written: a rank beyond MAX_RANK, a
+`baseTimeNanoseconds` that is not within TIME_LIMIT_NS, times (start, and start plus duration,
+after the base) beyond ±TIME_LIMIT_NS, durations or allocation sizes whose sum does not fit int64
+(DuckDB's int64 arithmetic on them must never overflow). Descriptive metadata that is
+malformed is dropped with a warning instead: `deviceProperties` entries without an integer id
+(or not a list at all), a `world_size` that is not a positive integer, a `distributedInfo` that is
+not an object.
 """
 
 from __future__ import annotations
@@ -21,12 +30,19 @@ import pyarrow.compute as pc
 
 from .. import store
 from ..errors import InputError
+from ..schema import ID_STRIDE
 from . import _kineto_json
 from .build import RankTables, RawRank, build_rank
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK_IN_NAME = re.compile(r"rank[-_](\d+)", re.IGNORECASE)
 HEADER_KEYS_KEPT_APART = ("deviceProperties", "computeProperties", "distributedInfo", "baseTimeNanoseconds")
+MAX_RANK = (2**63 - 1) // ID_STRIDE - 1
+"""The largest rank a run holds: event ids are `rank * ID_STRIDE + index` in int64."""
+TIME_LIMIT_NS = 2**62
+"""Every time in a run (ns from the epoch, or from the trace's start) lies within ±2^62 ns (about
+146 years), and a rank's durations (and allocation sizes) add up to less than 2^63: then any
+difference of times, start plus duration, or sum of durations a query forms fits int64."""
 
 
 @dataclass
@@ -36,26 +52,134 @@ class ImportResult:
 
 
 def find_traces(source: Path | str) -> list[Path]:
+    """The trace files of `source` (a file, or every .json/.json.gz under a directory), each checked
+    readable now: an unreadable one is a one-line error before any work."""
     src = Path(source)
-    if not src.exists():
-        raise InputError(src, "no such file or directory")
-    if src.is_file():
-        return [src]
-    files = sorted(p for p in src.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+    try:
+        if not src.exists():
+            raise InputError(src, "no such file or directory")
+        if src.is_file():
+            files = [src]
+        else:
+            files = sorted(p for p in src.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+    except OSError as e:
+        raise InputError(src, f"cannot read ({_reason(e)})") from None
     if not files:
         raise InputError(src, "no .json or .json.gz traces in this directory")
+    for p in files:
+        try:
+            with open(p, "rb"):
+                pass
+        except OSError as e:
+            raise InputError(p, f"cannot read the file ({_reason(e)})") from None
     return files
+
+
+def _reason(e: OSError) -> str:
+    return " ".join((e.strerror or str(e)).split()) or type(e).__name__
+
+
+def rank_bounds_error(rank: int) -> str | None:
+    if 0 <= rank <= MAX_RANK:
+        return None
+    return f"rank {rank} is not one a run can hold (0 to {MAX_RANK})"
 
 
 def rank_of(path: Path, header: dict) -> tuple[int, str | None]:
     """(rank, warning or None)."""
     info = header.get("distributedInfo")
     if isinstance(info, dict) and isinstance(info.get("rank"), int) and not isinstance(info.get("rank"), bool):
+        if problem := rank_bounds_error(info["rank"]):
+            raise InputError(path, f"distributedInfo: {problem}")
         return info["rank"], None
     m = _RANK_IN_NAME.search(path.name)
     if m:
-        return int(m.group(1)), None
+        rank = int(m.group(1)[:40])
+        if problem := rank_bounds_error(rank):
+            raise InputError(path, f"the file name says {problem}")
+        return rank, None
     return 0, f"{path.name}: no rank in distributedInfo or the file name; assumed rank 0"
+
+
+def _device_properties(path: Path, header: dict, warnings: list[str]) -> list:
+    """deviceProperties (or its older name computeProperties), only the entries every reader can
+    use: objects with an integer id and a text name (or none)."""
+    key = "deviceProperties" if header.get("deviceProperties") else "computeProperties"
+    props = header.get(key) or []
+    if not isinstance(props, list):
+        warnings.append(f"{path.name}: {key} is not a list; ignored")
+        return []
+    kept = [p for p in props if isinstance(p, dict) and type(p.get("id")) is int and -(2**63) <= p["id"] < 2**63
+            and isinstance(p.get("name"), (str, type(None)))]
+    if len(kept) < len(props):
+        warnings.append(f"{path.name}: {len(props) - len(kept)} {key} entries without an integer id "
+                        "(or with a name that is not text) ignored")
+    return kept
+
+
+def _distributed_info(path: Path, header: dict, warnings: list[str]) -> dict | None:
+    info = header.get("distributedInfo")
+    if info is None:
+        return None
+    if not isinstance(info, dict):
+        warnings.append(f"{path.name}: distributedInfo is not an object; ignored")
+        return None
+    world = info.get("world_size")
+    if world is not None and not (type(world) is int and 0 < world < 2**63):
+        warnings.append(f"{path.name}: distributedInfo world_size {str(world)[:40]!r} is not a positive integer; ignored")
+        info = {k: v for k, v in info.items() if k != "world_size"}
+    return info
+
+
+def _check_ranges(path: Path, raw: RawRank) -> None:
+    """Times and sums that later int64 arithmetic (here and in DuckDB) must hold; see TIME_LIMIT_NS."""
+    limit = TIME_LIMIT_NS
+
+    def span(col) -> tuple[int, int]:
+        mm = pc.min_max(col).as_py()
+        return mm["min"], mm["max"]
+
+    for table, what in ((raw.events, "an event"), (raw.flows, "a flow event"), (raw.memory, "a [memory] event"),
+                        (raw.counters, "a counter")):
+        if not table.num_rows:
+            continue
+        lo, hi = span(table["ts_ns"])
+        for v in (lo, hi):
+            if not -limit <= v + raw.base_ns <= limit:
+                raise InputError(path, f"wrong value: {what} starts at {_us_text(v)} µs"
+                                       + (f" after baseTimeNanoseconds {raw.base_ns}" if raw.base_ns else "")
+                                       + ", beyond the ±2^62 ns (146 years) a run holds")
+    ev = raw.events
+    if ev.num_rows:
+        lo, hi = span(ev["dur_ns"])
+        for v in (lo, hi):
+            if not -limit <= v <= limit:
+                raise InputError(path, f"wrong value: an event lasts {_us_text(v)} µs, beyond the 2^62 ns (146 years) a run holds")
+        try:
+            lo, hi = span(pc.add_checked(ev["ts_ns"], ev["dur_ns"]))
+        except pa.ArrowInvalid:  # overflows int64: far beyond the limit
+            lo, hi = -2 * limit, 2 * limit
+        for v in (lo, hi):
+            if not -limit <= v + raw.base_ns <= limit:
+                raise InputError(path, f"wrong value: an event ends at {_us_text(v)} µs, beyond the ±2^62 ns (146 years) a run holds")
+        total = pc.sum(pc.abs(ev["dur_ns"].cast(pa.float64(), safe=False))).as_py() or 0
+        if total >= 2**63:
+            raise InputError(path, f"wrong value: the events' durations add up to {total / 1e9:.3g} s, beyond the int64 ns "
+                                   "(292 years) a sum of them must fit")
+    mem = raw.memory
+    if mem.num_rows:
+        total = pc.sum(pc.abs(mem["bytes"].cast(pa.float64(), safe=False))).as_py() or 0
+        if total >= 2**63:
+            raise InputError(path, f"wrong value: the [memory] events' Bytes add up to {total:.3g}, beyond the int64 a sum of them must fit")
+        for key, col in (("Total Allocated", "total_allocated"), ("Total Reserved", "total_reserved")):
+            lo, hi = span(mem[col])
+            for v in (lo, hi):
+                if v is not None and not -limit <= v <= limit:
+                    raise InputError(path, f"wrong value: [memory] args {key!r} {v} is beyond the ±2^62 a run holds")
+
+
+def _us_text(ns: int) -> str:
+    return f"{ns / 1000:.6g}"
 
 
 def _concat(tables: list[pa.Table]) -> pa.Table:
@@ -74,6 +198,8 @@ def decode_rank(path: Path, progress: Callable[[int, int], None] | None = None,
         if base not in (None, 0):
             warnings.append(f"{path.name}: baseTimeNanoseconds is not an integer; ignored")
         base = 0
+    if not -TIME_LIMIT_NS <= base <= TIME_LIMIT_NS:
+        raise InputError(path, f"wrong value: baseTimeNanoseconds {str(base)[:40]} is beyond the ±2^62 ns (146 years) a run holds")
     chunks = decoded.chunks
     unsupported: dict[str, int] = {}
     for c in chunks:
@@ -92,12 +218,13 @@ def decode_rank(path: Path, progress: Callable[[int, int], None] | None = None,
     )
     metadata_events = [m for c in chunks for m in c.metadata]
     del chunks, decoded, events
+    _check_ranges(path, raw)
     meta = {
         "source": str(path),
         "base_ns": base,
-        "distributed_info": header.get("distributedInfo"),
+        "distributed_info": _distributed_info(path, header, warnings),
         # older traces call deviceProperties computeProperties
-        "device_properties": header.get("deviceProperties") or header.get("computeProperties") or [],
+        "device_properties": _device_properties(path, header, warnings),
         "trace_metadata": {k: v for k, v in header.items() if k not in HEADER_KEYS_KEPT_APART},
         "metadata_events": metadata_events,
         "unsupported_phases": unsupported,
@@ -282,7 +409,11 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
     or 'local'), each trace is a Ray task instead (ray_tasks.py): the output's folder must be on a
     filesystem every node shares.
     """
-    store.check_writable_target(out_dir, force)
+    check_output_path(out_dir)
+    try:
+        store.check_writable_target(out_dir, force)
+    except OSError as e:  # a path the system refuses to even look at
+        raise InputError(out_dir, f"cannot write here ({_reason(e)})") from None
     files = find_traces(source)
     out, tmp = store.begin_run(out_dir, force)
     try:
@@ -341,6 +472,31 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return ImportResult(out, manifest)
+
+
+_TEMP_SUFFIX = 40
+"""Room the run's temporary name beside it takes (`.NAME.tmp-<pid>-<host>-<id>`)."""
+
+
+def check_output_path(out_dir: Path | str) -> None:
+    """A name the file system cannot hold is a one-line error before any work (the temporary
+    directory beside the run is named after it, so it has a little less room)."""
+    out = Path(out_dir)
+    try:
+        name_max = os.pathconf(_existing_parent(out), "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    longest = max((len(os.fsencode(part)) for part in out.parts), default=0)
+    if len(os.fsencode(out.name)) + _TEMP_SUFFIX > name_max or longest > name_max:
+        raise InputError(out_dir, f"the name is too long ({len(os.fsencode(out.name))} bytes; at most "
+                                  f"{name_max - _TEMP_SUFFIX} here): pick a shorter one")
+
+
+def _existing_parent(p: Path) -> Path:
+    p = p.absolute().parent
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
 
 
 def _claim_rank(results: dict, files: list[Path], tmp: Path, index: int) -> None:
