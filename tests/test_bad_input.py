@@ -346,3 +346,15 @@ def _import_unreadable(prefix: list[str], top: Path) -> None:
         assert res.returncode == 2, res.stderr
         assert res.stderr.strip().splitlines() == [f"error: {traces / 'rank-1.json'}: cannot read the file (Permission denied)"]
     assert not (top / "run").exists()
+
+
+@pytest.mark.parametrize("args, expected", [("[" * 5000 + "]" * 5000, "nested too deeply"), ("[" * 101 + "]" * 101, "nested more than"),
+                                            ('{"correlation": 9223372036854775808}', "'correlation'")])
+def test_hostile_events_decoded_by_worker_processes_are_one_line(tmp_path: Path, monkeypatch, args: str, expected: str):
+    from neuron_explorer.collectors import _kineto_json
+
+    monkeypatch.setattr(_kineto_json, "CHUNK_BYTES", 32 << 10)
+    monkeypatch.setattr(_kineto_json, "PARALLEL_MIN_BYTES", 0)
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(5000)]
+    text = json.dumps({"traceEvents": events}).replace('"name": "op4000"', '"name": "op4000", "args": ' + args)
+    _refused(tmp_path, text, expected)
