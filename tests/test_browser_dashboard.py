@@ -244,13 +244,18 @@ def test_dashboard_in_chromium(server, browser):
         const px = v => (v - box.x0) / (box.x1 - box.x0) * box.w; let best = null;
         for (const t of gd._fullData) {{ if (t.name !== 'kernel') continue;
           for (let i = 1; i < t.x.length; i += 4) {{ const w = px(t.x[i + 1]) - px(t.x[i - 1]);
-            if (px(t.x[i]) > 5 && px(t.x[i]) < box.w - 5 && (!best || w > best.w)) best = {{x: t.x[i], y: t.y[i], id: t.customdata[i], w}}; }} }}
+            if (px(t.x[i - 1]) > 5 && px(t.x[i + 1]) < box.w - 5 && (!best || w > best.w))
+              best = {{x: t.x[i - 1] + 0.15 * (t.x[i + 1] - t.x[i - 1]), y: t.y[i], id: t.customdata[i], w, name: String(t.text[i]).split('<br>')[0]}}; }} }}
         return best;""", zoomed)
-    assert target is not None, "no kernel in the zoomed window"
+    # 15% of more than 85 px is more than hoverdistance (12 px) from the ends and the middle
+    assert target is not None and target["w"] > 85, f"no kernel wide enough in the zoomed window: {target}"
+    # click 15% into the kernel, far from its ends and its middle: it is selected all the same
     ya = drv.execute_script(f"return {GD}._fullLayout.yaxis.l2p(arguments[0])", target["y"])
     _mouse_click(drv, zoomed["left"] + (target["x"] - zoomed["x0"]) / (zoomed["x1"] - zoomed["x0"]) * zoomed["w"], zoomed["top"] + ya)
     wait_for(drv, "const e = document.getElementById('detail-chain'); return e && e.innerText.includes('launch') && e.innerText.includes('kernel')",
              what="kernel chain with its launch")
+    assert wait_for(drv, f"const t = {GD}.data.find(t => t.name === 'selected'); return t && t.customdata[0]", what="kernel outlined") == target["id"]
+    assert drv.find_element(By.ID, "detail-name").text[:80] == target["name"]  # hover texts keep 80 characters of a name
     assert wait_for(drv, f"return ({GD}.layout.annotations || []).filter(a => a.axref === 'x' && a.showarrow).length",
                     what="launch → kernel arrow")
 

@@ -387,7 +387,7 @@ def test_click_to_event_and_panel(rs):
 def test_figure_draws_webgl_segments_flows_and_memory(rs):
     view = dash_app.view_for(rs, None, 0, "all", None, None, None)
     fig, status = dash_app.timeline_figure(rs, view, 1000, eid(rs, "gemm"))
-    gl = [t for t in fig["data"] if t["type"] == "scattergl" and t["name"] not in ("selected", "labels")]
+    gl = [t for t in fig["data"] if t["type"] == "scattergl" and t["name"] not in ("selected", "labels", "hit")]
     assert {t["name"] for t in gl} == {"step", "python", "cpu_op", "runtime", "kernel"}
     xs = np.concatenate([np.frombuffer(base64.b64decode(t["x"]["bdata"]), np.float32) for t in gl])
     assert len(xs) == 4 * 11 and np.isnan(xs[3::4]).all()  # start, middle, end, gap per slice
@@ -417,6 +417,22 @@ def test_names_inside_slices_wide_enough_shortened_to_fit(rs):
     assert lab["hoverinfo"] == "skip"  # labels never take a click from the slice under them
     assert figure.fit_label("void at::native::vectorized_elementwise_kernel", 60) == "void at::…"
     assert figure.fit_label("gemm", 60) == "gemm" and figure.fit_label("gemm", 15) is None
+
+
+def test_a_click_anywhere_inside_a_wide_slice_finds_it(rs):
+    """gemm is 100 px wide at 10 px per us: invisible hit points every 16 px along it carry its
+    id, so the point nearest a click 15% into it (1.5 us from its start) is gemm's."""
+    view = dash_app.view_for(rs, None, 0, "all", None, None, None)
+    fig, _ = dash_app.timeline_figure(rs, view, 1000, None)
+    hit = next(t for t in fig["data"] if t["name"] == "hit")
+    xs, ys, ids = _decode(hit["x"]), _decode(hit["y"]), hit["customdata"]
+    dev_y = [ln for ln in tl_mod.timeline(rs, run=0, width=1000)["lanes"] if ln["is_device"]][0]["y0"]
+    on_gemm_row = [(x, i) for x, y, i in zip(xs, ys, ids) if y == dev_y]
+    nearest = min(on_gemm_row, key=lambda p: abs(p[0] - 21.5))
+    assert nearest[1] == eid(rs, "gemm") and abs(nearest[0] - 21.5) * 10 <= figure.HIT_STEP_PX / 2
+    assert all(20 <= x <= 30 for x, i in on_gemm_row if i == eid(rs, "gemm")) and len([i for _, i in on_gemm_row if i == eid(rs, "gemm")]) == 6
+    assert hit["marker"]["color"] == "rgba(0,0,0,0)"  # invisible: only there to be found
+    assert eid(rs, "bias") not in ids  # 20 px wide: its ends and middle are close enough
 
 
 def test_slices_coloured_by_name_or_kind_and_the_selected_one_outlined(rs):

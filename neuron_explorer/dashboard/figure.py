@@ -11,6 +11,11 @@ slices that are at least LABEL_MIN_PX wide, shortened with "…" to what fits, a
 trace of at most MAX_LABELS labels (the widest): no DOM element per slice. The selected slice is
 outlined.
 
+Plotly picks the data point nearest the pointer (within `hoverdistance` pixels), and a line
+segment's points are only its ends and middle: so that a click or hover anywhere inside a wide
+slice or bucket finds it, an invisible marker trace ("hit") adds a point every HIT_STEP_PX
+pixels along each one wider than two steps (at most MAX_HIT_POINTS).
+
 The figure is a plain dict (what Dash sends), with numeric arrays as plotly.js typed-array specs
 ({"dtype", "bdata"}): building plotly graph objects validates every element, which costs more than
 the query on a large view.
@@ -51,6 +56,8 @@ MAX_LABELS = 300
 LABEL_CHAR_PX = 5.6
 """The mean width of a label character at LABEL_FONT_PX (to shorten names to what fits)."""
 LABEL_FONT_PX = 9
+HIT_STEP_PX = 16.0
+MAX_HIT_POINTS = 40_000
 HIGHLIGHT = "#D62728"
 ROW_PX = 14
 """Height of one nesting row in pixels."""
@@ -120,6 +127,26 @@ def _labels(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, names, px_per_x: floa
             "textfont": {"size": LABEL_FONT_PX, "color": LABEL_COLOR}, "textposition": "middle center"}
 
 
+def _hit_points(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, ids: np.ndarray, text: np.ndarray, px_per_x: float):
+    """(x, y, event ids, hover texts) of points every HIT_STEP_PX along the spans wider than two steps."""
+    if px_per_x <= 0 or not len(x0):
+        return None
+    w = (x1 - x0) * px_per_x
+    n = np.where(w >= 2 * HIT_STEP_PX, np.floor(w / HIT_STEP_PX), 0).astype(np.int64)
+    total = int(n.sum())
+    if total == 0:
+        return None
+    if total > MAX_HIT_POINTS:  # the widest spans keep theirs
+        keep = np.argsort(-w, kind="stable")
+        room = np.cumsum(n[keep]) <= MAX_HIT_POINTS
+        n[keep[~room]] = 0
+        total = int(n.sum())
+    idx = np.repeat(np.arange(len(n)), n)
+    j = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
+    xs = x0[idx] + (j + 0.5) * np.float32(HIT_STEP_PX / px_per_x)
+    return xs.astype(np.float32), y[idx], ids[idx], text[idx]
+
+
 def time_unit(span_ns: int) -> tuple[float, str]:
     """(ns per x unit, suffix) for a window: µs for windows up to 20 ms, ms beyond (readable ticks).
     The app converts zoom ranges back to ns with the same function."""
@@ -150,6 +177,8 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
     traces: list[dict] = []
     line_w = ROW_PX * 0.78
 
+    px_per_x = tl["width"] / (span_us * float(k)) if span_us else 0.0  # screen pixels per x unit
+    hit_parts: list[tuple] = []  # (x0, x1, y, event ids, hover texts) of the drawn spans, for the hit points
     s = tl["slices"]
     if len(s["x0"]):
         x1 = np.maximum(s["x1"], s["x0"] + np.float32(px_us * 0.8))  # at least ~1 pixel, so instants show
@@ -167,9 +196,10 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
                 color = NAME_PALETTE[c] if by_name else KIND_COLORS.get(kind, "#888")
                 # by name, a legend entry's colour would be one name's: the legend is for kinds
                 traces.append(_trace(xs, ys, cd, text, kind, color, line_w, showlegend=not by_name and c == shade[mk][0]))
-        lab = _labels(s["x0"] * k, x1 * k, s["y"], s["name"], tl["width"] / (span_us * float(k)) if span_us else 0.0)
+        lab = _labels(s["x0"] * k, x1 * k, s["y"], s["name"], px_per_x)
         if lab is not None:
             traces.append(lab)
+        hit_parts.append((s["x0"] * k, x1 * k, s["y"], s["event_id"], labels))
     b = tl["buckets"]
     if len(b["x0"]):
         kinds = np.asarray(b["kind"], dtype=object)
@@ -183,6 +213,13 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
                 xs, ys, cd, txt = _segments(b["x0"][m] * k, b["x1"][m] * k, b["y"][m], b["event_id"][m], text)
                 traces.append(_trace(xs, ys, cd, txt, kind, KIND_COLORS.get(kind, "#888"), line_w,
                                      showlegend=bool(not len(s["x0"]) and dense), opacity=1.0 if dense else 0.45))
+                hit_parts.append((b["x0"][m] * k, b["x1"][m] * k, b["y"][m], b["event_id"][m], text))
+    hits = [h for h in (_hit_points(*part, px_per_x) for part in hit_parts) if h is not None]
+    if hits:
+        hx, hy, hid, htext = (np.concatenate([h[i] for h in hits]) for i in range(4))
+        traces.append({"type": "scattergl", "mode": "markers", "x": typed(hx), "y": typed(hy.astype(np.int32)),
+                       "customdata": hid.astype(np.int64).tolist(), "text": htext.tolist(), "name": "hit", "showlegend": False,
+                       "marker": {"size": 8, "color": "rgba(0,0,0,0)"}, "hovertemplate": "%{text}<extra></extra>"})
 
     def off(ts_ns: int) -> float:
         return (ts_ns - t0) / unit_ns
