@@ -60,8 +60,8 @@ JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dict
                     max_leaves=8)
 HOSTILE = st.one_of(INTS, FLOATS, st.text(max_size=6), st.none(), st.booleans(), JSON,
                     st.sampled_from(["12", "1.5", "-3", "soon", "", "1e400", "0x10"]))
-IDS = st.one_of(st.integers(0, 8), st.integers(0, 8), st.integers(0, 8), INTS, INTS, st.text(max_size=4), st.none(),
-                FLOATS)
+IDS = st.one_of(st.integers(0, 8), st.integers(0, 8), st.integers(0, 8), INTS, INTS, st.text(max_size=4), st.none())
+"""(A float pid, tid or flow id is refused by the decoder; HOSTILE puts one in now and then.)"""
 TIMES = st.one_of(st.integers(0, 10_000), st.decimals(0, 10_000, places=3).map(lambda d: float(d)),
                   st.sampled_from([1.7e15, 9.2e15, 9.3e15, -9.2e15, 1e300, -1, 0, 4.6e12, 2**62 // 1000]),
                   st.sampled_from(["12.5", "1700000000000000.123", "soon", "", None]), st.integers(), FLOATS)
@@ -110,7 +110,7 @@ HEADER = st.fixed_dictionaries(
         "schemaVersion": HOSTILE,
         "deviceProperties": st.one_of(
             HOSTILE,
-            st.lists(st.fixed_dictionaries({"id": IDS, "name": st.one_of(st.sampled_from(["NVIDIA H100", "AMD MI300X"]), SCALARS)},
+            st.lists(st.fixed_dictionaries({"id": st.one_of(IDS, FLOATS), "name": st.one_of(st.sampled_from(["NVIDIA H100", "AMD MI300X"]), SCALARS)},
                                            optional={"totalGlobalMem": HOSTILE, "computeMajor": HOSTILE,
                                                      "numSms": HOSTILE, "extra": JSON}), max_size=3)),
         "computeProperties": HOSTILE,
