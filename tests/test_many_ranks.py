@@ -102,6 +102,9 @@ def _whole_run_reference(run_dir) -> dict:
     """What the engine computed before per-rank views: every number and rule of every rank on
     views over the whole run (the rank picked by each query's `rank = N`), rules in order, ranks
     inside each rule."""
+    from neuron_explorer.analyzers import critical_path
+
+    critical_path._CACHE.clear()  # computed afresh here, not taken from the analysis under test
     with open_run(run_dir) as run:
         summaries = {r: metrics.rank_summary(run, r) for r in metrics.ranks(run)}
         quality = _quality_notes(run)
@@ -348,3 +351,15 @@ def test_cli_import_with_workers_and_progress(many, tmp_path):
     assert f"importing {len(RANKS)}/{len(RANKS)} files" in shown.stderr
     bad = cli("import", traces, "-o", tmp_path / "bad", "--workers", "0")
     assert bad.returncode != 0 and not (tmp_path / "bad").exists()
+
+
+def test_real_two_rank_trace_report_equals_every_rule_run_on_the_whole_run(tmp_path):
+    from .conftest import TRACES
+
+    run_dir = import_traces(TRACES / "multirank_128", tmp_path / "run").run_dir
+    got = _plain(analyze(run_dir, write=False))
+    want = json.loads(json.dumps(_whole_run_reference(run_dir), default=str, sort_keys=True).replace(str(run_dir), "RUN"))
+    assert [r["rank"] for r in got["summary"]["ranks"]] == [0, 1]
+    assert got["summary"]["ranks"] == want["summary"]["ranks"]
+    assert got["findings"] == want["findings"] and got["not_applicable"] == want["not_applicable"]
+    assert {f["location"]["rank"] for f in got["findings"]} == {0, 1}
