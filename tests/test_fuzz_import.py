@@ -63,7 +63,8 @@ HOSTILE = st.one_of(INTS, FLOATS, st.text(max_size=6), st.none(), st.booleans(),
 IDS = st.one_of(st.integers(0, 8), st.integers(0, 8), st.integers(0, 8), INTS, INTS, st.text(max_size=4), st.none())
 """(A float pid, tid or flow id is refused by the decoder; HOSTILE puts one in now and then.)"""
 TIMES = st.one_of(st.integers(0, 10_000), st.decimals(0, 10_000, places=3).map(lambda d: float(d)),
-                  st.sampled_from([1.7e15, 9.2e15, 9.3e15, -9.2e15, 1e300, -1, 0, 4.6e12, 2**62 // 1000]),
+                  st.sampled_from([1.7e15, 9.2e15, 9.3e15, -9.2e15, 1e300, -1, 0, 4.6e12, 2**62 // 1000, -(2**62 // 1000),
+                                   2**62 // 2000]),  # around the ±2^62 ns an import accepts
                   st.sampled_from(["12.5", "1700000000000000.123", "soon", "", None]), st.integers(), FLOATS)
 
 CATS = ["cpu_op", "python_function", "user_annotation", "cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy",
@@ -116,7 +117,8 @@ HEADER = st.fixed_dictionaries(
         "computeProperties": HOSTILE,
         "distributedInfo": st.one_of(HOSTILE, st.fixed_dictionaries(
             {}, optional={"rank": INTS, "world_size": HOSTILE, "backend": HOSTILE, "pg_config": JSON})),
-        "baseTimeNanoseconds": st.one_of(INTS, st.sampled_from([0, 1_700_000_000_000_000_000]), HOSTILE),
+        "baseTimeNanoseconds": st.one_of(INTS, st.sampled_from([0, 1_700_000_000_000_000_000, 2**62, -(2**62), 2**62 + 1]),
+                                         HOSTILE),
         "traceName": HOSTILE,
         "displayTimeUnit": HOSTILE,
         "metadata": HOSTILE,
