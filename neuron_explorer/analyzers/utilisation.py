@@ -65,8 +65,11 @@ def peaks_from_options(*, tflops: float | None = None, gbps: float | None = None
     return peaks_in_force(table, {"tflops": tflops, "gbps": gbps, "dtype": dtype if tflops is not None else None})
 
 
+_DEFAULT = PeakSettings()  # the built-in table, no overrides: shared by every analysis that sets none
+
+
 def _settings() -> PeakSettings:
-    return _SETTINGS.get() or PeakSettings()
+    return _SETTINGS.get() or _DEFAULT
 
 
 @dataclass
@@ -99,8 +102,10 @@ def device_name(run: Run, rank: int) -> str | None:
 def rank_work(run: Run, rank: int) -> RankWork:
     """Counted operators and kernels of a rank, with the device's peak (computed once per analysis)."""
     settings = _settings()
-    key = (str(run.path), rank)
+    key = (str(run.path), run.manifest.get("created"), rank)  # a re-imported run at the same path is new work
     if key not in settings.cache:
+        if len(settings.cache) >= 64:
+            settings.cache.clear()
         settings.cache[key] = _rank_work(run, rank, settings)
     return settings.cache[key]
 
