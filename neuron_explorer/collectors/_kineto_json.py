@@ -703,8 +703,9 @@ def _int_column(path: str, values: list, what: str, bounds: tuple[int, int] = _I
     try:
         return pa.array(values, typ)
     except (pa.ArrowInvalid, OverflowError):
-        bad = next(v for v in values if v is not None and not _fits(v, bounds))
-        raise InputError(path, f"wrong value: {what} {bad} does not fit in a {64 if bounds == _INT64 else 32}-bit integer") from None
+        bad = str(next(v for v in values if v is not None and not _fits(v, bounds)))
+        shown = bad if len(bad) <= 40 else bad[:37] + "..."
+        raise InputError(path, f"wrong value: {what} {shown} does not fit in a {64 if bounds == _INT64 else 32}-bit integer") from None
 
 
 def _opt_int(path: str, values: list, what: str) -> pa.Array:
