@@ -54,7 +54,7 @@ ATTENTION = """\
 
 
     class Attention(nn.Module):
-        def __init__(self, d=64, heads=4):
+        def __init__(self, d=64, heads=8):
             super().__init__()
             self.qkv = nn.Linear(d, 3 * d)
             self.heads, self.d = heads, d
@@ -77,7 +77,7 @@ ATTENTION = """\
     torch.set_num_threads(1)
     model = nn.Sequential(Attention(), nn.Linear(64, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(8, 16, 64)
+    x = torch.randn(16, 16, 64)
     for step in range(5):
         loss = model(x).pow(2).mean()
         loss.backward()  # backward call
@@ -92,7 +92,7 @@ def test_attention_loop_lands_on_its_statements_not_on_backward(tmp_path):
     per_line = _per_line(run, script)
     total = sum(v["ns"] for v in per_line.values())
     loop = per_line[scores]["ns"] + per_line[mix]["ns"]
-    assert loop > 0.6 * total, per_line
+    assert loop > 0.5 * total, per_line  # the two statements of the per-head loop are most of the job
     assert per_line.get(backward_call, {"ns": 0})["ns"] < 0.05 * total, per_line
     assert per_line[scores]["backward_ns"] > 0 and per_line[mix]["backward_ns"] > 0  # both passes, one statement
     report = analyze(run)
