@@ -37,16 +37,18 @@ def write_trace(path: Path, events: list[dict], **header) -> Path:
     return path
 
 
-WORKLOAD_ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
-"""Environment of recorded workloads. On a 2-core machine that anything else also uses, OpenMP's
-spinning barrier makes a 2-thread 128x128 matmul take ~30 ms instead of 0.04 ms (measured here),
-so which line is hottest would depend on the machine's load, not on the code under test."""
+def workload_env() -> dict:
+    """Environment of recorded workloads (read when called: tests set variables such as
+    NEURON_EXPLORER_CACHE first). On a 2-core machine that anything else also uses, OpenMP's
+    spinning barrier makes a 2-thread 128x128 matmul take ~30 ms instead of 0.04 ms (measured
+    here), so which line is hottest would depend on the machine's load, not on the code under test."""
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the installed CLI the way a user does (a separate process)."""
     return subprocess.run([sys.executable, "-m", "neuron_explorer", *map(str, args)], capture_output=True, text=True, cwd=cwd,
-                          timeout=600, env=WORKLOAD_ENV)
+                          timeout=600, env=workload_env())
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -15,7 +15,7 @@ import pytest
 
 import neuron_explorer as nx
 
-from .conftest import WORKLOAD_ENV
+from .conftest import workload_env
 
 HEADER = "import os, sys, time, torch\nimport neuron_explorer as nx\n"
 
@@ -112,7 +112,7 @@ def test_top_finding_names_the_planted_rule_and_line(name, tmp_path):
     line = next(i for i, text in enumerate(script.read_text().splitlines(), 1) if "# PLANTED" in text)
     run_dir = tmp_path / "run"
     done = subprocess.run([sys.executable, str(script), str(run_dir)], capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env=WORKLOAD_ENV)
+                          env=workload_env())
     assert done.returncode == 0, done.stderr[-2000:]
     report = nx.analyze(run_dir)
     assert report.findings, report.not_applicable

@@ -1,7 +1,8 @@
 """Per-rank import and analysis as Ray tasks (the optional `ray` extra): the same run and the same
 report as on one machine; without Ray, `--ray` is a one-line error naming the extra.
 
-The Ray tests run where `ray` is importable (pip install -e ".[ray]") and are skipped elsewhere.
+The test extra installs Ray, so every test here runs (`--ray` without Ray is simulated by a `ray`
+package that cannot be imported).
 They reuse the hand-built 4-rank run of test_many_ranks.py.
 """
 
@@ -20,7 +21,7 @@ from neuron_explorer.analyzers.engine import analyze
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.errors import InputError
 
-from .conftest import WORKLOAD_ENV, cli
+from .conftest import workload_env, cli
 from .test_many_ranks import RANKS, _plain, _tables, many  # noqa: F401  (many: the fixture)
 
 
@@ -40,9 +41,13 @@ def test_without_ray_the_option_is_one_line_naming_the_extra(monkeypatch):
         ray_tasks.require_ray()
 
 
-@pytest.mark.skipif(_have_ray(), reason="ray is installed here")
 def test_cli_without_ray_is_one_line(many, tmp_path):  # noqa: F811
-    r = cli("import", many[0].parent / "traces", "-o", tmp_path / "run", "--ray", "auto")
+    shim = tmp_path / "no-ray" / "ray"  # a `ray` that cannot be imported, as on a machine without the extra
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("raise ImportError(\"No module named 'ray'\")\n")
+    env = {**workload_env(), "PYTHONPATH": os.pathsep.join([str(shim.parent), workload_env().get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-m", "neuron_explorer", "import", str(many[0].parent / "traces"), "-o", str(tmp_path / "run"),
+                        "--ray", "auto"], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "neuron-explorer[ray]" in r.stderr
     assert not (tmp_path / "run").exists()
 
@@ -54,7 +59,8 @@ def _manifest(run_dir) -> dict:
 @pytest.fixture(scope="module")
 def local_ray():
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # address="local": a new cluster for this test, whatever `ray start` left behind on the machine
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield "local"
     ray.shutdown()
 
@@ -81,11 +87,11 @@ def _free_port() -> int:
 @pytest.mark.skipif(not _have_ray(), reason="ray is not installed (pip install -e '.[ray]')")
 def test_cli_against_a_ray_head_started_here(many, tmp_path):  # noqa: F811
     port = _free_port()
-    env = {**WORKLOAD_ENV, "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**workload_env(), "RAY_USAGE_STATS_ENABLED": "0"}
     head = subprocess.Popen([sys.executable, "-c", "from ray.scripts.scripts import main; main()", "start", "--head", "--block",
                              f"--port={port}", "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
-    address = "auto"  # the cluster `ray start` last started on this machine: this one
+    address = f"127.0.0.1:{port}"  # this head, not whatever cluster the machine last started
     try:
         deadline = time.monotonic() + 120
         while True:  # the head is up when a client connects

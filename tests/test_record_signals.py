@@ -16,7 +16,7 @@ import pytest
 
 from neuron_explorer import open_run
 
-from .conftest import REPO, WORKLOAD_ENV
+from .conftest import REPO, workload_env
 
 LOOP = """\
 import sys, time
@@ -40,7 +40,7 @@ for step in range(100000):
 def start_record(tmp_path: Path, script: str, *args: str, python: list[str] | None = None) -> subprocess.Popen:
     (tmp_path / "train.py").write_text(script)
     cmd = python or [sys.executable, "-m", "neuron_explorer"]
-    return subprocess.Popen([*cmd, "record", "-o", "run", *args, "train.py"], cwd=tmp_path, env=WORKLOAD_ENV,
+    return subprocess.Popen([*cmd, "record", "-o", "run", *args, "train.py"], cwd=tmp_path, env=workload_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -111,7 +111,7 @@ STARTUP_WRAPPER = textwrap.dedent("""
 @pytest.mark.parametrize("sig, code", [("SIGINT", 130), ("SIGTERM", 143)])
 def test_a_signal_while_the_profiler_starts_is_no_traceback(tmp_path, sig, code):
     (tmp_path / "train.py").write_text("open('ran', 'w').write('yes')\n")
-    env = {**WORKLOAD_ENV, "NX_TEST_SIGNAL": sig}
+    env = {**workload_env(), "NX_TEST_SIGNAL": sig}
     p = subprocess.run([sys.executable, "-c", STARTUP_WRAPPER, "record", "-o", "run", "train.py"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == code, p.stderr
@@ -126,7 +126,7 @@ def test_a_signal_while_the_profiler_starts_is_no_traceback(tmp_path, sig, code)
 def test_an_unwritable_output_is_refused_before_the_script_runs(tmp_path, out):
     (tmp_path / "train.py").write_text("open('ran', 'w').write('yes')\n")
     p = subprocess.run([sys.executable, "-m", "neuron_explorer", "record", "-o", out, "train.py"], cwd=tmp_path,
-                       env=WORKLOAD_ENV, capture_output=True, text=True, timeout=300)
+                       env=workload_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and out.split("/y")[0] in lines[0], p.stderr
@@ -137,7 +137,7 @@ def test_os_exit_keeps_its_code_and_leaves_nothing_half_written(tmp_path):
     # os._exit ends the process without unwinding: no run can be written (README says so).
     (tmp_path / "train.py").write_text("import os, torch\ntorch.ones(2).sum()\nos._exit(4)\n")
     p = subprocess.run([sys.executable, "-m", "neuron_explorer", "record", "-o", "run", "train.py"], cwd=tmp_path,
-                       env=WORKLOAD_ENV, capture_output=True, text=True, timeout=300)
+                       env=workload_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 4, p.stderr
     assert sorted(os.listdir(tmp_path)) == ["train.py"]
 
@@ -159,7 +159,7 @@ FULL_DISK_WRAPPER = textwrap.dedent("""
 def test_a_full_disk_when_the_run_is_written_is_one_line_and_keeps_the_script_exit_code(tmp_path, script_code):
     (tmp_path / "train.py").write_text(f"import sys, torch\ntorch.ones(2).sum()\nsys.exit({script_code})\n")
     p = subprocess.run([sys.executable, "-c", FULL_DISK_WRAPPER, "record", "-o", "run", "train.py"], cwd=tmp_path,
-                       env=WORKLOAD_ENV, capture_output=True, text=True, timeout=300)
+                       env=workload_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == (script_code or 2), p.stderr
     assert "Traceback" not in p.stderr, p.stderr
     errors = [line for line in p.stderr.splitlines() if line.startswith("error: ")]
