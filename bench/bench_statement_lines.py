@@ -4,8 +4,8 @@ Two measures, each as `nx.profile(statement_lines=True)` against `statement_line
 the same options otherwise (with_stack, record_shapes, profile_memory, with_flops), in interleaved
 rounds so that load from other jobs hits both alike; medians of the rounds are reported:
 
-- step: the profiled step time of a small transformer training loop (bench_collect's job).
-  Target: at most 1.05x.
+- step: the profiled step time of a small transformer training loop (bench_collect's job), as
+  CPU time of the process (torch set to one thread). Target: at most 1.05x.
 - tiny op: the cost per torch call on a loop of tiny operators written as Python syntax
   (`y = y * c + d` on 16 elements), where the mode's Python call weighs most: ns added per call.
 
@@ -30,13 +30,14 @@ from bench_collect import OPTIONS, make_job  # noqa: E402  (the same small trans
 
 
 def profiled_step_s(step, steps: int, statement_lines: bool, out: Path) -> float:
-    """Median wall time of one step inside the profiler."""
+    """Median CPU time of this process for one step inside the profiler (CPU time, not wall
+    time: other jobs on a shared machine slow the wall clock of both sides unevenly)."""
     times = []
     with nx.profile(out, overwrite=True, statement_lines=statement_lines, **OPTIONS) as prof:
         for _ in range(steps):
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             step()
-            times.append(time.perf_counter() - t0)
+            times.append(time.process_time() - t0)
             prof.step()
     return statistics.median(times[1:])
 
@@ -45,10 +46,10 @@ def tiny_op_ns(calls: int, statement_lines: bool, out: Path) -> float:
     """Wall time per torch call of a Python loop of tiny syntax operators, inside the profiler."""
     y, c, d = torch.ones(16), torch.full((16,), 0.999), torch.zeros(16)
     with nx.profile(out, overwrite=True, statement_lines=statement_lines, **OPTIONS):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         for _ in range(calls // 2):
             y = y * c + d
-        elapsed = time.perf_counter() - t0
+        elapsed = time.process_time() - t0
     return elapsed / calls * 1e9
 
 
@@ -58,7 +59,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--tiny", type=int, default=2000, help="torch calls in the tiny-op loop")
     a = ap.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    torch.set_num_threads(1)  # CPU time of one thread is the step's cost, whatever else runs on the machine
     step = make_job()
     for _ in range(3):
         step()  # warm up outside the profiler
