@@ -13,7 +13,9 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -113,3 +115,6 @@ def test_cli_against_a_ray_head_started_here(many, tmp_path):  # noqa: F811
     finally:
         os.killpg(head.pid, 15)  # the head and the raylets it started, in their own session
         head.wait(timeout=60)
+        current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"  # `ray start` names its head here
+        if current.is_file() and current.read_text().strip().endswith(f":{port}"):
+            current.unlink()  # gone with the head: later `--ray auto` must not look for it
