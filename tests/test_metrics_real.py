@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import decimal
 import gzip
 import json
 
@@ -22,15 +23,15 @@ NAMES = ["cuda_event_sync_multistream.json.gz", "cuda_nccl_rank0_of_2.json.gz", 
 def _expected(path) -> dict[int, dict]:
     """Per device: union length of kernel+memcpy+memset intervals and the kernel sum, from the JSON."""
     with gzip.open(path, "rt") as f:
-        doc = json.load(f)
+        doc = json.load(f, parse_float=decimal.Decimal)  # exact: epoch-µs floats would round to 256 ns
     base = doc.get("baseTimeNanoseconds") or 0
     per: dict[int, dict] = {}
     for e in doc["traceEvents"]:
         kind = DEVICE_CATS.get(str(e.get("cat", "")).lower())
         if kind is None or e.get("ph") != "X" or not isinstance(e.get("pid"), int):
             continue
-        start = base + round(float(e["ts"]) * 1000)
-        dur = round(float(e.get("dur", 0)) * 1000)
+        start = base + int((decimal.Decimal(e["ts"]) * 1000).to_integral_value(decimal.ROUND_HALF_EVEN))
+        dur = int((decimal.Decimal(e.get("dur", 0)) * 1000).to_integral_value(decimal.ROUND_HALF_EVEN))
         d = per.setdefault(e["pid"], {"iv": [], "kernel_ns": 0})
         if kind == "kernel":
             d["kernel_ns"] += dur
