@@ -46,6 +46,15 @@ PYTHON_SELF = "e.kind = 'python' AND e.op_id IS NULL"
 operator (inside one, the operator's time already holds it)."""
 
 
+def own_ns_sql(device: bool = True) -> str:
+    """SQL (over `events e`) of an event's part in its statement's own time: an outermost CPU
+    operator's duration, a Python call's self time outside operators (PYTHON_SELF), and with
+    `device` a device event's duration; 0 for anything else."""
+    dev = f" WHEN e.kind IN {kinds_sql(DEVICE_WORK_KINDS)} THEN e.dur_ns" if device else ""
+    return (f"CASE WHEN e.kind = 'cpu_op' AND e.event_id = e.top_op_id THEN e.dur_ns WHEN {PYTHON_SELF} THEN e.self_ns"
+            f"{dev} ELSE 0 END")
+
+
 def _rank_filter(rank: int | None, alias: str = "e") -> str:
     return "TRUE" if rank is None else f"{alias}.rank = {int(rank)}"
 

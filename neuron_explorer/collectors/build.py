@@ -257,39 +257,33 @@ def track_lookup(track: np.ndarray, pid: np.ndarray, tid: np.ndarray, q_pid: np.
 
 def _launch_by_flows(fl: pa.Table, fl_event: np.ndarray, is_device: np.ndarray, launch: np.ndarray) -> np.ndarray:
     """ac2g flows: the start binds to the runtime call, the finish to the device event."""
-    cat = np.asarray(pc.utf8_lower(fl["category"]).to_numpy(zero_copy_only=False), dtype=object)
-    ph = np.asarray(fl["phase"].to_numpy(zero_copy_only=False), dtype=object)
-    fid = _np(fl["flow_id"])
-    is_launch = np.isin(cat, ["ac2g", "async_gpu"]) & (fl_event >= 0)
-    s = np.flatnonzero(is_launch & (ph == "s"))
-    s = s[~is_device[fl_event[s]]]
-    f = np.flatnonzero(is_launch & (ph == "f"))
-    f = f[is_device[fl_event[f]]]
-    if not len(s) or not len(f):
+    src, dev = _flow_pairs(fl, fl_event, ("ac2g", "async_gpu"), start_ok=~is_device, finish_ok=is_device)
+    if not len(dev):
         return launch
-    o = np.argsort(fid[s], kind="stable")
-    s_ids, s_ev = fid[s][o], fl_event[s][o]
-    pos = np.clip(np.searchsorted(s_ids, fid[f]), 0, len(s_ids) - 1)
-    hit = s_ids[pos] == fid[f]
-    dev = fl_event[f][hit]
-    src = s_ev[pos[hit]]
     need = launch[dev] < 0
     launch = launch.copy()
     launch[dev[need]] = src[need]
     return launch
 
 
-def _flow_pairs(fl: pa.Table, fl_event: np.ndarray, category: str) -> tuple[np.ndarray, np.ndarray]:
-    """(start event, finish event) of each flow of `category` whose two ends are bound to slices."""
+def _flow_pairs(fl: pa.Table, fl_event: np.ndarray, categories: tuple[str, ...], start_ok: np.ndarray | None = None,
+                finish_ok: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(start event, finish event) of each flow of `categories` whose two ends are bound to slices
+    (and, where given, to slices for which start_ok / finish_ok hold)."""
+    none = np.zeros(0, np.int64), np.zeros(0, np.int64)
     if not fl.num_rows:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return none
     cat = np.asarray(pc.utf8_lower(fl["category"]).to_numpy(zero_copy_only=False), dtype=object)
     ph = np.asarray(fl["phase"].to_numpy(zero_copy_only=False), dtype=object)
     fid = _np(fl["flow_id"])
-    mine = (cat == category) & (fl_event >= 0)
+    mine = np.isin(cat, list(categories)) & (fl_event >= 0)
     s, f = np.flatnonzero(mine & (ph == "s")), np.flatnonzero(mine & (ph == "f"))
+    if start_ok is not None:
+        s = s[start_ok[fl_event[s]]]
+    if finish_ok is not None:
+        f = f[finish_ok[fl_event[f]]]
     if not len(s) or not len(f):
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return none
     o = np.argsort(fid[s], kind="stable")
     s_ids, s_ev = fid[s][o], fl_event[s][o]
     pos = np.clip(np.searchsorted(s_ids, fid[f]), 0, len(s_ids) - 1)
@@ -476,7 +470,7 @@ def build_rank(raw: RawRank) -> RankTables:
     # backward work: the forward operator that built its autograd node, and every event's pass
     fwd, pass_code, backward_counts = passes.backward_links(
         name_codes=name_codes, name_values=name_values, is_op=is_op, is_python=is_python, parent=parent, ts=ts,
-        track=track, fwdbwd=_flow_pairs(fl, fl_event, "fwdbwd"), args=args, order=order)
+        track=track, fwdbwd=_flow_pairs(fl, fl_event, ("fwdbwd",)), args=args, order=order)
     # the statement each event's time belongs to: the forward statement for backward work
     # (work inside a torch.compile region belongs to the statement that called the compiled function)
     statement = passes.compiled_region_frames(name_codes=name_codes, name_values=name_values, parent=parent, frame=ev_frame)

@@ -30,9 +30,10 @@ THRESHOLDS = {
 }
 
 
-def _where(rank: int) -> str:
+def _where(rank: int, alias: str = "") -> str:
     names = ", ".join(q(n) for n in SYNC_RUNTIME + SYNC_OPS)
-    return f"rank = {rank} AND kind IN ('runtime', 'cpu_op') AND name IN ({names})"
+    a = f"{alias}." if alias else ""
+    return f"{a}rank = {rank} AND {a}kind IN ('runtime', 'cpu_op') AND {a}name IN ({names})"
 
 
 def _idle_sql(rank: int, where: str) -> str:
@@ -61,7 +62,7 @@ def check(ctx: Context) -> list:
     if steps:
         # a sync costs the device idle it causes inside the steps, not its own duration: the host
         # waits while the device works, then the device waits for the next launch
-        sql = _idle_sql(ctx.rank, where.replace("rank = ", "e.rank = ").replace("kind IN", "e.kind IN").replace("name IN", "e.name IN"))
+        sql = _idle_sql(ctx.rank, _where(ctx.rank, alias="e"))
         v = row(ctx.run, sql)
         impact = v["idle_after_ns"]
     else:

@@ -12,7 +12,7 @@ operators and its Python-level time), not the `for` over the DataLoader.
 from __future__ import annotations
 
 from .. import metrics
-from ..lines import PYTHON_SELF
+from ..lines import own_ns_sql
 from ..engine import Context
 from ..model import Location
 from ._util import ms, pct, row
@@ -32,7 +32,7 @@ def _slowest_line_sql(rank: int, loader_where: str) -> str:
     outermost operators plus its Python-level time (analyzers/lines.py), leaving out the statement
     that iterates the DataLoader (its own time is the loader's machinery)."""
     return f"""SELECT f.file || ':' || f.line AS source, any_value(f.code) AS code,
-  sum(CASE WHEN e.kind = 'cpu_op' AND e.event_id = e.top_op_id THEN e.dur_ns WHEN {PYTHON_SELF} THEN e.self_ns ELSE 0 END)::BIGINT AS ns
+  sum({own_ns_sql(device=False)})::BIGINT AS ns
 FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
 WHERE e.rank = {int(rank)} AND e.pass = 'data' AND f.is_user
   AND f.frame_id NOT IN (SELECT source_frame_id FROM events WHERE {loader_where} AND source_frame_id IS NOT NULL)

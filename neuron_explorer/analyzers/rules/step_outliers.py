@@ -13,8 +13,8 @@ median step time). Saving bound: the same.
 from __future__ import annotations
 
 from ..engine import Context, NotApplicable
-from ..lines import PYTHON_SELF
-from ..metrics import DEVICE_WORK_KINDS, kinds_sql, steady_steps
+from ..lines import own_ns_sql
+from ..metrics import steady_steps
 from ..model import Location
 from ._util import ms, rows
 
@@ -63,8 +63,7 @@ FROM s, m WHERE s.dur_ns > {t['SLOW_FACTOR']} * m.median_ns"""
     n_all = len(used)
     slow_list = ", ".join(str(int(s)) for s in slow)
     diff = rows(ctx.run, f"""WITH e AS (SELECT e.step, f.file || ':' || f.line AS source, f.code, f.frame_id, e.event_id,
-        CASE WHEN e.kind = 'cpu_op' AND e.event_id = e.top_op_id THEN e.dur_ns WHEN {PYTHON_SELF} THEN e.self_ns
-             WHEN e.kind IN {kinds_sql(DEVICE_WORK_KINDS)} THEN e.dur_ns ELSE 0 END AS ns
+        {own_ns_sql()} AS ns
       FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
       WHERE e.rank = {ctx.rank} AND e.step IN ({in_used}) AND f.is_user)
     SELECT source, any_value(code) AS code, min(frame_id) AS frame_id,
