@@ -185,8 +185,18 @@ _PROFILER_OWN = re.compile(r"^(torch/profiler/|torch/autograd/profiler\.py\(|.*[
 _STATEMENT_MARKER = re.compile(r"neuron_explorer[/\\]collectors[/\\]statements\.py\(\d+\): __torch_function__$")
 
 
-def is_marker(name: str) -> bool:
-    return bool(_STATEMENT_MARKER.search(name))
+CALL, PROFILER_OWN, STATEMENT_MARKER = 0, 1, 2
+"""What a Python call node is (`call_kind`): the job's own call, the profiler watching itself
+(start, stop, step: left out with everything under it), or the StatementLines call (its caller
+is the statement; no event of its own)."""
+
+
+def call_kind(name: str) -> int:
+    if _PROFILER_OWN.search(name):
+        return PROFILER_OWN
+    if _STATEMENT_MARKER.search(name):
+        return STATEMENT_MARKER
+    return CALL
 
 
 def _text(obj, attr: str) -> str:
@@ -225,8 +235,7 @@ def _walk_tree(roots, frames: FrameTable):
     op_info: dict[int, tuple[int, str | None]] = {}
     py = _PythonRows()
     allocations = []
-    own_cache: dict[str, bool] = {}
-    marker_cache: dict[str, bool] = {}
+    kind_cache: dict[str, int] = {}
     file_user: dict[str, bool] = {}
     runs_user_code: dict[str, bool | None] = {}
     # (node, innermost user frame, innermost frame of any kind, module path, inside the profiler's
@@ -244,17 +253,14 @@ def _walk_tree(roots, frames: FrameTable):
             user_frame = -1
         if tag == py_call or tag == py_ccall:
             name = _node_name(node)
-            own = own_cache.get(name)
-            if own is None:
-                own = own_cache[name] = bool(_PROFILER_OWN.search(name))
-            if in_profiler or own:
+            kind = kind_cache.get(name)
+            if kind is None:
+                kind = kind_cache[name] = call_kind(name)
+            if in_profiler or kind == PROFILER_OWN:
                 # the profiler watching itself (start, stop, step): its calls straddle the step
                 # ranges they open and close, so they would only show as overlapping slices
                 in_profiler = True
             else:
-                marker = marker_cache.get(name)
-                if marker is None:
-                    marker = marker_cache[name] = is_marker(name)
                 # A Python call's children are called from its own file: when that is not user
                 # code, their caller needs no lookup (most calls happen inside torch).
                 children_caller_user = runs_user_code.get(name, 0)
@@ -274,18 +280,14 @@ def _walk_tree(roots, frames: FrameTable):
                 if tag == py_call and name.startswith(MODULE_PREFIX):
                     seg = name[len(MODULE_PREFIX):]
                     module = f"{module}.{seg}" if module else seg
-                if marker:  # statements.StatementLines: its caller is the statement; no event of its own
-                    children = node.children
-                    if children:
-                        push((c, user_frame, any_frame, module, in_profiler, False) for c in reversed(children))
-                    continue
-                t0 = node.start_time_ns
-                py.ts.append(t0)
-                py.dur.append(node.end_time_ns - t0)
-                py.thread.append(node.start_tid)
-                py.name.append(name)
-                py.frame.append(user_frame if user_frame >= 0 else any_frame)
-                py.module.append(module)
+                if kind != STATEMENT_MARKER:  # the marker's caller is the statement; it has no event of its own
+                    t0 = node.start_time_ns
+                    py.ts.append(t0)
+                    py.dur.append(node.end_time_ns - t0)
+                    py.thread.append(node.start_tid)
+                    py.name.append(name)
+                    py.frame.append(user_frame if user_frame >= 0 else any_frame)
+                    py.module.append(module)
         elif tag == torch_op:
             op_info[node.correlation_id] = (user_frame if user_frame >= 0 else any_frame, module)
         elif tag == allocation:
@@ -421,11 +423,8 @@ class _NativeHelper:
     def __init__(self, frames: FrameTable):
         self.frames = frames
 
-    def own(self, name: str) -> bool:
-        return bool(_PROFILER_OWN.search(name))
-
-    def marker(self, name: str) -> bool:
-        return is_marker(name)
+    def kind(self, name: str) -> int:
+        return call_kind(name)
 
     def runs_user(self, name: str, is_python_call: bool) -> bool | None:
         return _runs_user_code(name, is_python_call, self.frames)

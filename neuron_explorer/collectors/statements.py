@@ -8,7 +8,7 @@ A `TorchFunctionMode` that only calls through is entered while profiling. torch 
 `__torch_function__` (a Python function) for every torch function and tensor method, syntax
 included, so the tracer records a call whose caller is the user's statement; the operators run
 inside that call. The converter (_live_convert / native) reads the caller as the operator's line
-and writes no event for the call itself (`is_marker`).
+and writes no event for the call itself (`_live_convert.call_kind`).
 
 The mode is thread-local in torch, as is the profiler's recording of operators: both hold on
 the thread that starts profiling, and torch carries them into the autograd engine's threads.

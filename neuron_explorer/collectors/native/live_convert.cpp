@@ -235,25 +235,17 @@ struct FrameKeyHash {
 // Answers from the Python helper, asked once per distinct key.
 struct Oracle {
   py::object helper;
-  std::unordered_map<std::string, bool> own;
-  std::unordered_map<std::string, bool> marker;
+  std::unordered_map<std::string, int> kinds;  // _live_convert.call_kind
   std::unordered_map<std::string, int> runs_user;  // -1: not known from the name
   std::unordered_map<std::string, bool> file_user;
   std::unordered_map<FrameKey, int64_t, FrameKeyHash> frames;
 
-  bool is_own(const std::string& name) {
-    auto it = own.find(name);
-    if (it != own.end()) return it->second;
-    bool v = helper.attr("own")(clean(name)).cast<bool>();
-    own.emplace(name, v);
-    return v;
-  }
-  // statements.StatementLines' call: its caller is the statement; no event of its own
-  bool is_marker(const std::string& name) {
-    auto it = marker.find(name);
-    if (it != marker.end()) return it->second;
-    bool v = helper.attr("marker")(clean(name)).cast<bool>();
-    marker.emplace(name, v);
+  // 0: the job's call; 1: the profiler watching itself; 2: the StatementLines call (no event)
+  int call_kind(const std::string& name) {
+    auto it = kinds.find(name);
+    if (it != kinds.end()) return it->second;
+    int v = helper.attr("kind")(clean(name)).cast<int>();
+    kinds.emplace(name, v);
     return v;
   }
   int runs_user_code(const std::string& name, bool is_pycall) {
@@ -325,7 +317,8 @@ void walk_tree(const ProfilerResult& res, Oracle& oracle, TreeOut& out) {
     if (is_root) item.user_frame = -1;
     if (tag == EventType::PyCall || tag == EventType::PyCCall) {
       std::string name = node->name();
-      if (item.in_profiler || oracle.is_own(name)) {
+      int kind = oracle.call_kind(name);
+      if (item.in_profiler || kind == 1) {
         // the profiler watching itself (start, stop, step): not part of the job
         item.in_profiler = true;
       } else {
@@ -354,7 +347,7 @@ void walk_tree(const ProfilerResult& res, Oracle& oracle, TreeOut& out) {
           }
           item.module = mit->second;
         }
-        if (!oracle.is_marker(name)) {
+        if (kind != 2) {
           int64_t t0 = node->start_time_ns_;
           out.py_rows.push_back({t0, node->endTimeNS() - t0, node->start_tid_, out.names.code_of(name),
                                  item.user_frame >= 0 ? item.user_frame : item.any_frame, item.module});
