@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from .. import schema
 from ..schema import DEVICE_KINDS, ID_STRIDE
 from . import passes
+from ._forest import nearest_marked, root_of
 
 _CATEGORY_KINDS = {
     "cpu_op": "cpu_op",
@@ -97,29 +98,6 @@ class RankTables:
 
 
 # --- pointer jumping ------------------------------------------------------------------------
-
-
-def nearest_marked(parent: np.ndarray, marked: np.ndarray) -> np.ndarray:
-    """For each node, its nearest ancestor-or-self with marked=True, or -1."""
-    idx = np.arange(len(parent), dtype=parent.dtype)
-    res = np.where(marked, idx, parent)
-    while True:
-        valid = res >= 0
-        pending = np.zeros(len(res), dtype=bool)
-        pending[valid] = ~marked[res[valid]]
-        if not pending.any():
-            return res
-        res[pending] = res[res[pending]]
-
-
-def root_of(parent: np.ndarray) -> np.ndarray:
-    """For each node of a forest given by parent (-1 = root), its root."""
-    res = np.where(parent >= 0, parent, np.arange(len(parent), dtype=parent.dtype))
-    while True:
-        nxt = res[res]
-        if np.array_equal(nxt, res):
-            return res
-        res = nxt
 
 
 def depth_of(parent: np.ndarray) -> np.ndarray:

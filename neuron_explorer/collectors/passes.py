@@ -32,6 +32,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ._forest import nearest_marked, root_of
+
 EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
 COMPILED_REGION_PREFIX = "Torch-Compiled Region"
 PASSES = ("forward", "backward", "optimizer", "data", "other")
@@ -46,12 +48,6 @@ P = {name: code for code, name in enumerate(PASSES)}
 
 def _name_flags(name_values: list, pattern) -> np.ndarray:
     return np.array([bool(v) and bool(pattern(v)) for v in name_values], dtype=bool)
-
-
-def _nearest_marked(parent: np.ndarray, marked: np.ndarray) -> np.ndarray:
-    from .build import nearest_marked
-
-    return nearest_marked(parent, marked)
 
 
 def sequence_numbers(args: pa.Array | None, rows: np.ndarray) -> np.ndarray:
@@ -73,9 +69,7 @@ def compiled_region_frames(*, name_codes: np.ndarray, name_values: list, parent:
     is_region = _name_flags(name_values, lambda v: v.startswith(COMPILED_REGION_PREFIX))[name_codes]
     if not is_region.any():
         return frame
-    from .build import root_of
-
-    region = _nearest_marked(parent, is_region)  # innermost region around (or at) each event
+    region = nearest_marked(parent, is_region)  # innermost region around (or at) each event
     up = np.where(is_region & (parent >= 0), region[np.maximum(parent, 0)], -1)  # a region's enclosing region
     outer = root_of(up)
     around = np.where(region >= 0, outer[np.maximum(region, 0)], -1)
@@ -96,7 +90,7 @@ def backward_links(*, name_codes: np.ndarray, name_values: list, is_op: np.ndarr
     evals = np.flatnonzero(is_eval)
     counts = {"backward_nodes": int(len(evals)), "linked_by_flow": 0, "linked_by_sequence": 0, "linked_after": 0}
     if len(evals):
-        eval_of = _nearest_marked(parent, is_eval)  # innermost evaluate_function around each event
+        eval_of = nearest_marked(parent, is_eval)  # innermost evaluate_function around each event
         link = np.full(n, -1, dtype=np.int64)  # per evaluate_function: its forward operator
         starts, finishes = fwdbwd
         ok = (starts >= 0) & (finishes >= 0)
@@ -148,7 +142,7 @@ def backward_links(*, name_codes: np.ndarray, name_values: list, is_op: np.ndarr
         marker[is_python & _name_flags(name_values, _BACKWARD_CALL.search)[name_codes]] = P["backward"]
         marker[~is_python & ~is_op & _name_flags(name_values, _OPTIMIZER.match)[name_codes]] = P["optimizer"]
         marker[~is_python & ~is_op & _name_flags(name_values, _DATA.match)[name_codes]] = P["data"]
-        around = _nearest_marked(parent, marker >= 0)
+        around = nearest_marked(parent, marker >= 0)
         pass_code = np.where(around >= 0, marker[np.maximum(around, 0)], P["forward"]).astype(np.int8)
     else:
         pass_code = np.zeros(0, dtype=np.int8)
