@@ -179,3 +179,24 @@ def test_cli_peak_options(tmp_path):
     assert plain["peak"] is None and plain["steps"][0]["mfu"] is None  # unknown device: not guessed
     bad = cli("analyze", trace, "--peak-tflops", "-1")
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--peak-tflops" in bad.stderr
+
+
+def test_work_table_is_queryable_and_adds_up_to_the_summary(tmp_path):
+    """`analyze` writes analysis/work.parquet: each counted operator with its FLOPs and bytes, and
+    each kernel with its share; SQL over it gives the figures the report shows."""
+    import duckdb
+
+    trace = write_trace(tmp_path / "t.json", EVENTS, deviceProperties=[{"id": 0, "name": "NVIDIA H100 80GB HBM3"}])
+    run_dir = import_traces(trace, tmp_path / "run").run_dir
+    cli("analyze", run_dir)
+    work = str(run_dir / "analysis" / "work.parquet")
+    ops = dict(duckdb.sql(f"SELECT name, flops FROM '{work}' WHERE kind = 'op'").fetchall())
+    assert ops == {"aten::linear": LINEAR_FLOPS, "aten::conv2d": CONV_FLOPS, "aten::mm": 1000}
+    kernels = {name: (flops, op) for name, flops, op in duckdb.sql(
+        f"SELECT k.name, k.flops, o.name FROM '{work}' k JOIN '{work}' o ON o.event_id = k.op_event_id AND o.kind = 'op' "
+        "WHERE k.kind = 'kernel'").fetchall()}
+    assert kernels["gemm"] == (LINEAR_FLOPS, "aten::linear")
+    assert kernels["conv_main"][0] == pytest.approx(CONV_FLOPS * 30 / 40) and kernels["conv_tail"][1] == "aten::conv2d"
+    report = json.loads((run_dir / "analysis" / "report.json").read_text())
+    ((total,),) = duckdb.sql(f"SELECT sum(flops) FROM '{work}' WHERE kind = 'op' AND step = 1").fetchall()
+    assert total == report["summary"]["ranks"][0]["utilisation"]["steps"][0]["flops"]

@@ -1,4 +1,4 @@
-"""Write a Report to RUN/analysis/: report.json, report.md, findings.parquet and critical_path.parquet.
+"""Write a Report to RUN/analysis/: report.json, report.md, findings.parquet, critical_path.parquet and work.parquet.
 
 Must not: compute anything (the engine does; the critical path comes from analyzers/critical_path.py,
 which computed it for the summary and keeps it per run) or print (the CLI does).
@@ -61,6 +61,7 @@ def write_outputs(report: Report, out_dir: Path) -> Path:
     _atomic_write(out_dir / "findings.parquet", lambda p: pq.write_table(findings_table(report), p))
     if (out_dir.parent / "manifest.json").exists():  # out_dir is RUN/analysis
         _atomic_write(out_dir / "critical_path.parquet", lambda p: pq.write_table(_critical_path(out_dir.parent), p))
+        _atomic_write(out_dir / "work.parquet", lambda p: pq.write_table(_work(out_dir.parent), p))
     return out_dir
 
 
@@ -78,3 +79,22 @@ def _critical_path(run_dir: Path) -> pa.Table:
             with run.with_ranks([rank]) as one:
                 tables.append(path_table(one))
         return pa.concat_tables(tables)
+
+
+def _work(run_dir: Path) -> pa.Table:
+    """FLOPs and bytes per counted operator and per kernel (docs/METRICS.md "Utilisation"), from the
+    per-rank work the summary already computed (utilisation.rank_work keeps it per analysis)."""
+    from ..store import open_run
+    from .utilisation import WORK_COLUMNS, rank_work, work_rows
+
+    schema = pa.schema([("rank", pa.int32()), ("event_id", pa.int64()), ("kind", pa.string()), ("name", pa.string()),
+                        ("op_event_id", pa.int64()), ("step", pa.int64()), ("source_frame_id", pa.int64()), ("dur_ns", pa.int64()),
+                        ("flops", pa.float64()), ("bytes", pa.float64()), ("dtype", pa.string()), ("how", pa.string())])
+    assert tuple(schema.names) == WORK_COLUMNS
+    with open_run(run_dir) as run:
+        ranks = [r for (r,) in run.sql("SELECT DISTINCT rank FROM events ORDER BY 1").fetchall()]
+        tables = []
+        for rank in ranks:
+            with run.with_ranks([rank]) as one:
+                tables.append(pa.Table.from_pylist(work_rows(rank_work(one, rank), rank), schema=schema))
+        return pa.concat_tables(tables) if tables else schema.empty_table()

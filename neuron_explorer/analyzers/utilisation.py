@@ -271,3 +271,23 @@ def rank_utilisation(run: Run, rank: int) -> dict:
         "mfu_median": mfus[len(mfus) // 2] if mfus else None,
         "top_kernels": kernel_table(work, limit=10),
     }
+
+
+WORK_COLUMNS = ("rank", "event_id", "kind", "name", "op_event_id", "step", "source_frame_id", "dur_ns", "flops", "bytes",
+                "dtype", "how")
+"""Columns of `analysis/work.parquet` (docs/METRICS.md "Utilisation"): one row per counted operator
+(`kind = 'op'`) and per kernel that inherits its work (`kind = 'kernel'`, `op_event_id` its operator)."""
+
+
+def work_rows(work: RankWork, rank: int) -> list[dict]:
+    """The rank's counted operators and the kernels that inherit their work, as WORK_COLUMNS rows:
+    the same figures the summary sums, so SQL over `analysis/work.parquet` adds up to them."""
+    rows = [{"rank": rank, "event_id": o["event_id"], "kind": "op", "name": o["name"], "op_event_id": o["event_id"],
+             "step": o["step"], "source_frame_id": o["source_frame_id"], "dur_ns": o["dur_ns"], "flops": float(o["flops"]),
+             "bytes": float(o["bytes"]), "dtype": o["dtype"], "how": o["how"]} for o in work.ops]
+    for k in work.kernels:
+        op = work.ops[k["op"]]
+        rows.append({"rank": rank, "event_id": k["event_id"], "kind": "kernel", "name": k["name"], "op_event_id": op["event_id"],
+                     "step": k["step"], "source_frame_id": op["source_frame_id"], "dur_ns": k["dur_ns"],
+                     "flops": float(k["flops"]), "bytes": float(k["bytes"]), "dtype": op["dtype"], "how": op["how"]})
+    return rows
