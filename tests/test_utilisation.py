@@ -200,3 +200,20 @@ def test_work_table_is_queryable_and_adds_up_to_the_summary(tmp_path):
     report = json.loads((run_dir / "analysis" / "report.json").read_text())
     ((total,),) = duckdb.sql(f"SELECT sum(flops) FROM '{work}' WHERE kind = 'op' AND step = 1").fetchall()
     assert total == report["summary"]["ranks"][0]["utilisation"]["steps"][0]["flops"]
+
+
+def test_agent_tool_gives_mfu_and_roofline_per_rank(run):
+    from neuron_explorer.agent.tools import RunSet
+
+    tools = RunSet([run.path])
+    try:
+        res = tools.utilisation(k=2)
+        (r,) = res["ranks"]
+        total = LINEAR_FLOPS + CONV_FLOPS + 1000
+        assert res["ok"] and r["device_name"] == "NVIDIA H100 80GB HBM3" and r["dtype"] == "bf16"
+        assert r["steps"][0]["flops"] == total and r["mfu_median"] == pytest.approx(total / 1e-3 / H100_BF16)
+        assert [k["kernel"] for k in r["top_kernels"]] == ["gemm", "conv_main"]  # by time, k of them
+        bad = tools.utilisation(rank=3)
+        assert not bad["ok"] and "rank 3" in bad["error"]
+    finally:
+        tools.close()

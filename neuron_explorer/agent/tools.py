@@ -31,7 +31,7 @@ DEVICE_WORK_KINDS = ("kernel", "memcpy", "memset")
 SEVERITY_ORDER = ("high", "medium", "low", "info")
 
 TOOLS = ("list_runs", "summary", "findings", "explain_finding", "query", "hot_source_lines", "event_context", "compare",
-         "critical_path")
+         "critical_path", "utilisation")
 """The RunSet methods that are agent tools: each method's signature and docstring are the tool's
 one definition (the MCP server registers them as they are)."""
 
@@ -391,6 +391,43 @@ class RunSet:
                                            "(or the event's own name); null: host time outside every traced call"}}
             if not out_ranks:
                 out["note"] = "no profiler steps (ProfilerStep#N) in this run: no critical path"
+            return out
+        return self._call(go)
+
+    def utilisation(self, run: str | None = None, k: int = 10, rank: int | None = None) -> dict:
+        """How hard the device works: per rank the device and its matched peak (null for unknown devices and CPUs,
+        never guessed), the dtype carrying most FLOPs, counted FLOPs and bytes, MFU per step (FLOPs / (step time x
+        peak)) and its median, and the top `k` kernels by time with achieved TFLOP/s, GB/s, arithmetic intensity, the
+        roofline bound and efficiency. FLOPs per operator and kernel are in `analysis/work.parquet` (query it with
+        `query` after `analyze`). Definitions: docs/METRICS.md "Utilisation"."""
+        def go():
+            from ..analyzers.utilisation import rank_utilisation
+            from ..store import open_run
+
+            name = self._resolve(run)
+            kk = max(1, min(int(k), 50))
+            out_ranks = []
+            with open_run(self._runs[name]) as r:
+                all_ranks = [x for (x,) in r.sql("SELECT DISTINCT rank FROM events ORDER BY 1").fetchall()]
+                if rank is not None and int(rank) not in all_ranks:
+                    raise ValueError(f"no rank {rank} in this run (ranks: {all_ranks[:20]})")
+                for rk in ([int(rank)] if rank is not None else all_ranks[:MAX_ROWS]):
+                    u = rank_utilisation(r, rk)
+                    steps = u["steps"]
+                    out_ranks.append({
+                        "rank": rk, "device_name": u["device_name"], "peak": u["peak"], "dtype": u["dtype"],
+                        "flops": u["flops"], "bytes": u["bytes"], "ops_counted": u["ops_counted"], "ops_estimated": u["ops_estimated"],
+                        "mfu_median": u["mfu_median"],
+                        "steps": [{k2: s[k2] for k2 in ("step", "dur_ns", "flops", "tflops_per_s", "mfu")} for s in steps[:MAX_ROWS]],
+                        "top_kernels": u["top_kernels"][:kk]})
+            out = {"ok": True, "run": name, "ranks": out_ranks,
+                   "definitions": {"mfu": "counted FLOPs of the step / (step duration x the device's peak FLOP/s for `dtype`); "
+                                          "null when the device's peak is unknown",
+                                   "tflops_per_s": "FLOPs / duration", "intensity_flops_per_byte": "FLOPs / bytes",
+                                   "bound_tflops_per_s": "min(peak FLOP/s, intensity x peak bandwidth): the roofline",
+                                   "efficiency": "achieved / bound"}}
+            if rank is None and len(all_ranks) > MAX_ROWS:
+                out["truncated"] = True
             return out
         return self._call(go)
 
