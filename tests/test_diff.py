@@ -355,3 +355,32 @@ def test_steady_step_times_do_not_overrule_significant_line_deltas(tmp_path: Pat
     within = abs(s.delta_ci_low_ns) < 0.05 * s.base.median and abs(s.delta_ci_high_ns) < 0.05 * s.base.median
     assert within and s.verdict == "cannot tell" and "add up to +998 us per step" in s.reason
     assert s.significant_deltas["type"] == "source_line" and s.steps["test"]["used"] == list(range(8))
+
+
+def _gemm_run(tmp: Path, name: str, step_ms: float, steps: int = 8) -> Path:
+    """Steps of `step_ms` on an H100, each one aten::mm of a recorded 2e9 FLOPs (one kernel)."""
+    ev, t = [], 0.0
+    for i in range(steps):
+        us = step_ms * 1000
+        ev.append(X(f"ProfilerStep#{i}", "user_annotation", t, us))
+        ev.append(X("aten::mm", "cpu_op", t + 10, 50, **{"External id": i + 1, "flops": 2e9, "Input Dims": [[1024, 1024], [1024, 1024]],
+                                                         "Input type": ["c10::BFloat16"] * 2}))
+        ev.append(X("cudaLaunchKernel", "cuda_runtime", t + 20, 5, correlation=100 + i, **{"External id": i + 1}))
+        ev.append(X("gemm_bf16", "kernel", t + 30, us - 100, pid=0, tid=7, correlation=100 + i, stream=7, device=0))
+        t += us + 10
+    props = [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]
+    return import_traces(write_trace(tmp / f"{name}.json", ev, deviceProperties=props), tmp / name).run_dir
+
+
+def test_diff_compares_mfu_per_steady_step(tmp_path: Path):
+    base = _gemm_run(tmp_path, "base", 10.0)
+    test = _gemm_run(tmp_path, "test", 12.5)
+    d = compare(base, test)
+    ub, ut = d.utilisation["base"], d.utilisation["test"]
+    # MFU = 2e9 FLOPs / (step time x 989.4 TFLOP/s, the H100's dense bf16 peak)
+    assert ub["mfu_median"] == pytest.approx(2e9 / 10e-3 / 989.4e12) and ut["mfu_median"] == pytest.approx(2e9 / 12.5e-3 / 989.4e12)
+    assert ub["tflops_per_s_median"] == pytest.approx(2e9 / 10e-3 / 1e12) and ub["devices"] == ["NVIDIA H100 80GB HBM3"]
+    text = render_text(d)
+    assert "MFU (median over steady steps): 0.0202% → 0.0162% (-0.00404 points)" in text
+    assert "achieved TFLOP/s per step (median): 0.2 → 0.16" in text
+    assert json.loads(json.dumps(d.to_dict()))["utilisation"]["test"]["mfu_median"] == pytest.approx(ut["mfu_median"])

@@ -88,10 +88,11 @@ class Diff:
     step_time: StepTime
     deltas: list[Delta]
     notes: list[str] = field(default_factory=list)
+    utilisation: dict = field(default_factory=dict)  # base / test: step_utilisation over the steady steps
 
     def to_dict(self) -> dict:
         return {"base": self.base, "test": self.test, "step_time": _clean(asdict(self.step_time)),
-                "deltas": [_clean(asdict(d)) for d in self.deltas], "notes": self.notes}
+                "deltas": [_clean(asdict(d)) for d in self.deltas], "notes": self.notes, "utilisation": _clean(self.utilisation)}
 
 
 def _clean(obj):
@@ -185,6 +186,35 @@ def _rekey_lines(values: dict, keys: dict[str, tuple[str, str]]) -> tuple[dict, 
     return out, display
 
 
+def step_utilisation(run: Run, steps: list[int]) -> dict:
+    """MFU and achieved TFLOP/s over the given (steady) steps, from analyzers/utilisation.py's per-rank
+    step figures: per step the mean over ranks (ranks without a device peak have no MFU), then the
+    median over steps. `mfu_median` is null when no rank's device has a known peak."""
+    from .utilisation import rank_utilisation
+
+    keep = set(steps)
+    mfu: dict[int, list[float]] = defaultdict(list)
+    tflops: dict[int, list[float]] = defaultdict(list)
+    devices, dtypes = set(), set()
+    for (rank,) in run.sql("SELECT DISTINCT rank FROM steps ORDER BY 1").fetchall():
+        u = rank_utilisation(run, rank)
+        devices.add(u["device_name"])
+        dtypes.add(u["dtype"])
+        for s in u["steps"]:
+            if s["step"] in keep:
+                if s["mfu"] is not None:
+                    mfu[s["step"]].append(s["mfu"])
+                if s["tflops_per_s"] is not None:
+                    tflops[s["step"]].append(s["tflops_per_s"])
+
+    def median_of_means(per_step: dict[int, list[float]]) -> float | None:
+        vals = sorted(sum(v) / len(v) for v in per_step.values() if v)
+        return None if not vals else (vals[len(vals) // 2] if len(vals) % 2 else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2)
+
+    return {"mfu_median": median_of_means(mfu), "tflops_per_s_median": median_of_means(tflops), "steps": len(keep),
+            "devices": sorted(d for d in devices if d), "dtypes": sorted(d for d in dtypes if d)}
+
+
 def _mean(v: list[float]) -> float:
     return sum(v) / len(v) if v else 0.0
 
@@ -199,6 +229,7 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
         test_sel, test_times = _step_samples(test)
         base_vals, base_disp = _rekey_lines(_per_step(base, base_sel.used), _line_keys(base))
         test_vals, test_disp = _rekey_lines(_per_step(test, test_sel.used), _line_keys(test))
+        util = {"base": step_utilisation(base, base_sel.used), "test": step_utilisation(test, test_sel.used)}
     notes = []
     sb, st = describe(base_times), describe(test_times)
     outcome = compare_samples(base_times, test_times)
@@ -284,7 +315,7 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
         effect_size=outcome.effect_size, delta_ci_low_ns=ci_low, delta_ci_high_ns=ci_high,
         steps={"base": base_sel.to_dict(), "test": test_sel.to_dict()}, detect_pct=detect, min_detectable_pct=mdc,
         steps_to_record=to_record, significant_deltas=big)
-    return Diff(str(base_path), str(test_path), step_time, deltas, notes)
+    return Diff(str(base_path), str(test_path), step_time, deltas, notes, util)
 
 
 def _pooled_sd(a: list[float], b: list[float]) -> float:
@@ -377,6 +408,15 @@ def render_text(diff: Diff, top: int = 20) -> str:
         lines.append(f"  because {s.reason}")
     if s.test_reason:
         lines.append(f"  {test_name} was used: {s.test_reason}")
+    ub, ut = diff.utilisation.get("base") or {}, diff.utilisation.get("test") or {}
+    if ub.get("mfu_median") is not None and ut.get("mfu_median") is not None:
+        lines.append(f"MFU (median over steady steps): {100 * ub['mfu_median']:.3g}% → {100 * ut['mfu_median']:.3g}% "
+                     f"({100 * (ut['mfu_median'] - ub['mfu_median']):+.3g} points)")
+    elif ub.get("tflops_per_s_median") or ut.get("tflops_per_s_median"):
+        lines.append("MFU: unknown (no device peak for " + (", ".join(ub.get("devices", []) + ut.get("devices", [])) or "a CPU run")
+                     + ")")
+    if ub.get("tflops_per_s_median") is not None and ut.get("tflops_per_s_median") is not None:
+        lines.append(f"achieved TFLOP/s per step (median): {ub['tflops_per_s_median']:.4g} → {ut['tflops_per_s_median']:.4g}")
     lines += ["", f"largest changes per step over the steady steps (* = significant: p < {ALPHA} and at least "
                   f"{MIN_SHARE_OF_STEP:.0%} of the step)"]
     for type_ in _TYPE_ORDER:
