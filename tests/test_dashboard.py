@@ -279,8 +279,8 @@ def test_findings_zoom_targets_from_a_hand_made_report(rs, monkeypatch):
     monkeypatch.delitem(r._facts, "findings", raising=False)
     monkeypatch.setattr(queries, "_load_analyze", lambda: lambda path, write: report)
     rows = queries.findings(rs, run=0)["rows"]
-    pad = max(28 * US // 10, 1000)
-    assert (rows[0]["t0"], rows[0]["t1"]) == (BASE + 12 * US - pad, BASE + 40 * US + pad)
+    pad = 100 * US // 10  # its whole evidence: its sample and its step (0-100 us), padded by a tenth
+    assert (rows[0]["t0"], rows[0]["t1"]) == (BASE - pad, BASE + 100 * US + pad)
     assert rows[0]["event_ids"] == [addmm]
     pad2 = 100 * US // 10
     assert (rows[1]["t0"], rows[1]["t1"]) == (BASE - pad2, BASE + 100 * US + pad2)  # no events: its steps

@@ -21,6 +21,7 @@ from types import ModuleType
 
 from ..store import Run, create_views, new_connection, open_run
 from . import metrics
+from .ranks import summary as cross_rank_summary
 from .model import Evidence, Finding, Location, Report, SEVERITIES
 
 SEVERITY_SHARES = {"high": 0.20, "medium": 0.05, "low": 0.01}
@@ -117,7 +118,9 @@ def all_rules() -> list[ModuleType]:
     return sorted(mods, key=lambda m: m.RULE_ID)
 
 
-def _quality_notes(run: Run) -> dict[int, list[str]]:
+def quality_notes(run: Run) -> dict[int, list[str]]:
+    """Per rank, the data-quality problems the importer counted, in words (each lowers a
+    finding's confidence; the dashboard's overview lists them)."""
     out: dict[int, list[str]] = {}
     labels = {"device_events_without_launch": "device events with no launch (dropped events?)",
               "device_before_launch": "device events before their launch (clock anomaly)",
@@ -127,6 +130,9 @@ def _quality_notes(run: Run) -> dict[int, list[str]]:
         notes = [f"{dq[k]} {label}" for k, label in labels.items() if dq.get(k)]
         out[int(entry.get("rank", 0))] = notes
     return out
+
+
+_quality_notes = quality_notes  # the earlier private name
 
 
 def _analyze_rank(run: Run, rank: int, rank_rules: list[ModuleType], quality: dict) -> tuple[dict, dict]:
@@ -165,7 +171,7 @@ def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int
     rules = all_rules() if rules is None else rules
     rank_rules = [r for r in rules if getattr(r, "SCOPE", "rank") != "run"]
     ranks = metrics.ranks(run)
-    quality = _quality_notes(run)
+    quality = quality_notes(run)
     per_rank: dict[int, tuple[dict, dict]] = {}
     n_workers = default_workers(len(ranks)) if workers is None else max(1, min(workers, len(ranks) or 1))
     if ray is not None:
@@ -193,7 +199,8 @@ def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int
                 warnings.append(f"rule {rule.RULE_ID} failed on rank {rank}: {value}")
     order = {s: i for i, s in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: (-f.impact_ns, order[f.severity], f.rule_id))
-    return Report(run=str(run.path), summary={"ranks": list(summaries.values()), "definitions": "docs/METRICS.md"}, findings=findings,
+    summary = {"ranks": list(summaries.values()), "definitions": "docs/METRICS.md", "cross_rank": cross_rank_summary(run)}
+    return Report(run=str(run.path), summary=summary, findings=findings,
                   not_applicable=not_applicable, warnings=warnings)
 
 

@@ -8,6 +8,7 @@ Must not: print, render or decide what is a problem (that is what rules do).
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 
@@ -229,6 +230,32 @@ def device_summary(run: Run, rank: int, device: int) -> dict:
         "memset_ns": int(sums.get("memset") or 0),
         **{k: int(v or 0) for k, v in comm.items()},
     }
+
+
+def step_device_busy(run: Run, rank: int) -> list[dict]:
+    """Device utilisation per profiler step: for each step of the rank and each device the rank
+    used, `busy_ns` = the length of the step's range [ts_ns, ts_ns + dur_ns) covered by the device's
+    busy union (kernel, memcpy, memset on any stream, as `busy_ns` of `device_summary`), and
+    `busy_share` = busy_ns / the step's dur_ns. Work a step launched that ran after its end counts
+    in the step whose range it ran in."""
+    steps = run.sql("SELECT step, ts_ns, dur_ns FROM steps WHERE rank = ? ORDER BY step", [rank]).fetchall()
+    out = []
+    for device in devices(run, rank):
+        iv = intervals(run, device_where(rank, device))
+        starts = [s for s, _ in iv]
+        done = [0]  # done[i]: busy length of the first i intervals
+        for s, e in iv:
+            done.append(done[-1] + (e - s))
+
+        def covered(t: int) -> int:  # busy length before instant t
+            i = bisect.bisect_right(starts, t)
+            return done[i] - (max(iv[i - 1][1] - t, 0) if i else 0)
+
+        for step, ts, dur in steps:
+            busy = covered(int(ts) + int(dur)) - covered(int(ts))
+            out.append({"step": int(step), "device": device, "dur_ns": int(dur), "busy_ns": int(busy),
+                        "busy_share": (busy / dur) if dur else None})
+    return out
 
 
 def cpu_comm(run: Run, rank: int) -> dict:

@@ -14,10 +14,10 @@ import re
 import threading
 
 from ..errors import NeuronExplorerError
-from . import compare_view, queries
+from . import compare_view, overview, queries
 from .api import register as register_api
 from .figure import build_figure, time_unit
-from .panels import CallbackInputError, detail_panel, finding_clicked, findings_for, findings_table, guard, tables_for  # noqa: F401  (callback bodies)
+from .panels import CallbackInputError, detail_panel, finding_clicked, findings_for, findings_note, findings_table, guard, tables_for  # noqa: F401  (callback bodies)
 from .theme import STYLE
 from .runs import RunSet
 from .timeline import timeline_arrays
@@ -222,7 +222,7 @@ def create_app(rs: RunSet):
     app = dash.Dash(__name__, title="Neuron Explorer", update_title=None, serve_locally=True)
     register_api(app.server, rs)
     run_opts = [{"label": f"{r.index}: {r.name}", "value": r.index} for r in rs.runs]
-    app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + STYLE + compare_view.STYLE + "</style>")
+    app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + STYLE + compare_view.STYLE + overview.STYLE + "</style>")
     comparing = len(rs.runs) >= 2  # the Compare view needs two runs
     app.layout = html.Div([
         html.Div([
@@ -249,7 +249,8 @@ def create_app(rs: RunSet):
             dcc.Loading(dcc.Graph(id="timeline", config={"scrollZoom": False, "displaylogo": False, "doubleClick": "autosize"},
                                        style={"width": "100%"}), type="dot", delay_show=400)], className="nx-card"),
         html.Div([
-            html.Div([dcc.Tabs(id="tabs", value="findings", children=[
+            html.Div([dcc.Tabs(id="tabs", value="overview", children=[
+                dcc.Tab(label="Overview", value="overview", children=[overview.layout()]),
                 dcc.Tab(label="Findings", value="findings", children=[
                     html.Div(id="findings-note", className="nx-muted"),
                     findings_table(),
@@ -324,17 +325,16 @@ def create_app(rs: RunSet):
                   Input("tabs", "value"), Input("run-select", "value"), Input("rank-select", "value"), prevent_initial_call="initial_duplicate")
     @guard(1)
     def _tabs(tab, run, rank):
-        if tab == "findings":
+        if tab in ("findings", "overview"):
             return (None,)
         return (tables_for(rs, run, rank, tab),)
 
     @app.callback(Output("findings", "rowData"), Output("findings-note", "children"), Output("error", "children", allow_duplicate=True),
-                  Input("run-select", "value"), prevent_initial_call="initial_duplicate")
+                  Input("run-select", "value"), Input("rank-select", "value"), prevent_initial_call="initial_duplicate")
     @guard(2)
-    def _findings(run):
-        rows = findings_for(rs, run)
-        note = f"{len(rows)} findings, ranked by impact — click one to zoom the timeline to its evidence" if rows else "no findings"
-        return rows, note
+    def _findings(run, rank):
+        rows = findings_for(rs, run, rank)
+        return rows, findings_note(rs, run, rank, rows)
 
     @app.callback(Output("finding-detail", "children"), Output("selected", "data", allow_duplicate=True),
                   Output("error", "children", allow_duplicate=True),
@@ -350,6 +350,7 @@ def create_app(rs: RunSet):
 
     if comparing:
         compare_view.register(app, rs)
+    overview.register(app, rs, view_for)
     return app
 
 

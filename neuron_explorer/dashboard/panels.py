@@ -114,17 +114,38 @@ def tables_for(rs: RunSet, run, rank, tab: str):
 FINDING_COLUMNS = [
     column("severity", "severity", cellStyle=text_color_when(("params.value == 'high'", "#B71C1C"), ("params.value == 'medium'", "#E65100"))),
     column("title", "title", wide=True, tooltipField="title"), column("impact ms", "impact ms", numeric=True),
-    column("share %", "share %", numeric=True), column("where", "where", wide=True, tooltipField="where"), column("rule", "rule")]
+    column("share %", "% of step time", numeric=True, tooltipField="share of"),
+    column("confidence", "confidence", numeric=True, tooltipField="notes"), column("rank", "rank", numeric=True),
+    column("where", "where", wide=True, tooltipField="where"), column("notes", "confidence notes", wide=True, tooltipField="notes"),
+    column("rule", "rule")]
 
 
-def findings_for(rs: RunSet, run):
-    """Rows for the findings table (ranked by impact, as the analyzer ranks them); `id` is the
-    finding's index as text, which a click on the row reports."""
-    data = queries.findings(rs, run=run)
+def findings_for(rs: RunSet, run, rank=None):
+    """Rows for the findings table (ranked by impact, as the analyzer ranks them) of the picked
+    rank (with the run-wide ones); `id` is the finding's index as text, which a click on the row
+    reports. `share of` says the share's denominator; `notes` why the confidence is lowered."""
+    from .overview import share_denominator, summary_by_rank
+
+    data = queries.findings(rs, run=run, rank=rank)
+    summary = summary_by_rank(rs, run)
     return [{"id": str(f["index"]), "index": f["index"], "severity": f["severity"], "title": f["title"],
              "impact ms": round(f["impact_ms"], 3), "share %": round(100 * f["impact_share"], 1),
+             "share of": "share " + share_denominator(f["location"].get("rank"), summary), "confidence": f["confidence"],
+             "rank": f["location"].get("rank"), "notes": "; ".join(f.get("confidence_notes") or []) or "—",
              "where": f["source"] or f["location"].get("op") or f["location"].get("kernel") or "", "rule": f["rule_id"]}
             for f in data["rows"]]
+
+
+def findings_note(rs: RunSet, run, rank, rows: list[dict]) -> str:
+    """The line above the findings table: how many, what a click does, what the shares are of,
+    and the report's data-quality warnings."""
+    if not rows:
+        return "no findings" + (f" for rank {rank}" if rank not in (None, "all") else "")
+    dens = sorted({r["share of"] for r in rows})
+    warn = queries.findings(rs, run=run)["warnings"]
+    return (f"{len(rows)} findings, ranked by impact — click one to zoom the timeline to all of its evidence. "
+            f"{'; '.join(dens)}. Findings overlap, so shares need not add up to 100%."
+            + (f" Data quality: {'; '.join(warn)}." if warn else ""))
 
 
 def findings_table():
