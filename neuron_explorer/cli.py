@@ -280,6 +280,8 @@ def record(
     no_memory: bool = typer.Option(False, "--no-memory", help="Do not record allocations."),
     no_shapes: bool = typer.Option(False, "--no-shapes", help="Do not record input shapes."),
     force: bool = typer.Option(False, "--force", help="Replace an existing run at --out."),
+    runs: int = typer.Option(1, "--runs", min=1, help="Record the script this many times, one process after another, into "
+                             "OUT/1 .. OUT/N: a run set, which `diff` compares by the variation between recordings (for CI gates)."),
 ) -> None:
     """Run a script (or -m module) under the live collector; keeps its exit code.
 
@@ -294,16 +296,20 @@ def record(
     options = profile_options(wait=wait, warmup=warmup, active=active, repeat=repeat, activities=activities,
                               stack=not no_stack, memory=not no_memory, shapes=not no_shapes,
                               statement_lines=not no_statement_lines)
-    result = run_record(out, script, args, module=module, overwrite=force, profile_options=options)
-    if result.run_dir is not None:
-        typer.echo(f"neuron-explorer: wrote {result.run_dir}", err=True)
+    targets = [out] if runs == 1 else [out / str(i) for i in range(1, runs + 1)]
+    for target in targets:
+        result = run_record(target, script, args, module=module, overwrite=force, profile_options=options)
+        if result.run_dir is not None:
+            typer.echo(f"neuron-explorer: wrote {result.run_dir}", err=True)
+        if result.exit_code:
+            break
     raise typer.Exit(result.exit_code)
 
 
 @app.command(rich_help_panel="Analyse")
 def diff(
-    base: Path = typer.Argument(..., help="The reference run."),
-    test: Path = typer.Argument(..., help="The run to compare with it."),
+    base: Path = typer.Argument(..., help="The reference run, or a folder of several recordings of it (record --runs N)."),
+    test: Path = typer.Argument(..., help="The run to compare with it, or a folder of several recordings."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
     top: int = typer.Option(20, "--top", help="How many deltas the text shows."),
     fail_if_slower: Optional[str] = typer.Option(None, "--fail-if-slower", metavar="PCT",

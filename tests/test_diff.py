@@ -384,3 +384,39 @@ def test_diff_compares_mfu_per_steady_step(tmp_path: Path):
     assert "MFU (median over steady steps): 0.0202% → 0.0162% (-0.00404 points)" in text
     assert "achieved TFLOP/s per step (median): 0.2 → 0.16" in text
     assert json.loads(json.dumps(d.to_dict()))["utilisation"]["test"]["mfu_median"] == pytest.approx(ut["mfu_median"])
+
+
+def _recordings(tmp: Path, name: str, medians_ms: list[float]) -> Path:
+    """A run set: one hand-built run per recording, each 9 steady steps within ±0.5% of its median
+    (after a warm-up step), as repeated recordings of one job show: steady within a process, but the
+    process as a whole faster or slower (placement, load, memory layout)."""
+    folder = tmp / name
+    folder.mkdir()
+    for i, m in enumerate(medians_ms, 1):
+        steps = [3 * m] + [m * f for f in (1.0, 1.004, 0.997, 1.002, 0.996, 1.005, 0.999, 1.001, 0.998)]
+        run = _steps_run(tmp, f"{name}-{i}", steps)
+        run.rename(folder / str(i))
+    return folder
+
+
+def test_run_sets_judge_the_variation_between_recordings(tmp_path: Path):
+    # same code: the recordings' medians scatter by ±8% around 10 ms on both sides
+    same_base = _recordings(tmp_path, "base", [10.0, 10.8, 9.3, 10.4, 9.6])
+    same_test = _recordings(tmp_path, "test", [10.9, 9.5, 10.2, 9.4, 10.6])
+    # one recording per side: the steps are tight, so a +16% gap between two processes looks certain
+    one = compare(same_base / "3", same_test / "1")
+    assert one.step_time.verdict == "slower" and any("one recording per side" in n for n in one.notes)
+    both = compare(same_base, same_test)
+    s = both.step_time
+    assert s.test_name == "t-on-run-medians" and s.verdict != "slower"
+    assert [r["median_ns"] for r in s.runs["base"]] == pytest.approx([10.0e6, 10.8e6, 9.3e6, 10.4e6, 9.6e6], rel=1e-3)
+    assert s.delta_ns == pytest.approx((sum([10.9, 9.5, 10.2, 9.4, 10.6]) - sum([10.0, 10.8, 9.3, 10.4, 9.6])) / 5 * 1e6, rel=1e-3)
+    # a real +30% regression under the same scatter is slower
+    slow_test = _recordings(tmp_path, "slow", [13.0, 12.4, 13.7, 12.9, 13.3])
+    slow = compare(same_base, slow_test)
+    assert slow.step_time.verdict == "slower" and slow.step_time.delta_pct == pytest.approx(30.3, abs=1.0)
+    text = render_text(slow)
+    assert "5 recordings" in text and "Student's t on the recordings' medians" in text
+    # the CLI takes the folders; the gate fails on the regression and passes on the same code
+    assert cli("diff", same_base, slow_test, "--fail-if-slower", "5%").returncode == 1
+    assert cli("diff", same_base, same_test, "--fail-if-slower", "5%").returncode == 0

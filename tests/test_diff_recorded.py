@@ -175,3 +175,20 @@ def test_two_recordings_of_the_same_code_pass_the_gate(tmp_path: Path):
     s = data["step_time"]
     assert s["verdict"] != "slower", s
     assert [x["step"] for x in s["steps"]["base"]["left_out"]][:1] == [0] and s["steps"]["base"]["left_out"][-1]["step"] == STEPS
+
+
+def test_record_runs_makes_a_run_set_that_diff_reads(tmp_path: Path):
+    """`record --runs 2` records the script twice, one process after the other, into OUT/1 and
+    OUT/2; `diff` takes the folder and judges the recordings' medians."""
+    script = tmp_path / "loop.py"
+    script.write_text("import torch\ntorch.set_num_threads(1)\nmodel = torch.nn.Linear(64, 64)\n"
+                      "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nx = torch.randn(32, 64)\n"
+                      "for _ in range(8):\n    opt.zero_grad()\n    model(x).sum().backward()\n    opt.step()\n")
+    res = cli("record", "--runs", "2", "-o", tmp_path / "set", script)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / "set").iterdir()) == ["1", "2"]
+    data = json.loads(cli("diff", tmp_path / "set", tmp_path / "set", "--json").stdout)
+    s = data["step_time"]
+    assert s["test_name"] == "t-on-run-medians" and [len(s["runs"][r]) for r in ("base", "test")] == [2, 2]
+    assert s["delta_ns"] == 0 and s["verdict"] != "slower"
+    assert all(len(r["steps"]["used"]) >= 5 for r in s["runs"]["base"])

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from ..store import Run, open_run
 from .metrics import StepSelection, steady_steps
-from .stats import (Sample, bootstrap_median_diff_ci, compare_samples, describe, detectable_change, robust_sd,
-                    steps_to_detect)
+from .stats import (Sample, Test, bootstrap_median_diff_ci, cliffs_delta, compare_samples, describe, detectable_change,
+                    median, robust_sd, run_level_t, runs_to_detect, steps_to_detect)
 
 ALPHA = 0.05
 """A change is significant when the test's two-sided p-value is below this..."""
@@ -63,6 +63,8 @@ class StepTime:
     min_detectable_pct: float = float("nan")  # smallest change these steps detect with POWER
     steps_to_record: int | None = None  # steps per run to record to detect detect_pct (left-out steps included)
     significant_deltas: dict | None = None  # the largest total of significant deltas: {type, metric, delta_ns_per_step, rows}
+    runs: dict = field(default_factory=dict)  # base / test: [{path, median_ns, steps: the run's selection}] per recording
+    runs_to_record: int | None = None  # recordings per side to detect detect_pct between runs (several recordings per side)
 
 
 @dataclass
@@ -224,20 +226,30 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
     kernels; each by absolute change per step. `detect_pct` sizes the advice on how many steps to
     record (default: the MIN_SHARE_OF_STEP noise floor)."""
     detect = 100 * MIN_SHARE_OF_STEP if detect_pct is None else float(detect_pct)
-    with open_run(base_path) as base, open_run(test_path) as test:
-        base_sel, base_times = _step_samples(base)
-        test_sel, test_times = _step_samples(test)
-        base_vals, base_disp = _rekey_lines(_per_step(base, base_sel.used), _line_keys(base))
-        test_vals, test_disp = _rekey_lines(_per_step(test, test_sel.used), _line_keys(test))
-        util = {"base": step_utilisation(base, base_sel.used), "test": step_utilisation(test, test_sel.used)}
+    bs, ts = _side(base_path), _side(test_path)
+    base_sel, test_sel = bs.sels[0], ts.sels[0]
+    base_times, test_times = bs.pooled_times, ts.pooled_times
+    base_vals, base_disp, test_vals, test_disp = bs.vals, bs.disp, ts.vals, ts.disp
+    util = {"base": bs.util, "test": ts.util}
     notes = []
     sb, st = describe(base_times), describe(test_times)
-    outcome = compare_samples(base_times, test_times)
+    between_runs = len(bs.paths) + len(ts.paths) >= 3
+    if between_runs:  # several recordings per side: each run's median is one value, so run-to-run variation counts
+        bm, tm = [median(t) for t in bs.times], [median(t) for t in ts.times]
+        rl = run_level_t(bm, tm)
+        outcome = Test("t-on-run-medians", rl.t, rl.p_value, cliffs_delta(bm, tm),
+                       f"{len(bm)} base and {len(tm)} test recordings: Student's t (pooled variance, {rl.df} df) on each "
+                       "recording's median step, so the variation between recordings is in the test")
+        ref = sum(bm) / len(bm)
+        delta, ci_low, ci_high = rl.delta, rl.ci_low, rl.ci_high
+    else:
+        outcome = compare_samples(base_times, test_times)
+        ref = sb.median
+        delta = st.median - sb.median
+        ci_low, ci_high = bootstrap_median_diff_ci(base_times, test_times)
     p = outcome.p_value
-    delta = st.median - sb.median
-    pct = 100.0 * delta / sb.median if sb.median else float("nan")
-    floor = MIN_SHARE_OF_STEP * (sb.median if math.isfinite(sb.median) else 0.0)
-    ci_low, ci_high = bootstrap_median_diff_ci(base_times, test_times)
+    pct = 100.0 * delta / ref if ref else float("nan")
+    floor = MIN_SHARE_OF_STEP * (ref if math.isfinite(ref) else 0.0)
     ci_known = math.isfinite(ci_low) and math.isfinite(ci_high)
     # slower/faster only when the whole interval is past the floor: a change that may be smaller
     # than the floor is what two recordings of the same code can show on a busy machine
@@ -267,17 +279,26 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
 
     # how many steps it takes to see a change of `detect` percent, from the runs' own noise
     sd = _pooled_sd(base_times, test_times)
-    n_steady = min(len(base_times), len(test_times)) if base_sel.steps and test_sel.steps else 0
-    left_out = max(len(base_sel.left_out), len(test_sel.left_out))
-    target = detect / 100 * sb.median if math.isfinite(sb.median) else float("nan")
+    all_sels = bs.sels + ts.sels
+    n_steady = min(len(x.used) for x in all_sels) if all(x.steps for x in all_sels) else 0
+    left_out = max(len(x.left_out) for x in all_sels)
+    target = detect / 100 * ref if math.isfinite(ref) else float("nan")
+    runs_needed = None
+    if between_runs:
+        r = runs_to_detect(rl.sd, target, ALPHA, POWER) if math.isfinite(target) else float("nan")
+        runs_needed = max(3, math.ceil(r)) if math.isfinite(r) else None
     needed = steps_to_detect(sd, target, ALPHA, POWER) if math.isfinite(sd) and math.isfinite(target) else float("nan")
     to_record = max(MIN_STEADY_STEPS, math.ceil(needed) if math.isfinite(needed) else MIN_STEADY_STEPS) + left_out
-    mdc = 100 * detectable_change(sd, n_steady, ALPHA, POWER) / sb.median if n_steady and math.isfinite(sd) and sb.median else float("nan")
+    mdc = 100 * detectable_change(sd, n_steady, ALPHA, POWER) / ref if n_steady and math.isfinite(sd) and ref else float("nan")
+    if between_runs and math.isfinite(rl.sd) and ref:
+        mdc = 100 * (2.8 * rl.sd * math.sqrt(1 / len(bs.paths) + 1 / len(ts.paths))) / ref  # z(0.975) + z(0.8) = 2.8
+    more = (f"record about {runs_needed} runs per side" if runs_needed else f"record about {to_record} steps per run")
     big = _largest_significant_total(deltas)
 
     if n_steady < MIN_STEADY_STEPS:
         verdict = "cannot tell"
-        few = ", ".join(f"{role} has {len(sel.used) if sel.steps else 0}" for role, sel in (("base", base_sel), ("test", test_sel))
+        few = ", ".join(f"{role} has {len(sel.used) if sel.steps else 0}" for role, sels in (("base", bs.sels), ("test", ts.sels))
+                        for sel in sels[:1] + [x for x in sels[1:] if (len(x.used) if x.steps else 0) < MIN_STEADY_STEPS]
                         if (len(sel.used) if sel.steps else 0) < MIN_STEADY_STEPS)
         reason = (f"fewer than {MIN_STEADY_STEPS} steady-state steps ({few}): record at least {to_record} steps per run "
                   f"to detect a {detect:g}% change")
@@ -285,37 +306,99 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
     elif significant:
         verdict = "slower" if delta > 0 else "faster"
         reason = (f"the median step changed by {pct:+.1f}% (p={p:.2g}, {outcome.name}), and its 95% CI "
-                  f"({100 * ci_low / sb.median:+.1f}% .. {100 * ci_high / sb.median:+.1f}%) lies past the {MIN_SHARE_OF_STEP:.0%} floor")
+                  f"({100 * ci_low / ref:+.1f}% .. {100 * ci_high / ref:+.1f}%) lies past the {MIN_SHARE_OF_STEP:.0%} floor")
     elif within_floor and big is not None and abs(big["delta_ns_per_step"]) > floor:
         what = (f"the significant {big['type'].replace('_', ' ')} deltas ({big['metric']}) add up to "
                 f"{_signed_ms(big['delta_ns_per_step'])} per step, more than the {MIN_SHARE_OF_STEP:.0%} "
                 f"({_signed_ms(floor).lstrip('+')}) that 'no significant change' allows")
         verdict = "cannot tell"
         reason = (f"{what}, but the step time does not change past the floor (p={p:.2g}): either time outside these "
-                  f"rows changed the other way, or the steps are too noisy to show it (record about {to_record} steps per run)")
+                  f"rows changed the other way, or the steps are too noisy to show it ({more})")
     elif within_floor:
         verdict = "no significant change"
-        reason = (f"the 95% CI of the change ({100 * ci_low / sb.median:+.1f}% .. {100 * ci_high / sb.median:+.1f}%) "
+        reason = (f"the 95% CI of the change ({100 * ci_low / ref:+.1f}% .. {100 * ci_high / ref:+.1f}%) "
                   f"lies within ±{MIN_SHARE_OF_STEP:.0%} (p={p:.2g}, {outcome.name})")
         if math.isfinite(mdc) and mdc > detect:
-            notes.append(f"with {n_steady} steady steps these runs detect only changes over about {mdc:.0f}% "
-                         f"(with {POWER:.0%} probability); record about {to_record} steps per run to detect {detect:g}%")
+            notes.append(f"these runs detect only changes over about {mdc:.0f}% (with {POWER:.0%} probability); "
+                         f"{more} to detect {detect:g}%")
     else:
         verdict = "cannot tell"
-        ci_text = (f"its 95% CI ({100 * ci_low / sb.median:+.1f}% .. {100 * ci_high / sb.median:+.1f}%)" if ci_known
+        ci_text = (f"its 95% CI ({100 * ci_low / ref:+.1f}% .. {100 * ci_high / ref:+.1f}%)" if ci_known
                    else "its confidence interval is unknown")
         reason = (f"the median step changed by {pct:+.1f}% (p={p:.2g}, {outcome.name}), but {ci_text} neither lies within "
-                  f"±{MIN_SHARE_OF_STEP:.0%} nor wholly past it: these steps cannot tell a change of {MIN_SHARE_OF_STEP:.0%} "
-                  f"from none; record about {to_record} steps per run")
-    if not base_sel.steps or not test_sel.steps:
+                  f"±{MIN_SHARE_OF_STEP:.0%} nor wholly past it: these {'recordings' if between_runs else 'steps'} cannot tell a change of {MIN_SHARE_OF_STEP:.0%} "
+                  f"from none; {more}")
+    if verdict in ("slower", "faster") and not between_runs:
+        notes.append("one recording per side: the test sees the variation between steps, not between recordings (process "
+                     "placement, machine load); for a CI gate record several runs per side (`neuron-explorer record --runs 5`) "
+                     "and pass the two folders")
+    if not all(x.steps for x in all_sels):
         notes.append("a run has no profiler steps: significance cannot be judged (record with prof.step() or `neuron-explorer record`)")
     step_time = StepTime(
         sb, st, delta, pct, outcome.statistic if outcome.name == "welch-t" else float("nan"), p, significant, verdict,
         reason=reason, test_name=outcome.name, test_reason=outcome.reason, statistic=outcome.statistic,
         effect_size=outcome.effect_size, delta_ci_low_ns=ci_low, delta_ci_high_ns=ci_high,
         steps={"base": base_sel.to_dict(), "test": test_sel.to_dict()}, detect_pct=detect, min_detectable_pct=mdc,
-        steps_to_record=to_record, significant_deltas=big)
+        steps_to_record=to_record, significant_deltas=big, runs_to_record=runs_needed,
+        runs={role: [{"path": path, "median_ns": median(t) if t else None, "steps": sel.to_dict()}
+                     for path, t, sel in zip(side.paths, side.times, side.sels)] for role, side in (("base", bs), ("test", ts))})
     return Diff(str(base_path), str(test_path), step_time, deltas, notes, util)
+
+
+@dataclass
+class _Side:
+    """One side of a comparison: one run, or several recordings of the same job (a run set)."""
+    paths: list[str]
+    sels: list[StepSelection]
+    times: list[list[float]]  # per recording: the job's time per steady step
+    vals: dict  # (type, key, metric) -> time per steady step, recordings one after the other
+    disp: dict
+    util: dict
+
+    @property
+    def pooled_times(self) -> list[float]:
+        return [x for t in self.times for x in t]
+
+
+def run_set(path: Path | str) -> list[Path]:
+    """The runs a diff argument names: a run (or trace) itself, or a folder whose subfolders are
+    runs — several recordings of the same job (`neuron-explorer record --runs N`), in name order."""
+    p = Path(path)
+    if p.is_dir() and not (p / "manifest.json").exists():
+        subs = sorted((d for d in p.iterdir() if (d / "manifest.json").is_file()), key=lambda d: (len(d.name), d.name))
+        if subs:
+            return subs
+    return [p]
+
+
+def _side(path: Path | str) -> _Side:
+    paths = run_set(path)
+    sels, times, vals, disp, utils = [], [], {}, {}, []
+    offset = 0
+    for rp in paths:
+        with open_run(rp) as run:
+            sel, t = _step_samples(run)
+            v, d = _rekey_lines(_per_step(run, sel.used), _line_keys(run))
+            utils.append(step_utilisation(run, sel.used))
+        n = len(t)
+        for key in set(vals) | set(v):  # one vector per key over every recording's steps, 0 where absent
+            vals[key] = vals.get(key, [0.0] * offset) + v.get(key, [0.0] * n)
+        offset += n
+        sels.append(sel)
+        times.append(t)
+        disp.update(d)
+    util = utils[0] if len(utils) == 1 else _merge_util(utils)
+    return _Side([str(p) for p in paths], sels, times, vals, disp, util)
+
+
+def _merge_util(utils: list[dict]) -> dict:
+    """Several recordings' utilisation: the median over recordings of each one's medians."""
+    def med(key):
+        vals = [u[key] for u in utils if u.get(key) is not None]
+        return median(vals) if vals else None
+    return {"mfu_median": med("mfu_median"), "tflops_per_s_median": med("tflops_per_s_median"),
+            "steps": sum(u["steps"] for u in utils), "devices": sorted({d for u in utils for d in u["devices"]}),
+            "dtypes": sorted({d for u in utils for d in u["dtypes"]})}
 
 
 def _pooled_sd(a: list[float], b: list[float]) -> float:
@@ -377,7 +460,8 @@ def _step_list(steps: list[int]) -> str:
     return ", ".join(map(str, steps)) or "none"
 
 
-TEST_NAMES = {"mann-whitney-u": "Mann-Whitney U", "welch-t": "Welch's t", "none": "no test"}
+TEST_NAMES = {"mann-whitney-u": "Mann-Whitney U", "welch-t": "Welch's t", "t-on-run-medians": "Student's t on the recordings' medians",
+              "none": "no test"}
 
 
 def render_text(diff: Diff, top: int = 20) -> str:
@@ -392,6 +476,14 @@ def render_text(diff: Diff, top: int = 20) -> str:
 
     lines = []
     for role, path, x in (("base", diff.base, s.base), ("test", diff.test, s.test)):
+        recordings = s.runs.get(role, [])
+        if len(recordings) > 1:
+            lines.append(f"{role} {path}: {len(recordings)} recordings, step time {sample(x)} over all their steady steps")
+            for i, r in enumerate(recordings, 1):
+                used = r["steps"].get("used", [])
+                med = fmt_ns(r["median_ns"]) if r["median_ns"] is not None else "n/a"
+                lines.append(f"  {i}. {r['path']}: median {med}, {len(used)} of {r['steps'].get('steps', 0)} steps used")
+            continue
         sel = s.steps.get(role, {})
         used = sel.get("used", [])
         lines.append(f"{role} {path}: step time {sample(x)}, {len(used)} of {sel.get('steps', 0)} steps used ({_step_list(used)})")
@@ -415,7 +507,7 @@ def render_text(diff: Diff, top: int = 20) -> str:
     elif ub.get("tflops_per_s_median") or ut.get("tflops_per_s_median"):
         lines.append("MFU: unknown (no device peak for " + (", ".join(ub.get("devices", []) + ut.get("devices", [])) or "a CPU run")
                      + ")")
-    if ub.get("tflops_per_s_median") is not None and ut.get("tflops_per_s_median") is not None:
+    if ub.get("tflops_per_s_median") and ut.get("tflops_per_s_median"):
         lines.append(f"achieved TFLOP/s per step (median): {ub['tflops_per_s_median']:.4g} → {ut['tflops_per_s_median']:.4g}")
     lines += ["", f"largest changes per step over the steady steps (* = significant: p < {ALPHA} and at least "
                   f"{MIN_SHARE_OF_STEP:.0%} of the step)"]

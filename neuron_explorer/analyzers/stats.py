@@ -255,6 +255,47 @@ def welch(a: list[float], b: list[float]) -> tuple[float, float]:
     return t, 2.0 * t_sf(abs(t), df)
 
 
+@dataclass(frozen=True)
+class RunLevel:
+    """Student's t on per-run medians, pooled variance: the comparison of two sets of recordings."""
+    delta: float  # mean(test medians) - mean(base medians)
+    ci_low: float  # 95% interval of delta (or `level`)
+    ci_high: float
+    t: float
+    p_value: float
+    df: int
+    sd: float  # pooled standard deviation of one run's median: the run-to-run variation
+
+
+def run_level_t(base_medians: list[float], test_medians: list[float], level: float = 0.95) -> RunLevel:
+    """Two-sample t-test with pooled variance on the runs' median step times. Each run is one
+    value, so the variation between recordings (process placement, machine load, memory layout)
+    is what the test sees; df = runs - 2. NaN figures when there are fewer than 3 runs in all."""
+    nb, nt = len(base_medians), len(test_medians)
+    nan = float("nan")
+    if nb < 1 or nt < 1 or nb + nt < 3:
+        return RunLevel(nan, nan, nan, nan, nan, max(nb + nt - 2, 0), nan)
+    mb, mt = sum(base_medians) / nb, sum(test_medians) / nt
+    ss = sum((x - mb) ** 2 for x in base_medians) + sum((x - mt) ** 2 for x in test_medians)
+    df = nb + nt - 2
+    sd = math.sqrt(ss / df)
+    delta = mt - mb
+    se = sd * math.sqrt(1 / nb + 1 / nt)
+    if se == 0:
+        return RunLevel(delta, delta, delta, math.copysign(math.inf, delta) if delta else 0.0, 0.0 if delta else 1.0, df, 0.0)
+    t = delta / se
+    half = t_quantile(1 - (1 - level) / 2, df) * se
+    return RunLevel(delta, delta - half, delta + half, t, 2.0 * t_sf(abs(t), df), df, sd)
+
+
+def runs_to_detect(sd: float, change: float, alpha: float = 0.05, power: float = 0.8) -> float:
+    """Recordings per side for a run-level t-test to detect `change` with `power` (normal approximation)."""
+    if change <= 0 or not math.isfinite(sd):
+        return float("nan")
+    z = normal_quantile(1 - alpha / 2) + normal_quantile(power)
+    return 2.0 * (z * sd / change) ** 2
+
+
 def t_sf(t: float, df: float) -> float:
     """P(T > t) for Student's t with df degrees of freedom, t >= 0."""
     if math.isinf(t):
