@@ -15,7 +15,11 @@ Recorded one after the other, two runs of the same code here differ by -30% to +
 whenever other jobs come and go: a real difference between the runs, which no statistic on them
 can call noise.
 
-    python bench/bench_diff_errors.py --pairs 20 [--steps 30] [--out /tmp/diff-errors] [--reuse]
+    python bench/bench_diff_errors.py --pairs 20 [--steps 30] [--runs K] [--out /tmp/diff-errors] [--reuse]
+
+With --runs K each comparison is K recordings per side (run sets, docs/COMPARE.md): K side-by-side
+pairs recorded one after another into {group}-{i}-base/1..K and {group}-{i}-test/1..K, judged by
+`diff` on the two folders (Student's t on the recordings' medians).
 
 Prints one line per pair and a summary, and writes summary.json under --out. Not a test: the
 rates are measured, never asserted.
@@ -115,6 +119,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30, help="optimizer steps per recording")
     ap.add_argument("--out", type=Path, default=Path("/tmp/diff-errors"))
     ap.add_argument("--reuse", action="store_true", help="judge the recordings already in --out again, recording nothing")
+    ap.add_argument("--runs", type=int, default=1, help="recordings per side of each comparison (run sets)")
     args = ap.parse_args()
 
     from neuron_explorer.analyzers.diff import compare
@@ -130,9 +135,11 @@ def main() -> None:
     for group, test_blocks in (("same", BLOCKS), ("planted", BLOCKS * 6 // 5)):
         for i in range(args.pairs):
             base, test = args.out / f"{group}-{i}-base", args.out / f"{group}-{i}-test"
-            sides = [(base, BLOCKS), (test, test_blocks)]
-            if not args.reuse:
-                record_pair(script, sides if i % 2 == 0 else sides[::-1], args.steps)
+            for j in range(1, args.runs + 1):
+                b, t = (base, test) if args.runs == 1 else (base / str(j), test / str(j))
+                sides = [(b, BLOCKS), (t, test_blocks)]
+                if not args.reuse:
+                    record_pair(script, sides if (i + j) % 2 == 1 else sides[::-1], args.steps)
             s = compare(base, test, detect_pct=5).step_time
             row = {"pair": i, "verdict": s.verdict, "delta_pct": s.delta_pct, "p_value": s.p_value, "test": s.test_name,
                    "effect_size": s.effect_size, "base_used": len(s.steps["base"]["used"]), "test_used": len(s.steps["test"]["used"]),
@@ -142,7 +149,7 @@ def main() -> None:
                   f"steps used {row['base_used']}/{row['test_used']}, base left out {row['base_left_out']}", flush=True)
     elapsed = time.perf_counter() - t0
 
-    summary = {"pairs": args.pairs, "steps_per_recording": args.steps, "blocks": BLOCKS, "seconds": round(elapsed, 1),
+    summary = {"pairs": args.pairs, "runs_per_side": args.runs, "steps_per_recording": args.steps, "blocks": BLOCKS, "seconds": round(elapsed, 1),
                "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "cpus": os.cpu_count()}
     for group, rows in results.items():
         verdicts = Counter(r["verdict"] for r in rows)
@@ -162,7 +169,7 @@ def main() -> None:
     print(f"planted regression: 'slower' {detected}/{n} = {detected / n:.0%} "
           f"(95% lower bound {summary['detection_lower_95']:.0%}), verdicts {dict(Counter(r['verdict'] for r in results['planted']))}, "
           f"median change {summary['planted']['median_delta_pct']:+.1f}%")
-    print(f"{2 * 2 * n} recordings in {elapsed:.0f} s on {os.cpu_count()} CPUs, load average (1 min) {load_before[0]:.1f} before, "
+    print(f"{2 * 2 * n * args.runs} recordings in {elapsed:.0f} s on {os.cpu_count()} CPUs, load average (1 min) {load_before[0]:.1f} before, "
           f"{summary['loadavg_after'][0]:.1f} after; details in {args.out / 'summary.json'}")
 
 
