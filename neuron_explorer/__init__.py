@@ -8,7 +8,18 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .errors import InputError, NeuronExplorerError, RunExistsError  # noqa: E402
+from . import store as _store  # noqa: E402
 from .store import Run, open_run  # noqa: E402
+
+
+def _trace_as_run(path):
+    """A Kineto trace (or directory of traces) as a run: its cached import (collectors/trace_cache.py)."""
+    from .collectors import trace_cache
+
+    return trace_cache.resolve(path)
+
+
+_store.set_trace_resolver(_trace_as_run)  # open_run & co. accept traces; store imports no collector
 
 
 def import_trace(source, out_dir, *, force: bool = False):

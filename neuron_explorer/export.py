@@ -13,6 +13,7 @@ from pathlib import Path
 
 import msgspec
 
+from .collectors.kineto_names import MEMORY_ARGS, MEMORY_EVENT_NAME
 from .errors import InputError
 from .store import open_run
 
@@ -131,8 +132,9 @@ def _export_rank(run, rank: int, path: Path) -> None:
         rel = cur.execute("SELECT ts_ns, pid, tid, device_type, device, addr, bytes, total_allocated, total_reserved, category "
                           "FROM memory WHERE rank = ? ORDER BY ts_ns", [rank])
         for ts, pid, tid, dtype, dev, addr, nbytes, talloc, tres, cat in rel.fetchall():
-            args = {"Device Type": dtype, "Device Id": dev, "Addr": addr, "Bytes": nbytes, "Total Allocated": talloc, "Total Reserved": tres}
-            ev = {"ph": "i", "name": "[memory]", "pid": pid, "tid": tid, "ts": _us(ts, base), "s": "t",
+            args = {MEMORY_ARGS[col]: v for col, v in (("device_type", dtype), ("device", dev), ("addr", addr), ("bytes", nbytes),
+                                                         ("total_allocated", talloc), ("total_reserved", tres))}
+            ev = {"ph": "i", "name": MEMORY_EVENT_NAME, "pid": pid, "tid": tid, "ts": _us(ts, base), "s": "t",
                   "args": {k: v for k, v in args.items() if v is not None}}
             if cat:
                 ev["cat"] = cat

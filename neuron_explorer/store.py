@@ -401,48 +401,31 @@ def sql_literal(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def cache_dir() -> Path:
-    """Where runs imported on the fly are kept: $NEURON_EXPLORER_CACHE, else the user's cache folder."""
-    env = os.environ.get("NEURON_EXPLORER_CACHE")
-    if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "neuron-explorer" / "runs"
+_TRACE_RESOLVER = None
+
+
+def set_trace_resolver(resolver) -> None:
+    """Register `resolver(path) -> run directory` for paths that are not runs (Kineto traces).
+    The package registers the trace cache of the collectors (collectors/trace_cache.py) when it is
+    imported; store itself reads no trace and imports no collector."""
+    global _TRACE_RESOLVER
+    _TRACE_RESOLVER = resolver
 
 
 def resolve_run(path: Path | str) -> Path:
-    """A run directory for `path`: the path itself when it is a run, else the cached import of the
-    Kineto trace (or directory of traces) it names, imported now when the cache has no up-to-date copy.
-
-    The cache key covers every trace file's path, size and modification time, the format and the tool
-    version, so an edited or re-recorded trace is imported again.
-    """
+    """A run directory for `path`: the path itself when it is a run, else what the registered trace
+    resolver makes of it (the cached import of the Kineto trace, or directory of traces, it names)."""
     p = Path(path)
-    if is_run(p) or not p.exists():
+    if is_run(p) or not p.exists() or _TRACE_RESOLVER is None:
         return p  # read_manifest gives the error for a missing path
-    from .collectors.chrome_trace import find_traces, import_traces  # the one place that reads JSON traces
-
-    if p.is_dir() and not any(p.rglob("*.json")) and not any(p.rglob("*.json.gz")):
-        return p  # neither a run nor traces: read_manifest says so
-    files = find_traces(p)
-    h = hashlib.sha256(f"{schema.FORMAT_VERSION}|{__version__}".encode())
-    for f in files:
-        st = f.stat()
-        h.update(f"|{f.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
-    target = cache_dir() / f"{p.name.split('.')[0] or 'trace'}-{h.hexdigest()[:16]}"
-    if is_run(target):
-        return target
-    try:
-        import_traces(p, target)
-    except RunExistsError:  # another process imported it meanwhile
-        pass
-    return target
+    return Path(_TRACE_RESOLVER(p))
 
 
 def open_run(path: Path | str, con: duckdb.DuckDBPyConnection | None = None, *, ranks=None) -> Run:
     """Open a run: DuckDB views events, frames, flows, memory, counters, steps, ranks, devices.
 
     `path` is a run directory, or a Kineto trace file or directory of traces (imported once into
-    the cache, see resolve_run). With `ranks` (rank numbers), the views read only those ranks'
+    the cache, see resolve_run and collectors/trace_cache.py). With `ranks` (rank numbers), the views read only those ranks'
     partitions (`rank=<r>/`): per-rank work then costs what that rank holds, not the whole run.
     """
     run_dir = resolve_run(path)

@@ -38,6 +38,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError
+from .kineto_names import (EXTERNAL_ID_ARG, EXTERNAL_ID_ARG_OLD, FLOW_PHASES, MEMORY_ARGS, MEMORY_EVENT_NAME, PYTHON_ID_ARG,
+                           PYTHON_PARENT_ID_ARG, SLICE_PHASES)
 
 CHUNK_BYTES = 16 << 20
 """Target size of one decoded chunk of the traceEvents array."""
@@ -76,29 +78,26 @@ class _Event(msgspec.Struct, gc=False):
 class _Args(msgspec.Struct, gc=False):
     """The args that links and tables need; the rest stays in the args JSON text."""
 
-    external_id: Union[int, None] = msgspec.field(default=None, name="External id")
-    external_id_old: Union[int, None] = msgspec.field(default=None, name="external id")
+    external_id: Union[int, None] = msgspec.field(default=None, name=EXTERNAL_ID_ARG)
+    external_id_old: Union[int, None] = msgspec.field(default=None, name=EXTERNAL_ID_ARG_OLD)
     correlation: Union[int, None] = None
     stream: Union[int, str, None] = None
     device: Union[int, str, None] = None
-    python_id: Union[int, None] = msgspec.field(default=None, name="Python id")
-    python_parent_id: Union[int, None] = msgspec.field(default=None, name="Python parent id")
+    python_id: Union[int, None] = msgspec.field(default=None, name=PYTHON_ID_ARG)
+    python_parent_id: Union[int, None] = msgspec.field(default=None, name=PYTHON_PARENT_ID_ARG)
     # [memory] instants
-    addr: Union[int, None] = msgspec.field(default=None, name="Addr")
-    bytes_: Union[int, None] = msgspec.field(default=None, name="Bytes")
-    total_allocated: Union[int, None] = msgspec.field(default=None, name="Total Allocated")
-    total_reserved: Union[int, None] = msgspec.field(default=None, name="Total Reserved")
-    device_type: Union[int, None] = msgspec.field(default=None, name="Device Type")
-    device_id: Union[int, None] = msgspec.field(default=None, name="Device Id")
+    addr: Union[int, None] = msgspec.field(default=None, name=MEMORY_ARGS["addr"])
+    bytes_: Union[int, None] = msgspec.field(default=None, name=MEMORY_ARGS["bytes"])
+    total_allocated: Union[int, None] = msgspec.field(default=None, name=MEMORY_ARGS["total_allocated"])
+    total_reserved: Union[int, None] = msgspec.field(default=None, name=MEMORY_ARGS["total_reserved"])
+    device_type: Union[int, None] = msgspec.field(default=None, name=MEMORY_ARGS["device_type"])
+    device_id: Union[int, None] = msgspec.field(default=None, name=MEMORY_ARGS["device"])
 
 
 _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 _ARGS_DECODER = msgspec.json.Decoder(list[Union[_Args, None]])
 _COUNTER_ARGS_DECODER = msgspec.json.Decoder(list[Union[dict[str, Union[int, float, str, bool, None]], None]])
 
-MEMORY_EVENT_NAME = "[memory]"
-FLOW_PHASES = ("s", "f", "t")
-SLICE_PHASES = ("X", "i", "I")
 
 
 @dataclass
@@ -865,20 +864,21 @@ def _memory_table(path: str, evs: list[_Event]) -> pa.Table:
     pid, _ = _id_columns([e.pid for e in evs])
     tid, _ = _id_columns([e.tid for e in evs])
 
-    def col(attr: str, key: str, bounds=_INT64, typ=pa.int64()):
-        return _int_column(path, [None if a is None else getattr(a, attr) for a in args], f"[memory] args {key!r}", bounds, typ)
+    def col(attr: str, column: str, bounds=_INT64, typ=pa.int64()):
+        what = f"{MEMORY_EVENT_NAME} args {MEMORY_ARGS[column]!r}"
+        return _int_column(path, [None if a is None else getattr(a, attr) for a in args], what, bounds, typ)
 
     return pa.table(
         {
             "ts_ns": _ns(path, [e.ts for e in evs], "ts"),
             "pid": pid,
             "tid": tid,
-            "device_type": col("device_type", "Device Type", _INT32, pa.int32()),
-            "device": col("device_id", "Device Id", _INT32, pa.int32()),
-            "addr": col("addr", "Addr"),
-            "bytes": col("bytes_", "Bytes"),
-            "total_allocated": col("total_allocated", "Total Allocated"),
-            "total_reserved": col("total_reserved", "Total Reserved"),
+            "device_type": col("device_type", "device_type", _INT32, pa.int32()),
+            "device": col("device_id", "device", _INT32, pa.int32()),
+            "addr": col("addr", "addr"),
+            "bytes": col("bytes_", "bytes"),
+            "total_allocated": col("total_allocated", "total_allocated"),
+            "total_reserved": col("total_reserved", "total_reserved"),
             "category": pa.array([e.cat or "" for e in evs], pa.string()),
         }
     )

@@ -37,13 +37,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .build import is_user_file
+from .kineto_names import (C10_DEVICE_TYPE, C10_PRIVATEUSE1, CPU_INSTANT_CATEGORY, CPU_OP_CATEGORY, EXTERNAL_ID_ARG,
+                           FORWARD_BACKWARD_FLOW, LAUNCH_FLOW, MODULE_PREFIX, PYTHON_FUNCTION_CATEGORY,
+                           USER_ANNOTATION_CATEGORY)
+from .kineto_names import MEMORY_EVENT_NAME as MEMORY_NAME
+from .raw import RAW_COUNTERS, RAW_EVENTS, RAW_FLOWS, RAW_MEMORY
 
-MODULE_PREFIX = "nn.Module: "
-MEMORY_NAME = "[memory]"
-# c10::DeviceType values, as the JSON trace's `[memory]` events write them under "Device Type".
-_C10_DEVICE_TYPE = {"cpu": 0, "cuda": 1, "mkldnn": 2, "hip": 6, "xla": 9, "xpu": 12, "mps": 13, "meta": 14,
-                    "hpu": 15, "lazy": 17, "ipu": 18, "mtia": 19}
-C10_PRIVATEUSE1 = 20
 
 
 @dataclass
@@ -129,27 +128,6 @@ def _resolve_file(recorded: str) -> tuple[str, bool]:
     return recorded, is_user_file(recorded)
 
 
-_TEXT = pa.dictionary(pa.int32(), pa.string())  # few distinct values: build.py reads the codes
-_I64 = pa.int64()
-# The raw tables the live collector hands to build.py (RawRank), one schema each, for both converters.
-RAW_EVENTS = pa.schema({
-    "category": _TEXT, "name": _TEXT, "phase": _TEXT, "ts_ns": _I64, "dur_ns": _I64, "pid": _I64, "tid": _I64,
-    "pid_text": pa.string(), "tid_text": pa.string(), "correlation": _I64, "external_id": _I64, "stream": _I64,
-    "python_id": _I64, "python_parent_id": _I64, "args": pa.string(), "frame_index": _I64, "module_path": pa.string(),
-})
-RAW_MEMORY = pa.schema({
-    "ts_ns": _I64, "pid": _I64, "tid": _I64, "device_type": pa.int32(), "device": pa.int32(), "addr": _I64, "bytes": _I64,
-    "total_allocated": _I64, "total_reserved": _I64, "category": pa.string(),
-})
-RAW_FLOWS = pa.schema({
-    "flow_id": _I64, "category": pa.string(), "name": pa.string(), "phase": pa.string(), "ts_ns": _I64, "pid": _I64,
-    "tid": _I64, "binding_point": pa.string(),
-})
-RAW_COUNTERS = pa.schema({
-    "ts_ns": _I64, "pid": _I64, "name": pa.string(), "series": pa.string(), "value": pa.float64(), "category": pa.string(),
-})
-
-
 @dataclass
 class CycleColumns:
     """Raw columns of one recorded cycle, ready for RawRank (ts_ns are Unix-epoch ns)."""
@@ -169,7 +147,7 @@ def empty_counters() -> pa.Table:
 
 def _device_type_code(device) -> int:
     t = getattr(device, "type", str(device))
-    code = _C10_DEVICE_TYPE.get(t)
+    code = C10_DEVICE_TYPE.get(t)
     if code is None:
         return C10_PRIVATEUSE1
     return code
@@ -313,7 +291,7 @@ def _runs_user_code(name: str, is_python_call: bool, frames: FrameTable) -> bool
     return frames.resolve(m.group(1))[1] if m else None
 
 
-_HOST_OPS = frozenset({"cpu_op", "user_annotation"})
+_HOST_OPS = frozenset({CPU_OP_CATEGORY, USER_ANNOTATION_CATEGORY})
 
 
 def convert_cycle(kineto_results, frames: FrameTable, pid: int | None = None, native=None) -> CycleColumns:
@@ -332,13 +310,13 @@ def convert_cycle(kineto_results, frames: FrameTable, pid: int | None = None, na
     shapes_json: dict[str, str] = {}
     for e in kineto_results.events():
         category = e.activity_type()
-        if category == "python_function":
+        if category == PYTHON_FUNCTION_CATEGORY:
             continue  # taken from the tree
         try:
             name = e.name()
         except UnicodeDecodeError:
             name = UNDECODABLE
-        if category == "cpu_instant_event" and name == MEMORY_NAME:
+        if category == CPU_INSTANT_CATEGORY and name == MEMORY_NAME:
             continue  # allocations come from the tree, which holds their sizes
         ts = e.start_ns()
         resource = e.device_resource_id()
@@ -355,8 +333,8 @@ def convert_cycle(kineto_results, frames: FrameTable, pid: int | None = None, na
                 if flow_id:
                     start = e.flow_start()
                     fl["flow_id"].append(flow_id)
-                    fl["category"].append("fwdbwd" if e.flow_type() == 1 else "ac2g")
-                    fl["name"].append("fwdbwd" if e.flow_type() == 1 else "ac2g")
+                    fl["category"].append(FORWARD_BACKWARD_FLOW if e.flow_type() == 1 else LAUNCH_FLOW)
+                    fl["name"].append(FORWARD_BACKWARD_FLOW if e.flow_type() == 1 else LAUNCH_FLOW)
                     fl["phase"].append("s" if start else "f")
                     fl["ts_ns"].append(ts)
                     fl["pid"].append(pid)
@@ -394,7 +372,7 @@ def convert_cycle(kineto_results, frames: FrameTable, pid: int | None = None, na
     py_tid = [internal_tid.get(t, t) for t in py.thread]
     n = len(name_l) + n_py
     events = pa.Table.from_pydict({
-        "category": category_l + ["python_function"] * n_py,
+        "category": category_l + [PYTHON_FUNCTION_CATEGORY] * n_py,
         "name": name_l + py.name,
         "phase": ["X"] * n,
         "ts_ns": ts_l + py.ts,
@@ -476,14 +454,14 @@ def _from_native(d: dict, pid: int) -> CycleColumns:
     m = d["memory"]
     nm = m["n"]
     packed = {c.name: pa.Array.from_buffers(c.type, nm, [None, pa.py_buffer(m[c.name])]) for c in RAW_MEMORY if c.name in m}
-    memory = pa.Table.from_pydict({**packed, "pid": [pid] * nm, "category": ["cpu_instant_event"] * nm}, schema=RAW_MEMORY)
+    memory = pa.Table.from_pydict({**packed, "pid": [pid] * nm, "category": [CPU_INSTANT_CATEGORY] * nm}, schema=RAW_MEMORY)
     return CycleColumns(events, memory, flows)
 
 
 def _op_args(e, corr: int, shapes_json: dict[str, str]) -> str:
     """The args the JSON trace gives an operator (shapes, dtypes, flops, sequence number), as
     JSON text built directly: json.dumps per operator would cost more than all the rest."""
-    parts = [f'"External id":{corr}']
+    parts = [f'"{EXTERNAL_ID_ARG}":{corr}']
     shapes = e.shapes()
     if shapes:
         text = repr(shapes)  # lists of ints: already JSON
@@ -519,4 +497,4 @@ def _memory_table(allocations, internal_tid: dict[int, int], pid: int) -> pa.Tab
         rows["total_allocated"].append(a.total_allocated)
         rows["total_reserved"].append(a.total_reserved)
     n = len(rows["ts_ns"])
-    return pa.Table.from_pydict({**rows, "pid": [pid] * n, "category": ["cpu_instant_event"] * n}, schema=RAW_MEMORY)
+    return pa.Table.from_pydict({**rows, "pid": [pid] * n, "category": [CPU_INSTANT_CATEGORY] * n}, schema=RAW_MEMORY)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import linecache
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -24,67 +24,17 @@ from .. import schema
 from ..schema import DEVICE_KINDS, ID_STRIDE
 from . import passes
 from ._forest import nearest_marked, root_of
+from .kineto_names import (FORWARD_BACKWARD_FLOW, LAUNCH_FLOW_CATEGORIES, MODULE_PREFIX, PY_FRAME, STEP_NAME,
+                           kind_of_category)
+from .raw import RawRank, check_raw_rank  # noqa: F401  (RawRank: collectors import it from here too)
 
-_CATEGORY_KINDS = {
-    "cpu_op": "cpu_op",
-    "operator": "cpu_op",
-    "python_function": "python",
-    "user_annotation": "user_annotation",
-    "cuda_runtime": "runtime",
-    "cuda_driver": "runtime",
-    "runtime": "runtime",
-    "mtia_runtime": "runtime",
-    "privateuse1_runtime": "runtime",
-    "privateuse1_driver": "runtime",
-    "xpu_runtime": "runtime",
-    "xpu_driver": "runtime",
-    "hip_runtime": "runtime",
-    "kernel": "kernel",
-    "mtia_ccp_events": "kernel",
-    "privateuse1_kernel": "kernel",
-    "gpu_memcpy": "memcpy",
-    "memcpy": "memcpy",
-    "gpu_memset": "memset",
-    "memset": "memset",
-    "cuda_sync": "sync",
-    "gpu_user_annotation": "gpu_annotation",
-}
-_STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
-# a line number fits frames.line (int32): one of ten digits or more is no source location
-_PY_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d{1,9})\): (?P<func>.*)$")
-_MODULE_PREFIX = "nn.Module: "
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+(?=>)")
 _NOT_USER = re.compile(r"(^<built-in|^<frozen|/site-packages/|/dist-packages/|/lib/python\d|(^|/)torch/|^torch/|^<string>$|^<unknown>$)")
-
-
-def kind_of_category(category: str) -> str:
-    """The normalised kind of a Kineto category (case-insensitive); unknown ones are 'other'."""
-    return _CATEGORY_KINDS.get(category.lower(), "other")
 
 
 def is_user_file(path: str) -> bool:
     """User code: not torch, not site-packages, not the standard library, not a built-in."""
     return not _NOT_USER.search(path.replace("\\", "/"))
-
-
-@dataclass
-class RawRank:
-    """What a collector hands over for one rank.
-
-    events columns: category, name, phase ('X'|'i'), ts_ns, dur_ns, pid, tid, pid_text, tid_text,
-    correlation, external_id, stream, python_id, python_parent_id, args; optionally
-    frame_index (row of `frames`, for collectors that know each event's source line) and
-    module_path. ts_ns are relative to `base_ns`.
-    """
-
-    rank: int
-    events: pa.Table
-    flows: pa.Table
-    memory: pa.Table
-    counters: pa.Table
-    base_ns: int = 0
-    frames: pa.Table | None = None  # file, line, function, is_user, line_kind, parent_index
-    metadata: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -235,7 +185,7 @@ def track_lookup(track: np.ndarray, pid: np.ndarray, tid: np.ndarray, q_pid: np.
 
 def _launch_by_flows(fl: pa.Table, fl_event: np.ndarray, is_device: np.ndarray, launch: np.ndarray) -> np.ndarray:
     """ac2g flows: the start binds to the runtime call, the finish to the device event."""
-    src, dev = _flow_pairs(fl, fl_event, ("ac2g", "async_gpu"), start_ok=~is_device, finish_ok=is_device)
+    src, dev = _flow_pairs(fl, fl_event, LAUNCH_FLOW_CATEGORIES, start_ok=~is_device, finish_ok=is_device)
     if not len(dev):
         return launch
     need = launch[dev] < 0
@@ -274,7 +224,7 @@ def _np(col: pa.ChunkedArray | pa.Array, fill: int = -1) -> np.ndarray:
 
 
 def _parse_frame(name: str) -> tuple[str, int, str] | None:
-    m = _PY_FRAME.match(name)
+    m = PY_FRAME.match(name)
     if not m:
         return None
     return m.group("file"), int(m.group("line")), m.group("func")
@@ -334,6 +284,7 @@ class SortedTable:
 
 def build_rank(raw: RawRank) -> RankTables:
     """The run tables of one rank. Consumes `raw`: its event columns are released as they are read."""
+    check_raw_rank(raw)
     rank = raw.rank
     ev = raw.events
     n = ev.num_rows
@@ -361,7 +312,7 @@ def build_rank(raw: RawRank) -> RankTables:
     # kinds, via the (few) distinct categories and names
     kind_of_cat = np.array([_KIND_CODE[kind_of_category(c)] for c in cat_values], dtype=np.int8)
     kind = kind_of_cat[cat_codes] if n else np.zeros(0, np.int8)
-    step_no_of_name = np.array([int(m.group(1)) if (m := _STEP_NAME.match(v or "")) else -1 for v in name_values])
+    step_no_of_name = np.array([int(m.group(1)) if (m := STEP_NAME.match(v or "")) else -1 for v in name_values])
     is_step_name = step_no_of_name[name_codes] >= 0
     K = _KIND_CODE
     # torch >= 1.11 files ProfilerStep#N under user_annotation; torch 1.8-1.10 under Operator
@@ -448,7 +399,7 @@ def build_rank(raw: RawRank) -> RankTables:
     # backward work: the forward operator that built its autograd node, and every event's pass
     fwd, pass_code, backward_counts = passes.backward_links(
         name_codes=name_codes, name_values=name_values, is_op=is_op, is_python=is_python, parent=parent, ts=ts,
-        track=track, fwdbwd=_flow_pairs(fl, fl_event, ("fwdbwd",)), args=args, order=order)
+        track=track, fwdbwd=_flow_pairs(fl, fl_event, (FORWARD_BACKWARD_FLOW,)), args=args, order=order)
     # the statement each event's time belongs to: the forward statement for backward work
     # (work inside a torch.compile region belongs to the statement that called the compiled function)
     statement = passes.compiled_region_frames(name_codes=name_codes, name_values=name_values, parent=parent, frame=ev_frame)
@@ -721,8 +672,8 @@ def _frames_and_modules(raw: RawRank, order: np.ndarray, n: int, parent: np.ndar
     name_user = np.zeros(len(name_values), dtype=bool)
     name_module = [None] * len(name_values)
     for i, (v, p) in enumerate(zip(name_values, parsed)):
-        if v and v.startswith(_MODULE_PREFIX):
-            name_module[i] = v[len(_MODULE_PREFIX):]
+        if v and v.startswith(MODULE_PREFIX):
+            name_module[i] = v[len(MODULE_PREFIX):]
         if p is None:
             continue
         key = p

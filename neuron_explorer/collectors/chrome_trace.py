@@ -33,6 +33,7 @@ from ..errors import InputError
 from ..schema import ID_STRIDE
 from . import _kineto_json
 from .build import RankTables, RawRank, build_rank
+from .kineto_names import MEMORY_ARGS
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK_IN_NAME = re.compile(r"rank[-_](\d+)", re.IGNORECASE)
@@ -171,7 +172,8 @@ def _check_ranges(path: Path, raw: RawRank) -> None:
         total = pc.sum(pc.abs(mem["bytes"].cast(pa.float64(), safe=False))).as_py() or 0
         if total >= 2**63:
             raise InputError(path, f"wrong value: the [memory] events' Bytes add up to {total:.3g}, beyond the int64 a sum of them must fit")
-        for key, col in (("Total Allocated", "total_allocated"), ("Total Reserved", "total_reserved")):
+        for col in ("total_allocated", "total_reserved"):
+            key = MEMORY_ARGS[col]
             lo, hi = span(mem[col])
             for v in (lo, hi):
                 if v is not None and not -limit <= v <= limit:

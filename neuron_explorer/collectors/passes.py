@@ -26,23 +26,20 @@ Must not: read files or know about JSON or torch objects (build.py hands over ar
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ._forest import nearest_marked, root_of
+from .kineto_names import BACKWARD_CALL as _BACKWARD_CALL
+from .kineto_names import COMPILED_REGION_PREFIX, EVALUATE_PREFIX
+from .kineto_names import DATALOADER_NEXT as _DATA
+from .kineto_names import OPTIMIZER_STEP as _OPTIMIZER
+from .kineto_names import SEQUENCE_NUMBER_ARG as _SEQUENCE
 
-EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
-COMPILED_REGION_PREFIX = "Torch-Compiled Region"
 PASSES = ("forward", "backward", "optimizer", "data", "other")
 """Values of `events.pass`, in code order."""
 
-_BACKWARD_CALL = re.compile(r"(run_backward|^torch/autograd/__init__\.py\(\d+\): backward$|^torch/_tensor\.py\(\d+\): backward$)")
-_OPTIMIZER = re.compile(r"^Optimizer\.(step|zero_grad)#")
-_DATA = re.compile(r"^enumerate\(DataLoader\)#")
-_SEQUENCE = r'"Sequence number"\s*:\s*(?P<seq>-?\d+)'
 P = {name: code for code, name in enumerate(PASSES)}
 
 

@@ -212,7 +212,7 @@ class Recording:
         cycles = self.cycles or [_live_convert.empty_cycle()]
 
         def cat(name: str) -> pa.Table:
-            # one schema (_live_convert.RAW_*); dictionaries differ per cycle, build.py unifies them
+            # one schema (raw.RAW_*); dictionaries differ per cycle, build.py unifies them
             return pa.concat_tables([getattr(c, name) for c in cycles])
 
         return RawRank(rank=self.rank, events=cat("events"), flows=cat("flows"), memory=cat("memory"),

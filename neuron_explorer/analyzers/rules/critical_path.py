@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 
+from ...collectors.kineto_names import SYNCHRONIZE_CALL
 from .. import critical_path as cp
 from ..engine import Context, NotApplicable
 from ..model import Location
@@ -80,7 +81,7 @@ def _advice(it: dict, step_count: int) -> str:
             return ("The device waits for the host to launch work: the host is the bottleneck here; CUDA graphs "
                     "(torch.compile(mode='reduce-overhead')) or torch.compile to launch fewer kernels.")
         return "The device waits on another stream or between kernels: overlap independent work across streams."
-    if item in SYNC_OPS or "Synchronize" in item:
+    if item in SYNC_OPS or SYNCHRONIZE_CALL in item:
         return ("The host waits on the device here: fewer .item() / float(t) / data-dependent branches in the loop; log "
                 "metrics every N steps; keep values on the device.")
     if cat == "launch_overhead":

@@ -1,0 +1,112 @@
+"""The names torch.profiler / Kineto give things, in one place.
+
+Every spelling that Neuron Explorer matches against a trace lives here: event-name prefixes and
+patterns, category spellings (old and new torch, CUDA, ROCm, XPU, MTIA, PrivateUse1), flow
+categories, `[memory]` args, synchronisation kinds and c10 device-type numbers. The JSON importer,
+both live converters and the analyzers that match names import them from here, so a new spelling
+is added once. The C++ live converter (collectors/native/live_convert.cpp) keeps its own copies of
+the few it needs; tests/test_import_names.py checks that they equal these.
+
+Must not: import anything but the standard library (every layer may import it).
+"""
+
+from __future__ import annotations
+
+import re
+
+# --- event names ---------------------------------------------------------------------------------
+MODULE_PREFIX = "nn.Module: "
+"""`nn.Module: Linear_0`: the range torch records around a module's forward (with_modules)."""
+MEMORY_EVENT_NAME = "[memory]"
+"""The allocator's instant events (profile_memory)."""
+STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+"""A profiler step range; group 1 is the step number. torch >= 1.11 files it under
+`user_annotation`, torch 1.8-1.10 under `Operator`."""
+PY_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d{1,9})\): (?P<func>.*)$")
+"""A `python_function` event's name: `file(line): function`. A line number of ten digits or more
+(beyond frames.line, an int32) is no source location."""
+EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
+"""The operator autograd runs for one backward node."""
+COMPILED_REGION_PREFIX = "Torch-Compiled Region"
+"""The range around a call of a torch.compile'd function."""
+BACKWARD_CALL = re.compile(r"(run_backward|^torch/autograd/__init__\.py\(\d+\): backward$|^torch/_tensor\.py\(\d+\): backward$)")
+"""A Python call that starts the backward pass."""
+OPTIMIZER_STEP = re.compile(r"^Optimizer\.(step|zero_grad)#")
+DATALOADER_NEXT = re.compile(r"^enumerate\(DataLoader\)#")
+SEQUENCE_NUMBER_ARG = r'"Sequence number"\s*:\s*(?P<seq>-?\d+)'
+"""The `Sequence number` arg in an event's args JSON text (a regex for pyarrow's extract_regex)."""
+SYNCHRONIZE_CALL = "Synchronize"
+"""Part of the name of every runtime call that waits for a device (cudaStreamSynchronize, ...)."""
+MEMCPY_CALL = ("Memcpy", "memcpy")
+"""Parts of the name of a runtime copy call (cudaMemcpy, hipMemcpyAsync, ...)."""
+
+# --- categories ----------------------------------------------------------------------------------
+CATEGORY_KINDS = {
+    "cpu_op": "cpu_op",
+    "operator": "cpu_op",
+    "python_function": "python",
+    "user_annotation": "user_annotation",
+    "cuda_runtime": "runtime",
+    "cuda_driver": "runtime",
+    "runtime": "runtime",
+    "mtia_runtime": "runtime",
+    "privateuse1_runtime": "runtime",
+    "privateuse1_driver": "runtime",
+    "xpu_runtime": "runtime",
+    "xpu_driver": "runtime",
+    "hip_runtime": "runtime",
+    "kernel": "kernel",
+    "mtia_ccp_events": "kernel",
+    "privateuse1_kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+    "cuda_sync": "sync",
+    "gpu_user_annotation": "gpu_annotation",
+}
+"""Kineto category (lower-cased) → the run's `events.kind`; any other category is 'other'."""
+CPU_OP_CATEGORY = "cpu_op"
+USER_ANNOTATION_CATEGORY = "user_annotation"
+PYTHON_FUNCTION_CATEGORY = "python_function"
+CPU_INSTANT_CATEGORY = "cpu_instant_event"
+"""The category of `[memory]` events."""
+
+# --- synchronisation (cuda_sync events) ----------------------------------------------------------
+SYNC_KIND_ARG = "cuda_sync_kind"
+"""The arg that names a cuda_sync event's kind (older traces name the event itself by its kind)."""
+STREAM_SYNC = "Stream Sync"
+EVENT_SYNC = "Event Sync"
+CONTEXT_SYNC = "Context Sync"
+WAIT_ON_STREAM_ARG = "wait_on_stream"
+"""An Event Sync's arg: the stream whose recorded event it waits for."""
+
+# --- flows ---------------------------------------------------------------------------------------
+LAUNCH_FLOW_CATEGORIES = ("ac2g", "async_gpu")
+"""Flows from a runtime call to the device work it launched (`ac2g`; `async_gpu` in old traces)."""
+LAUNCH_FLOW = "ac2g"
+"""The category (and name) a live converter gives launch flows."""
+FORWARD_BACKWARD_FLOW = "fwdbwd"
+"""Flows from a forward operator to the backward node it built."""
+FLOW_PHASES = ("s", "f", "t")
+SLICE_PHASES = ("X", "i", "I")
+
+# --- args ----------------------------------------------------------------------------------------
+EXTERNAL_ID_ARG = "External id"
+EXTERNAL_ID_ARG_OLD = "external id"
+PYTHON_ID_ARG = "Python id"
+PYTHON_PARENT_ID_ARG = "Python parent id"
+MEMORY_ARGS = {"addr": "Addr", "bytes": "Bytes", "total_allocated": "Total Allocated",
+               "total_reserved": "Total Reserved", "device_type": "Device Type", "device": "Device Id"}
+"""raw memory column → the `[memory]` event's arg."""
+
+# --- devices -------------------------------------------------------------------------------------
+C10_DEVICE_TYPE = {"cpu": 0, "cuda": 1, "mkldnn": 2, "hip": 6, "xla": 9, "xpu": 12, "mps": 13, "meta": 14,
+                   "hpu": 15, "lazy": 17, "ipu": 18, "mtia": 19}
+"""c10::DeviceType values, as the JSON trace's `[memory]` events write them under "Device Type"."""
+C10_PRIVATEUSE1 = 20
+
+
+def kind_of_category(category: str) -> str:
+    """The normalised kind of a Kineto category (case-insensitive); unknown ones are 'other'."""
+    return CATEGORY_KINDS.get(category.lower(), "other")

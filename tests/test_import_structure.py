@@ -1,0 +1,179 @@
+"""The importer's structure contract (issue 12):
+
+- store.py imports no collector (directly, or through any module it imports): the layers point
+  one way, and a trace becomes a run through the resolver the package registers;
+- every Kineto spelling lives in collectors/kineto_names.py: no other module of the package spells
+  one as a literal, and the C++ live converter's copies equal it;
+- the raw tables of a rank have one schema (collectors/raw.py), checked where build_rank starts,
+  for the JSON importer and the live collector alike.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import neuron_explorer
+from neuron_explorer import open_run, schema
+from neuron_explorer.collectors import kineto_names as kn
+from neuron_explorer.collectors import raw
+from neuron_explorer.collectors.build import build_rank
+from neuron_explorer.collectors.chrome_trace import decode_rank
+
+from .conftest import X, write_trace
+
+PACKAGE = Path(neuron_explorer.__file__).parent
+
+
+def _imports_of(module: str) -> set[str]:
+    """Every neuron_explorer module that `module`'s source imports (at top level or in a function)."""
+    path = PACKAGE.joinpath(*module.split(".")[1:])
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            names = [target] + [f"{target}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            if name.startswith("neuron_explorer") and _module_file(name):
+                found.add(name)
+    return found
+
+
+def _module_file(name: str) -> bool:
+    p = PACKAGE.joinpath(*name.split(".")[1:])
+    return p.with_suffix(".py").is_file() or (p / "__init__.py").is_file()
+
+
+def _closure(module: str) -> set[str]:
+    seen, todo = set(), [module]
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        todo += [i for i in _imports_of(m) if i != "neuron_explorer"]  # the package itself is the wiring
+    return seen
+
+
+def test_store_imports_no_collector():
+    reached = _closure("neuron_explorer.store")
+    assert "neuron_explorer.schema" in reached  # the walk follows imports
+    assert sorted(m for m in reached if m.startswith("neuron_explorer.collectors")) == []
+
+
+def test_the_import_graph_check_sees_an_import_inside_a_function():
+    # the walk must catch the kind of import that closed the circle before (inside a function)
+    assert "neuron_explorer.collectors.chrome_trace" in _imports_of("neuron_explorer.collectors.trace_cache")
+    assert "neuron_explorer.collectors.trace_cache" in _imports_of("neuron_explorer")
+
+
+def test_open_run_still_takes_a_trace(tmp_path: Path):
+    trace = write_trace(tmp_path / "t.json", [X("ProfilerStep#3", "user_annotation", 0, 100), X("aten::mm", "cpu_op", 10, 20)])
+    with open_run(trace) as run:
+        assert run.sql("SELECT name FROM events ORDER BY ts_ns").fetchall() == [("ProfilerStep#3",), ("aten::mm",)]
+        assert run.path != trace and (run.path / "manifest.json").is_file()
+
+
+_KINETO_LITERALS = {kn.MODULE_PREFIX, kn.MEMORY_EVENT_NAME, kn.EVALUATE_PREFIX, kn.COMPILED_REGION_PREFIX, kn.SYNCHRONIZE_CALL,
+                    kn.STREAM_SYNC, kn.EVENT_SYNC, kn.SYNC_KIND_ARG, kn.WAIT_ON_STREAM_ARG, kn.CPU_INSTANT_CATEGORY,
+                    kn.FORWARD_BACKWARD_FLOW, *kn.LAUNCH_FLOW_CATEGORIES, kn.EXTERNAL_ID_ARG, kn.PYTHON_ID_ARG,
+                    kn.PYTHON_PARENT_ID_ARG, *kn.MEMORY_ARGS.values(), *kn.CATEGORY_KINDS} - set(schema.KINDS) - {"operator"}
+# (a category that is also one of the run's kinds, 'kernel' or 'user_annotation', is the run's word
+# there; 'operator' is an English word before it is old torch's category)
+_NOT_YET = {"analyzers/_path_index.py"}
+"""Being rewritten by its owner while this test was written (its SQL matches 'Synchronize' and the
+sync kinds); it moves to kineto_names next."""
+
+
+def test_kineto_names_are_spelled_in_one_module():
+    spelled = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "kineto_names.py" or str(path.relative_to(PACKAGE)) in _NOT_YET:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in _KINETO_LITERALS:
+                spelled.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.value!r}")
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and "ProfilerStep#(" in node.value:
+                spelled.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.value!r}")
+    assert spelled == []
+
+
+def test_the_native_converter_spells_the_names_as_kineto_names():
+    cpp = (PACKAGE / "collectors" / "native" / "live_convert.cpp").read_text()
+    assert re.search(r'kModulePrefix = "([^"]*)"', cpp).group(1) == kn.MODULE_PREFIX
+    assert re.search(r'memory_name = "([^"]*)"', cpp).group(1) == kn.MEMORY_EVENT_NAME
+    assert re.search(r'flow_cat\.append\(f\.fwdbwd \? "([^"]*)" : "([^"]*)"\)', cpp).groups() == (kn.FORWARD_BACKWARD_FLOW, kn.LAUNCH_FLOW)
+    assert re.search(r'out\.assign\("\{\\"([^\\]*)\\":"\)', cpp).group(1) == kn.EXTERNAL_ID_ARG
+    assert re.search(r'code_of\("([a-z_]*)"\)', cpp).group(1) == kn.PYTHON_FUNCTION_CATEGORY
+    assert kn.LAUNCH_FLOW in kn.LAUNCH_FLOW_CATEGORIES
+
+
+def _raw_of(tmp_path: Path):
+    events = [X("ProfilerStep#1", "user_annotation", 0, 100), X("aten::mm", "cpu_op", 10, 20, **{"External id": 4}),
+              {"ph": "i", "name": "[memory]", "cat": "cpu_instant_event", "pid": 1, "tid": 1, "ts": 12, "s": "t",
+               "args": {"Bytes": 512, "Addr": 1, "Device Type": 0, "Device Id": -1, "Total Allocated": 512, "Total Reserved": 0}},
+              {"ph": "C", "name": "util", "pid": 1, "ts": 5, "args": {"busy": 0.5}},
+              {"ph": "s", "id": 1, "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 1, "ts": 15}]
+    return decode_rank(write_trace(tmp_path / "t.json", events))[0]
+
+
+def test_the_importer_hands_over_the_raw_schema(tmp_path: Path):
+    r = _raw_of(tmp_path)
+    raw.check_raw_rank(r)  # what build_rank does first
+    assert (r.events.num_rows, r.memory.num_rows, r.counters.num_rows, r.flows.num_rows) == (2, 1, 1, 1)
+    for table, schema in ((r.events, raw.RAW_EVENTS), (r.flows, raw.RAW_FLOWS), (r.memory, raw.RAW_MEMORY), (r.counters, raw.RAW_COUNTERS)):
+        assert {f.name: f.type for f in table.schema}.items() <= {f.name: f.type for f in schema}.items()
+
+
+def test_the_live_converter_builds_on_the_raw_schema():
+    # its tables are made with these schemas (each recording then passes build_rank's check: test_collector.py)
+    from neuron_explorer.collectors import _live_convert
+
+    cycle = _live_convert.empty_cycle()
+    assert (cycle.events.schema, cycle.flows.schema, cycle.memory.schema) == (raw.RAW_EVENTS, raw.RAW_FLOWS, raw.RAW_MEMORY)
+    assert _live_convert.empty_counters().schema == raw.RAW_COUNTERS
+    assert _live_convert.RAW_EVENTS is raw.RAW_EVENTS
+
+
+@pytest.mark.parametrize("table, column, value, message", [
+    ("events", "ts_ns", pa.array([0.5, 1.5], pa.float64()), "raw events table: ts_ns is double, not int64"),
+    ("events", "args", None, "raw events table: missing args"),
+    ("memory", "bytes", pa.array([512], pa.int32()), "raw memory table: bytes is int32, not int64"),
+    ("flows", "extra", pa.array([1], pa.int64()), "raw flows table: unknown extra"),
+])
+def test_build_rank_refuses_tables_off_the_raw_schema(tmp_path: Path, table, column, value, message):
+    r = _raw_of(tmp_path)
+    t = getattr(r, table)
+    if value is None:
+        t = t.drop_columns([column])
+    elif column in t.column_names:
+        t = t.set_column(t.schema.get_field_index(column), column, value)
+    else:
+        t = t.append_column(column, value)
+    setattr(r, table, t)
+    with pytest.raises(raw.RawTableError) as e:
+        build_rank(r)
+    assert str(e.value) == message
+
+
+def test_build_rank_refuses_a_phase_off_the_raw_schema(tmp_path: Path):
+    r = _raw_of(tmp_path)
+    phase = pa.array(["X", "B"], pa.string()).dictionary_encode()
+    r.events = r.events.set_column(r.events.schema.get_field_index("phase"), "phase", phase)
+    with pytest.raises(raw.RawTableError, match=r"phases \['B'\]"):
+        build_rank(r)
