@@ -217,3 +217,17 @@ def test_agent_tool_gives_mfu_and_roofline_per_rank(run):
         assert not bad["ok"] and "rank 3" in bad["error"]
     finally:
         tools.close()
+
+
+def test_achieved_throughput_per_operator_and_source_line(run):
+    """Per operator and per line: FLOPs over the time the work took (its kernels' time when it
+    launched any, else its CPU time), with the roofline of the device it ran on."""
+    u = rank_utilisation(run, 0)
+    ops = {r["op"]: r for r in u["top_ops"]}
+    assert ops["aten::linear"]["flops"] == LINEAR_FLOPS and ops["aten::linear"]["dur_ns"] == 100 * US  # the gemm kernel
+    assert ops["aten::linear"]["tflops_per_s"] == pytest.approx(LINEAR_FLOPS / 100e-6 / 1e12)
+    assert ops["aten::conv2d"]["dur_ns"] == 40 * US and ops["aten::conv2d"]["tflops_per_s"] == pytest.approx(CONV_FLOPS / 40e-6 / 1e12)
+    # aten::mm launched nothing: its own 10 us on the CPU, and no device roofline for it
+    assert ops["aten::mm"]["dur_ns"] == 10 * US and ops["aten::mm"]["bound_tflops_per_s"] is None
+    assert [r["op"] for r in u["top_ops"]] == ["aten::linear", "aten::conv2d", "aten::mm"]  # by time
+    assert u["top_lines"] == []  # this hand-built trace has no Python frames

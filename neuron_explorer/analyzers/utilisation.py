@@ -235,6 +235,33 @@ def kernel_table(work: RankWork, limit: int = 20) -> list[dict]:
     return rows
 
 
+def _op_time(o: dict) -> int:
+    """The time an operator's work took: its kernels' summed duration when it launched any, else its
+    own (CPU) duration."""
+    return int(o["device_ns"]) if o["kernels"] else max(int(o["dur_ns"]), 0)
+
+
+def group_table(work: RankWork, key: str, limit: int = 10) -> list[dict]:
+    """Counted operators grouped by `key` ("name": per operator name; "source_frame_id": per source
+    line): calls, FLOPs, bytes, time (`_op_time` summed), achieved TFLOP/s and GB/s, intensity and
+    the roofline bound; heaviest time first."""
+    per: dict = {}
+    for o in work.ops:
+        k = o[key]
+        if k is None:
+            continue
+        r = per.setdefault(k, {key: k, "dtype": o["dtype"], "calls": 0, "flops": 0.0, "bytes": 0.0, "dur_ns": 0, "on_device": False})
+        r["calls"] += 1
+        r["flops"] += o["flops"]
+        r["bytes"] += o["bytes"]
+        r["dur_ns"] += _op_time(o)
+        r["on_device"] = r["on_device"] or bool(o["kernels"])
+    rows = sorted(per.values(), key=lambda r: (-r["dur_ns"], str(r[key])))[:limit]
+    for r in rows:
+        r.update(roofline(work.peak if r["on_device"] else None, r["dtype"], r["flops"], r["bytes"], r["dur_ns"]))
+    return rows
+
+
 def step_table(run: Run, rank: int, work: RankWork) -> list[dict]:
     """Per profiler step: counted FLOPs, achieved TFLOP/s over the step's duration, and MFU."""
     steps = run.sql("SELECT step, dur_ns FROM steps WHERE rank = ? ORDER BY step", [rank]).fetchall()
@@ -270,6 +297,8 @@ def rank_utilisation(run: Run, rank: int) -> dict:
         "steps": steps,
         "mfu_median": mfus[len(mfus) // 2] if mfus else None,
         "top_kernels": kernel_table(work, limit=10),
+        "top_ops": [{"op": r.pop("name"), **r} for r in group_table(work, "name")],
+        "top_lines": group_table(work, "source_frame_id"),
     }
 
 
