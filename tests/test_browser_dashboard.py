@@ -178,7 +178,8 @@ def test_dashboard_in_chromium(server, browser):
     assert outline == target["id"]
 
     # 4. open the second finding by clicking its row: the timeline zooms to its evidence and
-    #    highlights its events; the clicked row stays marked
+    #    highlights its events; the clicked row stays marked (the Overview tab opens first)
+    drv.find_element(By.XPATH, "//div[@id='tabs']//*[contains(text(), 'Findings')]").click()
     status2 = drv.execute_script(f"return {STATUS}")
     titles = wait_for(drv, f"return {GRID_COLUMN}('findings', 'title')", what="findings rows")
     assert titles == [f["title"] for f in queries.findings(rs, run=0)["rows"]] and len(titles) >= 2  # ranked by impact

@@ -261,8 +261,8 @@ def _finding_row(f: dict, summary: dict) -> dict:
 def _fig_layout(fig, height: int, **kw):
     import plotly.graph_objects as go
 
-    fig.update_layout(template=go.layout.Template(), height=height, margin={"l": 60, "r": 20, "t": 34, "b": 40},
-                      plot_bgcolor="#FFF", font={"size": 11}, legend={"orientation": "h", "y": 1.02, "yanchor": "bottom"}, **kw)
+    fig.update_layout(template=go.layout.Template(), height=height, margin={"l": 60, "r": 20, "t": 34, "b": 110},
+                      plot_bgcolor="#FFF", font={"size": 11}, legend={"orientation": "h", "y": -0.36, "yanchor": "top", "x": 0}, **kw)
     return fig
 
 
@@ -284,7 +284,7 @@ def steps_figure(data: dict):
         traces.append(go.Bar(x=x, y=ys, name=part, marker={"color": BAR_COLORS[part]}, customdata=shares,
                              hovertemplate=f"step %{{x}}<br>{part}: %{{y:,.3f}} ms (%{{customdata:.1%}} of the step)<extra></extra>"))
     fig = go.Figure(traces)
-    _fig_layout(fig, 300, barmode="stack", title={"text": "Step time per step, by what bounds it (critical path)", "font": {"size": 13}},
+    _fig_layout(fig, 340, barmode="stack", title={"text": "Step time per step, by what bounds it (critical path)", "font": {"size": 13}},
                 xaxis={"title": "profiler step", "type": "category"}, yaxis={"title": "ms", "gridcolor": "#EEF1F4"})
     if not steps:
         fig.add_annotation(text="no profiler steps in this run", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
@@ -309,11 +309,11 @@ def utilisation_figure(data: dict):
         traces.append(go.Scatter(x=x, y=mfu, name="MFU %", mode="lines+markers", line={"color": "#E65100"},
                                  hovertemplate="step %{x}: MFU %{y:.2f}%<extra></extra>"))
     fig = go.Figure(traces)
-    _fig_layout(fig, 260, title={"text": "Device utilisation and MFU per step", "font": {"size": 13}},
+    _fig_layout(fig, 340, title={"text": "Device utilisation and MFU per step", "font": {"size": 13}},
                 xaxis={"title": "profiler step", "type": "category"}, yaxis={"title": "% of the step", "range": [0, 105], "gridcolor": "#EEF1F4"})
     notes = [p["mfu_note"] for p in data["ranks"] if p["mfu_note"]]
     if notes:
-        fig.add_annotation(text=notes[0], showarrow=False, xref="paper", yref="paper", x=0.01, y=0.97, xanchor="left",
+        fig.add_annotation(text=notes[0].replace(": ", ":<br>", 1), showarrow=False, xref="paper", yref="paper", x=0.01, y=0.97, xanchor="left",
                            font={"color": "#8D6E63", "size": 11}, bgcolor="rgba(255,255,255,.8)", name="mfu-note")
     if not steps:
         fig.add_annotation(text="no profiler steps in this run", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
@@ -356,7 +356,7 @@ def roofline_figure(data: dict):
                                                    + (f", {peak['gbps']:g} GB/s" if peak.get("gbps") else "") + "<extra></extra>"))
     fig = go.Figure(traces)
     title = "Roofline: achieved TFLOP/s per kernel name" + (f" under {peak['name']}'s ceilings" if peak else "")
-    _fig_layout(fig, 340, title={"text": title, "font": {"size": 13}},
+    _fig_layout(fig, 420, title={"text": title, "font": {"size": 13}},
                 xaxis={"title": "arithmetic intensity (FLOP / byte)", "type": "log", "gridcolor": "#EEF1F4"},
                 yaxis={"title": "TFLOP/s", "type": "log", "gridcolor": "#EEF1F4"})
     for i, n in enumerate(roof["notes"][:3]):
