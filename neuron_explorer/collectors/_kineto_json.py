@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError
+from ._malloc import set_mmap_threshold
 from .kineto_names import (EXTERNAL_ID_ARG, EXTERNAL_ID_ARG_OLD, FLOW_PHASES, MEMORY_ARGS, MEMORY_EVENT_NAME, PYTHON_ID_ARG,
                            PYTHON_PARENT_ID_ARG, SLICE_PHASES)
 
@@ -377,11 +378,9 @@ WORKER_MMAP_THRESHOLD = 64 << 20
 def _worker_init() -> None:
     """Workers decode one piece after another: let them reuse their heap (no mmap per large block).
 
-    A parent that lowered glibc's mmap threshold for itself (chrome_trace.set_mmap_threshold)
+    A parent that lowered glibc's mmap threshold for itself (_malloc.set_mmap_threshold)
     passes it on through fork; in a worker it only costs page faults.
     """
-    from .chrome_trace import set_mmap_threshold
-
     set_mmap_threshold(WORKER_MMAP_THRESHOLD)
 
 
