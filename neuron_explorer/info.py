@@ -44,6 +44,9 @@ def run_info(path: Path | str) -> dict:
                 "step_median_ns": durs[len(durs) // 2] if durs else None,
                 "data_quality": e.get("data_quality", {}),
             })
+        waits = _collective_waits(run) if len(ranks) > 1 else {}
+        for entry in ranks:
+            entry.update(waits.get(entry["rank"], {}))
         return {
             "path": str(Path(path)),
             "format_version": m.get("format_version"),
@@ -56,6 +59,25 @@ def run_info(path: Path | str) -> dict:
         }
     finally:
         run.close()
+
+
+def _collective_waits(run) -> dict[int, dict]:
+    """Per rank: its wait in collectives for the last rank to arrive (analyzers/ranks.py)."""
+    from .analyzers.ranks import collective_waits
+
+    return {r["rank"]: {"collective_wait_ns": r["wait_ns"], "collective_wait_share": r["wait_share"], "collectives_matched": r["instances"]}
+            for r in collective_waits(run)["ranks"]}
+
+
+def collective_wait_lines(waits: list[tuple[float, int, int]], instances: int | None = None, shown: int = 3) -> list[str]:
+    """(share, rank, wait ns) per rank -> the spread of the ranks' collective wait and the ranks that wait the most."""
+    if not waits:
+        return []
+    worst = sorted(waits, key=lambda x: (-x[0], x[1]))[:shown]
+    return ["  collective wait per rank (for the last arrival, share of its analysed time): "
+            + spread([(w, r) for w, r, _ in waits], lambda x: f"{100 * x:.1f}%"),
+            "  most waiting: " + ", ".join(f"rank {r} {fmt_ns(ns)} ({100 * w:.1f}%)" for w, r, ns in worst)
+            + (f" over {instances:,} matched collectives" if instances is not None else "")]
 
 
 def fmt_ns(ns: int | float | None) -> str:
@@ -123,6 +145,8 @@ def _render_many_ranks(ranks: list[dict], shown: int = 3) -> list[str]:
         by_time = sorted(step, key=lambda x: (-x[0], x[1]))
         lines.append("  slowest ranks: " + ", ".join(f"rank {r} {fmt_ns(t)}" for t, r in by_time[:shown]))
         lines.append("  fastest ranks: " + ", ".join(f"rank {r} {fmt_ns(t)}" for t, r in reversed(by_time[-shown:])))
+    lines += collective_wait_lines([(r["collective_wait_share"], r["rank"], r["collective_wait_ns"]) for r in ranks
+                                    if r.get("collectives_matched") and r.get("collective_wait_share") is not None])
     counts: dict[str, int] = {}
     for r in ranks:
         for k, v in r["counts"].items():
@@ -165,6 +189,9 @@ def render_info(info: dict) -> str:
         else:
             lines.append("  steps: none recorded (no ProfilerStep#N ranges)")
         lines.append(f"  counts: {kinds}")
+        if r.get("collectives_matched"):
+            lines.append(f"  collective wait (for the last arrival): {fmt_ns(r['collective_wait_ns'])} "
+                         f"({100 * (r['collective_wait_share'] or 0):.1f}% of its analysed time) over {r['collectives_matched']} collectives")
         dq = r.get("data_quality") or {}
         if dq.get("backward_ns"):
             linked = dq.get("backward_linked_ns", 0) / dq["backward_ns"]

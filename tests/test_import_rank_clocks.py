@@ -55,6 +55,8 @@ def test_a_rank_clock_7_5_ms_ahead_does_not_make_it_the_straggler(tmp_path: Path
 
 
 def test_a_window_that_began_a_step_later_compares_the_same_calls(tmp_path: Path):
-    # rank 2 recorded steps 2-3 only: its first allreduce is the others' second
+    # rank 2 recorded steps 2-3 only: its first allreduce is the others' second; step 1's is matched
+    # on ranks 0 and 1, where rank 0 is 20 µs late too
     f = _skew(_job(tmp_path, {}, first_step={2: 2}))
-    assert f.location.rank == 0 and f.impact_ns == 2 * 20_000 and f.evidence.values["collectives"] == 2
+    assert f.location.rank == 0 and f.impact_ns == 3 * 20_000 and f.evidence.values["collectives"] == 3
+    assert f.evidence.values["late_by_step"] == {"1": 20_000, "2": 20_000, "3": 20_000}

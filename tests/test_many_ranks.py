@@ -132,7 +132,9 @@ def test_report_equals_every_rule_run_on_the_whole_run(many, workers):
     assert {f["rule_id"] for f in got["findings"]} >= {"device-idle", "tiny-ops", "launch-overhead", "rank-skew"}
     assert {f["location"]["rank"] for f in got["findings"]} == {0, 1, 2, 3}
     (skew,) = [f for f in got["findings"] if f["rule_id"] == "rank-skew"]
-    assert skew["location"]["rank"] == 1 and skew["impact_ns"] == (4150 - 60) * 1000
+    # ranks 1 and 2 are CPU only: their collective is the operator, matched between them (ranks 0 and 3
+    # have NCCL kernels, which end together once aligned): rank 1 arrives 4150 - 995 us after rank 2
+    assert skew["location"]["rank"] == 1 and skew["impact_ns"] == (4150 - 995) * 1000
 
 
 def test_each_rank_reports_what_it_reports_alone(many):
@@ -140,7 +142,8 @@ def test_each_rank_reports_what_it_reports_alone(many):
     together = _plain(analyze(run_dir, write=False))
     for r, single_dir in alone.items():
         single = _plain(analyze(single_dir, write=False))
-        mine = [f for f in together["findings"] if f["location"]["rank"] == r and f["rule_id"] != "rank-skew"]
+        mine = [f for f in together["findings"] if f["location"]["rank"] == r
+                and f["rule_id"] not in ("rank-skew", "collective-wait", "load-imbalance")]  # the cross-rank rules
         assert mine == single["findings"], r
         (summary,) = [s for s in together["summary"]["ranks"] if s["rank"] == r]
         assert summary == single["summary"]["ranks"][0]

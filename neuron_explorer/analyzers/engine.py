@@ -21,6 +21,7 @@ from types import ModuleType
 
 from ..store import Run, create_views, new_connection, open_run
 from . import metrics
+from .ranks import summary as cross_rank_summary
 from .model import Evidence, Finding, Location, Report, SEVERITIES
 
 SEVERITY_SHARES = {"high": 0.20, "medium": 0.05, "low": 0.01}
@@ -198,7 +199,8 @@ def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int
                 warnings.append(f"rule {rule.RULE_ID} failed on rank {rank}: {value}")
     order = {s: i for i, s in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: (-f.impact_ns, order[f.severity], f.rule_id))
-    return Report(run=str(run.path), summary={"ranks": list(summaries.values()), "definitions": "docs/METRICS.md"}, findings=findings,
+    summary = {"ranks": list(summaries.values()), "definitions": "docs/METRICS.md", "cross_rank": cross_rank_summary(run)}
+    return Report(run=str(run.path), summary=summary, findings=findings,
                   not_applicable=not_applicable, warnings=warnings)
 
 

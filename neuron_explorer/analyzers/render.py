@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import io
 
-from ..info import id_ranges as _id_ranges, spread as _spread_of
+from ..info import collective_wait_lines as _wait_lines, id_ranges as _id_ranges, spread as _spread_of
 from .model import Finding, Report
 
 
@@ -57,9 +57,17 @@ def _ranks_overview(ranks: list[dict], shown: int = 3) -> list[str]:
     return out
 
 
+def _collective_wait_lines(cross: dict | None) -> list[str]:
+    """Collective wait per rank (waiting in collectives for the last rank to arrive; the `cross_rank`
+    summary, analyzers/ranks.py): its spread over ranks and the ranks that wait the most."""
+    cross = cross or {}
+    return _wait_lines([(r["wait_share"], r["rank"], r["wait_ns"]) for r in cross.get("ranks", [])
+                        if r.get("instances") and r.get("wait_share") is not None], cross.get("instances"))
+
+
 def _summary_lines(report: Report) -> list[str]:
     if len(report.summary["ranks"]) > MANY_RANKS:
-        return _ranks_overview(report.summary["ranks"])
+        return _ranks_overview(report.summary["ranks"]) + _collective_wait_lines(report.summary.get("cross_rank"))
     out = []
     for r in report.summary["ranks"]:
         st = r["steps"]
@@ -82,6 +90,10 @@ def _summary_lines(report: Report) -> list[str]:
         line = _utilisation_line(r.get("utilisation"))
         if line:
             out.append(line)
+        wait = {x["rank"]: x for x in (report.summary.get("cross_rank") or {}).get("ranks", [])}.get(r["rank"])
+        if wait and wait["instances"]:
+            out.append(f"  collective wait (for the last arrival): {_ms(wait['wait_ns'])} ({100 * (wait['wait_share'] or 0):.1f}%) "
+                       f"over {wait['instances']} collectives; last to arrive at {wait['times_last']} of them")
     out.append(_shares_line(report.summary["ranks"]))
     return out
 

@@ -1,79 +1,85 @@
-"""rank-skew: a straggler rank makes the others wait at collectives.
+"""rank-skew: a straggler rank arrives last at collectives and the others wait for it.
 
-With several ranks in the run: the k-th call of each collective operator (top-level CPU operators
-named c10d::*, record_param_comms, ...) within the same profiler step is matched across ranks, and
-its arrival skew is the last rank's start minus the first rank's start — the time the earliest
-rank waits. The rank that
-arrives last most often is the straggler. To say why, it compares, per event name (top-level
-operators, Python calls, annotations), the straggler's time with the mean of the other ranks and
-names the one that grew the most, with its source line. Impact: the sum of arrival skews.
-Saving bound: the same. Not applicable with one rank.
-
-Ranks' traces need not share a clock or a profiling window: matching calls per step (not from
-the start of each trace) keeps a rank whose window began a step later from being compared with
-the wrong calls, and each rank's clock is aligned on the steps all ranks recorded: its offset is
-the median, over those steps, of its step start minus the median start of that step across ranks.
-Synchronous training starts each step together (the previous step ended in a collective), so a
-constant offset is the clock, not the work. Without common steps the times are used as they are.
+With several ranks: each collective instance (the k-th collective of one name within a profiler
+step, matched across ranks by order; analyzers/ranks.py and docs/METRICS.md "Across ranks" define
+it) has a last arrival, on clocks aligned on what ranks share (collective kernels' ends, else the
+starts of common steps; never raw start times of windows that began at different moments). A rank's
+lateness at an instance where it arrived last is its arrival minus the median arrival of the other
+participants. A straggler is a rank whose summed lateness is at least SKEW_SHARE_MIN of its analysed
+time; the heaviest MAX_STRAGGLERS are reported, each with the steps it was late in (and by how much),
+the collective the others waited in, and, to say why, the event (top-level operator, Python call or
+annotation) whose time on the straggler exceeds the other ranks' mean the most in those steps, with
+its source line. Impact: the summed lateness. Saving bound: the summed time between its arrival and
+the second-latest arrival (model: were it on time, each collective would start when the next-latest
+rank arrived; the others then wait for that rank). Not applicable with one rank or without a
+collective matched on two ranks.
 """
 
 from __future__ import annotations
 
-from .. import metrics
+from .. import ranks as xr
 from ..engine import Context, NotApplicable
 from ..model import Location
-from ._util import ms, q, row, rows
+from ._util import ms, rows
 
 RULE_ID = "rank-skew"
 TITLE = "Cross-rank skew: a straggler rank"
 CATEGORY = "communication"
 SCOPE = "run"
 THRESHOLDS = {
-    "SKEW_SHARE_MIN": 0.05,  # summed arrival skew / the straggler's analysed time
+    "SKEW_SHARE_MIN": 0.05,  # a rank's summed lateness / its analysed time
+    "MAX_STRAGGLERS": 3,  # at most this many straggler findings, the latest first
 }
 
 
 def check(ctx: Context) -> list:
-    ranks = sorted(ctx.summaries)
-    if len(ranks) < 2:
+    if len(ctx.summaries) < 2:
         raise NotApplicable("one rank only: cross-rank skew needs several ranks in the run")
-    where = f"kind = 'cpu_op' AND event_id = top_op_id AND regexp_matches(name, {q(metrics.COMM_OP_PATTERN)})"
-    sql = f"""WITH n AS (SELECT count(DISTINCT rank) AS ranks FROM events),
-s0 AS (SELECT rank, step, min(ts_ns) AS ts_ns FROM events WHERE kind = 'step' GROUP BY rank, step),
-st AS (SELECT rank, step, ts_ns FROM s0 WHERE step IN (SELECT step FROM s0 GROUP BY step HAVING count(DISTINCT rank) = (SELECT ranks FROM n))),
-mid AS (SELECT step, quantile_disc(ts_ns, 0.5) AS mid_ns FROM st GROUP BY step),
-off AS (SELECT rank, quantile_disc(st.ts_ns - mid.mid_ns, 0.5) AS offset_ns FROM st JOIN mid USING (step) GROUP BY rank),
-c AS (SELECT rank, name, coalesce(step, -1) AS step, ts_ns - coalesce(offset_ns, 0) AS at_ns,
-             row_number() OVER (PARTITION BY rank, coalesce(step, -1), name ORDER BY ts_ns) AS k
-      FROM events LEFT JOIN off USING (rank) WHERE {where}),
-g AS (SELECT name, step, k, (max(at_ns) - min(at_ns)) AS skew_ns, arg_max(rank, at_ns) AS last_rank FROM c GROUP BY name, step, k
-      HAVING count(DISTINCT rank) = (SELECT ranks FROM n))
-SELECT coalesce(sum(skew_ns), 0)::BIGINT AS skew_ns, count(*) AS collectives, mode(last_rank) AS straggler_rank,
-       (SELECT coalesce(max(abs(offset_ns)), 0) FROM off)::BIGINT AS max_clock_offset_ns FROM g"""
-    v = row(ctx.run, sql)
-    if not v["collectives"] or v["straggler_rank"] is None:
-        return []
-    straggler = int(v["straggler_rank"])
-    denom = ctx.summaries[straggler]["analysed_ns"]
-    if not denom or v["skew_ns"] / denom < THRESHOLDS["SKEW_SHARE_MIN"]:
-        return []
-    others = len(ranks) - 1
-    diff = rows(ctx.run, f"""SELECT name, coalesce(sum(dur_ns) FILTER (WHERE rank = {straggler}), 0)
-          - coalesce(sum(dur_ns) FILTER (WHERE rank <> {straggler}), 0) / {others} AS grew_ns,
-        mode(source_frame_id) FILTER (WHERE rank = {straggler}) AS frame_id, min(event_id) FILTER (WHERE rank = {straggler}) AS sample_id
-        FROM events WHERE step IS NOT NULL AND (kind = 'cpu_op' AND event_id = top_op_id OR kind IN ('python', 'user_annotation'))
-        GROUP BY name ORDER BY grew_ns DESC LIMIT 1""")
-    top = diff[0] if diff and diff[0]["grew_ns"] and diff[0]["grew_ns"] > 0 else None
-    coll = row(ctx.run, f"SELECT name, min(event_id) AS sample_id FROM events WHERE rank = {straggler} AND {where} GROUP BY name ORDER BY count(*) DESC LIMIT 1")
-    why = f"It spends {ms(top['grew_ns'])} more than the other ranks in {top['name']}. " if top else ""
-    return [ctx.finding(
-        title=f"Rank {straggler} arrives last at collectives: the others wait {ms(v['skew_ns'])} over {v['collectives']} calls",
-        impact_ns=v["skew_ns"], saving_bound_ns=v["skew_ns"], rank=straggler,
-        location=Location(rank=straggler, op=top["name"] if top else coll.get("name"),
-                          source=ctx.source_of(top["frame_id"]) if top else None),
-        sql=sql, values={"skew_ns": v["skew_ns"], "collectives": v["collectives"], "straggler_rank": straggler,
-                         "max_clock_offset_ns": v["max_clock_offset_ns"]},
-        sample_event_ids=[i for i in (top["sample_id"] if top else None, coll.get("sample_id")) if i is not None], uses_source=True,
-        recommendation=why + f"Balance the work before {coll.get('name') or 'the collective'}: uneven data shards or "
+    got = xr.collective_waits(ctx.run)
+    if not got["instances"]:
+        raise NotApplicable("no collective matched on two ranks (same name, same step, same order)")
+    max_offset = max((abs(r["offset_ns"]) for r in got["ranks"]), default=0)
+    late = [r for r in got["ranks"] if r["late_ns"] > 0 and r["rank"] in ctx.summaries
+            and ctx.summaries[r["rank"]]["analysed_ns"]
+            and r["late_ns"] / ctx.summaries[r["rank"]]["analysed_ns"] >= THRESHOLDS["SKEW_SHARE_MIN"]]
+    late.sort(key=lambda r: (-r["late_ns"], r["rank"]))
+    return [_finding(ctx, r, got, max_offset) for r in late[:THRESHOLDS["MAX_STRAGGLERS"]]]
+
+
+def _finding(ctx: Context, r: dict, got: dict, max_offset: int):
+    rank, coll = r["rank"], r["late_collective"]
+    steps = [s["step"] for s in r["late_steps"] if s["late_ns"] > 0 and s["step"] >= 0]
+    top = _why(ctx, rank, steps)
+    on_device = r["aligned_on"] == "collective_ends"  # its collectives are device kernels (ranks.py)
+    sql = f"SELECT * FROM ({xr.per_rank_sql()}) WHERE rank = {rank}"
+    per_step = ", ".join(f"step {s['step']} {ms(s['late_ns'])}" for s in r["late_steps"][:6]) + (", ..." if len(r["late_steps"]) > 6 else "")
+    why = f"In those steps it spends {ms(top['grew_ns'])} more than the other ranks' mean in {top['name']}. " if top else ""
+    return ctx.finding(
+        title=f"Rank {rank} arrives last at {coll}: {ms(r['late_ns'])} late over {r['times_last']} calls"
+              + (f" in {len(steps)} steps" if steps else "") + "; the other ranks wait for it",
+        impact_ns=r["late_ns"], saving_bound_ns=r["late_saving_ns"], rank=rank,
+        location=Location(rank=rank, steps=steps, op=(top["name"] if top else (None if on_device else coll)),
+                          kernel=coll if on_device else None, source=ctx.source_of(top["frame_id"]) if top else None),
+        sql=sql, values={"straggler_rank": rank, "late_ns": r["late_ns"], "saving_bound_ns": r["late_saving_ns"],
+                         "collectives": r["times_last"], "matched_instances": got["instances"], "late_collective": coll,
+                         "late_by_step": {str(s["step"]): s["late_ns"] for s in r["late_steps"]},
+                         "offset_ns": r["offset_ns"], "aligned_on": r["aligned_on"], "max_clock_offset_ns": max_offset,
+                         "saving_model": "were it on time, each collective would start at the second-latest arrival"},
+        sample_event_ids=[i for i in ((top or {}).get("sample_id"), r["sample_event_id"]) if i is not None], uses_source=True,
+        recommendation=f"Late by step: {per_step}. " + why + f"Balance the work before {coll}: uneven data shards or "
         "sequence lengths, rank-specific logging or checkpointing, a slower host or device.",
-    )]
+    )
+
+
+def _why(ctx: Context, rank: int, steps: list[int]) -> dict | None:
+    """The event whose time on the straggler exceeds the other ranks' mean the most, in the steps it
+    was late in (one grouped query over the run)."""
+    if not steps:
+        return None
+    in_steps = ", ".join(str(int(s)) for s in steps)
+    got = rows(ctx.run, f"""SELECT name, coalesce(sum(dur_ns) FILTER (WHERE rank = {rank}), 0)
+          - coalesce(sum(dur_ns) FILTER (WHERE rank <> {rank}), 0) / {max(len(ctx.summaries) - 1, 1)} AS grew_ns,
+        mode(source_frame_id) FILTER (WHERE rank = {rank}) AS frame_id, min(event_id) FILTER (WHERE rank = {rank}) AS sample_id
+        FROM events WHERE step IN ({in_steps}) AND (kind = 'cpu_op' AND event_id = top_op_id OR kind IN ('python', 'user_annotation'))
+        GROUP BY name ORDER BY grew_ns DESC, name LIMIT 1""")
+    return got[0] if got and got[0]["grew_ns"] and got[0]["grew_ns"] > 0 else None

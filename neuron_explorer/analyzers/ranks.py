@@ -1,0 +1,209 @@
+"""Who waits for whom across ranks: collective instances, rank clocks, arrivals, waits, lateness.
+
+THE definitions behind the cross-rank rules (rank-skew, collective-wait, load-imbalance), the
+`cross_rank` part of the report's summary, `info` and the MCP summary (docs/METRICS.md "Across
+ranks" states them for users):
+
+- A **collective** of a rank is each of its collective device kernels (name matching
+  `metrics.COMM_KERNEL_PATTERN`) when it has any, else each of its top-level collective CPU
+  operators (`metrics.COMM_OP_PATTERN`): on a device the collective runs, and waits, in its kernel;
+  a CPU operator such as gloo's `c10d::allreduce_` is where the rank calls it.
+- A **collective instance** is the k-th collective of one name within one profiler step (a
+  device kernel's step is its launch's): the same (name, step, k) on each rank is one collective,
+  matched by order, never by time. Its participants are the ranks that have it (at least two).
+  Ranks in different process groups that call a same-named collective in the same order are
+  taken as one group (traces do not say which group a kernel served). In runs with profiler
+  steps, collectives outside every step are not matched (the ranks' windows differ there); in runs
+  without steps, k counts from the start of each trace.
+- **Rank clocks**: ranks' traces need not share a clock or a profiling window, so each rank's
+  clock offset is estimated on moments all ranks share, never on raw start times. With collective
+  kernels: the ends of the matched instances (a collective completes on every participant together,
+  when the last one's data arrived); offset = the median over its instances of (its end minus the
+  instance's median end). Without: the starts of the steps every rank with steps recorded
+  (synchronous training starts each step together); offset = the median over those steps of
+  (its start minus the step's median start). Medians are `quantile_disc` (the lower middle value).
+  With neither, the offset is 0.
+- A rank's **arrival** at an instance is its collective's start minus its clock offset. The
+  **last rank** is the latest arrival (ties: the lower rank number counts as the earlier).
+- **Wait** of rank r at an instance = the last arrival minus r's arrival (the last rank's is 0): the
+  time r spends in the collective waiting for the last participant. A rank's collective wait is the
+  sum over its instances; its share is that over its analysed time (its profiler steps' total, or
+  its span without steps: `analysed_ns` of the summary).
+- **Lateness** of the last rank at an instance = its arrival minus the median arrival of the other
+  participants. **Saving bound** of a straggler at an instance = its arrival minus the second-latest
+  arrival: were it on time, the collective would start when the next-latest rank arrived.
+- **Balanced saving** of an instance = the last arrival minus the mean arrival: what the
+  collective would start earlier if the work before it were spread evenly over the participants.
+
+Everything is one set-based SQL query over the whole run (grouped by rank, never a query per rank),
+so the cost grows with the collectives recorded, not with ranks squared. The SQL uses only the
+`events` view, so evidence queries reproduce it on plain DuckDB views.
+
+Must not: decide what is a problem (rules do), render anything or write files.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+from ..store import Run, sql_literal
+from .metrics import COMM_KERNEL_PATTERN, COMM_OP_PATTERN, DEVICE_WORK_KINDS, kinds_sql
+
+
+def arrivals_sql() -> str:
+    """CTEs (no leading WITH) ending in `ranked` (one row per rank and matched instance: rank, name,
+    skey (the step, -1 outside steps in runs without steps), k, event_id, ts_ns, end_ns,
+    on_device, offset_ns, at_ns (aligned arrival), pos (1 = last arrival)) and `inst` (one row per
+    instance: participants, last_rank, last_event_id, last_at, second_at, others_mid_at, above_mean_ns (the
+    last arrival minus the mean arrival, exact: epoch ns do not fit a double's 53 bits))."""
+    kpat, opat = sql_literal(COMM_KERNEL_PATTERN), sql_literal(COMM_OP_PATTERN)
+    return f"""steps0 AS (SELECT rank, step, min(ts_ns) AS ts_ns, max(ts_ns + dur_ns) - min(ts_ns) AS dur_ns
+                FROM events WHERE kind = 'step' GROUP BY rank, step),
+dev_ranks AS (SELECT DISTINCT rank FROM events WHERE kind = 'kernel' AND regexp_matches(name, {kpat})),
+coll AS (SELECT rank, name, step, event_id, ts_ns, ts_ns + dur_ns AS end_ns, true AS on_device
+         FROM events WHERE kind = 'kernel' AND regexp_matches(name, {kpat})
+         UNION ALL
+         SELECT rank, name, step, event_id, ts_ns, ts_ns + dur_ns AS end_ns, false AS on_device
+         FROM events WHERE kind = 'cpu_op' AND event_id = top_op_id AND regexp_matches(name, {opat})
+           AND rank NOT IN (SELECT rank FROM dev_ranks)),
+numbered AS (SELECT *, coalesce(step, -1) AS skey,
+                    row_number() OVER (PARTITION BY rank, name, coalesce(step, -1) ORDER BY ts_ns, event_id) AS k
+             FROM coll WHERE step IS NOT NULL OR NOT EXISTS (SELECT 1 FROM steps0)),
+m AS (SELECT * FROM (SELECT *, count(*) OVER (PARTITION BY name, skey, k) AS participants FROM numbered) WHERE participants >= 2),
+end_mid AS (SELECT name, skey, k, quantile_disc(end_ns, 0.5) AS mid_ns FROM m WHERE on_device GROUP BY name, skey, k),
+end_off AS (SELECT m.rank, quantile_disc(m.end_ns - end_mid.mid_ns, 0.5) AS off FROM m JOIN end_mid USING (name, skey, k)
+            WHERE m.on_device GROUP BY m.rank),
+common AS (SELECT rank, step, ts_ns FROM steps0 WHERE step IN (SELECT step FROM steps0 GROUP BY step
+           HAVING count(DISTINCT rank) = (SELECT count(DISTINCT rank) FROM steps0))),
+step_mid AS (SELECT step, quantile_disc(ts_ns, 0.5) AS mid_ns FROM common GROUP BY step),
+step_off AS (SELECT rank, quantile_disc(common.ts_ns - step_mid.mid_ns, 0.5) AS off FROM common JOIN step_mid USING (step) GROUP BY rank),
+all_ranks AS (SELECT DISTINCT rank FROM events),
+off AS (SELECT rank, coalesce(end_off.off, step_off.off, 0)::BIGINT AS offset_ns,
+               CASE WHEN end_off.off IS NOT NULL THEN 'collective_ends' WHEN step_off.off IS NOT NULL THEN 'step_starts' ELSE 'none' END AS aligned_on
+        FROM all_ranks LEFT JOIN end_off USING (rank) LEFT JOIN step_off USING (rank)),
+ranked AS (SELECT m.*, off.offset_ns, m.ts_ns - off.offset_ns AS at_ns,
+                  row_number() OVER (PARTITION BY name, skey, k ORDER BY m.ts_ns - off.offset_ns DESC, m.rank DESC) AS pos
+           FROM m JOIN off USING (rank)),
+inst AS (SELECT name, skey, k, count(*) AS participants, max(at_ns) AS last_at,
+                any_value(rank) FILTER (WHERE pos = 1) AS last_rank, any_value(event_id) FILTER (WHERE pos = 1) AS last_event_id,
+                max(at_ns) FILTER (WHERE pos = 2) AS second_at, quantile_disc(at_ns, 0.5) FILTER (WHERE pos > 1) AS others_mid_at,
+                (count(*)::HUGEINT * max(at_ns) - sum(at_ns)) / count(*) AS above_mean_ns
+         FROM ranked GROUP BY name, skey, k)"""
+
+
+def analysed_sql() -> str:
+    """CTE `analysed` (no leading comma): per rank, its analysed time (the total of its profiler
+    steps, or its span over events other than kind 'other' without steps): `analysed_ns` of the summary."""
+    return """analysed AS (SELECT a.rank, coalesce(s.total_ns, a.span_ns)::BIGINT AS analysed_ns FROM
+    (SELECT rank, max(ts_ns + dur_ns) - min(ts_ns) AS span_ns FROM events WHERE kind <> 'other' GROUP BY rank) a
+    LEFT JOIN (SELECT rank, sum(dur_ns) AS total_ns FROM steps0 GROUP BY rank) s USING (rank))"""
+
+
+def per_rank_sql() -> str:
+    """One row per rank: its clock offset and what it was aligned on, its collective wait (sum,
+    share of its analysed time, instances), and as the last arrival: lateness, saving bound, how
+    often, per step and the collective with the most lateness."""
+    return f"""WITH {arrivals_sql()},
+{analysed_sql()},
+waits AS (SELECT r.rank, sum(i.last_at - r.at_ns)::BIGINT AS wait_ns, count(*) AS instances
+          FROM ranked r JOIN inst i USING (name, skey, k) GROUP BY r.rank),
+late AS (SELECT last_rank AS rank, name, skey, last_event_id, (last_at - others_mid_at) AS late_ns, (last_at - second_at) AS saving_ns FROM inst),
+late_rank AS (SELECT rank, sum(late_ns)::BIGINT AS late_ns, sum(saving_ns)::BIGINT AS late_saving_ns, count(*) AS times_last,
+                     min(last_event_id) AS sample_event_id FROM late GROUP BY rank),
+late_step AS (SELECT rank, list({{'step': skey, 'late_ns': late_ns}} ORDER BY skey) AS late_steps
+              FROM (SELECT rank, skey, sum(late_ns)::BIGINT AS late_ns FROM late GROUP BY rank, skey) GROUP BY rank),
+late_name AS (SELECT rank, arg_max(name, late_ns) AS late_collective
+              FROM (SELECT rank, name, sum(late_ns) AS late_ns FROM late GROUP BY rank, name) GROUP BY rank)
+SELECT off.rank, off.offset_ns, off.aligned_on, analysed.analysed_ns,
+       coalesce(waits.wait_ns, 0) AS wait_ns, coalesce(waits.instances, 0) AS instances,
+       CASE WHEN analysed.analysed_ns > 0 THEN coalesce(waits.wait_ns, 0) / analysed.analysed_ns END AS wait_share,
+       coalesce(late_rank.late_ns, 0) AS late_ns, coalesce(late_rank.late_saving_ns, 0) AS late_saving_ns,
+       coalesce(late_rank.times_last, 0) AS times_last, late_rank.sample_event_id, late_step.late_steps, late_name.late_collective
+FROM off LEFT JOIN analysed USING (rank) LEFT JOIN waits USING (rank) LEFT JOIN late_rank USING (rank)
+     LEFT JOIN late_step USING (rank) LEFT JOIN late_name USING (rank)
+ORDER BY off.rank"""
+
+
+def totals_sql() -> str:
+    """One row over every matched instance: instances, and the balanced saving (sum of last minus mean arrival)."""
+    return f"""WITH {arrivals_sql()}
+SELECT count(*) AS instances, round(coalesce(sum(above_mean_ns), 0))::BIGINT AS balanced_saving_ns,
+       coalesce(max(participants), 0) AS max_participants FROM inst"""
+
+
+_CACHE: dict[int, tuple[weakref.ref, dict]] = {}
+
+
+def collective_waits(run: Run) -> dict:
+    """The cross-rank figures of a run, as plain data (computed once per open run):
+    {"ranks": [per-rank rows of `per_rank_sql`], "instances", "balanced_saving_ns", "max_participants"}.
+    Ranks with no matched collective have wait 0 and no share of waiting."""
+    hit = _CACHE.get(id(run))
+    if hit is not None and hit[0]() is run:
+        return hit[1]
+    rel = run.sql(per_rank_sql())
+    cols = [d[0] for d in rel.description]
+    rows = []
+    for r in rel.fetchall():
+        row = dict(zip(cols, r))
+        row["wait_share"] = None if row["wait_share"] is None else round(float(row["wait_share"]), 6)
+        row["late_steps"] = [{"step": int(s["step"]), "late_ns": int(s["late_ns"])} for s in row["late_steps"] or []]
+        rows.append(row)
+    instances, balanced, max_participants = run.sql(totals_sql()).fetchone()
+    out = {"ranks": rows, "instances": int(instances), "balanced_saving_ns": int(balanced), "max_participants": int(max_participants)}
+    for key in [k for k, (ref, _) in _CACHE.items() if ref() is None]:
+        del _CACHE[key]
+    _CACHE[id(run)] = (weakref.ref(run), out)
+    return out
+
+
+def summary(run: Run) -> dict:
+    """The report's `cross_rank` summary: per rank its clock offset and collective wait (ns and
+    share of its analysed time), and the number of matched collective instances. Empty ranks list
+    with one rank."""
+    if len(run.ranks) < 2:  # the manifest's ranks: no query for a one-rank run
+        return {"ranks": [], "instances": 0}
+    got = collective_waits(run)
+    keep = ("rank", "offset_ns", "aligned_on", "wait_ns", "wait_share", "instances", "late_ns", "times_last")
+    return {"ranks": [{k: r[k] for k in keep} for r in got["ranks"]], "instances": got["instances"],
+            "definitions": "docs/METRICS.md, Across ranks"}
+
+
+# ---- load imbalance: the work each rank does per step -----------------------------------------
+
+def work_per_step_sql() -> str:
+    """One row per rank and step that every rank with steps recorded: the rank's work in the step,
+    work_ns. Work is device compute on ranks with device events (the union of kernel, memcpy and
+    memset intervals other than collective kernels, by their launch's step), else host compute on
+    CPU-only ranks (the union of top-level CPU operators that are not collectives). Collectives are
+    left out: a rank that waits longer in them is not busier."""
+    kpat, opat = sql_literal(COMM_KERNEL_PATTERN), sql_literal(COMM_OP_PATTERN)
+    return f"""WITH steps0 AS (SELECT rank, step FROM events WHERE kind = 'step' GROUP BY rank, step),
+common AS (SELECT step FROM steps0 GROUP BY step HAVING count(DISTINCT rank) = (SELECT count(DISTINCT rank) FROM steps0)),
+dev_ranks AS (SELECT DISTINCT rank FROM events WHERE kind IN {kinds_sql(DEVICE_WORK_KINDS)} AND device IS NOT NULL),
+iv AS (SELECT rank, step, ts_ns, ts_ns + dur_ns AS end_ns FROM events
+       WHERE dur_ns > 0 AND step IN (SELECT step FROM common) AND (
+             (kind IN {kinds_sql(DEVICE_WORK_KINDS)} AND device IS NOT NULL AND NOT regexp_matches(name, {kpat}))
+          OR (kind = 'cpu_op' AND event_id = top_op_id AND NOT regexp_matches(name, {opat}) AND rank NOT IN (SELECT rank FROM dev_ranks)))),
+mx AS (SELECT *, max(end_ns) OVER (PARTITION BY rank, step ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end FROM iv),
+isl AS (SELECT *, sum(CASE WHEN prev_end IS NULL OR ts_ns > prev_end THEN 1 ELSE 0 END)
+               OVER (PARTITION BY rank, step ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island FROM mx),
+u AS (SELECT rank, step, min(ts_ns) AS start_ns, max(end_ns) AS end_ns FROM isl GROUP BY rank, step, island),
+work AS (SELECT s.rank, s.step, coalesce(sum(u.end_ns - u.start_ns), 0)::BIGINT AS work_ns,
+                s.rank IN (SELECT rank FROM dev_ranks) AS on_device
+         FROM steps0 s LEFT JOIN u USING (rank, step) WHERE s.step IN (SELECT step FROM common) GROUP BY s.rank, s.step)"""
+
+
+def imbalance_sql() -> str:
+    """Per common step: the heaviest rank's work (max_ns, heaviest_rank), the median rank's
+    (median_ns, lower middle) and the mean (mean_ns); plus each rank's total over those steps."""
+    return f"""{work_per_step_sql()},
+per_step AS (SELECT step, max(work_ns) AS max_ns, arg_max(rank, work_ns) AS heaviest_rank, quantile_disc(work_ns, 0.5) AS median_ns,
+                    avg(work_ns) AS mean_ns, count(*) AS ranks, bool_and(on_device) AS on_device FROM work GROUP BY step)
+SELECT step, max_ns, heaviest_rank, median_ns, mean_ns, ranks, on_device FROM per_step ORDER BY step"""
+
+
+def rank_work_sql() -> str:
+    """Per rank: its work over the common steps (work_ns), heaviest first."""
+    return f"""{work_per_step_sql()}
+SELECT rank, sum(work_ns)::BIGINT AS work_ns, count(*) AS steps FROM work GROUP BY rank ORDER BY work_ns DESC, rank"""
