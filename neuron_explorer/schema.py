@@ -286,6 +286,7 @@ MANIFEST_KEYS: dict[str, str] = {
     "converter": "what read the profiler's results: 'native' (the C++ converter) or 'python' (its fallback, same tables; live runs)",
     "git": "commit and dirty flag of the profiled script's repository (live runs)",
     "host": "host name (live runs)",
+    "cwd": "the working directory when recording began: frames recorded relative to it (`sub/train.py`) are read from it (live runs)",
     "torch_version": "torch version (live runs)",
     "python_version": "Python version (live runs)",
     "started": "when recording began (ISO 8601, UTC; live runs)",

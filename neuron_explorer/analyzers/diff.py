@@ -18,11 +18,13 @@ Must not: select steps itself (metrics.steady_steps does) or print (render_text 
 from __future__ import annotations
 
 import math
+import os
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from ..store import Run, open_run
+from . import job
 from .metrics import StepSelection, steady_steps
 from .stats import (Sample, Test, bootstrap_median_diff_ci, cliffs_delta, compare_samples, describe, detectable_change,
                     median, robust_sd, run_level_t, runs_to_detect, steps_to_detect)
@@ -65,6 +67,7 @@ class StepTime:
     significant_deltas: dict | None = None  # the largest total of significant deltas: {type, metric, delta_ns_per_step, rows}
     runs: dict = field(default_factory=dict)  # base / test: [{path, median_ns, steps: the run's selection}] per recording
     runs_to_record: int | None = None  # recordings per side to detect detect_pct between runs (several recordings per side)
+    job_differences: list = field(default_factory=list)  # how the runs are not the same job (job.differences); [] when the same
 
 
 @dataclass
@@ -157,9 +160,13 @@ def _line_keys(run: Run) -> dict[str, tuple[str, str]]:
 
     Several frames can share a line (the live collector keeps call sites as a tree). The matching
     key is file, function and code text — with the rank of the line among lines of equal text in
-    that function, so duplicates pair up in order — else file, function and line number.
+    that function, so duplicates pair up in order — else file, function and line number. The
+    file is `source_file`'s: a path recorded relative to the working directory is made absolute
+    with the cwd the run recorded.
     """
-    rows = run.sql("SELECT frame_id, file, line, function, code FROM frames").fetchall()
+    cwd = run.manifest.get("cwd")
+    rows = [(fid, source_file(file, cwd), line, function, code)
+            for fid, file, line, function, code in run.sql("SELECT frame_id, file, line, function, code FROM frames").fetchall()]
     lines_by_text: dict[tuple, set[int]] = defaultdict(set)
     for _, file, line, function, code in rows:
         if code:
@@ -173,6 +180,55 @@ def _line_keys(run: Run) -> dict[str, tuple[str, str]]:
             match = f"{file}\x1f{function}\x1fline {line}"
         keys[str(frame_id)] = (match, f"{file}:{line}")
     return keys
+
+
+def source_file(file: str | None, cwd: str | None) -> str | None:
+    """The file a frame names, absolute where the run says from where: a relative path (as
+    `python sub/train.py` records the script) joined to the working directory recorded in the
+    manifest (`cwd`, live runs). Pseudo-files (`<string>`) and absolute paths stay as recorded."""
+    if not file or not cwd or file.startswith("<") or os.path.isabs(file):
+        return file
+    return os.path.normpath(os.path.join(cwd, file))
+
+
+def match_files(base_files: set[str], test_files: set[str]) -> dict[str, str]:
+    """test file -> the base file it is the same file as, for test files that the base run does not
+    name by the same path: the one base file with which it shares the longer one's path as a
+    suffix, whole components (`sub/train.py` and `/home/u/proj/sub/train.py`; not `ain.py`). A
+    file that matches none, or several, keeps its own path."""
+    def parts(f: str) -> tuple[str, ...]:
+        return tuple(p for p in f.replace("\\", "/").split("/") if p not in ("", "."))
+
+    by_name: dict[str, list[tuple[str, tuple[str, ...]]]] = defaultdict(list)
+    for f in base_files:
+        if f and not f.startswith("<"):
+            by_name[PurePath(f).name].append((f, parts(f)))
+    out = {}
+    for f in test_files:
+        if not f or f in base_files or f.startswith("<"):
+            continue
+        mine = parts(f)
+        hits = [b for b, bp in by_name.get(PurePath(f).name, [])
+                if mine and bp and (bp[-len(mine):] == mine if len(mine) <= len(bp) else mine[-len(bp):] == bp)]
+        if len(hits) == 1:
+            out[f] = hits[0]
+    return out
+
+
+def _match_line_files(base_vals: dict, test_vals: dict, test_disp: dict) -> tuple[dict, dict]:
+    """Rename the test run's source-line keys whose file `match_files` pairs with a base file."""
+    file_of = lambda key: key.split("\x1f", 1)[0]  # noqa: E731  (the matching key starts with the file)
+    base_files = {file_of(k) for t, k, _ in base_vals if t == "source_line"}
+    test_files = {file_of(k) for t, k, _ in test_vals if t == "source_line"}
+    same = match_files(base_files, test_files)
+    if not same:
+        return test_vals, test_disp
+    rename = lambda key: same.get(file_of(key), file_of(key)) + key[len(file_of(key)):]  # noqa: E731
+    vals: dict = {}
+    for (t, k, m), vec in test_vals.items():
+        nk = (t, rename(k) if t == "source_line" else k, m)
+        vals[nk] = vec if nk not in vals else [a + b for a, b in zip(vals[nk], vec)]
+    return vals, {rename(k): v for k, v in test_disp.items()}
 
 
 def _rekey_lines(values: dict, keys: dict[str, tuple[str, str]]) -> tuple[dict, dict[str, str]]:
@@ -229,7 +285,8 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
     bs, ts = _side(base_path), _side(test_path)
     base_sel, test_sel = bs.sels[0], ts.sels[0]
     base_times, test_times = bs.pooled_times, ts.pooled_times
-    base_vals, base_disp, test_vals, test_disp = bs.vals, bs.disp, ts.vals, ts.disp
+    base_vals, base_disp = bs.vals, bs.disp
+    test_vals, test_disp = _match_line_files(base_vals, ts.vals, ts.disp)  # one file, recorded by two paths
     util = {"base": bs.util, "test": ts.util}
     notes = []
     sb, st = describe(base_times), describe(test_times)
@@ -328,6 +385,12 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
         reason = (f"the median step changed by {pct:+.1f}% (p={p:.2g}, {outcome.name}), but {ci_text} neither lies within "
                   f"±{MIN_SHARE_OF_STEP:.0%} nor wholly past it: these {'recordings' if between_runs else 'steps'} cannot tell a change of {MIN_SHARE_OF_STEP:.0%} "
                   f"from none; {more}")
+    differ = job.differences(bs.job, ts.job)
+    if differ:  # a change between two different programs says nothing about either
+        verdict, significant = "cannot tell", False
+        reason = (f"the two runs are not the same job ({'; '.join(differ)}): their step times are not comparable, "
+                  f"whatever the change ({pct:+.0f}%)")
+        notes.append("not the same job: " + "; ".join(differ))
     if verdict in ("slower", "faster") and not between_runs:
         notes.append("one recording per side: the test sees the variation between steps, not between recordings (process "
                      "placement, machine load); for a CI gate record several runs per side (`neuron-explorer record --runs 5`) "
@@ -339,7 +402,7 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
         reason=reason, test_name=outcome.name, test_reason=outcome.reason, statistic=outcome.statistic,
         effect_size=outcome.effect_size, delta_ci_low_ns=ci_low, delta_ci_high_ns=ci_high,
         steps={"base": base_sel.to_dict(), "test": test_sel.to_dict()}, detect_pct=detect, min_detectable_pct=mdc,
-        steps_to_record=to_record, significant_deltas=big, runs_to_record=runs_needed,
+        steps_to_record=to_record, significant_deltas=big, runs_to_record=runs_needed, job_differences=differ,
         runs={role: [{"path": path, "median_ns": median(t) if t else None, "steps": sel.to_dict()}
                      for path, t, sel in zip(side.paths, side.times, side.sels)] for role, side in (("base", bs), ("test", ts))})
     return Diff(str(base_path), str(test_path), step_time, deltas, notes, util)
@@ -354,6 +417,7 @@ class _Side:
     vals: dict  # (type, key, metric) -> time per steady step, recordings one after the other
     disp: dict
     util: dict
+    job: dict  # job.identity of the first recording
 
     @property
     def pooled_times(self) -> list[float]:
@@ -373,13 +437,14 @@ def run_set(path: Path | str) -> list[Path]:
 
 def _side(path: Path | str) -> _Side:
     paths = run_set(path)
-    sels, times, vals, disp, utils = [], [], {}, {}, []
+    sels, times, vals, disp, utils, ident = [], [], {}, {}, [], None
     offset = 0
     for rp in paths:
         with open_run(rp) as run:
             sel, t = _step_samples(run)
             v, d = _rekey_lines(_per_step(run, sel.used), _line_keys(run))
             utils.append(step_utilisation(run, sel.used))
+            ident = ident or job.identity(run)
         n = len(t)
         for key in set(vals) | set(v):  # one vector per key over every recording's steps, 0 where absent
             vals[key] = vals.get(key, [0.0] * offset) + v.get(key, [0.0] * n)
@@ -388,7 +453,7 @@ def _side(path: Path | str) -> _Side:
         times.append(t)
         disp.update(d)
     util = utils[0] if len(utils) == 1 else _merge_util(utils)
-    return _Side([str(p) for p in paths], sels, times, vals, disp, util)
+    return _Side([str(p) for p in paths], sels, times, vals, disp, util, ident)
 
 
 def _merge_util(utils: list[dict]) -> dict:
@@ -474,7 +539,7 @@ def render_text(diff: Diff, top: int = 20) -> str:
             return f"{fmt_ns(x.median)} (n={x.n})"
         return f"median {fmt_ns(x.median)}, mean {fmt_ns(x.mean)} [95% CI {fmt_ns(x.ci_low)} .. {fmt_ns(x.ci_high)}]"
 
-    lines = []
+    lines = [f"warning: not the same job ({'; '.join(s.job_differences)}): the step times are not comparable"] if s.job_differences else []
     for role, path, x in (("base", diff.base, s.base), ("test", diff.test, s.test)):
         recordings = s.runs.get(role, [])
         if len(recordings) > 1:

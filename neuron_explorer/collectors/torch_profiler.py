@@ -179,6 +179,7 @@ class Recording:
         self.command = list(command if command is not None else sys.argv)
         self.script_dir = Path(script_dir) if script_dir else _script_dir()
         self.started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        self.cwd = os.getcwd()  # frames name the script as run (`sub/train.py`): relative to this folder
         self.frames = _live_convert.FrameTable()
         self.native = native.load()  # before any training runs: a first build takes a while
         self.cycles: list[_live_convert.CycleColumns] = []
@@ -245,6 +246,7 @@ class Recording:
             torch_version=torch.__version__,
             python_version=platform.python_version(),
             host=socket.gethostname(),
+            cwd=self.cwd,
             started=self.started,
             profiler=self.options,
             converter="native" if self.native is not None else "python",

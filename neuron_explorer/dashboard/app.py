@@ -14,11 +14,12 @@ import re
 import threading
 
 from ..errors import NeuronExplorerError
-from . import compare_view, overview, queries
+from . import compare_view, flame, overview, queries
 from .api import register as register_api
 from .figure import build_figure, time_unit
 from .panels import CallbackInputError, detail_panel, finding_clicked, findings_for, findings_note, findings_table, guard, tables_for  # noqa: F401  (callback bodies)
-from .theme import STYLE
+from .panels import TAB_LABELS, TABS
+from .theme import GRAPH_CONFIG, STYLE
 from .runs import RunSet
 from .timeline import timeline_arrays
 
@@ -176,7 +177,7 @@ def _events_brief(rs: RunSet, run: int, ids: list[int]) -> list[dict]:
         return []
     recs = r.records(f"SELECT event_id, name, kind, ts_ns, dur_ns, depth, {queries.LANE_SQL} FROM events "
                      f"WHERE event_id IN ({', '.join(str(int(i)) for i in ids)})")
-    return [queries._brief(r, e, "evidence") for e in recs]
+    return [queries.brief(r, e, "evidence") for e in recs]
 
 
 def _relane(rs: RunSet, tl: dict, flows: list, events: list) -> tuple[list, list]:
@@ -246,7 +247,7 @@ def create_app(rs: RunSet):
             html.Button("‹ prev", id="search-prev", className="nx-btn nx-btn-light"),
             html.Button("next ›", id="search-next", className="nx-btn nx-btn-light"),
             html.Span(id="search-count", className="nx-muted")], className="nx-search"),
-            dcc.Loading(dcc.Graph(id="timeline", config={"scrollZoom": False, "displaylogo": False, "doubleClick": "autosize"},
+            dcc.Loading(dcc.Graph(id="timeline", config={**GRAPH_CONFIG, "scrollZoom": False, "doubleClick": "autosize"},
                                        style={"width": "100%"}), type="dot", delay_show=400)], className="nx-card"),
         html.Div([
             html.Div([dcc.Tabs(id="tabs", value="overview", children=[
@@ -255,8 +256,7 @@ def create_app(rs: RunSet):
                     html.Div(id="findings-note", className="nx-muted"),
                     findings_table(),
                     html.Div(id="finding-detail", className="nx-muted", style={"marginTop": 6})]),
-                dcc.Tab(label="Operators", value="operators"), dcc.Tab(label="Kernels", value="kernels"),
-                dcc.Tab(label="Source lines", value="lines"), dcc.Tab(label="Steps", value="steps"), dcc.Tab(label="Memory", value="memory"),
+                *[dcc.Tab(label=TAB_LABELS[t], value=t) for t in TABS],  # the table views' registry, then Memory and Flame
             ]), html.Div(id="tab-content")], className="nx-card"),
             html.Div(html.Div(id="detail"), className="nx-card nx-detail"),
         ], className="nx-grid")], id="explore-view"),
@@ -351,6 +351,7 @@ def create_app(rs: RunSet):
     if comparing:
         compare_view.register(app, rs)
     overview.register(app, rs, view_for)
+    flame.register(app, rs)
     return app
 
 

@@ -19,7 +19,8 @@ import weakref
 
 from ..analyzers import diff as diff_mod
 from .runs import OpenRun, QueryError, RunSet
-from .timeline import _int, _jsonable, timeline_arrays
+from .runs import parse_int as _int
+from .timeline import _jsonable, timeline_arrays
 
 DELTA_TYPES = ("source_line", "module", "operator", "kernel")
 DELTA_LIMIT = 500
@@ -63,13 +64,15 @@ def compare(rs: RunSet, base=0, test=1, limit=None) -> dict:
     if limit < 1:
         raise QueryError(f"limit must be at least 1, got {limit}")
     d = _diff(rs, b, t).to_dict()  # NaN already null
+    step_time = {**d["step_time"], "runs": {role: [{k: v for k, v in x.items() if k != "path"} for x in recs]  # no paths in answers
+                                            for role, recs in (d["step_time"].get("runs") or {}).items()}}
     deltas, cut = {}, False
     for type_ in DELTA_TYPES:
         rows = [x for x in d["deltas"] if x["type"] == type_]
         deltas[type_] = {"rows": rows[:limit], "total_rows": len(rows), "significant": sum(1 for x in rows if x["significant"]),
                          "truncated": len(rows) > limit}
         cut |= len(rows) > limit
-    return {"base": _who(b), "test": _who(t), "step_time": d["step_time"], "deltas": deltas, "notes": d["notes"],
+    return {"base": _who(b), "test": _who(t), "step_time": step_time, "deltas": deltas, "notes": d["notes"],
             "alpha": diff_mod.ALPHA, "min_share_of_step": diff_mod.MIN_SHARE_OF_STEP, "truncated": cut}
 
 

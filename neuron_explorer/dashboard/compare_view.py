@@ -19,9 +19,10 @@ from .figure import HIGHLIGHT, build_figure, time_unit
 from .grid import column, grid, text_color_when
 from .panels import CallbackInputError, guard
 from .runs import RunSet
+from .theme import GRAPH_CONFIG
 
 TAB_LABELS = {"source_line": "Source lines", "module": "Modules", "operator": "Operators", "kernel": "Kernels"}
-VERDICT_COLORS = {"slower": "#B71C1C", "faster": "#1B5E20", "no significant change": "#455A64", "cannot tell": "#8D6E63"}
+VERDICT_COLORS = {"not the same job": "#6D4C41", "slower": "#B71C1C", "faster": "#1B5E20", "no significant change": "#455A64", "cannot tell": "#8D6E63"}
 
 STYLE = """
 .nx-mode { display: flex; gap: 4px; }
@@ -36,6 +37,7 @@ STYLE = """
 .nx-cmp-cap span { font-weight: 400; color: #78909C; }
 .nx-cmp-cap span.nx-role { color: #FFF; font-weight: 700; font-size: 11px; padding: 1px 6px; border-radius: 3px; margin-right: 8px; }
 .nx-role-base { background: #546E7A; }
+.nx-cmp-warning { background: #FFF3E0; border-left: 4px solid #E65100; color: #BF360C; padding: 6px 10px; margin-bottom: 8px; font-size: 13px; font-weight: 600; }
 .nx-role-test { background: #EF6C00; }
 """
 
@@ -115,7 +117,12 @@ def verdict_panel(rs: RunSet, base, test):
                              html.Td(_fmt(x.get("median"))), html.Td(_fmt(x["mean"])), html.Td(ci(x))]))
         left_out += [html.Div(f"{role}: step {lo_['step']} left out ({_fmt(lo_['dur_ns'])}): {lo_['reason']}", className="nx-muted")
                      for lo_ in sel.get("left_out", [])]
+    differ = s.get("job_differences") or []
+    if differ:  # a step time compared between two programs says nothing: say so before any figure
+        verdict = "not the same job"
     return html.Div([
+        *([html.Div(f"⚠ These runs are not the same job — {'; '.join(differ)}. Their step times are not comparable; "
+                    "the figures below only describe each run.", className="nx-cmp-warning", id="cmp-job-warning")] if differ else []),
         html.Div([html.Span(verdict.upper(), className="nx-badge", id="cmp-verdict-badge",
                             style={"background": VERDICT_COLORS.get(verdict, "#455A64")}),
                   html.Span([html.B(f"{change}{pct}"), f" median step (test − base){change_ci}"]),
@@ -186,13 +193,26 @@ def _mark_step_end(fig: dict, x: dict, w: dict) -> None:
                                                         "font": {"size": 11, "color": HIGHLIGHT}}]
 
 
+SHORT_PATH_PARTS = 2
+"""A source line's path in a delta table shows this many of its last parts (folders and file)."""
+
+
+def short_path(key: str) -> str:
+    """`/home/u/proj/sub/train.py:12` → `…/sub/train.py:12`: the end of a long path, which says
+    which file and line; the table shows the full key on hover."""
+    parts = key.split("/")
+    return key if len(parts) <= SHORT_PATH_PARTS + 1 else "…/" + "/".join(parts[-SHORT_PATH_PARTS:])
+
+
 def delta_rows(rs: RunSet, base, test, tab) -> tuple[list[dict], dict]:
     """Rows of one delta table (times in ms per step, numbers so they sort) and its counts."""
     if tab not in cmp.DELTA_TYPES:
         raise CallbackInputError(f"unknown delta table {tab!r}")
     d = cmp.compare(rs, *_pair(base, test))["deltas"][tab]
     ms = lambda ns: None if ns is None else round(ns / 1e6, 4)  # noqa: E731
-    rows = [{"significant": "yes" if x["significant"] else "", "key": x["key"], "was": x["base_key"] or "", "metric": x["metric"],
+    short = short_path if tab == "source_line" else (lambda k: k)
+    rows = [{"significant": "yes" if x["significant"] else "", "key": short(x["key"]), "key_full": x["key"],
+             "was": short(x["base_key"] or ""), "was_full": x["base_key"] or "", "metric": x["metric"],
              "status": x["status"], "base": ms(x["base_ns_per_step"]), "test": ms(x["test_ns_per_step"]),
              "delta": ms(x["delta_ns_per_step"]), "delta_pct": None if x["delta_pct"] is None else round(x["delta_pct"], 1),
              "p": None if x["p_value"] is None else float(f"{x['p_value']:.3g}")} for x in d["rows"]]
@@ -217,9 +237,10 @@ def delta_table(rs: RunSet, base, test, tab):
     num = lambda f, h, **kw: column(f, h, numeric=True, **kw)  # noqa: E731
     red_up_green_down = text_color_when(("params.value > 0", "#B71C1C"), ("params.value < 0", "#1B5E20"))
     cols = [column("significant", "sig.", flex=0, width=70, minWidth=70, cellStyle={"textAlign": "center"}),
-            column("key", TAB_LABELS[tab][:-1].lower(), wide=True, tooltipField="key",
-                   cellStyle={"direction": "rtl", "textAlign": "left"}),  # long keys keep their end (file:line) in view
-            *([column("was", "was (base)", wide=True, tooltipField="was")] if tab == "source_line" else []),
+            # left to right as written (a right-to-left cell draws `aten::add_` as `_aten::add`); a long path is
+            # shortened to its last folders so that file:line stays in view, the full key on hover
+            column("key", TAB_LABELS[tab][:-1].lower(), wide=True, tooltipField="key_full", cellStyle={"textAlign": "left"}),
+            *([column("was", "was (base)", wide=True, tooltipField="was_full", cellStyle={"textAlign": "left"})] if tab == "source_line" else []),
             column("metric", "metric"),
             column("status", "status", cellStyle=text_color_when(("params.value == 'new'", "#B71C1C"), ("params.value == 'gone'", "#1B5E20"))),
             num("base", "base ms/step"), num("test", "test ms/step"), num("delta", "Δ ms/step", cellStyle=red_up_green_down),
@@ -236,7 +257,7 @@ def layout(rs: RunSet):
     opts = [{"label": f"{r.index}: {r.name}", "value": r.index} for r in rs.runs]
     dd = lambda id_, value: html.Div(dcc.Dropdown(id=id_, options=opts, value=value, clearable=False),  # noqa: E731
                                      style={"width": 260})
-    graph = lambda id_: dcc.Loading(dcc.Graph(id=id_, config={"displayModeBar": False, "doubleClick": "autosize"},  # noqa: E731
+    graph = lambda id_: dcc.Loading(dcc.Graph(id=id_, config={**GRAPH_CONFIG, "displayModeBar": False, "doubleClick": "autosize"},  # noqa: E731
                                               style={"width": "100%"}), type="dot", delay_show=400)
     return html.Div([
         html.Div([html.Div([html.B("base"), dd("cmp-base", 0), html.B("test"), dd("cmp-test", 1),

@@ -12,6 +12,8 @@ from ..errors import NeuronExplorerError
 from . import queries
 from .grid import column, grid, text_color_when
 from .runs import RunSet
+from .tables import TABLE_VIEWS
+from .theme import GRAPH_CONFIG
 
 
 class CallbackInputError(NeuronExplorerError):
@@ -49,6 +51,7 @@ def detail_panel(rs: RunSet, run, event_id):
         head = f"{src['file']}:{src['line']}  {src['function']}" + ("  (def line: imported traces only hold these)" if src["line_kind"] == "def" else "")
         children.append(html.Div(head, className="nx-muted", id="detail-source-line"))
         if src["readable"]:
+            children.append(html.Div(f"read from {src['path']}", className="nx-muted", id="detail-source-path"))
             children.append(html.Div([html.Div([html.Span(str(x["line"]), className="ln"), x["text"]], className="cur" if x["current"] else None)
                                       for x in src["lines"]], className="nx-src", id="detail-source"))
         else:
@@ -66,49 +69,117 @@ def detail_panel(rs: RunSet, run, event_id):
 TABLE_ROWS = 100_000
 """Most rows a table tab sends to the browser: the grid draws only the rows in view (measured: a
 100,000-row grid keeps 26 rows in the page and sorts in under a second in headless Chromium)."""
-WIDE_COLUMNS = ("name", "source", "file", "function", "module_path")
+TABS = (*TABLE_VIEWS, "memory", "flame")
+"""The table tabs (the registry's, in its order), then Memory and Flame."""
+TAB_LABELS = {**{k: v.label for k, v in TABLE_VIEWS.items()}, "memory": "Memory", "flame": "Flame"}
 
 
-def _columns(rows: list[dict]) -> tuple[list[dict], list[dict]]:
-    """Grid columns and rows, with *_ns shown as ms (numbers, so they sort and filter as numbers)."""
-    if not rows:
-        return [], []
+def _grid_columns(view, shares: dict) -> list[dict]:
+    """AG Grid columns of a registered table view: names left-aligned with the full text on hover,
+    numbers right-aligned, each % column's header saying (on hover) what it is a share of."""
     cols = []
-    for k in rows[0]:
-        if k in ("ts_ns",):
-            continue
-        name = k.replace("_ns", " (ms)") if k.endswith("_ns") else k.replace("_", " ")
-        numeric = isinstance(rows[0][k], (int, float)) and not isinstance(rows[0][k], bool)
-        cols.append(column(k, name, numeric=numeric, wide=k in WIDE_COLUMNS, **({"tooltipField": k} if k in WIDE_COLUMNS else {})))
-    out = [{k: (round(v / 1e6, 4) if k.endswith("_ns") and isinstance(v, (int, float)) else v) for k, v in r.items()} for r in rows]
-    return cols, out
+    for c in view.columns:
+        extra = {"tooltipField": c.field, "cellStyle": {"textAlign": "left"}} if c.kind == "text" else {}
+        if c.kind == "pct" and shares.get(c.field):
+            extra["headerTooltip"] = shares[c.field]
+        cols.append(column(c.field, c.header, numeric=c.kind != "text", wide=c.wide, **extra))
+    return cols
+
+
+def _grid_rows(view, rows: list[dict]) -> list[dict]:
+    """The shown fields of each row, ns (kind 'ms') as ms numbers, so they sort and filter as numbers."""
+    conv = {c.field: c.kind for c in view.columns}
+    return [{f: (round(r[f] / 1e6, 4) if kind == "ms" and isinstance(r.get(f), (int, float)) else r.get(f)) for f, kind in conv.items()}
+            for r in rows]
+
+
+def share_note(view, shares: dict):
+    """The line under a table that says what each % column is of."""
+    parts = [f"{c.header}: {shares[c.field]}" for c in view.columns if c.kind == "pct" and shares.get(c.field)]
+    return "; ".join(parts)
 
 
 def tables_for(rs: RunSet, run, rank, tab: str):
-    from dash import dcc, html
+    from dash import html
 
     if tab == "memory":
-        mem = queries.memory(rs, run=run, rank=rank)
-        if not mem["series"]:
-            return html.Div("no memory events in this run (record with profile_memory=True)", className="nx-muted")
-        import plotly.graph_objects as go
-
-        fig = go.Figure([go.Scatter(x=s["x_ms"], y=[b / 2**20 for b in s["bytes"]], name=s["label"], mode="lines",
-                                    line={"shape": "hv"}) for s in mem["series"]])
-        fig.update_layout(template=go.layout.Template(), height=320, margin={"l": 60, "r": 20, "t": 20, "b": 40},
-                          xaxis={"title": "ms from run start", "gridcolor": "#EEF1F4"}, yaxis={"title": "allocated MiB", "gridcolor": "#EEF1F4"})
-        return dcc.Graph(figure=fig, id="memory-graph")
-    fn = {"operators": queries.operators, "kernels": queries.kernels, "lines": queries.source_lines, "steps": queries.steps}.get(tab)
-    if fn is None:
+        return memory_panel(rs, run, rank)
+    if tab == "flame":
+        return flame_panel(rs, run, rank)
+    view = TABLE_VIEWS.get(tab)
+    if view is None:
         raise CallbackInputError(f"unknown tab {tab!r}")
-    data = fn(rs, run=run, rank=rank, **({} if tab == "steps" else {"limit": TABLE_ROWS}))
-    cols, rows = _columns(data["rows"])
-    if not rows:
-        why = {"lines": "no user source lines in this run (record with with_stack=True)", "kernels": "no device work in this run",
-               "steps": "no ProfilerStep ranges in this run (call prof.step())"}.get(tab, "nothing to show")
-        return html.Div(why, className="nx-muted")
-    note = html.Div(f"first {len(rows)} of {data.get('total_rows')} rows", className="nx-muted") if data.get("truncated") else None
-    return html.Div([note, grid(f"table-{tab}", cols, rows)])
+    data = queries.table(rs, tab, run=run, rank=rank, limit=TABLE_ROWS)
+    if not data["rows"]:
+        return html.Div(view.empty, className="nx-muted")
+    rows = _grid_rows(view, data["rows"])
+    notes = [x for x in (f"first {len(rows)} of {data.get('total_rows')} rows" if data.get("truncated") else "",
+                         data.get("note", ""), share_note(view, data.get("shares") or {})) if x]
+    return html.Div([grid(f"table-{tab}", _grid_columns(view, data.get("shares") or {}), rows),
+                     html.Div([html.Div(n) for n in notes], className="nx-muted", id=f"table-{tab}-notes")])
+
+
+MIB = 2**20
+
+
+def memory_panel(rs: RunSet, run, rank):
+    """The Memory tab: allocated bytes over time, the peak per device (with reserved against
+    allocated), and the allocations per source line and per operator."""
+    from dash import dcc, html
+
+    mem = queries.memory(rs, run=run, rank=rank)
+    if not mem["series"]:
+        return html.Div("no memory events in this run (record with profile_memory=True)", className="nx-muted")
+    import plotly.graph_objects as go
+
+    fig = go.Figure([go.Scatter(x=s["x_ms"], y=[b / MIB for b in s["bytes"]], name=s["label"], mode="lines",
+                                line={"shape": "hv"}) for s in mem["series"]])
+    fig.update_layout(template=go.layout.Template(), height=300, margin={"l": 60, "r": 20, "t": 20, "b": 40},
+                      xaxis={"title": "ms from run start", "gridcolor": "#EEF1F4"}, yaxis={"title": "allocated MiB", "gridcolor": "#EEF1F4"})
+    summ = queries.memory_summary(rs, run=run, rank=rank)
+    mib = lambda b: None if b is None else round(b / MIB, 3)  # noqa: E731
+    dev_cols = [column("rank", "rank", numeric=True), column("where", "device"), column("peak_allocated", "peak allocated MiB", numeric=True),
+                column("peak_ms", "at ms", numeric=True), column("peak_reserved", "peak reserved MiB", numeric=True),
+                column("reserved_unused", "reserved − allocated MiB", numeric=True,
+                       headerTooltip="held by the caching allocator but not allocated (peak reserved minus peak allocated)"),
+                column("allocations", "allocations", numeric=True)]
+    dev_rows = [{"rank": d["rank"], "where": d["where"], "peak_allocated": mib(d["peak_allocated_bytes"]), "peak_ms": d["peak_ms"],
+                 "peak_reserved": mib(d["peak_reserved_bytes"]), "reserved_unused": mib(d["reserved_unused_bytes"]),
+                 "allocations": d["allocations"]} for d in summ["devices"]]
+
+    def alloc_grid(gid, key, header, rows):
+        cols = [column(key, header, wide=True, tooltipField=key, cellStyle={"textAlign": "left"}), column("allocations", "allocations", numeric=True),
+                column("allocated", "allocated MiB", numeric=True), column("freed", "freed MiB", numeric=True)]
+        return grid(gid, cols, [{key: x[key], "allocations": x["allocations"], "allocated": mib(x["allocated_bytes"]),
+                                 "freed": mib(x["freed_bytes"])} for x in rows], height_rows=min(max(len(rows), 1), 10))
+
+    return html.Div([
+        dcc.Graph(figure=fig, id="memory-graph", config=GRAPH_CONFIG),
+        html.Div("peak per device (reserved: what the caching allocator holds)", className="nx-muted"),
+        grid("memory-devices", dev_cols, dev_rows, height_rows=max(len(dev_rows), 1)),
+        html.Div("allocations per source line", className="nx-muted"),
+        alloc_grid("memory-lines", "source", "source line", summ["by_line"]) if summ["by_line"] else
+        html.Div("no allocation has a source line (record with with_stack=True)", className="nx-muted"),
+        html.Div("allocations per operator", className="nx-muted"),
+        alloc_grid("memory-operators", "operator", "operator", summ["by_operator"]),
+    ])
+
+
+def flame_panel(rs: RunSet, run, rank, step=None):
+    """The Flame tab: the icicle of one step's time by call path (flame.py), with a step picker."""
+    from dash import dcc, html
+
+    from . import flame
+
+    data = queries.flame(rs, run=run, rank=rank, step=step)
+    head = flame.headline(data)
+    return html.Div([
+        html.Div([html.Span("step", className="nx-muted"),
+                  html.Div(dcc.Dropdown(id="flame-step", options=[{"label": f"step {s}", "value": s} for s in data["steps"]],
+                                        value=data["step"], clearable=False), style={"width": 160}),
+                  html.Span(head, className="nx-muted", id="flame-head")], style={"display": "flex", "gap": "10px", "alignItems": "center"}),
+        dcc.Graph(id="flame-graph", figure=flame.figure(data), config=GRAPH_CONFIG),
+    ])
 
 
 FINDING_COLUMNS = [

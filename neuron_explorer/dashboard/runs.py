@@ -39,6 +39,32 @@ class QueryError(NeuronExplorerError):
     """A request the dashboard cannot answer (bad parameter, unknown run or event)."""
 
 
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def parse_int(v, name: str, default=None, lo: int = INT64_MIN, hi: int = INT64_MAX) -> int:
+    """An integer request parameter in [lo, hi] (int64 by default); anything else is a QueryError (HTTP 400)."""
+    if v is None or v == "":
+        if default is None:
+            raise QueryError(f"{name} is required")
+        return default
+    if isinstance(v, bool):
+        raise QueryError(f"{name} must be an integer, got {v!r}")
+    if isinstance(v, int):
+        n = v  # exact: ns timestamps need all 64 bits, a float keeps only 53
+    else:
+        try:
+            n = int(str(v).strip())
+        except ValueError:
+            try:
+                n = int(float(v))  # 1e9 in a query string is fine; nan/inf are not
+            except (TypeError, ValueError, OverflowError):
+                raise QueryError(f"{name} must be an integer, got {str(v)[:40]!r}") from None
+    if not lo <= n <= hi:
+        raise QueryError(f"{name} must be between {lo} and {hi}, got {str(v)[:40]}")
+    return n
+
+
 LANE_NAME_CHARS = 22
 """Thread and device names are cut to this many characters in lane labels (the axis is narrow)."""
 _KINETO_THREAD = re.compile(r"^thread (\d+) \((.*)\)$")
@@ -135,6 +161,12 @@ class OpenRun:
         return [dict(zip(cols, r)) for r in rows]
 
     # ---- cached facts -------------------------------------------------------------------
+    def cached(self, key, compute):
+        """A per-run fact computed once: `compute()` the first time `key` is asked for."""
+        if key not in self._facts:
+            self._facts[key] = compute()
+        return self._facts[key]
+
     def span(self) -> tuple[int, int]:
         """(first start, last end) of all events, ns."""
         if "span" not in self._facts:
@@ -196,9 +228,13 @@ class OpenRun:
         return tuple(rows[0]) if rows else None
 
     def source_roots(self) -> list[Path]:
-        """Where relative frame paths are looked up: the folders of the imported traces, then the
-        folder the run lives in. Never a folder a request names."""
+        """Where relative frame paths are looked up: the working directory a live run was recorded
+        in (manifest `cwd`), the folders of the imported traces, then the folder the run lives in.
+        Never a folder a request names."""
         roots: list[Path] = []
+        cwd = self.run.manifest.get("cwd")
+        if isinstance(cwd, str) and cwd:
+            roots.append(Path(cwd))
         for src in self.run.manifest.get("sources") or []:
             p = src.get("path") if isinstance(src, dict) else None
             if isinstance(p, str):

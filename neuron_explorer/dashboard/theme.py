@@ -17,7 +17,7 @@ body { margin: 0; background: #F4F6F8; font-family: Inter, 'Segoe UI', Helvetica
 .nx-btn-light:hover { background: #CFD8DC; }
 .nx-status { font-size: 12px; color: #B0BEC5; margin-left: auto; }
 .nx-card { background: #FFF; border-radius: 6px; box-shadow: 0 1px 3px rgba(0,0,0,.08); margin: 10px 12px; padding: 8px 10px; }
-.nx-grid { display: grid; grid-template-columns: minmax(0, 3fr) minmax(0, 2fr); gap: 0; }
+.nx-grid { display: grid; grid-template-columns: minmax(0, 1fr); gap: 0; }
 .nx-detail h3 { margin: 2px 0 6px 0; font-size: 15px; word-break: break-all; }
 .nx-kv { display: grid; grid-template-columns: 110px 1fr; font-size: 12px; row-gap: 2px; }
 .nx-kv div:nth-child(odd) { color: #78909C; }
@@ -34,3 +34,7 @@ body { margin: 0; background: #F4F6F8; font-family: Inter, 'Segoe UI', Helvetica
 .nx-args { font-family: Menlo, Consolas, monospace; font-size: 11px; background: #F5F7F9; padding: 6px; border-radius: 4px;
            max-height: 180px; overflow: auto; white-space: pre-wrap; }
 """
+
+GRAPH_CONFIG = {"displaylogo": False, "showSendToCloud": False, "showEditInChartStudio": False, "showLink": False,
+                "modeBarButtonsToRemove": ["sendDataToCloud", "editInChartStudio"]}
+"""Every graph's plotly config: no "share / upload chart" button, no link out of the page."""

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from .runs import LANE_SQL, MAX_DEPTH_ROWS, OpenRun, QueryError, RunSet
+from .runs import parse_int as _int
 
 EXACT_CAP = 6000
 """Most exact slices sent for one view."""
@@ -34,33 +35,9 @@ PYRAMID_PX_FACTOR = 8
 """A window uses the pyramid when one pixel spans at least this many fine buckets."""
 
 
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 TIME_LIMIT_NS = 1 << 62
 """t0 and t1 must lie within ±2^62 ns (±146 years from the epoch): every timestamp a run can hold
 fits, and the window's arithmetic (t0 minus the longest event, t1 - t0) stays inside int64."""
-
-
-def _int(v, name: str, default=None, lo: int = INT64_MIN, hi: int = INT64_MAX):
-    """An integer request parameter in [lo, hi] (int64 by default); anything else is a QueryError (HTTP 400)."""
-    if v is None or v == "":
-        if default is None:
-            raise QueryError(f"{name} is required")
-        return default
-    if isinstance(v, bool):
-        raise QueryError(f"{name} must be an integer, got {v!r}")
-    if isinstance(v, int):
-        n = v  # exact: ns timestamps need all 64 bits, a float keeps only 53
-    else:
-        try:
-            n = int(str(v).strip())
-        except ValueError:
-            try:
-                n = int(float(v))  # 1e9 in a query string is fine; nan/inf are not
-            except (TypeError, ValueError, OverflowError):
-                raise QueryError(f"{name} must be an integer, got {str(v)[:40]!r}") from None
-    if not lo <= n <= hi:
-        raise QueryError(f"{name} must be between {lo} and {hi}, got {str(v)[:40]}")
-    return n
 
 
 def parse_window(r: OpenRun, t0, t1, width) -> tuple[int, int, int]:

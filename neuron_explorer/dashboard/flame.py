@@ -1,0 +1,143 @@
+"""The flame view: where one step's time went, aggregated by call path, drawn as an icicle.
+
+The call path of a piece of work is: user source line → module → operator → kernel.
+
+- device (the default where the step ran device work): every kernel, copy and set of the step,
+  at its own duration. Its source line is the statement that launched it (`source_frame_id`:
+  backward work counts on its forward statement, as the source-lines table counts it); its module
+  is the `nn.Module` around it or around its operator; its operator is the top-level operator
+  around its launch.
+- cpu: every top-level operator of the step, at its CPU duration, with no kernel level.
+
+Work with no recorded line, module or operator sits under "(no line)", "(no module)",
+"(no operator)", so that the levels always add up: each box is the sum of the boxes under it and
+the root is all the step's work of that metric. `call_paths` is the one aggregation query;
+`icicle` turns its rows into the tree; `figure` draws it (a plotly icicle).
+
+Must not: compute any other figure, or read source files.
+"""
+
+from __future__ import annotations
+
+from ..analyzers.metrics import DEVICE_WORK_KINDS, kinds_sql
+from .runs import OpenRun, QueryError, RunSet, parse_int
+from .timeline import TIME_LIMIT_NS, parse_rank
+
+LEVELS = ("line", "module", "operator", "kernel")
+NONE_LABELS = {"line": "(no line)", "module": "(no module)", "operator": "(no operator)", "kernel": "(no kernel)"}
+METRICS = ("device", "cpu")
+
+
+def call_paths(r: OpenRun, rank: int | None, where: str, params: list, metric: str) -> list[dict]:
+    """Rows (line, module, operator, kernel, count, ns) of the work picked by `where` (a condition
+    on the work's events `e`), summed per call path. The one aggregation of the flame view."""
+    if metric == "device":
+        work = f"e.kind IN {kinds_sql(DEVICE_WORK_KINDS)} AND e.device IS NOT NULL"
+        kernel = "e.name"
+        op_join = "LEFT JOIN events o ON o.event_id = e.op_id LEFT JOIN events t ON t.event_id = e.top_op_id"
+        module = "coalesce(e.module_path, o.module_path, t.module_path)"
+        operator = "t.name"
+    else:
+        work = "e.kind = 'cpu_op' AND e.top_op_id = e.event_id"
+        kernel = "NULL"
+        op_join = ""
+        module = "e.module_path"
+        operator = "e.name"
+    rank_where = "" if rank is None else f" AND e.rank = {int(rank)}"
+    return r.records(
+        f"""SELECT CASE WHEN f.file IS NULL THEN NULL ELSE f.file || ':' || f.line END AS line, {module} AS module,
+                   {operator} AS operator, {kernel} AS kernel, count(*) AS count, sum(e.dur_ns)::BIGINT AS ns
+            FROM events e {op_join} LEFT JOIN frames f ON f.frame_id = e.source_frame_id
+            WHERE {work}{rank_where} AND ({where})
+            GROUP BY ALL ORDER BY ns DESC""", params)
+
+
+def icicle(rows: list[dict], levels: tuple[str, ...] = LEVELS, root: str = "step") -> dict:
+    """The tree of `call_paths` rows: plotly icicle arrays (ids, labels, parents, values, counts),
+    each node's value the sum of its children's (branchvalues "total")."""
+    nodes: dict[str, dict] = {root: {"label": root, "parent": "", "ns": 0, "count": 0}}
+    for x in rows:
+        parent = root
+        nodes[root]["ns"] += x["ns"]
+        nodes[root]["count"] += x["count"]
+        for lvl in levels:
+            label = x.get(lvl) or NONE_LABELS[lvl]
+            node_id = f"{parent}\x1f{label}"
+            n = nodes.setdefault(node_id, {"label": label, "parent": parent, "ns": 0, "count": 0, "level": lvl})
+            n["ns"] += x["ns"]
+            n["count"] += x["count"]
+            parent = node_id
+    ids = list(nodes)
+    return {"ids": ids, "labels": [nodes[i]["label"] for i in ids], "parents": [nodes[i]["parent"] for i in ids],
+            "values": [nodes[i]["ns"] for i in ids], "counts": [nodes[i]["count"] for i in ids],
+            "levels": [nodes[i].get("level", "root") for i in ids]}
+
+
+def flame(rs: RunSet, run=0, rank=None, step=None, t0=None, t1=None, metric=None) -> dict:
+    """The flame view of one profiler step (`step`, on `rank` or every rank; default: the middle
+    step of the run), or of the window [t0, t1) (ns on the run clock) when both are given.
+    `metric`: device (kernel time; the default where device work ran) or cpu (top-level operator
+    time). Returns the icicle arrays (values in ns), total_ns, and what was picked."""
+    r = rs.get(run)
+    rank = parse_rank(r, rank)
+    if metric in (None, ""):
+        _, got = r.query(f"SELECT count(*) FROM (SELECT 1 FROM events WHERE kind IN {kinds_sql(DEVICE_WORK_KINDS)} LIMIT 1)")
+        metric = "device" if got[0][0] else "cpu"
+    if metric not in METRICS:
+        raise QueryError(f"metric must be one of {', '.join(METRICS)}, got {str(metric)[:40]!r}")
+    steps = sorted({s["step"] for s in r.steps() if rank is None or s["rank"] == rank})
+    if t0 not in (None, "") and t1 not in (None, ""):
+        a = parse_int(t0, "t0", None, -TIME_LIMIT_NS, TIME_LIMIT_NS)
+        b = parse_int(t1, "t1", None, -TIME_LIMIT_NS, TIME_LIMIT_NS)
+        if b <= a:
+            raise QueryError("t1 must be after t0")
+        where, params, picked = "e.ts_ns >= ? AND e.ts_ns < ?", [a, b], {"t0": a, "t1": b, "step": None}
+        root = f"{(b - a) / 1e6:,.3f} ms window"
+    else:
+        if not steps:
+            raise QueryError("no profiler steps in this run: pick a time range instead (t0, t1)")
+        chosen = steps[(len(steps) - 1) // 2] if step in (None, "") else parse_int(step, "step")
+        if chosen not in steps:
+            raise QueryError(f"no step {chosen} in this run")
+        where, params, picked = "e.step = ?", [chosen], {"t0": None, "t1": None, "step": chosen}
+        root = f"step {chosen}"
+    levels = LEVELS if metric == "device" else LEVELS[:3]
+    rows = call_paths(r, rank, where, params, metric)
+    tree = icicle(rows, levels, root)
+    return {"run": r.index, "rank": rank, "metric": metric, **picked, "steps": steps, "levels": list(levels),
+            "total_ns": tree["values"][0], "paths": len(rows), **tree}
+
+
+def figure(data: dict) -> dict:
+    """A plotly icicle of `flame`'s answer: boxes sized by time, hover with ms, calls and share."""
+    total = data["total_ns"] or 1
+    custom = [[v / 1e6, c, 100.0 * v / total, lvl] for v, c, lvl in zip(data["values"], data["counts"], data["levels"])]
+    trace = {"type": "icicle", "ids": data["ids"], "labels": data["labels"], "parents": data["parents"], "values": data["values"],
+             "branchvalues": "total", "customdata": custom, "tiling": {"orientation": "v"}, "sort": True,
+             "hovertemplate": "<b>%{label}</b><br>%{customdata[3]}: %{customdata[0]:,.3f} ms · %{customdata[1]:,} events · "
+                              "%{customdata[2]:.1f}% of the root<extra></extra>",
+             "texttemplate": "%{label}<br>%{customdata[0]:,.3f} ms", "root": {"color": "#ECEFF1"}}
+    return {"data": [trace], "layout": {"margin": {"l": 4, "r": 4, "t": 4, "b": 4}, "height": 520}}
+
+
+def register(app, rs: RunSet) -> None:
+    """Wire the Flame tab's step picker (the tab's content comes from panels.flame_panel)."""
+    from dash import Input, Output, State
+
+    from .panels import guard
+
+    @app.callback(Output("flame-graph", "figure"), Output("flame-head", "children"), Output("error", "children", allow_duplicate=True),
+                  Input("flame-step", "value", allow_optional=True), State("run-select", "value"), State("rank-select", "value"),
+                  prevent_initial_call=True)
+    @guard(2)
+    def _flame_step(step, run, rank):
+        data = flame(rs, run=run, rank=rank, step=step)
+        return figure(data), headline(data)
+
+
+def headline(data: dict) -> str:
+    """What the Flame tab says above the icicle."""
+    what = "device time (kernels, copies, sets)" if data["metric"] == "device" else "CPU time of the top-level operators"
+    where = f"step {data['step']}" if data["step"] is not None else "the window"
+    return (f"{where}: {data['total_ns'] / 1e6:,.3f} ms of {what}, by call path ({' → '.join(data['levels'])}); "
+            "click a box to zoom into it")
