@@ -14,12 +14,11 @@ import re
 import threading
 
 from ..errors import NeuronExplorerError
-from . import compare_view, flame, overview, queries
+from . import compare_view, navigate, overview, queries
 from .api import register as register_api
-from .figure import build_figure, time_unit
+from .figure import build_figure
 from .panels import CallbackInputError, detail_panel, finding_clicked, findings_for, findings_note, findings_table, guard, tables_for  # noqa: F401  (callback bodies)
-from .panels import TAB_LABELS, TABS
-from .theme import GRAPH_CONFIG, STYLE
+from .theme import STYLE
 from .runs import RunSet
 from .timeline import timeline_arrays
 
@@ -50,8 +49,8 @@ def _as_int(v, what: str) -> int:
 # ---- callback bodies (plain functions) -------------------------------------------------------
 def view_for(rs: RunSet, trigger: str | None, run, rank, relayout, finding_index, current: dict | None) -> dict:
     """The window to show after a user action: run/rank change or reset → the whole run; a zoom
-    or pan (relayout x range, offsets in µs from the current window start) → that range; a
-    finding → the window around its evidence."""
+    or pan (relayout x range: ms from the run's first event, the timeline's absolute axis) → that
+    range, keeping the highlighted table row (`mark`); a finding → the window around its evidence."""
     r = rs.get(run)
     rank = queries.parse_rank(r, rank)
     start, end = r.span()
@@ -71,14 +70,13 @@ def view_for(rs: RunSet, trigger: str | None, run, rank, relayout, finding_index
                 x1 = v
         if x0 is None or x1 is None:
             raise CallbackInputError("zoom/pan data has no x range")
-        base = _as_int(current.get("t0"), "window start")
-        unit_ns, _ = time_unit(_as_int(current.get("t1"), "window end") - base)
-        a = base + int(_as_float(x0) * unit_ns)
-        b = base + int(_as_float(x1) * unit_ns)
+        a = start + round(_as_float(x0) * 1e6)
+        b = start + round(_as_float(x1) * 1e6)
         if not (b > a):
             raise CallbackInputError("empty zoom range")
         pad = (end - start) // 20
-        return {**whole, "t0": max(a, start - pad), "t1": min(b, end + pad)}
+        a, b = max(a, start - pad), min(b, end + pad)
+        return {**whole, "t0": a, "t1": max(b, a + 1), "mark": current.get("mark")}
     if trigger == "findings" and finding_index is not None:
         rows = queries.findings(rs, run=r.index)["rows"]
         i = _as_int(finding_index, "finding")
@@ -91,10 +89,12 @@ def view_for(rs: RunSet, trigger: str | None, run, rank, relayout, finding_index
     return whole
 
 
-def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, color_by: str = "name", all_lanes: bool = False):
+def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, color_by: str = "name", all_lanes: bool = False,
+                    critical: bool = False):
     """(figure, status text) for a window, with the selected event outlined, its flows drawn and
-    the current finding's events highlighted; slices coloured by "name" or "kind"; meta lanes
-    shown only with `all_lanes`."""
+    the current finding's events (or the instances of the table row the view jumped to)
+    highlighted; slices coloured by "name" or "kind"; meta lanes shown only with `all_lanes`;
+    with `critical`, the critical path of the step in view outlined."""
     if not isinstance(view, dict):
         raise CallbackInputError("no view")
     px = max(200, min(_as_int(width or DEFAULT_WIDTH, "width"), 4000))
@@ -104,6 +104,17 @@ def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, c
     if view.get("finding") is not None:
         f = queries.findings(rs, run=tl["run"])["rows"][int(view["finding"])]
         highlight = _events_brief(rs, tl["run"], f["event_ids"][:100])
+    mark = view.get("mark")
+    if isinstance(mark, dict) and mark.get("table") in navigate.TABLES and isinstance(mark.get("key"), dict):
+        r = rs.get(tl["run"])
+        highlight = [queries._brief(r, e, "instance") for e in navigate.instances(rs, tl["run"], mark["table"], mark["key"], tl["t0"], tl["t1"])]
+    path = []
+    if critical:
+        cp = navigate.critical_path(rs, run=tl["run"], t0=tl["t0"], t1=tl["t1"], rank=tl["rank"])
+        where = {b["event_id"]: b for b in _events_brief(rs, tl["run"], sorted({s["event_id"] for s in cp["segments"]
+                                                                                 if s["event_id"] is not None}))}
+        path = [{**where[s["event_id"]], "ts_ns": s["ts_ns"], "dur_ns": s["charged_ns"], "category": s["category"]}
+                for s in cp["segments"] if s["event_id"] in where]
     if selected_event is not None:
         try:
             d = queries.event(rs, run=tl["run"], event_id=selected_event)
@@ -114,8 +125,10 @@ def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, c
             flows = d["flows"]
     if view.get("rank") is not None or not tl["all_lanes"]:  # y rows of the all-lanes layout do not apply
         flows, highlight = _relane(rs, tl, flows, highlight)
+        path = _relane(rs, tl, [], path)[1]
         selected = (_relane(rs, tl, [], [selected])[1] or [None])[0] if selected else None
-    fig = build_figure(tl, highlight=highlight, flows=flows, selected=selected, color_by="kind" if color_by == "kind" else "name")
+    fig = build_figure(tl, highlight=highlight, flows=flows, selected=selected, color_by="kind" if color_by == "kind" else "name",
+                       origin_ns=tl["run_start"], outline=path)
     span_ms = (tl["t1"] - tl["t0"]) / 1e6
     status = (f"{span_ms:,.3f} ms from +{max(tl['t0'] - tl['run_start'], 0) / 1e6:,.3f} ms · {tl['visible_events']:,} events · "
               f"{'exact slices' if tl['mode'] == 'exact' else 'aggregated per pixel'} · {len(tl['slices']['x0']):,} slices, "
@@ -177,7 +190,7 @@ def _events_brief(rs: RunSet, run: int, ids: list[int]) -> list[dict]:
         return []
     recs = r.records(f"SELECT event_id, name, kind, ts_ns, dur_ns, depth, {queries.LANE_SQL} FROM events "
                      f"WHERE event_id IN ({', '.join(str(int(i)) for i in ids)})")
-    return [queries.brief(r, e, "evidence") for e in recs]
+    return [queries._brief(r, e, "evidence") for e in recs]
 
 
 def _relane(rs: RunSet, tl: dict, flows: list, events: list) -> tuple[list, list]:
@@ -198,6 +211,62 @@ def _relane(rs: RunSet, tl: dict, flows: list, events: list) -> tuple[list, list
 
     fl = [{"from": move(f["from"]), "to": move(f["to"])} for f in flows]
     return [f for f in fl if f["from"] and f["to"]], [x for x in map(move, events) if x]
+
+
+def clicked_jump(click) -> bool:
+    """Whether a click on the timeline was on an off-screen flow marker (go to its event)."""
+    try:
+        cd = click["points"][0].get("customdata")
+    except (TypeError, KeyError, IndexError, AttributeError):
+        return False
+    return isinstance(cd, list) and len(cd) == 2 and cd[1] == "jump"
+
+
+def table_jump(rs: RunSet, table: str, click, run, rank) -> dict:
+    """The view after a click on a row of a table tab: the window around the row's heaviest
+    instance, with every instance in view highlighted (`mark`), and that instance selected. The
+    grid reports the row's position in the rows it was given (AG Grid's default row id), so the
+    same query finds it whatever the sort and filter."""
+    from .panels import TABLE_ROWS
+
+    if not isinstance(click, dict) or click.get("rowId") is None:
+        raise CallbackInputError("no table row clicked")
+    i = _as_int(click["rowId"], "row")
+    fn = {"operators": queries.operators, "kernels": queries.kernels, "lines": queries.source_lines, "steps": queries.steps}.get(table)
+    if fn is None:
+        raise CallbackInputError(f"unknown table {table!r}")
+    rows = fn(rs, run=run, rank=rank, **({} if table == "steps" else {"limit": min(i + 1, TABLE_ROWS)}))["rows"]
+    if not 0 <= i < len(rows):
+        raise CallbackInputError(f"no row {i} in the {table} table")
+    key = navigate.row_key(table, rows[i])
+    j = navigate.jump(rs, run=run, table=table, **{k: v for k, v in key.items() if k != "rank"},
+                      rank=key.get("rank", None) if key.get("rank") is not None else rank)
+    view = view_for(rs, None, run, rank, None, None, None)
+    return {**view, "t0": j["t0"], "t1": j["t1"], "mark": {"table": table, "key": j["key"]}, "jump": j}
+
+
+def area_panel(rs: RunSet, area, run, rank, all_lanes: bool):
+    """The aggregate of an area selection (x in ms from the run's first event, y in rows), per name."""
+    from dash import html
+
+    from .grid import column, grid
+
+    if not isinstance(area, dict):
+        return None
+    r = rs.get(run)
+    start = r.span()[0]
+    t0 = start + round(_as_float(area.get("x0")) * 1e6)
+    t1 = start + round(_as_float(area.get("x1")) * 1e6)
+    y0, y1 = _as_float(area.get("y0")), _as_float(area.get("y1"))
+    a = navigate.area(rs, run=run, t0=t0, t1=max(t1, t0 + 1), y0=int(min(y0, y1) - 0.5), y1=int(max(y0, y1) + 0.5), rank=rank,
+                      all_lanes=all_lanes)
+    head = (f"selection: {(a['t1'] - a['t0']) / 1e6:,.3f} ms from +{(a['t0'] - start) / 1e6:,.3f} ms on {len(a['lanes'])} lane(s) · "
+            f"{a['names']:,} names" + (f" (the {len(a['rows'])} heaviest shown)" if a["truncated"] else ""))
+    cols = [column("name", "name", wide=True, tooltipField="name"), column("count", "count", numeric=True),
+            column("total ms", "total (ms)", numeric=True), column("self ms", "self (ms)", numeric=True)]
+    rows = [{"name": x["name"], "count": x["count"], "total ms": round(x["total_ns"] / 1e6, 4), "self ms": round(x["self_ns"] / 1e6, 4)}
+            for x in a["rows"]]
+    return html.Div([html.Div(head, className="nx-muted", id="area-head"), grid("area-table", cols, rows, height_rows=min(len(rows), 8))])
 
 
 def clicked_event(click) -> int | None:
@@ -225,6 +294,10 @@ def create_app(rs: RunSet):
     run_opts = [{"label": f"{r.index}: {r.name}", "value": r.index} for r in rs.runs]
     app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + STYLE + compare_view.STYLE + overview.STYLE + "</style>")
     comparing = len(rs.runs) >= 2  # the Compare view needs two runs
+    # The first view is in the page itself: the timeline draws as soon as the scripts are loaded,
+    # with no callback round trip (the tables and findings fill in after it).
+    view0 = view_for(rs, None, 0, "all", None, None, None)
+    fig0, status0 = timeline_figure(rs, view0, DEFAULT_WIDTH, None)
     app.layout = html.Div([
         html.Div([
             html.H1("Neuron Explorer"),
@@ -232,14 +305,15 @@ def create_app(rs: RunSet):
             html.Div([
                 html.Label("run"), html.Div(dcc.Dropdown(id="run-select", options=run_opts, value=0, clearable=False), className="nx-dd",
                                        style={"width": 260, "color": "#263238"}),
-                html.Label("rank"), html.Div(dcc.Dropdown(id="rank-select", options=[], value="all", clearable=False), className="nx-dd",
+                html.Label("rank"), html.Div(dcc.Dropdown(id="rank-select", options=rank_options(rs, 0), value="all", clearable=False), className="nx-dd",
                                         style={"width": 130, "color": "#263238"}),
                 html.Button("whole run", id="reset", className="nx-btn"),
                 html.Label("colour"), dcc.RadioItems(id="color-by", options=[{"label": "name", "value": "name"}, {"label": "kind", "value": "kind"}],
                                                       value="name", inline=True, className="nx-radio"),
                 dcc.Checklist(id="all-lanes", options=[{"label": "meta lanes", "value": "all"}], value=[], inline=True, className="nx-radio"),
+                dcc.Checklist(id="critical", options=[{"label": "critical path", "value": "on"}], value=[], inline=True, className="nx-radio"),
             ], id="explore-controls", style={"display": "flex", "alignItems": "center", "gap": "14px"}),
-            html.Div(id="status", className="nx-status"),
+            html.Div(status0, id="status", className="nx-status"),
         ], className="nx-top"),
         html.Div(id="error", className="nx-error"),
         html.Div([html.Div([html.Div([
@@ -247,8 +321,10 @@ def create_app(rs: RunSet):
             html.Button("‹ prev", id="search-prev", className="nx-btn nx-btn-light"),
             html.Button("next ›", id="search-next", className="nx-btn nx-btn-light"),
             html.Span(id="search-count", className="nx-muted")], className="nx-search"),
-            dcc.Loading(dcc.Graph(id="timeline", config={**GRAPH_CONFIG, "scrollZoom": False, "doubleClick": "autosize"},
-                                       style={"width": "100%"}), type="dot", delay_show=400)], className="nx-card"),
+            html.Span("W/S zoom · A/D pan · wheel zooms at the pointer · drag zooms · shift+drag selects an area", className="nx-muted"),
+            dcc.Loading(dcc.Graph(id="timeline", figure=fig0, config={"scrollZoom": True, "displaylogo": False, "doubleClick": "autosize"},
+                                  style={"width": "100%"}), type="dot", delay_show=400),
+            html.Div(id="area-panel")], className="nx-card"),
         html.Div([
             html.Div([dcc.Tabs(id="tabs", value="overview", children=[
                 dcc.Tab(label="Overview", value="overview", children=[overview.layout()]),
@@ -256,29 +332,26 @@ def create_app(rs: RunSet):
                     html.Div(id="findings-note", className="nx-muted"),
                     findings_table(),
                     html.Div(id="finding-detail", className="nx-muted", style={"marginTop": 6})]),
-                *[dcc.Tab(label=TAB_LABELS[t], value=t) for t in TABS],  # the table views' registry, then Memory and Flame
+                dcc.Tab(label="Operators", value="operators"), dcc.Tab(label="Kernels", value="kernels"),
+                dcc.Tab(label="Source lines", value="lines"), dcc.Tab(label="Steps", value="steps"), dcc.Tab(label="Memory", value="memory"),
             ]), html.Div(id="tab-content")], className="nx-card"),
             html.Div(html.Div(id="detail"), className="nx-card nx-detail"),
         ], className="nx-grid")], id="explore-view"),
         *([compare_view.layout(rs)] if comparing else []),
-        dcc.Store(id="view"), dcc.Store(id="selected"), dcc.Store(id="search-state"), dcc.Store(id="px", data=DEFAULT_WIDTH),
+        dcc.Store(id="view", data=view0), dcc.Store(id="area"), dcc.Store(id="selected"), dcc.Store(id="search-state"), dcc.Store(id="px", data=DEFAULT_WIDTH),
     ])
 
     app.clientside_callback("function(r) { return Math.max(400, Math.min(4000, Math.round(window.innerWidth - 260))); }",
                             Output("px", "data"), Input("run-select", "value"))
 
-    @app.callback(Output("rank-select", "options"), Output("rank-select", "value"), Input("run-select", "value"))
+    @app.callback(Output("rank-select", "options"), Output("rank-select", "value"), Input("run-select", "value"), prevent_initial_call=True)
     def _ranks(run):
-        try:
-            r = rs.get(run)
-        except NeuronExplorerError:
-            return [], "all"
-        return [{"label": "all ranks", "value": "all"}] + [{"label": f"rank {k}", "value": k} for k in r.run.ranks], "all"
+        return rank_options(rs, run), "all"
 
     @app.callback(Output("view", "data"), Output("error", "children", allow_duplicate=True),
                   Input("run-select", "value"), Input("rank-select", "value"), Input("reset", "n_clicks"),
                   Input("timeline", "relayoutData"), Input("findings", "cellClicked"), State("view", "data"),
-                  prevent_initial_call="initial_duplicate")
+                  prevent_initial_call=True)
     @guard(1)
     def _view(run, rank, _reset, relayout, click, current):
         trig = ctx.triggered_id
@@ -291,10 +364,32 @@ def create_app(rs: RunSet):
 
     @app.callback(Output("timeline", "figure"), Output("status", "children"), Output("error", "children", allow_duplicate=True),
                   Input("view", "data"), Input("selected", "data"), Input("color-by", "value"), Input("all-lanes", "value"),
-                  State("px", "data"), prevent_initial_call=True)
+                  Input("critical", "value"), State("px", "data"), prevent_initial_call=True)
     @guard(2)
-    def _figure(view, selected, color_by, all_lanes, px):
-        return timeline_figure(rs, view, px, selected, color_by, isinstance(all_lanes, list) and "all" in all_lanes)
+    def _figure(view, selected, color_by, all_lanes, critical, px):
+        return timeline_figure(rs, view, px, selected, color_by, isinstance(all_lanes, list) and "all" in all_lanes,
+                               isinstance(critical, list) and "on" in critical)
+
+    @app.callback(Output("view", "data", allow_duplicate=True), Output("selected", "data", allow_duplicate=True),
+                  Output("error", "children", allow_duplicate=True),
+                  *[Input(f"table-{t}", "cellClicked", allow_optional=True) for t in navigate.TABLES],
+                  State("run-select", "value"), State("rank-select", "value"), prevent_initial_call=True)
+    @guard(2)
+    def _table_jump(*args):
+        clicks, (run, rank) = args[:len(navigate.TABLES)], args[len(navigate.TABLES):]
+        trig = ctx.triggered_id
+        if not isinstance(trig, str) or not trig.startswith("table-"):
+            return no_update, no_update
+        table = trig[len("table-"):]
+        view = table_jump(rs, table, clicks[navigate.TABLES.index(table)], run, rank)
+        return view, view["jump"]["event_id"]
+
+    @app.callback(Output("area-panel", "children"), Output("error", "children", allow_duplicate=True),
+                  Input("area", "data"), State("run-select", "value"), State("rank-select", "value"), State("all-lanes", "value"),
+                  prevent_initial_call=True)
+    @guard(1)
+    def _area(area, run, rank, all_lanes):
+        return (area_panel(rs, area, run, rank, isinstance(all_lanes, list) and "all" in all_lanes),)
 
     @app.callback(Output("view", "data", allow_duplicate=True), Output("selected", "data", allow_duplicate=True),
                   Output("search-count", "children"), Output("search-state", "data"), Output("error", "children", allow_duplicate=True),
@@ -308,12 +403,15 @@ def create_app(rs: RunSet):
         eid = state["ids"][state["i"]]
         return search_view(rs, run, rank, eid), eid, search_status(state), state
 
-    @app.callback(Output("selected", "data"), Output("error", "children", allow_duplicate=True),
-                  Input("timeline", "clickData"), prevent_initial_call=True)
-    @guard(1)
-    def _click(click):
+    @app.callback(Output("selected", "data"), Output("view", "data", allow_duplicate=True), Output("error", "children", allow_duplicate=True),
+                  Input("timeline", "clickData"), State("run-select", "value"), State("rank-select", "value"), prevent_initial_call=True)
+    @guard(2)
+    def _click(click, run, rank):
         eid = clicked_event(click)
-        return (eid if eid is not None else no_update,)
+        if eid is None:
+            return no_update, no_update
+        # an off-screen flow marker: go to the event it points at
+        return eid, (search_view(rs, run, rank, eid) if clicked_jump(click) else no_update)
 
     @app.callback(Output("detail", "children"), Output("error", "children", allow_duplicate=True),
                   Input("selected", "data"), State("run-select", "value"), prevent_initial_call="initial_duplicate")
@@ -351,8 +449,16 @@ def create_app(rs: RunSet):
     if comparing:
         compare_view.register(app, rs)
     overview.register(app, rs, view_for)
-    flame.register(app, rs)
     return app
+
+
+def rank_options(rs: RunSet, run) -> list[dict]:
+    """The rank picker's choices for a run."""
+    try:
+        r = rs.get(run)
+    except NeuronExplorerError:
+        return []
+    return [{"label": "all ranks", "value": "all"}] + [{"label": f"rank {k}", "value": k} for k in r.run.ranks]
 
 
 def warm(rs: RunSet) -> None:

@@ -59,13 +59,19 @@ LABEL_FONT_PX = 9
 HIT_STEP_PX = 16.0
 MAX_HIT_POINTS = 40_000
 HIGHLIGHT = "#D62728"
+CRITICAL = "#111111"
+"""Outline of the critical path's segments."""
 ROW_PX = 14
 """Height of one nesting row in pixels."""
 NAME_CHARS = 80
 
 
 def typed(a: np.ndarray) -> dict:
-    """A plotly.js typed array (base64), float32 or int32."""
+    """A plotly.js typed array (base64): float64 stays float64 (absolute times need its digits),
+    other floats go as float32, integers as int32."""
+    if a.dtype == np.float64:
+        a = np.ascontiguousarray(a)
+        return {"dtype": "f8", "bdata": base64.b64encode(a.tobytes()).decode()}
     a = np.ascontiguousarray(a, dtype=np.float32 if a.dtype.kind == "f" else np.int32)
     return {"dtype": "f4" if a.dtype == np.float32 else "i4", "bdata": base64.b64encode(a.tobytes()).decode()}
 
@@ -79,7 +85,7 @@ def _trace(xs, ys, cd, text, name: str, color: str, width: float, **extra) -> di
 def _segments(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, ids: np.ndarray, names=None):
     """NaN-separated polyline (start, middle, end, gap) per segment; hover text on the middle."""
     n = len(x0)
-    xs = np.empty(n * 4, np.float32)
+    xs = np.empty(n * 4, x0.dtype if x0.dtype == np.float64 else np.float32)
     ys = np.empty(n * 4, np.float32)
     xs[0::4], xs[1::4], xs[2::4], xs[3::4] = x0, (x0 + x1) / 2, x1, np.nan
     ys[0::4] = ys[1::4] = ys[2::4] = y
@@ -122,7 +128,7 @@ def _labels(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, names, px_per_x: floa
             texts.append(t)
     if not texts:
         return None
-    return {"type": "scattergl", "mode": "text", "x": typed(np.asarray(xs, np.float32)), "y": typed(np.asarray(ys, np.int32)),
+    return {"type": "scattergl", "mode": "text", "x": typed(np.asarray(xs, x0.dtype)), "y": typed(np.asarray(ys, np.int32)),
             "text": texts, "name": "labels", "showlegend": False, "hoverinfo": "skip",
             "textfont": {"size": LABEL_FONT_PX, "color": LABEL_COLOR}, "textposition": "middle center"}
 
@@ -143,8 +149,8 @@ def _hit_points(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, ids: np.ndarray, 
         total = int(n.sum())
     idx = np.repeat(np.arange(len(n)), n)
     j = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
-    xs = x0[idx] + (j + 0.5) * np.float32(HIT_STEP_PX / px_per_x)
-    return xs.astype(np.float32), y[idx], ids[idx], text[idx]
+    xs = x0[idx] + (j + 0.5) * (HIT_STEP_PX / px_per_x)
+    return xs.astype(x0.dtype), y[idx], ids[idx], text[idx]
 
 
 def time_unit(span_ns: int) -> tuple[float, str]:
@@ -159,16 +165,29 @@ def _kind_order(kinds: np.ndarray) -> list[str]:
 
 
 def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[dict] | None = None,
-                 selected: dict | None = None, color_by: str = "name") -> dict:
+                 selected: dict | None = None, color_by: str = "name", origin_ns: int | None = None,
+                 outline: list[dict] | None = None) -> dict:
     """The timeline figure. `highlight` and `selected` are events as `queries._brief` returns them
     (ts_ns, dur_ns, y); `flows` are {from, to} pairs of such events (drawn as arrows). Exact
-    slices are coloured by `color_by`: "name" (stable hash) or "kind"."""
+    slices are coloured by `color_by`: "name" (stable hash) or "kind". `outline` are time spans
+    (ts_ns, dur_ns, y) drawn as outlines (the critical path).
+
+    With `origin_ns` (the run's first event) the x axis is absolute: ms from that origin, as
+    float64 (a µs zoom 10 s into a run needs more digits than float32 has), so the axis does not
+    restart at 0 on every zoom or pan. Without it, x is µs (ms beyond 20 ms) from the window start."""
     lanes = tl["lanes"]
     n_rows = max((ln["y0"] + ln["rows"] for ln in lanes), default=1)
     has_memory = bool(tl.get("memory"))
     t0, t1 = tl["t0"], tl["t1"]
-    unit_ns, suffix = time_unit(t1 - t0)
-    k = np.float32(1000.0 / unit_ns)  # timeline offsets are µs; the axis shows `suffix`
+    if origin_ns is None:
+        unit_ns, suffix = time_unit(t1 - t0)
+        k, xo = np.float32(1000.0 / unit_ns), np.float32(0.0)  # timeline offsets are µs; the axis shows `suffix`
+    else:
+        unit_ns, suffix = 1e6, " ms"
+        k, xo = np.float64(1e-3), np.float64((t0 - origin_ns) / 1e6)
+
+    def X(us):  # window offsets (µs) to x values
+        return np.asarray(us, k.dtype) * k + xo
     span_us = (t1 - t0) / 1000.0
     px_us = span_us / max(tl["width"], 1)
     lane_h = n_rows * ROW_PX
@@ -192,14 +211,14 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
             mk = kinds == kind
             for c in np.unique(shade[mk]):
                 m = mk & (shade == c)
-                xs, ys, cd, text = _segments(s["x0"][m] * k, x1[m] * k, s["y"][m], s["event_id"][m], labels[m])
+                xs, ys, cd, text = _segments(X(s["x0"][m]), X(x1[m]), s["y"][m], s["event_id"][m], labels[m])
                 color = NAME_PALETTE[c] if by_name else KIND_COLORS.get(kind, "#888")
                 # by name, a legend entry's colour would be one name's: the legend is for kinds
                 traces.append(_trace(xs, ys, cd, text, kind, color, line_w, showlegend=not by_name and c == shade[mk][0]))
-        lab = _labels(s["x0"] * k, x1 * k, s["y"], s["name"], px_per_x)
+        lab = _labels(X(s["x0"]), X(x1), s["y"], s["name"], px_per_x)
         if lab is not None:
             traces.append(lab)
-        hit_parts.append((s["x0"] * k, x1 * k, s["y"], s["event_id"], labels))
+        hit_parts.append((X(s["x0"]), X(x1), s["y"], s["event_id"], labels))
     b = tl["buckets"]
     if len(b["x0"]):
         kinds = np.asarray(b["kind"], dtype=object)
@@ -210,10 +229,10 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
                 if not m.any():
                     continue
                 text = np.array([f"{c} events · {o * 100:.0f}% busy · mostly {kind}" for c, o in zip(b["events"][m], occ[m])], dtype=object)
-                xs, ys, cd, txt = _segments(b["x0"][m] * k, b["x1"][m] * k, b["y"][m], b["event_id"][m], text)
+                xs, ys, cd, txt = _segments(X(b["x0"][m]), X(b["x1"][m]), b["y"][m], b["event_id"][m], text)
                 traces.append(_trace(xs, ys, cd, txt, kind, KIND_COLORS.get(kind, "#888"), line_w,
                                      showlegend=bool(not len(s["x0"]) and dense), opacity=1.0 if dense else 0.45))
-                hit_parts.append((b["x0"][m] * k, b["x1"][m] * k, b["y"][m], b["event_id"][m], text))
+                hit_parts.append((X(b["x0"][m]), X(b["x1"][m]), b["y"][m], b["event_id"][m], text))
     hits = [h for h in (_hit_points(*part, px_per_x) for part in hit_parts) if h is not None]
     if hits:
         hx, hy, hid, htext = (np.concatenate([h[i] for h in hits]) for i in range(4))
@@ -222,12 +241,14 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
                        "marker": {"size": 8, "color": "rgba(0,0,0,0)"}, "hovertemplate": "%{text}<extra></extra>"})
 
     def off(ts_ns: int) -> float:
-        return (ts_ns - t0) / unit_ns
+        return (ts_ns - t0) / unit_ns + float(xo)
+
+    lo_x, hi_x = float(xo), float(xo) + span_us * float(k)  # the window's x range
 
     marks = [e for e in (highlight or []) if e and e.get("y") is not None]
     if marks:
-        x0 = np.array([off(e["ts_ns"]) for e in marks], np.float32)
-        x1 = np.maximum(np.array([off(e["ts_ns"] + e["dur_ns"]) for e in marks], np.float32), x0 + np.float32(px_us * 2) * k)
+        x0 = np.array([off(e["ts_ns"]) for e in marks], k.dtype)
+        x1 = np.maximum(np.array([off(e["ts_ns"] + e["dur_ns"]) for e in marks], k.dtype), x0 + np.float32(px_us * 2) * k)
         xs, ys, cd, text = _segments(x0, x1, np.array([e["y"] for e in marks]), np.array([e["event_id"] for e in marks]),
                                      np.array([str(e.get("name", ""))[:NAME_CHARS] for e in marks], dtype=object))
         traces.append(_trace(xs, ys, cd, text, "highlighted", HIGHLIGHT, 3, mode="lines+markers",
@@ -236,35 +257,62 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
         # an outline around the selected slice (at least a few pixels wide, so an instant shows)
         a = off(selected["ts_ns"])
         b = max(off(selected["ts_ns"] + selected["dur_ns"]), a + px_us * 3 * float(k))
-        a, b = max(a, -px_us * 2 * float(k)), min(b, (span_us + px_us * 2) * float(k))  # clipped just outside the plot
+        a, b = max(a, lo_x - px_us * 2 * float(k)), min(b, hi_x + px_us * 2 * float(k))  # clipped just outside the plot
         y, h = float(selected["y"]), 0.48
         if a < b:  # else it lies outside the window
             traces.append({"type": "scatter", "mode": "lines", "x": [a, b, b, a, a], "y": [y - h, y - h, y + h, y + h, y - h],
                            "customdata": [selected["event_id"]] * 5, "name": "selected", "showlegend": False, "hoverinfo": "skip",
                            "line": {"color": HIGHLIGHT, "width": 2.5}})
+    path = [e for e in (outline or []) if e and e.get("y") is not None]
+    if path:
+        # each charged segment of the critical path outlined on its event's row
+        xs, ys = [], []
+        for e in path:
+            a, b = off(e["ts_ns"]), off(e["ts_ns"] + e["dur_ns"])
+            if b < lo_x or a > hi_x:
+                continue
+            a, b = max(a, lo_x), max(min(b, hi_x), a + px_us * float(k))
+            y, h = float(e["y"]), 0.45
+            xs += [a, b, b, a, a, None]
+            ys += [y - h, y - h, y + h, y + h, y - h, None]
+        traces.append({"type": "scatter", "mode": "lines", "x": xs, "y": ys, "name": "critical path", "showlegend": True,
+                       "hoverinfo": "skip", "line": {"color": CRITICAL, "width": 2}})
     annotations = []
+    off_marks = []  # flow ends outside the window: a marker at the edge that jumps there
     for f in (flows or [])[:60]:
         src, dst = f.get("from"), f.get("to")
         if not src or not dst or src.get("y") is None or dst.get("y") is None:
             continue
-        # an end outside the window is pinned to its edge, so the arrow stays over the plot
-        edge = (t1 - t0) / unit_ns
-        annotations.append({"x": min(max(off(dst["ts_ns"]), 0.0), edge), "y": dst["y"],
-                            "ax": min(max(off(src["ts_ns"]), 0.0), edge), "ay": src["y"], "xref": "x", "yref": "y",
+        # an end outside the window is pinned to its edge, so the arrow stays over the plot and
+        # points off-screen; a marker there jumps to that end
+        for end in (src, dst):
+            x = off(end["ts_ns"])
+            if (x < lo_x or x > hi_x) and end.get("event_id") is not None:
+                off_marks.append((lo_x if x < lo_x else hi_x, end))
+        annotations.append({"x": min(max(off(dst["ts_ns"]), lo_x), hi_x), "y": dst["y"],
+                            "ax": min(max(off(src["ts_ns"]), lo_x), hi_x), "ay": src["y"], "xref": "x", "yref": "y",
                             "axref": "x", "ayref": "y", "showarrow": True, "arrowhead": 3, "arrowwidth": 1.6,
                             "arrowcolor": HIGHLIGHT, "text": ""})
+    if off_marks:
+        traces.append({"type": "scatter", "mode": "markers", "x": [x for x, _ in off_marks], "y": [e["y"] for _, e in off_marks],
+                       "customdata": [[e["event_id"], "jump"] for _, e in off_marks], "name": "off-screen", "showlegend": False,
+                       "text": [f"{'←' if x == lo_x else '→'} {str(e.get('name', ''))[:NAME_CHARS]} (off-screen: click to go there)"
+                                for x, e in off_marks],
+                       "hovertemplate": "%{text}<extra></extra>",
+                       "marker": {"size": 13, "color": HIGHLIGHT, "symbol": ["triangle-left" if x == lo_x else "triangle-right" for x, _ in off_marks]}})
     shapes = []
     steps = tl.get("steps") or []
     for st in steps[:200]:
-        shapes.append({"type": "line", "x0": st["x0"] * float(k), "x1": st["x0"] * float(k), "yref": "paper", "y0": 0, "y1": 1, "xref": "x",
+        sx = float(X(st["x0"]))
+        shapes.append({"type": "line", "x0": sx, "x1": sx, "yref": "paper", "y0": 0, "y1": 1, "xref": "x",
                        "line": {"color": "rgba(60,60,60,0.45)", "width": 1, "dash": "dot"}})
         if len(steps) <= 30:
-            annotations.append({"x": max(st["x0"] * float(k), 0), "y": 1, "yref": "paper", "xref": "x", "text": f"step {st['step']}",
+            annotations.append({"x": max(sx, lo_x), "y": 1, "yref": "paper", "xref": "x", "text": f"step {st['step']}",
                                 "showarrow": False, "xanchor": "left", "yanchor": "bottom", "font": {"size": 10, "color": "#555"}})
 
     if has_memory:
         for series in tl["memory"]:
-            traces.append({"type": "scatter", "x": typed(np.asarray(series["x"], np.float32) * k),
+            traces.append({"type": "scatter", "x": typed(X(series["x"])),
                            "y": typed(np.asarray(series["bytes"], np.float64).astype(np.float32) / np.float32(2**20)),
                            "mode": "lines", "line": {"shape": "hv", "color": "#7F3C8D", "width": 1.5}, "name": series["label"],
                            "yaxis": "y2", "hovertemplate": "%{y:.2f} MiB<extra>" + series["label"] + "</extra>"})
@@ -279,7 +327,7 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
         dragmode="zoom", hovermode="closest", hoverdistance=12, showlegend=True,
         # under the time axis labels (26 px below the plot area), clear of the step labels on top
         legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -26 / max(height - 86, 1), "yanchor": "top", "font": {"size": 10}},
-        xaxis={"range": [0, span_us * float(k)], "title": None, "showgrid": True, "gridcolor": "#EEF1F4", "zeroline": False,
+        xaxis={"range": [lo_x, hi_x], "title": None, "showgrid": True, "gridcolor": "#EEF1F4", "zeroline": False,
                "ticksuffix": suffix, "anchor": "y2" if has_memory else "y"},
         yaxis={"range": [n_rows - 0.5, -0.8], "tickvals": tick_vals, "ticktext": tick_text, "showgrid": False, "zeroline": False,
                "fixedrange": True, "domain": [dom_split + (0.02 if has_memory else 0), 1], "tickfont": {"size": 10}},
