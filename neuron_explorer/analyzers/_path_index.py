@@ -2,16 +2,24 @@
 moves of the model — the host event charged at a moment, the device work a runtime call waited
 for, a device event's predecessor, the device work running at a moment.
 
-Private to critical_path.py (may change). Must not: charge time (the walk does) or read the run.
+Events are rows of NumPy / `array` columns (read once from DuckDB, no Python object per event)
+and are named by their row position (`-1`: none); the walk touches only the rows on its path.
+A host thread's "innermost event at each change point" is computed with vectorised passes
+(`_innermost`), the streams are position arrays sorted by start, searched with `bisect`.
+
+Private to critical_path.py (may change). Must not: charge time (the walk does).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from bisect import bisect_left
-from dataclasses import dataclass, field
+from array import array
+from bisect import bisect_left, bisect_right
 
+import numpy as np
+
+from ..store import Run
 from .metrics import COMM_KERNEL_PATTERN, DEVICE_WORK_KINDS
 
 RUNTIME_WAIT_MIN_NS = 20_000
@@ -26,219 +34,341 @@ for, and the path returns to the host."""
 HOST_KINDS = ("cpu_op", "python", "user_annotation", "step", "runtime")
 """Host events the path can charge."""
 
+KINDS = HOST_KINDS + DEVICE_WORK_KINDS + ("sync",)
+"""The kinds the index reads; `kind` holds the position in this tuple."""
+CPU_OP, PYTHON, ANNOTATION, STEP, RUNTIME = range(5)
+KERNEL = KINDS.index("kernel")
+SYNC = KINDS.index("sync")
 
-@dataclass(eq=False)
-class Ev:
-    __slots__ = ("id", "kind", "name", "ts", "end", "track", "device", "stream", "launch_id", "pass_", "frame", "args")
-    id: int
-    kind: str
-    name: str
-    ts: int
-    end: int
-    track: tuple
-    device: int | None
-    stream: int | None
-    launch_id: int | None
-    pass_: str | None
-    frame: int | None
-    args: str | None
+NONE = -(2**62)
+"""A null in an integer column (device, stream, launch id, frame)."""
+
+# flag bits (from the event's name and pass)
+F_SYNC_CALL, F_MEMCPY_CALL, F_INPUT, F_WAIT, F_COMM = 1, 2, 4, 8, 16
 
 
-@dataclass
-class _Track:
-    """A host thread: the innermost event from each change point on (points sorted)."""
-    points: list[int] = field(default_factory=list)
-    inner: list = field(default_factory=list)
-
-    def at(self, t: int):
-        """(innermost event just before t or None, the change point where that began)."""
-        i = bisect_left(self.points, t) - 1
-        return (None, None) if i < 0 else (self.inner[i], self.points[i])
+def _col(table, name: str) -> np.ndarray:
+    return table.column(name).to_numpy()
 
 
-def _build_track(events: list[Ev]) -> _Track:
-    events = sorted(events, key=lambda e: (e.ts, -e.end, e.id))
-    bounds = sorted({e.ts for e in events} | {e.end for e in events})
-    tr, stack, j = _Track(), [], 0
-    for b in bounds:
-        while stack and stack[-1].end <= b:
-            stack.pop()
-        while j < len(events) and events[j].ts == b:
-            stack.append(events[j])
-            j += 1
-        while stack and stack[-1].end <= b:  # improperly nested slices: drop what has already ended
-            stack.pop()
-        top = stack[-1] if stack else None
-        if not tr.inner or tr.inner[-1] is not top:
-            tr.points.append(b)
-            tr.inner.append(top)
-    return tr
+def _arr(a: np.ndarray, code: str = "q") -> array:
+    """An `array` (fast item access from Python, bisect works on it) of a NumPy array: "q" int64, "i" int32."""
+    out = array(code)
+    out.frombytes(np.ascontiguousarray(a, dtype=np.int64 if code == "q" else np.int32).tobytes())
+    return out
+
+
+def distinct(a: np.ndarray) -> np.ndarray:
+    """The distinct values of a, sorted (`np.unique` without its hash path, slow on large int64 arrays)."""
+    s = np.sort(a)
+    return s[np.concatenate([[True], s[1:] != s[:-1]])] if len(s) else s
+
+
+def factorize(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(distinct values sorted, index of each one's first occurrence, code of each element)."""
+    order = np.argsort(a)
+    s = a[order]
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] != s[:-1]
+    starts = np.flatnonzero(new)
+    inv = np.empty(len(a), dtype=np.int64)
+    inv[order] = np.cumsum(new) - 1
+    first = np.minimum.reduceat(order, starts) if len(a) else order
+    return s[starts], first, inv
+
+
+def factorize_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of each distinct row's first occurrence, code of each row) of int columns."""
+    key = np.zeros(len(cols[0]), dtype=np.int64)
+    for c in cols:
+        u, _, code = factorize(c)
+        if len(u) and (int(key.max()) + 1) * len(u) >= 2**62:  # would overflow: renumber first
+            key = factorize(key)[2]
+        key = key * len(u) + code
+    _, first, inv = factorize(key)
+    return first, inv
+
+
+def _innermost(ts: np.ndarray, end: np.ndarray, ids: np.ndarray, pos: np.ndarray) -> tuple[array, array]:
+    """A host thread's change points and the innermost event (row position, -1: none) from each on.
+
+    The innermost event at a point b is, among the events with ts <= b < end, the last in
+    (ts, -end, id) order: the top of the stack of open slices (an improperly nested slice that
+    has ended stays under a later one until that one ends, then both go). Sorted that way, the
+    events with ts <= b are a prefix; the answer is the last of it with end > b, found by
+    jumping from each row to the previous one with a strictly greater end."""
+    order = np.lexsort((ids, -end, ts))
+    ts_s, end_s, pos_s = ts[order], end[order], pos[order]
+    n = len(order)
+    prev = np.arange(-1, n - 1, dtype=np.int64)  # candidate: the previous row with end > this row's end
+    active = np.flatnonzero(prev >= 0)
+    while len(active):
+        ok = end_s[prev[active]] > end_s[active]
+        active = active[~ok]
+        prev[active] = prev[prev[active]]  # everything between was ruled out for the candidate, so for this row
+        active = active[prev[active] >= 0]
+    bounds = distinct(np.concatenate([ts_s, end_s]))
+    j = np.searchsorted(ts_s, bounds, side="right") - 1
+    act = np.flatnonzero(j >= 0)
+    act = act[end_s[j[act]] <= bounds[act]]
+    while len(act):
+        j[act] = prev[j[act]]
+        act = act[j[act] >= 0]
+        act = act[end_s[j[act]] <= bounds[act]]
+    inner = np.where(j >= 0, pos_s[np.maximum(j, 0)], -1)
+    keep = np.ones(len(bounds), dtype=bool)
+    keep[1:] = inner[1:] != inner[:-1]
+    return _arr(bounds[keep]), _arr(inner[keep])
+
+
+_UNSET = object()
+
+
+class _Sync:
+    __slots__ = ("id", "device", "stream", "launch_id", "ts", "kind", "wait_on")
+
+    def __init__(self, id_, name, args, device, stream, launch_id, ts):
+        try:
+            a = json.loads(args or "{}")
+        except ValueError:
+            a = {}
+        a = a if isinstance(a, dict) else {}
+        self.id, self.device, self.stream, self.launch_id, self.ts = id_, device, stream, launch_id, ts
+        self.kind = a.get("cuda_sync_kind") or name
+        try:
+            self.wait_on = int(a.get("wait_on_stream", -1))
+        except (ValueError, TypeError):
+            self.wait_on = -1
+
+
+_COLUMNS = """SELECT event_id, {kind} AS k, ts_ns, ts_ns + dur_ns AS end_ns, coalesce(device, {none}) AS device,
+  coalesce(stream, {none}) AS stream, coalesce(launch_id, {none}) AS launch_id, coalesce(source_frame_id, {none}) AS frame,
+  coalesce(pid, {none}) AS pid, CASE WHEN device IS NULL THEN coalesce(CAST(tid AS VARCHAR), tid_text, '') END AS tk,
+  (coalesce(contains(name, 'Synchronize'), false)::INT * {sync_call}
+   + coalesce(contains(name, 'Memcpy') OR contains(name, 'memcpy'), false)::INT * {memcpy_call}
+   + coalesce(pass = 'data' OR starts_with(name, 'enumerate(DataLoader)'), false)::INT * {input}
+   + coalesce(contains(name, 'Wait'), false)::INT * {wait}
+   + (kind = 'kernel' AND list_contains(?::VARCHAR[], name))::INT * {comm})::TINYINT AS flags
+FROM events WHERE rank = ? AND dur_ns > 0 AND kind IN ({kinds}) ORDER BY event_id"""
 
 
 class RankIndex:
-    """A rank's events, indexed for the walk."""
+    """A rank's events, indexed for the walk. Rows are positions in the columns below."""
 
-    def __init__(self, rows):
+    def __init__(self, run: Run, rank: int):
         comm = re.compile(COMM_KERNEL_PATTERN)
-        self.by_id: dict[int, Ev] = {}
-        host: dict[tuple, list[Ev]] = {}
-        streams: dict[tuple, list[Ev]] = {}
-        self.syncs_of_launch: dict[int, list[Ev]] = {}
-        self.stream_waits: dict[tuple, list[Ev]] = {}
-        self.launched: dict[int, list[Ev]] = {}
-        for r in rows:
-            e = Ev(*r)
-            self.by_id[e.id] = e
-            if e.device is None:
-                if e.kind in HOST_KINDS:
-                    host.setdefault(e.track, []).append(e)
-            elif e.kind in DEVICE_WORK_KINDS:
-                streams.setdefault((e.device, e.stream), []).append(e)
-                if e.launch_id is not None:
-                    self.launched.setdefault(e.launch_id, []).append(e)
-            elif e.kind == "sync":
-                if e.launch_id is not None:
-                    self.syncs_of_launch.setdefault(e.launch_id, []).append(e)
-                if "Wait" in e.name:
-                    self.stream_waits.setdefault((e.device, e.stream), []).append(e)
-        self.tracks = {k: _build_track(v) for k, v in sorted(host.items(), key=lambda kv: str(kv[0]))}
-        self.streams = {}
-        self.stream_pos: dict[int, tuple[tuple, int]] = {}
-        for key, evs in sorted(streams.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
-            evs.sort(key=lambda e: (e.ts, e.end, e.id))
-            self.streams[key] = (evs, [e.ts for e in evs])
-            for i, e in enumerate(evs):
-                self.stream_pos[e.id] = (key, i)
-        for key in self.stream_waits:
-            self.stream_waits[key].sort(key=lambda e: (e.ts, e.id))
-        self.is_comm = {e.id for evs, _ in self.streams.values() for e in evs if e.kind == "kernel" and comm.search(e.name or "")}
+        kernel_names = [n for (n,) in run.sql("SELECT DISTINCT name FROM events WHERE rank = ? AND kind = 'kernel' AND name IS NOT NULL",
+                                              [rank]).fetchall()]
+        kind_sql = "CASE kind " + " ".join(f"WHEN '{k}' THEN {i}" for i, k in enumerate(KINDS)) + " END::TINYINT"
+        t = run.con.sql(_COLUMNS.format(kind=kind_sql, none=NONE, sync_call=F_SYNC_CALL, memcpy_call=F_MEMCPY_CALL, input=F_INPUT,
+                                        wait=F_WAIT, comm=F_COMM, kinds=", ".join(f"'{k}'" for k in KINDS)),
+                        params=[[n for n in kernel_names if comm.search(n)], rank]).to_arrow_table()
+        ids, kind, ts, end = _col(t, "event_id"), _col(t, "k").astype(np.int8), _col(t, "ts_ns"), _col(t, "end_ns")
+        device, stream, launch_id, frame = _col(t, "device"), _col(t, "stream"), _col(t, "launch_id"), _col(t, "frame")
+        pid, flags = _col(t, "pid"), _col(t, "flags").astype(np.int8)
+        tk = t.column("tk").combine_chunks().dictionary_encode() if t.num_rows else None
+        n = len(ids)
+        # position of the (loaded) event each row was launched by, -1 when none
+        launch = np.full(n, -1, dtype=np.int64)
+        if n:
+            lp = np.minimum(np.searchsorted(ids, launch_id), n - 1)
+            launch = np.where((launch_id != NONE) & (ids[lp] == launch_id), lp, -1)
+        on_host = device == NONE
+        # host threads, in the order of str((pid, tid))
+        self.tracks: list[tuple[array, array]] = []
+        self.track_of: dict[tuple, int] = {}
+        host = np.flatnonzero(on_host & (kind <= RUNTIME))
+        if len(host):
+            codes = tk.indices.fill_null(-1).to_numpy(zero_copy_only=False)[host]
+            names = tk.dictionary.to_pylist()
+            first, inv = factorize_rows(pid[host], codes.astype(np.int64))
+            keys = [(None if pid[r] == NONE else int(pid[r]), names[c]) for r, c in zip(host[first].tolist(), codes[first].tolist())]
+            by = np.argsort(inv, kind="stable")
+            cuts = np.searchsorted(inv[by], np.arange(len(keys) + 1))
+            for k in sorted(range(len(keys)), key=lambda k: str(keys[k])):
+                rows = host[by[cuts[k]:cuts[k + 1]]]
+                self.track_of[keys[k]] = len(self.tracks)
+                self.tracks.append(_innermost(ts[rows], end[rows], ids[rows], rows))
+        # streams: device work by (device, stream), sorted by (ts, end, id)
+        work = np.flatnonzero(~on_host & (kind >= KINDS.index(DEVICE_WORK_KINDS[0])) & (kind < SYNC))
+        self.streams: list[tuple[array, array]] = []
+        self.stream_keys: list[tuple] = []
+        self.stream_index: dict[tuple, int] = {}
+        stream_of = np.full(n, -1, dtype=np.int32)
+        at_in_stream = np.full(n, -1, dtype=np.int32)
+        if len(work):
+            first, inv = factorize_rows(device[work], stream[work])
+            keys = [(int(device[r]), None if stream[r] == NONE else int(stream[r])) for r in work[first].tolist()]
+            ordered = sorted(range(len(keys)), key=lambda k: (keys[k][0], -1 if keys[k][1] is None else keys[k][1], first[k]))
+            by = np.lexsort((ids[work], end[work], ts[work], inv))
+            cuts = np.searchsorted(inv[by], np.arange(len(keys) + 1))
+            for k in ordered:
+                rows = work[by[cuts[k]:cuts[k + 1]]]
+                si = len(self.streams)
+                stream_of[rows] = si
+                at_in_stream[rows] = np.arange(len(rows), dtype=np.int32)
+                self.streams.append((_arr(rows), _arr(ts[rows])))
+                self.stream_keys.append(keys[k])
+                self.stream_index[keys[k]] = si
+        # device work by the event that launched it (row positions)
+        lw = work[launch[work] >= 0]
+        lw = lw[np.argsort(launch[lw], kind="stable")]
+        self._launched_by, self._launched = _arr(launch[lw]), _arr(lw)
+        # sync records: few, read with their args
+        self.syncs_of_launch: dict[int, list[_Sync]] = {}
+        self.stream_waits: dict[tuple, tuple[list[int], list[_Sync]]] = {}
+        waits: dict[tuple, list[_Sync]] = {}
+        for r in run.sql("""SELECT event_id, name, args, device, stream, launch_id, ts_ns FROM events
+                WHERE rank = ? AND dur_ns > 0 AND kind = 'sync' AND device IS NOT NULL ORDER BY event_id""", [rank]).fetchall():
+            s = _Sync(*r)
+            if s.launch_id is not None:
+                self.syncs_of_launch.setdefault(s.launch_id, []).append(s)
+            if "Wait" in (r[1] or ""):
+                waits.setdefault((s.device, s.stream), []).append(s)
+        for key, ws in waits.items():
+            ws.sort(key=lambda w: (w.ts, w.id))
+            self.stream_waits[key] = ([w.ts for w in ws], ws)
+        self.n = n
+        self.id, self.kind, self.ts, self.end = _arr(ids), _arr(kind, "i"), _arr(ts), _arr(end)
+        self.device, self.launch, self.frame, self.flags = _arr(device), _arr(launch), _arr(frame), _arr(flags, "i")
+        self.stream_of, self.at_in_stream = _arr(stream_of, "i"), _arr(at_in_stream, "i")
         self._wait_targets: dict[int, object] = {}
 
-    # --- host side -------------------------------------------------------------------------
-    def host_at(self, t: int, step_track: tuple, floor: int) -> tuple[Ev | None, int]:
-        """The host event charged just before t, and the time from which that choice holds."""
-        own = self.tracks.get(step_track)
-        ev, lo = own.at(t) if own else (None, None)
-        lo = floor if lo is None else max(lo, floor)
-        if ev is not None and ev.kind in ("cpu_op", "runtime"):
-            return ev, lo
-        best = None
-        for key, tr in self.tracks.items():
-            if key == step_track:
-                continue
-            other, olo = tr.at(t)
-            if olo is not None:
-                lo = max(lo, olo)
-            if other is not None and other.kind in ("cpu_op", "runtime") and (best is None or other.ts > best.ts):
-                best = other
-        return (best or ev), lo
+    def launched(self, x: int) -> list[int]:
+        """The device work launched by row x."""
+        return list(self._launched[bisect_left(self._launched_by, x):bisect_right(self._launched_by, x)])
 
-    def wait_targets(self, x: Ev):
+    # --- host side -------------------------------------------------------------------------
+    def host_at(self, t: int, own: int | None, floor: int) -> tuple[int, int]:
+        """The host event charged just before t (row, -1: none), and the time from which that
+        choice holds; `own` is the step's host thread (index into tracks)."""
+        kind = self.kind
+        ev, lo = -1, None
+        if own is not None:
+            points, inner = self.tracks[own]
+            i = bisect_left(points, t) - 1
+            if i >= 0:
+                ev, lo = inner[i], points[i]
+        lo = floor if lo is None else max(lo, floor)
+        if ev >= 0 and kind[ev] in (CPU_OP, RUNTIME):
+            return ev, lo
+        best = -1
+        ts = self.ts
+        for k, (points, inner) in enumerate(self.tracks):
+            if k == own:
+                continue
+            i = bisect_left(points, t) - 1
+            if i < 0:
+                continue
+            if points[i] > lo:
+                lo = points[i]
+            other = inner[i]
+            if other >= 0 and kind[other] in (CPU_OP, RUNTIME) and (best < 0 or ts[other] > ts[best]):
+                best = other
+        return (best if best >= 0 else ev), lo
+
+    def wait_targets(self, x: int):
         """The streams a runtime call may wait on: a set of (device, stream), None for every stream,
         "own" for a blocking copy (its own copy), or False when the call does not wait for the device."""
-        if x.id in self._wait_targets:
-            return self._wait_targets[x.id]
-        name = x.name or ""
+        got = self._wait_targets.get(x, _UNSET)
+        if got is not _UNSET:
+            return got
+        flags = self.flags[x]
         targets: object = False
-        if "Synchronize" in name:
+        if flags & F_SYNC_CALL:
             targets = set()
-            for s in self.syncs_of_launch.get(x.id, []):
-                kind = _sync_kind(s)
-                if kind == "Stream Sync" and s.stream is not None and s.stream >= 0:
+            for s in self.syncs_of_launch.get(self.id[x], []):
+                if s.kind == "Stream Sync" and s.stream is not None and s.stream >= 0:
                     targets.add((s.device, s.stream))
-                elif kind == "Event Sync" and _arg_int(s, "wait_on_stream", -1) >= 0:
-                    targets.add((s.device, _arg_int(s, "wait_on_stream", -1)))
+                elif s.kind == "Event Sync" and s.wait_on >= 0:
+                    targets.add((s.device, s.wait_on))
                 else:
                     targets = None
                     break
             if targets is not None and not targets:
                 targets = None
-        elif "Memcpy" in name or "memcpy" in name:
-            own = self.launched.get(x.id, [])
-            if own and all(d.ts < x.end for d in own):
+        elif flags & F_MEMCPY_CALL:
+            own = self.launched(x)
+            xend, ts = self.end[x], self.ts
+            if own and all(ts[d] < xend for d in own):
                 targets = "own"  # a blocking copy: it returns when its own copy is done
-        elif x.end - x.ts >= RUNTIME_WAIT_MIN_NS:
+        elif self.end[x] - self.ts[x] >= RUNTIME_WAIT_MIN_NS:
             targets = None
-        self._wait_targets[x.id] = targets
+        self._wait_targets[x] = targets
         return targets
 
-    def awaited(self, x: Ev, t: int) -> Ev | None:
+    def awaited(self, x: int, t: int) -> int:
         """The device work a waiting runtime call x waited for, as seen just before t: on its
-        target streams, the event started before t that ended last within the call."""
+        target streams, the event started before t that ended last within the call (-1: none)."""
         targets = self.wait_targets(x)
         if targets is False:
-            return None
+            return -1
+        end = self.end
         if targets == "own":
-            own = [d for d in self.launched.get(x.id, []) if d.ts < t]
-            return max(own, key=lambda d: (d.end, d.id)) if own else None
-        best = None
-        for key, (evs, starts) in self.streams.items():
+            own = [d for d in self.launched(x) if self.ts[d] < t]
+            return max(own, key=lambda d: (end[d], self.id[d])) if own else -1
+        best = -1
+        xts, xend = self.ts[x], end[x]
+        until = min(t, xend)
+        for key, (rows, starts) in zip(self.stream_keys, self.streams):
             if targets is not None and key not in targets:
                 continue
-            i = bisect_left(starts, min(t, x.end)) - 1
-            while i >= 0 and evs[i].end > x.end:
+            i = bisect_left(starts, until) - 1
+            while i >= 0 and end[rows[i]] > xend:
                 i -= 1
-            if i >= 0 and evs[i].end > x.ts and (best is None or evs[i].end > best.end):
-                best = evs[i]
+            if i >= 0:
+                e = rows[i]
+                if end[e] > xts and (best < 0 or end[e] > end[best]):
+                    best = e
         return best
 
     # --- device side -----------------------------------------------------------------------
-    def running_at(self, t: int) -> Ev | None:
+    def running_at(self, t: int) -> int:
         """The device work still running at t (started before, ends after), the one started last;
         collectives are left out (one may spin waiting for other ranks while the host goes on)."""
-        best = None
-        for evs, starts in self.streams.values():
+        best = -1
+        ts, end, ids, flags = self.ts, self.end, self.id, self.flags
+        for rows, starts in self.streams:
             i = bisect_left(starts, t) - 1
-            if i >= 0 and evs[i].end > t and evs[i].id not in self.is_comm and (best is None or (evs[i].ts, evs[i].id) > (best.ts, best.id)):
-                best = evs[i]
+            if i >= 0:
+                e = rows[i]
+                if end[e] > t and not (flags[e] & F_COMM) and (best < 0 or (ts[e], ids[e]) > (ts[best], ids[best])):
+                    best = e
         return best
 
-    def predecessor(self, d: Ev):
-        """(ready time, kind, event) of the predecessor that became ready last, or None."""
-        ds = d.ts
-        key, i = self.stream_pos[d.id]
-        evs, _ = self.streams[key]
+    def predecessor(self, d: int):
+        """(ready time, how, row) of the predecessor that became ready last, or None; how is
+        "stream", "launch" or "stream N" (a stream waited on)."""
+        ts, end = self.ts, self.end
+        ds = ts[d]
+        si, i = self.stream_of[d], self.at_in_stream[d]
+        rows = self.streams[si][0]
+        prev = rows[i - 1] if i > 0 else -1
+        launch = self.launch[d]
         cands = []
-        prev = evs[i - 1] if i > 0 else None
-        launch = self.by_id.get(d.launch_id) if d.launch_id is not None else None
-        if prev is not None and (launch is not None or ds - prev.end <= UNLINKED_GAP_MAX_NS):
-            cands.append((min(prev.end, ds), 2, "stream", prev))
-        if launch is not None and launch.device is None:
-            blocking = self.wait_targets(launch) is not False and "Synchronize" not in (launch.name or "")
-            ready = launch.ts if blocking and launch.end > ds else min(launch.end, ds)
+        if prev >= 0 and (launch >= 0 or ds - end[prev] <= UNLINKED_GAP_MAX_NS):
+            cands.append((min(end[prev], ds), 2, "stream", prev))
+        if launch >= 0 and self.device[launch] == NONE:
+            blocking = self.wait_targets(launch) is not False and not (self.flags[launch] & F_SYNC_CALL)
+            ready = ts[launch] if blocking and end[launch] > ds else min(end[launch], ds)
             cands.append((min(ready, ds), 1, "launch", launch))
-        for w in self.stream_waits.get(key, []):
-            if w.ts > ds or (prev is not None and w.ts < prev.ts):
-                continue
-            other = _arg_int(w, "wait_on_stream", -1)
-            if other < 0 or (key[0], other) not in self.streams or (key[0], other) == key:
-                continue
-            oevs, ostarts = self.streams[(key[0], other)]
-            j = bisect_left(ostarts, ds) - 1
-            while j >= 0 and oevs[j].end > ds:
-                j -= 1
-            if j >= 0:
-                cands.append((oevs[j].end, 0, f"stream {other}", oevs[j]))
+        key = self.stream_keys[si]
+        waits = self.stream_waits.get(key)
+        if waits is not None:
+            wts, ws = waits
+            lo = bisect_left(wts, ts[prev]) if prev >= 0 else 0
+            for w in ws[lo:bisect_right(wts, ds)]:
+                other = w.wait_on
+                ok = (key[0], other)
+                if other < 0 or ok == key or ok not in self.stream_index:
+                    continue
+                orows, ostarts = self.streams[self.stream_index[ok]]
+                j = bisect_left(ostarts, ds) - 1
+                while j >= 0 and end[orows[j]] > ds:
+                    j -= 1
+                if j >= 0:
+                    cands.append((end[orows[j]], 0, f"stream {other}", orows[j]))
         if not cands:
             return None
         ready, _, how, ev = max(cands, key=lambda c: (c[0], c[1]))
         return ready, how, ev
-
-
-def _args(e: Ev) -> dict:
-    try:
-        a = json.loads(e.args or "{}")
-    except ValueError:
-        return {}
-    return a if isinstance(a, dict) else {}
-
-
-def _sync_kind(e: Ev) -> str:
-    return _args(e).get("cuda_sync_kind") or e.name
-
-
-def _arg_int(e: Ev, key: str, default: int) -> int:
-    try:
-        return int(_args(e).get(key, default))
-    except (ValueError, TypeError):
-        return default

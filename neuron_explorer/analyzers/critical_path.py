@@ -36,8 +36,13 @@ Must not: decide what is a problem (rules do), render anything or write files.
 
 from __future__ import annotations
 
+from array import array
+
+import numpy as np
+
 from ..store import Run
-from ._path_index import HOST_KINDS, RUNTIME_WAIT_MIN_NS, UNLINKED_GAP_MAX_NS, Ev, RankIndex  # noqa: F401 (the model's thresholds)
+from ._path_index import HOST_KINDS, NONE, RUNTIME, RUNTIME_WAIT_MIN_NS, STEP, UNLINKED_GAP_MAX_NS, RankIndex  # noqa: F401 (the model's thresholds)
+from ._path_index import F_COMM, F_INPUT, KERNEL, distinct, factorize, factorize_rows
 
 CATEGORIES = ("device_compute", "communication", "memcpy", "host_compute", "launch_overhead", "input_pipeline", "idle")
 """What each charged nanosecond is: see `category_of` and docs/METRICS.md."""
@@ -53,198 +58,384 @@ CATEGORY_WORDS = {"device_compute": "device compute", "communication": "communic
 
 PATH_COLUMNS = ("rank", "step", "seq", "ts_ns", "charged_ns", "event_id", "category", "cause", "source_frame_id")
 
-
-def category_of(index: RankIndex, e: Ev | None) -> str:
-    """A charged event's category: device work by kind (collective kernels are communication,
-    memcpy and memset are memcpy); host work in the data-loading pass (or the `enumerate(DataLoader)`
-    range itself, which old traces file as an operator) is input_pipeline, runtime
-    calls launch_overhead, any other host event (or untraced host time) host_compute."""
-    if e is None:
-        return "host_compute"
-    if e.device is not None:
-        if e.kind == "kernel":
-            return "communication" if e.id in index.is_comm else "device_compute"
-        return "memcpy"
-    if e.pass_ == "data" or (e.name or "").startswith("enumerate(DataLoader)"):
-        return "input_pipeline"
-    return "launch_overhead" if e.kind == "runtime" else "host_compute"
+_DEVICE_COMPUTE, _COMMUNICATION, _MEMCPY, _HOST_COMPUTE, _LAUNCH_OVERHEAD, _INPUT_PIPELINE, _IDLE = range(len(CATEGORIES))
+_HOST, _DEVICE = 0, 1
+_OWN_TIME = "the call's own time after the device work it waited for"
+_UNTRACED = "host time outside every traced call"
 
 
-def _walk(index: RankIndex, start: int, end: int, step_track: tuple) -> list[tuple]:
-    """Charged segments of one step, latest first: (ts_ns, charged_ns, event, category, cause)."""
-    out: list[tuple] = []
+def category_of(index: RankIndex, e: int) -> str:
+    """A charged event's category (e: a row of the index, -1 for untraced host time): device work
+    by kind (collective kernels are communication, memcpy and memset are memcpy); host work in the
+    data-loading pass (or the `enumerate(DataLoader)` range itself, which old traces file as an
+    operator) is input_pipeline, runtime calls launch_overhead, any other host event (or untraced
+    host time) host_compute."""
+    return CATEGORIES[_category(index, e)]
 
-    def charge(lo, hi, ev, category, cause=None):
-        lo = max(lo, start)
-        if hi > lo:
-            out.append((lo, hi - lo, ev, category, cause))
 
-    t, state, dev = end, "host", None
-    running = index.running_at(end)
-    if running is not None:  # the host ran ahead: the step's end waits for the device work still queued
-        state, dev = "device", running
-    guard = 0
-    while t > start:
-        guard += 1
-        if guard > 10_000_000:
-            raise RuntimeError("critical path walk did not finish")
-        if state == "host":
-            ev, lo = index.host_at(t, step_track, start)
-            if ev is not None and ev.kind == "runtime":
+def _category(index: RankIndex, e: int) -> int:
+    if e < 0:
+        return _HOST_COMPUTE
+    if index.device[e] != NONE:
+        if index.kind[e] == KERNEL:
+            return _COMMUNICATION if index.flags[e] & F_COMM else _DEVICE_COMPUTE
+        return _MEMCPY
+    if index.flags[e] & F_INPUT:
+        return _INPUT_PIPELINE
+    return _LAUNCH_OVERHEAD if index.kind[e] == RUNTIME else _HOST_COMPUTE
+
+
+class _Walker:
+    """The walk of a rank's steps. Each move of the walk from a state (t, on host or on a device
+    event) charges some segments and goes to an earlier state; a move that stays after the step's
+    start does not depend on that start, so it is kept (per host thread) and reused by the walks
+    of other steps that reach the same state (steps that overlap: their paths join)."""
+
+    def __init__(self, index: RankIndex):
+        self.index = index
+        self.memo: dict[tuple, int] = {}
+        self.seg_ts, self.seg_ns, self.seg_ev = array("q"), array("q"), array("q")
+        self.seg_cat, self.seg_cause = array("b"), array("i")
+        self.first = array("q", [0])  # node i's segments: [first[i], first[i + 1])
+        self.out_t, self.out_mode, self.out_dev, self.link = array("q"), array("b"), array("q"), array("q")
+        self.causes: dict[str | None, int] = {None: 0, _OWN_TIME: 1, _UNTRACED: 2}
+
+    def _move(self, t: int, mode: int, dev: int, own: int | None, start: int, segs: list) -> tuple[int, int, int]:
+        """One move of the walk from state (t, mode, dev): appends (ts, ns, event, category, cause)
+        segments, latest first, to segs and returns the next state."""
+        index = self.index
+        if mode == _HOST:
+            ev, lo = index.host_at(t, own, start)
+            if ev >= 0 and index.kind[ev] == RUNTIME:
                 d = index.awaited(ev, t)
-                if d is not None and d.end > lo:
-                    if d.end < t:
-                        charge(d.end, t, ev, "launch_overhead", "the call's own time after the device work it waited for")
-                        t = d.end
-                    state, dev = "device", d
-                    continue
-            if ev is not None and ev.kind == "step":
-                ev = None  # the step range itself: host time outside every traced call
-            charge(lo, t, ev, category_of(index, ev), None if ev is not None else "host time outside every traced call")
-            t = max(lo, start)
-            continue
+                if d >= 0 and index.end[d] > lo:
+                    dend = index.end[d]
+                    if dend < t:
+                        segs.append((dend, t - dend, ev, _LAUNCH_OVERHEAD, 1))
+                        t = dend
+                    return t, _DEVICE, d
+            if ev >= 0 and index.kind[ev] == STEP:
+                ev = -1  # the step range itself: host time outside every traced call
+            if t > lo:
+                segs.append((lo, t - lo, ev, _category(index, ev), 0 if ev >= 0 else 2))
+            return max(lo, start), _HOST, -1
         d = dev
-        lo = max(d.ts, start)
-        charge(lo, t, d, category_of(index, d))
+        lo = max(index.ts[d], start)
+        if t > lo:
+            segs.append((lo, t - lo, d, _category(index, d), 0))
         t = lo
         if t <= start:
-            break
+            return t, _HOST, -1
         pred = index.predecessor(d)
         if pred is None:
-            state = "host"
-            continue
+            return t, _HOST, -1
         ready, how, p = pred
         if ready < t:
             cause = ("waiting for its launch" if how == "launch" else
                      "gap after the previous work on its stream" if how == "stream" else f"waiting for {how}")
-            charge(ready, t, d, "idle", cause)
-            t = max(ready, start)
+            code = self.causes.setdefault(cause, len(self.causes))
+            lo = max(ready, start)
+            segs.append((lo, t - lo, d, _IDLE, code))
+            t = lo
             if t <= start:
-                break
+                return t, _HOST, -1
         if how == "launch":
-            state = "host"
-        else:
-            state, dev = "device", p
-    return out
+            return t, _HOST, -1
+        return t, _DEVICE, p
+
+    def walk(self, start: int, end: int, own: int | None) -> tuple[array, list]:
+        """A step's walk: the kept moves it made (node numbers, latest first) and the segments of
+        its last move, the one that reached the step's start."""
+        memo, out_t, link = self.memo, self.out_t, self.link
+        visited, final = array("q"), []
+        t, mode, dev = end, _HOST, -1
+        running = self.index.running_at(end)
+        if running >= 0:  # the host ran ahead: the step's end waits for the device work still queued
+            mode, dev = _DEVICE, running
+        prev, guard = -1, 0
+        while t > start:
+            key = (own, t, mode, dev)
+            node = memo.get(key)
+            if node is None:
+                segs: list = []
+                t2, m2, d2 = self._move(t, mode, dev, own, start, segs)
+                if t2 <= start:
+                    final = segs
+                    break
+                node = len(out_t)
+                for s in segs:
+                    self.seg_ts.append(s[0])
+                    self.seg_ns.append(s[1])
+                    self.seg_ev.append(s[2])
+                    self.seg_cat.append(s[3])
+                    self.seg_cause.append(s[4])
+                self.first.append(len(self.seg_ts))
+                out_t.append(t2)
+                self.out_mode.append(m2)
+                self.out_dev.append(d2)
+                link.append(-1)
+                memo[key] = node
+            elif out_t[node] <= start:  # the kept move goes past this step's start: move again, stopping there
+                segs = []
+                self._move(t, mode, dev, own, start, segs)
+                final = segs
+                break
+            if prev >= 0:
+                link[prev] = node
+            visited.append(node)
+            prev = node
+            nxt = link[node]
+            while nxt >= 0 and out_t[nxt] > start:  # a path already walked: follow it
+                visited.append(nxt)
+                prev, nxt = nxt, link[nxt]
+                guard += 1
+                if guard > 10_000_000:
+                    raise RuntimeError("critical path walk did not finish")
+            t, mode, dev = out_t[prev], self.out_mode[prev], self.out_dev[prev]
+            guard += 1
+            if guard > 10_000_000:
+                raise RuntimeError("critical path walk did not finish")
+        return visited, final
 
 
-def _merge(segments: list[tuple]) -> list[tuple]:
-    """Adjacent segments (in time order) charged to the same event, category and cause become one."""
-    merged: list[list] = []
-    for ts, ns, ev, cat, cause in reversed(segments):  # the walk charges latest first
-        if merged and merged[-1][2] is ev and merged[-1][3] == cat and merged[-1][4] == cause and merged[-1][0] + merged[-1][1] == ts:
-            merged[-1][1] += ns
-        else:
-            merged.append([ts, ns, ev, cat, cause])
-    return [tuple(m) for m in merged]
+class Path:
+    """A critical path as columns (PATH_COLUMNS): one row per charged segment, in time order per
+    step. `rows()` gives the rows as dicts, `table()` as an Arrow table."""
+
+    def __init__(self, rank, step, seq, ts, ns, event_id, category, cause, frame, causes: list):
+        self.rank, self.step, self.seq, self.ts, self.ns = rank, step, seq, ts, ns
+        self.event_id, self.category, self.cause, self.frame = event_id, category, cause, frame  # -1 / 0 / NONE: null
+        self.causes = causes  # cause code -> text (0: None)
+        self._derived: dict = {}
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def table(self):
+        import pyarrow as pa
+
+        cat = pa.DictionaryArray.from_arrays(pa.array(self.category.astype(np.int32)), pa.array(list(CATEGORIES))).cast(pa.string())
+        cause = pa.DictionaryArray.from_arrays(pa.array(self.cause.astype(np.int32), mask=self.cause == 0),
+                                               pa.array([c or "" for c in self.causes])).cast(pa.string())
+        return pa.table({"rank": pa.array(self.rank, pa.int32()), "step": pa.array(self.step, pa.int64()),
+                         "seq": pa.array(self.seq, pa.int32()), "ts_ns": pa.array(self.ts, pa.int64()),
+                         "charged_ns": pa.array(self.ns, pa.int64()),
+                         "event_id": pa.array(self.event_id, pa.int64(), mask=self.event_id < 0), "category": cat, "cause": cause,
+                         "source_frame_id": pa.array(self.frame, pa.int64(), mask=self.frame == NONE)}, schema=_SCHEMA())
+
+    def rows(self) -> list[dict]:
+        return self.table().to_pylist()
+
+    @classmethod
+    def from_rows(cls, rows: list[dict]) -> Path:
+        causes = [None] + sorted({r["cause"] for r in rows if r["cause"] is not None})
+        code = {c: i for i, c in enumerate(causes)}
+
+        def col(key, null=-1):
+            return np.array([null if r[key] is None else r[key] for r in rows], dtype=np.int64)
+        return cls(col("rank"), col("step"), col("seq"), col("ts_ns"), col("charged_ns"), col("event_id"),
+                   np.array([CATEGORIES.index(r["category"]) for r in rows], dtype=np.int8),
+                   np.array([code[r["cause"]] for r in rows], dtype=np.int32), col("source_frame_id", NONE), causes)
 
 
-_CACHE: dict[tuple, list[dict]] = {}
+def _SCHEMA():
+    import pyarrow as pa
+
+    return pa.schema([("rank", pa.int32()), ("step", pa.int64()), ("seq", pa.int32()), ("ts_ns", pa.int64()),
+                      ("charged_ns", pa.int64()), ("event_id", pa.int64()), ("category", pa.string()), ("cause", pa.string()),
+                      ("source_frame_id", pa.int64())])
 
 
-def _load_rows(run: Run, rank: int):
-    return run.sql(
-        f"""SELECT event_id, kind, name, ts_ns, ts_ns + dur_ns, pid, coalesce(CAST(tid AS VARCHAR), tid_text, ''),
-               device, stream, launch_id, pass, source_frame_id, CASE WHEN kind = 'sync' THEN args END
-        FROM events WHERE rank = ? AND dur_ns > 0
-          AND kind IN ('cpu_op', 'python', 'user_annotation', 'step', 'runtime', 'kernel', 'memcpy', 'memset', 'sync')""",
-        [rank]).fetchall()
+def _empty_path(rank: int) -> Path:
+    z = np.zeros(0, dtype=np.int64)
+    return Path(z, z, z, z, z, z, z.astype(np.int8), z.astype(np.int32), z, [None])
+
+
+def _step_rows(w: _Walker, visited: array, final: list):
+    """A step's segments in time order, adjacent ones charged to the same event, category and
+    cause merged: (ts, ns, event, category, cause) columns."""
+    v = np.frombuffer(visited, dtype=np.int64) if len(visited) else np.zeros(0, dtype=np.int64)
+    first = np.frombuffer(w.first, dtype=np.int64)
+    starts, counts = first[v], first[v + 1] - first[v]
+    total = int(counts.sum())
+    idx = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts - starts, counts)
+    cols = [np.frombuffer(a, dtype=dt)[idx] for a, dt in ((w.seg_ts, np.int64), (w.seg_ns, np.int64), (w.seg_ev, np.int64),
+                                                           (w.seg_cat, np.int8), (w.seg_cause, np.int32))]
+    if final:
+        cols = [np.concatenate([c, np.array([s[k] for s in final], dtype=c.dtype)]) for k, c in enumerate(cols)]
+    ts, ns, ev, cat, cause = (c[::-1] for c in cols)  # the walk charges latest first
+    if not len(ts):
+        return ts, ns, ev, cat, cause
+    new = np.ones(len(ts), dtype=bool)
+    new[1:] = ~((ev[1:] == ev[:-1]) & (cat[1:] == cat[:-1]) & (cause[1:] == cause[:-1]) & (ts[:-1] + ns[:-1] == ts[1:]))
+    at = np.flatnonzero(new)
+    return ts[at], np.add.reduceat(ns, at), ev[at], cat[at], cause[at]
+
+
+_CACHE: dict[tuple, Path] = {}
+
+
+def path_of(run: Run, rank: int) -> Path:
+    """The critical path of every profiler step of a rank, as columns. Computed once per run and
+    rank per process."""
+    key = (str(run.path), run.manifest.get("created"), int(rank))
+    got = _CACHE.get(key)
+    if got is not None:
+        return got
+    steps = run.sql("SELECT s.step, s.ts_ns, s.dur_ns, s.event_id, e.pid, coalesce(CAST(e.tid AS VARCHAR), e.tid_text, '') "
+                    "FROM steps s JOIN events e ON e.event_id = s.event_id WHERE s.rank = ? ORDER BY s.step", [rank]).fetchall()
+    path = _empty_path(rank)
+    if steps:
+        index = RankIndex(run, rank)
+        w = _Walker(index)
+        parts = []
+        for step, ts, dur, _eid, pid, tid in steps:
+            cols = _step_rows(w, *w.walk(int(ts), int(ts) + int(dur), index.track_of.get((pid, tid))))
+            parts.append((int(step), cols))
+        causes = [None] * len(w.causes)
+        for c, i in w.causes.items():
+            causes[i] = c
+        n = sum(len(c[0]) for _, c in parts)
+        cat = lambda k: np.concatenate([c[k] for _, c in parts])  # noqa: E731
+        ev = cat(2)
+        ids = np.frombuffer(index.id, dtype=np.int64)
+        frames = np.frombuffer(index.frame, dtype=np.int64)
+        has = ev >= 0
+        event_id = np.where(has, ids[np.where(has, ev, 0)] if len(ids) else -1, -1)
+        frame = np.where(has, frames[np.where(has, ev, 0)] if len(ids) else NONE, NONE)
+        path = Path(np.full(n, int(rank), dtype=np.int64), np.repeat([s for s, _ in parts], [len(c[0]) for _, c in parts]).astype(np.int64),
+                    np.concatenate([np.arange(len(c[0]), dtype=np.int64) for _, c in parts]), cat(0), cat(1), event_id,
+                    cat(3), cat(4), frame, causes)
+    if len(_CACHE) >= 8:
+        _CACHE.clear()
+    _CACHE[key] = path
+    return path
 
 
 def rank_path(run: Run, rank: int) -> list[dict]:
     """The critical path of every profiler step of a rank: one dict per charged segment (the
-    columns PATH_COLUMNS), in time order per step. Computed once per run and rank per process."""
-    key = (str(run.path), run.manifest.get("created"), int(rank))
-    if key in _CACHE:
-        return _CACHE[key]
-    steps = run.sql("SELECT s.step, s.ts_ns, s.dur_ns, s.event_id, e.pid, coalesce(CAST(e.tid AS VARCHAR), e.tid_text, '') "
-                    "FROM steps s JOIN events e ON e.event_id = s.event_id WHERE s.rank = ? ORDER BY s.step", [rank]).fetchall()
-    out: list[dict] = []
-    if steps:
-        rows = [(r[0], r[1], r[2], r[3], r[4], (r[5], r[6]), *r[7:]) for r in _load_rows(run, rank)]
-        index = RankIndex(rows)
-        for step, ts, dur, _eid, pid, tid in steps:
-            segs = _merge(_walk(index, int(ts), int(ts) + int(dur), (pid, tid)))
-            for seq, (s_ts, ns, ev, cat, cause) in enumerate(segs):
-                out.append({"rank": int(rank), "step": int(step), "seq": seq, "ts_ns": int(s_ts), "charged_ns": int(ns),
-                            "event_id": ev.id if ev is not None else None, "category": cat, "cause": cause,
-                            "source_frame_id": ev.frame if ev is not None else None})
-    if len(_CACHE) >= 8:
-        _CACHE.clear()
-    _CACHE[key] = out
-    return out
+    columns PATH_COLUMNS), in time order per step (`path_of` gives the same as columns)."""
+    return path_of(run, rank).rows()
 
 
 def path_table(run: Run):
     """Every rank's critical path as one Arrow table (analysis/critical_path.parquet)."""
     import pyarrow as pa
 
-    rows = [r for (rank,) in run.sql("SELECT DISTINCT rank FROM events ORDER BY 1").fetchall() for r in rank_path(run, rank)]
-    schema = pa.schema([("rank", pa.int32()), ("step", pa.int64()), ("seq", pa.int32()), ("ts_ns", pa.int64()),
-                        ("charged_ns", pa.int64()), ("event_id", pa.int64()), ("category", pa.string()), ("cause", pa.string()),
-                        ("source_frame_id", pa.int64())])
-    return pa.Table.from_pylist(rows, schema=schema)
+    tables = [path_of(run, rank).table() for (rank,) in run.sql("SELECT DISTINCT rank FROM events ORDER BY 1").fetchall()]
+    return pa.concat_tables(tables) if tables else _SCHEMA().empty_table()
 
 
 ON_DEVICE = ("device_compute", "communication", "memcpy", "idle")
 """Categories whose item is the device event itself (idle: the device event that waited)."""
 
+HOST_CATEGORIES = ("host_compute", "launch_overhead", "input_pipeline")
 
-def path_items(run: Run, path: list[dict]) -> list[dict]:
+
+class _Info:
+    """Names of a path's events: codes into `strs` (0: None) per event id (sorted)."""
+
+    def __init__(self, run: Run, path: Path):
+        ids = distinct(path.event_id[path.event_id >= 0])
+        rows = run.sql("SELECT e.event_id, e.name, o.name, e.module_path, e.top_op_id FROM events e "
+                       "LEFT JOIN events o ON o.event_id = e.top_op_id WHERE e.event_id IN (SELECT unnest(?::BIGINT[])) "
+                       "ORDER BY 1", [ids.tolist()]).fetchall() if len(ids) else []
+        self.strs: list[str | None] = [None]
+        code: dict[str | None, int] = {None: 0}
+        self.ids = np.array([r[0] for r in rows], dtype=np.int64)
+        self.name = np.array([code.setdefault(r[1], len(code)) for r in rows], dtype=np.int64)
+        self.op = np.array([code.setdefault(r[2], len(code)) for r in rows], dtype=np.int64)
+        self.strs = list(code)
+        self.module_path = [r[3] for r in rows]
+        self.top_op = [r[4] for r in rows]
+
+    def codes(self, event_id: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row in this table or -1, name code, operator code) of each event id (-1: none)."""
+        at = np.minimum(np.searchsorted(self.ids, event_id), max(len(self.ids) - 1, 0))
+        found = (event_id >= 0) & (self.ids[at] == event_id) if len(self.ids) else np.zeros(len(event_id), dtype=bool)
+        at = np.where(found, at, -1)
+        return at, np.where(found, self.name[np.maximum(at, 0)] if len(self.ids) else 0, 0), \
+            np.where(found, self.op[np.maximum(at, 0)] if len(self.ids) else 0, 0)
+
+
+def _info(run: Run, path: Path) -> _Info:
+    got = path._derived.get("info")
+    if got is None:
+        got = path._derived["info"] = _Info(run, path)
+    return got
+
+
+def _cat_codes(names) -> np.ndarray:
+    return np.array([CATEGORIES.index(c) for c in names], dtype=np.int8)
+
+
+def path_items(run: Run, path) -> list[dict]:
     """The path's charged ns per item, heaviest first. An item is (category, item, op, frame_id,
     cause): for device work and idle gaps `item` is the device event's name, for host work the
     top-level operator around the charged event (else the event's own name; None for untraced
     host time); `op` is the top-level operator (device events: of their launch), `frame_id` the
     statement. Each item also has `charged_ns`, `events` (distinct events), `steps`, `sample_id`,
-    `module_path` and `op_args` (the operator's Kineto args)."""
-    ids = sorted({r["event_id"] for r in path if r["event_id"] is not None})
-    info = {eid: (name, op, module_path, op_args) for eid, name, op, module_path, op_args in run.sql(
-        "SELECT e.event_id, e.name, o.name, e.module_path, o.args FROM events e LEFT JOIN events o ON o.event_id = e.top_op_id "
-        "WHERE e.event_id IN (SELECT unnest(?::BIGINT[]))", [ids]).fetchall()} if ids else {}
-    groups: dict[tuple, dict] = {}
-    for r in path:
-        name, op, module_path, op_args = info.get(r["event_id"], (None, None, None, None))
-        item = name if r["category"] in ON_DEVICE else (op if op is not None else name)
-        key = (r["category"], item, op, r["source_frame_id"], r["cause"])
-        g = groups.get(key)
-        if g is None:
-            g = groups[key] = {"category": key[0], "item": item, "op": op, "frame_id": key[3], "cause": key[4], "charged_ns": 0,
-                               "_events": set(), "_steps": set(), "module_path": module_path, "op_args": op_args}
-        g["charged_ns"] += r["charged_ns"]
-        if r["event_id"] is not None:
-            g["_events"].add(r["event_id"])
-        g["_steps"].add(r["step"])
+    `module_path` and `op_args` (the operator's Kineto args). `path`: a `Path` or rows as dicts."""
+    if not isinstance(path, Path):
+        path = Path.from_rows(list(path))
+    if not len(path):
+        return []
+    info = _info(run, path)
+    at, name, op = info.codes(path.event_id)
+    item = np.where(np.isin(path.category, _cat_codes(ON_DEVICE)), name, np.where(op != 0, op, name))
+    first, inv = factorize_rows(path.category.astype(np.int64), item, op, path.frame, path.cause.astype(np.int64))
+    g = len(first)
+    by = np.argsort(inv, kind="stable")
+    charged = np.add.reduceat(path.ns[by], np.searchsorted(inv[by], np.arange(g)))
+    has = path.event_id >= 0
+    m = max(len(info.ids), 1)
+    events = np.bincount(distinct(inv[has] * m + np.maximum(at[has], 0)) // m, minlength=g)
+    steps_u, _, step = factorize(path.step)
+    s = len(steps_u)
+    steps = np.bincount(distinct(inv * s + step) // s, minlength=g)
+    sample = np.full(g, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(sample, inv[has], path.event_id[has])
+    order = np.argsort(first, kind="stable")  # groups in the order the path first meets them
+    lead = [int(first[k]) for k in order]
+    tops = {info.top_op[at[r]] for r in lead if at[r] >= 0 and info.top_op[at[r]] is not None}
+    args = dict(run.sql("SELECT event_id, args FROM events WHERE event_id IN (SELECT unnest(?::BIGINT[]))",
+                        [sorted(tops)]).fetchall()) if tops else {}
     out = []
-    for g in groups.values():
-        ev, st = g.pop("_events"), g.pop("_steps")
-        out.append({**g, "events": len(ev), "steps": len(st), "sample_id": min(ev) if ev else None})
+    for k, r in zip(order.tolist(), lead):
+        a = int(at[r])
+        top = info.top_op[a] if a >= 0 else None
+        fr = int(path.frame[r])
+        out.append({"category": CATEGORIES[int(path.category[r])], "item": info.strs[int(item[r])], "op": info.strs[int(op[r])],
+                    "frame_id": None if fr == NONE else fr, "cause": path.causes[int(path.cause[r])], "charged_ns": int(charged[k]),
+                    "module_path": info.module_path[a] if a >= 0 else None, "op_args": args.get(top) if top is not None else None,
+                    "events": int(events[k]), "steps": int(steps[k]),
+                    "sample_id": int(sample[k]) if sample[k] != np.iinfo(np.int64).max else None})
     out.sort(key=lambda g: (-g["charged_ns"], g["item"] is None, g["item"] or "", g["category"]))
     return out
-
-
-HOST_CATEGORIES = ("host_compute", "launch_overhead", "input_pipeline")
 
 
 def on_path_ns(run: Run, rank: int, *, top_op: str | None = None, kernel: str | None = None) -> int | None:
     """What an item costs on the rank's critical paths, summed over its steps: the host time
     charged inside a top-level operator named `top_op`, or the device time charged to kernels
-    named `kernel`. None when the rank has no steps (so no path): callers fall back to durations."""
-    path = rank_path(run, rank)
-    if not path:
+    named `kernel`. None when the rank has no steps (so no path): callers fall back to durations.
+    The sums per name are computed once per rank."""
+    path = path_of(run, rank)
+    if not len(path):
         return None
+    sums = path._derived.get("on_path")
+    if sums is None:
+        info = _info(run, path)
+        _, name, op = info.codes(path.event_id)
+        host = np.isin(path.category, _cat_codes(HOST_CATEGORIES))
+        per = []
+        for sel, code in ((~host & (name != 0), name), (host & (op != 0), op)):
+            total = np.zeros(len(info.strs), dtype=np.int64)
+            np.add.at(total, code[sel], path.ns[sel])
+            per.append({info.strs[c]: int(total[c]) for c in np.flatnonzero(total).tolist()})
+        sums = path._derived["on_path"] = per
     if kernel is not None:
-        ids = sorted({r["event_id"] for r in path if r["event_id"] is not None and r["category"] not in HOST_CATEGORIES})
-        if not ids:
-            return 0
-        named = {e for (e,) in run.sql("SELECT event_id FROM events WHERE event_id IN (SELECT unnest(?::BIGINT[])) AND name = ?",
-                                       [ids, kernel]).fetchall()}
-        return sum(r["charged_ns"] for r in path if r["event_id"] in named and r["category"] not in HOST_CATEGORIES)
-    ids = sorted({r["event_id"] for r in path if r["event_id"] is not None and r["category"] in HOST_CATEGORIES})
-    if not ids:
-        return 0
-    inside = {e for (e,) in run.sql("SELECT e.event_id FROM events e JOIN events o ON o.event_id = e.top_op_id "
-                                    "WHERE e.event_id IN (SELECT unnest(?::BIGINT[])) AND o.name = ?", [ids, top_op]).fetchall()}
-    return sum(r["charged_ns"] for r in path if r["event_id"] in inside and r["category"] in HOST_CATEGORIES)
+        return sums[0].get(kernel, 0)
+    return sums[1].get(top_op, 0)
 
 
 def _verdict(ns_by_cat: dict[str, int], total: int) -> dict:
@@ -262,22 +453,19 @@ def bound(run: Run, rank: int) -> dict:
     their shares of step time and a verdict in words ("device-bound (94%): device compute").
     Data the walk cannot read gives `overall: None` and the reason in `error`, not a failed report."""
     try:
-        path = rank_path(run, rank)
+        path = path_of(run, rank)
     except Exception as e:  # noqa: BLE001 - the summary of a run must not fail on one odd trace
         return {"steps": [], "overall": None, "error": f"{type(e).__name__}: {e}"}
-    per_step: dict[int, dict[str, int]] = {}
-    for r in path:
-        d = per_step.setdefault(r["step"], {})
-        d[r["category"]] = d.get(r["category"], 0) + r["charged_ns"]
-    if not per_step:
+    if not len(path):
         return {"steps": [], "overall": None}
+    step_nos, _, step = factorize(path.step)
+    ns = np.zeros((len(step_nos), len(CATEGORIES)), dtype=np.int64)
+    np.add.at(ns, (step, path.category.astype(np.int64)), path.ns)
     steps = []
-    total_by_cat: dict[str, int] = {}
-    for step, d in sorted(per_step.items()):
+    for i, s in enumerate(step_nos.tolist()):
+        d = {c: int(v) for c, v in zip(CATEGORIES, ns[i].tolist())}
         total = sum(d.values())
-        steps.append({"step": step, "dur_ns": total, "ns": {c: d.get(c, 0) for c in CATEGORIES}, **_verdict(d, total)})
-        for c, v in d.items():
-            total_by_cat[c] = total_by_cat.get(c, 0) + v
+        steps.append({"step": s, "dur_ns": total, "ns": d, **_verdict(d, total)})
+    total_by_cat = {c: int(v) for c, v in zip(CATEGORIES, ns.sum(axis=0).tolist())}
     total = sum(total_by_cat.values())
-    return {"steps": steps, "overall": {"dur_ns": total, "ns": {c: total_by_cat.get(c, 0) for c in CATEGORIES},
-                                        **_verdict(total_by_cat, total)}}
+    return {"steps": steps, "overall": {"dur_ns": total, "ns": total_by_cat, **_verdict(total_by_cat, total)}}

@@ -106,12 +106,12 @@ def _describe(it: dict) -> str:
 
 def check(ctx: Context) -> list:
     ctx.require_device()  # on a CPU-only run every step is host-bound by its operators: the hotspot rules name them
-    path = cp.rank_path(ctx.run, ctx.rank)
-    if not path:
+    path = cp.path_of(ctx.run, ctx.rank)  # columns, computed once per rank
+    if not len(path):
         raise NotApplicable("no profiler steps (ProfilerStep#N ranges): no step to find a critical path in")
     bound = cp.bound(ctx.run, ctx.rank)
     step_count = len(bound["steps"])
-    total = sum(r["charged_ns"] for r in path)
+    total = int(path.ns.sum())
     items = cp.path_items(ctx.run, path)[:THRESHOLDS["MAX_ITEMS"]]
     parquet = f"read_parquet({q(str(ctx.run.path / 'analysis' / 'critical_path.parquet'))})"
     out = []
