@@ -176,6 +176,21 @@ def test_report_and_info_summarise_collective_wait_per_rank(job):
     assert "collective wait (for the last arrival): 620 us (20.7% of its analysed time) over 3 collectives" in render_info(info)
 
 
+def test_mcp_summary_has_the_collective_wait_per_rank(job):
+    from neuron_explorer.agent.tools import RunSet
+
+    run_dir, _ = job
+    rs = RunSet([run_dir])
+    try:
+        out = rs.summary()
+    finally:
+        rs.close()
+    assert out["ok"]
+    assert [(r["rank"], r["wait_ns"], r["late_ns"]) for r in out["report_summary"]["cross_rank"]["ranks"]] == [
+        (0, 620 * US, 0), (1, 560 * US, 20 * US), (2, 10 * US, 600 * US)]
+    assert [r["collective_wait_ns"] for r in out["info"]["ranks"]] == [620 * US, 560 * US, 10 * US]
+
+
 def test_many_ranks_show_the_spread_and_the_ranks_that_wait_most(tmp_path):
     run_dir = _job(tmp_path, n_ranks=10)  # ranks 3-9 behave like rank 0
     report = analyze(run_dir)

@@ -57,15 +57,13 @@ def arrivals_sql() -> str:
     instance: participants, last_rank, last_event_id, last_at, second_at, others_mid_at, above_mean_ns (the
     last arrival minus the mean arrival, exact: epoch ns do not fit a double's 53 bits))."""
     kpat, opat = sql_literal(COMM_KERNEL_PATTERN), sql_literal(COMM_OP_PATTERN)
-    return f"""steps0 AS (SELECT rank, step, min(ts_ns) AS ts_ns, max(ts_ns + dur_ns) - min(ts_ns) AS dur_ns
-                FROM events WHERE kind = 'step' GROUP BY rank, step),
-dev_ranks AS (SELECT DISTINCT rank FROM events WHERE kind = 'kernel' AND regexp_matches(name, {kpat})),
-coll AS (SELECT rank, name, step, event_id, ts_ns, ts_ns + dur_ns AS end_ns, true AS on_device
-         FROM events WHERE kind = 'kernel' AND regexp_matches(name, {kpat})
-         UNION ALL
-         SELECT rank, name, step, event_id, ts_ns, ts_ns + dur_ns AS end_ns, false AS on_device
-         FROM events WHERE kind = 'cpu_op' AND event_id = top_op_id AND regexp_matches(name, {opat})
-           AND rank NOT IN (SELECT rank FROM dev_ranks)),
+    return f"""ev AS MATERIALIZED (SELECT rank, kind, name, step, event_id, ts_ns, dur_ns, kind = 'kernel' AS on_device FROM events
+        WHERE kind = 'step' OR (kind = 'kernel' AND regexp_matches(name, {kpat}))
+           OR (kind = 'cpu_op' AND event_id = top_op_id AND regexp_matches(name, {opat}))),
+steps0 AS (SELECT rank, step, min(ts_ns) AS ts_ns, max(ts_ns + dur_ns) - min(ts_ns) AS dur_ns FROM ev WHERE kind = 'step' GROUP BY rank, step),
+dev_ranks AS (SELECT DISTINCT rank FROM ev WHERE on_device),
+coll AS (SELECT rank, name, step, event_id, ts_ns, ts_ns + dur_ns AS end_ns, on_device FROM ev
+         WHERE on_device OR (kind = 'cpu_op' AND rank NOT IN (SELECT rank FROM dev_ranks))),
 numbered AS (SELECT *, coalesce(step, -1) AS skey,
                     row_number() OVER (PARTITION BY rank, name, coalesce(step, -1) ORDER BY ts_ns, event_id) AS k
              FROM coll WHERE step IS NOT NULL OR NOT EXISTS (SELECT 1 FROM steps0)),
@@ -81,10 +79,10 @@ all_ranks AS (SELECT DISTINCT rank FROM events),
 off AS (SELECT rank, coalesce(end_off.off, step_off.off, 0)::BIGINT AS offset_ns,
                CASE WHEN end_off.off IS NOT NULL THEN 'collective_ends' WHEN step_off.off IS NOT NULL THEN 'step_starts' ELSE 'none' END AS aligned_on
         FROM all_ranks LEFT JOIN end_off USING (rank) LEFT JOIN step_off USING (rank)),
-ranked AS (SELECT m.*, off.offset_ns, m.ts_ns - off.offset_ns AS at_ns,
+ranked AS MATERIALIZED (SELECT m.*, off.offset_ns, m.ts_ns - off.offset_ns AS at_ns,
                   row_number() OVER (PARTITION BY name, skey, k ORDER BY m.ts_ns - off.offset_ns DESC, m.rank DESC) AS pos
            FROM m JOIN off USING (rank)),
-inst AS (SELECT name, skey, k, count(*) AS participants, max(at_ns) AS last_at,
+inst AS MATERIALIZED (SELECT name, skey, k, count(*) AS participants, max(at_ns) AS last_at,
                 any_value(rank) FILTER (WHERE pos = 1) AS last_rank, any_value(event_id) FILTER (WHERE pos = 1) AS last_event_id,
                 max(at_ns) FILTER (WHERE pos = 2) AS second_at, quantile_disc(at_ns, 0.5) FILTER (WHERE pos > 1) AS others_mid_at,
                 (count(*)::HUGEINT * max(at_ns) - sum(at_ns)) / count(*) AS above_mean_ns
@@ -102,7 +100,8 @@ def analysed_sql() -> str:
 def per_rank_sql() -> str:
     """One row per rank: its clock offset and what it was aligned on, its collective wait (sum,
     share of its analysed time, instances), and as the last arrival: lateness, saving bound, how
-    often, per step and the collective with the most lateness."""
+    often, per step and the collective with the most lateness; and on every row the run's totals of
+    `totals_sql` (run_instances, run_balanced_saving_ns, run_max_participants)."""
     return f"""WITH {arrivals_sql()},
 {analysed_sql()},
 waits AS (SELECT r.rank, sum(i.last_at - r.at_ns)::BIGINT AS wait_ns, count(*) AS instances
@@ -118,7 +117,9 @@ SELECT off.rank, off.offset_ns, off.aligned_on, analysed.analysed_ns,
        coalesce(waits.wait_ns, 0) AS wait_ns, coalesce(waits.instances, 0) AS instances,
        CASE WHEN analysed.analysed_ns > 0 THEN coalesce(waits.wait_ns, 0) / analysed.analysed_ns END AS wait_share,
        coalesce(late_rank.late_ns, 0) AS late_ns, coalesce(late_rank.late_saving_ns, 0) AS late_saving_ns,
-       coalesce(late_rank.times_last, 0) AS times_last, late_rank.sample_event_id, late_step.late_steps, late_name.late_collective
+       coalesce(late_rank.times_last, 0) AS times_last, late_rank.sample_event_id, late_step.late_steps, late_name.late_collective,
+       (SELECT count(*) FROM inst) AS run_instances, (SELECT round(coalesce(sum(above_mean_ns), 0))::BIGINT FROM inst) AS run_balanced_saving_ns,
+       (SELECT coalesce(max(participants), 0) FROM inst) AS run_max_participants
 FROM off LEFT JOIN analysed USING (rank) LEFT JOIN waits USING (rank) LEFT JOIN late_rank USING (rank)
      LEFT JOIN late_step USING (rank) LEFT JOIN late_name USING (rank)
 ORDER BY off.rank"""
@@ -149,7 +150,11 @@ def collective_waits(run: Run) -> dict:
         row["wait_share"] = None if row["wait_share"] is None else round(float(row["wait_share"]), 6)
         row["late_steps"] = [{"step": int(s["step"]), "late_ns": int(s["late_ns"])} for s in row["late_steps"] or []]
         rows.append(row)
-    instances, balanced, max_participants = run.sql(totals_sql()).fetchone()
+    first = rows[0] if rows else {}
+    instances, balanced, max_participants = (first.get(k) or 0 for k in ("run_instances", "run_balanced_saving_ns", "run_max_participants"))
+    for row in rows:
+        for k in ("run_instances", "run_balanced_saving_ns", "run_max_participants"):
+            del row[k]
     out = {"ranks": rows, "instances": int(instances), "balanced_saving_ns": int(balanced), "max_participants": int(max_participants)}
     for key in [k for k, (ref, _) in _CACHE.items() if ref() is None]:
         del _CACHE[key]
@@ -207,3 +212,26 @@ def rank_work_sql() -> str:
     """Per rank: its work over the common steps (work_ns), heaviest first."""
     return f"""{work_per_step_sql()}
 SELECT rank, sum(work_ns)::BIGINT AS work_ns, count(*) AS steps FROM work GROUP BY rank ORDER BY work_ns DESC, rank"""
+
+
+def imbalance(run: Run) -> dict:
+    """Load imbalance from one query (`work_per_step_sql`): {"steps": per common step {step, max_ns,
+    heaviest_rank (the lowest rank on a tie), median_ns (lower middle), mean_ns, ranks, on_device},
+    "ranks": per rank {rank, work_ns, steps}, heaviest first (the lower rank on a tie)}: the numbers
+    of `imbalance_sql` and `rank_work_sql`, computed once."""
+    by_step: dict[int, list[tuple[int, int, bool]]] = {}
+    for rank, step, work_ns, on_device in run.sql(work_per_step_sql() + "\nSELECT rank, step, work_ns, on_device FROM work").fetchall():
+        by_step.setdefault(int(step), []).append((int(work_ns), int(rank), bool(on_device)))
+    steps, totals = [], {}
+    for step in sorted(by_step):
+        got = by_step[step]
+        works = sorted(w for w, _, _ in got)
+        top = max(w for w, _, _ in got)
+        steps.append({"step": step, "max_ns": top, "heaviest_rank": min(r for w, r, _ in got if w == top),
+                      "median_ns": works[(len(works) - 1) // 2], "mean_ns": sum(works) / len(works), "ranks": len(works),
+                      "on_device": all(d for _, _, d in got)})
+        for w, r, _ in got:
+            t = totals.setdefault(r, {"rank": r, "work_ns": 0, "steps": 0})
+            t["work_ns"] += w
+            t["steps"] += 1
+    return {"steps": steps, "ranks": sorted(totals.values(), key=lambda t: (-t["work_ns"], t["rank"]))}

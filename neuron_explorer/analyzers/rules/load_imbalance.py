@@ -20,7 +20,7 @@ from __future__ import annotations
 from .. import ranks as xr
 from ..engine import Context, NotApplicable
 from ..model import Location
-from ._util import ms, rows
+from ._util import ms
 
 RULE_ID = "load-imbalance"
 TITLE = "Load imbalance: uneven work per rank"
@@ -35,11 +35,11 @@ THRESHOLDS = {
 def check(ctx: Context) -> list:
     if len(ctx.summaries) < 2:
         raise NotApplicable("one rank only: load imbalance needs several ranks in the run")
-    per_step = rows(ctx.run, xr.imbalance_sql())
-    per_step = [s for s in per_step if s["ranks"] >= 2]
+    got = xr.imbalance(ctx.run)
+    per_step = [s for s in got["steps"] if s["ranks"] >= 2]
     if not per_step:
         raise NotApplicable("no profiler step recorded by every rank: no common steps to compare the ranks' work on")
-    totals = rows(ctx.run, xr.rank_work_sql())
+    totals = got["ranks"]
     heaviest = totals[0]
     rank = int(heaviest["rank"])
     excess = sum(int(s["max_ns"] - s["median_ns"]) for s in per_step)
