@@ -200,25 +200,19 @@ work AS (SELECT s.rank, s.step, coalesce(sum(u.end_ns - u.start_ns), 0)::BIGINT 
 
 
 def imbalance_sql() -> str:
-    """Per common step: the heaviest rank's work (max_ns, heaviest_rank), the median rank's
-    (median_ns, lower middle) and the mean (mean_ns); plus each rank's total over those steps."""
+    """Per common step: the heaviest rank's work (max_ns, heaviest_rank: the lowest rank on a tie), the median rank's
+    (median_ns, lower middle) and the mean (mean_ns)."""
     return f"""{work_per_step_sql()},
-per_step AS (SELECT step, max(work_ns) AS max_ns, arg_max(rank, work_ns) AS heaviest_rank, quantile_disc(work_ns, 0.5) AS median_ns,
+per_step AS (SELECT step, max(work_ns) AS max_ns, arg_max(rank, [work_ns, -rank]) AS heaviest_rank, quantile_disc(work_ns, 0.5) AS median_ns,
                     avg(work_ns) AS mean_ns, count(*) AS ranks, bool_and(on_device) AS on_device FROM work GROUP BY step)
 SELECT step, max_ns, heaviest_rank, median_ns, mean_ns, ranks, on_device FROM per_step ORDER BY step"""
-
-
-def rank_work_sql() -> str:
-    """Per rank: its work over the common steps (work_ns), heaviest first."""
-    return f"""{work_per_step_sql()}
-SELECT rank, sum(work_ns)::BIGINT AS work_ns, count(*) AS steps FROM work GROUP BY rank ORDER BY work_ns DESC, rank"""
 
 
 def imbalance(run: Run) -> dict:
     """Load imbalance from one query (`work_per_step_sql`): {"steps": per common step {step, max_ns,
     heaviest_rank (the lowest rank on a tie), median_ns (lower middle), mean_ns, ranks, on_device},
-    "ranks": per rank {rank, work_ns, steps}, heaviest first (the lower rank on a tie)}: the numbers
-    of `imbalance_sql` and `rank_work_sql`, computed once."""
+    "ranks": per rank {rank, work_ns, steps}, heaviest first (the lower rank on a tie)}: the per-step
+    numbers of `imbalance_sql` (its evidence query) from one pass over `work`."""
     by_step: dict[int, list[tuple[int, int, bool]]] = {}
     for rank, step, work_ns, on_device in run.sql(work_per_step_sql() + "\nSELECT rank, step, work_ns, on_device FROM work").fetchall():
         by_step.setdefault(int(step), []).append((int(work_ns), int(rank), bool(on_device)))
