@@ -381,7 +381,10 @@ def create_app(rs: RunSet):
         if not isinstance(trig, str) or not trig.startswith("table-"):
             return no_update, no_update
         table = trig[len("table-"):]
-        view = table_jump(rs, table, clicks[navigate.TABLES.index(table)], run, rank)
+        click = clicks[navigate.TABLES.index(table)] if table in navigate.TABLES else None
+        if click is None:  # the grid was drawn (a tab opened), not clicked
+            return no_update, no_update
+        view = table_jump(rs, table, click, run, rank)
         return view, view["jump"]["event_id"]
 
     @app.callback(Output("area-panel", "children"), Output("error", "children", allow_duplicate=True),

@@ -84,6 +84,7 @@
     var ya = function (cy) { return ax[1].p2l(cy - rect.top - ax[1]._offset); };
     var x0 = xa(Math.min(s.x, s.x1)), x1 = xa(Math.max(s.x, s.x1));
     var y0 = ya(s.y), y1 = ya(s.y1);
+    if (box) { box.dataset.x0 = x0; box.dataset.x1 = x1; box.dataset.y0 = Math.min(y0, y1); box.dataset.y1 = Math.max(y0, y1); }
     if (window.dash_clientside && window.dash_clientside.set_props) {
       window.dash_clientside.set_props('area', {data: {x0: x0, x1: x1, y0: Math.min(y0, y1), y1: Math.max(y0, y1)}});
     }
