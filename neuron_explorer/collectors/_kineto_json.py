@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError
+from . import _json_native
 from ._malloc import set_mmap_threshold
 from .kineto_names import (EXTERNAL_ID_ARG, EXTERNAL_ID_ARG_OLD, FLOW_PHASES, MEMORY_ARGS, MEMORY_EVENT_NAME, PYTHON_ID_ARG,
                            PYTHON_PARENT_ID_ARG, SLICE_PHASES)
@@ -574,7 +575,13 @@ class _Trailing(Exception):
 
 
 def _decode_array(path: str, array) -> Chunk:
-    return _columns(path, _decode_events(path, array))
+    fast = _json_native.read(array, MAX_NESTING)
+    if fast is None:  # no C++ reader, or a piece it leaves to this decoder
+        return _columns(path, _decode_events(path, array))
+    view = memoryview(array)
+    rest = _columns(path, _decode_events(path, b"[" + b",".join(view[a:b] for a, b in fast.others) + b"]"))
+    rest.events, rest.flows = fast.events, fast.flows  # (the rest holds no slice and no flow)
+    return rest
 
 
 def _decode_events(path: str, array) -> list:

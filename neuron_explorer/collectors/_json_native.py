@@ -1,0 +1,184 @@
+"""The importer's C++ reader of traceEvents (native/kineto_json.cpp), loaded with ctypes.
+
+It reads slices and flow endpoints straight into columns, about ten times faster than decoding
+them into Python objects; everything else is handed back as byte ranges for the Python decoder,
+and a piece with anything it does not read exactly as the Python decoder would is read by the
+Python decoder instead (`read` returns None). Results are equal either way (tests/test_import_native.py).
+
+The source ships with the package and is compiled on first use with the system's C++ compiler
+(`$CXX`, else `c++`; no Python headers, no torch) into the native build folder
+(`$NEURON_EXPLORER_NATIVE_DIR`, default `~/.cache/neuron-explorer/native/`), under a name that
+changes with the source. No compiler, or `NEURON_EXPLORER_NATIVE=0`: the Python decoder reads
+everything, more slowly. A failed build leaves `build-failed.txt` beside it and is not retried
+until that file is deleted.
+
+Must not: decide what goes in the tables (_kineto_json does; this mirrors it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+SOURCE = Path(__file__).parent / "native" / "kineto_json.cpp"
+FAILED_FILE = "build-failed.txt"
+_TEXTS = ("s_cat", "s_name", "s_pid_text", "s_tid_text", "s_args", "f_cat", "f_name", "f_phase", "f_bp")
+_INTS = ("s_ts", "s_dur", "s_pid", "s_tid", "s_corr", "s_ext", "s_stream", "s_pyid", "s_pypid", "f_id", "f_ts", "f_pid", "f_tid")
+_lock = threading.Lock()
+_state: dict = {}
+
+
+def _enabled() -> bool:
+    return os.environ.get("NEURON_EXPLORER_NATIVE", "auto").strip().lower() not in ("0", "off", "no", "false", "python")
+
+
+def _build_dir() -> Path:
+    env = os.environ.get("NEURON_EXPLORER_NATIVE_DIR")
+    return Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "neuron-explorer" / "native"
+
+
+def library_path() -> Path:
+    key = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    return _build_dir() / f"nx_json_{key}" / "nx_json.so"
+
+
+def load():
+    """The loaded library, building it first if needed; None when it is off or cannot be built."""
+    if not _enabled():
+        return None
+    with _lock:
+        if "lib" not in _state:
+            try:
+                _state["lib"] = _load()
+            except (OSError, subprocess.SubprocessError, RuntimeError):
+                _state["lib"] = None
+        return _state["lib"]
+
+
+def _load():
+    so = library_path()
+    if not so.is_file():
+        _compile(so)
+    lib = ctypes.CDLL(str(so))
+    lib.nxj_read.restype = ctypes.c_void_p
+    lib.nxj_read.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int32]
+    lib.nxj_status.restype = ctypes.c_int32
+    lib.nxj_status.argtypes = [ctypes.c_void_p]
+    lib.nxj_field.restype = ctypes.c_void_p
+    lib.nxj_field.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)]
+    lib.nxj_free.restype = None
+    lib.nxj_free.argtypes = [ctypes.c_void_p]
+    return lib
+
+
+def _compile(so: Path) -> None:
+    failed = so.parent / FAILED_FILE
+    if failed.is_file():
+        raise RuntimeError(f"its build failed before; see {failed}")
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if not cxx:
+        raise RuntimeError("no C++ compiler")
+    so.parent.mkdir(parents=True, exist_ok=True)
+    tmp = so.with_name(f".{so.name}.{uuid.uuid4().hex[:8]}")
+    res = subprocess.run([cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-o", str(tmp), str(SOURCE)],
+                         capture_output=True, text=True, timeout=300)
+    if res.returncode != 0:
+        failed.write_text(res.stderr[-4000:])
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError("the build failed")
+    os.replace(tmp, so)  # another process building it meanwhile writes the same file
+
+
+@dataclass
+class NativeChunk:
+    events: pa.Table
+    flows: pa.Table
+    others: list[tuple[int, int]]  # byte ranges of the events left to the Python decoder
+
+
+def read(array, max_nesting: int) -> NativeChunk | None:
+    """The slices and flows of `array` (the bytes of one JSON array of events, nothing after it),
+    and the byte ranges of its other events; None when the C++ reader is not available or leaves
+    this array to the Python decoder."""
+    lib = load()
+    if lib is None:
+        return None
+    data = bytes(array)
+    handle = lib.nxj_read(data, len(data), max_nesting)
+    try:
+        if lib.nxj_status(handle) != 0:
+            return None
+        return _tables(lib, handle)
+    finally:
+        lib.nxj_free(handle)
+
+
+def _field(lib, handle, i: int) -> bytes:
+    n = ctypes.c_int64(0)
+    ptr = lib.nxj_field(handle, i, ctypes.byref(n))
+    return ctypes.string_at(ptr, n.value) if n.value else b""
+
+
+def _tables(lib, handle) -> NativeChunk:
+    fields: dict[str, object] = {}
+    i = 0
+    for name in _TEXTS:
+        offsets = np.frombuffer(_field(lib, handle, i), dtype=np.int64)
+        data = _field(lib, handle, i + 1)
+        valid = np.frombuffer(_field(lib, handle, i + 2), dtype=np.uint8).astype(bool)
+        fields[name] = _text(offsets, data, valid)
+        i += 3
+    for name in _INTS:
+        values = np.frombuffer(_field(lib, handle, i), dtype=np.int64)
+        valid = np.frombuffer(_field(lib, handle, i + 1), dtype=np.uint8).astype(bool)
+        fields[name] = pa.array(values, pa.int64(), mask=None if valid.all() else ~valid)
+        i += 2
+    phase = np.frombuffer(_field(lib, handle, i), dtype=np.uint8)
+    others = np.frombuffer(_field(lib, handle, i + 1), dtype=np.int64).reshape(-1, 2)
+    f = fields
+    events = pa.table({
+        "category": f["s_cat"].dictionary_encode(),
+        "name": f["s_name"].dictionary_encode(),
+        "phase": pa.array(np.where(phase == ord("X"), "X", "i") if len(phase) else [], pa.string()).dictionary_encode(),
+        "ts_ns": f["s_ts"],
+        "dur_ns": f["s_dur"],
+        "pid": f["s_pid"],
+        "tid": f["s_tid"],
+        "pid_text": f["s_pid_text"],
+        "tid_text": f["s_tid_text"],
+        "correlation": f["s_corr"],
+        "external_id": f["s_ext"],
+        "stream": f["s_stream"],
+        "python_id": f["s_pyid"],
+        "python_parent_id": f["s_pypid"],
+        "args": f["s_args"],
+    })
+    flows = pa.table({
+        "flow_id": f["f_id"],
+        "category": f["f_cat"],
+        "name": f["f_name"],
+        "phase": f["f_phase"],
+        "ts_ns": f["f_ts"],
+        "pid": f["f_pid"],
+        "tid": f["f_tid"],
+        "binding_point": f["f_bp"],
+    })
+    return NativeChunk(events, flows, [(int(a), int(b)) for a, b in others])
+
+
+def _text(offsets: np.ndarray, data: bytes, valid: np.ndarray) -> pa.Array:
+    n = len(offsets) - 1
+    nulls = int(n - np.count_nonzero(valid))
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    arr = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data), bitmap, nulls)
+    return arr.cast(pa.string())

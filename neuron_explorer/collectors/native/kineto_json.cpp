@@ -1,0 +1,528 @@
+// The importer's fast reader of a traceEvents array (plain C ABI, loaded with ctypes; see json_reader.py).
+//
+// It reads the hot event shapes straight into columns: slices ('X', 'i', 'I' but `[memory]`) and
+// flow endpoints ('s', 'f', 't'). Every other event (metadata, counters, `[memory]`, unknown
+// phases) is handed back as its byte range, for the Python decoder. It validates the JSON as it
+// goes, and at the first thing it does not handle exactly as the Python decoder (_kineto_json.py)
+// would (an escape in a name, a float id, ts with more than 3 decimals or an exponent, an args
+// value of an odd type, deep nesting, anything malformed, text after the array) it gives up on the
+// whole piece (status != 0): the Python decoder then reads it, with its exact errors. So what it
+// returns always equals what the Python decoder returns; tests hold the two equal.
+//
+// Must not: decide anything the Python decoder does not (it mirrors _slice_table and _flow_table).
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Text {  // Arrow large_string layout: offsets (n + 1), data, validity (1 = value)
+  std::string data;
+  std::vector<int64_t> off{0};
+  std::vector<uint8_t> valid;
+  void add(const char* p, size_t n) { data.append(p, n); off.push_back((int64_t)data.size()); valid.push_back(1); }
+  void null() { off.push_back((int64_t)data.size()); valid.push_back(0); }
+};
+
+struct Ints {
+  std::vector<int64_t> v;
+  std::vector<uint8_t> valid;
+  void add(int64_t x) { v.push_back(x); valid.push_back(1); }
+  void null() { v.push_back(0); valid.push_back(0); }
+  void add_opt(bool has, int64_t x) { has ? add(x) : null(); }
+};
+
+struct Out {
+  int status = 0;  // 0: read; else the reason the Python decoder reads this piece
+  int64_t at = 0;  // where it gave up
+  // slices
+  Text s_cat, s_name, s_pid_text, s_tid_text, s_args;
+  std::vector<uint8_t> s_phase;  // 'X' or 'i'
+  Ints s_ts, s_dur, s_pid, s_tid, s_corr, s_ext, s_stream, s_pyid, s_pypid;
+  // flows
+  Text f_cat, f_name, f_phase, f_bp;
+  Ints f_id, f_ts, f_pid, f_tid;
+  // everything else: byte ranges [start, end)
+  std::vector<int64_t> other;
+};
+
+struct Span {
+  const char* p = nullptr;
+  size_t n = 0;
+  bool set = false;
+};
+
+enum Kind { K_NONE, K_NULL, K_STRING, K_INT, K_NUMBER, K_OTHER };
+
+struct GiveUp {
+  int code;
+};
+
+struct Parser {
+  const char* b;
+  const char* p;
+  const char* e;
+  int max_nesting;
+
+  [[noreturn]] void fail(int code) { throw GiveUp{code}; }
+  void ws() {
+    while (p < e && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) ++p;
+  }
+  void expect(char c) {
+    if (p >= e || *p != c) fail(1);
+    ++p;
+  }
+  // A string; `escaped` tells whether it holds a backslash (its text then differs from its bytes).
+  Span string(bool& escaped) {
+    expect('"');
+    Span s;
+    s.p = p;
+    escaped = false;
+    while (true) {
+      if (p >= e) fail(1);
+      unsigned char c = (unsigned char)*p;
+      if (c == '"') break;
+      if (c < 0x20) fail(1);
+      if (c == '\\') {
+        escaped = true;
+        ++p;
+        if (p >= e) fail(1);
+        char x = *p;
+        if (x == 'u') {
+          if (e - p < 5) fail(1);
+          for (int i = 1; i <= 4; ++i) {
+            char h = p[i];
+            if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') || (h >= 'A' && h <= 'F'))) fail(1);
+          }
+          p += 5;
+          continue;  // (surrogates: only in keys and values that are not read here, or the piece gives up)
+        }
+        if (!strchr("\"\\/bfnrt", x) || x == 0) fail(1);
+        ++p;
+        continue;
+      }
+      if (c >= 0x80) {  // UTF-8, checked as strictly as the Python decoder does
+        int len = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (!len || e - p < len) fail(2);
+        uint32_t cp = c & (0xFF >> (len + 1));
+        for (int i = 1; i < len; ++i) {
+          unsigned char d = (unsigned char)p[i];
+          if ((d & 0xC0) != 0x80) fail(2);
+          cp = (cp << 6) | (d & 0x3F);
+        }
+        if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+            (cp >= 0xD800 && cp <= 0xDFFF))
+          fail(2);
+        p += len;
+        continue;
+      }
+      ++p;
+    }
+    s.n = (size_t)(p - s.p);
+    s.set = true;
+    ++p;
+    return s;
+  }
+  // A JSON number; `is_int` when it has no fraction and no exponent.
+  Span number(bool& is_int) {
+    Span s;
+    s.p = p;
+    is_int = true;
+    if (p < e && *p == '-') ++p;
+    if (p >= e) fail(1);
+    if (*p == '0') {
+      ++p;
+    } else if (*p >= '1' && *p <= '9') {
+      while (p < e && *p >= '0' && *p <= '9') ++p;
+    } else {
+      fail(1);
+    }
+    if (p < e && *p == '.') {
+      is_int = false;
+      ++p;
+      if (p >= e || !(*p >= '0' && *p <= '9')) fail(1);
+      while (p < e && *p >= '0' && *p <= '9') ++p;
+    }
+    if (p < e && (*p == 'e' || *p == 'E')) {
+      is_int = false;
+      ++p;
+      if (p < e && (*p == '+' || *p == '-')) ++p;
+      if (p >= e || !(*p >= '0' && *p <= '9')) fail(1);
+      while (p < e && *p >= '0' && *p <= '9') ++p;
+    }
+    s.n = (size_t)(p - s.p);
+    s.set = true;
+    return s;
+  }
+  void literal(const char* word) {
+    size_t n = strlen(word);
+    if ((size_t)(e - p) < n || memcmp(p, word, n) != 0) fail(1);
+    p += n;
+  }
+  // Any value, validated; its kind, and its span.
+  Kind value(Span& s, int depth, bool& escaped) {
+    ws();
+    if (p >= e) fail(1);
+    const char* start = p;
+    Kind k;
+    escaped = false;
+    char c = *p;
+    if (c == '"') {
+      s = string(escaped);
+      return K_STRING;
+    } else if (c == '{' || c == '[') {
+      if (depth >= max_nesting) fail(3);
+      char close = c == '{' ? '}' : ']';
+      ++p;
+      ws();
+      if (p < e && *p == close) {
+        ++p;
+      } else {
+        while (true) {
+          Span inner;
+          bool esc;
+          if (c == '{') {
+            ws();
+            string(esc);
+            ws();
+            expect(':');
+          }
+          value(inner, depth + 1, esc);
+          ws();
+          if (p < e && *p == ',') {
+            ++p;
+            continue;
+          }
+          expect(close);
+          break;
+        }
+      }
+      k = K_OTHER;
+    } else if (c == 't') {
+      literal("true");
+      k = K_OTHER;
+    } else if (c == 'f') {
+      literal("false");
+      k = K_OTHER;
+    } else if (c == 'n') {
+      literal("null");
+      k = K_NULL;
+    } else {
+      bool is_int;
+      number(is_int);
+      k = is_int ? K_INT : K_NUMBER;
+    }
+    s.p = start;
+    s.n = (size_t)(p - start);
+    s.set = true;
+    return k;
+  }
+};
+
+bool eq(const Span& s, const char* word) { return s.n == strlen(word) && memcmp(s.p, word, s.n) == 0; }
+
+// An integer's text → int64; false when beyond int64.
+bool to_int64(const Span& s, int64_t& out) {
+  const char* p = s.p;
+  const char* e = s.p + s.n;
+  bool neg = false;
+  if (p < e && *p == '-') {
+    neg = true;
+    ++p;
+  }
+  unsigned __int128 v = 0;
+  for (; p < e; ++p) {
+    v = v * 10 + (unsigned)(*p - '0');
+    if (v > ((unsigned __int128)1 << 63)) return false;
+  }
+  if (!neg && v > (unsigned __int128)INT64_MAX) return false;
+  out = neg ? (int64_t)(-(__int128)v) : (int64_t)v;
+  return true;
+}
+
+// Microseconds as JSON text (a number, at most 3 decimals, no exponent) → exact ns.
+bool to_ns(const Span& s, Kind k, int64_t& out) {
+  if (k == K_NONE || k == K_NULL) {
+    out = 0;
+    return true;
+  }
+  if (k != K_INT && k != K_NUMBER) return false;
+  const char* p = s.p;
+  const char* e = s.p + s.n;
+  bool neg = false;
+  if (*p == '-') {
+    neg = true;
+    ++p;
+  }
+  __int128 v = 0;
+  for (; p < e && *p != '.'; ++p) {
+    if (*p == 'e' || *p == 'E') return false;
+    v = v * 10 + (*p - '0');
+    if (v > ((__int128)1 << 64)) return false;
+  }
+  int frac = 0;
+  if (p < e && *p == '.') {
+    for (++p; p < e; ++p) {
+      if (*p == 'e' || *p == 'E' || ++frac > 3) return false;
+      v = v * 10 + (*p - '0');
+    }
+  }
+  for (; frac < 3; ++frac) v *= 10;
+  if (neg) v = -v;
+  if (v > INT64_MAX || v < INT64_MIN) return false;
+  out = (int64_t)v;
+  return true;
+}
+
+struct Event {
+  Span ph, cat, name, ts, dur, pid, tid, id, bp, args;
+  Kind ts_k = K_NONE, dur_k = K_NONE, pid_k = K_NONE, tid_k = K_NONE, id_k = K_NONE, cat_k = K_NONE, name_k = K_NONE,
+       bp_k = K_NONE, args_k = K_NONE;
+};
+
+void id_column(Parser& ps, const Span& s, Kind k, Ints& ints, Text* text) {
+  int64_t v;
+  if (k == K_INT) {
+    if (!to_int64(s, v)) ps.fail(4);
+    ints.add(v);
+    if (text) text->null();
+  } else if (k == K_STRING) {
+    ints.null();
+    if (text) text->add(s.p, s.n);
+  } else {  // missing or null
+    ints.null();
+    if (text) text->null();
+  }
+}
+
+// The args the slice table reads (all of _Args' keys are checked: one of an odd type would make
+// the Python decoder drop that event's args).
+void slice_args(Parser& ps, Out& o, const Event& ev) {
+  enum { EXT, EXT_OLD, CORR, STREAM, DEVICE, PYID, PYPID, ADDR, BYTES, TALLOC, TRES, DTYPE, DID, NKEYS };
+  static const char* keys[NKEYS] = {"External id", "external id", "correlation", "stream", "device", "Python id",
+                                    "Python parent id", "Addr", "Bytes", "Total Allocated", "Total Reserved",
+                                    "Device Type", "Device Id"};
+  bool has[NKEYS] = {};
+  bool seen[NKEYS] = {};
+  int64_t val[NKEYS] = {};
+  if (ev.args_k == K_OTHER && ev.args.p[0] == '{') {
+    Parser q{ps.b, ev.args.p + 1, ev.args.p + ev.args.n - 1, ps.max_nesting};
+    int brackets = 0;
+    for (size_t i = 0; i < ev.args.n; ++i) brackets += ev.args.p[i] == '{' || ev.args.p[i] == '[';
+    if (brackets > ps.max_nesting) ps.fail(3);
+    q.ws();
+    while (q.p < q.e) {
+      bool esc;
+      Span key = q.string(esc);
+      if (esc) ps.fail(5);
+      q.ws();
+      q.expect(':');
+      Span v;
+      Kind k = q.value(v, 1, esc);
+      for (int i = 0; i < NKEYS; ++i) {
+        if (!eq(key, keys[i])) continue;
+        if (seen[i]) ps.fail(6);
+        seen[i] = true;
+        if (k == K_INT) {
+          if (!to_int64(v, val[i])) ps.fail(4);
+          has[i] = true;
+        } else if (k == K_STRING && i == DEVICE) {
+        } else if (k != K_NULL) {
+          ps.fail(7);
+        }
+      }
+      q.ws();
+      if (q.p < q.e) q.expect(',');
+      q.ws();
+    }
+  } else if (ev.args_k != K_NONE && ev.args_k != K_NULL) {
+    ps.fail(7);  // args that are not an object
+  }
+  o.s_corr.add_opt(has[CORR], val[CORR]);
+  if (has[EXT]) {
+    o.s_ext.add(val[EXT]);
+  } else {
+    o.s_ext.add_opt(has[EXT_OLD], val[EXT_OLD]);
+  }
+  o.s_stream.add_opt(has[STREAM], val[STREAM]);
+  o.s_pyid.add_opt(has[PYID], val[PYID]);
+  o.s_pypid.add_opt(has[PYPID], val[PYPID]);
+  if (ev.args_k == K_NONE) {
+    o.s_args.null();
+  } else {
+    size_t n = ev.args.n;
+    if ((n == 2 || n == 4) && (ev.args.p[0] == '{' || ev.args.p[0] == 'n')) {
+      o.s_args.null();
+    } else {
+      o.s_args.add(ev.args.p, n);
+    }
+  }
+}
+
+void event(Parser& ps, Out& o) {
+  const char* start = ps.p;
+  ps.expect('{');
+  Event ev;
+  ps.ws();
+  if (ps.p < ps.e && *ps.p == '}') {
+    ++ps.p;
+  } else {
+    while (true) {
+      ps.ws();
+      bool esc;
+      Span key = ps.string(esc);
+      if (esc) ps.fail(5);
+      ps.ws();
+      ps.expect(':');
+      Span v;
+      Kind k = ps.value(v, 1, esc);
+      struct Field {
+        const char* name;
+        Span* span;
+        Kind* kind;
+      } fields[] = {{"ph", &ev.ph, nullptr},       {"cat", &ev.cat, &ev.cat_k}, {"name", &ev.name, &ev.name_k},
+                    {"ts", &ev.ts, &ev.ts_k},       {"dur", &ev.dur, &ev.dur_k}, {"pid", &ev.pid, &ev.pid_k},
+                    {"tid", &ev.tid, &ev.tid_k},    {"id", &ev.id, &ev.id_k},    {"bp", &ev.bp, &ev.bp_k},
+                    {"args", &ev.args, &ev.args_k}};
+      for (auto& f : fields) {
+        if (!eq(key, f.name)) continue;
+        if (f.span->set) ps.fail(6);  // a repeated key
+        if (esc && k == K_STRING) ps.fail(5);  // text that differs from its bytes
+        *f.span = v;
+        f.span->set = true;
+        if (f.kind) *f.kind = k;
+        if (!f.kind && k != K_STRING) ps.fail(7);  // ph
+      }
+      ps.ws();
+      if (ps.p < ps.e && *ps.p == ',') {
+        ++ps.p;
+        continue;
+      }
+      ps.expect('}');
+      break;
+    }
+  }
+  // the types the Python decoder's struct accepts
+  auto text_or_null = [&](Kind k) { return k == K_NONE || k == K_NULL || k == K_STRING; };
+  auto id_like = [&](Kind k) { return k == K_NONE || k == K_NULL || k == K_STRING || k == K_INT; };
+  if (!text_or_null(ev.cat_k) || !text_or_null(ev.bp_k) || !text_or_null(ev.name_k) || !id_like(ev.pid_k) ||
+      !id_like(ev.tid_k) || !id_like(ev.id_k))
+    ps.fail(7);
+  char ph = 0;
+  if (ev.ph.set && ev.ph.n == 1) ph = ev.ph.p[0];
+  bool memory = ev.name_k == K_STRING && eq(ev.name, "[memory]");
+  bool slice = (ph == 'X' || ph == 'i' || ph == 'I') && !memory;
+  bool flow = ph == 's' || ph == 'f' || ph == 't';
+  if (!slice && !flow) {
+    o.other.push_back(start - ps.b);
+    o.other.push_back(ps.p - ps.b);
+    return;
+  }
+  int64_t ts;
+  if (!to_ns(ev.ts, ev.ts_k, ts)) ps.fail(8);
+  Text& cat = slice ? o.s_cat : o.f_cat;
+  Text& name = slice ? o.s_name : o.f_name;
+  if (ev.cat_k == K_STRING) {
+    cat.add(ev.cat.p, ev.cat.n);
+  } else {
+    cat.add("", 0);
+  }
+  if (ev.name_k == K_STRING) {
+    name.add(ev.name.p, ev.name.n);
+  } else {
+    name.null();
+  }
+  if (slice) {
+    int64_t dur = 0;
+    if (ph == 'X' && !to_ns(ev.dur, ev.dur_k, dur)) ps.fail(8);
+    o.s_phase.push_back(ph == 'X' ? 'X' : 'i');
+    o.s_ts.add(ts);
+    o.s_dur.add(dur);
+    id_column(ps, ev.pid, ev.pid_k, o.s_pid, &o.s_pid_text);
+    id_column(ps, ev.tid, ev.tid_k, o.s_tid, &o.s_tid_text);
+    slice_args(ps, o, ev);
+  } else {
+    if (ev.id_k == K_STRING) ps.fail(7);  // a numeric string id: the Python decoder's rule
+    id_column(ps, ev.id, ev.id_k, o.f_id, nullptr);
+    o.f_phase.add(ev.ph.p, ev.ph.n);
+    o.f_ts.add(ts);
+    id_column(ps, ev.pid, ev.pid_k, o.f_pid, nullptr);
+    id_column(ps, ev.tid, ev.tid_k, o.f_tid, nullptr);
+    if (ev.bp_k == K_STRING) {
+      o.f_bp.add(ev.bp.p, ev.bp.n);
+    } else {
+      o.f_bp.null();
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+// Reads `[event, event, ...]` (the whole buffer, nothing after the array).
+void* nxj_read(const char* data, int64_t size, int32_t max_nesting) {
+  Out* o = new Out();
+  Parser ps{data, data, data + size, max_nesting};
+  try {
+    ps.ws();
+    ps.expect('[');
+    ps.ws();
+    if (ps.p < ps.e && *ps.p == ']') {
+      ++ps.p;
+    } else {
+      while (true) {
+        ps.ws();
+        event(ps, *o);
+        ps.ws();
+        if (ps.p < ps.e && *ps.p == ',') {
+          ++ps.p;
+          continue;
+        }
+        ps.expect(']');
+        break;
+      }
+    }
+    ps.ws();
+    if (ps.p != ps.e) ps.fail(9);
+  } catch (const GiveUp& g) {
+    o->status = g.code;
+    o->at = ps.p - data;
+  } catch (...) {
+    o->status = 10;
+  }
+  return o;
+}
+
+int32_t nxj_status(void* h) { return ((Out*)h)->status; }
+
+// Field `i` of the result: its address and size in bytes (see json_reader.FIELDS for the order).
+const void* nxj_field(void* h, int32_t i, int64_t* nbytes) {
+  Out& o = *(Out*)h;
+  auto ints = [&](std::vector<int64_t>& v) { *nbytes = (int64_t)(v.size() * 8); return (const void*)v.data(); };
+  auto bytes = [&](std::vector<uint8_t>& v) { *nbytes = (int64_t)v.size(); return (const void*)v.data(); };
+  auto text = [&](std::string& s) { *nbytes = (int64_t)s.size(); return (const void*)s.data(); };
+  Text* texts[] = {&o.s_cat, &o.s_name, &o.s_pid_text, &o.s_tid_text, &o.s_args, &o.f_cat, &o.f_name, &o.f_phase, &o.f_bp};
+  Ints* numbers[] = {&o.s_ts, &o.s_dur, &o.s_pid, &o.s_tid, &o.s_corr, &o.s_ext, &o.s_stream, &o.s_pyid, &o.s_pypid,
+                     &o.f_id, &o.f_ts, &o.f_pid, &o.f_tid};
+  const int nt = 9, nn = 13;
+  if (i < nt * 3) {
+    Text& t = *texts[i / 3];
+    return i % 3 == 0 ? ints(t.off) : i % 3 == 1 ? text(t.data) : bytes(t.valid);
+  }
+  i -= nt * 3;
+  if (i < nn * 2) {
+    Ints& n = *numbers[i / 2];
+    return i % 2 == 0 ? ints(n.v) : bytes(n.valid);
+  }
+  i -= nn * 2;
+  if (i == 0) return bytes(o.s_phase);
+  if (i == 1) return ints(o.other);
+  *nbytes = 0;
+  return nullptr;
+}
+
+void nxj_free(void* h) { delete (Out*)h; }
+}

@@ -1,0 +1,160 @@
+"""The importer's C++ reader (collectors/native/kineto_json.cpp) returns exactly what the Python
+decoder returns: on every real trace (read by C++), and on hand-written event shapes that it
+must leave to the Python decoder (escapes, float ids, finer times, odd args, repeated keys,
+non-ASCII names, malformed JSON), errors included. Without a compiler the Python decoder reads
+everything and the run is the same.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from neuron_explorer import open_run
+from neuron_explorer.collectors import _json_native, _kineto_json
+from neuron_explorer.errors import InputError
+
+from .conftest import REPO, real_traces
+
+
+@pytest.fixture(autouse=True)
+def _native_on(monkeypatch):
+    monkeypatch.delenv("NEURON_EXPLORER_NATIVE", raising=False)
+    assert _json_native.load() is not None, "the C++ reader did not build (is there a C++ compiler?)"
+
+
+def _decode(path: Path, native: bool, monkeypatch) -> tuple[dict, dict]:
+    """(tables and metadata, how many pieces C++ read / left to Python)."""
+    counts = {"native": 0, "python": 0}
+    read = _json_native.read
+
+    def counted(array, max_nesting):
+        result = read(array, max_nesting) if native else None
+        counts["native" if result is not None else "python"] += 1
+        return result
+
+    monkeypatch.setattr(_json_native, "read", counted)
+    decoded = _kineto_json.decode_trace(str(path), workers=1)
+    monkeypatch.setattr(_json_native, "read", read)
+    out: dict = {"header": decoded.header, "metadata": [m for c in decoded.chunks for m in c.metadata],
+                 "unsupported": [c.unsupported for c in decoded.chunks]}
+    for name in ("events", "flows", "memory", "counters"):
+        table = pa.concat_tables([getattr(c, name) for c in decoded.chunks])
+        out[name] = pa.table({n: c.cast(pa.string()) if pa.types.is_dictionary(c.type) else c
+                              for n, c in zip(table.column_names, table.columns)}).combine_chunks()
+    return out, counts
+
+
+def _same(path: Path, monkeypatch) -> dict:
+    py, _ = _decode(path, False, monkeypatch)
+    nat, counts = _decode(path, True, monkeypatch)
+    for key in ("events", "flows", "memory", "counters"):
+        assert nat[key].schema == py[key].schema, key
+        assert nat[key].to_pylist() == py[key].to_pylist(), key
+    assert (nat["metadata"], nat["header"], nat["unsupported"]) == (py["metadata"], py["header"], py["unsupported"])
+    return counts
+
+
+@pytest.mark.parametrize("trace", real_traces(), ids=lambda p: p.name)
+def test_real_traces_read_the_same(trace: Path, monkeypatch):
+    counts = _same(trace, monkeypatch)
+    if trace.name.startswith("cuda_train_68k"):
+        assert counts == {"native": 1, "python": 0}  # the bench trace's events are all read by C++
+
+
+def _events_file(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "t.json"
+    p.write_text('{"schemaVersion": 1, "traceEvents": [' + text + "]}")
+    return p
+
+
+_PLAIN = ('{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 1700000000123456.789, "dur": 5.5, '
+          '"args": {"External id": 7, "Sequence number": 3}}, '
+          '{"ph": "s", "id": 9, "pid": 1, "tid": 2, "ts": 1700000000123457, "cat": "ac2g", "name": "ac2g"}, '
+          '{"ph": "f", "id": 9, "pid": 0, "tid": 7, "ts": 1700000000123460.001, "cat": "ac2g", "name": "ac2g", "bp": "e"}')
+
+# Each must give the same tables (or the same error) whichever reader reads it; the first few are
+# read by C++, the rest are shapes it leaves to the Python decoder.
+_SHAPES = {
+    "plain": (_PLAIN, True),
+    "instants and nulls": ('{"ph": "i", "name": null, "cat": null, "pid": null, "tid": "t 1", "ts": null, "s": "t"}, '
+                           '{"ph": "I", "name": "mark", "pid": "proc", "tid": 3, "ts": -0.5, "args": {}}', True),
+    "empty args kept apart": ('{"ph": "X", "name": "a", "ts": 1, "dur": 1, "args": {  }}, {"ph": "X", "name": "b", "ts": 2, '
+                              '"dur": 1, "args": null}, {"ph": "X", "name": "c", "ts": 3, "dur": 1, "args": { }}', True),
+    "old external id, stream, python ids": ('{"ph": "X", "name": "k", "ts": 1, "dur": 2, "args": {"external id": 4, '
+                                            '"stream": 7, "device": "cuda:0", "Python id": 3, "Python parent id": 1}}', True),
+    "other phases mixed in": ('{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "x"}}, ' + _PLAIN +
+                              ', {"ph": "C", "name": "util", "pid": 1, "ts": 4, "args": {"v": 1.5}}, '
+                              '{"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 5, "args": {"Bytes": 64, "Addr": 1}}, '
+                              '{"ph": "B", "name": "begin", "ts": 1}', True),
+    "unicode name": ('{"ph": "X", "name": "matmul \u00e9\u4e2d\U0001F600", "ts": 1, "dur": 1}', True),
+    "escaped name": ('{"ph": "X", "name": "a\\"b\\u00e9", "ts": 1, "dur": 1}', False),
+    "numeric name": ('{"ph": "X", "name": 12.5, "ts": 1, "dur": 1}', False),
+    "four decimals": ('{"ph": "X", "name": "a", "ts": 1.0005, "dur": 0.0015}', False),
+    "exponent": ('{"ph": "X", "name": "a", "ts": 1e3, "dur": 1}', False),
+    "ts as text": ('{"ph": "X", "name": "a", "ts": "12.5", "dur": 1}', False),
+    "float flow id": ('{"ph": "s", "id": 1.5, "ts": 1, "pid": 1, "tid": 1}', False),
+    "text flow id": ('{"ph": "s", "id": "12", "ts": 1, "pid": 1, "tid": 1}', False),
+    "text stream": ('{"ph": "X", "name": "k", "ts": 1, "dur": 1, "args": {"stream": "7"}}', False),
+    "odd arg type drops the args": ('{"ph": "X", "name": "k", "ts": 1, "dur": 1, "args": {"correlation": 1.5, "External id": 3}}', False),
+    "args not an object": ('{"ph": "X", "name": "k", "ts": 1, "dur": 1, "args": [1, 2]}', False),
+    "repeated key": ('{"ph": "X", "name": "a", "name": "b", "ts": 1, "dur": 1}', False),
+    "pid beyond int64": ('{"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 9223372036854775808}', False),
+    "ts beyond int64 ns": ('{"ph": "X", "name": "a", "ts": 9223372036854775.808, "dur": 1}', False),
+    "correlation beyond int64": ('{"ph": "X", "name": "a", "ts": 1, "dur": 1, "args": {"correlation": 9223372036854775808}}', False),
+    "deep args": ('{"ph": "X", "name": "a", "ts": 1, "dur": 1, "args": {"x": ' + "[" * 120 + "]" * 120 + "}}", False),
+    "float pid": ('{"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1.5}', False),
+    "null phase": ('{"ph": null, "name": "a", "ts": 1}', False),
+    "not an object": ('{"ph": "X", "name": "a", "ts": 1, "dur": 1}, 5', False),
+    "bad escape": ('{"ph": "X", "name": "a", "ts": 1, "dur": 1, "args": {"s": "\\x"}}', False),
+    "control character": ('{"ph": "X", "name": "a\tb", "ts": 1, "dur": 1}', False),
+    "leading zero": ('{"ph": "X", "name": "a", "ts": 01, "dur": 1}', False),
+    "trailing comma": ('{"ph": "X", "name": "a", "ts": 1, "dur": 1},', False),
+}
+
+
+@pytest.mark.parametrize("name", list(_SHAPES))
+def test_event_shapes_read_the_same(name: str, tmp_path: Path, monkeypatch):
+    text, by_native = _SHAPES[name]
+    path = _events_file(tmp_path, text)
+    try:
+        counts = _same(path, monkeypatch)
+    except InputError as e:  # then both must fail alike
+        with pytest.raises(InputError) as py_error:
+            _decode(path, False, monkeypatch)
+        assert str(e) == str(py_error.value)
+        assert not by_native
+        return
+    assert counts["native"] == (1 if by_native else 0), counts
+
+
+def test_invalid_utf8_is_left_to_python(tmp_path: Path, monkeypatch):
+    p = tmp_path / "t.json"
+    p.write_bytes(b'{"traceEvents": [{"ph": "X", "name": "a\xff", "ts": 1, "dur": 1}]}')
+    with pytest.raises(InputError) as native_error:
+        _decode(p, True, monkeypatch)
+    with pytest.raises(InputError) as py_error:
+        _decode(p, False, monkeypatch)
+    assert str(native_error.value) == str(py_error.value)
+
+
+def test_without_a_compiler_the_python_decoder_writes_the_same_run(tmp_path: Path):
+    trace = REPO / "tests" / "data" / "traces" / "cuda_alexnet_train.json.gz"
+    runs = {}
+    for label, extra in (("native", {}), ("no compiler", {"CXX": "/bin/false", "NEURON_EXPLORER_NATIVE_DIR": str(tmp_path / "n")})):
+        env = {**os.environ, **extra}
+        env.pop("NEURON_EXPLORER_NATIVE", None)
+        out = tmp_path / label.replace(" ", "_")
+        res = subprocess.run([sys.executable, "-m", "neuron_explorer", "import", str(trace), "-o", str(out)],
+                             capture_output=True, text=True, env=env, timeout=600)
+        assert res.returncode == 0, res.stderr
+        with open_run(out) as run:
+            runs[label] = run.sql("SELECT kind, name, ts_ns, dur_ns, parent_id, launch_id, args FROM events ORDER BY event_id").fetchall()
+        assert len(runs[label]) == 870
+    assert (tmp_path / "n").is_dir() and list((tmp_path / "n").rglob("build-failed.txt"))  # it tried, and failed
+    assert runs["native"] == runs["no compiler"]
