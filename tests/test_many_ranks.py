@@ -137,6 +137,59 @@ def test_report_equals_every_rule_run_on_the_whole_run(many, workers):
     assert skew["location"]["rank"] == 1 and skew["impact_ns"] == (4150 - 995) * 1000
 
 
+def test_screening_skips_ranks_with_nothing_to_report_and_the_report_stays_the_same(many, monkeypatch):
+    from neuron_explorer.analyzers import engine
+    from neuron_explorer.analyzers.rules import tiny_ops
+
+    run_dir, _ = many
+    monkeypatch.setattr(engine, "RANK_BATCH", 3)  # two batches: ranks 0-2, then rank 3
+    checked = []
+
+    def check(ctx):
+        checked.append(ctx.rank)
+        return real(ctx)
+
+    real = tiny_ops.check
+    monkeypatch.setattr(tiny_ops, "check", check)
+    got = _plain(analyze(run_dir, write=False, workers=1))
+    monkeypatch.setattr(tiny_ops, "check", real)
+    want = json.loads(json.dumps(_whole_run_reference(run_dir), default=str, sort_keys=True).replace(str(run_dir), "RUN"))
+    assert got["summary"]["ranks"] == want["summary"]["ranks"]
+    assert got["findings"] == want["findings"]
+    assert got["not_applicable"] == want["not_applicable"]
+    # only rank 1 has 200 tiny operators per step (300); rank 2's 120 in its one step are too few
+    assert checked == [1]
+    assert [f["location"]["rank"] for f in got["findings"] if f["rule_id"] == "tiny-ops"] == [1]
+
+
+class _ScreenFails:
+    """A rule whose screening fails: its check runs on every rank instead."""
+    RULE_ID, TITLE, CATEGORY, SCOPE, THRESHOLDS = "screen-fails", "Screen fails", "hotspot", "rank", {}
+
+    @staticmethod
+    def screen(run, summaries):
+        raise RuntimeError("no such column")
+
+    @staticmethod
+    def check(ctx):
+        raise NotApplicable(f"checked rank {ctx.rank}")
+
+
+def test_a_failing_screen_checks_every_rank(many):
+    run_dir, _ = many
+    with open_run(run_dir) as run:
+        report = analyze_run(run, [_ScreenFails], workers=1)
+    assert [(n["rank"], n["reason"]) for n in report.not_applicable] == [(r, f"checked rank {r}") for r in sorted(RANKS)]
+
+
+def test_summaries_of_many_ranks_in_one_query_equal_each_rank_alone(many):
+    run_dir, _ = many
+    with open_run(run_dir) as run:
+        together = metrics.rank_summaries(run, metrics.ranks(run))
+        assert together == {r: metrics.rank_summary(run, r) for r in metrics.ranks(run)}
+    assert together[0]["devices"][0]["comm_ns"] == 30_000 and together[1]["comm_cpu_intervals"] == 3
+
+
 def test_each_rank_reports_what_it_reports_alone(many):
     run_dir, alone = many
     together = _plain(analyze(run_dir, write=False))

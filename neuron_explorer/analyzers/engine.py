@@ -3,7 +3,9 @@
 A rule is a module in analyzers/rules/ with RULE_ID, TITLE, CATEGORY, THRESHOLDS, SCOPE
 ('rank' or 'run') and `check(ctx) -> list[Finding]`; it raises NotApplicable(reason) when the data
 cannot answer its question. A rule that raises anything else becomes a warning in the report
-while the others still run.
+while the others still run. A SCOPE='rank' rule may also have `screen(run, summaries) -> ranks`:
+one query grouped by rank over many ranks that returns the ranks its check could report on (a
+finding, or that it does not apply); the others are reported as having no finding, unchecked.
 
 Must not: render (see render.py) or write files (see outputs.py).
 """
@@ -135,11 +137,21 @@ def quality_notes(run: Run) -> dict[int, list[str]]:
 _quality_notes = quality_notes  # the earlier private name
 
 
-def _analyze_rank(run: Run, rank: int, rank_rules: list[ModuleType], quality: dict) -> tuple[dict, dict]:
-    """The summary of one rank and its per-rank rules' results, on `run` (views over that rank)."""
-    summary = metrics.rank_summary(run, rank)
+RANK_BATCH = 128
+"""Ranks whose summary numbers and rule screening are computed together, by queries grouped by rank."""
+
+
+def _analyze_rank(run: Run, rank: int, rank_rules: list[ModuleType], quality: dict,
+                  summary: dict | None = None, skip: frozenset = frozenset()) -> tuple[dict, dict]:
+    """The summary of one rank and its per-rank rules' results, on `run` (views over that rank).
+    `summary`: its set-based part, already computed (`metrics.rank_summaries`); `skip`: the rules
+    whose screening found nothing to report on this rank (they report no finding, unrun)."""
+    summary = metrics.rank_summary(run, rank) if summary is None else metrics.complete_summary(run, summary)
     results = {}
     for rule in rank_rules:
+        if rule.RULE_ID in skip:
+            results[rule.RULE_ID] = ("findings", [])
+            continue
         ctx = Context(run, rank, {rank: summary}, quality, rule)
         try:
             results[rule.RULE_ID] = ("findings", rule.check(ctx))
@@ -159,10 +171,13 @@ def default_workers(ranks: int) -> int:
 def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int | None = None, ray: str | None = None) -> Report:
     """Run the rules over an open run and return the ranked Report.
 
-    Per-rank work (the summary and every SCOPE='rank' rule) reads only its own rank's partition:
-    a connection's views are re-pointed at `rank=<r>/` before that rank's queries, so the cost
-    grows with events, not with ranks x events. Ranks are analysed by `workers` threads (default:
-    one per core), each with its own DuckDB connection. SCOPE='run' rules then read the whole run
+    Ranks go in batches (RANK_BATCH): the summary numbers of all ranks of a batch, and each
+    rule's screening, are queries grouped by rank, so a job of many small ranks pays each query's
+    fixed cost once per batch, not once per rank. The rest of the per-rank work (the figures
+    computed rank by rank, and the checks the screening selected) reads only its own rank's
+    partition: a connection's views are re-pointed at `rank=<r>/` before that rank's queries, so
+    the cost grows with events, not with ranks x events. Ranks are analysed by `workers` threads
+    (default: one per core), each with its own DuckDB connection. SCOPE='run' rules then read the whole run
     once, with every rank's summary. Evidence SQL keeps its `rank = N` filters, so it reproduces
     the numbers on the full run's views. With `ray` (a cluster address, 'auto' or 'local'), each
     rank is a Ray task instead (ray_tasks.py; the run must be on a filesystem every node shares),
@@ -224,8 +239,45 @@ def _run_rule(run: Run, rule: ModuleType, summaries: dict, quality: dict) -> tup
         return "failed", f"{type(e).__name__}: {e}"
 
 
+def screen(run: Run, rule: ModuleType, summaries: dict[int, dict]) -> set[int] | None:
+    """The ranks of `summaries` on which a rule needs its per-rank check, from its `screen(run,
+    summaries)` (one query grouped by rank over every rank of `run`'s views): a rule's screen
+    returns each rank where the check could report a finding or that it does not apply. None
+    (check every rank) for a rule without a screen, or whose screen failed (the check then
+    reports the failure rank by rank)."""
+    fn = getattr(rule, "screen", None)
+    if fn is None:
+        return None
+    try:
+        return {int(r) for r in fn(run, summaries)}
+    except Exception:  # noqa: BLE001 - the per-rank check runs instead, and reports what is wrong
+        return None
+
+
 def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], quality: dict,
                    n_workers: int) -> dict[int, tuple[dict, dict]]:
+    """Ranks in batches of RANK_BATCH: for each batch, the summary numbers of all its ranks and
+    each rule's screening are queries grouped by rank over the batch's views; then each rank
+    adds the figures computed rank by rank and runs the checks its screening selected, on views
+    over its own partition, by `n_workers` threads."""
+    out: dict[int, tuple[dict, dict]] = {}
+    for i in range(0, len(ranks), RANK_BATCH):
+        batch = ranks[i:i + RANK_BATCH]
+        con = new_connection()
+        try:
+            batch_run = Run(run.path, run.manifest, con)
+            create_views(batch_run, batch)
+            partial = metrics.rank_summaries(batch_run, batch, per_rank=False)
+            selected = {rule.RULE_ID: screen(batch_run, rule, partial) for rule in rank_rules}
+        finally:
+            con.close()
+        skips = {rank: frozenset(rid for rid, sel in selected.items() if sel is not None and rank not in sel) for rank in batch}
+        out.update(_rank_details(run, batch, rank_rules, quality, n_workers, partial, skips))
+    return out
+
+
+def _rank_details(run: Run, ranks: list[int], rank_rules: list[ModuleType], quality: dict, n_workers: int,
+                  partial: dict[int, dict], skips: dict[int, frozenset]) -> dict[int, tuple[dict, dict]]:
     """Ranks shared out to `n_workers` threads (the calling thread when 1); each keeps its own
     connection, whose views it re-points at each rank in turn (a connection of its own: cursors
     of one connection share their views)."""
@@ -246,7 +298,7 @@ def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], qua
                 if rank is None:
                     return
                 create_views(rank_run, [rank])
-                result = _analyze_rank(rank_run, rank, rank_rules, quality)
+                result = _analyze_rank(rank_run, rank, rank_rules, quality, partial[rank], skips[rank])
                 with lock:
                     out[rank] = result
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread

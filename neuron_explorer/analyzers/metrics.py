@@ -28,17 +28,21 @@ def kinds_sql(kinds) -> str:
     return "(" + ", ".join(sql_literal(k) for k in kinds) + ")"
 
 
-def union_sql(where: str) -> str:
+def union_sql(where: str, by: tuple[str, ...] = ()) -> str:
     """SQL giving the merged (union) intervals of the events matching `where`: rows (start_ns, end_ns).
 
     Plain DuckDB window functions, so that evidence queries reproduce interval unions without
     Neuron Explorer. An interval starts a new island when it begins after the furthest end seen so far.
+    With `by` (columns, e.g. ('rank', 'device')), one union per value of those columns, in one
+    query: rows (*by, start_ns, end_ns).
     """
-    return f"""WITH _iv AS (SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE dur_ns > 0 AND ({where})),
-_mx AS (SELECT ts_ns, end_ns, max(end_ns) OVER (ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end FROM _iv),
-_isl AS (SELECT ts_ns, end_ns, sum(CASE WHEN prev_end IS NULL OR ts_ns > prev_end THEN 1 ELSE 0 END)
-         OVER (ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island FROM _mx)
-SELECT min(ts_ns) AS start_ns, max(end_ns) AS end_ns FROM _isl GROUP BY island"""
+    cols = "".join(f"{c}, " for c in by)
+    part = f"PARTITION BY {', '.join(by)} " if by else ""
+    return f"""WITH _iv AS (SELECT {cols}ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE dur_ns > 0 AND ({where})),
+_mx AS (SELECT {cols}ts_ns, end_ns, max(end_ns) OVER ({part}ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end FROM _iv),
+_isl AS (SELECT {cols}ts_ns, end_ns, sum(CASE WHEN prev_end IS NULL OR ts_ns > prev_end THEN 1 ELSE 0 END)
+         OVER ({part}ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island FROM _mx)
+SELECT {cols}min(ts_ns) AS start_ns, max(end_ns) AS end_ns FROM _isl GROUP BY {cols}island"""
 
 
 def device_where(rank: int, device: int, kinds=DEVICE_WORK_KINDS, extra: str = "") -> str:
@@ -189,7 +193,10 @@ def _median(values: list[float]) -> float:
 def step_stats(run: Run, rank: int) -> dict:
     """Profiler steps of a rank: count and total over every step (the analysed window); mean, p50,
     p90 (linear interpolation), max and cv (population) over the steady steps (`steady_steps`)."""
-    sel = steady_steps(run, rank)
+    return _step_stats_of_selection(steady_steps(run, rank))
+
+
+def _step_stats_of_selection(sel: StepSelection) -> dict:
     out = step_stats_of([int(d) for d in sel.used_durations_ns])
     out["count"], out["total_ns"] = len(sel.steps), int(sum(sel.durations_ns))
     out["steady_count"] = len(sel.used)
@@ -324,3 +331,84 @@ def _bound(run: Run, rank: int) -> dict:
 
 def summary(run: Run) -> dict:
     return {"ranks": [rank_summary(run, r) for r in ranks(run)]}
+
+
+# ---- the same numbers for many ranks at once ---------------------------------------------------
+
+def rank_summaries(run: Run, ranks_: list[int], *, per_rank: bool = True) -> dict[int, dict]:
+    """`rank_summary` of every rank in `ranks_`, the same numbers, with each set-based figure (span,
+    steps, devices, busy, per-kind sums, communication, top-level operators) computed by one query
+    grouped by rank over all of them instead of one query per rank: a job of many small ranks
+    then pays each query's fixed cost once. With per_rank=False the figures that are computed
+    rank by rank (source_lines, bound, utilisation: `complete_summary` adds them) are left out."""
+    want = [int(r) for r in ranks_]
+    keep = set(want)
+    spans = {int(r): (lo, hi) for r, lo, hi in run.sql(
+        "SELECT rank, min(ts_ns), max(ts_ns + dur_ns) FROM events WHERE kind <> 'other' GROUP BY rank").fetchall()}
+    step_rows: dict[int, list] = {r: [] for r in want}
+    for r, step, dur in run.sql("SELECT rank, step, dur_ns FROM steps ORDER BY rank, step").fetchall():
+        if int(r) in keep:
+            step_rows[int(r)].append((int(step), float(dur)))
+    open_ended = _open_ended_steps(run)
+    devs: dict[int, list[int]] = {r: [] for r in want}
+    for r, d in run.sql(f"SELECT DISTINCT rank, device FROM events WHERE kind IN {kinds_sql(DEVICE_WORK_KINDS)} "
+                        "AND device IS NOT NULL ORDER BY 1, 2").fetchall():
+        if int(r) in keep:
+            devs[int(r)].append(d)
+    dev_where = f"kind IN {kinds_sql(DEVICE_WORK_KINDS)} AND device IS NOT NULL"
+    busy = {(int(r), d): v for r, d, *v in run.sql(
+        f"WITH u AS ({union_sql(dev_where, ('rank', 'device'))})\n"
+        "SELECT rank, device, sum(end_ns - start_ns)::BIGINT, min(start_ns), max(end_ns), (max(end_ns) - min(start_ns))::BIGINT, "
+        "(max(end_ns) - min(start_ns) - sum(end_ns - start_ns))::BIGINT FROM u GROUP BY rank, device").fetchall()}
+    sums: dict[tuple, dict] = {}
+    for r, d, kind, ns in run.sql("SELECT rank, device, kind, sum(dur_ns)::BIGINT FROM events WHERE device IS NOT NULL "
+                                  "GROUP BY rank, device, kind").fetchall():
+        sums.setdefault((int(r), d), {})[kind] = ns
+    pat = sql_literal(COMM_KERNEL_PATTERN)
+    comm_sql = f"""WITH c AS ({union_sql(f"kind = 'kernel' AND device IS NOT NULL AND regexp_matches(name, {pat})", ('rank', 'device'))}),
+k AS ({union_sql(f"{dev_where} AND NOT regexp_matches(name, {pat})", ('rank', 'device'))}),
+cs AS (SELECT rank, device, sum(end_ns - start_ns) AS comm_ns FROM c GROUP BY rank, device),
+ov AS (SELECT c.rank, c.device, sum(least(c.end_ns, k.end_ns) - greatest(c.start_ns, k.start_ns)) AS overlap_ns
+       FROM c JOIN k ON c.rank = k.rank AND c.device = k.device AND c.start_ns < k.end_ns AND k.start_ns < c.end_ns GROUP BY c.rank, c.device)
+SELECT cs.rank, cs.device, cs.comm_ns::BIGINT, coalesce(ov.overlap_ns, 0)::BIGINT FROM cs LEFT JOIN ov USING (rank, device)"""
+    comm = {(int(r), d): (c, o) for r, d, c, o in run.sql(comm_sql).fetchall()}
+    comm_ops = union_sql(f"kind = 'cpu_op' AND regexp_matches(name, {sql_literal(COMM_OP_PATTERN)})", ("rank",))
+    cpu = {int(r): (ns, n) for r, ns, n in run.sql(
+        f"SELECT rank, sum(end_ns - start_ns), count(*) FROM ({comm_ops}) GROUP BY rank").fetchall()}
+    tops: dict[int, list] = {r: [] for r in want}
+    for r, name, calls, ns in run.sql("SELECT rank, name, count(*), sum(dur_ns)::BIGINT FROM events "
+                                      "WHERE kind = 'cpu_op' AND event_id = top_op_id GROUP BY rank, name").fetchall():
+        if int(r) in keep:
+            tops[int(r)].append({"name": name, "calls": calls, "cpu_ns": ns})
+    out = {}
+    for r in want:
+        lo, hi = spans.get(r, (None, None))
+        sp = {"start_ns": lo, "end_ns": hi, "span_ns": (hi - lo) if lo is not None else 0}
+        rows = step_rows[r]
+        steps = _step_stats_of_selection(select_steady_steps([s for s, _ in rows], [d for _, d in rows], open_ended=open_ended))
+        devices_ = []
+        for d in devs[r]:
+            b = dict(zip(("busy_ns", "window_start_ns", "window_end_ns", "window_ns", "idle_ns"), busy.get((r, d), (None,) * 5)))
+            ks = sums.get((r, d), {})
+            c, o = comm.get((r, d), (0, 0))
+            devices_.append({"device": d, **{k: (int(v) if v is not None else 0) for k, v in b.items()},
+                             "kernel_ns": int(ks.get("kernel") or 0), "memcpy_ns": int(ks.get("memcpy") or 0),
+                             "memset_ns": int(ks.get("memset") or 0),
+                             "comm_ns": int(c or 0), "comm_overlap_ns": int(o or 0), "comm_exposed_ns": int((c or 0) - (o or 0))})
+        ns, n = cpu.get(r, (0, 0))
+        top = sorted(tops[r], key=lambda t: (-t["cpu_ns"], t["name"]))[:10]
+        out[r] = {"rank": r, **sp, "steps": steps, "analysed_ns": steps["total_ns"] if steps["count"] else sp["span_ns"],
+                  "devices": devices_, "comm_cpu_ns": int(ns or 0), "comm_cpu_intervals": int(n), "top_level_ops": top}
+        if per_rank:
+            complete_summary(run, out[r])
+    return out
+
+
+def complete_summary(run: Run, summary: dict) -> dict:
+    """Add to a summary of `rank_summaries(..., per_rank=False)` the figures computed rank by rank
+    (source lines, what bounds each step, utilisation), in `rank_summary`'s order of keys."""
+    rank = summary["rank"]
+    summary["source_lines"] = source_lines(run, rank)
+    summary["bound"] = _bound(run, rank)
+    summary["utilisation"] = _utilisation(run, rank)
+    return summary

@@ -25,3 +25,15 @@ def rows(run, sql: str) -> list[dict]:
     rel = run.sql(sql)
     cols = [d[0] for d in rel.description]
     return [dict(zip(cols, r)) for r in rel.fetchall()]
+
+
+def no_device(summaries: dict) -> set[int]:
+    """Ranks of `summaries` without device work: a rule that requires a device checks them to say
+    it does not apply (for `screen`)."""
+    return {r for r, s in summaries.items() if not s["devices"]}
+
+
+def share_at_least(summaries: dict, ns_by_rank: dict, share: float) -> set[int]:
+    """Ranks of `summaries` whose figure in `ns_by_rank` is at least `share` of their analysed time
+    (a screen's test: the check's threshold, or a bound of its figure)."""
+    return {r for r, s in summaries.items() if s["analysed_ns"] and (ns_by_rank.get(r) or 0) >= share * s["analysed_ns"]}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from .. import metrics
 from ..engine import Context
 from ..model import Location
-from ._util import ms, q, row
+from ._util import ms, q, row, share_at_least
 
 RULE_ID = "comm-exposed"
 TITLE = "Communication not overlapped with compute"
@@ -21,6 +21,13 @@ SCOPE = "rank"
 THRESHOLDS = {
     "EXPOSED_SHARE_MIN": 0.05,  # exposed communication / analysed time
 }
+
+
+def screen(run, summaries: dict) -> set[int]:
+    """Ranks whose exposed communication (the summary's figures: no query) passes the check's share."""
+    ns = {r: max((d["comm_exposed_ns"] for d in s["devices"]), default=0) if s["devices"] else s["comm_cpu_ns"]
+          for r, s in summaries.items()}
+    return share_at_least(summaries, ns, THRESHOLDS["EXPOSED_SHARE_MIN"])
 
 
 def check(ctx: Context) -> list:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..engine import Context
 from ..model import Location
-from ._util import ms, row
+from ._util import ms, no_device, row, share_at_least
 
 RULE_ID = "copies"
 TITLE = "Pageable host-to-device and in-step device-to-host copies"
@@ -22,6 +22,13 @@ THRESHOLDS = {
 }
 PAGEABLE_H2D = "(name ILIKE '%HtoD%' AND name ILIKE '%Pageable%')"
 D2H_IN_STEP = "(name ILIKE '%DtoH%' AND step IS NOT NULL)"
+
+
+def screen(run, summaries: dict) -> set[int]:
+    """Ranks without a device (not applicable) and those whose copy time passes the check's share."""
+    ns = dict(run.sql(f"SELECT rank, sum(dur_ns) FROM events WHERE kind = 'memcpy' AND ({PAGEABLE_H2D} OR {D2H_IN_STEP}) "
+                      "GROUP BY rank").fetchall())
+    return no_device(summaries) | share_at_least(summaries, ns, THRESHOLDS["COPY_SHARE_MIN"])
 
 
 def check(ctx: Context) -> list:

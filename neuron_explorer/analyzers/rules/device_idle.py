@@ -24,6 +24,13 @@ THRESHOLDS = {
 }
 
 
+def screen(run, summaries: dict) -> set[int]:
+    """Ranks without a device (not applicable) and those with a device idle beyond the check's
+    share of its window (the summary's figures: no query)."""
+    return {r for r, s in summaries.items() if not s["devices"] or any(
+        d["window_ns"] and d["idle_ns"] / d["window_ns"] >= THRESHOLDS["IDLE_SHARE_MIN"] for d in s["devices"])}
+
+
 def check(ctx: Context) -> list:
     ctx.require_device()
     out = []

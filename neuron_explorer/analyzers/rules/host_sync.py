@@ -16,7 +16,7 @@ from __future__ import annotations
 from .. import metrics
 from ..engine import Context
 from ..model import Location
-from ._util import ms, q, row, rows
+from ._util import ms, no_device, q, row, rows
 
 RULE_ID = "host-sync"
 TITLE = "Host-device synchronisation"
@@ -53,6 +53,13 @@ SELECT count(*) FILTER (WHERE s.s_end IS NOT NULL) AS stalls,
   count(*) FILTER (WHERE s.s_end IS NULL) AS outside_steps,
   coalesce(sum(s.dur_ns) FILTER (WHERE s.s_end IS NULL), 0)::BIGINT AS outside_wait_ns
 FROM s ASOF LEFT JOIN d ON s.end_ns <= d.ts_ns"""
+
+
+def screen(run, summaries: dict) -> set[int]:
+    """Ranks without a device (not applicable) and those with any synchronising call."""
+    names = ", ".join(q(n) for n in SYNC_RUNTIME + SYNC_OPS)
+    found = {r for (r,) in run.sql(f"SELECT DISTINCT rank FROM events WHERE kind IN ('runtime', 'cpu_op') AND name IN ({names})").fetchall()}
+    return no_device(summaries) | (found & set(summaries))
 
 
 def check(ctx: Context) -> list:

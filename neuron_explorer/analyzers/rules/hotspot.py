@@ -19,9 +19,9 @@ from __future__ import annotations
 from ..engine import Context
 from ..model import Location
 from ..critical_path import on_path_ns
-from ..lines import line_times_sql
+from ..lines import line_times_by_rank, line_times_sql
 from . import python_loop
-from ._util import ms, pct, row
+from ._util import ms, pct, row, share_at_least
 
 RULE_ID = "hotspot"
 TITLE = "Hotspot"
@@ -83,6 +83,18 @@ def _line_finding(ctx: Context):
         sample_event_ids=[], uses_source=True,
         recommendation="Most time comes from the work this statement starts (its backward included): make it cheaper "
                        "(shapes, dtype, a batched or fused form of a Python loop) or run it less often.")
+
+
+def screen(run, summaries: dict) -> set[int]:
+    """Ranks where the heaviest top-level operator (the summary's), kernel name or user line
+    reaches the check's share: the check's first test (its critical-path test only lowers)."""
+    share = THRESHOLDS["HOTSPOT_SHARE_MIN"]
+    top_op = {r: (s["top_level_ops"][0]["cpu_ns"] if s["top_level_ops"] else 0) for r, s in summaries.items()}
+    kernel = dict(run.sql("SELECT rank, max(ns) FROM (SELECT rank, name, sum(dur_ns) AS ns FROM events WHERE kind = 'kernel' "
+                          "GROUP BY rank, name) GROUP BY rank").fetchall())
+    line = {r: max((device if summaries[r]["devices"] else cpu) for _, cpu, device in lines)
+            for r, lines in line_times_by_rank(run).items() if r in summaries}
+    return share_at_least(summaries, top_op, share) | share_at_least(summaries, kernel, share) | share_at_least(summaries, line, share)
 
 
 def check(ctx: Context) -> list:

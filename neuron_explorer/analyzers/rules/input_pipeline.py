@@ -15,7 +15,7 @@ from .. import metrics
 from ..lines import own_ns_sql
 from ..engine import Context
 from ..model import Location
-from ._util import ms, pct, row
+from ._util import ms, pct, row, share_at_least
 
 RULE_ID = "input-pipeline"
 TITLE = "Input pipeline: waiting for the DataLoader"
@@ -37,6 +37,13 @@ FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
 WHERE e.rank = {int(rank)} AND e.pass = 'data' AND f.is_user
   AND f.frame_id NOT IN (SELECT source_frame_id FROM events WHERE {loader_where} AND source_frame_id IS NOT NULL)
 GROUP BY f.file, f.line HAVING ns > 0 ORDER BY ns DESC, source LIMIT 1"""
+
+
+def screen(run, summaries: dict) -> set[int]:
+    """Ranks whose DataLoader events add up to the check's share (their union is at most their sum)."""
+    ns = dict(run.sql("SELECT rank, sum(dur_ns) FROM events WHERE kind IN ('user_annotation', 'python', 'cpu_op') "
+                      f"AND regexp_matches(name, '{LOADER_NAME}') GROUP BY rank").fetchall())
+    return share_at_least(summaries, ns, THRESHOLDS["LOADER_SHARE_MIN"])
 
 
 def check(ctx: Context) -> list:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..engine import Context
 from ..model import Location
-from ._util import ms, row
+from ._util import ms, no_device, row
 
 RULE_ID = "launch-overhead"
 TITLE = "Kernel launch overhead: many short kernels"
@@ -22,6 +22,19 @@ THRESHOLDS = {
     "SHORT_KERNELS_PER_STEP_MIN": 100,  # at least this many short kernels per step (or in total without steps)
     "SHORT_KERNEL_FRACTION_MIN": 0.5,  # and at least this fraction of all kernels
 }
+
+
+def screen(run, summaries: dict) -> set[int]:
+    """Ranks without a device (not applicable) and those with a device whose short kernels pass
+    both of the check's counts."""
+    t = THRESHOLDS
+    out = no_device(summaries)
+    for r, d, short, kernels in run.sql(f"SELECT rank, device, count(*) FILTER (WHERE dur_ns < {t['SHORT_KERNEL_NS']}), count(*) "
+                                        "FROM events WHERE kind = 'kernel' GROUP BY rank, device").fetchall():
+        if r in summaries and kernels and short / max(summaries[r]["steps"]["count"], 1) >= t["SHORT_KERNELS_PER_STEP_MIN"] \
+                and short / kernels >= t["SHORT_KERNEL_FRACTION_MIN"]:
+            out.add(r)
+    return out
 
 
 def check(ctx: Context) -> list:

@@ -17,7 +17,7 @@ less 1/calls_per_step of it.
 from __future__ import annotations
 
 from ..engine import Context
-from ..lines import line_times_sql
+from ..lines import line_times_by_rank, line_times_sql
 from ..model import Location
 from ._util import ms, pct, q, row, rows
 
@@ -43,6 +43,21 @@ def _advice(ops: set[str]) -> str:
     if ops & _INDEX:
         return "Index whole tensors at once (slicing, gather, masks) instead of element by element in a Python loop."
     return "Vectorise the loop into whole-tensor operations, or compile the function (torch.compile) to fuse it."
+
+
+def screen(run, summaries: dict) -> set[int]:
+    """Ranks with steps and a user line passing both of the check's tests (calls per step, own time)."""
+    t = THRESHOLDS
+    out = set()
+    for r, lines in line_times_by_rank(run).items():
+        s = summaries.get(r)
+        if not s or not s["steps"]["count"] or not s["analysed_ns"]:
+            continue
+        dev = bool(s["devices"])
+        if any(calls / s["steps"]["count"] >= t["CALLS_PER_STEP_MIN"] and (cpu + (device if dev else 0)) >= t["SHARE_MIN"] * s["analysed_ns"]
+               for calls, cpu, device in lines):
+            out.add(r)
+    return out
 
 
 def check(ctx: Context) -> list:

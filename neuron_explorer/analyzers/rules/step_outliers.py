@@ -43,6 +43,14 @@ def _callers(ctx: Context, frame_id: int, limit: int = 3) -> list[str]:
     return out
 
 
+def screen(run, summaries: dict) -> set[int]:
+    """Ranks with too few steady steps (not applicable) and those whose slowest steady step is
+    over SLOW_FACTOR x their median (from the summary's step figures: no query)."""
+    t = THRESHOLDS
+    return {r for r, s in summaries.items() if s["steps"]["steady_count"] < t["MIN_STEPS"]
+            or (s["steps"]["max_ns"] or 0) > t["SLOW_FACTOR"] * (s["steps"]["p50_ns"] or 0)}
+
+
 def check(ctx: Context) -> list:
     t = THRESHOLDS
     used = steady_steps(ctx.run, ctx.rank).used

@@ -25,6 +25,14 @@ THRESHOLDS = {
 }
 
 
+def screen(run, summaries: dict) -> set[int]:
+    """Ranks with at least TINY_OPS_PER_STEP_MIN tiny operators per step (the check's first test)."""
+    t = THRESHOLDS
+    n = dict(run.sql(f"SELECT rank, count(*) FROM events WHERE kind = 'cpu_op' AND event_id = top_op_id "
+                     f"AND dur_ns < {t['TINY_OP_NS']} GROUP BY rank").fetchall())
+    return {r for r, s in summaries.items() if (n.get(r) or 0) / max(s["steps"]["count"], 1) >= t["TINY_OPS_PER_STEP_MIN"]}
+
+
 def check(ctx: Context) -> list:
     t = THRESHOLDS
     sql = f"""WITH ops AS (SELECT tid, ts_ns, dur_ns, event_id, frame_id, name,
