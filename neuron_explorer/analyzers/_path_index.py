@@ -47,8 +47,17 @@ NONE = -(2**62)
 F_SYNC_CALL, F_MEMCPY_CALL, F_INPUT, F_WAIT, F_COMM = 1, 2, 4, 8, 16
 
 
-def _col(table, name: str) -> np.ndarray:
-    return table.column(name).to_numpy()
+def arrow_of(run: Run, query: str, params: list, tables: dict | None = None):
+    """A query's result as an Arrow table, read on a cursor of the run's connection (no extra copy
+    of the rows, and no clash with a result another reader left open on the connection); `tables`:
+    Arrow tables the query reads, by name (registered on that cursor only)."""
+    cur = run.con.cursor()
+    try:
+        for name, table in (tables or {}).items():
+            cur.register(name, table)
+        return cur.sql(query, params=params).to_arrow_table()
+    finally:
+        cur.close()
 
 
 def _arr(a: np.ndarray, code: str = "q") -> array:
@@ -124,6 +133,31 @@ def _innermost(ts: np.ndarray, end: np.ndarray, ids: np.ndarray, pos: np.ndarray
 _UNSET = object()
 
 
+def _read(run: Run, query: str, params: list) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The columns of the index query as NumPy arrays, read in batches (DuckDB streams them, so
+    the rows are in memory once); `tk` (the host thread's tid text) as codes into the list returned."""
+    names: dict[str, int] = {}
+    parts: dict[str, list] = {}
+    cur = run.con.cursor()
+    try:
+        for b in cur.sql(query, params=params).to_arrow_reader(256 * 1024):
+            for i, name in enumerate(b.schema.names):
+                col = b.column(i)
+                if name == "tk":
+                    enc = col.dictionary_encode()
+                    # this batch's codes -> codes over all batches; a null (not a host row) indexes the -1 at the end
+                    glob = np.array([names.setdefault(v, len(names)) for v in enc.dictionary.to_pylist()] + [-1], dtype=np.int64)
+                    parts.setdefault(name, []).append(glob[enc.indices.fill_null(-1).to_numpy(zero_copy_only=False)])
+                else:
+                    parts.setdefault(name, []).append(col.to_numpy(zero_copy_only=False))
+    finally:
+        cur.close()
+    dtypes = {"k": np.int8, "flags": np.int8, "tk": np.int64}
+    out = {name: np.concatenate(parts.pop(name)) if name in parts else np.zeros(0, dtype=dtypes.get(name, np.int64))
+           for name in ("event_id", "k", "ts_ns", "end_ns", "device", "stream", "launch_id", "frame", "pid", "flags", "tk")}
+    return out, list(names)
+
+
 class _Sync:
     __slots__ = ("id", "device", "stream", "launch_id", "ts", "kind", "wait_on")
 
@@ -149,7 +183,7 @@ _COLUMNS = """SELECT event_id, {kind} AS k, ts_ns, ts_ns + dur_ns AS end_ns, coa
    + coalesce(pass = 'data' OR starts_with(name, 'enumerate(DataLoader)'), false)::INT * {input}
    + coalesce(contains(name, 'Wait'), false)::INT * {wait}
    + (kind = 'kernel' AND list_contains(?::VARCHAR[], name))::INT * {comm})::TINYINT AS flags
-FROM events WHERE rank = ? AND dur_ns > 0 AND kind IN ({kinds}) ORDER BY event_id"""
+FROM events WHERE rank = ? AND dur_ns > 0 AND kind IN ({kinds})"""
 
 
 class RankIndex:
@@ -160,29 +194,31 @@ class RankIndex:
         kernel_names = [n for (n,) in run.sql("SELECT DISTINCT name FROM events WHERE rank = ? AND kind = 'kernel' AND name IS NOT NULL",
                                               [rank]).fetchall()]
         kind_sql = "CASE kind " + " ".join(f"WHEN '{k}' THEN {i}" for i, k in enumerate(KINDS)) + " END::TINYINT"
-        t = run.con.sql(_COLUMNS.format(kind=kind_sql, none=NONE, sync_call=F_SYNC_CALL, memcpy_call=F_MEMCPY_CALL, input=F_INPUT,
-                                        wait=F_WAIT, comm=F_COMM, kinds=", ".join(f"'{k}'" for k in KINDS)),
-                        params=[[n for n in kernel_names if comm.search(n)], rank]).to_arrow_table()
-        ids, kind, ts, end = _col(t, "event_id"), _col(t, "k").astype(np.int8), _col(t, "ts_ns"), _col(t, "end_ns")
-        device, stream, launch_id, frame = _col(t, "device"), _col(t, "stream"), _col(t, "launch_id"), _col(t, "frame")
-        pid, flags = _col(t, "pid"), _col(t, "flags").astype(np.int8)
-        tk = t.column("tk").combine_chunks().dictionary_encode() if t.num_rows else None
+        cols, tk_names = _read(run, _COLUMNS.format(kind=kind_sql, none=NONE, sync_call=F_SYNC_CALL, memcpy_call=F_MEMCPY_CALL,
+                                                    input=F_INPUT, wait=F_WAIT, comm=F_COMM, kinds=", ".join(f"'{k}'" for k in KINDS)),
+                               [[n for n in kernel_names if comm.search(n)], rank])
+        ids, kind, ts, end = cols["event_id"], cols["k"], cols["ts_ns"], cols["end_ns"]
+        device, stream, launch_id, frame = cols["device"], cols["stream"], cols["launch_id"], cols["frame"]
+        pid, flags, tk = cols["pid"], cols["flags"], cols["tk"]
+        del cols
         n = len(ids)
         # position of the (loaded) event each row was launched by, -1 when none
         launch = np.full(n, -1, dtype=np.int64)
         if n:
-            lp = np.minimum(np.searchsorted(ids, launch_id), n - 1)
+            by_id = np.argsort(ids)
+            lp = by_id[np.minimum(np.searchsorted(ids, launch_id, sorter=by_id), n - 1)]
             launch = np.where((launch_id != NONE) & (ids[lp] == launch_id), lp, -1)
+            del by_id, lp
+        del launch_id
         on_host = device == NONE
         # host threads, in the order of str((pid, tid))
         self.tracks: list[tuple[array, array]] = []
         self.track_of: dict[tuple, int] = {}
         host = np.flatnonzero(on_host & (kind <= RUNTIME))
         if len(host):
-            codes = tk.indices.fill_null(-1).to_numpy(zero_copy_only=False)[host]
-            names = tk.dictionary.to_pylist()
-            first, inv = factorize_rows(pid[host], codes.astype(np.int64))
-            keys = [(None if pid[r] == NONE else int(pid[r]), names[c]) for r, c in zip(host[first].tolist(), codes[first].tolist())]
+            codes = tk[host]
+            first, inv = factorize_rows(pid[host], codes)
+            keys = [(None if pid[r] == NONE else int(pid[r]), tk_names[c]) for r, c in zip(host[first].tolist(), codes[first].tolist())]
             by = np.argsort(inv, kind="stable")
             cuts = np.searchsorted(inv[by], np.arange(len(keys) + 1))
             for k in sorted(range(len(keys)), key=lambda k: str(keys[k])):
@@ -199,7 +235,9 @@ class RankIndex:
         if len(work):
             first, inv = factorize_rows(device[work], stream[work])
             keys = [(int(device[r]), None if stream[r] == NONE else int(stream[r])) for r in work[first].tolist()]
-            ordered = sorted(range(len(keys)), key=lambda k: (keys[k][0], -1 if keys[k][1] is None else keys[k][1], first[k]))
+            first_id = np.full(len(keys), np.iinfo(np.int64).max, dtype=np.int64)
+            np.minimum.at(first_id, inv, ids[work])
+            ordered = sorted(range(len(keys)), key=lambda k: (keys[k][0], -1 if keys[k][1] is None else keys[k][1], first_id[k]))
             by = np.lexsort((ids[work], end[work], ts[work], inv))
             cuts = np.searchsorted(inv[by], np.arange(len(keys) + 1))
             for k in ordered:
@@ -229,9 +267,11 @@ class RankIndex:
             ws.sort(key=lambda w: (w.ts, w.id))
             self.stream_waits[key] = ([w.ts for w in ws], ws)
         self.n = n
-        self.id, self.kind, self.ts, self.end = _arr(ids), _arr(kind, "i"), _arr(ts), _arr(end)
-        self.device, self.launch, self.frame, self.flags = _arr(device), _arr(launch), _arr(frame), _arr(flags, "i")
-        self.stream_of, self.at_in_stream = _arr(stream_of, "i"), _arr(at_in_stream, "i")
+        # per row, read one item at a time by the walk: memoryviews of the arrays (Python ints, no copy)
+        self.id, self.kind, self.ts, self.end = memoryview(ids), memoryview(kind), memoryview(ts), memoryview(end)
+        self.device, self.launch, self.flags = memoryview(device), memoryview(launch), memoryview(flags)
+        self.stream_of, self.at_in_stream = memoryview(stream_of), memoryview(at_in_stream)
+        self.ids, self.frame = ids, frame  # NumPy
         self._wait_targets: dict[int, object] = {}
 
     def launched(self, x: int) -> list[int]:

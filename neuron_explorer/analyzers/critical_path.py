@@ -37,12 +37,13 @@ Must not: decide what is a problem (rules do), render anything or write files.
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 
 import numpy as np
 
 from ..store import Run
 from ._path_index import HOST_KINDS, NONE, RUNTIME, RUNTIME_WAIT_MIN_NS, STEP, UNLINKED_GAP_MAX_NS, RankIndex  # noqa: F401 (the model's thresholds)
-from ._path_index import F_COMM, F_INPUT, KERNEL, distinct, factorize, factorize_rows
+from ._path_index import F_COMM, F_INPUT, KERNEL, arrow_of, distinct, factorize, factorize_rows
 
 CATEGORIES = ("device_compute", "communication", "memcpy", "host_compute", "launch_overhead", "input_pipeline", "idle")
 """What each charged nanosecond is: see `category_of` and docs/METRICS.md."""
@@ -98,6 +99,7 @@ class _Walker:
         self.seg_cat, self.seg_cause = array("b"), array("i")
         self.first = array("q", [0])  # node i's segments: [first[i], first[i + 1])
         self.out_t, self.out_mode, self.out_dev, self.link = array("q"), array("b"), array("q"), array("q")
+        self.breaks: list[int] = []  # nodes whose next state is not the next node's (sorted)
         self.causes: dict[str | None, int] = {None: 0, _OWN_TIME: 1, _UNTRACED: 2}
 
     def _move(self, t: int, mode: int, dev: int, own: int | None, start: int, segs: list) -> tuple[int, int, int]:
@@ -143,11 +145,18 @@ class _Walker:
             return t, _HOST, -1
         return t, _DEVICE, p
 
-    def walk(self, start: int, end: int, own: int | None) -> tuple[array, list]:
-        """A step's walk: the kept moves it made (node numbers, latest first) and the segments of
-        its last move, the one that reached the step's start."""
-        memo, out_t, link = self.memo, self.out_t, self.link
-        visited, final = array("q"), []
+    def _link(self, prev: int, node: int) -> None:
+        """Node prev's next state is node's."""
+        self.link[prev] = node
+        if node == prev + 1:  # prev no longer ends a run of consecutive nodes
+            del self.breaks[bisect_left(self.breaks, prev)]
+
+    def walk(self, start: int, end: int, own: int | None) -> tuple[list, list]:
+        """A step's walk: the kept moves it made, as runs [first, last + 1) of consecutive node
+        numbers (latest first), and the segments of its last move, the one that reached the step's start."""
+        memo, out_t, link, breaks = self.memo, self.out_t, self.link, self.breaks
+        runs: list[list[int]] = []
+        final: list = []
         t, mode, dev = end, _HOST, -1
         running = self.index.running_at(end)
         if running >= 0:  # the host ran ahead: the step's end waits for the device work still queued
@@ -174,28 +183,36 @@ class _Walker:
                 self.out_mode.append(m2)
                 self.out_dev.append(d2)
                 link.append(-1)
+                breaks.append(node)
                 memo[key] = node
             elif out_t[node] <= start:  # the kept move goes past this step's start: move again, stopping there
                 segs = []
                 self._move(t, mode, dev, own, start, segs)
                 final = segs
                 break
-            if prev >= 0:
-                link[prev] = node
-            visited.append(node)
-            prev = node
-            nxt = link[node]
-            while nxt >= 0 and out_t[nxt] > start:  # a path already walked: follow it
-                visited.append(nxt)
-                prev, nxt = nxt, link[nxt]
-                guard += 1
-                if guard > 10_000_000:
-                    raise RuntimeError("critical path walk did not finish")
-            t, mode, dev = out_t[prev], self.out_mode[prev], self.out_dev[prev]
-            guard += 1
+            if prev >= 0 and link[prev] != node:
+                self._link(prev, node)
+            k = node
+            while True:  # follow the kept moves: a run of consecutive nodes at a time (their times only decrease)
+                last = breaks[bisect_left(breaks, k)]
+                j = bisect_left(out_t, -start, k, last + 1, key=_neg) - 1  # the last node of the run still after start
+                if runs and runs[-1][1] == k:
+                    runs[-1][1] = j + 1
+                else:
+                    runs.append([k, j + 1])
+                prev = j
+                guard += j + 1 - k
+                k = link[j]
+                if j < last or k < 0 or out_t[k] <= start:
+                    break
             if guard > 10_000_000:
                 raise RuntimeError("critical path walk did not finish")
-        return visited, final
+            t, mode, dev = out_t[prev], self.out_mode[prev], self.out_dev[prev]
+        return runs, final
+
+
+def _neg(v: int) -> int:
+    return -v
 
 
 class Path:
@@ -251,12 +268,12 @@ def _empty_path(rank: int) -> Path:
     return Path(z, z, z, z, z, z, z.astype(np.int8), z.astype(np.int32), z, [None])
 
 
-def _step_rows(w: _Walker, visited: array, final: list):
+def _step_rows(w: _Walker, runs: list, final: list):
     """A step's segments in time order, adjacent ones charged to the same event, category and
     cause merged: (ts, ns, event, category, cause) columns."""
-    v = np.frombuffer(visited, dtype=np.int64) if len(visited) else np.zeros(0, dtype=np.int64)
     first = np.frombuffer(w.first, dtype=np.int64)
-    starts, counts = first[v], first[v + 1] - first[v]
+    r = np.array(runs, dtype=np.int64).reshape(-1, 2)
+    starts, counts = first[r[:, 0]], first[r[:, 1]] - first[r[:, 0]]  # a run of consecutive nodes: consecutive segments
     total = int(counts.sum())
     idx = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts - starts, counts)
     cols = [np.frombuffer(a, dtype=dt)[idx] for a, dt in ((w.seg_ts, np.int64), (w.seg_ns, np.int64), (w.seg_ev, np.int64),
@@ -298,8 +315,7 @@ def path_of(run: Run, rank: int) -> Path:
         n = sum(len(c[0]) for _, c in parts)
         cat = lambda k: np.concatenate([c[k] for _, c in parts])  # noqa: E731
         ev = cat(2)
-        ids = np.frombuffer(index.id, dtype=np.int64)
-        frames = np.frombuffer(index.frame, dtype=np.int64)
+        ids, frames = index.ids, index.frame
         has = ev >= 0
         event_id = np.where(has, ids[np.where(has, ev, 0)] if len(ids) else -1, -1)
         frame = np.where(has, frames[np.where(has, ev, 0)] if len(ids) else NONE, NONE)
@@ -332,41 +348,97 @@ ON_DEVICE = ("device_compute", "communication", "memcpy", "idle")
 HOST_CATEGORIES = ("host_compute", "launch_overhead", "input_pipeline")
 
 
-class _Info:
-    """Names of a path's events: codes into `strs` (0: None) per event id (sorted)."""
-
-    def __init__(self, run: Run, path: Path):
-        ids = distinct(path.event_id[path.event_id >= 0])
-        rows = run.sql("SELECT e.event_id, e.name, o.name, e.module_path, e.top_op_id FROM events e "
-                       "LEFT JOIN events o ON o.event_id = e.top_op_id WHERE e.event_id IN (SELECT unnest(?::BIGINT[])) "
-                       "ORDER BY 1", [ids.tolist()]).fetchall() if len(ids) else []
-        self.strs: list[str | None] = [None]
-        code: dict[str | None, int] = {None: 0}
-        self.ids = np.array([r[0] for r in rows], dtype=np.int64)
-        self.name = np.array([code.setdefault(r[1], len(code)) for r in rows], dtype=np.int64)
-        self.op = np.array([code.setdefault(r[2], len(code)) for r in rows], dtype=np.int64)
-        self.strs = list(code)
-        self.module_path = [r[3] for r in rows]
-        self.top_op = [r[4] for r in rows]
-
-    def codes(self, event_id: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(row in this table or -1, name code, operator code) of each event id (-1: none)."""
-        at = np.minimum(np.searchsorted(self.ids, event_id), max(len(self.ids) - 1, 0))
-        found = (event_id >= 0) & (self.ids[at] == event_id) if len(self.ids) else np.zeros(len(event_id), dtype=bool)
-        at = np.where(found, at, -1)
-        return at, np.where(found, self.name[np.maximum(at, 0)] if len(self.ids) else 0, 0), \
-            np.where(found, self.op[np.maximum(at, 0)] if len(self.ids) else 0, 0)
-
-
-def _info(run: Run, path: Path) -> _Info:
-    got = path._derived.get("info")
-    if got is None:
-        got = path._derived["info"] = _Info(run, path)
-    return got
-
-
 def _cat_codes(names) -> np.ndarray:
     return np.array([CATEGORIES.index(c) for c in names], dtype=np.int8)
+
+
+def _sums(codes: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    """Exact int64 sums of values per code (0..size-1)."""
+    if not len(values) or int(values.sum()) < 2**53:  # float partial sums of integers are exact below 2^53
+        return np.rint(np.bincount(codes, weights=values, minlength=size)).astype(np.int64)
+    out = np.zeros(size, dtype=np.int64)
+    np.add.at(out, codes, values)
+    return out
+
+
+def _step_codes(step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct steps sorted, code of each row); a path's rows come step by step."""
+    if len(step) and bool(np.all(step[1:] >= step[:-1])):
+        new = np.ones(len(step), dtype=bool)
+        new[1:] = step[1:] != step[:-1]
+        return step[new], np.cumsum(new) - 1
+    u, _, code = factorize(step)
+    return u, code
+
+
+class _Info:
+    """Names of a path's events, read once: per event id (sorted), codes into `strs` (0: None) of
+    its name and of its top-level operator's name, its module path and its top-level operator."""
+
+    def __init__(self, run: Run, path: Path):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        ids = distinct(path.event_id[path.event_id >= 0])
+        t = arrow_of(run, "SELECT e.event_id, e.name, o.name AS op, e.module_path, e.top_op_id FROM events e "
+                     "SEMI JOIN _path_ids i ON e.event_id = i.id LEFT JOIN events o ON o.event_id = e.top_op_id ORDER BY 1", [],
+                     {"_path_ids": pa.table({"id": ids})})
+        n = t.num_rows
+        self.ids = t.column("event_id").to_numpy()
+        both = pa.concat_arrays([t.column(c).combine_chunks().cast(pa.string()) for c in ("name", "op")]) if n else pa.array([], pa.string())
+        enc = pc.dictionary_encode(both)
+        codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64) + 1
+        self.strs: list[str | None] = [None] + enc.dictionary.to_pylist()
+        self.name, self.op = codes[:n], codes[n:]
+        self.module_path = t.column("module_path")
+        self.top_op = t.column("top_op_id").fill_null(-1).to_numpy(zero_copy_only=False) if n else np.zeros(0, dtype=np.int64)
+
+    def rows(self, event_id: np.ndarray) -> np.ndarray:
+        """The row of each event id in this table (-1: none)."""
+        if not len(self.ids):
+            return np.full(len(event_id), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.ids, event_id), len(self.ids) - 1)
+        return np.where((event_id >= 0) & (self.ids[at] == event_id), at, -1)
+
+
+class _PerEvent:
+    """A path's rows summed per (event, category, cause): far fewer than rows when steps overlap
+    or an event is charged in pieces. `key` maps each row to its entry."""
+
+    def __init__(self, info: _Info, path: Path):
+        nc = len(path.causes)
+        cc = path.category.astype(np.int64) * nc + path.cause
+        present = np.flatnonzero(np.bincount(cc, minlength=len(CATEGORIES) * nc))
+        lut = np.zeros(len(CATEGORIES) * nc, dtype=np.int64)
+        lut[present] = np.arange(len(present))
+        at = info.rows(path.event_id)
+        key = (at + 1) * len(present) + lut[cc]
+        size = (len(info.ids) + 1) * len(present)
+        counts = np.bincount(key, minlength=size)
+        used = np.flatnonzero(counts)
+        dense = np.full(size, -1, dtype=np.int64)
+        dense[used] = np.arange(len(used))
+        self.key = dense[key]  # row -> entry
+        n = len(used)
+        self.charged = _sums(self.key, path.ns, n)
+        first = np.full(n, len(key), dtype=np.int64)
+        np.minimum.at(first, self.key, np.arange(len(key), dtype=np.int64))
+        self.first = first  # the entry's first row
+        self.at = used // len(present) - 1  # row of the info table, -1: no event
+        combo = present[used % len(present)]
+        self.category, self.cause = combo // nc, combo % nc
+        self.frame = path.frame[first]
+        self.event_id = np.where(self.at >= 0, info.ids[np.maximum(self.at, 0)] if len(info.ids) else -1, -1)
+        self.name = np.where(self.at >= 0, info.name[np.maximum(self.at, 0)] if len(info.ids) else 0, 0)
+        self.op = np.where(self.at >= 0, info.op[np.maximum(self.at, 0)] if len(info.ids) else 0, 0)
+
+
+def _derived(run: Run, path: Path) -> tuple[_Info, _PerEvent]:
+    got = path._derived.get("per_event")
+    if got is None:
+        info = _Info(run, path)
+        got = path._derived["per_event"] = (info, _PerEvent(info, path))
+    return got
 
 
 def path_items(run: Run, path) -> list[dict]:
@@ -380,36 +452,42 @@ def path_items(run: Run, path) -> list[dict]:
         path = Path.from_rows(list(path))
     if not len(path):
         return []
-    info = _info(run, path)
-    at, name, op = info.codes(path.event_id)
-    item = np.where(np.isin(path.category, _cat_codes(ON_DEVICE)), name, np.where(op != 0, op, name))
-    first, inv = factorize_rows(path.category.astype(np.int64), item, op, path.frame, path.cause.astype(np.int64))
-    g = len(first)
-    by = np.argsort(inv, kind="stable")
-    charged = np.add.reduceat(path.ns[by], np.searchsorted(inv[by], np.arange(g)))
-    has = path.event_id >= 0
-    m = max(len(info.ids), 1)
-    events = np.bincount(distinct(inv[has] * m + np.maximum(at[has], 0)) // m, minlength=g)
-    steps_u, _, step = factorize(path.step)
-    s = len(steps_u)
-    steps = np.bincount(distinct(inv * s + step) // s, minlength=g)
-    sample = np.full(g, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(sample, inv[has], path.event_id[has])
-    order = np.argsort(first, kind="stable")  # groups in the order the path first meets them
-    lead = [int(first[k]) for k in order]
-    tops = {info.top_op[at[r]] for r in lead if at[r] >= 0 and info.top_op[at[r]] is not None}
+    info, pe = _derived(run, path)
+    on_device = np.isin(pe.category, _cat_codes(ON_DEVICE))
+    item = np.where(on_device, pe.name, np.where(pe.op != 0, pe.op, pe.name))
+    first_e, group = factorize_rows(pe.category, item, pe.op, pe.frame, pe.cause)  # entries -> items
+    g = len(first_e)
+    charged = _sums(group, pe.charged, g)
+    has = pe.at >= 0
+    events = np.bincount(group[has], minlength=g)  # an entry is one event: entries of an item are distinct events
+    big = np.iinfo(np.int64).max
+    sample = np.full(g, big, dtype=np.int64)
+    np.minimum.at(sample, group[has], pe.event_id[has])
+    lead_row = np.full(g, big, dtype=np.int64)  # each item's first row, and the entry it is in
+    np.minimum.at(lead_row, group, pe.first)
+    lead = np.flatnonzero(pe.first == lead_row[group])
+    lead = lead[np.argsort(group[lead], kind="stable")]
+    steps_u, step = _step_codes(path.step)
+    row_group = group[pe.key]
+    if g * len(steps_u) <= 50_000_000:
+        seen = np.zeros((g, len(steps_u)), dtype=bool)
+        seen[row_group, step] = True
+        steps = seen.sum(axis=1)
+    else:
+        steps = np.bincount(distinct(row_group * len(steps_u) + step) // len(steps_u), minlength=g)
+    tops = {int(info.top_op[pe.at[e]]) for e in lead.tolist() if pe.at[e] >= 0 and info.top_op[pe.at[e]] >= 0}
     args = dict(run.sql("SELECT event_id, args FROM events WHERE event_id IN (SELECT unnest(?::BIGINT[]))",
                         [sorted(tops)]).fetchall()) if tops else {}
     out = []
-    for k, r in zip(order.tolist(), lead):
-        a = int(at[r])
-        top = info.top_op[a] if a >= 0 else None
-        fr = int(path.frame[r])
-        out.append({"category": CATEGORIES[int(path.category[r])], "item": info.strs[int(item[r])], "op": info.strs[int(op[r])],
-                    "frame_id": None if fr == NONE else fr, "cause": path.causes[int(path.cause[r])], "charged_ns": int(charged[k]),
-                    "module_path": info.module_path[a] if a >= 0 else None, "op_args": args.get(top) if top is not None else None,
-                    "events": int(events[k]), "steps": int(steps[k]),
-                    "sample_id": int(sample[k]) if sample[k] != np.iinfo(np.int64).max else None})
+    for k in np.argsort(lead_row, kind="stable").tolist():  # items in the order the path first meets them
+        e = int(lead[k])
+        a = int(pe.at[e])
+        top = int(info.top_op[a]) if a >= 0 else -1
+        fr = int(pe.frame[e])
+        out.append({"category": CATEGORIES[int(pe.category[e])], "item": info.strs[int(item[e])], "op": info.strs[int(pe.op[e])],
+                    "frame_id": None if fr == NONE else fr, "cause": path.causes[int(pe.cause[e])], "charged_ns": int(charged[k]),
+                    "module_path": info.module_path[a].as_py() if a >= 0 else None, "op_args": args.get(top) if top >= 0 else None,
+                    "events": int(events[k]), "steps": int(steps[k]), "sample_id": int(sample[k]) if sample[k] != big else None})
     out.sort(key=lambda g: (-g["charged_ns"], g["item"] is None, g["item"] or "", g["category"]))
     return out
 
@@ -424,15 +502,13 @@ def on_path_ns(run: Run, rank: int, *, top_op: str | None = None, kernel: str | 
         return None
     sums = path._derived.get("on_path")
     if sums is None:
-        info = _info(run, path)
-        _, name, op = info.codes(path.event_id)
-        host = np.isin(path.category, _cat_codes(HOST_CATEGORIES))
-        per = []
-        for sel, code in ((~host & (name != 0), name), (host & (op != 0), op)):
-            total = np.zeros(len(info.strs), dtype=np.int64)
-            np.add.at(total, code[sel], path.ns[sel])
-            per.append({info.strs[c]: int(total[c]) for c in np.flatnonzero(total).tolist()})
-        sums = path._derived["on_path"] = per
+        info, pe = _derived(run, path)
+        host = np.isin(pe.category, _cat_codes(HOST_CATEGORIES))
+        sums = []
+        for sel, code in ((~host & (pe.name != 0), pe.name), (host & (pe.op != 0), pe.op)):
+            total = _sums(code[sel], pe.charged[sel], len(info.strs))
+            sums.append({info.strs[c]: int(total[c]) for c in np.flatnonzero(total).tolist()})
+        path._derived["on_path"] = sums
     if kernel is not None:
         return sums[0].get(kernel, 0)
     return sums[1].get(top_op, 0)
@@ -458,9 +534,8 @@ def bound(run: Run, rank: int) -> dict:
         return {"steps": [], "overall": None, "error": f"{type(e).__name__}: {e}"}
     if not len(path):
         return {"steps": [], "overall": None}
-    step_nos, _, step = factorize(path.step)
-    ns = np.zeros((len(step_nos), len(CATEGORIES)), dtype=np.int64)
-    np.add.at(ns, (step, path.category.astype(np.int64)), path.ns)
+    step_nos, step = _step_codes(path.step)
+    ns = _sums(step * len(CATEGORIES) + path.category, path.ns, len(step_nos) * len(CATEGORIES)).reshape(len(step_nos), len(CATEGORIES))
     steps = []
     for i, s in enumerate(step_nos.tolist()):
         d = {c: int(v) for c, v in zip(CATEGORIES, ns[i].tolist())}

@@ -21,9 +21,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+from bisect import bisect_right
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from ..errors import InputError
 from ..store import Run
@@ -164,21 +163,21 @@ def _kernels_of(run: Run, rank: int, ops: list[dict]) -> list[dict]:
         JOIN events r ON r.event_id = k.launch_id WHERE k.rank = ? AND k.kind = 'kernel'""", [rank]).fetchall()
     if not rows or not ops:
         return []
-    by_track: dict[tuple, tuple[np.ndarray, np.ndarray, list[int]]] = {}
+    by_track: dict[tuple, tuple[list[int], list[int], list[int]]] = {}
     for i, o in enumerate(ops):
         by_track.setdefault((o["pid"], o["tid"]), ([], [], []))
         starts, ends, idx = by_track[(o["pid"], o["tid"])]
         starts.append(o["ts_ns"])
         ends.append(o["ts_ns"] + max(o["dur_ns"], 0))
         idx.append(i)
-    tracks = {k: (np.array(s), np.array(e), i) for k, (s, e, i) in by_track.items()}
+    tracks = by_track  # starts in time order: bisect them
     out = []
     for event_id, name, dur, device, pid, tid, launch_ts, step in rows:
         t = tracks.get((pid, tid))
         if t is None:
             continue
         starts, ends, idx = t
-        p = int(np.searchsorted(starts, launch_ts, side="right")) - 1
+        p = bisect_right(starts, launch_ts) - 1
         if p < 0 or launch_ts >= ends[p]:
             continue
         op = ops[idx[p]]
