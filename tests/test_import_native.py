@@ -33,8 +33,8 @@ def _decode(path: Path, native: bool, monkeypatch) -> tuple[dict, dict]:
     counts = {"native": 0, "python": 0}
     read = _json_native.read
 
-    def counted(array, max_nesting):
-        result = read(array, max_nesting) if native else None
+    def counted(array, max_nesting, bare=False):
+        result = read(array, max_nesting, bare) if native else None
         counts["native" if result is not None else "python"] += 1
         return result
 

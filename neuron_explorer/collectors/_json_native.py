@@ -22,6 +22,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import uuid
 from dataclasses import dataclass
@@ -71,7 +72,7 @@ def _load():
         _compile(so)
     lib = ctypes.CDLL(str(so))
     lib.nxj_read.restype = ctypes.c_void_p
-    lib.nxj_read.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int32]
+    lib.nxj_read.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32]
     lib.nxj_status.restype = ctypes.c_int32
     lib.nxj_status.argtypes = [ctypes.c_void_p]
     lib.nxj_field.restype = ctypes.c_void_p
@@ -89,6 +90,7 @@ def _compile(so: Path) -> None:
     if not cxx:
         raise RuntimeError("no C++ compiler")
     so.parent.mkdir(parents=True, exist_ok=True)
+    print(f"neuron-explorer: compiling the fast trace reader into {so.parent} (once; a few seconds)", file=sys.stderr, flush=True)
     tmp = so.with_name(f".{so.name}.{uuid.uuid4().hex[:8]}")
     res = subprocess.run([cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-o", str(tmp), str(SOURCE)],
                          capture_output=True, text=True, timeout=300)
@@ -106,15 +108,16 @@ class NativeChunk:
     others: list[tuple[int, int]]  # byte ranges of the events left to the Python decoder
 
 
-def read(array, max_nesting: int) -> NativeChunk | None:
-    """The slices and flows of `array` (the bytes of one JSON array of events, nothing after it),
-    and the byte ranges of its other events; None when the C++ reader is not available or leaves
-    this array to the Python decoder."""
+def read(array, max_nesting: int, bare: bool = False) -> NativeChunk | None:
+    """The slices and flows of `array` (the bytes of one JSON array of events, nothing after it;
+    with `bare`, a piece of one without its brackets: events separated by commas), and the byte
+    ranges of its other events; None when the C++ reader is not available or leaves this array
+    to the Python decoder."""
     lib = load()
     if lib is None:
         return None
     data = bytes(array)
-    handle = lib.nxj_read(data, len(data), max_nesting)
+    handle = lib.nxj_read(data, len(data), max_nesting, int(bare))
     try:
         if lib.nxj_status(handle) != 0:
             return None

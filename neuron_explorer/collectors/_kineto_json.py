@@ -274,6 +274,7 @@ def _decode_trace(path: str, progress: Callable[[int, int], None] | None, worker
     except OSError as e:
         raise InputError(path, f"cannot read the file ({_os_reason(e)})") from None
     n_workers = workers or min(2, os.cpu_count() or 1)
+    _json_native.load()  # built (once) here, before any worker starts, so that workers only load it
     if total >= PARALLEL_MIN_BYTES and n_workers > 1:
         plan = _plan_ranges(path, total)
         if plan is not None:
@@ -528,6 +529,10 @@ def _decode_piece(path: str, piece: bytes, last: bool) -> Chunk:
     bracket (`Chunk.array_end`). For the `last` piece the bracket is found first by a fast
     validating scan, so that its events are decoded once.
     """
+    if not last:  # the C++ reader reads a piece as it is, without copying it into an array first
+        fast = _json_native.read(piece, MAX_NESTING, bare=True)
+        if fast is not None:
+            return _with_native(path, piece, fast)
     data = b"[" + piece + b"]"
     end = None
     if last:
@@ -578,6 +583,11 @@ def _decode_array(path: str, array) -> Chunk:
     fast = _json_native.read(array, MAX_NESTING)
     if fast is None:  # no C++ reader, or a piece it leaves to this decoder
         return _columns(path, _decode_events(path, array))
+    return _with_native(path, array, fast)
+
+
+def _with_native(path: str, array, fast: _json_native.NativeChunk) -> Chunk:
+    """The chunk of what the C++ reader read, and of the other events (decoded here)."""
     view = memoryview(array)
     rest = _columns(path, _decode_events(path, b"[" + b",".join(view[a:b] for a, b in fast.others) + b"]"))
     rest.events, rest.flows = fast.events, fast.flows  # (the rest holds no slice and no flow)

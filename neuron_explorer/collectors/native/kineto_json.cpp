@@ -462,15 +462,16 @@ void event(Parser& ps, Out& o) {
 
 extern "C" {
 
-// Reads `[event, event, ...]` (the whole buffer, nothing after the array).
-void* nxj_read(const char* data, int64_t size, int32_t max_nesting) {
+// Reads `[event, event, ...]` (the whole buffer, nothing after the array), or with `bare` the
+// events of a piece of such an array without its brackets (`event, event, ...`, at least one).
+void* nxj_read(const char* data, int64_t size, int32_t max_nesting, int32_t bare) {
   Out* o = new Out();
   Parser ps{data, data, data + size, max_nesting};
   try {
     ps.ws();
-    ps.expect('[');
+    if (!bare) ps.expect('[');
     ps.ws();
-    if (ps.p < ps.e && *ps.p == ']') {
+    if (!bare && ps.p < ps.e && *ps.p == ']') {
       ++ps.p;
     } else {
       while (true) {
@@ -481,7 +482,7 @@ void* nxj_read(const char* data, int64_t size, int32_t max_nesting) {
           ++ps.p;
           continue;
         }
-        ps.expect(']');
+        if (!bare) ps.expect(']');
         break;
       }
     }
