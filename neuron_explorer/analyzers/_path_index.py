@@ -385,13 +385,15 @@ class RankIndex:
         rows = self.streams[si][0]
         prev = rows[i - 1] if i > 0 else -1
         launch = self.launch[d]
-        cands = []
+        best = None  # (ready, preference, how, row): the latest ready wins, ties prefer the stream, then the launch
         if prev >= 0 and (launch >= 0 or ds - end[prev] <= UNLINKED_GAP_MAX_NS):
-            cands.append((min(end[prev], ds), 2, "stream", prev))
+            best = (min(end[prev], ds), 2, "stream", prev)
         if launch >= 0 and self.device[launch] == NONE:
             blocking = self.wait_targets(launch) is not False and not (self.flags[launch] & F_SYNC_CALL)
             ready = ts[launch] if blocking and end[launch] > ds else min(end[launch], ds)
-            cands.append((min(ready, ds), 1, "launch", launch))
+            ready = min(ready, ds)
+            if best is None or (ready, 1) > (best[0], best[1]):
+                best = (ready, 1, "launch", launch)
         key = self.stream_keys[si]
         waits = self.stream_waits.get(key)
         if waits is not None:
@@ -406,9 +408,8 @@ class RankIndex:
                 j = bisect_left(ostarts, ds) - 1
                 while j >= 0 and end[orows[j]] > ds:
                     j -= 1
-                if j >= 0:
-                    cands.append((end[orows[j]], 0, f"stream {other}", orows[j]))
-        if not cands:
+                if j >= 0 and (best is None or end[orows[j]] > best[0]):
+                    best = (end[orows[j]], 0, f"stream {other}", orows[j])
+        if best is None:
             return None
-        ready, _, how, ev = max(cands, key=lambda c: (c[0], c[1]))
-        return ready, how, ev
+        return best[0], best[2], best[3]

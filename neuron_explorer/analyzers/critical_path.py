@@ -60,7 +60,6 @@ CATEGORY_WORDS = {"device_compute": "device compute", "communication": "communic
 PATH_COLUMNS = ("rank", "step", "seq", "ts_ns", "charged_ns", "event_id", "category", "cause", "source_frame_id")
 
 _DEVICE_COMPUTE, _COMMUNICATION, _MEMCPY, _HOST_COMPUTE, _LAUNCH_OVERHEAD, _INPUT_PIPELINE, _IDLE = range(len(CATEGORIES))
-_HOST, _DEVICE = 0, 1
 _OWN_TIME = "the call's own time after the device work it waited for"
 _UNTRACED = "host time outside every traced call"
 
@@ -94,108 +93,96 @@ class _Walker:
 
     def __init__(self, index: RankIndex):
         self.index = index
-        self.memo: dict[tuple, int] = {}
-        self.seg_ts, self.seg_ns, self.seg_ev = array("q"), array("q"), array("q")
-        self.seg_cat, self.seg_cause = array("b"), array("i")
+        self.memo: dict[tuple, int] = {}  # (host thread, t, device event or -1 on the host) -> node
+        self.seg = array("q")  # kept segments, 4 numbers each: ts, ns, event, category * 2^32 + cause
         self.first = array("q", [0])  # node i's segments: [first[i], first[i + 1])
-        self.out_t, self.out_mode, self.out_dev, self.link = array("q"), array("b"), array("q"), array("q")
-        self.breaks: list[int] = []  # nodes whose next state is not the next node's (sorted)
+        self.out_t, self.out_dev, self.link = array("q"), array("q"), array("q")  # node's next state, next node (-1: not known)
+        self.breaks: list[int] = []  # nodes whose next node is not the node after them (sorted)
         self.causes: dict[str | None, int] = {None: 0, _OWN_TIME: 1, _UNTRACED: 2}
 
-    def _move(self, t: int, mode: int, dev: int, own: int | None, start: int, segs: list) -> tuple[int, int, int]:
-        """One move of the walk from state (t, mode, dev): appends (ts, ns, event, category, cause)
-        segments, latest first, to segs and returns the next state."""
+    def _move(self, t: int, dev: int, own: int | None, start: int, segs: list) -> tuple[int, int]:
+        """One move of the walk from state (t, dev): on the host when dev is -1, else on device event
+        dev. Adds segments (ts, ns, event, category * 2^32 + cause), latest first, to segs and
+        returns the next state."""
         index = self.index
-        if mode == _HOST:
+        if dev < 0:
             ev, lo = index.host_at(t, own, start)
             if ev >= 0 and index.kind[ev] == RUNTIME:
                 d = index.awaited(ev, t)
                 if d >= 0 and index.end[d] > lo:
                     dend = index.end[d]
                     if dend < t:
-                        segs.append((dend, t - dend, ev, _LAUNCH_OVERHEAD, 1))
+                        segs += (dend, t - dend, ev, _LAUNCH_OVERHEAD << 32 | 1)
                         t = dend
-                    return t, _DEVICE, d
+                    return t, d
             if ev >= 0 and index.kind[ev] == STEP:
                 ev = -1  # the step range itself: host time outside every traced call
             if t > lo:
-                segs.append((lo, t - lo, ev, _category(index, ev), 0 if ev >= 0 else 2))
-            return max(lo, start), _HOST, -1
-        d = dev
-        lo = max(index.ts[d], start)
+                segs += (lo, t - lo, ev, _category(index, ev) << 32 | (0 if ev >= 0 else 2))
+            return max(lo, start), -1
+        lo = max(index.ts[dev], start)
         if t > lo:
-            segs.append((lo, t - lo, d, _category(index, d), 0))
+            segs += (lo, t - lo, dev, _category(index, dev) << 32)
         t = lo
         if t <= start:
-            return t, _HOST, -1
-        pred = index.predecessor(d)
+            return t, -1
+        pred = index.predecessor(dev)
         if pred is None:
-            return t, _HOST, -1
+            return t, -1
         ready, how, p = pred
         if ready < t:
             cause = ("waiting for its launch" if how == "launch" else
                      "gap after the previous work on its stream" if how == "stream" else f"waiting for {how}")
             code = self.causes.setdefault(cause, len(self.causes))
             lo = max(ready, start)
-            segs.append((lo, t - lo, d, _IDLE, code))
+            segs += (lo, t - lo, dev, _IDLE << 32 | code)
             t = lo
             if t <= start:
-                return t, _HOST, -1
-        if how == "launch":
-            return t, _HOST, -1
-        return t, _DEVICE, p
-
-    def _link(self, prev: int, node: int) -> None:
-        """Node prev's next state is node's."""
-        self.link[prev] = node
-        if node == prev + 1:  # prev no longer ends a run of consecutive nodes
-            del self.breaks[bisect_left(self.breaks, prev)]
+                return t, -1
+        return t, (-1 if how == "launch" else p)
 
     def walk(self, start: int, end: int, own: int | None) -> tuple[list, list]:
         """A step's walk: the kept moves it made, as runs [first, last + 1) of consecutive node
         numbers (latest first), and the segments of its last move, the one that reached the step's start."""
-        memo, out_t, link, breaks = self.memo, self.out_t, self.link, self.breaks
+        memo, out_t, out_dev, link, breaks, seg, first = self.memo, self.out_t, self.out_dev, self.link, self.breaks, self.seg, self.first
         runs: list[list[int]] = []
         final: list = []
-        t, mode, dev = end, _HOST, -1
-        running = self.index.running_at(end)
-        if running >= 0:  # the host ran ahead: the step's end waits for the device work still queued
-            mode, dev = _DEVICE, running
+        t = end
+        dev = self.index.running_at(end)  # >= 0: the host ran ahead, the step's end waits for the device work still queued
         prev, guard = -1, 0
         while t > start:
-            key = (own, t, mode, dev)
+            key = (own, t, dev)
             node = memo.get(key)
             if node is None:
                 segs: list = []
-                t2, m2, d2 = self._move(t, mode, dev, own, start, segs)
+                t2, d2 = self._move(t, dev, own, start, segs)
                 if t2 <= start:
                     final = segs
                     break
                 node = len(out_t)
-                for s in segs:
-                    self.seg_ts.append(s[0])
-                    self.seg_ns.append(s[1])
-                    self.seg_ev.append(s[2])
-                    self.seg_cat.append(s[3])
-                    self.seg_cause.append(s[4])
-                self.first.append(len(self.seg_ts))
+                seg += array("q", segs)
+                first.append(len(seg) >> 2)
                 out_t.append(t2)
-                self.out_mode.append(m2)
-                self.out_dev.append(d2)
+                out_dev.append(d2)
                 link.append(-1)
                 breaks.append(node)
                 memo[key] = node
             elif out_t[node] <= start:  # the kept move goes past this step's start: move again, stopping there
                 segs = []
-                self._move(t, mode, dev, own, start, segs)
+                self._move(t, dev, own, start, segs)
                 final = segs
                 break
             if prev >= 0 and link[prev] != node:
-                self._link(prev, node)
+                link[prev] = node
+                if node == prev + 1:  # prev no longer ends a run of consecutive nodes
+                    if len(breaks) >= 2 and breaks[-2] == prev:
+                        del breaks[-2]
+                    else:
+                        del breaks[bisect_left(breaks, prev)]
             k = node
             while True:  # follow the kept moves: a run of consecutive nodes at a time (their times only decrease)
-                last = breaks[bisect_left(breaks, k)]
-                j = bisect_left(out_t, -start, k, last + 1, key=_neg) - 1  # the last node of the run still after start
+                last = breaks[-1] if k == breaks[-1] else breaks[bisect_left(breaks, k)]
+                j = k if last == k else bisect_left(out_t, -start, k, last + 1, key=_neg) - 1  # the run's last node after start
                 if runs and runs[-1][1] == k:
                     runs[-1][1] = j + 1
                 else:
@@ -207,7 +194,7 @@ class _Walker:
                     break
             if guard > 10_000_000:
                 raise RuntimeError("critical path walk did not finish")
-            t, mode, dev = out_t[prev], self.out_mode[prev], self.out_dev[prev]
+            t, dev = out_t[prev], out_dev[prev]
         return runs, final
 
 
@@ -276,10 +263,10 @@ def _step_rows(w: _Walker, runs: list, final: list):
     starts, counts = first[r[:, 0]], first[r[:, 1]] - first[r[:, 0]]  # a run of consecutive nodes: consecutive segments
     total = int(counts.sum())
     idx = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts - starts, counts)
-    cols = [np.frombuffer(a, dtype=dt)[idx] for a, dt in ((w.seg_ts, np.int64), (w.seg_ns, np.int64), (w.seg_ev, np.int64),
-                                                           (w.seg_cat, np.int8), (w.seg_cause, np.int32))]
+    kept = np.frombuffer(w.seg, dtype=np.int64).reshape(-1, 4)[idx]
     if final:
-        cols = [np.concatenate([c, np.array([s[k] for s in final], dtype=c.dtype)]) for k, c in enumerate(cols)]
+        kept = np.concatenate([kept, np.array(final, dtype=np.int64).reshape(-1, 4)])
+    cols = [kept[:, 0], kept[:, 1], kept[:, 2], (kept[:, 3] >> 32).astype(np.int8), (kept[:, 3] & 0xFFFFFFFF).astype(np.int32)]
     ts, ns, ev, cat, cause = (c[::-1] for c in cols)  # the walk charges latest first
     if not len(ts):
         return ts, ns, ev, cat, cause
