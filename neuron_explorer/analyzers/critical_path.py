@@ -100,6 +100,13 @@ class _Walker:
         self.breaks: list[int] = []  # nodes whose next node is not the node after them (sorted)
         self.causes: dict[str | None, int] = {None: 0, _OWN_TIME: 1, _UNTRACED: 2}
 
+    def cause_texts(self) -> list[str | None]:
+        """Cause code -> text."""
+        out: list[str | None] = [None] * len(self.causes)
+        for c, i in self.causes.items():
+            out[i] = c
+        return out
+
     def _move(self, t: int, dev: int, own: int | None, start: int, segs: list) -> tuple[int, int]:
         """One move of the walk from state (t, dev): on the host when dev is -1, else on device event
         dev. Adds segments (ts, ns, event, category * 2^32 + cause), latest first, to segs and
@@ -296,9 +303,7 @@ def path_of(run: Run, rank: int) -> Path:
         for step, ts, dur, _eid, pid, tid in steps:
             cols = _step_rows(w, *w.walk(int(ts), int(ts) + int(dur), index.track_of.get((pid, tid))))
             parts.append((int(step), cols))
-        causes = [None] * len(w.causes)
-        for c, i in w.causes.items():
-            causes[i] = c
+        causes = w.cause_texts()
         n = sum(len(c[0]) for _, c in parts)
         cat = lambda k: np.concatenate([c[k] for _, c in parts])  # noqa: E731
         ev = cat(2)
