@@ -9,6 +9,7 @@ peak memory.
     python bench/bench_import.py                       # makes /tmp/big.json (2.2M events) if missing
     python bench/bench_import.py --trace my.json.gz --hta-python /path/to/venv/bin/python
     python bench/bench_import.py --skip-hta --baseline /tmp/old   # before/after: another source tree, runs alternating
+    python bench/bench_import.py --python-reader                  # also the Python decoder alone (no C++ reader), alternating
 
 `--baseline DIR` times the `neuron_explorer` package of another source tree (e.g. `git worktree add
 /tmp/old <commit>`, or `git archive <commit> neuron_explorer | tar -x -C /tmp/old`) against this
@@ -91,6 +92,8 @@ def main() -> None:
     ap.add_argument("--skip-hta", action="store_true", help="only time Neuron Explorer")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--baseline", type=Path, help="another source tree whose neuron_explorer package is timed too, alternating")
+    ap.add_argument("--python-reader", action="store_true",
+                    help="also time the import with the C++ trace reader off (NEURON_EXPLORER_NATIVE=0), alternating")
     args = ap.parse_args()
     if args.baseline and not (args.baseline / "neuron_explorer" / "__init__.py").is_file():
         raise SystemExit(f"--baseline {args.baseline}: no neuron_explorer package there")
@@ -103,7 +106,11 @@ def main() -> None:
         trace_dir = work / "trace"
         trace_dir.mkdir()
         os.symlink(args.trace.resolve(), trace_dir / args.trace.name)
-        ours_runs, base_runs = [], []
+        ours_runs, base_runs, py_runs = [], [], []
+        load_before = os.getloadavg()
+        # the C++ reader is compiled on first use: once here, so that no timed run pays for it
+        subprocess.run([sys.executable, "-c", "from neuron_explorer.collectors import _json_native; _json_native.load()"],
+                       cwd=REPO, check=True)
         for i in range(args.repeat):
             out = work / f"run{i}"
             # `python -m` imports the package of its working directory first: this tree, or the baseline
@@ -111,6 +118,10 @@ def main() -> None:
                                      cwd=REPO))
             run_bytes = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
             shutil.rmtree(out)
+            if args.python_reader:
+                py_runs.append(measure([sys.executable, "-m", "neuron_explorer", "import", str(args.trace.resolve()), "-o", str(out)],
+                                       cwd=REPO, env={**os.environ, "NEURON_EXPLORER_NATIVE": "0"}))
+                shutil.rmtree(out)
             if args.baseline:
                 base_runs.append(measure([sys.executable, "-m", "neuron_explorer", "import", str(args.trace.resolve()), "-o", str(out)],
                                          cwd=args.baseline.resolve()))
@@ -118,6 +129,7 @@ def main() -> None:
         ours = _best(ours_runs)
         baseline = _best(base_runs) if base_runs else None
         hta = None if args.skip_hta else measure([args.hta_python, "-c", HTA_SCRIPT, str(trace_dir)])
+        load_after = os.getloadavg()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -128,6 +140,9 @@ def main() -> None:
         "neuron_explorer": ours,
         "hta": hta,
         "baseline": baseline and {**baseline, "source": str(args.baseline), "runs": base_runs},
+        "python_reader": py_runs and {**_best(py_runs), "runs": py_runs},
+        "mb_per_s": trace_bytes / 1e6 / ours["wall_s"],
+        "load_average": {"before": load_before, "after": load_after},
         "neuron_explorer_runs": ours_runs,
         "run_mb": run_bytes / 2**20,
         "run_vs_json": run_bytes / trace_bytes,
@@ -144,6 +159,10 @@ def main() -> None:
     print(f"{'':22}{'wall s':>10}{'peak RSS MB':>14}{'peak USS MB':>14}")
     print(f"{'neuron-explorer':22}{ours['wall_s']:>10.2f}{ours['peak_rss_mb']:>14.0f}{ours['peak_uss_mb']:>14.0f}"
           f"   (runs: {_walls(ours_runs)})")
+    if py_runs:
+        py = result["python_reader"]
+        print(f"{'  Python reader only':22}{py['wall_s']:>10.2f}{py['peak_rss_mb']:>14.0f}{py['peak_uss_mb']:>14.0f}"
+              f"   (runs: {_walls(py_runs)})")
     if baseline:
         print(f"{'baseline':22}{baseline['wall_s']:>10.2f}{baseline['peak_rss_mb']:>14.0f}{baseline['peak_uss_mb']:>14.0f}"
               f"   (runs: {_walls(base_runs)}; {args.baseline})")
@@ -151,7 +170,10 @@ def main() -> None:
         print(f"{'HTA TraceAnalysis':22}{hta['wall_s']:>10.2f}{hta['peak_rss_mb']:>14.0f}{hta['peak_uss_mb']:>14.0f}")
         print(f"speedup {result['speedup']:.1f}x (target >= 10x); memory {result['rss_ratio']:.2f}x RSS, "
               f"{result['uss_ratio']:.2f}x USS of HTA (target <= 0.33x)")
-    print(f"run size {result['run_mb']:.0f} MB = {result['run_vs_json']:.2f}x the JSON")
+    print(f"{result['mb_per_s']:.0f} MB/s of JSON (target >= 150); run size {result['run_mb']:.0f} MB = "
+          f"{result['run_vs_json']:.2f}x the JSON")
+    print("load average (1, 5, 15 min) before {:.1f} {:.1f} {:.1f}, after {:.1f} {:.1f} {:.1f} on {} CPUs".format(
+        *load_before, *load_after, os.cpu_count()))
 
 
 if __name__ == "__main__":
