@@ -56,6 +56,15 @@ struct Span {
 
 enum Kind { K_NONE, K_NULL, K_STRING, K_INT, K_NUMBER, K_OTHER };
 
+struct PlainTable {
+  bool t[256];
+  constexpr PlainTable() : t() {
+    for (int c = 0x20; c < 0x80; ++c) t[c] = c != '"' && c != '\\';
+  }
+  constexpr bool operator[](unsigned char c) const { return t[c]; }
+};
+constexpr PlainTable kPlain;
+
 struct GiveUp {
   int code;
 };
@@ -81,6 +90,7 @@ struct Parser {
     s.p = p;
     escaped = false;
     while (true) {
+      while (p < e && kPlain[(unsigned char)*p]) ++p;  // printable ASCII but '"' and '\\'
       if (p >= e) fail(1);
       unsigned char c = (unsigned char)*p;
       if (c == '"') break;
@@ -223,6 +233,14 @@ struct Parser {
 
 bool eq(const Span& s, const char* word) { return s.n == strlen(word) && memcmp(s.p, word, s.n) == 0; }
 
+struct Key {  // a key and its length, compared length first
+  const char* s;
+  size_t n;
+};
+template <size_t N>
+constexpr Key key(const char (&s)[N]) { return Key{s, N - 1}; }
+inline bool eq(const Span& s, const Key& k) { return s.n == k.n && memcmp(s.p, k.s, k.n) == 0; }
+
 // An integer's text → int64; false when beyond int64.
 bool to_int64(const Span& s, int64_t& out) {
   const char* p = s.p;
@@ -301,9 +319,9 @@ void id_column(Parser& ps, const Span& s, Kind k, Ints& ints, Text* text) {
 // the Python decoder drop that event's args).
 void slice_args(Parser& ps, Out& o, const Event& ev) {
   enum { EXT, EXT_OLD, CORR, STREAM, DEVICE, PYID, PYPID, ADDR, BYTES, TALLOC, TRES, DTYPE, DID, NKEYS };
-  static const char* keys[NKEYS] = {"External id", "external id", "correlation", "stream", "device", "Python id",
-                                    "Python parent id", "Addr", "Bytes", "Total Allocated", "Total Reserved",
-                                    "Device Type", "Device Id"};
+  static const Key keys[NKEYS] = {key("External id"), key("external id"), key("correlation"), key("stream"),
+                                  key("device"), key("Python id"), key("Python parent id"), key("Addr"), key("Bytes"),
+                                  key("Total Allocated"), key("Total Reserved"), key("Device Type"), key("Device Id")};
   bool has[NKEYS] = {};
   bool seen[NKEYS] = {};
   int64_t val[NKEYS] = {};
@@ -379,13 +397,14 @@ void event(Parser& ps, Out& o) {
       Span v;
       Kind k = ps.value(v, 1, esc);
       struct Field {
-        const char* name;
+        Key name;
         Span* span;
         Kind* kind;
-      } fields[] = {{"ph", &ev.ph, nullptr},       {"cat", &ev.cat, &ev.cat_k}, {"name", &ev.name, &ev.name_k},
-                    {"ts", &ev.ts, &ev.ts_k},       {"dur", &ev.dur, &ev.dur_k}, {"pid", &ev.pid, &ev.pid_k},
-                    {"tid", &ev.tid, &ev.tid_k},    {"id", &ev.id, &ev.id_k},    {"bp", &ev.bp, &ev.bp_k},
-                    {"args", &ev.args, &ev.args_k}};
+      } fields[] = {{::key("ph"), &ev.ph, nullptr},    {::key("cat"), &ev.cat, &ev.cat_k},
+                    {::key("name"), &ev.name, &ev.name_k}, {::key("ts"), &ev.ts, &ev.ts_k},
+                    {::key("dur"), &ev.dur, &ev.dur_k},  {::key("pid"), &ev.pid, &ev.pid_k},
+                    {::key("tid"), &ev.tid, &ev.tid_k},  {::key("id"), &ev.id, &ev.id_k},
+                    {::key("bp"), &ev.bp, &ev.bp_k},     {::key("args"), &ev.args, &ev.args_k}};
       for (auto& f : fields) {
         if (!eq(key, f.name)) continue;
         if (f.span->set) ps.fail(6);  // a repeated key
