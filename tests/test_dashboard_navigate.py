@@ -13,6 +13,9 @@ test_dashboard.py, whose answers are known:
 
 from __future__ import annotations
 
+import base64
+
+import numpy as np
 import pytest
 
 from neuron_explorer.dashboard import app as dash_app
@@ -84,3 +87,42 @@ def test_critical_path_of_the_step_in_view_is_outlined(rs):
     outline = next(t for t in fig["data"] if t["name"] == "critical path")
     assert outline["x"].count(None) == len([s for s in segs if s["event_id"] is not None])  # one rectangle per charged segment
     assert not any(t["name"] == "critical path" for t in dash_app.timeline_figure(rs, view, 1000, None)[0]["data"])
+
+
+def test_a_collapsed_process_group_is_one_row(rs):
+    view = dash_app.view_for(rs, None, 0, "all", None, None, None)
+    host, dev = rs.get(0).lanes(None, False)
+    assert [o["value"] for o in dash_app.group_options(rs, 0)] == ["r0 pid 1", "r0 GPU 0"]
+    fig, _ = dash_app.timeline_figure(rs, view, 1000, eid(rs, "gemm"), collapsed=["r0 pid 1"])
+    ticks = dict(zip(fig["layout"]["yaxis"]["ticktext"], fig["layout"]["yaxis"]["tickvals"]))
+    assert ticks == {"▸ r0 pid 1 (collapsed)": 0, dev.label: 2}  # the device lane moves up under the one host row
+    ys = {}
+    for t in fig["data"]:
+        if t["type"] == "scattergl" and t.get("mode") == "lines":
+            y = np.frombuffer(base64.b64decode(t["y"]["bdata"]), np.float32 if t["y"]["dtype"] == "f4" else np.int32)
+            for i, e in zip(y[1::4], t["customdata"][1::4]):
+                ys[e] = int(i)
+    assert ys[eid(rs, "aten::addmm")] == ys[eid(rs, "ProfilerStep#1")] == 0 and ys[eid(rs, "gemm")] == 2
+    sel = next(t for t in fig["data"] if t["name"] == "selected")
+    assert min(sel["y"]) < 2 < max(sel["y"])  # the selected kernel, outlined on its moved row
+    # an area on the collapsed row is an area on every lane of the group
+    area = {"x0": 0.015, "x1": 0.045, "y0": 0, "y1": 0}
+    got = dash_app.area_panel(rs, area, 0, "all", False, ["r0 pid 1"]).children[1].rowData
+    want = dash_app.area_panel(rs, {**area, "y0": host.y0, "y1": host.y0 + host.rows - 1}, 0, "all", False).children[1].rowData
+    assert got == want and {r["name"] for r in got} >= {"aten::linear", "aten::addmm"}
+
+
+def test_a_flow_to_an_event_off_screen_points_there_and_jumps(rs):
+    # the launch at 14-18 us is in the window 10-19 us; the kernel it launched (gemm, 20-30 us) is not
+    launch = eid(rs, "cudaLaunchKernel", 14)
+    view = {**dash_app.view_for(rs, None, 0, "all", None, None, None), "t0": BASE + 10 * US, "t1": BASE + 19 * US}
+    fig, _ = dash_app.timeline_figure(rs, view, 1000, launch)
+    arrow = next(a for a in fig["layout"]["annotations"] if a.get("axref") == "x")
+    assert (arrow["ax"], arrow["x"]) == (pytest.approx(0.014), pytest.approx(0.019))  # pinned to the window's right edge
+    mark = next(t for t in fig["data"] if t["name"] == "off-screen")
+    assert mark["customdata"] == [[eid(rs, "gemm"), "jump"]] and mark["x"] == [pytest.approx(0.019)]
+    click = {"points": [{"customdata": mark["customdata"][0], "x": mark["x"][0], "y": mark["y"][0]}]}
+    assert dash_app.clicked_event(click) == eid(rs, "gemm") and dash_app.clicked_jump(click)
+    there = dash_app.search_view(rs, 0, "all", eid(rs, "gemm"))
+    assert there["t0"] <= BASE + 20 * US and there["t1"] >= BASE + 30 * US
+    assert not dash_app.clicked_jump({"points": [{"customdata": launch}]})

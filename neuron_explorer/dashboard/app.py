@@ -14,7 +14,7 @@ import re
 import threading
 
 from ..errors import NeuronExplorerError
-from . import compare_view, navigate, overview, queries
+from . import compare_view, lane_groups, navigate, overview, queries
 from .api import register as register_api
 from .figure import build_figure
 from .panels import CallbackInputError, detail_panel, finding_clicked, findings_for, findings_note, findings_table, guard, tables_for  # noqa: F401  (callback bodies)
@@ -90,11 +90,12 @@ def view_for(rs: RunSet, trigger: str | None, run, rank, relayout, finding_index
 
 
 def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, color_by: str = "name", all_lanes: bool = False,
-                    critical: bool = False):
+                    critical: bool = False, collapsed=None):
     """(figure, status text) for a window, with the selected event outlined, its flows drawn and
     the current finding's events (or the instances of the table row the view jumped to)
     highlighted; slices coloured by "name" or "kind"; meta lanes shown only with `all_lanes`;
-    with `critical`, the critical path of the step in view outlined."""
+    with `critical`, the critical path of the step in view outlined; the lanes of the `collapsed`
+    groups (lane_groups.group_key) drawn on one row each."""
     if not isinstance(view, dict):
         raise CallbackInputError("no view")
     px = max(200, min(_as_int(width or DEFAULT_WIDTH, "width"), 4000))
@@ -107,7 +108,7 @@ def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, c
     mark = view.get("mark")
     if isinstance(mark, dict) and mark.get("table") in navigate.TABLES and isinstance(mark.get("key"), dict):
         r = rs.get(tl["run"])
-        highlight = [queries._brief(r, e, "instance") for e in navigate.instances(rs, tl["run"], mark["table"], mark["key"], tl["t0"], tl["t1"])]
+        highlight = [queries.brief(r, e, "instance") for e in navigate.instances(rs, tl["run"], mark["table"], mark["key"], tl["t0"], tl["t1"])]
     path = []
     if critical:
         cp = navigate.critical_path(rs, run=tl["run"], t0=tl["t0"], t1=tl["t1"], rank=tl["rank"])
@@ -127,6 +128,11 @@ def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, c
         flows, highlight = _relane(rs, tl, flows, highlight)
         path = _relane(rs, tl, [], path)[1]
         selected = (_relane(rs, tl, [], [selected])[1] or [None])[0] if selected else None
+    tl, move = lane_groups.collapse(tl, collapsed)
+    if collapsed:
+        highlight, path = [{**e, "y": move(e.get("y"))} for e in highlight], [{**e, "y": move(e.get("y"))} for e in path]
+        flows = [{"from": {**f["from"], "y": move(f["from"].get("y"))}, "to": {**f["to"], "y": move(f["to"].get("y"))}} for f in flows]
+        selected = {**selected, "y": move(selected.get("y"))} if selected else None
     fig = build_figure(tl, highlight=highlight, flows=flows, selected=selected, color_by="kind" if color_by == "kind" else "name",
                        origin_ns=tl["run_start"], outline=path)
     span_ms = (tl["t1"] - tl["t0"]) / 1e6
@@ -190,7 +196,7 @@ def _events_brief(rs: RunSet, run: int, ids: list[int]) -> list[dict]:
         return []
     recs = r.records(f"SELECT event_id, name, kind, ts_ns, dur_ns, depth, {queries.LANE_SQL} FROM events "
                      f"WHERE event_id IN ({', '.join(str(int(i)) for i in ids)})")
-    return [queries._brief(r, e, "evidence") for e in recs]
+    return [queries.brief(r, e, "evidence") for e in recs]
 
 
 def _relane(rs: RunSet, tl: dict, flows: list, events: list) -> tuple[list, list]:
@@ -245,8 +251,9 @@ def table_jump(rs: RunSet, table: str, click, run, rank) -> dict:
     return {**view, "t0": j["t0"], "t1": j["t1"], "mark": {"table": table, "key": j["key"]}, "jump": j}
 
 
-def area_panel(rs: RunSet, area, run, rank, all_lanes: bool):
-    """The aggregate of an area selection (x in ms from the run's first event, y in rows), per name."""
+def area_panel(rs: RunSet, area, run, rank, all_lanes: bool, collapsed=None):
+    """The aggregate of an area selection (x in ms from the run's first event, y in rows of the
+    timeline as drawn, with the `collapsed` lane groups), per name."""
     from dash import html
 
     from .grid import column, grid
@@ -258,6 +265,10 @@ def area_panel(rs: RunSet, area, run, rank, all_lanes: bool):
     t0 = start + round(_as_float(area.get("x0")) * 1e6)
     t1 = start + round(_as_float(area.get("x1")) * 1e6)
     y0, y1 = _as_float(area.get("y0")), _as_float(area.get("y1"))
+    if collapsed:
+        lanes = [ln.to_dict() for ln in r.lanes(queries.parse_rank(r, rank), bool(all_lanes))]
+        rows = lane_groups.original_rows(lanes, collapsed, min(y0, y1) - 0.5, max(y0, y1) + 0.5)
+        y0, y1 = rows if rows else (-10.0, -10.0)
     a = navigate.area(rs, run=run, t0=t0, t1=max(t1, t0 + 1), y0=int(min(y0, y1) - 0.5), y1=int(max(y0, y1) + 0.5), rank=rank,
                       all_lanes=all_lanes)
     head = (f"selection: {(a['t1'] - a['t0']) / 1e6:,.3f} ms from +{(a['t0'] - start) / 1e6:,.3f} ms on {len(a['lanes'])} lane(s) · "
@@ -293,6 +304,11 @@ def create_app(rs: RunSet):
     register_api(app.server, rs)
     run_opts = [{"label": f"{r.index}: {r.name}", "value": r.index} for r in rs.runs]
     app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + STYLE + compare_view.STYLE + overview.STYLE + "</style>")
+    # plotly.js (4.8 MB) as the first script of the page, not fetched by the graph once the layout
+    # has arrived: it downloads beside the other scripts, and the timeline in the layout draws as
+    # soon as the renderer mounts it (dcc.Graph uses window.Plotly when it is there)
+    plotly_js = f"{app.config.requests_pathname_prefix}_dash-component-suites/plotly/package_data/plotly.min.js"
+    app.index_string = app.index_string.replace("{%scripts%}", f'<script src="{plotly_js}"></script>{{%scripts%}}')
     comparing = len(rs.runs) >= 2  # the Compare view needs two runs
     # The first view is in the page itself: the timeline draws as soon as the scripts are loaded,
     # with no callback round trip (the tables and findings fill in after it).
@@ -320,7 +336,10 @@ def create_app(rs: RunSet):
             dcc.Input(id="search", type="text", debounce=True, placeholder="find by name, or /regex/ (Enter)", className="nx-search-box"),
             html.Button("‹ prev", id="search-prev", className="nx-btn nx-btn-light"),
             html.Button("next ›", id="search-next", className="nx-btn nx-btn-light"),
-            html.Span(id="search-count", className="nx-muted")], className="nx-search"),
+            html.Span(id="search-count", className="nx-muted"),
+            html.Label("collapse", className="nx-muted", style={"marginLeft": "18px"}),
+            dcc.Checklist(id="collapse", options=group_options(rs, 0), value=[], inline=True, className="nx-radio nx-collapse")],
+            className="nx-search"),
             html.Span("W/S zoom · A/D pan · wheel zooms at the pointer · drag zooms · shift+drag selects an area", className="nx-muted"),
             dcc.Loading(dcc.Graph(id="timeline", figure=fig0, config={"scrollZoom": True, "displaylogo": False, "doubleClick": "autosize"},
                                   style={"width": "100%"}), type="dot", delay_show=400),
@@ -344,9 +363,10 @@ def create_app(rs: RunSet):
     app.clientside_callback("function(r) { return Math.max(400, Math.min(4000, Math.round(window.innerWidth - 260))); }",
                             Output("px", "data"), Input("run-select", "value"))
 
-    @app.callback(Output("rank-select", "options"), Output("rank-select", "value"), Input("run-select", "value"), prevent_initial_call=True)
+    @app.callback(Output("rank-select", "options"), Output("rank-select", "value"), Output("collapse", "options"), Output("collapse", "value"),
+                  Input("run-select", "value"), prevent_initial_call=True)
     def _ranks(run):
-        return rank_options(rs, run), "all"
+        return rank_options(rs, run), "all", group_options(rs, run), []
 
     @app.callback(Output("view", "data"), Output("error", "children", allow_duplicate=True),
                   Input("run-select", "value"), Input("rank-select", "value"), Input("reset", "n_clicks"),
@@ -364,11 +384,11 @@ def create_app(rs: RunSet):
 
     @app.callback(Output("timeline", "figure"), Output("status", "children"), Output("error", "children", allow_duplicate=True),
                   Input("view", "data"), Input("selected", "data"), Input("color-by", "value"), Input("all-lanes", "value"),
-                  Input("critical", "value"), State("px", "data"), prevent_initial_call=True)
+                  Input("critical", "value"), Input("collapse", "value"), State("px", "data"), prevent_initial_call=True)
     @guard(2)
-    def _figure(view, selected, color_by, all_lanes, critical, px):
+    def _figure(view, selected, color_by, all_lanes, critical, collapsed, px):
         return timeline_figure(rs, view, px, selected, color_by, isinstance(all_lanes, list) and "all" in all_lanes,
-                               isinstance(critical, list) and "on" in critical)
+                               isinstance(critical, list) and "on" in critical, collapsed if isinstance(collapsed, list) else None)
 
     @app.callback(Output("view", "data", allow_duplicate=True), Output("selected", "data", allow_duplicate=True),
                   Output("error", "children", allow_duplicate=True),
@@ -389,10 +409,12 @@ def create_app(rs: RunSet):
 
     @app.callback(Output("area-panel", "children"), Output("error", "children", allow_duplicate=True),
                   Input("area", "data"), State("run-select", "value"), State("rank-select", "value"), State("all-lanes", "value"),
+                  State("collapse", "value"),
                   prevent_initial_call=True)
     @guard(1)
-    def _area(area, run, rank, all_lanes):
-        return (area_panel(rs, area, run, rank, isinstance(all_lanes, list) and "all" in all_lanes),)
+    def _area(area, run, rank, all_lanes, collapsed):
+        return (area_panel(rs, area, run, rank, isinstance(all_lanes, list) and "all" in all_lanes,
+                           collapsed if isinstance(collapsed, list) else None),)
 
     @app.callback(Output("view", "data", allow_duplicate=True), Output("selected", "data", allow_duplicate=True),
                   Output("search-count", "children"), Output("search-state", "data"), Output("error", "children", allow_duplicate=True),
@@ -453,6 +475,20 @@ def create_app(rs: RunSet):
         compare_view.register(app, rs)
     overview.register(app, rs, view_for)
     return app
+
+
+MAX_GROUP_OPTIONS = 24
+"""Lane groups offered for collapsing (the first ones, in lane order)."""
+
+
+def group_options(rs: RunSet, run) -> list[dict]:
+    """The lane groups (per rank and process) of a run's default layout, to collapse."""
+    try:
+        r = rs.get(run)
+    except NeuronExplorerError:
+        return []
+    gs = lane_groups.groups([ln.to_dict() for ln in r.lanes(None, False)])[:MAX_GROUP_OPTIONS]
+    return [{"label": f"{g['key']} ({g['lanes']})", "value": g["key"]} for g in gs]
 
 
 def rank_options(rs: RunSet, run) -> list[dict]:
