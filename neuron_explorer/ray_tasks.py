@@ -6,13 +6,14 @@ writes its own `rank=<r>/` partition into the run's temporary directory, an anal
 views over its rank's partition only and returns the rank's summary and per-rank findings. The
 driver (the process that called) writes the manifest and runs the cross-rank rules on the
 summaries. The paths must be visible to every node under the same name (a shared filesystem).
+A task that fails, or whose worker dies, is reported by its rank or file while the others run on.
 
 Must not: decide anything about traces or findings; it only runs the functions it is given.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 
 from .errors import InputError
 
@@ -41,20 +42,25 @@ def connect(address: str):
     return ray
 
 
-def map_unordered(address: str, fn: Callable, calls: Iterable[tuple]) -> Iterator:
-    """Run fn(*args) for each args in `calls` as Ray tasks; yield the results as they finish. The
-    first task that fails raises here (the remaining tasks are cancelled)."""
+def map_settled(address: str, fn: Callable, calls: list[tuple]) -> Iterator[tuple[object, bool, object]]:
+    """Run fn(*args) for each args in `calls` as Ray tasks; yield (args[0], True, result) or
+    (args[0], False, why) for each as it finishes: a task that fails, or whose worker dies, is
+    reported by its first argument while the others run on."""
     ray = connect(address)
-    remote = ray.remote(fn)
-    pending = [remote.remote(*args) for args in calls]
+    remote = ray.remote(max_retries=1)(fn)  # one retry, for a node lost mid-task; a worker killed twice is reported
+    pending = {remote.remote(*args): args[0] for args in calls}
     try:
         while pending:
-            done, pending = ray.wait(pending, num_returns=1)
+            done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
+                key = pending.pop(ref)
                 try:
-                    yield ray.get(ref)
+                    yield key, True, ray.get(ref)
                 except ray.exceptions.RayTaskError as e:
-                    raise e.as_instanceof_cause() from None
+                    cause = getattr(e, "cause", None)
+                    yield key, False, getattr(cause, "problem", None) or f"{type(cause).__name__}: {cause}"
+                except ray.exceptions.RayError as e:  # the worker died, the node went away
+                    yield key, False, f"its Ray worker died ({type(e).__name__})"
     finally:
         for ref in pending:
             ray.cancel(ref, force=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +24,7 @@ from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.errors import InputError
 from neuron_explorer.store import open_run
 
-from .conftest import X, write_trace
+from .conftest import X, cli, write_trace
 
 BASE = 1_700_000_000_000_000_000
 PROPS = [{"id": 0, "name": "NVIDIA A100", "computeMajor": 8, "computeMinor": 0, "totalGlobalMem": 42297524224}]
@@ -294,6 +295,68 @@ def test_a_rank_claimed_twice_fails_in_parallel_and_leaves_nothing(many, tmp_pat
     with pytest.raises(InputError, match="rank 2 is also claimed by"):
         import_traces(traces, tmp_path / "run", workers=3)
     assert not (tmp_path / "run").exists() and not list(tmp_path.glob(".run*"))
+
+
+def _copy_traces(many, dest):
+    dest.mkdir()
+    for p in (many[0].parent / "traces").glob("*.json"):
+        (dest / p.name).write_bytes(p.read_bytes())
+    return dest
+
+
+def _inodes(d) -> set[int]:
+    return {p.stat().st_ino for p in d.rglob("*.parquet")}
+
+
+def test_a_failing_trace_is_named_the_others_are_kept_and_a_rerun_imports_only_it(many, tmp_path):
+    traces = _copy_traces(many, tmp_path / "traces")
+    good = (traces / "rank3.json").read_bytes()
+    (traces / "rank3.json").write_bytes(good[: len(good) // 2])  # cut short, as by a full disk
+    r = cli("import", traces, "-o", tmp_path / "run", "--workers", "2")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "1 of 4 traces failed (rank3.json: " in r.stderr and "the 3 imported are kept" in r.stderr
+    assert not (tmp_path / "run").exists()
+    kept = tmp_path / ".run.kept"
+    assert len(json.loads((kept / "kept.json").read_text())) == 3
+    before = _inodes(kept)
+    assert len(before) == 3 * 5  # five tables per rank
+    (traces / "rank3.json").write_bytes(good)
+    calls = []
+    run_dir = import_traces(traces, tmp_path / "run", workers=2, progress=lambda *a: calls.append(a)).run_dir
+    # the three kept ranks are moved in, not imported again: the same files
+    assert before <= _inodes(run_dir) and not kept.exists()
+    a, b = _tables(run_dir), _tables(many[0])
+    assert sorted(a) == sorted(b) and all(a[k].equals(b[k]) for k in a)
+    assert calls[-1][:2] == (4, 4)
+
+
+def _dying_import_rank(index, path, *args):
+    """_import_rank, in a worker process that dies on rank2.json (as when the kernel kills it)."""
+    import os
+
+    from neuron_explorer.collectors import chrome_trace
+
+    if path.name == "rank2.json":
+        os._exit(9)
+    return chrome_trace._real_import_rank(index, path, *args)
+
+
+def test_a_worker_that_dies_is_reported_and_the_rerun_finishes_the_run(many, tmp_path, monkeypatch):
+    from neuron_explorer.collectors import chrome_trace
+
+    traces = _copy_traces(many, tmp_path / "traces")
+    monkeypatch.setattr(chrome_trace, "_real_import_rank", chrome_trace._import_rank, raising=False)
+    monkeypatch.setattr(chrome_trace, "_import_rank", _dying_import_rank)
+    with pytest.raises(InputError, match="rank2.json: its worker process died") as e:
+        import_traces(traces, tmp_path / "run", workers=2)
+    # the others in flight when it died went round again: only rank2.json failed, the others are kept
+    assert [Path(p).name for p in e.value.failed] == ["rank2.json"] and str(e.value).count("died") == 1
+    monkeypatch.undo()
+    kept = json.loads((tmp_path / ".run.kept" / "kept.json").read_text())
+    assert sorted(k["rank"] for k in kept.values()) == [0, 1, 3]
+    run_dir = import_traces(traces, tmp_path / "run", workers=2).run_dir
+    a, b = _tables(run_dir), _tables(many[0])
+    assert sorted(a) == sorted(b) and all(a[k].equals(b[k]) for k in a)
 
 
 def test_import_workers_are_bounded_by_cores_files_and_memory(many, monkeypatch):

@@ -24,7 +24,7 @@ from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.errors import InputError
 
 from .conftest import workload_env, cli
-from .test_many_ranks import RANKS, _plain, _tables, many  # noqa: F401  (many: the fixture)
+from .test_many_ranks import RANKS, _copy_traces, _inodes, _plain, _tables, many  # noqa: F401  (many: the fixture)
 
 
 def _have_ray() -> bool:
@@ -84,6 +84,32 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_on_ray_a_dying_worker_and_a_failing_trace_are_reported_and_the_rest_kept(many, local_ray, tmp_path):  # noqa: F811
+    from neuron_explorer.ray_tasks import map_settled
+
+    def die_on_two(i):
+        if i == 2:
+            os._exit(9)  # the worker process dies, as when the kernel kills it
+        return i * 10
+
+    got = sorted(map_settled(local_ray, die_on_two, [(i,) for i in range(4)]), key=lambda g: g[0])
+    assert [g[:2] for g in got] == [(0, True), (1, True), (2, False), (3, True)]
+    assert [g[2] for g in got if g[1]] == [0, 10, 30] and "worker died" in got[2][2]
+
+    traces = _copy_traces(many, tmp_path / "traces")
+    good = (traces / "rank3.json").read_bytes()
+    (traces / "rank3.json").write_bytes(good[: len(good) // 2])
+    with pytest.raises(InputError, match=r"1 of 4 traces failed \(rank3.json: .*the 3 imported are kept"):
+        import_traces(traces, tmp_path / "run", ray=local_ray)
+    before = _inodes(tmp_path / ".run.kept")
+    assert len(before) == 3 * 5
+    (traces / "rank3.json").write_bytes(good)
+    run_dir = import_traces(traces, tmp_path / "run", ray=local_ray).run_dir
+    assert before <= _inodes(run_dir)  # the kept ranks moved in, only rank 3 imported
+    a, b = _tables(run_dir), _tables(many[0])
+    assert sorted(a) == sorted(b) and all(a[k].equals(b[k]) for k in a)
 
 
 @pytest.mark.skipif(not _have_ray(), reason="ray is not installed (pip install -e '.[ray]')")

@@ -190,10 +190,19 @@ def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int
     per_rank: dict[int, tuple[dict, dict]] = {}
     n_workers = default_workers(len(ranks)) if workers is None else max(1, min(workers, len(ranks) or 1))
     if ray is not None:
-        from ..ray_tasks import map_unordered
+        from ..errors import InputError
+        from ..ray_tasks import map_settled
 
         rule_ids = [r.RULE_ID for r in rank_rules]
-        per_rank = dict(map_unordered(ray, _analyze_rank_task, [(str(run.path), rank, rule_ids, quality) for rank in ranks]))
+        failed = {}
+        for rank, ok, result in map_settled(ray, _analyze_rank_task, [(rank, str(run.path), rule_ids, quality) for rank in ranks]):
+            if ok:
+                per_rank[rank] = result
+            else:
+                failed[rank] = result
+        if failed:
+            raise InputError(run.path, f"the analysis of {len(failed)} of {len(ranks)} ranks failed on Ray ("
+                             + "; ".join(f"rank {r}: {why}" for r, why in sorted(failed.items())) + ")")
     else:
         per_rank = _analyze_ranks(run, ranks, rank_rules, quality, n_workers)
     summaries = {rank: per_rank[rank][0] for rank in ranks}
@@ -219,14 +228,14 @@ def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int
                   not_applicable=not_applicable, warnings=warnings)
 
 
-def _analyze_rank_task(run_dir: str, rank: int, rule_ids: list[str], quality: dict) -> tuple[int, tuple[dict, dict]]:
+def _analyze_rank_task(rank: int, run_dir: str, rule_ids: list[str], quality: dict) -> tuple[dict, dict]:
     """One rank's analysis where the run is opened anew (a Ray task): views over that rank only."""
     by_id = {r.RULE_ID: r for r in all_rules()}
     missing = [i for i in rule_ids if i not in by_id]
     if missing:
         raise RuntimeError(f"rules {missing} are not installed where this task runs (rules travel by name)")
     with open_run(run_dir, ranks=[rank]) as run:
-        return rank, _analyze_rank(run, rank, [by_id[i] for i in rule_ids], quality)
+        return _analyze_rank(run, rank, [by_id[i] for i in rule_ids], quality)
 
 
 def _run_rule(run: Run, rule: ModuleType, summaries: dict, quality: dict) -> tuple[str, object]:

@@ -22,6 +22,7 @@ import shutil
 import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -406,32 +407,72 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
             if progress:
                 progress(len(results), len(files), done_bytes, sum(sizes))
 
+        kept = _take_kept(out, files, tmp) if len(files) > 1 else {}
+        for i in sorted(kept):
+            finished(kept[i])
+        todo = [i for i in range(len(files)) if i not in kept]
+        failed: dict[int, str] = {}  # file index -> why it failed (the other files still run)
         if ray is not None:
-            from ..ray_tasks import map_unordered
+            from ..ray_tasks import map_settled
 
-            order = sorted(range(len(files)), key=lambda i: -sizes[i])
-            for result in map_unordered(ray, _import_rank, [(i, files[i], tmp, tune_allocator, 1) for i in order]):
-                finished(result)
-            for i in range(len(files)):
-                _claim_rank(results, files, tmp, i)
-        elif n_workers == 1:
-            for i, path in enumerate(files):
-                file_progress = progress_factory(path.name, sizes[i]) if progress_factory else None
-                finished(_import_rank(i, path, tmp, tune_allocator, None, file_progress))
-                _claim_rank(results, files, tmp, i)
-        else:
-            with ProcessPoolExecutor(max_workers=n_workers) as pool:
-                # largest first, so that a big trace does not start last; one decode process per worker
-                order = sorted(range(len(files)), key=lambda i: -sizes[i])
-                futures = [pool.submit(_import_rank, i, files[i], tmp, tune_allocator, 1) for i in order]
+            order = sorted(todo, key=lambda i: -sizes[i])
+            for i, ok, result in map_settled(ray, _import_rank, [(i, files[i], tmp, tune_allocator, 1) for i in order]):
+                if ok:
+                    finished(result)
+                else:
+                    failed[i] = result
+        elif n_workers == 1 or len(todo) <= 1:
+            for i in todo:
+                file_progress = progress_factory(files[i].name, sizes[i]) if progress_factory else None
                 try:
-                    for future in as_completed(futures):
-                        finished(future.result())
-                finally:
-                    for future in futures:
-                        future.cancel()
-            for i in range(len(files)):
-                _claim_rank(results, files, tmp, i)
+                    finished(_import_rank(i, files[i], tmp, tune_allocator, None, file_progress))
+                except Exception as e:  # noqa: BLE001 - reported by file name once the others are done
+                    if len(files) == 1:
+                        raise
+                    failed[i] = _why(e)
+        else:
+            # a worker that dies breaks the pool and fails every trace in flight with it: those go
+            # round again in a fresh pool, and one by one once a round makes no progress, so that
+            # only the trace that kills its worker is reported
+            while todo:
+                died = []
+                with ProcessPoolExecutor(max_workers=min(n_workers, len(todo))) as pool:
+                    # largest first, so that a big trace does not start last; one decode process per worker
+                    order = sorted(todo, key=lambda i: -sizes[i])
+                    futures = {pool.submit(_import_rank, i, files[i], tmp, tune_allocator, 1): i for i in order}
+                    try:
+                        for future in as_completed(futures):
+                            try:
+                                finished(future.result())
+                            except BrokenProcessPool as e:
+                                failed[futures[future]] = _why(e)
+                                died.append(futures[future])
+                            except Exception as e:  # noqa: BLE001 - a failing trace: reported once the others are done
+                                failed[futures[future]] = _why(e)
+                    finally:
+                        for future in futures:
+                            future.cancel()
+                if not died:
+                    break
+                for i in died:
+                    failed.pop(i)
+                    shutil.rmtree(tmp / f".part-{i}", ignore_errors=True)
+                if len(died) < len(todo):
+                    todo = died
+                    continue
+                for i in died:  # no progress: each in a process of its own
+                    with ProcessPoolExecutor(max_workers=1) as solo:
+                        try:
+                            finished(solo.submit(_import_rank, i, files[i], tmp, tune_allocator, 1).result())
+                        except Exception as e:  # noqa: BLE001 - this trace's own failure
+                            failed[i] = _why(e)
+                break
+        if failed:
+            _keep_done(out, files, tmp, results)
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise ImportFailed(out, files, failed, len(results))
+        for i in range(len(files)):
+            _claim_rank(results, files, tmp, i)
         entries = [results[i][2] for i in range(len(files))]
         warnings = [w for i in range(len(files)) for w in results[i][3]]
         manifest = store.base_manifest(
@@ -443,10 +484,91 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
             warnings=warnings,
         )
         store.finish_run(tmp, out, manifest)
-    except BaseException:
+        shutil.rmtree(_kept_dir(out), ignore_errors=True)
+    except BaseException as e:
+        if len(files) > 1 and isinstance(e, KeyboardInterrupt) and "results" in locals():
+            _keep_done(out, files, tmp, results)  # interrupted: what was done is kept for the rerun
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return ImportResult(out, manifest)
+
+
+class ImportFailed(InputError):
+    """Some of the traces of a directory failed: each named with why; the ranks that were imported
+    are kept, and the same command run again imports only the missing ones."""
+
+    def __init__(self, out: Path, files: list[Path], failed: dict[int, str], done: int):
+        self.failed = {str(files[i]): why for i, why in sorted(failed.items())}
+        names = "; ".join(f"{files[i].name}: {why}" for i, why in sorted(failed.items()))
+        super().__init__(out, f"{len(failed)} of {len(files)} traces failed ({names}); the {done} imported are kept "
+                              f"in {_kept_dir(out)}: run the same command again to import only the missing ones")
+
+    def __reduce__(self):
+        return InputError, (self.path, self.problem)
+
+
+def _why(e: BaseException) -> str:
+    """A failed trace's reason in a few words (a worker process that died says so)."""
+    if isinstance(e, BrokenProcessPool):
+        return "its worker process died (killed, or out of memory)"
+    if isinstance(e, InputError):
+        return e.problem
+    return f"{type(e).__name__}: {e}"
+
+
+KEPT_INDEX = "kept.json"
+"""In `.NAME.kept/` beside a run whose import failed in part: which trace (path, size, mtime)
+each kept `<n>/` partition came from, with its manifest entry."""
+
+
+def _kept_dir(out: Path) -> Path:
+    return out.parent / f".{out.name}.kept"
+
+
+def _source_key(path: Path) -> str:
+    st = path.stat()
+    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+
+
+def _keep_done(out: Path, files: list[Path], tmp: Path, results: dict) -> None:
+    """Move the partitions written so far into `.NAME.kept/`, indexed by their trace, so that a
+    rerun takes them instead of importing those traces again."""
+    import json
+
+    kept = _kept_dir(out)
+    kept.mkdir(exist_ok=True)
+    index_path = kept / KEPT_INDEX
+    index = json.loads(index_path.read_text()) if index_path.is_file() else {}
+    for i, (_, rank, entry, warnings) in results.items():
+        if not (tmp / f".part-{i}").is_dir():
+            continue
+        key = _source_key(files[i])
+        name = str(len(index)) if key not in index else index[key]["dir"]
+        shutil.rmtree(kept / name, ignore_errors=True)
+        os.replace(tmp / f".part-{i}", kept / name)
+        index[key] = {"dir": name, "rank": rank, "entry": entry, "warnings": warnings}
+    index_path.write_text(json.dumps(index))
+
+
+def _take_kept(out: Path, files: list[Path], tmp: Path) -> dict[int, tuple]:
+    """The results of traces a failed import kept (same path, size and modification time),
+    their partitions moved into `tmp` as `.part-<i>`."""
+    import json
+
+    index_path = _kept_dir(out) / KEPT_INDEX
+    if not index_path.is_file():
+        return {}
+    try:
+        index = json.loads(index_path.read_text())
+    except (OSError, ValueError):
+        return {}
+    got = {}
+    for i, path in enumerate(files):
+        k = index.get(_source_key(path))
+        if k and (_kept_dir(out) / k["dir"]).is_dir():
+            os.replace(_kept_dir(out) / k["dir"], tmp / f".part-{i}")
+            got[i] = (i, k["rank"], k["entry"], k["warnings"])
+    return got
 
 
 _TEMP_SUFFIX = 40
