@@ -1,12 +1,17 @@
-"""Benchmark: a full `analyze` of a large run — wall time and peak memory (DESIGN.md target: a few seconds).
+"""Benchmark: a full `analyze` of a large run — wall time, CPU time and peak memory (DESIGN.md
+target: a few seconds), optionally side by side with another checkout of the project.
 
 Make the run first (about 2.2 million events):
     python ../shared/tools/tile_trace.py tests/data/traces/cuda_train_68k_events.json.gz /tmp/big.json 32
     neuron-explorer import /tmp/big.json -o /tmp/runs/big --force
-then: python bench/bench_analyze.py /tmp/runs/big [--repeat 3]
+then: python bench/bench_analyze.py /tmp/runs/big [--repeat 3] [--against /tmp/nx-before]
 
-Each repetition runs in a fresh process (`neuron-explorer analyze RUN --json`, which also writes
-RUN/analysis/), so peak RSS is that process's alone.
+Each repetition runs in a fresh process (`neuron_explorer.analyze(RUN)`, which also writes
+RUN/analysis/), so peak RSS is that process's alone. CPU time is the process's user + system
+time (all its threads): on a shared machine it moves less with the load than wall time does.
+`--against DIR` also runs the analysis of the checkout at DIR (e.g. `git worktree add
+/tmp/nx-before 154aefc^`, the tree before the critical path and utilisation analyses),
+alternating with this one, and prints the ratios; the load average is printed before and after.
 """
 
 from __future__ import annotations
@@ -16,28 +21,48 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
 
 
-def run_once(run_dir: str) -> tuple[float, float]:
-    code = ("import resource, sys, time; t = time.perf_counter(); import neuron_explorer as nx; "
-            f"r = nx.analyze({run_dir!r}); "
-            "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, len(r.findings))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    return float(out[0]), float(out[1]) / 1024  # ru_maxrss is KiB on Linux
+def run_once(run_dir: str, tree: Path) -> tuple[float, float, float]:
+    """(wall s, CPU s, peak RSS MiB) of one analysis by the checkout at `tree`, in a fresh process."""
+    code = ("import resource, time; t = time.perf_counter(); import neuron_explorer as nx; "
+            f"r = nx.analyze({run_dir!r}); u = resource.getrusage(resource.RUSAGE_SELF); "
+            "print(time.perf_counter() - t, u.ru_utime + u.ru_stime, u.ru_maxrss, len(r.findings))")
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=tree).stdout.split()
+    return float(out[0]), float(out[1]), float(out[2]) / 1024  # ru_maxrss is KiB on Linux
+
+
+def _line(label: str, results: list[tuple[float, float, float]]) -> str:
+    best_wall, best_cpu, peak = min(r[0] for r in results), min(r[1] for r in results), max(r[2] for r in results)
+    return (f"{label}: best of {len(results)}: {best_wall:.2f} s wall ({', '.join(f'{r[0]:.2f}' for r in results)}), "
+            f"{best_cpu:.2f} s CPU ({', '.join(f'{r[1]:.2f}' for r in results)}), peak RSS {peak:.0f} MiB")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("run", nargs="?", default="/tmp/runs/big")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--against", type=Path, default=None, help="another checkout of the project, run side by side")
     args = ap.parse_args()
     manifest = json.load(open(os.path.join(args.run, "manifest.json")))
     events = sum(r.get("events", 0) for r in manifest.get("ranks", []))
-    results = [run_once(args.run) for _ in range(args.repeat)]
-    best = min(r[0] for r in results)
-    peak = max(r[1] for r in results)
-    print(f"analyze {args.run}: {events:,} events, best of {args.repeat}: {best:.2f} s wall "
-          f"(all: {', '.join(f'{r[0]:.2f}' for r in results)}), peak RSS {peak:.0f} MiB, cpus {os.cpu_count()}")
+    print(f"analyze {args.run}: {events:,} events, cpus {os.cpu_count()}, load average before {os.getloadavg()[0]:.2f}")
+    trees = [HERE] + ([args.against.resolve()] if args.against else [])
+    results: dict[Path, list] = {t: [] for t in trees}
+    for _ in range(args.repeat):
+        for t in trees:  # alternating, so that both see the same load
+            results[t].append(run_once(args.run, t))
+    for t in trees:
+        print(_line("this tree" if t == HERE else str(t), results[t]))
+    if args.against:
+        a, b = results[HERE], results[trees[1]]
+        print(f"ratio this / {trees[1]}: wall {min(r[0] for r in a) / min(r[0] for r in b):.2f}x, "
+              f"CPU {min(r[1] for r in a) / min(r[1] for r in b):.2f}x, peak RSS {max(r[2] for r in a) / max(r[2] for r in b):.2f}x")
+    print(f"load average after {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -69,21 +69,20 @@ def _arr(a: np.ndarray, code: str = "q") -> array:
 
 def distinct(a: np.ndarray) -> np.ndarray:
     """The distinct values of a, sorted (`np.unique` without its hash path, slow on large int64 arrays)."""
-    s = np.sort(a)
+    s = np.sort(a, kind="stable")  # runs already in order (ids along a path, times) make this near-linear
     return s[np.concatenate([[True], s[1:] != s[:-1]])] if len(s) else s
 
 
 def factorize(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(distinct values sorted, index of each one's first occurrence, code of each element)."""
-    order = np.argsort(a)
+    order = np.argsort(a, kind="stable")  # few distinct values or long sorted runs: near-linear
     s = a[order]
     new = np.ones(len(s), dtype=bool)
     new[1:] = s[1:] != s[:-1]
     starts = np.flatnonzero(new)
     inv = np.empty(len(a), dtype=np.int64)
     inv[order] = np.cumsum(new) - 1
-    first = np.minimum.reduceat(order, starts) if len(a) else order
-    return s[starts], first, inv
+    return s[starts], order[starts], inv
 
 
 def factorize_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -106,7 +105,11 @@ def _innermost(ts: np.ndarray, end: np.ndarray, ids: np.ndarray, pos: np.ndarray
     has ended stays under a later one until that one ends, then both go). Sorted that way, the
     events with ts <= b are a prefix; the answer is the last of it with end > b, found by
     jumping from each row to the previous one with a strictly greater end."""
-    order = np.lexsort((ids, -end, ts))
+    order = np.argsort(ids, kind="stable")  # the importer numbers events in (ts, -dur) order: usually this is it
+    t, e = ts[order], end[order]
+    if len(order) > 1 and not np.all((t[1:] > t[:-1]) | ((t[1:] == t[:-1]) & (e[1:] <= e[:-1]))):
+        order = np.lexsort((ids, -end, ts))
+    del t, e
     ts_s, end_s, pos_s = ts[order], end[order], pos[order]
     n = len(order)
     prev = np.arange(-1, n - 1, dtype=np.int64)  # candidate: the previous row with end > this row's end
@@ -205,7 +208,7 @@ class RankIndex:
         # position of the (loaded) event each row was launched by, -1 when none
         launch = np.full(n, -1, dtype=np.int64)
         if n:
-            by_id = np.argsort(ids)
+            by_id = np.argsort(ids, kind="stable")
             lp = by_id[np.minimum(np.searchsorted(ids, launch_id, sorter=by_id), n - 1)]
             launch = np.where((launch_id != NONE) & (ids[lp] == launch_id), lp, -1)
             del by_id, lp
@@ -289,7 +292,7 @@ class RankIndex:
             i = bisect_left(points, t) - 1
             if i >= 0:
                 ev, lo = inner[i], points[i]
-        lo = floor if lo is None else max(lo, floor)
+        lo = floor if lo is None or lo < floor else lo
         if ev >= 0 and kind[ev] in (CPU_OP, RUNTIME):
             return ev, lo
         best = -1
@@ -349,7 +352,7 @@ class RankIndex:
             return max(own, key=lambda d: (end[d], self.id[d])) if own else -1
         best = -1
         xts, xend = self.ts[x], end[x]
-        until = min(t, xend)
+        until = t if t < xend else xend
         for key, (rows, starts) in zip(self.stream_keys, self.streams):
             if targets is not None and key not in targets:
                 continue
@@ -387,11 +390,14 @@ class RankIndex:
         launch = self.launch[d]
         best = None  # (ready, preference, how, row): the latest ready wins, ties prefer the stream, then the launch
         if prev >= 0 and (launch >= 0 or ds - end[prev] <= UNLINKED_GAP_MAX_NS):
-            best = (min(end[prev], ds), 2, "stream", prev)
+            pe = end[prev]
+            best = (pe if pe < ds else ds, 2, "stream", prev)
         if launch >= 0 and self.device[launch] == NONE:
             blocking = self.wait_targets(launch) is not False and not (self.flags[launch] & F_SYNC_CALL)
-            ready = ts[launch] if blocking and end[launch] > ds else min(end[launch], ds)
-            ready = min(ready, ds)
+            le = end[launch]
+            ready = ts[launch] if blocking and le > ds else le
+            if ready > ds:
+                ready = ds
             if best is None or (ready, 1) > (best[0], best[1]):
                 best = (ready, 1, "launch", launch)
         key = self.stream_keys[si]

@@ -126,8 +126,10 @@ class _Walker:
                 ev = -1  # the step range itself: host time outside every traced call
             if t > lo:
                 segs += (lo, t - lo, ev, _category(index, ev) << 32 | (0 if ev >= 0 else 2))
-            return max(lo, start), -1
-        lo = max(index.ts[dev], start)
+            return (lo if lo > start else start), -1
+        lo = index.ts[dev]
+        if lo < start:
+            lo = start
         if t > lo:
             segs += (lo, t - lo, dev, _category(index, dev) << 32)
         t = lo
@@ -141,7 +143,7 @@ class _Walker:
             cause = ("waiting for its launch" if how == "launch" else
                      "gap after the previous work on its stream" if how == "stream" else f"waiting for {how}")
             code = self.causes.setdefault(cause, len(self.causes))
-            lo = max(ready, start)
+            lo = ready if ready > start else start
             segs += (lo, t - lo, dev, _IDLE << 32 | code)
             t = lo
             if t <= start:
@@ -228,7 +230,7 @@ class Path:
         cat = pa.DictionaryArray.from_arrays(pa.array(self.category.astype(np.int32)), pa.array(list(CATEGORIES))).cast(pa.string())
         cause = pa.DictionaryArray.from_arrays(pa.array(self.cause.astype(np.int32), mask=self.cause == 0),
                                                pa.array([c or "" for c in self.causes])).cast(pa.string())
-        return pa.table({"rank": pa.array(self.rank, pa.int32()), "step": pa.array(self.step, pa.int64()),
+        return pa.table({"rank": pa.array(np.ascontiguousarray(self.rank), pa.int32()), "step": pa.array(self.step, pa.int64()),
                          "seq": pa.array(self.seq, pa.int32()), "ts_ns": pa.array(self.ts, pa.int64()),
                          "charged_ns": pa.array(self.ns, pa.int64()),
                          "event_id": pa.array(self.event_id, pa.int64(), mask=self.event_id < 0), "category": cat, "cause": cause,
@@ -311,9 +313,9 @@ def path_of(run: Run, rank: int) -> Path:
         has = ev >= 0
         event_id = np.where(has, ids[np.where(has, ev, 0)] if len(ids) else -1, -1)
         frame = np.where(has, frames[np.where(has, ev, 0)] if len(ids) else NONE, NONE)
-        path = Path(np.full(n, int(rank), dtype=np.int64), np.repeat([s for s, _ in parts], [len(c[0]) for _, c in parts]).astype(np.int64),
-                    np.concatenate([np.arange(len(c[0]), dtype=np.int64) for _, c in parts]), cat(0), cat(1), event_id,
-                    cat(3), cat(4), frame, causes)
+        path = Path(np.broadcast_to(np.int32(rank), (n,)), np.repeat([s for s, _ in parts], [len(c[0]) for _, c in parts]).astype(np.int64),
+                    np.concatenate([np.arange(len(c[0]), dtype=np.int32) for _, c in parts]), cat(0), cat(1), event_id,
+                    cat(3), cat(4).astype(np.int16), frame, causes)
     if len(_CACHE) >= 8:
         _CACHE.clear()
     _CACHE[key] = path
