@@ -303,19 +303,25 @@ def path_of(run: Run, rank: int) -> Path:
         w = _Walker(index)
         parts = []
         for step, ts, dur, _eid, pid, tid in steps:
-            cols = _step_rows(w, *w.walk(int(ts), int(ts) + int(dur), index.track_of.get((pid, tid))))
-            parts.append((int(step), cols))
+            ts_, ns, ev, cat, cause = _step_rows(w, *w.walk(int(ts), int(ts) + int(dur), index.track_of.get((pid, tid))))
+            has = ev >= 0  # rows -> event ids and statements, step by step (the index goes before the columns are joined)
+            ev_id = np.where(has, index.ids[np.where(has, ev, 0)], -1) if index.n else np.full(len(ev), -1, dtype=np.int64)
+            frame = np.where(has, index.frame[np.where(has, ev, 0)], NONE) if index.n else np.full(len(ev), NONE, dtype=np.int64)
+            parts.append((int(step), (ts_, ns, ev_id, cat, cause.astype(np.int16), frame)))
         causes = w.cause_texts()
+        del w, index  # the walk's memory, before the path's columns are joined
         n = sum(len(c[0]) for _, c in parts)
-        cat = lambda k: np.concatenate([c[k] for _, c in parts])  # noqa: E731
-        ev = cat(2)
-        ids, frames = index.ids, index.frame
-        has = ev >= 0
-        event_id = np.where(has, ids[np.where(has, ev, 0)] if len(ids) else -1, -1)
-        frame = np.where(has, frames[np.where(has, ev, 0)] if len(ids) else NONE, NONE)
-        path = Path(np.broadcast_to(np.int32(rank), (n,)), np.repeat([s for s, _ in parts], [len(c[0]) for _, c in parts]).astype(np.int64),
-                    np.concatenate([np.arange(len(c[0]), dtype=np.int32) for _, c in parts]), cat(0), cat(1), event_id,
-                    cat(3), cat(4).astype(np.int16), frame, causes)
+
+        def joined(k):
+            out = np.concatenate([c[k] for _, c in parts])
+            for _, c in parts:
+                c[k] = None
+            return out
+        parts = [(s, list(c)) for s, c in parts]
+        sizes = [len(c[0]) for _, c in parts]
+        path = Path(np.broadcast_to(np.int32(rank), (n,)), np.repeat([s for s, _ in parts], sizes).astype(np.int64),
+                    np.concatenate([np.arange(k, dtype=np.int32) for k in sizes]), joined(0), joined(1), joined(2),
+                    joined(3), joined(4), joined(5), causes)
     if len(_CACHE) >= 8:
         _CACHE.clear()
     _CACHE[key] = path
@@ -391,8 +397,10 @@ class _Info:
         """The row of each event id in this table (-1: none)."""
         if not len(self.ids):
             return np.full(len(event_id), -1, dtype=np.int64)
-        at = np.minimum(np.searchsorted(self.ids, event_id), len(self.ids) - 1)
-        return np.where((event_id >= 0) & (self.ids[at] == event_id), at, -1)
+        at = np.searchsorted(self.ids, event_id)
+        np.minimum(at, len(self.ids) - 1, out=at)
+        at[(event_id < 0) | (self.ids[at] != event_id)] = -1
+        return at
 
 
 class _PerEvent:
@@ -401,22 +409,26 @@ class _PerEvent:
 
     def __init__(self, info: _Info, path: Path):
         nc = len(path.causes)
-        cc = path.category.astype(np.int64) * nc + path.cause
+        cc = path.category.astype(np.int32) * nc + path.cause
         present = np.flatnonzero(np.bincount(cc, minlength=len(CATEGORIES) * nc))
         lut = np.zeros(len(CATEGORIES) * nc, dtype=np.int64)
         lut[present] = np.arange(len(present))
-        at = info.rows(path.event_id)
-        key = (at + 1) * len(present) + lut[cc]
+        key = info.rows(path.event_id)
+        key += 1
+        key *= len(present)
+        key += lut[cc]
+        del cc
         size = (len(info.ids) + 1) * len(present)
-        counts = np.bincount(key, minlength=size)
-        used = np.flatnonzero(counts)
-        dense = np.full(size, -1, dtype=np.int64)
-        dense[used] = np.arange(len(used))
+        used = np.flatnonzero(np.bincount(key, minlength=size))
+        small = np.int32 if max(len(used), len(key)) < 2**31 else np.int64
+        dense = np.full(size, -1, dtype=small)
+        dense[used] = np.arange(len(used), dtype=small)
         self.key = dense[key]  # row -> entry
+        del key, dense
         n = len(used)
         self.charged = _sums(self.key, path.ns, n)
-        first = np.full(n, len(key), dtype=np.int64)
-        np.minimum.at(first, self.key, np.arange(len(key), dtype=np.int64))
+        first = np.full(n, len(self.key), dtype=np.int64)
+        np.minimum.at(first, self.key, np.arange(len(self.key), dtype=small))
         self.first = first  # the entry's first row
         self.at = used // len(present) - 1  # row of the info table, -1: no event
         combo = present[used % len(present)]
