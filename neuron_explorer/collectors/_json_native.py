@@ -9,8 +9,8 @@ The source ships with the package and is compiled on first use with the system's
 (`$CXX`, else `c++`; no Python headers, no torch) into the native build folder
 (`$NEURON_EXPLORER_NATIVE_DIR`, default `~/.cache/neuron-explorer/native/`), under a name that
 changes with the source. No compiler, or `NEURON_EXPLORER_NATIVE=0`: the Python decoder reads
-everything, more slowly. A failed build leaves `build-failed.txt` beside it and is not retried
-until that file is deleted.
+everything, more slowly (without a compiler, one line on stderr says so). A failed build leaves
+`build-failed.txt` beside it and is not retried until that file is deleted.
 
 Must not: decide what goes in the tables (_kineto_json does; this mirrors it).
 """
@@ -61,7 +61,9 @@ def load():
         if "lib" not in _state:
             try:
                 _state["lib"] = _load()
-            except (OSError, subprocess.SubprocessError, RuntimeError):
+            except (OSError, subprocess.SubprocessError, RuntimeError) as e:
+                print(f"neuron-explorer: the fast trace reader is not available ({' '.join(str(e).split())[:200]}); "
+                      "traces are read by the Python decoder, more slowly", file=sys.stderr, flush=True)
                 _state["lib"] = None
         return _state["lib"]
 
@@ -97,7 +99,7 @@ def _compile(so: Path) -> None:
     if res.returncode != 0:
         failed.write_text(res.stderr[-4000:])
         tmp.unlink(missing_ok=True)
-        raise RuntimeError("the build failed")
+        raise RuntimeError(f"the build failed; see {failed}")
     os.replace(tmp, so)  # another process building it meanwhile writes the same file
 
 
