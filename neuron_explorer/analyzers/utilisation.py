@@ -110,9 +110,11 @@ def rank_work(run: Run, rank: int) -> RankWork:
 
 
 def _rank_work(run: Run, rank: int, settings: PeakSettings) -> RankWork:
+    # only operators that can have work: flops.op_work estimates from the input shapes (a trace
+    # recorded without record_shapes has none, and parsing every operator's args costs seconds)
     rows = run.sql(
         f"""SELECT event_id, pid, tid, ts_ns, dur_ns, name, args, step, source_frame_id, pass FROM events
-        WHERE rank = ? AND kind = 'cpu_op' AND (name IN ({_KNOWN_SQL}) OR contains(args, '"flops"'))
+        WHERE rank = ? AND kind = 'cpu_op' AND ((name IN ({_KNOWN_SQL}) AND contains(args, '"Input Dims"')) OR contains(args, '"flops"'))
         ORDER BY pid, tid, ts_ns, dur_ns DESC""", [rank]).fetchall()
     ops, open_until = [], {}
     for i, (event_id, pid, tid, ts, dur, name, args, step, frame, pass_) in enumerate(rows):
@@ -159,6 +161,8 @@ def _next_input_shape(rows: list, i: int) -> list | None:
 
 def _kernels_of(run: Run, rank: int, ops: list[dict]) -> list[dict]:
     """Kernels launched inside a counted operator, with their share of its work (by duration)."""
+    if not ops:
+        return []
     rows = run.sql("""SELECT k.event_id, k.name, k.dur_ns, k.device, r.pid, r.tid, r.ts_ns, k.step FROM events k
         JOIN events r ON r.event_id = k.launch_id WHERE k.rank = ? AND k.kind = 'kernel'""", [rank]).fetchall()
     if not rows or not ops:
