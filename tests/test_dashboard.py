@@ -510,7 +510,8 @@ def client(rs):
 
 
 def test_api_envelope_for_every_view(client, rs):
-    params = {"event": f"&event_id={eid(rs, 'gemm')}", "source": "&frame_id=0", "search": "&text=gemm"}
+    params = {"event": f"&event_id={eid(rs, 'gemm')}", "source": "&frame_id=0", "search": "&text=gemm",
+              "area": f"&t0={BASE}&t1={BASE + 50 * US}", "jump": "&table=operators&name=aten::linear"}
     for view in queries.VIEWS:
         if view == "findings":
             continue  # runs the analyzer: covered above

@@ -15,6 +15,7 @@ from .compare import compare, compare_timeline  # noqa: F401  (the views of two 
 from .flame import flame
 from .runs import LANE_SQL, OpenRun, QueryError, RunSet  # noqa: F401
 from .search import search  # noqa: F401  (a view: find events by name)
+from .navigate import area, critical_path, jump  # noqa: F401  (views: an area selection, the path of the step in view, a table row's instances)
 from .source import source  # noqa: F401  (the source view)
 from .tables import (MAX_TABLE_LIMIT, TABLE_LIMIT, TABLE_VIEWS, kernels, kernels_by_operator, memory, memory_summary,  # noqa: F401
                      operators, source_lines, steps, table)
@@ -135,6 +136,9 @@ VIEWS = {
     "findings": findings,
     "search": search,
     "overview": _overview,
+    "area": area,
+    "critical_path": critical_path,
+    "jump": jump,
 }
 """The views served at /api/<name>; each is documented by its docstring."""
 
