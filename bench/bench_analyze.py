@@ -32,7 +32,8 @@ def run_once(run_dir: str, tree: Path) -> tuple[float, float, float]:
             f"r = nx.analyze({run_dir!r}); u = resource.getrusage(resource.RUSAGE_SELF); "
             "print(time.perf_counter() - t, u.ru_utime + u.ru_stime, u.ru_maxrss, len(r.findings))")
     env = dict(os.environ, PYTHONPATH=str(tree))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=tree).stdout.split()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env,
+                         cwd=tree).stdout.splitlines()[-1].split()  # the last line: what the analysis printed comes first
     return float(out[0]), float(out[1]), float(out[2]) / 1024  # ru_maxrss is KiB on Linux
 
 
