@@ -330,8 +330,13 @@ def path_of(run: Run, rank: int) -> Path:
 
 def rank_path(run: Run, rank: int) -> list[dict]:
     """The critical path of every profiler step of a rank: one dict per charged segment (the
-    columns PATH_COLUMNS), in time order per step (`path_of` gives the same as columns)."""
-    return path_of(run, rank).rows()
+    columns PATH_COLUMNS), in time order per step, built once per run and rank per process
+    (`path_of` gives the same as columns, without a dict per row)."""
+    path = path_of(run, rank)
+    rows = path._derived.get("rows")
+    if rows is None:
+        rows = path._derived["rows"] = path.rows()
+    return rows
 
 
 def path_table(run: Run):
@@ -455,7 +460,8 @@ def path_items(run: Run, path) -> list[dict]:
     statement. Each item also has `charged_ns`, `events` (distinct events), `steps`, `sample_id`,
     `module_path` and `op_args` (the operator's Kineto args). `path`: a `Path` or rows as dicts."""
     if not isinstance(path, Path):
-        path = Path.from_rows(list(path))
+        # a rank's whole path as `rank_path` gave it: its columns; else (e.g. one step's rows) columns of the rows
+        path = next((p for p in list(_CACHE.values()) if p._derived.get("rows") is path), None) or Path.from_rows(list(path))
     if not len(path):
         return []
     info, pe = _derived(run, path)
