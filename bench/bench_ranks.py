@@ -9,6 +9,8 @@ process tree is polled for RSS (psutil, every 50 ms):
     python bench/bench_ranks.py analyze --ranks 256       # analyze: N ranks vs one rank, same events (target <= 2x)
     python bench/bench_ranks.py import --ranks 256        # import: N files vs one file, same events (target <= 2x)
     python bench/bench_ranks.py memory --ranks 1024       # analyze of N ranks: peak RSS (target <= 2 GB)
+    python bench/bench_ranks.py analyze --ranks 256 --without-paths   # without the critical-path and utilisation analyses
+    python bench/bench_ranks.py dashboard --ranks 1024    # dashboard server time: rank x step heatmap, first page (target <= 1 s)
 
 Options: --trace (default tests/data/traces/multirank_128/rank-0.json.gz, 4,855 events), --repeat,
 --workers (import), --keep DIR (keep the traces and runs there instead of a temporary directory).
@@ -119,10 +121,47 @@ def nx_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "neuron_explorer", *args]
 
 
-def analyze_cmd(run: Path) -> list[str]:
-    code = ("import sys, neuron_explorer as nx; r = nx.analyze(sys.argv[1]); "
-            "print(len(r.findings))")
+WITHOUT_PATHS = """
+from neuron_explorer.analyzers import engine, metrics
+from neuron_explorer.analyzers.rules import hotspot
+metrics._bound = metrics._utilisation = lambda run, rank: {}
+hotspot.on_path_ns = lambda *a, **k: None
+import pyarrow as pa
+from neuron_explorer.analyzers import outputs
+outputs._critical_path = outputs._work = lambda run_dir: pa.table({})
+rules = [r for r in engine.all_rules() if r.RULE_ID not in ('critical-path', 'device-underuse')]
+"""
+
+
+def analyze_cmd(run: Path, without_paths: bool = False) -> list[str]:
+    """nx.analyze in a fresh process. `without_paths`: leave out the critical-path and utilisation
+    analyses (the summary's bound and utilisation, the critical-path and device-underuse rules,
+    hotspot's critical-path test, analysis/critical_path.parquet and work.parquet), which walk every event in Python: the analyses of when the
+    issue was filed, to see the cost of everything else."""
+    code = ((WITHOUT_PATHS if without_paths else "rules = None\n")
+            + "import sys, neuron_explorer as nx; from neuron_explorer.analyzers.engine import analyze; "
+            "r = analyze(sys.argv[1], rules=rules); print(len(r.findings))")
     return [sys.executable, "-c", code, str(run)]
+
+
+DASHBOARD = """
+import sys, time, json
+from neuron_explorer.dashboard.runs import RunSet
+from neuron_explorer.dashboard import ranks_view
+t = time.perf_counter(); rs = RunSet([sys.argv[1]]); opened = time.perf_counter() - t
+t = time.perf_counter(); fig = ranks_view.heatmap_figure(rs, 0); body = fig.to_json(); heat = time.perf_counter() - t
+from neuron_explorer.dashboard.app import create_app, warm
+t = time.perf_counter(); warm(rs); app = create_app(rs); page = app.server.test_client().get('/_dash-layout'); first = time.perf_counter() - t
+assert page.status_code == 200
+print(json.dumps({"open_s": opened, "heatmap_s": heat, "heatmap_bytes": len(body), "first_page_s": first, "layout_bytes": len(page.data)}))
+"""
+
+
+def dashboard_cmd(run: Path) -> list[str]:
+    """The dashboard's server time on a fresh process: opening the run, the rank x step heatmap
+    (its query, figure and JSON), and the whole first page (warm-up, layout with the first
+    timeline and the heatmap, served as /_dash-layout)."""
+    return [sys.executable, "-c", DASHBOARD, str(run)]
 
 
 def _events(run: Path) -> int:
@@ -131,12 +170,13 @@ def _events(run: Path) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=("analyze", "import", "memory"))
+    ap.add_argument("what", choices=("analyze", "import", "memory", "dashboard"))
     ap.add_argument("--ranks", type=int, default=256)
     ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--workers", type=int, default=None, help="import --workers (default: the importer's choice)")
     ap.add_argument("--keep", type=Path, default=None, help="keep traces and runs in this directory")
+    ap.add_argument("--without-paths", action="store_true", help="analyze without the critical-path and utilisation analyses")
     args = ap.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="nx-bench-ranks-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -146,10 +186,20 @@ def main() -> None:
             t = time.perf_counter()
             write_rank_copies(args.trace, many_dir, args.ranks)
             print(f"wrote {args.ranks} rank traces in {time.perf_counter() - t:.1f} s", file=sys.stderr)
-        if args.what != "memory" and not one_file.exists():
+        if args.what not in ("memory", "dashboard") and not one_file.exists():
             write_tiled(args.trace, one_file, args.ranks)
         workers = ["--workers", str(args.workers)] if args.workers else []
         many_run, one_run = work / f"run_ranks{args.ranks}", work / f"run_one_x{args.ranks}"
+        if args.what == "dashboard":
+            if not (many_run / "manifest.json").exists():
+                measure(nx_cmd("import", str(many_dir), "-o", str(many_run), "--force", *workers))
+            for _ in range(args.repeat):
+                wall, rss, out = measure(dashboard_cmd(many_run))
+                got = json.loads(out.strip().splitlines()[-1])
+                print(f"dashboard {args.ranks} ranks ({_events(many_run):,} events): open {got['open_s']:.2f} s, "
+                      f"heatmap {got['heatmap_s']:.2f} s ({got['heatmap_bytes'] / 1024:.0f} KiB), first page (warm-up + layout) "
+                      f"{got['first_page_s']:.2f} s ({got['layout_bytes'] / 2**20:.1f} MiB), peak RSS {rss:.0f} MiB")
+            return
         if args.what == "import":
             results = {"many": [], "one": []}
             for _ in range(args.repeat):  # alternate, so that the machine's load hits both alike
@@ -162,9 +212,9 @@ def main() -> None:
                 measure(nx_cmd("import", str(one_file), "-o", str(one_run), "--force", *workers))
             results = {"many": []} if args.what == "memory" else {"many": [], "one": []}
             for _ in range(args.repeat):
-                results["many"].append(measure(analyze_cmd(many_run)))
+                results["many"].append(measure(analyze_cmd(many_run, args.without_paths)))
                 if "one" in results:
-                    results["one"].append(measure(analyze_cmd(one_run)))
+                    results["one"].append(measure(analyze_cmd(one_run, args.without_paths)))
         label = {"many": f"{args.ranks} ranks", "one": f"1 rank, {args.ranks}x tiled"}
         for key, rs in results.items():
             run = many_run if key == "many" else one_run

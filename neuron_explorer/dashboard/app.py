@@ -15,6 +15,7 @@ import threading
 
 from ..errors import NeuronExplorerError
 from . import compare_view, lane_groups, navigate, overview, queries
+from . import ranks_view
 from .api import register as register_api
 from .figure import build_figure
 from .panels import CallbackInputError, detail_panel, finding_clicked, findings_for, findings_note, findings_table, guard, tables_for  # noqa: F401  (callback bodies)
@@ -312,7 +313,7 @@ def create_app(rs: RunSet):
     comparing = len(rs.runs) >= 2  # the Compare view needs two runs
     # The first view is in the page itself: the timeline draws as soon as the scripts are loaded,
     # with no callback round trip (the tables and findings fill in after it).
-    view0 = view_for(rs, None, 0, "all", None, None, None)
+    view0 = view_for(rs, None, 0, ranks_view.first_rank(rs, 0), None, None, None)
     fig0, status0 = timeline_figure(rs, view0, DEFAULT_WIDTH, None)
     app.layout = html.Div([
         html.Div([
@@ -321,7 +322,7 @@ def create_app(rs: RunSet):
             html.Div([
                 html.Label("run"), html.Div(dcc.Dropdown(id="run-select", options=run_opts, value=0, clearable=False), className="nx-dd",
                                        style={"width": 260, "color": "#263238"}),
-                html.Label("rank"), html.Div(dcc.Dropdown(id="rank-select", options=rank_options(rs, 0), value="all", clearable=False), className="nx-dd",
+                html.Label("rank"), html.Div(dcc.Dropdown(id="rank-select", options=rank_options(rs, 0), value=ranks_view.first_rank(rs, 0), clearable=False), className="nx-dd",
                                         style={"width": 130, "color": "#263238"}),
                 html.Button("whole run", id="reset", className="nx-btn"),
                 html.Label("colour"), dcc.RadioItems(id="color-by", options=[{"label": "name", "value": "name"}, {"label": "kind", "value": "kind"}],
@@ -332,7 +333,7 @@ def create_app(rs: RunSet):
             html.Div(status0, id="status", className="nx-status"),
         ], className="nx-top"),
         html.Div(id="error", className="nx-error"),
-        html.Div([html.Div([html.Div([
+        html.Div([ranks_view.layout(rs), html.Div([html.Div([
             dcc.Input(id="search", type="text", debounce=True, placeholder="find by name, or /regex/ (Enter)", className="nx-search-box"),
             html.Button("‹ prev", id="search-prev", className="nx-btn nx-btn-light"),
             html.Button("next ›", id="search-next", className="nx-btn nx-btn-light"),
@@ -366,15 +367,17 @@ def create_app(rs: RunSet):
     @app.callback(Output("rank-select", "options"), Output("rank-select", "value"), Output("collapse", "options"), Output("collapse", "value"),
                   Input("run-select", "value"), prevent_initial_call=True)
     def _ranks(run):
-        return rank_options(rs, run), "all", group_options(rs, run), []
+        return rank_options(rs, run), ranks_view.first_rank(rs, run), group_options(rs, run), []
 
     @app.callback(Output("view", "data"), Output("error", "children", allow_duplicate=True),
                   Input("run-select", "value"), Input("rank-select", "value"), Input("reset", "n_clicks"),
                   Input("timeline", "relayoutData"), Input("findings", "cellClicked"), State("view", "data"),
-                  prevent_initial_call=True)
+                  State("rank-jump", "data"), prevent_initial_call=True)
     @guard(1)
-    def _view(run, rank, _reset, relayout, click, current):
+    def _view(run, rank, _reset, relayout, click, current, jump=None):
         trig = ctx.triggered_id
+        if trig == "rank-select" and ranks_view.keeps_view(current, jump, rank):
+            return (no_update,)  # a heatmap click chose this rank and its step: keep that window
         trigger = {"timeline": "timeline", "findings": "findings"}.get(trig)
         finding_index = finding_clicked(click) if trigger == "findings" else None
         if trigger == "timeline" and isinstance(relayout, dict) and not any(RANGE_KEY.match(str(k)) or k == "xaxis.autorange"
@@ -474,6 +477,7 @@ def create_app(rs: RunSet):
     if comparing:
         compare_view.register(app, rs)
     overview.register(app, rs, view_for)
+    ranks_view.register(app, rs)
     return app
 
 
@@ -503,7 +507,8 @@ def rank_options(rs: RunSet, run) -> list[dict]:
 def warm(rs: RunSet) -> None:
     """Compute the per-run caches (lanes, long events) and the first view, so the first page is quick."""
     for r in rs.runs:
-        timeline_arrays(rs, run=r.index, width=DEFAULT_WIDTH)
+        first = ranks_view.first_rank(rs, r.index)
+        timeline_arrays(rs, run=r.index, width=DEFAULT_WIDTH, **({} if first == "all" else {"rank": first}))
 
 
 def serve(paths, host: str = "127.0.0.1", port: int = 8050, *, echo=print, debug: bool = False) -> None:

@@ -1,0 +1,131 @@
+"""Many ranks: a rank x step heatmap of step time, shown above the timeline when a run has more
+than MANY_RANKS ranks; the timeline then opens on the first rank (`first_rank`). Clicking a cell
+opens that rank's timeline (the rank picker set to it) at that step.
+
+`step_grid` is the one query (the `steps` view: per rank and profiler step, the step's span, as
+docs/METRICS.md defines it); `heatmap_figure` draws it; `cell_view` is the click's callback body
+(plain functions, tested without a browser); `register` wires them into the app.
+
+The click sets the view (that rank, that step's window) and the rank picker, and keeps the
+target in the `rank-jump` store; the picker's own callback (app.py) asks `keeps_view` and keeps
+that view instead of resetting to the whole run.
+
+Must not: query the run except through `step_grid`, or draw the timeline (timeline.py does).
+"""
+
+from __future__ import annotations
+
+from .runs import RunSet
+
+MANY_RANKS = 8
+"""A run with more ranks than this opens with the rank x step heatmap."""
+
+
+def step_grid(rs: RunSet, run) -> dict:
+    """Step time per rank and step: {"ranks", "steps", "ms" (rows: ranks, columns: steps; None
+    where a rank has no such step), "cells" {(rank, step): (ts_ns, dur_ns)}}. Cached per run."""
+    r = rs.get(run)
+
+    def compute() -> dict:
+        _, rows = r.query("SELECT rank, step, ts_ns, dur_ns FROM steps ORDER BY rank, step")
+        ranks = sorted({int(x[0]) for x in rows})
+        steps = sorted({int(x[1]) for x in rows})
+        ri, si = {k: i for i, k in enumerate(ranks)}, {k: i for i, k in enumerate(steps)}
+        ms = [[None] * len(steps) for _ in ranks]
+        cells = {}
+        for rank, step, ts, dur in rows:
+            ms[ri[int(rank)]][si[int(step)]] = int(dur) / 1e6
+            cells[(int(rank), int(step))] = (int(ts), int(dur))
+        return {"ranks": ranks, "steps": steps, "ms": ms, "cells": cells}
+
+    return r.cached("rank_step_grid", compute)
+
+
+def is_many(rs: RunSet, run) -> bool:
+    try:
+        return len(rs.get(run).run.ranks) > MANY_RANKS
+    except Exception:  # noqa: BLE001 - a bad run index: no heatmap (the other panels say what is wrong)
+        return False
+
+
+def first_rank(rs: RunSet, run):
+    """The rank picker's first choice: "all" ranks, or for a many-rank run its first rank (the
+    heatmap shows them all; a timeline of every rank of a large job is neither readable nor quick)."""
+    if not is_many(rs, run):
+        return "all"
+    return rs.get(run).run.ranks[0]
+
+
+def heatmap_figure(rs: RunSet, run):
+    """The heatmap (ranks on y, steps on x, colour: step time in ms), or None for a run with at
+    most MANY_RANKS ranks."""
+    import plotly.graph_objects as go
+
+    if not is_many(rs, run):
+        return None
+    g = step_grid(rs, run)
+    fig = go.Figure(go.Heatmap(z=g["ms"], x=g["steps"], y=g["ranks"], colorscale="Viridis", colorbar={"title": {"text": "ms"}},
+                               hovertemplate="rank %{y} · step %{x}<br>%{z:.3f} ms<extra></extra>", xgap=1 if len(g["steps"]) < 200 else 0))
+    fig.update_layout(height=min(560, 180 + 2 * len(g["ranks"])), margin={"l": 60, "r": 20, "t": 10, "b": 40},
+                      xaxis={"title": {"text": "step"}, "type": "category" if len(g["steps"]) <= 60 else "linear"},
+                      yaxis={"title": {"text": "rank"}, "autorange": "reversed"}, plot_bgcolor="#FFF")
+    return fig
+
+
+def cell_view(rs: RunSet, run, click) -> dict:
+    """The view after a click on a heatmap cell: that rank only, the window of that step."""
+    from .panels import CallbackInputError
+
+    try:
+        p = click["points"][0]
+        rank, step = int(p["y"]), int(p["x"])
+    except (TypeError, KeyError, IndexError, ValueError):
+        raise CallbackInputError("heatmap click has no cell") from None
+    g = step_grid(rs, run)
+    if (rank, step) not in g["cells"]:
+        raise CallbackInputError(f"rank {rank} has no step {step}")
+    ts, dur = g["cells"][(rank, step)]
+    return {"run": rs.get(run).index, "rank": rank, "t0": ts, "t1": ts + max(dur, 1), "finding": None, "step": step}
+
+
+def layout(rs: RunSet, run=0):
+    from dash import dcc, html
+
+    from .theme import GRAPH_CONFIG
+
+    fig = heatmap_figure(rs, run)
+    return html.Div([
+        html.Div("step time per rank: click a cell to open that rank's timeline at that step", className="nx-muted"),
+        dcc.Graph(id="rank-heatmap", figure=fig if fig is not None else {}, config=GRAPH_CONFIG),
+        dcc.Store(id="rank-jump"),
+    ], id="rank-heatmap-card", className="nx-card", style=None if fig is not None else {"display": "none"})
+
+
+def register(app, rs: RunSet) -> None:
+    from dash import Input, Output, State, no_update
+
+    from ..errors import NeuronExplorerError
+
+    @app.callback(Output("rank-heatmap", "figure"), Output("rank-heatmap-card", "style"), Input("run-select", "value"),
+                  prevent_initial_call=True)
+    def _heatmap(run):
+        fig = heatmap_figure(rs, run)
+        return (fig, None) if fig is not None else ({}, {"display": "none"})
+
+    @app.callback(Output("rank-select", "value", allow_duplicate=True), Output("view", "data", allow_duplicate=True),
+                  Output("rank-jump", "data"), Output("error", "children", allow_duplicate=True),
+                  Input("rank-heatmap", "clickData"), State("rank-select", "value"), State("run-select", "value"),
+                  prevent_initial_call=True)
+    def _jump(click, rank, run):
+        try:
+            target = cell_view(rs, run, click)
+        except NeuronExplorerError as e:
+            return no_update, no_update, no_update, f"⚠ {e}"
+        return (no_update if rank == target["rank"] else target["rank"]), target, target, ""
+
+
+def keeps_view(current, jump, rank) -> bool:
+    """Whether the rank picker's change is the one a heatmap click made (the view is already
+    that click's step window on that rank): then the app keeps the view instead of resetting it
+    to the whole run."""
+    return isinstance(current, dict) and isinstance(jump, dict) and current == jump and jump.get("rank") == rank

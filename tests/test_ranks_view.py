@@ -1,0 +1,85 @@
+"""The dashboard's view of many ranks (dashboard/ranks_view.py): a rank x step heatmap of step
+time for runs with more than 8 ranks, and the view a click on a cell opens.
+
+A hand-built 12-rank run: every rank runs 3 profiler steps of 100 us from t = 0, 100, 200 us,
+except rank 7, whose step 2 takes 400 us (its step 3 starts at 500 us). A 2-rank run gets no
+heatmap.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from neuron_explorer.collectors.chrome_trace import import_traces
+from neuron_explorer.dashboard import ranks_view
+from neuron_explorer.dashboard.panels import CallbackInputError
+from neuron_explorer.dashboard.runs import RunSet
+
+from .conftest import X, write_trace
+
+BASE = 1_700_000_000_000_000_000
+SLOW_RANK, SLOW_STEP = 7, 2
+
+
+def rank_events(rank: int) -> list[dict]:
+    ev, t = [], 0
+    for s in (1, 2, 3):
+        dur = 400 if (rank, s) == (SLOW_RANK, SLOW_STEP) else 100
+        ev += [X(f"ProfilerStep#{s}", "user_annotation", t, dur), X(f"work_r{rank}", "cpu_op", t + 10, dur - 20)]
+        t += dur
+    return ev
+
+
+def write_ranks(dir_, n: int):
+    for r in range(n):
+        write_trace(dir_ / f"rank{r}.json", rank_events(r), baseTimeNanoseconds=BASE, distributedInfo={"rank": r, "world_size": n})
+    return dir_
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ranks_view")
+    twelve = import_traces(write_ranks(tmp / "t12", 12), tmp / "r12").run_dir
+    two = import_traces(write_ranks(tmp / "t2", 2), tmp / "r2").run_dir
+    rs = RunSet([twelve, two])
+    yield rs
+    rs.close()
+
+
+def test_step_grid_is_step_time_per_rank_and_step(runs):
+    g = ranks_view.step_grid(runs, 0)
+    assert g["ranks"] == list(range(12)) and g["steps"] == [1, 2, 3]
+    want = [[0.1, 0.4 if r == SLOW_RANK else 0.1, 0.1] for r in range(12)]
+    assert g["ms"] == want
+    assert g["cells"][(SLOW_RANK, 3)] == (BASE + 500_000, 100_000)
+
+
+def test_heatmap_only_for_more_than_eight_ranks(runs):
+    fig = ranks_view.heatmap_figure(runs, 0)
+    (hm,) = fig.data
+    assert hm.type == "heatmap" and list(hm.y) == list(range(12)) and list(hm.x) == [1, 2, 3]
+    # the hottest cell is rank 7's step 2
+    flat = [(v, r, s) for r, row in zip(hm.y, hm.z) for s, v in zip(hm.x, row)]
+    assert max(flat) == (0.4, SLOW_RANK, SLOW_STEP)
+    assert ranks_view.heatmap_figure(runs, 1) is None
+    card = ranks_view.layout(runs, 1)
+    assert card.style == {"display": "none"}
+    # the timeline of a many-rank run opens on its first rank; of a few ranks, on all of them
+    assert ranks_view.first_rank(runs, 0) == 0 and ranks_view.first_rank(runs, 1) == "all"
+
+
+def test_a_click_on_a_cell_opens_that_rank_at_that_step(runs):
+    click = {"points": [{"x": SLOW_STEP, "y": SLOW_RANK, "z": 0.4}]}
+    view = ranks_view.cell_view(runs, 0, click)
+    assert view["rank"] == SLOW_RANK and (view["t0"], view["t1"]) == (BASE + 100_000, BASE + 500_000)
+    # the timeline of that view holds that rank's lanes only
+    from neuron_explorer.dashboard.app import timeline_figure
+
+    fig, status = timeline_figure(runs, view, 1200, None)
+    ticks = list(fig["layout"]["yaxis"]["ticktext"])
+    assert ticks and all(t.startswith(f"r{SLOW_RANK} ") for t in ticks), ticks
+    assert status.startswith("0.400 ms")
+    with pytest.raises(CallbackInputError, match="rank 3 has no step 9"):
+        ranks_view.cell_view(runs, 0, {"points": [{"x": 9, "y": 3}]})
+    with pytest.raises(CallbackInputError, match="no cell"):
+        ranks_view.cell_view(runs, 0, {"points": []})
