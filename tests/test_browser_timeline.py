@@ -83,6 +83,21 @@ def test_keys_zoom_and_pan_on_an_absolute_axis(page):
     drv.save_screenshot(str(ARTIFACTS / "timeline-keys.png"))
 
 
+def test_the_wheel_zooms_at_the_pointer(page):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.actions.wheel_input import ScrollOrigin
+
+    drv, rs, box = page
+    status = drv.execute_script(f"return {STATUS}")
+    px = box["left"] + box["w"] * 0.25  # a quarter in: the time under the pointer stays under it
+    at = box["x0"] + 0.25 * (box["x1"] - box["x0"])
+    ActionChains(drv).scroll_from_origin(ScrollOrigin.from_viewport(int(px), int(box["top"] + 30)), 0, -300).perform()
+    _changed(drv, status, "zoom by the wheel")
+    z = plot_box(drv)
+    assert z["x1"] - z["x0"] < 0.95 * (box["x1"] - box["x0"])  # one wheel notch: about 10%
+    assert z["x0"] + (int(px) - box["left"]) / z["w"] * (z["x1"] - z["x0"]) == pytest.approx(at, abs=0.01 * (box["x1"] - box["x0"]))
+
+
 def test_a_short_drag_zooms_and_a_click_inside_a_slice_selects_it(page):
     drv, rs, box = page
     status = drv.execute_script(f"return {STATUS}")
