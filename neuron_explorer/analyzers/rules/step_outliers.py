@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from ..engine import Context, NotApplicable
 from ..lines import own_ns_sql
-from ..metrics import steady_steps
 from ..model import Location
 from ._util import ms, rows
 
@@ -53,7 +52,7 @@ def screen(run, summaries: dict) -> set[int]:
 
 def check(ctx: Context) -> list:
     t = THRESHOLDS
-    used = steady_steps(ctx.run, ctx.rank).used
+    used = ctx.summary["steps"]["steady_steps"]  # metrics.steady_steps, as the summary selected them
     if len(used) < t["MIN_STEPS"]:
         raise NotApplicable(f"fewer than {t['MIN_STEPS']} steady-state profiler steps in this rank")
     in_used = ", ".join(str(int(s)) for s in used)
