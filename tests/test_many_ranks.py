@@ -163,6 +163,19 @@ def test_screening_skips_ranks_with_nothing_to_report_and_the_report_stays_the_s
     assert [f["location"]["rank"] for f in got["findings"] if f["rule_id"] == "tiny-ops"] == [1]
 
 
+def test_ranks_are_batched_by_count_and_by_events(many, monkeypatch):
+    from neuron_explorer.analyzers import engine
+
+    run_dir, _ = many
+    with open_run(run_dir) as run:
+        sizes = [e["events"] for e in run.manifest["ranks"]]
+        assert engine.rank_batches(run, [0, 1, 2, 3]) == [[0, 1, 2, 3]]
+        monkeypatch.setattr(engine, "RANK_BATCH", 3)
+        assert engine.rank_batches(run, [0, 1, 2, 3]) == [[0, 1, 2], [3]]
+        monkeypatch.setattr(engine, "BATCH_EVENTS", sizes[0] + sizes[1])  # ranks 0 and 1 fill a batch
+        assert engine.rank_batches(run, [0, 1, 2, 3])[0] == [0, 1]
+
+
 class _ScreenFails:
     """A rule whose screening fails: its check runs on every rank instead."""
     RULE_ID, TITLE, CATEGORY, SCOPE, THRESHOLDS = "screen-fails", "Screen fails", "hotspot", "rank", {}

@@ -138,7 +138,24 @@ _quality_notes = quality_notes  # the earlier private name
 
 
 RANK_BATCH = 128
-"""Ranks whose summary numbers and rule screening are computed together, by queries grouped by rank."""
+"""Ranks whose summary numbers and rule screening are computed together, by queries grouped by rank..."""
+BATCH_EVENTS = 2_000_000
+"""...and at most this many events in a batch (a larger rank is a batch of its own), so that the
+grouped queries hold no more than one large rank's worth at a time."""
+
+
+def rank_batches(run: Run, ranks: list[int]) -> list[list[int]]:
+    """Consecutive ranks in batches of at most RANK_BATCH ranks and BATCH_EVENTS events (the
+    manifest's count per rank)."""
+    events = {int(e.get("rank", 0)): int(e.get("events", 0) or 0) for e in run.manifest.get("ranks", [])}
+    out, batch, n = [], [], 0
+    for r in ranks:
+        if batch and (len(batch) >= RANK_BATCH or n + events.get(r, 0) > BATCH_EVENTS):
+            out.append(batch)
+            batch, n = [], 0
+        batch.append(r)
+        n += events.get(r, 0)
+    return out + ([batch] if batch else [])
 
 
 def _analyze_rank(run: Run, rank: int, rank_rules: list[ModuleType], quality: dict,
@@ -171,7 +188,7 @@ def default_workers(ranks: int) -> int:
 def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int | None = None, ray: str | None = None) -> Report:
     """Run the rules over an open run and return the ranked Report.
 
-    Ranks go in batches (RANK_BATCH): the summary numbers of all ranks of a batch, and each
+    Ranks go in batches (`rank_batches`): the summary numbers of all ranks of a batch, and each
     rule's screening, are queries grouped by rank, so a job of many small ranks pays each query's
     fixed cost once per batch, not once per rank. The rest of the per-rank work (the figures
     computed rank by rank, and the checks the screening selected) reads only its own rank's
@@ -265,13 +282,12 @@ def screen(run: Run, rule: ModuleType, summaries: dict[int, dict]) -> set[int] |
 
 def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], quality: dict,
                    n_workers: int) -> dict[int, tuple[dict, dict]]:
-    """Ranks in batches of RANK_BATCH: for each batch, the summary numbers of all its ranks and
+    """Ranks in batches (`rank_batches`): for each batch, the summary numbers of all its ranks and
     each rule's screening are queries grouped by rank over the batch's views; then each rank
     adds the figures computed rank by rank and runs the checks its screening selected, on views
     over its own partition, by `n_workers` threads."""
     out: dict[int, tuple[dict, dict]] = {}
-    for i in range(0, len(ranks), RANK_BATCH):
-        batch = ranks[i:i + RANK_BATCH]
+    for batch in rank_batches(run, ranks):
         con = new_connection()
         try:
             batch_run = Run(run.path, run.manifest, con)
