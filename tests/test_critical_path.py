@@ -410,3 +410,37 @@ def test_agent_tool_returns_the_top_items_with_their_lines(tmp_path):
         ("sgemm_1", "aten::mm", 300 * US), ("sgemm_2", "aten::mm", 300 * US), ("sgemm_3", "aten::mm", 300 * US), (None, None, 85 * US)]
     assert sum(i["charged_ns"] for i in one["ranks"][0]["items"]) == 1000 * US and not one["truncated"]
     assert not bad["ok"] and "no step 7" in bad["error"]
+
+
+def test_saving_bound_stops_where_the_other_stream_becomes_critical(tmp_path):
+    """Two kernels on two streams, no recorded dependency between them; the host waits for both.
+
+        host  0                                                                          1000
+        ProfilerStep#1 [===============================================================]
+        aten::mm  [10-20) [20-30)     launches [12-16) c1, [22-26) c2
+        cudaDeviceSynchronize     [50 ------------------------------------------ 905)
+        stream 7     [20 ------- k_long ------- 820)
+        stream 8            [100 ---------- k_short ---------- 900)
+
+    The path charges k_short 800 µs (it ended last). Without it the device still has k_long's 800
+    µs of the step, so the step cannot shrink below 800 µs: the saving bound is 1000 - 800 = 200 µs,
+    not the 800 charged. The 105 µs of host time outside traced calls (10 before the first
+    operator, 95 after the sync) can all go: the device is busy 880 µs of the step, so the step can
+    lose up to 120 µs; so can the 74 µs k_short waited for its launch.
+    """
+    events = [X("ProfilerStep#1", "user_annotation", 0, 1000),
+              X("aten::mm", "cpu_op", 10, 10, **{"External id": 1}),
+              X("cudaLaunchKernel", "cuda_runtime", 12, 4, correlation=1, **{"External id": 1}),
+              _k("k_long", "kernel", 1, 20, 800, stream=7),
+              X("aten::mm", "cpu_op", 20, 10, **{"External id": 2}),
+              X("cudaLaunchKernel", "cuda_runtime", 22, 4, correlation=2, **{"External id": 2}),
+              _k("k_short", "kernel", 2, 100, 800, stream=8),
+              X("cudaDeviceSynchronize", "cuda_runtime", 50, 855, correlation=9)]
+    run_dir, found = _analyze(tmp_path, events)
+    by_item = {(f.location.kernel, f.location.op): f for f in found}
+    short = by_item[("k_short", "aten::mm")]
+    assert short.impact_ns == 800 * US and short.saving_bound_ns == 200 * US
+    host = by_item[(None, None)]
+    assert host.impact_ns == 105 * US and host.saving_bound_ns == 105 * US
+    idle = next(f for f in found if f.evidence.values["category"] == "idle")
+    assert idle.impact_ns == 74 * US and idle.saving_bound_ns == 74 * US

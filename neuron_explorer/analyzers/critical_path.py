@@ -452,13 +452,14 @@ def _derived(run: Run, path: Path) -> tuple[_Info, _PerEvent]:
     return got
 
 
-def path_items(run: Run, path) -> list[dict]:
+def path_items(run: Run, path, by_step: bool = False) -> list[dict]:
     """The path's charged ns per item, heaviest first. An item is (category, item, op, frame_id,
     cause): for device work and idle gaps `item` is the device event's name, for host work the
     top-level operator around the charged event (else the event's own name; None for untraced
     host time); `op` is the top-level operator (device events: of their launch), `frame_id` the
     statement. Each item also has `charged_ns`, `events` (distinct events), `steps`, `sample_id`,
-    `module_path` and `op_args` (the operator's Kineto args). `path`: a `Path` or rows as dicts."""
+    `module_path` and `op_args` (the operator's Kineto args). `path`: a `Path` or rows as dicts.
+    With `by_step`, each item also has `step_ns`: its charged ns per step ({step: ns})."""
     if not isinstance(path, Path):
         # a rank's whole path as `rank_path` gave it: its columns; else (e.g. one step's rows) columns of the rows
         path = next((p for p in list(_CACHE.values()) if p._derived.get("rows") is path), None) or Path.from_rows(list(path))
@@ -487,6 +488,12 @@ def path_items(run: Run, path) -> list[dict]:
         steps = seen.sum(axis=1)
     else:
         steps = np.bincount(distinct(row_group * len(steps_u) + step) // len(steps_u), minlength=g)
+    step_ns: dict[int, dict[int, int]] = {}
+    if by_step:
+        cells, inverse = np.unique(row_group.astype(np.int64) * len(steps_u) + step, return_inverse=True)
+        sums = np.bincount(inverse, weights=path.ns, minlength=len(cells))
+        for cell, ns in zip(cells.tolist(), sums.tolist()):
+            step_ns.setdefault(cell // len(steps_u), {})[int(steps_u[cell % len(steps_u)])] = int(round(ns))
     tops = {int(info.top_op[pe.at[e]]) for e in lead.tolist() if pe.at[e] >= 0 and info.top_op[pe.at[e]] >= 0}
     args = dict(run.sql("SELECT event_id, args FROM events WHERE event_id IN (SELECT unnest(?::BIGINT[]))",
                         [sorted(tops)]).fetchall()) if tops else {}
@@ -499,9 +506,57 @@ def path_items(run: Run, path) -> list[dict]:
         out.append({"category": CATEGORIES[int(pe.category[e])], "item": info.strs[int(item[e])], "op": info.strs[int(pe.op[e])],
                     "frame_id": None if fr == NONE else fr, "cause": path.causes[int(pe.cause[e])], "charged_ns": int(charged[k]),
                     "module_path": info.module_path[a].as_py() if a >= 0 else None, "op_args": args.get(top) if top >= 0 else None,
-                    "events": int(events[k]), "steps": int(steps[k]), "sample_id": int(sample[k]) if sample[k] != big else None})
+                    "events": int(events[k]), "steps": int(steps[k]), "sample_id": int(sample[k]) if sample[k] != big else None,
+                    **({"step_ns": step_ns.get(k, {})} if by_step else {})})
     out.sort(key=lambda g: (-g["charged_ns"], g["item"] is None, g["item"] or "", g["category"]))
     return out
+
+
+def saving_bound(run: Run, rank: int, item: dict) -> int:
+    """What removing an item (a `path_items(..., by_step=True)` entry) from the critical path could
+    save, summed over its steps: the model docs/METRICS.md "Saving bound" states. In a step of
+    duration D where the item is charged x ns, the step cannot get shorter than the work of the
+    other resource: with H the host time on the step's path (host_compute, launch_overhead,
+    input_pipeline) and B the busy time of the busiest device in the step (metrics.step_device_busy),
+    the step lasts at least L = max(H, B') without a device item, where B' is B without the device
+    events of the item's name; max(B, H - x) without a host item; max(B, H) without an idle gap.
+    The saving is min(x, D - L), at least 0. An upper bound: host work that runs off the path now
+    (ahead of the device) is not in L."""
+    from .metrics import step_device_busy
+
+    path = path_of(run, rank)
+    step_ns = item.get("step_ns") or {}
+    if not len(path) or not step_ns:
+        return 0
+    cache = path._derived.setdefault("saving", {})
+    if "steps" not in cache:
+        steps_u, code = _step_codes(path.step)
+        dur = np.bincount(code, weights=path.ns, minlength=len(steps_u))
+        host = np.isin(path.category, _cat_codes(HOST_CATEGORIES))
+        h = np.bincount(code[host], weights=path.ns[host], minlength=len(steps_u))
+        cache["steps"] = {int(st): (int(round(d)), int(round(x))) for st, d, x in zip(steps_u.tolist(), dur.tolist(), h.tolist())}
+
+    def busiest(without: str | None) -> dict[int, int]:
+        if without not in cache:
+            busy: dict[int, int] = {}
+            for r in step_device_busy(run, rank, without_name=without):
+                busy[r["step"]] = max(busy.get(r["step"], 0), r["busy_ns"])
+            cache[without] = busy
+        return cache[without]
+
+    category = item["category"]
+    on_device = category not in HOST_CATEGORIES and category != "idle"
+    busy = busiest(None)
+    other = busiest(item["item"]) if on_device else busy
+    total = 0
+    for step, x in step_ns.items():
+        if step not in cache["steps"] or x <= 0:
+            continue
+        d, h = cache["steps"][step]
+        b = busy.get(step, 0)
+        floor = max(h, other.get(step, 0)) if on_device else max(b, h - x) if category in HOST_CATEGORIES else max(b, h)
+        total += max(0, min(x, d - floor))
+    return total
 
 
 def on_path_ns(run: Run, rank: int, *, top_op: str | None = None, kernel: str | None = None) -> int | None:

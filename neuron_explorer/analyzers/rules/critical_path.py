@@ -10,7 +10,10 @@ autocast or TF32; many short kernels → fusion / torch.compile; copies → pinn
 non_blocking; launch overhead and host time → CUDA graphs, torch.compile, fewer `.item()` calls;
 input pipeline → DataLoader workers. Impact: the item's charged ns on the path over all steps
 (time off the path, e.g. CPU work while the device bounds the step, is not counted). Saving
-bound: the same (an upper bound: another item may become critical first). The evidence query
+bound: per step, the charged ns, but no more than the step's duration minus the work of the
+other resource, which then becomes critical (`critical_path.saving_bound`, docs/METRICS.md
+"Saving bound": without a kernel the device still has its other work; without host time the
+device's busy time stays). The evidence query
 reads `analysis/critical_path.parquet`, which `analyze` writes. Not applicable without steps, or
 on a CPU-only run (every step is then host-bound by its operators, which `hotspot` names; the
 summary still gives the bound).
@@ -112,7 +115,7 @@ def check(ctx: Context) -> list:
     bound = cp.bound(ctx.run, ctx.rank)
     step_count = len(bound["steps"])
     total = int(path.ns.sum())
-    items = cp.path_items(ctx.run, path)[:THRESHOLDS["MAX_ITEMS"]]
+    items = cp.path_items(ctx.run, path, by_step=True)[:THRESHOLDS["MAX_ITEMS"]]
     parquet = f"read_parquet({q(str(ctx.run.path / 'analysis' / 'critical_path.parquet'))})"
     out = []
     for it in items:
@@ -125,7 +128,7 @@ def check(ctx: Context) -> list:
         out.append(ctx.finding(
             title=f"{bound['overall']['words']}; on the critical path: {_describe(it)}"
                   f"{' at ' + source if source else ''} {ms(it['charged_ns'])} ({pct(it['charged_ns'] / total)} of step time)",
-            impact_ns=it["charged_ns"], saving_bound_ns=it["charged_ns"],
+            impact_ns=it["charged_ns"], saving_bound_ns=cp.saving_bound(ctx.run, ctx.rank, it),
             location=Location(op=it["op"] or (it["item"] if it["category"] not in DEVICE + ("idle",) else None),
                               kernel=it["item"] if it["category"] in DEVICE else None, source=source,
                               module_path=it["module_path"], steps=[s["step"] for s in bound["steps"]]),
