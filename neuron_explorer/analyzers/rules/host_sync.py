@@ -16,7 +16,7 @@ from __future__ import annotations
 from .. import metrics
 from ..engine import Context
 from ..model import Location
-from ._util import ms, no_device, q, row, rows
+from ._util import ms, no_device, q, row, rows, share_at_least
 
 RULE_ID = "host-sync"
 TITLE = "Host-device synchronisation"
@@ -56,10 +56,23 @@ FROM s ASOF LEFT JOIN d ON s.end_ns <= d.ts_ns"""
 
 
 def screen(run, summaries: dict) -> set[int]:
-    """Ranks without a device (not applicable) and those with any synchronising call."""
+    """Ranks without a device (not applicable), ranks with steps whose syncs leave the device
+    idle at least the check's share (the check's figure, grouped by rank), and ranks without
+    steps that have any synchronising call."""
     names = ", ".join(q(n) for n in SYNC_RUNTIME + SYNC_OPS)
+    dev = metrics.kinds_sql(metrics.DEVICE_WORK_KINDS)
+    idle = dict(run.sql(f"""WITH st AS (SELECT rank, step, min(ts_ns) AS s_ts, max(ts_ns + dur_ns) AS s_end FROM events
+            WHERE kind = 'step' GROUP BY rank, step),
+s AS (SELECT e.rank, e.ts_ns + e.dur_ns AS end_ns, st.s_end FROM events e JOIN st ON st.rank = e.rank AND e.ts_ns >= st.s_ts AND e.ts_ns < st.s_end
+      WHERE e.kind IN ('runtime', 'cpu_op') AND e.name IN ({names})
+        AND (e.kind = 'cpu_op' AND e.event_id = e.top_op_id OR e.kind = 'runtime' AND e.top_op_id IS NULL)),
+d AS (SELECT rank, ts_ns FROM events WHERE kind IN {dev})
+SELECT s.rank, sum(greatest(0, least(coalesce(d.ts_ns, s.s_end), s.s_end) - s.end_ns)) FROM s ASOF LEFT JOIN d ON s.rank = d.rank AND s.end_ns <= d.ts_ns
+GROUP BY s.rank""").fetchall())
     found = {r for (r,) in run.sql(f"SELECT DISTINCT rank FROM events WHERE kind IN ('runtime', 'cpu_op') AND name IN ({names})").fetchall()}
-    return no_device(summaries) | (found & set(summaries))
+    stepless = {r for r, s in summaries.items() if not s["steps"]["count"]}
+    with_steps = share_at_least({r: s for r, s in summaries.items() if s["steps"]["count"]}, idle, THRESHOLDS["SYNC_SHARE_MIN"])
+    return no_device(summaries) | (found & stepless) | with_steps
 
 
 def check(ctx: Context) -> list:
