@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -60,3 +62,25 @@ def _private_import_cache(tmp_path_factory):
 @pytest.fixture
 def tmp_run_dir(tmp_path: Path) -> Path:
     return tmp_path / "run"
+
+
+@contextlib.contextmanager
+def dashboard_server(paths):
+    """The dashboard of these runs on a free local port (warmed as `neuron-explorer dashboard`
+    warms it), for a module's browser tests: yields (url, RunSet)."""
+    from werkzeug.serving import make_server
+
+    from neuron_explorer.dashboard.app import create_app, warm
+    from neuron_explorer.dashboard.runs import RunSet
+
+    rs = RunSet(list(paths))
+    try:
+        warm(rs)
+        srv = make_server("127.0.0.1", 0, create_app(rs).server, threaded=True)  # port 0: a free port
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{srv.server_port}/", rs
+        finally:
+            srv.shutdown()
+    finally:
+        rs.close()

@@ -12,15 +12,13 @@ named `aten::add_` (a trailing underscore: what a right-to-left cell moves to th
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 
 import pytest
 
 from neuron_explorer.collectors.chrome_trace import import_traces
-from neuron_explorer.dashboard import app as dash_app
-from neuron_explorer.dashboard.runs import RunSet
 
+from .conftest import dashboard_server
 from .test_browser_dashboard import ARTIFACTS, _browser_installed, browser, wait_for  # noqa: F401  (shared browser fixtures)
 from .test_dashboard_compare import BASE_STEPS, SOURCE, TEST_STEPS, _steps_trace
 
@@ -35,16 +33,8 @@ def _runs(tmp: Path) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from werkzeug.serving import make_server
-
-    rs = RunSet(_runs(tmp_path_factory.mktemp("cmp-rtl")))
-    dash_app.warm(rs)
-    srv = make_server("127.0.0.1", 0, dash_app.create_app(rs).server, threaded=True)
-    th = threading.Thread(target=srv.serve_forever, daemon=True)
-    th.start()
-    yield f"http://127.0.0.1:{srv.server_port}/"
-    srv.shutdown()
-    rs.close()
+    with dashboard_server(_runs(tmp_path_factory.mktemp("cmp-rtl"))) as (url, _rs):
+        yield url
 
 
 TIMELINE = "document.querySelector('#timeline .js-plotly-plot')"

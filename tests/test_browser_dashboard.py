@@ -11,7 +11,6 @@ Needs Debian's chromium and chromium-driver (.ci/run installs them).
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.dashboard import queries
 
-from .conftest import REPO, TRACES
+from .conftest import REPO, TRACES, dashboard_server
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -38,23 +37,11 @@ def _browser_installed():
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from werkzeug.serving import make_server
-
-    from neuron_explorer.dashboard.app import create_app, warm
-    from neuron_explorer.dashboard.runs import RunSet
-
     tmp = tmp_path_factory.mktemp("browser")
     sample = import_traces(SAMPLE, tmp / "sample").run_dir
     gpu = import_traces(TRACES / "cuda_train_68k_events.json.gz", tmp / "gpu").run_dir
-    rs = RunSet([sample, gpu])
-    warm(rs)
-    app = create_app(rs)
-    srv = make_server("127.0.0.1", 0, app.server, threaded=True)  # port 0: a free port
-    th = threading.Thread(target=srv.serve_forever, daemon=True)
-    th.start()
-    yield f"http://127.0.0.1:{srv.server_port}/", rs
-    srv.shutdown()
-    rs.close()
+    with dashboard_server([sample, gpu]) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ Needs Debian's chromium and chromium-driver (.ci/run installs them).
 
 from __future__ import annotations
 
-import threading
 
 import pytest
 
@@ -21,7 +20,7 @@ from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.dashboard import overview as ov
 from neuron_explorer.dashboard import queries
 
-from .conftest import TRACES
+from .conftest import TRACES, dashboard_server
 from .test_browser_dashboard import ARTIFACTS, CHROMIUM, CHROMEDRIVER, STATUS, _browser_installed, browser, wait_for  # noqa: F401
 
 PLOT = "document.querySelector('#{} .js-plotly-plot')"
@@ -29,22 +28,11 @@ PLOT = "document.querySelector('#{} .js-plotly-plot')"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from werkzeug.serving import make_server
-
-    from neuron_explorer.dashboard.app import create_app, warm
-    from neuron_explorer.dashboard.runs import RunSet
-
     tmp = tmp_path_factory.mktemp("browser-overview")
     gpu = import_traces(TRACES / "cuda_train_68k_events.json.gz", tmp / "gpu").run_dir
     resnet = import_traces(TRACES / "v100_resnet50_torch19_memory.json.gz", tmp / "resnet").run_dir
-    rs = RunSet([gpu, resnet])
-    warm(rs)
-    app = create_app(rs)
-    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_port}/", rs
-    srv.shutdown()
-    rs.close()
+    with dashboard_server([gpu, resnet]) as served:
+        yield served
 
 
 def _traces(drv, graph: str):

@@ -8,7 +8,6 @@ critical-path toggle outlines the step's path. Screenshots go to test-artifacts/
 from __future__ import annotations
 
 import re
-import threading
 
 import pytest
 
@@ -16,23 +15,15 @@ from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.dashboard import app as dash_app
 from neuron_explorer.dashboard import navigate
 
+from .conftest import dashboard_server
 from .test_browser_dashboard import (ARTIFACTS, GD, SAMPLE, STATUS, _browser_installed, _mouse_click, _mouse_drag,  # noqa: F401
                                      browser, plot_box, wait_for)
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from werkzeug.serving import make_server
-
-    from neuron_explorer.dashboard.runs import RunSet
-
-    rs = RunSet([import_traces(SAMPLE, tmp_path_factory.mktemp("tl") / "sample").run_dir])
-    dash_app.warm(rs)
-    srv = make_server("127.0.0.1", 0, dash_app.create_app(rs).server, threaded=True)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_port}/", rs
-    srv.shutdown()
-    rs.close()
+    with dashboard_server([import_traces(SAMPLE, tmp_path_factory.mktemp("tl") / "sample").run_dir]) as served:
+        yield served
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from neuron_explorer.dashboard import app as dash_app
 from neuron_explorer.dashboard.runs import QueryError, RunSet
 from neuron_explorer.errors import NeuronExplorerError
 
-from .conftest import REPO, write_trace
+from .conftest import REPO, dashboard_server, write_trace
 from .test_browser_dashboard import GRID_COLUMN, _browser_installed, browser, wait_for  # noqa: F401  (shared browser fixtures)
 
 BASE_STEPS = [10.0, 10.3, 9.8, 10.1, 10.0]
@@ -267,16 +267,8 @@ def test_concurrent_requests_compute_once(paths, monkeypatch):
 # ---- in Chromium ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from werkzeug.serving import make_server
-
-    rs = RunSet(_make_runs(tmp_path_factory.mktemp("cmp-browser")))
-    dash_app.warm(rs)
-    srv = make_server("127.0.0.1", 0, dash_app.create_app(rs).server, threaded=True)
-    th = threading.Thread(target=srv.serve_forever, daemon=True)
-    th.start()
-    yield f"http://127.0.0.1:{srv.server_port}/"
-    srv.shutdown()
-    rs.close()
+    with dashboard_server(_make_runs(tmp_path_factory.mktemp("cmp-browser"))) as (url, _rs):
+        yield url
 
 
 def _graph(gid: str) -> str:
