@@ -473,12 +473,12 @@ def test_tables_tabs_render(rs):
     assert [(r["name"], r["calls"], r["cpu_total_ns"], r["cpu_self_ns"]) for r in ops.rowData] == [
         ("aten::linear", 1, 0.04, 0.009), ("aten::addmm", 1, 0.028, 0.024), ("aten::relu", 1, 0.01, 0.008)]  # ms
     cols = {c["field"]: c for c in ops.columnDefs}
-    assert cols["cpu_self_ns"]["headerName"] == "cpu_self (ms)" and cols["cpu_self_ns"]["filter"] == "agNumberColumnFilter"
+    assert cols["cpu_self_ns"]["headerName"] == "CPU self ms" and cols["cpu_self_ns"]["filter"] == "agNumberColumnFilter"
     assert cols["name"]["filter"] == "agTextColumnFilter" and ops.defaultColDef["sortable"] and ops.defaultColDef["floatingFilter"]
     assert [r["name"] for r in _grid(dash_app.tables_for(rs, 0, "all", "kernels")).rowData] == ["gemm", "relu_k", "bias"]
     assert [r["source"] for r in _grid(dash_app.tables_for(rs, 0, "all", "lines")).rowData] == ["train.py:5"]
     assert [r["step"] for r in _grid(dash_app.tables_for(rs, 0, "all", "steps")).rowData] == [1]
-    assert dash_app.tables_for(rs, 0, "all", "memory").id == "memory-graph"
+    assert dash_app.tables_for(rs, 0, "all", "memory").children[0].id == "memory-graph"
     with pytest.raises(NeuronExplorerError):
         dash_app.tables_for(rs, 0, "all", "../../etc")
 

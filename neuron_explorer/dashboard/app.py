@@ -14,12 +14,13 @@ import re
 import threading
 
 from ..errors import NeuronExplorerError
-from . import compare_view, lane_groups, navigate, overview, queries
+from . import compare_view, flame, lane_groups, navigate, overview, queries
 from . import ranks_view
 from .api import register as register_api
 from .figure import build_figure
 from .panels import CallbackInputError, detail_panel, finding_clicked, findings_for, findings_note, findings_table, guard, tables_for  # noqa: F401  (callback bodies)
-from .theme import STYLE
+from .panels import TAB_LABELS, TABS
+from .theme import GRAPH_CONFIG, STYLE
 from .runs import RunSet
 from .timeline import timeline_arrays
 
@@ -239,10 +240,9 @@ def table_jump(rs: RunSet, table: str, click, run, rank) -> dict:
     if not isinstance(click, dict) or click.get("rowId") is None:
         raise CallbackInputError("no table row clicked")
     i = _as_int(click["rowId"], "row")
-    fn = {"operators": queries.operators, "kernels": queries.kernels, "lines": queries.source_lines, "steps": queries.steps}.get(table)
-    if fn is None:
+    if table not in navigate.TABLES:
         raise CallbackInputError(f"unknown table {table!r}")
-    rows = fn(rs, run=run, rank=rank, **({} if table == "steps" else {"limit": min(i + 1, TABLE_ROWS)}))["rows"]
+    rows = queries.table(rs, table, run=run, rank=rank, limit=min(i + 1, TABLE_ROWS))["rows"]
     if not 0 <= i < len(rows):
         raise CallbackInputError(f"no row {i} in the {table} table")
     key = navigate.row_key(table, rows[i])
@@ -342,7 +342,7 @@ def create_app(rs: RunSet):
             dcc.Checklist(id="collapse", options=group_options(rs, 0), value=[], inline=True, className="nx-radio nx-collapse")],
             className="nx-search"),
             html.Span("W/S zoom · A/D pan · wheel zooms at the pointer · drag zooms · shift+drag selects an area", className="nx-muted"),
-            dcc.Loading(dcc.Graph(id="timeline", figure=fig0, config={"scrollZoom": True, "displaylogo": False, "doubleClick": "autosize"},
+            dcc.Loading(dcc.Graph(id="timeline", figure=fig0, config={**GRAPH_CONFIG, "scrollZoom": True, "doubleClick": "autosize"},
                                   style={"width": "100%"}), type="dot", delay_show=400),
             html.Div(id="area-panel")], className="nx-card"),
         html.Div([
@@ -352,8 +352,7 @@ def create_app(rs: RunSet):
                     html.Div(id="findings-note", className="nx-muted"),
                     findings_table(),
                     html.Div(id="finding-detail", className="nx-muted", style={"marginTop": 6})]),
-                dcc.Tab(label="Operators", value="operators"), dcc.Tab(label="Kernels", value="kernels"),
-                dcc.Tab(label="Source lines", value="lines"), dcc.Tab(label="Steps", value="steps"), dcc.Tab(label="Memory", value="memory"),
+                *[dcc.Tab(label=TAB_LABELS[t], value=t) for t in TABS],  # the table views' registry, then Memory and Flame
             ]), html.Div(id="tab-content")], className="nx-card"),
             html.Div(html.Div(id="detail"), className="nx-card nx-detail"),
         ], className="nx-grid")], id="explore-view"),
@@ -478,6 +477,7 @@ def create_app(rs: RunSet):
         compare_view.register(app, rs)
     overview.register(app, rs, view_for)
     ranks_view.register(app, rs)
+    flame.register(app, rs)
     return app
 
 
