@@ -444,3 +444,44 @@ def test_saving_bound_stops_where_the_other_stream_becomes_critical(tmp_path):
     assert host.impact_ns == 105 * US and host.saving_bound_ns == 105 * US
     idle = next(f for f in found if f.evidence.values["category"] == "idle")
     assert idle.impact_ns == 74 * US and idle.saving_bound_ns == 74 * US
+
+
+def test_two_ranks_one_late_at_an_all_reduce(tmp_path):
+    """Two ranks, one step of 1000 µs: a GEMM then an all-reduce on the same stream, then the host
+    waits for both. Rank 1's GEMM is 300 µs longer, so it arrives at the all-reduce at 800 µs and
+    rank 0, there at 500 µs, waits for it; the all-reduce ends on both at 900 µs.
+
+        rank 0   stream 7  [100 --- gemm --- 500)[500 ------ all-reduce ------ 900)
+        rank 1   stream 7  [100 --------- gemm --------- 800)[800 all-reduce 900)
+        both     cudaDeviceSynchronize [50 --------------------------------------- 905)
+
+    Rank 0's path charges its all-reduce 400 µs: in analysis/critical_path.parquet the first 300
+    are "waiting for rank 1 to arrive", the last 100 the transfer; the step still adds up to 1000.
+    """
+    import duckdb
+
+    from neuron_explorer.analyzers import analyze
+
+    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+    for rank, gemm_us in ((0, 400), (1, 700)):
+        events = [X("ProfilerStep#1", "user_annotation", 0, 1000),
+                  X("aten::mm", "cpu_op", 10, 10, **{"External id": 1}),
+                  X("cudaLaunchKernel", "cuda_runtime", 12, 4, correlation=1, **{"External id": 1}),
+                  _k("sgemm", "kernel", 1, 100, gemm_us),
+                  X("c10d::allreduce_", "cpu_op", 20, 10, **{"External id": 2}),
+                  X("cudaLaunchKernel", "cuda_runtime", 22, 4, correlation=2, **{"External id": 2}),
+                  _k(nccl, "kernel", 2, 100 + gemm_us, 900 - 100 - gemm_us),
+                  X("cudaDeviceSynchronize", "cuda_runtime", 50, 855, correlation=9)]
+        write_trace(tmp_path / "traces" / f"rank{rank}.json", events, distributedInfo={"rank": rank, "world_size": 2})
+    run_dir = import_traces(tmp_path / "traces", tmp_path / "run").run_dir
+    analyze(run_dir)
+    path = str(run_dir / "analysis" / "critical_path.parquet")
+    rows = duckdb.sql(f"SELECT p.rank, p.ts_ns - min(p.ts_ns) OVER (PARTITION BY p.rank), p.charged_ns, p.cause, p.seq "
+                      f"FROM '{path}' p JOIN read_parquet('{run_dir}/rank=*/events.parquet') e USING (event_id) "
+                      f"WHERE e.name = '{nccl}' ORDER BY p.rank, p.ts_ns").fetchall()
+    start = duckdb.sql(f"SELECT rank, min(ts_ns) FROM '{path}' GROUP BY 1").fetchall()
+    assert [(r, ns, cause) for r, _, ns, cause, _ in rows] == [
+        (0, 300 * US, "waiting for rank 1 to arrive"), (0, 100 * US, None), (1, 100 * US, None)]
+    assert rows[1][4] == rows[0][4] + 1  # consecutive segments of the step
+    totals = duckdb.sql(f"SELECT rank, sum(charged_ns) FROM '{path}' GROUP BY 1 ORDER BY 1").fetchall()
+    assert totals == [(0, 1000 * US), (1, 1000 * US)] and len(start) == 2

@@ -347,6 +347,58 @@ def path_table(run: Run):
     return pa.concat_tables(tables) if tables else _SCHEMA().empty_table()
 
 
+def with_collective_waits(run: Run, table):
+    """The path table with each collective's wait for the last rank made its own segment.
+
+    On a rank that arrived at a collective before the last participant (analyzers/ranks.py: its
+    wait = the last arrival minus its own, clocks aligned), the first `wait` ns of the collective's
+    kernel are spent waiting for that rank. Where the path charges that kernel, the charged part
+    within [kernel start, kernel start + wait) becomes a segment of its own with cause "waiting for
+    rank R to arrive" (category unchanged: communication), the rest keeps its cause. Charged ns per
+    step do not change. Needs every rank in `run` (the whole job); single-rank runs are returned as
+    they are."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from . import ranks as xr
+
+    if table.num_rows == 0 or len(run.sql("SELECT DISTINCT rank FROM events LIMIT 2").fetchall()) < 2:
+        return table
+    waits = run.sql(f"""WITH {xr.arrivals_sql()} SELECT r.event_id, r.ts_ns, (i.last_at - r.at_ns)::BIGINT, i.last_rank
+        FROM ranked r JOIN inst i USING (name, skey, k) WHERE r.on_device AND r.pos > 1 AND i.last_at > r.at_ns""").fetchall()
+    if not waits:
+        return table
+    wait_of = {int(e): (int(ts), int(ts) + int(w), int(last)) for e, ts, w, last in waits}
+    ids = np.asarray(table.column("event_id").fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    touched = np.flatnonzero(np.isin(ids, np.fromiter(wait_of, dtype=np.int64)))
+    if not len(touched):
+        return table
+    rows = table.take(pa.array(touched)).to_pylist()
+    extra = []
+    for r in rows:
+        k_ts, wait_end, last = wait_of[r["event_id"]]
+        lo, hi = r["ts_ns"], r["ts_ns"] + r["charged_ns"]
+        w_lo, w_hi = max(lo, k_ts), min(hi, wait_end)
+        if w_hi <= w_lo:
+            extra.append(r)
+            continue
+        for a, b, cause in ((lo, w_lo, r["cause"]), (w_lo, w_hi, f"waiting for rank {last} to arrive"), (w_hi, hi, r["cause"])):
+            if b > a:
+                extra.append({**r, "ts_ns": a, "charged_ns": b - a, "cause": cause})
+    keep = np.ones(table.num_rows, dtype=bool)
+    keep[touched] = False
+    out = pa.concat_tables([table.filter(pa.array(keep)), pa.Table.from_pylist(extra, schema=table.schema)])
+    out = out.sort_by([("rank", "ascending"), ("step", "ascending"), ("ts_ns", "ascending")])
+    # seq: the order of the segments within each (rank, step), 0 = earliest
+    key = np.asarray(pc.add(pc.multiply(pc.cast(out.column("rank"), pa.int64()), 1 << 40),
+                            pc.cast(out.column("step"), pa.int64())).to_numpy(zero_copy_only=False))
+    new = np.ones(len(key), dtype=bool)
+    new[1:] = key[1:] != key[:-1]
+    starts = np.flatnonzero(new)
+    seq = np.arange(len(key)) - np.repeat(starts, np.diff(np.append(starts, len(key))))
+    return out.set_column(out.schema.get_field_index("seq"), "seq", pa.array(seq, pa.int32()))
+
+
 ON_DEVICE = ("device_compute", "communication", "memcpy", "idle")
 """Categories whose item is the device event itself (idle: the device event that waited)."""
 

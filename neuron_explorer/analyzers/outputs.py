@@ -68,7 +68,7 @@ def write_outputs(report: Report, out_dir: Path) -> Path:
 def _critical_path(run_dir: Path) -> pa.Table:
     """The critical path of every step of every rank (docs/METRICS.md "Critical path")."""
     from ..store import open_run
-    from .critical_path import path_table
+    from .critical_path import path_table, with_collective_waits
 
     with open_run(run_dir) as run:
         ranks = [r for (r,) in run.sql("SELECT DISTINCT rank FROM events ORDER BY 1").fetchall()]
@@ -78,7 +78,7 @@ def _critical_path(run_dir: Path) -> pa.Table:
         for rank in ranks:  # each rank on views over its own partition: cost grows with events, not ranks x events
             with run.with_ranks([rank]) as one:
                 tables.append(path_table(one))
-        return pa.concat_tables(tables)
+        return with_collective_waits(run, pa.concat_tables(tables))
 
 
 def _work(run_dir: Path) -> pa.Table:
