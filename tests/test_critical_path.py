@@ -485,3 +485,20 @@ def test_two_ranks_one_late_at_an_all_reduce(tmp_path):
     assert rows[1][4] == rows[0][4] + 1  # consecutive segments of the step
     totals = duckdb.sql(f"SELECT rank, sum(charged_ns) FROM '{path}' GROUP BY 1 ORDER BY 1").fetchall()
     assert totals == [(0, 1000 * US), (1, 1000 * US)] and len(start) == 2
+
+
+def test_rule_says_channels_last_for_nchw_convolutions_on_the_path(tmp_path):
+    """A device-bound step of two 400 µs NCHW convolution kernels (aten::conv2d on a 4-d input)."""
+    events = [X("ProfilerStep#1", "user_annotation", 0, 1000)]
+    for i, t in enumerate((10, 20), 1):
+        events += [X("aten::conv2d", "cpu_op", t, 10, **{"External id": i, "Input Dims": [[32, 64, 56, 56], [64, 64, 3, 3]],
+                                                          "Input type": ["float", "float"]}),
+                   X("cudaLaunchKernel", "cuda_runtime", t + 2, 4, correlation=i, **{"External id": i}),
+                   _k(f"implicit_convolve_sgemm_{i}", "kernel", i, 100 + 400 * (i - 1), 400)]
+    events.append(X("cudaDeviceSynchronize", "cuda_runtime", 50, 855, correlation=9))
+    _, found = _analyze(tmp_path, events)
+    convs = [f for f in found if (f.location.kernel or "").startswith("implicit_convolve")]
+    assert len(convs) == 2 and all("channels_last" in f.recommendation for f in convs)
+    events_nhwc = [dict(e, name=e["name"].replace("implicit_convolve_sgemm", "nhwc_conv_kernel")) for e in events]
+    _, found = _analyze(tmp_path / "nhwc", events_nhwc)
+    assert not any("channels_last" in f.recommendation for f in found)  # already NHWC: nothing to say

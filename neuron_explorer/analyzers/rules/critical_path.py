@@ -6,7 +6,8 @@ kernel, copy or collective with the top-level operator that launched it and its 
 top-level operator (or Python call, runtime call) and its statement on the host; a device idle
 gap with its cause — and names the heaviest, at most MAX_ITEMS per rank, each at least
 ITEM_SHARE_MIN of step time, with what to try where the evidence shows it: fp32 GEMMs → bf16
-autocast or TF32; many short kernels → fusion / torch.compile; copies → pinned memory and
+autocast or TF32; NCHW convolutions (4-d input, kernel not NHWC) → channels_last; many short
+kernels → fusion / torch.compile; copies → pinned memory and
 non_blocking; launch overhead and host time → CUDA graphs, torch.compile, fewer `.item()` calls;
 input pipeline → DataLoader workers. Impact: the item's charged ns on the path over all steps
 (time off the path, e.g. CPU work while the device bounds the step, is not counted). Saving
@@ -21,6 +22,7 @@ summary still gives the bound).
 
 from __future__ import annotations
 
+import json
 import re
 
 from ...collectors.kineto_names import SYNCHRONIZE_CALL
@@ -42,6 +44,8 @@ THRESHOLDS = {
 SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero")
 GEMM = re.compile(r"(?i)(gemm|matmul|cutlass|xmma|cublas|(^|::)(mm|addmm|bmm|baddbmm|linear)$)")
 FP32 = re.compile(r"(?i)(sgemm|f32|fp32|tf32|float(?!16))")
+CONV = re.compile(r"(?i)conv")
+NHWC = re.compile(r"(?i)(nhwc|channels_?last)")
 LOWER = re.compile(r"(?i)(bf16|fp16|half|h884|h1688|h16816|bfloat|f16)")
 DEVICE = ("device_compute", "communication", "memcpy")
 
@@ -58,6 +62,15 @@ FROM {src} p LEFT JOIN events e ON e.event_id = p.event_id LEFT JOIN events o ON
 WHERE p.rank = {int(rank)} GROUP BY ALL) WHERE {where}"""
 
 
+def _first_input_rank(op_args: str | None) -> int | None:
+    """The number of dimensions of an operator's first input (its Kineto `Input Dims`), if recorded."""
+    try:
+        dims = (json.loads(op_args or "{}") or {}).get("Input Dims") or []
+    except (TypeError, ValueError):
+        return None
+    return len(dims[0]) if dims and isinstance(dims[0], list) else None
+
+
 def _advice(it: dict, step_count: int) -> str:
     cat, item, op = it["category"], it["item"] or "", it["op"] or ""
     per_step = it["events"] / max(step_count, 1)
@@ -66,6 +79,10 @@ def _advice(it: dict, step_count: int) -> str:
         if (GEMM.search(item) or GEMM.search(op)) and (FP32.search(item) or "float" in (it["op_args"] or "")) and not LOWER.search(item):
             tips.append("fp32 GEMMs: run them in bf16 under torch.autocast(device_type='cuda', dtype=torch.bfloat16), or allow TF32 "
                         "(torch.set_float32_matmul_precision('high')) on GPUs with Tensor Cores")
+        if (CONV.search(op) or CONV.search(item)) and not NHWC.search(item) and _first_input_rank(it["op_args"]) == 4:
+            tips.append("NCHW convolutions: convert the model and its inputs to channels_last "
+                        "(model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)) so that "
+                        "cuDNN / MIOpen use their NHWC Tensor Core kernels")
         if per_step >= THRESHOLDS["SMALL_KERNELS_PER_STEP"] and it["charged_ns"] / max(it["events"], 1) < THRESHOLDS["SMALL_KERNEL_NS"]:
             tips.append(f"{per_step:.0f} short kernels per step: fuse them (torch.compile the module, fused or foreach implementations)")
         if not tips:
