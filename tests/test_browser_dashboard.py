@@ -102,10 +102,10 @@ def test_dashboard_in_chromium(server, browser):
     drv = browser
     drv.get(url)
 
-    # 1. the timeline is drawn: WebGL traces with slices, lane labels, a status line
-    n = wait_for(drv, f"const gd = {GD}; return gd && gd.data && gd.data.filter(t => t.type === 'scattergl').length", what="timeline traces")
+    # 1. the timeline is drawn: slices painted as filled SVG paths (one per colour), lane labels, a status line
+    n = wait_for(drv, f"const gd = {GD}; return gd && gd.data && gd.data.filter(t => t.meta === 'spans').length", what="timeline traces")
     assert n >= 2
-    assert wait_for(drv, f"return {GD}.querySelectorAll('canvas').length", what="WebGL canvas")
+    assert wait_for(drv, f"return {GD}.querySelectorAll('.scatterlayer .js-fill').length", what="painted slices") >= n
     ticks = drv.execute_script(f"return Array.from({GD}.querySelectorAll('.ytick text')).map(t => t.textContent)")
     assert "r0 python · tid 3224" in ticks, ticks  # the thread's name from the trace's metadata
     status0 = wait_for(drv, f"return {STATUS}", what="status")
@@ -115,7 +115,7 @@ def test_dashboard_in_chromium(server, browser):
     # (shortened with "…" where it does not fit), in its middle, on its row
     label = drv.execute_script(f"""const gd = {GD}; const box = arguments[0];
         const px = v => (v - box.x0) / (box.x1 - box.x0) * box.w; let best = null;
-        for (const t of gd._fullData) {{ if (t.type !== 'scattergl' || t.mode !== 'lines' || !t.text) continue;
+        for (const t of gd._fullData) {{ if (t.meta !== 'spans' || !t.text) continue;
           for (let i = 1; i < t.x.length; i += 4) {{ const w = px(t.x[i + 1]) - px(t.x[i - 1]);
             if (!best || w > best.w) best = {{w, x0: t.x[i - 1], x1: t.x[i + 1], y: t.y[i], name: String(t.text[i]).split('<br>')[0]}}; }} }}
         const lab = gd._fullData.find(t => t.name === 'labels');
@@ -140,7 +140,7 @@ def test_dashboard_in_chromium(server, browser):
     # 3. click an operator that has a source line; the panel shows the chain and the user's code
     target = drv.execute_script(f"""const gd = {GD}; const box = arguments[0];
         const px = v => (v - box.x0) / (box.x1 - box.x0) * box.w;
-        for (const t of gd._fullData) {{ if (t.name !== 'cpu_op') continue;
+        for (const t of gd._fullData) {{ if (t.name !== 'cpu_op' || t.meta !== 'spans') continue;
           const xs = t.x, ys = t.y, cd = t.customdata, tx = t.text;
           for (let i = 1; i < xs.length; i += 4) {{
             if (!String(tx[i]).startsWith('aten::linear')) continue;
@@ -232,7 +232,7 @@ def test_dashboard_in_chromium(server, browser):
     zoomed = plot_box(drv)
     target = drv.execute_script(f"""const gd = {GD}; const box = arguments[0];
         const px = v => (v - box.x0) / (box.x1 - box.x0) * box.w; let best = null;
-        for (const t of gd._fullData) {{ if (t.name !== 'kernel') continue;
+        for (const t of gd._fullData) {{ if (t.name !== 'kernel' || t.meta !== 'spans') continue;
           for (let i = 1; i < t.x.length; i += 4) {{ const w = px(t.x[i + 1]) - px(t.x[i - 1]);
             if (px(t.x[i - 1]) > 5 && px(t.x[i + 1]) < box.w - 5 && (!best || w > best.w))
               best = {{x: t.x[i - 1] + 0.15 * (t.x[i + 1] - t.x[i - 1]), y: t.y[i], id: t.customdata[i], w, name: String(t.text[i]).split('<br>')[0]}}; }} }}

@@ -31,7 +31,7 @@ def page(server, browser):
     """A fresh page with the timeline drawn; (driver, RunSet, plot box)."""
     url, rs = server
     browser.get(url)
-    wait_for(browser, f"const gd = {GD}; return gd && gd._fullData && gd._fullData.some(t => t.type === 'scattergl')", what="timeline")
+    wait_for(browser, f"const gd = {GD}; return gd && gd._fullData && gd._fullData.some(t => t.meta === 'spans')", what="timeline")
     wait_for(browser, f"return {STATUS}", what="status")
     return browser, rs, plot_box(browser)
 
@@ -99,7 +99,7 @@ def test_a_short_drag_zooms_and_a_click_inside_a_slice_selects_it(page):
     assert z["x1"] - z["x0"] == pytest.approx(12 / box["w"] * (box["x1"] - box["x0"]), rel=0.15)
     # the widest operator in view, clicked 15% into it (far from its middle and its ends)
     target = drv.execute_script(f"""const gd = {GD}, b = arguments[0], px = v => (v - b.x0) / (b.x1 - b.x0) * b.w; let best = null;
-        for (const t of gd._fullData) {{ if (t.name !== 'cpu_op') continue;
+        for (const t of gd._fullData) {{ if (t.name !== 'cpu_op' || t.meta !== 'spans') continue;
           for (let i = 1; i < t.x.length; i += 4) {{ const a = Math.max(px(t.x[i - 1]), 0), e = Math.min(px(t.x[i + 1]), b.w);
             if (!best || e - a > best.w) best = {{w: e - a, x: a + 0.15 * (e - a), y: t.y[i], id: t.customdata[i],
                                                  name: String(t.text[i]).split('<br>')[0]}}; }} }}

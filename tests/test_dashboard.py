@@ -387,15 +387,21 @@ def test_click_to_event_and_panel(rs):
         dash_app.detail_panel(rs, 0, 999999)
 
 
-def test_figure_draws_webgl_segments_flows_and_memory(rs):
+def test_figure_draws_span_segments_flows_and_memory(rs):
     view = dash_app.view_for(rs, None, 0, "all", None, None, None)
     fig, status = dash_app.timeline_figure(rs, view, 1000, eid(rs, "gemm"))
-    gl = [t for t in fig["data"] if t["type"] == "scattergl" and t["name"] not in ("selected", "labels", "hit")]
+    gl = [t for t in fig["data"] if t.get("meta") == "spans"]  # the hover traces: an event id and text per point
     assert {t["name"] for t in gl} == {"step", "python", "cpu_op", "runtime", "kernel"}
     xs = np.concatenate([_decode(t["x"]) for t in gl])
     assert len(xs) == 4 * 11 and np.isnan(xs[3::4]).all()  # start, middle, end, gap per slice
     gemm_x = np.concatenate([_decode(t["x"]) for t in gl if t["name"] == "kernel"])
     assert sorted(gemm_x[0::4].tolist()) == pytest.approx([0.020, 0.046, 0.065])  # ms from the run's first event
+    # painted without WebGL: per colour one filled SVG path, a rectangle (4 corners, gap) per slice, 0.78 rows high
+    assert {t["type"] for t in fig["data"]} == {"scatter"}
+    paint = [t for t in fig["data"] if t.get("fill") == "toself" and t["name"] == "kernel"]
+    kx, ky = (np.concatenate([_decode(t[a]) for t in paint]) for a in ("x", "y"))
+    assert sorted(kx[0::5].tolist()) == pytest.approx([0.020, 0.046, 0.065]) and np.isnan(kx[4::5]).all()
+    assert (ky[2::5] - ky[0::5]).tolist() == pytest.approx([0.78] * 3)
     arrows = [a for a in fig["layout"]["annotations"] if a.get("axref") == "x"]  # launch → kernel arrow
     assert [(a["ax"], a["x"]) for a in arrows] == [(pytest.approx(0.014), pytest.approx(0.020))]
     assert any(t["name"] == "r0 device 0 allocated" for t in fig["data"])
@@ -442,7 +448,7 @@ def test_slices_coloured_by_name_or_kind_and_the_selected_one_outlined(rs):
     view = dash_app.view_for(rs, None, 0, "all", None, None, None)
 
     def colour_of(fig, event_id):
-        return next(t["line"]["color"] for t in fig["data"] if t["type"] == "scattergl" and event_id in (t.get("customdata") or []))
+        return next(t["line"]["color"] for t in fig["data"] if t.get("meta") == "spans" and event_id in (t.get("customdata") or []))
 
     by_name, _ = dash_app.timeline_figure(rs, view, 1000, eid(rs, "gemm"))
     gemm, relu = colour_of(by_name, eid(rs, "gemm")), colour_of(by_name, eid(rs, "relu_k"))

@@ -289,7 +289,7 @@ def test_compare_view_in_chromium(server, browser):  # noqa: F811  (the shared f
     assert not drv.execute_script("return document.getElementById('compare-view').offsetParent === null")
     assert drv.execute_script("return document.getElementById('explore-view').offsetParent === null")  # explore is hidden
     for gid in ("cmp-base-timeline", "cmp-test-timeline"):
-        wait_for(drv, f"const gd = {_graph(gid)}; return gd && gd.data && gd.data.filter(t => t.type === 'scattergl').length >= 3",
+        wait_for(drv, f"const gd = {_graph(gid)}; return gd && gd.data && gd.data.filter(t => t.meta === 'spans').length >= 3",
                  what=f"{gid} drawn")
     ranges = drv.execute_script(f"return [{_graph('cmp-base-timeline')}._fullLayout.xaxis.range, "
                                 f"{_graph('cmp-test-timeline')}._fullLayout.xaxis.range]")

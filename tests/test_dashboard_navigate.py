@@ -98,7 +98,7 @@ def test_a_collapsed_process_group_is_one_row(rs):
     assert ticks == {"▸ r0 pid 1 (collapsed)": 0, dev.label: 2}  # the device lane moves up under the one host row
     ys = {}
     for t in fig["data"]:
-        if t["type"] == "scattergl" and t.get("mode") == "lines":
+        if t.get("meta") == "spans":
             y = np.frombuffer(base64.b64decode(t["y"]["bdata"]), np.float32 if t["y"]["dtype"] == "f4" else np.int32)
             for i, e in zip(y[1::4], t["customdata"][1::4]):
                 ys[e] = int(i)

@@ -1,19 +1,21 @@
 """Draw a timeline view (timeline.timeline_arrays) as a plotly figure. Drawing only.
 
-Slices and per-pixel buckets are WebGL line segments (go.Scattergl, NaN-separated, one trace per
-kind and colour): hundreds of thousands of rectangles stay smooth where SVG shapes stop at a few
-thousand. x values are float32 microseconds from the window start. Each segment carries its event
-id (customdata) so a click opens that event.
+Slices and per-pixel buckets are painted without WebGL: per kind and colour, all their rectangles
+are ONE filled SVG path (a scatter trace, fill "toself", NaN-separated corners), so the first view
+is a few dozen paths, not a DOM element per slice nor WebGL contexts (which headless and GPU-less
+browsers rasterise in software, seconds on a large view). Beside each paint trace an invisible
+trace (mode "none", meta "spans") holds the start, middle and end of every span with its event id
+(customdata) and hover text: what hover and click pick, so a click opens that event.
 
 Exact slices are coloured by name (a stable hash of the name picks one of NAME_PALETTE, so a kernel
 has the same colour in every view and every run) or by kind. Names are drawn inside the exact
-slices that are at least LABEL_MIN_PX wide, shortened with "…" to what fits, as one WebGL text
-trace of at most MAX_LABELS labels (the widest): no DOM element per slice. The selected slice is
+slices that are at least LABEL_MIN_PX wide, shortened with "…" to what fits, as one text trace of
+at most MAX_LABELS labels (the widest). The selected slice is
 outlined.
 
 Plotly picks the data point nearest the pointer (within `hoverdistance` pixels), and a line
 segment's points are only its ends and middle: so that a click or hover anywhere inside a wide
-slice or bucket finds it, an invisible marker trace ("hit") adds a point every HIT_STEP_PX
+slice or bucket finds it, an invisible trace ("hit", nothing drawn) adds a point every HIT_STEP_PX
 pixels along each one wider than two steps (at most MAX_HIT_POINTS).
 
 The figure is a plain dict (what Dash sends), with numeric arrays as plotly.js typed-array specs
@@ -77,9 +79,30 @@ def typed(a: np.ndarray) -> dict:
 
 
 def _trace(xs, ys, cd, text, name: str, color: str, width: float, **extra) -> dict:
-    return {"type": "scattergl", "mode": "lines", "x": typed(xs), "y": typed(ys), "customdata": cd,
+    return {"type": "scatter", "mode": "lines", "x": typed(xs), "y": typed(ys), "customdata": cd,
             "text": None if text is None else text.tolist(), "name": name, "legendgroup": name,
             "line": {"color": color, "width": width}, "hovertemplate": "%{text}<extra></extra>", **extra}
+
+
+def _spans(x0, x1, y, ids, labels, name: str, color: str, width: float, showlegend: bool, **extra) -> list[dict]:
+    """The traces of one colour's spans: the paint (every span a rectangle, all of them ONE filled SVG
+    path: no WebGL, no DOM element per span) and the invisible hover trace (start, middle, end and
+    gap per span, with the event ids and hover texts; meta "spans")."""
+    xs, ys, cd, text = _segments(x0, x1, y, ids, labels)
+    hover = _trace(xs, ys, cd, text, name, color, width, mode="none", meta="spans", showlegend=False, **extra)
+    n, h = len(x0), np.float32(width / ROW_PX / 2)
+    px = np.empty(n * 5, xs.dtype)
+    py = np.empty(n * 5, np.float32)
+    px[0::5] = px[3::5] = x0
+    px[1::5] = px[2::5] = x1
+    px[4::5] = np.nan
+    py[0::5] = py[1::5] = np.asarray(y, np.float32) - h
+    py[2::5] = py[3::5] = np.asarray(y, np.float32) + h
+    py[4::5] = np.nan
+    paint = {"type": "scatter", "mode": "none", "fill": "toself", "fillcolor": color, "x": typed(px), "y": typed(py),
+             "name": name, "legendgroup": name, "showlegend": showlegend, "hoverinfo": "skip",
+             "line": {"width": 0, "simplify": False}, **extra}
+    return [paint, hover]
 
 
 def _segments(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, ids: np.ndarray, names=None):
@@ -113,7 +136,7 @@ def fit_label(name: str, width_px: float) -> str | None:
 
 
 def _labels(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, names, px_per_x: float) -> dict | None:
-    """One WebGL text trace with the names of the widest slices that are at least LABEL_MIN_PX wide."""
+    """One text trace with the names of the widest slices that are at least LABEL_MIN_PX wide."""
     w = (x1 - x0) * px_per_x
     idx = np.nonzero(w >= LABEL_MIN_PX)[0]
     if not len(idx):
@@ -128,7 +151,7 @@ def _labels(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, names, px_per_x: floa
             texts.append(t)
     if not texts:
         return None
-    return {"type": "scattergl", "mode": "text", "x": typed(np.asarray(xs, x0.dtype)), "y": typed(np.asarray(ys, np.int32)),
+    return {"type": "scatter", "mode": "text", "x": typed(np.asarray(xs, x0.dtype)), "y": typed(np.asarray(ys, np.int32)),
             "text": texts, "name": "labels", "showlegend": False, "hoverinfo": "skip",
             "textfont": {"size": LABEL_FONT_PX, "color": LABEL_COLOR}, "textposition": "middle center"}
 
@@ -211,10 +234,10 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
             mk = kinds == kind
             for c in np.unique(shade[mk]):
                 m = mk & (shade == c)
-                xs, ys, cd, text = _segments(X(s["x0"][m]), X(x1[m]), s["y"][m], s["event_id"][m], labels[m])
                 color = NAME_PALETTE[c] if by_name else KIND_COLORS.get(kind, "#888")
                 # by name, a legend entry's colour would be one name's: the legend is for kinds
-                traces.append(_trace(xs, ys, cd, text, kind, color, line_w, showlegend=not by_name and c == shade[mk][0]))
+                traces += _spans(X(s["x0"][m]), X(x1[m]), s["y"][m], s["event_id"][m], labels[m], kind, color, line_w,
+                                 showlegend=bool(not by_name and c == shade[mk][0]))
         lab = _labels(X(s["x0"]), X(x1), s["y"], s["name"], px_per_x)
         if lab is not None:
             traces.append(lab)
@@ -229,14 +252,13 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
                 if not m.any():
                     continue
                 text = np.array([f"{c} events · {o * 100:.0f}% busy · mostly {kind}" for c, o in zip(b["events"][m], occ[m])], dtype=object)
-                xs, ys, cd, txt = _segments(X(b["x0"][m]), X(b["x1"][m]), b["y"][m], b["event_id"][m], text)
-                traces.append(_trace(xs, ys, cd, txt, kind, KIND_COLORS.get(kind, "#888"), line_w,
-                                     showlegend=bool(not len(s["x0"]) and dense), opacity=1.0 if dense else 0.45))
+                traces += _spans(X(b["x0"][m]), X(b["x1"][m]), b["y"][m], b["event_id"][m], text, kind, KIND_COLORS.get(kind, "#888"),
+                                 line_w, showlegend=bool(not len(s["x0"]) and dense), opacity=1.0 if dense else 0.45)
                 hit_parts.append((X(b["x0"][m]), X(b["x1"][m]), b["y"][m], b["event_id"][m], text))
     hits = [h for h in (_hit_points(*part, px_per_x) for part in hit_parts) if h is not None]
     if hits:
         hx, hy, hid, htext = (np.concatenate([h[i] for h in hits]) for i in range(4))
-        traces.append({"type": "scattergl", "mode": "markers", "x": typed(hx), "y": typed(hy.astype(np.int32)),
+        traces.append({"type": "scatter", "mode": "none", "x": typed(hx), "y": typed(hy.astype(np.int32)),
                        "customdata": hid.astype(np.int64).tolist(), "text": htext.tolist(), "name": "hit", "showlegend": False,
                        "marker": {"size": 8, "color": "rgba(0,0,0,0)"}, "hovertemplate": "%{text}<extra></extra>"})
 
