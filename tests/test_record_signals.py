@@ -40,8 +40,11 @@ for step in range(100000):
 def start_record(tmp_path: Path, script: str, *args: str, python: list[str] | None = None) -> subprocess.Popen:
     (tmp_path / "train.py").write_text(script)
     cmd = python or [sys.executable, "-m", "neuron_explorer"]
+    # SIGINT as in a terminal: a test run started in the background by a non-interactive shell (`cmd &`)
+    # inherits SIGINT ignored, and Python then never raises KeyboardInterrupt in the child
     return subprocess.Popen([*cmd, "record", "-o", "run", *args, "train.py"], cwd=tmp_path, env=workload_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def wait_for(p: subprocess.Popen, line: str) -> None:
