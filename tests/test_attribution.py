@@ -97,8 +97,9 @@ def test_attention_loop_lands_on_its_statements_not_on_backward(tmp_path):
     assert per_line[scores]["backward_ns"] > 0 and per_line[mix]["backward_ns"] > 0  # both passes, one statement
     report = analyze(run)
     top = report.findings[0]
-    # a Python loop of small operators (tiny-ops counts its dispatch gaps, python-loop its operators): the loop's line
-    assert top.rule_id in ("python-loop", "tiny-ops") and top.location.source in (f"{script}:{scores}", f"{script}:{mix}"), top
+    # a Python loop of small operators (tiny-ops counts its dispatch gaps, python-loop its operators, and on a
+    # loaded machine the backward of its indexing, SelectBackward0, can weigh most): whichever leads, the loop's line
+    assert top.rule_id in ("python-loop", "tiny-ops", "hotspot") and top.location.source in (f"{script}:{scores}", f"{script}:{mix}"), top
     assert not any(f.location.source == f"{script}:{backward_call}" for f in report.findings if f.rule_id == "hotspot")
     loop_finding = next(f for f in report.findings if f.rule_id == "python-loop")
     assert loop_finding.location.source in (f"{script}:{scores}", f"{script}:{mix}")
