@@ -15,11 +15,17 @@ Recorded one after the other, two runs of the same code here differ by -30% to +
 whenever other jobs come and go: a real difference between the runs, which no statistic on them
 can call noise.
 
-    python bench/bench_diff_errors.py --pairs 20 [--steps 30] [--runs K] [--out /tmp/diff-errors] [--reuse]
+    python bench/bench_diff_errors.py --pairs 20 [--steps 30] [--runs K] [--alternate] [--out /tmp/diff-errors] [--reuse]
 
 With --runs K each comparison is K recordings per side (run sets, docs/COMPARE.md): K side-by-side
 pairs recorded one after another into {group}-{i}-base/1..K and {group}-{i}-test/1..K, judged by
-`diff` on the two folders (Student's t on the recordings' medians).
+`diff` on the two folders: their recordings were made in pairs, so `diff` pairs them (paired t on
+the ratios, docs/COMPARE.md "Recordings made in pairs").
+
+With --alternate the two sides of a pair are recorded one after the other, each alone on the
+machine (ABBA order across pairs), as the docs tell a CI job to do: two processes side by side on
+2 CPUs interfere, and each one's speed as a whole then varies by 5-40% (measured: same-code pairs
+18.1 vs 21.3 ms recorded side by side; 18.5-19.3 ms for 5 recordings made alone one after another).
 
 Prints one line per pair and a summary, and writes summary.json under --out. Not a test: the
 rates are measured, never asserted.
@@ -94,6 +100,22 @@ def record_pair(script: Path, sides: list[tuple[Path, int]], steps: int) -> None
             raise SystemExit(f"recording failed: {' '.join(cmd)}\n{err[-2000:]}")
 
 
+def record_alternating(script: Path, sides: list[tuple[Path, int]], steps: int) -> None:
+    """Record the sides one after the other, alone on the machine (--alternate): what the docs
+    tell a CI job to do (docs/COMPARE.md "Recordings made in pairs")."""
+    barrier = script.parent / "barrier"
+    for out, blocks in sides:
+        shutil.rmtree(barrier, ignore_errors=True)
+        barrier.mkdir()
+        for name in ("go", "done-a", "done-b"):  # no partner to wait for, before or after the loop
+            (barrier / name).touch()
+        cmd = [sys.executable, "-m", "neuron_explorer", "record", "-o", str(out), "--force", str(script), str(blocks), str(steps),
+               str(barrier)]
+        p = subprocess.run(cmd, capture_output=True, text=True, cwd=script.parent)
+        if p.returncode != 0:
+            raise SystemExit(f"recording failed: {' '.join(cmd)}\n{p.stderr[-2000:]}")
+
+
 def upper_95(k: int, n: int) -> float:
     """One-sided 95% upper bound on a rate seen k times in n (Clopper-Pearson, by bisection)."""
     if k >= n:
@@ -120,6 +142,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("/tmp/diff-errors"))
     ap.add_argument("--reuse", action="store_true", help="judge the recordings already in --out again, recording nothing")
     ap.add_argument("--runs", type=int, default=1, help="recordings per side of each comparison (run sets)")
+    ap.add_argument("--alternate", action="store_true",
+                    help="record the two sides of a pair one after the other (ABBA...), each alone, instead of side by side")
     args = ap.parse_args()
 
     from neuron_explorer.analyzers.diff import compare
@@ -139,7 +163,7 @@ def main() -> None:
                 b, t = (base, test) if args.runs == 1 else (base / str(j), test / str(j))
                 sides = [(b, BLOCKS), (t, test_blocks)]
                 if not args.reuse:
-                    record_pair(script, sides if (i + j) % 2 == 1 else sides[::-1], args.steps)
+                    (record_alternating if args.alternate else record_pair)(script, sides if (i + j) % 2 == 1 else sides[::-1], args.steps)
             s = compare(base, test, detect_pct=5).step_time
             row = {"pair": i, "verdict": s.verdict, "delta_pct": s.delta_pct, "p_value": s.p_value, "test": s.test_name,
                    "effect_size": s.effect_size, "base_used": len(s.steps["base"]["used"]), "test_used": len(s.steps["test"]["used"]),
@@ -149,7 +173,7 @@ def main() -> None:
                   f"steps used {row['base_used']}/{row['test_used']}, base left out {row['base_left_out']}", flush=True)
     elapsed = time.perf_counter() - t0
 
-    summary = {"pairs": args.pairs, "runs_per_side": args.runs, "steps_per_recording": args.steps, "blocks": BLOCKS, "seconds": round(elapsed, 1),
+    summary = {"pairs": args.pairs, "runs_per_side": args.runs, "alternate": args.alternate, "steps_per_recording": args.steps, "blocks": BLOCKS, "seconds": round(elapsed, 1),
                "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "cpus": os.cpu_count()}
     for group, rows in results.items():
         verdicts = Counter(r["verdict"] for r in rows)

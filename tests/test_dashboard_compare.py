@@ -207,7 +207,7 @@ def _text(component) -> str:
 def test_verdict_panel_shows_means_cis_and_the_verdict(rs):
     text = _text(compare_view.verdict_panel(rs, 0, 1))
     s = queries.compare(rs, base=0, test=1)["step_time"]
-    assert "SLOWER" in text and f"+{s['delta_ns'] / 1e6:,.3f} ms ({s['delta_pct']:+.1f}%)" in text and "Welch's t-test p" in text
+    assert "SLOWER" in text and f"+{s['delta_ns'] / 1e6:,.3f} ms ({s['delta_pct']:+.1f}%)" in text and "Welch's t p" in text
     assert f"{s['base']['ci_low'] / 1e6:,.3f} ms" in text and f"{s['test']['mean'] / 1e6:,.3f} ms" in text
     assert f"{s['test']['median'] / 1e6:,.3f} ms" in text and "5 of 5 (0..4)" in text and "Cliff's delta +1.00" in text
     with pytest.raises(NeuronExplorerError):
@@ -285,7 +285,7 @@ def test_compare_view_in_chromium(server, browser):  # noqa: F811  (the shared f
     badge = wait_for(drv, "const e = document.getElementById('cmp-verdict-badge'); return e && e.innerText", what="verdict")
     assert badge == "SLOWER"
     assert drv.find_element(By.CSS_SELECTOR, "td.nx-steps-used").text == "5 of 5 (0..4)"
-    assert drv.find_element(By.ID, "cmp-test-name").text.startswith("Welch's t-test p = ")
+    assert drv.find_element(By.ID, "cmp-test-name").text.startswith("Welch's t p = ")
     assert not drv.execute_script("return document.getElementById('compare-view').offsetParent === null")
     assert drv.execute_script("return document.getElementById('explore-view').offsetParent === null")  # explore is hidden
     for gid in ("cmp-base-timeline", "cmp-test-timeline"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import random
 import statistics
 from pathlib import Path
@@ -14,7 +15,7 @@ from neuron_explorer.analyzers import analyze
 from neuron_explorer.analyzers.diff import compare, gate, render_text
 from neuron_explorer.analyzers.metrics import select_steady_steps, steady_steps
 from neuron_explorer.analyzers.stats import (_u_counts, bootstrap_median_diff_ci, cliffs_delta, compare_samples, describe,
-                                             mann_whitney, t_quantile, t_sf, u_statistic, welch)
+                                             mann_whitney, paired_ratio_t, t_quantile, t_sf, u_statistic, welch)
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.store import open_run
 
@@ -162,7 +163,7 @@ def test_step_selection_rules():
 US = 1.0  # the Kineto unit
 
 
-def _steps_run(tmp: Path, name: str, step_ms: list[float], slow_ms: float = 0.0) -> Path:
+def _steps_run(tmp: Path, name: str, step_ms: list[float], slow_ms: float = 0.0, t0_us: float = 0.0) -> Path:
     """Hand-built run: each step is ProfilerStep#i, and in it train.py(10): hot (aten::mm, 1 ms,
     plus aten::slow for slow_ms) then aten::relu for the rest of the step. A step shorter than
     hot + slow holds only aten::relu (a partial step).
@@ -173,7 +174,7 @@ def _steps_run(tmp: Path, name: str, step_ms: list[float], slow_ms: float = 0.0)
     src = tmp / "train.py"
     if not src.exists():
         src.write_text("import torch\n" + "\n" * 8 + "def hot():\n    return torch.mm(a, b)\n")
-    ev, t = [], 0.0
+    ev, t = [], t0_us
     for i, ms in enumerate(step_ms):
         us = ms * 1000
         ev.append(X(f"ProfilerStep#{i}", "user_annotation", t, us))
@@ -386,15 +387,21 @@ def test_diff_compares_mfu_per_steady_step(tmp_path: Path):
     assert json.loads(json.dumps(d.to_dict()))["utilisation"]["test"]["mfu_median"] == pytest.approx(ut["mfu_median"])
 
 
-def _recordings(tmp: Path, name: str, medians_ms: list[float]) -> Path:
+def _recordings(tmp: Path, name: str, medians_ms: list[float], starts_s: list[float] | None = None, host: str | None = None) -> Path:
     """A run set: one hand-built run per recording, each 9 steady steps within ±0.5% of its median
     (after a warm-up step), as repeated recordings of one job show: steady within a process, but the
-    process as a whole faster or slower (placement, load, memory layout)."""
+    process as a whole faster or slower (placement, load, memory layout). With starts_s and host:
+    recording i starts starts_s[i] seconds into 2026-11-30 on a wall clock, on that host (as live
+    recordings are)."""
     folder = tmp / name
     folder.mkdir()
     for i, m in enumerate(medians_ms, 1):
         steps = [3 * m] + [m * f for f in (1.0, 1.004, 0.997, 1.002, 0.996, 1.005, 0.999, 1.001, 0.998)]
-        run = _steps_run(tmp, f"{name}-{i}", steps)
+        t0 = 1_796_000_000e6 + starts_s[i - 1] * 1e6 if starts_s else 0.0
+        run = _steps_run(tmp, f"{name}-{i}", steps, t0_us=t0)
+        if host:
+            manifest = json.loads((run / "manifest.json").read_text())
+            (run / "manifest.json").write_text(json.dumps({**manifest, "host": host}))
         run.rename(folder / str(i))
     return folder
 
@@ -420,3 +427,48 @@ def test_run_sets_judge_the_variation_between_recordings(tmp_path: Path):
     # the CLI takes the folders; the gate fails on the regression and passes on the same code
     assert cli("diff", same_base, slow_test, "--fail-if-slower", "5%").returncode == 1
     assert cli("diff", same_base, same_test, "--fail-if-slower", "5%").returncode == 0
+
+
+def test_paired_t_on_ratios_matches_a_hand_computation():
+    # ratios 1.2, 1.1, 1.3: log mean m, sd s, se = s / sqrt(3), t = m / se with 2 df
+    base, test = [10.0, 20.0, 30.0], [12.0, 22.0, 39.0]
+    logs = [math.log(1.2), math.log(1.1), math.log(1.3)]
+    m = sum(logs) / 3
+    sd = math.sqrt(sum((x - m) ** 2 for x in logs) / 2)
+    r = paired_ratio_t(base, test)
+    assert r.df == 2 and r.t == pytest.approx(m / (sd / math.sqrt(3)))
+    assert r.delta == pytest.approx(20.0 * (math.exp(m) - 1))
+    half = t_quantile(0.975, 2) * sd / math.sqrt(3)
+    assert (r.ci_low, r.ci_high) == pytest.approx((20.0 * (math.exp(m - half) - 1), 20.0 * (math.exp(m + half) - 1)))
+    assert r.p_value == pytest.approx(2 * t_sf(abs(r.t), 2))
+    assert math.isnan(paired_ratio_t([10.0], [12.0]).p_value)  # one pair: no spread to judge
+
+
+def test_recordings_made_in_pairs_cancel_what_the_machine_did(tmp_path: Path):
+    """The machine's speed drifts between pairs (a recording's median 10 → 13 → 9 ms) but the two
+    sides of a pair, recorded at the same time on one host, see the same machine: the test side is
+    1.2x its partner every time. Unpaired, the drift hides the regression; paired, it is plain."""
+    base_ms, test_ms = [10.0, 13.0, 9.0], [12.0, 15.6, 10.8]
+    starts = [0.0, 60.0, 120.0]  # pair k: base and test start within a second of each other
+    base = _recordings(tmp_path, "base", base_ms, starts, host="ci-1")
+    test = _recordings(tmp_path, "test", test_ms, [s + 0.5 for s in starts], host="ci-1")
+    s = compare(base, test).step_time
+    assert s.test_name == "paired-t-on-run-ratios" and s.verdict == "slower"
+    assert s.delta_pct == pytest.approx(20.0, abs=0.3)
+    assert "paired t on the ratios of recordings made in pairs" in render_text(compare(base, test))
+    # the same recordings, unpaired (no host recorded, as for imported traces): cannot tell
+    plain_b = _recordings(tmp_path, "plain_b", base_ms, starts)
+    plain_t = _recordings(tmp_path, "plain_t", test_ms, [s + 0.5 for s in starts])
+    u = compare(plain_b, plain_t).step_time
+    assert u.test_name == "t-on-run-medians" and u.verdict == "cannot tell"
+    # recorded one side after the other (AAA then BBB): not pairs, whatever the host
+    late = _recordings(tmp_path, "late", test_ms, [s + 500.0 for s in starts], host="ci-1")
+    assert compare(base, late).step_time.test_name == "t-on-run-medians"
+    # alternating ABBA pairs too; same code recorded in pairs is not slower
+    abba = _recordings(tmp_path, "abba", [10.1, 12.9, 9.1], [1.0, 59.0, 121.0], host="ci-1")
+    same = compare(base, abba).step_time
+    assert same.test_name == "paired-t-on-run-ratios" and same.verdict != "slower"
+    # on another host the pairs did not share a machine
+    other = _recordings(tmp_path, "other", test_ms, [s + 0.5 for s in starts], host="ci-2")
+    assert compare(base, other).step_time.test_name == "t-on-run-medians"
+    assert cli("diff", base, test, "--fail-if-slower", "5%").returncode == 1

@@ -27,7 +27,7 @@ from ..store import Run, open_run
 from . import job
 from .metrics import StepSelection, steady_steps
 from .stats import (Sample, Test, bootstrap_median_diff_ci, cliffs_delta, compare_samples, describe, detectable_change,
-                    median, robust_sd, run_level_t, runs_to_detect, steps_to_detect)
+                    median, paired_ratio_t, pairs_to_detect, robust_sd, run_level_t, runs_to_detect, steps_to_detect)
 
 ALPHA = 0.05
 """A change is significant when the test's two-sided p-value is below this..."""
@@ -54,7 +54,7 @@ class StepTime:
     significant: bool  # p < ALPHA, |delta| >= MIN_SHARE_OF_STEP of median(base), and its CI wholly past that
     verdict: str  # 'slower', 'faster', 'no significant change', 'cannot tell'
     reason: str = ""  # one sentence: why this verdict
-    test_name: str = "none"  # 'mann-whitney-u' | 'welch-t' | 'none'
+    test_name: str = "none"  # 'mann-whitney-u' | 'welch-t' | 't-on-run-medians' | 'paired-t-on-run-ratios' | 'none'
     test_reason: str = ""
     statistic: float = float("nan")  # U (Mann-Whitney) or t (Welch)
     effect_size: float = float("nan")  # Cliff's delta: P(test step > base step) - P(test step < base step)
@@ -291,7 +291,16 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
     notes = []
     sb, st = describe(base_times), describe(test_times)
     between_runs = len(bs.paths) + len(ts.paths) >= 3
-    if between_runs:  # several recordings per side: each run's median is one value, so run-to-run variation counts
+    pairs = recording_pairs(bs, ts) if between_runs else None
+    if pairs:  # recorded in pairs: what the machine did while a pair ran cancels in the pair's ratio
+        bm, tm = [median(bs.times[i]) for i, _ in pairs], [median(ts.times[j]) for _, j in pairs]
+        rl = paired_ratio_t(bm, tm)
+        outcome = Test("paired-t-on-run-ratios", rl.t, rl.p_value, cliffs_delta(bm, tm),
+                       f"{len(pairs)} pairs of recordings made together on one host: paired t ({rl.df} df) on the log of "
+                       "each pair's ratio of median steps (test / base), so what the machine did while a pair ran cancels")
+        ref = sum(bm) / len(bm)
+        delta, ci_low, ci_high = rl.delta, rl.ci_low, rl.ci_high
+    elif between_runs:  # several recordings per side: each run's median is one value, so run-to-run variation counts
         bm, tm = [median(t) for t in bs.times], [median(t) for t in ts.times]
         rl = run_level_t(bm, tm)
         outcome = Test("t-on-run-medians", rl.t, rl.p_value, cliffs_delta(bm, tm),
@@ -342,14 +351,17 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
     target = detect / 100 * ref if math.isfinite(ref) else float("nan")
     runs_needed = None
     if between_runs:
-        r = runs_to_detect(rl.sd, target, ALPHA, POWER) if math.isfinite(target) else float("nan")
+        detect_n = pairs_to_detect if pairs else runs_to_detect
+        r = detect_n(rl.sd, target, ALPHA, POWER) if math.isfinite(target) else float("nan")
         runs_needed = max(3, math.ceil(r)) if math.isfinite(r) else None
     needed = steps_to_detect(sd, target, ALPHA, POWER) if math.isfinite(sd) and math.isfinite(target) else float("nan")
     to_record = max(MIN_STEADY_STEPS, math.ceil(needed) if math.isfinite(needed) else MIN_STEADY_STEPS) + left_out
     mdc = 100 * detectable_change(sd, n_steady, ALPHA, POWER) / ref if n_steady and math.isfinite(sd) and ref else float("nan")
     if between_runs and math.isfinite(rl.sd) and ref:
-        mdc = 100 * (2.8 * rl.sd * math.sqrt(1 / len(bs.paths) + 1 / len(ts.paths))) / ref  # z(0.975) + z(0.8) = 2.8
-    more = (f"record about {runs_needed} runs per side" if runs_needed else f"record about {to_record} steps per run")
+        spread = math.sqrt(1 / len(pairs)) if pairs else math.sqrt(1 / len(bs.paths) + 1 / len(ts.paths))
+        mdc = 100 * (2.8 * rl.sd * spread) / ref  # z(0.975) + z(0.8) = 2.8
+    more = (f"record about {runs_needed} {'pairs of runs' if pairs else 'runs per side'}" if runs_needed
+            else f"record about {to_record} steps per run")
     big = _largest_significant_total(deltas)
 
     if n_steady < MIN_STEADY_STEPS:
@@ -418,6 +430,8 @@ class _Side:
     disp: dict
     util: dict
     job: dict  # job.identity of the first recording
+    hosts: list = field(default_factory=list)  # per recording: the manifest's host (None when unknown)
+    spans: list = field(default_factory=list)  # per recording: (first step start, last step end) in epoch ns, or None
 
     @property
     def pooled_times(self) -> list[float]:
@@ -437,10 +451,12 @@ def run_set(path: Path | str) -> list[Path]:
 
 def _side(path: Path | str) -> _Side:
     paths = run_set(path)
-    sels, times, vals, disp, utils, ident = [], [], {}, {}, [], None
+    sels, times, vals, disp, utils, ident, hosts, spans = [], [], {}, {}, [], None, [], []
     offset = 0
     for rp in paths:
         with open_run(rp) as run:
+            hosts.append(run.manifest.get("host") or None)
+            spans.append(_wall_span(run.manifest))
             sel, t = _step_samples(run)
             v, d = _rekey_lines(_per_step(run, sel.used), _line_keys(run))
             utils.append(step_utilisation(run, sel.used))
@@ -453,7 +469,45 @@ def _side(path: Path | str) -> _Side:
         times.append(t)
         disp.update(d)
     util = utils[0] if len(utils) == 1 else _merge_util(utils)
-    return _Side([str(p) for p in paths], sels, times, vals, disp, util, ident)
+    return _Side([str(p) for p in paths], sels, times, vals, disp, util, ident, hosts, spans)
+
+
+EPOCH_2001_NS = 10**18
+"""Step times past this are wall-clock (epoch) nanoseconds, comparable between recordings."""
+
+
+def _wall_span(manifest: dict) -> tuple[int, int] | None:
+    """(start of the first step, end of the last) of a recording, in epoch ns; None when its steps
+    are not on a wall clock."""
+    ts = [(int(s["ts_ns"]), int(s["ts_ns"]) + int(s.get("dur_ns") or 0)) for r in manifest.get("ranks", [])
+          for s in r.get("steps", []) if s.get("ts_ns") is not None]
+    if not ts or min(a for a, _ in ts) < EPOCH_2001_NS:
+        return None
+    return min(a for a, _ in ts), max(b for _, b in ts)
+
+
+def recording_pairs(bs: _Side, ts: _Side) -> list[tuple[int, int]] | None:
+    """Pairs (base index, test index) when the two run sets were recorded in pairs: as many
+    recordings on each side (at least 2), all on one host, and in the order of their start times
+    every two consecutive recordings are one base and one test (recorded side by side, or one
+    right after the other: ABAB, ABBA...). None otherwise. Pairing cancels what the machine did
+    while each pair ran (docs/COMPARE.md "Recordings made in pairs")."""
+    n = len(bs.paths)
+    if n < 2 or n != len(ts.paths) or None in bs.spans + ts.spans:
+        return None
+    if {os.path.realpath(p) for p in bs.paths} & {os.path.realpath(p) for p in ts.paths}:
+        return None  # a run compared with itself is not a pair of recordings
+    hosts = set(bs.hosts + ts.hosts)
+    if len(hosts) != 1 or None in hosts:
+        return None
+    order = sorted([(sp[0], "base", i) for i, sp in enumerate(bs.spans)] + [(sp[0], "test", i) for i, sp in enumerate(ts.spans)])
+    pairs = []
+    for k in range(0, 2 * n, 2):
+        a, b = order[k], order[k + 1]
+        if a[1] == b[1]:
+            return None
+        pairs.append((a[2], b[2]) if a[1] == "base" else (b[2], a[2]))
+    return pairs
 
 
 def _merge_util(utils: list[dict]) -> dict:
@@ -526,6 +580,7 @@ def _step_list(steps: list[int]) -> str:
 
 
 TEST_NAMES = {"mann-whitney-u": "Mann-Whitney U", "welch-t": "Welch's t", "t-on-run-medians": "Student's t on the recordings' medians",
+              "paired-t-on-run-ratios": "paired t on the ratios of recordings made in pairs",
               "none": "no test"}
 
 

@@ -257,8 +257,9 @@ def welch(a: list[float], b: list[float]) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class RunLevel:
-    """Student's t on per-run medians, pooled variance: the comparison of two sets of recordings."""
-    delta: float  # mean(test medians) - mean(base medians)
+    """A comparison of two sets of recordings, one value (its median step) per recording: Student's
+    t with pooled variance (run_level_t), or paired t on ratios (paired_ratio_t)."""
+    delta: float  # test - base, in the medians' unit
     ci_low: float  # 95% interval of delta (or `level`)
     ci_high: float
     t: float
@@ -286,6 +287,40 @@ def run_level_t(base_medians: list[float], test_medians: list[float], level: flo
     t = delta / se
     half = t_quantile(1 - (1 - level) / 2, df) * se
     return RunLevel(delta, delta - half, delta + half, t, 2.0 * t_sf(abs(t), df), df, sd)
+
+
+def paired_ratio_t(base_medians: list[float], test_medians: list[float], level: float = 0.95) -> RunLevel:
+    """Paired t on log(test / base) of recordings made in pairs (pair k: base k and test k recorded
+    at the same time, or one right after the other, on one host), so that what the machine did
+    while a pair ran falls on both of its sides alike and cancels in their ratio. Load scales time,
+    hence ratios, not differences. delta and its interval are in the base's unit: mean(base) times
+    (exp(mean log ratio) - 1); sd is the ratios' spread in that unit (sd of log ratio x mean(base));
+    df = pairs - 1. NaN figures with fewer than 2 pairs or a non-positive median."""
+    n = len(base_medians)
+    nan = float("nan")
+    if n != len(test_medians) or n < 2 or min(base_medians + test_medians) <= 0:
+        return RunLevel(nan, nan, nan, nan, nan, max(n - 1, 0), nan)
+    logs = [math.log(t / b) for b, t in zip(base_medians, test_medians)]
+    m = sum(logs) / n
+    df = n - 1
+    sd_log = math.sqrt(sum((x - m) ** 2 for x in logs) / df)
+    ref = sum(base_medians) / n
+    delta = ref * math.expm1(m)
+    se = sd_log / math.sqrt(n)
+    if se == 0:
+        return RunLevel(delta, delta, delta, math.copysign(math.inf, m) if m else 0.0, 0.0 if m else 1.0, df, 0.0)
+    half = t_quantile(1 - (1 - level) / 2, df) * se
+    t = m / se
+    return RunLevel(delta, ref * math.expm1(m - half), ref * math.expm1(m + half), t, 2.0 * t_sf(abs(t), df), df, sd_log * ref)
+
+
+def pairs_to_detect(sd: float, change: float, alpha: float = 0.05, power: float = 0.8) -> float:
+    """Pairs of recordings for a paired t-test to detect `change` with `power` (normal approximation);
+    sd is the spread of one pair's difference (paired_ratio_t's sd)."""
+    if change <= 0 or not math.isfinite(sd):
+        return float("nan")
+    z = normal_quantile(1 - alpha / 2) + normal_quantile(power)
+    return (z * sd / change) ** 2
 
 
 def runs_to_detect(sd: float, change: float, alpha: float = 0.05, power: float = 0.8) -> float:

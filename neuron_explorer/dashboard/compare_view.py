@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from ..analyzers.diff import TEST_NAMES
 from ..errors import NeuronExplorerError
 from . import compare as cmp
 from .figure import HIGHLIGHT, build_figure, time_unit
@@ -76,7 +77,6 @@ def mode_switch():
                      dcc.Store(id="mode", data="explore")], className="nx-mode")
 
 
-TEST_NAMES = {"mann-whitney-u": "Mann–Whitney U", "welch-t": "Welch's t-test", "none": "no test"}
 
 
 def _steps_used(sel: dict) -> str:
