@@ -19,6 +19,7 @@ from bisect import bisect_left, bisect_right
 
 import numpy as np
 
+from ..collectors.kineto_names import SYNCHRONIZE_CALL
 from ..store import Run
 from .metrics import COMM_KERNEL_PATTERN, DEVICE_WORK_KINDS
 
@@ -181,7 +182,7 @@ class _Sync:
 _COLUMNS = """SELECT event_id, {kind} AS k, ts_ns, ts_ns + dur_ns AS end_ns, coalesce(device, {none}) AS device,
   coalesce(stream, {none}) AS stream, coalesce(launch_id, {none}) AS launch_id, coalesce(source_frame_id, {none}) AS frame,
   coalesce(pid, {none}) AS pid, CASE WHEN device IS NULL THEN coalesce(CAST(tid AS VARCHAR), tid_text, '') END AS tk,
-  (coalesce(contains(name, 'Synchronize'), false)::INT * {sync_call}
+  (coalesce(contains(name, '{sync_name}'), false)::INT * {sync_call}
    + coalesce(contains(name, 'Memcpy') OR contains(name, 'memcpy'), false)::INT * {memcpy_call}
    + coalesce(pass = 'data' OR starts_with(name, 'enumerate(DataLoader)'), false)::INT * {input}
    + coalesce(contains(name, 'Wait'), false)::INT * {wait}
@@ -197,7 +198,7 @@ class RankIndex:
         kernel_names = [n for (n,) in run.sql("SELECT DISTINCT name FROM events WHERE rank = ? AND kind = 'kernel' AND name IS NOT NULL",
                                               [rank]).fetchall()]
         kind_sql = "CASE kind " + " ".join(f"WHEN '{k}' THEN {i}" for i, k in enumerate(KINDS)) + " END::TINYINT"
-        cols, tk_names = _read(run, _COLUMNS.format(kind=kind_sql, none=NONE, sync_call=F_SYNC_CALL, memcpy_call=F_MEMCPY_CALL,
+        cols, tk_names = _read(run, _COLUMNS.format(kind=kind_sql, none=NONE, sync_name=SYNCHRONIZE_CALL, sync_call=F_SYNC_CALL, memcpy_call=F_MEMCPY_CALL,
                                                     input=F_INPUT, wait=F_WAIT, comm=F_COMM, kinds=", ".join(f"'{k}'" for k in KINDS)),
                                [[n for n in kernel_names if comm.search(n)], rank])
         ids, kind, ts, end = cols["event_id"], cols["k"], cols["ts_ns"], cols["end_ns"]
