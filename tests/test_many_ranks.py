@@ -495,3 +495,23 @@ def test_real_two_rank_trace_report_equals_every_rule_run_on_the_whole_run(tmp_p
     assert got["summary"]["ranks"] == want["summary"]["ranks"]
     assert got["findings"] == want["findings"] and got["not_applicable"] == want["not_applicable"]
     assert {f["location"]["rank"] for f in got["findings"]} == {0, 1}
+
+
+def test_parquet_outputs_are_taken_from_the_analysis_and_equal_each_rank_computed_again(ten):
+    """analyze keeps each rank's rows of critical_path.parquet and work.parquet as its analysis
+    ends (10 ranks: more than the critical path's cache of recent ranks holds), and writes the same
+    tables as computing every rank's path and work again on its own partition."""
+    import pyarrow.parquet as pq
+
+    from neuron_explorer.analyzers import critical_path as cp
+    from neuron_explorer.analyzers import outputs
+
+    report = analyze(ten)
+    assert sorted(report.rank_parts) == list(range(10))
+    written = {name: pq.read_table(ten / "analysis" / f"{name}.parquet") for name in ("critical_path", "work")}
+    cp._CACHE.clear()
+    again = {"critical_path": outputs._critical_path(ten), "work": outputs._work(ten)}
+    assert sorted(set(written["critical_path"]["rank"].to_pylist())) == list(range(10))
+    assert written["critical_path"].num_rows >= 10 * 3  # every step of every rank has a path
+    for name in written:
+        assert written[name].equals(again[name]), name

@@ -185,7 +185,8 @@ def default_workers(ranks: int) -> int:
     return max(1, min(os.cpu_count() or 1, ranks))
 
 
-def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int | None = None, ray: str | None = None) -> Report:
+def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int | None = None, ray: str | None = None,
+                keep_parts: bool = False) -> Report:
     """Run the rules over an open run and return the ranked Report.
 
     Ranks go in batches (`rank_batches`): the summary numbers of all ranks of a batch, and each
@@ -198,13 +199,15 @@ def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int
     once, with every rank's summary. Evidence SQL keeps its `rank = N` filters, so it reproduces
     the numbers on the full run's views. With `ray` (a cluster address, 'auto' or 'local'), each
     rank is a Ray task instead (ray_tasks.py; the run must be on a filesystem every node shares),
-    and only the cross-rank rules run here.
+    and only the cross-rank rules run here. With `keep_parts`, each rank's rows of the Parquet
+    outputs are kept as its analysis ends (`Report.rank_parts`, `outputs.rank_parts`).
     """
     rules = all_rules() if rules is None else rules
     rank_rules = [r for r in rules if getattr(r, "SCOPE", "rank") != "run"]
     ranks = metrics.ranks(run)
     quality = quality_notes(run)
     per_rank: dict[int, tuple[dict, dict]] = {}
+    parts: dict[int, dict[str, bytes]] = {}
     n_workers = default_workers(len(ranks)) if workers is None else max(1, min(workers, len(ranks) or 1))
     if ray is not None:
         from ..errors import InputError
@@ -221,7 +224,7 @@ def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int
             raise InputError(run.path, f"the analysis of {len(failed)} of {len(ranks)} ranks failed on Ray ("
                              + "; ".join(f"rank {r}: {why}" for r, why in sorted(failed.items())) + ")")
     else:
-        per_rank = _analyze_ranks(run, ranks, rank_rules, quality, n_workers)
+        per_rank = _analyze_ranks(run, ranks, rank_rules, quality, n_workers, parts if keep_parts else None)
     summaries = {rank: per_rank[rank][0] for rank in ranks}
     findings: list[Finding] = []
     not_applicable: list[dict] = []
@@ -242,7 +245,7 @@ def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int
     findings.sort(key=lambda f: (-f.impact_ns, order[f.severity], f.rule_id))
     summary = {"ranks": list(summaries.values()), "definitions": "docs/METRICS.md", "cross_rank": cross_rank_summary(run)}
     return Report(run=str(run.path), summary=summary, findings=findings,
-                  not_applicable=not_applicable, warnings=warnings)
+                  not_applicable=not_applicable, warnings=warnings, rank_parts=parts)
 
 
 def _analyze_rank_task(rank: int, run_dir: str, rule_ids: list[str], quality: dict) -> tuple[dict, dict]:
@@ -281,11 +284,12 @@ def screen(run: Run, rule: ModuleType, summaries: dict[int, dict]) -> set[int] |
 
 
 def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], quality: dict,
-                   n_workers: int) -> dict[int, tuple[dict, dict]]:
+                   n_workers: int, parts: dict | None = None) -> dict[int, tuple[dict, dict]]:
     """Ranks in batches (`rank_batches`): for each batch, the summary numbers of all its ranks and
     each rule's screening are queries grouped by rank over the batch's views; then each rank
     adds the figures computed rank by rank and runs the checks its screening selected, on views
-    over its own partition, by `n_workers` threads."""
+    over its own partition, by `n_workers` threads. `parts`: filled with each rank's
+    `outputs.rank_parts` as its analysis ends."""
     out: dict[int, tuple[dict, dict]] = {}
     for batch in rank_batches(run, ranks):
         con = new_connection()
@@ -297,12 +301,12 @@ def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], qua
         finally:
             con.close()
         skips = {rank: frozenset(rid for rid, sel in selected.items() if sel is not None and rank not in sel) for rank in batch}
-        out.update(_rank_details(run, batch, rank_rules, quality, n_workers, partial, skips))
+        out.update(_rank_details(run, batch, rank_rules, quality, n_workers, partial, skips, parts))
     return out
 
 
 def _rank_details(run: Run, ranks: list[int], rank_rules: list[ModuleType], quality: dict, n_workers: int,
-                  partial: dict[int, dict], skips: dict[int, frozenset]) -> dict[int, tuple[dict, dict]]:
+                  partial: dict[int, dict], skips: dict[int, frozenset], parts: dict | None = None) -> dict[int, tuple[dict, dict]]:
     """Ranks shared out to `n_workers` threads (the calling thread when 1); each keeps its own
     connection, whose views it re-points at each rank in turn (a connection of its own: cursors
     of one connection share their views)."""
@@ -311,6 +315,14 @@ def _rank_details(run: Run, ranks: list[int], rank_rules: list[ModuleType], qual
     out: dict[int, tuple[dict, dict]] = {}
     errors: list[BaseException] = []
     duck_threads = max(1, (os.cpu_count() or 1) // n_workers)  # one big rank keeps every core for DuckDB
+
+    from .outputs import rank_parts
+
+    def _rank_parts(rank_run: Run, rank: int) -> dict | None:
+        try:
+            return rank_parts(rank_run, rank)
+        except Exception:  # noqa: BLE001 - the outputs then compute this rank again, and report what fails
+            return None
 
     def worker() -> None:
         con = new_connection()
@@ -324,8 +336,11 @@ def _rank_details(run: Run, ranks: list[int], rank_rules: list[ModuleType], qual
                     return
                 create_views(rank_run, [rank])
                 result = _analyze_rank(rank_run, rank, rank_rules, quality, partial[rank], skips[rank])
+                kept = None if parts is None else _rank_parts(rank_run, rank)
                 with lock:
                     out[rank] = result
+                    if kept is not None:
+                        parts[rank] = kept
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
             errors.append(e)
         finally:
@@ -353,7 +368,7 @@ def analyze(path: Path | str, *, write: bool = True, rules: list[ModuleType] | N
     RUN/analysis/{report.json, report.md, findings.parquet} into the run directory. `workers`:
     threads for the per-rank analysis (default: one per core); `ray`: run each rank as a Ray task."""
     with open_run(path) as run:
-        report = analyze_run(run, rules, workers=workers, ray=ray)
+        report = analyze_run(run, rules, workers=workers, ray=ray, keep_parts=write)
         run_dir = run.path  # the cached run when `path` is a trace
     if write:
         from .outputs import write_outputs

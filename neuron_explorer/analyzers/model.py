@@ -85,6 +85,9 @@ class Report:
     not_applicable: list[dict] = field(default_factory=list)  # {"rule_id", "reason"}
     warnings: list[str] = field(default_factory=list)  # data quality and rules that failed
     schema_version: int = REPORT_SCHEMA_VERSION
+    # per rank, its rows of analysis/critical_path.parquet and work.parquet, taken while its analysis
+    # held them (outputs.rank_parts), so that writing them computes nothing again; not in report.json
+    rank_parts: dict = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         return {

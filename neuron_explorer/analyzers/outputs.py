@@ -1,7 +1,10 @@
 """Write a Report to RUN/analysis/: report.json, report.md, findings.parquet, critical_path.parquet and work.parquet.
 
 Must not: compute anything (the engine does; the critical path comes from analyzers/critical_path.py,
-which computed it for the summary and keeps it per run) or print (the CLI does).
+which computed it for the summary and keeps it per run) or print (the CLI does). The engine takes
+each rank's rows of critical_path.parquet and work.parquet (`rank_parts`) while that rank's
+analysis still holds them: those caches keep a few ranks only, and computing the path again for
+each of a thousand ranks would cost as much as the analysis.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from .model import Report
@@ -60,41 +64,77 @@ def write_outputs(report: Report, out_dir: Path) -> Path:
     _atomic_write(out_dir / "report.md", lambda p: p.write_text(markdown(report)))
     _atomic_write(out_dir / "findings.parquet", lambda p: pq.write_table(findings_table(report), p))
     if (out_dir.parent / "manifest.json").exists():  # out_dir is RUN/analysis
-        _atomic_write(out_dir / "critical_path.parquet", lambda p: pq.write_table(_critical_path(out_dir.parent), p))
-        _atomic_write(out_dir / "work.parquet", lambda p: pq.write_table(_work(out_dir.parent), p))
+        parts = report.rank_parts
+        _atomic_write(out_dir / "critical_path.parquet", lambda p: pq.write_table(_critical_path(out_dir.parent, parts), p))
+        _atomic_write(out_dir / "work.parquet", lambda p: pq.write_table(_work(out_dir.parent, parts), p))
     return out_dir
 
 
-def _critical_path(run_dir: Path) -> pa.Table:
-    """The critical path of every step of every rank (docs/METRICS.md "Critical path")."""
+def rank_parts(run, rank: int) -> dict[str, bytes]:
+    """A rank's rows of critical_path.parquet and work.parquet ({"critical_path", "work"}), as
+    zstd-compressed Arrow IPC streams (about 60 KB for a rank of 5k events), on `run`'s views
+    (over that rank, or every rank): what the rank's analysis just computed (critical_path.path_of
+    and utilisation.rank_work keep it), so this costs a conversion, not a computation."""
+    from .critical_path import path_of
+    from .utilisation import rank_work, work_rows
+
+    return {"critical_path": _ipc(path_of(run, rank).table()),
+            "work": _ipc(pa.Table.from_pylist(work_rows(rank_work(run, rank), rank), schema=_WORK_SCHEMA))}
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with ipc.new_stream(sink, table.schema, options=ipc.IpcWriteOptions(compression="zstd")) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _kept(parts: dict[int, dict[str, bytes]] | None, ranks: list[int], name: str) -> list[pa.Table] | None:
+    """The tables `rank_parts` kept for every rank of `ranks`, in order; None when any is missing."""
+    if not parts or any(name not in parts.get(r, {}) for r in ranks):
+        return None
+    return [ipc.open_stream(parts[r][name]).read_all() for r in ranks]
+
+
+def _critical_path(run_dir: Path, parts: dict[int, dict[str, bytes]] | None = None) -> pa.Table:
+    """The critical path of every step of every rank (docs/METRICS.md "Critical path"): the
+    tables `parts` kept when it has every rank, else each rank's path on views over its partition."""
     from ..store import open_run
     from .critical_path import path_table, with_collective_waits
 
     with open_run(run_dir) as run:
         ranks = [r for (r,) in run.sql("SELECT DISTINCT rank FROM events ORDER BY 1").fetchall()]
-        if len(ranks) <= 1:
-            return path_table(run)
-        tables = []
-        for rank in ranks:  # each rank on views over its own partition: cost grows with events, not ranks x events
-            with run.with_ranks([rank]) as one:
-                tables.append(path_table(one))
-        return with_collective_waits(run, pa.concat_tables(tables))
+        tables = _kept(parts, ranks, "critical_path")
+        if tables is None:
+            if len(ranks) <= 1:
+                return path_table(run)
+            tables = []
+            for rank in ranks:  # each rank on views over its own partition: cost grows with events, not ranks x events
+                with run.with_ranks([rank]) as one:
+                    tables.append(path_table(one))
+        table = pa.concat_tables(tables) if tables else path_table(run)
+        return with_collective_waits(run, table) if len(ranks) > 1 else table
 
 
-def _work(run_dir: Path) -> pa.Table:
-    """FLOPs and bytes per counted operator and per kernel (docs/METRICS.md "Utilisation"), from the
-    per-rank work the summary already computed (utilisation.rank_work keeps it per analysis)."""
+_WORK_SCHEMA = pa.schema([("rank", pa.int32()), ("event_id", pa.int64()), ("kind", pa.string()), ("name", pa.string()),
+                          ("op_event_id", pa.int64()), ("step", pa.int64()), ("source_frame_id", pa.int64()), ("dur_ns", pa.int64()),
+                          ("flops", pa.float64()), ("bytes", pa.float64()), ("dtype", pa.string()), ("how", pa.string())])
+
+
+def _work(run_dir: Path, parts: dict[int, dict[str, bytes]] | None = None) -> pa.Table:
+    """FLOPs and bytes per counted operator and per kernel (docs/METRICS.md "Utilisation"): the
+    tables `parts` kept when it has every rank, else from the per-rank work the summary already
+    computed (utilisation.rank_work keeps it per analysis)."""
     from ..store import open_run
     from .utilisation import WORK_COLUMNS, rank_work, work_rows
 
-    schema = pa.schema([("rank", pa.int32()), ("event_id", pa.int64()), ("kind", pa.string()), ("name", pa.string()),
-                        ("op_event_id", pa.int64()), ("step", pa.int64()), ("source_frame_id", pa.int64()), ("dur_ns", pa.int64()),
-                        ("flops", pa.float64()), ("bytes", pa.float64()), ("dtype", pa.string()), ("how", pa.string())])
-    assert tuple(schema.names) == WORK_COLUMNS
+    assert tuple(_WORK_SCHEMA.names) == WORK_COLUMNS
     with open_run(run_dir) as run:
         ranks = [r for (r,) in run.sql("SELECT DISTINCT rank FROM events ORDER BY 1").fetchall()]
-        tables = []
-        for rank in ranks:
-            with run.with_ranks([rank]) as one:
-                tables.append(pa.Table.from_pylist(work_rows(rank_work(one, rank), rank), schema=schema))
-        return pa.concat_tables(tables) if tables else schema.empty_table()
+        tables = _kept(parts, ranks, "work")
+        if tables is None:
+            tables = []
+            for rank in ranks:
+                with run.with_ranks([rank]) as one:
+                    tables.append(pa.Table.from_pylist(work_rows(rank_work(one, rank), rank), schema=_WORK_SCHEMA))
+        return pa.concat_tables(tables) if tables else _WORK_SCHEMA.empty_table()
