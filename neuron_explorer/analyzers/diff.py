@@ -292,20 +292,18 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
     sb, st = describe(base_times), describe(test_times)
     between_runs = len(bs.paths) + len(ts.paths) >= 3
     pairs = recording_pairs(bs, ts) if between_runs else None
-    if pairs:  # recorded in pairs: what the machine did while a pair ran cancels in the pair's ratio
-        bm, tm = [median(bs.times[i]) for i, _ in pairs], [median(ts.times[j]) for _, j in pairs]
-        rl = paired_ratio_t(bm, tm)
-        outcome = Test("paired-t-on-run-ratios", rl.t, rl.p_value, cliffs_delta(bm, tm),
-                       f"{len(pairs)} pairs of recordings made together on one host: paired t ({rl.df} df) on the log of "
-                       "each pair's ratio of median steps (test / base), so what the machine did while a pair ran cancels")
-        ref = sum(bm) / len(bm)
-        delta, ci_low, ci_high = rl.delta, rl.ci_low, rl.ci_high
-    elif between_runs:  # several recordings per side: each run's median is one value, so run-to-run variation counts
-        bm, tm = [median(t) for t in bs.times], [median(t) for t in ts.times]
-        rl = run_level_t(bm, tm)
-        outcome = Test("t-on-run-medians", rl.t, rl.p_value, cliffs_delta(bm, tm),
-                       f"{len(bm)} base and {len(tm)} test recordings: Student's t (pooled variance, {rl.df} df) on each "
-                       "recording's median step, so the variation between recordings is in the test")
+    if between_runs:  # several recordings per side: each one's median is one value, so run-to-run variation counts
+        if pairs:  # recorded in pairs: what the machine did while a pair ran cancels in the pair's ratio
+            bm, tm = [median(bs.times[i]) for i, _ in pairs], [median(ts.times[j]) for _, j in pairs]
+            rl, name = paired_ratio_t(bm, tm), "paired-t-on-run-ratios"
+            why = (f"{len(pairs)} pairs of recordings made together on one host: paired t ({rl.df} df) on the log of each "
+                   "pair's ratio of median steps (test / base), so what the machine did while a pair ran cancels")
+        else:
+            bm, tm = [median(t) for t in bs.times], [median(t) for t in ts.times]
+            rl, name = run_level_t(bm, tm), "t-on-run-medians"
+            why = (f"{len(bm)} base and {len(tm)} test recordings: Student's t (pooled variance, {rl.df} df) on each "
+                   "recording's median step, so the variation between recordings is in the test")
+        outcome = Test(name, rl.t, rl.p_value, cliffs_delta(bm, tm), why)
         ref = sum(bm) / len(bm)
         delta, ci_low, ci_high = rl.delta, rl.ci_low, rl.ci_high
     else:
