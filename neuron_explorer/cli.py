@@ -343,10 +343,18 @@ def version() -> None:
 
 
 def main() -> None:
+    from .errors import unreadable_file
+
     try:
         app()
     except NeuronExplorerError as e:
         typer.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    except Exception as e:  # a damaged run file is bad input too; anything else is a bug and keeps its traceback
+        problem = unreadable_file(e)
+        if problem is None:
+            raise
+        typer.echo(f"error: {problem}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)

@@ -1,4 +1,6 @@
-"""Errors a user can act on. The CLI prints them as one line and exits 2; nothing else is caught."""
+"""Errors a user can act on. The CLI prints them as one line and exits 2; besides these it catches
+only a run file that DuckDB or pyarrow cannot read (unreadable_file), so a damaged run is one line
+too, and anything else (a bug) keeps its traceback."""
 
 from __future__ import annotations
 
@@ -29,3 +31,17 @@ class RunExistsError(NeuronExplorerError):
 
 class UsageError(NeuronExplorerError):
     """The tool was used in a way that cannot work (checked early, before any long work)."""
+
+
+def unreadable_file(e: BaseException) -> str | None:
+    """The one-line problem when `e` is DuckDB or pyarrow failing to read a file (a truncated or
+    overwritten Parquet file of a run: its message names the file), else None."""
+    module = type(e).__module__ or ""
+    if not (module.startswith("duckdb") or module.startswith("_duckdb") or module.startswith("pyarrow")):
+        return None
+    text = str(e).strip()
+    first = text.splitlines()[0] if text else type(e).__name__
+    lowered = text.lower()
+    if "parquet" not in lowered and "file '" not in lowered and "no such file" not in lowered:
+        return None
+    return f"a file of the run cannot be read ({first}); import or record the run again"

@@ -496,7 +496,11 @@ def _columns_sql(spec: schema.Table, first_file: str) -> str:
     derived = schema.DERIVED_ON_READ.get(spec.name)
     if not derived:
         return "*"
-    have = set(pq.read_schema(first_file).names)
+    try:
+        have = set(pq.read_schema(first_file).names)
+    except (pa.ArrowException, OSError) as e:
+        raise InputError(first_file, f"not a readable Parquet file ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
+                                     "import or record the run again") from None
     missing = [f"{expr} AS {quote_ident(name)}" for name, expr in derived.items() if name not in have]
     return ", ".join(["*", *missing])
 

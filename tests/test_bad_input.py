@@ -78,6 +78,26 @@ def test_reading_a_missing_or_newer_run_is_a_clear_error(tmp_path: Path):
     assert res.returncode == 2 and "newer" in res.stderr and "Traceback" not in res.stderr
 
 
+def test_a_damaged_run_file_is_one_line_naming_it(tmp_path: Path):
+    """A run whose Parquet files were truncated or overwritten (a full disk, a bad copy): every
+    command says which file in one line and exits 2, the first file of a table and any other."""
+    traces = tmp_path / "traces"
+    for r in (0, 1):
+        write_trace(traces / f"rank{r}.json", [X("ProfilerStep#0", "user_annotation", 0, 100), X("aten::mm", "cpu_op", 10, 50)],
+                    distributedInfo={"rank": r, "world_size": 2})
+    run = tmp_path / "run"
+    assert cli("import", traces, "-o", run).returncode == 0
+    for damaged in ("rank=1/events.parquet", "rank=0/events.parquet"):
+        good = (run / damaged).read_bytes()
+        (run / damaged).write_bytes(good[: len(good) // 3])
+        for cmd in (("info",), ("analyze",), ("query", "SELECT count(*) FROM events")):
+            res = cli(*cmd[:1], run, *cmd[1:])
+            lines = res.stderr.strip().splitlines()
+            assert res.returncode == 2 and len(lines) == 1 and "Traceback" not in res.stderr, (cmd, res.stderr[-800:])
+            assert damaged in lines[0] and ("Parquet" in lines[0] or "parquet" in lines[0]), lines[0]
+        (run / damaged).write_bytes(good)
+
+
 @pytest.mark.parametrize("suffix", [".json", ".json.gz"])
 def test_bare_array_and_both_encodings_import(tmp_path: Path, suffix: str):
     events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1.5, "dur": 2}]

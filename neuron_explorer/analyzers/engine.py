@@ -222,7 +222,7 @@ def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int
                 failed[rank] = result
         if failed:
             raise InputError(run.path, f"the analysis of {len(failed)} of {len(ranks)} ranks failed on Ray ("
-                             + "; ".join(f"rank {r}: {why}" for r, why in sorted(failed.items())) + ")")
+                             + "; ".join(f"rank {r}: {(str(why).strip().splitlines() or ['?'])[0]}" for r, why in sorted(failed.items())) + ")")
     else:
         per_rank = _analyze_ranks(run, ranks, rank_rules, quality, n_workers, parts if keep_parts else None)
     summaries = {rank: per_rank[rank][0] for rank in ranks}
