@@ -192,3 +192,41 @@ def test_record_runs_makes_a_run_set_that_diff_reads(tmp_path: Path):
     assert s["test_name"] == "t-on-run-medians" and [len(s["runs"][r]) for r in ("base", "test")] == [2, 2]
     assert s["delta_ns"] == 0 and s["verdict"] != "slower"
     assert all(len(r["steps"]["used"]) >= 5 for r in s["runs"]["base"])
+
+
+LOOP = """\
+import torch
+torch.set_num_threads(1)
+model = torch.nn.Sequential(torch.nn.Linear(128, 128), torch.nn.ReLU(), torch.nn.Linear(128, 128))
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+x = torch.randn(64, 128)
+big = torch.randn(384, 384)
+for _ in range(12):
+    opt.zero_grad()
+    model(x).square().mean().backward()
+{extra}    opt.step()
+"""
+
+
+def test_base_and_test_recorded_in_pairs_are_paired_and_the_regression_fails_the_gate(tmp_path: Path):
+    """What COMPARE.md tells a CI job to do: record base and test one after the other, three times
+    (runs/base/1, runs/test/1, runs/base/2, ...); diff pairs them, and the added matmul (about +120%
+    of the step) is slower and fails the gate. On a loaded machine a burst of load can slow one
+    recording of a pair as a whole; three pairs then cannot rule out that it is load (df = 2), so
+    the verdict may be "cannot tell", and the gate says so — but the change is never called no
+    change or faster."""
+    (tmp_path / "base.py").write_text(LOOP.format(extra=""))
+    (tmp_path / "train.py").write_text(LOOP.format(extra="    torch.matmul(big, big)  # the regression\n"))
+    for i in (1, 2, 3):
+        for side, script in (("base", "base.py"), ("test", "train.py")):
+            res = cli("record", "-o", tmp_path / "runs" / side / str(i), tmp_path / script, cwd=tmp_path)
+            assert res.returncode == 0, res.stderr[-2000:]
+    res = cli("diff", tmp_path / "runs" / "base", tmp_path / "runs" / "test", "--json", "--fail-if-slower", "5%")
+    s = json.loads(res.stdout)["step_time"]
+    assert s["test_name"] == "paired-t-on-run-ratios" and [len(s["runs"][r]) for r in ("base", "test")] == [3, 3]
+    assert s["delta_pct"] > 50 and s["verdict"] in ("slower", "cannot tell"), (s["verdict"], s["reason"])
+    if s["verdict"] == "slower":
+        assert res.returncode == 1 and "over the 5% limit" in res.stderr
+    else:  # one pair's recordings were not alike (load): the other pairs still show the slowdown
+        ratios = [t["median_ns"] / b["median_ns"] for b, t in zip(s["runs"]["base"], s["runs"]["test"])]
+        assert res.returncode == 0 and "cannot tell whether" in res.stderr and sorted(ratios)[1] > 1.2, (ratios, s["reason"])
