@@ -83,3 +83,28 @@ def test_a_click_on_a_cell_opens_that_rank_at_that_step(runs):
         ranks_view.cell_view(runs, 0, {"points": [{"x": 9, "y": 3}]})
     with pytest.raises(CallbackInputError, match="no cell"):
         ranks_view.cell_view(runs, 0, {"points": []})
+
+
+def test_one_ranks_timeline_of_a_many_rank_run_reads_that_rank_alone_and_draws_the_same(runs, monkeypatch):
+    """The first view of a run of many ranks is one rank's timeline: read from that rank's
+    partition (its longest events, lanes, steps), with the whole run's window and time origin,
+    the same arrays as when every rank's events are read."""
+    from neuron_explorer.dashboard import runs as runs_mod
+    from neuron_explorer.dashboard import timeline as tl_mod
+    from neuron_explorer.dashboard.timeline import timeline
+
+    got = timeline(runs, 0, rank=SLOW_RANK, width=600)
+    scoped = runs.get(0).of_rank(SLOW_RANK)
+    assert scoped.run.view_ranks == [SLOW_RANK]
+    assert set(scoped.long_events()[1]["rank"].to_pylist()) == {SLOW_RANK}
+    # the whole run's window: every rank starts at 0 and rank 7 ends last, at 600 us
+    assert (got["run_start"], got["run_end"]) == (BASE, BASE + 600_000) and got["t0"] == BASE
+    assert [ln["rank"] for ln in got["lanes"]] == [SLOW_RANK] and got["visible_events"] == 6
+    assert [(s["step"], s["x0"], s["x1"]) for s in got["steps"]] == [(1, 0.0, 100.0), (2, 100.0, 500.0), (3, 500.0, 600.0)]
+    monkeypatch.setattr(runs_mod, "SCOPED_RANKS", 100)
+    monkeypatch.setattr(tl_mod, "SCOPED_RANKS", 100)
+    fresh = RunSet([runs.get(0).path])
+    try:
+        assert timeline(fresh, 0, rank=SLOW_RANK, width=600) == got
+    finally:
+        fresh.close()

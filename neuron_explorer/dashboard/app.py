@@ -204,6 +204,8 @@ def _events_brief(rs: RunSet, run: int, ids: list[int]) -> list[dict]:
 def _relane(rs: RunSet, tl: dict, flows: list, events: list) -> tuple[list, list]:
     """Map y rows from the all-ranks, all-lanes layout to this view's layout (same lanes, fewer of
     them); an event on a lane this view does not show is dropped."""
+    if not flows and not events:
+        return [], []  # nothing to move: no need for the whole run's lanes (a scan of every rank)
     r = rs.get(tl["run"])
     all_l = r.lanes(None)
     mine = {(ln["rank"], ln["is_device"], ln["a"], ln["b"], ln["text"]): ln for ln in tl["lanes"]}
@@ -486,12 +488,16 @@ MAX_GROUP_OPTIONS = 24
 
 
 def group_options(rs: RunSet, run) -> list[dict]:
-    """The lane groups (per rank and process) of a run's default layout, to collapse."""
+    """The lane groups (per rank and process) of a run's default layout, to collapse: of every
+    rank, or of the first rank where the timeline opens on it (a run of many ranks, whose lanes
+    are then read from that rank's partition alone)."""
     try:
         r = rs.get(run)
     except NeuronExplorerError:
         return []
-    gs = lane_groups.groups([ln.to_dict() for ln in r.lanes(None, False)])[:MAX_GROUP_OPTIONS]
+    first = ranks_view.first_rank(rs, run)
+    lanes = r.lanes(None, False) if first == "all" else r.of_rank(first).lanes(first, False)
+    gs = lane_groups.groups([ln.to_dict() for ln in lanes])[:MAX_GROUP_OPTIONS]
     return [{"label": f"{g['key']} ({g['lanes']})", "value": g["key"]} for g in gs]
 
 

@@ -30,6 +30,10 @@ LANE_SQL = ("rank, (device IS NOT NULL) AS is_device, coalesce(device, pid) AS l
 MAX_DEPTH_ROWS = 32
 """Nesting rows drawn per lane; deeper slices are drawn on the last row (it says so in the label)."""
 
+SCOPED_RANKS = 8
+"""A timeline of one rank of a run with more ranks than this reads views over that rank's
+partition only (`OpenRun.of_rank`); the views of this many ranks are kept open per run."""
+
 LONG_EVENTS = 4096
 """At most this many of the longest events are kept in memory per run; every other event is
 shorter than the run's `short_max_dur_ns`, which bounds how far before a window a query must look."""
@@ -216,6 +220,21 @@ class OpenRun:
                              [threshold])
             self._facts["long"] = (threshold, tbl)
         return self._facts["long"]
+
+    def of_rank(self, rank: int) -> OpenRun:
+        """This run seen through views over one rank's partition (`Run.with_ranks`), with its own
+        connection and cached facts (longest events, lanes, span, steps: that rank's): what one
+        rank's timeline reads on a run of many ranks, where the whole run's facts would scan every
+        rank's files. The last SCOPED_RANKS ranks asked are kept open."""
+        with self.lock:
+            scoped = self._facts.setdefault("of_rank", {})
+            got = scoped.pop(int(rank), None)
+            if got is None:
+                got = OpenRun(self.index, self.path, self.run.with_ranks([int(rank)]))
+            scoped[int(rank)] = got  # the most recent last
+            while len(scoped) > SCOPED_RANKS:
+                del scoped[next(iter(scoped))]  # closed when no request holds it any more
+            return got
 
     def steps(self) -> list[dict]:
         """Every profiler step of every rank (rank, step, ts_ns, dur_ns), in time order."""

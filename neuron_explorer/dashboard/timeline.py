@@ -11,6 +11,10 @@ So the browser gets at most EXACT_CAP slices plus (rows x width) buckets, at any
 Times are sent as float offsets in microseconds from the window start (float32 in the figure),
 never as absolute nanoseconds. The lower time bound of the scan is t0 - short_max_dur so that
 row-group statistics prune (rows are sorted by ts_ns); the few longer events are kept in memory.
+The timeline of one rank of a run with more than runs.SCOPED_RANKS ranks reads that rank's
+partition only (`OpenRun.of_rank`): its longest events, lanes and steps; the default window and
+the time origin stay the whole run's. A job of a thousand ranks then opens on one rank without
+scanning every rank's events.
 
 Must not: draw anything (figure.py does), or read anything but the run's tables.
 """
@@ -21,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
-from .runs import LANE_SQL, MAX_DEPTH_ROWS, OpenRun, QueryError, RunSet
+from .runs import LANE_SQL, MAX_DEPTH_ROWS, SCOPED_RANKS, OpenRun, QueryError, RunSet
 from .runs import parse_int as _int
 
 EXACT_CAP = 6000
@@ -158,11 +162,13 @@ def _y_join(r: OpenRun, rank: int | None, inner: str, all_lanes: bool = True) ->
 def timeline_arrays(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None, all_lanes=None) -> dict:
     """The timeline of one window as numpy arrays (see the module docstring); `timeline` is its JSON form.
     Meta lanes (runs.Lane.hidden) and their events are left out unless `all_lanes`."""
-    r = rs.get(run)
+    whole = r = rs.get(run)
     rank = parse_rank(r, rank)
+    if rank is not None and len(r.run.ranks) > SCOPED_RANKS:
+        r = r.of_rank(rank)  # one rank of many: its own partition's facts (the window and origin stay the run's)
     all_lanes = parse_flag(all_lanes, "all_lanes")
     shown = _shown_sql(r, rank, all_lanes)
-    t0, t1, width = parse_window(r, t0, t1, width)
+    t0, t1, width = parse_window(whole, t0, t1, width)
     bucket = max(1.0, (t1 - t0) / width)
     cte, params = _window_sql(r, rank, t0, t1)
     threshold, _ = _long_table(r)
@@ -184,7 +190,7 @@ def timeline_arrays(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None, 
     exact = top if cutoff < 0 else top.filter(pa.compute.greater(top["dur_ns"], cutoff))
     out = {
         "run": r.index, "rank": rank, "t0": t0, "t1": t1, "width": width, "bucket_ns": bucket,
-        "run_start": r.span()[0], "run_end": r.span()[1], "visible_events": exact.num_rows,
+        "run_start": whole.span()[0], "run_end": whole.span()[1], "visible_events": exact.num_rows,
         "lanes": [ln.to_dict() for ln in r.lanes(rank, all_lanes)], "all_lanes": all_lanes,
         "hidden_lanes": len(r.lanes(rank, True)) - len(r.lanes(rank, all_lanes)),
         "mode": "exact" if cutoff < 0 else "aggregated",
