@@ -274,3 +274,34 @@ def test_live_gloo_puts_the_collective_wait_on_rank_0(gloo_run):
     assert waits[0]["wait_ns"] == _one(report, "rank-skew").impact_ns  # two ranks: rank 0 waits what rank 1 is late
     assert waits[0]["wait_share"] > 0.5  # it sleeps 30 ms a step before the all_reduce; the rest of the step is ~0.3 ms of work
     assert not [x for x in report.findings if x.rule_id == "load-imbalance"]  # both ranks do the same matmul
+
+
+def test_work_per_step_is_the_union_of_overlapping_work_without_collectives(tmp_path):
+    """Load imbalance's work per rank and step (xr.imbalance, one query over every rank): overlapping
+    and nested intervals count once, collectives not at all, and a CPU-only rank's work is its
+    top-level operators (an operator inside another is not counted again).
+
+        rank 0, step 1 (µs)   0        100  150   200 210     300        400
+          stream 7            [k1.......)
+          stream 8                 [k2.........)                                 k1 ∪ k2 = 0..150
+          stream 9                      [k3)                                     inside k2
+          stream 7                                [k4)                           200..210
+          stream 9                                          [nccl all-reduce)   a collective: left out
+        (each kernel launched from the step at 0-4 µs)
+        rank 1 (CPU only)     [op_a......)  [op_b inside op_a]  thread 2: [op_c: 60..160)  c10d: left out
+    """
+    r0 = [X("ProfilerStep#1", "user_annotation", 0, 500)]
+    for i, (name, ts, dur, s) in enumerate([("k1", 0, 100, 7), ("k2", 50, 100, 8), ("k3", 120, 10, 9), ("k4", 200, 10, 7),
+                                            (NCCL, 300, 100, 9)]):  # each launched from the step (its step is its launch's)
+        r0 += [X("cudaLaunchKernel", "cuda_runtime", i, 1, correlation=i + 1), K(name, ts, dur, s, i + 1)]
+    r1 = [X("ProfilerStep#1", "user_annotation", 0, 500), X("aten::op_a", "cpu_op", 0, 100), X("aten::op_b", "cpu_op", 10, 20),
+          X("aten::op_c", "cpu_op", 60, 100, tid=2), X("c10d::allreduce_", "cpu_op", 300, 100)]
+    for r, ev in enumerate((r0, r1)):
+        write_trace(tmp_path / "traces" / f"rank{r}.json", ev, baseTimeNanoseconds=BASE, distributedInfo={"rank": r, "world_size": 2})
+    run_dir = import_traces(tmp_path / "traces", tmp_path / "run").run_dir
+    with open_run(run_dir) as run:
+        got = xr.imbalance(run)
+        rows = run.sql(xr.work_per_step_sql() + "\nSELECT rank, step, work_ns, on_device FROM work ORDER BY rank").fetchall()
+    assert rows == [(0, 1, 160 * US, True), (1, 1, 160 * US, False)]
+    assert got["steps"] == [{"step": 1, "max_ns": 160 * US, "heaviest_rank": 0, "median_ns": 160 * US, "mean_ns": 160 * US,
+                             "ranks": 2, "on_device": False}]

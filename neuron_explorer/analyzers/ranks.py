@@ -183,20 +183,25 @@ def work_per_step_sql() -> str:
     CPU-only ranks (the union of top-level CPU operators that are not collectives). Collectives are
     left out: a rank that waits longer in them is not busier."""
     kpat, opat = sql_literal(COMM_KERNEL_PATTERN), sql_literal(COMM_OP_PATTERN)
+    dev = kinds_sql(DEVICE_WORK_KINDS)
+    # One scan of the candidate intervals; the collective patterns are matched once per distinct
+    # name, not once per event. The union of a rank's intervals in a step is the sum, in start
+    # order, of the part of each that ends beyond every earlier one: one window, no islands.
     return f"""WITH steps0 AS (SELECT rank, step FROM events WHERE kind = 'step' GROUP BY rank, step),
 common AS (SELECT step FROM steps0 GROUP BY step HAVING count(DISTINCT rank) = (SELECT count(DISTINCT rank) FROM steps0)),
-dev_ranks AS (SELECT DISTINCT rank FROM events WHERE kind IN {kinds_sql(DEVICE_WORK_KINDS)} AND device IS NOT NULL),
-iv AS (SELECT rank, step, ts_ns, ts_ns + dur_ns AS end_ns FROM events
-       WHERE dur_ns > 0 AND step IN (SELECT step FROM common) AND (
-             (kind IN {kinds_sql(DEVICE_WORK_KINDS)} AND device IS NOT NULL AND NOT regexp_matches(name, {kpat}))
-          OR (kind = 'cpu_op' AND event_id = top_op_id AND NOT regexp_matches(name, {opat}) AND rank NOT IN (SELECT rank FROM dev_ranks)))),
+dev_ranks AS (SELECT DISTINCT rank FROM events WHERE kind IN {dev} AND device IS NOT NULL),
+names AS (SELECT name, regexp_matches(name, {kpat}) AS comm_kernel, regexp_matches(name, {opat}) AS comm_op
+          FROM (SELECT DISTINCT name FROM events WHERE kind IN {dev} OR kind = 'cpu_op')),
+cand AS (SELECT rank, step, name, ts_ns, ts_ns + dur_ns AS end_ns, kind IN {dev} AND device IS NOT NULL AS on_dev FROM events
+         WHERE dur_ns > 0 AND step IN (SELECT step FROM common)
+           AND ((kind IN {dev} AND device IS NOT NULL) OR (kind = 'cpu_op' AND event_id = top_op_id))),
+iv AS (SELECT c.rank, c.step, c.ts_ns, c.end_ns FROM cand c JOIN names n ON c.name = n.name
+       WHERE CASE WHEN c.on_dev THEN NOT n.comm_kernel ELSE NOT n.comm_op AND c.rank NOT IN (SELECT rank FROM dev_ranks) END),
 mx AS (SELECT *, max(end_ns) OVER (PARTITION BY rank, step ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end FROM iv),
-isl AS (SELECT *, sum(CASE WHEN prev_end IS NULL OR ts_ns > prev_end THEN 1 ELSE 0 END)
-               OVER (PARTITION BY rank, step ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island FROM mx),
-u AS (SELECT rank, step, min(ts_ns) AS start_ns, max(end_ns) AS end_ns FROM isl GROUP BY rank, step, island),
-work AS (SELECT s.rank, s.step, coalesce(sum(u.end_ns - u.start_ns), 0)::BIGINT AS work_ns,
+u AS (SELECT rank, step, sum(greatest(end_ns - greatest(ts_ns, coalesce(prev_end, ts_ns)), 0)) AS busy_ns FROM mx GROUP BY rank, step),
+work AS (SELECT s.rank, s.step, coalesce(u.busy_ns, 0)::BIGINT AS work_ns,
                 s.rank IN (SELECT rank FROM dev_ranks) AS on_device
-         FROM steps0 s LEFT JOIN u USING (rank, step) WHERE s.step IN (SELECT step FROM common) GROUP BY s.rank, s.step)"""
+         FROM steps0 s LEFT JOIN u USING (rank, step) WHERE s.step IN (SELECT step FROM common))"""
 
 
 def imbalance_sql() -> str:
