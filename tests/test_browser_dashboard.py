@@ -116,8 +116,9 @@ def test_dashboard_in_chromium(server, browser):
     label = drv.execute_script(f"""const gd = {GD}; const box = arguments[0];
         const px = v => (v - box.x0) / (box.x1 - box.x0) * box.w; let best = null;
         for (const t of gd._fullData) {{ if (t.meta !== 'spans' || !t.text) continue;
-          for (let i = 1; i < t.x.length; i += 4) {{ const w = px(t.x[i + 1]) - px(t.x[i - 1]);
-            if (!best || w > best.w) best = {{w, x0: t.x[i - 1], x1: t.x[i + 1], y: t.y[i], name: String(t.text[i]).split('<br>')[0]}}; }} }}
+          const px0 = gd._fullData[t.index - 1].x, p = {{x: Array.from(px0).filter(v => v !== px0[0])}};  // its paint trace: slice i is x[5i] .. x[5i + 1]
+          for (let i = 0; i < t.x.length; i++) {{ const w = px(p.x[5 * i + 1]) - px(p.x[5 * i]);
+            if (!best || w > best.w) best = {{w, x0: p.x[5 * i], x1: p.x[5 * i + 1], y: t.y[i], name: String(t.text[i]).split('<br>')[0]}}; }} }}
         const lab = gd._fullData.find(t => t.name === 'labels');
         if (!lab || !best) return null;
         const hits = []; for (let i = 0; i < lab.text.length; i++)
@@ -141,10 +142,10 @@ def test_dashboard_in_chromium(server, browser):
     target = drv.execute_script(f"""const gd = {GD}; const box = arguments[0];
         const px = v => (v - box.x0) / (box.x1 - box.x0) * box.w;
         for (const t of gd._fullData) {{ if (t.name !== 'cpu_op' || t.meta !== 'spans') continue;
-          const xs = t.x, ys = t.y, cd = t.customdata, tx = t.text;
-          for (let i = 1; i < xs.length; i += 4) {{
+          const xs = t.x, ys = t.y, cd = t.customdata, tx = t.text, px0 = gd._fullData[t.index - 1].x, p = {{x: Array.from(px0).filter(v => v !== px0[0])}};
+          for (let i = 0; i < xs.length; i++) {{
             if (!String(tx[i]).startsWith('aten::linear')) continue;
-            if (px(xs[i + 1]) - px(xs[i - 1]) < 8 || px(xs[i]) < 5 || px(xs[i]) > box.w - 5) continue;
+            if (px(p.x[5 * i + 1]) - px(p.x[5 * i]) < 8 || px(xs[i]) < 5 || px(xs[i]) > box.w - 5) continue;
             return {{x: xs[i], y: ys[i], id: cd[i]}}; }} }}
         return null;""", zoomed)
     assert target is not None, "no clickable aten::linear slice in the zoomed window"
@@ -233,11 +234,12 @@ def test_dashboard_in_chromium(server, browser):
     target = drv.execute_script(f"""const gd = {GD}; const box = arguments[0];
         const px = v => (v - box.x0) / (box.x1 - box.x0) * box.w; let best = null;
         for (const t of gd._fullData) {{ if (t.name !== 'kernel' || t.meta !== 'spans') continue;
-          for (let i = 1; i < t.x.length; i += 4) {{ const w = px(t.x[i + 1]) - px(t.x[i - 1]);
-            if (px(t.x[i - 1]) > 5 && px(t.x[i + 1]) < box.w - 5 && (!best || w > best.w))
-              best = {{x: t.x[i - 1] + 0.15 * (t.x[i + 1] - t.x[i - 1]), y: t.y[i], id: t.customdata[i], w, name: String(t.text[i]).split('<br>')[0]}}; }} }}
+          const px0 = gd._fullData[t.index - 1].x, p = {{x: Array.from(px0).filter(v => v !== px0[0])}};  // its paint trace: slice i is x[5i] .. x[5i + 1]
+          for (let i = 0; i < t.x.length; i++) {{ const a = p.x[5 * i], e = p.x[5 * i + 1], w = px(e) - px(a);
+            if (px(a) > 5 && px(e) < box.w - 5 && (!best || w > best.w))
+              best = {{x: a + 0.15 * (e - a), y: t.y[i], id: t.customdata[i], w, name: String(t.text[i]).split('<br>')[0]}}; }} }}
         return best;""", zoomed)
-    # 15% of more than 85 px is more than hoverdistance (12 px) from the ends and the middle
+    # 15% of more than 85 px is more than hoverdistance (12 px) from its ends and its middle
     assert target is not None and target["w"] > 85, f"no kernel wide enough in the zoomed window: {target}"
     # click 15% into the kernel, far from its ends and its middle: it is selected all the same
     ya = drv.execute_script(f"return {GD}._fullLayout.yaxis.l2p(arguments[0])", target["y"])

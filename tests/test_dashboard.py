@@ -390,22 +390,37 @@ def test_click_to_event_and_panel(rs):
 def test_figure_draws_span_segments_flows_and_memory(rs):
     view = dash_app.view_for(rs, None, 0, "all", None, None, None)
     fig, status = dash_app.timeline_figure(rs, view, 1000, eid(rs, "gemm"))
-    gl = [t for t in fig["data"] if t.get("meta") == "spans"]  # the hover traces: an event id and text per point
+    gl = [t for t in fig["data"] if t.get("meta") == "spans"]  # the hover traces: one point per slice, its middle
     assert {t["name"] for t in gl} == {"step", "python", "cpu_op", "runtime", "kernel"}
-    xs = np.concatenate([_decode(t["x"]) for t in gl])
-    assert len(xs) == 4 * 11 and np.isnan(xs[3::4]).all()  # start, middle, end, gap per slice
-    gemm_x = np.concatenate([_decode(t["x"]) for t in gl if t["name"] == "kernel"])
-    assert sorted(gemm_x[0::4].tolist()) == pytest.approx([0.020, 0.046, 0.065])  # ms from the run's first event
-    # painted without WebGL: per colour one filled SVG path, a rectangle (4 corners, gap) per slice, 0.78 rows high
+    assert sum(len(t["customdata"]) for t in gl) == 11 and sum(len(t["text"]) for t in gl) == 11
+    # painted without WebGL: per colour ONE filled SVG path right before its hover trace, no gaps in
+    # it (a NaN gap costs the browser an SVG element), a rectangle per slice, 0.78 rows high
     assert {t["type"] for t in fig["data"]} == {"scatter"}
-    paint = [t for t in fig["data"] if t.get("fill") == "toself" and t["name"] == "kernel"]
-    kx, ky = (np.concatenate([_decode(t[a]) for t in paint]) for a in ("x", "y"))
-    assert sorted(kx[0::5].tolist()) == pytest.approx([0.020, 0.046, 0.065]) and np.isnan(kx[4::5]).all()
-    assert (ky[2::5] - ky[0::5]).tolist() == pytest.approx([0.78] * 3)
+    starts, middles = {}, {}
+    for t in gl:
+        paint = fig["data"][fig["data"].index(t) - 1]
+        assert paint["meta"] == "paint" and paint["fill"] == "toself"
+        assert not np.isnan(_decode(paint["x"])).any() and not np.isnan(_decode(paint["y"])).any()
+        x0, x1, lo, hi = _rectangles(paint)
+        assert len(x0) == len(t["customdata"]) and (hi - lo).tolist() == pytest.approx([0.78] * len(x0))
+        starts.update(zip(t["customdata"], x0.tolist()))
+        middles.update(zip(t["customdata"], _decode(t["x"]).tolist()))
+    # ms from the run's first event: the kernels start at 20, 46 and 65 us; gemm (20..30 us) is hovered at its middle
+    assert [starts[eid(rs, k)] for k in ("gemm", "bias", "relu_k")] == pytest.approx([0.020, 0.046, 0.065])
+    assert middles[eid(rs, "gemm")] == pytest.approx(0.025) and middles[eid(rs, "aten::linear")] == pytest.approx(0.030)
     arrows = [a for a in fig["layout"]["annotations"] if a.get("axref") == "x"]  # launch → kernel arrow
     assert [(a["ax"], a["x"]) for a in arrows] == [(pytest.approx(0.014), pytest.approx(0.020))]
     assert any(t["name"] == "r0 device 0 allocated" for t in fig["data"])
     assert "11 events" in status
+
+
+def _rectangles(paint: dict) -> tuple[np.ndarray, ...]:
+    """(x0, x1, bottom, top) of each slice a paint trace draws, in the order of its hover trace: its
+    points but those at its first x (left of the view, where the path changes rows), 5 per slice."""
+    px, py = _decode(paint["x"]), _decode(paint["y"])
+    keep = px != px[0]
+    px, py = px[keep], py[keep]
+    return px[0::5], px[1::5], py[0::5], py[2::5]
 
 
 def _decode(arr) -> np.ndarray:
@@ -428,20 +443,110 @@ def test_names_inside_slices_wide_enough_shortened_to_fit(rs):
     assert figure.fit_label("gemm", 60) == "gemm" and figure.fit_label("gemm", 15) is None
 
 
-def test_a_click_anywhere_inside_a_wide_slice_finds_it(rs):
-    """gemm is 100 px wide at 10 px per us: invisible hit points every 16 px along it carry its
-    id, so the point nearest a click 15% into it (1.5 us from its start) is gemm's."""
+def test_a_click_anywhere_inside_any_slice_finds_it(rs):
+    """At 10 px per us, a click at any pixel of any slice (the step 1000 px wide, gemm 100 px, bias
+    20 px, ...) is within HIT_STEP_PX / 2 of a point that carries that slice's id: its middle (the
+    hover trace) or an invisible hit point spread along it. Plotly picks the nearest point within
+    hoverdistance, and the points on other rows are a row (14 px) away."""
     view = dash_app.view_for(rs, None, 0, "all", None, None, None)
     fig, _ = dash_app.timeline_figure(rs, view, 1000, None)
+    px_per_ms = 1000 / 0.1
     hit = next(t for t in fig["data"] if t["name"] == "hit")
-    xs, ys, ids = _decode(hit["x"]), _decode(hit["y"]), hit["customdata"]
-    dev_y = [ln for ln in tl_mod.timeline(rs, run=0, width=1000)["lanes"] if ln["is_device"]][0]["y0"]
-    on_gemm_row = [(x, i) for x, y, i in zip(xs, ys, ids) if y == dev_y]
-    nearest = min(on_gemm_row, key=lambda p: abs(p[0] - 0.0215))
-    assert nearest[1] == eid(rs, "gemm") and abs(nearest[0] - 0.0215) * 10_000 <= figure.HIT_STEP_PX / 2
-    assert all(0.020 <= x <= 0.030 for x, i in on_gemm_row if i == eid(rs, "gemm")) and len([i for _, i in on_gemm_row if i == eid(rs, "gemm")]) == 6
-    assert hit["marker"]["color"] == "rgba(0,0,0,0)"  # invisible: only there to be found
-    assert eid(rs, "bias") not in ids  # 20 px wide: its ends and middle are close enough
+    assert hit["mode"] == "none" and hit["marker"]["color"] == "rgba(0,0,0,0)"  # invisible: only there to be found
+    picks = [t for t in fig["data"] if t.get("meta") == "spans" or t is hit]
+    px, row = (np.concatenate([_decode(t[a]).astype(np.float64) for t in picks]) for a in ("x", "y"))
+    ids = np.concatenate([t["customdata"] for t in picks])
+    px *= px_per_ms
+    clicked = {}
+    for i, t in enumerate(fig["data"]):
+        if t.get("meta") != "spans":
+            continue
+        x0s, x1s = (a.astype(np.float64) * px_per_ms for a in _rectangles(fig["data"][i - 1])[:2])
+        for x0, x1, y, event in zip(x0s, x1s, _decode(t["y"]), t["customdata"]):
+            on_row = row == y
+            for p in np.arange(x0 + 0.5, x1, 1.0):  # every pixel of the slice
+                d = np.abs(px[on_row] - p)
+                nearest = int(np.argmin(d))
+                assert ids[on_row][nearest] == event and d[nearest] <= figure.HIT_STEP_PX / 2 + 1e-3, (event, x0, x1, p)
+                clicked[event] = clicked.get(event, 0) + 1
+    assert len(clicked) == 11 and clicked[eid(rs, "gemm")] == 100 and clicked[eid(rs, "bias")] == 20
+    assert sum(np.asarray(hit["customdata"]) == eid(rs, "gemm")) == 7  # 100 px: 7 points 14.3 px apart
+
+
+def _kernels_tl(t0: int, t1: int, width: int, spans: list[tuple[int, int, int]]) -> dict:
+    """A timeline window (timeline.timeline_arrays' shape) of exact kernel slices (start ns, end ns, row)."""
+    start, end, rows = (np.array(c, np.int64) for c in zip(*spans))
+    none = np.zeros(0, np.float32)
+    return {"run": 0, "rank": None, "t0": t0, "t1": t1, "width": width, "steps": [], "memory": [],
+            "lanes": [{"y0": 0, "rows": int(rows.max()) + 1, "label": "GPU 0"}],
+            "slices": {"x0": ((start - t0) / 1000).astype(np.float32), "x1": ((end - t0) / 1000).astype(np.float32),
+                       "y": rows.astype(np.int32), "kind": np.array(["kernel"] * len(spans), object),
+                       "name": np.array([f"k{i}" for i in range(len(spans))], object), "event_id": np.arange(len(spans), dtype=np.int64),
+                       "dur_ns": end - start},
+            "buckets": {"x0": none, "x1": none, "y": none.astype(np.int32), "occupancy": none, "events": none.astype(np.int64),
+                        "kind": np.array([], object), "event_id": none.astype(np.int64)}}
+
+
+def _winding(px: np.ndarray, py: np.ndarray, qx: np.ndarray, qy: np.ndarray) -> np.ndarray:
+    """The winding number of the closed polygon (px, py) around each point (qx, qy): non-zero is filled (SVG's nonzero rule)."""
+    w = np.zeros(len(qx), np.int64)
+    for xa, ya, xb, yb in zip(px, py, np.roll(px, -1), np.roll(py, -1)):
+        side = (xb - xa) * (qy - ya) - (qx - xa) * (yb - ya)
+        w += ((ya <= qy) & (yb > qy) & (side > 0)).astype(np.int64) - ((ya > qy) & (yb <= qy) & (side < 0)).astype(np.int64)
+    return w
+
+
+def test_one_path_without_gaps_paints_exactly_the_slices():
+    """300 kernels on 4 rows (some touching) in one colour are one polygon without NaN gaps; it
+    fills every slice's rectangle and nothing between them (the steps between rectangles and rows
+    are walked both ways or along a row's bottom edge, so they add no area)."""
+    rng = np.random.default_rng(7)
+    spans = []
+    for row in range(4):
+        t = 0
+        for _ in range(75):
+            t += int(rng.choice([0, rng.integers(1, 500_000)]))  # some start where the last one ended
+            d = int(rng.integers(200_000, 2_000_000))  # at least 2 px: drawn as long as they are
+            spans.append((t, t + d, row))
+            t += d
+    t1 = max(e for _, e, _ in spans)
+    fig = figure.build_figure(_kernels_tl(0, t1, 1000, spans), color_by="kind")
+    paint = [t for t in fig["data"] if t.get("meta") == "paint"]
+    assert len(paint) == 1 and paint[0]["fill"] == "toself"
+    px, py = (_decode(paint[0][a]).astype(np.float64) for a in ("x", "y"))
+    assert not np.isnan(px).any() and len(px) == 5 * 300 + 2 * 4  # 5 points a slice, 2 a row (where it starts and ends)
+    # x is ms from the window's start
+    qx, qy = rng.uniform(-0.5, t1 / 1e6 + 0.5, 40_000), rng.uniform(-0.6, 3.6, 40_000)
+    h = figure.ROW_PX * 0.78 / figure.ROW_PX / 2
+    inside = np.zeros(len(qx), bool)
+    for a, b, row in spans:
+        inside |= (qx > a / 1e6) & (qx < b / 1e6) & (np.abs(qy - row) < h)
+    near_edge = np.zeros(len(qx), bool)
+    for a, b, row in spans:  # float32 corners: leave out points within their rounding of an edge
+        near_edge |= (np.minimum(np.abs(qx - a / 1e6), np.abs(qx - b / 1e6)) < 1e-4) & (np.abs(qy - row) < h + 1e-6)
+        near_edge |= (np.abs(np.abs(qy - row) - h) < 1e-6) & (qx > a / 1e6 - 1e-4) & (qx < b / 1e6 + 1e-4)
+    filled = _winding(px, py, qx, qy) != 0
+    assert (filled == inside)[~near_edge].all() and inside.sum() > 5_000 and (~inside).sum() > 5_000
+
+
+def test_times_keep_ns_digits_at_deep_zoom_and_float32_is_used_only_where_exact_enough():
+    """x is ms from the run's start. 2 us wide at 10 s into the run (2 ps a pixel), a kernel from
+    10.000000623 s to 10.000001623 s keeps every ns digit (float64); over the whole 20 s run (20 ms
+    a pixel) float32 is within X_ERROR_PX of a pixel, and is what is sent (half the bytes)."""
+    t0 = 10_000_000_123
+    deep = figure.build_figure(_kernels_tl(t0, t0 + 2_000, 1000, [(t0 + 500, t0 + 1_500, 0)]), origin_ns=0, color_by="kind")
+    paint, hover = (next(t for t in deep["data"] if t.get("meta") == m) for m in ("paint", "spans"))
+    assert paint["x"]["dtype"] == hover["x"]["dtype"] == "f8"
+    assert _rectangles(paint)[0].tolist() == [10_000.000623] and _rectangles(paint)[1].tolist() == [10_000.001623]
+    assert _decode(hover["x"]).tolist() == [10_000.001123]
+    assert deep["layout"]["xaxis"]["range"] == [10_000.000123, 10_000.002123]
+    spans = [(12_345_678_901, 12_400_000_000, 0), (19_900_000_000, 20_000_000_000, 1)]
+    whole = figure.build_figure(_kernels_tl(0, 20_000_000_000, 1000, spans), origin_ns=0, color_by="kind")
+    paint = next(t for t in whole["data"] if t.get("meta") == "paint")
+    assert paint["x"]["dtype"] == "f4"
+    x0, x1 = (a.astype(np.float64) for a in _rectangles(paint)[:2])
+    exact = np.array([12_345.678901, 19_900.0, 12_400.0, 20_000.0])
+    assert np.abs(np.r_[x0, x1] - exact).max() / 20.0 < figure.X_ERROR_PX  # 20 ms a pixel
 
 
 def test_slices_coloured_by_name_or_kind_and_the_selected_one_outlined(rs):

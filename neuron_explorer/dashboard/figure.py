@@ -1,11 +1,13 @@
 """Draw a timeline view (timeline.timeline_arrays) as a plotly figure. Drawing only.
 
 Slices and per-pixel buckets are painted without WebGL: per kind and colour, all their rectangles
-are ONE filled SVG path (a scatter trace, fill "toself", NaN-separated corners), so the first view
+are ONE filled SVG path (a scatter trace, fill "toself", one polygon without gaps), so the first view
 is a few dozen paths, not a DOM element per slice nor WebGL contexts (which headless and GPU-less
-browsers rasterise in software, seconds on a large view). Beside each paint trace an invisible
-trace (mode "none", meta "spans") holds the start, middle and end of every span with its event id
-(customdata) and hover text: what hover and click pick, so a click opens that event.
+browsers rasterise in software, seconds on a large view). Right after each paint trace (meta
+"paint") an invisible trace (mode "none", meta "spans") holds the middle of every span, in the same
+order, with its event id (customdata) and hover text: what hover and click pick, so a click opens
+that event. Leaving out the paint trace's points at its first x (left of the view, where its path
+changes rows), span i's rectangle is its points 5i..5i+4 (x0, x1, x1, x0, x0).
 
 Exact slices are coloured by name (a stable hash of the name picks one of NAME_PALETTE, so a kernel
 has the same colour in every view and every run) or by kind. Names are drawn inside the exact
@@ -13,10 +15,15 @@ slices that are at least LABEL_MIN_PX wide, shortened with "…" to what fits, a
 at most MAX_LABELS labels (the widest). The selected slice is
 outlined.
 
-Plotly picks the data point nearest the pointer (within `hoverdistance` pixels), and a line
-segment's points are only its ends and middle: so that a click or hover anywhere inside a wide
-slice or bucket finds it, an invisible trace ("hit", nothing drawn) adds a point every HIT_STEP_PX
-pixels along each one wider than two steps (at most MAX_HIT_POINTS).
+Plotly picks the data point nearest the pointer (within HOVER_DISTANCE_PX), and a span's one
+point is its middle: so that a click or hover anywhere inside a slice or bucket wider than
+HIT_STEP_PX finds it, an invisible trace ("hit", nothing drawn) adds points spread evenly along it,
+at most HIT_STEP_PX apart (at most MAX_HIT_POINTS in all, the widest spans first): every pixel of a
+span is then within HIT_STEP_PX / 2 of one of its points.
+
+x values are float64 where a view needs its digits (a µs zoom 10 s into a run) and float32 where
+float32 is exact to within X_ERROR_PX of a pixel over the whole window (the first view of a
+long run): half the bytes for the browser to read.
 
 The figure is a plain dict (what Dash sends), with numeric arrays as plotly.js typed-array specs
 ({"dtype", "bdata"}): building plotly graph objects validates every element, which costs more than
@@ -60,6 +67,9 @@ LABEL_CHAR_PX = 5.6
 LABEL_FONT_PX = 9
 HIT_STEP_PX = 16.0
 MAX_HIT_POINTS = 40_000
+HOVER_DISTANCE_PX = 12
+X_ERROR_PX = 1 / 20
+"""x values go as float32 only when its spacing at the window's largest |x| is below this part of a pixel."""
 HIGHLIGHT = "#D62728"
 CRITICAL = "#111111"
 """Outline of the critical path's segments."""
@@ -84,25 +94,55 @@ def _trace(xs, ys, cd, text, name: str, color: str, width: float, **extra) -> di
             "line": {"color": color, "width": width}, "hovertemplate": "%{text}<extra></extra>", **extra}
 
 
-def _spans(x0, x1, y, ids, labels, name: str, color: str, width: float, showlegend: bool, **extra) -> list[dict]:
+def _spans(x0, x1, y, ids, labels, name: str, color: str, width: float, showlegend: bool, left: float,
+           hovertemplate: str | None = None, **extra) -> list[dict]:
     """The traces of one colour's spans: the paint (every span a rectangle, all of them ONE filled SVG
-    path: no WebGL, no DOM element per span) and the invisible hover trace (start, middle, end and
-    gap per span, with the event ids and hover texts; meta "spans")."""
-    xs, ys, cd, text = _segments(x0, x1, y, ids, labels)
-    hover = _trace(xs, ys, cd, text, name, color, width, mode="none", meta="spans", showlegend=False, **extra)
-    n, h = len(x0), np.float32(width / ROW_PX / 2)
-    px = np.empty(n * 5, xs.dtype)
-    py = np.empty(n * 5, np.float32)
-    px[0::5] = px[3::5] = x0
-    px[1::5] = px[2::5] = x1
-    px[4::5] = np.nan
-    py[0::5] = py[1::5] = np.asarray(y, np.float32) - h
-    py[2::5] = py[3::5] = np.asarray(y, np.float32) + h
-    py[4::5] = np.nan
+    path: no WebGL, no DOM element per span; meta "paint") and right after it the invisible hover
+    trace (one point per span, its middle, with the event id and hover text; meta "spans"). Spans
+    are ordered by row, then start; `left` is an x left of the view (see _paint_path)."""
+    if len(x0) and x0.min() <= left:  # a span that starts further left: left of it
+        left = float(x0.min()) - (float(x1.max()) - float(x0.min())) * 0.01
+    order = np.lexsort((x0, y))
+    x0, x1, y, ids, labels = x0[order], x1[order], np.asarray(y)[order], ids[order], labels[order]
+    px, py = _paint_path(x0, x1, np.asarray(y, np.float32), np.float32(width / ROW_PX / 2), left)
+    hover = {"type": "scatter", "mode": "none", "x": typed((x0 + x1) / 2), "y": typed(np.asarray(y, np.int32)),
+             # a plain list, not a typed array: Dash copies customdata into clickData only from plain arrays
+             "customdata": ids.astype(np.int64).tolist(), "text": labels.tolist(), "name": name, "legendgroup": name,
+             "meta": "spans", "showlegend": False, "hovertemplate": hovertemplate or "%{text}<extra></extra>",
+             "line": {"color": color, "width": width}, **extra}
     paint = {"type": "scatter", "mode": "none", "fill": "toself", "fillcolor": color, "x": typed(px), "y": typed(py),
-             "name": name, "legendgroup": name, "showlegend": showlegend, "hoverinfo": "skip",
+             "name": name, "legendgroup": name, "showlegend": showlegend, "hoverinfo": "skip", "hoveron": "points", "meta": "paint",
              "line": {"width": 0, "simplify": False}, **extra}
     return [paint, hover]
+
+
+def _paint_path(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, h, left) -> tuple[np.ndarray, np.ndarray]:
+    """The rectangles (x0..x1, y-h..y+h) of spans ordered by row then start as ONE closed polygon
+    without gaps, filled exactly like separate rectangles.
+
+    Plotly draws every NaN-separated piece of a trace as an SVG element of its own before it removes
+    them (seconds for thousands of pieces), so there are none: each rectangle is its corners from the
+    bottom left and back there (5 points); the next one on the row starts on the same bottom line (a
+    horizontal step: no area). Each row begins and ends at x = `left` (left of the view) on its
+    bottom line, so the path changes rows on that vertical line, down row by row and at the close
+    back up in one step (traced both ways: no area, and out of sight if anti-aliasing leaves a trace).
+    Leaving out the points at x = `left`, span i's rectangle is points 5i..5i+4."""
+    n = len(x0)
+    lo, hi = y - h, y + h
+    new_row = np.r_[True, y[1:] != y[:-1]]
+    k = np.cumsum(new_row) - 1  # each span's row number
+    first = np.flatnonzero(new_row)
+    last = np.r_[first[1:] - 1, n - 1]
+    rows = np.arange(len(first))
+    px = np.empty(n * 5 + 2 * len(first), x0.dtype)
+    py = np.empty(len(px), np.float32)
+    at = 5 * np.arange(n) + 1 + 2 * k  # where each span's rectangle starts
+    for j, (xs, ys) in enumerate(((x0, lo), (x1, lo), (x1, hi), (x0, hi), (x0, lo))):
+        px[at + j], py[at + j] = xs, ys
+    ends = np.r_[5 * first + 2 * rows, 5 * (last + 1) + 2 * rows + 1]  # each row's first and last point
+    px[ends] = left
+    py[ends] = np.r_[lo[first], lo[first]]
+    return px, py
 
 
 def _segments(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, ids: np.ndarray, names=None):
@@ -157,11 +197,13 @@ def _labels(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, names, px_per_x: floa
 
 
 def _hit_points(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, ids: np.ndarray, text: np.ndarray, px_per_x: float):
-    """(x, y, event ids, hover texts) of points every HIT_STEP_PX along the spans wider than two steps."""
+    """(x, y, event ids, hover texts) of points spread evenly along each span wider than HIT_STEP_PX,
+    at most HIT_STEP_PX apart, so every pixel of it is within HIT_STEP_PX / 2 of one (a narrower
+    span's middle, in its hover trace, is that close to all of it)."""
     if px_per_x <= 0 or not len(x0):
         return None
     w = (x1 - x0) * px_per_x
-    n = np.where(w >= 2 * HIT_STEP_PX, np.floor(w / HIT_STEP_PX), 0).astype(np.int64)
+    n = np.where(w > HIT_STEP_PX, np.ceil(w / HIT_STEP_PX), 0).astype(np.int64)
     total = int(n.sum())
     if total == 0:
         return None
@@ -172,8 +214,15 @@ def _hit_points(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, ids: np.ndarray, 
         total = int(n.sum())
     idx = np.repeat(np.arange(len(n)), n)
     j = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
-    xs = x0[idx] + (j + 0.5) * (HIT_STEP_PX / px_per_x)
+    xs = x0[idx] + (j + 0.5) * ((x1[idx] - x0[idx]) / n[idx])
     return xs.astype(x0.dtype), y[idx], ids[idx], text[idx]
+
+
+def x_dtype(lo_x: float, hi_x: float, x_per_px: float):
+    """float32 when its spacing at the window's largest |x| is below X_ERROR_PX of a pixel
+    (`x_per_px` x units per screen pixel), else float64."""
+    ulp32 = max(abs(lo_x), abs(hi_x)) * 2.0 ** -23
+    return np.float32 if ulp32 < x_per_px * X_ERROR_PX else np.float64
 
 
 def time_unit(span_ns: int) -> tuple[float, str]:
@@ -209,10 +258,14 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
         unit_ns, suffix = 1e6, " ms"
         k, xo = np.float64(1e-3), np.float64((t0 - origin_ns) / 1e6)
 
-    def X(us):  # window offsets (µs) to x values
-        return np.asarray(us, k.dtype) * k + xo
     span_us = (t1 - t0) / 1000.0
     px_us = span_us / max(tl["width"], 1)
+    lo_x, hi_x = float(xo), float(xo) + span_us * float(k)  # the window's x range
+    xdt = x_dtype(lo_x, hi_x, px_us * float(k))
+    left = lo_x - (hi_x - lo_x) * 0.01  # just left of the view: where the slice paths change rows (see _paint_path)
+
+    def X(us):  # window offsets (µs) to x values
+        return (np.asarray(us, k.dtype) * k + xo).astype(xdt, copy=False)
     lane_h = n_rows * ROW_PX
     mem_h = 110 if has_memory else 0
     height = lane_h + mem_h + 86  # + the top and bottom margins
@@ -237,7 +290,7 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
                 color = NAME_PALETTE[c] if by_name else KIND_COLORS.get(kind, "#888")
                 # by name, a legend entry's colour would be one name's: the legend is for kinds
                 traces += _spans(X(s["x0"][m]), X(x1[m]), s["y"][m], s["event_id"][m], labels[m], kind, color, line_w,
-                                 showlegend=bool(not by_name and c == shade[mk][0]))
+                                 showlegend=bool(not by_name and c == shade[mk][0]), left=left)
         lab = _labels(X(s["x0"]), X(x1), s["y"], s["name"], px_per_x)
         if lab is not None:
             traces.append(lab)
@@ -251,10 +304,12 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
                 m = (kinds == kind) & ((occ >= 0.5) == dense)
                 if not m.any():
                     continue
-                text = np.array([f"{c} events · {o * 100:.0f}% busy · mostly {kind}" for c, o in zip(b["events"][m], occ[m])], dtype=object)
+                # what all of the trace's buckets share goes in its hovertemplate, once
+                text = np.array([f"{c} events · {o * 100:.0f}% busy" for c, o in zip(b["events"][m], occ[m])], dtype=object)
                 traces += _spans(X(b["x0"][m]), X(b["x1"][m]), b["y"][m], b["event_id"][m], text, kind, KIND_COLORS.get(kind, "#888"),
-                                 line_w, showlegend=bool(not len(s["x0"]) and dense), opacity=1.0 if dense else 0.45)
-                hit_parts.append((X(b["x0"][m]), X(b["x1"][m]), b["y"][m], b["event_id"][m], text))
+                                 line_w, showlegend=bool(not len(s["x0"]) and dense), left=left, opacity=1.0 if dense else 0.45,
+                                 hovertemplate=f"%{{text}} · mostly {kind}<extra></extra>")
+                hit_parts.append((X(b["x0"][m]), X(b["x1"][m]), b["y"][m], b["event_id"][m], text + f" · mostly {kind}"))
     hits = [h for h in (_hit_points(*part, px_per_x) for part in hit_parts) if h is not None]
     if hits:
         hx, hy, hid, htext = (np.concatenate([h[i] for h in hits]) for i in range(4))
@@ -264,8 +319,6 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
 
     def off(ts_ns: int) -> float:
         return (ts_ns - t0) / unit_ns + float(xo)
-
-    lo_x, hi_x = float(xo), float(xo) + span_us * float(k)  # the window's x range
 
     marks = [e for e in (highlight or []) if e and e.get("y") is not None]
     if marks:
@@ -346,7 +399,7 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
         margin={"l": 190, "r": 20, "t": 30, "b": 56},
         plot_bgcolor="#FFFFFF", paper_bgcolor="#FFFFFF",
         font={"family": "Inter, Segoe UI, Helvetica, Arial, sans-serif", "size": 11, "color": "#263238"},
-        dragmode="zoom", hovermode="closest", hoverdistance=12, showlegend=True,
+        dragmode="zoom", hovermode="closest", hoverdistance=HOVER_DISTANCE_PX, showlegend=True,
         # under the time axis labels (26 px below the plot area), clear of the step labels on top
         legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -26 / max(height - 86, 1), "yanchor": "top", "font": {"size": 10}},
         xaxis={"range": [lo_x, hi_x], "title": None, "showgrid": True, "gridcolor": "#EEF1F4", "zeroline": False,
