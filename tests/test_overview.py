@@ -142,6 +142,10 @@ def test_overview_is_served_as_json_and_drawn_by_the_callback(h100):
     header, steps, util, tops, roof, rows = ov.figures(h100, 0, "all")
     assert "host-bound (60%)" in str(header) and "busy 80.0%" not in str(header)  # the window share, not a step's
     assert "overview-top-kernels" in str(tops)
+    # the page opens with the tab empty (its charts and grid come with the callback, after the timeline)
+    assert ov.layout().children is None
+    page = str(ov.content(h100, 0, "all"))
+    assert all(f"id='{i}'" in page for i in ("overview-steps", "overview-util", "overview-roofline", "overview-findings"))
 
 
 # ---- findings: the rank picker, confidence, the whole evidence, denominators -----------------

@@ -64,6 +64,8 @@ def test_heatmap_only_for_more_than_eight_ranks(runs):
     assert ranks_view.heatmap_figure(runs, 1) is None
     card = ranks_view.layout(runs, 1)
     assert card.style == {"display": "none"}
+    assert "rank-heatmap'" not in str(card)  # no hidden graph for the browser to draw before the timeline
+    assert "id='rank-heatmap'" in str(ranks_view.layout(runs, 0)) and ranks_view.layout(runs, 0).style is None
     # the timeline of a many-rank run opens on its first rank; of a few ranks, on all of them
     assert ranks_view.first_rank(runs, 0) == 0 and ranks_view.first_rank(runs, 1) == "all"
 

@@ -446,18 +446,31 @@ STYLE = """
 
 
 def layout():
-    """The Overview tab's components (filled by `register`'s callback on run and rank)."""
+    """The Overview tab, empty until `register`'s callback fills it (`content`) on run and rank: its
+    charts and grid are made then, so the first page draws the timeline without waiting for them."""
+    from dash import html
+
+    return html.Div(id="overview")
+
+
+def content(rs: RunSet, run, rank) -> list:
+    """The Overview tab's components for a run and rank: header, step and utilisation charts, top
+    lists, roofline and the findings grid."""
     from dash import dcc, html
 
+    head, steps, util, tops_, roofline, rows = figures(rs, run, rank)
     cfg = {"displaylogo": False, "displayModeBar": False}
-    return html.Div([
-        html.Div(id="overview-header"),
-        html.Div([dcc.Graph(id="overview-steps", config=cfg), dcc.Graph(id="overview-util", config=cfg)], className="nx-ov-charts"),
-        html.Div(id="overview-tops"),
-        dcc.Graph(id="overview-roofline", config=cfg),
+    found = findings_grid()
+    found.rowData = rows
+    return [
+        html.Div(head, id="overview-header"),
+        html.Div([dcc.Graph(id="overview-steps", figure=steps, config=cfg), dcc.Graph(id="overview-util", figure=util, config=cfg)],
+                 className="nx-ov-charts"),
+        html.Div(tops_, id="overview-tops"),
+        dcc.Graph(id="overview-roofline", figure=roofline, config=cfg),
         html.Div("Findings — click one to zoom the timeline to all of its evidence", className="nx-ov-cap"),
-        findings_grid(),
-    ], id="overview")
+        found,
+    ]
 
 
 def figures(rs: RunSet, run, rank) -> tuple:
@@ -469,21 +482,21 @@ def figures(rs: RunSet, run, rank) -> tuple:
 def register(app, rs: RunSet, view_for) -> None:
     """Wire the Overview tab: redraw on run or rank; a click on a finding zooms the timeline to it
     (`view_for` is the app's window function)."""
-    from dash import Input, Output, State
+    from dash import Input, Output, State, no_update
 
     from .panels import finding_clicked, guard
 
-    @app.callback(Output("overview-header", "children"), Output("overview-steps", "figure"), Output("overview-util", "figure"),
-                  Output("overview-tops", "children"), Output("overview-roofline", "figure"), Output("overview-findings", "rowData"),
-                  Output("error", "children", allow_duplicate=True),
+    @app.callback(Output("overview", "children"), Output("error", "children", allow_duplicate=True),
                   Input("run-select", "value"), Input("rank-select", "value"), prevent_initial_call="initial_duplicate")
-    @guard(6)
+    @guard(1)
     def _overview(run, rank):
-        return figures(rs, run, rank)
+        return (content(rs, run, rank),)
 
     @app.callback(Output("view", "data", allow_duplicate=True), Output("error", "children", allow_duplicate=True),
-                  Input("overview-findings", "cellClicked"), State("run-select", "value"), State("rank-select", "value"),
+                  Input("overview-findings", "cellClicked", allow_optional=True), State("run-select", "value"), State("rank-select", "value"),
                   State("view", "data"), prevent_initial_call=True)
     @guard(1)
     def _finding(click, run, rank, current):
+        if click is None:  # the grid was drawn (the overview filled in), not clicked
+            return (no_update,)
         return (view_for(rs, "findings", run, rank, None, finding_clicked(click), current),)

@@ -91,14 +91,22 @@ def cell_view(rs: RunSet, run, click) -> dict:
 def layout(rs: RunSet, run=0):
     from dash import dcc, html
 
+    fig = heatmap_figure(rs, run)
+    return html.Div([html.Div(_heatmap_body(fig), id="rank-heatmap-body"), dcc.Store(id="rank-jump")],
+                    id="rank-heatmap-card", className="nx-card", style=None if fig is not None else {"display": "none"})
+
+
+def _heatmap_body(fig) -> list:
+    """The heatmap card's caption and graph; nothing for a run with few ranks (no hidden graph for the
+    browser to draw)."""
+    from dash import dcc, html
+
     from .theme import GRAPH_CONFIG
 
-    fig = heatmap_figure(rs, run)
-    return html.Div([
-        html.Div("step time per rank: click a cell to open that rank's timeline at that step", className="nx-muted"),
-        dcc.Graph(id="rank-heatmap", figure=fig if fig is not None else {}, config=GRAPH_CONFIG),
-        dcc.Store(id="rank-jump"),
-    ], id="rank-heatmap-card", className="nx-card", style=None if fig is not None else {"display": "none"})
+    if fig is None:
+        return []
+    return [html.Div("step time per rank: click a cell to open that rank's timeline at that step", className="nx-muted"),
+            dcc.Graph(id="rank-heatmap", figure=fig, config=GRAPH_CONFIG)]
 
 
 def register(app, rs: RunSet) -> None:
@@ -106,17 +114,19 @@ def register(app, rs: RunSet) -> None:
 
     from ..errors import NeuronExplorerError
 
-    @app.callback(Output("rank-heatmap", "figure"), Output("rank-heatmap-card", "style"), Input("run-select", "value"),
+    @app.callback(Output("rank-heatmap-body", "children"), Output("rank-heatmap-card", "style"), Input("run-select", "value"),
                   prevent_initial_call=True)
     def _heatmap(run):
         fig = heatmap_figure(rs, run)
-        return (fig, None) if fig is not None else ({}, {"display": "none"})
+        return _heatmap_body(fig), (None if fig is not None else {"display": "none"})
 
     @app.callback(Output("rank-select", "value", allow_duplicate=True), Output("view", "data", allow_duplicate=True),
                   Output("rank-jump", "data"), Output("error", "children", allow_duplicate=True),
-                  Input("rank-heatmap", "clickData"), State("rank-select", "value"), State("run-select", "value"),
+                  Input("rank-heatmap", "clickData", allow_optional=True), State("rank-select", "value"), State("run-select", "value"),
                   prevent_initial_call=True)
     def _jump(click, rank, run):
+        if click is None:  # the heatmap was drawn (another run opened), not clicked
+            return no_update, no_update, no_update, no_update
         try:
             target = cell_view(rs, run, click)
         except NeuronExplorerError as e:
