@@ -32,15 +32,15 @@ THRESHOLDS = {
 }
 
 
-def _finding(ctx: Context, what: str, sql: str, loc: Location, key: str, rec: str):
+def _finding(ctx: Context, what: str, sql: str, loc: Location, key: str, rec: str, top: tuple | None = None):
+    """`top`: (name, time) of the row `sql` would give, when the summary already has it: its
+    tests are made first, and the query (for the rest of the row) only when they pass."""
+    if top is not None and top[0] is not None and not _passes(ctx, what, {"name": top[0], key: top[1]}, key):
+        return None
     v = row(ctx.run, sql)
-    if v.get(key) is None or not ctx.analysed_ns or v[key] / ctx.analysed_ns < THRESHOLDS["HOTSPOT_SHARE_MIN"]:
+    if not _passes(ctx, what, v, key):
         return None
-    # what shortening it could save is its time on the steps' critical paths (a CPU operator that
-    # runs while the device is busy saves nothing); without steps there is no path: its duration
-    on_path = on_path_ns(ctx.run, ctx.rank, **({"kernel": v["name"]} if what == "kernel" else {"top_op": v["name"]}))
-    if on_path is not None and on_path / ctx.analysed_ns < THRESHOLDS["HOTSPOT_SHARE_MIN"]:
-        return None
+    on_path = _on_path(ctx, what, v["name"])
     impact = v[key] if on_path is None else on_path
     label = v["name"]
     if what == "source line":
@@ -57,6 +57,20 @@ def _finding(ctx: Context, what: str, sql: str, loc: Location, key: str, rec: st
         impact_ns=impact, saving_bound_ns=impact, location=loc, sql=sql,
         values={key: v[key], "calls": v["calls"], "name": v["name"], "on_path_ns": on_path},
         sample_event_ids=[v["sample_id"]] if v.get("sample_id") is not None else [], uses_source=True, recommendation=rec)
+
+
+def _on_path(ctx: Context, what: str, name: str) -> int | None:
+    # what shortening it could save is its time on the steps' critical paths (a CPU operator that
+    # runs while the device is busy saves nothing); without steps there is no path: its duration
+    return on_path_ns(ctx.run, ctx.rank, **({"kernel": name} if what == "kernel" else {"top_op": name}))
+
+
+def _passes(ctx: Context, what: str, v: dict, key: str) -> bool:
+    """The operator's or kernel's time, and its time on the critical path, reach the share."""
+    if v.get(key) is None or not ctx.analysed_ns or v[key] / ctx.analysed_ns < THRESHOLDS["HOTSPOT_SHARE_MIN"]:
+        return False
+    on_path = _on_path(ctx, what, v["name"])
+    return on_path is None or on_path / ctx.analysed_ns >= THRESHOLDS["HOTSPOT_SHARE_MIN"]
 
 
 def _line_finding(ctx: Context):
@@ -104,7 +118,10 @@ def check(ctx: Context) -> list:
   mode(source_frame_id) AS frame_id FROM events WHERE rank = {r} AND kind = 'cpu_op' AND event_id = top_op_id
 GROUP BY name ORDER BY cpu_ns DESC, name LIMIT 1""", Location(), "cpu_ns",
                  "Make this operator cheaper: check its shapes and dtype (lower precision, channels_last), call it "
-                 "less often or on bigger batches, or replace it with a fused / compiled version (torch.compile)."),
+                 "less often or on bigger batches, or replace it with a fused / compiled version (torch.compile).",
+                 # the summary's heaviest top-level operator: the same filter and order as the query
+                 top=(ctx.summary["top_level_ops"][0]["name"], ctx.summary["top_level_ops"][0]["cpu_ns"])
+                 if ctx.summary.get("top_level_ops") else None),
     ]
     if ctx.has_device():
         out.append(_finding(ctx, "kernel", f"""SELECT k.name, sum(k.dur_ns)::BIGINT AS device_ns, count(*) AS calls, min(k.event_id) AS sample_id,
