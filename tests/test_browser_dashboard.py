@@ -116,9 +116,9 @@ def test_dashboard_in_chromium(server, browser):
     label = drv.execute_script(f"""const gd = {GD}; const box = arguments[0];
         const px = v => (v - box.x0) / (box.x1 - box.x0) * box.w; let best = null;
         for (const t of gd._fullData) {{ if (t.meta !== 'spans' || !t.text) continue;
-          const px0 = gd._fullData[t.index - 1].x, p = {{x: Array.from(px0).filter(v => v !== px0[0])}};  // its paint trace: slice i is x[5i] .. x[5i + 1]
-          for (let i = 0; i < t.x.length; i++) {{ const w = px(p.x[5 * i + 1]) - px(p.x[5 * i]);
-            if (!best || w > best.w) best = {{w, x0: p.x[5 * i], x1: p.x[5 * i + 1], y: t.y[i], name: String(t.text[i]).split('<br>')[0]}}; }} }}
+          const px0 = gd._fullData[t.index - 1].x, p = {{x: Array.from(px0).filter(v => v !== px0[0])}};  // its paint trace: slice i is x[4i] .. x[4i + 2]
+          for (let i = 0; i < t.x.length; i++) {{ const w = px(p.x[4 * i + 2]) - px(p.x[4 * i]);
+            if (!best || w > best.w) best = {{w, x0: p.x[4 * i], x1: p.x[4 * i + 2], y: t.y[i], name: String(t.text[i]).split('<br>')[0]}}; }} }}
         const lab = gd._fullData.find(t => t.name === 'labels');
         if (!lab || !best) return null;
         const hits = []; for (let i = 0; i < lab.text.length; i++)
@@ -145,7 +145,7 @@ def test_dashboard_in_chromium(server, browser):
           const xs = t.x, ys = t.y, cd = t.customdata, tx = t.text, px0 = gd._fullData[t.index - 1].x, p = {{x: Array.from(px0).filter(v => v !== px0[0])}};
           for (let i = 0; i < xs.length; i++) {{
             if (!String(tx[i]).startsWith('aten::linear')) continue;
-            if (px(p.x[5 * i + 1]) - px(p.x[5 * i]) < 8 || px(xs[i]) < 5 || px(xs[i]) > box.w - 5) continue;
+            if (px(p.x[4 * i + 2]) - px(p.x[4 * i]) < 8 || px(xs[i]) < 5 || px(xs[i]) > box.w - 5) continue;
             return {{x: xs[i], y: ys[i], id: cd[i]}}; }} }}
         return null;""", zoomed)
     assert target is not None, "no clickable aten::linear slice in the zoomed window"
@@ -234,8 +234,8 @@ def test_dashboard_in_chromium(server, browser):
     target = drv.execute_script(f"""const gd = {GD}; const box = arguments[0];
         const px = v => (v - box.x0) / (box.x1 - box.x0) * box.w; let best = null;
         for (const t of gd._fullData) {{ if (t.name !== 'kernel' || t.meta !== 'spans') continue;
-          const px0 = gd._fullData[t.index - 1].x, p = {{x: Array.from(px0).filter(v => v !== px0[0])}};  // its paint trace: slice i is x[5i] .. x[5i + 1]
-          for (let i = 0; i < t.x.length; i++) {{ const a = p.x[5 * i], e = p.x[5 * i + 1], w = px(e) - px(a);
+          const px0 = gd._fullData[t.index - 1].x, p = {{x: Array.from(px0).filter(v => v !== px0[0])}};  // its paint trace: slice i is x[4i] .. x[4i + 2]
+          for (let i = 0; i < t.x.length; i++) {{ const a = p.x[4 * i], e = p.x[4 * i + 2], w = px(e) - px(a);
             if (px(a) > 5 && px(e) < box.w - 5 && (!best || w > best.w))
               best = {{x: a + 0.15 * (e - a), y: t.y[i], id: t.customdata[i], w, name: String(t.text[i]).split('<br>')[0]}}; }} }}
         return best;""", zoomed)

@@ -100,8 +100,8 @@ def test_a_short_drag_zooms_and_a_click_inside_a_slice_selects_it(page):
     # the widest operator in view, clicked 15% into it (far from its middle and its ends)
     target = drv.execute_script(f"""const gd = {GD}, b = arguments[0], px = v => (v - b.x0) / (b.x1 - b.x0) * b.w; let best = null;
         for (const t of gd._fullData) {{ if (t.name !== 'cpu_op' || t.meta !== 'spans') continue;
-          const px0 = gd._fullData[t.index - 1].x, p = {{x: Array.from(px0).filter(v => v !== px0[0])}};  // its paint trace: slice i is x[5i] .. x[5i + 1]
-          for (let i = 0; i < t.x.length; i++) {{ const a = Math.max(px(p.x[5 * i]), 0), e = Math.min(px(p.x[5 * i + 1]), b.w);
+          const px0 = gd._fullData[t.index - 1].x, p = {{x: Array.from(px0).filter(v => v !== px0[0])}};  // its paint trace: slice i is x[4i] .. x[4i + 2]
+          for (let i = 0; i < t.x.length; i++) {{ const a = Math.max(px(p.x[4 * i]), 0), e = Math.min(px(p.x[4 * i + 2]), b.w);
             if (!best || e - a > best.w) best = {{w: e - a, x: a + 0.15 * (e - a), y: t.y[i], id: t.customdata[i],
                                                  name: String(t.text[i]).split('<br>')[0]}}; }} }}
         return best;""", z)

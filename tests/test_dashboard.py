@@ -416,11 +416,13 @@ def test_figure_draws_span_segments_flows_and_memory(rs):
 
 def _rectangles(paint: dict) -> tuple[np.ndarray, ...]:
     """(x0, x1, bottom, top) of each slice a paint trace draws, in the order of its hover trace: its
-    points but those at its first x (left of the view, where the path changes rows), 5 per slice."""
+    points but those at its first x (left of the view, where the path changes rows), 4 per slice
+    (top left, bottom left, bottom right, top right)."""
     px, py = _decode(paint["x"]), _decode(paint["y"])
     keep = px != px[0]
     px, py = px[keep], py[keep]
-    return px[0::5], px[1::5], py[0::5], py[2::5]
+    assert (px[0::4] == px[1::4]).all() and (px[2::4] == px[3::4]).all() and (py[0::4] == py[3::4]).all() and (py[1::4] == py[2::4]).all()
+    return px[0::4], px[2::4], py[1::4], py[0::4]
 
 
 def _decode(arr) -> np.ndarray:
@@ -514,7 +516,7 @@ def test_one_path_without_gaps_paints_exactly_the_slices():
     paint = [t for t in fig["data"] if t.get("meta") == "paint"]
     assert len(paint) == 1 and paint[0]["fill"] == "toself"
     px, py = (_decode(paint[0][a]).astype(np.float64) for a in ("x", "y"))
-    assert not np.isnan(px).any() and len(px) == 5 * 300 + 2 * 4  # 5 points a slice, 2 a row (where it starts and ends)
+    assert not np.isnan(px).any() and len(px) == 4 * 300 + 2 * 4  # 4 points a slice, 2 a row (where it starts and ends)
     # x is ms from the window's start
     qx, qy = rng.uniform(-0.5, t1 / 1e6 + 0.5, 40_000), rng.uniform(-0.6, 3.6, 40_000)
     h = figure.ROW_PX * 0.78 / figure.ROW_PX / 2

@@ -7,7 +7,7 @@ browsers rasterise in software, seconds on a large view). Right after each paint
 "paint") an invisible trace (mode "none", meta "spans") holds the middle of every span, in the same
 order, with its event id (customdata) and hover text: what hover and click pick, so a click opens
 that event. Leaving out the paint trace's points at its first x (left of the view, where its path
-changes rows), span i's rectangle is its points 5i..5i+4 (x0, x1, x1, x0, x0).
+changes rows), span i's rectangle is its points 4i..4i+3 (x0, x0, x1, x1).
 
 Exact slices are coloured by name (a stable hash of the name picks one of NAME_PALETTE, so a kernel
 has the same colour in every view and every run) or by kind. Names are drawn inside the exact
@@ -121,12 +121,13 @@ def _paint_path(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, h, left) -> tuple
     without gaps, filled exactly like separate rectangles.
 
     Plotly draws every NaN-separated piece of a trace as an SVG element of its own before it removes
-    them (seconds for thousands of pieces), so there are none: each rectangle is its corners from the
-    bottom left and back there (5 points); the next one on the row starts on the same bottom line (a
-    horizontal step: no area). Each row begins and ends at x = `left` (left of the view) on its
-    bottom line, so the path changes rows on that vertical line, down row by row and at the close
-    back up in one step (traced both ways: no area, and out of sight if anti-aliasing leaves a trace).
-    Leaving out the points at x = `left`, span i's rectangle is points 5i..5i+4."""
+    them (seconds for thousands of pieces), so there are none. A filled area is bounded by its
+    vertical edges, horizontal ones add none: each rectangle is its top left, bottom left, bottom
+    right and top right corners (4 points: down its left side, up its right side), and the path goes
+    on to the next one along the row's top line. Each row begins and ends at x = `left` (left of
+    the view) on its top line, so the path changes rows on that vertical line, down row by row and
+    at the close back up in one step (traced both ways: no area, and out of sight if anti-aliasing
+    leaves a trace). Leaving out the points at x = `left`, span i's rectangle is points 4i..4i+3."""
     n = len(x0)
     lo, hi = y - h, y + h
     new_row = np.r_[True, y[1:] != y[:-1]]
@@ -134,14 +135,14 @@ def _paint_path(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, h, left) -> tuple
     first = np.flatnonzero(new_row)
     last = np.r_[first[1:] - 1, n - 1]
     rows = np.arange(len(first))
-    px = np.empty(n * 5 + 2 * len(first), x0.dtype)
+    px = np.empty(n * 4 + 2 * len(first), x0.dtype)
     py = np.empty(len(px), np.float32)
-    at = 5 * np.arange(n) + 1 + 2 * k  # where each span's rectangle starts
-    for j, (xs, ys) in enumerate(((x0, lo), (x1, lo), (x1, hi), (x0, hi), (x0, lo))):
+    at = 4 * np.arange(n) + 1 + 2 * k  # where each span's rectangle starts
+    for j, (xs, ys) in enumerate(((x0, hi), (x0, lo), (x1, lo), (x1, hi))):
         px[at + j], py[at + j] = xs, ys
-    ends = np.r_[5 * first + 2 * rows, 5 * (last + 1) + 2 * rows + 1]  # each row's first and last point
+    ends = np.r_[4 * first + 2 * rows, 4 * (last + 1) + 2 * rows + 1]  # each row's first and last point
     px[ends] = left
-    py[ends] = np.r_[lo[first], lo[first]]
+    py[ends] = np.r_[hi[first], hi[first]]
     return px, py
 
 
