@@ -10,6 +10,7 @@ process tree is polled for RSS (psutil, every 50 ms):
     python bench/bench_ranks.py import --ranks 256        # import: N files vs one file, same events (target <= 2x)
     python bench/bench_ranks.py memory --ranks 1024       # analyze of N ranks: peak RSS (target <= 2 GB)
     python bench/bench_ranks.py analyze --ranks 256 --without-paths   # without the critical-path and utilisation analyses
+    python bench/bench_ranks.py analyze --ranks 256 --distinct-steps  # the one-rank copies numbered as one long rank records its steps
     python bench/bench_ranks.py dashboard --ranks 1024    # dashboard server time: rank x step heatmap, first page (target <= 1 s)
 
 Options: --trace (default tests/data/traces/multirank_128/rank-0.json.gz, 4,855 events), --repeat,
@@ -22,6 +23,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -63,9 +65,12 @@ def write_rank_copies(trace: Path, out_dir: Path, ranks: int) -> list[Path]:
     return files
 
 
-def write_tiled(trace: Path, out: Path, copies: int) -> Path:
+def write_tiled(trace: Path, out: Path, copies: int, distinct_steps: bool = False) -> Path:
     """One rank holding `copies` copies of the trace's events, each shifted past the previous
-    copy's end, with link ids (External id, correlation, flow ids, ...) offset per copy."""
+    copy's end, with link ids (External id, correlation, flow ids, ...) offset per copy. With
+    `distinct_steps`, each copy's ProfilerStep#N is renumbered after the previous copy's steps, as
+    one long rank records them (else every copy repeats the same step numbers, so each step of
+    the tiled rank spans the whole run)."""
     doc = _load(trace)
     events = [e for e in doc["traceEvents"] if isinstance(e, dict)]
     timed = [e for e in events if "ts" in e and e.get("ph") != "M"]
@@ -79,10 +84,14 @@ def write_tiled(trace: Path, out: Path, copies: int) -> Path:
                      + ([e["id"]] if isinstance(e.get("id"), int) else []))
     id_step = top_id + 1
     out_events = [e for e in events if e.get("ph") == "M" or "ts" not in e]
+    step_no = {id(e): int(m.group(1)) for e in timed if (m := re.fullmatch(r"ProfilerStep#(\d+)", str(e.get("name"))))}
+    step_span = (max(step_no.values()) - min(step_no.values()) + 1) if step_no else 0
     for c in range(copies):
         for e in timed:
             n = dict(e)
             n["ts"] = e["ts"] + c * period
+            if distinct_steps and id(e) in step_no:
+                n["name"] = f"ProfilerStep#{step_no[id(e)] + c * step_span}"
             if c and isinstance(n.get("id"), int):
                 n["id"] += c * id_step
             if c and n.get("args"):
@@ -179,19 +188,22 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=None, help="import --workers (default: the importer's choice)")
     ap.add_argument("--keep", type=Path, default=None, help="keep traces and runs in this directory")
     ap.add_argument("--without-paths", action="store_true", help="analyze without the critical-path and utilisation analyses")
+    ap.add_argument("--distinct-steps", action="store_true",
+                    help="the one-rank trace's copies get their own step numbers (else its steps span the whole run)")
     args = ap.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="nx-bench-ranks-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        many_dir, one_file = work / f"ranks{args.ranks}", work / f"one_rank_x{args.ranks}.json"
+        suffix = "_steps" if args.distinct_steps else ""
+        many_dir, one_file = work / f"ranks{args.ranks}", work / f"one_rank_x{args.ranks}{suffix}.json"
         if not many_dir.is_dir():
             t = time.perf_counter()
             write_rank_copies(args.trace, many_dir, args.ranks)
             print(f"wrote {args.ranks} rank traces in {time.perf_counter() - t:.1f} s", file=sys.stderr)
         if args.what not in ("memory", "dashboard") and not one_file.exists():
-            write_tiled(args.trace, one_file, args.ranks)
+            write_tiled(args.trace, one_file, args.ranks, args.distinct_steps)
         workers = ["--workers", str(args.workers)] if args.workers else []
-        many_run, one_run = work / f"run_ranks{args.ranks}", work / f"run_one_x{args.ranks}"
+        many_run, one_run = work / f"run_ranks{args.ranks}", work / f"run_one_x{args.ranks}{suffix}"
         if args.what == "dashboard":
             if not (many_run / "manifest.json").exists():
                 measure(nx_cmd("import", str(many_dir), "-o", str(many_run), "--force", *workers))
