@@ -19,7 +19,8 @@ FORMAT_VERSION_KEY = b"neuron_explorer.format_version"
 """Key of the format version in every Parquet file's key-value metadata."""
 
 DERIVED_ON_READ = {
-    "events": {"self_ns": "NULL::BIGINT", "fwd_op_id": "NULL::BIGINT", "pass": "NULL::VARCHAR", "source_frame_id": "frame_id"},
+    "events": {"self_ns": "NULL::BIGINT", "fwd_op_id": "NULL::BIGINT", "pass": "NULL::VARCHAR", "source_frame_id": "frame_id",
+               "python_ancestors": "0::INT"},
 }
 """Columns added since format v1, as DuckDB expressions over a v1 file's columns: runs written
 before them open with these (re-import or re-record to compute the real values)."""
@@ -118,6 +119,8 @@ EVENTS = Table(
         _c("device", "int32", "", "device index for device events (from `pid`); null on the host"),
         _c("stream", "int64", "", "device stream for device events (args `stream`, else `tid`); null on the host"),
         _c("depth", "int32", "", "nesting depth on its track (same pid and tid): 0 for a top-level slice"),
+        _c("python_ancestors", "int32", "", "how many of the slices around it on its track (parent, its parent, ...) are "
+           "Python frames (kind 'python'): `depth - python_ancestors` is its depth with the Python frames folded away"),
         _c("parent_id", "int64", "event id", "innermost slice on the same track that contains this event"),
         _OP,
         _c("top_op_id", "int64", "event id", "outermost CPU operator around the event (device events: of their launch)"),

@@ -127,6 +127,17 @@ def test_dashboard_in_chromium(server, browser):
     assert label and label["best"]["w"] > 40 and label["visible"] is True, label
     assert len(label["hits"]) == 1 and label["best"]["name"].startswith(label["hits"][0].rstrip("…")), label
 
+    # the Python frames are folded onto one band per thread; "Python frames nested" unfolds them
+    # (every frame drawn, on its own row: more events, more rows), and folds them again
+    rows = f"const r = {GD}._fullLayout.yaxis.range; return Math.abs(r[1] - r[0])"
+    folded_rows = drv.execute_script(rows)
+    drv.find_elements(By.CSS_SELECTOR, "#all-lanes input")[1].click()
+    nested_status = wait_for(drv, f"const s = {STATUS}; return s !== {status0!r} && s", what="Python frames nested")
+    assert int(nested_status.split(" events")[0].split("·")[-1].replace(",", "")) > int(status0.split(" events")[0].split("·")[-1].replace(",", ""))
+    assert drv.execute_script(rows) > folded_rows + 3
+    drv.find_elements(By.CSS_SELECTOR, "#all-lanes input")[1].click()
+    wait_for(drv, f"const s = {STATUS}; return s === {status0!r} && s", what="Python frames folded again")
+
     # 2. zoom: drag a box over the middle of the timeline; the server sends the narrower window
     y = full["top"] + full["h"] * 0.4
     start_x, end_x = full["left"] + full["w"] * 0.30, full["left"] + full["w"] * 0.55

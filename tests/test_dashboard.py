@@ -27,7 +27,7 @@ import pytest
 from neuron_explorer.analyzers.model import Evidence, Finding, Location, Report
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.dashboard import api, app as dash_app, figure, queries, runs as runs_mod, timeline as tl_mod
-from neuron_explorer.dashboard.runs import QueryError, RunSet
+from neuron_explorer.dashboard.runs import QueryError, RunSet, drawn_sql
 from neuron_explorer.errors import NeuronExplorerError
 
 from .conftest import TRACES, X, cli, write_trace
@@ -701,11 +701,15 @@ def real_runs(tmp_path_factory):
 def test_every_view_on_every_real_trace(real_runs):
     rs = real_runs
     for r in rs.runs:
-        total = r.query("SELECT count(*) FROM events")[1][0][0]
+        # Python frames nested: every event is drawn once, as an exact slice or inside a pixel bucket
         view = dash_app.view_for(rs, None, r.index, "all", None, None, None)
+        dash_app.timeline_figure(rs, view, 1200, None, all_lanes=True, python_band=False)
+        every = tl_mod.timeline(rs, run=r.index, width=1200, all_lanes=True)
+        assert every["visible_events"] == r.query("SELECT count(*) FROM events")[1][0][0], r.name
+        # folded (the default): every event but the Python frames inside other Python frames
+        total = r.query(f"SELECT count(*) FROM events WHERE {drawn_sql(True)}")[1][0][0]
         fig, status = dash_app.timeline_figure(rs, view, 1200, None, all_lanes=True)
         tl = tl_mod.timeline(rs, run=r.index, width=1200, all_lanes=True)
-        # every event is drawn once: as an exact slice or inside a pixel bucket
         assert tl["visible_events"] == total, r.name
         rows = max(ln["y0"] + ln["rows"] for ln in tl["lanes"])
         assert all(0 <= y < rows for y in tl["slices"]["y"] + tl["buckets"]["y"]), r.name
@@ -714,11 +718,11 @@ def test_every_view_on_every_real_trace(real_runs):
         s, e = r.span()
         a, b = s + (e - s) * 9 // 20, s + (e - s) * 11 // 20
         z = tl_mod.timeline(rs, run=r.index, t0=a, t1=b, width=1200, all_lanes=1)
-        want = r.query(f"SELECT count(*) FROM events WHERE ts_ns < {b} AND ts_ns + dur_ns >= {a}")[1][0][0]
+        want = r.query(f"SELECT count(*) FROM events WHERE ts_ns < {b} AND ts_ns + dur_ns >= {a} AND {drawn_sql(True)}")[1][0][0]
         assert z["visible_events"] == want, r.name
         # by default the meta lanes' events are left out, and only they
         shown = tl_mod.timeline(rs, run=r.index, t0=a, t1=b, width=1200)
-        want = r.query(f"SELECT count(*) FROM events WHERE ts_ns < {b} AND ts_ns + dur_ns >= {a} AND NOT "
+        want = r.query(f"SELECT count(*) FROM events WHERE ts_ns < {b} AND ts_ns + dur_ns >= {a} AND {drawn_sql(True)} AND NOT "
                        f"(SELECT {tl_mod.HIDDEN_LANE_SQL} FROM (SELECT {queries.LANE_SQL}))")[1][0][0]
         assert shown["visible_events"] == (want if shown["hidden_lanes"] else z["visible_events"]), r.name
         for view_fn in (queries.operators, queries.kernels, queries.source_lines, queries.steps, queries.memory):

@@ -50,8 +50,15 @@ class RankTables:
 # --- pointer jumping ------------------------------------------------------------------------
 
 
-def depth_of(parent: np.ndarray) -> np.ndarray:
-    d = (parent >= 0).astype(np.int32)
+def depth_of(parent: np.ndarray, counted: np.ndarray | None = None) -> np.ndarray:
+    """Per event, how many of its ancestors (parent, its parent, ...) there are, or with `counted`
+    (a bool per event) how many of them are counted: pointer jumping, each pass doubling the reach."""
+    has = parent >= 0
+    if counted is None:
+        d = has.astype(np.int32)
+    else:
+        d = np.zeros(len(parent), np.int32)
+        d[has] = counted[parent[has]]
     p = parent.copy()
     while True:
         m = p >= 0
@@ -346,6 +353,7 @@ def build_rank(raw: RawRank) -> RankTables:
     parent, overlaps = enclosing_parents(track, ts, end, can_contain)
     quality["overlapping_slices"] = overlaps
     depth = depth_of(parent)
+    python_ancestors = depth_of(parent, is_python)
     # self time: the duration less the slices directly inside it on its track
     nested = parent >= 0  # (float sums are exact below 2^53 ns, about 104 days)
     inner = np.bincount(parent[nested], weights=np.maximum(dur[nested], 0), minlength=n).astype(np.int64)
@@ -459,6 +467,7 @@ def build_rank(raw: RawRank) -> RankTables:
         "device": plain(device.astype(np.int32), device < 0, pa.int32()),
         "stream": plain(stream, stream_mask),
         "depth": plain(depth.astype(np.int32), None, pa.int32()),
+        "python_ancestors": plain(python_ancestors, None, pa.int32()),
         "parent_id": ids(parent),
         "op_id": ids(op),
         "top_op_id": ids(top_op),

@@ -92,14 +92,16 @@ def view_for(rs: RunSet, trigger: str | None, run, rank, relayout, finding_index
 
 
 def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, color_by: str = "name", all_lanes: bool = False,
-                    critical: bool = False, collapsed=None):
+                    critical: bool = False, collapsed=None, python_band: bool = True):
     """(figure, status text) for a window, with the selected event outlined, its flows drawn and
     the current finding's events (or the instances of the table row the view jumped to)
     highlighted; slices coloured by "name" or "kind"; meta lanes shown only with `all_lanes`;
     with `critical`, the critical path of the step in view outlined; the lanes of the `collapsed`
-    groups (lane_groups.group_key) drawn on one row each."""
+    groups (lane_groups.group_key) drawn on one row each; with `python_band`, each thread's Python
+    frames folded onto one band (runs.BAND_ROW_SQL), else nested by depth."""
     if not isinstance(view, dict):
         raise CallbackInputError("no view")
+    rs.get(view.get("run")).python_band = bool(python_band)  # the run's layout: what every later lookup of a row uses
     px = max(200, min(_as_int(width or DEFAULT_WIDTH, "width"), 4000))
     tl = timeline_arrays(rs, run=view.get("run"), t0=view.get("t0"), t1=view.get("t1"), width=px, rank=view.get("rank"),
                          all_lanes=bool(all_lanes))
@@ -196,7 +198,7 @@ def _events_brief(rs: RunSet, run: int, ids: list[int]) -> list[dict]:
     r = rs.get(run)
     if not ids:
         return []
-    recs = r.records(f"SELECT event_id, name, kind, ts_ns, dur_ns, depth, {queries.LANE_SQL} FROM events "
+    recs = r.records(f"SELECT event_id, name, kind, ts_ns, dur_ns, depth, python_ancestors, {queries.LANE_SQL} FROM events "
                      f"WHERE event_id IN ({', '.join(str(int(i)) for i in ids)})")
     return [queries.brief(r, e, "evidence") for e in recs]
 
@@ -329,7 +331,8 @@ def create_app(rs: RunSet):
                 html.Button("whole run", id="reset", className="nx-btn"),
                 html.Label("colour"), dcc.RadioItems(id="color-by", options=[{"label": "name", "value": "name"}, {"label": "kind", "value": "kind"}],
                                                       value="name", inline=True, className="nx-radio"),
-                dcc.Checklist(id="all-lanes", options=[{"label": "meta lanes", "value": "all"}], value=[], inline=True, className="nx-radio"),
+                dcc.Checklist(id="all-lanes", options=[{"label": "meta lanes", "value": "all"}, {"label": "Python frames nested", "value": "python"}],
+                              value=[], inline=True, className="nx-radio"),
                 dcc.Checklist(id="critical", options=[{"label": "critical path", "value": "on"}], value=[], inline=True, className="nx-radio"),
             ], id="explore-controls", style={"display": "flex", "alignItems": "center", "gap": "14px"}),
             html.Div(status0, id="status", className="nx-status"),
@@ -391,8 +394,9 @@ def create_app(rs: RunSet):
                   Input("critical", "value"), Input("collapse", "value"), State("px", "data"), prevent_initial_call=True)
     @guard(2)
     def _figure(view, selected, color_by, all_lanes, critical, collapsed, px):
-        return timeline_figure(rs, view, px, selected, color_by, isinstance(all_lanes, list) and "all" in all_lanes,
-                               isinstance(critical, list) and "on" in critical, collapsed if isinstance(collapsed, list) else None)
+        shown = all_lanes if isinstance(all_lanes, list) else []
+        return timeline_figure(rs, view, px, selected, color_by, "all" in shown, isinstance(critical, list) and "on" in critical,
+                               collapsed if isinstance(collapsed, list) else None, python_band="python" not in shown)
 
     @app.callback(Output("view", "data", allow_duplicate=True), Output("selected", "data", allow_duplicate=True),
                   Output("error", "children", allow_duplicate=True),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from .runs import LANE_SQL, OpenRun, QueryError, RunSet, parse_int
+from .runs import LANE_SQL, OpenRun, QueryError, RunSet, lane_row, parse_int
 from .source import source
 
 KERNELS_PER_EVENT = 50
@@ -25,7 +25,7 @@ def ms_from_start(r: OpenRun, ts_ns) -> float | None:
     return None if ts_ns is None else round((ts_ns - r.span()[0]) / 1e6, 6)
 
 
-EVENT_COLS = ("event_id, rank, kind, category, name, ts_ns, dur_ns, pid, tid, device, stream, depth, parent_id, op_id, "
+EVENT_COLS = ("event_id, rank, kind, category, name, ts_ns, dur_ns, pid, tid, device, stream, depth, python_ancestors, parent_id, op_id, "
                "top_op_id, launch_id, correlation, external_id, step, module_path, frame_id, args")
 
 
@@ -45,7 +45,7 @@ def y_of(r: OpenRun, e: dict) -> int | None:
     """The timeline row of an event in the all-ranks view (for drawing flows and highlights)."""
     for ln in r.lanes(None):
         if (ln.rank, ln.is_device, ln.a, ln.b, ln.text) == (e["rank"], e["is_device"], e["lane_a"], e["lane_b"], e["lane_text"]):
-            return ln.y0 + min(int(e["depth"] or 0), ln.rows - 1)
+            return ln.y0 + lane_row(e, ln, r.python_band)
     return None
 
 

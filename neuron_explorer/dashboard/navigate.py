@@ -89,7 +89,7 @@ def instances(rs: RunSet, run, table: str, key: dict, t0: int, t1: int, limit: i
     cond, params = _where(r, table, key)
     if key.get("rank") is not None and table != "steps":
         cond += _rank_where(int(key["rank"]))
-    return r.records(f"SELECT event_id, name, kind, ts_ns, dur_ns, depth, {LANE_SQL} FROM events WHERE {cond} "
+    return r.records(f"SELECT event_id, name, kind, ts_ns, dur_ns, depth, python_ancestors, {LANE_SQL} FROM events WHERE {cond} "
                      "AND ts_ns < ? AND ts_ns + dur_ns >= ? ORDER BY dur_ns DESC LIMIT ?", params + [int(t1), int(t0), int(limit)])
 
 

@@ -30,6 +30,33 @@ LANE_SQL = ("rank, (device IS NOT NULL) AS is_device, coalesce(device, pid) AS l
 MAX_DEPTH_ROWS = 32
 """Nesting rows drawn per lane; deeper slices are drawn on the last row (it says so in the label)."""
 
+BAND_ROW_SQL = "CASE WHEN kind = 'python' THEN 0 ELSE 1 + coalesce(depth, 0) - coalesce(python_ancestors, 0) END"
+"""The row of an event in its lane with the Python frames folded (OpenRun.python_band, the default):
+the outermost Python frames on one band (row 0; the frames inside them are not drawn, drawn_sql),
+every other slice one row below its depth with the Python frames around it left out (schema:
+events.python_ancestors). A lane without Python frames has no band (Lane.skip)."""
+
+
+def drawn_sql(band: bool) -> str:
+    """SQL condition on the events drawn: with the band, only the outermost Python frames (the ones
+    inside them would all lie on the band, over each other); unfold to see them."""
+    return "NOT (kind = 'python' AND coalesce(python_ancestors, 0) > 0)" if band else "true"
+
+
+def row_sql(band: bool) -> str:
+    """SQL of an event's row in its lane, before the lane's skip: folded (BAND_ROW_SQL) or by depth."""
+    return BAND_ROW_SQL if band else "coalesce(depth, 0)"
+
+
+def lane_row(e: dict, lane: Lane, band: bool) -> int:
+    """row_sql for one event (a dict with kind, depth and python_ancestors), in `lane`'s rows."""
+    depth = int(e.get("depth") or 0)
+    if band:
+        row = 0 if e.get("kind") == "python" else 1 + depth - int(e.get("python_ancestors") or 0)
+    else:
+        row = depth
+    return min(max(row - lane.skip, 0), lane.rows - 1)
+
 SCOPED_RANKS = 8
 """A timeline of one rank of a run with more ranks than this reads views over that rank's
 partition only (`OpenRun.of_rank`); the views of this many ranks are kept open per run."""
@@ -85,6 +112,8 @@ class Lane:
     rows: int  # nesting rows drawn (max depth + 1, capped)
     y0: int = 0  # first row on the timeline's y axis
     name: str = ""  # the thread's name (host) or the device's ("GPU 0", "MTIA 17") from the trace's metadata
+    skip: int = 0  # subtracted from row_sql: 1 for a lane with no Python frames while they are folded (no band)
+    band: bool = False  # this lane's Python frames are folded onto its first row
 
     @property
     def label(self) -> str:
@@ -107,7 +136,8 @@ class Lane:
 
     def to_dict(self) -> dict:
         return {"index": self.index, "rank": self.rank, "is_device": self.is_device, "a": self.a, "b": self.b, "text": self.text,
-                "name": self.name, "label": self.label, "hidden": self.hidden, "rows": self.rows, "y0": self.y0}
+                "name": self.name, "label": self.label, "hidden": self.hidden, "rows": self.rows, "y0": self.y0,
+                "python_band": self.band}
 
 
 def lane_names(manifest: dict) -> dict[tuple, str]:
@@ -144,6 +174,7 @@ class OpenRun:
     run: Run
     lock: threading.Lock = field(default_factory=threading.Lock)
     _facts: dict = field(default_factory=dict)
+    python_band: bool = True  # Python frames folded onto one band per lane (BAND_ROW_SQL); False: nested by depth
 
     @property
     def name(self) -> str:
@@ -182,18 +213,21 @@ class OpenRun:
     def lanes(self, rank: int | None, all_lanes: bool = True) -> list[Lane]:
         """The lanes of the timeline, with their first y row. Without `all_lanes`, meta lanes
         (Lane.hidden) are left out and the others move up — unless that leaves none."""
-        key = ("lanes", rank, bool(all_lanes))
+        band = self.python_band
+        key = ("lanes", rank, bool(all_lanes), band)
         if key not in self._facts:
             if all_lanes:
                 where = "" if rank is None else f"WHERE rank = {int(rank)}"
-                _, rows = self.query(f"SELECT {LANE_SQL}, max(depth) AS max_depth FROM events {where} "
+                _, rows = self.query(f"SELECT {LANE_SQL}, max({row_sql(band)}) AS max_row, bool_or(kind = 'python') AS has_python "
+                                     f"FROM events {where} "
                                      "GROUP BY ALL ORDER BY rank, is_device, lane_a NULLS FIRST, lane_b NULLS FIRST, lane_text")
                 names = lane_names(self.run.manifest)
                 lanes = []
-                for i, (rk, dev, a, b, text, depth) in enumerate(rows):
-                    rows_ = min(int(depth or 0) + 1, MAX_DEPTH_ROWS)
+                for i, (rk, dev, a, b, text, max_row, has_python) in enumerate(rows):
+                    skip = 1 if band and not has_python else 0
+                    rows_ = min(max(int(max_row or 0) - skip, 0) + 1, MAX_DEPTH_ROWS)
                     name = names.get((int(rk), "device", a) if dev else (int(rk), "thread", a, b), "")
-                    lanes.append(Lane(i, int(rk), bool(dev), a, b, text, rows_, 0, name))
+                    lanes.append(Lane(i, int(rk), bool(dev), a, b, text, rows_, 0, name, skip, band and bool(has_python)))
             else:
                 full = self.lanes(rank, True)
                 lanes = [ln for ln in full if not ln.hidden] or full
@@ -216,7 +250,7 @@ class OpenRun:
             else:
                 _, rows = self.query("SELECT dur_ns FROM events ORDER BY dur_ns DESC LIMIT 1 OFFSET ?", [LONG_EVENTS])
                 threshold = int(rows[0][0])
-            tbl = self.arrow(f"SELECT event_id, kind, name, ts_ns, dur_ns, depth, {LANE_SQL} FROM events WHERE dur_ns > ?",
+            tbl = self.arrow(f"SELECT event_id, kind, name, ts_ns, dur_ns, depth, python_ancestors, {LANE_SQL} FROM events WHERE dur_ns > ?",
                              [threshold])
             self._facts["long"] = (threshold, tbl)
         return self._facts["long"]
@@ -231,6 +265,7 @@ class OpenRun:
             got = scoped.pop(int(rank), None)
             if got is None:
                 got = OpenRun(self.index, self.path, self.run.with_ranks([int(rank)]))
+            got.python_band = self.python_band  # the layout the user chose for the run
             scoped[int(rank)] = got  # the most recent last
             while len(scoped) > SCOPED_RANKS:
                 del scoped[next(iter(scoped))]  # closed when no request holds it any more

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
-from .runs import LANE_SQL, MAX_DEPTH_ROWS, SCOPED_RANKS, OpenRun, QueryError, RunSet
+from .runs import LANE_SQL, MAX_DEPTH_ROWS, SCOPED_RANKS, OpenRun, QueryError, RunSet, drawn_sql, row_sql
 from .runs import parse_int as _int
 
 EXACT_CAP = 6000
@@ -84,8 +84,8 @@ def _lanes_table(r: OpenRun, rank: int | None, all_lanes: bool = True) -> str:
     Without `all_lanes` it holds only the lanes shown by default: the join drops the others."""
     import pyarrow as pa
 
-    name = f"_nx_lanes_{'all' if rank is None else rank}{'' if all_lanes else '_shown'}"
-    key = ("lanes_tbl", rank, bool(all_lanes))
+    name = f"_nx_lanes_{'all' if rank is None else rank}{'' if all_lanes else '_shown'}{'_band' if r.python_band else ''}"
+    key = ("lanes_tbl", rank, bool(all_lanes), r.python_band)
     if key not in r._facts:
         lanes = r.lanes(rank, all_lanes)
         tbl = pa.table({
@@ -96,6 +96,7 @@ def _lanes_table(r: OpenRun, rank: int | None, all_lanes: bool = True) -> str:
             "l_text": pa.array([ln.text for ln in lanes], pa.string()),
             "l_y0": pa.array([ln.y0 for ln in lanes], pa.int64()),
             "l_rows": pa.array([ln.rows for ln in lanes], pa.int64()),
+            "l_skip": pa.array([ln.skip for ln in lanes], pa.int64()),
         })
         with r.lock:
             r.run.con.register(name, tbl)
@@ -119,10 +120,11 @@ def _window_sql(r: OpenRun, rank: int | None, t0: int, t1: int) -> tuple[str, li
     """A CTE `win` of the visible events (lane columns, no y yet), and its parameters."""
     threshold, _ = _long_table(r)
     rank_where = "" if rank is None else f" AND rank = {int(rank)}"
-    cols = f"event_id, kind, name, ts_ns, dur_ns, depth, {LANE_SQL}"
+    cols = f"event_id, kind, name, ts_ns, dur_ns, {row_sql(r.python_band)} AS depth, {LANE_SQL}"
     parts, params = [], []
     if threshold >= 0:
-        parts.append(f"SELECT {cols} FROM events WHERE ts_ns >= ? AND ts_ns < ? AND ts_ns + dur_ns >= ? AND dur_ns <= ?{rank_where}")
+        parts.append(f"SELECT {cols} FROM events WHERE ts_ns >= ? AND ts_ns < ? AND ts_ns + dur_ns >= ? AND dur_ns <= ?{rank_where} "
+                     f"AND {drawn_sql(r.python_band)}")
         params += [t0 - threshold, t1, t0, threshold]
     lw, lp = _long_window(r, rank, t0, t1)
     parts.append(lw)
@@ -135,8 +137,8 @@ def _long_window(r: OpenRun, rank: int | None, t0: int, t1: int) -> tuple[str, l
     """The in-memory long events that overlap the window."""
     _, long_name = _long_table(r)
     rank_where = "" if rank is None else f" AND rank = {int(rank)}"
-    return (f"SELECT event_id, kind, name, ts_ns, dur_ns, depth, rank, is_device, lane_a, lane_b, lane_text "
-            f"FROM {long_name} WHERE ts_ns < ? AND ts_ns + dur_ns >= ?{rank_where}", [t1, t0])
+    return (f"SELECT event_id, kind, name, ts_ns, dur_ns, {row_sql(r.python_band)} AS depth, rank, is_device, lane_a, lane_b, lane_text "
+            f"FROM {long_name} WHERE ts_ns < ? AND ts_ns + dur_ns >= ?{rank_where} AND {drawn_sql(r.python_band)}", [t1, t0])
 
 
 HIDDEN_LANE_SQL = "(NOT is_device AND (lane_text <> '' OR lane_a IS NULL OR coalesce(lane_b, 0) < 0))"
@@ -152,9 +154,9 @@ def _shown_sql(r: OpenRun, rank: int | None, all_lanes: bool) -> str:
 
 
 def _y_join(r: OpenRun, rank: int | None, inner: str, all_lanes: bool = True) -> str:
-    """`inner` (a query with lane columns and `depth`) with each row's y row on the timeline."""
+    """`inner` (a query with lane columns and `depth`: the event's row_sql) with each row's y row on the timeline."""
     lanes = _lanes_table(r, rank, all_lanes)
-    return (f"SELECT q.*, l_y0 + least(coalesce(q.depth, 0), l_rows - 1) AS y FROM ({inner}) q JOIN {lanes} "
+    return (f"SELECT q.*, l_y0 + least(greatest(coalesce(q.depth, 0) - l_skip, 0), l_rows - 1) AS y FROM ({inner}) q JOIN {lanes} "
             "ON q.rank = l_rank AND q.is_device = l_dev AND q.lane_a IS NOT DISTINCT FROM l_a "
             "AND q.lane_b IS NOT DISTINCT FROM l_b AND q.lane_text = l_text")
 
@@ -219,7 +221,7 @@ def timeline_arrays(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None, 
             agg = r.arrow(_pyramid_sql(r, rank, t0, t1, b, cutoff, all_lanes, pyr))
         else:
             agg = r.arrow(
-                cte + _y_join(r, rank, f"""SELECT {lane}, least(coalesce(depth, 0), {MAX_DEPTH_ROWS - 1}) AS depth,
+                cte + _y_join(r, rank, f"""SELECT {lane}, least(coalesce(depth, 0), {MAX_DEPTH_ROWS}) AS depth,
                       floor((greatest(ts_ns, {t0}) - {t0}) / {b})::BIGINT AS bucket,
                       sum(least(ts_ns + dur_ns, {t1}) - greatest(ts_ns, {t0})) / {b} AS occupancy,
                       max(least(ts_ns + dur_ns, {t1})) - {t0} AS end_offset, count(*) AS events,
@@ -253,21 +255,22 @@ def _pyramid(r: OpenRun):
     used when a pixel spans at least PYRAMID_PX_FACTOR fine buckets, so attributing an event to its
     fine bucket's start moves it by at most 1/PYRAMID_PX_FACTOR of a pixel.
     """
-    if "pyramid" not in r._facts:
+    key = ("pyramid", r.python_band)
+    if key not in r._facts:
         threshold, _ = r.long_events()
         if threshold < 0:
-            r._facts["pyramid"] = None
+            r._facts[key] = None
             return None
         start, end = r.span()
         fine = max(1, -(-(end + 1 - start) // PYRAMID_BUCKETS))
-        tbl = r.arrow(f"""SELECT {LANE_SQL}, least(coalesce(depth, 0), {MAX_DEPTH_ROWS - 1}) AS depth,
+        tbl = r.arrow(f"""SELECT {LANE_SQL}, least({row_sql(r.python_band)}, {MAX_DEPTH_ROWS}) AS depth,
                 (ts_ns - {start}) // {fine} AS fine_bucket, sum(dur_ns) AS busy, count(*) AS n, max(ts_ns + dur_ns) AS end_max,
                 arg_max(kind, dur_ns) AS kind, arg_max(event_id, dur_ns) AS event_id, max(dur_ns) AS dur
-                FROM events WHERE dur_ns <= {threshold} GROUP BY ALL""")
+                FROM events WHERE dur_ns <= {threshold} AND {drawn_sql(r.python_band)} GROUP BY ALL""")
         with r.lock:
-            r.run.con.register("_nx_pyramid", tbl)
-        r._facts["pyramid"] = ("_nx_pyramid", fine, start)
-    return r._facts["pyramid"]
+            r.run.con.register(f"_nx_pyramid_{int(r.python_band)}", tbl)
+        r._facts[key] = (f"_nx_pyramid_{int(r.python_band)}", fine, start)
+    return r._facts[key]
 
 
 def _pyramid_sql(r: OpenRun, rank: int | None, t0: int, t1: int, b: float, cutoff: int, all_lanes: bool, pyr) -> str:
@@ -282,11 +285,11 @@ def _pyramid_sql(r: OpenRun, rank: int | None, t0: int, t1: int, b: float, cutof
                  busy, n, end_max, kind, event_id, dur
           FROM {name} WHERE {start} + fine_bucket * {fine} < {t1} AND end_max >= {t0}{rw}),
         l AS (
-          SELECT {lane}, least(coalesce(depth, 0), {MAX_DEPTH_ROWS - 1}) AS depth,
+          SELECT {lane}, least({row_sql(r.python_band)}, {MAX_DEPTH_ROWS}) AS depth,
                  floor((greatest(ts_ns, {t0}) - {t0}) / {b})::BIGINT AS bucket,
                  least(ts_ns + dur_ns, {t1}) - greatest(ts_ns, {t0}) AS busy, 1 AS n, ts_ns + dur_ns AS end_max,
                  kind, event_id, dur_ns AS dur
-          FROM {long_name} WHERE ts_ns < {t1} AND ts_ns + dur_ns >= {t0} AND dur_ns <= {int(cutoff)}{rw}),
+          FROM {long_name} WHERE ts_ns < {t1} AND ts_ns + dur_ns >= {t0} AND dur_ns <= {int(cutoff)}{rw} AND {drawn_sql(r.python_band)}),
         u AS (SELECT * FROM p UNION ALL SELECT * FROM l)
         SELECT {lane}, depth, bucket, sum(busy) / {b} AS occupancy, least(max(end_max), {t1}) - {t0} AS end_offset,
                sum(n) AS events, arg_max(kind, dur) AS kind, arg_max(event_id, dur) AS event_id FROM u GROUP BY ALL"""
