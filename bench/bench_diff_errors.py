@@ -79,6 +79,12 @@ while len(list(barrier.glob("done-*"))) < 2 and time.monotonic() < give_up:
 """
 
 
+def _record_cmd(script: Path, out: Path, blocks: int, steps: int, barrier: Path) -> list[str]:
+    """`neuron-explorer record` of the training loop into `out`."""
+    return [sys.executable, "-m", "neuron_explorer", "record", "-o", str(out), "--force", str(script), str(blocks), str(steps),
+            str(barrier)]
+
+
 def record_pair(script: Path, sides: list[tuple[Path, int]], steps: int) -> None:
     """Record both sides at once with `neuron-explorer record`; their loops start when both are ready."""
     barrier = script.parent / "barrier"
@@ -86,8 +92,7 @@ def record_pair(script: Path, sides: list[tuple[Path, int]], steps: int) -> None
     barrier.mkdir()
     procs = []
     for out, blocks in sides:
-        cmd = [sys.executable, "-m", "neuron_explorer", "record", "-o", str(out), "--force", str(script), str(blocks), str(steps),
-               str(barrier)]
+        cmd = _record_cmd(script, out, blocks, steps, barrier)
         procs.append((cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=script.parent)))
     while len(list(barrier.glob("ready-*"))) < len(procs):
         if any(p.poll() is not None for _, p in procs):
@@ -109,8 +114,7 @@ def record_alternating(script: Path, sides: list[tuple[Path, int]], steps: int) 
         barrier.mkdir()
         for name in ("go", "done-a", "done-b"):  # no partner to wait for, before or after the loop
             (barrier / name).touch()
-        cmd = [sys.executable, "-m", "neuron_explorer", "record", "-o", str(out), "--force", str(script), str(blocks), str(steps),
-               str(barrier)]
+        cmd = _record_cmd(script, out, blocks, steps, barrier)
         p = subprocess.run(cmd, capture_output=True, text=True, cwd=script.parent)
         if p.returncode != 0:
             raise SystemExit(f"recording failed: {' '.join(cmd)}\n{p.stderr[-2000:]}")

@@ -208,7 +208,9 @@ def test_dashboard_in_chromium(server, browser):
     assert calls[0] == min(r["calls"] for r in queries.operators(rs, run=0)["rows"])
     box = drv.find_element(By.CSS_SELECTOR, '#table-operators .ag-floating-filter[col-id="name"] input')
     box.send_keys("aten::linear")
-    names = wait_for(drv, f"const n = {GRID_COLUMN}('table-operators', 'name'); return n && n.length < {len(shown)} && n", what="filtered rows")
+    # the grid filters after a debounce and may be read half-way: wait for the filtered rows themselves
+    names = wait_for(drv, f"const n = {GRID_COLUMN}('table-operators', 'name'); "
+                          f"return n && n.length < {len(shown)} && n.every(x => x.includes('aten::linear')) && n", what="filtered rows")
     assert names and all("aten::linear" in n for n in names), names
     drv.find_element(By.XPATH, "//div[@id='tabs']//*[contains(text(), 'Findings')]").click()
 

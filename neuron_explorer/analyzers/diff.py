@@ -479,9 +479,10 @@ def _wall_span(manifest: dict) -> tuple[int, int] | None:
     are not on a wall clock."""
     ts = [(int(s["ts_ns"]), int(s["ts_ns"]) + int(s.get("dur_ns") or 0)) for r in manifest.get("ranks", [])
           for s in r.get("steps", []) if s.get("ts_ns") is not None]
-    if not ts or min(a for a, _ in ts) < EPOCH_2001_NS:
+    start = min((a for a, _ in ts), default=None)
+    if start is None or start < EPOCH_2001_NS:
         return None
-    return min(a for a, _ in ts), max(b for _, b in ts)
+    return start, max(b for _, b in ts)
 
 
 def recording_pairs(bs: _Side, ts: _Side) -> list[tuple[int, int]] | None:

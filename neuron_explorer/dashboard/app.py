@@ -21,7 +21,7 @@ from .figure import build_figure
 from .panels import CallbackInputError, detail_panel, finding_clicked, findings_for, findings_note, findings_table, guard, tables_for  # noqa: F401  (callback bodies)
 from .panels import TAB_LABELS, TABS
 from .theme import GRAPH_CONFIG, STYLE
-from .runs import RunSet
+from .runs import RunSet, placed_cols
 from .timeline import timeline_arrays
 
 DEFAULT_WIDTH = 1500
@@ -198,7 +198,7 @@ def _events_brief(rs: RunSet, run: int, ids: list[int]) -> list[dict]:
     r = rs.get(run)
     if not ids:
         return []
-    recs = r.records(f"SELECT event_id, name, kind, ts_ns, dur_ns, depth, python_ancestors, {queries.LANE_SQL} FROM events "
+    recs = r.records(f"SELECT event_id, name, kind, ts_ns, dur_ns, {placed_cols(r)} FROM events "
                      f"WHERE event_id IN ({', '.join(str(int(i)) for i in ids)})")
     return [queries.brief(r, e, "evidence") for e in recs]
 

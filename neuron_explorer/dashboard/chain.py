@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from .runs import LANE_SQL, OpenRun, QueryError, RunSet, lane_row, parse_int
+from .runs import OpenRun, QueryError, RunSet, parse_int, placed_cols
 from .source import source
 
 KERNELS_PER_EVENT = 50
@@ -25,12 +25,12 @@ def ms_from_start(r: OpenRun, ts_ns) -> float | None:
     return None if ts_ns is None else round((ts_ns - r.span()[0]) / 1e6, 6)
 
 
-EVENT_COLS = ("event_id, rank, kind, category, name, ts_ns, dur_ns, pid, tid, device, stream, depth, python_ancestors, parent_id, op_id, "
+EVENT_COLS = ("event_id, rank, kind, category, name, ts_ns, dur_ns, pid, tid, device, stream, depth, parent_id, op_id, "
                "top_op_id, launch_id, correlation, external_id, step, module_path, frame_id, args")
 
 
 def event_row(r: OpenRun, event_id: int) -> dict | None:
-    recs = r.records(f"SELECT {EVENT_COLS}, {LANE_SQL} FROM events WHERE event_id = ?", [event_id])
+    recs = r.records(f"SELECT {EVENT_COLS}, {placed_cols(r)} FROM events WHERE event_id = ?", [event_id])
     return recs[0] if recs else None
 
 
@@ -42,10 +42,11 @@ def brief(r: OpenRun, e: dict | None, role: str) -> dict | None:
 
 
 def y_of(r: OpenRun, e: dict) -> int | None:
-    """The timeline row of an event in the all-ranks view (for drawing flows and highlights)."""
+    """The timeline row of an event in the all-ranks view (for drawing flows and highlights); `e`
+    has the columns of runs.placed_cols."""
     for ln in r.lanes(None):
         if (ln.rank, ln.is_device, ln.a, ln.b, ln.text) == (e["rank"], e["is_device"], e["lane_a"], e["lane_b"], e["lane_text"]):
-            return ln.y0 + lane_row(e, ln, r.python_band)
+            return ln.y_of(e["lane_row"])
     return None
 
 
@@ -77,7 +78,7 @@ def event(rs: RunSet, run=0, event_id=None) -> dict:
             where, params = "top_op_id = ? AND launch_id IS NOT NULL", [eid]
     else:
         where, params = "false", []
-    kernels = r.records(f"SELECT {EVENT_COLS}, {LANE_SQL} FROM events WHERE {where} AND device IS NOT NULL "
+    kernels = r.records(f"SELECT {EVENT_COLS}, {placed_cols(r)} FROM events WHERE {where} AND device IS NOT NULL "
                         f"ORDER BY ts_ns LIMIT {KERNELS_PER_EVENT + 1}", params)
     truncated = len(kernels) > KERNELS_PER_EVENT
     kernels = kernels[:KERNELS_PER_EVENT]
@@ -86,7 +87,7 @@ def event(rs: RunSet, run=0, event_id=None) -> dict:
     # launches of the listed kernels (one query), for the chain and the flow arrows
     launch_ids = sorted({k["launch_id"] for k in kernels if k["launch_id"] is not None})
     launches = {x["event_id"]: x for x in r.records(
-        f"SELECT {EVENT_COLS}, {LANE_SQL} FROM events WHERE event_id IN ({', '.join(map(str, launch_ids)) or 'NULL'})")}
+        f"SELECT {EVENT_COLS}, {placed_cols(r)} FROM events WHERE event_id IN ({', '.join(map(str, launch_ids)) or 'NULL'})")}
     flows = []
     for k in kernels:
         src = launches.get(k["launch_id"])

@@ -77,8 +77,6 @@ def mode_switch():
                      dcc.Store(id="mode", data="explore")], className="nx-mode")
 
 
-
-
 def _steps_used(sel: dict) -> str:
     used = sel.get("used", [])
     if len(used) > 3 and used == list(range(used[0], used[-1] + 1)):

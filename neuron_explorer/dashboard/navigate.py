@@ -15,7 +15,7 @@ Each returns plain data; app.py draws it and api.py serves it (/api/area, /api/c
 
 from __future__ import annotations
 
-from .runs import LANE_SQL, OpenRun, QueryError, RunSet
+from .runs import OpenRun, QueryError, RunSet, placed_cols
 from .timeline import TIME_LIMIT_NS, _int, parse_flag, parse_rank
 
 TABLES = ("operators", "kernels", "lines", "steps")
@@ -89,7 +89,7 @@ def instances(rs: RunSet, run, table: str, key: dict, t0: int, t1: int, limit: i
     cond, params = _where(r, table, key)
     if key.get("rank") is not None and table != "steps":
         cond += _rank_where(int(key["rank"]))
-    return r.records(f"SELECT event_id, name, kind, ts_ns, dur_ns, depth, python_ancestors, {LANE_SQL} FROM events WHERE {cond} "
+    return r.records(f"SELECT event_id, name, kind, ts_ns, dur_ns, {placed_cols(r)} FROM events WHERE {cond} "
                      "AND ts_ns < ? AND ts_ns + dur_ns >= ? ORDER BY dur_ns DESC LIMIT ?", params + [int(t1), int(t0), int(limit)])
 
 

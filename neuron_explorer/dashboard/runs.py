@@ -48,14 +48,11 @@ def row_sql(band: bool) -> str:
     return BAND_ROW_SQL if band else "coalesce(depth, 0)"
 
 
-def lane_row(e: dict, lane: Lane, band: bool) -> int:
-    """row_sql for one event (a dict with kind, depth and python_ancestors), in `lane`'s rows."""
-    depth = int(e.get("depth") or 0)
-    if band:
-        row = 0 if e.get("kind") == "python" else 1 + depth - int(e.get("python_ancestors") or 0)
-    else:
-        row = depth
-    return min(max(row - lane.skip, 0), lane.rows - 1)
+def placed_cols(r: OpenRun) -> str:
+    """The columns that place an event on `r`'s timeline: its lane (LANE_SQL) and its row_sql, as
+    `lane_row` (Lane.y_of turns it into a y)."""
+    return f"{LANE_SQL}, {row_sql(r.python_band)} AS lane_row"
+
 
 SCOPED_RANKS = 8
 """A timeline of one rank of a run with more ranks than this reads views over that rank's
@@ -126,6 +123,10 @@ class Lane:
         if self.name:
             return f"r{self.rank} {self.name} · tid {self.b}"
         return f"r{self.rank} pid {self.a} tid {self.b}"
+
+    def y_of(self, row) -> int:
+        """The y of an event of this lane whose row_sql is `row` (the SQL of timeline._y_join)."""
+        return self.y0 + min(max(int(row or 0) - self.skip, 0), self.rows - 1)
 
     @property
     def hidden(self) -> bool:
