@@ -27,7 +27,8 @@ from ..store import Run, open_run
 from . import job
 from .metrics import StepSelection, steady_steps
 from .stats import (Sample, Test, bootstrap_median_diff_ci, cliffs_delta, compare_samples, describe, detectable_change,
-                    median, paired_ratio_t, pairs_to_detect, robust_sd, run_level_t, runs_to_detect, steps_to_detect)
+                    median, paired_ratio_t, pairs_to_detect, robust_sd, run_level_t, runs_to_detect, slow_recordings,
+                    steps_to_detect, SLOW_RECORDING_GAP)
 
 ALPHA = 0.05
 """A change is significant when the test's two-sided p-value is below this..."""
@@ -292,17 +293,31 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
     sb, st = describe(base_times), describe(test_times)
     between_runs = len(bs.paths) + len(ts.paths) >= 3
     pairs = recording_pairs(bs, ts) if between_runs else None
+    aside: dict[str, list[int]] = {"base": [], "test": []}
     if between_runs:  # several recordings per side: each one's median is one value, so run-to-run variation counts
-        if pairs:  # recorded in pairs: what the machine did while a pair ran cancels in the pair's ratio
-            bm, tm = [median(bs.times[i]) for i, _ in pairs], [median(ts.times[j]) for _, j in pairs]
+        all_bm, all_tm = [median(t) for t in bs.times], [median(t) for t in ts.times]
+        aside = {"base": slow_recordings(all_bm), "test": slow_recordings(all_tm)}
+        if pairs and {(i, j) for i, j in pairs if i in aside["base"] or j in aside["test"]} <= {
+                (i, j) for i, j in pairs if i in aside["base"] and j in aside["test"]}:
+            # recorded in pairs, and whatever slowed a recording slowed its partner too: what the machine did
+            # while a pair ran cancels in the pair's ratio, so every pair counts
+            aside = {"base": [], "test": []}
+            bm, tm = [all_bm[i] for i, _ in pairs], [all_tm[j] for _, j in pairs]
             rl, name = paired_ratio_t(bm, tm), "paired-t-on-run-ratios"
             why = (f"{len(pairs)} pairs of recordings made together on one host: paired t ({rl.df} df) on the log of each "
                    "pair's ratio of median steps (test / base), so what the machine did while a pair ran cancels")
         else:
-            bm, tm = [median(t) for t in bs.times], [median(t) for t in ts.times]
+            bm = [m for i, m in enumerate(all_bm) if i not in aside["base"]]
+            tm = [m for i, m in enumerate(all_tm) if i not in aside["test"]]
             rl, name = run_level_t(bm, tm), "t-on-run-medians"
             why = (f"{len(bm)} base and {len(tm)} test recordings: Student's t (pooled variance, {rl.df} df) on each "
                    "recording's median step, so the variation between recordings is in the test")
+            if aside["base"] or aside["test"]:
+                named = "; ".join(f"{role} {', '.join(str(i + 1) for i in idx)}" for role, idx in aside.items() if idx)
+                why += (f"; set aside as disturbed, above a gap of more than {SLOW_RECORDING_GAP:.0%} over the fastest "
+                        f"recordings of their side: {named}" + (" (one recording of a pair slowed without its partner: that "
+                                                                 "does not cancel in their ratio, so no pairing)" if pairs else ""))
+                pairs = None
         outcome = Test(name, rl.t, rl.p_value, cliffs_delta(bm, tm), why)
         ref = sum(bm) / len(bm)
         delta, ci_low, ci_high = rl.delta, rl.ci_low, rl.ci_high
@@ -413,8 +428,9 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
         effect_size=outcome.effect_size, delta_ci_low_ns=ci_low, delta_ci_high_ns=ci_high,
         steps={"base": base_sel.to_dict(), "test": test_sel.to_dict()}, detect_pct=detect, min_detectable_pct=mdc,
         steps_to_record=to_record, significant_deltas=big, runs_to_record=runs_needed, job_differences=differ,
-        runs={role: [{"path": path, "median_ns": median(t) if t else None, "steps": sel.to_dict()}
-                     for path, t, sel in zip(side.paths, side.times, side.sels)] for role, side in (("base", bs), ("test", ts))})
+        runs={role: [{"path": path, "median_ns": median(t) if t else None, "set_aside": i in aside[role], "steps": sel.to_dict()}
+                     for i, (path, t, sel) in enumerate(zip(side.paths, side.times, side.sels))]
+              for role, side in (("base", bs), ("test", ts))})
     return Diff(str(base_path), str(test_path), step_time, deltas, notes, util)
 
 
@@ -601,7 +617,8 @@ def render_text(diff: Diff, top: int = 20) -> str:
             for i, r in enumerate(recordings, 1):
                 used = r["steps"].get("used", [])
                 med = fmt_ns(r["median_ns"]) if r["median_ns"] is not None else "n/a"
-                lines.append(f"  {i}. {r['path']}: median {med}, {len(used)} of {r['steps'].get('steps', 0)} steps used")
+                aside = ", set aside as disturbed" if r.get("set_aside") else ""
+                lines.append(f"  {i}. {r['path']}: median {med}, {len(used)} of {r['steps'].get('steps', 0)} steps used{aside}")
             continue
         sel = s.steps.get(role, {})
         used = sel.get("used", [])
