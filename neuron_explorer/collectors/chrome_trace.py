@@ -1,6 +1,7 @@
 """Import Kineto / Chrome JSON traces (what torch.profiler already writes) into a run directory.
 
-One file, or a directory of per-rank files (`tensorboard_trace_handler` output). The rank comes
+One file, or a directory of per-rank files (`tensorboard_trace_handler` output), on disk or in an
+object store (s3://bucket/key or s3://bucket/prefix/: remote.py copies each to a local file). The rank comes
 from `distributedInfo.rank`, else from a `rank-N` / `rank_N` file name, else 0 with a warning.
 Data-quality problems are counted in the manifest, never raised; bad input raises InputError.
 
@@ -32,7 +33,7 @@ import pyarrow.compute as pc
 from .. import store
 from ..errors import InputError
 from ..schema import ID_STRIDE
-from . import _kineto_json
+from . import _kineto_json, remote
 from .build import RankTables, RawRank, build_rank
 from ._malloc import BUILD_MMAP_THRESHOLD, DECODE_MMAP_THRESHOLD, set_mmap_threshold
 from .kineto_names import MEMORY_ARGS
@@ -54,9 +55,12 @@ class ImportResult:
     manifest: dict
 
 
-def find_traces(source: Path | str) -> list[Path]:
+def find_traces(source: Path | str) -> list[Path] | list[remote.RemoteTrace]:
     """The trace files of `source` (a file, or every .json/.json.gz under a directory), each checked
-    readable now: an unreadable one is a one-line error before any work."""
+    readable now: an unreadable one is a one-line error before any work. A URI (s3://bucket/key
+    or s3://bucket/prefix/) lists the traces there (remote.py)."""
+    if remote.is_uri(source):
+        return remote.find_traces(source, TRACE_SUFFIXES)
     src = Path(source)
     try:
         if not src.exists():
@@ -192,8 +196,17 @@ def _concat(tables: list[pa.Table]) -> pa.Table:
 
 
 def decode_rank(path: Path, progress: Callable[[int, int], None] | None = None,
-                workers: int | None = None) -> tuple[RawRank, dict, list[str], dict]:
-    decoded = _kineto_json.decode_trace(str(path), progress=progress, workers=workers)
+                workers: int | None = None, source: remote.RemoteTrace | None = None) -> tuple[RawRank, dict, list[str], dict]:
+    """Decode the trace file `path`; `source`: the trace it is a local copy of, which names it
+    (rank from its name, errors, the manifest's source)."""
+    try:
+        decoded = _kineto_json.decode_trace(str(path), progress=progress, workers=workers)
+    except InputError as e:
+        if source is None or e.path != str(path):
+            raise
+        raise InputError(source, e.problem) from None
+    if source is not None:
+        path = source
     header = decoded.header
     rank, warning = rank_of(path, header)
     warnings = [warning] if warning else []
@@ -315,6 +328,8 @@ WORKER_BYTES_PER_JSON_BYTE = 2.5
 
 def json_bytes(path: Path) -> int:
     """The size of a trace's JSON: the file's size, or for .gz the size its trailer records (mod 4 GiB)."""
+    if isinstance(path, remote.RemoteTrace):
+        return remote.json_bytes(path)
     size = path.stat().st_size
     if path.name.endswith(".gz") and size >= 18:
         with open(path, "rb") as f:
@@ -337,6 +352,10 @@ def _available_memory() -> int | None:
         return None
 
 
+REMOTE_SIZES_READ = 8
+"""Traces in an object store whose JSON size is read (the largest stored) to size the workers."""
+
+
 def import_workers(files: list[Path], requested: int | None = None) -> int:
     """Worker processes for importing `files`: `requested` (default: one per core), at most one per
     core and per file, and no more than fit in the memory available now with the largest trace in each."""
@@ -344,6 +363,8 @@ def import_workers(files: list[Path], requested: int | None = None) -> int:
     n = min(requested or cores, cores, len(files))
     available = _available_memory()
     if available and n > 1:
+        if isinstance(files[0], remote.RemoteTrace):  # a request per trailer: ask of the largest few only
+            files = sorted(files, key=lambda f: f.size)[-REMOTE_SIZES_READ:]
         need = WORKER_BASE_BYTES + WORKER_BYTES_PER_JSON_BYTE * max(json_bytes(f) for f in files)
         n = min(n, max(1, int(available * 0.8 // need)))
     return max(1, n)
@@ -356,7 +377,11 @@ def _import_rank(index: int, path: Path, tmp: Path, tune_allocator: bool, decode
     returns only the small manifest entry, never the tables."""
     if tune_allocator:
         set_mmap_threshold(DECODE_MMAP_THRESHOLD)
-    raw, meta, w, category_counts = decode_rank(path, progress, workers=decode_workers)
+    if isinstance(path, remote.RemoteTrace):  # decoded from a local copy, deleted once decoded
+        with remote.local_copy(path) as local:
+            raw, meta, w, category_counts = decode_rank(local, progress, workers=decode_workers, source=path)
+    else:
+        raw, meta, w, category_counts = decode_rank(path, progress, workers=decode_workers)
     if tune_allocator:
         set_mmap_threshold(BUILD_MMAP_THRESHOLD)
     built = build_rank(raw)
@@ -577,7 +602,11 @@ _TEMP_SUFFIX = 40
 
 def check_output_path(out_dir: Path | str) -> None:
     """A name the file system cannot hold is a one-line error before any work (the temporary
-    directory beside the run is named after it, so it has a little less room)."""
+    directory beside the run is named after it, so it has a little less room). A URI is refused:
+    a run is read by DuckDB from a filesystem."""
+    if remote.is_uri(out_dir):
+        raise InputError(out_dir, "a run is written to a directory on a filesystem (local, or shared such as NFS), "
+                                  "not to an object store: give a path; traces can be read from s3://")
     out = Path(out_dir)
     try:
         name_max = os.pathconf(_existing_parent(out), "PC_NAME_MAX")
