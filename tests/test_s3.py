@@ -12,8 +12,6 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -32,12 +30,10 @@ def s3(tmp_path_factory):
     import boto3
     from moto.server import ThreadedMotoServer
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one log line per request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)  # a free port
     server.start()
+    port = server.get_host_and_port()[1]
     nowhere = tmp_path_factory.mktemp("no-aws-config") / "none"
     with pytest.MonkeyPatch.context() as mp:
         for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
@@ -141,8 +137,11 @@ def test_a_failing_trace_is_named_and_the_rerun_takes_the_kept_ranks(s3, local, 
     ([f"s3://{BUCKET}/job42/rank9.json"], f"s3://{BUCKET}/job42/rank9.json: no such object or prefix"),
     (["s3://nx-no-such-bucket/job42/"], "s3://nx-no-such-bucket/job42/: no such bucket (nx-no-such-bucket)"),
     ([f"s3://{BUCKET}/empty/"], f"s3://{BUCKET}/empty/: no .json or .json.gz traces under this prefix"),
+    ([f"s3://{BUCKET}/job42/?access_key=AKIA&secret_key=shh"],
+     f"s3://{BUCKET}/job42/: give the credentials in the environment (AWS_ACCESS_KEY_ID, ...), not in the URI: "
+     "the run's manifest records it"),
 ])
-def test_a_missing_key_bucket_or_trace_is_one_line(s3, local, tmp_path, args, problem):
+def test_a_missing_key_bucket_or_trace_or_a_secret_in_the_uri_is_one_line(s3, local, tmp_path, args, problem):
     s3.put_object(Bucket=BUCKET, Key="empty/README.txt", Body=b"no traces here")
     _upload(s3, local[0], "job42")
     r = cli("import", *args, "-o", tmp_path / "run")
