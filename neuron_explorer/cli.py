@@ -82,9 +82,9 @@ def _stderr_console():
 @app.command("import", rich_help_panel="Record")
 def import_cmd(
     # str, not Path (an unreadable trace is the importer's one-line error, and Path would fold the // of an s3:// URI)
-    trace: str = typer.Argument(..., help="A Kineto trace (.json or .json.gz), a directory of per-rank traces, or the same "
+    trace: str = typer.Argument(..., metavar="TRACE", help="A Kineto trace (.json or .json.gz), a directory of per-rank traces, or the same "
                                 "in an object store (s3://bucket/key.json.gz, s3://bucket/prefix/)."),
-    out: str = typer.Option(..., "--out", "-o", help="Run directory to write (on a filesystem, not s3://)."),
+    out: str = typer.Option(..., "--out", "-o", metavar="PATH", help="Run directory to write (on a filesystem, not s3://)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing run at --out."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Worker processes for a directory of traces "
                                           "(default: one per core, fewer when memory is short)."),
