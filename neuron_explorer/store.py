@@ -342,6 +342,10 @@ def _refuse_replacing_inputs(tmp: Path, final: Path) -> None:
 def read_manifest(run_dir: Path | str) -> dict:
     p = Path(run_dir) / MANIFEST
     if not Path(run_dir).exists():
+        uri = re.match(r"^([A-Za-z][A-Za-z0-9+.-]+):/+(.*)$", str(run_dir))  # a Path folds a URI's '//'
+        if uri:
+            raise InputError(f"{uri[1]}://{uri[2]}", "runs are read from a filesystem, not a URI: import the traces with "
+                                                     "`neuron-explorer import URI -o RUN` and pass RUN")
         raise InputError(run_dir, "no such run directory")
     if not p.is_file():
         raise InputError(run_dir, "not a run directory (no manifest.json)")

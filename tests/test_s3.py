@@ -158,6 +158,15 @@ def test_a_run_is_not_written_to_s3(s3, local, tmp_path):
     assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix="runs/")
 
 
+@pytest.mark.parametrize("command", ["analyze", "info", "dashboard"])
+def test_a_run_is_not_read_from_s3(tmp_path, command):
+    """Only import reads S3: a command that reads a run, given a URI, says so in one line."""
+    r = cli(command, "s3://bkt/runs/job42/", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("error: s3://bkt/runs/job42: runs are read from a filesystem, not a URI: import the traces")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_ray_tasks_import_from_s3(s3, local, tmp_path):
     """--ray local: each Ray task copies its own trace from S3 (its worker reads the same AWS environment)."""
     traces, local_run = local
