@@ -171,10 +171,12 @@ def main() -> None:
             s = compare(base, test, detect_pct=5).step_time
             row = {"pair": i, "verdict": s.verdict, "delta_pct": s.delta_pct, "p_value": s.p_value, "test": s.test_name,
                    "effect_size": s.effect_size, "base_used": len(s.steps["base"]["used"]), "test_used": len(s.steps["test"]["used"]),
-                   "base_left_out": [x["step"] for x in s.steps["base"]["left_out"]]}
+                   "base_left_out": [x["step"] for x in s.steps["base"]["left_out"]],
+                   "set_aside": {role: sum(bool(r.get("set_aside")) for r in s.runs.get(role, [])) for role in ("base", "test")}}
             results[group].append(row)
             print(f"{group:8s} pair {i:2d}: {s.verdict:22s} {s.delta_pct:+6.1f}%  p={s.p_value:.2g} {s.test_name:15s} "
-                  f"steps used {row['base_used']}/{row['test_used']}, base left out {row['base_left_out']}", flush=True)
+                  f"steps used {row['base_used']}/{row['test_used']}, base left out {row['base_left_out']}, recordings set aside "
+                  f"{row['set_aside']['base']}/{row['set_aside']['test']}", flush=True)
     elapsed = time.perf_counter() - t0
 
     summary = {"pairs": args.pairs, "runs_per_side": args.runs, "alternate": args.alternate, "steps_per_recording": args.steps, "blocks": BLOCKS, "seconds": round(elapsed, 1),
