@@ -314,8 +314,8 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
                    "recording's median step, so the variation between recordings is in the test")
             if aside["base"] or aside["test"]:
                 named = "; ".join(f"{role} {', '.join(str(i + 1) for i in idx)}" for role, idx in aside.items() if idx)
-                why += (f"; set aside as disturbed, above a gap of more than {SLOW_RECORDING_GAP:.0%} over the fastest "
-                        f"recordings of their side: {named}" + (" (one recording of a pair slowed without its partner: that "
+                why += (f"; set aside as disturbed, more than {SLOW_RECORDING_GAP:.0%} slower than the fastest "
+                        f"recording of their side: {named}" + (" (one recording of a pair slowed without its partner: that "
                                                                  "does not cancel in their ratio, so no pairing)" if pairs else ""))
                 pairs = None
         outcome = Test(name, rl.t, rl.p_value, cliffs_delta(bm, tm), why)
