@@ -1,11 +1,13 @@
-"""The importer's C++ reader of traceEvents (native/kineto_json.cpp), loaded with ctypes.
+"""The importer's C++ library, loaded with ctypes: the reader of traceEvents (native/kineto_json.cpp)
+and the build's walks over a rank's forest of events (native/forest.cpp, used by _forest.py).
 
-It reads slices and flow endpoints straight into columns, about ten times faster than decoding
-them into Python objects; everything else is handed back as byte ranges for the Python decoder,
-and a piece with anything it does not read exactly as the Python decoder would is read by the
-Python decoder instead (`read` returns None). Results are equal either way (tests/test_import_native.py).
+The reader reads slices and flow endpoints straight into columns, about ten times faster than
+decoding them into Python objects; everything else is handed back as byte ranges for the Python
+decoder, and a piece with anything it does not read exactly as the Python decoder would is read by
+the Python decoder instead (`read` returns None). Results are equal either way
+(tests/test_import_native.py); so are the forest walks' (tests/test_forest.py).
 
-The source ships with the package and is compiled on first use with the system's C++ compiler
+The sources ship with the package and are compiled on first use with the system's C++ compiler
 (`$CXX`, else `c++`; no Python headers, no torch) into the native build folder
 (`$NEURON_EXPLORER_NATIVE_DIR`, default `~/.cache/neuron-explorer/native/`), under a name that
 changes with the source. No compiler, or `NEURON_EXPLORER_NATIVE=0`: the Python decoder reads
@@ -31,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-SOURCE = Path(__file__).parent / "native" / "kineto_json.cpp"
+SOURCES = (Path(__file__).parent / "native" / "kineto_json.cpp", Path(__file__).parent / "native" / "forest.cpp")
 FAILED_FILE = "build-failed.txt"
 _TEXTS = ("s_cat", "s_name", "s_pid_text", "s_tid_text", "s_args", "f_cat", "f_name", "f_phase", "f_bp")
 _INTS = ("s_ts", "s_dur", "s_pid", "s_tid", "s_corr", "s_ext", "s_stream", "s_pyid", "s_pypid", "f_id", "f_ts", "f_pid", "f_tid")
@@ -49,7 +51,7 @@ def _build_dir() -> Path:
 
 
 def library_path() -> Path:
-    key = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    key = hashlib.sha256(b"".join(s.read_bytes() for s in SOURCES)).hexdigest()[:16]
     return _build_dir() / f"nx_json_{key}" / "nx_json.so"
 
 
@@ -81,7 +83,29 @@ def _load():
     lib.nxj_field.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)]
     lib.nxj_free.restype = None
     lib.nxj_free.argtypes = [ctypes.c_void_p]
+    i64, i32, ptr = ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p
+    for name, args in (("nxf_nearest_marked", [ptr, ptr, i64, i32, ptr]), ("nxf_root_of", [ptr, i64, i32, ptr]),
+                       ("nxf_depth_of", [ptr, ptr, i64, i32, ptr]), ("nxf_enclosing", [ptr, ptr, ptr, i64, i32, ptr])):
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = i32, args
+    lib.nxf_enclosing.restype = None
     return lib
+
+
+def loaded():
+    """The library if this process has loaded it, or can load it without compiling; else None.
+    (The live collector's build must never wait for a compiler.)"""
+    if not _enabled():
+        return None
+    with _lock:
+        if "lib" not in _state:
+            if not library_path().is_file():
+                return None
+            try:
+                _state["lib"] = _load()
+            except OSError:
+                return None
+        return _state["lib"]
 
 
 def _compile(so: Path) -> None:
@@ -94,7 +118,7 @@ def _compile(so: Path) -> None:
     so.parent.mkdir(parents=True, exist_ok=True)
     print(f"neuron-explorer: compiling the fast trace reader into {so.parent} (once; a few seconds)", file=sys.stderr, flush=True)
     tmp = so.with_name(f".{so.name}.{uuid.uuid4().hex[:8]}")
-    res = subprocess.run([cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-o", str(tmp), str(SOURCE)],
+    res = subprocess.run([cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-o", str(tmp), *map(str, SOURCES)],
                          capture_output=True, text=True, timeout=300)
     if res.returncode != 0:
         failed.write_text(res.stderr[-4000:])

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from .. import schema
 from ..schema import DEVICE_KINDS, ID_STRIDE
 from . import passes
-from ._forest import nearest_marked, root_of
+from ._forest import depth_of, enclosing_in_order, nearest_marked, root_of
 from .kineto_names import (FORWARD_BACKWARD_FLOW, LAUNCH_FLOW_CATEGORIES, MODULE_PREFIX, PY_FRAME, STEP_NAME,
                            kind_of_category)
 from .raw import RawRank, check_raw_rank  # noqa: F401  (RawRank: collectors import it from here too)
@@ -50,28 +50,6 @@ class RankTables:
 # --- pointer jumping ------------------------------------------------------------------------
 
 
-def depth_of(parent: np.ndarray, counted: np.ndarray | None = None) -> np.ndarray:
-    """Per event, how many of its ancestors (parent, its parent, ...) there are, or with `counted`
-    (a bool per event) how many of them are counted: pointer jumping, each pass doubling the reach."""
-    has = parent >= 0
-    if counted is None:
-        d = has.astype(np.int32)
-    else:
-        d = np.zeros(len(parent), np.int32)
-        d[has] = counted[parent[has]]
-    p = parent.copy()
-    while True:
-        m = p >= 0
-        if not m.any():
-            return d
-        pm = p[m]
-        d2 = d.copy()
-        d2[m] = d[m] + d[pm]
-        p2 = p.copy()
-        p2[m] = p[pm]
-        d, p = d2, p2
-
-
 def time_order(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
     """Row order by (ts, -dur), stable: `np.lexsort((-dur, ts))`, computed faster.
 
@@ -96,32 +74,24 @@ def _index_dtype(n: int):
 def enclosing_parents(track: np.ndarray, ts: np.ndarray, end: np.ndarray, can_contain: np.ndarray) -> tuple[np.ndarray, int]:
     """Innermost slice on the same track that contains each event, and the count of overlaps.
 
-    Input rows must be sorted by (ts, -dur). Returns parent indices (-1 for top level).
+    Input rows must be sorted by (ts, -dur). Returns parent indices (-1 for top level). A row that
+    cannot contain others (an instant, a slice of no duration) is a point at its start here.
     """
     n = len(ts)
+    end = np.where(can_contain, end, ts)
     idx = _index_dtype(n)
     # by (track, ts, -dur); few tracks: as 16-bit keys numpy's stable sort is a radix sort
     small = n and int(track.max()) < 2**15 and int(track.min()) >= 0
     order = np.argsort(track.astype(np.int16) if small else track, kind="stable").astype(idx)
     t_ts, t_end, t_track, t_can = ts[order], end[order], track[order], can_contain[order]
-    cand = np.arange(-1, n - 1, dtype=idx)
     if n:
         same = np.zeros(n, dtype=bool)
         same[1:] = t_track[1:] == t_track[:-1]
-        cand[~same] = -1
-        prev_ok = cand >= 0
-        overlaps = int(np.count_nonzero(prev_ok[1:] & t_can[:-1] & (t_ts[1:] < t_end[:-1]) & (t_end[:-1] < t_end[1:])))
+        overlaps = int(np.count_nonzero(same[1:] & t_can[:-1] & (t_ts[1:] < t_end[:-1]) & (t_end[:-1] < t_end[1:])))
+        del same
     else:
         overlaps = 0
-    # Pointer jumping over the rows still looking: a row whose candidate encloses it is done for
-    # good (only looking rows move), so each pass works on a shrinking set, not on all n rows.
-    active = np.flatnonzero(cand >= 0).astype(idx)
-    while len(active):
-        c = cand[active]
-        ok = t_can[c] & (t_end[c] >= t_end[active])
-        active = active[~ok]
-        cand[active] = cand[cand[active]]
-        active = active[cand[active] >= 0]
+    cand = enclosing_in_order(t_track, t_end, t_can, idx)
     del t_ts, t_track
     parent = np.full(n, -1, dtype=idx)
     has = cand >= 0
@@ -208,11 +178,14 @@ def _flow_pairs(fl: pa.Table, fl_event: np.ndarray, categories: tuple[str, ...],
     none = np.zeros(0, np.int64), np.zeros(0, np.int64)
     if not fl.num_rows:
         return none
-    cat = np.asarray(pc.utf8_lower(fl["category"]).to_numpy(zero_copy_only=False), dtype=object)
-    ph = np.asarray(fl["phase"].to_numpy(zero_copy_only=False), dtype=object)
+    def mask(values: pa.ChunkedArray) -> np.ndarray:
+        return np.asarray(values.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+
     fid = _np(fl["flow_id"])
-    mine = np.isin(cat, list(categories)) & (fl_event >= 0)
-    s, f = np.flatnonzero(mine & (ph == "s")), np.flatnonzero(mine & (ph == "f"))
+    category = fl["category"].cast(pa.string()) if pa.types.is_dictionary(fl["category"].type) else fl["category"]
+    mine = mask(pc.is_in(pc.utf8_lower(category), pa.array(list(categories), pa.string()))) & (fl_event >= 0)
+    phase = fl["phase"].cast(pa.string()) if pa.types.is_dictionary(fl["phase"].type) else fl["phase"]
+    s, f = np.flatnonzero(mine & mask(pc.equal(phase, "s"))), np.flatnonzero(mine & mask(pc.equal(phase, "f")))
     if start_ok is not None:
         s = s[start_ok[fl_event[s]]]
     if finish_ok is not None:
