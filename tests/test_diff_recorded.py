@@ -179,7 +179,7 @@ def test_two_recordings_of_the_same_code_pass_the_gate(tmp_path: Path):
 
 def test_record_runs_makes_a_run_set_that_diff_reads(tmp_path: Path):
     """`record --runs 2` records the script twice, one process after the other, into OUT/1 and
-    OUT/2; `diff` takes the folder and judges the recordings' medians."""
+    OUT/2; `diff` takes the folder and judges the recordings' values (lower-quartile steps)."""
     script = tmp_path / "loop.py"
     script.write_text("import torch\ntorch.set_num_threads(1)\nmodel = torch.nn.Linear(64, 64)\n"
                       "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nx = torch.randn(32, 64)\n"
@@ -189,7 +189,7 @@ def test_record_runs_makes_a_run_set_that_diff_reads(tmp_path: Path):
     assert sorted(p.name for p in (tmp_path / "set").iterdir()) == ["1", "2"]
     data = json.loads(cli("diff", tmp_path / "set", tmp_path / "set", "--json").stdout)
     s = data["step_time"]
-    assert s["test_name"] == "t-on-run-medians" and [len(s["runs"][r]) for r in ("base", "test")] == [2, 2]
+    assert s["test_name"] == "t-on-run-values" and [len(s["runs"][r]) for r in ("base", "test")] == [2, 2]
     assert s["delta_ns"] == 0 and s["verdict"] != "slower"
     assert all(len(r["steps"]["used"]) >= 5 for r in s["runs"]["base"])
 
@@ -227,12 +227,13 @@ def test_base_and_test_recorded_in_pairs_are_paired_and_the_regression_fails_the
     # paired; unless a recording was slowed as a whole without its partner (set aside: docs/COMPARE.md),
     # which does not cancel in their ratio, and diff says so
     aside = [r["set_aside"] for role in ("base", "test") for r in s["runs"][role]]
-    assert s["test_name"] == ("t-on-run-medians" if any(aside) else "paired-t-on-run-ratios"), (aside, s["test_reason"])
+    assert s["test_name"] == ("t-on-run-values" if any(aside) else "paired-t-on-run-ratios"), (aside, s["test_reason"])
     if any(aside):
         assert "one recording of a pair slowed without its partner" in s["test_reason"]
-    assert s["delta_pct"] > 50 and s["verdict"] in ("slower", "cannot tell"), (s["verdict"], s["reason"])
+    # +120% on a quiet machine; +60-80% measured while another benchmark kept one core busy
+    assert s["delta_pct"] > 20 and s["verdict"] in ("slower", "cannot tell"), (s["verdict"], s["reason"])
     if s["verdict"] == "slower":
         assert res.returncode == 1 and "over the 5% limit" in res.stderr
     else:  # one pair's recordings were not alike (load): the other pairs still show the slowdown
-        ratios = [t["median_ns"] / b["median_ns"] for b, t in zip(s["runs"]["base"], s["runs"]["test"])]
+        ratios = [t["value_ns"] / b["value_ns"] for b, t in zip(s["runs"]["base"], s["runs"]["test"])]
         assert res.returncode == 0 and "cannot tell whether" in res.stderr and sorted(ratios)[1] > 1.2, (ratios, s["reason"])

@@ -27,8 +27,8 @@ from ..store import Run, open_run
 from . import job
 from .metrics import StepSelection, steady_steps
 from .stats import (Sample, Test, bootstrap_median_diff_ci, cliffs_delta, compare_samples, describe, detectable_change,
-                    median, paired_ratio_t, pairs_to_detect, robust_sd, run_level_t, runs_to_detect, slow_recordings,
-                    steps_to_detect, SLOW_RECORDING_GAP)
+                    median, paired_ratio_t, pairs_to_detect, recording_value, robust_sd, run_level_t, runs_to_detect,
+                    slow_recordings, steps_to_detect, RECORDING_QUANTILE, SLOW_RECORDING_SHARE)
 
 ALPHA = 0.05
 """A change is significant when the test's two-sided p-value is below this..."""
@@ -55,7 +55,7 @@ class StepTime:
     significant: bool  # p < ALPHA, |delta| >= MIN_SHARE_OF_STEP of median(base), and its CI wholly past that
     verdict: str  # 'slower', 'faster', 'no significant change', 'cannot tell'
     reason: str = ""  # one sentence: why this verdict
-    test_name: str = "none"  # 'mann-whitney-u' | 'welch-t' | 't-on-run-medians' | 'paired-t-on-run-ratios' | 'none'
+    test_name: str = "none"  # 'mann-whitney-u' | 'welch-t' | 't-on-run-values' | 'paired-t-on-run-ratios' | 'none'
     test_reason: str = ""
     statistic: float = float("nan")  # U (Mann-Whitney) or t (Welch)
     effect_size: float = float("nan")  # Cliff's delta: P(test step > base step) - P(test step < base step)
@@ -66,7 +66,7 @@ class StepTime:
     min_detectable_pct: float = float("nan")  # smallest change these steps detect with POWER
     steps_to_record: int | None = None  # steps per run to record to detect detect_pct (left-out steps included)
     significant_deltas: dict | None = None  # the largest total of significant deltas: {type, metric, delta_ns_per_step, rows}
-    runs: dict = field(default_factory=dict)  # base / test: [{path, median_ns, steps: the run's selection}] per recording
+    runs: dict = field(default_factory=dict)  # base / test: [{path, value_ns, median_ns, set_aside, steps: the run's selection}] per recording
     runs_to_record: int | None = None  # recordings per side to detect detect_pct between runs (several recordings per side)
     job_differences: list = field(default_factory=list)  # how the runs are not the same job (job.differences); [] when the same
 
@@ -294,8 +294,8 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
     between_runs = len(bs.paths) + len(ts.paths) >= 3
     pairs = recording_pairs(bs, ts) if between_runs else None
     aside: dict[str, list[int]] = {"base": [], "test": []}
-    if between_runs:  # several recordings per side: each one's median is one value, so run-to-run variation counts
-        all_bm, all_tm = [median(t) for t in bs.times], [median(t) for t in ts.times]
+    if between_runs:  # several recordings per side: each one is one value, so run-to-run variation counts
+        all_bm, all_tm = [recording_value(t) for t in bs.times], [recording_value(t) for t in ts.times]
         aside = {"base": slow_recordings(all_bm), "test": slow_recordings(all_tm)}
         if pairs and {(i, j) for i, j in pairs if i in aside["base"] or j in aside["test"]} <= {
                 (i, j) for i, j in pairs if i in aside["base"] and j in aside["test"]}:
@@ -305,17 +305,19 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
             bm, tm = [all_bm[i] for i, _ in pairs], [all_tm[j] for _, j in pairs]
             rl, name = paired_ratio_t(bm, tm), "paired-t-on-run-ratios"
             why = (f"{len(pairs)} pairs of recordings made together on one host: paired t ({rl.df} df) on the log of each "
-                   "pair's ratio of median steps (test / base), so what the machine did while a pair ran cancels")
+                   f"pair's ratio of values (test / base; a recording's value is its {RECORDING_QUANTILE:.0%} quantile step), so what the "
+                   "machine did while a pair ran cancels")
         else:
             bm = [m for i, m in enumerate(all_bm) if i not in aside["base"]]
             tm = [m for i, m in enumerate(all_tm) if i not in aside["test"]]
-            rl, name = run_level_t(bm, tm), "t-on-run-medians"
+            rl, name = run_level_t(bm, tm), "t-on-run-values"
             why = (f"{len(bm)} base and {len(tm)} test recordings: Student's t (pooled variance, {rl.df} df) on each "
-                   "recording's median step, so the variation between recordings is in the test")
+                   f"recording's value (its {RECORDING_QUANTILE:.0%} quantile step: its steps at the machine's full speed), so the "
+                   "variation between recordings is in the test")
             if aside["base"] or aside["test"]:
                 named = "; ".join(f"{role} {', '.join(str(i + 1) for i in idx)}" for role, idx in aside.items() if idx)
-                why += (f"; set aside as disturbed, more than {SLOW_RECORDING_GAP:.0%} slower than the fastest "
-                        f"recording of their side: {named}" + (" (one recording of a pair slowed without its partner: that "
+                why += (f"; set aside as disturbed, more than {SLOW_RECORDING_SHARE:.0%} slower than the fastest "
+                        f"recording of their side (the two fastest are kept): {named}" + (" (one recording of a pair slowed without its partner: that "
                                                                  "does not cancel in their ratio, so no pairing)" if pairs else ""))
                 pairs = None
         outcome = Test(name, rl.t, rl.p_value, cliffs_delta(bm, tm), why)
@@ -326,6 +328,7 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
         ref = sb.median
         delta = st.median - sb.median
         ci_low, ci_high = bootstrap_median_diff_ci(base_times, test_times)
+    measure = measure_name(between_runs)
     p = outcome.p_value
     pct = 100.0 * delta / ref if ref else float("nan")
     floor = MIN_SHARE_OF_STEP * (ref if math.isfinite(ref) else 0.0)
@@ -387,7 +390,7 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
         significant = False
     elif significant:
         verdict = "slower" if delta > 0 else "faster"
-        reason = (f"the median step changed by {pct:+.1f}% (p={p:.2g}, {outcome.name}), and its 95% CI "
+        reason = (f"{measure} changed by {pct:+.1f}% (p={p:.2g}, {outcome.name}), and its 95% CI "
                   f"({100 * ci_low / ref:+.1f}% .. {100 * ci_high / ref:+.1f}%) lies past the {MIN_SHARE_OF_STEP:.0%} floor")
     elif within_floor and big is not None and abs(big["delta_ns_per_step"]) > floor:
         what = (f"the significant {big['type'].replace('_', ' ')} deltas ({big['metric']}) add up to "
@@ -407,7 +410,7 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
         verdict = "cannot tell"
         ci_text = (f"its 95% CI ({100 * ci_low / ref:+.1f}% .. {100 * ci_high / ref:+.1f}%)" if ci_known
                    else "its confidence interval is unknown")
-        reason = (f"the median step changed by {pct:+.1f}% (p={p:.2g}, {outcome.name}), but {ci_text} neither lies within "
+        reason = (f"{measure} changed by {pct:+.1f}% (p={p:.2g}, {outcome.name}), but {ci_text} neither lies within "
                   f"±{MIN_SHARE_OF_STEP:.0%} nor wholly past it: these {'recordings' if between_runs else 'steps'} cannot tell a change of {MIN_SHARE_OF_STEP:.0%} "
                   f"from none; {more}")
     differ = job.differences(bs.job, ts.job)
@@ -428,7 +431,8 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
         effect_size=outcome.effect_size, delta_ci_low_ns=ci_low, delta_ci_high_ns=ci_high,
         steps={"base": base_sel.to_dict(), "test": test_sel.to_dict()}, detect_pct=detect, min_detectable_pct=mdc,
         steps_to_record=to_record, significant_deltas=big, runs_to_record=runs_needed, job_differences=differ,
-        runs={role: [{"path": path, "median_ns": median(t) if t else None, "set_aside": i in aside[role], "steps": sel.to_dict()}
+        runs={role: [{"path": path, "value_ns": recording_value(t) if t else None, "median_ns": median(t) if t else None,
+                      "set_aside": i in aside[role], "steps": sel.to_dict()}
                      for i, (path, t, sel) in enumerate(zip(side.paths, side.times, side.sels))]
               for role, side in (("base", bs), ("test", ts))})
     return Diff(str(base_path), str(test_path), step_time, deltas, notes, util)
@@ -588,13 +592,23 @@ def gate(diff: Diff, max_slower_pct: float) -> tuple[bool, str]:
     return False, ""
 
 
+RUN_SET_TESTS = ("t-on-run-values", "paired-t-on-run-ratios")
+"""The tests of several recordings per side, on each recording's value (stats.recording_value)."""
+
+
+def measure_name(run_sets: bool) -> str:
+    """What the step-time verdict compares: the steps' median, or with several recordings per side
+    the recordings' values."""
+    return f"the recordings' {RECORDING_QUANTILE:.0%}-quantile step" if run_sets else "the median step"
+
+
 def _step_list(steps: list[int]) -> str:
     if len(steps) > 3 and steps == list(range(steps[0], steps[-1] + 1)):
         return f"{steps[0]}..{steps[-1]}"
     return ", ".join(map(str, steps)) or "none"
 
 
-TEST_NAMES = {"mann-whitney-u": "Mann-Whitney U", "welch-t": "Welch's t", "t-on-run-medians": "Student's t on the recordings' medians",
+TEST_NAMES = {"mann-whitney-u": "Mann-Whitney U", "welch-t": "Welch's t", "t-on-run-values": "Student's t on the recordings' values",
               "paired-t-on-run-ratios": "paired t on the ratios of recordings made in pairs",
               "none": "no test"}
 
@@ -616,9 +630,11 @@ def render_text(diff: Diff, top: int = 20) -> str:
             lines.append(f"{role} {path}: {len(recordings)} recordings, step time {sample(x)} over all their steady steps")
             for i, r in enumerate(recordings, 1):
                 used = r["steps"].get("used", [])
+                value = fmt_ns(r["value_ns"]) if r.get("value_ns") is not None else "n/a"
                 med = fmt_ns(r["median_ns"]) if r["median_ns"] is not None else "n/a"
                 aside = ", set aside as disturbed" if r.get("set_aside") else ""
-                lines.append(f"  {i}. {r['path']}: median {med}, {len(used)} of {r['steps'].get('steps', 0)} steps used{aside}")
+                lines.append(f"  {i}. {r['path']}: value {value} (median {med}), {len(used)} of {r['steps'].get('steps', 0)} "
+                             f"steps used{aside}")
             continue
         sel = s.steps.get(role, {})
         used = sel.get("used", [])
@@ -631,7 +647,7 @@ def render_text(diff: Diff, top: int = 20) -> str:
     pct = "" if not math.isfinite(s.delta_pct) else f" ({s.delta_pct:+.1f}%)"
     test_name = TEST_NAMES.get(s.test_name, s.test_name)
     change = _signed_ms(s.delta_ns) if math.isfinite(s.delta_ns) else "n/a"
-    lines.append(f"change of the median step: {change}{pct}{ci}, {test_name} {p}{eff} → {s.verdict.upper()}")
+    lines.append(f"change of {measure_name(s.test_name in RUN_SET_TESTS)}: {change}{pct}{ci}, {test_name} {p}{eff} → {s.verdict.upper()}")
     if s.reason:
         lines.append(f"  because {s.reason}")
     if s.test_reason:

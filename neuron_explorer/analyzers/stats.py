@@ -257,19 +257,19 @@ def welch(a: list[float], b: list[float]) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class RunLevel:
-    """A comparison of two sets of recordings, one value (its median step) per recording: Student's
+    """A comparison of two sets of recordings, one value (recording_value) per recording: Student's
     t with pooled variance (run_level_t), or paired t on ratios (paired_ratio_t)."""
-    delta: float  # test - base, in the medians' unit
+    delta: float  # test - base, in the values' unit
     ci_low: float  # 95% interval of delta (or `level`)
     ci_high: float
     t: float
     p_value: float
     df: int
-    sd: float  # pooled standard deviation of one run's median: the run-to-run variation
+    sd: float  # pooled standard deviation of one recording's value: the run-to-run variation
 
 
 def run_level_t(base_medians: list[float], test_medians: list[float], level: float = 0.95) -> RunLevel:
-    """Two-sample t-test with pooled variance on the runs' median step times. Each run is one
+    """Two-sample t-test with pooled variance on the recordings' values (recording_value). Each is one
     value, so the variation between recordings (process placement, machine load, memory layout)
     is what the test sees; df = runs - 2. NaN figures when there are fewer than 3 runs in all."""
     nb, nt = len(base_medians), len(test_medians)
@@ -295,7 +295,7 @@ def paired_ratio_t(base_medians: list[float], test_medians: list[float], level: 
     while a pair ran falls on both of its sides alike and cancels in their ratio. Load scales time,
     hence ratios, not differences. delta and its interval are in the base's unit: mean(base) times
     (exp(mean log ratio) - 1); sd is the ratios' spread in that unit (sd of log ratio x mean(base));
-    df = pairs - 1. NaN figures with fewer than 2 pairs or a non-positive median."""
+    df = pairs - 1. NaN figures with fewer than 2 pairs or a non-positive value."""
     n = len(base_medians)
     nan = float("nan")
     if n != len(test_medians) or n < 2 or min(base_medians + test_medians) <= 0:
@@ -314,25 +314,51 @@ def paired_ratio_t(base_medians: list[float], test_medians: list[float], level: 
     return RunLevel(delta, ref * math.expm1(m - half), ref * math.expm1(m + half), t, 2.0 * t_sf(abs(t), df), df, sd_log * ref)
 
 
-SLOW_RECORDING_GAP = 0.08
-"""Recordings of one side whose median step exceeds the side's fastest by more than this share of
-it are set aside as disturbed (slow_recordings)."""
+RECORDING_QUANTILE = 0.25
+"""A recording's value in a run set is this quantile of its steady steps (recording_value)."""
 
 
-def slow_recordings(medians: list[float], gap: float = SLOW_RECORDING_GAP) -> list[int]:
-    """Indices of the recordings of one side (one value each: its median step) set aside as
-    disturbed: those slower than the side's fastest recording by more than `gap` x its median. A
-    side of one or two recordings keeps them all (nothing tells which of two was disturbed).
-    Whatever disturbs a process only adds time (other jobs; on small VMs the profiled process also
-    runs in one of a few speed modes, 10-35% apart, picked at start: docs/COMPARE.md), and every
-    recording of a side runs the same code, so the recordings near the fastest are the ones that
-    measured it. Chosen on 400 recordings of a quiet 2-core VM (bench/README.md "diff error
-    rates"): keeping those within 8% of the fastest detected the most +20% regressions among the
-    rules tried (4-15%, or the two fastest always kept), with no more false alarms."""
-    if len(medians) < 3 or not min(medians) > 0:
+def recording_value(steps: list[float], q: float = RECORDING_QUANTILE) -> float:
+    """One recording's value when several recordings per side are compared: the ⌈q·n⌉-th fastest of
+    its n steady steps (nearest rank; q = 0.25, the lower quartile: the fastest of up to 4 steps, the
+    2nd of 5 to 8, the 8th of 29).
+
+    On shared machines the speed of the machine comes in levels that change every few seconds,
+    within a process as well as between processes: the steps of one recording of the benchmark loop
+    run at 20 ms, then 28 ms for a while, then 20 ms again (bench/README.md "diff error rates").
+    Whatever disturbs a step only adds time, so a recording's fastest steps are the ones that ran
+    at the machine's full speed; its median is whichever level held for most of it. A change that
+    slows only some steps (one in five) moves neither this nor the median: the delta lists and the
+    consistency check (docs/COMPARE.md) are what catch it. NaN for no steps."""
+    if not steps:
+        return float("nan")
+    ordered = sorted(steps)
+    return ordered[max(1, math.ceil(q * len(ordered) - 1e-9)) - 1]
+
+
+SLOW_RECORDING_SHARE = 0.08
+"""Recordings of one side whose value exceeds the side's fastest by more than this share of it
+are set aside as disturbed (slow_recordings)."""
+
+
+def slow_recordings(values: list[float], share: float = SLOW_RECORDING_SHARE) -> list[int]:
+    """Indices of the recordings of one side (one value each: recording_value) set aside as
+    disturbed: those slower than the side's fastest recording by more than `share` x its value, but
+    never the two fastest: the test weighs each side's own spread, which one recording does not
+    have (when only one recording of a side ran at full speed, the second fastest keeps the
+    verdict from resting on it alone). A side of one or two recordings keeps them all.
+    Whatever disturbs a process only adds time (other jobs; on small VMs the machine runs at one of
+    a few speed levels, 15-70% apart, for seconds at a time: docs/COMPARE.md), and every recording
+    of a side runs the same code, so the recordings near the fastest are the ones that measured it.
+    Chosen on 1,040 recordings of a quiet 2-core VM (bench/README.md "diff error rates"): keeping
+    those within 8% of the fastest detected the most +20% regressions among the shares tried
+    (5-15%) with no more false alarms; keeping the two fastest removed a false alarm of a side
+    that never ran at full speed, and cost no detection at 8 recordings per side."""
+    if len(values) < 3 or not min(values) > 0:
         return []
-    limit = (1.0 + gap) * min(medians)
-    return [i for i, m in enumerate(medians) if m > limit]
+    limit = (1.0 + share) * min(values)
+    fastest_two = sorted(range(len(values)), key=lambda i: values[i])[:2]
+    return [i for i, m in enumerate(values) if m > limit and i not in fastest_two]
 
 
 def pairs_to_detect(sd: float, change: float, alpha: float = 0.05, power: float = 0.8) -> float:

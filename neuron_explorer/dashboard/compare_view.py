@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from ..analyzers.diff import TEST_NAMES
+from ..analyzers.diff import RUN_SET_TESTS, TEST_NAMES, measure_name
 from ..errors import NeuronExplorerError
 from . import compare as cmp
 from .figure import HIGHLIGHT, build_figure, time_unit
@@ -123,7 +123,8 @@ def verdict_panel(rs: RunSet, base, test):
                     "the figures below only describe each run.", className="nx-cmp-warning", id="cmp-job-warning")] if differ else []),
         html.Div([html.Span(verdict.upper(), className="nx-badge", id="cmp-verdict-badge",
                             style={"background": VERDICT_COLORS.get(verdict, "#455A64")}),
-                  html.Span([html.B(f"{change}{pct}"), f" median step (test − base){change_ci}"]),
+                  html.Span([html.B(f"{change}{pct}"), f" {measure_name(s.get('test_name') in RUN_SET_TESTS).removeprefix('the ')} "
+                                                          f"(test − base){change_ci}"]),
                   html.Span(f"{test_name} p = {'n/a' if p is None else f'{p:.3g}'}{effect}", className="nx-muted", id="cmp-test-name")],
                  className="nx-verdict"),
         *([html.Div(f"because {s['reason']}", className="nx-muted", id="cmp-verdict-reason")] if s.get("reason") else []),
