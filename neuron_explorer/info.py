@@ -15,10 +15,12 @@ def run_info(path: Path | str) -> dict:
     run = open_run(path)
     try:
         m = run.manifest
-        per_rank = {
-            r: {"span_ns": span, "events": n}
-            for r, span, n in run.sql("SELECT rank, max(ts_ns + dur_ns) - min(ts_ns), count(*) FROM events GROUP BY rank").fetchall()
-        }
+        entries = m.get("ranks", [])
+        if entries and all("span_ns" in e for e in entries):  # the importer and the collector write it
+            per_rank = {e.get("rank", 0): {"span_ns": e["span_ns"]} for e in entries}
+        else:  # an older run: read the events
+            per_rank = {r: {"span_ns": span} for r, span in
+                        run.sql("SELECT rank, max(ts_ns + dur_ns) - min(ts_ns) FROM events GROUP BY rank").fetchall()}
         ranks = []
         for e in m.get("ranks", []):
             r = e.get("rank", 0)

@@ -280,7 +280,8 @@ MANIFEST_KEYS: dict[str, str] = {
     "source": "'import' (from Kineto JSON) or 'live' (recorded by the collector)",
     "sources": "imported files: path, size, rank",
     "command": "command line that produced the run",
-    "ranks": "per rank: rank, world_size, event counts, devices, distributedInfo, trace metadata keys, metadata events",
+    "ranks": "per rank: rank, world_size, event counts, span_ns (first event start to last event end), devices, distributedInfo, "
+             "trace metadata keys, metadata events",
     "devices": "device properties (Kineto `deviceProperties`) per rank",
     "steps": "profiler steps found, per rank",
     "warnings": "data-quality problems: counted, never raised (see `data_quality`)",

@@ -17,6 +17,18 @@ def test_import_then_info_text_and_json(tmp_path: Path):
     data = json.loads(cli("info", tmp_path / "run", "--json").stdout)
     rank = data["ranks"][0]
     assert rank["counts"]["kernel"] == 2700 and rank["world_size"] == 2 and rank["steps"] >= 1
+    # the span (first start to last end) is the events' own, written by the importer into the manifest
+    from neuron_explorer import open_run
+
+    run = open_run(tmp_path / "run")
+    span = run.sql("SELECT max(ts_ns + dur_ns) - min(ts_ns) FROM events").fetchone()[0]
+    assert run.manifest["ranks"][0]["span_ns"] == span == rank["span_ns"] > 0
+    run.close()
+    # a run written before the manifest held it: info reads the events instead
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    del manifest["ranks"][0]["span_ns"]
+    (tmp_path / "run" / "manifest.json").write_text(json.dumps(manifest))
+    assert json.loads(cli("info", tmp_path / "run", "--json").stdout)["ranks"][0]["span_ns"] == span
 
 
 def test_demo_records_analyses_and_points_at_user_lines(tmp_path: Path):

@@ -115,6 +115,16 @@ _SHAPES = {
     "control character": ('{"ph": "X", "name": "a\tb", "ts": 1, "dur": 1}', False),
     "leading zero": ('{"ph": "X", "name": "a", "ts": 01, "dur": 1}', False),
     "trailing comma": ('{"ph": "X", "name": "a", "ts": 1, "dur": 1},', False),
+    "repeated arg key": ('{"ph": "X", "name": "k", "ts": 1, "dur": 1, "args": {"External id": 1, "External id": 2}}', False),
+    "escaped arg key": ('{"ph": "X", "name": "k", "ts": 1, "dur": 1, "args": {"Extern\\u0061l id": 1}}', False),
+    # what would make a slice's args give up (a float correlation) is a counter's series
+    "counter series named like slice args": ('{"ph": "C", "name": "util", "pid": 1, "ts": 4, "args": {"correlation": 1.5, '
+                                             '"stream": 2.5}}, ' + _PLAIN, True),
+    # strings longer than the 16 bytes the reader scans at a time, with what ends a scan at each place
+    "long strings": ('{"ph": "X", "name": "aten::_scaled_dot_product_flash_attention_for_cpu \u00e9 tail", "ts": 1, "dur": 1, '
+                     '"args": {"Input type": ["c10::BFloat16", "c10::BFloat16", "Scalar"], "Concrete Inputs": ["", "", '
+                     '"0.125000000000000000"], "Call stack": "train.py(12): step\\nmodel.py(40): forward"}}', True),
+    "long escaped name": ('{"ph": "X", "name": "aten::_scaled_dot_product_\\"flash\\"", "ts": 1, "dur": 1}', False),
 }
 
 

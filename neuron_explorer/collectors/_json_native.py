@@ -84,11 +84,10 @@ def _load():
     lib.nxj_free.restype = None
     lib.nxj_free.argtypes = [ctypes.c_void_p]
     i64, i32, ptr = ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p
-    for name, args in (("nxf_nearest_marked", [ptr, ptr, i64, i32, ptr]), ("nxf_root_of", [ptr, i64, i32, ptr]),
-                       ("nxf_depth_of", [ptr, ptr, i64, i32, ptr]), ("nxf_enclosing", [ptr, ptr, ptr, i64, i32, ptr])):
+    for name, restype, args in (("nxf_nearest_marked", i32, [ptr, ptr, i64, i32, ptr]), ("nxf_root_of", i32, [ptr, i64, i32, ptr]),
+                                ("nxf_depth_of", i32, [ptr, ptr, i64, i32, ptr]), ("nxf_enclosing", None, [ptr, ptr, ptr, i64, i32, ptr])):
         fn = getattr(lib, name)
-        fn.restype, fn.argtypes = i32, args
-    lib.nxf_enclosing.restype = None
+        fn.restype, fn.argtypes = restype, args
     return lib
 
 

@@ -45,6 +45,7 @@ class RankTables:
     quality: dict[str, int]
     counts: dict[str, int]
     devices: list[int]
+    span_ns: int | None = None  # the rank's events from the first start to the last end (None: no events)
 
 
 # --- pointer jumping ------------------------------------------------------------------------
@@ -480,8 +481,9 @@ def build_rank(raw: RawRank) -> RankTables:
     counts = {_KIND_NAMES[k]: int(c) for k, c in zip(*np.unique(kind, return_counts=True))} if n else {}
     counts |= {"flows": flows.num_rows, "memory": memory.num_rows, "counters": counters.num_rows, "frames": frames.num_rows}
     devices = sorted({int(d) for d in np.unique(device) if d >= 0})
+    span = int((ts + dur).max() - ts[0]) if n else None  # ts is sorted
     return RankTables(rank, {"events": events, "frames": frames, "flows": flows, "memory": memory, "counters": counters},
-                      steps, quality, counts, devices)
+                      steps, quality, counts, devices, span)
 
 
 def _np_mask(col: pa.ChunkedArray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -287,6 +287,7 @@ def rank_entry(built: RankTables, meta: dict, quality_extra: dict | None = None)
         "rank": built.rank,
         "world_size": world,
         "events": built.tables["events"].num_rows,
+        "span_ns": built.span_ns,
         "counts": built.counts,
         "devices": built.devices,
         **device_list(built.devices, meta.get("device_properties") or []),

@@ -15,6 +15,9 @@
 #include <cstring>
 #include <string>
 #include <vector>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace {
 
@@ -31,7 +34,6 @@ struct Ints {
   std::vector<uint8_t> valid;
   void add(int64_t x) { v.push_back(x); valid.push_back(1); }
   void null() { v.push_back(0); valid.push_back(0); }
-  void add_opt(bool has, int64_t x) { has ? add(x) : null(); }
 };
 
 struct Out {
@@ -48,9 +50,9 @@ struct Out {
   std::vector<int64_t> other;
 };
 
-struct Span {
-  const char* p = nullptr;
-  size_t n = 0;
+struct Span {  // p and n are read only once set (left uninitialised: an event clears ten of these)
+  const char* p;
+  size_t n;
   bool set = false;
 };
 
@@ -74,6 +76,7 @@ struct Parser {
   const char* p;
   const char* e;
   int max_nesting;
+  int64_t containers = 0;  // objects and arrays opened so far
 
   [[noreturn]] void fail(int code) { throw GiveUp{code}; }
   void ws() {
@@ -83,6 +86,25 @@ struct Parser {
     if (p >= e || *p != c) fail(1);
     ++p;
   }
+  // Past the bytes that need no look (printable ASCII but '"' and '\\'), 16 at a time where SSE2 is.
+  void skip_plain() {
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+    while (e - p >= 16) {
+      __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      // signed: bytes >= 0x80 (UTF-8) are negative, so "< 0x20" also finds them
+      __m128i special = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                                     _mm_cmplt_epi8(v, space));
+      int mask = _mm_movemask_epi8(special);
+      if (mask) {
+        p += __builtin_ctz((unsigned)mask);
+        return;
+      }
+      p += 16;
+    }
+#endif
+    while (p < e && kPlain[(unsigned char)*p]) ++p;
+  }
   // A string; `escaped` tells whether it holds a backslash (its text then differs from its bytes).
   Span string(bool& escaped) {
     expect('"');
@@ -90,7 +112,7 @@ struct Parser {
     s.p = p;
     escaped = false;
     while (true) {
-      while (p < e && kPlain[(unsigned char)*p]) ++p;  // printable ASCII but '"' and '\\'
+      skip_plain();  // printable ASCII but '"' and '\\'
       if (p >= e) fail(1);
       unsigned char c = (unsigned char)*p;
       if (c == '"') break;
@@ -184,6 +206,7 @@ struct Parser {
       return K_STRING;
     } else if (c == '{' || c == '[') {
       if (depth >= max_nesting) fail(3);
+      ++containers;
       char close = c == '{' ? '}' : ']';
       ++p;
       ws();
@@ -239,7 +262,12 @@ struct Key {  // a key and its length, compared length first
 };
 template <size_t N>
 constexpr Key key(const char (&s)[N]) { return Key{s, N - 1}; }
-inline bool eq(const Span& s, const Key& k) { return s.n == k.n && memcmp(s.p, k.s, k.n) == 0; }
+inline bool eq(const Span& s, const Key& k) {  // keys are short: compared inline, not by a call to memcmp
+  if (s.n != k.n) return false;
+  for (size_t i = 0; i < k.n; ++i)
+    if (s.p[i] != k.s[i]) return false;
+  return true;
+}
 
 // An integer's text → int64; false when beyond int64.
 bool to_int64(const Span& s, int64_t& out) {
@@ -294,11 +322,94 @@ bool to_ns(const Span& s, Kind k, int64_t& out) {
   return true;
 }
 
+// The args the slice table reads (all of _Args' keys are checked: one of an odd type would make
+// the Python decoder drop that event's args).
+enum { EXT, EXT_OLD, CORR, STREAM, DEVICE, PYID, PYPID, ADDR, BYTES, TALLOC, TRES, DTYPE, DID, NKEYS };
+const Key kArgKeys[NKEYS] = {key("External id"), key("external id"), key("correlation"), key("stream"),
+                             key("device"), key("Python id"), key("Python parent id"), key("Addr"), key("Bytes"),
+                             key("Total Allocated"), key("Total Reserved"), key("Device Type"), key("Device Id")};
+
+struct ArgsRead {  // what an args object holds of kArgKeys, read in the one pass that validates it
+  uint32_t has = 0;  // bit i: val[i] holds key i's integer
+  uint32_t seen = 0;  // bit i: key i was there
+  int64_t val[NKEYS];  // read only where `has` says
+  int fail = 0;  // the first reason a slice with these args makes the piece give up (0: none)
+  int64_t containers = 0;  // objects and arrays in the args, the args object included
+  bool get(int i) const { return has >> i & 1; }
+};
+
 struct Event {
   Span ph, cat, name, ts, dur, pid, tid, id, bp, args;
   Kind ts_k = K_NONE, dur_k = K_NONE, pid_k = K_NONE, tid_k = K_NONE, id_k = K_NONE, cat_k = K_NONE, name_k = K_NONE,
        bp_k = K_NONE, args_k = K_NONE;
+  ArgsRead a;
 };
+
+struct EventField {  // a key of a trace event that the slice and flow tables read, and where it goes
+  Key name;
+  Span Event::*span;
+  Kind Event::*kind;  // null: "ph", which must be a string
+};
+const EventField kEventFields[] = {
+    {key("ph"), &Event::ph, nullptr},         {key("cat"), &Event::cat, &Event::cat_k},
+    {key("name"), &Event::name, &Event::name_k}, {key("ts"), &Event::ts, &Event::ts_k},
+    {key("dur"), &Event::dur, &Event::dur_k},   {key("pid"), &Event::pid, &Event::pid_k},
+    {key("tid"), &Event::tid, &Event::tid_k},   {key("id"), &Event::id, &Event::id_k},
+    {key("bp"), &Event::bp, &Event::bp_k},     {key("args"), &Event::args, &Event::args_k}};
+
+// The value of "args" when it is an object (the parser at its '{'): validated exactly as
+// Parser::value would at depth 1, and its known keys read on the way. Only slices read them, so
+// what would make a slice give up is kept in `a.fail`, not raised.
+Kind args_object(Parser& ps, ArgsRead& a, Span& s) {
+  const char* start = ps.p;
+  if (1 >= ps.max_nesting) ps.fail(3);
+  int64_t containers = ps.containers;
+  ++ps.p;
+  ps.ws();
+  auto give_up = [&](int code) { if (!a.fail) a.fail = code; };
+  if (ps.p < ps.e && *ps.p == '}') {
+    ++ps.p;
+  } else {
+    while (true) {
+      ps.ws();
+      bool key_esc, esc;
+      Span key = ps.string(key_esc);
+      ps.ws();
+      ps.expect(':');
+      Span v;
+      Kind k = ps.value(v, 2, esc);
+      if (key_esc) give_up(5);
+      for (int i = 0; i < NKEYS; ++i) {
+        if (!eq(key, kArgKeys[i])) continue;
+        if (a.seen >> i & 1) give_up(6);
+        a.seen |= 1u << i;
+        if (k == K_INT) {
+          if (to_int64(v, a.val[i])) {
+            a.has |= 1u << i;
+          } else {
+            give_up(4);
+          }
+        } else if (k == K_STRING && i == DEVICE) {
+        } else if (k != K_NULL) {
+          give_up(7);
+        }
+        break;
+      }
+      ps.ws();
+      if (ps.p < ps.e && *ps.p == ',') {
+        ++ps.p;
+        continue;
+      }
+      ps.expect('}');
+      break;
+    }
+  }
+  a.containers = 1 + ps.containers - containers;
+  s.p = start;
+  s.n = (size_t)(ps.p - start);
+  s.set = true;
+  return K_OTHER;
+}
 
 void id_column(Parser& ps, const Span& s, Kind k, Ints& ints, Text* text) {
   int64_t v;
@@ -315,58 +426,21 @@ void id_column(Parser& ps, const Span& s, Kind k, Ints& ints, Text* text) {
   }
 }
 
-// The args the slice table reads (all of _Args' keys are checked: one of an odd type would make
-// the Python decoder drop that event's args).
+// The slice's args columns, from what args_object read.
 void slice_args(Parser& ps, Out& o, const Event& ev) {
-  enum { EXT, EXT_OLD, CORR, STREAM, DEVICE, PYID, PYPID, ADDR, BYTES, TALLOC, TRES, DTYPE, DID, NKEYS };
-  static const Key keys[NKEYS] = {key("External id"), key("external id"), key("correlation"), key("stream"),
-                                  key("device"), key("Python id"), key("Python parent id"), key("Addr"), key("Bytes"),
-                                  key("Total Allocated"), key("Total Reserved"), key("Device Type"), key("Device Id")};
-  bool has[NKEYS] = {};
-  bool seen[NKEYS] = {};
-  int64_t val[NKEYS] = {};
+  const ArgsRead& a = ev.a;
   if (ev.args_k == K_OTHER && ev.args.p[0] == '{') {
-    Parser q{ps.b, ev.args.p + 1, ev.args.p + ev.args.n - 1, ps.max_nesting};
-    int brackets = 0;
-    for (size_t i = 0; i < ev.args.n; ++i) brackets += ev.args.p[i] == '{' || ev.args.p[i] == '[';
-    if (brackets > ps.max_nesting) ps.fail(3);
-    q.ws();
-    while (q.p < q.e) {
-      bool esc;
-      Span key = q.string(esc);
-      if (esc) ps.fail(5);
-      q.ws();
-      q.expect(':');
-      Span v;
-      Kind k = q.value(v, 1, esc);
-      for (int i = 0; i < NKEYS; ++i) {
-        if (!eq(key, keys[i])) continue;
-        if (seen[i]) ps.fail(6);
-        seen[i] = true;
-        if (k == K_INT) {
-          if (!to_int64(v, val[i])) ps.fail(4);
-          has[i] = true;
-        } else if (k == K_STRING && i == DEVICE) {
-        } else if (k != K_NULL) {
-          ps.fail(7);
-        }
-      }
-      q.ws();
-      if (q.p < q.e) q.expect(',');
-      q.ws();
-    }
+    if (a.containers > ps.max_nesting) ps.fail(3);  // (more than the depth: what is certainly within it)
+    if (ev.a.fail) ps.fail(ev.a.fail);
   } else if (ev.args_k != K_NONE && ev.args_k != K_NULL) {
     ps.fail(7);  // args that are not an object
   }
-  o.s_corr.add_opt(has[CORR], val[CORR]);
-  if (has[EXT]) {
-    o.s_ext.add(val[EXT]);
-  } else {
-    o.s_ext.add_opt(has[EXT_OLD], val[EXT_OLD]);
-  }
-  o.s_stream.add_opt(has[STREAM], val[STREAM]);
-  o.s_pyid.add_opt(has[PYID], val[PYID]);
-  o.s_pypid.add_opt(has[PYPID], val[PYPID]);
+  auto put = [&](Ints& column, int i) { a.get(i) ? column.add(a.val[i]) : column.null(); };
+  put(o.s_corr, CORR);
+  put(o.s_ext, a.get(EXT) ? EXT : EXT_OLD);
+  put(o.s_stream, STREAM);
+  put(o.s_pyid, PYID);
+  put(o.s_pypid, PYPID);
   if (ev.args_k == K_NONE) {
     o.s_args.null();
   } else {
@@ -395,24 +469,26 @@ void event(Parser& ps, Out& o) {
       ps.ws();
       ps.expect(':');
       Span v;
-      Kind k = ps.value(v, 1, esc);
-      struct Field {
-        Key name;
-        Span* span;
-        Kind* kind;
-      } fields[] = {{::key("ph"), &ev.ph, nullptr},    {::key("cat"), &ev.cat, &ev.cat_k},
-                    {::key("name"), &ev.name, &ev.name_k}, {::key("ts"), &ev.ts, &ev.ts_k},
-                    {::key("dur"), &ev.dur, &ev.dur_k},  {::key("pid"), &ev.pid, &ev.pid_k},
-                    {::key("tid"), &ev.tid, &ev.tid_k},  {::key("id"), &ev.id, &ev.id_k},
-                    {::key("bp"), &ev.bp, &ev.bp_k},     {::key("args"), &ev.args, &ev.args_k}};
-      for (auto& f : fields) {
+      Kind k;
+      ps.ws();
+      if (ps.p < ps.e && *ps.p == '{' && eq(key, ::key("args"))) {
+        ev.a.has = ev.a.seen = 0;  // (a repeated "args" gives up below)
+        ev.a.fail = 0;
+        k = args_object(ps, ev.a, v);
+        esc = false;
+      } else {
+        k = ps.value(v, 1, esc);
+      }
+      for (const EventField& f : kEventFields) {
         if (!eq(key, f.name)) continue;
-        if (f.span->set) ps.fail(6);  // a repeated key
+        Span& span = ev.*f.span;
+        if (span.set) ps.fail(6);  // a repeated key
         if (esc && k == K_STRING) ps.fail(5);  // text that differs from its bytes
-        *f.span = v;
-        f.span->set = true;
-        if (f.kind) *f.kind = k;
+        span = v;
+        span.set = true;
+        if (f.kind) ev.*f.kind = k;
         if (!f.kind && k != K_STRING) ps.fail(7);  // ph
+        break;
       }
       ps.ws();
       if (ps.p < ps.e && *ps.p == ',') {
