@@ -1,11 +1,12 @@
 """How rules for setting aside disturbed recordings change diff's error rates, on recordings
 already made by bench_diff_errors.py (issue 19).
 
-Reads each recording's median steady step from a `bench_diff_errors.py --runs K --out DIR`
+Reads each recording's value (its lower-quartile steady step, stats.recording_value) from a
+`bench_diff_errors.py --runs K --out DIR`
 folder, then, for each rule, (1) judges the benchmark's own comparisons again and (2) resamples:
 draws n recordings per side at random from all of a group's recordings of that side (on a quiet
 machine the pairs are exchangeable), many times, and counts "slower" verdicts. The verdict is
-diff's own rule on the kept recordings' medians (Student's t, pooled variance; "slower" needs
+diff's own rule on the kept recordings' values (Student's t, pooled variance; "slower" needs
 p < 0.05 and the whole 95% interval past the 5% floor, docs/COMPARE.md).
 
     python bench/diff_rules_resample.py --out /tmp/w19/alt5 [--draws 2000] [--n 5 7 10]
@@ -33,7 +34,7 @@ def medians(out: Path) -> dict[str, dict[str, list[float]]]:
     for base in sorted(out.glob("*-base")):
         key = base.name[: -len("-base")]
         s = compare(base, out / f"{key}-test", detect_pct=5).step_time
-        found[key] = {role: [r["median_ns"] / 1e6 for r in s.runs[role]] for role in ("base", "test")}
+        found[key] = {role: [r["value_ns"] / 1e6 for r in s.runs[role]] for role in ("base", "test")}
     return found
 
 

@@ -310,7 +310,8 @@ def test_compare_md_states_every_threshold_with_its_value():
     text = (REPO / "docs" / "COMPARE.md").read_text()
     for mod, names in ((diff, ("ALPHA", "MIN_SHARE_OF_STEP", "MIN_STEADY_STEPS", "POWER")),
                        (metrics, ("WARMUP_ROBUST_SDS", "WARMUP_MIN_SHARE", "WARMUP_MAX_SHARE", "PARTIAL_MAX_SHARE", "MIN_STEPS_TO_SELECT")),
-                       (stats, ("OUTLIER_SDS", "EXACT_U_MAX_N", "BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED"))):
+                       (stats, ("OUTLIER_SDS", "EXACT_U_MAX_N", "BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "RECORDING_QUANTILE",
+                                "SLOW_RECORDING_SHARE"))):
         for name in names:
             assert f"`{name}` = {getattr(mod, name)}" in text, f"docs/COMPARE.md must state {name} = {getattr(mod, name)}"
 
