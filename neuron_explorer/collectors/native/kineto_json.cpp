@@ -105,6 +105,16 @@ struct Parser {
 #endif
     while (p < e && kPlain[(unsigned char)*p]) ++p;
   }
+  // After a member of an object or array: true past the ',' when another follows, false past `close`.
+  bool more(char close) {
+    ws();
+    if (p < e && *p == ',') {
+      ++p;
+      return true;
+    }
+    expect(close);
+    return false;
+  }
   // A string; `escaped` tells whether it holds a backslash (its text then differs from its bytes).
   Span string(bool& escaped) {
     expect('"');
@@ -223,13 +233,7 @@ struct Parser {
             expect(':');
           }
           value(inner, depth + 1, esc);
-          ws();
-          if (p < e && *p == ',') {
-            ++p;
-            continue;
-          }
-          expect(close);
-          break;
+          if (!more(close)) break;
         }
       }
       k = K_OTHER;
@@ -395,13 +399,7 @@ Kind args_object(Parser& ps, ArgsRead& a, Span& s) {
         }
         break;
       }
-      ps.ws();
-      if (ps.p < ps.e && *ps.p == ',') {
-        ++ps.p;
-        continue;
-      }
-      ps.expect('}');
-      break;
+      if (!ps.more('}')) break;
     }
   }
   a.containers = 1 + ps.containers - containers;
@@ -490,13 +488,7 @@ void event(Parser& ps, Out& o) {
         if (!f.kind && k != K_STRING) ps.fail(7);  // ph
         break;
       }
-      ps.ws();
-      if (ps.p < ps.e && *ps.p == ',') {
-        ++ps.p;
-        continue;
-      }
-      ps.expect('}');
-      break;
+      if (!ps.more('}')) break;
     }
   }
   // the types the Python decoder's struct accepts
