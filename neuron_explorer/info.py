@@ -16,13 +16,11 @@ def run_info(path: Path | str) -> dict:
     try:
         m = run.manifest
         entries = m.get("ranks", [])
-        if entries and all("span_ns" in e for e in entries):  # the importer and the collector write it
-            per_rank = {e.get("rank", 0): {"span_ns": e["span_ns"]} for e in entries}
-        else:  # an older run: read the events
-            per_rank = {r: {"span_ns": span} for r, span in
-                        run.sql("SELECT rank, max(ts_ns + dur_ns) - min(ts_ns) FROM events GROUP BY rank").fetchall()}
+        # the importer and the collector write each rank's span_ns; a run written before they did is read
+        scanned = {} if all("span_ns" in e for e in entries) else dict(
+            run.sql("SELECT rank, max(ts_ns + dur_ns) - min(ts_ns) FROM events GROUP BY rank").fetchall())
         ranks = []
-        for e in m.get("ranks", []):
+        for e in entries:
             r = e.get("rank", 0)
             steps = e.get("steps") or []
             durs = sorted(s["dur_ns"] for s in steps)
@@ -31,7 +29,7 @@ def run_info(path: Path | str) -> dict:
                 "world_size": e.get("world_size"),
                 "source": e.get("source"),
                 "events": e.get("events", 0),
-                "span_ns": (per_rank.get(r) or {}).get("span_ns"),
+                "span_ns": e["span_ns"] if "span_ns" in e else scanned.get(r),
                 "counts": e.get("counts", {}),
                 # devices events ran on, named from the device properties (runs before the
                 # devices_used key: the properties as listed)

@@ -294,8 +294,9 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
     between_runs = len(bs.paths) + len(ts.paths) >= 3
     pairs = recording_pairs(bs, ts) if between_runs else None
     aside: dict[str, list[int]] = {"base": [], "test": []}
+    values = {role: [recording_value(t) for t in side.times] for role, side in (("base", bs), ("test", ts))}
     if between_runs:  # several recordings per side: each one is one value, so run-to-run variation counts
-        all_bm, all_tm = [recording_value(t) for t in bs.times], [recording_value(t) for t in ts.times]
+        all_bm, all_tm = values["base"], values["test"]
         aside = {"base": slow_recordings(all_bm), "test": slow_recordings(all_tm)}
         if pairs and {(i, j) for i, j in pairs if i in aside["base"] or j in aside["test"]} <= {
                 (i, j) for i, j in pairs if i in aside["base"] and j in aside["test"]}:
@@ -431,7 +432,7 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
         effect_size=outcome.effect_size, delta_ci_low_ns=ci_low, delta_ci_high_ns=ci_high,
         steps={"base": base_sel.to_dict(), "test": test_sel.to_dict()}, detect_pct=detect, min_detectable_pct=mdc,
         steps_to_record=to_record, significant_deltas=big, runs_to_record=runs_needed, job_differences=differ,
-        runs={role: [{"path": path, "value_ns": recording_value(t) if t else None, "median_ns": median(t) if t else None,
+        runs={role: [{"path": path, "value_ns": values[role][i] if t else None, "median_ns": median(t) if t else None,
                       "set_aside": i in aside[role], "steps": sel.to_dict()}
                      for i, (path, t, sel) in enumerate(zip(side.paths, side.times, side.sels))]
               for role, side in (("base", bs), ("test", ts))})

@@ -367,6 +367,8 @@ const EventField kEventFields[] = {
 Kind args_object(Parser& ps, ArgsRead& a, Span& s) {
   const char* start = ps.p;
   if (1 >= ps.max_nesting) ps.fail(3);
+  a.has = a.seen = 0;
+  a.fail = 0;
   int64_t containers = ps.containers;
   ++ps.p;
   ps.ws();
@@ -429,7 +431,7 @@ void slice_args(Parser& ps, Out& o, const Event& ev) {
   const ArgsRead& a = ev.a;
   if (ev.args_k == K_OTHER && ev.args.p[0] == '{') {
     if (a.containers > ps.max_nesting) ps.fail(3);  // (more than the depth: what is certainly within it)
-    if (ev.a.fail) ps.fail(ev.a.fail);
+    if (a.fail) ps.fail(a.fail);
   } else if (ev.args_k != K_NONE && ev.args_k != K_NULL) {
     ps.fail(7);  // args that are not an object
   }
@@ -470,9 +472,7 @@ void event(Parser& ps, Out& o) {
       Kind k;
       ps.ws();
       if (ps.p < ps.e && *ps.p == '{' && eq(key, ::key("args"))) {
-        ev.a.has = ev.a.seen = 0;  // (a repeated "args" gives up below)
-        ev.a.fail = 0;
-        k = args_object(ps, ev.a, v);
+        k = args_object(ps, ev.a, v);  // (a repeated "args" gives up below)
         esc = false;
       } else {
         k = ps.value(v, 1, esc);
