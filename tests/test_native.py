@@ -97,6 +97,39 @@ def test_the_same_frame_table_serves_both_converters_across_cycles(native_module
     assert max(again.events["frame_index"].to_pylist()) < n
 
 
+def test_a_thread_waiting_while_recording_gives_both_converters_the_same_tables(native_module):
+    """A prefetch thread blocked in queue.get() while the main thread trains: with_stack records
+    that thread's waiting Python calls under the thread id 2**64 - 1, which the profiler uses for
+    a thread it has no id of. The Python converter used to fail on that id (an OverflowError that
+    lost the recording); both converters now write it as -1."""
+    import queue
+    import threading
+
+    jobs: queue.Queue = queue.Queue()
+
+    def prefetch():
+        while jobs.get() is not None:
+            pass
+
+    thread = threading.Thread(target=prefetch, daemon=True)
+    thread.start()
+    model = nn.Linear(8, 8)
+    try:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_stack=True) as prof:
+            for _ in range(3):
+                model(torch.randn(4, 8)).sum().backward()
+    finally:
+        jobs.put(None)
+        thread.join()
+    results = prof.profiler.kineto_results
+    py = _live_convert.convert_cycle(results, _live_convert.FrameTable(), pid=7)
+    cc = _live_convert.convert_cycle(results, _live_convert.FrameTable(), pid=7, native=native_module)
+    for col in py.events.column_names:
+        assert _plain(py.events)[col].equals(_plain(cc.events)[col]), f"events.{col} differs"
+    waiting = [name for name, tid in zip(_plain(py.events)["name"].to_pylist(), py.events["tid"].to_pylist()) if tid == -1]
+    assert any("prefetch" in name for name in waiting), waiting
+
+
 def test_profile_uses_the_native_converter_and_says_so(native_module, tmp_path):
     model = nn.Linear(8, 8)
     with nx.profile(tmp_path / "run", activities=[torch.profiler.ProfilerActivity.CPU]) as prof:

@@ -294,6 +294,13 @@ def _runs_user_code(name: str, is_python_call: bool, frames: FrameTable) -> bool
 _HOST_OPS = frozenset({CPU_OP_CATEGORY, USER_ANNOTATION_CATEGORY})
 
 
+def _signed64(value: int) -> int:
+    """An unsigned 64-bit profiler value read as the int64 the run holds, as the C++ converter
+    casts it. Python calls on a thread the profiler has no id for (a thread running Python while
+    recording, such as pytest-xdist's I/O thread) carry the thread id 2**64 - 1: -1 in the run."""
+    return value - (1 << 64) if value >= (1 << 63) else value
+
+
 def convert_cycle(kineto_results, frames: FrameTable, pid: int | None = None, native=None) -> CycleColumns:
     """Columns of one cycle. `pid` is the host process id written on host events. `native` is the
     compiled converter (collectors/native), which gives the same columns much faster."""
@@ -318,13 +325,13 @@ def convert_cycle(kineto_results, frames: FrameTable, pid: int | None = None, na
             name = UNDECODABLE
         if category == CPU_INSTANT_CATEGORY and name == MEMORY_NAME:
             continue  # allocations come from the tree, which holds their sizes
-        ts = e.start_ns()
+        ts = _signed64(e.start_ns())
         resource = e.device_resource_id()
         if category in _HOST_OPS:
             if resource not in seen_threads:  # the tree names threads by the profiler's own ids
                 seen_threads.add(resource)
                 internal_tid[e.start_thread_id()] = resource
-            corr = e.correlation_id()
+            corr = _signed64(e.correlation_id())
             on_host, correlation, external = True, None, corr
             frame, module = op_info.get(corr, no_info)
             if category == "cpu_op":
@@ -344,8 +351,8 @@ def convert_cycle(kineto_results, frames: FrameTable, pid: int | None = None, na
                 args = None
         else:
             on_host = e.device_type().name == "CPU"
-            correlation = e.correlation_id()
-            external = e.linked_correlation_id() or None
+            correlation = _signed64(e.correlation_id())
+            external = _signed64(e.linked_correlation_id()) or None
             args = None
             # a runtime call belongs to the operator that made it (its External id); device
             # events get theirs through their launch, in build.py
@@ -355,7 +362,7 @@ def convert_cycle(kineto_results, frames: FrameTable, pid: int | None = None, na
         category_l.append(category)
         name_l.append(name)
         ts_l.append(ts)
-        dur_l.append(e.duration_ns())
+        dur_l.append(_signed64(e.duration_ns()))
         host_l.append(on_host)
         tid_l.append(resource)
         corr_l.append(correlation)
@@ -369,7 +376,7 @@ def convert_cycle(kineto_results, frames: FrameTable, pid: int | None = None, na
     stream_l = [None if h else r[1] for h, r in zip(host_l, tid_l)]
     tid_l = [r if h else r[1] for h, r in zip(host_l, tid_l)]
     n_py = len(py.ts)
-    py_tid = [internal_tid.get(t, t) for t in py.thread]
+    py_tid = [internal_tid[t] if t in internal_tid else _signed64(t) for t in py.thread]
     n = len(name_l) + n_py
     events = pa.Table.from_pydict({
         "category": category_l + [PYTHON_FUNCTION_CATEGORY] * n_py,
