@@ -21,12 +21,13 @@ import contextlib
 import datetime as _dt
 import errno
 import hashlib
-import tempfile
+import itertools
 import json
 import os
 import re
 import shutil
 import socket
+import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -226,9 +227,15 @@ def _write_partition(dir_: Path, tables: dict) -> None:
                 if isinstance(table, pa.Table):
                     _write_table(table.replace_schema_metadata(spec.arrow_schema().metadata), path)
                     continue
-                writer = pq.ParquetWriter(path, spec.arrow_schema(), compression="zstd", write_statistics=True,
-                                          use_dictionary=_DICTIONARY_COLUMNS)
-                queued += _queue_batches(pool, writer, table.batches(ROW_GROUP_ROWS))
+                # string columns arrive as dictionary arrays, written without hashing each string
+                # again; the file then stores no Arrow schema (it would name dictionary types), and
+                # reads back with the spec's types, which Parquet's own types carry exactly
+                batches = table.batches(ROW_GROUP_ROWS, dictionaries=True)
+                first = next(batches, None)
+                writer = pq.ParquetWriter(path, spec.arrow_schema() if first is None else first.schema, compression="zstd",
+                                          write_statistics=True, use_dictionary=_DICTIONARY_COLUMNS, store_schema=False)
+                writer.add_key_value_metadata(spec.arrow_schema().metadata)
+                queued += _queue_batches(pool, writer, itertools.chain([] if first is None else [first], batches))
         finally:
             for future in queued:
                 future.result()  # raises the writer thread's error, if any, once all are done

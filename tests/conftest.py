@@ -59,6 +59,16 @@ def _private_import_cache(tmp_path_factory):
     os.environ["NEURON_EXPLORER_CACHE"] = str(tmp_path_factory.mktemp("import-cache"))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _fast_trace_reader_built():
+    """Build the C++ trace reader before the tests, as the first import on a machine does: its
+    one-time "compiling" notice must not land in whichever test happens to run first on a worker
+    (tests assert one-line errors on stderr)."""
+    from neuron_explorer.collectors import _json_native
+
+    _json_native.load()
+
+
 @pytest.fixture
 def tmp_run_dir(tmp_path: Path) -> Path:
     return tmp_path / "run"

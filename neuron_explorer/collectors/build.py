@@ -230,6 +230,16 @@ def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
     return codes, dictionary
 
 
+def _dictionary_slice(codes: np.ndarray, dictionary: pa.Array) -> pa.DictionaryArray:
+    """Rows of a coded string column (code -1: null) as a dictionary array of the values they use."""
+    none = codes < 0
+    used = np.flatnonzero(np.bincount(codes[~none] if none.any() else codes, minlength=len(dictionary)))
+    remap = np.zeros(len(dictionary) + 1, dtype=np.int32)  # (the extra slot: code -1)
+    remap[used] = np.arange(len(used), dtype=np.int32)
+    return pa.DictionaryArray.from_arrays(pa.array(remap[codes], pa.int32(), mask=none if none.any() else None),
+                                          dictionary.take(pa.array(used)))
+
+
 @dataclass
 class SortedTable:
     """A table whose rows are materialised batch by batch when written, never copied whole.
@@ -250,14 +260,23 @@ class SortedTable:
     def column_names(self) -> list[str]:
         return self.spec.column_names
 
-    def batches(self, size: int):
+    def batches(self, size: int, *, dictionaries: bool = False):
+        """Record batches of `size` rows in order. With `dictionaries`, string columns built from
+        codes stay dictionary arrays (each batch's dictionary holds only the values it uses): a
+        Parquet writer writes those without hashing every string again. Otherwise every column
+        has the schema's type."""
         for start in range(0, self.num_rows, size):
             sl = slice(start, min(self.num_rows, start + size))
             arrays = []
             for c in self.spec.columns:
                 arr = self.makers[c.name](sl)
-                arrays.append(arr if arr.type == c.arrow_type else arr.cast(c.arrow_type))
-            yield pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+                keep = dictionaries and pa.types.is_dictionary(arr.type) and arr.type.value_type == c.arrow_type
+                arrays.append(arr if keep or arr.type == c.arrow_type else arr.cast(c.arrow_type))
+            if dictionaries:
+                yield pa.RecordBatch.from_arrays(arrays, schema=pa.schema(
+                    [pa.field(c.name, a.type) for c, a in zip(self.spec.columns, arrays)], metadata=self.schema.metadata))
+            else:
+                yield pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def to_table(self) -> pa.Table:
         return pa.Table.from_batches(list(self.batches(1 << 20)), schema=self.schema)
@@ -420,7 +439,7 @@ def build_rank(raw: RawRank) -> RankTables:
         return lambda sl: pa.array(np.where(local[sl] >= 0, base + local[sl].astype(np.int64), 0), pa.int64(), mask=local[sl] < 0)
 
     def dict_col(codes, dictionary):
-        return lambda sl: pa.DictionaryArray.from_arrays(pa.array(codes[sl], pa.int32()), dictionary).cast(pa.string())
+        return lambda sl: _dictionary_slice(codes[sl], dictionary)
 
     def plain(values, mask=None, type_=pa.int64()):
         return lambda sl: pa.array(values[sl], type_, mask=None if mask is None else mask[sl])
@@ -449,8 +468,7 @@ def build_rank(raw: RawRank) -> RankTables:
         "correlation": plain(correlation, correlation_null),
         "external_id": plain(external_id, external_null),
         "step": plain(step, step < 0),
-        "module_path": (lambda sl: pa.DictionaryArray.from_arrays(pa.array(module_path[0][sl], pa.int32(), mask=module_path[0][sl] < 0),
-                                                                  module_path[1]).cast(pa.string())) if module_path is not None
+        "module_path": (lambda sl: _dictionary_slice(module_path[0][sl], module_path[1])) if module_path is not None
         else (lambda sl: pa.nulls(sl.stop - sl.start, pa.string())),
         "frame_id": ids(ev_frame),
         "self_ns": plain(self_ns),
