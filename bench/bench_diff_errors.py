@@ -148,6 +148,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1, help="recordings per side of each comparison (run sets)")
     ap.add_argument("--alternate", action="store_true",
                     help="record the two sides of a pair one after the other (ABBA...), each alone, instead of side by side")
+    ap.add_argument("--groups", default="same,planted",
+                    help="the order of the two groups (planted,same: detection first, when the time may run out)")
     args = ap.parse_args()
 
     from neuron_explorer.analyzers.diff import compare
@@ -160,7 +162,11 @@ def main() -> None:
     t0 = time.perf_counter()
     load_before = os.getloadavg()
     results: dict[str, list[dict]] = {"same": [], "planted": []}
-    for group, test_blocks in (("same", BLOCKS), ("planted", BLOCKS * 6 // 5)):
+    blocks_of = {"same": BLOCKS, "planted": BLOCKS * 6 // 5}
+    groups = args.groups.split(",")
+    if sorted(groups) != ["planted", "same"]:
+        ap.error("--groups takes same and planted, in either order")
+    for group, test_blocks in ((g, blocks_of[g]) for g in groups):
         for i in range(args.pairs):
             base, test = args.out / f"{group}-{i}-base", args.out / f"{group}-{i}-test"
             for j in range(1, args.runs + 1):
