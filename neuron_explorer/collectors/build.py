@@ -233,11 +233,12 @@ def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
 def _dictionary_slice(codes: np.ndarray, dictionary: pa.Array) -> pa.DictionaryArray:
     """Rows of a coded string column (code -1: null) as a dictionary array of the values they use."""
     none = codes < 0
-    used = np.flatnonzero(np.bincount(codes[~none] if none.any() else codes, minlength=len(dictionary)))
+    if not none.any():
+        none = None
+    used = np.flatnonzero(np.bincount(codes if none is None else codes[~none], minlength=len(dictionary)))
     remap = np.zeros(len(dictionary) + 1, dtype=np.int32)  # (the extra slot: code -1)
     remap[used] = np.arange(len(used), dtype=np.int32)
-    return pa.DictionaryArray.from_arrays(pa.array(remap[codes], pa.int32(), mask=none if none.any() else None),
-                                          dictionary.take(pa.array(used)))
+    return pa.DictionaryArray.from_arrays(pa.array(remap[codes], pa.int32(), mask=none), dictionary.take(pa.array(used)))
 
 
 @dataclass
