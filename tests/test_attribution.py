@@ -185,8 +185,10 @@ MATMUL_IN_FUNCTION = """\
 
 
     torch.set_num_threads(1)
-    a = torch.randn(256, 256, requires_grad=True)
-    b = torch.randn(256, 256, requires_grad=True)
+    # large enough that the matmul's time stays far above any other op's, even when a loaded
+    # machine stalls one of them for tens of ms (op times are wall-clock)
+    a = torch.randn(512, 512, requires_grad=True)
+    b = torch.randn(512, 512, requires_grad=True)
     for step in range(4):
         y = project(a, b).tanh()  # caller
         y.sum().backward()

@@ -294,7 +294,8 @@ def build_rank(raw: RawRank) -> RankTables:
     # Order: by time, longer first at equal start so that parents precede children.
     ts = _np(ev["ts_ns"], 0) + raw.base_ns
     dur = _np(ev["dur_ns"], 0)
-    order = time_order(ts, dur)
+    idx = _index_dtype(n)
+    order = time_order(ts, dur).astype(idx)
     ts, dur = ts[order], dur[order]
     event_id = rank * ID_STRIDE + np.arange(n, dtype=np.int64)
 
@@ -363,26 +364,13 @@ def build_rank(raw: RawRank) -> RankTables:
     top_op = np.where(op >= 0, op_root[np.maximum(op, 0)], -1)
 
     # launches: device event -> runtime call, by correlation, else by ac2g flow
-    launch = np.full(n, -1, dtype=parent.dtype)
-    rt_idx = np.flatnonzero(is_runtime & ~correlation_null)
-    if len(rt_idx):
-        rt_corr = correlation[rt_idx]
-        o = np.argsort(rt_corr, kind="stable")
-        rt_corr, rt_sorted = rt_corr[o], rt_idx[o]
-        dev_idx = np.flatnonzero(is_device & ~correlation_null)
-        p = np.clip(np.searchsorted(rt_corr, correlation[dev_idx]), 0, len(rt_corr) - 1)
-        hit = rt_corr[p] == correlation[dev_idx]
-        launch[dev_idx[hit]] = rt_sorted[p[hit]]
+    launch = _launch_by_correlation(is_runtime, is_device, correlation, correlation_null, parent.dtype)
 
     # flows: bind each endpoint to a slice
     fl = raw.flows
-    fl_event = np.full(fl.num_rows, -1, dtype=np.int64)
+    raw.flows = fl.slice(0, 0)  # (consumed: the built flows table below is the only copy kept)
+    fl_event = _flow_events(fl, raw.base_ns, track, pid, tid, ts, end, parent)
     if fl.num_rows and n:
-        fl_ts = _np(fl["ts_ns"], 0) + raw.base_ns
-        f_track = track_lookup(track, pid, tid, _np(fl["pid"]), _np(fl["tid"]))
-        ok = f_track >= 0
-        if ok.any():
-            fl_event[ok] = slice_at(track, ts, end, parent, f_track[ok], fl_ts[ok])
         launch = _launch_by_flows(fl, fl_event, is_device, launch)
 
     dev_no_launch = is_device & (launch < 0) & (kind != K["gpu_annotation"])
@@ -406,10 +394,11 @@ def build_rank(raw: RawRank) -> RankTables:
     # (work inside a torch.compile region belongs to the statement that called the compiled function)
     statement = passes.compiled_region_frames(name_codes=name_codes, name_values=name_values, parent=parent, frame=ev_frame)
     fwd_frame = np.where(fwd >= 0, statement[np.maximum(fwd, 0)], -1)
-    source_frame = np.where(fwd_frame >= 0, fwd_frame, statement)
+    source_frame = np.where(fwd_frame >= 0, fwd_frame, statement).astype(idx)
+    del statement, fwd_frame
 
     # device events inherit operator, step, frame, module, backward link and pass of their launch
-    fwd = np.where(has_launch, fwd[li], np.where(is_device, -1, fwd))
+    fwd = np.where(has_launch, fwd[li], np.where(is_device, -1, fwd)).astype(idx)
     source_frame = np.where(has_launch, source_frame[li], source_frame)
     pass_code = np.where(has_launch, pass_code[li], np.where(is_device | (kind == K["step"]) | (kind == K["other"]),
                                                              passes.P["other"], pass_code)).astype(np.int8)
@@ -422,14 +411,15 @@ def build_rank(raw: RawRank) -> RankTables:
     top_op = np.where(has_launch, top_op[li], np.where(is_device, -1, top_op))
     step = np.where(has_launch, step[li], step)
     op, top_op, step = _syncs_by_external_id(kind == K["sync"], is_op, external_id, external_null, ts, op, top_op, step)
-    ev_frame = np.where(has_launch, ev_frame[li], ev_frame)
+    ev_frame = np.where(has_launch, ev_frame[li], ev_frame).astype(idx)
     if module_path is not None:  # (codes, -1 = none; their dictionary)
         module_path = (np.where(has_launch, module_path[0][li], module_path[0]), module_path[1])
 
     # a device number is an int32: a device event's pid beyond it names no device
-    device = np.where(is_device & ~pid_null & (pid >= 0) & (pid < 2**31), pid, -1)
+    device = np.where(is_device & ~pid_null & (pid >= 0) & (pid < 2**31), pid, -1).astype(np.int32)
     stream = np.where(is_device, np.where(stream_null, tid, stream_arg), -1)
     stream_mask = ~is_device | (stream_null & tid_null)
+    del stream_arg, stream_null
     kind_dict = pa.array(_KIND_NAMES, pa.string())
     pass_dict = pa.array(passes.PASSES, pa.string())
     base = rank * ID_STRIDE
@@ -458,7 +448,7 @@ def build_rank(raw: RawRank) -> RankTables:
         "tid": plain(tid, tid_null),
         "pid_text": lambda sl: pid_text[sl],
         "tid_text": lambda sl: tid_text[sl],
-        "device": plain(device.astype(np.int32), device < 0, pa.int32()),
+        "device": plain(device, device < 0, pa.int32()),
         "stream": plain(stream, stream_mask),
         "depth": plain(depth.astype(np.int32), None, pa.int32()),
         "python_ancestors": plain(python_ancestors, None, pa.int32()),
@@ -495,6 +485,7 @@ def build_rank(raw: RawRank) -> RankTables:
         }
     )
     flows = _conform(flows, schema.FLOWS).sort_by([("ts_ns", "ascending")])
+    del fl, fl_event
     counters = _counters(raw)
 
     counts = {_KIND_NAMES[k]: int(c) for k, c in zip(*np.unique(kind, return_counts=True))} if n else {}
@@ -503,6 +494,32 @@ def build_rank(raw: RawRank) -> RankTables:
     span = int((ts + dur).max() - ts[0]) if n else None  # ts is sorted
     return RankTables(rank, {"events": events, "frames": frames, "flows": flows, "memory": memory, "counters": counters},
                       steps, quality, counts, devices, span)
+
+
+def _launch_by_correlation(is_runtime, is_device, correlation, correlation_null, dtype) -> np.ndarray:
+    """Each device event's runtime call (the one of the same correlation id), else -1."""
+    launch = np.full(len(is_device), -1, dtype=dtype)
+    rt_idx = np.flatnonzero(is_runtime & ~correlation_null)
+    if len(rt_idx):
+        rt_corr = correlation[rt_idx]
+        o = np.argsort(rt_corr, kind="stable")
+        rt_corr, rt_sorted = rt_corr[o], rt_idx[o]
+        dev_idx = np.flatnonzero(is_device & ~correlation_null)
+        p = np.clip(np.searchsorted(rt_corr, correlation[dev_idx]), 0, len(rt_corr) - 1)
+        hit = rt_corr[p] == correlation[dev_idx]
+        launch[dev_idx[hit]] = rt_sorted[p[hit]]
+    return launch
+
+
+def _flow_events(fl: pa.Table, base_ns: int, track, pid, tid, ts, end, parent) -> np.ndarray:
+    """The slice each flow endpoint binds to (the innermost on its thread around its time), else -1."""
+    fl_event = np.full(fl.num_rows, -1, dtype=np.int64)
+    if fl.num_rows and len(ts):
+        f_track = track_lookup(track, pid, tid, _np(fl["pid"]), _np(fl["tid"]))
+        ok = f_track >= 0
+        if ok.any():
+            fl_event[ok] = slice_at(track, ts, end, parent, f_track[ok], (_np(fl["ts_ns"], 0) + base_ns)[ok])
+    return fl_event
 
 
 def _np_mask(col: pa.ChunkedArray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
