@@ -294,8 +294,8 @@ def build_rank(raw: RawRank) -> RankTables:
     # Order: by time, longer first at equal start so that parents precede children.
     ts = _np(ev["ts_ns"], 0) + raw.base_ns
     dur = _np(ev["dur_ns"], 0)
-    idx = _index_dtype(n)
-    order = time_order(ts, dur).astype(idx)
+    idx = _index_dtype(n)  # (kept link arrays; `order` stays intp: numpy indexes with it many times)
+    order = time_order(ts, dur)
     ts, dur = ts[order], dur[order]
     event_id = rank * ID_STRIDE + np.arange(n, dtype=np.int64)
 
