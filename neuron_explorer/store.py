@@ -38,7 +38,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import __version__, schema
+from . import __version__, parquet_native, schema
 from .errors import InputError, RunExistsError
 
 MANIFEST = "manifest.json"
@@ -189,6 +189,10 @@ _DICTIONARY_COLUMNS = ["kind", "category", "name", "phase", "pid_text", "tid_tex
                        "line_kind", "series", "binding_point", "pid", "tid", "rank", "device", "stream", "step"]
 
 
+_ENCODE_THREADS = max(1, min(os.cpu_count() or 1, 8))
+"""Columns of a large table's row group encoded at once (parquet_native)."""
+
+
 def _write_table(table: pa.Table, path: Path) -> None:
     with write_errors(path.parent):
         pq.write_table(
@@ -213,8 +217,10 @@ def _write_partition(dir_: Path, tables: dict) -> None:
     A table is a pyarrow Table, or anything with `schema` and `batches(n)` (build.SortedTable),
     which is written row group by row group so that it is never materialised whole.
 
-    Encoding and compressing a row group runs on a writer thread (Arrow releases the GIL) while
-    this thread assembles the next batch, or writes the small tables: both cores are used.
+    Such a table is written on a writer thread (Arrow releases the GIL) while this thread writes
+    the small tables. With the parallel writer (parquet_native, once built) each row group's
+    columns are encoded on every core; else pyarrow encodes a row group while this thread
+    assembles the next batch.
     """
     with ThreadPoolExecutor(max_workers=1) as pool:  # one worker: each file's writes stay in order
         queued: list = []
@@ -232,6 +238,12 @@ def _write_partition(dir_: Path, tables: dict) -> None:
                 # reads back with the spec's types, which Parquet's own types carry exactly
                 batches = table.batches(ROW_GROUP_ROWS, dictionaries=True)
                 first = next(batches, None)
+                native = parquet_native.load(build=False) if first is not None else None
+                if native is not None:  # its columns encoded on every core, beside the small tables' writes
+                    queued.append(pool.submit(parquet_native.write, native, path, first.schema, itertools.chain([first], batches),
+                                              row_group_rows=ROW_GROUP_ROWS, dictionary_columns=_DICTIONARY_COLUMNS,
+                                              metadata=spec.arrow_schema().metadata, threads=_ENCODE_THREADS))
+                    continue
                 writer = pq.ParquetWriter(path, spec.arrow_schema() if first is None else first.schema, compression="zstd",
                                           write_statistics=True, use_dictionary=_DICTIONARY_COLUMNS, store_schema=False)
                 writer.add_key_value_metadata(spec.arrow_schema().metadata)

@@ -21,43 +21,32 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import os
-import shutil
 import subprocess
 import sys
 import threading
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
+from ..native_build import build_dir, compile_library, enabled
+
 SOURCES = (Path(__file__).parent / "native" / "kineto_json.cpp", Path(__file__).parent / "native" / "forest.cpp")
-FAILED_FILE = "build-failed.txt"
 _TEXTS = ("s_cat", "s_name", "s_pid_text", "s_tid_text", "s_args", "f_cat", "f_name", "f_phase", "f_bp")
 _INTS = ("s_ts", "s_dur", "s_pid", "s_tid", "s_corr", "s_ext", "s_stream", "s_pyid", "s_pypid", "f_id", "f_ts", "f_pid", "f_tid")
 _lock = threading.Lock()
 _state: dict = {}
 
 
-def _enabled() -> bool:
-    return os.environ.get("NEURON_EXPLORER_NATIVE", "auto").strip().lower() not in ("0", "off", "no", "false", "python")
-
-
-def _build_dir() -> Path:
-    env = os.environ.get("NEURON_EXPLORER_NATIVE_DIR")
-    return Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "neuron-explorer" / "native"
-
-
 def library_path() -> Path:
     key = hashlib.sha256(b"".join(s.read_bytes() for s in SOURCES)).hexdigest()[:16]
-    return _build_dir() / f"nx_json_{key}" / "nx_json.so"
+    return build_dir() / f"nx_json_{key}" / "nx_json.so"
 
 
 def load():
     """The loaded library, building it first if needed; None when it is off or cannot be built."""
-    if not _enabled():
+    if not enabled():
         return None
     with _lock:
         if "lib" not in _state:
@@ -73,7 +62,7 @@ def load():
 def _load():
     so = library_path()
     if not so.is_file():
-        _compile(so)
+        compile_library(so, ["-O2", "-std=c++17", "-shared", "-fPIC", *map(str, SOURCES)], "the fast trace reader")
     lib = ctypes.CDLL(str(so))
     lib.nxj_read.restype = ctypes.c_void_p
     lib.nxj_read.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32]
@@ -94,7 +83,7 @@ def _load():
 def loaded():
     """The library if this process has loaded it, or can load it without compiling; else None.
     (The live collector's build must never wait for a compiler.)"""
-    if not _enabled():
+    if not enabled():
         return None
     with _lock:
         if "lib" not in _state:
@@ -105,25 +94,6 @@ def loaded():
             except OSError:
                 return None
         return _state["lib"]
-
-
-def _compile(so: Path) -> None:
-    failed = so.parent / FAILED_FILE
-    if failed.is_file():
-        raise RuntimeError(f"its build failed before; see {failed}")
-    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
-    if not cxx:
-        raise RuntimeError("no C++ compiler")
-    so.parent.mkdir(parents=True, exist_ok=True)
-    print(f"neuron-explorer: compiling the fast trace reader into {so.parent} (once; a few seconds)", file=sys.stderr, flush=True)
-    tmp = so.with_name(f".{so.name}.{uuid.uuid4().hex[:8]}")
-    res = subprocess.run([cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-o", str(tmp), *map(str, SOURCES)],
-                         capture_output=True, text=True, timeout=300)
-    if res.returncode != 0:
-        failed.write_text(res.stderr[-4000:])
-        tmp.unlink(missing_ok=True)
-        raise RuntimeError(f"the build failed; see {failed}")
-    os.replace(tmp, so)  # another process building it meanwhile writes the same file
 
 
 @dataclass

@@ -30,7 +30,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import store
+from .. import parquet_native, store
 from ..errors import InputError
 from ..schema import ID_STRIDE
 from . import _kineto_json, remote
@@ -417,6 +417,7 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
     except OSError as e:  # a path the system refuses to even look at
         raise InputError(out_dir, f"cannot write here ({_reason(e)})") from None
     files = find_traces(source)
+    parquet_native.load()  # the parallel Parquet writer, built (once) before any worker starts: workers only load it
     out, tmp = store.begin_run(out_dir, force)
     try:
         n_workers = import_workers(files, workers)

@@ -1,0 +1,50 @@
+"""Compiling the package's small C++ libraries (plain C ABI, loaded with ctypes) on first use.
+
+Each is built with the system's C++ compiler (`$CXX`, else `c++`) into the native build folder
+(`$NEURON_EXPLORER_NATIVE_DIR`, default `~/.cache/neuron-explorer/native/`), under a name that
+changes with its source, so an upgrade builds a fresh one. A failed build leaves
+`build-failed.txt` beside it and is not retried until that file is deleted. `NEURON_EXPLORER_NATIVE=0`
+turns them all off (each has a Python path that gives the same result, more slowly).
+
+Must not: import anything of the package but errors (the store and the collectors both use it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+FAILED_FILE = "build-failed.txt"
+
+
+def enabled() -> bool:
+    return os.environ.get("NEURON_EXPLORER_NATIVE", "auto").strip().lower() not in ("0", "off", "no", "false", "python")
+
+
+def build_dir() -> Path:
+    env = os.environ.get("NEURON_EXPLORER_NATIVE_DIR")
+    return Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "neuron-explorer" / "native"
+
+
+def compile_library(so: Path, args: list[str], what: str) -> None:
+    """Build `so` with the C++ compiler and `args` (sources, flags; not the output). Raises
+    RuntimeError naming why when it cannot; the failure is remembered beside `so`."""
+    failed = so.parent / FAILED_FILE
+    if failed.is_file():
+        raise RuntimeError(f"its build failed before; see {failed}")
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if not cxx:
+        raise RuntimeError("no C++ compiler")
+    so.parent.mkdir(parents=True, exist_ok=True)
+    print(f"neuron-explorer: compiling {what} into {so.parent} (once; a few seconds)", file=sys.stderr, flush=True)
+    tmp = so.with_name(f".{so.name}.{uuid.uuid4().hex[:8]}")
+    res = subprocess.run([cxx, *args, "-o", str(tmp)], capture_output=True, text=True, timeout=300)
+    if res.returncode != 0:
+        failed.write_text(res.stderr[-4000:])
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError(f"the build failed; see {failed}")
+    os.replace(tmp, so)  # another process building it meanwhile writes the same file
