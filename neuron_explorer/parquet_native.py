@@ -21,6 +21,7 @@ import hashlib
 import queue
 import re
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -52,7 +53,8 @@ def library_path() -> Path:
 
 def load(build: bool = True):
     """The loaded library, built first when `build` (else only when already built); None when it is
-    off or cannot be had. A failed build is reported once on stderr by the compiler step."""
+    off or cannot be had (with `build`, one line on stderr says why; a failed build is not retried
+    until its build-failed.txt is deleted)."""
     if not enabled():
         return None
     with _lock:
@@ -62,8 +64,11 @@ def load(build: bool = True):
                 return None
             try:
                 _state["lib"] = _load(so)
-            except (OSError, subprocess.SubprocessError, RuntimeError):
-                _state["lib"] = None  # pyarrow's writer then: the same file, on one thread
+            except (OSError, subprocess.SubprocessError, RuntimeError) as e:
+                if build:
+                    print(f"neuron-explorer: the parallel Parquet writer is not available ({' '.join(str(e).split())[:200]}); "
+                          "pyarrow writes the same files, on one thread", file=sys.stderr, flush=True)
+                _state["lib"] = None
         return _state["lib"]
 
 
