@@ -35,15 +35,17 @@ _state: dict = {}
 
 
 def _pyarrow_libs() -> tuple[Path, list[str]]:
-    """pyarrow's library folder, and the file names of its arrow and parquet libraries."""
-    libdir = Path(pa.__file__).parent
-    names = []
-    for stem in ("libarrow.so", "libparquet.so"):
-        found = sorted(p.name for p in libdir.glob(f"{stem}*") if p.name == stem or p.name[len(stem)] == ".")
-        if not found:
-            raise RuntimeError(f"pyarrow has no {stem} in {libdir}")
-        names.append(found[0])  # the shortest name: libarrow.so or libarrow.so.<version>
-    return libdir, names
+    """The folder of pyarrow's arrow and parquet libraries (its package folder for a pip wheel, the
+    environment's lib folder for conda), and their file names."""
+    for libdir in map(Path, pa.get_library_dirs()):
+        names = []
+        for stem in ("libarrow.so", "libparquet.so"):
+            found = sorted(p.name for p in libdir.glob(f"{stem}*") if p.name == stem or p.name[len(stem)] == ".")
+            if found:
+                names.append(found[0])  # the shortest name: libarrow.so or libarrow.so.<version>
+        if len(names) == 2:
+            return libdir, names
+    raise RuntimeError(f"pyarrow's libarrow.so and libparquet.so are not in {', '.join(pa.get_library_dirs())}")
 
 
 def library_path() -> Path:
