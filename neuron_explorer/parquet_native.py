@@ -111,8 +111,7 @@ def write(lib, path: Path, schema: pa.Schema, batches, *, row_group_rows: int, d
 
     stream = _ArrowArrayStream()
     pa.RecordBatchReader.from_batches(schema, pulled())._export_to_c(ctypes.addressof(stream))
-    names = [c for c in dictionary_columns if c in schema.names]
-    dict_bytes = b"".join(n.encode() + b"\0" for n in names)
+    dict_bytes = b"".join(n.encode() + b"\0" for n in dictionary_columns)  # (a name not in the schema is ignored, as by pyarrow)
     kv_bytes = b"".join(k + b"\0" + v + b"\0" for k, v in metadata.items())
     err = ctypes.create_string_buffer(2048)
     # (ctypes releases the GIL for the call; the stream takes it back to pull each batch)

@@ -35,6 +35,7 @@ import warnings
 from pathlib import Path
 
 from ...errors import UsageError
+from ...native_build import FAILED_FILE, build_dir, enabled  # noqa: F401  (build_dir: tests name it as native.build_dir)
 
 SOURCE = Path(__file__).with_name("live_convert.cpp")
 _lock = threading.Lock()
@@ -46,18 +47,11 @@ class NativeUnavailable(UsageError):
 
 
 def mode() -> str:
-    value = os.environ.get("NEURON_EXPLORER_NATIVE", "auto").strip().lower()
-    if value in ("0", "off", "no", "false", "python"):
+    if not enabled():
         return "off"
-    if value in ("require", "required", "1", "on", "yes", "true"):
+    if os.environ.get("NEURON_EXPLORER_NATIVE", "auto").strip().lower() in ("require", "required", "1", "on", "yes", "true"):
         return "require"
     return "auto"
-
-
-def build_dir() -> Path:
-    env = os.environ.get("NEURON_EXPLORER_NATIVE_DIR")
-    base = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "neuron-explorer" / "native"
-    return base
 
 
 def module_name() -> str:
@@ -67,7 +61,6 @@ def module_name() -> str:
     return f"nx_live_{key[:16]}"
 
 
-FAILED_FILE = "build-failed.txt"
 STALE_LOCK_S = 600  # a build takes well under a minute
 
 
