@@ -15,7 +15,7 @@ from neuron_explorer.analyzers import analyze
 from neuron_explorer.analyzers.diff import compare, gate, render_text
 from neuron_explorer.analyzers.metrics import select_steady_steps, steady_steps
 from neuron_explorer.analyzers.stats import (_u_counts, bootstrap_median_diff_ci, cliffs_delta, compare_samples, describe,
-                                             mann_whitney, paired_ratio_t, recording_value, run_level_t, slow_recordings, t_quantile, t_sf, u_statistic,
+                                             mann_whitney, paired_difference_t, paired_ratio_t, recording_value, run_level_t, slow_recordings, t_quantile, t_sf, u_statistic,
                                              welch)
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.store import open_run
@@ -393,19 +393,20 @@ Q = 0.998
 """The lower quartile of _recordings' steps over their median."""
 
 
-def _recordings(tmp: Path, name: str, medians_ms: list[float], starts_s: list[float] | None = None, host: str | None = None) -> Path:
+def _recordings(tmp: Path, name: str, medians_ms: list[float], starts_s: list[float] | None = None, host: str | None = None,
+                slow_ms: float = 0.0) -> Path:
     """A run set: one hand-built run per recording, each 9 steady steps within ±0.5% of its median
     (after a warm-up step), as repeated recordings of one job show: steady within a process, but the
     process as a whole faster or slower (placement, load, memory layout); a recording's value, its
     lower-quartile step (the 3rd fastest of 9), is 0.998 x its median. With starts_s and host:
     recording i starts starts_s[i] seconds into 2026-11-30 on a wall clock, on that host (as live
-    recordings are)."""
+    recordings are). slow_ms: every step also runs aten::slow for that long (_steps_run)."""
     folder = tmp / name
     folder.mkdir()
     for i, m in enumerate(medians_ms, 1):
         steps = [3 * m] + [m * f for f in (1.0, 1.004, 0.997, 1.002, 0.996, 1.005, 0.999, 1.001, 0.998)]
         t0 = 1_796_000_000e6 + starts_s[i - 1] * 1e6 if starts_s else 0.0
-        run = _steps_run(tmp, f"{name}-{i}", steps, t0_us=t0)
+        run = _steps_run(tmp, f"{name}-{i}", steps, slow_ms=slow_ms, t0_us=t0)
         if host:
             manifest = json.loads((run / "manifest.json").read_text())
             (run / "manifest.json").write_text(json.dumps({**manifest, "host": host}))
@@ -601,3 +602,74 @@ def test_the_two_fastest_recordings_of_a_side_are_kept(tmp_path: Path):
     assert [r["set_aside"] for r in s.runs["base"]] == [False, True, True, False, True, True, False, True]
     assert s.verdict == "cannot tell" and "the two fastest are kept" in s.test_reason
     assert cli("diff", base, test, "--fail-if-slower", "5%").returncode == 0
+
+
+def _row(d, type_: str, key: str):
+    return next(r for r in d.deltas if r.type == type_ and r.key == key and r.metric == "cpu")
+
+
+def test_with_run_sets_the_delta_rows_are_judged_between_recordings(tmp_path: Path):
+    """Same code, recorded five times per side on a machine that runs some recordings 30% slower as
+    wholes: the test side happened to get three such recordings, the base one. Every step of a
+    recording is within ±0.5% of its median, so the pooled steps would call aten::relu (the rest of
+    the step) 16% slower with p < 1e-6, a hot line of nothing. Judged like the step time, one value
+    per recording and the disturbed recordings set aside, the row is noise; a 2 ms operator added
+    to every step of the test recordings is still significant."""
+    base = _recordings(tmp_path, "base", [10.0, 10.2, 13.0, 10.1, 10.3])
+    same = _recordings(tmp_path, "same", [13.1, 10.1, 13.0, 12.9, 13.2])
+    d = compare(base, same)
+    relu = _row(d, "operator", "aten::relu")
+    assert relu.test_name == "t-on-run-values" and not relu.significant and relu.p_value > 0.05
+    # what the pooled steps say about the same row: certain, and wrong
+    key = ("operator", "aten::relu", "cpu")
+    pooled = compare_samples(_side_of(base).vals[key], _side_of(same).vals[key])
+    assert pooled.p_value < 1e-6
+    # the row's means are those of the recordings the step time kept (base 3 and test 1, 3, 4 set aside)
+    s = d.step_time
+    assert [r["set_aside"] for r in s.runs["base"]] == [False, False, True, False, False]
+    assert [r["set_aside"] for r in s.runs["test"]] == [True, False, True, False, True]
+    relu_ms = [m - 1.010 for m in (10.0, 10.2, 10.1, 10.3)]  # the step less hot (1 ms) and the 10 us of gaps
+    assert relu.base_ns_per_step == pytest.approx(1e6 * statistics.mean(relu_ms), rel=2e-3)
+    assert d.step_time.verdict != "slower" and s.significant_deltas is None
+    assert "each recording's mean per step is one value" in render_text(d)
+    # a real change in every test recording: aten::slow, 2 ms per step, new
+    slow = compare(base, _recordings(tmp_path, "slow", [12.0, 12.3, 15.6, 12.1, 12.2], slow_ms=2.0))
+    new = _row(slow, "operator", "aten::slow")
+    assert new.status == "new" and new.significant and new.test_name == "t-on-run-values"
+    assert new.delta_ns_per_step == pytest.approx(2e6 - 2e3, rel=1e-3)
+    assert slow.step_time.verdict == "slower"
+
+
+def _side_of(folder: Path):
+    from neuron_explorer.analyzers.diff import _side
+
+    return _side(folder)
+
+
+def test_rows_of_recordings_made_in_pairs_are_paired_differences(tmp_path: Path):
+    """The machine's speed drifts between pairs (10 → 13 → 9 ms); each test recording is 1.2x its
+    partner. aten::relu, most of the step, grows by 1.8-2.6 ms in every pair: paired, that is plain,
+    though the drift spreads each side's values by 4 ms."""
+    starts = [0.0, 60.0, 120.0]
+    base = _recordings(tmp_path, "base", [10.0, 13.0, 9.0], starts, host="ci-1")
+    test = _recordings(tmp_path, "test", [12.0, 15.6, 10.8], [x + 0.5 for x in starts], host="ci-1")
+    d = compare(base, test)
+    assert d.step_time.test_name == "paired-t-on-run-ratios"
+    relu = _row(d, "operator", "aten::relu")
+    assert relu.test_name == "paired-t-on-run-differences" and relu.significant
+    diffs = [1e6 * (t - b) for b, t in ((10.0, 12.0), (13.0, 15.6), (9.0, 10.8))]
+    assert relu.delta_ns_per_step == pytest.approx(statistics.mean(diffs), rel=2e-3)
+    assert relu.p_value < 0.05
+    # unpaired, the same rows would be noise: Student's t on the two sides' values
+    assert run_level_t([9.0, 12.0, 8.0], [11.0, 14.6, 9.8]).p_value > 0.05
+
+
+def test_paired_difference_t_matches_a_hand_computation():
+    base, test = [10.0, 20.0, 30.0], [12.0, 21.0, 33.0]  # differences 2, 1, 3
+    r = paired_difference_t(base, test)
+    assert r.df == 2 and r.delta == pytest.approx(2.0) and r.sd == pytest.approx(1.0)
+    assert r.t == pytest.approx(2.0 / (1.0 / math.sqrt(3)))
+    half = t_quantile(0.975, 2) / math.sqrt(3)
+    assert (r.ci_low, r.ci_high) == pytest.approx((2.0 - half, 2.0 + half))
+    assert r.p_value == pytest.approx(2 * t_sf(r.t, 2))
+    assert math.isnan(paired_difference_t([1.0], [2.0]).p_value)

@@ -8,7 +8,8 @@ with Mann-Whitney U, or Welch's t where both runs pass its screen (stats.compare
 Cliff's delta as the effect size. The verdict is "cannot tell" with fewer than MIN_STEADY_STEPS
 steady steps in a run, or when the significant line, operator or kernel deltas add up to more
 than the step-time verdict could still call no change. Every number is per profiler step, from
-per-step samples. Source lines are matched by (file, function, code text) when the collector
+per-step samples; with several recordings per side the verdict and the delta rows are both tested
+on one value per recording (the recordings differ as wholes, which their steps cannot show). Source lines are matched by (file, function, code text) when the collector
 recorded the code, so an edit above a hot line does not turn it into a "new" hotspot.
 Definitions: docs/COMPARE.md. Reads runs only through open_run.
 
@@ -27,7 +28,8 @@ from ..store import Run, open_run
 from . import job
 from .metrics import StepSelection, steady_steps
 from .stats import (Sample, Test, bootstrap_median_diff_ci, cliffs_delta, compare_samples, describe, detectable_change,
-                    median, paired_ratio_t, pairs_to_detect, recording_value, robust_sd, run_level_t, runs_to_detect,
+                    median, paired_difference_t, paired_ratio_t, pairs_to_detect, recording_value, robust_sd, run_level_t,
+                    runs_to_detect,
                     slow_recordings, steps_to_detect, RECORDING_QUANTILE, SLOW_RECORDING_SHARE)
 
 ALPHA = 0.05
@@ -84,7 +86,8 @@ class Delta:
     significant: bool
     status: str  # changed | new | gone
     base_key: str | None = None  # for source lines: the matched line in the base run
-    test_name: str = "none"  # which test gave p_value (stats.compare_samples)
+    test_name: str = "none"  # which test gave p_value: stats.compare_samples's on the steps, or with several
+    # recordings per side 't-on-run-values' / 'paired-t-on-run-differences' on each recording's mean per step
 
 
 @dataclass
@@ -340,16 +343,22 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
     within_floor = ci_known and -floor < ci_low and ci_high < floor
     significant = bool(math.isfinite(p) and p < ALPHA and abs(delta) >= floor and past_floor)
 
+    # the rows are judged on the step time's unit: its steps with one recording per side; with several,
+    # one value per recording (its mean per step), the recordings and pairs the step time kept
+    row_test = _row_test(bs, ts, pairs, aside) if between_runs else None
     deltas = []
     for k in set(base_vals) | set(test_vals):
         type_, key, metric = k
         a = base_vals.get(k, [0.0] * len(base_times))
         b = test_vals.get(k, [0.0] * len(test_times))
-        ma, mb = _mean(a), _mean(b)
+        if row_test is None:
+            ma, mb = _mean(a), _mean(b)
+            kt = compare_samples(a, b)
+        else:
+            ma, mb, kt = row_test(a, b)
         d = mb - ma
         if d == 0:
             continue
-        kt = compare_samples(a, b)
         sig = bool(math.isfinite(kt.p_value) and kt.p_value < ALPHA and abs(d) >= floor)
         status = "new" if k not in base_vals else "gone" if k not in test_vals else "changed"
         shown = test_disp.get(key) or base_disp.get(key) or key
@@ -437,6 +446,37 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
                      for i, (path, t, sel) in enumerate(zip(side.paths, side.times, side.sels))]
               for role, side in (("base", bs), ("test", ts))})
     return Diff(str(base_path), str(test_path), step_time, deltas, notes, util)
+
+
+def _recording_means(vec: list[float], times: list[list[float]]) -> list[float]:
+    """One delta row's mean per step in each recording of a side (`vec` holds the recordings' steady
+    steps one after the other, as _Side.vals does; `times` gives each recording's steps)."""
+    out, at = [], 0
+    for t in times:
+        part = vec[at:at + len(t)]
+        out.append(sum(part) / len(part) if part else 0.0)
+        at += len(t)
+    return out
+
+
+def _row_test(bs: "_Side", ts: "_Side", pairs: list[tuple[int, int]] | None, aside: dict[str, list[int]]):
+    """The delta rows' test with several recordings per side, on the step time's unit: each
+    recording is one value (the row's mean per step in it). Recordings in pairs: paired t on the
+    pairs' differences (a row can be 0 in a recording, so not on ratios); else Student's t on the
+    recordings the step time kept (those set aside as disturbed are left out here too). So the
+    variation between recordings, which the steps of one recording cannot show, is in every row's
+    p-value as in the verdict's. Returns f(base_vec, test_vec) -> (base mean, test mean, Test)."""
+    def test(a: list[float], b: list[float]):
+        ra, rb = _recording_means(a, bs.times), _recording_means(b, ts.times)
+        if pairs:
+            av, bv = [ra[i] for i, _ in pairs], [rb[j] for _, j in pairs]
+            rl, name = paired_difference_t(av, bv), "paired-t-on-run-differences"
+        else:
+            av = [v for i, v in enumerate(ra) if i not in aside["base"]]
+            bv = [v for j, v in enumerate(rb) if j not in aside["test"]]
+            rl, name = run_level_t(av, bv), "t-on-run-values"
+        return _mean(av), _mean(bv), Test(name, rl.t, rl.p_value, float("nan"), "")
+    return test
 
 
 @dataclass
@@ -611,6 +651,7 @@ def _step_list(steps: list[int]) -> str:
 
 TEST_NAMES = {"mann-whitney-u": "Mann-Whitney U", "welch-t": "Welch's t", "t-on-run-values": "Student's t on the recordings' values",
               "paired-t-on-run-ratios": "paired t on the ratios of recordings made in pairs",
+              "paired-t-on-run-differences": "paired t on the differences of recordings made in pairs",
               "none": "no test"}
 
 
@@ -662,8 +703,10 @@ def render_text(diff: Diff, top: int = 20) -> str:
                      + ")")
     if ub.get("tflops_per_s_median") and ut.get("tflops_per_s_median"):
         lines.append(f"achieved TFLOP/s per step (median): {ub['tflops_per_s_median']:.4g} → {ut['tflops_per_s_median']:.4g}")
+    unit = ("; each recording's mean per step is one value, over the recordings the step time kept"
+            if s.test_name in RUN_SET_TESTS else "")
     lines += ["", f"largest changes per step over the steady steps (* = significant: p < {ALPHA} and at least "
-                  f"{MIN_SHARE_OF_STEP:.0%} of the step)"]
+                  f"{MIN_SHARE_OF_STEP:.0%} of the step{unit})"]
     for type_ in _TYPE_ORDER:
         rows = [d for d in diff.deltas if d.type == type_][:top]
         if not rows:

@@ -257,8 +257,9 @@ def welch(a: list[float], b: list[float]) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class RunLevel:
-    """A comparison of two sets of recordings, one value (recording_value) per recording: Student's
-    t with pooled variance (run_level_t), or paired t on ratios (paired_ratio_t)."""
+    """A comparison of two sets of recordings, one value per recording (recording_value, or a delta
+    row's mean per step): Student's t with pooled variance (run_level_t), paired t on ratios
+    (paired_ratio_t) or on differences (paired_difference_t)."""
     delta: float  # test - base, in the values' unit
     ci_low: float  # 95% interval of delta (or `level`)
     ci_high: float
@@ -312,6 +313,27 @@ def paired_ratio_t(base_medians: list[float], test_medians: list[float], level: 
     half = t_quantile(1 - (1 - level) / 2, df) * se
     t = m / se
     return RunLevel(delta, ref * math.expm1(m - half), ref * math.expm1(m + half), t, 2.0 * t_sf(abs(t), df), df, sd_log * ref)
+
+
+def paired_difference_t(base_values: list[float], test_values: list[float], level: float = 0.95) -> RunLevel:
+    """Paired t on the differences test_k - base_k of recordings made in pairs: the delta lists' test
+    for pairs (a row can be 0 in a recording, so its ratio may not exist). delta = mean difference,
+    its t interval; sd = the differences' standard deviation; df = pairs - 1. NaN figures with fewer
+    than 2 pairs."""
+    n = len(base_values)
+    nan = float("nan")
+    if n != len(test_values) or n < 2:
+        return RunLevel(nan, nan, nan, nan, nan, max(n - 1, 0), nan)
+    diffs = [t - b for b, t in zip(base_values, test_values)]
+    m = sum(diffs) / n
+    df = n - 1
+    sd = math.sqrt(sum((x - m) ** 2 for x in diffs) / df)
+    se = sd / math.sqrt(n)
+    if se == 0:
+        return RunLevel(m, m, m, math.copysign(math.inf, m) if m else 0.0, 0.0 if m else 1.0, df, 0.0)
+    half = t_quantile(1 - (1 - level) / 2, df) * se
+    t = m / se
+    return RunLevel(m, m - half, m + half, t, 2.0 * t_sf(abs(t), df), df, sd)
 
 
 RECORDING_QUANTILE = 0.25
