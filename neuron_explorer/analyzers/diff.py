@@ -9,8 +9,9 @@ Cliff's delta as the effect size. The verdict is "cannot tell" with fewer than M
 steady steps in a run, or when the significant line, operator or kernel deltas add up to more
 than the step-time verdict could still call no change. Every number is per profiler step, from
 per-step samples; with several recordings per side the verdict and the delta rows are both tested
-on one value per recording (the recordings differ as wholes, which their steps cannot show). Source lines are matched by (file, function, code text) when the collector
-recorded the code, so an edit above a hot line does not turn it into a "new" hotspot.
+on one value per recording (the recordings differ as wholes, which their steps cannot show).
+Source lines are matched by (file, function, code text) when the collector recorded the code, so
+an edit above a hot line does not turn it into a "new" hotspot.
 Definitions: docs/COMPARE.md. Reads runs only through open_run.
 
 Must not: select steps itself (metrics.steady_steps does) or print (render_text returns text).
