@@ -307,14 +307,13 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
             # recorded in pairs, and whatever slowed a recording slowed its partner too: what the machine did
             # while a pair ran cancels in the pair's ratio, so every pair counts
             aside = {"base": [], "test": []}
-            bm, tm = [all_bm[i] for i, _ in pairs], [all_tm[j] for _, j in pairs]
+            bm, tm = _kept(all_bm, all_tm, pairs, aside)
             rl, name = paired_ratio_t(bm, tm), "paired-t-on-run-ratios"
             why = (f"{len(pairs)} pairs of recordings made together on one host: paired t ({rl.df} df) on the log of each "
                    f"pair's ratio of values (test / base; a recording's value is its {RECORDING_QUANTILE:.0%} quantile step), so what the "
                    "machine did while a pair ran cancels")
         else:
-            bm = [m for i, m in enumerate(all_bm) if i not in aside["base"]]
-            tm = [m for i, m in enumerate(all_tm) if i not in aside["test"]]
+            bm, tm = _kept(all_bm, all_tm, None, aside)
             rl, name = run_level_t(bm, tm), "t-on-run-values"
             why = (f"{len(bm)} base and {len(tm)} test recordings: Student's t (pooled variance, {rl.df} df) on each "
                    f"recording's value (its {RECORDING_QUANTILE:.0%} quantile step: its steps at the machine's full speed), so the "
@@ -449,6 +448,15 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
     return Diff(str(base_path), str(test_path), step_time, deltas, notes, util)
 
 
+def _kept(base: list, test: list, pairs: list[tuple[int, int]] | None, aside: dict[str, list[int]]) -> tuple[list, list]:
+    """Per-recording values (the step time's, or a delta row's) that a run-set test compares: in
+    pair order when the recordings are compared as pairs, else those not set aside as disturbed."""
+    if pairs:
+        return [base[i] for i, _ in pairs], [test[j] for _, j in pairs]
+    return ([v for i, v in enumerate(base) if i not in aside["base"]],
+            [v for j, v in enumerate(test) if j not in aside["test"]])
+
+
 def _recording_means(vec: list[float], times: list[list[float]]) -> list[float]:
     """One delta row's mean per step in each recording of a side (`vec` holds the recordings' steady
     steps one after the other, as _Side.vals does; `times` gives each recording's steps)."""
@@ -469,13 +477,8 @@ def _row_test(bs: "_Side", ts: "_Side", pairs: list[tuple[int, int]] | None, asi
     p-value as in the verdict's. Returns f(base_vec, test_vec) -> (base mean, test mean, Test)."""
     def test(a: list[float], b: list[float]):
         ra, rb = _recording_means(a, bs.times), _recording_means(b, ts.times)
-        if pairs:
-            av, bv = [ra[i] for i, _ in pairs], [rb[j] for _, j in pairs]
-            rl, name = paired_difference_t(av, bv), "paired-t-on-run-differences"
-        else:
-            av = [v for i, v in enumerate(ra) if i not in aside["base"]]
-            bv = [v for j, v in enumerate(rb) if j not in aside["test"]]
-            rl, name = run_level_t(av, bv), "t-on-run-values"
+        av, bv = _kept(ra, rb, pairs, aside)
+        rl, name = (paired_difference_t(av, bv), "paired-t-on-run-differences") if pairs else (run_level_t(av, bv), "t-on-run-values")
         return _mean(av), _mean(bv), Test(name, rl.t, rl.p_value, float("nan"), "")
     return test
 
