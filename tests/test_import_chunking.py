@@ -1,12 +1,14 @@
-"""Large traces are cut into pieces decoded in worker processes: the result must not depend on it.
+"""Large traces are cut into pieces decoded several at a time: the result must not depend on it.
 
 The real traces are small, so the size thresholds are lowered here to force many pieces through
-both paths: byte ranges read by the workers (plain JSON) and streamed pieces (gzip).
+both paths: byte ranges (plain JSON; read by the C++ reader on threads, and those it leaves to the
+Python decoder in worker processes) and streamed pieces (gzip, in worker processes).
 """
 
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
 import pytest
@@ -46,3 +48,27 @@ def test_many_pieces_in_workers_give_the_same_run(tmp_path: Path, monkeypatch, n
             assert len(_kineto_json.decode_trace(str(src)).chunks) > 2, "the gzip stream must be cut into several pieces"
     pieces = import_traces(src, tmp_path / "pieces").run_dir
     assert _rows(pieces) == _rows(whole)
+
+
+def test_ranges_left_to_the_python_decoder_are_decoded_in_order_with_the_rest(tmp_path: Path, monkeypatch):
+    """Some ranges hold events the C++ reader leaves to the Python decoder (an escaped name): those
+    are decoded by worker processes after the threads, and the run equals the one-piece import.
+    The array closes in an early range and a large array follows it, so ranges after the end (one
+    of them read by threads as well) are dropped."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": f'op{i} "quoted"' if i % 700 == 5 else f"op{i}", "pid": 1, "tid": 1,
+               "ts": 1700000000000000.125 + i, "dur": 0.5, "args": {"External id": i}} for i in range(4000)]
+    after = [{"id": i, "name": f"GPU {i}", "pad": "x" * 100} for i in range(2000)]
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps({"traceEvents": events, "deviceProperties": after}))
+    assert r'op5 \"quoted\"' in src.read_text()
+    whole = import_traces(src, tmp_path / "whole").run_dir
+    monkeypatch.setattr(_kineto_json, "CHUNK_BYTES", 32 << 10)
+    monkeypatch.setattr(_kineto_json, "PARALLEL_MIN_BYTES", 0)
+    outcomes = []
+    native_range = _kineto_json._native_range
+    monkeypatch.setattr(_kineto_json, "_native_range", lambda *a: outcomes.append(native_range(*a)) or outcomes[-1])
+    pieces = import_traces(src, tmp_path / "pieces").run_dir
+    assert _rows(pieces) == _rows(whole)
+    assert len(_rows(pieces)["events"]) == 4000
+    assert outcomes.count(None) >= 5, "ranges with an escaped name are left to the Python decoder"
+    assert sum(o is not None for o in outcomes) >= 5, "the other ranges are read by the C++ reader"

@@ -33,8 +33,8 @@ def _decode(path: Path, native: bool, monkeypatch) -> tuple[dict, dict]:
     counts = {"native": 0, "python": 0}
     read = _json_native.read
 
-    def counted(array, max_nesting, bare=False):
-        result = read(array, max_nesting, bare) if native else None
+    def counted(array, max_nesting, bare=False, may_end=False):
+        result = read(array, max_nesting, bare, may_end) if native else None
         counts["native" if result is not None else "python"] += 1
         return result
 
@@ -141,6 +141,33 @@ def test_event_shapes_read_the_same(name: str, tmp_path: Path, monkeypatch):
         assert not by_native
         return
     assert counts["native"] == (1 if by_native else 0), counts
+
+
+# Documents whose traceEvents array is followed by more of the document: the C++ reader stops at
+# the array's ']' and what follows is read as the header (brackets in strings, nested arrays, and
+# a document that is broken after the array).
+_TAILS = {
+    "arrays after": '], "deviceProperties": [{"id": 0, "name": "NVIDIA H100 ]", "dims": [[1, 2], []]}], "x": "]"}',
+    "whitespace before the bracket": ' \n\t ]  ,"distributedInfo": {"rank": 3}}\n',
+    "broken after the array": '], "deviceProperties": [}',
+    "not closed": '',
+}
+
+
+@pytest.mark.parametrize("name", list(_TAILS))
+def test_the_array_end_is_found_by_the_cpp_reader(name: str, tmp_path: Path, monkeypatch):
+    p = tmp_path / "t.json"
+    p.write_text('{"schemaVersion": 1, "traceEvents": [' + _PLAIN + _TAILS[name])
+    try:
+        counts = _same(p, monkeypatch)
+    except InputError as e:  # then both must fail alike
+        with pytest.raises(InputError) as py_error:
+            _decode(p, False, monkeypatch)
+        assert str(e) == str(py_error.value)
+        assert name in ("broken after the array", "not closed")
+        return
+    assert counts == {"native": 1, "python": 0}
+    assert name not in ("broken after the array", "not closed")
 
 
 def test_invalid_utf8_is_left_to_python(tmp_path: Path, monkeypatch):

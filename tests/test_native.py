@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -201,12 +203,17 @@ def test_a_required_native_converter_that_cannot_be_built_is_a_one_line_error(tm
     assert not (tmp_path / "run").exists()
 
 
-def test_a_build_lock_left_by_a_killed_build_does_not_hang_the_next_run(tmp_path):
+def test_a_build_lock_left_by_a_killed_build_does_not_hang_the_next_run(tmp_path, native_module):
     """torch's build lock file stays behind when a build is killed outright; a later run must
-    not wait on it forever (one older than any build is removed)."""
+    not wait on it forever (one older than any build is removed). The module itself is there (a
+    copy of the one built for this session, so that no compile is timed here): while the lock
+    stands, a run takes it for a build in progress and waits on torch's build instead."""
     native_dir = tmp_path / "native"
     folder = native_dir / native.module_name()
     folder.mkdir(parents=True)
+    built = Path(native_module.__file__)
+    assert built.parent.name == native.module_name()
+    shutil.copy2(built, folder / built.name)
     (folder / "lock").write_text("")
     old = 1_000_000_000  # 2001: long before any build now running
     os.utime(folder / "lock", (old, old))

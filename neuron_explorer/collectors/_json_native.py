@@ -68,6 +68,8 @@ def _load():
     lib.nxj_read.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32]
     lib.nxj_status.restype = ctypes.c_int32
     lib.nxj_status.argtypes = [ctypes.c_void_p]
+    lib.nxj_end.restype = ctypes.c_int64
+    lib.nxj_end.argtypes = [ctypes.c_void_p]
     lib.nxj_field.restype = ctypes.c_void_p
     lib.nxj_field.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)]
     lib.nxj_free.restype = None
@@ -101,22 +103,27 @@ class NativeChunk:
     events: pa.Table
     flows: pa.Table
     others: list[tuple[int, int]]  # byte ranges of the events left to the Python decoder
+    array_end: int | None = None  # where the array closed in the piece (its ']'), read with `may_end`
 
 
-def read(array, max_nesting: int, bare: bool = False) -> NativeChunk | None:
+def read(array, max_nesting: int, bare: bool = False, may_end: bool = False) -> NativeChunk | None:
     """The slices and flows of `array` (the bytes of one JSON array of events, nothing after it;
     with `bare`, a piece of one without its brackets: events separated by commas), and the byte
     ranges of its other events; None when the C++ reader is not available or leaves this array
-    to the Python decoder."""
+    to the Python decoder. With `may_end` (and `bare`) the piece may run past the array's end:
+    reading stops at its ']' (`array_end`), and what follows is left unread."""
     lib = load()
     if lib is None:
         return None
     data = bytes(array)
-    handle = lib.nxj_read(data, len(data), max_nesting, int(bare))
+    handle = lib.nxj_read(data, len(data), max_nesting, 2 if bare and may_end else int(bare))
     try:
         if lib.nxj_status(handle) != 0:
             return None
-        return _tables(lib, handle)
+        chunk = _tables(lib, handle)
+        end = lib.nxj_end(handle)
+        chunk.array_end = None if end < 0 else int(end)
+        return chunk
     finally:
         lib.nxj_free(handle)
 

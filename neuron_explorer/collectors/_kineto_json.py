@@ -3,10 +3,10 @@
 A trace is one JSON object whose `traceEvents` array holds millions of small objects. Decoding it
 whole into Python dicts costs several GB. Instead the array is cut into chunks of whole events
 (a cut is only accepted if the chunk decodes, so a cut inside a string or a nested object is
-never kept), each chunk is decoded with typed msgspec structs into Arrow columns, and chunks are
-decoded in worker processes when the file is large. Where the array ends is found by the parser
-(the piece whose array closes), never guessed from brackets, so the top-level keys may come in any
-order. Everything outside `traceEvents` (device properties, distributedInfo, metadata keys) is
+never kept), and each chunk is decoded into Arrow columns: by the C++ reader (_json_native), on
+threads when the file is large, or with typed msgspec structs, in worker processes when the file
+is large. Where the array ends is found by the parser (the piece whose array closes), never
+guessed from brackets, so the top-level keys may come in any order. Everything outside `traceEvents` (device properties, distributedInfo, metadata keys) is
 decoded as plain JSON. `ts` and `dur` stay JSON text until they are converted, digit by digit, to
 integer nanoseconds: a float64 would round epoch microseconds to multiples of 256 ns.
 
@@ -28,7 +28,7 @@ import re
 import zlib
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -46,8 +46,9 @@ from .kineto_names import (EXTERNAL_ID_ARG, EXTERNAL_ID_ARG_OLD, FLOW_PHASES, ME
 CHUNK_BYTES = 16 << 20
 """Target size of one decoded chunk of the traceEvents array."""
 
-PARALLEL_MIN_BYTES = 96 << 20
-"""Files smaller than this are decoded in-process (no worker start-up cost)."""
+PARALLEL_MIN_BYTES = 2 * CHUNK_BYTES
+"""Files from this size are decoded several pieces at a time (threads for the C++ reader, worker
+processes for the Python decoder); smaller ones piece by piece on the calling thread."""
 
 MAX_NESTING = 100
 """Deepest nesting of arrays and objects accepted in an event's args or in the trace's metadata.
@@ -386,37 +387,86 @@ def _worker_init() -> None:
     set_mmap_threshold(WORKER_MMAP_THRESHOLD)
 
 
-def _decode_range(path: str, a: int, b: int, last: bool) -> Chunk:
+def _read_range(path: str, a: int, b: int) -> bytes:
     with open(path, "rb") as f:
         f.seek(a)
-        return _decode_chunk(path, f.read(b - a), last)
+        return f.read(b - a)
+
+
+def _decode_range(path: str, a: int, b: int, last: bool) -> Chunk:
+    return _decode_chunk(path, _read_range(path, a, b), last)
+
+
+def _native_range(path: str, a: int, b: int) -> Chunk | _PieceError | None:
+    """A range read by the C++ reader, on a thread (it runs without the GIL); None when it leaves
+    the range to the Python decoder. A bad range's error is returned, to be raised in order."""
+    try:
+        return _native_piece(path, _read_range(path, a, b))
+    except InputError as e:
+        return _PieceError(e.path, e.problem)
+
+
+def _last_needed(outcome) -> bool:
+    """Whether a range's outcome makes the ranges after it unneeded: traceEvents closed in it, or it
+    is an error (the whole document is then parsed)."""
+    return isinstance(outcome, _PieceError) or (isinstance(outcome, Chunk) and outcome.array_end is not None)
 
 
 def _decode_ranges(path: str, plan: _Plan, workers: int, progress: Callable[[int, int], None] | None) -> Decoded:
-    total = plan.ranges[-1][1]
+    """Decode the planned ranges, `workers` at a time.
+
+    With the C++ reader, each range is read on a thread: no worker process to start, and no copy
+    of its columns from one process to another. The ranges it leaves to the Python decoder (all
+    of them, without it) are then decoded in worker processes, started once the threads are done
+    (a fork while other threads run could copy a lock that one of them holds). Outcomes are taken
+    in order: the range where traceEvents closes is the last, and an error counts only before it.
+    """
+    ranges, total = plan.ranges, plan.ranges[-1][1]
+    outcomes: list = [None] * len(ranges)  # Chunk, _PieceError, or None (not decoded yet)
+    if _json_native.load() is not None:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(_native_range, path, a, b) for a, b in ranges]
+            try:
+                for i, fut in enumerate(futures):
+                    outcomes[i] = fut.result()
+                    if progress and outcomes[i] is not None:
+                        progress(ranges[i][1], total)
+                    if _last_needed(outcomes[i]):
+                        break
+            finally:
+                for fut in futures:
+                    fut.cancel()
+    upto = next((i + 1 for i, o in enumerate(outcomes) if _last_needed(o)), len(ranges))
+    left = [i for i in range(upto) if outcomes[i] is None]
+    if left:
+        with ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) as pool:
+            futures = [pool.submit(_decode_range, path, *ranges[i], ranges[i][1] == total) for i in left]
+            try:
+                for i, fut in zip(left, futures):
+                    try:
+                        outcomes[i] = fut.result()
+                    except _PieceError as e:
+                        outcomes[i] = e
+                    if progress:
+                        progress(ranges[i][1], total)
+                    if _last_needed(outcomes[i]):
+                        break
+            finally:
+                for fut in futures:
+                    fut.cancel()
     chunks: list[Chunk] = []
     end = None
     failed = False
-    with ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) as pool:
-        futures = [pool.submit(_decode_range, path, a, b, b == total) for a, b in plan.ranges]
-        try:
-            for (a, b), fut in zip(plan.ranges, futures):
-                try:
-                    chunk = fut.result()
-                except _PieceError:
-                    failed = True
-                    break
-                chunks.append(chunk)
-                if progress:
-                    progress(b, total)
-                if chunk.array_end is not None:  # traceEvents closed here: what follows is not events
-                    end = a + chunk.array_end
-                    break
-        finally:
-            for fut in futures:
-                fut.cancel()
+    for (a, _), outcome in zip(ranges, outcomes):
+        if isinstance(outcome, _PieceError):
+            failed = True
+            break
+        chunks.append(outcome)
+        if outcome.array_end is not None:  # traceEvents closed here: what follows is not events
+            end = a + outcome.array_end
+            break
     if failed:
-        del chunks
+        del chunks, outcomes
         return _decode_whole(path, _read_all(path))
     if end is None:
         raise InputError(path, "not valid JSON (the traceEvents array is not closed)")
@@ -513,6 +563,17 @@ _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 _RAW_DECODER = msgspec.json.Decoder(msgspec.Raw)
 
 
+def _native_piece(path: str, piece: bytes) -> Chunk | None:
+    """A piece as `_decode_piece` decodes it, read by the C++ reader; None when it is not available
+    or leaves the piece to the Python decoder."""
+    fast = _json_native.read(piece, MAX_NESTING, bare=True, may_end=True)
+    if fast is None:
+        return None
+    chunk = _with_native(path, piece, fast)
+    chunk.array_end = fast.array_end
+    return chunk
+
+
 def _decode_chunk(path: str, piece: bytes, last: bool = False) -> Chunk:
     try:
         return _decode_piece(path, piece, last)
@@ -526,13 +587,13 @@ def _decode_piece(path: str, piece: bytes, last: bool) -> Chunk:
     The piece may run past the end of the array (the last piece holds the rest of the document,
     and when other arrays follow traceEvents an earlier one may too): the parser stops at the
     array's closing bracket and reports what trails it, and the events are the array up to that
-    bracket (`Chunk.array_end`). For the `last` piece the bracket is found first by a fast
-    validating scan, so that its events are decoded once.
+    bracket (`Chunk.array_end`). The C++ reader reads a piece as it is, without copying it into an
+    array first, and stops at the bracket itself. For the Python decoder, the `last` piece's
+    bracket is found first by a fast validating scan, so that its events are decoded once.
     """
-    if not last:  # the C++ reader reads a piece as it is, without copying it into an array first
-        fast = _json_native.read(piece, MAX_NESTING, bare=True)
-        if fast is not None:
-            return _with_native(path, piece, fast)
+    chunk = _native_piece(path, piece)
+    if chunk is not None:
+        return chunk
     data = b"[" + piece + b"]"
     end = None
     if last:

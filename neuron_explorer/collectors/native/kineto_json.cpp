@@ -39,6 +39,7 @@ struct Ints {
 struct Out {
   int status = 0;  // 0: read; else the reason the Python decoder reads this piece
   int64_t at = 0;  // where it gave up
+  int64_t end = -1;  // where the array closed (its ']'), when a piece may end it; -1: not in this piece
   // slices
   Text s_cat, s_name, s_pid_text, s_tid_text, s_args;
   std::vector<uint8_t> s_phase;  // 'X' or 'i'
@@ -48,6 +49,24 @@ struct Out {
   Ints f_id, f_ts, f_pid, f_tid;
   // everything else: byte ranges [start, end)
   std::vector<int64_t> other;
+
+  // Room for a piece of `size` bytes, so that the columns are not copied as they grow. Trace
+  // events take 150-400 bytes each; what is reserved and never written costs no memory.
+  void reserve(int64_t size) {
+    size_t n = (size_t)(size / 128) + 16;
+    for (Ints* c : {&s_ts, &s_dur, &s_pid, &s_tid, &s_corr, &s_ext, &s_stream, &s_pyid, &s_pypid}) {
+      c->v.reserve(n);
+      c->valid.reserve(n);
+    }
+    for (Text* t : {&s_cat, &s_name, &s_pid_text, &s_tid_text, &s_args}) {
+      t->off.reserve(n + 1);
+      t->valid.reserve(n);
+    }
+    s_phase.reserve(n);
+    s_cat.data.reserve(n * 8);
+    s_name.data.reserve(n * 32);
+    s_args.data.reserve((size_t)size / 2);
+  }
 };
 
 struct Span {  // p and n are read only once set (left uninitialised: an event clears ten of these)
@@ -273,7 +292,8 @@ inline bool eq(const Span& s, const Key& k) {  // keys are short: compared inlin
   return true;
 }
 
-// An integer's text → int64; false when beyond int64.
+// An integer's text → int64; false when beyond int64. (The text is a JSON integer: checked by
+// Parser::number.)
 bool to_int64(const Span& s, int64_t& out) {
   const char* p = s.p;
   const char* e = s.p + s.n;
@@ -281,6 +301,12 @@ bool to_int64(const Span& s, int64_t& out) {
   if (p < e && *p == '-') {
     neg = true;
     ++p;
+  }
+  if (e - p <= 18) {  // at most 18 digits: below 10^18, no overflow
+    int64_t v = 0;
+    for (; p < e; ++p) v = v * 10 + (*p - '0');
+    out = neg ? -v : v;
+    return true;
   }
   unsigned __int128 v = 0;
   for (; p < e; ++p) {
@@ -306,20 +332,32 @@ bool to_ns(const Span& s, Kind k, int64_t& out) {
     neg = true;
     ++p;
   }
+  // Digits before and after the point, in one integer: at most 19 digits (with the 3 of the ns)
+  // fit in uint64 (below 10^19 < 2^64), so the common case needs no 128-bit arithmetic.
+  const char* point = (const char*)memchr(p, '.', (size_t)(e - p));
+  const char* int_end = point ? point : e;
+  int frac = point ? (int)(e - point - 1) : 0;
+  if (frac > 3) return false;
+  for (const char* q = p; q < e; ++q)
+    if (*q == 'e' || *q == 'E') return false;
+  if ((int_end - p) + 3 <= 19) {
+    uint64_t v = 0;
+    for (; p < int_end; ++p) v = v * 10 + (uint64_t)(*p - '0');
+    if (point)
+      for (p = point + 1; p < e; ++p) v = v * 10 + (uint64_t)(*p - '0');
+    for (int i = frac; i < 3; ++i) v *= 10;
+    if (neg ? v > (uint64_t)1 << 63 : v > (uint64_t)INT64_MAX) return false;
+    out = neg ? (int64_t)(0 - v) : (int64_t)v;
+    return true;
+  }
   __int128 v = 0;
-  for (; p < e && *p != '.'; ++p) {
-    if (*p == 'e' || *p == 'E') return false;
+  for (; p < int_end; ++p) {
     v = v * 10 + (*p - '0');
     if (v > ((__int128)1 << 64)) return false;
   }
-  int frac = 0;
-  if (p < e && *p == '.') {
-    for (++p; p < e; ++p) {
-      if (*p == 'e' || *p == 'E' || ++frac > 3) return false;
-      v = v * 10 + (*p - '0');
-    }
-  }
-  for (; frac < 3; ++frac) v *= 10;
+  if (point)
+    for (p = point + 1; p < e; ++p) v = v * 10 + (*p - '0');
+  for (int i = frac; i < 3; ++i) v *= 10;
   if (neg) v = -v;
   if (v > INT64_MAX || v < INT64_MIN) return false;
   out = (int64_t)v;
@@ -354,12 +392,41 @@ struct EventField {  // a key of a trace event that the slice and flow tables re
   Span Event::*span;
   Kind Event::*kind;  // null: "ph", which must be a string
 };
+enum { F_PH, F_CAT, F_NAME, F_TS, F_DUR, F_PID, F_TID, F_ID, F_BP, F_ARGS };
 const EventField kEventFields[] = {
     {key("ph"), &Event::ph, nullptr},         {key("cat"), &Event::cat, &Event::cat_k},
     {key("name"), &Event::name, &Event::name_k}, {key("ts"), &Event::ts, &Event::ts_k},
     {key("dur"), &Event::dur, &Event::dur_k},   {key("pid"), &Event::pid, &Event::pid_k},
     {key("tid"), &Event::tid, &Event::tid_k},   {key("id"), &Event::id, &Event::id_k},
     {key("bp"), &Event::bp, &Event::bp_k},     {key("args"), &Event::args, &Event::args_k}};
+
+// Which of kEventFields `key` is (-1: none): by length, then against the few keys of that length.
+int event_field(const Span& key) {
+  auto is = [&](int f) { return eq(key, kEventFields[f].name) ? f : -1; };
+  switch (key.n) {
+    case 2: {
+      int f = is(F_PH);
+      if (f < 0) f = is(F_TS);
+      if (f < 0) f = is(F_ID);
+      if (f < 0) f = is(F_BP);
+      return f;
+    }
+    case 3: {
+      int f = is(F_PID);
+      if (f < 0) f = is(F_TID);
+      if (f < 0) f = is(F_CAT);
+      if (f < 0) f = is(F_DUR);
+      return f;
+    }
+    case 4: {
+      int f = is(F_NAME);
+      if (f < 0) f = is(F_ARGS);
+      return f;
+    }
+    default:
+      return -1;
+  }
+}
 
 // The value of "args" when it is an object (the parser at its '{'): validated exactly as
 // Parser::value would at depth 1, and its known keys read on the way. Only slices read them, so
@@ -477,8 +544,9 @@ void event(Parser& ps, Out& o) {
       } else {
         k = ps.value(v, 1, esc);
       }
-      for (const EventField& f : kEventFields) {
-        if (!eq(key, f.name)) continue;
+      int field = event_field(key);
+      if (field >= 0) {
+        const EventField& f = kEventFields[field];
         Span& span = ev.*f.span;
         if (span.set) ps.fail(6);  // a repeated key
         if (esc && k == K_STRING) ps.fail(5);  // text that differs from its bytes
@@ -486,7 +554,6 @@ void event(Parser& ps, Out& o) {
         span.set = true;
         if (f.kind) ev.*f.kind = k;
         if (!f.kind && k != K_STRING) ps.fail(7);  // ph
-        break;
       }
       if (!ps.more('}')) break;
     }
@@ -549,10 +616,13 @@ void event(Parser& ps, Out& o) {
 
 extern "C" {
 
-// Reads `[event, event, ...]` (the whole buffer, nothing after the array), or with `bare` the
-// events of a piece of such an array without its brackets (`event, event, ...`, at least one).
+// Reads `[event, event, ...]` (the whole buffer, nothing after the array; `bare` 0), or the events
+// of a piece of such an array without its brackets (`event, event, ...`, at least one; `bare` 1).
+// With `bare` 2 the piece may also hold the array's end (`event, event] ...`): reading stops at
+// that ']' and what follows it is the document's, not read here (nxj_end says where it is).
 void* nxj_read(const char* data, int64_t size, int32_t max_nesting, int32_t bare) {
   Out* o = new Out();
+  o->reserve(size);
   Parser ps{data, data, data + size, max_nesting};
   try {
     ps.ws();
@@ -569,7 +639,12 @@ void* nxj_read(const char* data, int64_t size, int32_t max_nesting, int32_t bare
           ++ps.p;
           continue;
         }
-        if (!bare) ps.expect(']');
+        if (!bare) {
+          ps.expect(']');
+        } else if (bare == 2 && ps.p < ps.e && *ps.p == ']') {
+          o->end = ps.p - data;
+          ps.p = ps.e;
+        }
         break;
       }
     }
@@ -585,6 +660,8 @@ void* nxj_read(const char* data, int64_t size, int32_t max_nesting, int32_t bare
 }
 
 int32_t nxj_status(void* h) { return ((Out*)h)->status; }
+
+int64_t nxj_end(void* h) { return ((Out*)h)->end; }
 
 // Field `i` of the result: its address and size in bytes (see json_reader.FIELDS for the order).
 const void* nxj_field(void* h, int32_t i, int64_t* nbytes) {
