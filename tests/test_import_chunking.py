@@ -72,3 +72,6 @@ def test_ranges_left_to_the_python_decoder_are_decoded_in_order_with_the_rest(tm
     assert len(_rows(pieces)["events"]) == 4000
     assert outcomes.count(None) >= 5, "ranges with an escaped name are left to the Python decoder"
     assert sum(o is not None for o in outcomes) >= 5, "the other ranges are read by the C++ reader"
+    calls = []  # the progress bar's bytes only go forward, to the whole file
+    _kineto_json.decode_trace(str(src), progress=lambda done, total: calls.append((done, total)))
+    assert len(calls) > 5 and calls == sorted(calls) and calls[-1] == (src.stat().st_size,) * 2

@@ -423,14 +423,22 @@ def _decode_ranges(path: str, plan: _Plan, workers: int, progress: Callable[[int
     """
     ranges, total = plan.ranges, plan.ranges[-1][1]
     outcomes: list = [None] * len(ranges)  # Chunk, _PieceError, or None (not decoded yet)
+    done = ranges[0][0]  # bytes decoded, for `progress` (the header's first)
+
+    def decoded(i: int) -> None:
+        nonlocal done
+        done += ranges[i][1] - ranges[i][0]
+        if progress:
+            progress(done, total)
+
     if _json_native.load() is not None:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             futures = [pool.submit(_native_range, path, a, b) for a, b in ranges]
             try:
                 for i, fut in enumerate(futures):
                     outcomes[i] = fut.result()
-                    if progress and outcomes[i] is not None:
-                        progress(ranges[i][1], total)
+                    if outcomes[i] is not None:
+                        decoded(i)
                     if _last_needed(outcomes[i]):
                         break
             finally:
@@ -447,8 +455,7 @@ def _decode_ranges(path: str, plan: _Plan, workers: int, progress: Callable[[int
                         outcomes[i] = fut.result()
                     except _PieceError as e:
                         outcomes[i] = e
-                    if progress:
-                        progress(ranges[i][1], total)
+                    decoded(i)
                     if _last_needed(outcomes[i]):
                         break
             finally:
@@ -473,7 +480,10 @@ def _decode_ranges(path: str, plan: _Plan, workers: int, progress: Callable[[int
     with open(path, "rb") as f:
         f.seek(end + 1)
         after = f.read()
-    return Decoded(_header(path, plan.prefix, after), chunks)
+    header = _header(path, plan.prefix, after)
+    if progress:
+        progress(total, total)
+    return Decoded(header, chunks)
 
 
 def _read_all(path: str) -> bytes:
