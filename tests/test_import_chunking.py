@@ -75,3 +75,22 @@ def test_ranges_left_to_the_python_decoder_are_decoded_in_order_with_the_rest(tm
     calls = []  # the progress bar's bytes only go forward, to the whole file
     _kineto_json.decode_trace(str(src), progress=lambda done, total: calls.append((done, total)))
     assert len(calls) > 5 and calls == sorted(calls) and calls[-1] == (src.stat().st_size,) * 2
+
+
+def test_streamed_pieces_with_events_longer_than_a_block_and_escaped_names(tmp_path: Path, monkeypatch):
+    """A gzip trace is cut as it is decompressed, a cut near each block's end. An event longer than
+    a block (no cut in it) is carried on to the next; pieces with escaped names are decoded by the
+    Python decoder on their thread. The run equals the one-piece import."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": f'op{i} "quoted"' if i % 300 == 7 else f"op{i}", "pid": 1, "tid": 1,
+               "ts": 1700000000000000.125 + i, "dur": 0.5,
+               "args": {"External id": i, "Input Dims": [[i % 7] * (6000 if i in (100, 101, 2000) else 1)]}}
+              for i in range(3000)]
+    src = tmp_path / "t.json.gz"
+    src.write_bytes(gzip.compress(json.dumps({"traceEvents": events, "deviceProperties": [{"id": 0, "name": "GPU"}]}).encode()))
+    whole = import_traces(src, tmp_path / "whole").run_dir
+    monkeypatch.setattr(_kineto_json, "CHUNK_BYTES", 8 << 10)  # the long events' args are ~18 KB
+    chunks = _kineto_json.decode_trace(str(src)).chunks
+    assert len(chunks) > 20
+    pieces = import_traces(src, tmp_path / "pieces").run_dir
+    assert _rows(pieces) == _rows(whole)
+    assert len(_rows(pieces)["events"]) == 3000

@@ -36,6 +36,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from isal import igzip, isal_zlib
 
 from ..errors import InputError
 from . import _json_native
@@ -125,8 +126,8 @@ class Decoded:
 def open_bytes_stream(path: str) -> io.BufferedIOBase:
     raw = open(path, "rb")
     magic = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
-    if magic == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+    if magic == b"\x1f\x8b":  # (ISA-L's inflate: 3x zlib's here, for the same bytes)
+        return igzip.IGzipFile(fileobj=raw)  # type: ignore[return-value]
     return raw
 
 
@@ -145,7 +146,7 @@ class _Reader:
     def read(self, n: int) -> bytes:
         try:
             block = self.f.read(n)
-        except (EOFError, OSError, zlib.error) as e:
+        except (EOFError, OSError, zlib.error, isal_zlib.error) as e:
             raise InputError(self.path, f"cannot decompress: {_short(e)}") from None
         if len(block) < n:
             self.eof = True
@@ -197,16 +198,19 @@ def _events_start(head: bytes) -> int | None:
 
 
 class _Pipeline:
-    """Decodes pieces in order, in worker processes for large files, with few pieces in flight.
+    """Decodes pieces in order, with few pieces in flight: on threads with the C++ reader (it runs
+    without the GIL, beside the thread that reads and decompresses the file; a piece it leaves to
+    the Python decoder is decoded on its thread), else in worker processes for large files.
 
     Pieces are cut without knowing where traceEvents ends, so the last one (or, when other
     arrays follow it, an earlier one) holds its closing bracket: decoding finds it (`array_end`)
     and every piece after it is dropped, whatever it decoded to.
     """
 
-    def __init__(self, path: str, parallel: bool, workers: int):
+    def __init__(self, path: str, pool: str | None, workers: int):
         self.path = path
-        self.pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) if parallel else None
+        self.pool = (ThreadPoolExecutor(max_workers=workers) if pool == "threads" else
+                     ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) if pool == "processes" else None)
         self.max_in_flight = workers + 1
         self.pending: deque = deque()
         self.chunks: list[Chunk] = []
@@ -275,7 +279,7 @@ def _decode_trace(path: str, progress: Callable[[int, int], None] | None, worker
     except OSError as e:
         raise InputError(path, f"cannot read the file ({_os_reason(e)})") from None
     n_workers = workers or min(2, os.cpu_count() or 1)
-    _json_native.load()  # built (once) here, before any worker starts, so that workers only load it
+    native = _json_native.load() is not None  # built (once) here, before any worker starts, so that workers only load it
     if total >= PARALLEL_MIN_BYTES and n_workers > 1:
         plan = _plan_ranges(path, total)
         if plan is not None:
@@ -291,19 +295,22 @@ def _decode_trace(path: str, progress: Callable[[int, int], None] | None, worker
             return _decode_whole(path, buf + reader.read_rest())
         prefix, rest = buf[:start], buf[start:]
         del buf
-        parallel = total >= PARALLEL_MIN_BYTES and n_workers > 1
-        pipe = _Pipeline(path, parallel, n_workers)
+        pool = None if n_workers < 2 else "threads" if native else "processes" if total >= PARALLEL_MIN_BYTES else None
+        pipe = _Pipeline(path, pool, n_workers)
         try:
-            while not reader.eof or len(rest) > CHUNK_BYTES * 2:
-                if not reader.eof and len(rest) < CHUNK_BYTES * 2:
-                    rest += reader.read(CHUNK_BYTES)
-                    continue
-                cut = _find_cut(rest)
-                if cut is None:  # no clean cut in reach: decode what is left in one piece
-                    rest += reader.read_rest()
+            while not reader.eof:  # `rest`: what is not yet in a piece
+                block = reader.read(CHUNK_BYTES)
+                if reader.eof:
+                    rest += block
                     break
-                pipe.submit(rest[: cut[0]])
-                rest = rest[cut[1] :]
+                # a cut near the block's end: each piece is about one block, copied once
+                cut = _find_cut(block, max(0, len(block) - _WINDOW), len(block)) or _find_cut(block, 0, len(block))
+                if cut is None:  # no clean cut in this block: carry it on to the next
+                    rest += block
+                    continue
+                pipe.submit(b"".join((rest, memoryview(block)[: cut[0]])))
+                rest = block[cut[1] :]
+                del block
                 if progress:
                     progress(reader.done, total)
             pipe.submit(rest, last=True)
@@ -494,11 +501,8 @@ def _read_all(path: str) -> bytes:
         reader.close()
 
 
-def _find_cut(data: bytes, lo: int | None = None, hi: int | None = None) -> tuple[int, int] | None:
-    """A cut between two whole events in data[lo:hi] (default: between one and two chunk sizes):
-    (end of the piece, start of the next)."""
-    lo = CHUNK_BYTES if lo is None else lo
-    hi = CHUNK_BYTES * 2 if hi is None else hi
+def _find_cut(data: bytes, lo: int, hi: int) -> tuple[int, int] | None:
+    """The first cut between two whole events in data[lo:hi]: (end of the piece, start of the next)."""
     for m in _CUT.finditer(data, lo, min(len(data), hi)):
         b = m.start() + 1
         if _looks_like_event_start(data, m.end() - 1) and _balanced(data, 0, b):
