@@ -22,6 +22,7 @@ holistictraceanalysis`) and pass that environment's python with --hta-python.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -133,10 +134,11 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    trace_bytes = args.trace.stat().st_size
+    trace_bytes = _json_bytes(args.trace)  # of JSON: a .gz trace's decompressed size
     result = {
         "trace": str(args.trace),
         "trace_mb": trace_bytes / 2**20,
+        "file_mb": args.trace.stat().st_size / 2**20,
         "neuron_explorer": ours,
         "hta": hta,
         "baseline": baseline and {**baseline, "source": str(args.baseline), "runs": base_runs},
@@ -155,7 +157,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=1))
         return
-    print(f"trace: {args.trace} ({result['trace_mb']:.0f} MB), {os.cpu_count()} CPUs")
+    gz = f", {result['file_mb']:.0f} MB compressed" if result["file_mb"] != result["trace_mb"] else ""
+    print(f"trace: {args.trace} ({result['trace_mb']:.0f} MB of JSON{gz}), {os.cpu_count()} CPUs")
     print(f"{'':22}{'wall s':>10}{'peak RSS MB':>14}{'peak USS MB':>14}")
     print(f"{'neuron-explorer':22}{ours['wall_s']:>10.2f}{ours['peak_rss_mb']:>14.0f}{ours['peak_uss_mb']:>14.0f}"
           f"   (runs: {_walls(ours_runs)})")
@@ -174,6 +177,18 @@ def main() -> None:
           f"{result['run_vs_json']:.2f}x the JSON")
     print("load average (1, 5, 15 min) before {:.1f} {:.1f} {:.1f}, after {:.1f} {:.1f} {:.1f} on {} CPUs".format(
         *load_before, *load_after, os.cpu_count()))
+
+
+def _json_bytes(path: Path) -> int:
+    """The size of the trace's JSON: its file's, or for gzip the decompressed bytes, counted."""
+    with open(path, "rb") as f:
+        if f.read(2) != b"\x1f\x8b":
+            return path.stat().st_size
+    n = 0
+    with gzip.open(path, "rb") as f:
+        while block := f.read(16 << 20):
+            n += len(block)
+    return n
 
 
 if __name__ == "__main__":

@@ -94,3 +94,25 @@ def test_streamed_pieces_with_events_longer_than_a_block_and_escaped_names(tmp_p
     pieces = import_traces(src, tmp_path / "pieces").run_dir
     assert _rows(pieces) == _rows(whole)
     assert len(_rows(pieces)["events"]) == 3000
+
+
+@pytest.mark.parametrize("encoding", ["plain", "gzip"])
+def test_without_the_cpp_reader_pieces_go_to_worker_processes(tmp_path: Path, monkeypatch, encoding: str):
+    """No C++ reader (no compiler): every piece is decoded by the Python decoder in worker
+    processes, byte ranges and streamed pieces alike, and the run is the same."""
+    from neuron_explorer.collectors import _json_native
+
+    src = tmp_path / ("trace.json" if encoding == "plain" else "trace.json.gz")
+    data = gzip.decompress((TRACES / "cuda_nccl_rank0_of_2.json.gz").read_bytes())
+    src.write_bytes(data if encoding == "plain" else gzip.compress(data))
+    whole = import_traces(src, tmp_path / "whole").run_dir
+    monkeypatch.setattr(_json_native, "load", lambda: None)  # (inherited by the forked workers)
+    monkeypatch.setattr(_kineto_json, "CHUNK_BYTES", 96 << 10)
+    monkeypatch.setattr(_kineto_json, "PARALLEL_MIN_BYTES", 0)
+    started = []
+    pool = _kineto_json.ProcessPoolExecutor
+    monkeypatch.setattr(_kineto_json, "ProcessPoolExecutor", lambda *a, **k: started.append(1) or pool(*a, **k))
+    assert len(_kineto_json.decode_trace(str(src)).chunks) > 2
+    pieces = import_traces(src, tmp_path / "pieces").run_dir
+    assert started, "the pieces were decoded in worker processes"
+    assert _rows(pieces) == _rows(whole)

@@ -4,11 +4,12 @@ A trace is one JSON object whose `traceEvents` array holds millions of small obj
 whole into Python dicts costs several GB. Instead the array is cut into chunks of whole events
 (a cut is only accepted if the chunk decodes, so a cut inside a string or a nested object is
 never kept), and each chunk is decoded into Arrow columns: by the C++ reader (_json_native), on
-threads when the file is large, or with typed msgspec structs, in worker processes when the file
-is large. Where the array ends is found by the parser (the piece whose array closes), never
-guessed from brackets, so the top-level keys may come in any order. Everything outside `traceEvents` (device properties, distributedInfo, metadata keys) is
-decoded as plain JSON. `ts` and `dur` stay JSON text until they are converted, digit by digit, to
-integer nanoseconds: a float64 would round epoch microseconds to multiples of 256 ns.
+threads beside the one that reads (and decompresses) the file, or with typed msgspec structs, in
+worker processes when the file is large. Where the array ends is found by the parser (the piece
+whose array closes), never guessed from brackets, so the top-level keys may come in any order.
+Everything outside `traceEvents` (device properties, distributedInfo, metadata keys) is decoded as
+plain JSON. `ts` and `dur` stay JSON text until they are converted, digit by digit, to integer
+nanoseconds: a float64 would round epoch microseconds to multiples of 256 ns.
 
 Values the run cannot hold are one-line errors (InputError, naming the file and the field), never
 silently wrapped: an id, stream or byte count beyond int64, a memory device beyond int32, JSON
