@@ -35,8 +35,9 @@ def connect(address: str):
     ray = require_ray()
     if not ray.is_initialized():
         try:
-            ray.init(address=None if address == "local" else address, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False)
+            # "local" as it is: with no address Ray would join RAY_ADDRESS's cluster, or the last one
+            # `ray start` recorded (/tmp/ray/ray_current_cluster), and wait on it even when it is gone
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
         except ConnectionError as e:
             raise InputError("--ray", f"cannot connect to the Ray cluster at {address!r} ({e})") from None
     return ray

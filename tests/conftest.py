@@ -39,19 +39,6 @@ def write_trace(path: Path, events: list[dict], **header) -> Path:
     return path
 
 
-# The files whose tests take longest here (pytest --durations, on the 2-core machine), run first:
-# files go to the workers whole (--dist loadfile), and one of these started last would leave the
-# other workers idle while it runs. The order otherwise stays as collected.
-SLOW_FILES_FIRST = ("test_record.py", "test_diff_recorded.py", "test_fuzz_import.py", "test_attribution.py", "test_ray.py",
-                    "test_record_signals.py", "test_diff.py", "test_planted.py", "test_native_device.py",
-                    "test_browser_dashboard.py", "test_native.py", "test_dashboard_compare.py", "test_distributed.py")
-
-
-def pytest_collection_modifyitems(items):
-    first = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
-    items.sort(key=lambda item: first.get(item.path.name, len(first)))  # (a stable sort)
-
-
 def workload_env() -> dict:
     """Environment of recorded workloads (read when called: tests set variables such as
     NEURON_EXPLORER_CACHE first). On a 2-core machine that anything else also uses, OpenMP's

@@ -80,6 +80,17 @@ def test_ray_tasks_write_the_same_run_and_report(many, local_ray, tmp_path):  # 
     assert {f["location"]["rank"] for f in got["findings"]} == set(RANKS)
 
 
+def test_local_starts_a_cluster_of_its_own_whatever_the_environment_names(many, tmp_path):  # noqa: F811
+    """`--ray local` is a new cluster in the importing process: not the one RAY_ADDRESS names (nor the
+    last one `ray start` recorded), which may be gone; joining that one waited on it for good."""
+    gone = f"127.0.0.1:{_free_port()}"
+    env = {**workload_env(), "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": gone}
+    r = subprocess.run([sys.executable, "-m", "neuron_explorer", "import", str(many[0].parent / "traces"), "-o", str(tmp_path / "run"),
+                        "--ray", "local"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert _manifest(tmp_path / "run") == _manifest(many[0]) | {"sources": _manifest(tmp_path / "run")["sources"]}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
