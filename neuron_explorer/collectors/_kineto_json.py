@@ -49,8 +49,9 @@ CHUNK_BYTES = 16 << 20
 """Target size of one decoded chunk of the traceEvents array."""
 
 PARALLEL_MIN_BYTES = 2 * CHUNK_BYTES
-"""Files from this size are decoded several pieces at a time (threads for the C++ reader, worker
-processes for the Python decoder); smaller ones piece by piece on the calling thread."""
+"""Plain files from this size are cut into byte ranges decoded several at a time (on threads by the
+C++ reader, in worker processes by the Python decoder). Other files are streamed: their pieces are
+decoded on threads with the C++ reader, else in worker processes from this size (on disk)."""
 
 MAX_NESTING = 100
 """Deepest nesting of arrays and objects accepted in an event's args or in the trace's metadata.
