@@ -440,36 +440,29 @@ def _decode_ranges(path: str, plan: _Plan, workers: int, progress: Callable[[int
         if progress:
             progress(done, total)
 
+    def take(indices: list[int], futures: list) -> None:  # in order, until the rest is not needed
+        try:
+            for i, fut in zip(indices, futures):
+                try:
+                    outcomes[i] = fut.result()
+                except _PieceError as e:
+                    outcomes[i] = e
+                if outcomes[i] is not None:
+                    decoded(i)
+                if _last_needed(outcomes[i]):
+                    break
+        finally:
+            for fut in futures:
+                fut.cancel()
+
     if _json_native.load() is not None:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(_native_range, path, a, b) for a, b in ranges]
-            try:
-                for i, fut in enumerate(futures):
-                    outcomes[i] = fut.result()
-                    if outcomes[i] is not None:
-                        decoded(i)
-                    if _last_needed(outcomes[i]):
-                        break
-            finally:
-                for fut in futures:
-                    fut.cancel()
+            take(list(range(len(ranges))), [pool.submit(_native_range, path, a, b) for a, b in ranges])
     upto = next((i + 1 for i, o in enumerate(outcomes) if _last_needed(o)), len(ranges))
     left = [i for i in range(upto) if outcomes[i] is None]
     if left:
         with ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) as pool:
-            futures = [pool.submit(_decode_range, path, *ranges[i], ranges[i][1] == total) for i in left]
-            try:
-                for i, fut in zip(left, futures):
-                    try:
-                        outcomes[i] = fut.result()
-                    except _PieceError as e:
-                        outcomes[i] = e
-                    decoded(i)
-                    if _last_needed(outcomes[i]):
-                        break
-            finally:
-                for fut in futures:
-                    fut.cancel()
+            take(left, [pool.submit(_decode_range, path, *ranges[i], ranges[i][1] == total) for i in left])
     chunks: list[Chunk] = []
     end = None
     failed = False

@@ -292,33 +292,24 @@ inline bool eq(const Span& s, const Key& k) {  // keys are short: compared inlin
   return true;
 }
 
-// An integer's text → int64; false when beyond int64. (The text is a JSON integer: checked by
-// Parser::number.)
+// An integer's text → int64; false when beyond int64. (The text is a JSON integer, checked by
+// Parser::number: no leading zeros, so 20 digits or more is at least 10^19, beyond int64.)
 bool to_int64(const Span& s, int64_t& out) {
   const char* p = s.p;
   const char* e = s.p + s.n;
-  bool neg = false;
-  if (p < e && *p == '-') {
-    neg = true;
-    ++p;
-  }
-  if (e - p <= 18) {  // at most 18 digits: below 10^18, no overflow
-    int64_t v = 0;
-    for (; p < e; ++p) v = v * 10 + (*p - '0');
-    out = neg ? -v : v;
-    return true;
-  }
-  unsigned __int128 v = 0;
-  for (; p < e; ++p) {
-    v = v * 10 + (unsigned)(*p - '0');
-    if (v > ((unsigned __int128)1 << 63)) return false;
-  }
-  if (!neg && v > (unsigned __int128)INT64_MAX) return false;
-  out = neg ? (int64_t)(-(__int128)v) : (int64_t)v;
+  bool neg = p < e && *p == '-';
+  if (neg) ++p;
+  if (e - p > 19) return false;
+  uint64_t v = 0;  // at most 19 digits: below 10^19 < 2^64
+  for (; p < e; ++p) v = v * 10 + (uint64_t)(*p - '0');
+  if (neg ? v > (uint64_t)1 << 63 : v > (uint64_t)INT64_MAX) return false;
+  out = neg ? (int64_t)(0 - v) : (int64_t)v;
   return true;
 }
 
-// Microseconds as JSON text (a number, at most 3 decimals, no exponent) → exact ns.
+// Microseconds as JSON text (a number, at most 3 decimals, no exponent) → exact ns. The digits
+// before and after the point, padded to 3 decimals, make one integer: with more than 16 before
+// the point it is at least 10^19 ns, beyond int64.
 bool to_ns(const Span& s, Kind k, int64_t& out) {
   if (k == K_NONE || k == K_NULL) {
     out = 0;
@@ -327,40 +318,21 @@ bool to_ns(const Span& s, Kind k, int64_t& out) {
   if (k != K_INT && k != K_NUMBER) return false;
   const char* p = s.p;
   const char* e = s.p + s.n;
-  bool neg = false;
-  if (*p == '-') {
-    neg = true;
-    ++p;
-  }
-  // Digits before and after the point, in one integer: at most 19 digits (with the 3 of the ns)
-  // fit in uint64 (below 10^19 < 2^64), so the common case needs no 128-bit arithmetic.
+  bool neg = *p == '-';
+  if (neg) ++p;
+  for (const char* q = p; q < e; ++q)
+    if (*q == 'e' || *q == 'E') return false;
   const char* point = (const char*)memchr(p, '.', (size_t)(e - p));
   const char* int_end = point ? point : e;
   int frac = point ? (int)(e - point - 1) : 0;
-  if (frac > 3) return false;
-  for (const char* q = p; q < e; ++q)
-    if (*q == 'e' || *q == 'E') return false;
-  if ((int_end - p) + 3 <= 19) {
-    uint64_t v = 0;
-    for (; p < int_end; ++p) v = v * 10 + (uint64_t)(*p - '0');
-    if (point)
-      for (p = point + 1; p < e; ++p) v = v * 10 + (uint64_t)(*p - '0');
-    for (int i = frac; i < 3; ++i) v *= 10;
-    if (neg ? v > (uint64_t)1 << 63 : v > (uint64_t)INT64_MAX) return false;
-    out = neg ? (int64_t)(0 - v) : (int64_t)v;
-    return true;
-  }
-  __int128 v = 0;
-  for (; p < int_end; ++p) {
-    v = v * 10 + (*p - '0');
-    if (v > ((__int128)1 << 64)) return false;
-  }
+  if (frac > 3 || (int_end - p) + 3 > 19) return false;
+  uint64_t v = 0;
+  for (; p < int_end; ++p) v = v * 10 + (uint64_t)(*p - '0');
   if (point)
-    for (p = point + 1; p < e; ++p) v = v * 10 + (*p - '0');
+    for (p = point + 1; p < e; ++p) v = v * 10 + (uint64_t)(*p - '0');
   for (int i = frac; i < 3; ++i) v *= 10;
-  if (neg) v = -v;
-  if (v > INT64_MAX || v < INT64_MIN) return false;
-  out = (int64_t)v;
+  if (neg ? v > (uint64_t)1 << 63 : v > (uint64_t)INT64_MAX) return false;
+  out = neg ? (int64_t)(0 - v) : (int64_t)v;
   return true;
 }
 
@@ -392,41 +364,12 @@ struct EventField {  // a key of a trace event that the slice and flow tables re
   Span Event::*span;
   Kind Event::*kind;  // null: "ph", which must be a string
 };
-enum { F_PH, F_CAT, F_NAME, F_TS, F_DUR, F_PID, F_TID, F_ID, F_BP, F_ARGS };
 const EventField kEventFields[] = {
     {key("ph"), &Event::ph, nullptr},         {key("cat"), &Event::cat, &Event::cat_k},
     {key("name"), &Event::name, &Event::name_k}, {key("ts"), &Event::ts, &Event::ts_k},
     {key("dur"), &Event::dur, &Event::dur_k},   {key("pid"), &Event::pid, &Event::pid_k},
     {key("tid"), &Event::tid, &Event::tid_k},   {key("id"), &Event::id, &Event::id_k},
     {key("bp"), &Event::bp, &Event::bp_k},     {key("args"), &Event::args, &Event::args_k}};
-
-// Which of kEventFields `key` is (-1: none): by length, then against the few keys of that length.
-int event_field(const Span& key) {
-  auto is = [&](int f) { return eq(key, kEventFields[f].name) ? f : -1; };
-  switch (key.n) {
-    case 2: {
-      int f = is(F_PH);
-      if (f < 0) f = is(F_TS);
-      if (f < 0) f = is(F_ID);
-      if (f < 0) f = is(F_BP);
-      return f;
-    }
-    case 3: {
-      int f = is(F_PID);
-      if (f < 0) f = is(F_TID);
-      if (f < 0) f = is(F_CAT);
-      if (f < 0) f = is(F_DUR);
-      return f;
-    }
-    case 4: {
-      int f = is(F_NAME);
-      if (f < 0) f = is(F_ARGS);
-      return f;
-    }
-    default:
-      return -1;
-  }
-}
 
 // The value of "args" when it is an object (the parser at its '{'): validated exactly as
 // Parser::value would at depth 1, and its known keys read on the way. Only slices read them, so
@@ -544,9 +487,8 @@ void event(Parser& ps, Out& o) {
       } else {
         k = ps.value(v, 1, esc);
       }
-      int field = event_field(key);
-      if (field >= 0) {
-        const EventField& f = kEventFields[field];
+      for (const EventField& f : kEventFields) {
+        if (!eq(key, f.name)) continue;
         Span& span = ev.*f.span;
         if (span.set) ps.fail(6);  // a repeated key
         if (esc && k == K_STRING) ps.fail(5);  // text that differs from its bytes
@@ -554,6 +496,7 @@ void event(Parser& ps, Out& o) {
         span.set = true;
         if (f.kind) ev.*f.kind = k;
         if (!f.kind && k != K_STRING) ps.fail(7);  // ph
+        break;
       }
       if (!ps.more('}')) break;
     }
