@@ -112,6 +112,11 @@ def main() -> None:
         # the C++ reader is compiled on first use: once here, so that no timed run pays for it
         subprocess.run([sys.executable, "-c", "from neuron_explorer.collectors import _json_native; _json_native.load()"],
                        cwd=REPO, check=True)
+        # bytecode, as `pip install` compiles it: a source checkout run with PYTHONDONTWRITEBYTECODE
+        # (set on some machines, CI's among them) would compile the package again in every timed run
+        for tree in (REPO, args.baseline):
+            if tree:
+                subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(tree) / "neuron_explorer")], check=True)
         for i in range(args.repeat):
             out = work / f"run{i}"
             # `python -m` imports the package of its working directory first: this tree, or the baseline

@@ -8,14 +8,17 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .store import open_run
+from .store import open_run, read_manifest, resolve_run
 
 
 def run_info(path: Path | str) -> dict:
-    run = open_run(path)
+    run_dir = resolve_run(path)
+    m = read_manifest(run_dir)
+    entries = m.get("ranks", [])
+    # the tables are opened only for what the manifest does not hold (older runs' spans, the
+    # collective waits of several ranks), so that `import` prints a one-rank run's summary at once
+    run = open_run(run_dir) if len(entries) > 1 or not all("span_ns" in e for e in entries) else None
     try:
-        m = run.manifest
-        entries = m.get("ranks", [])
         # the importer and the collector write each rank's span_ns; a run written before they did is read
         scanned = {} if all("span_ns" in e for e in entries) else dict(
             run.sql("SELECT rank, max(ts_ns + dur_ns) - min(ts_ns) FROM events GROUP BY rank").fetchall())
@@ -58,7 +61,8 @@ def run_info(path: Path | str) -> dict:
             "warnings": m.get("warnings", []),
         }
     finally:
-        run.close()
+        if run is not None:
+            run.close()
 
 
 def _collective_waits(run) -> dict[int, dict]:

@@ -33,13 +33,16 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import __version__, parquet_native, schema
 from .errors import InputError, RunExistsError
+
+if TYPE_CHECKING:  # DuckDB is imported where a run is opened: an import writes runs without it
+    import duckdb
 
 MANIFEST = "manifest.json"
 ROW_GROUP_ROWS = 128 * 1024
@@ -461,6 +464,8 @@ def open_run(path: Path | str, con: duckdb.DuckDBPyConnection | None = None, *, 
 
 
 def new_connection() -> duckdb.DuckDBPyConnection:
+    import duckdb
+
     con = duckdb.connect()
     # spill large sorts and joins to the system temp folder, not '.tmp' in the user's cwd
     con.execute(f"SET temp_directory = {sql_literal(str(Path(tempfile.gettempdir()) / 'neuron-explorer-duckdb'))}")

@@ -65,7 +65,7 @@ def _load():
         compile_library(so, ["-O2", "-std=c++17", "-shared", "-fPIC", *map(str, SOURCES)], "the fast trace reader")
     lib = ctypes.CDLL(str(so))
     lib.nxj_read.restype = ctypes.c_void_p
-    lib.nxj_read.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32]
+    lib.nxj_read.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32]
     lib.nxj_status.restype = ctypes.c_int32
     lib.nxj_status.argtypes = [ctypes.c_void_p]
     lib.nxj_end.restype = ctypes.c_int64
@@ -74,6 +74,10 @@ def _load():
     lib.nxj_field.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)]
     lib.nxj_free.restype = None
     lib.nxj_free.argtypes = [ctypes.c_void_p]
+    lib.nxj_take.restype = ctypes.c_void_p
+    lib.nxj_take.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64)]
+    lib.nxj_release.restype = None
+    lib.nxj_release.argtypes = [ctypes.c_void_p]
     i64, i32, ptr = ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p
     for name, restype, args in (("nxf_nearest_marked", i32, [ptr, ptr, i64, i32, ptr]), ("nxf_root_of", i32, [ptr, i64, i32, ptr]),
                                 ("nxf_depth_of", i32, [ptr, ptr, i64, i32, ptr]), ("nxf_enclosing", None, [ptr, ptr, ptr, i64, i32, ptr])):
@@ -111,11 +115,15 @@ def read(array, max_nesting: int, bare: bool = False, may_end: bool = False) -> 
     with `bare`, a piece of one without its brackets: events separated by commas), and the byte
     ranges of its other events; None when the C++ reader is not available or leaves this array
     to the Python decoder. With `may_end` (and `bare`) the piece may run past the array's end:
-    reading stops at its ']' (`array_end`), and what follows is left unread."""
+    reading stops at its ']' (`array_end`), and what follows is left unread.
+
+    `array`: bytes or a writable buffer (a bytearray, a memoryview of one) are read in place, a
+    read-only buffer from a copy."""
     lib = load()
     if lib is None:
         return None
-    data = bytes(array)
+    view = None if isinstance(array, bytes) else memoryview(array)
+    data = array if view is None else view.tobytes() if view.readonly else (ctypes.c_char * view.nbytes).from_buffer(view)
     handle = lib.nxj_read(data, len(data), max_nesting, 2 if bare and may_end else int(bare))
     try:
         if lib.nxj_status(handle) != 0:
@@ -128,33 +136,70 @@ def read(array, max_nesting: int, bare: bool = False, may_end: bool = False) -> 
         lib.nxj_free(handle)
 
 
-def _field(lib, handle, i: int) -> bytes:
+def _view(lib, handle, i: int) -> np.ndarray:
+    """Field `i` of a result as bytes in place: valid until the result is freed."""
     n = ctypes.c_int64(0)
     ptr = lib.nxj_field(handle, i, ctypes.byref(n))
-    return ctypes.string_at(ptr, n.value) if n.value else b""
+    return np.ctypeslib.as_array((ctypes.c_uint8 * n.value).from_address(ptr)) if n.value else np.zeros(0, np.uint8)
+
+
+class _Held:
+    """A column moved out of a result (nxj_take), released with the last Arrow buffer over it."""
+
+    __slots__ = ("lib", "held")
+
+    def __init__(self, lib, held):
+        self.lib, self.held = lib, held
+
+    def __del__(self):
+        self.lib.nxj_release(self.held)
+
+
+def _take(lib, handle, i: int) -> pa.Buffer:
+    """Field `i` of a result as an Arrow buffer over the reader's own memory: no copy is made."""
+    data, n = ctypes.c_void_p(), ctypes.c_int64(0)
+    held = _Held(lib, lib.nxj_take(handle, i, ctypes.byref(data), ctypes.byref(n)))
+    return pa.foreign_buffer(data.value, n.value, base=held) if n.value else pa.py_buffer(b"")
+
+
+def _validity(valid: np.ndarray) -> tuple[pa.Buffer | None, int]:
+    """(Arrow validity bitmap or None, null count) of one byte per row, 1 = a value."""
+    nulls = int(len(valid) - np.count_nonzero(valid))
+    return (pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None), nulls
+
+
+_PHASES = pa.StringArray.from_buffers(2, pa.py_buffer(np.array([0, 1, 2], np.int32)), pa.py_buffer(b"Xi"))
+"""The phases of the slices the reader reads, codes 0 and 1."""
 
 
 def _tables(lib, handle) -> NativeChunk:
+    """The reader's columns as Arrow tables. Values, offsets and text are the reader's memory,
+    moved into the arrays without a copy (which also spares the page faults of fresh copies).
+    Arrays are made from their buffers, not with `pa.array`: pyarrow imports pandas at its first
+    conversion from numpy (0.3 s), and these run on the decode's threads, which would wait for
+    that import (the importing thread does it meanwhile, see _kineto_json._decode_ranges)."""
     fields: dict[str, object] = {}
     i = 0
     for name in _TEXTS:
-        offsets = np.frombuffer(_field(lib, handle, i), dtype=np.int64)
-        data = _field(lib, handle, i + 1)
-        valid = np.frombuffer(_field(lib, handle, i + 2), dtype=np.uint8).astype(bool)
-        fields[name] = _text(offsets, data, valid)
+        bitmap, nulls = _validity(_view(lib, handle, i + 2))
+        offsets = _take(lib, handle, i)
+        n = offsets.size // 8 - 1
+        large = pa.LargeStringArray.from_buffers(n, offsets, _take(lib, handle, i + 1), bitmap, nulls)
+        fields[name] = large.cast(pa.string())
         i += 3
     for name in _INTS:
-        values = np.frombuffer(_field(lib, handle, i), dtype=np.int64)
-        valid = np.frombuffer(_field(lib, handle, i + 1), dtype=np.uint8).astype(bool)
-        fields[name] = pa.array(values, pa.int64(), mask=None if valid.all() else ~valid)
+        bitmap, nulls = _validity(_view(lib, handle, i + 1))
+        values = _take(lib, handle, i)
+        fields[name] = pa.Array.from_buffers(pa.int64(), values.size // 8, [bitmap, values], nulls)
         i += 2
-    phase = np.frombuffer(_field(lib, handle, i), dtype=np.uint8)
-    others = np.frombuffer(_field(lib, handle, i + 1), dtype=np.int64).reshape(-1, 2)
+    phase = _view(lib, handle, i)
+    phase_codes = pa.Array.from_buffers(pa.int32(), len(phase), [None, pa.py_buffer((phase != ord("X")).astype(np.int32))])
+    others = _view(lib, handle, i + 1).view(np.int64).reshape(-1, 2).tolist()
     f = fields
     events = pa.table({
         "category": f["s_cat"].dictionary_encode(),
         "name": f["s_name"].dictionary_encode(),
-        "phase": pa.array(np.where(phase == ord("X"), "X", "i") if len(phase) else [], pa.string()).dictionary_encode(),
+        "phase": pa.DictionaryArray.from_arrays(phase_codes, _PHASES),
         "ts_ns": f["s_ts"],
         "dur_ns": f["s_dur"],
         "pid": f["s_pid"],
@@ -178,12 +223,5 @@ def _tables(lib, handle) -> NativeChunk:
         "tid": f["f_tid"],
         "binding_point": f["f_bp"],
     })
-    return NativeChunk(events, flows, [(int(a), int(b)) for a, b in others])
+    return NativeChunk(events, flows, [(a, b) for a, b in others])
 
-
-def _text(offsets: np.ndarray, data: bytes, valid: np.ndarray) -> pa.Array:
-    n = len(offsets) - 1
-    nulls = int(n - np.count_nonzero(valid))
-    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
-    arr = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data), bitmap, nulls)
-    return arr.cast(pa.string())

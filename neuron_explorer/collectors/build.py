@@ -13,11 +13,11 @@ from __future__ import annotations
 import linecache
 import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pandas as pd
 import pyarrow.compute as pc
 
 from .. import schema
@@ -120,7 +120,9 @@ def slice_at(track: np.ndarray, ev_ts: np.ndarray, ev_end: np.ndarray, parent: n
     else:
         key = (track << shift) | (ev_ts - tmin)
         order = np.argsort(key, kind="stable")
-        pos = np.searchsorted(key[order], (q_track << shift) | (q_ts - tmin), side="right") - 1
+        key = key[order]  # (the unsorted keys go: one array of the rank's length less at the build's peak)
+        pos = np.searchsorted(key, (q_track << shift) | (q_ts - tmin), side="right") - 1
+        del key
         out = np.where(pos >= 0, order[np.maximum(pos, 0)], -1)
         out[(out >= 0) & (track[np.maximum(out, 0)] != q_track)] = -1
     while True:  # climb while the candidate ended before the query time
@@ -135,13 +137,20 @@ def tracks_of(pid: np.ndarray, tid: np.ndarray, pid_text: pa.Array, tid_text: pa
     """A dense track number per event: one per distinct (pid, tid, pid_text, tid_text)."""
     if not len(pid):
         return np.zeros(0, dtype=np.int64)
-    codes = [pd.factorize(pid)[0], pd.factorize(tid)[0],
-             _np(pc.dictionary_encode(pid_text).indices) + 1,
+    codes = [_factorize(pid), _factorize(tid), _np(pc.dictionary_encode(pid_text).indices) + 1,
              _np(pc.dictionary_encode(tid_text).indices) + 1]
     key = np.zeros(len(pid), dtype=np.int64)
     for c in codes:
         key = key * (int(c.max()) + 2) + c
-    return pd.factorize(key)[0].astype(np.int64)
+    return _factorize(key)
+
+
+def _factorize(values: np.ndarray) -> np.ndarray:
+    """Dense int64 codes of int64 `values`, numbered in order of first appearance (a hash table,
+    not a sort)."""
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    arr = pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+    return np.asarray(pc.dictionary_encode(arr).indices, dtype=np.int64)
 
 
 def track_lookup(track: np.ndarray, pid: np.ndarray, tid: np.ndarray, q_pid: np.ndarray, q_tid: np.ndarray) -> np.ndarray:
@@ -149,7 +158,9 @@ def track_lookup(track: np.ndarray, pid: np.ndarray, tid: np.ndarray, q_pid: np.
     out = np.full(len(q_pid), -1, dtype=np.int64)
     if not len(track) or not len(q_pid):
         return out
-    _, first = np.unique(track, return_index=True)
+    one = np.full(int(track.max()) + 1, -1, dtype=np.int64)  # an event of each track (all share its pid and tid)
+    one[track] = np.arange(len(track))
+    first = one[one >= 0]
     known = {(int(pid[i]), int(tid[i])): int(track[i]) for i in first}
     if len(known) > 64:  # many tracks: one dict lookup per point
         return np.array([known.get(k, -1) for k in zip(q_pid.tolist(), q_tid.tolist())], dtype=np.int64)
@@ -161,15 +172,15 @@ def track_lookup(track: np.ndarray, pid: np.ndarray, tid: np.ndarray, q_pid: np.
 # --- the build ------------------------------------------------------------------------------
 
 
-def _launch_by_flows(fl: pa.Table, fl_event: np.ndarray, is_device: np.ndarray, launch: np.ndarray) -> np.ndarray:
-    """ac2g flows: the start binds to the runtime call, the finish to the device event."""
-    src, dev = _flow_pairs(fl, fl_event, LAUNCH_FLOW_CATEGORIES, start_ok=~is_device, finish_ok=is_device)
-    if not len(dev):
-        return launch
-    need = launch[dev] < 0
-    launch = launch.copy()
-    launch[dev[need]] = src[need]
-    return launch
+def _flow_links(fl: pa.Table, base_ns: int, track, pid, tid, ts, end, parent, is_device: np.ndarray,
+                backward: dict) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray], tuple]:
+    """(each flow endpoint's slice, (runtime call, device event) of each bound ac2g flow,
+    passes.backward_links(**backward) given the bound fwdbwd flows). Reads its arguments, writes none."""
+    fl_event = _flow_events(fl, base_ns, track, pid, tid, ts, end, parent)
+    # ac2g flows: the start binds to the runtime call, the finish to the device event
+    launches = _flow_pairs(fl, fl_event, LAUNCH_FLOW_CATEGORIES, start_ok=~is_device, finish_ok=is_device)
+    links = passes.backward_links(**backward, fwdbwd=_flow_pairs(fl, fl_event, (FORWARD_BACKWARD_FLOW,)))
+    return fl_event, launches, links
 
 
 def _flow_pairs(fl: pa.Table, fl_event: np.ndarray, categories: tuple[str, ...], start_ok: np.ndarray | None = None,
@@ -297,7 +308,6 @@ def build_rank(raw: RawRank) -> RankTables:
     idx = _index_dtype(n)  # (kept link arrays; `order` stays intp: numpy indexes with it many times)
     order = time_order(ts, dur)
     ts, dur = ts[order], dur[order]
-    event_id = rank * ID_STRIDE + np.arange(n, dtype=np.int64)
 
     cat_codes, cat_dict = _codes(ev["category"])
     name_codes, name_dict = _codes(ev["name"])
@@ -347,31 +357,48 @@ def build_rank(raw: RawRank) -> RankTables:
     can_contain = (~is_instant) & (dur > 0)
     parent, overlaps = enclosing_parents(track, ts, end, can_contain)
     quality["overlapping_slices"] = overlaps
-    depth = depth_of(parent)
-    python_ancestors = depth_of(parent, is_python)
-    # self time: the duration less the slices directly inside it on its track
-    nested = parent >= 0  # (float sums are exact below 2^53 ns, about 104 days)
-    inner = np.bincount(parent[nested], weights=np.maximum(dur[nested], 0), minlength=n).astype(np.int64)
-    self_ns = np.maximum(np.maximum(dur, 0) - inner, 0)
-    del inner, nested
 
-    # operators: innermost and outermost cpu_op around each event
-    op = nearest_marked(parent, is_op)
-    op_parent = np.full(n, -1, dtype=parent.dtype)
-    has_parent = parent >= 0
-    op_parent[has_parent] = op[parent[has_parent]]
-    op_root = root_of(op_parent)
-    top_op = np.where(op >= 0, op_root[np.maximum(op, 0)], -1)
-
-    # launches: device event -> runtime call, by correlation, else by ac2g flow
-    launch = _launch_by_correlation(is_runtime, is_device, correlation, correlation_null, parent.dtype)
-
-    # flows: bind each endpoint to a slice
+    # Binding the flows and linking backward work to forward operators (about a third of the
+    # build) need nothing computed below: a helper thread does them meanwhile (numpy and Arrow
+    # release the GIL in their loops, so the two share the cores).
     fl = raw.flows
     raw.flows = fl.slice(0, 0)  # (consumed: the built flows table below is the only copy kept)
-    fl_event = _flow_events(fl, raw.base_ns, track, pid, tid, ts, end, parent)
-    if fl.num_rows and n:
-        launch = _launch_by_flows(fl, fl_event, is_device, launch)
+    with ThreadPoolExecutor(max_workers=1) as helper:
+        flow_links = helper.submit(
+            _flow_links, fl, raw.base_ns, track, pid, tid, ts, end, parent, is_device,
+            dict(name_codes=name_codes, name_values=name_values, is_op=is_op, is_python=is_python, parent=parent, ts=ts,
+                 track=track, args=args, order=order))
+        depth = depth_of(parent)
+        python_ancestors = depth_of(parent, is_python)
+        # self time: the duration less the slices directly inside it on its track
+        nested = parent >= 0  # (float sums are exact below 2^53 ns, about 104 days)
+        inner = np.bincount(parent[nested], weights=np.maximum(dur[nested], 0), minlength=n).astype(np.int64)
+        self_ns = np.maximum(np.maximum(dur, 0) - inner, 0)
+        del inner, nested
+
+        # operators: innermost and outermost cpu_op around each event
+        op = nearest_marked(parent, is_op)
+        op_parent = np.full(n, -1, dtype=parent.dtype)
+        has_parent = parent >= 0
+        op_parent[has_parent] = op[parent[has_parent]]
+        op_root = root_of(op_parent)
+        top_op = np.where(op >= 0, op_root[np.maximum(op, 0)], -1)
+
+        # launches: device event -> runtime call, by correlation (the ac2g flows fill the rest below)
+        launch = _launch_by_correlation(is_runtime, is_device, correlation, correlation_null, parent.dtype)
+
+        # steps: ProfilerStep ranges (host), by time for every host event, via the launch on devices
+        steps, step = _steps(kind == K["step"], step_no_of_name[name_codes], ts, end, rank * ID_STRIDE, is_device)
+
+        # source frames: from the collector (live), else from python_function events (def lines)
+        frames, ev_frame, module_path = _frames_and_modules(raw, order, n, parent, is_python, name_values, name_codes)
+
+        # flows: each endpoint's slice; backward work: the forward operator that built its autograd
+        # node, and every event's pass
+        fl_event, (flow_src, flow_dev), (fwd, pass_code, backward_counts) = flow_links.result()
+    need = launch[flow_dev] < 0  # a device event without a launch by correlation takes its ac2g flow's
+    launch[flow_dev[need]] = flow_src[need]
+    del flow_src, flow_dev, need
 
     dev_no_launch = is_device & (launch < 0) & (kind != K["gpu_annotation"])
     quality["device_events_without_launch"] = int(np.count_nonzero(dev_no_launch))
@@ -380,16 +407,6 @@ def build_rank(raw: RawRank) -> RankTables:
     quality["device_before_launch"] = int(np.count_nonzero(has_launch & (ts < ts[li]))) if n else 0
     quality["negative_timestamps"] = int(np.count_nonzero(ts < 0))
 
-    # steps: ProfilerStep ranges (host), by time for every host event, via the launch on devices
-    steps, step = _steps(kind == K["step"], step_no_of_name[name_codes], ts, end, event_id, is_device)
-
-    # source frames: from the collector (live), else from python_function events (def lines)
-    frames, ev_frame, module_path = _frames_and_modules(raw, order, n, parent, is_python, name_values, name_codes)
-
-    # backward work: the forward operator that built its autograd node, and every event's pass
-    fwd, pass_code, backward_counts = passes.backward_links(
-        name_codes=name_codes, name_values=name_values, is_op=is_op, is_python=is_python, parent=parent, ts=ts,
-        track=track, fwdbwd=_flow_pairs(fl, fl_event, (FORWARD_BACKWARD_FLOW,)), args=args, order=order)
     # the statement each event's time belongs to: the forward statement for backward work
     # (work inside a torch.compile region belongs to the statement that called the compiled function)
     statement = passes.compiled_region_frames(name_codes=name_codes, name_values=name_values, parent=parent, frame=ev_frame)
@@ -424,7 +441,7 @@ def build_rank(raw: RawRank) -> RankTables:
     pass_dict = pa.array(passes.PASSES, pa.string())
     base = rank * ID_STRIDE
     memory = _memory(raw, track, pid, tid, ts, end, parent, op, ev_frame, step, steps)
-    del track, end, op_parent, op_root, has_parent, li, is_op, is_python, is_runtime, can_contain, event_id
+    del track, end, op_parent, op_root, has_parent, li, is_op, is_python, is_runtime, can_contain
 
     def ids(local):
         return lambda sl: pa.array(np.where(local[sl] >= 0, base + local[sl].astype(np.int64), 0), pa.int64(), mask=local[sl] < 0)
@@ -488,9 +505,9 @@ def build_rank(raw: RawRank) -> RankTables:
     del fl, fl_event
     counters = _counters(raw)
 
-    counts = {_KIND_NAMES[k]: int(c) for k, c in zip(*np.unique(kind, return_counts=True))} if n else {}
+    counts = {_KIND_NAMES[k]: int(c) for k, c in enumerate(np.bincount(kind, minlength=len(_KIND_NAMES))) if c}
     counts |= {"flows": flows.num_rows, "memory": memory.num_rows, "counters": counters.num_rows, "frames": frames.num_rows}
-    devices = sorted({int(d) for d in np.unique(device) if d >= 0})
+    devices = np.unique(device[device >= 0]).tolist()
     span = int((ts + dur).max() - ts[0]) if n else None  # ts is sorted
     return RankTables(rank, {"events": events, "frames": frames, "flows": flows, "memory": memory, "counters": counters},
                       steps, quality, counts, devices, span)
@@ -553,9 +570,10 @@ def _syncs_by_external_id(is_sync, is_op, external_id, external_null, ts, op, to
     return op, top_op, step
 
 
-def _steps(is_step: np.ndarray, step_no: np.ndarray, ts: np.ndarray, end: np.ndarray, event_id: np.ndarray,
+def _steps(is_step: np.ndarray, step_no: np.ndarray, ts: np.ndarray, end: np.ndarray, first_id: int,
            is_device: np.ndarray) -> tuple[list[dict], np.ndarray]:
-    """Profiler steps of the rank, and the step of each host event (the step range its start falls in)."""
+    """Profiler steps of the rank, and the step of each host event (the step range its start falls in).
+    `first_id`: the event id of the rank's first event (row 0)."""
     step = np.full(len(ts), -1, dtype=np.int64)
     rows = np.flatnonzero(is_step)
     if not len(rows):
@@ -565,7 +583,7 @@ def _steps(is_step: np.ndarray, step_no: np.ndarray, ts: np.ndarray, end: np.nda
     inside = (p >= 0) & (ts < s_end[np.maximum(p, 0)]) & ~is_device
     step[inside] = s_no[p[inside]]
     step[rows] = s_no  # a step range is in its own step, even one of no duration
-    steps = [{"step": int(a), "ts_ns": int(b), "dur_ns": int(c - b), "event_id": int(event_id[r])}
+    steps = [{"step": int(a), "ts_ns": int(b), "dur_ns": int(c - b), "event_id": first_id + int(r)}
              for a, b, c, r in zip(s_no, s_ts, s_end, rows)]
     return steps, step
 
@@ -761,3 +779,4 @@ def _conform(table: pa.Table, spec: schema.Table) -> pa.Table:
             col = col.cast(c.arrow_type)
         cols.append(col)
     return pa.Table.from_arrays(cols, schema=spec.arrow_schema())
+

@@ -35,7 +35,7 @@ from ..errors import InputError
 from ..schema import ID_STRIDE
 from . import _kineto_json, remote
 from .build import RankTables, RawRank, build_rank
-from ._malloc import BUILD_MMAP_THRESHOLD, DECODE_MMAP_THRESHOLD, set_mmap_threshold
+from ._malloc import BUILD_MMAP_THRESHOLD, DECODE_MMAP_THRESHOLD, WRITE_MMAP_THRESHOLD, set_mmap_threshold
 from .kineto_names import MEMORY_ARGS
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -252,13 +252,16 @@ def decode_rank(path: Path, progress: Callable[[int, int], None] | None = None,
 
 
 def _category_counts(raw: RawRank) -> dict:
+    """Events per category (null: None) over the events, flows and memory tables."""
     counts: dict[str, int] = {}
     for t in (raw.events, raw.flows, raw.memory):
-        if t.num_rows:
-            vc = pc.value_counts(t["category"].cast(pa.string()) if not pa.types.is_dictionary(t["category"].type)
-                                 else t["category"].cast(pa.string()))
-            for item in vc.to_pylist():
-                counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
+        for chunk in t["category"].chunks:
+            coded = pa.types.is_dictionary(chunk.type)  # counted by code: no string made per event
+            for item in pc.value_counts(chunk.indices if coded else chunk).to_pylist():
+                value = item["values"]
+                if coded and value is not None:
+                    value = chunk.dictionary[value].as_py()
+                counts[value] = counts.get(value, 0) + item["counts"]
     return counts
 
 
@@ -388,7 +391,7 @@ def _import_rank(index: int, path: Path, tmp: Path, tune_allocator: bool, decode
     built = build_rank(raw)
     del raw  # build_rank took what it needs; let the raw columns go before writing
     if tune_allocator:
-        set_mmap_threshold(DECODE_MMAP_THRESHOLD, trim=True)  # the build's temporaries go back before writing
+        set_mmap_threshold(WRITE_MMAP_THRESHOLD, trim=True)  # the build's temporaries go back before writing
     entry = rank_entry(built, meta)
     entry["category_counts"] = category_counts
     part = tmp / f".part-{index}"

@@ -633,4 +633,38 @@ const void* nxj_field(void* h, int32_t i, int64_t* nbytes) {
 }
 
 void nxj_free(void* h) { delete (Out*)h; }
+
+// Moves column `i` (nxj_field's numbering, a text's offsets or data or an int column's values) out of
+// the result into memory of its own, freed by nxj_release: an Arrow buffer can then wrap it without a
+// copy, and hold only that column, not the whole result, for as long as it lives.
+struct Held {
+  std::vector<int64_t> ints;
+  std::string text;
+};
+
+void* nxj_take(void* h, int32_t i, const void** data, int64_t* nbytes) {
+  Out& o = *(Out*)h;
+  Held* held = new Held();
+  Text* texts[] = {&o.s_cat, &o.s_name, &o.s_pid_text, &o.s_tid_text, &o.s_args, &o.f_cat, &o.f_name, &o.f_phase, &o.f_bp};
+  Ints* numbers[] = {&o.s_ts, &o.s_dur, &o.s_pid, &o.s_tid, &o.s_corr, &o.s_ext, &o.s_stream, &o.s_pyid, &o.s_pypid,
+                     &o.f_id, &o.f_ts, &o.f_pid, &o.f_tid};
+  const int nt = 9, nn = 13;
+  if (i < nt * 3 && i % 3 == 0) {
+    held->ints = std::move(texts[i / 3]->off);
+  } else if (i < nt * 3 && i % 3 == 1) {
+    held->text = std::move(texts[i / 3]->data);
+  } else if (i >= nt * 3 && i < nt * 3 + nn * 2 && (i - nt * 3) % 2 == 0) {
+    held->ints = std::move(numbers[(i - nt * 3) / 2]->v);
+  }  // (anything else: nothing taken, an empty column)
+  if (!held->text.empty()) {
+    *data = held->text.data();
+    *nbytes = (int64_t)held->text.size();
+  } else {
+    *data = held->ints.data();
+    *nbytes = (int64_t)(held->ints.size() * 8);
+  }
+  return held;
+}
+
+void nxj_release(void* held) { delete (Held*)held; }
 }
