@@ -118,9 +118,10 @@ def slice_at(track: np.ndarray, ev_ts: np.ndarray, ev_end: np.ndarray, parent: n
             pos = np.searchsorted(ev_ts[sel], q_ts[qsel], side="right") - 1
             out[qsel] = np.where(pos >= 0, sel[np.maximum(pos, 0)], -1)
     else:
-        key = (track << shift) | (ev_ts - tmin)
-        order = np.argsort(key, kind="stable")
-        key = key[order]  # (the unsorted keys go: one array of the rank's length less at the build's peak)
+        # the events are in time order, so sorted stably by track alone they are in (track, ts)
+        # order; track numbers are dense and few, and numpy sorts 16-bit keys by radix
+        order = np.argsort(track.astype(np.int16) if track.max() < 2**15 else track, kind="stable")
+        key = (track[order] << shift) | (ev_ts[order] - tmin)
         pos = np.searchsorted(key, (q_track << shift) | (q_ts - tmin), side="right") - 1
         del key
         out = np.where(pos >= 0, order[np.maximum(pos, 0)], -1)
@@ -172,15 +173,10 @@ def track_lookup(track: np.ndarray, pid: np.ndarray, tid: np.ndarray, q_pid: np.
 # --- the build ------------------------------------------------------------------------------
 
 
-def _flow_links(fl: pa.Table, base_ns: int, track, pid, tid, ts, end, parent, is_device: np.ndarray,
-                backward: dict) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray], tuple]:
-    """(each flow endpoint's slice, (runtime call, device event) of each bound ac2g flow,
-    passes.backward_links(**backward) given the bound fwdbwd flows). Reads its arguments, writes none."""
-    fl_event = _flow_events(fl, base_ns, track, pid, tid, ts, end, parent)
-    # ac2g flows: the start binds to the runtime call, the finish to the device event
-    launches = _flow_pairs(fl, fl_event, LAUNCH_FLOW_CATEGORIES, start_ok=~is_device, finish_ok=is_device)
-    links = passes.backward_links(**backward, fwdbwd=_flow_pairs(fl, fl_event, (FORWARD_BACKWARD_FLOW,)))
-    return fl_event, launches, links
+def _backward_links(fl: pa.Table, flow_event, backward: dict) -> tuple:
+    """passes.backward_links(**backward) with the fwdbwd flows whose ends are bound to slices
+    (`flow_event`: the future of the flows' _flow_events)."""
+    return passes.backward_links(**backward, fwdbwd=_flow_pairs(fl, flow_event.result(), (FORWARD_BACKWARD_FLOW,)))
 
 
 def _flow_pairs(fl: pa.Table, fl_event: np.ndarray, categories: tuple[str, ...], start_ok: np.ndarray | None = None,
@@ -339,8 +335,7 @@ def build_rank(raw: RawRank) -> RankTables:
 
     pid, pid_null = _np_mask(ev["pid"], order)
     tid, tid_null = _np_mask(ev["tid"], order)
-    pid_text = ev["pid_text"].take(pa.array(order)).combine_chunks()
-    tid_text = ev["tid_text"].take(pa.array(order)).combine_chunks()
+    pid_text, tid_text = _sorted_text(ev["pid_text"], order), _sorted_text(ev["tid_text"], order)
     correlation, correlation_null = _np_mask(ev["correlation"], order)
     stream_arg, stream_null = _np_mask(ev["stream"], order)
     external_id, external_null = _np_mask(ev["external_id"], order)
@@ -364,10 +359,10 @@ def build_rank(raw: RawRank) -> RankTables:
     fl = raw.flows
     raw.flows = fl.slice(0, 0)  # (consumed: the built flows table below is the only copy kept)
     with ThreadPoolExecutor(max_workers=1) as helper:
-        flow_links = helper.submit(
-            _flow_links, fl, raw.base_ns, track, pid, tid, ts, end, parent, is_device,
-            dict(name_codes=name_codes, name_values=name_values, is_op=is_op, is_python=is_python, parent=parent, ts=ts,
-                 track=track, args=args, order=order))
+        flow_event = helper.submit(_flow_events, fl, raw.base_ns, track, pid, tid, ts, end, parent)
+        backward_links = helper.submit(_backward_links, fl, flow_event, dict(
+            name_codes=name_codes, name_values=name_values, is_op=is_op, is_python=is_python, parent=parent, ts=ts,
+            track=track, args=args, order=order))
         depth = depth_of(parent)
         python_ancestors = depth_of(parent, is_python)
         # self time: the duration less the slices directly inside it on its track
@@ -393,12 +388,27 @@ def build_rank(raw: RawRank) -> RankTables:
         # source frames: from the collector (live), else from python_function events (def lines)
         frames, ev_frame, module_path = _frames_and_modules(raw, order, n, parent, is_python, name_values, name_codes)
 
-        # flows: each endpoint's slice; backward work: the forward operator that built its autograd
-        # node, and every event's pass
-        fl_event, (flow_src, flow_dev), (fwd, pass_code, backward_counts) = flow_links.result()
-    need = launch[flow_dev] < 0  # a device event without a launch by correlation takes its ac2g flow's
-    launch[flow_dev[need]] = flow_src[need]
-    del flow_src, flow_dev, need
+        # the statement each event's time belongs to (work inside a torch.compile region belongs to the
+        # statement that called the compiled function); backward work takes its forward's below
+        statement = passes.compiled_region_frames(name_codes=name_codes, name_values=name_values, parent=parent, frame=ev_frame)
+
+        # a device number is an int32: a device event's pid beyond it names no device
+        device = np.where(is_device & ~pid_null & (pid >= 0) & (pid < 2**31), pid, -1).astype(np.int32)
+        stream = np.where(is_device, np.where(stream_null, tid, stream_arg), -1)
+        stream_mask = ~is_device | (stream_null & tid_null)
+        del stream_arg, stream_null
+        counters = _counters(raw)
+        counts = {_KIND_NAMES[k]: int(c) for k, c in enumerate(np.bincount(kind, minlength=len(_KIND_NAMES))) if c}
+
+        # flows: each endpoint's slice; a device event without a launch by correlation takes its
+        # ac2g flow's (the start binds to the runtime call, the finish to the device event)
+        fl_event = flow_event.result()
+        flow_src, flow_dev = _flow_pairs(fl, fl_event, LAUNCH_FLOW_CATEGORIES, start_ok=~is_device, finish_ok=is_device)
+        need = launch[flow_dev] < 0
+        launch[flow_dev[need]] = flow_src[need]
+        del flow_src, flow_dev, need
+        # backward work: the forward operator that built its autograd node, and every event's pass
+        fwd, pass_code, backward_counts = backward_links.result()
 
     dev_no_launch = is_device & (launch < 0) & (kind != K["gpu_annotation"])
     quality["device_events_without_launch"] = int(np.count_nonzero(dev_no_launch))
@@ -407,9 +417,7 @@ def build_rank(raw: RawRank) -> RankTables:
     quality["device_before_launch"] = int(np.count_nonzero(has_launch & (ts < ts[li]))) if n else 0
     quality["negative_timestamps"] = int(np.count_nonzero(ts < 0))
 
-    # the statement each event's time belongs to: the forward statement for backward work
-    # (work inside a torch.compile region belongs to the statement that called the compiled function)
-    statement = passes.compiled_region_frames(name_codes=name_codes, name_values=name_values, parent=parent, frame=ev_frame)
+    # backward work's statement is its forward operator's
     fwd_frame = np.where(fwd >= 0, statement[np.maximum(fwd, 0)], -1)
     source_frame = np.where(fwd_frame >= 0, fwd_frame, statement).astype(idx)
     del statement, fwd_frame
@@ -432,11 +440,6 @@ def build_rank(raw: RawRank) -> RankTables:
     if module_path is not None:  # (codes, -1 = none; their dictionary)
         module_path = (np.where(has_launch, module_path[0][li], module_path[0]), module_path[1])
 
-    # a device number is an int32: a device event's pid beyond it names no device
-    device = np.where(is_device & ~pid_null & (pid >= 0) & (pid < 2**31), pid, -1).astype(np.int32)
-    stream = np.where(is_device, np.where(stream_null, tid, stream_arg), -1)
-    stream_mask = ~is_device | (stream_null & tid_null)
-    del stream_arg, stream_null
     kind_dict = pa.array(_KIND_NAMES, pa.string())
     pass_dict = pa.array(passes.PASSES, pa.string())
     base = rank * ID_STRIDE
@@ -503,9 +506,6 @@ def build_rank(raw: RawRank) -> RankTables:
     )
     flows = _conform(flows, schema.FLOWS).sort_by([("ts_ns", "ascending")])
     del fl, fl_event
-    counters = _counters(raw)
-
-    counts = {_KIND_NAMES[k]: int(c) for k, c in enumerate(np.bincount(kind, minlength=len(_KIND_NAMES))) if c}
     counts |= {"flows": flows.num_rows, "memory": memory.num_rows, "counters": counters.num_rows, "frames": frames.num_rows}
     devices = np.unique(device[device >= 0]).tolist()
     span = int((ts + dur).max() - ts[0]) if n else None  # ts is sorted
@@ -537,6 +537,13 @@ def _flow_events(fl: pa.Table, base_ns: int, track, pid, tid, ts, end, parent) -
         if ok.any():
             fl_event[ok] = slice_at(track, ts, end, parent, f_track[ok], (_np(fl["ts_ns"], 0) + base_ns)[ok])
     return fl_event
+
+
+def _sorted_text(col: pa.ChunkedArray, order: np.ndarray) -> pa.Array:
+    """A text column in sorted order (most traces' ids are numbers: their text column is all null)."""
+    if col.null_count == len(col):
+        return pa.nulls(len(col), col.type)
+    return col.take(pa.array(order)).combine_chunks()
 
 
 def _np_mask(col: pa.ChunkedArray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
