@@ -113,7 +113,7 @@ def main() -> None:
         subprocess.run([sys.executable, "-c", "from neuron_explorer.collectors import _json_native; _json_native.load()"],
                        cwd=REPO, check=True)
         # bytecode, as `pip install` compiles it: a source checkout run with PYTHONDONTWRITEBYTECODE
-        # (set on some machines, CI's among them) would compile the package again in every timed run
+        # (set on the development machine) would compile the package again in every timed run
         for tree in (REPO, args.baseline):
             if tree:
                 subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(tree) / "neuron_explorer")], check=True)
