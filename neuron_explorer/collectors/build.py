@@ -149,9 +149,7 @@ def tracks_of(pid: np.ndarray, tid: np.ndarray, pid_text: pa.Array, tid_text: pa
 def _factorize(values: np.ndarray) -> np.ndarray:
     """Dense int64 codes of int64 `values`, numbered in order of first appearance (a hash table,
     not a sort)."""
-    values = np.ascontiguousarray(values, dtype=np.int64)
-    arr = pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
-    return np.asarray(pc.dictionary_encode(arr).indices, dtype=np.int64)
+    return np.asarray(pc.dictionary_encode(pa.array(values, pa.int64())).indices, dtype=np.int64)
 
 
 def track_lookup(track: np.ndarray, pid: np.ndarray, tid: np.ndarray, q_pid: np.ndarray, q_tid: np.ndarray) -> np.ndarray:

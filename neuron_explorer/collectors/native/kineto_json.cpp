@@ -606,63 +606,61 @@ int32_t nxj_status(void* h) { return ((Out*)h)->status; }
 
 int64_t nxj_end(void* h) { return ((Out*)h)->end; }
 
-// Field `i` of the result: its address and size in bytes (see json_reader.FIELDS for the order).
-const void* nxj_field(void* h, int32_t i, int64_t* nbytes) {
-  Out& o = *(Out*)h;
-  auto ints = [&](std::vector<int64_t>& v) { *nbytes = (int64_t)(v.size() * 8); return (const void*)v.data(); };
-  auto bytes = [&](std::vector<uint8_t>& v) { *nbytes = (int64_t)v.size(); return (const void*)v.data(); };
-  auto text = [&](std::string& s) { *nbytes = (int64_t)s.size(); return (const void*)s.data(); };
+// Field `i` of the result (see _json_native for the order): exactly one of the three is set, or none
+// past the last field.
+struct FieldRef {
+  std::vector<int64_t>* ints = nullptr;
+  std::string* text = nullptr;
+  std::vector<uint8_t>* bytes = nullptr;
+};
+
+FieldRef field_of(Out& o, int32_t i) {
   Text* texts[] = {&o.s_cat, &o.s_name, &o.s_pid_text, &o.s_tid_text, &o.s_args, &o.f_cat, &o.f_name, &o.f_phase, &o.f_bp};
   Ints* numbers[] = {&o.s_ts, &o.s_dur, &o.s_pid, &o.s_tid, &o.s_corr, &o.s_ext, &o.s_stream, &o.s_pyid, &o.s_pypid,
                      &o.f_id, &o.f_ts, &o.f_pid, &o.f_tid};
   const int nt = 9, nn = 13;
+  FieldRef f;
   if (i < nt * 3) {
     Text& t = *texts[i / 3];
-    return i % 3 == 0 ? ints(t.off) : i % 3 == 1 ? text(t.data) : bytes(t.valid);
+    if (i % 3 == 0) f.ints = &t.off; else if (i % 3 == 1) f.text = &t.data; else f.bytes = &t.valid;
+    return f;
   }
   i -= nt * 3;
   if (i < nn * 2) {
     Ints& n = *numbers[i / 2];
-    return i % 2 == 0 ? ints(n.v) : bytes(n.valid);
+    if (i % 2 == 0) f.ints = &n.v; else f.bytes = &n.valid;
+    return f;
   }
   i -= nn * 2;
-  if (i == 0) return bytes(o.s_phase);
-  if (i == 1) return ints(o.other);
-  *nbytes = 0;
-  return nullptr;
+  if (i == 0) f.bytes = &o.s_phase;
+  if (i == 1) f.ints = &o.other;
+  return f;
+}
+
+// Field `i` of the result: its address and size in bytes.
+const void* nxj_field(void* h, int32_t i, int64_t* nbytes) {
+  FieldRef f = field_of(*(Out*)h, i);
+  *nbytes = f.ints ? (int64_t)(f.ints->size() * 8) : f.text ? (int64_t)f.text->size() : f.bytes ? (int64_t)f.bytes->size() : 0;
+  return f.ints ? (const void*)f.ints->data() : f.text ? (const void*)f.text->data() : f.bytes ? (const void*)f.bytes->data() : nullptr;
 }
 
 void nxj_free(void* h) { delete (Out*)h; }
 
-// Moves column `i` (nxj_field's numbering, a text's offsets or data or an int column's values) out of
-// the result into memory of its own, freed by nxj_release: an Arrow buffer can then wrap it without a
-// copy, and hold only that column, not the whole result, for as long as it lives.
+// Moves field `i` (64-bit values or text) out of the result into memory of its own, freed by
+// nxj_release: an Arrow buffer can then wrap it without a copy, and hold only that column, not the
+// whole result, for as long as it lives. Byte fields (validity, phase) are not moved.
 struct Held {
   std::vector<int64_t> ints;
   std::string text;
 };
 
 void* nxj_take(void* h, int32_t i, const void** data, int64_t* nbytes) {
-  Out& o = *(Out*)h;
+  FieldRef f = field_of(*(Out*)h, i);
   Held* held = new Held();
-  Text* texts[] = {&o.s_cat, &o.s_name, &o.s_pid_text, &o.s_tid_text, &o.s_args, &o.f_cat, &o.f_name, &o.f_phase, &o.f_bp};
-  Ints* numbers[] = {&o.s_ts, &o.s_dur, &o.s_pid, &o.s_tid, &o.s_corr, &o.s_ext, &o.s_stream, &o.s_pyid, &o.s_pypid,
-                     &o.f_id, &o.f_ts, &o.f_pid, &o.f_tid};
-  const int nt = 9, nn = 13;
-  if (i < nt * 3 && i % 3 == 0) {
-    held->ints = std::move(texts[i / 3]->off);
-  } else if (i < nt * 3 && i % 3 == 1) {
-    held->text = std::move(texts[i / 3]->data);
-  } else if (i >= nt * 3 && i < nt * 3 + nn * 2 && (i - nt * 3) % 2 == 0) {
-    held->ints = std::move(numbers[(i - nt * 3) / 2]->v);
-  }  // (anything else: nothing taken, an empty column)
-  if (!held->text.empty()) {
-    *data = held->text.data();
-    *nbytes = (int64_t)held->text.size();
-  } else {
-    *data = held->ints.data();
-    *nbytes = (int64_t)(held->ints.size() * 8);
-  }
+  if (f.ints) held->ints = std::move(*f.ints);
+  if (f.text) held->text = std::move(*f.text);
+  *data = f.text ? (const void*)held->text.data() : (const void*)held->ints.data();
+  *nbytes = f.text ? (int64_t)held->text.size() : (int64_t)(held->ints.size() * 8);
   return held;
 }
 
