@@ -85,7 +85,8 @@ def _load(so: Path):
     lib = ctypes.CDLL(str(so))
     lib.nxw_write.restype = ctypes.c_int32
     lib.nxw_write.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64,
-                              ctypes.c_char_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int64]
+                              ctypes.c_char_p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int32,
+                              ctypes.c_char_p, ctypes.c_int64]
     return lib
 
 
@@ -95,10 +96,11 @@ class _ArrowArrayStream(ctypes.Structure):  # the Arrow C stream interface's str
 
 
 def write(lib, path: Path, schema: pa.Schema, batches, *, row_group_rows: int, dictionary_columns: list[str],
-          metadata: dict[bytes, bytes], threads: int) -> None:
+          delta_columns: list[str], metadata: dict[bytes, bytes], threads: int) -> None:
     """Write `batches` (an iterable of record batches of `schema`, each at most `row_group_rows`
     rows: one row group each) to `path`: zstd, statistics, dictionary pages for
-    `dictionary_columns` only, no Arrow schema stored, `metadata` added. Raises OSError naming the
+    `dictionary_columns` only, DELTA_BINARY_PACKED for the integer `delta_columns`, no Arrow schema
+    stored, `metadata` added. Raises OSError naming the
     problem when the file cannot be written."""
     failed: list[BaseException] = []
 
@@ -112,11 +114,12 @@ def write(lib, path: Path, schema: pa.Schema, batches, *, row_group_rows: int, d
     stream = _ArrowArrayStream()
     pa.RecordBatchReader.from_batches(schema, pulled())._export_to_c(ctypes.addressof(stream))
     dict_bytes = b"".join(n.encode() + b"\0" for n in dictionary_columns)  # (a name not in the schema is ignored, as by pyarrow)
+    delta_bytes = b"".join(n.encode() + b"\0" for n in delta_columns)
     kv_bytes = b"".join(k + b"\0" + v + b"\0" for k, v in metadata.items())
     err = ctypes.create_string_buffer(2048)
     # (ctypes releases the GIL for the call; the stream takes it back to pull each batch)
-    rc = lib.nxw_write(ctypes.addressof(stream), str(path).encode(), row_group_rows, dict_bytes, len(dict_bytes),
-                       kv_bytes, len(kv_bytes), threads, err, len(err))
+    rc = lib.nxw_write(ctypes.addressof(stream), str(path).encode(), row_group_rows, dict_bytes, len(dict_bytes), delta_bytes,
+                       len(delta_bytes), kv_bytes, len(kv_bytes), threads, err, len(err))
     if failed:
         raise failed[0]
     if rc != 0:

@@ -189,7 +189,15 @@ def clean_stale(final: Path) -> list[Path]:
 
 # Low-cardinality columns: dictionary pages make them small; for ids and args they only cost time.
 _DICTIONARY_COLUMNS = ["kind", "category", "name", "phase", "pid_text", "tid_text", "module_path", "file", "function",
-                       "line_kind", "series", "binding_point", "pid", "tid", "rank", "device", "stream", "step"]
+                       "line_kind", "series", "binding_point", "pid", "tid", "rank", "device", "stream", "step", "pass"]
+
+
+def _delta_columns(schema: pa.Schema) -> list[str]:
+    """The integer columns without dictionary pages (times, durations, ids), written
+    DELTA_BINARY_PACKED: they mostly rise or repeat row to row, so the deltas pack into a few bits.
+    On the 1.45M-event bench trace the events file is 6% smaller, its write takes 15% less CPU
+    (zstd has less to compress) and DuckDB scans it faster (bench/README.md, "Integer columns")."""
+    return [f.name for f in schema if pa.types.is_integer(f.type) and f.name not in _DICTIONARY_COLUMNS]
 
 
 _ENCODE_THREADS = max(1, min(os.cpu_count() or 1, 8))
@@ -205,6 +213,7 @@ def _write_table(table: pa.Table, path: Path) -> None:
             compression="zstd",
             write_statistics=True,
             use_dictionary=_DICTIONARY_COLUMNS,
+            column_encoding=dict.fromkeys(_delta_columns(table.schema), "DELTA_BINARY_PACKED"),
         )
 
 
@@ -245,10 +254,13 @@ def _write_partition(dir_: Path, tables: dict) -> None:
                 if native is not None:  # its columns encoded on every core, beside the small tables' writes
                     queued.append(pool.submit(parquet_native.write, native, path, first.schema, itertools.chain([first], batches),
                                               row_group_rows=ROW_GROUP_ROWS, dictionary_columns=_DICTIONARY_COLUMNS,
+                                              delta_columns=_delta_columns(first.schema),
                                               metadata=spec.arrow_schema().metadata, threads=_ENCODE_THREADS))
                     continue
-                writer = pq.ParquetWriter(path, spec.arrow_schema() if first is None else first.schema, compression="zstd",
-                                          write_statistics=True, use_dictionary=_DICTIONARY_COLUMNS, store_schema=False)
+                file_schema = spec.arrow_schema() if first is None else first.schema
+                writer = pq.ParquetWriter(path, file_schema, compression="zstd", write_statistics=True, use_dictionary=_DICTIONARY_COLUMNS,
+                                          column_encoding=dict.fromkeys(_delta_columns(file_schema), "DELTA_BINARY_PACKED"),
+                                          store_schema=False)
                 writer.add_key_value_metadata(spec.arrow_schema().metadata)
                 queued += _queue_batches(pool, writer, itertools.chain([] if first is None else [first], batches))
         finally:

@@ -54,7 +54,8 @@ def _batches(n: int, seed: int = 0) -> list[pa.RecordBatch]:
 
 def _pyarrow_write(path, batches, metadata):
     writer = pq.ParquetWriter(path, batches[0].schema, compression="zstd", write_statistics=True,
-                              use_dictionary=store._DICTIONARY_COLUMNS, store_schema=False)
+                              use_dictionary=store._DICTIONARY_COLUMNS, store_schema=False,
+                              column_encoding=dict.fromkeys(store._delta_columns(batches[0].schema), "DELTA_BINARY_PACKED"))
     writer.add_key_value_metadata(metadata)
     for b in batches:
         writer.write_batch(b, row_group_size=ROWS)
@@ -66,10 +67,15 @@ def test_the_parallel_writer_writes_the_bytes_pyarrow_writes(lib, tmp_path):
     metadata = schema.EVENTS.arrow_schema().metadata
     ours, theirs = tmp_path / "native.parquet", tmp_path / "pyarrow.parquet"
     parquet_native.write(lib, ours, batches[0].schema, iter(batches), row_group_rows=ROWS,
-                         dictionary_columns=store._DICTIONARY_COLUMNS, metadata=metadata, threads=4)
+                         dictionary_columns=store._DICTIONARY_COLUMNS, delta_columns=store._delta_columns(batches[0].schema),
+                         metadata=metadata, threads=4)
     _pyarrow_write(theirs, batches, metadata)
     f = pq.ParquetFile(ours)
     assert f.metadata.num_row_groups == 4 and f.metadata.num_rows == 3500
+    encodings = {f.metadata.row_group(0).column(i).path_in_schema: f.metadata.row_group(0).column(i).encodings
+                 for i in range(f.metadata.num_columns)}
+    assert "DELTA_BINARY_PACKED" in encodings["event_id"] and "DELTA_BINARY_PACKED" in encodings["depth"]
+    assert "RLE_DICTIONARY" in encodings["name"] and "DELTA_BINARY_PACKED" not in encodings["name"]
     assert f.read().equals(pq.ParquetFile(theirs).read())
     assert f.metadata.metadata == pq.ParquetFile(theirs).metadata.metadata  # the format version travels
     assert ours.read_bytes() == theirs.read_bytes()
@@ -98,7 +104,7 @@ def test_an_error_in_the_batches_is_raised_as_itself(lib, tmp_path):
 
     with pytest.raises(ValueError, match="a bug in the batches"):
         parquet_native.write(lib, tmp_path / "x.parquet", batches[0].schema, broken(), row_group_rows=ROWS,
-                             dictionary_columns=[], metadata={}, threads=2)
+                             dictionary_columns=[], delta_columns=[], metadata={}, threads=2)
 
 
 class _Sorted:  # what build.SortedTable offers the store

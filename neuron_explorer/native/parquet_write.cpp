@@ -39,17 +39,18 @@ std::vector<std::string> split(const char* data, int64_t len) {
 }
 
 arrow::Status write(ArrowArrayStream* stream, const char* path, int64_t row_group_rows, const std::vector<std::string>& dict_cols,
-                    const std::vector<std::string>& kv, int32_t threads) {
+                    const std::vector<std::string>& delta_cols, const std::vector<std::string>& kv, int32_t threads) {
   ARROW_ASSIGN_OR_RAISE(auto reader, arrow::ImportRecordBatchReader(stream));
   parquet::WriterProperties::Builder props;
   // as pyarrow.parquet.ParquetWriter(compression="zstd", write_statistics=True, use_dictionary=[...],
-  // store_schema=False) sets them, its defaults included
+  // column_encoding={...: "DELTA_BINARY_PACKED"}, store_schema=False) sets them, its defaults included
   props.version(parquet::ParquetVersion::PARQUET_2_6);
   props.data_page_version(parquet::ParquetDataPageVersion::V1);
   props.compression(arrow::Compression::ZSTD);
   props.enable_statistics();
   props.disable_dictionary();
   for (const auto& c : dict_cols) props.enable_dictionary(c);
+  for (const auto& c : delta_cols) props.encoding(c, parquet::Encoding::DELTA_BINARY_PACKED);
   props.disable_content_defined_chunking();
   props.disable_page_checksum();
   props.disable_write_page_index();
@@ -93,14 +94,17 @@ extern "C" {
 
 // Writes the batches of `stream` (consumed, released here) into the Parquet file at `path`; the
 // batches must share the stream's schema and hold at most `row_group_rows` rows each. dict_cols:
-// NUL-terminated names of the columns written with dictionary pages; kv: NUL-terminated key,
+// NUL-terminated names of the columns written with dictionary pages; delta_cols: those of the
+// integer columns written DELTA_BINARY_PACKED (none of dict_cols); kv: NUL-terminated key,
 // value, key, value ... added to the file's metadata; threads: columns encoded at once. Returns 0,
 // or -1 with the reason in err (NUL-terminated, at most err_len bytes).
 int32_t nxw_write(ArrowArrayStream* stream, const char* path, int64_t row_group_rows, const char* dict_cols, int64_t dict_len,
-                  const char* kv, int64_t kv_len, int32_t threads, char* err, int64_t err_len) {
+                  const char* delta_cols, int64_t delta_len, const char* kv, int64_t kv_len, int32_t threads, char* err,
+                  int64_t err_len) {
   arrow::Status st;
   try {
-    st = write(stream, path, row_group_rows, split(dict_cols, dict_len), split(kv, kv_len), threads);
+    st = write(stream, path, row_group_rows, split(dict_cols, dict_len), split(delta_cols, delta_len), split(kv, kv_len),
+               threads);
   } catch (const std::exception& e) {
     st = arrow::Status::UnknownError(e.what());
   }
