@@ -136,12 +136,19 @@ def slice_at(track: np.ndarray, ev_ts: np.ndarray, ev_end: np.ndarray, parent: n
 
 def tracks_of(pid: np.ndarray, tid: np.ndarray, pid_text: pa.Array, tid_text: pa.Array) -> np.ndarray:
     """A dense track number per event: one per distinct (pid, tid, pid_text, tid_text)."""
-    if not len(pid):
+    n = len(pid)
+    if not n:
         return np.zeros(0, dtype=np.int64)
-    codes = [_factorize(pid), _factorize(tid), _np(pc.dictionary_encode(pid_text).indices) + 1,
-             _np(pc.dictionary_encode(tid_text).indices) + 1]
-    key = np.zeros(len(pid), dtype=np.int64)
-    for c in codes:
+    # (pid, tid) as one 16-byte key: one hash pass, numbered in order of first appearance
+    pairs = np.empty((n, 2), dtype=np.int64)
+    pairs[:, 0], pairs[:, 1] = pid, tid
+    key = np.asarray(pc.dictionary_encode(pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(16), n, [None, pa.py_buffer(pairs)])).indices, dtype=np.int64)
+    texts = [t for t in (pid_text, tid_text) if t.null_count < len(t)]  # (most traces have none)
+    if not texts:
+        return key
+    for t in texts:
+        c = _np(pc.dictionary_encode(t).indices) + 1
         key = key * (int(c.max()) + 2) + c
     return _factorize(key)
 
@@ -331,33 +338,36 @@ def build_rank(raw: RawRank) -> RankTables:
     is_python = kind == K["python"]
     is_runtime = kind == K["runtime"]
 
-    pid, pid_null = _np_mask(ev["pid"], order)
-    tid, tid_null = _np_mask(ev["tid"], order)
-    pid_text, tid_text = _sorted_text(ev["pid_text"], order), _sorted_text(ev["tid_text"], order)
-    correlation, correlation_null = _np_mask(ev["correlation"], order)
-    stream_arg, stream_null = _np_mask(ev["stream"], order)
-    external_id, external_null = _np_mask(ev["external_id"], order)
-    args = ev["args"].combine_chunks() if n else None
-    # Everything needed from the raw columns is now in sorted arrays: let the raw ones go (build
-    # consumes `raw`), which lowers the import's memory peak by the size of the decoded columns.
-    raw.events = ev.select([c for c in ("module_path", "frame_index") if c in ev.column_names])
-    del ev
-    track = tracks_of(pid, tid, pid_text, tid_text)
     end = ts + np.maximum(dur, 0)
 
-    quality["nonpositive_duration"] = int(np.count_nonzero((~is_instant) & (dur <= 0)))
-    quality["negative_duration"] = int(np.count_nonzero(dur < 0))
-    can_contain = (~is_instant) & (dur > 0)
-    parent, overlaps = enclosing_parents(track, ts, end, can_contain)
-    quality["overlapping_slices"] = overlaps
-
-    # Binding the flows and linking backward work to forward operators (about a third of the
-    # build) need nothing computed below: a helper thread does them meanwhile (numpy and Arrow
-    # release the GIL in their loops, so the two share the cores).
-    fl = raw.flows
-    raw.flows = fl.slice(0, 0)  # (consumed: the built flows table below is the only copy kept)
+    # The build runs on two threads (numpy and Arrow release the GIL in their loops, so the two
+    # share the cores). While this thread finds each event's track and enclosing slice, a helper
+    # readies what is needed only after them: the other id columns, the args and the steps. Then
+    # the helper binds the flows and links backward work to forward operators (about a third of
+    # the build), which need nothing computed below, while this thread runs the other passes.
     with ThreadPoolExecutor(max_workers=1) as helper:
+        early = helper.submit(_early_columns, [ev[c] for c in ("correlation", "stream", "external_id", "args")], order,
+                              kind == K["step"], step_no_of_name[name_codes], ts, end, rank * ID_STRIDE, is_device)
+        pid, pid_null = _np_mask(ev["pid"], order)
+        tid, tid_null = _np_mask(ev["tid"], order)
+        pid_text, tid_text = _sorted_text(ev["pid_text"], order), _sorted_text(ev["tid_text"], order)
+        # Everything needed from the raw columns is now in sorted arrays or with the helper: let the
+        # raw ones go (build consumes `raw`), which lowers the import's memory peak by their size.
+        raw.events = ev.select([c for c in ("module_path", "frame_index") if c in ev.column_names])
+        del ev
+        track = tracks_of(pid, tid, pid_text, tid_text)
+
+        quality["nonpositive_duration"] = int(np.count_nonzero((~is_instant) & (dur <= 0)))
+        quality["negative_duration"] = int(np.count_nonzero(dur < 0))
+        can_contain = (~is_instant) & (dur > 0)
+        parent, overlaps = enclosing_parents(track, ts, end, can_contain)
+        quality["overlapping_slices"] = overlaps
+
+        fl = raw.flows
+        raw.flows = fl.slice(0, 0)  # (consumed: the built flows table below is the only copy kept)
         flow_event = helper.submit(_flow_events, fl, raw.base_ns, track, pid, tid, ts, end, parent)
+        ((correlation, correlation_null), (stream_arg, stream_null), (external_id, external_null), args,
+         (steps, step)) = early.result()
         backward_links = helper.submit(_backward_links, fl, flow_event, dict(
             name_codes=name_codes, name_values=name_values, is_op=is_op, is_python=is_python, parent=parent, ts=ts,
             track=track, args=args, order=order))
@@ -379,9 +389,6 @@ def build_rank(raw: RawRank) -> RankTables:
 
         # launches: device event -> runtime call, by correlation (the ac2g flows fill the rest below)
         launch = _launch_by_correlation(is_runtime, is_device, correlation, correlation_null, parent.dtype)
-
-        # steps: ProfilerStep ranges (host), by time for every host event, via the launch on devices
-        steps, step = _steps(kind == K["step"], step_no_of_name[name_codes], ts, end, rank * ID_STRIDE, is_device)
 
         # source frames: from the collector (live), else from python_function events (def lines)
         frames, ev_frame, module_path = _frames_and_modules(raw, order, n, parent, is_python, name_values, name_codes)
@@ -405,6 +412,8 @@ def build_rank(raw: RawRank) -> RankTables:
         need = launch[flow_dev] < 0
         launch[flow_dev[need]] = flow_src[need]
         del flow_src, flow_dev, need
+        flows = _flows_table(fl, fl_event, rank, raw.base_ns)  # (while the helper links backward work)
+        del fl, fl_event
         # backward work: the forward operator that built its autograd node, and every event's pass
         fwd, pass_code, backward_counts = backward_links.result()
 
@@ -488,22 +497,6 @@ def build_rank(raw: RawRank) -> RankTables:
     }
     events = SortedTable(schema.EVENTS, n, makers)
 
-    flows = pa.table(
-        {
-            "rank": pa.array(np.full(fl.num_rows, rank, dtype=np.int32)),
-            "flow_id": fl["flow_id"],
-            "category": fl["category"],
-            "name": fl["name"],
-            "phase": fl["phase"],
-            "ts_ns": pa.array(_np(fl["ts_ns"], 0) + raw.base_ns, pa.int64()),
-            "pid": fl["pid"],
-            "tid": fl["tid"],
-            "binding_point": fl["binding_point"],
-            "event_id": pa.array(np.where(fl_event >= 0, base + fl_event, 0), pa.int64(), mask=fl_event < 0),
-        }
-    )
-    flows = _conform(flows, schema.FLOWS).sort_by([("ts_ns", "ascending")])
-    del fl, fl_event
     counts |= {"flows": flows.num_rows, "memory": memory.num_rows, "counters": counters.num_rows, "frames": frames.num_rows}
     devices = np.unique(device[device >= 0]).tolist()
     span = int((ts + dur).max() - ts[0]) if n else None  # ts is sorted
@@ -524,6 +517,36 @@ def _launch_by_correlation(is_runtime, is_device, correlation, correlation_null,
         hit = rt_corr[p] == correlation[dev_idx]
         launch[dev_idx[hit]] = rt_sorted[p[hit]]
     return launch
+
+
+def _early_columns(columns: list, order: np.ndarray, is_step, step_no, ts, end, first_id: int, is_device) -> tuple:
+    """On the build's helper thread: (values, nulls) of the correlation, stream and External id
+    columns in sorted order, the args as one array (source order), and `_steps`. `columns` holds
+    those four raw columns and is emptied as each is read, so each goes once done with."""
+    args = columns.pop()
+    args = args.combine_chunks() if len(order) else None
+    ids = [_np_mask(columns.pop(0), order) for _ in range(3)]
+    return (*ids, args, _steps(is_step, step_no, ts, end, first_id, is_device))
+
+
+def _flows_table(fl: pa.Table, fl_event: np.ndarray, rank: int, base_ns: int) -> pa.Table:
+    """The run's flows table: each endpoint with the event it binds to (`fl_event`, -1: none), by time."""
+    base = rank * ID_STRIDE
+    flows = pa.table(
+        {
+            "rank": pa.array(np.full(fl.num_rows, rank, dtype=np.int32)),
+            "flow_id": fl["flow_id"],
+            "category": fl["category"],
+            "name": fl["name"],
+            "phase": fl["phase"],
+            "ts_ns": pa.array(_np(fl["ts_ns"], 0) + base_ns, pa.int64()),
+            "pid": fl["pid"],
+            "tid": fl["tid"],
+            "binding_point": fl["binding_point"],
+            "event_id": pa.array(np.where(fl_event >= 0, base + fl_event, 0), pa.int64(), mask=fl_event < 0),
+        }
+    )
+    return _conform(flows, schema.FLOWS).sort_by([("ts_ns", "ascending")])
 
 
 def _flow_events(fl: pa.Table, base_ns: int, track, pid, tid, ts, end, parent) -> np.ndarray:

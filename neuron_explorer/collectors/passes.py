@@ -47,13 +47,22 @@ def _name_flags(name_values: list, pattern) -> np.ndarray:
     return np.array([bool(v) and bool(pattern(v)) for v in name_values], dtype=bool)
 
 
+_SEQUENCE_BLOCK = 1 << 16
+"""Rows whose args are read at once: the args of every operator of a large rank would be a copy of
+100 MB or more, at the build's memory peak."""
+
+
 def sequence_numbers(args: pa.Array | None, rows: np.ndarray) -> np.ndarray:
     """The `Sequence number` in the args JSON of the given rows (-1 where there is none)."""
-    if args is None or not len(rows):
-        return np.full(len(rows), -1, dtype=np.int64)
-    found = pc.extract_regex(args.take(pa.array(rows)), _SEQUENCE).field("seq")
-    found = pc.if_else(pc.equal(found, ""), pa.scalar(None, pa.string()), found)  # rows with no match
-    return np.asarray(pc.cast(found, pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    out = np.full(len(rows), -1, dtype=np.int64)
+    if args is None:
+        return out
+    for start in range(0, len(rows), _SEQUENCE_BLOCK):
+        block = rows[start:start + _SEQUENCE_BLOCK]
+        found = pc.extract_regex(args.take(pa.array(block)), _SEQUENCE).field("seq")
+        found = pc.if_else(pc.equal(found, ""), pa.scalar(None, pa.string()), found)  # rows with no match
+        out[start:start + len(block)] = pc.cast(found, pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False)
+    return out
 
 
 def compiled_region_frames(*, name_codes: np.ndarray, name_values: list, parent: np.ndarray, frame: np.ndarray) -> np.ndarray:
