@@ -285,12 +285,51 @@ struct Key {  // a key and its length, compared length first
 };
 template <size_t N>
 constexpr Key key(const char (&s)[N]) { return Key{s, N - 1}; }
-inline bool eq(const Span& s, const Key& k) {  // keys are short: compared inline, not by a call to memcmp
-  if (s.n != k.n) return false;
-  for (size_t i = 0; i < k.n; ++i)
+// Keys are short: compared inline, a word at a time (the first and the last 8 or 4 bytes, which
+// overlap, cover keys of up to 16), not by a call to memcmp.
+inline bool eq(const Span& s, const Key& k) {
+  size_t n = k.n;
+  if (s.n != n) return false;
+  if (n > 16) return memcmp(s.p, k.s, n) == 0;
+  if (n >= 8) {
+    uint64_t a, b, c, d;
+    memcpy(&a, s.p, 8), memcpy(&b, k.s, 8), memcpy(&c, s.p + n - 8, 8), memcpy(&d, k.s + n - 8, 8);
+    return a == b && c == d;
+  }
+  if (n >= 4) {
+    uint32_t a, b, c, d;
+    memcpy(&a, s.p, 4), memcpy(&b, k.s, 4), memcpy(&c, s.p + n - 4, 4), memcpy(&d, k.s + n - 4, 4);
+    return a == b && c == d;
+  }
+  for (size_t i = 0; i < n; ++i)
     if (s.p[i] != k.s[i]) return false;
   return true;
 }
+
+// Which of N known keys a key is: they differ in length or first byte (checked when compiled), so
+// one table lookup gives the only candidate and one comparison settles it.
+template <size_t N>
+struct KeyIndex {
+  int8_t at[32][256];
+  bool distinct;
+  template <class T, class NameOf>
+  constexpr KeyIndex(const T (&items)[N], NameOf name_of) : at(), distinct(N < 128) {
+    for (auto& row : at)
+      for (auto& slot : row) slot = -1;
+    for (size_t i = 0; i < N; ++i) {
+      Key k = name_of(items[i]);
+      if (k.n == 0 || k.n >= 32 || at[k.n][(unsigned char)k.s[0]] != -1) distinct = false;
+      if (k.n > 0 && k.n < 32) at[k.n][(unsigned char)k.s[0]] = (int8_t)i;
+    }
+  }
+  // The key's index among the N, else -1.
+  template <class T, class NameOf>
+  int find(const Span& s, const T (&items)[N], NameOf name_of) const {
+    if (s.n == 0 || s.n >= 32) return -1;
+    int i = at[s.n][(unsigned char)s.p[0]];
+    return i >= 0 && eq(s, name_of(items[i])) ? i : -1;
+  }
+};
 
 // An integer's text → int64; false when beyond int64. (The text is a JSON integer, checked by
 // Parser::number: no leading zeros, so 20 digits or more is at least 10^19, beyond int64.)
@@ -316,20 +355,24 @@ bool to_ns(const Span& s, Kind k, int64_t& out) {
     return true;
   }
   if (k != K_INT && k != K_NUMBER) return false;
+  // one pass over text that Parser::number checked: [-]digits[.digits][(e|E)...]
   const char* p = s.p;
   const char* e = s.p + s.n;
   bool neg = *p == '-';
   if (neg) ++p;
-  for (const char* q = p; q < e; ++q)
-    if (*q == 'e' || *q == 'E') return false;
-  const char* point = (const char*)memchr(p, '.', (size_t)(e - p));
-  const char* int_end = point ? point : e;
-  int frac = point ? (int)(e - point - 1) : 0;
-  if (frac > 3 || (int_end - p) + 3 > 19) return false;
   uint64_t v = 0;
-  for (; p < int_end; ++p) v = v * 10 + (uint64_t)(*p - '0');
-  if (point)
-    for (p = point + 1; p < e; ++p) v = v * 10 + (uint64_t)(*p - '0');
+  int digits = 0;
+  for (; p < e && *p >= '0' && *p <= '9'; ++p) {
+    if (++digits > 16) return false;
+    v = v * 10 + (uint64_t)(*p - '0');
+  }
+  int frac = 0;
+  if (p < e && *p == '.')
+    for (++p; p < e && *p >= '0' && *p <= '9'; ++p) {
+      if (++frac > 3) return false;
+      v = v * 10 + (uint64_t)(*p - '0');
+    }
+  if (p != e) return false;  // an exponent
   for (int i = frac; i < 3; ++i) v *= 10;
   if (neg ? v > (uint64_t)1 << 63 : v > (uint64_t)INT64_MAX) return false;
   out = neg ? (int64_t)(0 - v) : (int64_t)v;
@@ -339,9 +382,12 @@ bool to_ns(const Span& s, Kind k, int64_t& out) {
 // The args the slice table reads (all of _Args' keys are checked: one of an odd type would make
 // the Python decoder drop that event's args).
 enum { EXT, EXT_OLD, CORR, STREAM, DEVICE, PYID, PYPID, ADDR, BYTES, TALLOC, TRES, DTYPE, DID, NKEYS };
-const Key kArgKeys[NKEYS] = {key("External id"), key("external id"), key("correlation"), key("stream"),
+constexpr Key kArgKeys[NKEYS] = {key("External id"), key("external id"), key("correlation"), key("stream"),
                              key("device"), key("Python id"), key("Python parent id"), key("Addr"), key("Bytes"),
                              key("Total Allocated"), key("Total Reserved"), key("Device Type"), key("Device Id")};
+constexpr Key key_itself(const Key& k) { return k; }
+constexpr KeyIndex<NKEYS> kArgIndex(kArgKeys, key_itself);
+static_assert(kArgIndex.distinct, "args keys must differ in length or first byte");
 
 struct ArgsRead {  // what an args object holds of kArgKeys, read in the one pass that validates it
   uint32_t has = 0;  // bit i: val[i] holds key i's integer
@@ -364,12 +410,15 @@ struct EventField {  // a key of a trace event that the slice and flow tables re
   Span Event::*span;
   Kind Event::*kind;  // null: "ph", which must be a string
 };
-const EventField kEventFields[] = {
+constexpr EventField kEventFields[] = {
     {key("ph"), &Event::ph, nullptr},         {key("cat"), &Event::cat, &Event::cat_k},
     {key("name"), &Event::name, &Event::name_k}, {key("ts"), &Event::ts, &Event::ts_k},
     {key("dur"), &Event::dur, &Event::dur_k},   {key("pid"), &Event::pid, &Event::pid_k},
     {key("tid"), &Event::tid, &Event::tid_k},   {key("id"), &Event::id, &Event::id_k},
     {key("bp"), &Event::bp, &Event::bp_k},     {key("args"), &Event::args, &Event::args_k}};
+constexpr Key field_name(const EventField& f) { return f.name; }
+constexpr KeyIndex<sizeof(kEventFields) / sizeof(kEventFields[0])> kEventIndex(kEventFields, field_name);
+static_assert(kEventIndex.distinct, "event keys must differ in length or first byte");
 
 // The value of "args" when it is an object (the parser at its '{'): validated exactly as
 // Parser::value would at depth 1, and its known keys read on the way. Only slices read them, so
@@ -395,8 +444,7 @@ Kind args_object(Parser& ps, ArgsRead& a, Span& s) {
       Span v;
       Kind k = ps.value(v, 2, esc);
       if (key_esc) give_up(5);
-      for (int i = 0; i < NKEYS; ++i) {
-        if (!eq(key, kArgKeys[i])) continue;
+      if (int i = kArgIndex.find(key, kArgKeys, key_itself); i >= 0) {
         if (a.seen >> i & 1) give_up(6);
         a.seen |= 1u << i;
         if (k == K_INT) {
@@ -409,7 +457,6 @@ Kind args_object(Parser& ps, ArgsRead& a, Span& s) {
         } else if (k != K_NULL) {
           give_up(7);
         }
-        break;
       }
       if (!ps.more('}')) break;
     }
@@ -487,8 +534,8 @@ void event(Parser& ps, Out& o) {
       } else {
         k = ps.value(v, 1, esc);
       }
-      for (const EventField& f : kEventFields) {
-        if (!eq(key, f.name)) continue;
+      if (int i = kEventIndex.find(key, kEventFields, field_name); i >= 0) {
+        const EventField& f = kEventFields[i];
         Span& span = ev.*f.span;
         if (span.set) ps.fail(6);  // a repeated key
         if (esc && k == K_STRING) ps.fail(5);  // text that differs from its bytes
@@ -496,7 +543,6 @@ void event(Parser& ps, Out& o) {
         span.set = true;
         if (f.kind) ev.*f.kind = k;
         if (!f.kind && k != K_STRING) ps.fail(7);  // ph
-        break;
       }
       if (!ps.more('}')) break;
     }
