@@ -524,7 +524,10 @@ def _early_columns(columns: list, order: np.ndarray, is_step, step_no, ts, end, 
     columns in sorted order, the args as one array (source order), and `_steps`. `columns` holds
     those four raw columns and is emptied as each is read, so each goes once done with."""
     args = columns.pop()
-    args = args.combine_chunks() if len(order) else None
+    if not len(order):
+        args = None
+    else:  # (decode_rank hands over one chunk: combine_chunks would copy it all the same)
+        args = args.chunk(0) if args.num_chunks == 1 else args.combine_chunks()
     ids = [_np_mask(columns.pop(0), order) for _ in range(3)]
     return (*ids, args, _steps(is_step, step_no, ts, end, first_id, is_device))
 
