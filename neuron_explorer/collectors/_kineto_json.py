@@ -685,14 +685,21 @@ def _decode_array(path: str, array) -> Chunk:
 
 
 def _with_native(path: str, array, fast: _json_native.NativeChunk) -> Chunk:
-    """The chunk of what the C++ reader read, and of the other events (decoded here)."""
-    if not fast.others:  # (most pieces: no Python decoding, and no conversion that would import pandas on this thread)
-        return Chunk(fast.events, fast.flows, pa.Table.from_batches([], schema=RAW_MEMORY),
-                     pa.Table.from_batches([], schema=RAW_COUNTERS), [])
-    view = memoryview(array)
-    rest = _columns(path, _decode_events(path, b"[" + b",".join(view[a:b] for a, b in fast.others) + b"]"))
-    rest.events, rest.flows = fast.events, fast.flows  # (the rest holds no slice and no flow)
-    return rest
+    """The chunk of what the C++ reader read, and of the other events (decoded here).
+
+    The C++ reader reads every slice and flow, so the others are metadata, memory and counter
+    events. A table is made of them only when there are some: most pieces have only metadata, or
+    nothing, and then no conversion imports pandas on this thread (which would wait for the
+    import that the importing thread runs meanwhile)."""
+    memory, counters, metadata, unsupported = [], [], [], {}
+    if fast.others:
+        view = memoryview(array)
+        _, _, memory, counters, metadata, unsupported = _sorted_out(
+            path, _decode_events(path, b"[" + b",".join(view[a:b] for a, b in fast.others) + b"]"))
+    return Chunk(fast.events, fast.flows,
+                 _memory_table(path, memory) if memory else pa.Table.from_batches([], schema=RAW_MEMORY),
+                 _counter_table(path, counters) if counters else pa.Table.from_batches([], schema=RAW_COUNTERS),
+                 metadata, unsupported)
 
 
 def _decode_events(path: str, array) -> list:
@@ -874,6 +881,19 @@ def _check_nesting_text(path: str, data: bytes, offsets: np.ndarray, raws: list)
 
 
 def _columns(path: str, evs: list[_Event]) -> Chunk:
+    slices, flows, memory, counters, metadata, unsupported = _sorted_out(path, evs)
+    return Chunk(
+        events=_slice_table(path, slices),
+        flows=_flow_table(path, flows),
+        memory=_memory_table(path, memory),
+        counters=_counter_table(path, counters),
+        metadata=metadata,
+        unsupported=unsupported,
+    )
+
+
+def _sorted_out(path: str, evs: list[_Event]) -> tuple[list, list, list, list, list, dict]:
+    """The events by table: (slices, flows, memory, counters, metadata as dicts, unsupported phases' counts)."""
     slices, flows, memory, counters, metadata = [], [], [], [], []
     unsupported: dict[str, int] = {}
     for e in evs:
@@ -894,14 +914,7 @@ def _columns(path: str, evs: list[_Event]) -> Chunk:
             metadata.append(meta)
         else:
             unsupported[ph] = unsupported.get(ph, 0) + 1
-    return Chunk(
-        events=_slice_table(path, slices),
-        flows=_flow_table(path, flows),
-        memory=_memory_table(path, memory),
-        counters=_counter_table(path, counters),
-        metadata=metadata,
-        unsupported=unsupported,
-    )
+    return slices, flows, memory, counters, metadata, unsupported
 
 
 def _names(values: list) -> pa.Array:
