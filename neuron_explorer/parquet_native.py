@@ -100,8 +100,7 @@ def write(lib, path: Path, schema: pa.Schema, batches, *, row_group_rows: int, d
     """Write `batches` (an iterable of record batches of `schema`, each at most `row_group_rows`
     rows: one row group each) to `path`: zstd, statistics, dictionary pages for
     `dictionary_columns` only, DELTA_BINARY_PACKED for the integer `delta_columns`, no Arrow schema
-    stored, `metadata` added. Raises OSError naming the
-    problem when the file cannot be written."""
+    stored, `metadata` added. Raises OSError naming the problem when the file cannot be written."""
     failed: list[BaseException] = []
 
     def pulled():

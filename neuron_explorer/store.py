@@ -195,8 +195,9 @@ _DICTIONARY_COLUMNS = ["kind", "category", "name", "phase", "pid_text", "tid_tex
 def _delta_columns(schema: pa.Schema) -> list[str]:
     """The integer columns without dictionary pages (times, durations, ids), written
     DELTA_BINARY_PACKED: they mostly rise or repeat row to row, so the deltas pack into a few bits.
-    On the 1.45M-event bench trace the events file is 6% smaller, its write takes 15% less CPU
-    (zstd has less to compress) and DuckDB scans it faster (bench/README.md, "Integer columns")."""
+    On the 1.45M-event bench trace the files are 8% smaller, their write takes 14% less CPU (zstd
+    has less to compress) and DuckDB scans them faster (bench/README.md, "The write's integer
+    columns, ...")."""
     return [f.name for f in schema if pa.types.is_integer(f.type) and f.name not in _DICTIONARY_COLUMNS]
 
 
