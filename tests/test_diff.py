@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -62,6 +63,25 @@ def _runs(tmp: Path, test_steps: list[float], slow_ms: float, shift: int) -> tup
     src.write_text("\n".join([*edit, *body]) + "\n")  # `def hot` moves down by `shift` lines
     test = import_traces(_trace(tmp / "test.json", src, 10 + shift, test_steps, slow_ms), tmp / "test").run_dir
     return base, test
+
+
+def test_the_work_per_step_is_counted_whatever_the_step_times(tmp_path: Path):
+    """Operator calls per steady step are a count: the machine's speed does not move them. Here the
+    test's steps make one more call (aten::slow, inside `hot`) while their times are the base's."""
+    base, test = _runs(tmp_path, SAME_STEPS, slow_ms=0.5, shift=0)
+    d = compare(base, test)
+    w = d.step_time.work
+    assert (w["base_median"], w["test_median"]) == (2, 3) and w["changed"] and w["p_value"] < 0.05
+    assert d.step_time.verdict in ("cannot tell", "no significant change")
+    assert any(n.startswith("the test's steps make 50.0% more operator calls than the base's (2 → 3 per step") for n in d.notes)
+    assert "work per step: operator calls (median) 2 → 3 (+50.0%)" in render_text(d)
+    assert json.loads(json.dumps(d.to_dict()))["step_time"]["work"]["test_median"] == 3
+    same = compare(base, base).step_time.work
+    assert same["changed"] is False and same["p_value"] == 1.0 and same["delta_pct"] == 0
+    # the CI gate passes "cannot tell", and says what the counts show
+    unsure = dataclasses.replace(d, step_time=dataclasses.replace(d.step_time, verdict="cannot tell"))
+    fail, message = gate(unsure, 5)
+    assert not fail and message.endswith("; the test's steps make 50.0% more operator calls than the base's")
 
 
 def test_a_slow_operation_at_a_known_line_comes_first_and_is_significant(tmp_path: Path):

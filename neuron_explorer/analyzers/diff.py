@@ -29,7 +29,7 @@ from ..store import Run, open_run
 from . import job
 from .metrics import StepSelection, steady_steps
 from .stats import (Sample, Test, bootstrap_median_diff_ci, cliffs_delta, compare_samples, describe, detectable_change,
-                    median, paired_difference_t, paired_ratio_t, pairs_to_detect, recording_value, robust_sd, run_level_t,
+                    mann_whitney, median, paired_difference_t, paired_ratio_t, pairs_to_detect, recording_value, robust_sd, run_level_t,
                     runs_to_detect,
                     slow_recordings, steps_to_detect, RECORDING_QUANTILE, SLOW_RECORDING_SHARE)
 
@@ -72,6 +72,7 @@ class StepTime:
     runs: dict = field(default_factory=dict)  # base / test: [{path, value_ns, median_ns, set_aside, steps: the run's selection}] per recording
     runs_to_record: int | None = None  # recordings per side to detect detect_pct between runs (several recordings per side)
     job_differences: list = field(default_factory=list)  # how the runs are not the same job (job.differences); [] when the same
+    work: dict | None = None  # operator calls per steady step, base against test (_work); None when neither run has operators
 
 
 @dataclass
@@ -435,12 +436,18 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
                      "and pass the two folders")
     if not all(x.steps for x in all_sels):
         notes.append("a run has no profiler steps: significance cannot be judged (record with prof.step() or `neuron-explorer record`)")
+    work = _work(bs.calls, ts.calls)
+    if work and work["changed"] and verdict in ("cannot tell", "no significant change"):
+        more_less = "more" if work["test_median"] > work["base_median"] else "fewer"
+        notes.append(f"the test's steps make {abs(work['delta_pct']):.1f}% {more_less} operator calls than the base's "
+                     f"({work['base_median']:.0f} → {work['test_median']:.0f} per step, p={work['p_value']:.2g}): the code's work "
+                     f"per step changed, which the machine's speed does not change, though the step time is '{verdict}'")
     step_time = StepTime(
         sb, st, delta, pct, outcome.statistic if outcome.name == "welch-t" else float("nan"), p, significant, verdict,
         reason=reason, test_name=outcome.name, test_reason=outcome.reason, statistic=outcome.statistic,
         effect_size=outcome.effect_size, delta_ci_low_ns=ci_low, delta_ci_high_ns=ci_high,
         steps={"base": base_sel.to_dict(), "test": test_sel.to_dict()}, detect_pct=detect, min_detectable_pct=mdc,
-        steps_to_record=to_record, significant_deltas=big, runs_to_record=runs_needed, job_differences=differ,
+        steps_to_record=to_record, significant_deltas=big, runs_to_record=runs_needed, job_differences=differ, work=work,
         runs={role: [{"path": path, "value_ns": values[role][i] if t else None, "median_ns": median(t) if t else None,
                       "set_aside": i in aside[role], "steps": sel.to_dict()}
                      for i, (path, t, sel) in enumerate(zip(side.paths, side.times, side.sels))]
@@ -495,6 +502,7 @@ class _Side:
     job: dict  # job.identity of the first recording
     hosts: list = field(default_factory=list)  # per recording: the manifest's host (None when unknown)
     spans: list = field(default_factory=list)  # per recording: (first step start, last step end) in epoch ns, or None
+    calls: list = field(default_factory=list)  # operator calls per steady step, recordings one after the other
 
     @property
     def pooled_times(self) -> list[float]:
@@ -514,13 +522,14 @@ def run_set(path: Path | str) -> list[Path]:
 
 def _side(path: Path | str) -> _Side:
     paths = run_set(path)
-    sels, times, vals, disp, utils, ident, hosts, spans = [], [], {}, {}, [], None, [], []
+    sels, times, vals, disp, utils, ident, hosts, spans, calls = [], [], {}, {}, [], None, [], [], []
     offset = 0
     for rp in paths:
         with open_run(rp) as run:
             hosts.append(run.manifest.get("host") or None)
             spans.append(_wall_span(run.manifest))
             sel, t = _step_samples(run)
+            calls += _calls_per_step(run, sel.used)
             v, d = _rekey_lines(_per_step(run, sel.used), _line_keys(run))
             utils.append(step_utilisation(run, sel.used))
             ident = ident or job.identity(run)
@@ -532,7 +541,31 @@ def _side(path: Path | str) -> _Side:
         times.append(t)
         disp.update(d)
     util = utils[0] if len(utils) == 1 else _merge_util(utils)
-    return _Side([str(p) for p in paths], sels, times, vals, disp, util, ident, hosts, spans)
+    return _Side([str(p) for p in paths], sels, times, vals, disp, util, ident, hosts, spans, calls)
+
+
+def _calls_per_step(run: Run, steps: list[int]) -> list[float]:
+    """Operator calls (kind 'cpu_op', every rank) in each of `steps`, in their order; a run without
+    steps gives one value, its whole count (as _step_samples gives one time, its span)."""
+    if not steps:
+        return [float(run.sql("SELECT count(*) FROM events WHERE kind = 'cpu_op'").fetchone()[0])]
+    counts = dict(run.sql("SELECT step, count(*) FROM events WHERE kind = 'cpu_op' AND step IS NOT NULL GROUP BY 1").fetchall())
+    return [float(counts.get(s, 0)) for s in steps]
+
+
+def _work(base: list[float], test: list[float]) -> dict | None:
+    """Operator calls per steady step, base against test (every recording's steady steps, none set
+    aside: a count does not move with the machine's speed). `changed`: Mann-Whitney p < ALPHA and
+    the medians differ by at least MIN_SHARE_OF_STEP of the base's. None when neither side has an
+    operator call."""
+    if not any(base) and not any(test):
+        return None
+    mb, mt = median(base), median(test)
+    p = 1.0 if sorted(base) == sorted(test) else mann_whitney(base, test)[1]
+    pct = 100.0 * (mt - mb) / mb if mb else float("nan")
+    changed = bool(math.isfinite(p) and p < ALPHA and mb and abs(mt - mb) >= MIN_SHARE_OF_STEP * mb)
+    return {"metric": "operator calls per step", "base_median": mb, "test_median": mt, "delta_pct": pct,
+            "p_value": p, "test_name": "mann-whitney-u", "changed": changed}
 
 
 EPOCH_2001_NS = 10**18
@@ -633,7 +666,10 @@ def gate(diff: Diff, max_slower_pct: float) -> tuple[bool, str]:
     if s.verdict == "slower" and s.delta_pct > max_slower_pct:
         return True, f"step time is {s.delta_pct:.1f}% slower (p={s.p_value:.2g}, {s.test_name}), over the {max_slower_pct:g}% limit"
     if s.verdict == "cannot tell":
-        return False, f"cannot tell whether the step time is over the {max_slower_pct:g}% limit: {s.reason}"
+        w = s.work or {}
+        more = (f"; the test's steps make {w['delta_pct']:.1f}% more operator calls than the base's"
+                if w.get("changed") and w["test_median"] > w["base_median"] else "")
+        return False, f"cannot tell whether the step time is over the {max_slower_pct:g}% limit: {s.reason}{more}"
     return False, ""
 
 
@@ -698,6 +734,11 @@ def render_text(diff: Diff, top: int = 20) -> str:
         lines.append(f"  because {s.reason}")
     if s.test_reason:
         lines.append(f"  {test_name} was used: {s.test_reason}")
+    w = s.work
+    if w:
+        wp = "" if not math.isfinite(w["delta_pct"]) else f" ({w['delta_pct']:+.1f}%)"
+        lines.append(f"work per step: operator calls (median) {w['base_median']:.0f} → {w['test_median']:.0f}{wp}, "
+                     f"Mann-Whitney U p={w['p_value']:.2g}" + (" — changed" if w["changed"] else ""))
     ub, ut = diff.utilisation.get("base") or {}, diff.utilisation.get("test") or {}
     if ub.get("mfu_median") is not None and ut.get("mfu_median") is not None:
         lines.append(f"MFU (median over steady steps): {100 * ub['mfu_median']:.3g}% → {100 * ut['mfu_median']:.3g}% "
