@@ -11,7 +11,8 @@ than the step-time verdict could still call no change. Every number is per profi
 per-step samples; with several recordings per side the verdict and the delta rows are both tested
 on one value per recording (the recordings differ as wholes, which their steps cannot show).
 Source lines are matched by (file, function, code text) when the collector recorded the code, so
-an edit above a hot line does not turn it into a "new" hotspot.
+an edit above a hot line does not turn it into a "new" hotspot. The work per step (operator calls
+per steady step) is reported beside the verdict: a count that the machine's speed does not move.
 Definitions: docs/COMPARE.md. Reads runs only through open_run.
 
 Must not: select steps itself (metrics.steady_steps does) or print (render_text returns text).
