@@ -201,6 +201,11 @@ def _delta_columns(schema: pa.Schema) -> list[str]:
     return [f.name for f in schema if pa.types.is_integer(f.type) and f.name not in _DICTIONARY_COLUMNS]
 
 
+def _column_encoding(schema: pa.Schema) -> dict[str, str]:
+    """pyarrow's `column_encoding` for a file of `schema` (_delta_columns)."""
+    return dict.fromkeys(_delta_columns(schema), "DELTA_BINARY_PACKED")
+
+
 _ENCODE_THREADS = max(1, min(os.cpu_count() or 1, 8))
 """Columns of a large table's row group encoded at once (parquet_native)."""
 
@@ -214,7 +219,7 @@ def _write_table(table: pa.Table, path: Path) -> None:
             compression="zstd",
             write_statistics=True,
             use_dictionary=_DICTIONARY_COLUMNS,
-            column_encoding=dict.fromkeys(_delta_columns(table.schema), "DELTA_BINARY_PACKED"),
+            column_encoding=_column_encoding(table.schema),
         )
 
 
@@ -260,7 +265,7 @@ def _write_partition(dir_: Path, tables: dict) -> None:
                     continue
                 file_schema = spec.arrow_schema() if first is None else first.schema
                 writer = pq.ParquetWriter(path, file_schema, compression="zstd", write_statistics=True, use_dictionary=_DICTIONARY_COLUMNS,
-                                          column_encoding=dict.fromkeys(_delta_columns(file_schema), "DELTA_BINARY_PACKED"),
+                                          column_encoding=_column_encoding(file_schema),
                                           store_schema=False)
                 writer.add_key_value_metadata(spec.arrow_schema().metadata)
                 queued += _queue_batches(pool, writer, itertools.chain([] if first is None else [first], batches))

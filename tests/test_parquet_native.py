@@ -55,7 +55,7 @@ def _batches(n: int, seed: int = 0) -> list[pa.RecordBatch]:
 def _pyarrow_write(path, batches, metadata):
     writer = pq.ParquetWriter(path, batches[0].schema, compression="zstd", write_statistics=True,
                               use_dictionary=store._DICTIONARY_COLUMNS, store_schema=False,
-                              column_encoding=dict.fromkeys(store._delta_columns(batches[0].schema), "DELTA_BINARY_PACKED"))
+                              column_encoding=store._column_encoding(batches[0].schema))
     writer.add_key_value_metadata(metadata)
     for b in batches:
         writer.write_batch(b, row_group_size=ROWS)

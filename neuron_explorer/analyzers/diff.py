@@ -439,10 +439,8 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
         notes.append("a run has no profiler steps: significance cannot be judged (record with prof.step() or `neuron-explorer record`)")
     work = _work(bs.calls, ts.calls)
     if work and work["changed"] and verdict in ("cannot tell", "no significant change"):
-        more_less = "more" if work["test_median"] > work["base_median"] else "fewer"
-        notes.append(f"the test's steps make {abs(work['delta_pct']):.1f}% {more_less} operator calls than the base's "
-                     f"({work['base_median']:.0f} → {work['test_median']:.0f} per step, p={work['p_value']:.2g}): the code's work "
-                     f"per step changed, which the machine's speed does not change, though the step time is '{verdict}'")
+        notes.append(f"{_calls_change(work)} ({work['base_median']:.0f} → {work['test_median']:.0f} per step, p={work['p_value']:.2g}): "
+                     f"the code's work per step changed, which the machine's speed does not change, though the step time is '{verdict}'")
     step_time = StepTime(
         sb, st, delta, pct, outcome.statistic if outcome.name == "welch-t" else float("nan"), p, significant, verdict,
         reason=reason, test_name=outcome.name, test_reason=outcome.reason, statistic=outcome.statistic,
@@ -552,6 +550,12 @@ def _calls_per_step(run: Run, steps: list[int]) -> list[float]:
         return [float(run.sql("SELECT count(*) FROM events WHERE kind = 'cpu_op'").fetchone()[0])]
     counts = dict(run.sql("SELECT step, count(*) FROM events WHERE kind = 'cpu_op' AND step IS NOT NULL GROUP BY 1").fetchall())
     return [float(counts.get(s, 0)) for s in steps]
+
+
+def _calls_change(work: dict) -> str:
+    """The work's change in words: "the test's steps make 19.9% more operator calls than the base's"."""
+    more_less = "more" if work["test_median"] > work["base_median"] else "fewer"
+    return f"the test's steps make {abs(work['delta_pct']):.1f}% {more_less} operator calls than the base's"
 
 
 def _work(base: list[float], test: list[float]) -> dict | None:
@@ -668,8 +672,7 @@ def gate(diff: Diff, max_slower_pct: float) -> tuple[bool, str]:
         return True, f"step time is {s.delta_pct:.1f}% slower (p={s.p_value:.2g}, {s.test_name}), over the {max_slower_pct:g}% limit"
     if s.verdict == "cannot tell":
         w = s.work or {}
-        more = (f"; the test's steps make {w['delta_pct']:.1f}% more operator calls than the base's"
-                if w.get("changed") and w["test_median"] > w["base_median"] else "")
+        more = f"; {_calls_change(w)}" if w.get("changed") and w["test_median"] > w["base_median"] else ""
         return False, f"cannot tell whether the step time is over the {max_slower_pct:g}% limit: {s.reason}{more}"
     return False, ""
 

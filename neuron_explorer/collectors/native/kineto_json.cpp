@@ -310,24 +310,24 @@ inline bool eq(const Span& s, const Key& k) {
 // one table lookup gives the only candidate and one comparison settles it.
 template <size_t N>
 struct KeyIndex {
+  Key keys[N];
   int8_t at[32][256];
   bool distinct;
   template <class T, class NameOf>
-  constexpr KeyIndex(const T (&items)[N], NameOf name_of) : at(), distinct(N < 128) {
+  constexpr KeyIndex(const T (&items)[N], NameOf name_of) : keys(), at(), distinct(N < 128) {
     for (auto& row : at)
       for (auto& slot : row) slot = -1;
     for (size_t i = 0; i < N; ++i) {
-      Key k = name_of(items[i]);
+      Key k = keys[i] = name_of(items[i]);
       if (k.n == 0 || k.n >= 32 || at[k.n][(unsigned char)k.s[0]] != -1) distinct = false;
       if (k.n > 0 && k.n < 32) at[k.n][(unsigned char)k.s[0]] = (int8_t)i;
     }
   }
   // The key's index among the N, else -1.
-  template <class T, class NameOf>
-  int find(const Span& s, const T (&items)[N], NameOf name_of) const {
+  int find(const Span& s) const {
     if (s.n == 0 || s.n >= 32) return -1;
     int i = at[s.n][(unsigned char)s.p[0]];
-    return i >= 0 && eq(s, name_of(items[i])) ? i : -1;
+    return i >= 0 && eq(s, keys[i]) ? i : -1;
   }
 };
 
@@ -444,7 +444,7 @@ Kind args_object(Parser& ps, ArgsRead& a, Span& s) {
       Span v;
       Kind k = ps.value(v, 2, esc);
       if (key_esc) give_up(5);
-      if (int i = kArgIndex.find(key, kArgKeys, key_itself); i >= 0) {
+      if (int i = kArgIndex.find(key); i >= 0) {
         if (a.seen >> i & 1) give_up(6);
         a.seen |= 1u << i;
         if (k == K_INT) {
@@ -534,7 +534,7 @@ void event(Parser& ps, Out& o) {
       } else {
         k = ps.value(v, 1, esc);
       }
-      if (int i = kEventIndex.find(key, kEventFields, field_name); i >= 0) {
+      if (int i = kEventIndex.find(key); i >= 0) {
         const EventField& f = kEventFields[i];
         Span& span = ev.*f.span;
         if (span.set) ps.fail(6);  // a repeated key
