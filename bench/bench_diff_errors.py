@@ -180,9 +180,13 @@ def main() -> None:
                    "base_left_out": [x["step"] for x in s.steps["base"]["left_out"]],
                    "set_aside": {role: sum(bool(r.get("set_aside")) for r in s.runs.get(role, [])) for role in ("base", "test")},
                    # more operator calls per step (docs/COMPARE.md "The work per step"): a count the host's speed does not move
-                   "more_work": bool(s.work and s.work["changed"] and s.work["test_median"] > s.work["base_median"])}
+                   "more_work": bool(s.work and s.work["changed"] and s.work["test_median"] > s.work["base_median"]),
+                   # what the verdict stands on (docs/COMPARE.md): the step times, or the work priced at the base's time per call
+                   "basis": s.basis, "estimate_pct": s.estimate_pct if math.isfinite(s.estimate_pct) else None,
+                   "priced_work_pct": ((s.work or {}).get("cost") or {}).get("delta_pct")}
             results[group].append(row)
-            print(f"{group:8s} pair {i:2d}: {s.verdict:22s} {s.delta_pct:+6.1f}%  p={s.p_value:.2g} {s.test_name:15s} "
+            on = f" (on the work: {s.estimate_pct:+.1f}%)" if s.basis == "work" else ""
+            print(f"{group:8s} pair {i:2d}: {s.verdict + on:40s} {s.delta_pct:+6.1f}%  p={s.p_value:.2g} {s.test_name:15s} "
                   f"steps used {row['base_used']}/{row['test_used']}, base left out {row['base_left_out']}, recordings set aside "
                   f"{row['set_aside']['base']}/{row['set_aside']['test']}", flush=True)
     elapsed = time.perf_counter() - t0
@@ -192,7 +196,8 @@ def main() -> None:
     for group, rows in results.items():
         verdicts = Counter(r["verdict"] for r in rows)
         summary[group] = {"verdicts": dict(verdicts), "median_delta_pct": statistics.median(r["delta_pct"] for r in rows),
-                          "tests": dict(Counter(r["test"] for r in rows)), "more_work": sum(r["more_work"] for r in rows), "rows": rows}
+                          "tests": dict(Counter(r["test"] for r in rows)), "more_work": sum(r["more_work"] for r in rows),
+                          "slower_on_the_work": sum(r["verdict"] == "slower" and r["basis"] == "work" for r in rows), "rows": rows}
     n = args.pairs
     false_slower = summary["same"]["verdicts"].get("slower", 0)
     detected = summary["planted"]["verdicts"].get("slower", 0)
@@ -203,10 +208,12 @@ def main() -> None:
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"\nsame code:         false 'slower' {false_slower}/{n} = {false_slower / n:.0%} "
           f"(95% upper bound {summary['false_slower_upper_95']:.0%}), verdicts {dict(Counter(r['verdict'] for r in results['same']))}, "
-          f"median change {summary['same']['median_delta_pct']:+.1f}%; more operator calls per step in {summary['same']['more_work']}/{n}")
+          f"median change {summary['same']['median_delta_pct']:+.1f}%; more operator calls per step in {summary['same']['more_work']}/{n}; "
+          f"'slower' on the work in {summary['same']['slower_on_the_work']}")
     print(f"planted regression: 'slower' {detected}/{n} = {detected / n:.0%} "
           f"(95% lower bound {summary['detection_lower_95']:.0%}), verdicts {dict(Counter(r['verdict'] for r in results['planted']))}, "
-          f"median change {summary['planted']['median_delta_pct']:+.1f}%; more operator calls per step in {summary['planted']['more_work']}/{n}")
+          f"median change {summary['planted']['median_delta_pct']:+.1f}%; more operator calls per step in {summary['planted']['more_work']}/{n}; "
+          f"'slower' on the work in {summary['planted']['slower_on_the_work']}")
     print(f"{2 * 2 * n * args.runs} recordings in {elapsed:.0f} s on {os.cpu_count()} CPUs, load average (1 min) {load_before[0]:.1f} before, "
           f"{summary['loadavg_after'][0]:.1f} after; details in {args.out / 'summary.json'}")
 

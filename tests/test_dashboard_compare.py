@@ -30,6 +30,7 @@ from neuron_explorer.dashboard import compare_view, queries
 from neuron_explorer.dashboard import app as dash_app
 from neuron_explorer.dashboard.runs import QueryError, RunSet
 from neuron_explorer.errors import NeuronExplorerError
+from neuron_explorer.info import fmt_ns
 
 from .conftest import REPO, dashboard_server, write_trace
 from .test_browser_dashboard import GRID_COLUMN, _browser_installed, browser, wait_for  # noqa: F401  (shared browser fixtures)
@@ -210,6 +211,11 @@ def test_verdict_panel_shows_means_cis_and_the_verdict(rs):
     assert "SLOWER" in text and f"+{s['delta_ns'] / 1e6:,.3f} ms ({s['delta_pct']:+.1f}%)" in text and "Welch's t p" in text
     assert f"{s['base']['ci_low'] / 1e6:,.3f} ms" in text and f"{s['test']['mean'] / 1e6:,.3f} ms" in text
     assert f"{s['test']['median'] / 1e6:,.3f} ms" in text and "5 of 5 (0..4)" in text and "Cliff's delta +1.00" in text
+    # the work per step: aten::slow (2.998 ms) added to aten::mm and aten::relu, priced at its own time
+    # (the shared calls ran at the same speed); 2.998 ms of the base's mean step of 10.04 ms
+    assert json.dumps("work per step: operator calls (median) 2 → 3 (+50.0%)")[1:-1] in text
+    assert f"host work priced at the base's time per call: {fmt_ns(s['work']['cost']['base_ns_per_step'])}" in text
+    assert s["work"]["cost"]["delta_pct"] == pytest.approx(100 * 2.998 / 10.04, rel=1e-3) and "(+29.9% of the base's step)" in text
     with pytest.raises(NeuronExplorerError):
         compare_view.verdict_panel(rs, 0, 0)
     with pytest.raises(NeuronExplorerError):

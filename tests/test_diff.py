@@ -78,6 +78,7 @@ def test_the_work_per_step_is_counted_whatever_the_step_times(tmp_path: Path):
     assert json.loads(json.dumps(d.to_dict()))["step_time"]["work"]["test_median"] == 3
     same = compare(base, base).step_time.work
     assert same["changed"] is False and same["p_value"] == 1.0 and same["delta_pct"] == 0
+    assert same["cost"]["delta_ns_per_step"] == 0 and same["cost"]["p_value"] == 1.0 and not same["cost"]["significant"]
     # the CI gate passes "cannot tell", and says what the counts show
     unsure = dataclasses.replace(d, step_time=dataclasses.replace(d.step_time, verdict="cannot tell"))
     fail, message = gate(unsure, 5)
@@ -271,13 +272,16 @@ def test_heavy_tailed_noise_is_no_change_and_a_regression_under_it_is_slower(tmp
 
 def test_significant_deltas_larger_than_the_noise_floor_are_never_no_change(tmp_path: Path):
     """Step times too noisy to show a +2 ms line (aten::relu fills 4..29 ms of every step), but the
-    line itself is steady: the verdict cannot be a confident "no significant change"."""
+    line itself is steady: the verdict cannot be a confident "no significant change". The line's
+    aten::slow became slower (0.05 → 2.05 ms) with the same calls, so the work per step, priced at
+    the base's time per call, is the same: the work does not decide."""
     rest = [5.0, 25.0, 8.0, 29.0, 12.0, 20.0, 6.0, 27.0, 15.0, 10.0]
-    base = _steps_run(tmp_path, "base", [1.0 + r for r in rest])
-    test = _steps_run(tmp_path, "test", [3.0 + r for r in [rest[i] for i in (3, 0, 5, 1, 8, 2, 9, 4, 7, 6)]], slow_ms=2.0)
+    base = _steps_run(tmp_path, "base", [1.05 + r for r in rest], slow_ms=0.05)
+    test = _steps_run(tmp_path, "test", [3.05 + r for r in [rest[i] for i in (3, 0, 5, 1, 8, 2, 9, 4, 7, 6)]], slow_ms=2.05)
     d = compare(base, test)
     s = d.step_time
-    assert s.p_value > 0.05 and s.verdict == "cannot tell", s
+    assert s.p_value > 0.05 and s.verdict == "cannot tell" and s.basis == "step time", s
+    assert s.work["cost"]["delta_ns_per_step"] == 0 and s.work["cost"]["p_value"] == 1.0
     assert s.significant_deltas["delta_ns_per_step"] == pytest.approx(2e6, rel=0.01) and "cannot tell a change of 5%" in s.reason
     assert s.steps["base"]["used"] == list(range(10))
     assert [x.key.endswith("train.py:10") for x in d.deltas if x.significant and x.type == "source_line"] == [True]
@@ -285,6 +289,100 @@ def test_significant_deltas_larger_than_the_noise_floor_are_never_no_change(tmp_
     assert not failed and "cannot tell whether" in why  # the gate fails only on "slower"
     res = cli("diff", base, test, "--fail-if-slower", "5%")
     assert res.returncode == 0 and "CANNOT TELL" in res.stdout and "cannot tell whether" in res.stderr
+
+
+def test_added_work_decides_when_the_step_times_cannot(tmp_path: Path):
+    """The test's steps run one more operation (aten::slow, 2 ms, inside `hot`) while the rest of the
+    step (aten::relu) scatters from 5 to 29 ms: the step times cannot size +2 ms, but the work is a
+    count. Priced at the base's time per call (aten::slow, which only the test makes, at its own
+    time: both sides run aten::mm and aten::relu at the same speed), the test's steps do 1.998 ms
+    more, 11.96% of the base's mean step (16.7 ms): slower, on the work."""
+    rest = [5.0, 25.0, 8.0, 29.0, 12.0, 20.0, 6.0, 27.0, 15.0, 10.0]
+    base = _steps_run(tmp_path, "base", [1.0 + r for r in rest])
+    test = _steps_run(tmp_path, "test", [3.0 + r for r in [rest[i] for i in (3, 0, 5, 1, 8, 2, 9, 4, 7, 6)]], slow_ms=2.0)
+    d = compare(base, test)
+    s, cost = d.step_time, d.step_time.work["cost"]
+    assert cost["test_speed"] == pytest.approx(1.0) and cost["metric"] == "cpu"
+    assert cost["delta_ns_per_step"] == pytest.approx(1.998e6) and cost["delta_pct"] == pytest.approx(100 * 1.998 / 16.7, rel=1e-6)
+    assert cost["significant"] and cost["p_value"] < 1e-3
+    assert s.p_value > 0.05 and not s.significant  # the step times alone: no
+    assert s.verdict == "slower" and s.basis == "work" and s.estimate_pct == pytest.approx(cost["delta_pct"])
+    assert s.reason.startswith("the test's steps do 12.0% more host work than the base's, priced at the base's time per call")
+    assert "host work priced at the base's time per call: " in render_text(d)
+    assert not any("one recording per side" in n for n in d.notes)  # a count, not a sample of the machine's speed
+    assert gate(d, 5.0) == (True, "the step does about 12.0% more work (priced at the base's time per call, "
+                                  f"p={cost['p_value']:.2g}), over the 5% limit")
+    assert gate(d, 15.0) == (False, "")
+    res = cli("diff", base, test, "--fail-if-slower", "5%")
+    assert res.returncode == 1 and "→ SLOWER" in res.stdout
+    # the other way round, the work is less: faster
+    back = compare(test, base).step_time
+    assert back.verdict == "faster" and back.basis == "work" and back.work["cost"]["delta_pct"] < -5
+
+
+def test_step_times_that_rule_the_added_work_out_keep_their_verdict(tmp_path: Path):
+    """The test runs aten::slow (2 ms) but its steps take as long as the base's (the time came out of
+    aten::relu, as host work hides behind a busy device): the step times are steady enough to rule a
+    5% change out, so they decide; a note names the work."""
+    base = _steps_run(tmp_path, "base", BASE_STEPS * 2)
+    test = _steps_run(tmp_path, "test", SAME_STEPS * 2, slow_ms=2.0)
+    d = compare(base, test)
+    s = d.step_time
+    assert s.work["cost"]["significant"] and s.delta_ci_high_ns < 0.05 * s.base.median
+    assert s.verdict != "slower" and s.basis == "step time" and math.isnan(s.estimate_pct)
+    assert any("priced at the base's time per call, +" in n and "though the step time is" in n for n in d.notes), d.notes
+    assert cli("diff", base, test, "--fail-if-slower", "5%").returncode == 0
+
+
+def _mm_run(tmp: Path, name: str, step_ms: list[float], big_ms: float = 0.0) -> Path:
+    """Steps of two small matmuls (aten::mm, 64x128 by 128x64, 1 ms each), aten::relu for the rest;
+    with big_ms also a 384x384 aten::mm of that long."""
+    small = {"Input Dims": [[64, 128], [128, 64]], "Input type": ["float", "float"]}
+    ev, t = [], 0.0
+    for i, ms in enumerate(step_ms):
+        ev.append(X(f"ProfilerStep#{i}", "user_annotation", t, ms * 1000))
+        ev += [X("aten::mm", "cpu_op", t + 1, 1000, **small), X("aten::mm", "cpu_op", t + 1002, 1000, **small)]
+        at = t + 2003
+        if big_ms:
+            ev.append(X("aten::mm", "cpu_op", at, big_ms * 1000, **{"Input Dims": [[384, 384], [384, 384]], "Input type": ["float", "float"]}))
+            at += big_ms * 1000 + 1
+        ev.append(X("aten::relu", "cpu_op", at, t + ms * 1000 - at - 5))
+        t += ms * 1000 + 10
+    return import_traces(write_trace(tmp / f"{name}.json", ev), tmp / name).run_dir
+
+
+def test_a_call_is_priced_by_its_inputs_not_only_its_name(tmp_path: Path):
+    """An added 384x384 aten::mm of 3 ms is priced at 3 ms, not at the 1 ms of the base's small
+    aten::mm calls of the same name."""
+    rest = [6.0, 26.0, 9.0, 30.0, 13.0, 21.0, 7.0, 28.0, 16.0, 11.0]
+    base = _mm_run(tmp_path, "base", rest)
+    test = _mm_run(tmp_path, "test", [r + 3.0 for r in rest], big_ms=3.0)
+    cost = compare(base, test).step_time.work["cost"]
+    assert cost["delta_ns_per_step"] == pytest.approx(3.0e6, rel=1e-3) and cost["significant"]  # by name: 1 ms
+
+
+def test_the_priced_work_is_per_rank_as_the_step_is(tmp_path: Path):
+    """Two ranks, each adding aten::slow (2 ms) to every step: the job's step grows by 2 ms, not 4,
+    so the priced work per step is the sum over ranks divided by the ranks."""
+    rest = [5.0, 25.0, 8.0, 29.0, 12.0, 20.0, 6.0, 27.0, 15.0, 10.0]
+
+    def run(name: str, slow_ms: float) -> Path:
+        for r in (0, 1):
+            ev, t = [], 0.0
+            for i, ms in enumerate(rest):
+                us = (1.0 + slow_ms + ms) * 1000
+                ev.append(X(f"ProfilerStep#{i}", "user_annotation", t, us))
+                ev.append(X("aten::mm", "cpu_op", t + 1, 998))
+                if slow_ms:
+                    ev.append(X("aten::slow", "cpu_op", t + 1001, slow_ms * 1000 - 2))
+                at = t + 1000 + slow_ms * 1000 + 5
+                ev.append(X("aten::relu", "cpu_op", at, t + us - at - 5))
+                t += us + 10
+            write_trace(tmp_path / name / f"rank{r}.json", ev, distributedInfo={"rank": r, "world_size": 2})
+        return import_traces(tmp_path / name, tmp_path / f"{name}-run").run_dir
+
+    cost = compare(run("base", 0.0), run("test", 2.0)).step_time.work["cost"]
+    assert cost["delta_ns_per_step"] == pytest.approx(1.998e6, rel=1e-3) and cost["significant"]
 
 
 def test_too_few_steady_steps_say_how_many_to_record(tmp_path: Path):

@@ -327,8 +327,9 @@ class RunSet:
 
     def compare(self, base: str, test: str, k: int = 20, significant_only: bool = False) -> dict:
         """Compare two runs (base, test): the steady-state step-time verdict (slower, faster, no significant change,
-        cannot tell; the test used and the steps compared), and the top `k` changes per step by source line, module,
-        operator and kernel, ranked by absolute change (definitions: docs/COMPARE.md)."""
+        cannot tell; the test used and the steps compared; `basis`: whether the step times or the work per step,
+        priced at the base's time per call, decided), the work per step (`step_time.work`), and the top `k` changes
+        per step by source line, module, operator and kernel, ranked by absolute change (definitions: docs/COMPARE.md)."""
         def go():
             b, t = self._resolve(base), self._resolve(test)
             try:

@@ -12,7 +12,10 @@ per-step samples; with several recordings per side the verdict and the delta row
 on one value per recording (the recordings differ as wholes, which their steps cannot show).
 Source lines are matched by (file, function, code text) when the collector recorded the code, so
 an edit above a hot line does not turn it into a "new" hotspot. The work per step (operator calls
-per steady step) is reported beside the verdict: a count that the machine's speed does not move.
+per steady step, and the work priced at the base's time per call) is reported beside the verdict:
+counts that the machine's speed does not move. When the priced work changed past the floor and the
+step times do not rule that change out, the verdict stands on the work (`basis` 'work'): a
+regression that adds calls is found even where the host's noise hides it in the step times.
 Definitions: docs/COMPARE.md. Reads runs only through open_run.
 
 Must not: select steps itself (metrics.steady_steps does) or print (render_text returns text).
@@ -73,7 +76,10 @@ class StepTime:
     runs: dict = field(default_factory=dict)  # base / test: [{path, value_ns, median_ns, set_aside, steps: the run's selection}] per recording
     runs_to_record: int | None = None  # recordings per side to detect detect_pct between runs (several recordings per side)
     job_differences: list = field(default_factory=list)  # how the runs are not the same job (job.differences); [] when the same
-    work: dict | None = None  # operator calls per steady step, base against test (_work); None when neither run has operators
+    work: dict | None = None  # what the steps do, base against test (_work): operator calls and the priced work; None without operators
+    basis: str = "step time"  # what the verdict stands on: 'step time', or 'work' (the priced work, the step times not ruling it out)
+    estimate_pct: float = float("nan")  # the change the verdict stands on, % of the base: delta_pct, or with basis 'work' the
+    # priced work's change clipped to the step time's 95% CI; what `--fail-if-slower` compares with its limit
 
 
 @dataclass
@@ -392,6 +398,9 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
             else f"record about {to_record} steps per run")
     big = _largest_significant_total(deltas)
 
+    work = _work(bs, ts)
+    cost = (work or {}).get("cost") or {}  # the priced work (_priced_work)
+    basis, estimate = "step time", pct
     if n_steady < MIN_STEADY_STEPS:
         verdict = "cannot tell"
         few = ", ".join(f"{role} has {len(sel.used) if sel.steps else 0}" for role, sels in (("base", bs.sels), ("test", ts.sels))
@@ -404,6 +413,19 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
         verdict = "slower" if delta > 0 else "faster"
         reason = (f"{measure} changed by {pct:+.1f}% (p={p:.2g}, {outcome.name}), and its 95% CI "
                   f"({100 * ci_low / ref:+.1f}% .. {100 * ci_high / ref:+.1f}%) lies past the {MIN_SHARE_OF_STEP:.0%} floor")
+    elif cost.get("significant") and ci_known and (
+            ci_high >= floor if cost["delta_pct"] > 0 else ci_low <= -floor):
+        # the work changed past the floor (a count, which the machine's speed does not move) and the
+        # step times, too noisy to size the change, do not rule a change of the floor out: the work decides
+        basis = "work"
+        est = min(max(cost["delta_pct"] / 100 * ref, ci_low), ci_high)
+        estimate = 100 * est / ref
+        verdict = "slower" if cost["delta_pct"] > 0 else "faster"
+        reason = (f"the test's steps do {abs(cost['delta_pct']):.1f}% {'more' if cost['delta_pct'] > 0 else 'less'} "
+                  f"{'host' if cost['metric'] == 'cpu' else 'device'} work than the base's, priced at the base's time per call "
+                  f"({_signed_ms(cost['delta_ns_per_step'])} per step, p={cost['p_value']:.2g}), and {measure}'s 95% CI "
+                  f"({100 * ci_low / ref:+.1f}% .. {100 * ci_high / ref:+.1f}%, p={p:.2g}) does not rule out a change of "
+                  f"{MIN_SHARE_OF_STEP:.0%}: about {estimate:+.1f}%")
     elif within_floor and big is not None and abs(big["delta_ns_per_step"]) > floor:
         what = (f"the significant {big['type'].replace('_', ' ')} deltas ({big['metric']}) add up to "
                 f"{_signed_ms(big['delta_ns_per_step'])} per step, more than the {MIN_SHARE_OF_STEP:.0%} "
@@ -427,19 +449,20 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
                   f"from none; {more}")
     differ = job.differences(bs.job, ts.job)
     if differ:  # a change between two different programs says nothing about either
-        verdict, significant = "cannot tell", False
+        verdict, significant, basis = "cannot tell", False, "step time"
         reason = (f"the two runs are not the same job ({'; '.join(differ)}): their step times are not comparable, "
                   f"whatever the change ({pct:+.0f}%)")
         notes.append("not the same job: " + "; ".join(differ))
-    if verdict in ("slower", "faster") and not between_runs:
+    if verdict in ("slower", "faster") and basis == "step time" and not between_runs:
         notes.append("one recording per side: the test sees the variation between steps, not between recordings (process "
                      "placement, machine load); for a CI gate record several runs per side (`neuron-explorer record --runs 5`) "
                      "and pass the two folders")
     if not all(x.steps for x in all_sels):
         notes.append("a run has no profiler steps: significance cannot be judged (record with prof.step() or `neuron-explorer record`)")
-    work = _work(bs.calls, ts.calls)
-    if work and work["changed"] and verdict in ("cannot tell", "no significant change"):
-        notes.append(f"{_calls_change(work)} ({work['base_median']:.0f} → {work['test_median']:.0f} per step, p={work['p_value']:.2g}): "
+    if work and (work["changed"] or cost.get("significant")) and verdict in ("cannot tell", "no significant change"):
+        priced = (f"; priced at the base's time per call, {_signed_ms(cost['delta_ns_per_step'])} per step "
+                  f"({cost['delta_pct']:+.1f}% of the base's step, p={cost['p_value']:.2g})" if cost.get("significant") else "")
+        notes.append(f"{_calls_change(work)} ({work['base_median']:.0f} → {work['test_median']:.0f} per step, p={work['p_value']:.2g}){priced}: "
                      f"the code's work per step changed, which the machine's speed does not change, though the step time is '{verdict}'")
     step_time = StepTime(
         sb, st, delta, pct, outcome.statistic if outcome.name == "welch-t" else float("nan"), p, significant, verdict,
@@ -447,6 +470,7 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
         effect_size=outcome.effect_size, delta_ci_low_ns=ci_low, delta_ci_high_ns=ci_high,
         steps={"base": base_sel.to_dict(), "test": test_sel.to_dict()}, detect_pct=detect, min_detectable_pct=mdc,
         steps_to_record=to_record, significant_deltas=big, runs_to_record=runs_needed, job_differences=differ, work=work,
+        basis=basis, estimate_pct=estimate if verdict in ("slower", "faster") else float("nan"),
         runs={role: [{"path": path, "value_ns": values[role][i] if t else None, "median_ns": median(t) if t else None,
                       "set_aside": i in aside[role], "steps": sel.to_dict()}
                      for i, (path, t, sel) in enumerate(zip(side.paths, side.times, side.sels))]
@@ -501,7 +525,9 @@ class _Side:
     job: dict  # job.identity of the first recording
     hosts: list = field(default_factory=list)  # per recording: the manifest's host (None when unknown)
     spans: list = field(default_factory=list)  # per recording: (first step start, last step end) in epoch ns, or None
-    calls: list = field(default_factory=list)  # operator calls per steady step, recordings one after the other
+    counts: dict = field(default_factory=dict)  # (metric, call) -> calls per steady step (_calls_per_step), recordings one after the other
+    call_ns: dict = field(default_factory=dict)  # (metric, call) -> their time per steady step, likewise
+    step_ranks: list = field(default_factory=list)  # per steady step (recordings one after the other): its recording's ranks
 
     @property
     def pooled_times(self) -> list[float]:
@@ -521,35 +547,53 @@ def run_set(path: Path | str) -> list[Path]:
 
 def _side(path: Path | str) -> _Side:
     paths = run_set(path)
-    sels, times, vals, disp, utils, ident, hosts, spans, calls = [], [], {}, {}, [], None, [], [], []
+    sels, times, vals, disp, utils, ident, hosts, spans, counts, call_ns, step_ranks = [], [], {}, {}, [], None, [], [], {}, {}, []
     offset = 0
     for rp in paths:
         with open_run(rp) as run:
             hosts.append(run.manifest.get("host") or None)
             spans.append(_wall_span(run.manifest))
             sel, t = _step_samples(run)
-            calls += _calls_per_step(run, sel.used)
+            c, cn = _calls_per_step(run, sel.used)
             v, d = _rekey_lines(_per_step(run, sel.used), _line_keys(run))
             utils.append(step_utilisation(run, sel.used))
             ident = ident or job.identity(run)
+            ranks = len(run.manifest.get("ranks") or []) or 1
         n = len(t)
-        for key in set(vals) | set(v):  # one vector per key over every recording's steps, 0 where absent
-            vals[key] = vals.get(key, [0.0] * offset) + v.get(key, [0.0] * n)
+        for whole, part in ((vals, v), (counts, c), (call_ns, cn)):  # one vector per key over every recording's steps, 0 where absent
+            for key in set(whole) | set(part):
+                whole[key] = whole.get(key, [0.0] * offset) + part.get(key, [0.0] * n)
+        step_ranks += [ranks] * n
         offset += n
         sels.append(sel)
         times.append(t)
         disp.update(d)
     util = utils[0] if len(utils) == 1 else _merge_util(utils)
-    return _Side([str(p) for p in paths], sels, times, vals, disp, util, ident, hosts, spans, calls)
+    return _Side([str(p) for p in paths], sels, times, vals, disp, util, ident, hosts, spans, counts, call_ns, step_ranks)
 
 
-def _calls_per_step(run: Run, steps: list[int]) -> list[float]:
-    """Operator calls (kind 'cpu_op', every rank) in each of `steps`, in their order; a run without
-    steps gives one value, its whole count (as _step_samples gives one time, its span)."""
-    if not steps:
-        return [float(run.sql("SELECT count(*) FROM events WHERE kind = 'cpu_op'").fetchone()[0])]
-    counts = dict(run.sql("SELECT step, count(*) FROM events WHERE kind = 'cpu_op' AND step IS NOT NULL GROUP BY 1").fetchall())
-    return [float(counts.get(s, 0)) for s in steps]
+def _calls_per_step(run: Run, steps: list[int]) -> tuple[dict, dict]:
+    """(metric, call) → in each of `steps`, in their order, every rank: how many such calls, and
+    their time. A call is an operator (metric 'cpu', kind 'cpu_op', timed by its self time) or a
+    kernel, memcpy or memset ('device', its device time) of one name with the same inputs: the
+    operator's input shapes and types (args 'Input Dims' and 'Input type', where the profiler
+    recorded them), the kernel's grid and block. A run without steps gives one value per call, its
+    whole run (as _step_samples gives one time, its span)."""
+    index = {s: i for i, s in enumerate(steps)} if steps else {0: 0}
+    step_col, in_steps = ("step", "step IS NOT NULL") if steps else ("0", "true")
+    inputs = ("CASE WHEN kind = 'cpu_op' THEN concat_ws(chr(31), json_extract_string(args, '$.\"Input Dims\"'), "
+              "json_extract_string(args, '$.\"Input type\"')) "
+              "ELSE concat_ws(chr(31), json_extract_string(args, '$.grid'), json_extract_string(args, '$.block')) END")
+    sql = (f"SELECT CASE WHEN kind = 'cpu_op' THEN 'cpu' ELSE 'device' END, name || chr(31) || {inputs}, {step_col}, count(*), "
+           f"sum(CASE WHEN kind = 'cpu_op' THEN self_ns ELSE dur_ns END) FROM events "
+           f"WHERE kind IN ('cpu_op', {DEVICE_KINDS_SQL[1:-1]}) AND name IS NOT NULL AND {in_steps} GROUP BY 1, 2, 3")
+    counts: dict[tuple[str, str], list[float]] = {}
+    times: dict[tuple[str, str], list[float]] = {}
+    for metric, call, step, n, ns in run.sql(sql).fetchall():
+        if step in index:
+            counts.setdefault((metric, call), [0.0] * len(index))[index[step]] += float(n)
+            times.setdefault((metric, call), [0.0] * len(index))[index[step]] += float(ns or 0)
+    return counts, times
 
 
 def _calls_change(work: dict) -> str:
@@ -558,19 +602,83 @@ def _calls_change(work: dict) -> str:
     return f"the test's steps make {abs(work['delta_pct']):.1f}% {more_less} operator calls than the base's"
 
 
-def _work(base: list[float], test: list[float]) -> dict | None:
-    """Operator calls per steady step, base against test (every recording's steady steps, none set
-    aside: a count does not move with the machine's speed). `changed`: Mann-Whitney p < ALPHA and
-    the medians differ by at least MIN_SHARE_OF_STEP of the base's. None when neither side has an
-    operator call."""
+def _work(bs: "_Side", ts: "_Side") -> dict | None:
+    """What the steps do, base against test, over every recording's steady steps (none set aside:
+    what a step does does not move with the machine's speed). Operator calls per step: medians,
+    Mann-Whitney p (1 when the two sides' counts are the same values); `changed`: p < ALPHA and the
+    medians differ by at least MIN_SHARE_OF_STEP of the base's. `cost`: the priced work
+    (_priced_work). None when neither side has an operator call."""
+    base, test = _calls(bs), _calls(ts)
     if not any(base) and not any(test):
         return None
     mb, mt = median(base), median(test)
-    p = 1.0 if sorted(base) == sorted(test) else mann_whitney(base, test)[1]
+    p = _rank_p(base, test)
     pct = 100.0 * (mt - mb) / mb if mb else float("nan")
     changed = bool(math.isfinite(p) and p < ALPHA and mb and abs(mt - mb) >= MIN_SHARE_OF_STEP * mb)
     return {"metric": "operator calls per step", "base_median": mb, "test_median": mt, "delta_pct": pct,
-            "p_value": p, "test_name": "mann-whitney-u", "changed": changed}
+            "p_value": p, "test_name": "mann-whitney-u", "changed": changed, "cost": _priced_work(bs, ts)}
+
+
+def _calls(side: "_Side") -> list[float]:
+    """Operator calls per steady step of a side, every rank, its recordings one after the other."""
+    vecs = [v for (metric, _), v in side.counts.items() if metric == "cpu"]
+    return [float(sum(col)) for col in zip(*vecs)] if vecs else [0.0] * len(side.pooled_times)
+
+
+def _rank_p(base: list[float], test: list[float]) -> float:
+    """Mann-Whitney's two-sided p of two sides' per-step values; 1 when they are the same values."""
+    return 1.0 if sorted(base) == sorted(test) else mann_whitney(base, test)[1]
+
+
+def _priced_work(bs: "_Side", ts: "_Side") -> dict | None:
+    """The work per step priced at the base's time per call: each call (_calls_per_step: one name,
+    the same inputs) at its mean time per call in the base; a call only the test makes at the test's
+    time per call divided by `test_speed`, the ratio of the test's to the base's time for the calls
+    both make (how much slower the test's machine ran the same work). Per steady step, the sum of
+    calls x price, divided by the recording's ranks (a per-rank figure, as the step is). For the host
+    ('cpu': operators' self time) and the device ('device': kernels, memcpys, memsets) each: the
+    medians per step, their difference, that as a percentage of the base's mean steady step (the
+    steps the prices came from, so the share does not move with the machine's speed), Mann-Whitney
+    p on the per-step values (1 when they are the same values), and `significant`: p < ALPHA and
+    |delta_pct| >= MIN_SHARE_OF_STEP. The resource with the larger change (a significant one
+    first); None when neither side made a call."""
+    step = _mean(bs.pooled_times)
+    found = []
+    for metric in ("cpu", "device"):
+        calls = sorted({c for m, c in bs.counts if m == metric} | {c for m, c in ts.counts if m == metric})
+        if not calls or not step:
+            continue
+
+        def per_call(side: _Side, call: str) -> float | None:
+            n = sum(side.counts.get((metric, call), ()))
+            return sum(side.call_ns[(metric, call)]) / n if n else None
+
+        pb, pt = {c: per_call(bs, c) for c in calls}, {c: per_call(ts, c) for c in calls}
+        both = [c for c in calls if pb[c] is not None and pt[c] is not None]
+        made = {c: sum(ts.counts[(metric, c)]) for c in both}
+        at_base, at_test = sum(made[c] * pb[c] for c in both), sum(made[c] * pt[c] for c in both)
+        speed = at_test / at_base if at_base > 0 and at_test > 0 else 1.0
+        price = {c: pb[c] if pb[c] is not None else (pt[c] or 0.0) / speed for c in calls}
+        wb, wt = _priced_steps(bs, metric, price), _priced_steps(ts, metric, price)
+        delta = median(wt) - median(wb)
+        p = _rank_p(wb, wt)
+        pct = 100.0 * delta / step
+        found.append({"metric": metric, "base_ns_per_step": median(wb), "test_ns_per_step": median(wt), "delta_ns_per_step": delta,
+                      "delta_pct": pct, "p_value": p, "test_name": "mann-whitney-u", "test_speed": speed,
+                      "significant": bool(p < ALPHA and abs(pct) >= 100 * MIN_SHARE_OF_STEP)})
+    return max(found, key=lambda c: (c["significant"], abs(c["delta_pct"])), default=None)
+
+
+def _priced_steps(side: "_Side", metric: str, price: dict[str, float]) -> list[float]:
+    """Per steady step of a side (its recordings one after the other): the calls of `metric` priced
+    at `price`, divided by the step's recording's ranks."""
+    out = [0.0] * len(side.pooled_times)
+    for call in sorted(price):
+        vec = side.counts.get((metric, call))
+        if vec:
+            c = price[call]
+            out = [w + n * c for w, n in zip(out, vec)]
+    return [w / r for w, r in zip(out, side.step_ranks)]
 
 
 EPOCH_2001_NS = 10**18
@@ -668,7 +776,10 @@ def gate(diff: Diff, max_slower_pct: float) -> tuple[bool, str]:
     "slower" by more than PCT; with "cannot tell" it passes and the message says why it could not
     judge (a gate that failed on noise would be switched off)."""
     s = diff.step_time
-    if s.verdict == "slower" and s.delta_pct > max_slower_pct:
+    if s.verdict == "slower" and s.estimate_pct > max_slower_pct:
+        if s.basis == "work":
+            return True, (f"the step does about {s.estimate_pct:.1f}% more work (priced at the base's time per call, "
+                          f"p={s.work['cost']['p_value']:.2g}), over the {max_slower_pct:g}% limit")
         return True, f"step time is {s.delta_pct:.1f}% slower (p={s.p_value:.2g}, {s.test_name}), over the {max_slower_pct:g}% limit"
     if s.verdict == "cannot tell":
         w = s.work or {}
@@ -697,6 +808,23 @@ TEST_NAMES = {"mann-whitney-u": "Mann-Whitney U", "welch-t": "Welch's t", "t-on-
               "paired-t-on-run-ratios": "paired t on the ratios of recordings made in pairs",
               "paired-t-on-run-differences": "paired t on the differences of recordings made in pairs",
               "none": "no test"}
+
+
+def work_lines(w: dict) -> tuple[str, str | None]:
+    """The work per step in words (the text and the Compare view): the operator calls, and the
+    priced work (None when there is none). `w` is step_time.work, as a dict or from JSON (nulls)."""
+    from ..info import fmt_ns
+
+    pct = w.get("delta_pct")
+    wp = "" if pct is None or not math.isfinite(pct) else f" ({pct:+.1f}%)"
+    calls = (f"work per step: operator calls (median) {w['base_median']:.0f} → {w['test_median']:.0f}{wp}, "
+             f"Mann-Whitney U p={w['p_value']:.2g}" + (" — changed" if w["changed"] else ""))
+    c = w.get("cost")
+    if not c:
+        return calls, None
+    return calls, (f"{'host' if c['metric'] == 'cpu' else 'device'} work priced at the base's time per call: "
+                   f"{fmt_ns(c['base_ns_per_step'])} → {fmt_ns(c['test_ns_per_step'])} per step ({c['delta_pct']:+.1f}% of the "
+                   f"base's step), Mann-Whitney U p={c['p_value']:.2g}" + (" — changed" if c["significant"] else ""))
 
 
 def render_text(diff: Diff, top: int = 20) -> str:
@@ -738,11 +866,9 @@ def render_text(diff: Diff, top: int = 20) -> str:
         lines.append(f"  because {s.reason}")
     if s.test_reason:
         lines.append(f"  {test_name} was used: {s.test_reason}")
-    w = s.work
-    if w:
-        wp = "" if not math.isfinite(w["delta_pct"]) else f" ({w['delta_pct']:+.1f}%)"
-        lines.append(f"work per step: operator calls (median) {w['base_median']:.0f} → {w['test_median']:.0f}{wp}, "
-                     f"Mann-Whitney U p={w['p_value']:.2g}" + (" — changed" if w["changed"] else ""))
+    if s.work:
+        calls, priced = work_lines(s.work)
+        lines += [calls] + ([f"  {priced}"] if priced else [])
     ub, ut = diff.utilisation.get("base") or {}, diff.utilisation.get("test") or {}
     if ub.get("mfu_median") is not None and ut.get("mfu_median") is not None:
         lines.append(f"MFU (median over steady steps): {100 * ub['mfu_median']:.3g}% → {100 * ut['mfu_median']:.3g}% "

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from ..analyzers.diff import RUN_SET_TESTS, TEST_NAMES, measure_name
+from ..analyzers.diff import RUN_SET_TESTS, TEST_NAMES, measure_name, work_lines
 from ..errors import NeuronExplorerError
 from . import compare as cmp
 from .figure import HIGHLIGHT, build_figure, time_unit
@@ -128,6 +128,7 @@ def verdict_panel(rs: RunSet, base, test):
                   html.Span(f"{test_name} p = {'n/a' if p is None else f'{p:.3g}'}{effect}", className="nx-muted", id="cmp-test-name")],
                  className="nx-verdict"),
         *([html.Div(f"because {s['reason']}", className="nx-muted", id="cmp-verdict-reason")] if s.get("reason") else []),
+        *([html.Div([html.Div(x) for x in work_lines(s["work"]) if x], className="nx-muted", id="cmp-work")] if s.get("work") else []),
         html.Table(rows, className="nx-cmp-table"),
         *left_out,
         html.Div(f"significant = p < {d['alpha']:g} and a change of at least {d['min_share_of_step']:.0%} of the base median step, "
