@@ -320,18 +320,48 @@ def test_added_work_decides_when_the_step_times_cannot(tmp_path: Path):
     assert back.verdict == "faster" and back.basis == "work" and back.work["cost"]["delta_pct"] < -5
 
 
+def _spread_run(tmp: Path, name: str, step_ms: list[float], extra: int = 0) -> Path:
+    """Steps of aten::mm (1 ms) and 20 tiny operators (10 us each: the model's other operators), then
+    `extra` small operators of 0.2 ms each (aten::op0, aten::op1, ...: no one of them is 5% of a
+    10 ms step), then no operator for the rest of the step (the host waits, as on a device that
+    bounds the step)."""
+    ev, t = [], 0.0
+    for i, ms in enumerate(step_ms):
+        ev += [X(f"ProfilerStep#{i}", "user_annotation", t, ms * 1000), X("aten::mm", "cpu_op", t + 1, 998)]
+        ev += [X(f"aten::k{k}", "cpu_op", t + 1000 + 11 * k, 10) for k in range(20)]
+        at = t + 1300
+        for k in range(extra):
+            ev.append(X(f"aten::op{k}", "cpu_op", at, 200))
+            at += 201
+        t += ms * 1000 + 10
+    return import_traces(write_trace(tmp / f"{name}.json", ev), tmp / name).run_dir
+
+
 def test_step_times_that_rule_the_added_work_out_keep_their_verdict(tmp_path: Path):
-    """The test runs aten::slow (2 ms) but its steps take as long as the base's (the time came out of
-    aten::relu, as host work hides behind a busy device): the step times are steady enough to rule a
-    5% change out, so they decide; a note names the work."""
-    base = _steps_run(tmp_path, "base", BASE_STEPS * 2)
-    test = _steps_run(tmp_path, "test", SAME_STEPS * 2, slow_ms=2.0)
+    """The test runs ten small operators more (2 ms in all, none 5% of the step) but its steps take
+    as long as the base's (it hides in the step's wait, as host work hides behind a busy device).
+    Four recordings per side whose values vary by under 1%: the interval, which sees the
+    variation between recordings, rules a 5% change out, so the step times decide and a note names
+    the work. One recording per side: its steps cannot show how fast each recording's machine ran,
+    so they cannot rule the work out: cannot tell."""
+    for side, medians, extra in (("base", [10.0, 10.05, 9.95, 10.02], 0), ("test", [9.97, 10.03, 10.0, 9.96], 10)):
+        (tmp_path / side).mkdir()
+        for i, m in enumerate(medians, 1):
+            run = _spread_run(tmp_path, f"{side}-{i}", [3 * m] + [m * f for f in (1.0, 1.004, 0.997, 1.002, 0.996, 1.005, 0.999, 1.001, 0.998)], extra)
+            run.rename(tmp_path / side / str(i))
+    base, test = tmp_path / "base", tmp_path / "test"
     d = compare(base, test)
     s = d.step_time
-    assert s.work["cost"]["significant"] and s.delta_ci_high_ns < 0.05 * s.base.median
-    assert s.verdict != "slower" and s.basis == "step time" and math.isnan(s.estimate_pct)
-    assert any("priced at the base's time per call, +" in n and "though the step time is" in n for n in d.notes), d.notes
+    assert s.test_name == "t-on-run-values" and s.work["cost"]["significant"] and s.significant_deltas is None
+    assert -0.05 * s.base.median < s.delta_ci_low_ns and s.delta_ci_high_ns < 0.05 * s.base.median
+    assert s.verdict == "no significant change" and s.basis == "step time" and math.isnan(s.estimate_pct)
+    assert any("priced at the base's time per call, +" in n and "though the step time is 'no significant change'" in n
+               for n in d.notes), d.notes
     assert cli("diff", base, test, "--fail-if-slower", "5%").returncode == 0
+    one = compare(base / "1", test / "1").step_time
+    assert one.delta_ci_high_ns < 0.05 * one.base.median and one.verdict == "cannot tell" and one.basis == "step time"
+    assert "with one recording per side the steps cannot show whether the two recordings' machines ran at different speeds" in one.reason
+    assert "record several runs per side" in one.reason
 
 
 def _mm_run(tmp: Path, name: str, step_ms: list[float], big_ms: float = 0.0) -> Path:

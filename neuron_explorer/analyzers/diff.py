@@ -421,9 +421,7 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
         est = min(max(cost["delta_pct"] / 100 * ref, ci_low), ci_high)
         estimate = 100 * est / ref
         verdict = "slower" if cost["delta_pct"] > 0 else "faster"
-        reason = (f"the test's steps do {abs(cost['delta_pct']):.1f}% {'more' if cost['delta_pct'] > 0 else 'less'} "
-                  f"{'host' if cost['metric'] == 'cpu' else 'device'} work than the base's, priced at the base's time per call "
-                  f"({_signed_ms(cost['delta_ns_per_step'])} per step, p={cost['p_value']:.2g}), and {measure}'s 95% CI "
+        reason = (f"{_work_change(cost)}, and {measure}'s 95% CI "
                   f"({100 * ci_low / ref:+.1f}% .. {100 * ci_high / ref:+.1f}%, p={p:.2g}) does not rule out a change of "
                   f"{MIN_SHARE_OF_STEP:.0%}: about {estimate:+.1f}%")
     elif within_floor and big is not None and abs(big["delta_ns_per_step"]) > floor:
@@ -433,6 +431,14 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
         verdict = "cannot tell"
         reason = (f"{what}, but the step time does not change past the floor (p={p:.2g}): either time outside these "
                   f"rows changed the other way, or the steps are too noisy to show it ({more})")
+    elif cost.get("significant") and within_floor and not between_runs:
+        # the steps of one recording per side cannot show how fast each recording's machine ran, so
+        # their interval cannot rule out what the work shows
+        verdict = "cannot tell"
+        reason = (f"{_work_change(cost)}, but {measure}'s 95% CI ({100 * ci_low / ref:+.1f}% .. {100 * ci_high / ref:+.1f}%) lies "
+                  f"within ±{MIN_SHARE_OF_STEP:.0%}: with one recording per side the steps cannot show whether the two "
+                  f"recordings' machines ran at different speeds (the calls both make took {cost['test_speed']:.2f}x as long in "
+                  f"the test), so they cannot rule the work out; record several runs per side (`neuron-explorer record --runs 5`)")
     elif within_floor:
         verdict = "no significant change"
         reason = (f"the 95% CI of the change ({100 * ci_low / ref:+.1f}% .. {100 * ci_high / ref:+.1f}%) "
@@ -594,6 +600,14 @@ def _calls_per_step(run: Run, steps: list[int]) -> tuple[dict, dict]:
             counts.setdefault((metric, call), [0.0] * len(index))[index[step]] += float(n)
             times.setdefault((metric, call), [0.0] * len(index))[index[step]] += float(ns or 0)
     return counts, times
+
+
+def _work_change(cost: dict) -> str:
+    """The priced work's change in words: "the test's steps do 16.4% more host work than the base's,
+    priced at the base's time per call (+3.14 ms per step, p=8.3e-65)"."""
+    return (f"the test's steps do {abs(cost['delta_pct']):.1f}% {'more' if cost['delta_pct'] > 0 else 'less'} "
+            f"{'host' if cost['metric'] == 'cpu' else 'device'} work than the base's, priced at the base's time per call "
+            f"({_signed_ms(cost['delta_ns_per_step'])} per step, p={cost['p_value']:.2g})")
 
 
 def _calls_change(work: dict) -> str:
