@@ -193,6 +193,11 @@ def _steps_run(tmp: Path, name: str, step_ms: list[float], slow_ms: float = 0.0,
         |ProfilerStep#i ..........................................................|
         |hot: aten::mm 1 ms | aten::slow slow_ms |  aten::relu (rest of the step)  |
     """
+    return import_traces(write_trace(tmp / f"{name}.json", _step_events(tmp, step_ms, slow_ms, t0_us)), tmp / name).run_dir
+
+
+def _step_events(tmp: Path, step_ms: list[float], slow_ms: float = 0.0, t0_us: float = 0.0) -> list[dict]:
+    """The events of _steps_run's steps (train.py written in `tmp`)."""
     src = tmp / "train.py"
     if not src.exists():
         src.write_text("import torch\n" + "\n" * 8 + "def hot():\n    return torch.mm(a, b)\n")
@@ -210,7 +215,7 @@ def _steps_run(tmp: Path, name: str, step_ms: list[float], slow_ms: float = 0.0,
             rest = t + hot_us + 5
         ev.append(X("aten::relu", "cpu_op", rest, t + us - rest - 5))
         t += us + 10
-    return import_traces(write_trace(tmp / f"{name}.json", ev), tmp / name).run_dir
+    return ev
 
 
 def _noisy(rng: random.Random, n: int, ms: float = 10.0) -> list[float]:
@@ -398,17 +403,8 @@ def test_the_priced_work_is_per_rank_as_the_step_is(tmp_path: Path):
 
     def run(name: str, slow_ms: float) -> Path:
         for r in (0, 1):
-            ev, t = [], 0.0
-            for i, ms in enumerate(rest):
-                us = (1.0 + slow_ms + ms) * 1000
-                ev.append(X(f"ProfilerStep#{i}", "user_annotation", t, us))
-                ev.append(X("aten::mm", "cpu_op", t + 1, 998))
-                if slow_ms:
-                    ev.append(X("aten::slow", "cpu_op", t + 1001, slow_ms * 1000 - 2))
-                at = t + 1000 + slow_ms * 1000 + 5
-                ev.append(X("aten::relu", "cpu_op", at, t + us - at - 5))
-                t += us + 10
-            write_trace(tmp_path / name / f"rank{r}.json", ev, distributedInfo={"rank": r, "world_size": 2})
+            write_trace(tmp_path / name / f"rank{r}.json", _step_events(tmp_path, [1.0 + slow_ms + ms for ms in rest], slow_ms),
+                        distributedInfo={"rank": r, "world_size": 2})
         return import_traces(tmp_path / name, tmp_path / f"{name}-run").run_dir
 
     cost = compare(run("base", 0.0), run("test", 2.0)).step_time.work["cost"]

@@ -238,14 +238,15 @@ def test_base_and_test_recorded_in_pairs_are_paired_and_the_regression_fails_the
 
 
 # ---- a regression that the step times are too noisy to size (issue 19) ------------------------------
-# A training loop fed by a Dataset whose reads sometimes wait on the disk: the steps then scatter
-# by tens of milliseconds (a cold read adds 12 ms), far more than the regression adds. The regression
-# is a second forward pass each step, to log a metric, as people add one. The reads are seeded by
-# the sample's index, so both recordings read alike; the step times still cannot size the change.
+# A training loop fed by a Dataset whose batches each open a record shard first: Python work of a
+# length that varies from batch to batch (exponentially: a few batches take tens of milliseconds),
+# so the steps scatter far more than the regression adds. It is CPU work, so it scales with the
+# machine's load as the model's compute does: their ratio, and the test, hold on a busy machine.
+# The regression is a second forward pass each step, to log a metric, as people add one. The shard
+# work is seeded by the batch, so both recordings do alike; the step times still cannot size it.
 LOADER = """\
 import random
 import sys
-import time
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -254,13 +255,13 @@ torch.manual_seed(0)
 torch.set_num_threads(1)
 
 
-class Shards(Dataset):
+class Records(Dataset):
     def __len__(self):
         return 30 * 32
 
     def __getitem__(self, i):
-        if random.Random(i).random() < 0.025:
-            time.sleep(0.012)  # a cold read
+        if i % 32 == 0:  # a batch's first record opens its shard: Python work of a length that varies
+            sum(range(int(random.Random(i).expovariate(1 / 1_500_000))))
         return torch.randn(768), torch.randn(1)
 
 
@@ -268,7 +269,7 @@ model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(768, 768), tor
                             torch.nn.Linear(768, 1))
 opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 log_metric = sys.argv[1] == "metric"
-for x, y in DataLoader(Shards(), batch_size=32):
+for x, y in DataLoader(Records(), batch_size=32):
     opt.zero_grad()
     loss = torch.nn.functional.mse_loss(model(x), y)
     loss.backward()
@@ -284,21 +285,26 @@ def test_a_regression_under_noisy_data_loading_fails_the_gate_on_its_work(tmp_pa
     for name, arg in (("base", "-"), ("test", "metric"), ("same", "-")):
         res = cli("record", "-o", tmp_path / name, tmp_path / "train.py", arg, cwd=tmp_path)
         assert res.returncode == 0, res.stderr[-2000:]
-    res = cli("diff", tmp_path / "base", tmp_path / "test", "--fail-if-slower", "5%")
-    assert res.returncode == 1 and "more work (priced at the base's time per call" in res.stderr, res.stdout[-3000:] + res.stderr
-    s = json.loads(cli("diff", tmp_path / "base", tmp_path / "test", "--json").stdout)["step_time"]
-    assert s["verdict"] == "slower" and s["basis"] == "work", s["reason"]
+    res = cli("diff", tmp_path / "base", tmp_path / "test", "--json", "--fail-if-slower", "5%")
+    data = json.loads(res.stdout)
+    s = data["step_time"]
+    # the work decides; on a loaded machine the step times can, rarely, decide first (rule 2)
+    assert s["verdict"] == "slower" and s["basis"] == ("step time" if s["significant"] else "work"), s["reason"]
+    assert res.returncode == 1 and "over the 5% limit" in res.stderr, res.stderr
+    if s["basis"] == "work":
+        assert "more work (priced at the base's time per call" in res.stderr, res.stderr
     cost = s["work"]["cost"]
-    # the extra forward pass is about a quarter of the compute; the reads add ~10 ms a step on average
+    # the extra forward pass is about a quarter of the compute; the shards add as much again on average
     assert cost["metric"] == "cpu" and cost["significant"] and 5 < cost["delta_pct"] < 30, cost
-    # the step times alone cannot tell: their interval spans tens of percent either way
-    assert s["delta_ci_low_ns"] < 0 < s["delta_ci_high_ns"] and s["delta_ci_high_ns"] - s["delta_ci_low_ns"] > 0.3 * s["base"]["median"]
-    # the added line is the one the deltas name
+    # the step times alone cannot size it: their interval spans tens of percent
+    assert s["delta_ci_high_ns"] - s["delta_ci_low_ns"] > 0.3 * s["base"]["median"]
+    # the added line is the one the deltas name: the one new source line, significant (on a loaded
+    # machine an unchanged line can move more, either way, by noise)
     line = next(i for i, t in enumerate(LOADER.splitlines(), 1) if "THE REGRESSION" in t)
-    rows = json.loads(cli("diff", tmp_path / "base", tmp_path / "test", "--json").stdout)["deltas"]
-    assert rows[0]["key"] == f"{tmp_path / 'train.py'}:{line}" and rows[0]["status"] == "new"
+    new = [r for r in data["deltas"] if r["type"] == "source_line" and r["status"] == "new"]
+    assert [r["key"] for r in new] == [f"{tmp_path / 'train.py'}:{line}"] and new[0]["significant"], new
     # the same code passes: the same work, whatever its step times did
-    same = cli("diff", tmp_path / "base", tmp_path / "same", "--fail-if-slower", "5%")
+    same = cli("diff", tmp_path / "base", tmp_path / "same", "--json", "--fail-if-slower", "5%")
     assert same.returncode == 0, same.stdout[-3000:] + same.stderr
-    s = json.loads(cli("diff", tmp_path / "base", tmp_path / "same", "--json").stdout)["step_time"]
+    s = json.loads(same.stdout)["step_time"]
     assert s["verdict"] != "slower" and s["work"]["cost"]["delta_ns_per_step"] == 0 and s["work"]["cost"]["p_value"] == 1

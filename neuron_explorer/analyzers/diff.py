@@ -134,24 +134,21 @@ def _step_samples(run: Run) -> tuple[StepSelection, list[float]]:
     return sel, [float(span or 0)]
 
 
-def _per_step(run: Run, steps: list[int]) -> dict[tuple[str, str, str], list[float]]:
-    """(type, key, metric) → time per step, one value per step of the run (0 where absent)."""
+def _per_step(run: Run, steps: list[int], call_ns: dict) -> dict[tuple[str, str, str], list[float]]:
+    """(type, key, metric) → time per step, one value per step of the run (0 where absent).
+    Operators' CPU self time and kernels' device time are the calls' (`call_ns`, from
+    _calls_per_step over the same steps) summed by name."""
     in_steps = "e.step IS NOT NULL" if steps else "true"
     step_col = "e.step" if steps else "0"
     index = {s: i for i, s in enumerate(steps)} if steps else {0: 0}
     n = len(index)
-    # CPU: self time of operators (duration minus the slices directly inside them);
-    # device: kernel, memcpy and memset time. Keyed by what each delta list groups on.
-    self_ns = (f"WITH child AS (SELECT parent_id, sum(dur_ns) AS ns FROM events WHERE parent_id IS NOT NULL GROUP BY 1) "
-               f"SELECT {{key}}, {step_col}, sum(e.dur_ns - coalesce(c.ns, 0)) FROM events e "
-               f"LEFT JOIN child c ON c.parent_id = e.event_id WHERE e.kind = 'cpu_op' AND {{key}} IS NOT NULL AND {in_steps} GROUP BY 1, 2")
+    # CPU: self time of operators (duration minus the slices directly inside them: the self_ns
+    # column); device: kernel, memcpy and memset time. Keyed by what each delta list groups on.
+    self_ns = f"SELECT {{key}}, {step_col}, sum(e.self_ns) FROM events e WHERE e.kind = 'cpu_op' AND {{key}} IS NOT NULL AND {in_steps} GROUP BY 1, 2"
     device_ns = (f"SELECT {{key}}, {step_col}, sum(e.dur_ns) FROM events e {{join}} "
                  f"WHERE e.kind IN {DEVICE_KINDS_SQL} AND {{key}} IS NOT NULL AND {in_steps} GROUP BY 1, 2")
-    op_join = "JOIN events o ON e.op_id = o.event_id"
     queries = {
-        ("operator", "cpu"): self_ns.format(key="e.name"),
-        ("operator", "device"): device_ns.format(key="o.name", join=op_join),
-        ("kernel", "device"): device_ns.format(key="e.name", join=""),
+        ("operator", "device"): device_ns.format(key="o.name", join="JOIN events o ON e.op_id = o.event_id"),
         ("module", "cpu"): self_ns.format(key="e.module_path"),
         ("module", "device"): device_ns.format(key="e.module_path", join=""),
         # lines by the statement the time belongs to (analyzers/lines.py: backward work on its forward statement)
@@ -165,6 +162,10 @@ def _per_step(run: Run, steps: list[int]) -> dict[tuple[str, str, str], list[flo
                 continue
             vec = out.setdefault((type_, str(key), metric), [0.0] * n)
             vec[index[step]] += float(ns)
+    for (metric, (name, _)), ns in call_ns.items():
+        vec = out.setdefault(("operator" if metric == "cpu" else "kernel", name, metric), [0.0] * n)
+        for i, x in enumerate(ns):
+            vec[i] += x
     return out
 
 
@@ -531,7 +532,7 @@ class _Side:
     job: dict  # job.identity of the first recording
     hosts: list = field(default_factory=list)  # per recording: the manifest's host (None when unknown)
     spans: list = field(default_factory=list)  # per recording: (first step start, last step end) in epoch ns, or None
-    counts: dict = field(default_factory=dict)  # (metric, call) -> calls per steady step (_calls_per_step), recordings one after the other
+    counts: dict = field(default_factory=dict)  # (metric, (name, inputs)) -> calls per steady step (_calls_per_step), recordings one after the other
     call_ns: dict = field(default_factory=dict)  # (metric, call) -> their time per steady step, likewise
     step_ranks: list = field(default_factory=list)  # per steady step (recordings one after the other): its recording's ranks
 
@@ -561,7 +562,7 @@ def _side(path: Path | str) -> _Side:
             spans.append(_wall_span(run.manifest))
             sel, t = _step_samples(run)
             c, cn = _calls_per_step(run, sel.used)
-            v, d = _rekey_lines(_per_step(run, sel.used), _line_keys(run))
+            v, d = _rekey_lines(_per_step(run, sel.used, cn), _line_keys(run))
             utils.append(step_utilisation(run, sel.used))
             ident = ident or job.identity(run)
             ranks = len(run.manifest.get("ranks") or []) or 1
@@ -579,26 +580,27 @@ def _side(path: Path | str) -> _Side:
 
 
 def _calls_per_step(run: Run, steps: list[int]) -> tuple[dict, dict]:
-    """(metric, call) → in each of `steps`, in their order, every rank: how many such calls, and
-    their time. A call is an operator (metric 'cpu', kind 'cpu_op', timed by its self time) or a
-    kernel, memcpy or memset ('device', its device time) of one name with the same inputs: the
-    operator's input shapes and types (args 'Input Dims' and 'Input type', where the profiler
-    recorded them), the kernel's grid and block. A run without steps gives one value per call, its
-    whole run (as _step_samples gives one time, its span)."""
+    """(metric, (name, inputs)) → in each of `steps`, in their order, every rank: how many such
+    calls, and their time. A call is an operator (metric 'cpu', kind 'cpu_op', timed by its self
+    time) or a kernel, memcpy or memset ('device', its device time) of one name with the same
+    inputs: the operator's input shapes and types (args 'Input Dims' and 'Input type', where the
+    profiler recorded them), the kernel's grid and block ('' when not recorded). A run without
+    steps gives one value per call, its whole run (as _step_samples gives one time, its span)."""
     index = {s: i for i, s in enumerate(steps)} if steps else {0: 0}
     step_col, in_steps = ("step", "step IS NOT NULL") if steps else ("0", "true")
     inputs = ("CASE WHEN kind = 'cpu_op' THEN concat_ws(chr(31), json_extract_string(args, '$.\"Input Dims\"'), "
               "json_extract_string(args, '$.\"Input type\"')) "
               "ELSE concat_ws(chr(31), json_extract_string(args, '$.grid'), json_extract_string(args, '$.block')) END")
-    sql = (f"SELECT CASE WHEN kind = 'cpu_op' THEN 'cpu' ELSE 'device' END, name || chr(31) || {inputs}, {step_col}, count(*), "
+    sql = (f"SELECT CASE WHEN kind = 'cpu_op' THEN 'cpu' ELSE 'device' END, name, {inputs}, {step_col}, count(*), "
            f"sum(CASE WHEN kind = 'cpu_op' THEN self_ns ELSE dur_ns END) FROM events "
-           f"WHERE kind IN ('cpu_op', {DEVICE_KINDS_SQL[1:-1]}) AND name IS NOT NULL AND {in_steps} GROUP BY 1, 2, 3")
-    counts: dict[tuple[str, str], list[float]] = {}
-    times: dict[tuple[str, str], list[float]] = {}
-    for metric, call, step, n, ns in run.sql(sql).fetchall():
+           f"WHERE kind IN ('cpu_op', {DEVICE_KINDS_SQL[1:-1]}) AND name IS NOT NULL AND {in_steps} GROUP BY 1, 2, 3, 4")
+    counts: dict[tuple[str, tuple[str, str]], list[float]] = {}
+    times: dict[tuple[str, tuple[str, str]], list[float]] = {}
+    for metric, name, inputs, step, n, ns in run.sql(sql).fetchall():
         if step in index:
-            counts.setdefault((metric, call), [0.0] * len(index))[index[step]] += float(n)
-            times.setdefault((metric, call), [0.0] * len(index))[index[step]] += float(ns or 0)
+            call = (metric, (str(name), inputs))
+            counts.setdefault(call, [0.0] * len(index))[index[step]] += float(n)
+            times.setdefault(call, [0.0] * len(index))[index[step]] += float(ns or 0)
     return counts, times
 
 
@@ -683,7 +685,7 @@ def _priced_work(bs: "_Side", ts: "_Side") -> dict | None:
     return max(found, key=lambda c: (c["significant"], abs(c["delta_pct"])), default=None)
 
 
-def _priced_steps(side: "_Side", metric: str, price: dict[str, float]) -> list[float]:
+def _priced_steps(side: "_Side", metric: str, price: dict[tuple[str, str], float]) -> list[float]:
     """Per steady step of a side (its recordings one after the other): the calls of `metric` priced
     at `price`, divided by the step's recording's ranks."""
     out = [0.0] * len(side.pooled_times)
