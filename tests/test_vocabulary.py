@@ -1,0 +1,113 @@
+"""One vocabulary: no module outside neuron_explorer/vocab.py spells an idea of the analysis itself.
+
+The code's string literals (SQL text, name sets; not docstrings or comments) are searched for the
+spellings of each idea that vocab.py defines. A new rule that writes `event_id = top_op_id` or its
+own list of sync operators fails here, and says which fragment to use instead.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from neuron_explorer import vocab
+
+PACKAGE = Path(vocab.__file__).parent
+
+SPELLINGS = {
+    "top-level operator (vocab.top_op / top_host_call)": re.compile(
+        r"(?<![\w.])(?:(\w+)\.)?event_id\s*=\s*(?:coalesce\(\s*)?(?(1)\1\.)top_op_id"  # (e.)event_id = (e.)top_op_id, one alias
+        r"|(?<![\w.])(?:(\w+)\.)?top_op_id\s*=\s*(?(2)\2\.)event_id\b"),  # a join to another alias is no spelling
+    "device work (vocab.DEVICE_WORK_KINDS / device_work)": re.compile(r"""['"]kernel['"],\s*['"]memcpy['"],\s*['"]memset['"]"""),
+    "communication (vocab.COMM_KERNEL_PATTERN / COMM_OP_PATTERN)": re.compile(r"(?i)nccl\|gloo|c10d::\|"),
+    "sync operators (vocab.SYNC_OPS)": re.compile(r"^aten::(item|_local_scalar_dense|nonzero|is_nonzero)$"),
+    "sync runtime calls (vocab.SYNC_CALL_PART / sync_call)": re.compile(r"^(cuda|hip)\w*Synchronize$|^Synchronize$"),
+    "GEMM / convolution operators (vocab.GEMM_OPS / CONV_OPS)": re.compile(r"^aten::(mm|addmm|bmm|conv2d|convolution)$|'aten::(mm|addmm|conv2d)'"),
+    "allocator calls (vocab.ALLOCATOR_CALL_PATTERN)": re.compile(r"^(cuda|hip)(Malloc|Free)"),
+}
+
+ALLOWED = {"vocab.py"}
+"""The one home. Kineto's spellings (collectors/kineto_names.py) are a different thing: how a trace
+names events, not what the analysis means by them."""
+
+
+def _code_strings(path: Path) -> list[tuple[int, str]]:
+    """String constants of a module that are not docstrings, with their line numbers."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            for i, stmt in enumerate(body):
+                # a docstring, or an attribute docstring (a string statement after an assignment)
+                if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
+                    if i == 0 or isinstance(body[i - 1], (ast.Assign, ast.AnnAssign)):
+                        docstrings.add(id(stmt.value))
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings]
+
+
+def _modules():
+    return sorted(p for p in PACKAGE.rglob("*.py") if p.name not in ALLOWED)
+
+
+def test_no_module_spells_an_idea_of_the_vocabulary():
+    found = []
+    for path in _modules():
+        for line, text in _code_strings(path):
+            for idea, pattern in SPELLINGS.items():
+                if pattern.search(text):
+                    found.append(f"{path.relative_to(PACKAGE.parent)}:{line}: spells {idea}: {text.strip()[:80]!r}")
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("idea", sorted(SPELLINGS))
+def test_the_check_finds_each_spelling(idea, tmp_path):
+    """The check is not blind: each idea's own definition, pasted into a module, is found."""
+    samples = {
+        "top-level operator": "SELECT 1 FROM events e WHERE e.kind = 'cpu_op' AND e.event_id = e.top_op_id",
+        "device work": "kind IN ('kernel', 'memcpy', 'memset')",
+        "communication": "(?i)(nccl|gloo|rccl)",
+        "sync operators": "aten::item",
+        "sync runtime calls": "cudaStreamSynchronize",
+        "GEMM / convolution": "aten::addmm",
+        "allocator calls": "hipFree",
+    }
+    text = next(v for k, v in samples.items() if idea.startswith(k))
+    (tmp_path / "m.py").write_text(f'"""doc"""\nX = {text!r}\n')
+    strings = [s for _, s in _code_strings(tmp_path / "m.py")]
+    assert strings == [text]
+    assert SPELLINGS[idea].search(text)
+
+
+def test_fragments_select_what_they_name():
+    """The fragments, run on a tiny events table, pick the rows their names promise."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE events AS SELECT * FROM (VALUES "
+                "(1, 'cpu_op', 'aten::linear', 1, NULL), (2, 'cpu_op', 'aten::addmm', 1, NULL), "
+                "(3, 'runtime', 'cudaLaunchKernel', 1, NULL), (4, 'runtime', 'cudaStreamSynchronize', NULL, NULL), "
+                "(5, 'kernel', 'ncclKernel_AllReduce_RING_LL_Sum_float', 1, 0), (6, 'kernel', 'sm80_xmma_gemm', 1, 0), "
+                "(7, 'memcpy', 'Memcpy DtoH', 1, 0), (8, 'cpu_op', 'aten::item', 8, NULL), (9, 'runtime', 'hipFree', 8, NULL), "
+                "(10, 'cpu_op', 'c10d::allreduce_', 10, NULL)"
+                ") t(event_id, kind, name, top_op_id, device)")
+
+    def ids(where):
+        return [r[0] for r in con.execute(f"SELECT event_id FROM events e WHERE {where} ORDER BY 1").fetchall()]
+
+    assert ids(vocab.top_op("e")) == [1, 8, 10]
+    assert ids(vocab.top_host_call("e")) == [1, 4, 8, 10]
+    assert ids(vocab.device_work("e")) == [5, 6, 7]
+    assert ids(vocab.comm_kernel("e")) == [5]
+    assert ids(vocab.comm_op("e")) == [10]
+    assert ids(vocab.sync_call("e")) == [4]
+    assert ids(vocab.sync_op("e")) == [8]
+    assert ids(vocab.allocator_call("e")) == [9]
+    assert ids(vocab.op_in(vocab.GEMM_OPS, "e")) == [1, 2]
+    assert ids(vocab.in_steps([], "e")) == []
+    assert vocab.GEMM_KERNEL_RE.search("sm80_xmma_gemm") and not vocab.GEMM_KERNEL_RE.search("elementwise_kernel")
+    assert vocab.is_comm_kernel_name("ncclDevKernel_AllGather") and not vocab.is_comm_kernel_name("gemm")
