@@ -14,7 +14,7 @@ changes with the source. No compiler, or `NEURON_EXPLORER_NATIVE=0`: the Python 
 everything, more slowly (without a compiler, one line on stderr says so). A failed build leaves
 `build-failed.txt` beside it and is not retried until that file is deleted.
 
-Must not: decide what goes in the tables (_kineto_json does; this mirrors it).
+Must not: decide what goes in the tables (_json_tables does; this mirrors it).
 """
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ def _tables(lib, handle) -> NativeChunk:
     moved into the arrays without a copy (which also spares the page faults of fresh copies).
     Arrays are made from their buffers, not with `pa.array`: pyarrow imports pandas at its first
     conversion from numpy (0.3 s), and these run on the decode's threads, which would wait for
-    that import (the importing thread does it meanwhile, see _kineto_json._decode_ranges)."""
+    that import (the importing thread does it meanwhile, see _kineto_json._import_meanwhile)."""
     fields: dict[str, object] = {}
     i = 0
     for name in _TEXTS:
