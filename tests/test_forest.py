@@ -78,7 +78,7 @@ def test_a_forest_in_another_order_takes_pointer_jumping(monkeypatch):
 def test_enclosing_slices_in_cpp_equal_pointer_jumping(monkeypatch):
     """The walk that makes the forest: slices on a few threads with nesting, overlaps (a slice that
     ends after its parent), instants and zero-length slices, shared start times."""
-    from neuron_explorer.collectors.build import enclosing_parents, time_order
+    from neuron_explorer.collectors._forest import enclosing_parents, time_order
 
     rng = np.random.default_rng(11)
     n = 30_000

@@ -159,7 +159,7 @@ def test_enclosing_parent_is_the_innermost_slice_that_contains_the_event():
     of zero length contains nothing)."""
     import numpy as np
 
-    from neuron_explorer.collectors.build import enclosing_parents
+    from neuron_explorer.collectors._forest import enclosing_parents
 
     rng = np.random.default_rng(7)
     for _ in range(60):
@@ -201,7 +201,7 @@ def test_time_order_is_by_start_then_longest_first_and_stable():
     runs, many ties and random order."""
     import numpy as np
 
-    from neuron_explorer.collectors.build import time_order
+    from neuron_explorer.collectors._forest import time_order
 
     rng = np.random.default_rng(3)
     for n in (0, 1, 2, 17, 1000, 5000):

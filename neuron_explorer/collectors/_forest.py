@@ -1,18 +1,24 @@
-"""Walks over a forest given as a parent array (-1 = root), which every link of a rank is computed
-with (build.py, passes.py): the nearest marked ancestor, the root, the depth; and the walk that
-makes the forest (each slice's innermost enclosing slice on its track).
+"""The forest of a rank's slices: which slice each event is nested in, and the walks over it.
+
+Events lie on tracks (one per pid and tid: `tracks_of`, `track_lookup`). In time order (`time_order`:
+by start, longest first) each slice's parent is its innermost enclosing slice on its track
+(`enclosing_parents`; `slice_at` answers the same for any point in time); every link of a rank is
+then a walk over that forest given as a parent array (-1 = root), which build.py and passes.py
+compute with: the nearest marked ancestor, the root, the depth.
 
 A rank's events are sorted so that a parent comes before its children: then one pass in row
 order does each walk, in C++ (native/forest.cpp, through _json_native's library, when it is
 built). Otherwise, or for a forest in any other order, vectorised pointer jumping does it in
 O(n log depth) passes with no loop per node. Both give the same arrays (tests/test_forest.py).
 
-Must not: know what the nodes are.
+Must not: know what the nodes are (their kinds, names or tables): only tracks, times and marks.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from . import _json_native
 
@@ -125,3 +131,130 @@ def enclosing_in_order(track: np.ndarray, end: np.ndarray, can_contain: np.ndarr
         cand[active] = cand[cand[active]]
         active = active[cand[active] >= 0]
     return cand
+
+
+# --- nesting: tracks, time order, enclosing slices -------------------------------------------
+
+
+def time_order(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Row order by (ts, -dur), stable: `np.lexsort((-dur, ts))`, computed faster.
+
+    Events come in long runs already sorted by start (a thread's ops, a stream's kernels), which
+    a stable sort on ts alone takes in near-linear time; only rows that share a start time with
+    another are then put longest-first, among themselves."""
+    order = np.argsort(ts, kind="stable")
+    t = ts[order]
+    tie = np.flatnonzero(t[1:] == t[:-1])
+    if len(tie):
+        at = np.union1d(tie, tie + 1)  # positions inside groups of equal start
+        rows = order[at]
+        order[at] = rows[np.lexsort((-dur[rows], ts[rows]))]
+    return order
+
+
+def index_dtype(n: int):
+    """Row indices fit int32 below 2^31 rows: half the memory of the link arrays of a large rank."""
+    return np.int32 if n < 2**31 - 1 else np.int64
+
+
+def enclosing_parents(track: np.ndarray, ts: np.ndarray, end: np.ndarray, can_contain: np.ndarray) -> tuple[np.ndarray, int]:
+    """Innermost slice on the same track that contains each event, and the count of overlaps.
+
+    Input rows must be sorted by (ts, -dur). Returns parent indices (-1 for top level). A row that
+    cannot contain others (an instant, a slice of no duration) is a point at its start here.
+    """
+    n = len(ts)
+    end = np.where(can_contain, end, ts)
+    idx = index_dtype(n)
+    # by (track, ts, -dur); few tracks: as 16-bit keys numpy's stable sort is a radix sort
+    small = n and int(track.max()) < 2**15 and int(track.min()) >= 0
+    order = np.argsort(track.astype(np.int16) if small else track, kind="stable").astype(idx)
+    t_ts, t_end, t_track, t_can = ts[order], end[order], track[order], can_contain[order]
+    if n:
+        same = np.zeros(n, dtype=bool)
+        same[1:] = t_track[1:] == t_track[:-1]
+        overlaps = int(np.count_nonzero(same[1:] & t_can[:-1] & (t_ts[1:] < t_end[:-1]) & (t_end[:-1] < t_end[1:])))
+        del same
+    else:
+        overlaps = 0
+    cand = enclosing_in_order(t_track, t_end, t_can, idx)
+    del t_ts, t_track
+    parent = np.full(n, -1, dtype=idx)
+    has = cand >= 0
+    parent[order[has]] = order[cand[has]]
+    return parent, overlaps
+
+
+def slice_at(track: np.ndarray, ev_ts: np.ndarray, ev_end: np.ndarray, parent: np.ndarray,
+             q_track: np.ndarray, q_ts: np.ndarray) -> np.ndarray:
+    """For query points (track, ts): the innermost event on that track that starts at or encloses ts.
+
+    Events must be sorted by (ts, -dur), so that among slices starting at the same time the
+    innermost comes last. Returns event indices, -1 where none.
+    """
+    out = np.full(len(q_ts), -1, dtype=np.int64)
+    if not len(ev_ts) or not len(q_ts):
+        return out
+    tmin = int(min(ev_ts.min(), q_ts.min()))
+    shift = int(max(ev_ts.max(), q_ts.max()) - tmin + 1).bit_length()
+    if shift + int(max(track.max(), q_track.max()) + 1).bit_length() > 62:
+        for t in np.unique(q_track):  # very long spans: one search per track
+            sel, qsel = np.flatnonzero(track == t), np.flatnonzero(q_track == t)
+            pos = np.searchsorted(ev_ts[sel], q_ts[qsel], side="right") - 1
+            out[qsel] = np.where(pos >= 0, sel[np.maximum(pos, 0)], -1)
+    else:
+        # the events are in time order, so sorted stably by track alone they are in (track, ts)
+        # order; track numbers are dense and few, and numpy sorts 16-bit keys by radix
+        order = np.argsort(track.astype(np.int16) if track.max() < 2**15 else track, kind="stable")
+        key = (track[order] << shift) | (ev_ts[order] - tmin)
+        pos = np.searchsorted(key, (q_track << shift) | (q_ts - tmin), side="right") - 1
+        del key
+        out = np.where(pos >= 0, order[np.maximum(pos, 0)], -1)
+        out[(out >= 0) & (track[np.maximum(out, 0)] != q_track)] = -1
+    while True:  # climb while the candidate ended before the query time
+        valid = np.flatnonzero(out >= 0)
+        bad = valid[ev_end[out[valid]] < q_ts[valid]]
+        if not len(bad):
+            return out
+        out[bad] = parent[out[bad]]
+
+
+def tracks_of(pid: np.ndarray, tid: np.ndarray, pid_text: pa.Array, tid_text: pa.Array) -> np.ndarray:
+    """A dense track number per event: one per distinct (pid, tid, pid_text, tid_text)."""
+    n = len(pid)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    # (pid, tid) as one 16-byte key: one hash pass, numbered in order of first appearance
+    pairs = np.empty((n, 2), dtype=np.int64)
+    pairs[:, 0], pairs[:, 1] = pid, tid
+    key = np.asarray(pc.dictionary_encode(pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(16), n, [None, pa.py_buffer(pairs)])).indices, dtype=np.int64)
+    texts = [t for t in (pid_text, tid_text) if t.null_count < len(t)]  # (most traces have none)
+    if not texts:
+        return key
+    for t in texts:
+        c = np.asarray(pc.dictionary_encode(t).indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64) + 1
+        key = key * (int(c.max()) + 2) + c
+    return _factorize(key)
+
+
+def _factorize(values: np.ndarray) -> np.ndarray:
+    """Dense int64 codes of int64 `values`, numbered in order of first appearance (a hash table,
+    not a sort)."""
+    return np.asarray(pc.dictionary_encode(pa.array(values, pa.int64())).indices, dtype=np.int64)
+
+
+def track_lookup(track: np.ndarray, pid: np.ndarray, tid: np.ndarray, q_pid: np.ndarray, q_tid: np.ndarray) -> np.ndarray:
+    """Track number of integer (pid, tid) query points, -1 where no event has that track."""
+    out = np.full(len(q_pid), -1, dtype=np.int64)
+    if not len(track) or not len(q_pid):
+        return out
+    one = np.full(int(track.max()) + 1, -1, dtype=np.int64)  # an event of each track (all share its pid and tid)
+    one[track] = np.arange(len(track))
+    first = one[one >= 0]
+    known = {(int(pid[i]), int(tid[i])): int(track[i]) for i in first}
+    if len(known) > 64:  # many tracks: one dict lookup per point
+        return np.array([known.get(k, -1) for k in zip(q_pid.tolist(), q_tid.tolist())], dtype=np.int64)
+    for (p_, t_), tr in known.items():  # few tracks, many points: one vectorised pass per track
+        out[(q_pid == p_) & (q_tid == t_)] = tr
+    return out

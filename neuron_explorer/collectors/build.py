@@ -2,16 +2,19 @@
 
 Both collectors end here: the importer (decoded JSON) and the live collector (the profiler's
 in-memory results) hand over a `RawRank` and get back Arrow tables in the schema of `schema.py`.
-Links are computed with vectorised pointer jumping (O(n log depth)), never a Python loop per
-event, so a 2-million-event rank builds in about a second.
+Each event's kind, track, parent, operator, launch, step, frame, module and pass are computed
+over whole columns: the forest of slices (parents, time order, walks) by _forest (in C++ where
+built, else vectorised pointer jumping in O(n log depth)), the backward links and statements by
+passes; never a Python loop per event, so a 2-million-event rank builds in about a second.
+
+The frames table's `code` column is left as the raw frames give it (null for imported traces):
+the collector fills it from the source files (sources.with_code).
 
 Must not: read files, know about JSON or torch objects.
 """
 
 from __future__ import annotations
 
-import linecache
-import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,18 +26,14 @@ import pyarrow.compute as pc
 from .. import schema
 from ..schema import DEVICE_KINDS, ID_STRIDE
 from . import passes
-from ._forest import depth_of, enclosing_in_order, nearest_marked, root_of
+from ._forest import (depth_of, enclosing_parents, index_dtype, nearest_marked, root_of, slice_at, time_order, track_lookup,
+                      tracks_of)
 from .kineto_names import (FORWARD_BACKWARD_FLOW, LAUNCH_FLOW_CATEGORIES, MODULE_PREFIX, PY_FRAME, STEP_NAME,
                            kind_of_category)
 from .raw import RawRank, check_raw_rank  # noqa: F401  (RawRank: collectors import it from here too)
+from .sources import is_user_file
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+(?=>)")
-_NOT_USER = re.compile(r"(^<built-in|^<frozen|/site-packages/|/dist-packages/|/lib/python\d|(^|/)torch/|^torch/|^<string>$|^<unknown>$)")
-
-
-def is_user_file(path: str) -> bool:
-    """User code: not torch, not site-packages, not the standard library, not a built-in."""
-    return not _NOT_USER.search(path.replace("\\", "/"))
 
 
 @dataclass
@@ -46,133 +45,6 @@ class RankTables:
     counts: dict[str, int]
     devices: list[int]
     span_ns: int | None = None  # the rank's events from the first start to the last end (None: no events)
-
-
-# --- pointer jumping ------------------------------------------------------------------------
-
-
-def time_order(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
-    """Row order by (ts, -dur), stable: `np.lexsort((-dur, ts))`, computed faster.
-
-    Events come in long runs already sorted by start (a thread's ops, a stream's kernels), which
-    a stable sort on ts alone takes in near-linear time; only rows that share a start time with
-    another are then put longest-first, among themselves."""
-    order = np.argsort(ts, kind="stable")
-    t = ts[order]
-    tie = np.flatnonzero(t[1:] == t[:-1])
-    if len(tie):
-        at = np.union1d(tie, tie + 1)  # positions inside groups of equal start
-        rows = order[at]
-        order[at] = rows[np.lexsort((-dur[rows], ts[rows]))]
-    return order
-
-
-def _index_dtype(n: int):
-    """Row indices fit int32 below 2^31 rows: half the memory of the link arrays of a large rank."""
-    return np.int32 if n < 2**31 - 1 else np.int64
-
-
-def enclosing_parents(track: np.ndarray, ts: np.ndarray, end: np.ndarray, can_contain: np.ndarray) -> tuple[np.ndarray, int]:
-    """Innermost slice on the same track that contains each event, and the count of overlaps.
-
-    Input rows must be sorted by (ts, -dur). Returns parent indices (-1 for top level). A row that
-    cannot contain others (an instant, a slice of no duration) is a point at its start here.
-    """
-    n = len(ts)
-    end = np.where(can_contain, end, ts)
-    idx = _index_dtype(n)
-    # by (track, ts, -dur); few tracks: as 16-bit keys numpy's stable sort is a radix sort
-    small = n and int(track.max()) < 2**15 and int(track.min()) >= 0
-    order = np.argsort(track.astype(np.int16) if small else track, kind="stable").astype(idx)
-    t_ts, t_end, t_track, t_can = ts[order], end[order], track[order], can_contain[order]
-    if n:
-        same = np.zeros(n, dtype=bool)
-        same[1:] = t_track[1:] == t_track[:-1]
-        overlaps = int(np.count_nonzero(same[1:] & t_can[:-1] & (t_ts[1:] < t_end[:-1]) & (t_end[:-1] < t_end[1:])))
-        del same
-    else:
-        overlaps = 0
-    cand = enclosing_in_order(t_track, t_end, t_can, idx)
-    del t_ts, t_track
-    parent = np.full(n, -1, dtype=idx)
-    has = cand >= 0
-    parent[order[has]] = order[cand[has]]
-    return parent, overlaps
-
-
-def slice_at(track: np.ndarray, ev_ts: np.ndarray, ev_end: np.ndarray, parent: np.ndarray,
-             q_track: np.ndarray, q_ts: np.ndarray) -> np.ndarray:
-    """For query points (track, ts): the innermost event on that track that starts at or encloses ts.
-
-    Events must be sorted by (ts, -dur), so that among slices starting at the same time the
-    innermost comes last. Returns event indices, -1 where none.
-    """
-    out = np.full(len(q_ts), -1, dtype=np.int64)
-    if not len(ev_ts) or not len(q_ts):
-        return out
-    tmin = int(min(ev_ts.min(), q_ts.min()))
-    shift = int(max(ev_ts.max(), q_ts.max()) - tmin + 1).bit_length()
-    if shift + int(max(track.max(), q_track.max()) + 1).bit_length() > 62:
-        for t in np.unique(q_track):  # very long spans: one search per track
-            sel, qsel = np.flatnonzero(track == t), np.flatnonzero(q_track == t)
-            pos = np.searchsorted(ev_ts[sel], q_ts[qsel], side="right") - 1
-            out[qsel] = np.where(pos >= 0, sel[np.maximum(pos, 0)], -1)
-    else:
-        # the events are in time order, so sorted stably by track alone they are in (track, ts)
-        # order; track numbers are dense and few, and numpy sorts 16-bit keys by radix
-        order = np.argsort(track.astype(np.int16) if track.max() < 2**15 else track, kind="stable")
-        key = (track[order] << shift) | (ev_ts[order] - tmin)
-        pos = np.searchsorted(key, (q_track << shift) | (q_ts - tmin), side="right") - 1
-        del key
-        out = np.where(pos >= 0, order[np.maximum(pos, 0)], -1)
-        out[(out >= 0) & (track[np.maximum(out, 0)] != q_track)] = -1
-    while True:  # climb while the candidate ended before the query time
-        valid = np.flatnonzero(out >= 0)
-        bad = valid[ev_end[out[valid]] < q_ts[valid]]
-        if not len(bad):
-            return out
-        out[bad] = parent[out[bad]]
-
-
-def tracks_of(pid: np.ndarray, tid: np.ndarray, pid_text: pa.Array, tid_text: pa.Array) -> np.ndarray:
-    """A dense track number per event: one per distinct (pid, tid, pid_text, tid_text)."""
-    n = len(pid)
-    if not n:
-        return np.zeros(0, dtype=np.int64)
-    # (pid, tid) as one 16-byte key: one hash pass, numbered in order of first appearance
-    pairs = np.empty((n, 2), dtype=np.int64)
-    pairs[:, 0], pairs[:, 1] = pid, tid
-    key = np.asarray(pc.dictionary_encode(pa.FixedSizeBinaryArray.from_buffers(
-        pa.binary(16), n, [None, pa.py_buffer(pairs)])).indices, dtype=np.int64)
-    texts = [t for t in (pid_text, tid_text) if t.null_count < len(t)]  # (most traces have none)
-    if not texts:
-        return key
-    for t in texts:
-        c = _np(pc.dictionary_encode(t).indices) + 1
-        key = key * (int(c.max()) + 2) + c
-    return _factorize(key)
-
-
-def _factorize(values: np.ndarray) -> np.ndarray:
-    """Dense int64 codes of int64 `values`, numbered in order of first appearance (a hash table,
-    not a sort)."""
-    return np.asarray(pc.dictionary_encode(pa.array(values, pa.int64())).indices, dtype=np.int64)
-
-
-def track_lookup(track: np.ndarray, pid: np.ndarray, tid: np.ndarray, q_pid: np.ndarray, q_tid: np.ndarray) -> np.ndarray:
-    """Track number of integer (pid, tid) query points, -1 where no event has that track."""
-    out = np.full(len(q_pid), -1, dtype=np.int64)
-    if not len(track) or not len(q_pid):
-        return out
-    one = np.full(int(track.max()) + 1, -1, dtype=np.int64)  # an event of each track (all share its pid and tid)
-    one[track] = np.arange(len(track))
-    first = one[one >= 0]
-    known = {(int(pid[i]), int(tid[i])): int(track[i]) for i in first}
-    if len(known) > 64:  # many tracks: one dict lookup per point
-        return np.array([known.get(k, -1) for k in zip(q_pid.tolist(), q_tid.tolist())], dtype=np.int64)
-    for (p_, t_), tr in known.items():  # few tracks, many points: one vectorised pass per track
-        out[(q_pid == p_) & (q_tid == t_)] = tr
-    return out
 
 
 # --- the build ------------------------------------------------------------------------------
@@ -306,7 +178,7 @@ def build_rank(raw: RawRank) -> RankTables:
     # Order: by time, longer first at equal start so that parents precede children.
     ts = _np(ev["ts_ns"], 0) + raw.base_ns
     dur = _np(ev["dur_ns"], 0)
-    idx = _index_dtype(n)  # (kept link arrays; `order` stays intp: numpy indexes with it many times)
+    idx = index_dtype(n)  # (kept link arrays; `order` stays intp: numpy indexes with it many times)
     order = time_order(ts, dur)
     ts, dur = ts[order], dur[order]
 
@@ -729,7 +601,7 @@ def _frames_and_modules(raw: RawRank, order: np.ndarray, n: int, parent: np.ndar
                 "is_user": fr["is_user"],
                 "line_kind": fr["line_kind"],
                 "parent_frame_id": pa.array(np.where(parent_index >= 0, rank * ID_STRIDE + parent_index, 0), pa.int64(), mask=parent_index < 0),
-                "code": fr["code"] if "code" in fr.column_names else _code_lines(fr["file"].to_pylist(), fr["line"].to_pylist()),
+                "code": fr["code"] if "code" in fr.column_names else pa.nulls(fr.num_rows, pa.string()),
             }
         )
         return _conform(frames, schema.FRAMES), ev_frame, module_path
@@ -763,7 +635,7 @@ def _frames_and_modules(raw: RawRank, order: np.ndarray, n: int, parent: np.ndar
             "is_user": pa.array([is_user_file(k[0]) for k in keys], pa.bool_()),
             "line_kind": pa.array(["def"] * len(keys), pa.string()),
             "parent_frame_id": pa.nulls(len(keys), pa.int64()),
-            "code": _code_lines([k[0] for k in keys], [k[1] for k in keys]),
+            "code": pa.nulls(len(keys), pa.string()),  # (read by the collector: sources.with_code)
         }
     )
     if module_path is None and any(m is not None for m in name_module):
@@ -787,16 +659,6 @@ def _frames_and_modules(raw: RawRank, order: np.ndarray, n: int, parent: np.ndar
         module_path = (path_of_row[nearest_mod], pa.array(distinct, pa.string()))
     return _conform(frames, schema.FRAMES), ev_frame, module_path
 
-
-def _code_lines(files: list, lines: list) -> pa.Array:
-    """The text of each (file, line) where the file is readable here; lets `diff` match moved lines."""
-    out = []
-    for f in set(files):
-        linecache.checkcache(f)  # the file may have changed since this process last read it
-    for f, n in zip(files, lines):
-        text = linecache.getline(f, n).strip() if f and n and is_user_file(f) and os.path.isfile(f) else ""
-        out.append(text or None)
-    return pa.array(out, pa.string())
 
 
 def _conform(table: pa.Table, spec: schema.Table) -> pa.Table:

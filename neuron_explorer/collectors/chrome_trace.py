@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from .. import parquet_native, store
 from ..errors import InputError
 from ..schema import ID_STRIDE
-from . import _kineto_json, remote
+from . import _kineto_json, remote, sources
 from .build import RankTables, RawRank, build_rank
 from ._malloc import BUILD_MMAP_THRESHOLD, DECODE_MMAP_THRESHOLD, WRITE_MMAP_THRESHOLD, set_mmap_threshold
 from .kineto_names import MEMORY_ARGS
@@ -390,6 +390,7 @@ def _import_rank(index: int, path: Path, tmp: Path, tune_allocator: bool, decode
         set_mmap_threshold(BUILD_MMAP_THRESHOLD)
     built = build_rank(raw)
     del raw  # build_rank took what it needs; let the raw columns go before writing
+    built.tables["frames"] = sources.with_code(built.tables["frames"])  # the def lines' text, where readable here
     if tune_allocator:
         set_mmap_threshold(WRITE_MMAP_THRESHOLD, trim=True)  # the build's temporaries go back before writing
     entry = rank_entry(built, meta)

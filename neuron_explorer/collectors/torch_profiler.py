@@ -38,7 +38,7 @@ import torch.profiler as tp
 
 from .. import store
 from ..errors import UsageError
-from . import _live_convert, _live_write, native
+from . import _live_convert, _live_write, native, sources
 from .build import RawRank, build_rank
 from .chrome_trace import quality_warnings, rank_entry
 from .statements import StatementHook
@@ -233,6 +233,7 @@ class Recording:
         if not self.cycles:
             warnings_.append("no active profiler cycle completed: the run holds no events (check the schedule and prof.step() calls)")
         built = build_rank(self.raw_rank())
+        built.tables["frames"] = sources.with_code(built.tables["frames"])  # the call sites' text, where readable
         meta = {"source": "live", "distributed_info": self.process_group or ({"rank": self.rank, "world_size": self.world_size}
                                                                             if self.world_size else None),
                 "device_properties": device_properties(), "started": self.started, "cycles": len(self.cycles),
