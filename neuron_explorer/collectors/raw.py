@@ -1,6 +1,6 @@
 """The raw tables of one rank: what every collector hands to build.py, in one schema.
 
-The JSON importer (chrome_trace / _kineto_json) and the live collector (torch_profiler with its
+The JSON importer (trace_rank / _kineto_json) and the live collector (torch_profiler with its
 Python and C++ converters) each turn their source into a `RawRank` of these tables; `build_rank`
 checks it with `check_raw_rank` before it reads a column, so a collector that drifts from the
 contract fails there, naming the table and column, not somewhere inside the link passes.

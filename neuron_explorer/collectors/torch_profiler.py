@@ -40,7 +40,7 @@ from .. import store
 from ..errors import UsageError
 from . import _live_convert, _live_write, native, sources
 from .build import RawRank, build_rank
-from .chrome_trace import quality_warnings, rank_entry
+from .rank_entry import quality_warnings, rank_entry
 from .statements import StatementHook
 
 schedule = tp.schedule

@@ -1,0 +1,65 @@
+"""A built rank's entry in the run's manifest, and the warnings its data quality calls for: the
+same for the importer (chrome_trace) and the live collector (torch_profiler).
+
+Must not: decode or build anything (it reads a `RankTables` and the collector's metadata).
+"""
+
+from __future__ import annotations
+
+from .build import RankTables
+
+
+def device_list(used: list[int], properties: list) -> dict:
+    """The devices events ran on, named from the device properties whose `id` matches, and the
+    mismatches both ways: properties of devices no event used (each rank of a job often lists
+    every GPU of its host) and devices with events that no property describes."""
+    names: dict[int, str | None] = {}
+    for p in properties if isinstance(properties, list) else []:
+        if isinstance(p, dict) and isinstance(p.get("id"), int) and not isinstance(p.get("id"), bool):
+            names.setdefault(p["id"], p.get("name") if isinstance(p.get("name"), str) else None)
+    return {
+        "devices_used": [{"device": d, "name": names.get(d)} for d in used],
+        "devices_listed_without_events": sorted(set(names) - set(used)),
+        "devices_without_properties": [d for d in used if d not in names],
+    }
+
+
+def rank_entry(built: RankTables, meta: dict, quality_extra: dict | None = None) -> dict:
+    info = meta.get("distributed_info") or {}
+    world = info.get("world_size") if isinstance(info, dict) else None
+    quality = dict(built.quality)
+    if quality_extra:
+        quality.update(quality_extra)
+    return {
+        "rank": built.rank,
+        "world_size": world,
+        "events": built.tables["events"].num_rows,
+        "span_ns": built.span_ns,
+        "counts": built.counts,
+        "devices": built.devices,
+        **device_list(built.devices, meta.get("device_properties") or []),
+        "steps": built.steps,
+        "data_quality": quality,
+        **meta,
+    }
+
+
+def quality_warnings(entry: dict) -> list[str]:
+    labels = {
+        "device_events_without_launch": "device events with no launch found",
+        "nonpositive_duration": "spans with zero or negative duration",
+        "overlapping_slices": "slices that overlap another on the same thread",
+        "device_before_launch": "device events that start before their launch (clock anomaly)",
+        "negative_timestamps": "events with negative timestamps (clock anomaly)",
+    }
+    out = []
+    for key, label in labels.items():
+        n = entry["data_quality"].get(key, 0)
+        if n:
+            out.append(f"rank {entry['rank']}: {n} {label}")
+    unlisted = entry.get("devices_without_properties") or []
+    if unlisted and entry.get("device_properties"):
+        listed = sorted({p.get("id") for p in entry["device_properties"] if isinstance(p, dict) and isinstance(p.get("id"), int)})
+        out.append(f"rank {entry['rank']}: events ran on device {', '.join(map(str, unlisted))}, which the device "
+                   f"properties do not list (they list {', '.join(map(str, listed)) or 'none'})")
+    return out
