@@ -5,7 +5,8 @@
 - every Kineto spelling lives in collectors/kineto_names.py: no other module of the package spells
   one as a literal, and the C++ live converter's copies equal it;
 - the raw tables of a rank have one schema (collectors/raw.py), checked where build_rank starts,
-  for the JSON importer and the live collector alike.
+  for the JSON importer and the live collector alike;
+- build_rank reads no source file: the collector fills the frames' `code` (collectors/sources.py).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from neuron_explorer import open_run, schema
 from neuron_explorer.collectors import kineto_names as kn
 from neuron_explorer.collectors import raw
 from neuron_explorer.collectors.build import build_rank
-from neuron_explorer.collectors.chrome_trace import decode_rank
+from neuron_explorer.collectors.trace_rank import decode_rank
 
 from .conftest import X, write_trace
 
@@ -81,8 +82,11 @@ def test_store_imports_no_collector():
     assert sorted(m for m in reached if ".collectors" in m) == []
 
 
-@pytest.mark.parametrize("module", ["store", "collectors.chrome_trace", "collectors._kineto_json", "collectors.build",
-                                    "collectors.raw", "collectors.kineto_names", "collectors.trace_cache", "collectors._malloc"])
+@pytest.mark.parametrize("module", ["store", "collectors.chrome_trace", "collectors._kineto_json", "collectors._json_read",
+                                    "collectors._json_tables", "collectors._json_numbers", "collectors.build",
+                                    "collectors._forest", "collectors.sources", "collectors.trace_rank",
+                                    "collectors.rank_entry", "collectors.raw", "collectors.kineto_names",
+                                    "collectors.trace_cache", "collectors._malloc"])
 def test_the_importer_modules_import_in_one_direction(module):
     # (store's own lazy import of the notebook view is not the importer's: module-level imports for store)
     name = f"neuron_explorer.{module}"
@@ -128,6 +132,32 @@ def test_kineto_names_are_spelled_in_one_module():
     assert spelled == []
 
 
+_COLLECTOR_ONLY = {kn.CPU_OP_CATEGORY, kn.USER_ANNOTATION_CATEGORY, kn.PYTHON_FUNCTION_CATEGORY, kn.LAUNCH_FLOW,
+                   kn.EXTERNAL_ID_ARG_OLD, kn.SEQUENCE_NUMBER, kn.INPUT_DIMS_ARG, kn.INPUT_TYPE_ARG, kn.FWD_THREAD_ARG,
+                   kn.FLOPS_ARG, kn.CONTEXT_SYNC}
+"""Spellings the collectors must take from kineto_names too, though elsewhere they are also the
+run's words ('cpu_op', a kind) or analyzers still spell them (the args the FLOP counter reads)."""
+
+
+def test_the_collectors_spell_no_kineto_name_themselves():
+    # every spelling of the Kineto names, the run's words among them, including the pieces of an
+    # f-string (args JSON written as text): '"Input Dims":' is the arg's name spelled again
+    names = (_KINETO_LITERALS | _COLLECTOR_ONLY | set(kn.CATEGORY_KINDS)) - {"operator"}
+    quoted = {f'"{n}"' for n in names}
+    spelled = []
+    for path in sorted((PACKAGE / "collectors").rglob("*.py")):
+        if path.name == "kineto_names.py":
+            continue
+        tree = ast.parse(path.read_text())
+        keys = {id(n.slice) for n in ast.walk(tree) if isinstance(n, ast.Subscript)}  # K["cpu_op"]: the run's kind
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in keys:
+                continue
+            if node.value in names or any(q in node.value for q in quoted):
+                spelled.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.value!r}")
+    assert spelled == []
+
+
 def test_the_native_converter_spells_the_names_as_kineto_names():
     cpp = (PACKAGE / "collectors" / "native" / "live_convert.cpp").read_text()
     assert re.search(r'kModulePrefix = "([^"]*)"', cpp).group(1) == kn.MODULE_PREFIX
@@ -135,6 +165,11 @@ def test_the_native_converter_spells_the_names_as_kineto_names():
     assert re.search(r'flow_cat\.append\(f\.fwdbwd \? "([^"]*)" : "([^"]*)"\)', cpp).groups() == (kn.FORWARD_BACKWARD_FLOW, kn.LAUNCH_FLOW)
     assert re.search(r'out\.assign\("\{\\"([^\\]*)\\":"\)', cpp).group(1) == kn.EXTERNAL_ID_ARG
     assert re.search(r'code_of\("([a-z_]*)"\)', cpp).group(1) == kn.PYTHON_FUNCTION_CATEGORY
+    # the operator args written as the JSON trace does
+    assert re.search(r'out \+= ",\\"([^\\]*)\\":\[";\n.*?out \+= "\],\\"([^\\]*)\\":\["', cpp, re.S).groups() == (
+        kn.INPUT_DIMS_ARG, kn.INPUT_TYPE_ARG)
+    assert re.search(r'out \+= ",\\"([^\\]*)\\":";\n.*?out \+= ",\\"([^\\]*)\\":";\n.*?out \+= ",\\"([^\\]*)\\":"',
+                     cpp, re.S).groups() == (kn.SEQUENCE_NUMBER, kn.FWD_THREAD_ARG, kn.FLOPS_ARG)
     assert kn.LAUNCH_FLOW in kn.LAUNCH_FLOW_CATEGORIES
 
 
@@ -192,3 +227,20 @@ def test_build_rank_refuses_a_phase_off_the_raw_schema(tmp_path: Path):
     r.events = r.events.set_column(r.events.schema.get_field_index("phase"), "phase", phase)
     with pytest.raises(raw.RawTableError, match=r"phases \['B'\]"):
         build_rank(r)
+
+
+def test_build_reads_no_source_file_the_collector_does(tmp_path: Path):
+    # build_rank leaves the frames' code null; the importer reads the def line's text (sources.with_code)
+    script = tmp_path / "train.py"
+    script.write_text("import torch\ndef step(x):  # the def line\n    return x\n")
+    trace = write_trace(tmp_path / "t.json", [X("ProfilerStep#1", "user_annotation", 0, 100),
+                                              X(f"{script}(2): step", kn.PYTHON_FUNCTION_CATEGORY, 10, 20)])
+    built = build_rank(decode_rank(trace)[0])
+    frames = built.tables["frames"]
+    assert frames["file"].to_pylist() == [str(script)] and frames["code"].to_pylist() == [None]
+    from neuron_explorer.collectors import sources
+
+    assert sources.with_code(frames)["code"].to_pylist() == ["def step(x):  # the def line"]
+    assert sources.with_code(frames).schema == frames.schema
+    with open_run(trace) as run:
+        assert run.sql("SELECT file, line, code FROM frames").fetchall() == [(str(script), 2, "def step(x):  # the def line")]

@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .build import is_user_file
+from .sources import is_user_file
 from .kineto_names import (C10_DEVICE_TYPE, C10_PRIVATEUSE1, CPU_INSTANT_CATEGORY, CPU_OP_CATEGORY, EXTERNAL_ID_ARG,
-                           FORWARD_BACKWARD_FLOW, LAUNCH_FLOW, MODULE_PREFIX, PYTHON_FUNCTION_CATEGORY,
-                           USER_ANNOTATION_CATEGORY)
+                           FLOPS_ARG, FORWARD_BACKWARD_FLOW, FWD_THREAD_ARG, INPUT_DIMS_ARG, INPUT_TYPE_ARG, LAUNCH_FLOW,
+                           MODULE_PREFIX, PYTHON_FUNCTION_CATEGORY, SEQUENCE_NUMBER, USER_ANNOTATION_CATEGORY)
 from .kineto_names import MEMORY_EVENT_NAME as MEMORY_NAME
 from .raw import RAW_COUNTERS, RAW_EVENTS, RAW_FLOWS, RAW_MEMORY
 
@@ -334,7 +334,7 @@ def convert_cycle(kineto_results, frames: FrameTable, pid: int | None = None, na
             corr = _signed64(e.correlation_id())
             on_host, correlation, external = True, None, corr
             frame, module = op_info.get(corr, no_info)
-            if category == "cpu_op":
+            if category == CPU_OP_CATEGORY:
                 args = _op_args(e, corr, shapes_json)
                 flow_id = e.flow_id()
                 if flow_id:
@@ -474,19 +474,19 @@ def _op_args(e, corr: int, shapes_json: dict[str, str]) -> str:
         text = repr(shapes)  # lists of ints: already JSON
         if "None" in text or "'" in text:
             text = json.dumps(shapes)
-        parts.append(f'"Input Dims":{text}')
+        parts.append(f'"{INPUT_DIMS_ARG}":{text}')
         dtypes = e.dtypes()
         key = "\x00".join(dtypes)
         dt = shapes_json.get(key)
         if dt is None:
             dt = shapes_json[key] = json.dumps(dtypes)
-        parts.append(f'"Input type":{dt}')
+        parts.append(f'"{INPUT_TYPE_ARG}":{dt}')
     seq = e.sequence_nr()
     if seq >= 0:
-        parts.append(f'"Sequence number":{seq},"Fwd thread id":{e.fwd_thread_id()}')
+        parts.append(f'"{SEQUENCE_NUMBER}":{seq},"{FWD_THREAD_ARG}":{e.fwd_thread_id()}')
     flops = e.flops()
     if flops:
-        parts.append(f'"flops":{flops}')
+        parts.append(f'"{FLOPS_ARG}":{flops}')
     return "{" + ",".join(parts) + "}"
 
 

@@ -5,7 +5,8 @@ patterns, category spellings (old and new torch, CUDA, ROCm, XPU, MTIA, PrivateU
 categories, `[memory]` args, synchronisation kinds and c10 device-type numbers. The JSON importer,
 both live converters and the analyzers that match names import them from here, so a new spelling
 is added once. The C++ live converter (collectors/native/live_convert.cpp) keeps its own copies of
-the few it needs; tests/test_import_names.py checks that they equal these.
+the few it needs; tests/test_import_structure.py (test_the_native_converter_spells_the_names_as_kineto_names)
+checks that they equal these, and that no other module of the collectors spells one itself.
 
 Must not: import anything but the standard library (every layer may import it).
 """
@@ -33,7 +34,9 @@ BACKWARD_CALL = re.compile(r"(run_backward|^torch/autograd/__init__\.py\(\d+\): 
 """A Python call that starts the backward pass."""
 OPTIMIZER_STEP = re.compile(r"^Optimizer\.(step|zero_grad)#")
 DATALOADER_NEXT = re.compile(r"^enumerate\(DataLoader\)#")
-SEQUENCE_NUMBER_ARG = r'"Sequence number"\s*:\s*(?P<seq>-?\d+)'
+SEQUENCE_NUMBER = "Sequence number"
+"""An operator's arg: the autograd sequence number its backward node carries too."""
+SEQUENCE_NUMBER_ARG = rf'"{SEQUENCE_NUMBER}"\s*:\s*(?P<seq>-?\d+)'
 """The `Sequence number` arg in an event's args JSON text (a regex for pyarrow's extract_regex)."""
 SYNCHRONIZE_CALL = "Synchronize"
 """Part of the name of every runtime call that waits for a device (cudaStreamSynchronize, ...)."""
@@ -96,6 +99,11 @@ EXTERNAL_ID_ARG = "External id"
 EXTERNAL_ID_ARG_OLD = "external id"
 PYTHON_ID_ARG = "Python id"
 PYTHON_PARENT_ID_ARG = "Python parent id"
+INPUT_DIMS_ARG = "Input Dims"
+INPUT_TYPE_ARG = "Input type"
+FWD_THREAD_ARG = "Fwd thread id"
+FLOPS_ARG = "flops"
+"""An operator's args that the live collectors write as the JSON trace does (record_shapes, with_flops)."""
 MEMORY_ARGS = {"addr": "Addr", "bytes": "Bytes", "total_allocated": "Total Allocated",
                "total_reserved": "Total Reserved", "device_type": "Device Type", "device": "Device Id"}
 """raw memory column → the `[memory]` event's arg."""
