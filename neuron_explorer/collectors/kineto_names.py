@@ -35,10 +35,6 @@ OPTIMIZER_STEP = re.compile(r"^Optimizer\.(step|zero_grad)#")
 DATALOADER_NEXT = re.compile(r"^enumerate\(DataLoader\)#")
 SEQUENCE_NUMBER_ARG = r'"Sequence number"\s*:\s*(?P<seq>-?\d+)'
 """The `Sequence number` arg in an event's args JSON text (a regex for pyarrow's extract_regex)."""
-SYNCHRONIZE_CALL = "Synchronize"
-"""Part of the name of every runtime call that waits for a device (cudaStreamSynchronize, ...)."""
-MEMCPY_CALL = ("Memcpy", "memcpy")
-"""Parts of the name of a runtime copy call (cudaMemcpy, hipMemcpyAsync, ...)."""
 
 # --- categories ----------------------------------------------------------------------------------
 CATEGORY_KINDS = {
