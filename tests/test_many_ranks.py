@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from neuron_explorer.analyzers import metrics
+from neuron_explorer.analyzers import summary as summary_mod
 from neuron_explorer.analyzers.engine import Context, NotApplicable, _quality_notes, all_rules, analyze, analyze_run
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.errors import InputError
@@ -107,7 +108,7 @@ def _whole_run_reference(run_dir) -> dict:
 
     critical_path._CACHE.clear()  # computed afresh here, not taken from the analysis under test
     with open_run(run_dir) as run:
-        summaries = {r: metrics.rank_summary(run, r) for r in metrics.ranks(run)}
+        summaries = {r: summary_mod.rank_summary(run, r) for r in metrics.ranks(run)}
         quality = _quality_notes(run)
         findings, not_applicable = [], []
         for rule in all_rules():
@@ -199,8 +200,8 @@ def test_a_failing_screen_checks_every_rank(many):
 def test_summaries_of_many_ranks_in_one_query_equal_each_rank_alone(many):
     run_dir, _ = many
     with open_run(run_dir) as run:
-        together = metrics.rank_summaries(run, metrics.ranks(run))
-        assert together == {r: metrics.rank_summary(run, r) for r in metrics.ranks(run)}
+        together = summary_mod.rank_summaries(run, metrics.ranks(run))
+        assert together == {r: summary_mod.rank_summary(run, r) for r in metrics.ranks(run)}
     assert together[0]["devices"][0]["comm_ns"] == 30_000 and together[1]["comm_cpu_intervals"] == 3
 
 

@@ -7,21 +7,24 @@ and are named by their row position (`-1`: none); the walk touches only the rows
 A host thread's "innermost event at each change point" is computed with vectorised passes
 (`_innermost`), the streams are position arrays sorted by start, searched with `bisect`.
 
+The ideas it flags events by (a sync call, a copy call, a collective kernel, device work) are
+neuron_explorer/vocab.py's; the trace's spellings (sync record kinds and args, the DataLoader's
+range) are collectors/kineto_names.py's.
+
 Private to critical_path.py (may change). Must not: charge time (the walk does).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from array import array
 from bisect import bisect_left, bisect_right
 
 import numpy as np
 
-from ..collectors.kineto_names import SYNCHRONIZE_CALL
+from ..collectors.kineto_names import DATALOADER_NEXT, EVENT_SYNC, STREAM_SYNC, SYNC_KIND_ARG, WAIT_ON_STREAM_ARG
 from ..store import Run
-from .metrics import COMM_KERNEL_PATTERN, DEVICE_WORK_KINDS
+from ..vocab import COMM_KERNEL_RE, DEVICE_WORK_KINDS, MEMCPY_CALL_PARTS, kinds_sql, sql_literal, sync_call
 
 RUNTIME_WAIT_MIN_NS = 20_000
 """A runtime call at least this long, during which device work finished, is taken as waiting for
@@ -44,8 +47,13 @@ SYNC = KINDS.index("sync")
 NONE = -(2**62)
 """A null in an integer column (device, stream, launch id, frame)."""
 
-# flag bits (from the event's name and pass)
-F_SYNC_CALL, F_MEMCPY_CALL, F_INPUT, F_WAIT, F_COMM = 1, 2, 4, 8, 16
+# flag bits (from the event's kind, name and pass)
+F_SYNC_CALL, F_MEMCPY_CALL, F_INPUT, F_COMM = 1, 2, 4, 16
+"""A runtime call that waits for a device (vocab.sync_call); a runtime copy call (vocab.MEMCPY_CALL_PARTS);
+host work of the input pipeline (the data-loading pass, or the DataLoader's own range); a collective
+kernel (vocab.COMM_KERNEL_PATTERN)."""
+_MEMCPY_CALL_SQL = "(" + " OR ".join(f"contains(name, {sql_literal(p)})" for p in MEMCPY_CALL_PARTS) + ")"
+_LOADER_SQL = f"regexp_matches(name, {sql_literal(DATALOADER_NEXT.pattern)})"
 
 
 def arrow_of(run: Run, query: str, params: list, tables: dict | None = None):
@@ -172,9 +180,9 @@ class _Sync:
             a = {}
         a = a if isinstance(a, dict) else {}
         self.id, self.device, self.stream, self.launch_id, self.ts = id_, device, stream, launch_id, ts
-        self.kind = a.get("cuda_sync_kind") or name
+        self.kind = a.get(SYNC_KIND_ARG) or name
         try:
-            self.wait_on = int(a.get("wait_on_stream", -1))
+            self.wait_on = int(a.get(WAIT_ON_STREAM_ARG, -1))
         except (ValueError, TypeError):
             self.wait_on = -1
 
@@ -182,25 +190,24 @@ class _Sync:
 _COLUMNS = """SELECT event_id, {kind} AS k, ts_ns, ts_ns + dur_ns AS end_ns, coalesce(device, {none}) AS device,
   coalesce(stream, {none}) AS stream, coalesce(launch_id, {none}) AS launch_id, coalesce(source_frame_id, {none}) AS frame,
   coalesce(pid, {none}) AS pid, CASE WHEN device IS NULL THEN coalesce(CAST(tid AS VARCHAR), tid_text, '') END AS tk,
-  (coalesce(contains(name, '{sync_name}'), false)::INT * {sync_call}
-   + coalesce(contains(name, 'Memcpy') OR contains(name, 'memcpy'), false)::INT * {memcpy_call}
-   + coalesce(pass = 'data' OR starts_with(name, 'enumerate(DataLoader)'), false)::INT * {input}
-   + coalesce(contains(name, 'Wait'), false)::INT * {wait}
+  (coalesce({is_sync_call}, false)::INT * {sync_call}
+   + coalesce({is_memcpy_call}, false)::INT * {memcpy_call}
+   + coalesce(pass = 'data' OR {loader}, false)::INT * {input}
    + (kind = 'kernel' AND list_contains(?::VARCHAR[], name))::INT * {comm})::TINYINT AS flags
-FROM events WHERE rank = ? AND dur_ns > 0 AND kind IN ({kinds})"""
+FROM events WHERE rank = ? AND dur_ns > 0 AND kind IN {kinds}"""
 
 
 class RankIndex:
     """A rank's events, indexed for the walk. Rows are positions in the columns below."""
 
     def __init__(self, run: Run, rank: int):
-        comm = re.compile(COMM_KERNEL_PATTERN)
         kernel_names = [n for (n,) in run.sql("SELECT DISTINCT name FROM events WHERE rank = ? AND kind = 'kernel' AND name IS NOT NULL",
                                               [rank]).fetchall()]
         kind_sql = "CASE kind " + " ".join(f"WHEN '{k}' THEN {i}" for i, k in enumerate(KINDS)) + " END::TINYINT"
-        cols, tk_names = _read(run, _COLUMNS.format(kind=kind_sql, none=NONE, sync_name=SYNCHRONIZE_CALL, sync_call=F_SYNC_CALL, memcpy_call=F_MEMCPY_CALL,
-                                                    input=F_INPUT, wait=F_WAIT, comm=F_COMM, kinds=", ".join(f"'{k}'" for k in KINDS)),
-                               [[n for n in kernel_names if comm.search(n)], rank])
+        cols, tk_names = _read(run, _COLUMNS.format(kind=kind_sql, none=NONE, is_sync_call=sync_call(), sync_call=F_SYNC_CALL,
+                                                    is_memcpy_call=_MEMCPY_CALL_SQL, memcpy_call=F_MEMCPY_CALL, loader=_LOADER_SQL,
+                                                    input=F_INPUT, comm=F_COMM, kinds=kinds_sql(KINDS)),
+                               [[n for n in kernel_names if COMM_KERNEL_RE.search(n)], rank])
         ids, kind, ts, end = cols["event_id"], cols["k"], cols["ts_ns"], cols["end_ns"]
         device, stream, launch_id, frame = cols["device"], cols["stream"], cols["launch_id"], cols["frame"]
         pid, flags, tk = cols["pid"], cols["flags"], cols["tk"]
@@ -322,9 +329,9 @@ class RankIndex:
         if flags & F_SYNC_CALL:
             targets = set()
             for s in self.syncs_of_launch.get(self.id[x], []):
-                if s.kind == "Stream Sync" and s.stream is not None and s.stream >= 0:
+                if s.kind == STREAM_SYNC and s.stream is not None and s.stream >= 0:
                     targets.add((s.device, s.stream))
-                elif s.kind == "Event Sync" and s.wait_on >= 0:
+                elif s.kind == EVENT_SYNC and s.wait_on >= 0:
                     targets.add((s.device, s.wait_on))
                 else:
                     targets = None

@@ -44,6 +44,7 @@ import numpy as np
 from ..store import Run
 from ._path_index import HOST_KINDS, NONE, RUNTIME, RUNTIME_WAIT_MIN_NS, STEP, UNLINKED_GAP_MAX_NS, RankIndex  # noqa: F401 (the model's thresholds)
 from ._path_index import F_COMM, F_INPUT, KERNEL, arrow_of, distinct, factorize, factorize_rows
+from .metrics import step_device_busy
 
 CATEGORIES = ("device_compute", "communication", "memcpy", "host_compute", "launch_overhead", "input_pipeline", "idle")
 """What each charged nanosecond is: see `category_of` and docs/METRICS.md."""
@@ -574,8 +575,6 @@ def saving_bound(run: Run, rank: int, item: dict) -> int:
     events of the item's name; max(B, H - x) without a host item; max(B, H) without an idle gap.
     The saving is min(x, D - L), at least 0. An upper bound: host work that runs off the path now
     (ahead of the device) is not in L."""
-    from .metrics import step_device_busy
-
     path = path_of(run, rank)
     step_ns = item.get("step_ns") or {}
     if not len(path) or not step_ns:

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ..store import Run, create_views, new_connection, open_run
-from . import metrics
+from . import metrics, summary as summary_
 from .ranks import summary as cross_rank_summary
 from .model import Evidence, Finding, Location, Report, SEVERITIES
 
@@ -161,9 +161,9 @@ def rank_batches(run: Run, ranks: list[int]) -> list[list[int]]:
 def _analyze_rank(run: Run, rank: int, rank_rules: list[ModuleType], quality: dict,
                   summary: dict | None = None, skip: frozenset = frozenset()) -> tuple[dict, dict]:
     """The summary of one rank and its per-rank rules' results, on `run` (views over that rank).
-    `summary`: its set-based part, already computed (`metrics.rank_summaries`); `skip`: the rules
+    `summary`: its set-based part, already computed (`summary.rank_summaries`); `skip`: the rules
     whose screening found nothing to report on this rank (they report no finding, unrun)."""
-    summary = metrics.rank_summary(run, rank) if summary is None else metrics.complete_summary(run, summary)
+    summary = summary_.rank_summary(run, rank) if summary is None else summary_.complete_summary(run, summary)
     results = {}
     for rule in rank_rules:
         if rule.RULE_ID in skip:
@@ -296,7 +296,7 @@ def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], qua
         try:
             batch_run = Run(run.path, run.manifest, con)
             create_views(batch_run, batch)
-            partial = metrics.rank_summaries(batch_run, batch, per_rank=False)
+            partial = summary_.rank_summaries(batch_run, batch, per_rank=False)
             selected = {rule.RULE_ID: screen(batch_run, rule, partial) for rule in rank_rules}
         finally:
             con.close()

@@ -20,7 +20,8 @@ else the formulas below from `Input Dims`, `Input type` and, for convolutions, `
 - bytes: every tensor input once plus an output the size of the largest input (GEMMs: M·N;
   attention: the query's size), at the dtype's size.
 
-Must not: read runs or decide which operators count (utilisation.py does).
+Must not: read runs, decide which operators count (utilisation.py does) or define a class of
+operators (vocab.py's GEMM_OPS, CONV_OPS, ... are the classes).
 """
 
 from __future__ import annotations
@@ -29,32 +30,35 @@ import json
 import math
 import re
 
+from ..vocab import (ATTENTION_BACKWARD_OPS, ATTENTION_OPS, CONV_BACKWARD_OPS, CONV_OPS, ELEMENTWISE_OPS, GEMM_OPS,
+                     NORM_OPS)
+
 DTYPE = {"float": "fp32", "double": "fp64", "c10::bfloat16": "bf16", "bfloat16": "bf16", "c10::half": "fp16", "half": "fp16",
          "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8", "c10::float8_e4m3fnuz": "fp8", "c10::float8_e5m2fnuz": "fp8"}
 SIZE = {"fp64": 8, "fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "long int": 8, "int": 4, "bool": 1, "unsigned char": 1,
         "signed char": 1, "short int": 2}
 
-GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear", "aten::_addmm_activation"}
-CONV = {"aten::convolution", "aten::_convolution", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::cudnn_convolution",
-        "aten::miopen_convolution", "aten::mkldnn_convolution", "aten::conv_transpose1d", "aten::conv_transpose2d",
-        "aten::conv_transpose3d", "aten::cudnn_convolution_transpose", "aten::miopen_convolution_transpose"}
-CONV_BACKWARD = {"aten::convolution_backward", "aten::cudnn_convolution_backward", "aten::miopen_convolution_backward"}
-ATTENTION = {"aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
-             "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention",
-             "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_flash_attention_forward", "aten::_efficient_attention_forward"}
-ATTENTION_BACKWARD = {"aten::_scaled_dot_product_flash_attention_backward", "aten::_scaled_dot_product_efficient_attention_backward",
-                      "aten::_scaled_dot_product_cudnn_attention_backward", "aten::_flash_attention_backward",
-                      "aten::_efficient_attention_backward", "aten::_scaled_dot_product_flash_attention_for_cpu_backward"}
-NORM = {"aten::layer_norm", "aten::native_layer_norm", "aten::group_norm", "aten::native_group_norm", "aten::batch_norm",
-        "aten::native_batch_norm", "aten::cudnn_batch_norm", "aten::miopen_batch_norm", "aten::_batch_norm_impl_index",
-        "aten::rms_norm", "aten::_fused_rms_norm", "aten::softmax", "aten::_softmax", "aten::log_softmax", "aten::_log_softmax"}
-ELEMENTWISE = {f"aten::{n}" for n in (
-    "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "relu", "relu_", "gelu", "silu", "silu_", "sigmoid", "tanh",
-    "exp", "log", "pow", "sqrt", "rsqrt", "neg", "abs", "clamp", "clamp_", "where", "maximum", "minimum", "threshold_backward",
-    "gelu_backward", "silu_backward", "sigmoid_backward", "tanh_backward", "addcmul_", "addcdiv_", "lerp_", "mul_scalar")}
-KNOWN = GEMM | CONV | CONV_BACKWARD | ATTENTION | ATTENTION_BACKWARD | NORM | ELEMENTWISE
-MATRIX = GEMM | CONV | CONV_BACKWARD | ATTENTION | ATTENTION_BACKWARD
-"""Operators whose work runs on matrix units (Tensor Cores and the like): the under-use rule's subject."""
+KNOWN = GEMM_OPS | CONV_OPS | CONV_BACKWARD_OPS | ATTENTION_OPS | ATTENTION_BACKWARD_OPS | NORM_OPS | ELEMENTWISE_OPS
+"""Operators with a formula here (the operator classes are vocab.py's)."""
+
+# The formulas' own knowledge of ATen signatures (where an operand sits among the inputs), keyed by
+# the operator's name without its `aten::` namespace: not a class of operators (vocab.py has those).
+_BIAS_FIRST = frozenset({"addmm", "baddbmm", "_addmm_activation"})
+"""GEMMs whose first input is the added term (input, mat1, mat2, beta, alpha): the operands are inputs 1 and 2."""
+_WEIGHT_ROWS = "linear"
+"""The GEMM whose weight is [N, K] (input, weight, bias)."""
+_CONV_WITH_TRANSPOSED = frozenset({"convolution", "_convolution"})
+"""Convolutions whose concrete inputs are (input, weight, bias, stride, padding, dilation, transposed, ...)."""
+_CONV_ND = re.compile(r"^conv[123]d$")
+"""Convolutions whose concrete inputs are (input, weight, bias, stride, padding, dilation, groups)."""
+_CONV_BACKWARD_GRAD_FIRST = "convolution_backward"
+"""The convolution backward whose inputs are (grad_output, input, weight, ...); the cudnn/miopen ones
+of torch <= 1.x take (input, grad_output, weight, ...)."""
+
+
+def _aten(name: str) -> str:
+    """An ATen operator's name without its namespace: `aten::addmm` -> `addmm`."""
+    return name[6:] if name.startswith("aten::") else name
 
 
 def _numel(shape) -> int:
@@ -90,11 +94,11 @@ def _conv_flops(name: str, dims: list, concrete: list | None, transposed: bool, 
     nd = len(x) - 2
     stride = padding = dilation = None  # (groups need no argument: the weight is [O, C/g, *k])
     if concrete:
-        if name == "aten::convolution" or name == "aten::_convolution":
+        if _aten(name) in _CONV_WITH_TRANSPOSED:
             stride, padding, dilation = (_ints(concrete[i]) if len(concrete) > i else None for i in (3, 4, 5))
             if len(concrete) > 6 and str(concrete[6]).lower() == "true":
                 transposed = True
-        elif re.match(r"aten::conv[123]d$", name):
+        elif _CONV_ND.match(_aten(name)):
             stride, padding, dilation = (_ints(concrete[i]) if len(concrete) > i else None for i in (3, 4, 5))
     exact = stride is not None and padding is not None
     spatial_in, k = x[2:], w[2:]
@@ -149,10 +153,10 @@ def op_work(name: str, args: str | dict | None, out_shape: list | None = None) -
 
 
 def _estimate(name, dims, a, dtype, size, in_bytes, out_shape=None):
-    if name in GEMM:
-        if name in ("aten::addmm", "aten::baddbmm", "aten::_addmm_activation"):
+    if name in GEMM_OPS:
+        if _aten(name) in _BIAS_FIRST:
             dims = dims[1:3]
-        if name == "aten::linear":
+        if _aten(name) == _WEIGHT_ROWS:
             x, w = dims[0], dims[1]
             batch, k, n, m = _numel(x[:-1]), x[-1], w[0], 1
         else:
@@ -165,10 +169,10 @@ def _estimate(name, dims, a, dtype, size, in_bytes, out_shape=None):
             m, k, n = x[-2], x[-1], w[-1]
         flops = 2.0 * batch * m * k * n
         return flops, float(in_bytes + batch * m * n * size), dtype, "estimated"
-    if name in CONV or name in CONV_BACKWARD:
+    if name in CONV_OPS or name in CONV_BACKWARD_OPS:
         concrete = a.get("Concrete Inputs")
-        if name in CONV_BACKWARD:  # grad_input and grad_weight: twice the forward
-            if name == "aten::convolution_backward":
+        if name in CONV_BACKWARD_OPS:  # grad_input and grad_weight: twice the forward
+            if _aten(name) == _CONV_BACKWARD_GRAD_FIRST:
                 go, x, w = dims[0], dims[1], dims[2]  # (grad_output, input, weight, ...)
             else:
                 x, go, w = dims[0], dims[1], dims[2]  # cudnn/miopen (torch <= 1.x): (input, grad_output, weight, ...)
@@ -181,8 +185,8 @@ def _estimate(name, dims, a, dtype, size, in_bytes, out_shape=None):
             return None
         flops, exact = got
         return flops, float(in_bytes + _numel(dims[0]) * size), dtype, "estimated" if exact else "estimated (stride 1 assumed)"
-    if name in ATTENTION or name in ATTENTION_BACKWARD:
-        q, k, v = (dims[1], dims[2], dims[3]) if name in ATTENTION_BACKWARD and len(dims) > 3 else (dims[0], dims[1], dims[2])
+    if name in ATTENTION_OPS or name in ATTENTION_BACKWARD_OPS:
+        q, k, v = (dims[1], dims[2], dims[3]) if name in ATTENTION_BACKWARD_OPS and len(dims) > 3 else (dims[0], dims[1], dims[2])
         if "_flash_attention_forward" in name or name == "aten::_flash_attention_backward" or "efficient_attention_" in name:
             b, l_, h, e = q  # [B, L, H, E]
             s_, ev = k[1], v[-1]
@@ -190,9 +194,9 @@ def _estimate(name, dims, a, dtype, size, in_bytes, out_shape=None):
             b, h, l_, e = q[0], q[-3] if len(q) == 4 else 1, q[-2], q[-1]
             s_, ev = k[-2], v[-1]
         flops = 2.0 * b * h * l_ * s_ * (e + ev)
-        if name in ATTENTION_BACKWARD:
+        if name in ATTENTION_BACKWARD_OPS:
             flops *= 2.5
         return flops, float(in_bytes + _numel(q) * size), dtype, "estimated"
     largest = max(_numel(d) for d in dims if isinstance(d, list) and d)
-    per = 5 if name in NORM else 1
+    per = 5 if name in NORM_OPS else 1
     return float(per * largest), float(in_bytes + largest * size), dtype, "estimated"

@@ -22,7 +22,7 @@ import re
 from pathlib import PurePath
 
 from ..store import Run
-from .metrics import DEVICE_WORK_KINDS, kinds_sql
+from ..vocab import device_work
 
 MIN_SHARED_OPERATORS = 0.5
 """Two runs with no module names are different models when they share fewer than this share of
@@ -43,7 +43,7 @@ def identity(run: Run) -> dict:
                                    "WHERE module_path IS NOT NULL AND module_path <> ''").fetchall()}
     ops = {r[0] for r in run.sql("SELECT DISTINCT name FROM events WHERE kind = 'cpu_op'").fetchall()}
     devices = sorted({r[0] for r in run.sql("SELECT DISTINCT name FROM devices WHERE name IS NOT NULL").fetchall()})
-    work = run.sql(f"SELECT count(*) FROM (SELECT 1 FROM events WHERE kind IN {kinds_sql(DEVICE_WORK_KINDS)} "
+    work = run.sql(f"SELECT count(*) FROM (SELECT 1 FROM events WHERE {device_work()} "
                    "AND device IS NOT NULL LIMIT 1)").fetchall()[0][0] > 0
     return {"script": script, "models": sorted({_INSTANCE.sub("", r) for r in roots}), "operators": ops,
             "devices": devices, "device_work": bool(work)}

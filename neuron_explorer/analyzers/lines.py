@@ -3,7 +3,7 @@
 A line's time is the time of the work whose statement it is (`events.source_frame_id`: the
 innermost user statement that called it, and for backward work the forward statement that built
 its autograd node):
-- `cpu_ns`: sum of durations of outermost CPU operators (`event_id = top_op_id`) of the line;
+- `cpu_ns`: sum of durations of outermost CPU operators (`vocab.top_op`) of the line;
 - `device_ns`: sum of durations of device work (kernel, memcpy, memset) of the line (streams that
   overlap add up);
 - `python_ns`: Python-level time: the self time (`self_ns`) of the Python calls the line made
@@ -22,14 +22,14 @@ Must not: decide what is a problem (rules do) or render anything.
 from __future__ import annotations
 
 from ..store import Run
-from .metrics import DEVICE_WORK_KINDS, kinds_sql
+from ..vocab import DEVICE_WORK_SQL, top_op
 
 LINE_FIELDS = ("calls", "kernels", "cpu_ns", "cpu_backward_ns", "device_ns", "device_backward_ns", "python_ns")
 
 LINE_DEFINITIONS = {
     "source": "file:line of a user statement; backward work counts on the forward statement that built its autograd node",
     "code": "the text of the line, when the source was readable",
-    "calls": "number of outermost CPU operators (top_op_id = event_id) of the line; calls_per_step: over the profiler steps",
+    "calls": "number of outermost CPU operators (operators with no operator around them) of the line; calls_per_step: over the profiler steps",
     "kernels": "number of kernel events of the line",
     "cpu_ns": "sum of durations of the line's outermost CPU operators (also as cpu_op_ns)",
     "device_ns": "sum of durations of the line's kernel, memcpy and memset events (device events take their launch's "
@@ -50,8 +50,8 @@ def own_ns_sql(device: bool = True) -> str:
     """SQL (over `events e`) of an event's part in its statement's own time: an outermost CPU
     operator's duration, a Python call's self time outside operators (PYTHON_SELF), and with
     `device` a device event's duration; 0 for anything else."""
-    dev = f" WHEN e.kind IN {kinds_sql(DEVICE_WORK_KINDS)} THEN e.dur_ns" if device else ""
-    return (f"CASE WHEN e.kind = 'cpu_op' AND e.event_id = e.top_op_id THEN e.dur_ns WHEN {PYTHON_SELF} THEN e.self_ns"
+    dev = f" WHEN e.kind IN {DEVICE_WORK_SQL} THEN e.dur_ns" if device else ""
+    return (f"CASE WHEN {top_op('e')} THEN e.dur_ns WHEN {PYTHON_SELF} THEN e.self_ns"
             f"{dev} ELSE 0 END")
 
 
@@ -62,8 +62,8 @@ def _rank_filter(rank: int | None, alias: str = "e") -> str:
 def frame_times_sql(rank: int | None) -> str:
     """One row per source frame of the rank (every rank: None): LINE_FIELDS (plain DuckDB over
     the run's views)."""
-    dev = kinds_sql(DEVICE_WORK_KINDS)
-    top = "e.kind = 'cpu_op' AND e.event_id = e.top_op_id"
+    dev = DEVICE_WORK_SQL
+    top = top_op("e")
     return f"""SELECT e.source_frame_id AS frame_id,
   count(*) FILTER (WHERE {top}) AS calls,
   count(*) FILTER (WHERE e.kind = 'kernel') AS kernels,
@@ -97,8 +97,8 @@ WHERE f.is_user GROUP BY f.file, f.line"""
 def line_times_by_rank(run: Run) -> dict[int, list[tuple]]:
     """Per rank, (calls, cpu_ns, device_ns) of each user line: the figures of `line_times`, for
     every rank of the run's views in one query (rules screen ranks with it)."""
-    dev = kinds_sql(DEVICE_WORK_KINDS)
-    top = "e.kind = 'cpu_op' AND e.event_id = e.top_op_id"
+    dev = DEVICE_WORK_SQL
+    top = top_op("e")
     out: dict[int, list[tuple]] = {}
     for r, calls, cpu, device in run.sql(f"""SELECT e.rank, count(*) FILTER (WHERE {top}),
   coalesce(sum(e.dur_ns) FILTER (WHERE {top}), 0), coalesce(sum(e.dur_ns) FILTER (WHERE e.kind IN {dev}), 0)

@@ -1,9 +1,14 @@
-"""Summary numbers of a run, per rank and device, as query functions that return plain data.
+"""The figures of a run, per rank and device, as query functions that return plain data: span,
+steps (the steady-state selection), device busy and idle, communication and its overlap, the
+collective CPU operators, top-level operators.
 
-Each number is defined in docs/METRICS.md; the definitions there and the SQL here must agree.
-The analyzer, the dashboard and the agent interface call these same functions.
+Each figure is defined in docs/METRICS.md; the definitions there and the SQL here must agree.
+The summary (analyzers/summary.py), the rules, the dashboard and the agent interface call these
+same functions. The ideas they select by (device work, collectives, top-level operators) are
+neuron_explorer/vocab.py's.
 
-Must not: print, render or decide what is a problem (that is what rules do).
+Must not: import the summary or any module above it (summary.py, the rules, the engine), print,
+render or decide what is a problem (that is what rules do).
 """
 
 from __future__ import annotations
@@ -12,20 +17,8 @@ import bisect
 import math
 from dataclasses import dataclass, field
 
-from ..store import Run, sql_literal
-
-DEVICE_WORK_KINDS = ("kernel", "memcpy", "memset")
-"""Kinds whose intervals make a device busy."""
-
-COMM_KERNEL_PATTERN = "(?i)(nccl|gloo|rccl)"
-"""A device kernel is a collective when its name matches this (regexp, case-insensitive)."""
-
-COMM_OP_PATTERN = "^(c10d::|c10d_functional::|_c10d_functional::|record_param_comms$|gloo:|nccl:)"
-"""A CPU operator is a collective when its name matches this regexp."""
-
-
-def kinds_sql(kinds) -> str:
-    return "(" + ", ".join(sql_literal(k) for k in kinds) + ")"
+from ..store import Run
+from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_KINDS, DEVICE_WORK_SQL, comm_op, kinds_sql, sql_literal, top_op
 
 
 def union_sql(where: str, by: tuple[str, ...] = ()) -> str:
@@ -80,7 +73,7 @@ def ranks(run: Run) -> list[int]:
 
 def devices(run: Run, rank: int) -> list[int]:
     return [d for (d,) in run.sql(
-        f"SELECT DISTINCT device FROM events WHERE rank = ? AND kind IN {kinds_sql(DEVICE_WORK_KINDS)} AND device IS NOT NULL ORDER BY 1",
+        f"SELECT DISTINCT device FROM events WHERE rank = ? AND kind IN {DEVICE_WORK_SQL} AND device IS NOT NULL ORDER BY 1",
         [rank]).fetchall()]
 
 
@@ -141,10 +134,10 @@ def steady_steps(run: Run, rank: int | None = None) -> StepSelection:
         rows = run.sql("SELECT step, max(dur_ns) FROM steps GROUP BY step ORDER BY step").fetchall()
     else:
         rows = run.sql("SELECT step, dur_ns FROM steps WHERE rank = ? ORDER BY step", [rank]).fetchall()
-    return select_steady_steps([int(r[0]) for r in rows], [float(r[1]) for r in rows], open_ended=_open_ended_steps(run))
+    return select_steady_steps([int(r[0]) for r in rows], [float(r[1]) for r in rows], open_ended=open_ended_steps(run))
 
 
-def _open_ended_steps(run: Run) -> bool:
+def open_ended_steps(run: Run) -> bool:
     """True when the first and last steps are bounded by the profiler's start and stop, not by step
     calls: a live run whose profiler had no schedule (torch then opens a step at start() and at
     every step(), and closes the open one at stop())."""
@@ -193,10 +186,10 @@ def _median(values: list[float]) -> float:
 def step_stats(run: Run, rank: int) -> dict:
     """Profiler steps of a rank: count and total over every step (the analysed window); mean, p50,
     p90 (linear interpolation), max and cv (population) over the steady steps (`steady_steps`)."""
-    return _step_stats_of_selection(steady_steps(run, rank))
+    return step_stats_of_selection(steady_steps(run, rank))
 
 
-def _step_stats_of_selection(sel: StepSelection) -> dict:
+def step_stats_of_selection(sel: StepSelection) -> dict:
     out = step_stats_of([int(d) for d in sel.used_durations_ns])
     out["count"], out["total_ns"] = len(sel.steps), int(sum(sel.durations_ns))
     out["steady_count"] = len(sel.used)
@@ -269,148 +262,14 @@ def step_device_busy(run: Run, rank: int, without_name: str | None = None) -> li
 
 def cpu_comm(run: Run, rank: int) -> dict:
     """Collective CPU operators (c10d, record_param_comms): union of their intervals on the host."""
-    iv = intervals(run, f"rank = {int(rank)} AND kind = 'cpu_op' AND regexp_matches(name, {sql_literal(COMM_OP_PATTERN)})")
+    iv = intervals(run, f"rank = {int(rank)} AND {comm_op()}")
     return {"comm_cpu_ns": sum(e - s for s, e in iv), "comm_cpu_intervals": len(iv)}
 
 
 def top_level_ops(run: Run, rank: int, limit: int = 10) -> list[dict]:
-    """CPU time per top-level operator name (an operator with no operator around it: event_id = top_op_id)."""
+    """CPU time per top-level operator name (an operator with no operator around it: vocab.top_op)."""
     rows = run.sql(
         "SELECT name, count(*) AS calls, sum(dur_ns)::BIGINT AS cpu_ns FROM events "
-        "WHERE rank = ? AND kind = 'cpu_op' AND event_id = top_op_id GROUP BY name ORDER BY cpu_ns DESC, name LIMIT ?",
+        f"WHERE rank = ? AND {top_op()} GROUP BY name ORDER BY cpu_ns DESC, name LIMIT ?",
         [rank, limit]).fetchall()
     return [{"name": n, "calls": c, "cpu_ns": t} for n, c, t in rows]
-
-
-def source_lines(run: Run, rank: int, limit: int = 10) -> dict:
-    """Top user source lines by CPU time and by device time, self and total, by the one definition
-    of time per source line (analyzers/lines.py, METRICS.md)."""
-    from .lines import self_and_total
-
-    got = self_and_total(run, rank)
-    if not got["has_frames"]:
-        return {"cpu": [], "device": [], "has_frames": False}
-
-    def ranked(side: str) -> list[dict]:
-        out = [{"source": s, "self_ns": r[f"{side}_ns_self"], "total_ns": r[f"{side}_ns_total"],
-                "backward_self_ns": r[f"{side}_backward_ns_self"], "calls": r["calls_self"]}
-               for s, r in got["lines"].items() if r[f"{side}_ns_total"]]
-        out.sort(key=lambda r: (-r["self_ns"], -r["total_ns"], r["source"]))
-        return out[:limit]
-
-    return {"cpu": ranked("cpu"), "device": ranked("device"), "has_frames": True}
-
-
-def rank_summary(run: Run, rank: int) -> dict:
-    """Every summary number of one rank (the `summary` of report.json)."""
-    sp = span(run, rank)
-    steps = step_stats(run, rank)
-    return {
-        "rank": rank,
-        **sp,
-        "steps": steps,
-        "analysed_ns": steps["total_ns"] if steps["count"] else sp["span_ns"],
-        "devices": [device_summary(run, rank, d) for d in devices(run, rank)],
-        **cpu_comm(run, rank),
-        "top_level_ops": top_level_ops(run, rank),
-        "source_lines": source_lines(run, rank),
-        "bound": _bound(run, rank),
-        "utilisation": _utilisation(run, rank),
-    }
-
-
-def _utilisation(run: Run, rank: int) -> dict:
-    from .utilisation import rank_utilisation  # FLOPs, MFU and roofline: their own module
-
-    return rank_utilisation(run, rank)
-
-
-def _bound(run: Run, rank: int) -> dict:
-    from .critical_path import bound  # what bounds each step, from its critical path: its own module
-
-    return bound(run, rank)
-
-
-def summary(run: Run) -> dict:
-    return {"ranks": [rank_summary(run, r) for r in ranks(run)]}
-
-
-# ---- the same numbers for many ranks at once ---------------------------------------------------
-
-def rank_summaries(run: Run, ranks_: list[int], *, per_rank: bool = True) -> dict[int, dict]:
-    """`rank_summary` of every rank in `ranks_`, the same numbers, with each set-based figure (span,
-    steps, devices, busy, per-kind sums, communication, top-level operators) computed by one query
-    grouped by rank over all of them instead of one query per rank: a job of many small ranks
-    then pays each query's fixed cost once. With per_rank=False the figures that are computed
-    rank by rank (source_lines, bound, utilisation: `complete_summary` adds them) are left out."""
-    want = [int(r) for r in ranks_]
-    keep = set(want)
-    spans = {int(r): (lo, hi) for r, lo, hi in run.sql(
-        "SELECT rank, min(ts_ns), max(ts_ns + dur_ns) FROM events WHERE kind <> 'other' GROUP BY rank").fetchall()}
-    step_rows: dict[int, list] = {r: [] for r in want}
-    for r, step, dur in run.sql("SELECT rank, step, dur_ns FROM steps ORDER BY rank, step").fetchall():
-        if int(r) in keep:
-            step_rows[int(r)].append((int(step), float(dur)))
-    open_ended = _open_ended_steps(run)
-    devs: dict[int, list[int]] = {r: [] for r in want}
-    for r, d in run.sql(f"SELECT DISTINCT rank, device FROM events WHERE kind IN {kinds_sql(DEVICE_WORK_KINDS)} "
-                        "AND device IS NOT NULL ORDER BY 1, 2").fetchall():
-        if int(r) in keep:
-            devs[int(r)].append(d)
-    dev_where = f"kind IN {kinds_sql(DEVICE_WORK_KINDS)} AND device IS NOT NULL"
-    busy = {(int(r), d): v for r, d, *v in run.sql(
-        f"WITH u AS ({union_sql(dev_where, ('rank', 'device'))})\n"
-        "SELECT rank, device, sum(end_ns - start_ns)::BIGINT, min(start_ns), max(end_ns), (max(end_ns) - min(start_ns))::BIGINT, "
-        "(max(end_ns) - min(start_ns) - sum(end_ns - start_ns))::BIGINT FROM u GROUP BY rank, device").fetchall()}
-    sums: dict[tuple, dict] = {}
-    for r, d, kind, ns in run.sql("SELECT rank, device, kind, sum(dur_ns)::BIGINT FROM events WHERE device IS NOT NULL "
-                                  "GROUP BY rank, device, kind").fetchall():
-        sums.setdefault((int(r), d), {})[kind] = ns
-    pat = sql_literal(COMM_KERNEL_PATTERN)
-    comm_sql = f"""WITH c AS ({union_sql(f"kind = 'kernel' AND device IS NOT NULL AND regexp_matches(name, {pat})", ('rank', 'device'))}),
-k AS ({union_sql(f"{dev_where} AND NOT regexp_matches(name, {pat})", ('rank', 'device'))}),
-cs AS (SELECT rank, device, sum(end_ns - start_ns) AS comm_ns FROM c GROUP BY rank, device),
-ov AS (SELECT c.rank, c.device, sum(least(c.end_ns, k.end_ns) - greatest(c.start_ns, k.start_ns)) AS overlap_ns
-       FROM c JOIN k ON c.rank = k.rank AND c.device = k.device AND c.start_ns < k.end_ns AND k.start_ns < c.end_ns GROUP BY c.rank, c.device)
-SELECT cs.rank, cs.device, cs.comm_ns::BIGINT, coalesce(ov.overlap_ns, 0)::BIGINT FROM cs LEFT JOIN ov USING (rank, device)"""
-    comm = {(int(r), d): (c, o) for r, d, c, o in run.sql(comm_sql).fetchall()}
-    comm_ops = union_sql(f"kind = 'cpu_op' AND regexp_matches(name, {sql_literal(COMM_OP_PATTERN)})", ("rank",))
-    cpu = {int(r): (ns, n) for r, ns, n in run.sql(
-        f"SELECT rank, sum(end_ns - start_ns), count(*) FROM ({comm_ops}) GROUP BY rank").fetchall()}
-    tops: dict[int, list] = {r: [] for r in want}
-    for r, name, calls, ns in run.sql("SELECT rank, name, count(*), sum(dur_ns)::BIGINT FROM events "
-                                      "WHERE kind = 'cpu_op' AND event_id = top_op_id GROUP BY rank, name").fetchall():
-        if int(r) in keep:
-            tops[int(r)].append({"name": name, "calls": calls, "cpu_ns": ns})
-    out = {}
-    for r in want:
-        lo, hi = spans.get(r, (None, None))
-        sp = {"start_ns": lo, "end_ns": hi, "span_ns": (hi - lo) if lo is not None else 0}
-        rows = step_rows[r]
-        steps = _step_stats_of_selection(select_steady_steps([s for s, _ in rows], [d for _, d in rows], open_ended=open_ended))
-        devices_ = []
-        for d in devs[r]:
-            b = dict(zip(("busy_ns", "window_start_ns", "window_end_ns", "window_ns", "idle_ns"), busy.get((r, d), (None,) * 5)))
-            ks = sums.get((r, d), {})
-            c, o = comm.get((r, d), (0, 0))
-            devices_.append({"device": d, **{k: (int(v) if v is not None else 0) for k, v in b.items()},
-                             "kernel_ns": int(ks.get("kernel") or 0), "memcpy_ns": int(ks.get("memcpy") or 0),
-                             "memset_ns": int(ks.get("memset") or 0),
-                             "comm_ns": int(c or 0), "comm_overlap_ns": int(o or 0), "comm_exposed_ns": int((c or 0) - (o or 0))})
-        ns, n = cpu.get(r, (0, 0))
-        top = sorted(tops[r], key=lambda t: (-t["cpu_ns"], t["name"]))[:10]
-        out[r] = {"rank": r, **sp, "steps": steps, "analysed_ns": steps["total_ns"] if steps["count"] else sp["span_ns"],
-                  "devices": devices_, "comm_cpu_ns": int(ns or 0), "comm_cpu_intervals": int(n), "top_level_ops": top}
-        if per_rank:
-            complete_summary(run, out[r])
-    return out
-
-
-def complete_summary(run: Run, summary: dict) -> dict:
-    """Add to a summary of `rank_summaries(..., per_rank=False)` the figures computed rank by rank
-    (source lines, what bounds each step, utilisation), in `rank_summary`'s order of keys."""
-    rank = summary["rank"]
-    summary["source_lines"] = source_lines(run, rank)
-    summary["bound"] = _bound(run, rank)
-    summary["utilisation"] = _utilisation(run, rank)
-    return summary

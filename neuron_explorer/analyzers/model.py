@@ -1,4 +1,4 @@
-"""The finding contract (DESIGN.md "Findings"): what every rule yields and every output renders.
+"""The finding contract (docs/METRICS.md "Findings"; its JSON Schema: docs/report.schema.json): what every rule yields and every output renders.
 
 Plain dataclasses with a stable JSON form (`to_dict`). Keys are only ever added, never renamed,
 so agents and CI can rely on them; `REPORT_SCHEMA_VERSION` is bumped when one is added.

@@ -5,8 +5,8 @@ THE definitions behind the cross-rank rules (rank-skew, collective-wait, load-im
 ranks" states them for users):
 
 - A **collective** of a rank is each of its collective device kernels (name matching
-  `metrics.COMM_KERNEL_PATTERN`) when it has any, else each of its top-level collective CPU
-  operators (`metrics.COMM_OP_PATTERN`): on a device the collective runs, and waits, in its kernel;
+  `vocab.COMM_KERNEL_PATTERN`) when it has any, else each of its top-level collective CPU
+  operators (`vocab.COMM_OP_PATTERN`): on a device the collective runs, and waits, in its kernel;
   a CPU operator such as gloo's `c10d::allreduce_` is where the rank calls it.
 - A **collective instance** is the k-th collective of one name within one profiler step (a
   device kernel's step is its launch's): the same (name, step, k) on each rank is one collective,
@@ -46,8 +46,8 @@ from __future__ import annotations
 
 import weakref
 
-from ..store import Run, sql_literal
-from .metrics import COMM_KERNEL_PATTERN, COMM_OP_PATTERN, DEVICE_WORK_KINDS, kinds_sql
+from ..store import Run
+from ..vocab import COMM_KERNEL_PATTERN, COMM_OP_PATTERN, DEVICE_WORK_SQL, comm_kernel, comm_op, sql_literal, top_op
 
 
 def arrivals_sql() -> str:
@@ -56,10 +56,9 @@ def arrivals_sql() -> str:
     on_device, offset_ns, at_ns (aligned arrival), pos (1 = last arrival)) and `inst` (one row per
     instance: participants, last_rank, last_event_id, last_at, second_at, others_mid_at, above_mean_ns (the
     last arrival minus the mean arrival, exact: epoch ns do not fit a double's 53 bits))."""
-    kpat, opat = sql_literal(COMM_KERNEL_PATTERN), sql_literal(COMM_OP_PATTERN)
     return f"""ev AS MATERIALIZED (SELECT rank, kind, name, step, event_id, ts_ns, dur_ns, kind = 'kernel' AS on_device FROM events
-        WHERE kind = 'step' OR (kind = 'kernel' AND regexp_matches(name, {kpat}))
-           OR (kind = 'cpu_op' AND event_id = top_op_id AND regexp_matches(name, {opat}))),
+        WHERE kind = 'step' OR ({comm_kernel()})
+           OR ({top_op()} AND {comm_op()})),
 steps0 AS (SELECT rank, step, min(ts_ns) AS ts_ns, max(ts_ns + dur_ns) - min(ts_ns) AS dur_ns FROM ev WHERE kind = 'step' GROUP BY rank, step),
 dev_ranks AS (SELECT DISTINCT rank FROM ev WHERE on_device),
 coll AS (SELECT rank, name, step, event_id, ts_ns, ts_ns + dur_ns AS end_ns, on_device FROM ev
@@ -183,7 +182,7 @@ def work_per_step_sql() -> str:
     CPU-only ranks (the union of top-level CPU operators that are not collectives). Collectives are
     left out: a rank that waits longer in them is not busier."""
     kpat, opat = sql_literal(COMM_KERNEL_PATTERN), sql_literal(COMM_OP_PATTERN)
-    dev = kinds_sql(DEVICE_WORK_KINDS)
+    dev = DEVICE_WORK_SQL
     # One scan of the candidate intervals; the collective patterns are matched once per distinct
     # name, not once per event. The union of a rank's intervals in a step is the sum, in start
     # order, of the part of each that ends beyond every earlier one: one window, no islands.
@@ -194,7 +193,7 @@ names AS (SELECT name, regexp_matches(name, {kpat}) AS comm_kernel, regexp_match
           FROM (SELECT DISTINCT name FROM events WHERE kind IN {dev} OR kind = 'cpu_op')),
 cand AS (SELECT rank, step, name, ts_ns, ts_ns + dur_ns AS end_ns, kind IN {dev} AND device IS NOT NULL AS on_dev FROM events
          WHERE dur_ns > 0 AND step IN (SELECT step FROM common)
-           AND ((kind IN {dev} AND device IS NOT NULL) OR (kind = 'cpu_op' AND event_id = top_op_id))),
+           AND ((kind IN {dev} AND device IS NOT NULL) OR ({top_op()}))),
 iv AS (SELECT c.rank, c.step, c.ts_ns, c.end_ns FROM cand c JOIN names n ON c.name = n.name
        WHERE CASE WHEN c.on_dev THEN NOT n.comm_kernel ELSE NOT n.comm_op AND c.rank NOT IN (SELECT rank FROM dev_ranks) END),
 mx AS (SELECT *, max(end_ns) OVER (PARTITION BY rank, step ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end FROM iv),

@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 
 from ..errors import InputError
 from ..store import Run
+from ..vocab import CONV_OPS, sql_literal
 from . import flops as F
 from . import peaks as P
 
-_KNOWN_SQL = ", ".join("'" + n.replace("'", "''") + "'" for n in sorted(F.KNOWN))
+_KNOWN_SQL = ", ".join(sql_literal(n) for n in sorted(F.KNOWN))
 
 
 @dataclass
@@ -122,7 +123,7 @@ def _rank_work(run: Run, rank: int, settings: PeakSettings) -> RankWork:
         if open_until.get(track, -1) > ts:  # inside a counted operator: its work is already there
             continue
         work = F.op_work(name, args)
-        if work is not None and work[3].startswith("estimated (") and name in F.CONV:
+        if work is not None and work[3].startswith("estimated (") and name in CONV_OPS:
             work = F.op_work(name, args, _next_input_shape(rows, i)) or work
         if work is None:
             continue

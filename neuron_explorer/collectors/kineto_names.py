@@ -38,10 +38,6 @@ SEQUENCE_NUMBER = "Sequence number"
 """An operator's arg: the autograd sequence number its backward node carries too."""
 SEQUENCE_NUMBER_ARG = rf'"{SEQUENCE_NUMBER}"\s*:\s*(?P<seq>-?\d+)'
 """The `Sequence number` arg in an event's args JSON text (a regex for pyarrow's extract_regex)."""
-SYNCHRONIZE_CALL = "Synchronize"
-"""Part of the name of every runtime call that waits for a device (cudaStreamSynchronize, ...)."""
-MEMCPY_CALL = ("Memcpy", "memcpy")
-"""Parts of the name of a runtime copy call (cudaMemcpy, hipMemcpyAsync, ...)."""
 
 # --- categories ----------------------------------------------------------------------------------
 CATEGORY_KINDS = {

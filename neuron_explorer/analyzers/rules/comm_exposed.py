@@ -9,10 +9,11 @@ overlap hides it all).
 
 from __future__ import annotations
 
+from ...vocab import comm_kernel, comm_op, top_op
 from .. import metrics
 from ..engine import Context
 from ..model import Location
-from ._util import ms, q, row, share_at_least
+from ._util import ms, row, share_at_least
 
 RULE_ID = "comm-exposed"
 TITLE = "Communication not overlapped with compute"
@@ -37,14 +38,14 @@ def check(ctx: Context) -> list:
         targets = [(d["device"], metrics.comm_overlap_sql(ctx.rank, d["device"]),
                     {k: d[k] for k in ("comm_ns", "comm_overlap_ns", "comm_exposed_ns")}) for d in ctx.summary["devices"]]
         name_sql = (f"SELECT o.name AS name, any_value(k.source_frame_id) AS frame_id, min(k.event_id) AS sample_id FROM events k "
-                    f"LEFT JOIN events o ON o.event_id = k.top_op_id WHERE k.rank = {ctx.rank} AND k.kind = 'kernel' "
-                    f"AND regexp_matches(k.name, {q(metrics.COMM_KERNEL_PATTERN)}) GROUP BY o.name ORDER BY sum(k.dur_ns) DESC LIMIT 1")
+                    f"LEFT JOIN events o ON o.event_id = k.top_op_id WHERE k.rank = {ctx.rank} AND {comm_kernel('k')} "
+                    f"GROUP BY o.name ORDER BY sum(k.dur_ns) DESC LIMIT 1")
     else:
-        where = f"rank = {ctx.rank} AND kind = 'cpu_op' AND regexp_matches(name, {q(metrics.COMM_OP_PATTERN)})"
+        where = f"rank = {ctx.rank} AND {comm_op()}"
         targets = [(None, f"WITH u AS ({metrics.union_sql(where)}) SELECT coalesce(sum(end_ns - start_ns), 0)::BIGINT AS comm_ns, "
                           "0::BIGINT AS comm_overlap_ns, coalesce(sum(end_ns - start_ns), 0)::BIGINT AS comm_exposed_ns FROM u", None)]
         name_sql = (f"SELECT name, any_value(source_frame_id) AS frame_id, min(event_id) AS sample_id FROM events WHERE {where} "
-                    "AND event_id = top_op_id GROUP BY name ORDER BY sum(dur_ns) DESC LIMIT 1")
+                    f"AND {top_op()} GROUP BY name ORDER BY sum(dur_ns) DESC LIMIT 1")
     for device, sql, known in targets:
         v = known or row(ctx.run, sql)
         if not ctx.analysed_ns or v["comm_exposed_ns"] / ctx.analysed_ns < THRESHOLDS["EXPOSED_SHARE_MIN"]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 
-from ...collectors.kineto_names import SYNCHRONIZE_CALL
+from ...vocab import CONV_KERNEL_RE, GEMM_KERNEL_RE, SYNC_OPS, is_sync_call_name
 from .. import critical_path as cp
 from ..engine import Context, NotApplicable
 from ..model import Location
@@ -41,10 +41,9 @@ THRESHOLDS = {
     "SMALL_KERNELS_PER_STEP": 10,  # a kernel item with at least this many events per step...
     "SMALL_KERNEL_NS": 20_000,  # ...each charged less than this on average: many small kernels
 }
-SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero")
-GEMM = re.compile(r"(?i)(gemm|matmul|cutlass|xmma|cublas|(^|::)(mm|addmm|bmm|baddbmm|linear)$)")
+GEMM = GEMM_KERNEL_RE
 FP32 = re.compile(r"(?i)(sgemm|f32|fp32|tf32|float(?!16))")
-CONV = re.compile(r"(?i)conv")
+CONV = CONV_KERNEL_RE
 NHWC = re.compile(r"(?i)(nhwc|channels_?last)")
 LOWER = re.compile(r"(?i)(bf16|fp16|half|h884|h1688|h16816|bfloat|f16)")
 DEVICE = ("device_compute", "communication", "memcpy")
@@ -101,7 +100,7 @@ def _advice(it: dict, step_count: int) -> str:
             return ("The device waits for the host to launch work: the host is the bottleneck here; CUDA graphs "
                     "(torch.compile(mode='reduce-overhead')) or torch.compile to launch fewer kernels.")
         return "The device waits on another stream or between kernels: overlap independent work across streams."
-    if item in SYNC_OPS or SYNCHRONIZE_CALL in item:
+    if item in SYNC_OPS or (cat == "launch_overhead" and is_sync_call_name(item)):
         return ("The host waits on the device here: fewer .item() / float(t) / data-dependent branches in the loop; log "
                 "metrics every N steps; keep values on the device.")
     if cat == "launch_overhead":

@@ -9,6 +9,7 @@ something else. Impact: idle time inside the device window. Saving bound: the sa
 
 from __future__ import annotations
 
+from ...vocab import top_host_call
 from .. import metrics
 from ..engine import Context
 from ..model import Location
@@ -51,7 +52,7 @@ def check(ctx: Context) -> list:
                 SELECT g.i, e.name, min(e.event_id) AS event_id, any_value(e.source_frame_id) AS frame_id,
                 sum(least(e.ts_ns + e.dur_ns, g.ge) - greatest(e.ts_ns, g.gs))::BIGINT AS overlap_ns
                 FROM events e JOIN g ON e.ts_ns < g.ge AND e.ts_ns + e.dur_ns > g.gs
-                WHERE e.rank = {ctx.rank} AND e.kind IN ('cpu_op', 'runtime') AND e.event_id = coalesce(e.top_op_id, e.event_id)
+                WHERE e.rank = {ctx.rank} AND {top_host_call('e')}
                 GROUP BY g.i, e.name QUALIFY row_number() OVER (PARTITION BY g.i ORDER BY overlap_ns DESC, e.name) <= 3
                 ORDER BY g.i, overlap_ns DESC, e.name"""):
                 by_gap[b["i"]].append(b)

@@ -1,7 +1,7 @@
 """device-underuse: heavy matrix kernels far below the device's roofline for their shape.
 
 Per rank with a known device peak (analyzers/peaks.py), over kernels of matrix operators
-(GEMM, convolution, attention; analyzers/flops.py MATRIX) grouped by kernel name: a group is
+(GEMM, convolution, attention; vocab.MATRIX_OPS) grouped by kernel name: a group is
 under-used when its device time is at least TIME_SHARE_MIN of the analysed time and its achieved
 FLOP/s is below EFFICIENCY_MAX of the roofline bound it could reach (min(peak, intensity x peak
 bandwidth); analyzers/utilisation.py), where the peak is that of its dtype, or of bf16 (fp16 on
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 
-from .. import flops as F
+from ...vocab import GEMM_OPS, MATRIX_OPS
 from ..engine import Context, NotApplicable
 from ..model import Location
 from ..utilisation import kernel_table, rank_work, roofline
@@ -47,7 +47,7 @@ def _shape_reasons(ctx: Context, event_id: int) -> tuple[list[str], dict]:
         dims = []
     reasons = []
     mats = [d for d in dims if isinstance(d, list) and len(d) >= 2]
-    if name in F.GEMM and len(mats) >= 2:
+    if name in GEMM_OPS and len(mats) >= 2:
         a, b = mats[-2], mats[-1]
         m, k = a[-2], a[-1]
         n = b[0] if name == "aten::linear" else b[-1]
@@ -74,7 +74,7 @@ def check(ctx: Context) -> list:
 
     rows = []
     for r in kernel_table(work, limit=50):
-        if r["op"] not in F.MATRIX or not r["dur_ns"]:
+        if r["op"] not in MATRIX_OPS or not r["dur_ns"]:
             continue
         bound = roofline(work.peak, could_use(r), r["flops"], r["bytes"], r["dur_ns"])["bound_tflops_per_s"]
         if bound and r["tflops_per_s"] is not None:

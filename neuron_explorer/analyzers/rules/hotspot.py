@@ -16,6 +16,7 @@ dtype or kernel can shrink it).
 
 from __future__ import annotations
 
+from ...vocab import top_op
 from ..engine import Context
 from ..model import Location
 from ..critical_path import on_path_ns
@@ -115,7 +116,7 @@ def check(ctx: Context) -> list:
     r = ctx.rank
     out = [
         _finding(ctx, "operator", f"""SELECT name, sum(dur_ns)::BIGINT AS cpu_ns, count(*) AS calls, min(event_id) AS sample_id,
-  mode(source_frame_id) AS frame_id FROM events WHERE rank = {r} AND kind = 'cpu_op' AND event_id = top_op_id
+  mode(source_frame_id) AS frame_id FROM events WHERE rank = {r} AND {top_op()}
 GROUP BY name ORDER BY cpu_ns DESC, name LIMIT 1""", Location(), "cpu_ns",
                  "Make this operator cheaper: check its shapes and dtype (lower precision, channels_last), call it "
                  "less often or on bigger batches, or replace it with a fused / compiled version (torch.compile).",

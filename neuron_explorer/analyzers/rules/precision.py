@@ -1,7 +1,7 @@
 """precision: float32 matrix multiplies and convolutions on a device with faster low-precision units.
 
-Finds matmul and convolution operators (aten::mm, addmm, bmm, baddbmm, matmul, linear, conv*,
-convolution) whose recorded input types are float32 ('float'; needs record_shapes=True) and the
+Finds matmul and convolution operators (vocab.LOWER_PRECISION_CANDIDATE_OPS: aten::mm, addmm, bmm,
+baddbmm, matmul, linear, conv*, convolution and its cudnn, miopen and mkldnn forms) whose recorded input types are float32 ('float'; needs record_shapes=True) and the
 kernels they launched, on devices with tensor cores (NVIDIA compute capability 7.0 and newer, or
 any device whose properties name bf16/fp16 units). Impact: device time of those kernels. Saving
 bound: half of it (bf16/fp16 or TF32 usually runs these at least 2x faster). Not applicable
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+from ...vocab import LOWER_PRECISION_CANDIDATE_OPS, op_in
 from ..engine import Context, NotApplicable
 from ..model import Location
 from ._util import ms, row, rows
@@ -25,8 +26,6 @@ THRESHOLDS = {
     "FP32_SHARE_MIN": 0.05,  # fp32 matmul/conv kernel time / analysed time
     "SAVING_FRACTION": 0.5,  # assumed saving bound of moving to bf16/fp16/TF32
 }
-OPS = "('aten::mm', 'aten::addmm', 'aten::bmm', 'aten::baddbmm', 'aten::matmul', 'aten::linear', 'aten::conv1d', " \
-      "'aten::conv2d', 'aten::conv3d', 'aten::convolution', 'aten::_convolution', 'aten::cudnn_convolution')"
 
 
 def check(ctx: Context) -> list:
@@ -37,19 +36,19 @@ def check(ctx: Context) -> list:
     fast = [p for p in props if (p.get("computeMajor") or 0) >= THRESHOLDS["MIN_COMPUTE_MAJOR"]]
     if not fast:
         raise NotApplicable("device properties show no tensor-core device (compute capability >= 7.0)")
-    typed = row(ctx.run, f"SELECT count(*) AS n FROM events WHERE rank = {ctx.rank} AND kind = 'cpu_op' AND name IN {OPS} "
+    typed = row(ctx.run, f"SELECT count(*) AS n FROM events WHERE rank = {ctx.rank} AND {op_in(LOWER_PRECISION_CANDIDATE_OPS)} "
                 "AND args LIKE '%\"Input type\"%'")["n"]
     if not typed:
         raise NotApplicable("no input dtypes recorded for matmul/convolution operators (record_shapes=True)")
     sql = f"""SELECT coalesce(sum(k.dur_ns), 0)::BIGINT AS fp32_kernel_ns, count(*) AS kernels, count(DISTINCT o.event_id) AS ops
 FROM events k JOIN events o ON o.event_id = k.op_id
-WHERE k.rank = {ctx.rank} AND k.kind = 'kernel' AND o.name IN {OPS}
+WHERE k.rank = {ctx.rank} AND k.kind = 'kernel' AND {op_in(LOWER_PRECISION_CANDIDATE_OPS, 'o')}
   AND regexp_matches(json_extract_string(o.args, '$."Input type"[0]'), '^float$')"""
     v = row(ctx.run, sql)
     if not ctx.analysed_ns or v["fp32_kernel_ns"] / ctx.analysed_ns < THRESHOLDS["FP32_SHARE_MIN"]:
         return []
     top = row(ctx.run, f"""SELECT o.name, mode(o.source_frame_id) AS frame_id, min(k.event_id) AS sample_id FROM events k JOIN events o ON o.event_id = k.op_id
-        WHERE k.rank = {ctx.rank} AND k.kind = 'kernel' AND o.name IN {OPS}
+        WHERE k.rank = {ctx.rank} AND k.kind = 'kernel' AND {op_in(LOWER_PRECISION_CANDIDATE_OPS, 'o')}
         AND regexp_matches(json_extract_string(o.args, '$."Input type"[0]'), '^float$') GROUP BY o.name ORDER BY sum(k.dur_ns) DESC LIMIT 1""")
     return [ctx.finding(
         title=f"float32 {top['name']} and similar ops run {ms(v['fp32_kernel_ns'])} on a {fast[0].get('name', 'tensor-core device')}",

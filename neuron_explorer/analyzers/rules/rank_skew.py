@@ -17,6 +17,7 @@ collective matched on two ranks.
 
 from __future__ import annotations
 
+from ...vocab import in_steps, top_op
 from .. import ranks as xr
 from ..engine import Context, NotApplicable
 from ..model import Location
@@ -76,10 +77,9 @@ def _why(ctx: Context, rank: int, steps: list[int]) -> dict | None:
     was late in (one grouped query over the run)."""
     if not steps:
         return None
-    in_steps = ", ".join(str(int(s)) for s in steps)
     got = rows(ctx.run, f"""SELECT name, coalesce(sum(dur_ns) FILTER (WHERE rank = {rank}), 0)
           - coalesce(sum(dur_ns) FILTER (WHERE rank <> {rank}), 0) / {max(len(ctx.summaries) - 1, 1)} AS grew_ns,
         mode(source_frame_id) FILTER (WHERE rank = {rank}) AS frame_id, min(event_id) FILTER (WHERE rank = {rank}) AS sample_id
-        FROM events WHERE step IN ({in_steps}) AND (kind = 'cpu_op' AND event_id = top_op_id OR kind IN ('python', 'user_annotation'))
+        FROM events WHERE {in_steps(steps)} AND ({top_op()} OR kind IN ('python', 'user_annotation'))
         GROUP BY name ORDER BY grew_ns DESC, name LIMIT 1""")
     return got[0] if got and got[0]["grew_ns"] and got[0]["grew_ns"] > 0 else None

@@ -9,6 +9,7 @@ on the same thread that are shorter than TINY_GAP_NS (the Python in between). Sa
 
 from __future__ import annotations
 
+from ...vocab import top_op
 from ..engine import Context
 from ..model import Location
 from ._util import ms, row
@@ -28,7 +29,7 @@ THRESHOLDS = {
 def screen(run, summaries: dict) -> set[int]:
     """Ranks with at least TINY_OPS_PER_STEP_MIN tiny operators per step (the check's first test)."""
     t = THRESHOLDS
-    n = dict(run.sql(f"SELECT rank, count(*) FROM events WHERE kind = 'cpu_op' AND event_id = top_op_id "
+    n = dict(run.sql(f"SELECT rank, count(*) FROM events WHERE {top_op()} "
                      f"AND dur_ns < {t['TINY_OP_NS']} GROUP BY rank").fetchall())
     return {r for r, s in summaries.items() if (n.get(r) or 0) / max(s["steps"]["count"], 1) >= t["TINY_OPS_PER_STEP_MIN"]}
 
@@ -37,7 +38,7 @@ def check(ctx: Context) -> list:
     t = THRESHOLDS
     sql = f"""WITH ops AS (SELECT tid, ts_ns, dur_ns, event_id, frame_id, name,
     ts_ns - lag(ts_ns + dur_ns) OVER (PARTITION BY pid, tid ORDER BY ts_ns) AS gap_ns
-  FROM events WHERE rank = {ctx.rank} AND kind = 'cpu_op' AND event_id = top_op_id AND dur_ns < {t['TINY_OP_NS']})
+  FROM events WHERE rank = {ctx.rank} AND {top_op()} AND dur_ns < {t['TINY_OP_NS']})
 SELECT count(*) AS tiny_ops, coalesce(sum(dur_ns), 0)::BIGINT AS tiny_op_ns,
   coalesce(sum(gap_ns) FILTER (WHERE gap_ns >= 0 AND gap_ns < {t['TINY_GAP_NS']}), 0)::BIGINT AS gap_ns,
   (coalesce(sum(dur_ns), 0) + coalesce(sum(gap_ns) FILTER (WHERE gap_ns >= 0 AND gap_ns < {t['TINY_GAP_NS']}), 0))::BIGINT AS overhead_ns
@@ -47,7 +48,7 @@ FROM ops"""
     if v["tiny_ops"] / steps < t["TINY_OPS_PER_STEP_MIN"] or not ctx.analysed_ns or v["overhead_ns"] / ctx.analysed_ns < t["TINY_SHARE_MIN"]:
         return []
     top = row(ctx.run, f"""SELECT source_frame_id AS frame_id, mode(name) AS op, count(*) AS n, min(event_id) AS sample_id FROM events
-        WHERE rank = {ctx.rank} AND kind = 'cpu_op' AND event_id = top_op_id AND dur_ns < {t['TINY_OP_NS']}
+        WHERE rank = {ctx.rank} AND {top_op()} AND dur_ns < {t['TINY_OP_NS']}
         GROUP BY source_frame_id ORDER BY n DESC LIMIT 1""")
     return [ctx.finding(
         title=f"{v['tiny_ops']} tiny operators ({v['tiny_ops'] // steps}/step) cost {ms(v['overhead_ns'])}",

@@ -1,0 +1,151 @@
+"""The summary of a run: every figure of a rank (the `summary` of report.json), for one rank or for
+many at once.
+
+The summary puts together the figures of the modules below it: span, steps, devices,
+communication and top-level operators (metrics.py), time per source line (lines.py), what bounds
+each step (critical_path.py) and utilisation (utilisation.py). Each number is defined in
+docs/METRICS.md. The engine, and through it the rules, read it.
+
+Must not: compute a figure itself (the modules below do; `rank_summaries` only groups their
+queries by rank), decide what is a problem, or render anything.
+"""
+
+from __future__ import annotations
+
+from ..store import Run
+from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_SQL, comm_op, sql_literal, top_op
+from .critical_path import bound as _step_bound
+from .lines import self_and_total
+from .metrics import (cpu_comm, device_summary, devices, open_ended_steps, ranks, select_steady_steps, span, step_stats,
+                      step_stats_of_selection, top_level_ops, union_sql)
+from .utilisation import rank_utilisation
+
+
+def source_lines(run: Run, rank: int, limit: int = 10) -> dict:
+    """Top user source lines by CPU time and by device time, self and total, by the one definition
+    of time per source line (analyzers/lines.py, METRICS.md)."""
+    got = self_and_total(run, rank)
+    if not got["has_frames"]:
+        return {"cpu": [], "device": [], "has_frames": False}
+
+    def ranked(side: str) -> list[dict]:
+        out = [{"source": s, "self_ns": r[f"{side}_ns_self"], "total_ns": r[f"{side}_ns_total"],
+                "backward_self_ns": r[f"{side}_backward_ns_self"], "calls": r["calls_self"]}
+               for s, r in got["lines"].items() if r[f"{side}_ns_total"]]
+        out.sort(key=lambda r: (-r["self_ns"], -r["total_ns"], r["source"]))
+        return out[:limit]
+
+    return {"cpu": ranked("cpu"), "device": ranked("device"), "has_frames": True}
+
+
+def rank_summary(run: Run, rank: int) -> dict:
+    """Every summary number of one rank (the `summary` of report.json)."""
+    sp = span(run, rank)
+    steps = step_stats(run, rank)
+    return {
+        "rank": rank,
+        **sp,
+        "steps": steps,
+        "analysed_ns": steps["total_ns"] if steps["count"] else sp["span_ns"],
+        "devices": [device_summary(run, rank, d) for d in devices(run, rank)],
+        **cpu_comm(run, rank),
+        "top_level_ops": top_level_ops(run, rank),
+        "source_lines": source_lines(run, rank),
+        "bound": _bound(run, rank),
+        "utilisation": _utilisation(run, rank),
+    }
+
+
+def _utilisation(run: Run, rank: int) -> dict:
+    """FLOPs, MFU and roofline (utilisation.py)."""
+    return rank_utilisation(run, rank)
+
+
+def _bound(run: Run, rank: int) -> dict:
+    """What bounds each step, from its critical path (critical_path.py)."""
+    return _step_bound(run, rank)
+
+
+def summary(run: Run) -> dict:
+    return {"ranks": [rank_summary(run, r) for r in ranks(run)]}
+
+
+# ---- the same numbers for many ranks at once ---------------------------------------------------
+
+def rank_summaries(run: Run, ranks_: list[int], *, per_rank: bool = True) -> dict[int, dict]:
+    """`rank_summary` of every rank in `ranks_`, the same numbers, with each set-based figure (span,
+    steps, devices, busy, per-kind sums, communication, top-level operators) computed by one query
+    grouped by rank over all of them instead of one query per rank: a job of many small ranks
+    then pays each query's fixed cost once. With per_rank=False the figures that are computed
+    rank by rank (source_lines, bound, utilisation: `complete_summary` adds them) are left out."""
+    want = [int(r) for r in ranks_]
+    keep = set(want)
+    spans = {int(r): (lo, hi) for r, lo, hi in run.sql(
+        "SELECT rank, min(ts_ns), max(ts_ns + dur_ns) FROM events WHERE kind <> 'other' GROUP BY rank").fetchall()}
+    step_rows: dict[int, list] = {r: [] for r in want}
+    for r, step, dur in run.sql("SELECT rank, step, dur_ns FROM steps ORDER BY rank, step").fetchall():
+        if int(r) in keep:
+            step_rows[int(r)].append((int(step), float(dur)))
+    open_ended = open_ended_steps(run)
+    devs: dict[int, list[int]] = {r: [] for r in want}
+    for r, d in run.sql(f"SELECT DISTINCT rank, device FROM events WHERE kind IN {DEVICE_WORK_SQL} "
+                        "AND device IS NOT NULL ORDER BY 1, 2").fetchall():
+        if int(r) in keep:
+            devs[int(r)].append(d)
+    dev_where = f"kind IN {DEVICE_WORK_SQL} AND device IS NOT NULL"
+    busy = {(int(r), d): v for r, d, *v in run.sql(
+        f"WITH u AS ({union_sql(dev_where, ('rank', 'device'))})\n"
+        "SELECT rank, device, sum(end_ns - start_ns)::BIGINT, min(start_ns), max(end_ns), (max(end_ns) - min(start_ns))::BIGINT, "
+        "(max(end_ns) - min(start_ns) - sum(end_ns - start_ns))::BIGINT FROM u GROUP BY rank, device").fetchall()}
+    sums: dict[tuple, dict] = {}
+    for r, d, kind, ns in run.sql("SELECT rank, device, kind, sum(dur_ns)::BIGINT FROM events WHERE device IS NOT NULL "
+                                  "GROUP BY rank, device, kind").fetchall():
+        sums.setdefault((int(r), d), {})[kind] = ns
+    pat = sql_literal(COMM_KERNEL_PATTERN)
+    comm_sql = f"""WITH c AS ({union_sql(f"kind = 'kernel' AND device IS NOT NULL AND regexp_matches(name, {pat})", ('rank', 'device'))}),
+k AS ({union_sql(f"{dev_where} AND NOT regexp_matches(name, {pat})", ('rank', 'device'))}),
+cs AS (SELECT rank, device, sum(end_ns - start_ns) AS comm_ns FROM c GROUP BY rank, device),
+ov AS (SELECT c.rank, c.device, sum(least(c.end_ns, k.end_ns) - greatest(c.start_ns, k.start_ns)) AS overlap_ns
+       FROM c JOIN k ON c.rank = k.rank AND c.device = k.device AND c.start_ns < k.end_ns AND k.start_ns < c.end_ns GROUP BY c.rank, c.device)
+SELECT cs.rank, cs.device, cs.comm_ns::BIGINT, coalesce(ov.overlap_ns, 0)::BIGINT FROM cs LEFT JOIN ov USING (rank, device)"""
+    comm = {(int(r), d): (c, o) for r, d, c, o in run.sql(comm_sql).fetchall()}
+    comm_ops = union_sql(comm_op(), ("rank",))
+    cpu = {int(r): (ns, n) for r, ns, n in run.sql(
+        f"SELECT rank, sum(end_ns - start_ns), count(*) FROM ({comm_ops}) GROUP BY rank").fetchall()}
+    tops: dict[int, list] = {r: [] for r in want}
+    for r, name, calls, ns in run.sql("SELECT rank, name, count(*), sum(dur_ns)::BIGINT FROM events "
+                                      f"WHERE {top_op()} GROUP BY rank, name").fetchall():
+        if int(r) in keep:
+            tops[int(r)].append({"name": name, "calls": calls, "cpu_ns": ns})
+    out = {}
+    for r in want:
+        lo, hi = spans.get(r, (None, None))
+        sp = {"start_ns": lo, "end_ns": hi, "span_ns": (hi - lo) if lo is not None else 0}
+        rows = step_rows[r]
+        steps = step_stats_of_selection(select_steady_steps([s for s, _ in rows], [d for _, d in rows], open_ended=open_ended))
+        devices_ = []
+        for d in devs[r]:
+            b = dict(zip(("busy_ns", "window_start_ns", "window_end_ns", "window_ns", "idle_ns"), busy.get((r, d), (None,) * 5)))
+            ks = sums.get((r, d), {})
+            c, o = comm.get((r, d), (0, 0))
+            devices_.append({"device": d, **{k: (int(v) if v is not None else 0) for k, v in b.items()},
+                             "kernel_ns": int(ks.get("kernel") or 0), "memcpy_ns": int(ks.get("memcpy") or 0),
+                             "memset_ns": int(ks.get("memset") or 0),
+                             "comm_ns": int(c or 0), "comm_overlap_ns": int(o or 0), "comm_exposed_ns": int((c or 0) - (o or 0))})
+        ns, n = cpu.get(r, (0, 0))
+        top = sorted(tops[r], key=lambda t: (-t["cpu_ns"], t["name"]))[:10]
+        out[r] = {"rank": r, **sp, "steps": steps, "analysed_ns": steps["total_ns"] if steps["count"] else sp["span_ns"],
+                  "devices": devices_, "comm_cpu_ns": int(ns or 0), "comm_cpu_intervals": int(n), "top_level_ops": top}
+        if per_rank:
+            complete_summary(run, out[r])
+    return out
+
+
+def complete_summary(run: Run, summary: dict) -> dict:
+    """Add to a summary of `rank_summaries(..., per_rank=False)` the figures computed rank by rank
+    (source lines, what bounds each step, utilisation), in `rank_summary`'s order of keys."""
+    rank = summary["rank"]
+    summary["source_lines"] = source_lines(run, rank)
+    summary["bound"] = _bound(run, rank)
+    summary["utilisation"] = _utilisation(run, rank)
+    return summary
