@@ -96,6 +96,33 @@ def test_overview_top_lists_are_shares_of_step_time_on_the_critical_path(h100):
     assert any("no user source lines" in n for n in ov.overview(h100, run=0)["ranks"][0]["quality"])  # ...and says so
 
 
+def test_overview_sums_a_line_over_every_frame_on_it(tmp_path):
+    """Two frames on one file:line (a `<lambda>` on the line of `forward`, called in step 2): the
+    Overview's line is the sum of what the critical path charges both, the key analyzers/lines.py
+    groups by (file, line), not the last frame's figure."""
+    from neuron_explorer.analyzers import critical_path as cp
+
+    py = [X("train.py(5): step_a", "python_function", 1, 98), X("model.py(10): forward", "python_function", 4, 20),
+          X("train.py(7): step_b", "python_function", 101, 98), X("model.py(10): <lambda>", "python_function", 104, 82)]
+    trace = write_trace(tmp_path / "t.json", events("NVIDIA H100 80GB HBM3") + py, baseTimeNanoseconds=BASE,
+                        distributedInfo={"rank": 0, "world_size": 1})
+    rs = RunSet([import_traces(trace, tmp_path / "run").run_dir])
+    r = rs.get(0)
+    frames = r.run.sql("SELECT frame_id FROM frames WHERE file = 'model.py' AND line = 10").fetchall()
+    assert len(frames) == 2  # the case: two frame ids, one line
+    per_frame = {f: 0 for (f,) in frames}
+    for it in cp.path_items(r.run, cp.rank_path(r.run, 0)):
+        if it["frame_id"] in per_frame and it["category"] != "idle":
+            per_frame[it["frame_id"]] += it["charged_ns"]
+    assert all(ns > 0 for ns in per_frame.values())  # both frames are charged: the last one alone is too little
+    top = ov.overview(rs, run=0)["top"]
+    line = {x["name"]: x for x in top["lines"]}["model.py:10"]
+    assert line["ns"] == sum(per_frame.values()) and line["ns"] > max(per_frame.values())
+    assert line["share"] == line["ns"] / top["denominator_ns"]
+    assert len([x for x in top["lines"] if x["name"] == "model.py:10"]) == 1
+    rs.close()
+
+
 def test_overview_mfu_per_step_and_roofline_with_the_device_ceilings(h100):
     d = ov.overview(h100, run=0)
     flops, nbytes = 2 * 64 ** 3, 3 * 64 * 64 * 4

@@ -165,8 +165,11 @@ def _top(rs: RunSet, r: OpenRun, summaries: list[dict]) -> dict:
             if it["frame_id"] is not None:
                 _add(lines, it["frame_id"], it)
         with r.lock:
-            where = _frame_names(r, list(lines))
-        lines = {where.get(fid, f"frame {fid}"): v for fid, v in lines.items()}
+            where = _frame_lines(r, list(lines))
+        by_line: dict = {}  # several frames (ranks, functions on one line) share a line: their figures add up
+        for fid, (ns, events) in lines.items():
+            _add(by_line, where.get(fid, f"frame {fid}"), {"charged_ns": ns, "events": events})
+        lines = by_line
         return {"basis": "critical_path", "denominator_ns": total,
                 "denominator": (f"% of step time: ns charged on the critical path over the {steps} profiler steps' total of "
                                 f"{_ms(total)} (rank{'s' if len(summaries) > 1 else ''} {ranks}); each list adds up to at most 100%"),
@@ -199,11 +202,19 @@ def _ranked(acc: dict, denom: int) -> list[dict]:
     return [{"name": str(k), "ns": int(v[0]), "share": (v[0] / denom) if denom else None, "events": int(v[1])} for k, v in rows]
 
 
-def _frame_names(r: OpenRun, ids: list[int]) -> dict[int, str]:
+def line_key(file: str, line: int) -> str:
+    """A source line's one key, `file:line`: what analyzers/lines.py calls `source` and sums
+    figures by (its SQL groups by file and line and writes `f.file || ':' || f.line`)."""
+    # TODO(lines): lines.py should expose this key (a `line_key`/`source_of`) beside its SQL; until then it lives here
+    return f"{file}:{line}"
+
+
+def _frame_lines(r: OpenRun, ids: list[int]) -> dict[int, str]:
+    """frame id -> its line's key (`line_key`); many frame ids can map to one line."""
     if not ids:
         return {}
     rows = r.run.sql("SELECT frame_id, file, line FROM frames WHERE frame_id IN (SELECT unnest(?::BIGINT[]))", [ids]).fetchall()
-    return {fid: f"{f}:{ln}" for fid, f, ln in rows}
+    return {fid: line_key(f, ln) for fid, f, ln in rows}
 
 
 def _roofline(r: OpenRun, ranks: list[int]) -> dict:
