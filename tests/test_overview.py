@@ -33,6 +33,7 @@ from neuron_explorer.analyzers.model import Evidence, Finding, Location, Report
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.dashboard import app as dash_app, overview as ov, panels, queries
 from neuron_explorer.dashboard.runs import RunSet
+from neuron_explorer.fmt import duration
 
 from .conftest import TRACES, X, write_trace
 
@@ -89,7 +90,7 @@ def test_overview_says_what_bounds_each_step_with_exact_shares(h100):
 def test_overview_top_lists_are_shares_of_step_time_on_the_critical_path(h100):
     top = ov.overview(h100, run=0)["top"]
     assert top["basis"] == "critical_path" and top["denominator_ns"] == 200 * US
-    assert "% of step time" in top["denominator"] and "2 profiler steps' total of 0.200 ms" in top["denominator"]
+    assert "% of step time" in top["denominator"] and f"2 profiler steps' total of {duration(200 * US)}" in top["denominator"]
     assert [(k["name"], k["ns"], k["share"]) for k in top["kernels"]] == [("gemm", 80 * US, 0.4)]
     assert [(o["name"], o["ns"], o["share"]) for o in top["operators"]] == [("aten::mm", 85 * US, 0.425), ("aten::add", 80 * US, 0.4)]
     assert top["lines"] == []  # an imported trace without stacks has no user lines...
@@ -204,11 +205,11 @@ def test_findings_zoom_to_their_whole_evidence_and_follow_the_rank(h100, monkeyp
     # the rank picker: rank 0's findings and the run-wide one
     assert [f["index"] for f in queries.findings(h100, run=0, rank=0)["rows"]] == [0, 1, 2]
     got = panels.findings_for(h100, 0, 0)
-    assert got[0]["share %"] == 40.0 and got[0]["share of"] == "share of rank 0's step time (0.200 ms, 2 steps)"
+    assert got[0]["share %"] == 40.0 and got[0]["share of"] == f"share of rank 0's step time ({duration(200 * US)}, 2 steps)"
     assert got[0]["confidence"] == 0.75 and got[0]["notes"] == "no user source frames recorded"
     assert got[2]["share of"] == "share of the longest rank's analysed time"
     note = panels.findings_note(h100, 0, 0, got)
-    assert "need not add up to 100%" in note and "rank 0's step time (0.200 ms, 2 steps)" in note
+    assert "need not add up to 100%" in note and f"rank 0's step time ({duration(200 * US)}, 2 steps)" in note
     for k in ("findings", "report_summary"):
         monkeypatch.delitem(r._facts, k)
 
@@ -227,7 +228,7 @@ def test_findings_of_a_two_rank_run_follow_the_rank_picker(tmp_path, monkeypatch
     assert [f["title"] for f in panels.findings_for(rs, 0, 1)] == ["op1"]
     assert [f["title"] for f in panels.findings_for(rs, 0, "all")] == ["op1", "op0"]
     only0 = panels.findings_for(rs, 0, 0)
-    assert [(f["id"], f["title"], f["share of"]) for f in only0] == [("1", "op0", "share of rank 0's step time (50.0 µs, 1 step)")]
+    assert [(f["id"], f["title"], f["share of"]) for f in only0] == [("1", "op0", f"share of rank 0's step time ({duration(50 * US)}, 1 step)")]
     rs.close()
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 
+from ..schema import DEVICE_KINDS
 from .runs import OpenRun, QueryError, RunSet, parse_int, placed_cols
 from .source import source
 
@@ -82,7 +83,7 @@ def event(rs: RunSet, run=0, event_id=None) -> dict:
                         f"ORDER BY ts_ns LIMIT {KERNELS_PER_EVENT + 1}", params)
     truncated = len(kernels) > KERNELS_PER_EVENT
     kernels = kernels[:KERNELS_PER_EVENT]
-    if e["kind"] in ("kernel", "memcpy", "memset", "sync", "gpu_annotation") and e["device"] is not None:
+    if e["kind"] in DEVICE_KINDS and e["device"] is not None:
         kernels = [e]
     # launches of the listed kernels (one query), for the chain and the flow arrows
     launch_ids = sorted({k["launch_id"] for k in kernels if k["launch_id"] is not None})

@@ -19,7 +19,7 @@ Must not: compute any other figure, or read source files.
 
 from __future__ import annotations
 
-from ..analyzers.metrics import DEVICE_WORK_KINDS, kinds_sql
+from ..vocab import device_work, top_op
 from .runs import OpenRun, QueryError, RunSet, parse_int
 from .timeline import TIME_LIMIT_NS, parse_rank
 
@@ -32,13 +32,13 @@ def call_paths(r: OpenRun, rank: int | None, where: str, params: list, metric: s
     """Rows (line, module, operator, kernel, count, ns) of the work picked by `where` (a condition
     on the work's events `e`), summed per call path. The one aggregation of the flame view."""
     if metric == "device":
-        work = f"e.kind IN {kinds_sql(DEVICE_WORK_KINDS)} AND e.device IS NOT NULL"
+        work = f"{device_work('e')} AND e.device IS NOT NULL"
         kernel = "e.name"
         op_join = "LEFT JOIN events o ON o.event_id = e.op_id LEFT JOIN events t ON t.event_id = e.top_op_id"
         module = "coalesce(e.module_path, o.module_path, t.module_path)"
         operator = "t.name"
     else:
-        work = "e.kind = 'cpu_op' AND e.top_op_id = e.event_id"
+        work = top_op("e")
         kernel = "NULL"
         op_join = ""
         module = "e.module_path"
@@ -81,7 +81,7 @@ def flame(rs: RunSet, run=0, rank=None, step=None, t0=None, t1=None, metric=None
     r = rs.get(run)
     rank = parse_rank(r, rank)
     if metric in (None, ""):
-        _, got = r.query(f"SELECT count(*) FROM (SELECT 1 FROM events WHERE kind IN {kinds_sql(DEVICE_WORK_KINDS)} LIMIT 1)")
+        _, got = r.query(f"SELECT count(*) FROM (SELECT 1 FROM events WHERE {device_work()} LIMIT 1)")
         metric = "device" if got[0][0] else "cpu"
     if metric not in METRICS:
         raise QueryError(f"metric must be one of {', '.join(METRICS)}, got {str(metric)[:40]!r}")

@@ -15,6 +15,7 @@ Each returns plain data; app.py draws it and api.py serves it (/api/area, /api/c
 
 from __future__ import annotations
 
+from ..vocab import top_op
 from .runs import OpenRun, QueryError, RunSet, placed_cols
 from .timeline import TIME_LIMIT_NS, _int, parse_flag, parse_rank
 
@@ -43,8 +44,8 @@ def _where(r: OpenRun, table: str, key: dict) -> tuple[str, list]:
         return "device IS NOT NULL AND name = ? AND kind = ?", [str(key["name"]), str(key["kind"])]
     if table == "lines":
         file, _, line = str(key["source"]).rpartition(":")
-        return ("kind = 'cpu_op' AND top_op_id = event_id AND source_frame_id IN "
-                "(SELECT frame_id FROM frames WHERE file = ? AND line = ?)"), [file, _int(line, "line")]
+        return (f"{top_op()} AND source_frame_id IN (SELECT frame_id FROM frames WHERE file = ? AND line = ?)",
+                [file, _int(line, "line")])
     if table == "steps":
         return "event_id IN (SELECT event_id FROM steps WHERE rank = ? AND step = ?)", [_int(key["rank"], "rank"), _int(key["step"], "step")]
     raise QueryError(f"table must be one of {', '.join(TABLES)}, got {table!r}")

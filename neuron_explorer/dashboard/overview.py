@@ -30,6 +30,7 @@ from ..analyzers import critical_path as cp
 from ..analyzers import metrics
 from ..analyzers import utilisation as util
 from ..analyzers.engine import quality_notes
+from ..fmt import duration, share
 from . import queries
 from .runs import OpenRun, QueryError, RunSet
 
@@ -46,14 +47,6 @@ ROOFLINE_KERNELS = 40
 """Kernel names drawn on the roofline (the longest by total time)."""
 TOP_FINDINGS = 10
 DEVICE_CATEGORIES = ("device_compute", "communication", "memcpy")
-
-
-def _ms(ns) -> str:
-    return "n/a" if ns is None else f"{ns / 1e6:,.3f} ms" if abs(ns) >= 1e5 else f"{ns / 1e3:,.1f} µs"
-
-
-def _pct(x) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
 # ---- data ------------------------------------------------------------------------------------
@@ -172,7 +165,7 @@ def _top(rs: RunSet, r: OpenRun, summaries: list[dict]) -> dict:
         lines = by_line
         return {"basis": "critical_path", "denominator_ns": total,
                 "denominator": (f"% of step time: ns charged on the critical path over the {steps} profiler steps' total of "
-                                f"{_ms(total)} (rank{'s' if len(summaries) > 1 else ''} {ranks}); each list adds up to at most 100%"),
+                                f"{duration(total)} (rank{'s' if len(summaries) > 1 else ''} {ranks}); each list adds up to at most 100%"),
                 "kernels": _ranked(kernels, total), "operators": _ranked(ops, total), "lines": _ranked(lines, total)}
     denom = sum(s.get("analysed_ns") or 0 for s in summaries)
     kernels, ops, lines = {}, {}, {}
@@ -185,7 +178,7 @@ def _top(rs: RunSet, r: OpenRun, summaries: list[dict]) -> dict:
         for row in sl.get("device") or sl.get("cpu") or []:
             _add(lines, row["source"], {"charged_ns": row["self_ns"], "events": row["calls"]})
     return {"basis": "span", "denominator_ns": denom,
-            "denominator": (f"% of the profiled span ({_ms(denom)}, rank{'s' if len(summaries) > 1 else ''} {ranks}; no profiler "
+            "denominator": (f"% of the profiled span ({duration(denom)}, rank{'s' if len(summaries) > 1 else ''} {ranks}; no profiler "
                             "steps): kernels by device time, operators by CPU time of top-level operators, lines by device time "
                             "(else CPU time); overlapping streams and threads add up, so shares can pass 100%"),
             "kernels": _ranked(kernels, denom), "operators": _ranked(ops, denom), "lines": _ranked(lines, denom)}
@@ -253,8 +246,8 @@ def share_denominator(rank: int | None, summary: dict) -> str:
         return "of the longest rank's analysed time"
     if s["steps"]["count"]:
         n = s["steps"]["count"]
-        return f"of rank {rank}'s step time ({_ms(s['analysed_ns'])}, {n} step{'s' if n != 1 else ''})"
-    return f"of rank {rank}'s profiled span ({_ms(s['analysed_ns'])}, no steps)"
+        return f"of rank {rank}'s step time ({duration(s['analysed_ns'])}, {n} step{'s' if n != 1 else ''})"
+    return f"of rank {rank}'s profiled span ({duration(s['analysed_ns'])}, no steps)"
 
 
 def summary_by_rank(rs: RunSet, run) -> dict:
@@ -345,8 +338,8 @@ def roofline_figure(data: dict):
             x=[p["intensity"] for p in pts], y=[p["tflops_per_s"] for p in pts], mode="markers", name="kernels",
             marker={"size": [8 + 30 * math.sqrt(p["dur_ns"] / biggest) for p in pts], "color": "#1565C0", "opacity": 0.6,
                     "line": {"color": "#0D47A1", "width": 1}},
-            text=[f"{p['kernel'][:80]}<br>{p['op'] or ''} · {p['dtype'] or '?'} · {p['calls']} calls, {_ms(p['dur_ns'])}"
-                  + (f"<br>{_pct(p['efficiency'])} of its roofline bound" if p["efficiency"] is not None else "") for p in pts],
+            text=[f"{p['kernel'][:80]}<br>{p['op'] or ''} · {p['dtype'] or '?'} · {p['calls']} calls, {duration(p['dur_ns'])}"
+                  + (f"<br>{share(p['efficiency'])} of its roofline bound" if p["efficiency"] is not None else "") for p in pts],
             hovertemplate="%{text}<br>%{x:.3g} FLOP/byte, %{y:.3g} TFLOP/s<extra></extra>"))
     peak = roof["peak"]
     xs = [p["intensity"] for p in pts]
@@ -380,7 +373,7 @@ def _top_table(title: str, rows: list[dict], table_id: str):
     from dash import html
 
     body = [html.Tr([html.Td(r["name"] if len(r["name"]) <= 48 else r["name"][:47] + "…", title=r["name"], className="nx-ov-name"),
-                     html.Td(_ms(r["ns"]), className="nx-ov-num"), html.Td(_pct(r["share"]), className="nx-ov-num")]) for r in rows]
+                     html.Td(duration(r["ns"]), className="nx-ov-num"), html.Td(share(r["share"]), className="nx-ov-num")]) for r in rows]
     if not body:
         body = [html.Tr(html.Td("none", className="nx-muted"))]
     return html.Div([html.Div(title, className="nx-ov-cap"),
@@ -412,9 +405,9 @@ def header(data: dict):
     """The verdict in words, each device's busy share, and the data-quality notes."""
     from dash import html
 
-    busy = [f"rank {p['rank']} device {d['device']}: busy {_pct(d['busy_share'])} of its window ({_ms(d['window_ns'])})"
+    busy = [f"rank {p['rank']} device {d['device']}: busy {share(d['busy_share'])} of its window ({duration(d['window_ns'])})"
             for p in data["ranks"] for d in p["devices"]]
-    mfu = [f"rank {p['rank']}: median MFU {_pct(p['mfu_median'])}" if p["mfu_median"] is not None else p["mfu_note"]
+    mfu = [f"rank {p['rank']}: median MFU {share(p['mfu_median'])}" if p["mfu_median"] is not None else p["mfu_note"]
            for p in data["ranks"] if p["mfu_note"] or p["mfu_median"] is not None]
     notes = [f"rank {p['rank']}: {n}" if len(data["ranks"]) > 1 else n for p in data["ranks"] for n in p["quality"]] + data["warnings"]
     if data["ranks_not_shown"]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from ..errors import NeuronExplorerError
+from ..fmt import duration
 from . import queries
 from .grid import column, grid, text_color_when
 from .runs import RunSet
@@ -30,15 +31,14 @@ def detail_panel(rs: RunSet, run, event_id):
                          html.Div("Click a slice on the timeline to see its chain from your source "
                                   "line down to the kernel.", className="nx-muted")])
     d = queries.event(rs, run=run, event_id=event_id)
-    fmt = lambda ns: f"{ns / 1000:,.3f} µs" if ns < 10**6 else f"{ns / 1e6:,.3f} ms"  # noqa: E731
     where = (f"rank {d['rank']} · device {d['device']} · stream {d['stream']}" if d["device"] is not None
              else f"rank {d['rank']} · pid {d['pid']} · tid {d['tid']}")
-    kv = [("kind", f"{d['kind']} ({d['category']})"), ("start", f"+{d['start_ms']:,.6f} ms"), ("duration", fmt(d["dur_ns"])),
+    kv = [("kind", f"{d['kind']} ({d['category']})"), ("start", f"+{d['start_ms']:,.6f} ms"), ("duration", duration(d["dur_ns"])),
           ("where", where), ("step", d["step"] if d["step"] is not None else "—"), ("module", d["module_path"] or "—")]
     shapes = {k: v for k, v in d["args"].items() if k in ("Input Dims", "Input type", "Input Strides", "grid", "block")}
     items = []
     for c in d["chain"]:
-        label = c["name"] if c["role"] == "source" else f"{c['name']}  ({fmt(c['dur_ns'])})"
+        label = c["name"] if c["role"] == "source" else f"{c['name']}  ({duration(c['dur_ns'])})"
         items.append(html.Li([html.B(c["role"]), html.Span(label)]))
     children = [
         html.H3(d["name"], id="detail-name"),
