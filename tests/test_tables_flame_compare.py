@@ -27,7 +27,8 @@ import pytest
 from neuron_explorer.analyzers import diff as diff_mod
 from neuron_explorer.analyzers import job
 from neuron_explorer.collectors.chrome_trace import import_traces
-from neuron_explorer.dashboard import flame, panels, queries
+from neuron_explorer.dashboard import panels, queries
+from neuron_explorer.dashboard.ui import flame
 from neuron_explorer.dashboard.runs import QueryError, RunSet
 
 from .conftest import cli, write_trace

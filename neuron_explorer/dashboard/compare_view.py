@@ -18,7 +18,7 @@ from ..fmt import duration
 from . import compare as cmp
 from .figure import HIGHLIGHT, build_figure, time_unit
 from .grid import column, grid, text_color_when
-from .panels import CallbackInputError, guard
+from .ui.guard import CallbackInputError, guard
 from .runs import RunSet
 from .theme import GRAPH_CONFIG
 

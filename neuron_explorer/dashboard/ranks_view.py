@@ -74,7 +74,7 @@ def heatmap_figure(rs: RunSet, run):
 
 def cell_view(rs: RunSet, run, click) -> dict:
     """The view after a click on a heatmap cell: that rank only, the window of that step."""
-    from .panels import CallbackInputError
+    from .ui.guard import CallbackInputError
 
     try:
         p = click["points"][0]
