@@ -26,7 +26,8 @@ import pytest
 
 from neuron_explorer.analyzers import diff as diff_mod
 from neuron_explorer.collectors.chrome_trace import import_traces
-from neuron_explorer.dashboard import compare_view, queries
+from neuron_explorer.dashboard.ui import compare_view
+from neuron_explorer.dashboard import queries
 from neuron_explorer.dashboard import app as dash_app
 from neuron_explorer.dashboard.runs import QueryError, RunSet
 from neuron_explorer.errors import NeuronExplorerError

@@ -31,7 +31,8 @@ import pytest
 
 from neuron_explorer.analyzers.model import Evidence, Finding, Location, Report
 from neuron_explorer.collectors.chrome_trace import import_traces
-from neuron_explorer.dashboard import app as dash_app, panels, queries
+from neuron_explorer.dashboard import app as dash_app, queries
+from neuron_explorer.dashboard.ui import panels
 from neuron_explorer.dashboard.ui import overview as ov
 from neuron_explorer.dashboard.views import findings as findings_view, overview as ovd
 from neuron_explorer.dashboard.runs import RunSet

@@ -1,7 +1,7 @@
 """The Dash app: layout and callbacks. It only draws what the query functions return.
 
 Callback bodies are plain functions (`view_for`, `timeline_figure`, `clicked_event` here;
-`detail_panel`, `tables_for`, `findings_for` in panels.py) so that tests call them without a
+`detail_panel`, `tables_for`, `findings_for` in ui/panels.py) so that tests call them without a
 browser; `create_app` wires them.
 Every callback answers malformed input with a message, never an exception.
 
@@ -14,13 +14,15 @@ import re
 import threading
 
 from ..errors import NeuronExplorerError
-from . import compare_view, lane_groups, navigate, queries
+from .ui import compare_view
+from . import lane_groups, queries
+from .views import navigate
 from . import ranks_view
 from .api import register as register_api
 from .figure import build_figure
-from .panels import detail_panel, finding_clicked, findings_for, findings_note, findings_table, tables_for  # noqa: F401  (callback bodies)
-from .panels import TAB_LABELS, TABS
-from .theme import GRAPH_CONFIG, STYLE
+from .ui.panels import detail_panel, finding_clicked, findings_for, findings_note, findings_table, tables_for  # noqa: F401  (callback bodies)
+from .ui.panels import TAB_LABELS, TABS
+from .ui.theme import GRAPH_CONFIG, STYLE
 from .runs import RunSet
 from .timeline import timeline_arrays
 from .ui import flame, overview
@@ -232,7 +234,7 @@ def table_jump(rs: RunSet, table: str, click, run, rank) -> dict:
     instance, with every instance in view highlighted (`mark`), and that instance selected. The
     grid reports the row's position in the rows it was given (AG Grid's default row id), so the
     same query finds it whatever the sort and filter."""
-    from .panels import TABLE_ROWS
+    from .ui.panels import TABLE_ROWS
 
     if not isinstance(click, dict) or click.get("rowId") is None:
         raise CallbackInputError("no table row clicked")
@@ -254,7 +256,7 @@ def area_panel(rs: RunSet, area, run, rank, all_lanes: bool, collapsed=None):
     timeline as drawn, with the `collapsed` lane groups), per name."""
     from dash import html
 
-    from .grid import column, grid
+    from .ui.grid import column, grid
 
     if not isinstance(area, dict):
         return None

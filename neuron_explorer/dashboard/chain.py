@@ -15,7 +15,7 @@ import json
 
 from ..schema import DEVICE_KINDS
 from .runs import OpenRun, QueryError, RunSet, parse_int, placed_cols
-from .source import source
+from .views.source import source
 
 KERNELS_PER_EVENT = 50
 """Most kernels listed for one event's chain."""

@@ -101,7 +101,7 @@ def _heatmap_body(fig) -> list:
     browser to draw)."""
     from dash import dcc, html
 
-    from .theme import GRAPH_CONFIG
+    from .ui.theme import GRAPH_CONFIG
 
     if fig is None:
         return []

@@ -6,7 +6,7 @@ Must not: query the run (views/flame.py does).
 from __future__ import annotations
 
 from ..runs import RunSet
-from ..theme import GRAPH_CONFIG
+from .theme import GRAPH_CONFIG
 from ..views.flame import flame
 
 

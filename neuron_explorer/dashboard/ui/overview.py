@@ -139,7 +139,7 @@ def _top_table(title: str, rows: list[dict], table_id: str):
 
 def findings_grid():
     """The overview's findings (a click zooms the timeline to the finding's whole evidence)."""
-    from ..grid import column, grid, text_color_when
+    from .grid import column, grid, text_color_when
 
     cols = [column("severity", "severity", cellStyle=text_color_when(("params.value == 'high'", "#B71C1C"),
                                                                      ("params.value == 'medium'", "#E65100"))),
@@ -243,7 +243,7 @@ def register(app, rs: RunSet, view_for) -> None:
     (`view_for` is the app's window function)."""
     from dash import Input, Output, State, no_update
 
-    from ..panels import finding_clicked
+    from .panels import finding_clicked
     from .guard import guard
 
     @app.callback(Output("overview", "children"), Output("error", "children", allow_duplicate=True),

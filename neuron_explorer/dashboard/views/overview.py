@@ -30,7 +30,7 @@ from ...analyzers import utilisation as util
 from ...analyzers.engine import quality_notes
 from ...fmt import duration
 from ..runs import OpenRun, QueryError, RunSet
-from ..tables import kernels as kernel_rows
+from .tables import kernels as kernel_rows
 from ..timeline import parse_rank
 from .findings import findings as run_findings, report_summary
 

@@ -15,9 +15,9 @@ Each returns plain data; app.py draws it and api.py serves it (/api/area, /api/c
 
 from __future__ import annotations
 
-from ..vocab import top_op
-from .runs import OpenRun, QueryError, RunSet, placed_cols
-from .timeline import TIME_LIMIT_NS, _int, parse_flag, parse_rank
+from ...vocab import top_op
+from ..runs import OpenRun, QueryError, RunSet, placed_cols
+from ..timeline import TIME_LIMIT_NS, _int, parse_flag, parse_rank
 
 TABLES = ("operators", "kernels", "lines", "steps")
 """The tables whose rows jump to the timeline."""
@@ -161,7 +161,7 @@ def critical_path(rs: RunSet, run=0, t0=None, t1=None, rank=None) -> dict:
     """The critical path of the step in view (per rank shown; all ranks: every rank's step at the
     window): its charged segments in time order with the event each is charged to (none for an
     idle gap), category, charged ns and the lane columns of the event."""
-    from ..analyzers.critical_path import rank_path
+    from ...analyzers.critical_path import rank_path
 
     r = rs.get(run)
     rk = parse_rank(r, rank)

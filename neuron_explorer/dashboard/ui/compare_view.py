@@ -12,14 +12,14 @@ Must not: query the runs itself (compare.py does) or accept a path from the brow
 from __future__ import annotations
 
 
-from ..analyzers.diff import RUN_SET_TESTS, TEST_NAMES, measure_name, work_lines
-from ..errors import NeuronExplorerError
-from ..fmt import duration
-from . import compare as cmp
-from .figure import HIGHLIGHT, build_figure, time_unit
+from ...analyzers.diff import RUN_SET_TESTS, TEST_NAMES, measure_name, work_lines
+from ...errors import NeuronExplorerError
+from ...fmt import duration
+from ..views import compare as cmp
+from ..figure import HIGHLIGHT, build_figure, time_unit
 from .grid import column, grid, text_color_when
-from .ui.guard import CallbackInputError, guard
-from .runs import RunSet
+from .guard import CallbackInputError, guard
+from ..runs import RunSet
 from .theme import GRAPH_CONFIG
 
 TAB_LABELS = {"source_line": "Source lines", "module": "Modules", "operator": "Operators", "kernel": "Kernels"}

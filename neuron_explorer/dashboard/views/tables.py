@@ -6,7 +6,7 @@ Every view returns plain data: `rows`, `truncated`, `total_rows`, and `shares` (
 what it is a share of, said in words: shares of overlapping things need not add up to 100%).
 Times are ns (`*_ns`) or ms from the run's first event (`*_ms`).
 
-Must not: draw (panels.py does) or read source files.
+Must not: draw (ui/panels.py does) or read source files.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..vocab import device_work, top_op
-from .chain import ms_from_start
-from .runs import OpenRun, RunSet, parse_int
-from .timeline import MAX_WIDTH_PX, memory_track, parse_rank
+from ...vocab import device_work, top_op
+from ..chain import ms_from_start
+from ..runs import OpenRun, RunSet, parse_int
+from ..timeline import MAX_WIDTH_PX, memory_track, parse_rank
 
 TABLE_LIMIT = 500
 """Rows a table view returns when the request does not say (the output says when it cut)."""
@@ -159,7 +159,7 @@ def source_lines(rs: RunSet, run=0, rank=None, limit=None) -> dict:
     CPU time of its top-level operators and device time of their work, self (the line is the
     statement) and total (the line is anywhere in the statement's user-frame ancestry), the
     backward part of self (backward work counts on its forward statement) and Python-level time."""
-    from ..analyzers.lines import self_and_total
+    from ...analyzers.lines import self_and_total
 
     r = rs.get(run)
     rank = parse_rank(r, rank)
@@ -274,7 +274,7 @@ class Col:
 @dataclass(frozen=True)
 class TableView:
     """One table: its tab, its query function, the columns it shows, and what it says when empty.
-    `jumps`: a click on a row jumps to the row's instances on the timeline (navigate.py)."""
+    `jumps`: a click on a row jumps to the row's instances on the timeline (views/navigate.py)."""
     key: str
     label: str
     query: object
@@ -319,7 +319,7 @@ own (a chart and three small tables: memory_summary)."""
 
 def table(rs: RunSet, key: str, run=0, rank=None, limit=None) -> dict:
     """The rows of one registered table view."""
-    from .runs import QueryError
+    from ..runs import QueryError
 
     v = TABLE_VIEWS.get(key)
     if v is None:

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import json
 
-from ..fmt import duration
-from . import queries
+from ...fmt import duration
+from .. import queries
 from .grid import column, grid, text_color_when
-from .runs import RunSet
-from .tables import TABLE_VIEWS
+from ..runs import RunSet
+from ..views.tables import TABLE_VIEWS
 from .theme import GRAPH_CONFIG
-from .ui.flame import panel as flame_panel
-from .ui.guard import CallbackInputError
-from .views.overview import share_denominator, summary_by_rank
+from .flame import panel as flame_panel
+from .guard import CallbackInputError
+from ..views.overview import share_denominator, summary_by_rank
 
 
 def detail_panel(rs: RunSet, run, event_id):
