@@ -6,7 +6,7 @@ operator, the kernels launched by runtime calls inside it (op_id, else top_op_id
 own. `brief` is the short form of an event that every view placing events on the timeline uses
 (name, times, its timeline row `y`).
 
-Must not: draw, or read source files itself (source.py does).
+Must not: draw, or read source files itself (views/source.py does).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Callback bodies are plain functions (`verdict_panel`, `aligned_figures`, `delta_
 `mode_styles`) so tests call them without a browser; `layout` and `register` wire them into the
 app. Every callback answers malformed input with a message in #error, never an exception.
 
-Must not: query the runs itself (compare.py does) or accept a path from the browser.
+Must not: query the runs itself (views/compare.py does) or accept a path from the browser.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from ..views.overview import BAR_PARTS, overview
 BAR_COLORS = {"compute": "#2E7D32", "communication": "#6A1B9A", "memcpy": "#F9A825", "host + launch": "#1565C0",
               "input": "#00838F", "idle": "#B0BEC5"}
 
-# ---- drawing ---------------------------------------------------------------------------------
+
 def _fig_layout(fig, height: int, **kw):
     import plotly.graph_objects as go
 

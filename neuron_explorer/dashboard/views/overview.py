@@ -30,9 +30,9 @@ from ...analyzers import utilisation as util
 from ...analyzers.engine import quality_notes
 from ...fmt import duration
 from ..runs import OpenRun, QueryError, RunSet
-from .tables import kernels as kernel_rows
 from ..timeline import parse_rank
 from .findings import findings as run_findings, report_summary
+from .tables import kernels as kernel_rows
 
 BAR_PARTS = {"compute": ("device_compute",), "communication": ("communication",), "memcpy": ("memcpy",),
              "host + launch": ("host_compute", "launch_overhead"), "input": ("input_pipeline",), "idle": ("idle",)}
@@ -47,7 +47,6 @@ TOP_FINDINGS = 10
 DEVICE_CATEGORIES = ("device_compute", "communication", "memcpy")
 
 
-# ---- data ------------------------------------------------------------------------------------
 def overview(rs: RunSet, run=0, rank=None) -> dict:
     """The Overview page's data for a run (every rank, or one `rank`): per rank the verdict, the
     per-step breakdown with device busy and MFU, the devices; over the ranks shown, the top
