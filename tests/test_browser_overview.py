@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from neuron_explorer.collectors.chrome_trace import import_traces
-from neuron_explorer.dashboard import overview as ov
+from neuron_explorer.dashboard.views import overview as ov
 from neuron_explorer.dashboard import queries
 
 from .conftest import TRACES, dashboard_server

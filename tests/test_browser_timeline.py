@@ -13,7 +13,7 @@ import pytest
 
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.dashboard import app as dash_app
-from neuron_explorer.dashboard import navigate
+from neuron_explorer.dashboard.views import navigate
 
 from .conftest import dashboard_server
 from .test_browser_dashboard import (ARTIFACTS, GD, SAMPLE, STATUS, _browser_installed, _mouse_click, _mouse_drag,  # noqa: F401

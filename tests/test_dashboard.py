@@ -28,6 +28,7 @@ from neuron_explorer.analyzers.model import Evidence, Finding, Location, Report
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.dashboard import api, app as dash_app, figure, queries, runs as runs_mod, timeline as tl_mod
 from neuron_explorer.dashboard.runs import QueryError, RunSet, drawn_sql
+from neuron_explorer.dashboard.views import findings as findings_view
 from neuron_explorer.errors import NeuronExplorerError
 
 from .conftest import TRACES, X, cli, write_trace
@@ -277,7 +278,7 @@ def test_findings_zoom_targets_from_a_hand_made_report(rs, monkeypatch):
                 Evidence("SELECT 2", []), "look", 0.5)])
     r = rs.get(0)
     monkeypatch.delitem(r._facts, "findings", raising=False)
-    monkeypatch.setattr(queries, "_load_analyze", lambda: lambda path, write: report)
+    monkeypatch.setattr(findings_view, "_load_analyze", lambda: lambda path, write: report)
     rows = queries.findings(rs, run=0)["rows"]
     pad = 100 * US // 10  # its whole evidence: its sample and its step (0-100 us), padded by a tenth
     assert (rows[0]["t0"], rows[0]["t1"]) == (BASE - pad, BASE + 100 * US + pad)

@@ -26,10 +26,12 @@ import pytest
 
 from neuron_explorer.analyzers import diff as diff_mod
 from neuron_explorer.collectors.chrome_trace import import_traces
-from neuron_explorer.dashboard import compare_view, queries
+from neuron_explorer.dashboard.ui import compare_view
+from neuron_explorer.dashboard import queries
 from neuron_explorer.dashboard import app as dash_app
 from neuron_explorer.dashboard.runs import QueryError, RunSet
 from neuron_explorer.errors import NeuronExplorerError
+from neuron_explorer.fmt import duration
 from neuron_explorer.info import fmt_ns
 
 from .conftest import REPO, dashboard_server, write_trace
@@ -208,9 +210,9 @@ def _text(component) -> str:
 def test_verdict_panel_shows_means_cis_and_the_verdict(rs):
     text = _text(compare_view.verdict_panel(rs, 0, 1))
     s = queries.compare(rs, base=0, test=1)["step_time"]
-    assert "SLOWER" in text and f"+{s['delta_ns'] / 1e6:,.3f} ms ({s['delta_pct']:+.1f}%)" in text and "Welch's t p" in text
-    assert f"{s['base']['ci_low'] / 1e6:,.3f} ms" in text and f"{s['test']['mean'] / 1e6:,.3f} ms" in text
-    assert f"{s['test']['median'] / 1e6:,.3f} ms" in text and "5 of 5 (0..4)" in text and "Cliff's delta +1.00" in text
+    assert "SLOWER" in text and f"+{duration(s['delta_ns'])} ({s['delta_pct']:+.1f}%)" in text and "Welch's t p" in text
+    assert duration(s['base']['ci_low']) in text and duration(s['test']['mean']) in text
+    assert duration(s['test']['median']) in text and "5 of 5 (0..4)" in text and "Cliff's delta +1.00" in text
     # the work per step: aten::slow (2.998 ms) added to aten::mm and aten::relu, priced at its own time
     # (the shared calls ran at the same speed); 2.998 ms of the base's mean step of 10.04 ms
     assert json.dumps("work per step: operator calls (median) 2 → 3 (+50.0%)")[1:-1] in text
@@ -301,7 +303,7 @@ def test_compare_view_in_chromium(server, browser):  # noqa: F811  (the shared f
                                 f"{_graph('cmp-test-timeline')}._fullLayout.xaxis.range]")
     assert ranges[0] == ranges[1] and ranges[0][1] == pytest.approx(13_728.0, rel=1e-3)
     caption = drv.find_element(By.ID, "cmp-test-caption").text
-    assert "step 2" in caption and "13.200 ms" in caption
+    assert "step 2" in caption and duration(13_200_000) in caption
     keys = wait_for(drv, f"return {GRID_COLUMN}('cmp-table-source_line', 'key')", what="source-line delta table")
     assert keys == ["train.py:20", "train.py:20"]
     assert wait_for(drv, f"return {GRID_COLUMN}('cmp-table-source_line', 'significant')", what="sig. column") == ["yes", "yes"]
@@ -354,6 +356,6 @@ def test_compare_view_in_chromium(server, browser):  # noqa: F811  (the shared f
     wait_for(drv, "return document.getElementById('error').innerText.includes('same run')", what="same-run message")
     pick("cmp-base", "1: test")
     wait_for(drv, "const e = document.getElementById('cmp-verdict-badge'); return e && e.innerText === 'FASTER'", what="FASTER")
-    wait_for(drv, "const e = document.getElementById('cmp-base-caption'); return e && e.innerText.includes('13.200 ms')",
+    wait_for(drv, f"const e = document.getElementById('cmp-base-caption'); return e && e.innerText.includes('{duration(13_200_000)}')",
              what="base timeline now run 1")
     assert not drv.execute_script("return document.getElementById('error').innerText").strip()

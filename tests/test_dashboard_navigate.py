@@ -20,7 +20,7 @@ import pytest
 
 from neuron_explorer.dashboard import app as dash_app
 from neuron_explorer.errors import NeuronExplorerError
-from neuron_explorer.dashboard import navigate
+from neuron_explorer.dashboard.views import navigate
 from neuron_explorer.dashboard.runs import QueryError
 
 from .test_dashboard import BASE, US, eid, made, rs  # noqa: F401  (fixtures)

@@ -31,8 +31,12 @@ import pytest
 
 from neuron_explorer.analyzers.model import Evidence, Finding, Location, Report
 from neuron_explorer.collectors.chrome_trace import import_traces
-from neuron_explorer.dashboard import app as dash_app, overview as ov, panels, queries
+from neuron_explorer.dashboard import app as dash_app, queries
+from neuron_explorer.dashboard.ui import panels
+from neuron_explorer.dashboard.ui import overview as ov
+from neuron_explorer.dashboard.views import findings as findings_view, overview as ovd
 from neuron_explorer.dashboard.runs import RunSet
+from neuron_explorer.fmt import duration
 
 from .conftest import TRACES, X, write_trace
 
@@ -69,7 +73,7 @@ def h100(tmp_path_factory):
 
 
 def test_overview_says_what_bounds_each_step_with_exact_shares(h100):
-    d = ov.overview(h100, run=0)
+    d = ovd.overview(h100, run=0)
     assert d["verdict"] == "host-bound (60%): CPU operators and Python"
     s1, s2 = d["steps"]
     assert (s1["step"], s1["dur_ns"], s1["words"]) == (1, 100 * US, "device-bound (80%): device compute")
@@ -87,17 +91,44 @@ def test_overview_says_what_bounds_each_step_with_exact_shares(h100):
 
 
 def test_overview_top_lists_are_shares_of_step_time_on_the_critical_path(h100):
-    top = ov.overview(h100, run=0)["top"]
+    top = ovd.overview(h100, run=0)["top"]
     assert top["basis"] == "critical_path" and top["denominator_ns"] == 200 * US
-    assert "% of step time" in top["denominator"] and "2 profiler steps' total of 0.200 ms" in top["denominator"]
+    assert "% of step time" in top["denominator"] and f"2 profiler steps' total of {duration(200 * US)}" in top["denominator"]
     assert [(k["name"], k["ns"], k["share"]) for k in top["kernels"]] == [("gemm", 80 * US, 0.4)]
     assert [(o["name"], o["ns"], o["share"]) for o in top["operators"]] == [("aten::mm", 85 * US, 0.425), ("aten::add", 80 * US, 0.4)]
     assert top["lines"] == []  # an imported trace without stacks has no user lines...
-    assert any("no user source lines" in n for n in ov.overview(h100, run=0)["ranks"][0]["quality"])  # ...and says so
+    assert any("no user source lines" in n for n in ovd.overview(h100, run=0)["ranks"][0]["quality"])  # ...and says so
+
+
+def test_overview_sums_a_line_over_every_frame_on_it(tmp_path):
+    """Two frames on one file:line (a `<lambda>` on the line of `forward`, called in step 2): the
+    Overview's line is the sum of what the critical path charges both, the key analyzers/lines.py
+    groups by (file, line), not the last frame's figure."""
+    from neuron_explorer.analyzers import critical_path as cp
+
+    py = [X("train.py(5): step_a", "python_function", 1, 98), X("model.py(10): forward", "python_function", 4, 20),
+          X("train.py(7): step_b", "python_function", 101, 98), X("model.py(10): <lambda>", "python_function", 104, 82)]
+    trace = write_trace(tmp_path / "t.json", events("NVIDIA H100 80GB HBM3") + py, baseTimeNanoseconds=BASE,
+                        distributedInfo={"rank": 0, "world_size": 1})
+    rs = RunSet([import_traces(trace, tmp_path / "run").run_dir])
+    r = rs.get(0)
+    frames = r.run.sql("SELECT frame_id FROM frames WHERE file = 'model.py' AND line = 10").fetchall()
+    assert len(frames) == 2  # the case: two frame ids, one line
+    per_frame = {f: 0 for (f,) in frames}
+    for it in cp.path_items(r.run, cp.rank_path(r.run, 0)):
+        if it["frame_id"] in per_frame and it["category"] != "idle":
+            per_frame[it["frame_id"]] += it["charged_ns"]
+    assert all(ns > 0 for ns in per_frame.values())  # both frames are charged: the last one alone is too little
+    top = ovd.overview(rs, run=0)["top"]
+    line = {x["name"]: x for x in top["lines"]}["model.py:10"]
+    assert line["ns"] == sum(per_frame.values()) and line["ns"] > max(per_frame.values())
+    assert line["share"] == line["ns"] / top["denominator_ns"]
+    assert len([x for x in top["lines"] if x["name"] == "model.py:10"]) == 1
+    rs.close()
 
 
 def test_overview_mfu_per_step_and_roofline_with_the_device_ceilings(h100):
-    d = ov.overview(h100, run=0)
+    d = ovd.overview(h100, run=0)
     flops, nbytes = 2 * 64 ** 3, 3 * 64 * 64 * 4
     s1, s2 = d["steps"]
     assert s1["mfu"] == pytest.approx(flops / (100 * US / 1e9) / 67e12, rel=1e-12)
@@ -121,7 +152,7 @@ def test_overview_mfu_per_step_and_roofline_with_the_device_ceilings(h100):
 
 def test_unknown_device_says_so_and_draws_no_ceiling(tmp_path):
     rs = _run(tmp_path, "odd", "Mystery Accelerator 9000")
-    d = ov.overview(rs, run=0)
+    d = ovd.overview(rs, run=0)
     assert [s["mfu"] for s in d["steps"]] == [None, None]
     assert d["ranks"][0]["mfu_note"] == "MFU unknown: unknown device peak for 'Mystery Accelerator 9000' (analyze --peak-tflops gives one)"
     assert d["roofline"]["peak"] is None and len(d["roofline"]["points"]) == 1
@@ -166,7 +197,7 @@ def test_findings_zoom_to_their_whole_evidence_and_follow_the_rank(h100, monkeyp
     r = h100.get(0)
     for k in ("findings", "report_summary"):
         monkeypatch.delitem(r._facts, k, raising=False)
-    monkeypatch.setattr(queries, "_load_analyze", lambda: lambda path, write: _report(h100))
+    monkeypatch.setattr(findings_view, "_load_analyze", lambda: lambda path, write: _report(h100))
     rows = queries.findings(h100, run=0)["rows"]
     # all its steps (0-200 us) and its sample, not the one 80 us sample: padded by a tenth
     assert (rows[0]["t0"], rows[0]["t1"]) == (BASE - 20 * US, BASE + 220 * US)
@@ -177,11 +208,11 @@ def test_findings_zoom_to_their_whole_evidence_and_follow_the_rank(h100, monkeyp
     # the rank picker: rank 0's findings and the run-wide one
     assert [f["index"] for f in queries.findings(h100, run=0, rank=0)["rows"]] == [0, 1, 2]
     got = panels.findings_for(h100, 0, 0)
-    assert got[0]["share %"] == 40.0 and got[0]["share of"] == "share of rank 0's step time (0.200 ms, 2 steps)"
+    assert got[0]["share %"] == 40.0 and got[0]["share of"] == f"share of rank 0's step time ({duration(200 * US)}, 2 steps)"
     assert got[0]["confidence"] == 0.75 and got[0]["notes"] == "no user source frames recorded"
     assert got[2]["share of"] == "share of the longest rank's analysed time"
     note = panels.findings_note(h100, 0, 0, got)
-    assert "need not add up to 100%" in note and "rank 0's step time (0.200 ms, 2 steps)" in note
+    assert "need not add up to 100%" in note and f"rank 0's step time ({duration(200 * US)}, 2 steps)" in note
     for k in ("findings", "report_summary"):
         monkeypatch.delitem(r._facts, k)
 
@@ -196,18 +227,18 @@ def test_findings_of_a_two_rank_run_follow_the_rank_picker(tmp_path, monkeypatch
     rep = Report(run="x", summary={"ranks": [{"rank": k, "analysed_ns": 50 * US, "steps": {"count": 1}} for k in (0, 1)]}, findings=[
         Finding("hotspot", f"op{k}", "hotspot", "high", 10 * US, 0.2, 10 * US, Location(rank=k, steps=[1]), Evidence("SELECT 1", []), "z", 0.8)
         for k in (1, 0)])
-    monkeypatch.setattr(queries, "_load_analyze", lambda: lambda path, write: rep)
+    monkeypatch.setattr(findings_view, "_load_analyze", lambda: lambda path, write: rep)
     assert [f["title"] for f in panels.findings_for(rs, 0, 1)] == ["op1"]
     assert [f["title"] for f in panels.findings_for(rs, 0, "all")] == ["op1", "op0"]
     only0 = panels.findings_for(rs, 0, 0)
-    assert [(f["id"], f["title"], f["share of"]) for f in only0] == [("1", "op0", "share of rank 0's step time (50.0 µs, 1 step)")]
+    assert [(f["id"], f["title"], f["share of"]) for f in only0] == [("1", "op0", f"share of rank 0's step time ({duration(50 * US)}, 1 step)")]
     rs.close()
 
 
 # ---- a real GPU training trace: the device is busy, and the page says so ---------------------
 def test_real_gpu_training_trace_is_shown_device_bound(tmp_path):
     rs = RunSet([import_traces(TRACES / "cuda_train_68k_events.json.gz", tmp_path / "gpu").run_dir])
-    d = ov.overview(rs, run=0)
+    d = ovd.overview(rs, run=0)
     assert d["verdict"].startswith("device-bound (9") and d["verdict"].endswith("device compute")
     (dev,) = d["ranks"][0]["devices"]
     assert dev["busy_share"] > 0.95  # the union of its kernels over the device's window

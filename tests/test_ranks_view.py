@@ -12,7 +12,7 @@ import pytest
 
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.dashboard import ranks_view
-from neuron_explorer.dashboard.panels import CallbackInputError
+from neuron_explorer.dashboard.ui.panels import CallbackInputError
 from neuron_explorer.dashboard.runs import RunSet
 
 from .conftest import X, write_trace

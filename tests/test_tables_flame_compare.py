@@ -27,7 +27,9 @@ import pytest
 from neuron_explorer.analyzers import diff as diff_mod
 from neuron_explorer.analyzers import job
 from neuron_explorer.collectors.chrome_trace import import_traces
-from neuron_explorer.dashboard import flame, panels, queries
+from neuron_explorer.dashboard.ui import panels
+from neuron_explorer.dashboard import queries
+from neuron_explorer.dashboard.ui import flame
 from neuron_explorer.dashboard.runs import QueryError, RunSet
 
 from .conftest import cli, write_trace
@@ -185,7 +187,7 @@ def test_diff_warns_when_the_runs_are_not_the_same_job(tmp_path):
     rs = RunSet([base, test])
     from dash import html  # noqa: F401
 
-    from neuron_explorer.dashboard import compare_view
+    from neuron_explorer.dashboard.ui import compare_view
     panel = compare_view.verdict_panel(rs, 0, 1)
     assert panel.children[0].id == "cmp-job-warning" and "not the same job" in panel.children[0].children
     assert panel.children[1].children[0].children == "NOT THE SAME JOB"

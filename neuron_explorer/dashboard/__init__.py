@@ -1,6 +1,10 @@
 """The web dashboard (Dash): timeline with server-side level of detail, event chain and source
-view, findings, tables. Every view is a query function in `queries` (also served as JSON at
-/api/<view>); `app` only draws. Start it with `neuron-explorer dashboard RUN...` or `serve()`.
+view, findings, tables. Every view is a query function listed in `queries.VIEWS` (also served as
+JSON at /api/<view>); `app` only draws. Start it with `neuron-explorer dashboard RUN...` or `serve()`.
+
+Layers point down: `app` → `ui/` (figures, layout, callbacks) and `panels` → `views/` and the
+view modules here (plain data, no Dash, no plotly) → `runs` → the analyzers and the store. A
+lower layer never imports a higher one.
 
 Reads runs only (through store.open_run); serves only the runs it was given.
 """

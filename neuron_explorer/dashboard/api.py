@@ -7,7 +7,7 @@ type or out of its range, an unknown run index) is answered with ok=false and HT
 crash; a run is named by its index, never by a path. A path under /_dash-component-suites/ that Dash
 does not serve is a 404, not a 500.
 
-Must not: compute anything itself (queries.py does) or accept a path.
+Must not: compute anything itself (the views listed in queries.py do) or accept a path.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The Dash app: layout and callbacks. It only draws what the query functions return.
 
 Callback bodies are plain functions (`view_for`, `timeline_figure`, `clicked_event` here;
-`detail_panel`, `tables_for`, `findings_for` in panels.py) so that tests call them without a
+`detail_panel`, `tables_for`, `findings_for` in ui/panels.py) so that tests call them without a
 browser; `create_app` wires them.
 Every callback answers malformed input with a message, never an exception.
 
-Must not: query the run itself (queries.py does) or accept a path from the browser.
+Must not: query the run itself (the views do: queries.py, views/) or accept a path from the browser.
 """
 
 from __future__ import annotations
@@ -14,15 +14,20 @@ import re
 import threading
 
 from ..errors import NeuronExplorerError
-from . import compare_view, flame, lane_groups, navigate, overview, queries
+from .ui import compare_view
+from . import lane_groups, queries
+from .views import navigate
 from . import ranks_view
 from .api import register as register_api
 from .figure import build_figure
-from .panels import CallbackInputError, detail_panel, finding_clicked, findings_for, findings_note, findings_table, guard, tables_for  # noqa: F401  (callback bodies)
-from .panels import TAB_LABELS, TABS
-from .theme import GRAPH_CONFIG, STYLE
-from .runs import RunSet, placed_cols
+from .ui.panels import detail_panel, finding_clicked, findings_for, findings_note, findings_table, tables_for  # noqa: F401  (callback bodies)
+from .ui.panels import TAB_LABELS, TABS
+from .ui.theme import GRAPH_CONFIG, STYLE
+from .runs import RunSet
 from .timeline import timeline_arrays
+from .ui import flame, overview
+from .ui.guard import CallbackInputError, guard
+from .views.events import briefs, event_span
 
 DEFAULT_WIDTH = 1500
 RANGE_KEY = re.compile(r"^xaxis\d*\.range(\[(0|1)\])?$")
@@ -108,7 +113,7 @@ def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, c
     highlight, flows, selected = [], [], None
     if view.get("finding") is not None:
         f = queries.findings(rs, run=tl["run"])["rows"][int(view["finding"])]
-        highlight = _events_brief(rs, tl["run"], f["event_ids"][:100])
+        highlight = briefs(rs, tl["run"], f["event_ids"][:100])
     mark = view.get("mark")
     if isinstance(mark, dict) and mark.get("table") in navigate.TABLES and isinstance(mark.get("key"), dict):
         r = rs.get(tl["run"])
@@ -116,7 +121,7 @@ def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, c
     path = []
     if critical:
         cp = navigate.critical_path(rs, run=tl["run"], t0=tl["t0"], t1=tl["t1"], rank=tl["rank"])
-        where = {b["event_id"]: b for b in _events_brief(rs, tl["run"], sorted({s["event_id"] for s in cp["segments"]
+        where = {b["event_id"]: b for b in briefs(rs, tl["run"], sorted({s["event_id"] for s in cp["segments"]
                                                                                  if s["event_id"] is not None}))}
         path = [{**where[s["event_id"]], "ts_ns": s["ts_ns"], "dur_ns": s["charged_ns"], "category": s["category"]}
                 for s in cp["segments"] if s["event_id"] in where]
@@ -175,11 +180,10 @@ def search_step(rs: RunSet, trigger: str | None, text, run, rank, state: dict | 
 def search_view(rs: RunSet, run, rank, event_id) -> dict:
     """The window that shows one search hit: the event with its own length (at least
     SEARCH_PAD_NS) on each side, so that it is a third of the view and wide enough for its name."""
-    r = rs.get(run)
-    _, rows = r.query("SELECT ts_ns, dur_ns FROM events WHERE event_id = ?", [_as_int(event_id, "event id")])
-    if not rows:
-        raise CallbackInputError(f"no event {event_id} in run {r.index}")
-    ts, dur = int(rows[0][0]), int(rows[0][1])
+    found = event_span(rs, run, _as_int(event_id, "event id"))
+    if found is None:
+        raise CallbackInputError(f"no event {event_id} in run {rs.get(run).index}")
+    ts, dur = found
     pad = max(dur, SEARCH_PAD_NS)
     return {**view_for(rs, None, run, rank, None, None, None), "t0": ts - pad, "t1": ts + dur + pad}
 
@@ -192,15 +196,6 @@ def search_status(state: dict | None) -> str:
         return "no match"
     more = f" (first {len(state['ids']):,} shown)" if state["count"] > len(state["ids"]) else ""
     return f"{state['i'] + 1:,} / {state['count']:,}{more}"
-
-
-def _events_brief(rs: RunSet, run: int, ids: list[int]) -> list[dict]:
-    r = rs.get(run)
-    if not ids:
-        return []
-    recs = r.records(f"SELECT event_id, name, kind, ts_ns, dur_ns, {placed_cols(r)} FROM events "
-                     f"WHERE event_id IN ({', '.join(str(int(i)) for i in ids)})")
-    return [queries.brief(r, e, "evidence") for e in recs]
 
 
 def _relane(rs: RunSet, tl: dict, flows: list, events: list) -> tuple[list, list]:
@@ -239,7 +234,7 @@ def table_jump(rs: RunSet, table: str, click, run, rank) -> dict:
     instance, with every instance in view highlighted (`mark`), and that instance selected. The
     grid reports the row's position in the rows it was given (AG Grid's default row id), so the
     same query finds it whatever the sort and filter."""
-    from .panels import TABLE_ROWS
+    from .ui.panels import TABLE_ROWS
 
     if not isinstance(click, dict) or click.get("rowId") is None:
         raise CallbackInputError("no table row clicked")
@@ -261,7 +256,7 @@ def area_panel(rs: RunSet, area, run, rank, all_lanes: bool, collapsed=None):
     timeline as drawn, with the `collapsed` lane groups), per name."""
     from dash import html
 
-    from .grid import column, grid
+    from .ui.grid import column, grid
 
     if not isinstance(area, dict):
         return None

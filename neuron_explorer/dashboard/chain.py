@@ -6,15 +6,16 @@ operator, the kernels launched by runtime calls inside it (op_id, else top_op_id
 own. `brief` is the short form of an event that every view placing events on the timeline uses
 (name, times, its timeline row `y`).
 
-Must not: draw, or read source files itself (source.py does).
+Must not: draw, or read source files itself (views/source.py does).
 """
 
 from __future__ import annotations
 
 import json
 
+from ..schema import DEVICE_KINDS
 from .runs import OpenRun, QueryError, RunSet, parse_int, placed_cols
-from .source import source
+from .views.source import source
 
 KERNELS_PER_EVENT = 50
 """Most kernels listed for one event's chain."""
@@ -82,7 +83,7 @@ def event(rs: RunSet, run=0, event_id=None) -> dict:
                         f"ORDER BY ts_ns LIMIT {KERNELS_PER_EVENT + 1}", params)
     truncated = len(kernels) > KERNELS_PER_EVENT
     kernels = kernels[:KERNELS_PER_EVENT]
-    if e["kind"] in ("kernel", "memcpy", "memset", "sync", "gpu_annotation") and e["device"] is not None:
+    if e["kind"] in DEVICE_KINDS and e["device"] is not None:
         kernels = [e]
     # launches of the listed kernels (one query), for the chain and the flow arrows
     launch_ids = sorted({k["launch_id"] for k in kernels if k["launch_id"] is not None})

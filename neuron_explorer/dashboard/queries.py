@@ -11,13 +11,15 @@ Must not: draw, read a file the run's frames do not name, or open a path from a 
 from __future__ import annotations
 
 from .chain import EVENT_COLS, brief, event, ms_from_start  # noqa: F401  (the event view and the brief that views share)
-from .compare import compare, compare_timeline  # noqa: F401  (the views of two runs)
-from .flame import flame
+from .views.compare import compare, compare_timeline  # noqa: F401  (the views of two runs)
+from .views.findings import findings, report_summary  # noqa: F401  (the findings view; the report's summary for the Overview)
+from .views.flame import flame
+from .views.overview import overview
 from .runs import LANE_SQL, OpenRun, QueryError, RunSet  # noqa: F401
-from .search import search  # noqa: F401  (a view: find events by name)
-from .navigate import area, critical_path, jump  # noqa: F401  (views: an area selection, the path of the step in view, a table row's instances)
-from .source import source  # noqa: F401  (the source view)
-from .tables import (MAX_TABLE_LIMIT, TABLE_LIMIT, TABLE_VIEWS, kernels, kernels_by_operator, memory, memory_summary,  # noqa: F401
+from .views.search import search  # noqa: F401  (a view: find events by name)
+from .views.navigate import area, critical_path, jump  # noqa: F401  (views: an area selection, the path of the step in view, a table row's instances)
+from .views.source import source  # noqa: F401  (the source view)
+from .views.tables import (MAX_TABLE_LIMIT, TABLE_LIMIT, TABLE_VIEWS, kernels, kernels_by_operator, memory, memory_summary,  # noqa: F401
                      operators, source_lines, steps, table)
 from .timeline import parse_rank, timeline  # noqa: F401  (timeline is a view too)
 
@@ -35,91 +37,6 @@ def runs(rs: RunSet) -> list[dict]:
     return out
 
 
-# ---- findings --------------------------------------------------------------------------------
-def _load_analyze():
-    try:
-        from ..analyzers import analyze
-    except ImportError:
-        return None
-    return analyze
-
-
-def findings(rs: RunSet, run=0, rank=None) -> dict:
-    """The analyzer's ranked findings, each with where to look: a time window (ns) covering its
-    whole evidence (its sample events and its steps), and the events to highlight. With `rank`,
-    the findings of that rank and those of the whole run (no rank); `index` stays the finding's
-    place in the run's ranking. The report's summary is kept for the overview (`report_summary`)."""
-    r = rs.get(run)
-    out = _analysis(r)
-    rank = parse_rank(r, rank)
-    if rank is None:
-        return out
-    return {**out, "rows": [f for f in out["rows"] if f["location"].get("rank") in (None, rank)]}
-
-
-def report_summary(rs: RunSet, run=0) -> dict:
-    """The `summary` of the report the findings came from (report.json's: per rank the step
-    statistics, devices, `bound` and `utilisation`), computed once with the findings."""
-    r = rs.get(run)
-    _analysis(r)
-    return r.cached("report_summary", lambda: {"ranks": []})
-
-
-def _analysis(r: OpenRun) -> dict:
-    """The run's findings (as `findings` returns them), analysed once per run; the report's summary
-    is cached with them (`report_summary`)."""
-    def compute() -> dict:
-        analyze = _load_analyze()
-        if analyze is None:
-            raise QueryError("the analyzer is not available in this installation")
-        report = analyze(r.run.path, write=False)  # the dashboard only reads the run
-        r.cached("report_summary", lambda: report.summary)
-        return findings_from_report(r, report)
-    return r.cached("findings", compute)
-
-
-def findings_from_report(r: OpenRun, report) -> dict:
-    rows = []
-    for i, f in enumerate(report.findings):
-        d = f.to_dict()
-        rows.append({"index": i, "rule_id": d["rule_id"], "title": d["title"], "severity": d["severity"],
-                     "category": d["category"], "impact_ms": d["impact_ns"] / 1e6, "impact_share": d["impact_share"],
-                     "saving_bound_ms": d["saving_bound_ns"] / 1e6, "confidence": d["confidence"],
-                     "confidence_notes": list(d.get("confidence_notes") or []),
-                     "source": d["location"].get("source"), "recommendation": d["recommendation"],
-                     "location": d["location"], "evidence_sql": d["evidence"]["sql"],
-                     "event_ids": [int(x) for x in d["evidence"].get("sample_event_ids") or []][:200],
-                     **_target(r, d)})
-    return {"rows": rows, "warnings": list(report.warnings), "truncated": False}
-
-
-def _overview(rs: RunSet, run=0, rank=None) -> dict:
-    """The Overview page's data (dashboard/overview.py, which builds on these views)."""
-    from .overview import overview
-
-    return overview(rs, run=run, rank=rank)
-
-
-def _target(r: OpenRun, d: dict) -> dict:
-    """The window to zoom to for a finding: its whole evidence, the time range covering all its
-    sample events and all its steps (padded by a tenth of its length), not one sample."""
-    ids = [int(x) for x in d["evidence"].get("sample_event_ids") or []][:200]
-    spans = []
-    if ids:
-        _, rows = r.query(f"SELECT min(ts_ns), max(ts_ns + dur_ns) FROM events WHERE event_id IN ({', '.join(map(str, ids))})")
-        if rows[0][0] is not None:
-            spans.append(rows[0])
-    if d["location"].get("steps"):
-        wanted = set(d["location"]["steps"])
-        rk = d["location"].get("rank")
-        spans += [(s["ts_ns"], s["ts_ns"] + s["dur_ns"]) for s in r.steps() if s["step"] in wanted and (rk is None or s["rank"] == rk)]
-    if not spans:
-        return {"t0": None, "t1": None}
-    t0, t1 = min(a for a, _ in spans), max(b for _, b in spans)
-    pad = max((t1 - t0) // 10, 1000)
-    return {"t0": int(t0 - pad), "t1": int(t1 + pad)}
-
-
 VIEWS = {
     "runs": runs,
     "timeline": timeline,
@@ -135,7 +52,7 @@ VIEWS = {
     "flame": flame,
     "findings": findings,
     "search": search,
-    "overview": _overview,
+    "overview": overview,
     "area": area,
     "critical_path": critical_path,
     "jump": jump,

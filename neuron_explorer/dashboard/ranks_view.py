@@ -74,7 +74,7 @@ def heatmap_figure(rs: RunSet, run):
 
 def cell_view(rs: RunSet, run, click) -> dict:
     """The view after a click on a heatmap cell: that rank only, the window of that step."""
-    from .panels import CallbackInputError
+    from .ui.guard import CallbackInputError
 
     try:
         p = click["points"][0]
@@ -101,7 +101,7 @@ def _heatmap_body(fig) -> list:
     browser to draw)."""
     from dash import dcc, html
 
-    from .theme import GRAPH_CONFIG
+    from .ui.theme import GRAPH_CONFIG
 
     if fig is None:
         return []

@@ -15,8 +15,9 @@ Each returns plain data; app.py draws it and api.py serves it (/api/area, /api/c
 
 from __future__ import annotations
 
-from .runs import OpenRun, QueryError, RunSet, placed_cols
-from .timeline import TIME_LIMIT_NS, _int, parse_flag, parse_rank
+from ...vocab import top_op
+from ..runs import OpenRun, QueryError, RunSet, placed_cols
+from ..timeline import TIME_LIMIT_NS, _int, parse_flag, parse_rank
 
 TABLES = ("operators", "kernels", "lines", "steps")
 """The tables whose rows jump to the timeline."""
@@ -43,8 +44,8 @@ def _where(r: OpenRun, table: str, key: dict) -> tuple[str, list]:
         return "device IS NOT NULL AND name = ? AND kind = ?", [str(key["name"]), str(key["kind"])]
     if table == "lines":
         file, _, line = str(key["source"]).rpartition(":")
-        return ("kind = 'cpu_op' AND top_op_id = event_id AND source_frame_id IN "
-                "(SELECT frame_id FROM frames WHERE file = ? AND line = ?)"), [file, _int(line, "line")]
+        return (f"{top_op()} AND source_frame_id IN (SELECT frame_id FROM frames WHERE file = ? AND line = ?)",
+                [file, _int(line, "line")])
     if table == "steps":
         return "event_id IN (SELECT event_id FROM steps WHERE rank = ? AND step = ?)", [_int(key["rank"], "rank"), _int(key["step"], "step")]
     raise QueryError(f"table must be one of {', '.join(TABLES)}, got {table!r}")
@@ -160,7 +161,7 @@ def critical_path(rs: RunSet, run=0, t0=None, t1=None, rank=None) -> dict:
     """The critical path of the step in view (per rank shown; all ranks: every rank's step at the
     window): its charged segments in time order with the event each is charged to (none for an
     idle gap), category, charged ns and the lane columns of the event."""
-    from ..analyzers.critical_path import rank_path
+    from ...analyzers.critical_path import rank_path
 
     r = rs.get(run)
     rk = parse_rank(r, rank)

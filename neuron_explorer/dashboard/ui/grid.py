@@ -8,7 +8,7 @@ follows the rows up to `MAX_HEIGHT_PX`, then the grid scrolls.
 Styling rules are AG Grid expressions over `params` (`params.data.<field>`, `params.value`),
 which dash-ag-grid evaluates with its own safe parser: no JavaScript from us runs in the page.
 
-Must not: compute the rows (queries.py and the panels do) or hold callbacks.
+Must not: compute the rows (the views and ui/panels.py do) or hold callbacks.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import duckdb
 
-from .runs import LANE_SQL, QueryError, RunSet
-from .timeline import _int, parse_rank
+from ..runs import LANE_SQL, QueryError, RunSet
+from ..timeline import _int, parse_rank
 
 SEARCH_LIMIT = 1000
 """Hits returned when the request does not say (`count` is always the full number)."""

@@ -12,16 +12,17 @@ The call path of a piece of work is: user source line → module → operator �
 Work with no recorded line, module or operator sits under "(no line)", "(no module)",
 "(no operator)", so that the levels always add up: each box is the sum of the boxes under it and
 the root is all the step's work of that metric. `call_paths` is the one aggregation query;
-`icicle` turns its rows into the tree; `figure` draws it (a plotly icicle).
+`icicle` turns its rows into the tree; ui/flame.py draws it (a plotly icicle). Data only, served
+at /api/flame.
 
-Must not: compute any other figure, or read source files.
+Must not: draw (no Dash, no plotly), compute any other figure, or read source files.
 """
 
 from __future__ import annotations
 
-from ..analyzers.metrics import DEVICE_WORK_KINDS, kinds_sql
-from .runs import OpenRun, QueryError, RunSet, parse_int
-from .timeline import TIME_LIMIT_NS, parse_rank
+from ...vocab import device_work, top_op
+from ..runs import OpenRun, QueryError, RunSet, parse_int
+from ..timeline import TIME_LIMIT_NS, parse_rank
 
 LEVELS = ("line", "module", "operator", "kernel")
 NONE_LABELS = {"line": "(no line)", "module": "(no module)", "operator": "(no operator)", "kernel": "(no kernel)"}
@@ -32,13 +33,13 @@ def call_paths(r: OpenRun, rank: int | None, where: str, params: list, metric: s
     """Rows (line, module, operator, kernel, count, ns) of the work picked by `where` (a condition
     on the work's events `e`), summed per call path. The one aggregation of the flame view."""
     if metric == "device":
-        work = f"e.kind IN {kinds_sql(DEVICE_WORK_KINDS)} AND e.device IS NOT NULL"
+        work = f"{device_work('e')} AND e.device IS NOT NULL"
         kernel = "e.name"
         op_join = "LEFT JOIN events o ON o.event_id = e.op_id LEFT JOIN events t ON t.event_id = e.top_op_id"
         module = "coalesce(e.module_path, o.module_path, t.module_path)"
         operator = "t.name"
     else:
-        work = "e.kind = 'cpu_op' AND e.top_op_id = e.event_id"
+        work = top_op("e")
         kernel = "NULL"
         op_join = ""
         module = "e.module_path"
@@ -81,7 +82,7 @@ def flame(rs: RunSet, run=0, rank=None, step=None, t0=None, t1=None, metric=None
     r = rs.get(run)
     rank = parse_rank(r, rank)
     if metric in (None, ""):
-        _, got = r.query(f"SELECT count(*) FROM (SELECT 1 FROM events WHERE kind IN {kinds_sql(DEVICE_WORK_KINDS)} LIMIT 1)")
+        _, got = r.query(f"SELECT count(*) FROM (SELECT 1 FROM events WHERE {device_work()} LIMIT 1)")
         metric = "device" if got[0][0] else "cpu"
     if metric not in METRICS:
         raise QueryError(f"metric must be one of {', '.join(METRICS)}, got {str(metric)[:40]!r}")
@@ -106,38 +107,3 @@ def flame(rs: RunSet, run=0, rank=None, step=None, t0=None, t1=None, metric=None
     tree = icicle(rows, levels, root)
     return {"run": r.index, "rank": rank, "metric": metric, **picked, "steps": steps, "levels": list(levels),
             "total_ns": tree["values"][0], "paths": len(rows), **tree}
-
-
-def figure(data: dict) -> dict:
-    """A plotly icicle of `flame`'s answer: boxes sized by time, hover with ms, calls and share."""
-    total = data["total_ns"] or 1
-    custom = [[v / 1e6, c, 100.0 * v / total, lvl] for v, c, lvl in zip(data["values"], data["counts"], data["levels"])]
-    trace = {"type": "icicle", "ids": data["ids"], "labels": data["labels"], "parents": data["parents"], "values": data["values"],
-             "branchvalues": "total", "customdata": custom, "tiling": {"orientation": "v"}, "sort": True,
-             "hovertemplate": "<b>%{label}</b><br>%{customdata[3]}: %{customdata[0]:,.3f} ms · %{customdata[1]:,} events · "
-                              "%{customdata[2]:.1f}% of the root<extra></extra>",
-             "texttemplate": "%{label}<br>%{customdata[0]:,.3f} ms", "root": {"color": "#ECEFF1"}}
-    return {"data": [trace], "layout": {"margin": {"l": 4, "r": 4, "t": 4, "b": 4}, "height": 520}}
-
-
-def register(app, rs: RunSet) -> None:
-    """Wire the Flame tab's step picker (the tab's content comes from panels.flame_panel)."""
-    from dash import Input, Output, State
-
-    from .panels import guard
-
-    @app.callback(Output("flame-graph", "figure"), Output("flame-head", "children"), Output("error", "children", allow_duplicate=True),
-                  Input("flame-step", "value", allow_optional=True), State("run-select", "value"), State("rank-select", "value"),
-                  prevent_initial_call=True)
-    @guard(2)
-    def _flame_step(step, run, rank):
-        data = flame(rs, run=run, rank=rank, step=step)
-        return figure(data), headline(data)
-
-
-def headline(data: dict) -> str:
-    """What the Flame tab says above the icicle."""
-    what = "device time (kernels, copies, sets)" if data["metric"] == "device" else "CPU time of the top-level operators"
-    where = f"step {data['step']}" if data["step"] is not None else "the window"
-    return (f"{where}: {data['total_ns'] / 1e6:,.3f} ms of {what}, by call path ({' → '.join(data['levels'])}); "
-            "click a box to zoom into it")

@@ -6,20 +6,20 @@ Callback bodies are plain functions (`verdict_panel`, `aligned_figures`, `delta_
 `mode_styles`) so tests call them without a browser; `layout` and `register` wire them into the
 app. Every callback answers malformed input with a message in #error, never an exception.
 
-Must not: query the runs itself (compare.py does) or accept a path from the browser.
+Must not: query the runs itself (views/compare.py does) or accept a path from the browser.
 """
 
 from __future__ import annotations
 
-import math
 
-from ..analyzers.diff import RUN_SET_TESTS, TEST_NAMES, measure_name, work_lines
-from ..errors import NeuronExplorerError
-from . import compare as cmp
-from .figure import HIGHLIGHT, build_figure, time_unit
+from ...analyzers.diff import RUN_SET_TESTS, TEST_NAMES, measure_name, work_lines
+from ...errors import NeuronExplorerError
+from ...fmt import duration
+from ..views import compare as cmp
+from ..figure import HIGHLIGHT, build_figure, time_unit
 from .grid import column, grid, text_color_when
-from .panels import CallbackInputError, guard
-from .runs import RunSet
+from .guard import CallbackInputError, guard
+from ..runs import RunSet
 from .theme import GRAPH_CONFIG
 
 TAB_LABELS = {"source_line": "Source lines", "module": "Modules", "operator": "Operators", "kernel": "Kernels"}
@@ -41,13 +41,6 @@ STYLE = """
 .nx-cmp-warning { background: #FFF3E0; border-left: 4px solid #E65100; color: #BF360C; padding: 6px 10px; margin-bottom: 8px; font-size: 13px; font-weight: 600; }
 .nx-role-test { background: #EF6C00; }
 """
-
-
-def _fmt(ns) -> str:
-    if ns is None or (isinstance(ns, float) and not math.isfinite(ns)):
-        return "n/a"
-    a = abs(ns)
-    return f"{ns / 1e6:,.3f} ms" if a >= 1e6 else f"{ns / 1e3:,.2f} µs"
 
 
 def _pair(base, test) -> tuple[int, int]:
@@ -94,16 +87,16 @@ def verdict_panel(rs: RunSet, base, test):
     s = d["step_time"]
     verdict = s["verdict"]
     p = s["p_value"]
-    change = f"{'+' if (s['delta_ns'] or 0) >= 0 else '−'}{_fmt(abs(s['delta_ns'] or 0))}"
+    change = f"{'+' if (s['delta_ns'] or 0) >= 0 else '−'}{duration(abs(s['delta_ns'] or 0))}"
     pct = "" if s["delta_pct"] is None else f" ({s['delta_pct']:+.1f}%)"
     lo, hi = s.get("delta_ci_low_ns"), s.get("delta_ci_high_ns")
-    signed = lambda ns: f"{'+' if ns >= 0 else '−'}{_fmt(abs(ns))}"  # noqa: E731
+    signed = lambda ns: f"{'+' if ns >= 0 else '−'}{duration(abs(ns))}"  # noqa: E731
     change_ci = "" if lo is None or hi is None else f", 95% CI {signed(lo)} .. {signed(hi)}"
     test_name = TEST_NAMES.get(s.get("test_name"), s.get("test_name") or "no test")
     effect = "" if s.get("effect_size") is None else f", Cliff's delta {s['effect_size']:+.2f}"
 
     def ci(x):
-        return "n/a (one step)" if x["ci_low"] is None else f"{_fmt(x['ci_low'])} – {_fmt(x['ci_high'])}"
+        return "n/a (one step)" if x["ci_low"] is None else f"{duration(x['ci_low'])} – {duration(x['ci_high'])}"
 
     rows = [html.Tr([html.Th(""), html.Th("run"), html.Th("steps used"), html.Th("median step time"), html.Th("mean step time"),
                      html.Th("95% CI of the mean")])]
@@ -112,8 +105,8 @@ def verdict_panel(rs: RunSet, base, test):
         sel = s.get("steps", {}).get(role, {})
         rows.append(html.Tr([html.Td(html.B(role)), html.Td(f"{who['run']}: {who['name']}"),
                              html.Td(f"{len(sel.get('used', []))} of {sel.get('steps', 0)} ({_steps_used(sel)})", className="nx-steps-used"),
-                             html.Td(_fmt(x.get("median"))), html.Td(_fmt(x["mean"])), html.Td(ci(x))]))
-        left_out += [html.Div(f"{role}: step {lo_['step']} left out ({_fmt(lo_['dur_ns'])}): {lo_['reason']}", className="nx-muted")
+                             html.Td(duration(x.get("median"))), html.Td(duration(x["mean"])), html.Td(ci(x))]))
+        left_out += [html.Div(f"{role}: step {lo_['step']} left out ({duration(lo_['dur_ns'])}): {lo_['reason']}", className="nx-muted")
                      for lo_ in sel.get("left_out", [])]
     differ = s.get("job_differences") or []
     if differ:  # a step time compared between two programs says nothing: say so before any figure
@@ -175,7 +168,7 @@ def aligned_figures(rs: RunSet, base, test, step, width) -> tuple[dict, dict, li
             extra = f" ({w['dur_change_pct']:+.1f}% vs base)"
         from dash import html
 
-        caps.append([html.Span(role.upper(), className=f"nx-role nx-role-{role}"), f"run {x['run']}: {x['name']} · {what} · {_fmt(x['step_dur_ns'])}{extra}",
+        caps.append([html.Span(role.upper(), className=f"nx-role nx-role-{role}"), f"run {x['run']}: {x['name']} · {what} · {duration(x['step_dur_ns'])}{extra}",
                      html.Span(f"   starts at +{x['start_ms']:,.3f} ms in its run")])
     figs[0]["layout"]["showlegend"] = False  # one legend (under the test run) is enough
     return figs[0], figs[1], caps[0], caps[1]
@@ -189,7 +182,7 @@ def _mark_step_end(fig: dict, x: dict, w: dict) -> None:
     lay["shapes"] = [*lay.get("shapes", []), {"type": "line", "xref": "x", "x0": end, "x1": end, "yref": "paper", "y0": 0, "y1": 1,
                                               "line": {"color": HIGHLIGHT, "width": 2}}]
     lay["annotations"] = [*lay.get("annotations", []), {"x": end, "y": 1, "xref": "x", "yref": "paper", "showarrow": False,
-                                                        "xanchor": "right", "yanchor": "bottom", "text": f"end {_fmt(x['step_dur_ns'])}",
+                                                        "xanchor": "right", "yanchor": "bottom", "text": f"end {duration(x['step_dur_ns'])}",
                                                         "font": {"size": 11, "color": HIGHLIGHT}}]
 
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 import threading
 import weakref
 
-from ..analyzers import diff as diff_mod
-from .runs import OpenRun, QueryError, RunSet
-from .runs import parse_int as _int
-from .timeline import _jsonable, timeline_arrays
+from ...analyzers import diff as diff_mod
+from ..runs import OpenRun, QueryError, RunSet
+from ..runs import parse_int as _int
+from ..timeline import _jsonable, timeline_arrays
 
 DELTA_TYPES = ("source_line", "module", "operator", "kernel")
 DELTA_LIMIT = 500

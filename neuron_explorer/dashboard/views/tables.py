@@ -6,7 +6,7 @@ Every view returns plain data: `rows`, `truncated`, `total_rows`, and `shares` (
 what it is a share of, said in words: shares of overlapping things need not add up to 100%).
 Times are ns (`*_ns`) or ms from the run's first event (`*_ms`).
 
-Must not: draw (panels.py does) or read source files.
+Must not: draw (ui/panels.py does) or read source files.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..analyzers.metrics import DEVICE_WORK_KINDS, kinds_sql
-from .chain import ms_from_start
-from .runs import OpenRun, RunSet, parse_int
-from .timeline import MAX_WIDTH_PX, memory_track, parse_rank
+from ...vocab import device_work, top_op
+from ..chain import ms_from_start
+from ..runs import OpenRun, RunSet, parse_int
+from ..timeline import MAX_WIDTH_PX, memory_track, parse_rank
 
 TABLE_LIMIT = 500
 """Rows a table view returns when the request does not say (the output says when it cut)."""
@@ -49,8 +49,8 @@ def totals(r: OpenRun, rank: int | None) -> dict:
     work) and cpu_top_ns (the CPU time of the top-level operators: all operator time, counted once)."""
     def compute() -> dict:
         rw = _rank_where(rank)
-        _, rows = r.query(f"""SELECT coalesce(sum(dur_ns) FILTER (WHERE kind IN {kinds_sql(DEVICE_WORK_KINDS)}), 0)::BIGINT,
-                                     coalesce(sum(dur_ns) FILTER (WHERE kind = 'cpu_op' AND top_op_id = event_id), 0)::BIGINT
+        _, rows = r.query(f"""SELECT coalesce(sum(dur_ns) FILTER (WHERE {device_work()}), 0)::BIGINT,
+                                     coalesce(sum(dur_ns) FILTER (WHERE {top_op()}), 0)::BIGINT
                               FROM events WHERE true{rw}""")
         dev, top = rows[0]
         return {"device_ns": int(dev), "cpu_top_ns": int(top)}
@@ -79,7 +79,7 @@ def operators(rs: RunSet, run=0, rank=None, limit=None) -> dict:
         names = tbl["name"].to_numpy(zero_copy_only=False)
         parent = tbl["parent_op"].to_numpy(zero_copy_only=False)
         parent = np.where(np.isnan(parent.astype(float)), -1, parent).astype(np.int64) if parent.dtype != np.int64 else parent
-        dev = r.arrow(f"SELECT op_id, dur_ns FROM events WHERE kind IN {kinds_sql(DEVICE_WORK_KINDS)} AND op_id IS NOT NULL"
+        dev = r.arrow(f"SELECT op_id, dur_ns FROM events WHERE {device_work()} AND op_id IS NOT NULL"
                       f"{_rank_where(rank)}")
         k_op = dev["op_id"].to_numpy()
         k_dur = dev["dur_ns"].to_numpy()
@@ -131,7 +131,7 @@ def kernels(rs: RunSet, run=0, rank=None, limit=None) -> dict:
         f"""SELECT k.name, k.kind, count(*) AS calls, sum(k.dur_ns)::BIGINT AS device_total_ns, sum(k.dur_ns)::BIGINT AS device_self_ns,
               avg(k.dur_ns)::BIGINT AS mean_ns, max(k.dur_ns) AS max_ns, coalesce(sum(l.dur_ns), 0)::BIGINT AS launch_cpu_ns
             FROM events k LEFT JOIN events l ON l.event_id = k.launch_id
-            WHERE k.kind IN {kinds_sql(DEVICE_WORK_KINDS)}{_rank_where(rank, 'k.rank')}
+            WHERE {device_work('k')}{_rank_where(rank, 'k.rank')}
             GROUP BY k.name, k.kind ORDER BY device_total_ns DESC, k.name""")
     t = totals(r, rank)
     return _table([{**x, "device_pct": _pct(x["device_total_ns"], t["device_ns"])} for x in rows], limit, device_pct=DEVICE_SHARE)
@@ -148,7 +148,7 @@ def kernels_by_operator(rs: RunSet, run=0, rank=None, limit=None) -> dict:
         f"""SELECT coalesce(o.name, '(no operator)') AS operator, k.name, k.kind, count(*) AS calls,
               sum(k.dur_ns)::BIGINT AS device_total_ns, avg(k.dur_ns)::BIGINT AS mean_ns, max(k.dur_ns) AS max_ns
             FROM events k LEFT JOIN events o ON o.event_id = k.op_id
-            WHERE k.kind IN {kinds_sql(DEVICE_WORK_KINDS)}{_rank_where(rank, 'k.rank')}
+            WHERE {device_work('k')}{_rank_where(rank, 'k.rank')}
             GROUP BY ALL ORDER BY device_total_ns DESC, operator, k.name""")
     t = totals(r, rank)
     return _table([{**x, "device_pct": _pct(x["device_total_ns"], t["device_ns"])} for x in rows], limit, device_pct=DEVICE_SHARE)
@@ -159,7 +159,7 @@ def source_lines(rs: RunSet, run=0, rank=None, limit=None) -> dict:
     CPU time of its top-level operators and device time of their work, self (the line is the
     statement) and total (the line is anywhere in the statement's user-frame ancestry), the
     backward part of self (backward work counts on its forward statement) and Python-level time."""
-    from ..analyzers.lines import self_and_total
+    from ...analyzers.lines import self_and_total
 
     r = rs.get(run)
     rank = parse_rank(r, rank)
@@ -195,7 +195,7 @@ def steps(rs: RunSet, run=0, rank=None) -> dict:
     r = rs.get(run)
     rank = parse_rank(r, rank)
     dev = {(a, b): c for a, b, c in r.query(
-        f"SELECT rank, step, sum(dur_ns)::BIGINT FROM events WHERE kind IN {kinds_sql(DEVICE_WORK_KINDS)} AND step IS NOT NULL"
+        f"SELECT rank, step, sum(dur_ns)::BIGINT FROM events WHERE {device_work()} AND step IS NOT NULL"
         f"{_rank_where(rank)} GROUP BY ALL")[1]}
     rows = [{"rank": s["rank"], "step": s["step"], "start_ms": ms_from_start(r, s["ts_ns"]), "dur_ms": s["dur_ns"] / 1e6,
              "ts_ns": s["ts_ns"], "dur_ns": s["dur_ns"], "device_ns": dev.get((s["rank"], s["step"]), 0),
@@ -274,7 +274,7 @@ class Col:
 @dataclass(frozen=True)
 class TableView:
     """One table: its tab, its query function, the columns it shows, and what it says when empty.
-    `jumps`: a click on a row jumps to the row's instances on the timeline (navigate.py)."""
+    `jumps`: a click on a row jumps to the row's instances on the timeline (views/navigate.py)."""
     key: str
     label: str
     query: object
@@ -319,7 +319,7 @@ own (a chart and three small tables: memory_summary)."""
 
 def table(rs: RunSet, key: str, run=0, rank=None, limit=None) -> dict:
     """The rows of one registered table view."""
-    from .runs import QueryError
+    from ..runs import QueryError
 
     v = TABLE_VIEWS.get(key)
     if v is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .runs import OpenRun, QueryError, RunSet, parse_int
+from ..runs import OpenRun, QueryError, RunSet, parse_int
 
 SOURCE_CONTEXT = 7
 """Lines shown above and below the user's line."""

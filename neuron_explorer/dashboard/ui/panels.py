@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import json
 
-from ..errors import NeuronExplorerError
-from . import queries
+from ...fmt import duration
+from .. import queries
 from .grid import column, grid, text_color_when
-from .runs import RunSet
-from .tables import TABLE_VIEWS
+from ..runs import RunSet
+from ..views.tables import TABLE_VIEWS
 from .theme import GRAPH_CONFIG
-
-
-class CallbackInputError(NeuronExplorerError):
-    """Input a callback cannot use (malformed relayout or click data, unknown ids)."""
+from .flame import panel as flame_panel
+from .guard import CallbackInputError
+from ..views.overview import share_denominator, summary_by_rank
 
 
 def detail_panel(rs: RunSet, run, event_id):
@@ -30,15 +29,14 @@ def detail_panel(rs: RunSet, run, event_id):
                          html.Div("Click a slice on the timeline to see its chain from your source "
                                   "line down to the kernel.", className="nx-muted")])
     d = queries.event(rs, run=run, event_id=event_id)
-    fmt = lambda ns: f"{ns / 1000:,.3f} µs" if ns < 10**6 else f"{ns / 1e6:,.3f} ms"  # noqa: E731
     where = (f"rank {d['rank']} · device {d['device']} · stream {d['stream']}" if d["device"] is not None
              else f"rank {d['rank']} · pid {d['pid']} · tid {d['tid']}")
-    kv = [("kind", f"{d['kind']} ({d['category']})"), ("start", f"+{d['start_ms']:,.6f} ms"), ("duration", fmt(d["dur_ns"])),
+    kv = [("kind", f"{d['kind']} ({d['category']})"), ("start", f"+{d['start_ms']:,.6f} ms"), ("duration", duration(d["dur_ns"])),
           ("where", where), ("step", d["step"] if d["step"] is not None else "—"), ("module", d["module_path"] or "—")]
     shapes = {k: v for k, v in d["args"].items() if k in ("Input Dims", "Input type", "Input Strides", "grid", "block")}
     items = []
     for c in d["chain"]:
-        label = c["name"] if c["role"] == "source" else f"{c['name']}  ({fmt(c['dur_ns'])})"
+        label = c["name"] if c["role"] == "source" else f"{c['name']}  ({duration(c['dur_ns'])})"
         items.append(html.Li([html.B(c["role"]), html.Span(label)]))
     children = [
         html.H3(d["name"], id="detail-name"),
@@ -165,23 +163,6 @@ def memory_panel(rs: RunSet, run, rank):
     ])
 
 
-def flame_panel(rs: RunSet, run, rank, step=None):
-    """The Flame tab: the icicle of one step's time by call path (flame.py), with a step picker."""
-    from dash import dcc, html
-
-    from . import flame
-
-    data = queries.flame(rs, run=run, rank=rank, step=step)
-    head = flame.headline(data)
-    return html.Div([
-        html.Div([html.Span("step", className="nx-muted"),
-                  html.Div(dcc.Dropdown(id="flame-step", options=[{"label": f"step {s}", "value": s} for s in data["steps"]],
-                                        value=data["step"], clearable=False), style={"width": 160}),
-                  html.Span(head, className="nx-muted", id="flame-head")], style={"display": "flex", "gap": "10px", "alignItems": "center"}),
-        dcc.Graph(id="flame-graph", figure=flame.figure(data), config=GRAPH_CONFIG),
-    ])
-
-
 FINDING_COLUMNS = [
     column("severity", "severity", cellStyle=text_color_when(("params.value == 'high'", "#B71C1C"), ("params.value == 'medium'", "#E65100"))),
     column("title", "title", wide=True, tooltipField="title"), column("impact ms", "impact ms", numeric=True),
@@ -195,8 +176,6 @@ def findings_for(rs: RunSet, run, rank=None):
     """Rows for the findings table (ranked by impact, as the analyzer ranks them) of the picked
     rank (with the run-wide ones); `id` is the finding's index as text, which a click on the row
     reports. `share of` says the share's denominator; `notes` why the confidence is lowered."""
-    from .overview import share_denominator, summary_by_rank
-
     data = queries.findings(rs, run=run, rank=rank)
     summary = summary_by_rank(rs, run)
     return [{"id": str(f["index"]), "index": f["index"], "severity": f["severity"], "title": f["title"],
@@ -233,29 +212,3 @@ def finding_clicked(click) -> int:
         return int(str(click["rowId"]))
     except ValueError:
         raise CallbackInputError(f"no finding {click['rowId']!r}") from None
-
-
-def guard(n_out: int, *, only_in_mode: str | None = None):
-    """Decorate a callback body: its outputs plus the #error message ('' on success).
-
-    A NeuronExplorerError (bad input from the page) becomes the message and leaves the other
-    outputs unchanged, so no input from a page can crash the server. With `only_in_mode`, the
-    first input is the view mode and nothing is computed unless it is that mode.
-    """
-    from dash import no_update
-
-    from ..errors import NeuronExplorerError
-
-    def deco(fn):
-        def wrapped(*args):
-            if only_in_mode is not None:
-                mode, *args = args
-                if mode != only_in_mode:
-                    return (*([no_update] * n_out), no_update)
-            try:
-                return (*fn(*args), "")
-            except NeuronExplorerError as e:
-                return (*([no_update] * n_out), f"⚠ {e}")
-        return wrapped
-    return deco
-

@@ -1,0 +1,36 @@
+"""What every callback body shares: the error its input can raise and the decorator that turns it
+into the page's #error message, so that no input from a page can crash the server.
+
+Must not: query the run or draw.
+"""
+
+from __future__ import annotations
+
+from ...errors import NeuronExplorerError
+
+
+class CallbackInputError(NeuronExplorerError):
+    """Input a callback cannot use (malformed relayout or click data, unknown ids)."""
+
+
+def guard(n_out: int, *, only_in_mode: str | None = None):
+    """Decorate a callback body: its outputs plus the #error message ('' on success).
+
+    A NeuronExplorerError (bad input from the page) becomes the message and leaves the other
+    outputs unchanged, so no input from a page can crash the server. With `only_in_mode`, the
+    first input is the view mode and nothing is computed unless it is that mode.
+    """
+    from dash import no_update
+
+    def deco(fn):
+        def wrapped(*args):
+            if only_in_mode is not None:
+                mode, *args = args
+                if mode != only_in_mode:
+                    return (*([no_update] * n_out), no_update)
+            try:
+                return (*fn(*args), "")
+            except NeuronExplorerError as e:
+                return (*([no_update] * n_out), f"⚠ {e}")
+        return wrapped
+    return deco
