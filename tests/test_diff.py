@@ -831,6 +831,49 @@ def test_paired_difference_t_matches_a_hand_computation():
     assert math.isnan(paired_difference_t([1.0], [2.0]).p_value)
 
 
+# ---- time per source line: analyzers/lines.py's definition ---------------------------------------
+
+def _nested_run(tmp: Path, name: str, linear_ms: float, steps: int = 8) -> Path:
+    """Steps of 10 ms; in each, train.py(10): hot runs aten::linear (linear_ms), which runs
+    aten::addmm (linear_ms - 0.5 ms), which launches a kernel (cudaLaunchKernel, 1 ms on the host).
+    The line's time (its outermost operator, aten::linear) is linear_ms; the operators' self times
+    add up to 1 ms less (the launch is inside them, but no operator's self time)."""
+    src = tmp / "train.py"
+    if not src.exists():
+        src.write_text("import torch\n" + "\n" * 8 + "def hot():\n    return torch.nn.functional.linear(a, w)\n")
+    ev, t = [], 0.0
+    for i in range(steps):
+        lin = linear_ms * 1000
+        ev += [X(f"ProfilerStep#{i}", "user_annotation", t, 10_000),
+               X(f"{src}(10): hot", "python_function", t + 1, lin + 2),
+               X("aten::linear", "cpu_op", t + 2, lin),
+               X("aten::addmm", "cpu_op", t + 3, lin - 500),
+               X("cudaLaunchKernel", "cuda_runtime", t + 10, 1000),
+               X("aten::relu", "cpu_op", t + lin + 10, 10_000 - lin - 20)]
+        t += 10_010
+    return import_traces(write_trace(tmp / f"{name}.json", ev), tmp / name).run_dir
+
+
+def test_a_line_time_is_the_time_that_analyzers_lines_defines(tmp_path: Path):
+    """diff's CPU time of a source line is lines.py's `cpu_ns` (its outermost operators'
+    durations), not the sum of its operators' self times, which leaves out what runs inside an
+    operator but is no operator (here a 1 ms kernel launch in aten::addmm)."""
+    from neuron_explorer.analyzers.diff.collect import read_side
+    from neuron_explorer.analyzers.lines import line_times
+
+    base, test = _nested_run(tmp_path, "base", 3.0), _nested_run(tmp_path, "test", 4.0)
+    with open_run(base) as run:
+        (line,) = [r for r in line_times(run, 0) if r["source"].endswith("train.py:10")]
+        steps = run.sql("SELECT count(*) FROM steps").fetchone()[0]
+        self_sum = run.sql("SELECT sum(self_ns) FROM events WHERE kind = 'cpu_op' AND name <> 'aten::relu'").fetchone()[0]
+    assert line["cpu_ns"] == steps * 3e6 and self_sum == steps * 2e6  # the two definitions differ by the launch
+    side = read_side(base)
+    (vec,) = [v for (type_, _, metric), v in side.vals.items() if type_ == "source_line" and metric == "cpu"]
+    assert vec == [3e6] * len(side.pooled_times)  # lines.py's figure, per steady step
+    row = next(d for d in compare(base, test).deltas if d.type == "source_line" and d.metric == "cpu")
+    assert row.key.endswith("train.py:10") and (row.base_ns_per_step, row.test_ns_per_step) == (3e6, 4e6)
+
+
 # ---- the verdict's decision table -----------------------------------------------------------------
 
 def test_the_decision_table_is_compare_md_in_its_order():

@@ -2,7 +2,8 @@
 the job's step time, the time of each source line, module, operator and kernel, the calls made,
 and the utilisation.
 
-Steps are metrics.steady_steps's; device work and steps are vocab.py's.
+Steps are metrics.steady_steps's; device work and steps are vocab.py's; a line's CPU time is
+analyzers/lines.py's `cpu_ns` (on its `own_ns_sql`), per step.
 
 Must not: select steps itself, compare the two sides or decide anything.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 from ... import vocab
 from ...store import Run, open_run
 from .. import job
+from ..lines import own_ns_sql
 from ..metrics import StepSelection, steady_steps
 from ..stats import median
 from .match import line_keys, rekey_lines
@@ -103,9 +105,25 @@ def _step_filter(steps: list[int]) -> tuple[str, str, dict[int, int]]:
     return "0", "TRUE", {0: 0}
 
 
+def line_cpu_ns_sql(steps: list[int]) -> str:
+    """Per source line (frame) and step: the line's CPU time as analyzers/lines.py defines it
+    (`cpu_ns`: the durations of the line's outermost CPU operators, so an operator inside another
+    counts once, in the outer one, and what runs inside an operator without being one, a kernel
+    launch, still counts). It is lines.py's `own_ns_sql` over the CPU operators, the part of a
+    statement's own time that `cpu_ns` is; the line's Python-level time (`python_ns`) is not
+    compared. Rows (frame_id, step, ns).
+
+    analyzers/lines.py should own this per-step form; till then it is written here on its
+    `own_ns_sql`, so that the definition stays lines.py's."""
+    step_col, where, _ = _step_filter(steps)
+    return (f"SELECT e.source_frame_id, {step_col}, sum({own_ns_sql(device=False)}) FROM events e "
+            f"WHERE e.kind = 'cpu_op' AND e.source_frame_id IS NOT NULL AND {where} GROUP BY 1, 2")
+
+
 def per_step(run: Run, steps: list[int], call_ns: dict) -> dict[tuple[str, str, str], list[float]]:
     """(type, key, metric) → time per step, one value per step of the run (0 where absent).
-    Source lines and modules: the self time of their operators and their device work; operators' device time: the device work they
+    Source lines: their CPU time (line_cpu_ns_sql, analyzers/lines.py's `cpu_ns`) and device work; modules: the self
+    time of their operators and their device work; operators' device time: the device work they
     launched; operators' self time and kernels' device time: the calls' (`call_ns`, from
     calls_per_step over the same steps) summed by name."""
     step_col, where, index = _step_filter(steps)
@@ -119,7 +137,7 @@ def per_step(run: Run, steps: list[int], call_ns: dict) -> dict[tuple[str, str, 
         ("module", "cpu"): self_ns.format(key="e.module_path"),
         ("module", "device"): device_ns.format(key="e.module_path", join=""),
         # lines by the statement the time belongs to (analyzers/lines.py: backward work on its forward statement)
-        ("source_line", "cpu"): self_ns.format(key="e.source_frame_id"),
+        ("source_line", "cpu"): line_cpu_ns_sql(steps),
         ("source_line", "device"): device_ns.format(key="e.source_frame_id", join=""),
     }
     out: dict[tuple[str, str, str], list[float]] = {}

@@ -60,7 +60,7 @@ class StepTime:
 class Delta:
     type: str  # operator | kernel | module | source_line
     key: str
-    metric: str  # cpu (self time on the host) | device (kernel, memcpy, memset time)
+    metric: str  # cpu (an operator's self time; a line's outermost operators' time, analyzers/lines.py's cpu_ns) | device (kernel, memcpy, memset time)
     base_ns_per_step: float
     test_ns_per_step: float
     delta_ns_per_step: float
