@@ -7,7 +7,8 @@ delta as the effect size. With several recordings per side the step time and the
 both tested on one value per recording (the recordings differ as wholes, which their steps cannot
 show), paired where the recordings were made in pairs. Definitions: docs/COMPARE.md.
 
-Must not: read runs (collect.py does), decide the verdict (verdict.py) or write prose (render.py).
+Must not: query a run itself (collect.py reads each side), decide the verdict (verdict.py's table
+does) or write prose (render.py does).
 """
 
 from __future__ import annotations

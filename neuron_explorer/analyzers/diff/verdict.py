@@ -22,10 +22,10 @@ STEP_TIME, WORK = "step time", "work"
 
 @dataclass(frozen=True)
 class Facts:
-    """What the verdict is decided on, and what its reason says: the step times' change against
-    the noise floor, the priced work (work.priced_work) and the largest total of significant
-    delta rows, all in ns per step of the reference (the base's median step, or with several
-    recordings per side the mean of the base's recording values)."""
+    """What the verdict is decided on, and the figures its reason and notes give: the step time's
+    change and its 95% CI against the noise floor (ns per step; `ref_ns` is the base's median
+    step, or with several recordings per side the mean of the kept base recordings' values), the
+    priced work (work.priced_work) and the largest total of significant delta rows."""
     fewest_steady_steps: int  # the fewest steady steps of any recording (0 when a run has no steps)
     few_steps: tuple  # ((role, steady steps), ...) of the recordings with fewer than MIN_STEADY_STEPS
     steps_to_record: int  # steps per run that would detect detect_pct
