@@ -174,8 +174,9 @@ def main() -> None:
                 sides = [(b, BLOCKS), (t, test_blocks)]
                 if not args.reuse:
                     (record_alternating if args.alternate else record_pair)(script, sides if (i + j) % 2 == 1 else sides[::-1], args.steps)
-            s = compare(base, test, detect_pct=5).step_time
-            row = {"pair": i, "verdict": s.verdict, "delta_pct": s.delta_pct, "p_value": s.p_value, "test": s.test_name,
+            d = compare(base, test, detect_pct=5)
+            s = d.step_time
+            row = {"pair": i, "verdict": s.verdict, "reason": d.reason, "delta_pct": s.delta_pct, "p_value": s.p_value, "test": s.test_name,
                    "effect_size": s.effect_size, "base_used": len(s.steps["base"]["used"]), "test_used": len(s.steps["test"]["used"]),
                    "base_left_out": [x["step"] for x in s.steps["base"]["left_out"]],
                    "set_aside": {role: sum(bool(r.get("set_aside")) for r in s.runs.get(role, [])) for role in ("base", "test")},
@@ -196,7 +197,7 @@ def main() -> None:
     for group, rows in results.items():
         verdicts = Counter(r["verdict"] for r in rows)
         summary[group] = {"verdicts": dict(verdicts), "median_delta_pct": statistics.median(r["delta_pct"] for r in rows),
-                          "tests": dict(Counter(r["test"] for r in rows)), "more_work": sum(r["more_work"] for r in rows),
+                          "tests": dict(Counter(r["test"] for r in rows)), "reasons": dict(Counter(r.get("reason") for r in rows)), "more_work": sum(r["more_work"] for r in rows),
                           "slower_on_the_work": sum(r["verdict"] == "slower" and r["basis"] == "work" for r in rows), "rows": rows}
     n = args.pairs
     false_slower = summary["same"]["verdicts"].get("slower", 0)

@@ -19,6 +19,7 @@ from neuron_explorer.analyzers.stats import (_u_counts, bootstrap_median_diff_ci
                                              mann_whitney, paired_difference_t, paired_ratio_t, recording_value, run_level_t, slow_recordings, t_quantile, t_sf, u_statistic,
                                              welch)
 from neuron_explorer.collectors.chrome_trace import import_traces
+from neuron_explorer.fmt import duration
 from neuron_explorer.store import open_run
 
 from .conftest import X, cli, write_trace
@@ -128,7 +129,7 @@ def test_one_step_runs_say_they_cannot_tell(tmp_path: Path):
     a = import_traces(_trace(tmp_path / "a.json", src, 1, [10.0]), tmp_path / "a").run_dir
     b = import_traces(_trace(tmp_path / "b.json", src, 1, [20.0]), tmp_path / "b").run_dir
     d = compare(a, b)
-    assert d.step_time.verdict == "cannot tell" and "fewer than 5 steady-state steps" in d.step_time.reason
+    assert d.step_time.verdict == "cannot tell" and d.reason == "too_few_steps"
     assert d.step_time.steps["base"]["used"] == [0] and d.step_time.steps_to_record == 5
 
 
@@ -286,8 +287,9 @@ def test_significant_deltas_larger_than_the_noise_floor_are_never_no_change(tmp_
     d = compare(base, test)
     s = d.step_time
     assert s.p_value > 0.05 and s.verdict == "cannot tell" and s.basis == "step time", s
+    assert d.reason == "steps_cannot_tell"
     assert s.work["cost"]["delta_ns_per_step"] == 0 and s.work["cost"]["p_value"] == 1.0
-    assert s.significant_deltas["delta_ns_per_step"] == pytest.approx(2e6, rel=0.01) and "cannot tell a change of 5%" in s.reason
+    assert s.significant_deltas["delta_ns_per_step"] == pytest.approx(2e6, rel=0.01)
     assert s.steps["base"]["used"] == list(range(10))
     assert [x.key.endswith("train.py:10") for x in d.deltas if x.significant and x.type == "source_line"] == [True]
     failed, why = gate(d, 5.0)
@@ -312,7 +314,7 @@ def test_added_work_decides_when_the_step_times_cannot(tmp_path: Path):
     assert cost["significant"] and cost["p_value"] < 1e-3
     assert s.p_value > 0.05 and not s.significant  # the step times alone: no
     assert s.verdict == "slower" and s.basis == "work" and s.estimate_pct == pytest.approx(cost["delta_pct"])
-    assert s.reason.startswith("the test's steps do 12.0% more host work than the base's, priced at the base's time per call")
+    assert d.reason == "work_slower"
     assert "host work priced at the base's time per call: " in render_text(d)
     assert not any("one recording per side" in n for n in d.notes)  # a count, not a sample of the machine's speed
     assert gate(d, 5.0) == (True, "the step does about 12.0% more work (priced at the base's time per call, "
@@ -321,8 +323,9 @@ def test_added_work_decides_when_the_step_times_cannot(tmp_path: Path):
     res = cli("diff", base, test, "--fail-if-slower", "5%")
     assert res.returncode == 1 and "→ SLOWER" in res.stdout
     # the other way round, the work is less: faster
-    back = compare(test, base).step_time
-    assert back.verdict == "faster" and back.basis == "work" and back.work["cost"]["delta_pct"] < -5
+    back_diff = compare(test, base)
+    back = back_diff.step_time
+    assert back_diff.reason == "work_faster" and back.verdict == "faster" and back.basis == "work" and back.work["cost"]["delta_pct"] < -5
 
 
 def _spread_run(tmp: Path, name: str, step_ms: list[float], extra: int = 0) -> Path:
@@ -358,15 +361,16 @@ def test_step_times_that_rule_the_added_work_out_keep_their_verdict(tmp_path: Pa
     d = compare(base, test)
     s = d.step_time
     assert s.test_name == "t-on-run-values" and s.work["cost"]["significant"] and s.significant_deltas is None
+    assert d.reason == "steps_within_floor"
     assert -0.05 * s.base.median < s.delta_ci_low_ns and s.delta_ci_high_ns < 0.05 * s.base.median
     assert s.verdict == "no significant change" and s.basis == "step time" and math.isnan(s.estimate_pct)
     assert any("priced at the base's time per call, +" in n and "though the step time is 'no significant change'" in n
                for n in d.notes), d.notes
     assert cli("diff", base, test, "--fail-if-slower", "5%").returncode == 0
-    one = compare(base / "1", test / "1").step_time
+    one_diff = compare(base / "1", test / "1")
+    one = one_diff.step_time
     assert one.delta_ci_high_ns < 0.05 * one.base.median and one.verdict == "cannot tell" and one.basis == "step time"
-    assert "with one recording per side the steps cannot show whether the two recordings' machines ran at different speeds" in one.reason
-    assert "record several runs per side" in one.reason
+    assert one_diff.reason == "one_recording_cannot_rule_out" and one.work["cost"]["test_speed"] == pytest.approx(1.0, abs=0.01)
 
 
 def _mm_run(tmp: Path, name: str, step_ms: list[float], big_ms: float = 0.0) -> Path:
@@ -415,9 +419,10 @@ def test_too_few_steady_steps_say_how_many_to_record(tmp_path: Path):
     calm = _steps_run(tmp_path, "calm", [30.0, 10.0, 10.2, 9.9, 10.1])  # 1 warm-up + 4 steady steps
     calm2 = _steps_run(tmp_path, "calm2", [30.0, 13.0, 13.2, 12.9, 13.1])
     noisy = _steps_run(tmp_path, "noisy", [30.0, 8.0, 13.0, 9.0, 12.0])
-    s = compare(calm, calm2).step_time
+    d = compare(calm, calm2)
+    s = d.step_time
     assert s.verdict == "cannot tell" and s.steps["base"]["used"] == [1, 2, 3, 4] and not s.significant
-    assert s.steps_to_record >= 6 and f"record at least {s.steps_to_record} steps" in s.reason  # 5 steady + the warm-up
+    assert d.reason == "too_few_steps" and s.steps_to_record >= 6  # 5 steady + the warm-up
     loud = compare(calm, noisy).step_time
     assert loud.verdict == "cannot tell" and loud.steps_to_record > s.steps_to_record
     # asking to detect a smaller change needs more steps
@@ -463,7 +468,8 @@ def test_compare_md_states_every_threshold_with_its_value():
 def test_one_chance_row_among_many_does_not_overrule_the_step_times():
     """The consistency check counts a delta row only when it stays significant under Holm's
     correction for the rows tested in its list: among 20 rows, p = 0.04 is what chance gives."""
-    from neuron_explorer.analyzers.diff import Delta, _largest_significant_total
+    from neuron_explorer.analyzers.diff import Delta
+    from neuron_explorer.analyzers.diff.compare import _largest_significant_total
 
     def row(key, p, ns=2e6):
         return Delta("source_line", key, "cpu", 10e6, 10e6 + ns, ns, 20.0, p, p < 0.05, "changed")
@@ -480,10 +486,11 @@ def test_a_change_whose_interval_straddles_the_floor_is_cannot_tell(tmp_path: Pa
     base_ms = [10.0, 11.0, 9.0, 10.5, 9.5, 10.2, 9.8, 10.8, 9.2, 10.0]
     base = _steps_run(tmp_path, "base", base_ms)
     test = _steps_run(tmp_path, "test", [1.07 * base_ms[i] for i in (4, 1, 7, 0, 9, 2, 5, 8, 3, 6)])
-    s = compare(base, test).step_time
+    d = compare(base, test)
+    s = d.step_time
     lo, hi = s.delta_ci_low_ns / s.base.median, s.delta_ci_high_ns / s.base.median
     assert s.delta_pct == pytest.approx(7.0, abs=0.5) and lo < 0.05 < hi
-    assert s.verdict == "cannot tell" and not s.significant and "cannot tell a change of 5% from none" in s.reason
+    assert s.verdict == "cannot tell" and not s.significant and d.reason == "steps_cannot_tell"
     assert s.steps["base"]["used"] == s.steps["test"]["used"] == list(range(10))
     res = cli("diff", base, test, "--fail-if-slower", "5%")
     assert res.returncode == 0 and "cannot tell whether" in res.stderr
@@ -498,9 +505,11 @@ def test_steady_step_times_do_not_overrule_significant_line_deltas(tmp_path: Pat
     steps = [10.0, 10.1, 9.9, 10.05, 9.95, 10.0, 10.1, 9.9]
     base = _steps_run(tmp_path, "base", steps)
     test = _steps_run(tmp_path, "test", list(reversed(steps)), slow_ms=1.0)
-    s = compare(base, test).step_time
+    d = compare(base, test)
+    s = d.step_time
     within = abs(s.delta_ci_low_ns) < 0.05 * s.base.median and abs(s.delta_ci_high_ns) < 0.05 * s.base.median
-    assert within and s.verdict == "cannot tell" and "add up to +998 us per step" in s.reason
+    assert within and s.verdict == "cannot tell" and d.reason == "deltas_past_floor"
+    assert s.significant_deltas["delta_ns_per_step"] == pytest.approx(998e3)
     assert s.significant_deltas["type"] == "source_line" and s.steps["test"]["used"] == list(range(8))
 
 
@@ -665,7 +674,10 @@ def test_a_recording_slowed_as_a_whole_does_not_hide_a_regression(tmp_path: Path
     assert s.delta_pct == pytest.approx(100 * (22.25 - 18.55) / 18.55, abs=0.1)
     assert "set aside as disturbed" in s.test_reason and "base 2; test 3" in s.test_reason
     text = render_text(d)
-    assert "2. " in text and "value 21.7 ms (median 21.7 ms), 9 of 10 steps used, set aside as disturbed" in text
+    aside = s.runs["base"][1]
+    assert aside["median_ns"] == pytest.approx(21.7e6, rel=1e-3) and aside["value_ns"] == pytest.approx(Q * 21.7e6, rel=1e-3)
+    assert f"2. {aside['path']}: value {duration(aside['value_ns'])} (median {duration(aside['median_ns'])}), 9 of 10 steps used, " \
+           "set aside as disturbed" in text
     # all ten recordings in pairs, as before: the scatter of the ratios leaves it undecided
     every = paired_ratio_t(base_ms, test_ms)
     assert every.ci_low < 0.05 * statistics.mean(base_ms)
@@ -785,9 +797,9 @@ def test_with_run_sets_the_delta_rows_are_judged_between_recordings(tmp_path: Pa
 
 
 def _side_of(folder: Path):
-    from neuron_explorer.analyzers.diff import _side
+    from neuron_explorer.analyzers.diff.collect import read_side
 
-    return _side(folder)
+    return read_side(folder)
 
 
 def test_rows_of_recordings_made_in_pairs_are_paired_differences(tmp_path: Path):
@@ -817,3 +829,90 @@ def test_paired_difference_t_matches_a_hand_computation():
     assert (r.ci_low, r.ci_high) == pytest.approx((2.0 - half, 2.0 + half))
     assert r.p_value == pytest.approx(2 * t_sf(r.t, 2))
     assert math.isnan(paired_difference_t([1.0], [2.0]).p_value)
+
+
+# ---- time per source line: analyzers/lines.py's definition ---------------------------------------
+
+def _nested_run(tmp: Path, name: str, linear_ms: float, steps: int = 8) -> Path:
+    """Steps of 10 ms; in each, train.py(10): hot runs aten::linear (linear_ms), which runs
+    aten::addmm (linear_ms - 0.5 ms), which launches a kernel (cudaLaunchKernel, 1 ms on the host).
+    The line's time (its outermost operator, aten::linear) is linear_ms; the operators' self times
+    add up to 1 ms less (the launch is inside them, but no operator's self time)."""
+    src = tmp / "train.py"
+    if not src.exists():
+        src.write_text("import torch\n" + "\n" * 8 + "def hot():\n    return torch.nn.functional.linear(a, w)\n")
+    ev, t = [], 0.0
+    for i in range(steps):
+        lin = linear_ms * 1000
+        ev += [X(f"ProfilerStep#{i}", "user_annotation", t, 10_000),
+               X(f"{src}(10): hot", "python_function", t + 1, lin + 2),
+               X("aten::linear", "cpu_op", t + 2, lin),
+               X("aten::addmm", "cpu_op", t + 3, lin - 500),
+               X("cudaLaunchKernel", "cuda_runtime", t + 10, 1000),
+               X("aten::relu", "cpu_op", t + lin + 10, 10_000 - lin - 20)]
+        t += 10_010
+    return import_traces(write_trace(tmp / f"{name}.json", ev), tmp / name).run_dir
+
+
+def test_a_line_time_is_the_time_that_analyzers_lines_defines(tmp_path: Path):
+    """diff's CPU time of a source line is lines.py's `cpu_ns` (its outermost operators'
+    durations), not the sum of its operators' self times, which leaves out what runs inside an
+    operator but is no operator (here a 1 ms kernel launch in aten::addmm)."""
+    from neuron_explorer.analyzers.diff.collect import read_side
+    from neuron_explorer.analyzers.lines import line_times
+
+    base, test = _nested_run(tmp_path, "base", 3.0), _nested_run(tmp_path, "test", 4.0)
+    with open_run(base) as run:
+        (line,) = [r for r in line_times(run, 0) if r["source"].endswith("train.py:10")]
+        steps = run.sql("SELECT count(*) FROM steps").fetchone()[0]
+        self_sum = run.sql("SELECT sum(self_ns) FROM events WHERE kind = 'cpu_op' AND name <> 'aten::relu'").fetchone()[0]
+    assert line["cpu_ns"] == steps * 3e6 and self_sum == steps * 2e6  # the two definitions differ by the launch
+    side = read_side(base)
+    (vec,) = [v for (type_, _, metric), v in side.vals.items() if type_ == "source_line" and metric == "cpu"]
+    assert vec == [3e6] * len(side.pooled_times)  # lines.py's figure, per steady step
+    row = next(d for d in compare(base, test).deltas if d.type == "source_line" and d.metric == "cpu")
+    assert row.key.endswith("train.py:10") and (row.base_ns_per_step, row.test_ns_per_step) == (3e6, 4e6)
+
+
+# ---- the verdict's decision table -----------------------------------------------------------------
+
+def test_the_decision_table_is_compare_md_in_its_order():
+    """Each rule of the table has a reason code, docs/COMPARE.md names every code, and the first
+    rule that applies decides: too few steps before a significant change, the step times before the
+    work, and a different job overrules whatever the steps said (the step rule is kept)."""
+    from neuron_explorer.analyzers.diff import REASONS
+    from neuron_explorer.analyzers.diff.verdict import Facts, decide
+
+    from .conftest import REPO
+
+    text = (REPO / "docs" / "COMPARE.md").read_text()
+    assert len(set(REASONS)) == len(REASONS) == 10
+    assert [code for code in REASONS if f"`{code}`" not in text] == []
+
+    def facts(**kw) -> Facts:
+        plain = {"fewest_steady_steps": 10, "few_steps": (), "steps_to_record": 10, "detect_pct": 5.0, "significant": False,
+                 "delta_ns": 0.0, "delta_pct": 0.0, "ref_ns": 10e6, "floor_ns": 0.5e6, "p_value": 0.5, "test_name": "mann-whitney-u",
+                 "ci_low_ns": -0.2e6, "ci_high_ns": 0.2e6, "between_runs": False, "paired": False, "runs_to_record": None}
+        return Facts(**{**plain, **kw})
+
+    slower = {"significant": True, "delta_ns": 1e6, "ci_low_ns": 0.6e6, "ci_high_ns": 1.4e6}
+    work = {"significant": True, "delta_pct": 12.0, "test_speed": 1.0}
+    assert decide(facts()).reason == "steps_within_floor"
+    assert decide(facts(**slower)).reason == "steps_slower"
+    assert decide(facts(**{**slower, "delta_ns": -1e6, "ci_low_ns": -1.4e6, "ci_high_ns": -0.6e6})).reason == "steps_faster"
+    assert decide(facts(**slower, fewest_steady_steps=4)).reason == "too_few_steps"
+    assert decide(facts(**slower, cost=work)).basis == "step time"
+    assert decide(facts(cost=work, ci_low_ns=-2e6, ci_high_ns=2e6)).reason == "work_slower"
+    assert decide(facts(cost=work)).reason == "one_recording_cannot_rule_out"
+    assert decide(facts(cost=work, between_runs=True)).reason == "steps_within_floor"
+    big = {"type": "source_line", "metric": "cpu", "delta_ns_per_step": 1e6, "rows": 1}
+    assert decide(facts(significant_deltas=big, cost=work)).reason == "deltas_past_floor"
+    assert decide(facts(ci_low_ns=-0.2e6, ci_high_ns=0.7e6)).reason == "steps_cannot_tell"
+    other = decide(facts(**slower, job_differences=("different script",)))
+    assert (other.reason, other.verdict, other.steps_rule.reason) == ("not_same_job", "cannot tell", "steps_slower")
+
+
+def test_the_json_carries_the_reason_code(tmp_path: Path):
+    base, test = _runs(tmp_path, [s + 3.0 for s in SAME_STEPS], slow_ms=3.0, shift=4)
+    data = json.loads(cli("diff", base, test, "--json").stdout)
+    assert data["reason"] == "steps_slower" and data["step_time"]["verdict"] == "slower"

@@ -1,0 +1,135 @@
+"""Matching what the base and the test have in common: a source line by its file, function and
+code text (so an edit above a hot line does not make it new), one file recorded by two paths, and
+recordings of the two sides made in pairs.
+
+Must not: read anything of a run but its frames, or judge a change.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import PurePath
+from typing import TYPE_CHECKING
+
+from ...store import Run
+
+if TYPE_CHECKING:
+    from .collect import Side
+
+
+def source_file(file: str | None, cwd: str | None) -> str | None:
+    """The file a frame names, absolute where the run says from where: a relative path (as
+    `python sub/train.py` records the script) joined to the working directory recorded in the
+    manifest (`cwd`, live runs). Pseudo-files (`<string>`) and absolute paths stay as recorded."""
+    if not file or not cwd or file.startswith("<") or os.path.isabs(file):
+        return file
+    return os.path.normpath(os.path.join(cwd, file))
+
+
+def line_keys(run: Run) -> dict[str, tuple[str, str]]:
+    """frame_id → (matching key, display 'file:line').
+
+    Several frames can share a line (the live collector keeps call sites as a tree). The matching
+    key is file, function and code text — with the rank of the line among lines of equal text in
+    that function, so duplicates pair up in order — else file, function and line number. The
+    file is `source_file`'s: a path recorded relative to the working directory is made absolute
+    with the cwd the run recorded.
+    """
+    cwd = run.manifest.get("cwd")
+    rows = [(fid, source_file(file, cwd), line, function, code)
+            for fid, file, line, function, code in run.sql("SELECT frame_id, file, line, function, code FROM frames").fetchall()]
+    lines_by_text: dict[tuple, set[int]] = defaultdict(set)
+    for _, file, line, function, code in rows:
+        if code:
+            lines_by_text[(file, function, code)].add(line)
+    rank_of = {k: {ln: i for i, ln in enumerate(sorted(v), 1)} for k, v in lines_by_text.items()}
+    keys = {}
+    for frame_id, file, line, function, code in rows:
+        if code:
+            match = f"{file}\x1f{function}\x1f{code}\x1f{rank_of[(file, function, code)][line]}"
+        else:
+            match = f"{file}\x1f{function}\x1fline {line}"
+        keys[str(frame_id)] = (match, f"{file}:{line}")
+    return keys
+
+
+def rekey_lines(values: dict, keys: dict[str, tuple[str, str]]) -> tuple[dict, dict[str, str]]:
+    """`values` ((type, key, metric) -> per-step vector) with each source line's frame id replaced
+    by its matching key (line_keys), frames of one key added up; and matching key -> 'file:line'."""
+    out: dict[tuple[str, str, str], list[float]] = {}
+    display: dict[str, str] = {}
+    for (type_, key, metric), vec in values.items():
+        if type_ == "source_line":
+            match, shown = keys.get(key, (key, key))
+            display[match] = shown
+            key = match
+        prev = out.get((type_, key, metric))
+        out[(type_, key, metric)] = vec if prev is None else [a + b for a, b in zip(prev, vec)]
+    return out, display
+
+
+def match_files(base_files: set[str], test_files: set[str]) -> dict[str, str]:
+    """test file -> the base file it is the same file as, for test files that the base run does not
+    name by the same path: the one base file with which it shares the longer one's path as a
+    suffix, whole components (`sub/train.py` and `/home/u/proj/sub/train.py`; not `ain.py`). A
+    file that matches none, or several, keeps its own path."""
+    def parts(f: str) -> tuple[str, ...]:
+        return tuple(p for p in f.replace("\\", "/").split("/") if p not in ("", "."))
+
+    by_name: dict[str, list[tuple[str, tuple[str, ...]]]] = defaultdict(list)
+    for f in base_files:
+        if f and not f.startswith("<"):
+            by_name[PurePath(f).name].append((f, parts(f)))
+    out = {}
+    for f in test_files:
+        if not f or f in base_files or f.startswith("<"):
+            continue
+        mine = parts(f)
+        hits = [b for b, bp in by_name.get(PurePath(f).name, [])
+                if mine and bp and (bp[-len(mine):] == mine if len(mine) <= len(bp) else mine[-len(bp):] == bp)]
+        if len(hits) == 1:
+            out[f] = hits[0]
+    return out
+
+
+def match_line_files(base_vals: dict, test_vals: dict, test_disp: dict) -> tuple[dict, dict]:
+    """The test side's values and line display with the source-line keys whose file `match_files`
+    pairs with a base file renamed to that file (one file, recorded by two paths)."""
+    file_of = lambda key: key.split("\x1f", 1)[0]
+    base_files = {file_of(k) for t, k, _ in base_vals if t == "source_line"}
+    test_files = {file_of(k) for t, k, _ in test_vals if t == "source_line"}
+    same = match_files(base_files, test_files)
+    if not same:
+        return test_vals, test_disp
+    rename = lambda key: same.get(file_of(key), file_of(key)) + key[len(file_of(key)):]
+    vals: dict = {}
+    for (t, k, m), vec in test_vals.items():
+        new_key = (t, rename(k) if t == "source_line" else k, m)
+        vals[new_key] = vec if new_key not in vals else [a + b for a, b in zip(vals[new_key], vec)]
+    return vals, {rename(k): v for k, v in test_disp.items()}
+
+
+def recording_pairs(base: Side, test: Side) -> list[tuple[int, int]] | None:
+    """Pairs (base index, test index) when the two run sets were recorded in pairs: as many
+    recordings on each side (at least 2), all on one host, and in the order of their start times
+    every two consecutive recordings are one base and one test (recorded side by side, or one
+    right after the other: ABAB, ABBA...). None otherwise. Pairing cancels what the machine did
+    while each pair ran (docs/COMPARE.md "Recordings made in pairs")."""
+    n = len(base.paths)
+    if n < 2 or n != len(test.paths) or None in base.spans + test.spans:
+        return None
+    if {os.path.realpath(p) for p in base.paths} & {os.path.realpath(p) for p in test.paths}:
+        return None  # a run compared with itself is not a pair of recordings
+    hosts = set(base.hosts + test.hosts)
+    if len(hosts) != 1 or None in hosts:
+        return None
+    order = sorted([(span[0], "base", i) for i, span in enumerate(base.spans)]
+                   + [(span[0], "test", i) for i, span in enumerate(test.spans)])
+    pairs = []
+    for k in range(0, 2 * n, 2):
+        first, second = order[k], order[k + 1]
+        if first[1] == second[1]:
+            return None
+        pairs.append((first[2], second[2]) if first[1] == "base" else (second[2], first[2]))
+    return pairs
