@@ -232,7 +232,8 @@ def test_times_and_sums_beyond_int64_arithmetic_are_refused(tmp_path: Path, even
 def test_times_at_the_limit_import_and_every_command_reads_them(tmp_path: Path):
     """Starts and ends just inside ±2^62 ns: info, analyze and export must not overflow on them."""
     limit_us = 2**62 // 1000
-    events = [X("early", "cpu_op", -limit_us, 1), X("late", "cpu_op", limit_us - 1000, 999), X("ProfilerStep#2", "user_annotation", 0, limit_us - 2000)]
+    events = [X("early", "cpu_op", -limit_us, 1), X("late", "cpu_op", limit_us - 1000, 999),
+              X("ProfilerStep#2", "user_annotation", 0, limit_us - 2000)]
     manifest = _readable_run(tmp_path, {"traceEvents": _events(*events)})
     assert manifest["ranks"][0]["data_quality"]["negative_timestamps"] == 1
 
