@@ -7,8 +7,8 @@ same knot, only found later. `from pkg import name` counts as an import of the m
 when there is one, else of pkg; a package's __init__ is a module like any other (the implicit
 import of a package's __init__ by the import of one of its modules is not counted).
 
-Every module must be placed in LAYERS (first matching pattern wins): a new module fails the test
-until someone decides where it belongs.
+Every module must be placed in LAYERS: a new module fails the test until someone decides where it
+belongs.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "neuron_explorer"
 ROOT = "neuron_explorer"
 
 # (layer, name, reason, module patterns). Patterns are dotted names without the leading
-# "neuron_explorer." ("" is the package's own __init__); fnmatch, first match wins.
+# "neuron_explorer." ("" is the package's own __init__); a module's exact name wins, else the first
+# fnmatch pattern that matches.
 LAYERS: list[tuple[int, str, str, tuple[str, ...]]] = [
     (0, "foundations", "definitions and helpers with no idea of a run: errors, the format, the vocabulary, formatting, "
                        "the native builds, Kineto's spellings",
@@ -45,9 +46,10 @@ LAYERS: list[tuple[int, str, str, tuple[str, ...]]] = [
     (6, "report rendering", "reports and run descriptions as text (rich, Markdown): pure rendering of what layers below "
                             "computed; info (run_info, render_info) describes a run for the CLI, the agent and notebooks",
      ("analyzers.render", "analyzers.diff.render", "info")),
-    (7, "dashboard views", "the dashboard's query functions: data for each view, no drawing",
-     ("dashboard.views", "dashboard.views.*")),
-    (8, "dashboard", "the dashboard's drawing, app and server (ui and the rest)",
+    (7, "dashboard views", "the dashboard's data: each view's query function (views/), the open runs they read (runs), the "
+                           "timeline's level of detail, the event chain, and queries, the table of views; no drawing",
+     ("dashboard.views", "dashboard.views.*", "dashboard.runs", "dashboard.timeline", "dashboard.chain", "dashboard.queries")),
+    (8, "dashboard", "the dashboard's drawing (ui/, figure), app, JSON API and server",
      ("dashboard", "dashboard.*")),
     (9, "agent", "the agent tools, their SQL sandbox and the MCP server",
      ("agent", "agent.*")),
@@ -70,9 +72,10 @@ def modules() -> dict[str, Path]:
 
 def layer_of(module: str) -> tuple[int, str] | None:
     rel = module[len(ROOT) + 1:] if module != ROOT else ""
-    for layer, name, _, patterns in LAYERS:
-        if any(fnmatch.fnmatchcase(rel, p) for p in patterns):
-            return layer, name
+    for exact in (True, False):  # a module named exactly wins over a wildcard (analyzers.diff.render over analyzers.diff.*)
+        for layer, name, _, patterns in LAYERS:
+            if any(rel == p if exact else fnmatch.fnmatchcase(rel, p) for p in patterns):
+                return layer, name
     return None
 
 
@@ -161,6 +164,8 @@ def test_no_import_cycles():
 
 
 def test_the_scan_sees_lazy_and_relative_imports():
+    assert layer_of("neuron_explorer.analyzers.diff.render")[0] == 6 and layer_of("neuron_explorer.analyzers.diff.stats")[0] == 5
+    assert layer_of("neuron_explorer")[0] == 10 and layer_of("neuron_explorer.dashboard.views.timeline")[0] == 7
     g = graph()
     targets = {d for d, _ in g["neuron_explorer.info"]}
     assert {"neuron_explorer.store", "neuron_explorer.fmt", "neuron_explorer.analyzers.ranks"} <= targets  # the last one lazy
