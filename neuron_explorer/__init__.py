@@ -5,11 +5,11 @@ Collectors write run directories (Parquet + manifest); everything else reads the
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from .errors import InputError, NeuronExplorerError, RunExistsError  # noqa: E402
-from . import store as _store  # noqa: E402
-from .store import Run, open_run  # noqa: E402
+from . import notebook as _notebook  # noqa: F401  gives store.Run its _repr_html_ (Jupyter); standard library and fmt only
+from . import store as _store
+from ._version import __version__
+from .errors import InputError, NeuronExplorerError, RunExistsError
+from .store import Run, open_run
 
 
 def _trace_as_run(path):

@@ -1,5 +1,7 @@
 """How figures are written for people: one formatter per kind of figure, used by the text report,
-`info`, `diff`, the notebook view and the dashboard alike, so one figure reads the same everywhere.
+`info`, `diff`, the notebook view and the dashboard alike, so one figure reads the same everywhere;
+and the few text helpers the text report and `info` share (rank lists, spreads over ranks, the
+collective-wait lines, warnings grouped by kind).
 
 Must not: import anything but the standard library (every layer may import it).
 """
@@ -7,6 +9,7 @@ Must not: import anything but the standard library (every layer may import it).
 from __future__ import annotations
 
 import math
+import re
 
 
 def duration(ns: int | float | None) -> str:
@@ -28,3 +31,71 @@ def share(x: float | None) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "-"
     return f"{100 * x:.1f}%"
+
+
+def id_ranges(ids) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    out: list[str] = []
+    for i in sorted(ids):
+        if out and out[-1].split("-")[-1] == str(i - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{i}"
+        else:
+            out.append(str(i))
+    return ", ".join(out)
+
+
+def spread(values: list[tuple[float, int]], fmt) -> str:
+    """'min X (rank a), p50 Y, p90 Z, max W (rank b)' of (value, rank) pairs (nearest-rank quantiles)."""
+    v = sorted(values)
+
+    def q(f: float) -> float:
+        return v[min(len(v) - 1, int(f * (len(v) - 1) + 0.5))][0]
+
+    return f"min {fmt(v[0][0])} (rank {v[0][1]}), p50 {fmt(q(0.5))}, p90 {fmt(q(0.9))}, max {fmt(v[-1][0])} (rank {v[-1][1]})"
+
+
+def collective_wait_lines(waits: list[tuple[float, int, int]], instances: int | None = None, shown: int = 3) -> list[str]:
+    """(share, rank, wait ns) per rank -> the spread of the ranks' collective wait and the ranks that wait the most."""
+    if not waits:
+        return []
+    worst = sorted(waits, key=lambda x: (-x[0], x[1]))[:shown]
+    return ["  collective wait per rank (for the last arrival, share of its analysed time): "
+            + spread([(w, r) for w, r, _ in waits], share),
+            "  most waiting: " + ", ".join(f"rank {r} {duration(ns)} ({share(w)})" for w, r, ns in worst)
+            + (f" over {instances:,} matched collectives" if instances is not None else "")]
+
+
+_WARNING_SUBJECT = re.compile(r"^(?:rank (?P<rank>\d+)|(?P<file>[^\s:]+)): (?P<message>.*)$", re.DOTALL)
+_LEADING_COUNT = re.compile(r"^(\d+) ")
+_NUMBER = re.compile(r"\d+")
+
+
+def summarise_warnings(warnings: list[str], keep: int = 2) -> list[str]:
+    """One line per kind of warning: a kind that more than `keep` ranks (or files) report becomes
+    one line with how many, the total of its counts and the ranks with the most. A kind is the
+    text after 'rank N: ' with its numbers left out; fewer are kept as they are."""
+    groups: dict[str, list[tuple[int | None, str | None, int | None, str]]] = {}
+    for w in warnings:
+        m = _WARNING_SUBJECT.match(w)
+        rank, file, message = (int(m["rank"]) if m["rank"] else None, m["file"], m["message"]) if m else (None, None, w)
+        count = _LEADING_COUNT.match(message)
+        groups.setdefault(_NUMBER.sub("#", message), []).append((rank, file, int(count[1]) if count else None, w))
+    out = []
+    for items in groups.values():
+        if len(items) <= keep:
+            out += [w for *_, w in items]
+            continue
+        ranks = [r for r, _, _, _ in items if r is not None]
+        who = f"{len(items)} ranks" if len(ranks) == len(items) else f"{len(items)} traces"
+        _, _, _, first = items[0]
+        message = _WARNING_SUBJECT.match(first)["message"] if _WARNING_SUBJECT.match(first) else first
+        counts = [(n, r) for r, _, n, _ in items if n is not None]
+        if len(counts) == len(items) and len(ranks) == len(items):
+            worst = sorted(counts, key=lambda nr: (-nr[0], nr[1]))[:3]
+            label = _LEADING_COUNT.sub("", message)
+            out.append(f"{who}: {label}: {sum(n for n, _ in counts):,} in all; most on "
+                       + ", ".join(f"rank {r} ({n:,})" for n, r in worst))
+        else:
+            where = f"ranks {id_ranges(ranks)}" if len(ranks) == len(items) else ", ".join(f for _, f, _, _ in items[:3] if f) + ", ..."
+            out.append(f"{who}: {message} ({where})")
+    return out

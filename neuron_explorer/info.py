@@ -5,9 +5,9 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
+from .fmt import collective_wait_lines, duration, id_ranges, share, spread, summarise_warnings
 from .store import open_run, read_manifest, resolve_run
 
 
@@ -73,51 +73,9 @@ def _collective_waits(run) -> dict[int, dict]:
             for r in collective_waits(run)["ranks"]}
 
 
-def collective_wait_lines(waits: list[tuple[float, int, int]], instances: int | None = None, shown: int = 3) -> list[str]:
-    """(share, rank, wait ns) per rank -> the spread of the ranks' collective wait and the ranks that wait the most."""
-    if not waits:
-        return []
-    worst = sorted(waits, key=lambda x: (-x[0], x[1]))[:shown]
-    return ["  collective wait per rank (for the last arrival, share of its analysed time): "
-            + spread([(w, r) for w, r, _ in waits], lambda x: f"{100 * x:.1f}%"),
-            "  most waiting: " + ", ".join(f"rank {r} {fmt_ns(ns)} ({100 * w:.1f}%)" for w, r, ns in worst)
-            + (f" over {instances:,} matched collectives" if instances is not None else "")]
-
-
-def fmt_ns(ns: int | float | None) -> str:
-    """A duration for people: 1.23 s, 45.6 ms, 789 us, 12 ns."""
-    if ns is None:
-        return "-"
-    ns = float(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(ns) >= scale:
-            return f"{ns / scale:.3g} {unit}"
-    return f"{ns:.0f} ns"
-
-
-def _id_ranges(ids: list[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2, 5'."""
-    out: list[str] = []
-    for i in sorted(ids):
-        if out and out[-1].split("-")[-1] == str(i - 1):
-            out[-1] = f"{out[-1].split('-')[0]}-{i}"
-        else:
-            out.append(str(i))
-    return ", ".join(out)
-
-
-id_ranges = _id_ranges
-
-
-def spread(values: list[tuple[float, int]], fmt) -> str:
-    """'min X (rank a), p50 Y, p90 Z, max W (rank b)' of (value, rank) pairs (nearest-rank quantiles)."""
-    v = sorted(values)
-
-    def q(f: float) -> float:
-        return v[min(len(v) - 1, int(f * (len(v) - 1) + 0.5))][0]
-
-    return f"min {fmt(v[0][0])} (rank {v[0][1]}), p50 {fmt(q(0.5))}, p90 {fmt(q(0.9))}, max {fmt(v[-1][0])} (rank {v[-1][1]})"
-
+fmt_ns = duration
+"""Transitional: the old formatter's name, now fmt.duration, for the modules that still import it
+from here (analyzers/diff.py, tests/test_dashboard_compare.py). Remove once they import fmt."""
 
 MANY_RANKS = 8
 """With more ranks than this, `render_info` describes them together (counts, distributions, the
@@ -126,13 +84,13 @@ slowest and fastest ranks) instead of a block each; `info --json` keeps every ra
 
 def _render_many_ranks(ranks: list[dict], shown: int = 3) -> list[str]:
     world = sorted({r["world_size"] for r in ranks if r.get("world_size")})
-    lines = [f"{len(ranks)} ranks ({_id_ranges([r['rank'] for r in ranks])})"
+    lines = [f"{len(ranks)} ranks ({id_ranges([r['rank'] for r in ranks])})"
              + (f" of {', '.join(map(str, world))}" if world else "") + f"; {sum(r['events'] for r in ranks):,} events"
              + "; info --json lists every rank"]
     lines.append("  events per rank: " + spread([(r["events"], r["rank"]) for r in ranks], lambda n: f"{n:,.0f}"))
     spans = [(r["span_ns"], r["rank"]) for r in ranks if r.get("span_ns") is not None]
     if spans:
-        lines.append("  span per rank: " + spread(spans, fmt_ns))
+        lines.append("  span per rank: " + spread(spans, duration))
     by_devices: dict[str, list[int]] = {}
     for r in ranks:
         devs = ", ".join(f"{d['device']}" + (f" ({d['name']})" if d.get("name") else "") for d in r["devices"])
@@ -145,10 +103,10 @@ def _render_many_ranks(ranks: list[dict], shown: int = 3) -> list[str]:
     lines.append("  steps: " + "; ".join(f"{k} on {_ranks_text(rs)}" for k, rs in by_steps.items()))
     step = [(r["step_median_ns"], r["rank"]) for r in ranks if r.get("step_median_ns") is not None]
     if step:
-        lines.append("  step time per rank (its median step): " + spread(step, fmt_ns))
+        lines.append("  step time per rank (its median step): " + spread(step, duration))
         by_time = sorted(step, key=lambda x: (-x[0], x[1]))
-        lines.append("  slowest ranks: " + ", ".join(f"rank {r} {fmt_ns(t)}" for t, r in by_time[:shown]))
-        lines.append("  fastest ranks: " + ", ".join(f"rank {r} {fmt_ns(t)}" for t, r in reversed(by_time[-shown:])))
+        lines.append("  slowest ranks: " + ", ".join(f"rank {r} {duration(t)}" for t, r in by_time[:shown]))
+        lines.append("  fastest ranks: " + ", ".join(f"rank {r} {duration(t)}" for t, r in reversed(by_time[-shown:])))
     lines += collective_wait_lines([(r["collective_wait_share"], r["rank"], r["collective_wait_ns"]) for r in ranks
                                     if r.get("collectives_matched") and r.get("collective_wait_share") is not None])
     counts: dict[str, int] = {}
@@ -160,13 +118,13 @@ def _render_many_ranks(ranks: list[dict], shown: int = 3) -> list[str]:
     backward = sum((r.get("data_quality") or {}).get("backward_ns", 0) for r in ranks)
     if backward:
         linked = sum((r.get("data_quality") or {}).get("backward_linked_ns", 0) for r in ranks) / backward
-        lines.append(f"  backward: {fmt_ns(backward)} of operator and device time over all ranks, {100 * linked:.1f}% linked to "
+        lines.append(f"  backward: {duration(backward)} of operator and device time over all ranks, {share(linked)} linked to "
                      "the forward statement that built it")
     return lines
 
 
 def _ranks_text(ranks: list[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"{len(ranks)} ranks ({_id_ranges(ranks)})"
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"{len(ranks)} ranks ({id_ranges(ranks)})"
 
 
 def render_info(info: dict) -> str:
@@ -182,24 +140,24 @@ def render_info(info: dict) -> str:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]) if v and k not in ("frames",))
         devs = ", ".join(f"{d['device']}" + (f" ({d['name']})" if d.get("name") else "") for d in r["devices"]) or "none (CPU only)"
         world = f" of {r['world_size']}" if r.get("world_size") else ""
-        lines.append(f"rank {r['rank']}{world}: {r['events']} events over {fmt_ns(r['span_ns'])}")
+        lines.append(f"rank {r['rank']}{world}: {r['events']} events over {duration(r['span_ns'])}")
         lines.append(f"  devices: {devs}")
         if r.get("devices_without_properties"):
-            lines.append(f"    events ran on device {_id_ranges(r['devices_without_properties'])}, which the device properties do not list")
+            lines.append(f"    events ran on device {id_ranges(r['devices_without_properties'])}, which the device properties do not list")
         if r.get("devices_listed_without_events"):
-            lines.append(f"    the device properties also list device {_id_ranges(r['devices_listed_without_events'])}, with no events")
+            lines.append(f"    the device properties also list device {id_ranges(r['devices_listed_without_events'])}, with no events")
         if r["steps"]:
-            lines.append(f"  steps: {r['steps']} (#{r['step_first']}..#{r['step_last']}), median {fmt_ns(r['step_median_ns'])}")
+            lines.append(f"  steps: {r['steps']} (#{r['step_first']}..#{r['step_last']}), median {duration(r['step_median_ns'])}")
         else:
             lines.append("  steps: none recorded (no ProfilerStep#N ranges)")
         lines.append(f"  counts: {kinds}")
         if r.get("collectives_matched"):
-            lines.append(f"  collective wait (for the last arrival): {fmt_ns(r['collective_wait_ns'])} "
-                         f"({100 * (r['collective_wait_share'] or 0):.1f}% of its analysed time) over {r['collectives_matched']} collectives")
+            lines.append(f"  collective wait (for the last arrival): {duration(r['collective_wait_ns'])} "
+                         f"({share(r['collective_wait_share'] or 0)} of its analysed time) over {r['collectives_matched']} collectives")
         dq = r.get("data_quality") or {}
         if dq.get("backward_ns"):
             linked = dq.get("backward_linked_ns", 0) / dq["backward_ns"]
-            lines.append(f"  backward: {fmt_ns(dq['backward_ns'])} of operator and device time, {100 * linked:.1f}% linked to "
+            lines.append(f"  backward: {duration(dq['backward_ns'])} of operator and device time, {share(linked)} linked to "
                          "the forward statement that built it")
     if info["warnings"]:
         summary = summarise_warnings(info["warnings"])
@@ -208,39 +166,3 @@ def render_info(info: dict) -> str:
         if len(summary) > 20:
             lines.append(f"  ... {len(summary) - 20} more (info --json lists all)")
     return "\n".join(lines)
-
-
-_WARNING_SUBJECT = re.compile(r"^(?:rank (?P<rank>\d+)|(?P<file>[^\s:]+)): (?P<message>.*)$", re.DOTALL)
-_LEADING_COUNT = re.compile(r"^(\d+) ")
-_NUMBER = re.compile(r"\d+")
-
-
-def summarise_warnings(warnings: list[str], keep: int = 2) -> list[str]:
-    """One line per kind of warning: a kind that more than `keep` ranks (or files) report becomes
-    one line with how many, the total of its counts and the ranks with the most. A kind is the
-    text after 'rank N: ' with its numbers left out; fewer are kept as they are."""
-    groups: dict[str, list[tuple[int | None, str | None, int | None, str]]] = {}
-    for w in warnings:
-        m = _WARNING_SUBJECT.match(w)
-        rank, file, message = (int(m["rank"]) if m["rank"] else None, m["file"], m["message"]) if m else (None, None, w)
-        count = _LEADING_COUNT.match(message)
-        groups.setdefault(_NUMBER.sub("#", message), []).append((rank, file, int(count[1]) if count else None, w))
-    out = []
-    for items in groups.values():
-        if len(items) <= keep:
-            out += [w for *_, w in items]
-            continue
-        ranks = [r for r, _, _, _ in items if r is not None]
-        who = f"{len(items)} ranks" if len(ranks) == len(items) else f"{len(items)} traces"
-        _, _, _, first = items[0]
-        message = _WARNING_SUBJECT.match(first)["message"] if _WARNING_SUBJECT.match(first) else first
-        counts = [(n, r) for r, _, n, _ in items if n is not None]
-        if len(counts) == len(items) and len(ranks) == len(items):
-            worst = sorted(counts, key=lambda nr: (-nr[0], nr[1]))[:3]
-            label = _LEADING_COUNT.sub("", message)
-            out.append(f"{who}: {label}: {sum(n for n, _ in counts):,} in all; most on "
-                       + ", ".join(f"rank {r} ({n:,})" for n, r in worst))
-        else:
-            where = f"ranks {_id_ranges(ranks)}" if len(ranks) == len(items) else ", ".join(f for _, f, _, _ in items[:3] if f) + ", ..."
-            out.append(f"{who}: {message} ({where})")
-    return out

@@ -1,5 +1,8 @@
 """How runs and reports look in Jupyter: the HTML behind `Report._repr_html_` and `Run._repr_html_`.
 
+Importing this module gives `store.Run` its `_repr_html_` (the package's __init__ imports it), so
+that storage knows nothing of notebooks: store sits at the bottom of the layers, this at the top.
+
 Both render plain data: a report in its JSON form (`Report.to_dict()`, or RUN/analysis/report.json
 as `analyze` wrote it) and a run's manifest, so a notebook shows what the CLI and agents read.
 Every piece of text from a run (names, paths, titles, source lines) is HTML-escaped here.
@@ -16,7 +19,8 @@ import shlex
 from collections import Counter
 from pathlib import Path
 
-from .info import fmt_ns
+from . import store
+from .fmt import duration, share
 
 TOP_FINDINGS = 5
 """Findings listed in a notebook view; the rest are counted."""
@@ -43,7 +47,7 @@ def _findings_table(findings: list[dict]) -> str:
     for f in findings[:TOP_FINDINGS]:
         loc = f.get("location") or {}
         where = loc.get("source") or loc.get("op") or loc.get("kernel") or ""
-        impact = f"{fmt_ns(f.get('impact_ns'))} ({100 * (f.get('impact_share') or 0):.1f}%)"
+        impact = f"{duration(f.get('impact_ns'))} ({share(f.get('impact_share') or 0)})"
         sev = f.get("severity")
         rows.append(f"<tr><td class=\"nx-sev-{_e(sev)}\">{_e(sev)}</td><td>{_e(f.get('title'))}"
                     f"<br><span class=\"nx-dim\">{_e(f.get('recommendation'))}</span></td><td>{_e(impact)}</td>"
@@ -66,10 +70,10 @@ def report_html(report: dict) -> str:
     lines = []
     for r in ranks:
         st = r.get("steps") or {}
-        steps = (f"{st['count']} steps, mean {fmt_ns(st.get('mean_ns'))}, p90 {fmt_ns(st.get('p90_ns'))}" if st.get("count")
+        steps = (f"{st['count']} steps, mean {duration(st.get('mean_ns'))}, p90 {duration(st.get('p90_ns'))}" if st.get("count")
                  else "no steps recorded")
         devices = len(r.get("devices") or [])
-        lines.append(f"<tr><td>rank {_e(r.get('rank'))}</td><td>{_e(steps)}</td><td>{_e(fmt_ns(r.get('analysed_ns')))} analysed</td>"
+        lines.append(f"<tr><td>rank {_e(r.get('rank'))}</td><td>{_e(steps)}</td><td>{_e(duration(r.get('analysed_ns')))} analysed</td>"
                      f"<td>{_e(f'{devices} device(s)' if devices else 'CPU only')}</td></tr>")
     findings = report.get("findings") or []
     counts = ", ".join(f"{sum(f.get('severity') == s for f in findings)} {s}" for s in ("high", "medium", "low", "info")
@@ -89,7 +93,7 @@ def run_html(path: Path, manifest: dict) -> str:
     for r in manifest.get("ranks") or []:
         steps = r.get("steps") or []
         durs = sorted(s.get("dur_ns", 0) for s in steps)
-        step_text = f"{len(steps)} steps, median {fmt_ns(durs[len(durs) // 2])}" if durs else "no steps recorded"
+        step_text = f"{len(steps)} steps, median {duration(durs[len(durs) // 2])}" if durs else "no steps recorded"
         names = Counter(d.get("name") or "device" for d in r.get("device_properties") or []) or \
             Counter("device" for _ in r.get("devices") or [])
         devs = [f"{n} × {name}" if n > 1 else name for name, n in names.items()]
@@ -114,3 +118,11 @@ def run_html(path: Path, manifest: dict) -> str:
             f"<p class=\"nx-dim\">{_e(' · '.join(map(str, what)))}</p><table>{''.join(rows)}</table>{warn}"
             f"<p class=\"nx-dim\">views: events, frames, flows, memory, counters, steps, ranks, devices, schema_fields</p>"
             f"{findings}{_footer(path)}</div>")
+
+
+def _run_repr_html(run: store.Run) -> str:
+    """Jupyter's view of an open run: ranks, steps, devices, the findings `analyze` wrote, the dashboard command."""
+    return run_html(run.path, run.manifest)
+
+
+store.Run._repr_html_ = _run_repr_html

@@ -1,4 +1,4 @@
-"""Write and open run directories (format v1, see schema.py and docs/SCHEMA.md).
+"""Write and open run directories (format v2, schema.FORMAT_VERSION; see schema.py and docs/SCHEMA.md).
 
 Writing is atomic: a run, or one rank's partition of it, is written to a temporary directory
 beside its final place and renamed into place, so a crash never leaves a half-written run that
@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import __version__, parquet_native, schema
+from . import parquet_native, schema
+from ._version import __version__
 from .errors import InputError, RunExistsError
 
 if TYPE_CHECKING:  # DuckDB is imported where a run is opened: an import writes runs without it
@@ -397,7 +398,8 @@ def read_manifest(run_dir: Path | str) -> dict:
     if not isinstance(version, int):
         raise InputError(p, "manifest has no format_version")
     if version > schema.FORMAT_VERSION:
-        raise InputError(run_dir, f"run format v{version} is newer than this Neuron Explorer reads (v{schema.FORMAT_VERSION}); upgrade neuron-explorer")
+        raise InputError(run_dir, f"run format v{version} is newer than this Neuron Explorer reads (v{schema.FORMAT_VERSION}); "
+                                  "upgrade neuron-explorer")
     return manifest
 
 
@@ -432,12 +434,6 @@ class Run:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    def _repr_html_(self) -> str:
-        """Jupyter's view: ranks, steps, devices, the findings `analyze` wrote, the dashboard command."""
-        from .notebook import run_html
-
-        return run_html(self.path, self.manifest)
 
 
 def sql_literal(s: str) -> str:

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from neuron_explorer import open_run
-from neuron_explorer.agent.tools import MAX_CHARS, RunSet, bound
+from neuron_explorer.agent.tools import MAX_CHARS, AgentRuns, bound
 from neuron_explorer.collectors.chrome_trace import import_traces
 
 from .conftest import TRACES, X, write_trace
@@ -59,7 +59,7 @@ def build_hand_run(tmp: Path) -> Path:
 @pytest.fixture(scope="module")
 def hand(tmp_path_factory):
     run_dir = build_hand_run(tmp_path_factory.mktemp("agent_tools"))
-    rs = RunSet([run_dir])
+    rs = AgentRuns([run_dir])
     yield rs, run_dir
     rs.close()
 
@@ -67,7 +67,7 @@ def hand(tmp_path_factory):
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
     run_dir = import_traces(TRACES / "cuda_train_68k_events.json.gz", tmp_path_factory.mktemp("agent_real") / "t68k").run_dir
-    rs = RunSet([run_dir])
+    rs = AgentRuns([run_dir])
     yield rs, run_dir
     rs.close()
 
@@ -179,7 +179,7 @@ def test_summary_has_run_info_and_report_summary(real):
 
 def test_without_the_analyzer_report_tools_say_so_and_the_rest_works(hand, monkeypatch):
     rs, run_dir = hand
-    fresh = RunSet([run_dir])
+    fresh = AgentRuns([run_dir])
     try:
         monkeypatch.setitem(sys.modules, "neuron_explorer.analyzers", None)  # import now fails
         for out in (fresh.findings(), fresh.explain_finding(finding=0)):

@@ -24,6 +24,8 @@ from neuron_explorer.store import open_run
 
 from .conftest import cli
 
+pytestmark = pytest.mark.slow  # tier: records real torch runs (neuron-explorer record)
+
 
 def _record(tmp_path: Path, source: str, *extra: str) -> tuple[Path, Path, list[str]]:
     script = tmp_path / "train.py"

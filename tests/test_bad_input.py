@@ -32,6 +32,7 @@ def _bad_files(tmp: Path) -> dict[str, Path]:
     return files
 
 
+@pytest.mark.slow  # a CLI process per bad file
 def test_each_bad_file_gets_a_one_line_error_and_exit_2(tmp_path: Path):
     for problem, path in _bad_files(tmp_path).items():
         res = cli("import", path, "-o", tmp_path / f"run-{path.stem}")
@@ -78,6 +79,7 @@ def test_reading_a_missing_or_newer_run_is_a_clear_error(tmp_path: Path):
     assert res.returncode == 2 and "newer" in res.stderr and "Traceback" not in res.stderr
 
 
+@pytest.mark.slow  # a CLI process per damaged file
 def test_a_damaged_run_file_is_one_line_naming_it(tmp_path: Path):
     """A run whose Parquet files were truncated or overwritten (a full disk, a bad copy): every
     command says which file in one line and exits 2, the first file of a table and any other."""
@@ -232,7 +234,8 @@ def test_times_and_sums_beyond_int64_arithmetic_are_refused(tmp_path: Path, even
 def test_times_at_the_limit_import_and_every_command_reads_them(tmp_path: Path):
     """Starts and ends just inside ±2^62 ns: info, analyze and export must not overflow on them."""
     limit_us = 2**62 // 1000
-    events = [X("early", "cpu_op", -limit_us, 1), X("late", "cpu_op", limit_us - 1000, 999), X("ProfilerStep#2", "user_annotation", 0, limit_us - 2000)]
+    events = [X("early", "cpu_op", -limit_us, 1), X("late", "cpu_op", limit_us - 1000, 999),
+              X("ProfilerStep#2", "user_annotation", 0, limit_us - 2000)]
     manifest = _readable_run(tmp_path, {"traceEvents": _events(*events)})
     assert manifest["ranks"][0]["data_quality"]["negative_timestamps"] == 1
 
@@ -306,6 +309,7 @@ def test_bad_input_through_the_cli_is_one_line_and_exit_2(tmp_path: Path):
         assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # a CLI process per unwritable output
 def test_outputs_that_cannot_be_written_are_one_line_and_exit_2(tmp_path: Path):
     trace = write_trace(tmp_path / "t.json", _events())
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")

@@ -22,6 +22,8 @@ from .conftest import dashboard_server
 from .test_browser_dashboard import ARTIFACTS, _browser_installed, browser, wait_for  # noqa: F401  (shared browser fixtures)
 from .test_dashboard_compare import BASE_STEPS, SOURCE, TEST_STEPS, _steps_trace
 
+pytestmark = pytest.mark.browser  # tier: drives chromium
+
 
 def _runs(tmp: Path) -> list[Path]:
     (tmp / "train.py").write_text(SOURCE)

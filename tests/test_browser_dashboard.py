@@ -21,6 +21,8 @@ from neuron_explorer.dashboard import queries
 
 from .conftest import REPO, TRACES, dashboard_server
 
+pytestmark = pytest.mark.browser  # tier: drives chromium
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 ARTIFACTS = REPO / "test-artifacts"

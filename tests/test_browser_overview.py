@@ -23,6 +23,8 @@ from neuron_explorer.dashboard import queries
 from .conftest import TRACES, dashboard_server
 from .test_browser_dashboard import ARTIFACTS, CHROMIUM, CHROMEDRIVER, STATUS, _browser_installed, browser, wait_for  # noqa: F401
 
+pytestmark = pytest.mark.browser  # tier: drives chromium
+
 PLOT = "document.querySelector('#{} .js-plotly-plot')"
 
 

@@ -16,6 +16,8 @@ from neuron_explorer.collectors.chrome_trace import import_traces
 from .test_browser_dashboard import ARTIFACTS, STATUS, _browser_installed, _mouse_click, browser, wait_for  # noqa: F401  (fixtures)
 from .test_ranks_view import BASE, SLOW_RANK, SLOW_STEP, write_ranks
 
+pytestmark = pytest.mark.browser  # tier: drives chromium
+
 HM = "document.querySelector('#rank-heatmap .js-plotly-plot')"
 TL = "document.querySelector('#timeline .js-plotly-plot')"
 

@@ -19,6 +19,8 @@ from .conftest import dashboard_server
 from .test_browser_dashboard import (ARTIFACTS, GD, SAMPLE, STATUS, _browser_installed, _mouse_click, _mouse_drag,  # noqa: F401
                                      browser, plot_box, wait_for)
 
+pytestmark = pytest.mark.browser  # tier: drives chromium
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):

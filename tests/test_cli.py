@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from neuron_explorer.fmt import duration
+
 from .conftest import TRACES, cli
 
 
@@ -17,6 +21,8 @@ def test_import_then_info_text_and_json(tmp_path: Path):
     data = json.loads(cli("info", tmp_path / "run", "--json").stdout)
     rank = data["ranks"][0]
     assert rank["counts"]["kernel"] == 2700 and rank["world_size"] == 2 and rank["steps"] >= 1
+    # the text shows the JSON's figures, written by fmt.duration as everywhere else
+    assert f"over {duration(rank['span_ns'])}" in text.stdout and f"median {duration(rank['step_median_ns'])}" in text.stdout
     # the span (first start to last end) is the events' own, written by the importer into the manifest
     from neuron_explorer import open_run
 
@@ -31,6 +37,7 @@ def test_import_then_info_text_and_json(tmp_path: Path):
     assert json.loads(cli("info", tmp_path / "run", "--json").stdout)["ranks"][0]["span_ns"] == span
 
 
+@pytest.mark.slow  # records a real torch training loop
 def test_demo_records_analyses_and_points_at_user_lines(tmp_path: Path):
     res = cli("demo", "-o", tmp_path / "runs" / "demo")
     assert res.returncode == 0, res.stderr[-2000:]

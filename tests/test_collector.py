@@ -20,6 +20,8 @@ import neuron_explorer as nx
 from neuron_explorer import open_run
 from neuron_explorer.errors import InputError, RunExistsError, UsageError
 
+pytestmark = pytest.mark.slow  # tier: records real torch runs
+
 SEQUENTIAL = """
 import torch
 from torch import nn

@@ -18,6 +18,8 @@ from neuron_explorer.store import open_run
 
 from .conftest import TRACES, X, cli, real_traces, write_trace
 
+pytestmark = pytest.mark.slow  # tier: records a real torch run
+
 US = 1000
 
 

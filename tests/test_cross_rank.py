@@ -39,6 +39,8 @@ from neuron_explorer.store import open_run
 
 from .conftest import X, workload_env, write_trace
 
+pytestmark = pytest.mark.slow  # tier: spawns torch.distributed processes
+
 BASE = 1_700_000_000_000_000_000
 US = 1000
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"

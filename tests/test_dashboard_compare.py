@@ -37,6 +37,8 @@ from neuron_explorer.fmt import duration
 from .conftest import REPO, dashboard_server, write_trace
 from .test_browser_dashboard import GRID_COLUMN, _browser_installed, browser, wait_for  # noqa: F401  (shared browser fixtures)
 
+pytestmark = pytest.mark.browser  # tier: one test drives chromium; its recordings import torch
+
 BASE_STEPS = [10.0, 10.3, 9.8, 10.1, 10.0]
 TEST_STEPS = [13.1, 12.9, 13.2, 13.0, 12.9]
 GAP_US = 20

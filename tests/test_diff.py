@@ -24,6 +24,8 @@ from neuron_explorer.store import open_run
 
 from .conftest import X, cli, write_trace
 
+pytestmark = pytest.mark.slow  # tier: a diff CLI process and bootstrap statistics per test (~80-150 s alone)
+
 
 def test_statistics_match_textbook_values():
     assert abs(2 * t_sf(2.0, 10) - 0.073388) < 1e-5  # two-sided p of t=2 with 10 df

@@ -10,9 +10,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from neuron_explorer.analyzers.diff import compare
 
 from .conftest import cli
+
+pytestmark = pytest.mark.slow  # tier: records real torch runs
 
 SCRIPT = """\
 import sys

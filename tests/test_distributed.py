@@ -20,6 +20,8 @@ from neuron_explorer import open_run
 from neuron_explorer.collectors import _live_write
 from neuron_explorer.errors import RunExistsError
 
+pytestmark = pytest.mark.slow  # tier: spawns torch.distributed processes
+
 TRAIN_DDP = """\
 import torch
 import torch.distributed as dist

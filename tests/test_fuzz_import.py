@@ -38,6 +38,8 @@ from neuron_explorer.info import render_info, run_info
 
 from .conftest import TRACES, cli
 
+pytestmark = pytest.mark.slow  # tier: hypothesis fuzzing through the importer (~70 s alone)
+
 FUZZ = settings(max_examples=100, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
 

@@ -21,6 +21,8 @@ from neuron_explorer.export import export_chrome
 
 from .conftest import TRACES, cli, real_traces
 
+pytestmark = pytest.mark.slow  # tier: exports and reimports every real trace through the CLI (~30 s alone)
+
 
 def ns_of(value) -> int:
     """Microseconds (int, Decimal from the JSON text, numeric string, None) → ns by decimal arithmetic."""

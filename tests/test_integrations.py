@@ -11,6 +11,8 @@ import torch
 import neuron_explorer as nx
 from neuron_explorer.errors import NeuronExplorerError
 
+pytestmark = pytest.mark.slow  # tier: imports transformers and lightning and trains
+
 
 def _steps(run_dir) -> list[int]:
     with nx.open_run(run_dir) as run:

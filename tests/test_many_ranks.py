@@ -27,6 +27,8 @@ from neuron_explorer.store import open_run
 
 from .conftest import X, cli, write_trace
 
+pytestmark = pytest.mark.slow  # tier: a CLI process per test over many-rank runs (~60 s alone)
+
 BASE = 1_700_000_000_000_000_000
 PROPS = [{"id": 0, "name": "NVIDIA A100", "computeMajor": 8, "computeMinor": 0, "totalGlobalMem": 42297524224}]
 

@@ -144,6 +144,7 @@ def test_bad_run_fails_before_serving(tmp_path):
     assert p.returncode == 2 and p.stdout == "" and p.stderr.startswith("error: ") and "Traceback" not in p.stderr
 
 
+@pytest.mark.slow  # a server process driven by the SDK's client
 def test_stdio_subprocess_with_the_sdk_client(runs):
     hand = runs[0]
     params = StdioServerParameters(command=sys.executable, args=["-m", "neuron_explorer", "mcp", str(hand)])
@@ -160,6 +161,7 @@ def test_stdio_subprocess_with_the_sdk_client(runs):
         assert res["rows"] == [[r.sql("SELECT count(*) FROM events").fetchone()[0]]]
 
 
+@pytest.mark.slow  # a server process over stdio
 def test_stdio_stdout_carries_only_the_protocol(runs):
     """A client of the classic handshake (as Claude Desktop / Claude Code speak it): every stdout line is JSON-RPC."""
     real = runs[1]

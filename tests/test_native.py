@@ -25,6 +25,8 @@ from neuron_explorer.collectors import _live_convert, native
 
 from .conftest import cli
 
+pytestmark = pytest.mark.slow  # tier: records real torch runs and compiles the native reader
+
 
 @pytest.fixture(scope="module")
 def native_module():

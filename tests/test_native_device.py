@@ -34,6 +34,8 @@ from neuron_explorer.collectors import _live_convert, native
 from neuron_explorer.collectors.build import RawRank, build_rank
 from neuron_explorer.schema import ID_STRIDE
 
+pytestmark = pytest.mark.slow  # tier: compiles a torch C++ extension
+
 BASE = 1_700_000_000_000_000_000
 FIXTURE_SOURCE = Path(__file__).with_name("native_fixture") / "fake_cuda_results.cpp"
 HOST_PID, HOST_TID = 5150, 77  # the recording process and system thread, as Kineto reports them

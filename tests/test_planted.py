@@ -17,6 +17,8 @@ import neuron_explorer as nx
 
 from .conftest import workload_env
 
+pytestmark = pytest.mark.slow  # tier: spawns torch.distributed processes
+
 HEADER = "import os, sys, time, torch\nimport neuron_explorer as nx\n"
 
 WORKLOADS = {

@@ -26,6 +26,8 @@ from neuron_explorer.errors import InputError
 from .conftest import workload_env, cli
 from .test_many_ranks import RANKS, _copy_traces, _inodes, _plain, _tables, many  # noqa: F401  (many: the fixture)
 
+pytestmark = pytest.mark.slow  # tier: starts a Ray cluster
+
 
 def _have_ray() -> bool:
     try:

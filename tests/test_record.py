@@ -7,9 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from neuron_explorer import open_run
 
 from .conftest import cli
+
+pytestmark = pytest.mark.slow  # tier: records real torch runs
 
 SCRIPT = """\
 import json, os, sys

@@ -10,6 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # tier: records a real torch run
+
 # Step 0 (waiting) allocates a tensor that step 2 (recorded, with memory) frees: the allocator
 # then warns that it does not know the block. Every profiler start and stop prints a USDT marker.
 SCRIPT = """\

@@ -18,6 +18,8 @@ from neuron_explorer import open_run
 
 from .conftest import REPO, workload_env
 
+pytestmark = pytest.mark.slow  # tier: records real torch runs and signals them
+
 LOOP = """\
 import sys, time
 import torch

@@ -12,6 +12,8 @@ from neuron_explorer.export import export_chrome
 
 from .conftest import TRACES, cli
 
+pytestmark = pytest.mark.slow  # tier: import, export and import again through CLI processes (~20 s alone)
+
 COLUMNS = ("event_id, rank, kind, category, name, phase, ts_ns, dur_ns, pid, tid, pid_text, tid_text, device, stream, depth, "
            "parent_id, op_id, top_op_id, launch_id, correlation, external_id, step, module_path, frame_id, args")
 

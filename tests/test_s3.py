@@ -21,6 +21,8 @@ from neuron_explorer.collectors.chrome_trace import import_traces
 from .conftest import cli
 from .test_many_ranks import RANKS, _inodes, _tables, _write
 
+pytestmark = pytest.mark.slow  # tier: starts a local S3 server (moto) and Ray
+
 BUCKET = "nx-traces"
 
 

@@ -182,6 +182,7 @@ def test_cli_query_formats(runs):
     assert lines[-1] == f"({len(expected)} rows)"
 
 
+@pytest.mark.slow  # a CLI process per refused query
 def test_cli_query_refusals_are_one_line_with_exit_2(runs):
     run = runs[0]
     before = run_digest(run)

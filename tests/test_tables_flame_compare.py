@@ -35,6 +35,8 @@ from neuron_explorer.dashboard.runs import QueryError, RunSet
 from .conftest import cli, write_trace
 from .test_dashboard_compare import BASE_STEPS, TEST_STEPS, _steps_trace
 
+pytestmark = pytest.mark.slow  # tier: records real torch runs
+
 BASE_NS = 1_700_000_000_000_000_000
 
 

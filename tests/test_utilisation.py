@@ -22,6 +22,8 @@ from neuron_explorer.store import open_run
 
 from .conftest import TRACES, X, cli, write_trace
 
+pytestmark = pytest.mark.slow  # tier: imports torch and records live
+
 US = 1000
 BF16 = "c10::BFloat16"
 LINEAR_FLOPS = 2 * 64 * 128 * 256

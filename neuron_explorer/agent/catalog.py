@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 from .. import schema
 from ..store import read_manifest, resolve_run
 
+
 def describe(run: Path | str | None = None) -> list[dict]:
     """Tables/views with their columns: [{table, doc, columns: [{name, type, unit, doc}]}].
 

@@ -1,6 +1,6 @@
 """The MCP server (`neuron-explorer mcp RUN...`): the agent tools and resources over stdio.
 
-A thin layer over `tools.RunSet`: each MCP tool is one RunSet method (`tools.TOOLS`), registered
+A thin layer over `tools.AgentRuns`: each MCP tool is one AgentRuns method (`tools.TOOLS`), registered
 with the method's own signature and docstring, which tells an agent what it returns and how it is
 bounded; a result with `ok: false` also sets MCP's `isError`. Resources: the schema (all views and
 columns) and each run's report. Logging goes to stderr: stdout carries only the protocol.
@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
-from .tools import MAX_CHARS, MAX_ROWS, TOOLS, RunSet
+from .._version import __version__
+from .tools import MAX_CHARS, MAX_ROWS, TOOLS, AgentRuns
 
 INSTRUCTIONS = f"""Neuron Explorer: PyTorch profiler runs (events from the Python line to the device kernel) as SQL views.
 Start with list_runs, then the schema resource (or the query tool on `schema_fields`), summary and findings.
@@ -28,7 +28,7 @@ Times and durations are int64 nanoseconds. Results hold at most {MAX_ROWS} rows 
 
 
 def _register(server: Any, method: Any) -> None:
-    """One RunSet method as an MCP tool: its name, parameters and docstring as they are; the
+    """One AgentRuns method as an MCP tool: its name, parameters and docstring as they are; the
     envelope is the structured result, and a failed call (`ok: false`) sets MCP's isError."""
     from mcp.types import CallToolResult, TextContent
 
@@ -46,7 +46,7 @@ def build_server(runs: list[Path | str]) -> Any:
     """An MCPServer over the given run directories (not started). Raises InputError on a bad run."""
     from mcp.server.mcpserver import MCPServer
 
-    rs = RunSet(runs)
+    rs = AgentRuns(runs)
     server = MCPServer(name="neuron-explorer", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
     server.run_set = rs  # for tests and for closing
 

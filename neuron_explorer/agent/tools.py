@@ -2,9 +2,13 @@
 
 Every function returns a JSON-ready dict with `ok` (and `error` when not ok); nothing raises for
 an agent's mistake. Every result is bounded in rows and in characters and says when it was cut
-(`truncated: true` plus a `note`). All SQL runs in each run's Sandbox, including the report's
-evidence queries. The analyzer is imported only when a report is first needed, and its Report is
-kept per run for the life of the RunSet. Nothing here writes to a run.
+(`truncated: true` plus a `note`). Every SQL text an agent can write or see runs in each run's
+Sandbox (a separate process with time, memory and row limits): `query`, the report's evidence
+queries, `hot_source_lines`, `event_context`. The analyzer-backed tools run the project's own code
+in this process and take only names and numbers from the agent, never SQL: `summary` (info's
+`run_info`), the report behind `findings` and `explain_finding` (imported only when first needed,
+and kept per run for the life of the AgentRuns), `compare` (diff), and `critical_path` and
+`utilisation`, which open the run read-only with `store.open_run`. Nothing here writes to a run.
 """
 
 from __future__ import annotations
@@ -26,13 +30,12 @@ MAX_CHARS = 20_000
 """Upper bound on the JSON size of one tool result (about 5k tokens)."""
 MAX_ROWS = 200
 """Upper bound on the rows one tool result carries."""
-DEVICE_WORK_KINDS = ("kernel", "memcpy", "memset")
 
 SEVERITY_ORDER = ("high", "medium", "low", "info")
 
 TOOLS = ("list_runs", "summary", "findings", "explain_finding", "query", "hot_source_lines", "event_context", "compare",
          "critical_path", "utilisation")
-"""The RunSet methods that are agent tools: each method's signature and docstring are the tool's
+"""The AgentRuns methods that are agent tools: each method's signature and docstring are the tool's
 one definition (the MCP server registers them as they are)."""
 
 
@@ -71,8 +74,9 @@ def bound(payload: dict, max_chars: int = MAX_CHARS) -> dict:
     return payload
 
 
-class RunSet:
-    """The runs an agent may see, by name (the directory name, made unique), each with its Sandbox."""
+class AgentRuns:
+    """The runs an agent may see, by name (the directory name, made unique), each with its Sandbox.
+    (Not the dashboard's `dashboard.runs.RunSet`, which holds open runs for the web views.)"""
 
     def __init__(self, paths: list[Path | str]):
         if not paths:
@@ -442,6 +446,11 @@ class RunSet:
             return json.dumps(bound({"ok": True, "run": name, "report": self.report(name)}, max_chars=200_000), default=str)
         except Exception as e:  # noqa: BLE001
             return json.dumps(error(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)))
+
+
+RunSet = AgentRuns
+"""The old name, kept until the tests of other modules that use it (test_attribution, test_cross_rank,
+test_critical_path, test_utilisation) say AgentRuns; remove then."""
 
 
 def _lit(v) -> str:

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import io
 
-from ..info import collective_wait_lines as _wait_lines, id_ranges as _id_ranges, spread as _spread_of
+from ..fmt import collective_wait_lines as _wait_lines
+from ..fmt import duration, share, summarise_warnings
+from ..fmt import id_ranges as _id_ranges
+from ..fmt import spread as _spread_of
 from .model import Finding, Report
-
-
-def _ms(ns) -> str:
-    return "-" if ns is None else f"{ns / 1e6:,.2f} ms"
 
 
 def _where(f: Finding) -> str:
@@ -39,19 +38,19 @@ def _ranks_overview(ranks: list[dict], shown: int = 3) -> list[str]:
     out = [f"{len(ranks)} ranks ({_id_ranges(ids)}); every rank's numbers are in report.json (analyze --json)"]
     step = [(r["steps"]["p50_ns"], r["rank"]) for r in ranks if r["steps"].get("p50_ns") is not None]
     if step:
-        out.append("  step time per rank (median of its steady steps): " + _spread_of(step, _ms))
+        out.append("  step time per rank (median of its steady steps): " + _spread_of(step, duration))
         by_time = sorted(step, key=lambda x: (-x[0], x[1]))
-        out.append("  slowest ranks: " + ", ".join(f"rank {r} {_ms(t)}" for t, r in by_time[:shown]))
-        out.append("  fastest ranks: " + ", ".join(f"rank {r} {_ms(t)}" for t, r in reversed(by_time[-shown:])))
+        out.append("  slowest ranks: " + ", ".join(f"rank {r} {duration(t)}" for t, r in by_time[:shown]))
+        out.append("  fastest ranks: " + ", ".join(f"rank {r} {duration(t)}" for t, r in reversed(by_time[-shown:])))
     if len(step) < len(ranks):
         out.append(f"  {len(ranks) - len(step)} ranks without profiler steps")
     busy = [(sum(d["busy_ns"] for d in r["devices"]) / max(sum(d["window_ns"] or 0 for d in r["devices"]), 1), r["rank"])
             for r in ranks if r["devices"]]
     if busy:
-        out.append("  device busy share per rank: " + _spread_of(busy, lambda x: f"{100 * x:.1f}%"))
+        out.append("  device busy share per rank: " + _spread_of(busy, share))
     comm = [(sum(d["comm_exposed_ns"] for d in r["devices"]) if r["devices"] else r.get("comm_cpu_ns", 0), r["rank"]) for r in ranks]
     if any(c for c, _ in comm):
-        out.append("  exposed communication per rank: " + _spread_of(comm, _ms))
+        out.append("  exposed communication per rank: " + _spread_of(comm, duration))
     if len(busy) < len(ranks):
         out.append(f"  {len(ranks) - len(busy)} ranks CPU only")
     return out
@@ -71,28 +70,31 @@ def _summary_lines(report: Report) -> list[str]:
     out = []
     for r in report.summary["ranks"]:
         st = r["steps"]
-        line = f"rank {r['rank']}: span {_ms(r['span_ns'])}"
+        line = f"rank {r['rank']}: span {duration(r['span_ns'])}"
         if st["count"]:
             steady = st.get("steady_count", st["count"])
             left = ", ".join(str(x["step"]) for x in st.get("left_out", []))
             steps = f"{st['count']} steps" + (f" ({steady} steady; left out {left})" if steady != st["count"] else "")
-            line += f", {steps}, mean {_ms(st['mean_ns'])} (p50 {_ms(st['p50_ns'])}, p90 {_ms(st['p90_ns'])}, max {_ms(st['max_ns'])}, cv {'-' if st['cv'] is None else format(st['cv'], '.2f')})"
+            cv = "-" if st["cv"] is None else format(st["cv"], ".2f")
+            line += (f", {steps}, mean {duration(st['mean_ns'])} (p50 {duration(st['p50_ns'])}, p90 {duration(st['p90_ns'])}, "
+                     f"max {duration(st['max_ns'])}, cv {cv})")
         out.append(line)
         if (r.get("bound") or {}).get("overall"):
             out.append(_bound_line(r["bound"]))
         for d in r["devices"]:
             win = d["window_ns"] or 0
-            out.append(f"  device {d['device']}: busy {_ms(d['busy_ns'])} of {_ms(win)} ({100 * d['busy_ns'] / win if win else 0:.1f}%), "
-                       f"kernels {_ms(d['kernel_ns'])}, memcpy {_ms(d['memcpy_ns'])}, comm {_ms(d['comm_ns'])} (exposed {_ms(d['comm_exposed_ns'])})")
+            out.append(f"  device {d['device']}: busy {duration(d['busy_ns'])} of {duration(win)} ({share(d['busy_ns'] / win if win else 0)}), "
+                       f"kernels {duration(d['kernel_ns'])}, memcpy {duration(d['memcpy_ns'])}, comm {duration(d['comm_ns'])} "
+                       f"(exposed {duration(d['comm_exposed_ns'])})")
         if not r["devices"]:
             top = r["top_level_ops"][:3]
-            out.append("  CPU only; top operators: " + ", ".join(f"{o['name']} {_ms(o['cpu_ns'])}" for o in top))
+            out.append("  CPU only; top operators: " + ", ".join(f"{o['name']} {duration(o['cpu_ns'])}" for o in top))
         line = _utilisation_line(r.get("utilisation"))
         if line:
             out.append(line)
         wait = {x["rank"]: x for x in (report.summary.get("cross_rank") or {}).get("ranks", [])}.get(r["rank"])
         if wait and wait["instances"]:
-            out.append(f"  collective wait (for the last arrival): {_ms(wait['wait_ns'])} ({100 * (wait['wait_share'] or 0):.1f}%) "
+            out.append(f"  collective wait (for the last arrival): {duration(wait['wait_ns'])} ({share(wait['wait_share'] or 0)}) "
                        f"over {wait['instances']} collectives; last to arrive at {wait['times_last']} of them")
     out.append(_shares_line(report.summary["ranks"]))
     return out
@@ -100,7 +102,7 @@ def _summary_lines(report: Report) -> list[str]:
 
 def _shares_line(ranks: list[dict]) -> str:
     """The denominator of every share in the report (docs/METRICS.md, `analysed_ns`)."""
-    each = ", ".join(f"rank {r['rank']} {_ms(r['analysed_ns'])}" for r in ranks[:4]) + (", ..." if len(ranks) > 4 else "")
+    each = ", ".join(f"rank {r['rank']} {duration(r['analysed_ns'])}" for r in ranks[:4]) + (", ..." if len(ranks) > 4 else "")
     return (f"  shares: impact / the rank's analysed time ({each}): the total of its profiler steps, or its span "
             "when it has none")
 
@@ -124,7 +126,7 @@ def _utilisation_line(u: dict | None) -> str | None:
     peak = u.get("peak")
     if peak and u.get("mfu_median") is not None:
         p = peak["tflops"].get(u.get("dtype") or "")
-        return f"{head}; MFU {100 * u['mfu_median']:.1f}% of the {peak['name']} {u.get('dtype')} peak ({p:g} TFLOP/s, {peak['source']})"
+        return f"{head}; MFU {share(u['mfu_median'])} of the {peak['name']} {u.get('dtype')} peak ({p:g} TFLOP/s, {peak['source']})"
     if peak:
         return f"{head}; peak {peak['name']} ({peak['source']})"
     where = u.get("device_name")
@@ -172,7 +174,7 @@ def text(report: Report, width: int = 100) -> str:
                         ("rule", {}), ("finding", {"overflow": "fold", "max_width": 58})):
             t.add_column(col, **kw)
         for i, f in enumerate(findings, 1):
-            t.add_row(str(i), f.severity, _ms(f.impact_ns), f"{100 * f.impact_share:.1f}%", f.rule_id,
+            t.add_row(str(i), f.severity, duration(f.impact_ns), share(f.impact_share), f.rule_id,
                       escape(f.title + _on_ranks(ranks_of.get(id(f)))))
         con.print(t)
         for i, f in enumerate(findings, 1):
@@ -180,17 +182,17 @@ def text(report: Report, width: int = 100) -> str:
             if _where(f):
                 where = _where(f)
                 if len(ranks_of.get(id(f)) or ()) > 1:
-                    where = where.replace(f"rank {f.location.rank}", f"ranks {_id_ranges(ranks_of[id(f)])}", 1)
+                    ranks = _id_ranges(ranks_of[id(f)])
+                    where = where.replace(f"rank {f.location.rank}", f"ranks {ranks}", 1)
                 con.print(f"   where: {escape(where)}", highlight=False)
             con.print(f"   do: {escape(f.recommendation)}", highlight=False)
-            con.print(escape(f"   confidence {f.confidence:.2f}" + (f" ({'; '.join(f.confidence_notes)})" if f.confidence_notes else "")), highlight=False)
+            notes = f" ({'; '.join(f.confidence_notes)})" if f.confidence_notes else ""
+            con.print(escape(f"   confidence {f.confidence:.2f}{notes}"), highlight=False)
     if report.not_applicable:
         con.print(escape("\nnot applicable: " + "; ".join(f"{n['rule_id']} ({n['reason']})" for n in _dedup(report.not_applicable))), highlight=False)
     warnings = report.warnings
     if len(report.summary["ranks"]) > MANY_RANKS:
-        from ..info import summarise_warnings  # one line per kind of warning across ranks
-
-        warnings = summarise_warnings(warnings)
+        warnings = summarise_warnings(warnings)  # one line per kind of warning across ranks
     for w in warnings:
         con.print(escape(f"warning: {w}"), highlight=False)
     return buf.getvalue()
@@ -239,10 +241,10 @@ def markdown(report: Report) -> str:
         out.append("No findings above the thresholds.")
     else:
         out += ["| # | severity | impact | share | rule | finding |", "| --- | --- | --- | --- | --- | --- |"]
-        out += [f"| {i} | {f.severity} | {_ms(f.impact_ns)} | {100 * f.impact_share:.1f}% | `{f.rule_id}` | {f.title.replace('|', '/')} |"
+        out += [f"| {i} | {f.severity} | {duration(f.impact_ns)} | {share(f.impact_share)} | `{f.rule_id}` | {f.title.replace('|', '/')} |"
                 for i, f in enumerate(report.findings, 1)]
         for i, f in enumerate(report.findings, 1):
-            out += ["", f"### {i}. {f.title}", "", f"- where: {_where(f) or '-'}", f"- saving bound: {_ms(f.saving_bound_ns)}",
+            out += ["", f"### {i}. {f.title}", "", f"- where: {_where(f) or '-'}", f"- saving bound: {duration(f.saving_bound_ns)}",
                     f"- confidence: {f.confidence:.2f}" + (f" ({'; '.join(f.confidence_notes)})" if f.confidence_notes else ""),
                     f"- do: {f.recommendation}", "", "```sql", f.evidence.sql, "```"]
     if report.not_applicable:
