@@ -194,3 +194,19 @@ def test_a_graph_launch_is_charged_once(tmp_path):
     assert f.evidence.values["short_kernels"] == 140 and f.evidence.values["launches"] == 2
     assert f.impact_ns == 200 * US and f.saving_bound_ns == 200 * US
     assert "(2 launch calls)" in f.title
+
+
+def test_without_steps_a_sync_costs_its_wait_not_its_operator(tmp_path):
+    """No profiler steps: the first `.to('cuda')` runs 1,000 µs (creating the context) and ends with
+    a 50 µs cudaStreamSynchronize; a later `.item()` copies asynchronously. The sync waits 50 µs, not
+    the operator's 1,000 µs (the alexnet trace: a 29.9 s first `aten::to` around an 11 µs sync)."""
+    events = [X("aten::to", "cpu_op", 0, 1000, **{"External id": 1}), _rt("cudaMemcpyAsync", 930, 5, 1, 1),
+              _k("Memcpy HtoD (Pageable -> Device)", 936, 2, 1, cat="gpu_memcpy"),
+              _rt("cudaStreamSynchronize", 940, 50, 2, 1),
+              _rt("cudaLaunchKernel", 1010, 5, 3), _k("K", 1016, 400, 3),
+              X("aten::item", "cpu_op", 1020, 30, **{"External id": 4}), _rt("cudaMemcpyAsync", 1025, 20, 4, 4),
+              _k("Memcpy DtoH (Device -> Pinned)", 1417, 1, 4, cat="gpu_memcpy")]
+    # the DtoH copy ends at 1418, after its call returned at 1045: an asynchronous copy, no sync
+    (f,) = _findings(_run(tmp_path, events), "host-sync")
+    assert f.impact_ns == 50 * US and f.evidence.values["syncs"] == 1 and f.location.op == "aten::to"
+    assert f.title == "1 host-device synchronisations wait 0.05 ms"

@@ -14,9 +14,10 @@ steps leave — per sync, from its return to the next device work of the rank, a
 end (while it waits the device is busy, so its own duration is not the cost); those intervals are
 merged (several syncs before the same launch leave the device idle once) and the time any device
 of the rank is busy in them (work started before the sync returned) is taken out; syncs outside
-every step are counted apart and never in the impact. Without steps: the union of the syncs'
-intervals. Saving bound: the same. Only meaningful with a device: on a CPU-only run it is not
-applicable.
+every step are counted apart and never in the impact. Without steps: the union of the intervals
+of the syncs' waiting runtime calls (what the host waited; an operator around one may hold other
+work, such as the first `.to('cuda')` creating the context). Saving bound: the same. Only
+meaningful with a device: on a CPU-only run it is not applicable.
 """
 
 from __future__ import annotations
@@ -59,23 +60,25 @@ def syncs_sql(rank: int | None) -> str:
     """The host syncs: top-level host calls (an operator, or a runtime call outside every operator)
     that are, or have beneath them, a runtime call that waits for a device. Columns: rank,
     event_id, name, source_frame_id, ts_ns, end_ns, dur_ns, step, s_end (the end of the profiler
-    step it starts in; null outside every step)."""
+    step it starts in; null outside every step), waits (its waiting runtime calls) and wait_ns
+    (their durations: the time the host waited, not the operator's, which may hold other work)."""
     return f"""WITH st AS (SELECT rank, step, min(ts_ns) AS s_ts, max(ts_ns + dur_ns) AS s_end FROM events
          WHERE {_ranks(rank)} AND kind = 'step' GROUP BY rank, step),
-w AS (SELECT r.event_id, r.top_op_id FROM events r WHERE {_ranks(rank, 'r')} AND {waits('r')})
+w AS (SELECT coalesce(r.top_op_id, r.event_id) AS host_call, count(*) AS waits, sum(r.dur_ns) AS wait_ns FROM events r
+      WHERE {_ranks(rank, 'r')} AND {waits('r')} GROUP BY ALL)
 SELECT e.rank, e.event_id, e.name, e.source_frame_id, e.ts_ns, e.ts_ns + e.dur_ns AS end_ns, e.dur_ns,
-  CASE WHEN e.ts_ns < st.s_end THEN st.step END AS step, CASE WHEN e.ts_ns < st.s_end THEN st.s_end END AS s_end
-FROM events e ASOF LEFT JOIN st ON st.rank = e.rank AND e.ts_ns >= st.s_ts
-WHERE {_ranks(rank, 'e')} AND {top_host_call('e')}
-  AND (e.event_id IN (SELECT top_op_id FROM w) OR e.event_id IN (SELECT event_id FROM w WHERE top_op_id IS NULL))"""
+  CASE WHEN e.ts_ns < st.s_end THEN st.step END AS step, CASE WHEN e.ts_ns < st.s_end THEN st.s_end END AS s_end,
+  w.waits, w.wait_ns::BIGINT AS wait_ns
+FROM events e JOIN w ON w.host_call = e.event_id ASOF LEFT JOIN st ON st.rank = e.rank AND e.ts_ns >= st.s_ts
+WHERE {_ranks(rank, 'e')} AND {top_host_call('e')}"""
 
 
 def figures_sql(rank: int | None) -> str:
     """Per rank with host syncs (plain DuckDB over `events`): stalls (syncs inside steps), wait_ns
-    (their durations), idle_after_ns (the merged device idle they leave: the impact with steps),
+    (the durations of their waiting runtime calls), idle_after_ns (the merged device idle they leave: the impact with steps),
     idle_summed_ns (the same intervals summed without merging, for comparison), sync_ns (the union
-    of all syncs' intervals: the impact without steps), syncs (all of them), outside_steps and
-    outside_wait_ns (those outside every step)."""
+    of the intervals of every sync's waiting runtime calls: the impact without steps), syncs (all of
+    them), outside_steps and outside_wait_ns (those outside every step)."""
     return f"""WITH s AS ({syncs_sql(rank)}),
 d AS (SELECT rank, ts_ns FROM events WHERE {_ranks(rank)} AND kind IN {DEVICE_WORK_SQL}),
 iv AS (SELECT s.rank, s.end_ns AS a, least(coalesce(d.ts_ns, s.s_end), s.s_end) AS b
@@ -89,18 +92,19 @@ busy AS ({metrics.union_sql(f"{_ranks(rank)} AND {device_work()}", by=("rank",))
 idle AS (SELECT u.rank, sum(u.b - u.a - coalesce((SELECT sum(least(u.b, y.end_ns) - greatest(u.a, y.start_ns)) FROM busy y
            WHERE y.rank = u.rank AND y.start_ns < u.b AND y.end_ns > u.a), 0)) AS ns FROM u GROUP BY u.rank),
 summed AS (SELECT rank, sum(b - a) AS ns FROM iv WHERE b > a GROUP BY rank),
+wr AS (SELECT r.rank, r.ts_ns, r.ts_ns + r.dur_ns AS end_ns FROM events r WHERE {_ranks(rank, 'r')} AND r.dur_ns > 0 AND {waits('r')}),
 all_u AS (SELECT rank, sum(end_ns - start_ns) AS ns FROM (
   WITH _mx AS (SELECT rank, ts_ns, end_ns, max(end_ns) OVER (PARTITION BY rank ORDER BY ts_ns, end_ns
-                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end FROM s WHERE dur_ns > 0),
+                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end FROM wr),
   _isl AS (SELECT rank, ts_ns, end_ns, sum(CASE WHEN prev_end IS NULL OR ts_ns > prev_end THEN 1 ELSE 0 END)
              OVER (PARTITION BY rank ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island FROM _mx)
   SELECT rank, min(ts_ns) AS start_ns, max(end_ns) AS end_ns FROM _isl GROUP BY rank, island) GROUP BY rank)
 SELECT s.rank, count(*) FILTER (WHERE s.s_end IS NOT NULL) AS stalls,
-  coalesce(sum(s.dur_ns) FILTER (WHERE s.s_end IS NOT NULL), 0)::BIGINT AS wait_ns,
+  coalesce(sum(s.wait_ns) FILTER (WHERE s.s_end IS NOT NULL), 0)::BIGINT AS wait_ns,
   coalesce(any_value(idle.ns), 0)::BIGINT AS idle_after_ns, coalesce(any_value(summed.ns), 0)::BIGINT AS idle_summed_ns,
   count(*) AS syncs, coalesce(any_value(all_u.ns), 0)::BIGINT AS sync_ns,
   count(*) FILTER (WHERE s.s_end IS NULL) AS outside_steps,
-  coalesce(sum(s.dur_ns) FILTER (WHERE s.s_end IS NULL), 0)::BIGINT AS outside_wait_ns
+  coalesce(sum(s.wait_ns) FILTER (WHERE s.s_end IS NULL), 0)::BIGINT AS outside_wait_ns
 FROM s LEFT JOIN idle USING (rank) LEFT JOIN summed USING (rank) LEFT JOIN all_u USING (rank)
 GROUP BY s.rank ORDER BY s.rank"""
 
@@ -133,13 +137,13 @@ def check(ctx: Context) -> list:
     if not ctx.analysed_ns or not count or impact / ctx.analysed_ns < THRESHOLDS["SYNC_SHARE_MIN"]:
         return []
     by_line = rows(ctx.run, f"""WITH s AS ({syncs_sql(ctx.rank)})
-        SELECT source_frame_id AS frame_id, arg_max(name, dur_ns) AS name, count(*) AS calls, sum(dur_ns)::BIGINT AS ns,
+        SELECT source_frame_id AS frame_id, arg_max(name, wait_ns) AS name, count(*) AS calls, sum(wait_ns)::BIGINT AS ns,
         min(event_id) AS sample_id FROM s {"WHERE s_end IS NOT NULL" if steps else ""}
         GROUP BY source_frame_id ORDER BY ns DESC, frame_id NULLS LAST LIMIT 3""")
     top = by_line[0] if by_line else {"frame_id": None, "name": None, "sample_id": None}
     where_txt = "; ".join(f"{ctx.source_of(b['frame_id']) or 'unknown line'}: {b['name']} x{b['calls']} {ms(b['ns'])}" for b in by_line)
     title = (f"{count} host-device synchronisations leave the device idle {ms(impact)} (they wait {ms(v['wait_ns'])})"
-             if steps else f"{count} host-device synchronisations cost {ms(impact)}")
+             if steps else f"{count} host-device synchronisations wait {ms(impact)}")
     outside = (f" {v['outside_steps']} more outside every step ({ms(v['outside_wait_ns'])}) are not counted."
                if steps and v.get("outside_steps") else "")
     values = {k: v[k] for k in ("stalls", "wait_ns", "idle_after_ns", "idle_summed_ns", "syncs", "sync_ns", "outside_steps",
