@@ -5,7 +5,8 @@ they make up most kernels, the time the host spends in their launch calls (the r
 launched each one, `launch_id`) is the cost: the device finishes each kernel faster than the host
 can issue the next. Impact: host time in the launch calls of the short kernels, each call counted
 once — a call that launched many kernels (a CUDA/HIP graph launch, a multi-kernel launch) is
-charged once, not once per kernel — as the union of the calls' intervals. Saving bound: the same
+charged once, not once per kernel — as the union of the calls' intervals (with profiler steps,
+the calls inside steps). Saving bound: the same
 (fusion, torch.compile or CUDA graphs remove most launches).
 """
 
@@ -46,9 +47,10 @@ def check(ctx: Context) -> list:
     for dev in ctx.summary["devices"]:
         d = dev["device"]
         short = f"k.dur_ns < {THRESHOLDS['SHORT_KERNEL_NS']}"
+        in_steps = " AND step IS NOT NULL" if ctx.summary["steps"]["count"] else ""  # with steps, the launches in them
         # each launch call once: a graph launch that ran 280 short kernels costs its own duration, not 280 times it
         sql = f"""WITH k AS (SELECT event_id, dur_ns, launch_id FROM events k WHERE k.rank = {ctx.rank} AND k.device = {d} AND k.kind = 'kernel'),
-l AS (SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE rank = {ctx.rank} AND dur_ns > 0
+l AS (SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE rank = {ctx.rank} AND dur_ns > 0{in_steps}
       AND event_id IN (SELECT launch_id FROM k WHERE {short})),
 mx AS (SELECT ts_ns, end_ns, max(end_ns) OVER (ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pe FROM l),
 isl AS (SELECT ts_ns, end_ns, sum(CASE WHEN pe IS NULL OR ts_ns > pe THEN 1 ELSE 0 END) OVER (ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING) AS i FROM mx),
