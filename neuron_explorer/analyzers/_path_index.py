@@ -27,8 +27,9 @@ from ..store import Run
 from ..vocab import COMM_KERNEL_RE, DEVICE_WORK_KINDS, MEMCPY_CALL_PARTS, kinds_sql, sql_literal, sync_call
 
 RUNTIME_WAIT_MIN_NS = 20_000
-"""A runtime call at least this long, during which device work finished, is taken as waiting for
-the device (a launch blocked on a full launch queue); shorter calls are launch overhead."""
+"""A runtime call at least this long, during which device work it did not launch itself finished,
+is taken as waiting for the device (a launch blocked on a full launch queue); shorter calls are
+launch overhead. A launch's own kernel ending before the launch returns is no wait."""
 
 UNLINKED_GAP_MAX_NS = 10_000
 """A device event with no recorded launch follows the previous work on its stream only when it
@@ -47,11 +48,15 @@ SYNC = KINDS.index("sync")
 NONE = -(2**62)
 """A null in an integer column (device, stream, launch id, frame)."""
 
+TO_HOST_COPY_PATTERN = r"(?i)(DtoH|D2H|Device ?-> ?(Host|Pageable|Pinned)|DeviceToHost)"  # TODO(vocab): a copy to the host
+"""A device copy (kind 'memcpy') whose name says it goes from a device to the host: Kineto's
+`Memcpy DtoH (Device -> Pageable)`, `Memcpy DtoH (Device -> Pinned)`, ROCm's `CopyDeviceToHost`."""
+
 # flag bits (from the event's kind, name and pass)
-F_SYNC_CALL, F_MEMCPY_CALL, F_INPUT, F_COMM = 1, 2, 4, 16
+F_SYNC_CALL, F_MEMCPY_CALL, F_INPUT, F_TO_HOST, F_COMM = 1, 2, 4, 8, 16
 """A runtime call that waits for a device (vocab.sync_call); a runtime copy call (vocab.MEMCPY_CALL_PARTS);
-host work of the input pipeline (the data-loading pass, or the DataLoader's own range); a collective
-kernel (vocab.COMM_KERNEL_PATTERN)."""
+host work of the input pipeline (the data-loading pass, or the DataLoader's own range); a device copy
+to the host (TO_HOST_COPY_PATTERN); a collective kernel (vocab.COMM_KERNEL_PATTERN)."""
 _MEMCPY_CALL_SQL = "(" + " OR ".join(f"contains(name, {sql_literal(p)})" for p in MEMCPY_CALL_PARTS) + ")"
 _LOADER_SQL = f"regexp_matches(name, {sql_literal(DATALOADER_NEXT.pattern)})"
 
@@ -193,6 +198,7 @@ _COLUMNS = """SELECT event_id, {kind} AS k, ts_ns, ts_ns + dur_ns AS end_ns, coa
   (coalesce({is_sync_call}, false)::INT * {sync_call}
    + coalesce({is_memcpy_call}, false)::INT * {memcpy_call}
    + coalesce(pass = 'data' OR {loader}, false)::INT * {input}
+   + coalesce(kind = 'memcpy' AND regexp_matches(name, {to_host_pattern}), false)::INT * {to_host}
    + (kind = 'kernel' AND list_contains(?::VARCHAR[], name))::INT * {comm})::TINYINT AS flags
 FROM events WHERE rank = ? AND dur_ns > 0 AND kind IN {kinds}"""
 
@@ -206,7 +212,8 @@ class RankIndex:
         kind_sql = "CASE kind " + " ".join(f"WHEN '{k}' THEN {i}" for i, k in enumerate(KINDS)) + " END::TINYINT"
         cols, tk_names = _read(run, _COLUMNS.format(kind=kind_sql, none=NONE, is_sync_call=sync_call(), sync_call=F_SYNC_CALL,
                                                     is_memcpy_call=_MEMCPY_CALL_SQL, memcpy_call=F_MEMCPY_CALL, loader=_LOADER_SQL,
-                                                    input=F_INPUT, comm=F_COMM, kinds=kinds_sql(KINDS)),
+                                                    input=F_INPUT, comm=F_COMM, kinds=kinds_sql(KINDS),
+                                                    to_host_pattern=sql_literal(TO_HOST_COPY_PATTERN), to_host=F_TO_HOST),
                                [[n for n in kernel_names if COMM_KERNEL_RE.search(n)], rank])
         ids, kind, ts, end = cols["event_id"], cols["k"], cols["ts_ns"], cols["end_ns"]
         device, stream, launch_id, frame = cols["device"], cols["stream"], cols["launch_id"], cols["frame"]
@@ -343,10 +350,20 @@ class RankIndex:
             xend, ts = self.end[x], self.ts
             if own and all(ts[d] < xend for d in own):
                 targets = "own"  # a blocking copy: it returns when its own copy is done
+            elif not own and xend - ts[x] >= RUNTIME_WAIT_MIN_NS:
+                targets = None  # a long copy call whose copy was not recorded: as any long call
         elif self.end[x] - self.ts[x] >= RUNTIME_WAIT_MIN_NS:
             targets = None
         self._wait_targets[x] = targets
         return targets
+
+    def blocking_copy(self, x: int) -> bool:
+        """Runtime call x is a blocking copy to the host: a copy call whose own device-to-host copy
+        ended before it returned (the host waited for the copy: a host sync, as in `.item()`)."""
+        if not (self.flags[x] & F_MEMCPY_CALL) or self.wait_targets(x) != "own":
+            return False
+        end, flags, xend = self.end, self.flags, self.end[x]
+        return any(flags[d] & F_TO_HOST and end[d] <= xend for d in self.launched(x))
 
     def awaited(self, x: int, t: int) -> int:
         """The device work a waiting runtime call x waited for, as seen just before t: on its
@@ -361,11 +378,14 @@ class RankIndex:
         best = -1
         xts, xend = self.ts[x], end[x]
         until = t if t < xend else xend
+        launch = self.launch
         for key, (rows, starts) in zip(self.stream_keys, self.streams):
             if targets is not None and key not in targets:
                 continue
             i = bisect_left(starts, until) - 1
-            while i >= 0 and end[rows[i]] > xend:
+            # a call never waits for the work it launched itself (a launch whose kernel ends before it returns,
+            # a graph launch and its kernels): only other work ending during it means the host waited
+            while i >= 0 and (end[rows[i]] > xend or launch[rows[i]] == x):
                 i -= 1
             if i >= 0:
                 e = rows[i]

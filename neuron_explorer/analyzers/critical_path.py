@@ -43,7 +43,7 @@ import numpy as np
 
 from ..store import Run
 from ._path_index import HOST_KINDS, NONE, RUNTIME, RUNTIME_WAIT_MIN_NS, STEP, UNLINKED_GAP_MAX_NS, RankIndex  # noqa: F401 (the model's thresholds)
-from ._path_index import F_COMM, F_INPUT, KERNEL, arrow_of, distinct, factorize, factorize_rows
+from ._path_index import F_COMM, F_INPUT, F_MEMCPY_CALL, KERNEL, arrow_of, distinct, factorize, factorize_rows
 from .metrics import step_device_busy
 
 CATEGORIES = ("device_compute", "communication", "memcpy", "host_compute", "launch_overhead", "input_pipeline", "idle")
@@ -83,7 +83,11 @@ def _category(index: RankIndex, e: int) -> int:
         return _MEMCPY
     if index.flags[e] & F_INPUT:
         return _INPUT_PIPELINE
-    return _LAUNCH_OVERHEAD if index.kind[e] == RUNTIME else _HOST_COMPUTE
+    if index.kind[e] != RUNTIME:
+        return _HOST_COMPUTE
+    # a blocking copy to the host is the host waiting for the device (a sync), not a launch: the time it
+    # spends after its copy (staging into pageable memory) is host work
+    return _HOST_COMPUTE if index.flags[e] & F_MEMCPY_CALL and index.blocking_copy(e) else _LAUNCH_OVERHEAD
 
 
 class _Walker:
@@ -120,7 +124,7 @@ class _Walker:
                 if d >= 0 and index.end[d] > lo:
                     dend = index.end[d]
                     if dend < t:
-                        segs += (dend, t - dend, ev, _LAUNCH_OVERHEAD << 32 | 1)
+                        segs += (dend, t - dend, ev, _category(index, ev) << 32 | 1)
                         t = dend
                     return t, d
             if ev >= 0 and index.kind[ev] == STEP:

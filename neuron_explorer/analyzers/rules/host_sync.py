@@ -1,21 +1,30 @@
 """host-sync: the host waits for the device.
 
-Finds synchronising calls: runtime calls that wait for the device (cudaDeviceSynchronize,
-cudaStreamSynchronize, cudaEventSynchronize, their hip and driver equivalents: vocab.sync_call) and
-the operators that imply one (vocab.SYNC_OPS) — aten::item, aten::_local_scalar_dense (`.item()`,
-`float(t)`), aten::is_nonzero (`if t:`) and aten::nonzero (data-dependent shape). Each stalls the host
-until the device drains, so the device then idles while the host catches up. Grouped by the
-user's source line. Impact, with profiler steps: the device idle the syncs inside steps cause —
-per sync, from its return to the next device work of the rank, at most to its step's end (while
-it waits the device is busy, so its own duration is not the cost); syncs outside every step are
-counted apart and never in the impact. Without steps: the union of the calls' intervals. Saving
-bound: the same. Only meaningful with a device: on a CPU-only run it is not applicable.
+A host sync is a host call that waits for a device: a runtime call that synchronises
+(cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize, their hip and driver
+equivalents: vocab.sync_call), a blocking device-to-host copy (a runtime copy call whose own
+device-to-host copy ended before the call returned, as in `.item()` on a device tensor), or an
+operator with one of those beneath it (a runtime call whose `top_op_id` is the operator: same rank,
+same thread, nested in it). An operator that reads a value on the host (vocab.SYNC_OPS: aten::item,
+aten::_local_scalar_dense, ...) with no such call beneath reads a CPU tensor: it waits for nothing
+and is no sync. A device-side wait (cudaStreamWaitEvent) does not stop the host and is no sync either.
+Counted per top-level host call (the operator, or the runtime call made outside every operator),
+grouped by the user's source line. Impact, with profiler steps: the device idle the syncs inside
+steps leave — per sync, from its return to the next device work of the rank, at most to its step's
+end (while it waits the device is busy, so its own duration is not the cost); those intervals are
+merged (several syncs before the same launch leave the device idle once) and the time any device
+of the rank is busy in them (work started before the sync returned) is taken out; syncs outside
+every step are counted apart and never in the impact. Without steps: the union of the intervals
+of the syncs' waiting runtime calls (what the host waited; an operator around one may hold other
+work, such as the first `.to('cuda')` creating the context). Saving bound: the same. Only
+meaningful with a device: on a CPU-only run it is not applicable.
 """
 
 from __future__ import annotations
 
-from ...vocab import DEVICE_WORK_SQL, sync_call, sync_op, top_host_call
+from ...vocab import DEVICE_WORK_SQL, MEMCPY_CALL_PARTS, device_work, sql_literal, sync_call, top_host_call
 from .. import metrics
+from .._path_index import TO_HOST_COPY_PATTERN
 from ..engine import Context
 from ..model import Location
 from ._util import ms, no_device, row, rows, share_at_least
@@ -25,87 +34,124 @@ TITLE = "Host-device synchronisation"
 CATEGORY = "synchronization"
 SCOPE = "rank"
 THRESHOLDS = {
-    "SYNC_SHARE_MIN": 0.01,  # union of sync intervals / analysed time
+    "SYNC_SHARE_MIN": 0.01,  # merged device idle after the syncs (or union of sync intervals without steps) / analysed time
 }
 
-
-def _syncs(alias: str = "") -> str:
-    """An event is a synchronising call: a runtime sync or a sync operator (vocab)."""
-    return f"({sync_call(alias)} OR {sync_op(alias)})"
-
-
-def _where(rank: int, alias: str = "") -> str:
+def _memcpy_call(alias: str) -> str:
     a = f"{alias}." if alias else ""
-    return f"{a}rank = {rank} AND {_syncs(alias)}"
+    return "(" + " OR ".join(f"contains({a}name, {sql_literal(p)})" for p in MEMCPY_CALL_PARTS) + ")"
 
 
-def _idle_sql(rank: int, where: str) -> str:
-    """Per sync inside a step: the device idle it leaves after it returns (from its end to the
-    next device work of the rank, at most to the step's end); plain DuckDB over `events`."""
-    dev = DEVICE_WORK_SQL
-    return f"""WITH st AS (SELECT step, min(ts_ns) AS s_ts, max(ts_ns + dur_ns) AS s_end FROM events
-            WHERE rank = {rank} AND kind = 'step' GROUP BY step),
-s AS (SELECT e.event_id, e.ts_ns + e.dur_ns AS end_ns, e.dur_ns, st.s_end FROM events e
-      LEFT JOIN st ON e.ts_ns >= st.s_ts AND e.ts_ns < st.s_end WHERE {where}
-        AND {top_host_call('e')}),
-d AS (SELECT ts_ns FROM events WHERE rank = {rank} AND kind IN {dev})
-SELECT count(*) FILTER (WHERE s.s_end IS NOT NULL) AS stalls,
-  coalesce(sum(s.dur_ns) FILTER (WHERE s.s_end IS NOT NULL), 0)::BIGINT AS wait_ns,
-  coalesce(sum(greatest(0, least(coalesce(d.ts_ns, s.s_end), s.s_end) - s.end_ns)) FILTER (WHERE s.s_end IS NOT NULL), 0)::BIGINT
-    AS idle_after_ns,
+def waits(alias: str = "r") -> str:
+    """A runtime call waits for a device: a sync call, or a blocking device-to-host copy (its own
+    copy to the host ended before the call returned)."""
+    a = f"{alias}." if alias else ""
+    return (f"({sync_call(alias)} OR {a}kind = 'runtime' AND {_memcpy_call(alias)} AND EXISTS (SELECT 1 FROM events c "
+            f"WHERE c.launch_id = {a}event_id AND c.kind = 'memcpy' AND c.ts_ns + c.dur_ns <= {a}ts_ns + {a}dur_ns "
+            f"AND regexp_matches(c.name, {sql_literal(TO_HOST_COPY_PATTERN)})))")
+
+
+def _ranks(rank: int | None, alias: str = "") -> str:
+    a = f"{alias}." if alias else ""
+    return "TRUE" if rank is None else f"{a}rank = {int(rank)}"
+
+
+def syncs_sql(rank: int | None) -> str:
+    """The host syncs: top-level host calls (an operator, or a runtime call outside every operator)
+    that are, or have beneath them, a runtime call that waits for a device. Columns: rank,
+    event_id, name, source_frame_id, ts_ns, end_ns, dur_ns, step, s_end (the end of the profiler
+    step it starts in; null outside every step), waits (its waiting runtime calls) and wait_ns
+    (their durations: the time the host waited, not the operator's, which may hold other work)."""
+    return f"""WITH st AS (SELECT rank, step, min(ts_ns) AS s_ts, max(ts_ns + dur_ns) AS s_end FROM events
+         WHERE {_ranks(rank)} AND kind = 'step' GROUP BY rank, step),
+w AS (SELECT coalesce(r.top_op_id, r.event_id) AS host_call, count(*) AS waits, sum(r.dur_ns) AS wait_ns FROM events r
+      WHERE {_ranks(rank, 'r')} AND {waits('r')} GROUP BY ALL)
+SELECT e.rank, e.event_id, e.name, e.source_frame_id, e.ts_ns, e.ts_ns + e.dur_ns AS end_ns, e.dur_ns,
+  CASE WHEN e.ts_ns < st.s_end THEN st.step END AS step, CASE WHEN e.ts_ns < st.s_end THEN st.s_end END AS s_end,
+  w.waits, w.wait_ns::BIGINT AS wait_ns
+FROM events e JOIN w ON w.host_call = e.event_id ASOF LEFT JOIN st ON st.rank = e.rank AND e.ts_ns >= st.s_ts
+WHERE {_ranks(rank, 'e')} AND {top_host_call('e')}"""
+
+
+def figures_sql(rank: int | None) -> str:
+    """Per rank with host syncs (plain DuckDB over `events`): stalls (syncs inside steps), wait_ns
+    (the durations of their waiting runtime calls), idle_after_ns (the merged device idle they leave: the impact with steps),
+    idle_summed_ns (the same intervals summed without merging, for comparison), sync_ns (the union
+    of the intervals of every sync's waiting runtime calls: the impact without steps), syncs (all of
+    them), outside_steps and outside_wait_ns (those outside every step)."""
+    return f"""WITH s AS ({syncs_sql(rank)}),
+d AS (SELECT rank, ts_ns FROM events WHERE {_ranks(rank)} AND kind IN {DEVICE_WORK_SQL}),
+iv AS (SELECT s.rank, s.end_ns AS a, least(coalesce(d.ts_ns, s.s_end), s.s_end) AS b
+       FROM s ASOF LEFT JOIN d ON s.rank = d.rank AND s.end_ns <= d.ts_ns WHERE s.s_end IS NOT NULL),
+mx AS (SELECT rank, a, b, max(b) OVER (PARTITION BY rank ORDER BY a, b ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pe
+       FROM iv WHERE b > a),
+isl AS (SELECT rank, a, b, sum(CASE WHEN pe IS NULL OR a > pe THEN 1 ELSE 0 END)
+          OVER (PARTITION BY rank ORDER BY a, b ROWS UNBOUNDED PRECEDING) AS i FROM mx),
+u AS (SELECT rank, min(a) AS a, max(b) AS b FROM isl GROUP BY rank, i),
+busy AS ({metrics.union_sql(f"{_ranks(rank)} AND {device_work()}", by=("rank",))}),
+idle AS (SELECT u.rank, sum(u.b - u.a - coalesce((SELECT sum(least(u.b, y.end_ns) - greatest(u.a, y.start_ns)) FROM busy y
+           WHERE y.rank = u.rank AND y.start_ns < u.b AND y.end_ns > u.a), 0)) AS ns FROM u GROUP BY u.rank),
+summed AS (SELECT rank, sum(b - a) AS ns FROM iv WHERE b > a GROUP BY rank),
+wr AS (SELECT r.rank, r.ts_ns, r.ts_ns + r.dur_ns AS end_ns FROM events r WHERE {_ranks(rank, 'r')} AND r.dur_ns > 0 AND {waits('r')}),
+all_u AS (SELECT rank, sum(end_ns - start_ns) AS ns FROM (
+  WITH _mx AS (SELECT rank, ts_ns, end_ns, max(end_ns) OVER (PARTITION BY rank ORDER BY ts_ns, end_ns
+                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end FROM wr),
+  _isl AS (SELECT rank, ts_ns, end_ns, sum(CASE WHEN prev_end IS NULL OR ts_ns > prev_end THEN 1 ELSE 0 END)
+             OVER (PARTITION BY rank ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island FROM _mx)
+  SELECT rank, min(ts_ns) AS start_ns, max(end_ns) AS end_ns FROM _isl GROUP BY rank, island) GROUP BY rank)
+SELECT s.rank, count(*) FILTER (WHERE s.s_end IS NOT NULL) AS stalls,
+  coalesce(sum(s.wait_ns) FILTER (WHERE s.s_end IS NOT NULL), 0)::BIGINT AS wait_ns,
+  coalesce(any_value(idle.ns), 0)::BIGINT AS idle_after_ns, coalesce(any_value(summed.ns), 0)::BIGINT AS idle_summed_ns,
+  count(*) AS syncs, coalesce(any_value(all_u.ns), 0)::BIGINT AS sync_ns,
   count(*) FILTER (WHERE s.s_end IS NULL) AS outside_steps,
-  coalesce(sum(s.dur_ns) FILTER (WHERE s.s_end IS NULL), 0)::BIGINT AS outside_wait_ns
-FROM s ASOF LEFT JOIN d ON s.end_ns <= d.ts_ns"""
+  coalesce(sum(s.wait_ns) FILTER (WHERE s.s_end IS NULL), 0)::BIGINT AS outside_wait_ns
+FROM s LEFT JOIN idle USING (rank) LEFT JOIN summed USING (rank) LEFT JOIN all_u USING (rank)
+GROUP BY s.rank ORDER BY s.rank"""
+
+
+def _figure(v: dict, with_steps: bool) -> int:
+    """The impact: the merged device idle after the syncs inside steps, or without steps the union of the syncs."""
+    return v["idle_after_ns"] if with_steps else v["sync_ns"]
 
 
 def screen(run, summaries: dict) -> set[int]:
-    """Ranks without a device (not applicable), ranks with steps whose syncs leave the device
-    idle at least the check's share (the check's figure, grouped by rank), and ranks without
-    steps that have any synchronising call."""
-    dev = DEVICE_WORK_SQL
-    idle = dict(run.sql(f"""WITH st AS (SELECT rank, step, min(ts_ns) AS s_ts, max(ts_ns + dur_ns) AS s_end FROM events
-            WHERE kind = 'step' GROUP BY rank, step),
-s AS (SELECT e.rank, e.ts_ns + e.dur_ns AS end_ns, st.s_end FROM events e JOIN st ON st.rank = e.rank AND e.ts_ns >= st.s_ts AND e.ts_ns < st.s_end
-      WHERE {_syncs('e')}
-        AND {top_host_call('e')}),
-d AS (SELECT rank, ts_ns FROM events WHERE kind IN {dev})
-SELECT s.rank, sum(greatest(0, least(coalesce(d.ts_ns, s.s_end), s.s_end) - s.end_ns)) FROM s ASOF LEFT JOIN d ON s.rank = d.rank AND s.end_ns <= d.ts_ns
-GROUP BY s.rank""").fetchall())
-    found = {r for (r,) in run.sql(f"SELECT DISTINCT rank FROM events WHERE {_syncs()}").fetchall()}
-    stepless = {r for r, s in summaries.items() if not s["steps"]["count"]}
-    with_steps = share_at_least({r: s for r, s in summaries.items() if s["steps"]["count"]}, idle, THRESHOLDS["SYNC_SHARE_MIN"])
-    return no_device(summaries) | (found & stepless) | with_steps
+    """Ranks without a device (not applicable) and ranks whose figure (the check's, every rank in
+    one query) is at least the check's share."""
+    got = {r[0]: dict(zip(("stalls", "wait_ns", "idle_after_ns", "idle_summed_ns", "syncs", "sync_ns"), r[1:7]))
+           for r in run.sql(figures_sql(None)).fetchall()}
+    ns = {r: _figure(v, bool(summaries[r]["steps"]["count"])) for r, v in got.items() if r in summaries}
+    return no_device(summaries) | share_at_least(summaries, ns, THRESHOLDS["SYNC_SHARE_MIN"])
 
 
 def check(ctx: Context) -> list:
     ctx.require_device()
-    where = _where(ctx.rank)
     steps = ctx.summary["steps"]["count"]
-    if steps:
-        # a sync costs the device idle it causes inside the steps, not its own duration: the host
-        # waits while the device works, then the device waits for the next launch
-        sql = _idle_sql(ctx.rank, _where(ctx.rank, alias="e"))
-        v = row(ctx.run, sql)
-        impact = v["idle_after_ns"]
-    else:
-        sql = f"WITH u AS ({metrics.union_sql(where)}) SELECT coalesce(sum(end_ns - start_ns), 0)::BIGINT AS sync_ns, count(*) AS stalls FROM u"
-        v = row(ctx.run, sql)
-        impact = v["sync_ns"]
-    if not ctx.analysed_ns or not v["stalls"] or impact / ctx.analysed_ns < THRESHOLDS["SYNC_SHARE_MIN"]:
+    sql = figures_sql(ctx.rank)
+    v = row(ctx.run, sql)
+    if v["rank"] is None:
         return []
-    by_line = rows(ctx.run, f"""SELECT source_frame_id AS frame_id, arg_max(name, dur_ns) AS name, count(*) AS calls, sum(dur_ns)::BIGINT AS ns, min(event_id) AS sample_id
-        FROM events WHERE {where} AND {top_host_call()}
-        {"AND step IS NOT NULL" if steps else ""} GROUP BY source_frame_id ORDER BY ns DESC LIMIT 3""")
+    # with steps a sync costs the device idle it causes inside the steps, not its own duration: the
+    # host waits while the device works, then the device waits for the next launch
+    impact = _figure(v, bool(steps))
+    count = v["stalls"] if steps else v["syncs"]
+    if not ctx.analysed_ns or not count or impact / ctx.analysed_ns < THRESHOLDS["SYNC_SHARE_MIN"]:
+        return []
+    by_line = rows(ctx.run, f"""WITH s AS ({syncs_sql(ctx.rank)})
+        SELECT source_frame_id AS frame_id, arg_max(name, wait_ns) AS name, count(*) AS calls, sum(wait_ns)::BIGINT AS ns,
+        min(event_id) AS sample_id FROM s {"WHERE s_end IS NOT NULL" if steps else ""}
+        GROUP BY source_frame_id ORDER BY ns DESC, frame_id NULLS LAST LIMIT 3""")
     top = by_line[0] if by_line else {"frame_id": None, "name": None, "sample_id": None}
     where_txt = "; ".join(f"{ctx.source_of(b['frame_id']) or 'unknown line'}: {b['name']} x{b['calls']} {ms(b['ns'])}" for b in by_line)
-    title = (f"{v['stalls']} host-device synchronisations leave the device idle {ms(impact)} (they wait {ms(v['wait_ns'])})"
-             if steps else f"{v['stalls']} host-device synchronisations cost {ms(impact)}")
+    title = (f"{count} host-device synchronisations leave the device idle {ms(impact)} (they wait {ms(v['wait_ns'])})"
+             if steps else f"{count} host-device synchronisations wait {ms(impact)}")
     outside = (f" {v['outside_steps']} more outside every step ({ms(v['outside_wait_ns'])}) are not counted."
                if steps and v.get("outside_steps") else "")
+    values = {k: v[k] for k in ("stalls", "wait_ns", "idle_after_ns", "idle_summed_ns", "syncs", "sync_ns", "outside_steps",
+                                "outside_wait_ns")}
     return [ctx.finding(
         title=title, impact_ns=impact, saving_bound_ns=impact,
         location=Location(op=top["name"], source=ctx.source_of(top["frame_id"])),
-        sql=sql, values=dict(v), sample_event_ids=[b["sample_id"] for b in by_line], uses_source=True,
+        sql=sql, values=values, sample_event_ids=[b["sample_id"] for b in by_line], uses_source=True,
         recommendation=f"Remove host syncs from the step ({where_txt}). Keep values on the device (no .item(), "
         "float(t), print(t) or data-dependent `if` inside the loop); log metrics every N steps; avoid "
         "torch.nonzero / boolean-mask indexing (use torch.where); drop explicit torch.cuda.synchronize()." + outside,

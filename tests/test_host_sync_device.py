@@ -1,0 +1,215 @@
+"""Synchronisation means the device (issue #33, items 1 and 4): hand-built traces of each case the
+issue observed, with the figure a person would check.
+
+- `.item()` on a CPU tensor (aten::item with no runtime call beneath) is no host sync;
+- syncs whose idle intervals overlap cost the union of the intervals, not their sum;
+- a blocking device-to-host copy is a host sync, not launch overhead (rules and critical path);
+- a launch never waits for its own kernel (critical path: a 30 µs launch is launch overhead);
+- a graph launch that ran many short kernels is charged once by `launch-overhead`.
+
+Times in the timelines are microseconds.
+"""
+
+from __future__ import annotations
+
+from neuron_explorer.analyzers import analyze
+from neuron_explorer.analyzers import critical_path as cp
+from neuron_explorer.collectors.chrome_trace import import_traces
+from neuron_explorer.store import open_run
+
+from .conftest import X, write_trace
+from .test_invariants import violations
+
+US = 1000
+
+
+def _k(name, ts, dur, corr, cat="kernel", stream=7):
+    return X(name, cat, ts, dur, pid=0, tid=stream, correlation=corr, stream=stream, device=0)
+
+
+def _rt(name, ts, dur, corr, ext=None):
+    return X(name, "cuda_runtime", ts, dur, correlation=corr, **({"External id": ext} if ext is not None else {}))
+
+
+def _run(tmp_path, events):
+    return import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir
+
+
+def _findings(run_dir, rule):
+    report = analyze(run_dir, write=False)
+    assert not violations(report.to_dict())  # and no figure of any rule is larger than the trace
+    return [f for f in report.findings if f.rule_id == rule]
+
+
+def _path_rows(run_dir):
+    with open_run(run_dir) as run:
+        names = dict(run.sql("SELECT event_id, name FROM events").fetchall())
+        return [(names.get(r["event_id"]), r["category"], r["cause"], r["charged_ns"]) for r in cp.rank_path(run, 0)]
+
+
+def test_item_on_cpu_tensors_is_no_host_sync(tmp_path):
+    """100 `.item()` on CPU tensors between a kernel and the next one: nothing waits for the device.
+
+        ProfilerStep#1 [0 ................................................ 1000)
+        aten::mm [0-10) launch [2-6) -> K1 [10-20)
+        aten::item [100-105) [110-115) ... 100 of them, aten::_local_scalar_dense inside, no runtime call
+        aten::add [950-960) launch [952-956) -> K2 [960-965)
+
+    The old rule charged each its idle up to K2, summed: 100 x ~440 µs = 44 ms in a 1 ms step.
+    """
+    events = [X("ProfilerStep#1", "user_annotation", 0, 1000),
+              X("aten::mm", "cpu_op", 0, 10, **{"External id": 1}), _rt("cudaLaunchKernel", 2, 4, 1, 1), _k("K1", 10, 10, 1),
+              X("aten::add", "cpu_op", 950, 10, **{"External id": 2}), _rt("cudaLaunchKernel", 952, 4, 2, 2), _k("K2", 960, 5, 2)]
+    for i in range(100):
+        t = 100 + 8 * i
+        events += [X("aten::item", "cpu_op", t, 5), X("aten::_local_scalar_dense", "cpu_op", t + 1, 3)]
+    assert _findings(_run(tmp_path, events), "host-sync") == []
+
+
+def test_overlapping_idle_after_syncs_is_counted_once(tmp_path):
+    """10 `.item()` on a device tensor, each with a cudaStreamSynchronize beneath, then nothing runs
+    on the device until K2 at 500: the idle after each one runs to 500, the intervals nest.
+
+        ProfilerStep#1 [0 ......................................................... 600)
+        aten::mm [0-10) launch [2-6) -> K1 [10-90)
+        aten::item [100+20i, 110+20i) for i < 10, cudaStreamSynchronize [102+20i, 108+20i) inside
+        aten::add [490-500) launch [492-496) -> K2 [500-510)
+
+    Idle after the syncs: [110, 500) ∪ [130, 500) ∪ ... = 390 µs (their sum would be 3,000 µs).
+    """
+    events = [X("ProfilerStep#1", "user_annotation", 0, 600),
+              X("aten::mm", "cpu_op", 0, 10, **{"External id": 1}), _rt("cudaLaunchKernel", 2, 4, 1, 1), _k("K1", 10, 80, 1),
+              X("aten::add", "cpu_op", 490, 10, **{"External id": 2}), _rt("cudaLaunchKernel", 492, 4, 2, 2), _k("K2", 500, 10, 2)]
+    for i in range(10):
+        t = 100 + 20 * i
+        events += [X("aten::item", "cpu_op", t, 10, **{"External id": 10 + i}),
+                   _rt("cudaStreamSynchronize", t + 2, 6, 10 + i, 10 + i)]
+    (f,) = _findings(_run(tmp_path, events), "host-sync")
+    assert f.impact_ns == 390 * US and f.saving_bound_ns == 390 * US
+    assert f.evidence.values["idle_summed_ns"] == sum(390 - 20 * i for i in range(10)) * US == 3000 * US
+    assert f.evidence.values["stalls"] == 10 and f.location.op == "aten::item"
+    assert f.title.startswith("10 host-device synchronisations leave the device idle 0.39 ms")
+
+
+def test_idle_after_a_sync_while_another_stream_works_is_not_idle(tmp_path):
+    """A cudaStreamSynchronize on stream 7 returns at 50 while stream 8 still runs K8 to 80; the next
+    work starts at 100: the device idles 20 µs after the sync, not 50."""
+    events = [X("ProfilerStep#1", "user_annotation", 0, 200),
+              _rt("cudaLaunchKernel", 0, 2, 1), _k("K7", 2, 40, 1),
+              _rt("cudaLaunchKernel", 3, 2, 2), _k("K8", 5, 75, 2, stream=8),
+              _rt("cudaStreamSynchronize", 10, 40, 3),
+              _rt("cudaLaunchKernel", 95, 2, 4), _k("K9", 100, 5, 4)]
+    (f,) = _findings(_run(tmp_path, events), "host-sync")
+    assert f.impact_ns == 20 * US and f.evidence.values["idle_summed_ns"] == 50 * US
+
+
+def _blocking_copy_trace(bare: bool = False):
+    """`.item()` on a device tensor as PyTorch records it: a blocking device-to-host cudaMemcpyAsync.
+
+        ProfilerStep#1 [0 ............................................................ 400)
+        aten::mm [0-10) launch [2-6) -> K1 [10-140)
+        aten::item [100-230) > aten::_local_scalar_dense [100-230) > cudaMemcpyAsync [100-228) (128 µs)
+        stream 7: K1 [10-140), Memcpy DtoH (Device -> Pageable) [140-147)
+        aten::add [300-310) launch [302-306) -> K2 [310-320)
+
+    The copy call waits for K1 (to 140), then for its copy (to 147), then stages the data into pageable
+    memory until 228 while the device idles (63% of the call). `bare`: the copy call made outside
+    every operator (no aten::item around it).
+    """
+    events = [X("ProfilerStep#1", "user_annotation", 0, 400),
+              X("aten::mm", "cpu_op", 0, 10, **{"External id": 1}), _rt("cudaLaunchKernel", 2, 4, 1, 1), _k("K1", 10, 130, 1),
+              _rt("cudaMemcpyAsync", 100, 128, 5, None if bare else 5),
+              _k("Memcpy DtoH (Device -> Pageable)", 140, 7, 5, cat="gpu_memcpy"),
+              X("aten::add", "cpu_op", 300, 10, **{"External id": 2}), _rt("cudaLaunchKernel", 302, 4, 2, 2), _k("K2", 310, 10, 2)]
+    if not bare:
+        events += [X("aten::item", "cpu_op", 100, 130, **{"External id": 5}),
+                   X("aten::_local_scalar_dense", "cpu_op", 100, 130, **{"External id": 5})]
+    return events
+
+
+def test_a_blocking_device_to_host_copy_is_a_host_sync_not_launch_overhead(tmp_path):
+    run_dir = _run(tmp_path, _blocking_copy_trace())
+    (f,) = _findings(run_dir, "host-sync")
+    # aten::item returns at 230; the device idles until K2 at 310
+    assert f.impact_ns == 80 * US and f.evidence.values["stalls"] == 1 and f.location.op == "aten::item"
+    assert _findings(run_dir, "launch-overhead") == []
+    rows = _path_rows(run_dir)
+    copy_call = [(cat, ns) for name, cat, cause, ns in rows if name == "cudaMemcpyAsync"]
+    # on the critical path the call's 81 µs after its copy are host work of the sync, not a launch
+    assert copy_call == [("host_compute", 81 * US)]
+    assert not [r for r in rows if r[1] == "launch_overhead" and r[0] == "cudaMemcpyAsync"]
+    assert ("Memcpy DtoH (Device -> Pageable)", "memcpy", None, 7 * US) in rows
+
+
+def test_a_bare_blocking_copy_outside_every_operator_is_a_host_sync(tmp_path):
+    run_dir = _run(tmp_path, _blocking_copy_trace(bare=True))
+    (f,) = _findings(run_dir, "host-sync")
+    assert f.impact_ns == 82 * US and f.location.op == "cudaMemcpyAsync"  # returns at 228, K2 at 310
+
+
+def test_an_async_copy_to_the_device_is_no_host_sync(tmp_path):
+    """A host-to-device cudaMemcpyAsync whose copy runs after the call returned waits for nothing."""
+    events = [X("ProfilerStep#1", "user_annotation", 0, 400),
+              X("aten::copy_", "cpu_op", 100, 10, **{"External id": 5}), _rt("cudaMemcpyAsync", 101, 8, 5, 5),
+              _k("Memcpy HtoD (Pinned -> Device)", 112, 50, 5, cat="gpu_memcpy"),
+              _rt("cudaLaunchKernel", 300, 4, 2), _k("K2", 310, 10, 2)]
+    assert _findings(_run(tmp_path, events), "host-sync") == []
+
+
+def test_a_launch_never_waits_for_its_own_kernel(tmp_path):
+    """A 30 µs cudaLaunchKernel whose own kernel runs and ends inside it.
+
+        ProfilerStep#1 [0 ...................................... 100)
+        aten::add [10-50) > cudaLaunchKernel [12-42) (30 µs) -> K [15-20)
+
+    The launch did not wait for the device: its 30 µs are launch overhead and K is off the path
+    (the old walk moved to K at 20 and charged the launch's 22 µs after it as "its own time after
+    the device work it waited for", K's 5 µs and 3 µs of idle before K).
+    """
+    events = [X("ProfilerStep#1", "user_annotation", 0, 100),
+              X("aten::add", "cpu_op", 10, 40, **{"External id": 1}), _rt("cudaLaunchKernel", 12, 30, 1, 1), _k("K", 15, 5, 1)]
+    rows = _path_rows(_run(tmp_path, events))
+    assert ("cudaLaunchKernel", "launch_overhead", None, 30 * US) in rows
+    assert not [r for r in rows if r[0] == "K"]
+    assert not [r for r in rows if r[2] == "the call's own time after the device work it waited for"]
+    assert sum(r[3] for r in rows) == 100 * US
+
+
+def test_a_long_launch_still_waits_for_other_work(tmp_path):
+    """A 30 µs launch during which an earlier kernel ended (a full launch queue) still waits for it."""
+    events = [X("ProfilerStep#1", "user_annotation", 0, 100),
+              _rt("cudaLaunchKernel", 1, 2, 1), _k("K0", 4, 26, 1),
+              X("aten::add", "cpu_op", 10, 40, **{"External id": 2}), _rt("cudaLaunchKernel", 12, 30, 2, 2), _k("K", 31, 5, 2)]
+    rows = _path_rows(_run(tmp_path, events))
+    assert ("K0", "device_compute", None, 26 * US) in rows
+    assert ("cudaLaunchKernel", "launch_overhead", "the call's own time after the device work it waited for", 12 * US) in rows
+
+
+def test_a_graph_launch_is_charged_once(tmp_path):
+    """Two cudaGraphLaunch calls of 100 µs, each replaying 70 kernels of 2 µs (140 short kernels):
+    the launch time is 200 µs, not 140 x 100 µs = 14 ms (longer than the 1 ms trace)."""
+    events = [X("ProfilerStep#1", "user_annotation", 0, 1000)]
+    for g, t in enumerate((100, 500)):
+        corr = 100 + g
+        events += [X("aten::graph_replay", "cpu_op", t, 110, **{"External id": corr}), _rt("cudaGraphLaunch", t + 5, 100, corr, corr)]
+        events += [_k(f"graph_kernel_{i}", t + 10 + 3 * i, 2, corr) for i in range(70)]
+    (f,) = _findings(_run(tmp_path, events), "launch-overhead")
+    assert f.evidence.values["short_kernels"] == 140 and f.evidence.values["launches"] == 2
+    assert f.impact_ns == 200 * US and f.saving_bound_ns == 200 * US
+    assert "(2 launch calls)" in f.title
+
+
+def test_without_steps_a_sync_costs_its_wait_not_its_operator(tmp_path):
+    """No profiler steps: the first `.to('cuda')` runs 1,000 µs (creating the context) and ends with
+    a 50 µs cudaStreamSynchronize; a later `.item()` copies asynchronously. The sync waits 50 µs, not
+    the operator's 1,000 µs (the alexnet trace: a 29.9 s first `aten::to` around an 11 µs sync)."""
+    events = [X("aten::to", "cpu_op", 0, 1000, **{"External id": 1}), _rt("cudaMemcpyAsync", 930, 5, 1, 1),
+              _k("Memcpy HtoD (Pageable -> Device)", 936, 2, 1, cat="gpu_memcpy"),
+              _rt("cudaStreamSynchronize", 940, 50, 2, 1),
+              _rt("cudaLaunchKernel", 1010, 5, 3), _k("K", 1016, 400, 3),
+              X("aten::item", "cpu_op", 1020, 30, **{"External id": 4}), _rt("cudaMemcpyAsync", 1025, 20, 4, 4),
+              _k("Memcpy DtoH (Device -> Pinned)", 1417, 1, 4, cat="gpu_memcpy")]
+    # the DtoH copy ends at 1418, after its call returned at 1045: an asynchronous copy, no sync
+    (f,) = _findings(_run(tmp_path, events), "host-sync")
+    assert f.impact_ns == 50 * US and f.evidence.values["syncs"] == 1 and f.location.op == "aten::to"
+    assert f.title == "1 host-device synchronisations wait 0.05 ms"
