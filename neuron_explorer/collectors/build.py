@@ -377,7 +377,7 @@ def build_rank(raw: RawRank) -> RankTables:
                       steps, quality, counts, devices, span)
 
 
-_DEVICE_WORK = [_KIND_CODE[k] for k in ("kernel", "memcpy", "memset")]
+_DEVICE_WORK = [_KIND_CODE["kernel"], _KIND_CODE["memcpy"], _KIND_CODE["memset"]]
 
 
 def _launches_without_device_work(kind, is_runtime, name_codes, name_values, flows: pa.Table) -> dict[str, int]:

@@ -110,7 +110,7 @@ def backward_links(*, name_codes: np.ndarray, name_values: list, is_op: np.ndarr
         by_name = bool(is_eval.any())
     evals = np.flatnonzero(is_eval)
     counts = {"backward_nodes": int(len(evals)), "linked_by_flow": 0, "linked_by_sequence": 0, "linked_after": 0,
-              "nodes_by_name": int(len(evals)) if by_name else 0, "autograd_threads": 0}
+              "nodes_by_name": len(evals) if by_name else 0, "autograd_threads": 0}
     on_autograd_thread = np.zeros(n, dtype=bool)
     if len(evals):
         eval_of = nearest_marked(parent, is_eval)  # innermost evaluate_function around each event
@@ -167,7 +167,7 @@ def backward_links(*, name_codes: np.ndarray, name_values: list, is_op: np.ndarr
             if is_step is not None:
                 not_autograd = np.concatenate([not_autograd, track[is_step]])
             autograd_tracks = np.setdiff1d(track[evals], not_autograd)
-            counts["autograd_threads"] = int(len(autograd_tracks))
+            counts["autograd_threads"] = len(autograd_tracks)
             on_autograd_thread = np.isin(track, autograd_tracks)
 
     # passes, from the innermost marker around each event

@@ -76,6 +76,6 @@ def lost_kernels_warnings(entry: dict) -> list[str]:
         return []
     what = (f"{launches} kernel launch{'es' if launches != 1 else ''}" + (f" ({starts} {LAUNCH_FLOW} flow starts)" if starts else "")
             if launches else f"{starts} {LAUNCH_FLOW} flow starts")
-    return [f"rank {entry['rank']}: {what} but no device events: the trace lost its kernels (the profiler recorded the "
-            "launches but not the device activity: CUDA activity off, the activity buffer dropped, or the trace cut "
-            "before it was flushed); this rank is not CPU-only, and its device time is unknown"]
+    return [(f"rank {entry['rank']}: {what} but no device events: the trace lost its kernels (the profiler recorded the "
+             "launches but none of the device activity: device activities not enabled, the activity buffers dropped, or "
+             "the trace cut before they were flushed); this rank is not CPU-only, and its device time is unknown")]
