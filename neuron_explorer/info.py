@@ -94,7 +94,7 @@ def _render_many_ranks(ranks: list[dict], shown: int = 3) -> list[str]:
     by_devices: dict[str, list[int]] = {}
     for r in ranks:
         devs = ", ".join(f"{d['device']}" + (f" ({d['name']})" if d.get("name") else "") for d in r["devices"])
-        by_devices.setdefault(f"device {devs}" if devs else "CPU only", []).append(r["rank"])
+        by_devices.setdefault(f"device {devs}" if devs else _no_device(r), []).append(r["rank"])
     lines.append("  devices: " + "; ".join(f"{devs} on {_ranks_text(rs)}" for devs, rs in by_devices.items()))
     by_steps: dict[str, list[int]] = {}
     for r in ranks:
@@ -123,6 +123,14 @@ def _render_many_ranks(ranks: list[dict], shown: int = 3) -> list[str]:
     return lines
 
 
+def _no_device(rank: dict) -> str:
+    """A rank with no device events: CPU only, unless it launched device work whose events the
+    trace lost (the importer's `launches_without_device_events`: a warning says more)."""
+    dq = rank.get("data_quality") or {}
+    lost = dq.get("launches_without_device_events") or dq.get("launch_flows_without_device_events")
+    return "device events lost (launches recorded)" if lost else "CPU only"
+
+
 def _ranks_text(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"{len(ranks)} ranks ({id_ranges(ranks)})"
 
@@ -138,7 +146,7 @@ def render_info(info: dict) -> str:
     for r in [] if many else info["ranks"]:
         counts = r["counts"]
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]) if v and k not in ("frames",))
-        devs = ", ".join(f"{d['device']}" + (f" ({d['name']})" if d.get("name") else "") for d in r["devices"]) or "none (CPU only)"
+        devs = ", ".join(f"{d['device']}" + (f" ({d['name']})" if d.get("name") else "") for d in r["devices"]) or f"none ({_no_device(r)})"
         world = f" of {r['world_size']}" if r.get("world_size") else ""
         lines.append(f"rank {r['rank']}{world}: {r['events']} events over {duration(r['span_ns'])}")
         lines.append(f"  devices: {devs}")

@@ -3,7 +3,9 @@
 `ts` and `dur` come as JSON text (microseconds) and are converted digit by digit to integer
 nanoseconds (`_ns`): a float64 would round epoch microseconds to multiples of 256 ns. Ids, streams
 and byte counts must fit int64 (a memory device int32): one beyond is an InputError naming the
-field, never wrapped. A pid or tid beyond int64, or not an integer, is kept as text (`_id_columns`).
+field, never wrapped. A pid or tid that is an integer's text (`"tid": "25738"`, as torch 1.8-1.10
+write their threads) is that integer; one beyond int64, or not an integer, is kept as text
+(`_id_columns`).
 
 Must not: know which event or table a column belongs to (_json_tables does).
 """
@@ -11,6 +13,7 @@ Must not: know which event or table a column belongs to (_json_tables does).
 from __future__ import annotations
 
 import decimal
+import re
 
 import msgspec
 import numpy as np
@@ -116,15 +119,32 @@ def _fits(v: int, bounds: tuple[int, int] = _INT64) -> bool:
     return bounds[0] <= v <= bounds[1]
 
 
+_INT_TEXT = re.compile(r"0|-?[1-9][0-9]*")
+"""An integer's own text: no sign but '-', no leading zeros, no spaces (so `str(int(t)) == t`: the
+text comes back as it was). The C++ reader's `int_text` is the same rule."""
+
+
+def id_value(v):
+    """A pid or tid as the run holds it: an int64 integer, or an integer's text (torch 1.8-1.10
+    write `"tid": "25738"` on spans and `"tid": 25738` on flow starts) as that integer; else None."""
+    if type(v) is int:
+        return v if _fits(v) else None
+    if type(v) is str and _INT_TEXT.fullmatch(v):
+        i = int(v)
+        return i if _fits(i) else None
+    return None
+
+
 def _id_columns(values: list) -> tuple[pa.Array, pa.Array]:
-    """pid/tid → (int64 with nulls for non-integers, original text for non-integers). An integer
-    beyond int64 is kept as its text, like a named thread: nothing is lost or wrapped."""
+    """pid/tid → (int64 with nulls for non-integers, original text for non-integers). An integer's
+    text is the integer (`id_value`). An integer beyond int64 is kept as its text, like a named
+    thread: nothing is lost or wrapped."""
     try:  # the common case: all integers
         return pa.array(values, pa.int64()), pa.nulls(len(values), pa.string())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
         pass
-    ints = [v if type(v) is int and _fits(v) else None for v in values]
-    texts = [None if v is None or type(v) is int and _fits(v) else str(v) for v in values]
+    ints = [id_value(v) for v in values]
+    texts = [None if v is None or i is not None else str(v) for v, i in zip(values, ints)]
     return pa.array(ints, pa.int64()), pa.array(texts, pa.string())
 
 

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from ..errors import InputError
 from . import _json_native
-from ._json_numbers import _INT32, _INT64, _fits, _id_columns, _int_column, _ns, _opt_int, _sparse_int
+from ._json_numbers import _INT32, _INT64, _id_columns, _int_column, _ns, _opt_int, _sparse_int, id_value
 from ._json_read import _short
 from .kineto_names import (EXTERNAL_ID_ARG, EXTERNAL_ID_ARG_OLD, FLOW_PHASES, MEMORY_ARGS, MEMORY_EVENT_NAME, PYTHON_ID_ARG,
                            PYTHON_PARENT_ID_ARG, SLICE_PHASES)
@@ -238,6 +238,9 @@ def _sorted_out(path: str, evs: list[_Event]) -> tuple[list, list, list, list, l
         elif ph == "M":
             meta = msgspec.structs.asdict(e) | {"ts": msgspec.json.decode(e.ts), "dur": msgspec.json.decode(e.dur),
                                                 "args": msgspec.json.decode(e.args)}
+            for key in ("pid", "tid"):  # an integer's text names the thread the events' integer tid names
+                if type(meta[key]) is str and (number := id_value(meta[key])) is not None:
+                    meta[key] = number
             check_nesting(path, meta["args"], f"the args of metadata event {e.name!r}")
             metadata.append(meta)
         else:
@@ -362,7 +365,7 @@ def _counter_table(path: str, evs: list[_Event]) -> pa.Table:
                 except OverflowError:
                     raise InputError(path, f"wrong value: counter {e.name!r} series {k!r} is beyond a double") from None
                 rows["ts_ns"].append(int(t))
-                rows["pid"].append(e.pid if type(e.pid) is int and _fits(e.pid) else None)
+                rows["pid"].append(id_value(e.pid))
                 rows["name"].append(str(e.name) if e.name is not None else "")
                 rows["series"].append(k)
                 rows["value"].append(float(v))

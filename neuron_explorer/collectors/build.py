@@ -28,8 +28,8 @@ from ..schema import DEVICE_KINDS, ID_STRIDE
 from . import passes
 from ._forest import (depth_of, enclosing_parents, index_dtype, nearest_marked, root_of, slice_at, time_order, track_lookup,
                       tracks_of)
-from .kineto_names import (FORWARD_BACKWARD_FLOW, LAUNCH_FLOW_CATEGORIES, MODULE_PREFIX, PY_FRAME, STEP_NAME,
-                           kind_of_category)
+from .kineto_names import (FORWARD_BACKWARD_FLOW, LAUNCH_CALL, LAUNCH_FLOW_CATEGORIES, MODULE_PREFIX, OLD_LAUNCH_FLOW, PY_FRAME,
+                           STEP_NAME, kind_of_category)
 from .raw import RawRank, check_raw_rank  # noqa: F401  (RawRank: collectors import it from here too)
 from .sources import is_user_file
 
@@ -242,7 +242,7 @@ def build_rank(raw: RawRank) -> RankTables:
          (steps, step)) = early.result()
         backward_links = helper.submit(_backward_links, fl, flow_event, dict(
             name_codes=name_codes, name_values=name_values, is_op=is_op, is_python=is_python, parent=parent, ts=ts,
-            track=track, args=args, order=order))
+            track=track, args=args, order=order, is_step=kind == K["step"]))
         depth = depth_of(parent)
         python_ancestors = depth_of(parent, is_python)
         # self time: the duration less the slices directly inside it on its track
@@ -286,6 +286,7 @@ def build_rank(raw: RawRank) -> RankTables:
         del flow_src, flow_dev, need
         flows = _flows_table(fl, fl_event, rank, raw.base_ns)  # (while the helper links backward work)
         del fl, fl_event
+        quality |= _launches_without_device_work(kind, is_runtime, name_codes, name_values, flows)
         # backward work: the forward operator that built its autograd node, and every event's pass
         fwd, pass_code, backward_counts = backward_links.result()
 
@@ -374,6 +375,28 @@ def build_rank(raw: RawRank) -> RankTables:
     span = int((ts + dur).max() - ts[0]) if n else None  # ts is sorted
     return RankTables(rank, {"events": events, "frames": frames, "flows": flows, "memory": memory, "counters": counters},
                       steps, quality, counts, devices, span)
+
+
+_DEVICE_WORK = [_KIND_CODE["kernel"], _KIND_CODE["memcpy"], _KIND_CODE["memset"]]
+
+
+def _launches_without_device_work(kind, is_runtime, name_codes, name_values, flows: pa.Table) -> dict[str, int]:
+    """A rank with launch calls or launch flow starts but no device work (kernel, memcpy, memset)
+    lost its device events: {"launches_without_device_events": launch calls,
+    "launch_flows_without_device_events": launch flow starts}, the counts that are not 0; {} for
+    every other rank (one with device work, or a CPU-only one)."""
+    if np.isin(kind, _DEVICE_WORK).any():
+        return {}
+    launch_names = np.array([bool(v) and bool(LAUNCH_CALL.search(v)) for v in name_values], dtype=bool)
+    launches = int(np.count_nonzero(is_runtime & launch_names[name_codes])) if len(kind) else 0
+    starts = 0
+    if flows.num_rows:
+        category = pc.utf8_lower(flows["category"].cast(pa.string()))
+        launch_flow = pc.or_(pc.is_in(category, pa.array(list(LAUNCH_FLOW_CATEGORIES), pa.string())),
+                             pc.and_(pc.equal(category, OLD_LAUNCH_FLOW[0]), pc.equal(flows["name"].cast(pa.string()), OLD_LAUNCH_FLOW[1])))
+        starts = int(pc.sum(pc.and_(launch_flow, pc.equal(flows["phase"].cast(pa.string()), "s")).cast(pa.int64())).as_py() or 0)
+    out = {"launches_without_device_events": launches, "launch_flows_without_device_events": starts}
+    return {k: v for k, v in out.items() if v}
 
 
 def _launch_by_correlation(is_runtime, is_device, correlation, correlation_null, dtype) -> np.ndarray:

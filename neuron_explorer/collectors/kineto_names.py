@@ -28,6 +28,10 @@ PY_FRAME = re.compile(r"^(?P<file>.+)\((?P<line>\d{1,9})\): (?P<func>.*)$")
 (beyond frames.line, an int32) is no source location."""
 EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
 """The operator autograd runs for one backward node."""
+BACKWARD_NODE = re.compile(r"^(?:torch::autograd::)?(?:[A-Za-z_][A-Za-z0-9_]*Backward[0-9]*s?|AccumulateGrad|CopySlices|GraphRoot)$")
+"""An autograd node's operator (`ConvolutionBackward0`, `AddmmBackward`, `torch::autograd::AccumulateGrad`,
+`torch::autograd::CopyBackwards`): what a trace without `evaluate_function` (torch 1.8-1.10)
+records for one backward node."""
 COMPILED_REGION_PREFIX = "Torch-Compiled Region"
 """The range around a call of a torch.compile'd function."""
 BACKWARD_CALL = re.compile(r"(run_backward|^torch/autograd/__init__\.py\(\d+\): backward$|^torch/_tensor\.py\(\d+\): backward$)")
@@ -85,6 +89,12 @@ LAUNCH_FLOW_CATEGORIES = ("ac2g", "async_gpu")
 """Flows from a runtime call to the device work it launched (`ac2g`; `async_gpu` in old traces)."""
 LAUNCH_FLOW = "ac2g"
 """The category (and name) a live converter gives launch flows."""
+OLD_LAUNCH_FLOW = ("async", "launch")
+"""(category, name) of torch 1.8-1.10's launch flows (their device events carry the launch's
+correlation too, which binds them)."""
+LAUNCH_CALL = re.compile(r"launch", re.IGNORECASE)
+"""A runtime call that launches device work: cudaLaunchKernel, cuLaunchKernel(Ex),
+hipLaunchKernel, hipExtModuleLaunchKernel, cudaGraphLaunch, ..."""
 FORWARD_BACKWARD_FLOW = "fwdbwd"
 """Flows from a forward operator to the backward node it built."""
 FLOW_PHASES = ("s", "f", "t")

@@ -16,8 +16,16 @@ Work inside a `Torch-Compiled Region` (torch.compile) takes the region's frame, 
 called the compiled function, and so does the backward of a compiled function (its forward
 operator is inside the region).
 
-Passes, from the innermost marker around an event: `backward` (inside `evaluate_function` or
-the `run_backward` call), `optimizer` (inside torch's `Optimizer.step#…` / `Optimizer.zero_grad#…`
+Torch 1.8-1.10 record no `evaluate_function`: there the autograd nodes' own operators
+(`AddmmBackward`, `CudnnConvolutionBackward`, `torch::autograd::AccumulateGrad`: BACKWARD_NODE)
+take its place, found by name in a rank that has no `evaluate_function` at all (never in one
+that has), linked the same way (they carry the `Sequence number` themselves). They run on the
+autograd engine's thread for a GPU: a thread with such nodes, no profiler step and no forward
+operator (one with a `Sequence number` outside any node) is an autograd thread, and everything
+on it is backward work (the engine's gradient sums between nodes, `aten::add`, included).
+
+Passes, from the innermost marker around an event: `backward` (inside `evaluate_function`, a
+node found by name, or the `run_backward` call, or on an autograd thread), `optimizer` (inside torch's `Optimizer.step#…` / `Optimizer.zero_grad#…`
 ranges), `data` (inside torch's `enumerate(DataLoader)#…` range), else `forward` for host work
 and `other` for steps, annotations of the profiler itself and device events with no launch.
 
@@ -32,6 +40,7 @@ import pyarrow.compute as pc
 
 from ._forest import nearest_marked, root_of
 from .kineto_names import BACKWARD_CALL as _BACKWARD_CALL
+from .kineto_names import BACKWARD_NODE as _BACKWARD_NODE
 from .kineto_names import COMPILED_REGION_PREFIX, EVALUATE_PREFIX
 from .kineto_names import DATALOADER_NEXT as _DATA
 from .kineto_names import OPTIMIZER_STEP as _OPTIMIZER
@@ -84,17 +93,25 @@ def compiled_region_frames(*, name_codes: np.ndarray, name_values: list, parent:
 
 def backward_links(*, name_codes: np.ndarray, name_values: list, is_op: np.ndarray, is_python: np.ndarray,
                    parent: np.ndarray, ts: np.ndarray, track: np.ndarray, fwdbwd: tuple[np.ndarray, np.ndarray],
-                   args: pa.Array | None, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict]:
+                   args: pa.Array | None, order: np.ndarray,
+                   is_step: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
     """(forward operator index per event or -1, pass code per host event, counts).
 
     Arrays are in the rank's time order; `fwdbwd` is (start event, finish event) of each bound
-    `fwdbwd` flow; `args` is in the source order, `order[i]` its row for sorted event i.
+    `fwdbwd` flow; `args` is in the source order, `order[i]` its row for sorted event i;
+    `is_step` marks profiler steps (a thread with one is no autograd thread).
     """
     n = len(name_codes)
     fwd = np.full(n, -1, dtype=np.int64)
     is_eval = is_op & _name_flags(name_values, lambda v: v.startswith(EVALUATE_PREFIX))[name_codes] if n else np.zeros(0, bool)
+    by_name = False
+    if n and not is_eval.any():  # torch 1.8-1.10: the nodes' own operators mark backward work
+        is_eval = is_op & _name_flags(name_values, _BACKWARD_NODE.match)[name_codes]
+        by_name = bool(is_eval.any())
     evals = np.flatnonzero(is_eval)
-    counts = {"backward_nodes": int(len(evals)), "linked_by_flow": 0, "linked_by_sequence": 0, "linked_after": 0}
+    counts = {"backward_nodes": int(len(evals)), "linked_by_flow": 0, "linked_by_sequence": 0, "linked_after": 0,
+              "nodes_by_name": len(evals) if by_name else 0, "autograd_threads": 0}
+    on_autograd_thread = np.zeros(n, dtype=bool)
     if len(evals):
         eval_of = nearest_marked(parent, is_eval)  # innermost evaluate_function around each event
         link = np.full(n, -1, dtype=np.int64)  # per evaluate_function: its forward operator
@@ -106,12 +123,14 @@ def backward_links(*, name_codes: np.ndarray, name_values: list, is_op: np.ndarr
         link[owner[ok]] = starts[ok]
         counts["linked_by_flow"] = int(np.count_nonzero(link[evals] >= 0))
 
+        outside = np.flatnonzero(is_op & (eval_of < 0))  # forward operators, and others outside any node
+        seq_outside = None
         missing = evals[link[evals] < 0]
         if len(missing):
             # the node is the operator directly inside evaluate_function; it and the wrapper carry the number
             seq_missing = sequence_numbers(args, order[missing])
-            candidates = np.flatnonzero(is_op & (eval_of < 0))
-            seq_cand = sequence_numbers(args, order[candidates])
+            seq_outside = sequence_numbers(args, order[outside])
+            candidates, seq_cand = outside, seq_outside
             keep = seq_cand >= 0
             candidates, seq_cand = candidates[keep], seq_cand[keep]
             o = np.lexsort((ts[candidates], seq_cand))
@@ -141,6 +160,16 @@ def backward_links(*, name_codes: np.ndarray, name_values: list, is_op: np.ndarr
         inside = eval_of >= 0
         fwd[inside] = link[eval_of[inside]]
 
+        if by_name:  # autograd threads: nodes, but no step and no forward operator
+            if seq_outside is None:
+                seq_outside = sequence_numbers(args, order[outside])
+            not_autograd = track[outside[seq_outside >= 0]]
+            if is_step is not None:
+                not_autograd = np.concatenate([not_autograd, track[is_step]])
+            autograd_tracks = np.setdiff1d(track[evals], not_autograd)
+            counts["autograd_threads"] = len(autograd_tracks)
+            on_autograd_thread = np.isin(track, autograd_tracks)
+
     # passes, from the innermost marker around each event
     marker = np.full(n, -1, dtype=np.int8)
     if n:
@@ -150,6 +179,7 @@ def backward_links(*, name_codes: np.ndarray, name_values: list, is_op: np.ndarr
         marker[~is_python & ~is_op & _name_flags(name_values, _DATA.match)[name_codes]] = P["data"]
         around = nearest_marked(parent, marker >= 0)
         pass_code = np.where(around >= 0, marker[np.maximum(around, 0)], P["forward"]).astype(np.int8)
+        pass_code[on_autograd_thread] = P["backward"]
     else:
         pass_code = np.zeros(0, dtype=np.int8)
     return fwd, pass_code, counts

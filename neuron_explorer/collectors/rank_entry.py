@@ -7,6 +7,7 @@ Must not: decode or build anything (it reads a `RankTables` and the collector's 
 from __future__ import annotations
 
 from .build import RankTables
+from .kineto_names import LAUNCH_FLOW
 
 
 def device_list(used: list[int], properties: list) -> dict:
@@ -57,9 +58,24 @@ def quality_warnings(entry: dict) -> list[str]:
         n = entry["data_quality"].get(key, 0)
         if n:
             out.append(f"rank {entry['rank']}: {n} {label}")
+    out += lost_kernels_warnings(entry)
     unlisted = entry.get("devices_without_properties") or []
     if unlisted and entry.get("device_properties"):
         listed = sorted({p.get("id") for p in entry["device_properties"] if isinstance(p, dict) and isinstance(p.get("id"), int)})
         out.append(f"rank {entry['rank']}: events ran on device {', '.join(map(str, unlisted))}, which the device "
                    f"properties do not list (they list {', '.join(map(str, listed)) or 'none'})")
     return out
+
+
+def lost_kernels_warnings(entry: dict) -> list[str]:
+    """A rank with launches but no device events (build's `launches_without_device_events`): it is
+    no CPU-only rank, its trace lost its kernels."""
+    dq = entry.get("data_quality") or {}
+    launches, starts = dq.get("launches_without_device_events", 0), dq.get("launch_flows_without_device_events", 0)
+    if not launches and not starts:
+        return []
+    what = (f"{launches} kernel launch{'es' if launches != 1 else ''}" + (f" ({starts} {LAUNCH_FLOW} flow starts)" if starts else "")
+            if launches else f"{starts} {LAUNCH_FLOW} flow starts")
+    return [(f"rank {entry['rank']}: {what} but no device events: the trace lost its kernels (the profiler recorded the "
+             "launches but none of the device activity: device activities not enabled, the activity buffers dropped, or "
+             "the trace cut before they were flushed); this rank is not CPU-only, and its device time is unknown")]

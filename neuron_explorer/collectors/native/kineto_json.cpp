@@ -468,10 +468,28 @@ Kind args_object(Parser& ps, ArgsRead& a, Span& s) {
   return K_OTHER;
 }
 
+// A string that is an integer's own text ("25738", "-3"; not "007", "-0", "+1", " 1"): the Python
+// decoder's `_json_numbers._INT_TEXT`.
+bool int_text(const Span& s) {
+  const char* p = s.p;
+  const char* e = s.p + s.n;
+  if (p < e && *p == '-') ++p;
+  if (p == e) return false;
+  if (*p == '0') return e - p == 1 && p == s.p;
+  for (; p < e; ++p)
+    if (*p < '0' || *p > '9') return false;
+  return true;
+}
+
+// A pid or tid: an integer, or an integer's text (torch 1.8-1.10 write "tid": "25738") as that
+// integer when it fits int64; other text (and text beyond int64) kept as text.
 void id_column(Parser& ps, const Span& s, Kind k, Ints& ints, Text* text) {
   int64_t v;
   if (k == K_INT) {
     if (!to_int64(s, v)) ps.fail(4);
+    ints.add(v);
+    if (text) text->null();
+  } else if (k == K_STRING && int_text(s) && to_int64(s, v)) {
     ints.add(v);
     if (text) text->null();
   } else if (k == K_STRING) {
