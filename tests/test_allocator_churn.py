@@ -144,3 +144,12 @@ def test_a_cpu_only_trace_is_not_applicable(tmp_path):
     assert not _churn(report)
     (na,) = [n for n in report.not_applicable if n["rule_id"] == "allocator-churn"]
     assert "CPU-only" in na["reason"]
+
+
+def test_a_trace_without_runtime_calls_is_not_applicable(tmp_path):
+    """Kernels but no runtime API recorded: an allocator call could not have been seen."""
+    events = [X("ProfilerStep#1", "user_annotation", 0, 1000), X("aten::conv2d", "cpu_op", 0, 900, **{"External id": 1}),
+              _kernel("conv_fwd", 10, 500, 1)]
+    report = _report(tmp_path, events)
+    (na,) = [n for n in report.not_applicable if n["rule_id"] == "allocator-churn"]
+    assert "no runtime calls" in na["reason"]
