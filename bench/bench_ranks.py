@@ -131,9 +131,9 @@ def nx_cmd(*args: str) -> list[str]:
 
 
 WITHOUT_PATHS = """
-from neuron_explorer.analyzers import engine, metrics
+from neuron_explorer.analyzers import engine, summary
 from neuron_explorer.analyzers.rules import hotspot
-metrics._bound = metrics._utilisation = lambda run, rank: {}
+summary._bound = summary._utilisation = lambda run, rank: {}
 hotspot.on_path_ns = lambda *a, **k: None
 import pyarrow as pa
 from neuron_explorer.analyzers import outputs

@@ -5,7 +5,7 @@ Collectors write run directories (Parquet + manifest); everything else reads the
 
 from __future__ import annotations
 
-from . import notebook as _notebook  # noqa: F401  gives store.Run its _repr_html_ (Jupyter); standard library and fmt only
+from . import notebook as _notebook  # noqa: F401  gives store.Run and Report their _repr_html_ (Jupyter); no pandas, duckdb or torch
 from . import store as _store
 from ._version import __version__
 from .errors import InputError, NeuronExplorerError, RunExistsError

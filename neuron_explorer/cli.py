@@ -215,7 +215,8 @@ def demo(
     typer.echo("next:")
     typer.echo(f"  neuron-explorer dashboard {run_dir}        # timeline, findings and source in the browser")
     typer.echo(f"  neuron-explorer analyze {run_dir} --json   # the same report for agents and CI")
-    typer.echo(f"  neuron-explorer query {run_dir} \"SELECT name, sum(dur_ns) FROM events WHERE kind = 'cpu_op' GROUP BY 1 ORDER BY 2 DESC LIMIT 10\"")
+    typer.echo(f"  neuron-explorer query {run_dir} "
+               "\"SELECT name, sum(dur_ns) FROM events WHERE kind = 'cpu_op' GROUP BY 1 ORDER BY 2 DESC LIMIT 10\"")
     typer.echo(f"  neuron-explorer info {run_dir}")
 
 
@@ -273,7 +274,8 @@ def record(
     warmup: int = typer.Option(0, "--warmup", help="Schedule: warm-up steps of each cycle (needs --active)."),
     active: int = typer.Option(0, "--active", help="Schedule: steps recorded per cycle; 0 records the whole script as one window."),
     repeat: int = typer.Option(0, "--repeat", help="Schedule: number of cycles (0: until the script ends)."),
-    activities: Optional[str] = typer.Option(None, "--activities", help="Comma-separated: cpu,cuda,xpu,mtia,privateuse1 (default: CPU and every accelerator available)."),
+    activities: Optional[str] = typer.Option(None, "--activities",
+                                             help="Comma-separated: cpu,cuda,xpu,mtia,privateuse1 (default: CPU and every accelerator available)."),
     no_stack: bool = typer.Option(False, "--no-stack", help="Do not record Python calls (no source lines)."),
     no_statement_lines: bool = typer.Option(False, "--no-statement-lines",
                                             help="Do not link operators written as Python syntax (a @ b, x[i]) to their own "
@@ -288,7 +290,8 @@ def record(
 
     Each optimizer.step() ends a profiler step. Arguments after the script go to the script.
     """
-    from .collectors.record import record as run_record, profile_options
+    from .collectors.record import profile_options
+    from .collectors.record import record as run_record
 
     args = list(ctx.args)
     if module and script is not None:  # with -m, the first positional is the module's own argument
@@ -316,7 +319,8 @@ def diff(
     fail_if_slower: Optional[str] = typer.Option(None, "--fail-if-slower", metavar="PCT",
                                                  help="Exit 1 when the steady-state step time is significantly slower by more than PCT (e.g. 5%)."),
 ) -> None:
-    """Compare two runs over their steady-state steps: step time (medians, rank test, verdict), then what changed per source line, nn.Module, operator and kernel."""
+    """Compare two runs over their steady-state steps: step time (medians, rank test, verdict), then what changed per source \
+line, nn.Module, operator and kernel."""
     from .analyzers.diff import compare, gate, render_text
 
     threshold = None
@@ -338,7 +342,8 @@ def diff(
 @app.command(rich_help_panel="Explore")
 def version() -> None:
     """Print the Neuron Explorer version and the run format version."""
-    from . import __version__, schema as s
+    from . import __version__
+    from . import schema as s
 
     typer.echo(f"neuron-explorer {__version__} (run format v{s.FORMAT_VERSION})")
 

@@ -73,10 +73,6 @@ def _collective_waits(run) -> dict[int, dict]:
             for r in collective_waits(run)["ranks"]}
 
 
-fmt_ns = duration
-"""Transitional: the old formatter's name, now fmt.duration, for the modules that still import it
-from here (analyzers/diff.py, tests/test_dashboard_compare.py). Remove once they import fmt."""
-
 MANY_RANKS = 8
 """With more ranks than this, `render_info` describes them together (counts, distributions, the
 slowest and fastest ranks) instead of a block each; `info --json` keeps every rank."""

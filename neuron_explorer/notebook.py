@@ -1,7 +1,8 @@
 """How runs and reports look in Jupyter: the HTML behind `Report._repr_html_` and `Run._repr_html_`.
 
-Importing this module gives `store.Run` its `_repr_html_` (the package's __init__ imports it), so
-that storage knows nothing of notebooks: store sits at the bottom of the layers, this at the top.
+Importing this module gives `store.Run` and `analyzers.model.Report` their `_repr_html_` (the
+package's __init__ imports it), so that storage and the finding contract know nothing of
+notebooks: they sit near the bottom of the layers (tests/test_layers.py), this at the top.
 
 Both render plain data: a report in its JSON form (`Report.to_dict()`, or RUN/analysis/report.json
 as `analyze` wrote it) and a run's manifest, so a notebook shows what the CLI and agents read.
@@ -20,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 from . import store
+from .analyzers.model import Report
 from .fmt import duration, share
 
 TOP_FINDINGS = 5
@@ -125,4 +127,10 @@ def _run_repr_html(run: store.Run) -> str:
     return run_html(run.path, run.manifest)
 
 
+def _report_repr_html(report: Report) -> str:
+    """Jupyter's view of a report: the summary, the top findings and the dashboard command."""
+    return report_html(report.to_dict())
+
+
 store.Run._repr_html_ = _run_repr_html
+Report._repr_html_ = _report_repr_html

@@ -97,7 +97,8 @@ _TS = _c("ts_ns", "int64", "ns", "start time on the run clock (Unix epoch when t
 _OP = _c("op_id", "int64", "event id", "innermost CPU operator (`kind='cpu_op'`) around the event, the event itself for an operator; "
          "for a device event, that of the runtime call that launched it")
 _STEP = _c("step", "int64", "", "profiler step number N of the `ProfilerStep#N` range around the event (device events: of their launch)")
-_FRAME = _c("frame_id", "int64", "frame id", "innermost user source frame of the event (joins `frames.frame_id`); device events inherit their launch's")
+_FRAME = _c("frame_id", "int64", "frame id",
+            "innermost user source frame of the event (joins `frames.frame_id`); device events inherit their launch's")
 
 EVENTS = Table(
     "events",
@@ -156,7 +157,8 @@ FRAMES = Table(
         _c("line", "int32", "", "line number (see `line_kind`)"),
         _c("function", "string", "", "function name"),
         _c("is_user", "bool", "", "true for user code; false for torch, site-packages, the standard library and built-ins"),
-        _c("line_kind", "string", "", "'call': the calling statement (live collector); 'def': the function's def line (imported JSON traces only hold these)"),
+        _c("line_kind", "string", "",
+           "'call': the calling statement (live collector); 'def': the function's def line (imported JSON traces only hold these)"),
         _c("parent_frame_id", "int64", "frame id", "the frame that called this one, when known"),
         _c("code", "string", "", "the text of the line (stripped) when the source file was readable at collection time; null otherwise"),
     ),
@@ -195,7 +197,8 @@ MEMORY = Table(
         _c("device", "int32", "", "device index (-1 for the CPU)"),
         _c("addr", "int64", "", "address of the block"),
         _c("bytes", "int64", "bytes", "size: positive for an allocation, negative for a free"),
-        _c("total_allocated", "int64", "bytes", "bytes allocated on that device after this event; for traces that do not record it (torch <= 1.9), the running sum of `bytes` on the device from the trace's first allocator event"),
+        _c("total_allocated", "int64", "bytes", "bytes allocated on that device after this event; for traces that do not record it "
+           "(torch <= 1.9), the running sum of `bytes` on the device from the trace's first allocator event"),
         _c("total_reserved", "int64", "bytes", "bytes reserved by the caching allocator after this event"),
         _OP,
         _STEP,

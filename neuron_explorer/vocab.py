@@ -62,6 +62,21 @@ def top_host_call(alias: str = "") -> str:
     return f"({a}kind = 'cpu_op' AND {a}event_id = {a}top_op_id OR {a}kind = 'runtime' AND {a}top_op_id IS NULL)"
 
 
+# ---- source lines ---------------------------------------------------------------------------
+
+def line_key(file: str, line: int) -> str:
+    """A source line's one key, `file:line`: what a finding's `source`, analyzers/lines.py's rows,
+    the agent tools, `diff` and the dashboard name a line by (several frames, e.g. two call paths
+    into one statement, share it, and a line's figures add up over them)."""
+    return f"{file}:{line}"
+
+
+def line_key_sql(alias: str = "f") -> str:
+    """`line_key` in SQL, over a `frames` alias (NULL where the frame's file is NULL)."""
+    a = _a(alias)
+    return f"{a}file || ':' || {a}line"
+
+
 # ---- steady steps (the selection itself is analyzers.metrics.steady_steps) ----------------------
 
 def in_steps(steps, alias: str = "") -> str:
@@ -127,6 +142,24 @@ def is_memcpy_call_name(name: str | None) -> bool:
     return bool(name) and any(p in name for p in MEMCPY_CALL_PARTS)
 
 
+def memcpy_call(alias: str = "") -> str:
+    """An event's name is a runtime copy call's (cudaMemcpyAsync, hipMemcpyWithStream, ...); combine with kind = 'runtime'."""
+    a = _a(alias)
+    return "(" + " OR ".join(f"contains({a}name, {sql_literal(p)})" for p in MEMCPY_CALL_PARTS) + ")"
+
+
+TO_HOST_COPY_PATTERN = r"(?i)(DtoH|D2H|Device ?-> ?(Host|Pageable|Pinned)|DeviceToHost)"
+"""A device copy (kind 'memcpy') whose name says it goes from a device to the host: Kineto's
+`Memcpy DtoH (Device -> Pageable)`, `Memcpy DtoH (Device -> Pinned)`, ROCm's `CopyDeviceToHost`.
+A runtime copy call that returns only after its copy to the host ended is a blocking copy: a sync."""
+
+
+def to_host_copy(alias: str = "") -> str:
+    """An event is a device copy to the host (TO_HOST_COPY_PATTERN)."""
+    a = _a(alias)
+    return f"{a}kind = 'memcpy' AND regexp_matches({a}name, {sql_literal(TO_HOST_COPY_PATTERN)})"
+
+
 # ---- allocator -----------------------------------------------------------------------------------
 
 ALLOCATOR_CALL_PATTERN = r"^(cuda|hip|cu|nrt_?)(Malloc|Free|MemAlloc|MemFree)"
@@ -139,6 +172,15 @@ ALLOCATOR_CALL_RE = re.compile(ALLOCATOR_CALL_PATTERN)
 def allocator_call(alias: str = "") -> str:
     a = _a(alias)
     return f"{a}kind = 'runtime' AND regexp_matches({a}name, {sql_literal(ALLOCATOR_CALL_PATTERN)})"
+
+
+ALLOCATOR_FREE_PART = "Free"
+"""Part of the name of every allocator call that frees (cudaFree, hipFreeAsync, cuMemFree, ...)."""
+
+
+def allocator_free(alias: str = "") -> str:
+    """An allocator call (allocator_call) frees: its name has ALLOCATOR_FREE_PART."""
+    return f"contains({_a(alias)}name, {sql_literal(ALLOCATOR_FREE_PART)})"
 
 
 # ---- operator classes (ATen names) ---------------------------------------------------------------

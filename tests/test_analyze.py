@@ -59,7 +59,8 @@ def _cpu_trace() -> list[dict]:
         ev += [X("aten::add", "cpu_op", t0 + 10 + i * 7, 5) for i in range(300)]
         ev.append(X("aten::mm", "cpu_op", t0 + 2200, 2000))
         ev.append({"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": t0 + 2201, "s": "t",
-                   "args": {"Device Type": 0, "Device Id": -1, "Addr": 1 + s, "Bytes": 2**27, "Total Allocated": 2**27 * (s + 1), "Total Reserved": 0}})
+                   "args": {"Device Type": 0, "Device Id": -1, "Addr": 1 + s, "Bytes": 2**27, "Total Allocated": 2**27 * (s + 1),
+                            "Total Reserved": 0}})
     return ev
 
 
@@ -229,7 +230,7 @@ def test_findings_are_ranked_by_impact_and_evidence_sql_reproduces_them_in_plain
 
 
 def test_report_json_validates_and_outputs_are_written(runs, reports):
-    for name, run_dir in runs.items():
+    for _name, run_dir in runs.items():
         doc = json.loads((run_dir / "analysis" / "report.json").read_text())
         jsonschema.validate(doc, SCHEMA)
         assert doc["schema_version"] == 1

@@ -15,7 +15,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from neuron_explorer.agent.tools import RunSet as AgentTools
+from neuron_explorer.agent.tools import AgentRuns as AgentTools
 from neuron_explorer.analyzers import analyze
 from neuron_explorer.analyzers.lines import line_times
 from neuron_explorer.dashboard import queries as dash_queries
@@ -352,7 +352,7 @@ COMPILED = """\
 
 def test_compiled_region_lands_on_the_line_that_called_it(tmp_path):
     run, script, lines = _record(tmp_path, COMPILED)
-    planted, backward_call = _line_of(lines, "# planted"), _line_of(lines, "# backward call")
+    planted, _backward_call = _line_of(lines, "# planted"), _line_of(lines, "# backward call")
     per_line = _per_line(run, script)
     assert per_line[planted]["backward_ns"] > 0, per_line  # CompiledFunctionBackward on the calling statement
     assert max(per_line, key=lambda k: per_line[k]["ns"]) == planted, per_line

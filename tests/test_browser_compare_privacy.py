@@ -66,7 +66,8 @@ def test_first_load_stays_on_the_machine_and_offers_no_upload(server, browser): 
     drv.execute_script(f"const gd = {TIMELINE}; gd.dispatchEvent(new MouseEvent('mousemove', {{bubbles: true}}));")
     titles = drv.execute_script("return Array.from(document.querySelectorAll('.modebar-btn')).map(b => b.getAttribute('data-title'))")
     assert titles and not [t for t in titles if t and ("Cloud" in t or "Chart Studio" in t or "plotly" in t.lower())]
-    assert not drv.execute_script("return document.querySelectorAll('a[href*=\"plot.ly\"], a[href*=\"plotly.com\"], a[href*=\"chart-studio\"]').length")
+    assert not drv.execute_script("return document.querySelectorAll("
+                                  "'a[href*=\"plot.ly\"], a[href*=\"plotly.com\"], a[href*=\"chart-studio\"]').length")
 
 
 def test_compare_tables_draw_names_left_to_right(server, browser):  # noqa: F811
@@ -79,7 +80,8 @@ def test_compare_tables_draw_names_left_to_right(server, browser):  # noqa: F811
     wait_for(drv, "const e = document.getElementById('cmp-verdict-badge'); return e && e.innerText", what="verdict")
     tab = next(t for t in drv.find_elements(By.CSS_SELECTOR, "#cmp-tabs .tab") if t.text == "Operators")
     tab.click()
-    cell = """const c = Array.from(document.querySelectorAll('#cmp-table-operator .ag-cell[col-id="key"]')).find(c => c.innerText.trim() === 'aten::add_');"""
+    cell = ("""const c = Array.from(document.querySelectorAll('#cmp-table-operator .ag-cell[col-id="key"]'))"""
+            ".find(c => c.innerText.trim() === 'aten::add_');")
     got = wait_for(drv, cell + """ if (!c) return null;
         const walk = document.createTreeWalker(c, NodeFilter.SHOW_TEXT); let n, node = null;
         while ((n = walk.nextNode())) { if (n.textContent.includes('aten::add_')) { node = n; break; } }

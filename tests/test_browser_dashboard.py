@@ -118,7 +118,8 @@ def test_dashboard_in_chromium(server, browser):
     label = drv.execute_script(f"""const gd = {GD}; const box = arguments[0];
         const px = v => (v - box.x0) / (box.x1 - box.x0) * box.w; let best = null;
         for (const t of gd._fullData) {{ if (t.meta !== 'spans' || !t.text) continue;
-          const px0 = gd._fullData[t.index - 1].x, p = {{x: Array.from(px0).filter(v => v !== px0[0])}};  // its paint trace: slice i is x[4i] .. x[4i + 2]
+          // its paint trace: slice i is x[4i] .. x[4i + 2]
+          const px0 = gd._fullData[t.index - 1].x, p = {{x: Array.from(px0).filter(v => v !== px0[0])}};
           for (let i = 0; i < t.x.length; i++) {{ const w = px(p.x[4 * i + 2]) - px(p.x[4 * i]);
             if (!best || w > best.w) best = {{w, x0: p.x[4 * i], x1: p.x[4 * i + 2], y: t.y[i], name: String(t.text[i]).split('<br>')[0]}}; }} }}
         const lab = gd._fullData.find(t => t.name === 'labels');
@@ -148,14 +149,16 @@ def test_dashboard_in_chromium(server, browser):
     zoomed = plot_box(drv)
     # the axis is ms from the run's start: the zoomed window starts 30% in, and is 25% as wide
     span = full["x1"] - full["x0"]
-    assert zoomed["x0"] == pytest.approx(full["x0"] + 0.30 * span, rel=0.02) and zoomed["x1"] - zoomed["x0"] == pytest.approx(0.25 * span, rel=0.02), (full, zoomed)
+    assert (zoomed["x0"] == pytest.approx(full["x0"] + 0.30 * span, rel=0.02)
+            and zoomed["x1"] - zoomed["x0"] == pytest.approx(0.25 * span, rel=0.02)), (full, zoomed)
     assert float(status1.split(" ms")[0].replace(",", "")) < float(status0.split(" ms")[0].replace(",", "")) * 0.3
 
     # 3. click an operator that has a source line; the panel shows the chain and the user's code
     target = drv.execute_script(f"""const gd = {GD}; const box = arguments[0];
         const px = v => (v - box.x0) / (box.x1 - box.x0) * box.w;
         for (const t of gd._fullData) {{ if (t.name !== 'cpu_op' || t.meta !== 'spans') continue;
-          const xs = t.x, ys = t.y, cd = t.customdata, tx = t.text, px0 = gd._fullData[t.index - 1].x, p = {{x: Array.from(px0).filter(v => v !== px0[0])}};
+          const xs = t.x, ys = t.y, cd = t.customdata, tx = t.text,
+            px0 = gd._fullData[t.index - 1].x, p = {{x: Array.from(px0).filter(v => v !== px0[0])}};
           for (let i = 0; i < xs.length; i++) {{
             if (!String(tx[i]).startsWith('aten::linear')) continue;
             if (px(p.x[4 * i + 2]) - px(p.x[4 * i]) < 8 || px(xs[i]) < 5 || px(xs[i]) > box.w - 5) continue;
@@ -204,7 +207,8 @@ def test_dashboard_in_chromium(server, browser):
     assert drv.execute_script("return document.querySelector('#table-operators [role=grid]').getAttribute('aria-rowcount')") == str(len(want) + 2)
     drv.find_element(By.CSS_SELECTOR, '#table-operators .ag-header-cell[col-id="calls"]').click()
     calls = wait_for(drv, "const h = document.querySelector('#table-operators .ag-header-cell[col-id=\"calls\"]'); "
-                          f"const c = {GRID_COLUMN}('table-operators', 'calls'); return h.getAttribute('aria-sort') === 'ascending' && c && c.map(Number)",
+                          f"const c = {GRID_COLUMN}('table-operators', 'calls'); "
+                          "return h.getAttribute('aria-sort') === 'ascending' && c && c.map(Number)",
                      what="operators sorted by calls")
     assert calls == sorted(calls) and calls != [r["calls"] for r in queries.operators(rs, run=0)["rows"]][:len(calls)]
     assert calls[0] == min(r["calls"] for r in queries.operators(rs, run=0)["rows"])
@@ -249,7 +253,8 @@ def test_dashboard_in_chromium(server, browser):
     target = drv.execute_script(f"""const gd = {GD}; const box = arguments[0];
         const px = v => (v - box.x0) / (box.x1 - box.x0) * box.w; let best = null;
         for (const t of gd._fullData) {{ if (t.name !== 'kernel' || t.meta !== 'spans') continue;
-          const px0 = gd._fullData[t.index - 1].x, p = {{x: Array.from(px0).filter(v => v !== px0[0])}};  // its paint trace: slice i is x[4i] .. x[4i + 2]
+          // its paint trace: slice i is x[4i] .. x[4i + 2]
+          const px0 = gd._fullData[t.index - 1].x, p = {{x: Array.from(px0).filter(v => v !== px0[0])}};
           for (let i = 0; i < t.x.length; i++) {{ const a = p.x[4 * i], e = p.x[4 * i + 2], w = px(e) - px(a);
             if (px(a) > 5 && px(e) < box.w - 5 && (!best || w > best.w))
               best = {{x: a + 0.15 * (e - a), y: t.y[i], id: t.customdata[i], w, name: String(t.text[i]).split('<br>')[0]}}; }} }}
@@ -281,12 +286,14 @@ def test_dashboard_in_chromium(server, browser):
     assert count == f"1 / {want['count']:,}{more}", count
     wait_for(drv, f"const s = {STATUS}; return s !== {status5!r} && s", what="timeline at the first hit")
     first = want["hits"][0]
-    assert wait_for(drv, f"const t = {GD}.data.find(t => t.name === 'selected'); return t && t.customdata[0]", what="hit outlined") == first["event_id"]
+    assert wait_for(drv, f"const t = {GD}.data.find(t => t.name === 'selected'); return t && t.customdata[0]",
+                    what="hit outlined") == first["event_id"]
     assert wait_for(drv, "const e = document.getElementById('detail-name'); return e && e.innerText", what="hit in the panel") == first["name"]
     drv.find_element(By.ID, "search-next").click()
     wait_for(drv, f"return document.getElementById('search-count').innerText === '2 / {want['count']:,}{more}'", what="second hit")
     second = want["hits"][1]
-    wait_for(drv, f"const t = {GD}.data.find(t => t.name === 'selected'); return t && t.customdata[0] === {second['event_id']}", what="second hit outlined")
+    wait_for(drv, f"const t = {GD}.data.find(t => t.name === 'selected'); return t && t.customdata[0] === {second['event_id']}",
+             what="second hit outlined")
     lab = wait_for(drv, f"const t = {GD}.data.find(t => t.name === 'labels'); return t && t.text", what="labels at the hit")
     assert any(second["name"].startswith(x.rstrip("…")) for x in lab), lab  # the hit is wide enough to carry its name
 

@@ -13,15 +13,14 @@ Needs Debian's chromium and chromium-driver (.ci/run installs them).
 
 from __future__ import annotations
 
-
 import pytest
 
 from neuron_explorer.collectors.chrome_trace import import_traces
-from neuron_explorer.dashboard.views import overview as ov
 from neuron_explorer.dashboard import queries
+from neuron_explorer.dashboard.views import overview as ov
 
 from .conftest import TRACES, dashboard_server
-from .test_browser_dashboard import ARTIFACTS, CHROMIUM, CHROMEDRIVER, STATUS, _browser_installed, browser, wait_for  # noqa: F401
+from .test_browser_dashboard import ARTIFACTS, CHROMEDRIVER, CHROMIUM, STATUS, _browser_installed, browser, wait_for  # noqa: F401
 
 pytestmark = pytest.mark.browser  # tier: drives chromium
 

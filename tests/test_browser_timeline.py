@@ -16,8 +16,7 @@ from neuron_explorer.dashboard import app as dash_app
 from neuron_explorer.dashboard.views import navigate
 
 from .conftest import dashboard_server
-from .test_browser_dashboard import (ARTIFACTS, GD, SAMPLE, STATUS, _browser_installed, _mouse_click, _mouse_drag,  # noqa: F401
-                                     browser, plot_box, wait_for)
+from .test_browser_dashboard import ARTIFACTS, GD, SAMPLE, STATUS, _browser_installed, _mouse_click, _mouse_drag, browser, plot_box, wait_for  # noqa: F401
 
 pytestmark = pytest.mark.browser  # tier: drives chromium
 
@@ -102,7 +101,8 @@ def test_a_short_drag_zooms_and_a_click_inside_a_slice_selects_it(page):
     # the widest operator in view, clicked 15% into it (far from its middle and its ends)
     target = drv.execute_script(f"""const gd = {GD}, b = arguments[0], px = v => (v - b.x0) / (b.x1 - b.x0) * b.w; let best = null;
         for (const t of gd._fullData) {{ if (t.name !== 'cpu_op' || t.meta !== 'spans') continue;
-          const px0 = gd._fullData[t.index - 1].x, p = {{x: Array.from(px0).filter(v => v !== px0[0])}};  // its paint trace: slice i is x[4i] .. x[4i + 2]
+          // its paint trace: slice i is x[4i] .. x[4i + 2]
+          const px0 = gd._fullData[t.index - 1].x, p = {{x: Array.from(px0).filter(v => v !== px0[0])}};
           for (let i = 0; i < t.x.length; i++) {{ const a = Math.max(px(p.x[4 * i]), 0), e = Math.min(px(p.x[4 * i + 2]), b.w);
             if (!best || e - a > best.w) best = {{w: e - a, x: a + 0.15 * (e - a), y: t.y[i], id: t.customdata[i],
                                                  name: String(t.text[i]).split('<br>')[0]}}; }} }}
@@ -124,11 +124,15 @@ def test_shift_drag_selects_an_area_and_aggregates_it_per_name(page):
     ac = ActionChains(drv)
     ac.key_down(Keys.SHIFT)  # ActionChains keeps the keyboard and the pointer in step
     pointer, keys = ac.w3c_actions.pointer_action, ac.w3c_actions.key_action
-    pointer.move_to_location(int(x0), int(y0)); keys.pause(0)
-    pointer.pointer_down(); keys.pause(0)
+    pointer.move_to_location(int(x0), int(y0))
+    keys.pause(0)
+    pointer.pointer_down()
+    keys.pause(0)
     for i in range(1, 6):
-        pointer.move_to_location(int(x0 + (x1 - x0) * i / 5), int(y0 + (y1 - y0) * i / 5)); keys.pause(0)
-    pointer.pointer_up(); keys.pause(0)
+        pointer.move_to_location(int(x0 + (x1 - x0) * i / 5), int(y0 + (y1 - y0) * i / 5))
+        keys.pause(0)
+    pointer.pointer_up()
+    keys.pause(0)
     ac.key_up(Keys.SHIFT).perform()
     head = wait_for(drv, "const e = document.getElementById('area-head'); return e && e.innerText", what="area panel")
     sel = drv.execute_script("return Object.assign({}, document.getElementById('nx-area-box').dataset)")

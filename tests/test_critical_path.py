@@ -388,7 +388,7 @@ def test_rule_on_a_host_bound_loop_points_at_launches_and_host_time(tmp_path):
 
 def test_agent_tool_returns_the_top_items_with_their_lines(tmp_path):
     """The GEMM chain through the MCP tool: verdict, shares, and the items by charged ns, bounded by k."""
-    from neuron_explorer.agent.tools import RunSet
+    from neuron_explorer.agent.tools import AgentRuns
 
     events = [X("ProfilerStep#1", "user_annotation", 0, 1000)]
     for i, t in enumerate((10, 20, 30), 1):
@@ -397,7 +397,7 @@ def test_agent_tool_returns_the_top_items_with_their_lines(tmp_path):
                    _k(f"sgemm_{i}", "kernel", i, 20 + 300 * (i - 1), 300)]
     events.append(X("cudaDeviceSynchronize", "cuda_runtime", 50, 875, correlation=9))
     run_dir = import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir
-    tools = RunSet([run_dir])
+    tools = AgentRuns([run_dir])
     try:
         res = tools.critical_path(k=4)
         one = tools.critical_path(step=1, k=50)

@@ -21,10 +21,8 @@ clocks are aligned on those ends. Compared on raw start times rank 1 would be 7.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import duckdb
@@ -171,18 +169,18 @@ def test_a_window_that_began_a_step_later_is_matched_by_step(tmp_path):
 def test_report_and_info_summarise_collective_wait_per_rank(job):
     run_dir, report = job
     text = render_text(report, width=1000)
-    assert "collective wait (for the last arrival): 0.62 ms (20.7%) over 3 collectives; last to arrive at 0 of them" in text
+    assert "collective wait (for the last arrival): 620.00 µs (20.7%) over 3 collectives; last to arrive at 0 of them" in text
     info = run_info(run_dir)
     assert [(r["rank"], r["collective_wait_ns"], r["collectives_matched"]) for r in info["ranks"]] == [
         (0, 620 * US, 3), (1, 560 * US, 3), (2, 10 * US, 3)]
-    assert "collective wait (for the last arrival): 620 us (20.7% of its analysed time) over 3 collectives" in render_info(info)
+    assert "collective wait (for the last arrival): 620.00 µs (20.7% of its analysed time) over 3 collectives" in render_info(info)
 
 
 def test_mcp_summary_has_the_collective_wait_per_rank(job):
-    from neuron_explorer.agent.tools import RunSet
+    from neuron_explorer.agent.tools import AgentRuns
 
     run_dir, _ = job
-    rs = RunSet([run_dir])
+    rs = AgentRuns([run_dir])
     try:
         out = rs.summary()
     finally:
@@ -197,10 +195,10 @@ def test_many_ranks_show_the_spread_and_the_ranks_that_wait_most(tmp_path):
     run_dir = _job(tmp_path, n_ranks=10)  # ranks 3-9 behave like rank 0
     report = analyze(run_dir)
     text = render_text(report, width=1000)
-    assert "most waiting: rank 0 620 us (20.7%), rank 3 620 us (20.7%), rank 4 620 us (20.7%) over 3 matched collectives" in text
+    assert "most waiting: rank 0 620.00 µs (20.7%), rank 3 620.00 µs (20.7%), rank 4 620.00 µs (20.7%) over 3 matched collectives" in text
     assert "collective wait per rank (for the last arrival, share of its analysed time): min 0.3% (rank 2)" in text
     info_text = render_info(run_info(run_dir))
-    assert "most waiting: rank 0 620 us (20.7%), rank 3 620 us (20.7%)" in info_text
+    assert "most waiting: rank 0 620.00 µs (20.7%), rank 3 620.00 µs (20.7%)" in info_text
     assert _one(report, "rank-skew").location.rank == 2
 
 

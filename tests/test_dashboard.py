@@ -26,7 +26,10 @@ import pytest
 
 from neuron_explorer.analyzers.model import Evidence, Finding, Location, Report
 from neuron_explorer.collectors.chrome_trace import import_traces
-from neuron_explorer.dashboard import api, app as dash_app, figure, queries, runs as runs_mod, timeline as tl_mod
+from neuron_explorer.dashboard import app as dash_app
+from neuron_explorer.dashboard import figure, queries
+from neuron_explorer.dashboard import runs as runs_mod
+from neuron_explorer.dashboard import timeline as tl_mod
 from neuron_explorer.dashboard.runs import QueryError, RunSet, drawn_sql
 from neuron_explorer.dashboard.views import findings as findings_view
 from neuron_explorer.errors import NeuronExplorerError
@@ -90,7 +93,8 @@ def by_name(rows, name):
 def test_operators_self_and_total_cpu_and_device(rs):
     rows = queries.operators(rs, run=0)["rows"]
     lin, mm, relu = by_name(rows, "aten::linear"), by_name(rows, "aten::addmm"), by_name(rows, "aten::relu")
-    assert (lin["calls"], lin["cpu_total_ns"], lin["cpu_self_ns"], lin["device_self_ns"], lin["device_total_ns"]) == (1, 40 * US, 9 * US, 2 * US, 12 * US)
+    assert (lin["calls"], lin["cpu_total_ns"], lin["cpu_self_ns"], lin["device_self_ns"], lin["device_total_ns"]) == \
+        (1, 40 * US, 9 * US, 2 * US, 12 * US)
     assert (mm["cpu_total_ns"], mm["cpu_self_ns"], mm["device_self_ns"], mm["device_total_ns"]) == (28 * US, 24 * US, 10 * US, 10 * US)
     assert (relu["cpu_total_ns"], relu["cpu_self_ns"], relu["device_self_ns"], relu["device_total_ns"]) == (10 * US, 8 * US, 6 * US, 6 * US)
     assert [r["name"] for r in rows] == ["aten::linear", "aten::addmm", "aten::relu"]  # by device total
@@ -169,7 +173,8 @@ def test_lanes_named_from_trace_metadata_and_meta_lanes_hidden(tmp_path):
     assert shown["hidden_lanes"] == 2 and sorted(shown["slices"]["name"]) == ["aten::mm", "gemm"] and shown["visible_events"] == 2
     assert [ln["y0"] for ln in shown["lanes"]] == [0, 2]  # the shown lanes move up
     every = tl_mod.timeline(rs, run=0, width=1000, all_lanes="true")
-    assert sorted(ln["label"] for ln in every["lanes"]) == sorted(["r0 Spans", "r0 pid 1 tid -9", "r0 pt_autograd_0 · tid 1262", "r0 GPU 0 · stream 7"])
+    assert sorted(ln["label"] for ln in every["lanes"]) == sorted(["r0 Spans", "r0 pid 1 tid -9", "r0 pt_autograd_0 · tid 1262",
+                                                                   "r0 GPU 0 · stream 7"])
     assert every["hidden_lanes"] == 0 and every["visible_events"] == 4
     # aggregated too: every shown event is a slice or in a bucket, the hidden ones in neither
     import neuron_explorer.dashboard.timeline as t
@@ -683,7 +688,8 @@ def test_server_binds_loopback_by_default(monkeypatch, made):
     monkeypatch.setattr(dash_app, "create_app", lambda rs: FakeApp())
     lines = []
     dash_app.serve([made[0].runs[0].path], port=8123, echo=lines.append)
-    assert seen == {"host": "127.0.0.1", "port": 8123} and lines == ["Neuron Explorer dashboard: http://127.0.0.1:8123/  (serving 1 run(s); Ctrl+C to stop)"]
+    assert seen == {"host": "127.0.0.1", "port": 8123}
+    assert lines == ["Neuron Explorer dashboard: http://127.0.0.1:8123/  (serving 1 run(s); Ctrl+C to stop)"]
 
 
 # ---- the real traces -------------------------------------------------------------------------

@@ -26,12 +26,11 @@ import pytest
 
 from neuron_explorer.analyzers import diff as diff_mod
 from neuron_explorer.collectors.chrome_trace import import_traces
-from neuron_explorer.dashboard.ui import compare_view
-from neuron_explorer.dashboard import queries
 from neuron_explorer.dashboard import app as dash_app
+from neuron_explorer.dashboard import queries
 from neuron_explorer.dashboard.runs import QueryError, RunSet
+from neuron_explorer.dashboard.ui import compare_view
 from neuron_explorer.errors import NeuronExplorerError
-from neuron_explorer.fmt import duration
 from neuron_explorer.fmt import duration
 
 from .conftest import REPO, dashboard_server, write_trace
@@ -105,7 +104,8 @@ def test_compare_gives_the_verdict_and_the_slow_line_first(rs, paths):
     lines = d["deltas"]["source_line"]
     first = lines["rows"][0]
     assert first["key"].endswith("train.py:20") and first["significant"] and first["status"] == "new"
-    assert first["metric"] == "cpu" and first["delta_ns_per_step"] == pytest.approx(3e6 - 2e3, rel=1e-3)  # the line's outermost operator (lines.py), its 5 µs launch included
+    # the line's outermost operator (lines.py), its 5 µs launch included
+    assert first["metric"] == "cpu" and first["delta_ns_per_step"] == pytest.approx(3e6 - 2e3, rel=1e-3)
     assert lines["significant"] >= 1 and lines["total_rows"] == len(lines["rows"])
     ops = {(x["key"], x["metric"]): x for x in d["deltas"]["operator"]["rows"]}
     assert ops[("aten::slow", "cpu")]["status"] == "new" and ops[("aten::slow", "cpu")]["significant"]
@@ -324,7 +324,8 @@ def test_compare_view_in_chromium(server, browser):  # noqa: F811  (the shared f
     assert ops == ["aten::slow", "aten::slow", "aten::relu"]  # largest change per step first
     backgrounds = drv.execute_script("return Array.from(document.querySelectorAll('#cmp-table-operator .ag-center-cols-container .ag-row'))"
                                      ".sort((a, b) => a.getAttribute('row-index') - b.getAttribute('row-index'))"
-                                     ".map(r => [r.innerText.includes('aten::slow'), getComputedStyle(r).backgroundColor, getComputedStyle(r).fontWeight])")
+                                     ".map(r => [r.innerText.includes('aten::slow'), getComputedStyle(r).backgroundColor, "
+                                     "getComputedStyle(r).fontWeight])")
     for is_slow, bg, weight in backgrounds:
         assert (bg == "rgb(255, 248, 225)" and weight == "600") == is_slow, backgrounds  # aten::relu did not change significantly
     drv.find_element(By.CSS_SELECTOR, '#cmp-table-operator .ag-header-cell[col-id="delta"]').click()

@@ -5,7 +5,6 @@ that is a symlink to something other than Python is not shown."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

@@ -63,7 +63,7 @@ def test_no_import_cycle_among_dashboard_modules():
 
 def test_views_do_not_draw_and_ui_does_not_query():
     bad = []
-    for name, (path, tree) in _modules().items():
+    for _name, (path, tree) in _modules().items():
         rel = path.relative_to(ROOT).as_posix()
         if rel.startswith("views/"):
             for n in ast.walk(tree):

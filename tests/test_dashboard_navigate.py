@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from neuron_explorer.dashboard import app as dash_app
-from neuron_explorer.errors import NeuronExplorerError
-from neuron_explorer.dashboard.views import navigate
 from neuron_explorer.dashboard.runs import QueryError
+from neuron_explorer.dashboard.views import navigate
+from neuron_explorer.errors import NeuronExplorerError
 
 from .test_dashboard import BASE, US, eid, made, rs  # noqa: F401  (fixtures)
 

@@ -15,9 +15,23 @@ import pytest
 from neuron_explorer.analyzers import analyze
 from neuron_explorer.analyzers.diff import compare, gate, render_text
 from neuron_explorer.analyzers.metrics import select_steady_steps, steady_steps
-from neuron_explorer.analyzers.stats import (_u_counts, bootstrap_median_diff_ci, cliffs_delta, compare_samples, describe,
-                                             mann_whitney, paired_difference_t, paired_ratio_t, recording_value, run_level_t, slow_recordings, t_quantile, t_sf, u_statistic,
-                                             welch)
+from neuron_explorer.analyzers.stats import (
+    _u_counts,
+    bootstrap_median_diff_ci,
+    cliffs_delta,
+    compare_samples,
+    describe,
+    mann_whitney,
+    paired_difference_t,
+    paired_ratio_t,
+    recording_value,
+    run_level_t,
+    slow_recordings,
+    t_quantile,
+    t_sf,
+    u_statistic,
+    welch,
+)
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.fmt import duration
 from neuron_explorer.store import open_run
@@ -357,7 +371,8 @@ def test_step_times_that_rule_the_added_work_out_keep_their_verdict(tmp_path: Pa
     for side, medians, extra in (("base", [10.0, 10.05, 9.95, 10.02], 0), ("test", [9.97, 10.03, 10.0, 9.96], 10)):
         (tmp_path / side).mkdir()
         for i, m in enumerate(medians, 1):
-            run = _spread_run(tmp_path, f"{side}-{i}", [3 * m] + [m * f for f in (1.0, 1.004, 0.997, 1.002, 0.996, 1.005, 0.999, 1.001, 0.998)], extra)
+            run = _spread_run(tmp_path, f"{side}-{i}", [3 * m] + [m * f for f in (1.0, 1.004, 0.997, 1.002, 0.996, 1.005, 0.999, 1.001, 0.998)],
+                              extra)
             run.rename(tmp_path / side / str(i))
     base, test = tmp_path / "base", tmp_path / "test"
     d = compare(base, test)

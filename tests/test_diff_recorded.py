@@ -143,7 +143,7 @@ def _record_side_by_side(tmp: Path, qr_on_test: bool) -> tuple[Path, Path]:
     while len(list(barrier.glob("ready-*"))) < 2 and time.monotonic() < deadline and all(p.poll() is None for p in procs.values()):
         time.sleep(0.01)
     (barrier / "go").touch()
-    for name, p in procs.items():
+    for _name, p in procs.items():
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err[-2000:]
     return tmp / "base", tmp / "test"

@@ -85,7 +85,8 @@ def test_v100_backward_pass(v100_run, v100_json):
     nodes = [e for e in v100_json if e.get("cat") == "Operator" and NODE.match(e["name"])]
     assert len(nodes) == 2034  # 1068 *Backward* nodes and 966 AccumulateGrad
     assert v100_run.sql(r"""SELECT count(*), count_if(pass = 'backward') FROM events
-                            WHERE kind = 'cpu_op' AND regexp_full_match(name, '(torch::autograd::)?(\w+Backward\d*|AccumulateGrad)')""").fetchone() == (2034, 2034)
+                            WHERE kind = 'cpu_op' AND regexp_full_match(name, '(torch::autograd::)?(\w+Backward\d*|AccumulateGrad)')"""
+                        ).fetchone() == (2034, 2034)
     # everything on the autograd thread, nothing on the main thread
     assert v100_run.sql("SELECT tid, pass, count(*) FROM events WHERE kind IN ('cpu_op', 'runtime') "
                         "GROUP BY ALL ORDER BY tid").fetchall() == [(25738, "forward", 14988 + 6583), (25772, "backward", 8652 + 5340)]

@@ -36,11 +36,13 @@ def test_every_event_of_every_category_is_kept(trace: Path, tmp_path: Path):
         for table in ("events", "flows", "memory"):
             for cat, n in run.sql(f"SELECT category, count(*) FROM {table} GROUP BY 1").fetchall():
                 got[cat] += n
-        got_counters = Counter(dict(run.sql("SELECT category, count(*) FROM (SELECT DISTINCT category, ts_ns, pid, name FROM counters) GROUP BY 1").fetchall()))
+        got_counters = Counter(dict(run.sql("SELECT category, count(*) FROM (SELECT DISTINCT category, ts_ns, pid, name FROM counters) "
+                                            "GROUP BY 1").fetchall()))
         assert got == plain
         assert got_counters == counters
         # ids are unique and carry the rank
-        n, distinct, bad_rank = run.sql(f"SELECT count(*), count(DISTINCT event_id), count(*) FILTER (WHERE event_id // {ID_STRIDE} != rank) FROM events").fetchone()
+        n, distinct, bad_rank = run.sql("SELECT count(*), count(DISTINCT event_id), "
+                                        f"count(*) FILTER (WHERE event_id // {ID_STRIDE} != rank) FROM events").fetchone()
         assert n == distinct and bad_rank == 0
         kinds = {k for (k,) in run.sql("SELECT DISTINCT kind FROM events").fetchall()}
         assert kinds <= set(KINDS)

@@ -186,8 +186,8 @@ def test_the_importer_hands_over_the_raw_schema(tmp_path: Path):
     r = _raw_of(tmp_path)
     raw.check_raw_rank(r)  # what build_rank does first
     assert (r.events.num_rows, r.memory.num_rows, r.counters.num_rows, r.flows.num_rows) == (2, 1, 1, 1)
-    for table, schema in ((r.events, raw.RAW_EVENTS), (r.flows, raw.RAW_FLOWS), (r.memory, raw.RAW_MEMORY), (r.counters, raw.RAW_COUNTERS)):
-        assert {f.name: f.type for f in table.schema}.items() <= {f.name: f.type for f in schema}.items()
+    for table, raw_schema in ((r.events, raw.RAW_EVENTS), (r.flows, raw.RAW_FLOWS), (r.memory, raw.RAW_MEMORY), (r.counters, raw.RAW_COUNTERS)):
+        assert {f.name: f.type for f in table.schema}.items() <= {f.name: f.type for f in raw_schema}.items()
 
 
 def test_the_live_converter_builds_on_the_raw_schema():

@@ -37,15 +37,17 @@ LAYERS: list[tuple[int, str, str, tuple[str, ...]]] = [
      ("analyzers.metrics", "analyzers.lines", "analyzers.utilisation", "analyzers.flops", "analyzers.peaks", "analyzers.ranks",
       "analyzers.critical_path", "analyzers._path_index", "analyzers.stats", "analyzers.job", "analyzers.model",
       "analyzers.report_schema")),
-    (4, "summary", "the per-rank and job summary, built from the figures; what rules and reports start from",
-     ("analyzers.summary",)),
+    (4, "summary and report text", "the per-rank and job summary, built from the figures; what rules and reports start "
+                                   "from; and the report as text (rich, Markdown): a pure rendering of the finding "
+                                   "contract, which the engine writes as report.md",
+     ("analyzers.summary", "analyzers.render")),
     (5, "rules and engine", "judgement: the rules, the engine that runs them, the report's files, the generated rule docs, "
-                            "diff's comparison; the analyzers package's front (analyze)",
+                            "diff's comparison and its text (diff.render: the reasons the verdict gives are part of the Diff); "
+                            "the analyzers package's front (analyze)",
      ("analyzers", "analyzers.rules", "analyzers.rules.*", "analyzers.engine", "analyzers.outputs", "analyzers.docs",
       "analyzers.diff", "analyzers.diff.*")),
-    (6, "report rendering", "reports and run descriptions as text (rich, Markdown): pure rendering of what layers below "
-                            "computed; info (run_info, render_info) describes a run for the CLI, the agent and notebooks",
-     ("analyzers.render", "analyzers.diff.render", "info")),
+    (6, "run descriptions", "info (run_info, render_info) describes a run for the CLI, the agent and notebooks",
+     ("info",)),
     (7, "dashboard views", "the dashboard's data: each view's query function (views/), the open runs they read (runs), the "
                            "timeline's level of detail, the event chain, and queries, the table of views; no drawing",
      ("dashboard.views", "dashboard.views.*", "dashboard.runs", "dashboard.timeline", "dashboard.chain", "dashboard.queries")),
@@ -72,7 +74,7 @@ def modules() -> dict[str, Path]:
 
 def layer_of(module: str) -> tuple[int, str] | None:
     rel = module[len(ROOT) + 1:] if module != ROOT else ""
-    for exact in (True, False):  # a module named exactly wins over a wildcard (analyzers.diff.render over analyzers.diff.*)
+    for exact in (True, False):  # a module named exactly wins over a wildcard (collectors.kineto_names over collectors.*)
         for layer, name, _, patterns in LAYERS:
             if any(rel == p if exact else fnmatch.fnmatchcase(rel, p) for p in patterns):
                 return layer, name
@@ -164,7 +166,7 @@ def test_no_import_cycles():
 
 
 def test_the_scan_sees_lazy_and_relative_imports():
-    assert layer_of("neuron_explorer.analyzers.diff.render")[0] == 6 and layer_of("neuron_explorer.analyzers.diff.stats")[0] == 5
+    assert layer_of("neuron_explorer.collectors.kineto_names")[0] == 0 and layer_of("neuron_explorer.collectors.build")[0] == 2
     assert layer_of("neuron_explorer")[0] == 10 and layer_of("neuron_explorer.dashboard.views.timeline")[0] == 7
     g = graph()
     targets = {d for d, _ in g["neuron_explorer.info"]}

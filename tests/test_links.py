@@ -165,7 +165,7 @@ def test_enclosing_parent_is_the_innermost_slice_that_contains_the_event():
     for _ in range(60):
         rows = []  # (track, start, end), nested by construction: children inside their parent
 
-        def grow(track, start, end, depth):
+        def grow(track, start, end, depth, rows=rows):
             rows.append((track, start, end))
             t = start
             while depth < 5 and t < end and rng.random() < 0.7:

@@ -419,9 +419,9 @@ def test_info_of_many_ranks_is_a_summary_and_json_keeps_every_rank(ten):
     assert not any(line.startswith("rank ") for line in text.splitlines())  # no block per rank
     slow = next(line for line in text.splitlines() if "slowest ranks" in line)
     fast = next(line for line in text.splitlines() if "fastest ranks" in line)
-    assert slow.split(": ", 1)[1].startswith("rank 7 400 us, rank 9 190 us")
-    assert fast.split(": ", 1)[1].startswith("rank 0 100 us, rank 1 110 us")
-    assert "step time per rank (its median step): min 100 us (rank 0)" in text and "max 400 us (rank 7)" in text
+    assert slow.split(": ", 1)[1].startswith("rank 7 400.00 µs, rank 9 190.00 µs")
+    assert fast.split(": ", 1)[1].startswith("rank 0 100.00 µs, rank 1 110.00 µs")
+    assert "step time per rank (its median step): min 100.00 µs (rank 0)" in text and "max 400.00 µs (rank 7)" in text
     assert "steps: 3 (#1..#3) on 10 ranks (0-9)" in text and "CPU only on 10 ranks (0-9)" in text
 
 
@@ -434,8 +434,8 @@ def test_text_report_of_many_ranks_summarises_them(ten):
     assert "10 ranks (0-9)" in out
     assert not any(line.startswith("rank ") for line in out.splitlines())
     slow = next(line for line in out.splitlines() if "slowest ranks" in line)
-    assert slow.split(": ", 1)[1].startswith("rank 7 0.40 ms, rank 9 0.19 ms")
-    assert "min 0.10 ms (rank 0)" in out and "max 0.40 ms (rank 7)" in out
+    assert slow.split(": ", 1)[1].startswith("rank 7 400.00 µs, rank 9 190.00 µs")
+    assert "min 100.00 µs (rank 0)" in out and "max 400.00 µs (rank 7)" in out
     assert "slowest ranks: rank 7" in markdown(report)
 
 

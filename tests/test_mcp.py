@@ -105,10 +105,11 @@ def test_every_tool_and_resource_in_process(runs):
     assert not r["slow"]["ok"] and "time limit of 0.5 s" in r["slow"]["error"]
     assert [(x["line"], x["device_ns"]) for x in r["hot"]["lines"]] == [(10, 25 * US), (20, 4 * US)]
     assert r["context"]["chain"]["launch"]["ts_ns"] == BASE + 7 * US and r["context"]["chain"]["source"]["line"] == 10
-    from neuron_explorer.analyzers.diff import compare
+    from neuron_explorer.analyzers.diff import REASONS, compare
 
     diff = compare(hand, real).to_dict()
     assert r["compare"]["ok"] and r["compare"]["step_time"] == diff["step_time"]
+    assert r["compare"]["reason"] == diff["reason"] and r["compare"]["reason"] in REASONS  # the decision table's reason code
     assert r["compare"]["deltas"] == diff["deltas"][:5] and r["compare"]["total_deltas"] == len(diff["deltas"]) > 5
     assert r["compare"]["truncated"]
     assert not r["compare_bad"]["ok"] and "unknown run 'nope'" in r["compare_bad"]["error"]

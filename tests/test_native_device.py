@@ -181,7 +181,8 @@ def test_copies_unlinked_kernels_and_undecodable_names(fake_cuda, native_convert
     ev, fr, _ = _built(which, fake_cuda.make_busy(BASE, str(script), HOST_PID, HOST_TID), native_converter)
     mm, launch, copy = ev["aten::mm"], ev["cudaLaunchKernel"], ev["cudaMemcpyAsync"]
     kernel = ev[_live_convert.UNDECODABLE]  # "gemm_\xff\xfe": kept under a placeholder, still linked
-    assert (kernel["kind"], kernel["device"], kernel["stream"], kernel["launch_id"], kernel["op_id"]) == ("kernel", 0, 7, launch["event_id"], mm["event_id"])
+    assert (kernel["kind"], kernel["device"], kernel["stream"], kernel["launch_id"], kernel["op_id"]) == \
+        ("kernel", 0, 7, launch["event_id"], mm["event_id"])
     memcpy = ev["Memcpy HtoD (Pageable -> Device)"]
     assert (memcpy["kind"], memcpy["device"], memcpy["stream"], memcpy["pid"], memcpy["tid"]) == ("memcpy", 1, 13, 1, 13)
     assert memcpy["launch_id"] == copy["event_id"] and memcpy["op_id"] == mm["event_id"]

@@ -31,11 +31,13 @@ import pytest
 
 from neuron_explorer.analyzers.model import Evidence, Finding, Location, Report
 from neuron_explorer.collectors.chrome_trace import import_traces
-from neuron_explorer.dashboard import app as dash_app, queries
-from neuron_explorer.dashboard.ui import panels
-from neuron_explorer.dashboard.ui import overview as ov
-from neuron_explorer.dashboard.views import findings as findings_view, overview as ovd
+from neuron_explorer.dashboard import app as dash_app
+from neuron_explorer.dashboard import queries
 from neuron_explorer.dashboard.runs import RunSet
+from neuron_explorer.dashboard.ui import overview as ov
+from neuron_explorer.dashboard.ui import panels
+from neuron_explorer.dashboard.views import findings as findings_view
+from neuron_explorer.dashboard.views import overview as ovd
 from neuron_explorer.fmt import duration
 
 from .conftest import TRACES, X, write_trace

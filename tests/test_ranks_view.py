@@ -12,8 +12,8 @@ import pytest
 
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.dashboard import ranks_view
-from neuron_explorer.dashboard.ui.panels import CallbackInputError
 from neuron_explorer.dashboard.runs import RunSet
+from neuron_explorer.dashboard.ui.panels import CallbackInputError
 
 from .conftest import X, write_trace
 

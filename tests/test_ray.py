@@ -23,7 +23,7 @@ from neuron_explorer.analyzers.engine import analyze
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.errors import InputError
 
-from .conftest import workload_env, cli
+from .conftest import cli, workload_env
 from .test_many_ranks import RANKS, _copy_traces, _inodes, _plain, _tables, many  # noqa: F401  (many: the fixture)
 
 pytestmark = pytest.mark.slow  # tier: starts a Ray cluster
@@ -126,7 +126,8 @@ def test_on_ray_a_dying_worker_and_a_failing_trace_are_reported_and_the_rest_kep
 
     # analyze --ray: a rank whose task fails is named with its reason (here its memory file is not Parquet)
     (run_dir / "rank=1" / "memory.parquet").write_bytes(b"not parquet")
-    with pytest.raises(InputError, match=r"the analysis of 1 of 4 ranks failed on Ray \(rank 1: .*rank=1/memory.parquet. too small to be a Parquet file\)$"):
+    with pytest.raises(InputError, match=r"the analysis of 1 of 4 ranks failed on Ray "
+                                         r"\(rank 1: .*rank=1/memory.parquet. too small to be a Parquet file\)$"):
         analyze(run_dir, write=False, ray=local_ray)
 
 

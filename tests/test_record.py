@@ -116,7 +116,8 @@ def test_profile_options_are_cli_options(tmp_path):
     r = record(tmp_path, "-o", "run", "--no-stack", "--no-memory", "--no-shapes", "--activities", "cpu", "loop.py")
     assert r.returncode == 0, r.stderr
     with open_run(tmp_path / "run") as run:
-        mm = run.sql("SELECT count(*), count(frame_id), count(*) FILTER (WHERE args LIKE '%Input Dims%') FROM events WHERE name = 'aten::mm'").fetchone()
+        mm = run.sql("SELECT count(*), count(frame_id), count(*) FILTER (WHERE args LIKE '%Input Dims%') "
+                     "FROM events WHERE name = 'aten::mm'").fetchone()
         mem = run.sql("SELECT count(*) FROM memory").fetchone()[0]
         opts = run.manifest["profiler"]
     assert mm == (6, 0, 0)

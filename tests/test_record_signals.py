@@ -16,7 +16,7 @@ import pytest
 
 from neuron_explorer import open_run
 
-from .conftest import REPO, workload_env
+from .conftest import workload_env
 
 pytestmark = pytest.mark.slow  # tier: records real torch runs and signals them
 

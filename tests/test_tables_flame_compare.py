@@ -27,10 +27,9 @@ import pytest
 from neuron_explorer.analyzers import diff as diff_mod
 from neuron_explorer.analyzers import job
 from neuron_explorer.collectors.chrome_trace import import_traces
-from neuron_explorer.dashboard.ui import panels
 from neuron_explorer.dashboard import queries
-from neuron_explorer.dashboard.ui import flame
 from neuron_explorer.dashboard.runs import QueryError, RunSet
+from neuron_explorer.dashboard.ui import flame, panels
 
 from .conftest import cli, write_trace
 from .test_dashboard_compare import BASE_STEPS, TEST_STEPS, _steps_trace
@@ -91,7 +90,7 @@ def test_flame_of_a_step_adds_up_by_call_path(rs):
     assert t[("train.py:10", "(no module)", "aten::linear", "gemm")] == (500_000, 2)
     assert t[("train.py:20", "(no module)", "aten::relu", "relu_k")] == (100_000, 1)
     # every box is the sum of the boxes under it (plotly's branchvalues "total")
-    for i, parent in zip(d["ids"], d["parents"]):
+    for i, _parent in zip(d["ids"], d["parents"]):
         kids = [v for v, p in zip(d["values"], d["parents"]) if p == i]
         assert not kids or sum(kids) == d["values"][d["ids"].index(i)]
     cpu = _tree(queries.flame(rs, run=0, metric="cpu"))

@@ -15,7 +15,9 @@ import json
 
 import pytest
 
-from neuron_explorer.analyzers import analyze, flops as F, peaks as P
+from neuron_explorer.analyzers import analyze
+from neuron_explorer.analyzers import flops as F
+from neuron_explorer.analyzers import peaks as P
 from neuron_explorer.analyzers.utilisation import kernel_table, peaks_in_force, rank_utilisation, rank_work
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.store import open_run
@@ -205,9 +207,9 @@ def test_work_table_is_queryable_and_adds_up_to_the_summary(tmp_path):
 
 
 def test_agent_tool_gives_mfu_and_roofline_per_rank(run):
-    from neuron_explorer.agent.tools import RunSet
+    from neuron_explorer.agent.tools import AgentRuns
 
-    tools = RunSet([run.path])
+    tools = AgentRuns([run.path])
     try:
         res = tools.utilisation(k=2)
         (r,) = res["ranks"]

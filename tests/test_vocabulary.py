@@ -27,6 +27,7 @@ SPELLINGS = {
     "sync runtime calls (vocab.SYNC_CALL_PART / sync_call)": re.compile(r"^(cuda|hip)\w*Synchronize$|^Synchronize$"),
     "GEMM / convolution operators (vocab.GEMM_OPS / CONV_OPS)": re.compile(r"^aten::(mm|addmm|bmm|conv2d|convolution)$|'aten::(mm|addmm|conv2d)'"),
     "allocator calls (vocab.ALLOCATOR_CALL_PATTERN)": re.compile(r"^(cuda|hip)(Malloc|Free)"),
+    "a source line's key (vocab.line_key / line_key_sql)": re.compile(r"file\s*\|\|\s*':'\s*\|\|"),
 }
 
 ALLOWED = {"vocab.py"}
@@ -75,6 +76,7 @@ def test_the_check_finds_each_spelling(idea, tmp_path):
         "sync runtime calls": "cudaStreamSynchronize",
         "GEMM / convolution": "aten::addmm",
         "allocator calls": "hipFree",
+        "a source line's key": "SELECT f.file || ':' || f.line AS source FROM frames f",
     }
     text = next(v for k, v in samples.items() if idea.startswith(k))
     (tmp_path / "m.py").write_text(f'"""doc"""\nX = {text!r}\n')

@@ -4,7 +4,7 @@ A thin layer over `tools.AgentRuns`: each MCP tool is one AgentRuns method (`too
 with the method's own signature and docstring, which tells an agent what it returns and how it is
 bounded; a result with `ok: false` also sets MCP's `isError`. Resources: the schema (all views and
 columns) and each run's report. Logging goes to stderr: stdout carries only the protocol.
-`compare` calls the analyzers' run diff (analyzers/diff.py), imported when first used.
+`compare` calls the analyzers' run diff (analyzers/diff/), imported when first used.
 """
 
 from __future__ import annotations

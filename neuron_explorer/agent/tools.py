@@ -21,6 +21,7 @@ from typing import Any
 
 from ..analyzers.lines import LINE_DEFINITIONS, line_times_sql
 from ..errors import NeuronExplorerError
+from ..vocab import line_key_sql
 from . import catalog
 from .sandbox import DEFAULT_TIMEOUT_S, Sandbox
 
@@ -126,8 +127,8 @@ class AgentRuns:
         if not sources:
             return {}
         wanted = ", ".join("'" + x.replace("'", "''") + "'" for x in sorted(sources))
-        rows = self._sql(name, f"SELECT file || ':' || line AS source, any_value(code) AS code FROM frames "
-                               f"WHERE file || ':' || line IN ({wanted}) AND code IS NOT NULL GROUP BY 1")
+        rows = self._sql(name, f"SELECT {line_key_sql('')} AS source, any_value(code) AS code FROM frames "
+                               f"WHERE {line_key_sql('')} IN ({wanted}) AND code IS NOT NULL GROUP BY 1")
         return {r["source"]: r["code"] for r in rows}
 
     def report(self, name: str) -> dict:
@@ -332,8 +333,9 @@ class AgentRuns:
     def compare(self, base: str, test: str, k: int = 20, significant_only: bool = False) -> dict:
         """Compare two runs (base, test): the steady-state step-time verdict (slower, faster, no significant change,
         cannot tell; the test used and the steps compared; `basis`: whether the step times or the work per step,
-        priced at the base's time per call, decided), the work per step (`step_time.work`), and the top `k` changes
-        per step by source line, module, operator and kernel, ranked by absolute change (definitions: docs/COMPARE.md)."""
+        priced at the base's time per call, decided; `reason`: the decision table's reason code), the work per step
+        (`step_time.work`), and the top `k` changes per step by source line, module, operator and kernel, ranked by
+        absolute change (definitions: docs/COMPARE.md)."""
         def go():
             b, t = self._resolve(base), self._resolve(test)
             try:
@@ -343,7 +345,7 @@ class AgentRuns:
             diff = compare(self._runs[b], self._runs[t]).to_dict()
             deltas = [d for d in diff["deltas"] if d.get("significant") or not significant_only]
             kk = max(0, min(int(k), MAX_ROWS))
-            return {"ok": True, "base": b, "test": t, "step_time": diff["step_time"], "notes": diff.get("notes", []),
+            return {"ok": True, "base": b, "test": t, "reason": diff.get("reason"), "step_time": diff["step_time"], "notes": diff.get("notes", []),
                     "total_deltas": len(deltas), "deltas": deltas[:kk], "truncated": len(deltas) > kk}
         return self._call(go)
 
@@ -446,11 +448,6 @@ class AgentRuns:
             return json.dumps(bound({"ok": True, "run": name, "report": self.report(name)}, max_chars=200_000), default=str)
         except Exception as e:  # noqa: BLE001
             return json.dumps(error(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)))
-
-
-RunSet = AgentRuns
-"""The old name, kept until the tests of other modules that use it (test_attribution, test_cross_rank,
-test_critical_path, test_utilisation) say AgentRuns; remove then."""
 
 
 def _lit(v) -> str:

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..collectors.kineto_names import DATALOADER_NEXT, EVENT_SYNC, STREAM_SYNC, SYNC_KIND_ARG, WAIT_ON_STREAM_ARG
 from ..store import Run
-from ..vocab import COMM_KERNEL_RE, DEVICE_WORK_KINDS, MEMCPY_CALL_PARTS, kinds_sql, sql_literal, sync_call
+from ..vocab import COMM_KERNEL_RE, DEVICE_WORK_KINDS, kinds_sql, memcpy_call, sql_literal, sync_call, to_host_copy
 
 RUNTIME_WAIT_MIN_NS = 20_000
 """A runtime call at least this long, during which device work it did not launch itself finished,
@@ -48,16 +48,11 @@ SYNC = KINDS.index("sync")
 NONE = -(2**62)
 """A null in an integer column (device, stream, launch id, frame)."""
 
-TO_HOST_COPY_PATTERN = r"(?i)(DtoH|D2H|Device ?-> ?(Host|Pageable|Pinned)|DeviceToHost)"  # TODO(vocab): a copy to the host
-"""A device copy (kind 'memcpy') whose name says it goes from a device to the host: Kineto's
-`Memcpy DtoH (Device -> Pageable)`, `Memcpy DtoH (Device -> Pinned)`, ROCm's `CopyDeviceToHost`."""
-
 # flag bits (from the event's kind, name and pass)
 F_SYNC_CALL, F_MEMCPY_CALL, F_INPUT, F_TO_HOST, F_COMM = 1, 2, 4, 8, 16
-"""A runtime call that waits for a device (vocab.sync_call); a runtime copy call (vocab.MEMCPY_CALL_PARTS);
+"""A runtime call that waits for a device (vocab.sync_call); a runtime copy call (vocab.memcpy_call);
 host work of the input pipeline (the data-loading pass, or the DataLoader's own range); a device copy
-to the host (TO_HOST_COPY_PATTERN); a collective kernel (vocab.COMM_KERNEL_PATTERN)."""
-_MEMCPY_CALL_SQL = "(" + " OR ".join(f"contains(name, {sql_literal(p)})" for p in MEMCPY_CALL_PARTS) + ")"
+to the host (vocab.TO_HOST_COPY_PATTERN); a collective kernel (vocab.COMM_KERNEL_PATTERN)."""
 _LOADER_SQL = f"regexp_matches(name, {sql_literal(DATALOADER_NEXT.pattern)})"
 
 
@@ -198,7 +193,7 @@ _COLUMNS = """SELECT event_id, {kind} AS k, ts_ns, ts_ns + dur_ns AS end_ns, coa
   (coalesce({is_sync_call}, false)::INT * {sync_call}
    + coalesce({is_memcpy_call}, false)::INT * {memcpy_call}
    + coalesce(pass = 'data' OR {loader}, false)::INT * {input}
-   + coalesce(kind = 'memcpy' AND regexp_matches(name, {to_host_pattern}), false)::INT * {to_host}
+   + coalesce({is_to_host}, false)::INT * {to_host}
    + (kind = 'kernel' AND list_contains(?::VARCHAR[], name))::INT * {comm})::TINYINT AS flags
 FROM events WHERE rank = ? AND dur_ns > 0 AND kind IN {kinds}"""
 
@@ -211,9 +206,9 @@ class RankIndex:
                                               [rank]).fetchall()]
         kind_sql = "CASE kind " + " ".join(f"WHEN '{k}' THEN {i}" for i, k in enumerate(KINDS)) + " END::TINYINT"
         cols, tk_names = _read(run, _COLUMNS.format(kind=kind_sql, none=NONE, is_sync_call=sync_call(), sync_call=F_SYNC_CALL,
-                                                    is_memcpy_call=_MEMCPY_CALL_SQL, memcpy_call=F_MEMCPY_CALL, loader=_LOADER_SQL,
+                                                    is_memcpy_call=memcpy_call(), memcpy_call=F_MEMCPY_CALL, loader=_LOADER_SQL,
                                                     input=F_INPUT, comm=F_COMM, kinds=kinds_sql(KINDS),
-                                                    to_host_pattern=sql_literal(TO_HOST_COPY_PATTERN), to_host=F_TO_HOST),
+                                                    is_to_host=f"({to_host_copy()})", to_host=F_TO_HOST),
                                [[n for n in kernel_names if COMM_KERNEL_RE.search(n)], rank])
         ids, kind, ts, end = cols["event_id"], cols["k"], cols["ts_ns"], cols["end_ns"]
         device, stream, launch_id, frame = cols["device"], cols["stream"], cols["launch_id"], cols["frame"]

@@ -42,8 +42,23 @@ from bisect import bisect_left
 import numpy as np
 
 from ..store import Run
-from ._path_index import HOST_KINDS, NONE, RUNTIME, RUNTIME_WAIT_MIN_NS, STEP, UNLINKED_GAP_MAX_NS, RankIndex  # noqa: F401 (the model's thresholds)
-from ._path_index import F_COMM, F_INPUT, F_MEMCPY_CALL, KERNEL, arrow_of, distinct, factorize, factorize_rows
+from ._path_index import (  # noqa: F401 (the model's thresholds)
+    F_COMM,
+    F_INPUT,
+    F_MEMCPY_CALL,
+    HOST_KINDS,
+    KERNEL,
+    NONE,
+    RUNTIME,
+    RUNTIME_WAIT_MIN_NS,
+    STEP,
+    UNLINKED_GAP_MAX_NS,
+    RankIndex,
+    arrow_of,
+    distinct,
+    factorize,
+    factorize_rows,
+)
 from .metrics import step_device_busy
 
 CATEGORIES = ("device_compute", "communication", "memcpy", "host_compute", "launch_overhead", "input_pipeline", "idle")

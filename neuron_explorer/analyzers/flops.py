@@ -30,8 +30,7 @@ import json
 import math
 import re
 
-from ..vocab import (ATTENTION_BACKWARD_OPS, ATTENTION_OPS, CONV_BACKWARD_OPS, CONV_OPS, ELEMENTWISE_OPS, GEMM_OPS,
-                     NORM_OPS)
+from ..vocab import ATTENTION_BACKWARD_OPS, ATTENTION_OPS, CONV_BACKWARD_OPS, CONV_OPS, ELEMENTWISE_OPS, GEMM_OPS, NORM_OPS
 
 DTYPE = {"float": "fp32", "double": "fp64", "c10::bfloat16": "bf16", "bfloat16": "bf16", "c10::half": "fp16", "half": "fp16",
          "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8", "c10::float8_e4m3fnuz": "fp8", "c10::float8_e5m2fnuz": "fp8"}

@@ -13,7 +13,7 @@ different programs. Definitions: docs/COMPARE.md ("Not the same job").
   share fewer than MIN_SHARED_OPERATORS of the operator names either of them ran differ.
 - device: the device names the runs reported, and whether they ran device work at all.
 
-Must not: compare times (diff.py does) or print.
+Must not: compare times (analyzers/diff/ does) or print.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ Must not: decide what is a problem (rules do) or render anything.
 from __future__ import annotations
 
 from ..store import Run
-from ..vocab import DEVICE_WORK_SQL, top_op
+from ..vocab import DEVICE_WORK_SQL, line_key, line_key_sql, top_op
 
 LINE_FIELDS = ("calls", "kernels", "cpu_ns", "cpu_backward_ns", "device_ns", "device_backward_ns", "python_ns")
 
@@ -82,7 +82,7 @@ def line_times_sql(rank: int | None) -> str:
     the same file and number add up and `calls_per_step` divides by the steps of all ranks."""
     return f"""WITH t AS ({frame_times_sql(rank)}),
 n AS (SELECT count(DISTINCT (rank, step)) AS steps FROM events e WHERE {_rank_filter(rank)} AND kind = 'step')
-SELECT f.file || ':' || f.line AS source, f.file, f.line, any_value(f.code) AS code, any_value(f.function) AS function,
+SELECT {line_key_sql('f')} AS source, f.file, f.line, any_value(f.code) AS code, any_value(f.function) AS function,
   any_value(f.line_kind) AS line_kind,
   min(f.frame_id) AS frame_id, sum(t.calls)::BIGINT AS calls,
   CASE WHEN any_value(n.steps) > 0 THEN sum(t.calls) / any_value(n.steps) END AS calls_per_step,
@@ -119,8 +119,8 @@ def self_and_total(run: Run, rank: int) -> dict:
     """Per user line: self and total CPU and device time ('file:line' → dict), and whether the
     rank has user frames at all. Total adds every line that the line's statement called."""
     found = run.sql("SELECT frame_id, file, line, parent_frame_id, code FROM frames WHERE rank = ? AND is_user", [rank]).fetchall()
-    frames = {fid: (f"{file}:{line}", parent) for fid, file, line, parent, _ in found}
-    codes = {f"{file}:{line}": code for _, file, line, _, code in found if code}
+    frames = {fid: (line_key(file, line), parent) for fid, file, line, parent, _ in found}
+    codes = {line_key(file, line): code for _, file, line, _, code in found if code}
     if not frames:
         return {"lines": {}, "has_frames": False}
     per_frame = run.sql(frame_times_sql(rank)).fetchall()

@@ -32,7 +32,8 @@ def union_sql(where: str, by: tuple[str, ...] = ()) -> str:
     cols = "".join(f"{c}, " for c in by)
     part = f"PARTITION BY {', '.join(by)} " if by else ""
     return f"""WITH _iv AS (SELECT {cols}ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE dur_ns > 0 AND ({where})),
-_mx AS (SELECT {cols}ts_ns, end_ns, max(end_ns) OVER ({part}ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end FROM _iv),
+_mx AS (SELECT {cols}ts_ns, end_ns,
+        max(end_ns) OVER ({part}ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end FROM _iv),
 _isl AS (SELECT {cols}ts_ns, end_ns, sum(CASE WHEN prev_end IS NULL OR ts_ns > prev_end THEN 1 ELSE 0 END)
          OVER ({part}ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island FROM _mx)
 SELECT {cols}min(ts_ns) AS start_ns, max(end_ns) AS end_ns FROM _isl GROUP BY {cols}island"""
@@ -249,7 +250,7 @@ def step_device_busy(run: Run, rank: int, without_name: str | None = None) -> li
         for s, e in iv:
             done.append(done[-1] + (e - s))
 
-        def covered(t: int) -> int:  # busy length before instant t
+        def covered(t: int, starts=starts, done=done, iv=iv) -> int:  # busy length before instant t
             i = bisect.bisect_right(starts, t)
             return done[i] - (max(iv[i - 1][1] - t, 0) if i else 0)
 

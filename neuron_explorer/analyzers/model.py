@@ -99,8 +99,3 @@ class Report:
             "warnings": self.warnings,
         }
 
-    def _repr_html_(self) -> str:
-        """Jupyter's view: the summary, the top findings and the dashboard command (notebook.py)."""
-        from ..notebook import report_html
-
-        return report_html(self.to_dict())

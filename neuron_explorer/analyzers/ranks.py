@@ -196,7 +196,8 @@ cand AS (SELECT rank, step, name, ts_ns, ts_ns + dur_ns AS end_ns, kind IN {dev}
            AND ((kind IN {dev} AND device IS NOT NULL) OR ({top_op()}))),
 iv AS (SELECT c.rank, c.step, c.ts_ns, c.end_ns FROM cand c JOIN names n ON c.name = n.name
        WHERE CASE WHEN c.on_dev THEN NOT n.comm_kernel ELSE NOT n.comm_op AND c.rank NOT IN (SELECT rank FROM dev_ranks) END),
-mx AS (SELECT *, max(end_ns) OVER (PARTITION BY rank, step ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end FROM iv),
+mx AS (SELECT *, max(end_ns) OVER (PARTITION BY rank, step ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+       FROM iv),
 u AS (SELECT rank, step, sum(greatest(end_ns - greatest(ts_ns, coalesce(prev_end, ts_ns)), 0)) AS busy_ns FROM mx GROUP BY rank, step),
 work AS (SELECT s.rank, s.step, coalesce(u.busy_ns, 0)::BIGINT AS work_ns,
                 s.rank IN (SELECT rank FROM dev_ranks) AS on_device

@@ -8,7 +8,7 @@ outliers (`no_outliers`), the case where its assumptions hold. The t distributio
 from the regularised incomplete beta function (continued fraction, as in every numerics text),
 so no SciPy dependency is needed. Definitions: docs/COMPARE.md.
 
-Must not: read runs or decide verdicts (analyzers/diff.py does).
+Must not: read runs or decide verdicts (analyzers/diff/verdict.py does).
 """
 
 from __future__ import annotations

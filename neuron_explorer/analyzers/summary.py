@@ -16,8 +16,19 @@ from ..store import Run
 from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_SQL, comm_op, sql_literal, top_op
 from .critical_path import bound as _step_bound
 from .lines import self_and_total
-from .metrics import (cpu_comm, device_summary, devices, open_ended_steps, ranks, select_steady_steps, span, step_stats,
-                      step_stats_of_selection, top_level_ops, union_sql)
+from .metrics import (
+    cpu_comm,
+    device_summary,
+    devices,
+    open_ended_steps,
+    ranks,
+    select_steady_steps,
+    span,
+    step_stats,
+    step_stats_of_selection,
+    top_level_ops,
+    union_sql,
+)
 from .utilisation import rank_utilisation
 
 

@@ -22,7 +22,6 @@ import pyarrow.compute as pc
 
 from ..errors import InputError
 
-
 _INT64 = (-(2**63), 2**63 - 1)
 _INT32 = (-(2**31), 2**31 - 1)
 _NS_EXACT = pa.decimal128(38, 3)

@@ -26,10 +26,17 @@ from ..errors import InputError
 from . import _json_native
 from ._json_numbers import _INT32, _INT64, _id_columns, _int_column, _ns, _opt_int, _sparse_int, id_value
 from ._json_read import _short
-from .kineto_names import (EXTERNAL_ID_ARG, EXTERNAL_ID_ARG_OLD, FLOW_PHASES, MEMORY_ARGS, MEMORY_EVENT_NAME, PYTHON_ID_ARG,
-                           PYTHON_PARENT_ID_ARG, SLICE_PHASES)
+from .kineto_names import (
+    EXTERNAL_ID_ARG,
+    EXTERNAL_ID_ARG_OLD,
+    FLOW_PHASES,
+    MEMORY_ARGS,
+    MEMORY_EVENT_NAME,
+    PYTHON_ID_ARG,
+    PYTHON_PARENT_ID_ARG,
+    SLICE_PHASES,
+)
 from .raw import RAW_COUNTERS, RAW_MEMORY
-
 
 MAX_NESTING = 100
 """Deepest nesting of arrays and objects accepted in an event's args or in the trace's metadata.

@@ -36,11 +36,9 @@ import msgspec
 
 from ..errors import InputError
 from . import _json_native
-from ._json_read import _Reader, _events_start, _find_cut, _os_reason, _read_all, _read_range, _read_range_into, _short
-from ._json_tables import (MAX_NESTING, _RAW_DECODER, Chunk, _closing_bracket, _columns, _decode_array, _Trailing,
-                           _with_native, check_nesting)
+from ._json_read import _events_start, _find_cut, _os_reason, _read_all, _read_range, _read_range_into, _Reader, _short
+from ._json_tables import _RAW_DECODER, MAX_NESTING, Chunk, _closing_bracket, _columns, _decode_array, _Trailing, _with_native, check_nesting
 from ._malloc import set_mmap_threshold
-
 
 CHUNK_BYTES = 16 << 20
 """Target size of one decoded chunk of the traceEvents array."""

@@ -36,13 +36,26 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .sources import is_user_file
-from .kineto_names import (C10_DEVICE_TYPE, C10_PRIVATEUSE1, CPU_INSTANT_CATEGORY, CPU_OP_CATEGORY, EXTERNAL_ID_ARG,
-                           FLOPS_ARG, FORWARD_BACKWARD_FLOW, FWD_THREAD_ARG, INPUT_DIMS_ARG, INPUT_TYPE_ARG, LAUNCH_FLOW,
-                           MODULE_PREFIX, PYTHON_FUNCTION_CATEGORY, SEQUENCE_NUMBER, USER_ANNOTATION_CATEGORY)
+from .kineto_names import (
+    C10_DEVICE_TYPE,
+    C10_PRIVATEUSE1,
+    CPU_INSTANT_CATEGORY,
+    CPU_OP_CATEGORY,
+    EXTERNAL_ID_ARG,
+    FLOPS_ARG,
+    FORWARD_BACKWARD_FLOW,
+    FWD_THREAD_ARG,
+    INPUT_DIMS_ARG,
+    INPUT_TYPE_ARG,
+    LAUNCH_FLOW,
+    MODULE_PREFIX,
+    PYTHON_FUNCTION_CATEGORY,
+    SEQUENCE_NUMBER,
+    USER_ANNOTATION_CATEGORY,
+)
 from .kineto_names import MEMORY_EVENT_NAME as MEMORY_NAME
 from .raw import RAW_COUNTERS, RAW_EVENTS, RAW_FLOWS, RAW_MEMORY
-
+from .sources import is_user_file
 
 
 @dataclass

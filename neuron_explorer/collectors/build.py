@@ -26,10 +26,17 @@ import pyarrow.compute as pc
 from .. import schema
 from ..schema import DEVICE_KINDS, ID_STRIDE
 from . import passes
-from ._forest import (depth_of, enclosing_parents, index_dtype, nearest_marked, root_of, slice_at, time_order, track_lookup,
-                      tracks_of)
-from .kineto_names import (FORWARD_BACKWARD_FLOW, LAUNCH_CALL, LAUNCH_FLOW_CATEGORIES, MODULE_PREFIX, OLD_LAUNCH_FLOW, PY_FRAME,
-                           STEP_NAME, kind_of_category)
+from ._forest import depth_of, enclosing_parents, index_dtype, nearest_marked, root_of, slice_at, time_order, track_lookup, tracks_of
+from .kineto_names import (
+    FORWARD_BACKWARD_FLOW,
+    LAUNCH_CALL,
+    LAUNCH_FLOW_CATEGORIES,
+    MODULE_PREFIX,
+    OLD_LAUNCH_FLOW,
+    PY_FRAME,
+    STEP_NAME,
+    kind_of_category,
+)
 from .raw import RawRank, check_raw_rank  # noqa: F401  (RawRank: collectors import it from here too)
 from .sources import is_user_file
 

@@ -25,8 +25,8 @@ from pathlib import Path
 from .. import parquet_native, store
 from ..errors import InputError
 from . import remote, sources
-from .build import build_rank
 from ._malloc import BUILD_MMAP_THRESHOLD, DECODE_MMAP_THRESHOLD, WRITE_MMAP_THRESHOLD, set_mmap_threshold
+from .build import build_rank
 from .rank_entry import quality_warnings, rank_entry
 from .trace_rank import TIME_LIMIT_NS, decode_rank  # noqa: F401  (TIME_LIMIT_NS: export.py cites it here)
 

@@ -17,8 +17,8 @@ Must not: analyse anything, or be imported by readers of runs (it imports torch)
 
 from __future__ import annotations
 
-import datetime as _dt
 import contextlib
+import datetime as _dt
 import functools
 import gc
 import os

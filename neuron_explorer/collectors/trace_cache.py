@@ -12,7 +12,8 @@ import hashlib
 import os
 from pathlib import Path
 
-from .. import __version__, schema
+from .. import schema
+from .._version import __version__
 from ..errors import RunExistsError
 from ..store import is_run
 from .chrome_trace import find_traces, import_traces

@@ -14,19 +14,16 @@ import re
 import threading
 
 from ..errors import NeuronExplorerError
-from .ui import compare_view
-from . import lane_groups, queries
-from .views import navigate
-from . import ranks_view
+from . import lane_groups, queries, ranks_view
 from .api import register as register_api
 from .figure import build_figure
-from .ui.panels import detail_panel, finding_clicked, findings_for, findings_note, findings_table, tables_for  # noqa: F401  (callback bodies)
-from .ui.panels import TAB_LABELS, TABS
-from .ui.theme import GRAPH_CONFIG, STYLE
 from .runs import RunSet
 from .timeline import timeline_arrays
-from .ui import flame, overview
+from .ui import compare_view, flame, overview
 from .ui.guard import CallbackInputError, guard
+from .ui.panels import TAB_LABELS, TABS, detail_panel, finding_clicked, findings_for, findings_note, findings_table, tables_for  # noqa: F401  (callback bodies)
+from .ui.theme import GRAPH_CONFIG, STYLE
+from .views import navigate
 from .views.events import briefs, event_span
 
 DEFAULT_WIDTH = 1500
@@ -321,7 +318,8 @@ def create_app(rs: RunSet):
             html.Div([
                 html.Label("run"), html.Div(dcc.Dropdown(id="run-select", options=run_opts, value=0, clearable=False), className="nx-dd",
                                        style={"width": 260, "color": "#263238"}),
-                html.Label("rank"), html.Div(dcc.Dropdown(id="rank-select", options=rank_options(rs, 0), value=ranks_view.first_rank(rs, 0), clearable=False), className="nx-dd",
+                html.Label("rank"), html.Div(dcc.Dropdown(id="rank-select", options=rank_options(rs, 0), value=ranks_view.first_rank(rs, 0),
+                                                          clearable=False), className="nx-dd",
                                         style={"width": 130, "color": "#263238"}),
                 html.Button("whole run", id="reset", className="nx-btn"),
                 html.Label("colour"), dcc.RadioItems(id="color-by", options=[{"label": "name", "value": "name"}, {"label": "kind", "value": "kind"}],
@@ -357,7 +355,8 @@ def create_app(rs: RunSet):
             html.Div(html.Div(id="detail"), className="nx-card nx-detail"),
         ], className="nx-grid")], id="explore-view"),
         *([compare_view.layout(rs)] if comparing else []),
-        dcc.Store(id="view", data=view0), dcc.Store(id="area"), dcc.Store(id="selected"), dcc.Store(id="search-state"), dcc.Store(id="px", data=DEFAULT_WIDTH),
+        dcc.Store(id="view", data=view0), dcc.Store(id="area"), dcc.Store(id="selected"), dcc.Store(id="search-state"),
+        dcc.Store(id="px", data=DEFAULT_WIDTH),
     ])
 
     app.clientside_callback("function(r) { return Math.max(400, Math.min(4000, Math.round(window.innerWidth - 260))); }",

@@ -375,7 +375,8 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
                        "text": [f"{'←' if x == lo_x else '→'} {str(e.get('name', ''))[:NAME_CHARS]} (off-screen: click to go there)"
                                 for x, e in off_marks],
                        "hovertemplate": "%{text}<extra></extra>",
-                       "marker": {"size": 13, "color": HIGHLIGHT, "symbol": ["triangle-left" if x == lo_x else "triangle-right" for x, _ in off_marks]}})
+                       "marker": {"size": 13, "color": HIGHLIGHT,
+                                  "symbol": ["triangle-left" if x == lo_x else "triangle-right" for x, _ in off_marks]}})
     shapes = []
     steps = tl.get("steps") or []
     for st in steps[:200]:

@@ -11,17 +11,28 @@ Must not: draw, read a file the run's frames do not name, or open a path from a 
 from __future__ import annotations
 
 from .chain import EVENT_COLS, brief, event, ms_from_start  # noqa: F401  (the event view and the brief that views share)
+from .runs import LANE_SQL, OpenRun, QueryError, RunSet  # noqa: F401
+from .timeline import parse_rank, timeline  # noqa: F401  (timeline is a view too)
 from .views.compare import compare, compare_timeline  # noqa: F401  (the views of two runs)
 from .views.findings import findings, report_summary  # noqa: F401  (the findings view; the report's summary for the Overview)
 from .views.flame import flame
-from .views.overview import overview
-from .runs import LANE_SQL, OpenRun, QueryError, RunSet  # noqa: F401
-from .views.search import search  # noqa: F401  (a view: find events by name)
 from .views.navigate import area, critical_path, jump  # noqa: F401  (views: an area selection, the path of the step in view, a table row's instances)
+from .views.overview import overview
+from .views.search import search  # noqa: F401  (a view: find events by name)
 from .views.source import source  # noqa: F401  (the source view)
-from .views.tables import (MAX_TABLE_LIMIT, TABLE_LIMIT, TABLE_VIEWS, kernels, kernels_by_operator, memory, memory_summary,  # noqa: F401
-                     operators, source_lines, steps, table)
-from .timeline import parse_rank, timeline  # noqa: F401  (timeline is a view too)
+from .views.tables import (  # noqa: F401
+    MAX_TABLE_LIMIT,
+    TABLE_LIMIT,
+    TABLE_VIEWS,
+    kernels,
+    kernels_by_operator,
+    memory,
+    memory_summary,
+    operators,
+    source_lines,
+    steps,
+    table,
+)
 
 
 # ---- runs --------------------------------------------------------------------------------------

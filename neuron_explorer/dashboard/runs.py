@@ -244,7 +244,7 @@ class OpenRun:
         """(short_max_dur_ns, the longest events as an Arrow table): every event not in the table
         has dur_ns <= short_max_dur_ns (-1 when every event is in the table)."""
         if "long" not in self._facts:
-            _, rows = self.query(f"SELECT count(*) FROM events")
+            _, rows = self.query("SELECT count(*) FROM events")
             n = rows[0][0]
             if n <= LONG_EVENTS:
                 threshold = -1  # every event is "long": all are kept

@@ -108,7 +108,6 @@ def _long_table(r: OpenRun) -> tuple[int, str]:
     threshold, tbl = r.long_events()
     name = "_nx_long"
     if "long_tbl" not in r._facts:
-        import pyarrow as pa
 
         with r.lock:
             r.run.con.register(name, tbl)
@@ -179,7 +178,8 @@ def timeline_arrays(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None, 
         # A wide window: only the in-memory long events can be wide enough to be exact slices, so
         # the raw events are only aggregated, never sorted.
         lw, lp = _long_window(r, rank, t0, t1)
-        top = r.arrow(f"WITH win AS ({lw}) " + _y_join(r, rank, f"SELECT * FROM win WHERE {shown} ORDER BY dur_ns DESC LIMIT ?", all_lanes), lp + [EXACT_CAP + 1])
+        top = r.arrow(f"WITH win AS ({lw}) " + _y_join(r, rank, f"SELECT * FROM win WHERE {shown} ORDER BY dur_ns DESC LIMIT ?", all_lanes),
+                      lp + [EXACT_CAP + 1])
         durs = top["dur_ns"].to_numpy(zero_copy_only=False)
         cutoff = max(int(durs.min()) if top.num_rows > EXACT_CAP else -1, min_exact)
     else:

@@ -6,8 +6,9 @@ statistics and the step-outliers rule use too); every number is per profiler ste
 each of which points only down the list:
 
 - result.py: the Diff (the JSON of `diff --json`) and the thresholds (ALPHA, MIN_SHARE_OF_STEP, ...);
-- match.py: source lines matched by file, function and code text; one file by two paths; recordings in pairs;
-- collect.py: one side's figures per steady step (step times, lines as analyzers/lines.py defines them, modules, operators, kernels, calls);
+- match.py: source lines matched by file, function and code text; one file by two paths;
+- collect.py: one side's figures per steady step (step times, lines as analyzers/lines.py defines them, modules, operators,
+  kernels, calls); recordings in pairs;
 - work.py: the work per step: operator calls, and that work priced at the base's time per call;
 - verdict.py: the verdict as a decision table of docs/COMPARE.md's rules, each with its reason code;
 - render.py: the reason, notes and text, from the codes and figures;
@@ -19,10 +20,10 @@ Must not: select steps itself or print (render_text returns text).
 
 from __future__ import annotations
 
-from .collect import run_set, step_utilisation
+from .collect import recording_pairs, run_set, step_utilisation
 from .compare import compare
 from .gate import gate
-from .match import match_files, recording_pairs, source_file
+from .match import match_files, source_file
 from .render import TEST_NAMES, measure_name, reason_text, render_text, work_lines
 from .result import (
            ALPHA,

@@ -10,6 +10,7 @@ Must not: select steps itself, compare the two sides or decide anything.
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -226,3 +227,28 @@ def merge_util(utils: list[dict]) -> dict:
     return {"mfu_median": med("mfu_median"), "tflops_per_s_median": med("tflops_per_s_median"),
             "steps": sum(u["steps"] for u in utils), "devices": sorted({d for u in utils for d in u["devices"]}),
             "dtypes": sorted({d for u in utils for d in u["dtypes"]})}
+
+
+def recording_pairs(base: Side, test: Side) -> list[tuple[int, int]] | None:
+    """Pairs (base index, test index) when the two run sets were recorded in pairs: as many
+    recordings on each side (at least 2), all on one host, and in the order of their start times
+    every two consecutive recordings are one base and one test (recorded side by side, or one
+    right after the other: ABAB, ABBA...). None otherwise. Pairing cancels what the machine did
+    while each pair ran (docs/COMPARE.md "Recordings made in pairs")."""
+    n = len(base.paths)
+    if n < 2 or n != len(test.paths) or None in base.spans + test.spans:
+        return None
+    if {os.path.realpath(p) for p in base.paths} & {os.path.realpath(p) for p in test.paths}:
+        return None  # a run compared with itself is not a pair of recordings
+    hosts = set(base.hosts + test.hosts)
+    if len(hosts) != 1 or None in hosts:
+        return None
+    order = sorted([(span[0], "base", i) for i, span in enumerate(base.spans)]
+                   + [(span[0], "test", i) for i, span in enumerate(test.spans)])
+    pairs = []
+    for k in range(0, 2 * n, 2):
+        first, second = order[k], order[k + 1]
+        if first[1] == second[1]:
+            return None
+        pairs.append((first[2], second[2]) if first[1] == "base" else (second[2], first[2]))
+    return pairs

@@ -38,8 +38,8 @@ from ..stats import (
     slow_recordings,
     steps_to_detect,
 )
-from .collect import Side, read_side
-from .match import match_line_files, recording_pairs
+from .collect import Side, read_side, recording_pairs
+from .match import match_line_files
 from .render import notes_text, reason_text
 from .result import (
     ALPHA,

@@ -1,6 +1,6 @@
 """Matching what the base and the test have in common: a source line by its file, function and
-code text (so an edit above a hot line does not make it new), one file recorded by two paths, and
-recordings of the two sides made in pairs.
+code text (so an edit above a hot line does not make it new), and one file recorded by two paths.
+(Recordings made in pairs are found in collect.py, beside the Side they read.)
 
 Must not: read anything of a run but its frames, or judge a change.
 """
@@ -10,12 +10,9 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from pathlib import PurePath
-from typing import TYPE_CHECKING
 
 from ...store import Run
-
-if TYPE_CHECKING:
-    from .collect import Side
+from ...vocab import line_key
 
 
 def source_file(file: str | None, cwd: str | None) -> str | None:
@@ -50,7 +47,7 @@ def line_keys(run: Run) -> dict[str, tuple[str, str]]:
             match = f"{file}\x1f{function}\x1f{code}\x1f{rank_of[(file, function, code)][line]}"
         else:
             match = f"{file}\x1f{function}\x1fline {line}"
-        keys[str(frame_id)] = (match, f"{file}:{line}")
+        keys[str(frame_id)] = (match, line_key(file, line))
     return keys
 
 
@@ -108,28 +105,3 @@ def match_line_files(base_vals: dict, test_vals: dict, test_disp: dict) -> tuple
         new_key = (t, rename(k) if t == "source_line" else k, m)
         vals[new_key] = vec if new_key not in vals else [a + b for a, b in zip(vals[new_key], vec)]
     return vals, {rename(k): v for k, v in test_disp.items()}
-
-
-def recording_pairs(base: Side, test: Side) -> list[tuple[int, int]] | None:
-    """Pairs (base index, test index) when the two run sets were recorded in pairs: as many
-    recordings on each side (at least 2), all on one host, and in the order of their start times
-    every two consecutive recordings are one base and one test (recorded side by side, or one
-    right after the other: ABAB, ABBA...). None otherwise. Pairing cancels what the machine did
-    while each pair ran (docs/COMPARE.md "Recordings made in pairs")."""
-    n = len(base.paths)
-    if n < 2 or n != len(test.paths) or None in base.spans + test.spans:
-        return None
-    if {os.path.realpath(p) for p in base.paths} & {os.path.realpath(p) for p in test.paths}:
-        return None  # a run compared with itself is not a pair of recordings
-    hosts = set(base.hosts + test.hosts)
-    if len(hosts) != 1 or None in hosts:
-        return None
-    order = sorted([(span[0], "base", i) for i, span in enumerate(base.spans)]
-                   + [(span[0], "test", i) for i, span in enumerate(test.spans)])
-    pairs = []
-    for k in range(0, 2 * n, 2):
-        first, second = order[k], order[k + 1]
-        if first[1] == second[1]:
-            return None
-        pairs.append((first[2], second[2]) if first[1] == "base" else (second[2], first[2]))
-    return pairs

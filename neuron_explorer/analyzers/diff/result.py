@@ -60,7 +60,9 @@ class StepTime:
 class Delta:
     type: str  # operator | kernel | module | source_line
     key: str
-    metric: str  # cpu (an operator's self time; a line's outermost operators' time, analyzers/lines.py's cpu_ns) | device (kernel, memcpy, memset time)
+    # cpu (an operator's self time; a line's outermost operators' time, analyzers/lines.py's cpu_ns)
+    # | device (kernel, memcpy, memset time)
+    metric: str
     base_ns_per_step: float
     test_ns_per_step: float
     delta_ns_per_step: float

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from ...store import sql_literal as q  # noqa: F401  (rules write q(...) for a SQL string literal)
 
 

@@ -22,7 +22,7 @@ could be seen); a rank whose runtime calls include no allocator call has no find
 
 from __future__ import annotations
 
-from ...vocab import allocator_call, in_steps
+from ...vocab import allocator_call, allocator_free, in_steps
 from .. import metrics
 from ..engine import Context, NotApplicable
 from ..model import Location
@@ -38,10 +38,6 @@ THRESHOLDS = {
     "OPS_SHOWN": 3,  # operators named, by their calls' time
 }
 
-FREE_PART = "Free"
-"""Part of the name of every allocator call that frees (cudaFree, hipFreeAsync, cuMemFree, ...)."""
-
-
 def _where(rank: int, steps, alias: str = "") -> str:
     """The rank's allocator calls; with steps, those in `steps` (the steady steps)."""
     a = f"{alias}." if alias else ""
@@ -50,7 +46,7 @@ def _where(rank: int, steps, alias: str = "") -> str:
 
 def _steps_sql(rank: int, steps: list[int]) -> str:
     """Allocator time within the steady steps' ranges and the calls per step, from plain DuckDB."""
-    free = f"contains(e.name, '{FREE_PART}')"
+    free = allocator_free("e")
     return f"""WITH st AS (SELECT step, ts_ns AS s_ts, ts_ns + dur_ns AS s_end FROM steps WHERE rank = {rank} AND {in_steps(steps)}),
 u AS ({metrics.union_sql(_where(rank, steps))}),
 c AS (SELECT st.step, count(e.event_id) AS calls, count(e.event_id) FILTER (WHERE {free}) AS frees,
@@ -68,7 +64,7 @@ FROM c"""
 
 def _window_sql(rank: int) -> str:
     """Allocator time and calls over the whole span (a rank without steps), from plain DuckDB."""
-    free = f"contains(name, '{FREE_PART}')"
+    free = allocator_free()
     return f"""WITH u AS ({metrics.union_sql(_where(rank, None))})
 SELECT (SELECT coalesce(sum(end_ns - start_ns), 0) FROM u)::BIGINT AS alloc_ns, count(*) AS calls,
   count(*) FILTER (WHERE {free}) AS frees, count(*) FILTER (WHERE NOT {free}) AS mallocs,

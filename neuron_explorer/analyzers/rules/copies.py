@@ -42,8 +42,9 @@ FROM events WHERE rank = {ctx.rank} AND kind = 'memcpy' AND ({PAGEABLE_H2D} OR {
     v = row(ctx.run, sql)
     if not ctx.analysed_ns or v["copy_ns"] / ctx.analysed_ns < THRESHOLDS["COPY_SHARE_MIN"]:
         return []
-    top = row(ctx.run, f"""SELECT source_frame_id AS frame_id, arg_max(name, dur_ns) AS name, min(event_id) AS sample_id, sum(dur_ns) AS ns FROM events
-        WHERE rank = {ctx.rank} AND kind = 'memcpy' AND ({PAGEABLE_H2D} OR {D2H_IN_STEP}) GROUP BY source_frame_id ORDER BY ns DESC LIMIT 1""")
+    top = row(ctx.run, f"""SELECT source_frame_id AS frame_id, arg_max(name, dur_ns) AS name, min(event_id) AS sample_id, sum(dur_ns) AS ns
+        FROM events WHERE rank = {ctx.rank} AND kind = 'memcpy' AND ({PAGEABLE_H2D} OR {D2H_IN_STEP})
+        GROUP BY source_frame_id ORDER BY ns DESC LIMIT 1""")
     op = row(ctx.run, f"""SELECT o.name FROM events k JOIN events o ON o.event_id = k.top_op_id WHERE k.rank = {ctx.rank} AND k.kind = 'memcpy'
         AND ({PAGEABLE_H2D.replace('name', 'k.name')} OR {D2H_IN_STEP.replace('name', 'k.name').replace('step', 'k.step')})
         GROUP BY o.name ORDER BY sum(k.dur_ns) DESC LIMIT 1""")

@@ -22,9 +22,8 @@ meaningful with a device: on a CPU-only run it is not applicable.
 
 from __future__ import annotations
 
-from ...vocab import DEVICE_WORK_SQL, MEMCPY_CALL_PARTS, device_work, sql_literal, sync_call, top_host_call
+from ...vocab import DEVICE_WORK_SQL, device_work, memcpy_call, sync_call, to_host_copy, top_host_call
 from .. import metrics
-from .._path_index import TO_HOST_COPY_PATTERN
 from ..engine import Context
 from ..model import Location
 from ._util import ms, no_device, row, rows, share_at_least
@@ -37,18 +36,12 @@ THRESHOLDS = {
     "SYNC_SHARE_MIN": 0.01,  # merged device idle after the syncs (or union of sync intervals without steps) / analysed time
 }
 
-def _memcpy_call(alias: str) -> str:
-    a = f"{alias}." if alias else ""
-    return "(" + " OR ".join(f"contains({a}name, {sql_literal(p)})" for p in MEMCPY_CALL_PARTS) + ")"
-
-
 def waits(alias: str = "r") -> str:
     """A runtime call waits for a device: a sync call, or a blocking device-to-host copy (its own
     copy to the host ended before the call returned)."""
     a = f"{alias}." if alias else ""
-    return (f"({sync_call(alias)} OR {a}kind = 'runtime' AND {_memcpy_call(alias)} AND EXISTS (SELECT 1 FROM events c "
-            f"WHERE c.launch_id = {a}event_id AND c.kind = 'memcpy' AND c.ts_ns + c.dur_ns <= {a}ts_ns + {a}dur_ns "
-            f"AND regexp_matches(c.name, {sql_literal(TO_HOST_COPY_PATTERN)})))")
+    return (f"({sync_call(alias)} OR {a}kind = 'runtime' AND {memcpy_call(alias)} AND EXISTS (SELECT 1 FROM events c "
+            f"WHERE c.launch_id = {a}event_id AND {to_host_copy('c')} AND c.ts_ns + c.dur_ns <= {a}ts_ns + {a}dur_ns))")
 
 
 def _ranks(rank: int | None, alias: str = "") -> str:

@@ -17,10 +17,10 @@ dtype or kernel can shrink it).
 from __future__ import annotations
 
 from ...vocab import top_op
-from ..engine import Context
-from ..model import Location
 from ..critical_path import on_path_ns
+from ..engine import Context
 from ..lines import line_times_by_rank, line_times_sql
+from ..model import Location
 from . import python_loop
 from ._util import ms, pct, row, share_at_least
 

@@ -11,9 +11,10 @@ operators and its Python-level time), not the `for` over the DataLoader.
 
 from __future__ import annotations
 
+from ...vocab import line_key_sql
 from .. import metrics
-from ..lines import own_ns_sql
 from ..engine import Context
+from ..lines import own_ns_sql
 from ..model import Location
 from ._util import ms, pct, row, share_at_least
 
@@ -31,7 +32,7 @@ def _slowest_line_sql(rank: int, loader_where: str) -> str:
     """The user statement inside data loading (`pass = 'data'`) with the most time of its own: its
     outermost operators plus its Python-level time (analyzers/lines.py), leaving out the statement
     that iterates the DataLoader (its own time is the loader's machinery)."""
-    return f"""SELECT f.file || ':' || f.line AS source, any_value(f.code) AS code,
+    return f"""SELECT {line_key_sql('f')} AS source, any_value(f.code) AS code,
   sum({own_ns_sql(device=False)})::BIGINT AS ns
 FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
 WHERE e.rank = {int(rank)} AND e.pass = 'data' AND f.is_user

@@ -32,7 +32,7 @@ def screen(run, summaries: dict) -> set[int]:
     both of the check's counts."""
     t = THRESHOLDS
     out = no_device(summaries)
-    for r, d, short, kernels in run.sql(f"SELECT rank, device, count(*) FILTER (WHERE dur_ns < {t['SHORT_KERNEL_NS']}), count(*) "
+    for r, _d, short, kernels in run.sql(f"SELECT rank, device, count(*) FILTER (WHERE dur_ns < {t['SHORT_KERNEL_NS']}), count(*) "
                                         "FROM events WHERE kind = 'kernel' GROUP BY rank, device").fetchall():
         if r in summaries and kernels and short / max(summaries[r]["steps"]["count"], 1) >= t["SHORT_KERNELS_PER_STEP_MIN"] \
                 and short / kernels >= t["SHORT_KERNEL_FRACTION_MIN"]:
@@ -53,7 +53,8 @@ def check(ctx: Context) -> list:
 l AS (SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE rank = {ctx.rank} AND dur_ns > 0{in_steps}
       AND event_id IN (SELECT launch_id FROM k WHERE {short})),
 mx AS (SELECT ts_ns, end_ns, max(end_ns) OVER (ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pe FROM l),
-isl AS (SELECT ts_ns, end_ns, sum(CASE WHEN pe IS NULL OR ts_ns > pe THEN 1 ELSE 0 END) OVER (ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING) AS i FROM mx),
+isl AS (SELECT ts_ns, end_ns, sum(CASE WHEN pe IS NULL OR ts_ns > pe THEN 1 ELSE 0 END)
+        OVER (ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING) AS i FROM mx),
 u AS (SELECT min(ts_ns) AS a, max(end_ns) AS b FROM isl GROUP BY i)
 SELECT count(*) FILTER (WHERE {short}) AS short_kernels, count(*) AS kernels,
   coalesce(sum(k.dur_ns) FILTER (WHERE {short}), 0)::BIGINT AS short_kernel_ns,
@@ -65,7 +66,8 @@ FROM k"""
         if not v["kernels"] or v["short_kernels"] / steps < THRESHOLDS["SHORT_KERNELS_PER_STEP_MIN"] \
                 or v["short_kernels"] / v["kernels"] < THRESHOLDS["SHORT_KERNEL_FRACTION_MIN"]:
             continue
-        top = row(ctx.run, f"""SELECT o.name AS op, any_value(k.source_frame_id) AS frame_id, count(*) AS n FROM events k JOIN events o ON o.event_id = k.top_op_id
+        top = row(ctx.run, f"""SELECT o.name AS op, any_value(k.source_frame_id) AS frame_id, count(*) AS n
+            FROM events k JOIN events o ON o.event_id = k.top_op_id
             WHERE k.rank = {ctx.rank} AND k.device = {d} AND k.kind = 'kernel' AND k.dur_ns < {THRESHOLDS['SHORT_KERNEL_NS']}
             GROUP BY o.name ORDER BY n DESC LIMIT 1""")
         out.append(ctx.finding(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 
+from ...vocab import line_key_sql
 from ..engine import Context, NotApplicable
 from ..model import Location
 from ._util import row, rows
@@ -44,7 +45,8 @@ def check(ctx: Context) -> list:
   coalesce(sum(bytes) FILTER (WHERE bytes > 0 AND step IS NOT NULL), 0)::BIGINT AS allocated_in_steps_bytes
 FROM memory WHERE rank = {ctx.rank} AND device_type = {dt} AND device = {d}"""
         v = row(ctx.run, sql)
-        lines = rows(ctx.run, f"""SELECT f.file || ':' || f.line AS source, sum(m.bytes)::BIGINT AS bytes FROM memory m JOIN frames f ON f.frame_id = m.frame_id
+        lines = rows(ctx.run, f"""SELECT {line_key_sql('f')} AS source, sum(m.bytes)::BIGINT AS bytes
+            FROM memory m JOIN frames f ON f.frame_id = m.frame_id
             WHERE m.rank = {ctx.rank} AND m.device_type = {dt} AND m.device = {d} AND m.bytes > 0 GROUP BY 1 ORDER BY bytes DESC LIMIT 3""")
         cap = None
         if d is not None and d >= 0:

@@ -1,11 +1,12 @@
 """precision: float32 matrix multiplies and convolutions on a device with faster low-precision units.
 
 Finds matmul and convolution operators (vocab.LOWER_PRECISION_CANDIDATE_OPS: aten::mm, addmm, bmm,
-baddbmm, matmul, linear, conv*, convolution and its cudnn, miopen and mkldnn forms) whose recorded input types are float32 ('float'; needs record_shapes=True) and the
-kernels they launched, on devices with tensor cores (NVIDIA compute capability 7.0 and newer, or
-any device whose properties name bf16/fp16 units). Impact: device time of those kernels. Saving
-bound: half of it (bf16/fp16 or TF32 usually runs these at least 2x faster). Not applicable
-without device events, without dtype information, or on devices without such units.
+baddbmm, matmul, linear, conv*, convolution and its cudnn, miopen and mkldnn forms) whose
+recorded input types are float32 ('float'; needs record_shapes=True) and the kernels they
+launched, on devices with tensor cores (NVIDIA compute capability 7.0 and newer, or any device
+whose properties name bf16/fp16 units). Impact: device time of those kernels. Saving bound: half
+of it (bf16/fp16 or TF32 usually runs these at least 2x faster). Not applicable without device
+events, without dtype information, or on devices without such units.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ WHERE k.rank = {ctx.rank} AND k.kind = 'kernel' AND {op_in(LOWER_PRECISION_CANDI
     v = row(ctx.run, sql)
     if not ctx.analysed_ns or v["fp32_kernel_ns"] / ctx.analysed_ns < THRESHOLDS["FP32_SHARE_MIN"]:
         return []
-    top = row(ctx.run, f"""SELECT o.name, mode(o.source_frame_id) AS frame_id, min(k.event_id) AS sample_id FROM events k JOIN events o ON o.event_id = k.op_id
+    top = row(ctx.run, f"""SELECT o.name, mode(o.source_frame_id) AS frame_id, min(k.event_id) AS sample_id
+        FROM events k JOIN events o ON o.event_id = k.op_id
         WHERE k.rank = {ctx.rank} AND k.kind = 'kernel' AND {op_in(LOWER_PRECISION_CANDIDATE_OPS, 'o')}
         AND regexp_matches(json_extract_string(o.args, '$."Input type"[0]'), '^float$') GROUP BY o.name ORDER BY sum(k.dur_ns) DESC LIMIT 1""")
     return [ctx.finding(

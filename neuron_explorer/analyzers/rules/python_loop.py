@@ -16,7 +16,7 @@ less 1/calls_per_step of it.
 
 from __future__ import annotations
 
-from ...vocab import GEMM_OPS, top_op
+from ...vocab import GEMM_OPS, line_key_sql, top_op
 from ..engine import Context
 from ..lines import line_times_by_rank, line_times_sql
 from ..model import Location
@@ -73,7 +73,7 @@ def check(ctx: Context) -> list:
     if v.get("own_ns") is None or not ctx.analysed_ns or v["own_ns"] / ctx.analysed_ns < t["SHARE_MIN"]:
         return []
     ops = rows(ctx.run, f"""SELECT e.name, count(*) AS n, min(e.event_id) AS sample_id FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
-        WHERE e.rank = {ctx.rank} AND {top_op('e')} AND e.pass <> 'backward' AND f.file || ':' || f.line = {q(v['source'])}
+        WHERE e.rank = {ctx.rank} AND {top_op('e')} AND e.pass <> 'backward' AND {line_key_sql('f')} = {q(v['source'])}
         GROUP BY 1 ORDER BY n DESC, 1 LIMIT 8""")
     names = {o["name"] for o in ops}
     backward = (v["cpu_backward_ns"] or 0) + ((v["device_backward_ns"] or 0) if ctx.has_device() else 0)

@@ -12,6 +12,7 @@ median step time). Saving bound: the same.
 
 from __future__ import annotations
 
+from ...vocab import line_key_sql
 from ..engine import Context, NotApplicable
 from ..lines import own_ns_sql
 from ..model import Location
@@ -69,7 +70,7 @@ FROM s, m WHERE s.dur_ns > {t['SLOW_FACTOR']} * m.median_ns"""
     slow = list(v["steps"])
     n_all = len(used)
     slow_list = ", ".join(str(int(s)) for s in slow)
-    diff = rows(ctx.run, f"""WITH e AS (SELECT e.step, f.file || ':' || f.line AS source, f.code, f.frame_id, e.event_id,
+    diff = rows(ctx.run, f"""WITH e AS (SELECT e.step, {line_key_sql('f')} AS source, f.code, f.frame_id, e.event_id,
         {own_ns_sql()} AS ns
       FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
       WHERE e.rank = {ctx.rank} AND e.step IN ({in_used}) AND f.is_user)

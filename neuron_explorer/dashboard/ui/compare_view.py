@@ -11,19 +11,19 @@ Must not: query the runs itself (views/compare.py does) or accept a path from th
 
 from __future__ import annotations
 
-
 from ...analyzers.diff import RUN_SET_TESTS, TEST_NAMES, measure_name, work_lines
 from ...errors import NeuronExplorerError
 from ...fmt import duration
-from ..views import compare as cmp
 from ..figure import HIGHLIGHT, build_figure, time_unit
+from ..runs import RunSet
+from ..views import compare as cmp
 from .grid import column, grid, text_color_when
 from .guard import CallbackInputError, guard
-from ..runs import RunSet
 from .theme import GRAPH_CONFIG
 
 TAB_LABELS = {"source_line": "Source lines", "module": "Modules", "operator": "Operators", "kernel": "Kernels"}
-VERDICT_COLORS = {"not the same job": "#6D4C41", "slower": "#B71C1C", "faster": "#1B5E20", "no significant change": "#455A64", "cannot tell": "#8D6E63"}
+VERDICT_COLORS = {"not the same job": "#6D4C41", "slower": "#B71C1C", "faster": "#1B5E20", "no significant change": "#455A64",
+                  "cannot tell": "#8D6E63"}
 
 STYLE = """
 .nx-mode { display: flex; gap: 4px; }
@@ -38,7 +38,8 @@ STYLE = """
 .nx-cmp-cap span { font-weight: 400; color: #78909C; }
 .nx-cmp-cap span.nx-role { color: #FFF; font-weight: 700; font-size: 11px; padding: 1px 6px; border-radius: 3px; margin-right: 8px; }
 .nx-role-base { background: #546E7A; }
-.nx-cmp-warning { background: #FFF3E0; border-left: 4px solid #E65100; color: #BF360C; padding: 6px 10px; margin-bottom: 8px; font-size: 13px; font-weight: 600; }
+.nx-cmp-warning { background: #FFF3E0; border-left: 4px solid #E65100; color: #BF360C; padding: 6px 10px; margin-bottom: 8px;
+                   font-size: 13px; font-weight: 600; }
 .nx-role-test { background: #EF6C00; }
 """
 
@@ -168,7 +169,8 @@ def aligned_figures(rs: RunSet, base, test, step, width) -> tuple[dict, dict, li
             extra = f" ({w['dur_change_pct']:+.1f}% vs base)"
         from dash import html
 
-        caps.append([html.Span(role.upper(), className=f"nx-role nx-role-{role}"), f"run {x['run']}: {x['name']} · {what} · {duration(x['step_dur_ns'])}{extra}",
+        caps.append([html.Span(role.upper(), className=f"nx-role nx-role-{role}"),
+                     f"run {x['run']}: {x['name']} · {what} · {duration(x['step_dur_ns'])}{extra}",
                      html.Span(f"   starts at +{x['start_ms']:,.3f} ms in its run")])
     figs[0]["layout"]["showlegend"] = False  # one legend (under the test run) is enough
     return figs[0], figs[1], caps[0], caps[1]

@@ -6,8 +6,8 @@ Must not: query the run (views/flame.py does).
 from __future__ import annotations
 
 from ..runs import RunSet
-from .theme import GRAPH_CONFIG
 from ..views.flame import flame
+from .theme import GRAPH_CONFIG
 
 
 def figure(data: dict) -> dict:

@@ -243,8 +243,8 @@ def register(app, rs: RunSet, view_for) -> None:
     (`view_for` is the app's window function)."""
     from dash import Input, Output, State, no_update
 
-    from .panels import finding_clicked
     from .guard import guard
+    from .panels import finding_clicked
 
     @app.callback(Output("overview", "children"), Output("error", "children", allow_duplicate=True),
                   Input("run-select", "value"), Input("rank-select", "value"), prevent_initial_call="initial_duplicate")

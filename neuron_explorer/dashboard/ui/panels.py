@@ -10,13 +10,13 @@ import json
 
 from ...fmt import duration
 from .. import queries
-from .grid import column, grid, text_color_when
 from ..runs import RunSet
-from ..views.tables import TABLE_VIEWS
-from .theme import GRAPH_CONFIG
-from .flame import panel as flame_panel
-from .guard import CallbackInputError
 from ..views.overview import share_denominator, summary_by_rank
+from ..views.tables import TABLE_VIEWS
+from .flame import panel as flame_panel
+from .grid import column, grid, text_color_when
+from .guard import CallbackInputError
+from .theme import GRAPH_CONFIG
 
 
 def detail_panel(rs: RunSet, run, event_id):
@@ -46,7 +46,8 @@ def detail_panel(rs: RunSet, run, event_id):
     ]
     src = d["source"]
     if src is not None:
-        head = f"{src['file']}:{src['line']}  {src['function']}" + ("  (def line: imported traces only hold these)" if src["line_kind"] == "def" else "")
+        head = f"{src['file']}:{src['line']}  {src['function']}" + (
+            "  (def line: imported traces only hold these)" if src["line_kind"] == "def" else "")
         children.append(html.Div(head, className="nx-muted", id="detail-source-line"))
         if src["readable"]:
             children.append(html.Div(f"read from {src['path']}", className="nx-muted", id="detail-source-path"))

@@ -56,9 +56,9 @@ def compare(rs: RunSet, base=0, test=1, limit=None) -> dict:
 
     step_time: per-run samples over the steady steps (n, median, mean, std, 95% CI in ns), the
     steps used and left out (steps.base / steps.test), delta_ns (change of the median), its
-    bootstrap CI, test_name, p_value, effect_size, significant, verdict and reason. deltas: per type (source_line, module, operator, kernel) the rows of
-    diff.compare in its order (largest absolute change per step first), with counts of all and of
-    significant rows."""
+    bootstrap CI, test_name, p_value, effect_size, significant, verdict and reason. deltas: per
+    type (source_line, module, operator, kernel) the rows of diff.compare in its order (largest
+    absolute change per step first), with counts of all and of significant rows."""
     b, t = _pair(rs, base, test)
     limit = _int(limit, "limit", DELTA_LIMIT)
     if limit < 1:

@@ -20,7 +20,7 @@ Must not: draw (no Dash, no plotly), compute any other figure, or read source fi
 
 from __future__ import annotations
 
-from ...vocab import device_work, top_op
+from ...vocab import device_work, line_key_sql, top_op
 from ..runs import OpenRun, QueryError, RunSet, parse_int
 from ..timeline import TIME_LIMIT_NS, parse_rank
 
@@ -46,7 +46,7 @@ def call_paths(r: OpenRun, rank: int | None, where: str, params: list, metric: s
         operator = "e.name"
     rank_where = "" if rank is None else f" AND e.rank = {int(rank)}"
     return r.records(
-        f"""SELECT CASE WHEN f.file IS NULL THEN NULL ELSE f.file || ':' || f.line END AS line, {module} AS module,
+        f"""SELECT {line_key_sql('f')} AS line, {module} AS module,
                    {operator} AS operator, {kernel} AS kernel, count(*) AS count, sum(e.dur_ns)::BIGINT AS ns
             FROM events e {op_join} LEFT JOIN frames f ON f.frame_id = e.source_frame_id
             WHERE {work}{rank_where} AND ({where})

@@ -29,9 +29,11 @@ from ...analyzers import metrics
 from ...analyzers import utilisation as util
 from ...analyzers.engine import quality_notes
 from ...fmt import duration
+from ...vocab import line_key
 from ..runs import OpenRun, QueryError, RunSet
 from ..timeline import parse_rank
-from .findings import findings as run_findings, report_summary
+from .findings import findings as run_findings
+from .findings import report_summary
 from .tables import kernels as kernel_rows
 
 BAR_PARTS = {"compute": ("device_compute",), "communication": ("communication",), "memcpy": ("memcpy",),
@@ -190,13 +192,6 @@ def _add(acc: dict, key, it: dict) -> None:
 def _ranked(acc: dict, denom: int) -> list[dict]:
     rows = sorted(acc.items(), key=lambda kv: (-kv[1][0], str(kv[0])))[:TOP]
     return [{"name": str(k), "ns": int(v[0]), "share": (v[0] / denom) if denom else None, "events": int(v[1])} for k, v in rows]
-
-
-def line_key(file: str, line: int) -> str:
-    """A source line's one key, `file:line`: what analyzers/lines.py calls `source` and sums
-    figures by (its SQL groups by file and line and writes `f.file || ':' || f.line`)."""
-    # TODO(lines): lines.py should expose this key (a `line_key`/`source_of`) beside its SQL; until then it lives here
-    return f"{file}:{line}"
 
 
 def _frame_lines(r: OpenRun, ids: list[int]) -> dict[int, str]:

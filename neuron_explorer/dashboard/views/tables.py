@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...vocab import device_work, top_op
+from ...vocab import device_work, line_key_sql, top_op
 from ..chain import ms_from_start
 from ..runs import OpenRun, RunSet, parse_int
 from ..timeline import MAX_WIDTH_PX, memory_track, parse_rank
@@ -245,7 +245,7 @@ def memory_summary(rs: RunSet, run=0, rank=None) -> dict:
             d["peak_reserved_bytes"] = None
         d["reserved_unused_bytes"] = (None if d["peak_reserved_bytes"] is None or d["peak_allocated_bytes"] is None
                                       else d["peak_reserved_bytes"] - d["peak_allocated_bytes"])
-    by_line = r.records(f"""SELECT f.file || ':' || f.line AS source, count(*) FILTER (WHERE m.bytes > 0) AS allocations,
+    by_line = r.records(f"""SELECT {line_key_sql('f')} AS source, count(*) FILTER (WHERE m.bytes > 0) AS allocations,
                               coalesce(sum(m.bytes) FILTER (WHERE m.bytes > 0), 0)::BIGINT AS allocated_bytes,
                               coalesce(-sum(m.bytes) FILTER (WHERE m.bytes < 0), 0)::BIGINT AS freed_bytes
                             FROM memory m JOIN frames f ON f.frame_id = m.frame_id
