@@ -1,0 +1,335 @@
+"""Issue #33's cases on the published device traces vendored for them (tests/data/traces/README.md).
+
+Each test reads what a person would check in `analyze`'s report and holds it to a figure counted
+here from the trace's raw JSON, independently of the importer (exact ns: `ts`/`dur` parsed as
+decimals, `baseTimeNanoseconds` added):
+
+- mi300x_ddp_resnet18_no_alloc_cache: ResNet-18 DDP training on an MI300X with the caching
+  allocator off: 1,360 hipFree take 3,346 ms of the 3,401 ms span; allocator-churn is the top finding.
+- mi300x_vllm_hipgraph_full_decode: vLLM replaying one hipGraph of 421 kernels: launch-overhead
+  charged each launch call once (it charged the 0.51 ms graph launch once per short kernel: 140 ms
+  in a 19 ms trace).
+- mi300x_vllm_hipgraph_piecewise: 24 piecewise graph launches: too few short kernels to report.
+- mi300x_sglang_qwen3_decode: an inference trace without steps (launch-overhead and device-idle
+  were larger than the trace).
+- a100_train_blocking_dtoh: A100 training with 945 `aten::item` on CPU tensors (counted as syncs
+  before: 3,080 ms on a 1,074 ms rank) and 30 blocking device-to-host `cudaMemcpyAsync` (up to 147 ms).
+- h100_timesformer_inference: an H100 inference step with a blocking 126 ms device-to-host copy.
+- cuda_resnet50_torch18: torch 1.8 (text tids, no evaluate_function, `Operator` categories).
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import decimal
+import gzip
+import json
+import re
+
+import pytest
+
+from neuron_explorer import open_run
+from neuron_explorer.analyzers import analyze
+from neuron_explorer.analyzers import critical_path as cp
+from neuron_explorer.collectors.chrome_trace import import_traces
+
+from .conftest import TRACES
+from .test_invariants import violations
+
+ALLOC = "mi300x_ddp_resnet18_no_alloc_cache"
+GRAPH_FULL = "mi300x_vllm_hipgraph_full_decode"
+GRAPH_PIECEWISE = "mi300x_vllm_hipgraph_piecewise"
+SGLANG = "mi300x_sglang_qwen3_decode"
+A100 = "a100_train_blocking_dtoh"
+H100 = "h100_timesformer_inference"
+TORCH18 = "cuda_resnet50_torch18"
+SLOW = {A100, H100, TORCH18}  # 5-10 s each to import and analyse
+VENDORED = [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in (ALLOC, GRAPH_FULL, GRAPH_PIECEWISE, SGLANG, A100, H100, TORCH18)]
+
+RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "runtime"}
+OP_CATS = {"cpu_op", "operator"}
+DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
+SHORT_KERNEL_NS = 10_000  # launch-overhead's SHORT_KERNEL_NS (docs/RULES.md)
+TO_HOST = re.compile(r"(?i)(DtoH|D2H|Device ?-> ?(Host|Pageable|Pinned)|DeviceToHost)")
+
+
+# ---- the raw JSON, read without the importer ---------------------------------------------------
+class Raw:
+    def __init__(self, name: str):
+        with gzip.open(TRACES / f"{name}.json.gz", "rt") as f:
+            doc = json.load(f, parse_float=decimal.Decimal)
+        self.base = doc.get("baseTimeNanoseconds") or 0
+        self.events = doc["traceEvents"]
+        self.spans = [e for e in self.events if e.get("ph") == "X"]
+
+    def iv(self, e) -> tuple[int, int]:
+        start = self.base + int((decimal.Decimal(e["ts"]) * 1000).to_integral_value(decimal.ROUND_HALF_EVEN))
+        return start, start + int((decimal.Decimal(e.get("dur", 0)) * 1000).to_integral_value(decimal.ROUND_HALF_EVEN))
+
+    def dur(self, e) -> int:
+        a, b = self.iv(e)
+        return b - a
+
+    def of(self, cats: set[str]) -> list[dict]:
+        return [e for e in self.spans if str(e.get("cat", "")).lower() in cats]
+
+    def span_ns(self) -> int:
+        """First to last span or instant (memory events are instants)."""
+        ivs = [self.iv(e) for e in self.events if e.get("ph") in ("X", "i", "I") and "ts" in e]
+        return max(b for _, b in ivs) - min(a for a, _ in ivs)
+
+    def top_op(self, e) -> dict | None:
+        """The outermost operator on e's thread that holds e."""
+        s, t = self.iv(e)
+        key = (e["pid"], str(e["tid"]))
+        held = [o for o in self._ops().get(key, []) if o[0] <= s and t <= o[1]]
+        return min(held, key=lambda o: (o[0], -o[1]))[2] if held else None
+
+    def _ops(self) -> dict:
+        if not hasattr(self, "_ops_by_thread"):
+            self._ops_by_thread = collections.defaultdict(list)
+            for o in self.of(OP_CATS):
+                self._ops_by_thread[(o["pid"], str(o["tid"]))].append((*self.iv(o), o))
+        return self._ops_by_thread
+
+    def launch_of(self) -> dict:
+        """correlation -> the runtime call."""
+        out = {}
+        for r in self.of(RUNTIME_CATS):
+            out.setdefault(r["args"].get("correlation"), r)
+        return out
+
+
+def union(ivs) -> int:
+    total, cur = 0, None
+    for s, e in sorted(ivs):
+        if cur is None or s > cur[1]:
+            total += cur[1] - cur[0] if cur else 0
+            cur = [s, e]
+        else:
+            cur[1] = max(cur[1], e)
+    return total + (cur[1] - cur[0] if cur else 0)
+
+
+def short_kernel_launches(raw: Raw) -> dict:
+    """launch-overhead's figures by its definition: kernels under 10 µs, the distinct runtime calls
+    that launched them (by correlation) and the union of those calls' intervals."""
+    kernels = raw.of({"kernel"})
+    short = [k for k in kernels if raw.dur(k) < SHORT_KERNEL_NS]
+    launch = raw.launch_of()
+    calls = {id(c): c for c in (launch.get(k["args"].get("correlation")) for k in short) if c is not None and raw.dur(c) > 0}
+    return {"kernels": len(kernels), "short_kernels": len(short), "launches": len(calls),
+            "launch_ns": union(raw.iv(c) for c in calls.values()),
+            "calls": collections.Counter(c["name"] for c in calls.values())}
+
+
+def waiting_calls(raw: Raw) -> list[dict]:
+    """Runtime calls that wait for the device: a *Synchronize call, or a copy call whose own
+    device-to-host copy ended before the call returned."""
+    copies = collections.defaultdict(list)
+    for c in raw.of({"gpu_memcpy", "memcpy"}):
+        copies[c["args"].get("correlation")].append(c)
+    out = []
+    for r in raw.of(RUNTIME_CATS):
+        end = raw.iv(r)[1]
+        if "Synchronize" in r["name"] or "emcpy" in r["name"] and any(
+                TO_HOST.search(c["name"]) and raw.iv(c)[1] <= end for c in copies.get(r["args"].get("correlation"), [])):
+            out.append(r)
+    return out
+
+
+# ---- one import and one report per trace, shared by the module -------------------------------
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    cache: dict[str, tuple] = {}
+
+    def get(name: str):
+        if name not in cache:
+            run_dir = import_traces(TRACES / f"{name}.json.gz", tmp_path_factory.mktemp(name) / "run").run_dir
+            cache[name] = (run_dir, analyze(run_dir, write=False).to_dict(), Raw(name))
+        return cache[name]
+    return get
+
+
+def findings(report: dict, rule: str) -> list[dict]:
+    return [f for f in report["findings"] if f["rule_id"] == rule]
+
+
+# ---- every vendored trace ---------------------------------------------------------------------
+@pytest.mark.parametrize("name", VENDORED)
+def test_no_figure_exceeds_the_analysed_time_and_the_span_is_the_traces(traces, name):
+    _, report, raw = traces(name)
+    (rank,) = report["summary"]["ranks"]
+    assert rank["span_ns"] == raw.span_ns()
+    assert not violations(report)
+
+
+# ---- MI300X, ResNet-18 DDP, caching allocator off ----------------------------------------------
+def test_allocator_off_top_finding_is_allocator_churn_with_the_calls_time(traces):
+    _, report, raw = traces(ALLOC)
+    calls = [r for r in raw.of(RUNTIME_CATS) if r["name"] in ("hipMalloc", "hipFree")]
+    frees = [r for r in calls if r["name"] == "hipFree"]
+    assert (len(frees), len(calls) - len(frees)) == (1360, 1460)
+    assert union(raw.iv(r) for r in frees) == 3_346_152_150  # what a person checks: 3,346 ms of hipFree
+    assert report["summary"]["ranks"][0]["analysed_ns"] == raw.span_ns() == 3_401_010_550
+
+    top = report["findings"][0]
+    assert top["rule_id"] == "allocator-churn" and top["severity"] == "high"
+    assert top["impact_ns"] == union(raw.iv(r) for r in calls)  # 3,358.04 ms: hipFree's 3,346 ms and hipMalloc's 12 ms
+    values = top["evidence"]["values"]
+    assert values["calls_by_name"] == {"hipMalloc": 1460, "hipFree": 1360}
+    assert values["frees_in_ops"] == sum(1 for r in frees if raw.top_op(r) is not None) == 1020
+    # where the frees sit: the backward convolutions first, then conv2d and the batch-norm backward
+    by_top = collections.Counter()
+    for r in calls:
+        if (o := raw.top_op(r)) is not None:
+            by_top[o["name"]] += raw.dur(r)
+    assert [o["top_level"] for o in values["operators"]] == [n for n, _ in by_top.most_common(3)] == [
+        "autograd::engine::evaluate_function: ConvolutionBackward0", "aten::conv2d",
+        "autograd::engine::evaluate_function: NativeBatchNormBackward0"]
+
+
+@pytest.mark.xfail(strict=True, reason="KNOWN: finding contents: allocator-churn names the calls by count (hipMalloc x1460 "
+                                       "first), not by time: hipFree's 3,346 ms of the 3,358 ms is not told apart")
+def test_allocator_off_finding_names_hipfree_as_the_top_cause(traces):
+    _, report, raw = traces(ALLOC)
+    ns = collections.Counter()
+    for r in raw.of(RUNTIME_CATS):
+        if r["name"] in ("hipMalloc", "hipFree"):
+            ns[r["name"]] += raw.dur(r)
+    heaviest = ns.most_common(1)[0][0]
+    assert heaviest == "hipFree"
+    title = findings(report, "allocator-churn")[0]["title"]
+    named = re.findall(r"(hip\w+) x\d+", title)
+    assert named and named[0] == heaviest, title
+
+
+# ---- vLLM replaying hipGraphs --------------------------------------------------------------------
+def test_graph_launch_is_charged_once(traces):
+    _, report, raw = traces(GRAPH_FULL)
+    want = short_kernel_launches(raw)
+    # 280 short kernels of 425, launched by one hipGraphLaunch (0.51 ms) and 3 hipLaunchKernel
+    assert (want["kernels"], want["short_kernels"], want["launches"]) == (425, 280, 4)
+    assert want["calls"] == {"hipGraphLaunch": 1, "hipLaunchKernel": 3}
+    (f,) = findings(report, "launch-overhead")
+    values = f["evidence"]["values"]
+    assert {k: values[k] for k in ("kernels", "short_kernels", "launches", "launch_ns")} == {
+        k: want[k] for k in ("kernels", "short_kernels", "launches", "launch_ns")}
+    assert f["impact_ns"] == want["launch_ns"] == 524_057  # was 280 x 0.51 ms = 140 ms in a 19.11 ms trace
+    assert f["impact_ns"] <= report["summary"]["ranks"][0]["analysed_ns"] == raw.span_ns() == 19_114_059
+    assert "(4 launch calls)" in f["title"]
+
+
+def test_piecewise_graphs_have_too_few_short_kernels_to_report(traces):
+    _, report, raw = traces(GRAPH_PIECEWISE)
+    want = short_kernel_launches(raw)
+    assert (want["kernels"], want["short_kernels"], want["calls"]["hipGraphLaunch"]) == (413, 99, 24)
+    assert want["short_kernels"] < 100  # SHORT_KERNELS_PER_STEP_MIN without steps
+    assert findings(report, "launch-overhead") == []
+
+
+# ---- an inference trace without steps ------------------------------------------------------------
+def test_inference_without_steps_figures_stay_within_the_trace(traces):
+    _, report, raw = traces(SGLANG)
+    (rank,) = report["summary"]["ranks"]
+    assert rank["steps"]["count"] == 0 and rank["analysed_ns"] == raw.span_ns() == 473_830_532
+    want = short_kernel_launches(raw)
+    (lo,) = findings(report, "launch-overhead")
+    assert (lo["evidence"]["values"]["short_kernels"], lo["evidence"]["values"]["launches"]) == (want["short_kernels"], want["launches"]) == (370, 11)
+    assert lo["impact_ns"] == want["launch_ns"] == 1_645_319
+    # device idle: the device's window less its busy time (the union of its kernels, copies and sets)
+    (dev,) = {e["pid"] for e in raw.of(DEVICE_CATS)}
+    ivs = [raw.iv(e) for e in raw.of(DEVICE_CATS) if e["pid"] == dev]
+    idle = max(b for _, b in ivs) - min(a for a, _ in ivs) - union(ivs)
+    (di,) = findings(report, "device-idle")
+    assert di["impact_ns"] == idle == 463_977_017
+    assert di["impact_ns"] <= rank["analysed_ns"] and lo["impact_ns"] <= rank["analysed_ns"]
+
+
+# ---- A100: aten::item on CPU tensors, blocking device-to-host copies -------------------------
+@pytest.mark.slow  # imports a 1-1.4 MB trace (5-10 s)
+def test_item_on_cpu_tensors_is_no_sync(traces):
+    _, report, raw = traces(A100)
+    items = [e for e in raw.of(OP_CATS) if e["name"] == "aten::item"]
+    starts = collections.defaultdict(list)  # per thread: the runtime calls' (start, end), sorted
+    for r in raw.of(RUNTIME_CATS):
+        starts[(r["pid"], str(r["tid"]))].append(raw.iv(r))
+    for v in starts.values():
+        v.sort()
+
+    def has_call_beneath(op) -> bool:
+        s, t = raw.iv(op)
+        calls = starts[(op["pid"], str(op["tid"]))]
+        return any(b <= t for _, b in calls[bisect.bisect_left(calls, (s, s)):bisect.bisect_right(calls, (t, t))])
+
+    assert len(items) == 945 and not any(has_call_beneath(e) for e in items)
+    waits = waiting_calls(raw)
+    tops = {}
+    for r in waits:
+        o = raw.top_op(r)
+        tops[(r["pid"], str(r["tid"]), *(raw.iv(o) if o else raw.iv(r)))] = o["name"] if o else r["name"]
+    assert collections.Counter(tops.values()) == {"aten::to": 75, "cudaDeviceSynchronize": 1}
+    (f,) = findings(report, "host-sync")
+    assert f["evidence"]["values"]["syncs"] == len(tops) == 76  # not 76 + the aten::item
+    assert f["location"]["op"] == "aten::to" and "aten::item" not in f["recommendation"]
+    assert f["impact_ns"] <= report["summary"]["ranks"][0]["analysed_ns"] == 1_074_033_000
+
+
+def _blocking_copies_on_the_path(run_dir, raw: Raw) -> tuple[int, collections.Counter]:
+    """(how many blocking device-to-host copy calls the trace has, ns the critical path charges to
+    them per category); the calls matched to the run's events by their exact start and duration."""
+    calls = {raw.iv(r) for r in waiting_calls(raw) if "emcpy" in r["name"]}
+    by_cat = collections.Counter()
+    with open_run(run_dir) as run:
+        ids = {i for i, ts, dur in run.sql("SELECT event_id, ts_ns, dur_ns FROM events WHERE kind = 'runtime'").fetchall()
+               if (ts, ts + dur) in calls}
+        assert len(ids) == len(calls)
+        (rank,) = [r for (r,) in run.sql("SELECT DISTINCT rank FROM events").fetchall()]
+        for row in cp.rank_path(run, rank):
+            if row["event_id"] in ids:
+                by_cat[row["category"]] += row["charged_ns"]
+    return len(calls), by_cat
+
+
+@pytest.mark.slow  # imports a 1-1.4 MB trace (5-10 s)
+def test_blocking_device_to_host_copies_are_syncs_not_launch_overhead(traces):
+    run_dir, report, raw = traces(A100)
+    n, by_cat = _blocking_copies_on_the_path(run_dir, raw)
+    assert n == 30
+    assert by_cat["host_compute"] > 0 and by_cat["launch_overhead"] == 0, by_cat
+
+
+@pytest.mark.slow  # imports a 1-1.4 MB trace (5-10 s)
+def test_h100_blocking_copy_is_a_sync(traces):
+    run_dir, report, raw = traces(H100)
+    waits = waiting_calls(raw)
+    copy = [r for r in waits if "emcpy" in r["name"]]
+    assert [(r["name"], raw.dur(r)) for r in copy] == [("cudaMemcpyAsync", 125_948_634)]
+    tops = {(r["pid"], str(r["tid"]), *raw.iv(raw.top_op(r) or r)) for r in waits}
+    (f,) = findings(report, "host-sync")
+    assert f["evidence"]["values"]["syncs"] == len(tops) == 4
+    assert f["location"]["op"] == "aten::to"
+    n, by_cat = _blocking_copies_on_the_path(run_dir, raw)
+    assert n == 1 and by_cat["launch_overhead"] == 0, by_cat
+
+
+# ---- torch 1.8 -----------------------------------------------------------------------------------
+@pytest.mark.slow  # imports a 1-1.4 MB trace (5-10 s)
+def test_torch18_steps_backward_and_data_loading(traces):
+    _, report, raw = traces(TORCH18)
+    ops = raw.of(OP_CATS)
+    assert all(isinstance(e["tid"], str) for e in ops) and not any("evaluate_function" in e["name"] for e in raw.spans)
+    steps = [raw.iv(e) for e in raw.spans if str(e.get("name", "")).startswith("ProfilerStep#")]
+    (rank,) = report["summary"]["ranks"]
+    assert rank["steps"]["count"] == len(steps) == 6
+    assert rank["analysed_ns"] == sum(b - a for a, b in steps) == 928_470_000
+    # the backward nodes run on the autograd thread as top-level operators
+    conv_bwd = [e for e in ops if e["name"] == "CudnnConvolutionBackward" and raw.top_op(e) is e]
+    top = {o["name"]: (o["calls"], o["cpu_ns"]) for o in rank["top_level_ops"]}
+    assert top["CudnnConvolutionBackward"] == (len(conv_bwd), sum(raw.dur(e) for e in conv_bwd)) == (318, 90_857_000)
+    # data loading: the enumerate(DataLoader) ranges inside the steps
+    loads = [raw.iv(e) for e in ops if e["name"].startswith("enumerate(DataLoader)")
+             and any(s <= raw.iv(e)[0] and raw.iv(e)[1] <= t for s, t in steps)]
+    (f,) = findings(report, "input-pipeline")
+    assert (f["evidence"]["values"]["fetches"], f["impact_ns"]) == (len(loads), sum(b - a for a, b in loads)) == (6, 279_738_000)
