@@ -33,6 +33,51 @@ def share(x: float | None) -> str:
     return f"{100 * x:.1f}%"
 
 
+def short_kernel_name(name: str | None, width: int = 60) -> str | None:
+    """A device kernel's name for people: no return type (`void `), no parameter list, template
+    arguments below the first level as `<…>`, at most `width` characters (`…` when cut):
+    `void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, …>(int, …)` →
+    `at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<…>, …>`; names that are no
+    signature (`Memcpy DtoD (Device -> Device)`) stay whole."""
+    if not name:
+        return name
+    s = name.strip()
+    if s.startswith("void "):
+        s = s[5:]
+    depth, cut = 0, len(s)
+    for i, ch in enumerate(s):  # the parameter list: the first '(' outside template arguments
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(depth - 1, 0)
+        elif ch == "(" and depth == 0 and i > 0 and s[i - 1] != " ":
+            cut = i
+            break
+    if cut < len(s):  # a C++ signature: drop a return type left before the name (`std::enable_if<…>::type f<…>`)
+        depth, last_space = 0, -1
+        for i, ch in enumerate(s[:cut]):
+            depth += (ch == "<") - (ch == ">")
+            if ch == " " and depth == 0:
+                last_space = i
+        s, cut = s[last_space + 1:], cut - last_space - 1
+    s, out, depth = s[:cut], [], 0
+    for ch in s:
+        if ch == "<":
+            depth += 1
+            if depth == 2:
+                out.append("<…")
+                continue
+        elif ch == ">":
+            depth = max(depth - 1, 0)
+            if depth >= 1 and out and out[-1] == "<…":
+                out.append(">")
+                continue
+        if depth < 2:
+            out.append(ch)
+    s = "".join(out).strip() or name
+    return s if len(s) <= width else s[:width - 1] + "…"
+
+
 def id_ranges(ids) -> str:
     """[0, 1, 2, 5] -> '0-2, 5'."""
     out: list[str] = []

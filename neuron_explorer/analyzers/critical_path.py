@@ -29,7 +29,9 @@ starts on the device when device work other than a collective is still running a
   work. With no predecessor the path returns to the host at the event's start.
 
 The walk is deterministic and every move goes strictly back in time, so the charged times of a
-step add up to its duration exactly.
+step add up to its duration exactly. Afterwards, the part of an idle gap during which a collective
+kernel ran on the device (any stream) is charged to that collective as communication
+(analyzers/device_time.py: the same nanosecond is never idle and communication).
 
 Must not: decide what is a problem (rules do), render anything or write files.
 """
@@ -37,7 +39,7 @@ Must not: decide what is a problem (rules do), render anything or write files.
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 
 import numpy as np
 
@@ -78,6 +80,7 @@ PATH_COLUMNS = ("rank", "step", "seq", "ts_ns", "charged_ns", "event_id", "categ
 _DEVICE_COMPUTE, _COMMUNICATION, _MEMCPY, _HOST_COMPUTE, _LAUNCH_OVERHEAD, _INPUT_PIPELINE, _IDLE = range(len(CATEGORIES))
 _OWN_TIME = "the call's own time after the device work it waited for"
 _UNTRACED = "host time outside every traced call"
+_COMM_WHILE_WAITING = "a collective ran on another stream while the path's device work waited"
 
 
 def category_of(index: RankIndex, e: int) -> str:
@@ -305,6 +308,69 @@ def _step_rows(w: _Walker, runs: list, final: list):
     return ts[at], np.add.reduceat(ns, at), ev[at], cat[at], cause[at]
 
 
+def _collective_cover(index: RankIndex) -> dict[int, tuple[list, list, list]]:
+    """Per device: its collective kernels sorted by start, as (starts, the furthest end among the
+    kernels started so far, the row that reaches it); empty without collectives."""
+    if not index.n:
+        return {}
+    flags, kind = np.asarray(index.flags), np.asarray(index.kind)
+    rows = np.flatnonzero((kind == KERNEL) & ((flags & F_COMM) != 0))
+    if not len(rows):
+        return {}
+    ts, end, device = np.asarray(index.ts)[rows], np.asarray(index.end)[rows], np.asarray(index.device)[rows]
+    out: dict[int, tuple[list, list, list]] = {}
+    for k in np.lexsort((end, ts, device)).tolist():
+        starts, far, who = out.setdefault(int(device[k]), ([], [], []))
+        starts.append(int(ts[k]))
+        if not far or int(end[k]) > far[-1]:
+            far.append(int(end[k]))
+            who.append(int(rows[k]))
+        else:
+            far.append(far[-1])
+            who.append(who[-1])
+    return out
+
+
+def _communication_not_idle(index: RankIndex, cover: dict, code: int, ts, ns, ev, cat, cause):
+    """A step's rows with each idle row's time during which a collective kernel ran on its device
+    (any stream) charged to that collective as communication (docs/METRICS.md "Device time": the
+    same nanosecond is never idle and communication); the rest of the row stays idle."""
+    idle = np.flatnonzero(cat == _IDLE)
+    if not len(idle):
+        return ts, ns, ev, cat, cause
+    out: list[tuple] = []
+    touched = np.zeros(len(ts), dtype=bool)
+    for r in idle.tolist():
+        c = cover.get(index.device[int(ev[r])])
+        if c is None:
+            continue
+        starts, far, who = c
+        lo, hi = int(ts[r]), int(ts[r]) + int(ns[r])
+        i = bisect_right(starts, lo) - 1
+        if (i < 0 or far[i] <= lo) and (i + 1 >= len(starts) or starts[i + 1] >= hi):
+            continue  # no collective ran in it
+        touched[r] = True
+        t = lo
+        while t < hi:
+            i = bisect_right(starts, t) - 1
+            if i >= 0 and far[i] > t:
+                e = min(hi, far[i])
+                out.append((t, e - t, who[i], _COMMUNICATION, code))
+            else:
+                e = min(hi, starts[i + 1]) if i + 1 < len(starts) else hi
+                out.append((t, e - t, int(ev[r]), _IDLE, int(cause[r])))
+            t = e
+    if not out:
+        return ts, ns, ev, cat, cause
+    keep = ~touched
+    add = np.array(out, dtype=np.int64)
+    ts2 = np.concatenate([ts[keep], add[:, 0]])
+    order = np.argsort(ts2, kind="stable")
+    return (ts2[order], np.concatenate([ns[keep], add[:, 1]])[order], np.concatenate([ev[keep], add[:, 2]])[order],
+            np.concatenate([cat[keep], add[:, 3].astype(cat.dtype)])[order],
+            np.concatenate([cause[keep], add[:, 4].astype(cause.dtype)])[order])
+
+
 _CACHE: dict[tuple, Path] = {}
 
 
@@ -322,8 +388,12 @@ def path_of(run: Run, rank: int) -> Path:
         index = RankIndex(run, rank)
         w = _Walker(index)
         parts = []
+        cover = _collective_cover(index)
+        comm_cause = w.causes.setdefault(_COMM_WHILE_WAITING, len(w.causes)) if cover else 0
         for step, ts, dur, _eid, pid, tid in steps:
             ts_, ns, ev, cat, cause = _step_rows(w, *w.walk(int(ts), int(ts) + int(dur), index.track_of.get((pid, tid))))
+            if cover:
+                ts_, ns, ev, cat, cause = _communication_not_idle(index, cover, comm_cause, ts_, ns, ev, cat, cause)
             has = ev >= 0  # rows -> event ids and statements, step by step (the index goes before the columns are joined)
             ev_id = np.where(has, index.ids[np.where(has, ev, 0)], -1) if index.n else np.full(len(ev), -1, dtype=np.int64)
             frame = np.where(has, index.frame[np.where(has, ev, 0)], NONE) if index.n else np.full(len(ev), NONE, dtype=np.int64)

@@ -13,8 +13,8 @@ render or decide what is a problem (that is what rules do).
 
 from __future__ import annotations
 
-import bisect
 import math
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from ..store import Run
@@ -62,6 +62,25 @@ ov AS (SELECT coalesce(sum(least(c.end_ns, k.end_ns) - greatest(c.start_ns, k.st
        FROM c JOIN k ON c.start_ns < k.end_ns AND k.start_ns < c.end_ns)
 SELECT (SELECT coalesce(sum(end_ns - start_ns), 0) FROM c)::BIGINT AS comm_ns, (SELECT overlap_ns FROM ov)::BIGINT AS comm_overlap_ns,
        ((SELECT coalesce(sum(end_ns - start_ns), 0) FROM c) - (SELECT overlap_ns FROM ov))::BIGINT AS comm_exposed_ns"""
+
+
+class Coverage:
+    """Sorted, disjoint intervals (a union) and the length they cover in any range, in O(log n)."""
+
+    def __init__(self, intervals: list[tuple[int, int]]):
+        self.intervals = intervals
+        self.starts = [s for s, _ in intervals]
+        self.done = [0]  # done[i]: covered length of the first i intervals
+        for s, e in intervals:
+            self.done.append(self.done[-1] + (e - s))
+
+    def before(self, t: int) -> int:
+        """Covered length before instant t."""
+        i = bisect_right(self.starts, t)
+        return self.done[i] - (max(self.intervals[i - 1][1] - t, 0) if i else 0)
+
+    def within(self, lo: int, hi: int) -> int:
+        return self.before(hi) - self.before(lo) if hi > lo else 0
 
 
 def intervals(run: Run, where: str) -> list[tuple[int, int]]:
@@ -243,19 +262,10 @@ def step_device_busy(run: Run, rank: int, without_name: str | None = None) -> li
     steps = run.sql("SELECT step, ts_ns, dur_ns FROM steps WHERE rank = ? ORDER BY step", [rank]).fetchall()
     out = []
     for device in devices(run, rank):
-        iv = intervals(run, device_where(rank, device, extra=f"name IS DISTINCT FROM {sql_literal(without_name)}"
-                                         if without_name is not None else ""))
-        starts = [s for s, _ in iv]
-        done = [0]  # done[i]: busy length of the first i intervals
-        for s, e in iv:
-            done.append(done[-1] + (e - s))
-
-        def covered(t: int, starts=starts, done=done, iv=iv) -> int:  # busy length before instant t
-            i = bisect.bisect_right(starts, t)
-            return done[i] - (max(iv[i - 1][1] - t, 0) if i else 0)
-
+        cov = Coverage(intervals(run, device_where(rank, device, extra=f"name IS DISTINCT FROM {sql_literal(without_name)}"
+                                                  if without_name is not None else "")))
         for step, ts, dur in steps:
-            busy = covered(int(ts) + int(dur)) - covered(int(ts))
+            busy = cov.within(int(ts), int(ts) + int(dur))
             out.append({"step": int(step), "device": device, "dur_ns": int(dur), "busy_ns": int(busy),
                         "busy_share": (busy / dur) if dur else None})
     return out
@@ -274,3 +284,13 @@ def top_level_ops(run: Run, rank: int, limit: int = 10) -> list[dict]:
         f"WHERE rank = ? AND {top_op()} GROUP BY name ORDER BY cpu_ns DESC, name LIMIT ?",
         [rank, limit]).fetchall()
     return [{"name": n, "calls": c, "cpu_ns": t} for n, c, t in rows]
+
+
+def peak_memory(run: Run, rank: int) -> list[dict]:
+    """Per device the rank's allocator recorded (not the CPU: `device_type` 0): `peak_allocated_bytes`
+    = the largest `total_allocated`, `peak_reserved_bytes` = the largest `total_reserved` (null when
+    the trace does not record it) and `events`. Empty without allocator events (profile_memory=True)."""
+    rows = run.sql("SELECT device_type, device, max(total_allocated)::BIGINT, max(total_reserved)::BIGINT, count(*) FROM memory "
+                   "WHERE rank = ? AND device_type <> 0 GROUP BY ALL ORDER BY 1, 2", [rank]).fetchall()
+    return [{"device_type": int(t), "device": None if d is None else int(d), "peak_allocated_bytes": a, "peak_reserved_bytes": r,
+             "events": int(n)} for t, d, a, r, n in rows]

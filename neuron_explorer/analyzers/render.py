@@ -48,12 +48,73 @@ def _ranks_overview(ranks: list[dict], shown: int = 3) -> list[str]:
             for r in ranks if r["devices"]]
     if busy:
         out.append("  device busy share per rank: " + _spread_of(busy, share))
-    comm = [(sum(d["comm_exposed_ns"] for d in r["devices"]) if r["devices"] else r.get("comm_cpu_ns", 0), r["rank"]) for r in ranks]
+    comm = [(_exposed_ns(r) if r["devices"] else r.get("comm_cpu_ns", 0), r["rank"]) for r in ranks]
     if any(c for c, _ in comm):
         out.append("  exposed communication per rank: " + _spread_of(comm, duration))
     if len(busy) < len(ranks):
         out.append(f"  {len(ranks) - len(busy)} ranks CPU only")
     return out
+
+
+def _exposed_ns(r: dict) -> int:
+    """Exposed communication of a rank: device_time's communication (in its analysed window) when
+    the summary has it, else the devices' whole-window comm_exposed_ns."""
+    if r.get("device_time") is not None:
+        return sum(d["communication_ns"] for d in r["device_time"])
+    return sum(d["comm_exposed_ns"] for d in r["devices"])
+
+
+def _device_time_lines(r: dict, kernels_shown: int = 5) -> list[str]:
+    """Per device: the exclusive device time over the analysed window, exposed communication by
+    collective and per step, and the top kernels (docs/METRICS.md "Device time")."""
+    out = []
+    for d in r.get("device_time") or []:
+        win = d["window_ns"]
+        if not win:
+            continue
+        parts = ", ".join(f"{label} {duration(d[key])} ({share(d[key] / win)})" for label, key in (
+            ("compute", "compute_ns"), ("communication", "communication_ns"), ("memory copies/sets", "memory_ns"), ("idle", "idle_ns")))
+        out.append(f"  device {d['device']} time in the analysed window ({duration(win)}): {parts}")
+        named = d.get("exposed_communication") or []
+        if named:
+            out.append("    exposed communication: " + "; ".join(
+                f"{x['collective']} from {x['source'] or x['op'] or 'a caller not recorded'} {duration(x['ns'])} ({x['kernels']} kernels)"
+                for x in named[:3]))
+            steps = [st for st in d.get("steps", []) if st["communication_ns"]]
+            if steps:
+                out.append("    exposed communication per step: " + ", ".join(
+                    f"{st['step']} {duration(st['communication_ns'])}" for st in steps[:8]) + (" …" if len(steps) > 8 else ""))
+        if d.get("top_kernels"):
+            out.append("    top kernels (time in the window, share of the device's kernel time, count):")
+            out += [f"      {k['kernel']}  {duration(k['dur_ns'])}  {share(k['share'])}  ×{k['count']:,}" for k in d["top_kernels"][:kernels_shown]]
+    return out
+
+
+def _gib(b: int | None) -> str:
+    return "-" if b is None else f"{b / 2**30:.2f} GiB" if b >= 2**28 else f"{b / 2**20:.1f} MiB"
+
+
+def _memory_line(r: dict) -> str | None:
+    """Peak device memory per device (allocator events; docs/METRICS.md `peak_memory`)."""
+    peaks = r.get("peak_memory") or []
+    if not peaks:
+        return None
+    return "  peak device memory: " + ", ".join(
+        f"device {p['device']} {_gib(p['peak_allocated_bytes'])} allocated"
+        + (f", {_gib(p['peak_reserved_bytes'])} reserved" if p.get("peak_reserved_bytes") else "") for p in peaks)
+
+
+def _achieved_line(r: dict) -> str | None:
+    """Achieved TFLOP/s over the analysed window and while compute kernels ran, and MFU (`achieved`)."""
+    a = r.get("achieved") or {}
+    if not a.get("flops") or a.get("tflops_per_s") is None:
+        return None
+    line = f"  achieved: {a['tflops_per_s']:,.2f} TFLOP/s over the analysed window"
+    if a.get("mfu") is not None:
+        line += f" (MFU {share(a['mfu'])})"
+    if a.get("tflops_per_compute_s") is not None:
+        line += f", {a['tflops_per_compute_s']:,.2f} TFLOP/s while compute kernels ran ({duration(a['compute_ns'])})"
+    return line
 
 
 def _collective_wait_lines(cross: dict | None) -> list[str]:
@@ -84,8 +145,11 @@ def _summary_lines(report: Report) -> list[str]:
         for d in r["devices"]:
             win = d["window_ns"] or 0
             out.append(f"  device {d['device']}: busy {duration(d['busy_ns'])} of {duration(win)} ({share(d['busy_ns'] / win if win else 0)}), "
-                       f"kernels {duration(d['kernel_ns'])}, memcpy {duration(d['memcpy_ns'])}, comm {duration(d['comm_ns'])} "
-                       f"(exposed {duration(d['comm_exposed_ns'])})")
+                       f"kernels {duration(d['kernel_ns'])}, memcpy {duration(d['memcpy_ns'])}, comm {duration(d['comm_ns'])}")
+        out += _device_time_lines(r)
+        for line in (_memory_line(r), _achieved_line(r)):
+            if line:
+                out.append(line)
         if not r["devices"]:
             top = r["top_level_ops"][:3]
             out.append("  CPU only; top operators: " + ", ".join(f"{o['name']} {duration(o['cpu_ns'])}" for o in top))

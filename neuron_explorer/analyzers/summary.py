@@ -3,7 +3,8 @@ many at once.
 
 The summary puts together the figures of the modules below it: span, steps, devices,
 communication and top-level operators (metrics.py), time per source line (lines.py), what bounds
-each step (critical_path.py) and utilisation (utilisation.py). Each number is defined in
+each step (critical_path.py), utilisation (utilisation.py) and the exclusive device time
+(device_time.py). Each number is defined in
 docs/METRICS.md. The engine, and through it the rules, read it.
 
 Must not: compute a figure itself (the modules below do; `rank_summaries` only groups their
@@ -15,12 +16,15 @@ from __future__ import annotations
 from ..store import Run
 from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_SQL, comm_op, sql_literal, top_op
 from .critical_path import bound as _step_bound
+from .device_time import achieved as _achieved
+from .device_time import breakdown as _device_time
 from .lines import self_and_total
 from .metrics import (
     cpu_comm,
     device_summary,
     devices,
     open_ended_steps,
+    peak_memory,
     ranks,
     select_steady_steps,
     span,
@@ -53,7 +57,7 @@ def rank_summary(run: Run, rank: int) -> dict:
     """Every summary number of one rank (the `summary` of report.json)."""
     sp = span(run, rank)
     steps = step_stats(run, rank)
-    return {
+    out = {
         "rank": rank,
         **sp,
         "steps": steps,
@@ -64,7 +68,11 @@ def rank_summary(run: Run, rank: int) -> dict:
         "source_lines": source_lines(run, rank),
         "bound": _bound(run, rank),
         "utilisation": _utilisation(run, rank),
+        "device_time": _device_time(run, rank),
+        "peak_memory": peak_memory(run, rank),
     }
+    out["achieved"] = _achieved(out["utilisation"], out["device_time"], out["analysed_ns"])
+    return out
 
 
 def _utilisation(run: Run, rank: int) -> dict:
@@ -159,4 +167,7 @@ def complete_summary(run: Run, summary: dict) -> dict:
     summary["source_lines"] = source_lines(run, rank)
     summary["bound"] = _bound(run, rank)
     summary["utilisation"] = _utilisation(run, rank)
+    summary["device_time"] = _device_time(run, rank)
+    summary["peak_memory"] = peak_memory(run, rank)
+    summary["achieved"] = _achieved(summary["utilisation"], summary["device_time"], summary["analysed_ns"])
     return summary

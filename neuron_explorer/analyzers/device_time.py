@@ -1,0 +1,258 @@
+"""Device time, exclusive: each nanosecond of a device's analysed window charged to one class.
+
+The one definition (docs/METRICS.md "Device time") behind the report's per-device breakdown, the
+exposed communication of the `comm-exposed` rule, and the critical path's rule that time where a
+collective runs is communication, not idle. Per device of a rank, over the analysed window (each
+profiler step's range `[ts_ns, ts_ns + dur_ns)`, step by step; the rank's span without steps), by
+precedence when streams overlap:
+
+- `compute`: a kernel other than a collective runs (on any stream);
+- `communication`: a collective kernel runs and no compute does (exposed communication);
+- `memory`: a memcpy or memset runs and no kernel does;
+- `idle`: no device work runs on any stream.
+
+With A the union of compute kernels, B the union of all kernels and C the union of all device work
+(kernel, memcpy, memset), each within the window W: compute = |A∩W|, communication = |B∩W| − |A∩W|,
+memory = |C∩W| − |B∩W|, idle = |W| − |C∩W|. The four are never negative (A ⊆ B ⊆ C) and add up to
+the window exactly.
+
+Exposed communication is named: the pieces of B − A in the window are charged to the collective
+kernel that covers them (the one reaching furthest), grouped by the collective (the kernel's short
+name), the top-level operator that launched it and its statement (`source_frame_id`).
+
+Must not: decide what is a problem (rules/comm_exposed.py does) or render anything.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from ..fmt import short_kernel_name
+from ..store import Run
+from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_SQL, sql_literal
+from .metrics import Coverage, span, union_sql
+
+CLASSES = ("compute", "communication", "memory", "idle")
+"""The classes of device time, in precedence order (idle last: no work)."""
+
+_COMM = f"regexp_matches(name, {sql_literal(COMM_KERNEL_PATTERN)})"
+UNION_WHERES = {
+    "compute": f"kind = 'kernel' AND NOT coalesce({_COMM}, false)",
+    "kernels": "kind = 'kernel'",
+    "busy": f"kind IN {DEVICE_WORK_SQL}",
+}
+"""The three unions (A, B, C of the module docstring), as `events` predicates."""
+
+EXPOSED_SHOWN = 5
+"""Exposed communication: the heaviest collectives kept per device."""
+
+
+def windows(run: Run, rank: int) -> list[tuple[int | None, int, int]]:
+    """The analysed window of a rank as (step, start, end): each profiler step's range; the span
+    (step None) when the rank has no steps. Their lengths add up to `analysed_ns` of the summary."""
+    steps = run.sql("SELECT step, ts_ns, dur_ns FROM steps WHERE rank = ? ORDER BY step", [rank]).fetchall()
+    if steps:
+        return [(int(s), int(ts), int(ts) + int(dur)) for s, ts, dur in steps]
+    sp = span(run, rank)
+    return [(None, int(sp["start_ns"]), int(sp["end_ns"]))] if sp["start_ns"] is not None else []
+
+
+def unions(run: Run, rank: int) -> dict[int, dict[str, list[tuple[int, int]]]]:
+    """Per device of the rank: the unions `compute`, `kernels` and `busy` (UNION_WHERES), sorted."""
+    out: dict[int, dict[str, list]] = {}
+    for key, where in UNION_WHERES.items():
+        sql = union_sql(f"rank = {int(rank)} AND device IS NOT NULL AND {where}", ("device",))
+        for d, s, e in run.sql(sql + " ORDER BY device, start_ns").fetchall():
+            out.setdefault(int(d), {k: [] for k in UNION_WHERES})[key].append((int(s), int(e)))
+    return out
+
+
+def split(cov: dict[str, Coverage], lo: int, hi: int) -> dict[str, int]:
+    """The exclusive classes of [lo, hi) (module docstring), adding up to hi - lo."""
+    a, b, c = (cov[k].within(lo, hi) for k in UNION_WHERES)
+    return {"compute_ns": a, "communication_ns": b - a, "memory_ns": c - b, "idle_ns": (hi - lo) - c}
+
+
+def _difference(b: list[tuple[int, int]], a: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """b minus a, both sorted disjoint interval lists."""
+    out, j = [], 0
+    for s, e in b:
+        t = s
+        while j < len(a) and a[j][1] <= t:
+            j += 1
+        k = j
+        while k < len(a) and a[k][0] < e:
+            if a[k][0] > t:
+                out.append((t, a[k][0]))
+            t = max(t, a[k][1])
+            k += 1
+        if t < e:
+            out.append((t, e))
+    return out
+
+
+def _collectives(run: Run, rank: int) -> dict[int, tuple[list, list, list, list, list]]:
+    """Per device: collective kernels sorted by start, as (starts, prefix-furthest ends, the row that
+    reaches it, rows (name, op, frame id), event ids)."""
+    rows = run.sql(f"""SELECT k.device, k.ts_ns, k.ts_ns + k.dur_ns, k.name, o.name, k.source_frame_id, k.event_id FROM events k
+        LEFT JOIN events o ON o.event_id = k.top_op_id
+        WHERE k.rank = ? AND k.device IS NOT NULL AND k.dur_ns > 0 AND k.kind = 'kernel'
+        AND regexp_matches(k.name, {sql_literal(COMM_KERNEL_PATTERN)})
+        ORDER BY k.device, k.ts_ns, k.event_id""", [rank]).fetchall()
+    out: dict[int, tuple[list, list, list, list, list]] = {}
+    for d, s, e, name, op, frame, event_id in rows:
+        starts, far, who, info, ids = out.setdefault(int(d), ([], [], [], [], []))
+        ids.append(int(event_id))
+        i = len(starts)
+        starts.append(int(s))
+        if not far or int(e) > far[-1]:
+            far.append(int(e))
+            who.append(i)
+        else:
+            far.append(far[-1])
+            who.append(who[-1])
+        info.append((short_kernel_name(name), op, frame))
+    return out
+
+
+def _name_pieces(pieces: list[tuple[int | None, int, int]], kernels: tuple[list, list, list, list, list]) -> dict[tuple, dict]:
+    """Exposed pieces (step, start, end) charged to the collective kernel covering them, grouped by
+    (collective, op, frame): ns in all and per step, and how many kernels."""
+    starts, far, who, info, _ = kernels
+    groups: dict[tuple, dict] = {}
+    for step, lo, hi in pieces:
+        t = lo
+        while t < hi:
+            i = bisect_right(starts, t) - 1
+            if i < 0 or far[i] <= t:  # not covered by a collective (cannot happen for B - A): leave it unnamed
+                break
+            end = min(hi, far[i])
+            g = groups.setdefault(info[who[i]], {"ns": 0, "step_ns": {}, "kernels": set()})
+            g["ns"] += end - t
+            if step is not None:
+                g["step_ns"][step] = g["step_ns"].get(step, 0) + (end - t)
+            g["kernels"].add(who[i])
+            t = end
+    return groups
+
+
+def breakdown(run: Run, rank: int) -> list[dict]:
+    """Per device of the rank: the exclusive device time over the analysed window (`window_ns`,
+    `compute_ns`, `communication_ns`, `memory_ns`, `idle_ns`, adding up to `window_ns`), the same
+    per step (`steps[]`), and the exposed communication by collective (`exposed_communication[]`:
+    `collective`, `op`, `source_frame_id`, `source`, `ns`, `steps` [{step, ns}], `kernels`, `sample_id`; heaviest first)
+    and its kernels with the most time (`top_kernels[]`, see `top_kernels`)."""
+    wins = windows(run, rank)
+    per_device = unions(run, rank)
+    colls = _collectives(run, rank) if per_device else {}
+    kernels = top_kernels(run, rank, wins=wins) if per_device else {}
+    out = []
+    for d in sorted(per_device):
+        u = per_device[d]
+        cov = {k: Coverage(u[k]) for k in UNION_WHERES}
+        total = {k: 0 for k in ("window_ns", "compute_ns", "communication_ns", "memory_ns", "idle_ns")}
+        steps = []
+        for step, lo, hi in wins:
+            parts = split(cov, lo, hi)
+            for k, v in parts.items():
+                total[k] += v
+            total["window_ns"] += hi - lo
+            if step is not None:
+                steps.append({"step": step, "dur_ns": hi - lo, **parts})
+        exposed = []
+        if total["communication_ns"] and d in colls:
+            diff = Coverage(_difference(u["kernels"], u["compute"]))
+            pieces = []
+            for step, lo, hi in wins:
+                i = max(bisect_right(diff.starts, lo) - 1, 0)
+                while i < len(diff.intervals) and diff.intervals[i][0] < hi:
+                    s, e = diff.intervals[i]
+                    if e > lo:
+                        pieces.append((step, max(s, lo), min(e, hi)))
+                    i += 1
+            groups = _name_pieces(pieces, colls[d])
+            frames = _sources(run, {f for (_, _, f) in groups if f is not None})
+            ids = colls[d][4]
+            exposed = [{"collective": name, "op": op, "source_frame_id": frame, "source": frames.get(frame), "ns": g["ns"],
+                        "steps": [{"step": st, "ns": ns} for st, ns in sorted(g["step_ns"].items())], "kernels": len(g["kernels"]),
+                        "sample_id": min(ids[k] for k in g["kernels"])}
+                       for (name, op, frame), g in groups.items()]
+            exposed.sort(key=lambda x: (-x["ns"], x["collective"] or "", x["op"] or ""))
+        out.append({"device": d, **total, "steps": steps, "exposed_communication": exposed[:EXPOSED_SHOWN],
+                    "top_kernels": kernels.get(d, [])})
+    return out
+
+
+TOP_KERNELS = 10
+"""Top kernels kept per device."""
+
+
+def top_kernels(run: Run, rank: int, limit: int = TOP_KERNELS, wins: list | None = None) -> dict[int, list[dict]]:
+    """Per device: the kernel names with the most device time in the analysed window (`windows`;
+    each kernel's part inside it): per full `name`, `kernel` (its short name, fmt.short_kernel_name),
+    `dur_ns`, `count` (kernels that ran in the window), and `share` = dur_ns / the summed kernel time of the device in the
+    window (concurrent kernels each count, so the shares of all names add up to 1)."""
+    wins = windows(run, rank) if wins is None else wins
+    if not wins:
+        return {}
+    values = ", ".join(f"({lo}, {hi})" for _, lo, hi in wins)
+    rows = run.sql(f"""WITH w(lo, hi) AS (VALUES {values})
+        SELECT k.device, k.name, sum(least(k.ts_ns + k.dur_ns, w.hi) - greatest(k.ts_ns, w.lo))::BIGINT, count(DISTINCT k.event_id)
+        FROM events k JOIN w ON k.ts_ns < w.hi AND k.ts_ns + k.dur_ns > w.lo
+        WHERE k.rank = ? AND k.kind = 'kernel' AND k.device IS NOT NULL AND k.dur_ns > 0 GROUP BY ALL""", [rank]).fetchall()
+    per: dict[int, list[dict]] = {}
+    total: dict[int, int] = {}
+    for d, name, ns, n in rows:
+        per.setdefault(int(d), []).append({"kernel": short_kernel_name(name) or "(unnamed)", "name": name, "dur_ns": int(ns or 0),
+                                           "count": int(n)})
+        total[int(d)] = total.get(int(d), 0) + int(ns or 0)
+    out = {}
+    for d, ks in per.items():
+        top = sorted(ks, key=lambda k: (-k["dur_ns"], k["name"] or ""))[:limit]
+        out[d] = [{**k, "share": (k["dur_ns"] / total[d]) if total[d] else 0.0} for k in top]
+    return out
+
+
+def achieved(utilisation: dict | None, devices: list[dict], analysed_ns: int) -> dict:
+    """Achieved FLOP rate of a rank over its analysed window (docs/METRICS.md "Device time"):
+    `flops` = counted FLOPs of the operators in its profiler steps (all counted FLOPs without
+    steps; utilisation.py); `tflops_per_s` = flops / `analysed_ns`; `mfu` = that / the device's
+    peak for the main dtype (null without a peak); `compute_ns` = compute time of the breakdown
+    summed over the rank's devices, and `tflops_per_compute_s` = flops / compute_ns (the rate while
+    compute kernels run)."""
+    u = utilisation or {}
+    steps = u.get("steps") or []
+    flops = float(sum(st["flops"] for st in steps)) if steps else float(u.get("flops") or 0.0)
+    compute = sum(d["compute_ns"] for d in devices)
+    peak = ((u.get("peak") or {}).get("tflops") or {}).get(u.get("dtype") or "")
+    rate = flops / (analysed_ns / 1e9) / 1e12 if analysed_ns and flops else None
+    return {"flops": flops, "analysed_ns": analysed_ns, "tflops_per_s": rate,
+            "mfu": (rate / peak) if rate is not None and peak else None, "compute_ns": compute,
+            "tflops_per_compute_s": flops / (compute / 1e9) / 1e12 if compute and flops else None}
+
+
+def _sources(run: Run, frame_ids: set) -> dict[int, str]:
+    if not frame_ids:
+        return {}
+    return {int(f): f"{file}:{line}" for f, file, line in run.sql(
+        "SELECT frame_id, file, line FROM frames WHERE frame_id IN (SELECT unnest(?::BIGINT[]))", [sorted(frame_ids)]).fetchall()}
+
+
+def exposed_sql(rank: int, device: int) -> str:
+    """Evidence SQL: one row, `communication_ns` (collective kernels running with no compute kernel,
+    within the rank's profiler steps, or its span without steps), `collective_ns` (the collective
+    union within the same window) and `window_ns`: `breakdown`'s communication_ns, in plain DuckDB
+    on the `events` view alone (the steps are the `steps` view's definition, inlined)."""
+    base = f"rank = {int(rank)} AND device = {int(device)}"
+    a = union_sql(f"{base} AND {UNION_WHERES['compute']}")
+    b = union_sql(f"{base} AND {UNION_WHERES['kernels']}")
+    c = union_sql(f"{base} AND kind = 'kernel' AND {_COMM}")
+    steps = f"SELECT min(ts_ns) AS lo, max(ts_ns + dur_ns) AS hi FROM events WHERE rank = {int(rank)} AND kind = 'step' GROUP BY step"
+    win = (f"{steps} UNION ALL SELECT min(ts_ns), max(ts_ns + dur_ns) FROM events WHERE rank = {int(rank)} AND kind <> 'other' "
+           f"AND NOT EXISTS (SELECT 1 FROM events WHERE rank = {int(rank)} AND kind = 'step')")
+
+    def covered(u: str) -> str:
+        return (f"(SELECT coalesce(sum(greatest(least(u.end_ns, w.hi) - greatest(u.start_ns, w.lo), 0)), 0) FROM ({u}) u "
+                "JOIN w ON u.start_ns < w.hi AND u.end_ns > w.lo)")
+    return (f"WITH w AS ({win})\nSELECT ({covered(b)} - {covered(a)})::BIGINT AS communication_ns, {covered(c)}::BIGINT AS collective_ns, "
+            "(SELECT sum(hi - lo) FROM w)::BIGINT AS window_ns")

@@ -1,0 +1,180 @@
+"""Device time that adds up (issue #33, items 1, 5 and 8): the exclusive breakdown of a device's
+analysed window (analyzers/device_time.py), communication that the critical path no longer calls
+idle, and the GPU part of the text report; on a hand-built two-stream trace whose answer is worked
+out by hand below, and on the shared NCCL traces.
+
+Times in the timelines are microseconds.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from neuron_explorer.analyzers import analyze, render
+from neuron_explorer.analyzers import critical_path as cp
+from neuron_explorer.analyzers import device_time as dt
+from neuron_explorer.collectors.chrome_trace import import_traces
+from neuron_explorer.fmt import short_kernel_name
+from neuron_explorer.store import open_run
+
+from .conftest import TRACES, X, write_trace
+from .test_invariants import violations
+
+US = 1000
+NCCL = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+def _dev(name, cat, ts, dur, stream, corr=None):
+    return X(name, cat, ts, dur, pid=0, tid=stream, stream=stream, device=0, **({"correlation": corr} if corr else {}))
+
+
+def _rt(name, ts, dur, corr, ext):
+    return X(name, "cuda_runtime", ts, dur, correlation=corr, **{"External id": ext})
+
+
+def _mem(ts, nbytes, total):
+    return {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts, "s": "t",
+            "args": {"Device Type": 1, "Device Id": 0, "Addr": 4096 + ts, "Bytes": nbytes, "Total Allocated": total,
+                     "Total Reserved": 2 * total}}
+
+
+TWO_STREAMS = [
+    # ProfilerStep#1 [0 ................................................................ 1000)
+    # host  aten::mm [0-10) launch [2-6) -> K1          aten::add [20-30) launch [22-26) -> K2
+    #       c10d::allreduce_ [30-40): launches [32-35) -> N1, [36-39) -> N2
+    #       cudaDeviceSynchronize [40-990)
+    # stream 7  (compute)         K1 [100-300)                  K2 [500-600)
+    # stream 20 (NCCL)                      N1 [250-450)                              N2 [950-1050)
+    # stream 21 (copy)                           memcpy [420-520)
+    # stream 7, after the step                                                               K3 [1100-1200)
+    X("ProfilerStep#1", "user_annotation", 0, 1000),
+    X("aten::mm", "cpu_op", 0, 10, **{"External id": 1}), _rt("cudaLaunchKernel", 2, 4, 1, 1),
+    X("aten::add", "cpu_op", 20, 10, **{"External id": 2}), _rt("cudaLaunchKernel", 22, 4, 2, 2),
+    X("c10d::allreduce_", "cpu_op", 30, 10, **{"External id": 3}), _rt("cudaLaunchKernel", 32, 3, 3, 3),
+    _rt("cudaLaunchKernel", 36, 3, 4, 3),
+    X("cudaDeviceSynchronize", "cuda_runtime", 40, 950),
+    X("aten::mul", "cpu_op", 1090, 5, **{"External id": 5}), _rt("cudaLaunchKernel", 1091, 3, 5, 5),
+    _dev("K1_gemm", "kernel", 100, 200, 7, 1), _dev("K2_add", "kernel", 500, 100, 7, 2),
+    _dev(NCCL, "kernel", 250, 200, 20, 3), _dev(NCCL, "kernel", 950, 100, 20, 4),
+    _dev("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 420, 100, 21),
+    _dev("K3_mul", "kernel", 1100, 100, 7, 5),
+    _mem(5, 2**20, 2**20), _mem(15, 3 * 2**20, 4 * 2**20), _mem(700, -2**20, 3 * 2**20),
+]
+"""By hand, in the step's window W = [0, 1000):
+A (compute kernels) = [100,300) ∪ [500,600) = 300 µs: compute 300;
+B (all kernels) = [100,450) ∪ [500,600) ∪ [950,1000) = 500: communication = 500 − 300 = 200
+  (N1 alone on [300,450) = 150, N2 inside the step [950,1000) = 50; N1's [250,300) is under K1);
+C (all device work) = [100,600) ∪ [950,1000) = 550: memory = 50 (the copy alone on [450,500));
+idle = 1000 − 550 = 450. K3 (after the step) counts nowhere."""
+
+
+@pytest.fixture(scope="module")
+def two_streams(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("two_streams")
+    return import_traces(write_trace(tmp / "t.json", TWO_STREAMS), tmp / "run").run_dir
+
+
+def test_the_breakdown_of_two_streams_is_exclusive_and_adds_up_to_the_window(two_streams):
+    with open_run(two_streams) as run:
+        (d,) = dt.breakdown(run, 0)
+    assert {k: d[k] for k in ("window_ns", "compute_ns", "communication_ns", "memory_ns", "idle_ns")} == {
+        "window_ns": 1000 * US, "compute_ns": 300 * US, "communication_ns": 200 * US, "memory_ns": 50 * US, "idle_ns": 450 * US}
+    assert d["steps"] == [{"step": 1, "dur_ns": 1000 * US, "compute_ns": 300 * US, "communication_ns": 200 * US,
+                           "memory_ns": 50 * US, "idle_ns": 450 * US}]
+    (named,) = d["exposed_communication"]  # both collectives: same kernel, same caller
+    assert (named["collective"], named["op"], named["ns"], named["kernels"], named["steps"]) == (
+        "ncclKernel_AllReduce_RING_LL_Sum_float", "c10d::allreduce_", 200 * US, 2, [{"step": 1, "ns": 200 * US}])
+    tops = {k["kernel"]: (k["dur_ns"], k["count"]) for k in d["top_kernels"]}
+    # kernel time inside the window: K1 200, K2 100, N1 200 + N2 50 (its part in the step); K3 none
+    assert tops == {"K1_gemm": (200 * US, 1), "K2_add": (100 * US, 1), "ncclKernel_AllReduce_RING_LL_Sum_float": (250 * US, 2)}
+    assert sum(k["share"] for k in d["top_kernels"]) == pytest.approx(1.0)
+
+
+def test_the_evidence_sql_gives_the_same_exposed_communication(two_streams):
+    with open_run(two_streams) as run:
+        got = run.sql(dt.exposed_sql(0, 0)).fetchone()
+    assert got == (200 * US, 250 * US, 1000 * US)  # exposed, the collectives' union in the window, the window
+
+
+def test_comm_exposed_reports_the_window_and_names_the_collective(two_streams):
+    report = analyze(two_streams, write=False)
+    assert not violations(report.to_dict())
+    (f,) = [f for f in report.findings if f.rule_id == "comm-exposed"]
+    assert f.impact_ns == f.saving_bound_ns == 200 * US
+    assert f.location.kernel == "ncclKernel_AllReduce_RING_LL_Sum_float" and f.location.op == "c10d::allreduce_"
+    assert "from c10d::allreduce_" in f.title
+
+
+def test_the_critical_path_calls_time_under_a_collective_communication_not_idle(two_streams):
+    """K2 waits on its stream for K1 from 300 to 500: N1 runs on [300, 450) (communication, charged
+    to N1), nothing on [450, 500) but the copy (idle, as before)."""
+    with open_run(two_streams) as run:
+        names = dict(run.sql("SELECT event_id, name FROM events").fetchall())
+        rows = [(r["ts_ns"] // US, r["charged_ns"] // US, names.get(r["event_id"]), r["category"]) for r in cp.rank_path(run, 0)]
+        overall = cp.bound(run, 0)["overall"]["ns"]
+    assert (300, 150, NCCL, "communication") in rows
+    assert (450, 50, "K2_add", "idle") in rows
+    assert not any(c == "idle" and ts < 450 and ts + ns > 300 for ts, ns, _, c in rows)
+    assert sum(ns for _, ns, _, _ in rows) == 1000
+    assert overall["communication"] == 150 * US and overall["idle"] == (94 + 50) * US  # idle [6,100) before K1 and [450,500)
+
+
+def test_the_text_report_shows_the_device_time(two_streams):
+    report = analyze(two_streams, write=False)
+    r = report.summary["ranks"][0]
+    assert r["peak_memory"] == [{"device_type": 1, "device": 0, "peak_allocated_bytes": 4 * 2**20,
+                                 "peak_reserved_bytes": 8 * 2**20, "events": 3}]
+    assert r["achieved"]["compute_ns"] == 300 * US
+    text = render.text(report, width=200)
+    assert ("device 0 time in the analysed window (1.00 ms): compute 300.00 µs (30.0%), communication 200.00 µs (20.0%), "
+            "memory copies/sets 50.00 µs (5.0%), idle 450.00 µs (45.0%)") in text
+    assert "ncclKernel_AllReduce_RING_LL_Sum_float from c10d::allreduce_ 200.00 µs (2 kernels)" in text
+    assert "exposed communication per step: 1 200.00 µs" in text
+    assert "ncclKernel_AllReduce_RING_LL_Sum_float  250.00 µs  45.5%  ×2" in text  # 250 of 550 µs of kernel time
+    assert "peak device memory: device 0 4.0 MiB allocated, 8.0 MiB reserved" in text
+    assert "memory copies/sets 50.00 µs (5.0%)" in render.markdown(report)
+
+
+def test_short_kernel_names():
+    assert short_kernel_name(NCCL) == "ncclKernel_AllReduce_RING_LL_Sum_float"
+    assert short_kernel_name("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+                             "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)",
+                             width=200) == "at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<…>, at::detail::Array<…> >"
+    assert short_kernel_name("std::enable_if<!(false), void>::type internal::gemvx::kernel<int, int, float>(int)") == \
+        "internal::gemvx::kernel<int, int, float>"
+    assert short_kernel_name("Memcpy DtoD (Device -> Device)") == "Memcpy DtoD (Device -> Device)"
+    assert short_kernel_name("x" * 80) == "x" * 59 + "…"
+
+
+# ---- the shared NCCL traces ---------------------------------------------------------------------
+
+def _real(tmp_path, name):
+    path = TRACES / name
+    if not path.exists():
+        pytest.skip(f"{name} not in {TRACES}")
+    return import_traces(path, tmp_path / "run").run_dir
+
+
+def test_nccl_rank_breakdown_and_exposed_communication(tmp_path):
+    """cuda_nccl_rank0_of_2: steps 4-6 (667.11 ms); all-reduces from AccumulateGrad exposed 39.45 ms."""
+    with open_run(_real(tmp_path, "cuda_nccl_rank0_of_2.json.gz")) as run:
+        (d,) = dt.breakdown(run, 0)
+        assert run.sql(dt.exposed_sql(0, d["device"])).fetchone()[0] == d["communication_ns"]
+    assert d["window_ns"] == 667_105_339
+    assert sum(d[k] for k in ("compute_ns", "communication_ns", "memory_ns", "idle_ns")) == d["window_ns"]
+    assert d["communication_ns"] == 39_559_468
+    top = d["exposed_communication"][0]
+    assert (top["collective"], top["op"], top["kernels"]) == (
+        "ncclKernel_AllReduce_RING_LL_Sum_float", "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", 15)
+    assert top["ns"] == 39_445_134
+
+
+def test_multirank_critical_path_communication_is_no_longer_zero(tmp_path):
+    """multirank_128 rank 1: 19.65 of the 30.57 ms the path called idle had a collective running;
+    they are communication now (was 0), idle 10.92 ms."""
+    with open_run(_real(tmp_path, "multirank_128")) as run:
+        ns = cp.bound(run, 1)["overall"]["ns"]
+        (d,) = dt.breakdown(run, 1)
+    assert ns["communication"] == 19_645_000 and ns["idle"] == 10_923_000
+    assert sum(d[k] for k in ("compute_ns", "communication_ns", "memory_ns", "idle_ns")) == d["window_ns"] == 1_238_543_000
+    assert d["communication_ns"] == 303_523_000
