@@ -225,3 +225,106 @@ GEMM_KERNEL_RE = re.compile(r"(?i)(gemm|matmul|cutlass|xmma|cublas|(^|::)(mm|add
 """A kernel (or operator) name that is a matrix product."""
 CONV_KERNEL_RE = re.compile(r"(?i)conv")
 """A kernel (or operator) name that is a convolution."""
+
+
+# ---- work classes (what a kernel or copy does: one finding per class, one fix) -------------------
+
+FP32_KERNEL_PATTERN = "(?i)(sgemm|scudnn|f32|fp32|float|s1688|s884|s16816)"
+"""A matrix kernel whose name says it computes in fp32 (cuBLAS sgemm, cuDNN scudnn, `<float>`
+templates, CUTLASS f32 and its TF32 s1688/s884 kernels: fp32 data), unless LOWER_PRECISION_KERNEL_PATTERN also matches."""
+LOWER_PRECISION_KERNEL_PATTERN = "(?i)(bf16|f16|half|bfloat|float16|h884|h1688|h16816|hgemm|hcudnn|e4m3|e5m2|fp8|int8|i8816)"
+"""A kernel whose name says it computes in 16 bits or fewer (bf16, fp16, fp8, int8)."""
+ATTENTION_KERNEL_PATTERN = "(?i)(flash|fmha|attention|attn|sdpa)"
+NORM_KERNEL_PATTERN = "(?i)(norm([^a]|$)|softmax|bn_fw|bn_bw)"
+"""Normalisation and softmax kernels (layer/batch/group/RMS norm, cuDNN bn_fw/bn_bw), not `normal_` sampling."""
+MATRIX_KERNEL_PATTERN = ("(?i)(gemm|matmul|cutlass|xmma|cublas|cudnn|conv|dgrad|wgrad|fprop|winograd|implicit_gemm|Cijk_|"
+                         "h884|s884|h1688|s1688|h16816|i8816|hmma|wmma|(^|::)(mm|addmm|bmm|baddbmm|linear)$)")
+"""A kernel that runs a matrix product or convolution (cuBLAS, cuDNN, CUTLASS, rocBLAS/Tensile `Cijk_`)."""
+ELEMENTWISE_KERNEL_PATTERN = "(?i)(elementwise|pointwise|triton_poi|multi_tensor_apply|foreach)"
+MATRIX_OP_PATTERN = "(?i)(conv|(^|::)(mm|addmm|bmm|baddbmm|matmul|linear)$|(Mm|Addmm|Bmm|Matmul)Backward)"
+"""An operator (ATen name or autograd node, e.g. CudnnConvolutionBackward, MmBackward0) that is a matrix product or convolution."""
+NORM_OP_PATTERN = "(?i)(norm([^a]|$)|softmax)"
+
+WORK_CLASSES = {
+    "fp32_matmul": "fp32 GEMM/convolution",
+    "matmul": "GEMM/convolution",
+    "attention": "attention",
+    "norm": "normalisation/softmax",
+    "elementwise": "elementwise",
+    "communication": "communication",
+    "memcpy": "copies",
+    "other": "other",
+}
+"""The classes of device work (key → words), in the order `work_class` tests them: a kernel's own
+name first (collective, attention, norm, matrix, elementwise), then its operator's name
+(ATTENTION_OPS, matrix operators, NORM_OPS, ELEMENTWISE_OPS), else `other`. A matrix kernel is
+`fp32_matmul` when its name says fp32 (FP32_KERNEL_PATTERN), or its operator's first recorded
+input type is `float`, and its name does not say a lower precision."""
+
+_RE = {k: re.compile(v[4:], re.IGNORECASE) for k, v in (
+    ("fp32", FP32_KERNEL_PATTERN), ("lower", LOWER_PRECISION_KERNEL_PATTERN), ("attention", ATTENTION_KERNEL_PATTERN),
+    ("norm", NORM_KERNEL_PATTERN), ("matrix", MATRIX_KERNEL_PATTERN), ("elementwise", ELEMENTWISE_KERNEL_PATTERN),
+    ("matrix_op", MATRIX_OP_PATTERN), ("norm_op", NORM_OP_PATTERN))}
+
+
+def _first_input_type(op_args) -> str | None:
+    import json
+
+    try:
+        types = (json.loads(op_args or "{}") or {}).get("Input type") or []
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return types[0] if types and isinstance(types[0], str) else None
+
+
+def work_class(kind: str | None, name: str | None, op: str | None = None, op_args: str | None = None) -> str:
+    """The WORK_CLASSES key of a device event (`kind`, `name`) launched by operator `op` (its Kineto
+    args `op_args`); `work_class_sql` is the same test in SQL."""
+    name, op = name or "", op or ""
+    if kind in ("memcpy", "memset"):
+        return "memcpy"
+    if COMM_KERNEL_RE.search(name):
+        return "communication"
+    r = _RE
+    if r["attention"].search(name):
+        return "attention"
+    if r["norm"].search(name):
+        return "norm"
+    matrix = bool(r["matrix"].search(name))
+    if not matrix and r["elementwise"].search(name):
+        return "elementwise"
+    if not matrix:
+        if op in ATTENTION_OPS or op in ATTENTION_BACKWARD_OPS:
+            return "attention"
+        matrix = op in MATRIX_OPS or bool(r["matrix_op"].search(op))
+    if matrix:
+        fp32 = (r["fp32"].search(name) or _first_input_type(op_args) == "float") and not r["lower"].search(name)
+        return "fp32_matmul" if fp32 else "matmul"
+    if op in NORM_OPS or r["norm_op"].search(op):
+        return "norm"
+    if op in ELEMENTWISE_OPS:
+        return "elementwise"
+    return "other"
+
+
+def work_class_sql(kind: str, name: str, op: str, op_args: str) -> str:
+    """`work_class` as a SQL CASE expression over the given column expressions (e.g. "e.kind",
+    "e.name", "o.name", "o.args"), so that evidence queries group by the same classes."""
+    def m(col: str, pattern: str) -> str:
+        return f"regexp_matches(coalesce({col}, ''), {sql_literal(pattern)})"
+
+    matrix_op = (f"(coalesce({op}, '') IN {kinds_sql(sorted(MATRIX_OPS))} OR {m(op, MATRIX_OP_PATTERN)})")
+    matrix = f"({m(name, MATRIX_KERNEL_PATTERN)} OR NOT {m(name, ELEMENTWISE_KERNEL_PATTERN)} AND {matrix_op})"
+    fp32 = (f"(({m(name, FP32_KERNEL_PATTERN)} OR coalesce(json_extract_string({op_args}, '$.\"Input type\"[0]'), '') = 'float') "
+            f"AND NOT {m(name, LOWER_PRECISION_KERNEL_PATTERN)})")
+    return f"""CASE WHEN {kind} IN ('memcpy', 'memset') THEN 'memcpy'
+  WHEN {m(name, COMM_KERNEL_PATTERN)} THEN 'communication'
+  WHEN {m(name, ATTENTION_KERNEL_PATTERN)} THEN 'attention'
+  WHEN {m(name, NORM_KERNEL_PATTERN)} THEN 'norm'
+  WHEN NOT {m(name, MATRIX_KERNEL_PATTERN)} AND {m(name, ELEMENTWISE_KERNEL_PATTERN)} THEN 'elementwise'
+  WHEN NOT {m(name, MATRIX_KERNEL_PATTERN)} AND coalesce({op}, '') IN {kinds_sql(sorted(ATTENTION_OPS | ATTENTION_BACKWARD_OPS))} THEN 'attention'
+  WHEN {matrix} AND {fp32} THEN 'fp32_matmul'
+  WHEN {matrix} THEN 'matmul'
+  WHEN coalesce({op}, '') IN {kinds_sql(sorted(NORM_OPS))} OR {m(op, NORM_OP_PATTERN)} THEN 'norm'
+  WHEN coalesce({op}, '') IN {kinds_sql(sorted(ELEMENTWISE_OPS))} THEN 'elementwise'
+  ELSE 'other' END"""

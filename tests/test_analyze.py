@@ -241,7 +241,8 @@ def test_report_json_validates_and_outputs_are_written(runs, reports):
 
 def test_python_api(runs):
     report = nx.analyze(runs["a"], write=False)
-    assert report.findings[0].rule_id == "device-idle"
+    # host time on the path (Python 129 µs, aten::checkpoint 80 µs, ...) is one cause, 252 µs: above device-idle's 245 µs
+    assert [(f.rule_id, f.impact_ns) for f in report.findings[:2]] == [("critical-path", 252 * 1000), ("device-idle", 245 * 1000)]
     slow = [f for f in report.findings if f.rule_id == "step-outliers"][0]
     assert slow.source == "train.py:42"
 
@@ -249,7 +250,7 @@ def test_python_api(runs):
 def test_cli_text_json_markdown_and_fail_on(runs):
     r = cli("analyze", runs["a"])
     assert r.returncode == 0 and "device-idle" in r.stdout and max(map(len, r.stdout.splitlines())) <= 100
-    assert json.loads(cli("analyze", runs["a"], "--json").stdout)["findings"][0]["rule_id"] == "device-idle"
+    assert json.loads(cli("analyze", runs["a"], "--json").stdout)["findings"][1]["rule_id"] == "device-idle"
     assert "| 1 | high |" in cli("analyze", runs["a"], "--markdown").stdout
     assert cli("analyze", runs["a"], "--fail-on", "high").returncode == 1
     quiet = cli("analyze", runs["quiet"], "--fail-on", "low")

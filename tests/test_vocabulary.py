@@ -28,6 +28,8 @@ SPELLINGS = {
     "GEMM / convolution operators (vocab.GEMM_OPS / CONV_OPS)": re.compile(r"^aten::(mm|addmm|bmm|conv2d|convolution)$|'aten::(mm|addmm|conv2d)'"),
     "allocator calls (vocab.ALLOCATOR_CALL_PATTERN)": re.compile(r"^(cuda|hip)(Malloc|Free)"),
     "a source line's key (vocab.line_key / line_key_sql)": re.compile(r"file\s*\|\|\s*':'\s*\|\|"),
+    "kernel precision (vocab.FP32_KERNEL_PATTERN / LOWER_PRECISION_KERNEL_PATTERN, work_class)": re.compile(
+        r"sgemm\||\|sgemm|bf16\|fp16|fp16\|bf16|h884\|"),
 }
 
 ALLOWED = {"vocab.py"}
@@ -77,6 +79,7 @@ def test_the_check_finds_each_spelling(idea, tmp_path):
         "GEMM / convolution": "aten::addmm",
         "allocator calls": "hipFree",
         "a source line's key": "SELECT f.file || ':' || f.line AS source FROM frames f",
+        "kernel precision": "(?i)(sgemm|f32|fp32)",
     }
     text = next(v for k, v in samples.items() if idea.startswith(k))
     (tmp_path / "m.py").write_text(f'"""doc"""\nX = {text!r}\n')

@@ -656,7 +656,9 @@ def path_items(run: Run, path, by_step: bool = False) -> list[dict]:
 
 def saving_bound(run: Run, rank: int, item: dict) -> int:
     """What removing an item (a `path_items(..., by_step=True)` entry) from the critical path could
-    save, summed over its steps: the model docs/METRICS.md "Saving bound" states. In a step of
+    save, summed over its steps: the model docs/METRICS.md "Saving bound" states. An item may stand
+    for a class of items of one category: then `item["item"]` is the tuple of their names and
+    `step_ns` their summed charged ns per step. In a step of
     duration D where the item is charged x ns, the step cannot get shorter than the work of the
     other resource: with H the host time on the step's path (host_compute, launch_overhead,
     input_pipeline) and B the busy time of the busiest device in the step (metrics.step_device_busy),
@@ -687,7 +689,8 @@ def saving_bound(run: Run, rank: int, item: dict) -> int:
     category = item["category"]
     on_device = category not in HOST_CATEGORIES and category != "idle"
     busy = busiest(None)
-    other = busiest(item["item"]) if on_device else busy
+    names = tuple(sorted(set(item["item"]))) if isinstance(item["item"], (tuple, list)) else item["item"]
+    other = busiest(names) if on_device else busy
     total = 0
     for step, x in step_ns.items():
         if step not in cache["steps"] or x <= 0:

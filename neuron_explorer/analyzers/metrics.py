@@ -252,18 +252,22 @@ def device_summary(run: Run, rank: int, device: int) -> dict:
     }
 
 
-def step_device_busy(run: Run, rank: int, without_name: str | None = None) -> list[dict]:
+def step_device_busy(run: Run, rank: int, without_name: str | tuple | None = None) -> list[dict]:
     """Device utilisation per profiler step: for each step of the rank and each device the rank
     used, `busy_ns` = the length of the step's range [ts_ns, ts_ns + dur_ns) covered by the device's
     busy union (kernel, memcpy, memset on any stream, as `busy_ns` of `device_summary`), and
     `busy_share` = busy_ns / the step's dur_ns. Work a step launched that ran after its end counts
     in the step whose range it ran in. `without_name`: the same without the device events of that
-    name (what the device would still do were they gone: critical_path.saving_bound)."""
+    name, or of those names (a tuple: a class of work), (what the device would still do were they gone:
+    critical_path.saving_bound)."""
     steps = run.sql("SELECT step, ts_ns, dur_ns FROM steps WHERE rank = ? ORDER BY step", [rank]).fetchall()
     out = []
     for device in devices(run, rank):
-        cov = Coverage(intervals(run, device_where(rank, device, extra=f"name IS DISTINCT FROM {sql_literal(without_name)}"
-                                                  if without_name is not None else "")))
+        if isinstance(without_name, tuple):
+            extra = f"coalesce(name, '') NOT IN {kinds_sql(without_name)}" if without_name else ""
+        else:
+            extra = f"name IS DISTINCT FROM {sql_literal(without_name)}" if without_name is not None else ""
+        cov = Coverage(intervals(run, device_where(rank, device, extra=extra)))
         for step, ts, dur in steps:
             busy = cov.within(int(ts), int(ts) + int(dur))
             out.append({"step": int(step), "device": device, "dur_ns": int(dur), "busy_ns": int(busy),

@@ -5,7 +5,13 @@ TFLOP/s per data type, GB/s of device memory. A device whose name matches no ent
 is reported as unknown: never guessed. Users override or add peaks with `--peak-tflops` /
 `--peak-gbps`, or a JSON file (`--peaks FILE`: a list of entries shaped like PEAKS).
 
-Must not: read runs (metrics and rules call `match`).
+Next to the peaks, ARCHS is the one table of what each architecture's matrix units support (fp16,
+bf16, TF32, FP8, ...), how a trace reveals it (device name, compute capability, kernel names) and
+the lower-precision advice that fits it (`precision_advice`): fp16 autocast with GradScaler on a
+V100, bf16 autocast or TF32 on an A100 and later, FP8 where the device has it. Every Peak names
+its Arch. `detect` picks the architecture from what a trace records (docs/METRICS.md "Device").
+
+Must not: read runs (metrics and rules call `match` and `detect` with what they read).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ class Peak:
     tflops: dict = field(default_factory=dict)
     gbps: float | None = None
     source: str = ""
+    arch: str = ""  # the name of its ARCHS entry ("" for user-given peaks: arch_of finds it by name)
 
     def flops_per_s(self, dtype: str | None) -> float | None:
         """Peak FLOP/s for a dtype; fp32 work is compared with the fp32 (not TF32) peak."""
@@ -38,33 +45,91 @@ class Peak:
         return {"name": self.name, "tflops": dict(self.tflops), "gbps": self.gbps, "source": self.source}
 
 
+@dataclass(frozen=True)
+class Arch:
+    """One accelerator architecture: the dtypes its matrix units run faster than fp32, and how a
+    trace shows it. `compute`: (major, minor) as deviceProperties give them (NVIDIA compute
+    capability; ROCm's gfx version), valid only for `vendor`'s devices; `kernels`: a regexp
+    (case-insensitive) that only kernels built for this architecture match."""
+
+    name: str
+    vendor: str  # "nvidia", "amd", "aws", "meta"
+    matrix_dtypes: tuple  # faster than fp32 on its matrix units: "fp16", "bf16", "tf32", "fp8", "fp4"
+    pattern: str  # regexp, case-insensitive, searched in the device name
+    compute: tuple = ()
+    kernels: str = ""
+    autocast_device: str = "cuda"  # torch.autocast(device_type=...)
+
+    def has(self, dtype: str) -> bool:
+        return dtype in self.matrix_dtypes
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "vendor": self.vendor, "matrix_dtypes": list(self.matrix_dtypes)}
+
+
+ARCHS: tuple[Arch, ...] = (
+    Arch("NVIDIA Volta (sm70: V100)", "nvidia", ("fp16",), r"V100|TITAN V\b", ((7, 0), (7, 2)), r"(^|[^a-z0-9])(sm70_|volta_)"),
+    Arch("NVIDIA Turing (sm75: T4, RTX 20)", "nvidia", ("fp16",), r"\bT4\b|RTX 20\d0|TITAN RTX|Quadro RTX", ((7, 5),),
+         r"(^|[^a-z0-9])(sm75_|turing_)"),
+    Arch("NVIDIA Ampere (sm80: A100, A30)", "nvidia", ("tf32", "bf16", "fp16"), r"A100|A800|\bA30\b", ((8, 0),),
+         r"(^|[^a-z0-9])(sm80_|cutlass_80|ampere_)"),
+    Arch("NVIDIA Ampere (sm86: A10, A40, RTX 30)", "nvidia", ("tf32", "bf16", "fp16"), r"\bA10G?\b|\bA40\b|RTX 30\d0|RTX A\d000", ((8, 6), (8, 7)),
+         r"(^|[^a-z0-9])(sm86_|cutlass_86)"),
+    Arch("NVIDIA Ada (sm89: L4, L40)", "nvidia", ("tf32", "bf16", "fp16", "fp8"), r"\bL4\b|L40|RTX 40\d0|RTX \d000 Ada", ((8, 9),),
+         r"(^|[^a-z0-9])sm89_"),
+    Arch("NVIDIA Hopper (sm90: H100, H200)", "nvidia", ("tf32", "bf16", "fp16", "fp8"), r"H100|H200|H800|GH200", ((9, 0),),
+         r"(^|[^a-z0-9])(sm90a?_|cutlass3x_sm90|hopper_)"),
+    Arch("NVIDIA Blackwell (sm100: B200)", "nvidia", ("tf32", "bf16", "fp16", "fp8", "fp4"), r"B200|B100|GB200", ((10, 0),),
+         r"(^|[^a-z0-9])(sm100a?_|cutlass3x_sm100)"),
+    Arch("AMD CDNA2 (gfx90a: MI210, MI250X)", "amd", ("bf16", "fp16"), r"MI2[1-5]0", ((9, 0),), r"(ISA90a|gfx90a)"),
+    Arch("AMD CDNA3 (gfx942: MI300X)", "amd", ("tf32", "bf16", "fp16", "fp8"), r"MI30\dX?|MI325", ((9, 4),), r"(ISA942|gfx942)"),
+    Arch("AWS Trainium2", "aws", ("tf32", "bf16", "fp16", "fp8"), r"trainium\s*2|trn2", autocast_device="xla"),
+    Arch("AWS Trainium (trn1)", "aws", ("tf32", "bf16", "fp16", "fp8"), r"trainium|trn1", autocast_device="xla"),
+    Arch("Meta MTIA", "meta", ("bf16", "fp16"), r"MTIA|ARTEMIS", autocast_device="mtia"),
+)
+"""Matrix-unit dtypes from the vendors' architecture documents (NVIDIA Volta/Turing: fp16 Tensor
+Cores only; Ampere: TF32 and bf16; Ada, Hopper: FP8; Blackwell: FP4; AMD CDNA2: fp16/bf16 matrix
+cores, no TF32 or FP8; CDNA3: XF32, FP8; AWS Trainium: cFP8/bf16/fp16/TF32; MTIA: fp16/bf16)."""
+
+
+_ARCH = {a.name: a for a in ARCHS}
+
+
+def _named(prefix: str) -> str:
+    (name,) = [a.name for a in ARCHS if a.name.startswith(prefix)]
+    return name
+
+
+_VOLTA, _AMPERE, _HOPPER, _BLACKWELL = map(_named, ("NVIDIA Volta", "NVIDIA Ampere (sm80", "NVIDIA Hopper", "NVIDIA Blackwell"))
+_CDNA2, _CDNA3, _TRN2, _TRN1 = map(_named, ("AMD CDNA2", "AMD CDNA3", "AWS Trainium2", "AWS Trainium ("))
+
 _NV = "NVIDIA data sheet"
 _AMD = "AMD Instinct data sheet"
 PEAKS: tuple[Peak, ...] = (
     Peak("NVIDIA H200 SXM", r"H200", {"fp64": 34, "fp32": 67, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}, 4800,
-         f"{_NV}: H200 Tensor Core GPU (SXM), dense"),
+         f"{_NV}: H200 Tensor Core GPU (SXM), dense", arch=_HOPPER),
     Peak("NVIDIA H100 PCIe", r"H100.*PCIe", {"fp64": 26, "fp32": 51, "tf32": 378, "bf16": 756, "fp16": 756, "fp8": 1513}, 2000,
-         f"{_NV}: H100 Tensor Core GPU (PCIe), dense"),
+         f"{_NV}: H100 Tensor Core GPU (PCIe), dense", arch=_HOPPER),
     Peak("NVIDIA H100 SXM", r"H100", {"fp64": 34, "fp32": 67, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}, 3350,
-         f"{_NV}: H100 Tensor Core GPU (SXM), dense"),
+         f"{_NV}: H100 Tensor Core GPU (SXM), dense", arch=_HOPPER),
     Peak("NVIDIA B200 (HGX)", r"B200", {"fp64": 40, "fp32": 80, "tf32": 1100, "bf16": 2250, "fp16": 2250, "fp8": 4500}, 8000,
-         f"{_NV}: HGX B200 (1,000 W), dense"),
+         f"{_NV}: HGX B200 (1,000 W), dense", arch=_BLACKWELL),
     Peak("NVIDIA A100 80GB", r"A100.*80\s*GB", {"fp64": 9.7, "fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312}, 2039,
-         f"{_NV}: A100 Tensor Core GPU, 80 GB SXM"),
+         f"{_NV}: A100 Tensor Core GPU, 80 GB SXM", arch=_AMPERE),
     Peak("NVIDIA A100", r"A100", {"fp64": 9.7, "fp32": 19.5, "tf32": 156, "bf16": 312, "fp16": 312}, 1555,
-         f"{_NV}: A100 Tensor Core GPU, 40 GB (the lower bandwidth where the name does not say 80 GB)"),
-    Peak("NVIDIA V100 PCIe", r"V100.*PCIe", {"fp64": 7, "fp32": 14, "fp16": 112}, 900, f"{_NV}: Tesla V100 (PCIe)"),
-    Peak("NVIDIA V100", r"V100", {"fp64": 7.8, "fp32": 15.7, "fp16": 125}, 900, f"{_NV}: Tesla V100 (SXM2)"),
+         f"{_NV}: A100 Tensor Core GPU, 40 GB (the lower bandwidth where the name does not say 80 GB)", arch=_AMPERE),
+    Peak("NVIDIA V100 PCIe", r"V100.*PCIe", {"fp64": 7, "fp32": 14, "fp16": 112}, 900, f"{_NV}: Tesla V100 (PCIe)", arch=_VOLTA),
+    Peak("NVIDIA V100", r"V100", {"fp64": 7.8, "fp32": 15.7, "fp16": 125}, 900, f"{_NV}: Tesla V100 (SXM2)", arch=_VOLTA),
     Peak("AMD Instinct MI300X", r"MI300X", {"fp64": 81.7, "fp32": 163.4, "tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9},
-         5300, f"{_AMD}: MI300X, dense"),
+         5300, f"{_AMD}: MI300X, dense", arch=_CDNA3),
     Peak("AMD Instinct MI250X", r"MI250X", {"fp64": 95.7, "fp32": 95.7, "bf16": 383, "fp16": 383}, 3276.8,
-         f"{_AMD}: MI250X (matrix peaks)"),
+         f"{_AMD}: MI250X (matrix peaks)", arch=_CDNA2),
     Peak("AMD Instinct MI210", r"MI210", {"fp64": 45.3, "fp32": 45.3, "bf16": 181, "fp16": 181}, 1638.4,
-         f"{_AMD}: MI210 (matrix peaks)"),
+         f"{_AMD}: MI210 (matrix peaks)", arch=_CDNA2),
     Peak("AWS Trainium2", r"trainium\s*2|trn2", {"fp32": 181, "tf32": 667, "bf16": 667, "fp16": 667, "fp8": 1299}, 2900,
-         "AWS Neuron documentation: Trainium2 architecture (per chip, dense)"),
+         "AWS Neuron documentation: Trainium2 architecture (per chip, dense)", arch=_TRN2),
     Peak("AWS Trainium", r"trainium|trn1", {"fp32": 48, "tf32": 191, "bf16": 191, "fp16": 191, "fp8": 191}, 820,
-         "AWS Neuron documentation: Trainium architecture (per chip)"),
+         "AWS Neuron documentation: Trainium architecture (per chip)", arch=_TRN1),
 )
 
 
@@ -92,7 +157,7 @@ def override(base: Peak | None, *, tflops: float | None = None, gbps: float | No
             figures[d] = tflops
     return Peak(name=(base.name if base else "user-given peak"), pattern="", tflops=figures,
                 gbps=gbps if gbps is not None else (base.gbps if base else None),
-                source="given on the command line" + (f" (else {base.source})" if base else ""))
+                source="given on the command line" + (f" (else {base.source})" if base else ""), arch=base.arch if base else "")
 
 
 def load_file(path: Path | str) -> tuple[Peak, ...]:
@@ -109,3 +174,100 @@ def load_file(path: Path | str) -> tuple[Peak, ...]:
         raise InputError(p, f"not a peaks file ({type(e).__name__}: {e}); expected a JSON list of "
                             '{"name", "pattern", "tflops": {"bf16": ...}, "gbps", "source"}') from None
     return extra + PEAKS
+
+
+# ---- architectures: detection and advice ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class Detected:
+    """The architecture a rank ran on and how the trace shows it (`how`, in words), or arch None."""
+
+    arch: Arch | None
+    how: str
+
+    def to_dict(self) -> dict:
+        return {"arch": self.arch.name if self.arch else None, "matrix_dtypes": list(self.arch.matrix_dtypes) if self.arch else None,
+                "how": self.how}
+
+
+def _vendor(props: dict) -> str | None:
+    name = str(props.get("name") or "")
+    if re.search(r"AMD|Radeon|Instinct", name, re.IGNORECASE) or props.get("warpSize") == 64:
+        return "amd"
+    if re.search(r"NVIDIA|Tesla|GeForce|Quadro", name, re.IGNORECASE) or props.get("warpSize") == 32:
+        return "nvidia"
+    return None
+
+
+def arch_named(device_name: str | None) -> Arch | None:
+    """The architecture whose name pattern the device name contains (case-insensitive), else None."""
+    if not device_name:
+        return None
+    return next((a for a in ARCHS if re.search(a.pattern, device_name, re.IGNORECASE)), None)
+
+
+def arch_of(peak: Peak | None, device_name: str | None = None) -> Arch | None:
+    """A peak's architecture (its `arch`, else found from its or the device's name)."""
+    if peak is not None and peak.arch in _ARCH:
+        return _ARCH[peak.arch]
+    return arch_named(device_name) or (arch_named(peak.name) if peak is not None else None)
+
+
+def detect(device_name: str | None, props: list[dict] | None = None, kernel_counts: dict | None = None) -> Detected:
+    """The architecture from, in this order: the device name the trace gives; the compute
+    capability in its deviceProperties (for the vendor they show: ROCm reports gfx versions in the
+    same fields); the names of its kernels (the architecture most kernels name, e.g. `cutlass_80`,
+    `sm90_`, `volta_`, `ISA942`). `kernel_counts`: {kernel name: count}, only the names that match
+    some ARCHS kernel pattern are needed (`KERNELS_SQL` selects them)."""
+    a = arch_named(device_name)
+    if a is not None:
+        return Detected(a, f"device name {device_name!r} in the trace")
+    for p in props or []:
+        cc = (p.get("computeMajor"), p.get("computeMinor"))
+        vendor = _vendor(p)
+        for a in ARCHS:
+            if cc in a.compute and vendor == a.vendor:
+                return Detected(a, f"compute capability {cc[0]}.{cc[1]} of {p.get('name') or 'the device'} in deviceProperties")
+    votes: dict[str, int] = {}
+    sample: dict[str, str] = {}
+    for name, n in (kernel_counts or {}).items():
+        for a in ARCHS:
+            if a.kernels and re.search(a.kernels, name or "", re.IGNORECASE):
+                votes[a.name] = votes.get(a.name, 0) + int(n)
+                sample.setdefault(a.name, name)
+                break
+    if votes:
+        best = max(votes, key=lambda k: (votes[k], k))
+        short = sample[best] if len(sample[best]) <= 60 else sample[best][:57] + "..."
+        return Detected(_ARCH[best], f"kernel names ({votes[best]} kernels built for it, e.g. {short!r}); the trace does not name the device")
+    if device_name:
+        return Detected(None, f"device {device_name!r} is not in the architecture table")
+    return Detected(None, "the trace names no device, and no kernel name shows its architecture")
+
+
+KERNELS_PATTERN = "(?i)(" + "|".join(a.kernels for a in ARCHS if a.kernels) + ")"
+"""A kernel name that shows the architecture it was built for (any ARCHS kernel pattern; RE2 and Python)."""
+
+
+def precision_advice(arch: Arch | None) -> str:
+    """What to run fp32 matrix work in, on this architecture: fp16 autocast with GradScaler where
+    the matrix units have no bf16 (V100, T4), bf16 autocast or TF32 where they do (A100 and later,
+    MI200 without TF32), FP8 where the device has it; generic advice for an unknown device."""
+    if arch is None:
+        return ("run them in lower precision on the matrix units: bf16 autocast (torch.autocast(device_type='cuda', dtype=torch.bfloat16)) "
+                "on GPUs that have bf16 (NVIDIA A100 and later, AMD MI200 and later), else fp16 autocast with torch.cuda.amp.GradScaler; "
+                "TF32 (torch.set_float32_matmul_precision('high')) on NVIDIA A100 and later")
+    dev = arch.autocast_device
+    if not arch.has("bf16") and arch.has("fp16"):
+        return (f"run them in fp16 on the {arch.name} Tensor Cores: torch.autocast(device_type='{dev}', dtype=torch.float16) with "
+                "torch.cuda.amp.GradScaler for training (this device has no bf16 or TF32 matrix units)")
+    text = (f"run them in bf16 on the {arch.name} matrix units: torch.autocast(device_type='{dev}', dtype=torch.bfloat16) "
+            "(no GradScaler needed)")
+    if arch.has("tf32"):
+        text += ("; or allow TF32 for the fp32 matmuls and convolutions (torch.set_float32_matmul_precision('high'), "
+                 "torch.backends.cudnn.allow_tf32 = True)")
+    else:
+        text += " (this device has no TF32)"
+    if arch.has("fp8"):
+        text += "; FP8 for the largest GEMMs (Transformer Engine, torchao float8) where accuracy allows"
+    return text

@@ -150,6 +150,9 @@ def _summary_lines(report: Report) -> list[str]:
         for line in (_memory_line(r), _achieved_line(r)):
             if line:
                 out.append(line)
+        arch = _device_line(r.get("utilisation")) if r["devices"] else None
+        if arch:
+            out.append(arch)
         if not r["devices"]:
             top = r["top_level_ops"][:3]
             out.append("  CPU only; top operators: " + ", ".join(f"{o['name']} {duration(o['cpu_ns'])}" for o in top))
@@ -178,8 +181,21 @@ def _flop(x: float) -> str:
     return f"{x:,.0f} FLOP"
 
 
+def _device_line(u: dict | None) -> str | None:
+    """The architecture the rank ran on and how the trace shows it (docs/METRICS.md, Utilisation)."""
+    d = (u or {}).get("device")
+    if not d:
+        return None
+    if not d.get("arch"):
+        return f"  architecture: unknown ({d['how']})"
+    return f"  architecture: {d['arch']} (matrix units: {', '.join(d['matrix_dtypes'])}), from {d['how']}"
+
+
 def _utilisation_line(u: dict | None) -> str | None:
-    """FLOPs per step, achieved rate and MFU (docs/METRICS.md, Utilisation), in one line."""
+    """FLOPs per step, achieved rate and MFU (docs/METRICS.md, Utilisation), in one line; without
+    counted FLOPs on a device, why there is no MFU."""
+    if u and not u.get("flops") and u.get("mfu_missing") and u.get("device"):
+        return f"  work: no FLOPs counted; MFU not computed: {u['mfu_missing']}"
     if not u or not u.get("flops"):
         return None
     steps = [s for s in u.get("steps", []) if s.get("dur_ns")]
@@ -193,8 +209,7 @@ def _utilisation_line(u: dict | None) -> str | None:
         return f"{head}; MFU {share(u['mfu_median'])} of the {peak['name']} {u.get('dtype')} peak ({p:g} TFLOP/s, {peak['source']})"
     if peak:
         return f"{head}; peak {peak['name']} ({peak['source']})"
-    where = u.get("device_name")
-    return f"{head}; MFU not computed: " + (f"no peak known for {where}" if where else "no device peak (CPU)")
+    return f"{head}; MFU not computed: {u.get('mfu_missing') or 'no device peak'}"
 
 
 _BOUND_SHORT = {"device_compute": "compute", "communication": "comm", "memcpy": "memcpy", "host_compute": "host",

@@ -9,7 +9,10 @@ Definitions (docs/METRICS.md, "Utilisation"):
 - Achieved FLOP/s of a kernel name: its FLOPs over its summed duration; of a step: the step's
   counted FLOPs over the step's duration.
 - MFU of a step: the step's counted FLOPs / (step duration x the device's peak for the dtype that
-  carries most FLOPs). Unknown devices and CPUs have no peak: MFU is null, never guessed.
+  carries most FLOPs). Unknown devices and CPUs have no peak: MFU is null, never guessed, and
+  `mfu_missing` says why (no shapes recorded, device not named or not in the table, no steps).
+- Device: the architecture the rank ran on, and how the trace shows it (peaks.detect: the device
+  name, else the compute capability in deviceProperties, else the kernel names).
 - Arithmetic intensity: FLOPs / bytes; roofline bound: min(peak FLOP/s, intensity x peak bytes/s);
   efficiency: achieved / bound.
 
@@ -80,6 +83,7 @@ class RankWork:
     kernels: list[dict]
     peak: P.Peak | None
     device_name: str | None
+    detected: P.Detected | None = None
 
 
 def device_name(run: Run, rank: int) -> str | None:
@@ -97,6 +101,25 @@ def device_name(run: Run, rank: int) -> str | None:
         if used and len(set(named.values())) == 1:  # one device model listed: the job's
             return next(iter(named.values()))
     return None
+
+
+def _rank_entry(run: Run, rank: int) -> dict:
+    return next((e for e in run.manifest.get("ranks", []) if int(e.get("rank", 0)) == rank), {})
+
+
+def detect_device(run: Run, rank: int, name: str | None) -> P.Detected:
+    """The rank's architecture (peaks.detect) from its device name, deviceProperties and, only when
+    those tell nothing, the names of its kernels."""
+    entry = _rank_entry(run, rank)
+    used = {d.get("device") for d in entry.get("devices_used") or []} | set(entry.get("devices") or [])
+    props = [p for p in (entry.get("device_properties") or []) if isinstance(p, dict)]
+    props = [p for p in props if p.get("id") in used] or props
+    found = P.detect(name, props)
+    if found.arch is None and entry.get("devices"):
+        counts = dict(run.sql(f"SELECT name, count(*) FROM events WHERE rank = ? AND kind = 'kernel' "
+                              f"AND regexp_matches(name, {sql_literal(P.KERNELS_PATTERN)}) GROUP BY name", [rank]).fetchall())
+        found = P.detect(name, props, counts) if counts else found
+    return found
 
 
 def rank_work(run: Run, rank: int) -> RankWork:
@@ -137,7 +160,7 @@ def _rank_work(run: Run, rank: int, settings: PeakSettings) -> RankWork:
     peak = P.match(name, settings.table) if name else None
     if settings.override:
         peak = P.override(peak, **settings.override)
-    return RankWork(ops=ops, kernels=kernels, peak=peak, device_name=name)
+    return RankWork(ops=ops, kernels=kernels, peak=peak, device_name=name, detected=detect_device(run, rank, name))
 
 
 def _next_input_shape(rows: list, i: int) -> list | None:
@@ -290,8 +313,10 @@ def rank_utilisation(run: Run, rank: int) -> dict:
     steps = step_table(run, rank, work)
     mfus = sorted(s["mfu"] for s in steps if s["mfu"] is not None)
     dtype = _main_dtype(work.ops)
+    mfu_median = mfus[len(mfus) // 2] if mfus else None
     return {
         "device_name": work.device_name,
+        "device": work.detected.to_dict() if work.detected else None,
         "peak": work.peak.to_dict() if work.peak else None,
         "dtype": dtype,
         "flops": float(sum(o["flops"] for o in work.ops)),
@@ -299,11 +324,37 @@ def rank_utilisation(run: Run, rank: int) -> dict:
         "ops_counted": len(work.ops),
         "ops_estimated": sum(1 for o in work.ops if o["how"] != "recorded"),
         "steps": steps,
-        "mfu_median": mfus[len(mfus) // 2] if mfus else None,
+        "mfu_median": mfu_median,
+        "mfu_missing": None if mfu_median is not None else mfu_missing(run, rank, work, steps, dtype),
         "top_kernels": kernel_table(work, limit=10),
         "top_ops": [{"op": r.pop("name"), **r} for r in group_table(work, "name")],
         "top_lines": group_table(work, "source_frame_id"),
     }
+
+
+def mfu_missing(run: Run, rank: int, work: RankWork, steps: list[dict], dtype: str | None) -> str:
+    """Why a rank has no MFU, every reason that applies, with what to do about each."""
+    entry = _rank_entry(run, rank)
+    if not entry.get("devices"):
+        return "a CPU-only run: MFU compares device work with a device's peak"
+    reasons = []
+    if not work.ops:
+        shapes = run.sql("SELECT count(*) FROM events WHERE rank = ? AND kind = 'cpu_op' AND contains(args, '\"Input Dims\"')",
+                         [rank]).fetchone()[0]
+        reasons.append("no operator shapes recorded (record with torch.profiler.profile(record_shapes=True))" if not shapes else
+                       "no operator whose FLOPs are known (matmul, convolution, attention) has recorded shapes")
+    if work.peak is None:
+        arch = work.detected.arch if work.detected else None
+        if work.device_name:
+            reasons.append(f"no peak known for {work.device_name} (give --peak-tflops and --peak-dtype, or --peaks FILE)")
+        else:
+            seen = f" (its kernels show {arch.name}, whose models' peaks differ)" if arch else ""
+            reasons.append(f"the trace does not name the device{seen}: give --peak-tflops and --peak-dtype")
+    elif dtype and not work.peak.flops_per_s(dtype):
+        reasons.append(f"the peak in force has no {dtype} figure, the dtype of most FLOPs (give --peak-tflops with --peak-dtype {dtype})")
+    if not steps:
+        reasons.append("no profiler steps (ProfilerStep#N ranges): MFU is per step")
+    return "; ".join(reasons) or "no step has counted FLOPs"
 
 
 WORK_COLUMNS = ("rank", "event_id", "kind", "name", "op_event_id", "step", "source_frame_id", "dur_ns", "flops", "bytes",

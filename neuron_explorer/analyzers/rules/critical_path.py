@@ -1,23 +1,27 @@
-"""critical-path: the items that bound the steps, from each step's critical path.
+"""critical-path: what bounds the steps, one finding per class of work on each step's critical path.
 
 The critical path (analyzers/critical_path.py, docs/METRICS.md "Critical path") charges every
-nanosecond of every profiler step to one item. This rule groups the charged time by item — a
-kernel, copy or collective with the top-level operator that launched it and its statement; a
-top-level operator (or Python call, runtime call) and its statement on the host; a device idle
-gap with its cause — and names the heaviest, at most MAX_ITEMS per rank, each at least
-ITEM_SHARE_MIN of step time, with what to try where the evidence shows it: fp32 GEMMs → bf16
-autocast or TF32; NCHW convolutions (4-d input, kernel not NHWC) → channels_last; many short
-kernels → fusion / torch.compile; copies → pinned memory and
+nanosecond of every profiler step to one item: a kernel, copy or collective with the top-level
+operator that launched it; a top-level operator (or Python call, runtime call) on the host; a
+device idle gap with its cause. This rule groups the charged time by class, one cause with one
+fix: device work by vocab.work_class (fp32 GEMM/convolution, other GEMM/convolution, attention,
+normalisation, elementwise, communication, copies, other kernels), host time as host operators
+and Python, launches, data loading, or waits on the device (`.item()`, synchronize), and idle
+gaps as waiting for a launch or for other work. It names the heaviest classes, at most
+MAX_CLASSES per rank, each at least CLASS_SHARE_MIN of step time, with the heaviest members and
+what to try: fp32 GEMMs/convolutions → the lower precision the device's matrix units run
+(analyzers/peaks.py precision_advice: fp16 autocast with GradScaler on V100/T4, bf16 autocast or
+TF32 on A100 and later, FP8 where the device has it); NCHW convolutions (4-d input, kernel not
+NHWC) → channels_last; many short kernels → fusion / torch.compile; copies → pinned memory and
 non_blocking; launch overhead and host time → CUDA graphs, torch.compile, fewer `.item()` calls;
-input pipeline → DataLoader workers. Impact: the item's charged ns on the path over all steps
-(time off the path, e.g. CPU work while the device bounds the step, is not counted). Saving
-bound: per step, the charged ns, but no more than the step's duration minus the work of the
-other resource, which then becomes critical (`critical_path.saving_bound`, docs/METRICS.md
-"Saving bound": without a kernel the device still has its other work; without host time the
-device's busy time stays). The evidence query
-reads `analysis/critical_path.parquet`, which `analyze` writes. Not applicable without steps, or
-on a CPU-only run (every step is then host-bound by its operators, which `hotspot` names; the
-summary still gives the bound).
+input pipeline → DataLoader workers. Impact: the class's charged ns on the path over all steps
+(the members' charged ns are disjoint, so this is their union; time off the path is not
+counted). Saving bound: per step, the class's charged ns, but no more than the step's duration
+minus the work of the other resource, which then becomes critical (`critical_path.saving_bound`
+with the class's kernels removed from the device, docs/METRICS.md "Saving bound"). The evidence
+query reads `analysis/critical_path.parquet`, which `analyze` writes. Not applicable without
+steps, or on a CPU-only run (every step is then host-bound by its operators, which `hotspot`
+names; the summary still gives the bound).
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ from __future__ import annotations
 import json
 import re
 
-from ...vocab import CONV_KERNEL_RE, GEMM_KERNEL_RE, SYNC_OPS, is_sync_call_name
+from ...vocab import CONV_KERNEL_RE, SYNC_CALL_PART, SYNC_OPS, WORK_CLASSES, is_sync_call_name, kinds_sql, work_class, work_class_sql
 from .. import critical_path as cp
+from .. import peaks as P
 from ..engine import Context, NotApplicable
 from ..model import Location
+from ..utilisation import rank_work
 from ._util import ms, pct, q
 
 RULE_ID = "critical-path"
@@ -36,29 +42,53 @@ TITLE = "Critical path: what bounds the step"
 CATEGORY = "hotspot"
 SCOPE = "rank"
 THRESHOLDS = {
-    "ITEM_SHARE_MIN": 0.02,  # an item's charged time / step time
-    "MAX_ITEMS": 5,  # findings per rank
-    "SMALL_KERNELS_PER_STEP": 10,  # a kernel item with at least this many events per step...
+    "CLASS_SHARE_MIN": 0.02,  # a class's charged time / step time
+    "MAX_CLASSES": 5,  # findings per rank
+    "SMALL_KERNELS_PER_STEP": 10,  # a class with at least this many kernels per step...
     "SMALL_KERNEL_NS": 20_000,  # ...each charged less than this on average: many small kernels
 }
-GEMM = GEMM_KERNEL_RE
-FP32 = re.compile(r"(?i)(sgemm|f32|fp32|tf32|float(?!16))")
 CONV = CONV_KERNEL_RE
 NHWC = re.compile(r"(?i)(nhwc|channels_?last)")
-LOWER = re.compile(r"(?i)(bf16|fp16|half|h884|h1688|h16816|bfloat|f16)")
 DEVICE = ("device_compute", "communication", "memcpy")
+HOST_CLASSES = {"host": "host time in operators and Python", "launch": "kernel launches", "input": "data loading",
+                "host_sync": "host waits on the device", "idle_launch": "device idle waiting for launches",
+                "idle": "device idle waiting on other work"}
+_LAUNCH_WAIT = "waiting for its launch"
 
 
-def _items_sql(src: str, rank: int, where: str = "TRUE") -> str:
-    """Charged ns per item of a rank's path (`src`: the path table): `critical_path.path_items` in SQL, the evidence."""
+def _class_of(it: dict) -> str:
+    """The class of a path item (`critical_path.path_items`): `_class_sql` is the same in SQL."""
+    cat, item = it["category"], it["item"] or ""
+    if cat == "device_compute":
+        return work_class("kernel", item, it["op"], it["op_args"])
+    if cat in ("memcpy", "communication"):
+        return cat
+    if cat == "idle":
+        return "idle_launch" if (it["cause"] or "").startswith(_LAUNCH_WAIT) else "idle"
+    if item in SYNC_OPS or (cat == "launch_overhead" and is_sync_call_name(item)):
+        return "host_sync"
+    return {"launch_overhead": "launch", "input_pipeline": "input"}.get(cat, "host")
+
+
+def _class_sql() -> str:
+    item = "CASE WHEN p.category IN ('device_compute', 'communication', 'memcpy', 'idle') THEN e.name ELSE coalesce(o.name, e.name) END"
+    return f"""CASE WHEN p.category = 'device_compute' THEN {work_class_sql("'kernel'", 'e.name', 'o.name', 'o.args')}
+  WHEN p.category IN ('memcpy', 'communication') THEN p.category
+  WHEN p.category = 'idle' THEN CASE WHEN starts_with(coalesce(p.cause, ''), {q(_LAUNCH_WAIT)}) THEN 'idle_launch' ELSE 'idle' END
+  WHEN coalesce({item}, '') IN {kinds_sql(SYNC_OPS)}
+    OR p.category = 'launch_overhead' AND contains(coalesce({item}, ''), {q(SYNC_CALL_PART)}) THEN 'host_sync'
+  WHEN p.category = 'launch_overhead' THEN 'launch' WHEN p.category = 'input_pipeline' THEN 'input' ELSE 'host' END"""
+
+
+def _class_evidence_sql(src: str, rank: int, cls: str) -> str:
+    """The class's charged ns on a rank's path (`src`: the path table), with its members: the evidence."""
     dev = ", ".join(q(c) for c in DEVICE + ("idle",))
-    return f"""SELECT * FROM (SELECT p.category,
-  CASE WHEN p.category IN ({dev}) THEN e.name ELSE coalesce(o.name, e.name) END AS item,
-  o.name AS op, p.source_frame_id AS frame_id, p.cause,
-  sum(p.charged_ns)::BIGINT AS charged_ns, count(DISTINCT p.event_id) AS events, count(DISTINCT p.step) AS steps,
-  min(p.event_id) AS sample_id, any_value(e.module_path) AS module_path, any_value(o.args) AS op_args
+    return f"""SELECT class, sum(charged_ns)::BIGINT AS charged_ns, count(DISTINCT event_id) AS events,
+  count(DISTINCT item) AS items, arg_max(item, charged_ns) AS heaviest_charge FROM (
+SELECT {_class_sql()} AS class,
+  CASE WHEN p.category IN ({dev}) THEN e.name ELSE coalesce(o.name, e.name) END AS item, p.event_id, p.charged_ns
 FROM {src} p LEFT JOIN events e ON e.event_id = p.event_id LEFT JOIN events o ON o.event_id = e.top_op_id
-WHERE p.rank = {int(rank)} GROUP BY ALL) WHERE {where}"""
+WHERE p.rank = {int(rank)}) WHERE class = {q(cls)} GROUP BY class"""
 
 
 def _first_input_rank(op_args: str | None) -> int | None:
@@ -70,40 +100,46 @@ def _first_input_rank(op_args: str | None) -> int | None:
     return len(dims[0]) if dims and isinstance(dims[0], list) else None
 
 
-def _advice(it: dict, step_count: int) -> str:
-    cat, item, op = it["category"], it["item"] or "", it["op"] or ""
-    per_step = it["events"] / max(step_count, 1)
-    if cat == "device_compute":
+def _advice(cls: str, members: list[dict], events: int, charged: int, step_count: int, arch) -> str:
+    per_step = events / max(step_count, 1)
+    if cls in WORK_CLASSES and cls not in ("communication", "memcpy"):
         tips = []
-        if (GEMM.search(item) or GEMM.search(op)) and (FP32.search(item) or "float" in (it["op_args"] or "")) and not LOWER.search(item):
-            tips.append("fp32 GEMMs: run them in bf16 under torch.autocast(device_type='cuda', dtype=torch.bfloat16), or allow TF32 "
-                        "(torch.set_float32_matmul_precision('high')) on GPUs with Tensor Cores")
-        if (CONV.search(op) or CONV.search(item)) and not NHWC.search(item) and _first_input_rank(it["op_args"]) == 4:
+        if cls == "fp32_matmul":
+            tips.append("fp32 GEMMs/convolutions: " + P.precision_advice(arch))
+        if any((CONV.search(m["op"] or "") or CONV.search(m["item"] or "")) and not NHWC.search(m["item"] or "")
+               and _first_input_rank(m["op_args"]) == 4 for m in members):
             tips.append("NCHW convolutions: convert the model and its inputs to channels_last "
                         "(model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)) so that "
                         "cuDNN / MIOpen use their NHWC Tensor Core kernels")
-        if per_step >= THRESHOLDS["SMALL_KERNELS_PER_STEP"] and it["charged_ns"] / max(it["events"], 1) < THRESHOLDS["SMALL_KERNEL_NS"]:
+        if per_step >= THRESHOLDS["SMALL_KERNELS_PER_STEP"] and charged / max(events, 1) < THRESHOLDS["SMALL_KERNEL_NS"]:
             tips.append(f"{per_step:.0f} short kernels per step: fuse them (torch.compile the module, fused or foreach implementations)")
         if not tips:
-            tips.append("this kernel bounds the step: make it cheaper (lower precision, shapes that are multiples of 8) or run it less often")
+            tips.append({"matmul": "these kernels bound the step: shapes that are multiples of 8 (16 for fp8), larger batches, or run them "
+                                   "less often",
+                         "attention": "attention bounds the step: use F.scaled_dot_product_attention (flash / memory-efficient "
+                                      "kernels) in bf16/fp16",
+                         "norm": "normalisation bounds the step: fused implementations (torch.compile, apex / fused LayerNorm, "
+                                 "RMSNorm) in lower precision",
+                         "elementwise": "elementwise kernels bound the step: fuse them with torch.compile"}.get(
+                cls, "these kernels bound the step: make them cheaper (lower precision, better shapes) or run them less often"))
         return "; ".join(tips) + "."
-    if cat == "communication":
-        return ("A collective bounds the step: overlap it with compute (DDP gradient buckets, gradient_as_bucket_view, FSDP "
+    if cls == "communication":
+        return ("Collectives bound the step: overlap them with compute (DDP gradient buckets, gradient_as_bucket_view, FSDP "
                 "prefetch) or communicate less often (gradient accumulation, larger buckets).")
-    if cat == "memcpy":
+    if cls == "memcpy":
         return ("Copies on the critical path: keep tensors on the device, pin host memory (DataLoader(pin_memory=True)) and copy "
                 "with .to(device, non_blocking=True) so copies overlap compute.")
-    if cat == "input_pipeline":
+    if cls == "input":
         return "Data loading bounds the step: DataLoader(num_workers>0, pin_memory=True, persistent_workers=True, prefetch_factor)."
-    if cat == "idle":
-        if (it["cause"] or "").startswith("waiting for its launch"):
-            return ("The device waits for the host to launch work: the host is the bottleneck here; CUDA graphs "
-                    "(torch.compile(mode='reduce-overhead')) or torch.compile to launch fewer kernels.")
+    if cls == "idle_launch":
+        return ("The device waits for the host to launch work: the host is the bottleneck here; CUDA graphs "
+                "(torch.compile(mode='reduce-overhead')) or torch.compile to launch fewer kernels.")
+    if cls == "idle":
         return "The device waits on another stream or between kernels: overlap independent work across streams."
-    if item in SYNC_OPS or (cat == "launch_overhead" and is_sync_call_name(item)):
+    if cls == "host_sync":
         return ("The host waits on the device here: fewer .item() / float(t) / data-dependent branches in the loop; log "
                 "metrics every N steps; keep values on the device.")
-    if cat == "launch_overhead":
+    if cls == "launch":
         return ("Launch overhead bounds the step: CUDA graphs (torch.compile(mode='reduce-overhead') or torch.cuda.graphs), "
                 "torch.compile to fuse kernels, or a larger batch per launch.")
     return ("Host time bounds the step: torch.compile cuts Python and dispatcher overhead, CUDA graphs remove per-kernel "
@@ -113,14 +149,22 @@ def _advice(it: dict, step_count: int) -> str:
 def _describe(it: dict) -> str:
     cat, item = it["category"], it["item"]
     if item is None:
-        return "host time outside every traced call (Python)"
-    short = item if len(item) <= 70 else item[:67] + "…"
+        return "Python outside every traced call"
+    short = item if len(item) <= 48 else item[:45] + "…"
     if cat in DEVICE:
-        kind = {"device_compute": "kernel", "communication": "collective", "memcpy": "copy"}[cat]
-        return f"{kind} {short}" + (f" of {it['op']}" if it["op"] else "")
+        return short + (f" of {it['op']}" if it["op"] else "")
     if cat == "idle":
-        return f"device idle ({it['cause']}) before {short}"
-    return {"launch_overhead": "launches in ", "input_pipeline": "data loading: "}.get(cat, "") + short
+        return f"before {short}"
+    return short
+
+
+def _class_words(cls: str, members: list[dict]) -> str:
+    if cls in WORK_CLASSES:
+        noun = {"communication": "collectives", "memcpy": "copies"}.get(cls, "kernels")
+        words = WORK_CLASSES[cls] if cls not in ("communication", "memcpy") else ""
+        names = len({m["item"] for m in members if m["item"] is not None})
+        return (f"{words} {noun}" if words else noun) + f" ({names} name{'s' if names != 1 else ''})"
+    return HOST_CLASSES[cls]
 
 
 def check(ctx: Context) -> list:
@@ -131,25 +175,43 @@ def check(ctx: Context) -> list:
     bound = cp.bound(ctx.run, ctx.rank)
     step_count = len(bound["steps"])
     total = int(path.ns.sum())
-    items = cp.path_items(ctx.run, path, by_step=True)[:THRESHOLDS["MAX_ITEMS"]]
+    classes: dict[str, list[dict]] = {}
+    for it in cp.path_items(ctx.run, path, by_step=True):  # heaviest first: each class's members stay in that order
+        classes.setdefault(_class_of(it), []).append(it)
+    ranked = sorted(classes.items(), key=lambda kv: (-sum(m["charged_ns"] for m in kv[1]), kv[0]))[:THRESHOLDS["MAX_CLASSES"]]
     parquet = f"read_parquet({q(str(ctx.run.path / 'analysis' / 'critical_path.parquet'))})"
+    arch = None
     out = []
-    for it in items:
-        if not total or it["charged_ns"] / total < THRESHOLDS["ITEM_SHARE_MIN"]:
+    for cls, members in ranked:
+        charged = sum(m["charged_ns"] for m in members)
+        if not total or charged / total < THRESHOLDS["CLASS_SHARE_MIN"]:
             continue
-        key = " AND ".join(f"{col} IS NOT DISTINCT FROM {q(it[col]) if isinstance(it[col], str) else ('NULL' if it[col] is None else int(it[col]))}"
-                           for col in ("category", "item", "op", "frame_id", "cause"))
-        sql = _items_sql(parquet, ctx.rank, key)
-        source = ctx.source_of(it["frame_id"])
+        if cls == "fp32_matmul" and arch is None:
+            work = rank_work(ctx.run, ctx.rank)
+            arch = work.detected.arch if work.detected and work.detected.arch else P.arch_of(work.peak, work.device_name)
+        events = sum(m["events"] for m in members)
+        step_ns: dict = {}
+        for m in members:
+            for st, ns in (m.get("step_ns") or {}).items():
+                step_ns[st] = step_ns.get(st, 0) + ns
+        merged = {"category": members[0]["category"], "item": tuple(m["item"] for m in members if m["item"] is not None),
+                  "step_ns": step_ns}
+        top = members[0]
+        heaviest = ", ".join(f"{_describe(m)} {ms(m['charged_ns'])}" for m in members[:3])
+        source = ctx.source_of(top["frame_id"])
         out.append(ctx.finding(
-            title=f"{bound['overall']['words']}; on the critical path: {_describe(it)}"
-                  f"{' at ' + source if source else ''} {ms(it['charged_ns'])} ({pct(it['charged_ns'] / total)} of step time)",
-            impact_ns=it["charged_ns"], saving_bound_ns=cp.saving_bound(ctx.run, ctx.rank, it),
-            location=Location(op=it["op"] or (it["item"] if it["category"] not in DEVICE + ("idle",) else None),
-                              kernel=it["item"] if it["category"] in DEVICE else None, source=source,
-                              module_path=it["module_path"], steps=[s["step"] for s in bound["steps"]]),
-            sql=sql, values={"charged_ns": it["charged_ns"], "events": it["events"], "category": it["category"],
-                             "bound": bound["overall"]["bound"], "path_ns": total},
-            sample_event_ids=[it["sample_id"]] if it["sample_id"] is not None else [], uses_source=True,
-            recommendation=_advice(it, step_count)))
+            title=f"{bound['overall']['words']}; on the critical path: {_class_words(cls, members)} {ms(charged)} "
+                  f"({pct(charged / total)} of step time); heaviest: {heaviest}",
+            impact_ns=charged, saving_bound_ns=min(charged, cp.saving_bound(ctx.run, ctx.rank, merged)),
+            location=Location(op=top["op"] or (top["item"] if top["category"] not in DEVICE + ("idle",) else None),
+                              kernel=top["item"] if top["category"] in DEVICE else None, source=source,
+                              module_path=top["module_path"], steps=[s["step"] for s in bound["steps"]]),
+            sql=_class_evidence_sql(parquet, ctx.rank, cls),
+            values={"class": cls, "charged_ns": charged, "events": events,
+                    "items": len({m["item"] for m in members if m["item"] is not None}), "category": top["category"],
+                    "bound": bound["overall"]["bound"], "path_ns": total,
+                    "heaviest": [{"item": m["item"], "op": m["op"], "charged_ns": m["charged_ns"]} for m in members[:3]],
+                    "device_arch": arch.name if arch else None},
+            sample_event_ids=[top["sample_id"]] if top["sample_id"] is not None else [], uses_source=True,
+            recommendation=_advice(cls, members, events, charged, step_count, arch)))
     return out

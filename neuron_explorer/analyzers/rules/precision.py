@@ -5,8 +5,10 @@ baddbmm, matmul, linear, conv*, convolution and its cudnn, miopen and mkldnn for
 recorded input types are float32 ('float'; needs record_shapes=True) and the kernels they
 launched, on devices with tensor cores (NVIDIA compute capability 7.0 and newer, or any device
 whose properties name bf16/fp16 units). Impact: device time of those kernels. Saving bound: half
-of it (bf16/fp16 or TF32 usually runs these at least 2x faster). Not applicable without device
-events, without dtype information, or on devices without such units.
+of it (bf16/fp16 or TF32 usually runs these at least 2x faster). The advice fits the device
+(analyzers/peaks.py precision_advice): fp16 autocast with GradScaler on V100/T4, bf16 autocast or
+TF32 on A100 and later, FP8 where the device has it. Not applicable without device events,
+without dtype information, or on devices without such units.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from __future__ import annotations
 import json
 
 from ...vocab import LOWER_PRECISION_CANDIDATE_OPS, op_in
+from .. import peaks as P
 from ..engine import Context, NotApplicable
 from ..model import Location
+from ..utilisation import rank_work
 from ._util import ms, row, rows
 
 RULE_ID = "precision"
@@ -52,11 +56,12 @@ WHERE k.rank = {ctx.rank} AND k.kind = 'kernel' AND {op_in(LOWER_PRECISION_CANDI
         FROM events k JOIN events o ON o.event_id = k.op_id
         WHERE k.rank = {ctx.rank} AND k.kind = 'kernel' AND {op_in(LOWER_PRECISION_CANDIDATE_OPS, 'o')}
         AND regexp_matches(json_extract_string(o.args, '$."Input type"[0]'), '^float$') GROUP BY o.name ORDER BY sum(k.dur_ns) DESC LIMIT 1""")
+    work = rank_work(ctx.run, ctx.rank)
+    arch = (work.detected.arch if work.detected else None) or P.arch_of(work.peak, fast[0].get("name"))
     return [ctx.finding(
         title=f"float32 {top['name']} and similar ops run {ms(v['fp32_kernel_ns'])} on a {fast[0].get('name', 'tensor-core device')}",
         impact_ns=v["fp32_kernel_ns"], saving_bound_ns=int(v["fp32_kernel_ns"] * THRESHOLDS["SAVING_FRACTION"]),
         location=Location(op=top["name"], source=ctx.source_of(top["frame_id"])),
         sql=sql, values=v, sample_event_ids=[top["sample_id"]], uses_source=True,
-        recommendation="Use the tensor cores: torch.autocast(device_type='cuda', dtype=torch.bfloat16) around the "
-        "forward pass, or torch.backends.cuda.matmul.allow_tf32 = True / torch.set_float32_matmul_precision('high').",
+        recommendation="Use the matrix units: " + P.precision_advice(arch) + ".",
     )]

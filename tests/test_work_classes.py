@@ -1,0 +1,181 @@
+"""Classes of device work (vocab.work_class), the architecture table (peaks.ARCHS) with its
+detection and advice, and why MFU is missing: hand-built cases with known answers, and the real
+V100 and A100 traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from neuron_explorer import vocab
+from neuron_explorer.analyzers import analyze
+from neuron_explorer.analyzers import peaks as P
+from neuron_explorer.analyzers.render import text
+from neuron_explorer.collectors.chrome_trace import import_traces
+
+from .conftest import TRACES, X, write_trace
+
+
+def _text(report) -> str:
+    """The text report with its line wrapping undone."""
+    return " ".join(text(report).split())
+
+US = 1000
+
+CASES = [  # (kind, kernel name, top-level operator, operator args) -> class
+    (("kernel", "volta_sgemm_128x64_nn", "aten::mm", None), "fp32_matmul"),
+    (("kernel", "void cudnn::detail::dgrad_engine<float, 512, 6>", "CudnnConvolutionBackward", None), "fp32_matmul"),
+    (("kernel", "volta_h884gemm_64x64_ldg8_nn", "aten::mm", json.dumps({"Input type": ["c10::Half"]})), "matmul"),
+    (("kernel", "Cijk_Alik_Bljk_SB_MT64x16x32", "aten::addmm", json.dumps({"Input type": ["float"]})), "fp32_matmul"),
+    (("kernel", "ampere_bf16_s16816gemm_bf16_128x128", "aten::linear", json.dumps({"Input type": ["float"]})), "matmul"),
+    (("kernel", "gemv_kernel", "aten::linear", json.dumps({"Input type": ["float", "float"]})), "fp32_matmul"),
+    (("kernel", "flash_fwd_kernel<Flash_fwd_kernel_traits>", "aten::scaled_dot_product_attention", None), "attention"),
+    (("kernel", "some_kernel", "aten::_flash_attention_forward", None), "attention"),
+    (("kernel", "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float>", "aten::batch_norm", None), "norm"),
+    (("kernel", "vectorized_layer_norm_kernel", "aten::layer_norm", None), "norm"),
+    (("kernel", "void at::native::normal_kernel<float>", "aten::normal_", None), "other"),
+    (("kernel", "void at::native::vectorized_elementwise_kernel<4, AddFunctor>", "aten::add_", None), "elementwise"),
+    (("kernel", "add_kernel", "aten::add", None), "elementwise"),
+    (("kernel", "ncclKernel_AllReduce_RING_LL_Sum_float", "c10d::allreduce_", None), "communication"),
+    (("memcpy", "Memcpy HtoD (Pageable -> Device)", "aten::to", None), "memcpy"),
+    (("memset", "Memset (Device)", None, None), "memcpy"),
+    (("kernel", "max_pool_backward_nchw<float>", "MaxPool2DWithIndicesBackward0", None), "other"),
+]
+
+
+@pytest.mark.parametrize(("args", "cls"), CASES)
+def test_work_class_and_its_sql_twin_agree(args, cls):
+    assert vocab.work_class(*args) == cls
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (kind VARCHAR, name VARCHAR, op VARCHAR, args VARCHAR)")
+    con.execute("INSERT INTO t VALUES (?, ?, ?, ?)", list(args))
+    got = con.execute(f"SELECT {vocab.work_class_sql('kind', 'name', 'op', 'args')} FROM t").fetchone()[0]
+    assert got == cls
+    assert cls in vocab.WORK_CLASSES
+
+
+def test_every_peak_names_an_architecture_whose_matrix_dtypes_it_has():
+    names = {a.name for a in P.ARCHS}
+    for p in P.PEAKS:
+        assert p.arch in names, p.name
+        arch = P.arch_of(p)
+        faster = {d for d, t in p.tflops.items() if d not in ("fp32", "fp64") and t > p.tflops.get("fp32", 0)}
+        assert faster <= set(arch.matrix_dtypes), (p.name, faster, arch.matrix_dtypes)
+
+
+@pytest.mark.parametrize(("name", "props", "kernels", "arch", "how"), [
+    ("Tesla V100-SXM2-32GB", [], {}, "NVIDIA Volta (sm70: V100)", "device name"),
+    ("NVIDIA H200", [], {}, "NVIDIA Hopper (sm90: H100, H200)", "device name"),
+    ("AMD Instinct MI300X", [], {}, "AMD CDNA3 (gfx942: MI300X)", "device name"),
+    ("ARTEMIS", [], {}, "Meta MTIA", "device name"),
+    ("AWS Trainium2", [], {}, "AWS Trainium2", "device name"),
+    ("AMD Radeon Graphics", [{"name": "AMD Radeon Graphics", "computeMajor": 9, "computeMinor": 0, "warpSize": 64}], {},
+     "AMD CDNA2 (gfx90a: MI210, MI250X)", "compute capability 9.0"),
+    ("NVIDIA Graphics Device", [{"name": "NVIDIA Graphics Device", "computeMajor": 9, "computeMinor": 0, "warpSize": 32}], {},
+     "NVIDIA Hopper (sm90: H100, H200)", "compute capability 9.0"),
+    (None, [], {"void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64>": 3, "volta_sgemm_64x64_nn": 1},
+     "NVIDIA Ampere (sm80: A100, A30)", "kernel names (3 kernels"),
+    (None, [], {"sm90_xmma_gemm_bf16bf16_bf16f32": 2}, "NVIDIA Hopper (sm90: H100, H200)", "kernel names (2 kernels"),
+    (None, [], {"Cijk_Alik_Bljk_SB_MT64x16x32_ISA942_WG64": 5}, "AMD CDNA3 (gfx942: MI300X)", "kernel names (5 kernels"),
+])
+def test_detect_reads_the_name_then_the_compute_capability_then_the_kernels(name, props, kernels, arch, how):
+    found = P.detect(name, props, kernels)
+    assert found.arch is not None and found.arch.name == arch and found.how.startswith(how)
+
+
+def test_detect_says_when_it_cannot_tell():
+    assert P.detect(None, [], {"elementwise_kernel": 9}).arch is None
+    assert "not in the architecture table" in P.detect("Mystery Accelerator 9000").how
+
+
+def test_precision_advice_fits_the_device():
+    v100, a100, h100 = (P.detect(n).arch for n in ("Tesla V100", "NVIDIA A100", "NVIDIA H100"))
+    mi250, trn = P.detect("AMD Instinct MI250X").arch, P.detect("AWS Trainium2").arch
+    assert "torch.float16" in P.precision_advice(v100) and "GradScaler" in P.precision_advice(v100)
+    assert "bfloat16" not in P.precision_advice(v100) and "TF32" in P.precision_advice(v100)  # "has no bf16 or TF32"
+    assert "no bf16 or TF32" in P.precision_advice(v100)
+    assert "torch.bfloat16" in P.precision_advice(a100) and "set_float32_matmul_precision" in P.precision_advice(a100)
+    assert "FP8" not in P.precision_advice(a100) and "FP8" in P.precision_advice(h100)
+    assert "has no TF32" in P.precision_advice(mi250) and "FP8" not in P.precision_advice(mi250)
+    assert "device_type='xla'" in P.precision_advice(trn)
+    generic = P.precision_advice(None)
+    assert "bfloat16" in generic and "GradScaler" in generic
+
+
+def _step_with_gemm(props: dict | None, shapes: bool) -> list[dict]:
+    args = {"Input Dims": [[64, 64], [64, 64]], "Input type": ["float", "float"]} if shapes else {}
+    return [X("ProfilerStep#1", "user_annotation", 0, 1000),
+            X("aten::mm", "cpu_op", 10, 10, **{"External id": 1, **args}),
+            X("cudaLaunchKernel", "cuda_runtime", 12, 4, correlation=1, **{"External id": 1}),
+            X("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64>", "kernel", 20, 300, pid=0, tid=7, correlation=1,
+              stream=7, device=0)]
+
+
+def test_mfu_missing_says_every_reason(tmp_path):
+    """No shapes and an unnamed device (its kernels show sm80): both reasons; with --peak-tflops the
+    shapes are still missing; with shapes and a named A100 MFU is there and no reason is given."""
+    from neuron_explorer.analyzers.utilisation import peaks_in_force
+
+    run = import_traces(write_trace(tmp_path / "a.json", _step_with_gemm(None, False)), tmp_path / "a").run_dir
+    u = analyze(run).summary["ranks"][0]["utilisation"]
+    assert u["mfu_median"] is None and u["device"]["arch"] == "NVIDIA Ampere (sm80: A100, A30)"
+    assert u["mfu_missing"] == ("no operator shapes recorded (record with torch.profiler.profile(record_shapes=True)); the trace "
+                                "does not name the device (its kernels show NVIDIA Ampere (sm80: A100, A30), whose models' peaks "
+                                "differ): give --peak-tflops and --peak-dtype")
+    with peaks_in_force(override={"tflops": 400.0, "dtype": "bf16"}):
+        report = analyze(run)
+    u = report.summary["ranks"][0]["utilisation"]
+    assert u["mfu_missing"] == "no operator shapes recorded (record with torch.profiler.profile(record_shapes=True))"
+    assert "MFU not computed: no operator shapes recorded" in _text(report)
+    props = {"deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-40GB", "computeMajor": 8, "computeMinor": 0}]}
+    run = import_traces(write_trace(tmp_path / "b.json", _step_with_gemm(props, True), **props), tmp_path / "b").run_dir
+    u = analyze(run).summary["ranks"][0]["utilisation"]
+    # 2 * 64^3 FLOPs in a 1 ms step against the A100's 19.5 TFLOP/s fp32 peak
+    assert u["mfu_missing"] is None and u["mfu_median"] == pytest.approx(2 * 64 ** 3 / 1e-3 / 19.5e12)
+
+
+# ---- real traces --------------------------------------------------------------------------------
+
+def _real(name: str, tmp_path: Path):
+    path = TRACES / name
+    if not path.exists():
+        pytest.skip(f"{name} not in {TRACES}")
+    return analyze(import_traces(path, tmp_path / "run").run_dir)
+
+
+def test_v100_resnet50_gets_one_fp32_class_finding_with_fp16_advice(tmp_path):
+    """The V100 ResNet-50: 26 fp32 convolution/GEMM kernel names on the critical path are one
+    finding (239.34 ms, 26.1% of the 917.73 ms of steps), told fp16 autocast with GradScaler, not
+    bf16 or TF32; the precision rule says the same. Every class appears once."""
+    report = _real("v100_resnet50_torch19_memory.json.gz", tmp_path)
+    found = [f for f in report.findings if f.rule_id == "critical-path"]
+    classes = [f.evidence.values["class"] for f in found]
+    assert len(classes) == len(set(classes))
+    (fp32,) = [f for f in found if f.evidence.values["class"] == "fp32_matmul"]
+    assert fp32.impact_ns == 239_336_000 and fp32.evidence.values["items"] == 26
+    assert "fp32 GEMM/convolution kernels (26 names) 239.34 ms (26.1% of step time)" in fp32.title
+    assert "torch.float16" in fp32.recommendation and "GradScaler" in fp32.recommendation
+    assert "bfloat16" not in fp32.recommendation and "set_float32_matmul_precision" not in fp32.recommendation
+    assert fp32.severity == "high"
+    (prec,) = [f for f in report.findings if f.rule_id == "precision"]
+    assert "torch.float16" in prec.recommendation and "bfloat16" not in prec.recommendation
+    assert "architecture: NVIDIA Volta (sm70: V100) (matrix units: fp16), from device name 'Tesla V100-DGXS-32GB'" in _text(report)
+
+
+def test_the_cutlass_80_traces_name_their_device(tmp_path):
+    """cuda_nccl_rank0_of_2 names its A100 in deviceProperties (and recorded no shapes);
+    multirank_128's rank 0 has no deviceProperties: its cutlass_80 kernels show sm80."""
+    report = _real("cuda_nccl_rank0_of_2.json.gz", tmp_path / "nccl")
+    u = report.summary["ranks"][0]["utilisation"]
+    assert u["device"]["arch"] == "NVIDIA Ampere (sm80: A100, A30)"
+    assert u["device"]["how"] == "device name 'NVIDIA A100-PG509-200' in the trace"
+    assert u["mfu_missing"] == "no operator shapes recorded (record with torch.profiler.profile(record_shapes=True))"
+    assert "MFU not computed: no operator shapes recorded" in _text(report)
+    report = _real("multirank_128/rank-0.json.gz", tmp_path / "mr")
+    u = report.summary["ranks"][0]["utilisation"]
+    assert u["device"]["arch"] == "NVIDIA Ampere (sm80: A100, A30)" and u["device"]["how"].startswith("kernel names (340 kernels")
+    assert u["mfu_missing"].startswith("the trace does not name the device")
+    assert "no device peak (CPU)" not in _text(report)
