@@ -22,9 +22,10 @@ from pathlib import Path
 from types import ModuleType
 
 from ..store import Run, create_views, new_connection, open_run
-from . import metrics, summary as summary_
+from . import metrics
+from . import summary as summary_
+from .model import SEVERITIES, Evidence, Finding, Location, Report
 from .ranks import summary as cross_rank_summary
-from .model import Evidence, Finding, Location, Report, SEVERITIES
 
 SEVERITY_SHARES = {"high": 0.20, "medium": 0.05, "low": 0.01}
 """A finding's severity from its impact share: at least this share of the analysed time."""
@@ -70,7 +71,7 @@ class Context:
 
     def require_device(self) -> None:
         if not self.has_device():
-            raise NotApplicable("no device events (kernel, memcpy, memset) in this rank: a CPU-only run")
+            raise NotApplicable(metrics.no_device_reason(self.summary.get("device_events_lost")))
 
     def has_user_frames(self, rank: int | None = None) -> bool:
         return self.summaries[self.rank if rank is None else rank]["source_lines"]["has_frames"]
