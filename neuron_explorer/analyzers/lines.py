@@ -169,8 +169,9 @@ def self_and_total(run: Run, rank: int) -> dict:
 RUN_DEFINITIONS = {
     "enclosing call": "of an outermost operator of a statement: the innermost Python call around it that the statement did "
                       "not make itself (its frame is not the statement's): one call of the function the statement is in",
-    "runs": "executions of a statement in one enclosing call: the largest count of one operator name among the statement's "
-            "outermost forward operators in that call (a statement that runs `a @ b + c` once issues one matmul and one add)",
+    "runs": "executions of a statement in one enclosing call: the smallest count of one operator name among the statement's "
+            "outermost forward operators in that call (each run issues each of its operators: `x[i] @ y[i]` run 50 times "
+            "issues 100 selects and 50 matmuls, 50 runs)",
     "runs_per_call": "the most runs of the statement in one enclosing call (within one step)",
     "runs_per_step": "the statement's runs in the steady steps over their number (the window's runs without steps)",
 }
@@ -200,7 +201,7 @@ walk(event_id, frame_id, up_id, call_id) AS (
 calls AS (SELECT event_id, max(call_id) AS call_id FROM walk GROUP BY event_id),
 by_name AS (SELECT o.source, any_value(o.function) AS function, o.step, c.call_id, o.name, count(*) AS n
   FROM ops o JOIN calls c USING (event_id) GROUP BY o.source, o.step, c.call_id, o.name),
-per_call AS (SELECT source, any_value(function) AS function, step, call_id, max(n) AS runs, sum(n) AS calls
+per_call AS (SELECT source, any_value(function) AS function, step, call_id, min(n) AS runs, sum(n) AS calls
   FROM by_name GROUP BY source, step, call_id)
 SELECT source, any_value(function) AS function, sum(runs)::BIGINT AS runs, max(runs)::BIGINT AS runs_per_call,
   {per_step} AS runs_per_step, sum(calls)::BIGINT AS calls,

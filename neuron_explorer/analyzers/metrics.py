@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..store import Run
-from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_KINDS, DEVICE_WORK_SQL, comm_op, kinds_sql, sql_literal, top_op
+from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_KINDS, DEVICE_WORK_SQL, comm_op, kinds_sql, sql_literal, top_op, training_work
 
 
 def union_sql(where: str, by: tuple[str, ...] = ()) -> str:
@@ -81,6 +81,19 @@ def span(run: Run, rank: int) -> dict:
     """First start to last end over the rank's events, leaving out kind 'other' (profiler bookkeeping spans)."""
     lo, hi = run.sql("SELECT min(ts_ns), max(ts_ns + dur_ns) FROM events WHERE rank = ? AND kind <> 'other'", [rank]).fetchone()
     return {"start_ns": lo, "end_ns": hi, "span_ns": (hi - lo) if lo is not None else 0}
+
+
+def trains(run: Run, rank: int) -> bool:
+    """Whether the rank does training work: any event in the backward pass or the optimizer
+    (vocab.training_work). False for inference and evaluation runs: rules then give no training
+    advice (DataLoader workers, fused optimizers, ...)."""
+    return run.sql(f"SELECT count(*) FROM (SELECT 1 FROM events WHERE rank = ? AND {training_work()} LIMIT 1)", [rank]).fetchone()[0] > 0
+
+
+def per_step_words(count: float, steps: int, unit: str = "") -> str:
+    """A count over the steady steps in words: '585/step' with steps (count over `steps`, the
+    steady steps), 'in the analysed window' without (`steps` 0: the count is the window's)."""
+    return f"{count / steps:.0f}{unit}/step" if steps else "in the analysed window"
 
 
 # ---- a device run whose device events were lost -------------------------------------------------

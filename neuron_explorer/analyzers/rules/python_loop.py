@@ -3,7 +3,7 @@
 A statement inside a Python loop (per head, per sample, per token) issues many small operators,
 each paying Python and dispatch overhead and each too small to use the device well. The rule
 counts how often each user statement runs in one call of the function it is in (analyzers/lines.py
-`statement_runs_sql`: a statement's runs in one enclosing call are the largest count of one
+`statement_runs_sql`: a statement's runs in one enclosing call are the smallest count of one
 operator name among its outermost forward operators there), over the steady steps
 (metrics.steady_steps: warm-up and a partial last step left out), or over the whole window
 without steps. It reports the heaviest statement that one call runs at least RUNS_PER_CALL_MIN
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from ...vocab import DEVICE_WORK_SQL, GEMM_OPS, top_op
 from ..engine import Context, NotApplicable
-from ..lines import statement_runs_sql, statement_time_sql
+from ..lines import line_times_sql, statement_runs_sql, statement_time_sql
 from ..model import Location
 from ._util import ms, pct, q, row, rows
 
@@ -54,11 +54,6 @@ def _advice(ops: set[str]) -> str:
     return "Vectorise the loop into whole-tensor operations, or compile the function (torch.compile) to fuse it."
 
 
-def _steps(summary: dict) -> list[int] | None:
-    """The steady steps whose runs are counted; None without steps (the whole window)."""
-    return list(summary["steps"].get("steady_steps") or []) if summary["steps"]["count"] else None
-
-
 def looped_statements(ctx: Context) -> list[dict]:
     """The statements of the rank that one call of their function runs at least RUNS_PER_CALL_MIN
     times (lines.statement_runs_sql over the steady steps), most runs per call first; hotspot
@@ -66,7 +61,7 @@ def looped_statements(ctx: Context) -> list[dict]:
     if not ctx.has_user_frames():
         return []
     t = THRESHOLDS
-    sql = (f"SELECT * FROM ({statement_runs_sql(ctx.rank, _steps(ctx.summary), t['RUNS_PER_CALL_MIN'])})\n"
+    sql = (f"SELECT * FROM ({statement_runs_sql(ctx.rank, ctx.steady_steps, t['RUNS_PER_CALL_MIN'])})\n"
            f"WHERE runs_per_call >= {t['RUNS_PER_CALL_MIN']} ORDER BY runs_per_call DESC, source")
     return rows(ctx.run, sql)
 
@@ -99,7 +94,7 @@ def check(ctx: Context) -> list:
     if not statements:
         raise NotApplicable("the trace names def lines only (an imported trace): which statement ran an operator is unknown, "
                             "so how often one runs is too; record with the live collector (neuron-explorer record, nx.profile)")
-    steps = _steps(ctx.summary)
+    steps = ctx.steady_steps
     if steps == []:
         raise NotApplicable("no steady-state profiler step to count a statement's runs in")
     runs_sql = (f"SELECT * FROM ({statement_runs_sql(ctx.rank, steps, t['RUNS_PER_CALL_MIN'])})\n"
@@ -117,6 +112,8 @@ def check(ctx: Context) -> list:
         WHERE e.rank = {ctx.rank} AND {top_op('e')} AND e.pass IS DISTINCT FROM 'backward' AND f.file || ':' || f.line = {q(v['source'])}
         GROUP BY 1 ORDER BY n DESC, 1 LIMIT 8""")
     code = row(ctx.run, f"SELECT any_value(code) AS code FROM frames WHERE rank = {ctx.rank} AND file || ':' || line = {q(v['source'])}")["code"]
+    line = row(ctx.run, f"SELECT cpu_ns, cpu_backward_ns, device_ns, device_backward_ns FROM ({line_times_sql(ctx.rank)}) "
+                        f"WHERE source = {q(v['source'])}")  # its figures by the one definition of time per line, for the split
     names = {o["name"] for o in ops}
     code_txt = f" `{code[:60]}`" if code else ""
     where = "per step" if steps is not None else "in the analysed window"
@@ -130,6 +127,6 @@ def check(ctx: Context) -> list:
         sql=runs_sql + f"\n-- time of {v['source']}:\n" + best_time_sql,
         values={"source": v["source"], "code": code, "function": v.get("function"), "runs": v["runs"], "runs_per_call": v["runs_per_call"],
                 "calls_per_step": v["runs_per_step"], "steps": len(steps) if steps is not None else None,
-                "operators": v["calls"], "time_ns": v["time_ns"], "forward_ops": [f"{o['name']} x{o['n']}" for o in ops]},
+                "operators": v["calls"], "time_ns": v["time_ns"], **line, "forward_ops": [f"{o['name']} x{o['n']}" for o in ops]},
         sample_event_ids=[o["sample_id"] for o in ops[:3]], uses_source=True,
         recommendation=f"The loop calls {', '.join(o['name'] for o in ops[:4])} once per iteration. {_advice(names)}")]
