@@ -121,10 +121,10 @@ def _render_many_ranks(ranks: list[dict], shown: int = 3) -> list[str]:
 
 def _no_device(rank: dict) -> str:
     """A rank with no device events: CPU only, unless it launched device work whose events the
-    trace lost (the importer's `launches_without_device_events`: a warning says more)."""
-    dq = rank.get("data_quality") or {}
-    lost = dq.get("launches_without_device_events") or dq.get("launch_flows_without_device_events")
-    return "device events lost (launches recorded)" if lost else "CPU only"
+    trace lost (analyzers.metrics.device_events_lost; a warning says more)."""
+    from .analyzers.metrics import device_events_lost, no_device_words
+
+    return no_device_words(device_events_lost(rank))
 
 
 def _ranks_text(ranks: list[int]) -> str:

@@ -21,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 from . import store
+from .analyzers.metrics import device_events_lost, no_device_words
 from .analyzers.model import Report
 from .fmt import duration, share
 
@@ -76,7 +77,7 @@ def report_html(report: dict) -> str:
                  else "no steps recorded")
         devices = len(r.get("devices") or [])
         lines.append(f"<tr><td>rank {_e(r.get('rank'))}</td><td>{_e(steps)}</td><td>{_e(duration(r.get('analysed_ns')))} analysed</td>"
-                     f"<td>{_e(f'{devices} device(s)' if devices else 'CPU only')}</td></tr>")
+                     f"<td>{_e(f'{devices} device(s)' if devices else no_device_words(r.get('device_events_lost')))}</td></tr>")
     findings = report.get("findings") or []
     counts = ", ".join(f"{sum(f.get('severity') == s for f in findings)} {s}" for s in ("high", "medium", "low", "info")
                        if any(f.get("severity") == s for f in findings))
@@ -101,7 +102,7 @@ def run_html(path: Path, manifest: dict) -> str:
         devs = [f"{n} × {name}" if n > 1 else name for name, n in names.items()]
         events = f"{int(r.get('events') or 0):,} events"
         rows.append(f"<tr><td>rank {_e(r.get('rank'))}</td><td>{_e(events)}</td>"
-                    f"<td>{_e(step_text)}</td><td>{_e(', '.join(devs) or 'CPU only')}</td></tr>")
+                    f"<td>{_e(step_text)}</td><td>{_e(', '.join(devs) or no_device_words(device_events_lost(r)))}</td></tr>")
     source = manifest.get("source")
     what = [x for x in (source, manifest.get("torch_version") and f"torch {manifest['torch_version']}", manifest.get("created")) if x]
     report_file = Path(path) / "analysis" / "report.json"

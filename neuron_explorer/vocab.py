@@ -49,6 +49,16 @@ def device_work(alias: str = "") -> str:
     return f"{_a(alias)}kind IN {DEVICE_WORK_SQL}"
 
 
+TRAINING_PASSES = ("backward", "optimizer")
+"""Passes (`events.pass`) that only training runs: a run with none of them is not training (an
+inference or evaluation run), and gets no training advice (DataLoader workers, optimizers, ...)."""
+
+
+def training_work(alias: str = "") -> str:
+    """An event is training work: in the backward pass or the optimizer (TRAINING_PASSES)."""
+    return f"{_a(alias)}pass IN {kinds_sql(TRAINING_PASSES)}"
+
+
 def top_op(alias: str = "") -> str:
     """An event is a top-level CPU operator: an operator with no operator around it."""
     a = _a(alias)

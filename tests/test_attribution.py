@@ -105,7 +105,8 @@ def test_attention_loop_lands_on_its_statements_not_on_backward(tmp_path):
     assert not any(f.location.source == f"{script}:{backward_call}" for f in report.findings if f.rule_id == "hotspot")
     loop_finding = next(f for f in report.findings if f.rule_id == "python-loop")
     assert loop_finding.location.source in (f"{script}:{scores}", f"{script}:{mix}")
-    assert loop_finding.evidence.values["calls_per_step"] >= 100 and loop_finding.evidence.values["cpu_backward_ns"] > 0
+    # 16 samples x 8 heads: one call of forward runs each statement of the inner loop 128 times
+    assert loop_finding.evidence.values["runs_per_call"] == 128 and loop_finding.evidence.values["calls_per_step"] >= 128
     if loop_finding.location.source.endswith(f":{mix}"):  # softmax and matmul per head: the fused kernel is the fix
         assert "scaled_dot_product_attention" in loop_finding.recommendation
     # an agent gets the line, its code and the backward split in one call

@@ -19,7 +19,6 @@ from .conftest import TRACES, real_traces
 KNOWN = {
     # (trace, rule): figures larger than the trace in rules owned elsewhere, measured on the code of
     # 2026-12-02 (issue #33 item 1 for those rules); the test reports them as xfail until they are fixed
-    ("mi300x_ddp_resnet_act_checkpoint", "python-loop"): "70.47 ms of a 48.64 ms rank (impact and saving bound)",
 }
 
 

@@ -71,7 +71,20 @@ class Context:
 
     def require_device(self) -> None:
         if not self.has_device():
-            raise NotApplicable("no device events (kernel, memcpy, memset) in this rank: a CPU-only run")
+            raise NotApplicable(metrics.no_device_reason(self.summary.get("device_events_lost")))
+
+    def trains(self, rank: int | None = None) -> bool:
+        """Whether the rank does training work (backward or optimizer: metrics.trains); without it
+        rules give no training advice."""
+        s = self.summaries[self.rank if rank is None else rank]
+        return s["training"] if "training" in s else metrics.trains(self.run, self.rank if rank is None else rank)
+
+    @property
+    def steady_steps(self) -> list[int] | None:
+        """The rank's steady steps (metrics.steady_steps), the denominator of every per-step count;
+        None without steps (counts are then over the analysed window)."""
+        st = self.summary["steps"]
+        return list(st.get("steady_steps") or []) if st["count"] else None
 
     def has_user_frames(self, rank: int | None = None) -> bool:
         return self.summaries[self.rank if rank is None else rank]["source_lines"]["has_frames"]

@@ -23,6 +23,7 @@ from pathlib import PurePath
 
 from ..store import Run
 from ..vocab import device_work
+from .metrics import device_events_lost
 
 MIN_SHARED_OPERATORS = 0.5
 """Two runs with no module names are different models when they share fewer than this share of
@@ -32,7 +33,8 @@ _INSTANCE = re.compile(r"_\d+$")
 
 def identity(run: Run) -> dict:
     """script (or None), models (top-level module classes), operators (names), devices (names),
-    device_work (whether any kernel, copy or set ran on a device)."""
+    device_work (whether any kernel, copy or set ran on a device), device_events_lost (no device work
+    recorded, but launches were: metrics.device_events_lost)."""
     m = run.manifest
     script = None
     cmd = m.get("command")
@@ -45,8 +47,9 @@ def identity(run: Run) -> dict:
     devices = sorted({r[0] for r in run.sql("SELECT DISTINCT name FROM devices WHERE name IS NOT NULL").fetchall()})
     work = run.sql(f"SELECT count(*) FROM (SELECT 1 FROM events WHERE {device_work()} "
                    "AND device IS NOT NULL LIMIT 1)").fetchall()[0][0] > 0
+    lost = any(device_events_lost(e) for e in m.get("ranks", []))
     return {"script": script, "models": sorted({_INSTANCE.sub("", r) for r in roots}), "operators": ops,
-            "devices": devices, "device_work": bool(work)}
+            "devices": devices, "device_work": bool(work), "device_events_lost": bool(lost and not work)}
 
 
 def differences(base: dict, test: dict) -> list[str]:
@@ -62,7 +65,8 @@ def differences(base: dict, test: dict) -> list[str]:
         shared = len(base["operators"] & test["operators"]) / len(union)
         if shared < MIN_SHARED_OPERATORS:
             out.append(f"model: they share {shared:.0%} of their {len(union)} operator names")
-    if base["device_work"] != test["device_work"]:
+    if base["device_work"] != test["device_work"] and not (base.get("device_events_lost") or test.get("device_events_lost")):
+        # a run whose trace lost its device events ran on a device too: nothing says the jobs differ
         where = lambda x: ", ".join(x["devices"]) or "a device" if x["device_work"] else "the CPU only"  # noqa: E731
         out.append(f"device: {where(base)} vs {where(test)}")
     elif base["devices"] and test["devices"] and base["devices"] != test["devices"]:

@@ -18,7 +18,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from ..store import Run
-from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_KINDS, DEVICE_WORK_SQL, comm_op, kinds_sql, sql_literal, top_op
+from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_KINDS, DEVICE_WORK_SQL, comm_op, kinds_sql, sql_literal, top_op, training_work
 
 
 def union_sql(where: str, by: tuple[str, ...] = ()) -> str:
@@ -101,6 +101,61 @@ def span(run: Run, rank: int) -> dict:
     """First start to last end over the rank's events, leaving out kind 'other' (profiler bookkeeping spans)."""
     lo, hi = run.sql("SELECT min(ts_ns), max(ts_ns + dur_ns) FROM events WHERE rank = ? AND kind <> 'other'", [rank]).fetchone()
     return {"start_ns": lo, "end_ns": hi, "span_ns": (hi - lo) if lo is not None else 0}
+
+
+def trains(run: Run, rank: int) -> bool:
+    """Whether the rank does training work: any event in the backward pass or the optimizer
+    (vocab.training_work). False for inference and evaluation runs: rules then give no training
+    advice (DataLoader workers, fused optimizers, ...)."""
+    return run.sql(f"SELECT count(*) FROM (SELECT 1 FROM events WHERE rank = ? AND {training_work()} LIMIT 1)", [rank]).fetchone()[0] > 0
+
+
+def per_step_words(count: float, steps: int, unit: str = "") -> str:
+    """A count over the steady steps in words: '585/step' with steps (count over `steps`, the
+    steady steps), 'in the analysed window' without (`steps` 0: the count is the window's)."""
+    return f"{count / steps:.0f}{unit}/step" if steps else "in the analysed window"
+
+
+# ---- a device run whose device events were lost -------------------------------------------------
+
+DEVICE_EVENTS_LOST = "device events lost"
+"""The words for a rank that launched device work but whose trace holds no device events (not a
+CPU-only rank): what the report, info, notebooks, the dashboard and not-applicable reasons say."""
+RE_RECORD = "re-record with the device activity on (ProfilerActivity.CUDA) and a normal profiler stop"
+"""What to do about it."""
+
+
+def device_events_lost(entry: dict | None) -> dict | None:
+    """For a rank's manifest entry: {"launches": launch calls, "launch_flows": launch flow starts}
+    when the importer counted launches or `ac2g` flow starts but the rank has no device events
+    (its data_quality keys `launches_without_device_events`, `launch_flows_without_device_events`):
+    a device run whose device events were lost. None otherwise (a CPU-only rank, or one with
+    device events). The one definition; docs/METRICS.md states it."""
+    dq = (entry or {}).get("data_quality") or {}
+    launches = int(dq.get("launches_without_device_events") or 0)
+    flows = int(dq.get("launch_flows_without_device_events") or 0)
+    return {"launches": launches, "launch_flows": flows} if launches or flows else None
+
+
+def rank_entry(run: Run, rank: int) -> dict:
+    """The manifest's entry of a rank ({} when it lists none)."""
+    return next((e for e in run.manifest.get("ranks", []) if int(e.get("rank", 0)) == int(rank)), {})
+
+
+def no_device_words(lost: dict | None) -> str:
+    """How to call a rank without device events: DEVICE_EVENTS_LOST with its launch count when
+    `lost` (from `device_events_lost`), else 'CPU only'."""
+    if not lost:
+        return "CPU only"
+    n = lost["launches"] or lost["launch_flows"]
+    return f"{DEVICE_EVENTS_LOST} ({n} launch{'es' if n != 1 else ''} recorded, no kernels)"
+
+
+def no_device_reason(lost: dict | None) -> str:
+    """Why a rule that needs device events does not apply to a rank without them."""
+    if not lost:
+        return "no device events (kernel, memcpy, memset) in this rank: a CPU-only run"
+    return f"{no_device_words(lost)}: {RE_RECORD}"
 
 
 # ---- steady-state steps: THE selection used by step statistics, step-outliers and diff ----------

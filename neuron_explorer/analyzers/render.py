@@ -11,6 +11,7 @@ from ..fmt import collective_wait_lines as _wait_lines
 from ..fmt import duration, share, summarise_warnings
 from ..fmt import id_ranges as _id_ranges
 from ..fmt import spread as _spread_of
+from .metrics import no_device_words
 from .model import Finding, Report
 
 
@@ -51,8 +52,12 @@ def _ranks_overview(ranks: list[dict], shown: int = 3) -> list[str]:
     comm = [(_exposed_ns(r) if r["devices"] else r.get("comm_cpu_ns", 0), r["rank"]) for r in ranks]
     if any(c for c, _ in comm):
         out.append("  exposed communication per rank: " + _spread_of(comm, duration))
-    if len(busy) < len(ranks):
-        out.append(f"  {len(ranks) - len(busy)} ranks CPU only")
+    lost = [r for r in ranks if not r["devices"] and r.get("device_events_lost")]
+    if lost:
+        out.append(f"  {len(lost)} ranks with {no_device_words(lost[0]['device_events_lost']).split(' (')[0]}: "
+                   f"ranks {_id_ranges([r['rank'] for r in lost])}")
+    if len(busy) + len(lost) < len(ranks):
+        out.append(f"  {len(ranks) - len(busy) - len(lost)} ranks CPU only")
     return out
 
 
@@ -155,7 +160,8 @@ def _summary_lines(report: Report) -> list[str]:
             out.append(arch)
         if not r["devices"]:
             top = r["top_level_ops"][:3]
-            out.append("  CPU only; top operators: " + ", ".join(f"{o['name']} {duration(o['cpu_ns'])}" for o in top))
+            out.append(f"  {no_device_words(r.get('device_events_lost'))}; top operators: "
+                       + ", ".join(f"{o['name']} {duration(o['cpu_ns'])}" for o in top))
         line = _utilisation_line(r.get("utilisation"))
         if line:
             out.append(line)

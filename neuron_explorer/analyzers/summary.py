@@ -14,23 +14,26 @@ queries by rank), decide what is a problem, or render anything.
 from __future__ import annotations
 
 from ..store import Run
-from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_SQL, comm_op, sql_literal, top_op
+from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_SQL, comm_op, sql_literal, top_op, training_work
 from .critical_path import bound as _step_bound
 from .device_time import achieved as _achieved
 from .device_time import breakdown as _device_time
 from .lines import self_and_total
 from .metrics import (
     cpu_comm,
+    device_events_lost,
     device_summary,
     devices,
     open_ended_steps,
     peak_memory,
+    rank_entry,
     ranks,
     select_steady_steps,
     span,
     step_stats,
     step_stats_of_selection,
     top_level_ops,
+    trains,
     union_sql,
 )
 from .utilisation import rank_utilisation
@@ -63,6 +66,8 @@ def rank_summary(run: Run, rank: int) -> dict:
         "steps": steps,
         "analysed_ns": steps["total_ns"] if steps["count"] else sp["span_ns"],
         "devices": [device_summary(run, rank, d) for d in devices(run, rank)],
+        "device_events_lost": device_events_lost(rank_entry(run, rank)),
+        "training": trains(run, rank),
         **cpu_comm(run, rank),
         "top_level_ops": top_level_ops(run, rank),
         "source_lines": source_lines(run, rank),
@@ -136,6 +141,8 @@ SELECT cs.rank, cs.device, cs.comm_ns::BIGINT, coalesce(ov.overlap_ns, 0)::BIGIN
                                       f"WHERE {top_op()} GROUP BY rank, name").fetchall():
         if int(r) in keep:
             tops[int(r)].append({"name": name, "calls": calls, "cpu_ns": ns})
+    entries = {int(e.get("rank", 0)): e for e in run.manifest.get("ranks", [])}
+    training = {int(r) for r, in run.sql(f"SELECT DISTINCT rank FROM events WHERE {training_work()}").fetchall()}
     out = {}
     for r in want:
         lo, hi = spans.get(r, (None, None))
@@ -154,7 +161,9 @@ SELECT cs.rank, cs.device, cs.comm_ns::BIGINT, coalesce(ov.overlap_ns, 0)::BIGIN
         ns, n = cpu.get(r, (0, 0))
         top = sorted(tops[r], key=lambda t: (-t["cpu_ns"], t["name"]))[:10]
         out[r] = {"rank": r, **sp, "steps": steps, "analysed_ns": steps["total_ns"] if steps["count"] else sp["span_ns"],
-                  "devices": devices_, "comm_cpu_ns": int(ns or 0), "comm_cpu_intervals": int(n), "top_level_ops": top}
+                  "devices": devices_, "device_events_lost": device_events_lost(entries.get(r)),
+                  "training": r in training,
+                  "comm_cpu_ns": int(ns or 0), "comm_cpu_intervals": int(n), "top_level_ops": top}
         if per_rank:
             complete_summary(run, out[r])
     return out

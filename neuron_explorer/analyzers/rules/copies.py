@@ -58,7 +58,7 @@ FROM events WHERE rank = {ctx.rank} AND kind = 'memcpy' AND ({PAGEABLE_H2D} OR {
         impact_ns=v["copy_ns"], saving_bound_ns=v["copy_ns"],
         location=Location(op=op.get("name"), source=ctx.source_of(top["frame_id"])),
         sql=sql, values=v, sample_event_ids=[top["sample_id"]] if top["sample_id"] else [], uses_source=True,
-        recommendation="Pin host memory (DataLoader(pin_memory=True), tensor.pin_memory()) and copy with "
+        recommendation="Pin host memory (" + ("DataLoader(pin_memory=True), " if ctx.trains() else "") + "tensor.pin_memory()) and copy with "
         "non_blocking=True so copies overlap compute; keep results on the device inside the step and move "
         "them to the host every N steps.",
     )]

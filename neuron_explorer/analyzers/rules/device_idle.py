@@ -70,8 +70,9 @@ def check(ctx: Context) -> list:
             location=Location(device=d, source=ctx.source_of(frame)),
             sql=sql, values={"busy_ns": v["busy_ns"], "window_ns": v["window_ns"], "idle_ns": v["idle_ns"]},
             sample_event_ids=samples, uses_source=True,
-            recommendation="Keep the device fed: largest gaps — " + "; ".join(host) + ". Move host work out of the "
-            "step (DataLoader workers, pin_memory), avoid synchronising calls, batch small ops or use "
-            "torch.compile / CUDA graphs to cut launch gaps.",
+            recommendation="Keep the device fed: largest gaps — " + "; ".join(host) + ". "
+            + ("Move host work out of the step (DataLoader workers, pin_memory), avoid" if ctx.trains() else
+               "Prepare inputs ahead of the device (pinned memory, non_blocking copies), avoid")
+            + " synchronising calls, batch small ops or use torch.compile / CUDA graphs to cut launch gaps.",
         ))
     return out

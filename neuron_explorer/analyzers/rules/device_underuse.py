@@ -60,8 +60,7 @@ def _shape_reasons(ctx: Context, event_id: int) -> tuple[list[str], dict]:
 
 def check(ctx: Context) -> list:
     t = THRESHOLDS
-    if not ctx.has_device():
-        raise NotApplicable("no device events (kernel, memcpy, memset) in this rank: a CPU-only run")
+    ctx.require_device()
     work = rank_work(ctx.run, ctx.rank)
     if work.peak is None:
         raise NotApplicable(f"no peak known for device {work.device_name or '(unnamed)'}: give --peak-tflops/--peak-gbps")

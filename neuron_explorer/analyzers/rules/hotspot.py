@@ -4,8 +4,9 @@ Reports, per rank, the single top-level CPU operator (by total CPU time), the si
 (by total device time) and the single user source line (its own time by analyzers/lines.py:
 device time where the rank has devices, else the CPU time of the outermost operators it called,
 backward work counted on the forward statement) that take at least HOTSPOT_SHARE_MIN of the
-analysed time. A line that issues python-loop's CALLS_PER_STEP_MIN operators per step or more is
-left to that rule, which names the batched alternative. A hotspot is where optimisation pays first.
+analysed time. A statement that one call of its function runs python-loop's RUNS_PER_CALL_MIN
+times or more is left to that rule, which names the batched alternative. Calls per step are over
+the steady steps (metrics.steady_steps). A hotspot is where optimisation pays first.
 Impact: for the operator and the kernel, their time on the steps' critical paths
 (analyzers/critical_path.py: the operator's host time, the kernel's device time; an operator
 that runs while the device is busy costs nothing), and they are reported only when that is at
@@ -22,7 +23,7 @@ from ..engine import Context
 from ..lines import line_times_by_rank, line_times_sql
 from ..model import Location
 from . import python_loop
-from ._util import ms, pct, row, share_at_least
+from ._util import ms, pct, q, row, share_at_least
 
 RULE_ID = "hotspot"
 TITLE = "Hotspot"
@@ -79,9 +80,11 @@ def _line_finding(ctx: Context):
     rank has devices, else CPU time of its outermost operators; backward work counts on the
     forward statement that built it."""
     key = "device_ns" if ctx.has_device() else "cpu_ns"
-    loop = python_loop.THRESHOLDS["CALLS_PER_STEP_MIN"]  # such lines are python-loop's, with a batched fix
-    sql = (f"SELECT * FROM ({line_times_sql(ctx.rank)})\nWHERE calls_per_step IS NULL OR calls_per_step < {loop}\n"
-           f"ORDER BY {key} DESC, source LIMIT 1")
+    looped = [x["source"] for x in python_loop.looped_statements(ctx)]  # python-loop's, with a batched fix
+    not_looped = f"WHERE source NOT IN ({', '.join(q(s) for s in looped)})\n" if looped else ""
+    st = ctx.summary["steps"]
+    steps = list(st.get("steady_steps") or []) if st["count"] else None  # calls per steady step
+    sql = f"SELECT * FROM ({line_times_sql(ctx.rank, steps)})\n{not_looped}ORDER BY {key} DESC, source LIMIT 1"
     v = row(ctx.run, sql)
     if v.get(key) is None or not ctx.analysed_ns or v[key] / ctx.analysed_ns < THRESHOLDS["HOTSPOT_SHARE_MIN"]:
         return None

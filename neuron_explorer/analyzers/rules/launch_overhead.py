@@ -1,7 +1,8 @@
 """launch-overhead: many short kernels, each paying a launch.
 
-Counts kernels shorter than SHORT_KERNEL_NS on each device. When there are many per step and
-they make up most kernels, the time the host spends in their launch calls (the runtime call that
+Counts kernels shorter than SHORT_KERNEL_NS on each device. When there are many per steady step
+(metrics.steady_steps: warm-up and a partial last step left out; without steps, in the analysed
+window) and they make up most kernels, the time the host spends in their launch calls (the runtime call that
 launched each one, `launch_id`) is the cost: the device finishes each kernel faster than the host
 can issue the next. Impact: host time in the launch calls of the short kernels, each call counted
 once — a call that launched many kernels (a CUDA/HIP graph launch, a multi-kernel launch) is
@@ -12,7 +13,9 @@ the calls inside steps). Saving bound: the same
 
 from __future__ import annotations
 
+from ...vocab import in_steps
 from ..engine import Context
+from ..metrics import per_step_words
 from ..model import Location
 from ._util import ms, no_device, row
 
@@ -43,42 +46,50 @@ def screen(run, summaries: dict) -> set[int]:
 def check(ctx: Context) -> list:
     ctx.require_device()
     out = []
-    steps = max(ctx.summary["steps"]["count"], 1)
+    steady = ctx.steady_steps
+    steps = len(steady) if steady is not None else 0  # per steady step; 0: over the window
     for dev in ctx.summary["devices"]:
         d = dev["device"]
         short = f"k.dur_ns < {THRESHOLDS['SHORT_KERNEL_NS']}"
-        in_steps = " AND step IS NOT NULL" if ctx.summary["steps"]["count"] else ""  # with steps, the launches in them
+        # counted per step: the short kernels of the steady steps (warm-up and a partial last step left out)
+        in_steady = in_steps(steady, "k") if steady is not None else "TRUE"
+        launch_in_steps = " AND step IS NOT NULL" if ctx.summary["steps"]["count"] else ""  # with steps, the launches in them
         # each launch call once: a graph launch that ran 280 short kernels costs its own duration, not 280 times it
-        sql = f"""WITH k AS (SELECT event_id, dur_ns, launch_id FROM events k WHERE k.rank = {ctx.rank} AND k.device = {d} AND k.kind = 'kernel'),
-l AS (SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE rank = {ctx.rank} AND dur_ns > 0{in_steps}
+        sql = f"""WITH k AS (SELECT event_id, dur_ns, launch_id, step FROM events k
+      WHERE k.rank = {ctx.rank} AND k.device = {d} AND k.kind = 'kernel'),
+l AS (SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE rank = {ctx.rank} AND dur_ns > 0{launch_in_steps}
       AND event_id IN (SELECT launch_id FROM k WHERE {short})),
 mx AS (SELECT ts_ns, end_ns, max(end_ns) OVER (ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pe FROM l),
 isl AS (SELECT ts_ns, end_ns, sum(CASE WHEN pe IS NULL OR ts_ns > pe THEN 1 ELSE 0 END)
         OVER (ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING) AS i FROM mx),
 u AS (SELECT min(ts_ns) AS a, max(end_ns) AS b FROM isl GROUP BY i)
 SELECT count(*) FILTER (WHERE {short}) AS short_kernels, count(*) AS kernels,
+  count(*) FILTER (WHERE {short} AND {in_steady}) AS short_kernels_counted, count(*) FILTER (WHERE {in_steady}) AS kernels_counted,
   coalesce(sum(k.dur_ns) FILTER (WHERE {short}), 0)::BIGINT AS short_kernel_ns,
   (SELECT count(*) FROM l) AS launches,
   (SELECT coalesce(sum(b - a), 0) FROM u)::BIGINT AS launch_ns,
   min(k.event_id) FILTER (WHERE {short}) AS sample_id
 FROM k"""
         v = row(ctx.run, sql)
-        if not v["kernels"] or v["short_kernels"] / steps < THRESHOLDS["SHORT_KERNELS_PER_STEP_MIN"] \
+        if not v["kernels_counted"] or v["short_kernels_counted"] / max(steps, 1) < THRESHOLDS["SHORT_KERNELS_PER_STEP_MIN"] \
                 or v["short_kernels"] / v["kernels"] < THRESHOLDS["SHORT_KERNEL_FRACTION_MIN"]:
             continue
+        rate = (f" ({per_step_words(v['short_kernels_counted'], steps)} over {steps} steady steps)" if steps
+                else f" {per_step_words(v['short_kernels'], 0)} ({ms(ctx.analysed_ns)})")
         top = row(ctx.run, f"""SELECT o.name AS op, any_value(k.source_frame_id) AS frame_id, count(*) AS n
             FROM events k JOIN events o ON o.event_id = k.top_op_id
             WHERE k.rank = {ctx.rank} AND k.device = {d} AND k.kind = 'kernel' AND k.dur_ns < {THRESHOLDS['SHORT_KERNEL_NS']}
             GROUP BY o.name ORDER BY n DESC LIMIT 1""")
         out.append(ctx.finding(
-            title=f"{v['short_kernels']} short kernels on device {d} ({v['short_kernels'] // steps}/step), {ms(v['launch_ns'])} launching them"
+            title=f"{v['short_kernels']} short kernels on device {d}{rate}, {ms(v['launch_ns'])} launching them"
                   + (f" ({v['launches']} launch calls)" if v["launches"] < v["short_kernels"] else ""),
             impact_ns=v["launch_ns"], saving_bound_ns=v["launch_ns"],
             location=Location(device=d, op=top["op"], source=ctx.source_of(top["frame_id"])),
-            sql=sql, values={k: v[k] for k in ("short_kernels", "kernels", "short_kernel_ns", "launches", "launch_ns")},
+            sql=sql, values={**{k: v[k] for k in ("short_kernels", "kernels", "short_kernel_ns", "launches", "launch_ns")},
+                             "short_kernels_per_step": v["short_kernels_counted"] / steps if steps else None},
             sample_event_ids=[v["sample_id"]] if v["sample_id"] else [], uses_source=True,
             recommendation=f"Most kernels run under {THRESHOLDS['SHORT_KERNEL_NS'] // 1000} us, so launches dominate"
             + (f" (most under {top['op']})" if top["op"] else "") + ". Fuse them: torch.compile, CUDA graphs "
-            "(torch.cuda.graphs / mode='reduce-overhead'), foreach/fused optimizers, larger batches.",
+            "(torch.cuda.graphs / mode='reduce-overhead'), " + ("foreach/fused optimizers, " if ctx.trains() else "") + "larger batches.",
         ))
     return out

@@ -1,8 +1,9 @@
 """memory: peak memory, allocation churn per step, and the source lines that allocate most.
 
 From the allocator events (recorded with profile_memory=True): per device, the peak of
-`total_allocated`; the bytes allocated per profiler step (churn: many short-lived allocations
-cost allocator time and fragment memory); and the user source lines that allocate the most
+`total_allocated`; the bytes allocated per steady profiler step (metrics.steady_steps; churn:
+many short-lived allocations cost allocator time and fragment memory), or in the analysed window
+without steps (then shown, not judged); and the user source lines that allocate the most
 bytes, where stacks exist. Severity is high when the peak is above PEAK_CAPACITY_MAX of the
 device's memory (from the devices view); else a finding of severity info is made only when the
 peak or the churn per step reaches REPORT_MIN_BYTES (memory has no direct time cost: impact 0).
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from ...vocab import line_key_sql
+from ...vocab import in_steps, line_key_sql
 from ..engine import Context, NotApplicable
 from ..model import Location
 from ._util import row, rows
@@ -36,13 +37,15 @@ def check(ctx: Context) -> list:
     n = row(ctx.run, f"SELECT count(*) AS n FROM memory WHERE rank = {ctx.rank}")["n"]
     if not n:
         raise NotApplicable("no allocator events (record with profile_memory=True)")
-    steps = max(ctx.summary["steps"]["count"], 1)
+    steady = ctx.steady_steps
+    steps = len(steady) if steady else 0  # per steady step; 0: over the window
+    in_steady = in_steps(steady) if steady is not None else "TRUE"
     out = []
     for dev in rows(ctx.run, f"SELECT DISTINCT device_type, device FROM memory WHERE rank = {ctx.rank} ORDER BY 1, 2"):
         dt, d = dev["device_type"], dev["device"]
         sql = f"""SELECT max(total_allocated)::BIGINT AS peak_bytes, coalesce(sum(bytes) FILTER (WHERE bytes > 0), 0)::BIGINT AS allocated_bytes,
   count(*) FILTER (WHERE bytes > 0) AS allocations,
-  coalesce(sum(bytes) FILTER (WHERE bytes > 0 AND step IS NOT NULL), 0)::BIGINT AS allocated_in_steps_bytes
+  coalesce(sum(bytes) FILTER (WHERE bytes > 0 AND {in_steady}), 0)::BIGINT AS allocated_in_steps_bytes
 FROM memory WHERE rank = {ctx.rank} AND device_type = {dt} AND device = {d}"""
         v = row(ctx.run, sql)
         lines = rows(ctx.run, f"""SELECT {line_key_sql('f')} AS source, sum(m.bytes)::BIGINT AS bytes
@@ -55,17 +58,19 @@ FROM memory WHERE rank = {ctx.rank} AND device_type = {dt} AND device = {d}"""
         ratio = (v["peak_bytes"] / cap) if cap else None
         severity = "high" if ratio is not None and ratio > THRESHOLDS["PEAK_CAPACITY_MAX"] else "info"
         where = "CPU" if dt == 0 else f"device {d}"
-        churn = v["allocated_in_steps_bytes"] // steps
-        if severity == "info" and max(v["peak_bytes"] or 0, churn) < THRESHOLDS["REPORT_MIN_BYTES"]:
+        churn = v["allocated_in_steps_bytes"] // max(steps, 1)
+        if severity == "info" and max(v["peak_bytes"] or 0, churn if steps else 0) < THRESHOLDS["REPORT_MIN_BYTES"]:
             continue
         text = (f"peak {_gib(v['peak_bytes'])}" + (f" ({100 * ratio:.0f}% of {_gib(cap)})" if ratio is not None else "")
-                + f", {_gib(churn)} allocated per step")
+                + f", {_gib(churn)} allocated " + ("per step" if steps else "in the analysed window"))
         out.append(ctx.finding(
             title=f"Memory on {where}: {text}", impact_ns=0, saving_bound_ns=0, severity=severity,
             location=Location(device=d if dt != 0 else None, source=lines[0]["source"] if lines else None),
             sql=sql, values=v, uses_source=True,
-            recommendation=("Near capacity: use activation checkpointing, a smaller micro-batch, bf16/fp16, or "
-                            "sharding (FSDP/ZeRO). " if severity == "high" else "")
+            recommendation=(("Near capacity: use activation checkpointing, a smaller micro-batch, bf16/fp16, or "
+                             "sharding (FSDP/ZeRO). " if ctx.trains() else
+                             "Near capacity: a smaller batch, bf16/fp16 or int8 weights, or sharding the model. ")
+                            if severity == "high" else "")
             + ("Largest allocating lines: " + ", ".join(f"{x['source']} {_gib(x['bytes'])}" for x in lines) + ". " if lines else "")
             + "Reduce churn by reusing buffers (out=, in-place ops) and keeping shapes stable.",
         ))

@@ -1,6 +1,7 @@
 """tiny-ops: Python and dispatch overhead from many tiny operators.
 
-Counts top-level CPU operators shorter than TINY_OP_NS. When there are many per step, the time
+Counts top-level CPU operators shorter than TINY_OP_NS. When there are many per steady step
+(metrics.steady_steps; without steps, in the analysed window), the time
 goes to Python, the dispatcher and per-op bookkeeping rather than to arithmetic: a loop over
 elements or small tensors that should be one vectorised operation, or a chain that a compiler
 would fuse. Impact: total time of the tiny operators plus the host gaps between consecutive ones
@@ -9,8 +10,9 @@ on the same thread that are shorter than TINY_GAP_NS (the Python in between). Sa
 
 from __future__ import annotations
 
-from ...vocab import top_op
+from ...vocab import in_steps, top_op
 from ..engine import Context
+from ..metrics import per_step_words
 from ..model import Location
 from ._util import ms, row
 
@@ -44,17 +46,21 @@ SELECT count(*) AS tiny_ops, coalesce(sum(dur_ns), 0)::BIGINT AS tiny_op_ns,
   (coalesce(sum(dur_ns), 0) + coalesce(sum(gap_ns) FILTER (WHERE gap_ns >= 0 AND gap_ns < {t['TINY_GAP_NS']}), 0))::BIGINT AS overhead_ns
 FROM ops"""
     v = row(ctx.run, sql)
-    steps = max(ctx.summary["steps"]["count"], 1)
-    if v["tiny_ops"] / steps < t["TINY_OPS_PER_STEP_MIN"] or not ctx.analysed_ns or v["overhead_ns"] / ctx.analysed_ns < t["TINY_SHARE_MIN"]:
+    steady = ctx.steady_steps
+    steps = len(steady) if steady is not None else 0  # per steady step; 0: over the window
+    counted = v["tiny_ops"] if steady is None else row(ctx.run, f"SELECT count(*) AS n FROM events WHERE rank = {ctx.rank} AND {top_op()} "
+                                                           f"AND dur_ns < {t['TINY_OP_NS']} AND {in_steps(steady)}")["n"]
+    if not counted or counted / max(steps, 1) < t["TINY_OPS_PER_STEP_MIN"] \
+            or not ctx.analysed_ns or v["overhead_ns"] / ctx.analysed_ns < t["TINY_SHARE_MIN"]:
         return []
     top = row(ctx.run, f"""SELECT source_frame_id AS frame_id, mode(name) AS op, count(*) AS n, min(event_id) AS sample_id FROM events
         WHERE rank = {ctx.rank} AND {top_op()} AND dur_ns < {t['TINY_OP_NS']}
         GROUP BY source_frame_id ORDER BY n DESC LIMIT 1""")
     return [ctx.finding(
-        title=f"{v['tiny_ops']} tiny operators ({v['tiny_ops'] // steps}/step) cost {ms(v['overhead_ns'])}",
+        title=f"{v['tiny_ops']} tiny operators ({per_step_words(counted, steps)}) cost {ms(v['overhead_ns'])}",
         impact_ns=v["overhead_ns"], saving_bound_ns=v["overhead_ns"],
         location=Location(op=top["op"], source=ctx.source_of(top["frame_id"])),
-        sql=sql, values=v, sample_event_ids=[top["sample_id"]], uses_source=True,
+        sql=sql, values={**v, "tiny_ops_per_step": counted / steps if steps else None}, sample_event_ids=[top["sample_id"]], uses_source=True,
         recommendation=f"Most calls are under {t['TINY_OP_NS'] // 1000} us, so Python and dispatch dominate"
         + (f" (mostly {top['op']} x{top['n']})" if top["op"] else "") + ". Vectorise the Python loop into whole-tensor "
         "operations, use foreach/fused variants, or wrap the function in torch.compile to fuse it.",

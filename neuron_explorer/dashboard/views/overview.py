@@ -101,6 +101,7 @@ def _rank_part(r: OpenRun, s: dict, quality: list[str]) -> dict:
     devices = [{"device": d["device"], "busy_ns": d["busy_ns"], "window_ns": d["window_ns"],
                 "busy_share": (d["busy_ns"] / d["window_ns"]) if d["window_ns"] else None} for d in s.get("devices") or []]
     notes = list(quality)
+    lost = metrics.device_events_lost(metrics.rank_entry(r.run, k))
     st = s.get("steps") or {}
     if not st.get("count"):
         notes.append("no profiler steps: no per-step breakdown, shares are of the profiled span")
@@ -115,16 +116,16 @@ def _rank_part(r: OpenRun, s: dict, quality: list[str]) -> dict:
     if u.get("ops_estimated"):
         notes.append(f"FLOPs of {u['ops_estimated']} of {u['ops_counted']} operators estimated from their shapes")
     return {"rank": k, "verdict": overall["words"] if overall else None, "bound": overall, "steps": steps, "devices": devices,
-            "analysed_ns": s.get("analysed_ns"), "step_count": st.get("count", 0), "mfu_note": _mfu_note(u),
-            "mfu_median": u.get("mfu_median"), "device_name": u.get("device_name"), "quality": notes}
+            "analysed_ns": s.get("analysed_ns"), "step_count": st.get("count", 0), "mfu_note": _mfu_note(u, lost),
+            "mfu_median": u.get("mfu_median"), "device_name": u.get("device_name"), "quality": notes, "device_events_lost": lost}
 
 
-def _mfu_note(u: dict) -> str | None:
-    """Why MFU is null (never shown as 0)."""
+def _mfu_note(u: dict, lost: dict | None = None) -> str | None:
+    """Why MFU is null (never shown as 0); `lost`: metrics.device_events_lost of the rank."""
     if u.get("mfu_median") is not None:
         return None
     if not u.get("device_name"):
-        return "MFU unknown: no device in this rank (CPU only)"
+        return f"MFU unknown: no device in this rank ({metrics.no_device_words(lost)})"
     if not u.get("peak"):
         return f"MFU unknown: unknown device peak for {u['device_name']!r} (analyze --peak-tflops gives one)"
     if not u.get("dtype"):
@@ -221,7 +222,7 @@ def _roofline(r: OpenRun, ranks: list[int]) -> dict:
         elif work.device_name:
             notes.append(f"rank {k}: unknown device peak for {work.device_name!r}: no ceilings drawn (none is guessed)")
         else:
-            notes.append(f"rank {k}: no device (CPU only): no ceilings")
+            notes.append(f"rank {k}: no device ({metrics.no_device_words(metrics.device_events_lost(metrics.rank_entry(r.run, k)))}): no ceilings")
     if not points:
         notes.append("no kernel has FLOPs: the trace records no operator shapes (record_shapes=True), or its operators are "
                      "not ones whose FLOPs are known (GEMMs, convolutions, attention, norms, elementwise)")
