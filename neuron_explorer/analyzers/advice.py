@@ -83,9 +83,10 @@ def advice(contents: dict) -> list[str]:
 def attach(run: Run, findings: list[Finding]) -> None:
     """Give each finding its contents (contents.finding_contents) with their advice, in place. A
     finding whose contents cannot be computed keeps none: it must not stop the report."""
+    cache: dict = {}  # findings with the same roots share one query
     for f in findings:
         try:
-            c = finding_contents(run, f.to_dict())
+            c = finding_contents(run, f.to_dict(), cache=cache)
         except Exception:  # noqa: BLE001 - odd data in one finding's events: the finding stands without its contents
             c = {}
         if c:

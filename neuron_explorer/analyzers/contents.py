@@ -97,10 +97,12 @@ LEFT JOIN events o ON o.event_id = CASE WHEN c.kind = 'cpu_op' THEN c.event_id E
 GROUP BY ALL ORDER BY total_ns DESC, c.name"""
 
 
-def finding_contents(run: Run, finding: dict, top: int = CONTENTS_TOP) -> dict:
+def finding_contents(run: Run, finding: dict, top: int = CONTENTS_TOP, cache: dict | None = None) -> dict:
     """What is inside one finding (its `to_dict()` form): {"roots": {"what", "count", "total_ns",
     "groups"}, "children": [{"kind", "name", "shapes", "dtypes", "count", "total_ns"}], "sql"}; an
-    empty dict when the finding names no rank or nothing to look inside."""
+    empty dict when the finding names no rank or nothing to look inside. `cache`: kept between the
+    findings of one run, so that findings with the same roots (several rules name one operator)
+    query them once."""
     loc = finding.get("location") or {}
     rank = loc.get("rank")
     if rank is None:
@@ -108,12 +110,20 @@ def finding_contents(run: Run, finding: dict, top: int = CONTENTS_TOP) -> dict:
     roots_sql, what = _roots_sql(run, int(rank), loc, list((finding.get("evidence") or {}).get("sample_event_ids") or []))
     if roots_sql is None:
         return {}
+    if cache is None:
+        return _contents(run, int(rank), roots_sql, what, top)
+    if (roots_sql, top) not in cache:
+        cache[(roots_sql, top)] = _contents(run, int(rank), roots_sql, what, top)
+    return dict(cache[(roots_sql, top)])  # a finding's own copy: the caller adds its advice
+
+
+def _contents(run: Run, rank: int, roots_sql: str, what: str, top: int) -> dict:
     dims, types = f"'$.\"{INPUT_DIMS_ARG}\"'", f"'$.\"{INPUT_TYPE_ARG}\"'"
     root_rows = run.sql(f"""SELECT r.name, json_extract_string(r.args, {dims}), json_extract_string(r.args, {types}), count(*), sum(r.dur_ns)::BIGINT
-FROM events r WHERE r.rank = {int(rank)} AND r.event_id IN ({roots_sql}) GROUP BY ALL ORDER BY 5 DESC, 1""").fetchall()
+FROM events r WHERE r.rank = {rank} AND r.event_id IN ({roots_sql}) GROUP BY ALL ORDER BY 5 DESC, 1""").fetchall()
     if not root_rows:
         return {}
-    sql = contents_sql(roots_sql, int(rank))
+    sql = contents_sql(roots_sql, rank)
     children, kept = [], {}
     for kind, name, d, t, count, total in run.sql(sql).fetchall():
         cls = CHILD_CLASSES.get(kind)
