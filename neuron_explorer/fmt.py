@@ -144,3 +144,85 @@ def summarise_warnings(warnings: list[str], keep: int = 2) -> list[str]:
             where = f"ranks {id_ranges(ranks)}" if len(ranks) == len(items) else ", ".join(f for _, f, _, _ in items[:3] if f) + ", ..."
             out.append(f"{who}: {message} ({where})")
     return out
+
+
+KERNEL_NAME_KEEP = 48
+"""Kernel names up to this many characters are shown as they are; longer ones are shortened."""
+
+
+def _itanium_name(name: str) -> str | None:
+    """The qualified function name of an Itanium-mangled symbol (`_ZN2at6native6kernelEv` ->
+    `at::native::kernel`), without template or parameter types; None when it is not one we read."""
+    i, parts = 2, []
+    nested = name.startswith("_ZN")
+    i += 1 if nested else 0
+    while i < len(name):
+        while nested and name[i:i + 1] in ("K", "V", "L"):  # cv-qualifiers, internal linkage
+            i += 1
+        j = i
+        while j < len(name) and name[j].isdigit():
+            j += 1
+        if j == i:
+            break
+        n = int(name[i:j])
+        parts.append(name[j:j + n])
+        i = j + n
+        if not nested:
+            break
+    return "::".join(p.replace("_GLOBAL__N_1", "(anonymous)") for p in parts) or None
+
+
+def _drop_brackets(text: str, opening: str, closing: str) -> str:
+    out, depth = [], 0
+    for ch in text:
+        if ch == opening:
+            depth += 1
+        elif ch == closing and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out)
+
+
+_GENERIC_KERNELS = frozenset({"kernel", "kernel2", "device_kernel", "kernel_entry"})
+"""Kernel function names that say nothing by themselves: their first template argument is kept."""
+
+
+def kernel_name(name: str | None, width: int = 80) -> str | None:
+    """A kernel name short enough to read: a mangled one (`_Z...`) demangled to its qualified
+    name, a demangled C++ signature without its return type, template arguments and parameters
+    (`void at::native::f<float>(int)` -> `at::native::f`); at most `width` characters. Names of
+    KERNEL_NAME_KEEP characters or fewer stay as they are. The full name is in the run's events."""
+    if not name or len(name) <= KERNEL_NAME_KEEP:
+        return name
+    short = name
+    if name.startswith("_Z"):
+        short = _itanium_name(name) or name
+    elif "<" in name or "(" in name:
+        text = name.replace("(anonymous namespace)", "(anonymous)").replace("(anonymous)", "anonymous")
+        bare = _drop_brackets(text, "(", ")").strip()
+        words = _drop_brackets(bare, "<", ">").split()
+        short = words[-1] if words else name  # the return type and qualifiers go
+        if short.rsplit("::", 1)[-1].lower() in _GENERIC_KERNELS and "<" in bare:
+            # `cutlass::Kernel<cutlass_80_tensorop_...>`: the name is in the first template argument
+            first = bare[bare.index("<") + 1:]
+            depth, end = 0, len(first)
+            for i, ch in enumerate(first):
+                depth += ch == "<"
+                if ch == ">" and depth == 0 or ch == "," and depth == 0:
+                    end = i
+                    break
+                depth -= ch == ">"
+            short = f"{short}<{first[:end].strip()}>"
+    return short if len(short) <= width else short[: width - 1] + "…"
+
+
+def shapes(shapes_: list | None, dtypes: list | None = None, times: str = "×") -> str:
+    """Input shapes and dtypes as one reads them: `[16×1024], [1024×1024] float` (scalars and
+    unshaped inputs left out; `times` joins a shape's sizes, "x" for ASCII); '' when none was recorded."""
+    def one(s: list) -> str:  # a tensor's shape, or a tensor list's shapes
+        return ", ".join(one(x) for x in s if isinstance(x, list) and x) if isinstance(s[0], list) else "[" + times.join(map(str, s)) + "]"
+
+    text = ", ".join(t for t in (one(s) for s in shapes_ or [] if isinstance(s, list) and s) if t)
+    kinds = sorted({str(d) for d in dtypes or [] if d and d != "Scalar"}, key=lambda d: list(dtypes).index(d))
+    return (text + (" " + "/".join(kinds) if kinds else "")).strip()

@@ -222,6 +222,10 @@ MATRIX_OPS = GEMM_OPS | CONV_OPS | CONV_BACKWARD_OPS | ATTENTION_OPS | ATTENTION
 """Operators whose work runs on matrix units (Tensor Cores and the like)."""
 LOWER_PRECISION_CANDIDATE_OPS = GEMM_OPS | CONV_OPS
 """Forward matmul/convolution operators whose fp32 inputs autocast would lower."""
+PLAIN_PRODUCT_OPS = frozenset(n for n in GEMM_OPS if n.split("::")[-1] in ("mm", "matmul"))
+"""GEMMs whose first two inputs are the operands, `[M,K] x [K,N]` (no bias first, no transposed weight)."""
+INVERSE_OPS = frozenset({"aten::linalg_inv", "aten::linalg_inv_ex", "aten::inverse"})
+"""Operators that invert a matrix (`torch.linalg.inv`, `torch.inverse`)."""
 
 
 def op_in(names, alias: str = "") -> str:

@@ -170,7 +170,7 @@ def test_explain_finding_runs_its_evidence_in_the_sandbox(real):
 
 def test_summary_has_run_info_and_report_summary(real):
     rs, run_dir = real
-    out = rs.summary()
+    out = rs.summary(detail="full")
     assert out["ok"] and out["findings"] > 0
     with open_run(run_dir) as r:
         assert out["info"]["ranks"][0]["events"] == r.sql("SELECT count(*) FROM events").fetchone()[0]

@@ -233,7 +233,7 @@ def test_report_json_validates_and_outputs_are_written(runs, reports):
     for _name, run_dir in runs.items():
         doc = json.loads((run_dir / "analysis" / "report.json").read_text())
         jsonschema.validate(doc, SCHEMA)
-        assert doc["schema_version"] == 1
+        assert doc["schema_version"] == 2
         assert (run_dir / "analysis" / "report.md").read_text().startswith("# Performance report")
     t = duckdb.sql(f"SELECT rule_id, impact_ns FROM '{runs['a']}/analysis/findings.parquet' ORDER BY rank_order").fetchall()
     assert t == [(f.rule_id, f.impact_ns) for f in reports["a"].findings]

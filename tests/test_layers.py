@@ -36,7 +36,7 @@ LAYERS: list[tuple[int, str, str, tuple[str, ...]]] = [
                             "and the finding contract (model): no judgement of what is a problem",
      ("analyzers.metrics", "analyzers.lines", "analyzers.utilisation", "analyzers.flops", "analyzers.peaks", "analyzers.ranks",
       "analyzers.critical_path", "analyzers._path_index", "analyzers.device_time", "analyzers.stats", "analyzers.job", "analyzers.model",
-      "analyzers.report_schema")),
+      "analyzers.report_schema", "analyzers.contents")),
     (4, "summary and report text", "the per-rank and job summary, built from the figures; what rules and reports start "
                                    "from; and the report as text (rich, Markdown): a pure rendering of the finding "
                                    "contract, which the engine writes as report.md",
@@ -44,7 +44,7 @@ LAYERS: list[tuple[int, str, str, tuple[str, ...]]] = [
     (5, "rules and engine", "judgement: the rules, the engine that runs them, the report's files, the generated rule docs, "
                             "diff's comparison and its text (diff.render: the reasons the verdict gives are part of the Diff); "
                             "the analyzers package's front (analyze)",
-     ("analyzers", "analyzers.rules", "analyzers.rules.*", "analyzers.engine", "analyzers.outputs", "analyzers.docs",
+     ("analyzers", "analyzers.rules", "analyzers.rules.*", "analyzers.engine", "analyzers.advice", "analyzers.outputs", "analyzers.docs",
       "analyzers.diff", "analyzers.diff.*")),
     (6, "run descriptions", "info (run_info, render_info) describes a run for the CLI, the agent and notebooks",
      ("info",)),

@@ -21,6 +21,8 @@ from typing import Any
 
 from ..analyzers.lines import LINE_DEFINITIONS, line_times_sql
 from ..errors import NeuronExplorerError
+from ..fmt import kernel_name, summarise_warnings
+from ..fmt import shapes as shapes_text
 from ..vocab import line_key_sql
 from . import catalog
 from .sandbox import DEFAULT_TIMEOUT_S, Sandbox
@@ -47,7 +49,7 @@ def error(message: str, **extra) -> dict:
 def bound(payload: dict, max_chars: int = MAX_CHARS) -> dict:
     """Cut the longest lists in payload until its JSON fits max_chars; mark what was cut."""
     def size(obj) -> int:
-        return len(json.dumps(obj, ensure_ascii=False, default=str))
+        return len(json.dumps(obj, default=str))  # as the MCP server sends it (ASCII, escapes counted)
 
     if size(payload) <= max_chars:
         return payload
@@ -174,13 +176,20 @@ class AgentRuns:
             return {"ok": True, "runs": runs}
         return self._call(go)
 
-    def summary(self, run: str | None = None) -> dict:
-        """A run's summary: ranks, devices, steps, event counts, data-quality warnings, and the analyzer's summary
-        numbers (step time, device busy/idle ...) when the analyzer is available."""
+    def summary(self, run: str | None = None, detail: str = "short") -> dict:
+        """A run's summary in under 4,000 characters: per rank its events, steps (count, p50/mean/max, cv), devices
+        (busy, idle, kernel, memcpy, communication and its exposed part), what bounds the steps, utilisation (MFU, top
+        kernels by a short name), top operators and source lines; the number of findings and the top 3; warnings.
+        Figures are the analyzer's summary (docs/METRICS.md), fields without a value are left out. detail='full':
+        every field of the run's info and of the analyzer's summary, with full kernel names."""
         def go():
             from ..info import run_info
 
             name = self._resolve(run)
+            if detail not in ("short", "full"):
+                raise ValueError(f"unknown detail {detail!r}; 'short' (default) or 'full'")
+            if detail == "short":
+                return self._short_summary(name, run_info(self._runs[name]))
             out = {"ok": True, "run": name, "info": run_info(self._runs[name])}
             try:
                 rep = self.report(name)
@@ -192,10 +201,45 @@ class AgentRuns:
             return out
         return self._call(go)
 
+    def _short_summary(self, name: str, info: dict) -> dict:
+        """`summary`'s default: the figures of run_info and the analyzer's summary an agent reads first, picked (never
+        recomputed) and shortened (kernel names), without null fields, bounded to SUMMARY_MAX_CHARS."""
+        out: dict = {"ok": True, "run": name, "detail": "short", "format_version": info.get("format_version"),
+                     "source": info.get("source")}
+        try:
+            rep = self.report(name)
+        except Exception as e:  # noqa: BLE001 - the run's own numbers are still worth returning
+            rep, out["analysis_error"] = None, str(e)
+        by_rank = {r["rank"]: r for r in ((rep or {}).get("summary") or {}).get("ranks", [])}
+        infos = info.get("ranks", [])
+        shown = infos if len(infos) <= SUMMARY_RANKS else _slowest_and_fastest(infos, by_rank)
+        if len(shown) < len(infos):
+            out["ranks_total"] = len(infos)
+            out["ranks_note"] = f"the {len(shown) - 1} slowest ranks by median step time and the fastest; rank=... in other tools"
+        out["ranks"] = [_short_rank(i, by_rank.get(i.get("rank"))) for i in shown]
+        if rep is not None:
+            found = rep.get("findings", [])
+            out["findings"] = len(found)
+            out["top_findings"] = [{"finding": i, "rule_id": f["rule_id"], "severity": f["severity"], "impact_ns": f["impact_ns"],
+                                    "title": f["title"][:120]} for i, f in enumerate(found[:3])]
+            waits = [r for r in ((rep.get("summary") or {}).get("cross_rank") or {}).get("ranks", []) if r.get("instances")]
+            if waits:
+                out["collective_wait"] = [{k: w.get(k) for k in ("rank", "wait_ns", "wait_share", "instances", "times_last")}
+                                          for w in sorted(waits, key=lambda w: -(w.get("wait_ns") or 0))[:3]]
+        warnings = summarise_warnings(list(info.get("warnings", [])) + [w for w in (rep or {}).get("warnings", [])
+                                                                       if w not in info.get("warnings", [])])
+        out["warnings"] = [w[:200] for w in warnings[:5]]
+        out["more"] = ("summary(detail='full'): every field and full kernel names; findings: what is inside each finding; "
+                       "definitions: docs/METRICS.md")
+        return bound(_no_nulls(out), max_chars=SUMMARY_MAX_CHARS)
+
     def findings(self, run: str | None = None, k: int = 10, category: str | None = None, severity: str | None = None) -> dict:
         """The analyzer's findings ranked by impact: top `k`, optionally only one `category` or `severity` at or above
         a level (high > medium > low > info). Each has a number `finding` for explain_finding, its source line and that
-        line's code, and the figures behind it (for source lines: the forward and backward split)."""
+        line's code, the figures behind it (for source lines: the forward and backward split), and what is inside it:
+        `inside` (what its roots are, their calls and time) with its heaviest `children` (operators, runtime calls,
+        kernels: short name, input shapes and dtypes, count, total_ns) and `advice` chosen from them. Full names and
+        every child: explain_finding."""
         def go():
             name = self._resolve(run)
             all_f = self.report(name).get("findings", [])  # first: says so when the analyzer is missing
@@ -214,7 +258,7 @@ class AgentRuns:
                 picked.append({"finding": i, **{key: f.get(key) for key in (
                     "rule_id", "title", "category", "severity", "impact_ns", "impact_share", "saving_bound_ns", "confidence")},
                     "source": (f.get("location") or {}).get("source"), "recommendation": f.get("recommendation"),
-                    "values": (f.get("evidence") or {}).get("values")})
+                    "values": (f.get("evidence") or {}).get("values"), **_inside(f.get("contents"))})
             codes = self._codes(name, {p["source"] for p in picked if p["source"]})
             for p in picked:
                 p["code"] = codes.get(p["source"])
@@ -448,6 +492,99 @@ class AgentRuns:
             return json.dumps(bound({"ok": True, "run": name, "report": self.report(name)}, max_chars=200_000), default=str)
         except Exception as e:  # noqa: BLE001
             return json.dumps(error(str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)))
+
+
+FINDING_CHILDREN = 5
+"""Children of a finding that `findings` lists (explain_finding has all the report keeps)."""
+
+
+def _inside(contents: dict | None) -> dict:
+    """A finding's contents (analyzers/contents.py) for `findings`: short names, shapes as text, no SQL."""
+    c = contents or {}
+    roots = c.get("roots")
+    if not roots:
+        return {}
+    top = (roots.get("groups") or [{}])[0]
+    out = {"inside": {"what": roots["what"], "count": roots["count"], "total_ns": roots["total_ns"],
+                      "inputs": shapes_text(top.get("shapes"), top.get("dtypes"), "x") or None},
+           "children": [{"kind": ch["kind"], "name": kernel_name(ch["name"], 80), "inputs": shapes_text(ch["shapes"], ch["dtypes"], "x") or None,
+                         "count": ch["count"], "total_ns": ch["total_ns"]} for ch in (c.get("children") or [])[:FINDING_CHILDREN]]}
+    if c.get("advice"):
+        out["advice"] = c["advice"]
+    return _no_nulls(out)
+
+
+SUMMARY_MAX_CHARS = 4_000
+"""Upper bound on the JSON size of `summary`'s default (short) result."""
+SUMMARY_RANKS = 8
+"""With more ranks, the short summary shows the slowest few and the fastest (their count is said)."""
+
+
+def _no_nulls(obj):
+    """obj without the dict entries whose value is None, empty or an empty container (at every depth)."""
+    if isinstance(obj, dict):
+        kept = {k: _no_nulls(v) for k, v in obj.items()}
+        return {k: v for k, v in kept.items() if v is not None and v != [] and v != {}}
+    if isinstance(obj, list):
+        return [_no_nulls(x) for x in obj]
+    return obj
+
+
+def _3(x: float | None) -> float | None:
+    """A ratio to 3 significant digits (the summary's own value, shortened for reading)."""
+    return None if x is None else float(f"{x:.3g}")
+
+
+def _p50(s: dict | None) -> float:
+    return ((s or {}).get("steps") or {}).get("p50_ns") or 0
+
+
+def _slowest_and_fastest(infos: list[dict], by_rank: dict[int, dict], slowest: int = 3) -> list[dict]:
+    """The `slowest` ranks by median step time and the fastest (by rank order when there are no steps)."""
+    order = sorted(infos, key=lambda i: (-_p50(by_rank.get(i.get("rank"))), i.get("rank")))
+    return order[:slowest] + order[-1:]
+
+
+def _short_rank(info: dict, s: dict | None) -> dict:
+    """One rank of the short summary: run_info's counts and the analyzer summary's figures (`s`), picked."""
+    names = {d.get("device"): d.get("name") for d in info.get("devices") or []}
+    out: dict = {"rank": info.get("rank"), "world_size": info.get("world_size"), "events": info.get("events"),
+                 "span_ns": info.get("span_ns")}
+    dq = {k: v for k, v in (info.get("data_quality") or {}).items() if v and not k.startswith("backward")}
+    if dq:
+        out["data_quality"] = dq
+    if s is None:
+        out["devices"] = [{"device": d, "name": n} for d, n in names.items()]
+        return out
+    st = s.get("steps") or {}
+    out["span_ns"], out["analysed_ns"] = s.get("span_ns"), s.get("analysed_ns")
+    if st.get("count"):
+        out["steps"] = {k: st.get(k) for k in ("count", "steady_count", "p50_ns", "mean_ns", "max_ns")}
+        out["steps"]["cv"] = round(st["cv"], 3) if st.get("cv") is not None else None
+        out["steps"]["left_out"] = [x.get("step") for x in st.get("left_out") or []]
+    out["devices"] = [{"device": d["device"], "name": names.get(d["device"]),
+                       **{k: d.get(k) for k in ("busy_ns", "window_ns", "idle_ns", "kernel_ns", "memcpy_ns", "comm_ns", "comm_exposed_ns")
+                          if d.get(k)}} for d in s.get("devices") or []]
+    if s.get("comm_cpu_ns"):
+        out["comm_cpu_ns"] = s["comm_cpu_ns"]
+    overall = (s.get("bound") or {}).get("overall")
+    if overall:
+        out["bound"] = {"words": overall.get("words"), "shares": {k: v for k, v in (overall.get("shares") or {}).items() if v >= 0.005}}
+        odd = [x for x in (s.get("bound") or {}).get("steps", []) if x.get("bound") != overall.get("bound")]
+        out["bound"]["other_steps"] = [{"step": x["step"], "words": x["words"]} for x in odd[:3]]
+    u = s.get("utilisation") or {}
+    if u.get("flops"):
+        out["utilisation"] = {"dtype": u.get("dtype"), "flops": u.get("flops"), "mfu_median": _3(u.get("mfu_median")),
+                              "peak": (u.get("peak") or {}).get("name"),
+                              "top_kernels": [{"kernel": kernel_name(k.get("kernel"), 60), "op": k.get("op"), "calls": k.get("calls"),
+                                               "dur_ns": k.get("dur_ns"), "efficiency": _3(k.get("efficiency"))}
+                                              for k in (u.get("top_kernels") or [])[:3]]}
+    out["top_level_ops"] = [{"name": o["name"][:80], "calls": o["calls"], "cpu_ns": o["cpu_ns"]} for o in (s.get("top_level_ops") or [])[:3]]
+    lines = s.get("source_lines") or {}
+    side = "device" if lines.get("device") else "cpu"
+    if lines.get(side):
+        out[f"source_lines_{side}"] = [{"source": x["source"], "self_ns": x["self_ns"], "total_ns": x["total_ns"]} for x in lines[side][:3]]
+    return out
 
 
 def _lit(v) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 
+from . import advice as advice_
 from .engine import CONFIDENCE_PENALTIES, SEVERITY_SHARES, all_rules
 
 
@@ -32,6 +33,10 @@ def markdown() -> str:
                 _sentence(head.split(":", 1)[-1].strip() if ":" in head else head), "", " ".join(body.split()), "",
                 "| threshold | value |", "| --- | --- |"]
         out += [f"| `{k}` | {v:_} |" if isinstance(v, int) else f"| `{k}` | {v} |" for k, v in r.THRESHOLDS.items()]
+    # analyzers/advice.py's docstring, between its first paragraph and its "Must not"
+    body = (inspect.getdoc(advice_) or "").partition("\n\n")[2].partition("\n\nMust not")[0]
+    out += ["", "## Advice from what is inside", "", body, "", "| threshold | value |", "| --- | --- |",
+            f"| `REASSOCIATE_GAIN_MIN` | {advice_.REASSOCIATE_GAIN_MIN} |"]
     return "\n".join(out) + "\n"
 
 

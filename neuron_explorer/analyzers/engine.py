@@ -24,6 +24,7 @@ from types import ModuleType
 from ..store import Run, create_views, new_connection, open_run
 from . import metrics
 from . import summary as summary_
+from .advice import attach as attach_contents
 from .model import SEVERITIES, Evidence, Finding, Location, Report
 from .ranks import summary as cross_rank_summary
 
@@ -190,6 +191,9 @@ def _analyze_rank(run: Run, rank: int, rank_rules: list[ModuleType], quality: di
             results[rule.RULE_ID] = ("not_applicable", str(e))
         except Exception as e:  # noqa: BLE001 - one rule failing on odd data must not stop the report
             results[rule.RULE_ID] = ("failed", f"{type(e).__name__}: {e}")
+    for what, value in results.values():
+        if what == "findings":
+            attach_contents(run, value)  # while this rank's views are open: what is inside each finding
     return summary, results
 
 
@@ -275,7 +279,9 @@ def _analyze_rank_task(rank: int, run_dir: str, rule_ids: list[str], quality: di
 def _run_rule(run: Run, rule: ModuleType, summaries: dict, quality: dict) -> tuple[str, object]:
     ctx = Context(run, None, summaries, quality, rule)
     try:
-        return "findings", rule.check(ctx)
+        findings = rule.check(ctx)
+        attach_contents(run, findings)
+        return "findings", findings
     except NotApplicable as e:
         return "not_applicable", str(e)
     except Exception as e:  # noqa: BLE001 - one rule failing on odd data must not stop the report

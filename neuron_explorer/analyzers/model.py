@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION = 2
+"""2: findings gained `contents` (what is inside them, analyzers/contents.py, with advice)."""
 
 SEVERITIES = ("high", "medium", "low", "info")
 """Ordered from most to least severe."""
@@ -68,6 +69,10 @@ class Finding:
     recommendation: str
     confidence: float  # 0..1; drops with data-quality problems (no stacks, dropped events, one step)
     confidence_notes: list[str] = field(default_factory=list)
+    # what is inside the finding (analyzers/contents.py, docs/METRICS.md): {"roots": {"what", "count",
+    # "total_ns", "groups"}, "children": [{"kind", "name", "shapes", "dtypes", "count", "total_ns"}],
+    # "sql", "advice": [sentences, analyzers/advice.py]}; {} when it names nothing to look inside
+    contents: dict = field(default_factory=dict)
 
     @property
     def source(self) -> str | None:

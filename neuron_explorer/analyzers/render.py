@@ -8,11 +8,35 @@ from __future__ import annotations
 import io
 
 from ..fmt import collective_wait_lines as _wait_lines
-from ..fmt import duration, share, summarise_warnings
+from ..fmt import duration, kernel_name, share, summarise_warnings
 from ..fmt import id_ranges as _id_ranges
+from ..fmt import shapes as _shapes
 from ..fmt import spread as _spread_of
 from .metrics import no_device_words
 from .model import Finding, Report
+
+INSIDE_SHOWN = 5
+"""Children of a finding the text and Markdown reports list (report.json has every kept one)."""
+_KIND_WORD = {"cpu_op": "op", "runtime": "runtime", "kernel": "kernel", "memcpy": "memcpy", "memset": "memset"}
+
+
+def inside_lines(f: Finding, shown: int = INSIDE_SHOWN) -> list[str]:
+    """What is inside a finding (its `contents`, analyzers/contents.py), in a few lines: the roots
+    (count, time, their commonest shapes), then the heaviest children, each with its input shapes
+    and dtypes, count and time; then the advice chosen from them."""
+    c = f.contents or {}
+    roots = c.get("roots")
+    if not roots:
+        return []
+    top = roots["groups"][0] if roots["groups"] else {}
+    shape = _shapes(top.get("shapes"), top.get("dtypes"))
+    out = [f"inside {roots['what']}: {roots['count']:,} calls, {duration(roots['total_ns'])}" + (f"; inputs {shape}" if shape else "")]
+    for ch in (c.get("children") or [])[:shown]:
+        shape = _shapes(ch["shapes"], ch["dtypes"])
+        out.append(f"  {_KIND_WORD.get(ch['kind'], ch['kind'])} {kernel_name(ch['name'], 70)}" + (f" {shape}" if shape else "")
+                   + f" ×{ch['count']:,} {duration(ch['total_ns'])}")
+    out += [f"advice: {a}" for a in c.get("advice") or []]
+    return out
 
 
 def _where(f: Finding) -> str:
@@ -271,6 +295,8 @@ def text(report: Report, width: int = 100) -> str:
                     where = where.replace(f"rank {f.location.rank}", f"ranks {ranks}", 1)
                 con.print(f"   where: {escape(where)}", highlight=False)
             con.print(f"   do: {escape(f.recommendation)}", highlight=False)
+            for line in inside_lines(f):
+                con.print(escape(f"   {line}"), highlight=False)
             notes = f" ({'; '.join(f.confidence_notes)})" if f.confidence_notes else ""
             con.print(escape(f"   confidence {f.confidence:.2f}{notes}"), highlight=False)
     if report.not_applicable:
@@ -331,7 +357,11 @@ def markdown(report: Report) -> str:
         for i, f in enumerate(report.findings, 1):
             out += ["", f"### {i}. {f.title}", "", f"- where: {_where(f) or '-'}", f"- saving bound: {duration(f.saving_bound_ns)}",
                     f"- confidence: {f.confidence:.2f}" + (f" ({'; '.join(f.confidence_notes)})" if f.confidence_notes else ""),
-                    f"- do: {f.recommendation}", "", "```sql", f.evidence.sql, "```"]
+                    f"- do: {f.recommendation}"]
+            inside = inside_lines(f)
+            if inside:
+                out += [f"- {inside[0]}"] + [f"  - {line.strip()}" for line in inside[1:]]
+            out += ["", "```sql", f.evidence.sql, "```"]
     if report.not_applicable:
         out += ["", "## Not applicable", ""] + [f"- `{n['rule_id']}`: {n['reason']}" for n in _dedup(report.not_applicable)]
     if report.warnings:

@@ -13,6 +13,16 @@ from .model import CATEGORIES, REPORT_SCHEMA_VERSION, SEVERITIES
 _INT = {"type": "integer"}
 _OPT_INT = {"type": ["integer", "null"]}
 _OPT_STR = {"type": ["string", "null"]}
+_GROUP = {"type": "object", "required": ["name", "shapes", "dtypes", "count", "total_ns"],
+          "properties": {"name": {"type": "string"}, "shapes": {"type": "array"}, "dtypes": {"type": "array"},
+                         "count": {"type": "integer", "minimum": 1}, "total_ns": {"type": "integer", "minimum": 0}}}
+_CONTENTS = {"type": "object", "description": "what is inside the finding (docs/METRICS.md); {} when it names nothing to look inside",
+             "properties": {
+                 "roots": {"type": "object", "required": ["what", "count", "total_ns", "groups"],
+                           "properties": {"what": {"type": "string"}, "count": _INT, "total_ns": _INT, "groups": {"type": "array", "items": _GROUP}}},
+                 "children": {"type": "array", "items": {**_GROUP, "required": ["kind", *_GROUP["required"]],
+                                                         "properties": {"kind": {"type": "string"}, **_GROUP["properties"]}}},
+                 "sql": {"type": "string"}, "advice": {"type": "array", "items": {"type": "string"}}}}
 
 SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -41,7 +51,7 @@ SCHEMA = {
         "findings": {"type": "array", "items": {
             "type": "object",
             "required": ["rule_id", "title", "category", "severity", "impact_ns", "impact_share", "saving_bound_ns", "location",
-                         "evidence", "recommendation", "confidence", "confidence_notes"],
+                         "evidence", "recommendation", "confidence", "confidence_notes", "contents"],
             "properties": {
                 "rule_id": {"type": "string"}, "title": {"type": "string"},
                 "category": {"enum": list(CATEGORIES)}, "severity": {"enum": list(SEVERITIES)},
@@ -56,6 +66,7 @@ SCHEMA = {
                 "recommendation": {"type": "string", "minLength": 1},
                 "confidence": {"type": "number", "minimum": 0, "maximum": 1},
                 "confidence_notes": {"type": "array", "items": {"type": "string"}},
+                "contents": _CONTENTS,
             }}},
         "not_applicable": {"type": "array", "items": {"type": "object", "required": ["rule_id", "reason"]}},
         "warnings": {"type": "array", "items": {"type": "string"}},

@@ -169,7 +169,8 @@ FINDING_COLUMNS = [
     column("title", "title", wide=True, tooltipField="title"), column("impact ms", "impact ms", numeric=True),
     column("share %", "% of step time", numeric=True, tooltipField="share of"),
     column("confidence", "confidence", numeric=True, tooltipField="notes"), column("rank", "rank", numeric=True),
-    column("where", "where", wide=True, tooltipField="where"), column("notes", "confidence notes", wide=True, tooltipField="notes"),
+    column("where", "where", wide=True, tooltipField="where"), column("inside", "inside", wide=True, tooltipField="inside all"),
+    column("notes", "confidence notes", wide=True, tooltipField="notes"),
     column("rule", "rule")]
 
 
@@ -183,8 +184,15 @@ def findings_for(rs: RunSet, run, rank=None):
              "impact ms": round(f["impact_ms"], 3), "share %": round(100 * f["impact_share"], 1),
              "share of": "share " + share_denominator(f["location"].get("rank"), summary), "confidence": f["confidence"],
              "rank": f["location"].get("rank"), "notes": "; ".join(f.get("confidence_notes") or []) or "—",
-             "where": f["source"] or f["location"].get("op") or f["location"].get("kernel") or "", "rule": f["rule_id"]}
+             "where": f["source"] or f["location"].get("op") or f["location"].get("kernel") or "", "rule": f["rule_id"],
+             # the heaviest child in the cell, every line of what is inside (and its advice) in the tooltip
+             "inside": _heaviest_child(f.get("inside") or []), "inside all": "\n".join(f.get("inside") or []) or "—"}
             for f in data["rows"]]
+
+
+def _heaviest_child(inside: list[str]) -> str:
+    """The cell of the findings grid's `inside` column: the heaviest child, else what the roots are."""
+    return (inside[1] if len(inside) > 1 else inside[0]).strip() if inside else "—"
 
 
 def findings_note(rs: RunSet, run, rank, rows: list[dict]) -> str:

@@ -7,6 +7,7 @@ Must not: draw (no Dash, no plotly), or decide what is a problem (the analyzer's
 
 from __future__ import annotations
 
+from ...analyzers.render import inside_lines
 from ..runs import OpenRun, QueryError, RunSet
 from ..timeline import parse_rank
 
@@ -64,6 +65,8 @@ def findings_from_report(r: OpenRun, report) -> dict:
                      "source": d["location"].get("source"), "recommendation": d["recommendation"],
                      "location": d["location"], "evidence_sql": d["evidence"]["sql"],
                      "event_ids": [int(x) for x in d["evidence"].get("sample_event_ids") or []][:200],
+                     # what is inside it (analyzers/contents.py): the report's lines, and the data without its SQL
+                     "inside": inside_lines(f), "contents": {k: v for k, v in (d.get("contents") or {}).items() if k != "sql"},
                      **_target(r, d)})
     return {"rows": rows, "warnings": list(report.warnings), "truncated": False}
 

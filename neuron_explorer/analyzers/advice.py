@@ -1,0 +1,94 @@
+"""Advice chosen from what is inside a finding (its `contents`, analyzers/contents.py), and the step
+that gives every finding of a report its contents and advice (`attach`).
+
+Each advice rule is a small function over a finding's contents that returns one sentence, or None
+when what is inside does not clearly call for it; ADVICE lists them (docs/RULES.md "Advice from
+what is inside"):
+
+- `reassociate`: a plain matrix product `A @ B` ([p×q] @ [q×r]) whose result is multiplied by a
+  batch `x` ([b×p] @ [p×r]) as often as it is computed: `(x @ A) @ B` costs b·q·(p + r)
+  multiply-adds per call instead of p·q·r + b·p·r; advised when that is at least
+  REASSOCIATE_GAIN_MIN times fewer.
+- `solve_instead_of_inverse`: a matrix inverse (`torch.linalg.inv`, `torch.inverse`) inside:
+  `torch.linalg.solve(A, B)` instead of `inv(A) @ B`.
+
+Must not: compute a figure from the run (contents.py does) or render.
+"""
+
+from __future__ import annotations
+
+from ..fmt import duration
+from ..store import Run
+from ..vocab import INVERSE_OPS, PLAIN_PRODUCT_OPS
+from .contents import finding_contents
+from .model import Finding
+
+REASSOCIATE_GAIN_MIN = 2.0
+"""Advise reassociating a chain of products when it needs at least this many times fewer multiply-adds."""
+
+
+def _operators(contents: dict) -> list[dict]:
+    """The operator groups of the contents: the roots' groups and the operator children."""
+    roots = (contents.get("roots") or {}).get("groups") or []
+    return list(roots) + [c for c in contents.get("children") or [] if c.get("kind") == "cpu_op"]
+
+
+def _matrix(shape) -> tuple[int, int] | None:
+    if isinstance(shape, list) and len(shape) == 2 and all(isinstance(x, int) and x > 0 for x in shape):
+        return shape[0], shape[1]
+    return None
+
+
+def reassociate(contents: dict) -> str | None:
+    products = []
+    for g in _operators(contents):
+        shapes = g.get("shapes") or []
+        if g.get("name") in PLAIN_PRODUCT_OPS and len(shapes) >= 2 and _matrix(shapes[0]) and _matrix(shapes[1]):
+            (m, k), (k2, n) = _matrix(shapes[0]), _matrix(shapes[1])
+            if k == k2:
+                products.append((m, k, n, g))
+    for p, q, r, ab in products:
+        for b, p2, r2, xab in products:
+            if xab is ab or (p2, r2) != (p, r) or xab["count"] != ab["count"]:
+                continue
+            now, after = p * q * r + b * p * r, b * q * (p + r)
+            if after * REASSOCIATE_GAIN_MIN <= now:
+                return (f"reassociate: a [{p}×{q}] @ [{q}×{r}] product ({ab['name']}, {ab['count']} calls, {duration(ab['total_ns'])}) "
+                        f"is computed each time its result multiplies a batch of {b} ([{b}×{p}] @ [{p}×{r}]); compute x @ (A @ B) "
+                        f"as (x @ A) @ B: {after:,} instead of {now:,} multiply-adds per call ({now / after:.0f}x fewer), or compute "
+                        "A @ B once, outside the loop, when A and B do not change")
+    return None
+
+
+def solve_instead_of_inverse(contents: dict) -> str | None:
+    inv = [g for g in _operators(contents) if g.get("name") in INVERSE_OPS]
+    if not inv:
+        return None
+    calls, ns = sum(g["count"] for g in inv), sum(g["total_ns"] for g in inv)
+    return (f"use torch.linalg.solve instead of inv: a matrix inverse runs inside ({inv[0]['name']}, {calls} calls, {duration(ns)}); "
+            "torch.linalg.solve(A, B) in place of torch.linalg.inv(A) @ B is faster and more accurate")
+
+
+ADVICE = (reassociate, solve_instead_of_inverse)
+"""The advice rules, in the order their sentences are listed."""
+
+
+def advice(contents: dict) -> list[str]:
+    """The sentences of every advice rule that applies to these contents."""
+    if not contents:
+        return []
+    return [s for s in (rule(contents) for rule in ADVICE) if s]
+
+
+def attach(run: Run, findings: list[Finding]) -> None:
+    """Give each finding its contents (contents.finding_contents) with their advice, in place. A
+    finding whose contents cannot be computed keeps none: it must not stop the report."""
+    cache: dict = {}  # findings with the same roots share one query
+    for f in findings:
+        try:
+            c = finding_contents(run, f.to_dict(), cache=cache)
+        except Exception:  # noqa: BLE001 - odd data in one finding's events: the finding stands without its contents
+            c = {}
+        if c:
+            c["advice"] = advice(c)
+        f.contents = c

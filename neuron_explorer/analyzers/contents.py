@@ -1,0 +1,142 @@
+"""What is inside a finding (`contents` of report.json's findings; docs/METRICS.md "What is inside a finding").
+
+A finding names where it is (an operator, its sample events, a source line); `finding_contents`
+returns what runs beneath that: its *roots*, the events the finding is about, grouped by name,
+input shapes and dtypes; and its *children*, the operators and runtime calls nested inside the
+roots on their thread and the device work those launched, grouped by kind, name, input shapes
+and dtypes, the heaviest CONTENTS_TOP of each class (operators, runtime calls, device work) by
+summed duration, each with its count. The roots are, the first that applies:
+
+1. the finding names an operator (`location.op`): every host event of that name on the finding's
+   rank, in the finding's steps when it names some;
+2. else its sample events (`evidence.sample_event_ids`): host events as they are, device events
+   replaced by the top-level operator that launched them;
+3. else its source line (`location.source`): the top-level operators of that user statement.
+
+Input shapes and dtypes are the profiler's (`Input Dims`, `Input type`, recorded with
+record_shapes=True): an operator's own; a runtime call's and a device event's, those of the
+innermost operator around their launch. Times are sums of `dur_ns`: a child operator's time is
+inclusive of the operators inside it (which are listed too), so the rows of one class can add up
+to more than the roots' time; device rows are device time, which runs beside the host's.
+
+Computed once here, for report.json; the text report, the dashboard and the agent show it.
+Must not: judge (advice from the contents is analyzers/advice.py) or render.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..collectors.kineto_names import INPUT_DIMS_ARG, INPUT_TYPE_ARG
+from ..store import Run
+from ..vocab import DEVICE_WORK_SQL, device_work, sql_literal, top_host_call
+
+CONTENTS_TOP = 5
+"""Rows kept per class of children (operators, runtime calls, device work) and of roots."""
+HOST_KINDS = ("cpu_op", "runtime", "python", "user_annotation")
+"""Kinds a root can be (a finding's operator may be a Python call or an annotation)."""
+CHILD_CLASSES = {"cpu_op": "operator", "runtime": "runtime", "kernel": "device", "memcpy": "device", "memset": "device"}
+"""The class of each kind of child: CONTENTS_TOP rows are kept per class."""
+
+
+def _roots_sql(run: Run, rank: int, location: dict, sample_ids: list[int]) -> tuple[str | None, str]:
+    """The SQL selecting the roots' event ids, and how they were chosen (in words)."""
+    host = "kind IN " + "(" + ", ".join(sql_literal(k) for k in HOST_KINDS) + ")"
+    op = location.get("op")
+    if op:
+        steps = [int(s) for s in location.get("steps") or []]
+        in_steps = f" AND step IN ({', '.join(map(str, steps))})" if steps else ""
+        words = f"every {op!r} on rank {rank}" + (f" in steps {steps[0]}-{steps[-1]}" if len(steps) > 1 else
+                                                    f" in step {steps[0]}" if steps else "")
+        return f"SELECT event_id FROM events WHERE rank = {rank} AND {host} AND name = {sql_literal(op)}{in_steps}", words
+    if sample_ids:
+        ids = ", ".join(str(int(i)) for i in sample_ids)
+        return (f"SELECT CASE WHEN kind IN {DEVICE_WORK_SQL} OR device IS NOT NULL THEN top_op_id ELSE event_id END AS event_id "
+                f"FROM events WHERE rank = {rank} AND event_id IN ({ids})", "its sample events (device work: the operator that launched it)")
+    source = location.get("source")
+    if source and ":" in source:
+        file, _, line = source.rpartition(":")
+        if line.isdigit():
+            return (f"SELECT e.event_id FROM events e JOIN frames f ON f.frame_id = e.source_frame_id WHERE e.rank = {rank} "
+                    f"AND {top_host_call('e')} AND f.file = {sql_literal(file)} AND f.line = {int(line)}",
+                    f"the top-level operators of {source}")
+    return None, ""
+
+
+def _shapes(dims: str | None, types: str | None) -> tuple[list, list]:
+    def parse(text):
+        try:
+            v = json.loads(text) if text else []
+        except ValueError:
+            return []
+        return v if isinstance(v, list) else []
+    return parse(dims), parse(types)
+
+
+def contents_sql(roots_sql: str, rank: int) -> str:
+    """One row per group of children of the roots `roots_sql` selects: class, kind, name, the
+    input shapes and dtypes (JSON text), count and summed dur_ns. The same text is the evidence a
+    user can run (docs/METRICS.md)."""
+    dims, types = f"'$.\"{INPUT_DIMS_ARG}\"'", f"'$.\"{INPUT_TYPE_ARG}\"'"
+    return f"""WITH roots AS (SELECT DISTINCT r.event_id, r.kind, r.pid, r.tid, r.depth, r.top_op_id, r.ts_ns, r.ts_ns + r.dur_ns AS end_ns
+  FROM events r WHERE r.rank = {rank} AND r.event_id IN ({roots_sql})),
+host AS (
+  SELECT e.event_id FROM roots r JOIN events e ON e.rank = {rank} AND e.top_op_id = r.top_op_id
+  WHERE r.kind = 'cpu_op' AND e.kind IN ('cpu_op', 'runtime') AND e.pid = r.pid AND e.tid = r.tid AND e.depth > r.depth
+    AND e.ts_ns >= r.ts_ns AND e.ts_ns + e.dur_ns <= r.end_ns
+  UNION
+  SELECT e.event_id FROM roots r JOIN events e ON e.rank = {rank} AND e.pid = r.pid AND e.tid = r.tid
+  WHERE r.kind <> 'cpu_op' AND e.kind IN ('cpu_op', 'runtime') AND e.depth > r.depth AND e.ts_ns >= r.ts_ns AND e.ts_ns + e.dur_ns <= r.end_ns),
+launchers AS (SELECT event_id FROM roots UNION SELECT event_id FROM host),
+children AS (SELECT event_id FROM host
+  UNION SELECT d.event_id FROM events d WHERE d.rank = {rank} AND {device_work('d')} AND d.launch_id IN (SELECT event_id FROM launchers))
+SELECT c.kind, c.name, json_extract_string(o.args, {dims}) AS dims, json_extract_string(o.args, {types}) AS types,
+  count(*) AS count, sum(c.dur_ns)::BIGINT AS total_ns
+FROM children JOIN events c ON c.event_id = children.event_id
+LEFT JOIN events o ON o.event_id = CASE WHEN c.kind = 'cpu_op' THEN c.event_id ELSE c.op_id END
+GROUP BY ALL ORDER BY total_ns DESC, c.name"""
+
+
+def finding_contents(run: Run, finding: dict, top: int = CONTENTS_TOP, cache: dict | None = None) -> dict:
+    """What is inside one finding (its `to_dict()` form): {"roots": {"what", "count", "total_ns",
+    "groups"}, "children": [{"kind", "name", "shapes", "dtypes", "count", "total_ns"}], "sql"}; an
+    empty dict when the finding names no rank or nothing to look inside. `cache`: kept between the
+    findings of one run, so that findings with the same roots (several rules name one operator)
+    query them once."""
+    loc = finding.get("location") or {}
+    rank = loc.get("rank")
+    if rank is None:
+        return {}
+    roots_sql, what = _roots_sql(run, int(rank), loc, list((finding.get("evidence") or {}).get("sample_event_ids") or []))
+    if roots_sql is None:
+        return {}
+    if cache is None:
+        return _contents(run, int(rank), roots_sql, what, top)
+    if (roots_sql, top) not in cache:
+        cache[(roots_sql, top)] = _contents(run, int(rank), roots_sql, what, top)
+    return dict(cache[(roots_sql, top)])  # a finding's own copy: the caller adds its advice
+
+
+def _contents(run: Run, rank: int, roots_sql: str, what: str, top: int) -> dict:
+    dims, types = f"'$.\"{INPUT_DIMS_ARG}\"'", f"'$.\"{INPUT_TYPE_ARG}\"'"
+    root_rows = run.sql(f"""SELECT r.name, json_extract_string(r.args, {dims}), json_extract_string(r.args, {types}), count(*), sum(r.dur_ns)::BIGINT
+FROM events r WHERE r.rank = {rank} AND r.event_id IN ({roots_sql}) GROUP BY ALL ORDER BY 5 DESC, 1""").fetchall()
+    if not root_rows:
+        return {}
+    sql = contents_sql(roots_sql, rank)
+    children, kept = [], {}
+    for kind, name, d, t, count, total in run.sql(sql).fetchall():
+        cls = CHILD_CLASSES.get(kind)
+        if cls is None or kept.get(cls, 0) >= top:
+            continue
+        kept[cls] = kept.get(cls, 0) + 1
+        shapes, dtypes = _shapes(d, t)
+        children.append({"kind": kind, "name": name, "shapes": shapes, "dtypes": dtypes, "count": int(count), "total_ns": int(total or 0)})
+    groups = []
+    for name, d, t, count, total in root_rows[:top]:
+        shapes, dtypes = _shapes(d, t)
+        groups.append({"name": name, "shapes": shapes, "dtypes": dtypes, "count": int(count), "total_ns": int(total or 0)})
+    return {"roots": {"what": what, "count": sum(int(r[3]) for r in root_rows), "total_ns": sum(int(r[4] or 0) for r in root_rows),
+                      "groups": groups},
+            "children": children, "sql": sql}
+

@@ -1,0 +1,60 @@
+"""The agent's `summary` tool: under 4,000 characters as the MCP server sends it, no null field, on
+every real trace; its figures are the analyzer summary's own; detail='full' keeps everything."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from neuron_explorer.agent.tools import SUMMARY_MAX_CHARS, AgentRuns
+from neuron_explorer.store import open_run
+
+from .conftest import TRACES, real_traces
+
+TRACE_SETS = real_traces() + sorted(p for p in TRACES.iterdir() if p.is_dir())
+
+
+def _run_dir(trace):
+    with open_run(trace) as r:  # imported into the tests' cache
+        return r.path
+
+
+@pytest.mark.parametrize("trace", TRACE_SETS, ids=lambda p: p.name)
+def test_short_summary_fits_and_has_no_null(trace):
+    rs = AgentRuns([_run_dir(trace)])
+    try:
+        out = rs.summary()
+        text = json.dumps(out, default=str)  # what the MCP server sends (mcp_server._register)
+        assert out["ok"] and out["detail"] == "short" and "analysis_error" not in out
+        assert len(text) <= SUMMARY_MAX_CHARS == 4000, len(text)
+        assert "null" not in text and not out.get("truncated")
+        report = rs.report(rs.names[0])
+    finally:
+        rs.close()
+    # every figure is the analyzer summary's own (picked, not recomputed)
+    by_rank = {r["rank"]: r for r in report["summary"]["ranks"]}
+    for r in out["ranks"]:
+        s = by_rank[r["rank"]]
+        assert r["span_ns"] == s["span_ns"] and r["analysed_ns"] == s["analysed_ns"]
+        if "steps" in r:
+            assert r["steps"]["p50_ns"] == s["steps"]["p50_ns"] and r["steps"]["count"] == s["steps"]["count"]
+        assert [(d["device"], d.get("busy_ns", 0), d.get("comm_exposed_ns", 0)) for d in r.get("devices", [])] == \
+               [(d["device"], d["busy_ns"], d["comm_exposed_ns"]) for d in s["devices"]]
+    assert out["findings"] == len(report["findings"])
+
+
+def test_short_summary_shortens_kernel_names_and_full_keeps_them():
+    """mi300x: its top kernel by time is `void at::native::batch_norm_collect_statistics_kernel<...>(...)` (350
+    characters); the short summary names it `at::native::batch_norm_collect_statistics_kernel`."""
+    rs = AgentRuns([_run_dir(TRACES / "mi300x_ddp_resnet_act_checkpoint.json.gz")])
+    try:
+        short, full = rs.summary(), rs.summary(detail="full")
+        assert "unknown detail" in rs.summary(detail="everything")["error"]
+    finally:
+        rs.close()
+    k_short = short["ranks"][0]["utilisation"]["top_kernels"][0]
+    k_full = full["report_summary"]["ranks"][0]["utilisation"]["top_kernels"][0]
+    assert k_short["kernel"] == "at::native::batch_norm_collect_statistics_kernel"
+    assert k_full["kernel"].startswith("void at::native::batch_norm_collect_statistics_kernel<at::native::Var, c10::BFloat16")
+    assert k_short["dur_ns"] == k_full["dur_ns"] == 2_230_431

@@ -1,0 +1,240 @@
+"""What is inside a finding (analyzers/contents.py), its advice (analyzers/advice.py), and how the
+report, the text report, the dashboard and the agent show it, on hand-built traces whose answers
+are known.
+
+    pid 1 / tid 1 (host), times in us; the same again from 1000 us (a second call):
+    0 ......................................... 400  aten::matmul  [16,1024] x [1024,1024] float
+      10 ................................... 390    aten::mm      [16,1024] x [1024,1024] float
+        20 .. 30 cudaLaunchKernel (corr 7)
+    450 ... 480 aten::add [16,1024] float            (outside the matmul: not inside it)
+      455..460 cudaLaunchKernel (corr 8)
+    device 0 / stream 7:
+        40 ........ 240 gemm_a (corr 7)   240 ...... 390 gemm_b (corr 7)   490 .. 495 add_k (corr 8)
+
+Right answers: the hotspot operator finding names aten::matmul (800 us of a 1495 us span); inside
+its 2 calls: aten::mm x2 760 us, gemm_a x2 400 us, gemm_b x2 300 us, cudaLaunchKernel x2 20 us,
+each with the inputs [16,1024] x [1024,1024] float; nothing of aten::add.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from neuron_explorer.analyzers import analyze
+from neuron_explorer.analyzers.advice import REASSOCIATE_GAIN_MIN, advice, reassociate, solve_instead_of_inverse
+from neuron_explorer.analyzers.render import text
+from neuron_explorer.analyzers.report_schema import SCHEMA
+from neuron_explorer.collectors.chrome_trace import import_traces
+
+from .conftest import X, write_trace
+
+BASE = 1_700_000_000_000_000_000
+US = 1000
+MM = {"Input Dims": [[16, 1024], [1024, 1024]], "Input type": ["float", "float"]}
+
+
+def _call(t0: int, corr: int) -> list[dict]:
+    return [
+        X("aten::matmul", "cpu_op", t0, 400, **{"External id": corr}, **MM),
+        X("aten::mm", "cpu_op", t0 + 10, 380, **{"External id": corr + 100}, **MM),
+        X("cudaLaunchKernel", "cuda_runtime", t0 + 20, 10, correlation=corr, **{"External id": corr + 100}),
+        X("gemm_a", "kernel", t0 + 40, 200, pid=0, tid=7, correlation=corr, stream=7, device=0),
+        X("gemm_b", "kernel", t0 + 240, 150, pid=0, tid=7, correlation=corr, stream=7, device=0),
+    ]
+
+
+EVENTS = _call(0, 7) + _call(1000, 9) + [
+    X("aten::add", "cpu_op", 450, 30, **{"External id": 50, "Input Dims": [[16, 1024], [16, 1024]], "Input type": ["float", "float"]}),
+    X("cudaLaunchKernel", "cuda_runtime", 455, 5, correlation=8, **{"External id": 50}),
+    X("add_k", "kernel", 490, 5, pid=0, tid=7, correlation=8, stream=7, device=0),
+]
+
+
+@pytest.fixture(scope="module")
+def matmul_run(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("contents")
+    return import_traces(write_trace(tmp / "mm.json", EVENTS, baseTimeNanoseconds=BASE), tmp / "mm").run_dir
+
+
+@pytest.fixture(scope="module")
+def report(matmul_run):
+    return analyze(matmul_run)  # writes RUN/analysis/report.json, as a user's `analyze` does
+
+
+def _matmul_finding(doc: dict) -> dict:
+    return next(f for f in doc["findings"] if f["rule_id"] == "hotspot" and f["location"]["op"] == "aten::matmul"
+                and f["location"]["kernel"] is None)
+
+
+def test_report_json_lists_the_children_with_their_shapes_dtypes_and_times(matmul_run, report):
+    doc = json.loads((matmul_run / "analysis" / "report.json").read_text())
+    jsonschema.validate(doc, SCHEMA)
+    c = _matmul_finding(doc)["contents"]
+    shapes, dtypes = [[16, 1024], [1024, 1024]], ["float", "float"]
+    assert c["roots"] == {"what": "every 'aten::matmul' on rank 0", "count": 2, "total_ns": 800 * US,
+                          "groups": [{"name": "aten::matmul", "shapes": shapes, "dtypes": dtypes, "count": 2, "total_ns": 800 * US}]}
+    assert c["children"] == [
+        {"kind": "cpu_op", "name": "aten::mm", "shapes": shapes, "dtypes": dtypes, "count": 2, "total_ns": 760 * US},
+        {"kind": "kernel", "name": "gemm_a", "shapes": shapes, "dtypes": dtypes, "count": 2, "total_ns": 400 * US},
+        {"kind": "kernel", "name": "gemm_b", "shapes": shapes, "dtypes": dtypes, "count": 2, "total_ns": 300 * US},
+        {"kind": "runtime", "name": "cudaLaunchKernel", "shapes": shapes, "dtypes": dtypes, "count": 2, "total_ns": 20 * US},
+    ]
+    assert c["advice"] == []  # a [16,1024] x [1024,1024] product alone has nothing to reassociate
+
+
+def test_the_contents_sql_reproduces_the_children(matmul_run, report):
+    from neuron_explorer import open_run
+
+    c = _matmul_finding(json.loads((matmul_run / "analysis" / "report.json").read_text()))["contents"]
+    with open_run(matmul_run) as r:
+        rows = r.sql(c["sql"]).fetchall()
+    assert [(k, n, cnt, ns) for k, n, _, _, cnt, ns in rows] == [(ch["kind"], ch["name"], ch["count"], ch["total_ns"]) for ch in c["children"]]
+
+
+def test_text_report_shows_what_is_inside_the_top_finding(report):
+    top = report.findings[0]
+    assert top.rule_id == "hotspot" and top.location.op == "aten::matmul"
+    out = text(report, width=200)
+    block = out.split("\n1. ", 1)[1].split("\n2. ", 1)[0]
+    assert "inside every 'aten::matmul' on rank 0: 2 calls, 800.00 µs; inputs [16×1024], [1024×1024] float" in block
+    assert "op aten::mm [16×1024], [1024×1024] float ×2 760.00 µs" in block
+    assert "kernel gemm_a [16×1024], [1024×1024] float ×2 400.00 µs" in block
+    assert "runtime cudaLaunchKernel [16×1024], [1024×1024] float ×2 20.00 µs" in block
+    assert "add_k" not in block
+
+
+def test_agent_findings_and_dashboard_show_the_same_children(matmul_run, report):
+    from neuron_explorer.agent.tools import AgentRuns
+    from neuron_explorer.dashboard.runs import RunSet
+    from neuron_explorer.dashboard.views.findings import findings
+
+    rs = AgentRuns([matmul_run])
+    try:
+        out = rs.findings(k=10)
+    finally:
+        rs.close()
+    f = next(x for x in out["findings"] if x["rule_id"] == "hotspot" and "operator" in x["title"])
+    assert f["inside"] == {"what": "every 'aten::matmul' on rank 0", "count": 2, "total_ns": 800 * US, "inputs": "[16x1024], [1024x1024] float"}
+    assert [(c["kind"], c["name"], c["inputs"], c["count"], c["total_ns"]) for c in f["children"]] == [
+        ("cpu_op", "aten::mm", "[16x1024], [1024x1024] float", 2, 760 * US), ("kernel", "gemm_a", "[16x1024], [1024x1024] float", 2, 400 * US),
+        ("kernel", "gemm_b", "[16x1024], [1024x1024] float", 2, 300 * US),
+        ("runtime", "cudaLaunchKernel", "[16x1024], [1024x1024] float", 2, 20 * US)]
+    dash = RunSet([matmul_run])
+    try:
+        row = next(r for r in findings(dash)["rows"] if r["rule_id"] == "hotspot" and r["location"]["op"] == "aten::matmul"
+                   and r["location"]["kernel"] is None)
+    finally:
+        dash.close()
+    assert row["contents"]["children"] == _matmul_finding(report.to_dict())["contents"]["children"]
+    assert row["inside"][1].strip() == "op aten::mm [16×1024], [1024×1024] float ×2 760.00 µs"
+
+
+# ---- advice --------------------------------------------------------------------------------------
+
+def _group(name, shapes, count=10, total_ns=1_000_000, dtypes=("float", "float")):
+    return {"name": name, "shapes": shapes, "dtypes": list(dtypes), "count": count, "total_ns": total_ns}
+
+
+def _contents(*groups, children=()):
+    return {"roots": {"what": "x", "count": 1, "total_ns": 1, "groups": list(groups)}, "children": list(children)}
+
+
+def test_reassociate_a_square_product_that_multiplies_a_small_batch():
+    ab = _group("aten::mm", [[1024, 1024], [1024, 1024]])
+    xab = _group("aten::mm", [[16, 1024], [1024, 1024]])
+    got = reassociate(_contents(ab, xab))
+    # now: 1024^3 + 16*1024^2 = 1,090,519,040; after: 16*1024*(1024+1024) = 33,554,432 multiply-adds: 32.5x
+    assert got.startswith("reassociate: a [1024×1024] @ [1024×1024] product (aten::mm, 10 calls, 1.00 ms)")
+    assert "33,554,432 instead of 1,090,519,040 multiply-adds per call (32x fewer)" in got
+    assert "compute x @ (A @ B) as (x @ A) @ B" in got
+    # as children of an operator too (kind cpu_op), not as kernels
+    assert reassociate(_contents(children=[{"kind": "cpu_op", **ab}, {"kind": "cpu_op", **xab}])) == got
+    assert reassociate(_contents(children=[{"kind": "kernel", **ab}, {"kind": "kernel", **xab}])) is None
+
+
+def test_no_reassociation_when_it_does_not_clearly_pay_or_shapes_do_not_chain():
+    ab = _group("aten::mm", [[1024, 1024], [1024, 1024]])
+    # a batch as large as the matrices: (x @ A) @ B costs the same; below REASSOCIATE_GAIN_MIN
+    assert reassociate(_contents(ab, _group("aten::mm", [[1024, 1024], [1024, 1024]]))) is None
+    assert REASSOCIATE_GAIN_MIN > 1
+    # the batch does not multiply A @ B's result ([1024, 512] here)
+    assert reassociate(_contents(ab, _group("aten::mm", [[16, 1024], [1024, 512]]))) is None
+    # A @ B computed once, used 10 times: already hoisted
+    assert reassociate(_contents(_group("aten::mm", [[1024, 1024], [1024, 1024]], count=1), _group("aten::mm", [[16, 1024], [1024, 1024]]))) is None
+    # linear's weight is [N, K]: not a plain product
+    assert reassociate(_contents(_group("aten::linear", [[1024, 1024], [1024, 1024]]), _group("aten::linear", [[16, 1024], [1024, 1024]]))) is None
+
+
+def test_solve_instead_of_inverse():
+    inv = {"kind": "cpu_op", **_group("aten::linalg_inv", [[64, 64]], count=3, total_ns=2_500_000, dtypes=("float",))}
+    got = solve_instead_of_inverse(_contents(children=[inv]))
+    assert got == ("use torch.linalg.solve instead of inv: a matrix inverse runs inside (aten::linalg_inv, 3 calls, 2.50 ms); "
+                   "torch.linalg.solve(A, B) in place of torch.linalg.inv(A) @ B is faster and more accurate")
+    assert solve_instead_of_inverse(_contents(_group("aten::mm", [[16, 64], [64, 64]]))) is None
+    assert advice({}) == [] and advice(_contents(children=[inv])) == [got]
+
+
+def test_reassociation_advice_reaches_the_report(tmp_path):
+    """x @ (A @ B) in a loop: a top-level aten::matmul of [1024,1024] x [1024,1024] and one of
+    [16,1024] x [1024,1024], both 3 times."""
+    ev = []
+    for i in range(3):
+        t = i * 1000
+        ev += [X("aten::matmul", "cpu_op", t, 600, **{"Input Dims": [[1024, 1024], [1024, 1024]], "Input type": ["float", "float"]}),
+               X("aten::matmul", "cpu_op", t + 700, 100, **{"Input Dims": [[16, 1024], [1024, 1024]], "Input type": ["float", "float"]})]
+    run_dir = import_traces(write_trace(tmp_path / "chain.json", ev), tmp_path / "chain").run_dir
+    rep = analyze(run_dir, write=False)
+    f = next(f for f in rep.findings if f.rule_id == "hotspot" and f.location.op == "aten::matmul")
+    assert [a.split(":")[0] for a in f.contents["advice"]] == ["reassociate"]
+    assert "a [1024×1024] @ [1024×1024] product (aten::matmul, 3 calls, 1.80 ms)" in f.contents["advice"][0]
+    assert "advice: reassociate" in text(rep, width=400)
+
+
+# ---- a real trace ------------------------------------------------------------------------------
+
+def test_real_trace_comm_exposed_contents(tmp_path):
+    """mi300x (DDP ResNet, rank 0 of 8): the exposed-communication finding names the AccumulateGrad
+    evaluations; inside them the two NCCL all-reduce kernels, 3 each (one per step), 26.80 ms
+    over buckets of 8,816,192 elements and 20.34 ms over 2,873,320 (checked with `neuron-explorer query`:
+    sum(dur_ns) of the ncclDevKernel_Generic kernels grouped by the Input Dims of their op_id, record_param_comms)."""
+    from .conftest import TRACES
+
+    rep = analyze(TRACES / "mi300x_ddp_resnet_act_checkpoint.json.gz", write=False)
+    f = next(f for f in rep.findings if f.rule_id == "comm-exposed")
+    kernels = [(c["name"][:21], c["shapes"][0], c["count"], c["total_ns"]) for c in f.contents["children"] if c["kind"] == "kernel"]
+    assert kernels[:2] == [("ncclDevKernel_Generic", [[8816192]], 3, 26_798_240), ("ncclDevKernel_Generic", [[2873320]], 3, 20_338_798)]
+    roots = f.contents["roots"]
+    assert roots["count"] == 186 and roots["what"].startswith("every 'autograd::engine::evaluate_function: torch::autograd::AccumulateGrad'")
+    # operators nested in the roots take no longer than the roots
+    assert all(c["total_ns"] <= roots["total_ns"] for c in f.contents["children"] if c["kind"] in ("cpu_op", "runtime"))
+
+
+# ---- the names and shapes as people read them (fmt) -------------------------------------------------
+
+def test_kernel_names_are_shortened_and_demangled():
+    from neuron_explorer.fmt import KERNEL_NAME_KEEP, kernel_name
+
+    assert kernel_name("volta_sgemm_64x64_tn") == "volta_sgemm_64x64_tn"  # short names stay
+    assert kernel_name("Memcpy HtoD (Pageable -> Device)") == "Memcpy HtoD (Pageable -> Device)"
+    long = ("void at::native::batch_norm_collect_statistics_kernel<at::native::Var, c10::BFloat16, c10::BFloat16, float, int>"
+            "(at::GenericPackedTensorAccessor<c10::BFloat16 const, 3ul, at::RestrictPtrTraits, int>, float, float)")
+    assert kernel_name(long) == "at::native::batch_norm_collect_statistics_kernel"
+    assert kernel_name("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEENS_6detail5ArrayIPcLi1EEEEEviT0_T1_") \
+        == "at::native::vectorized_elementwise_kernel"
+    assert kernel_name("void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, false>(float*, float const*, int, int, int)") \
+        == "anonymous::softmax_warp_forward"
+    assert kernel_name("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_32x6_tn_align4>(cutlass_80_tensorop_s1688gemm_64x64_"
+                       "32x6_tn_align4::Params)") == "cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_32x6_tn_align4>"
+    assert len(kernel_name("k" * 500, 60)) == 60 and KERNEL_NAME_KEEP < 60
+
+
+def test_shapes_text():
+    from neuron_explorer.fmt import shapes
+
+    assert shapes([[16, 1024], [1024, 1024], []], ["float", "float", "Scalar"]) == "[16×1024], [1024×1024] float"
+    assert shapes([[[8816192]], []], ["TensorList", ""], "x") == "[8816192] TensorList"
+    assert shapes([], []) == "" and shapes(None) == ""
