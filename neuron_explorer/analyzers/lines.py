@@ -188,7 +188,7 @@ def statement_runs_sql(rank: int, steps: list[int] | None, min_ops: int = 1) -> 
     n_steps = len(steps) if steps else 0
     per_step = f"sum(runs) / {n_steps}" if n_steps else ("NULL::DOUBLE" if steps is not None else "sum(runs)::DOUBLE")
     return f"""WITH RECURSIVE ops AS (
-  SELECT e.event_id, e.name, e.step, e.parent_id, e.source_frame_id AS frame_id, f.file || ':' || f.line AS source, f.function
+  SELECT e.event_id, e.name, e.step, e.parent_id, e.source_frame_id AS frame_id, {line_key_sql('f')} AS source, f.function
   FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
   WHERE e.rank = {int(rank)} AND {top_op('e')} AND e.pass IS DISTINCT FROM 'backward' AND f.is_user AND f.line_kind = 'call'{where_steps}
   QUALIFY count(*) OVER (PARTITION BY f.file, f.line) >= {int(min_ops)}),
@@ -219,10 +219,10 @@ def statement_time_sql(rank: int, source: str, with_steps: bool, device: bool) -
     if with_steps:
         iv = f"""SELECT greatest(e.ts_ns, s.ts_ns) AS ts_ns, least(e.ts_ns + e.dur_ns, s.ts_ns + s.dur_ns) AS end_ns
   FROM events e JOIN frames f ON f.frame_id = e.source_frame_id JOIN steps s ON s.rank = e.rank AND s.step = e.step
-  WHERE e.rank = {int(rank)} AND {kinds} AND f.file || ':' || f.line = {src}"""
+  WHERE e.rank = {int(rank)} AND {kinds} AND {line_key_sql('f')} = {src}"""
     else:
         iv = f"""SELECT e.ts_ns, e.ts_ns + e.dur_ns AS end_ns
-  FROM events e JOIN frames f ON f.frame_id = e.source_frame_id WHERE e.rank = {int(rank)} AND {kinds} AND f.file || ':' || f.line = {src}"""
+  FROM events e JOIN frames f ON f.frame_id = e.source_frame_id WHERE e.rank = {int(rank)} AND {kinds} AND {line_key_sql('f')} = {src}"""
     return f"""WITH _iv AS (SELECT * FROM ({iv}) WHERE end_ns > ts_ns),
 _mx AS (SELECT ts_ns, end_ns, max(end_ns) OVER (ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end FROM _iv),
 _isl AS (SELECT ts_ns, end_ns, sum(CASE WHEN prev_end IS NULL OR ts_ns > prev_end THEN 1 ELSE 0 END)

@@ -111,7 +111,7 @@ def check(ctx: Context) -> list:
     ops = rows(ctx.run, f"""SELECT e.name, count(*) AS n, min(e.event_id) AS sample_id FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
         WHERE e.rank = {ctx.rank} AND {top_op('e')} AND e.pass IS DISTINCT FROM 'backward' AND {line_key_sql('f')} = {q(v['source'])}
         GROUP BY 1 ORDER BY n DESC, 1 LIMIT 8""")
-    code = row(ctx.run, f"SELECT any_value(code) AS code FROM frames WHERE rank = {ctx.rank} AND file || ':' || line = {q(v['source'])}")["code"]
+    code = row(ctx.run, f"SELECT any_value(code) AS code FROM frames WHERE rank = {ctx.rank} AND {line_key_sql('')} = {q(v['source'])}")["code"]
     line = row(ctx.run, f"SELECT cpu_ns, cpu_backward_ns, device_ns, device_backward_ns FROM ({line_times_sql(ctx.rank)}) "
                         f"WHERE source = {q(v['source'])}")  # its figures by the one definition of time per line, for the split
     names = {o["name"] for o in ops}
