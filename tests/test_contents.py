@@ -197,18 +197,20 @@ def test_reassociation_advice_reaches_the_report(tmp_path):
 # ---- a real trace ------------------------------------------------------------------------------
 
 def test_real_trace_comm_exposed_contents(tmp_path):
-    """mi300x (DDP ResNet, rank 0 of 8): the exposed-communication finding names the AccumulateGrad
-    evaluations; inside them the two NCCL all-reduce kernels, 3 each (one per step), 26.80 ms
-    over buckets of 8,816,192 elements and 20.34 ms over 2,873,320 (checked with `neuron-explorer query`:
-    sum(dur_ns) of the ncclDevKernel_Generic kernels grouped by the Input Dims of their op_id, record_param_comms)."""
+    """mi300x (DDP ResNet, rank 0 of 8): the exposed-communication finding names the collective kernel
+    and its callers (analyzers/device_time.py), so its contents are its sample events: the operators
+    that launched the sampled all-reduce kernels, and inside them the two NCCL kernels over buckets of
+    8,816,192 and 2,873,320 elements, 8.93 ms and 6.91 ms (checked with `neuron-explorer query`: the
+    dur_ns of the ncclDevKernel_Generic kernels launched under the sampled record_param_comms)."""
     from .conftest import TRACES
 
     rep = analyze(TRACES / "mi300x_ddp_resnet_act_checkpoint.json.gz", write=False)
     f = next(f for f in rep.findings if f.rule_id == "comm-exposed")
+    assert f.location.kernel == "ncclDevKernel_Generic" and f.location.op is None
     kernels = [(c["name"][:21], c["shapes"][0], c["count"], c["total_ns"]) for c in f.contents["children"] if c["kind"] == "kernel"]
-    assert kernels[:2] == [("ncclDevKernel_Generic", [[8816192]], 3, 26_798_240), ("ncclDevKernel_Generic", [[2873320]], 3, 20_338_798)]
+    assert kernels[:2] == [("ncclDevKernel_Generic", [[8816192]], 1, 8_932_626), ("ncclDevKernel_Generic", [[2873320]], 1, 6_911_678)]
     roots = f.contents["roots"]
-    assert roots["count"] == 186 and roots["what"].startswith("every 'autograd::engine::evaluate_function: torch::autograd::AccumulateGrad'")
+    assert roots["what"].startswith("its sample events") and roots["count"] == 2
     # operators nested in the roots take no longer than the roots
     assert all(c["total_ns"] <= roots["total_ns"] for c in f.contents["children"] if c["kind"] in ("cpu_op", "runtime"))
 

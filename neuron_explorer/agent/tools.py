@@ -65,7 +65,10 @@ def bound(payload: dict, max_chars: int = MAX_CHARS) -> dict:
                 yield from lists(v, path + (k,))
 
     while size(payload) > max_chars:
-        candidates = [(size(lst), p, lst) for p, lst in lists(payload) if lst]
+        # halve the largest list that has more than one item; empty a one-item list (e.g. the one rank
+        # of a run) only when nothing else is left to cut, so the cut keeps every kind of figure
+        candidates = ([(size(lst), p, lst) for p, lst in lists(payload) if len(lst) > 1]
+                      or [(size(lst), p, lst) for p, lst in lists(payload) if lst])
         if not candidates:
             return error(f"the result is larger than {max_chars} characters even with every list emptied; narrow the request")
         _, _, longest = max(candidates, key=lambda c: c[0])

@@ -32,6 +32,7 @@ from ..store import Run
 from ..vocab import CONV_OPS, sql_literal
 from . import flops as F
 from . import peaks as P
+from .metrics import device_events_lost, no_device_words, rank_entry
 
 _KNOWN_SQL = ", ".join(sql_literal(n) for n in sorted(F.KNOWN))
 
@@ -103,14 +104,10 @@ def device_name(run: Run, rank: int) -> str | None:
     return None
 
 
-def _rank_entry(run: Run, rank: int) -> dict:
-    return next((e for e in run.manifest.get("ranks", []) if int(e.get("rank", 0)) == rank), {})
-
-
 def detect_device(run: Run, rank: int, name: str | None) -> P.Detected:
     """The rank's architecture (peaks.detect) from its device name, deviceProperties and, only when
     those tell nothing, the names of its kernels."""
-    entry = _rank_entry(run, rank)
+    entry = rank_entry(run, rank)
     used = {d.get("device") for d in entry.get("devices_used") or []} | set(entry.get("devices") or [])
     props = [p for p in (entry.get("device_properties") or []) if isinstance(p, dict)]
     props = [p for p in props if p.get("id") in used] or props
@@ -334,8 +331,11 @@ def rank_utilisation(run: Run, rank: int) -> dict:
 
 def mfu_missing(run: Run, rank: int, work: RankWork, steps: list[dict], dtype: str | None) -> str:
     """Why a rank has no MFU, every reason that applies, with what to do about each."""
-    entry = _rank_entry(run, rank)
+    entry = rank_entry(run, rank)
     if not entry.get("devices"):
+        lost = device_events_lost(entry)
+        if lost:
+            return f"{no_device_words(lost)}: MFU compares device work with a device's peak"
         return "a CPU-only run: MFU compares device work with a device's peak"
     reasons = []
     if not work.ops:
@@ -353,7 +353,8 @@ def mfu_missing(run: Run, rank: int, work: RankWork, steps: list[dict], dtype: s
     elif dtype and not work.peak.flops_per_s(dtype):
         reasons.append(f"the peak in force has no {dtype} figure, the dtype of most FLOPs (give --peak-tflops with --peak-dtype {dtype})")
     if not steps:
-        reasons.append("no profiler steps (ProfilerStep#N ranges): MFU is per step")
+        reasons.append("no profiler steps (ProfilerStep#N ranges), and MFU is a median over steps: "
+                       "the achieved TFLOP/s over the analysed window stands in for it")
     return "; ".join(reasons) or "no step has counted FLOPs"
 
 
