@@ -190,8 +190,6 @@ def test_allocator_off_top_finding_is_allocator_churn_with_the_calls_time(traces
         "autograd::engine::evaluate_function: NativeBatchNormBackward0"]
 
 
-@pytest.mark.xfail(strict=True, reason="KNOWN: finding contents: allocator-churn names the calls by count (hipMalloc x1460 "
-                                       "first), not by time: hipFree's 3,346 ms of the 3,358 ms is not told apart")
 def test_allocator_off_finding_names_hipfree_as_the_top_cause(traces):
     _, report, raw = traces(ALLOC)
     ns = collections.Counter()
@@ -201,8 +199,9 @@ def test_allocator_off_finding_names_hipfree_as_the_top_cause(traces):
     heaviest = ns.most_common(1)[0][0]
     assert heaviest == "hipFree"
     title = findings(report, "allocator-churn")[0]["title"]
-    named = re.findall(r"(hip\w+) x\d+", title)
-    assert named and named[0] == heaviest, title
+    named = re.findall(r"(hip\w+) x(\d+) ([\d,.]+) ms", title)
+    assert named and named[0][0] == heaviest, title  # the costliest call first, with its count and time
+    assert int(named[0][1]) == 1360 and named[0][2] == f"{ns['hipFree'] / 1e6:.2f}", title
 
 
 # ---- vLLM replaying hipGraphs --------------------------------------------------------------------

@@ -128,7 +128,9 @@ def check(ctx: Context) -> list:
     if not ctx.analysed_ns or not v["calls"] or impact / ctx.analysed_ns < THRESHOLDS["ALLOC_SHARE_MIN"]:
         return []
     w = _where(ctx.rank, steady, "e")
-    by_name = rows(ctx.run, f"SELECT e.name, count(*) AS calls FROM events e WHERE {w} GROUP BY e.name ORDER BY calls DESC, e.name")
+    by_name = rows(ctx.run, f"SELECT e.name, count(*) AS calls, sum(e.dur_ns)::BIGINT AS ns FROM events e WHERE {w} "
+                            "GROUP BY e.name ORDER BY ns DESC, e.name")  # the costliest call first: the one to remove
+
     ops = rows(ctx.run, f"""SELECT o.name AS op, arg_max(t.name, e.dur_ns) AS top_level, count(*) AS calls, sum(e.dur_ns)::BIGINT AS ns,
         min(e.event_id) AS sample_id
         FROM events e LEFT JOIN events o ON o.event_id = e.op_id LEFT JOIN events t ON t.event_id = e.top_op_id
@@ -138,11 +140,12 @@ def check(ctx: Context) -> list:
     source = ctx.source_of(line["frame_id"])
     top = next((o for o in ops if o["op"]), None)
     share = impact / ctx.analysed_ns
-    names = ", ".join(f"{n['name']} x{n['calls']}" for n in by_name[:3])
+    names = ", ".join(f"{n['name']} x{n['calls']} {ms(n['ns'])}" for n in by_name[:3])
     op_txt = "; ".join(
         (f"{o['op']}" + (f" (in {o['top_level']})" if o["top_level"] and o["top_level"] != o["op"] else "") if o["op"]
          else "outside every operator") + f": {o['calls']} calls, {ms(o['ns'])}" for o in ops)
     values = {**v, "share": round(share, 6), "calls_by_name": {n["name"]: n["calls"] for n in by_name},
+              "ns_by_name": {n["name"]: n["ns"] for n in by_name},
               "operators": [{k: o[k] for k in ("op", "top_level", "calls", "ns")} for o in ops]}
     return [ctx.finding(
         title=f"{v['calls']} device allocator calls ({names}) take {ms(impact)}, {pct(share)} of the analysed time",
