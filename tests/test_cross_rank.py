@@ -182,10 +182,11 @@ def test_mcp_summary_has_the_collective_wait_per_rank(job):
     run_dir, _ = job
     rs = AgentRuns([run_dir])
     try:
-        out = rs.summary()
+        short, out = rs.summary(), rs.summary(detail="full")
     finally:
         rs.close()
-    assert out["ok"]
+    assert short["ok"] and out["ok"]
+    assert [(r["rank"], r["wait_ns"], r["instances"]) for r in short["collective_wait"]] == [(0, 620 * US, 3), (1, 560 * US, 3), (2, 10 * US, 3)]
     assert [(r["rank"], r["wait_ns"], r["late_ns"]) for r in out["report_summary"]["cross_rank"]["ranks"]] == [
         (0, 620 * US, 0), (1, 560 * US, 20 * US), (2, 10 * US, 600 * US)]
     assert [r["collective_wait_ns"] for r in out["info"]["ranks"]] == [620 * US, 560 * US, 10 * US]

@@ -107,6 +107,7 @@ def _whole_run_reference(run_dir) -> dict:
     views over the whole run (the rank picked by each query's `rank = N`), rules in order, ranks
     inside each rule."""
     from neuron_explorer.analyzers import critical_path
+    from neuron_explorer.analyzers.advice import attach as attach_contents
 
     critical_path._CACHE.clear()  # computed afresh here, not taken from the analysis under test
     with open_run(run_dir) as run:
@@ -116,7 +117,9 @@ def _whole_run_reference(run_dir) -> dict:
         for rule in all_rules():
             for rank in [None] if rule.SCOPE == "run" else sorted(summaries):
                 try:
-                    findings += rule.check(Context(run, rank, summaries, quality, rule))
+                    found = rule.check(Context(run, rank, summaries, quality, rule))
+                    attach_contents(run, found)  # what is inside each finding, read from the whole run's views
+                    findings += found
                 except NotApplicable as e:
                     not_applicable.append({"rule_id": rule.RULE_ID, "rank": rank, "reason": str(e)})
     findings.sort(key=lambda f: (-f.impact_ns, ["high", "medium", "low", "info"].index(f.severity), f.rule_id))

@@ -94,7 +94,7 @@ SELECT c.kind, c.name, json_extract_string(o.args, {dims}) AS dims, json_extract
   count(*) AS count, sum(c.dur_ns)::BIGINT AS total_ns
 FROM children JOIN events c ON c.event_id = children.event_id
 LEFT JOIN events o ON o.event_id = CASE WHEN c.kind = 'cpu_op' THEN c.event_id ELSE c.op_id END
-GROUP BY ALL ORDER BY total_ns DESC, c.name"""
+GROUP BY ALL ORDER BY total_ns DESC, c.name, c.kind, dims NULLS FIRST, types NULLS FIRST"""  # ties in a fixed order
 
 
 def finding_contents(run: Run, finding: dict, top: int = CONTENTS_TOP, cache: dict | None = None) -> dict:
@@ -120,7 +120,7 @@ def finding_contents(run: Run, finding: dict, top: int = CONTENTS_TOP, cache: di
 def _contents(run: Run, rank: int, roots_sql: str, what: str, top: int) -> dict:
     dims, types = f"'$.\"{INPUT_DIMS_ARG}\"'", f"'$.\"{INPUT_TYPE_ARG}\"'"
     root_rows = run.sql(f"""SELECT r.name, json_extract_string(r.args, {dims}), json_extract_string(r.args, {types}), count(*), sum(r.dur_ns)::BIGINT
-FROM events r WHERE r.rank = {rank} AND r.event_id IN ({roots_sql}) GROUP BY ALL ORDER BY 5 DESC, 1""").fetchall()
+FROM events r WHERE r.rank = {rank} AND r.event_id IN ({roots_sql}) GROUP BY ALL ORDER BY 5 DESC, 1, 2 NULLS FIRST, 3 NULLS FIRST""").fetchall()
     if not root_rows:
         return {}
     sql = contents_sql(roots_sql, rank)
