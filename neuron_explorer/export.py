@@ -102,7 +102,7 @@ def _export_rank(run, rank: int, path: Path) -> None:
             first_item = False
 
         for m in entry.get("metadata_events") or []:
-            emit({k: v for k, v in m.items() if v is not None and not (k == "args" and v is None)})
+            emit({k: v for k, v in m.items() if v is not None and k != "count"})  # a repeated metadata event once
         cur = run.con.cursor()
         rel = cur.execute(
             "SELECT category, name, phase, ts_ns, dur_ns, pid, tid, pid_text, tid_text, args FROM events WHERE rank = ? ORDER BY event_id",

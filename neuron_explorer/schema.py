@@ -284,7 +284,7 @@ MANIFEST_KEYS: dict[str, str] = {
     "sources": "imported files: path, size, rank",
     "command": "command line that produced the run",
     "ranks": "per rank: rank, world_size, event counts, span_ns (first event start to last event end), devices, distributedInfo, "
-             "trace metadata keys, metadata events",
+             "trace metadata keys, metadata events (identical ones once, `count`: how many the trace holds)",
     "devices": "device properties (Kineto `deviceProperties`) per rank",
     "steps": "profiler steps found, per rank",
     "warnings": "data-quality problems: counted, never raised (see `data_quality`)",

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -291,10 +292,12 @@ def _queue_batches(pool: ThreadPoolExecutor, writer: pq.ParquetWriter, batches) 
 
 def write_manifest(run_dir: Path, manifest: dict) -> None:
     tmp = run_dir / f".{MANIFEST}.{uuid.uuid4().hex}"
-    text = json.dumps(manifest, indent=1, default=str, sort_keys=False)
+    # msgspec's encoder (NaN and infinity as null): Python's indenting encoder is pure Python, 26 s
+    # on a manifest of 300,000 metadata events before they were deduplicated
+    text = msgspec.json.format(msgspec.json.encode(manifest, enc_hook=str), indent=1)
     with write_errors(run_dir):
         try:
-            tmp.write_text(text)
+            tmp.write_bytes(text)
             os.replace(tmp, run_dir / MANIFEST)
         finally:
             tmp.unlink(missing_ok=True)
@@ -391,7 +394,7 @@ def read_manifest(run_dir: Path | str) -> dict:
     if not p.is_file():
         raise InputError(run_dir, "not a run directory (no manifest.json)")
     try:
-        manifest = json.loads(p.read_text())
+        manifest = json.loads(p.read_bytes())
     except (OSError, ValueError) as e:
         raise InputError(p, f"unreadable manifest ({e})") from None
     version = manifest.get("format_version")

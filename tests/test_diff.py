@@ -255,7 +255,8 @@ def test_warm_up_and_partial_steps_are_left_out_and_a_real_regression_is_slower(
     first = d.deltas[0]
     assert first.type == "source_line" and first.significant and first.delta_ns_per_step == pytest.approx(3.0e6, rel=1e-3)
     text = render_text(d)
-    assert "7 of 10 steps used (2..8)" in text and "left out step 9" in text and "warm-up" in text and "→ SLOWER" in text
+    assert "7 of 10 steps used (2..8)" in text and "left out step 9" in text and "warm-up" in text
+    assert "\nverdict: SLOWER by about +30.0%: the step time's change is significant\n" in text
     data = json.loads(cli("diff", base, test, "--json").stdout)["step_time"]
     assert data["steps"]["base"]["used"] == list(range(2, 9)) and data["test_name"] == "welch-t"
     assert data["steps"]["base"]["left_out"][0]["reason"].startswith("warm-up")
@@ -337,7 +338,7 @@ def test_added_work_decides_when_the_step_times_cannot(tmp_path: Path):
                                   f"p={cost['p_value']:.2g}), over the 5% limit")
     assert gate(d, 15.0) == (False, "")
     res = cli("diff", base, test, "--fail-if-slower", "5%")
-    assert res.returncode == 1 and "→ SLOWER" in res.stdout
+    assert res.returncode == 1 and "\nverdict: SLOWER by about +12.0%, on the work per step: " in res.stdout
     # the other way round, the work is less: faster
     back_diff = compare(test, base)
     back = back_diff.step_time
@@ -903,7 +904,7 @@ def test_the_decision_table_is_compare_md_in_its_order():
     from .conftest import REPO
 
     text = (REPO / "docs" / "COMPARE.md").read_text()
-    assert len(set(REASONS)) == len(REASONS) == 10
+    assert len(set(REASONS)) == len(REASONS) == 11
     assert [code for code in REASONS if f"`{code}`" not in text] == []
 
     def facts(**kw) -> Facts:
@@ -915,6 +916,7 @@ def test_the_decision_table_is_compare_md_in_its_order():
     slower = {"significant": True, "delta_ns": 1e6, "ci_low_ns": 0.6e6, "ci_high_ns": 1.4e6}
     work = {"significant": True, "delta_pct": 12.0, "test_speed": 1.0}
     assert decide(facts()).reason == "steps_within_floor"
+    assert decide(facts(**slower, same_recordings=True, fewest_steady_steps=4)).reason == "same_recordings"
     assert decide(facts(**slower)).reason == "steps_slower"
     assert decide(facts(**{**slower, "delta_ns": -1e6, "ci_low_ns": -1.4e6, "ci_high_ns": -0.6e6})).reason == "steps_faster"
     assert decide(facts(**slower, fewest_steady_steps=4)).reason == "too_few_steps"

@@ -157,7 +157,7 @@ def test_a_planted_regression_under_record_fails_the_gate(tmp_path: Path):
     base, test = _record_side_by_side(tmp_path, qr_on_test=True)
     gate = cli("diff", base, test, "--fail-if-slower", "5%")
     assert gate.returncode == 1, gate.stdout[-3000:] + gate.stderr[-2000:]
-    assert "→ SLOWER" in gate.stdout and "over the 5% limit" in gate.stderr
+    assert "\nverdict: SLOWER by about " in gate.stdout and "over the 5% limit" in gate.stderr
     data = json.loads(cli("diff", base, test, "--json").stdout)
     s = data["step_time"]
     assert s["verdict"] == "slower" and s["delta_pct"] > 50 and s["effect_size"] > 0.5

@@ -66,6 +66,9 @@ def test_both_ranks_have_a_partition_and_the_manifest_lists_them(ddp_run):
     assert [e["world_size"] for e in m["ranks"]] == [2, 2]
     assert m["process_group"]["backend"] == "gloo" and m["process_group"]["world_size"] == 2
     assert [e["distributed_info"]["backend"] for e in m["ranks"]] == ["gloo", "gloo"]
+    # each rank's steps end inside optimizer.step(): no overlap, no warning (issue #37 item 4)
+    assert [e["data_quality"]["overlapping_slices"] for e in m["ranks"]] == [0, 0]
+    assert not [w for w in m["warnings"] if "overlap" in w]
     info = subprocess.run([sys.executable, "-m", "neuron_explorer", "info", str(run_dir), "--json"], capture_output=True, text=True)
     assert info.returncode == 0, info.stderr
     assert [(r["rank"], r["world_size"]) for r in json.loads(info.stdout)["ranks"]] == [(0, 2), (1, 2)]

@@ -19,6 +19,13 @@ def _steps(run_dir) -> list[int]:
         return [s for (s,) in run.sql("SELECT step FROM steps ORDER BY step").fetchall()]
 
 
+def _overlaps(run_dir) -> list[int]:
+    """Per rank, the slices counted as overlapping another on their thread: none on a clean run (the
+    step ends inside the framework's callback, which is no overlap)."""
+    with nx.open_run(run_dir) as run:
+        return [r["data_quality"]["overlapping_slices"] for r in run.manifest["ranks"]]
+
+
 def _event_names(run_dir) -> set[str]:
     with nx.open_run(run_dir) as run:
         return {n for (n,) in run.sql("SELECT DISTINCT name FROM events").fetchall()}
@@ -58,6 +65,7 @@ def test_trainer_callback_records_the_chosen_steps(tmp_path):
     assert callback.run_dir == tmp_path / "out" / "neuron-explorer"  # beside the Trainer's output by default
     assert not torch._C._autograd._profiler_enabled()  # stopped once its cycle ended
     assert _steps(callback.run_dir) == [3, 4, 5]
+    assert _overlaps(callback.run_dir) == [0]
     assert {"aten::addmm", "aten::embedding", "Optimizer.step#AdamW.step"} <= _event_names(callback.run_dir)
     with nx.open_run(callback.run_dir) as run:
         passes = {p for (p,) in run.sql("SELECT DISTINCT pass FROM events").fetchall()}
@@ -109,6 +117,7 @@ def test_lightning_profiler_writes_a_run_per_fit(tmp_path):
     assert profiler.run_dirs == [tmp_path / "runs" / "fit-neuron-explorer", tmp_path / "runs" / "fit-neuron-explorer-2"]
     for run_dir in profiler.run_dirs:
         assert _steps(run_dir) == [2, 3]  # batches 2 and 3 of each fit (counting from 0)
+        assert _overlaps(run_dir) == [0]
     loss_line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if text.endswith("# LOSS LINE"))
     with nx.open_run(profiler.run_dirs[0]) as run:
         lines = run.sql("SELECT DISTINCT f.file, f.line FROM events e JOIN frames f USING (frame_id) "

@@ -2,7 +2,7 @@
 
 Profiles hold few steps (5 to 50) and step times have heavy tails (garbage collection, allocator
 growth, periodic work), so the comparison is built on medians and ranks: Mann-Whitney U (exact
-for small samples), a bootstrap confidence interval of the difference of medians, and Cliff's
+for small samples), bootstrap confidence intervals of the difference and the ratio of medians, and Cliff's
 delta as the effect size. Welch's t-test is used only when both samples pass a stated screen for
 outliers (`no_outliers`), the case where its assumptions hold. The t distribution's CDF comes
 from the regularised incomplete beta function (continued fraction, as in every numerics text),
@@ -201,6 +201,43 @@ def bootstrap_median_diff_ci(base, test, level: float = 0.95) -> tuple[float, fl
     lo = diffs[int(math.floor((1 - level) / 2 * (len(diffs) - 1)))]
     hi = diffs[int(math.ceil((1 + level) / 2 * (len(diffs) - 1)))]
     return lo, hi
+
+
+def bootstrap_median_ratio_ci(base, test, level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of median(test) / median(base), resampled as
+    bootstrap_median_diff_ci (the same seed and count). A ratio of positive times, so never below 0:
+    as a change, never below -100%. NaN when a sample has fewer than 2 values or a median is not
+    positive."""
+    if len(base) < 2 or len(test) < 2:
+        return float("nan"), float("nan")
+    rng = random.Random(BOOTSTRAP_SEED)
+    nb, nt = len(base), len(test)
+    ratios = []
+    for _ in range(BOOTSTRAP_RESAMPLES):
+        t, b = median(rng.choices(test, k=nt)), median(rng.choices(base, k=nb))
+        if b <= 0 or t < 0:
+            return float("nan"), float("nan")
+        ratios.append(t / b)
+    ratios.sort()
+    return ratios[int(math.floor((1 - level) / 2 * (len(ratios) - 1)))], ratios[int(math.ceil((1 + level) / 2 * (len(ratios) - 1)))]
+
+
+def log_ratio_t_ci(base: list[float], test: list[float], level: float = 0.95) -> tuple[float, float]:
+    """The interval of the ratio of the recordings' geometric means, test / base: Student's t with
+    pooled variance (df = n - 2, as run_level_t) on the logs of the values, exp of its ends. Load
+    scales time, so ratios; a ratio's interval is never below 0 (as a change, never below -100%),
+    and unlike Fieller's interval for a ratio of means it is bounded however few the recordings.
+    NaN with fewer than 3 values in all or a value that is not positive."""
+    nb, nt = len(base), len(test)
+    nan = float("nan")
+    if nb < 1 or nt < 1 or nb + nt < 3 or min(base + test) <= 0:
+        return nan, nan
+    lb, lt = [math.log(x) for x in base], [math.log(x) for x in test]
+    mb, mt = sum(lb) / nb, sum(lt) / nt
+    df = nb + nt - 2
+    sd = math.sqrt((sum((x - mb) ** 2 for x in lb) + sum((x - mt) ** 2 for x in lt)) / df)
+    half = t_quantile(1 - (1 - level) / 2, df) * sd * math.sqrt(1 / nb + 1 / nt)
+    return math.exp(mt - mb - half), math.exp(mt - mb + half)
 
 
 def normal_quantile(p: float) -> float:

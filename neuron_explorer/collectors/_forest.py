@@ -157,11 +157,14 @@ def index_dtype(n: int):
     return np.int32 if n < 2**31 - 1 else np.int64
 
 
-def enclosing_parents(track: np.ndarray, ts: np.ndarray, end: np.ndarray, can_contain: np.ndarray) -> tuple[np.ndarray, int]:
+def enclosing_parents(track: np.ndarray, ts: np.ndarray, end: np.ndarray, can_contain: np.ndarray,
+                      uncounted: np.ndarray | None = None) -> tuple[np.ndarray, int]:
     """Innermost slice on the same track that contains each event, and the count of overlaps.
 
     Input rows must be sorted by (ts, -dur). Returns parent indices (-1 for top level). A row that
-    cannot contain others (an instant, a slice of no duration) is a point at its start here.
+    cannot contain others (an instant, a slice of no duration) is a point at its start here. Rows
+    marked `uncounted` (ranges that are not calls, which may start and end anywhere in the calls)
+    are left out of the overlaps, whatever they overlap.
     """
     n = len(ts)
     end = np.where(can_contain, end, ts)
@@ -170,19 +173,23 @@ def enclosing_parents(track: np.ndarray, ts: np.ndarray, end: np.ndarray, can_co
     small = n and int(track.max()) < 2**15 and int(track.min()) >= 0
     order = np.argsort(track.astype(np.int16) if small else track, kind="stable").astype(idx)
     t_ts, t_end, t_track, t_can = ts[order], end[order], track[order], can_contain[order]
-    if n:
-        same = np.zeros(n, dtype=bool)
-        same[1:] = t_track[1:] == t_track[:-1]
-        overlaps = int(np.count_nonzero(same[1:] & t_can[:-1] & (t_ts[1:] < t_end[:-1]) & (t_end[:-1] < t_end[1:])))
-        del same
-    else:
-        overlaps = 0
+    counted = slice(None) if uncounted is None else ~uncounted[order]
+    overlaps = _overlaps(t_track[counted], t_ts[counted], t_end[counted], t_can[counted])
     cand = enclosing_in_order(t_track, t_end, t_can, idx)
     del t_ts, t_track
     parent = np.full(n, -1, dtype=idx)
     has = cand >= 0
     parent[order[has]] = order[cand[has]]
     return parent, overlaps
+
+
+def _overlaps(track: np.ndarray, ts: np.ndarray, end: np.ndarray, can_contain: np.ndarray) -> int:
+    """Slices (sorted by track, then start) that start inside the one before them on their track and
+    end after it."""
+    if len(ts) < 2:
+        return 0
+    same = track[1:] == track[:-1]
+    return int(np.count_nonzero(same & can_contain[:-1] & (ts[1:] < end[:-1]) & (end[:-1] < end[1:])))
 
 
 def slice_at(track: np.ndarray, ev_ts: np.ndarray, ev_end: np.ndarray, parent: np.ndarray,

@@ -1,5 +1,6 @@
 """Events of the traceEvents array into the raw tables' Arrow columns (`Chunk`): slices, flows,
-`[memory]` instants, counters, and metadata events as dicts.
+`[memory]` instants, counters, and metadata events as dicts (identical ones once, with their `count`:
+a trace can repeat the same 24 metadata events 300,000 times).
 
 An array of events is read by the C++ reader (_json_native) where it can; what it leaves (or all
 of it, without the library) is decoded with typed msgspec structs (`_Event`, `_Args`), and each
@@ -229,7 +230,8 @@ def _columns(path: str, evs: list[_Event]) -> Chunk:
 
 def _sorted_out(path: str, evs: list[_Event]) -> tuple[list, list, list, list, list, dict]:
     """The events by table: (slices, flows, memory, counters, metadata as dicts, unsupported phases' counts)."""
-    slices, flows, memory, counters, metadata = [], [], [], [], []
+    slices, flows, memory, counters = [], [], [], []
+    metadata: dict[tuple, dict] = {}  # identical metadata events once, with their count
     unsupported: dict[str, int] = {}
     for e in evs:
         ph = e.ph
@@ -243,16 +245,20 @@ def _sorted_out(path: str, evs: list[_Event]) -> tuple[list, list, list, list, l
         elif ph == "C":
             counters.append(e)
         elif ph == "M":
+            same = (e.name, e.cat, e.pid, e.tid, bytes(e.args))
+            if (seen := metadata.get(same)) is not None:
+                seen["count"] += 1
+                continue
             meta = msgspec.structs.asdict(e) | {"ts": msgspec.json.decode(e.ts), "dur": msgspec.json.decode(e.dur),
                                                 "args": msgspec.json.decode(e.args)}
             for key in ("pid", "tid"):  # an integer's text names the thread the events' integer tid names
                 if type(meta[key]) is str and (number := id_value(meta[key])) is not None:
                     meta[key] = number
             check_nesting(path, meta["args"], f"the args of metadata event {e.name!r}")
-            metadata.append(meta)
+            metadata[same] = meta | {"count": 1}
         else:
             unsupported[ph] = unsupported.get(ph, 0) + 1
-    return slices, flows, memory, counters, metadata, unsupported
+    return slices, flows, memory, counters, list(metadata.values()), unsupported
 
 
 def _names(values: list) -> pa.Array:

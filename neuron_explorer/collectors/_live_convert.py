@@ -69,6 +69,7 @@ class FrameTable:
     is_user: list[bool] = field(default_factory=list)
     parent: list[int] = field(default_factory=list)
     _file_cache: dict[str, tuple[str, bool]] = field(default_factory=dict)
+    launcher_files: set[str] = field(default_factory=set)
 
     def resolve(self, recorded: str) -> tuple[str, bool]:
         """(path to store, is user code) of a file name as the profiler recorded it."""
@@ -80,10 +81,13 @@ class FrameTable:
     def intern(self, recorded_file: str, line: int, caller, parent: int) -> int:
         """Index of the frame (file, line, parent); `caller` (torch's frame, or the name as a str)
         gives the function name of a new one. A line lies in one function, so the name is not part
-        of the key (and not read per call)."""
+        of the key (and not read per call). The launcher's frames (is_launcher_file) are no frame: -1."""
         key = (recorded_file, line, parent)
         idx = self.keys.get(key)
         if idx is None:
+            if recorded_file in self.launcher_files or is_launcher_file(recorded_file):
+                self.launcher_files.add(recorded_file)
+                return -1
             function = caller if isinstance(caller, str) else _text(caller, "function_name")
             path, user = self.resolve(recorded_file)
             idx = self.keys[key] = len(self.file)
@@ -167,7 +171,7 @@ def _device_type_code(device) -> int:
 
 
 UNDECODABLE = "<name not decodable>"
-_PROFILER_OWN = re.compile(r"^(torch/profiler/|torch/autograd/profiler\.py\(|.*[/\\]neuron_explorer[/\\]collectors[/\\]"
+_PROFILER_OWN = re.compile(r"^(torch/profiler/|torch/autograd/profiler\.py\(|(.*[/\\])?neuron_explorer[/\\]collectors[/\\]"
                            r"(torch_profiler\.py\(|_live_\w+\.py\(|record\.py\(\d+\): step$))")
 
 
@@ -176,18 +180,33 @@ _PROFILER_OWN = re.compile(r"^(torch/profiler/|torch/autograd/profiler\.py\(|.*[
 _STATEMENT_MARKER = re.compile(r"neuron_explorer[/\\]collectors[/\\]statements\.py\(\d+\): __torch_function__$")
 
 
-CALL, PROFILER_OWN, STATEMENT_MARKER = 0, 1, 2
+# The frames that run the user's script (`python -m neuron_explorer record`: runpy, the CLI's typer
+# and click, Neuron Explorer's own modules, the editable install's import hook): not the job's
+# code, so they get no event and no frame; the job's calls under them are kept.
+_LAUNCHER_FILE = re.compile(r"^(<frozen runpy>|(.*[/\\])?runpy\.py|(.*[/\\])?(neuron_explorer|typer|click)[/\\].*\.py"
+                            r"|(.*[/\\])?__editable___neuron_explorer\w*\.py)$")
+_LAUNCHER_CALL = re.compile(_LAUNCHER_FILE.pattern[:-1] + r"\(\d+\): ")
+
+
+CALL, PROFILER_OWN, NO_EVENT = 0, 1, 2
 """What a Python call node is (`call_kind`): the job's own call, the profiler watching itself
-(start, stop, step: left out with everything under it), or the StatementLines call (its caller
-is the statement; no event of its own)."""
+(start, stop, step: left out with everything under it), or a call with no event of its own whose
+children are kept: the StatementLines call (its caller is the statement) and the launcher's frames
+(`is_launcher_file`)."""
+STATEMENT_MARKER = NO_EVENT
 
 
 def call_kind(name: str) -> int:
     if _PROFILER_OWN.search(name):
         return PROFILER_OWN
-    if _STATEMENT_MARKER.search(name):
-        return STATEMENT_MARKER
+    if _STATEMENT_MARKER.search(name) or _LAUNCHER_CALL.match(name):
+        return NO_EVENT
     return CALL
+
+
+def is_launcher_file(recorded: str) -> bool:
+    """A file of the frames that run the user's script (runpy, typer, click, Neuron Explorer)."""
+    return bool(_LAUNCHER_FILE.match(recorded)) or (os.path.isabs(recorded) and os.path.realpath(recorded).startswith(_OWN_PACKAGE))
 
 
 def _text(obj, attr: str) -> str:

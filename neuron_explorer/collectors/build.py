@@ -239,7 +239,9 @@ def build_rank(raw: RawRank) -> RankTables:
         quality["nonpositive_duration"] = int(np.count_nonzero((~is_instant) & (dur <= 0)))
         quality["negative_duration"] = int(np.count_nonzero(dur < 0))
         can_contain = (~is_instant) & (dur > 0)
-        parent, overlaps = enclosing_parents(track, ts, end, can_contain)
+        # a profiler step is a range, not a call: it ends where prof.step() is called, inside the
+        # optimizer's step or a framework's callback, so it overlaps their frames without anything dropped
+        parent, overlaps = enclosing_parents(track, ts, end, can_contain, uncounted=kind == K["step"])
         quality["overlapping_slices"] = overlaps
 
         fl = raw.flows

@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -188,7 +189,7 @@ def decode_rank(path: Path, progress: Callable[[int, int], None] | None = None,
         counters=_concat([c.counters for c in chunks]),
         base_ns=base,
     )
-    metadata_events = [m for c in chunks for m in c.metadata]
+    metadata_events = _merged_metadata(c.metadata for c in chunks)
     del chunks, decoded, events
     _check_ranges(path, raw)
     meta = {
@@ -204,6 +205,20 @@ def decode_rank(path: Path, progress: Callable[[int, int], None] | None = None,
     if unsupported:
         warnings.append(f"{path.name}: events of unsupported phases skipped: {unsupported}")
     return raw, meta, warnings, _category_counts(raw)
+
+
+def _merged_metadata(per_chunk) -> list[dict]:
+    """The chunks' metadata events, identical ones (all but their ts and dur) once, their counts summed:
+    the manifest keeps each distinct metadata event once (`count`: how often the trace holds it)."""
+    merged: dict[tuple, dict] = {}
+    for metadata in per_chunk:
+        for m in metadata:
+            key = (m["name"], m["cat"], m["pid"], m["tid"], msgspec.json.encode(m["args"]))
+            if (seen := merged.get(key)) is not None:
+                seen["count"] += m["count"]
+            else:
+                merged[key] = dict(m)
+    return list(merged.values())
 
 
 def _category_counts(raw: RawRank) -> dict:

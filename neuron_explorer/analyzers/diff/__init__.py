@@ -24,7 +24,7 @@ from .collect import recording_pairs, run_set, step_utilisation
 from .compare import compare
 from .gate import gate
 from .match import match_files, source_file
-from .render import TEST_NAMES, measure_name, reason_text, render_text, work_lines
+from .render import TEST_NAMES, measure_name, reason_text, render_text, verdict_line, work_lines
 from .result import (
            ALPHA,
            MIN_SHARE_OF_STEP,
@@ -39,4 +39,4 @@ from .verdict import REASONS, RULES
 
 __all__ = ["ALPHA", "MIN_SHARE_OF_STEP", "MIN_STEADY_STEPS", "POWER", "REASONS", "RULES", "RUN_SET_TESTS", "TEST_NAMES", "Delta",
            "Diff", "StepTime", "compare", "gate", "match_files", "measure_name", "reason_text", "recording_pairs", "render_text",
-           "run_set", "source_file", "step_utilisation", "work_lines"]
+           "run_set", "source_file", "step_utilisation", "verdict_line", "work_lines"]

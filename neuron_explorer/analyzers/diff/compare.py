@@ -1,7 +1,7 @@
 """Compare two runs over their steady steps: the step time's test, the delta rows, how many steps
 or recordings would detect a change, and the verdict (verdict.py's decision table) with its reason.
 
-Step time is compared by medians (bootstrap confidence interval of the difference), with
+Step time is compared by medians (bootstrap confidence interval of their ratio), with
 Mann-Whitney U, or Welch's t where both runs pass its screen (stats.compare_samples), and Cliff's
 delta as the effect size. With several recordings per side the step time and the delta rows are
 both tested on one value per recording (the recordings differ as wholes, which their steps cannot
@@ -22,11 +22,12 @@ from ..stats import (
     RECORDING_QUANTILE,
     SLOW_RECORDING_SHARE,
     Test,
-    bootstrap_median_diff_ci,
+    bootstrap_median_ratio_ci,
     cliffs_delta,
     compare_samples,
     describe,
     detectable_change,
+    log_ratio_t_ci,
     median,
     paired_difference_t,
     paired_ratio_t,
@@ -130,16 +131,19 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
         test_name=st.outcome.name, ci_low_ns=st.ci_low, ci_high_ns=st.ci_high, between_runs=between_runs,
         paired=bool(st.pairs), runs_to_record=runs_to_record, cost=(work or {}).get("cost") or {},
         significant_deltas=_largest_significant_total(deltas), job_differences=tuple(job.differences(base.job, test.job)),
-        min_detectable_pct=mdc, every_run_has_steps=every_run_has_steps)
+        min_detectable_pct=mdc, every_run_has_steps=every_run_has_steps,
+        same_recordings=bool(base.pooled_times) and base.times == test.times and base.spans == test.spans)
     decision = decide(facts)
     estimate = float("nan")
     if decision.verdict in (SLOWER, FASTER):
         estimate = work_estimate_pct(facts) if decision.basis == WORK else pct
+    ci_pct = [100 * x / st.ref if st.ref else float("nan") for x in (st.ci_low, st.ci_high)]
     step_time = StepTime(
         base_stats, test_stats, st.delta, pct, st.outcome.statistic if st.outcome.name == "welch-t" else float("nan"), p,
         significant and decision.reason in ("steps_slower", "steps_faster"), decision.verdict,
         reason=reason_text(decision.reason, facts), test_name=st.outcome.name, test_reason=st.outcome.reason,
         statistic=st.outcome.statistic, effect_size=st.outcome.effect_size, delta_ci_low_ns=st.ci_low, delta_ci_high_ns=st.ci_high,
+        delta_ci_low_pct=ci_pct[0], delta_ci_high_pct=ci_pct[1],
         steps={"base": base.sels[0].to_dict(), "test": test.sels[0].to_dict()}, detect_pct=detect, min_detectable_pct=mdc,
         steps_to_record=steps_to_record, significant_deltas=facts.significant_deltas, runs_to_record=runs_to_record,
         job_differences=list(facts.job_differences), work=work, basis=decision.basis, estimate_pct=estimate,
@@ -162,9 +166,9 @@ def _step_test(base: Side, test: Side, between_runs: bool) -> _StepTest:
     if not between_runs:
         outcome = compare_samples(base.pooled_times, test.pooled_times)
         base_median = describe(base.pooled_times).median
-        ci_low, ci_high = bootstrap_median_diff_ci(base.pooled_times, test.pooled_times)
-        return _StepTest(outcome, base_median, describe(test.pooled_times).median - base_median, ci_low, ci_high,
-                         float("nan"), None, aside, values)
+        ratio_low, ratio_high = bootstrap_median_ratio_ci(base.pooled_times, test.pooled_times)
+        return _StepTest(outcome, base_median, describe(test.pooled_times).median - base_median, base_median * (ratio_low - 1),
+                         base_median * (ratio_high - 1), float("nan"), None, aside, values)
     pairs = recording_pairs(base, test)
     all_base, all_test = values["base"], values["test"]
     aside = {"base": slow_recordings(all_base), "test": slow_recordings(all_test)}
@@ -191,8 +195,12 @@ def _step_test(base: Side, test: Side, between_runs: bool) -> _StepTest:
                                                                  "does not cancel in their ratio, so no pairing)" if pairs else ""))
             pairs = None
     outcome = Test(name, run_test.t, run_test.p_value, cliffs_delta(kept_base, kept_test), why)
-    return _StepTest(outcome, sum(kept_base) / len(kept_base), run_test.delta, run_test.ci_low, run_test.ci_high, run_test.sd,
-                     pairs, aside, values)
+    ref = sum(kept_base) / len(kept_base)
+    ci_low, ci_high = run_test.ci_low, run_test.ci_high  # paired: already the ratio's interval, times ref
+    if name == "t-on-run-values":
+        ratio_low, ratio_high = log_ratio_t_ci(kept_base, kept_test)
+        ci_low, ci_high = ref * (ratio_low - 1), ref * (ratio_high - 1)
+    return _StepTest(outcome, ref, run_test.delta, ci_low, ci_high, run_test.sd, pairs, aside, values)
 
 
 def _delta_rows(base: Side, test_vals: dict, test_disp: dict, base_times: list[float], test_times: list[float], row_test,

@@ -1,5 +1,6 @@
 """Matching what the base and the test have in common: a source line by its file, function and
-code text (so an edit above a hot line does not make it new), and one file recorded by two paths.
+code text (so an edit above a hot line does not make it new), one file recorded by two paths, and
+a line of a renamed file by its function and code text.
 (Recordings made in pairs are found in collect.py, beside the Side they read.)
 
 Must not: read anything of a run but its frames, or judge a change.
@@ -90,16 +91,40 @@ def match_files(base_files: set[str], test_files: set[str]) -> dict[str, str]:
     return out
 
 
+def match_renamed_lines(base_keys: set[str], test_keys: set[str]) -> dict[str, str]:
+    """test line key -> base line key, for lines the other side does not have under the same key
+    whose function and code text (with the rank among equal lines) match exactly one such line of
+    the other side in another file: `base_train.py` renamed `train.py`. Lines matched by line number
+    (no code text) are not matched across files."""
+    def tail(key: str) -> str | None:
+        parts = key.split("\x1f")
+        return "\x1f".join(parts[1:]) if len(parts) == 4 else None
+
+    def by_tail(keys: set[str]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = defaultdict(list)
+        for k in keys:
+            if (t := tail(k)) is not None:
+                out[t].append(k)
+        return out
+
+    base_only, test_only = by_tail(base_keys - test_keys), by_tail(test_keys - base_keys)
+    return {ks[0]: base_only[t][0] for t, ks in test_only.items() if len(ks) == 1 and len(base_only.get(t, ())) == 1}
+
+
 def match_line_files(base_vals: dict, test_vals: dict, test_disp: dict) -> tuple[dict, dict]:
     """The test side's values and line display with the source-line keys whose file `match_files`
-    pairs with a base file renamed to that file (one file, recorded by two paths)."""
+    pairs with a base file renamed to that file (one file, recorded by two paths), then those that
+    `match_renamed_lines` pairs with a line of another file (the file renamed)."""
     file_of = lambda key: key.split("\x1f", 1)[0]
     base_files = {file_of(k) for t, k, _ in base_vals if t == "source_line"}
     test_files = {file_of(k) for t, k, _ in test_vals if t == "source_line"}
     same = match_files(base_files, test_files)
-    if not same:
+    renamed_file = lambda key: same.get(file_of(key), file_of(key)) + key[len(file_of(key)):]
+    lines = match_renamed_lines({k for t, k, _ in base_vals if t == "source_line"},
+                                {renamed_file(k) for t, k, _ in test_vals if t == "source_line"})
+    if not same and not lines:
         return test_vals, test_disp
-    rename = lambda key: same.get(file_of(key), file_of(key)) + key[len(file_of(key)):]
+    rename = lambda key: lines.get(renamed_file(key), renamed_file(key))
     vals: dict = {}
     for (t, k, m), vec in test_vals.items():
         new_key = (t, rename(k) if t == "source_line" else k, m)

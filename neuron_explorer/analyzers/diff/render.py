@@ -68,12 +68,34 @@ def _advice(f: Facts) -> str:
 
 
 def _ci_pct(f: Facts) -> str:
+    """The change's 95% CI as percentages of the reference: the interval of the ratio test/base less
+    1, so never below -100%."""
     return f"{100 * f.ci_low_ns / f.ref_ns:+.1f}% .. {100 * f.ci_high_ns / f.ref_ns:+.1f}%"
+
+
+def verdict_line(s) -> str:
+    """The verdict in words, from the decision as the JSON carries it (`step_time`: verdict, basis,
+    estimate_pct, delta_pct, significant), as a dict or a StepTime: "verdict: SLOWER by about +12.0%,
+    on the work per step (the step time's own change, -15.1%, is not significant)"."""
+    get = s.get if isinstance(s, dict) else lambda k: getattr(s, k)
+    verdict, estimate, delta = get("verdict"), get("estimate_pct"), get("delta_pct")
+    if verdict not in (SLOWER, FASTER):
+        return f"verdict: {verdict.upper()}"
+    size = f" by about {estimate:+.1f}%" if estimate is not None and math.isfinite(estimate) else ""
+    if get("basis") == STEP_TIME:
+        return f"verdict: {verdict.upper()}{size}: the step time's change is significant"
+    own = f", {delta:+.1f}%," if delta is not None and math.isfinite(delta) else ""
+    return (f"verdict: {verdict.upper()}{size}, on the work per step: the step time's own change{own} is not significant, "
+            f"and its 95% CI does not rule this out")
 
 
 def reason_text(code: str, f: Facts) -> str:
     """The sentence of `step_time.reason`: why the rule `code` (verdict.RULES) decided, in figures."""
     measure, floor = measure_name(f.between_runs), f"{MIN_SHARE_OF_STEP:.0%}"
+    if code == "same_recordings":
+        return ("base and test are the same recordings (the same steps at the same times): a run compared with itself "
+                "shows no change whatever its noise; to see what a change did, record the changed code into another folder "
+                "(`neuron-explorer record -o runs/test train.py`) and compare the two")
     if code == "not_same_job":
         return (f"the two runs are not the same job ({'; '.join(f.job_differences)}): their step times are not comparable, "
                 f"whatever the change ({f.delta_pct:+.0f}%)")
@@ -113,6 +135,8 @@ def notes_text(f: Facts, decision: Decision, work: dict | None) -> list[str]:
     """The notes beside the verdict: what the steps could detect, a different job, one recording
     per side, runs without steps, and work that changed under a verdict that is not a change."""
     notes = []
+    if f.same_recordings:
+        return notes
     if decision.steps_rule.reason == "steps_within_floor" and math.isfinite(f.min_detectable_pct) and f.min_detectable_pct > f.detect_pct:
         notes.append(f"these runs detect only changes over about {f.min_detectable_pct:.0f}% (with {POWER:.0%} probability); "
                      f"{_advice(f)} to detect {f.detect_pct:g}%")
@@ -184,12 +208,14 @@ def render_text(diff: Diff, top: int = 20) -> str:
         for lo in sel.get("left_out", []):
             lines.append(f"  left out step {lo['step']} ({duration(lo['dur_ns'])}): {lo['reason']}")
     p = "p=n/a" if not math.isfinite(s.p_value) else f"p={s.p_value:.3g}"
-    ci = "" if not math.isfinite(s.delta_ci_low_ns) else f" [95% CI {signed_duration(s.delta_ci_low_ns)} .. {signed_duration(s.delta_ci_high_ns)}]"
+    ci = ("" if not (math.isfinite(s.delta_ci_low_pct) and math.isfinite(s.delta_ci_high_pct))
+          else f" [95% CI {s.delta_ci_low_pct:+.1f}% .. {s.delta_ci_high_pct:+.1f}%]")
     eff = "" if not math.isfinite(s.effect_size) else f", Cliff's delta {s.effect_size:+.2f}"
     pct = "" if not math.isfinite(s.delta_pct) else f" ({s.delta_pct:+.1f}%)"
     test_name = TEST_NAMES.get(s.test_name, s.test_name)
     change = signed_duration(s.delta_ns) if math.isfinite(s.delta_ns) else "n/a"
-    lines.append(f"change of {measure_name(s.test_name in RUN_SET_TESTS)}: {change}{pct}{ci}, {test_name} {p}{eff} → {s.verdict.upper()}")
+    lines.append(f"change of {measure_name(s.test_name in RUN_SET_TESTS)}: {change}{pct}{ci}, {test_name} {p}{eff}")
+    lines.append(verdict_line(s))
     if s.reason:
         lines.append(f"  because {s.reason}")
     if s.test_reason:

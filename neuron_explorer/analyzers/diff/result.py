@@ -40,8 +40,10 @@ class StepTime:
     test_reason: str = ""
     statistic: float = float("nan")  # U (Mann-Whitney) or t (Welch)
     effect_size: float = float("nan")  # Cliff's delta: P(test step > base step) - P(test step < base step)
-    delta_ci_low_ns: float = float("nan")  # 95% bootstrap interval of delta_ns
+    delta_ci_low_ns: float = float("nan")  # 95% interval of delta_ns: the interval of the ratio test/base, times the reference, less it
     delta_ci_high_ns: float = float("nan")
+    delta_ci_low_pct: float = float("nan")  # the same interval as a percentage of the reference (never below -100)
+    delta_ci_high_pct: float = float("nan")
     steps: dict = field(default_factory=dict)  # base / test: {steps, used, left_out: [{step, dur_ns, reason}]}
     detect_pct: float = 100 * MIN_SHARE_OF_STEP  # the change the step counts below are sized for
     min_detectable_pct: float = float("nan")  # smallest change these steps detect with POWER

@@ -47,6 +47,7 @@ class Facts:
     job_differences: tuple = ()  # how the runs are not the same job
     min_detectable_pct: float = float("nan")  # for the notes: the smallest change these steps detect
     every_run_has_steps: bool = True  # for the notes: False when a run has no profiler steps
+    same_recordings: bool = False  # base and test are the same recordings: the same steps at the same times
 
     @property
     def ci_known(self) -> bool:
@@ -77,6 +78,8 @@ class Rule:
 
 
 RULES: tuple[Rule, ...] = (
+    Rule("same_recordings", NO_CHANGE, STEP_TIME, lambda f: f.same_recordings,
+         "0. base and test are the same recordings (the same steps at the same times)"),
     Rule("too_few_steps", CANNOT_TELL, STEP_TIME, lambda f: f.fewest_steady_steps < MIN_STEADY_STEPS,
          "1. a run has fewer than MIN_STEADY_STEPS steady steps (or none)"),
     Rule("steps_slower", SLOWER, STEP_TIME, lambda f: f.significant and f.delta_ns > 0,

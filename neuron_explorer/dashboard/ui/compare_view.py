@@ -11,7 +11,7 @@ Must not: query the runs itself (views/compare.py does) or accept a path from th
 
 from __future__ import annotations
 
-from ...analyzers.diff import RUN_SET_TESTS, TEST_NAMES, measure_name, work_lines
+from ...analyzers.diff import RUN_SET_TESTS, TEST_NAMES, measure_name, verdict_line, work_lines
 from ...errors import NeuronExplorerError
 from ...fmt import duration
 from ..figure import HIGHLIGHT, build_figure, time_unit
@@ -90,9 +90,8 @@ def verdict_panel(rs: RunSet, base, test):
     p = s["p_value"]
     change = f"{'+' if (s['delta_ns'] or 0) >= 0 else '−'}{duration(abs(s['delta_ns'] or 0))}"
     pct = "" if s["delta_pct"] is None else f" ({s['delta_pct']:+.1f}%)"
-    lo, hi = s.get("delta_ci_low_ns"), s.get("delta_ci_high_ns")
-    signed = lambda ns: f"{'+' if ns >= 0 else '−'}{duration(abs(ns))}"  # noqa: E731
-    change_ci = "" if lo is None or hi is None else f", 95% CI {signed(lo)} .. {signed(hi)}"
+    lo, hi = s.get("delta_ci_low_pct"), s.get("delta_ci_high_pct")  # the ratio's interval: never below -100%
+    change_ci = "" if lo is None or hi is None else f", 95% CI {lo:+.1f}% .. {hi:+.1f}%"
     test_name = TEST_NAMES.get(s.get("test_name"), s.get("test_name") or "no test")
     effect = "" if s.get("effect_size") is None else f", Cliff's delta {s['effect_size']:+.2f}"
 
@@ -121,6 +120,7 @@ def verdict_panel(rs: RunSet, base, test):
                                                           f"(test − base){change_ci}"]),
                   html.Span(f"{test_name} p = {'n/a' if p is None else f'{p:.3g}'}{effect}", className="nx-muted", id="cmp-test-name")],
                  className="nx-verdict"),
+        html.Div(verdict_line(s), id="cmp-verdict-line"),
         *([html.Div(f"because {s['reason']}", className="nx-muted", id="cmp-verdict-reason")] if s.get("reason") else []),
         *([html.Div([html.Div(x) for x in work_lines(s["work"]) if x], className="nx-muted", id="cmp-work")] if s.get("work") else []),
         html.Table(rows, className="nx-cmp-table"),
