@@ -35,15 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from . import parquet_native, schema
+from . import schema
 from ._version import __version__
 from .errors import InputError, RunExistsError
 
-if TYPE_CHECKING:  # DuckDB is imported where a run is opened: an import writes runs without it
-    import duckdb
+if TYPE_CHECKING:  # DuckDB is imported where a run is opened (an import writes runs without it), pyarrow where one is
+    import duckdb  # written or opened: importing the package (the CLI's start-up) loads neither
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 MANIFEST = "manifest.json"
 ROW_GROUP_ROWS = 128 * 1024
@@ -199,6 +198,8 @@ def _delta_columns(schema: pa.Schema) -> list[str]:
     On the 1.45M-event bench trace the files are 8% smaller, their write takes 14% less CPU (zstd
     has less to compress) and DuckDB scans them faster (bench/README.md, "The write's integer
     columns, ...")."""
+    import pyarrow as pa
+
     return [f.name for f in schema if pa.types.is_integer(f.type) and f.name not in _DICTIONARY_COLUMNS]
 
 
@@ -212,6 +213,8 @@ _ENCODE_THREADS = max(1, min(os.cpu_count() or 1, 8))
 
 
 def _write_table(table: pa.Table, path: Path) -> None:
+    import pyarrow.parquet as pq
+
     with write_errors(path.parent):
         pq.write_table(
             table,
@@ -241,6 +244,11 @@ def _write_partition(dir_: Path, tables: dict) -> None:
     columns are encoded on every core; else pyarrow encodes a row group while this thread
     assembles the next batch.
     """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from . import parquet_native
+
     with ThreadPoolExecutor(max_workers=1) as pool:  # one worker: each file's writes stay in order
         queued: list = []
         try:
@@ -489,6 +497,8 @@ def new_connection() -> duckdb.DuckDBPyConnection:
 def create_views(run: Run, ranks=None) -> None:
     """(Re)create the run's views on `run.con`, over every rank or only over `ranks`; sets
     `run.view_ranks`. Re-pointing the views of one connection rank after rank is cheap."""
+    import pyarrow as pa
+
     run_dir, manifest, con = run.path, run.manifest, run.con
     subset = None if ranks is None else sorted({int(r) for r in ranks})
     for spec in schema.RANK_TABLES:
@@ -535,6 +545,9 @@ def create_views(run: Run, ranks=None) -> None:
 
 def _columns_sql(spec: schema.Table, first_file: str) -> str:
     """SELECT list of a table's view: `*`, plus the columns an older format lacks, derived on read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     derived = schema.DERIVED_ON_READ.get(spec.name)
     if not derived:
         return "*"
