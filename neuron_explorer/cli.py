@@ -177,26 +177,34 @@ def query(
             typer.echo(f"note: output truncated at {result.row_count} rows (--max-rows)", err=True)
 
 
+def _each_run(paths: list[Path]) -> list[Path]:
+    """Paths with each folder of runs (`runs/`, what `record --runs N` or an integration writes)
+    replaced by the runs in it: the commands that serve several runs serve them all."""
+    from .store import runs_in
+
+    return [r for p in paths for r in (runs_in(p) or [p])]
+
+
 @app.command(rich_help_panel="Explore")
 def mcp(
-    runs: list[Path] = typer.Argument(..., help="Run directories the agent may read."),
+    runs: list[Path] = typer.Argument(..., help="Run directories the agent may read (a folder of runs: each of them)."),
 ) -> None:
     """Serve runs to an LLM agent over MCP (stdio): tools list_runs, summary, findings, query, ... (see README "For agents")."""
     from .agent.mcp_server import serve
 
-    serve(runs)
+    serve(_each_run(runs))
 
 
 @app.command(rich_help_panel="Explore")
 def dashboard(
-    runs: list[Path] = typer.Argument(..., help="Run directories to serve (only these are served)."),
+    runs: list[Path] = typer.Argument(..., help="Run directories to serve (only these are served; a folder of runs: each of them)."),
     port: int = typer.Option(8050, "--port", min=1, max=65535, help="Port to listen on."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; the default serves this machine only."),
 ) -> None:
     """Serve the web dashboard: timeline, event chain and source, findings, tables (and /api/<view> JSON)."""
     from .dashboard import serve as serve_dashboard
 
-    serve_dashboard(runs, host=host, port=port, echo=typer.echo)
+    serve_dashboard(_each_run(runs), host=host, port=port, echo=typer.echo)
 
 
 @app.command(rich_help_panel="Record")

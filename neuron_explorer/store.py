@@ -52,6 +52,40 @@ def is_run(path: Path | str) -> bool:
     return (Path(path) / MANIFEST).is_file()
 
 
+def runs_in(folder: Path | str, *, depth: int = 3) -> list[Path]:
+    """The run directories under `folder` (itself not a run), at most `depth` levels down, not
+    looking inside a run; in path order. A folder such as `runs/` or the one a training
+    integration writes into holds several runs; an empty list for a run or a file."""
+    top = Path(folder)
+    if not top.is_dir() or is_run(top):
+        return []
+    found: list[Path] = []
+    level = [top]
+    for _ in range(depth):
+        below: list[Path] = []
+        for d in level:
+            try:
+                subs = sorted(c for c in d.iterdir() if c.is_dir() and not c.name.startswith("."))
+            except OSError:
+                continue
+            for c in subs:
+                (found if is_run(c) else below).append(c)
+        level = below
+    return sorted(found)
+
+
+FOLDER_LISTED = 10
+"""Runs a folder-of-runs error names before it says how many more there are."""
+
+
+def folder_of_runs(folder: Path | str, runs: list[Path]) -> InputError:
+    """The one-line error for a folder of runs given where one run (or trace) is expected: it says
+    so and lists them (nothing is imported or cached for it)."""
+    names = [str(r) for r in runs[:FOLDER_LISTED]] + ([f"... and {len(runs) - FOLDER_LISTED} more"] if len(runs) > FOLDER_LISTED else [])
+    return InputError(folder, f"a folder of {len(runs)} run{'s' if len(runs) != 1 else ''}, not a run: {', '.join(names)}; "
+                              "give one of them (diff, dashboard and mcp take the folder)")
+
+
 def check_writable_target(out_dir: Path | str, force: bool) -> Path:
     """Fail early (before any long work) when the output cannot be written: a run already there
     (unless `force`), something there that is not a run (even with `force`: only runs are ever
@@ -397,6 +431,9 @@ def read_manifest(run_dir: Path | str) -> dict:
                                                      "`neuron-explorer import URI -o RUN` and pass RUN")
         raise InputError(run_dir, "no such run directory")
     if not p.is_file():
+        runs = runs_in(run_dir)
+        if runs:
+            raise folder_of_runs(run_dir, runs)
         raise InputError(run_dir, "not a run directory (no manifest.json)")
     try:
         manifest = json.loads(p.read_text())
@@ -464,8 +501,8 @@ def resolve_run(path: Path | str) -> Path:
     """A run directory for `path`: the path itself when it is a run, else what the registered trace
     resolver makes of it (the cached import of the Kineto trace, or directory of traces, it names)."""
     p = Path(path)
-    if is_run(p) or not p.exists() or _TRACE_RESOLVER is None:
-        return p  # read_manifest gives the error for a missing path
+    if is_run(p) or not p.exists() or _TRACE_RESOLVER is None or runs_in(p):
+        return p  # read_manifest gives the error for a missing path, or for a folder of runs
     return Path(_TRACE_RESOLVER(p))
 
 
