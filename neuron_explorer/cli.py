@@ -24,6 +24,10 @@ app = typer.Typer(
 )
 
 
+_RAY_EXTRA = 'pip install "neuron-explorer\\[ray]"'
+"""In help texts, which typer renders as rich markup: `[ray]` unescaped would be taken for a style and vanish."""
+
+
 def _fail(message: str, code: int = 2) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
@@ -92,7 +96,7 @@ def import_cmd(
                                             "(default: when stderr is a terminal)."),
     ray: Optional[str] = typer.Option(None, "--ray", help="Import each trace as a task on this Ray cluster (an address, auto: "
                                       "the one `ray start` runs, local: a new one here); --out on a shared filesystem. "
-                                      'Needs pip install "neuron-explorer[ray]".'),
+                                      f"Needs {_RAY_EXTRA}."),
 ) -> None:
     """Import torch.profiler (Kineto) JSON traces into a run directory of Parquet tables."""
     from .collectors.chrome_trace import import_traces
@@ -250,7 +254,7 @@ def analyze(
     peaks_file: Optional[Path] = typer.Option(None, "--peaks", help="A JSON list of device peaks matched before the built-in table "
                                               "(docs/METRICS.md, Utilisation)."),
     ray: Optional[str] = typer.Option(None, "--ray", help="Analyse each rank as a task on this Ray cluster (an address, auto, "
-                                      'or local); the run on a shared filesystem. Needs pip install "neuron-explorer[ray]".'),
+                                      f"or local); the run on a shared filesystem. Needs {_RAY_EXTRA}."),
 ) -> None:
     """Find what holds the job back: ranked findings with impact, source line, evidence SQL and advice."""
     from .analyzers.engine import analyze as run_analyze

@@ -77,6 +77,18 @@ def test_start_up_loads_no_heavy_package(args):
     assert loaded & HEAVY == set()
 
 
+@pytest.mark.parametrize("command", ["import", "analyze"])
+def test_help_names_the_ray_extra_whole(command):
+    """Typer renders help as rich markup, where an unescaped `[ray]` is taken for a style and vanishes."""
+    import os
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "neuron_explorer", command, "--help"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "COLUMNS": "300"})
+    assert res.returncode == 0 and 'Needs pip install "neuron-explorer[ray]".' in res.stdout, res.stdout
+
+
 def test_schema_lists_columns_with_units():
     res = cli("schema")
     assert res.returncode == 0 and "| `ts_ns` | int64 | ns |" in res.stdout
