@@ -74,7 +74,8 @@ def test_step_recorder_run_again_writes_beside_and_says_where(tmp_path, capsys):
         written.append(rec.run_dir)
     assert written == [tmp_path / "run", tmp_path / "run-2"]
     err = capsys.readouterr().err.splitlines()
-    assert err == [f"neuron-explorer: wrote {tmp_path / 'run'}", f"neuron-explorer: wrote {tmp_path / 'run-2'} ({tmp_path / 'run'} already held a run)"]
+    assert err == [f"neuron-explorer: wrote {tmp_path / 'run'}",
+                   f"neuron-explorer: wrote {tmp_path / 'run-2'} ({tmp_path / 'run'} already held a run)"]
     rec = StepRecorder(wait=0, warmup=0, active=1, repeat=1, overwrite=True, profile_kwargs={})
     rec.start(tmp_path / "run")
     rec.step()

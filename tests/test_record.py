@@ -121,7 +121,8 @@ def test_dash_m_from_the_console_script_finds_a_module_of_the_current_directory(
     import os
 
     env = {**os.environ, "REPORT": str(tmp_path / "report.json")}
-    r = subprocess.run([sys.executable, "-c", CONSOLE_SCRIPT, str(Path(sys.executable).parent), "record", "-o", "run", "-m", "mypkg.train", "--lr", "3"],
+    bin_dir = str(Path(sys.executable).parent)
+    r = subprocess.run([sys.executable, "-c", CONSOLE_SCRIPT, bin_dir, "record", "-o", "run", "-m", "mypkg.train", "--lr", "3"],
                        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     assert r.returncode == 0, r.stderr
     report = json.loads((tmp_path / "report.json").read_text())

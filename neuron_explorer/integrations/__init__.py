@@ -67,9 +67,7 @@ class StepRecorder:
     def start(self, run_dir: Path | str) -> None:
         import torch.profiler as tp
 
-        from ..collectors.torch_profiler import profile
-
-        from ..collectors.torch_profiler import dist_rank
+        from ..collectors.torch_profiler import dist_rank, profile
 
         self.stop()  # a recording an earlier training left open (it failed inside the window) is written first
         self.rank, _, shared = dist_rank()
