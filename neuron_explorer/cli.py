@@ -24,6 +24,10 @@ app = typer.Typer(
 )
 
 
+_RAY_EXTRA = 'pip install "neuron-explorer\\[ray]"'
+"""In help texts, which typer renders as rich markup: `[ray]` unescaped would be taken for a style and vanish."""
+
+
 def _fail(message: str, code: int = 2) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
@@ -92,7 +96,7 @@ def import_cmd(
                                             "(default: when stderr is a terminal)."),
     ray: Optional[str] = typer.Option(None, "--ray", help="Import each trace as a task on this Ray cluster (an address, auto: "
                                       "the one `ray start` runs, local: a new one here); --out on a shared filesystem. "
-                                      'Needs pip install "neuron-explorer[ray]".'),
+                                      f"Needs {_RAY_EXTRA}."),
 ) -> None:
     """Import torch.profiler (Kineto) JSON traces into a run directory of Parquet tables."""
     from .collectors.chrome_trace import import_traces
@@ -177,26 +181,34 @@ def query(
             typer.echo(f"note: output truncated at {result.row_count} rows (--max-rows)", err=True)
 
 
+def _each_run(paths: list[Path]) -> list[Path]:
+    """Paths with each folder of runs (`runs/`, what `record --runs N` or an integration writes)
+    replaced by the runs in it: the commands that serve several runs serve them all."""
+    from .store import runs_in
+
+    return [r for p in paths for r in (runs_in(p) or [p])]
+
+
 @app.command(rich_help_panel="Explore")
 def mcp(
-    runs: list[Path] = typer.Argument(..., help="Run directories the agent may read."),
+    runs: list[Path] = typer.Argument(..., help="Run directories the agent may read (a folder of runs: each of them)."),
 ) -> None:
     """Serve runs to an LLM agent over MCP (stdio): tools list_runs, summary, findings, query, ... (see README "For agents")."""
     from .agent.mcp_server import serve
 
-    serve(runs)
+    serve(_each_run(runs))
 
 
 @app.command(rich_help_panel="Explore")
 def dashboard(
-    runs: list[Path] = typer.Argument(..., help="Run directories to serve (only these are served)."),
+    runs: list[Path] = typer.Argument(..., help="Run directories to serve (only these are served; a folder of runs: each of them)."),
     port: int = typer.Option(8050, "--port", min=1, max=65535, help="Port to listen on."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; the default serves this machine only."),
 ) -> None:
     """Serve the web dashboard: timeline, event chain and source, findings, tables (and /api/<view> JSON)."""
     from .dashboard import serve as serve_dashboard
 
-    serve_dashboard(runs, host=host, port=port, echo=typer.echo)
+    serve_dashboard(_each_run(runs), host=host, port=port, echo=typer.echo)
 
 
 @app.command(rich_help_panel="Record")
@@ -242,7 +254,7 @@ def analyze(
     peaks_file: Optional[Path] = typer.Option(None, "--peaks", help="A JSON list of device peaks matched before the built-in table "
                                               "(docs/METRICS.md, Utilisation)."),
     ray: Optional[str] = typer.Option(None, "--ray", help="Analyse each rank as a task on this Ray cluster (an address, auto, "
-                                      'or local); the run on a shared filesystem. Needs pip install "neuron-explorer[ray]".'),
+                                      f"or local); the run on a shared filesystem. Needs {_RAY_EXTRA}."),
 ) -> None:
     """Find what holds the job back: ranked findings with impact, source line, evidence SQL and advice."""
     from .analyzers.engine import analyze as run_analyze

@@ -30,9 +30,10 @@ def build_dir() -> Path:
     return Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "neuron-explorer" / "native"
 
 
-def compile_library(so: Path, args: list[str], what: str) -> None:
-    """Build `so` with the C++ compiler and `args` (sources, flags; not the output). Raises
-    RuntimeError naming why when it cannot; the failure is remembered beside `so`."""
+def compile_library(so: Path, args: list[str], what: str, expected: str) -> None:
+    """Build `so` with the C++ compiler and `args` (sources, flags; not the output), saying so on
+    stderr with the `expected` time first (the build prints nothing else). Raises RuntimeError
+    naming why when it cannot; the failure is remembered beside `so`."""
     failed = so.parent / FAILED_FILE
     if failed.is_file():
         raise RuntimeError(f"its build failed before; see {failed}")
@@ -40,7 +41,7 @@ def compile_library(so: Path, args: list[str], what: str) -> None:
     if not cxx:
         raise RuntimeError("no C++ compiler")
     so.parent.mkdir(parents=True, exist_ok=True)
-    print(f"neuron-explorer: compiling {what} into {so.parent} (once; a few seconds)", file=sys.stderr, flush=True)
+    print(f"neuron-explorer: compiling {what} into {so.parent} (once; {expected}) ...", file=sys.stderr, flush=True)
     tmp = so.with_name(f".{so.name}.{uuid.uuid4().hex[:8]}")
     res = subprocess.run([cxx, *args, "-o", str(tmp)], capture_output=True, text=True, timeout=300)
     if res.returncode != 0:

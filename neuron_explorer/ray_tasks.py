@@ -13,11 +13,15 @@ Must not: decide anything about traces or findings; it only runs the functions i
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 
 from .errors import InputError
 
 EXTRA_HINT = 'pip install "neuron-explorer[ray]"'
+RAY_NOTICE_LOCAL = "neuron-explorer: starting a local Ray cluster for --ray local (10-40 s; 40 s measured on 2 cores) ..."
+"""Said on stderr before Ray starts: `ray.init` prints nothing (log_to_driver=False) while it starts
+its processes (issue 37: about 40 s on a 2-core machine)."""
 
 
 def require_ray():
@@ -34,6 +38,8 @@ def connect(address: str):
     new one in this process) unless this process is already connected; returns the `ray` module."""
     ray = require_ray()
     if not ray.is_initialized():
+        print(RAY_NOTICE_LOCAL if address == "local" else f"neuron-explorer: connecting to the Ray cluster at {address} ...",
+              file=sys.stderr, flush=True)
         try:
             # "local" as it is: with no address Ray would join RAY_ADDRESS's cluster, or the last one
             # `ray start` recorded (/tmp/ray/ray_current_cluster), and wait on it even when it is gone

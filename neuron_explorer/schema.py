@@ -9,8 +9,10 @@ engine reads a run.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
+if TYPE_CHECKING:  # pyarrow is imported where a table is built: the CLI's start-up (--help, version) pays nothing for it
+    import pyarrow as pa
 
 FORMAT_VERSION = 2
 """Version of the run directory format. Bumped on any change a reader must know about."""
@@ -28,13 +30,8 @@ before them open with these (re-import or re-record to compute the real values).
 ID_STRIDE = 1_000_000_000_000
 """Run-wide ids are `rank * ID_STRIDE + index within the rank` (readable: rank 3, event 42 = 3000000000042)."""
 
-_ARROW_TYPES = {
-    "int64": pa.int64(),
-    "int32": pa.int32(),
-    "double": pa.float64(),
-    "string": pa.string(),
-    "bool": pa.bool_(),
-}
+_ARROW_TYPES = {"int64": "int64", "int32": "int32", "double": "float64", "string": "string", "bool": "bool_"}
+"""Column type -> the pyarrow factory of its Arrow type."""
 
 # The normalised event kinds. The original Kineto category is always kept in `category`.
 KINDS: dict[str, str] = {
@@ -65,7 +62,9 @@ class Column:
 
     @property
     def arrow_type(self) -> pa.DataType:
-        return _ARROW_TYPES[self.type]
+        import pyarrow as pa
+
+        return getattr(pa, _ARROW_TYPES[self.type])()
 
 
 @dataclass(frozen=True)
@@ -81,6 +80,8 @@ class Table:
         return [c.name for c in self.columns]
 
     def arrow_schema(self) -> pa.Schema:
+        import pyarrow as pa
+
         fields = [pa.field(c.name, c.arrow_type) for c in self.columns]
         return pa.schema(fields, metadata={FORMAT_VERSION_KEY: str(FORMAT_VERSION).encode(), b"neuron_explorer.table": self.name.encode()})
 
@@ -302,6 +303,8 @@ MANIFEST_KEYS: dict[str, str] = {
 
 
 def schema_fields_table() -> pa.Table:
+    import pyarrow as pa
+
     rows = [(t.name, t.file, c.name, c.type, c.unit, c.doc) for t in RANK_TABLES for c in t.columns]
     cols = list(zip(*rows))
     return pa.Table.from_arrays([pa.array(list(col), pa.string()) for col in cols], schema=SCHEMA_FIELDS.arrow_schema())

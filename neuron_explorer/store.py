@@ -36,15 +36,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from . import parquet_native, schema
+from . import schema
 from ._version import __version__
 from .errors import InputError, RunExistsError
 
-if TYPE_CHECKING:  # DuckDB is imported where a run is opened: an import writes runs without it
-    import duckdb
+if TYPE_CHECKING:  # DuckDB is imported where a run is opened (an import writes runs without it), pyarrow where one is
+    import duckdb  # written or opened: importing the package (the CLI's start-up) loads neither
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 MANIFEST = "manifest.json"
 ROW_GROUP_ROWS = 128 * 1024
@@ -52,6 +52,40 @@ ROW_GROUP_ROWS = 128 * 1024
 
 def is_run(path: Path | str) -> bool:
     return (Path(path) / MANIFEST).is_file()
+
+
+def runs_in(folder: Path | str, *, depth: int = 3) -> list[Path]:
+    """The run directories under `folder` (itself not a run), at most `depth` levels down, not
+    looking inside a run; in path order. A folder such as `runs/` or the one a training
+    integration writes into holds several runs; an empty list for a run or a file."""
+    top = Path(folder)
+    if not top.is_dir() or is_run(top):
+        return []
+    found: list[Path] = []
+    level = [top]
+    for _ in range(depth):
+        below: list[Path] = []
+        for d in level:
+            try:
+                subs = sorted(c for c in d.iterdir() if c.is_dir() and not c.name.startswith("."))
+            except OSError:
+                continue
+            for c in subs:
+                (found if is_run(c) else below).append(c)
+        level = below
+    return sorted(found)
+
+
+FOLDER_LISTED = 10
+"""Runs a folder-of-runs error names before it says how many more there are."""
+
+
+def folder_of_runs(folder: Path | str, runs: list[Path]) -> InputError:
+    """The one-line error for a folder of runs given where one run (or trace) is expected: it says
+    so and lists them (nothing is imported or cached for it)."""
+    names = [str(r) for r in runs[:FOLDER_LISTED]] + ([f"... and {len(runs) - FOLDER_LISTED} more"] if len(runs) > FOLDER_LISTED else [])
+    return InputError(folder, f"a folder of {len(runs)} run{'s' if len(runs) != 1 else ''}, not a run: {', '.join(names)}; "
+                              "give one of them (diff, dashboard and mcp take the folder)")
 
 
 def check_writable_target(out_dir: Path | str, force: bool) -> Path:
@@ -200,6 +234,8 @@ def _delta_columns(schema: pa.Schema) -> list[str]:
     On the 1.45M-event bench trace the files are 8% smaller, their write takes 14% less CPU (zstd
     has less to compress) and DuckDB scans them faster (bench/README.md, "The write's integer
     columns, ...")."""
+    import pyarrow as pa
+
     return [f.name for f in schema if pa.types.is_integer(f.type) and f.name not in _DICTIONARY_COLUMNS]
 
 
@@ -213,6 +249,8 @@ _ENCODE_THREADS = max(1, min(os.cpu_count() or 1, 8))
 
 
 def _write_table(table: pa.Table, path: Path) -> None:
+    import pyarrow.parquet as pq
+
     with write_errors(path.parent):
         pq.write_table(
             table,
@@ -242,6 +280,11 @@ def _write_partition(dir_: Path, tables: dict) -> None:
     columns are encoded on every core; else pyarrow encodes a row group while this thread
     assembles the next batch.
     """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from . import parquet_native
+
     with ThreadPoolExecutor(max_workers=1) as pool:  # one worker: each file's writes stay in order
         queued: list = []
         try:
@@ -392,6 +435,9 @@ def read_manifest(run_dir: Path | str) -> dict:
                                                      "`neuron-explorer import URI -o RUN` and pass RUN")
         raise InputError(run_dir, "no such run directory")
     if not p.is_file():
+        runs = runs_in(run_dir)
+        if runs:
+            raise folder_of_runs(run_dir, runs)
         raise InputError(run_dir, "not a run directory (no manifest.json)")
     try:
         manifest = json.loads(p.read_bytes())
@@ -459,8 +505,8 @@ def resolve_run(path: Path | str) -> Path:
     """A run directory for `path`: the path itself when it is a run, else what the registered trace
     resolver makes of it (the cached import of the Kineto trace, or directory of traces, it names)."""
     p = Path(path)
-    if is_run(p) or not p.exists() or _TRACE_RESOLVER is None:
-        return p  # read_manifest gives the error for a missing path
+    if is_run(p) or not p.exists() or _TRACE_RESOLVER is None or runs_in(p):
+        return p  # read_manifest gives the error for a missing path, or for a folder of runs
     return Path(_TRACE_RESOLVER(p))
 
 
@@ -492,6 +538,8 @@ def new_connection() -> duckdb.DuckDBPyConnection:
 def create_views(run: Run, ranks=None) -> None:
     """(Re)create the run's views on `run.con`, over every rank or only over `ranks`; sets
     `run.view_ranks`. Re-pointing the views of one connection rank after rank is cheap."""
+    import pyarrow as pa
+
     run_dir, manifest, con = run.path, run.manifest, run.con
     subset = None if ranks is None else sorted({int(r) for r in ranks})
     for spec in schema.RANK_TABLES:
@@ -538,6 +586,9 @@ def create_views(run: Run, ranks=None) -> None:
 
 def _columns_sql(spec: schema.Table, first_file: str) -> str:
     """SELECT list of a table's view: `*`, plus the columns an older format lacks, derived on read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     derived = schema.DERIVED_ON_READ.get(spec.name)
     if not derived:
         return "*"

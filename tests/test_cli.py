@@ -58,6 +58,37 @@ def test_help_explains_every_command():
     assert "--force" in cli("import", "--help").stdout
 
 
+HEAVY = {"torch", "pandas", "dash", "ray", "pyarrow", "duckdb", "numpy"}
+
+
+@pytest.mark.parametrize("args", [[], ["--help"], ["version"], ["import", "--help"]])
+def test_start_up_loads_no_heavy_package(args):
+    """--help and version answer without importing torch, pandas, dash, ray, pyarrow, duckdb or numpy
+    (seconds of start-up each; bench/bench_startup.py times it): the commands that use them import them."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom neuron_explorer.cli import main\nsys.argv = ['neuron-explorer', *sys.argv[1:]]\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('LOADED', *sorted({m.split('.')[0] for m in sys.modules}))")
+    res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    loaded = set(res.stdout.split("LOADED")[-1].split())
+    assert "typer" in loaded and "neuron_explorer" in loaded  # the probe saw the CLI run
+    assert loaded & HEAVY == set()
+
+
+@pytest.mark.parametrize("command", ["import", "analyze"])
+def test_help_names_the_ray_extra_whole(command):
+    """Typer renders help as rich markup, where an unescaped `[ray]` is taken for a style and vanishes."""
+    import os
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "neuron_explorer", command, "--help"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "COLUMNS": "300"})
+    assert res.returncode == 0 and 'Needs pip install "neuron-explorer[ray]".' in res.stdout, res.stdout
+
+
 def test_schema_lists_columns_with_units():
     res = cli("schema")
     assert res.returncode == 0 and "| `ts_ns` | int64 | ns |" in res.stdout

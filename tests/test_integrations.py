@@ -48,6 +48,47 @@ def test_step_recorder_writes_the_run_when_its_last_cycle_ends(tmp_path):
         StepRecorder(wait=-1, warmup=0, active=1, repeat=1, overwrite=False, profile_kwargs={})
 
 
+def test_free_run_dir_takes_the_first_name_that_holds_no_run(tmp_path):
+    from neuron_explorer.integrations import free_run_dir
+
+    target = tmp_path / "run"
+    assert free_run_dir(target) == target  # nothing there
+    target.mkdir()
+    assert free_run_dir(target) == target  # an empty directory
+    (target / "manifest.json").write_text("{}")
+    (tmp_path / "run-2").mkdir()
+    (tmp_path / "run-2" / "x").write_text("")
+    assert free_run_dir(target) == tmp_path / "run-3"
+    # a run several ranks write: each rank looks for its own partition, so all ranks of a rerun agree
+    (tmp_path / "ddp" / "rank=0").mkdir(parents=True)
+    (tmp_path / "ddp" / "rank=1").mkdir()
+    (tmp_path / "ddp-2" / "rank=0").mkdir(parents=True)  # a rerun whose rank 0 wrote already
+    assert free_run_dir(tmp_path / "ddp", rank=0, shared=True) == tmp_path / "ddp-3"
+    assert free_run_dir(tmp_path / "ddp", rank=1, shared=True) == tmp_path / "ddp-2"
+    assert free_run_dir(tmp_path / "ddp", rank=2, shared=True) == tmp_path / "ddp"
+
+
+def test_step_recorder_run_again_writes_beside_and_says_where(tmp_path, capsys):
+    from neuron_explorer.integrations import StepRecorder
+
+    model = torch.nn.Linear(8, 4)
+    written = []
+    for _ in range(2):  # the same script run twice
+        rec = StepRecorder(wait=0, warmup=0, active=1, repeat=1, overwrite=False, profile_kwargs={})
+        rec.start(tmp_path / "run")
+        model(torch.randn(4, 8)).sum().backward()
+        rec.step()
+        written.append(rec.run_dir)
+    assert written == [tmp_path / "run", tmp_path / "run-2"]
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"neuron-explorer: wrote {tmp_path / 'run'}",
+                   f"neuron-explorer: wrote {tmp_path / 'run-2'} ({tmp_path / 'run'} already held a run)"]
+    rec = StepRecorder(wait=0, warmup=0, active=1, repeat=1, overwrite=True, profile_kwargs={})
+    rec.start(tmp_path / "run")
+    rec.step()
+    assert rec.run_dir == tmp_path / "run"  # overwrite: the place asked for
+
+
 # ---- Hugging Face transformers ------------------------------------------------------------------
 def test_trainer_callback_records_the_chosen_steps(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
@@ -70,6 +111,10 @@ def test_trainer_callback_records_the_chosen_steps(tmp_path):
     with nx.open_run(callback.run_dir) as run:
         passes = {p for (p,) in run.sql("SELECT DISTINCT pass FROM events").fetchall()}
     assert {"forward", "backward", "optimizer"} <= passes  # whole training steps, not only the forward
+
+    again = NeuronExplorerCallback(wait=2, warmup=1, active=1)  # the same script run again: no RunExistsError inside train()
+    Trainer(model=model, args=args, train_dataset=data, callbacks=[again]).train()
+    assert again.run_dir == tmp_path / "out" / "neuron-explorer-2" and _steps(again.run_dir) == [3]
 
 
 def test_trainer_callback_checks_its_schedule():
@@ -123,6 +168,15 @@ def test_lightning_profiler_writes_a_run_per_fit(tmp_path):
         lines = run.sql("SELECT DISTINCT f.file, f.line FROM events e JOIN frames f USING (frame_id) "
                         "WHERE e.name = 'aten::addmm' AND f.is_user").fetchall()
     assert (__file__, loss_line) in lines, lines  # the model's matmuls link to the training_step line that ran them
+
+    # the same script run again (a new profiler): the next free names, not RunExistsError from inside fit
+    again = NeuronExplorerProfiler(tmp_path / "runs", wait=1, warmup=1, active=2)
+    trainer = pl.Trainer(max_steps=6, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, profiler=again, default_root_dir=str(tmp_path))
+    trainer.fit(model, data)
+    assert again.run_dirs == [tmp_path / "runs" / "fit-neuron-explorer-3"] and _steps(again.run_dirs[0]) == [2, 3]
+    [summary] = (tmp_path / "runs").glob("*.txt")  # Lightning appends each fit's summary to one file: one line each
+    assert summary.read_text().splitlines() == [f"Neuron Explorer run: {d}" for d in [*profiler.run_dirs, *again.run_dirs]]
 
 
 def test_lightning_fit_that_fails_in_the_window_still_writes_its_run(tmp_path):

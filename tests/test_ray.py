@@ -45,6 +45,23 @@ def test_without_ray_the_option_is_one_line_naming_the_extra(monkeypatch):
         ray_tasks.require_ray()
 
 
+@pytest.mark.parametrize("address, said", [("local", "starting a local Ray cluster for --ray local (10-40 s; 40 s measured on 2 cores) ..."),
+                                            ("10.0.0.1:6379", "connecting to the Ray cluster at 10.0.0.1:6379 ...")])
+def test_says_so_on_stderr_before_ray_starts(monkeypatch, capsys, address, said):
+    """ray.init prints nothing while it starts its processes (about 40 s for a local cluster on 2 cores)."""
+    import types
+
+    from neuron_explorer import ray_tasks
+
+    calls = []
+    fake = types.SimpleNamespace(is_initialized=lambda: False,
+                                 init=lambda **kw: calls.append((capsys.readouterr().err, kw["address"])))
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    assert ray_tasks.connect(address) is fake
+    [(err_before_init, passed)] = calls
+    assert passed == address and err_before_init == f"neuron-explorer: {said}\n"
+
+
 def test_cli_without_ray_is_one_line(many, tmp_path):  # noqa: F811
     shim = tmp_path / "no-ray" / "ray"  # a `ray` that cannot be imported, as on a machine without the extra
     shim.mkdir(parents=True)

@@ -108,6 +108,29 @@ def test_runs_a_module_with_dash_m(tmp_path):
     assert rows == [(str(pkg / "train.py"), MODEL_LINE)]
 
 
+CONSOLE_SCRIPT = ("import sys; sys.path[0] = sys.argv.pop(1); sys.argv[0] = 'neuron-explorer'; "
+                  "from neuron_explorer.cli import main; main()")
+"""What the installed `neuron-explorer` script runs: sys.path[0] is its bin directory, not the current one."""
+
+
+def test_dash_m_from_the_console_script_finds_a_module_of_the_current_directory(tmp_path):
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text(SCRIPT)
+    import os
+
+    env = {**os.environ, "REPORT": str(tmp_path / "report.json")}
+    bin_dir = str(Path(sys.executable).parent)
+    r = subprocess.run([sys.executable, "-c", CONSOLE_SCRIPT, bin_dir, "record", "-o", "run", "-m", "mypkg.train", "--lr", "3"],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["argv"][1:] == ["--lr", "3"] and report["path0"] == str(tmp_path)  # as `python -m mypkg.train --lr 3` sees it
+    with open_run(tmp_path / "run") as run:
+        assert run.sql("SELECT count(*) FROM events WHERE name = 'aten::addmm'").fetchone()[0] == 4
+
+
 def test_profile_options_are_cli_options(tmp_path):
     (tmp_path / "loop.py").write_text(
         "import torch\nx = torch.ones(4, 4)\nprof = torch.profiler.profile\n"

@@ -19,14 +19,33 @@ def _cell(v) -> str:
     return str(v)
 
 
-def render_table(result: QueryResult, max_width: int = 60) -> str:
-    """Aligned columns; long cells are shortened for the screen (use json/csv for full values)."""
-    def short(s: str) -> str:
-        s = s.replace("\n", " ")
-        return s if len(s) <= max_width else s[: max_width - 1] + "…"
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
-    head = [short(c) for c in result.columns]
-    body = [[short(_cell(v)) for v in row] for row in result.rows]
+
+def _distinct_width(values: list[str], max_width: int) -> int:
+    """The narrowest width, at least `max_width`, at which cutting keeps different values different:
+    kernel names that share their first 60 characters would otherwise print identically. Cut at
+    width w, a value keeps w-1 characters; two values stay apart when that passes their common prefix."""
+    longs = sorted({v for v in values if len(v) > max_width})
+    return max([max_width] + [_common_prefix(a, b) + 2 for a, b in zip(longs, longs[1:])])
+
+
+def render_table(result: QueryResult, max_width: int = 60) -> str:
+    """Aligned columns; long cells are shortened for the screen (use json/csv for full values), each
+    column only as far as keeps its different values apart."""
+    def short(s: str, width: int) -> str:
+        return s if len(s) <= width else s[: width - 1] + "…"
+
+    cells = [[_cell(v).replace("\n", " ") for v in row] for row in result.rows]
+    col_widths = [_distinct_width([r[i] for r in cells], max_width) for i in range(len(result.columns))]
+    head = [short(c.replace("\n", " "), max_width) for c in result.columns]
+    body = [[short(v, w) for v, w in zip(row, col_widths)] for row in cells]
     widths = [max([len(h)] + [len(r[i]) for r in body]) for i, h in enumerate(head)]
     right = [t.upper().split("(")[0] in {"BIGINT", "INTEGER", "DOUBLE", "HUGEINT", "SMALLINT", "TINYINT", "FLOAT", "DECIMAL", "UBIGINT"}
              for t in result.types] if result.types else [False] * len(head)

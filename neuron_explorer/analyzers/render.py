@@ -299,8 +299,9 @@ def text(report: Report, width: int = 100) -> str:
                 con.print(escape(f"   {line}"), highlight=False)
             notes = f" ({'; '.join(f.confidence_notes)})" if f.confidence_notes else ""
             con.print(escape(f"   confidence {f.confidence:.2f}{notes}"), highlight=False)
-    if report.not_applicable:
-        con.print(escape("\nnot applicable: " + "; ".join(f"{n['rule_id']} ({n['reason']})" for n in _dedup(report.not_applicable))), highlight=False)
+    if report.not_applicable:  # the rules only (on a CPU run, ten "no device events" reasons); --json and --markdown say why
+        con.print(escape(f"\n{NOT_APPLICABLE_TEXT}" + ", ".join(dict.fromkeys(n["rule_id"] for n in report.not_applicable))), highlight=False,
+                  soft_wrap=True)
     warnings = report.warnings
     if len(report.summary["ranks"]) > MANY_RANKS:
         warnings = summarise_warnings(warnings)  # one line per kind of warning across ranks
@@ -332,6 +333,10 @@ def _findings_by_rule(findings: list[Finding]) -> str:
         by_rule.setdefault(f.rule_id, []).append(f)
     return "; ".join(f"{rule} {len(fs)} on ranks {_id_ranges(sorted({f.location.rank for f in fs if f.location.rank is not None}))}"
                      for rule, fs in by_rule.items())
+
+
+NOT_APPLICABLE_TEXT = "not applicable here (why: --json or --markdown): "
+"""How the text report starts its one line of rules that did not apply."""
 
 
 def _dedup(items: list[dict]) -> list[dict]:

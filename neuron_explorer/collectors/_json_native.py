@@ -62,7 +62,8 @@ def load():
 def _load():
     so = library_path()
     if not so.is_file():
-        compile_library(so, ["-O2", "-std=c++17", "-shared", "-fPIC", *map(str, SOURCES)], "the fast trace reader")
+        compile_library(so, ["-O2", "-std=c++17", "-shared", "-fPIC", *map(str, SOURCES)], "the fast trace reader",
+                        "about 5 s on 2 cores")  # 3.5 s measured under a load of 4
     lib = ctypes.CDLL(str(so))
     lib.nxj_read.restype = ctypes.c_void_p
     lib.nxj_read.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32]

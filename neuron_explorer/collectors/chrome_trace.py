@@ -51,6 +51,8 @@ def find_traces(source: Path | str) -> list[Path] | list[remote.RemoteTrace]:
             raise InputError(src, "no such file or directory")
         if src.is_file():
             files = [src]
+        elif store.runs_in(src):  # runs hold .json files (manifest.json) that are no traces
+            raise store.folder_of_runs(src, store.runs_in(src))
         else:
             files = sorted(p for p in src.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
     except OSError as e:

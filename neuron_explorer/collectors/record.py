@@ -112,10 +112,17 @@ def check_target(script: str | None, module: str | None) -> Path | None:
         if path.is_dir() and not (path / "__main__.py").is_file():
             raise InputError(path, "is a directory with no __main__.py")
         return path
+    # `python -m` looks in the current directory first: so does this look-up, which runs before
+    # record() puts the current directory at sys.path[0] (from a console script, sys.path[0] is
+    # the script's bin directory). A parent package it imports stays imported, as with python -m.
+    saved_path = sys.path[:]
+    sys.path.insert(0, os.getcwd())
     try:
         spec = importlib.util.find_spec(module)  # type: ignore[arg-type]
     except (ImportError, ValueError) as e:
         raise InputError(module, f"cannot find module ({e})") from None
+    finally:
+        sys.path[:] = saved_path
     if spec is None:
         raise InputError(module, "no such module")
     return None

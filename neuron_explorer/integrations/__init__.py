@@ -7,14 +7,36 @@ framework's own hooks (start, a profiler step per optimizer step, stop writes th
   (extra `lightning`).
 
 Each is its own module so that importing one never imports the other framework.
+
+Like the frameworks' own loggers and profilers, running the same script again never fails on the
+run the last one wrote: without `overwrite`, a run directory already taken becomes `NAME-2`,
+`NAME-3`, ... (`free_run_dir`), and where the run went is printed on stderr when it is written.
 Must not: change what the profiler records (collectors/torch_profiler.py decides).
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ..errors import UsageError
+
+
+def free_run_dir(target: Path | str, rank: int = 0, shared: bool = False) -> Path:
+    """`target`, or the first of `target-2`, `target-3`, ... that holds no run yet: nothing there
+    or an empty directory; for one rank of a run several ranks write (`shared`), no partition of
+    this rank there. Every rank of a job that runs again sees its partitions in the same places,
+    so all ranks pick the same directory without talking to each other."""
+    from ..collectors._live_write import partition_dir
+
+    base = Path(target)
+    for n in range(1, 10_000):
+        candidate = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        taken = partition_dir(candidate, rank).exists() if shared else candidate.exists() and (
+            not candidate.is_dir() or any(candidate.iterdir()))
+        if not taken:
+            return candidate
+    return base  # ten thousand runs there already: the profiler's own error says so
 
 
 class StepRecorder:
@@ -35,6 +57,8 @@ class StepRecorder:
         self._prof = None
         self._steps = 0
         self.run_dir: Path | None = None
+        self.asked_dir: Path | None = None
+        self.rank = 0
 
     @property
     def recording(self) -> bool:
@@ -43,9 +67,13 @@ class StepRecorder:
     def start(self, run_dir: Path | str) -> None:
         import torch.profiler as tp
 
-        from ..collectors.torch_profiler import profile
+        from ..collectors.torch_profiler import dist_rank, profile
 
         self.stop()  # a recording an earlier training left open (it failed inside the window) is written first
+        self.rank, _, shared = dist_rank()
+        self.asked_dir = Path(run_dir)
+        if not self.overwrite:
+            run_dir = free_run_dir(run_dir, self.rank, shared)
         self._prof = profile(run_dir, schedule=tp.schedule(**self.schedule_options), overwrite=self.overwrite, **self.profile_kwargs)
         self._steps = 0
         self._prof.start()
@@ -68,4 +96,7 @@ class StepRecorder:
             else:
                 prof.stop()
             self.run_dir = prof.run_dir
+            if self.run_dir is not None and self.rank == 0:  # one line per job, not one per rank
+                taken = f" ({self.asked_dir} already held a run)" if self.asked_dir is not None and self.run_dir != self.asked_dir else ""
+                print(f"neuron-explorer: wrote {self.run_dir}{taken}", file=sys.stderr)
         return self.run_dir

@@ -21,8 +21,9 @@ from . import StepRecorder
 class NeuronExplorerCallback(TrainerCallback):
     """Profile training steps into a Neuron Explorer run: after `wait` optimizer steps and `warmup`
     more, `active` steps are recorded (`repeat` cycles; 0 keeps cycling until training ends). The
-    run is written when training ends, to `run_dir` (default: `<output_dir>/neuron-explorer`);
-    `run_dir` on the callback then says where. Other keyword arguments go to `nx.profile`
+    run is written when training ends, to `run_dir` (default: `<output_dir>/neuron-explorer`), or
+    when that holds a run already and `overwrite` is off, to the first free `…-2`, `…-3`; where it
+    went is printed on stderr and `run_dir` on the callback then says so. Other keyword arguments go to `nx.profile`
     (activities, with_stack, profile_memory, ...)."""
 
     def __init__(self, run_dir: Path | str | None = None, *, wait: int = 1, warmup: int = 1, active: int = 3, repeat: int = 1,

@@ -29,8 +29,9 @@ STEP_ACTION = "run_training_batch"
 class NeuronExplorerProfiler(Profiler):
     """Record training batches of each `fit` into a run: after `wait` batches and `warmup` more,
     `active` batches are recorded (`repeat` cycles; 0 keeps cycling until fit ends). The first fit
-    writes `<dirpath>/fit-<filename>`, later fits `…-2`, `…-3`; `dirpath` defaults to the
-    Trainer's log directory. `run_dirs` lists the runs written. Other keyword arguments go to
+    writes `<dirpath>/fit-<filename>`, later fits `…-2`, `…-3` (and a later run of the script the
+    next free ones, unless `overwrite`); `dirpath` defaults to the Trainer's log directory. Where
+    each run went is printed on stderr and written in the summary. `run_dirs` lists the runs written. Other keyword arguments go to
     `nx.profile` (activities, with_stack, profile_memory, ...)."""
 
     def __init__(self, dirpath: Path | str | None = None, filename: str = "neuron-explorer", *, wait: int = 1, warmup: int = 1,
@@ -77,7 +78,8 @@ class NeuronExplorerProfiler(Profiler):
 
     def summary(self) -> str:
         self._finish()  # the Trainer asks for the summary when fit ends
-        return f"Neuron Explorer run: {self.run_dirs[-1]}" if self.run_dirs else ""
+        # a line of its own: Lightning appends each fit's summary to the same <stage>-<filename>.txt
+        return f"Neuron Explorer run: {self.run_dirs[-1]}\n" if self.run_dirs else ""
 
     def teardown(self, stage: str | None) -> None:
         self._finish()  # also when fit ended early: the run of what was recorded

@@ -8,8 +8,8 @@ The extension is compiled with `torch.utils.cpp_extension` (the compiler flags a
 the torch it runs with) into `$NEURON_EXPLORER_NATIVE_DIR`, by default
 `~/.cache/neuron-explorer/native/`, under a name that changes with the source, the torch version
 and the Python version, so a torch upgrade builds a fresh one. It needs a C++ compiler (`c++`, or
-`$CXX`) and ninja (a dependency). Building takes about half a minute on two cores and happens
-when `profile()` is created, before the job is profiled, never inside a recorded cycle.
+`$CXX`) and ninja (a dependency). Building takes half a minute to two on two cores (EXPECTED_BUILD)
+and happens when `profile()` is created, before the job is profiled, never inside a recorded cycle.
 
 `NEURON_EXPLORER_NATIVE`: `auto` (default: build or load it; if that fails, warn and use the
 Python converter, which writes the same run, more slowly; a failed build leaves
@@ -61,6 +61,10 @@ def module_name() -> str:
     return f"nx_live_{key[:16]}"
 
 
+EXPECTED_BUILD = "30 s to 2 min on 2 cores"
+"""Said when the build starts: 107 s measured on a 2-core machine under a load of 4 (35 s of CPU),
+1:43 on a fresh machine (issue 37), about 30 s idle."""
+
 STALE_LOCK_S = 600  # a build takes well under a minute
 
 
@@ -110,7 +114,7 @@ def _build(retry: bool):
     import torch
 
     print(f"neuron-explorer: compiling the native converter for torch {torch.__version__} into {out} "
-          "(once per torch version; about half a minute)", file=sys.stderr, flush=True)
+          f"(once per torch version; {EXPECTED_BUILD}) ...", file=sys.stderr, flush=True)
     import torch.utils.cpp_extension as ext  # (a slow import: only when building)
 
     path = os.environ.get("PATH", "")
