@@ -300,8 +300,8 @@ def text(report: Report, width: int = 100) -> str:
             notes = f" ({'; '.join(f.confidence_notes)})" if f.confidence_notes else ""
             con.print(escape(f"   confidence {f.confidence:.2f}{notes}"), highlight=False)
     if report.not_applicable:  # the rules only (on a CPU run, ten "no device events" reasons); --json and --markdown say why
-        con.print(escape(f"\n{NOT_APPLICABLE_TEXT}" + ", ".join(dict.fromkeys(n["rule_id"] for n in report.not_applicable))), highlight=False,
-                  soft_wrap=True)
+        con.print(escape(f"\n{NOT_APPLICABLE_TEXT}" + ", ".join(dict.fromkeys(n["rule_id"] for n in report.not_applicable))),
+                  highlight=False)  # wrapped at the report's width like every other line
     warnings = report.warnings
     if len(report.summary["ranks"]) > MANY_RANKS:
         warnings = summarise_warnings(warnings)  # one line per kind of warning across ranks
