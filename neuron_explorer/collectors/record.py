@@ -149,7 +149,11 @@ def profile_options(*, wait: int = 0, warmup: int = 0, active: int = 0, repeat: 
         for n in names:
             key = "privateuse1" if n == pu1 else n
             if key not in _ACTIVITY_NAMES:
-                raise UsageError(f"unknown activity {n!r}; choose from {', '.join(_ACTIVITY_NAMES)} (or {pu1!r})")
+                if not n.isidentifier():
+                    raise UsageError(f"unknown activity {n!r}; choose from {', '.join(_ACTIVITY_NAMES)} (or a PrivateUse1 backend's name)")
+                # a backend the script registers itself ('neuron'): PrivateUse1, checked when profiling stops
+                opts["privateuse1_backend"] = n
+                key = "privateuse1"
             acts.append(getattr(tp.ProfilerActivity, {"privateuse1": "PrivateUse1"}.get(key, key.upper())))
         opts["activities"] = acts
     return opts
