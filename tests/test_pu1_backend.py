@@ -1,0 +1,147 @@
+"""The accelerator (PrivateUse1) path, recorded for real on the test backend of tests/neuron_backend.py.
+
+The backend runs every operator on the CPU and reports it through a Kineto plugin in one of three
+shapes (see native_fixture/neuron_backend.cpp); it keeps its own record of kernel time, which the
+device busy figure must equal. Each test records a small training loop with `nx.profile` (three
+steps: forward, backward; 7 device operators a step after the first) and checks what the run links:
+
+    full         kernel -> neuronLaunchKernel (correlation id + ac2g flow) -> operator -> step, statement
+    kernel_only  kernel (only the operator's External id)  -> operator -> step, statement; no launch
+    driver       neuron::<op> (privateuse1_runtime, on the host) + nrt_execute (privateuse1_driver)
+
+The same run exported as a Kineto JSON (on_trace_ready passes through nx.profile) and imported must
+link the same.
+
+The backend is compiled once per source and torch version into the native build folder (about a
+minute the first time). Skipped only where there is no C++ compiler.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from neuron_explorer import open_run
+from neuron_explorer.collectors.kineto_names import C10_PRIVATEUSE1
+
+from . import neuron_backend
+
+pytestmark = [pytest.mark.slow,  # tier: compiles a torch C++ extension and records real runs
+              pytest.mark.skipif(neuron_backend.compiler() is None, reason="no C++ compiler to build the PrivateUse1 test backend")]
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return neuron_backend.load()
+
+
+def _record(backend, tmp_path: Path, shape: str) -> tuple[Path, Path, dict, dict]:
+    """(run dir, exported trace, the backend's own record over the profiled region, the manifest options)."""
+    import torch
+
+    import neuron_explorer as nx
+
+    backend.set_mode(shape, False)
+    model = torch.nn.Linear(4, 3).to("neuron")
+    x = torch.randn(8, 4).to("neuron")
+    trace = tmp_path / f"{shape}.json"
+    backend.reset_stats()
+    before = backend.stats()
+    with nx.profile(tmp_path / "run", on_trace_ready=lambda p: p.export_chrome_trace(str(trace))) as prof:
+        for _ in range(3):
+            loss = model(x).relu().sum()  # the statement device work of the forward and backward links to
+            loss.backward()
+            prof.step()
+    after = backend.stats()
+    stats = {"kernels": after["kernels"], "kernel_ns": after["kernel_ns"], "allocated": after["allocated"] - before["allocated"]}
+    return prof.run_dir, trace, stats, prof.recording.options
+
+
+def _links(run_dir: Path, kind: str) -> tuple[int, int, int, int, int]:
+    """(events of the kind, with a launch, an operator, a step, a statement)."""
+    with open_run(run_dir) as run:
+        return run.sql("SELECT count(*), count(launch_id), count(op_id), count(step), count(source_frame_id) FROM events WHERE kind = ?",
+                       [kind]).fetchone()
+
+
+def _imported(trace: Path, tmp_path: Path) -> Path:
+    from neuron_explorer.collectors.chrome_trace import import_traces
+
+    return import_traces(trace, tmp_path / "imported").run_dir
+
+
+def _summary(run_dir: Path) -> dict:
+    from neuron_explorer.analyzers import analyze
+
+    return analyze(run_dir).summary["ranks"][0]
+
+
+def test_full_shape_links_every_kernel_live_and_imported(backend, tmp_path):
+    run_dir, trace, stats, options = _record(backend, tmp_path, "full")
+    n = stats["kernels"]
+    assert n >= 21  # 7 device operators a step, 3 steps (plus first-step extras)
+    assert options["activities"] == ["CPU", "neuron"]
+    assert _links(run_dir, "kernel") == (n, n, n, n, n)
+    # imported: the launch by correlation id and flow, the operator and step; statements need the live frames
+    k, launch, op, step, _ = _links(_imported(trace, tmp_path), "kernel")
+    assert (k, launch, op, step) == (n, n, n, n)
+    # the device busy figure is the backend's own kernel time, to the nanosecond
+    (device,) = _summary(run_dir)["devices"]
+    assert (device["device"], device["busy_ns"], device["kernel_ns"]) == (0, stats["kernel_ns"], stats["kernel_ns"])
+
+
+def test_kernels_with_only_an_external_id_join_their_operator(backend, tmp_path):
+    run_dir, trace, stats, _ = _record(backend, tmp_path, "kernel_only")
+    n = stats["kernels"]
+    events = json.loads(trace.read_text())["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    assert len(kernels) == n and all("correlation" not in e["args"] and "External id" in e["args"] for e in kernels)
+    assert _links(run_dir, "kernel") == (n, 0, n, n, n)
+    assert _links(_imported(trace, tmp_path), "kernel")[:4] == (n, 0, n, n)
+    with open_run(run_dir) as run:
+        # each kernel's operator is the one whose External id it carries, and no "no launch" warning remains
+        wrong = run.sql("SELECT count(*) FROM events k JOIN events o ON o.event_id = k.op_id "
+                        "WHERE k.kind = 'kernel' AND o.external_id <> k.external_id").fetchone()[0]
+        quality = run.manifest["ranks"][0]["data_quality"]
+    assert wrong == 0
+    assert (quality["device_linked_by_external_id"], quality["device_events_without_launch"]) == (n, 0)
+    assert _summary(run_dir)["devices"][0]["busy_ns"] == stats["kernel_ns"]
+
+
+def test_backward_kernels_go_to_the_forward_statement(backend, tmp_path):
+    run_dir, _, _, _ = _record(backend, tmp_path, "full")
+    with open_run(run_dir) as run:
+        rows = run.sql("SELECT e.pass, f.line, count(*) FROM events e JOIN frames f ON f.frame_id = e.source_frame_id "
+                       "WHERE e.kind = 'kernel' GROUP BY ALL ORDER BY 1, 2").fetchall()
+    src = Path(__file__).read_text().splitlines()
+    line = next(i for i, t in enumerate(src, 1) if "loss = model(x).relu().sum()" in t)
+    assert {(p, ln) for p, ln, _ in rows} >= {("forward", line), ("backward", line)}
+
+
+def test_device_memory_lands_in_the_memory_table_as_the_device(backend, tmp_path):
+    run_dir, _, stats, _ = _record(backend, tmp_path, "full")
+    with open_run(run_dir) as run:
+        rows = run.sql("SELECT device_type, device, count(*), sum(bytes) FROM memory WHERE device_type = ? GROUP BY ALL",
+                       [C10_PRIVATEUSE1]).fetchall()
+    assert len(rows) == 1
+    device_type, device, count, net = rows[0]
+    assert (device_type, device) == (C10_PRIVATEUSE1, 0) and count > 0
+    assert net == stats["allocated"]  # what the allocator holds at the end less at the start
+
+
+def test_critical_path_of_a_synchronous_device_is_the_host(backend, tmp_path):
+    """The backend's kernels run inside their host operator, so every step is host-bound: the path
+    charges each step's whole duration to host work (and launch overhead), none to the device."""
+    from neuron_explorer.analyzers.critical_path import rank_path
+
+    run_dir, _, _, _ = _record(backend, tmp_path, "full")
+    with open_run(run_dir) as run:
+        steps = dict(run.sql("SELECT step, dur_ns FROM steps").fetchall())
+        rows = rank_path(run, 0)
+    charged: dict[int, int] = {}
+    for r in rows:
+        charged[r["step"]] = charged.get(r["step"], 0) + r["charged_ns"]
+    assert charged == steps
+    assert {r["category"] for r in rows} <= {"host_compute", "launch_overhead"}
