@@ -37,13 +37,13 @@ def backend():
     return neuron_backend.load()
 
 
-def _record(backend, tmp_path: Path, shape: str) -> tuple[Path, Path, dict, dict]:
+def _record(backend, tmp_path: Path, shape: str, clock_us: bool = False) -> tuple[Path, Path, dict, dict]:
     """(run dir, exported trace, the backend's own record over the profiled region, the manifest options)."""
     import torch
 
     import neuron_explorer as nx
 
-    backend.set_mode(shape, False)
+    backend.set_mode(shape, clock_us)
     model = torch.nn.Linear(4, 3).to("neuron")
     x = torch.randn(8, 4).to("neuron")
     trace = tmp_path / f"{shape}.json"
@@ -145,3 +145,22 @@ def test_critical_path_of_a_synchronous_device_is_the_host(backend, tmp_path):
         charged[r["step"]] = charged.get(r["step"], 0) + r["charged_ns"]
     assert charged == steps
     assert {r["category"] for r in rows} <= {"host_compute", "launch_overhead"}
+
+
+def test_a_plugin_clock_in_microseconds_is_scaled_live(backend, tmp_path):
+    """The plugin's events in µs: the live run scales them back (to µs precision) and says so; the
+    exported JSON has lost them (torch clamps times before its base), so its import is refused."""
+    from neuron_explorer.errors import InputError
+
+    run_dir, trace, stats, _ = _record(backend, tmp_path, "full", clock_us=True)
+    n = stats["kernels"]
+    assert _links(run_dir, "kernel") == (n, n, n, n, n)
+    with open_run(run_dir) as run:
+        warnings = run.manifest["warnings"]
+        before_launch = run.manifest["ranks"][0]["data_quality"]["device_before_launch"]
+    assert sum("timestamps were in µs, not ns" in w for w in warnings) == 2  # device events, runtime calls
+    assert before_launch == 0
+    busy = _summary(run_dir)["devices"][0]["busy_ns"]
+    assert abs(busy - stats["kernel_ns"]) <= 1000 * n  # each kernel's start and end rounded to the µs
+    with pytest.raises(InputError, match="baseTimeNanoseconds"):
+        _imported(trace, tmp_path)

@@ -40,6 +40,7 @@ from .. import store
 from ..errors import UsageError
 from . import _live_convert, _live_write, native, sources
 from .build import RawRank, build_rank
+from .device_clock import DeviceClockError, check_device_clock
 from .rank_entry import quality_warnings, rank_entry
 from .statements import StatementHook
 
@@ -235,7 +236,12 @@ class Recording:
         warnings_ = [*self.warnings, *extra_warnings]
         if not self.cycles:
             warnings_.append("no active profiler cycle completed: the run holds no events (check the schedule and prof.step() calls)")
-        built = build_rank(self.raw_rank())
+        raw = self.raw_rank()
+        try:
+            warnings_ += check_device_clock(raw)
+        except DeviceClockError as e:  # a recorded run is kept: its device timeline is as the plugin gave it
+            warnings_.append(str(e).replace("; not imported", "; left as recorded"))
+        built = build_rank(raw)
         built.tables["frames"] = sources.with_code(built.tables["frames"])  # the call sites' text, where readable
         meta = {"source": "live", "distributed_info": self.process_group or ({"rank": self.rank, "world_size": self.world_size}
                                                                             if self.world_size else None),

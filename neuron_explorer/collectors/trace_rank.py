@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from ..errors import InputError
 from ..schema import ID_STRIDE
 from . import _kineto_json, remote
+from .device_clock import DeviceClockError, check_device_clock
 from .kineto_names import MEMORY_ARGS
 from .raw import RawRank
 
@@ -191,6 +192,10 @@ def decode_rank(path: Path, progress: Callable[[int, int], None] | None = None,
     metadata_events = [m for c in chunks for m in c.metadata]
     del chunks, decoded, events
     _check_ranges(path, raw)
+    try:
+        warnings += [f"{path.name}: {w}" for w in check_device_clock(raw)]
+    except DeviceClockError as e:
+        raise InputError(path, str(e)) from None
     meta = {
         "source": str(path),
         "base_ns": base,
