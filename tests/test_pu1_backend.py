@@ -164,3 +164,21 @@ def test_a_plugin_clock_in_microseconds_is_scaled_live(backend, tmp_path):
     assert abs(busy - stats["kernel_ns"]) <= 1000 * n  # each kernel's start and end rounded to the µs
     with pytest.raises(InputError, match="baseTimeNanoseconds"):
         _imported(trace, tmp_path)
+
+
+def test_driver_shape_counts_device_interaction_as_device_work(backend, tmp_path):
+    """TorchNeuron's shape: nrt_execute (privateuse1_driver) on device 0 / stream 7 is device work,
+    live and imported alike; live it also finds its dispatch call by correlation id."""
+    run_dir, trace, stats, _ = _record(backend, tmp_path, "driver")
+    n = stats["kernels"]
+    assert _links(run_dir, "kernel") == (n, n, n, n, n)
+    with open_run(run_dir) as run:
+        assert run.sql("SELECT DISTINCT name, device, stream FROM events WHERE kind = 'kernel'").fetchall() == [("nrt_execute", 0, 7)]
+        # each dispatch call (neuron::<op>, privateuse1_runtime) runs inside its operator
+        assert run.sql("SELECT count(*), count(op_id) FROM events WHERE kind = 'runtime'").fetchone() == (n, n)
+    (device,) = _summary(run_dir)["devices"]
+    assert device["busy_ns"] == stats["kernel_ns"]
+    # imported: the JSON has no correlation on the dispatch calls; the External id joins the operator
+    imported = _imported(trace, tmp_path)
+    assert _links(imported, "kernel")[:4] == (n, 0, n, n)
+    assert abs(_summary(imported)["devices"][0]["busy_ns"] - stats["kernel_ns"]) <= n  # (the JSON's µs keep 3 decimals)
