@@ -182,3 +182,55 @@ def test_driver_shape_counts_device_interaction_as_device_work(backend, tmp_path
     imported = _imported(trace, tmp_path)
     assert _links(imported, "kernel")[:4] == (n, 0, n, n)
     assert abs(_summary(imported)["devices"][0]["busy_ns"] - stats["kernel_ns"]) <= n  # (the JSON's µs keep 3 decimals)
+
+
+_SCRIPT = """\
+import torch
+from tests import neuron_backend
+neuron_backend.load().set_mode("full", False)
+model = torch.nn.Linear(4, 3).to("neuron")
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(8, 4).to("neuron")
+for _ in range(4):
+    loss = model(x).relu().sum()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def _record_cli(backend, tmp_path: Path, *options: str):
+    """`record` of a script that registers the backend itself, as a user's script imports its vendor's package."""
+    import os
+    import subprocess
+    import sys
+
+    from .conftest import REPO, workload_env
+
+    script = tmp_path / "train.py"
+    script.write_text(_SCRIPT)
+    env = {**workload_env(), "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([sys.executable, "-m", "neuron_explorer", "record", "-o", str(tmp_path / "run"), *options, str(script)],
+                         capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    return tmp_path / "run", res.stderr
+
+
+@pytest.mark.parametrize("activities", [(), ("--activities", "cpu,neuron")])
+def test_record_sees_a_backend_the_script_registers_when_a_cycle_starts(backend, tmp_path, activities):
+    run_dir, _ = _record_cli(backend, tmp_path, "--wait", "1", "--active", "2", *activities)
+    with open_run(run_dir) as run:
+        assert run.manifest["profiler"]["activities"] == ["CPU", "neuron"]
+        assert [d["type"] for d in run.manifest["devices"]] == ["neuron"]
+        steps = run.sql("SELECT count(*) FROM steps").fetchone()[0]
+    k = _links(run_dir, "kernel")
+    assert steps >= 2 and k[0] >= 2 * 7 and k == (k[0],) * 5  # every kernel of the active steps, linked through to its statement
+
+
+def test_record_says_when_the_backend_came_after_profiling_started(backend, tmp_path):
+    run_dir, stderr = _record_cli(backend, tmp_path)
+    line = "the PrivateUse1 backend 'neuron' was registered after profiling started"
+    assert line in stderr
+    with open_run(run_dir) as run:
+        assert any(line in w for w in run.manifest["warnings"])
+        assert run.manifest["profiler"]["activities"] == ["CPU"]

@@ -329,11 +329,11 @@ class profile(tp.profile):
             acts = default_activities()
             if set(acts) != set(self.activities):
                 self.activities = set(acts)
-                self.recording.options["activities"] = activity_names(acts)
         pu1 = getattr(tp.ProfilerActivity, "PrivateUse1", None)
         backend = torch._C._get_privateuse1_backend_name()
         if pu1 in self.activities and self.use_device in (None, "privateuseone") and backend != "privateuseone":
             self.use_device = backend  # (torch chose it when the profile was made, before the backend was registered)
+        self.recording.options["activities"] = activity_names(sorted(self.activities, key=lambda a: int(a.value)))
         super().prepare_trace()
 
     def _on_trace_ready(self, prof: tp.profile) -> None:
@@ -355,17 +355,23 @@ class profile(tp.profile):
         warn = [self._exit_warning] if self._exit_warning else []
         missing = self._missing_backend()
         if missing:
-            warnings.warn(missing, stacklevel=2)
+            print(f"neuron-explorer: warning: {missing}", file=sys.stderr, flush=True)
             warn.append(missing)
         self.run_dir = self.recording.write(warn)
 
     def _missing_backend(self) -> str | None:
-        """A line when PrivateUse1 was asked for but no backend of that name is registered: torch then records
-        the CPU only, silently."""
+        """A line when PrivateUse1 was asked for but no backend of that name is registered (torch then records
+        the CPU only, silently), or when a backend was registered only after the profiler started."""
         pu1 = getattr(tp.ProfilerActivity, "PrivateUse1", None)
-        if pu1 is None or pu1 not in self.activities:
+        if pu1 is None:
             return None
         backend = torch._C._get_privateuse1_backend_name()
+        if pu1 not in self.activities:
+            if self._default_activities and pu1 in default_activities():  # registered while the cycle ran
+                return (f"the PrivateUse1 backend {backend!r} was registered after profiling started (by the script?): its device "
+                        "events were not recorded; record with a schedule (--wait 1 --active N) so that a cycle starts after "
+                        "it, or load it before (a torch.backends entry point)")
+            return None
         wanted = self._privateuse1_backend
         if backend == "privateuseone":
             return (f"activity {wanted or 'privateuse1'!r}: no PrivateUse1 backend was registered "
