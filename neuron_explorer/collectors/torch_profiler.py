@@ -296,7 +296,10 @@ class profile(tp.profile):
 
     Context manager (`with nx.profile("runs/x") as prof: ... prof.step()`) or decorator
     (`@nx.profile("runs/x")`: every call is recorded; the run is rewritten to hold them all). Activities
-    default to the CPU plus every available accelerator. Errors in how it is used (a run already
+    default to the CPU plus every available accelerator, checked again when each cycle starts (a
+    PrivateUse1 backend the script registers itself); `privateuse1_backend` names the backend that
+    PrivateUse1 stands for when it is not registered yet (`record --activities neuron`), checked when
+    profiling stops. Errors in how it is used (a run already
     at run_dir, a directory that cannot be written) are raised here, before any work is profiled.
     """
 
@@ -326,9 +329,7 @@ class profile(tp.profile):
         # a backend registered after the profile was made (by the script under `record`, by an import
         # inside the `with`) is seen when the next cycle starts
         if self._default_activities:
-            acts = default_activities()
-            if set(acts) != set(self.activities):
-                self.activities = set(acts)
+            self.activities = set(default_activities())
         pu1 = getattr(tp.ProfilerActivity, "PrivateUse1", None)
         backend = torch._C._get_privateuse1_backend_name()
         if pu1 in self.activities and self.use_device in (None, "privateuseone") and backend != "privateuseone":
