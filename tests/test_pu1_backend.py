@@ -13,7 +13,8 @@ The same run exported as a Kineto JSON (on_trace_ready passes through nx.profile
 link the same.
 
 The backend is compiled once per source and torch version into the native build folder (about a
-minute the first time). Skipped only where there is no C++ compiler.
+minute the first time); every recording runs in a child process (see _RECORDER). Skipped only where
+there is no C++ compiler.
 """
 
 from __future__ import annotations
@@ -32,31 +33,66 @@ pytestmark = [pytest.mark.slow,  # tier: compiles a torch C++ extension and reco
               pytest.mark.skipif(neuron_backend.compiler() is None, reason="no C++ compiler to build the PrivateUse1 test backend")]
 
 
+# Each recording runs in its own process: the backend must be registered before the process first runs
+# autograd (torch sizes the autograd engine's device queues then), and renaming PrivateUse1 would change
+# the default activities of every later test in this process.
+_RECORDER = """\
+import json, sys
+from pathlib import Path
+import torch
+from tests import neuron_backend
+import neuron_explorer as nx
+
+shape, clock_us, out = sys.argv[1], sys.argv[2] == "us", Path(sys.argv[3])
+backend = neuron_backend.load()
+backend.set_mode(shape, clock_us)
+model = torch.nn.Linear(4, 3).to("neuron")
+x = torch.randn(8, 4).to("neuron")
+trace = out / f"{shape}.json"
+backend.reset_stats()
+before = backend.stats()
+with nx.profile(out / "run", on_trace_ready=lambda p: p.export_chrome_trace(str(trace))) as prof:
+    for _ in range(3):
+        loss = model(x).relu().sum()  # the statement device work of the forward and backward links to
+        loss.backward()
+        prof.step()
+after = backend.stats()
+stats = {"kernels": after["kernels"], "kernel_ns": after["kernel_ns"], "allocated": after["allocated"] - before["allocated"]}
+print(json.dumps({"run_dir": str(prof.run_dir), "trace": str(trace), "stats": stats, "options": prof.recording.options}))
+"""
+
+
+def _env() -> dict:
+    import os
+
+    from .conftest import REPO, workload_env
+
+    return {**workload_env(), "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+
 @pytest.fixture(scope="module")
 def backend():
-    return neuron_backend.load()
+    """Builds the backend once (in a child process, like every use of it here)."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-c", "from tests import neuron_backend; neuron_backend.load()"], capture_output=True,
+                         text=True, timeout=900, env=_env())
+    assert res.returncode == 0, res.stderr[-4000:]
 
 
 def _record(backend, tmp_path: Path, shape: str, clock_us: bool = False) -> tuple[Path, Path, dict, dict]:
     """(run dir, exported trace, the backend's own record over the profiled region, the manifest options)."""
-    import torch
+    import subprocess
+    import sys
 
-    import neuron_explorer as nx
-
-    backend.set_mode(shape, clock_us)
-    model = torch.nn.Linear(4, 3).to("neuron")
-    x = torch.randn(8, 4).to("neuron")
-    trace = tmp_path / f"{shape}.json"
-    backend.reset_stats()
-    before = backend.stats()
-    with nx.profile(tmp_path / "run", on_trace_ready=lambda p: p.export_chrome_trace(str(trace))) as prof:
-        for _ in range(3):
-            loss = model(x).relu().sum()  # the statement device work of the forward and backward links to
-            loss.backward()
-            prof.step()
-    after = backend.stats()
-    stats = {"kernels": after["kernels"], "kernel_ns": after["kernel_ns"], "allocated": after["allocated"] - before["allocated"]}
-    return prof.run_dir, trace, stats, prof.recording.options
+    script = tmp_path / "record_neuron.py"
+    script.write_text(_RECORDER)
+    res = subprocess.run([sys.executable, str(script), shape, "us" if clock_us else "ns", str(tmp_path)], capture_output=True,
+                         text=True, timeout=600, env=_env(), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-4000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    return Path(out["run_dir"]), Path(out["trace"]), out["stats"], out["options"]
 
 
 def _links(run_dir: Path, kind: str) -> tuple[int, int, int, int, int]:
@@ -113,11 +149,11 @@ def test_kernels_with_only_an_external_id_join_their_operator(backend, tmp_path)
 def test_backward_kernels_go_to_the_forward_statement(backend, tmp_path):
     run_dir, _, _, _ = _record(backend, tmp_path, "full")
     with open_run(run_dir) as run:
-        rows = run.sql("SELECT e.pass, f.line, count(*) FROM events e JOIN frames f ON f.frame_id = e.source_frame_id "
-                       "WHERE e.kind = 'kernel' GROUP BY ALL ORDER BY 1, 2").fetchall()
-    src = Path(__file__).read_text().splitlines()
-    line = next(i for i, t in enumerate(src, 1) if "loss = model(x).relu().sum()" in t)
-    assert {(p, ln) for p, ln, _ in rows} >= {("forward", line), ("backward", line)}
+        rows = run.sql("SELECT e.pass, f.file, f.line, count(*) FROM events e JOIN frames f ON f.frame_id = e.source_frame_id "
+                       "WHERE e.kind = 'kernel' GROUP BY ALL ORDER BY 1, 2, 3").fetchall()
+    line = next(i for i, t in enumerate(_RECORDER.splitlines(), 1) if "loss = model(x).relu().sum()" in t)
+    script = str(tmp_path / "record_neuron.py")
+    assert {(p, f, ln) for p, f, ln, _ in rows} >= {("forward", script, line), ("backward", script, line)}
 
 
 def test_device_memory_lands_in_the_memory_table_as_the_device(backend, tmp_path):
@@ -201,17 +237,13 @@ for _ in range(4):
 
 def _record_cli(backend, tmp_path: Path, *options: str):
     """`record` of a script that registers the backend itself, as a user's script imports its vendor's package."""
-    import os
     import subprocess
     import sys
 
-    from .conftest import REPO, workload_env
-
     script = tmp_path / "train.py"
     script.write_text(_SCRIPT)
-    env = {**workload_env(), "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     res = subprocess.run([sys.executable, "-m", "neuron_explorer", "record", "-o", str(tmp_path / "run"), *options, str(script)],
-                         capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+                         capture_output=True, text=True, timeout=600, env=_env(), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     return tmp_path / "run", res.stderr
 
