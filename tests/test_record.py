@@ -194,6 +194,18 @@ def test_bad_use_is_refused_before_the_script_runs(tmp_path):
     assert not (tmp_path / "report.json").exists()
 
 
+def test_a_privateuse1_activity_with_no_backend_says_so(tmp_path):
+    """torch records the CPU only, silently, when PrivateUse1 is asked for and no backend is registered."""
+    write_script(tmp_path)
+    for asked in ("cpu,privateuse1", "cpu,neuron"):
+        r = record(tmp_path, "-o", f"run-{asked[4:]}", "--activities", asked, "train.py")
+        assert r.returncode == 0, r.stderr
+        line = f"activity '{asked[4:]}': no PrivateUse1 backend was registered (torch.utils.rename_privateuse1_backend), so only the CPU was recorded"
+        assert f"neuron-explorer: warning: {line}" in r.stderr
+        with open_run(tmp_path / f"run-{asked[4:]}") as run:
+            assert line in run.manifest["warnings"]
+
+
 def test_git_commit_and_dirty_flag(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()

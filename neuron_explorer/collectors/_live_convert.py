@@ -49,6 +49,7 @@ from .kineto_names import (
     INPUT_TYPE_ARG,
     LAUNCH_FLOW,
     MODULE_PREFIX,
+    PRIVATEUSE1_DRIVER_CATEGORY,
     PYTHON_FUNCTION_CATEGORY,
     SEQUENCE_NUMBER,
     USER_ANNOTATION_CATEGORY,
@@ -382,7 +383,7 @@ def convert_cycle(kineto_results, frames: FrameTable, pid: int | None = None, na
             else:
                 args = None
         else:
-            on_host = e.device_type().name == "CPU"
+            on_host = e.device_type().name == "CPU" and category != PRIVATEUSE1_DRIVER_CATEGORY
             correlation = _signed64(e.correlation_id())
             external = _signed64(e.linked_correlation_id()) or None
             args = None

@@ -299,11 +299,21 @@ def build_rank(raw: RawRank) -> RankTables:
         # backward work: the forward operator that built its autograd node, and every event's pass
         fwd, pass_code, backward_counts = backward_links.result()
 
-    dev_no_launch = is_device & (launch < 0) & (kind != K["gpu_annotation"])
-    quality["device_events_without_launch"] = int(np.count_nonzero(dev_no_launch))
     has_launch = launch >= 0
     li = np.maximum(launch, 0)
     quality["device_before_launch"] = int(np.count_nonzero(has_launch & (ts < ts[li]))) if n else 0
+    # a device event with neither a runtime call nor a flow (plugins that give kernels only the
+    # operator's External id) joins the operator of that External id: operator, step, statement,
+    # module and pass come from it; it still has no launch
+    by_external = _device_by_external_id(is_device & ~has_launch & (kind != K["gpu_annotation"]), is_op, external_id, external_null)
+    linked_by_external = by_external >= 0
+    quality["device_linked_by_external_id"] = int(np.count_nonzero(linked_by_external))
+    dev_no_launch = is_device & ~has_launch & ~linked_by_external & (kind != K["gpu_annotation"])
+    quality["device_events_without_launch"] = int(np.count_nonzero(dev_no_launch))
+    # the event each device event inherits from: its launch, else its operator by External id
+    anchor = np.where(has_launch, launch, by_external)
+    has_launch = anchor >= 0  # (from here: has an anchor)
+    li = np.maximum(anchor, 0)
     quality["negative_timestamps"] = int(np.count_nonzero(ts < 0))
 
     # backward work's statement is its forward operator's
@@ -479,6 +489,35 @@ def _np_mask(col: pa.ChunkedArray, order: np.ndarray) -> tuple[np.ndarray, np.nd
     values = np.asarray(col.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
     nulls = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
     return values[order], nulls[order]
+
+
+def _device_by_external_id(need_mask, is_op, external_id, external_null) -> np.ndarray:
+    """For each row of `need_mask` that has an External id, the CPU operator with that External id
+    (the latest to start at or before it, else the first after; rows are in time order), else -1."""
+    n = len(need_mask)
+    out = np.full(n, -1, dtype=np.int64)
+    need = np.flatnonzero(need_mask & ~external_null)
+    ops = np.flatnonzero(is_op & ~external_null)
+    if not len(need) or not len(ops):
+        return out
+    ids = np.unique(external_id[ops])
+    op_code = np.searchsorted(ids, external_id[ops])
+    p = np.clip(np.searchsorted(ids, external_id[need]), 0, len(ids) - 1)
+    known = ids[p] == external_id[need]
+    need, code = need[known], p[known]
+    if not len(need):
+        return out
+    # one sorted key per operator: (External id's code, row); a device row looks up its own key
+    stride = np.int64(n + 1)
+    op_key = np.sort(op_code.astype(np.int64) * stride + ops)
+    key = code.astype(np.int64) * stride + need
+    before = np.searchsorted(op_key, key, side="right") - 1
+    ok_before = (before >= 0) & (op_key[np.maximum(before, 0)] // stride == code)
+    after = np.minimum(before + 1, len(op_key) - 1)
+    pick = np.where(ok_before, before, after)
+    found = op_key[pick] // stride == code
+    out[need[found]] = op_key[pick[found]] % stride
+    return out
 
 
 def _syncs_by_external_id(is_sync, is_op, external_id, external_null, ts, op, top_op, step):

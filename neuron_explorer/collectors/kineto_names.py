@@ -44,6 +44,10 @@ SEQUENCE_NUMBER_ARG = rf'"{SEQUENCE_NUMBER}"\s*:\s*(?P<seq>-?\d+)'
 """The `Sequence number` arg in an event's args JSON text (a regex for pyarrow's extract_regex)."""
 
 # --- categories ----------------------------------------------------------------------------------
+PRIVATEUSE1_DRIVER_CATEGORY = "privateuse1_driver"
+"""A PrivateUse1 plugin's device interaction per stream (TorchNeuron). torch reports it as a CPU
+activity, yet it lies on a device stream (pid = device, tid = stream): both collectors file it as
+device work, on its device."""
 CATEGORY_KINDS = {
     "cpu_op": "cpu_op",
     "operator": "cpu_op",
@@ -54,7 +58,8 @@ CATEGORY_KINDS = {
     "runtime": "runtime",
     "mtia_runtime": "runtime",
     "privateuse1_runtime": "runtime",
-    "privateuse1_driver": "runtime",
+    # TorchNeuron's device interaction, one track per device stream: device work (docs/METRICS.md)
+    "privateuse1_driver": "kernel",
     "xpu_runtime": "runtime",
     "xpu_driver": "runtime",
     "hip_runtime": "runtime",

@@ -129,6 +129,9 @@ def check_target(script: str | None, module: str | None) -> Path | None:
 
 
 _ACTIVITY_NAMES = ("cpu", "cuda", "xpu", "mtia", "privateuse1")
+_PRIVATEUSE1_BACKENDS = ("neuron", "npu", "openreg")
+"""PrivateUse1 backends' names (AWS Trainium's TorchNeuron, Ascend's torch_npu, PyTorch's reference) that
+--activities takes before the script registers them: checked when profiling stops."""
 
 
 def profile_options(*, wait: int = 0, warmup: int = 0, active: int = 0, repeat: int = 0, activities: str | None = None,
@@ -156,7 +159,12 @@ def profile_options(*, wait: int = 0, warmup: int = 0, active: int = 0, repeat: 
         for n in names:
             key = "privateuse1" if n == pu1 else n
             if key not in _ACTIVITY_NAMES:
-                raise UsageError(f"unknown activity {n!r}; choose from {', '.join(_ACTIVITY_NAMES)} (or {pu1!r})")
+                if n not in _PRIVATEUSE1_BACKENDS:
+                    raise UsageError(f"unknown activity {n!r}; choose from {', '.join(_ACTIVITY_NAMES)} "
+                                     f"(or a PrivateUse1 backend: {', '.join(_PRIVATEUSE1_BACKENDS)}, or the one registered: {pu1!r})")
+                # a backend the script registers itself ('neuron'): PrivateUse1, checked when profiling stops
+                opts["privateuse1_backend"] = n
+                key = "privateuse1"
             acts.append(getattr(tp.ProfilerActivity, {"privateuse1": "PrivateUse1"}.get(key, key.upper())))
         opts["activities"] = acts
     return opts

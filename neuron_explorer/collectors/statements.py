@@ -15,12 +15,19 @@ the thread that starts profiling, and torch carries them into the autograd engin
 Under `torch.compile` the mode is traced through, with no graph break. Processes forked while
 profiling (DataLoader workers) drop it.
 
+A warning raised inside a torch call (from torch's C++ or with a stack level meant for the user's
+call) would name the mode's frame here: while the hook is on, `warnings.showwarning` is wrapped so
+that such a warning names the statement that called through the mode (Python 3.11 has no
+`skip_file_prefixes`, and C++ warnings take the innermost frame whatever it is).
+
 Must not: change what any torch call computes or returns.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import warnings
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -53,6 +60,28 @@ def _drop_in_forked_child() -> None:
 _FORK_HOOKED = False
 
 
+def _user_frame_of_warning():
+    """The frame that called through StatementLines, when a warning is being shown from inside it."""
+    code = StatementLines.__torch_function__.__code__
+    f = sys._getframe(2)
+    while f is not None and f.f_code is not code:
+        f = f.f_back
+    return f.f_back if f is not None else None
+
+
+def _wrap_showwarning(show):
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if filename == __file__:
+            caller = _user_frame_of_warning()
+            if caller is not None:
+                filename, lineno, line = caller.f_code.co_filename, caller.f_lineno, None
+        return show(message, category, filename, lineno, file, line)
+
+    showwarning.__wrapped__ = show  # type: ignore[attr-defined]
+    showwarning._statement_lines = True  # type: ignore[attr-defined]
+    return showwarning
+
+
 class StatementHook:
     """Enters StatementLines on the thread that starts profiling; `stop()` leaves it."""
 
@@ -64,6 +93,8 @@ class StatementHook:
         if self._mode is None:
             self._mode = StatementLines()
             self._mode.__enter__()
+            if not getattr(warnings.showwarning, "_statement_lines", False):
+                warnings.showwarning = _wrap_showwarning(warnings.showwarning)
         if not _FORK_HOOKED and hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_drop_in_forked_child)
             _FORK_HOOKED = True
@@ -72,3 +103,5 @@ class StatementHook:
         mode, self._mode = self._mode, None
         if mode is not None:
             _remove(lambda m: m is not mode)
+            if getattr(warnings.showwarning, "_statement_lines", False):  # (unless the user replaced it meanwhile)
+                warnings.showwarning = warnings.showwarning.__wrapped__

@@ -40,6 +40,7 @@ from .. import store
 from ..errors import UsageError
 from . import _live_convert, _live_write, native, sources
 from .build import RawRank, build_rank
+from .device_clock import DeviceClockError, check_device_clock
 from .rank_entry import quality_warnings, rank_entry
 from .statements import StatementHook
 
@@ -74,8 +75,11 @@ def default_activities() -> list[tp.ProfilerActivity]:
 
 
 def activity_names(acts: Iterable) -> list[str]:
-    backend = torch._C._get_privateuse1_backend_name()
-    return [backend if a.name == "PrivateUse1" else a.name for a in acts]
+    """Activities as the manifest names them: CPU, CUDA, ... and a PrivateUse1 backend by its own name in
+    lower case ('neuron'; torch renames the enum member to 'NEURON', so it is told by identity)."""
+    pu1 = getattr(tp.ProfilerActivity, "PrivateUse1", None)
+    backend = torch._C._get_privateuse1_backend_name().lower()
+    return [backend if pu1 is not None and a == pu1 else a.name for a in acts]
 
 
 def device_properties() -> list[dict]:
@@ -232,7 +236,12 @@ class Recording:
         warnings_ = [*self.warnings, *extra_warnings]
         if not self.cycles:
             warnings_.append("no active profiler cycle completed: the run holds no events (check the schedule and prof.step() calls)")
-        built = build_rank(self.raw_rank())
+        raw = self.raw_rank()
+        try:
+            warnings_ += check_device_clock(raw)
+        except DeviceClockError as e:  # a recorded run is kept: its device timeline is as the plugin gave it
+            warnings_.append(str(e).replace("; not imported", "; left as recorded"))
+        built = build_rank(raw)
         built.tables["frames"] = sources.with_code(built.tables["frames"])  # the call sites' text, where readable
         meta = {"source": "live", "distributed_info": self.process_group or ({"rank": self.rank, "world_size": self.world_size}
                                                                             if self.world_size else None),
@@ -287,14 +296,19 @@ class profile(tp.profile):
 
     Context manager (`with nx.profile("runs/x") as prof: ... prof.step()`) or decorator
     (`@nx.profile("runs/x")`: every call is recorded; the run is rewritten to hold them all). Activities
-    default to the CPU plus every available accelerator. Errors in how it is used (a run already
+    default to the CPU plus every available accelerator, checked again when each cycle starts (a
+    PrivateUse1 backend the script registers itself); `privateuse1_backend` names the backend that
+    PrivateUse1 stands for when it is not registered yet (`record --activities neuron`), checked when
+    profiling stops. Errors in how it is used (a run already
     at run_dir, a directory that cannot be written) are raised here, before any work is profiled.
     """
 
     def __init__(self, run_dir: Path | str, *, activities: Iterable | None = None, schedule: Callable | None = None,
                  with_stack: bool = True, record_shapes: bool = True, profile_memory: bool = True, with_flops: bool = True,
                  overwrite: bool = False, command: list[str] | None = None, script_dir: Path | str | None = None,
-                 statement_lines: bool = True, **torch_profiler_kwargs):
+                 statement_lines: bool = True, privateuse1_backend: str | None = None, **torch_profiler_kwargs):
+        self._privateuse1_backend = privateuse1_backend  # the backend --activities named, if not yet registered
+        self._default_activities = activities is None  # re-checked when each cycle starts (a backend the script registers)
         acts = list(activities) if activities is not None else default_activities()
         user_ready = torch_profiler_kwargs.pop("on_trace_ready", None)
         options = {"activities": activity_names(acts), "schedule": _schedule_options(schedule), "with_stack": with_stack,
@@ -310,6 +324,18 @@ class profile(tp.profile):
                          profile_memory=profile_memory, with_stack=with_stack, with_flops=with_flops, **torch_profiler_kwargs)
         # torch marks ProfilerStep#N ranges only under a schedule; a run wants its steps either way
         self.record_steps = True
+
+    def prepare_trace(self) -> None:
+        # a backend registered after the profile was made (by the script under `record`, by an import
+        # inside the `with`) is seen when the next cycle starts
+        if self._default_activities:
+            self.activities = set(default_activities())
+        pu1 = getattr(tp.ProfilerActivity, "PrivateUse1", None)
+        backend = torch._C._get_privateuse1_backend_name()
+        if pu1 in self.activities and self.use_device in (None, "privateuseone") and backend != "privateuseone":
+            self.use_device = backend  # (torch chose it when the profile was made, before the backend was registered)
+        self.recording.options["activities"] = activity_names(sorted(self.activities, key=lambda a: int(a.value)))
+        super().prepare_trace()
 
     def _on_trace_ready(self, prof: tp.profile) -> None:
         self.recording.add_cycle(prof)
@@ -328,7 +354,32 @@ class profile(tp.profile):
             self._statements.stop()
         super().stop()
         warn = [self._exit_warning] if self._exit_warning else []
+        missing = self._missing_backend()
+        if missing:
+            print(f"neuron-explorer: warning: {missing}", file=sys.stderr, flush=True)
+            warn.append(missing)
         self.run_dir = self.recording.write(warn)
+
+    def _missing_backend(self) -> str | None:
+        """A line when PrivateUse1 was asked for but no backend of that name is registered (torch then records
+        the CPU only, silently), or when a backend was registered only after the profiler started."""
+        pu1 = getattr(tp.ProfilerActivity, "PrivateUse1", None)
+        if pu1 is None:
+            return None
+        backend = torch._C._get_privateuse1_backend_name()
+        if pu1 not in self.activities:
+            if self._default_activities and pu1 in default_activities():  # registered while the cycle ran
+                return (f"the PrivateUse1 backend {backend!r} was registered after profiling started (by the script?): its device "
+                        "events were not recorded; record with a schedule (--wait 1 --active N) so that a cycle starts after "
+                        "it, or load it before (a torch.backends entry point)")
+            return None
+        wanted = self._privateuse1_backend
+        if backend == "privateuseone":
+            return (f"activity {wanted or 'privateuse1'!r}: no PrivateUse1 backend was registered "
+                    "(torch.utils.rename_privateuse1_backend), so only the CPU was recorded")
+        if wanted is not None and wanted.lower() != backend.lower():
+            return f"activity {wanted!r}: the PrivateUse1 backend registered is {backend!r}; it was recorded under that name"
+        return None
 
     def __exit__(self, exc_type, exc_val, exc_tb):
         if exc_type is not None and not (exc_type is SystemExit and exc_val.code in (0, None)):

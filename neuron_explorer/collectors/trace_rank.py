@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from ..errors import InputError
 from ..schema import ID_STRIDE
 from . import _kineto_json, remote
+from .device_clock import DeviceClockError, check_device_clock
 from .kineto_names import MEMORY_ARGS
 from .raw import RawRank
 
@@ -192,6 +193,10 @@ def decode_rank(path: Path, progress: Callable[[int, int], None] | None = None,
     metadata_events = _merged_metadata(c.metadata for c in chunks)
     del chunks, decoded, events
     _check_ranges(path, raw)
+    try:
+        warnings += [f"{path.name}: {w}" for w in check_device_clock(raw)]
+    except DeviceClockError as e:
+        raise InputError(path, str(e)) from None
     meta = {
         "source": str(path),
         "base_ns": base,

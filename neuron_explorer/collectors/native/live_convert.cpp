@@ -466,7 +466,8 @@ void read_events(const ProfilerResult& res, int64_t pid, size_t begin, size_t en
     } else {
       // a runtime call belongs to the operator that made it (its External id); device events
       // get theirs through their launch, in build.py
-      bool on_host = e.deviceType() == c10::DeviceType::CPU;
+      // (privateuse1_driver: a CPU activity to torch, yet on a device stream; kineto_names.py)
+      bool on_host = e.deviceType() == c10::DeviceType::CPU && activity != ActivityType::PRIVATEUSE1_DRIVER;
       uint64_t linked = e.linkedCorrelationId();
       out.corr.push(static_cast<int64_t>(e.correlationId()));
       out.ext.push(static_cast<int64_t>(linked), linked != 0);
