@@ -6,8 +6,9 @@ that reports microseconds (PyTorch's own reference PrivateUse1 plugin does) puts
 times too early: a report's span then reads millions of seconds. Each group of plugin events (device
 work; runtime and driver calls) is checked on its own:
 
-- within the host's span, widened by that span or 1 s on each side (device work may outlast the
-  host's last event): left as it is;
+- meeting the host's span, widened by 100 times that span or 60 s on each side (device work may
+  outlast the host's last event, and plugins' clocks drift): left as it is (µs read as ns, or another epoch, would put the whole group
+  far from it, so a group that meets it shares the host's clock);
 - outside it, but inside once ×1000 (µs read as ns): scaled, and the run says so;
 - outside it either way: `DeviceClockError`, one line the importer turns into a refusal naming the
   file (the live collector writes it as a warning and keeps the run).
@@ -20,15 +21,17 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ..schema import DEVICE_KINDS
+from ..schema import DEVICE_KINDS, KINDS
 from .kineto_names import kind_of_category
 from .raw import RawRank
 
 SCALE = 1000
 """The one factor recognised: microseconds written where nanoseconds belong."""
 _LIMIT_NS = 2**62
-_HOST_KINDS = frozenset({"cpu_op", "user_annotation", "python"})
-_PLUGIN_GROUPS = (("device events", DEVICE_KINDS), ("runtime calls", frozenset({"runtime", "driver"})))
+_K = {k: k for k in KINDS}
+"""The run's kinds by name (a KeyError here if the schema drops one these checks read)."""
+_HOST_KINDS = frozenset({_K["cpu_op"], _K["user_annotation"], _K["python"]})
+_PLUGIN_GROUPS = (("device events", DEVICE_KINDS), ("runtime calls", frozenset({_K["runtime"]})))
 
 
 class DeviceClockError(ValueError):
@@ -56,7 +59,7 @@ def check_device_clock(raw: RawRank) -> list[str]:
     if not host.any():
         return []
     lo, hi = int(ts[host].min()), int((ts[host] + dur[host]).max())
-    slack = max(hi - lo, 1_000_000_000)
+    slack = max(100 * (hi - lo), 60_000_000_000)  # generous: a wrong unit or epoch misses by a factor of 1000 or by years
     lo, hi = lo - slack, hi + slack
     warnings: list[str] = []
     scale = np.zeros(len(ts), dtype=bool)
@@ -65,8 +68,8 @@ def check_device_clock(raw: RawRank) -> list[str]:
         if not rows.any():
             continue
         g_lo, g_hi = int(ts[rows].min()), int((ts[rows] + dur[rows]).max())
-        if lo <= g_lo and g_hi <= hi:
-            continue
+        if g_lo <= hi and lo <= g_hi:
+            continue  # it meets the host's (widened) span: one clock; a unit or epoch apart would miss it entirely
         if abs(g_hi) < _LIMIT_NS // SCALE and lo <= g_lo * SCALE and g_hi * SCALE <= hi:
             scale |= rows
             warnings.append(f"{what}' timestamps were in µs, not ns (they lay {_text(lo + slack - g_lo)} before the host's): "
