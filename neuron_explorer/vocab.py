@@ -125,12 +125,24 @@ def is_comm_kernel_name(name: str | None) -> bool:
 
 SYNC_CALL_PART = "Synchronize"
 """Part of the name of every runtime call that waits for a device (cudaDeviceSynchronize,
-cudaStreamSynchronize, cudaEventSynchronize, their hip/driver/PrivateUse1 equivalents)."""
+cudaStreamSynchronize, cudaEventSynchronize, hipDeviceSynchronize, cuStreamSynchronize, ...). A
+PrivateUse1 backend names its runtime calls itself: a sync is found only where its name has this
+part (PRIVATEUSE1_RUNTIME_CALLS lists the names known, none of them a sync)."""
 SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero")
 """Operators that read a device value on the host (`.item()`, `float(t)`, `if t:`, a data-dependent
 shape): a host sync when the tensor is on a device (a runtime sync or blocking copy beneath)."""
 MEMCPY_CALL_PARTS = ("Memcpy", "memcpy")
 """Parts of the name of a runtime copy call (cudaMemcpy, hipMemcpyAsync, ...)."""
+PRIVATEUSE1_RUNTIME_CALLS = {
+    "neuronLaunchKernel": "launch",
+    "nrt_execute": "device work",
+}
+"""The PrivateUse1 runtime and driver event names known (tests/native_fixture/neuron_backend.cpp,
+shaped as TorchNeuron's: `privateuse1_runtime` launches, `privateuse1_driver` device work per
+stream), with what each is. Besides these it emits `neuron::<op>` runtime calls and `nrt_<op>`
+kernels named after the operator. None is a sync, a runtime copy or an allocator call: the
+fragments below select none of them (tests/test_vocabulary.py), and a launch is found by the launch
+flow and `collectors/kineto_names.LAUNCH_CALL`, which matches `neuronLaunchKernel`."""
 
 
 def sync_call(alias: str = "") -> str:
@@ -170,12 +182,24 @@ def to_host_copy(alias: str = "") -> str:
     return f"{a}kind = 'memcpy' AND regexp_matches({a}name, {sql_literal(TO_HOST_COPY_PATTERN)})"
 
 
+PAGEABLE_TO_DEVICE_COPY_PATTERN = r"(?i)(HtoD.*Pageable|Pageable ?-> ?Device)"
+"""A device copy (kind 'memcpy') from pageable (not pinned) host memory to a device: Kineto's
+`Memcpy HtoD (Pageable -> Device)`. The driver stages it through a bounce buffer; it cannot overlap compute."""
+
+
+def pageable_to_device_copy(alias: str = "") -> str:
+    """An event is a device copy from pageable host memory (PAGEABLE_TO_DEVICE_COPY_PATTERN)."""
+    a = _a(alias)
+    return f"{a}kind = 'memcpy' AND regexp_matches({a}name, {sql_literal(PAGEABLE_TO_DEVICE_COPY_PATTERN)})"
+
+
 # ---- allocator -----------------------------------------------------------------------------------
 
-ALLOCATOR_CALL_PATTERN = r"^(cuda|hip|cu|nrt_?)(Malloc|Free|MemAlloc|MemFree)"
+ALLOCATOR_CALL_PATTERN = r"^(cuda|hip|cu)(Malloc|Free|MemAlloc|MemFree)"
 """A runtime call that allocates or frees device memory outside the caching allocator's cache
 (cudaMalloc, cudaFree, cudaMallocAsync, hipMalloc, hipFree, cuMemAlloc, ...): in a steady step,
-the caching allocator is off, `empty_cache()` runs in the loop, or memory is fragmented."""
+the caching allocator is off, `empty_cache()` runs in the loop, or memory is fragmented. No
+PrivateUse1 allocator call name is known (PRIVATEUSE1_RUNTIME_CALLS): none is matched."""
 ALLOCATOR_CALL_RE = re.compile(ALLOCATOR_CALL_PATTERN)
 
 

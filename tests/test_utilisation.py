@@ -164,7 +164,7 @@ def test_underused_fp32_gemm_on_a_tensor_core_device(tmp_path):
     report = analyze(import_traces(trace, tmp_path / "run").run_dir, write=False)
     f = next(x for x in report.findings if x.rule_id == "device-underuse")
     assert f.location.kernel == "sgemm_fp32" and f.location.op == "aten::mm"
-    assert "torch.autocast(dtype=torch.bfloat16)" in f.recommendation and "allow_tf32" in f.recommendation
+    assert "torch.autocast(device_type='cuda', dtype=torch.bfloat16)" in f.recommendation and "allow_tf32" in f.recommendation
     assert "not all multiples of 8" in f.recommendation
     achieved = 2 * m * k * n / 8e-3
     assert f.evidence.values["tflops_per_s"] == pytest.approx(achieved / 1e12)

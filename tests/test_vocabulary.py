@@ -27,6 +27,7 @@ SPELLINGS = {
     "sync runtime calls (vocab.SYNC_CALL_PART / sync_call)": re.compile(r"^(cuda|hip)\w*Synchronize$|^Synchronize$"),
     "GEMM / convolution operators (vocab.GEMM_OPS / CONV_OPS)": re.compile(r"^aten::(mm|addmm|bmm|conv2d|convolution)$|'aten::(mm|addmm|conv2d)'"),
     "allocator calls (vocab.ALLOCATOR_CALL_PATTERN)": re.compile(r"^(cuda|hip)(Malloc|Free)"),
+    "copy direction (vocab.TO_HOST_COPY_PATTERN / PAGEABLE_TO_DEVICE_COPY_PATTERN)": re.compile(r"(?i)%(DtoH|HtoD|Pageable)%|\b(DtoH|HtoD)\|"),
     "a source line's key (vocab.line_key / line_key_sql)": re.compile(r"file\s*\|\|\s*':'\s*\|\|"),
     "kernel precision (vocab.FP32_KERNEL_PATTERN / LOWER_PRECISION_KERNEL_PATTERN, work_class)": re.compile(
         r"sgemm\||\|sgemm|bf16\|fp16|fp16\|bf16|h884\|"),
@@ -78,6 +79,7 @@ def test_the_check_finds_each_spelling(idea, tmp_path):
         "sync runtime calls": "cudaStreamSynchronize",
         "GEMM / convolution": "aten::addmm",
         "allocator calls": "hipFree",
+        "copy direction": "(name ILIKE '%DtoH%' AND step IS NOT NULL)",
         "a source line's key": "SELECT f.file || ':' || f.line AS source FROM frames f",
         "kernel precision": "(?i)(sgemm|f32|fp32)",
     }
@@ -116,3 +118,48 @@ def test_fragments_select_what_they_name():
     assert ids(vocab.in_steps([], "e")) == []
     assert vocab.GEMM_KERNEL_RE.search("sm80_xmma_gemm") and not vocab.GEMM_KERNEL_RE.search("elementwise_kernel")
     assert vocab.is_comm_kernel_name("ncclDevKernel_AllGather") and not vocab.is_comm_kernel_name("gemm")
+
+
+def test_copy_direction_fragments_select_what_they_name():
+    """Pageable host-to-device and device-to-host copies, by Kineto's and ROCm's names; a runtime call
+    or a device-to-device copy is neither."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE events AS SELECT * FROM (VALUES "
+                "(1, 'memcpy', 'Memcpy HtoD (Pageable -> Device)'), (2, 'memcpy', 'Memcpy HtoD (Pinned -> Device)'), "
+                "(3, 'memcpy', 'Memcpy DtoH (Device -> Pageable)'), (4, 'memcpy', 'CopyDeviceToHost'), "
+                "(5, 'memcpy', 'Memcpy DtoD (Device -> Device)'), (6, 'runtime', 'cudaMemcpyAsync')) t(event_id, kind, name)")
+
+    def ids(where):
+        return [r[0] for r in con.execute(f"SELECT event_id FROM events e WHERE {where} ORDER BY 1").fetchall()]
+
+    assert ids(vocab.pageable_to_device_copy("e")) == [1]
+    assert ids(vocab.to_host_copy("e")) == [3, 4]
+    assert ids(f"e.kind = 'runtime' AND {vocab.memcpy_call('e')}") == [6]
+
+
+def test_privateuse1_names_of_the_test_backend_are_what_the_vocabulary_says():
+    """The runtime and driver names our PrivateUse1 backend emits (tests/native_fixture/neuron_backend.cpp,
+    TorchNeuron's shape): a launch is a launch, and none is taken for a sync, a copy or an allocator call."""
+    import duckdb
+
+    from neuron_explorer.collectors.kineto_names import LAUNCH_CALL, kind_of_category
+
+    source = (Path(__file__).parent / "native_fixture" / "neuron_backend.cpp").read_text()
+    for name in vocab.PRIVATEUSE1_RUNTIME_CALLS:
+        assert f'"{name}"' in source, name  # the backend still emits it
+    assert kind_of_category("privateuse1_runtime") == "runtime" and kind_of_category("privateuse1_driver") == "kernel"
+    names = [*vocab.PRIVATEUSE1_RUNTIME_CALLS, "neuron::mm", "neuron::_local_scalar_dense", "neuron::copy_"]
+    assert [n for n in names if LAUNCH_CALL.search(n)] == ["neuronLaunchKernel"]
+    assert vocab.PRIVATEUSE1_RUNTIME_CALLS["neuronLaunchKernel"] == "launch"
+    con = duckdb.connect()
+    con.execute("CREATE TABLE events(event_id INT, kind VARCHAR, name VARCHAR)")
+    con.executemany("INSERT INTO events VALUES (?, 'runtime', ?)", list(enumerate(names)))
+    for fragment in (vocab.sync_call("e"), vocab.allocator_call("e"), f"e.kind = 'runtime' AND {vocab.memcpy_call('e')}"):
+        assert con.execute(f"SELECT count(*) FROM events e WHERE {fragment}").fetchone()[0] == 0, fragment
+    assert not any(vocab.is_sync_call_name(n) or vocab.is_memcpy_call_name(n) or vocab.ALLOCATOR_CALL_RE.search(n) for n in names)
+    # the same fragments still select the CUDA/HIP spellings beside them
+    con.executemany("INSERT INTO events VALUES (?, 'runtime', ?)", [(100, "cudaStreamSynchronize"), (101, "hipMalloc"), (102, "hipMemcpyAsync")])
+    assert [r[0] for r in con.execute(f"SELECT event_id FROM events e WHERE {vocab.sync_call('e')} OR {vocab.allocator_call('e')} "
+                                      f"OR e.kind = 'runtime' AND {vocab.memcpy_call('e')} ORDER BY 1").fetchall()] == [100, 101, 102]

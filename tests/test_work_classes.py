@@ -100,7 +100,7 @@ def test_precision_advice_fits_the_device():
     assert "torch.bfloat16" in P.precision_advice(a100) and "set_float32_matmul_precision" in P.precision_advice(a100)
     assert "FP8" not in P.precision_advice(a100) and "FP8" in P.precision_advice(h100)
     assert "has no TF32" in P.precision_advice(mi250) and "FP8" not in P.precision_advice(mi250)
-    assert "device_type='xla'" in P.precision_advice(trn)
+    assert "device_type='neuron'" in P.precision_advice(trn)  # TorchNeuron (Trainium2 and later)
     generic = P.precision_advice(None)
     assert "bfloat16" in generic and "GradScaler" in generic
 

@@ -83,13 +83,16 @@ ARCHS: tuple[Arch, ...] = (
          r"(^|[^a-z0-9])(sm100a?_|cutlass3x_sm100)"),
     Arch("AMD CDNA2 (gfx90a: MI210, MI250X)", "amd", ("bf16", "fp16"), r"MI2[1-5]0", ((9, 0),), r"(ISA90a|gfx90a)"),
     Arch("AMD CDNA3 (gfx942: MI300X)", "amd", ("tf32", "bf16", "fp16", "fp8"), r"MI30\dX?|MI325", ((9, 4),), r"(ISA942|gfx942)"),
-    Arch("AWS Trainium2", "aws", ("tf32", "bf16", "fp16", "fp8"), r"trainium\s*2|trn2", autocast_device="xla"),
+    # TorchNeuron, the PrivateUse1 backend whose device is named 'neuron', runs on Trainium2 and later: its autocast device is
+    # 'neuron'. Trainium (trn1) runs PyTorch through torch-neuronx (XLA) only.
+    Arch("AWS Trainium2", "aws", ("tf32", "bf16", "fp16", "fp8"), r"trainium\s*2|trn2", autocast_device="neuron"),
     Arch("AWS Trainium (trn1)", "aws", ("tf32", "bf16", "fp16", "fp8"), r"trainium|trn1", autocast_device="xla"),
     Arch("Meta MTIA", "meta", ("bf16", "fp16"), r"MTIA|ARTEMIS", autocast_device="mtia"),
 )
 """Matrix-unit dtypes from the vendors' architecture documents (NVIDIA Volta/Turing: fp16 Tensor
 Cores only; Ampere: TF32 and bf16; Ada, Hopper: FP8; Blackwell: FP4; AMD CDNA2: fp16/bf16 matrix
-cores, no TF32 or FP8; CDNA3: XF32, FP8; AWS Trainium: cFP8/bf16/fp16/TF32; MTIA: fp16/bf16)."""
+cores, no TF32 or FP8; CDNA3: XF32, FP8; AWS Trainium and Trainium2: cFP8/bf16/fp16/TF32 (the NeuronCore-v2 and
+NeuronCore-v3 Tensor Engines, AWS Neuron documentation); MTIA: fp16/bf16)."""
 
 
 _ARCH = {a.name: a for a in ARCHS}
@@ -105,6 +108,7 @@ _CDNA2, _CDNA3, _TRN2, _TRN1 = map(_named, ("AMD CDNA2", "AMD CDNA3", "AWS Train
 
 _NV = "NVIDIA data sheet"
 _AMD = "AMD Instinct data sheet"
+_AWS = "AWS Neuron documentation"
 PEAKS: tuple[Peak, ...] = (
     Peak("NVIDIA H200 SXM", r"H200", {"fp64": 34, "fp32": 67, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}, 4800,
          f"{_NV}: H200 Tensor Core GPU (SXM), dense", arch=_HOPPER),
@@ -126,10 +130,17 @@ PEAKS: tuple[Peak, ...] = (
          f"{_AMD}: MI250X (matrix peaks)", arch=_CDNA2),
     Peak("AMD Instinct MI210", r"MI210", {"fp64": 45.3, "fp32": 45.3, "bf16": 181, "fp16": 181}, 1638.4,
          f"{_AMD}: MI210 (matrix peaks)", arch=_CDNA2),
+    # Per chip, dense, as "Trainium2 chip components" gives them: 1,299 FP8, 667 BF16/FP16/TF32, 181 FP32 TFLOPS; 2.9 TB/sec
+    # of device memory bandwidth. https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-hardware/trainium2.html
+    # No fp64 figure is published: left out.
     Peak("AWS Trainium2", r"trainium\s*2|trn2", {"fp32": 181, "tf32": 667, "bf16": 667, "fp16": 667, "fp8": 1299}, 2900,
-         "AWS Neuron documentation: Trainium2 architecture (per chip, dense)", arch=_TRN2),
-    Peak("AWS Trainium", r"trainium|trn1", {"fp32": 48, "tf32": 191, "bf16": 191, "fp16": 191, "fp8": 191}, 820,
-         "AWS Neuron documentation: Trainium architecture (per chip)", arch=_TRN1),
+         f"{_AWS}: Trainium2 architecture (per chip, dense)", arch=_TRN2),
+    # Per chip, as "Trainium Architecture" gives them: 190 FP16/BF16/cFP8/TF32 TFLOPS, 47.5 FP32 TFLOPS; 820 GB/sec of
+    # device memory bandwidth (the v2.9.1 page says GB/sec, the current one GiB/sec; the table keeps the number AWS prints).
+    # https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-hardware/trainium.html
+    # (the Trainium2 page's comparison table rounds them to 191 and 48). No fp64 figure is published: left out.
+    Peak("AWS Trainium", r"trainium|trn1", {"fp32": 47.5, "tf32": 190, "bf16": 190, "fp16": 190, "fp8": 190}, 820,
+         f"{_AWS}: Trainium architecture (per chip)", arch=_TRN1),
 )
 
 
@@ -213,8 +224,24 @@ def arch_of(peak: Peak | None, device_name: str | None = None) -> Arch | None:
     return arch_named(device_name) or (arch_named(peak.name) if peak is not None else None)
 
 
+TORCHNEURON_DEVICE = "neuron"
+"""The name TorchNeuron, AWS's native PyTorch backend, registers its PrivateUse1 device under
+(`.to('neuron')`, `torch.neuron`); it runs on Trainium2 and Trainium3 (AWS Neuron documentation,
+"What is TorchNeuron?"). A device of that name has Trainium2's matrix dtypes (Trainium3's are a
+superset) but no peak: the name does not say which chip."""
+
+
+def is_torchneuron_device(device_name: str | None, props: list[dict] | None = None) -> bool:
+    """The device is TorchNeuron's: named `neuron` (`neuron 0`, `neuron:0`), or deviceProperties of
+    that type (the live collector writes each backend's properties with its `type`)."""
+    if device_name and re.fullmatch(rf"{TORCHNEURON_DEVICE}(\s*:?\s*\d+)?", device_name.strip(), re.IGNORECASE):
+        return True
+    return any(str(p.get("type") or "").lower() == TORCHNEURON_DEVICE for p in props or [] if isinstance(p, dict))
+
+
 def detect(device_name: str | None, props: list[dict] | None = None, kernel_counts: dict | None = None) -> Detected:
-    """The architecture from, in this order: the device name the trace gives; the compute
+    """The architecture from, in this order: the device name the trace gives; TorchNeuron's
+    PrivateUse1 device (`is_torchneuron_device`: Trainium2's architecture); the compute
     capability in its deviceProperties (for the vendor they show: ROCm reports gfx versions in the
     same fields); the names of its kernels (the architecture most kernels name, e.g. `cutlass_80`,
     `sm90_`, `volta_`, `ISA942`). `kernel_counts`: {kernel name: count}, only the names that match
@@ -222,6 +249,9 @@ def detect(device_name: str | None, props: list[dict] | None = None, kernel_coun
     a = arch_named(device_name)
     if a is not None:
         return Detected(a, f"device name {device_name!r} in the trace")
+    if is_torchneuron_device(device_name, props):
+        return Detected(_ARCH[_TRN2], f"TorchNeuron's PrivateUse1 device {TORCHNEURON_DEVICE!r} in the trace (TorchNeuron runs on "
+                                      "Trainium2 and later; the trace does not say which chip, so no peak)")
     for p in props or []:
         cc = (p.get("computeMajor"), p.get("computeMinor"))
         vendor = _vendor(p)
@@ -263,11 +293,17 @@ def precision_advice(arch: Arch | None) -> str:
                 "torch.cuda.amp.GradScaler for training (this device has no bf16 or TF32 matrix units)")
     text = (f"run them in bf16 on the {arch.name} matrix units: torch.autocast(device_type='{dev}', dtype=torch.bfloat16) "
             "(no GradScaler needed)")
-    if arch.has("tf32"):
+    if arch.has("tf32") and arch.vendor == "aws":
+        # torch.backends.cudnn and Transformer Engine are CUDA/ROCm's; the Neuron compiler casts matmuls itself
+        text += ("; or TF32 for the fp32 matmuls (the Neuron compiler's auto-cast options: AWS Neuron documentation, "
+                 "'Mixed Precision and Performance-accuracy Tuning')")
+    elif arch.has("tf32"):
         text += ("; or allow TF32 for the fp32 matmuls and convolutions (torch.set_float32_matmul_precision('high'), "
                  "torch.backends.cudnn.allow_tf32 = True)")
     else:
         text += " (this device has no TF32)"
-    if arch.has("fp8"):
+    if arch.has("fp8") and arch.vendor == "aws":
+        text += "; FP8 (cFP8 on the Tensor Engine) for the largest GEMMs where accuracy allows"
+    elif arch.has("fp8"):
         text += "; FP8 for the largest GEMMs (Transformer Engine, torchao float8) where accuracy allows"
     return text

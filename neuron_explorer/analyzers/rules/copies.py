@@ -3,12 +3,14 @@
 Finds host-to-device copies from pageable (not pinned) host memory, which the driver stages
 through a bounce buffer and which cannot overlap compute, and device-to-host copies inside a
 profiler step, which usually mean the host waits for a result (logging, `.cpu()`, `.tolist()`).
-Kineto names copies 'Memcpy HtoD (Pageable -> Device)' and 'Memcpy DtoH (Device -> Pageable)'.
+Copies are told by their names (vocab.PAGEABLE_TO_DEVICE_COPY_PATTERN, vocab.TO_HOST_COPY_PATTERN): Kineto's
+'Memcpy HtoD (Pageable -> Device)', 'Memcpy DtoH (Device -> Pageable)', ROCm's 'CopyDeviceToHost'.
 Impact: device time of these copies. Saving bound: the same.
 """
 
 from __future__ import annotations
 
+from ...vocab import pageable_to_device_copy, to_host_copy
 from ..engine import Context
 from ..model import Location
 from ._util import ms, no_device, row, share_at_least
@@ -20,8 +22,8 @@ SCOPE = "rank"
 THRESHOLDS = {
     "COPY_SHARE_MIN": 0.01,  # copy time / analysed time
 }
-PAGEABLE_H2D = "(name ILIKE '%HtoD%' AND name ILIKE '%Pageable%')"
-D2H_IN_STEP = "(name ILIKE '%DtoH%' AND step IS NOT NULL)"
+PAGEABLE_H2D = f"({pageable_to_device_copy()})"
+D2H_IN_STEP = f"({to_host_copy()} AND step IS NOT NULL)"
 
 
 def screen(run, summaries: dict) -> set[int]:
@@ -46,7 +48,7 @@ FROM events WHERE rank = {ctx.rank} AND kind = 'memcpy' AND ({PAGEABLE_H2D} OR {
         FROM events WHERE rank = {ctx.rank} AND kind = 'memcpy' AND ({PAGEABLE_H2D} OR {D2H_IN_STEP})
         GROUP BY source_frame_id ORDER BY ns DESC LIMIT 1""")
     op = row(ctx.run, f"""SELECT o.name FROM events k JOIN events o ON o.event_id = k.top_op_id WHERE k.rank = {ctx.rank} AND k.kind = 'memcpy'
-        AND ({PAGEABLE_H2D.replace('name', 'k.name')} OR {D2H_IN_STEP.replace('name', 'k.name').replace('step', 'k.step')})
+        AND ({pageable_to_device_copy('k')} OR {to_host_copy('k')} AND k.step IS NOT NULL)
         GROUP BY o.name ORDER BY sum(k.dur_ns) DESC LIMIT 1""")
     parts = []
     if v["pageable_h2d"]:

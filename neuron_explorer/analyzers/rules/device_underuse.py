@@ -8,8 +8,9 @@ bandwidth); analyzers/utilisation.py), where the peak is that of its dtype, or o
 devices without bf16) for fp32 work on devices whose matrix units make that at least
 TENSOR_CORE_RATIO times faster. The finding names the heaviest such kernel, its operator
 and source line, and the reasons its evidence shows: fp32 work on a device whose bf16 peak is
-(fp16 where it has no bf16) at least 4x its fp32 peak (use autocast, or TF32 where the device has it), GEMM dimensions that are not multiples
-of 8 (pad them), tiny GEMMs (M or N below 64: batch more work per call).
+(fp16 where it has no bf16) at least 4x its fp32 peak (the autocast, TF32 and FP8 advice of its
+architecture: peaks.precision_advice), GEMM dimensions that are not multiples of 8 (pad them),
+tiny GEMMs (M or N below 64: batch more work per call).
 Impact: the group's device time. Saving bound: its time less the time its FLOPs would take at
 the roofline bound of the dtype it could use (the bf16 bound for fp32 work on such devices).
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 
 from ...vocab import GEMM_OPS, MATRIX_OPS
+from .. import peaks as P
 from ..engine import Context, NotApplicable
 from ..model import Location
 from ..utilisation import kernel_table, rank_work, roofline
@@ -87,9 +89,9 @@ def check(ctx: Context) -> list:
     op = work.ops[sample["op"]]
     reasons, shape = _shape_reasons(ctx, op["event_id"])
     if top["target_dtype"] != top["dtype"]:
+        arch = (work.detected.arch if work.detected else None) or P.arch_of(work.peak, work.device_name)
         reasons.insert(0, f"fp32 work on {work.peak.name}, whose {half} peak is {low:g} TFLOP/s against {fp32:g} for fp32: "
-                          f"run it under torch.autocast(dtype=torch.{'bfloat16' if half == 'bf16' else 'float16'})"
-                          + (", or allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True)" if work.peak.tflops.get("tf32") else ""))
+                          + P.precision_advice(arch))
     best_ns = top["flops"] / (top["target_tflops_per_s"] * 1e12) * 1e9
     saving = max(0, int(top["dur_ns"] - best_ns))
     sql = (f"SELECT k.name AS kernel, o.name AS op, count(*) AS calls, sum(k.dur_ns) AS device_ns, any_value(o.args) AS op_args\n"

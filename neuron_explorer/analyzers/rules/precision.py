@@ -3,11 +3,12 @@
 Finds matmul and convolution operators (vocab.LOWER_PRECISION_CANDIDATE_OPS: aten::mm, addmm, bmm,
 baddbmm, matmul, linear, conv*, convolution and its cudnn, miopen and mkldnn forms) whose
 recorded input types are float32 ('float'; needs record_shapes=True) and the kernels they
-launched, on devices with tensor cores (NVIDIA compute capability 7.0 and newer, or any device
-whose properties name bf16/fp16 units). Impact: device time of those kernels. Saving bound: half
+launched, on devices with tensor cores (compute capability 7.0 and newer in the device properties),
+or whose architecture (analyzers/peaks.py detect) has lower-precision matrix units and reports no
+compute capability (AWS Trainium, TorchNeuron's PrivateUse1 device 'neuron', Meta MTIA). Impact: device time of those kernels. Saving bound: half
 of it (bf16/fp16 or TF32 usually runs these at least 2x faster). The advice fits the device
 (analyzers/peaks.py precision_advice): fp16 autocast with GradScaler on V100/T4, bf16 autocast or
-TF32 on A100 and later, FP8 where the device has it. Not applicable without device events,
+TF32 on A100 and later, FP8 where the device has it, torch.autocast(device_type='neuron') on TorchNeuron. Not applicable without device events,
 without dtype information, or on devices without such units.
 """
 
@@ -38,9 +39,14 @@ def check(ctx: Context) -> list:
     props = [json.loads(p["properties"]) for p in rows(ctx.run, f"SELECT properties FROM devices WHERE rank = {ctx.rank}")]
     if not props:
         raise NotApplicable("no device properties in the trace: cannot tell whether the device has tensor cores")
-    fast = [p for p in props if (p.get("computeMajor") or 0) >= THRESHOLDS["MIN_COMPUTE_MAJOR"]]
+    work = rank_work(ctx.run, ctx.rank)
+    detected = work.detected.arch if work.detected else None
+    # devices with no compute capability (Trainium, TorchNeuron's 'neuron', MTIA) count by their architecture's matrix units
+    fast = [p for p in props if (p.get("computeMajor") or 0) >= THRESHOLDS["MIN_COMPUTE_MAJOR"]
+            or detected is not None and detected.vendor not in ("nvidia", "amd") and detected.matrix_dtypes]
     if not fast:
-        raise NotApplicable("device properties show no tensor-core device (compute capability >= 7.0)")
+        raise NotApplicable("device properties show no tensor-core device (compute capability >= 7.0) and no architecture "
+                            "with lower-precision matrix units")
     typed = row(ctx.run, f"SELECT count(*) AS n FROM events WHERE rank = {ctx.rank} AND {op_in(LOWER_PRECISION_CANDIDATE_OPS)} "
                 "AND args LIKE '%\"Input type\"%'")["n"]
     if not typed:
@@ -56,7 +62,6 @@ WHERE k.rank = {ctx.rank} AND k.kind = 'kernel' AND {op_in(LOWER_PRECISION_CANDI
         FROM events k JOIN events o ON o.event_id = k.op_id
         WHERE k.rank = {ctx.rank} AND k.kind = 'kernel' AND {op_in(LOWER_PRECISION_CANDIDATE_OPS, 'o')}
         AND regexp_matches(json_extract_string(o.args, '$."Input type"[0]'), '^float$') GROUP BY o.name ORDER BY sum(k.dur_ns) DESC LIMIT 1""")
-    work = rank_work(ctx.run, ctx.rank)
     arch = (work.detected.arch if work.detected else None) or P.arch_of(work.peak, fast[0].get("name"))
     return [ctx.finding(
         title=f"float32 {top['name']} and similar ops run {ms(v['fp32_kernel_ns'])} on a {fast[0].get('name', 'tensor-core device')}",
