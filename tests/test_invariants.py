@@ -17,8 +17,8 @@ from neuron_explorer.collectors.chrome_trace import import_traces
 from .conftest import TRACES, real_traces
 
 KNOWN = {
-    # (trace, rule): figures larger than the trace in rules owned elsewhere, measured on the code of
-    # 2026-12-02 (issue #33 item 1 for those rules); the test reports them as xfail until they are fixed
+    # (trace, rule): a figure larger than the trace, known and not yet fixed, with the figures measured;
+    # the test reports it as xfail. Empty since python-loop and comm-exposed were fixed (issue #33).
 }
 
 
