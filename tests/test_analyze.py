@@ -172,6 +172,7 @@ def test_cpu_only_run_hotspot_tiny_ops_memory_and_device_rules_not_applicable(re
     assert hot and hot[0].impact_ns == 6000 * US
     (tiny,) = by_rule(rep, "tiny-ops")
     assert tiny.evidence.values["tiny_ops"] == 900 and tiny.impact_ns == (4500 + 3 * 299 * 2) * US
+    assert "(mostly aten::add)" in tiny.recommendation  # no source line recorded: no count per line
     (mem,) = by_rule(rep, "memory")
     assert mem.evidence.values["peak_bytes"] == 3 * 2**27 and mem.severity == "info"
     assert mem.evidence.values["allocated_in_steps_bytes"] == 3 * 2**27

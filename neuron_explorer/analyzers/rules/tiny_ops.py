@@ -62,6 +62,7 @@ FROM ops"""
         location=Location(op=top["op"], source=ctx.source_of(top["frame_id"])),
         sql=sql, values={**v, "tiny_ops_per_step": counted / steps if steps else None}, sample_event_ids=[top["sample_id"]], uses_source=True,
         recommendation=f"Most calls are under {t['TINY_OP_NS'] // 1000} us, so Python and dispatch dominate"
-        + (f" (mostly {top['op']} x{top['n']})" if top["op"] else "") + ". Vectorise the Python loop into whole-tensor "
+        + (f" ({top['n']} of them from one line, mostly {top['op']})" if top["op"] and top["frame_id"] is not None
+           else f" (mostly {top['op']})" if top["op"] else "") + ". Vectorise the Python loop into whole-tensor "
         "operations, use foreach/fused variants, or wrap the function in torch.compile to fuse it.",
     )]
