@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from ..store import Run
 from ..vocab import DEVICE_WORK_SQL, in_steps, line_key, line_key_sql, top_op
+from .metrics import union_of_sql
 
 LINE_FIELDS = ("calls", "kernels", "cpu_ns", "cpu_backward_ns", "device_ns", "device_backward_ns", "python_ns")
 
@@ -223,9 +224,5 @@ def statement_time_sql(rank: int, source: str, with_steps: bool, device: bool) -
     else:
         iv = f"""SELECT e.ts_ns, e.ts_ns + e.dur_ns AS end_ns
   FROM events e JOIN frames f ON f.frame_id = e.source_frame_id WHERE e.rank = {int(rank)} AND {kinds} AND {line_key_sql('f')} = {src}"""
-    return f"""WITH _iv AS (SELECT * FROM ({iv}) WHERE end_ns > ts_ns),
-_mx AS (SELECT ts_ns, end_ns, max(end_ns) OVER (ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end FROM _iv),
-_isl AS (SELECT ts_ns, end_ns, sum(CASE WHEN prev_end IS NULL OR ts_ns > prev_end THEN 1 ELSE 0 END)
-         OVER (ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island FROM _mx),
-_u AS (SELECT min(ts_ns) AS a, max(end_ns) AS b FROM _isl GROUP BY island)
-SELECT coalesce(sum(b - a), 0)::BIGINT AS time_ns FROM _u"""
+    return f"""WITH _u AS ({union_of_sql(f"SELECT * FROM ({iv}) WHERE end_ns > ts_ns")})
+SELECT coalesce(sum(end_ns - start_ns), 0)::BIGINT AS time_ns FROM _u"""

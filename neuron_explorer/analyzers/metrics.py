@@ -30,8 +30,15 @@ def union_sql(where: str, by: tuple[str, ...] = ()) -> str:
     query: rows (*by, start_ns, end_ns).
     """
     cols = "".join(f"{c}, " for c in by)
+    return union_of_sql(f"SELECT {cols}ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE dur_ns > 0 AND ({where})", by)
+
+
+def union_of_sql(intervals: str, by: tuple[str, ...] = ()) -> str:
+    """`union_sql` over any query `intervals` giving rows (*by, ts_ns, end_ns) with end_ns > ts_ns
+    (intervals cut to steps, launch calls picked by their kernels): rows (*by, start_ns, end_ns)."""
+    cols = "".join(f"{c}, " for c in by)
     part = f"PARTITION BY {', '.join(by)} " if by else ""
-    return f"""WITH _iv AS (SELECT {cols}ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE dur_ns > 0 AND ({where})),
+    return f"""WITH _iv AS ({intervals}),
 _mx AS (SELECT {cols}ts_ns, end_ns,
         max(end_ns) OVER ({part}ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end FROM _iv),
 _isl AS (SELECT {cols}ts_ns, end_ns, sum(CASE WHEN prev_end IS NULL OR ts_ns > prev_end THEN 1 ELSE 0 END)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ...vocab import in_steps
 from ..engine import Context
-from ..metrics import per_step_words
+from ..metrics import per_step_words, union_of_sql
 from ..model import Location
 from ._util import ms, no_device, row
 
@@ -59,15 +59,12 @@ def check(ctx: Context) -> list:
       WHERE k.rank = {ctx.rank} AND k.device = {d} AND k.kind = 'kernel'),
 l AS (SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE rank = {ctx.rank} AND dur_ns > 0{launch_in_steps}
       AND event_id IN (SELECT launch_id FROM k WHERE {short})),
-mx AS (SELECT ts_ns, end_ns, max(end_ns) OVER (ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pe FROM l),
-isl AS (SELECT ts_ns, end_ns, sum(CASE WHEN pe IS NULL OR ts_ns > pe THEN 1 ELSE 0 END)
-        OVER (ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING) AS i FROM mx),
-u AS (SELECT min(ts_ns) AS a, max(end_ns) AS b FROM isl GROUP BY i)
+u AS ({union_of_sql("SELECT ts_ns, end_ns FROM l")})
 SELECT count(*) FILTER (WHERE {short}) AS short_kernels, count(*) AS kernels,
   count(*) FILTER (WHERE {short} AND {in_steady}) AS short_kernels_counted, count(*) FILTER (WHERE {in_steady}) AS kernels_counted,
   coalesce(sum(k.dur_ns) FILTER (WHERE {short}), 0)::BIGINT AS short_kernel_ns,
   (SELECT count(*) FROM l) AS launches,
-  (SELECT coalesce(sum(b - a), 0) FROM u)::BIGINT AS launch_ns,
+  (SELECT coalesce(sum(end_ns - start_ns), 0) FROM u)::BIGINT AS launch_ns,
   min(k.event_id) FILTER (WHERE {short}) AS sample_id
 FROM k"""
         v = row(ctx.run, sql)
