@@ -324,3 +324,13 @@ def test_newer_run_format_is_a_clear_error(runs, tmp_path):
     r = cli("analyze", newer)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "newer" in r.stderr
 
+
+
+def test_the_dataloader_fetch_is_input_pipelines_not_a_hotspot_operator():
+    """V100 ResNet-50 (torch 1.9): `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__` is the
+    heaviest top-level range (272.77 ms over 6 fetches). input-pipeline reports it with loader advice;
+    hotspot no longer also calls it an operator to make cheaper with 'lower precision, channels_last'."""
+    rep = analyze(TRACES / "v100_resnet50_torch19_memory.json.gz", write=False)
+    (loader,) = by_rule(rep, "input-pipeline")
+    assert loader.impact_ns == 272_769_000 and "num_workers" in loader.recommendation  # its 6 fetches in the raw JSON: 272,769 µs
+    assert not [f for f in by_rule(rep, "hotspot") if "DataLoader" in (f.location.op or "") or "DataLoader" in f.title]

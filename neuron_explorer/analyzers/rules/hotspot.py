@@ -4,7 +4,8 @@ Reports, per rank, the single top-level CPU operator (by total CPU time), the si
 (by total device time) and the single user source line (its own time by analyzers/lines.py:
 device time where the rank has devices, else the CPU time of the outermost operators it called,
 backward work counted on the forward statement) that take at least HOTSPOT_SHARE_MIN of the
-analysed time. A statement that one call of its function runs python-loop's RUNS_PER_CALL_MIN
+analysed time. The DataLoader's fetch (`enumerate(DataLoader)#...__next__`) is left to input-pipeline,
+whose advice fits a loader. A statement that one call of its function runs python-loop's RUNS_PER_CALL_MIN
 times or more is left to that rule, which names the batched alternative. Calls per step are over
 the steady steps (metrics.steady_steps). A hotspot is where optimisation pays first.
 Impact: for the operator and the kernel, their time on the steps' critical paths
@@ -17,6 +18,8 @@ dtype or kernel can shrink it).
 
 from __future__ import annotations
 
+import re
+
 from ...vocab import top_op
 from ..critical_path import on_path_ns
 from ..engine import Context
@@ -24,6 +27,7 @@ from ..lines import line_times_by_rank, line_times_sql
 from ..model import Location
 from . import python_loop
 from ._util import ms, pct, q, row, share_at_least
+from .input_pipeline import LOADER_NAME
 
 RULE_ID = "hotspot"
 TITLE = "Hotspot"
@@ -117,15 +121,16 @@ def screen(run, summaries: dict) -> set[int]:
 
 def check(ctx: Context) -> list:
     r = ctx.rank
+    # the DataLoader's fetch is input-pipeline's (its advice fits a loader); the operator is the heaviest other one
+    ops = [o for o in ctx.summary.get("top_level_ops") or [] if not re.search(LOADER_NAME, o["name"] or "")]
     out = [
         _finding(ctx, "operator", f"""SELECT name, sum(dur_ns)::BIGINT AS cpu_ns, count(*) AS calls, min(event_id) AS sample_id,
-  mode(source_frame_id) AS frame_id FROM events WHERE rank = {r} AND {top_op()}
+  mode(source_frame_id) AS frame_id FROM events WHERE rank = {r} AND {top_op()} AND NOT regexp_matches(name, '{LOADER_NAME}')
 GROUP BY name ORDER BY cpu_ns DESC, name LIMIT 1""", Location(), "cpu_ns",
                  "Make this operator cheaper: check its shapes and dtype (lower precision, channels_last), call it "
                  "less often or on bigger batches, or replace it with a fused / compiled version (torch.compile).",
-                 # the summary's heaviest top-level operator: the same filter and order as the query
-                 top=(ctx.summary["top_level_ops"][0]["name"], ctx.summary["top_level_ops"][0]["cpu_ns"])
-                 if ctx.summary.get("top_level_ops") else None),
+                 # the summary's heaviest top-level operators are in the query's order: the first that is no fetch
+                 top=(ops[0]["name"], ops[0]["cpu_ns"]) if ops else None),
     ]
     if ctx.has_device():
         out.append(_finding(ctx, "kernel", f"""SELECT k.name, sum(k.dur_ns)::BIGINT AS device_ns, count(*) AS calls, min(k.event_id) AS sample_id,
