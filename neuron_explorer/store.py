@@ -17,6 +17,7 @@ the agent interface share: a DuckDB connection with one view per table.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime as _dt
 import errno
@@ -28,8 +29,10 @@ import re
 import shutil
 import socket
 import tempfile
+import threading
 import time
 import uuid
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -469,6 +472,18 @@ class Run:
         return self.con.execute(query, params or [])
 
     def close(self) -> None:
+        """Close the connection. A query another thread is still running (a dashboard request
+        the server has not finished when it shuts down) is interrupted first: DuckDB refuses
+        to close a busy connection rather than wait for it."""
+        import duckdb
+
+        for _ in range(100):
+            try:
+                self.con.close()
+                return
+            except duckdb.ResourceInUseException:
+                self.con.interrupt()
+                time.sleep(0.02)
         self.con.close()
 
     def with_ranks(self, ranks, con: duckdb.DuckDBPyConnection | None = None) -> Run:
@@ -526,10 +541,47 @@ def open_run(path: Path | str, con: duckdb.DuckDBPyConnection | None = None, *, 
     return run
 
 
+_LIVE: weakref.WeakSet = weakref.WeakSet()  # every connection new_connection made that is still referenced
+_STOPPING = threading.Event()
+_AT_EXIT = None
+STOP_WAIT_S = 5.0
+"""At interpreter exit, how long the analysis threads get to stop once their queries are interrupted."""
+
+
+def stopping() -> bool:
+    """True once the interpreter is exiting: long work (the analysis's rank workers) stops early."""
+    return _STOPPING.is_set()
+
+
+def _interrupt_all() -> None:
+    for con in list(_LIVE):
+        with contextlib.suppress(Exception):  # a closed connection has nothing to interrupt
+            con.interrupt()
+
+
+def _stop_at_exit() -> None:
+    """A daemon thread still inside DuckDB when the interpreter finalises aborts the process
+    ("terminate called ... exception not rethrown"): a dashboard stopped while it analyses, a
+    test's server torn down with a request in flight. So at exit every query is interrupted and
+    the analysis threads (named 'nx-...') are given STOP_WAIT_S to return to Python."""
+    _STOPPING.set()
+    deadline = time.monotonic() + STOP_WAIT_S
+    while time.monotonic() < deadline:
+        busy = [t for t in threading.enumerate() if t.name.startswith("nx-") and t.is_alive() and t is not threading.current_thread()]
+        if not busy:
+            return
+        _interrupt_all()
+        busy[0].join(0.02)
+
+
 def new_connection() -> duckdb.DuckDBPyConnection:
     import duckdb
 
+    global _AT_EXIT
+    if not _AT_EXIT:
+        _AT_EXIT = atexit.register(_stop_at_exit)
     con = duckdb.connect()
+    _LIVE.add(con)
     # spill large sorts and joins to the system temp folder, not '.tmp' in the user's cwd
     con.execute(f"SET temp_directory = {sql_literal(str(Path(tempfile.gettempdir()) / 'neuron-explorer-duckdb'))}")
     return con

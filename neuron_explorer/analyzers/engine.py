@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from ..store import Run, create_views, new_connection, open_run
+from ..store import Run, create_views, new_connection, open_run, stopping
 from . import metrics
 from . import summary as summary_
 from .advice import attach as attach_contents
@@ -181,6 +181,8 @@ def _analyze_rank(run: Run, rank: int, rank_rules: list[ModuleType], quality: di
     summary = summary_.rank_summary(run, rank) if summary is None else summary_.complete_summary(run, summary)
     results = {}
     for rule in rank_rules:
+        if stopping():
+            raise InterruptedError("the interpreter is exiting: analysis stopped")
         if rule.RULE_ID in skip:
             results[rule.RULE_ID] = ("findings", [])
             continue
@@ -350,6 +352,8 @@ def _rank_details(run: Run, ranks: list[int], rank_rules: list[ModuleType], qual
         rank_run = Run(run.path, run.manifest, con)
         try:
             while not errors:
+                if stopping():
+                    raise InterruptedError("the interpreter is exiting: analysis stopped")
                 with lock:
                     rank = next(todo, None)
                 if rank is None:

@@ -521,9 +521,12 @@ def serve(paths, host: str = "127.0.0.1", port: int = 8050, *, echo=print, debug
     warm(rs)
     app = create_app(rs)
     # analyze the runs in the background so the findings panel is ready when people look
-    threading.Thread(target=lambda: [_quiet(queries.findings, rs, r.index) for r in rs.runs], daemon=True).start()
+    threading.Thread(target=lambda: [_quiet(queries.findings, rs, r.index) for r in rs.runs], daemon=True, name="nx-findings").start()
     echo(f"Neuron Explorer dashboard: http://{host}:{port}/  (serving {len(rs.runs)} run(s); Ctrl+C to stop)")
-    app.run(host=host, port=port, debug=debug, use_reloader=False)
+    try:
+        app.run(host=host, port=port, debug=debug, use_reloader=False)
+    finally:
+        rs.close()  # interrupts and waits for a request still querying: no abort on Ctrl+C
 
 
 def _quiet(fn, *a):

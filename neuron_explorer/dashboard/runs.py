@@ -175,6 +175,8 @@ class OpenRun:
     run: Run
     lock: threading.Lock = field(default_factory=threading.Lock)
     _facts: dict = field(default_factory=dict)
+    _keys_lock: threading.Lock = field(default_factory=threading.Lock)
+    _key_locks: dict = field(default_factory=dict)
     python_band: bool = True  # Python frames folded onto one band per lane (BAND_ROW_SQL); False: nested by depth
 
     @property
@@ -198,9 +200,16 @@ class OpenRun:
 
     # ---- cached facts -------------------------------------------------------------------
     def cached(self, key, compute):
-        """A per-run fact computed once: `compute()` the first time `key` is asked for."""
-        if key not in self._facts:
-            self._facts[key] = compute()
+        """A per-run fact computed once: `compute()` the first time `key` is asked for. Requests
+        that ask while it is being computed wait for that one computation (the findings' analysis
+        is not run twice because the page asked twice)."""
+        if key in self._facts:
+            return self._facts[key]
+        with self._keys_lock:
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:
+            if key not in self._facts:
+                self._facts[key] = compute()
         return self._facts[key]
 
     def span(self) -> tuple[int, int]:
@@ -272,6 +281,20 @@ class OpenRun:
                 del scoped[next(iter(scoped))]  # closed when no request holds it any more
             return got
 
+    def close(self, wait_s: float = 5.0) -> None:
+        """Close this run's connection and its ranks' ones. A request still running a query (the
+        server stops with one in flight) is interrupted and waited for: a thread left inside
+        DuckDB when the interpreter exits aborts the process."""
+        self.run.con.interrupt()
+        held = self.lock.acquire(timeout=wait_s)
+        try:
+            for sub in list(self._facts.get("of_rank", {}).values()):
+                sub.close(wait_s)
+            self.run.close()
+        finally:
+            if held:
+                self.lock.release()
+
     def steps(self) -> list[dict]:
         """Every profiler step of every rank (rank, step, ts_ns, dur_ns), in time order."""
         if "steps" not in self._facts:
@@ -319,4 +342,4 @@ class RunSet:
 
     def close(self) -> None:
         for r in self.runs:
-            r.run.close()
+            r.close()

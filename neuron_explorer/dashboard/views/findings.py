@@ -48,10 +48,31 @@ def _analysis(r: OpenRun) -> dict:
         analyze = _load_analyze()
         if analyze is None:
             raise QueryError("the analyzer is not available in this installation")
-        report = analyze(r.run.path, write=False)  # the dashboard only reads the run
+        report = _in_named_thread(lambda: analyze(r.run.path, write=False))  # the dashboard only reads the run
         r.cached("report_summary", lambda: report.summary)
         return findings_from_report(r, report)
     return r.cached("findings", compute)
+
+
+def _in_named_thread(fn):
+    """fn() run in a thread named 'nx-findings', which the store stops cleanly at exit (its queries
+    interrupted), and waited for: a request thread is not one the store knows to wait for."""
+    import threading
+
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised in the request's thread
+            box["error"] = e
+
+    t = threading.Thread(target=run, name="nx-findings", daemon=True)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def findings_from_report(r: OpenRun, report) -> dict:
