@@ -367,7 +367,7 @@ def write_run(out_dir: Path | str, partitions: dict[int, dict[str, pa.Table]], m
             part = tmp / f"rank={rank}"
             part.mkdir()
             write_partition(part, tables)
-        finish_run(tmp, out, manifest)
+        finish_run(tmp, out, manifest, force=force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -382,10 +382,15 @@ def begin_run(out_dir: Path | str, force: bool = False) -> tuple[Path, Path]:
     return out, tmp
 
 
-def finish_run(tmp: Path, out: Path, manifest: dict) -> None:
-    """Write the run-level files into `tmp` and rename it onto `out`."""
+def finish_run(tmp: Path, out: Path, manifest: dict, *, force: bool = False) -> None:
+    """Write the run-level files into `tmp` and rename it onto `out`. What is at `out` is checked
+    again now, not only when the work began: a run that appeared meanwhile (another import into
+    the same output) is replaced only with `force`, and a directory that is not a run never is."""
     _write_table(schema.schema_fields_table(), tmp / schema.SCHEMA_FIELDS.file)
     write_manifest(tmp, manifest)
+    if is_run(out) and not force:
+        raise InputError(out, "a run was written here while this one was being made (another import or recording); "
+                              "it was not replaced: write elsewhere, or pass --force (overwrite=True) to replace it")
     move_into_place(tmp, out)
 
 
@@ -396,6 +401,9 @@ def move_into_place(tmp: Path, final: Path) -> None:
     run as it was. A run that holds the inputs of the new one (the traces being imported) is never
     replaced."""
     if final.exists() or final.is_symlink():
+        if final.is_dir() and not final.is_symlink() and not is_run(final) and _has_entries(final):
+            raise InputError(final, "is a directory that is not a run (no manifest.json), created while the run was being "
+                                    "written; nothing was replaced: pick another output")
         _refuse_replacing_inputs(tmp, final)
         trash = final.parent / _temp_name(final.name, "old")
         try:

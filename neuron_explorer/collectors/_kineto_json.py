@@ -214,8 +214,19 @@ def _header(path: str, prefix: bytes, after: bytes) -> dict:
     except msgspec.DecodeError as e:
         raise InputError(path, f"not valid JSON after traceEvents ({_short(e)})") from None
     header.pop("traceEvents", None)
+    if b'"traceEvents"' in after and "traceEvents" in _AFTER_DECODER.decode(b'{"":0' + after.lstrip()):
+        raise _twice(path)
     check_nesting(path, header, "the trace's top-level keys")
     return header
+
+
+_AFTER_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def _twice(path: str) -> InputError:
+    """A second top-level traceEvents: JSON readers differ on which one counts (Python's json and
+    browsers take the last, a streaming reader the first), so the trace is refused, not guessed."""
+    return InputError(path, "'traceEvents' appears twice at the top level (readers disagree on which counts): keep one")
 
 
 @dataclass
@@ -360,6 +371,18 @@ def _import_meanwhile() -> None:
 _TOP_DECODER = msgspec.json.Decoder(Union[dict[str, msgspec.Raw], list[msgspec.Raw]])
 
 
+def _top_keys(data: bytes) -> list[str]:
+    """The top-level keys of a JSON object in document order, repeats kept (a rare check: only
+    when a key's text occurs twice)."""
+    import json
+
+    try:
+        top = json.loads(data, object_pairs_hook=lambda items: [k for k, _ in items])
+    except (ValueError, TypeError, RecursionError):
+        return []
+    return top if isinstance(top, list) and all(isinstance(k, str) for k in top) else []
+
+
 def _decode_whole(path: str, data: bytes) -> Decoded:
     """The whole document in memory: its top level parsed with every value left as JSON text."""
     try:
@@ -372,6 +395,8 @@ def _decode_whole(path: str, data: bytes) -> Decoded:
         return Decoded({}, [_decode_array(path, data)])
     if "traceEvents" not in doc:
         raise InputError(path, "not a trace: no 'traceEvents' key")
+    if data.count(b'"traceEvents"') > 1 and _top_keys(data).count("traceEvents") > 1:
+        raise _twice(path)
     events = doc.pop("traceEvents")
     if memoryview(events)[:1].tobytes() != b"[":
         raise InputError(path, "'traceEvents' is not a list")

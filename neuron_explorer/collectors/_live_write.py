@@ -35,6 +35,21 @@ def partition_dir(run_dir: Path, rank: int) -> Path:
     return run_dir / f"rank={rank}"
 
 
+def free_run_dir(target: Path | str, rank: int = 0, shared: bool = False) -> Path:
+    """`target`, or the first of `target-2`, `target-3`, ... that holds no run yet: nothing there
+    or an empty directory; for one rank of a run several ranks write (`shared`), no partition of
+    this rank there. Every rank of a job that runs again sees its partitions in the same places,
+    so all ranks pick the same directory without talking to each other."""
+    base = Path(target)
+    for n in range(1, 10_000):
+        candidate = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        taken = partition_dir(candidate, rank).exists() if shared else candidate.exists() and (
+            not candidate.is_dir() or any(candidate.iterdir()))
+        if not taken:
+            return candidate
+    return base  # ten thousand runs there already: the profiler's own error says so
+
+
 def check_target(run_dir: Path | str, *, overwrite: bool, rank: int, shared: bool) -> Path:
     """Fail early, before any training runs, when the run cannot be written."""
     out = Path(run_dir)

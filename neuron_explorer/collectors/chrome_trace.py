@@ -136,7 +136,14 @@ def _import_rank(index: int, path: Path, tmp: Path, tune_allocator: bool, decode
         with remote.local_copy(path) as local:
             raw, meta, w, category_counts = decode_rank(local, progress, workers=decode_workers, source=path)
     else:
-        raw, meta, w, category_counts = decode_rank(path, progress, workers=decode_workers)
+        before = _identity(path, "is gone")
+        try:
+            raw, meta, w, category_counts = decode_rank(path, progress, workers=decode_workers)
+        except FileNotFoundError:
+            raise InputError(path, "the file disappeared while it was being imported; nothing was written") from None
+        if _identity(path, "disappeared while it was being imported; nothing was written") != before:
+            raise InputError(path, "the file changed while it was being imported (rewritten or replaced); nothing was "
+                                   "written: import it again once it is complete")
     if tune_allocator:
         set_mmap_threshold(BUILD_MMAP_THRESHOLD)
     built = build_rank(raw)
@@ -150,6 +157,16 @@ def _import_rank(index: int, path: Path, tmp: Path, tune_allocator: bool, decode
     part.mkdir()
     store.write_partition(part, built.tables)
     return index, built.rank, entry, w + quality_warnings(entry)
+
+
+def _identity(path: Path, gone: str) -> tuple[int, int, int, int]:
+    """What says a local trace is the same file: (device, inode, size, mtime_ns). A trace deleted,
+    replaced, rewritten or appended to during its import reads differently before and after."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(path, f"the file {gone}") from None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = False, tune_allocator: bool = False,
@@ -176,7 +193,7 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
     out, tmp = store.begin_run(out_dir, force)
     try:
         n_workers = import_workers(files, workers)
-        sizes = [p.stat().st_size for p in files]
+        sizes = [p.size if isinstance(p, remote.RemoteTrace) else _identity(p, "is gone")[2] for p in files]
         done_bytes = 0
         results: dict[int, tuple] = {}
         if progress:
@@ -260,12 +277,12 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
         manifest = store.base_manifest(
             "import",
             command=command or sys.argv,
-            sources=sorted(({"path": str(p), "bytes": p.stat().st_size, "rank": results[i][1]} for i, p in enumerate(files)),
+            sources=sorted(({"path": str(p), "bytes": sizes[i], "rank": results[i][1]} for i, p in enumerate(files)),
                            key=lambda s: s["rank"]),
             ranks=sorted(entries, key=lambda e: e["rank"]),
             warnings=warnings,
         )
-        store.finish_run(tmp, out, manifest)
+        store.finish_run(tmp, out, manifest, force=force)
         shutil.rmtree(_kept_dir(out), ignore_errors=True)
     except BaseException as e:
         if len(files) > 1 and isinstance(e, KeyboardInterrupt) and "results" in locals():
@@ -324,7 +341,10 @@ def _keep_done(out: Path, files: list[Path], tmp: Path, results: dict) -> None:
     for i, (_, rank, entry, warnings) in results.items():
         if not (tmp / f".part-{i}").is_dir():
             continue
-        key = _source_key(files[i])
+        try:
+            key = _source_key(files[i])
+        except OSError:  # the trace is gone since: nothing to match a rerun against
+            continue
         name = str(len(index)) if key not in index else index[key]["dir"]
         shutil.rmtree(kept / name, ignore_errors=True)
         os.replace(tmp / f".part-{i}", kept / name)

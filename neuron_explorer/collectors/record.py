@@ -8,8 +8,10 @@ the traceback is printed as Python would print it.
 
 Signals: SIGTERM ends the script the way Ctrl-C does (an exception, `Terminated`, raised where it
 runs), so the run of what was recorded is written and the exit code is 143 (128 + 15), as an
-unhandled SIGTERM gives. SIGINT and SIGTERM that arrive while the profiler starts, or while the run
-is being written, wait until that is done (the run is then written, exit 130 or 143, no traceback).
+unhandled SIGTERM gives; SIGHUP, SIGUSR1 and SIGUSR2 (when the script has no handler of its own)
+likewise, exit 129, 138 or 140. These signals and SIGINT, when they arrive while the profiler starts,
+stops or while the run is being written, wait until that is done (the run is then written, exit
+128 + the signal, no traceback).
 A script that ends with `os._exit()` (or is killed with SIGKILL) ends the process at once, without
 unwinding: no run can be written then.
 
@@ -18,6 +20,7 @@ Must not: parse command lines (cli.py does) or change what the profiler records.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import runpy
@@ -64,10 +67,15 @@ class Terminated(BaseException):
 
 
 def _raise_terminated(signum, frame):
-    raise Terminated("received SIGTERM")
+    raise Terminated(f"received {signal.Signals(signum).name}")
 
 
-_SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+_SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129, signal.SIGUSR1: 138, signal.SIGUSR2: 140}
+"""The signals `record` turns into an orderly end (the run written, exit 128 + the signal's
+number): SIGINT as KeyboardInterrupt; SIGTERM, SIGHUP (a closed terminal or SSH session) and
+SIGUSR1/2 (whose default, too, kills the process) as Terminated. A handler the script installs
+for one of them is its own."""
+_TERMINATING = tuple(s for s in _SIGNAL_EXIT if s != signal.SIGINT)
 
 
 def _hold_signals(into: list[int]):
@@ -89,7 +97,9 @@ def _restore_signals(saved, *, terminate: bool = False) -> None:
     for s, h in saved.items():
         signal.signal(s, h)
     if terminate:
-        signal.signal(signal.SIGTERM, _raise_terminated)
+        for s in _TERMINATING:
+            if saved.get(s) in (signal.SIG_DFL, None) or s == signal.SIGTERM:
+                signal.signal(s, _raise_terminated)
 
 
 def _exit_code(e: SystemExit) -> int:
@@ -195,8 +205,10 @@ def record(out: Path | str, script: str | None, args: list[str], *, module: str 
     step_hook = _count_optimizer_steps(prof)
     late: list[int] = []
     write_error = _keep_write_error(prof, late)
+    _hold_signals_while_stopping(prof, late)
     early: list[int] = []
     saved = _hold_signals(early)  # a signal while the profiler starts waits until it runs
+    pid, cwd = os.getpid(), os.getcwd()
     try:
         try:
             # The profiler starts in torch's __enter__ called from this frame, as the plain `with
@@ -205,16 +217,17 @@ def record(out: Path | str, script: str | None, args: list[str], *, module: str 
                 _restore_signals(saved, terminate=True)
                 saved = None
                 if early:  # the profiler runs: end as the signal says, the (empty) run is written on the way out
-                    raise Terminated("received SIGTERM") if signal.SIGTERM in early else KeyboardInterrupt()
+                    raise KeyboardInterrupt() if early[0] == signal.SIGINT else Terminated(f"received {signal.Signals(early[0]).name}")
                 if path is not None:
                     runpy.run_path(str(path), run_name="__main__")
                 else:
                     runpy.run_module(module, run_name="__main__", alter_sys=True)  # type: ignore[arg-type]
         except SystemExit as e:
             code = _exit_code(e)
-        except Terminated:
-            print("neuron-explorer: terminated (SIGTERM); the run holds what was recorded", file=sys.stderr)
-            code = 143
+        except Terminated as e:
+            name = str(e).removeprefix("received ") or "SIGTERM"
+            print(f"neuron-explorer: terminated ({name}); the run holds what was recorded", file=sys.stderr)
+            code = _SIGNAL_EXIT.get(getattr(signal.Signals, name, signal.SIGTERM), 143)
         except KeyboardInterrupt as e:
             if early:
                 print("interrupted", file=sys.stderr)  # while the profiler started: nothing of the script to show
@@ -224,6 +237,8 @@ def record(out: Path | str, script: str | None, args: list[str], *, module: str 
         except BaseException as e:  # the script's own error: shown as Python shows it, the run is written
             _print_script_traceback(e)
             code = 1
+        if os.getpid() != pid:
+            _end_forked_child(code)
         for s in late:  # a signal that came while the run was written
             code = code or _SIGNAL_EXIT[s]
     finally:
@@ -233,10 +248,50 @@ def record(out: Path | str, script: str | None, args: list[str], *, module: str 
         sys.argv = saved_argv
         if saved_path0 is not None and sys.path:
             sys.path[0] = saved_path0
+        with contextlib.suppress(OSError):
+            os.chdir(cwd)  # a script that changed directory (Hydra does): the CLI goes on where it was started
     if write_error:
         print(f"error: {write_error[0]}", file=sys.stderr)  # one line; the script's own exit code is kept
         code = code or 2
-    return RecordResult(prof.run_dir, code)
+    return RecordResult(_as_given(prof.run_dir, cwd), code)
+
+
+def _as_given(run_dir: Path | None, cwd: str) -> Path | None:
+    """The run's path relative to where `record` started when it lies below it (`runs/x`, as typed)."""
+    if run_dir is None:
+        return None
+    try:
+        return Path(run_dir).relative_to(cwd)
+    except ValueError:
+        return Path(run_dir)
+
+
+def _end_forked_child(code: int) -> None:
+    """A child the script forked (os.fork) that ends by returning, or with sys.exit, unwinds back
+    here: it ends now with its code, as the script's own process would, without writing a run,
+    stopping the parent's profiler or running the CLI's report (the run is the parent's)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed stream: nothing to flush
+            pass
+    os._exit(code if 0 <= code <= 255 else 1)
+
+
+def _hold_signals_while_stopping(prof, held: list[int]) -> None:
+    """A second Ctrl-C (or SIGTERM) while the profiler stops — torch's own post-processing takes
+    seconds on a long recording — waits (appended to `held`) until the run is written, instead of
+    interrupting torch's stop and losing the whole recording."""
+    stop = prof.stop
+
+    def guarded(*a, **kw):
+        saved = _hold_signals(held)
+        try:
+            return stop(*a, **kw)
+        finally:
+            _restore_signals(saved)
+
+    prof.stop = guarded
 
 
 def _keep_write_error(prof, held: list[int]) -> list:

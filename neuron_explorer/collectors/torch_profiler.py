@@ -177,7 +177,8 @@ class Recording:
     def __init__(self, run_dir: Path | str, *, overwrite: bool, options: dict, command: list[str] | None = None,
                  script_dir: Path | str | None = None):
         self.rank, self.world_size, self.shared = dist_rank()
-        self.run_dir = _live_write.check_target(run_dir, overwrite=overwrite, rank=self.rank, shared=self.shared)
+        # resolved now: a script that changes directory (Hydra does) still writes where it was asked
+        self.run_dir = _live_write.check_target(run_dir, overwrite=overwrite, rank=self.rank, shared=self.shared).absolute()
         self.overwrite = overwrite
         self.options = options
         self.command = list(command if command is not None else sys.argv)
@@ -265,6 +266,14 @@ class Recording:
             ranks=[entry],
             warnings=warnings_,
         )
+        if not (self.overwrite or self.written):
+            beside = _live_write.free_run_dir(self.run_dir, self.rank, self.shared)
+            if beside != self.run_dir:  # something was written at the output while this recorded: never replaced
+                note = (f"{self.run_dir} was taken while this recorded (another run or files appeared there); "
+                        f"this run is written beside it, at {beside}")
+                print(f"neuron-explorer: warning: {note}", file=sys.stderr, flush=True)
+                manifest["warnings"] = [*manifest["warnings"], note]
+                self.run_dir = beside
         if self.shared:
             out = _live_write.write_shared(self.run_dir, self.rank, built.tables, entry, manifest, overwrite=self.overwrite or self.written)
         else:
@@ -345,11 +354,20 @@ class profile(tp.profile):
     def start(self) -> None:
         _check_no_active_profiler()
         self._exit_warning = None
+        self._pid = os.getpid()
         super().start()
         if self._statements is not None:
             self._statements.start()
 
+    def _forked_child(self) -> bool:
+        """True in a child the profiled code forked (os.fork): the profiler and the run belong to
+        the process that started them; a child that unwinds through the `with` must leave both
+        alone (stopping Kineto in a child aborts it, and its run would replace the parent's)."""
+        return getattr(self, "_pid", None) not in (None, os.getpid())
+
     def stop(self) -> None:
+        if self._forked_child():
+            return
         if self._statements is not None:
             self._statements.stop()
         super().stop()
@@ -382,6 +400,8 @@ class profile(tp.profile):
         return None
 
     def __exit__(self, exc_type, exc_val, exc_tb):
+        if self._forked_child():
+            return False
         if exc_type is not None and not (exc_type is SystemExit and exc_val.code in (0, None)):
             what = "interrupted (KeyboardInterrupt)" if exc_type is KeyboardInterrupt else \
                 f"exited with code {exc_val.code}" if exc_type is SystemExit else f"raised {exc_type.__name__}: {exc_val}"

@@ -23,20 +23,10 @@ from ..errors import UsageError
 
 
 def free_run_dir(target: Path | str, rank: int = 0, shared: bool = False) -> Path:
-    """`target`, or the first of `target-2`, `target-3`, ... that holds no run yet: nothing there
-    or an empty directory; for one rank of a run several ranks write (`shared`), no partition of
-    this rank there. Every rank of a job that runs again sees its partitions in the same places,
-    so all ranks pick the same directory without talking to each other."""
-    from ..collectors._live_write import partition_dir
+    """collectors._live_write.free_run_dir (imported when called: importing an integration stays light)."""
+    from ..collectors._live_write import free_run_dir as free
 
-    base = Path(target)
-    for n in range(1, 10_000):
-        candidate = base if n == 1 else base.with_name(f"{base.name}-{n}")
-        taken = partition_dir(candidate, rank).exists() if shared else candidate.exists() and (
-            not candidate.is_dir() or any(candidate.iterdir()))
-        if not taken:
-            return candidate
-    return base  # ten thousand runs there already: the profiler's own error says so
+    return free(target, rank, shared)
 
 
 class StepRecorder:
