@@ -216,3 +216,31 @@ def test_a_second_top_level_trace_events_is_refused_not_guessed(tmp_path: Path, 
     ok = tmp_path / "ok.json"
     ok.write_text('{"traceEvents": [%s], "meta": {"traceEvents": []}, "note": "\\"traceEvents\\""}' % (SLICE % "only"))
     assert chrome_trace.import_traces(ok, tmp_path / "ok").manifest["ranks"][0]["events"] >= 1
+
+
+# --- memory bombs: text beyond the limit -------------------------------------------------------------------
+
+
+def test_names_and_args_beyond_the_limit_are_cut_with_a_warning_counting_them(tmp_path: Path):
+    import json
+
+    from neuron_explorer import open_run
+    from neuron_explorer.collectors.trace_rank import MAX_TEXT_CHARS
+
+    long_name = "k" * (MAX_TEXT_CHARS + 10)
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": long_name, "pid": 1, "tid": 1, "ts": 10, "dur": 5},
+        {"ph": "X", "cat": "cpu_op", "name": long_name + "2", "pid": 1, "tid": 1, "ts": 20, "dur": 5,
+         "args": {"blob": "x" * (MAX_TEXT_CHARS + 1)}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 30, "dur": 5, "args": {"Input Dims": [[2, 2]]}},
+    ]
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps({"traceEvents": events}))
+    result = chrome_trace.import_traces(src, tmp_path / "run")
+    warnings = " ".join(result.manifest["warnings"])
+    assert "2 names longer than 65,536 characters cut to that length" in warnings, warnings
+    assert "1 event's args longer than 65,536 characters dropped" in warnings, warnings
+    with open_run(tmp_path / "run") as run:
+        rows = run.sql("SELECT name, length(name), args FROM events ORDER BY ts_ns").fetchall()
+    assert [r[1] for r in rows] == [MAX_TEXT_CHARS, MAX_TEXT_CHARS, len("aten::mm")]
+    assert rows[1][2] is None and "Input Dims" in rows[2][2]  # the long args dropped, the short ones kept

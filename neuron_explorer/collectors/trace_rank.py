@@ -182,6 +182,9 @@ def decode_rank(path: Path, progress: Callable[[int, int], None] | None = None,
     events = _concat([c.events for c in chunks])
     # one args array, so that the chunks' buffers can be freed and sorting takes from one array
     events = events.set_column(events.schema.get_field_index("args"), "args", pa.chunked_array([events["args"].combine_chunks()]))
+    events, cut = _cap_text(events)
+    if cut:
+        warnings.append(f"{path.name}: {cut}")
     raw = RawRank(
         rank=rank,
         events=events,
@@ -210,6 +213,39 @@ def decode_rank(path: Path, progress: Callable[[int, int], None] | None = None,
     if unsupported:
         warnings.append(f"{path.name}: events of unsupported phases skipped: {unsupported}")
     return raw, meta, warnings, _category_counts(raw)
+
+
+MAX_TEXT_CHARS = 64 << 10
+"""The longest name, category or args text an event keeps (65,536 characters): a longer name is cut
+to it and longer args are dropped (cut JSON would not read), with a warning counting them. Kernel
+names of templated C++ run to a few thousand characters; what is beyond this is an accident or an
+attack (a 1 GiB name), and would otherwise be copied into every table, query and page that shows
+the event."""
+
+
+def _cap_text(events: pa.Table) -> tuple[pa.Table, str]:
+    """Events with every text column within MAX_TEXT_CHARS, and what was cut, as a warning ('' if nothing)."""
+    said = []
+    for col in ("name", "category", "pid_text", "tid_text", "module_path", "args"):
+        if col not in events.column_names:
+            continue
+        column = events[col]
+        dictionary = pa.types.is_dictionary(column.type)
+        if all((pc.max(pc.utf8_length(c.dictionary if dictionary else c)).as_py() or 0) <= MAX_TEXT_CHARS for c in column.chunks):
+            continue
+        plain = column.cast(pa.string()) if dictionary else column
+        long = pc.greater(pc.utf8_length(plain), MAX_TEXT_CHARS)
+        n = pc.sum(long).as_py() or 0
+        if col == "args":  # JSON text: dropped, not cut
+            fixed = pc.if_else(long, pa.scalar(None, pa.string()), plain)
+            said.append(f"{n} {'event' + chr(39) + 's' if n == 1 else 'events' + chr(39)} args longer than {MAX_TEXT_CHARS:,} characters dropped")
+        else:
+            fixed = pc.if_else(long, pc.utf8_slice_codeunits(plain, 0, MAX_TEXT_CHARS), plain)
+            said.append(f"{n} {col.replace('_', ' ')}{'s' if n != 1 else ''} longer than {MAX_TEXT_CHARS:,} characters cut to that length")
+        if dictionary:
+            fixed = pa.chunked_array([c.dictionary_encode().cast(column.type) for c in fixed.chunks], column.type)
+        events = events.set_column(events.schema.get_field_index(col), col, fixed)
+    return events, "; ".join(said)
 
 
 def _merged_metadata(per_chunk) -> list[dict]:
