@@ -126,3 +126,57 @@ def test_a_symlink_named_py_to_another_file_is_not_read(made, client):
     status, body = get(client, f"/api/source?run=0&frame_id={good}")
     assert status == 200 and body["data"]["readable"] is True
     assert any("def good" in line["text"] for line in body["data"]["lines"])
+
+
+HOSTILE_VALUES = [None, {}, [], {"a": [1]}, [[1, 2]], "x", "", -1, 1 << 63, 1e308, -1e308, True, "🔥" * 50, 3.5, [None],
+                  {"xaxis.range[0]": 1e308, "xaxis.range[1]": -1e308}, {"xaxis.range": [None, "a"]}, {"points": [{"x": "a"}]},
+                  "0; DROP TABLE events", {"index": "1e9"}, 10**6]
+
+
+def test_no_input_from_the_page_gives_a_500_on_any_callback(made, caplog):
+    """Every server callback (issue 40, item 6), each of its inputs and states given each hostile value
+    in turn — a tab that is a dict or a list, a finding index out of range or not a number, a relayout
+    range of ±1e308 — and whole random combinations: never HTTP 500; a bad request body is a 400."""
+    import random
+
+    rs, _ = made
+    app = dash_app.create_app(rs)
+    client = app.server.test_client()
+    client.get("/")
+    rng = random.Random(40)
+    tried, statuses = 0, {}
+    server_callbacks = {k: cb for k, cb in app.callback_map.items() if cb.get("callback") is not None}
+    assert len(server_callbacks) >= 10, sorted(server_callbacks)
+
+    def post(key, cb, values):
+        outputs = [o.rsplit(".", 1) for o in key.strip(".").split("...")] if key.startswith("..") else [key.rsplit(".", 1)]
+        args = cb["inputs"] + cb.get("state", [])
+        body = {"output": key, "outputs": [{"id": i, "property": p} for i, p in outputs] if len(outputs) > 1 else
+                {"id": outputs[0][0], "property": outputs[0][1]},
+                "inputs": [{**a, "value": v} for a, v in zip(cb["inputs"], values)],
+                "state": [{**a, "value": v} for a, v in zip(cb.get("state", []), values[len(cb["inputs"]):])],
+                "changedPropIds": [f"{a['id']}.{a['property']}" for a in cb["inputs"][:1]]}
+        assert len(values) == len(args)
+        return client.post("/_dash-update-component", data=json.dumps(body), content_type="application/json").status_code
+
+    for key, cb in server_callbacks.items():
+        n = len(cb["inputs"]) + len(cb.get("state", []))
+        for position in range(n):
+            for bad in HOSTILE_VALUES:  # one hostile value, the others plausible (None: what the page sends at first)
+                values = [None] * n
+                values[position] = bad
+                status = post(key, cb, values)
+                tried += 1
+                statuses.setdefault(status, []).append((key[:60], position, repr(bad)[:40]))
+        for _ in range(30):  # all hostile at once
+            status = post(key, cb, [rng.choice(HOSTILE_VALUES) for _ in range(n)])
+            tried += 1
+            statuses.setdefault(status, []).append((key[:60], "random"))
+    for body in (b"not json", b"{}", json.dumps({"output": "nope.children", "inputs": []}).encode(), json.dumps({"output": "px.data"}).encode()):
+        status = client.post("/_dash-update-component", data=body, content_type="application/json").status_code
+        tried += 1
+        statuses.setdefault(status, []).append(("body", body[:30]))
+    assert 500 not in statuses, statuses[500][:5]
+    assert set(statuses) <= {200, 204, 400}, {k: v[:3] for k, v in statuses.items()}
+    assert tried > 1000, tried  # the count the issue's note reports
+    assert "Traceback" not in caplog.text

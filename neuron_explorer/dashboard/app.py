@@ -297,8 +297,9 @@ def create_app(rs: RunSet):
     import dash
     from dash import Input, Output, State, ctx, dcc, html, no_update
 
-    app = dash.Dash(__name__, title="Neuron Explorer", update_title=None, serve_locally=True)
+    app = dash.Dash(__name__, title="Neuron Explorer", update_title=None, serve_locally=True, on_error=_callback_failed)
     register_api(app.server, rs)
+    app.server.register_error_handler(Exception, _update_failed)
     run_opts = [{"label": f"{r.index}: {r.name}", "value": r.index} for r in rs.runs]
     app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + STYLE + compare_view.STYLE + overview.STYLE + "</style>")
     # plotly.js (4.8 MB) as the first script of the page, not fetched by the graph once the layout
@@ -506,6 +507,30 @@ def rank_options(rs: RunSet, run) -> list[dict]:
     except NeuronExplorerError:
         return []
     return [{"label": "all ranks", "value": "all"}] + [{"label": f"rank {k}", "value": k} for k in r.run.ranks]
+
+
+def _callback_failed(err: Exception) -> None:
+    """Dash's handler for an exception a callback raises: one line in the server's log and nothing
+    updated on the page (HTTP 200), never an HTTP 500 with a traceback. The callbacks check what
+    they can (CallbackInputError gives the page a message); this is for input no check foresaw —
+    a value of another type or size sent by a hand-made request."""
+    import logging
+
+    logging.getLogger("neuron_explorer.dashboard").warning(
+        "a callback could not use its input (%s: %s); nothing was updated", type(err).__name__, " ".join(str(err).split())[:200])
+
+
+def _update_failed(err: Exception):
+    """A request Dash cannot dispatch (a callback that does not exist on the server, a body of the
+    wrong shape): HTTP 400 with one line, not a 500 with a traceback in the log."""
+    from flask import request
+    from werkzeug.exceptions import HTTPException, InternalServerError
+
+    if isinstance(err, HTTPException):
+        return err
+    if request.path.endswith("_dash-update-component"):
+        return {"error": f"malformed callback request ({type(err).__name__}: {' '.join(str(err).split())[:200]})"}, 400
+    return InternalServerError(original_exception=err)
 
 
 def warm(rs: RunSet) -> None:

@@ -105,7 +105,7 @@ def tables_for(rs: RunSet, run, rank, tab: str):
         return memory_panel(rs, run, rank)
     if tab == "flame":
         return flame_panel(rs, run, rank)
-    view = TABLE_VIEWS.get(tab)
+    view = TABLE_VIEWS.get(tab) if isinstance(tab, str) else None
     if view is None:
         raise CallbackInputError(f"unknown tab {tab!r}")
     data = queries.table(rs, tab, run=run, rank=rank, limit=TABLE_ROWS)
