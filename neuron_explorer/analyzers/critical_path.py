@@ -411,7 +411,8 @@ def _native_walks(index: RankIndex, steps: list, causes: dict):
         values, first = np.unique(raw[device], return_index=True)
         lut = {}
         for v in values[np.argsort(first, kind="stable")].tolist():
-            text = "waiting for its launch" if v == -1 else "gap after the previous work on its stream" if v == -2 else f"waiting for stream {-10 - v}"
+            text = ("waiting for its launch" if v == -1 else "gap after the previous work on its stream" if v == -2
+                    else f"waiting for stream {-10 - v}")
             lut[v] = causes.setdefault(text, len(causes))
         raw[device] = np.array([lut[v] for v in values.tolist()], dtype=np.int64)[np.searchsorted(values, raw[device])]
     out = []

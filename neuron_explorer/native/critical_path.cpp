@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <unordered_map>
 #include <vector>
 
 namespace {
@@ -272,12 +271,41 @@ struct Key {
     int64_t own, t, dev;
     bool operator==(const Key &o) const { return own == o.own && t == o.t && dev == o.dev; }
 };
-struct KeyHash {
-    size_t operator()(const Key &k) const {
-        uint64_t h = uint64_t(k.t) * 0x9E3779B97F4A7C15ull;
-        h ^= uint64_t(k.dev) + 0x7F4A7C159E3779B9ull + (h << 6) + (h >> 2);
-        h ^= uint64_t(k.own) + 0x165667B19E3779F9ull + (h << 6) + (h >> 2);
-        return size_t(h);
+inline uint64_t mix(uint64_t z) {  // splitmix64's finaliser: every input bit moves every output bit
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+// the kept moves by state: open addressing, linear probing, at most half full
+struct Memo {
+    std::vector<Key> keys;
+    std::vector<int64_t> vals;  // -1: empty slot
+    size_t used = 0;
+    Memo() : keys(1024), vals(1024, -1) {}
+    static size_t hash(const Key &k) { return size_t(mix(uint64_t(k.t) ^ mix(uint64_t(k.dev) ^ (uint64_t(k.own) << 48)))); }
+    int64_t find(const Key &k) const {
+        size_t mask = keys.size() - 1;
+        for (size_t i = hash(k) & mask;; i = (i + 1) & mask) {
+            if (vals[i] < 0) return -1;
+            if (keys[i] == k) return vals[i];
+        }
+    }
+    void put(const Key &k, int64_t v) {
+        if (2 * (used + 1) > keys.size()) {
+            std::vector<Key> ok;
+            std::vector<int64_t> ov;
+            ok.swap(keys);
+            ov.swap(vals);
+            keys.assign(ok.size() * 2, Key{0, 0, 0});
+            vals.assign(ok.size() * 2, -1);
+            used = 0;
+            for (size_t j = 0; j < ok.size(); ++j)
+                if (ov[j] >= 0) put(ok[j], ov[j]);
+        }
+        size_t mask = keys.size() - 1;
+        size_t i = hash(k) & mask;
+        while (vals[i] >= 0) i = (i + 1) & mask;
+        keys[i] = k, vals[i] = v, ++used;
     }
 };
 struct Node {
@@ -315,7 +343,7 @@ void *nxcp_walk(const int64_t *dims, const void **p, const int64_t *steps_start,
     Walker w(x);
     std::vector<int64_t> pool;  // kept moves' segments
     std::vector<Node> nodes;
-    std::unordered_map<Key, int64_t, KeyHash> memo;
+    Memo memo;
     auto *res = new Result();
     res->step_off.push_back(0);
     for (int64_t s = 0; s < nsteps; ++s) {
@@ -325,9 +353,9 @@ void *nxcp_walk(const int64_t *dims, const void **p, const int64_t *steps_start,
         int64_t guard = 0;
         while (t > start) {
             Key key{own, t, dev};
-            auto it = memo.find(key);
-            if (it != memo.end() && nodes[it->second].t2 > start) {
-                const Node &nd = nodes[it->second];
+            int64_t hit = memo.find(key);
+            if (hit >= 0 && nodes[hit].t2 > start) {
+                const Node &nd = nodes[hit];
                 res->seg.insert(res->seg.end(), pool.begin() + nd.first, pool.begin() + nd.first + nd.count);
                 t = nd.t2, dev = nd.dev2;
             } else {
@@ -336,8 +364,8 @@ void *nxcp_walk(const int64_t *dims, const void **p, const int64_t *steps_start,
                 w.move(t2, d2, own, start);
                 res->seg.insert(res->seg.end(), w.seg.begin(), w.seg.end());
                 if (t2 <= start) break;
-                if (it == memo.end()) {
-                    memo.emplace(key, int64_t(nodes.size()));
+                if (hit < 0) {
+                    memo.put(key, int64_t(nodes.size()));
                     nodes.push_back(Node{t2, d2, int64_t(pool.size()), int64_t(w.seg.size())});
                     pool.insert(pool.end(), w.seg.begin(), w.seg.end());
                 }
