@@ -12,6 +12,12 @@ time (all its threads): on a shared machine it moves less with the load than wal
 `--against DIR` also runs the analysis of the checkout at DIR (e.g. `git worktree add
 /tmp/nx-before 154aefc^`, the tree before the critical path and utilisation analyses),
 alternating with this one, and prints the ratios; the load average is printed before and after.
+
+`--trace JSON` (the trace the run was imported from) also imports it, in a fresh process each
+repetition, alternating with the analyses: analyze's wall time against the import's, side by side
+(issue 38's target: analyze <= import). `--path` also times the critical path alone (every rank's
+`critical_path.path_of`, fresh process) with the C++ walk and with the Python walk (the reference,
+NEURON_EXPLORER_NATIVE=0).
 """
 
 from __future__ import annotations
@@ -37,6 +43,27 @@ def run_once(run_dir: str, tree: Path) -> tuple[float, float, float]:
     return float(out[0]), float(out[1]), float(out[2]) / 1024  # ru_maxrss is KiB on Linux
 
 
+def import_once(trace: str, tree: Path, out_dir: str) -> tuple[float, float, float]:
+    """(wall s, CPU s, peak RSS MiB) of one import of `trace` into `out_dir` by the checkout at `tree`, in a fresh process."""
+    code = ("import resource, time; t = time.perf_counter(); from neuron_explorer.collectors.chrome_trace import import_traces; "
+            f"import_traces({trace!r}, {out_dir!r}, force=True); u = resource.getrusage(resource.RUSAGE_SELF); "
+            "print(time.perf_counter() - t, u.ru_utime + u.ru_stime, u.ru_maxrss)")
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=tree).stdout.splitlines()[-1].split()
+    return float(out[0]), float(out[1]), float(out[2]) / 1024
+
+
+def path_once(run_dir: str, tree: Path, native: bool) -> tuple[float, float, float]:
+    """(wall s, CPU s, peak RSS MiB) of every rank's critical path (after opening the run), in a fresh process."""
+    code = ("import resource, time; from neuron_explorer.store import open_run; from neuron_explorer.analyzers import critical_path as cp; "
+            f"run = open_run({run_dir!r}); c0 = resource.getrusage(resource.RUSAGE_SELF); c0 = c0.ru_utime + c0.ru_stime; "
+            "t = time.perf_counter(); [cp.path_of(run, r) for (r,) in run.sql('SELECT DISTINCT rank FROM events').fetchall()]; "
+            "u = resource.getrusage(resource.RUSAGE_SELF); print(time.perf_counter() - t, u.ru_utime + u.ru_stime - c0, u.ru_maxrss)")
+    env = dict(os.environ, PYTHONPATH=str(tree), NEURON_EXPLORER_NATIVE="auto" if native else "0")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=tree).stdout.splitlines()[-1].split()
+    return float(out[0]), float(out[1]), float(out[2]) / 1024
+
+
 def _line(label: str, results: list[tuple[float, float, float]]) -> str:
     best_wall, best_cpu, peak = min(r[0] for r in results), min(r[1] for r in results), max(r[2] for r in results)
     return (f"{label}: best of {len(results)}: {best_wall:.2f} s wall ({', '.join(f'{r[0]:.2f}' for r in results)}), "
@@ -48,17 +75,30 @@ def main() -> None:
     ap.add_argument("run", nargs="?", default="/tmp/runs/big")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--against", type=Path, default=None, help="another checkout of the project, run side by side")
+    ap.add_argument("--trace", default=None, help="the trace the run was imported from: import it too, side by side")
+    ap.add_argument("--path", action="store_true", help="also time the critical path alone, C++ walk and Python walk")
     args = ap.parse_args()
     manifest = json.load(open(os.path.join(args.run, "manifest.json")))
     events = sum(r.get("events", 0) for r in manifest.get("ranks", []))
     print(f"analyze {args.run}: {events:,} events, cpus {os.cpu_count()}, load average before {os.getloadavg()[0]:.2f}")
     trees = [HERE] + ([args.against.resolve()] if args.against else [])
     results: dict[Path, list] = {t: [] for t in trees}
+    extra: dict[str, list] = {}
     for _ in range(args.repeat):
         for t in trees:  # alternating, so that both see the same load
             results[t].append(run_once(args.run, t))
+        if args.trace:
+            extra.setdefault("import (this tree)", []).append(import_once(args.trace, HERE, args.run.rstrip("/") + "-bench-import"))
+        if args.path:
+            extra.setdefault("critical path, C++ walk (this tree)", []).append(path_once(args.run, HERE, True))
+            extra.setdefault("critical path, Python walk (this tree)", []).append(path_once(args.run, HERE, False))
     for t in trees:
         print(_line("this tree" if t == HERE else str(t), results[t]))
+    for label, res in extra.items():
+        print(_line(label, res))
+    if args.trace:
+        a, b = results[HERE], extra["import (this tree)"]
+        print(f"analyze / import: wall {min(r[0] for r in a) / min(r[0] for r in b):.2f}x, CPU {min(r[1] for r in a) / min(r[1] for r in b):.2f}x")
     if args.against:
         a, b = results[HERE], results[trees[1]]
         print(f"ratio this / {trees[1]}: wall {min(r[0] for r in a) / min(r[0] for r in b):.2f}x, "

@@ -61,14 +61,16 @@ def _private_import_cache(tmp_path_factory):
 
 @pytest.fixture(autouse=True, scope="session")
 def _fast_trace_reader_built():
-    """Build the C++ trace reader and Parquet writer before the tests, as the first import on a
+    """Build the C++ trace reader, Parquet writer and critical path walk before the tests, as the first import on a
     machine does: their one-time "compiling" notices must not land in whichever test happens to
     run first on a worker (tests assert one-line errors on stderr)."""
     from neuron_explorer import parquet_native
+    from neuron_explorer.analyzers import _path_native
     from neuron_explorer.collectors import _json_native
 
     _json_native.load()
     parquet_native.load()
+    _path_native.load()
 
 
 @pytest.fixture

@@ -35,7 +35,8 @@ LAYERS: list[tuple[int, str, str, tuple[str, ...]]] = [
     (3, "analyzer figures", "numbers about a run (metrics, line times, utilisation, ranks, the critical path, statistics) "
                             "and the finding contract (model): no judgement of what is a problem",
      ("analyzers.metrics", "analyzers.lines", "analyzers.utilisation", "analyzers.flops", "analyzers.peaks", "analyzers.ranks",
-      "analyzers.critical_path", "analyzers._path_index", "analyzers.device_time", "analyzers.stats", "analyzers.job", "analyzers.model",
+      "analyzers.critical_path", "analyzers._path_index", "analyzers._path_native", "analyzers.device_time", "analyzers.stats",
+      "analyzers.job", "analyzers.model",
       "analyzers.report_schema", "analyzers.contents")),
     (4, "summary and report text", "the per-rank and job summary, built from the figures; what rules and reports start "
                                    "from; and the report as text (rich, Markdown): a pure rendering of the finding "

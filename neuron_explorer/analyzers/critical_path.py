@@ -298,7 +298,12 @@ def _step_rows(w: _Walker, runs: list, final: list):
     kept = np.frombuffer(w.seg, dtype=np.int64).reshape(-1, 4)[idx]
     if final:
         kept = np.concatenate([kept, np.array(final, dtype=np.int64).reshape(-1, 4)])
-    cols = [kept[:, 0], kept[:, 1], kept[:, 2], (kept[:, 3] >> 32).astype(np.int8), (kept[:, 3] & 0xFFFFFFFF).astype(np.int32)]
+    return _merged(kept[:, 0], kept[:, 1], kept[:, 2], (kept[:, 3] >> 32).astype(np.int8), (kept[:, 3] & 0xFFFFFFFF).astype(np.int32))
+
+
+def _merged(*cols):
+    """A step's segments as the walk charged them (latest first) in time order, adjacent ones
+    charged to the same event, category and cause merged: (ts, ns, event, category, cause)."""
     ts, ns, ev, cat, cause = (c[::-1] for c in cols)  # the walk charges latest first
     if not len(ts):
         return ts, ns, ev, cat, cause
@@ -383,6 +388,43 @@ def path_of(run: Run, rank: int) -> Path:
         return got
     steps = run.sql("SELECT s.step, s.ts_ns, s.dur_ns, s.event_id, e.pid, coalesce(CAST(e.tid AS VARCHAR), e.tid_text, '') "
                     "FROM steps s JOIN events e ON e.event_id = s.event_id WHERE s.rank = ? ORDER BY s.step", [rank]).fetchall()
+    path = _walked(run, rank, steps, native=True)
+    if len(_CACHE) >= 8:
+        _CACHE.clear()
+    _CACHE[key] = path
+    return path
+
+
+def _native_walks(index: RankIndex, steps: list, causes: dict):
+    """Each step's segments (ts, ns, event, category, cause) in time order, walked by the C++ walk
+    (_path_native), or None when it is not available; device causes are added to `causes` in the
+    order the walks first charge them, as the Python walk adds them."""
+    from . import _path_native
+
+    got = _path_native.walk(index, [(int(ts), int(ts) + int(dur), index.track_of.get((pid, tid))) for _s, ts, dur, _e, pid, tid in steps])
+    if got is None:
+        return None
+    seg, off = got
+    raw = seg[:, 4]
+    device = np.flatnonzero(raw < 0)
+    if len(device):
+        values, first = np.unique(raw[device], return_index=True)
+        lut = {}
+        for v in values[np.argsort(first, kind="stable")].tolist():
+            text = ("waiting for its launch" if v == -1 else "gap after the previous work on its stream" if v == -2
+                    else f"waiting for stream {-10 - v}")
+            lut[v] = causes.setdefault(text, len(causes))
+        raw[device] = np.array([lut[v] for v in values.tolist()], dtype=np.int64)[np.searchsorted(values, raw[device])]
+    out = []
+    for k in range(len(steps)):
+        part = seg[off[k]:off[k + 1]]
+        out.append(_merged(part[:, 0], part[:, 1], part[:, 2], part[:, 3].astype(np.int8), part[:, 4].astype(np.int32)))
+    return out
+
+
+def _walked(run: Run, rank: int, steps: list, native: bool) -> Path:
+    """The critical path of the steps (rows of `steps`: step, ts, dur, event id, pid, tid) of a rank,
+    walked by the C++ walk when `native` and it is available, else by the Python walk (the reference)."""
     path = _empty_path(rank)
     if steps:
         index = RankIndex(run, rank)
@@ -390,8 +432,13 @@ def path_of(run: Run, rank: int) -> Path:
         parts = []
         cover = _collective_cover(index)
         comm_cause = w.causes.setdefault(_COMM_WHILE_WAITING, len(w.causes)) if cover else 0
-        for step, ts, dur, _eid, pid, tid in steps:
-            ts_, ns, ev, cat, cause = _step_rows(w, *w.walk(int(ts), int(ts) + int(dur), index.track_of.get((pid, tid))))
+        walked = _native_walks(index, steps, w.causes) if native else None
+        for k, (step, ts, dur, _eid, pid, tid) in enumerate(steps):
+            if walked is not None:
+                ts_, ns, ev, cat, cause = walked[k]
+                walked[k] = None
+            else:
+                ts_, ns, ev, cat, cause = _step_rows(w, *w.walk(int(ts), int(ts) + int(dur), index.track_of.get((pid, tid))))
             if cover:
                 ts_, ns, ev, cat, cause = _communication_not_idle(index, cover, comm_cause, ts_, ns, ev, cat, cause)
             has = ev >= 0  # rows -> event ids and statements, step by step (the index goes before the columns are joined)
@@ -412,9 +459,6 @@ def path_of(run: Run, rank: int) -> Path:
         path = Path(np.broadcast_to(np.int32(rank), (n,)), np.repeat([s for s, _ in parts], sizes).astype(np.int64),
                     np.concatenate([np.arange(k, dtype=np.int32) for k in sizes]), joined(0), joined(1), joined(2),
                     joined(3), joined(4), joined(5), causes)
-    if len(_CACHE) >= 8:
-        _CACHE.clear()
-    _CACHE[key] = path
     return path
 
 

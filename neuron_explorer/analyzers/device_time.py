@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
+import numpy as np
+
 from ..fmt import short_kernel_name
 from ..store import Run
 from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_SQL, sql_literal
@@ -57,13 +59,18 @@ def windows(run: Run, rank: int) -> list[tuple[int | None, int, int]]:
     return [(None, int(sp["start_ns"]), int(sp["end_ns"]))] if sp["start_ns"] is not None else []
 
 
-def unions(run: Run, rank: int) -> dict[int, dict[str, list[tuple[int, int]]]]:
-    """Per device of the rank: the unions `compute`, `kernels` and `busy` (UNION_WHERES), sorted."""
-    out: dict[int, dict[str, list]] = {}
+def unions(run: Run, rank: int) -> dict[int, dict[str, np.ndarray]]:
+    """Per device of the rank: the unions `compute`, `kernels` and `busy` (UNION_WHERES), sorted,
+    each an (n, 2) int64 array of (start, end)."""
+    out: dict[int, dict[str, np.ndarray]] = {}
     for key, where in UNION_WHERES.items():
         sql = union_sql(f"rank = {int(rank)} AND device IS NOT NULL AND {where}", ("device",))
-        for d, s, e in run.sql(sql + " ORDER BY device, start_ns").fetchall():
-            out.setdefault(int(d), {k: [] for k in UNION_WHERES})[key].append((int(s), int(e)))
+        got = run.sql(sql + " ORDER BY device, start_ns").fetchnumpy()
+        dev = np.asarray(got["device"], dtype=np.int64)
+        pairs = np.stack([np.asarray(got["start_ns"], dtype=np.int64), np.asarray(got["end_ns"], dtype=np.int64)], axis=1)
+        cuts = np.flatnonzero(np.diff(dev)) + 1
+        for d, part in zip(dev[np.concatenate([[0], cuts])].tolist() if len(dev) else [], np.split(pairs, cuts)):
+            out.setdefault(int(d), {k: np.zeros((0, 2), dtype=np.int64) for k in UNION_WHERES})[key] = part
     return out
 
 
@@ -161,12 +168,13 @@ def breakdown(run: Run, rank: int) -> list[dict]:
                 steps.append({"step": step, "dur_ns": hi - lo, **parts})
         exposed = []
         if total["communication_ns"] and d in colls:
-            diff = Coverage(_difference(u["kernels"], u["compute"]))
+            diff = Coverage(_difference(u["kernels"].tolist(), u["compute"].tolist()))
             pieces = []
+            diff_starts, diff_intervals = diff.starts, diff.intervals
             for step, lo, hi in wins:
-                i = max(bisect_right(diff.starts, lo) - 1, 0)
-                while i < len(diff.intervals) and diff.intervals[i][0] < hi:
-                    s, e = diff.intervals[i]
+                i = max(bisect_right(diff_starts, lo) - 1, 0)
+                while i < len(diff_intervals) and diff_intervals[i][0] < hi:
+                    s, e = diff_intervals[i]
                     if e > lo:
                         pieces.append((step, max(s, lo), min(e, hi)))
                     i += 1

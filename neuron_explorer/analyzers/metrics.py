@@ -14,8 +14,9 @@ render or decide what is a problem (that is what rules do).
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..store import Run
 from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_KINDS, DEVICE_WORK_SQL, comm_op, kinds_sql, sql_literal, top_op, training_work
@@ -72,19 +73,26 @@ SELECT (SELECT coalesce(sum(end_ns - start_ns), 0) FROM c)::BIGINT AS comm_ns, (
 
 
 class Coverage:
-    """Sorted, disjoint intervals (a union) and the length they cover in any range, in O(log n)."""
+    """Sorted, disjoint intervals (a union) and the length they cover in any range, in O(log n).
+    `intervals`: (start, end) pairs, or an (n, 2) integer array (as `interval_array` reads them)."""
 
-    def __init__(self, intervals: list[tuple[int, int]]):
-        self.intervals = intervals
-        self.starts = [s for s, _ in intervals]
-        self.done = [0]  # done[i]: covered length of the first i intervals
-        for s, e in intervals:
-            self.done.append(self.done[-1] + (e - s))
+    def __init__(self, intervals):
+        arr = np.asarray(intervals, dtype=np.int64).reshape(-1, 2)
+        self._starts, self._ends = np.ascontiguousarray(arr[:, 0]), np.ascontiguousarray(arr[:, 1])
+        self._done = np.concatenate([[0], np.cumsum(self._ends - self._starts)])  # done[i]: covered length of the first i intervals
+
+    @property
+    def intervals(self) -> list[tuple[int, int]]:
+        return list(zip(self._starts.tolist(), self._ends.tolist()))
+
+    @property
+    def starts(self) -> list[int]:
+        return self._starts.tolist()
 
     def before(self, t: int) -> int:
         """Covered length before instant t."""
-        i = bisect_right(self.starts, t)
-        return self.done[i] - (max(self.intervals[i - 1][1] - t, 0) if i else 0)
+        i = int(np.searchsorted(self._starts, t, side="right"))
+        return int(self._done[i]) - (max(int(self._ends[i - 1]) - t, 0) if i else 0)
 
     def within(self, lo: int, hi: int) -> int:
         return self.before(hi) - self.before(lo) if hi > lo else 0
@@ -92,6 +100,12 @@ class Coverage:
 
 def intervals(run: Run, where: str) -> list[tuple[int, int]]:
     return [tuple(r) for r in run.sql(union_sql(where) + " ORDER BY start_ns").fetchall()]
+
+
+def interval_array(run: Run, where: str) -> np.ndarray:
+    """`intervals` as an (n, 2) int64 array (start, end), read without a Python object per interval."""
+    got = run.sql(union_sql(where) + " ORDER BY start_ns").fetchnumpy()
+    return np.stack([np.asarray(got["start_ns"], dtype=np.int64), np.asarray(got["end_ns"], dtype=np.int64)], axis=1)
 
 
 def ranks(run: Run) -> list[int]:
@@ -329,7 +343,7 @@ def step_device_busy(run: Run, rank: int, without_name: str | tuple | None = Non
             extra = f"coalesce(name, '') NOT IN {kinds_sql(without_name)}" if without_name else ""
         else:
             extra = f"name IS DISTINCT FROM {sql_literal(without_name)}" if without_name is not None else ""
-        cov = Coverage(intervals(run, device_where(rank, device, extra=extra)))
+        cov = Coverage(interval_array(run, device_where(rank, device, extra=extra)))
         for step, ts, dur in steps:
             busy = cov.within(int(ts), int(ts) + int(dur))
             out.append({"step": int(step), "device": device, "dur_ns": int(dur), "busy_ns": int(busy),
