@@ -8,6 +8,7 @@ Must not: import anything but the standard library (every layer may import it).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -33,6 +34,7 @@ def share(x: float | None) -> str:
     return f"{100 * x:.1f}%"
 
 
+@functools.lru_cache(maxsize=16384)  # the same kernel names recur in every step and every rank; long C++ names cost ~0.1 ms each
 def short_kernel_name(name: str | None, width: int = 60) -> str | None:
     """A device kernel's name for people: no return type (`void `), no parameter list, template
     arguments below the first level as `<…>`, at most `width` characters (`…` when cut):

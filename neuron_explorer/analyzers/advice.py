@@ -20,7 +20,7 @@ from __future__ import annotations
 from ..fmt import duration
 from ..store import Run
 from ..vocab import INVERSE_OPS, PLAIN_PRODUCT_OPS
-from .contents import finding_contents
+from .contents import finding_contents, findings_contents
 from .model import Finding
 
 REASSOCIATE_GAIN_MIN = 2.0
@@ -81,12 +81,19 @@ def advice(contents: dict) -> list[str]:
 
 
 def attach(run: Run, findings: list[Finding]) -> None:
-    """Give each finding its contents (contents.finding_contents) with their advice, in place. A
-    finding whose contents cannot be computed keeps none: it must not stop the report."""
+    """Give each finding its contents (contents.findings_contents: of any ranks `run`'s views hold,
+    all at once) with their advice, in place. A finding whose contents cannot be computed keeps
+    none: it must not stop the report."""
+    if not findings:
+        return
+    try:  # every finding's contents in two queries (grouped by finding), whatever their ranks
+        got = findings_contents(run, [f.to_dict() for f in findings])
+    except Exception:  # noqa: BLE001 - odd data in one finding's events: each finding alone, so that the others keep theirs
+        got = None
     cache: dict = {}  # findings with the same roots share one query
-    for f in findings:
+    for i, f in enumerate(findings):
         try:
-            c = finding_contents(run, f.to_dict(), cache=cache)
+            c = got[i] if got is not None else finding_contents(run, f.to_dict(), cache=cache)
         except Exception:  # noqa: BLE001 - odd data in one finding's events: the finding stands without its contents
             c = {}
         if c:

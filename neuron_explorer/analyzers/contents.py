@@ -117,15 +117,108 @@ def finding_contents(run: Run, finding: dict, top: int = CONTENTS_TOP, cache: di
     return dict(cache[(roots_sql, top)])  # a finding's own copy: the caller adds its advice
 
 
-def _contents(run: Run, rank: int, roots_sql: str, what: str, top: int) -> dict:
+def findings_contents(run: Run, findings: list[dict], top: int = CONTENTS_TOP) -> list[dict]:
+    """`finding_contents` of many findings (their `to_dict()` forms, of any ranks `run`'s views
+    hold), the same dicts in the same order, from two queries grouped by finding instead of two
+    per finding: a job of many small ranks pays each query's fixed cost once per batch. Findings
+    with the same roots share their contents (each gets its own copy)."""
+    keys: list[tuple | None] = []
+    todo: dict[tuple, int] = {}
+    specs = []
+    for f in findings:
+        loc = f.get("location") or {}
+        rank = loc.get("rank")
+        sample_ids = list((f.get("evidence") or {}).get("sample_event_ids") or [])
+        roots_sql, what = (None, "") if rank is None else _roots_sql(run, int(rank), loc, sample_ids)
+        key = None if roots_sql is None else (int(rank), roots_sql, what)
+        keys.append(key)
+        if key is not None and key not in todo:
+            todo[key] = len(todo)
+            specs.append((*key, _root_spec(loc, sample_ids)))
+    got = _contents_many(run, specs, top) if todo else []
+    return [dict(got[todo[k]]) if k is not None else {} for k in keys]
+
+
+def _roots_in(items: list[tuple[int, str, str, tuple]]) -> str:
+    """Rows (fid, frank, event_id): the roots of every item, `_roots_sql`'s choice made by one
+    scan per way of choosing (a table of the findings joined to the events), not one per finding."""
+    host = "e.kind IN (" + ", ".join(sql_literal(k) for k in HOST_KINDS) + ")"
+    by_op = [(i, rank, spec) for i, (rank, _, _, spec) in enumerate(items) if spec[0] == "op"]
+    by_ids = [(i, rank, spec) for i, (rank, _, _, spec) in enumerate(items) if spec[0] == "ids"]
+    by_source = [(i, rank, spec) for i, (rank, _, _, spec) in enumerate(items) if spec[0] == "source"]
+    parts = []
+    if by_op:
+        values = ", ".join(f"({i}, {rank}, {sql_literal(op)}, {'[' + ', '.join(map(str, steps)) + ']' if steps else 'NULL'}::BIGINT[])"
+                           for i, rank, (_, op, steps) in by_op)
+        parts.append(f"""SELECT v.fid, v.frank, e.event_id FROM events e JOIN (VALUES {values}) v(fid, frank, name, steps)
+  ON e.rank = v.frank AND e.name = v.name WHERE {host} AND (v.steps IS NULL OR list_contains(v.steps, e.step))""")
+    if by_ids:
+        values = ", ".join(f"({i}, {rank}, {int(e)})" for i, rank, (_, ids) in by_ids for e in ids)
+        parts.append(f"""SELECT v.fid, v.frank, CASE WHEN e.kind IN {DEVICE_WORK_SQL} OR e.device IS NOT NULL THEN e.top_op_id ELSE e.event_id END
+  FROM events e JOIN (VALUES {values}) v(fid, frank, event_id) ON e.rank = v.frank AND e.event_id = v.event_id""")
+    if by_source:
+        values = ", ".join(f"({i}, {rank}, {sql_literal(file)}, {int(line)})" for i, rank, (_, file, line) in by_source)
+        parts.append(f"""SELECT v.fid, v.frank, e.event_id FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
+  JOIN (VALUES {values}) v(fid, frank, file, line) ON e.rank = v.frank AND f.file = v.file AND f.line = v.line WHERE {top_host_call('e')}""")
+    return "\nUNION ALL ".join(parts)
+
+
+def _root_spec(location: dict, sample_ids: list[int]) -> tuple:
+    """How `_roots_sql` chooses a finding's roots, as data: ("op", name, steps), ("ids", event ids)
+    or ("source", file, line)."""
+    op = location.get("op")
+    if op:
+        return ("op", op, [int(s) for s in location.get("steps") or []])
+    if sample_ids:
+        return ("ids", [int(i) for i in sample_ids])
+    file, _, line = (location.get("source") or "").rpartition(":")
+    return ("source", file, int(line))
+
+
+def _contents_many(run: Run, items: list[tuple[int, str, str, tuple]], top: int) -> list[dict]:
+    """`_contents` of each (rank, roots_sql, what, root spec) of `items`, in their order: the same
+    queries with a finding number (`fid`) carried through, grouped by it."""
     dims, types = f"'$.\"{INPUT_DIMS_ARG}\"'", f"'$.\"{INPUT_TYPE_ARG}\"'"
-    root_rows = run.sql(f"""SELECT r.name, json_extract_string(r.args, {dims}), json_extract_string(r.args, {types}), count(*), sum(r.dur_ns)::BIGINT
-FROM events r WHERE r.rank = {rank} AND r.event_id IN ({roots_sql}) GROUP BY ALL ORDER BY 5 DESC, 1, 2 NULLS FIRST, 3 NULLS FIRST""").fetchall()
+    picked = f"""WITH roots_in AS ({_roots_in(items)}),
+picked AS (SELECT DISTINCT fid, frank, event_id FROM roots_in WHERE event_id IS NOT NULL)"""
+    root_rows: dict[int, list] = {i: [] for i in range(len(items))}
+    for fid, *row in run.sql(f"""{picked}
+SELECT q.fid, r.name, json_extract_string(r.args, {dims}), json_extract_string(r.args, {types}), count(*), sum(r.dur_ns)::BIGINT
+FROM picked q JOIN events r ON r.rank = q.frank AND r.event_id = q.event_id
+GROUP BY ALL ORDER BY 1, 6 DESC, 2, 3 NULLS FIRST, 4 NULLS FIRST""").fetchall():
+        root_rows[fid].append(row)
+    child_rows: dict[int, list] = {i: [] for i in range(len(items))}
+    if any(root_rows.values()):
+        for fid, *row in run.sql(f"""{picked},
+roots AS (SELECT DISTINCT q.fid, r.rank, r.event_id, r.kind, r.pid, r.tid, r.depth, r.top_op_id, r.ts_ns, r.ts_ns + r.dur_ns AS end_ns
+  FROM picked q JOIN events r ON r.rank = q.frank AND r.event_id = q.event_id),
+host AS (
+  SELECT r.fid, e.event_id FROM roots r JOIN events e ON e.rank = r.rank AND e.top_op_id = r.top_op_id
+  WHERE r.kind = 'cpu_op' AND e.kind IN ('cpu_op', 'runtime') AND e.pid = r.pid AND e.tid = r.tid AND e.depth > r.depth
+    AND e.ts_ns >= r.ts_ns AND e.ts_ns + e.dur_ns <= r.end_ns
+  UNION
+  SELECT r.fid, e.event_id FROM roots r JOIN events e ON e.rank = r.rank AND e.pid = r.pid AND e.tid = r.tid
+  WHERE r.kind <> 'cpu_op' AND e.kind IN ('cpu_op', 'runtime') AND e.depth > r.depth AND e.ts_ns >= r.ts_ns AND e.ts_ns + e.dur_ns <= r.end_ns),
+launchers AS (SELECT fid, event_id FROM roots UNION SELECT fid, event_id FROM host),
+children AS (SELECT fid, event_id FROM host
+  UNION SELECT l.fid, d.event_id FROM launchers l JOIN events d ON d.launch_id = l.event_id
+  WHERE {device_work('d')} AND d.rank IN (SELECT DISTINCT frank FROM picked))
+SELECT children.fid, c.kind, c.name, json_extract_string(o.args, {dims}) AS dims, json_extract_string(o.args, {types}) AS types,
+  count(*) AS count, sum(c.dur_ns)::BIGINT AS total_ns
+FROM children JOIN events c ON c.event_id = children.event_id
+LEFT JOIN events o ON o.event_id = CASE WHEN c.kind = 'cpu_op' THEN c.event_id ELSE c.op_id END
+GROUP BY ALL ORDER BY 1, total_ns DESC, c.name, c.kind, dims NULLS FIRST, types NULLS FIRST""").fetchall():
+            child_rows[fid].append(row)
+    return [_assemble(root_rows[i], child_rows[i], contents_sql(roots_sql, rank), what, top)
+            for i, (rank, roots_sql, what, _) in enumerate(items)]
+
+
+def _assemble(root_rows: list, child_rows: list, sql: str, what: str, top: int) -> dict:
+    """The contents dict from a finding's root groups and child groups, each in its order."""
     if not root_rows:
         return {}
-    sql = contents_sql(roots_sql, rank)
     children, kept = [], {}
-    for kind, name, d, t, count, total in run.sql(sql).fetchall():
+    for kind, name, d, t, count, total in child_rows:
         cls = CHILD_CLASSES.get(kind)
         if cls is None or kept.get(cls, 0) >= top:
             continue
@@ -140,3 +233,12 @@ FROM events r WHERE r.rank = {rank} AND r.event_id IN ({roots_sql}) GROUP BY ALL
                       "groups": groups},
             "children": children, "sql": sql}
 
+
+def _contents(run: Run, rank: int, roots_sql: str, what: str, top: int) -> dict:
+    dims, types = f"'$.\"{INPUT_DIMS_ARG}\"'", f"'$.\"{INPUT_TYPE_ARG}\"'"
+    root_rows = run.sql(f"""SELECT r.name, json_extract_string(r.args, {dims}), json_extract_string(r.args, {types}), count(*), sum(r.dur_ns)::BIGINT
+FROM events r WHERE r.rank = {rank} AND r.event_id IN ({roots_sql}) GROUP BY ALL ORDER BY 5 DESC, 1, 2 NULLS FIRST, 3 NULLS FIRST""").fetchall()
+    if not root_rows:
+        return {}
+    child_rows = [tuple(r) for r in run.sql(contents_sql(roots_sql, rank)).fetchall()]
+    return _assemble([tuple(r) for r in root_rows], child_rows, contents_sql(roots_sql, rank), what, top)

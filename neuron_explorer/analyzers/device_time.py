@@ -59,18 +59,45 @@ def windows(run: Run, rank: int) -> list[tuple[int | None, int, int]]:
     return [(None, int(sp["start_ns"]), int(sp["end_ns"]))] if sp["start_ns"] is not None else []
 
 
+def _in_ranks(ranks: list[int], col: str = "rank") -> str:
+    return f"{col} IN ({', '.join(str(int(r)) for r in ranks)})"
+
+
+def _windows_many(run: Run, ranks: list[int]) -> dict[int, list[tuple[int | None, int, int]]]:
+    """`windows` of every rank of `ranks`, by two queries grouped by rank."""
+    out: dict[int, list] = {int(r): [] for r in ranks}
+    for r, st, ts, dur in run.sql(f"SELECT rank, step, ts_ns, dur_ns FROM steps WHERE {_in_ranks(ranks)} ORDER BY rank, step").fetchall():
+        out[int(r)].append((int(st), int(ts), int(ts) + int(dur)))
+    bare = [r for r, w in out.items() if not w]
+    if bare:
+        for r, lo, hi in run.sql(f"SELECT rank, min(ts_ns), max(ts_ns + dur_ns) FROM events WHERE {_in_ranks(bare)} AND kind <> 'other' "
+                                 "GROUP BY rank").fetchall():
+            if lo is not None:
+                out[int(r)] = [(None, int(lo), int(hi))]
+    return out
+
+
 def unions(run: Run, rank: int) -> dict[int, dict[str, np.ndarray]]:
     """Per device of the rank: the unions `compute`, `kernels` and `busy` (UNION_WHERES), sorted,
     each an (n, 2) int64 array of (start, end)."""
-    out: dict[int, dict[str, np.ndarray]] = {}
+    return _unions_many(run, [rank]).get(int(rank), {})
+
+
+def _unions_many(run: Run, ranks: list[int]) -> dict[int, dict[int, dict[str, np.ndarray]]]:
+    """`unions` of every rank of `ranks` (those with device work), by one query per union grouped by
+    rank and device, read as arrays (no Python object per interval)."""
+    out: dict[int, dict[int, dict[str, np.ndarray]]] = {}
     for key, where in UNION_WHERES.items():
-        sql = union_sql(f"rank = {int(rank)} AND device IS NOT NULL AND {where}", ("device",))
-        got = run.sql(sql + " ORDER BY device, start_ns").fetchnumpy()
+        sql = union_sql(f"{_in_ranks(ranks)} AND device IS NOT NULL AND {where}", ("rank", "device"))
+        got = run.sql(sql + " ORDER BY rank, device, start_ns").fetchnumpy()
+        rk = np.asarray(got["rank"], dtype=np.int64)
         dev = np.asarray(got["device"], dtype=np.int64)
         pairs = np.stack([np.asarray(got["start_ns"], dtype=np.int64), np.asarray(got["end_ns"], dtype=np.int64)], axis=1)
-        cuts = np.flatnonzero(np.diff(dev)) + 1
-        for d, part in zip(dev[np.concatenate([[0], cuts])].tolist() if len(dev) else [], np.split(pairs, cuts)):
-            out.setdefault(int(d), {k: np.zeros((0, 2), dtype=np.int64) for k in UNION_WHERES})[key] = part
+        cuts = np.flatnonzero((np.diff(rk) != 0) | (np.diff(dev) != 0)) + 1
+        firsts = np.concatenate([[0], cuts]) if len(rk) else np.zeros(0, dtype=np.int64)
+        for i, part in zip(firsts.tolist(), np.split(pairs, cuts) if len(rk) else []):
+            per = out.setdefault(int(rk[i]), {}).setdefault(int(dev[i]), {k: np.zeros((0, 2), dtype=np.int64) for k in UNION_WHERES})
+            per[key] = part
     return out
 
 
@@ -101,14 +128,19 @@ def _difference(b: list[tuple[int, int]], a: list[tuple[int, int]]) -> list[tupl
 def _collectives(run: Run, rank: int) -> dict[int, tuple[list, list, list, list, list]]:
     """Per device: collective kernels sorted by start, as (starts, prefix-furthest ends, the row that
     reaches it, rows (name, op, frame id), event ids)."""
-    rows = run.sql(f"""SELECT k.device, k.ts_ns, k.ts_ns + k.dur_ns, k.name, o.name, k.source_frame_id, k.event_id FROM events k
+    return _collectives_many(run, [rank]).get(int(rank), {})
+
+
+def _collectives_many(run: Run, ranks: list[int]) -> dict[int, dict[int, tuple[list, list, list, list, list]]]:
+    """`_collectives` of every rank of `ranks` that has some, by one query grouped by rank."""
+    rows = run.sql(f"""SELECT k.rank, k.device, k.ts_ns, k.ts_ns + k.dur_ns, k.name, o.name, k.source_frame_id, k.event_id FROM events k
         LEFT JOIN events o ON o.event_id = k.top_op_id
-        WHERE k.rank = ? AND k.device IS NOT NULL AND k.dur_ns > 0 AND k.kind = 'kernel'
+        WHERE {_in_ranks(ranks, 'k.rank')} AND k.device IS NOT NULL AND k.dur_ns > 0 AND k.kind = 'kernel'
         AND regexp_matches(k.name, {sql_literal(COMM_KERNEL_PATTERN)})
-        ORDER BY k.device, k.ts_ns, k.event_id""", [rank]).fetchall()
-    out: dict[int, tuple[list, list, list, list, list]] = {}
-    for d, s, e, name, op, frame, event_id in rows:
-        starts, far, who, info, ids = out.setdefault(int(d), ([], [], [], [], []))
+        ORDER BY k.rank, k.device, k.ts_ns, k.event_id""").fetchall()
+    out: dict[int, dict[int, tuple[list, list, list, list, list]]] = {}
+    for r, d, s, e, name, op, frame, event_id in rows:
+        starts, far, who, info, ids = out.setdefault(int(r), {}).setdefault(int(d), ([], [], [], [], []))
         ids.append(int(event_id))
         i = len(starts)
         starts.append(int(s))
@@ -149,10 +181,31 @@ def breakdown(run: Run, rank: int) -> list[dict]:
     per step (`steps[]`), and the exposed communication by collective (`exposed_communication[]`:
     `collective`, `op`, `source_frame_id`, `source`, `ns`, `steps` [{step, ns}], `kernels`, `sample_id`; heaviest first)
     and its kernels with the most time (`top_kernels[]`, see `top_kernels`)."""
-    wins = windows(run, rank)
-    per_device = unions(run, rank)
-    colls = _collectives(run, rank) if per_device else {}
-    kernels = top_kernels(run, rank, wins=wins) if per_device else {}
+    return breakdowns(run, [rank])[int(rank)]
+
+
+def breakdowns(run: Run, ranks: list[int]) -> dict[int, list[dict]]:
+    """`breakdown` of every rank of `ranks`, the same figures, each of its queries grouped by rank
+    over all of them (a job of many small ranks pays each query's fixed cost once)."""
+    ranks = [int(r) for r in ranks]
+    if not ranks:
+        return {}
+    wins = _windows_many(run, ranks)
+    per_rank = _unions_many(run, ranks)
+    with_device = [r for r in ranks if per_rank.get(r)]
+    colls = _collectives_many(run, with_device) if with_device else {}
+    kernels = _top_kernels_many(run, {r: wins[r] for r in with_device}) if with_device else {}
+    out = {r: _breakdown(wins[r], per_rank.get(r, {}), colls.get(r, {}), kernels.get(r, {})) for r in ranks}
+    exposed = [x for devices in out.values() for d in devices for x in d["exposed_communication"]]
+    frames = _sources(run, {x["source_frame_id"] for x in exposed if x["source_frame_id"] is not None})
+    for x in exposed:
+        x["source"] = frames.get(x["source_frame_id"])
+    return out
+
+
+def _breakdown(wins: list, per_device: dict, colls: dict, kernels: dict) -> list[dict]:
+    """One rank's `breakdown` from its windows, unions, collectives and top kernels (the exposed
+    communication's `source` left for the caller to fill in)."""
     out = []
     for d in sorted(per_device):
         u = per_device[d]
@@ -179,9 +232,8 @@ def breakdown(run: Run, rank: int) -> list[dict]:
                         pieces.append((step, max(s, lo), min(e, hi)))
                     i += 1
             groups = _name_pieces(pieces, colls[d])
-            frames = _sources(run, {f for (_, _, f) in groups if f is not None})
             ids = colls[d][4]
-            exposed = [{"collective": name, "op": op, "source_frame_id": frame, "source": frames.get(frame), "ns": g["ns"],
+            exposed = [{"collective": name, "op": op, "source_frame_id": frame, "source": None, "ns": g["ns"],
                         "steps": [{"step": st, "ns": ns} for st, ns in sorted(g["step_ns"].items())], "kernels": len(g["kernels"]),
                         "sample_id": min(ids[k] for k in g["kernels"])}
                        for (name, op, frame), g in groups.items()]
@@ -201,23 +253,43 @@ def top_kernels(run: Run, rank: int, limit: int = TOP_KERNELS, wins: list | None
     `dur_ns`, `count` (kernels that ran in the window), and `share` = dur_ns / the summed kernel time of the device in the
     window (concurrent kernels each count, so the shares of all names add up to 1)."""
     wins = windows(run, rank) if wins is None else wins
-    if not wins:
-        return {}
-    values = ", ".join(f"({lo}, {hi})" for _, lo, hi in wins)
-    rows = run.sql(f"""WITH w(lo, hi) AS (VALUES {values})
-        SELECT k.device, k.name, sum(least(k.ts_ns + k.dur_ns, w.hi) - greatest(k.ts_ns, w.lo))::BIGINT, count(DISTINCT k.event_id)
+    return _top_kernels_many(run, {int(rank): wins}, limit).get(int(rank), {})
+
+
+GROUPED_WINDOWS_MAX = 32
+"""`_top_kernels_many` joins the kernels of ranks with at most this many windows (steps) in one
+query on (rank, overlap): per rank, kernels x windows comparisons. A rank with more has a query
+of its own, an interval join on the overlap alone."""
+
+
+def _top_kernels_many(run: Run, wins: dict[int, list], limit: int = TOP_KERNELS) -> dict[int, dict[int, list[dict]]]:
+    """`top_kernels` of every rank of `wins` (rank -> its windows), by one query grouped by rank
+    for the ranks with few windows, one query each for the others."""
+    few = [r for r, ws in wins.items() if 0 < len(ws) <= GROUPED_WINDOWS_MAX]
+    rows = []
+    if few:
+        values = ", ".join(f"({int(r)}, {lo}, {hi})" for r in few for _, lo, hi in wins[r])
+        rows += run.sql(f"""WITH w(rank, lo, hi) AS (VALUES {values})
+        SELECT k.rank, k.device, k.name, sum(least(k.ts_ns + k.dur_ns, w.hi) - greatest(k.ts_ns, w.lo))::BIGINT, count(DISTINCT k.event_id)
+        FROM events k JOIN w ON k.rank = w.rank AND k.ts_ns < w.hi AND k.ts_ns + k.dur_ns > w.lo
+        WHERE {_in_ranks(few, 'k.rank')} AND k.kind = 'kernel' AND k.device IS NOT NULL AND k.dur_ns > 0 GROUP BY ALL""").fetchall()
+    for r in (r for r, ws in wins.items() if len(ws) > GROUPED_WINDOWS_MAX):
+        values = ", ".join(f"({lo}, {hi})" for _, lo, hi in wins[r])
+        rows += run.sql(f"""WITH w(lo, hi) AS (VALUES {values})
+        SELECT k.rank, k.device, k.name, sum(least(k.ts_ns + k.dur_ns, w.hi) - greatest(k.ts_ns, w.lo))::BIGINT, count(DISTINCT k.event_id)
         FROM events k JOIN w ON k.ts_ns < w.hi AND k.ts_ns + k.dur_ns > w.lo
-        WHERE k.rank = ? AND k.kind = 'kernel' AND k.device IS NOT NULL AND k.dur_ns > 0 GROUP BY ALL""", [rank]).fetchall()
-    per: dict[int, list[dict]] = {}
-    total: dict[int, int] = {}
-    for d, name, ns, n in rows:
-        per.setdefault(int(d), []).append({"kernel": short_kernel_name(name) or "(unnamed)", "name": name, "dur_ns": int(ns or 0),
-                                           "count": int(n)})
-        total[int(d)] = total.get(int(d), 0) + int(ns or 0)
-    out = {}
-    for d, ks in per.items():
+        WHERE k.rank = ? AND k.kind = 'kernel' AND k.device IS NOT NULL AND k.dur_ns > 0 GROUP BY ALL""", [int(r)]).fetchall()
+    per: dict[tuple[int, int], list[dict]] = {}
+    total: dict[tuple[int, int], int] = {}
+    for r, d, name, ns, n in rows:
+        key = (int(r), int(d))
+        per.setdefault(key, []).append({"kernel": short_kernel_name(name) or "(unnamed)", "name": name, "dur_ns": int(ns or 0),
+                                        "count": int(n)})
+        total[key] = total.get(key, 0) + int(ns or 0)
+    out: dict[int, dict[int, list[dict]]] = {}
+    for (r, d), ks in per.items():
         top = sorted(ks, key=lambda k: (-k["dur_ns"], k["name"] or ""))[:limit]
-        out[d] = [{**k, "share": (k["dur_ns"] / total[d]) if total[d] else 0.0} for k in top]
+        out.setdefault(r, {})[d] = [{**k, "share": (k["dur_ns"] / total[(r, d)]) if total[(r, d)] else 0.0} for k in top]
     return out
 
 

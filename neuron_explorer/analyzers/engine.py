@@ -174,10 +174,11 @@ def rank_batches(run: Run, ranks: list[int]) -> list[list[int]]:
 
 
 def _analyze_rank(run: Run, rank: int, rank_rules: list[ModuleType], quality: dict,
-                  summary: dict | None = None, skip: frozenset = frozenset()) -> tuple[dict, dict]:
+                  summary: dict | None = None, skip: frozenset = frozenset(), contents: bool = True) -> tuple[dict, dict]:
     """The summary of one rank and its per-rank rules' results, on `run` (views over that rank).
     `summary`: its set-based part, already computed (`summary.rank_summaries`); `skip`: the rules
-    whose screening found nothing to report on this rank (they report no finding, unrun)."""
+    whose screening found nothing to report on this rank (they report no finding, unrun);
+    `contents`: give the findings their contents here (else the caller does, for many ranks at once)."""
     summary = summary_.rank_summary(run, rank) if summary is None else summary_.complete_summary(run, summary)
     results = {}
     for rule in rank_rules:
@@ -193,9 +194,8 @@ def _analyze_rank(run: Run, rank: int, rank_rules: list[ModuleType], quality: di
             results[rule.RULE_ID] = ("not_applicable", str(e))
         except Exception as e:  # noqa: BLE001 - one rule failing on odd data must not stop the report
             results[rule.RULE_ID] = ("failed", f"{type(e).__name__}: {e}")
-    for what, value in results.values():
-        if what == "findings":
-            attach_contents(run, value)  # while this rank's views are open: what is inside each finding
+    if contents:  # while this rank's views are open: what is inside each finding
+        attach_contents(run, [f for what, value in results.values() if what == "findings" for f in value])
     return summary, results
 
 
@@ -310,8 +310,9 @@ def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], qua
     """Ranks in batches (`rank_batches`): for each batch, the summary numbers of all its ranks and
     each rule's screening are queries grouped by rank over the batch's views; then each rank
     adds the figures computed rank by rank and runs the checks its screening selected, on views
-    over its own partition, by `n_workers` threads. `parts`: filled with each rank's
-    `outputs.rank_parts` as its analysis ends."""
+    over its own partition, by `n_workers` threads; last, what is inside every finding of the
+    batch (`advice.attach`) is two queries grouped by finding over the batch's views. `parts`:
+    filled with each rank's `outputs.rank_parts` as its analysis ends."""
     out: dict[int, tuple[dict, dict]] = {}
     for batch in rank_batches(run, ranks):
         con = new_connection()
@@ -320,10 +321,13 @@ def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], qua
             create_views(batch_run, batch)
             partial = summary_.rank_summaries(batch_run, batch, per_rank=False)
             selected = {rule.RULE_ID: screen(batch_run, rule, partial) for rule in rank_rules}
+            skips = {rank: frozenset(rid for rid, sel in selected.items() if sel is not None and rank not in sel) for rank in batch}
+            done = _rank_details(run, batch, rank_rules, quality, n_workers, partial, skips, parts)
+            # what is inside every finding of the batch: grouped queries over the batch's views
+            attach_contents(batch_run, [f for rank in batch for what, value in done[rank][1].values() if what == "findings" for f in value])
         finally:
             con.close()
-        skips = {rank: frozenset(rid for rid, sel in selected.items() if sel is not None and rank not in sel) for rank in batch}
-        out.update(_rank_details(run, batch, rank_rules, quality, n_workers, partial, skips, parts))
+        out.update(done)
     return out
 
 
@@ -359,7 +363,7 @@ def _rank_details(run: Run, ranks: list[int], rank_rules: list[ModuleType], qual
                 if rank is None:
                     return
                 create_views(rank_run, [rank])
-                result = _analyze_rank(rank_run, rank, rank_rules, quality, partial[rank], skips[rank])
+                result = _analyze_rank(rank_run, rank, rank_rules, quality, partial[rank], skips[rank], contents=False)
                 kept = None if parts is None else _rank_parts(rank_run, rank)
                 with lock:
                     out[rank] = result

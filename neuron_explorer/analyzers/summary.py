@@ -18,6 +18,7 @@ from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_SQL, comm_op, sql_literal, 
 from .critical_path import bound as _step_bound
 from .device_time import achieved as _achieved
 from .device_time import breakdown as _device_time
+from .device_time import breakdowns as _device_times
 from .lines import self_and_total
 from .metrics import (
     cpu_comm,
@@ -98,8 +99,8 @@ def summary(run: Run) -> dict:
 
 def rank_summaries(run: Run, ranks_: list[int], *, per_rank: bool = True) -> dict[int, dict]:
     """`rank_summary` of every rank in `ranks_`, the same numbers, with each set-based figure (span,
-    steps, devices, busy, per-kind sums, communication, top-level operators) computed by one query
-    grouped by rank over all of them instead of one query per rank: a job of many small ranks
+    steps, devices, busy, per-kind sums, communication, top-level operators, device time) computed by
+    one query grouped by rank over all of them instead of one query per rank: a job of many small ranks
     then pays each query's fixed cost once. With per_rank=False the figures that are computed
     rank by rank (source_lines, bound, utilisation: `complete_summary` adds them) are left out."""
     want = [int(r) for r in ranks_]
@@ -143,6 +144,7 @@ SELECT cs.rank, cs.device, cs.comm_ns::BIGINT, coalesce(ov.overlap_ns, 0)::BIGIN
             tops[int(r)].append({"name": name, "calls": calls, "cpu_ns": ns})
     entries = {int(e.get("rank", 0)): e for e in run.manifest.get("ranks", [])}
     training = {int(r) for r, in run.sql(f"SELECT DISTINCT rank FROM events WHERE {training_work()}").fetchall()}
+    device_time = _device_times(run, want)
     out = {}
     for r in want:
         lo, hi = spans.get(r, (None, None))
@@ -163,7 +165,8 @@ SELECT cs.rank, cs.device, cs.comm_ns::BIGINT, coalesce(ov.overlap_ns, 0)::BIGIN
         out[r] = {"rank": r, **sp, "steps": steps, "analysed_ns": steps["total_ns"] if steps["count"] else sp["span_ns"],
                   "devices": devices_, "device_events_lost": device_events_lost(entries.get(r)),
                   "training": r in training,
-                  "comm_cpu_ns": int(ns or 0), "comm_cpu_intervals": int(n), "top_level_ops": top}
+                  "comm_cpu_ns": int(ns or 0), "comm_cpu_intervals": int(n), "top_level_ops": top,
+                  "device_time": device_time[r]}
         if per_rank:
             complete_summary(run, out[r])
     return out
@@ -171,12 +174,14 @@ SELECT cs.rank, cs.device, cs.comm_ns::BIGINT, coalesce(ov.overlap_ns, 0)::BIGIN
 
 def complete_summary(run: Run, summary: dict) -> dict:
     """Add to a summary of `rank_summaries(..., per_rank=False)` the figures computed rank by rank
-    (source lines, what bounds each step, utilisation), in `rank_summary`'s order of keys."""
+    (source lines, what bounds each step, utilisation), in `rank_summary`'s order of keys (the
+    device time, grouped by rank there, moves to its place)."""
     rank = summary["rank"]
+    device_time = summary.pop("device_time", None)
     summary["source_lines"] = source_lines(run, rank)
     summary["bound"] = _bound(run, rank)
     summary["utilisation"] = _utilisation(run, rank)
-    summary["device_time"] = _device_time(run, rank)
+    summary["device_time"] = _device_time(run, rank) if device_time is None else device_time
     summary["peak_memory"] = peak_memory(run, rank)
     summary["achieved"] = _achieved(summary["utilisation"], summary["device_time"], summary["analysed_ns"])
     return summary

@@ -1,0 +1,134 @@
+"""Ranks analysed in batches: the figures grouped by rank over a batch's views equal each rank's alone.
+
+A generated 5-rank run (times in us), rank r = 0..4, three 100 us steps each:
+
+    step s at t0 = 100 s:
+      host   aten::linear [t0+2, t0+32) > cudaLaunchKernel [t0+4, t0+8)   -> gemm      [t0+10, t0+40) stream 7
+             aten::add    [t0+40, t0+45) > cudaLaunchKernel [t0+41, t0+44) -> add_k    [t0+46, t0+48) stream 7
+             c10d::allreduce_ [t0+50, t0+55) > cudaLaunchKernel            -> ncclKernel_AllReduce [t0+55, t0+55+10+5r) stream 9
+                                                                              scale_k  [t0+60, t0+62) stream 7 (overlaps it)
+
+The collective runs alone except for scale_k's 2 us, so its exposed communication is (10 + 5r - 2) us
+a step. Rank 4 records its three steps as 40 short steps instead (more windows than a grouped
+top-kernels query takes), so both ways of `device_time._top_kernels_many` run.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from neuron_explorer.analyzers import device_time, engine
+from neuron_explorer.analyzers.contents import finding_contents, findings_contents
+from neuron_explorer.analyzers.engine import analyze
+from neuron_explorer.collectors.chrome_trace import import_traces
+from neuron_explorer.store import open_run
+
+from .conftest import X, write_trace
+
+BASE = 1_700_000_000_000_000_000
+RANKS = 5
+CROSS_RANK = ("rank-skew", "collective-wait", "load-imbalance")
+
+
+def K(name, ts, dur, corr, stream=7):
+    return X(name, "kernel", ts, dur, pid=0, tid=stream, device=0, stream=stream, correlation=corr)
+
+
+def _rank(r: int) -> list[dict]:
+    ev, corr = [], 0
+    for s in range(3):
+        t0 = 100 * s
+        if r == 4:  # many short steps over the same span
+            ev += [X(f"ProfilerStep#{s * 40 + i + 1}", "user_annotation", t0 + i * 2.5, 2.5) for i in range(40)]
+        else:
+            ev.append(X(f"ProfilerStep#{s + 1}", "user_annotation", t0, 100))
+        for name, start, dur, kname, kstart, kdur, stream in (
+                ("aten::linear", 2, 30, "gemm", 10, 30, 7), ("aten::add", 40, 5, "add_k", 46, 2, 7),
+                ("c10d::allreduce_", 50, 5, "ncclKernel_AllReduce_RING", 55, 10 + 5 * r, 9)):
+            corr += 1
+            ev += [X(name, "cpu_op", t0 + start, dur, **{"External id": corr}),
+                   X("cudaLaunchKernel", "cuda_runtime", t0 + start + 1, 3, correlation=corr, **{"External id": corr}),
+                   K(kname, t0 + kstart, kdur, corr, stream)]
+        corr += 1
+        ev += [X("cudaLaunchKernel", "cuda_runtime", t0 + 56, 2, correlation=corr), K("scale_k", t0 + 60, 2, corr)]
+    return ev
+
+
+def _write(dir_, ranks) -> None:
+    for r in ranks:
+        write_trace(dir_ / f"rank{r}.json", _rank(r), baseTimeNanoseconds=BASE, distributedInfo={"rank": r, "world_size": RANKS})
+
+
+@pytest.fixture(scope="module")
+def five(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("rank_batching")
+    _write(tmp / "traces", range(RANKS))
+    run_dir = import_traces(tmp / "traces", tmp / "run").run_dir
+    alone = {}
+    for r in range(RANKS):  # each rank on its own, with its rank number (the same event ids)
+        _write(tmp / f"traces_{r}", [r])
+        alone[r] = import_traces(tmp / f"traces_{r}", tmp / f"run_{r}").run_dir
+    return run_dir, alone
+
+
+def _plain(report) -> dict:
+    text = json.dumps(report.to_dict(), default=str, sort_keys=True)
+    return json.loads(text.replace(json.dumps(str(report.run))[1:-1], "RUN"))
+
+
+def test_device_time_of_many_ranks_equals_each_rank_alone(five, monkeypatch):
+    run_dir, _ = five
+    with open_run(run_dir) as run:
+        ranks = list(range(RANKS))
+        together = device_time.breakdowns(run, ranks)
+        assert together == {r: device_time.breakdown(run, r) for r in ranks}
+        monkeypatch.setattr(device_time, "GROUPED_WINDOWS_MAX", 1)  # every rank's top kernels by a query of its own
+        assert device_time.breakdowns(run, ranks) == together
+    for r in ranks:
+        (dev,) = together[r]
+        assert dev["communication_ns"] == 3 * (10 + 5 * r - 2) * 1000, r  # the collective, less scale_k's 2 us
+        assert dev["compute_ns"] == 3 * (30 + 2 + 2) * 1000
+        (coll,) = dev["exposed_communication"]
+        assert coll["op"] == "c10d::allreduce_" and coll["ns"] == dev["communication_ns"] and coll["kernels"] == 3
+    assert len(together[4][0]["steps"]) == 120 and len(together[0][0]["steps"]) == 3
+
+
+def test_contents_of_many_findings_equal_each_finding_alone(five):
+    run_dir, _ = five
+    report = analyze(run_dir, write=False)
+    found = [f.to_dict() for f in report.findings]
+    with open_run(run_dir) as run:
+        together = findings_contents(run, found)
+        alone = [finding_contents(run, f) for f in found]
+    assert together == alone
+    # not trivial: findings of every rank have contents, chosen by an operator and by sample events
+    assert {f["location"]["rank"] for f, c in zip(found, together) if c} == set(range(RANKS))
+    whats = {c["roots"]["what"].split(" ")[0] for c in together if c}
+    assert {"every", "its"} <= whats
+
+
+@pytest.mark.parametrize("batch,workers", [(2, 1), (128, 2)])
+def test_report_of_many_ranks_equals_each_rank_alone(five, monkeypatch, batch, workers):
+    run_dir, alone = five
+    monkeypatch.setattr(engine, "RANK_BATCH", batch)  # batch 2: ranks 0-1, 2-3, 4
+    together = _plain(analyze(run_dir, write=False, workers=workers))
+    assert together["findings"], "the run has findings"
+    for r, single_dir in alone.items():
+        single = _plain(analyze(single_dir, write=False))
+        mine = [f for f in together["findings"] if f["location"]["rank"] == r and f["rule_id"] not in CROSS_RANK]
+        assert mine == single["findings"], r
+        assert [f for f in mine if f.get("contents")], r  # with what is inside them
+        (summary,) = [s for s in together["summary"]["ranks"] if s["rank"] == r]
+        assert summary == single["summary"]["ranks"][0], r
+        assert [n for n in together["not_applicable"] if n["rank"] == r] == [n | {"rank": r} for n in single["not_applicable"]
+                                                                           if n["rank"] is not None], r
+
+
+def test_contents_of_a_real_two_rank_trace_equal_each_finding_alone():
+    report = analyze("tests/data/traces/multirank_128", write=False)
+    found = [f.to_dict() for f in report.findings]
+    with open_run("tests/data/traces/multirank_128") as run:
+        assert findings_contents(run, found) == [finding_contents(run, f) for f in found]
+    assert sum(1 for f in found if f.get("contents")) >= 2
