@@ -505,6 +505,16 @@ def sql_literal(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
+_GLOB_CHARS = frozenset("[*?")
+
+
+def sql_file_literal(path: Path | str) -> str:
+    """A SQL literal that DuckDB's readers (`read_parquet`) take as exactly this file: they expand
+    `*`, `?` and `[...]` in a path (a run named `s[0]` would read `s0`, `r?` would read `rX` too),
+    so each glob character is put in a class of its own (`[[]`, `[*]`, `[?]`), which matches only itself."""
+    return sql_literal("".join(f"[{c}]" if c in _GLOB_CHARS else c for c in str(path)))
+
+
 _TRACE_RESOLVER = None
 
 
@@ -600,12 +610,12 @@ def create_views(run: Run, ranks=None) -> None:
         else:
             files = [str(p) for r in subset if (p := run_dir / f"rank={r}" / spec.file).is_file()]
         if files:
-            src = "read_parquet([" + ", ".join(sql_literal(f) for f in files) + "], hive_partitioning=false)"
+            src = "read_parquet([" + ", ".join(sql_file_literal(f) for f in files) + "], hive_partitioning=false)"
             con.execute(f"CREATE OR REPLACE VIEW {spec.name} AS SELECT {_columns_sql(spec, files[0])} FROM {src}")
         else:  # a run with no rank partitions still answers queries
             cols = ", ".join(f"NULL::{_duck_type(c.type)} AS {c.name}" for c in spec.columns)
             con.execute(f"CREATE OR REPLACE VIEW {spec.name} AS SELECT {cols} WHERE false")
-    con.execute(f"CREATE OR REPLACE VIEW schema_fields AS SELECT * FROM read_parquet({sql_literal(str(run_dir / schema.SCHEMA_FIELDS.file))})"
+    con.execute(f"CREATE OR REPLACE VIEW schema_fields AS SELECT * FROM read_parquet({sql_file_literal(run_dir / schema.SCHEMA_FIELDS.file)})"
                 if (run_dir / schema.SCHEMA_FIELDS.file).exists() else
                 "CREATE OR REPLACE VIEW schema_fields AS SELECT NULL::VARCHAR AS table_name WHERE false")
     con.execute(
