@@ -274,6 +274,8 @@ def analyze(
     with peaks_from_options(tflops=peak_tflops, gbps=peak_gbps, dtype=peak_dtype, file=peaks_file):
         report = run_analyze(run, ray=ray)
     typer.echo(report_json(report) if as_json else markdown(report) if as_markdown else text(report), nl=False)
+    if report.not_saved:  # the report above is whole; only its copy in RUN/analysis/ is missing
+        typer.echo(f"note: {report.not_saved}; the report above is complete", err=True)
     if fail_on is not None:
         worst = SEVERITIES.index(fail_on)
         if any(SEVERITIES.index(f.severity) <= worst for f in report.findings):

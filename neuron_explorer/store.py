@@ -12,7 +12,9 @@ directory that is not one, or one that holds the traces being imported, is refus
 replacing is asked for.
 
 Reading goes through `open_run`, the one connection helper that analyzers, the dashboard and
-the agent interface share: a DuckDB connection with one view per table.
+the agent interface share: a DuckDB connection with one view per table. `read_manifest` (which
+`open_run` calls) checks the manifest and every partition's footer first (run_check.py): a run of
+the wrong shape is one InputError naming the file.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from . import schema
+from . import run_check, schema
 from ._version import __version__
 from .errors import InputError, RunExistsError
 
@@ -446,12 +448,14 @@ def read_manifest(run_dir: Path | str) -> dict:
         manifest = json.loads(p.read_bytes())
     except (OSError, ValueError) as e:
         raise InputError(p, f"unreadable manifest ({e})") from None
-    version = manifest.get("format_version")
-    if not isinstance(version, int):
-        raise InputError(p, "manifest has no format_version")
-    if version > schema.FORMAT_VERSION:
+    version = manifest.get("format_version") if isinstance(manifest, dict) else None
+    if isinstance(version, int) and not isinstance(version, bool) and version > schema.FORMAT_VERSION:
         raise InputError(run_dir, f"run format v{version} is newer than this Neuron Explorer reads (v{schema.FORMAT_VERSION}); "
                                   "upgrade neuron-explorer")
+    problem = run_check.manifest_problem(manifest)
+    if problem:
+        raise InputError(p, problem)
+    run_check.check_partitions(Path(run_dir))
     return manifest
 
 
