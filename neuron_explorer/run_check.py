@@ -53,6 +53,12 @@ RANK_TYPES: dict[str, tuple[type, ...]] = {
 _COUNT_DICTS = ("counts", "data_quality", "unsupported_phases", "category_counts")
 """Rank-entry objects whose values are counts: numbers (ints, or null)."""
 _INT_LISTS = ("devices", "devices_listed_without_events", "devices_without_properties")
+LIST_ITEMS: dict[str, dict[str, tuple[type, ...]]] = {
+    "steps": {"step": (int,), "dur_ns": (int,), "ts_ns": (int, _NONE)},
+    "devices_used": {"device": (int, _NONE), "name": (str, _NONE)},
+    "metadata_events": {},
+}
+"""Rank-entry lists whose items are objects, with the types of the keys readers use in them."""
 
 
 def _kind(v: object) -> str:
@@ -108,6 +114,13 @@ def manifest_problem(manifest: object) -> str | None:
         for key in _INT_LISTS:
             if any(not _is(d, (int, _NONE)) for d in entry.get(key) or []):
                 return f"{where}.{key} holds something that is not a device number"
+        for key, item_types in LIST_ITEMS.items():
+            for j, item in enumerate(entry.get(key) or []):
+                if not isinstance(item, dict):
+                    return f"{where}.{key}[{j}] is {_kind(item)}, not an object"
+                for k, types in item_types.items():
+                    if (k in item or _NONE not in types) and not _is(item.get(k), types):
+                        return f"{where}.{key}[{j}].{k} is {_kind(item.get(k))}; the format has {_names(types)}"
         for j, d in enumerate(entry.get("device_properties") or []):
             if not isinstance(d, dict):
                 return f"{where}.device_properties[{j}] is {_kind(d)}, not an object"
