@@ -176,21 +176,32 @@ def partition_problem(path: Path, table: schema.Table) -> str | None:
 
 
 def check_partitions(run_dir: Path) -> None:
-    """Every rank partition of the run checked (footers not seen before, by path, size and mtime);
-    InputError naming the first bad file and what is wrong."""
+    """Every rank partition of the run checked (footers not seen before, by path, size and mtime,
+    read by a few threads: pyarrow reads them without the GIL); InputError naming the first bad
+    file (in path order) and what is wrong."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    todo: list[tuple[tuple[str, int, int], Path, schema.Table]] = []
     for table in schema.RANK_TABLES:
         for path in sorted(run_dir.glob(f"rank=*/{table.file}")):
             try:
                 st = path.stat()
             except OSError as e:
                 raise InputError(path, f"cannot read the run's file ({e.strerror or e})") from None
-            key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-            if key in _CHECKED:
-                continue
-            problem = partition_problem(path, table)
-            if problem:
-                raise InputError(path, problem)
-            with _CHECKED_LOCK:
-                if len(_CHECKED) >= _CHECKED_MAX:
-                    _CHECKED.clear()
-                _CHECKED[key] = None
+            key = (str(path.absolute()), st.st_size, st.st_mtime_ns)
+            if key not in _CHECKED:
+                todo.append((key, path, table))
+    if not todo:
+        return
+    if len(todo) == 1:
+        problems = [partition_problem(todo[0][1], todo[0][2])]
+    else:
+        with ThreadPoolExecutor(max_workers=min(8, len(todo)), thread_name_prefix="run-check") as pool:
+            problems = list(pool.map(lambda item: partition_problem(item[1], item[2]), todo))
+    for (_, path, _), problem in zip(todo, problems):
+        if problem:
+            raise InputError(path, problem)
+    with _CHECKED_LOCK:
+        if len(_CHECKED) + len(todo) > _CHECKED_MAX:
+            _CHECKED.clear()
+        _CHECKED.update(dict.fromkeys(key for key, _, _ in todo))
