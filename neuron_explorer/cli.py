@@ -163,14 +163,16 @@ def query(
     fmt: str = typer.Option("table", "--format", "-f", help="table, json (the {ok, error, columns, rows, truncated, row_count} envelope) or csv."),
     max_rows: int = typer.Option(1000, "--max-rows", min=0, help="Return at most this many rows (the output says when it cut)."),
     timeout: float = typer.Option(10.0, "--timeout", help="Stop the query after this many seconds (more than 0, at most 3600)."),
+    memory_limit: int = typer.Option(2048, "--memory-limit", metavar="MB", help="The sandbox process's whole memory in MB (256 or more): "
+                                     "a query that needs more stops with one line."),
 ) -> None:
-    """Run one read-only SELECT on a run in the sandbox (no writes, no files outside the run, a time limit)."""
+    """Run one read-only SELECT on a run in the sandbox (no writes, no files outside the run, a time and a memory limit)."""
     from .agent.render import FORMATS, render
     from .agent.sandbox import query as sandbox_query
 
     if fmt not in FORMATS:
         _fail(f"--format must be one of {', '.join(FORMATS)} (got {fmt!r})")
-    result = sandbox_query(run, sql, max_rows=max_rows, timeout_s=timeout)
+    result = sandbox_query(run, sql, max_rows=max_rows, timeout_s=timeout, memory_limit_mb=memory_limit)
     if fmt == "json":
         typer.echo(render(result, fmt), nl=False)
     if not result.ok:
@@ -192,11 +194,13 @@ def _each_run(paths: list[Path]) -> list[Path]:
 @app.command(rich_help_panel="Explore")
 def mcp(
     runs: list[Path] = typer.Argument(..., help="Run directories the agent may read (a folder of runs: each of them)."),
+    memory_limit: int = typer.Option(2048, "--memory-limit", metavar="MB", help="Each run's SQL sandbox process's whole memory in MB "
+                                     "(256 or more): a query that needs more stops with one line."),
 ) -> None:
     """Serve runs to an LLM agent over MCP (stdio): tools list_runs, summary, findings, query, ... (see README "For agents")."""
     from .agent.mcp_server import serve
 
-    serve(_each_run(runs))
+    serve(_each_run(runs), memory_limit_mb=memory_limit)
 
 
 @app.command(rich_help_panel="Explore")
@@ -270,6 +274,8 @@ def analyze(
     with peaks_from_options(tflops=peak_tflops, gbps=peak_gbps, dtype=peak_dtype, file=peaks_file):
         report = run_analyze(run, ray=ray)
     typer.echo(report_json(report) if as_json else markdown(report) if as_markdown else text(report), nl=False)
+    if report.not_saved:  # the report above is whole; only its copy in RUN/analysis/ is missing
+        typer.echo(f"note: {report.not_saved}; the report above is complete", err=True)
     if fail_on is not None:
         worst = SEVERITIES.index(fail_on)
         if any(SEVERITIES.index(f.severity) <= worst for f in report.findings):

@@ -12,7 +12,9 @@ directory that is not one, or one that holds the traces being imported, is refus
 replacing is asked for.
 
 Reading goes through `open_run`, the one connection helper that analyzers, the dashboard and
-the agent interface share: a DuckDB connection with one view per table.
+the agent interface share: a DuckDB connection with one view per table. `read_manifest` (which
+`open_run` calls) checks the manifest and every partition's footer first (run_check.py): a run of
+the wrong shape is one InputError naming the file.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from . import schema
+from . import run_check, schema
 from ._version import __version__
 from .errors import InputError, RunExistsError
 
@@ -454,12 +456,14 @@ def read_manifest(run_dir: Path | str) -> dict:
         manifest = json.loads(p.read_bytes())
     except (OSError, ValueError) as e:
         raise InputError(p, f"unreadable manifest ({e})") from None
-    version = manifest.get("format_version")
-    if not isinstance(version, int):
-        raise InputError(p, "manifest has no format_version")
-    if version > schema.FORMAT_VERSION:
+    version = manifest.get("format_version") if isinstance(manifest, dict) else None
+    if isinstance(version, int) and not isinstance(version, bool) and version > schema.FORMAT_VERSION:
         raise InputError(run_dir, f"run format v{version} is newer than this Neuron Explorer reads (v{schema.FORMAT_VERSION}); "
                                   "upgrade neuron-explorer")
+    problem = run_check.manifest_problem(manifest)
+    if problem:
+        raise InputError(p, problem)
+    run_check.check_partitions(Path(run_dir))
     return manifest
 
 
@@ -511,6 +515,16 @@ class Run:
 def sql_literal(s: str) -> str:
     """A SQL string literal (quotes doubled), for paths and names put into DuckDB statements."""
     return "'" + s.replace("'", "''") + "'"
+
+
+_GLOB_CHARS = frozenset("[*?")
+
+
+def sql_file_literal(path: Path | str) -> str:
+    """A SQL literal that DuckDB's readers (`read_parquet`) take as exactly this file: they expand
+    `*`, `?` and `[...]` in a path (a run named `s[0]` would read `s0`, `r?` would read `rX` too),
+    so each glob character is put in a class of its own (`[[]`, `[*]`, `[?]`), which matches only itself."""
+    return sql_literal("".join(f"[{c}]" if c in _GLOB_CHARS else c for c in str(path)))
 
 
 _TRACE_RESOLVER = None
@@ -608,12 +622,12 @@ def create_views(run: Run, ranks=None) -> None:
         else:
             files = [str(p) for r in subset if (p := run_dir / f"rank={r}" / spec.file).is_file()]
         if files:
-            src = "read_parquet([" + ", ".join(sql_literal(f) for f in files) + "], hive_partitioning=false)"
+            src = "read_parquet([" + ", ".join(sql_file_literal(f) for f in files) + "], hive_partitioning=false)"
             con.execute(f"CREATE OR REPLACE VIEW {spec.name} AS SELECT {_columns_sql(spec, files[0])} FROM {src}")
         else:  # a run with no rank partitions still answers queries
             cols = ", ".join(f"NULL::{_duck_type(c.type)} AS {c.name}" for c in spec.columns)
             con.execute(f"CREATE OR REPLACE VIEW {spec.name} AS SELECT {cols} WHERE false")
-    con.execute(f"CREATE OR REPLACE VIEW schema_fields AS SELECT * FROM read_parquet({sql_literal(str(run_dir / schema.SCHEMA_FIELDS.file))})"
+    con.execute(f"CREATE OR REPLACE VIEW schema_fields AS SELECT * FROM read_parquet({sql_file_literal(run_dir / schema.SCHEMA_FIELDS.file)})"
                 if (run_dir / schema.SCHEMA_FIELDS.file).exists() else
                 "CREATE OR REPLACE VIEW schema_fields AS SELECT NULL::VARCHAR AS table_name WHERE false")
     con.execute(

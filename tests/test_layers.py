@@ -28,7 +28,7 @@ LAYERS: list[tuple[int, str, str, tuple[str, ...]]] = [
                        "the native builds, Kineto's spellings",
      ("_version", "errors", "schema", "fmt", "vocab", "parquet_native", "native_build", "collectors.kineto_names")),
     (1, "store", "writes and opens run directories; knows the format, nothing of how runs are made or read",
-     ("store",)),
+     ("store", "run_check")),
     (2, "collectors", "make runs (import, record, remote sources) and write them through store; ray_tasks fans per-rank "
                       "work out to Ray for the collectors and the analyzers",
      ("collectors", "collectors.*", "ray_tasks")),

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
+from .sandbox import DEFAULT_MEMORY_LIMIT_MB
 from .tools import MAX_CHARS, MAX_ROWS, TOOLS, AgentRuns
 
 INSTRUCTIONS = f"""Neuron Explorer: PyTorch profiler runs (events from the Python line to the device kernel) as SQL views.
@@ -42,11 +43,11 @@ def _register(server: Any, method: Any) -> None:
     server.tool(name=method.__name__, description=inspect.getdoc(method))(tool)
 
 
-def build_server(runs: list[Path | str]) -> Any:
+def build_server(runs: list[Path | str], *, memory_limit_mb: int = DEFAULT_MEMORY_LIMIT_MB) -> Any:
     """An MCPServer over the given run directories (not started). Raises InputError on a bad run."""
     from mcp.server.mcpserver import MCPServer
 
-    rs = AgentRuns(runs)
+    rs = AgentRuns(runs, memory_limit_mb=memory_limit_mb)
     server = MCPServer(name="neuron-explorer", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
     server.run_set = rs  # for tests and for closing
 
@@ -71,10 +72,10 @@ def build_server(runs: list[Path | str]) -> Any:
     return server
 
 
-def serve(runs: list[Path | str]) -> None:
-    """Serve over stdio until the client closes the stream."""
+def serve(runs: list[Path | str], *, memory_limit_mb: int = DEFAULT_MEMORY_LIMIT_MB) -> None:
+    """Serve over stdio until the client closes the stream; each run's sandbox gets `memory_limit_mb`."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="neuron-explorer mcp: %(message)s")
-    server = build_server(runs)
+    server = build_server(runs, memory_limit_mb=memory_limit_mb)
     try:
         server.run("stdio")
     finally:

@@ -25,7 +25,7 @@ from ..fmt import kernel_name, summarise_warnings
 from ..fmt import shapes as shapes_text
 from ..vocab import line_key_sql
 from . import catalog
-from .sandbox import DEFAULT_TIMEOUT_S, Sandbox
+from .sandbox import DEFAULT_MEMORY_LIMIT_MB, DEFAULT_TIMEOUT_S, Sandbox
 
 log = logging.getLogger("neuron_explorer.agent")
 
@@ -84,7 +84,7 @@ class AgentRuns:
     """The runs an agent may see, by name (the directory name, made unique), each with its Sandbox.
     (Not the dashboard's `dashboard.runs.RunSet`, which holds open runs for the web views.)"""
 
-    def __init__(self, paths: list[Path | str]):
+    def __init__(self, paths: list[Path | str], *, memory_limit_mb: int = DEFAULT_MEMORY_LIMIT_MB):
         if not paths:
             raise NeuronExplorerError("give at least one run directory")
         self._runs: dict[str, Path] = {}
@@ -93,7 +93,7 @@ class AgentRuns:
         self._lock = threading.Lock()
         for p in paths:
             path = Path(p).resolve()
-            box = Sandbox(path)  # fails now, with a one-line InputError, on a bad run
+            box = Sandbox(path, memory_limit_mb=memory_limit_mb)  # fails now, with a one-line InputError, on a bad run
             name = path.name or "run"
             n = 2
             while name in self._runs:

@@ -13,6 +13,7 @@ Must not: render (see render.py) or write files (see outputs.py).
 from __future__ import annotations
 
 import contextvars
+import errno
 import importlib
 import os
 import pkgutil
@@ -394,12 +395,18 @@ def analyze(path: Path | str, *, write: bool = True, rules: list[ModuleType] | N
             workers: int | None = None, ray: str | None = None) -> Report:
     """Analyse a run (or a trace, imported into the cache); with write=True also write
     RUN/analysis/{report.json, report.md, findings.parquet} into the run directory. `workers`:
-    threads for the per-rank analysis (default: one per core); `ray`: run each rank as a Ray task."""
+    threads for the per-rank analysis (default: one per core); `ray`: run each rank as a Ray task.
+    When analysis/ cannot be written (a read-only place, a full disk) the report is still returned,
+    with `report.not_saved` saying why in one line."""
     with open_run(path) as run:
         report = analyze_run(run, rules, workers=workers, ray=ray, keep_parts=write)
         run_dir = run.path  # the cached run when `path` is a trace
     if write:
         from .outputs import write_outputs
 
-        write_outputs(report, run_dir / "analysis")
+        try:
+            write_outputs(report, run_dir / "analysis")
+        except OSError as e:
+            reason = "no space left on device" if e.errno == errno.ENOSPC else " ".join((e.strerror or str(e)).split())[:200]
+            report.not_saved = f"{run_dir / 'analysis'}: could not save the analysis ({reason})"
     return report

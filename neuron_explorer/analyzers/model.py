@@ -93,6 +93,9 @@ class Report:
     # per rank, its rows of analysis/critical_path.parquet and work.parquet, taken while its analysis
     # held them (outputs.rank_parts), so that writing them computes nothing again; not in report.json
     rank_parts: dict = field(default_factory=dict, repr=False, compare=False)
+    # why RUN/analysis/ could not be written (one line: a read-only place, a full disk), None when it was
+    # or when writing was not asked for; not in report.json
+    not_saved: str | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
         return {

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import re
 
+from ...store import sql_file_literal
 from ...vocab import CONV_KERNEL_RE, SYNC_CALL_PART, SYNC_OPS, WORK_CLASSES, is_sync_call_name, kinds_sql, work_class, work_class_sql
 from .. import critical_path as cp
 from .. import peaks as P
@@ -179,7 +180,7 @@ def check(ctx: Context) -> list:
     for it in cp.path_items(ctx.run, path, by_step=True):  # heaviest first: each class's members stay in that order
         classes.setdefault(_class_of(it), []).append(it)
     ranked = sorted(classes.items(), key=lambda kv: (-sum(m["charged_ns"] for m in kv[1]), kv[0]))[:THRESHOLDS["MAX_CLASSES"]]
-    parquet = f"read_parquet({q(str(ctx.run.path / 'analysis' / 'critical_path.parquet'))})"
+    parquet = f"read_parquet({sql_file_literal(ctx.run.path / 'analysis' / 'critical_path.parquet')})"
     arch = None
     out = []
     for cls, members in ranked:
