@@ -19,11 +19,12 @@ from .api import register as register_api
 from .figure import build_figure
 from .runs import RunSet
 from .timeline import timeline_arrays
-from .ui import compare_view, flame, overview
+from .ui import compare_view, flame, overview, sql
 from .ui.guard import CallbackInputError, guard
 from .ui.panels import TAB_LABELS, TABS, detail_panel, finding_clicked, findings_for, findings_note, findings_table, tables_for  # noqa: F401  (callback bodies)
 from .ui.theme import GRAPH_CONFIG, STYLE
 from .views import navigate
+from .views import sql as sql_view
 from .views.events import briefs, event_span
 
 DEFAULT_WIDTH = 1500
@@ -277,6 +278,13 @@ def area_panel(rs: RunSet, area, run, rank, all_lanes: bool, collapsed=None):
     return html.Div([html.Div(head, className="nx-muted", id="area-head"), grid("area-table", cols, rows, height_rows=min(len(rows), 8))])
 
 
+def run_switch_reset() -> tuple:
+    """What a run switch clears, as the callback's outputs: the selected event (the event panel
+    then says nothing is selected), the search box, its count and hits, the area selection's panel.
+    Nothing of one run is shown beside another."""
+    return None, "", "", None, None
+
+
 def clicked_event(click) -> int | None:
     """The event id of a click on the timeline (None for a click on nothing)."""
     if not isinstance(click, dict):
@@ -300,7 +308,7 @@ def create_app(rs: RunSet):
     app = dash.Dash(__name__, title="Neuron Explorer", update_title=None, serve_locally=True)
     register_api(app.server, rs)
     run_opts = [{"label": f"{r.index}: {r.name}", "value": r.index} for r in rs.runs]
-    app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + STYLE + compare_view.STYLE + overview.STYLE + "</style>")
+    app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + STYLE + compare_view.STYLE + overview.STYLE + sql.STYLE + "</style>")
     # plotly.js (4.8 MB) as the first script of the page, not fetched by the graph once the layout
     # has arrived: it downloads beside the other scripts, and the timeline in the layout draws as
     # soon as the renderer mounts it (dcc.Graph uses window.Plotly when it is there)
@@ -350,7 +358,9 @@ def create_app(rs: RunSet):
                     html.Div(id="findings-note", className="nx-muted"),
                     findings_table(),
                     html.Div(id="finding-detail", className="nx-muted", style={"marginTop": 6})]),
-                *[dcc.Tab(label=TAB_LABELS[t], value=t) for t in TABS],  # the table views' registry, then Memory and Flame
+                *[dcc.Tab(label=TAB_LABELS[t], value=t) for t in TABS],  # the table views' registry, then Memory
+                dcc.Tab(label="Flame", value="flame", children=[flame.layout()]),
+                dcc.Tab(label="SQL", value="sql", children=[sql.layout()]),
             ]), html.Div(id="tab-content")], className="nx-card"),
             html.Div(html.Div(id="detail"), className="nx-card nx-detail"),
         ], className="nx-grid")], id="explore-view"),
@@ -366,6 +376,12 @@ def create_app(rs: RunSet):
                   Input("run-select", "value"), prevent_initial_call=True)
     def _ranks(run):
         return rank_options(rs, run), ranks_view.first_rank(rs, run), group_options(rs, run), []
+
+    @app.callback(Output("selected", "data", allow_duplicate=True), Output("search", "value"),
+                  Output("search-count", "children", allow_duplicate=True), Output("search-state", "data", allow_duplicate=True),
+                  Output("area-panel", "children", allow_duplicate=True), Input("run-select", "value"), prevent_initial_call=True)
+    def _run_switch(_run):
+        return run_switch_reset()
 
     @app.callback(Output("view", "data"), Output("error", "children", allow_duplicate=True),
                   Input("run-select", "value"), Input("rank-select", "value"), Input("reset", "n_clicks"),
@@ -450,7 +466,7 @@ def create_app(rs: RunSet):
                   Input("tabs", "value"), Input("run-select", "value"), Input("rank-select", "value"), prevent_initial_call="initial_duplicate")
     @guard(1)
     def _tabs(tab, run, rank):
-        if tab in ("findings", "overview"):
+        if tab in ("findings", "overview", "flame", "sql"):
             return (None,)
         return (tables_for(rs, run, rank, tab),)
 
@@ -478,6 +494,7 @@ def create_app(rs: RunSet):
     overview.register(app, rs, view_for)
     ranks_view.register(app, rs)
     flame.register(app, rs)
+    sql.register(app, rs, search_view)
     return app
 
 
@@ -526,6 +543,7 @@ def serve(paths, host: str = "127.0.0.1", port: int = 8050, *, echo=print, debug
     try:
         app.run(host=host, port=port, debug=debug, use_reloader=False)
     finally:
+        sql_view.close(rs)  # the SQL page's sandbox processes
         rs.close()  # interrupts and waits for a request still querying: no abort on Ctrl+C
 
 
