@@ -176,3 +176,35 @@ def test_cpu_run_overview_hides_device_charts_with_a_reason(tmp_path):
         assert "no device work" in charts[1].children
     finally:
         rs.close()
+
+
+def test_the_whole_run_view_starts_at_the_first_shown_lane(tmp_path):
+    """The 68k-event CUDA trace: the profiler's own 'Spans' range starts 95.341768 ms before the
+    first event on a lane the timeline shows (counted here from the raw JSON with exact decimals);
+    the whole-run view starts there, not at the meta lane."""
+    import gzip
+    import json
+    from decimal import Decimal
+
+    from neuron_explorer.dashboard import app as dash_app
+
+    trace = TRACES / "cuda_train_68k_events.json.gz"
+    with gzip.open(trace) as f:
+        raw = [e for e in json.load(f, parse_float=Decimal)["traceEvents"] if e.get("ph") in ("X", "i", "I") and "ts" in e]
+
+    def meta(e):  # Lane.hidden: a pid that is no number, no thread, a negative tid
+        return not isinstance(e.get("pid"), int) or e.get("tid") is None or (isinstance(e["tid"], int) and e["tid"] < 0)
+    gap_ns = int((min(Decimal(e["ts"]) for e in raw if not meta(e)) - min(Decimal(e["ts"]) for e in raw)) * 1000)
+    assert gap_ns == 95_341_768
+    rs = RunSet([import_traces(trace, tmp_path / "run").run_dir])
+    try:
+        r = rs.get(0)
+        view = dash_app.view_for(rs, None, 0, "all", None, None, None)
+        assert view["t0"] - r.span()[0] == gap_ns
+        _, status = dash_app.timeline_figure(rs, view, 1500, None)
+        assert status.startswith("483.527 ms from +95.342 ms")
+        # double-click (autorange) and the reset give the same window
+        assert dash_app.view_for(rs, "timeline", 0, "all", {"xaxis.autorange": True}, None, view)["t0"] == view["t0"]
+        assert dash_app.view_for(rs, None, 0, "all", None, None, None, all_lanes=True)["t0"] == r.span()[0]  # meta lanes shown: all
+    finally:
+        rs.close()

@@ -52,14 +52,16 @@ def _as_int(v, what: str) -> int:
 
 
 # ---- callback bodies (plain functions) -------------------------------------------------------
-def view_for(rs: RunSet, trigger: str | None, run, rank, relayout, finding_index, current: dict | None) -> dict:
-    """The window to show after a user action: run/rank change or reset → the whole run; a zoom
+def view_for(rs: RunSet, trigger: str | None, run, rank, relayout, finding_index, current: dict | None, all_lanes: bool = False) -> dict:
+    """The window to show after a user action: run/rank change or reset → the whole run (of the
+    lanes shown: the meta lanes only with `all_lanes`); a zoom
     or pan (relayout x range: ms from the run's first event, the timeline's absolute axis) → that
     range, keeping the highlighted table row (`mark`); a finding → the window around its evidence."""
     r = rs.get(run)
     rank = queries.parse_rank(r, rank)
     start, end = r.span()
-    whole = {"run": r.index, "rank": rank, "t0": start, "t1": end + 1, "finding": None}  # [t0, t1)
+    shown0, shown1 = (start, end) if all_lanes else r.shown_span(rank)  # the whole run: of the lanes shown
+    whole = {"run": r.index, "rank": rank, "t0": shown0, "t1": shown1 + 1, "finding": None}  # [t0, t1)
     if trigger == "timeline" and isinstance(relayout, dict) and current and current.get("run") == r.index:
         if relayout.get("xaxis.autorange"):  # double-click: the whole run
             return whole
@@ -386,9 +388,9 @@ def create_app(rs: RunSet):
     @app.callback(Output("view", "data"), Output("error", "children", allow_duplicate=True),
                   Input("run-select", "value"), Input("rank-select", "value"), Input("reset", "n_clicks"),
                   Input("timeline", "relayoutData"), Input("findings", "cellClicked"), State("view", "data"),
-                  State("rank-jump", "data"), prevent_initial_call=True)
+                  State("rank-jump", "data"), State("all-lanes", "value"), prevent_initial_call=True)
     @guard(1)
-    def _view(run, rank, _reset, relayout, click, current, jump=None):
+    def _view(run, rank, _reset, relayout, click, current, jump=None, lanes_shown=None):
         trig = ctx.triggered_id
         if trig == "rank-select" and ranks_view.keeps_view(current, jump, rank):
             return (no_update,)  # a heatmap click chose this rank and its step: keep that window
@@ -397,7 +399,8 @@ def create_app(rs: RunSet):
         if trigger == "timeline" and isinstance(relayout, dict) and not any(RANGE_KEY.match(str(k)) or k == "xaxis.autorange"
                                                                               for k in relayout):
             return (no_update,)  # a relayout that is not a zoom (autosize on a page resize, a legend click)
-        return (view_for(rs, trigger, run, rank, relayout, finding_index, current),)
+        return (view_for(rs, trigger, run, rank, relayout, finding_index, current,
+                         all_lanes=isinstance(lanes_shown, list) and "all" in lanes_shown),)
 
     @app.callback(Output("timeline", "figure"), Output("status", "children"), Output("error", "children", allow_duplicate=True),
                   Input("view", "data"), Input("selected", "data"), Input("color-by", "value"), Input("all-lanes", "value"),
