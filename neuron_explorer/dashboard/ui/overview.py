@@ -71,9 +71,10 @@ def utilisation_figure(data: dict):
     _fig_layout(fig, 340, title={"text": "Device utilisation and MFU per step", "font": {"size": 13}},
                 xaxis={"title": "profiler step", "type": "category"}, yaxis={"title": "% of the step", "range": [0, 105], "gridcolor": "#EEF1F4"})
     notes = [p["mfu_note"] for p in data["ranks"] if p["mfu_note"]]
-    if notes:
-        fig.add_annotation(text=notes[0].replace(": ", ":<br>", 1), showarrow=False, xref="paper", yref="paper", x=0.01, y=0.97, xanchor="left",
-                           font={"color": "#8D6E63", "size": 11}, bgcolor="rgba(255,255,255,.8)", name="mfu-note")
+    if notes:  # above the plot area, under the title: over the bars it hid the tallest ones
+        fig.update_layout(margin={"t": 64}, title={"y": 0.98, "yref": "container", "yanchor": "top"})
+        fig.add_annotation(text=notes[0], showarrow=False, xref="paper", yref="paper", x=0, y=1.02, xanchor="left", yanchor="bottom",
+                           font={"color": "#6D4C41", "size": 11}, name="mfu-note")
     if not steps:
         fig.add_annotation(text="no profiler steps in this run", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
     return fig
