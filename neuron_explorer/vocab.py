@@ -87,6 +87,21 @@ def line_key_sql(alias: str = "f") -> str:
     return f"{a}file || ':' || {a}line"
 
 
+# ---- the tool's own frames --------------------------------------------------------------------
+
+TOOL_FRAME_PATTERN = (r"(^|[/\\])(neuron_explorer|typer|click)[/\\]|(^|[/\\])runpy\.py\(|<frozen runpy>"
+                      r"|(^|[/\\])neuron-explorer\(")
+"""A Python frame (a `kind = 'python'` event, named 'file(line): function') of the tool that ran
+the user's script rather than of the script: `neuron-explorer record` (its CLI, typer, click,
+collectors/record.py) and runpy, which start it. Views hide them by default."""
+
+
+def tool_frame(alias: str = "") -> str:
+    """An event is one of the tool's own Python frames (TOOL_FRAME_PATTERN)."""
+    a = _a(alias)
+    return f"({a}kind = 'python' AND regexp_matches({a}name, {sql_literal(TOOL_FRAME_PATTERN)}))"
+
+
 # ---- steady steps (the selection itself is analyzers.metrics.steady_steps) ----------------------
 
 def in_steps(steps, alias: str = "") -> str:

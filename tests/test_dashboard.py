@@ -709,7 +709,7 @@ def test_every_view_on_every_real_trace(real_runs):
     rs = real_runs
     for r in rs.runs:
         # Python frames nested: every event is drawn once, as an exact slice or inside a pixel bucket
-        view = dash_app.view_for(rs, None, r.index, "all", None, None, None)
+        view = dash_app.view_for(rs, None, r.index, "all", None, None, None, all_lanes=True)  # the whole run of every lane
         dash_app.timeline_figure(rs, view, 1200, None, all_lanes=True, python_band=False)
         every = tl_mod.timeline(rs, run=r.index, width=1200, all_lanes=True)
         assert every["visible_events"] == r.query("SELECT count(*) FROM events")[1][0][0], r.name

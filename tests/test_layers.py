@@ -47,8 +47,9 @@ LAYERS: list[tuple[int, str, str, tuple[str, ...]]] = [
                             "the analyzers package's front (analyze)",
      ("analyzers", "analyzers.rules", "analyzers.rules.*", "analyzers.engine", "analyzers.advice", "analyzers.outputs", "analyzers.docs",
       "analyzers.diff", "analyzers.diff.*")),
-    (6, "run descriptions", "info (run_info, render_info) describes a run for the CLI, the agent and notebooks",
-     ("info",)),
+    (6, "run descriptions", "info (run_info, render_info) describes a run for the CLI, the agent and notebooks; the read-only SQL "
+                            "sandbox (agent.sandbox and its worker) that `query`, the MCP server and the dashboard's SQL page share",
+     ("info", "agent.sandbox", "agent._sandbox_worker")),
     (7, "dashboard views", "the dashboard's data: each view's query function (views/), the open runs they read (runs), the "
                            "timeline's level of detail, the event chain, and queries, the table of views; no drawing",
      ("dashboard.views", "dashboard.views.*", "dashboard.runs", "dashboard.timeline", "dashboard.chain", "dashboard.queries")),

@@ -12,9 +12,11 @@ The hand-built run (one profiler step, host pid 1 / tid 1, device 0 stream 7; µ
             50 launch → gemm  (device 200 us)
         device: gemm 300 + gemm 200 + relu_k 100 = 600 us; streams 7 and 8 overlap in the step
 
-Known answers (device metric): root 600 us; train.py:10 → 500 (aten::linear → gemm 500, two
-calls); train.py:20 → 100 (aten::relu → relu_k 100). CPU metric: train.py:10 → aten::linear 500,
-train.py:20 → aten::relu 90.
+Known answers (the flame graph of the call stack). Device metric: root 600 us; thread 1 →
+ProfilerStep#1 → train.py(10): forward → aten::linear → aten::mm → cudaLaunchKernel → gemm 500 us
+(two kernels); → train.py(20): loss → aten::relu → cudaLaunchKernel → relu_k 100 us. CPU metric
+(self times of the host slices): root 1000 us, the step's own range; train.py(10): forward 590,
+aten::linear 500, aten::mm 400 (its launches 5 + 5), train.py(20): loss 200, aten::relu 90.
 """
 
 from __future__ import annotations
@@ -81,22 +83,25 @@ def _tree(data) -> dict:
     return {path(i): (v, c) for i, (_, _, v, c) in by_id.items()}
 
 
-def test_flame_of_a_step_adds_up_by_call_path(rs):
+def test_flame_of_a_step_adds_up_by_call_stack(rs):
     d = queries.flame(rs, run=0)
     assert (d["metric"], d["step"], d["total_ns"]) == ("device", 1, 600_000)
     t = _tree(d)
     assert t[()] == (600_000, 3)
-    assert t[("train.py:10",)] == (500_000, 2)
-    assert t[("train.py:10", "(no module)", "aten::linear", "gemm")] == (500_000, 2)
-    assert t[("train.py:20", "(no module)", "aten::relu", "relu_k")] == (100_000, 1)
-    # every box is the sum of the boxes under it (plotly's branchvalues "total")
+    fwd = ("thread 1", "ProfilerStep#1", "train.py(10): forward")
+    assert t[fwd] == (500_000, 2)
+    assert t[(*fwd, "aten::linear", "aten::mm", "cudaLaunchKernel", "gemm")] == (500_000, 2)
+    assert t[("thread 1", "ProfilerStep#1", "train.py(20): loss", "aten::relu", "cudaLaunchKernel", "relu_k")] == (100_000, 1)
+    assert d["depth"] == 7
+    # every box is at least the sum of the boxes above it (plotly's branchvalues "total"); device boxes exactly
     for i, _parent in zip(d["ids"], d["parents"]):
         kids = [v for v, p in zip(d["values"], d["parents"]) if p == i]
         assert not kids or sum(kids) == d["values"][d["ids"].index(i)]
     cpu = _tree(queries.flame(rs, run=0, metric="cpu"))
-    assert cpu[("train.py:10", "(no module)", "aten::linear")] == (500_000, 1)
-    assert cpu[("train.py:20", "(no module)", "aten::relu")] == (90_000, 1)
-    assert cpu[()] == (590_000, 2)
+    assert cpu[()][0] == 1_000_000 and cpu[("thread 1", "ProfilerStep#1")][0] == 1_000_000
+    assert cpu[fwd][0] == 590_000 and cpu[(*fwd, "aten::linear")][0] == 500_000 and cpu[(*fwd, "aten::linear", "aten::mm")][0] == 400_000
+    assert cpu[(*fwd, "aten::linear", "aten::mm", "cudaLaunchKernel")] == (10_000, 2)
+    assert cpu[("thread 1", "ProfilerStep#1", "train.py(20): loss", "aten::relu")][0] == 90_000
     fig = flame.figure(d)
     assert fig["data"][0]["type"] == "icicle" and fig["data"][0]["branchvalues"] == "total"
     for bad in ({"step": 7}, {"metric": "gpu"}, {"t0": 5, "t1": 1}):

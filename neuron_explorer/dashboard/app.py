@@ -19,11 +19,12 @@ from .api import register as register_api
 from .figure import build_figure
 from .runs import RunSet
 from .timeline import timeline_arrays
-from .ui import compare_view, flame, overview
+from .ui import compare_view, flame, overview, sql
 from .ui.guard import CallbackInputError, guard
 from .ui.panels import TAB_LABELS, TABS, detail_panel, finding_clicked, findings_for, findings_note, findings_table, tables_for  # noqa: F401  (callback bodies)
 from .ui.theme import GRAPH_CONFIG, STYLE
 from .views import navigate
+from .views import sql as sql_view
 from .views.events import briefs, event_span
 
 DEFAULT_WIDTH = 1500
@@ -51,14 +52,16 @@ def _as_int(v, what: str) -> int:
 
 
 # ---- callback bodies (plain functions) -------------------------------------------------------
-def view_for(rs: RunSet, trigger: str | None, run, rank, relayout, finding_index, current: dict | None) -> dict:
-    """The window to show after a user action: run/rank change or reset → the whole run; a zoom
+def view_for(rs: RunSet, trigger: str | None, run, rank, relayout, finding_index, current: dict | None, all_lanes: bool = False) -> dict:
+    """The window to show after a user action: run/rank change or reset → the whole run (of the
+    lanes shown: the meta lanes only with `all_lanes`); a zoom
     or pan (relayout x range: ms from the run's first event, the timeline's absolute axis) → that
     range, keeping the highlighted table row (`mark`); a finding → the window around its evidence."""
     r = rs.get(run)
     rank = queries.parse_rank(r, rank)
     start, end = r.span()
-    whole = {"run": r.index, "rank": rank, "t0": start, "t1": end + 1, "finding": None}  # [t0, t1)
+    shown0, shown1 = (start, end) if all_lanes else r.shown_span(rank)  # the whole run: of the lanes shown
+    whole = {"run": r.index, "rank": rank, "t0": shown0, "t1": shown1 + 1, "finding": None}  # [t0, t1)
     if trigger == "timeline" and isinstance(relayout, dict) and current and current.get("run") == r.index:
         if relayout.get("xaxis.autorange"):  # double-click: the whole run
             return whole
@@ -277,6 +280,13 @@ def area_panel(rs: RunSet, area, run, rank, all_lanes: bool, collapsed=None):
     return html.Div([html.Div(head, className="nx-muted", id="area-head"), grid("area-table", cols, rows, height_rows=min(len(rows), 8))])
 
 
+def run_switch_reset() -> tuple:
+    """What a run switch clears, as the callback's outputs: the selected event (the event panel
+    then says nothing is selected), the search box, its count and hits, the area selection's panel.
+    Nothing of one run is shown beside another."""
+    return None, "", "", None, None
+
+
 def clicked_event(click) -> int | None:
     """The event id of a click on the timeline (None for a click on nothing)."""
     if not isinstance(click, dict):
@@ -301,7 +311,7 @@ def create_app(rs: RunSet):
     register_api(app.server, rs)
     app.server.register_error_handler(Exception, _update_failed)
     run_opts = [{"label": f"{r.index}: {r.name}", "value": r.index} for r in rs.runs]
-    app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + STYLE + compare_view.STYLE + overview.STYLE + "</style>")
+    app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + STYLE + compare_view.STYLE + overview.STYLE + sql.STYLE + "</style>")
     # plotly.js (4.8 MB) as the first script of the page, not fetched by the graph once the layout
     # has arrived: it downloads beside the other scripts, and the timeline in the layout draws as
     # soon as the renderer mounts it (dcc.Graph uses window.Plotly when it is there)
@@ -351,7 +361,9 @@ def create_app(rs: RunSet):
                     html.Div(id="findings-note", className="nx-muted"),
                     findings_table(),
                     html.Div(id="finding-detail", className="nx-muted", style={"marginTop": 6})]),
-                *[dcc.Tab(label=TAB_LABELS[t], value=t) for t in TABS],  # the table views' registry, then Memory and Flame
+                *[dcc.Tab(label=TAB_LABELS[t], value=t) for t in TABS],  # the table views' registry, then Memory
+                dcc.Tab(label="Flame", value="flame", children=[flame.layout()]),
+                dcc.Tab(label="SQL", value="sql", children=[sql.layout()]),
             ]), html.Div(id="tab-content")], className="nx-card"),
             html.Div(html.Div(id="detail"), className="nx-card nx-detail"),
         ], className="nx-grid")], id="explore-view"),
@@ -368,12 +380,18 @@ def create_app(rs: RunSet):
     def _ranks(run):
         return rank_options(rs, run), ranks_view.first_rank(rs, run), group_options(rs, run), []
 
+    @app.callback(Output("selected", "data", allow_duplicate=True), Output("search", "value"),
+                  Output("search-count", "children", allow_duplicate=True), Output("search-state", "data", allow_duplicate=True),
+                  Output("area-panel", "children", allow_duplicate=True), Input("run-select", "value"), prevent_initial_call=True)
+    def _run_switch(_run):
+        return run_switch_reset()
+
     @app.callback(Output("view", "data"), Output("error", "children", allow_duplicate=True),
                   Input("run-select", "value"), Input("rank-select", "value"), Input("reset", "n_clicks"),
                   Input("timeline", "relayoutData"), Input("findings", "cellClicked"), State("view", "data"),
-                  State("rank-jump", "data"), prevent_initial_call=True)
+                  State("rank-jump", "data"), State("all-lanes", "value"), prevent_initial_call=True)
     @guard(1)
-    def _view(run, rank, _reset, relayout, click, current, jump=None):
+    def _view(run, rank, _reset, relayout, click, current, jump=None, lanes_shown=None):
         trig = ctx.triggered_id
         if trig == "rank-select" and ranks_view.keeps_view(current, jump, rank):
             return (no_update,)  # a heatmap click chose this rank and its step: keep that window
@@ -382,7 +400,8 @@ def create_app(rs: RunSet):
         if trigger == "timeline" and isinstance(relayout, dict) and not any(RANGE_KEY.match(str(k)) or k == "xaxis.autorange"
                                                                               for k in relayout):
             return (no_update,)  # a relayout that is not a zoom (autosize on a page resize, a legend click)
-        return (view_for(rs, trigger, run, rank, relayout, finding_index, current),)
+        return (view_for(rs, trigger, run, rank, relayout, finding_index, current,
+                         all_lanes=isinstance(lanes_shown, list) and "all" in lanes_shown),)
 
     @app.callback(Output("timeline", "figure"), Output("status", "children"), Output("error", "children", allow_duplicate=True),
                   Input("view", "data"), Input("selected", "data"), Input("color-by", "value"), Input("all-lanes", "value"),
@@ -451,7 +470,7 @@ def create_app(rs: RunSet):
                   Input("tabs", "value"), Input("run-select", "value"), Input("rank-select", "value"), prevent_initial_call="initial_duplicate")
     @guard(1)
     def _tabs(tab, run, rank):
-        if tab in ("findings", "overview"):
+        if tab in ("findings", "overview", "flame", "sql"):
             return (None,)
         return (tables_for(rs, run, rank, tab),)
 
@@ -479,6 +498,7 @@ def create_app(rs: RunSet):
     overview.register(app, rs, view_for)
     ranks_view.register(app, rs)
     flame.register(app, rs)
+    sql.register(app, rs, search_view)
     return app
 
 
@@ -551,6 +571,7 @@ def serve(paths, host: str = "127.0.0.1", port: int = 8050, *, echo=print, debug
     try:
         app.run(host=host, port=port, debug=debug, use_reloader=False)
     finally:
+        sql_view.close(rs)  # the SQL page's sandbox processes
         rs.close()  # interrupts and waits for a request still querying: no abort on Ctrl+C
 
 

@@ -27,6 +27,9 @@ LANE_SQL = ("rank, (device IS NOT NULL) AS is_device, coalesce(device, pid) AS l
             "CASE WHEN device IS NOT NULL THEN coalesce(stream, tid) ELSE tid END AS lane_b, "
             "coalesce(pid_text, '') AS lane_text")
 
+HIDDEN_LANE_SQL = "(NOT is_device AND (lane_text <> '' OR lane_a IS NULL OR coalesce(lane_b, 0) < 0))"
+"""Lane.hidden in SQL, on the lane columns of LANE_SQL."""
+
 MAX_DEPTH_ROWS = 32
 """Nesting rows drawn per lane; deeper slices are drawn on the last row (it says so in the label)."""
 
@@ -219,6 +222,20 @@ class OpenRun:
             t0, t1 = rows[0]
             self._facts["span"] = (int(t0 or 0), int(t1 or 0))
         return self._facts["span"]
+
+    def shown_span(self, rank: int | None = None) -> tuple[int, int]:
+        """(first start, last end) of the events on the lanes shown by default (not Lane.hidden: the
+        profiler's own spans, events with no thread, negative tids), ns; of `rank` when given. The
+        whole-run view: meta lanes that start long before the work (95 ms of the 68k-event CUDA
+        trace) would otherwise leave that much of it empty. span() when every lane is a meta lane."""
+        key = ("shown_span", rank)
+        if key not in self._facts:
+            where = "" if rank is None else f" AND rank = {int(rank)}"
+            _, rows = self.query(f"SELECT min(ts_ns), max(ts_ns + dur_ns) FROM (SELECT ts_ns, dur_ns, {LANE_SQL} FROM events "
+                                 f"WHERE true{where}) WHERE NOT {HIDDEN_LANE_SQL}")
+            t0, t1 = rows[0]
+            self._facts[key] = (int(t0), int(t1)) if t0 is not None else self.span()
+        return self._facts[key]
 
     def lanes(self, rank: int | None, all_lanes: bool = True) -> list[Lane]:
         """The lanes of the timeline, with their first y row. Without `all_lanes`, meta lanes

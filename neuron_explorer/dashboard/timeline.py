@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
-from .runs import LANE_SQL, MAX_DEPTH_ROWS, SCOPED_RANKS, OpenRun, QueryError, RunSet, drawn_sql, row_sql
+from .runs import HIDDEN_LANE_SQL, LANE_SQL, MAX_DEPTH_ROWS, SCOPED_RANKS, OpenRun, QueryError, RunSet, drawn_sql, row_sql
 from .runs import parse_int as _int
 
 EXACT_CAP = 6000
@@ -138,10 +138,6 @@ def _long_window(r: OpenRun, rank: int | None, t0: int, t1: int) -> tuple[str, l
     rank_where = "" if rank is None else f" AND rank = {int(rank)}"
     return (f"SELECT event_id, kind, name, ts_ns, dur_ns, {row_sql(r.python_band)} AS depth, rank, is_device, lane_a, lane_b, lane_text "
             f"FROM {long_name} WHERE ts_ns < ? AND ts_ns + dur_ns >= ?{rank_where} AND {drawn_sql(r.python_band)}", [t1, t0])
-
-
-HIDDEN_LANE_SQL = "(NOT is_device AND (lane_text <> '' OR lane_a IS NULL OR coalesce(lane_b, 0) < 0))"
-"""runs.Lane.hidden in SQL, on the lane columns of LANE_SQL."""
 
 
 def _shown_sql(r: OpenRun, rank: int | None, all_lanes: bool) -> str:

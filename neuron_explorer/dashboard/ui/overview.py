@@ -71,9 +71,10 @@ def utilisation_figure(data: dict):
     _fig_layout(fig, 340, title={"text": "Device utilisation and MFU per step", "font": {"size": 13}},
                 xaxis={"title": "profiler step", "type": "category"}, yaxis={"title": "% of the step", "range": [0, 105], "gridcolor": "#EEF1F4"})
     notes = [p["mfu_note"] for p in data["ranks"] if p["mfu_note"]]
-    if notes:
-        fig.add_annotation(text=notes[0].replace(": ", ":<br>", 1), showarrow=False, xref="paper", yref="paper", x=0.01, y=0.97, xanchor="left",
-                           font={"color": "#8D6E63", "size": 11}, bgcolor="rgba(255,255,255,.8)", name="mfu-note")
+    if notes:  # above the plot area, under the title: over the bars it hid the tallest ones
+        fig.update_layout(margin={"t": 64}, title={"y": 0.98, "yref": "container", "yanchor": "top"})
+        fig.add_annotation(text=notes[0], showarrow=False, xref="paper", yref="paper", x=0, y=1.02, xanchor="left", yanchor="bottom",
+                           font={"color": "#6D4C41", "size": 11}, name="mfu-note")
     if not steps:
         fig.add_annotation(text="no profiler steps in this run", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
     return fig
@@ -201,6 +202,7 @@ STYLE = """
 .nx-ov-table td, .nx-ov-table th { padding: 2px 6px 2px 0; }
 .nx-ov-name { text-align: left; word-break: break-all; }
 .nx-ov-num { text-align: right; white-space: nowrap; }
+.nx-ov-hidden { padding: 24px 12px; }
 """
 
 
@@ -217,24 +219,35 @@ def content(rs: RunSet, run, rank) -> list:
     lists, roofline and the findings grid."""
     from dash import dcc, html
 
-    head, steps, util, tops_, roofline, rows = figures(rs, run, rank)
+    data = overview(rs, run=run, rank=rank)
+    head, steps, util, tops_, roofline, rows = figures(rs, run, rank, data)
     cfg = {"displaylogo": False, "displayModeBar": False}
     found = findings_grid()
     found.rowData = rows
+    device = has_device_work(data)
+    no_device = "no device work in this run: device utilisation, MFU and the roofline need kernels (a CPU-only run)"
     return [
         html.Div(head, id="overview-header"),
-        html.Div([dcc.Graph(id="overview-steps", figure=steps, config=cfg), dcc.Graph(id="overview-util", figure=util, config=cfg)],
+        html.Div([dcc.Graph(id="overview-steps", figure=steps, config=cfg),
+                  dcc.Graph(id="overview-util", figure=util, config=cfg) if device else
+                  html.Div(no_device, className="nx-muted nx-ov-hidden", id="overview-util-hidden")],
                  className="nx-ov-charts"),
         html.Div(tops_, id="overview-tops"),
-        dcc.Graph(id="overview-roofline", figure=roofline, config=cfg),
+        dcc.Graph(id="overview-roofline", figure=roofline, config=cfg) if device else
+        html.Div(no_device, className="nx-muted nx-ov-hidden", id="overview-roofline-hidden"),
         html.Div("Findings — click one to zoom the timeline to all of its evidence", className="nx-ov-cap"),
         found,
     ]
 
 
-def figures(rs: RunSet, run, rank) -> tuple:
+def has_device_work(data: dict) -> bool:
+    """Whether any rank shown ran device work (else the utilisation and roofline charts are not drawn)."""
+    return any(p["devices"] for p in data["ranks"]) or bool(data["roofline"]["points"])
+
+
+def figures(rs: RunSet, run, rank, data: dict | None = None) -> tuple:
     """The callback body: (header, steps figure, utilisation figure, top lists, roofline figure, finding rows)."""
-    data = overview(rs, run=run, rank=rank)
+    data = data if data is not None else overview(rs, run=run, rank=rank)
     return header(data), steps_figure(data), utilisation_figure(data), tops(data), roofline_figure(data), finding_rows(data)
 
 

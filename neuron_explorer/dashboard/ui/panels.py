@@ -13,7 +13,6 @@ from .. import queries
 from ..runs import RunSet
 from ..views.overview import share_denominator, summary_by_rank
 from ..views.tables import TABLE_VIEWS
-from .flame import panel as flame_panel
 from .grid import column, grid, text_color_when
 from .guard import CallbackInputError
 from .theme import GRAPH_CONFIG
@@ -68,9 +67,9 @@ def detail_panel(rs: RunSet, run, event_id):
 TABLE_ROWS = 100_000
 """Most rows a table tab sends to the browser: the grid draws only the rows in view (measured: a
 100,000-row grid keeps 26 rows in the page and sorts in under a second in headless Chromium)."""
-TABS = (*TABLE_VIEWS, "memory", "flame")
-"""The table tabs (the registry's, in its order), then Memory and Flame."""
-TAB_LABELS = {**{k: v.label for k, v in TABLE_VIEWS.items()}, "memory": "Memory", "flame": "Flame"}
+TABS = (*TABLE_VIEWS, "memory")
+"""The table tabs (the registry's, in its order), then Memory (Flame and SQL keep their components in the page: ui/flame.py, ui/sql.py)."""
+TAB_LABELS = {**{k: v.label for k, v in TABLE_VIEWS.items()}, "memory": "Memory"}
 
 
 def _grid_columns(view, shares: dict) -> list[dict]:
@@ -103,8 +102,6 @@ def tables_for(rs: RunSet, run, rank, tab: str):
 
     if tab == "memory":
         return memory_panel(rs, run, rank)
-    if tab == "flame":
-        return flame_panel(rs, run, rank)
     view = TABLE_VIEWS.get(tab) if isinstance(tab, str) else None
     if view is None:
         raise CallbackInputError(f"unknown tab {tab!r}")
@@ -119,6 +116,8 @@ def tables_for(rs: RunSet, run, rank, tab: str):
 
 
 MIB = 2**20
+MEMORY_COLORS = ("#1565C0", "#E65100", "#2E7D32", "#6A1B9A", "#00838F", "#AD1457", "#5D4037", "#F9A825")
+"""One colour per memory line (rank, device), in order."""
 
 
 def memory_panel(rs: RunSet, run, rank):
@@ -132,7 +131,8 @@ def memory_panel(rs: RunSet, run, rank):
     import plotly.graph_objects as go
 
     fig = go.Figure([go.Scatter(x=s["x_ms"], y=[b / MIB for b in s["bytes"]], name=s["label"], mode="lines",
-                                line={"shape": "hv"}) for s in mem["series"]])
+                                line={"shape": "hv", "color": MEMORY_COLORS[i % len(MEMORY_COLORS)]})
+                     for i, s in enumerate(mem["series"])])
     fig.update_layout(template=go.layout.Template(), height=300, margin={"l": 60, "r": 20, "t": 20, "b": 40},
                       xaxis={"title": "ms from run start", "gridcolor": "#EEF1F4"}, yaxis={"title": "allocated MiB", "gridcolor": "#EEF1F4"})
     summ = queries.memory_summary(rs, run=run, rank=rank)
@@ -142,7 +142,8 @@ def memory_panel(rs: RunSet, run, rank):
                 column("reserved_unused", "reserved − allocated MiB", numeric=True,
                        headerTooltip="held by the caching allocator but not allocated (peak reserved minus peak allocated)"),
                 column("allocations", "allocations", numeric=True)]
-    dev_rows = [{"rank": d["rank"], "where": d["where"], "peak_allocated": mib(d["peak_allocated_bytes"]), "peak_ms": d["peak_ms"],
+    dev_rows = [{"rank": d["rank"], "where": d["where"], "peak_allocated": mib(d["peak_allocated_bytes"]),
+                 "peak_ms": None if d["peak_ms"] is None else round(d["peak_ms"], 3),  # µs, as the other ms columns
                  "peak_reserved": mib(d["peak_reserved_bytes"]), "reserved_unused": mib(d["reserved_unused_bytes"]),
                  "allocations": d["allocations"]} for d in summ["devices"]]
 

@@ -11,6 +11,7 @@ body { margin: 0; background: #F4F6F8; font-family: Inter, 'Segoe UI', Helvetica
 .nx-top label, .nx-btn { white-space: nowrap; }
 .nx-radio { font-size: 12px; color: #ECEFF1; display: flex; gap: 8px; }
 .nx-radio label { color: #ECEFF1; display: inline-flex; align-items: center; gap: 3px; cursor: pointer; }
+.nx-card .nx-radio, .nx-card .nx-radio label, .nx-radio-light, .nx-radio-light label { color: #37474F; }
 .nx-search { display: flex; align-items: center; gap: 6px; margin: 0 0 4px 0; }
 .nx-search-box { width: 320px; font-size: 12px; padding: 4px 8px; border: 1px solid #B0BEC5; border-radius: 4px; }
 .nx-btn-light { background: #ECEFF1; color: #263238; border-color: #B0BEC5; }

@@ -116,14 +116,17 @@ def _rank_part(r: OpenRun, s: dict, quality: list[str]) -> dict:
     if u.get("ops_estimated"):
         notes.append(f"FLOPs of {u['ops_estimated']} of {u['ops_counted']} operators estimated from their shapes")
     return {"rank": k, "verdict": overall["words"] if overall else None, "bound": overall, "steps": steps, "devices": devices,
-            "analysed_ns": s.get("analysed_ns"), "step_count": st.get("count", 0), "mfu_note": _mfu_note(u, lost),
+            "analysed_ns": s.get("analysed_ns"), "step_count": st.get("count", 0), "mfu_note": _mfu_note(u, lost, has_devices=bool(devices)),
             "mfu_median": u.get("mfu_median"), "device_name": u.get("device_name"), "quality": notes, "device_events_lost": lost}
 
 
-def _mfu_note(u: dict, lost: dict | None = None) -> str | None:
-    """Why MFU is null (never shown as 0); `lost`: metrics.device_events_lost of the rank."""
+def _mfu_note(u: dict, lost: dict | None = None, has_devices: bool = False) -> str | None:
+    """Why MFU is null (never shown as 0); `lost`: metrics.device_events_lost of the rank;
+    `has_devices`: the rank ran device work (a device the trace does not name is still a device)."""
     if u.get("mfu_median") is not None:
         return None
+    if not u.get("device_name") and has_devices:
+        return "MFU unknown: the trace does not name the device, so its peak is unknown (analyze --peak-tflops gives one)"
     if not u.get("device_name"):
         return f"MFU unknown: no device in this rank ({metrics.no_device_words(lost)})"
     if not u.get("peak"):
