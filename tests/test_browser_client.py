@@ -39,13 +39,15 @@ def server(tmp_path_factory):
 def page(server, browser):
     url, rs = server
     browser.set_window_size(1600, 1000)
+    inner = browser.execute_script("return [window.innerWidth, window.innerHeight]")
+    browser.set_window_size(1600 + 1600 - inner[0], 1000 + 1000 - inner[1])  # a viewport of 1600×1000
     browser.execute_cdp_cmd("Network.enable", {})
     browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
     browser.get(url)
     wait_for(browser, f"const gd = {GD}; return gd && gd._fullData && gd._fullData.some(t => t.meta === 'spans')", what="timeline")
     wait_for(browser, f"return {STATUS}", what="status")
     wait_for(browser, "return window.nxTimeline", what="timeline_keys.js")
-    assert browser.execute_script("return window.innerHeight") <= 1000
+    assert browser.execute_script("return [window.innerWidth, window.innerHeight]") == [1600, 1000]
     yield browser, rs
     browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
 

@@ -368,7 +368,7 @@ def create_app(rs: RunSet):
     # wheel or a double-click goes straight on.
     app.clientside_callback("""function(rl) { const nx = window.nxTimeline;
         if (!rl || (nx && nx.ours(rl))) return window.dash_clientside.no_update;
-        if (nx) nx.moved();
+        if (nx) nx.moved(rl);
         return rl; }""", Output("zoom-req", "data"), Input("timeline", "relayoutData"), prevent_initial_call=True)
     # the server's figure, drawn in the page's window when the page has moved on since it asked
     app.clientside_callback("function(f) { return f && window.nxTimeline ? window.nxTimeline.accept(f) : (f || window.dash_clientside.no_update); }",

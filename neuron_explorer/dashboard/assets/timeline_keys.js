@@ -46,8 +46,11 @@
       var off = function () { var a = document.activeElement; if (a && a !== document.body && inDropdown(a) && !menuOpen(a) && a.blur) a.blur(); };
       off(); setTimeout(off, 0); setTimeout(off, 250);
     },
-    // a relayout the page did not make (a drag, the wheel, a double-click): the axis is the window now
-    moved: function () { target = null; },
+    // a relayout the page did not make: after a drag, the wheel or a double-click the axis is the
+    // window now (an autosize, which Plotly sends as the page lays out, moves nothing)
+    moved: function (rl) {
+      if (rl && Object.keys(rl).some(function (k) { return k.indexOf('xaxis') === 0; })) target = null;
+    },
     // the server's figure → what the graph draws (see the top of this file)
     accept: function (fig) {
       var meta = fig && fig.layout && fig.layout.meta;
