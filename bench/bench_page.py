@@ -8,6 +8,9 @@
   - zoom: a zoom to 1/20 of the window (Plotly.relayout, what a drag or the W key does) → the
     server's narrower window drawn (the status line changes), SETTLE_S after the page was drawn
     (so the rest of the page has finished), median of ROUNDS;
+  - key: a W key press (a keydown event on the page) → the frame after the timeline's axis took
+    the new window (input → redrawn frame: what the person sees move), and → the server's
+    detail of that window swapped in (the status line changes), median of ROUNDS;
   - weight: the bytes of every script, style and data request of one load (Resource Timing),
     and of the largest.
 Run it with nothing else on the machine; it prints the load average next to the figures.
@@ -16,7 +19,8 @@ Run it with nothing else on the machine; it prints the load average next to the 
     (--cold: the pages load while the findings are still being computed, as right after start)
     (make it: python ../shared/tools/tile_trace.py tests/data/traces/cuda_train_68k_events.json.gz /tmp/big.json 32
               neuron-explorer import /tmp/big.json -o /tmp/runs/big_tl --force)
-Target (issue 15): the page (painted) ≤ 2 s on the 2.2M-event run.
+Target (issue 15): the page (painted) ≤ 2 s on the 2.2M-event run; (issue 35) input → redrawn
+frame ≤ 50 ms, detail swapped in ≤ 500 ms quiet, page → painted ≤ 1.5 s quiet.
 """
 
 from __future__ import annotations
@@ -41,6 +45,19 @@ DRAWN = """(() => { const gd = document.querySelector('#timeline .js-plotly-plot
 # the frame after it (by then the browser has painted the drawn timeline)
 PROBE = ("(function poll() { if (" + DRAWN + ") { window.__nxDrawn = performance.now(); "
          "requestAnimationFrame(() => { window.__nxPainted = performance.now(); }); return; } requestAnimationFrame(poll); })();")
+
+# a W press on the page (the pointer off the plot: a zoom at the middle); records in window.__nxKey
+# the ms to the frame after the axis took the new window, and to the status line's change (the
+# server's detail of that window drawn)
+KEY = """const gd = document.querySelector('#timeline .js-plotly-plot'), st = document.getElementById('status');
+  const r0 = gd._fullLayout.xaxis.range.slice(), s0 = st.innerText, t0 = performance.now();
+  window.__nxKey = {frame: null, detail: null};
+  new MutationObserver((m, obs) => { if (st.innerText !== s0) { window.__nxKey.detail = performance.now() - t0; obs.disconnect(); } })
+    .observe(st, {childList: true, subtree: true, characterData: true});
+  document.dispatchEvent(new KeyboardEvent('keydown', {key: 'w', bubbles: true}));
+  (function poll() { const r = gd._fullLayout.xaxis.range;
+    if (r[0] !== r0[0] || r[1] !== r0[1]) { requestAnimationFrame(() => { window.__nxKey.frame = performance.now() - t0; }); return; }
+    requestAnimationFrame(poll); })();"""
 
 
 def browser():
@@ -103,7 +120,7 @@ def main() -> None:
     drv = browser()
     drv.get(url)  # one load to start Chromium's own processes; not counted
     wait(drv, "return window.__nxDrawn")
-    pages, painted, zooms, weight = [], [], [], None
+    pages, painted, zooms, frames, details, weight = [], [], [], [], [], None
     for _ in range(ROUNDS):
         drv.get("about:blank")
         drv.get(url)
@@ -122,6 +139,15 @@ def main() -> None:
             zooms.append(time.perf_counter() - t0)
         except RuntimeError:
             zooms.append(float("nan"))  # this version did not redraw the zoom within 30 s
+        time.sleep(1.0)
+        drv.execute_script(KEY)
+        try:
+            k = wait(drv, "return window.__nxKey && window.__nxKey.detail !== null && window.__nxKey", timeout=30)
+            frames.append(k["frame"] / 1000)
+            details.append(k["detail"] / 1000)
+        except RuntimeError:
+            frames.append(float("nan"))
+            details.append(float("nan"))
     drv.quit()
     srv.shutdown()
     total = sum(b for _, b in weight)
@@ -131,6 +157,10 @@ def main() -> None:
     print(f"page (navigation → painted):        median {statistics.median(painted):.2f} s  min {min(painted):.2f}  max {max(painted):.2f}  "
           f"({', '.join(f'{p:.2f}' for p in painted)})")
     print(f"zoom 1/20 → drawn:                  median {statistics.median(zooms) * 1000:.0f} ms  max {max(zooms) * 1000:.0f} ms")
+    print(f"key W → redrawn frame:              median {statistics.median(frames) * 1000:.0f} ms  max {max(frames) * 1000:.0f} ms  "
+          f"({', '.join(f'{p * 1000:.0f}' for p in frames)})")
+    print(f"key W → detail swapped in:          median {statistics.median(details) * 1000:.0f} ms  max {max(details) * 1000:.0f} ms  "
+          f"({', '.join(f'{p * 1000:.0f}' for p in details)})")
     print(f"weight: {total / 1e6:.2f} MB in {len(weight)} requests; largest: "
           + ", ".join(f"{n} {b / 1e6:.2f} MB" for n, b in big))
     print(f"load average after: {os.getloadavg()[0]:.2f}")

@@ -56,7 +56,9 @@ def view_for(rs: RunSet, trigger: str | None, run, rank, relayout, finding_index
     """The window to show after a user action: run/rank change or reset → the whole run (of the
     lanes shown: the meta lanes only with `all_lanes`); a zoom
     or pan (relayout x range: ms from the run's first event, the timeline's absolute axis) → that
-    range, keeping the highlighted table row (`mark`); a finding → the window around its evidence."""
+    range, keeping the highlighted table row (`mark`), marked `zoom` (the page may have moved on
+    from it: assets/timeline_keys.js draws its figure in the page's own window); a finding → the
+    window around its evidence."""
     r = rs.get(run)
     rank = queries.parse_rank(r, rank)
     start, end = r.span()
@@ -83,7 +85,7 @@ def view_for(rs: RunSet, trigger: str | None, run, rank, relayout, finding_index
             raise CallbackInputError("empty zoom range")
         pad = (end - start) // 20
         a, b = max(a, start - pad), min(b, end + pad)
-        return {**whole, "t0": a, "t1": max(b, a + 1), "mark": current.get("mark")}
+        return {**whole, "t0": a, "t1": max(b, a + 1), "mark": current.get("mark"), "zoom": True}
     if trigger == "findings" and finding_index is not None:
         rows = queries.findings(rs, run=r.index)["rows"]
         i = _as_int(finding_index, "finding")
@@ -369,11 +371,30 @@ def create_app(rs: RunSet):
         ], className="nx-grid")], id="explore-view"),
         *([compare_view.layout(rs)] if comparing else []),
         dcc.Store(id="view", data=view0), dcc.Store(id="area"), dcc.Store(id="selected"), dcc.Store(id="search-state"),
-        dcc.Store(id="px", data=DEFAULT_WIDTH),
+        dcc.Store(id="px", data=DEFAULT_WIDTH), dcc.Store(id="zoom-req"), dcc.Store(id="timeline-fig"), dcc.Store(id="focus-sink"),
     ])
 
     app.clientside_callback("function(r) { return Math.max(400, Math.min(4000, Math.round(window.innerWidth - 260))); }",
                             Output("px", "data"), Input("run-select", "value"))
+    # Zoom and pan are drawn in the page (assets/timeline_keys.js): the relayouts it makes itself
+    # while keys come are not sent; it sends the window once they stop ("zoom-req"). A drag, the
+    # wheel or a double-click goes straight on.
+    app.clientside_callback("""function(rl) { const nx = window.nxTimeline;
+        if (!rl || (nx && nx.ours(rl))) return window.dash_clientside.no_update;
+        if (nx) nx.moved(rl);
+        return rl; }""", Output("zoom-req", "data"), Input("timeline", "relayoutData"), prevent_initial_call=True)
+    # the server's figure, drawn in the page's window when the page has moved on since it asked
+    app.clientside_callback("function(f) { return f && window.nxTimeline ? window.nxTimeline.accept(f) : (f || window.dash_clientside.no_update); }",
+                            Output("timeline", "figure"), Input("timeline-fig", "data"), prevent_initial_call=True)
+    # after a run or rank is chosen the dropdown lets go of the focus: the next W zooms, it types nothing
+    app.clientside_callback("function(a, b) { if (window.nxTimeline) window.nxTimeline.blur(); return window.dash_clientside.no_update; }",
+                            Output("focus-sink", "data"), Input("run-select", "value"), Input("rank-select", "value"), prevent_initial_call=True)
+    # a jump (a table row, a finding, a search hit, a flow, a heatmap cell) brings the timeline back into view
+    app.clientside_callback("""function(v) { const el = document.getElementById('timeline');
+        if (v && !v.zoom && el) { const r = el.getBoundingClientRect();
+          if (r.top < 0 || r.top > window.innerHeight * 0.5) window.scrollBy(0, r.top - 70); }
+        return window.dash_clientside.no_update; }""", Output("focus-sink", "data", allow_duplicate=True), Input("view", "data"),
+                            prevent_initial_call=True)
 
     @app.callback(Output("rank-select", "options"), Output("rank-select", "value"), Output("collapse", "options"), Output("collapse", "value"),
                   Input("run-select", "value"), prevent_initial_call=True)
@@ -388,14 +409,14 @@ def create_app(rs: RunSet):
 
     @app.callback(Output("view", "data"), Output("error", "children", allow_duplicate=True),
                   Input("run-select", "value"), Input("rank-select", "value"), Input("reset", "n_clicks"),
-                  Input("timeline", "relayoutData"), Input("findings", "cellClicked"), State("view", "data"),
+                  Input("zoom-req", "data"), Input("findings", "cellClicked"), State("view", "data"),
                   State("rank-jump", "data"), State("all-lanes", "value"), prevent_initial_call=True)
     @guard(1)
     def _view(run, rank, _reset, relayout, click, current, jump=None, lanes_shown=None):
         trig = ctx.triggered_id
         if trig == "rank-select" and ranks_view.keeps_view(current, jump, rank):
             return (no_update,)  # a heatmap click chose this rank and its step: keep that window
-        trigger = {"timeline": "timeline", "findings": "findings"}.get(trig)
+        trigger = {"zoom-req": "timeline", "findings": "findings"}.get(trig)
         finding_index = finding_clicked(click) if trigger == "findings" else None
         if trigger == "timeline" and isinstance(relayout, dict) and not any(RANGE_KEY.match(str(k)) or k == "xaxis.autorange"
                                                                               for k in relayout):
@@ -403,14 +424,16 @@ def create_app(rs: RunSet):
         return (view_for(rs, trigger, run, rank, relayout, finding_index, current,
                          all_lanes=isinstance(lanes_shown, list) and "all" in lanes_shown),)
 
-    @app.callback(Output("timeline", "figure"), Output("status", "children"), Output("error", "children", allow_duplicate=True),
+    @app.callback(Output("timeline-fig", "data"), Output("status", "children"), Output("error", "children", allow_duplicate=True),
                   Input("view", "data"), Input("selected", "data"), Input("color-by", "value"), Input("all-lanes", "value"),
                   Input("critical", "value"), Input("collapse", "value"), State("px", "data"), prevent_initial_call=True)
     @guard(2)
     def _figure(view, selected, color_by, all_lanes, critical, collapsed, px):
         shown = all_lanes if isinstance(all_lanes, list) else []
-        return timeline_figure(rs, view, px, selected, color_by, "all" in shown, isinstance(critical, list) and "on" in critical,
-                               collapsed if isinstance(collapsed, list) else None, python_band="python" not in shown)
+        fig, status = timeline_figure(rs, view, px, selected, color_by, "all" in shown, isinstance(critical, list) and "on" in critical,
+                                      collapsed if isinstance(collapsed, list) else None, python_band="python" not in shown)
+        fig["layout"]["meta"] = {"zoom": bool(isinstance(view, dict) and view.get("zoom"))}  # for timeline_keys.js's accept
+        return fig, status
 
     @app.callback(Output("view", "data", allow_duplicate=True), Output("selected", "data", allow_duplicate=True),
                   Output("error", "children", allow_duplicate=True),

@@ -20,6 +20,13 @@ body { margin: 0; background: #F4F6F8; font-family: Inter, 'Segoe UI', Helvetica
 .nx-card { background: #FFF; border-radius: 6px; box-shadow: 0 1px 3px rgba(0,0,0,.08); margin: 10px 12px; padding: 8px 10px; }
 .nx-grid { display: grid; grid-template-columns: minmax(0, 1fr); gap: 0; }
 .nx-detail h3 { margin: 2px 0 6px 0; font-size: 15px; word-break: break-all; }
+/* the event panel: a drawer at the foot of the window, on screen whatever was clicked and wherever the page is scrolled */
+.nx-detail { position: fixed; left: 12px; right: 12px; bottom: 0; margin: 0; max-height: 34vh; overflow-y: auto; z-index: 30;
+             border-radius: 6px 6px 0 0; box-shadow: 0 -2px 10px rgba(0,0,0,.18); border-top: 2px solid #90A4AE; }
+#explore-view { padding-bottom: 36vh; }
+#detail > div { column-width: 460px; column-gap: 22px; }
+#detail h3 { column-span: all; }
+#detail .nx-kv, #detail .nx-chain, #detail .nx-src, #detail .nx-args { break-inside: avoid; }
 .nx-kv { display: grid; grid-template-columns: 110px 1fr; font-size: 12px; row-gap: 2px; }
 .nx-kv div:nth-child(odd) { color: #78909C; }
 .nx-chain { list-style: none; padding: 0; margin: 6px 0; font-size: 12px; }

@@ -1,0 +1,212 @@
+"""Zoom and pan drawn in the page, the event drawer and the keyboard's focus, in headless Chromium
+at 1600×1000 (issue 35, items 1-3), on the project's sample run and the 68k-event CUDA trace:
+
+  - a W press redraws the timeline in the page with the server's answers blocked (the slices it
+    holds, in the new window) and asks the server once when the keys stop;
+  - D pressed three times quickly moves the window 0.6 of its width, and an answer for an older
+    window does not move it back;
+  - after a run is chosen in the dropdown, W zooms the timeline and types nothing into it;
+  - the event drawer is inside the viewport after a slice click, a table-row click, a finding
+    click, a search hit and a flow jump, and a jump leaves the timeline in view.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from neuron_explorer.collectors.chrome_trace import import_traces
+from neuron_explorer.dashboard import queries
+
+from .conftest import TRACES, dashboard_server
+from .test_browser_dashboard import ARTIFACTS, GD, SAMPLE, STATUS, _browser_installed, _mouse_click, browser, plot_box, wait_for  # noqa: F401
+
+pytestmark = pytest.mark.browser  # tier: drives chromium
+
+BLOCK = "*_dash-update-component*"
+"""The URL of every server callback: blocked, the page has only what it holds."""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("client")
+    sample = import_traces(SAMPLE, tmp / "sample").run_dir
+    gpu = import_traces(TRACES / "cuda_train_68k_events.json.gz", tmp / "gpu").run_dir
+    with dashboard_server([sample, gpu]) as served:
+        yield served
+
+
+@pytest.fixture
+def page(server, browser):
+    url, rs = server
+    browser.set_window_size(1600, 1000)
+    inner = browser.execute_script("return [window.innerWidth, window.innerHeight]")
+    browser.set_window_size(1600 + 1600 - inner[0], 1000 + 1000 - inner[1])  # a viewport of 1600×1000
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+    browser.get(url)
+    wait_for(browser, f"const gd = {GD}; return gd && gd._fullData && gd._fullData.some(t => t.meta === 'spans')", what="timeline")
+    wait_for(browser, f"return {STATUS}", what="status")
+    wait_for(browser, "return window.nxTimeline", what="timeline_keys.js")
+    assert browser.execute_script("return [window.innerWidth, window.innerHeight]") == [1600, 1000]
+    yield browser, rs
+    browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+
+
+def _keys(drv, keys: str):
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(drv).send_keys(keys).perform()
+
+
+def _painted(drv) -> list:
+    """The d attribute of every painted slice path."""
+    return drv.execute_script(f"return Array.from({GD}.querySelectorAll('.scatterlayer .js-fill')).map(p => p.getAttribute('d'))")
+
+
+def test_a_zoom_redraws_in_the_page_with_the_server_blocked(page):
+    drv, rs = page
+    _mouse_click(drv, 5, 5)  # the page has the keys; the pointer is off the plot: W zooms at the middle
+    box, status, paths = plot_box(drv), drv.execute_script(f"return {STATUS}"), _painted(drv)
+    asked = drv.execute_script("return nxTimeline.asked")
+    drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": [BLOCK]})
+    _keys(drv, "w")
+    wait_for(drv, "return nxTimeline.frames.length > 0", what="a redrawn frame", timeout=5)
+    z = plot_box(drv)
+    assert z["x1"] - z["x0"] == pytest.approx(0.6 * (box["x1"] - box["x0"]), rel=1e-6)
+    assert (z["x0"] + z["x1"]) / 2 == pytest.approx((box["x0"] + box["x1"]) / 2, rel=1e-6)
+    now = _painted(drv)
+    assert len(now) == len(paths) and now != paths and all(now)  # the same slices, drawn again in the new window
+    # the window went to the server once, after the key: its answer never came (blocked)
+    wait_for(drv, f"return nxTimeline.asked === {asked + 1}", what="one request for the new window", timeout=5)
+    assert drv.execute_script(f"return {STATUS}") == status
+    drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+    _keys(drv, "d")  # the server answers this one
+    status = wait_for(drv, f"const s = {STATUS}; return s !== {status!r} && s", what="the server's answer")
+    d = plot_box(drv)
+    assert d["x0"] == pytest.approx(z["x0"] + 0.2 * (z["x1"] - z["x0"]), rel=1e-6)
+    assert float(status.split(" ms from +")[1].split(" ms")[0].replace(",", "")) == pytest.approx(d["x0"], abs=2e-3)
+
+
+def test_three_quick_presses_of_d_move_the_window_by_0_6_of_its_width(page):
+    drv, rs = page
+    _mouse_click(drv, 5, 5)
+    box, status = plot_box(drv), drv.execute_script(f"return {STATUS}")
+    w = box["x1"] - box["x0"]
+    asked = drv.execute_script("return nxTimeline.asked")
+    _keys(drv, "ddd")
+    status = wait_for(drv, f"const s = {STATUS}; return s !== {status!r} && s", what="the server's answer")
+    z = plot_box(drv)
+    assert z["x0"] == pytest.approx(box["x0"] + 0.6 * w, rel=1e-6) and z["x1"] == pytest.approx(box["x1"] + 0.6 * w, rel=1e-6)
+    # the answer is for that window: the status line says where it starts (ms from the run's start)
+    start = float(status.split(" ms from +")[1].split(" ms")[0].replace(",", ""))
+    assert start == pytest.approx(z["x0"], abs=2e-3)
+    assert drv.execute_script("return nxTimeline.asked") - asked <= 3
+    # an answer for an older window, arriving after the person moved on, is drawn in their window
+    drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": [BLOCK]})
+    _keys(drv, "a")
+    wait_for(drv, f"return Math.abs({GD}._fullLayout.xaxis.range[0] - {z['x0'] - 0.2 * w}) < 1e-9", what="pan left drawn", timeout=5)
+    stale = drv.execute_script(f"""const gd = {GD}; const fig = {{data: gd.data, layout: Object.assign({{}}, gd.layout,
+        {{meta: {{zoom: true}}, xaxis: Object.assign({{}}, gd.layout.xaxis, {{range: [{z['x0']}, {z['x1']}]}})}})}};
+        return [nxTimeline.accept(fig).layout.xaxis.range, nxTimeline.accept(Object.assign({{}}, fig,
+                {{layout: Object.assign({{}}, fig.layout, {{meta: {{zoom: false}}}})}})).layout.xaxis.range];""")
+    assert stale[0] == [pytest.approx(z["x0"] - 0.2 * w, rel=1e-9), pytest.approx(z["x1"] - 0.2 * w, rel=1e-9)]
+    assert stale[1] == [pytest.approx(z["x0"]), pytest.approx(z["x1"])]  # a jump (not a zoom) wins
+
+
+def test_keys_after_a_dropdown_choice_zoom_the_timeline_and_type_nothing(page):
+    from selenium.webdriver.common.by import By
+
+    drv, rs = page
+    status = drv.execute_script(f"return {STATUS}")
+    drv.find_element(By.ID, "run-select").click()
+    wait_for(drv, "return document.querySelector('[role=option][data-option-index=\"1\"]')", what="run menu").click()
+    status = wait_for(drv, f"const s = {STATUS}; return s !== {status!r} && s", what="the GPU run drawn")
+    box = plot_box(drv)
+    _keys(drv, "w")
+    wait_for(drv, f"const s = {STATUS}; return s !== {status!r} && s", what="zoom in by W")
+    z = plot_box(drv)
+    assert z["x1"] - z["x0"] == pytest.approx(0.6 * (box["x1"] - box["x0"]), rel=1e-6)
+    typed = drv.execute_script("return Array.from(document.querySelectorAll('#run-select input, #rank-select input')).map(i => i.value)")
+    assert all(v == "" for v in typed), typed
+    assert not drv.execute_script("return document.querySelector('.dash-dropdown-content')")  # no menu open
+    assert drv.execute_script("return document.querySelector('#run-select').innerText").startswith("1: ")
+    # over the timeline, the arrows act on it too (elsewhere they scroll the page)
+    status = drv.execute_script(f"return {STATUS}")
+    from selenium.webdriver.common.actions.action_builder import ActionBuilder
+    from selenium.webdriver.common.keys import Keys
+
+    ab = ActionBuilder(drv)
+    ab.pointer_action.move_to_location(int(z["left"] + z["w"] / 2), int(z["top"] + 10))
+    ab.perform()
+    _keys(drv, Keys.ARROW_RIGHT)
+    wait_for(drv, f"const s = {STATUS}; return s !== {status!r} && s", what="pan right by the arrow")
+    assert plot_box(drv)["x0"] == pytest.approx(z["x0"] + 0.2 * (z["x1"] - z["x0"]), rel=1e-6)
+    assert drv.execute_script("return window.scrollY") == 0
+
+
+def _drawer_in_view(drv, name: str, what: str):
+    """The event drawer names `name`, and it and the timeline's plot are on screen."""
+    wait_for(drv, f"const e = document.getElementById('detail-name'); return e && e.innerText === {name!r}", what=what)
+    r = drv.execute_script("""const d = document.querySelector('.nx-detail').getBoundingClientRect();
+        const t = document.getElementById('timeline').getBoundingClientRect();
+        return {d: [d.left, d.top, d.right, d.bottom], t: [t.top, t.bottom], w: innerWidth, h: innerHeight};""")
+    left, top, right, bottom = r["d"]
+    assert 0 <= left < right <= r["w"] and 0 <= top < bottom <= r["h"], (what, r)
+    assert r["t"][0] < top and r["t"][0] >= 0, (what, r)  # the timeline's top is in view, above the drawer
+
+
+def test_the_event_drawer_is_in_view_after_each_kind_of_selection(page):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    drv, rs = page
+    # a slice click
+    box = plot_box(drv)
+    target = drv.execute_script(f"""const gd = {GD}, b = arguments[0], px = v => (v - b.x0) / (b.x1 - b.x0) * b.w; let best = null;
+        for (const t of gd._fullData) {{ if (t.meta !== 'spans' || t.name !== 'cpu_op') continue;
+          for (let i = 0; i < t.x.length; i++) {{ const x = px(t.x[i]);
+            if (x > 20 && x < b.w - 20 && (!best || t.y[i] < best.y)) best = {{x, y: t.y[i], name: String(t.text[i]).split('<br>')[0]}}; }} }}
+        return best;""", box)
+    yp = drv.execute_script(f"return {GD}._fullLayout.yaxis.l2p(arguments[0])", target["y"])
+    _mouse_click(drv, box["left"] + target["x"], box["top"] + yp)
+    _drawer_in_view(drv, target["name"], "slice click")
+    # a table row, far down the page
+    drv.find_element(By.XPATH, "//div[@id='tabs']//*[text()='Operators']").click()
+    cell = wait_for(drv, "return document.querySelector('#table-operators .ag-row[row-index=\"1\"] [col-id=\"name\"]')", what="table rows")
+    name = cell.text
+    drv.execute_script("arguments[0].scrollIntoView({block: 'center'})", cell)
+    assert drv.execute_script("return document.getElementById('timeline').getBoundingClientRect().bottom") < 0 or \
+        drv.execute_script("return document.getElementById('timeline').getBoundingClientRect().top") < 0
+    cell.click()
+    _drawer_in_view(drv, name, "table row")
+    # a finding
+    drv.find_element(By.XPATH, "//div[@id='tabs']//*[contains(text(), 'Findings')]").click()
+    f = next(f for f in queries.findings(rs, run=0)["rows"] if f["event_ids"] and f["t0"] is not None)
+    i = queries.findings(rs, run=0)["rows"].index(f)
+    cell = wait_for(drv, f"return document.querySelector('#findings .ag-row[row-index=\"{i}\"] [col-id=\"title\"]')", what="findings rows")
+    drv.execute_script("arguments[0].scrollIntoView({block: 'center'})", cell)
+    cell.click()
+    _drawer_in_view(drv, queries.event(rs, run=0, event_id=f["event_ids"][0])["name"], "finding")
+    # a search hit, on the GPU run
+    drv.execute_script("window.scrollTo(0, 0)")
+    status = drv.execute_script(f"return {STATUS}")
+    drv.find_element(By.ID, "run-select").click()
+    wait_for(drv, "return document.querySelector('[role=option][data-option-index=\"1\"]')", what="run menu").click()
+    wait_for(drv, f"const s = {STATUS}; return s !== {status!r} && s", what="the GPU run drawn")
+    kernel = queries.kernels(rs, run=1)["rows"][0]["name"]
+    hit = queries.search(rs, run=1, text=kernel)["hits"][0]
+    search = drv.find_element(By.ID, "search")
+    search.send_keys(kernel)
+    search.send_keys(Keys.ENTER)
+    _drawer_in_view(drv, hit["name"], "search hit")
+    # a flow jump: the hit's launch is off screen; its marker at the edge goes there
+    launch = next(x["from"] for x in queries.event(rs, run=1, event_id=hit["event_id"])["flows"] if x["to"]["event_id"] == hit["event_id"])
+    mark = wait_for(drv, f"""const gd = {GD}; const t = gd._fullData.find(t => t.name === 'off-screen'); if (!t) return null;
+        const i = t.customdata.findIndex(c => c[0] === {launch['event_id']}); if (i < 0) return null;
+        return [gd._fullLayout.xaxis.l2p(t.x[i]), gd._fullLayout.yaxis.l2p(t.y[i])];""", what="off-screen marker of the launch")
+    z = plot_box(drv)
+    _mouse_click(drv, z["left"] + mark[0], z["top"] + mark[1])
+    _drawer_in_view(drv, launch["name"], "flow jump")
+    jumped = plot_box(drv)
+    assert jumped["x0"] * 1e6 <= launch["ts_ns"] - rs.get(1).span()[0] <= jumped["x1"] * 1e6
+    drv.save_screenshot(str(ARTIFACTS / "client-drawer.png"))
