@@ -255,10 +255,10 @@ def test_delta_tables_mark_significant_rows(rs):
 
 def test_compare_view_only_with_two_runs(rs, paths):
     assert compare_view.mode_styles("compare")[1] == {} and compare_view.mode_styles("explore")[1] == {"display": "none"}
-    two = _text(dash_app.create_app(rs).layout)
+    two = _text(dash_app.create_app(rs).layout())
     assert '"compare-view"' in two and '"mode-compare"' in two
     one = RunSet(paths[:1])
-    assert '"compare-view"' not in _text(dash_app.create_app(one).layout)
+    assert '"compare-view"' not in _text(dash_app.create_app(one).layout())
     one.close()
 
 

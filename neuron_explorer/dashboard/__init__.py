@@ -13,9 +13,31 @@ from __future__ import annotations
 
 
 def serve(paths, host: str = "127.0.0.1", port: int = 8050, **kw) -> None:
+    """Open the runs (a bad path raises before any server starts) and serve them. Each run's first
+    timeline (its lanes, longest events and pyramid: the costly part of the first page) starts
+    computing in a background thread before the app's modules and Dash are imported, so that the
+    queries and the imports share the time to the first page."""
+    import threading
+
+    from .runs import RunSet
+
+    rs = RunSet(paths)
+    threading.Thread(target=_first_timelines, args=(rs,), name="nx-warm-timelines", daemon=True).start()
     from .app import serve as _serve
 
-    _serve(paths, host=host, port=port, **kw)
+    _serve(rs, host=host, port=port, **kw)
+
+
+def _first_timelines(rs) -> None:
+    from . import ranks_view
+    from .timeline import timeline_arrays
+
+    for r in rs.runs:
+        first = ranks_view.first_rank(rs, r.index)
+        try:
+            timeline_arrays(rs, run=r.index, width=1500, **({} if first == "all" else {"rank": first}))
+        except Exception:  # noqa: BLE001  (a warm-up: the page's request computes it again and shows the error)
+            pass
 
 
 __all__ = ["serve"]

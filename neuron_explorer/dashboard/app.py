@@ -26,6 +26,7 @@ from .ui.theme import GRAPH_CONFIG, STYLE
 from .views import navigate
 from .views import sql as sql_view
 from .views.events import briefs, event_span
+from .views.findings import analyse, analysis_state, start_analysis
 
 DEFAULT_WIDTH = 1500
 RANGE_KEY = re.compile(r"^xaxis\d*\.range(\[(0|1)\])?$")
@@ -151,6 +152,29 @@ def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, c
               f"{'exact slices' if tl['mode'] == 'exact' else 'aggregated per pixel'} · {len(tl['slices']['x0']):,} slices, "
               f"{len(tl['buckets']['x0']):,} buckets" + (f" · {tl['hidden_lanes']} meta lanes hidden" if tl["hidden_lanes"] else ""))
     return fig, status
+
+
+COMPUTING = "computing the findings… (the analysis runs in the background; the timeline and the tables do not wait for it)"
+"""What the findings panel and the overview say while the run's analysis is running."""
+
+
+def findings_panel(rs: RunSet, run, rank) -> tuple[list, str]:
+    """(rows, note) of the findings panel: the findings of the picked rank once the run's analysis
+    is done; until then no rows and COMPUTING (the analysis is started if it is not running: the
+    panel never waits for it; `analysis_poll` redraws the panel when it is done)."""
+    r = rs.get(run)
+    if analysis_state(rs, r.index) == "computing":
+        start_analysis(rs, r.index)
+        return [], COMPUTING
+    rows = findings_for(rs, run, rank)  # "failed": raises the analysis's error again, which the panel shows
+    return rows, findings_note(rs, run, rank, rows)
+
+
+def analysis_poll(rs: RunSet, run) -> dict:
+    """The `analysis` store's data: the run and where its analysis stands (views/findings.analysis_state);
+    a change redraws the findings panel and the overview."""
+    r = rs.get(run)
+    return {"run": r.index, "state": analysis_state(rs, r.index)}
 
 
 SEARCH_UI_LIMIT = 1000
@@ -309,10 +333,12 @@ def create_app(rs: RunSet):
     import dash
     from dash import Input, Output, State, ctx, dcc, html, no_update
 
-    app = dash.Dash(__name__, title="Neuron Explorer", update_title=None, serve_locally=True, on_error=_callback_failed)
+    # suppress_callback_exceptions: the layout is a function (`page`, computed on the first page's
+    # request, not here); Dash would otherwise call it now to validate the callbacks' ids
+    app = dash.Dash(__name__, title="Neuron Explorer", update_title=None, serve_locally=True, suppress_callback_exceptions=True,
+                    on_error=_callback_failed)
     register_api(app.server, rs)
     app.server.register_error_handler(Exception, _update_failed)
-    run_opts = [{"label": f"{r.index}: {r.name}", "value": r.index} for r in rs.runs]
     app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + STYLE + compare_view.STYLE + overview.STYLE + sql.STYLE + "</style>")
     # plotly.js (4.8 MB) as the first script of the page, not fetched by the graph once the layout
     # has arrived: it downloads beside the other scripts, and the timeline in the layout draws as
@@ -320,59 +346,20 @@ def create_app(rs: RunSet):
     plotly_js = f"{app.config.requests_pathname_prefix}_dash-component-suites/plotly/package_data/plotly.min.js"
     app.index_string = app.index_string.replace("{%scripts%}", f'<script src="{plotly_js}"></script>{{%scripts%}}')
     comparing = len(rs.runs) >= 2  # the Compare view needs two runs
-    # The first view is in the page itself: the timeline draws as soon as the scripts are loaded,
-    # with no callback round trip (the tables and findings fill in after it).
-    view0 = view_for(rs, None, 0, ranks_view.first_rank(rs, 0), None, None, None)
-    fig0, status0 = timeline_figure(rs, view0, DEFAULT_WIDTH, None)
-    app.layout = html.Div([
-        html.Div([
-            html.H1("Neuron Explorer"),
-            *([compare_view.mode_switch()] if comparing else []),
-            html.Div([
-                html.Label("run"), html.Div(dcc.Dropdown(id="run-select", options=run_opts, value=0, clearable=False), className="nx-dd",
-                                       style={"width": 260, "color": "#263238"}),
-                html.Label("rank"), html.Div(dcc.Dropdown(id="rank-select", options=rank_options(rs, 0), value=ranks_view.first_rank(rs, 0),
-                                                          clearable=False), className="nx-dd",
-                                        style={"width": 130, "color": "#263238"}),
-                html.Button("whole run", id="reset", className="nx-btn"),
-                html.Label("colour"), dcc.RadioItems(id="color-by", options=[{"label": "name", "value": "name"}, {"label": "kind", "value": "kind"}],
-                                                      value="name", inline=True, className="nx-radio"),
-                dcc.Checklist(id="all-lanes", options=[{"label": "meta lanes", "value": "all"}, {"label": "Python frames nested", "value": "python"}],
-                              value=[], inline=True, className="nx-radio"),
-                dcc.Checklist(id="critical", options=[{"label": "critical path", "value": "on"}], value=[], inline=True, className="nx-radio"),
-            ], id="explore-controls", style={"display": "flex", "alignItems": "center", "gap": "14px"}),
-            html.Div(status0, id="status", className="nx-status"),
-        ], className="nx-top"),
-        html.Div(id="error", className="nx-error"),
-        html.Div([ranks_view.layout(rs), html.Div([html.Div([
-            dcc.Input(id="search", type="text", debounce=True, placeholder="find by name, or /regex/ (Enter)", className="nx-search-box"),
-            html.Button("‹ prev", id="search-prev", className="nx-btn nx-btn-light"),
-            html.Button("next ›", id="search-next", className="nx-btn nx-btn-light"),
-            html.Span(id="search-count", className="nx-muted"),
-            html.Label("collapse", className="nx-muted", style={"marginLeft": "18px"}),
-            dcc.Checklist(id="collapse", options=group_options(rs, 0), value=[], inline=True, className="nx-radio nx-collapse")],
-            className="nx-search"),
-            html.Span("W/S zoom · A/D pan · wheel zooms at the pointer · drag zooms · shift+drag selects an area", className="nx-muted"),
-            dcc.Loading(dcc.Graph(id="timeline", figure=fig0, config={**GRAPH_CONFIG, "scrollZoom": True, "doubleClick": "autosize"},
-                                  style={"width": "100%"}), type="dot", delay_show=400),
-            html.Div(id="area-panel")], className="nx-card"),
-        html.Div([
-            html.Div([dcc.Tabs(id="tabs", value="overview", children=[
-                dcc.Tab(label="Overview", value="overview", children=[overview.layout()]),
-                dcc.Tab(label="Findings", value="findings", children=[
-                    html.Div(id="findings-note", className="nx-muted"),
-                    findings_table(),
-                    html.Div(id="finding-detail", className="nx-muted", style={"marginTop": 6})]),
-                *[dcc.Tab(label=TAB_LABELS[t], value=t) for t in TABS],  # the table views' registry, then Memory
-                dcc.Tab(label="Flame", value="flame", children=[flame.layout()]),
-                dcc.Tab(label="SQL", value="sql", children=[sql.layout()]),
-            ]), html.Div(id="tab-content")], className="nx-card"),
-            html.Div(html.Div(id="detail"), className="nx-card nx-detail"),
-        ], className="nx-grid")], id="explore-view"),
-        *([compare_view.layout(rs)] if comparing else []),
-        dcc.Store(id="view", data=view0), dcc.Store(id="area"), dcc.Store(id="selected"), dcc.Store(id="search-state"),
-        dcc.Store(id="px", data=DEFAULT_WIDTH), dcc.Store(id="zoom-req"), dcc.Store(id="timeline-fig"), dcc.Store(id="focus-sink"),
-    ])
+
+    def page():
+        """The page's layout: built once (`page_layout`), on the first request for it or by `warm`.
+        Dash also calls this on the first request of any kind (to validate it): that one gets a
+        stand-in unless the page is ready, so the server answers `/` and the scripts at once."""
+        from flask import has_request_context, request
+
+        if not page_ready(rs) and has_request_context() and not request.path.endswith("_dash-layout"):
+            return html.Div(id="nx-starting")
+        state = analysis_state(rs, 0)  # per request: the page is built once, the analysis moves on
+        return html.Div([page_layout(rs), dcc.Store(id="analysis", data={"run": 0, "state": state}),
+                         dcc.Interval(id="analysis-poll", interval=ANALYSIS_POLL_MS, disabled=state != "computing")])
+
+    app.layout = page
 
     app.clientside_callback("function(r) { return Math.max(400, Math.min(4000, Math.round(window.innerWidth - 260))); }",
                             Output("px", "data"), Input("run-select", "value"))
@@ -498,11 +485,16 @@ def create_app(rs: RunSet):
         return (tables_for(rs, run, rank, tab),)
 
     @app.callback(Output("findings", "rowData"), Output("findings-note", "children"), Output("error", "children", allow_duplicate=True),
-                  Input("run-select", "value"), Input("rank-select", "value"), prevent_initial_call="initial_duplicate")
+                  Input("run-select", "value"), Input("rank-select", "value"), Input("analysis", "data"), prevent_initial_call="initial_duplicate")
     @guard(2)
-    def _findings(run, rank):
-        rows = findings_for(rs, run, rank)
-        return rows, findings_note(rs, run, rank, rows)
+    def _findings(run, rank, _analysis):
+        return findings_panel(rs, run, rank)
+
+    @app.callback(Output("analysis", "data"), Output("analysis-poll", "disabled"), Input("analysis-poll", "n_intervals"),
+                  Input("run-select", "value"), State("analysis", "data"), prevent_initial_call=True)
+    def _analysis_poll(_n, run, current):
+        data = analysis_poll(rs, run)
+        return (no_update if data == current else data), data["state"] != "computing"
 
     @app.callback(Output("finding-detail", "children"), Output("selected", "data", allow_duplicate=True),
                   Output("error", "children", allow_duplicate=True),
@@ -523,6 +515,90 @@ def create_app(rs: RunSet):
     flame.register(app, rs)
     sql.register(app, rs, search_view)
     return app
+
+
+ANALYSIS_POLL_MS = 1000
+"""How often the page asks whether the analysis is done while it shows "computing…"."""
+
+
+def first_view(rs: RunSet) -> tuple[dict, object, str]:
+    """(view, figure, status) of the page's first timeline: the first run's, whole, at the default
+    width. Computed once (by `warm`, or by the first page's request: whichever asks first, the
+    other waits for it)."""
+    def compute():
+        view = view_for(rs, None, 0, ranks_view.first_rank(rs, 0), None, None, None)
+        return (view, *timeline_figure(rs, view, DEFAULT_WIDTH, None))
+    return rs.runs[0].cached(("first_view", DEFAULT_WIDTH), compute)
+
+
+def page_ready(rs: RunSet) -> bool:
+    """Whether the page's layout is built (a request for it returns at once)."""
+    return "page" in rs.runs[0]._facts
+
+
+def page_layout(rs: RunSet):
+    """The page: controls, the first timeline in the page itself (it draws as soon as the scripts
+    are loaded, with no callback round trip; the tables and findings fill in after it), tabs,
+    the detail panel. Built once per RunSet; never waits for the analysis (the findings and the
+    overview say "computing…" until it is done: `analysis` store, `analysis-poll`)."""
+    return rs.runs[0].cached("page", lambda: _page_layout(rs))
+
+
+def _page_layout(rs: RunSet):
+    view0, fig0, status0 = first_view(rs)
+    from dash import dcc, html
+
+    run_opts = [{"label": f"{r.index}: {r.name}", "value": r.index} for r in rs.runs]
+    comparing = len(rs.runs) >= 2
+    return html.Div([
+        html.Div([
+            html.H1("Neuron Explorer"),
+            *([compare_view.mode_switch()] if comparing else []),
+            html.Div([
+                html.Label("run"), html.Div(dcc.Dropdown(id="run-select", options=run_opts, value=0, clearable=False), className="nx-dd",
+                                       style={"width": 260, "color": "#263238"}),
+                html.Label("rank"), html.Div(dcc.Dropdown(id="rank-select", options=rank_options(rs, 0), value=ranks_view.first_rank(rs, 0),
+                                                          clearable=False), className="nx-dd",
+                                        style={"width": 130, "color": "#263238"}),
+                html.Button("whole run", id="reset", className="nx-btn"),
+                html.Label("colour"), dcc.RadioItems(id="color-by", options=[{"label": "name", "value": "name"}, {"label": "kind", "value": "kind"}],
+                                                      value="name", inline=True, className="nx-radio"),
+                dcc.Checklist(id="all-lanes", options=[{"label": "meta lanes", "value": "all"}, {"label": "Python frames nested", "value": "python"}],
+                              value=[], inline=True, className="nx-radio"),
+                dcc.Checklist(id="critical", options=[{"label": "critical path", "value": "on"}], value=[], inline=True, className="nx-radio"),
+            ], id="explore-controls", style={"display": "flex", "alignItems": "center", "gap": "14px"}),
+            html.Div(status0, id="status", className="nx-status"),
+        ], className="nx-top"),
+        html.Div(id="error", className="nx-error"),
+        html.Div([ranks_view.layout(rs), html.Div([html.Div([
+            dcc.Input(id="search", type="text", debounce=True, placeholder="find by name, or /regex/ (Enter)", className="nx-search-box"),
+            html.Button("‹ prev", id="search-prev", className="nx-btn nx-btn-light"),
+            html.Button("next ›", id="search-next", className="nx-btn nx-btn-light"),
+            html.Span(id="search-count", className="nx-muted"),
+            html.Label("collapse", className="nx-muted", style={"marginLeft": "18px"}),
+            dcc.Checklist(id="collapse", options=group_options(rs, 0), value=[], inline=True, className="nx-radio nx-collapse")],
+            className="nx-search"),
+            html.Span("W/S zoom · A/D pan · wheel zooms at the pointer · drag zooms · shift+drag selects an area", className="nx-muted"),
+            dcc.Loading(dcc.Graph(id="timeline", figure=fig0, config={**GRAPH_CONFIG, "scrollZoom": True, "doubleClick": "autosize"},
+                                  style={"width": "100%"}), type="dot", delay_show=400),
+            html.Div(id="area-panel")], className="nx-card"),
+        html.Div([
+            html.Div([dcc.Tabs(id="tabs", value="overview", children=[
+                dcc.Tab(label="Overview", value="overview", children=[overview.layout()]),
+                dcc.Tab(label="Findings", value="findings", children=[
+                    html.Div(id="findings-note", className="nx-muted"),
+                    findings_table(),
+                    html.Div(id="finding-detail", className="nx-muted", style={"marginTop": 6})]),
+                *[dcc.Tab(label=TAB_LABELS[t], value=t) for t in TABS],  # the table views' registry, then Memory
+                dcc.Tab(label="Flame", value="flame", children=[flame.layout()]),
+                dcc.Tab(label="SQL", value="sql", children=[sql.layout()]),
+            ]), html.Div(id="tab-content")], className="nx-card"),
+            html.Div(html.Div(id="detail"), className="nx-card nx-detail"),
+        ], className="nx-grid")], id="explore-view"),
+        *([compare_view.layout(rs)] if comparing else []),
+        dcc.Store(id="view", data=view0), dcc.Store(id="area"), dcc.Store(id="selected"), dcc.Store(id="search-state"),
+        dcc.Store(id="px", data=DEFAULT_WIDTH), dcc.Store(id="zoom-req"), dcc.Store(id="timeline-fig"), dcc.Store(id="focus-sink"),
+    ])
 
 
 MAX_GROUP_OPTIONS = 24
@@ -577,19 +653,35 @@ def _update_failed(err: Exception):
 
 
 def warm(rs: RunSet) -> None:
-    """Compute the per-run caches (lanes, long events) and the first view, so the first page is quick."""
-    for r in rs.runs:
+    """Compute the page (the first run's first view: its lanes, long events, pyramid) and the
+    other runs' first views (their per-run caches), so that the page and a change of run are quick."""
+    page_layout(rs)  # its first view's queries run before it imports Dash (serve imports it meanwhile)
+    for r in rs.runs[1:]:
         first = ranks_view.first_rank(rs, r.index)
         timeline_arrays(rs, run=r.index, width=DEFAULT_WIDTH, **({} if first == "all" else {"rank": first}))
 
 
+def start(rs: RunSet) -> threading.Thread:
+    """In a background thread ('nx-warm'): `warm`, then each run's analysis (views/findings.analyse),
+    one after the other, so that the analysis does not slow the first page down on a small machine.
+    Nothing waits for it: a request for the page builds what it needs itself (or waits for the
+    part under way), and the findings and the overview say "computing…" until the analysis is done."""
+    def work():
+        _quiet(warm, rs)
+        for r in rs.runs:
+            analyse(rs, r.index)
+    t = threading.Thread(target=work, daemon=True, name="nx-warm")
+    t.start()
+    return t
+
+
 def serve(paths, host: str = "127.0.0.1", port: int = 8050, *, echo=print, debug: bool = False) -> None:
-    """Open the runs (a bad path raises InputError before any server starts), print the URL, serve."""
-    rs = RunSet(paths)
-    warm(rs)
+    """Open the runs (a bad path raises InputError before any server starts; or take an open
+    RunSet), print the URL, serve at once: the page and the analysis are computed in the
+    background (`start`)."""
+    rs = paths if isinstance(paths, RunSet) else RunSet(paths)
+    start(rs)  # before create_app: the first view's queries run while Dash is imported
     app = create_app(rs)
-    # analyze the runs in the background so the findings panel is ready when people look
-    threading.Thread(target=lambda: [_quiet(queries.findings, rs, r.index) for r in rs.runs], daemon=True, name="nx-findings").start()
     echo(f"Neuron Explorer dashboard: http://{host}:{port}/  (serving {len(rs.runs)} run(s); Ctrl+C to stop)")
     try:
         app.run(host=host, port=port, debug=debug, use_reloader=False)
@@ -601,5 +693,5 @@ def serve(paths, host: str = "127.0.0.1", port: int = 8050, *, echo=print, debug
 def _quiet(fn, *a):
     try:
         fn(*a)
-    except Exception:  # noqa: BLE001  (a background warm-up; the panel shows the error when asked)
+    except Exception:  # noqa: BLE001  (a background warm-up; the page shows the error when asked)
         pass

@@ -217,11 +217,11 @@ class OpenRun:
 
     def span(self) -> tuple[int, int]:
         """(first start, last end) of all events, ns."""
-        if "span" not in self._facts:
+        def compute():
             _, rows = self.query("SELECT min(ts_ns), max(ts_ns + dur_ns) FROM events")
             t0, t1 = rows[0]
-            self._facts["span"] = (int(t0 or 0), int(t1 or 0))
-        return self._facts["span"]
+            return (int(t0 or 0), int(t1 or 0))
+        return self.cached("span", compute)
 
     def shown_span(self, rank: int | None = None) -> tuple[int, int]:
         """(first start, last end) of the events on the lanes shown by default (not Lane.hidden: the
@@ -241,8 +241,8 @@ class OpenRun:
         """The lanes of the timeline, with their first y row. Without `all_lanes`, meta lanes
         (Lane.hidden) are left out and the others move up — unless that leaves none."""
         band = self.python_band
-        key = ("lanes", rank, bool(all_lanes), band)
-        if key not in self._facts:
+
+        def compute():
             if all_lanes:
                 where = "" if rank is None else f"WHERE rank = {int(rank)}"
                 _, rows = self.query(f"SELECT {LANE_SQL}, max({row_sql(band)}) AS max_row, bool_or(kind = 'python') AS has_python "
@@ -263,13 +263,13 @@ class OpenRun:
             for ln in lanes:
                 ln.y0 = y
                 y += ln.rows + 1  # one empty row between lanes
-            self._facts[key] = lanes
-        return self._facts[key]
+            return lanes
+        return self.cached(("lanes", rank, bool(all_lanes), band), compute)
 
     def long_events(self):
         """(short_max_dur_ns, the longest events as an Arrow table): every event not in the table
         has dur_ns <= short_max_dur_ns (-1 when every event is in the table)."""
-        if "long" not in self._facts:
+        def compute():
             _, rows = self.query("SELECT count(*) FROM events")
             n = rows[0][0]
             if n <= LONG_EVENTS:
@@ -279,8 +279,8 @@ class OpenRun:
                 threshold = int(rows[0][0])
             tbl = self.arrow(f"SELECT event_id, kind, name, ts_ns, dur_ns, depth, python_ancestors, {LANE_SQL} FROM events WHERE dur_ns > ?",
                              [threshold])
-            self._facts["long"] = (threshold, tbl)
-        return self._facts["long"]
+            return (threshold, tbl)
+        return self.cached("long", compute)
 
     def of_rank(self, rank: int) -> OpenRun:
         """This run seen through views over one rank's partition (`Run.with_ranks`), with its own
@@ -314,9 +314,7 @@ class OpenRun:
 
     def steps(self) -> list[dict]:
         """Every profiler step of every rank (rank, step, ts_ns, dur_ns), in time order."""
-        if "steps" not in self._facts:
-            self._facts["steps"] = self.records("SELECT rank, step, ts_ns, dur_ns FROM steps ORDER BY ts_ns, rank")
-        return self._facts["steps"]
+        return self.cached("steps", lambda: self.records("SELECT rank, step, ts_ns, dur_ns FROM steps ORDER BY ts_ns, rank"))
 
     def frame_file(self, frame_id: int) -> tuple[str, int, str] | None:
         _, rows = self.query("SELECT file, line, function FROM frames WHERE frame_id = ?", [int(frame_id)])

@@ -85,8 +85,9 @@ def _lanes_table(r: OpenRun, rank: int | None, all_lanes: bool = True) -> str:
     import pyarrow as pa
 
     name = f"_nx_lanes_{'all' if rank is None else rank}{'' if all_lanes else '_shown'}{'_band' if r.python_band else ''}"
-    key = ("lanes_tbl", rank, bool(all_lanes), r.python_band)
-    if key not in r._facts:
+    band = r.python_band
+
+    def compute():
         lanes = r.lanes(rank, all_lanes)
         tbl = pa.table({
             "l_rank": pa.array([ln.rank for ln in lanes], pa.int32()),
@@ -100,19 +101,18 @@ def _lanes_table(r: OpenRun, rank: int | None, all_lanes: bool = True) -> str:
         })
         with r.lock:
             r.run.con.register(name, tbl)
-        r._facts[key] = name
-    return r._facts[key]
+        return name
+    return r.cached(("lanes_tbl", rank, bool(all_lanes), band), compute)
 
 
 def _long_table(r: OpenRun) -> tuple[int, str]:
     threshold, tbl = r.long_events()
-    name = "_nx_long"
-    if "long_tbl" not in r._facts:
 
+    def compute():
         with r.lock:
-            r.run.con.register(name, tbl)
-        r._facts["long_tbl"] = name
-    return threshold, name
+            r.run.con.register("_nx_long", tbl)
+        return "_nx_long"
+    return threshold, r.cached("long_tbl", compute)
 
 
 def _window_sql(r: OpenRun, rank: int | None, t0: int, t1: int) -> tuple[str, list]:
@@ -251,22 +251,22 @@ def _pyramid(r: OpenRun):
     used when a pixel spans at least PYRAMID_PX_FACTOR fine buckets, so attributing an event to its
     fine bucket's start moves it by at most 1/PYRAMID_PX_FACTOR of a pixel.
     """
-    key = ("pyramid", r.python_band)
-    if key not in r._facts:
+    band = r.python_band
+
+    def compute():
         threshold, _ = r.long_events()
         if threshold < 0:
-            r._facts[key] = None
             return None
         start, end = r.span()
         fine = max(1, -(-(end + 1 - start) // PYRAMID_BUCKETS))
-        tbl = r.arrow(f"""SELECT {LANE_SQL}, least({row_sql(r.python_band)}, {MAX_DEPTH_ROWS}) AS depth,
+        tbl = r.arrow(f"""SELECT {LANE_SQL}, least({row_sql(band)}, {MAX_DEPTH_ROWS}) AS depth,
                 (ts_ns - {start}) // {fine} AS fine_bucket, sum(dur_ns) AS busy, count(*) AS n, max(ts_ns + dur_ns) AS end_max,
                 arg_max(kind, dur_ns) AS kind, arg_max(event_id, dur_ns) AS event_id, max(dur_ns) AS dur
-                FROM events WHERE dur_ns <= {threshold} AND {drawn_sql(r.python_band)} GROUP BY ALL""")
+                FROM events WHERE dur_ns <= {threshold} AND {drawn_sql(band)} GROUP BY ALL""")
         with r.lock:
-            r.run.con.register(f"_nx_pyramid_{int(r.python_band)}", tbl)
-        r._facts[key] = (f"_nx_pyramid_{int(r.python_band)}", fine, start)
-    return r._facts[key]
+            r.run.con.register(f"_nx_pyramid_{int(band)}", tbl)
+        return (f"_nx_pyramid_{int(band)}", fine, start)
+    return r.cached(("pyramid", band), compute)
 
 
 def _pyramid_sql(r: OpenRun, rank: int | None, t0: int, t1: int, b: float, cutoff: int, all_lanes: bool, pyr) -> str:

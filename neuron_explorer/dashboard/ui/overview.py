@@ -11,6 +11,7 @@ import math
 
 from ...fmt import duration, share
 from ..runs import RunSet
+from ..views.findings import analysis_state, start_analysis
 from ..views.overview import BAR_PARTS, overview
 
 BAR_COLORS = {"compute": "#2E7D32", "communication": "#6A1B9A", "memcpy": "#F9A825", "host + launch": "#1565C0",
@@ -245,6 +246,19 @@ def has_device_work(data: dict) -> bool:
     return any(p["devices"] for p in data["ranks"]) or bool(data["roofline"]["points"])
 
 
+def content_or_computing(rs: RunSet, run, rank) -> list:
+    """`content` once the run's analysis is done (the overview is drawn from its report); until
+    then a "computing…" line, at once (the analysis is started if it is not running; the page's
+    `analysis` store redraws the tab when it is done)."""
+    from dash import html
+
+    i = rs.get(run).index
+    if analysis_state(rs, i) == "computing":
+        start_analysis(rs, i)
+        return [html.Div("computing the overview… (the analysis runs in the background)", id="overview-computing", className="nx-muted")]
+    return content(rs, run, rank)
+
+
 def figures(rs: RunSet, run, rank, data: dict | None = None) -> tuple:
     """The callback body: (header, steps figure, utilisation figure, top lists, roofline figure, finding rows)."""
     data = data if data is not None else overview(rs, run=run, rank=rank)
@@ -260,10 +274,11 @@ def register(app, rs: RunSet, view_for) -> None:
     from .panels import finding_clicked
 
     @app.callback(Output("overview", "children"), Output("error", "children", allow_duplicate=True),
-                  Input("run-select", "value"), Input("rank-select", "value"), prevent_initial_call="initial_duplicate")
+                  Input("run-select", "value"), Input("rank-select", "value"), Input("analysis", "data"),
+                  prevent_initial_call="initial_duplicate")
     @guard(1)
-    def _overview(run, rank):
-        return (content(rs, run, rank),)
+    def _overview(run, rank, _analysis):
+        return (content_or_computing(rs, run, rank),)
 
     @app.callback(Output("view", "data", allow_duplicate=True), Output("error", "children", allow_duplicate=True),
                   Input("overview-findings", "cellClicked", allow_optional=True), State("run-select", "value"), State("rank-select", "value"),

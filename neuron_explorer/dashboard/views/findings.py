@@ -41,6 +41,37 @@ def report_summary(rs: RunSet, run=0) -> dict:
     return r.cached("report_summary", lambda: {"ranks": []})
 
 
+def analysis_state(rs: RunSet, run=0) -> str:
+    """Where the run's analysis stands, without waiting for it: "ready" (findings and the report's
+    summary are cached), "failed" (it raised; asking for the findings raises again), or
+    "computing" (running, or not started: `start_analysis`). The page shows "computing…" for
+    the findings and the overview until it is ready; the timeline never waits for it."""
+    r = rs.get(run)
+    if "findings" in r._facts:
+        return "ready"
+    return "failed" if "findings_error" in r._facts else "computing"
+
+
+def start_analysis(rs: RunSet, run=0) -> None:
+    """Analyse the run in a background thread named 'nx-findings' (once per run: a second call,
+    or a request asking meanwhile, waits for the same analysis, OpenRun.cached). An error is kept
+    (`analysis_state` says "failed") and raised again to whoever asks for the findings."""
+    import threading
+
+    r = rs.get(run)
+    r.cached("analysis_started", lambda: threading.Thread(target=analyse, args=(rs, r.index), name="nx-findings", daemon=True).start() or True)
+
+
+def analyse(rs: RunSet, run=0) -> None:
+    """The run's analysis, here and now (or waiting for the one under way); an error is kept for
+    `analysis_state`, not raised."""
+    r = rs.get(run)
+    try:
+        _analysis(r)
+    except Exception as e:  # noqa: BLE001  (kept for the request that asks: the panel shows it)
+        r._facts["findings_error"] = e
+
+
 def _analysis(r: OpenRun) -> dict:
     """The run's findings (as `findings` returns them), analysed once per run; the report's summary
     is cached with them (`report_summary`)."""
