@@ -194,7 +194,8 @@ model = Block()
 compiled = torch.compile(model)
 x = torch.randn(512, 256)
 before = (config.cpp.enable_kernel_profile, config.trace.provenance_tracking_level, config.fx_graph_cache)
-with nx.profile({run!r}) as prof:
+# compiled in the schedule's wait step (no events recorded), with the collector's Inductor settings on
+with nx.profile({run!r}, schedule=nx.schedule(wait=1, warmup=1, active=2)) as prof:
     for _ in range(4):
         loss = compiled(x)
         loss.backward()
@@ -212,7 +213,7 @@ def test_a_recorded_compiled_model_names_the_statement_inside_it(tmp_path: Path)
     run_dir = tmp_path / "run"
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(SCRIPT.format(here=str(tmp_path), run=str(run_dir))))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=1200, cwd=tmp_path)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=2400, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "SETTINGS (False, 0, True) (False, 0, True)" in done.stdout  # the user's Inductor settings, untouched after profiling
     run = open_run(run_dir)
@@ -258,3 +259,13 @@ def test_graph_replays_are_on_their_launch_statement(tmp_path: Path, name, devic
       WHERE l.name LIKE '%GraphLaunch'""").fetchone()
     assert same == user == device_events  # each replayed kernel on its launch's user statement
     assert f"graph replays: {device_events} device events from {launches} graph launch" in render_info(run_info(run_dir))
+
+
+def test_graphs_without_a_cache_key_are_found_by_kernel_name():
+    stack = 'File "/src/model.py", line 5, in forward\n    h = relu(l1(x))\n'
+    raw = _raw([("user_annotation", "## Call CompiledFxGraph None ##", 100, 100, 1, 7),
+                ("cpu_op", "graph_0_cpp_fused_relu_0", 110, 10, 1, 7)])
+    count = compiled.ChargeCount()
+    out = compiled.charge_kernels(raw, {"#1": {"cpp_fused_relu_0": [stack]}, "#2": {"cpp_fused_sum_1": [stack]}},
+                                  lambda *a: 3, lambda i: i, lambda f: True, count)
+    assert json.loads(out["args"][1].as_py()) == {"compiled_from": [{"frame_id": 3, "share": 1.0}]} and count.charged == 1

@@ -135,7 +135,9 @@ class _AfterImport:
 
 def compiled_graph_provenance() -> dict[str, dict[str, list[str]]]:
     """{graph cache key: {kernel name: [FX node stack traces]}} of every compiled graph alive in the
-    process (Inductor keeps them on the compiled graph objects, also when loaded from its cache)."""
+    process (Inductor keeps them on the compiled graph objects, also when loaded from its cache). A
+    graph compiled with the cache off has no key (its call range says `None`): it is listed under
+    `#<object id>`, which no call range names, so its kernels are looked up by name."""
     import sys
 
     output_code = sys.modules.get("torch._inductor.output_code")
@@ -147,9 +149,10 @@ def compiled_graph_provenance() -> dict[str, dict[str, list[str]]]:
         if type(obj) is not cls:
             continue
         text = getattr(obj, "inductor_provenance_stack_traces_str", None)
-        key = getattr(obj, "_fx_graph_cache_key", None)
-        if not text or not key:
+        if not text:
             continue
+        # compiled with the cache off (as while profiling), a graph has no key: its kernels are found by name
+        key = getattr(obj, "_fx_graph_cache_key", None) or f"#{id(obj)}"
         try:
             traces = json.loads(text)
         except ValueError:
@@ -290,5 +293,7 @@ def compile_warning(dropped: int) -> str | None:
     if not dropped:
         return None
     return (f"{dropped:,} Python calls of torch.compile's compiler (Dynamo, AOT autograd, Inductor) were left out: "
-            f"its compile phases are kept as ranges ('…{COMPILE_RANGE_SUFFIX}') on the line that triggered the compile")
+            f"its compile phases are kept as ranges ('…{COMPILE_RANGE_SUFFIX}') on the line that triggered the compile; "
+            "to keep compiling out of the recording, compile in a step the schedule waits through "
+            "(record --wait 1 --active N; nx.schedule(wait=1, active=N))")
 
