@@ -163,6 +163,10 @@ def render_info(info: dict) -> str:
             linked = dq.get("backward_linked_ns", 0) / dq["backward_ns"]
             lines.append(f"  backward: {duration(dq['backward_ns'])} of operator and device time, {share(linked)} linked to "
                          "the forward statement that built it")
+        if dq.get("graph_replay_device_events"):
+            n, launches = dq["graph_replay_device_events"], dq.get("graph_launches", 0)
+            lines.append(f"  graph replays: {n} device events from {launches} graph launch{'es' if launches != 1 else ''}, "
+                         f"{share(dq.get('graph_replay_on_a_line', 0) / n)} on the statement of their launch")
     if info["warnings"]:
         summary = summarise_warnings(info["warnings"])
         lines.append(f"warnings ({len(info['warnings'])}" + (f", {len(summary)} kinds" if len(summary) < len(info["warnings"]) else "") + "):")

@@ -29,6 +29,7 @@ from . import passes
 from ._forest import depth_of, enclosing_parents, index_dtype, nearest_marked, root_of, slice_at, time_order, track_lookup, tracks_of
 from .kineto_names import (
     FORWARD_BACKWARD_FLOW,
+    GRAPH_LAUNCH_CALL,
     LAUNCH_CALL,
     LAUNCH_FLOW_CATEGORIES,
     MODULE_PREFIX,
@@ -331,6 +332,13 @@ def build_rank(raw: RawRank) -> RankTables:
     backward = (pass_code == passes.P["backward"]) & outermost
     quality["backward_ns"] = int(dur[backward].sum())
     quality["backward_linked_ns"] = int(dur[backward & (fwd >= 0)].sum())
+    # graph replays: device work launched by a graph launch (cudaGraphLaunch/hipGraphLaunch) takes
+    # that launch's statement like any other; how much of it has one
+    graph_call = np.array([bool(v and GRAPH_LAUNCH_CALL.search(v)) for v in name_values] + [False])
+    replayed = is_device & (launch >= 0) & graph_call[np.where(launch >= 0, name_codes[np.maximum(launch, 0)], -1)] if n else np.zeros(0, bool)
+    quality["graph_replay_device_events"] = int(np.count_nonzero(replayed))
+    quality["graph_replay_on_a_line"] = int(np.count_nonzero(replayed & (source_frame >= 0)))
+    quality["graph_launches"] = int(np.unique(launch[replayed]).size)
     op = np.where(has_launch, op[li], np.where(is_device, -1, op))
     top_op = np.where(has_launch, top_op[li], np.where(is_device, -1, top_op))
     step = np.where(has_launch, step[li], step)

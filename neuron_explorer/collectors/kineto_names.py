@@ -100,6 +100,8 @@ correlation too, which binds them)."""
 LAUNCH_CALL = re.compile(r"launch", re.IGNORECASE)
 """A runtime call that launches device work: cudaLaunchKernel, cuLaunchKernel(Ex),
 hipLaunchKernel, hipExtModuleLaunchKernel, cudaGraphLaunch, ..."""
+GRAPH_LAUNCH_CALL = re.compile(r"GraphLaunch")
+"""A runtime call that replays a captured graph: cudaGraphLaunch, hipGraphLaunch, cuGraphLaunch."""
 FORWARD_BACKWARD_FLOW = "fwdbwd"
 """Flows from a forward operator to the backward node it built."""
 FLOW_PHASES = ("s", "f", "t")

@@ -18,12 +18,19 @@ import re
 import pyarrow as pa
 import pyarrow.compute as pc
 
-_NOT_USER = re.compile(r"(^<built-in|^<frozen|/site-packages/|/dist-packages/|/lib/python\d|(^|/)torch/|^torch/|^<string>$|^<unknown>$)")
+_NOT_USER = re.compile(r"(^<built-in|^<frozen|/site-packages/|/dist-packages/|/lib/python\d|(^|/)torch/|^torch/|^<string>$|^<unknown>$"
+                       r"|(^|/)torchinductor_[^/]*/)")
+"""`torchinductor_<user>/`: the code torch.compile generates (Inductor's default cache folder)."""
 
 
 def is_user_file(path: str) -> bool:
-    """User code: not torch, not site-packages, not the standard library, not a built-in."""
-    return not _NOT_USER.search(path.replace("\\", "/"))
+    """User code: not torch, not site-packages, not the standard library, not a built-in, not code that
+    torch.compile generated (in Inductor's cache folder, also where TORCHINDUCTOR_CACHE_DIR puts it)."""
+    path = path.replace("\\", "/")
+    generated = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if generated and path.startswith(generated.replace("\\", "/").rstrip("/") + "/"):
+        return False
+    return not _NOT_USER.search(path)
 
 
 def code_lines(files: list, lines: list) -> pa.Array:

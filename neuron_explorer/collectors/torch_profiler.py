@@ -38,7 +38,8 @@ import torch.profiler as tp
 
 from .. import store
 from ..errors import UsageError
-from . import _live_convert, _live_write, native, sources
+from ..schema import ID_STRIDE
+from . import _live_convert, _live_write, compiled, native, sources
 from .build import RawRank, build_rank
 from .device_clock import DeviceClockError, check_device_clock
 from .rank_entry import quality_warnings, rank_entry
@@ -192,6 +193,7 @@ class Recording:
         self.warnings: list[str] = []
         self.written = False
         self.timings = {"convert_s": 0.0, "write_s": 0.0}
+        self.compile_python_dropped = 0  # Python calls of torch.compile's compiler left out (compiled.drop_compile_python)
 
     def capture_process_group(self) -> None:
         pg = process_group_info()
@@ -206,12 +208,42 @@ class Recording:
         if results is not None:
             try:
                 with _no_gc():
-                    self.cycles.append(_live_convert.convert_cycle(results, self.frames, native=self.native))
+                    cycle = _live_convert.convert_cycle(results, self.frames, native=self.native)
+                    cycle.events, dropped = compiled.drop_compile_python(cycle.events)
+                    self.compile_python_dropped += dropped
+                    self.cycles.append(cycle)
             except Exception as e:  # never let the collector stop the training it watches
                 where = traceback.extract_tb(e.__traceback__)[-1]
                 self.warnings.append(f"profiler cycle {len(self.cycles) + 1} could not be read and is missing: "
                                      f"{type(e).__name__}: {e} (at {Path(where.filename).name}:{where.lineno})")
         self.timings["convert_s"] += time.perf_counter() - t0
+
+    def _charge_compiled_kernels(self) -> list[str]:
+        """Each torch.compile kernel's statements into its args (compiled.charge_kernels); the lines
+        the manifest says about compiled code."""
+        notes = [w for w in [compiled.compile_warning(self.compile_python_dropped)] if w]
+        try:
+            provenance = compiled.compiled_graph_provenance() if "torch._inductor.output_code" in sys.modules else {}
+        except Exception as e:  # provenance is Inductor's debugging data: never let it stop the run being written
+            return [*notes, f"torch.compile kernels were not traced to their statements: {type(e).__name__}: {e}"]
+        if not provenance:
+            return notes
+        count = compiled.ChargeCount()
+        base = self.rank * ID_STRIDE
+
+        def intern(file: str, line: int, function: str, parent: int) -> int:
+            return self.frames.intern(file, line, function, parent)
+
+        def is_user(file: str) -> bool:
+            return self.frames.resolve(file)[1]
+
+        for c in self.cycles:
+            c.events = compiled.charge_kernels(c.events, provenance, intern, lambda i: base + i, is_user, count)
+        if count.kernels and count.charged < count.kernels:
+            notes.append(f"{count.kernels - count.charged} of {count.kernels} torch.compile kernel calls were not traced to a "
+                         f"statement (kernels {', '.join(sorted(count.unmatched)[:3])}…): their time stays on the line that "
+                         "called the compiled function")
+        return notes
 
     def raw_rank(self) -> RawRank:
         # stopped before any active cycle: an empty but whole run
@@ -237,6 +269,7 @@ class Recording:
         warnings_ = [*self.warnings, *extra_warnings]
         if not self.cycles:
             warnings_.append("no active profiler cycle completed: the run holds no events (check the schedule and prof.step() calls)")
+        warnings_ += self._charge_compiled_kernels()
         raw = self.raw_rank()
         try:
             warnings_ += check_device_clock(raw)
@@ -327,6 +360,7 @@ class profile(tp.profile):
         self.recording = Recording(run_dir, overwrite=overwrite, options=options, command=command, script_dir=script_dir)
         self._user_ready = user_ready
         self._statements = StatementHook() if statement_lines and with_stack else None
+        self._inductor = compiled.InductorProvenance()  # torch.compile kernels as ranges, with the statements they came from
         self._exit_warning: str | None = None
         self.run_dir: Path | None = None
         super().__init__(activities=acts, schedule=schedule, on_trace_ready=self._on_trace_ready, record_shapes=record_shapes,
@@ -355,6 +389,7 @@ class profile(tp.profile):
         _check_no_active_profiler()
         self._exit_warning = None
         self._pid = os.getpid()
+        self._inductor.start()
         super().start()
         if self._statements is not None:
             self._statements.start()
@@ -371,6 +406,7 @@ class profile(tp.profile):
         if self._statements is not None:
             self._statements.stop()
         super().stop()
+        self._inductor.stop()
         warn = [self._exit_warning] if self._exit_warning else []
         missing = self._missing_backend()
         if missing:

@@ -1,0 +1,299 @@
+"""torch.compile under the live collector: its compiler left out, its kernels on the user's statements.
+
+Two things happen to a `torch.compile`d model while it is profiled:
+
+- Compiling (Dynamo tracing, AOT autograd, Inductor's code generation) runs as ordinary Python
+  under torch's Python tracer: millions of calls of the compiler's own frames for a small model.
+  Torch marks each compile phase with a range (`… (dynamo_timed)`: `_compile.compile_inner`,
+  `compile_fx_inner`, `backward._backward_impl`, ...). `drop_compile_python` leaves out the
+  Python calls inside those ranges; the ranges stay, so compile time keeps its phases and the
+  line that triggered it.
+- Inductor's generated kernels run inside one compiled call, on the line that called the compiled
+  function. `InductorProvenance` turns on, while profiling, a profiler range per generated C++
+  kernel (`cpp.enable_kernel_profile`) and Inductor's provenance tracking
+  (`trace.provenance_tracking_level`), restoring the user's settings after. Each compiled graph
+  then keeps, per kernel, the stack traces of the FX nodes fused into it: the user's file and line
+  (AOT autograd's backward nodes keep the forward node's stack trace). `charge_kernels` writes,
+  in each kernel event's args (vocab.COMPILED_FROM_ARG), the statements it came from, each with
+  an equal share of its time (see docs/METRICS.md).
+
+Settings take effect when a function is compiled: a function compiled before profiling started
+keeps its kernels unnamed (no ranges, no provenance), and its time stays on the calling line.
+
+Must not: analyse anything, or import torch at module import (the raw-table functions are pure).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from ..vocab import COMPILED_FROM_ARG
+from .kineto_names import PYTHON_FUNCTION_CATEGORY
+
+COMPILE_RANGE_SUFFIX = " (dynamo_timed)"
+"""How torch names the range of a compile phase (torch._dynamo.utils.dynamo_timed)."""
+GRAPH_CALL_RE = re.compile(r"^## Call CompiledFxGraph (\S+) ##$")
+"""The range around one call of a compiled graph (torch._inductor.output_code), with its cache key."""
+KERNEL_NAME_RE = re.compile(r"^(?:graph_\d+_)?((?:cpp_fused|triton_)\w*)$")
+"""A generated kernel's event name (C++: `graph_<n>_cpp_fused_…`; Triton: `triton_…`) → its name in Inductor's provenance."""
+_FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+
+
+# ---- the recording side (torch) -----------------------------------------------------------
+
+
+class InductorProvenance:
+    """Inductor's kernel ranges and provenance on while profiling; the user's settings restored after.
+
+    Inductor's and AOT autograd's compile caches are off meanwhile: a graph loaded from them keeps
+    the stack traces of whichever source first compiled the same graph (another file, or lines that
+    have moved since), so a function compiled while profiling is compiled afresh.
+    Importing Inductor's config costs seconds: when torch.compile has not been used yet, the settings
+    are made when the script first imports it (an import hook), not at start."""
+
+    SETTINGS = (("cpp", "enable_kernel_profile", True), ("trace", "provenance_tracking_level", 1), (None, "fx_graph_cache", False),
+                (None, "fx_graph_remote_cache", False))
+    FUNCTORCH_SETTINGS = (("enable_autograd_cache", False), ("enable_remote_autograd_cache", False))
+    CONFIG_MODULE = "torch._inductor.config"
+
+    def __init__(self):
+        self._saved: list[tuple[object, str, object]] | None = None
+        self._hook: _AfterImport | None = None
+
+    def start(self) -> None:
+        import sys
+
+        if self._saved is not None or self._hook is not None:
+            return
+        config = sys.modules.get(self.CONFIG_MODULE)
+        if config is not None:
+            self._apply(config)
+        else:
+            self._hook = _AfterImport(self.CONFIG_MODULE, self._apply)
+            sys.meta_path.insert(0, self._hook)
+
+    def _apply(self, config) -> None:
+        if self._saved is not None:
+            return
+        self._saved = []
+        settings = [(config if section is None else getattr(config, section, None), name, value) for section, name, value in self.SETTINGS]
+        try:
+            import torch._functorch.config as functorch_config
+
+            settings += [(functorch_config, name, value) for name, value in self.FUNCTORCH_SETTINGS]
+        except Exception:  # a torch without it: its cache is not there either
+            pass
+        for holder, name, value in settings:
+            if holder is not None and hasattr(holder, name):
+                self._saved.append((holder, name, getattr(holder, name)))
+                setattr(holder, name, value)
+
+    def stop(self) -> None:
+        import sys
+
+        hook, self._hook = self._hook, None
+        if hook is not None and hook in sys.meta_path:
+            sys.meta_path.remove(hook)
+        saved, self._saved = self._saved, None
+        for holder, name, value in saved or []:
+            setattr(holder, name, value)
+
+
+class _AfterImport:
+    """A meta path finder that calls `then(module)` once `name` has been imported (by anyone)."""
+
+    def __init__(self, name: str, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        from importlib.machinery import PathFinder
+
+        spec = PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader, then = spec.loader, self.then
+
+        class _Loader:
+            def create_module(self, spec_):
+                return loader.create_module(spec_)
+
+            def exec_module(self, module):
+                loader.exec_module(module)
+                then(module)
+
+        spec.loader = _Loader()
+        return spec
+
+
+def compiled_graph_provenance() -> dict[str, dict[str, list[str]]]:
+    """{graph cache key: {kernel name: [FX node stack traces]}} of every compiled graph alive in the
+    process (Inductor keeps them on the compiled graph objects, also when loaded from its cache). A
+    graph compiled with the cache off has no key (its call range says `None`): it is listed under
+    `#<object id>`, which no call range names, so its kernels are looked up by name."""
+    import sys
+
+    output_code = sys.modules.get("torch._inductor.output_code")
+    cls = getattr(output_code, "CompiledFxGraph", None)
+    if cls is None:
+        return {}
+    out: dict[str, dict[str, list[str]]] = {}
+    for obj in gc.get_objects():
+        if type(obj) is not cls:
+            continue
+        text = getattr(obj, "inductor_provenance_stack_traces_str", None)
+        if not text:
+            continue
+        # compiled with the cache off (as while profiling), a graph has no key: its kernels are found by name
+        key = getattr(obj, "_fx_graph_cache_key", None) or f"#{id(obj)}"
+        try:
+            traces = json.loads(text)
+        except ValueError:
+            continue
+        kernels = out.setdefault(str(key), {})
+        for handle, stacks in traces.items():
+            kernels.setdefault(handle.split(":")[0], []).extend(s for s in stacks if isinstance(s, str))
+    return out
+
+
+# ---- the raw tables (pure) ------------------------------------------------------------------
+
+
+def _mask_of_names(column: pa.ChunkedArray, predicate) -> np.ndarray:
+    """Rows of a dictionary-encoded text column whose value satisfies `predicate` (tested once per value)."""
+    parts = []
+    for chunk in column.chunks:
+        values = chunk.dictionary.to_pylist()
+        hit = np.array([v is not None and bool(predicate(v)) for v in values] + [False], dtype=bool)
+        codes = chunk.indices.to_numpy(zero_copy_only=False)
+        codes = np.where(chunk.is_null().to_numpy(zero_copy_only=False), len(values), codes)
+        parts.append(hit[codes])
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+
+
+def _column(events: pa.Table, name: str) -> np.ndarray:
+    return events[name].to_numpy()
+
+
+def drop_compile_python(events: pa.Table) -> tuple[pa.Table, int]:
+    """The raw events less the Python calls (category python_function) that lie inside a compile
+    range (COMPILE_RANGE_SUFFIX) on their thread, and how many were left out."""
+    if events.num_rows == 0:
+        return events, 0
+    compile_rows = _mask_of_names(events["name"], lambda n: n.endswith(COMPILE_RANGE_SUFFIX))
+    if not compile_rows.any():
+        return events, 0
+    python = _mask_of_names(events["category"], lambda c: c == PYTHON_FUNCTION_CATEGORY)
+    ts, dur = _column(events, "ts_ns"), _column(events, "dur_ns")
+    tid = events["tid"].fill_null(-1).to_numpy()
+    pid = events["pid"].fill_null(-1).to_numpy()
+    inside = np.zeros(events.num_rows, dtype=bool)
+    for p, t in {(int(a), int(b)) for a, b in zip(pid[compile_rows], tid[compile_rows])}:
+        on_track = (pid == p) & (tid == t)
+        ranges = compile_rows & on_track
+        starts, ends = ts[ranges], ts[ranges] + dur[ranges]
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], np.maximum.accumulate(ends[order])  # outermost ranges: a running end
+        candidates = np.flatnonzero(python & on_track)
+        at = np.searchsorted(starts, ts[candidates], side="right") - 1
+        ok = at >= 0
+        inside[candidates[ok]] = ts[candidates[ok]] + dur[candidates[ok]] <= ends[at[ok]]
+    n = int(inside.sum())
+    return (events.filter(pa.array(~inside)) if n else events), n
+
+
+def statements_of(stack_traces: list[str], is_user) -> list[list[tuple[str, int, str]]]:
+    """Distinct user statements of a kernel's FX stack traces, each as its chain of user frames
+    (file, line, function), outermost first; in the order first met."""
+    out: dict[tuple[str, int], list[tuple[str, int, str]]] = {}
+    for text in stack_traces:
+        chain = [(f, int(n), fn) for f, n, fn in _FRAME_RE.findall(text) if is_user(f)]
+        if chain:
+            out.setdefault(chain[-1][:2], chain)
+    return list(out.values())
+
+
+@dataclass
+class ChargeCount:
+    """What charge_kernels did: kernel events seen, charged to statements, and the kernel names left uncharged."""
+
+    kernels: int = 0
+    charged: int = 0
+    unmatched: set = field(default_factory=set)
+
+
+def charge_kernels(events: pa.Table, provenance: dict[str, dict[str, list[str]]], intern, frame_id_of, is_user,
+                   count: ChargeCount | None = None) -> pa.Table:
+    """The raw events with COMPILED_FROM_ARG added to the args of each generated kernel whose
+    statements `provenance` (compiled_graph_provenance) names. A kernel is looked up in the graph
+    of the `## Call CompiledFxGraph` range around it on its thread, else by its name alone when one
+    graph has a kernel of that name. `intern(file, line, function, parent_index) -> index` interns a
+    frame (parent: the frame the kernel event was recorded under, so the statements sit under the
+    line that called the compiled function); `frame_id_of(index)` is its run frame id. Each
+    statement gets an equal share."""
+    count = count if count is not None else ChargeCount()
+    if events.num_rows == 0 or not provenance:
+        return events
+    kernel_rows = np.flatnonzero(_mask_of_names(events["name"], KERNEL_NAME_RE.match))
+    if not len(kernel_rows):
+        return events
+    by_name: dict[str, set[str]] = {}
+    for key, kernels in provenance.items():
+        for name in kernels:
+            by_name.setdefault(name, set()).add(key)
+    call_rows = np.flatnonzero(_mask_of_names(events["name"], GRAPH_CALL_RE.match))
+    ts, dur = _column(events, "ts_ns"), _column(events, "dur_ns")
+    tid = events["tid"].fill_null(-1).to_numpy()
+    names = events["name"].to_pylist()
+    frame_index = events["frame_index"].fill_null(-1).to_numpy() if "frame_index" in events.column_names else None
+    args = events["args"].to_pylist()
+    calls = sorted((int(ts[r]), int(ts[r] + dur[r]), int(tid[r]), GRAPH_CALL_RE.match(names[r]).group(1)) for r in call_rows)
+    for r in kernel_rows:
+        count.kernels += 1
+        kernel = KERNEL_NAME_RE.match(names[r]).group(1)
+        graph = None
+        for start, end, t, key in calls:  # (few calls; the innermost around the kernel wins)
+            if start > ts[r]:
+                break
+            if t == tid[r] and ts[r] + dur[r] <= end:
+                graph = key
+        if graph is None or kernel not in provenance.get(graph, {}):
+            keys = by_name.get(kernel, set())
+            graph = next(iter(keys)) if len(keys) == 1 else None
+        statements = statements_of(provenance[graph][kernel], is_user) if graph is not None else []
+        if not statements:
+            count.unmatched.add(kernel)
+            continue
+        parent0 = int(frame_index[r]) if frame_index is not None else -1
+        charges = []
+        for chain in statements:
+            parent = parent0
+            for file, line, function in chain:
+                parent = intern(file, line, function, parent)
+            charges.append({"frame_id": frame_id_of(parent), "share": 1.0 / len(statements)})
+        try:
+            a = json.loads(args[r]) if args[r] else {}
+        except ValueError:
+            a = {}
+        a[COMPILED_FROM_ARG] = charges
+        args[r] = json.dumps(a)
+        count.charged += 1
+    return events.set_column(events.column_names.index("args"), "args", pa.array(args, pa.string()))
+
+
+def compile_warning(dropped: int) -> str | None:
+    """The one line the run's manifest says about drop_compile_python."""
+    if not dropped:
+        return None
+    return (f"{dropped:,} Python calls of torch.compile's compiler (Dynamo, AOT autograd, Inductor) were left out: "
+            f"its compile phases are kept as ranges ('…{COMPILE_RANGE_SUFFIX}') on the line that triggered the compile; "
+            "to keep compiling out of the recording, compile in a step the schedule waits through "
+            "(record --wait 1 --active N; nx.schedule(wait=1, active=N))")
+

@@ -1,0 +1,280 @@
+"""torch.compile on its lines (issue 39): the compiler's Python calls left out, each generated
+kernel's time on the user statements it came from (split evenly), forward and backward."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from neuron_explorer.analyzers import lines
+from neuron_explorer.collectors import compiled
+from neuron_explorer.collectors.raw import RAW_EVENTS
+from neuron_explorer.vocab import top_op
+
+from .conftest import TRACES as TRACES_DIR
+
+# ---- the per-line figures over a hand-built run ----------------------------------------------
+#
+#  frames: 1 train.py:10 `loss = model(x)` (calls the compiled function)
+#          2 model.py:5  `h = relu(l1(x))`       3 model.py:6 `h = h.sin().exp()`
+#
+#  forward:  Torch-Compiled Region (top op, frame 1) |......................100 ns..|
+#              graph_0_cpp_fused_relu_0        30 ns   from frame 2
+#              graph_0_cpp_fused_exp_sin_1     20 ns   from frames 2 and 3 (10 ns each)
+#  backward: evaluate_function: CompiledFunctionBackward (top op, frame 1) |..50 ns..|
+#              graph_1_cpp_fused_cos_mul_0     40 ns   from frame 3
+#  device:   triton_poi_fused_relu_0 kernel    60 ns   launched from frame 1, from frame 2
+#
+#  right answer, cpu_ns:  frame 1 = 100 - 30 - 20 + 50 - 40 = 60; frame 2 = 30 + 10 = 40;
+#                         frame 3 = 10 + 40 = 50 (total 150, the two top operators' time)
+#  device_ns: frame 1 = 0, frame 2 = 60
+
+
+def _charged(*shares):
+    return json.dumps({"compiled_from": [{"frame_id": f, "share": s} for f, s in shares]})
+
+
+EVENTS = [  # event_id, kind, name, dur_ns, pass, top_op_id, source_frame_id, args
+    (10, "cpu_op", "Torch-Compiled Region: 0/0", 100, "forward", 10, 1, None),
+    (11, "cpu_op", "graph_0_cpp_fused_relu_0", 30, "forward", 10, 1, _charged((2, 1.0))),
+    (12, "cpu_op", "graph_0_cpp_fused_exp_sin_1", 20, "forward", 10, 1, _charged((2, 0.5), (3, 0.5))),
+    (20, "cpu_op", "autograd::engine::evaluate_function: CompiledFunctionBackward", 50, "backward", 20, 1, None),
+    (21, "cpu_op", "graph_1_cpp_fused_cos_mul_0", 40, "backward", 20, 1, _charged((3, 1.0))),
+    (30, "kernel", "triton_poi_fused_relu_0", 60, "forward", 10, 1, _charged((2, 1.0))),
+]
+
+
+def _con(events=EVENTS) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    con.execute("""CREATE TABLE events (event_id BIGINT, rank INT, kind VARCHAR, name VARCHAR, ts_ns BIGINT, dur_ns BIGINT,
+      pass VARCHAR, top_op_id BIGINT, source_frame_id BIGINT, args VARCHAR, op_id BIGINT, self_ns BIGINT, step BIGINT)""")
+    for eid, kind, name, dur, pass_, top, frame, args in events:
+        con.execute("INSERT INTO events VALUES (?, 0, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, NULL)",
+                    [eid, kind, name, dur, pass_, top, frame, args, top if kind == "cpu_op" else None, dur])
+    con.execute("CREATE TABLE frames (frame_id BIGINT, rank INT, file VARCHAR, line INT, function VARCHAR, code VARCHAR, "
+                "is_user BOOLEAN, line_kind VARCHAR, parent_frame_id BIGINT)")
+    con.execute("""INSERT INTO frames VALUES (1, 0, 'train.py', 10, '<module>', NULL, TRUE, 'call', NULL),
+      (2, 0, 'model.py', 5, 'forward', NULL, TRUE, 'call', 1), (3, 0, 'model.py', 6, 'forward', NULL, TRUE, 'call', 1)""")
+    return con
+
+
+def _figures(con, steps=None) -> dict[int, tuple]:
+    rows = con.execute(lines.frame_times_sql(0, steps)).fetchall()
+    return {r[0]: r[1:] for r in rows}
+
+
+def test_compiled_kernels_move_to_their_statements_split_evenly():
+    got = _figures(_con())
+    fields = list(lines.LINE_FIELDS)
+    cpu, cpu_bwd, dev = fields.index("cpu_ns"), fields.index("cpu_backward_ns"), fields.index("device_ns")
+    assert {f: v[cpu] for f, v in got.items()} == {1: 60, 2: 40, 3: 50}
+    assert {f: v[cpu_bwd] for f, v in got.items()} == {1: 10, 2: 0, 3: 40}
+    assert {f: v[dev] for f, v in got.items()} == {1: 0, 2: 60, 3: 0}
+    assert sum(v[cpu] for v in got.values()) == 150  # the two top operators: nothing made up, nothing lost
+    assert {f: v[fields.index("calls")] for f, v in got.items()} == {1: 2, 2: 0, 3: 0}  # calls stay with the caller
+
+
+def test_without_compiled_kernels_the_figures_are_the_operators():
+    plain = [(e[0], e[1], e[2], e[3], e[4], e[5], e[6], None) for e in EVENTS]
+    got = _figures(_con(plain))
+    assert {f: v[2] for f, v in got.items()} == {1: 150}
+    assert _figures(_con(plain), steps=[])[1][-1] == 0  # calls_in_steps column kept
+
+
+def test_line_times_name_the_statement_inside_the_compiled_function():
+    rows = _con().execute(f"SELECT source, cpu_ns FROM ({lines.line_times_sql(0)}) ORDER BY cpu_ns DESC").fetchall()
+    assert rows == [("train.py:10", 60), ("model.py:6", 50), ("model.py:5", 40)]
+
+
+# ---- the collector's raw-table steps (pure) -----------------------------------------------------
+
+
+def _raw(rows) -> pa.Table:
+    """Raw events from (category, name, ts, dur, tid[, frame_index, args]) rows."""
+    n = len(rows)
+    text = pa.dictionary(pa.int32(), pa.string())
+    cols = {
+        "category": pa.array([r[0] for r in rows]).dictionary_encode().cast(text),
+        "name": pa.array([r[1] for r in rows]).dictionary_encode().cast(text),
+        "phase": pa.array(["X"] * n).dictionary_encode().cast(text),
+        "ts_ns": pa.array([r[2] for r in rows], pa.int64()), "dur_ns": pa.array([r[3] for r in rows], pa.int64()),
+        "pid": pa.array([1] * n, pa.int64()), "tid": pa.array([r[4] for r in rows], pa.int64()),
+        "pid_text": pa.nulls(n, pa.string()), "tid_text": pa.nulls(n, pa.string()),
+    }
+    for name in ("correlation", "external_id", "stream", "python_id", "python_parent_id"):
+        cols[name] = pa.nulls(n, pa.int64())
+    cols["args"] = pa.array([r[6] if len(r) > 6 else None for r in rows], pa.string())
+    cols["frame_index"] = pa.array([r[5] if len(r) > 5 else -1 for r in rows], pa.int64())
+    cols["module_path"] = pa.nulls(n, pa.string())
+    return pa.table(cols, schema=RAW_EVENTS)
+
+
+def test_python_calls_inside_compile_ranges_are_left_out():
+    #  tid 1: [compile_fx_inner (dynamo_timed) 100..500]  python a (150..200) inside, python b (600..700) after
+    #         [_compile.compile_inner (dynamo_timed) 90..520] around it; python c (500..530) crosses its end: kept
+    #  tid 2: python d (150..200): another thread, kept
+    raw = _raw([
+        ("cpu_op", "_compile.compile_inner (dynamo_timed)", 90, 430, 1),
+        ("cpu_op", "compile_fx_inner (dynamo_timed)", 100, 400, 1),
+        ("python_function", "a", 150, 50, 1), ("python_function", "b", 600, 100, 1),
+        ("python_function", "c", 500, 30, 1), ("python_function", "d", 150, 50, 2),
+        ("cpu_op", "aten::empty", 160, 5, 1),
+    ])
+    kept, dropped = compiled.drop_compile_python(raw)
+    assert dropped == 1
+    assert kept["name"].to_pylist() == ["_compile.compile_inner (dynamo_timed)", "compile_fx_inner (dynamo_timed)", "b", "c", "d",
+                                        "aten::empty"]
+    assert compiled.drop_compile_python(_raw([("python_function", "a", 0, 5, 1)]))[1] == 0
+    assert "1 Python calls" in compiled.compile_warning(1) and compiled.compile_warning(0) is None
+
+
+def test_kernels_are_charged_to_the_statements_of_their_graph():
+    stack5 = 'File "/src/model.py", line 5, in forward\n    h = relu(l1(x))\n'
+    stack6 = 'File "/src/model.py", line 6, in forward\n    h = h.sin().exp()\n'
+    lib = 'File "/site-packages/torch/nn/modules/linear.py", line 125, in forward\n    return F.linear(x)\n'
+    provenance = {"KEYA": {"cpp_fused_relu_0": [stack5 + lib], "cpp_fused_exp_sin_1": [stack5, stack6, stack6]},
+                  "KEYB": {"cpp_fused_relu_0": [stack6]}}
+    raw = _raw([
+        ("user_annotation", "## Call CompiledFxGraph KEYA ##", 100, 100, 1, 7),
+        ("cpu_op", "graph_0_cpp_fused_relu_0", 110, 10, 1, 7),
+        ("cpu_op", "graph_0_cpp_fused_exp_sin_1", 130, 10, 1, 7, '{"flops": 3}'),
+        ("user_annotation", "## Call CompiledFxGraph KEYB ##", 300, 100, 1, 7),
+        ("cpu_op", "graph_0_cpp_fused_relu_0", 310, 10, 1, 7),
+        ("cpu_op", "graph_0_cpp_fused_gone_9", 320, 10, 1, 7),
+    ])
+    interned: dict[tuple, int] = {}
+
+    def intern(file, line, function, parent):
+        return interned.setdefault((file, line, parent), 100 + len(interned))
+
+    count = compiled.ChargeCount()
+    out = compiled.charge_kernels(raw, provenance, intern, lambda i: 1000 + i, lambda f: "site-packages" not in f, count)
+    args = [json.loads(a) if a else None for a in out["args"].to_pylist()]
+    f5, f6 = 1000 + interned[("/src/model.py", 5, 7)], 1000 + interned[("/src/model.py", 6, 7)]
+    assert args[1] == {"compiled_from": [{"frame_id": f5, "share": 1.0}]}
+    assert args[2] == {"flops": 3, "compiled_from": [{"frame_id": f5, "share": 0.5}, {"frame_id": f6, "share": 0.5}]}
+    assert args[4] == {"compiled_from": [{"frame_id": f6, "share": 1.0}]}  # the same kernel name, in the other graph
+    assert args[5] is None and (count.kernels, count.charged, count.unmatched) == (4, 3, {"cpp_fused_gone_9"})
+
+
+# ---- a real torch.compile'd model, recorded on the CPU --------------------------------------------
+
+MODEL = '''
+import torch
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1 = torch.nn.Linear(256, 256)
+        self.l2 = torch.nn.Linear(256, 8)
+
+    def forward(self, x):
+        h = self.l1(x)
+        for _ in range(12):
+            h = torch.sin(h) * torch.cos(h) + torch.tanh(h)  # PLANTED heavy statement
+        return self.l2(h).sum()
+'''
+
+SCRIPT = '''
+import sys, torch
+sys.path.insert(0, {here!r})
+import torch._inductor.config as config
+import neuron_explorer as nx
+from block import Block
+
+torch.manual_seed(0)
+model = Block()
+compiled = torch.compile(model)
+x = torch.randn(512, 256)
+before = (config.cpp.enable_kernel_profile, config.trace.provenance_tracking_level, config.fx_graph_cache)
+# compiled in the schedule's wait step (no events recorded), with the collector's Inductor settings on
+with nx.profile({run!r}, schedule=nx.schedule(wait=1, warmup=1, active=2)) as prof:
+    for _ in range(4):
+        loss = compiled(x)
+        loss.backward()
+        prof.step()
+print("SETTINGS", before, (config.cpp.enable_kernel_profile, config.trace.provenance_tracking_level, config.fx_graph_cache))
+'''
+
+
+@pytest.mark.slow
+def test_a_recorded_compiled_model_names_the_statement_inside_it(tmp_path: Path):
+    from neuron_explorer.analyzers import analyze
+    from neuron_explorer.store import open_run
+
+    (tmp_path / "block.py").write_text(MODEL)
+    run_dir = tmp_path / "run"
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(SCRIPT.format(here=str(tmp_path), run=str(run_dir))))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=2400, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "SETTINGS (False, 0, True) (False, 0, True)" in done.stdout  # the user's Inductor settings, untouched after profiling
+    run = open_run(run_dir)
+    # the generated kernel of the planted statement's sin/cos/tanh is charged to it, whole; the one
+    # of the l2 output's sum to its statement; the backward's fused kernel to both forward statements
+    charged_to = dict(run.sql("""SELECT k.name, string_agg(DISTINCT f.line::VARCHAR || '@' || c.share::VARCHAR, ' ' ORDER BY 1)
+      FROM (SELECT name, unnest(from_json(json_extract(args, '$.compiled_from'), '[{"frame_id": "BIGINT", "share": "DOUBLE"}]')) AS c
+            FROM events) k JOIN frames f ON f.frame_id = k.c.frame_id GROUP BY 1""").fetchall())
+    assert charged_to["graph_0_cpp_fused_add_cos_mul_sin_tanh_0"] == "14@1.0", charged_to
+    assert charged_to["graph_0_cpp_fused_sum_1"] == "15@1.0", charged_to
+    assert any(v == "14@0.5 15@0.5" for k, v in charged_to.items() if "backward" in k), charged_to
+    figures = {r["source"].rsplit("/", 1)[-1]: r for r in lines.line_times(run, 0)}
+    assert figures["block.py:14"]["cpu_ns"] > figures["block.py:14"]["cpu_backward_ns"] > 0, figures  # forward and backward
+    kernels, charged = run.sql("SELECT count(*), count(*) FILTER (WHERE args LIKE '%compiled_from%') FROM events "
+                               "WHERE name LIKE 'graph_%cpp_fused%'").fetchone()
+    assert kernels > 0 and charged / kernels >= 0.9
+    moved = run.sql(f"SELECT sum(cpu_ns) FROM ({lines.frame_times_sql(0)})").fetchone()[0]
+    operators = run.sql(f"SELECT sum(dur_ns) FROM events e WHERE {top_op('e')} AND source_frame_id IS NOT NULL").fetchone()[0]
+    assert abs(moved - operators) <= kernels  # time moved between lines, none made up (rounding: under 1 ns a kernel)
+    compile_python = run.sql("SELECT count(*) FROM events WHERE kind = 'python' AND name LIKE '%torch/_inductor/%'").fetchone()[0]
+    assert compile_python < 1000, compile_python
+    report = analyze(run_dir, write=False).to_dict()
+    assert any("block.py:14" in (f.get("title") or "") + json.dumps(f.get("evidence") or {}) for f in report["findings"]) or \
+        any("block.py:14" in json.dumps(r.get("source_lines") or {}) for r in report["summary"]["ranks"]), "the report names the statement"
+
+
+# ---- graph replays on the published vLLM traces ---------------------------------------------------
+
+
+@pytest.mark.parametrize("name, device_events, launches", [("mi300x_vllm_hipgraph_full_decode", 421, 1),
+                                                           ("mi300x_vllm_hipgraph_piecewise", 361, 25)])
+def test_graph_replays_are_on_their_launch_statement(tmp_path: Path, name, device_events, launches):
+    from neuron_explorer.collectors.chrome_trace import import_traces
+    from neuron_explorer.info import render_info, run_info
+    from neuron_explorer.store import open_run
+
+    from .test_device_traces import DEVICE_CATS, Raw
+
+    raw = Raw(name)
+    graph_calls = {r["args"]["correlation"] for r in raw.spans if "GraphLaunch" in r["name"] and "correlation" in r.get("args", {})}
+    replayed = [e for e in raw.of(DEVICE_CATS) if e.get("args", {}).get("correlation") in graph_calls]
+    used = {e["args"]["correlation"] for e in replayed}
+    assert (len(replayed), len(used)) == (device_events, launches)  # counted from the raw JSON
+    run_dir = import_traces(TRACES_DIR / f"{name}.json.gz", tmp_path / "run").run_dir
+    dq = run_info(run_dir)["ranks"][0]["data_quality"]
+    assert (dq["graph_replay_device_events"], dq["graph_launches"]) == (device_events, launches)
+    assert dq["graph_replay_on_a_line"] / dq["graph_replay_device_events"] >= 0.95
+    run = open_run(run_dir)
+    same, user = run.sql("""SELECT count(*) FILTER (WHERE k.source_frame_id = l.source_frame_id), count(*) FILTER (WHERE f.is_user)
+      FROM events k JOIN events l ON l.event_id = k.launch_id LEFT JOIN frames f ON f.frame_id = k.source_frame_id
+      WHERE l.name LIKE '%GraphLaunch'""").fetchone()
+    assert same == user == device_events  # each replayed kernel on its launch's user statement
+    assert f"graph replays: {device_events} device events from {launches} graph launch" in render_info(run_info(run_dir))
+
+
+def test_graphs_without_a_cache_key_are_found_by_kernel_name():
+    stack = 'File "/src/model.py", line 5, in forward\n    h = relu(l1(x))\n'
+    raw = _raw([("user_annotation", "## Call CompiledFxGraph None ##", 100, 100, 1, 7),
+                ("cpu_op", "graph_0_cpp_fused_relu_0", 110, 10, 1, 7)])
+    count = compiled.ChargeCount()
+    out = compiled.charge_kernels(raw, {"#1": {"cpp_fused_relu_0": [stack]}, "#2": {"cpp_fused_sum_1": [stack]}},
+                                  lambda *a: 3, lambda i: i, lambda f: True, count)
+    assert json.loads(out["args"][1].as_py()) == {"compiled_from": [{"frame_id": 3, "share": 1.0}]} and count.charged == 1
