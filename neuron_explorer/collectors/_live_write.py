@@ -20,12 +20,13 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING
 
 from .. import schema, store
 from ..errors import InputError, RunExistsError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 RANK_ENTRY_FILE = "rank.json"
 LOCK_FILE = ".manifest.lock"
@@ -107,6 +108,8 @@ def merge_manifest(run_dir: Path) -> dict:
             fields = run_dir / schema.SCHEMA_FIELDS.file
             if not fields.exists():
                 tmp = run_dir / f".{fields.name}.{uuid.uuid4().hex[:8]}"
+                import pyarrow.parquet as pq  # (not at import: nx.profile starts without pyarrow)
+
                 pq.write_table(schema.schema_fields_table(), tmp)
                 os.replace(tmp, fields)
             store.write_manifest(run_dir, manifest)

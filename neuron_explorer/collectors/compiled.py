@@ -29,12 +29,15 @@ import gc
 import json
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
 
 from ..vocab import COMPILED_FROM_ARG
 from .kineto_names import PYTHON_FUNCTION_CATEGORY
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 COMPILE_RANGE_SUFFIX = " (dynamo_timed)"
 """How torch names the range of a compile phase (torch._dynamo.utils.dynamo_timed)."""
@@ -185,6 +188,8 @@ def _column(events: pa.Table, name: str) -> np.ndarray:
 def drop_compile_python(events: pa.Table) -> tuple[pa.Table, int]:
     """The raw events less the Python calls (category python_function) that lie inside a compile
     range (COMPILE_RANGE_SUFFIX) on their thread, and how many were left out."""
+    import pyarrow as pa  # imported when used: `nx.profile` starts without pyarrow
+
     if events.num_rows == 0:
         return events, 0
     compile_rows = _mask_of_names(events["name"], lambda n: n.endswith(COMPILE_RANGE_SUFFIX))
@@ -238,6 +243,8 @@ def charge_kernels(events: pa.Table, provenance: dict[str, dict[str, list[str]]]
     frame (parent: the frame the kernel event was recorded under, so the statements sit under the
     line that called the compiled function); `frame_id_of(index)` is its run frame id. Each
     statement gets an equal share."""
+    import pyarrow as pa  # imported when used: `nx.profile` starts without pyarrow
+
     count = count if count is not None else ChargeCount()
     if events.num_rows == 0 or not provenance:
         return events

@@ -30,20 +30,24 @@ import time
 import traceback
 import warnings
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
-import pyarrow as pa
 import torch
 import torch.profiler as tp
 
 from .. import store
 from ..errors import UsageError
-from ..schema import ID_STRIDE
-from . import _live_convert, _live_write, compiled, native, sources
-from .build import RawRank, build_rank
-from .device_clock import DeviceClockError, check_device_clock
-from .rank_entry import quality_warnings, rank_entry
+from . import _live_write, compiled, native
 from .statements import StatementHook
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from . import _live_convert
+    from .build import RawRank
+
+# pyarrow, numpy, the converter and the importer's build are imported when the first cycle is
+# converted, not when the profiler is made: `nx.profile(...)` starts in milliseconds (issue 38).
 
 schedule = tp.schedule
 """torch.profiler.schedule, re-exported: `nx.schedule(wait=1, warmup=1, active=3, repeat=1)`."""
@@ -186,7 +190,7 @@ class Recording:
         self.script_dir = Path(script_dir) if script_dir else _script_dir()
         self.started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self.cwd = os.getcwd()  # frames name the script as run (`sub/train.py`): relative to this folder
-        self.frames = _live_convert.FrameTable()
+        self.frames = None  # _live_convert.FrameTable, made with the first cycle (it imports pyarrow)
         self.native = native.load()  # before any training runs: a first build takes a while
         self.cycles: list[_live_convert.CycleColumns] = []
         self.process_group: dict | None = None
@@ -203,6 +207,10 @@ class Recording:
 
     def add_cycle(self, prof: tp.profile) -> None:
         t0 = time.perf_counter()
+        from . import _live_convert
+
+        if self.frames is None:
+            self.frames = _live_convert.FrameTable()
         self.capture_process_group()
         results = prof.profiler.kineto_results if prof.profiler is not None else None
         if results is not None:
@@ -228,6 +236,8 @@ class Recording:
             return [*notes, f"torch.compile kernels were not traced to their statements: {type(e).__name__}: {e}"]
         if not provenance:
             return notes
+        from ..schema import ID_STRIDE
+
         count = compiled.ChargeCount()
         base = self.rank * ID_STRIDE
 
@@ -246,6 +256,13 @@ class Recording:
         return notes
 
     def raw_rank(self) -> RawRank:
+        import pyarrow as pa
+
+        from . import _live_convert
+        from .build import RawRank
+
+        if self.frames is None:
+            self.frames = _live_convert.FrameTable()
         # stopped before any active cycle: an empty but whole run
         cycles = self.cycles or [_live_convert.empty_cycle()]
 
@@ -262,6 +279,11 @@ class Recording:
 
     def _write(self, extra_warnings: Iterable[str]) -> Path:
         t0 = time.perf_counter()
+        from . import sources
+        from .build import build_rank
+        from .device_clock import DeviceClockError, check_device_clock
+        from .rank_entry import quality_warnings, rank_entry
+
         self.capture_process_group()
         if self.shared and not self.process_group:
             self.process_group = {"backend": None, "rank": self.rank, "world_size": self.world_size,
@@ -321,6 +343,25 @@ def _script_dir() -> Path:
     return Path(main).resolve().parent if main and Path(main).is_file() else Path.cwd()
 
 
+@contextlib.contextmanager
+def _inductor_not_imported():
+    """torch.profiler's start reads Inductor's cudagraphs setting `if hasattr(torch, "_inductor")`,
+    and that hasattr imports torch._inductor (a lazy submodule of torch): Inductor and Dynamo, about
+    2 s of CPU at the first start in a process that never compiled anything. While torch._inductor is
+    not imported, no compiled graph exists and the setting is its default; the hasattr is made to
+    answer False for that one call, so the profiler starts without the import. Once imported
+    (torch.compile ran), torch reads the setting as usual."""
+    lazy = getattr(torch, "_lazy_modules", None)
+    if "torch._inductor" in sys.modules or not isinstance(lazy, set) or "_inductor" not in lazy:
+        yield
+        return
+    lazy.discard("_inductor")
+    try:
+        yield
+    finally:
+        lazy.add("_inductor")
+
+
 def _check_no_active_profiler() -> None:
     if torch._C._autograd._profiler_enabled():
         raise UsageError("another profiler is already active in this process; neuron_explorer.profile() cannot run inside it "
@@ -378,7 +419,8 @@ class profile(tp.profile):
         if pu1 in self.activities and self.use_device in (None, "privateuseone") and backend != "privateuseone":
             self.use_device = backend  # (torch chose it when the profile was made, before the backend was registered)
         self.recording.options["activities"] = activity_names(sorted(self.activities, key=lambda a: int(a.value)))
-        super().prepare_trace()
+        with _inductor_not_imported():
+            super().prepare_trace()
 
     def _on_trace_ready(self, prof: tp.profile) -> None:
         self.recording.add_cycle(prof)
