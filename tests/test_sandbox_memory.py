@@ -133,7 +133,8 @@ def test_a_call_waiting_for_another_query_keeps_its_own_limit(run):
     with Sandbox(run) as box:
         slow = threading.Thread(target=lambda: box.query("SELECT count(*) FROM range(10000000000) a", timeout_s=5))
         slow.start()
-        time.sleep(0.5)
+        while not box._lock.locked():  # the slow query holds the sandbox (however long its thread takes to start)
+            time.sleep(0.01)
         t0 = time.perf_counter()
         res = box.query("SELECT 1", timeout_s=1)
         took = time.perf_counter() - t0
