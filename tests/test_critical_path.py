@@ -557,3 +557,24 @@ def test_rule_says_channels_last_for_nchw_convolutions_on_the_path(tmp_path):
     events_nhwc = [dict(e, name=e["name"].replace("implicit_convolve_sgemm", "nhwc_conv_kernel")) for e in events]
     _, found = _analyze(tmp_path / "nhwc", events_nhwc)
     assert not any("channels_last" in f.recommendation for f in found)  # already NHWC: nothing to say
+
+
+@pytest.mark.parametrize("device, says, never", [
+    ("NVIDIA A100-SXM4-80GB", "CUDA graphs (torch.cuda.graphs", "Neuron compiler"),
+    ("AWS Trainium2", "the Neuron compiler runs each compiled region as one device program", "CUDA graphs"),
+])
+def test_launch_advice_fits_the_device(tmp_path, device, says, never):
+    """The host-bound loop above on an NVIDIA GPU and on Trainium (the device named in the trace's
+    deviceProperties): CUDA graphs are advised where they exist, never on a device without them."""
+    events = [X("ProfilerStep#1", "user_annotation", 0, 100)]
+    for i, t in enumerate((10, 30, 50), 1):
+        events += [X("aten::add", "cpu_op", t, 10, **{"External id": i}),
+                   X("cudaLaunchKernel", "cuda_runtime", t + 4, 4, correlation=i, **{"External id": i}),
+                   _k("elementwise_kernel", "kernel", i, t + 9, 2)]
+    from neuron_explorer.analyzers import analyze
+
+    trace = write_trace(tmp_path / "t.json", events, deviceProperties=[{"id": 0, "name": device}])
+    report = analyze(import_traces(trace, tmp_path / "run").run_dir)
+    advice = [f.recommendation for f in report.findings if f.rule_id == "critical-path" and f.evidence.values["class"] in ("host", "launch")]
+    assert len(advice) == 2, [f.title for f in report.findings]
+    assert all(says in a and never not in a for a in advice), advice

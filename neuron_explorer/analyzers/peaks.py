@@ -279,6 +279,17 @@ KERNELS_PATTERN = "(?i)(" + "|".join(a.kernels for a in ARCHS if a.kernels) + ")
 """A kernel name that shows the architecture it was built for (any ARCHS kernel pattern; RE2 and Python)."""
 
 
+def graph_advice(device_name: str | None, props: list[dict] | None = None) -> str:
+    """How to launch fewer, larger device programs, in the device's own terms: CUDA graphs (which
+    ROCm runs as HIP graphs) on NVIDIA and AMD; on AWS Trainium (TorchNeuron's `neuron` device, or a
+    device named Trainium) torch.compile, whose compiled region the Neuron compiler runs as one
+    device program — CUDA graphs do not exist there."""
+    arch = arch_named(device_name)
+    if is_torchneuron_device(device_name, props) or (arch is not None and arch.vendor == "aws"):
+        return "torch.compile (the Neuron compiler runs each compiled region as one device program)"
+    return "CUDA graphs (torch.cuda.graphs, or torch.compile(mode='reduce-overhead'))"
+
+
 def precision_advice(arch: Arch | None) -> str:
     """What to run fp32 matrix work in, on this architecture: fp16 autocast with GradScaler where
     the matrix units have no bf16 (V100, T4), bf16 autocast or TF32 where they do (A100 and later,

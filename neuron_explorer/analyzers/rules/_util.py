@@ -36,3 +36,13 @@ def share_at_least(summaries: dict, ns_by_rank: dict, share: float) -> set[int]:
     """Ranks of `summaries` whose figure in `ns_by_rank` is at least `share` of their analysed time
     (a screen's test: the check's threshold, or a bound of its figure)."""
     return {r for r, s in summaries.items() if s["analysed_ns"] and (ns_by_rank.get(r) or 0) >= share * s["analysed_ns"]}
+
+
+def graph_tip(ctx) -> str:
+    """peaks.graph_advice for the rank's device (its name and deviceProperties in the manifest)."""
+    from .. import peaks
+    from ..metrics import rank_entry
+    from ..utilisation import device_name
+
+    props = [p for p in (rank_entry(ctx.run, ctx.rank).get("device_properties") or []) if isinstance(p, dict)]
+    return peaks.graph_advice(device_name(ctx.run, ctx.rank), props)

@@ -36,7 +36,7 @@ from .. import peaks as P
 from ..engine import Context, NotApplicable
 from ..model import Location
 from ..utilisation import rank_work
-from ._util import ms, pct, q
+from ._util import graph_tip, ms, pct, q
 
 RULE_ID = "critical-path"
 TITLE = "Critical path: what bounds the step"
@@ -101,7 +101,8 @@ def _first_input_rank(op_args: str | None) -> int | None:
     return len(dims[0]) if dims and isinstance(dims[0], list) else None
 
 
-def _advice(cls: str, members: list[dict], events: int, charged: int, step_count: int, arch) -> str:
+def _advice(cls: str, members: list[dict], events: int, charged: int, step_count: int, arch, graphs: str = "") -> str:
+    graphs = graphs or P.graph_advice(None)
     per_step = events / max(step_count, 1)
     if cls in WORK_CLASSES and cls not in ("communication", "memcpy"):
         tips = []
@@ -133,17 +134,20 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
     if cls == "input":
         return "Data loading bounds the step: DataLoader(num_workers>0, pin_memory=True, persistent_workers=True, prefetch_factor)."
     if cls == "idle_launch":
-        return ("The device waits for the host to launch work: the host is the bottleneck here; CUDA graphs "
-                "(torch.compile(mode='reduce-overhead')) or torch.compile to launch fewer kernels.")
+        return ("The device waits for the host to launch work: the host is the bottleneck here; " + graphs
+                + ("" if graphs.startswith("torch.compile") else " or torch.compile") + " to launch fewer kernels.")
     if cls == "idle":
         return "The device waits on another stream or between kernels: overlap independent work across streams."
     if cls == "host_sync":
         return ("The host waits on the device here: fewer .item() / float(t) / data-dependent branches in the loop; log "
                 "metrics every N steps; keep values on the device.")
     if cls == "launch":
-        return ("Launch overhead bounds the step: CUDA graphs (torch.compile(mode='reduce-overhead') or torch.cuda.graphs), "
-                "torch.compile to fuse kernels, or a larger batch per launch.")
-    return ("Host time bounds the step: torch.compile cuts Python and dispatcher overhead, CUDA graphs remove per-kernel "
+        return ("Launch overhead bounds the step: " + graphs + ("" if graphs.startswith("torch.compile") else ", torch.compile to fuse kernels")
+                + ", or a larger batch per launch.")
+    if graphs.startswith("torch.compile"):
+        return ("Host time bounds the step: " + graphs + " cuts Python and dispatcher overhead and per-kernel launches, a larger "
+                "batch amortises both; fewer .item() calls keep the host from waiting.")
+    return ("Host time bounds the step: torch.compile cuts Python and dispatcher overhead, " + graphs + " remove per-kernel "
             "launches, a larger batch amortises both; fewer .item() calls keep the host from waiting.")
 
 
@@ -214,5 +218,5 @@ def check(ctx: Context) -> list:
                     "heaviest": [{"item": m["item"], "op": m["op"], "charged_ns": m["charged_ns"]} for m in members[:3]],
                     "device_arch": arch.name if arch else None},
             sample_event_ids=[top["sample_id"]] if top["sample_id"] is not None else [], uses_source=True,
-            recommendation=_advice(cls, members, events, charged, step_count, arch)))
+            recommendation=_advice(cls, members, events, charged, step_count, arch, graph_tip(ctx))))
     return out

@@ -13,7 +13,7 @@ from ...vocab import top_host_call
 from .. import metrics
 from ..engine import Context
 from ..model import Location
-from ._util import ms, pct, rows
+from ._util import graph_tip, ms, pct, rows
 
 RULE_ID = "device-idle"
 TITLE = "Device idle between kernels (host-bound gaps)"
@@ -73,6 +73,6 @@ def check(ctx: Context) -> list:
             recommendation="Keep the device fed: largest gaps — " + "; ".join(host) + ". "
             + ("Move host work out of the step (DataLoader workers, pin_memory), avoid" if ctx.trains() else
                "Prepare inputs ahead of the device (pinned memory, non_blocking copies), avoid")
-            + " synchronising calls, batch small ops or use torch.compile / CUDA graphs to cut launch gaps.",
+            + " synchronising calls, batch small ops or use " + graph_tip(ctx) + " to cut launch gaps.",
         ))
     return out

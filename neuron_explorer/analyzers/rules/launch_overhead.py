@@ -17,7 +17,7 @@ from ...vocab import in_steps
 from ..engine import Context
 from ..metrics import per_step_words, union_of_sql
 from ..model import Location
-from ._util import ms, no_device, row
+from ._util import graph_tip, ms, no_device, row
 
 RULE_ID = "launch-overhead"
 TITLE = "Kernel launch overhead: many short kernels"
@@ -86,7 +86,12 @@ FROM k"""
                              "short_kernels_per_step": v["short_kernels_counted"] / steps if steps else None},
             sample_event_ids=[v["sample_id"]] if v["sample_id"] else [], uses_source=True,
             recommendation=f"Most kernels run under {THRESHOLDS['SHORT_KERNEL_NS'] // 1000} us, so launches dominate"
-            + (f" (most under {top['op']})" if top["op"] else "") + ". Fuse them: torch.compile, CUDA graphs "
-            "(torch.cuda.graphs / mode='reduce-overhead'), " + ("foreach/fused optimizers, " if ctx.trains() else "") + "larger batches.",
+            + (f" (most under {top['op']})" if top["op"] else "") + ". Fuse them: " + _fuse(graph_tip(ctx)) + ", "
+            + ("foreach/fused optimizers, " if ctx.trains() else "") + "larger batches.",
         ))
     return out
+
+
+def _fuse(graphs: str) -> str:
+    """torch.compile and the device's way to launch fewer programs (once, where they are the same)."""
+    return graphs if graphs.startswith("torch.compile") else "torch.compile, " + graphs
