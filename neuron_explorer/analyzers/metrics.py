@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..store import Run
 from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_KINDS, DEVICE_WORK_SQL, comm_op, kinds_sql, sql_literal, top_op, training_work
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def union_sql(where: str, by: tuple[str, ...] = ()) -> str:
@@ -77,6 +79,8 @@ class Coverage:
     `intervals`: (start, end) pairs, or an (n, 2) integer array (as `interval_array` reads them)."""
 
     def __init__(self, intervals):
+        import numpy as np  # imported when used: the CLI's start-up loads this module, not numpy
+
         arr = np.asarray(intervals, dtype=np.int64).reshape(-1, 2)
         self._starts, self._ends = np.ascontiguousarray(arr[:, 0]), np.ascontiguousarray(arr[:, 1])
         self._done = np.concatenate([[0], np.cumsum(self._ends - self._starts)])  # done[i]: covered length of the first i intervals
@@ -91,7 +95,7 @@ class Coverage:
 
     def before(self, t: int) -> int:
         """Covered length before instant t."""
-        i = int(np.searchsorted(self._starts, t, side="right"))
+        i = int(self._starts.searchsorted(t, side="right"))
         return int(self._done[i]) - (max(int(self._ends[i - 1]) - t, 0) if i else 0)
 
     def within(self, lo: int, hi: int) -> int:
@@ -104,6 +108,8 @@ def intervals(run: Run, where: str) -> list[tuple[int, int]]:
 
 def interval_array(run: Run, where: str) -> np.ndarray:
     """`intervals` as an (n, 2) int64 array (start, end), read without a Python object per interval."""
+    import numpy as np
+
     got = run.sql(union_sql(where) + " ORDER BY start_ns").fetchnumpy()
     return np.stack([np.asarray(got["start_ns"], dtype=np.int64), np.asarray(got["end_ns"], dtype=np.int64)], axis=1)
 
