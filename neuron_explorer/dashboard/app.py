@@ -420,7 +420,8 @@ def create_app(rs: RunSet):
     def _figure(view, selected, color_by, all_lanes, critical, collapsed, px):
         shown = all_lanes if isinstance(all_lanes, list) else []
         fig, status = timeline_figure(rs, view, px, selected, color_by, "all" in shown, isinstance(critical, list) and "on" in critical,
-                                      collapsed if isinstance(collapsed, list) else None, python_band="python" not in shown, tool_frames="tool" in shown)
+                                      collapsed if isinstance(collapsed, list) else None, python_band="python" not in shown,
+                                      tool_frames="tool" in shown)
         fig["layout"]["meta"] = {"zoom": bool(isinstance(view, dict) and view.get("zoom"))}  # for timeline_keys.js's accept
         return fig, status
 
