@@ -119,3 +119,17 @@ def test_nested_frames_hide_the_tools_own_frames_and_move_the_users_up(tmp_path:
     rs.get(0).python_band = True  # the band is not changed by the choice: its one row is the outermost frame
     tl = timeline_arrays(rs, run=0, width=800)
     assert _rows(tl)["neuron_explorer/cli.py(40): main"] == 0
+
+
+def test_tool_frames_are_hidden_on_the_scan_path_too(tmp_path: Path, monkeypatch):
+    """With all but the 2 longest events left to the window scan of the events table (runs.LONG_EVENTS),
+    the hidden frames and the rows are the same as when every event is held in memory."""
+    import neuron_explorer.dashboard.runs as runs_mod
+
+    monkeypatch.setattr(runs_mod, "LONG_EVENTS", 2)
+    run = import_traces(write_trace(tmp_path / "t.json", TOOL_EVENTS), tmp_path / "run").run_dir
+    rs = RunSet([run])
+    rs.get(0).python_band = False
+    assert rs.get(0).long_events()[0] >= 0  # a real threshold: the scan path
+    tl = timeline_arrays(rs, run=0, width=800)
+    assert _rows(tl) == {"train.py(12): <module>": 0, "aten::linear": 1, "aten::addmm": 2, "aten::copy_": 0}
