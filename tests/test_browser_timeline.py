@@ -185,3 +185,30 @@ def test_the_critical_path_toggle_outlines_the_step_in_view(page):
     drv.save_screenshot(str(ARTIFACTS / "timeline-critical.png"))
     drv.find_element(By.CSS_SELECTOR, "#critical input").click()
     wait_for(drv, f"return !{GD}.data.some(t => t.name === 'critical path')", what="outline removed")
+
+
+def test_the_mode_bar_covers_no_step_label_and_no_slice(page):
+    """Issue 35: Plotly's mode bar stood over the step labels at the top of the plot; it now stands
+    upright in the right margin (figure.MODEBAR_MARGIN_PX), clear of the labels and the plot area."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    drv, rs, box = page
+    drv.execute_script("window.scrollTo(0, 0)")
+    ActionChains(drv).move_to_element(drv.execute_script(f"return {GD}")).perform()  # the mode bar shows on hover
+    rects = wait_for(drv, f"""const gd = {GD}; const mb = gd.querySelector('.modebar');
+        if (!mb || mb.getBoundingClientRect().width === 0) return null;
+        const r = e => {{ const b = e.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; }};
+        const labels = Array.from(gd.querySelectorAll('.annotation')).filter(a => /^step /.test(a.textContent)).map(r);
+        const s = gd._fullLayout._size, g = gd.getBoundingClientRect();
+        return {{modebar: r(mb), labels: labels, plot: [g.left + s.l, g.top + s.t, g.left + s.l + s.w, g.top + s.t + s.h],
+                 strip: [g.left + s.l, g.top, g.left + s.l + s.w, g.top + s.t]}};""",
+                     what="mode bar shown")
+    assert rects["labels"], "the sample's steps are labelled"
+    # a step's label starts where the step does, anywhere over the plot: the strip above it is theirs
+    assert all(lab[0] >= rects["strip"][0] - 1 and lab[3] <= rects["strip"][3] + 1 for lab in rects["labels"]), rects
+
+    def overlap(a, b):
+        return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+    assert not overlap(rects["modebar"], rects["plot"]) and not overlap(rects["modebar"], rects["strip"]), rects
+    assert not [lab for lab in rects["labels"] if overlap(rects["modebar"], lab)], rects
+    drv.save_screenshot(str(ARTIFACTS / "timeline-modebar.png"))

@@ -80,3 +80,56 @@ def test_a_selected_event_is_outlined_on_its_folded_row(tmp_path: Path):
         assert len(drawn) == (5 if band else 7)
         for eid, y in drawn.items():
             assert event_chain(rs, run=0, event_id=eid)["y"] == y, (band, eid)
+
+
+#   thread 1:  neuron_explorer/cli.py(40): main ...................... (the tool, depth 0)
+#                <frozen runpy>(88): _run_code ......................   (the tool, depth 1)
+#                  train.py(12): <module> .........................     (user, depth 2)
+#                    aten::linear ....   neuron_explorer/x.py(3): f     (depth 3; a tool frame inside the user's code)
+#                      aten::addmm ..                                   (depth 4)
+TOOL_EVENTS = [
+    X("neuron_explorer/cli.py(40): main", "python_function", 0, 1000),
+    X("<frozen runpy>(88): _run_code", "python_function", 5, 990),
+    X("train.py(12): <module>", "python_function", 10, 900),
+    X("aten::linear", "cpu_op", 20, 280),
+    X("aten::addmm", "cpu_op", 30, 170),
+    X("neuron_explorer/x.py(3): f", "python_function", 400, 100),
+    X("aten::copy_", "cpu_op", 100, 50, tid=2),
+]
+
+
+def test_nested_frames_hide_the_tools_own_frames_and_move_the_users_up(tmp_path: Path):
+    """Issue 35: with "Python frames nested" the frames of the CLI and runpy that ran the script are
+    not drawn and the user's outermost frame is on row 0; "tool's frames" shows them again."""
+    run = import_traces(write_trace(tmp_path / "t.json", TOOL_EVENTS), tmp_path / "run").run_dir
+    rs = RunSet([run])
+    rs.get(0).python_band = False
+    tl = timeline_arrays(rs, run=0, width=800)
+    assert [(ln["b"], ln["rows"]) for ln in tl["lanes"]] == [(1, 3), (2, 1)]
+    assert _rows(tl) == {"train.py(12): <module>": 0, "aten::linear": 1, "aten::addmm": 2, "aten::copy_": 0}
+    for eid, y in zip(tl["slices"]["event_id"].tolist(), tl["slices"]["y"].tolist()):
+        assert event_chain(rs, run=0, event_id=eid)["y"] == y  # a click outlines the slice where it is drawn
+
+    rs.get(0).show_tool_frames = True
+    tl = timeline_arrays(rs, run=0, width=800)
+    assert [(ln["b"], ln["rows"]) for ln in tl["lanes"]] == [(1, 5), (2, 1)]
+    assert _rows(tl) == {"neuron_explorer/cli.py(40): main": 0, "<frozen runpy>(88): _run_code": 1, "train.py(12): <module>": 2,
+                         "aten::linear": 3, "aten::addmm": 4, "neuron_explorer/x.py(3): f": 3, "aten::copy_": 0}
+
+    rs.get(0).python_band = True  # the band is not changed by the choice: its one row is the outermost frame
+    tl = timeline_arrays(rs, run=0, width=800)
+    assert _rows(tl)["neuron_explorer/cli.py(40): main"] == 0
+
+
+def test_tool_frames_are_hidden_on_the_scan_path_too(tmp_path: Path, monkeypatch):
+    """With all but the 2 longest events left to the window scan of the events table (runs.LONG_EVENTS),
+    the hidden frames and the rows are the same as when every event is held in memory."""
+    import neuron_explorer.dashboard.runs as runs_mod
+
+    monkeypatch.setattr(runs_mod, "LONG_EVENTS", 2)
+    run = import_traces(write_trace(tmp_path / "t.json", TOOL_EVENTS), tmp_path / "run").run_dir
+    rs = RunSet([run])
+    rs.get(0).python_band = False
+    assert rs.get(0).long_events()[0] >= 0  # a real threshold: the scan path
+    tl = timeline_arrays(rs, run=0, width=800)
+    assert _rows(tl) == {"train.py(12): <module>": 0, "aten::linear": 1, "aten::addmm": 2, "aten::copy_": 0}

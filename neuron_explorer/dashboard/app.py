@@ -100,16 +100,18 @@ def view_for(rs: RunSet, trigger: str | None, run, rank, relayout, finding_index
 
 
 def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, color_by: str = "name", all_lanes: bool = False,
-                    critical: bool = False, collapsed=None, python_band: bool = True):
+                    critical: bool = False, collapsed=None, python_band: bool = True, tool_frames: bool = False):
     """(figure, status text) for a window, with the selected event outlined, its flows drawn and
     the current finding's events (or the instances of the table row the view jumped to)
     highlighted; slices coloured by "name" or "kind"; meta lanes shown only with `all_lanes`;
     with `critical`, the critical path of the step in view outlined; the lanes of the `collapsed`
     groups (lane_groups.group_key) drawn on one row each; with `python_band`, each thread's Python
-    frames folded onto one band (runs.BAND_ROW_SQL), else nested by depth."""
+    frames folded onto one band (runs.BAND_ROW_SQL), else nested by depth, the tool's own frames
+    (CLI, runpy: vocab.TOOL_FRAME_PATTERN) left out unless `tool_frames`."""
     if not isinstance(view, dict):
         raise CallbackInputError("no view")
-    rs.get(view.get("run")).python_band = bool(python_band)  # the run's layout: what every later lookup of a row uses
+    r_ = rs.get(view.get("run"))
+    r_.python_band, r_.show_tool_frames = bool(python_band), bool(tool_frames)  # the run's layout: what every later lookup of a row uses
     px = max(200, min(_as_int(width or DEFAULT_WIDTH, "width"), 4000))
     tl = timeline_arrays(rs, run=view.get("run"), t0=view.get("t0"), t1=view.get("t1"), width=px, rank=view.get("rank"),
                          all_lanes=bool(all_lanes))
@@ -418,7 +420,8 @@ def create_app(rs: RunSet):
     def _figure(view, selected, color_by, all_lanes, critical, collapsed, px):
         shown = all_lanes if isinstance(all_lanes, list) else []
         fig, status = timeline_figure(rs, view, px, selected, color_by, "all" in shown, isinstance(critical, list) and "on" in critical,
-                                      collapsed if isinstance(collapsed, list) else None, python_band="python" not in shown)
+                                      collapsed if isinstance(collapsed, list) else None, python_band="python" not in shown,
+                                      tool_frames="tool" in shown)
         fig["layout"]["meta"] = {"zoom": bool(isinstance(view, dict) and view.get("zoom"))}  # for timeline_keys.js's accept
         return fig, status
 
@@ -563,7 +566,8 @@ def _page_layout(rs: RunSet):
                 html.Button("whole run", id="reset", className="nx-btn"),
                 html.Label("colour"), dcc.RadioItems(id="color-by", options=[{"label": "name", "value": "name"}, {"label": "kind", "value": "kind"}],
                                                       value="name", inline=True, className="nx-radio"),
-                dcc.Checklist(id="all-lanes", options=[{"label": "meta lanes", "value": "all"}, {"label": "Python frames nested", "value": "python"}],
+                dcc.Checklist(id="all-lanes", options=[{"label": "meta lanes", "value": "all"}, {"label": "Python frames nested", "value": "python"},
+                                                       {"label": "tool's frames", "value": "tool"}],
                               value=[], inline=True, className="nx-radio"),
                 dcc.Checklist(id="critical", options=[{"label": "critical path", "value": "on"}], value=[], inline=True, className="nx-radio"),
             ], id="explore-controls", style={"display": "flex", "alignItems": "center", "gap": "14px"}),

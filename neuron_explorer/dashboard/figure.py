@@ -39,6 +39,8 @@ import zlib
 
 import numpy as np
 
+from .. import fmt
+
 KIND_COLORS = {
     "cpu_op": "#4C78A8",
     "python": "#A0785A",
@@ -72,7 +74,13 @@ X_ERROR_PX = 1 / 20
 """x values go as float32 only when its spacing at the window's largest |x| is below this part of a pixel."""
 HIGHLIGHT = "#D62728"
 CRITICAL = "#111111"
-"""Outline of the critical path's segments."""
+"""Colour of the critical path's band."""
+UNDERLINE_DY = 0.47
+"""Highlights and the critical path are drawn as a band this many rows below the middle of a
+slice's row: slices are ROW_PX * 0.78 thick (±0.39 rows) and their names are written in the
+middle, so the band runs along the foot of the slice, in the gap between rows, over no name."""
+MODEBAR_MARGIN_PX = 40
+"""The timeline's right margin: room for Plotly's mode bar, stood upright there (layout.modebar)."""
 ROW_PX = 14
 """Height of one nesting row in pixels."""
 NAME_CHARS = 80
@@ -281,7 +289,7 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
         kinds = np.asarray(s["kind"], dtype=object)
         names = np.array([str(n)[:NAME_CHARS] for n in s["name"]], dtype=object)
         durs = s["dur_ns"]
-        labels = np.array([f"{n}<br>{k} · {d / 1000:.3f} µs" for n, k, d in zip(names, kinds, durs)], dtype=object)
+        labels = np.array([f"{n}<br>{k} · {fmt.duration(int(d))}" for n, k, d in zip(names, kinds, durs)], dtype=object)
         by_name = color_by != "kind"
         shade = np.array([name_color_index(n) for n in s["name"]], np.int32) if by_name else np.zeros(len(kinds), np.int32)
         for kind in _kind_order(kinds):
@@ -325,10 +333,11 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
     if marks:
         x0 = np.array([off(e["ts_ns"]) for e in marks], k.dtype)
         x1 = np.maximum(np.array([off(e["ts_ns"] + e["dur_ns"]) for e in marks], k.dtype), x0 + np.float32(px_us * 2) * k)
-        xs, ys, cd, text = _segments(x0, x1, np.array([e["y"] for e in marks]), np.array([e["event_id"] for e in marks]),
+        # an underline along the foot of each row (UNDERLINE_DY), not a line through the middle where the name is written
+        xs, ys, cd, text = _segments(x0, x1, np.array([e["y"] for e in marks]) + UNDERLINE_DY, np.array([e["event_id"] for e in marks]),
                                      np.array([str(e.get("name", ""))[:NAME_CHARS] for e in marks], dtype=object))
         traces.append(_trace(xs, ys, cd, text, "highlighted", HIGHLIGHT, 3, mode="lines+markers",
-                             marker={"size": 7, "color": HIGHLIGHT, "symbol": "diamond"}, hovertemplate="%{text}<extra>evidence</extra>"))
+                             marker={"size": 6, "color": HIGHLIGHT, "symbol": "diamond"}, hovertemplate="%{text}<extra>evidence</extra>"))
     if selected and selected.get("y") is not None:
         # an outline around the selected slice (at least a few pixels wide, so an instant shows)
         a = off(selected["ts_ns"])
@@ -341,18 +350,19 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
                            "line": {"color": HIGHLIGHT, "width": 2.5}})
     path = [e for e in (outline or []) if e and e.get("y") is not None]
     if path:
-        # each charged segment of the critical path outlined on its event's row
+        # each charged segment of the critical path underlined on its event's row: a band at the foot
+        # of the row (UNDERLINE_DY), so the slice and its name stay visible above it
         xs, ys = [], []
         for e in path:
             a, b = off(e["ts_ns"]), off(e["ts_ns"] + e["dur_ns"])
             if b < lo_x or a > hi_x:
                 continue
             a, b = max(a, lo_x), max(min(b, hi_x), a + px_us * float(k))
-            y, h = float(e["y"]), 0.45
-            xs += [a, b, b, a, a, None]
-            ys += [y - h, y - h, y + h, y + h, y - h, None]
+            y = float(e["y"]) + UNDERLINE_DY
+            xs += [a, b, None]
+            ys += [y, y, None]
         traces.append({"type": "scatter", "mode": "lines", "x": xs, "y": ys, "name": "critical path", "showlegend": True,
-                       "hoverinfo": "skip", "line": {"color": CRITICAL, "width": 2}})
+                       "hoverinfo": "skip", "line": {"color": CRITICAL, "width": 2.5}})
     annotations = []
     off_marks = []  # flow ends outside the window: a marker at the edge that jumps there
     for f in (flows or [])[:60]:
@@ -398,7 +408,9 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
     tick_text = [ln["label"] for ln in lanes]
     layout = dict(
         height=height,
-        margin={"l": 190, "r": 20, "t": 30, "b": 56},
+        margin={"l": 190, "r": MODEBAR_MARGIN_PX, "t": 30, "b": 56},
+        # the mode bar stands in the right margin, top to bottom, clear of the step labels over the plot
+        modebar={"orientation": "v", "bgcolor": "rgba(255,255,255,0.9)"},
         plot_bgcolor="#FFFFFF", paper_bgcolor="#FFFFFF",
         font={"family": "Inter, Segoe UI, Helvetica, Arial, sans-serif", "size": 11, "color": "#263238"},
         dragmode="zoom", hovermode="closest", hoverdistance=HOVER_DISTANCE_PX, showlegend=True,

@@ -65,7 +65,7 @@ def heatmap_figure(rs: RunSet, run):
         return None
     g = step_grid(rs, run)
     fig = go.Figure(go.Heatmap(z=g["ms"], x=g["steps"], y=g["ranks"], colorscale="Viridis", colorbar={"title": {"text": "ms"}},
-                               hovertemplate="rank %{y} · step %{x}<br>%{z:.3f} ms<extra></extra>", xgap=1 if len(g["steps"]) < 200 else 0))
+                               hovertemplate="rank %{y} · step %{x}<br>%{z:,.2f} ms<extra></extra>", xgap=1 if len(g["steps"]) < 200 else 0))
     fig.update_layout(height=min(560, 180 + 2 * len(g["ranks"])), margin={"l": 60, "r": 20, "t": 10, "b": 40},
                       xaxis={"title": {"text": "step"}, "type": "category" if len(g["steps"]) <= 60 else "linear"},
                       yaxis={"title": {"text": "rank"}, "autorange": "reversed"}, plot_bgcolor="#FFF")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..errors import NeuronExplorerError
 from ..store import Run, open_run
+from ..vocab import tool_frame
 
 # Lane identity of an event: device events (those with a `device`, see schema.DEVICE_KINDS) go to
 # (rank, device, stream), host events to (rank, pid, tid). pid/tid that were not integers in the
@@ -40,10 +41,19 @@ every other slice one row below its depth with the Python frames around it left 
 events.python_ancestors). A lane without Python frames has no band (Lane.skip)."""
 
 
-def drawn_sql(band: bool) -> str:
+def drawn_sql(band: bool, tool_hidden: bool = False) -> str:
     """SQL condition on the events drawn: with the band, only the outermost Python frames (the ones
-    inside them would all lie on the band, over each other); unfold to see them."""
-    return "NOT (kind = 'python' AND coalesce(python_ancestors, 0) > 0)" if band else "true"
+    inside them would all lie on the band, over each other); unfold to see them. Nested with
+    `tool_hidden` (the default of "Python frames nested"), every event but the tool's own Python
+    frames (vocab.TOOL_FRAME_PATTERN: the CLI, typer, click, record.py, runpy that ran the script)."""
+    if band:
+        return "NOT (kind = 'python' AND coalesce(python_ancestors, 0) > 0)"
+    return f"NOT {tool_frame()}" if tool_hidden else "true"
+
+
+def drawn_for(r: OpenRun) -> str:
+    """drawn_sql in `r`'s layout (OpenRun.python_band, OpenRun.tool_hidden)."""
+    return drawn_sql(r.python_band, r.tool_hidden)
 
 
 def row_sql(band: bool) -> str:
@@ -181,6 +191,18 @@ class OpenRun:
     _keys_lock: threading.Lock = field(default_factory=threading.Lock)
     _key_locks: dict = field(default_factory=dict)
     python_band: bool = True  # Python frames folded onto one band per lane (BAND_ROW_SQL); False: nested by depth
+    show_tool_frames: bool = False  # nested: the tool's own frames drawn too (else hidden and the lane's rows moved up, lanes())
+
+    @property
+    def tool_hidden(self) -> bool:
+        """The tool's own Python frames are left out of the drawing: nested, unless asked for. (On
+        the band only the outermost frame of a thread is drawn; hiding it would empty the band.)"""
+        return not self.python_band and not self.show_tool_frames
+
+    @property
+    def layout(self) -> tuple[bool, bool]:
+        """What decides every event's row: part of the key of each cached fact that depends on it."""
+        return (self.python_band, self.tool_hidden)
 
     @property
     def name(self) -> str:
@@ -239,19 +261,24 @@ class OpenRun:
 
     def lanes(self, rank: int | None, all_lanes: bool = True) -> list[Lane]:
         """The lanes of the timeline, with their first y row. Without `all_lanes`, meta lanes
-        (Lane.hidden) are left out and the others move up — unless that leaves none."""
-        band = self.python_band
+        (Lane.hidden) are left out and the others move up — unless that leaves none. With the
+        tool's own frames hidden (tool_hidden), a lane's rows start at the shallowest event that is
+        not one of them: the frames of the CLI and runpy that ran the script are all above it, and
+        the user's outermost frame moves up to row 0."""
+        band, tool_hidden = self.python_band, self.tool_hidden
 
         def compute():
             if all_lanes:
                 where = "" if rank is None else f"WHERE rank = {int(rank)}"
-                _, rows = self.query(f"SELECT {LANE_SQL}, max({row_sql(band)}) AS max_row, bool_or(kind = 'python') AS has_python "
+                mine = f"NOT {tool_frame()}" if tool_hidden else "true"
+                _, rows = self.query(f"SELECT {LANE_SQL}, coalesce(max({row_sql(band)}) FILTER ({mine}), 0) AS max_row, "
+                                     f"bool_or(kind = 'python') AS has_python, coalesce(min(coalesce(depth, 0)) FILTER ({mine}), 0) AS first "
                                      f"FROM events {where} "
                                      "GROUP BY ALL ORDER BY rank, is_device, lane_a NULLS FIRST, lane_b NULLS FIRST, lane_text")
                 names = lane_names(self.run.manifest)
                 lanes = []
-                for i, (rk, dev, a, b, text, max_row, has_python) in enumerate(rows):
-                    skip = 1 if band and not has_python else 0
+                for i, (rk, dev, a, b, text, max_row, has_python, first) in enumerate(rows):
+                    skip = 1 if band and not has_python else int(first) if tool_hidden else 0
                     rows_ = min(max(int(max_row or 0) - skip, 0) + 1, MAX_DEPTH_ROWS)
                     name = names.get((int(rk), "device", a) if dev else (int(rk), "thread", a, b), "")
                     lanes.append(Lane(i, int(rk), bool(dev), a, b, text, rows_, 0, name, skip, band and bool(has_python)))
@@ -264,7 +291,7 @@ class OpenRun:
                 ln.y0 = y
                 y += ln.rows + 1  # one empty row between lanes
             return lanes
-        return self.cached(("lanes", rank, bool(all_lanes), band), compute)
+        return self.cached(("lanes", rank, bool(all_lanes), band, tool_hidden), compute)
 
     def long_events(self):
         """(short_max_dur_ns, the longest events as an Arrow table): every event not in the table
@@ -293,6 +320,7 @@ class OpenRun:
             if got is None:
                 got = OpenRun(self.index, self.path, self.run.with_ranks([int(rank)]))
             got.python_band = self.python_band  # the layout the user chose for the run
+            got.show_tool_frames = self.show_tool_frames
             scoped[int(rank)] = got  # the most recent last
             while len(scoped) > SCOPED_RANKS:
                 del scoped[next(iter(scoped))]  # closed when no request holds it any more

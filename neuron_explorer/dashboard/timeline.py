@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
-from .runs import HIDDEN_LANE_SQL, LANE_SQL, MAX_DEPTH_ROWS, SCOPED_RANKS, OpenRun, QueryError, RunSet, drawn_sql, row_sql
+from .runs import HIDDEN_LANE_SQL, LANE_SQL, MAX_DEPTH_ROWS, SCOPED_RANKS, OpenRun, QueryError, RunSet, drawn_for, row_sql
 from .runs import parse_int as _int
 
 EXACT_CAP = 6000
@@ -84,8 +84,8 @@ def _lanes_table(r: OpenRun, rank: int | None, all_lanes: bool = True) -> str:
     Without `all_lanes` it holds only the lanes shown by default: the join drops the others."""
     import pyarrow as pa
 
-    name = f"_nx_lanes_{'all' if rank is None else rank}{'' if all_lanes else '_shown'}{'_band' if r.python_band else ''}"
-    band = r.python_band
+    band, tool_hidden = r.layout
+    name = f"_nx_lanes_{'all' if rank is None else rank}{'' if all_lanes else '_shown'}{'_band' if band else ''}{'_mine' if tool_hidden else ''}"
 
     def compute():
         lanes = r.lanes(rank, all_lanes)
@@ -102,7 +102,7 @@ def _lanes_table(r: OpenRun, rank: int | None, all_lanes: bool = True) -> str:
         with r.lock:
             r.run.con.register(name, tbl)
         return name
-    return r.cached(("lanes_tbl", rank, bool(all_lanes), band), compute)
+    return r.cached(("lanes_tbl", rank, bool(all_lanes), band, tool_hidden), compute)
 
 
 def _long_table(r: OpenRun) -> tuple[int, str]:
@@ -123,7 +123,7 @@ def _window_sql(r: OpenRun, rank: int | None, t0: int, t1: int) -> tuple[str, li
     parts, params = [], []
     if threshold >= 0:
         parts.append(f"SELECT {cols} FROM events WHERE ts_ns >= ? AND ts_ns < ? AND ts_ns + dur_ns >= ? AND dur_ns <= ?{rank_where} "
-                     f"AND {drawn_sql(r.python_band)}")
+                     f"AND {drawn_for(r)}")
         params += [t0 - threshold, t1, t0, threshold]
     lw, lp = _long_window(r, rank, t0, t1)
     parts.append(lw)
@@ -137,7 +137,7 @@ def _long_window(r: OpenRun, rank: int | None, t0: int, t1: int) -> tuple[str, l
     _, long_name = _long_table(r)
     rank_where = "" if rank is None else f" AND rank = {int(rank)}"
     return (f"SELECT event_id, kind, name, ts_ns, dur_ns, {row_sql(r.python_band)} AS depth, rank, is_device, lane_a, lane_b, lane_text "
-            f"FROM {long_name} WHERE ts_ns < ? AND ts_ns + dur_ns >= ?{rank_where} AND {drawn_sql(r.python_band)}", [t1, t0])
+            f"FROM {long_name} WHERE ts_ns < ? AND ts_ns + dur_ns >= ?{rank_where} AND {drawn_for(r)}", [t1, t0])
 
 
 def _shown_sql(r: OpenRun, rank: int | None, all_lanes: bool) -> str:
@@ -251,7 +251,8 @@ def _pyramid(r: OpenRun):
     used when a pixel spans at least PYRAMID_PX_FACTOR fine buckets, so attributing an event to its
     fine bucket's start moves it by at most 1/PYRAMID_PX_FACTOR of a pixel.
     """
-    band = r.python_band
+    band, tool_hidden = r.layout
+    tag = f"{int(band)}{int(tool_hidden)}"
 
     def compute():
         threshold, _ = r.long_events()
@@ -262,11 +263,11 @@ def _pyramid(r: OpenRun):
         tbl = r.arrow(f"""SELECT {LANE_SQL}, least({row_sql(band)}, {MAX_DEPTH_ROWS}) AS depth,
                 (ts_ns - {start}) // {fine} AS fine_bucket, sum(dur_ns) AS busy, count(*) AS n, max(ts_ns + dur_ns) AS end_max,
                 arg_max(kind, dur_ns) AS kind, arg_max(event_id, dur_ns) AS event_id, max(dur_ns) AS dur
-                FROM events WHERE dur_ns <= {threshold} AND {drawn_sql(band)} GROUP BY ALL""")
+                FROM events WHERE dur_ns <= {threshold} AND {drawn_for(r)} GROUP BY ALL""")
         with r.lock:
-            r.run.con.register(f"_nx_pyramid_{int(band)}", tbl)
-        return (f"_nx_pyramid_{int(band)}", fine, start)
-    return r.cached(("pyramid", band), compute)
+            r.run.con.register(f"_nx_pyramid_{tag}", tbl)
+        return (f"_nx_pyramid_{tag}", fine, start)
+    return r.cached(("pyramid", band, tool_hidden), compute)
 
 
 def _pyramid_sql(r: OpenRun, rank: int | None, t0: int, t1: int, b: float, cutoff: int, all_lanes: bool, pyr) -> str:
@@ -285,7 +286,7 @@ def _pyramid_sql(r: OpenRun, rank: int | None, t0: int, t1: int, b: float, cutof
                  floor((greatest(ts_ns, {t0}) - {t0}) / {b})::BIGINT AS bucket,
                  least(ts_ns + dur_ns, {t1}) - greatest(ts_ns, {t0}) AS busy, 1 AS n, ts_ns + dur_ns AS end_max,
                  kind, event_id, dur_ns AS dur
-          FROM {long_name} WHERE ts_ns < {t1} AND ts_ns + dur_ns >= {t0} AND dur_ns <= {int(cutoff)}{rw} AND {drawn_sql(r.python_band)}),
+          FROM {long_name} WHERE ts_ns < {t1} AND ts_ns + dur_ns >= {t0} AND dur_ns <= {int(cutoff)}{rw} AND {drawn_for(r)}),
         u AS (SELECT * FROM p UNION ALL SELECT * FROM l)
         SELECT {lane}, depth, bucket, sum(busy) / {b} AS occupancy, least(max(end_max), {t1}) - {t0} AS end_offset,
                sum(n) AS events, arg_max(kind, dur) AS kind, arg_max(event_id, dur) AS event_id FROM u GROUP BY ALL"""

@@ -42,7 +42,7 @@ def steps_figure(data: dict):
         ys = [s["parts_ns"][part] / 1e6 for s in steps]
         shares = [(s["parts_ns"][part] / s["dur_ns"]) if s["dur_ns"] else 0 for s in steps]
         traces.append(go.Bar(x=x, y=ys, name=part, marker={"color": BAR_COLORS[part]}, customdata=shares,
-                             hovertemplate=f"step %{{x}}<br>{part}: %{{y:,.3f}} ms (%{{customdata:.1%}} of the step)<extra></extra>"))
+                             hovertemplate=f"step %{{x}}<br>{part}: %{{y:,.2f}} ms (%{{customdata:.1%}} of the step)<extra></extra>"))
     fig = go.Figure(traces)
     _fig_layout(fig, 340, barmode="stack", title={"text": "Step time per step, by what bounds it (critical path)", "font": {"size": 13}},
                 xaxis={"title": "profiler step", "type": "category"}, yaxis={"title": "ms", "gridcolor": "#EEF1F4"})

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...analyzers import metrics
 from ...vocab import device_work, line_key_sql, top_op
 from ..chain import ms_from_start
 from ..runs import OpenRun, RunSet, parse_int
@@ -36,7 +37,8 @@ def _table(rows: list[dict], limit: int, **shares: str) -> dict:
 
 
 def _pct(part_ns, whole_ns) -> float | None:
-    return None if not whole_ns else round(100.0 * part_ns / whole_ns, 2)
+    """A % column's value: 100 * part / whole to one decimal, as the report writes a share (fmt.share)."""
+    return None if not whole_ns else round(100.0 * part_ns / whole_ns, 1)
 
 
 DEVICE_SHARE = "% of all device time (kernels, copies, sets) of the rank(s) shown"
@@ -185,25 +187,42 @@ def source_lines(rs: RunSet, run=0, rank=None, limit=None) -> dict:
     return {**_table(rows, limit, device_pct=DEVICE_SHARE, cpu_pct=CPU_TOP_SHARE), "has_frames": has_frames}
 
 
-STEP_SHARE = "device time of the work launched in the step, as % of the step's time (over 100% when streams overlap)"
+STEP_SHARE = ("busy time of the step's busiest device (its kernels, copies and sets on any stream, overlaps counted once) "
+              "within the step's range, as % of the step's time (metrics.step_device_busy; at most 100%)")
+
+
+def _step_busy(r: OpenRun, rank: int) -> dict[int, int]:
+    """step → busy ns of the rank's busiest device within the step (metrics.step_device_busy), computed once."""
+    def compute():
+        out: dict[int, int] = {}
+        for x in metrics.step_device_busy(r.run, rank):
+            out[x["step"]] = max(out.get(x["step"], 0), x["busy_ns"])
+        return out
+    return r.cached(("step_busy", rank), compute)
 
 
 def steps(rs: RunSet, run=0, rank=None) -> dict:
     """Per profiler step and rank: start (ms from the run's first event), duration, the device
-    time of the work launched in it and that as % of the step; `note` says when device time
-    exceeds step time (streams overlap)."""
+    time of the work launched in it (`device_ns`: every stream's and device's added up, so it can
+    exceed the step), the busy time of the busiest device within the step (`busy_ns`: the union of
+    its work, as the Overview's bars) and that as % of the step (`device_pct`, at most 100%);
+    `note` says when the added-up device time exceeds step time (streams overlap)."""
     r = rs.get(run)
     rank = parse_rank(r, rank)
     dev = {(a, b): c for a, b, c in r.query(
         f"SELECT rank, step, sum(dur_ns)::BIGINT FROM events WHERE {device_work()} AND step IS NOT NULL"
         f"{_rank_where(rank)} GROUP BY ALL")[1]}
-    rows = [{"rank": s["rank"], "step": s["step"], "start_ms": ms_from_start(r, s["ts_ns"]), "dur_ms": s["dur_ns"] / 1e6,
-             "ts_ns": s["ts_ns"], "dur_ns": s["dur_ns"], "device_ns": dev.get((s["rank"], s["step"]), 0),
-             "device_pct": _pct(dev.get((s["rank"], s["step"]), 0), s["dur_ns"])}
-            for s in r.steps() if rank is None or s["rank"] == rank]
+    shown = [s for s in r.steps() if rank is None or s["rank"] == rank]
+    busy = {rk: _step_busy(r, rk) for rk in sorted({s["rank"] for s in shown})}
+    rows = []
+    for s in shown:
+        b = busy[s["rank"]].get(s["step"], 0)
+        rows.append({"rank": s["rank"], "step": s["step"], "start_ms": ms_from_start(r, s["ts_ns"]), "dur_ms": s["dur_ns"] / 1e6,
+                     "ts_ns": s["ts_ns"], "dur_ns": s["dur_ns"], "device_ns": dev.get((s["rank"], s["step"]), 0),
+                     "busy_ns": b, "device_pct": _pct(b, s["dur_ns"])})
     over = sum(1 for x in rows if x["device_ns"] > x["dur_ns"])
-    note = (f"device time exceeds the step's time in {over} of {len(rows)} steps: work on several streams (or devices) "
-            "overlaps, and device time adds up the work of each") if over else ""
+    note = (f"device work exceeds the step's time in {over} of {len(rows)} steps: work on several streams (or devices) "
+            "overlaps, and device work adds up the work of each; busy counts each device's overlapping work once") if over else ""
     return {"rows": rows, "truncated": False, "total_rows": len(rows), "shares": {"device_pct": STEP_SHARE}, "note": note}
 
 
@@ -310,7 +329,8 @@ TABLE_VIEWS: dict[str, TableView] = {v.key: v for v in (
         "no user source lines in this run (record with with_stack=True)", jumps=True),
     TableView("steps", "Steps", steps, (
         Col("rank", "rank", "int"), Col("step", "step", "int"), Col("start_ms", "start ms"), Col("dur_ns", "duration ms", "ms"),
-        Col("device_ns", "device ms", "ms"), Col("device_pct", "device % of step", "pct")),
+        Col("device_ns", "device work ms (all streams)", "ms"), Col("busy_ns", "busiest device busy ms", "ms"),
+        Col("device_pct", "device busy % of step", "pct")),
         "no ProfilerStep ranges in this run (call prof.step())", jumps=True, takes_limit=False),
 )}
 """The table tabs, in their order; `jumps` ones are wired to the timeline. Memory is a tab of its
