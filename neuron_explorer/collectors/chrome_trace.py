@@ -136,8 +136,12 @@ def _gunzipped_bytes(path: Path, cap: int | None) -> tuple[int, bool]:
 
 def import_need(path: Path, cap: int | None = None) -> int:
     """The memory planned for importing one trace: WORKER_BASE_BYTES + WORKER_BYTES_PER_JSON_BYTE x its JSON."""
-    js_cap = None if cap is None else int(max(0, cap - WORKER_BASE_BYTES) / WORKER_BYTES_PER_JSON_BYTE) + 1
-    return int(WORKER_BASE_BYTES + WORKER_BYTES_PER_JSON_BYTE * json_bytes(path, js_cap))
+    return int(WORKER_BASE_BYTES + WORKER_BYTES_PER_JSON_BYTE * json_bytes(path, None if cap is None else _json_cap(cap)))
+
+
+def _json_cap(memory: int) -> int:
+    """JSON bytes past which a trace's plan exceeds `memory`."""
+    return int(max(0, memory - WORKER_BASE_BYTES) / WORKER_BYTES_PER_JSON_BYTE) + 1
 
 
 def check_memory(files: list[Path]) -> None:
@@ -149,11 +153,12 @@ def check_memory(files: list[Path]) -> None:
     if not available:
         return
     for f in files:
-        need = import_need(f, cap=available)
+        js = json_bytes(f, _json_cap(available))
+        need = int(WORKER_BASE_BYTES + WORKER_BYTES_PER_JSON_BYTE * js)
         if need > available:
             at_least = "" if not f.name.endswith(".gz") else "at least "
             raise InputError(f, f"importing it needs {at_least}about {_mb(need)} of memory ({_mb(WORKER_BASE_BYTES)} + "
-                                f"{WORKER_BYTES_PER_JSON_BYTE:g} x its {at_least}{_mb(json_bytes(f, available))} of JSON), more than the "
+                                f"{WORKER_BYTES_PER_JSON_BYTE:g} x its {at_least}{_mb(js)} of JSON), more than the "
                                 f"{_mb(available)} available; set {MEMORY_CHECK_ENV}=1 to try anyway")
 
 
