@@ -4,7 +4,8 @@ One file, or a directory of per-rank files (`tensorboard_trace_handler` output),
 object store (s3://bucket/key or s3://bucket/prefix/: remote.py copies each to a local file). Each
 trace is decoded into its rank's raw tables (trace_rank.decode_rank), built (build.build_rank), its
 frames' source lines read (sources.with_code), and written as that rank's partition, by worker
-processes when there are several; this module finds the traces, sizes the workers to the memory,
+processes when there are several; this module finds the traces, sizes the workers to the memory
+(refusing a trace whose plan, `import_need`, exceeds it),
 keeps what was done for a rerun (`kept.json`), makes sure no rank is claimed twice, and writes the
 manifest (each rank's entry: rank_entry.py). Data-quality problems are counted in the manifest,
 never raised; bad input raises InputError, and nothing is written then (what a trace's values
@@ -16,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import zlib
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -77,20 +79,91 @@ ImportProgress = Callable[[int, int, int, int], None]
 
 WORKER_BASE_BYTES = 200 << 20
 """Memory a worker process needs before its trace (interpreter, pyarrow, buffers)."""
-WORKER_BYTES_PER_JSON_BYTE = 2.5
-"""Peak memory of importing a trace, per byte of its JSON (measured: 2.2 on a 410 MB trace)."""
+WORKER_BYTES_PER_JSON_BYTE = 3.5
+"""Peak memory of importing a trace, per byte of its JSON, above WORKER_BASE_BYTES (bench/bench_import_memory.py,
+the process tree's summed USS: 3.0-3.05 for traces of tiny events, 200 and 800 MiB, plain or gzip; 1.2-1.3
+for the real 68k-event trace tiled 8 and 32 times; 3.5 leaves room)."""
+
+MEMORY_CHECK_ENV = "NEURON_EXPLORER_IGNORE_MEMORY"
+"""Set to 1 to import a trace whose plan (`import_need`) exceeds the memory available."""
 
 
-def json_bytes(path: Path) -> int:
-    """The size of a trace's JSON: the file's size, or for .gz the size its trailer records (mod 4 GiB)."""
+def json_bytes(path: Path, cap: int | None = None) -> int:
+    """The size of a trace's JSON: the file's size, or for .gz the bytes it expands to, counted by
+    inflating it (every member; the trailer's size is mod 4 GiB and only the last member's, so a
+    bomb or a >4 GiB trace would lie there); the count stops past `cap`."""
     if isinstance(path, remote.RemoteTrace):
         return remote.json_bytes(path)
     size = path.stat().st_size
-    if path.name.endswith(".gz") and size >= 18:
-        with open(path, "rb") as f:
-            f.seek(-4, os.SEEK_END)
-            return max(size, int.from_bytes(f.read(4), "little"))
+    if path.name.endswith(".gz"):
+        st = path.stat()
+        key = (str(path), st.st_size, st.st_mtime_ns)
+        counted, whole = _GUNZIPPED.get(key, (0, False))
+        if not (whole or (cap is not None and counted > cap)):
+            counted, whole = _gunzipped_bytes(path, cap)
+            _GUNZIPPED[key] = (counted, whole)
+        return max(size, counted)
     return size
+
+
+_GUNZIPPED: dict[tuple[str, int, int], tuple[int, bool]] = {}
+"""(path, size, mtime_ns) -> (bytes counted, whether to the end): a gzip is inflated once per import to plan it."""
+
+
+def _gunzipped_bytes(path: Path, cap: int | None) -> tuple[int, bool]:
+    """Bytes a gzip file expands to (all members), counted in 16 MiB pieces, and whether counted to
+    its end: stops once past `cap`, and at the first damaged byte (the decoder reports that)."""
+    n = 0
+    d = zlib.decompressobj(31)
+    buf = b""
+    with open(path, "rb") as f:
+        while True:
+            if not buf:
+                buf = f.read(1 << 20)
+                if not buf:
+                    return n, True
+            try:
+                n += len(d.decompress(buf, 1 << 24))
+            except zlib.error:
+                return n, True
+            if cap is not None and n > cap:
+                return n, False
+            buf = d.unconsumed_tail
+            if d.eof:  # the next member, if any (what follows the end is unused_data; the tail repeats it)
+                buf = d.unused_data
+                d = zlib.decompressobj(31)
+
+
+def import_need(path: Path, cap: int | None = None) -> int:
+    """The memory planned for importing one trace: WORKER_BASE_BYTES + WORKER_BYTES_PER_JSON_BYTE x its JSON."""
+    return int(WORKER_BASE_BYTES + WORKER_BYTES_PER_JSON_BYTE * json_bytes(path, None if cap is None else _json_cap(cap)))
+
+
+def _json_cap(memory: int) -> int:
+    """JSON bytes past which a trace's plan exceeds `memory`."""
+    return int(max(0, memory - WORKER_BASE_BYTES) / WORKER_BYTES_PER_JSON_BYTE) + 1
+
+
+def check_memory(files: list[Path]) -> None:
+    """Refuse, in one line before anything is decoded, a trace whose plan (`import_need`) exceeds
+    the memory available now; MEMORY_CHECK_ENV=1 imports it anyway."""
+    if os.environ.get(MEMORY_CHECK_ENV, "") not in ("", "0"):
+        return
+    available = _available_memory()
+    if not available:
+        return
+    for f in files:
+        js = json_bytes(f, _json_cap(available))
+        need = int(WORKER_BASE_BYTES + WORKER_BYTES_PER_JSON_BYTE * js)
+        if need > available:
+            at_least = "" if not f.name.endswith(".gz") else "at least "
+            raise InputError(f, f"importing it needs {at_least}about {_mb(need)} of memory ({_mb(WORKER_BASE_BYTES)} + "
+                                f"{WORKER_BYTES_PER_JSON_BYTE:g} x its {at_least}{_mb(js)} of JSON), more than the "
+                                f"{_mb(available)} available; set {MEMORY_CHECK_ENV}=1 to try anyway")
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.0f} MB" if n < 10**10 else f"{n / 1e9:,.1f} GB"
 
 
 def _available_memory() -> int | None:
@@ -120,7 +193,7 @@ def import_workers(files: list[Path], requested: int | None = None) -> int:
     if available and n > 1:
         if isinstance(files[0], remote.RemoteTrace):  # a request per trailer: ask of the largest few only
             files = sorted(files, key=lambda f: f.size)[-REMOTE_SIZES_READ:]
-        need = WORKER_BASE_BYTES + WORKER_BYTES_PER_JSON_BYTE * max(json_bytes(f) for f in files)
+        need = max(import_need(f) for f in files)
         n = min(n, max(1, int(available * 0.8 // need)))
     return max(1, n)
 
@@ -189,6 +262,8 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
     except OSError as e:  # a path the system refuses to even look at
         raise InputError(out_dir, f"cannot write here ({_reason(e)})") from None
     files = find_traces(source)
+    if not remote.is_uri(source):
+        check_memory(files)
     parquet_native.load()  # the parallel Parquet writer, built (once) before any worker starts: workers only load it
     out, tmp = store.begin_run(out_dir, force)
     try:

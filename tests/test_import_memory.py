@@ -1,0 +1,91 @@
+"""The import's memory plan (chrome_trace.import_need): a gzip is planned by what it expands to, not
+by its trailer, and a trace whose plan exceeds the memory available is refused in one line before
+anything is decoded (NEURON_EXPLORER_IGNORE_MEMORY=1 imports it anyway)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from neuron_explorer.collectors import chrome_trace
+from neuron_explorer.errors import InputError
+
+from .conftest import TRACES
+
+PAD = 40_000_000  # bytes of blank space inside the trace: ~40 KB of gzip
+
+
+def _two_member_gzip(path: Path) -> int:
+    """A valid trace (no events) as two gzip members, the second 2 bytes long: its trailer says 2.
+    Returns the JSON's true size."""
+    head = b'{"traceEvents": [' + b" " * PAD
+    path.write_bytes(gzip.compress(head, 1) + gzip.compress(b"]}", 1))
+    assert int.from_bytes(path.read_bytes()[-4:], "little") == 2  # what the trailer alone would plan for
+    return len(head) + 2
+
+
+def test_a_gzip_is_planned_by_every_byte_it_expands_to(tmp_path: Path):
+    path = tmp_path / "t.json.gz"
+    size = _two_member_gzip(path)
+    assert chrome_trace.json_bytes(path) == size == PAD + 19
+    assert chrome_trace.import_need(path) == chrome_trace.WORKER_BASE_BYTES + int(chrome_trace.WORKER_BYTES_PER_JSON_BYTE * size)
+    assert json.loads(gzip.decompress(path.read_bytes())) == {"traceEvents": []}  # what the decoder reads too
+
+
+def test_counting_a_gzip_stops_past_the_cap(tmp_path: Path):
+    path = tmp_path / "bomb.json.gz"
+    path.write_bytes(gzip.compress(b'{"traceEvents": [' + b" " * (200 << 20) + b"]}", 9))  # 200 MiB from ~200 KB
+    chrome_trace._GUNZIPPED.clear()
+    counted = chrome_trace.json_bytes(path, cap=20 << 20)
+    assert 20 << 20 < counted <= (20 << 20) + (16 << 20)  # one 16 MiB piece past the cap, not the 200 MiB
+    assert chrome_trace.json_bytes(path) == (200 << 20) + 19  # without a cap: counted to the end
+
+
+def test_a_trace_needing_more_than_available_is_refused_before_decoding(tmp_path: Path, monkeypatch):
+    path = tmp_path / "t.json.gz"
+    size = _two_member_gzip(path)
+    need = chrome_trace.WORKER_BASE_BYTES + chrome_trace.WORKER_BYTES_PER_JSON_BYTE * size  # 350 MB
+    monkeypatch.setattr(chrome_trace, "_available_memory", lambda: int(need) - 1_000_000)
+    monkeypatch.setattr(chrome_trace, "decode_rank", lambda *a, **k: pytest.fail("decoded"))
+    monkeypatch.delenv(chrome_trace.MEMORY_CHECK_ENV, raising=False)
+    with pytest.raises(InputError) as e:
+        chrome_trace.import_traces(path, tmp_path / "run")
+    line = str(e.value)
+    assert "\n" not in line and str(path) in line
+    assert "needs at least about 350 MB of memory (210 MB + 3.5 x its at least 40 MB of JSON)" in line, line
+    assert "more than the 349 MB available" in line and chrome_trace.MEMORY_CHECK_ENV in line, line
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_memory_check_can_be_overridden_and_passes_when_it_fits(tmp_path: Path, monkeypatch):
+    path = tmp_path / "t.json.gz"
+    size = _two_member_gzip(path)
+    need = chrome_trace.WORKER_BASE_BYTES + chrome_trace.WORKER_BYTES_PER_JSON_BYTE * size
+    monkeypatch.setattr(chrome_trace, "_available_memory", lambda: int(need) - 1_000_000)
+    monkeypatch.setenv(chrome_trace.MEMORY_CHECK_ENV, "1")
+    assert chrome_trace.import_traces(path, tmp_path / "run").manifest["ranks"] is not None
+    monkeypatch.delenv(chrome_trace.MEMORY_CHECK_ENV)
+    monkeypatch.setattr(chrome_trace, "_available_memory", lambda: int(need) + 1_000_000)
+    chrome_trace.import_traces(path, tmp_path / "run2")
+    assert (tmp_path / "run2").is_dir()
+
+
+def test_workers_are_sized_by_what_a_gzip_expands_to(tmp_path: Path, monkeypatch):
+    files = []
+    for i in range(4):
+        files.append(tmp_path / f"rank{i}.json.gz")
+        _two_member_gzip(files[-1])
+    need = chrome_trace.import_need(files[0])
+    assert need > 300_000_000  # the trailer's 2 bytes would plan 210 MB a worker
+    monkeypatch.setattr(chrome_trace.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(chrome_trace, "_available_memory", lambda: int(2.5 * need / 0.8))
+    assert chrome_trace.import_workers(files) == 2  # (by the trailer alone: 4, one per file)
+
+
+def test_a_real_gzip_trace_is_planned_by_its_json():
+    path = TRACES / "cuda_train_68k_events.json.gz"  # `zcat ... | wc -c`: 15377659
+    assert chrome_trace.json_bytes(path) == 15_377_659 == len(gzip.decompress(path.read_bytes()))
+    assert chrome_trace.import_need(path) == (200 << 20) + int(3.5 * 15_377_659)  # 263.5 MB
