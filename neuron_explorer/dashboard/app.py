@@ -365,9 +365,13 @@ def create_app(rs: RunSet):
                             Output("px", "data"), Input("run-select", "value"))
     # Zoom and pan are drawn in the page (assets/timeline_keys.js): the relayouts it makes itself
     # while keys come are not sent; it sends the window once they stop ("zoom-req"). A drag, the
-    # wheel or a double-click goes straight on.
+    # wheel or a double-click goes straight on. A relayout with no x axis in it (the autosize Plotly
+    # sends when the page's width changes: a scroll bar that comes or goes as a panel fills in) is
+    # not a window: it must not overwrite the window the keys have just asked for ("zoom-req" is set
+    # by both, and the server is asked once with whichever came last)
     app.clientside_callback("""function(rl) { const nx = window.nxTimeline;
-        if (!rl || (nx && nx.ours(rl))) return window.dash_clientside.no_update;
+        if (!rl || (nx && nx.ours(rl)) || !Object.keys(rl).some(function (k) { return k.indexOf('xaxis') === 0; }))
+            return window.dash_clientside.no_update;
         if (nx) nx.moved(rl);
         return rl; }""", Output("zoom-req", "data"), Input("timeline", "relayoutData"), prevent_initial_call=True)
     # the server's figure, drawn in the page's window when the page has moved on since it asked
