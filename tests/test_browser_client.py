@@ -144,6 +144,25 @@ def test_keys_after_a_dropdown_choice_zoom_the_timeline_and_type_nothing(page):
     assert drv.execute_script("return window.scrollY") == 0
 
 
+def test_an_autosize_right_after_a_key_does_not_lose_its_window(page):
+    """Plotly sends an autosize relayout when the page's width changes (a scroll bar that comes as a
+    panel fills in); one that comes just after the keys asked for their window must not replace it:
+    the server draws the window the keys chose."""
+    drv, rs = page
+    _mouse_click(drv, 5, 5)
+    box, status = plot_box(drv), drv.execute_script(f"return {STATUS}")
+    drv.execute_script(f"""const gd = {GD}, sp = window.dash_clientside.set_props;
+        window.dash_clientside.set_props = function (id) {{ const r = sp.apply(this, arguments);
+          if (id === 'zoom-req') gd.emit('plotly_relayout', {{autosize: true}}); return r; }};""")
+    _keys(drv, "w")
+    status = wait_for(drv, f"const s = {STATUS}; return s !== {status!r} && s", what="the server's answer for the W window")
+    z = plot_box(drv)
+    assert z["x1"] - z["x0"] == pytest.approx(0.6 * (box["x1"] - box["x0"]), rel=1e-6)
+    span = float(status.split(" ms from +")[0].replace(",", ""))
+    start = float(status.split(" ms from +")[1].split(" ms")[0].replace(",", ""))
+    assert start == pytest.approx(max(z["x0"], 0), abs=2e-3) and span == pytest.approx(z["x1"] - z["x0"], abs=2e-3)
+
+
 def _drawer_in_view(drv, name: str, what: str):
     """The event drawer names `name`, and it and the timeline's plot are on screen."""
     wait_for(drv, f"const e = document.getElementById('detail-name'); return e && e.innerText === {name!r}", what=what)

@@ -16,6 +16,8 @@ from .test_browser_dashboard import ARTIFACTS, CHROMEDRIVER, CHROMIUM, SAMPLE, S
 
 pytestmark = pytest.mark.browser  # tier: drives chromium
 
+DRAWER_SHOWN = "getComputedStyle(document.querySelector('.nx-detail')).display !== 'none'"
+"""Whether the event drawer (fixed at the window's foot) is on screen."""
 SQL_ROW = "SELECT event_id, name FROM events WHERE kind = 'kernel' ORDER BY dur_ns DESC, event_id LIMIT 5"
 
 
@@ -141,6 +143,10 @@ def test_sql_page_error_inline_and_show_on_timeline(server, browser):
     wait_for(drv, f"const s = {STATUS}; return s !== {status!r} && s", what="timeline at the row's event")
     name = wait_for(drv, "const e = document.getElementById('detail-name'); return e && e.innerText", what="event panel")
     assert name == want[0]["name"]
+    # the drawer's close button: the selection is cleared and the drawer no longer covers the page's foot
+    assert drv.execute_script(f"return {DRAWER_SHOWN}")
+    drv.find_element(By.ID, "detail-close").click()
+    wait_for(drv, f"return document.getElementById('detail-name') === null && !({DRAWER_SHOWN})", what="drawer closed")
 
 
 def test_a_run_switch_clears_the_selection_and_the_search(server, browser):
@@ -157,9 +163,11 @@ def test_a_run_switch_clears_the_selection_and_the_search(server, browser):
     count = wait_for(drv, "const e = document.getElementById('search-count'); return e && e.innerText", what="search count")
     assert count.startswith("1 / "), count
     wait_for(drv, "const e = document.getElementById('detail-name'); return e && e.innerText === 'aten::addmm'", what="hit selected")
+    assert drv.execute_script(f"return {DRAWER_SHOWN}")
     _choose_run(drv, 1)
     wait_for(drv, f"return {STATUS}.includes('45,')", what="the GPU run drawn")
     wait_for(drv, "return document.getElementById('detail-name') === null && document.querySelector('.nx-detail h3').innerText === "
                   "'Nothing selected'", what="event panel cleared")
     assert drv.execute_script("return document.getElementById('search').value") == ""
+    assert not drv.execute_script(f"return {DRAWER_SHOWN}")  # nothing selected: no drawer over the page
     assert drv.execute_script("return document.getElementById('search-count').innerText") == ""

@@ -391,6 +391,9 @@ def test_click_to_event_and_panel(rs):
     assert "aten::addmm" in panel and "def step_fn():" in panel and "train.py:5" in panel and "gemm" in panel
     with pytest.raises(NeuronExplorerError):
         dash_app.detail_panel(rs, 0, 999999)
+    # the drawer is open (fixed over the page's foot) only while an event is selected: closed, it covers nothing
+    assert "nx-open" not in dash_app.drawer_class(None).split() and "nx-detail" in dash_app.drawer_class(None).split()
+    assert "nx-open" in dash_app.drawer_class(addmm).split() and "nx-open" in dash_app.drawer_class(0).split()
 
 
 def test_figure_draws_span_segments_flows_and_memory(rs):

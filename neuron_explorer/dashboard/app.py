@@ -21,7 +21,7 @@ from .runs import RunSet
 from .timeline import timeline_arrays
 from .ui import compare_view, flame, overview, sql
 from .ui.guard import CallbackInputError, guard
-from .ui.panels import TAB_LABELS, TABS, detail_panel, finding_clicked, findings_for, findings_note, findings_table, tables_for  # noqa: F401  (callback bodies)
+from .ui.panels import TAB_LABELS, TABS, detail_panel, drawer_class, finding_clicked, findings_for, findings_note, findings_table, tables_for  # noqa: F401  (callback bodies)
 from .ui.theme import GRAPH_CONFIG, STYLE
 from .views import navigate
 from .views import sql as sql_view
@@ -367,9 +367,13 @@ def create_app(rs: RunSet):
                             Output("px", "data"), Input("run-select", "value"))
     # Zoom and pan are drawn in the page (assets/timeline_keys.js): the relayouts it makes itself
     # while keys come are not sent; it sends the window once they stop ("zoom-req"). A drag, the
-    # wheel or a double-click goes straight on.
+    # wheel or a double-click goes straight on. A relayout with no x axis in it (the autosize Plotly
+    # sends when the page's width changes: a scroll bar that comes or goes as a panel fills in) is
+    # not a window: it must not overwrite the window the keys have just asked for ("zoom-req" is set
+    # by both, and the server is asked once with whichever came last)
     app.clientside_callback("""function(rl) { const nx = window.nxTimeline;
-        if (!rl || (nx && nx.ours(rl))) return window.dash_clientside.no_update;
+        if (!rl || (nx && nx.ours(rl)) || !Object.keys(rl).some(function (k) { return k.indexOf('xaxis') === 0; }))
+            return window.dash_clientside.no_update;
         if (nx) nx.moved(rl);
         return rl; }""", Output("zoom-req", "data"), Input("timeline", "relayoutData"), prevent_initial_call=True)
     # the server's figure, drawn in the page's window when the page has moved on since it asked
@@ -473,11 +477,15 @@ def create_app(rs: RunSet):
         # an off-screen flow marker: go to the event it points at
         return eid, (search_view(rs, run, rank, eid) if clicked_jump(click) else no_update)
 
-    @app.callback(Output("detail", "children"), Output("error", "children", allow_duplicate=True),
+    @app.callback(Output("detail", "children"), Output("detail-drawer", "className"), Output("error", "children", allow_duplicate=True),
                   Input("selected", "data"), State("run-select", "value"), prevent_initial_call="initial_duplicate")
-    @guard(1)
+    @guard(2)
     def _detail(eid, run):
-        return (detail_panel(rs, run, eid),)
+        return detail_panel(rs, run, eid), drawer_class(eid)
+
+    @app.callback(Output("selected", "data", allow_duplicate=True), Input("detail-close", "n_clicks"), prevent_initial_call=True)
+    def _detail_close(_n):
+        return None  # the drawer closes with the selection (and the timeline's outline of it)
 
     @app.callback(Output("tab-content", "children"), Output("error", "children", allow_duplicate=True),
                   Input("tabs", "value"), Input("run-select", "value"), Input("rank-select", "value"), prevent_initial_call="initial_duplicate")
@@ -582,7 +590,8 @@ def _page_layout(rs: RunSet):
             html.Label("collapse", className="nx-muted", style={"marginLeft": "18px"}),
             dcc.Checklist(id="collapse", options=group_options(rs, 0), value=[], inline=True, className="nx-radio nx-collapse")],
             className="nx-search"),
-            html.Span("W/S zoom · A/D pan · wheel zooms at the pointer · drag zooms · shift+drag selects an area", className="nx-muted"),
+            html.Span("W/S zoom · A/D pan · wheel zooms at the pointer · drag zooms · shift+drag selects an area · "
+                      "click a slice for its chain from your source line to the kernel", className="nx-muted"),
             dcc.Loading(dcc.Graph(id="timeline", figure=fig0, config={**GRAPH_CONFIG, "scrollZoom": True, "doubleClick": "autosize"},
                                   style={"width": "100%"}), type="dot", delay_show=400),
             html.Div(id="area-panel")], className="nx-card"),
@@ -597,7 +606,8 @@ def _page_layout(rs: RunSet):
                 dcc.Tab(label="Flame", value="flame", children=[flame.layout()]),
                 dcc.Tab(label="SQL", value="sql", children=[sql.layout()]),
             ]), html.Div(id="tab-content")], className="nx-card"),
-            html.Div(html.Div(id="detail"), className="nx-card nx-detail"),
+            html.Div([html.Button("×", id="detail-close", title="close (clears the selection)", className="nx-detail-close"),
+                      html.Div(id="detail")], id="detail-drawer", className=drawer_class(None)),
         ], className="nx-grid")], id="explore-view"),
         *([compare_view.layout(rs)] if comparing else []),
         dcc.Store(id="view", data=view0), dcc.Store(id="area"), dcc.Store(id="selected"), dcc.Store(id="search-state"),

@@ -18,6 +18,13 @@ from .guard import CallbackInputError
 from .theme import GRAPH_CONFIG
 
 
+def drawer_class(event_id) -> str:
+    """The event drawer's CSS classes: open (fixed at the foot of the window) only while an event is
+    selected. Closed, it covers nothing: the tabs' grids and the flame graph under it can be clicked
+    (ui/theme.py: `.nx-detail`, `.nx-open`); its close button clears the selection."""
+    return "nx-card nx-detail" + ("" if event_id is None else " nx-open")
+
+
 def detail_panel(rs: RunSet, run, event_id):
     """The event panel: name, times, shapes, module, the chain source → operator → launch → kernel,
     and the user's source code."""

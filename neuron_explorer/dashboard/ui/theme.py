@@ -20,10 +20,16 @@ body { margin: 0; background: #F4F6F8; font-family: Inter, 'Segoe UI', Helvetica
 .nx-card { background: #FFF; border-radius: 6px; box-shadow: 0 1px 3px rgba(0,0,0,.08); margin: 10px 12px; padding: 8px 10px; }
 .nx-grid { display: grid; grid-template-columns: minmax(0, 1fr); gap: 0; }
 .nx-detail h3 { margin: 2px 0 6px 0; font-size: 15px; word-break: break-all; }
-/* the event panel: a drawer at the foot of the window, on screen whatever was clicked and wherever the page is scrolled */
-.nx-detail { position: fixed; left: 12px; right: 12px; bottom: 0; margin: 0; max-height: 34vh; overflow-y: auto; z-index: 30;
+/* the event panel: a drawer at the foot of the window, on screen whatever was clicked and wherever the page is scrolled;
+   shown only while an event is selected (panels.drawer_class), closed by its × (which clears the selection); while it is
+   open the page has room below its content for it, so that whatever is under it can be scrolled into view */
+.nx-detail { display: none; position: fixed; left: 12px; right: 12px; bottom: 0; margin: 0; max-height: 34vh; overflow-y: auto; z-index: 30;
              border-radius: 6px 6px 0 0; box-shadow: 0 -2px 10px rgba(0,0,0,.18); border-top: 2px solid #90A4AE; }
-#explore-view { padding-bottom: 36vh; }
+.nx-detail.nx-open { display: block; }
+#explore-view:has(.nx-detail.nx-open) { padding-bottom: 36vh; }
+.nx-detail-close { position: sticky; top: 0; float: right; z-index: 1; border: 1px solid #B0BEC5; border-radius: 4px; background: #ECEFF1;
+                   color: #263238; font-size: 16px; line-height: 16px; padding: 2px 8px; cursor: pointer; }
+.nx-detail-close:hover { background: #CFD8DC; }
 #detail > div { column-width: 460px; column-gap: 22px; }
 #detail h3 { column-span: all; }
 #detail .nx-kv, #detail .nx-chain, #detail .nx-src, #detail .nx-args { break-inside: avoid; }
