@@ -11,11 +11,15 @@ Must not: import anything of the package but errors (the store and the collector
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 FAILED_FILE = "build-failed.txt"
@@ -49,3 +53,56 @@ def compile_library(so: Path, args: list[str], what: str, expected: str) -> None
         tmp.unlink(missing_ok=True)
         raise RuntimeError(f"the build failed; see {failed}")
     os.replace(tmp, so)  # another process building it meanwhile writes the same file
+
+
+_UNSET = object()
+
+
+class NativeLibrary:
+    """One of the package's C++ libraries: its `sources`, built on first use into the native build
+    folder under a name that changes with them (`path`), loaded once per process (`load`) with
+    `declare(lib)` setting its functions' types. When it cannot be built or loaded, one line on
+    stderr says `what` is not available and what runs instead (`fallback`), and `load` returns None."""
+
+    def __init__(self, name: str, sources: tuple[Path, ...], what: str, expected: str, fallback: str,
+                 declare: Callable[[ctypes.CDLL], None]):
+        self.name, self.sources, self.what, self.expected, self.fallback, self.declare = name, sources, what, expected, fallback, declare
+        self._lock = threading.Lock()
+        self._lib = _UNSET
+
+    def path(self) -> Path:
+        key = hashlib.sha256(b"".join(s.read_bytes() for s in self.sources)).hexdigest()[:16]
+        return build_dir() / f"{self.name}_{key}" / f"{self.name}.so"
+
+    def build_and_load(self) -> ctypes.CDLL:
+        """Build (when not built yet) and load; raises OSError / RuntimeError when it cannot."""
+        so = self.path()
+        if not so.is_file():
+            compile_library(so, ["-O2", "-std=c++17", "-shared", "-fPIC", *map(str, self.sources)], self.what, self.expected)
+        lib = ctypes.CDLL(str(so))
+        self.declare(lib)
+        return lib
+
+    def load(self, build: bool = True) -> ctypes.CDLL | None:
+        """The loaded library, building it first if needed; None when it is off or cannot be built.
+        `build=False`: only if this process has loaded it or can load it without compiling (a
+        caller that must never wait for a compiler); a failure then is not remembered or said."""
+        if not enabled():
+            return None
+        with self._lock:
+            if self._lib is _UNSET:
+                if not build:
+                    if not self.path().is_file():
+                        return None
+                    try:
+                        self._lib = self.build_and_load()
+                    except OSError:
+                        return None
+                    return self._lib
+                try:
+                    self._lib = self.build_and_load()
+                except (OSError, subprocess.SubprocessError, RuntimeError) as e:
+                    print(f"neuron-explorer: {self.what} is not available ({' '.join(str(e).split())[:200]}); {self.fallback}",
+                          file=sys.stderr, flush=True)
+                    self._lib = None
+            return self._lib

@@ -26,13 +26,14 @@ def test_compile_library_says_what_and_how_long_before_the_compiler_runs(tmp_pat
 
 
 def test_each_library_names_its_expected_time(monkeypatch, tmp_path):
+    from neuron_explorer import native_build
     from neuron_explorer.collectors import _json_native
 
     asked = []
-    monkeypatch.setattr(_json_native, "compile_library", lambda so, args, what, expected: asked.append((what, expected)))
-    monkeypatch.setattr(_json_native, "library_path", lambda: tmp_path / "nx_json.so")
+    monkeypatch.setattr(native_build, "compile_library", lambda so, args, what, expected: asked.append((what, expected)))
+    monkeypatch.setattr(_json_native.LIBRARY, "path", lambda: tmp_path / "nx_json.so")
     try:
-        _json_native._load()
+        _json_native.LIBRARY.build_and_load()
     except OSError:
         pass  # nothing was built: loading it fails after the notice
     assert asked == [("the fast trace reader", "about 5 s on 2 cores")]

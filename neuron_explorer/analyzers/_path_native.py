@@ -15,47 +15,17 @@ Private to critical_path.py (may change). Must not: decide the model (the Python
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import numpy as np
 
-from ..native_build import build_dir, compile_library, enabled
+from ..native_build import NativeLibrary
 from ._path_index import F_SYNC_CALL, RUNTIME_WAIT_MIN_NS, UNLINKED_GAP_MAX_NS, RankIndex
 
 SOURCE = Path(__file__).resolve().parents[1] / "native" / "critical_path.cpp"
-_lock = threading.Lock()
-_state: dict = {}
 
 
-def library_path() -> Path:
-    key = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
-    return build_dir() / f"nx_path_{key}" / "nx_path.so"
-
-
-def load():
-    """The loaded library, building it first if needed; None when it is off or cannot be built."""
-    if not enabled():
-        return None
-    with _lock:
-        if "lib" not in _state:
-            try:
-                _state["lib"] = _load()
-            except (OSError, subprocess.SubprocessError, RuntimeError) as e:
-                print(f"neuron-explorer: the fast critical path walk is not available ({' '.join(str(e).split())[:200]}); "
-                      "the Python walk runs, more slowly", file=sys.stderr, flush=True)
-                _state["lib"] = None
-        return _state["lib"]
-
-
-def _load():
-    so = library_path()
-    if not so.is_file():
-        compile_library(so, ["-O2", "-std=c++17", "-shared", "-fPIC", str(SOURCE)], "the critical path walk", "about 3 s on 2 cores")
-    lib = ctypes.CDLL(str(so))
+def _declare(lib: ctypes.CDLL) -> None:
     vp, i64p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)
     lib.nxcp_walk.restype = vp
     lib.nxcp_walk.argtypes = [i64p, ctypes.POINTER(vp), i64p, i64p, i64p, ctypes.c_int64]
@@ -67,7 +37,15 @@ def _load():
     lib.nxcp_copy.argtypes = [vp, i64p, i64p]
     lib.nxcp_free.restype = None
     lib.nxcp_free.argtypes = [vp]
-    return lib
+
+
+LIBRARY = NativeLibrary("nx_path", (SOURCE,), "the fast critical path walk", "about 3 s on 2 cores",
+                        "the Python walk runs, more slowly", _declare)
+
+
+def load():
+    """The loaded library, building it first if needed; None when it is off or cannot be built."""
+    return LIBRARY.load()
 
 
 def _i64(a) -> np.ndarray:

@@ -20,51 +20,20 @@ Must not: decide what goes in the tables (_json_tables does; this mirrors it).
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import subprocess
-import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-from ..native_build import build_dir, compile_library, enabled
+from ..native_build import NativeLibrary
 
 SOURCES = (Path(__file__).parent / "native" / "kineto_json.cpp", Path(__file__).parent / "native" / "forest.cpp")
 _TEXTS = ("s_cat", "s_name", "s_pid_text", "s_tid_text", "s_args", "f_cat", "f_name", "f_phase", "f_bp")
 _INTS = ("s_ts", "s_dur", "s_pid", "s_tid", "s_corr", "s_ext", "s_stream", "s_pyid", "s_pypid", "f_id", "f_ts", "f_pid", "f_tid")
-_lock = threading.Lock()
-_state: dict = {}
 
 
-def library_path() -> Path:
-    key = hashlib.sha256(b"".join(s.read_bytes() for s in SOURCES)).hexdigest()[:16]
-    return build_dir() / f"nx_json_{key}" / "nx_json.so"
-
-
-def load():
-    """The loaded library, building it first if needed; None when it is off or cannot be built."""
-    if not enabled():
-        return None
-    with _lock:
-        if "lib" not in _state:
-            try:
-                _state["lib"] = _load()
-            except (OSError, subprocess.SubprocessError, RuntimeError) as e:
-                print(f"neuron-explorer: the fast trace reader is not available ({' '.join(str(e).split())[:200]}); "
-                      "traces are read by the Python decoder, more slowly", file=sys.stderr, flush=True)
-                _state["lib"] = None
-        return _state["lib"]
-
-
-def _load():
-    so = library_path()
-    if not so.is_file():
-        compile_library(so, ["-O2", "-std=c++17", "-shared", "-fPIC", *map(str, SOURCES)], "the fast trace reader",
-                        "about 5 s on 2 cores")  # 3.5 s measured under a load of 4
-    lib = ctypes.CDLL(str(so))
+def _declare(lib: ctypes.CDLL) -> None:
     lib.nxj_read.restype = ctypes.c_void_p
     lib.nxj_read.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32]
     lib.nxj_status.restype = ctypes.c_int32
@@ -84,23 +53,21 @@ def _load():
                                 ("nxf_depth_of", i32, [ptr, ptr, i64, i32, ptr]), ("nxf_enclosing", None, [ptr, ptr, ptr, i64, i32, ptr])):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, args
-    return lib
+
+
+LIBRARY = NativeLibrary("nx_json", SOURCES, "the fast trace reader", "about 5 s on 2 cores",  # 3.5 s measured under a load of 4
+                        "traces are read by the Python decoder, more slowly", _declare)
+
+
+def load():
+    """The loaded library, building it first if needed; None when it is off or cannot be built."""
+    return LIBRARY.load()
 
 
 def loaded():
     """The library if this process has loaded it, or can load it without compiling; else None.
     (The live collector's build must never wait for a compiler.)"""
-    if not enabled():
-        return None
-    with _lock:
-        if "lib" not in _state:
-            if not library_path().is_file():
-                return None
-            try:
-                _state["lib"] = _load()
-            except OSError:
-                return None
-        return _state["lib"]
+    return LIBRARY.load(build=False)
 
 
 @dataclass
