@@ -114,18 +114,20 @@ def test_flame_of_a_step_adds_up_by_call_stack(rs):
 
 def test_tables_say_what_their_shares_are_of_and_when_streams_overlap(rs):
     k = queries.kernels(rs, run=0)
-    assert [(r["name"], r["device_total_ns"], r["device_pct"]) for r in k["rows"]] == [("gemm", 500_000, 83.33), ("relu_k", 100_000, 16.67)]
+    assert [(r["name"], r["device_total_ns"], r["device_pct"]) for r in k["rows"]] == [("gemm", 500_000, 83.3), ("relu_k", 100_000, 16.7)]
     assert "device time" in k["shares"]["device_pct"]
     by_op = queries.kernels_by_operator(rs, run=0)
     assert [(r["operator"], r["name"], r["calls"], r["device_total_ns"]) for r in by_op["rows"]] == [
         ("aten::mm", "gemm", 2, 500_000), ("aten::relu", "relu_k", 1, 100_000)]
     ops = {r["name"]: r for r in queries.operators(rs, run=0)["rows"]}
-    assert ops["aten::linear"]["device_pct"] == 83.33 and ops["aten::relu"]["device_pct"] == 16.67
+    assert ops["aten::linear"]["device_pct"] == 83.3 and ops["aten::relu"]["device_pct"] == 16.7
     assert sum(r["cpu_pct"] for r in ops.values()) == pytest.approx(100, abs=0.05)  # self times add up
-    # the Steps tab: one duration column, and the overlap note (600 us of device work... in a 1000 us step, no overlap)
+    # the Steps tab: 600 us of device work added up over the streams in a 1000 us step, of which the
+    # device is busy 400 us (the two gemms overlap 200 us); the share is of busy time (no note: 600 < 1000)
     grid = panels.tables_for(rs, 0, "all", "steps").children[0]
-    assert [c["headerName"] for c in grid.columnDefs] == ["rank", "step", "start ms", "duration ms", "device ms", "device % of step"]
-    assert grid.rowData == [{"rank": 0, "step": 1, "start_ms": 0.0, "dur_ns": 1.0, "device_ns": 0.6, "device_pct": 60.0}]
+    assert [c["headerName"] for c in grid.columnDefs] == ["rank", "step", "start ms", "duration ms", "device work ms (all streams)",
+                                                          "busiest device busy ms", "device busy % of step"]
+    assert grid.rowData == [{"rank": 0, "step": 1, "start_ms": 0.0, "dur_ns": 1.0, "device_ns": 0.6, "busy_ns": 0.4, "device_pct": 40.0}]
     assert queries.steps(rs, run=0)["note"] == ""
     names = {c["field"]: c for c in panels.tables_for(rs, 0, "all", "kernels").children[0].columnDefs}
     assert names["name"]["tooltipField"] == "name" and names["name"]["cellStyle"] == {"textAlign": "left"}
@@ -134,15 +136,15 @@ def test_tables_say_what_their_shares_are_of_and_when_streams_overlap(rs):
 
 def test_steps_note_where_device_time_exceeds_the_step(tmp_path):
     ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 0, "dur": 100, "args": {}}]
-    for i, stream in enumerate((7, 8)):  # two 80 us kernels on two streams at once: 160 us of device time in a 100 us step
+    for i, stream in enumerate((7, 8)):  # two 80 us kernels on two streams at once: 160 us of device work, 80 us busy, in a 100 us step
         ev += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1 + i, "dur": 1,
                 "args": {"correlation": 10 + i}},
                {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": stream, "ts": 10, "dur": 80,
                 "args": {"correlation": 10 + i, "stream": stream, "device": 0}}]
     rs = RunSet([import_traces(write_trace(tmp_path / "t.json", ev, baseTimeNanoseconds=BASE_NS), tmp_path / "run").run_dir])
     s = queries.steps(rs, run=0)
-    assert s["rows"][0]["device_pct"] == 160.0
-    assert s["note"].startswith("device time exceeds the step's time in 1 of 1 steps: work on several streams")
+    assert s["rows"][0]["device_pct"] == 80.0  # busy time, the overlap counted once: never above 100% of the step
+    assert s["note"].startswith("device work exceeds the step's time in 1 of 1 steps: work on several streams")
     rs.close()
 
 

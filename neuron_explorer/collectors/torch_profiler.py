@@ -343,25 +343,6 @@ def _script_dir() -> Path:
     return Path(main).resolve().parent if main and Path(main).is_file() else Path.cwd()
 
 
-@contextlib.contextmanager
-def _inductor_not_imported():
-    """torch.profiler's start reads Inductor's cudagraphs setting `if hasattr(torch, "_inductor")`,
-    and that hasattr imports torch._inductor (a lazy submodule of torch): Inductor and Dynamo, about
-    2 s of CPU at the first start in a process that never compiled anything. While torch._inductor is
-    not imported, no compiled graph exists and the setting is its default; the hasattr is made to
-    answer False for that one call, so the profiler starts without the import. Once imported
-    (torch.compile ran), torch reads the setting as usual."""
-    lazy = getattr(torch, "_lazy_modules", None)
-    if "torch._inductor" in sys.modules or not isinstance(lazy, set) or "_inductor" not in lazy:
-        yield
-        return
-    lazy.discard("_inductor")
-    try:
-        yield
-    finally:
-        lazy.add("_inductor")
-
-
 def _check_no_active_profiler() -> None:
     if torch._C._autograd._profiler_enabled():
         raise UsageError("another profiler is already active in this process; neuron_explorer.profile() cannot run inside it "
@@ -419,8 +400,11 @@ class profile(tp.profile):
         if pu1 in self.activities and self.use_device in (None, "privateuseone") and backend != "privateuseone":
             self.use_device = backend  # (torch chose it when the profile was made, before the backend was registered)
         self.recording.options["activities"] = activity_names(sorted(self.activities, key=lambda a: int(a.value)))
-        with _inductor_not_imported():
-            super().prepare_trace()
+        # torch.profiler's start imports torch._inductor (and Dynamo: ~2 s the first time in a
+        # process) through `hasattr(torch, "_inductor")`. That is kept: skipping it only moved the
+        # import into the recording, where the script's first optimizer (torch._compile imports
+        # Dynamo) recorded 1.36M Python events of it and buried the script's own work.
+        super().prepare_trace()
 
     def _on_trace_ready(self, prof: tp.profile) -> None:
         self.recording.add_cycle(prof)
