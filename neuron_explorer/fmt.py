@@ -34,6 +34,22 @@ def share(x: float | None) -> str:
     return f"{100 * x:.1f}%"
 
 
+def size(b: int | None) -> str:
+    """A memory size: `1.25 GiB` from 256 MiB up, `3.0 MiB` from 1 MiB, `12.0 KiB` from 1 KiB,
+    `512 B` below (the sign kept); `-` when unknown. From 1 MiB up as the text report writes peak
+    memory; the dashboard's Memory tab writes sizes this way."""
+    if b is None:
+        return "-"
+    a = abs(b)
+    if a >= 2**28:
+        return f"{b / 2**30:.2f} GiB"
+    if a >= 2**20:
+        return f"{b / 2**20:.1f} MiB"
+    if a >= 2**10:
+        return f"{b / 2**10:.1f} KiB"
+    return f"{b} B"
+
+
 @functools.lru_cache(maxsize=16384)  # the same kernel names recur in every step and every rank; long C++ names cost ~0.1 ms each
 def short_kernel_name(name: str | None, width: int = 60) -> str | None:
     """A device kernel's name for people: no return type (`void `), no parameter list, template

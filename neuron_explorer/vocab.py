@@ -252,6 +252,17 @@ def allocator_free(alias: str = "") -> str:
     return f"contains({_a(alias)}name, {sql_literal(ALLOCATOR_FREE_PART)})"
 
 
+def memory_allocation(alias: str = "") -> str:
+    """A row of the `memory` table (an allocator event of the caching allocator, a `[memory]`
+    instant) is an allocation: its `bytes` are positive."""
+    return f"{_a(alias)}bytes > 0"
+
+
+def memory_free(alias: str = "") -> str:
+    """A row of the `memory` table is a free: its `bytes` are negative (minus the block's size)."""
+    return f"{_a(alias)}bytes < 0"
+
+
 # ---- operator classes (ATen names) ---------------------------------------------------------------
 
 GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",

@@ -83,7 +83,7 @@ def test_extreme_values_on_every_parameter_never_give_500(client):
     values = ["", "0", "-1", "1e23", "-1e23", BIG, f"-{BIG}", str((1 << 63) - 1), "nan", "inf", "x", "1.5", "9" * 400]
     params = {"timeline": ["t0", "t1", "width", "rank"], "event": ["event_id"], "source": ["frame_id", "context"],
               "operators": ["limit", "rank"], "kernels": ["limit", "rank"], "lines": ["limit"], "steps": ["rank"],
-              "memory": ["width", "rank"], "findings": []}
+              "memory": ["width", "rank"], "memory_range": ["t0", "t1", "width", "rank", "limit"], "findings": []}
     seen = set()
     for view, names in params.items():
         for name in names:

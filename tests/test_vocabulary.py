@@ -27,6 +27,7 @@ SPELLINGS = {
     "sync runtime calls (vocab.SYNC_CALL_PART / sync_call)": re.compile(r"^(cuda|hip)\w*Synchronize$|^Synchronize$"),
     "GEMM / convolution operators (vocab.GEMM_OPS / CONV_OPS)": re.compile(r"^aten::(mm|addmm|bmm|conv2d|convolution)$|'aten::(mm|addmm|conv2d)'"),
     "allocator calls (vocab.ALLOCATOR_CALL_PATTERN)": re.compile(r"^(cuda|hip)(Malloc|Free)"),
+    "allocations and frees of the memory table (vocab.memory_allocation / memory_free)": re.compile(r"(?:^|[\s.])bytes\s*[<>]\s*0\b"),
     "copy direction (vocab.TO_HOST_COPY_PATTERN / PAGEABLE_TO_DEVICE_COPY_PATTERN)": re.compile(r"(?i)%(DtoH|HtoD|Pageable)%|\b(DtoH|HtoD)\|"),
     "a source line's key (vocab.line_key / line_key_sql)": re.compile(r"file\s*\|\|\s*':'\s*\|\|"),
     "kernel precision (vocab.FP32_KERNEL_PATTERN / LOWER_PRECISION_KERNEL_PATTERN, work_class)": re.compile(
@@ -79,6 +80,7 @@ def test_the_check_finds_each_spelling(idea, tmp_path):
         "sync runtime calls": "cudaStreamSynchronize",
         "GEMM / convolution": "aten::addmm",
         "allocator calls": "hipFree",
+        "allocations and frees": "SELECT sum(m.bytes) FROM memory m WHERE m.bytes > 0",
         "copy direction": "(name ILIKE '%DtoH%' AND step IS NOT NULL)",
         "a source line's key": "SELECT f.file || ':' || f.line AS source FROM frames f",
         "kernel precision": "(?i)(sgemm|f32|fp32)",
@@ -114,6 +116,10 @@ def test_fragments_select_what_they_name():
     assert ids(vocab.sync_call("e")) == [4]
     assert ids(vocab.sync_op("e")) == [8]
     assert ids(vocab.allocator_call("e")) == [9]
+    def sizes(where):  # rows of a memory table: an allocation, a free, and a zero
+        return [r[0] for r in con.execute(f"SELECT m.bytes FROM (VALUES (4096), (-4096), (0)) m(bytes) WHERE {where}").fetchall()]
+
+    assert sizes(vocab.memory_allocation("m")) == [4096] and sizes(vocab.memory_free("m")) == [-4096]
     assert ids(vocab.op_in(vocab.GEMM_OPS, "e")) == [1, 2]
     assert ids(vocab.in_steps([], "e")) == []
     assert vocab.GEMM_KERNEL_RE.search("sm80_xmma_gemm") and not vocab.GEMM_KERNEL_RE.search("elementwise_kernel")

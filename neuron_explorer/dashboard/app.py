@@ -19,7 +19,7 @@ from .api import register as register_api
 from .figure import build_figure
 from .runs import RunSet
 from .timeline import timeline_arrays
-from .ui import compare_view, flame, overview, sql
+from .ui import compare_view, flame, memory, overview, sql
 from .ui.guard import CallbackInputError, guard
 from .ui.panels import TAB_LABELS, TABS, detail_panel, drawer_class, finding_clicked, findings_for, findings_note, findings_table, tables_for  # noqa: F401  (callback bodies)
 from .ui.theme import GRAPH_CONFIG, STYLE
@@ -491,7 +491,7 @@ def create_app(rs: RunSet):
                   Input("tabs", "value"), Input("run-select", "value"), Input("rank-select", "value"), prevent_initial_call="initial_duplicate")
     @guard(1)
     def _tabs(tab, run, rank):
-        if tab in ("findings", "overview", "flame", "sql"):
+        if tab in ("findings", "overview", "flame", "sql", "memory"):
             return (None,)
         return (tables_for(rs, run, rank, tab),)
 
@@ -524,6 +524,7 @@ def create_app(rs: RunSet):
     overview.register(app, rs, view_for)
     ranks_view.register(app, rs)
     flame.register(app, rs)
+    memory.register(app, rs)
     sql.register(app, rs, search_view)
     return app
 
@@ -602,7 +603,8 @@ def _page_layout(rs: RunSet):
                     html.Div(id="findings-note", className="nx-muted"),
                     findings_table(),
                     html.Div(id="finding-detail", className="nx-muted", style={"marginTop": 6})]),
-                *[dcc.Tab(label=TAB_LABELS[t], value=t) for t in TABS],  # the table views' registry, then Memory
+                *[dcc.Tab(label=TAB_LABELS[t], value=t, children=[memory.layout()] if t == "memory" else None)
+                  for t in TABS],  # the table views' registry, then Memory (its components in the page: ui/memory.py)
                 dcc.Tab(label="Flame", value="flame", children=[flame.layout()]),
                 dcc.Tab(label="SQL", value="sql", children=[sql.layout()]),
             ]), html.Div(id="tab-content")], className="nx-card"),

@@ -16,6 +16,7 @@ from .timeline import parse_rank, timeline  # noqa: F401  (timeline is a view to
 from .views.compare import compare, compare_timeline  # noqa: F401  (the views of two runs)
 from .views.findings import findings, report_summary  # noqa: F401  (the findings view; the report's summary for the Overview)
 from .views.flame import flame
+from .views.memory import memory_range
 from .views.navigate import area, critical_path, jump  # noqa: F401  (views: an area selection, the path of the step in view, a table row's instances)
 from .views.overview import overview
 from .views.search import search  # noqa: F401  (a view: find events by name)
@@ -60,6 +61,7 @@ VIEWS = {
     "steps": steps,
     "memory": memory,
     "memory_summary": memory_summary,
+    "memory_range": memory_range,
     "flame": flame,
     "findings": findings,
     "search": search,

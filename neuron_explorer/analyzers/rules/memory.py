@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from ...vocab import in_steps, line_key_sql
+from ...vocab import in_steps, line_key_sql, memory_allocation
 from ..engine import Context, NotApplicable
 from ..model import Location
 from ._util import row, rows
@@ -41,16 +41,18 @@ def check(ctx: Context) -> list:
     steps = len(steady) if steady else 0  # per steady step; 0: over the window
     in_steady = in_steps(steady) if steady is not None else "TRUE"
     out = []
+    alloc = memory_allocation()
     for dev in rows(ctx.run, f"SELECT DISTINCT device_type, device FROM memory WHERE rank = {ctx.rank} ORDER BY 1, 2"):
         dt, d = dev["device_type"], dev["device"]
-        sql = f"""SELECT max(total_allocated)::BIGINT AS peak_bytes, coalesce(sum(bytes) FILTER (WHERE bytes > 0), 0)::BIGINT AS allocated_bytes,
-  count(*) FILTER (WHERE bytes > 0) AS allocations,
-  coalesce(sum(bytes) FILTER (WHERE bytes > 0 AND {in_steady}), 0)::BIGINT AS allocated_in_steps_bytes
+        sql = f"""SELECT max(total_allocated)::BIGINT AS peak_bytes, coalesce(sum(bytes) FILTER (WHERE {alloc}), 0)::BIGINT AS allocated_bytes,
+  count(*) FILTER (WHERE {alloc}) AS allocations,
+  coalesce(sum(bytes) FILTER (WHERE {alloc} AND {in_steady}), 0)::BIGINT AS allocated_in_steps_bytes
 FROM memory WHERE rank = {ctx.rank} AND device_type = {dt} AND device = {d}"""
         v = row(ctx.run, sql)
         lines = rows(ctx.run, f"""SELECT {line_key_sql('f')} AS source, sum(m.bytes)::BIGINT AS bytes
             FROM memory m JOIN frames f ON f.frame_id = m.frame_id
-            WHERE m.rank = {ctx.rank} AND m.device_type = {dt} AND m.device = {d} AND m.bytes > 0 GROUP BY 1 ORDER BY bytes DESC LIMIT 3""")
+            WHERE m.rank = {ctx.rank} AND m.device_type = {dt} AND m.device = {d} AND {memory_allocation('m')}
+            GROUP BY 1 ORDER BY bytes DESC LIMIT 3""")
         cap = None
         if d is not None and d >= 0:
             p = row(ctx.run, f"SELECT properties FROM devices WHERE rank = {ctx.rank} AND device = {d}")

@@ -15,7 +15,6 @@ from ..views.overview import share_denominator, summary_by_rank
 from ..views.tables import TABLE_VIEWS
 from .grid import column, grid, text_color_when
 from .guard import CallbackInputError
-from .theme import GRAPH_CONFIG
 
 
 def drawer_class(event_id) -> str:
@@ -123,26 +122,16 @@ def tables_for(rs: RunSet, run, rank, tab: str):
 
 
 MIB = 2**20
-MEMORY_COLORS = ("#1565C0", "#E65100", "#2E7D32", "#6A1B9A", "#00838F", "#AD1457", "#5D4037", "#F9A825")
-"""One colour per memory line (rank, device), in order."""
 
 
 def memory_panel(rs: RunSet, run, rank):
-    """The Memory tab: allocated bytes over time, the peak per device (with reserved against
-    allocated), and the allocations per source line and per operator."""
-    from dash import dcc, html
+    """The whole run's memory tables (under the Memory tab's range, ui/memory.py): the peak per
+    device (with reserved against allocated), and the allocations per source line and per operator."""
+    from dash import html
 
-    mem = queries.memory(rs, run=run, rank=rank)
-    if not mem["series"]:
-        return html.Div("no memory events in this run (record with profile_memory=True)", className="nx-muted")
-    import plotly.graph_objects as go
-
-    fig = go.Figure([go.Scatter(x=s["x_ms"], y=[b / MIB for b in s["bytes"]], name=s["label"], mode="lines",
-                                line={"shape": "hv", "color": MEMORY_COLORS[i % len(MEMORY_COLORS)]})
-                     for i, s in enumerate(mem["series"])])
-    fig.update_layout(template=go.layout.Template(), height=300, margin={"l": 60, "r": 20, "t": 20, "b": 40},
-                      xaxis={"title": "ms from run start", "gridcolor": "#EEF1F4"}, yaxis={"title": "allocated MiB", "gridcolor": "#EEF1F4"})
     summ = queries.memory_summary(rs, run=run, rank=rank)
+    if not summ["devices"]:
+        return html.Div("no memory events in this run (record with profile_memory=True)", className="nx-muted")
     mib = lambda b: None if b is None else round(b / MIB, 3)  # noqa: E731
     dev_cols = [column("rank", "rank", numeric=True), column("where", "device"), column("peak_allocated", "peak allocated MiB", numeric=True),
                 column("peak_ms", "at ms", numeric=True), column("peak_reserved", "peak reserved MiB", numeric=True),
@@ -161,7 +150,6 @@ def memory_panel(rs: RunSet, run, rank):
                                  "freed": mib(x["freed_bytes"])} for x in rows], height_rows=min(max(len(rows), 1), 10))
 
     return html.Div([
-        dcc.Graph(figure=fig, id="memory-graph", config=GRAPH_CONFIG),
         html.Div("peak per device (reserved: what the caching allocator holds)", className="nx-muted"),
         grid("memory-devices", dev_cols, dev_rows, height_rows=max(len(dev_rows), 1)),
         html.Div("allocations per source line", className="nx-muted"),

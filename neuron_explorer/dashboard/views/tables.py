@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...analyzers import metrics
-from ...vocab import device_work, line_key_sql, top_op
+from ...vocab import device_work, line_key_sql, memory_allocation, memory_free, top_op
 from ..chain import ms_from_start
 from ..runs import OpenRun, RunSet, parse_int
 from ..timeline import MAX_WIDTH_PX, memory_track, parse_rank
@@ -255,7 +255,7 @@ def memory_summary(rs: RunSet, run=0, rank=None) -> dict:
     rw = _rank_where(rank)
     devices = r.records(f"""SELECT rank, device_type, device, max(total_allocated) AS peak_allocated_bytes,
                               arg_max(ts_ns, total_allocated) AS peak_ts_ns, max(total_reserved) AS peak_reserved_bytes,
-                              count(*) FILTER (WHERE bytes > 0) AS allocations
+                              count(*) FILTER (WHERE {memory_allocation()}) AS allocations
                             FROM memory WHERE true{rw} GROUP BY ALL ORDER BY rank, device_type, device""")
     for d in devices:
         d["where"] = "CPU" if d["device_type"] == 0 else f"device {d['device']}"
@@ -264,15 +264,15 @@ def memory_summary(rs: RunSet, run=0, rank=None) -> dict:
             d["peak_reserved_bytes"] = None
         d["reserved_unused_bytes"] = (None if d["peak_reserved_bytes"] is None or d["peak_allocated_bytes"] is None
                                       else d["peak_reserved_bytes"] - d["peak_allocated_bytes"])
-    by_line = r.records(f"""SELECT {line_key_sql('f')} AS source, count(*) FILTER (WHERE m.bytes > 0) AS allocations,
-                              coalesce(sum(m.bytes) FILTER (WHERE m.bytes > 0), 0)::BIGINT AS allocated_bytes,
-                              coalesce(-sum(m.bytes) FILTER (WHERE m.bytes < 0), 0)::BIGINT AS freed_bytes
+    by_line = r.records(f"""SELECT {line_key_sql('f')} AS source, count(*) FILTER (WHERE {memory_allocation('m')}) AS allocations,
+                              coalesce(sum(m.bytes) FILTER (WHERE {memory_allocation('m')}), 0)::BIGINT AS allocated_bytes,
+                              coalesce(-sum(m.bytes) FILTER (WHERE {memory_free('m')}), 0)::BIGINT AS freed_bytes
                             FROM memory m JOIN frames f ON f.frame_id = m.frame_id
                             WHERE true{_rank_where(rank, 'm.rank')} GROUP BY 1 HAVING allocations > 0
                             ORDER BY allocated_bytes DESC, source LIMIT {MEMORY_ROWS}""")
-    by_op = r.records(f"""SELECT coalesce(o.name, '(no operator)') AS operator, count(*) FILTER (WHERE m.bytes > 0) AS allocations,
-                            coalesce(sum(m.bytes) FILTER (WHERE m.bytes > 0), 0)::BIGINT AS allocated_bytes,
-                            coalesce(-sum(m.bytes) FILTER (WHERE m.bytes < 0), 0)::BIGINT AS freed_bytes
+    by_op = r.records(f"""SELECT coalesce(o.name, '(no operator)') AS operator, count(*) FILTER (WHERE {memory_allocation('m')}) AS allocations,
+                            coalesce(sum(m.bytes) FILTER (WHERE {memory_allocation('m')}), 0)::BIGINT AS allocated_bytes,
+                            coalesce(-sum(m.bytes) FILTER (WHERE {memory_free('m')}), 0)::BIGINT AS freed_bytes
                           FROM memory m LEFT JOIN events o ON o.event_id = m.op_id
                           WHERE true{_rank_where(rank, 'm.rank')} GROUP BY 1 HAVING allocations > 0
                           ORDER BY allocated_bytes DESC, operator LIMIT {MEMORY_ROWS}""")
