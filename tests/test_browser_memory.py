@@ -30,7 +30,14 @@ def server(tmp_path_factory):
         yield served
 
 
+def _timeline_box(drv) -> dict:
+    """plot_box once the timeline is drawn (a figure from the server re-mounts the graph)."""
+    wait_for(drv, f"const gd = {GD}; return !!(gd && gd._fullLayout && gd._fullLayout.xaxis)", what="timeline drawn")
+    return plot_box(drv)
+
+
 def _memory_box(drv) -> dict:
+    wait_for(drv, f"const gd = {MEM_GD}; return !!(gd && gd._fullLayout && gd._fullLayout.xaxis)", what="memory chart drawn")
     drv.execute_script("document.getElementById('memory-graph').scrollIntoView({block: 'center'})")
     return drv.execute_script(f"""const gd = {MEM_GD}; const r = gd.getBoundingClientRect(); const s = gd._fullLayout._size;
         const xa = gd._fullLayout.xaxis; return {{left: r.left + s.l, top: r.top + s.t, w: s.w, h: s.h, x0: xa.range[0], x1: xa.range[1]}};""")
@@ -51,7 +58,7 @@ def test_memory_and_timeline_follow_each_other(server, browser):
     drv = browser
     drv.get(url)
     wait_for(drv, f"return {STATUS}", what="status")
-    box = plot_box(drv)
+    box = _timeline_box(drv)
     drv.find_element(By.XPATH, "//div[@id='tabs']//*[text()='Memory']").click()
     # the whole run: the chart over the timeline's window, the known allocations, the known top line
     _follows(drv, (box["x0"], box["x1"]), "the chart over the timeline's window")
@@ -64,12 +71,12 @@ def test_memory_and_timeline_follow_each_other(server, browser):
 
     # a drag on the timeline (20% → 60% of it) moves the memory chart there
     drv.execute_script("window.scrollTo(0, 0)")
-    box = plot_box(drv)
+    box = _timeline_box(drv)
     status = drv.execute_script(f"return {STATUS}")
     y = box["top"] + 20
     _mouse_drag(drv, box["left"] + box["w"] * 0.2, y, box["left"] + box["w"] * 0.6, y)
     wait_for(drv, f"const s = {STATUS}; return s !== {status!r} && s", what="the timeline zoomed")
-    z = plot_box(drv)
+    z = _timeline_box(drv)
     assert z["x1"] - z["x0"] == pytest.approx(0.4 * (box["x1"] - box["x0"]), rel=0.05)
     _follows(drv, (z["x0"], z["x1"]), "the chart follows the timeline's zoom")
 
@@ -79,14 +86,15 @@ def test_memory_and_timeline_follow_each_other(server, browser):
     want = (m["x0"] + 0.1 * (m["x1"] - m["x0"]), m["x0"] + 0.5 * (m["x1"] - m["x0"]))
     _mouse_drag(drv, m["left"] + m["w"] * 0.1, m["top"] + m["h"] / 2, m["left"] + m["w"] * 0.5, m["top"] + m["h"] / 2)
     wait_for(drv, f"const s = {STATUS}; return s !== {status!r} && s", what="the timeline follows the chart")
-    t = drv.execute_script(f"const xa = {GD}._fullLayout.xaxis; return xa.range.slice()")
-    assert t == [pytest.approx(want[0], abs=0.01 * (want[1] - want[0])), pytest.approx(want[1], abs=0.01 * (want[1] - want[0]))]
+    tol = 0.01 * (want[1] - want[0])  # the drag's ends, to a pixel or so
+    t = wait_for(drv, f"const gd = {GD}, r = gd && gd._fullLayout && gd._fullLayout.xaxis.range; "
+                      f"return r && Math.abs(r[0] - {want[0]}) < {tol} && Math.abs(r[1] - {want[1]}) < {tol} && r.slice()",
+                 what="the timeline's window is the chart's drag")
     _follows(drv, tuple(t), "the chart keeps the timeline's new window")
 
     # a shift+drag area selection on the timeline (no zoom) moves the chart to the selected time
-    drv.execute_script("document.getElementById('memory-graph').scrollIntoView({block: 'end'})")  # page scroll: both in view
     drv.execute_script("window.scrollTo(0, 0)")
-    box = plot_box(drv)
+    box = _timeline_box(drv)
     x0, x1, yy = box["left"] + box["w"] * 0.25, box["left"] + box["w"] * 0.75, box["top"] + 10
     ac = ActionChains(drv)
     ac.key_down(Keys.SHIFT)
@@ -105,7 +113,7 @@ def test_memory_and_timeline_follow_each_other(server, browser):
     sel = drv.execute_script("const d = document.getElementById('nx-area-box').dataset; return [+d.x0, +d.x1]")
     got = wait_for(drv, f"const r = {MEM_RANGE}; return r && Math.abs(r[0] - {sel[0]}) < 1e-5 && r", what="the chart follows the area")
     assert got[1] == pytest.approx(sel[1], abs=1e-5)
-    assert plot_box(drv)["x0"] == box["x0"]  # the timeline did not zoom
+    assert _timeline_box(drv)["x0"] == box["x0"]  # the timeline did not zoom
 
     # the whole run again (double-click on the chart), then a click on the largest allocation opens its operator
     _memory_box(drv)
