@@ -22,7 +22,7 @@ from .test_agent_tools import BASE, EVENTS, US, build_hand_run
 from .test_sandbox import run_digest
 
 TOOLS = {"list_runs", "summary", "findings", "explain_finding", "query", "hot_source_lines", "event_context", "compare",
-         "critical_path", "utilisation"}
+         "critical_path", "utilisation", "memory_range"}
 
 
 @pytest.fixture(scope="module")

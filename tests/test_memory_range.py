@@ -191,3 +191,22 @@ def test_sizes_are_written_in_the_unit_that_fits():
 
     assert [size(b) for b in (None, 0, 512, 1023, 1024, 7680, 2**20, 3 * 2**20 // 2, 2**28 - 1, 2**28, 5 * 2**30, -4096)] == [
         "-", "0 B", "512 B", "1023 B", "1.0 KiB", "7.5 KiB", "1.0 MiB", "1.5 MiB", "256.0 MiB", "0.25 GiB", "5.00 GiB", "-4.0 KiB"]
+
+
+def test_the_agent_tool_answers_what_the_dashboard_shows(run_dir, rs):
+    from neuron_explorer.agent.tools import AgentRuns
+
+    start = _start(rs)
+    agent = AgentRuns([run_dir])
+    try:
+        got = agent.memory_range(t0_ns=start + 15 * US, t1_ns=start + 65 * US, k=1)
+        assert got["ok"], got
+        assert got["totals"]["allocated_bytes"] == 3072 and got["devices"][0]["peak_bytes"] == 7168
+        assert [a["bytes"] for a in got["allocations"]] == [2048] and got["truncated"]  # k = 1 of 2
+        whole = agent.memory_range()
+        dash = queries.memory_range(rs, run=0)
+        assert whole["totals"] == dash["totals"] and whole["by_line"] == dash["by_line"]
+        assert [a["bytes"] for a in whole["allocations"]] == [a["bytes"] for a in dash["allocations"]] == [4096, 2048, 1024, 512]
+        assert not agent.memory_range(t0_ns=5, t1_ns=5)["ok"]
+    finally:
+        agent.close()

@@ -37,7 +37,7 @@ MAX_ROWS = 200
 SEVERITY_ORDER = ("high", "medium", "low", "info")
 
 TOOLS = ("list_runs", "summary", "findings", "explain_finding", "query", "hot_source_lines", "event_context", "compare",
-         "critical_path", "utilisation")
+         "critical_path", "utilisation", "memory_range")
 """The AgentRuns methods that are agent tools: each method's signature and docstring are the tool's
 one definition (the MCP server registers them as they are)."""
 
@@ -445,6 +445,31 @@ class AgentRuns:
                                            "(or the event's own name); null: host time outside every traced call"}}
             if not out_ranks:
                 out["note"] = "no profiler steps (ProfilerStep#N) in this run: no critical path"
+            return out
+        return self._call(go)
+
+    def memory_range(self, run: str | None = None, t0_ns: int | None = None, t1_ns: int | None = None, rank: int | None = None,
+                     k: int = 20) -> dict:
+        """Memory in the time range [t0_ns, t1_ns) (ns on the run clock, as events.ts_ns; default: the whole run),
+        as the dashboard's Memory tab shows it: allocations and bytes allocated and freed, per device the peak of
+        allocated bytes and when, the `k` largest allocations (size, address, when freed in the range, bytes alive at
+        the peak, operator, top-level operator, source line) and the lines and top-level operators that allocated
+        most. Needs allocator events (profile_memory=True). Definitions: docs/METRICS.md "Memory in a time range"."""
+        def go():
+            from ..analyzers.memory_range import memory_range_of
+
+            name = self._resolve(run)
+            kk = max(1, min(int(k), MAX_ROWS))
+            if t0_ns is None or t1_ns is None:
+                (span,) = self._sql(name, "SELECT min(ts_ns) AS t0, max(ts_ns + dur_ns) + 1 AS t1 FROM events")
+            a = int(t0_ns) if t0_ns is not None else span["t0"]
+            b = int(t1_ns) if t1_ns is not None else span["t1"]
+            if b <= a:
+                raise ValueError(f"t1_ns must be after t0_ns (got {a} .. {b})")
+            m = memory_range_of(lambda sql: self._sql(name, sql, max_rows=MAX_ROWS + 1), a, b, None if rank is None else int(rank), kk)
+            out = {"ok": True, "run": name, **m}
+            if not m["devices"]:
+                out["note"] = "no allocator events in this run (record with profile_memory=True)"
             return out
         return self._call(go)
 
