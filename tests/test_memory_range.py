@@ -172,6 +172,8 @@ def test_the_v100_trace_recorded_with_memory():
         (t0, t1), = r.query("SELECT ts_ns, ts_ns + dur_ns FROM events WHERE name = 'ProfilerStep#17'")[1]
         m = memory_range(r.run, t0, t1)
         assert not m["has_addresses"] and all(a["peak_contribution_bytes"] is None for a in m["allocations"])
+        head = memory_ui.headline(queries.memory_range(rs, run=0, t0=t0, t1=t1))
+        assert head.endswith("the trace records no block addresses: which blocks were freed is not known · the 200 largest listed"), head
         (n, total), = r.query(f"SELECT count(*), sum(bytes) FROM memory WHERE bytes > 0 AND ts_ns >= {t0} AND ts_ns < {t1}")[1]
         assert (m["totals"]["allocations"], m["totals"]["allocated_bytes"]) == (n, total) == (EXPECTED_STEP17[0], EXPECTED_STEP17[1])
         top = m["by_operator"][0]

@@ -44,7 +44,7 @@ ALLOC_COLUMNS = [
 GROUP_COLUMNS = [
     column("key", "source line", wide=True, tooltipField="key", cellStyle={"textAlign": "left"}),
     column("allocated", "allocated MiB", numeric=True), column("allocations", "allocations", numeric=True),
-    column("peak", "at the peak MiB", numeric=True, headerTooltip="bytes of the line's allocations in the range alive at its device's peak"),
+    column("peak", "at the peak MiB", numeric=True, headerTooltip="bytes of the row's allocations in the range alive at their device's peak"),
     column("freed", "freed in range MiB", numeric=True)]
 
 
@@ -72,9 +72,10 @@ def headline(data: dict) -> str:
     driver = (f" · driver allocator calls: {calls['calls']:,} ({calls['frees']:,} frees, {duration(calls['dur_ns'])})"
               if calls.get("calls") else "")
     no_addr = "" if data["has_addresses"] else " · the trace records no block addresses: which blocks were freed is not known"
+    listed = f" · the {len(data['allocations']):,} largest listed" if len(data["allocations"]) < t["allocations"] else ""
     return (f"range {duration(data['t1'] - data['t0'])} from +{data['t0_ms']:,.3f} ms: {t['allocations']:,} allocations, "
             f"{size(t['allocated_bytes'])} allocated; {t['frees']:,} frees, {size(t['freed_bytes'])} freed"
-            + (f" · {peaks}" if peaks else "") + driver + no_addr)
+            + (f" · {peaks}" if peaks else "") + driver + no_addr + listed)
 
 
 def _state(a: dict) -> str:
