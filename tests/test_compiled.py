@@ -93,6 +93,20 @@ def test_line_times_name_the_statement_inside_the_compiled_function():
     assert rows == [("train.py:10", 60), ("model.py:6", 50), ("model.py:5", 40)]
 
 
+class _Run:
+    def __init__(self, con):
+        self.sql = con.sql
+
+
+def test_rules_screen_ranks_with_the_same_line_figures():
+    # line_times_by_rank (the hotspot rule's screen) reads the figures line_times gives: the
+    # compiled kernels' time on their statements, not all on the line that called the function
+    got = sorted(lines.line_times_by_rank(_Run(_con()))[0])
+    assert got == [(0, 40, 60), (0, 50, 0), (2, 60, 0)]
+    same = _con().execute(f"SELECT calls, cpu_ns, device_ns FROM ({lines.line_times_sql(0)})").fetchall()
+    assert got == sorted(same)
+
+
 # ---- the collector's raw-table steps (pure) -----------------------------------------------------
 
 
