@@ -93,6 +93,20 @@ def test_line_times_name_the_statement_inside_the_compiled_function():
     assert rows == [("train.py:10", 60), ("model.py:6", 50), ("model.py:5", 40)]
 
 
+class _Run:
+    def __init__(self, con):
+        self.sql = con.sql
+
+
+def test_rules_screen_ranks_with_the_same_line_figures():
+    # line_times_by_rank (the hotspot rule's screen) reads the figures line_times gives: the
+    # compiled kernels' time on their statements, not all on the line that called the function
+    got = sorted(lines.line_times_by_rank(_Run(_con()))[0])
+    assert got == [(0, 40, 60), (0, 50, 0), (2, 60, 0)]
+    same = _con().execute(f"SELECT calls, cpu_ns, device_ns FROM ({lines.line_times_sql(0)})").fetchall()
+    assert got == sorted(same)
+
+
 # ---- the collector's raw-table steps (pure) -----------------------------------------------------
 
 
@@ -164,6 +178,42 @@ def test_kernels_are_charged_to_the_statements_of_their_graph():
     assert args[5] is None and (count.kernels, count.charged, count.unmatched) == (4, 3, {"cpp_fused_gone_9"})
 
 
+def test_aten_calls_of_the_generated_code_are_charged_by_their_place_in_the_graph():
+    #  graph A (cache off: its call range says None): cpp_fused_relu_0 (line 5), addmm #0 (line 5, through
+    #  torch's linear.py), addmm #1 (line 6); graph B: mm #0 (line 6), mm #1 (line 5), cpp_fused_sum_0 (line 6)
+    stack5 = 'File "/src/model.py", line 5, in forward\n    h = relu(l1(x))\n'
+    stack6 = 'File "/src/model.py", line 6, in forward\n    return l2(h)\n'
+    lib = 'File "/site-packages/torch/nn/modules/linear.py", line 125, in forward\n    return F.linear(x)\n'
+    graph_a = compiled.graph_kernels({"cpp_fused_relu_0:1": [stack5], "extern_kernels.addmm:2": [stack5 + lib],
+                                      "extern_kernels.addmm:3": [stack6]})
+    graph_b = compiled.graph_kernels({"extern_kernels.mm:7": [stack6], "torch.ops.aten.mm.default:8": [stack5],
+                                      "cpp_fused_sum_0:9": [stack6]})
+    assert list(graph_a) == ["cpp_fused_relu_0", "aten::addmm#0", "aten::addmm#1"]
+    assert list(graph_b) == ["aten::mm#0", "aten::mm#1", "cpp_fused_sum_0"]
+    raw = _raw([
+        ("cpu_op", "aten::addmm", 10, 5, 1, 7),  # eager, outside every graph call: not a kernel of the code
+        ("user_annotation", "## Call CompiledFxGraph None ##", 100, 100, 1, 7),
+        ("cpu_op", "graph_0_cpp_fused_relu_0", 110, 10, 1, 7),
+        ("cpu_op", "aten::addmm", 130, 20, 1, 7),
+        ("cpu_op", "aten::addmm", 135, 5, 1, 7),  # inside the one above: not a call of the code
+        ("cpu_op", "aten::addmm", 160, 20, 1, 7),
+        ("user_annotation", "## Call CompiledFxGraph None ##", 300, 100, 1, 7),
+        ("cpu_op", "aten::mm", 310, 10, 1, 7), ("cpu_op", "aten::mm", 330, 10, 1, 7),
+        ("cpu_op", "graph_1_cpp_fused_sum_0", 350, 10, 1, 7),
+        ("user_annotation", "## Call CompiledFxGraph None ##", 500, 100, 1, 7),
+        ("cpu_op", "aten::mm", 510, 10, 1, 7), ("cpu_op", "aten::mm", 530, 10, 1, 7), ("cpu_op", "aten::mm", 550, 10, 1, 7),
+    ])
+    interned: dict[tuple, int] = {}
+    count = compiled.ChargeCount()
+    out = compiled.charge_kernels(raw, {"#1": graph_a, "#2": graph_b}, lambda f, n, fn, p: interned.setdefault(n, len(interned)),
+                                  lambda i: 1000 + i, lambda f: "site-packages" not in f, count)
+    line_of = {1000 + i: n for n, i in interned.items()}
+    charged = [[line_of[c["frame_id"]] for c in json.loads(a)["compiled_from"]] if a else None for a in out["args"].to_pylist()]
+    assert charged == [None, None, [5], [5], None, [6], None, [6], [5], [6], None, [6], [5], None], charged
+    # the third mm of a call to a graph with two is counted, not charged
+    assert (count.kernels, count.charged, count.unmatched) == (9, 8, {"aten::mm#2"})
+
+
 # ---- a real torch.compile'd model, recorded on the CPU --------------------------------------------
 
 MODEL = '''
@@ -226,6 +276,8 @@ def test_a_recorded_compiled_model_names_the_statement_inside_it(tmp_path: Path)
     assert charged_to["graph_0_cpp_fused_add_cos_mul_sin_tanh_0"] == "14@1.0", charged_to
     assert charged_to["graph_0_cpp_fused_sum_1"] == "15@1.0", charged_to
     assert any(v == "14@0.5 15@0.5" for k, v in charged_to.items() if "backward" in k), charged_to
+    # the generated code's calls of aten::addmm (l1, l2) and of aten::mm in the backward, each on its Linear's statement
+    assert charged_to["aten::addmm"] == "12@1.0 15@1.0" and charged_to["aten::mm"] == "12@1.0 15@1.0", charged_to
     figures = {r["source"].rsplit("/", 1)[-1]: r for r in lines.line_times(run, 0)}
     assert figures["block.py:14"]["cpu_ns"] > figures["block.py:14"]["cpu_backward_ns"] > 0, figures  # forward and backward
     kernels, charged = run.sql("SELECT count(*), count(*) FILTER (WHERE args LIKE '%compiled_from%') FROM events "
@@ -278,3 +330,91 @@ def test_graphs_without_a_cache_key_are_found_by_kernel_name():
     out = compiled.charge_kernels(raw, {"#1": {"cpp_fused_relu_0": [stack]}, "#2": {"cpp_fused_sum_1": [stack]}},
                                   lambda *a: 3, lambda i: i, lambda f: True, count)
     assert json.loads(out["args"][1].as_py()) == {"compiled_from": [{"frame_id": 3, "share": 1.0}]} and count.charged == 1
+
+
+# ---- compiling kept out of the Python tracer ------------------------------------------------------
+
+
+def _leaf(i):
+    return i
+
+
+def _many(n):
+    return sum(_leaf(i) for i in range(n))
+
+
+def _outer(untraced, n_inside, n_after):
+    untraced._untraced("demo", _many, (n_inside,), {})
+    return _many(n_after)
+
+
+def test_the_python_tracer_is_paused_inside_and_resumed_nested(tmp_path: Path):
+    import torch
+    import torch.profiler as tp
+
+    untraced = compiled.CompilerUntraced()
+    with tp.profile(activities=[tp.ProfilerActivity.CPU], with_stack=True) as prof:
+        untraced.start()
+        _outer(untraced, 500, 7)
+        untraced.stop()
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    events = [e for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"] if e.get("ph") == "X"]
+    calls = [e for e in events if e["name"].endswith(": _leaf")]
+    assert len(calls) == 7  # the 500 calls made while paused are not recorded, the 7 after are
+    (outer,) = [e for e in events if e["name"].endswith(": _outer")]
+    (demo,) = [e for e in events if e["name"] == compiled.COMPILE_NAME_PREFIX + "demo"]
+    assert outer["ts"] <= demo["ts"] and demo["ts"] + demo["dur"] <= outer["ts"] + outer["dur"]  # the range, inside its caller
+    nested = [e for e in events if e.get("cat") == "python_function" and outer["ts"] <= e["ts"] <= outer["ts"] + outer["dur"]]
+    # every call recorded inside _outer also ends inside it: the pause leaves no call open
+    assert nested and all(e["ts"] + e["dur"] <= outer["ts"] + outer["dur"] + 1 for e in nested), nested
+    assert torch.compile.__module__ == "torch" and not getattr(torch.compile, "_neuron_explorer", False)
+
+
+COMPILING = '''
+import sys, torch
+import neuron_explorer as nx
+
+
+def step_fn(x):
+    return (torch.sin(x) * torch.cos(x)).sum()
+
+
+original = torch.compile
+x = torch.randn(64, requires_grad=True)
+with nx.profile({run!r}) as prof:
+    f = torch.compile(step_fn)  # SETUP
+    for _ in range(3):
+        loss = f(x)  # FORWARD
+        loss.backward()
+        prof.step()
+print("RESTORED", torch.compile is original)
+'''
+
+
+@pytest.mark.slow
+def test_compiling_in_the_recording_is_one_range_per_compile_on_its_line(tmp_path: Path):
+    from neuron_explorer.info import run_info
+    from neuron_explorer.store import open_run
+
+    script = tmp_path / "train.py"
+    source = textwrap.dedent(COMPILING.format(run=str(tmp_path / "run")))
+    script.write_text(source)
+    line = {tag: n for n, text in enumerate(source.splitlines(), 1) for tag in ("SETUP", "FORWARD") if f"# {tag}" in text}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=1200, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "RESTORED True" in done.stdout
+    run = open_run(tmp_path / "run")
+    ranges = run.sql(f"""SELECT e.name, f.line, e.pass FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
+      WHERE e.name LIKE '{compiled.COMPILE_NAME_PREFIX}%' ORDER BY e.ts_ns""").fetchall()
+    fn = "step_fn (train.py:6)"
+    # the backward's compile, like all backward work, on the forward statement that built it
+    assert ranges == [("torch.compile: setup", line["SETUP"], "forward"), (f"torch.compile: {fn}", line["FORWARD"], "forward"),
+                      (f"torch.compile: backward of {fn}", line["FORWARD"], "backward")], ranges
+    compiler = ("torch/_(inductor/(compile_fx|graph|scheduler|lowering|codegen/)|functorch/_aot_autograd/graph_compile"
+                "|dynamo/(symbolic_convert|output_graph))")
+    compiler_python = run.sql(f"SELECT count(*) FROM events WHERE kind = 'python' AND regexp_matches(name, '{compiler}')").fetchone()[0]
+    assert compiler_python == 0, compiler_python  # nothing of the compiler's own Python (a traced compile: >100,000 calls)
+    info = run_info(tmp_path / "run")
+    assert not any("Python calls of torch.compile" in w for w in info["warnings"])  # nothing left for drop_compile_python
+    dq = info["ranks"][0]["data_quality"]
+    assert dq["backward_linked_ns"] / dq["backward_ns"] >= 0.99  # the tree around the paused compile stays nested

@@ -147,15 +147,15 @@ WHERE f.is_user GROUP BY f.file, f.line"""
 
 
 def line_times_by_rank(run: Run) -> dict[int, list[tuple]]:
-    """Per rank, (calls, cpu_ns, device_ns) of each user line: the figures of `line_times`, for
-    every rank of the run's views in one query (rules screen ranks with it)."""
-    dev = DEVICE_WORK_SQL
-    top = top_op("e")
+    """Per rank, (calls, cpu_ns, device_ns) of each user line: the figures of `line_times`
+    (frame_times_sql, compiled kernels on their statements included), for every rank of the run's
+    views in one query (rules screen ranks with it). Lines with no operator, device work or
+    compiled time (Python time only) are left out."""
     out: dict[int, list[tuple]] = {}
-    for r, calls, cpu, device in run.sql(f"""SELECT e.rank, count(*) FILTER (WHERE {top}),
-  coalesce(sum(e.dur_ns) FILTER (WHERE {top}), 0), coalesce(sum(e.dur_ns) FILTER (WHERE e.kind IN {dev}), 0)
-FROM events e JOIN frames f ON f.rank = e.rank AND f.frame_id = e.source_frame_id
-WHERE f.is_user AND (({top}) OR e.kind IN {dev}) GROUP BY e.rank, f.file, f.line""").fetchall():
+    for r, calls, cpu, device in run.sql(f"""SELECT f.rank, sum(t.calls), sum(t.cpu_ns), sum(t.device_ns)
+FROM ({frame_times_sql(None)}) t JOIN frames f ON f.frame_id = t.frame_id
+WHERE f.is_user GROUP BY f.rank, f.file, f.line HAVING sum(t.calls) > 0 OR sum(t.kernels) > 0 OR sum(t.cpu_ns) <> 0 OR sum(t.device_ns) <> 0
+""").fetchall():
         out.setdefault(int(r), []).append((int(calls), int(cpu), int(device)))
     return out
 

@@ -17,6 +17,15 @@ Two things happen to a `torch.compile`d model while it is profiled:
   in each kernel event's args (vocab.COMPILED_FROM_ARG), the statements it came from, each with
   an equal share of its time (see docs/METRICS.md).
 
+Compiling itself is kept out of the Python tracer while it runs (`CompilerUntraced`): for each
+frame Dynamo compiles, for the backward AOT autograd compiles in the first backward, and for the
+`torch.compile(...)` call (which imports the compiler), torch's Python tracer is paused on that
+thread and one range names what was compiled
+(COMPILE_NAME_PREFIX: `torch.compile: <function> (<file>:<line>)`, `torch.compile: backward of …`,
+`torch.compile: setup`); torch's own phase ranges (`… (dynamo_timed)`) are kept under it.
+`drop_compile_python` stays for whatever the pause could not keep out (a Python whose thread state
+it cannot read).
+
 Settings take effect when a function is compiled: a function compiled before profiling started
 keeps its kernels unnamed (no ranges, no provenance), and its time stays on the calling line.
 
@@ -28,6 +37,8 @@ from __future__ import annotations
 import gc
 import json
 import re
+import sys
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -45,7 +56,14 @@ GRAPH_CALL_RE = re.compile(r"^## Call CompiledFxGraph (\S+) ##$")
 """The range around one call of a compiled graph (torch._inductor.output_code), with its cache key."""
 KERNEL_NAME_RE = re.compile(r"^(?:graph_\d+_)?((?:cpp_fused|triton_)\w*)$")
 """A generated kernel's event name (C++: `graph_<n>_cpp_fused_…`; Triton: `triton_…`) → its name in Inductor's provenance."""
+EXTERN_KERNEL_RE = re.compile(r"^(?:extern_kernels|torch\.ops\.aten|aten)\.(\w+?)(?:\.(?:default|out|Tensor|Scalar|\w+))?$")
+"""An extern kernel in Inductor's provenance (a call of an ATen operator from the generated code:
+`extern_kernels.addmm`, `torch.ops.aten.convolution_backward.default`) → the operator's name."""
+EXTERN_SEP = "#"
+"""The n-th (from 0) extern kernel of one operator in a graph: `aten::addmm#1` in compiled_graph_provenance."""
 _FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+COMPILE_NAME_PREFIX = "torch.compile: "
+"""The range CompilerUntraced records around each compile and each `torch.compile(...)` call."""
 
 
 # ---- the recording side (torch) -----------------------------------------------------------
@@ -136,6 +154,189 @@ class _AfterImport:
         return spec
 
 
+class _TracerPause:
+    """Pauses torch's Python tracer on the calling thread and resumes it (CPython's C profile hook).
+
+    torch's tracer is a C profile function (PyEval_SetProfile) whose object `sys.getprofile()`
+    returns; Python has no call that gives the function back, so it is read from the thread state,
+    two pointers before that object (c_profilefunc, c_tracefunc, c_profileobj: CPython 3.9-3.13).
+    Nothing is paused when that cannot be read, or when the hook is not torch's."""
+
+    _words = 64
+
+    def __init__(self):
+        import ctypes
+
+        api = ctypes.pythonapi
+        self._set_null = ctypes.PYFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(("PyEval_SetProfile", api))
+        self._set = ctypes.PYFUNCTYPE(None, ctypes.c_void_p, ctypes.py_object)(("PyEval_SetProfile", api))
+        self._tstate = ctypes.PYFUNCTYPE(ctypes.c_void_p)(("PyThreadState_Get", api))
+        self._array = ctypes.c_void_p * self._words
+
+    def pause(self):
+        """The resume function, or None when nothing was paused."""
+        obj = sys.getprofile()
+        if obj is None or type(obj).__name__ != "TraceContext":
+            return None
+        words = self._array.from_address(self._tstate())
+        slot = next((i for i in range(2, self._words) if words[i] == id(obj)), None)
+        fn = words[slot - 2] if slot is not None else None
+        if not fn:
+            return None
+        self._set_null(None, None)
+
+        def resume() -> None:
+            import torch
+
+            # not after the profiler stopped (its tracer is gone) or when another hook was set meanwhile
+            if sys.getprofile() is None and torch._C._autograd._profiler_enabled():
+                self._set(fn, obj)
+
+        return resume
+
+
+class CompilerUntraced:
+    """While profiling: torch's Python tracer paused while torch.compile compiles, one range per
+    compile naming the function (see the module's docstring); `stop()` undoes it all.
+
+    Three calls are wrapped while profiling (module or class attributes, looked up by torch when it
+    calls them; restored at stop): `torch.compile`, Dynamo's `convert_frame._compile` (one frame's
+    compile: Dynamo, AOT autograd, Inductor) and AOT autograd's lazy backward compile
+    (`_AutogradBackwardCompiler.get_or_compile`, when nothing is compiled yet). The tracer is paused
+    and resumed in the same wrapper frame, so the calls it records stay nested (pausing in Dynamo's
+    compile-start callback and resuming in the end one leaves a call open: the tree below it breaks).
+    A torch without one of them keeps that compile traced (drop_compile_python then leaves it out)."""
+
+    TARGETS = (("torch._dynamo.convert_frame", None, "_compile"),
+               ("torch._functorch._aot_autograd.runtime_wrappers", "_AutogradBackwardCompiler", "get_or_compile"))
+
+    def __init__(self):
+        self._local = threading.local()
+        self._pause: _TracerPause | None = None
+        self._hooks: list[_AfterImport] = []
+        self._wrapped: list[tuple[object, str, object]] = []  # (holder, attribute, original)
+        self._names: dict[str, str] = {}  # compile id -> the compiled function, for its backward
+
+    def start(self) -> None:
+        if self._pause is not None:
+            return
+        try:
+            self._pause = _TracerPause()
+        except (AttributeError, OSError):  # not CPython: drop_compile_python does what it can
+            return
+        import torch
+
+        self._wrap(torch, "compile", self._wrap_compile)
+        for module_name, cls, attr in self.TARGETS:
+            def wrap(module, cls=cls, attr=attr):
+                holder = getattr(module, cls, None) if cls else module
+                if holder is not None:
+                    self._wrap(holder, attr, self._wrap_frame_compile if cls is None else self._wrap_backward_compile)
+
+            module = sys.modules.get(module_name)
+            if module is not None:
+                wrap(module)
+            else:
+                hook = _AfterImport(module_name, wrap)
+                self._hooks.append(hook)
+                sys.meta_path.insert(0, hook)
+
+    def stop(self) -> None:
+        for hook in self._hooks:
+            if hook in sys.meta_path:
+                sys.meta_path.remove(hook)
+        self._hooks = []
+        for holder, attr, original in reversed(self._wrapped):
+            if getattr(getattr(holder, attr, None), "_neuron_explorer", False):  # (unless replaced meanwhile)
+                setattr(holder, attr, original)
+        self._wrapped = []
+        self._pause = None
+
+    def _wrap(self, holder, attr: str, make) -> None:
+        original = getattr(holder, attr, None)
+        if original is None or getattr(original, "_neuron_explorer", False):
+            return
+        wrapper = make(original)
+        wrapper._neuron_explorer = True
+        self._wrapped.append((holder, attr, original))
+        setattr(holder, attr, wrapper)
+
+    def _untraced(self, name: str, fn, args, kwargs):
+        self._enter(COMPILE_NAME_PREFIX + name)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._exit()
+
+    def _wrap_compile(self, original):
+        import functools
+
+        @functools.wraps(original)
+        def compile(*args, **kwargs):  # noqa: A001 (torch.compile, while profiling)
+            return self._untraced("setup", original, args, kwargs)
+
+        return compile
+
+    def _wrap_frame_compile(self, original):
+        import functools
+
+        @functools.wraps(original)
+        def _compile(code, *args, **kwargs):
+            name = _code_name(code)
+            compile_id = kwargs.get("compile_id")
+            if compile_id is not None:
+                self._names[str(compile_id)] = name
+            return self._untraced(name, original, (code, *args), kwargs)
+
+        return _compile
+
+    def _wrap_backward_compile(self, original):
+        import functools
+
+        @functools.wraps(original)
+        def get_or_compile(compiler, *args, **kwargs):
+            if getattr(compiler, "compiled_bw", None) is not None:  # compiled already: the backward runs, untouched
+                return original(compiler, *args, **kwargs)
+            info = getattr(compiler, "lazy_backward_info", None)
+            compile_id = str(getattr(getattr(info, "saved_compile_context", None), "compile_id", ""))
+            what = self._names.get(compile_id, compile_id or "a compiled function")
+            return self._untraced(f"backward of {what}", original, (compiler, *args), kwargs)
+
+        return get_or_compile
+
+    def _enter(self, name: str) -> None:
+        stack = self._local.__dict__.setdefault("stack", [])
+        resume, rf = None, None
+        try:
+            import torch
+
+            rf = torch._C._profiler._RecordFunctionFast(name)
+            rf.__enter__()
+        except Exception:  # a torch without it: no range, the pause still holds
+            rf = None
+        if self._pause is not None and not stack:
+            resume = self._pause.pause()
+        stack.append((resume, rf))
+
+    def _exit(self) -> None:
+        stack = self._local.__dict__.get("stack")
+        if not stack:
+            return
+        resume, rf = stack.pop()
+        if resume is not None:
+            resume()
+        if rf is not None:
+            rf.__exit__(None, None, None)
+
+
+def _code_name(code) -> str:
+    """`function (file:line)` of a code object, as the compile range names it."""
+    name = getattr(code, "co_name", None)
+    if name is None:
+        return "a function"
+    return f"{name} ({str(code.co_filename).rsplit('/', 1)[-1]}:{code.co_firstlineno})"
+
+
 def compiled_graph_provenance() -> dict[str, dict[str, list[str]]]:
     """{graph cache key: {kernel name: [FX node stack traces]}} of every compiled graph alive in the
     process (Inductor keeps them on the compiled graph objects, also when loaded from its cache). A
@@ -160,10 +361,27 @@ def compiled_graph_provenance() -> dict[str, dict[str, list[str]]]:
             traces = json.loads(text)
         except ValueError:
             continue
-        kernels = out.setdefault(str(key), {})
-        for handle, stacks in traces.items():
-            kernels.setdefault(handle.split(":")[0], []).extend(s for s in stacks if isinstance(s, str))
+        out[str(key)] = graph_kernels(traces)
     return out
+
+
+def graph_kernels(traces: dict[str, list]) -> dict[str, list[str]]:
+    """{kernel name: [FX node stack traces]} of one graph from Inductor's provenance
+    ({`<kernel>:<debug handle>`: [stack traces]}, in the order the kernels were generated). A
+    generated kernel is listed by its name; an extern kernel (EXTERN_KERNEL_RE) by its operator and
+    its place among the graph's calls of that operator (`aten::addmm#0`, `aten::addmm#1`: the
+    generated code calls them in that order)."""
+    kernels: dict[str, list[str]] = {}
+    seen: dict[str, int] = {}
+    for handle, stacks in traces.items():
+        name = handle.split(":")[0]
+        extern = EXTERN_KERNEL_RE.match(name)
+        if extern:
+            op = "aten::" + extern.group(1)
+            name = f"{op}{EXTERN_SEP}{seen.get(op, 0)}"
+            seen[op] = seen.get(op, 0) + 1
+        kernels.setdefault(name, []).extend(s for s in stacks if isinstance(s, str))
+    return kernels
 
 
 # ---- the raw tables (pure) ------------------------------------------------------------------
@@ -239,7 +457,9 @@ def charge_kernels(events: pa.Table, provenance: dict[str, dict[str, list[str]]]
     """The raw events with COMPILED_FROM_ARG added to the args of each generated kernel whose
     statements `provenance` (compiled_graph_provenance) names. A kernel is looked up in the graph
     of the `## Call CompiledFxGraph` range around it on its thread, else by its name alone when one
-    graph has a kernel of that name. `intern(file, line, function, parent_index) -> index` interns a
+    graph has a kernel of that name. An ATen operator the generated code called (an extern kernel:
+    `aten::addmm` of `extern_kernels.addmm`) is looked up only inside a graph call, as the n-th call
+    of that operator in it (graph_kernels). `intern(file, line, function, parent_index) -> index` interns a
     frame (parent: the frame the kernel event was recorded under, so the statements sit under the
     line that called the compiled function); `frame_id_of(index)` is its run frame id. Each
     statement gets an equal share."""
@@ -248,7 +468,8 @@ def charge_kernels(events: pa.Table, provenance: dict[str, dict[str, list[str]]]
     count = count if count is not None else ChargeCount()
     if events.num_rows == 0 or not provenance:
         return events
-    kernel_rows = np.flatnonzero(_mask_of_names(events["name"], KERNEL_NAME_RE.match))
+    extern_ops = {name.split(EXTERN_SEP)[0] for kernels in provenance.values() for name in kernels if EXTERN_SEP in name}
+    kernel_rows = np.flatnonzero(_mask_of_names(events["name"], lambda n: KERNEL_NAME_RE.match(n) or n in extern_ops))
     if not len(kernel_rows):
         return events
     by_name: dict[str, set[str]] = {}
@@ -262,18 +483,50 @@ def charge_kernels(events: pa.Table, provenance: dict[str, dict[str, list[str]]]
     frame_index = events["frame_index"].fill_null(-1).to_numpy() if "frame_index" in events.column_names else None
     args = events["args"].to_pylist()
     calls = sorted((int(ts[r]), int(ts[r] + dur[r]), int(tid[r]), GRAPH_CALL_RE.match(names[r]).group(1)) for r in call_rows)
-    for r in kernel_rows:
-        count.kernels += 1
-        kernel = KERNEL_NAME_RE.match(names[r]).group(1)
-        graph = None
-        for start, end, t, key in calls:  # (few calls; the innermost around the kernel wins)
-            if start > ts[r]:
+    rows = kernel_rows[np.argsort(ts[kernel_rows], kind="stable")]
+    starts = np.array([c[0] for c in calls], dtype=np.int64)
+    call_of = {}
+    for r in rows:
+        at = int(np.searchsorted(starts, ts[r], side="right"))
+        for i in range(at - 1, max(at - 9, -1), -1):  # the innermost call around the kernel: the latest started
+            if calls[i][2] == tid[r] and ts[r] + dur[r] <= calls[i][1]:
+                call_of[r] = i
                 break
-            if t == tid[r] and ts[r] + dur[r] <= end:
-                graph = key
-        if graph is None or kernel not in provenance.get(graph, {}):
-            keys = by_name.get(kernel, set())
-            graph = next(iter(keys)) if len(keys) == 1 else None
+    # a call's graph: its cache key, else (compiled with the cache off) the one graph holding all its kernels
+    graph_of: dict[int, str | None] = {}
+    for r, i in call_of.items():
+        if calls[i][3] in provenance:
+            graph_of[i] = calls[i][3]
+            continue
+        generated = KERNEL_NAME_RE.match(names[r])
+        name = generated.group(1) if generated else names[r] + EXTERN_SEP + "0"
+        keys = by_name.get(name, set()) if generated or name in by_name else None
+        if keys is not None:
+            graph_of[i] = keys if i not in graph_of else graph_of[i] & keys
+    graph_of = {i: (g if isinstance(g, str) else next(iter(g)) if len(g) == 1 else None) for i, g in graph_of.items()}
+    seen: dict[tuple, list[int]] = {}  # (graph call, operator) -> end of each extern call counted so far
+    for r in rows:
+        generated = KERNEL_NAME_RE.match(names[r])
+        call = call_of.get(r)
+        graph = graph_of.get(call) if call is not None else None
+        if generated:
+            kernel = generated.group(1)
+            if graph is None or kernel not in provenance.get(graph, {}):
+                keys = by_name.get(kernel, set())
+                graph = next(iter(keys)) if len(keys) == 1 else None
+        else:  # an ATen operator: an extern kernel only when the generated code called it, the n-th of its name in that call
+            if graph is None or names[r] + EXTERN_SEP + "0" not in provenance[graph]:
+                continue
+            ends = seen.setdefault((call, names[r]), [])
+            if ends and ts[r] < ends[-1]:  # inside the previous one (an operator calling itself): not a call of the code
+                continue
+            kernel = f"{names[r]}{EXTERN_SEP}{len(ends)}"
+            ends.append(int(ts[r] + dur[r]))
+            if kernel not in provenance[graph]:
+                count.kernels += 1
+                count.unmatched.add(kernel)
+                continue
+        count.kernels += 1
         statements = statements_of(provenance[graph][kernel], is_user) if graph is not None else []
         if not statements:
             count.unmatched.add(kernel)

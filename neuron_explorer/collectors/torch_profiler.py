@@ -383,6 +383,7 @@ class profile(tp.profile):
         self._user_ready = user_ready
         self._statements = StatementHook() if statement_lines and with_stack else None
         self._inductor = compiled.InductorProvenance()  # torch.compile kernels as ranges, with the statements they came from
+        self._compiler = compiled.CompilerUntraced() if with_stack else None  # compiling kept out of the Python tracer
         self._exit_warning: str | None = None
         self.run_dir: Path | None = None
         super().__init__(activities=acts, schedule=schedule, on_trace_ready=self._on_trace_ready, record_shapes=record_shapes,
@@ -416,6 +417,8 @@ class profile(tp.profile):
         self._exit_warning = None
         self._pid = os.getpid()
         self._inductor.start()
+        if self._compiler is not None:
+            self._compiler.start()
         super().start()
         if self._statements is not None:
             self._statements.start()
@@ -432,6 +435,8 @@ class profile(tp.profile):
         if self._statements is not None:
             self._statements.stop()
         super().stop()
+        if self._compiler is not None:
+            self._compiler.stop()
         self._inductor.stop()
         warn = [self._exit_warning] if self._exit_warning else []
         missing = self._missing_backend()
