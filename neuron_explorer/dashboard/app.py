@@ -152,7 +152,8 @@ def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, c
     span_ms = (tl["t1"] - tl["t0"]) / 1e6
     status = (f"{span_ms:,.3f} ms from +{max(tl['t0'] - tl['run_start'], 0) / 1e6:,.3f} ms · {tl['visible_events']:,} events · "
               f"{'exact slices' if tl['mode'] == 'exact' else 'aggregated per pixel'} · {len(tl['slices']['x0']):,} slices, "
-              f"{len(tl['buckets']['x0']) - (tl['flank'] or {}).get('buckets', 0):,} buckets" + (f" · {tl['hidden_lanes']} meta lanes hidden" if tl["hidden_lanes"] else ""))
+              f"{len(tl['buckets']['x0']) - (tl['flank'] or {}).get('buckets', 0):,} buckets"  # the window's (not its flanks')
+              + (f" · {tl['hidden_lanes']} meta lanes hidden" if tl["hidden_lanes"] else ""))
     return fig, status
 
 
