@@ -179,8 +179,9 @@ def test_the_open_drawer_covers_no_lane_of_the_timeline(page):
         return [gd._fullLayout.xaxis.l2p(t.x[0]), gd._fullLayout.yaxis.l2p(t.y[0])];""")
     _mouse_click(drv, box["left"] + target[0], box["top"] + target[1])
     wait_for(drv, "return document.querySelector('.nx-detail.nx-open') && document.getElementById('detail-name')", what="the drawer")
-    wait_for(drv, f"return {GD}.getBoundingClientRect().right <= document.querySelector('.nx-detail').getBoundingClientRect().left",
-             what="the timeline narrowed beside the drawer")
+    wait_for(drv, f"""const gd = {GD}; return gd.getBoundingClientRect().left + gd._fullLayout.width
+                                     <= document.querySelector('.nx-detail').getBoundingClientRect().left""",
+             what="the timeline redrawn narrower, beside the drawer")
 
     def last_lane():  # the last lane's box (its rows, the plot's width), and the drawer's, in the viewport
         return drv.execute_script(f"""const gd = {GD}, ya = gd._fullLayout.yaxis, s = gd._fullLayout._size, r = gd.getBoundingClientRect();

@@ -209,10 +209,10 @@ def test_timeline_aggregates_below_a_pixel(rs, monkeypatch):
 def test_timeline_flanks_hold_the_window_width_either_side_as_buckets(rs):
     """With `flanks`, [t0 - w, t0) and [t1, t1 + w) are added as buckets of FLANK_PX pixels, every
     event there aggregated, offsets from t0; the window's own figures do not change."""
-    t0, t1 = BASE + 40 * US, BASE + 60 * US  # w = 20 us; 10 pixels of 2 us, flank buckets of 4 us
-    plain = tl_mod.timeline(rs, run=0, t0=t0, t1=t1, width=10)
-    tl = tl_mod.timeline(rs, run=0, t0=t0, t1=t1, width=10, flanks=True)
-    assert tl_mod.FLANK_PX == 2 and tl["mode"] == plain["mode"] == "exact" and not plain["buckets"]["x0"] and plain["flank"] is None
+    t0, t1 = BASE + 40 * US, BASE + 60 * US  # w = 20 us; 20 pixels of 1 us, flank buckets of 4 us
+    plain = tl_mod.timeline(rs, run=0, t0=t0, t1=t1, width=20)
+    tl = tl_mod.timeline(rs, run=0, t0=t0, t1=t1, width=20, flanks=True)
+    assert tl_mod.FLANK_PX == 4 and tl["mode"] == plain["mode"] == "exact" and not plain["buckets"]["x0"] and plain["flank"] is None
     assert tl["slices"] == plain["slices"] and tl["visible_events"] == plain["visible_events"]
     b = tl["buckets"]
     assert tl["flank"] == {"t0": BASE + 20 * US, "t1": BASE + 80 * US, "buckets": len(b["x0"])}
@@ -223,7 +223,7 @@ def test_timeline_flanks_hold_the_window_width_either_side_as_buckets(rs):
     # every event that overlaps a flank is counted in one of its buckets: step, step_fn, linear, addmm, gemm | step, step_fn, relu, launch, relu_k
     assert sum(b["events"]) == 10 and all(x0 < 0 or x0 >= 20 for x0 in b["x0"])
     # a window at the run's start has no left flank (no time of the run there)
-    start = tl_mod.timeline(rs, run=0, t0=BASE, t1=BASE + 30 * US, width=10, flanks=True)
+    start = tl_mod.timeline(rs, run=0, t0=BASE, t1=BASE + 30 * US, width=20, flanks=True)
     assert start["flank"]["t0"] == BASE and min(start["buckets"]["x0"]) >= 30
 
 

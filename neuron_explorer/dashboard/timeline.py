@@ -45,9 +45,10 @@ PYRAMID_BUCKETS = 1 << 16
 """Fine time buckets over the whole run in the pre-aggregated pyramid (see _pyramid)."""
 PYRAMID_PX_FACTOR = 8
 """A window uses the pyramid when one pixel spans at least this many fine buckets."""
-FLANK_PX = 2
-"""Pixels per bucket in a view's flanks (half the buckets of a window's width: they are on screen
-only from a pan until the server's answer for the new window)."""
+FLANK_PX = 4
+"""Pixels per bucket in a view's flanks (a quarter of the buckets of a window's width: they are on
+screen only from a pan until the server's answer for the new window, and every bucket the figure
+holds costs the page time at each full redraw)."""
 
 
 TIME_LIMIT_NS = 1 << 62

@@ -11,7 +11,7 @@
    recomputed: no path, no Plotly.relayout. The server holds slices for one window width either side
    of the window it sent (timeline.flank_buckets), so a pan shows slices at once.
    SETTLE_MS after the last key the window goes to the server once ("zoom-req"), which answers
-   with the slices of that window at full detail; if that answer has not come REDRAW_MS (nxTimeline.redrawMs) later, the
+   with the slices of that window at full detail; if that answer has not come REDRAW_MS (nxTimeline.redrawMs, 2 s) later, the
    page does the one real Plotly.relayout itself (paths recomputed for the window, names re-fitted).
    While keys come, the graph's relayouts of those windows are held back from the server
    (window.nxTimeline.ours(), read by the clientside callback in front of the "zoom-req" store). A
@@ -45,7 +45,7 @@
     frames: [],      // input → redrawn frame, ms, of each drawn step (for bench/bench_page.py and the tests)
     draws: [],       // the drawing call of each of those frames alone, ms
     relayouts: 0,    // real redraws this file made (one per burst of keys, when the server's answer is late)
-    redrawMs: 600,   // REDRAW_MS: how late the server's answer may be before the page redraws the window itself
+    redrawMs: 2000,  // REDRAW_MS: how late the server's answer may be before the page redraws the window itself
     asked: 0,        // windows sent to the server
     // a relayout this file made (a window it drew): not for the server
     ours: function (rl) {
