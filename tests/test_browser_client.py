@@ -151,6 +151,25 @@ def test_a_burst_of_keys_with_the_server_blocked_is_drawn_frame_by_frame(page):
     assert a <= min(values) and max(values) <= b and len(values) >= 3
 
 
+def test_the_wheel_on_a_moved_plot_zooms_from_the_window_on_screen(page):
+    """A wheel step while the keys' transform is on: the page's one real relayout first, then Plotly's
+    own wheel zoom, from the window the keys chose."""
+    drv, rs = page
+    _mouse_click(drv, 5, 5)
+    relayouts = drv.execute_script("return nxTimeline.relayouts")
+    drv.execute_script("nxTimeline.redrawMs = 1e9")
+    drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": [BLOCK]})
+    _keys(drv, "d")
+    wait_for(drv, f"return {GD}.classList.contains('nx-moving')", what="the pan drawn by a transform", timeout=5)
+    z = plot_box(drv)
+    drv.execute_script(f"""const gd = {GD}, el = gd.querySelector('.nsewdrag'), b = el.getBoundingClientRect();
+        el.dispatchEvent(new WheelEvent('wheel', {{deltaY: -200, clientX: b.left + b.width / 2, clientY: b.top + 10, bubbles: true, cancelable: true}}));""")
+    assert drv.execute_script("return nxTimeline.relayouts") == relayouts + 1 and not any(_moved(drv))
+    w = wait_for(drv, f"const r = {GD}._fullLayout.xaxis.range; return r[1] - r[0] < {0.99 * (z['x1'] - z['x0'])} && r", what="the wheel's zoom")
+    assert z["x0"] < w[0] < w[1] < z["x1"]  # inside the panned window: the wheel zoomed from it
+    assert not any(_moved(drv))
+
+
 def test_a_pan_shows_slices_at_once_in_the_part_it_uncovers(page):
     drv, rs = page
     _mouse_click(drv, 5, 5)
