@@ -163,7 +163,8 @@ def test_the_wheel_on_a_moved_plot_zooms_from_the_window_on_screen(page):
     wait_for(drv, f"return {GD}.classList.contains('nx-moving')", what="the pan drawn by a transform", timeout=5)
     z = plot_box(drv)
     drv.execute_script(f"""const gd = {GD}, el = gd.querySelector('.nsewdrag'), b = el.getBoundingClientRect();
-        el.dispatchEvent(new WheelEvent('wheel', {{deltaY: -200, clientX: b.left + b.width / 2, clientY: b.top + 10, bubbles: true, cancelable: true}}));""")
+        el.dispatchEvent(new WheelEvent('wheel', {{deltaY: -200, clientX: b.left + b.width / 2, clientY: b.top + 10,
+                                                   bubbles: true, cancelable: true}}));""")
     assert drv.execute_script("return nxTimeline.relayouts") == relayouts + 1 and not any(_moved(drv))
     w = wait_for(drv, f"const r = {GD}._fullLayout.xaxis.range; return r[1] - r[0] < {0.99 * (z['x1'] - z['x0'])} && r", what="the wheel's zoom")
     assert z["x0"] < w[0] < w[1] < z["x1"]  # inside the panned window: the wheel zoomed from it
