@@ -49,16 +49,22 @@ PROBE = ("(function poll() { if (" + DRAWN + ") { window.__nxDrawn = performance
 
 
 KEY = """const gd = document.querySelector('#timeline .js-plotly-plot'), st = document.getElementById('status');
-  const r0 = gd._fullLayout.xaxis.range.slice(), s0 = st.innerText, t0 = performance.now();
-  window.__nxKey = {frame: null, detail: null};
-  new MutationObserver((m, obs) => { if (st.innerText !== s0) { window.__nxKey.detail = performance.now() - t0; obs.disconnect(); } })
+  const nx = window.nxTimeline, n0 = nx.frames.length, d0 = (nx.draws || []).length;
+  const s0 = st.innerText, t0 = performance.now(), rel = window.Plotly.relayout, calls = [];
+  window.__nxKey = {frame: null, draw: null, relayout: null, detail: null};
+  window.Plotly.relayout = function () { const a = performance.now(), p = rel.apply(this, arguments); calls.push(performance.now() - a); return p; };
+  new MutationObserver((m, obs) => { if (st.innerText !== s0) { window.__nxKey.detail = performance.now() - t0;
+      window.__nxKey.relayout = calls.length ? calls.reduce((a, b) => a + b, 0) : 0; window.Plotly.relayout = rel; obs.disconnect(); } })
     .observe(st, {childList: true, subtree: true, characterData: true});
   document.dispatchEvent(new KeyboardEvent('keydown', {key: 'w', bubbles: true}));
-  (function poll() { const r = gd._fullLayout.xaxis.range;
-    if (r[0] !== r0[0] || r[1] !== r0[1]) { requestAnimationFrame(() => { window.__nxKey.frame = performance.now() - t0; }); return; }
+  (function poll() { if (nx.frames.length > n0) { window.__nxKey.frame = nx.frames[n0];
+      window.__nxKey.draw = nx.draws ? nx.draws[d0] : calls[0]; return; }
     requestAnimationFrame(poll); })();"""
-"""A W key press: when the page has redrawn the frame (`frame`) and when the server's detail for the
-new window has been swapped in (`detail`, the status line changes), ms after the press."""
+"""A W key press: the page's own input → redrawn frame (nxTimeline.frames, ms), the drawing call of
+that frame alone (nxTimeline.draws where the page records it, else the first Plotly.relayout: the
+time load moves least), the Plotly.relayout calls made until the detail came (the settled frame's
+full redraw), and when the server's detail for the new window has been swapped in (`detail`, the
+status line changes), ms after the press."""
 
 
 def browser():
@@ -151,7 +157,7 @@ def measure(drv, run: Path, rounds: int) -> dict:
             with urllib.request.urlopen(url + "api/findings?run=0", timeout=3600) as resp:  # answers when the analysis is done
                 resp.read()
             print(f"  findings computed {time.time() - t:.1f} s after the first page (the rounds start then; --cold: at once)")
-        pages, painted, zooms, frames, details, weight = [], [], [], [], [], None
+        pages, painted, zooms, frames, draws, relayouts, details, weight = [], [], [], [], [], [], [], None
         for _ in range(rounds):
             drv.get("about:blank")
             drv.get(url)
@@ -173,16 +179,18 @@ def measure(drv, run: Path, rounds: int) -> dict:
             time.sleep(1.0)
             drv.execute_script(KEY)
             try:
-                k = wait(drv, "return window.__nxKey && window.__nxKey.detail !== null && window.__nxKey", timeout=30)
+                k = wait(drv, "const k = window.__nxKey; return k && k.detail !== null && k.frame !== null && k", timeout=30)
                 frames.append(k["frame"] / 1000)
+                draws.append((k["draw"] or 0) / 1000)
+                relayouts.append(k["relayout"] / 1000)
                 details.append(k["detail"] / 1000)
             except RuntimeError:
-                frames.append(float("nan"))
-                details.append(float("nan"))
+                for xs in (frames, draws, relayouts, details):
+                    xs.append(float("nan"))
     finally:
         stop(proc)
     return {"up": up, "first": first, "findings_computing": findings, "pages": pages, "painted": painted, "zooms": zooms,
-            "frames": frames, "details": details, "weight": weight}
+            "frames": frames, "draws": draws, "relayouts": relayouts, "details": details, "weight": weight}
 
 
 def report(run: Path, m: dict) -> None:
@@ -204,6 +212,8 @@ def report(run: Path, m: dict) -> None:
     print(f"  zoom 1/20 → drawn:                  median {statistics.median(zooms) * 1000:.0f} ms  max {max(zooms) * 1000:.0f} ms")
     frames, details = m["frames"], m["details"]
     print(f"  key W → redrawn frame:              median {statistics.median(frames) * 1000:.0f} ms  max {max(frames) * 1000:.0f} ms")
+    print(f"    its drawing call alone:           median {statistics.median(m['draws']) * 1000:.1f} ms  max {max(m['draws']) * 1000:.1f} ms")
+    print(f"    Plotly.relayout until the detail: median {statistics.median(m['relayouts']) * 1000:.0f} ms  max {max(m['relayouts']) * 1000:.0f} ms")
     print(f"  key W → detail swapped in:          median {statistics.median(details) * 1000:.0f} ms  max {max(details) * 1000:.0f} ms")
     total = sum(b for _, b in weight)
     big = sorted(weight, key=lambda x: -x[1])[:3]

@@ -2,7 +2,13 @@
 at 1600×1000 (issue 35, items 1-3), on the project's sample run and the 68k-event CUDA trace:
 
   - a W press redraws the timeline in the page with the server's answers blocked (the slices it
-    holds, in the new window) and asks the server once when the keys stop;
+    holds, moved by one SVG transform of the data layers: no path recomputed) and asks the server
+    once when the keys stop; the page's one real relayout comes when the answer is late;
+  - a burst of W and D with the server blocked is drawn frame by frame (nxTimeline.frames and
+    draws), with Plotly's paths untouched until the keys stop;
+  - after a pan, slices are painted in the part of the plot the pan uncovered before the server
+    answers (the server's view holds buckets one window width either side);
+  - the open drawer sits beside the timeline: the last lane is not under it, wherever it is scrolled;
   - D pressed three times quickly moves the window 0.6 of its width, and an answer for an older
     window does not move it back;
   - after a run is chosen in the dropdown, W zooms the timeline and types nothing into it;
@@ -63,28 +69,161 @@ def _painted(drv) -> list:
     return drv.execute_script(f"return Array.from({GD}.querySelectorAll('.scatterlayer .js-fill')).map(p => p.getAttribute('d'))")
 
 
+def _moved(drv) -> list:
+    """[dx, scale] of each data layer's transform (None where it has none)."""
+    return drv.execute_script(f"""return Array.from({GD}.querySelectorAll('.cartesianlayer .scatterlayer')).map(l => {{
+        const t = l.getAttribute('transform'); if (!t) return null;
+        const m = /translate\\(([-0-9.e]+),0\\) scale\\(([-0-9.e]+),1\\)/.exec(t); return [Number(m[1]), Number(m[2])]; }})""")
+
+
+def _painted_at(drv, x0: float, x1: float) -> int:
+    """How many of 40 points across the axis range [x0, x1], at the middle of every row of the lanes,
+    lie inside a painted slice or bucket (the fill of a data path, wherever it is moved)."""
+    return drv.execute_script(f"""const gd = {GD}, xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, r = gd.getBoundingClientRect();
+        const fills = Array.from(gd.querySelectorAll('.cartesianlayer .subplot.xy .scatterlayer .js-fill'));
+        const rows = Math.ceil(Math.max(...ya.range)); let n = 0;
+        for (let y = 0; y < rows; y++) for (let i = 0; i < 40; i++) {{
+          const sx = r.left + xa._offset + xa.l2p(arguments[0] + (arguments[1] - arguments[0]) * (i + 0.5) / 40), sy = r.top + ya._offset + ya.l2p(y);
+          if (fills.some(p => {{ const m = p.getScreenCTM().inverse(), q = new DOMPoint(sx, sy).matrixTransform(m);
+                                 return p.isPointInFill(new DOMPoint(q.x, q.y)); }})) {{ n++; }} }}
+        return n;""", x0, x1)
+
+
 def test_a_zoom_redraws_in_the_page_with_the_server_blocked(page):
     drv, rs = page
     _mouse_click(drv, 5, 5)  # the page has the keys; the pointer is off the plot: W zooms at the middle
     box, status, paths = plot_box(drv), drv.execute_script(f"return {STATUS}"), _painted(drv)
     asked = drv.execute_script("return nxTimeline.asked")
+    relayouts = drv.execute_script("return nxTimeline.relayouts")
     drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": [BLOCK]})
     _keys(drv, "w")
     wait_for(drv, "return nxTimeline.frames.length > 0", what="a redrawn frame", timeout=5)
     z = plot_box(drv)
     assert z["x1"] - z["x0"] == pytest.approx(0.6 * (box["x1"] - box["x0"]), rel=1e-6)
     assert (z["x0"] + z["x1"]) / 2 == pytest.approx((box["x0"] + box["x1"]) / 2, rel=1e-6)
-    now = _painted(drv)
-    assert len(now) == len(paths) and now != paths and all(now)  # the same slices, drawn again in the new window
+    # the frame moved the slices Plotly drew (scale 1/0.6 about the middle), it recomputed no path
+    assert _painted(drv) == paths
+    assert _moved(drv) == [pytest.approx([box["w"] * -(1 / 0.6 - 1) / 2, 1 / 0.6], rel=1e-6)] * len(_moved(drv)) and _moved(drv)
     # the window went to the server once, after the key: its answer never came (blocked)
     wait_for(drv, f"return nxTimeline.asked === {asked + 1}", what="one request for the new window", timeout=5)
     assert drv.execute_script(f"return {STATUS}") == status
+    # the answer is late: the page redraws the window itself, once (paths recomputed, no transform left)
+    wait_for(drv, f"return nxTimeline.relayouts === {relayouts + 1}", what="the page's own relayout", timeout=10)
+    now = _painted(drv)
+    assert len(now) == len(paths) and now != paths and all(now) and not any(_moved(drv))
+    assert plot_box(drv)["x0"] == pytest.approx(z["x0"], rel=1e-9) and plot_box(drv)["x1"] == pytest.approx(z["x1"], rel=1e-9)
     drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
     _keys(drv, "d")  # the server answers this one
     status = wait_for(drv, f"const s = {STATUS}; return s !== {status!r} && s", what="the server's answer")
     d = plot_box(drv)
     assert d["x0"] == pytest.approx(z["x0"] + 0.2 * (z["x1"] - z["x0"]), rel=1e-6)
     assert float(status.split(" ms from +")[1].split(" ms")[0].replace(",", "")) == pytest.approx(d["x0"], abs=2e-3)
+
+
+def test_a_burst_of_keys_with_the_server_blocked_is_drawn_frame_by_frame(page):
+    drv, rs = page
+    _mouse_click(drv, 5, 5)
+    box, paths = plot_box(drv), _painted(drv)
+    frames, relayouts = drv.execute_script("return [nxTimeline.frames.length, nxTimeline.relayouts]")
+    drv.execute_script("nxTimeline.redrawMs = 1e9")  # no late-answer redraw: what is on screen is the frames' work alone
+    drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": [BLOCK]})
+    for k in "wdwd":  # one key per frame or so, as a person holding keys
+        _keys(drv, k)
+    w = box["x1"] - box["x0"]
+    a, b = box["x0"], box["x1"]
+    for k in "wdwd":  # each key from the last one's window
+        if k == "w":
+            c = (a + b) / 2
+            a, b = c - (c - a) * 0.6, c + (b - c) * 0.6
+        else:
+            a, b = a + (b - a) * 0.2, b + (b - a) * 0.2
+    wait_for(drv, f"const r = {GD}._fullLayout.xaxis.range; return Math.abs(r[0] - {a}) < 1e-9 * {w} && Math.abs(r[1] - {b}) < 1e-9 * {w}",
+             what="the burst's window drawn", timeout=5)
+    wait_for(drv, "return nxTimeline.frames.length === nxTimeline.draws.length", what="the last frame", timeout=5)
+    got = drv.execute_script("return [nxTimeline.frames.slice(arguments[0]), nxTimeline.draws.slice(arguments[0]), nxTimeline.relayouts]", frames)
+    assert got[0] and len(got[0]) == len(got[1]) <= 4 and all(f > 0 for f in got[0]), got  # input → frame, ms, of each drawn step
+    assert got[2] == relayouts and _painted(drv) == paths  # no Plotly redraw while keys come: the slices were moved
+    assert _moved(drv)[0] == [pytest.approx((box["x0"] - a) / (b - a) * box["w"], rel=1e-6), pytest.approx(w / (b - a), rel=1e-6)]
+    # the tick labels are the page's own while the slices are moved, and name the window's values
+    ticks = drv.execute_script(f"return Array.from({GD}.querySelectorAll('.nx-ticks text')).map(t => t.textContent)")
+    assert ticks and all(t.endswith(" ms") for t in ticks)
+    values = [float(t[:-3].replace(",", "")) for t in ticks]
+    assert a <= min(values) and max(values) <= b and len(values) >= 3
+
+
+def test_the_wheel_on_a_moved_plot_zooms_from_the_window_on_screen(page):
+    """A wheel step while the keys' transform is on: the page's one real relayout first, then Plotly's
+    own wheel zoom, from the window the keys chose."""
+    drv, rs = page
+    _mouse_click(drv, 5, 5)
+    relayouts = drv.execute_script("return nxTimeline.relayouts")
+    drv.execute_script("nxTimeline.redrawMs = 1e9")
+    drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": [BLOCK]})
+    _keys(drv, "d")
+    wait_for(drv, f"return {GD}.classList.contains('nx-moving')", what="the pan drawn by a transform", timeout=5)
+    z = plot_box(drv)
+    drv.execute_script(f"""const gd = {GD}, el = gd.querySelector('.nsewdrag'), b = el.getBoundingClientRect();
+        el.dispatchEvent(new WheelEvent('wheel', {{deltaY: -200, clientX: b.left + b.width / 2, clientY: b.top + 10,
+                                                   bubbles: true, cancelable: true}}));""")
+    assert drv.execute_script("return nxTimeline.relayouts") == relayouts + 1 and not any(_moved(drv))
+    w = wait_for(drv, f"const r = {GD}._fullLayout.xaxis.range; return r[1] - r[0] < {0.99 * (z['x1'] - z['x0'])} && r", what="the wheel's zoom")
+    assert z["x0"] < w[0] < w[1] < z["x1"]  # inside the panned window: the wheel zoomed from it
+    assert not any(_moved(drv))
+
+
+def test_a_pan_shows_slices_at_once_in_the_part_it_uncovers(page):
+    drv, rs = page
+    _mouse_click(drv, 5, 5)
+    status = drv.execute_script(f"return {STATUS}")
+    _keys(drv, "ww")  # a window inside the run: there are events either side of it
+    status = wait_for(drv, f"const s = {STATUS}; return s !== {status!r} && s", what="the server's answer for the zoom")
+    wait_for(drv, f"return !{GD}.classList.contains('nx-moving')", what="the answer drawn")
+    box = plot_box(drv)
+    w = box["x1"] - box["x0"]
+    # the server sent buckets beyond the window on both sides (one window width each)
+    xs = drv.execute_script(f"""return {GD}._fullData.filter(t => t.meta === 'spans').flatMap(t => Array.from(t.x));""")
+    assert any(box["x1"] < x < box["x1"] + w for x in xs) and any(box["x0"] - w < x < box["x0"] for x in xs)
+    drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": [BLOCK]})
+    for k, lo, hi in (("d", box["x1"], box["x1"] + 0.2 * w), ("aa", box["x0"] - 0.2 * w, box["x0"])):
+        _keys(drv, k)
+        wait_for(drv, f"return Math.abs({GD}._fullLayout.xaxis.range[0] - {lo if k == 'aa' else box['x0'] + 0.2 * w}) < 1e-9 * {w}",
+                 what=f"the pan {k} drawn", timeout=5)
+        assert drv.execute_script(f"return {STATUS}") == status  # the server has not answered
+        assert _painted_at(drv, lo, hi) > 0, k  # the uncovered part shows slices now
+
+
+def test_the_open_drawer_covers_no_lane_of_the_timeline(page):
+    drv, rs = page
+    box = plot_box(drv)
+    target = drv.execute_script(f"""const gd = {GD}; const t = gd._fullData.find(t => t.meta === 'spans' && t.x.length);
+        return [gd._fullLayout.xaxis.l2p(t.x[0]), gd._fullLayout.yaxis.l2p(t.y[0])];""")
+    _mouse_click(drv, box["left"] + target[0], box["top"] + target[1])
+    wait_for(drv, "return document.querySelector('.nx-detail.nx-open') && document.getElementById('detail-name')", what="the drawer")
+    wait_for(drv, f"""const gd = {GD}; return gd.getBoundingClientRect().left + gd._fullLayout.width
+                                     <= document.querySelector('.nx-detail').getBoundingClientRect().left""",
+             what="the timeline redrawn narrower, beside the drawer")
+
+    def last_lane():  # the last lane's box (its rows, the plot's width), and the drawer's, in the viewport
+        return drv.execute_script(f"""const gd = {GD}, ya = gd._fullLayout.yaxis, s = gd._fullLayout._size, r = gd.getBoundingClientRect();
+            const y = Math.ceil(Math.max(...ya.range)) - 1, d = document.querySelector('.nx-detail').getBoundingClientRect();
+            return {{lane: [r.left + s.l, r.top + ya._offset + ya.l2p(y) - 7, r.left + s.l + s.w, r.top + ya._offset + ya.l2p(y) + 7],
+                     drawer: [d.left, d.top, d.right, d.bottom], w: innerWidth, h: innerHeight}};""")
+
+    def covered(b):
+        (l0, t0, r0, b0), (l1, t1, r1, b1) = b["lane"], b["drawer"]
+        return l0 < r1 and l1 < r0 and t0 < b1 and t1 < b0
+
+    at = last_lane()
+    assert not covered(at), at
+    assert 0 <= at["drawer"][0] < at["drawer"][2] <= at["w"] and 0 <= at["drawer"][1] < at["drawer"][3] <= at["h"], at
+    # the last lane at the foot of the window (moved there by room above the timeline): still in the open, and the
+    # drawer still on screen
+    drv.execute_script("document.getElementById('explore-view').style.paddingTop = arguments[0] + 'px'", at["h"] - 4 - at["lane"][3])
+    foot = last_lane()
+    assert foot["lane"][3] <= foot["h"] and foot["lane"][1] >= foot["h"] - 40, foot
+    assert not covered(foot), foot
+    assert 0 <= foot["drawer"][1] < foot["drawer"][3] <= foot["h"], foot
+    drv.execute_script("document.getElementById('explore-view').style.paddingTop = ''")
 
 
 def test_three_quick_presses_of_d_move_the_window_by_0_6_of_its_width(page):
@@ -168,10 +307,10 @@ def _drawer_in_view(drv, name: str, what: str):
     wait_for(drv, f"const e = document.getElementById('detail-name'); return e && e.innerText === {name!r}", what=what)
     r = drv.execute_script("""const d = document.querySelector('.nx-detail').getBoundingClientRect();
         const t = document.getElementById('timeline').getBoundingClientRect();
-        return {d: [d.left, d.top, d.right, d.bottom], t: [t.top, t.bottom], w: innerWidth, h: innerHeight};""")
+        return {d: [d.left, d.top, d.right, d.bottom], t: [t.top, t.bottom, t.right], w: innerWidth, h: innerHeight};""")
     left, top, right, bottom = r["d"]
     assert 0 <= left < right <= r["w"] and 0 <= top < bottom <= r["h"], (what, r)
-    assert r["t"][0] < top and r["t"][0] >= 0, (what, r)  # the timeline's top is in view, above the drawer
+    assert 0 <= r["t"][0] < r["h"] and r["t"][2] <= left, (what, r)  # the timeline's top is in view, beside the drawer
 
 
 def test_the_event_drawer_is_in_view_after_each_kind_of_selection(page):
@@ -193,7 +332,8 @@ def test_the_event_drawer_is_in_view_after_each_kind_of_selection(page):
     drv.find_element(By.XPATH, "//div[@id='tabs']//*[text()='Operators']").click()
     cell = wait_for(drv, "return document.querySelector('#table-operators .ag-row[row-index=\"1\"] [col-id=\"name\"]')", what="table rows")
     name = cell.text
-    drv.execute_script("arguments[0].scrollIntoView({block: 'center'})", cell)
+    # the row scrolled to the middle of the window, the timeline out of view (room below the page to scroll so far)
+    drv.execute_script("document.body.style.paddingBottom = '2000px'; window.scrollTo(0, 0); arguments[0].scrollIntoView({block: 'start'})", cell)
     assert drv.execute_script("return document.getElementById('timeline').getBoundingClientRect().bottom") < 0 or \
         drv.execute_script("return document.getElementById('timeline').getBoundingClientRect().top") < 0
     cell.click()

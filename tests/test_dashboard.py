@@ -206,6 +206,27 @@ def test_timeline_aggregates_below_a_pixel(rs, monkeypatch):
     assert tl["visible_events"] == 11  # every event is either a slice or counted in a bucket
 
 
+def test_timeline_flanks_hold_the_window_width_either_side_as_buckets(rs):
+    """With `flanks`, [t0 - w, t0) and [t1, t1 + w) are added as buckets of FLANK_PX pixels, every
+    event there aggregated, offsets from t0; the window's own figures do not change."""
+    t0, t1 = BASE + 40 * US, BASE + 60 * US  # w = 20 us; 20 pixels of 1 us, flank buckets of 4 us
+    plain = tl_mod.timeline(rs, run=0, t0=t0, t1=t1, width=20)
+    tl = tl_mod.timeline(rs, run=0, t0=t0, t1=t1, width=20, flanks=True)
+    assert tl_mod.FLANK_PX == 4 and tl["mode"] == plain["mode"] == "exact" and not plain["buckets"]["x0"] and plain["flank"] is None
+    assert tl["slices"] == plain["slices"] and tl["visible_events"] == plain["visible_events"]
+    b = tl["buckets"]
+    assert tl["flank"] == {"t0": BASE + 20 * US, "t1": BASE + 80 * US, "buckets": len(b["x0"])}
+    dev_y = tl["lanes"][1]["y0"]
+    dev = sorted((b["x0"][i], b["x1"][i], b["occupancy"][i], b["events"][i], b["event_id"][i]) for i in range(len(b["x0"])) if b["y"][i] == dev_y)
+    # gemm (20-30 us) from the left flank's first bucket [-20, -16) to its end; relu_k (65-71) in the right one's second [24, 28)
+    assert dev == [(-20.0, -10.0, 1.0, 1, eid(rs, "gemm")), (24.0, 31.0, 1.0, 1, eid(rs, "relu_k"))]
+    # every event that overlaps a flank is counted in one of its buckets: step, step_fn, linear, addmm, gemm | step, step_fn, relu, launch, relu_k
+    assert sum(b["events"]) == 10 and all(x0 < 0 or x0 >= 20 for x0 in b["x0"])
+    # a window at the run's start has no left flank (no time of the run there)
+    start = tl_mod.timeline(rs, run=0, t0=BASE, t1=BASE + 30 * US, width=20, flanks=True)
+    assert start["flank"]["t0"] == BASE and min(start["buckets"]["x0"]) >= 30
+
+
 def test_timeline_window_finds_long_events_that_start_before_it(made, monkeypatch):
     """With few events kept in memory, the scan's lower bound t0 - short_max_dur must not lose a
     slice that began before the window."""

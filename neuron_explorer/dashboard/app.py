@@ -101,7 +101,7 @@ def view_for(rs: RunSet, trigger: str | None, run, rank, relayout, finding_index
 
 def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, color_by: str = "name", all_lanes: bool = False,
                     critical: bool = False, collapsed=None, python_band: bool = True, tool_frames: bool = False):
-    """(figure, status text) for a window, with the selected event outlined, its flows drawn and
+    """(figure, status text) for a window (and its flanks' buckets, timeline.timeline_arrays), with the selected event outlined, its flows drawn and
     the current finding's events (or the instances of the table row the view jumped to)
     highlighted; slices coloured by "name" or "kind"; meta lanes shown only with `all_lanes`;
     with `critical`, the critical path of the step in view outlined; the lanes of the `collapsed`
@@ -114,7 +114,7 @@ def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, c
     r_.python_band, r_.show_tool_frames = bool(python_band), bool(tool_frames)  # the run's layout: what every later lookup of a row uses
     px = max(200, min(_as_int(width or DEFAULT_WIDTH, "width"), 4000))
     tl = timeline_arrays(rs, run=view.get("run"), t0=view.get("t0"), t1=view.get("t1"), width=px, rank=view.get("rank"),
-                         all_lanes=bool(all_lanes))
+                         all_lanes=bool(all_lanes), flanks=True)  # a pan shows the flanks' buckets at once (assets/timeline_keys.js)
     highlight, flows, selected = [], [], None
     if view.get("finding") is not None:
         f = queries.findings(rs, run=tl["run"])["rows"][int(view["finding"])]
@@ -152,7 +152,8 @@ def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, c
     span_ms = (tl["t1"] - tl["t0"]) / 1e6
     status = (f"{span_ms:,.3f} ms from +{max(tl['t0'] - tl['run_start'], 0) / 1e6:,.3f} ms · {tl['visible_events']:,} events · "
               f"{'exact slices' if tl['mode'] == 'exact' else 'aggregated per pixel'} · {len(tl['slices']['x0']):,} slices, "
-              f"{len(tl['buckets']['x0']):,} buckets" + (f" · {tl['hidden_lanes']} meta lanes hidden" if tl["hidden_lanes"] else ""))
+              f"{len(tl['buckets']['x0']) - (tl['flank'] or {}).get('buckets', 0):,} buckets"  # the window's (not its flanks')
+              + (f" · {tl['hidden_lanes']} meta lanes hidden" if tl["hidden_lanes"] else ""))
     return fig, status
 
 

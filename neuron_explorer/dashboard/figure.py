@@ -21,6 +21,9 @@ HIT_STEP_PX finds it, an invisible trace ("hit", nothing drawn) adds points spre
 at most HIT_STEP_PX apart (at most MAX_HIT_POINTS in all, the widest spans first): every pixel of a
 span is then within HIT_STEP_PX / 2 of one of its points.
 
+Buckets of the view's flanks (timeline.timeline_arrays with `flanks`) are drawn like the others,
+outside the axis range: the page moves them into view on a pan before the server answers.
+
 x values are float64 where a view needs its digits (a µs zoom 10 s into a run) and float32 where
 float32 is exact to within X_ERROR_PX of a pixel over the whole window (the first view of a
 long run): half the bytes for the browser to read.
@@ -270,7 +273,9 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
     span_us = (t1 - t0) / 1000.0
     px_us = span_us / max(tl["width"], 1)
     lo_x, hi_x = float(xo), float(xo) + span_us * float(k)  # the window's x range
-    xdt = x_dtype(lo_x, hi_x, px_us * float(k))
+    fl = tl.get("flank") or {"t0": t0, "t1": t1}  # the span the view holds buckets for (the window, or it and its flanks)
+    xdt = x_dtype(min(lo_x, float(xo) + (fl["t0"] - t0) / 1000.0 * float(k)), max(hi_x, float(xo) + (fl["t1"] - t0) / 1000.0 * float(k)),
+                  px_us * float(k))
     left = lo_x - (hi_x - lo_x) * 0.01  # just left of the view: where the slice paths change rows (see _paint_path)
 
     def X(us):  # window offsets (µs) to x values

@@ -8,6 +8,14 @@ For a window [t0, t1) drawn `width` pixels wide, one pixel is a bucket of b = (t
   kind that covers most of it, and the event that covers most of it (what a click opens).
 So the browser gets at most EXACT_CAP slices plus (rows x width) buckets, at any trace size.
 
+With `flanks`, the view also holds the window width either side of it, [t0 - w, t0) and [t1, t1 + w)
+(w = t1 - t0, only the parts that overlap the run), aggregated only: every event there folded into
+buckets of FLANK_PX pixels (no exact slices, no steps, no memory; the wide-window pyramid
+when a pixel is wide enough), appended to the window's buckets with offsets from t0 (negative on
+the left). The page draws them outside the plot and moves them into view on a pan
+(assets/timeline_keys.js) before the server's answer for the new window comes. `visible_events`,
+`mode` and the window's own counts are the window's; `flank` says what was added.
+
 Times are sent as float offsets in microseconds from the window start (float32 in the figure),
 never as absolute nanoseconds. The lower time bound of the scan is t0 - short_max_dur so that
 row-group statistics prune (rows are sorted by ts_ns); the few longer events are kept in memory.
@@ -37,6 +45,10 @@ PYRAMID_BUCKETS = 1 << 16
 """Fine time buckets over the whole run in the pre-aggregated pyramid (see _pyramid)."""
 PYRAMID_PX_FACTOR = 8
 """A window uses the pyramid when one pixel spans at least this many fine buckets."""
+FLANK_PX = 4
+"""Pixels per bucket in a view's flanks (a quarter of the buckets of a window's width: they are on
+screen only from a pan until the server's answer for the new window, and every bucket the figure
+holds costs the page time at each full redraw)."""
 
 
 TIME_LIMIT_NS = 1 << 62
@@ -156,9 +168,10 @@ def _y_join(r: OpenRun, rank: int | None, inner: str, all_lanes: bool = True) ->
             "AND q.lane_b IS NOT DISTINCT FROM l_b AND q.lane_text = l_text")
 
 
-def timeline_arrays(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None, all_lanes=None) -> dict:
+def timeline_arrays(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None, all_lanes=None, flanks: bool = False) -> dict:
     """The timeline of one window as numpy arrays (see the module docstring); `timeline` is its JSON form.
-    Meta lanes (runs.Lane.hidden) and their events are left out unless `all_lanes`."""
+    Meta lanes (runs.Lane.hidden) and their events are left out unless `all_lanes`; with `flanks`,
+    the window's width either side of it is added as buckets (see the module docstring)."""
     whole = r = rs.get(run)
     rank = parse_rank(r, rank)
     if rank is not None and len(r.run.ranks) > SCOPED_RANKS:
@@ -207,39 +220,77 @@ def timeline_arrays(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None, 
         "dur_ns": dur,
     }
     if cutoff >= 0:
-        b = float(bucket)
-        # Each residual event is counted in the pixel where it starts (they are narrower than
-        # MIN_EXACT_PX unless there were more than EXACT_CAP wide ones); the bucket is drawn from its
-        # pixel to the furthest end of its events, so an overflowing wide event keeps its extent.
-        lane = "rank, is_device, lane_a, lane_b, lane_text"
-        pyr = _pyramid(r) if 0 <= threshold < cutoff else None
-        if pyr is not None and b >= PYRAMID_PX_FACTOR * pyr[1]:
-            agg = r.arrow(_pyramid_sql(r, rank, t0, t1, b, cutoff, all_lanes, pyr))
-        else:
-            agg = r.arrow(
-                cte + _y_join(r, rank, f"""SELECT {lane}, least(coalesce(depth, 0), {MAX_DEPTH_ROWS}) AS depth,
-                      floor((greatest(ts_ns, {t0}) - {t0}) / {b})::BIGINT AS bucket,
-                      sum(least(ts_ns + dur_ns, {t1}) - greatest(ts_ns, {t0})) / {b} AS occupancy,
-                      max(least(ts_ns + dur_ns, {t1})) - {t0} AS end_offset, count(*) AS events,
-                      arg_max(kind, dur_ns) AS kind, arg_max(event_id, dur_ns) AS event_id
-                      FROM win WHERE dur_ns <= ? AND {shown} GROUP BY ALL""", all_lanes),
-                params + [cutoff])
+        agg = _aggregate(r, rank, t0, t1, float(bucket), cutoff, shown, all_lanes)
         out["visible_events"] += int(pa.compute.sum(agg["events"]).as_py() or 0)
-        bk = agg["bucket"].to_numpy(zero_copy_only=False).astype(np.float64)
-        out["buckets"] = {
-            "x0": (bk * b / 1000.0).astype(np.float32),
-            "x1": (np.maximum((bk + 1) * b, agg["end_offset"].to_numpy(zero_copy_only=False)) / 1000.0).astype(np.float32),
-            "y": agg["y"].to_numpy(zero_copy_only=False).astype(np.int32),
-            "occupancy": np.minimum(agg["occupancy"].to_numpy(zero_copy_only=False), 1.0).astype(np.float32),
-            "events": agg["events"].to_numpy(zero_copy_only=False).astype(np.int64),
-            "kind": agg["kind"].to_numpy(zero_copy_only=False).astype(object),
-            "event_id": agg["event_id"].to_numpy(zero_copy_only=False).astype(np.int64),
-        }
+        out["buckets"] = _bucket_arrays(agg, float(bucket), 0.0)
     else:
-        out["buckets"] = {k: np.zeros(0, np.float32) for k in ("x0", "x1", "y", "occupancy", "events", "kind", "event_id")}
+        out["buckets"] = _bucket_arrays(None, float(bucket), 0.0)
+    out["flank"] = None
+    if flanks:
+        out["flank"] = _add_flanks(r, whole, rank, out, float(bucket) * FLANK_PX, shown, all_lanes)
     out["steps"] = steps_in_window(r, rank, t0, t1)
     out["memory"] = memory_track(r, rank, t0, t1, width)
     return out
+
+
+BUCKET_FIELDS = ("x0", "x1", "y", "occupancy", "events", "kind", "event_id")
+
+
+def _aggregate(r: OpenRun, rank: int | None, t0: int, t1: int, b: float, cutoff: int, shown: str, all_lanes: bool):
+    """Per-pixel buckets (pixels of b ns from t0) of the events of [t0, t1) no longer than `cutoff` ns, with their y row."""
+    # Each residual event is counted in the pixel where it starts (they are narrower than
+    # MIN_EXACT_PX unless there were more than EXACT_CAP wide ones); the bucket is drawn from its
+    # pixel to the furthest end of its events, so an overflowing wide event keeps its extent.
+    threshold, _ = _long_table(r)
+    lane = "rank, is_device, lane_a, lane_b, lane_text"
+    pyr = _pyramid(r) if 0 <= threshold < cutoff else None
+    if pyr is not None and b >= PYRAMID_PX_FACTOR * pyr[1]:
+        return r.arrow(_pyramid_sql(r, rank, t0, t1, b, cutoff, all_lanes, pyr))
+    cte, params = _window_sql(r, rank, t0, t1)
+    return r.arrow(
+        cte + _y_join(r, rank, f"""SELECT {lane}, least(coalesce(depth, 0), {MAX_DEPTH_ROWS}) AS depth,
+              floor((greatest(ts_ns, {t0}) - {t0}) / {b})::BIGINT AS bucket,
+              sum(least(ts_ns + dur_ns, {t1}) - greatest(ts_ns, {t0})) / {b} AS occupancy,
+              max(least(ts_ns + dur_ns, {t1})) - {t0} AS end_offset, count(*) AS events,
+              arg_max(kind, dur_ns) AS kind, arg_max(event_id, dur_ns) AS event_id
+              FROM win WHERE dur_ns <= ? AND {shown} GROUP BY ALL""", all_lanes),
+        params + [cutoff])
+
+
+def _bucket_arrays(agg, b: float, shift_us: float) -> dict:
+    """The `buckets` arrays of an _aggregate table (None: none), x offsets in µs moved by `shift_us`."""
+    if agg is None or agg.num_rows == 0:
+        return {k: np.zeros(0, np.float32) for k in BUCKET_FIELDS}
+    bk = agg["bucket"].to_numpy(zero_copy_only=False).astype(np.float64)
+    return {
+        "x0": (bk * b / 1000.0 + shift_us).astype(np.float32),
+        "x1": (np.maximum((bk + 1) * b, agg["end_offset"].to_numpy(zero_copy_only=False)) / 1000.0 + shift_us).astype(np.float32),
+        "y": agg["y"].to_numpy(zero_copy_only=False).astype(np.int32),
+        "occupancy": np.minimum(agg["occupancy"].to_numpy(zero_copy_only=False), 1.0).astype(np.float32),
+        "events": agg["events"].to_numpy(zero_copy_only=False).astype(np.int64),
+        "kind": agg["kind"].to_numpy(zero_copy_only=False).astype(object),
+        "event_id": agg["event_id"].to_numpy(zero_copy_only=False).astype(np.int64),
+    }
+
+
+def _add_flanks(r: OpenRun, whole: OpenRun, rank: int | None, out: dict, b: float, shown: str, all_lanes: bool) -> dict:
+    """Append to out["buckets"] the buckets of the window's width either side of it that overlaps the
+    run (every event aggregated, buckets of b ns); returns {t0, t1, buckets}: the span now covered
+    and how many buckets were added."""
+    t0, t1 = out["t0"], out["t1"]
+    w = t1 - t0
+    start, end = whole.span()
+    lo, hi = max(t0 - w, start), min(t1 + w, end + 1)
+    parts = []
+    if lo < t0:
+        parts.append(_bucket_arrays(_aggregate(r, rank, lo, t0, b, TIME_LIMIT_NS, shown, all_lanes), b, (lo - t0) / 1000.0))
+    if hi > t1:
+        parts.append(_bucket_arrays(_aggregate(r, rank, t1, hi, b, TIME_LIMIT_NS, shown, all_lanes), b, w / 1000.0))
+    n = sum(len(p["x0"]) for p in parts)
+    if n:
+        own = out["buckets"]
+        out["buckets"] = {k: np.concatenate(([own[k]] if len(own[k]) else []) + [p[k] for p in parts if len(p[k])]) for k in BUCKET_FIELDS}
+    return {"t0": min(lo, t0), "t1": max(hi, t1), "buckets": n}
 
 
 def _pyramid(r: OpenRun):
@@ -334,8 +385,9 @@ def _jsonable(v):
     return v
 
 
-def timeline(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None, all_lanes=None) -> dict:
+def timeline(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None, all_lanes=None, flanks: bool = False) -> dict:
     """The timeline of one window as plain JSON data: lanes, exact slices, per-pixel buckets,
     steps and the memory counter track. Offsets (x0, x1) are microseconds from `t0`. Meta lanes
-    (`Spans`, `Traces`, no thread, negative tids) are left out unless `all_lanes` is true."""
-    return _jsonable(timeline_arrays(rs, run=run, t0=t0, t1=t1, width=width, rank=rank, all_lanes=all_lanes))
+    (`Spans`, `Traces`, no thread, negative tids) are left out unless `all_lanes` is true; with
+    `flanks`, the window's width either side of it is added as buckets (see the module docstring)."""
+    return _jsonable(timeline_arrays(rs, run=run, t0=t0, t1=t1, width=width, rank=rank, all_lanes=all_lanes, flanks=flanks))

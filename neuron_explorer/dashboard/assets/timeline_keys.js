@@ -2,15 +2,23 @@
    is over the plot, else at the middle; A/D (or left/right) pan; shift+drag selects an area (a time
    range on some lanes; the server aggregates it per name). Nothing here leaves the page.
 
-   The page draws every step itself, in the next frame: a key moves the client's window (`target`,
-   each key from the last one's window, so quick presses add up and none is lost) and one
-   Plotly.relayout per frame redraws the slices the page already holds in it. While keys come, the
-   graph's relayouts of those windows are held back from the server (window.nxTimeline.ours(), read
-   by the clientside callback in front of the "zoom-req" store); SETTLE_MS after the last key the window
-   goes to the server once ("zoom-req"), which answers with the slices of that window at full
-   detail. A figure from the server for an older window (window.nxTimeline.accept, the clientside
-   callback in front of the graph) is drawn in the client's window, so an answer never moves the
-   view back; a figure that is not a zoom (a jump to a finding, a search hit, a run switch) wins.
+   The page draws every step itself, in the next frame, in O(1): a key moves the client's window
+   (`target`, each key from the last one's window, so quick presses add up and none is lost), and
+   the frame moves the slices Plotly has already drawn (for the window `base`) with one SVG
+   transform of the plot's data layers, translate and scale in x (what Plotly's own drag does),
+   with the x axis's scale set to the new window (so hover, click and the pointer's zoom centre
+   follow it) and the axis's tick labels written by this file (a dozen text nodes). Nothing is
+   recomputed: no path, no Plotly.relayout. The server holds slices for one window width either side
+   of the window it sent (timeline.flank_buckets), so a pan shows slices at once.
+   SETTLE_MS after the last key the window goes to the server once ("zoom-req"), which answers
+   with the slices of that window at full detail; if that answer has not come REDRAW_MS (nxTimeline.redrawMs, 2 s) later, the
+   page does the one real Plotly.relayout itself (paths recomputed for the window, names re-fitted).
+   While keys come, the graph's relayouts of those windows are held back from the server
+   (window.nxTimeline.ours(), read by the clientside callback in front of the "zoom-req" store). A
+   figure from the server for an older window (window.nxTimeline.accept, the clientside callback in
+   front of the graph) is drawn in the client's window, so an answer never moves the view back; a
+   figure that is not a zoom (a jump to a finding, a search hit, a run switch) wins. A drag or the
+   wheel on a moved plot first does the real relayout (Plotly's own drag then starts from it).
 
    Focus: W/S/A/D act on the timeline unless a text field has them (the search box) or a dropdown's
    menu is open; a closed dropdown that still holds the focus after a choice lets go of it and the
@@ -18,10 +26,11 @@
    (elsewhere they scroll the page and move in menus). nxTimeline.blur() (called after a run or rank is chosen) takes the
    focus from the dropdown, so the next key does not type into its filter. */
 (function () {
-  var ZOOM = 0.6, PAN = 0.2, SETTLE_MS = 150;
+  var ZOOM = 0.6, PAN = 0.2, SETTLE_MS = 150, TICK_PX = 160;
   var KEYS = {w: 'in', s: 'out', a: 'left', d: 'right', arrowup: 'in', arrowdown: 'out', arrowleft: 'left', arrowright: 'right'};
-  var pointerX = null, hovered = false, clicked = false;
-  var target = null, frame = null, firstInput = null, settle = null, seq = 0, drawn = [];
+  var pointerPx = null, hovered = false, clicked = false;
+  var target = null, frame = null, firstInput = null, settle = null, redraw = null, seq = 0, drawn = [];
+  var base = null;  // the x range Plotly drew the slices for, while the page has moved them (null: not moved)
   var sel = null, box = null;
 
   function graph() { return document.querySelector('#timeline .js-plotly-plot'); }
@@ -34,6 +43,9 @@
 
   var nx = window.nxTimeline = {
     frames: [],      // input → redrawn frame, ms, of each drawn step (for bench/bench_page.py and the tests)
+    draws: [],       // the drawing call of each of those frames alone, ms
+    relayouts: 0,    // real redraws this file made (one per burst of keys, when the server's answer is late)
+    redrawMs: 2000,  // REDRAW_MS: how late the server's answer may be before the page redraws the window itself
     asked: 0,        // windows sent to the server
     // a relayout this file made (a window it drew): not for the server
     ours: function (rl) {
@@ -60,15 +72,82 @@
     }
   };
 
+  function dataLayers(gd) { return gd.querySelectorAll('.cartesianlayer .scatterlayer'); }
+
+  // the x axis's tick labels for the window `r` while the plot is moved: Plotly's own are hidden
+  // (class nx-moving, ui/theme.py), these are clones of its first one, so they look the same
+  function ticks(gd, ax, r) {
+    var svg = gd.querySelector('.main-svg'), g = svg && svg.querySelector('g.nx-ticks');
+    if (!svg) return;
+    if (!g) { g = document.createElementNS('http://www.w3.org/2000/svg', 'g'); g.setAttribute('class', 'nx-ticks'); svg.appendChild(g); }
+    var proto = gd.querySelector('.xaxislayer-above .xtick text');
+    if (proto && !g.dataset.y) { g.dataset.y = proto.getAttribute('y'); g.dataset.style = proto.getAttribute('style') || ''; }
+    var w = r[1] - r[0], raw = w * TICK_PX / ax._length, mag = Math.pow(10, Math.floor(Math.log10(raw))), q = raw / mag;
+    var stepv = mag * (q < 1.5 ? 1 : q < 3 ? 2 : q < 7 ? 5 : 10), dec = Math.max(0, -Math.floor(Math.log10(stepv) + 1e-9));
+    var y = g.dataset.y || String(gd._fullLayout._size.t + gd._fullLayout._size.h + 14);
+    var nodes = g.childNodes, i = 0, suffix = ax.ticksuffix || '';
+    for (var v = Math.ceil(r[0] / stepv) * stepv; v <= r[1] && i < 40; v += stepv, i++) {
+      var t = nodes[i];
+      if (!t) { t = document.createElementNS('http://www.w3.org/2000/svg', 'text'); t.setAttribute('text-anchor', 'middle'); g.appendChild(t); }
+      t.setAttribute('style', g.dataset.style || 'font-size: 11px; fill: rgb(38, 50, 56);');
+      t.setAttribute('x', ax._offset + (v - r[0]) / w * ax._length);
+      t.setAttribute('y', y);
+      t.textContent = (Math.abs(v) < stepv / 2 ? 0 : v).toLocaleString('en-US', {minimumFractionDigits: dec, maximumFractionDigits: dec}) + suffix;
+    }
+    while (nodes.length > i) g.removeChild(nodes[nodes.length - 1]);
+  }
+
+  // the slices Plotly drew for `base`, moved to show `r` (see the top of this file)
+  function place(gd, ax, r) {
+    var len = ax._length, s = (base[1] - base[0]) / (r[1] - r[0]), dx = (base[0] - r[0]) * len / (r[1] - r[0]);
+    var tf = 'translate(' + dx + ',0) scale(' + s + ',1)';
+    dataLayers(gd).forEach(function (l) { l.setAttribute('transform', tf); });
+    gd.style.setProperty('--nx-inv', String(1 / s));
+    gd.classList.add('nx-moving');
+    ax.range = r.slice();  // the axis's scale follows: hover, click and p2l see the window on screen
+    ax.setScale();
+    ticks(gd, ax, r);
+  }
+
+  // the moved slices are Plotly's again (it has drawn them for its axis' range)
+  function unplace(gd) {
+    base = null;
+    if (!gd) return;
+    dataLayers(gd).forEach(function (l) { l.removeAttribute('transform'); });
+    gd.classList.remove('nx-moving');
+  }
+
   function draw() {
     frame = null;
-    var gd = graph();
-    if (!gd || !target || !window.Plotly) return;
+    var gd = graph(), ax = axes(gd);
+    if (!ax || !target || !window.Plotly) return;
     var t0 = firstInput; firstInput = null;
-    drawn.push(target.slice());
-    if (drawn.length > 64) drawn.shift();
-    window.Plotly.relayout(gd, {'xaxis.range': target.slice()});
+    var a = performance.now();
+    hook(gd);
+    if (!base) base = ax[0].range.slice();
+    place(gd, ax[0], target);
+    nx.draws.push(performance.now() - a);
     requestAnimationFrame(function () { nx.frames.push(performance.now() - t0); });
+  }
+
+  // the one real redraw of a burst: Plotly recomputes the paths for the window the keys chose
+  function relayout() {
+    redraw = null;
+    var gd = graph();
+    if (!gd || !base || !target || !window.Plotly) return;
+    var r = target.slice();
+    unplace(gd);
+    drawn.push(r);
+    if (drawn.length > 64) drawn.shift();
+    nx.relayouts += 1;
+    window.Plotly.relayout(gd, {'xaxis.range': r});
+  }
+
+  // a figure Plotly drew itself (the server's answer, a relayout): its slices are where it put them
+  function hook(gd) {
+    if (gd.__nxHooked || !gd.on) return;
+    gd.__nxHooked = true;
+    gd.on('plotly_afterplot', function () { if (base) unplace(gd); });
   }
 
   function ask() {
@@ -76,12 +155,14 @@
     if (!target || !window.dash_clientside || !window.dash_clientside.set_props) return;
     nx.asked += 1;
     window.dash_clientside.set_props('zoom-req', {data: {'xaxis.range[0]': target[0], 'xaxis.range[1]': target[1], seq: ++seq}});
+    if (redraw !== null) clearTimeout(redraw);
+    redraw = setTimeout(relayout, nx.redrawMs);
   }
 
   function step(what, gd, ax, when) {
     var r = target || ax[0].range.slice(), w = r[1] - r[0], a, b;
     if (what === 'in' || what === 'out') {
-      var c = (pointerX !== null && pointerX > r[0] && pointerX < r[1]) ? pointerX : (r[0] + r[1]) / 2;
+      var c = pointerPx !== null ? r[0] + pointerPx / ax[0]._length * w : (r[0] + r[1]) / 2;
       var f = what === 'in' ? ZOOM : 1 / ZOOM;
       a = c - (c - r[0]) * f; b = c + (r[1] - c) * f;
     } else {
@@ -91,18 +172,19 @@
     target = [a, b];
     if (firstInput === null) firstInput = when;
     if (settle !== null) clearTimeout(settle);
+    if (redraw !== null) { clearTimeout(redraw); redraw = null; }
     settle = setTimeout(ask, SETTLE_MS);
     if (frame === null) frame = requestAnimationFrame(draw);
   }
 
   document.addEventListener('mousemove', function (ev) {
     var gd = graph(), ax = axes(gd);
-    hovered = false; pointerX = null;
+    hovered = false; pointerPx = null;
     if (ax) {
       var rect = gd.getBoundingClientRect();
       hovered = ev.clientX >= rect.left && ev.clientX <= rect.right && ev.clientY >= rect.top && ev.clientY <= rect.bottom;
       var px = ev.clientX - rect.left - ax[0]._offset;
-      pointerX = (hovered && px >= 0 && px <= ax[0]._length) ? ax[0].p2l(px) : null;
+      pointerPx = (hovered && px > 0 && px < ax[0]._length) ? px : null;  // the zoom's centre: this pixel of the window on screen
     }
     if (sel) {
       ev.stopPropagation(); ev.preventDefault();
@@ -114,7 +196,12 @@
       sel.x1 = x; sel.y1 = y;
     }
   }, true);
-  document.addEventListener('mouseleave', function () { hovered = false; pointerX = null; });
+  document.addEventListener('mouseleave', function () { hovered = false; pointerPx = null; });
+  // a drag or the wheel on a plot the keys have moved: the real redraw first, then Plotly's own
+  document.addEventListener('wheel', function (ev) {
+    var tl = document.getElementById('timeline');
+    if (base && tl && ev.target && tl.contains(ev.target)) relayout();
+  }, true);
 
   // captured before the dropdown sees it: a key meant for the timeline types nothing into a filter
   document.addEventListener('keydown', function (ev) {
@@ -137,6 +224,7 @@
   document.addEventListener('mousedown', function (ev) {
     var tl = document.getElementById('timeline');
     clicked = !!(tl && ev.target && tl.contains(ev.target));
+    if (base && clicked && ev.target.closest && ev.target.closest('.nsewdrag, .drag')) relayout();
     if (box && !sel) { box.remove(); box = null; }
     var gd = graph(), ax = axes(gd);
     if (!ev.shiftKey || !ax || !ev.target.closest || !ev.target.closest('#timeline .nsewdrag')) return;

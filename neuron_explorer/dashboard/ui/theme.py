@@ -20,17 +20,27 @@ body { margin: 0; background: #F4F6F8; font-family: Inter, 'Segoe UI', Helvetica
 .nx-card { background: #FFF; border-radius: 6px; box-shadow: 0 1px 3px rgba(0,0,0,.08); margin: 10px 12px; padding: 8px 10px; }
 .nx-grid { display: grid; grid-template-columns: minmax(0, 1fr); gap: 0; }
 .nx-detail h3 { margin: 2px 0 6px 0; font-size: 15px; word-break: break-all; }
-/* the event panel: a drawer at the foot of the window, on screen whatever was clicked and wherever the page is scrolled;
-   shown only while an event is selected (panels.drawer_class), closed by its × (which clears the selection); while it is
-   open the page has room below its content for it, so that whatever is under it can be scrolled into view */
-.nx-detail { display: none; position: fixed; left: 12px; right: 12px; bottom: 0; margin: 0; max-height: 34vh; overflow-y: auto; z-index: 30;
-             border-radius: 6px 6px 0 0; box-shadow: 0 -2px 10px rgba(0,0,0,.18); border-top: 2px solid #90A4AE; }
+/* the event panel: a drawer at the right of the window, beside the timeline, on screen whatever was clicked and wherever
+   the page is scrolled (fixed, below the top bar); shown only while an event is selected (panels.drawer_class), closed by
+   its × (which clears the selection); while it is open the page's content is narrower by its width, so it covers no lane
+   of the timeline (the graph follows its container's width) and nothing of the tables */
+.nx-detail { display: none; position: fixed; right: 0; top: 58px; bottom: 0; width: 440px; margin: 0; overflow-y: auto; z-index: 30;
+             border-radius: 6px 0 0 0; box-shadow: -2px 0 10px rgba(0,0,0,.18); border-left: 2px solid #90A4AE; box-sizing: border-box; }
 .nx-detail.nx-open { display: block; }
-#explore-view:has(.nx-detail.nx-open) { padding-bottom: 36vh; }
+#explore-view:has(.nx-detail.nx-open) { padding-right: 440px; }
 .nx-detail-close { position: sticky; top: 0; float: right; z-index: 1; border: 1px solid #B0BEC5; border-radius: 4px; background: #ECEFF1;
                    color: #263238; font-size: 16px; line-height: 16px; padding: 2px 8px; cursor: pointer; }
 .nx-detail-close:hover { background: #CFD8DC; }
-#detail > div { column-width: 460px; column-gap: 22px; }
+/* assets/timeline_keys.js moves the slices Plotly drew while keys come (class nx-moving on the graph): Plotly's x tick
+   labels, grid lines, step lines and labels give way to its own tick labels until the window is drawn again; names keep
+   their width (scaled back by --nx-inv); outlines keep theirs */
+.js-plotly-plot .nx-ticks { display: none; }
+.js-plotly-plot.nx-moving .nx-ticks { display: inline; }
+.js-plotly-plot.nx-moving .xaxislayer-above .xtick, .js-plotly-plot.nx-moving .gridlayer .x,
+.js-plotly-plot.nx-moving .shapelayer, .js-plotly-plot.nx-moving .annotation { visibility: hidden; }
+.js-plotly-plot.nx-moving .scatterlayer .textpoint text { transform-box: fill-box; transform-origin: center; transform: scaleX(var(--nx-inv, 1)); }
+.js-plotly-plot .scatterlayer path.js-line { vector-effect: non-scaling-stroke; }
+#detail > div { column-width: 400px; column-gap: 22px; }
 #detail h3 { column-span: all; }
 #detail .nx-kv, #detail .nx-chain, #detail .nx-src, #detail .nx-args { break-inside: avoid; }
 .nx-kv { display: grid; grid-template-columns: 110px 1fr; font-size: 12px; row-gap: 2px; }
