@@ -53,10 +53,11 @@ KERNELS = RankQuery(
 """Kernels with their launch's thread and time (`_kernels_of`)."""
 KERNEL_NAMES = RankQuery(
     "arch_kernel_names", f"SELECT name, count(*) FROM events WHERE rank = ? AND kind = 'kernel' "
-                         f"AND regexp_matches(name, {sql_literal(P.KERNELS_PATTERN)}) GROUP BY name ORDER BY name",
+                         f"AND regexp_matches(name, {sql_literal(P.KERNELS_PATTERN)}) GROUP BY name ORDER BY 2 DESC, name",
     f"SELECT rank, name, count(*) FROM events WHERE kind = 'kernel' "
-    f"AND regexp_matches(name, {sql_literal(P.KERNELS_PATTERN)}) GROUP BY rank, name ORDER BY rank, name")
-"""Kernel names that tell the architecture (`detect_device`)."""
+    f"AND regexp_matches(name, {sql_literal(P.KERNELS_PATTERN)}) GROUP BY rank, name ORDER BY rank, 3 DESC, name")
+"""Kernel names that tell the architecture (`detect_device`), the most called first (peaks.detect
+quotes the first of the architecture it finds as its example)."""
 RANK_QUERIES = (OPS, KERNELS, KERNEL_NAMES)
 """The per-rank queries of the utilisation figures, which the engine runs once per batch of ranks (rank_rows.py)."""
 
