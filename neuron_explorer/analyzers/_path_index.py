@@ -16,6 +16,7 @@ Private to critical_path.py (may change). Must not: charge time (the walk does).
 
 from __future__ import annotations
 
+import functools
 import json
 from array import array
 from bisect import bisect_left, bisect_right
@@ -200,6 +201,12 @@ _COLUMNS = """SELECT event_id, {kind} AS k, ts_ns, ts_ns + dur_ns AS end_ns, coa
 FROM events WHERE rank = ? AND dur_ns > 0 AND kind IN {kinds}"""
 
 
+@functools.lru_cache(maxsize=65536)
+def _is_comm_kernel(name: str) -> bool:
+    """vocab.COMM_KERNEL_RE's test, remembered per name (the same names come back on every rank)."""
+    return bool(COMM_KERNEL_RE.search(name))
+
+
 KERNEL_NAMES = RankQuery("path_kernel_names", "SELECT DISTINCT name FROM events WHERE rank = ? AND kind = 'kernel' AND name IS NOT NULL ORDER BY 1",
                          "SELECT DISTINCT rank, name FROM events WHERE kind = 'kernel' AND name IS NOT NULL ORDER BY 1, 2")
 SYNCS = RankQuery("path_syncs", "SELECT event_id, name, args, device, stream, launch_id, ts_ns FROM events "
@@ -221,7 +228,7 @@ class RankIndex:
                                                     sync_call=F_SYNC_CALL, is_memcpy_call=memcpy_call(), memcpy_call=F_MEMCPY_CALL,
                                                     loader=_LOADER_SQL, input=F_INPUT, comm=F_COMM, kinds=kinds_sql(KINDS),
                                                     is_to_host=f"CASE WHEN kind = 'memcpy' THEN {to_host_copy()} END", to_host=F_TO_HOST),
-                               [[n for n in kernel_names if COMM_KERNEL_RE.search(n)], rank])
+                               [[n for n in kernel_names if _is_comm_kernel(n)], rank])
         ids, kind, ts, end = cols["event_id"], cols["k"], cols["ts_ns"], cols["end_ns"]
         device, stream, launch_id, frame = cols["device"], cols["stream"], cols["launch_id"], cols["frame"]
         pid, flags, tk = cols["pid"], cols["flags"], cols["tk"]
