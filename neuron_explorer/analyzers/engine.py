@@ -312,8 +312,9 @@ def screen(run: Run, rule: ModuleType, summaries: dict[int, dict]) -> set[int] |
 
 def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], quality: dict,
                    n_workers: int, parts: dict | None = None) -> dict[int, tuple[dict, dict]]:
-    """Ranks in batches (`rank_batches`): for each batch, the summary numbers of all its ranks and
-    each rule's screening are queries grouped by rank over the batch's views; then each rank
+    """Ranks in batches (`rank_batches`): for each batch, the summary numbers of all its ranks,
+    each rule's screening and the rows of the per-rank queries (`batch_rows`) are queries grouped by
+    rank over the batch's views; then each rank
     adds the figures computed rank by rank and runs the checks its screening selected, on views
     over its own partition, by `n_workers` threads; last, what is inside every finding of the
     batch (`advice.attach`) is two queries grouped by finding over the batch's views. `parts`:
