@@ -36,7 +36,7 @@ import time
 import uuid
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -475,6 +475,8 @@ class Run:
     manifest: dict
     con: duckdb.DuckDBPyConnection
     view_ranks: list[int] | None = None  # the ranks the views read (None: every rank)
+    # rows of per-rank queries computed once for a batch of ranks, by query name then rank (analyzers/rank_rows.py)
+    prepared: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def ranks(self) -> list[int]:

@@ -35,7 +35,7 @@ LAYERS: list[tuple[int, str, str, tuple[str, ...]]] = [
     (3, "analyzer figures", "numbers about a run (metrics, line times, utilisation, ranks, the critical path, statistics) "
                             "and the finding contract (model): no judgement of what is a problem",
      ("analyzers.metrics", "analyzers.memory_range", "analyzers.lines", "analyzers.utilisation", "analyzers.flops", "analyzers.peaks",
-      "analyzers.ranks",
+      "analyzers.ranks", "analyzers.rank_rows",
       "analyzers.critical_path", "analyzers._path_index", "analyzers._path_native", "analyzers.device_time", "analyzers.stats",
       "analyzers.job", "analyzers.model",
       "analyzers.report_schema", "analyzers.contents")),

@@ -132,3 +132,57 @@ def test_contents_of_a_real_two_rank_trace_equal_each_finding_alone():
     with open_run("tests/data/traces/multirank_128") as run:
         assert findings_contents(run, found) == [finding_contents(run, f) for f in found]
     assert sum(1 for f in found if f.get("contents")) >= 2
+
+
+def _rank_queries():
+    from neuron_explorer.analyzers import summary
+
+    return list(summary.RANK_QUERIES) + [q for rule in engine.all_rules() for q in getattr(rule, "RANK_QUERIES", ())]
+
+
+def _same_rows(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(list(a[k]) == list(b[k]) for k in a)
+    return a == b
+
+
+@pytest.mark.parametrize("where", ["generated", "multirank_128"])
+def test_rows_of_a_batch_equal_each_rank_alone(five, where):
+    """Every per-rank query the engine runs once per batch (rank_rows.RankQuery, declared by the
+    summary's figures and the rules) gives each rank the rows its one-rank query gives."""
+    from neuron_explorer.analyzers import rank_rows
+
+    run_dir = five[0] if where == "generated" else "tests/data/traces/multirank_128"
+    queries = _rank_queries()
+    assert {"device_busy", "work_ops", "work_kernels", "device_idle_gaps", "device_idle_host", "hotspot_kernel"} <= {q.name for q in queries}
+    with open_run(run_dir) as run:
+        ranks = run.ranks
+        batch = rank_rows.prepare(run, queries, ranks)
+        nonempty = set()
+        for q in queries:
+            for r in ranks:
+                one = rank_rows.arrays(run, q, r) if q.arrays else rank_rows.rows(run, q, r)
+                assert _same_rows(batch[q.name][r], one), (q.name, r)
+                nonempty |= {q.name} if len(one) and (not q.arrays or len(next(iter(one.values())))) else set()
+    # not trivial: the queries found rows (the generated ranks have kernels, gaps and host work in them)
+    assert {"devices", "steps", "device_busy", "work_kernels", "device_idle_gaps", "device_idle_host", "hotspot_kernel"} <= nonempty
+
+
+def test_a_batch_runs_no_per_rank_query_of_its_own(five, monkeypatch):
+    """With more than one rank in a batch, no rank runs a declared query's one-rank form: each reads
+    its rows of the batch's grouped query."""
+    from neuron_explorer import store
+
+    run_dir, _ = five
+    ones = {q.one for q in _rank_queries()}
+    seen = []
+    real = store.Run.sql
+
+    def sql(self, query, params=None):
+        seen.append(query)
+        return real(self, query, params)
+
+    monkeypatch.setattr(store.Run, "sql", sql)
+    analyze(run_dir, write=False, workers=1)
+    assert not [q for q in seen if q in ones]
+    assert any("GROUP BY rank" in q or "ORDER BY rank" in q for q in seen)

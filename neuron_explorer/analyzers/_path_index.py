@@ -16,6 +16,7 @@ Private to critical_path.py (may change). Must not: charge time (the walk does).
 
 from __future__ import annotations
 
+import functools
 import json
 from array import array
 from bisect import bisect_left, bisect_right
@@ -25,6 +26,8 @@ import numpy as np
 from ..collectors.kineto_names import DATALOADER_NEXT, EVENT_SYNC, STREAM_SYNC, SYNC_KIND_ARG, WAIT_ON_STREAM_ARG
 from ..store import Run
 from ..vocab import COMM_KERNEL_RE, DEVICE_WORK_KINDS, kinds_sql, memcpy_call, sql_literal, sync_call, to_host_copy
+from .rank_rows import RankQuery
+from .rank_rows import rows as rank_rows
 
 RUNTIME_WAIT_MIN_NS = 20_000
 """A runtime call at least this long, during which device work it did not launch itself finished,
@@ -198,19 +201,34 @@ _COLUMNS = """SELECT event_id, {kind} AS k, ts_ns, ts_ns + dur_ns AS end_ns, coa
 FROM events WHERE rank = ? AND dur_ns > 0 AND kind IN {kinds}"""
 
 
+@functools.lru_cache(maxsize=65536)
+def _is_comm_kernel(name: str) -> bool:
+    """vocab.COMM_KERNEL_RE's test, remembered per name (the same names come back on every rank)."""
+    return bool(COMM_KERNEL_RE.search(name))
+
+
+KERNEL_NAMES = RankQuery("path_kernel_names", "SELECT DISTINCT name FROM events WHERE rank = ? AND kind = 'kernel' AND name IS NOT NULL ORDER BY 1",
+                         "SELECT DISTINCT rank, name FROM events WHERE kind = 'kernel' AND name IS NOT NULL ORDER BY 1, 2")
+SYNCS = RankQuery("path_syncs", "SELECT event_id, name, args, device, stream, launch_id, ts_ns FROM events "
+                                "WHERE rank = ? AND dur_ns > 0 AND kind = 'sync' AND device IS NOT NULL ORDER BY event_id",
+                  "SELECT rank, event_id, name, args, device, stream, launch_id, ts_ns FROM events "
+                  "WHERE dur_ns > 0 AND kind = 'sync' AND device IS NOT NULL ORDER BY rank, event_id")
+RANK_QUERIES = (KERNEL_NAMES, SYNCS)
+"""The index's per-rank queries that the engine runs once per batch of ranks (rank_rows.py)."""
+
+
 class RankIndex:
     """A rank's events, indexed for the walk. Rows are positions in the columns below."""
 
     def __init__(self, run: Run, rank: int):
-        kernel_names = [n for (n,) in run.sql("SELECT DISTINCT name FROM events WHERE rank = ? AND kind = 'kernel' AND name IS NOT NULL",
-                                              [rank]).fetchall()]
+        kernel_names = [n for (n,) in rank_rows(run, KERNEL_NAMES, rank)]
         kind_sql = "CASE kind " + " ".join(f"WHEN '{k}' THEN {i}" for i, k in enumerate(KINDS)) + " END::TINYINT"
         # the name tests run only on the rows of the kind they are about (a regexp over every row costs more than the rest of the read)
         cols, tk_names = _read(run, _COLUMNS.format(kind=kind_sql, none=NONE, is_sync_call=f"CASE WHEN kind = 'runtime' THEN {sync_call()} END",
                                                     sync_call=F_SYNC_CALL, is_memcpy_call=memcpy_call(), memcpy_call=F_MEMCPY_CALL,
                                                     loader=_LOADER_SQL, input=F_INPUT, comm=F_COMM, kinds=kinds_sql(KINDS),
                                                     is_to_host=f"CASE WHEN kind = 'memcpy' THEN {to_host_copy()} END", to_host=F_TO_HOST),
-                               [[n for n in kernel_names if COMM_KERNEL_RE.search(n)], rank])
+                               [[n for n in kernel_names if _is_comm_kernel(n)], rank])
         ids, kind, ts, end = cols["event_id"], cols["k"], cols["ts_ns"], cols["end_ns"]
         device, stream, launch_id, frame = cols["device"], cols["stream"], cols["launch_id"], cols["frame"]
         pid, flags, tk = cols["pid"], cols["flags"], cols["tk"]
@@ -270,8 +288,7 @@ class RankIndex:
         self.syncs_of_launch: dict[int, list[_Sync]] = {}
         self.stream_waits: dict[tuple, tuple[list[int], list[_Sync]]] = {}
         waits: dict[tuple, list[_Sync]] = {}
-        for r in run.sql("""SELECT event_id, name, args, device, stream, launch_id, ts_ns FROM events
-                WHERE rank = ? AND dur_ns > 0 AND kind = 'sync' AND device IS NOT NULL ORDER BY event_id""", [rank]).fetchall():
+        for r in rank_rows(run, SYNCS, rank):
             s = _Sync(*r)
             if s.launch_id is not None:
                 self.syncs_of_launch.setdefault(s.launch_id, []).append(s)

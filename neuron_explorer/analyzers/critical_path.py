@@ -61,7 +61,10 @@ from ._path_index import (  # noqa: F401 (the model's thresholds)
     factorize,
     factorize_rows,
 )
+from ._path_index import RANK_QUERIES as _INDEX_QUERIES
 from .metrics import step_device_busy
+from .rank_rows import RankQuery
+from .rank_rows import rows as rank_rows
 
 CATEGORIES = ("device_compute", "communication", "memcpy", "host_compute", "launch_overhead", "input_pipeline", "idle")
 """What each charged nanosecond is: see `category_of` and docs/METRICS.md."""
@@ -378,6 +381,15 @@ def _communication_not_idle(index: RankIndex, cover: dict, code: int, ts, ns, ev
 
 _CACHE: dict[tuple, Path] = {}
 
+PATH_STEPS = RankQuery(
+    "path_steps", "SELECT s.step, s.ts_ns, s.dur_ns, s.event_id, e.pid, coalesce(CAST(e.tid AS VARCHAR), e.tid_text, '') "
+                  "FROM steps s JOIN events e ON e.event_id = s.event_id AND e.rank = s.rank WHERE s.rank = ? ORDER BY s.step",
+    "SELECT s.rank, s.step, s.ts_ns, s.dur_ns, s.event_id, e.pid, coalesce(CAST(e.tid AS VARCHAR), e.tid_text, '') "
+    "FROM steps s JOIN events e ON e.event_id = s.event_id AND e.rank = s.rank ORDER BY s.rank, s.step")
+"""The steps whose paths are walked, with the thread that recorded each (`path_of`)."""
+RANK_QUERIES = (PATH_STEPS, *_INDEX_QUERIES)
+"""The critical path's per-rank queries, which the engine runs once per batch of ranks (rank_rows.py)."""
+
 
 def path_of(run: Run, rank: int) -> Path:
     """The critical path of every profiler step of a rank, as columns. Computed once per run and
@@ -386,8 +398,7 @@ def path_of(run: Run, rank: int) -> Path:
     got = _CACHE.get(key)
     if got is not None:
         return got
-    steps = run.sql("SELECT s.step, s.ts_ns, s.dur_ns, s.event_id, e.pid, coalesce(CAST(e.tid AS VARCHAR), e.tid_text, '') "
-                    "FROM steps s JOIN events e ON e.event_id = s.event_id WHERE s.rank = ? ORDER BY s.step", [rank]).fetchall()
+    steps = rank_rows(run, PATH_STEPS, rank)
     path = _walked(run, rank, steps, native=True)
     if len(_CACHE) >= 8:
         _CACHE.clear()

@@ -6,6 +6,9 @@ cannot answer its question. A rule that raises anything else becomes a warning i
 while the others still run. A SCOPE='rank' rule may also have `screen(run, summaries) -> ranks`:
 one query grouped by rank over many ranks that returns the ranks its check could report on (a
 finding, or that it does not apply); the others are reported as having no finding, unchecked.
+A rule may also declare RANK_QUERIES (rank_rows.RankQuery): the queries its check runs on each
+rank, which the engine runs once per batch of ranks, grouped by rank, and the check reads its
+rank's rows of (`rank_rows.rows`); the summary's figures declare theirs the same way.
 
 Must not: render (see render.py) or write files (see outputs.py).
 """
@@ -27,6 +30,7 @@ from . import metrics
 from . import summary as summary_
 from .advice import attach as attach_contents
 from .model import SEVERITIES, Evidence, Finding, Location, Report
+from .rank_rows import prepare as prepare_rank_rows
 from .ranks import summary as cross_rank_summary
 
 SEVERITY_SHARES = {"high": 0.20, "medium": 0.05, "low": 0.01}
@@ -308,8 +312,9 @@ def screen(run: Run, rule: ModuleType, summaries: dict[int, dict]) -> set[int] |
 
 def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], quality: dict,
                    n_workers: int, parts: dict | None = None) -> dict[int, tuple[dict, dict]]:
-    """Ranks in batches (`rank_batches`): for each batch, the summary numbers of all its ranks and
-    each rule's screening are queries grouped by rank over the batch's views; then each rank
+    """Ranks in batches (`rank_batches`): for each batch, the summary numbers of all its ranks,
+    each rule's screening and the rows of the per-rank queries (`batch_rows`) are queries grouped by
+    rank over the batch's views; then each rank
     adds the figures computed rank by rank and runs the checks its screening selected, on views
     over its own partition, by `n_workers` threads; last, what is inside every finding of the
     batch (`advice.attach`) is two queries grouped by finding over the batch's views. `parts`:
@@ -323,7 +328,9 @@ def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], qua
             partial = summary_.rank_summaries(batch_run, batch, per_rank=False)
             selected = {rule.RULE_ID: screen(batch_run, rule, partial) for rule in rank_rules}
             skips = {rank: frozenset(rid for rid, sel in selected.items() if sel is not None and rank not in sel) for rank in batch}
-            done = _rank_details(run, batch, rank_rules, quality, n_workers, partial, skips, parts)
+            prepared = batch_rows(batch_run, batch, rank_rules, skips) if len(batch) > 1 else {}
+            done = _rank_details(run, batch, rank_rules, quality, n_workers, partial, skips, parts, prepared)
+            prepared = None
             # what is inside every finding of the batch: grouped queries over the batch's views
             attach_contents(batch_run, [f for rank in batch for what, value in done[rank][1].values() if what == "findings" for f in value])
         finally:
@@ -332,11 +339,24 @@ def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], qua
     return out
 
 
+def batch_rows(batch_run: Run, batch: list[int], rank_rules: list[ModuleType], skips: dict[int, frozenset]) -> dict[str, dict]:
+    """The rows of every per-rank query the batch's ranks will run (the summary's RANK_QUERIES, and
+    those of each rule some rank of the batch checks), each query run once over the batch's views,
+    grouped by rank (rank_rows.prepare)."""
+    queries = list(summary_.RANK_QUERIES)
+    for rule in rank_rules:
+        if any(rule.RULE_ID not in skips[r] for r in batch):
+            queries += list(getattr(rule, "RANK_QUERIES", ()))
+    return prepare_rank_rows(batch_run, queries, batch)
+
+
 def _rank_details(run: Run, ranks: list[int], rank_rules: list[ModuleType], quality: dict, n_workers: int,
-                  partial: dict[int, dict], skips: dict[int, frozenset], parts: dict | None = None) -> dict[int, tuple[dict, dict]]:
+                  partial: dict[int, dict], skips: dict[int, frozenset], parts: dict | None = None,
+                  prepared: dict | None = None) -> dict[int, tuple[dict, dict]]:
     """Ranks shared out to `n_workers` threads (the calling thread when 1); each keeps its own
     connection, whose views it re-points at each rank in turn (a connection of its own: cursors
-    of one connection share their views)."""
+    of one connection share their views). `prepared`: the batch's rows of the per-rank queries
+    (`batch_rows`), which each rank reads instead of querying."""
     todo = iter(ranks)
     lock = threading.Lock()
     out: dict[int, tuple[dict, dict]] = {}
@@ -354,7 +374,7 @@ def _rank_details(run: Run, ranks: list[int], rank_rules: list[ModuleType], qual
     def worker() -> None:
         con = new_connection()
         con.execute(f"SET threads = {duck_threads}")
-        rank_run = Run(run.path, run.manifest, con)
+        rank_run = Run(run.path, run.manifest, con, prepared=prepared or {})
         try:
             while not errors:
                 if stopping():

@@ -27,6 +27,8 @@ from __future__ import annotations
 from ..store import Run
 from ..vocab import DEVICE_WORK_SQL, compiled_kernel, compiled_shares_sql, in_steps, line_key, line_key_sql, top_op
 from .metrics import union_of_sql
+from .rank_rows import RankQuery
+from .rank_rows import rows as rank_rows
 
 LINE_FIELDS = ("calls", "kernels", "cpu_ns", "cpu_backward_ns", "device_ns", "device_backward_ns", "python_ns")
 
@@ -167,10 +169,16 @@ def line_times(run: Run, rank: int) -> list[dict]:
     return [dict(zip(cols, r)) for r in rel.fetchall()]
 
 
+USER_FRAMES = RankQuery("user_frames", "SELECT frame_id, file, line, parent_frame_id, code FROM frames WHERE rank = ? AND is_user ORDER BY frame_id",
+                        "SELECT rank, frame_id, file, line, parent_frame_id, code FROM frames WHERE is_user ORDER BY rank, frame_id")
+RANK_QUERIES = (USER_FRAMES,)
+"""The user frames of a rank (`self_and_total`), which the engine reads once per batch of ranks (rank_rows.py)."""
+
+
 def self_and_total(run: Run, rank: int) -> dict:
     """Per user line: self and total CPU and device time ('file:line' → dict), and whether the
     rank has user frames at all. Total adds every line that the line's statement called."""
-    found = run.sql("SELECT frame_id, file, line, parent_frame_id, code FROM frames WHERE rank = ? AND is_user", [rank]).fetchall()
+    found = rank_rows(run, USER_FRAMES, rank)
     frames = {fid: (line_key(file, line), parent) for fid, file, line, parent, _ in found}
     codes = {line_key(file, line): code for _, file, line, _, code in found if code}
     if not frames:

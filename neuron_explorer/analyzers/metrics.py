@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 from ..store import Run
 from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_KINDS, DEVICE_WORK_SQL, comm_op, kinds_sql, sql_literal, top_op, training_work
+from .rank_rows import RankQuery, prepared_rows
+from .rank_rows import rows as rank_rows
 
 if TYPE_CHECKING:
     import numpy as np
@@ -118,10 +120,25 @@ def ranks(run: Run) -> list[int]:
     return [r for (r,) in run.sql("SELECT DISTINCT rank FROM events ORDER BY rank").fetchall()]
 
 
+DEVICES = RankQuery("devices", f"SELECT DISTINCT device FROM events WHERE rank = ? AND kind IN {DEVICE_WORK_SQL} AND device IS NOT NULL ORDER BY 1",
+                    f"SELECT DISTINCT rank, device FROM events WHERE kind IN {DEVICE_WORK_SQL} AND device IS NOT NULL ORDER BY 1, 2")
+STEPS = RankQuery("steps", "SELECT step, ts_ns, dur_ns FROM steps WHERE rank = ? ORDER BY step",
+                  "SELECT rank, step, ts_ns, dur_ns FROM steps ORDER BY rank, step")
+DEVICE_BUSY = RankQuery(
+    "device_busy", union_sql(f"rank = ? AND device IS NOT NULL AND kind IN {DEVICE_WORK_SQL}", ("device",)) + " ORDER BY device, start_ns",
+    union_sql(f"device IS NOT NULL AND kind IN {DEVICE_WORK_SQL}", ("rank", "device")) + " ORDER BY rank, device, start_ns", arrays=True)
+"""Each device's busy union (`step_device_busy`), all devices of a rank in one query."""
+PEAK_MEMORY = RankQuery(
+    "peak_memory", "SELECT device_type, device, max(total_allocated)::BIGINT, max(total_reserved)::BIGINT, count(*) FROM memory "
+                   "WHERE rank = ? AND device_type <> 0 GROUP BY ALL ORDER BY 1, 2",
+    "SELECT rank, device_type, device, max(total_allocated)::BIGINT, max(total_reserved)::BIGINT, count(*) FROM memory "
+    "WHERE device_type <> 0 GROUP BY ALL ORDER BY 1, 2, 3")
+RANK_QUERIES = (DEVICES, STEPS, DEVICE_BUSY, PEAK_MEMORY)
+"""The per-rank queries of this module's figures, which the engine runs once per batch of ranks (rank_rows.py)."""
+
+
 def devices(run: Run, rank: int) -> list[int]:
-    return [d for (d,) in run.sql(
-        f"SELECT DISTINCT device FROM events WHERE rank = ? AND kind IN {DEVICE_WORK_SQL} AND device IS NOT NULL ORDER BY 1",
-        [rank]).fetchall()]
+    return [d for (d,) in rank_rows(run, DEVICES, rank)]
 
 
 def span(run: Run, rank: int) -> dict:
@@ -342,14 +359,21 @@ def step_device_busy(run: Run, rank: int, without_name: str | tuple | None = Non
     in the step whose range it ran in. `without_name`: the same without the device events of that
     name, or of those names (a tuple: a class of work), (what the device would still do were they gone:
     critical_path.saving_bound)."""
-    steps = run.sql("SELECT step, ts_ns, dur_ns FROM steps WHERE rank = ? ORDER BY step", [rank]).fetchall()
+    import numpy as np
+
+    steps = rank_rows(run, STEPS, rank)
     out = []
+    busy = prepared_rows(run, DEVICE_BUSY, rank) if without_name is None else None
     for device in devices(run, rank):
-        if isinstance(without_name, tuple):
-            extra = f"coalesce(name, '') NOT IN {kinds_sql(without_name)}" if without_name else ""
+        if busy is not None:  # every device's union, from the batch's query
+            at = busy["device"] == device
+            cov = Coverage(np.stack([busy["start_ns"][at].astype(np.int64), busy["end_ns"][at].astype(np.int64)], axis=1))
         else:
-            extra = f"name IS DISTINCT FROM {sql_literal(without_name)}" if without_name is not None else ""
-        cov = Coverage(interval_array(run, device_where(rank, device, extra=extra)))
+            if isinstance(without_name, tuple):
+                extra = f"coalesce(name, '') NOT IN {kinds_sql(without_name)}" if without_name else ""
+            else:
+                extra = f"name IS DISTINCT FROM {sql_literal(without_name)}" if without_name is not None else ""
+            cov = Coverage(interval_array(run, device_where(rank, device, extra=extra)))
         for step, ts, dur in steps:
             busy = cov.within(int(ts), int(ts) + int(dur))
             out.append({"step": int(step), "device": device, "dur_ns": int(dur), "busy_ns": int(busy),
@@ -376,7 +400,6 @@ def peak_memory(run: Run, rank: int) -> list[dict]:
     """Per device the rank's allocator recorded (not the CPU: `device_type` 0): `peak_allocated_bytes`
     = the largest `total_allocated`, `peak_reserved_bytes` = the largest `total_reserved` (null when
     the trace does not record it) and `events`. Empty without allocator events (profile_memory=True)."""
-    rows = run.sql("SELECT device_type, device, max(total_allocated)::BIGINT, max(total_reserved)::BIGINT, count(*) FROM memory "
-                   "WHERE rank = ? AND device_type <> 0 GROUP BY ALL ORDER BY 1, 2", [rank]).fetchall()
+    rows = rank_rows(run, PEAK_MEMORY, rank)
     return [{"device_type": int(t), "device": None if d is None else int(d), "peak_allocated_bytes": a, "peak_reserved_bytes": r,
              "events": int(n)} for t, d, a, r, n in rows]

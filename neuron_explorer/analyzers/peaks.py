@@ -16,6 +16,7 @@ Must not: read runs (metrics and rules call `match` and `detect` with what they 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -239,6 +240,13 @@ def is_torchneuron_device(device_name: str | None, props: list[dict] | None = No
     return any(str(p.get("type") or "").lower() == TORCHNEURON_DEVICE for p in props or [] if isinstance(p, dict))
 
 
+@functools.lru_cache(maxsize=65536)
+def _kernel_arch(name: str) -> Arch | None:
+    """The first architecture whose kernel-name pattern the kernel name contains (case-insensitive),
+    remembered per name (every rank of a job asks about the same names)."""
+    return next((a for a in ARCHS if a.kernels and re.search(a.kernels, name, re.IGNORECASE)), None)
+
+
 def detect(device_name: str | None, props: list[dict] | None = None, kernel_counts: dict | None = None) -> Detected:
     """The architecture from, in this order: the device name the trace gives; TorchNeuron's
     PrivateUse1 device (`is_torchneuron_device`: Trainium2's architecture); the compute
@@ -261,11 +269,10 @@ def detect(device_name: str | None, props: list[dict] | None = None, kernel_coun
     votes: dict[str, int] = {}
     sample: dict[str, str] = {}
     for name, n in (kernel_counts or {}).items():
-        for a in ARCHS:
-            if a.kernels and re.search(a.kernels, name or "", re.IGNORECASE):
-                votes[a.name] = votes.get(a.name, 0) + int(n)
-                sample.setdefault(a.name, name)
-                break
+        a = _kernel_arch(name or "")
+        if a is not None:
+            votes[a.name] = votes.get(a.name, 0) + int(n)
+            sample.setdefault(a.name, name)
     if votes:
         best = max(votes, key=lambda k: (votes[k], k))
         short = sample[best] if len(sample[best]) <= 60 else sample[best][:57] + "..."

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 from ..store import Run
 from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_SQL, comm_op, sql_literal, top_op, training_work
+from .critical_path import RANK_QUERIES as _PATH_QUERIES
 from .critical_path import bound as _step_bound
 from .device_time import achieved as _achieved
 from .device_time import breakdown as _device_time
 from .device_time import breakdowns as _device_times
+from .lines import RANK_QUERIES as _LINES_QUERIES
 from .lines import self_and_total
+from .metrics import RANK_QUERIES as _METRICS_QUERIES
 from .metrics import (
     cpu_comm,
     device_events_lost,
@@ -37,7 +40,12 @@ from .metrics import (
     trains,
     union_sql,
 )
+from .utilisation import RANK_QUERIES as _UTILISATION_QUERIES
 from .utilisation import rank_utilisation
+
+RANK_QUERIES = _METRICS_QUERIES + _UTILISATION_QUERIES + _PATH_QUERIES + _LINES_QUERIES
+"""The per-rank queries of the figures `complete_summary` adds rank by rank (rank_rows.py): the
+engine runs each once per batch of ranks, grouped by rank."""
 
 
 def source_lines(run: Run, rank: int, limit: int = 10) -> dict:

@@ -32,9 +32,34 @@ from ..store import Run
 from ..vocab import CONV_OPS, sql_literal
 from . import flops as F
 from . import peaks as P
-from .metrics import device_events_lost, no_device_words, rank_entry
+from .metrics import STEPS, device_events_lost, no_device_words, rank_entry
+from .rank_rows import RankQuery
+from .rank_rows import rows as rank_rows
 
 _KNOWN_SQL = ", ".join(sql_literal(n) for n in sorted(F.KNOWN))
+
+_OPS_WHERE = (f"""kind = 'cpu_op' AND ((name IN ({_KNOWN_SQL}) AND contains(args, '"Input Dims"')) OR contains(args, '"flops"'))""")
+OPS = RankQuery(
+    "work_ops", f"SELECT event_id, pid, tid, ts_ns, dur_ns, name, args, step, source_frame_id, pass FROM events WHERE rank = ? AND {_OPS_WHERE} "
+                "ORDER BY pid, tid, ts_ns, dur_ns DESC, event_id",
+    f"SELECT rank, event_id, pid, tid, ts_ns, dur_ns, name, args, step, source_frame_id, pass FROM events WHERE {_OPS_WHERE} "
+    "ORDER BY rank, pid, tid, ts_ns, dur_ns DESC, event_id")
+"""Operators that can have work (`_rank_work`), in each thread's time order, outer operator first."""
+KERNELS = RankQuery(
+    "work_kernels", "SELECT k.event_id, k.name, k.dur_ns, k.device, r.pid, r.tid, r.ts_ns, k.step FROM events k "
+                    "JOIN events r ON r.event_id = k.launch_id AND r.rank = k.rank WHERE k.rank = ? AND k.kind = 'kernel' ORDER BY k.event_id",
+    "SELECT k.rank, k.event_id, k.name, k.dur_ns, k.device, r.pid, r.tid, r.ts_ns, k.step FROM events k "
+    "JOIN events r ON r.event_id = k.launch_id AND r.rank = k.rank WHERE k.kind = 'kernel' ORDER BY k.rank, k.event_id")
+"""Kernels with their launch's thread and time (`_kernels_of`)."""
+KERNEL_NAMES = RankQuery(
+    "arch_kernel_names", f"SELECT name, count(*) FROM events WHERE rank = ? AND kind = 'kernel' "
+                         f"AND regexp_matches(name, {sql_literal(P.KERNELS_PATTERN)}) GROUP BY name ORDER BY 2 DESC, name",
+    f"SELECT rank, name, count(*) FROM events WHERE kind = 'kernel' "
+    f"AND regexp_matches(name, {sql_literal(P.KERNELS_PATTERN)}) GROUP BY rank, name ORDER BY rank, 3 DESC, name")
+"""Kernel names that tell the architecture (`detect_device`), the most called first (peaks.detect
+quotes the first of the architecture it finds as its example)."""
+RANK_QUERIES = (OPS, KERNELS, KERNEL_NAMES)
+"""The per-rank queries of the utilisation figures, which the engine runs once per batch of ranks (rank_rows.py)."""
 
 
 @dataclass
@@ -113,8 +138,7 @@ def detect_device(run: Run, rank: int, name: str | None) -> P.Detected:
     props = [p for p in props if p.get("id") in used] or props
     found = P.detect(name, props)
     if found.arch is None and entry.get("devices"):
-        counts = dict(run.sql(f"SELECT name, count(*) FROM events WHERE rank = ? AND kind = 'kernel' "
-                              f"AND regexp_matches(name, {sql_literal(P.KERNELS_PATTERN)}) GROUP BY name", [rank]).fetchall())
+        counts = dict(rank_rows(run, KERNEL_NAMES, rank))
         found = P.detect(name, props, counts) if counts else found
     return found
 
@@ -133,10 +157,7 @@ def rank_work(run: Run, rank: int) -> RankWork:
 def _rank_work(run: Run, rank: int, settings: PeakSettings) -> RankWork:
     # only operators that can have work: flops.op_work estimates from the input shapes (a trace
     # recorded without record_shapes has none, and parsing every operator's args costs seconds)
-    rows = run.sql(
-        f"""SELECT event_id, pid, tid, ts_ns, dur_ns, name, args, step, source_frame_id, pass FROM events
-        WHERE rank = ? AND kind = 'cpu_op' AND ((name IN ({_KNOWN_SQL}) AND contains(args, '"Input Dims"')) OR contains(args, '"flops"'))
-        ORDER BY pid, tid, ts_ns, dur_ns DESC""", [rank]).fetchall()
+    rows = rank_rows(run, OPS, rank)
     ops, open_until = [], {}
     for i, (event_id, pid, tid, ts, dur, name, args, step, frame, pass_) in enumerate(rows):
         track = (pid, tid)
@@ -184,8 +205,7 @@ def _kernels_of(run: Run, rank: int, ops: list[dict]) -> list[dict]:
     """Kernels launched inside a counted operator, with their share of its work (by duration)."""
     if not ops:
         return []
-    rows = run.sql("""SELECT k.event_id, k.name, k.dur_ns, k.device, r.pid, r.tid, r.ts_ns, k.step FROM events k
-        JOIN events r ON r.event_id = k.launch_id WHERE k.rank = ? AND k.kind = 'kernel'""", [rank]).fetchall()
+    rows = rank_rows(run, KERNELS, rank)
     if not rows or not ops:
         return []
     by_track: dict[tuple, tuple[list[int], list[int], list[int]]] = {}
@@ -288,7 +308,7 @@ def group_table(work: RankWork, key: str, limit: int = 10) -> list[dict]:
 
 def step_table(run: Run, rank: int, work: RankWork) -> list[dict]:
     """Per profiler step: counted FLOPs, achieved TFLOP/s over the step's duration, and MFU."""
-    steps = run.sql("SELECT step, dur_ns FROM steps WHERE rank = ? ORDER BY step", [rank]).fetchall()
+    steps = [(step, dur) for step, _, dur in rank_rows(run, STEPS, rank)]
     dtype = _main_dtype(work.ops)
     peak_f = work.peak.flops_per_s(dtype) if work.peak else None
     per = {}

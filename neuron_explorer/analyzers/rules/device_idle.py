@@ -9,11 +9,13 @@ something else. Impact: idle time inside the device window. Saving bound: the sa
 
 from __future__ import annotations
 
-from ...vocab import top_host_call
+from ...vocab import DEVICE_WORK_SQL, top_host_call
 from .. import metrics
 from ..engine import Context
 from ..model import Location
-from ._util import graph_tip, ms, pct, rows
+from ..rank_rows import RankQuery
+from ..rank_rows import rows as rank_rows
+from ._util import graph_tip, ms, pct
 
 RULE_ID = "device-idle"
 TITLE = "Device idle between kernels (host-bound gaps)"
@@ -25,6 +27,39 @@ THRESHOLDS = {
 }
 
 
+def _gaps_sql(rank_where: str) -> str:
+    """Each device's largest gaps between busy intervals: rows (rank, device, i, gap_start, gap_end),
+    i = 0 the longest (ties: the earlier)."""
+    union = metrics.union_sql(f"{rank_where} AND device IS NOT NULL AND kind IN {DEVICE_WORK_SQL}", ("rank", "device"))
+    return f"""WITH u AS ({union}),
+gp AS (SELECT rank, device, lag(end_ns) OVER (PARTITION BY rank, device ORDER BY start_ns) AS gap_start, start_ns AS gap_end FROM u
+       QUALIFY gap_start IS NOT NULL)
+SELECT rank, device, (row_number() OVER (PARTITION BY rank, device ORDER BY gap_end - gap_start DESC, gap_end) - 1)::INTEGER AS i,
+  gap_start, gap_end FROM gp QUALIFY i < {THRESHOLDS['GAPS_SHOWN']}"""
+
+
+def _host_sql(rank_where: str) -> str:
+    """What the host ran in each gap of `_gaps_sql`, the 3 heaviest top-level names per gap: rows
+    (rank, device, i, name, event_id, frame_id, overlap_ns)."""
+    return f"""WITH g AS ({_gaps_sql(rank_where)})
+SELECT g.rank, g.device, g.i, e.name, min(e.event_id) AS event_id, any_value(e.source_frame_id) AS frame_id,
+  sum(least(e.ts_ns + e.dur_ns, g.gap_end) - greatest(e.ts_ns, g.gap_start))::BIGINT AS overlap_ns
+FROM events e JOIN g ON e.rank = g.rank AND e.ts_ns < g.gap_end AND e.ts_ns + e.dur_ns > g.gap_start
+WHERE {top_host_call('e')}
+GROUP BY g.rank, g.device, g.i, e.name QUALIFY row_number() OVER (PARTITION BY g.rank, g.device, g.i ORDER BY overlap_ns DESC, e.name) <= 3"""
+
+
+def _one_rank(sql: str) -> str:
+    return f"SELECT * EXCLUDE (rank) FROM ({sql}) ORDER BY ALL"
+
+
+GAPS = RankQuery("device_idle_gaps", _one_rank(_gaps_sql("rank = ?")), f"SELECT * FROM ({_gaps_sql('TRUE')}) ORDER BY rank, device, i")
+HOST = RankQuery("device_idle_host", f"SELECT * EXCLUDE (rank) FROM ({_host_sql('rank = ?')}) ORDER BY device, i, overlap_ns DESC, name",
+                 f"SELECT * FROM ({_host_sql('TRUE')}) ORDER BY rank, device, i, overlap_ns DESC, name")
+RANK_QUERIES = (GAPS, HOST)
+"""The largest gaps of every device and what the host ran in them, for all ranks of a batch at once."""
+
+
 def screen(run, summaries: dict) -> set[int]:
     """Ranks without a device (not applicable) and those with a device idle beyond the check's
     share of its window (the summary's figures: no query)."""
@@ -34,28 +69,21 @@ def screen(run, summaries: dict) -> set[int]:
 
 def check(ctx: Context) -> list:
     ctx.require_device()
-    out = []
+    out, found = [], None
     for dev in ctx.summary["devices"]:
         d = dev["device"]
         sql = metrics.busy_sql(ctx.rank, d)
         v = {k: dev[k] for k in ("busy_ns", "window_ns", "idle_ns")}  # computed by the summary with this same SQL
         if not v["window_ns"] or v["idle_ns"] / v["window_ns"] < THRESHOLDS["IDLE_SHARE_MIN"]:
             continue
-        gaps = rows(ctx.run, f"WITH u AS ({metrics.union_sql(metrics.device_where(ctx.rank, d))}) "
-                    "SELECT lag(end_ns) OVER (ORDER BY start_ns) AS gap_start, start_ns AS gap_end FROM u "
-                    f"QUALIFY gap_start IS NOT NULL ORDER BY gap_end - gap_start DESC LIMIT {THRESHOLDS['GAPS_SHOWN']}")
+        if found is None:  # every device's gaps and host activity, once
+            found = (rank_rows(ctx.run, GAPS, ctx.rank), rank_rows(ctx.run, HOST, ctx.rank))
+        gaps = [{"gap_start": gs, "gap_end": ge} for dev_, _, gs, ge in found[0] if dev_ == d]
         host, samples, frame = [], [], None
         by_gap: dict[int, list] = {i: [] for i in range(len(gaps))}
-        if gaps:  # what the host ran in each gap, the 3 heaviest names per gap, in one query
-            values = ", ".join(f"({i}, {int(g['gap_start'])}, {int(g['gap_end'])})" for i, g in enumerate(gaps))
-            for b in rows(ctx.run, f"""WITH g(i, gs, ge) AS (VALUES {values})
-                SELECT g.i, e.name, min(e.event_id) AS event_id, any_value(e.source_frame_id) AS frame_id,
-                sum(least(e.ts_ns + e.dur_ns, g.ge) - greatest(e.ts_ns, g.gs))::BIGINT AS overlap_ns
-                FROM events e JOIN g ON e.ts_ns < g.ge AND e.ts_ns + e.dur_ns > g.gs
-                WHERE e.rank = {ctx.rank} AND {top_host_call('e')}
-                GROUP BY g.i, e.name QUALIFY row_number() OVER (PARTITION BY g.i ORDER BY overlap_ns DESC, e.name) <= 3
-                ORDER BY g.i, overlap_ns DESC, e.name"""):
-                by_gap[b["i"]].append(b)
+        for dev_, i, name, event_id, frame_id, overlap_ns in found[1]:
+            if dev_ == d:
+                by_gap[i].append({"name": name, "event_id": event_id, "frame_id": frame_id, "overlap_ns": overlap_ns})
         for i, g in enumerate(gaps):
             busy = by_gap[i]
             what = ", ".join(f"{b['name']} {ms(b['overlap_ns'])}" for b in busy) or "no recorded host activity"

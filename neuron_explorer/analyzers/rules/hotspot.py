@@ -25,6 +25,8 @@ from ..critical_path import on_path_ns
 from ..engine import Context
 from ..lines import line_times_by_rank, line_times_sql
 from ..model import Location
+from ..rank_rows import RankQuery
+from ..rank_rows import rows as rank_rows
 from . import python_loop
 from ._util import ms, pct, q, row, share_at_least
 from .input_pipeline import LOADER_NAME
@@ -107,6 +109,14 @@ def _line_finding(ctx: Context):
                        "(shapes, dtype, a batched or fused form of a Python loop) or run it less often.")
 
 
+TOP_KERNEL = RankQuery(
+    "hotspot_kernel", "SELECT name, sum(dur_ns)::BIGINT FROM events WHERE rank = ? AND kind = 'kernel' GROUP BY name ORDER BY 2 DESC, name LIMIT 1",
+    "SELECT rank, name, ns FROM (SELECT rank, name, sum(dur_ns)::BIGINT AS ns FROM events WHERE kind = 'kernel' GROUP BY rank, name) "
+    "QUALIFY row_number() OVER (PARTITION BY rank ORDER BY ns DESC, name) = 1 ORDER BY rank")
+RANK_QUERIES = (TOP_KERNEL,)
+"""The kernel name with the most device time, for a batch of ranks at once."""
+
+
 def screen(run, summaries: dict) -> set[int]:
     """Ranks where the heaviest top-level operator (the summary's), kernel name or user line
     reaches the check's share: the check's first test (its critical-path test only lowers)."""
@@ -140,8 +150,7 @@ GROUP BY k.name ORDER BY device_ns DESC, k.name LIMIT 1""", Location(), "device_
                             "This kernel dominates device time: check the launching operator's shapes and dtype "
                             "(tensor-core friendly sizes, bf16/fp16), or swap in a faster implementation.",
                             # the same name and time without the join to the operators (2 ms instead of 8-9 ms on a 5k-event rank)
-                            top=tuple(ctx.run.sql(f"SELECT name, sum(dur_ns)::BIGINT FROM events WHERE rank = {r} AND kind = 'kernel' "
-                                                  "GROUP BY name ORDER BY 2 DESC, name LIMIT 1").fetchone() or (None, None))))
+                            top=(rank_rows(ctx.run, TOP_KERNEL, r) or [(None, None)])[0]))
     if ctx.has_user_frames():
         out.append(_line_finding(ctx))
     return [f for f in out if f is not None]

@@ -17,6 +17,8 @@ import json
 from ...vocab import in_steps, line_key_sql, memory_allocation
 from ..engine import Context, NotApplicable
 from ..model import Location
+from ..rank_rows import RankQuery
+from ..rank_rows import rows as rank_rows
 from ._util import row, rows
 
 RULE_ID = "memory"
@@ -28,13 +30,18 @@ THRESHOLDS = {
     "REPORT_MIN_BYTES": 64 * 2**20,  # below capacity, report only when the peak or the churn per step reaches this
 }
 
+MEMORY_EVENTS = RankQuery("memory_events", "SELECT count(*) FROM memory WHERE rank = ? HAVING count(*) > 0",
+                          "SELECT rank, count(*) FROM memory GROUP BY rank ORDER BY rank")
+RANK_QUERIES = (MEMORY_EVENTS,)
+"""How many allocator events each rank has (none: the rule does not apply), for a batch of ranks at once."""
+
 
 def _gib(b) -> str:
     return f"{(b or 0) / 2**30:.2f} GiB" if (b or 0) >= 2**28 else f"{(b or 0) / 2**20:.1f} MiB"
 
 
 def check(ctx: Context) -> list:
-    n = row(ctx.run, f"SELECT count(*) AS n FROM memory WHERE rank = {ctx.rank}")["n"]
+    n = sum(c for c, in rank_rows(ctx.run, MEMORY_EVENTS, ctx.rank))
     if not n:
         raise NotApplicable("no allocator events (record with profile_memory=True)")
     steady = ctx.steady_steps

@@ -19,9 +19,10 @@ import json
 from ...vocab import LOWER_PRECISION_CANDIDATE_OPS, op_in
 from .. import peaks as P
 from ..engine import Context, NotApplicable
+from ..metrics import rank_entry
 from ..model import Location
 from ..utilisation import rank_work
-from ._util import ms, row, rows
+from ._util import ms, row
 
 RULE_ID = "precision"
 TITLE = "float32 matmul/convolution where lower precision is faster"
@@ -36,7 +37,8 @@ THRESHOLDS = {
 
 def check(ctx: Context) -> list:
     ctx.require_device()
-    props = [json.loads(p["properties"]) for p in rows(ctx.run, f"SELECT properties FROM devices WHERE rank = {ctx.rank}")]
+    # the rows of the `devices` view, read from the manifest it is made of (a query per rank costs more than the check)
+    props = [json.loads(json.dumps(p)) for p in rank_entry(ctx.run, ctx.rank).get("device_properties") or []]
     if not props:
         raise NotApplicable("no device properties in the trace: cannot tell whether the device has tensor cores")
     work = rank_work(ctx.run, ctx.rank)

@@ -1,0 +1,86 @@
+"""Rows of many ranks from one query: the per-rank queries that the engine runs once for a batch of
+ranks (grouped by rank) instead of once for each rank.
+
+A figure module or a rule declares a `RankQuery`: the SQL over one rank (`rank = ?`, the rank its
+one parameter) and the same rows for many ranks (`rank` its first column, ordered by rank and then
+as the one-rank query orders them). `rows(run, query, rank)` (or `arrays`) returns one rank's rows:
+the slice of the grouped query when the engine prepared it on `run` for the rank's batch
+(`prepare`, kept in `run.prepared`), else the one-rank query's. The two must give the same rows
+(tests/test_rank_batching.py holds them equal), so a rank costs the same figures either way, and a
+job of many small ranks pays each query's fixed cost once per batch.
+
+Must not: compute a figure (the modules that declare the queries do) or decide anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..store import Run
+
+
+@dataclass(frozen=True)
+class RankQuery:
+    """A query a rank's figures need. `one`: over one rank, with `?` the rank; `many`: over every
+    rank of the views, `rank` first, ordered by rank then as `one`. `arrays`: read as NumPy columns
+    (`arrays(...)`: many rows, no Python object per row) instead of tuples (`rows(...)`)."""
+
+    name: str
+    one: str
+    many: str
+    arrays: bool = False
+
+
+def prepare(run: Run, queries, ranks) -> dict[str, dict]:
+    """Run each query's `many` once over `run`'s views; per query name, each rank of `ranks` with
+    its rows (every rank present, with none where the query found nothing)."""
+    import numpy as np
+
+    want = [int(r) for r in ranks]
+    out: dict[str, dict] = {}
+    for q in queries:
+        if q.name in out:
+            continue
+        rel = run.sql(q.many)
+        if q.arrays:
+            cols = rel.fetchnumpy()
+            names = list(cols)
+            rank_col = np.asarray(cols[names[0]], dtype=np.int64)
+            got = {}
+            for r in want:
+                lo, hi = np.searchsorted(rank_col, r, "left"), np.searchsorted(rank_col, r, "right")
+                got[r] = {n: np.asarray(cols[n])[lo:hi] for n in names[1:]}
+            out[q.name] = got
+        else:
+            got = {r: [] for r in want}
+            for row in rel.fetchall():
+                rows_ = got.get(int(row[0]))
+                if rows_ is not None:
+                    rows_.append(tuple(row[1:]))
+            out[q.name] = got
+    return out
+
+
+def prepared_rows(run: Run, q: RankQuery, rank: int):
+    """One rank's rows of `q` when the engine prepared them on `run` (as `rows` or `arrays` gives
+    them), else None: for a figure whose one-rank way is not `q.one`."""
+    got = (getattr(run, "prepared", None) or {}).get(q.name)
+    return None if got is None else got.get(int(rank))
+
+
+def rows(run: Run, q: RankQuery, rank: int) -> list[tuple]:
+    """One rank's rows of `q` (tuples, in `q.one`'s order)."""
+    got = prepared_rows(run, q, rank)
+    if got is not None:
+        return got
+    return [tuple(r) for r in run.sql(q.one, [int(rank)]).fetchall()]
+
+
+def arrays(run: Run, q: RankQuery, rank: int) -> dict:
+    """One rank's rows of `q` as NumPy columns (name -> array, in `q.one`'s order)."""
+    import numpy as np
+
+    got = prepared_rows(run, q, rank)
+    if got is not None:
+        return got
+    return {n: np.asarray(v) for n, v in run.sql(q.one, [int(rank)]).fetchnumpy().items()}
