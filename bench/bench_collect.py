@@ -5,7 +5,9 @@ interleaved rounds (so that load from other jobs hits all three alike); the medi
 reported. Each profiler's time is cut where a user waits for it:
 
 - start: from making the profiler to the first step (`torch.profiler.profile(...)` + `start()`;
-  `nx.profile(...)` + `start()`, which checks the run directory and loads the C++ converter).
+  `nx.profile(...)` + `start()`, which checks the run directory and loads the C++ converter); the
+  first start is also timed in fresh processes, with `import neuron_explorer` apart, both with
+  torch's own Inductor import (its start's `hasattr(torch, "_inductor")`) and with it done before.
 - steps: wall time of the training steps inside the profiler (`prof.step()` included).
 - stop+write: from the last step to having the file(s) on disk: the profiler's own stop (Kineto's
   post-processing) plus `export_chrome_trace` for torch, plus the conversion and the Parquet write
@@ -157,36 +159,42 @@ def run_none(step, steps: int) -> dict:
 FIRST_START = """\
 import sys, time, tempfile
 import torch
-t0 = time.perf_counter()
+if {inductor_apart}:
+    import torch._inductor.config  # what torch.profiler's start imports (Dynamo too): timed apart
+w0, c0 = time.perf_counter(), time.process_time()
 import neuron_explorer as nx
-t1 = time.perf_counter()
+w1, c1 = time.perf_counter(), time.process_time()
 prof = {make}
 prof.start()
-t2 = time.perf_counter()
+w2, c2 = time.perf_counter(), time.process_time()
 prof.stop()
-print(t1 - t0, t2 - t1)
+print(w1 - w0, w2 - w1, c1 - c0, c2 - c1)
 """
 
 
-def first_start(options: dict, repeat: int) -> dict:
-    """In a fresh process, as a script meets it: `import neuron_explorer` and the first profiler's start."""
+def first_start(options: dict, repeat: int, inductor_apart: bool = False) -> dict:
+    """In a fresh process, as a script meets it: `import neuron_explorer` and the first profiler's
+    start (making it and `start()`), wall and CPU seconds, medians. `inductor_apart`: torch._inductor
+    imported before the clock starts, so that what remains is each profiler's own start."""
     import subprocess
 
     acts = ", ".join(f"torch.profiler.ProfilerActivity.{a.name if a.name == 'CPU' else 'PrivateUse1'}" for a in options["activities"])
     kw = ", ".join(f"{k}={v!r}" for k, v in options.items() if k != "activities") + f", activities=[{acts}]"
     makes = {"torch": f"torch.profiler.profile({kw})",
              "nx": f"nx.profile(tempfile.mkdtemp() + '/run', {kw})"}
-    out: dict = {"import": [], "torch": [], "nx": []}
+    out: dict = {k: [] for k in ("import", "torch", "nx", "import_cpu", "torch_cpu", "nx_cpu")}
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for _ in range(repeat):
         for kind, make in makes.items():
-            r = subprocess.run([sys.executable, "-c", FIRST_START.format(make=make)], capture_output=True, text=True, env=env,
-                               cwd=tempfile.gettempdir())
+            r = subprocess.run([sys.executable, "-c", FIRST_START.format(make=make, inductor_apart=inductor_apart)],
+                               capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
             if r.returncode != 0:
                 raise SystemExit(r.stderr)
-            imp, start = map(float, r.stdout.split()[-2:])
+            imp, start, imp_cpu, start_cpu = map(float, r.stdout.split()[-4:])
             out[kind].append(start)
+            out[kind + "_cpu"].append(start_cpu)
             out["import"].append(imp)
+            out["import_cpu"].append(imp_cpu)
     return {k: statistics.median(v) for k, v in out.items()}
 
 
@@ -233,6 +241,7 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
     starts = first_start(options, 3) if args.device == "cpu" else None
+    own_starts = first_start(options, 5, inductor_apart=True) if args.device == "cpu" else None
 
     def med(kind: str, key: str) -> float:
         return statistics.median(x[key] for x in results[kind])
@@ -249,8 +258,11 @@ def main() -> int:
           f"{results['nx'][0]['converter']} converter, load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after")
     print(f"{'seconds':30}{'no profiler':>14}{'torch.profiler':>16}{'nx.profile':>12}{'nx / torch':>12}  target")
     if starts:
-        print(f"{'first start, fresh process':30}{'':>14}{starts['torch']:>16.3f}{starts['nx']:>12.3f}{'':>12}  nx <= 0.050"
-              f"   (import neuron_explorer: {starts['import']:.3f})")
+        for label, st in (("first start, fresh process", starts), ("  the same, Inductor apart", own_starts)):
+            for suffix, what in (("_cpu", "CPU"), ("", "wall")):
+                t, x, imp = st["torch" + suffix], st["nx" + suffix], st["import" + suffix]
+                print(f"{label + ', ' + what:30}{'':>14}{t:>16.3f}{x:>12.3f}{x / t:>12.2f}  nx <= 0.050"
+                      f"   (+ import neuron_explorer: {imp:.3f})")
     row("start, in process", "start")
     row("steps", "loop", "<= 1.05", none=True)
     print(f"{'  steps / no profiler, CPU':30}{'':>14}{med('torch', 'loop_cpu') / med('none', 'loop_cpu'):>16.2f}"

@@ -5,9 +5,9 @@ Collectors write run directories (Parquet + manifest); everything else reads the
 
 from __future__ import annotations
 
-from . import notebook as _notebook  # noqa: F401  gives store.Run and Report their _repr_html_ (Jupyter); no pandas, duckdb or torch
 from . import store as _store
 from ._version import __version__
+from .analyzers.model import Report as _Report
 from .errors import InputError, NeuronExplorerError, RunExistsError
 from .store import Run, open_run
 
@@ -20,6 +20,28 @@ def _trace_as_run(path):
 
 
 _store.set_trace_resolver(_trace_as_run)  # open_run & co. accept traces; store imports no collector
+
+
+# How runs and reports draw in Jupyter (notebook.py): imported when one is first drawn, not here, so
+# that `import neuron_explorer` stays light for scripts that only profile (the notebook view pulls in
+# the analyzers' figures and html: about a third of the package's import). Importing notebook
+# replaces these with its own functions.
+def _run_repr_html(run) -> str:
+    from . import notebook
+
+    return notebook._run_repr_html(run)
+
+
+def _report_repr_html(report) -> str:
+    from . import notebook
+
+    return notebook._report_repr_html(report)
+
+
+if "_repr_html_" not in vars(_store.Run):
+    _store.Run._repr_html_ = _run_repr_html
+if "_repr_html_" not in vars(_Report):
+    _Report._repr_html_ = _report_repr_html
 
 
 def import_trace(source, out_dir, *, force: bool = False):

@@ -346,10 +346,18 @@ name first (collective, attention, norm, matrix, elementwise), then its operator
 `fp32_matmul` when its name says fp32 (FP32_KERNEL_PATTERN), or its operator's first recorded
 input type is `float`, and its name does not say a lower precision."""
 
-_RE = {k: re.compile(v[4:], re.IGNORECASE) for k, v in (
-    ("fp32", FP32_KERNEL_PATTERN), ("lower", LOWER_PRECISION_KERNEL_PATTERN), ("attention", ATTENTION_KERNEL_PATTERN),
-    ("norm", NORM_KERNEL_PATTERN), ("matrix", MATRIX_KERNEL_PATTERN), ("elementwise", ELEMENTWISE_KERNEL_PATTERN),
-    ("matrix_op", MATRIX_OP_PATTERN), ("norm_op", NORM_OP_PATTERN))}
+_RE: dict[str, re.Pattern] = {}
+"""The work classes' patterns, compiled when `work_class` first runs (`_work_res`): a script that only
+profiles imports this module and never classifies a kernel in Python."""
+
+
+def _work_res() -> dict[str, re.Pattern]:
+    if not _RE:
+        _RE.update({k: re.compile(v[4:], re.IGNORECASE) for k, v in (
+            ("fp32", FP32_KERNEL_PATTERN), ("lower", LOWER_PRECISION_KERNEL_PATTERN), ("attention", ATTENTION_KERNEL_PATTERN),
+            ("norm", NORM_KERNEL_PATTERN), ("matrix", MATRIX_KERNEL_PATTERN), ("elementwise", ELEMENTWISE_KERNEL_PATTERN),
+            ("matrix_op", MATRIX_OP_PATTERN), ("norm_op", NORM_OP_PATTERN))})
+    return _RE
 
 
 def _first_input_type(op_args) -> str | None:
@@ -376,7 +384,7 @@ def _work_class(kind: str | None, name: str | None, op: str | None, op_args: str
         return "memcpy"
     if COMM_KERNEL_RE.search(name):
         return "communication"
-    r = _RE
+    r = _work_res()
     if r["attention"].search(name):
         return "attention"
     if r["norm"].search(name):

@@ -27,7 +27,8 @@ def _bad_files(tmp: Path) -> dict[str, Path]:
     files["empty file"].write_bytes(b"")
     files["no traceEvents"].write_text(json.dumps({"schemaVersion": 1, "events": []}))
     files["traceEvents not a list"].write_text(json.dumps({"traceEvents": {"a": 1}}))
-    write_trace(files["wrong value type"], [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": "soon", "dur": 1}])
+    # a counter whose args are a list ("ts": "soon" would be dropped with a warning, not refused)
+    write_trace(files["wrong value type"], [{"ph": "C", "name": "util", "pid": 1, "ts": 1, "args": [1, 2]}])
     files["events not objects"].write_text(json.dumps({"traceEvents": [1, 2, 3]}))
     return files
 
@@ -116,13 +117,13 @@ def test_a_bad_event_decoded_by_a_worker_process_is_a_one_line_error(tmp_path: P
     from neuron_explorer.errors import InputError
 
     events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(5000)]
-    events[4000]["ts"] = "soon"
+    events[4000]["args"] = {"correlation": 2**63}
     path = write_trace(tmp_path / "big.json", events)
     monkeypatch.setattr(_kineto_json, "CHUNK_BYTES", 32 << 10)
     monkeypatch.setattr(_kineto_json, "PARALLEL_MIN_BYTES", 0)
     with pytest.raises(InputError) as err:
         import_traces(path, tmp_path / "run")
-    assert str(path) in str(err.value) and "soon" in str(err.value) and "\n" not in str(err.value)
+    assert str(path) in str(err.value) and str(2**63) in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "run").exists()
 
 

@@ -244,3 +244,52 @@ def test_names_and_args_beyond_the_limit_are_cut_with_a_warning_counting_them(tm
         rows = run.sql("SELECT name, length(name), args FROM events ORDER BY ts_ns").fetchall()
     assert [r[1] for r in rows] == [MAX_TEXT_CHARS, MAX_TEXT_CHARS, len("aten::mm")]
     assert rows[1][2] is None and "Input Dims" in rows[2][2]  # the long args dropped, the short ones kept
+
+
+# --- times that are not numbers ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["C++ reader", "Python decoder"])
+def test_non_numeric_times_are_one_counted_warning_and_never_zero(tmp_path: Path, monkeypatch, native: bool):
+    """`"ts": "100"` is read as 100 µs, `"ts": null` (or missing, or "soon", or true) gives the event no
+    time: it is dropped, not placed at 0; an 'X' event's dur likewise. One warning counts them, the
+    same whichever reader reads the file."""
+    import json
+
+    from neuron_explorer import open_run
+    from neuron_explorer.collectors import _json_native
+
+    monkeypatch.delenv("NEURON_EXPLORER_NATIVE", raising=False)
+    if not native:
+        monkeypatch.setattr(_json_native, "read", lambda *a, **kw: None)
+    ok = {"ph": "X", "cat": "cpu_op", "pid": 1, "tid": 1}
+    events = [
+        {**ok, "name": "text ts", "ts": "100", "dur": 5},  # read: 100 µs
+        {**ok, "name": "text dur", "ts": 200, "dur": "7.5"},  # read: 7.5 µs
+        {**ok, "name": "null ts", "ts": None, "dur": 5},
+        {**ok, "name": "no ts", "dur": 5},
+        {**ok, "name": "word ts", "ts": "soon", "dur": 5},
+        {**ok, "name": "null dur", "ts": 300, "dur": None},
+        {**ok, "name": "plain", "ts": 400, "dur": 5},
+        {"ph": "i", "cat": "cpu_op", "name": "true ts", "pid": 1, "tid": 1, "ts": True},
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 3, "pid": 1, "tid": 1, "ts": None},
+        {"ph": "C", "name": "util", "pid": 1, "ts": "500", "args": {"v": 1}},  # read: 500 µs
+        {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": None, "args": {"Bytes": 64, "Addr": 1}},
+    ]
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps({"traceEvents": events}))
+    result = chrome_trace.import_traces(src, tmp_path / "run")
+    said = [w for w in result.manifest["warnings"] if "non-numeric" in w]
+    assert said == ['t.json: 10 events with a non-numeric ts/dur: 7 with null, missing or non-numeric text dropped; '
+                    '3 with a number written as text ("100") read as that number'], result.manifest["warnings"]
+    with open_run(tmp_path / "run") as run:
+        assert run.sql("SELECT name, ts_ns, dur_ns FROM events ORDER BY ts_ns").fetchall() == [
+            ("text ts", 100_000, 5_000), ("text dur", 200_000, 7_500), ("plain", 400_000, 5_000)]
+        assert run.sql("SELECT ts_ns, value FROM counters").fetchall() == [(500_000, 1.0)]
+        assert run.sql("SELECT count(*) FROM flows").fetchone()[0] == 0
+        assert run.sql("SELECT count(*) FROM memory").fetchone()[0] == 0
+
+
+def test_numeric_times_give_no_warning(tmp_path: Path):
+    result = chrome_trace.import_traces(TRACE, tmp_path / "run")
+    assert not [w for w in result.manifest["warnings"] if "non-numeric" in w]

@@ -42,7 +42,8 @@ def _decode(path: Path, native: bool, monkeypatch) -> tuple[dict, dict]:
     decoded = _kineto_json.decode_trace(str(path), workers=1)
     monkeypatch.setattr(_json_native, "read", read)
     out: dict = {"header": decoded.header, "metadata": [m for c in decoded.chunks for m in c.metadata],
-                 "unsupported": [c.unsupported for c in decoded.chunks]}
+                 "unsupported": [c.unsupported for c in decoded.chunks],
+                 "odd_times": tuple(map(sum, zip(*(c.odd_times for c in decoded.chunks))))}
     for name in ("events", "flows", "memory", "counters"):
         table = pa.concat_tables([getattr(c, name) for c in decoded.chunks])
         out[name] = pa.table({n: c.cast(pa.string()) if pa.types.is_dictionary(c.type) else c
@@ -57,6 +58,7 @@ def _same(path: Path, monkeypatch) -> dict:
         assert nat[key].schema == py[key].schema, key
         assert nat[key].to_pylist() == py[key].to_pylist(), key
     assert (nat["metadata"], nat["header"], nat["unsupported"]) == (py["metadata"], py["header"], py["unsupported"])
+    assert nat["odd_times"] == py["odd_times"]
     return counts
 
 
@@ -82,7 +84,7 @@ _PLAIN = ('{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, 
 # read by C++, the rest are shapes it leaves to the Python decoder.
 _SHAPES = {
     "plain": (_PLAIN, True),
-    "instants and nulls": ('{"ph": "i", "name": null, "cat": null, "pid": null, "tid": "t 1", "ts": null, "s": "t"}, '
+    "instants and nulls": ('{"ph": "i", "name": null, "cat": null, "pid": null, "tid": "t 1", "ts": 0, "s": "t"}, '
                            '{"ph": "I", "name": "mark", "pid": "proc", "tid": 3, "ts": -0.5, "args": {}}', True),
     "empty args kept apart": ('{"ph": "X", "name": "a", "ts": 1, "dur": 1, "args": {  }}, {"ph": "X", "name": "b", "ts": 2, '
                               '"dur": 1, "args": null}, {"ph": "X", "name": "c", "ts": 3, "dur": 1, "args": { }}', True),
@@ -98,6 +100,13 @@ _SHAPES = {
     "four decimals": ('{"ph": "X", "name": "a", "ts": 1.0005, "dur": 0.0015}', False),
     "exponent": ('{"ph": "X", "name": "a", "ts": 1e3, "dur": 1}', False),
     "ts as text": ('{"ph": "X", "name": "a", "ts": "12.5", "dur": 1}', False),
+    # no time: the Python decoder drops these events (and counts them); C++ leaves the piece to it
+    "null ts": ('{"ph": "i", "name": "a", "ts": null}, {"ph": "X", "name": "b", "ts": 1, "dur": 1}', False),
+    "missing ts": ('{"ph": "X", "name": "a", "dur": 1}, {"ph": "X", "name": "b", "ts": 1, "dur": 1}', False),
+    "null dur": ('{"ph": "X", "name": "a", "ts": 1, "dur": null}, {"ph": "X", "name": "b", "ts": 1, "dur": 1}', False),
+    "missing dur": ('{"ph": "X", "name": "a", "ts": 1}, {"ph": "i", "name": "b", "ts": 1}', False),
+    "text flow ts": ('{"ph": "s", "id": 1, "ts": "soon", "pid": 1, "tid": 1}, ' + _PLAIN, False),
+    "true ts": ('{"ph": "X", "name": "a", "ts": true, "dur": 1}', False),
     "float flow id": ('{"ph": "s", "id": 1.5, "ts": 1, "pid": 1, "tid": 1}', False),
     "text flow id": ('{"ph": "s", "id": "12", "ts": 1, "pid": 1, "tid": 1}', False),
     "text stream": ('{"ph": "X", "name": "k", "ts": 1, "dur": 1, "args": {"stream": "7"}}', False),

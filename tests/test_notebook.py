@@ -103,3 +103,19 @@ def test_a_damaged_report_file_does_not_break_the_run_view(tmp_path, bad):
     (run_dir / "analysis").mkdir()
     (run_dir / "analysis" / "report.json").write_text(bad)
     assert "Neuron Explorer run" in _Parsed(nx.open_run(run_dir)._repr_html_()).shown
+
+
+def test_import_loads_the_notebook_view_only_when_one_is_drawn():
+    """`import neuron_explorer` stays light for scripts that only profile (issue 38: start ≤ 50 ms):
+    the notebook view and the analyzers' figures load when a run or report is first drawn."""
+    import subprocess
+    import sys
+
+    code = ("import sys, neuron_explorer as nx\n"
+            "print(sorted(m for m in ('neuron_explorer.notebook', 'neuron_explorer.analyzers.metrics') if m in sys.modules))\n"
+            "from neuron_explorer.analyzers.model import Report\n"
+            "html = Report(run='r', summary={}, findings=[])._repr_html_()\n"
+            "print('neuron_explorer.notebook' in sys.modules, 'Neuron Explorer' in html)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["[]", "True True"], r.stdout

@@ -160,6 +160,37 @@ def test_a_run_is_not_written_to_s3(s3, local, tmp_path):
     assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix="runs/")
 
 
+def test_a_gzip_bomb_in_s3_is_refused_by_its_plan_before_it_is_decoded(s3, tmp_path, monkeypatch):
+    """Issue 41: the memory plan holds for a trace in S3 as for a local gzip: its JSON is counted by
+    inflating the local copy (the trailer, here of a tiny last member, says 2 bytes), and a trace
+    whose plan exceeds the memory available is refused in one line naming its URI, never decoded."""
+    from neuron_explorer.collectors import chrome_trace
+    from neuron_explorer.errors import InputError
+
+    blanks = 40 << 20  # 40 MiB of JSON: plan 200 MiB + 3.5 x 40 MiB = 350 MiB, more than the 300 MiB said available
+    body = gzip.compress(b'{"traceEvents": [' + b" " * blanks) + gzip.compress(b"]}")
+    assert len(body) < 200_000 and int.from_bytes(body[-4:], "little") == 2
+    s3.put_object(Bucket=BUCKET, Key="bomb/rank0.json.gz", Body=body)
+    uri = f"s3://{BUCKET}/bomb/rank0.json.gz"
+    monkeypatch.setattr(chrome_trace, "_available_memory", lambda: 300 << 20)
+
+    def never(*a, **kw):
+        raise AssertionError("decoded")
+
+    monkeypatch.setattr(chrome_trace, "decode_rank", never)
+    monkeypatch.setenv("TMPDIR", str(_cli_tmp(tmp_path)))
+    monkeypatch.setattr("tempfile.tempdir", None)  # TMPDIR read again
+    with pytest.raises(InputError) as e:
+        import_traces(uri, tmp_path / "run")
+    assert str(e.value).startswith(f"{uri}: importing it needs at least about "), str(e.value)
+    assert "more than the 315 MB available" in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "run").exists()
+    assert list((tmp_path / "tmpdir").iterdir()) == []  # the local copy is deleted
+    monkeypatch.setattr(chrome_trace, "_available_memory", lambda: 600 << 20)  # room for the plan: decoded
+    with pytest.raises(AssertionError, match="decoded"):
+        import_traces(uri, tmp_path / "run")
+
+
 @pytest.mark.parametrize("command", ["analyze", "info", "dashboard"])
 def test_a_run_is_not_read_from_s3(tmp_path, command):
     """Only import reads S3: a command that reads a run, given a URI, says so in one line."""

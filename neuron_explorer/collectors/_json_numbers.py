@@ -35,7 +35,8 @@ _INT64_MAX = 2**63 - 1
 
 def _ns(path: str, values: list, what: str) -> np.ndarray:
     """Microseconds as JSON text (`msgspec.Raw`) → int64 ns, exact: the decimal digits are
-    converted, never a float; below a nanosecond the value is rounded half to even; null is 0.
+    converted, never a float; below a nanosecond the value is rounded half to even; null is 0
+    (a slice's or flow's ts never is: `odd_times` drops those events first).
 
     The texts are joined into one buffer (by msgspec, in C) and read by Arrow's decimal parser;
     odd ones (numeric strings, more than 12 decimals, values that do not fit) go one by one.
@@ -85,6 +86,45 @@ def _ns(path: str, values: list, what: str) -> np.ndarray:
     if nulls:
         out[is_null] = 0
     return out
+
+
+_NOT_IN_NUMBERS = (b'"', b"n", b"t", b"f", b"{", b"[")
+"""Bytes that start a JSON value other than a number (string, null, true, false, object, array)."""
+
+
+def odd_times(values: list) -> tuple[list[int], list[int]]:
+    """Which of `values` (ts or dur as JSON text, `msgspec.Raw`) are not JSON numbers: (indexes of
+    those that give no time, indexes of numeric strings).
+
+    A JSON number is a time. A string that spells a finite number (`"100"`, `" 12.5"`; a JSON
+    reader would give text) is read as that number by `_ns`. null, a missing value (the decoder's
+    default is null), other text (`"soon"`, `"NaN"`), true/false, objects and arrays give no time:
+    the caller drops their events (0 would place them at the epoch). The usual case, all numbers,
+    is one scan of the joined text."""
+    if not values:
+        return [], []
+    text = msgspec.json.encode(values)
+    if not any(c in text for c in _NOT_IN_NUMBERS):
+        return [], []
+    none, strings = [], []
+    for i, v in enumerate(values):
+        token = bytes(v)
+        if _NUMBER_START[token[0]]:
+            continue
+        if token[:1] == b'"' and _spells_number(token):
+            strings.append(i)
+        else:
+            none.append(i)
+    return none, strings
+
+
+def _spells_number(token: bytes) -> bool:
+    """A JSON string whose text `_ns_of_text` reads as a finite number."""
+    text = msgspec.json.decode(token)
+    try:
+        return decimal.Decimal(text.strip()).is_finite()
+    except decimal.InvalidOperation:
+        return False
 
 
 def _ns_each(path: str, values: list, what: str) -> np.ndarray:

@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from ..errors import InputError
 from . import _json_native
-from ._json_numbers import _INT32, _INT64, _id_columns, _int_column, _ns, _opt_int, _sparse_int, id_value
+from ._json_numbers import _INT32, _INT64, _id_columns, _int_column, _ns, _opt_int, _sparse_int, id_value, odd_times
 from ._json_read import _short
 from .kineto_names import (
     EXTERNAL_ID_ARG,
@@ -99,6 +99,7 @@ class Chunk:
     metadata: list  # 'M' events, as dicts
     unsupported: dict = field(default_factory=dict)  # phase -> count
     array_end: int | None = None  # where traceEvents closed inside this piece (its ']'), if it did
+    odd_times: tuple[int, int] = (0, 0)  # events (dropped: no time, read: a numeric-string time), `_timed`
 
 
 def nesting_depth(value, limit: int) -> int:
@@ -163,15 +164,15 @@ def _with_native(path: str, array, fast: _json_native.NativeChunk) -> Chunk:
     events. A table is made of them only when there are some: most pieces have only metadata, or
     nothing, and then no conversion imports pandas on this thread (which would wait for the
     import that the importing thread runs meanwhile)."""
-    memory, counters, metadata, unsupported = [], [], [], {}
+    memory, counters, metadata, unsupported, odd = [], [], [], {}, (0, 0)
     if fast.others:
         view = memoryview(array)
-        _, _, memory, counters, metadata, unsupported = _sorted_out(
+        _, _, memory, counters, metadata, unsupported, odd = _sorted_out(
             path, _decode_events(path, b"[" + b",".join(view[a:b] for a, b in fast.others) + b"]"))
     return Chunk(fast.events, fast.flows,
                  _memory_table(path, memory) if memory else pa.Table.from_batches([], schema=RAW_MEMORY),
                  _counter_table(path, counters) if counters else pa.Table.from_batches([], schema=RAW_COUNTERS),
-                 metadata, unsupported)
+                 metadata, unsupported, odd_times=odd)
 
 
 def _decode_events(path: str, array) -> list:
@@ -217,7 +218,7 @@ def _check_nesting_text(path: str, data: bytes, offsets: np.ndarray, raws: list)
 
 
 def _columns(path: str, evs: list[_Event]) -> Chunk:
-    slices, flows, memory, counters, metadata, unsupported = _sorted_out(path, evs)
+    slices, flows, memory, counters, metadata, unsupported, odd = _sorted_out(path, evs)
     return Chunk(
         events=_slice_table(path, slices),
         flows=_flow_table(path, flows),
@@ -225,11 +226,30 @@ def _columns(path: str, evs: list[_Event]) -> Chunk:
         counters=_counter_table(path, counters),
         metadata=metadata,
         unsupported=unsupported,
+        odd_times=odd,
     )
 
 
-def _sorted_out(path: str, evs: list[_Event]) -> tuple[list, list, list, list, list, dict]:
-    """The events by table: (slices, flows, memory, counters, metadata as dicts, unsupported phases' counts)."""
+def _timed(evs: list[_Event], with_dur: bool) -> tuple[list[_Event], int, int]:
+    """`evs` without those whose ts (or an 'X' event's dur, with `with_dur`) is no time, and
+    (events dropped, events kept whose time was a numeric string): `_json_numbers.odd_times`. The
+    C++ reader gives such pieces up, so both readers drop the same events."""
+    none, strings = odd_times([e.ts for e in evs])
+    if with_dur:
+        dur_none, dur_strings = odd_times([e.dur for e in evs if e.ph == "X"])
+        if dur_none or dur_strings:
+            x = [i for i, e in enumerate(evs) if e.ph == "X"]
+            none, strings = none + [x[i] for i in dur_none], strings + [x[i] for i in dur_strings]
+    if not (none or strings):
+        return evs, 0, 0
+    drop = set(none)
+    kept = [e for i, e in enumerate(evs) if i not in drop]
+    return kept, len(drop), len(set(strings) - drop)
+
+
+def _sorted_out(path: str, evs: list[_Event]) -> tuple[list, list, list, list, list, dict, tuple[int, int]]:
+    """The events by table: (slices, flows, memory, counters, metadata as dicts, unsupported phases'
+    counts, (events dropped for want of a time, events whose time was a numeric string))."""
     slices, flows, memory, counters = [], [], [], []
     metadata: dict[tuple, dict] = {}  # identical metadata events once, with their count
     unsupported: dict[str, int] = {}
@@ -258,7 +278,14 @@ def _sorted_out(path: str, evs: list[_Event]) -> tuple[list, list, list, list, l
             metadata[same] = meta | {"count": 1}
         else:
             unsupported[ph] = unsupported.get(ph, 0) + 1
-    return slices, flows, memory, counters, list(metadata.values()), unsupported
+    dropped = read = 0
+    timed = []
+    for evs_of, with_dur in ((slices, True), (flows, False), (memory, False), (counters, False)):
+        kept, d, r = _timed(evs_of, with_dur)
+        timed.append(kept)
+        dropped, read = dropped + d, read + r
+    slices, flows, memory, counters = timed
+    return slices, flows, memory, counters, list(metadata.values()), unsupported, (dropped, read)
 
 
 def _names(values: list) -> pa.Array:

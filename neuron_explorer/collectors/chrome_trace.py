@@ -5,8 +5,9 @@ object store (s3://bucket/key or s3://bucket/prefix/: remote.py copies each to a
 trace is decoded into its rank's raw tables (trace_rank.decode_rank), built (build.build_rank), its
 frames' source lines read (sources.with_code), and written as that rank's partition, by worker
 processes when there are several; this module finds the traces, sizes the workers to the memory
-(refusing a trace whose plan, `import_need`, exceeds it),
-keeps what was done for a rerun (`kept.json`), makes sure no rank is claimed twice, and writes the
+(refusing a trace whose plan, `import_need`, exceeds it: a local one before the run is begun, one
+in an object store once its local copy is made, before it is decoded, since only the copy can be
+inflated to count its JSON), keeps what was done for a rerun (`kept.json`), makes sure no rank is claimed twice, and writes the
 manifest (each rank's entry: rank_entry.py). Data-quality problems are counted in the manifest,
 never raised; bad input raises InputError, and nothing is written then (what a trace's values
 must hold: trace_rank.py).
@@ -207,6 +208,10 @@ def _import_rank(index: int, path: Path, tmp: Path, tune_allocator: bool, decode
         set_mmap_threshold(DECODE_MMAP_THRESHOLD)
     if isinstance(path, remote.RemoteTrace):  # decoded from a local copy, deleted once decoded
         with remote.local_copy(path) as local:
+            try:  # the plan, as for a local file: a gzip's trailer (what the listing could read) may lie
+                check_memory([local])
+            except InputError as e:
+                raise InputError(path, e.problem) from None
             raw, meta, w, category_counts = decode_rank(local, progress, workers=decode_workers, source=path)
     else:
         before = _identity(path, "is gone")

@@ -11,7 +11,9 @@ after the base) beyond ±TIME_LIMIT_NS, durations or allocation sizes whose sum 
 (DuckDB's int64 arithmetic on them must never overflow). Descriptive metadata that is
 malformed is dropped with a warning instead: `deviceProperties` entries without an integer id
 (or not a list at all), a `world_size` that is not a positive integer, a `distributedInfo` that is
-not an object.
+not an object. An event whose ts (or an 'X' event's dur) is not a JSON number is counted in one
+warning: a number written as text ("100") is read as that number, and one with no time (null,
+missing, other text, true, an object) is dropped, never placed at 0.
 
 Must not: build links or write the run (build.py, chrome_trace.py).
 """
@@ -179,6 +181,8 @@ def decode_rank(path: Path, progress: Callable[[int, int], None] | None = None,
     for c in chunks:
         for k, v in c.unsupported.items():
             unsupported[k] = unsupported.get(k, 0) + v
+    if said := _odd_times_warning(sum(c.odd_times[0] for c in chunks), sum(c.odd_times[1] for c in chunks)):
+        warnings.append(f"{path.name}: {said}")
     events = _concat([c.events for c in chunks])
     # one args array, so that the chunks' buffers can be freed and sorting takes from one array
     events = events.set_column(events.schema.get_field_index("args"), "args", pa.chunked_array([events["args"].combine_chunks()]))
@@ -213,6 +217,20 @@ def decode_rank(path: Path, progress: Callable[[int, int], None] | None = None,
     if unsupported:
         warnings.append(f"{path.name}: events of unsupported phases skipped: {unsupported}")
     return raw, meta, warnings, _category_counts(raw)
+
+
+def _odd_times_warning(dropped: int, read: int) -> str:
+    """What became of the events whose ts (or an 'X' event's dur) is not a JSON number ('' if none):
+    those with no time (null, missing, other text) are dropped; a numeric string is read as its number."""
+    if not (dropped or read):
+        return ""
+    n = dropped + read
+    how = []
+    if dropped:
+        how.append(f"{dropped:,} with null, missing or non-numeric text dropped")
+    if read:
+        how.append(f'{read:,} with a number written as text ("100") read as that number')
+    return f"{n:,} event{'s' if n != 1 else ''} with a non-numeric ts/dur: " + "; ".join(how)
 
 
 MAX_TEXT_CHARS = 64 << 10

@@ -348,12 +348,9 @@ bool to_int64(const Span& s, int64_t& out) {
 
 // Microseconds as JSON text (a number, at most 3 decimals, no exponent) → exact ns. The digits
 // before and after the point, padded to 3 decimals, make one integer: with more than 16 before
-// the point it is at least 10^19 ns, beyond int64.
+// the point it is at least 10^19 ns, beyond int64. A time that is not a number (null, missing,
+// a string) is false too: the Python decoder drops or reads that event and counts it in a warning.
 bool to_ns(const Span& s, Kind k, int64_t& out) {
-  if (k == K_NONE || k == K_NULL) {
-    out = 0;
-    return true;
-  }
   if (k != K_INT && k != K_NUMBER) return false;
   // one pass over text that Parser::number checked: [-]digits[.digits][(e|E)...]
   const char* p = s.p;
