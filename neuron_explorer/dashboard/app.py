@@ -335,6 +335,10 @@ def create_app(rs: RunSet):
     import dash
     from dash import Input, Output, State, ctx, dcc, html, no_update
 
+    from .ui import grid
+
+    grid.load()  # `/` is served before the layout is built: it must list the grids' scripts already
+
     # suppress_callback_exceptions: the layout is a function (`page`, computed on the first page's
     # request, not here); Dash would otherwise call it now to validate the callbacks' ids
     app = dash.Dash(__name__, title="Neuron Explorer", update_title=None, serve_locally=True, suppress_callback_exceptions=True,
