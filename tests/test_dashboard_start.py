@@ -136,6 +136,40 @@ def test_server_answers_before_the_first_timeline_is_computed(slow_analysis, run
         rs.close()
 
 
+FIRST_INDEX = """
+import json, sys
+from neuron_explorer.dashboard import app as dash_app
+from neuron_explorer.dashboard.runs import RunSet
+
+rs = RunSet([sys.argv[1]])
+app = dash_app.create_app(rs)
+index = app.server.test_client().get("/").get_data(as_text=True)  # before the layout is built, as a browser opened at once
+ready = dash_app.page_ready(rs)
+spaces = {getattr(c, "_namespace", None) for c in dash_app.page_layout(rs)._traverse()} - {None}
+print(json.dumps({"index": index, "ready_at_index": ready, "namespaces": sorted(spaces)}))
+rs.close()
+"""
+
+
+def test_the_first_page_served_lists_the_scripts_of_every_component_the_layout_uses(run_dir):
+    """In a fresh process (no component library imported yet), `/` answered before the layout is
+    built still lists the scripts of every component library in that layout: a page without
+    dash-ag-grid's fails to render ("dash_ag_grid was not found") and stays blank — bench_page.py
+    waited for ever on mem48 for that."""
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", FIRST_INDEX, str(run_dir)], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["ready_at_index"] is False
+    assert "dash_ag_grid" in got["namespaces"] and len(got["namespaces"]) >= 3
+    missing = [ns for ns in got["namespaces"] if f"/{ns}" not in got["index"]]
+    assert not missing, f"served page lacks the scripts of {missing}"
+
+
 def test_a_failed_analysis_is_shown_not_computing_for_ever(run_dir, monkeypatch):
     def broken(*a, **k):
         raise RuntimeError("analysis broke")
