@@ -198,19 +198,16 @@ def measure(drv, run: Path, rounds: int, starts: int = 1, before: Path | None = 
 
     trees = [("after", HERE)] + ([("before", before)] if before else [])
     runs_of: dict[str, list] = {name: [] for name, _ in trees}
-    proc = url = None
     for i in range(starts):
         for name, tree in (trees if i % 2 == 0 else trees[::-1]):  # alternating, so that both see the same load
-            p, u, m = start_once(drv, run, tree, first_timeout, drop_derived)
+            p, _, m = start_once(drv, run, tree, first_timeout, drop_derived)
             m["load"] = os.getloadavg()[0]
+            stop(p)  # at once: its analysis must not load the machine for the next start
             runs_of[name].append(m)
-            if name == "after" and i == starts - 1:
-                proc, url = p, u  # the page and zoom rounds run on this tree's last server
-            else:
-                stop(p)
     pages, painted, zooms, frames, details, weight = [], [], [], [], [], None
-    if runs_of["after"][-1]["first"] is None:
-        rounds = 0  # the page does not paint: no rounds
+    if not rounds or runs_of["after"][-1]["first"] is None:
+        return {"starts": runs_of, "pages": pages, "painted": painted, "zooms": zooms, "frames": frames, "details": details, "weight": weight}
+    proc, url, _ = start_once(drv, run, HERE, first_timeout, False)  # the page and zoom rounds: a server of this tree
     try:
         if not COLD and rounds:
             t = time.time()

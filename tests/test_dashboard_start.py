@@ -136,6 +136,35 @@ def test_server_answers_before_the_first_timeline_is_computed(slow_analysis, run
         rs.close()
 
 
+def test_the_analysis_waits_for_the_page_to_be_drawn_or_a_while(run_dir, monkeypatch):
+    """After the page is built, the analysis starts when the page's first callback asks for the
+    findings (the browser has drawn the page by then), not while the browser draws it; with no
+    browser, after ANALYSIS_WAIT_S."""
+    from neuron_explorer.analyzers import analyze
+
+    began = []
+    monkeypatch.setattr(findings_view, "_load_analyze", lambda: lambda *a, **k: (began.append(time.monotonic()), analyze(*a, **k))[1])
+    rs = RunSet([run_dir])
+    try:
+        worker = dash_app.start(rs, wait_s=60)
+        _wait(lambda: dash_app.page_ready(rs))
+        time.sleep(1.0)
+        assert began == [] and worker.is_alive()  # built, not yet asked for by a drawn page: no analysis
+        asked = time.monotonic()
+        assert dash_app.findings_panel(rs, 0, None) == ([], dash_app.COMPUTING)  # the page's first callback
+        worker.join(120)
+        assert len(began) == 1 and began[0] - asked < 5 and findings_view.analysis_state(rs, 0) == "ready"
+    finally:
+        rs.close()
+    rs = RunSet([run_dir])
+    try:
+        t = time.monotonic()
+        dash_app.start(rs, wait_s=0.5).join(120)  # nobody opens the page
+        assert len(began) == 2 and began[1] - t >= 0.5 and findings_view.analysis_state(rs, 0) == "ready"
+    finally:
+        rs.close()
+
+
 FIRST_INDEX = """
 import json, sys
 from neuron_explorer.dashboard import app as dash_app
