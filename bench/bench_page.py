@@ -173,7 +173,7 @@ def start_once(drv, run: Path, tree: Path, first_timeout: float, drop_derived: b
         except RuntimeError:
             first, errors = None, console_errors(drv) or ["(no console error)"]
         cpu = cpu_s(proc.pid)
-        findings = "computing" in (drv.execute_script("const n = document.getElementById('findings-note'); return n ? n.innerText : ''") or "")
+        findings = bool(drv.execute_script("return !!document.getElementById('overview-computing')"))  # the Overview tab, shown first
     except BaseException:
         stop(proc)
         err.seek(0)
@@ -258,7 +258,7 @@ def report(run: Path, m: dict) -> None:
         for x in starts:
             painted = f"{x['first']:.2f} s" if x["first"] is not None else "NOT PAINTED (" + "; ".join(x["errors"])[:300] + ")"
             print(f"  {name}: start → / {x['up']:.2f} s · start → first page painted {painted} · server CPU by then {x['cpu']:.2f} s"
-                  f" · findings still computing: {x['findings_computing']} · load {x['load']:.2f}")
+                  f" · Overview still computing: {x['findings_computing']} · load {x['load']:.2f}")
     if not pages:
         return
     print(f"  page (navigation → timeline drawn): median {statistics.median(pages):.2f} s  min {min(pages):.2f}  max {max(pages):.2f}  "
