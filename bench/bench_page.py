@@ -256,8 +256,8 @@ def report(run: Path, m: dict) -> None:
     print(f"{run} ({events:,} events, {ranks} rank{'s' if ranks != 1 else ''}):")
     for name, starts in m["starts"].items():
         for x in starts:
-            painted = f"{x['first']:.2f} s" if x["first"] is not None else "NOT PAINTED (" + "; ".join(x["errors"])[:300] + ")"
-            print(f"  {name}: start → / {x['up']:.2f} s · start → first page painted {painted} · server CPU by then {x['cpu']:.2f} s"
+            shown = f"{x['first']:.2f} s" if x["first"] is not None else "NOT PAINTED (" + "; ".join(x["errors"])[:300] + ")"
+            print(f"  {name}: start → / {x['up']:.2f} s · start → first page painted {shown} · server CPU by then {x['cpu']:.2f} s"
                   f" · Overview still computing: {x['findings_computing']} · load {x['load']:.2f}")
     if not pages:
         return

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -136,14 +137,19 @@ def test_server_answers_before_the_first_timeline_is_computed(slow_analysis, run
         rs.close()
 
 
-def test_the_analysis_waits_for_the_page_to_be_drawn_or_a_while(run_dir, monkeypatch):
+def test_the_analysis_waits_for_the_page_to_be_drawn_or_a_while(run_dir, monkeypatch, tmp_path):
     """After the page is built, the analysis starts when the page's first callback asks for the
     findings (the browser has drawn the page by then), not while the browser draws it; with no
     browser, after ANALYSIS_WAIT_S."""
+    import shutil
+
     from neuron_explorer.analyzers import analyze
 
+    mine = shutil.copytree(run_dir, tmp_path / "run")  # the other tests' servers may still analyse run_dir in the background
     began = []
-    monkeypatch.setattr(findings_view, "_load_analyze", lambda: lambda *a, **k: (began.append(time.monotonic()), analyze(*a, **k))[1])
+    monkeypatch.setattr(findings_view, "_load_analyze", lambda: lambda path, **k: (
+        began.append(time.monotonic()) if Path(path) == mine else None, analyze(path, **k))[1])
+    run_dir = mine
     rs = RunSet([run_dir])
     try:
         worker = dash_app.start(rs, wait_s=60)
