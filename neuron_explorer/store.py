@@ -559,8 +559,8 @@ def read_derived(run: Run, table: schema.Table, variant: str, key: str) -> pa.Ta
 def write_derived(run: Run, table: schema.Table, variant: str, key: str, rows: pa.Table) -> bool:
     """Store `rows` (cast to `table`'s columns) as the derived table computed from `key`, replacing
     the file at once (written beside it, then renamed: a reader sees the old file or the new one).
-    False, and nothing written, where the run's folder cannot be written to (a read-only run is
-    read the same, computed at each open)."""
+    False, and nothing written, where the run's folder cannot be written to or the rows do not fit
+    the table (a read-only run is read the same, computed at each open)."""
     import pyarrow.parquet as pq
 
     path = derived_file(run, table, variant)
@@ -573,7 +573,7 @@ def write_derived(run: Run, table: schema.Table, variant: str, key: str, rows: p
         pq.write_table(body, tmp, compression="zstd")
         os.replace(tmp, path)
         return True
-    except OSError:
+    except Exception:  # noqa: BLE001  (a read-only folder, a full disk, rows that do not fit the table: the reader computes it again)
         with contextlib.suppress(OSError):
             tmp.unlink()
         return False
