@@ -12,6 +12,8 @@ import json
 import sys
 from pathlib import Path
 
+import _cli
+
 from neuron_explorer.agent.tools import AgentRuns
 from neuron_explorer.store import open_run
 
@@ -33,4 +35,7 @@ def main(folder: Path) -> None:
 
 
 if __name__ == "__main__":
+    _cli.help_if_asked(__doc__)
+    if len(sys.argv) > 1 and not Path(sys.argv[1]).is_dir():
+        raise SystemExit(f"bench_agent_summary.py: {sys.argv[1]}: not a folder of traces (--help for usage)")
     main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "tests" / "data" / "traces")

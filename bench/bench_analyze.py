@@ -29,6 +29,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import _cli
+
 HERE = Path(__file__).resolve().parents[1]
 
 
@@ -78,6 +80,7 @@ def main() -> None:
     ap.add_argument("--trace", default=None, help="the trace the run was imported from: import it too, side by side")
     ap.add_argument("--path", action="store_true", help="also time the critical path alone, C++ walk and Python walk")
     args = ap.parse_args()
+    _cli.run_dir(args.run)
     manifest = json.load(open(os.path.join(args.run, "manifest.json")))
     events = sum(r.get("events", 0) for r in manifest.get("ranks", []))
     print(f"analyze {args.run}: {events:,} events, cpus {os.cpu_count()}, load average before {os.getloadavg()[0]:.2f}")

@@ -18,8 +18,8 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from pathlib import Path
 
+import _cli
 from plotly.io.json import to_json_plotly
 
 from neuron_explorer.dashboard.figure import build_figure
@@ -48,7 +48,8 @@ def measure(rs: RunSet, label: str, t0=None, t1=None) -> None:
 
 
 def main() -> None:
-    run = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/runs/big")
+    _cli.help_if_asked(__doc__)
+    run = _cli.run_dir(sys.argv[1] if len(sys.argv) > 1 else "/tmp/runs/big")
     t = time.perf_counter()
     rs = RunSet([run])
     r = rs.get(0)

@@ -17,7 +17,13 @@
 Each RUN is measured on its own server, one after the other. Run it with nothing else on the
 machine; it prints the load average next to the figures.
 
-    python bench/bench_page.py [--cold] [--rounds N] [RUN ...]     # default /tmp/runs/big_tl
+    python bench/bench_page.py [--cold] [--rounds N] [--starts N] [--before TREE] [--drop-derived] [--first-timeout S] [RUN ...]
+    (default RUN /tmp/runs/big_tl; --starts N: N starts per tree, each on a fresh server, start → `/` and → painted, with
+     the server's CPU seconds to the paint; --before TREE: the same starts of another checkout (`git archive C | tar -x -C
+     TREE`), alternating with this tree's (its server runs with TREE as working directory and PYTHONPATH); --drop-derived:
+     RUN/derived/ (the stored timeline pyramid) removed before each start, the first open of a run; --first-timeout: how
+     long a start may take to paint before it is reported as not painted, with the browser's console errors, default 120 s;
+     the page and zoom rounds run on this tree's last server)
     (the runs of bench/README.md: the 68k-event trace tiled 32x, the V100 memory trace tiled 48x,
      256 ranks; e.g. python ../shared/tools/tile_trace.py tests/data/traces/cuda_train_68k_events.json.gz /tmp/big.json 32
               neuron-explorer import /tmp/big.json -o /tmp/runs/big_tl --force)
@@ -28,15 +34,19 @@ issue 35, input → redrawn frame ≤ 50 ms, detail swapped in ≤ 500 ms quiet,
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import _cli
+
 ROUNDS = 5
 SETTLE_S = 3.0
 COLD = "--cold" in sys.argv
+HERE = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 DRAWN = """(() => { const gd = document.querySelector('#timeline .js-plotly-plot');
@@ -103,25 +113,31 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(run: Path):
-    """`neuron-explorer dashboard RUN` in a fresh process: (process, url, epoch seconds at its start)."""
+def start_server(run: Path, tree: Path = HERE):
+    """`neuron-explorer dashboard RUN` of the source `tree` in a fresh process (its working directory
+    and PYTHONPATH: `python -m` puts the working directory first on the path, so a server started
+    from this checkout would run this checkout's code whatever PYTHONPATH says):
+    (process, url, epoch seconds at its start, its stderr file)."""
     import signal
     import subprocess
 
     port = free_port()
+    err = tempfile.TemporaryFile()
     t = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "neuron_explorer", "dashboard", str(run), "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, "-m", "neuron_explorer", "dashboard", str(Path(run).resolve()), "--port", str(port)],
+                            cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, stdout=subprocess.DEVNULL, stderr=err,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # Ctrl+C works even when run in the background
-    return proc, f"http://127.0.0.1:{port}/", t
+    return proc, f"http://127.0.0.1:{port}/", t, err
 
 
-def answers(url: str, timeout: float = 120.0) -> float:
-    """Epoch seconds at which `url` first answers 200."""
+def answers(url: str, timeout: float = 120.0, proc=None) -> float:
+    """Epoch seconds at which `url` first answers 200 (RuntimeError when the server exits first)."""
     import urllib.request
 
     end = time.time() + timeout
     while time.time() < end:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the server exited ({proc.returncode}) before answering {url}")
         try:
             with urllib.request.urlopen(url, timeout=5) as resp:
                 if resp.status == 200:
@@ -129,6 +145,47 @@ def answers(url: str, timeout: float = 120.0) -> float:
         except OSError:
             time.sleep(0.05)
     raise RuntimeError(f"no answer from {url}")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far, all its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def console_errors(drv) -> list[str]:
+    try:
+        return [e["message"][:200] for e in drv.get_log("browser") if e.get("level") == "SEVERE"]
+    except Exception:  # noqa: BLE001  (a driver without logs)
+        return []
+
+
+def start_once(drv, run: Path, tree: Path, first_timeout: float, drop_derived: bool):
+    """One start: (server process, url, figures): start → `/` answers, start → the first page
+    painted in Chromium (loaded as soon as `/` answers; None when not painted within
+    `first_timeout`, with the console's errors), the server's CPU seconds by then."""
+    if drop_derived:
+        shutil.rmtree(Path(run) / "derived", ignore_errors=True)
+    proc, url, t_start, err = start_server(run, tree)
+    try:
+        up = answers(url, proc=proc) - t_start
+        drv.get("about:blank")
+        console_errors(drv)  # drop earlier pages' messages
+        drv.get(url)
+        try:
+            wait(drv, "return window.__nxPainted", timeout=max(1.0, first_timeout - (time.time() - t_start)))
+            first = drv.execute_script("return (performance.timeOrigin + window.__nxPainted) / 1000") - t_start
+            errors = []
+        except RuntimeError:
+            first, errors = None, console_errors(drv) or ["(no console error)"]
+        cpu = cpu_s(proc.pid)
+        findings = bool(drv.execute_script("return !!document.getElementById('overview-computing')"))  # the Overview tab, shown first
+    except BaseException:
+        stop(proc)
+        err.seek(0)
+        print(err.read().decode(errors="replace")[-1500:], file=sys.stderr)
+        raise
+    return proc, url, {"up": up, "first": first, "cpu": cpu, "errors": errors, "findings_computing": findings}
 
 
 def stop(proc) -> None:
@@ -141,23 +198,29 @@ def stop(proc) -> None:
         proc.kill()
 
 
-def measure(drv, run: Path, rounds: int) -> dict:
+def measure(drv, run: Path, rounds: int, starts: int = 1, before: Path | None = None, first_timeout: float = 120.0,
+            drop_derived: bool = False) -> dict:
     import urllib.request
 
-    proc, url, t_start = start_server(run)
+    trees = [("after", HERE)] + ([("before", before)] if before else [])
+    runs_of: dict[str, list] = {name: [] for name, _ in trees}
+    for i in range(starts):
+        for name, tree in (trees if i % 2 == 0 else trees[::-1]):  # alternating, so that both see the same load
+            p, _, m = start_once(drv, run, tree, first_timeout, drop_derived)
+            m["load"] = os.getloadavg()[0]
+            stop(p)  # at once: its analysis must not load the machine for the next start
+            runs_of[name].append(m)
+    pages, painted, zooms, frames, draws, relayouts, details, weight = [], [], [], [], [], [], [], None
+    if not rounds or runs_of["after"][-1]["first"] is None:
+        return {"starts": runs_of, "pages": pages, "painted": painted, "zooms": zooms, "frames": frames, "draws": draws,
+                "relayouts": relayouts, "details": details, "weight": weight}
+    proc, url, _ = start_once(drv, run, HERE, first_timeout, False)  # the page and zoom rounds: a server of this tree
     try:
-        up = answers(url) - t_start
-        drv.get("about:blank")
-        drv.get(url)
-        wait(drv, "return window.__nxPainted", timeout=600)
-        first = drv.execute_script("return (performance.timeOrigin + window.__nxPainted) / 1000") - t_start
-        findings = "computing" in drv.execute_script("const n = document.getElementById('findings-note'); return n ? n.innerText : ''")
-        if not COLD:
+        if not COLD and rounds:
             t = time.time()
             with urllib.request.urlopen(url + "api/findings?run=0", timeout=3600) as resp:  # answers when the analysis is done
                 resp.read()
             print(f"  findings computed {time.time() - t:.1f} s after the first page (the rounds start then; --cold: at once)")
-        pages, painted, zooms, frames, draws, relayouts, details, weight = [], [], [], [], [], [], [], None
         for _ in range(rounds):
             drv.get("about:blank")
             drv.get(url)
@@ -189,8 +252,8 @@ def measure(drv, run: Path, rounds: int) -> dict:
                     xs.append(float("nan"))
     finally:
         stop(proc)
-    return {"up": up, "first": first, "findings_computing": findings, "pages": pages, "painted": painted, "zooms": zooms,
-            "frames": frames, "draws": draws, "relayouts": relayouts, "details": details, "weight": weight}
+    return {"starts": runs_of, "pages": pages, "painted": painted, "zooms": zooms, "frames": frames, "draws": draws,
+            "relayouts": relayouts, "details": details, "weight": weight}
 
 
 def report(run: Path, m: dict) -> None:
@@ -201,8 +264,11 @@ def report(run: Path, m: dict) -> None:
         ranks = len(r.ranks)
     pages, painted, zooms, weight = m["pages"], m["painted"], m["zooms"], m["weight"]
     print(f"{run} ({events:,} events, {ranks} rank{'s' if ranks != 1 else ''}):")
-    print(f"  start → server answers /:          {m['up']:.2f} s")
-    print(f"  start → first page painted:        {m['first']:.2f} s  (findings panel then said 'computing…': {m['findings_computing']})")
+    for name, starts in m["starts"].items():
+        for x in starts:
+            shown = f"{x['first']:.2f} s" if x["first"] is not None else "NOT PAINTED (" + "; ".join(x["errors"])[:300] + ")"
+            print(f"  {name}: start → / {x['up']:.2f} s · start → first page painted {shown} · server CPU by then {x['cpu']:.2f} s"
+                  f" · Overview still computing: {x['findings_computing']} · load {x['load']:.2f}")
     if not pages:
         return
     print(f"  page (navigation → timeline drawn): median {statistics.median(pages):.2f} s  min {min(pages):.2f}  max {max(pages):.2f}  "
@@ -221,18 +287,30 @@ def report(run: Path, m: dict) -> None:
 
 
 def main() -> None:
+    _cli.help_if_asked(__doc__)
     args = sys.argv[1:]
-    rounds = ROUNDS
-    if "--rounds" in args:
-        k = args.index("--rounds")
-        rounds = int(args[k + 1])
-        del args[k:k + 2]
-    runs = [Path(p) for p in ([a for a in args if a != "--cold"] or ["/tmp/runs/big_tl"])]
+    opts = {"--rounds": ROUNDS, "--starts": 1, "--before": None, "--first-timeout": 120.0}
+    for k in list(opts):
+        if k in args:
+            i = args.index(k)
+            if i + 1 >= len(args):
+                raise SystemExit(f"bench_page.py: {k} needs a value (--help for usage)")
+            opts[k] = args[i + 1]
+            del args[i:i + 2]
+    drop = "--drop-derived" in args
+    flags = {"--cold", "--drop-derived"}
+    unknown = [a for a in args if a.startswith("-") and a not in flags]
+    if unknown:
+        raise SystemExit(f"bench_page.py: unknown option {unknown[0]} (--help for usage)")
+    runs = [_cli.run_dir(p) for p in ([a for a in args if a not in flags] or ["/tmp/runs/big_tl"])]
+    before = Path(opts["--before"]).resolve() if opts["--before"] else None
+    if before is not None and not (before / "neuron_explorer" / "__init__.py").is_file():
+        raise SystemExit(f"bench_page.py: --before {before}: not a source tree (no neuron_explorer/__init__.py)")
     print(f"load average before: {os.getloadavg()[0]:.2f} ({'cold: the rounds start while the findings are computed' if COLD else 'warm'})")
     drv = browser()
     try:
         for run in runs:
-            m = measure(drv, run, rounds)
+            m = measure(drv, run, int(opts["--rounds"]), int(opts["--starts"]), before, float(opts["--first-timeout"]), drop)
             report(run, m)
             print(f"  load average: {os.getloadavg()[0]:.2f}", flush=True)
     finally:

@@ -15,6 +15,8 @@ import sys
 import threading
 import time
 
+import _cli
+
 from neuron_explorer.agent.sandbox import Sandbox
 
 BOMBS = {
@@ -64,4 +66,7 @@ def main(run: str, limits: list[int]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], [int(x) for x in sys.argv[2:]] or [2048])
+    _cli.help_if_asked(__doc__)
+    if len(sys.argv) < 2:
+        raise SystemExit("sandbox_memory.py: give a RUN (--help for usage)")
+    main(str(_cli.run_dir(sys.argv[1])), [int(x) for x in sys.argv[2:]] or [2048])

@@ -277,6 +277,44 @@ DERIVED_VIEWS: tuple[View, ...] = (
     )),
 )
 
+DERIVED_DIR = "derived"
+"""Folder of a run (RUN/derived/) holding tables computed from the run's own tables to speed up a
+reader (DERIVED_TABLES). Optional: a run without it, or with a stale or unreadable file in it, reads
+the same; nothing else in the run refers to it, and the run check does not read it."""
+
+DERIVED_KEY = b"neuron_explorer.derived_from"
+"""Key, in a derived file's Parquet metadata, of what it was computed from (store.derived_key: the
+rank partitions' names, sizes and modification times, and the computation's own description). A
+file whose key differs from the run's current one is stale: it is computed again and replaced."""
+
+TIMELINE_PYRAMID = Table(
+    "timeline_pyramid",
+    "timeline_pyramid.parquet",
+    "The dashboard timeline's pre-aggregated short events (dashboard/timeline.py `_pyramid`): every event shorter "
+    "than the run's longest few thousand, counted per lane, nesting row and one of 65,536 fine time buckets over the run. "
+    "One file per scope (`all` ranks or `rank<r>`) and layout (Python frames folded or not, the tool's frames hidden or "
+    "not), named `timeline_pyramid.<scope>.<layout>.parquet`; written at the first dashboard open of the run.",
+    (
+        _RANK,
+        _c("is_device", "bool", "", "a device lane (device, stream) rather than a host one (pid, tid)"),
+        _c("lane_a", "int64", "", "the lane's device index, or pid"),
+        _c("lane_b", "int64", "", "the lane's stream, or tid"),
+        _c("lane_text", "string", "", "the lane's non-integer pid ('' when there is none)"),
+        _c("depth", "int32", "", "the events' row in the lane (capped at the rows drawn)"),
+        _c("fine_bucket", "int64", "", "(ts_ns - the run's first start) // the fine bucket width"),
+        _c("busy", "int64", "ns", "sum of the events' durations"),
+        _c("n", "int64", "", "events counted"),
+        _c("end_max", "int64", "ns", "the furthest end of the events"),
+        _c("kind", "string", "", "kind of the longest event"),
+        _c("event_id", "int64", "event id", "the longest event"),
+        _c("dur", "int64", "ns", "duration of the longest event"),
+    ),
+    ("rank", "fine_bucket"),
+)
+
+DERIVED_TABLES: dict[str, Table] = {t.name: t for t in (TIMELINE_PYRAMID,)}
+"""The tables a run may hold in RUN/derived/ (DERIVED_DIR)."""
+
 MANIFEST_KEYS: dict[str, str] = {
     "format_version": "run format version (this document's)",
     "tool_version": "Neuron Explorer version that wrote the run",
@@ -336,6 +374,12 @@ def markdown() -> str:
         out += ["", f"## {v.name} (view)", "", f"Derived by `open_run`, not stored. {v.doc}", "",
                 "| column | type | unit | meaning |", "| --- | --- | --- | --- |"]
         out += [f"| `{c.name}` | {c.type} | {c.unit} | {c.doc} |" for c in v.columns]
+    for t in DERIVED_TABLES.values():
+        out += ["", f"## {t.name} (derived, optional)", "", f"`RUN/{DERIVED_DIR}/`. Computed from the run, not part of it: a run "
+                "without it reads the same, and a file whose metadata key "
+                f"`{DERIVED_KEY.decode()}` no longer matches the run is computed again. {t.doc}", "",
+                "| column | type | unit | meaning |", "| --- | --- | --- | --- |"]
+        out += [f"| `{c.name}` | {c.type} | {c.unit} | {c.doc} |" for c in t.columns]
     out += ["", "## manifest.json", "", "| key | meaning |", "| --- | --- |"]
     out += [f"| `{k}` | {v} |" for k, v in MANIFEST_KEYS.items()]
     return "\n".join(out) + "\n"

@@ -514,6 +514,73 @@ class Run:
         self.close()
 
 
+def derived_key(run: Run, computation: str) -> str:
+    """What a derived table (schema.DERIVED_TABLES) of `run` — of its view_ranks' partitions when it
+    is scoped — computed by `computation` (its SQL, its parameters) depends on: a digest of the
+    format version, `computation`, and the name, size and modification time of every rank
+    partition file it may read. Re-importing or re-recording the run, or a change of the code that
+    computes it, gives another key."""
+    if run.view_ranks is None:
+        files = sorted(run.path.glob("rank=*/*.parquet"))
+    else:
+        files = [run.path / f"rank={r}" / t.file for r in run.view_ranks for t in schema.RANK_TABLES]
+    parts = []
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            continue  # a table the rank does not have
+        parts.append((f.relative_to(run.path).as_posix(), st.st_size, st.st_mtime_ns))
+    blob = json.dumps([schema.FORMAT_VERSION, computation, parts], separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def derived_file(run: Run, table: schema.Table, variant: str) -> Path:
+    """RUN/derived/<table>.<variant>.parquet: one file of a derived table (`variant`: the scope and
+    layout it was computed for, letters, digits, '_' and '-')."""
+    if table.name not in schema.DERIVED_TABLES or not re.fullmatch(r"[A-Za-z0-9_-]+", variant):
+        raise ValueError(f"not a derived table file: {table.name} {variant!r}")
+    return run.path / schema.DERIVED_DIR / f"{table.file.removesuffix('.parquet')}.{variant}.parquet"
+
+
+def read_derived(run: Run, table: schema.Table, variant: str, key: str) -> pa.Table | None:
+    """The stored derived table, or None when there is none, or it was computed from something else
+    (its key is not `key`), or it cannot be read as `table`: the caller computes it then."""
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(derived_file(run, table, variant))
+        if (pf.schema_arrow.metadata or {}).get(schema.DERIVED_KEY) != key.encode():
+            return None
+        got = pf.read()
+    except Exception:  # noqa: BLE001  (missing, truncated, not Parquet: computed again)
+        return None
+    return got if got.column_names == table.column_names else None
+
+
+def write_derived(run: Run, table: schema.Table, variant: str, key: str, rows: pa.Table) -> bool:
+    """Store `rows` (cast to `table`'s columns) as the derived table computed from `key`, replacing
+    the file at once (written beside it, then renamed: a reader sees the old file or the new one).
+    False, and nothing written, where the run's folder cannot be written to or the rows do not fit
+    the table (a read-only run is read the same, computed at each open)."""
+    import pyarrow.parquet as pq
+
+    path = derived_file(run, table, variant)
+    target = table.arrow_schema()
+    target = target.with_metadata({**(target.metadata or {}), schema.DERIVED_KEY: key.encode()})
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        body = rows.select(table.column_names).cast(target)
+        path.parent.mkdir(exist_ok=True)
+        pq.write_table(body, tmp, compression="zstd")
+        os.replace(tmp, path)
+        return True
+    except Exception:  # noqa: BLE001  (a read-only folder, a full disk, rows that do not fit the table: the reader computes it again)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return False
+
+
 def sql_literal(s: str) -> str:
     """A SQL string literal (quotes doubled), for paths and names put into DuckDB statements."""
     return "'" + s.replace("'", "''") + "'"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +21,7 @@ from neuron_explorer.dashboard.runs import RunSet
 from neuron_explorer.dashboard.ui import overview
 from neuron_explorer.dashboard.views import findings as findings_view
 
-from .conftest import TRACES
+from .conftest import TRACES, X, write_trace
 
 TRACE = TRACES / "cuda_alexnet_train.json.gz"
 
@@ -136,6 +137,74 @@ def test_server_answers_before_the_first_timeline_is_computed(slow_analysis, run
         rs.close()
 
 
+def test_the_analysis_waits_for_the_page_to_be_drawn_or_a_while(run_dir, monkeypatch, tmp_path):
+    """After the page is built, the analysis starts when the page's first callback asks for the
+    findings (the browser has drawn the page by then), not while the browser draws it; with no
+    browser, after ANALYSIS_WAIT_S."""
+    import shutil
+
+    from neuron_explorer.analyzers import analyze
+
+    mine = shutil.copytree(run_dir, tmp_path / "run")  # the other tests' servers may still analyse run_dir in the background
+    began = []
+    monkeypatch.setattr(findings_view, "_load_analyze", lambda: lambda path, **k: (
+        began.append(time.monotonic()) if Path(path) == mine else None, analyze(path, **k))[1])
+    run_dir = mine
+    rs = RunSet([run_dir])
+    try:
+        worker = dash_app.start(rs, wait_s=60)
+        _wait(lambda: dash_app.page_ready(rs))
+        time.sleep(1.0)
+        assert began == [] and worker.is_alive()  # built, not yet asked for by a drawn page: no analysis
+        asked = time.monotonic()
+        assert dash_app.findings_panel(rs, 0, None) == ([], dash_app.COMPUTING)  # the page's first callback
+        worker.join(120)
+        assert len(began) == 1 and began[0] - asked < 5 and findings_view.analysis_state(rs, 0) == "ready"
+    finally:
+        rs.close()
+    rs = RunSet([run_dir])
+    try:
+        t = time.monotonic()
+        dash_app.start(rs, wait_s=0.5).join(120)  # nobody opens the page
+        assert len(began) == 2 and began[1] - t >= 0.5 and findings_view.analysis_state(rs, 0) == "ready"
+    finally:
+        rs.close()
+
+
+FIRST_INDEX = """
+import json, sys
+from neuron_explorer.dashboard import app as dash_app
+from neuron_explorer.dashboard.runs import RunSet
+
+rs = RunSet([sys.argv[1]])
+app = dash_app.create_app(rs)
+index = app.server.test_client().get("/").get_data(as_text=True)  # before the layout is built, as a browser opened at once
+ready = dash_app.page_ready(rs)
+spaces = {getattr(c, "_namespace", None) for c in dash_app.page_layout(rs)._traverse()} - {None}
+print(json.dumps({"index": index, "ready_at_index": ready, "namespaces": sorted(spaces)}))
+rs.close()
+"""
+
+
+def test_the_first_page_served_lists_the_scripts_of_every_component_the_layout_uses(run_dir):
+    """In a fresh process (no component library imported yet), `/` answered before the layout is
+    built still lists the scripts of every component library in that layout: a page without
+    dash-ag-grid's fails to render ("dash_ag_grid was not found") and stays blank — bench_page.py
+    waited for ever on mem48 for that."""
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", FIRST_INDEX, str(run_dir)], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["ready_at_index"] is False
+    assert "dash_ag_grid" in got["namespaces"] and len(got["namespaces"]) >= 3
+    missing = [ns for ns in got["namespaces"] if f"/{ns}" not in got["index"]]
+    assert not missing, f"served page lacks the scripts of {missing}"
+
+
 def test_a_failed_analysis_is_shown_not_computing_for_ever(run_dir, monkeypatch):
     def broken(*a, **k):
         raise RuntimeError("analysis broke")
@@ -164,3 +233,140 @@ def _component(layout: dict, cid: str):
         elif isinstance(c, list):
             stack.extend(c)
     return None
+
+
+# ---- the pyramid stored beside the run (issue 42) --------------------------------------------------
+BASE = 1_700_000_000_000_000_000
+STEP = [X("ProfilerStep#1", "user_annotation", 0, 100)]  # the longest event: kept in memory (LONG_EVENTS = 1)
+
+
+def _short(b_dur: int = 5, c_ts: int = 60) -> list[dict]:
+    return [X("a", "cpu_op", 10, 10), X("b", "cpu_op", 40, b_dur), X("c", "cpu_op", c_ts, 5)]
+
+
+@pytest.fixture
+def tiny_pyramid(monkeypatch):
+    """One event kept in memory, 1001 fine buckets: over the 100 us (+1 ns) run a fine bucket is 100 ns."""
+    from neuron_explorer.dashboard import runs as runs_mod
+    from neuron_explorer.dashboard import timeline as tl_mod
+
+    monkeypatch.setattr(runs_mod, "LONG_EVENTS", 1)
+    monkeypatch.setattr(tl_mod, "PYRAMID_BUCKETS", 1001)
+    monkeypatch.setattr(tl_mod, "EXACT_CAP", 1)  # the step alone is exact: the rest is aggregated
+    computed = []
+    real = tl_mod._pyramid_query
+    monkeypatch.setattr(tl_mod, "_pyramid_query", lambda r, band, threshold, *a: (
+        computed.append(threshold) if threshold != "{threshold}" else None, real(r, band, threshold, *a))[1])
+    return computed
+
+
+def _import(path, events):
+    return import_traces(write_trace(path.with_suffix(".json"), STEP + events, baseTimeNanoseconds=BASE), path).run_dir
+
+
+def _stored(run_dir):
+    import pyarrow.parquet as pq
+
+    files = sorted((run_dir / "derived").glob("timeline_pyramid.*.parquet"))
+    assert [f.name for f in files] == ["timeline_pyramid.all-10.parquet"]  # all ranks, Python frames folded, the tool's frames drawn
+    t = pq.read_table(files[0])
+    return sorted(zip(t["fine_bucket"].to_pylist(), t["busy"].to_pylist(), t["n"].to_pylist(), t["dur"].to_pylist()))
+
+
+def _view(run_dir, pyramid: bool = True):
+    """The whole run's buckets as drawn at 10 px (each pixel 10 us: the pyramid answers), or from a scan of the events."""
+    from neuron_explorer.dashboard import timeline as tl_mod
+
+    rs = RunSet([run_dir])
+    try:
+        if not pyramid:
+            factor, tl_mod.PYRAMID_PX_FACTOR = tl_mod.PYRAMID_PX_FACTOR, 10**9
+        try:
+            tl = tl_mod.timeline(rs, run=0, width=10)
+        finally:
+            if not pyramid:
+                tl_mod.PYRAMID_PX_FACTOR = factor
+        assert tl["mode"] == "aggregated"
+        b = tl["buckets"]
+        return sorted(zip(b["y"], b["x0"], b["x1"], b["occupancy"], b["events"], b["event_id"], b["kind"])), tl["slices"]["name"]
+    finally:
+        rs.close()
+
+
+def test_the_pyramid_is_stored_beside_the_run_and_read_at_the_next_open(tmp_path, tiny_pyramid):
+    run_dir = _import(tmp_path / "run", _short())
+    first = _view(run_dir)
+    assert tiny_pyramid == [10_000]  # computed once: the events no longer than the second longest (a, 10 us)
+    # a, b, c: one each in the fine buckets of 100 ns where they start (10, 40, 60 us), their busy time and longest event
+    assert _stored(run_dir) == [(100, 10_000, 1, 10_000), (400, 5_000, 1, 5_000), (600, 5_000, 1, 5_000)]
+    second = _view(run_dir)
+    assert tiny_pyramid == [10_000]  # the second open read it: no scan of the events
+    assert second == first == _view(run_dir, pyramid=False)  # and draws what the events draw
+    assert [x[4] for x in first[0]] == [1, 1, 1] and first[1] == ["ProfilerStep#1"]
+
+
+def test_the_stored_pyramid_is_computed_again_when_the_run_changes(tmp_path, tiny_pyramid):
+    import shutil
+
+    run_dir = _import(tmp_path / "run", _short())
+    _view(run_dir)
+    other = _import(tmp_path / "other", _short(b_dur=8, c_ts=70))  # b longer, c later
+    shutil.copyfile(other / "rank=0" / "events.parquet", run_dir / "rank=0" / "events.parquet")  # the run's events replaced in place
+    changed = _view(run_dir)
+    assert tiny_pyramid == [10_000, 10_000]  # the stored file was computed from other events: computed again
+    assert _stored(run_dir) == [(100, 10_000, 1, 10_000), (400, 8_000, 1, 8_000), (700, 5_000, 1, 5_000)]
+    assert changed == _view(run_dir, pyramid=False)
+
+
+def test_an_unreadable_stored_pyramid_is_computed_again(tmp_path, tiny_pyramid):
+    from neuron_explorer import store
+
+    run_dir = _import(tmp_path / "run", _short())
+    (run_dir / "derived").mkdir()
+    (run_dir / "derived" / "timeline_pyramid.all-10.parquet").write_bytes(b"PAR1 not a parquet file")
+    assert _view(run_dir) == _view(run_dir, pyramid=False)
+    assert tiny_pyramid == [10_000] and len(_stored(run_dir)) == 3
+    with store.open_run(run_dir) as run:  # the run check and the views do not read the derived folder
+        assert run.con.execute("SELECT count(*) FROM events").fetchone()[0] == 4
+
+
+def test_a_run_that_cannot_be_written_to_is_drawn_the_same(tmp_path, tiny_pyramid, monkeypatch):
+    from neuron_explorer import store
+
+    run_dir = _import(tmp_path / "run", _short())
+    monkeypatch.setattr(store.Path, "mkdir", lambda *a, **k: (_ for _ in ()).throw(PermissionError(13, "read-only")))
+    assert _view(run_dir) == _view(run_dir, pyramid=False)
+    assert not (run_dir / "derived").exists() and tiny_pyramid == [10_000, 10_000]  # nothing stored: computed at each open
+
+
+def test_the_stored_pyramid_gives_the_computed_view_on_a_real_trace(tmp_path):
+    """The V100 ResNet-50 trace with memory events (44k events; tiled 48x it is bench/README's mem48): the first
+    open computes and stores the pyramid, the second reads it; both draw the same first view: the same slices,
+    and buckets at the same places with the same counts and occupancy. A bucket's event (what a click opens) is
+    its longest; where several are as long, either may be it, on any two computations: their durations are compared."""
+    import numpy as np
+
+    from neuron_explorer.dashboard import timeline as tl_mod
+
+    run_dir = import_traces(TRACES / "v100_resnet50_torch19_memory.json.gz", tmp_path / "run").run_dir
+    views, used = [], []
+    real = tl_mod._pyramid_sql
+    for _ in range(2):
+        rs = RunSet([run_dir])
+        try:
+            tl_mod._pyramid_sql = lambda *a: used.append(a[-1][0]) or real(*a)
+            view, _, status = dash_app.first_view(rs)
+            tl = tl_mod.timeline_arrays(rs, run=0, t0=view["t0"], t1=view["t1"], width=dash_app.DEFAULT_WIDTH, rank=view["rank"])
+            b = tl["buckets"]
+            order = np.lexsort((b["x0"], b["y"]))
+            ids = [int(x) for x in b["event_id"][order]]
+            dur = dict(rs.get(0).query(f"SELECT event_id, dur_ns FROM events WHERE event_id IN ({', '.join(map(str, set(ids)))})")[1])
+            views.append({"status": status, "slices": sorted(zip(*(map(str, tl["slices"][c]) for c in sorted(tl["slices"])))),
+                          **{c: b[c][order].tolist() for c in ("y", "x0", "x1", "events")},
+                          "occupancy": np.round(b["occupancy"][order], 5).tolist(), "longest": [dur[i] for i in ids]})
+        finally:
+            tl_mod._pyramid_sql = real
+            rs.close()
+    assert len(used) == 4 and set(used) == {"_nx_pyramid_10"}  # both first views, and the same windows again, were drawn from the pyramid
+    assert (run_dir / "derived" / "timeline_pyramid.all-10.parquet").is_file()
+    assert views[0] == views[1] and len(views[0]["x0"]) > 1000 and "aggregated per pixel" in views[0]["status"]

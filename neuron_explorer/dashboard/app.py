@@ -336,6 +336,10 @@ def create_app(rs: RunSet):
     import dash
     from dash import Input, Output, State, ctx, dcc, html, no_update
 
+    from .ui import grid
+
+    grid.load()  # `/` is served before the layout is built: it must list the grids' scripts already
+
     # suppress_callback_exceptions: the layout is a function (`page`, computed on the first page's
     # request, not here); Dash would otherwise call it now to validate the callbacks' ids
     app = dash.Dash(__name__, title="Neuron Explorer", update_title=None, serve_locally=True, suppress_callback_exceptions=True,
@@ -678,13 +682,29 @@ def warm(rs: RunSet) -> None:
         timeline_arrays(rs, run=r.index, width=DEFAULT_WIDTH, **({} if first == "all" else {"rank": first}))
 
 
-def start(rs: RunSet) -> threading.Thread:
+ANALYSIS_WAIT_S = 10.0
+"""After the page is built, the analysis waits at most this long for the page to be drawn in a
+browser (`start`)."""
+
+
+def start(rs: RunSet, wait_s: float | None = None) -> threading.Thread:
     """In a background thread ('nx-warm'): `warm`, then each run's analysis (views/findings.analyse),
     one after the other, so that the analysis does not slow the first page down on a small machine.
+    Built is not drawn: the browser still evaluates the scripts and draws the timeline (about 2 s of
+    CPU), which the analysis's queries on every core would slow down. So the first run's analysis
+    starts when the page's first callback asks for the findings (the page is drawn by then:
+    `findings_panel` starts it), or ANALYSIS_WAIT_S after the page is built when no browser came.
     Nothing waits for it: a request for the page builds what it needs itself (or waits for the
     part under way), and the findings and the overview say "computing…" until the analysis is done."""
+    wait_s = ANALYSIS_WAIT_S if wait_s is None else wait_s
+
     def work():
+        import time
+
         _quiet(warm, rs)
+        end = time.monotonic() + wait_s
+        while "analysis_started" not in rs.runs[0]._facts and time.monotonic() < end:
+            time.sleep(0.05)
         for r in rs.runs:
             analyse(rs, r.index)
     t = threading.Thread(target=work, daemon=True, name="nx-warm")

@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
+from . import runs as _runs
 from .runs import HIDDEN_LANE_SQL, LANE_SQL, MAX_DEPTH_ROWS, SCOPED_RANKS, OpenRun, QueryError, RunSet, drawn_for, row_sql
 from .runs import parse_int as _int
 
@@ -294,7 +295,9 @@ def _add_flanks(r: OpenRun, whole: OpenRun, rank: int | None, out: dict, b: floa
 
 
 def _pyramid(r: OpenRun):
-    """(table name, fine bucket ns, run start) of the run's pre-aggregated short events, built once.
+    """(table name, fine bucket ns, run start) of the run's pre-aggregated short events, built once
+    per run: stored beside the run (schema.TIMELINE_PYRAMID, RUN/derived/) at its first dashboard
+    open and read back at every later one, unless the run changed since (store.derived_key).
 
     Every event not kept in memory (dur_ns <= short_max_dur) is counted in one of PYRAMID_BUCKETS
     fine time buckets per lane row: busy time, count, furthest end, and the longest event with its
@@ -306,19 +309,34 @@ def _pyramid(r: OpenRun):
     tag = f"{int(band)}{int(tool_hidden)}"
 
     def compute():
-        threshold, _ = r.long_events()
-        if threshold < 0:
-            return None
+        from .. import schema, store
+
         start, end = r.span()
         fine = max(1, -(-(end + 1 - start) // PYRAMID_BUCKETS))
-        tbl = r.arrow(f"""SELECT {LANE_SQL}, least({row_sql(band)}, {MAX_DEPTH_ROWS}) AS depth,
-                (ts_ns - {start}) // {fine} AS fine_bucket, sum(dur_ns) AS busy, count(*) AS n, max(ts_ns + dur_ns) AS end_max,
-                arg_max(kind, dur_ns) AS kind, arg_max(event_id, dur_ns) AS event_id, max(dur_ns) AS dur
-                FROM events WHERE dur_ns <= {threshold} AND {drawn_for(r)} GROUP BY ALL""")
+        name = f"_nx_pyramid_{tag}"
+        scope = "all" if r.run.view_ranks is None else "rank" + "_".join(str(k) for k in r.run.view_ranks)
+        variant = f"{scope}-{tag}"
+        # the query, whatever the threshold: that one follows from the events (LONG_EVENTS of them are longer)
+        key = store.derived_key(r.run, f"LONG_EVENTS={_runs.LONG_EVENTS} " + _pyramid_query(r, band, "{threshold}", start, fine))
+        tbl = store.read_derived(r.run, schema.TIMELINE_PYRAMID, variant, key)
+        if tbl is None:
+            threshold, _ = r.long_events()
+            if threshold < 0:
+                return None
+            tbl = r.arrow(_pyramid_query(r, band, threshold, start, fine))
+            store.write_derived(r.run, schema.TIMELINE_PYRAMID, variant, key, tbl)
         with r.lock:
-            r.run.con.register(f"_nx_pyramid_{tag}", tbl)
-        return (f"_nx_pyramid_{tag}", fine, start)
+            r.run.con.register(name, tbl)
+        return (name, fine, start)
     return r.cached(("pyramid", band, tool_hidden), compute)
+
+
+def _pyramid_query(r: OpenRun, band: bool, threshold, start: int, fine: int) -> str:
+    """The pyramid's rows (schema.TIMELINE_PYRAMID's columns) of the events no longer than `threshold`."""
+    return f"""SELECT {LANE_SQL}, least({row_sql(band)}, {MAX_DEPTH_ROWS})::INT AS depth,
+                (ts_ns - {start}) // {fine} AS fine_bucket, sum(dur_ns)::BIGINT AS busy, count(*)::BIGINT AS n,
+                max(ts_ns + dur_ns) AS end_max, arg_max(kind, dur_ns) AS kind, arg_max(event_id, dur_ns) AS event_id, max(dur_ns) AS dur
+                FROM events WHERE dur_ns <= {threshold} AND {drawn_for(r)} GROUP BY ALL"""
 
 
 def _pyramid_sql(r: OpenRun, rank: int | None, t0: int, t1: int, b: float, cutoff: int, all_lanes: bool, pyr) -> str:

@@ -11,7 +11,6 @@ Must not: query the runs itself (views/compare.py does) or accept a path from th
 
 from __future__ import annotations
 
-from ...analyzers.diff import RUN_SET_TESTS, TEST_NAMES, measure_name, verdict_line, work_lines
 from ...errors import NeuronExplorerError
 from ...fmt import duration
 from ..figure import HIGHLIGHT, build_figure, time_unit
@@ -83,6 +82,8 @@ def verdict_panel(rs: RunSet, base, test):
     why), medians and means with 95% CIs, the change of the median with its CI, the test used,
     its p-value, the effect size, and why the verdict is what it is."""
     from dash import html
+
+    from ...analyzers.diff import RUN_SET_TESTS, TEST_NAMES, measure_name, verdict_line, work_lines  # with the first comparison, not the page
 
     d = cmp.compare(rs, *_pair(base, test), limit=1)
     s = d["step_time"]

@@ -18,6 +18,15 @@ HEADER_HEIGHT_PX = 30
 MAX_HEIGHT_PX = 460
 
 
+def load() -> None:
+    """Import dash-ag-grid, which registers its scripts with Dash. Dash lists the scripts of the
+    component libraries imported so far in the page it serves at `/`; the app calls this before it
+    serves anything, since `/` answers before the layout (which makes the grids) is built: a page
+    served without the grid's scripts fails to render ("dash_ag_grid was not found") and stays
+    blank until reloaded."""
+    import dash_ag_grid  # noqa: F401
+
+
 def column(field: str, header: str, *, numeric: bool = False, wide: bool = False, **col_def) -> dict:
     """One column: sorted and filtered as a number or as text; a `wide` one (names, source lines)
     takes three shares of the width, the others one. `col_def` adds AG Grid options (cellStyle,

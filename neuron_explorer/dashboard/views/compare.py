@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import threading
 import weakref
+from typing import TYPE_CHECKING
 
-from ...analyzers import diff as diff_mod
 from ..runs import OpenRun, QueryError, RunSet
 from ..runs import parse_int as _int
 from ..timeline import _jsonable, timeline_arrays
+
+if TYPE_CHECKING:  # the diff (its statistics) is imported when two runs are first compared, not with the dashboard
+    from ...analyzers import diff as diff_mod
 
 DELTA_TYPES = ("source_line", "module", "operator", "kernel")
 DELTA_LIMIT = 500
@@ -45,6 +48,8 @@ def _diff(rs: RunSet, b: OpenRun, t: OpenRun) -> diff_mod.Diff:
     with _cache_lock:
         per_rs = _cache.setdefault(rs, {})
         slot = per_rs.setdefault((b.index, t.index), {"lock": threading.Lock(), "diff": None})
+    from ...analyzers import diff as diff_mod
+
     with slot["lock"]:
         if slot["diff"] is None:
             slot["diff"] = diff_mod.compare(b.path, t.path)
@@ -59,6 +64,8 @@ def compare(rs: RunSet, base=0, test=1, limit=None) -> dict:
     bootstrap CI, test_name, p_value, effect_size, significant, verdict and reason. deltas: per
     type (source_line, module, operator, kernel) the rows of diff.compare in its order (largest
     absolute change per step first), with counts of all and of significant rows."""
+    from ...analyzers import diff as diff_mod
+
     b, t = _pair(rs, base, test)
     limit = _int(limit, "limit", DELTA_LIMIT)
     if limit < 1:

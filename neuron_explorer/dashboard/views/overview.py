@@ -24,10 +24,7 @@ than through the analyzers and the other views.
 
 from __future__ import annotations
 
-from ...analyzers import critical_path as cp
 from ...analyzers import metrics
-from ...analyzers import utilisation as util
-from ...analyzers.engine import quality_notes
 from ...fmt import duration
 from ...vocab import line_key
 from ..runs import OpenRun, QueryError, RunSet
@@ -61,6 +58,8 @@ def overview(rs: RunSet, run=0, rank=None) -> dict:
     if rank is not None and rank not in summary:
         raise QueryError(f"rank {rank} has no events in run {r.index}")
     shown = ranks[:MAX_RANKS]
+    from ...analyzers.engine import quality_notes  # the engine and its rules: imported when the Overview is first drawn
+
     with r.lock:  # the analyzers read through the run's one connection (the other views take the lock themselves)
         quality = quality_notes(r.run)
         per_rank = [_rank_part(r, summary[k], quality.get(k, [])) for k in shown]
@@ -140,6 +139,8 @@ def _top(rs: RunSet, r: OpenRun, summaries: list[dict]) -> dict:
     """Top kernels, operators and lines over the ranks shown, by their share of step time: the ns
     the critical path charges them over every step, over the steps' total. Without steps, by their
     time over the profiled span (device time of overlapping streams adds up there)."""
+    from ...analyzers import critical_path as cp  # imported when the Overview is first drawn, not with the page
+
     items, total, steps = [], 0, 0
     with r.lock:
         for s in summaries:
@@ -210,6 +211,8 @@ def _roofline(r: OpenRun, ranks: list[int]) -> dict:
     """Per kernel name (the longest ROOFLINE_KERNELS per rank): arithmetic intensity and achieved
     TFLOP/s from utilisation.kernel_table, and the device's ceilings (peak TFLOP/s per dtype and
     bandwidth) from its peak; an unknown device has no ceilings, only a note."""
+    from ...analyzers import utilisation as util  # imported when the Overview is first drawn, not with the page
+
     points, peaks, notes = [], {}, []
     for k in ranks:
         work = util.rank_work(r.run, k)
