@@ -74,6 +74,18 @@ traced to the user statements it was generated from: a list of `{"frame_id": …
 (`frames.frame_id` of each statement, its share of the kernel's time; shares sum to 1)."""
 
 
+COMPILE_NAME_PREFIX = "torch.compile: "
+"""The range the live collector records around each compile and each `torch.compile(...)` call
+(collectors/compiled.CompilerUntraced): `torch.compile: <function> (<file>:<line>)`,
+`torch.compile: backward of …`, `torch.compile: setup`. Compiling is one-time work, not an
+operator a person can make cheaper: the hotspot rule does not name it as its operator."""
+
+
+def compile_range(alias: str = "") -> str:
+    """An event is the collector's range around a compile (COMPILE_NAME_PREFIX)."""
+    return f"starts_with({_a(alias)}name, '{COMPILE_NAME_PREFIX}')"
+
+
 def compiled_kernel(alias: str = "") -> str:
     """An event is a compiled kernel charged to its statements (it carries COMPILED_FROM_ARG)."""
     return f"{_a(alias)}args LIKE '%\"{COMPILED_FROM_ARG}\"%'"

@@ -367,6 +367,7 @@ def test_the_stored_pyramid_gives_the_computed_view_on_a_real_trace(tmp_path):
         finally:
             tl_mod._pyramid_sql = real
             rs.close()
-    assert len(used) == 4 and set(used) == {"_nx_pyramid_10"}  # both first views, and the same windows again, were drawn from the pyramid
+    # both first views, and the same windows again (each with the buckets either side of the window), were drawn from the pyramid
+    assert len(used) >= 4 and len(used) % 2 == 0 and set(used) == {"_nx_pyramid_10"}, used
     assert (run_dir / "derived" / "timeline_pyramid.all-10.parquet").is_file()
     assert views[0] == views[1] and len(views[0]["x0"]) > 1000 and "aggregated per pixel" in views[0]["status"]

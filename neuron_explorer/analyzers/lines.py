@@ -3,7 +3,9 @@
 A line's time is the time of the work whose statement it is (`events.source_frame_id`: the
 innermost user statement that called it, and for backward work the forward statement that built
 its autograd node):
-- `cpu_ns`: sum of durations of outermost CPU operators (`vocab.top_op`) of the line;
+- `cpu_ns`: sum of durations of outermost CPU operators (`vocab.top_op`) of the line, except
+  the live collector's ranges around a compile (`vocab.compile_range`: compiling is one-time
+  work, listed among the top-level operators, not a statement's running time);
 - `device_ns`: sum of durations of device work (kernel, memcpy, memset) of the line (streams that
   overlap add up);
 - `python_ns`: Python-level time: the self time (`self_ns`) of the Python calls the line made
@@ -25,7 +27,7 @@ Must not: decide what is a problem (rules do) or render anything.
 from __future__ import annotations
 
 from ..store import Run
-from ..vocab import DEVICE_WORK_SQL, compiled_kernel, compiled_shares_sql, in_steps, line_key, line_key_sql, top_op
+from ..vocab import DEVICE_WORK_SQL, compile_range, compiled_kernel, compiled_shares_sql, in_steps, line_key, line_key_sql, top_op
 from .metrics import union_of_sql
 from .rank_rows import RankQuery
 from .rank_rows import rows as rank_rows
@@ -53,12 +55,18 @@ PYTHON_SELF = "e.kind = 'python' AND e.op_id IS NULL"
 operator (inside one, the operator's time already holds it)."""
 
 
+def _line_op(alias: str) -> str:
+    """An outermost CPU operator that is a statement's work: any but the collector's range around a
+    compile (vocab.compile_range), which is one-time work, not the statement's."""
+    return f"({top_op(alias)} AND NOT {compile_range(alias)})"
+
+
 def own_ns_sql(device: bool = True) -> str:
     """SQL (over `events e`) of an event's part in its statement's own time: an outermost CPU
     operator's duration, a Python call's self time outside operators (PYTHON_SELF), and with
     `device` a device event's duration; 0 for anything else."""
     dev = f" WHEN e.kind IN {DEVICE_WORK_SQL} THEN e.dur_ns" if device else ""
-    return (f"CASE WHEN {top_op('e')} THEN e.dur_ns WHEN {PYTHON_SELF} THEN e.self_ns"
+    return (f"CASE WHEN {_line_op('e')} THEN e.dur_ns WHEN {PYTHON_SELF} THEN e.self_ns"
             f"{dev} ELSE 0 END")
 
 
@@ -72,7 +80,7 @@ def frame_times_sql(rank: int | None, steps: list[int] | None = None) -> str:
     kernel (vocab.compiled_kernel) counts on the statements it came from, each its share, and no
     longer on the line that called the compiled function (compiled_shift_sql)."""
     dev = DEVICE_WORK_SQL
-    top = top_op("e")
+    top = _line_op("e")
     in_steps_ = f"\n  , count(*) FILTER (WHERE {top} AND {in_steps(steps, 'e')}) AS calls_in_steps" if steps is not None else ""
     own = f"""SELECT e.source_frame_id AS frame_id,
   count(*) FILTER (WHERE {top}) AS calls,
@@ -238,7 +246,7 @@ def statement_runs_sql(rank: int, steps: list[int] | None, min_ops: int = 1) -> 
     return f"""WITH RECURSIVE ops AS (
   SELECT e.event_id, e.name, e.step, e.parent_id, e.source_frame_id AS frame_id, {line_key_sql('f')} AS source, f.function
   FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
-  WHERE e.rank = {int(rank)} AND {top_op('e')} AND e.pass IS DISTINCT FROM 'backward' AND f.is_user AND f.line_kind = 'call'{where_steps}
+  WHERE e.rank = {int(rank)} AND {_line_op('e')} AND e.pass IS DISTINCT FROM 'backward' AND f.is_user AND f.line_kind = 'call'{where_steps}
   QUALIFY count(*) OVER (PARTITION BY f.file, f.line) >= {int(min_ops)}),
 walk(event_id, frame_id, up_id, call_id) AS (
   SELECT event_id, frame_id, parent_id, NULL::BIGINT FROM ops
@@ -262,7 +270,7 @@ def statement_time_sql(rank: int, source: str, with_steps: bool, device: bool) -
     operators, forward and backward, and with `device` its device work), each cut to the range of
     its profiler step with `with_steps` (work outside steps left out): never more than the
     analysed time. `source`: 'file:line'."""
-    kinds = f"({top_op('e')} OR e.kind IN {DEVICE_WORK_SQL})" if device else top_op("e")
+    kinds = f"({_line_op('e')} OR e.kind IN {DEVICE_WORK_SQL})" if device else _line_op("e")
     src = "'" + source.replace("'", "''") + "'"
     if with_steps:
         iv = f"""SELECT greatest(e.ts_ns, s.ts_ns) AS ts_ns, least(e.ts_ns + e.dur_ns, s.ts_ns + s.dur_ns) AS end_ns

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..vocab import COMPILED_FROM_ARG
+from ..vocab import COMPILE_NAME_PREFIX, COMPILED_FROM_ARG
 from .kineto_names import PYTHON_FUNCTION_CATEGORY
 
 if TYPE_CHECKING:
@@ -62,8 +62,6 @@ EXTERN_KERNEL_RE = re.compile(r"^(?:extern_kernels|torch\.ops\.aten|aten)\.(\w+?
 EXTERN_SEP = "#"
 """The n-th (from 0) extern kernel of one operator in a graph: `aten::addmm#1` in compiled_graph_provenance."""
 _FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
-COMPILE_NAME_PREFIX = "torch.compile: "
-"""The range CompilerUntraced records around each compile and each `torch.compile(...)` call."""
 
 
 # ---- the recording side (torch) -----------------------------------------------------------

@@ -5,7 +5,8 @@ Reports, per rank, the single top-level CPU operator (by total CPU time), the si
 device time where the rank has devices, else the CPU time of the outermost operators it called,
 backward work counted on the forward statement) that take at least HOTSPOT_SHARE_MIN of the
 analysed time. The DataLoader's fetch (`enumerate(DataLoader)#...__next__`) is left to input-pipeline,
-whose advice fits a loader. A statement that one call of its function runs python-loop's RUNS_PER_CALL_MIN
+whose advice fits a loader; a compile's range (`torch.compile: …`, vocab.compile_range) is no
+operator to make cheaper and is not named as one. A statement that one call of its function runs python-loop's RUNS_PER_CALL_MIN
 times or more is left to that rule, which names the batched alternative. Calls per step are over
 the steady steps (metrics.steady_steps). A hotspot is where optimisation pays first.
 Impact: for the operator and the kernel, their time on the steps' critical paths
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from ...vocab import top_op
+from ...vocab import COMPILE_NAME_PREFIX, compile_range, top_op
 from ..critical_path import on_path_ns
 from ..engine import Context
 from ..lines import line_times_by_rank, line_times_sql
@@ -132,10 +133,13 @@ def screen(run, summaries: dict) -> set[int]:
 def check(ctx: Context) -> list:
     r = ctx.rank
     # the DataLoader's fetch is input-pipeline's (its advice fits a loader); the operator is the heaviest other one
-    ops = [o for o in ctx.summary.get("top_level_ops") or [] if not re.search(LOADER_NAME, o["name"] or "")]
+    # and a compile's range (vocab.compile_range) is one-time work, no operator to make cheaper
+    ops = [o for o in ctx.summary.get("top_level_ops") or []
+           if not re.search(LOADER_NAME, o["name"] or "") and not (o["name"] or "").startswith(COMPILE_NAME_PREFIX)]
     out = [
         _finding(ctx, "operator", f"""SELECT name, sum(dur_ns)::BIGINT AS cpu_ns, count(*) AS calls, min(event_id) AS sample_id,
   mode(source_frame_id) AS frame_id FROM events WHERE rank = {r} AND {top_op()} AND NOT regexp_matches(name, '{LOADER_NAME}')
+  AND NOT {compile_range()}
 GROUP BY name ORDER BY cpu_ns DESC, name LIMIT 1""", Location(), "cpu_ns",
                  "Make this operator cheaper: check its shapes and dtype (lower precision, channels_last), call it "
                  "less often or on bigger batches, or replace it with a fused / compiled version (torch.compile).",
