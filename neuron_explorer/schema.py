@@ -365,21 +365,19 @@ def markdown() -> str:
         "| --- | --- |",
     ]
     out += [f"| `{k}` | {v} |" for k, v in KINDS.items()]
+    def section(title: str, intro: str, columns) -> list[str]:
+        return (["", f"## {title}", "", intro, "", "| column | type | unit | meaning |", "| --- | --- | --- | --- |"]
+                + [f"| `{c.name}` | {c.type} | {c.unit} | {c.doc} |" for c in columns])
+
     for t in (*RANK_TABLES, SCHEMA_FIELDS):
         where = f"RUN/rank=<r>/{t.file}" if t in RANK_TABLES else f"RUN/{t.file}"
-        out += ["", f"## {t.name}", "", f"`{where}`, sorted by {', '.join(t.sort_by)}. {t.doc}", "",
-                "| column | type | unit | meaning |", "| --- | --- | --- | --- |"]
-        out += [f"| `{c.name}` | {c.type} | {c.unit} | {c.doc} |" for c in t.columns]
+        out += section(t.name, f"`{where}`, sorted by {', '.join(t.sort_by)}. {t.doc}", t.columns)
     for v in DERIVED_VIEWS:
-        out += ["", f"## {v.name} (view)", "", f"Derived by `open_run`, not stored. {v.doc}", "",
-                "| column | type | unit | meaning |", "| --- | --- | --- | --- |"]
-        out += [f"| `{c.name}` | {c.type} | {c.unit} | {c.doc} |" for c in v.columns]
+        out += section(f"{v.name} (view)", f"Derived by `open_run`, not stored. {v.doc}", v.columns)
     for t in DERIVED_TABLES.values():
-        out += ["", f"## {t.name} (derived, optional)", "", f"`RUN/{DERIVED_DIR}/`. Computed from the run, not part of it: a run "
-                "without it reads the same, and a file whose metadata key "
-                f"`{DERIVED_KEY.decode()}` no longer matches the run is computed again. {t.doc}", "",
-                "| column | type | unit | meaning |", "| --- | --- | --- | --- |"]
-        out += [f"| `{c.name}` | {c.type} | {c.unit} | {c.doc} |" for c in t.columns]
+        out += section(f"{t.name} (derived, optional)", f"`RUN/{DERIVED_DIR}/`. Computed from the run, not part of it: a run "
+                       "without it reads the same, and a file whose metadata key "
+                       f"`{DERIVED_KEY.decode()}` no longer matches the run is computed again. {t.doc}", t.columns)
     out += ["", "## manifest.json", "", "| key | meaning |", "| --- | --- |"]
     out += [f"| `{k}` | {v} |" for k, v in MANIFEST_KEYS.items()]
     return "\n".join(out) + "\n"

@@ -86,6 +86,11 @@ def compile_range(alias: str = "") -> str:
     return f"starts_with({_a(alias)}name, '{COMPILE_NAME_PREFIX}')"
 
 
+def is_compile_range(name: str | None) -> bool:
+    """`compile_range` in Python, for an event's name."""
+    return (name or "").startswith(COMPILE_NAME_PREFIX)
+
+
 def compiled_kernel(alias: str = "") -> str:
     """An event is a compiled kernel charged to its statements (it carries COMPILED_FROM_ARG)."""
     return f"{_a(alias)}args LIKE '%\"{COMPILED_FROM_ARG}\"%'"
@@ -384,13 +389,22 @@ def _first_input_type(op_args) -> str | None:
 
 def work_class(kind: str | None, name: str | None, op: str | None = None, op_args: str | None = None) -> str:
     """The WORK_CLASSES key of a device event (`kind`, `name`) launched by operator `op` (its Kineto
-    args `op_args`); `work_class_sql` is the same test in SQL. Remembered per distinct question (the
-    same kernel names come back on every rank and every path item: a regexp each costs 0.2 ms)."""
-    return _work_class(kind, name, op, op_args)
+    args `op_args`); `work_class_sql` is the same test in SQL. The names' part is remembered per
+    (kind, name, op) (the same kernel names come back on every rank and every path item: a regexp
+    each costs 0.2 ms); the args, which differ per event (ids, sequence numbers), are read only for a
+    matrix kernel whose name says no precision."""
+    c = _work_class(kind, name, op)
+    if c is _MATMUL_BY_INPUT:
+        return "fp32_matmul" if _first_input_type(op_args) == "float" else "matmul"
+    return c
+
+
+_MATMUL_BY_INPUT = "matmul by its input type"
+"""_work_class's answer for a matrix kernel whose name says no precision: its operator's first input decides."""
 
 
 @functools.lru_cache(maxsize=16384)
-def _work_class(kind: str | None, name: str | None, op: str | None, op_args: str | None) -> str:
+def _work_class(kind: str | None, name: str | None, op: str | None) -> str:
     name, op = name or "", op or ""
     if kind in ("memcpy", "memset"):
         return "memcpy"
@@ -409,8 +423,9 @@ def _work_class(kind: str | None, name: str | None, op: str | None, op_args: str
             return "attention"
         matrix = op in MATRIX_OPS or bool(r["matrix_op"].search(op))
     if matrix:
-        fp32 = (r["fp32"].search(name) or _first_input_type(op_args) == "float") and not r["lower"].search(name)
-        return "fp32_matmul" if fp32 else "matmul"
+        if r["lower"].search(name):
+            return "matmul"
+        return "fp32_matmul" if r["fp32"].search(name) else _MATMUL_BY_INPUT
     if op in NORM_OPS or r["norm_op"].search(op):
         return "norm"
     if op in ELEMENTWISE_OPS:

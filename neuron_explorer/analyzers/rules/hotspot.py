@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from ...vocab import COMPILE_NAME_PREFIX, compile_range, top_op
+from ...vocab import compile_range, is_compile_range, top_op
 from ..critical_path import on_path_ns
 from ..engine import Context
 from ..lines import line_times_by_rank, line_times_sql
@@ -135,7 +135,7 @@ def check(ctx: Context) -> list:
     # the DataLoader's fetch is input-pipeline's (its advice fits a loader); the operator is the heaviest other one
     # and a compile's range (vocab.compile_range) is one-time work, no operator to make cheaper
     ops = [o for o in ctx.summary.get("top_level_ops") or []
-           if not re.search(LOADER_NAME, o["name"] or "") and not (o["name"] or "").startswith(COMPILE_NAME_PREFIX)]
+           if not re.search(LOADER_NAME, o["name"] or "") and not is_compile_range(o["name"])]
     out = [
         _finding(ctx, "operator", f"""SELECT name, sum(dur_ns)::BIGINT AS cpu_ns, count(*) AS calls, min(event_id) AS sample_id,
   mode(source_frame_id) AS frame_id FROM events WHERE rank = {r} AND {top_op()} AND NOT regexp_matches(name, '{LOADER_NAME}')
