@@ -165,6 +165,8 @@ class _TracerPause:
     def __init__(self):
         import ctypes
 
+        if sys.implementation.name != "cpython" or not (3, 9) <= sys.version_info[:2] <= (3, 13):
+            raise OSError("the thread state's layout is known for CPython 3.9-3.13 only")  # (a wrong word would be called)
         api = ctypes.pythonapi
         self._set_null = ctypes.PYFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(("PyEval_SetProfile", api))
         self._set = ctypes.PYFUNCTYPE(None, ctypes.c_void_p, ctypes.py_object)(("PyEval_SetProfile", api))
@@ -220,7 +222,7 @@ class CompilerUntraced:
             return
         try:
             self._pause = _TracerPause()
-        except (AttributeError, OSError):  # not CPython: drop_compile_python does what it can
+        except (AttributeError, OSError):  # not CPython 3.9-3.13: drop_compile_python does what it can
             return
         import torch
 
