@@ -122,6 +122,10 @@ def import_cmd(
     ray: Optional[str] = typer.Option(None, "--ray", help="Import each trace as a task on this Ray cluster (an address, auto: "
                                       "the one `ray start` runs, local: a new one here); --out on a shared filesystem."
                                       f"{_RAY_EXTRA}"),
+    capture: Optional[list[Path]] = typer.Option(None, "--capture", metavar="PATH", help="A trace of the graph captures (CUDA/HIP "
+                                                 "graphs) that TRACE replays, or a folder of them; repeatable. A capture_traces/ folder "
+                                                 "beside the trace is read too. Replayed kernels take the operator and statement they had "
+                                                 "at capture (docs/METRICS.md, Graph replays)."),
 ) -> None:
     """Import torch.profiler (Kineto) JSON traces into a run directory of Parquet tables."""
     from .collectors.chrome_trace import import_traces
@@ -129,7 +133,7 @@ def import_cmd(
 
     bar = _ImportProgress() if (sys.stderr.isatty() if progress is None else progress) else None
     try:
-        result = import_traces(trace, out, force=force, tune_allocator=True, command=sys.argv, workers=workers, ray=ray,
+        result = import_traces(trace, out, force=force, tune_allocator=True, command=sys.argv, workers=workers, ray=ray, captures=capture,
                                progress_factory=bar.file_factory if bar else None, progress=bar.files if bar else None)
     finally:
         if bar:
@@ -284,6 +288,10 @@ def analyze(
                                               "(docs/METRICS.md, Utilisation)."),
     ray: Optional[str] = typer.Option(None, "--ray", help="Analyse each rank as a task on this Ray cluster (an address, auto, "
                                       f"or local); the run on a shared filesystem.{_RAY_EXTRA}"),
+    capture: Optional[list[Path]] = typer.Option(None, "--capture", metavar="PATH", help="A trace of the graph captures (CUDA/HIP "
+                                                 "graphs) that the trace replays, or a folder of them; repeatable. A capture_traces/ folder "
+                                                 "beside the trace is read too. Replayed kernels take the operator and statement they had "
+                                                 "at capture (docs/METRICS.md, Graph replays)."),
 ) -> None:
     """Find what holds the job back: ranked findings with impact, source line, evidence SQL and advice."""
     from .analyzers.engine import analyze as run_analyze
@@ -296,6 +304,14 @@ def analyze(
         _fail(f"--fail-on must be high, medium or low, not {fail_on!r}")
     if ray is not None and (peak_tflops, peak_gbps, peak_dtype, peaks_file) != (None, None, None, None):
         _fail("--ray does not carry --peak-tflops, --peak-gbps, --peak-dtype or --peaks to the Ray workers yet; analyse without --ray")
+    if capture:
+        from .store import is_run
+
+        if is_run(run):
+            _fail("--capture is read when a trace is imported: give the trace, not a run")
+        from .collectors.trace_cache import cached_run
+
+        run = cached_run(run, capture)
     with peaks_from_options(tflops=peak_tflops, gbps=peak_gbps, dtype=peak_dtype, file=peaks_file):
         report = run_analyze(run, ray=ray)
     typer.echo(report_json(report) if as_json else markdown(report) if as_markdown else text(report), nl=False)

@@ -164,9 +164,18 @@ def render_info(info: dict) -> str:
             lines.append(f"  backward: {duration(dq['backward_ns'])} of operator and device time, {share(linked)} linked to "
                          "the forward statement that built it")
         if dq.get("graph_replay_device_events"):
-            n, launches = dq["graph_replay_device_events"], dq.get("graph_launches", 0)
+            from .analyzers.metrics import graph_replays
+
+            g = graph_replays(r)
+            n, launches = g["device_events"], g["launches"]
             lines.append(f"  graph replays: {n} device events from {launches} graph launch{'es' if launches != 1 else ''}, "
-                         f"{share(dq.get('graph_replay_on_a_line', 0) / n)} on the statement of their launch")
+                         f"{share(dq.get('graph_replay_on_a_line', 0) / n)} on a statement, {share(g['operator_share'])} on an operator")
+            if g["captures"] is not None:
+                lines.append(f"    linked to their capture's operator: {g['capture_linked']} ({share(g['capture_linked_share'])}); "
+                             f"to their launch only: {g['launch_only']}; {g['launches_matched']} of {launches} launches matched "
+                             f"{g['captures']} captured graph{'s' if g['captures'] != 1 else ''}")
+            if g["not_linked"]:
+                lines.append(f"    not linked: {g['not_linked']} device events of the rank have no launch")
     if info["warnings"]:
         summary = summarise_warnings(info["warnings"])
         lines.append(f"warnings ({len(info['warnings'])}" + (f", {len(summary)} kinds" if len(summary) < len(info["warnings"]) else "") + "):")

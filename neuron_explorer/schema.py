@@ -22,7 +22,7 @@ FORMAT_VERSION_KEY = b"neuron_explorer.format_version"
 
 DERIVED_ON_READ = {
     "events": {"self_ns": "NULL::BIGINT", "fwd_op_id": "NULL::BIGINT", "pass": "NULL::VARCHAR", "source_frame_id": "frame_id",
-               "python_ancestors": "0::INT"},
+               "python_ancestors": "0::INT", "graph": "FALSE", "capture_op": "NULL::VARCHAR", "capture_top_op": "NULL::VARCHAR"},
 }
 """Columns added since format v1, as DuckDB expressions over a v1 file's columns: runs written
 before them open with these (re-import or re-record to compute the real values)."""
@@ -143,6 +143,12 @@ EVENTS = Table(
         _c("source_frame_id", "int64", "frame id", "the user statement this event's time belongs to: for backward work the frame of "
            "its forward operator (`fwd_op_id`), else `frame_id`; what per-line figures group by"),
         _c("args", "string", "", "the remaining Kineto args as a JSON object (shapes, dtypes, flops, bytes, ...); null when empty"),
+        _c("graph", "bool", "", "device work replayed by a graph launch: its `launch_id` is a `cudaGraphLaunch`/`hipGraphLaunch`/"
+           "`cuGraphLaunch` (it takes the launch's operator, step and statement, or its capture's below); false otherwise"),
+        _c("capture_op", "string", "", "graph replays imported with their capture (`--capture`): the innermost operator around "
+           "the launch call of this work when the graph was captured (the work paired by kernel sequence, docs/METRICS.md "
+           "'Graph replays'; `source_frame_id` and `frame_id` are then its statement and frame at capture); null otherwise"),
+        _c("capture_top_op", "string", "", "the outermost operator around that launch call at capture; null otherwise"),
     ),
     ("ts_ns",),
 )

@@ -186,6 +186,8 @@ SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero", "aten::i
 shape): a host sync when the tensor is on a device (a runtime sync or blocking copy beneath)."""
 MEMCPY_CALL_PARTS = ("Memcpy", "memcpy")
 """Parts of the name of a runtime copy call (cudaMemcpy, hipMemcpyAsync, ...)."""
+MEMSET_CALL_PARTS = ("Memset", "memset")
+"""Parts of the name of a runtime memory-set call (cudaMemsetAsync, hipMemsetAsync, cuMemsetD32Async)."""
 PRIVATEUSE1_RUNTIME_CALLS = {
     "neuronLaunchKernel": "launch",
     "nrt_execute": "device work",
@@ -215,6 +217,10 @@ def sync_op(alias: str = "") -> str:
 
 def is_memcpy_call_name(name: str | None) -> bool:
     return bool(name) and any(p in name for p in MEMCPY_CALL_PARTS)
+
+
+def is_memset_call_name(name: str | None) -> bool:
+    return bool(name) and any(p in name for p in MEMSET_CALL_PARTS)
 
 
 def memcpy_call(alias: str = "") -> str:

@@ -181,6 +181,29 @@ def device_events_lost(entry: dict | None) -> dict | None:
     return {"launches": launches, "launch_flows": flows} if launches or flows else None
 
 
+def graph_replays(entry: dict | None) -> dict | None:
+    """For a rank's manifest entry: its replayed graph work (device events whose launch is a graph
+    launch, `events.graph`) as {"device_events", "launches", "capture_linked": paired with a captured
+    node that had an operator (they take its operator and statement), "launch_only": keeping their
+    launch's operator and statement, "not_linked": the rank's device events with no launch at all
+    (a replay whose launch was lost is among them), "with_operator": those with an operator (their
+    capture's, else their launch's outermost one), "capture_linked_share" and "operator_share"
+    (of device_events), "captures": graphs read from capture traces (None: none given),
+    "launches_matched": graph launches paired with a captured graph}; None when the rank replays
+    no graph. The one definition; docs/METRICS.md
+    "Graph replays" states it."""
+    dq = (entry or {}).get("data_quality") or {}
+    n = int(dq.get("graph_replay_device_events") or 0)
+    if not n:
+        return None
+    linked = int(dq.get("graph_replay_capture_linked") or 0)
+    return {"device_events": n, "launches": int(dq.get("graph_launches") or 0), "capture_linked": linked,
+            "launch_only": n - linked, "not_linked": int(dq.get("device_events_without_launch") or 0),
+            "with_operator": int(dq.get("graph_replay_with_operator") or 0),
+            "capture_linked_share": linked / n, "operator_share": int(dq.get("graph_replay_with_operator") or 0) / n,
+            "captures": dq.get("graph_captures"), "launches_matched": dq.get("graph_launches_matched")}
+
+
 def rank_entry(run: Run, rank: int) -> dict:
     """The manifest's entry of a rank ({} when it lists none)."""
     return next((e for e in run.manifest.get("ranks", []) if int(e.get("rank", 0)) == int(rank)), {})

@@ -28,6 +28,7 @@ from .metrics import (
     device_events_lost,
     device_summary,
     devices,
+    graph_replays,
     open_ended_steps,
     peak_memory,
     rank_entry,
@@ -76,6 +77,7 @@ def rank_summary(run: Run, rank: int) -> dict:
         "analysed_ns": steps["total_ns"] if steps["count"] else sp["span_ns"],
         "devices": [device_summary(run, rank, d) for d in devices(run, rank)],
         "device_events_lost": device_events_lost(rank_entry(run, rank)),
+        "graph_replays": graph_replays(rank_entry(run, rank)),
         "training": trains(run, rank),
         **cpu_comm(run, rank),
         "top_level_ops": top_level_ops(run, rank),
@@ -172,6 +174,7 @@ SELECT cs.rank, cs.device, cs.comm_ns::BIGINT, coalesce(ov.overlap_ns, 0)::BIGIN
         top = sorted(tops[r], key=lambda t: (-t["cpu_ns"], t["name"]))[:10]
         out[r] = {"rank": r, **sp, "steps": steps, "analysed_ns": steps["total_ns"] if steps["count"] else sp["span_ns"],
                   "devices": devices_, "device_events_lost": device_events_lost(entries.get(r)),
+                  "graph_replays": graph_replays(entries.get(r)),
                   "training": r in training,
                   "comm_cpu_ns": int(ns or 0), "comm_cpu_intervals": int(n), "top_level_ops": top,
                   "device_time": device_time[r]}

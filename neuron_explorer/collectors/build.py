@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from .. import schema
 from ..schema import DEVICE_KINDS, ID_STRIDE
-from . import passes
+from . import graph_capture, passes
 from ._forest import depth_of, enclosing_parents, index_dtype, nearest_marked, root_of, slice_at, time_order, track_lookup, tracks_of
 from .kineto_names import (
     FORWARD_BACKWARD_FLOW,
@@ -175,8 +175,10 @@ class SortedTable:
         return pa.Table.from_batches(list(self.batches(1 << 20)), schema=self.schema)
 
 
-def build_rank(raw: RawRank) -> RankTables:
-    """The run tables of one rank. Consumes `raw`: its event columns are released as they are read."""
+def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> RankTables:
+    """The run tables of one rank. Consumes `raw`: its event columns are released as they are read.
+    With `captures` (chrome_trace.read_captures of the capture traces), replayed device work takes
+    the operator and statement it had at capture (graph_capture's rule)."""
     check_raw_rank(raw)
     rank = raw.rank
     ev = raw.events
@@ -337,13 +339,22 @@ def build_rank(raw: RawRank) -> RankTables:
     graph_call = np.array([bool(v and GRAPH_LAUNCH_CALL.search(v)) for v in name_values] + [False])
     replayed = is_device & (launch >= 0) & graph_call[np.where(launch >= 0, name_codes[np.maximum(launch, 0)], -1)] if n else np.zeros(0, bool)
     quality["graph_replay_device_events"] = int(np.count_nonzero(replayed))
-    quality["graph_replay_on_a_line"] = int(np.count_nonzero(replayed & (source_frame >= 0)))
     quality["graph_launches"] = int(np.unique(launch[replayed]).size)
+    capture_codes, capture_names, capture_frames = _link_captures(captures, replayed, launch, kind, name_codes, name_values, quality)
     op = np.where(has_launch, op[li], np.where(is_device, -1, op))
     top_op = np.where(has_launch, top_op[li], np.where(is_device, -1, top_op))
+    if quality["graph_replay_device_events"]:  # replayed work with an operator: its capture's, else its launch's
+        quality["graph_replay_with_operator"] = int(np.count_nonzero(replayed & ((capture_codes[0] >= 0) | (top_op >= 0))))
     step = np.where(has_launch, step[li], step)
     op, top_op, step = _syncs_by_external_id(kind == K["sync"], is_op, external_id, external_null, ts, op, top_op, step)
     ev_frame = np.where(has_launch, ev_frame[li], ev_frame).astype(idx)
+    if capture_frames is not None:  # replayed work paired with a captured node: its statement and frame at capture
+        frame_base = frames.num_rows
+        node_frame, node_statement = capture_frames
+        source_frame = np.where(node_statement >= 0, frame_base + node_statement, source_frame).astype(idx)
+        ev_frame = np.where(node_frame >= 0, frame_base + node_frame, ev_frame).astype(idx)
+        frames = _with_capture_frames(frames, captures.frames, rank)
+    quality["graph_replay_on_a_line"] = int(np.count_nonzero(replayed & (source_frame >= 0)))  # (at capture, where paired)
     if module_path is not None:  # (codes, -1 = none; their dictionary)
         module_path = (np.where(has_launch, module_path[0][li], module_path[0]), module_path[1])
 
@@ -394,6 +405,9 @@ def build_rank(raw: RawRank) -> RankTables:
         "pass": dict_col(pass_code, pass_dict),
         "source_frame_id": ids(source_frame),
         "args": (lambda sl: args.take(pa.array(order[sl]))) if n else (lambda sl: pa.nulls(0, pa.string())),
+        "graph": plain(replayed, None, pa.bool_()),
+        "capture_op": dict_col(capture_codes[0], capture_names),
+        "capture_top_op": dict_col(capture_codes[1], capture_names),
     }
     events = SortedTable(schema.EVENTS, n, makers)
 
@@ -405,6 +419,65 @@ def build_rank(raw: RawRank) -> RankTables:
 
 
 _DEVICE_WORK = [_KIND_CODE["kernel"], _KIND_CODE["memcpy"], _KIND_CODE["memset"]]
+
+
+def _link_captures(captures, replayed, launch, kind, name_codes, name_values, quality):
+    """Replayed device work paired with the graphs of `captures` (graph_capture.link_replays):
+    ((capture_op codes, capture_top_op codes), their dictionary, (per-event capture frame index,
+    statement index) or None), and the counts in `quality`: graph_replay_capture_linked (paired
+    with a captured node that had an operator), graph_replay_launch_only (the rest of the replayed
+    work: it keeps its launch's operator and statement), graph_launches_matched, graph_captures."""
+    n = len(replayed)
+    none = np.full(n, -1, dtype=np.int32)
+    if captures is None or not captures.graphs or not replayed.any():
+        if captures is not None and replayed.any():
+            quality |= {"graph_replay_capture_linked": 0, "graph_replay_launch_only": int(np.count_nonzero(replayed)),
+                        "graph_launches_matched": 0, "graph_captures": 0}
+        return (none, none), pa.array([], pa.string()), None
+    keys = {}
+    memcpy, memset = _KIND_CODE["memcpy"], _KIND_CODE["memset"]
+    for i in np.flatnonzero(replayed).tolist():
+        keys[i] = _KIND_NAMES[kind[i]] if kind[i] in (memcpy, memset) else name_values[name_codes[i]]
+    linked = graph_capture.link_replays(replayed, launch, keys, captures.graphs)
+    names: dict[str, int] = {}
+    op_codes, top_codes = none.copy(), none.copy()
+    node_frame, node_statement = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    for i in np.flatnonzero(linked.node >= 0).tolist():
+        g = captures.graphs[linked.graph[i]]
+        j = linked.node[i]
+        if g.op[j] is not None:
+            op_codes[i] = names.setdefault(g.op[j], len(names))
+        if g.top_op[j] is not None:
+            top_codes[i] = names.setdefault(g.top_op[j], len(names))
+        node_frame[i], node_statement[i] = g.frame[j], g.source_frame[j]
+    with_op = op_codes >= 0
+    quality["graph_replay_capture_linked"] = int(np.count_nonzero(replayed & with_op))
+    quality["graph_replay_launch_only"] = int(np.count_nonzero(replayed & ~with_op))
+    quality["graph_launches_matched"] = linked.launches_matched
+    quality["graph_captures"] = len(captures.graphs)
+    return (op_codes, top_codes), pa.array(list(names), pa.string()), (node_frame, node_statement)
+
+
+def _with_capture_frames(frames: pa.Table, captured: list, rank: int) -> pa.Table:
+    """The rank's frames and, after them, the capture's (graph_capture.Captures.frames), with ids and
+    parents in the rank's numbering."""
+    if not captured:
+        return frames
+    base = rank * ID_STRIDE + frames.num_rows
+    cols = list(zip(*captured))
+    parent = np.array(cols[5], dtype=np.int64)
+    extra = pa.table({
+        "frame_id": pa.array(base + np.arange(len(captured), dtype=np.int64)),
+        "rank": pa.array(np.full(len(captured), rank, dtype=np.int32)),
+        "file": pa.array(cols[0], pa.string()),
+        "line": pa.array(cols[1], pa.int32()),
+        "function": pa.array(cols[2], pa.string()),
+        "is_user": pa.array(cols[3], pa.bool_()),
+        "line_kind": pa.array(cols[4], pa.string()),
+        "parent_frame_id": pa.array(base + parent, pa.int64(), mask=parent < 0),
+        "code": pa.nulls(len(captured), pa.string()),
+    }, schema=frames.schema)
+    return pa.concat_tables([frames, extra])
 
 
 def _launches_without_device_work(kind, is_runtime, name_codes, name_values, flows: pa.Table) -> dict[str, int]:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .. import parquet_native, store
 from ..errors import InputError
-from . import remote, sources
+from . import graph_capture, remote, sources
 from ._malloc import BUILD_MMAP_THRESHOLD, DECODE_MMAP_THRESHOLD, WRITE_MMAP_THRESHOLD, set_mmap_threshold
 from .build import build_rank
 from .rank_entry import quality_warnings, rank_entry
@@ -57,7 +57,8 @@ def find_traces(source: Path | str) -> list[Path] | list[remote.RemoteTrace]:
         elif store.runs_in(src):  # runs hold .json files (manifest.json) that are no traces
             raise store.folder_of_runs(src, store.runs_in(src))
         else:
-            files = sorted(p for p in src.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+            files = sorted(p for p in src.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
+                           and graph_capture.CAPTURE_FOLDER not in p.relative_to(src).parts)  # captures are no ranks
     except OSError as e:
         raise InputError(src, f"cannot read ({_reason(e)})") from None
     if not files:
@@ -69,6 +70,43 @@ def find_traces(source: Path | str) -> list[Path] | list[remote.RemoteTrace]:
         except OSError as e:
             raise InputError(p, f"cannot read the file ({_reason(e)})") from None
     return files
+
+
+def capture_files(source: Path | str, given: list[Path | str] | None = None) -> list[Path]:
+    """The graph-capture traces of an import: each of `given` (a trace, or the traces under a
+    folder), and the traces in a `capture_traces/` folder beside the trace `source` or inside the
+    directory `source` (TraceLens's layout; its index `execution_details.json` is no trace)."""
+    if remote.is_uri(source):
+        folders = []
+    else:
+        src = Path(source)
+        folders = [src / graph_capture.CAPTURE_FOLDER if src.is_dir() else src.parent / graph_capture.CAPTURE_FOLDER]
+    out: list[Path] = []
+    for g in [*(Path(x) for x in (given or [])), *(f for f in folders if f.is_dir())]:
+        if g.is_dir():
+            out += sorted(p for p in g.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES)
+                          and p.name != _CAPTURE_INDEX)
+        elif not g.exists():
+            raise InputError(g, "no such capture trace")
+        else:
+            out.append(g)
+    return list(dict.fromkeys(out))
+
+
+_CAPTURE_INDEX = "execution_details.json"
+
+
+def read_captures(paths: list[Path]) -> graph_capture.Captures:
+    """The graphs captured in each of `paths` (Kineto traces of the captures), each decoded and built
+    as a rank is (graph_capture.graphs_of reads the built tables)."""
+    out = graph_capture.Captures()
+    for p in paths:
+        raw, _meta, _warnings, _counts = decode_rank(Path(p))
+        out.rank[str(p)] = raw.rank
+        built = build_rank(raw)
+        out.files.append(str(p))
+        graph_capture.graphs_of(built.tables["events"].to_table(), built.tables["frames"], str(p), out)
+    return out
 
 
 def _reason(e: OSError) -> str:
@@ -200,7 +238,8 @@ def import_workers(files: list[Path], requested: int | None = None) -> int:
 
 
 def _import_rank(index: int, path: Path, tmp: Path, tune_allocator: bool, decode_workers: int | None,
-                 progress: Callable[[int, int], None] | None = None) -> tuple[int, int, dict, list[str]]:
+                 progress: Callable[[int, int], None] | None = None,
+                 captures: graph_capture.Captures | None = None) -> tuple[int, int, dict, list[str]]:
     """Decode, build and write one trace into tmp/.part-<index>/ (renamed to rank=<r>/ by the
     caller, who checks that ranks are not claimed twice). Runs in a worker process or inline;
     returns only the small manifest entry, never the tables."""
@@ -224,7 +263,9 @@ def _import_rank(index: int, path: Path, tmp: Path, tune_allocator: bool, decode
                                    "written: import it again once it is complete")
     if tune_allocator:
         set_mmap_threshold(BUILD_MMAP_THRESHOLD)
-    built = build_rank(raw)
+    if captures is not None and not captures.whole:
+        captures = captures.for_rank(raw.rank)
+    built = build_rank(raw, captures)
     del raw  # build_rank took what it needs; let the raw columns go before writing
     built.tables["frames"] = sources.with_code(built.tables["frames"])  # the def lines' text, where readable here
     if tune_allocator:
@@ -250,7 +291,8 @@ def _identity(path: Path, gone: str) -> tuple[int, int, int, int]:
 def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = False, tune_allocator: bool = False,
                   progress_factory: Callable[[str, int], Callable[[int, int], None]] | None = None,
                   command: list[str] | None = None, workers: int | None = None,
-                  progress: ImportProgress | None = None, ray: str | None = None) -> ImportResult:
+                  progress: ImportProgress | None = None, ray: str | None = None,
+                  captures: list[Path | str] | None = None) -> ImportResult:
     """Import one trace or a directory of per-rank traces into a run at `out_dir`.
 
     Several traces are imported by `workers` processes (default and upper bound: `import_workers`,
@@ -259,7 +301,10 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
     whatever the number of workers. `progress_factory` gives byte progress within a file (one
     worker only); `progress` is called as each file is done. With `ray` (a cluster address, 'auto'
     or 'local'), each trace is a Ray task instead (ray_tasks.py): the output's folder must be on a
-    filesystem every node shares.
+    filesystem every node shares. `captures`: graph-capture traces (capture_files adds a
+    `capture_traces/` folder found beside the trace); replayed graph work takes its capture's
+    operator and statement (graph_capture.py), each rank the captures of its rank (a single trace:
+    all of them).
     """
     check_output_path(out_dir)
     try:
@@ -269,6 +314,10 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
     files = find_traces(source)
     if not remote.is_uri(source):
         check_memory(files)
+    capture_paths = capture_files(source, captures)
+    graphs = read_captures(capture_paths) if capture_paths else None
+    if graphs is not None:
+        graphs.whole = len(files) == 1
     parquet_native.load()  # the parallel Parquet writer, built (once) before any worker starts: workers only load it
     out, tmp = store.begin_run(out_dir, force)
     try:
@@ -295,7 +344,7 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
             from ..ray_tasks import map_settled
 
             order = sorted(todo, key=lambda i: -sizes[i])
-            for i, ok, result in map_settled(ray, _import_rank, [(i, files[i], tmp, tune_allocator, 1) for i in order]):
+            for i, ok, result in map_settled(ray, _import_rank, [(i, files[i], tmp, tune_allocator, 1, None, graphs) for i in order]):
                 if ok:
                     finished(result)
                 else:
@@ -304,7 +353,7 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
             for i in todo:
                 file_progress = progress_factory(files[i].name, sizes[i]) if progress_factory else None
                 try:
-                    finished(_import_rank(i, files[i], tmp, tune_allocator, None, file_progress))
+                    finished(_import_rank(i, files[i], tmp, tune_allocator, None, file_progress, graphs))
                 except Exception as e:  # noqa: BLE001 - reported by file name once the others are done
                     if len(files) == 1:
                         raise
@@ -318,7 +367,7 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
                 with ProcessPoolExecutor(max_workers=min(n_workers, len(todo))) as pool:
                     # largest first, so that a big trace does not start last; one decode process per worker
                     order = sorted(todo, key=lambda i: -sizes[i])
-                    futures = {pool.submit(_import_rank, i, files[i], tmp, tune_allocator, 1): i for i in order}
+                    futures = {pool.submit(_import_rank, i, files[i], tmp, tune_allocator, 1, None, graphs): i for i in order}
                     try:
                         for future in as_completed(futures):
                             try:
@@ -342,7 +391,7 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
                 for i in died:  # no progress: each in a process of its own
                     with ProcessPoolExecutor(max_workers=1) as solo:
                         try:
-                            finished(solo.submit(_import_rank, i, files[i], tmp, tune_allocator, 1).result())
+                            finished(solo.submit(_import_rank, i, files[i], tmp, tune_allocator, 1, None, graphs).result())
                         except Exception as e:  # noqa: BLE001 - this trace's own failure
                             failed[i] = _why(e)
                 break

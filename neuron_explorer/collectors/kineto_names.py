@@ -102,6 +102,12 @@ LAUNCH_CALL = re.compile(r"launch", re.IGNORECASE)
 hipLaunchKernel, hipExtModuleLaunchKernel, cudaGraphLaunch, ..."""
 GRAPH_LAUNCH_CALL = re.compile(r"GraphLaunch")
 """A runtime call that replays a captured graph: cudaGraphLaunch, hipGraphLaunch, cuGraphLaunch."""
+CAPTURE_BEGIN_CALL = "StreamBeginCapture"
+"""Part of the runtime call that starts a graph capture on a stream (cudaStreamBeginCapture, hipStreamBeginCapture)."""
+CAPTURE_END_CALL = "StreamEndCapture"
+"""Part of the runtime call that ends it (cudaStreamEndCapture, hipStreamEndCapture)."""
+KERNEL_ARG = "kernel"
+"""A launch call's arg naming the kernel it launched (ROCm traces record it, and so graph captures, whose kernels do not run)."""
 FORWARD_BACKWARD_FLOW = "fwdbwd"
 """Flows from a forward operator to the backward node it built."""
 FLOW_PHASES = ("s", "f", "t")

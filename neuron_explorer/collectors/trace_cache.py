@@ -16,7 +16,7 @@ from .. import schema
 from .._version import __version__
 from ..errors import RunExistsError
 from ..store import is_run
-from .chrome_trace import find_traces, import_traces
+from .chrome_trace import capture_files, find_traces, import_traces
 
 
 def cache_dir() -> Path:
@@ -34,22 +34,26 @@ def holds_traces(path: Path) -> bool:
     return path.is_dir() and (any(path.rglob("*.json")) or any(path.rglob("*.json.gz")))
 
 
-def cached_run(path: Path | str) -> Path:
+def cached_run(path: Path | str, captures: list[Path | str] | None = None) -> Path:
     """The cached run of the Kineto trace (or directory of traces) `path`, imported now when the
     cache has no up-to-date copy. The cache key covers every trace file's path, size and
-    modification time, the format and the tool version, so an edited or re-recorded trace is
-    imported again."""
+    modification time (graph-capture traces too: `captures` and a `capture_traces/` folder beside
+    the trace), the format and the tool version, so an edited or re-recorded trace is imported again."""
     p = Path(path)
     files = find_traces(p)
+    capture = capture_files(p, captures)
     h = hashlib.sha256(f"{schema.FORMAT_VERSION}|{__version__}".encode())
-    for f in files:
+    for f in [*files, *(["captures"] if capture else []), *capture]:
+        if f == "captures":
+            h.update(b"|captures")
+            continue
         st = f.stat()
         h.update(f"|{f.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
     target = cache_dir() / f"{p.name.split('.')[0] or 'trace'}-{h.hexdigest()[:16]}"
     if is_run(target):
         return target
     try:
-        import_traces(p, target)
+        import_traces(p, target, captures=captures)
     except RunExistsError:  # another process imported it meanwhile
         pass
     return target
