@@ -168,6 +168,26 @@ def test_a_stepless_trace_has_no_per_step_text_and_no_training_advice(tmp_path):
     assert launch.title.startswith("150 short kernels on device 0 in the analysed window (1.50 ms)")
 
 
+def test_short_kernels_a_graph_replays_are_no_launch_overhead(tmp_path):
+    """The same 150 short kernels issued by one cudaGraphLaunch: the launches are already one call,
+    so neither the finding nor its advice (capture a graph) applies; 100 kernels launched one by one
+    beside the replay are the finding's whole count."""
+    events = [X("aten::add", "cpu_op", 0, 30, **{"External id": 1}),
+              X("cudaGraphLaunch", "cuda_runtime", 1, 25, correlation=999, **{"External id": 1})]
+    events += [X("add_kernel", "kernel", 30 + 3 * i, 2, pid=0, tid=7, correlation=999, stream=7, device=0) for i in range(150)]
+    run = import_traces(write_trace(tmp_path / "g.json", events), tmp_path / "run").run_dir
+    assert not [f for f in _report(run).findings if f.rule_id == "launch-overhead"]
+    for i in range(100):  # then 100 launched one by one
+        t = 1000 + 10 * i
+        events += [X("aten::add", "cpu_op", t, 6, **{"External id": 10 + i}),
+                   X("cudaLaunchKernel", "cuda_runtime", t + 1, 4, correlation=2000 + i, **{"External id": 10 + i}),
+                   X("add_kernel", "kernel", t + 6, 2, pid=0, tid=7, correlation=2000 + i, stream=7, device=0)]
+    run = import_traces(write_trace(tmp_path / "g2.json", events), tmp_path / "run2").run_dir
+    (launch,) = [f for f in _report(run).findings if f.rule_id == "launch-overhead"]
+    assert launch.title.startswith("100 short kernels on device 0"), launch.title
+    assert launch.evidence.values["launch_ns"] == 100 * 4_000
+
+
 # ---- item 10: a device run that lost its device events --------------------------------------------
 
 def test_a_trace_with_launches_but_no_kernels_says_device_events_lost_not_cpu_only(tmp_path):

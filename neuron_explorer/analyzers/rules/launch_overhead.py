@@ -1,6 +1,8 @@
 """launch-overhead: many short kernels, each paying a launch.
 
-Counts kernels shorter than SHORT_KERNEL_NS on each device. When there are many per steady step
+Counts kernels shorter than SHORT_KERNEL_NS on each device, leaving out the kernels a CUDA/HIP graph
+replays (`events.graph`): a graph launch issues all of them in one call, so they pay no launch each
+and the advice (fuse, capture a graph) is already taken. When there are many per steady step
 (metrics.steady_steps: warm-up and a partial last step left out; without steps, in the analysed
 window) and they make up most kernels, the time the host spends in their launch calls (the runtime call that
 launched each one, `launch_id`) is the cost: the device finishes each kernel faster than the host
@@ -36,7 +38,7 @@ def screen(run, summaries: dict) -> set[int]:
     t = THRESHOLDS
     out = no_device(summaries)
     for r, _d, short, kernels in run.sql(f"SELECT rank, device, count(*) FILTER (WHERE dur_ns < {t['SHORT_KERNEL_NS']}), count(*) "
-                                        "FROM events WHERE kind = 'kernel' GROUP BY rank, device").fetchall():
+                                        "FROM events WHERE kind = 'kernel' AND NOT graph GROUP BY rank, device").fetchall():
         if r in summaries and kernels and short / max(summaries[r]["steps"]["count"], 1) >= t["SHORT_KERNELS_PER_STEP_MIN"] \
                 and short / kernels >= t["SHORT_KERNEL_FRACTION_MIN"]:
             out.add(r)
@@ -56,7 +58,7 @@ def check(ctx: Context) -> list:
         launch_in_steps = " AND step IS NOT NULL" if ctx.summary["steps"]["count"] else ""  # with steps, the launches in them
         # each launch call once: a graph launch that ran 280 short kernels costs its own duration, not 280 times it
         sql = f"""WITH k AS (SELECT event_id, dur_ns, launch_id, step FROM events k
-      WHERE k.rank = {ctx.rank} AND k.device = {d} AND k.kind = 'kernel'),
+      WHERE k.rank = {ctx.rank} AND k.device = {d} AND k.kind = 'kernel' AND NOT k.graph),
 l AS (SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE rank = {ctx.rank} AND dur_ns > 0{launch_in_steps}
       AND event_id IN (SELECT launch_id FROM k WHERE {short})),
 u AS ({union_of_sql("SELECT ts_ns, end_ns FROM l")})
@@ -75,7 +77,7 @@ FROM k"""
                 else f" {per_step_words(v['short_kernels'], 0)} ({ms(ctx.analysed_ns)})")
         top = row(ctx.run, f"""SELECT o.name AS op, any_value(k.source_frame_id) AS frame_id, count(*) AS n
             FROM events k JOIN events o ON o.event_id = k.top_op_id
-            WHERE k.rank = {ctx.rank} AND k.device = {d} AND k.kind = 'kernel' AND k.dur_ns < {THRESHOLDS['SHORT_KERNEL_NS']}
+            WHERE k.rank = {ctx.rank} AND k.device = {d} AND k.kind = 'kernel' AND NOT k.graph AND k.dur_ns < {THRESHOLDS['SHORT_KERNEL_NS']}
             GROUP BY o.name ORDER BY n DESC LIMIT 1""")
         out.append(ctx.finding(
             title=f"{v['short_kernels']} short kernels on device {d}{rate}, {ms(v['launch_ns'])} launching them"
