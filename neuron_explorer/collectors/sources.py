@@ -18,13 +18,15 @@ import re
 import pyarrow as pa
 import pyarrow.compute as pc
 
-_NOT_USER = re.compile(r"(^<built-in|^<frozen|/site-packages/|/dist-packages/|/lib/python\d|(^|/)torch/|^torch/|^<string>$|^<unknown>$"
+_NOT_USER = re.compile(r"(^<built-in|^<frozen|/site-packages/|/dist-packages/|/lib/python\d|(^|/)torch/|^torch/|(^|/)triton(_kernels)?/|^<string>$|^<unknown>$"
                        r"|(^|/)torchinductor_[^/]*/)")
-"""`torchinductor_<user>/`: the code torch.compile generates (Inductor's default cache folder)."""
+"""`torchinductor_<user>/`: the code torch.compile generates (Inductor's default cache folder);
+`triton/`, `triton_kernels/`: Triton's launcher and kernel library, as an imported trace names them
+(relative to site-packages)."""
 
 
 def is_user_file(path: str) -> bool:
-    """User code: not torch, not site-packages, not the standard library, not a built-in, not code that
+    """User code: not torch or Triton, not site-packages, not the standard library, not a built-in, not code that
     torch.compile generated (in Inductor's cache folder, also where TORCHINDUCTOR_CACHE_DIR puts it)."""
     path = path.replace("\\", "/")
     generated = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
