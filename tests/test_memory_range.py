@@ -110,7 +110,7 @@ def test_one_query_gives_what_each_part_gives(run_dir):
     for a, b, limit in ((0, 100, 200), (15, 65, 200), (0, 100, 1), (55, 100, 1), (101, 102, 200)):
         t0, t1 = start + a * US, start + b * US
         asked = []
-        m = mr.memory_range_of(lambda sql: asked.append(sql) or records(sql), t0, t1, None, limit)
+        m = mr.memory_range_of(lambda sql, asked=asked: asked.append(sql) or records(sql), t0, t1, None, limit)
         assert len(asked) == 1
         assert m["totals"] == records(mr.totals_sql(t0, t1))[0]
         assert m["devices"] == records(mr.peaks_sql(t0, t1))
