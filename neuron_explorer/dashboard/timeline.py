@@ -13,8 +13,8 @@ With `flanks`, the view also holds the window width either side of it, [t0 - w, 
 buckets of FLANK_PX pixels (no exact slices, no steps, no memory; the wide-window pyramid
 when a pixel is wide enough), appended to the window's buckets with offsets from t0 (negative on
 the left). The window's buckets and both flanks' are one query per source (`_aggregate_parts`: one
-scan of the pyramid for all three, a join to a table of the parts), not one each. The page draws them outside the plot and moves them into view on a pan
-(assets/timeline_keys.js) before the server's answer for the new window comes. `visible_events`,
+scan of the pyramid for all three, a join to a table of the parts), not one each. The page draws
+them outside the plot and moves them into view on a pan (assets/timeline_keys.js) before the server's answer for the new window comes. `visible_events`,
 `mode` and the window's own counts are the window's; `flank` says what was added.
 
 Times are sent as float offsets in microseconds from the window start (float32 in the figure),
@@ -276,7 +276,8 @@ def _aggregate_parts(r: OpenRun, rank: int | None, parts: list[tuple[int, int, f
             cte, params = _window_sql(r, rank, lo, hi)
             lane = "rank, is_device, lane_a, lane_b, lane_text"
             tbl = r.arrow(
-                cte.rstrip() + f", {_parts_sql(sub)} " + _y_join(r, rank, f"""SELECT {lane}, least(coalesce(depth, 0), {MAX_DEPTH_ROWS}) AS depth, part, pa, pb, pbk,
+                cte.rstrip() + f", {_parts_sql(sub)} " + _y_join(r, rank, f"""SELECT {lane},
+                      least(coalesce(depth, 0), {MAX_DEPTH_ROWS}) AS depth, part, pa, pb, pbk,
                       floor((greatest(ts_ns, pa) - pa) / pbk)::BIGINT AS bucket,
                       sum(least(ts_ns + dur_ns, pb) - greatest(ts_ns, pa)) / any_value(pbk) AS occupancy,
                       max(least(ts_ns + dur_ns, pb)) - any_value(pa) AS end_offset, count(*) AS events,
