@@ -14,8 +14,9 @@ buckets of FLANK_PX pixels (no exact slices, no steps, no memory; the wide-windo
 when a pixel is wide enough), appended to the window's buckets with offsets from t0 (negative on
 the left). The window's buckets and both flanks' are one query per source (`_aggregate_parts`: one
 scan of the pyramid for all three, a join to a table of the parts), not one each. The page draws
-them outside the plot and moves them into view on a pan (assets/timeline_keys.js) before the server's answer for the new window comes. `visible_events`,
-`mode` and the window's own counts are the window's; `flank` says what was added.
+them outside the plot and moves them into view on a pan (assets/timeline_keys.js) before the
+server's answer for the new window comes. `visible_events`, `mode` and the window's own counts are
+the window's; `flank` says what was added.
 
 Times are sent as float offsets in microseconds from the window start (float32 in the figure),
 never as absolute nanoseconds. The lower time bound of the scan is t0 - short_max_dur so that
