@@ -27,7 +27,7 @@
    (elsewhere they scroll the page and move in menus). nxTimeline.blur() (called after a run or rank is chosen) takes the
    focus from the dropdown, so the next key does not type into its filter. */
 (function () {
-  var ZOOM = 0.6, PAN = 0.2, SETTLE_MS = 150, TICK_PX = 160;
+  var ZOOM = 0.6, PAN = 0.2, SETTLE_MS = 100, TICK_PX = 160;  // SETTLE_MS: still more than a held key's repeat (30-50 ms)
   var KEYS = {w: 'in', s: 'out', a: 'left', d: 'right', arrowup: 'in', arrowdown: 'out', arrowleft: 'left', arrowright: 'right'};
   var pointerPx = null, hovered = false, clicked = false;
   var target = null, frame = null, firstInput = null, settle = null, redraw = null, seq = 0, drawn = [];
