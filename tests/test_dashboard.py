@@ -281,7 +281,7 @@ def test_the_window_and_its_flanks_are_one_query_per_source_with_each_part_s_buc
                  (BASE + 60 * US, BASE + 80 * US, b * 4, tl_mod.TIME_LIMIT_NS)]
         asked = []
         real = r.arrow
-        monkeypatch.setattr(r, "arrow", lambda sql, params=None: asked.append(sql) or real(sql, params))
+        monkeypatch.setattr(r, "arrow", lambda sql, params=None, asked=asked, real=real: asked.append(sql) or real(sql, params))
         together = tl_mod._aggregate_parts(r, None, parts, shown, True)
         assert len(asked) == 1 and ("_nx_pyramid" in asked[0]) == (b == 2 * US)
         monkeypatch.setattr(r, "arrow", real)
