@@ -5,7 +5,8 @@ at 1600×1000 (issue 35, items 1-3), on the project's sample run and the 68k-eve
     holds, moved by one SVG transform of the data layers: no path recomputed) and asks the server
     once when the keys stop; the page's one real relayout comes when the answer is late;
   - a burst of W and D with the server blocked is drawn frame by frame (nxTimeline.frames and
-    draws), with Plotly's paths untouched until the keys stop;
+    draws), with Plotly's paths untouched until the keys stop; the step lines and labels move
+    with the slices (on screen at their step's start under the new range);
   - after a pan, slices are painted in the part of the plot the pan uncovered before the server
     answers (the server's view holds buckets one window width either side);
   - the open drawer sits beside the timeline: the last lane is not under it, wherever it is scrolled;
@@ -149,6 +150,50 @@ def test_a_burst_of_keys_with_the_server_blocked_is_drawn_frame_by_frame(page):
     assert ticks and all(t.endswith(" ms") for t in ticks)
     values = [float(t[:-3].replace(",", "")) for t in ticks]
     assert a <= min(values) and max(values) <= b and len(values) >= 3
+
+
+def test_step_lines_and_labels_move_with_the_slices_while_keys_come(page):
+    """During a held burst of keys (the server's answers blocked), the step boundary lines and the
+    step labels are on screen at the x of their step's start under the new range, not hidden."""
+    drv, rs = page
+    _mouse_click(drv, 5, 5)
+    steps = drv.execute_script(f"return {GD}._fullLayout.shapes.filter(s => s.xref === 'x' && s.x0 === s.x1).map(s => s.x0)")
+    assert len(steps) >= 2, steps  # the sample run's steps
+    box = plot_box(drv)
+    drv.execute_script("nxTimeline.redrawMs = 1e9")  # what is on screen is the frames' work alone
+    drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": [BLOCK]})
+    _keys(drv, "wd")
+    a, b = box["x0"], box["x1"]
+    c = (a + b) / 2
+    a, b = c - (c - a) * 0.6, c + (b - c) * 0.6
+    a, b = a + (b - a) * 0.2, b + (b - a) * 0.2
+    w = box["x1"] - box["x0"]
+    wait_for(drv, f"const r = {GD}._fullLayout.xaxis.range; return Math.abs(r[0] - {a}) < 1e-9 * {w} && Math.abs(r[1] - {b}) < 1e-9 * {w}",
+             what="the burst's window drawn", timeout=5)
+    wait_for(drv, "return nxTimeline.frames.length === nxTimeline.draws.length", what="the last frame", timeout=5)
+    assert drv.execute_script(f"return {GD}.classList.contains('nx-moving')")  # still moved: no Plotly redraw came
+    got = drv.execute_script(f"""const gd = {GD}, xa = gd._fullLayout.xaxis, r = gd.getBoundingClientRect();
+        const at = v => r.left + xa._offset + (v - arguments[0]) / (arguments[1] - arguments[0]) * xa._length;
+        const lines = Array.from(gd.querySelectorAll('.shapelayer path[data-index]')).map(p => {{
+          const sh = gd._fullLayout.shapes[+p.getAttribute('data-index')], q = p.getBoundingClientRect();
+          return [sh.x0, q.left + q.width / 2, getComputedStyle(p).visibility, at(sh.x0)]; }});
+        const labels = Array.from(gd.querySelectorAll('.infolayer g.annotation[data-index]')).map(g => {{
+          const an = gd._fullLayout.annotations[+g.getAttribute('data-index')], q = g.querySelector('text').getBoundingClientRect();
+          return [an.text, q.left, getComputedStyle(g).visibility, at(an.x)]; }}).filter(x => String(x[0]).startsWith('step '));
+        return [lines, labels, r.left + xa._offset, r.left + xa._offset + xa._length];""", a, b)
+    lines, labels, left, right = got
+    shown = [x for x in lines if x[2] == "visible"]
+    assert shown, lines
+    for x0, screen_x, vis, want in lines:
+        if left <= want <= right:
+            assert vis == "visible" and screen_x == pytest.approx(want, abs=1.0), (x0, screen_x, want)
+        else:
+            assert vis == "hidden", (x0, want, left, right)
+    assert [x for x in labels if x[2] == "visible"], labels
+    for text, screen_x, vis, want in labels:
+        if vis == "visible":
+            assert want - 1 <= screen_x <= want + 6, (text, screen_x, want)  # the label starts at its step's line (xanchor left)
+    drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
 
 
 def test_the_wheel_on_a_moved_plot_zooms_from_the_window_on_screen(page):

@@ -262,6 +262,37 @@ def test_wide_window_from_the_pyramid_equals_the_raw_scan(made, monkeypatch):
     rs.close()
 
 
+def test_the_window_and_its_flanks_are_one_query_per_source_with_each_part_s_buckets(made, monkeypatch):
+    """_aggregate_parts: the window's buckets and both flanks' from one pyramid scan (or one events
+    scan), each part's buckets what that part alone gives (a row that overlaps two parts counts in both)."""
+    monkeypatch.setattr(runs_mod, "LONG_EVENTS", 2)  # only the step and step_fn stay in memory: the rest is in the pyramid
+    monkeypatch.setattr(tl_mod, "PYRAMID_BUCKETS", 1001)  # fine buckets of 100 ns
+    rs = RunSet([made[0].runs[0].path])
+    r = rs.get(0)
+    shown = tl_mod._shown_sql(r, None, True)
+
+    def rows(tbl):
+        cols = ("y", "bucket", "occupancy", "end_offset", "events", "kind", "event_id")
+        return sorted(zip(*(tbl[c].to_pylist() for c in cols)))
+
+    tl_mod._aggregate_parts(r, None, [(BASE, BASE + 100 * US, 2 * US, tl_mod.TIME_LIMIT_NS)], shown, True)  # the pyramid built
+    for b in (2 * US, 100.0):  # pixels of 20 fine buckets (every part from the pyramid) and of 1 (flanks 4: from the events)
+        parts = [(BASE + 40 * US, BASE + 60 * US, b, tl_mod.TIME_LIMIT_NS), (BASE + 20 * US, BASE + 40 * US, b * 4, tl_mod.TIME_LIMIT_NS),
+                 (BASE + 60 * US, BASE + 80 * US, b * 4, tl_mod.TIME_LIMIT_NS)]
+        asked = []
+        real = r.arrow
+        monkeypatch.setattr(r, "arrow", lambda sql, params=None, asked=asked, real=real: asked.append(sql) or real(sql, params))
+        together = tl_mod._aggregate_parts(r, None, parts, shown, True)
+        assert len(asked) == 1 and ("_nx_pyramid" in asked[0]) == (b == 2 * US)
+        monkeypatch.setattr(r, "arrow", real)
+        alone = [tl_mod._aggregate_parts(r, None, [p], shown, True)[0] for p in parts]
+        assert [rows(t) for t in together] == [rows(t) for t in alone]
+        assert all(t.num_rows for t in together)
+        # ProfilerStep#1 and step_fn span all three parts: counted in each
+        assert all(sum(t["events"].to_pylist()) >= 2 for t in together)
+    rs.close()
+
+
 def test_event_chain_from_source_line_to_kernel(rs):
     d = queries.event(rs, run=0, event_id=eid(rs, "aten::addmm"))
     assert d["args"]["Input Dims"] == [[8, 4], [4, 2]]

@@ -95,6 +95,34 @@ def test_the_whole_run(run_dir):
     run.close()
 
 
+def test_one_query_gives_what_each_part_gives(run_dir):
+    """memory_range_of reads every figure in one statement (the range's CTEs built once); each part
+    equals what its own published query (totals_sql, peaks_sql, ...) returns, cut at `limit`."""
+    from neuron_explorer.analyzers import memory_range as mr
+    run = open_run(run_dir)
+    start = run.sql("SELECT min(ts_ns) FROM events").fetchone()[0]
+
+    def records(sql):
+        cur = run.sql(sql)
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+    for a, b, limit in ((0, 100, 200), (15, 65, 200), (0, 100, 1), (55, 100, 1), (101, 102, 200)):
+        t0, t1 = start + a * US, start + b * US
+        asked = []
+        m = mr.memory_range_of(lambda sql, asked=asked: asked.append(sql) or records(sql), t0, t1, None, limit)
+        assert len(asked) == 1
+        assert m["totals"] == records(mr.totals_sql(t0, t1))[0]
+        assert m["devices"] == records(mr.peaks_sql(t0, t1))
+        assert m["allocations"] == records(mr.allocations_sql(t0, t1, None, limit))
+        lines = [x for x in records(mr.lines_sql(t0, t1, None, limit + 1)) if x["key"] is not None][:limit]
+        assert [x["source"] for x in m["by_line"]] == [x["key"] for x in lines]
+        assert [x["operator"] for x in m["by_operator"]] == [x["key"] for x in records(mr.operators_sql(t0, t1, None, limit))]
+        assert m["allocator_calls"] == records(mr.allocator_calls_sql(t0, t1))[0]
+        assert m["truncated"] == (limit == 1 and m["totals"]["allocations"] > 1)
+    run.close()
+
+
 def test_a_range_inside_the_run(run_dir):
     run = open_run(run_dir)
     start = run.sql("SELECT min(ts_ns) FROM events").fetchone()[0]

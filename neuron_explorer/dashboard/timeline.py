@@ -12,9 +12,11 @@ With `flanks`, the view also holds the window width either side of it, [t0 - w, 
 (w = t1 - t0, only the parts that overlap the run), aggregated only: every event there folded into
 buckets of FLANK_PX pixels (no exact slices, no steps, no memory; the wide-window pyramid
 when a pixel is wide enough), appended to the window's buckets with offsets from t0 (negative on
-the left). The page draws them outside the plot and moves them into view on a pan
-(assets/timeline_keys.js) before the server's answer for the new window comes. `visible_events`,
-`mode` and the window's own counts are the window's; `flank` says what was added.
+the left). The window's buckets and both flanks' are one query per source (`_aggregate_parts`: one
+scan of the pyramid for all three, a join to a table of the parts), not one each. The page draws
+them outside the plot and moves them into view on a pan (assets/timeline_keys.js) before the
+server's answer for the new window comes. `visible_events`, `mode` and the window's own counts are
+the window's; `flank` says what was added.
 
 Times are sent as float offsets in microseconds from the window start (float32 in the figure),
 never as absolute nanoseconds. The lower time bound of the scan is t0 - short_max_dur so that
@@ -220,15 +222,17 @@ def timeline_arrays(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None, 
         "event_id": exact["event_id"].to_numpy(zero_copy_only=False).astype(np.int64),
         "dur_ns": dur,
     }
+    parts = [(t0, t1, float(bucket), cutoff)] if cutoff >= 0 else []
+    sides = _flank_parts(whole, t0, t1, float(bucket) * FLANK_PX) if flanks else []
+    got = _aggregate_parts(r, rank, parts + sides, shown, all_lanes)
     if cutoff >= 0:
-        agg = _aggregate(r, rank, t0, t1, float(bucket), cutoff, shown, all_lanes)
-        out["visible_events"] += int(pa.compute.sum(agg["events"]).as_py() or 0)
-        out["buckets"] = _bucket_arrays(agg, float(bucket), 0.0)
+        out["visible_events"] += int(pa.compute.sum(got[0]["events"]).as_py() or 0)
+        out["buckets"] = _bucket_arrays(got[0], float(bucket), 0.0)
     else:
         out["buckets"] = _bucket_arrays(None, float(bucket), 0.0)
     out["flank"] = None
     if flanks:
-        out["flank"] = _add_flanks(r, whole, rank, out, float(bucket) * FLANK_PX, shown, all_lanes)
+        out["flank"] = _add_flanks(out, whole, sides, got[len(parts):])
     out["steps"] = steps_in_window(r, rank, t0, t1)
     out["memory"] = memory_track(r, rank, t0, t1, width)
     return out
@@ -239,23 +243,53 @@ BUCKET_FIELDS = ("x0", "x1", "y", "occupancy", "events", "kind", "event_id")
 
 def _aggregate(r: OpenRun, rank: int | None, t0: int, t1: int, b: float, cutoff: int, shown: str, all_lanes: bool):
     """Per-pixel buckets (pixels of b ns from t0) of the events of [t0, t1) no longer than `cutoff` ns, with their y row."""
-    # Each residual event is counted in the pixel where it starts (they are narrower than
-    # MIN_EXACT_PX unless there were more than EXACT_CAP wide ones); the bucket is drawn from its
-    # pixel to the furthest end of its events, so an overflowing wide event keeps its extent.
+    return _aggregate_parts(r, rank, [(t0, t1, b, cutoff)], shown, all_lanes)[0]
+
+
+def _parts_sql(parts: list[tuple[int, int, float, int]]) -> str:
+    """The parts as a small table `parts(part, pa, pb, pbk, pcut)`: [pa, pb) in buckets of pbk ns, events up to pcut ns."""
+    rows = ", ".join(f"({i}, {int(t0)}::BIGINT, {int(t1)}::BIGINT, {float(b)!r}::DOUBLE, {int(c)}::BIGINT)" for i, (t0, t1, b, c) in enumerate(parts))
+    return f"parts(part, pa, pb, pbk, pcut) AS (VALUES {rows})"
+
+
+def _aggregate_parts(r: OpenRun, rank: int | None, parts: list[tuple[int, int, float, int]], shown: str, all_lanes: bool) -> list:
+    """`_aggregate` of several parts (t0, t1, b, cutoff) at once: the window and its flanks in one
+    query per source (the pyramid, or the events) instead of one each. Each part's buckets are what
+    `_aggregate` of that part alone gives: an event (or a pyramid row) that overlaps two parts is
+    counted in both, joined to the small table of parts. Returns one table per part."""
+    if not parts:
+        return []
     threshold, _ = _long_table(r)
-    lane = "rank, is_device, lane_a, lane_b, lane_text"
-    pyr = _pyramid(r) if 0 <= threshold < cutoff else None
-    if pyr is not None and b >= PYRAMID_PX_FACTOR * pyr[1]:
-        return r.arrow(_pyramid_sql(r, rank, t0, t1, b, cutoff, all_lanes, pyr))
-    cte, params = _window_sql(r, rank, t0, t1)
-    return r.arrow(
-        cte + _y_join(r, rank, f"""SELECT {lane}, least(coalesce(depth, 0), {MAX_DEPTH_ROWS}) AS depth,
-              floor((greatest(ts_ns, {t0}) - {t0}) / {b})::BIGINT AS bucket,
-              sum(least(ts_ns + dur_ns, {t1}) - greatest(ts_ns, {t0})) / {b} AS occupancy,
-              max(least(ts_ns + dur_ns, {t1})) - {t0} AS end_offset, count(*) AS events,
-              arg_max(kind, dur_ns) AS kind, arg_max(event_id, dur_ns) AS event_id
-              FROM win WHERE dur_ns <= ? AND {shown} GROUP BY ALL""", all_lanes),
-        params + [cutoff])
+    pyr = _pyramid(r) if threshold >= 0 else None
+
+    def by_pyramid(p):
+        return pyr is not None and threshold < p[3] and p[2] >= PYRAMID_PX_FACTOR * pyr[1]
+    groups = {}
+    for i, p in enumerate(parts):
+        groups.setdefault(by_pyramid(p), []).append(i)
+    out = [None] * len(parts)
+    for pyramid, idx in groups.items():
+        sub = [parts[i] for i in idx]
+        if pyramid:
+            tbl = r.arrow(_pyramid_sql(r, rank, sub, all_lanes, pyr))
+        else:
+            lo, hi = min(p[0] for p in sub), max(p[1] for p in sub)
+            cte, params = _window_sql(r, rank, lo, hi)
+            lane = "rank, is_device, lane_a, lane_b, lane_text"
+            tbl = r.arrow(
+                cte.rstrip() + f", {_parts_sql(sub)} " + _y_join(r, rank, f"""SELECT {lane},
+                      least(coalesce(depth, 0), {MAX_DEPTH_ROWS}) AS depth, part, pa, pb, pbk,
+                      floor((greatest(ts_ns, pa) - pa) / pbk)::BIGINT AS bucket,
+                      sum(least(ts_ns + dur_ns, pb) - greatest(ts_ns, pa)) / any_value(pbk) AS occupancy,
+                      max(least(ts_ns + dur_ns, pb)) - any_value(pa) AS end_offset, count(*) AS events,
+                      arg_max(kind, dur_ns) AS kind, arg_max(event_id, dur_ns) AS event_id
+                      FROM win JOIN parts ON ts_ns < pb AND ts_ns + dur_ns >= pa AND dur_ns <= pcut
+                      WHERE {shown} GROUP BY ALL""", all_lanes),
+                params)
+        k = tbl["part"].to_numpy(zero_copy_only=False)
+        for j, i in enumerate(idx):
+            out[i] = tbl.filter(pa.array(k == j))
+    return out
 
 
 def _bucket_arrays(agg, b: float, shift_us: float) -> dict:
@@ -274,24 +308,26 @@ def _bucket_arrays(agg, b: float, shift_us: float) -> dict:
     }
 
 
-def _add_flanks(r: OpenRun, whole: OpenRun, rank: int | None, out: dict, b: float, shown: str, all_lanes: bool) -> dict:
-    """Append to out["buckets"] the buckets of the window's width either side of it that overlaps the
-    run (every event aggregated, buckets of b ns); returns {t0, t1, buckets}: the span now covered
-    and how many buckets were added."""
-    t0, t1 = out["t0"], out["t1"]
+def _flank_parts(whole: OpenRun, t0: int, t1: int, b: float) -> list[tuple[int, int, float, int]]:
+    """The parts (t0, t1, b, cutoff) of the window's width either side of it that overlap the run,
+    every event aggregated in buckets of b ns."""
     w = t1 - t0
     start, end = whole.span()
     lo, hi = max(t0 - w, start), min(t1 + w, end + 1)
-    parts = []
-    if lo < t0:
-        parts.append(_bucket_arrays(_aggregate(r, rank, lo, t0, b, TIME_LIMIT_NS, shown, all_lanes), b, (lo - t0) / 1000.0))
-    if hi > t1:
-        parts.append(_bucket_arrays(_aggregate(r, rank, t1, hi, b, TIME_LIMIT_NS, shown, all_lanes), b, w / 1000.0))
-    n = sum(len(p["x0"]) for p in parts)
+    return ([(lo, t0, b, TIME_LIMIT_NS)] if lo < t0 else []) + ([(t1, hi, b, TIME_LIMIT_NS)] if hi > t1 else [])
+
+
+def _add_flanks(out: dict, whole: OpenRun, sides: list, tables: list) -> dict:
+    """Append to out["buckets"] the buckets of the flanks (`sides`, `_flank_parts`; their aggregates
+    `tables`), offsets from the window's t0; returns {t0, t1, buckets}: the span now covered and how
+    many buckets were added."""
+    t0, t1 = out["t0"], out["t1"]
+    arrays = [_bucket_arrays(tbl, b, (a - t0) / 1000.0) for (a, _, b, _), tbl in zip(sides, tables)]
+    n = sum(len(p["x0"]) for p in arrays)
     if n:
         own = out["buckets"]
-        out["buckets"] = {k: np.concatenate(([own[k]] if len(own[k]) else []) + [p[k] for p in parts if len(p[k])]) for k in BUCKET_FIELDS}
-    return {"t0": min(lo, t0), "t1": max(hi, t1), "buckets": n}
+        out["buckets"] = {k: np.concatenate(([own[k]] if len(own[k]) else []) + [p[k] for p in arrays if len(p[k])]) for k in BUCKET_FIELDS}
+    return {"t0": min([t0] + [a for a, _, _, _ in sides]), "t1": max([t1] + [b for _, b, _, _ in sides]), "buckets": n}
 
 
 def _pyramid(r: OpenRun):
@@ -339,25 +375,28 @@ def _pyramid_query(r: OpenRun, band: bool, threshold, start: int, fine: int) -> 
                 FROM events WHERE dur_ns <= {threshold} AND {drawn_for(r)} GROUP BY ALL"""
 
 
-def _pyramid_sql(r: OpenRun, rank: int | None, t0: int, t1: int, b: float, cutoff: int, all_lanes: bool, pyr) -> str:
-    """Per-pixel buckets of a wide window: the pyramid's fine buckets re-bucketed, plus the
-    in-memory long events that are not exact slices."""
+def _pyramid_sql(r: OpenRun, rank: int | None, parts: list[tuple[int, int, float, int]], all_lanes: bool, pyr) -> str:
+    """Per-pixel buckets of wide windows (`parts`: (t0, t1, b, cutoff) each, a column `part` says
+    whose): the pyramid's fine buckets re-bucketed, plus the in-memory long events no longer than
+    the part's cutoff (those that are not exact slices). One scan of the pyramid for every part."""
     name, fine, start = pyr
     _, long_name = _long_table(r)
     rw = "" if rank is None else f" AND rank = {int(rank)}"
     lane = "rank, is_device, lane_a, lane_b, lane_text"
-    inner = f"""WITH p AS (
-          SELECT {lane}, depth, greatest(floor(({start} + fine_bucket * {fine} - {t0}) / {b}), 0)::BIGINT AS bucket,
+    inner = f"""WITH {_parts_sql(parts)},
+        p AS (
+          SELECT {lane}, depth, part, pa, pb, pbk, greatest(floor(({start} + fine_bucket * {fine} - pa) / pbk), 0)::BIGINT AS bucket,
                  busy, n, end_max, kind, event_id, dur
-          FROM {name} WHERE {start} + fine_bucket * {fine} < {t1} AND end_max >= {t0}{rw}),
+          FROM {name} JOIN parts ON {start} + fine_bucket * {fine} < pb AND end_max >= pa WHERE true{rw}),
         l AS (
-          SELECT {lane}, least({row_sql(r.python_band)}, {MAX_DEPTH_ROWS}) AS depth,
-                 floor((greatest(ts_ns, {t0}) - {t0}) / {b})::BIGINT AS bucket,
-                 least(ts_ns + dur_ns, {t1}) - greatest(ts_ns, {t0}) AS busy, 1 AS n, ts_ns + dur_ns AS end_max,
+          SELECT {lane}, least({row_sql(r.python_band)}, {MAX_DEPTH_ROWS}) AS depth, part, pa, pb, pbk,
+                 floor((greatest(ts_ns, pa) - pa) / pbk)::BIGINT AS bucket,
+                 least(ts_ns + dur_ns, pb) - greatest(ts_ns, pa) AS busy, 1 AS n, ts_ns + dur_ns AS end_max,
                  kind, event_id, dur_ns AS dur
-          FROM {long_name} WHERE ts_ns < {t1} AND ts_ns + dur_ns >= {t0} AND dur_ns <= {int(cutoff)}{rw} AND {drawn_for(r)}),
+          FROM {long_name} JOIN parts ON ts_ns < pb AND ts_ns + dur_ns >= pa AND dur_ns <= pcut WHERE true{rw} AND {drawn_for(r)}),
         u AS (SELECT * FROM p UNION ALL SELECT * FROM l)
-        SELECT {lane}, depth, bucket, sum(busy) / {b} AS occupancy, least(max(end_max), {t1}) - {t0} AS end_offset,
+        SELECT {lane}, depth, part, pa, pb, pbk, bucket, sum(busy) / any_value(pbk) AS occupancy,
+               least(max(end_max), any_value(pb)) - any_value(pa) AS end_offset,
                sum(n) AS events, arg_max(kind, dur) AS kind, arg_max(event_id, dur) AS event_id FROM u GROUP BY ALL"""
     return _y_join(r, rank, inner, all_lanes)
 

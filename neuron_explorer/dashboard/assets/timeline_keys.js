@@ -7,7 +7,8 @@
    the frame moves the slices Plotly has already drawn (for the window `base`) with one SVG
    transform of the plot's data layers, translate and scale in x (what Plotly's own drag does),
    with the x axis's scale set to the new window (so hover, click and the pointer's zoom centre
-   follow it) and the axis's tick labels written by this file (a dozen text nodes). Nothing is
+   follow it) and the axis's tick labels written by this file (a dozen text nodes); the step lines,
+   step labels and flow arrows move with them (a transform each, `overlays`). Nothing is
    recomputed: no path, no Plotly.relayout. The server holds slices for one window width either side
    of the window it sent (timeline.flank_buckets), so a pan shows slices at once.
    SETTLE_MS after the last key the window goes to the server once ("zoom-req"), which answers
@@ -26,7 +27,7 @@
    (elsewhere they scroll the page and move in menus). nxTimeline.blur() (called after a run or rank is chosen) takes the
    focus from the dropdown, so the next key does not type into its filter. */
 (function () {
-  var ZOOM = 0.6, PAN = 0.2, SETTLE_MS = 150, TICK_PX = 160;
+  var ZOOM = 0.6, PAN = 0.2, SETTLE_MS = 100, TICK_PX = 160;  // SETTLE_MS: still more than a held key's repeat (30-50 ms)
   var KEYS = {w: 'in', s: 'out', a: 'left', d: 'right', arrowup: 'in', arrowdown: 'out', arrowleft: 'left', arrowright: 'right'};
   var pointerPx = null, hovered = false, clicked = false;
   var target = null, frame = null, firstInput = null, settle = null, redraw = null, seq = 0, drawn = [];
@@ -104,9 +105,35 @@
     dataLayers(gd).forEach(function (l) { l.setAttribute('transform', tf); });
     gd.style.setProperty('--nx-inv', String(1 / s));
     gd.classList.add('nx-moving');
+    overlays(gd, ax, r, s, dx);
     ax.range = r.slice();  // the axis's scale follows: hover, click and p2l see the window on screen
     ax.setScale();
     ticks(gd, ax, r);
+  }
+
+  // the step lines, step labels and flow arrows (layout shapes and annotations on the x axis) moved
+  // with the slices: a vertical line or a label by its x (a translate), an arrow by the slices'
+  // own map (translate and scale, its stroke kept by CSS); one that leaves the plot is hidden (their
+  // clip moves with them)
+  function overlays(gd, ax, r, s, dx) {
+    var fl = gd._fullLayout, off = ax._offset, len = ax._length, bw = base[1] - base[0], rw = r[1] - r[0];
+    var was = function (v) { return off + (v - base[0]) / bw * len; }, now = function (v) { return off + (v - r[0]) / rw * len; };
+    var inside = function (px) { return px >= off - 0.5 && px <= off + len + 0.5; };
+    var affine = 'translate(' + (off * (1 - s) + dx) + ',0) scale(' + s + ',1)';
+    gd.querySelectorAll('.shapelayer path[data-index]').forEach(function (p) {
+      var sh = (fl.shapes || [])[+p.getAttribute('data-index')];
+      if (!sh || sh.xref !== 'x') return;
+      var a = now(sh.x0), b = now(sh.x1);
+      p.setAttribute('transform', sh.x0 === sh.x1 ? 'translate(' + (a - was(sh.x0)) + ',0)' : affine);
+      p.style.visibility = inside(a) || inside(b) ? '' : 'hidden';
+    });
+    gd.querySelectorAll('.infolayer g.annotation[data-index]').forEach(function (g) {
+      var an = (fl.annotations || [])[+g.getAttribute('data-index')];
+      if (!an || an.xref !== 'x') return;
+      var a = now(an.x), arrow = an.showarrow && an.axref === 'x';
+      g.setAttribute('transform', arrow ? affine : 'translate(' + (a - was(an.x)) + ',0)');
+      g.style.visibility = inside(a) || (arrow && inside(now(an.ax))) ? '' : 'hidden';
+    });
   }
 
   // the moved slices are Plotly's again (it has drawn them for its axis' range)
@@ -114,6 +141,9 @@
     base = null;
     if (!gd) return;
     dataLayers(gd).forEach(function (l) { l.removeAttribute('transform'); });
+    gd.querySelectorAll('.shapelayer path[data-index], .infolayer g.annotation[data-index]').forEach(function (e) {
+      e.removeAttribute('transform'); e.style.visibility = '';
+    });
     gd.classList.remove('nx-moving');
   }
 

@@ -31,13 +31,13 @@ body { margin: 0; background: #F4F6F8; font-family: Inter, 'Segoe UI', Helvetica
 .nx-detail-close { position: sticky; top: 0; float: right; z-index: 1; border: 1px solid #B0BEC5; border-radius: 4px; background: #ECEFF1;
                    color: #263238; font-size: 16px; line-height: 16px; padding: 2px 8px; cursor: pointer; }
 .nx-detail-close:hover { background: #CFD8DC; }
-/* assets/timeline_keys.js moves the slices Plotly drew while keys come (class nx-moving on the graph): Plotly's x tick
-   labels, grid lines, step lines and labels give way to its own tick labels until the window is drawn again; names keep
-   their width (scaled back by --nx-inv); outlines keep theirs */
+/* assets/timeline_keys.js moves the slices Plotly drew while keys come (class nx-moving on the graph), and the step lines,
+   step labels and flow arrows with them: Plotly's x tick labels and grid lines give way to its own tick labels until the
+   window is drawn again; names keep their width (scaled back by --nx-inv); outlines and arrows keep theirs */
 .js-plotly-plot .nx-ticks { display: none; }
 .js-plotly-plot.nx-moving .nx-ticks { display: inline; }
-.js-plotly-plot.nx-moving .xaxislayer-above .xtick, .js-plotly-plot.nx-moving .gridlayer .x,
-.js-plotly-plot.nx-moving .shapelayer, .js-plotly-plot.nx-moving .annotation { visibility: hidden; }
+.js-plotly-plot.nx-moving .xaxislayer-above .xtick, .js-plotly-plot.nx-moving .gridlayer .x { visibility: hidden; }
+.js-plotly-plot.nx-moving .annotation-arrow-g path, .js-plotly-plot.nx-moving .shapelayer path { vector-effect: non-scaling-stroke; }
 .js-plotly-plot.nx-moving .scatterlayer .textpoint text { transform-box: fill-box; transform-origin: center; transform: scaleX(var(--nx-inv, 1)); }
 .js-plotly-plot .scatterlayer path.js-line { vector-effect: non-scaling-stroke; }
 #detail > div { column-width: 400px; column-gap: 22px; }
