@@ -142,7 +142,10 @@ EVENTS = Table(
            "'other' (steps, profiler bookkeeping, device work with no launch); device events take their launch's"),
         _c("source_frame_id", "int64", "frame id", "the user statement this event's time belongs to: for backward work the frame of "
            "its forward operator (`fwd_op_id`), else `frame_id`; what per-line figures group by"),
-        _c("args", "string", "", "the remaining Kineto args as a JSON object (shapes, dtypes, flops, bytes, ...); null when empty"),
+        _c("args", "string", "", "the remaining Kineto args as a JSON object (shapes, dtypes, flops, bytes, ...); null when empty. "
+           "The live collector adds its own: `compiled_from` on a torch.compile kernel (vocab.COMPILED_FROM_ARG), and the "
+           "`reason`, `hint`, `guard`, `function`, `compile_id` of a `torch.compile graph break` or `torch.compile recompile` "
+           "event (vocab.COMPILE_RECORD_ARGS)"),
     ),
     ("ts_ns",),
 )

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from neuron_explorer.analyzers import analyze, lines
-from neuron_explorer.analyzers.rules import compile_time, graph_break, recompile
+from neuron_explorer.analyzers.rules import graph_break
 from neuron_explorer.collectors import compiled
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.store import open_run

@@ -24,7 +24,9 @@ thread and one range names what was compiled
 (COMPILE_NAME_PREFIX: `torch.compile: <function> (<file>:<line>)`, `torch.compile: backward of …`,
 `torch.compile: setup`); torch's own phase ranges (`… (dynamo_timed)`) are kept under it.
 `drop_compile_python` stays for whatever the pause could not keep out (a Python whose thread state
-it cannot read).
+it cannot read). Each compile's graph breaks and, for a recompile, the guard that failed are kept
+too (CompilerUntraced.records), and `name_compile_records` makes them events of the run
+(vocab.GRAPH_BREAK_EVENT, RECOMPILE_EVENT) on the user's statement.
 
 Settings take effect when a function is compiled: a function compiled before profiling started
 keeps its kernels unnamed (no ranges, no provenance), and its time stays on the calling line.

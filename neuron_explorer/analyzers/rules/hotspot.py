@@ -6,9 +6,10 @@ device time where the rank has devices, else the CPU time of the outermost opera
 backward work counted on the forward statement) that take at least HOTSPOT_SHARE_MIN of the
 analysed time. The DataLoader's fetch (`enumerate(DataLoader)#...__next__`) is left to input-pipeline,
 whose advice fits a loader; a compile's range (`torch.compile: …`, vocab.compile_range) is no
-operator to make cheaper and is not named as one. A statement that one call of its function runs python-loop's RUNS_PER_CALL_MIN
-times or more is left to that rule, which names the batched alternative. Calls per step are over
-the steady steps (metrics.steady_steps). A hotspot is where optimisation pays first.
+operator to make cheaper and is not named as one, and an operator's figure leaves out the compiles
+inside it (lines.compile_inside_sql: compile time is the compile-time rule's). A statement that
+one call of its function runs python-loop's RUNS_PER_CALL_MIN times or more is left to that rule,
+which names the batched alternative. Calls per step are over the steady steps (metrics.steady_steps). A hotspot is where optimisation pays first.
 Impact: for the operator and the kernel, their time on the steps' critical paths
 (analyzers/critical_path.py: the operator's host time, the kernel's device time; an operator
 that runs while the device is busy costs nothing), and they are reported only when that is at
