@@ -144,11 +144,11 @@ def check(ctx: Context) -> list:
     compiles = any(is_compile_range(o["name"]) for o in ctx.summary.get("top_level_ops") or []) or bool(
         ctx.run.sql(f"SELECT 1 FROM events WHERE rank = {r} AND {compile_range()} LIMIT 1").fetchone())
     out = [
-        _finding(ctx, "operator", f"""SELECT name, (sum(dur_ns) - coalesce(sum(c.compile_ns), 0))::BIGINT AS cpu_ns, count(*) AS calls,
-  min(event_id) AS sample_id, mode(source_frame_id) AS frame_id
-FROM events LEFT JOIN ({compile_inside_sql(r)}) c ON c.top_op_id = event_id
-WHERE rank = {r} AND {top_op()} AND NOT regexp_matches(name, '{LOADER_NAME}') AND NOT {compile_range()}
-GROUP BY name ORDER BY cpu_ns DESC, name LIMIT 1""", Location(), "cpu_ns",
+        _finding(ctx, "operator", f"""SELECT e.name, (sum(e.dur_ns) - coalesce(sum(c.compile_ns), 0))::BIGINT AS cpu_ns, count(*) AS calls,
+  min(e.event_id) AS sample_id, mode(e.source_frame_id) AS frame_id
+FROM events e LEFT JOIN ({compile_inside_sql(r)}) c ON c.top_op_id = e.event_id
+WHERE e.rank = {r} AND {top_op('e')} AND NOT regexp_matches(e.name, '{LOADER_NAME}') AND NOT {compile_range('e')}
+GROUP BY e.name ORDER BY cpu_ns DESC, e.name LIMIT 1""", Location(), "cpu_ns",
                  "Make this operator cheaper: check its shapes and dtype (lower precision, channels_last), call it "
                  "less often or on bigger batches, or replace it with a fused / compiled version (torch.compile).",
                  # the summary's heaviest top-level operators are in the query's order: the first that is no fetch
