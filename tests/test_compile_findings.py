@@ -218,7 +218,7 @@ def test_a_recorded_graph_break_and_recompile_are_found_on_their_lines(tmp_path:
     assert any("size mismatch" in g for g in shaped.evidence.values["guards"]), shaped.evidence.values
     assert shaped.evidence.values["compile_ns"] > 0 and "dynamic=True" in shaped.recommendation
     timed = {f.evidence.values["function"].split(" (")[0] for f in _findings(report, "compile-time")}
-    assert {"loss_fn", "whole"} <= timed, timed
+    assert {"loss_fn", "whole"} <= timed and "__torch_function__" not in timed, timed  # never Neuron Explorer's statement hook
     # nothing of the compile reported as a hot line or operator
     assert all("torch.compile" not in f.title and "Compiled Region" not in f.title for f in _findings(report, "hotspot"))
 

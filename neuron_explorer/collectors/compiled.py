@@ -221,6 +221,7 @@ class CompilerUntraced:
     nothing re-run. Each record gets a range (RECORD_MARK + its index) at the end of its compile's
     range, so that it lies in the recording only when its compile does."""
 
+    EVAL_FRAME = "torch._dynamo.eval_frame"
     TARGETS = (("torch._dynamo.convert_frame", None, "_compile"),
                ("torch._functorch._aot_autograd.runtime_wrappers", "_AutogradBackwardCompiler", "get_or_compile"))
 
@@ -246,6 +247,12 @@ class CompilerUntraced:
         import torch
 
         self._wrap(torch, "compile", self._wrap_compile)
+        module = sys.modules.get(self.EVAL_FRAME)
+        if module is not None:
+            _skip_own_hooks(module)
+        else:
+            self._hooks.append(_AfterImport(self.EVAL_FRAME, _skip_own_hooks))
+            sys.meta_path.insert(0, self._hooks[-1])
         for module_name, cls, attr in self.TARGETS:
             def wrap(module, cls=cls, attr=attr):
                 holder = getattr(module, cls, None) if cls else module
@@ -404,6 +411,23 @@ def _guard_text(reason) -> str:
     first = str(reason or "").split("\n", 1)[0]
     first = re.sub(r"^\d+/\d+: ", "", first)
     return " ".join(re.split(r"\s{2,}#", first, maxsplit=1)[0].split())
+
+
+def _skip_own_hooks(eval_frame) -> None:
+    """Dynamo never compiles the statement hook's `__torch_function__` as a frame of its own.
+    Run eagerly between two graphs of a compiled function (after a graph break), the hook's call is
+    a new frame to Dynamo: compiled (0.5 s on a small model), guarded and recompiled, and breaking
+    where the user's code broke. Skipping its frame leaves Dynamo tracing through it inside a
+    compiled function as before (that is inlining, not a frame)."""
+    skip = getattr(eval_frame, "skip_code", None)
+    if skip is None:
+        return
+    try:
+        from .statements import StatementLines
+
+        skip(StatementLines.__torch_function__.__code__)
+    except Exception:  # a torch whose skip_code differs: Dynamo compiles the hook, as before
+        pass
 
 
 def _is_own_code(code) -> bool:
