@@ -142,7 +142,10 @@ EVENTS = Table(
            "'other' (steps, profiler bookkeeping, device work with no launch); device events take their launch's"),
         _c("source_frame_id", "int64", "frame id", "the user statement this event's time belongs to: for backward work the frame of "
            "its forward operator (`fwd_op_id`), else `frame_id`; what per-line figures group by"),
-        _c("args", "string", "", "the remaining Kineto args as a JSON object (shapes, dtypes, flops, bytes, ...); null when empty"),
+        _c("args", "string", "", "the remaining Kineto args as a JSON object (shapes, dtypes, flops, bytes, ...); null when empty. "
+           "The live collector adds its own: `compiled_from` on a torch.compile kernel (vocab.COMPILED_FROM_ARG), and the "
+           "`reason`, `hint`, `guard`, `function`, `compile_id` of a `torch.compile graph break` or `torch.compile recompile` "
+           "event (vocab.COMPILE_RECORD_ARGS)"),
         _c("graph", "bool", "", "device work replayed by a graph launch: its `launch_id` is a `cudaGraphLaunch`/`hipGraphLaunch`/"
            "`cuGraphLaunch` (it takes the launch's operator, step and statement, or its capture's below); false otherwise"),
         _c("capture_op", "string", "", "graph replays imported with their capture (`--capture`): the innermost operator around "

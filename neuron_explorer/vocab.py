@@ -12,14 +12,16 @@ boolean SQL expression, parenthesised where it contains OR.
 Kineto's *spellings* (category names, arg keys, event-name prefixes) are not ideas of the analysis:
 they live in collectors/kineto_names.py, which the importers use.
 
-Must not: import anything but the standard library (every layer may import it), read a run, or
-decide what is a problem.
+Must not: import anything but the standard library and kineto_names (both importable from every
+layer), read a run, or decide what is a problem.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+
+from .collectors.kineto_names import AOT_GRAPH_CALL, COMPILED_REGION_PREFIX, INDUCTOR_GRAPH_CALL_PREFIX
 
 
 def sql_literal(s: str) -> str:
@@ -79,6 +81,39 @@ COMPILE_NAME_PREFIX = "torch.compile: "
 (collectors/compiled.CompilerUntraced): `torch.compile: <function> (<file>:<line>)`,
 `torch.compile: backward of …`, `torch.compile: setup`. Compiling is one-time work, not an
 operator a person can make cheaper: the hotspot rule does not name it as its operator."""
+
+
+GRAPH_BREAK_EVENT = "torch.compile graph break"
+"""The event the live collector records, inside its compile range, for each graph break Dynamo
+made while compiling a function (collectors/compiled.CompilerUntraced). Its `source_frame_id` is
+the user statement that broke the graph (under the line that called the compiled function); its
+args (COMPILE_RECORD_ARGS): `reason` (Dynamo's first line), `hint`, `function` (the compiled
+function, `<name> (<file>:<line>)`) and `compile_id` (Dynamo's `<frame>/<n>`)."""
+
+RECOMPILE_EVENT = "torch.compile recompile"
+"""The event the live collector records, inside its compile range, when Dynamo compiles a
+function again because a guard of its earlier compile failed. Its `source_frame_id` is the
+function's `def` line (under the line that called it); its args (COMPILE_RECORD_ARGS): `guard`
+(Dynamo's recompile reason: the guard that failed), `function` and `compile_id`."""
+
+COMPILE_RECORD_ARGS = ("reason", "hint", "guard", "function", "compile_id")
+"""The keys in `events.args` of GRAPH_BREAK_EVENT and RECOMPILE_EVENT."""
+
+GRAPH_CALL_NAMES = (AOT_GRAPH_CALL,)
+"""Ranges around one forward run of a compiled graph, besides GRAPH_CALL_PREFIX (kineto_names)."""
+GRAPH_CALL_PREFIX = INDUCTOR_GRAPH_CALL_PREFIX
+
+
+def graph_call(alias: str = "") -> str:
+    """An event is one run of a compiled graph (GRAPH_CALL_NAMES, GRAPH_CALL_PREFIX)."""
+    a = _a(alias)
+    names = ", ".join(f"'{n}'" for n in GRAPH_CALL_NAMES)
+    return f"({a}name IN ({names}) OR starts_with({a}name, '{GRAPH_CALL_PREFIX}'))"
+
+
+def compiled_region(alias: str = "") -> str:
+    """An event is Dynamo's range around one call of a compiled frame (COMPILED_REGION_PREFIX)."""
+    return f"starts_with({_a(alias)}name, '{COMPILED_REGION_PREFIX}')"
 
 
 def compile_range(alias: str = "") -> str:

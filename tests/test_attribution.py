@@ -365,10 +365,14 @@ def test_compiled_region_lands_on_the_line_that_called_it(tmp_path):
     compiling = _per_line(run, script, compile_range("e"))
     assert set(compiling) == {decorator, planted}, compiling
     # and the report names no compile as an operator or a statement to make cheaper (before: "Hotspot source line:
-    # train.py:4 `@torch.compile(backend="eager")` takes 49.4%", advising shapes and dtype for an import of Dynamo)
+    # train.py:4 `@torch.compile(backend="eager")` takes 49.4%", advising shapes and dtype for an import of Dynamo):
+    # compile time is the compile-time rule's alone, per compiled function
     findings = analyze(run).findings
-    assert not any((f.location.op or "").startswith(COMPILE_NAME_PREFIX) for f in findings), [f.title for f in findings]
-    assert not any(f.location.source == f"{script}:{decorator}" for f in findings), [f.title for f in findings]
+    others = [f for f in findings if f.rule_id != "compile-time"]
+    assert not any((f.location.op or "").startswith(COMPILE_NAME_PREFIX) for f in others), [f.title for f in findings]
+    assert not any(f.location.source == f"{script}:{decorator}" for f in others), [f.title for f in findings]
+    compile_time = {f.evidence.values["function"].split(" (")[0]: f.location.source for f in findings if f.rule_id == "compile-time"}
+    assert compile_time == {"setup": f"{script}:{decorator}", "block": f"{script}:{planted}"}, compile_time
 
 
 def test_dataloader_workers_forked_while_profiling_drop_the_mode(tmp_path):

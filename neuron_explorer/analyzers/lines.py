@@ -5,7 +5,8 @@ innermost user statement that called it, and for backward work the forward state
 its autograd node):
 - `cpu_ns`: sum of durations of outermost CPU operators (`vocab.top_op`) of the line, except
   the live collector's ranges around a compile (`vocab.compile_range`: compiling is one-time
-  work, listed among the top-level operators, not a statement's running time);
+  work, listed among the top-level operators, not a statement's running time), and less the
+  compile ranges inside those operators (nested_compile_sql);
 - `device_ns`: sum of durations of device work (kernel, memcpy, memset) of the line (streams that
   overlap add up);
 - `python_ns`: Python-level time: the self time (`self_ns`) of the Python calls the line made
@@ -99,8 +100,33 @@ GROUP BY 1"""
   round(sum(device_backward_ns))::BIGINT AS device_backward_ns, sum(python_ns)::BIGINT AS python_ns{sum_in_steps}
 FROM ({own}
 UNION ALL
-SELECT frame_id, 0, 0, cpu_ns, cpu_backward_ns, device_ns, device_backward_ns, 0{extra} FROM ({compiled_shift_sql(rank)}))
+SELECT frame_id, 0, 0, cpu_ns, cpu_backward_ns, device_ns, device_backward_ns, 0{extra} FROM ({compiled_shift_sql(rank)})
+UNION ALL
+SELECT frame_id, 0, 0, cpu_ns, cpu_backward_ns, 0, 0, 0{extra} FROM ({nested_compile_sql(rank)}))
 WHERE frame_id IS NOT NULL GROUP BY 1"""
+
+
+def compile_inside_sql(rank: int | None) -> str:
+    """Rows (top_op_id, compile_ns): per outermost CPU operator, the time of the compiles inside it: a
+    compile range (vocab.compile_range) that is no outermost operator itself (Dynamo compiling a
+    resume function after a graph break, or a recompile, inside the `Torch-Compiled Region` of the
+    call; AOT autograd compiling the backward inside the first backward), counted once (the
+    outermost compile range inside that operator). Compile time is the compile-time rule's: the
+    line figures (nested_compile_sql) and the hotspot operator take it out."""
+    return f"""WITH c AS (SELECT c.event_id, c.rank, c.ts_ns, c.dur_ns, c.top_op_id FROM events c
+  WHERE {_rank_filter(rank, 'c')} AND {compile_range('c')} AND c.top_op_id IS NOT NULL AND c.top_op_id <> c.event_id)
+SELECT c.top_op_id, sum(c.dur_ns)::BIGINT AS compile_ns FROM c WHERE NOT EXISTS (SELECT 1 FROM c o WHERE o.rank = c.rank
+  AND o.top_op_id = c.top_op_id AND o.event_id <> c.event_id AND o.ts_ns <= c.ts_ns AND o.ts_ns + o.dur_ns >= c.ts_ns + c.dur_ns
+  AND (o.ts_ns < c.ts_ns OR o.dur_ns > c.dur_ns OR o.event_id < c.event_id))
+GROUP BY 1"""
+
+
+def nested_compile_sql(rank: int | None) -> str:
+    """Rows (frame_id, cpu_ns, cpu_backward_ns) that take the compiles inside a line's operators
+    (compile_inside_sql) out of its operator time: minus their duration from the line of the operator."""
+    return f"""SELECT t.source_frame_id AS frame_id, -sum(c.compile_ns) AS cpu_ns,
+  -coalesce(sum(c.compile_ns) FILTER (WHERE t.pass = 'backward'), 0) AS cpu_backward_ns
+FROM ({compile_inside_sql(rank)}) c JOIN events t ON t.event_id = c.top_op_id WHERE {_line_op('t')} GROUP BY 1"""
 
 
 def compiled_shift_sql(rank: int | None) -> str:

@@ -26,6 +26,7 @@ CATEGORIES = (
     "step_variance",
     "memory",
     "precision",
+    "compilation",
 )
 
 

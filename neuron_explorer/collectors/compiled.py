@@ -24,7 +24,9 @@ thread and one range names what was compiled
 (COMPILE_NAME_PREFIX: `torch.compile: <function> (<file>:<line>)`, `torch.compile: backward of …`,
 `torch.compile: setup`); torch's own phase ranges (`… (dynamo_timed)`) are kept under it.
 `drop_compile_python` stays for whatever the pause could not keep out (a Python whose thread state
-it cannot read).
+it cannot read). Each compile's graph breaks and, for a recompile, the guard that failed are kept
+too (CompilerUntraced.records), and `name_compile_records` makes them events of the run
+(vocab.GRAPH_BREAK_EVENT, RECOMPILE_EVENT) on the user's statement.
 
 Settings take effect when a function is compiled: a function compiled before profiling started
 keeps its kernels unnamed (no ranges, no provenance), and its time stays on the calling line.
@@ -44,7 +46,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..vocab import COMPILE_NAME_PREFIX, COMPILED_FROM_ARG
+from ..vocab import COMPILE_NAME_PREFIX, COMPILED_FROM_ARG, GRAPH_BREAK_EVENT, RECOMPILE_EVENT
 from .kineto_names import PYTHON_FUNCTION_CATEGORY
 
 if TYPE_CHECKING:
@@ -62,6 +64,10 @@ EXTERN_KERNEL_RE = re.compile(r"^(?:extern_kernels|torch\.ops\.aten|aten)\.(\w+?
 EXTERN_SEP = "#"
 """The n-th (from 0) extern kernel of one operator in a graph: `aten::addmm#1` in compiled_graph_provenance."""
 _FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+RECORD_MARK = "neuron_explorer: compile record #"
+"""The range the collector records, inside a compile's range, for its n-th graph break or
+recompile (CompilerUntraced.records[n]); `name_compile_records` turns it into the event."""
+RECORD_MARK_RE = re.compile(r"^neuron_explorer: compile record #(\d+)$")
 
 
 # ---- the recording side (torch) -----------------------------------------------------------
@@ -205,28 +211,48 @@ class CompilerUntraced:
     (`_AutogradBackwardCompiler.get_or_compile`, when nothing is compiled yet). The tracer is paused
     and resumed in the same wrapper frame, so the calls it records stay nested (pausing in Dynamo's
     compile-start callback and resuming in the end one leaves a call open: the tree below it breaks).
-    A torch without one of them keeps that compile traced (drop_compile_python then leaves it out)."""
+    A torch without one of them keeps that compile traced (drop_compile_python then leaves it out).
+    With `pause=False` (no Python tracer: with_stack off) the ranges are recorded, nothing is paused.
 
+    Each frame's compile also notes, in `records`, the graph breaks Dynamo made in it
+    (`torch._dynamo.utils.graph_break_reasons`: the reason and the user's frame, appended as Dynamo
+    breaks) and, for a recompile, the guard that failed (the `recompile_reason` of its
+    compilation metrics, `torch._dynamo.utils.get_compilation_metrics`): read after the compile,
+    nothing re-run. Each record gets a range (RECORD_MARK + its index) at the end of its compile's
+    range, so that it lies in the recording only when its compile does."""
+
+    EVAL_FRAME = "torch._dynamo.eval_frame"
     TARGETS = (("torch._dynamo.convert_frame", None, "_compile"),
                ("torch._functorch._aot_autograd.runtime_wrappers", "_AutogradBackwardCompiler", "get_or_compile"))
 
-    def __init__(self):
+    def __init__(self, pause: bool = True):
         self._local = threading.local()
+        self._want_pause = pause
+        self._started = False
+        self.records: list[dict] = []  # graph breaks and recompiles, in the order compiled (see the class's docstring)
         self._pause: _TracerPause | None = None
         self._hooks: list[_AfterImport] = []
         self._wrapped: list[tuple[object, str, object]] = []  # (holder, attribute, original)
         self._names: dict[str, str] = {}  # compile id -> the compiled function, for its backward
 
     def start(self) -> None:
-        if self._pause is not None:
+        if self._started:
             return
-        try:
-            self._pause = _TracerPause()
-        except (AttributeError, OSError):  # not CPython 3.9-3.13: drop_compile_python does what it can
-            return
+        self._started = True
+        if self._want_pause:
+            try:
+                self._pause = _TracerPause()
+            except (AttributeError, OSError):  # not CPython 3.9-3.13: drop_compile_python does what it can
+                self._pause = None
         import torch
 
         self._wrap(torch, "compile", self._wrap_compile)
+        module = sys.modules.get(self.EVAL_FRAME)
+        if module is not None:
+            _skip_own_hooks(module)
+        else:
+            self._hooks.append(_AfterImport(self.EVAL_FRAME, _skip_own_hooks))
+            sys.meta_path.insert(0, self._hooks[-1])
         for module_name, cls, attr in self.TARGETS:
             def wrap(module, cls=cls, attr=attr):
                 holder = getattr(module, cls, None) if cls else module
@@ -251,6 +277,7 @@ class CompilerUntraced:
                 setattr(holder, attr, original)
         self._wrapped = []
         self._pause = None
+        self._started = False
 
     def _wrap(self, holder, attr: str, make) -> None:
         original = getattr(holder, attr, None)
@@ -286,7 +313,16 @@ class CompilerUntraced:
             compile_id = kwargs.get("compile_id")
             if compile_id is not None:
                 self._names[str(compile_id)] = name
-            return self._untraced(name, original, (code, *args), kwargs)
+            self._enter(COMPILE_NAME_PREFIX + name)
+            breaks_before = _graph_break_count()
+            try:
+                return original(code, *args, **kwargs)
+            finally:
+                try:
+                    self._note_compile(code, name, compile_id, breaks_before)
+                except Exception:  # Dynamo's records are debugging data: never let them fail a compile
+                    pass
+                self._exit()
 
         return _compile
 
@@ -303,6 +339,46 @@ class CompilerUntraced:
             return self._untraced(f"backward of {what}", original, (compiler, *args), kwargs)
 
         return get_or_compile
+
+    def _note_compile(self, code, name: str, compile_id, breaks_before: int) -> None:
+        """Records (and marks) the graph breaks Dynamo made while compiling `code`, and the guard
+        that failed when this compile is a recompile."""
+        utils = sys.modules.get("torch._dynamo.utils")
+        if utils is None or _is_own_code(code):  # Dynamo compiling Neuron Explorer's own hooks: no user's function
+            return
+        reasons = list(getattr(utils, "graph_break_reasons", None) or [])
+        seen = set()
+        for r in reasons[breaks_before:] if len(reasons) >= breaks_before else reasons:  # (shorter: torch._dynamo.reset())
+            stack = [(str(f.filename), int(f.lineno or 0), str(f.name)) for f in (getattr(r, "user_stack", None) or [])]
+            text = str(getattr(r, "reason", "") or "")
+            if (text, tuple(stack)) in seen:
+                continue
+            seen.add((text, tuple(stack)))
+            lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+            hint = next((ln[len("Hint:"):].strip() for ln in lines if ln.startswith("Hint:")), None)
+            self._record({"event": GRAPH_BREAK_EVENT, "reason": lines[0] if lines else "", "hint": hint, "function": name,
+                          "compile_id": None if compile_id is None else str(compile_id), "stack": stack})
+        metrics = getattr(utils, "get_compilation_metrics", None)
+        if compile_id is None or metrics is None:
+            return
+        cid = str(compile_id)
+        metric = next((m for m in reversed(metrics()) if getattr(m, "compile_id", None) == cid), None)
+        guard = _guard_text(getattr(metric, "recompile_reason", None))
+        if guard:
+            self._record({"event": RECOMPILE_EVENT, "guard": guard, "function": name, "compile_id": cid,
+                          "stack": [(str(code.co_filename), int(code.co_firstlineno), str(code.co_name))]})
+
+    def _record(self, record: dict) -> None:
+        index = len(self.records)
+        self.records.append(record)
+        try:
+            import torch
+
+            rf = torch._C._profiler._RecordFunctionFast(f"{RECORD_MARK}{index}")
+            rf.__enter__()
+            rf.__exit__(None, None, None)
+        except Exception:  # a torch without it: the record has no event
+            pass
 
     def _enter(self, name: str) -> None:
         stack = self._local.__dict__.setdefault("stack", [])
@@ -327,6 +403,44 @@ class CompilerUntraced:
             resume()
         if rf is not None:
             rf.__exit__(None, None, None)
+
+
+def _guard_text(reason) -> str:
+    """The failed guard of Dynamo's recompile reason, alone: its first line without the earlier
+    compile's id (`2/0: `) and the source comment Dynamo appends (`  # x = f(y)  # file.py:12 in fn`)."""
+    first = str(reason or "").split("\n", 1)[0]
+    first = re.sub(r"^\d+/\d+: ", "", first)
+    return " ".join(re.split(r"\s{2,}#", first, maxsplit=1)[0].split())
+
+
+def _skip_own_hooks(eval_frame) -> None:
+    """Dynamo never compiles the statement hook's `__torch_function__` as a frame of its own.
+    Run eagerly between two graphs of a compiled function (after a graph break), the hook's call is
+    a new frame to Dynamo: compiled (0.5 s on a small model), guarded and recompiled, and breaking
+    where the user's code broke. Skipping its frame leaves Dynamo tracing through it inside a
+    compiled function as before (that is inlining, not a frame)."""
+    skip = getattr(eval_frame, "skip_code", None)
+    if skip is None:
+        return
+    try:
+        from .statements import StatementLines
+
+        skip(StatementLines.__torch_function__.__code__)
+    except Exception:  # a torch whose skip_code differs: Dynamo compiles the hook, as before
+        pass
+
+
+def _is_own_code(code) -> bool:
+    """A code object of Neuron Explorer itself (its statement hook, which Dynamo may compile)."""
+    import os
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.abspath(str(getattr(code, "co_filename", ""))).startswith(package + os.sep)
+
+
+def _graph_break_count() -> int:
+    utils = sys.modules.get("torch._dynamo.utils")
+    return len(getattr(utils, "graph_break_reasons", None) or [])
 
 
 def _code_name(code) -> str:
@@ -546,6 +660,51 @@ def charge_kernels(events: pa.Table, provenance: dict[str, dict[str, list[str]]]
         args[r] = json.dumps(a)
         count.charged += 1
     return events.set_column(events.column_names.index("args"), "args", pa.array(args, pa.string()))
+
+
+def name_compile_records(events: pa.Table, records: list[dict], intern, is_user) -> tuple[pa.Table, int]:
+    """The raw events with each record's range (RECORD_MARK + index into `records`, from
+    CompilerUntraced) made its event: named GRAPH_BREAK_EVENT or RECOMPILE_EVENT, its args the
+    record's (vocab.COMPILE_RECORD_ARGS), its frame the record's user frames (outermost first)
+    interned under the frame the range was recorded in (the line that called the compiled function).
+    `intern(file, line, function, parent_index) -> index`; `is_user(file)`. Also how many were named."""
+    import pyarrow as pa  # imported when used: `nx.profile` starts without pyarrow
+
+    from ..vocab import COMPILE_RECORD_ARGS
+    from .raw import TEXT_CODES
+
+    if events.num_rows == 0 or not records:
+        return events, 0
+    rows = np.flatnonzero(_mask_of_names(events["name"], RECORD_MARK_RE.match))
+    if not len(rows):
+        return events, 0
+    names = events["name"].to_pylist()
+    args = events["args"].to_pylist()
+    frame_index = events["frame_index"].fill_null(-1).to_numpy().copy() if "frame_index" in events.column_names else None
+    named = 0
+    for r in rows:
+        index = int(RECORD_MARK_RE.match(names[r]).group(1))
+        if index >= len(records):
+            continue
+        record = records[index]
+        names[r] = record["event"]
+        args[r] = json.dumps({k: record[k] for k in COMPILE_RECORD_ARGS if record.get(k) is not None})
+        named += 1
+        if frame_index is None:
+            continue
+        stack = [tuple(f) for f in record.get("stack") or []]
+        chain = [f for f in stack if is_user(f[0])] or stack[-1:]
+        parent = int(frame_index[r])
+        for file, line, function in chain:
+            got = intern(file, line, function, parent)
+            parent = got if got >= 0 else parent
+        frame_index[r] = parent
+    events = events.set_column(events.column_names.index("name"), "name", pa.array(names, pa.string()).dictionary_encode().cast(TEXT_CODES))
+    events = events.set_column(events.column_names.index("args"), "args", pa.array(args, pa.string()))
+    if frame_index is not None:
+        events = events.set_column(events.column_names.index("frame_index"), "frame_index",
+                                   pa.array(np.where(frame_index < 0, None, frame_index).tolist(), pa.int64()))
+    return events, named
 
 
 def compile_warning(dropped: int) -> str | None:

@@ -33,7 +33,12 @@ BACKWARD_NODE = re.compile(r"^(?:torch::autograd::)?(?:[A-Za-z_][A-Za-z0-9_]*Bac
 `torch::autograd::CopyBackwards`): what a trace without `evaluate_function` (torch 1.8-1.10)
 records for one backward node."""
 COMPILED_REGION_PREFIX = "Torch-Compiled Region"
-"""The range around a call of a torch.compile'd function."""
+"""The range around a call of a torch.compile'd function (Dynamo: `Torch-Compiled Region: <frame>/<n>`;
+it holds the function's graphs, the eager code between them and the resume functions after a graph break)."""
+AOT_GRAPH_CALL = "CompiledFunction"
+"""AOT autograd's range around one forward run of a compiled graph (aot_eager, inductor)."""
+INDUCTOR_GRAPH_CALL_PREFIX = "## Call CompiledFxGraph"
+"""Inductor's range around one call of a compiled graph (`## Call CompiledFxGraph <key> ##`)."""
 BACKWARD_CALL = re.compile(r"(run_backward|^torch/autograd/__init__\.py\(\d+\): backward$|^torch/_tensor\.py\(\d+\): backward$)")
 """A Python call that starts the backward pass."""
 OPTIMIZER_STEP = re.compile(r"^Optimizer\.(step|zero_grad)#")

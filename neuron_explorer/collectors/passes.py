@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..vocab import GRAPH_BREAK_EVENT, RECOMPILE_EVENT
 from ._forest import nearest_marked, root_of
 from .kineto_names import BACKWARD_CALL as _BACKWARD_CALL
 from .kineto_names import BACKWARD_NODE as _BACKWARD_NODE
@@ -77,7 +78,9 @@ def sequence_numbers(args: pa.Array | None, rows: np.ndarray) -> np.ndarray:
 def compiled_region_frames(*, name_codes: np.ndarray, name_values: list, parent: np.ndarray, frame: np.ndarray) -> np.ndarray:
     """Each event's frame, except that events inside a `Torch-Compiled Region` range take the
     region's frame: the statement that called the compiled function (inside it, the tracer sees
-    only the compiled code's entry line). The outermost region wins."""
+    only the compiled code's entry line). The outermost region wins. A graph break or recompile the
+    live collector recorded (vocab.GRAPH_BREAK_EVENT, RECOMPILE_EVENT) keeps its own frame: the
+    statement it names, interned under the line that called the compiled function."""
     n = len(name_codes)
     if not n:
         return frame
@@ -88,7 +91,8 @@ def compiled_region_frames(*, name_codes: np.ndarray, name_values: list, parent:
     up = np.where(is_region & (parent >= 0), region[np.maximum(parent, 0)], -1)  # a region's enclosing region
     outer = root_of(up)
     around = np.where(region >= 0, outer[np.maximum(region, 0)], -1)
-    return np.where(around >= 0, frame[np.maximum(around, 0)], frame)
+    own = _name_flags(name_values, lambda v: v in (GRAPH_BREAK_EVENT, RECOMPILE_EVENT))[name_codes]
+    return np.where((around >= 0) & ~own, frame[np.maximum(around, 0)], frame)
 
 
 def backward_links(*, name_codes: np.ndarray, name_values: list, is_op: np.ndarray, is_python: np.ndarray,

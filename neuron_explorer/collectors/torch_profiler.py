@@ -198,6 +198,7 @@ class Recording:
         self.written = False
         self.timings = {"convert_s": 0.0, "write_s": 0.0}
         self.compile_python_dropped = 0  # Python calls of torch.compile's compiler left out (compiled.drop_compile_python)
+        self.compile_records: list[dict] = []  # graph breaks and recompiles (compiled.CompilerUntraced.records)
 
     def capture_process_group(self) -> None:
         pg = process_group_info()
@@ -230,12 +231,6 @@ class Recording:
         """Each torch.compile kernel's statements into its args (compiled.charge_kernels); the lines
         the manifest says about compiled code."""
         notes = [w for w in [compiled.compile_warning(self.compile_python_dropped)] if w]
-        try:
-            provenance = compiled.compiled_graph_provenance() if "torch._inductor.output_code" in sys.modules else {}
-        except Exception as e:  # provenance is Inductor's debugging data: never let it stop the run being written
-            return [*notes, f"torch.compile kernels were not traced to their statements: {type(e).__name__}: {e}"]
-        if not provenance:
-            return notes
         from ..schema import ID_STRIDE
 
         count = compiled.ChargeCount()
@@ -247,6 +242,17 @@ class Recording:
         def is_user(file: str) -> bool:
             return self.frames.resolve(file)[1]
 
+        try:
+            for c in self.cycles:  # each graph break and recompile on its line
+                c.events, _ = compiled.name_compile_records(c.events, self.compile_records, intern, is_user)
+        except Exception as e:  # Dynamo's records are debugging data: never let them stop the run being written
+            notes.append(f"torch.compile's graph breaks and recompiles were not named: {type(e).__name__}: {e}")
+        try:
+            provenance = compiled.compiled_graph_provenance() if "torch._inductor.output_code" in sys.modules else {}
+        except Exception as e:  # provenance is Inductor's debugging data: never let it stop the run being written
+            return [*notes, f"torch.compile kernels were not traced to their statements: {type(e).__name__}: {e}"]
+        if not provenance:
+            return notes
         for c in self.cycles:
             c.events = compiled.charge_kernels(c.events, provenance, intern, lambda i: base + i, is_user, count)
         if count.kernels and count.charged < count.kernels:
@@ -383,7 +389,9 @@ class profile(tp.profile):
         self._user_ready = user_ready
         self._statements = StatementHook() if statement_lines and with_stack else None
         self._inductor = compiled.InductorProvenance()  # torch.compile kernels as ranges, with the statements they came from
-        self._compiler = compiled.CompilerUntraced() if with_stack else None  # compiling kept out of the Python tracer
+        # compiling kept out of the Python tracer (with_stack), one range per compile, its graph breaks and recompiles
+        self._compiler = compiled.CompilerUntraced(pause=with_stack)
+        self.recording.compile_records = self._compiler.records
         self._exit_warning: str | None = None
         self.run_dir: Path | None = None
         super().__init__(activities=acts, schedule=schedule, on_trace_ready=self._on_trace_ready, record_shapes=record_shapes,

@@ -6,9 +6,10 @@ device time where the rank has devices, else the CPU time of the outermost opera
 backward work counted on the forward statement) that take at least HOTSPOT_SHARE_MIN of the
 analysed time. The DataLoader's fetch (`enumerate(DataLoader)#...__next__`) is left to input-pipeline,
 whose advice fits a loader; a compile's range (`torch.compile: …`, vocab.compile_range) is no
-operator to make cheaper and is not named as one. A statement that one call of its function runs python-loop's RUNS_PER_CALL_MIN
-times or more is left to that rule, which names the batched alternative. Calls per step are over
-the steady steps (metrics.steady_steps). A hotspot is where optimisation pays first.
+operator to make cheaper and is not named as one, and an operator's figure leaves out the compiles
+inside it (lines.compile_inside_sql: compile time is the compile-time rule's). A statement that
+one call of its function runs python-loop's RUNS_PER_CALL_MIN times or more is left to that rule,
+which names the batched alternative. Calls per step are over the steady steps (metrics.steady_steps). A hotspot is where optimisation pays first.
 Impact: for the operator and the kernel, their time on the steps' critical paths
 (analyzers/critical_path.py: the operator's host time, the kernel's device time; an operator
 that runs while the device is busy costs nothing), and they are reported only when that is at
@@ -24,7 +25,7 @@ import re
 from ...vocab import compile_range, is_compile_range, top_op
 from ..critical_path import on_path_ns
 from ..engine import Context
-from ..lines import line_times_by_rank, line_times_sql
+from ..lines import compile_inside_sql, line_times_by_rank, line_times_sql
 from ..model import Location
 from ..rank_rows import RankQuery
 from ..rank_rows import rows as rank_rows
@@ -50,6 +51,8 @@ def _finding(ctx: Context, what: str, sql: str, loc: Location, key: str, rec: st
     if not _passes(ctx, what, v, key):
         return None
     on_path = _on_path(ctx, what, v["name"])
+    if on_path is not None:
+        on_path = min(on_path, v[key])  # (an operator's path time holds the compiles inside it, which its figure leaves out)
     impact = v[key] if on_path is None else on_path
     label = v["name"]
     if what == "source line":
@@ -136,15 +139,20 @@ def check(ctx: Context) -> list:
     # and a compile's range (vocab.compile_range) is one-time work, no operator to make cheaper
     ops = [o for o in ctx.summary.get("top_level_ops") or []
            if not re.search(LOADER_NAME, o["name"] or "") and not is_compile_range(o["name"])]
+    # the compiles inside an operator (lines.compile_inside_sql) are compile-time's, not the operator's: the
+    # summary's figure holds them, so with any compile range the query gives the figure
+    compiles = any(is_compile_range(o["name"]) for o in ctx.summary.get("top_level_ops") or []) or bool(
+        ctx.run.sql(f"SELECT 1 FROM events WHERE rank = {r} AND {compile_range()} LIMIT 1").fetchone())
     out = [
-        _finding(ctx, "operator", f"""SELECT name, sum(dur_ns)::BIGINT AS cpu_ns, count(*) AS calls, min(event_id) AS sample_id,
-  mode(source_frame_id) AS frame_id FROM events WHERE rank = {r} AND {top_op()} AND NOT regexp_matches(name, '{LOADER_NAME}')
-  AND NOT {compile_range()}
-GROUP BY name ORDER BY cpu_ns DESC, name LIMIT 1""", Location(), "cpu_ns",
+        _finding(ctx, "operator", f"""SELECT e.name, (sum(e.dur_ns) - coalesce(sum(c.compile_ns), 0))::BIGINT AS cpu_ns, count(*) AS calls,
+  min(e.event_id) AS sample_id, mode(e.source_frame_id) AS frame_id
+FROM events e LEFT JOIN ({compile_inside_sql(r)}) c ON c.top_op_id = e.event_id
+WHERE e.rank = {r} AND {top_op('e')} AND NOT regexp_matches(e.name, '{LOADER_NAME}') AND NOT {compile_range('e')}
+GROUP BY e.name ORDER BY cpu_ns DESC, e.name LIMIT 1""", Location(), "cpu_ns",
                  "Make this operator cheaper: check its shapes and dtype (lower precision, channels_last), call it "
                  "less often or on bigger batches, or replace it with a fused / compiled version (torch.compile).",
                  # the summary's heaviest top-level operators are in the query's order: the first that is no fetch
-                 top=(ops[0]["name"], ops[0]["cpu_ns"]) if ops else None),
+                 top=(ops[0]["name"], ops[0]["cpu_ns"]) if ops and not compiles else None),
     ]
     if ctx.has_device():
         out.append(_finding(ctx, "kernel", f"""SELECT k.name, sum(k.dur_ns)::BIGINT AS device_ns, count(*) AS calls, min(k.event_id) AS sample_id,
