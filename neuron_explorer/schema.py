@@ -326,6 +326,8 @@ TIMELINE_LANES = Table(
         _c("max_row", "int64", "", "the deepest row of the lane's events drawn in this layout (0 when none)"),
         _c("has_python", "bool", "", "the lane holds Python frames (`kind='python'`)"),
         _c("first", "int64", "", "the shallowest depth of the lane's events drawn in this layout"),
+        _c("first_ts_ns", "int64", "ns", "the first start of the lane's events"),
+        _c("last_end_ns", "int64", "ns", "the last end of the lane's events (ts_ns + dur_ns)"),
     ),
     ("rank",),
 )

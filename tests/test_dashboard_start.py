@@ -472,3 +472,29 @@ def test_an_error_in_the_analysis_child_is_shown(tmp_path):
     with pytest.raises(NeuronExplorerError, match="no_such_run"):
         findings_view._in_child(gone)
     assert gone._facts["analysis_child"].returncode == 0  # it answered with the error
+
+
+def test_the_page_loads_our_plotly_bundle_which_has_every_trace_type_the_dashboard_draws(run_dir):
+    """The page's one plotly.js is assets/plotly-nx.min.js (scripts/plotly/build.sh: 1.3 MB, not dash's 4.8 MB full
+    bundle), and that bundle registers every trace type the dashboard's figures use (a figure of another type would
+    draw nothing)."""
+    import re
+
+    from neuron_explorer.dashboard import app as app_mod
+
+    rs = RunSet([run_dir])
+    try:
+        client = dash_app.create_app(rs).server.test_client()
+        index = client.get("/").get_data(as_text=True)
+        scripts = re.findall(r'<script src="([^"]+)"', index)
+        assert [s for s in scripts if "plotly" in s] == [f"/assets/{app_mod.PLOTLY_JS}"], scripts  # ours, once; not dash's
+        bundle = client.get(f"/assets/{app_mod.PLOTLY_JS}")
+        assert bundle.status_code == 200 and len(bundle.data) < 2_000_000
+        registered = set(re.findall(rb'moduleType:"trace",name:"([a-z0-9]+)"', bundle.data))
+    finally:
+        rs.close()
+    src = "".join(p.read_text() for p in (Path(app_mod.__file__).parent).rglob("*.py"))
+    used = set(re.findall(r'"type": "([a-z0-9]+)", "(?:mode|ids|x|y|z|orientation)"', src)) | {
+        m.lower() for m in re.findall(r"go\.(Bar|Heatmap|Scatter|Icicle|Pie|Box)\(", src)}
+    assert used >= {"scatter", "bar", "heatmap", "icicle"}, used
+    assert {u.encode() for u in used} <= registered, (used, registered)

@@ -127,6 +127,8 @@ class Lane:
     name: str = ""  # the thread's name (host) or the device's ("GPU 0", "MTIA 17") from the trace's metadata
     skip: int = 0  # subtracted from row_sql: 1 for a lane with no Python frames while they are folded (no band)
     band: bool = False  # this lane's Python frames are folded onto its first row
+    t0: int | None = None  # the first start of its events, ns
+    t1: int | None = None  # the last end of its events, ns
 
     @property
     def label(self) -> str:
@@ -253,14 +255,8 @@ class OpenRun:
         profiler's own spans, events with no thread, negative tids), ns; of `rank` when given. The
         whole-run view: meta lanes that start long before the work (95 ms of the 68k-event CUDA
         trace) would otherwise leave that much of it empty. span() when every lane is a meta lane."""
-        key = ("shown_span", rank)
-        if key not in self._facts:
-            where = "" if rank is None else f" AND rank = {int(rank)}"
-            _, rows = self.query(f"SELECT min(ts_ns), max(ts_ns + dur_ns) FROM (SELECT ts_ns, dur_ns, {LANE_SQL} FROM events "
-                                 f"WHERE true{where}) WHERE NOT {HIDDEN_LANE_SQL}")
-            t0, t1 = rows[0]
-            self._facts[key] = (int(t0), int(t1)) if t0 is not None else self.span()
-        return self._facts[key]
+        shown = [ln for ln in self.lanes(rank, True) if not ln.hidden and ln.t0 is not None]  # each lane's own span (stored with it)
+        return (min(ln.t0 for ln in shown), max(ln.t1 for ln in shown)) if shown else self.span()
 
     def lanes(self, rank: int | None, all_lanes: bool = True) -> list[Lane]:
         """The lanes of the timeline, with their first y row. Without `all_lanes`, meta lanes
@@ -275,7 +271,8 @@ class OpenRun:
                 where = "" if rank is None else f"WHERE rank = {int(rank)}"
                 mine = f"NOT {tool_frame()}" if tool_hidden else "true"
                 sql = (f"SELECT {LANE_SQL}, coalesce(max({row_sql(band)}) FILTER ({mine}), 0) AS max_row, "
-                       f"bool_or(kind = 'python') AS has_python, coalesce(min(coalesce(depth, 0)) FILTER ({mine}), 0) AS first "
+                       f"bool_or(kind = 'python') AS has_python, coalesce(min(coalesce(depth, 0)) FILTER ({mine}), 0) AS first, "
+                       "min(ts_ns) AS first_ts_ns, max(ts_ns + dur_ns) AS last_end_ns "
                        f"FROM events {where} "
                        "GROUP BY ALL ORDER BY rank, is_device, lane_a NULLS FIRST, lane_b NULLS FIRST, lane_text")
                 tbl = self.stored(schema.TIMELINE_LANES, f"{'all' if rank is None else f'r{int(rank)}'}-{int(band)}{int(tool_hidden)}", sql,
@@ -283,11 +280,11 @@ class OpenRun:
                 rows = zip(*(tbl[c].to_pylist() for c in schema.TIMELINE_LANES.column_names))
                 names = lane_names(self.run.manifest)
                 lanes = []
-                for i, (rk, dev, a, b, text, max_row, has_python, first) in enumerate(rows):
+                for i, (rk, dev, a, b, text, max_row, has_python, first, t0, t1) in enumerate(rows):
                     skip = 1 if band and not has_python else int(first) if tool_hidden else 0
                     rows_ = min(max(int(max_row or 0) - skip, 0) + 1, MAX_DEPTH_ROWS)
                     name = names.get((int(rk), "device", a) if dev else (int(rk), "thread", a, b), "")
-                    lanes.append(Lane(i, int(rk), bool(dev), a, b, text, rows_, 0, name, skip, band and bool(has_python)))
+                    lanes.append(Lane(i, int(rk), bool(dev), a, b, text, rows_, 0, name, skip, band and bool(has_python), t0, t1))
             else:
                 full = self.lanes(rank, True)
                 lanes = [ln for ln in full if not ln.hidden] or full
