@@ -693,8 +693,9 @@ browser (`start`)."""
 
 
 def start(rs: RunSet, wait_s: float | None = None) -> threading.Thread:
-    """In a background thread ('nx-warm'): `warm`, then each run's analysis (views/findings.analyse),
-    one after the other, so that the analysis does not slow the first page down on a small machine.
+    """In a background thread ('nx-warm'): `warm`, then each run's analysis (views/findings.analyse:
+    in a child process at a lower priority, which this thread waits for), one after the other, so
+    that the analysis does not slow the first page down on a small machine.
     Built is not drawn: the browser still evaluates the scripts and draws the timeline (about 2 s of
     CPU), which the analysis's queries on every core would slow down. So the first run's analysis
     starts when the page's first callback asks for the findings (the page is drawn by then:
