@@ -255,6 +255,8 @@ class OpenRun:
         profiler's own spans, events with no thread, negative tids), ns; of `rank` when given. The
         whole-run view: meta lanes that start long before the work (95 ms of the 68k-event CUDA
         trace) would otherwise leave that much of it empty. span() when every lane is a meta lane."""
+        if rank is not None and self.run.view_ranks is None and len(self.run.ranks) > SCOPED_RANKS:
+            return self.of_rank(rank).shown_span(rank)  # one rank of many: the lanes its timeline reads (that rank's partition)
         shown = [ln for ln in self.lanes(rank, True) if not ln.hidden and ln.t0 is not None]  # each lane's own span (stored with it)
         return (min(ln.t0 for ln in shown), max(ln.t1 for ln in shown)) if shown else self.span()
 
