@@ -53,7 +53,7 @@ def main() -> None:
     starts, loads, verbose = _opt("--starts", 2), _opt("--loads", 3), "--verbose" in sys.argv
     before = Path(_opt("--before", "")) if "--before" in sys.argv else None
     skip = {sys.argv.index(o) + 1 for o in ("--before", "--starts", "--loads") if o in sys.argv}
-    runs = [Path(a) for i, a in enumerate(sys.argv[1:], 1) if not a.startswith("--") and i not in skip]
+    runs = [_cli.run_dir(a) for i, a in enumerate(sys.argv[1:], 1) if not a.startswith("--") and i not in skip]
     if not runs:
         print(__doc__)
         raise SystemExit(2)
