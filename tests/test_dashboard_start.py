@@ -448,9 +448,12 @@ def test_the_analysis_runs_in_a_child_process_and_the_findings_fill_in(run_dir):
     from neuron_explorer.analyzers import analyze
 
     assert findings_view.IN_CHILD and findings_view._load_analyze is findings_view._LOAD_ANALYZE
+    from neuron_explorer.dashboard.views import overview as overview_view
+
     rs = RunSet([run_dir])
     try:
         assert dash_app.findings_panel(rs, 0, None) == ([], dash_app.COMPUTING)
+        assert [getattr(c, "id", None) for c in overview.content_or_computing(rs, 0, None)] == ["overview-computing"]
         _wait(lambda: findings_view.analysis_state(rs, 0) != "computing")
         child = rs.get(0)._facts["analysis_child"]
         assert child.pid != os.getpid() and child.returncode == 0 and findings_view.analysis_state(rs, 0) == "ready"
@@ -459,6 +462,9 @@ def test_the_analysis_runs_in_a_child_process_and_the_findings_fill_in(run_dir):
         rows, note = dash_app.findings_panel(rs, 0, None)
         assert len(rows) == len(expected["rows"]) and note != dash_app.COMPUTING
         assert findings_view.report_summary(rs, 0)["ranks"][0]["rank"] == 0
+        drawn = overview.content_or_computing(rs, 0, None)  # the Overview from the child's report
+        assert "overview-computing" not in [getattr(c, "id", None) for c in drawn] and "overview-header" in [getattr(c, "id", None) for c in drawn]
+        assert overview_view.overview(rs, 0) is overview_view.overview(rs, 0)  # its data computed once, not at every page load
     finally:
         rs.close()
 
