@@ -321,7 +321,48 @@ TIMELINE_PYRAMID = Table(
     ("rank", "fine_bucket"),
 )
 
-DERIVED_TABLES: dict[str, Table] = {t.name: t for t in (TIMELINE_PYRAMID,)}
+_LANE_COLS = TIMELINE_PYRAMID.columns[:5]  # rank, is_device, lane_a, lane_b, lane_text: a lane's identity (dashboard/runs.py LANE_SQL)
+
+TIMELINE_LANES = Table(
+    "timeline_lanes",
+    "timeline_lanes.parquet",
+    "The dashboard timeline's lanes (dashboard/runs.py `OpenRun.lanes`): one row per lane (a host thread or a device "
+    "stream) with what decides its rows. One file per scope (`all` ranks or `rank<r>`), rank picked (`all` or `r<rank>`) "
+    "and layout (Python frames folded or not, the tool's frames hidden or not), named "
+    "`timeline_lanes.<scope>-<rank>-<layout>.parquet`; written at the first dashboard open of the run.",
+    (
+        *_LANE_COLS,
+        _c("max_row", "int64", "", "the deepest row of the lane's events drawn in this layout (0 when none)"),
+        _c("has_python", "bool", "", "the lane holds Python frames (`kind='python'`)"),
+        _c("first", "int64", "", "the shallowest depth of the lane's events drawn in this layout"),
+        _c("first_ts_ns", "int64", "ns", "the first start of the lane's events"),
+        _c("last_end_ns", "int64", "ns", "the last end of the lane's events (ts_ns + dur_ns)"),
+    ),
+    ("rank",),
+)
+
+TIMELINE_LONG_EVENTS = Table(
+    "timeline_long_events",
+    "timeline_long_events.parquet",
+    "The run's few thousand longest events, kept in the dashboard's memory (dashboard/runs.py `OpenRun.long_events`): every "
+    "other event is no longer than `short_max_dur_ns`, which bounds how far before a window a timeline query looks. One "
+    "file per scope (`all` ranks or `rank<r>`), named `timeline_long_events.<scope>-all.parquet`; written at the first "
+    "dashboard open of the run.",
+    (
+        _c("short_max_dur_ns", "int64", "ns", "the longest duration of an event not in this table (the same on every row)"),
+        _c("event_id", "int64", "event id", "the event (events.event_id)"),
+        _c("kind", "string", "", "its kind"),
+        _c("name", "string", "", "its name"),
+        _TS,
+        _c("dur_ns", "int64", "ns", "its duration"),
+        _c("depth", "int32", "", "its nesting depth on its track"),
+        _c("python_ancestors", "int32", "", "Python frames around it on its track (events.python_ancestors)"),
+        *_LANE_COLS,
+    ),
+    ("rank", "ts_ns"),
+)
+
+DERIVED_TABLES: dict[str, Table] = {t.name: t for t in (TIMELINE_PYRAMID, TIMELINE_LANES, TIMELINE_LONG_EVENTS)}
 """The tables a run may hold in RUN/derived/ (DERIVED_DIR)."""
 
 MANIFEST_KEYS: dict[str, str] = {

@@ -11,7 +11,7 @@ import pytest
 
 from .conftest import REPO
 
-SCRIPTS = ["bench_page.py", "bench_serve_start.py"]
+SCRIPTS = ["bench_page.py", "bench_serve_start.py", "page_phases.py"]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

@@ -371,3 +371,136 @@ def test_the_stored_pyramid_gives_the_computed_view_on_a_real_trace(tmp_path):
     assert len(used) >= 4 and len(used) % 2 == 0 and set(used) == {"_nx_pyramid_10"}, used
     assert (run_dir / "derived" / "timeline_pyramid.all-10.parquet").is_file()
     assert views[0] == views[1] and len(views[0]["x0"]) > 1000 and "aggregated per pixel" in views[0]["status"]
+
+
+# ---- the lanes and the longest events stored beside the run (issue 42) ----------------------------
+def _scans(monkeypatch):
+    """The SQL of the lanes' and the longest events' scans of the events (OpenRun.lanes, OpenRun.long_events), as run."""
+    from neuron_explorer.dashboard import runs as runs_mod
+
+    seen = []
+    real_arrow, real_query = runs_mod.OpenRun.arrow, runs_mod.OpenRun.query
+
+    def spy(real):
+        def call(self, sql, params=None):
+            if "AS max_row" in sql:
+                seen.append("lanes")
+            elif "short_max_dur_ns" in sql or sql.startswith("SELECT dur_ns FROM events ORDER BY"):
+                seen.append("long")
+            return real(self, sql, params)
+        return call
+    monkeypatch.setattr(runs_mod.OpenRun, "arrow", spy(real_arrow))
+    monkeypatch.setattr(runs_mod.OpenRun, "query", spy(real_query))
+    return seen
+
+
+def _facts(run_dir):
+    """(the lanes of the default layout, all lanes, the longest events and their threshold, the whole run's view) of a fresh open."""
+    rs = RunSet([run_dir])
+    try:
+        r = rs.get(0)
+        threshold, long = r.long_events()
+        return ([ln.to_dict() for ln in r.lanes(None, False)], [ln.to_dict() for ln in r.lanes(None, True)], threshold,
+                sorted(tuple(d.values()) for d in long.to_pylist()), _view(run_dir))
+    finally:
+        rs.close()
+
+
+def test_the_lanes_and_longest_events_are_stored_and_read_at_the_next_open(tmp_path, tiny_pyramid, monkeypatch):
+    run_dir = _import(tmp_path / "run", _short())
+    scans = _scans(monkeypatch)
+    first = _facts(run_dir)
+    assert sorted(set(scans)) == ["lanes", "long"]  # the first open scanned the events for both
+    assert sorted(f.name for f in (run_dir / "derived").glob("timeline_l*.parquet")) == [
+        "timeline_lanes.all-all-10.parquet", "timeline_long_events.all-all.parquet"]
+    # one lane (the thread of the four slices) of two rows (the step, the slices in it); one event kept in memory (LONG_EVENTS = 1): the step, 100 us;
+    # every other event is at most 10 us long (a)
+    assert [(ln["label"], ln["rows"]) for ln in first[0]] == [("r0 pid 1 tid 1", 2)] and first[2] == 10_000
+    assert [(x[2], x[4]) for x in first[3]] == [("ProfilerStep#1", 100_000)]
+    scans.clear()
+    second = _facts(run_dir)
+    assert scans == []  # read back: no scan of the events
+    assert second == first  # the same lanes, longest events and page
+    monkeypatch.setattr("neuron_explorer.store.read_derived", lambda *a: None)  # nothing stored: computed
+    assert _facts(run_dir) == first and sorted(set(scans)) == ["lanes", "long"]
+
+
+def test_the_stored_lanes_and_longest_events_are_computed_again_when_the_run_changes(tmp_path, tiny_pyramid, monkeypatch):
+    import shutil
+
+    run_dir = _import(tmp_path / "run", _short())
+    before = _facts(run_dir)
+    other = _import(tmp_path / "other", _short(b_dur=8, c_ts=70) + [X("d", "cpu_op", 80, 15)])  # d nested under the step, 15 us
+    shutil.copyfile(other / "rank=0" / "events.parquet", run_dir / "rank=0" / "events.parquet")
+    scans = _scans(monkeypatch)
+    after = _facts(run_dir)
+    assert sorted(set(scans)) == ["lanes", "long"]  # the stored ones were of the old events: computed again
+    assert after[2] == 15_000 != before[2]  # the longest short event is now d
+    monkeypatch.setattr("neuron_explorer.store.read_derived", lambda *a: None)
+    assert _facts(run_dir) == after
+
+
+def test_the_analysis_runs_in_a_child_process_and_the_findings_fill_in(run_dir):
+    """The real analyzer runs in a child process (views/findings._in_child): the panel says "computing…", then
+    shows the findings the analyzer gives in this process."""
+    import os
+
+    from neuron_explorer.analyzers import analyze
+
+    assert findings_view.IN_CHILD and findings_view._load_analyze is findings_view._LOAD_ANALYZE
+    from neuron_explorer.dashboard.views import overview as overview_view
+
+    rs = RunSet([run_dir])
+    try:
+        assert dash_app.findings_panel(rs, 0, None) == ([], dash_app.COMPUTING)
+        assert [getattr(c, "id", None) for c in overview.content_or_computing(rs, 0, None)] == ["overview-computing"]
+        _wait(lambda: findings_view.analysis_state(rs, 0) != "computing")
+        child = rs.get(0)._facts["analysis_child"]
+        assert child.pid != os.getpid() and child.returncode == 0 and findings_view.analysis_state(rs, 0) == "ready"
+        expected = findings_view.findings_from_report(rs.get(0), analyze(run_dir, write=False))
+        assert findings_view.findings(rs, 0) == expected and len(expected["rows"]) >= 1
+        rows, note = dash_app.findings_panel(rs, 0, None)
+        assert len(rows) == len(expected["rows"]) and note != dash_app.COMPUTING
+        assert findings_view.report_summary(rs, 0)["ranks"][0]["rank"] == 0
+        drawn = overview.content_or_computing(rs, 0, None)  # the Overview from the child's report
+        assert "overview-computing" not in [getattr(c, "id", None) for c in drawn] and "overview-header" in [getattr(c, "id", None) for c in drawn]
+        assert overview_view.overview(rs, 0) is overview_view.overview(rs, 0)  # its data computed once, not at every page load
+    finally:
+        rs.close()
+
+
+def test_an_error_in_the_analysis_child_is_shown(tmp_path):
+    from types import SimpleNamespace
+
+    from neuron_explorer.errors import NeuronExplorerError
+
+    gone = SimpleNamespace(run=SimpleNamespace(path=tmp_path / "no_such_run"), _facts={})
+    with pytest.raises(NeuronExplorerError, match="no_such_run"):
+        findings_view._in_child(gone)
+    assert gone._facts["analysis_child"].returncode == 0  # it answered with the error
+
+
+def test_the_page_loads_our_plotly_bundle_which_has_every_trace_type_the_dashboard_draws(run_dir):
+    """The page's one plotly.js is assets/plotly-nx.min.js (scripts/plotly/build.sh: 1.3 MB, not dash's 4.8 MB full
+    bundle), and that bundle registers every trace type the dashboard's figures use (a figure of another type would
+    draw nothing)."""
+    import re
+
+    from neuron_explorer.dashboard import app as app_mod
+
+    rs = RunSet([run_dir])
+    try:
+        client = dash_app.create_app(rs).server.test_client()
+        index = client.get("/").get_data(as_text=True)
+        scripts = re.findall(r'<script src="([^"]+)"', index)
+        assert [s for s in scripts if "plotly" in s] == [f"/assets/{app_mod.PLOTLY_JS}"], scripts  # ours, once; not dash's
+        bundle = client.get(f"/assets/{app_mod.PLOTLY_JS}")
+        assert bundle.status_code == 200 and len(bundle.data) < 2_000_000
+        registered = set(re.findall(rb'moduleType:"trace",name:"([a-z0-9]+)"', bundle.data))
+    finally:
+        rs.close()
+    src = "".join(p.read_text() for p in (Path(app_mod.__file__).parent).rglob("*.py"))
+    used = set(re.findall(r'"type": "([a-z0-9]+)", "(?:mode|ids|x|y|z|orientation)"', src)) | {
+        m.lower() for m in re.findall(r"go\.(Bar|Heatmap|Scatter|Icicle|Pie|Box)\(", src)}
+    assert used >= {"scatter", "bar", "heatmap", "icicle"}, used
+    assert {u.encode() for u in used} <= registered, (used, registered)

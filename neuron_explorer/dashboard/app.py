@@ -29,6 +29,9 @@ from .views.events import briefs, event_span
 from .views.findings import analyse, analysis_state, start_analysis
 
 DEFAULT_WIDTH = 1500
+PLOTLY_JS = "plotly-nx.min.js"
+"""The page's plotly.js (assets/): the core (scatter), bar, heatmap and icicle, the trace types the
+dashboard draws; built by scripts/plotly/build.sh."""
 RANGE_KEY = re.compile(r"^xaxis\d*\.range(\[(0|1)\])?$")
 
 
@@ -343,14 +346,16 @@ def create_app(rs: RunSet):
     # suppress_callback_exceptions: the layout is a function (`page`, computed on the first page's
     # request, not here); Dash would otherwise call it now to validate the callbacks' ids
     app = dash.Dash(__name__, title="Neuron Explorer", update_title=None, serve_locally=True, suppress_callback_exceptions=True,
-                    on_error=_callback_failed)
+                    on_error=_callback_failed, assets_ignore=re.escape(PLOTLY_JS))
     register_api(app.server, rs)
     app.server.register_error_handler(Exception, _update_failed)
     app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + STYLE + compare_view.STYLE + overview.STYLE + sql.STYLE + "</style>")
-    # plotly.js (4.8 MB) as the first script of the page, not fetched by the graph once the layout
-    # has arrived: it downloads beside the other scripts, and the timeline in the layout draws as
-    # soon as the renderer mounts it (dcc.Graph uses window.Plotly when it is there)
-    plotly_js = f"{app.config.requests_pathname_prefix}_dash-component-suites/plotly/package_data/plotly.min.js"
+    # plotly.js as the first script of the page, not fetched by the graph once the layout has
+    # arrived: it downloads beside the other scripts, and the timeline in the layout draws as soon
+    # as the renderer mounts it (dcc.Graph uses window.Plotly when it is there). Ours (PLOTLY_JS),
+    # not the full bundle dash lists (4.8 MB, every trace type; taken off dcc's scripts here).
+    dcc._js_dist[:] = [d for d in dcc._js_dist if d.get("namespace") != "plotly"]
+    plotly_js = app.get_asset_url(PLOTLY_JS)
     app.index_string = app.index_string.replace("{%scripts%}", f'<script src="{plotly_js}"></script>{{%scripts%}}')
     comparing = len(rs.runs) >= 2  # the Compare view needs two runs
 
@@ -688,8 +693,9 @@ browser (`start`)."""
 
 
 def start(rs: RunSet, wait_s: float | None = None) -> threading.Thread:
-    """In a background thread ('nx-warm'): `warm`, then each run's analysis (views/findings.analyse),
-    one after the other, so that the analysis does not slow the first page down on a small machine.
+    """In a background thread ('nx-warm'): `warm`, then each run's analysis (views/findings.analyse:
+    in a child process at a lower priority, which this thread waits for), one after the other, so
+    that the analysis does not slow the first page down on a small machine.
     Built is not drawn: the browser still evaluates the scripts and draws the timeline (about 2 s of
     CPU), which the analysis's queries on every core would slow down. So the first run's analysis
     starts when the page's first callback asks for the findings (the page is drawn by then:

@@ -16,6 +16,9 @@ import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import pyarrow as pa
+
+from .. import schema, store
 from ..errors import NeuronExplorerError
 from ..store import Run, open_run
 from ..vocab import tool_frame
@@ -124,6 +127,8 @@ class Lane:
     name: str = ""  # the thread's name (host) or the device's ("GPU 0", "MTIA 17") from the trace's metadata
     skip: int = 0  # subtracted from row_sql: 1 for a lane with no Python frames while they are folded (no band)
     band: bool = False  # this lane's Python frames are folded onto its first row
+    t0: int | None = None  # the first start of its events, ns
+    t1: int | None = None  # the last end of its events, ns
 
     @property
     def label(self) -> str:
@@ -250,14 +255,10 @@ class OpenRun:
         profiler's own spans, events with no thread, negative tids), ns; of `rank` when given. The
         whole-run view: meta lanes that start long before the work (95 ms of the 68k-event CUDA
         trace) would otherwise leave that much of it empty. span() when every lane is a meta lane."""
-        key = ("shown_span", rank)
-        if key not in self._facts:
-            where = "" if rank is None else f" AND rank = {int(rank)}"
-            _, rows = self.query(f"SELECT min(ts_ns), max(ts_ns + dur_ns) FROM (SELECT ts_ns, dur_ns, {LANE_SQL} FROM events "
-                                 f"WHERE true{where}) WHERE NOT {HIDDEN_LANE_SQL}")
-            t0, t1 = rows[0]
-            self._facts[key] = (int(t0), int(t1)) if t0 is not None else self.span()
-        return self._facts[key]
+        if rank is not None and self.run.view_ranks is None and len(self.run.ranks) > SCOPED_RANKS:
+            return self.of_rank(rank).shown_span(rank)  # one rank of many: the lanes its timeline reads (that rank's partition)
+        shown = [ln for ln in self.lanes(rank, True) if not ln.hidden and ln.t0 is not None]  # each lane's own span (stored with it)
+        return (min(ln.t0 for ln in shown), max(ln.t1 for ln in shown)) if shown else self.span()
 
     def lanes(self, rank: int | None, all_lanes: bool = True) -> list[Lane]:
         """The lanes of the timeline, with their first y row. Without `all_lanes`, meta lanes
@@ -271,17 +272,21 @@ class OpenRun:
             if all_lanes:
                 where = "" if rank is None else f"WHERE rank = {int(rank)}"
                 mine = f"NOT {tool_frame()}" if tool_hidden else "true"
-                _, rows = self.query(f"SELECT {LANE_SQL}, coalesce(max({row_sql(band)}) FILTER ({mine}), 0) AS max_row, "
-                                     f"bool_or(kind = 'python') AS has_python, coalesce(min(coalesce(depth, 0)) FILTER ({mine}), 0) AS first "
-                                     f"FROM events {where} "
-                                     "GROUP BY ALL ORDER BY rank, is_device, lane_a NULLS FIRST, lane_b NULLS FIRST, lane_text")
+                sql = (f"SELECT {LANE_SQL}, coalesce(max({row_sql(band)}) FILTER ({mine}), 0) AS max_row, "
+                       f"bool_or(kind = 'python') AS has_python, coalesce(min(coalesce(depth, 0)) FILTER ({mine}), 0) AS first, "
+                       "min(ts_ns) AS first_ts_ns, max(ts_ns + dur_ns) AS last_end_ns "
+                       f"FROM events {where} "
+                       "GROUP BY ALL ORDER BY rank, is_device, lane_a NULLS FIRST, lane_b NULLS FIRST, lane_text")
+                tbl = self.stored(schema.TIMELINE_LANES, f"{'all' if rank is None else f'r{int(rank)}'}-{int(band)}{int(tool_hidden)}", sql,
+                                  lambda: self.arrow(sql))
+                rows = zip(*(tbl[c].to_pylist() for c in schema.TIMELINE_LANES.column_names))
                 names = lane_names(self.run.manifest)
                 lanes = []
-                for i, (rk, dev, a, b, text, max_row, has_python, first) in enumerate(rows):
+                for i, (rk, dev, a, b, text, max_row, has_python, first, t0, t1) in enumerate(rows):
                     skip = 1 if band and not has_python else int(first) if tool_hidden else 0
                     rows_ = min(max(int(max_row or 0) - skip, 0) + 1, MAX_DEPTH_ROWS)
                     name = names.get((int(rk), "device", a) if dev else (int(rk), "thread", a, b), "")
-                    lanes.append(Lane(i, int(rk), bool(dev), a, b, text, rows_, 0, name, skip, band and bool(has_python)))
+                    lanes.append(Lane(i, int(rk), bool(dev), a, b, text, rows_, 0, name, skip, band and bool(has_python), t0, t1))
             else:
                 full = self.lanes(rank, True)
                 lanes = [ln for ln in full if not ln.hidden] or full
@@ -295,8 +300,11 @@ class OpenRun:
 
     def long_events(self):
         """(short_max_dur_ns, the longest events as an Arrow table): every event not in the table
-        has dur_ns <= short_max_dur_ns (-1 when every event is in the table)."""
-        def compute():
+        has dur_ns <= short_max_dur_ns (-1 when every event is in the table). Stored beside the run
+        (schema.TIMELINE_LONG_EVENTS, `stored`) at the first open, read at every later one."""
+        cols = f"event_id, kind, name, ts_ns, dur_ns, depth, python_ancestors, {LANE_SQL}"
+
+        def scan() -> pa.Table:
             _, rows = self.query("SELECT count(*) FROM events")
             n = rows[0][0]
             if n <= LONG_EVENTS:
@@ -304,10 +312,32 @@ class OpenRun:
             else:
                 _, rows = self.query("SELECT dur_ns FROM events ORDER BY dur_ns DESC LIMIT 1 OFFSET ?", [LONG_EVENTS])
                 threshold = int(rows[0][0])
-            tbl = self.arrow(f"SELECT event_id, kind, name, ts_ns, dur_ns, depth, python_ancestors, {LANE_SQL} FROM events WHERE dur_ns > ?",
-                             [threshold])
-            return (threshold, tbl)
+            return self.arrow(f"SELECT {threshold}::BIGINT AS short_max_dur_ns, {cols} FROM events WHERE dur_ns > ?", [threshold])
+
+        def compute():
+            tbl = self.stored(schema.TIMELINE_LONG_EVENTS, "all", f"LONG_EVENTS={LONG_EVENTS} SELECT {cols} FROM events", scan,
+                              keep=lambda t: t.num_rows > 0)  # an empty table cannot say its threshold
+            threshold = int(tbl["short_max_dur_ns"][0].as_py()) if tbl.num_rows else -1
+            return (threshold, tbl.drop_columns(["short_max_dur_ns"]))
         return self.cached("long", compute)
+
+    @property
+    def scope(self) -> str:
+        """The ranks this run's views read, in a derived file's name: `all`, or `rank<r>` (`of_rank`)."""
+        return "all" if self.run.view_ranks is None else "rank" + "_".join(str(k) for k in self.run.view_ranks)
+
+    def stored(self, table: schema.Table, variant: str, computation: str, compute, keep=lambda t: True) -> pa.Table:
+        """A derived table of this run (schema.DERIVED_TABLES) for `variant` (prefixed with `scope`):
+        read from RUN/derived/ when it was computed from the run as it is now by `computation`
+        (store.derived_key), else `compute()`d and stored there (where `keep` says it can be)."""
+        variant = f"{self.scope}-{variant}"
+        key = store.derived_key(self.run, computation)
+        tbl = store.read_derived(self.run, table, variant, key)
+        if tbl is None:
+            tbl = compute()
+            if keep(tbl):
+                store.write_derived(self.run, table, variant, key, tbl)
+        return tbl.select(table.column_names).cast(table.arrow_schema())
 
     def of_rank(self, rank: int) -> OpenRun:
         """This run seen through views over one rank's partition (`Run.with_ranks`), with its own
@@ -329,7 +359,11 @@ class OpenRun:
     def close(self, wait_s: float = 5.0) -> None:
         """Close this run's connection and its ranks' ones. A request still running a query (the
         server stops with one in flight) is interrupted and waited for: a thread left inside
-        DuckDB when the interpreter exits aborts the process."""
+        DuckDB when the interpreter exits aborts the process. The analysis's child process
+        (views/findings._in_child), if one is running, is killed."""
+        child = self._facts.get("analysis_child")
+        if child is not None and child.poll() is None:
+            child.kill()
         self.run.con.interrupt()
         held = self.lock.acquire(timeout=wait_s)
         try:

@@ -350,8 +350,7 @@ def _pyramid(r: OpenRun):
         start, end = r.span()
         fine = max(1, -(-(end + 1 - start) // PYRAMID_BUCKETS))
         name = f"_nx_pyramid_{tag}"
-        scope = "all" if r.run.view_ranks is None else "rank" + "_".join(str(k) for k in r.run.view_ranks)
-        variant = f"{scope}-{tag}"
+        variant = f"{r.scope}-{tag}"
         # the query, whatever the threshold: that one follows from the events (LONG_EVENTS of them are longer)
         key = store.derived_key(r.run, f"LONG_EVENTS={_runs.LONG_EVENTS} " + _pyramid_query(r, band, "{threshold}", start, fine))
         tbl = store.read_derived(r.run, schema.TIMELINE_PYRAMID, variant, key)

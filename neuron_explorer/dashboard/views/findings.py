@@ -74,15 +74,100 @@ def analyse(rs: RunSet, run=0) -> None:
 
 def _analysis(r: OpenRun) -> dict:
     """The run's findings (as `findings` returns them), analysed once per run; the report's summary
-    is cached with them (`report_summary`)."""
+    is cached with them (`report_summary`). The analyzer runs in a child process (`_in_child`)
+    unless `_load_analyze` was replaced (tests give a stand-in analyzer: run here, in a thread)."""
     def compute() -> dict:
-        analyze = _load_analyze()
-        if analyze is None:
-            raise QueryError("the analyzer is not available in this installation")
-        report = _in_named_thread(lambda: analyze(r.run.path, write=False))  # the dashboard only reads the run
-        r.cached("report_summary", lambda: report.summary)
-        return findings_from_report(r, report)
+        if IN_CHILD and _load_analyze is _LOAD_ANALYZE:
+            payload = _in_child(r)
+        else:
+            analyze = _load_analyze()
+            if analyze is None:
+                raise QueryError("the analyzer is not available in this installation")
+            payload = _in_named_thread(lambda: report_payload(analyze(r.run.path, write=False)))  # the dashboard only reads the run
+        r.cached("report_summary", lambda: payload["summary"])
+        return findings_from_payload(r, payload)
     return r.cached("findings", compute)
+
+
+_LOAD_ANALYZE = _load_analyze
+IN_CHILD = True
+"""Whether the dashboard's analysis runs in a child process (`_in_child`)."""
+CHILD_NICE = 10
+"""The analysis child's niceness: it yields the cores to the server's requests and the browser."""
+
+
+def report_payload(report) -> dict:
+    """What the dashboard keeps of a report, as plain data (it crosses from the child process): the
+    summary, each finding's dict and its contents' lines (analyzers.render.inside_lines), the warnings."""
+    return {"summary": report.summary, "findings": [(f.to_dict(), inside_lines(f)) for f in report.findings],
+            "warnings": list(report.warnings)}
+
+
+def _in_child(r: OpenRun) -> dict:
+    """report_payload of the run's analysis, computed in a child Python process at CHILD_NICE
+    (`python -m neuron_explorer.dashboard.views.findings RUN`, the payload pickled on its stdout):
+    its queries and its Python neither hold the server's GIL nor take the cores from the page's
+    requests and the browser's drawing. The child exits when the server does (its stdin closes);
+    `OpenRun.close` kills it. An error in the child is raised here (as a QueryError with its message
+    where the exception itself cannot be passed back)."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+    import threading
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[3])  # the folder holding this neuron_explorer package
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    proc = subprocess.Popen([sys.executable, "-m", "neuron_explorer.dashboard.views.findings", str(r.run.path), str(CHILD_NICE)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    r._facts["analysis_child"] = proc
+    err: list[bytes] = []
+    drain = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)  # never blocks the child on a full pipe
+    drain.start()
+    out = proc.stdout.read()
+    proc.wait()
+    drain.join(5)
+    try:
+        status, value = pickle.loads(out)
+    except Exception:  # noqa: BLE001  (killed, or died before it answered)
+        tail = b"".join(err).decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
+        raise QueryError(f"the analysis stopped: {tail[0][:300]}") from None
+    if status == "error":
+        raise value
+    return value
+
+
+def _child_main(path: str, nice: int) -> None:
+    """The analysis child (`_in_child`): lower its priority before anything starts a thread (DuckDB's
+    threads inherit it), analyse, write ("ok", payload) or ("error", exception) pickled to stdout."""
+    import os
+    import pickle
+    import sys
+    import threading
+
+    try:
+        os.nice(nice)
+    except OSError:
+        pass
+
+    def orphaned():  # the server is gone when its end of our stdin closes
+        sys.stdin.buffer.read()
+        os._exit(3)
+    threading.Thread(target=orphaned, daemon=True).start()
+    try:
+        from ...analyzers import analyze
+
+        result = ("ok", report_payload(analyze(path, write=False)))
+    except Exception as e:  # noqa: BLE001  (passed back to the server, which shows it in the panel)
+        try:
+            pickle.dumps(e)
+            result = ("error", e)
+        except Exception:  # noqa: BLE001
+            result = ("error", QueryError(f"{type(e).__name__}: {e}"))
+    sys.stdout.buffer.write(pickle.dumps(result))
+    sys.stdout.buffer.flush()
+    os._exit(0)  # no interpreter teardown (DuckDB's threads): the answer is written
 
 
 def _in_named_thread(fn):
@@ -107,9 +192,12 @@ def _in_named_thread(fn):
 
 
 def findings_from_report(r: OpenRun, report) -> dict:
+    return findings_from_payload(r, report_payload(report))
+
+
+def findings_from_payload(r: OpenRun, payload: dict) -> dict:
     rows = []
-    for i, f in enumerate(report.findings):
-        d = f.to_dict()
+    for i, (d, inside) in enumerate(payload["findings"]):
         rows.append({"index": i, "rule_id": d["rule_id"], "title": d["title"], "severity": d["severity"],
                      "category": d["category"], "impact_ms": d["impact_ns"] / 1e6, "impact_share": d["impact_share"],
                      "saving_bound_ms": d["saving_bound_ns"] / 1e6, "confidence": d["confidence"],
@@ -118,9 +206,9 @@ def findings_from_report(r: OpenRun, report) -> dict:
                      "location": d["location"], "evidence_sql": d["evidence"]["sql"],
                      "event_ids": [int(x) for x in d["evidence"].get("sample_event_ids") or []][:200],
                      # what is inside it (analyzers/contents.py): the report's lines, and the data without its SQL
-                     "inside": inside_lines(f), "contents": {k: v for k, v in (d.get("contents") or {}).items() if k != "sql"},
+                     "inside": inside, "contents": {k: v for k, v in (d.get("contents") or {}).items() if k != "sql"},
                      **_target(r, d)})
-    return {"rows": rows, "warnings": list(report.warnings), "truncated": False}
+    return {"rows": rows, "warnings": list(payload["warnings"]), "truncated": False}
 
 
 def _target(r: OpenRun, d: dict) -> dict:
@@ -141,3 +229,9 @@ def _target(r: OpenRun, d: dict) -> dict:
     t0, t1 = min(a for a, _ in spans), max(b for _, b in spans)
     pad = max((t1 - t0) // 10, 1000)
     return {"t0": int(t0 - pad), "t1": int(t1 + pad)}
+
+
+if __name__ == "__main__":  # the analysis child of `_in_child`
+    import sys as _sys
+
+    _child_main(_sys.argv[1], int(_sys.argv[2]))

@@ -50,9 +50,15 @@ def overview(rs: RunSet, run=0, rank=None) -> dict:
     """The Overview page's data for a run (every rank, or one `rank`): per rank the verdict, the
     per-step breakdown with device busy and MFU, the devices; over the ranks shown, the top
     kernels, operators and lines with their share and its denominator, the roofline, the
-    data-quality notes and the findings (with the report's confidence). See the module docstring."""
+    data-quality notes and the findings (with the report's confidence). See the module docstring.
+    Computed once per run and rank (every page load draws the Overview: its queries scan the run's
+    events under the run's lock, which the timeline's requests wait for)."""
     r = rs.get(run)
     rank = parse_rank(r, rank)
+    return r.cached(("overview", rank), lambda: _overview(rs, r, rank))
+
+
+def _overview(rs: RunSet, r: OpenRun, rank: int | None) -> dict:
     summary = summary_by_rank(rs, r.index)
     ranks = [rank] if rank is not None else sorted(summary)
     if rank is not None and rank not in summary:
