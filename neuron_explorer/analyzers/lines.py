@@ -183,7 +183,8 @@ USER_FRAMES = RankQuery("user_frames", "SELECT frame_id, file, line, parent_fram
 FRAME_TIMES = RankQuery("frame_times", f"""SELECT t.* FROM ({frame_times_sql('$1')}) t
 WHERE t.frame_id IN (SELECT frame_id FROM frames WHERE rank = $1 AND is_user) ORDER BY t.frame_id""",
                         f"""SELECT f.rank, t.* FROM ({frame_times_sql(None)}) t
-JOIN frames f ON f.frame_id = t.frame_id AND f.is_user ORDER BY f.rank, t.frame_id""")
+JOIN frames f ON f.frame_id = t.frame_id AND f.is_user ORDER BY f.rank, t.frame_id""",
+                        when=lambda run, ranks: any(rank_rows(run, USER_FRAMES, r) for r in ranks))
 RANK_QUERIES = (USER_FRAMES, FRAME_TIMES)
 """The user frames of a rank and their figures (`self_and_total`), which the engine reads once per batch of ranks (rank_rows.py)."""
 

@@ -30,6 +30,9 @@ class RankQuery:
     one: str
     many: str
     arrays: bool = False
+    when: Callable | None = None
+    """`when(run, ranks)`: whether any rank of a batch can need the rows (else the batch does not run
+    the query, and a rank that asks runs `one`); it may read the rows of the queries prepared before."""
     read: Callable | None = None
     """Rows read another way than as `many`'s tuples or arrays: `read(run, ranks)` returns
     {rank: its rows} (e.g. Arrow batches split by rank), by `one` for one rank, by `many` for more."""
@@ -55,6 +58,8 @@ def _prepare(run: Run, queries, want: list[int], out: dict) -> None:
 
     for q in queries:
         if q.name in out:
+            continue
+        if q.when is not None and not q.when(run, want):
             continue
         if q.read is not None:
             got = q.read(run, want)

@@ -41,11 +41,19 @@ _TYPED = f"{op_in(LOWER_PRECISION_CANDIDATE_OPS)} AND args LIKE '%\"Input type\"
 _FP32 = f"""k.kind = 'kernel' AND {op_in(LOWER_PRECISION_CANDIDATE_OPS, 'o')}
   AND regexp_matches(json_extract_string(o.args, '$."Input type"[0]'), '^float$')"""
 _FIGURES = "coalesce(sum(k.dur_ns), 0)::BIGINT AS fp32_kernel_ns, count(*) AS kernels, count(DISTINCT o.event_id) AS ops"
+
+
+def _has_properties(run, ranks) -> bool:
+    """Whether a rank of `ranks` has device properties (without them the check asks nothing)."""
+    return any(rank_entry(run, r).get("device_properties") for r in ranks)
+
+
 TYPED = RankQuery("precision_typed", f"SELECT count(*) FROM events WHERE rank = ? AND {_TYPED} HAVING count(*) > 0",
-                  f"SELECT rank, count(*) FROM events WHERE {_TYPED} GROUP BY rank ORDER BY rank")
+                  f"SELECT rank, count(*) FROM events WHERE {_TYPED} GROUP BY rank ORDER BY rank", when=_has_properties)
 FP32 = RankQuery("precision_fp32", f"SELECT {_FIGURES} FROM events k JOIN events o ON o.event_id = k.op_id WHERE k.rank = ? AND {_FP32} "
                                    "HAVING count(*) > 0",
-                 f"SELECT k.rank, {_FIGURES} FROM events k JOIN events o ON o.event_id = k.op_id WHERE {_FP32} GROUP BY k.rank ORDER BY 1")
+                 f"SELECT k.rank, {_FIGURES} FROM events k JOIN events o ON o.event_id = k.op_id WHERE {_FP32} GROUP BY k.rank ORDER BY 1",
+                 when=_has_properties)
 RANK_QUERIES = (TYPED, FP32)
 """The operators with recorded input types, and the float32 kernels' figures, for a batch of ranks at once."""
 
