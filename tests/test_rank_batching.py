@@ -200,3 +200,40 @@ def test_a_batch_runs_no_per_rank_query_of_its_own(five, monkeypatch):
     analyze(run_dir, write=False, workers=1)
     assert not [q for q in seen if q in ones]
     assert any("GROUP BY rank" in q or "ORDER BY rank" in q for q in seen)
+
+
+def test_views_re_pointed_rank_after_rank_read_what_fresh_views_read(five, tmp_path):
+    """store.create_views on one connection, rank after rank (the macro re-pointed, the views made
+    again only when a table's SELECT list changes), reads what views made afresh for those ranks
+    read: every view, also where a rank lacks a table the others have."""
+    import shutil
+
+    from neuron_explorer import schema
+    from neuron_explorer.store import Run, create_views, new_connection
+
+    run_dir, _ = five
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    import pyarrow.parquet as pq
+
+    gone = next(t for t in (*schema.RANK_TABLES[1:], schema.RANK_TABLES[0]) if (copy / "rank=3" / t.file).is_file()
+                and pq.read_metadata(copy / "rank=3" / t.file).num_rows)  # another table than events if one has rows
+    (copy / "rank=3" / gone.file).unlink()  # rank 3 has none of this table
+    views = [t.name for t in schema.RANK_TABLES] + ["steps", "ranks", "devices"]
+
+    def rows(run):
+        return {v: run.sql(f"SELECT * FROM {v} ORDER BY ALL").fetchall() for v in views}
+
+    with open_run(copy) as whole:
+        run = Run(copy, whole.manifest, new_connection())
+        seen = {}
+        for ranks in ([0], [3], [1, 2], [3], [4], None, [2]):
+            create_views(run, ranks)
+            with open_run(copy, ranks=ranks) as fresh:
+                assert rows(run) == rows(fresh), ranks
+            seen[str(ranks)] = rows(run) | {"event_ranks": run.sql("SELECT DISTINCT rank FROM events ORDER BY 1").fetchall()}
+        run.close()
+    # not trivial: each rank's views read its own rows, and rank 3's lacking table reads empty
+    assert not seen["[3]"][gone.name] and seen["[0]"][gone.name] and seen["[4]"][gone.name]
+    assert seen["[1, 2]"]["event_ranks"] == [(1,), (2,)] and [r[0] for r in seen["[4]"]["ranks"]] == [4], gone.name
+    assert seen["None"]["event_ranks"] == [(r,) for r in range(RANKS) if r != 3 or gone.name != "events"]

@@ -7,7 +7,9 @@ as the one-rank query orders them). `rows(run, query, rank)` (or `arrays`) retur
 the slice of the grouped query when the engine prepared it on `run` for the rank's batch
 (`prepare`, kept in `run.prepared`), else the one-rank query's. The two must give the same rows
 (tests/test_rank_batching.py holds them equal), so a rank costs the same figures either way, and a
-job of many small ranks pays each query's fixed cost once per batch.
+job of many small ranks pays each query's fixed cost once per batch. A query may bring its own
+reader (`read`: e.g. the critical path's index, Arrow batches split by rank, or the paths walked
+from it, which read the rows prepared before them) and say when a batch needs it at all (`when`).
 
 Must not: compute a figure (the modules that declare the queries do) or decide anything.
 """
