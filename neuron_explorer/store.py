@@ -675,27 +675,68 @@ def new_connection() -> duckdb.DuckDBPyConnection:
     _LIVE.add(con)
     # spill large sorts and joins to the system temp folder, not '.tmp' in the user's cwd
     con.execute(f"SET temp_directory = {sql_literal(str(Path(tempfile.gettempdir()) / 'neuron-explorer-duckdb'))}")
+    # each Parquet file's footer parsed once per connection, not once per query that scans it (a file's
+    # entry is read again when the file changes): a query over a batch of 128 rank partitions paid
+    # ~0.5 ms a file for it, more than the rows themselves
+    con.execute("SET parquet_metadata_cache = true")
     return con
 
 
 def create_views(run: Run, ranks=None) -> None:
     """(Re)create the run's views on `run.con`, over every rank or only over `ranks`; sets
-    `run.view_ranks`. Re-pointing the views of one connection rank after rank is cheap."""
-    import pyarrow as pa
+    `run.view_ranks`.
 
+    The rank tables' views read their files from one macro, `nx_views()` (a struct: each table's
+    files, and the ranks the `ranks` and `devices` views keep); re-pointing a connection's views
+    at other ranks of the same run replaces that macro alone (one statement, no file opened),
+    unless a table's SELECT list changes (a partition written in an older format, or a table
+    some rank lacks): then the views are made again. `steps`, `schema_fields` and the manifest's
+    ranks and devices are made once per connection and run."""
     run_dir, manifest, con = run.path, run.manifest, run.con
     subset = None if ranks is None else sorted({int(r) for r in ranks})
+    files, layout = {}, {}
     for spec in schema.RANK_TABLES:
         if subset is None:
-            files = sorted(str(p) for p in run_dir.glob(f"rank=*/{spec.file}"))
+            fs = sorted(str(p) for p in run_dir.glob(f"rank=*/{spec.file}"))
         else:
-            files = [str(p) for r in subset if (p := run_dir / f"rank={r}" / spec.file).is_file()]
-        if files:
-            src = "read_parquet([" + ", ".join(sql_file_literal(f) for f in files) + "], hive_partitioning=false)"
-            con.execute(f"CREATE OR REPLACE VIEW {spec.name} AS SELECT {_columns_sql(spec, files[0])} FROM {src}")
+            fs = [str(p) for r in subset if (p := run_dir / f"rank={r}" / spec.file).is_file()]
+        files[spec.name] = fs
+        layout[spec.name] = _columns_sql(spec, fs[0]) if fs else None  # None: no file, an empty view
+    keep = [int(r.get("rank", 0)) for r in manifest.get("ranks", [])] if subset is None else subset
+    struct = ", ".join([f"{sql_literal(name)}: [" + ", ".join(sql_file_literal(f) for f in fs) + "]" for name, fs in files.items() if fs]
+                       + ["'ranks': [" + ", ".join(str(r) for r in keep) + "]::INTEGER[]"])
+    con.execute(f"CREATE OR REPLACE MACRO nx_views() AS {{{struct}}}")
+    state = _VIEW_STATE.get(con)
+    fresh = state is None or state[0] != (str(run_dir), id(manifest))
+    if fresh:
+        _VIEW_STATE.pop(con, None)  # until every view is made again
+        state = ((str(run_dir), id(manifest)), {})
+    made = state[1]
+    for spec in schema.RANK_TABLES:
+        if spec.name in made and made[spec.name] == layout[spec.name]:
+            continue
+        if layout[spec.name] is not None:
+            con.execute(f"CREATE OR REPLACE VIEW {spec.name} AS SELECT {layout[spec.name]} "
+                        f"FROM read_parquet(nx_views().{spec.name}, hive_partitioning=false)")
         else:  # a run with no rank partitions still answers queries
             cols = ", ".join(f"NULL::{_duck_type(c.type)} AS {c.name}" for c in spec.columns)
             con.execute(f"CREATE OR REPLACE VIEW {spec.name} AS SELECT {cols} WHERE false")
+        made[spec.name] = layout[spec.name]
+    if fresh:
+        _manifest_views(run_dir, manifest, con)
+        _VIEW_STATE[con] = state
+    run.view_ranks = subset
+
+
+_VIEW_STATE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Per connection: the run its views were made for, and each rank table's SELECT list (create_views)."""
+
+
+def _manifest_views(run_dir: Path, manifest: dict, con: duckdb.DuckDBPyConnection) -> None:
+    """The views that do not depend on which ranks' files are read: `schema_fields`, `steps` (over
+    `events`), and `ranks` and `devices` (the manifest's, keeping the ranks `nx_views()` names)."""
+    import pyarrow as pa
+
     con.execute(f"CREATE OR REPLACE VIEW schema_fields AS SELECT * FROM read_parquet({sql_file_literal(run_dir / schema.SCHEMA_FIELDS.file)})"
                 if (run_dir / schema.SCHEMA_FIELDS.file).exists() else
                 "CREATE OR REPLACE VIEW schema_fields AS SELECT NULL::VARCHAR AS table_name WHERE false")
@@ -703,8 +744,7 @@ def create_views(run: Run, ranks=None) -> None:
         "CREATE OR REPLACE VIEW steps AS SELECT rank, step, min(ts_ns) AS ts_ns, max(ts_ns + dur_ns) - min(ts_ns) AS dur_ns, "
         "min(event_id) AS event_id FROM events WHERE kind = 'step' GROUP BY rank, step"
     )
-    keep = None if subset is None else set(subset)
-    entries = [r for r in manifest.get("ranks", []) if keep is None or int(r.get("rank", 0)) in keep]
+    entries = manifest.get("ranks", [])
     rank_rows = pa.table({
         "rank": pa.array([int(r.get("rank", 0)) for r in entries], pa.int32()),
         "world_size": pa.array([r.get("world_size") for r in entries], pa.int64()),
@@ -722,9 +762,8 @@ def create_views(run: Run, ranks=None) -> None:
                         "name": pa.array(dev_rows["name"], pa.string()), "properties": pa.array(dev_rows["properties"], pa.string())})
     con.register("_ranks_arrow", rank_rows)
     con.register("_devices_arrow", devices)
-    con.execute("CREATE OR REPLACE VIEW ranks AS SELECT * FROM _ranks_arrow")
-    con.execute("CREATE OR REPLACE VIEW devices AS SELECT * FROM _devices_arrow")
-    run.view_ranks = subset
+    con.execute("CREATE OR REPLACE VIEW ranks AS SELECT * FROM _ranks_arrow WHERE list_contains(nx_views().ranks, rank)")
+    con.execute("CREATE OR REPLACE VIEW devices AS SELECT * FROM _devices_arrow WHERE list_contains(nx_views().ranks, rank)")
 
 
 def _columns_sql(spec: schema.Table, first_file: str) -> str:

@@ -141,31 +141,45 @@ def _rank_queries():
 
 
 def _same_rows(a, b) -> bool:
+    if hasattr(a, "table"):  # a critical path (critical_path.PATHS)
+        return a.table().equals(b.table()) and a.causes == b.causes
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(list(a[k]) == list(b[k]) for k in a)
     return a == b
 
 
-@pytest.mark.parametrize("where", ["generated", "multirank_128"])
+@pytest.mark.parametrize("where", ["generated", "multirank_128", "v100_resnet50_torch19_memory.json.gz", "h100_timesformer_inference.json.gz"])
 def test_rows_of_a_batch_equal_each_rank_alone(five, where):
     """Every per-rank query the engine runs once per batch (rank_rows.RankQuery, declared by the
     summary's figures and the rules) gives each rank the rows its one-rank query gives."""
     from neuron_explorer.analyzers import rank_rows
 
-    run_dir = five[0] if where == "generated" else "tests/data/traces/multirank_128"
+    run_dir = five[0] if where == "generated" else f"tests/data/traces/{where}"
     queries = _rank_queries()
     assert {"device_busy", "work_ops", "work_kernels", "device_idle_gaps", "device_idle_host", "hotspot_kernel"} <= {q.name for q in queries}
     with open_run(run_dir) as run:
         ranks = run.ranks
-        batch = rank_rows.prepare(run, queries, ranks)
+        # the paths take the index's rows as they are walked: the index's rows compared from a batch without them
+        batch = rank_rows.prepare(run, [q for q in queries if q.name != "critical_paths"], ranks)
+        batch["critical_paths"] = rank_rows.prepare(run, queries, ranks)["critical_paths"]
         nonempty = set()
         for q in queries:
+            if q.name not in batch:  # a query no rank of the batch can need (its `when`)
+                assert q.when is not None and not q.when(run, ranks), q.name
+                continue
             for r in ranks:
                 one = rank_rows.arrays(run, q, r) if q.arrays else rank_rows.rows(run, q, r)
                 assert _same_rows(batch[q.name][r], one), (q.name, r)
-                nonempty |= {q.name} if len(one) and (not q.arrays or len(next(iter(one.values())))) else set()
+                nonempty |= {q.name} if len(one) and (not isinstance(one, dict) or len(next(iter(one.values())))) else set()
+    if where.startswith("v100"):  # one rank with a tensor-core device, typed inputs and float32 convolutions
+        assert {"precision_typed", "precision_fp32", "critical_paths", "path_index"} <= nonempty
+        return
+    if where.startswith("h100"):  # recorded with_stack=True: user frames and their figures
+        assert {"user_frames", "frame_times", "critical_paths", "path_index"} <= nonempty
+        return
     # not trivial: the queries found rows (the generated ranks have kernels, gaps and host work in them)
-    assert {"devices", "steps", "device_busy", "work_kernels", "device_idle_gaps", "device_idle_host", "hotspot_kernel"} <= nonempty
+    assert {"devices", "steps", "device_busy", "work_kernels", "device_idle_gaps", "device_idle_host", "hotspot_kernel",
+            "path_index", "critical_paths"} <= nonempty
 
 
 def test_a_batch_runs_no_per_rank_query_of_its_own(five, monkeypatch):
@@ -186,3 +200,40 @@ def test_a_batch_runs_no_per_rank_query_of_its_own(five, monkeypatch):
     analyze(run_dir, write=False, workers=1)
     assert not [q for q in seen if q in ones]
     assert any("GROUP BY rank" in q or "ORDER BY rank" in q for q in seen)
+
+
+def test_views_re_pointed_rank_after_rank_read_what_fresh_views_read(five, tmp_path):
+    """store.create_views on one connection, rank after rank (the macro re-pointed, the views made
+    again only when a table's SELECT list changes), reads what views made afresh for those ranks
+    read: every view, also where a rank lacks a table the others have."""
+    import shutil
+
+    from neuron_explorer import schema
+    from neuron_explorer.store import Run, create_views, new_connection
+
+    run_dir, _ = five
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    import pyarrow.parquet as pq
+
+    gone = next(t for t in (*schema.RANK_TABLES[1:], schema.RANK_TABLES[0]) if (copy / "rank=3" / t.file).is_file()
+                and pq.read_metadata(copy / "rank=3" / t.file).num_rows)  # another table than events if one has rows
+    (copy / "rank=3" / gone.file).unlink()  # rank 3 has none of this table
+    views = [t.name for t in schema.RANK_TABLES] + ["steps", "ranks", "devices"]
+
+    def rows(run):
+        return {v: run.sql(f"SELECT * FROM {v} ORDER BY ALL").fetchall() for v in views}
+
+    with open_run(copy) as whole:
+        run = Run(copy, whole.manifest, new_connection())
+        seen = {}
+        for ranks in ([0], [3], [1, 2], [3], [4], None, [2]):
+            create_views(run, ranks)
+            with open_run(copy, ranks=ranks) as fresh:
+                assert rows(run) == rows(fresh), ranks
+            seen[str(ranks)] = rows(run) | {"event_ranks": run.sql("SELECT DISTINCT rank FROM events ORDER BY 1").fetchall()}
+        run.close()
+    # not trivial: each rank's views read its own rows, and rank 3's lacking table reads empty
+    assert not seen["[3]"][gone.name] and seen["[0]"][gone.name] and seen["[4]"][gone.name]
+    assert seen["[1, 2]"]["event_ranks"] == [(1,), (2,)] and [r[0] for r in seen["[4]"]["ranks"]] == [4], gone.name
+    assert seen["None"]["event_ranks"] == [(r,) for r in range(RANKS) if r != 3 or gone.name != "events"]

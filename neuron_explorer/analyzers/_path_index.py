@@ -28,6 +28,7 @@ from ..store import Run
 from ..vocab import COMM_KERNEL_RE, DEVICE_WORK_KINDS, kinds_sql, memcpy_call, sql_literal, sync_call, to_host_copy
 from .rank_rows import RankQuery
 from .rank_rows import rows as rank_rows
+from .rank_rows import take as take_rows
 
 RUNTIME_WAIT_MIN_NS = 20_000
 """A runtime call at least this long, during which device work it did not launch itself finished,
@@ -148,7 +149,7 @@ def _innermost(ts: np.ndarray, end: np.ndarray, ids: np.ndarray, pos: np.ndarray
 _UNSET = object()
 
 
-def _read(run: Run, query: str, params: list) -> tuple[dict[str, np.ndarray], list[str]]:
+def _read(run: Run, query: str, params: list, by_rank: bool = False) -> tuple[dict[str, np.ndarray], list[str]]:
     """The columns of the index query as NumPy arrays, read in batches (DuckDB streams them, so
     the rows are in memory once); `tk` (the host thread's tid text) as codes into the list returned."""
     names: dict[str, int] = {}
@@ -169,7 +170,8 @@ def _read(run: Run, query: str, params: list) -> tuple[dict[str, np.ndarray], li
         cur.close()
     dtypes = {"k": np.int8, "flags": np.int8, "tk": np.int64}
     out = {name: np.concatenate(parts.pop(name)) if name in parts else np.zeros(0, dtype=dtypes.get(name, np.int64))
-           for name in ("event_id", "k", "ts_ns", "end_ns", "device", "stream", "launch_id", "frame", "pid", "flags", "tk")}
+           for name in ("event_id", "k", "ts_ns", "end_ns", "device", "stream", "launch_id", "frame", "pid", "flags", "tk")
+           + (("idx_rank",) if by_rank else ())}
     return out, list(names)
 
 
@@ -190,7 +192,7 @@ class _Sync:
             self.wait_on = -1
 
 
-_COLUMNS = """SELECT event_id, {kind} AS k, ts_ns, ts_ns + dur_ns AS end_ns, coalesce(device, {none}) AS device,
+_COLUMNS = """SELECT {lead}event_id, {kind} AS k, ts_ns, ts_ns + dur_ns AS end_ns, coalesce(device, {none}) AS device,
   coalesce(stream, {none}) AS stream, coalesce(launch_id, {none}) AS launch_id, coalesce(source_frame_id, {none}) AS frame,
   coalesce(pid, {none}) AS pid, CASE WHEN device IS NULL THEN coalesce(CAST(tid AS VARCHAR), tid_text, '') END AS tk,
   (coalesce({is_sync_call}, false)::INT * {sync_call}
@@ -198,7 +200,7 @@ _COLUMNS = """SELECT event_id, {kind} AS k, ts_ns, ts_ns + dur_ns AS end_ns, coa
    + coalesce(pass = 'data' OR {loader}, false)::INT * {input}
    + coalesce({is_to_host}, false)::INT * {to_host}
    + (kind = 'kernel' AND list_contains(?::VARCHAR[], name))::INT * {comm})::TINYINT AS flags
-FROM events WHERE rank = ? AND dur_ns > 0 AND kind IN {kinds}"""
+FROM events WHERE {where}dur_ns > 0 AND kind IN {kinds}"""
 
 
 @functools.lru_cache(maxsize=65536)
@@ -213,7 +215,62 @@ SYNCS = RankQuery("path_syncs", "SELECT event_id, name, args, device, stream, la
                                 "WHERE rank = ? AND dur_ns > 0 AND kind = 'sync' AND device IS NOT NULL ORDER BY event_id",
                   "SELECT rank, event_id, name, args, device, stream, launch_id, ts_ns FROM events "
                   "WHERE dur_ns > 0 AND kind = 'sync' AND device IS NOT NULL ORDER BY rank, event_id")
-RANK_QUERIES = (KERNEL_NAMES, SYNCS)
+
+
+def _index_sql(one: bool) -> str:
+    """The index's columns of one rank (`rank = ?`) or, `idx_rank` first, of every rank of the views;
+    the comm flag's kernel names are the first parameter."""
+    kind_sql = "CASE kind " + " ".join(f"WHEN '{k}' THEN {i}" for i, k in enumerate(KINDS)) + " END::TINYINT"
+    # the name tests run only on the rows of the kind they are about (a regexp over every row costs more than the rest of the read)
+    return _COLUMNS.format(lead="" if one else "rank AS idx_rank, ", where="rank = ? AND " if one else "",
+                           kind=kind_sql, none=NONE, is_sync_call=f"CASE WHEN kind = 'runtime' THEN {sync_call()} END",
+                           sync_call=F_SYNC_CALL, is_memcpy_call=memcpy_call(), memcpy_call=F_MEMCPY_CALL,
+                           loader=_LOADER_SQL, input=F_INPUT, comm=F_COMM, kinds=kinds_sql(KINDS),
+                           is_to_host=f"CASE WHEN kind = 'memcpy' THEN {to_host_copy()} END", to_host=F_TO_HOST)
+
+
+def _own_codes(tk: np.ndarray, names: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Thread codes (-1: none) renumbered in the order they first occur, with their names: the codes
+    a read of these rows alone gives."""
+    valid = tk >= 0
+    u, first = np.unique(tk[valid], return_index=True)
+    order = np.argsort(first, kind="stable")
+    code = np.empty(len(u), dtype=np.int64)
+    code[order] = np.arange(len(u), dtype=np.int64)
+    out = np.full(len(tk), -1, dtype=np.int64)
+    out[valid] = code[np.searchsorted(u, tk[valid])]
+    return out, [names[c] for c in u[order].tolist()]
+
+
+def _index_rows(run: Run, ranks: list[int]) -> dict[int, dict]:
+    """Each rank's index columns (`_read`'s, `tk_names` the names of its thread codes): one read of
+    the views' rows for many ranks, split by rank (the rows of a rank in the order its own read gives
+    them: a scan returns the files, one a rank, in order), or one rank's own read."""
+    if len(ranks) == 1:
+        (rank,) = ranks
+        kernel_names = [n for (n,) in rank_rows(run, KERNEL_NAMES, rank)]
+        cols, tk_names = _read(run, _index_sql(True), [[n for n in kernel_names if _is_comm_kernel(n)], rank])
+        return {rank: {**cols, "tk_names": tk_names}}
+    names = [n for (n,) in run.sql("SELECT DISTINCT name FROM events WHERE kind = 'kernel' AND name IS NOT NULL").fetchall()]
+    cols, tk_names = _read(run, _index_sql(False), [sorted(n for n in names if _is_comm_kernel(n))], by_rank=True)
+    rk = cols.pop("idx_rank")
+    if len(rk) > 1 and not bool(np.all(rk[1:] >= rk[:-1])):  # not in file order: rank by rank, each rank's rows as read
+        order = np.argsort(rk, kind="stable")
+        rk = rk[order]
+        cols = {k: v[order] for k, v in cols.items()}
+    want = np.asarray(ranks, dtype=np.int64)
+    lo, hi = np.searchsorted(rk, want, "left").tolist(), np.searchsorted(rk, want, "right").tolist()
+    out = {}
+    for r, a, b in zip(ranks, lo, hi):
+        part = {k: v[a:b] for k, v in cols.items()}
+        part["tk"], part["tk_names"] = _own_codes(part["tk"], tk_names)
+        out[int(r)] = part
+    return out
+
+
+INDEX = RankQuery("path_index", _index_sql(True), _index_sql(False), read=_index_rows)
+"""The index's events: read once per batch of ranks and split by rank (`_index_rows`)."""
+RANK_QUERIES = (SYNCS, INDEX)
 """The index's per-rank queries that the engine runs once per batch of ranks (rank_rows.py)."""
 
 
@@ -221,14 +278,8 @@ class RankIndex:
     """A rank's events, indexed for the walk. Rows are positions in the columns below."""
 
     def __init__(self, run: Run, rank: int):
-        kernel_names = [n for (n,) in rank_rows(run, KERNEL_NAMES, rank)]
-        kind_sql = "CASE kind " + " ".join(f"WHEN '{k}' THEN {i}" for i, k in enumerate(KINDS)) + " END::TINYINT"
-        # the name tests run only on the rows of the kind they are about (a regexp over every row costs more than the rest of the read)
-        cols, tk_names = _read(run, _COLUMNS.format(kind=kind_sql, none=NONE, is_sync_call=f"CASE WHEN kind = 'runtime' THEN {sync_call()} END",
-                                                    sync_call=F_SYNC_CALL, is_memcpy_call=memcpy_call(), memcpy_call=F_MEMCPY_CALL,
-                                                    loader=_LOADER_SQL, input=F_INPUT, comm=F_COMM, kinds=kinds_sql(KINDS),
-                                                    is_to_host=f"CASE WHEN kind = 'memcpy' THEN {to_host_copy()} END", to_host=F_TO_HOST),
-                               [[n for n in kernel_names if _is_comm_kernel(n)], rank])
+        cols = dict(take_rows(run, INDEX, rank))
+        tk_names = cols.pop("tk_names")
         ids, kind, ts, end = cols["event_id"], cols["k"], cols["ts_ns"], cols["end_ns"]
         device, stream, launch_id, frame = cols["device"], cols["stream"], cols["launch_id"], cols["frame"]
         pid, flags, tk = cols["pid"], cols["flags"], cols["tk"]

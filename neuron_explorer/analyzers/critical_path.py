@@ -387,8 +387,51 @@ PATH_STEPS = RankQuery(
     "SELECT s.rank, s.step, s.ts_ns, s.dur_ns, s.event_id, e.pid, coalesce(CAST(e.tid AS VARCHAR), e.tid_text, '') "
     "FROM steps s JOIN events e ON e.event_id = s.event_id AND e.rank = s.rank ORDER BY s.rank, s.step")
 """The steps whose paths are walked, with the thread that recorded each (`path_of`)."""
-RANK_QUERIES = (PATH_STEPS, *_INDEX_QUERIES)
+_OP_ARGS_SQL = "SELECT event_id, args FROM events WHERE event_id IN (SELECT unnest(?::BIGINT[]))"
+
+
+def _paths_of_batch(run: Run, ranks: list[int]) -> dict[int, Path]:
+    """The critical paths of many ranks, with what `path_items` reads of their events (`_Info`) and
+    of their top-level operators (args) in one query each for all of them. Walked from the batch's
+    prepared index rows (no query a rank); a rank whose walk fails is left out (`path_of` walks it
+    again, and `bound` reports why). With one rank, its path as `path_of` computes it."""
+    if len(ranks) == 1:
+        return {ranks[0]: _walked(run, ranks[0], rank_rows(run, PATH_STEPS, ranks[0]), native=True)}
+    paths: dict[int, Path] = {}
+    for r in ranks:
+        try:
+            paths[r] = _walked(run, r, rank_rows(run, PATH_STEPS, r), native=True)
+        except Exception:  # noqa: BLE001 - path_of walks this rank again on its own and reports the failure
+            continue
+    ids = {r: distinct(p.event_id[p.event_id >= 0]) for r, p in paths.items() if len(p)}
+    if not ids:
+        return paths
+    everyone = np.concatenate(list(ids.values()))
+    if len(everyone) > 1 and not bool(np.all(everyone[1:] > everyone[:-1])):  # ranks share event ids: each reads its own
+        return paths
+    t = _Info.table(run, everyone)
+    got = t.column("event_id").to_numpy()
+    tops = t.column("top_op_id").drop_null().to_numpy()
+    op_args = dict(run.sql(_OP_ARGS_SQL, [sorted(set(tops.tolist()))]).fetchall()) if len(tops) else {}
+    for r, want in ids.items():
+        lo, hi = np.searchsorted(got, want[0], "left"), np.searchsorted(got, want[-1], "right")
+        info = _Info(None, paths[r], t.slice(lo, hi - lo))
+        paths[r]._derived["per_event"] = (info, _PerEvent(info, paths[r]))
+        mine = info.top_op[info.top_op >= 0].tolist()
+        paths[r]._derived["op_args"] = {k: op_args[k] for k in mine if k in op_args}
+    return paths
+
+
+PATHS = RankQuery("critical_paths", "", "", read=_paths_of_batch)
+"""Each rank's critical path (`Path`), walked for a batch of ranks at once (`_paths_of_batch`)."""
+RANK_QUERIES = (PATH_STEPS, *_INDEX_QUERIES, PATHS)
 """The critical path's per-rank queries, which the engine runs once per batch of ranks (rank_rows.py)."""
+
+
+def _taken(run: Run, rank: int) -> Path | None:
+    """The rank's path as the engine prepared it for its batch (taken: the batch's copy is freed), if so."""
+    got = (getattr(run, "prepared", None) or {}).get(PATHS.name)
+    return None if got is None else got.pop(int(rank), None)
 
 
 def path_of(run: Run, rank: int) -> Path:
@@ -398,8 +441,9 @@ def path_of(run: Run, rank: int) -> Path:
     got = _CACHE.get(key)
     if got is not None:
         return got
-    steps = rank_rows(run, PATH_STEPS, rank)
-    path = _walked(run, rank, steps, native=True)
+    path = _taken(run, rank)
+    if path is None:
+        path = _walked(run, rank, rank_rows(run, PATH_STEPS, rank), native=True)
     if len(_CACHE) >= 8:
         _CACHE.clear()
     _CACHE[key] = path
@@ -577,14 +621,23 @@ class _Info:
     """Names of a path's events, read once: per event id (sorted), codes into `strs` (0: None) of
     its name and of its top-level operator's name, its module path and its top-level operator."""
 
-    def __init__(self, run: Run, path: Path):
+    @staticmethod
+    def table(run: Run, ids: np.ndarray):
+        """The rows of the events `ids` (sorted, distinct): id, name, its top-level operator's name,
+        module path and top-level operator, ordered by id."""
+        import pyarrow as pa
+
+        return arrow_of(run, "SELECT e.event_id, e.name, o.name AS op, e.module_path, e.top_op_id FROM events e "
+                        "SEMI JOIN _path_ids i ON e.event_id = i.id LEFT JOIN events o ON o.event_id = e.top_op_id ORDER BY 1", [],
+                        {"_path_ids": pa.table({"id": ids})})
+
+    def __init__(self, run: Run | None, path: Path, t=None):
+        """`t`: the rows of `table(run, path's event ids)`, already read (else read here)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        ids = distinct(path.event_id[path.event_id >= 0])
-        t = arrow_of(run, "SELECT e.event_id, e.name, o.name AS op, e.module_path, e.top_op_id FROM events e "
-                     "SEMI JOIN _path_ids i ON e.event_id = i.id LEFT JOIN events o ON o.event_id = e.top_op_id ORDER BY 1", [],
-                     {"_path_ids": pa.table({"id": ids})})
+        if t is None:
+            t = self.table(run, distinct(path.event_id[path.event_id >= 0]))
         n = t.num_rows
         self.ids = t.column("event_id").to_numpy()
         both = pa.concat_arrays([t.column(c).combine_chunks().cast(pa.string()) for c in ("name", "op")]) if n else pa.array([], pa.string())
@@ -692,8 +745,11 @@ def path_items(run: Run, path, by_step: bool = False) -> list[dict]:
         for cell, ns in zip(cells.tolist(), sums.tolist()):
             step_ns.setdefault(cell // len(steps_u), {})[int(steps_u[cell % len(steps_u)])] = int(round(ns))
     tops = {int(info.top_op[pe.at[e]]) for e in lead.tolist() if pe.at[e] >= 0 and info.top_op[pe.at[e]] >= 0}
-    args = dict(run.sql("SELECT event_id, args FROM events WHERE event_id IN (SELECT unnest(?::BIGINT[]))",
-                        [sorted(tops)]).fetchall()) if tops else {}
+    known = path._derived.get("op_args")  # read with the batch's paths (`_paths_of_batch`): every top-level operator's
+    if known is not None:
+        args = {t: known[t] for t in tops if t in known}
+    else:
+        args = dict(run.sql(_OP_ARGS_SQL, [sorted(tops)]).fetchall()) if tops else {}
     out = []
     for k in np.argsort(lead_row, kind="stable").tolist():  # items in the order the path first meets them
         e = int(lead[k])

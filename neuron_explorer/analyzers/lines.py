@@ -71,8 +71,9 @@ def own_ns_sql(device: bool = True) -> str:
             f"{dev} ELSE 0 END")
 
 
-def _rank_filter(rank: int | None, alias: str = "e") -> str:
-    return "TRUE" if rank is None else f"{alias}.rank = {int(rank)}"
+def _rank_filter(rank: int | str | None, alias: str = "e") -> str:
+    """`rank`: a rank, None (every rank) or a SQL parameter ('$1')."""
+    return "TRUE" if rank is None else f"{alias}.rank = {rank if isinstance(rank, str) else int(rank)}"
 
 
 def frame_times_sql(rank: int | None, steps: list[int] | None = None) -> str:
@@ -205,8 +206,13 @@ def line_times(run: Run, rank: int) -> list[dict]:
 
 USER_FRAMES = RankQuery("user_frames", "SELECT frame_id, file, line, parent_frame_id, code FROM frames WHERE rank = ? AND is_user ORDER BY frame_id",
                         "SELECT rank, frame_id, file, line, parent_frame_id, code FROM frames WHERE is_user ORDER BY rank, frame_id")
-RANK_QUERIES = (USER_FRAMES,)
-"""The user frames of a rank (`self_and_total`), which the engine reads once per batch of ranks (rank_rows.py)."""
+FRAME_TIMES = RankQuery("frame_times", f"""SELECT t.* FROM ({frame_times_sql('$1')}) t
+WHERE t.frame_id IN (SELECT frame_id FROM frames WHERE rank = $1 AND is_user) ORDER BY t.frame_id""",
+                        f"""SELECT f.rank, t.* FROM ({frame_times_sql(None)}) t
+JOIN frames f ON f.frame_id = t.frame_id AND f.is_user ORDER BY f.rank, t.frame_id""",
+                        when=lambda run, ranks: any(rank_rows(run, USER_FRAMES, r) for r in ranks))
+RANK_QUERIES = (USER_FRAMES, FRAME_TIMES)
+"""The user frames of a rank and their figures (`self_and_total`), which the engine reads once per batch of ranks (rank_rows.py)."""
 
 
 def self_and_total(run: Run, rank: int) -> dict:
@@ -217,7 +223,7 @@ def self_and_total(run: Run, rank: int) -> dict:
     codes = {line_key(file, line): code for _, file, line, _, code in found if code}
     if not frames:
         return {"lines": {}, "has_frames": False}
-    per_frame = run.sql(frame_times_sql(rank)).fetchall()
+    per_frame = rank_rows(run, FRAME_TIMES, rank)
     chains: dict[int, set[str]] = {}
 
     def lines_of(fid: int) -> set[str]:

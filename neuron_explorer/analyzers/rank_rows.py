@@ -7,13 +7,16 @@ as the one-rank query orders them). `rows(run, query, rank)` (or `arrays`) retur
 the slice of the grouped query when the engine prepared it on `run` for the rank's batch
 (`prepare`, kept in `run.prepared`), else the one-rank query's. The two must give the same rows
 (tests/test_rank_batching.py holds them equal), so a rank costs the same figures either way, and a
-job of many small ranks pays each query's fixed cost once per batch.
+job of many small ranks pays each query's fixed cost once per batch. A query may bring its own
+reader (`read`: e.g. the critical path's index, Arrow batches split by rank, or the paths walked
+from it, which read the rows prepared before them) and say when a batch needs it at all (`when`).
 
 Must not: compute a figure (the modules that declare the queries do) or decide anything.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..store import Run
@@ -29,17 +32,40 @@ class RankQuery:
     one: str
     many: str
     arrays: bool = False
+    when: Callable | None = None
+    """`when(run, ranks)`: whether any rank of a batch can need the rows (else the batch does not run
+    the query, and a rank that asks runs `one`); it may read the rows of the queries prepared before."""
+    read: Callable | None = None
+    """Rows read another way than as `many`'s tuples or arrays: `read(run, ranks)` returns
+    {rank: its rows} (e.g. Arrow batches split by rank), by `one` for one rank, by `many` for more."""
 
 
 def prepare(run: Run, queries, ranks) -> dict[str, dict]:
     """Run each query's `many` once over `run`'s views; per query name, each rank of `ranks` with
-    its rows (every rank present, with none where the query found nothing)."""
-    import numpy as np
-
+    its rows (every rank present, with none where the query found nothing; a query with its own
+    `read` has the ranks it gave rows for)."""
     want = [int(r) for r in ranks]
     out: dict[str, dict] = {}
+    saved = run.prepared
+    run.prepared = out  # a query's own `read` reads the rows of those before it
+    try:
+        _prepare(run, queries, want, out)
+    finally:
+        run.prepared = saved
+    return out
+
+
+def _prepare(run: Run, queries, want: list[int], out: dict) -> None:
+    import numpy as np
+
     for q in queries:
         if q.name in out:
+            continue
+        if q.when is not None and not q.when(run, want):
+            continue
+        if q.read is not None:
+            got = q.read(run, want)
+            out[q.name] = {r: got[r] for r in want if got.get(r) is not None}
             continue
         rel = run.sql(q.many)
         if q.arrays:
@@ -58,7 +84,6 @@ def prepare(run: Run, queries, ranks) -> dict[str, dict]:
                 if rows_ is not None:
                     rows_.append(tuple(row[1:]))
             out[q.name] = got
-    return out
 
 
 def prepared_rows(run: Run, q: RankQuery, rank: int):
@@ -68,11 +93,22 @@ def prepared_rows(run: Run, q: RankQuery, rank: int):
     return None if got is None else got.get(int(rank))
 
 
+def take(run: Run, q: RankQuery, rank: int):
+    """One rank's rows of `q` (as `rows` gives them), dropped from what the engine prepared: for
+    rows read once and large (the batch's arrays are freed as their ranks are done)."""
+    got = (getattr(run, "prepared", None) or {}).get(q.name)
+    rows_ = None if got is None else got.pop(int(rank), None)
+    return rows(run, q, rank) if rows_ is None else rows_
+
+
 def rows(run: Run, q: RankQuery, rank: int) -> list[tuple]:
-    """One rank's rows of `q` (tuples, in `q.one`'s order)."""
+    """One rank's rows of `q` (tuples, in `q.one`'s order; for a query with its own `read`, what
+    `read` gives one rank)."""
     got = prepared_rows(run, q, rank)
     if got is not None:
         return got
+    if q.read is not None:
+        return q.read(run, [int(rank)])[int(rank)]
     return [tuple(r) for r in run.sql(q.one, [int(rank)]).fetchall()]
 
 

@@ -21,6 +21,8 @@ from .. import peaks as P
 from ..engine import Context, NotApplicable
 from ..metrics import rank_entry
 from ..model import Location
+from ..rank_rows import RankQuery
+from ..rank_rows import rows as rank_rows
 from ..utilisation import rank_work
 from ._util import ms, row
 
@@ -33,6 +35,27 @@ THRESHOLDS = {
     "FP32_SHARE_MIN": 0.05,  # fp32 matmul/conv kernel time / analysed time
     "SAVING_FRACTION": 0.5,  # assumed saving bound of moving to bf16/fp16/TF32
 }
+
+
+_TYPED = f"{op_in(LOWER_PRECISION_CANDIDATE_OPS)} AND args LIKE '%\"Input type\"%'"
+_FP32 = f"""k.kind = 'kernel' AND {op_in(LOWER_PRECISION_CANDIDATE_OPS, 'o')}
+  AND regexp_matches(json_extract_string(o.args, '$."Input type"[0]'), '^float$')"""
+_FIGURES = "coalesce(sum(k.dur_ns), 0)::BIGINT AS fp32_kernel_ns, count(*) AS kernels, count(DISTINCT o.event_id) AS ops"
+
+
+def _has_properties(run, ranks) -> bool:
+    """Whether a rank of `ranks` has device properties (without them the check asks nothing)."""
+    return any(rank_entry(run, r).get("device_properties") for r in ranks)
+
+
+TYPED = RankQuery("precision_typed", f"SELECT count(*) FROM events WHERE rank = ? AND {_TYPED} HAVING count(*) > 0",
+                  f"SELECT rank, count(*) FROM events WHERE {_TYPED} GROUP BY rank ORDER BY rank", when=_has_properties)
+FP32 = RankQuery("precision_fp32", f"SELECT {_FIGURES} FROM events k JOIN events o ON o.event_id = k.op_id WHERE k.rank = ? AND {_FP32} "
+                                   "HAVING count(*) > 0",
+                 f"SELECT k.rank, {_FIGURES} FROM events k JOIN events o ON o.event_id = k.op_id WHERE {_FP32} GROUP BY k.rank ORDER BY 1",
+                 when=_has_properties)
+RANK_QUERIES = (TYPED, FP32)
+"""The operators with recorded input types, and the float32 kernels' figures, for a batch of ranks at once."""
 
 
 def check(ctx: Context) -> list:
@@ -49,15 +72,14 @@ def check(ctx: Context) -> list:
     if not fast:
         raise NotApplicable("device properties show no tensor-core device (compute capability >= 7.0) and no architecture "
                             "with lower-precision matrix units")
-    typed = row(ctx.run, f"SELECT count(*) AS n FROM events WHERE rank = {ctx.rank} AND {op_in(LOWER_PRECISION_CANDIDATE_OPS)} "
-                "AND args LIKE '%\"Input type\"%'")["n"]
+    typed = sum(n for n, in rank_rows(ctx.run, TYPED, ctx.rank))
     if not typed:
         raise NotApplicable("no input dtypes recorded for matmul/convolution operators (record_shapes=True)")
-    sql = f"""SELECT coalesce(sum(k.dur_ns), 0)::BIGINT AS fp32_kernel_ns, count(*) AS kernels, count(DISTINCT o.event_id) AS ops
+    sql = f"""SELECT {_FIGURES}
 FROM events k JOIN events o ON o.event_id = k.op_id
-WHERE k.rank = {ctx.rank} AND k.kind = 'kernel' AND {op_in(LOWER_PRECISION_CANDIDATE_OPS, 'o')}
-  AND regexp_matches(json_extract_string(o.args, '$."Input type"[0]'), '^float$')"""
-    v = row(ctx.run, sql)
+WHERE k.rank = {ctx.rank} AND {_FP32}"""
+    got = rank_rows(ctx.run, FP32, ctx.rank)  # no row: no such kernel (what `sql` gives as 0, 0, 0)
+    v = dict(zip(("fp32_kernel_ns", "kernels", "ops"), got[0] if got else (0, 0, 0)))
     if not ctx.analysed_ns or v["fp32_kernel_ns"] / ctx.analysed_ns < THRESHOLDS["FP32_SHARE_MIN"]:
         return []
     top = row(ctx.run, f"""SELECT o.name, mode(o.source_frame_id) AS frame_id, min(k.event_id) AS sample_id
