@@ -356,7 +356,8 @@ class profile(tp.profile):
     """A `torch.profiler.profile` that writes a Neuron Explorer run directory when it stops.
 
     `statement_lines` (default on, with `with_stack`): operators written as Python syntax (`a @ b`,
-    `x[i]`) link to their own statement, through statements.StatementLines (a few % of step time).
+    `x[i]`) link to their own statement, through statements.StatementHook (the C++ converter's line
+    callback where it has one, else a TorchFunctionMode: a few % of step time).
 
     Context manager (`with nx.profile("runs/x") as prof: ... prof.step()`) or decorator
     (`@nx.profile("runs/x")`: every call is recorded; the run is rewritten to hold them all). Activities
@@ -381,7 +382,7 @@ class profile(tp.profile):
                    **{k: repr(v) for k, v in torch_profiler_kwargs.items()}}
         self.recording = Recording(run_dir, overwrite=overwrite, options=options, command=command, script_dir=script_dir)
         self._user_ready = user_ready
-        self._statements = StatementHook() if statement_lines and with_stack else None
+        self._statements = StatementHook(self.recording.native) if statement_lines and with_stack else None
         self._inductor = compiled.InductorProvenance()  # torch.compile kernels as ranges, with the statements they came from
         self._compiler = compiled.CompilerUntraced() if with_stack else None  # compiling kept out of the Python tracer
         self._exit_warning: str | None = None
