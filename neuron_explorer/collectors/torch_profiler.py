@@ -215,7 +215,7 @@ class Recording:
         results = prof.profiler.kineto_results if prof.profiler is not None else None
         if results is not None:
             try:
-                with _no_gc():
+                with _no_gc(), _live_convert.without_pandas():
                     cycle = _live_convert.convert_cycle(results, self.frames, native=self.native)
                     cycle.events, dropped = compiled.drop_compile_python(cycle.events)
                     self.compile_python_dropped += dropped
@@ -274,7 +274,9 @@ class Recording:
                        counters=_live_convert.empty_counters(), frames=self.frames.table())
 
     def write(self, extra_warnings: Iterable[str] = ()) -> Path:
-        with _no_gc():
+        from . import _live_convert
+
+        with _no_gc(), _live_convert.without_pandas():
             return self._write(extra_warnings)
 
     def _write(self, extra_warnings: Iterable[str]) -> Path:
