@@ -62,7 +62,7 @@ def _record(tmp_path, kind: str, monkeypatch):
     assert prof._statements.kind == kind
     frames, events = prof.recording.frames, prof.recording.cycles[0].events.to_pydict()
     ops = []
-    for cat, name, ts, f in sorted(zip(events["category"], events["name"], events["ts_ns"], events["frame_index"]), key=lambda r: r[2]):
+    for cat, name, _ts, f in sorted(zip(events["category"], events["name"], events["ts_ns"], events["frame_index"]), key=lambda r: r[2]):
         if cat != "cpu_op":
             continue
         chain = []  # the op's user statements, innermost first (a line repeated as its own parent counted once)
