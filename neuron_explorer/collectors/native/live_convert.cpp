@@ -82,7 +82,7 @@ struct InterpreterFrame311 {
 
 struct LineRecord {
   uint64_t handle;
-  int32_t first_line, line;
+  int32_t first_line, entry_line, line;
 };
 
 struct ThreadLines {
@@ -104,7 +104,8 @@ std::unique_ptr<at::ObserverContext> on_operator(const at::RecordFunction& fn) {
   if (frame == nullptr || frame->f_code == nullptr) return nullptr;
   PyCodeObject* code = frame->f_code;
   int offset = static_cast<int>(reinterpret_cast<char*>(frame->prev_instr) - reinterpret_cast<char*>(code->co_code_adaptive));
-  LineRecord r{fn.handle(), code->co_firstlineno, PyCode_Addr2Line(code, offset)};
+  // the function's first line two ways: the tracer names a module's call by its entry instruction's line (0)
+  LineRecord r{fn.handle(), code->co_firstlineno, PyCode_Addr2Line(code, 0), PyCode_Addr2Line(code, offset)};
   if (!t_lines) {
     t_lines = std::make_shared<ThreadLines>();
     std::lock_guard<std::mutex> g(g_lines_mutex);
@@ -131,9 +132,14 @@ void lines_stop() {
   if (h != 0) at::removeCallback(h);
 }
 
-// handle -> (first line of the function, executed line); empties the buffers (one cycle's worth).
-std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> take_lines() {
-  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> out;
+struct NotedLine {
+  int32_t first_line, entry_line, line;
+};
+
+// handle -> the function's first line (co_firstlineno and its entry instruction's) and the executed
+// line; empties the buffers (one cycle's worth).
+std::unordered_map<uint64_t, NotedLine> take_lines() {
+  std::unordered_map<uint64_t, NotedLine> out;
   std::lock_guard<std::mutex> g(g_lines_mutex);
   for (auto& buf : g_lines) {
     std::vector<LineRecord> records;
@@ -142,7 +148,7 @@ std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> take_lines() {
       records.swap(buf->records);
     }
     out.reserve(out.size() + records.size());
-    for (const auto& r : records) out[r.handle] = {r.first_line, r.line};
+    for (const auto& r : records) out[r.handle] = {r.first_line, r.entry_line, r.line};
   }
   return out;
 }
@@ -416,7 +422,7 @@ struct StackItem {
 struct TreeOut {
   DictColumn names, modules;
   std::unordered_map<uint64_t, OpInfo> op_info;  // operator correlation id -> its frame and module
-  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> lines;  // statement lines (take_lines), by handle
+  std::unordered_map<uint64_t, NotedLine> lines;  // statement lines (take_lines), by handle
   std::vector<PyRow> py_rows;
   std::vector<const Result*> allocations;
 };
@@ -488,13 +494,13 @@ void walk_tree(const ProfilerResult& res, Oracle& oracle, TreeOut& out) {
           const auto* fn = item.py_function;
           if (fn != nullptr && !is_root && !item.in_profiler && (item.caller_user != 0 || item.user_frame < 0)) {
             auto lit = out.lines.find(f.record_function_id_);
-            if (lit != out.lines.end() && lit->second.first == fn->line_no_) {
+            if (lit != out.lines.end() && (lit->second.first_line == fn->line_no_ || lit->second.entry_line == fn->line_no_)) {
               std::string file = clean(fn->filename_.str());
               if (oracle.is_user_file(file)) {
-                item.user_frame = oracle.intern(file, lit->second.second, *fn, item.user_frame);
+                item.user_frame = oracle.intern(file, lit->second.line, *fn, item.user_frame);
                 item.any_frame = item.user_frame;
               } else if (item.user_frame < 0) {
-                item.any_frame = oracle.intern(file, lit->second.second, *fn, -1);
+                item.any_frame = oracle.intern(file, lit->second.line, *fn, -1);
               }
             }
           }
