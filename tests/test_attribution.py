@@ -252,20 +252,37 @@ def test_names_carry_no_memory_addresses(tmp_path):
     assert not [n for n in names if " at 0x" in n]
 
 
-def test_profiling_leaves_no_torch_function_mode_behind(tmp_path):
+@pytest.fixture(params=["callback", "mode"])
+def statement_kind(request, monkeypatch):
+    """Each way of linking statements (statements.StatementHook): the C++ converter's line callback
+    (where it is built and supported) and the TorchFunctionMode (forced)."""
+    from neuron_explorer.collectors import native, statements
+
+    if request.param == "mode":
+        monkeypatch.setattr(statements, "uses_native", lambda module: False)
+    elif not statements.uses_native(native.load()):
+        pytest.skip("the C++ converter's statement lines are not available here")
+    return request.param
+
+
+def test_profiling_leaves_no_torch_function_mode_behind(tmp_path, statement_kind):
     import torch
 
     import neuron_explorer as nx
+    from neuron_explorer.collectors import statements
 
     before = torch._C._len_torch_function_stack()
     with pytest.raises(RuntimeError):
         with nx.profile(tmp_path / "run"):
             torch.ones(2) @ torch.ones(2)
             raise RuntimeError("boom")
-    assert torch._C._len_torch_function_stack() == before
-    with nx.profile(tmp_path / "run2"):
-        assert torch._C._len_torch_function_stack() == before + 1
-    assert torch._C._len_torch_function_stack() == before
+    assert torch._C._len_torch_function_stack() == before and not statements._NATIVE_IN_USE
+    with nx.profile(tmp_path / "run2") as prof:
+        assert prof._statements.kind == statement_kind
+        # the mode is on this thread's stack; the callback is no mode at all
+        assert torch._C._len_torch_function_stack() == before + (statement_kind == "mode")
+        assert len(statements._NATIVE_IN_USE) == (statement_kind == "callback")
+    assert torch._C._len_torch_function_stack() == before and not statements._NATIVE_IN_USE
 
 
 def test_statement_lines_cause_no_graph_break_under_compile(tmp_path):
@@ -375,21 +392,23 @@ def test_compiled_region_lands_on_the_line_that_called_it(tmp_path):
     assert compile_time == {"setup": f"{script}:{decorator}", "block": f"{script}:{planted}"}, compile_time
 
 
-def test_dataloader_workers_forked_while_profiling_drop_the_mode(tmp_path):
+def test_dataloader_workers_forked_while_profiling_drop_the_mode(tmp_path, statement_kind):
     import torch
     from torch.utils.data import DataLoader, Dataset
 
     import neuron_explorer as nx
+    from neuron_explorer.collectors import statements
 
-    class ModeDepth(Dataset):
+    class ModeDepth(Dataset):  # the mode's depth and whether the line callback is on, in the worker
         def __len__(self):
             return 4
 
         def __getitem__(self, i):
-            return torch.tensor(torch._C._len_torch_function_stack())
+            return torch.tensor([torch._C._len_torch_function_stack(), len(statements._NATIVE_IN_USE)])
 
     before = torch._C._len_torch_function_stack()
     with nx.profile(tmp_path / "run"):
-        in_workers = [int(x) for x in DataLoader(ModeDepth(), batch_size=1, num_workers=2, multiprocessing_context="fork")]
-        in_main = torch._C._len_torch_function_stack()
-    assert in_main == before + 1 and in_workers == [before] * 4
+        in_workers = [x.flatten().tolist() for x in DataLoader(ModeDepth(), batch_size=1, num_workers=2, multiprocessing_context="fork")]
+        in_main = [torch._C._len_torch_function_stack(), len(statements._NATIVE_IN_USE)]
+    mode = statement_kind == "mode"
+    assert in_main == [before + mode, 1 - mode] and in_workers == [[before, 0]] * 4

@@ -353,3 +353,27 @@ print("STARTED", *started)
     with open_run(tmp_path / "run") as run:
         assert run.sql("SELECT count(*) FROM events WHERE kind = 'cpu_op' AND name = 'aten::mm'").fetchone()[0] == 1
 
+
+
+def test_writing_a_run_leaves_pandas_unimported_and_pyarrow_still_takes_pandas_objects(tmp_path):
+    """The first stop in a process does not import pandas (pyarrow would, at its first conversion:
+    0.3-0.5 s; _live_convert.without_pandas), and a job that imports pandas afterwards gets pyarrow's
+    pandas handling as before: a Series' NaN is a null, as pyarrow makes it for pandas objects only."""
+    code = f"""
+import sys, torch
+import neuron_explorer as nx
+with nx.profile({str(tmp_path / 'run')!r}, activities=[torch.profiler.ProfilerActivity.CPU]):
+    y = torch.ones(8, 8) @ torch.ones(8, 8)
+print("PANDAS_AFTER_WRITE", "pandas" in sys.modules)
+import pyarrow as pa
+print("NULLS_FROM_LIST", pa.array([1.0, float("nan")]).null_count)
+import pandas as pd
+print("NULLS_FROM_SERIES", pa.array(pd.Series([1.0, float("nan")])).null_count)
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    out = dict(line.split(" ", 1) for line in res.stdout.splitlines() if " " in line)
+    assert out["PANDAS_AFTER_WRITE"] == "False"
+    assert out["NULLS_FROM_LIST"] == "0" and out["NULLS_FROM_SERIES"] == "1"
+    with open_run(tmp_path / "run") as run:
+        assert run.sql("SELECT count(*) FROM events WHERE kind = 'cpu_op' AND name = 'aten::mm'").fetchone()[0] == 1

@@ -216,7 +216,7 @@ class Recording:
         results = prof.profiler.kineto_results if prof.profiler is not None else None
         if results is not None:
             try:
-                with _no_gc():
+                with _no_gc(), _live_convert.without_pandas():
                     cycle = _live_convert.convert_cycle(results, self.frames, native=self.native)
                     cycle.events, dropped = compiled.drop_compile_python(cycle.events)
                     self.compile_python_dropped += dropped
@@ -280,7 +280,9 @@ class Recording:
                        counters=_live_convert.empty_counters(), frames=self.frames.table())
 
     def write(self, extra_warnings: Iterable[str] = ()) -> Path:
-        with _no_gc():
+        from . import _live_convert
+
+        with _no_gc(), _live_convert.without_pandas():
             return self._write(extra_warnings)
 
     def _write(self, extra_warnings: Iterable[str]) -> Path:
@@ -362,7 +364,8 @@ class profile(tp.profile):
     """A `torch.profiler.profile` that writes a Neuron Explorer run directory when it stops.
 
     `statement_lines` (default on, with `with_stack`): operators written as Python syntax (`a @ b`,
-    `x[i]`) link to their own statement, through statements.StatementLines (a few % of step time).
+    `x[i]`) link to their own statement, through statements.StatementHook (the C++ converter's line
+    callback where it has one, else a TorchFunctionMode: a few % of step time).
 
     Context manager (`with nx.profile("runs/x") as prof: ... prof.step()`) or decorator
     (`@nx.profile("runs/x")`: every call is recorded; the run is rewritten to hold them all). Activities
@@ -387,7 +390,7 @@ class profile(tp.profile):
                    **{k: repr(v) for k, v in torch_profiler_kwargs.items()}}
         self.recording = Recording(run_dir, overwrite=overwrite, options=options, command=command, script_dir=script_dir)
         self._user_ready = user_ready
-        self._statements = StatementHook() if statement_lines and with_stack else None
+        self._statements = StatementHook(self.recording.native) if statement_lines and with_stack else None
         self._inductor = compiled.InductorProvenance()  # torch.compile kernels as ranges, with the statements they came from
         # compiling kept out of the Python tracer (with_stack), one range per compile, its graph breaks and recompiles
         self._compiler = compiled.CompilerUntraced(pause=with_stack)

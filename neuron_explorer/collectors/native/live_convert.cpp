@@ -13,13 +13,17 @@
 
 #include <pybind11/pybind11.h>
 
+#include <ATen/record_function.h>
 #include <ActivityType.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/profiler/collection.h>
+#include <torch/csrc/profiler/orchestration/observer.h>
 
 #include <array>
 #include <atomic>
 #include <exception>
+#include <memory>
+#include <mutex>
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
@@ -39,6 +43,125 @@ using torch::profiler::impl::ExtraFields;
 using torch::profiler::impl::Result;
 
 namespace {
+
+// --- statement lines: the line each operator was called from ------------------------------------
+//
+// While a recording runs, a RecordFunction callback (thread-local, as the profiler's own: torch
+// carries both into the autograd engine's threads) notes for every operator its RecordFunction
+// handle (the profiler keeps it as record_function_id_) and where the calling thread's innermost
+// Python frame is: the first line of its function and the line being executed. walk_tree gives an
+// operator whose parent in the call tree is that Python function's call the executed line as its
+// statement: what a `a @ b` or `x[i]` is invisible to the Python tracer for (statements.py).
+//
+// The frame is read from CPython's thread state without the GIL (torch releases it around most
+// operators): only the thread's own frame stack is read, which nothing else changes while the
+// thread is inside the operator; the code object's line table is immutable. The layout of
+// _PyInterpreterFrame is CPython's private one, so this is compiled for the versions whose layout
+// is written below (3.11); elsewhere statement_lines_supported() is false and statements.py uses
+// its TorchFunctionMode instead.
+
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#define NX_STATEMENT_LINES 1
+// CPython 3.11's _PyInterpreterFrame (Include/internal/pycore_frame.h), up to the fields read.
+struct InterpreterFrame311 {
+  PyObject* f_func;
+  PyObject* f_globals;
+  PyObject* f_builtins;
+  PyObject* f_locals;
+  PyCodeObject* f_code;
+  PyObject* frame_obj;
+  InterpreterFrame311* previous;
+  _Py_CODEUNIT* prev_instr;
+  int stacktop;
+  bool is_entry;
+  char owner;
+};
+#else
+#define NX_STATEMENT_LINES 0
+#endif
+
+struct LineRecord {
+  uint64_t handle;
+  int32_t first_line, entry_line, line;
+};
+
+struct ThreadLines {
+  std::mutex mutex;  // taken by its own thread per operator (uncontended) and by the reader
+  std::vector<LineRecord> records;
+};
+
+std::mutex g_lines_mutex;
+std::vector<std::shared_ptr<ThreadLines>> g_lines;  // one buffer per thread that ran an operator
+std::atomic<uint64_t> g_lines_handle{0};  // the callback's handle, 0: not installed
+thread_local std::shared_ptr<ThreadLines> t_lines;
+
+std::unique_ptr<at::ObserverContext> on_operator(const at::RecordFunction& fn) {
+#if NX_STATEMENT_LINES
+  if (!torch::profiler::impl::profilerEnabled()) return nullptr;  // a schedule's wait and warmup steps
+  PyThreadState* ts = PyGILState_GetThisThreadState();
+  if (ts == nullptr || ts->cframe == nullptr) return nullptr;
+  auto* frame = reinterpret_cast<InterpreterFrame311*>(ts->cframe->current_frame);
+  if (frame == nullptr || frame->f_code == nullptr) return nullptr;
+  PyCodeObject* code = frame->f_code;
+  int offset = static_cast<int>(reinterpret_cast<char*>(frame->prev_instr) - reinterpret_cast<char*>(code->co_code_adaptive));
+  // the function's first line two ways: the tracer names a module's call by its entry instruction's line (0)
+  LineRecord r{fn.handle(), code->co_firstlineno, PyCode_Addr2Line(code, 0), PyCode_Addr2Line(code, offset)};
+  if (!t_lines) {
+    t_lines = std::make_shared<ThreadLines>();
+    std::lock_guard<std::mutex> g(g_lines_mutex);
+    g_lines.push_back(t_lines);
+  }
+  std::lock_guard<std::mutex> g(t_lines->mutex);
+  t_lines->records.push_back(r);
+#endif
+  return nullptr;
+}
+
+bool statement_lines_supported() { return NX_STATEMENT_LINES != 0; }
+
+// Installs the callback on this thread (and, through torch, the threads it starts operators on).
+bool lines_start() {
+  if (!NX_STATEMENT_LINES) return false;
+  if (g_lines_handle.load() != 0) return true;
+  g_lines_handle = at::addThreadLocalCallback(at::RecordFunctionCallback(on_operator).needsIds(true));
+  return true;
+}
+
+void lines_stop() {
+  uint64_t h = g_lines_handle.exchange(0);
+  if (h != 0) at::removeCallback(h);
+}
+
+struct NotedLine {
+  int32_t first_line, entry_line, line;
+};
+
+// handle -> the function's first line (co_firstlineno and its entry instruction's) and the executed
+// line; empties the buffers (one cycle's worth).
+std::unordered_map<uint64_t, NotedLine> take_lines() {
+  std::unordered_map<uint64_t, NotedLine> out;
+  std::lock_guard<std::mutex> g(g_lines_mutex);
+  for (auto& buf : g_lines) {
+    std::vector<LineRecord> records;
+    {
+      std::lock_guard<std::mutex> gb(buf->mutex);
+      records.swap(buf->records);
+    }
+    out.reserve(out.size() + records.size());
+    for (const auto& r : records) out[r.handle] = {r.first_line, r.entry_line, r.line};
+  }
+  return out;
+}
+
+size_t pending_lines() {
+  size_t n = 0;
+  std::lock_guard<std::mutex> g(g_lines_mutex);
+  for (auto& buf : g_lines) {
+    std::lock_guard<std::mutex> gb(buf->mutex);
+    n += buf->records.size();
+  }
+  return n;
+}
 
 const char* const kUndecodable = "<name not decodable>";
 const std::string kModulePrefix = "nn.Module: ";
@@ -292,12 +415,14 @@ struct StackItem {
   int32_t module;  // code in the module column, -1 = none
   bool in_profiler;
   int caller_user;  // 1, 0, or -1 (not known without asking)
+  const torch::profiler::impl::PyFrameState* py_function;  // the Python function whose call is the parent, or null
 };
 
 // What the host call tree gives (see _live_convert._walk_tree).
 struct TreeOut {
   DictColumn names, modules;
   std::unordered_map<uint64_t, OpInfo> op_info;  // operator correlation id -> its frame and module
+  std::unordered_map<uint64_t, NotedLine> lines;  // statement lines (take_lines), by handle
   std::vector<PyRow> py_rows;
   std::vector<const Result*> allocations;
 };
@@ -305,13 +430,14 @@ struct TreeOut {
 void walk_tree(const ProfilerResult& res, Oracle& oracle, TreeOut& out) {
   std::vector<StackItem> stack;
   const auto& roots = res.event_tree();
-  for (auto it = roots.rbegin(); it != roots.rend(); ++it) stack.push_back({it->get(), -2, -1, -1, false, -1});
+  for (auto it = roots.rbegin(); it != roots.rend(); ++it) stack.push_back({it->get(), -2, -1, -1, false, -1, nullptr});
   std::unordered_map<std::string, int32_t> module_path_code;  // "<parent code>\x00<segment>" -> code
   while (!stack.empty()) {
     StackItem item = stack.back();
     stack.pop_back();
     const Result* node = item.node;
     int children_caller_user = -1;
+    const torch::profiler::impl::PyFrameState* children_function = nullptr;
     EventType tag = node->tag();
     bool is_root = item.user_frame == -2;
     if (is_root) item.user_frame = -1;
@@ -337,6 +463,12 @@ void walk_tree(const ProfilerResult& res, Oracle& oracle, TreeOut& out) {
             item.any_frame = oracle.intern(file, caller->line_no_, *caller, -1);
           }
         }
+        if (tag == EventType::PyCall && !out.lines.empty()) {
+          node->visit([&](const auto& f) {
+            using T = std::decay_t<decltype(f)>;
+            if constexpr (std::is_same_v<T, ExtraFields<EventType::PyCall>>) children_function = &f.callsite_;
+          });
+        }
         if (tag == EventType::PyCall && name.compare(0, kModulePrefix.size(), kModulePrefix) == 0) {
           std::string seg = name.substr(kModulePrefix.size());
           std::string key = std::to_string(item.module) + '\0' + seg;
@@ -357,6 +489,21 @@ void walk_tree(const ProfilerResult& res, Oracle& oracle, TreeOut& out) {
       node->visit([&](const auto& f) {
         using T = std::decay_t<decltype(f)>;
         if constexpr (std::is_same_v<T, ExtraFields<EventType::TorchOp>>) {
+          // An operator called straight from a Python function: its statement is the line that
+          // function was executing (as the caller of the StatementLines call is, in _walk_tree)
+          const auto* fn = item.py_function;
+          if (fn != nullptr && !is_root && !item.in_profiler && (item.caller_user != 0 || item.user_frame < 0)) {
+            auto lit = out.lines.find(f.record_function_id_);
+            if (lit != out.lines.end() && (lit->second.first_line == fn->line_no_ || lit->second.entry_line == fn->line_no_)) {
+              std::string file = clean(fn->filename_.str());
+              if (oracle.is_user_file(file)) {
+                item.user_frame = oracle.intern(file, lit->second.line, *fn, item.user_frame);
+                item.any_frame = item.user_frame;
+              } else if (item.user_frame < 0) {
+                item.any_frame = oracle.intern(file, lit->second.line, *fn, -1);
+              }
+            }
+          }
           out.op_info[f.correlation_id_] = {item.user_frame >= 0 ? item.user_frame : item.any_frame, item.module};
         }
       });
@@ -366,7 +513,8 @@ void walk_tree(const ProfilerResult& res, Oracle& oracle, TreeOut& out) {
     }
     const auto& children = node->children_;
     for (auto it = children.rbegin(); it != children.rend(); ++it) {
-      stack.push_back({it->get(), item.user_frame, item.any_frame, item.module, item.in_profiler, children_caller_user});
+      stack.push_back({it->get(), item.user_frame, item.any_frame, item.module, item.in_profiler, children_caller_user,
+                       children_function});
     }
   }
 }
@@ -516,6 +664,7 @@ py::dict convert(py::handle results, py::handle helper, int64_t pid) {
     }
   });
   TreeOut tree;
+  tree.lines = take_lines();
   try {
     walk_tree(res, oracle, tree);
     py::gil_scoped_release no_gil;  // reading events touches no Python object: let other threads run
@@ -645,4 +794,8 @@ py::dict convert(py::handle results, py::handle helper, int64_t pid) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "Neuron Explorer: torch.profiler results to raw run columns, in C++";
   m.def("convert", &convert, py::arg("results"), py::arg("helper"), py::arg("pid"));
+  m.def("statement_lines_supported", &statement_lines_supported);
+  m.def("lines_start", &lines_start);
+  m.def("lines_stop", &lines_stop);
+  m.def("pending_lines", &pending_lines);
 }
