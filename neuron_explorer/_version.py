@@ -4,4 +4,4 @@ __init__ sits at the top of the layers and imports most of them).
 Must not: import anything.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

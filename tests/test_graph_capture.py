@@ -187,7 +187,8 @@ CAPTURES = TRACES / "graph_capture"
 @pytest.mark.parametrize("name, device_events, top_op, top_ms, top_line", [
     # vLLM's MoE: launched at capture by Triton's launcher (triton/backends/amd/driver.py:634, no user
     # frame) under the vLLM statement that asked for it
-    ("mi300x_vllm_hipgraph_full_decode", 421, "vllm::moe_forward", 7.666, ("vllm/model_executor/layers/fused_moe/gpt_oss_triton_kernels_moe.py:269", 7.172)),
+    ("mi300x_vllm_hipgraph_full_decode", 421, "vllm::moe_forward", 7.666,
+     ("vllm/model_executor/layers/fused_moe/gpt_oss_triton_kernels_moe.py:269", 7.172)),
     ("mi300x_sglang_qwen3_decode", 544, "aiter::gemm_a16w16", 5.385, ("aiter/tuned_gemm.py:395", 5.385))])
 def test_published_replays_take_their_capture(tmp_path, name, device_events, top_op, top_ms, top_line):
     from .test_device_traces import DEVICE_CATS, Raw

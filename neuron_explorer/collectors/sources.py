@@ -18,8 +18,8 @@ import re
 import pyarrow as pa
 import pyarrow.compute as pc
 
-_NOT_USER = re.compile(r"(^<built-in|^<frozen|/site-packages/|/dist-packages/|/lib/python\d|(^|/)torch/|^torch/|(^|/)triton(_kernels)?/|^<string>$|^<unknown>$"
-                       r"|(^|/)torchinductor_[^/]*/)")
+_NOT_USER = re.compile(r"(^<built-in|^<frozen|/site-packages/|/dist-packages/|/lib/python\d|(^|/)torch/|^torch/"
+                       r"|(^|/)triton(_kernels)?/|^<string>$|^<unknown>$|(^|/)torchinductor_[^/]*/)")
 """`torchinductor_<user>/`: the code torch.compile generates (Inductor's default cache folder);
 `triton/`, `triton_kernels/`: Triton's launcher and kernel library, as an imported trace names them
 (relative to site-packages)."""
