@@ -209,6 +209,18 @@ def test_published_replays_take_their_capture(tmp_path, name, device_events, top
         (line, line_ns), = run.sql("""SELECT f.file || ':' || f.line, sum(k.dur_ns) FROM events k JOIN frames f
           ON f.frame_id = k.source_frame_id WHERE k.graph GROUP BY 1 ORDER BY 2 DESC LIMIT 1""").fetchall()
     assert (line, round(line_ns / 1e6, 3)) == top_line  # the statement holding most replayed time
+    # the dashboard's event panel says a replayed kernel was replayed, and what ran around it at capture
+    from neuron_explorer.dashboard import queries
+    from neuron_explorer.dashboard.runs import RunSet
+    from neuron_explorer.dashboard.ui.panels import detail_panel
+
+    from .test_compiled import _text
+    with open_run(run_dir) as run:
+        eid, capture_op = run.sql("SELECT event_id, capture_top_op FROM events WHERE graph AND capture_top_op = ? LIMIT 1", [top_op]).fetchone()
+    rs = RunSet([run_dir])
+    e = queries.event(rs, run=0, event_id=eid)
+    assert (e["graph"], e["capture_top_op"]) == (True, top_op)
+    assert f"replayed by a graph launch; at capture under {top_op}" in _text(detail_panel(rs, 0, eid))
     # the top operator of the replayed device time is the model's (MoE / GEMM), no longer the launch
     assert (op, round(ns / 1e6, 3)) == (top_op, top_ms) and (op,) not in launch_ops
     assert not violations(analyze(run_dir, write=False).to_dict())

@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 
 from ..schema import DEVICE_KINDS
+from ..vocab import COMPILED_FROM_ARG
 from .runs import OpenRun, QueryError, RunSet, parse_int, placed_cols
-from .views.source import source
+from .views.source import frame_row, source
 
 KERNELS_PER_EVENT = 50
 """Most kernels listed for one event's chain."""
@@ -27,7 +28,7 @@ def ms_from_start(r: OpenRun, ts_ns) -> float | None:
 
 
 EVENT_COLS = ("event_id, rank, kind, category, name, ts_ns, dur_ns, pid, tid, device, stream, depth, parent_id, op_id, "
-               "top_op_id, launch_id, correlation, external_id, step, module_path, frame_id, args")
+               "top_op_id, launch_id, correlation, external_id, step, module_path, frame_id, args, graph, capture_op, capture_top_op")
 
 
 def event_row(r: OpenRun, event_id: int) -> dict | None:
@@ -49,6 +50,20 @@ def y_of(r: OpenRun, e: dict) -> int | None:
         if (ln.rank, ln.is_device, ln.a, ln.b, ln.text) == (e["rank"], e["is_device"], e["lane_a"], e["lane_b"], e["lane_text"]):
             return ln.y_of(e["lane_row"])
     return None
+
+
+def compiled_statements(r: OpenRun, args: dict) -> list[dict]:
+    """The user statements a torch.compile kernel was generated from (its COMPILED_FROM_ARG), each
+    with its share of the kernel's time (docs/METRICS.md), largest share first; [] for other events."""
+    out = []
+    for x in args.get(COMPILED_FROM_ARG) or []:
+        if not isinstance(x, dict) or not isinstance(x.get("frame_id"), int):
+            continue
+        f = frame_row(r, x["frame_id"])
+        if f is not None:
+            out.append({"frame_id": x["frame_id"], "file": f["file"], "line": f["line"], "function": f["function"],
+                        "share": x.get("share")})
+    return sorted(out, key=lambda x: -(x["share"] or 0))
 
 
 def event(rs: RunSet, run=0, event_id=None) -> dict:
@@ -114,4 +129,6 @@ def event(rs: RunSet, run=0, event_id=None) -> dict:
         "operator": brief(r, op, "operator"), "top_operator": brief(r, top, "top operator"),
         "launch": brief(r, launch, "launch"), "kernels": [brief(r, k, "kernel") for k in kernels],
         "chain": chain, "flows": flows, "source": frame, "truncated": truncated,
+        "compiled_from": compiled_statements(r, args), "graph": bool(e["graph"]),
+        "capture_op": e["capture_op"], "capture_top_op": e["capture_top_op"],
     }
