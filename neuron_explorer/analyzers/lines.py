@@ -62,13 +62,26 @@ def _line_op(alias: str) -> str:
     return f"({top_op(alias)} AND NOT {compile_range(alias)})"
 
 
-def own_ns_sql(device: bool = True) -> str:
+def own_ns_sql(device: bool = True, compile_ns: str | None = None) -> str:
     """SQL (over `events e`) of an event's part in its statement's own time: an outermost CPU
     operator's duration, a Python call's self time outside operators (PYTHON_SELF), and with
-    `device` a device event's duration; 0 for anything else."""
+    `device` a device event's duration; 0 for anything else. `compile_ns`: the column (joined on
+    the operator, from compile_inside_sql) of the compiles inside an operator, taken out of it."""
+    less = f" - coalesce({compile_ns}, 0)" if compile_ns else ""
     dev = f" WHEN e.kind IN {DEVICE_WORK_SQL} THEN e.dur_ns" if device else ""
-    return (f"CASE WHEN {_line_op('e')} THEN e.dur_ns WHEN {PYTHON_SELF} THEN e.self_ns"
+    return (f"CASE WHEN {_line_op('e')} THEN e.dur_ns{less} WHEN {PYTHON_SELF} THEN e.self_ns"
             f"{dev} ELSE 0 END")
+
+
+def compile_per_step_sql(rank: int) -> str:
+    """Rows (step, compile_ns): the time spent compiling in each step: the compile ranges
+    (vocab.compile_range) that are outermost operators, and those inside another operator
+    (compile_inside_sql), counted once each."""
+    return f"""SELECT step, sum(ns)::BIGINT AS compile_ns FROM (
+  SELECT e.step, e.dur_ns AS ns FROM events e WHERE e.rank = {int(rank)} AND {top_op('e')} AND {compile_range('e')}
+  UNION ALL
+  SELECT t.step, c.compile_ns FROM ({compile_inside_sql(int(rank))}) c JOIN events t ON t.event_id = c.top_op_id)
+WHERE step IS NOT NULL GROUP BY step"""
 
 
 def _rank_filter(rank: int | str | None, alias: str = "e") -> str:

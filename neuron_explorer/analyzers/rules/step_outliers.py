@@ -6,7 +6,9 @@ them: a step is slow when it lasts more than SLOW_FACTOR times their median. To 
 differs, it compares, per user statement (analyzers/lines.py: its outermost operators, its
 Python-level time and its device work), the mean time in slow steps with the mean time in the
 other steady steps, and names the statement whose time grew the most, with the statements that
-called it; never a frame of torch, the standard library or Neuron Explorer. Impact: the sum over slow steps of (step time -
+called it; never a frame of torch, the standard library or Neuron Explorer. Compiling is no
+statement's time (lines.compile_inside_sql): when the time spent compiling (torch.compile ranges,
+lines.compile_per_step_sql) grew more than any statement's, the finding says that instead. Impact: the sum over slow steps of (step time -
 median step time). Saving bound: the same.
 """
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from ...vocab import line_key_sql
 from ..engine import Context, NotApplicable
-from ..lines import own_ns_sql
+from ..lines import compile_inside_sql, compile_per_step_sql, own_ns_sql
 from ..model import Location
 from ._util import ms, rows
 
@@ -71,8 +73,9 @@ FROM s, m WHERE s.dur_ns > {t['SLOW_FACTOR']} * m.median_ns"""
     n_all = len(used)
     slow_list = ", ".join(str(int(s)) for s in slow)
     diff = rows(ctx.run, f"""WITH e AS (SELECT e.step, {line_key_sql('f')} AS source, f.code, f.frame_id, e.event_id,
-        {own_ns_sql()} AS ns
+        {own_ns_sql(compile_ns='c.compile_ns')} AS ns
       FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
+      LEFT JOIN ({compile_inside_sql(ctx.rank)}) c ON c.top_op_id = e.event_id
       WHERE e.rank = {ctx.rank} AND e.step IN ({in_used}) AND f.is_user)
     SELECT source, any_value(code) AS code, min(frame_id) AS frame_id,
       coalesce(sum(ns) FILTER (WHERE step IN ({slow_list})), 0) / {len(slow)}
@@ -80,19 +83,27 @@ FROM s, m WHERE s.dur_ns > {t['SLOW_FACTOR']} * m.median_ns"""
       min(event_id) FILTER (WHERE step IN ({slow_list})) AS sample_id
     FROM e GROUP BY source ORDER BY grew_ns DESC, source LIMIT 1""")
     top = diff[0] if diff and diff[0]["grew_ns"] and diff[0]["grew_ns"] > 0 else None
-    if top:
+    compiling = rows(ctx.run, f"""SELECT coalesce(sum(compile_ns) FILTER (WHERE step IN ({slow_list})), 0) / {len(slow)}
+        - coalesce(sum(compile_ns) FILTER (WHERE step NOT IN ({slow_list})), 0) / {max(n_all - len(slow), 1)} AS grew_ns
+      FROM ({compile_per_step_sql(ctx.rank)}) WHERE step IN ({in_used})""")[0]["grew_ns"] or 0
+    if compiling > 0 and (top is None or compiling >= top["grew_ns"]):
+        top = None
+        what = (f"In slow steps torch.compile compiles for {ms(compiling)} more per step (the recompile and compile-time "
+                "findings say what and why). ")
+    elif top:
         code = f" `{top['code'][:60]}`" if top.get("code") else ""
         callers = _callers(ctx, top["frame_id"])
         what = (f"In slow steps {top['source']}{code} takes {ms(top['grew_ns'])} more per step than in the others"
                 + (f" (called from {' ← '.join(callers)})" if callers else "") + ". ")
     else:
         what = "No user statement explains the difference (look for un-instrumented work or waiting). "
+    grew = {"grew_source": top["source"] if top else None, "grew_ns": top["grew_ns"] if top else None,
+            "compile_grew_ns": int(compiling) if compiling > 0 else None}
     return [ctx.finding(
         title=f"{v['slow_steps']} of {n_all} steady steps are over {t['SLOW_FACTOR']}x the median step ({ms(v['median_ns'])})",
         impact_ns=v["excess_ns"], saving_bound_ns=v["excess_ns"],
         location=Location(steps=[int(s) for s in slow], source=top["source"] if top else None),
-        sql=sql, values={"slow_steps": v["slow_steps"], "excess_ns": v["excess_ns"], "median_ns": v["median_ns"],
-                         "grew_source": top["source"] if top else None, "grew_ns": top["grew_ns"] if top else None},
+        sql=sql, values={"slow_steps": v["slow_steps"], "excess_ns": v["excess_ns"], "median_ns": v["median_ns"], **grew},
         sample_event_ids=[top["sample_id"]] if top else [], uses_source=True,
         recommendation=what + "Make periodic work (checkpoints, evaluation, logging, garbage collection) "
         "asynchronous or rarer, and keep shapes stable between steps (recompilation, allocator growth).",
