@@ -411,6 +411,10 @@ def test_the_event_drawer_is_in_view_after_each_kind_of_selection(page):
     z = plot_box(drv)
     _mouse_click(drv, z["left"] + mark[0], z["top"] + mark[1])
     _drawer_in_view(drv, launch["name"], "flow jump")
+    # the view goes there too (the drawer and the timeline are two answers of the server: wait for the second)
+    at_ms = (launch["ts_ns"] - rs.get(1).span()[0]) / 1e6
+    wait_for(drv, f"const xa = {GD}._fullLayout.xaxis; return xa.range[0] <= {at_ms} && {at_ms} <= xa.range[1]",
+             what=f"the timeline moved to the launch at {at_ms} ms")
     jumped = plot_box(drv)
     assert jumped["x0"] * 1e6 <= launch["ts_ns"] - rs.get(1).span()[0] <= jumped["x1"] * 1e6
     drv.save_screenshot(str(ARTIFACTS / "client-drawer.png"))
