@@ -46,3 +46,14 @@ def graph_tip(ctx) -> str:
 
     props = [p for p in (rank_entry(ctx.run, ctx.rank).get("device_properties") or []) if isinstance(p, dict)]
     return peaks.graph_advice(device_name(ctx.run, ctx.rank), props)
+
+
+def step_bounds_sql(rank: int) -> str:
+    """Rows (step, s0, s1): each profiler step of the rank, from its first start to its last end."""
+    return f"SELECT step, min(ts_ns) AS s0, max(ts_ns + dur_ns) AS s1 FROM events WHERE rank = {int(rank)} AND kind = 'step' GROUP BY step"
+
+
+def in_steps_ns_sql(alias: str, steps: str = "st") -> str:
+    """SQL aggregate: the time of interval `alias` (ts_ns, dur_ns) inside the steps `steps`
+    (step_bounds_sql rows, LEFT JOINed on overlap; 0 outside every step)."""
+    return (f"coalesce(sum(greatest(least({alias}.ts_ns + {alias}.dur_ns, {steps}.s1) - greatest({alias}.ts_ns, {steps}.s0), 0)), 0)")

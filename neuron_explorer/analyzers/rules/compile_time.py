@@ -17,7 +17,7 @@ from __future__ import annotations
 from ...vocab import COMPILE_NAME_PREFIX, RECOMPILE_EVENT, compile_range, line_key_sql
 from ..engine import Context
 from ..model import Location
-from ._util import ms, pct, q, rows
+from ._util import in_steps_ns_sql, ms, pct, q, rows, step_bounds_sql
 
 RULE_ID = "compile-time"
 TITLE = "torch.compile compile time"
@@ -39,8 +39,8 @@ def compile_time_sql(rank: int) -> str:
   FROM events e WHERE e.rank = {r} AND {compile_range('e')} AND NOT EXISTS (SELECT 1 FROM events o WHERE o.rank = {r}
     AND {compile_range('o')} AND o.pid IS NOT DISTINCT FROM e.pid AND o.tid IS NOT DISTINCT FROM e.tid AND o.event_id <> e.event_id
     AND o.ts_ns <= e.ts_ns AND o.ts_ns + o.dur_ns >= e.ts_ns + e.dur_ns AND (o.ts_ns < e.ts_ns OR o.dur_ns > e.dur_ns OR o.event_id < e.event_id))),
-st AS (SELECT step, min(ts_ns) AS s0, max(ts_ns + dur_ns) AS s1 FROM events WHERE rank = {r} AND kind = 'step' GROUP BY step),
-cut AS (SELECT c.event_id, coalesce(sum(greatest(least(c.ts_ns + c.dur_ns, st.s1) - greatest(c.ts_ns, st.s0), 0)), 0) AS in_steps_ns
+st AS ({step_bounds_sql(r)}),
+cut AS (SELECT c.event_id, {in_steps_ns_sql('c')} AS in_steps_ns
   FROM c LEFT JOIN st ON c.ts_ns < st.s1 AND c.ts_ns + c.dur_ns > st.s0 GROUP BY c.event_id)
 SELECT CASE WHEN starts_with(c.what, 'backward of ') THEN substr(c.what, 13) ELSE c.what END AS function,
   count(*) FILTER (WHERE NOT starts_with(c.what, 'backward of ')) AS compiles,

@@ -24,7 +24,7 @@ from ...vocab import GRAPH_BREAK_EVENT, compile_range, compiled_region, graph_ca
 from ..engine import Context
 from ..metrics import union_of_sql
 from ..model import Location
-from ._util import ms, q, rows
+from ._util import ms, q, rows, step_bounds_sql
 
 RULE_ID = "graph-break"
 TITLE = "torch.compile graph breaks"
@@ -40,7 +40,7 @@ def outside_graphs_sql(rank: int) -> str:
     region_ns (the union of its compiled regions, cut to the step), inside_ns (of that, the time
     inside a graph run or a compile) and outside_ns = region_ns - inside_ns (0 ≤ outside_ns ≤ the step)."""
     r = int(rank)
-    steps = f"""SELECT step, min(ts_ns) AS s0, max(ts_ns + dur_ns) AS s1 FROM events WHERE rank = {r} AND kind = 'step' GROUP BY step
+    steps = f"""{step_bounds_sql(r)}
   UNION ALL SELECT NULL, min(ts_ns), max(ts_ns + dur_ns) FROM events WHERE rank = {r}
     AND NOT EXISTS (SELECT 1 FROM events WHERE rank = {r} AND kind = 'step')"""
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from ...vocab import RECOMPILE_EVENT, compile_range, line_key_sql
 from ..engine import Context
 from ..model import Location
-from ._util import ms, q, rows
+from ._util import in_steps_ns_sql, ms, q, rows, step_bounds_sql
 
 RULE_ID = "recompile"
 TITLE = "torch.compile recompiles"
@@ -38,9 +38,8 @@ def recompiles_sql(rank: int) -> str:
 c AS (SELECT rec.event_id, arg_min(c.event_id, c.dur_ns) AS compile_id FROM rec JOIN events c ON c.rank = {r} AND {compile_range('c')}
     AND c.pid IS NOT DISTINCT FROM rec.pid AND c.tid IS NOT DISTINCT FROM rec.tid AND c.ts_ns <= rec.ts_ns AND rec.ts_ns <= c.ts_ns + c.dur_ns
   GROUP BY rec.event_id),
-st AS (SELECT step, min(ts_ns) AS s0, max(ts_ns + dur_ns) AS s1 FROM events WHERE rank = {r} AND kind = 'step' GROUP BY step),
-cost AS (SELECT c.event_id, any_value(x.dur_ns) AS compile_ns,
-    coalesce(sum(greatest(least(x.ts_ns + x.dur_ns, st.s1) - greatest(x.ts_ns, st.s0), 0)), 0) AS in_steps_ns
+st AS ({step_bounds_sql(r)}),
+cost AS (SELECT c.event_id, any_value(x.dur_ns) AS compile_ns, {in_steps_ns_sql('x')} AS in_steps_ns
   FROM c JOIN events x ON x.event_id = c.compile_id LEFT JOIN st ON x.ts_ns < st.s1 AND x.ts_ns + x.dur_ns > st.s0 GROUP BY c.event_id)
 SELECT rec.function, any_value(rec.source) AS source, count(*) AS recompiles, list(DISTINCT rec.guard) AS guards,
   coalesce(sum(cost.compile_ns), 0)::BIGINT AS compile_ns, coalesce(sum(cost.in_steps_ns), 0)::BIGINT AS in_steps_ns,
