@@ -814,3 +814,31 @@ def test_rank_selector_on_the_real_multirank_run(real_runs):
     one = tl_mod.timeline(rs, run=r.index, rank=1, width=800, all_lanes=True)
     assert {ln["rank"] for ln in one["lanes"]} == {1}
     assert one["visible_events"] == r.query("SELECT count(*) FROM events WHERE rank = 1")[1][0][0]
+
+
+def _callback(app, output_prefix: str) -> tuple[str, dict]:
+    """The key and spec of the server callback whose outputs start with `output_prefix`."""
+    matches = [(k, v) for k, v in app.callback_map.items() if k.startswith(output_prefix)]
+    assert len(matches) == 1, [k for k, _ in matches]
+    return matches[0]
+
+
+def test_the_analysis_finishing_does_not_clear_the_message_of_a_persons_last_action(rs):
+    """The findings and the overview fill in by themselves when the analysis is done; that refresh
+    must leave the error line alone (it once wiped 'base and test are the same run' a second after
+    the person chose the same run twice). Their own inputs (a run or rank chosen) still clear it."""
+    app = dash_app.create_app(rs)
+    client = app.server.test_client()
+    for prefix in ("..findings.rowData", "..overview.children"):
+        key, spec = _callback(app, prefix)
+        outputs = [{"id": o.split(".")[0], "property": o.split(".")[1].split("@")[0]} for o in key.strip(".").split("...")]
+        inputs = [{"id": i["id"], "property": i["property"], "value": {"run-select": 0, "rank-select": 0}.get(i["id"], {"state": "done"})}
+                  for i in spec["inputs"]]
+        for changed, clears in (("analysis.data", False), ("run-select.value", True)):
+            body = {"output": key, "outputs": outputs, "inputs": inputs, "state": [], "changedPropIds": [changed]}
+            r = client.post("/_dash-update-component", data=json.dumps(body), content_type="application/json")
+            assert r.status_code == 200, r.get_data(as_text=True)[:300]
+            response = r.get_json()["response"]
+            assert ("error" in response) == clears, (prefix, changed, response.get("error"))
+            if clears:
+                assert response["error"]["children"] == ""

@@ -507,7 +507,7 @@ def create_app(rs: RunSet):
 
     @app.callback(Output("findings", "rowData"), Output("findings-note", "children"), Output("error", "children", allow_duplicate=True),
                   Input("run-select", "value"), Input("rank-select", "value"), Input("analysis", "data"), prevent_initial_call="initial_duplicate")
-    @guard(2)
+    @guard(2, background=("analysis",))
     def _findings(run, rank, _analysis):
         return findings_panel(rs, run, rank)
 

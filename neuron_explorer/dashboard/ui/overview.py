@@ -276,7 +276,7 @@ def register(app, rs: RunSet, view_for) -> None:
     @app.callback(Output("overview", "children"), Output("error", "children", allow_duplicate=True),
                   Input("run-select", "value"), Input("rank-select", "value"), Input("analysis", "data"),
                   prevent_initial_call="initial_duplicate")
-    @guard(1)
+    @guard(1, background=("analysis",))
     def _overview(run, rank, _analysis):
         return (content_or_computing(rs, run, rank),)
 
