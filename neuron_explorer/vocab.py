@@ -145,6 +145,36 @@ def top_host_call(alias: str = "") -> str:
     return f"({a}kind = 'cpu_op' AND {a}event_id = {a}top_op_id OR {a}kind = 'runtime' AND {a}top_op_id IS NULL)"
 
 
+# ---- the operator device work is charged to --------------------------------------------------------
+# A graph replay's kernels are launched by `cudaGraphLaunch`: their `op_id` / `top_op_id` are the
+# replay step's launch operator (CUDAGraph::replay, or none). Imported with the graph's capture,
+# each carries the operator it was launched under at capture (`capture_op`, `capture_top_op`): that
+# is the operator its time belongs to. Every per-operator figure of device work groups by these
+# (docs/METRICS.md "Graph replays").
+
+def charged_at_capture(alias: str = "") -> str:
+    """A device event is charged to its operator at capture (a graph replay linked to its capture,
+    with an operator around its launch then), not to its launch's."""
+    return f"{_a(alias)}capture_top_op IS NOT NULL"
+
+
+def charged_top_op(alias: str, top_alias: str) -> str:
+    """The name of the outermost operator a device event is charged to: its operator at capture
+    (`capture_top_op`) when it is a graph replay linked to its capture, else the name of the
+    operator at its `top_op_id` — `top_alias` is that `events` row, joined by the caller
+    (`LEFT JOIN events t ON t.event_id = k.top_op_id`). NULL: no operator. Host events carry no
+    capture operator: for them it is the operator at `top_op_id`."""
+    return f"CASE WHEN {charged_at_capture(alias)} THEN {_a(alias)}capture_top_op ELSE {_a(top_alias)}name END"
+
+
+def charged_op(alias: str, op_alias: str) -> str:
+    """The name of the innermost operator a device event is charged to: `capture_op` when its
+    outermost is its capture's (`charged_top_op`), else the name of the operator at its `op_id`
+    (`op_alias`, joined by the caller on `op_id`)."""
+    a = _a(alias)
+    return f"CASE WHEN {charged_at_capture(alias)} THEN {a}capture_op ELSE {_a(op_alias)}name END"
+
+
 # ---- source lines ---------------------------------------------------------------------------
 
 def line_key(file: str, line: int) -> str:

@@ -32,6 +32,8 @@ SPELLINGS = {
     "a source line's key (vocab.line_key / line_key_sql)": re.compile(r"file\s*\|\|\s*':'\s*\|\|"),
     "kernel precision (vocab.FP32_KERNEL_PATTERN / LOWER_PRECISION_KERNEL_PATTERN, work_class)": re.compile(
         r"sgemm\||\|sgemm|bf16\|fp16|fp16\|bf16|h884\|"),
+    "the operator device work is charged to (vocab.charged_top_op / charged_op / charged_at_capture)": re.compile(
+        r"(?i)\bcapture_(top_)?op\s+IS\s+(NOT\s+)?NULL|coalesce\(\s*(\w+\.)?capture_(top_)?op\b"),
 }
 
 ALLOWED = {"vocab.py"}
@@ -84,6 +86,7 @@ def test_the_check_finds_each_spelling(idea, tmp_path):
         "copy direction": "(name ILIKE '%DtoH%' AND step IS NOT NULL)",
         "a source line's key": "SELECT f.file || ':' || f.line AS source FROM frames f",
         "kernel precision": "(?i)(sgemm|f32|fp32)",
+        "the operator device work is charged to": "SELECT coalesce(k.capture_top_op, o.name) FROM events k JOIN events o ON o.event_id = k.top_op_id",
     }
     text = next(v for k, v in samples.items() if idea.startswith(k))
     (tmp_path / "m.py").write_text(f'"""doc"""\nX = {text!r}\n')
@@ -169,3 +172,23 @@ def test_privateuse1_names_of_the_test_backend_are_what_the_vocabulary_says():
     con.executemany("INSERT INTO events VALUES (?, 'runtime', ?)", [(100, "cudaStreamSynchronize"), (101, "hipMalloc"), (102, "hipMemcpyAsync")])
     assert [r[0] for r in con.execute(f"SELECT event_id FROM events e WHERE {vocab.sync_call('e')} OR {vocab.allocator_call('e')} "
                                       f"OR e.kind = 'runtime' AND {vocab.memcpy_call('e')} ORDER BY 1").fetchall()] == [100, 101, 102]
+
+
+def test_the_operator_charged_is_the_capture_operator_of_a_linked_replay():
+    """A graph-replayed kernel linked to its capture counts on its operators at capture; one not
+    linked, and any other kernel, on the operators of its launch (op_id, top_op_id); a kernel with
+    no operator on none."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE events AS SELECT * FROM (VALUES "
+                "(1, 'cpu_op', 'CUDAGraph::replay', 1, 1, NULL, NULL), (2, 'cpu_op', 'aten::linear', 2, 2, NULL, NULL), "
+                "(3, 'cpu_op', 'aten::addmm', 3, 2, NULL, NULL), "
+                "(10, 'kernel', 'gemm', 1, 1, 'aten::mm', 'my::mlp'), (11, 'kernel', 'extra', 1, 1, NULL, NULL), "
+                "(12, 'kernel', 'gemm', 3, 2, NULL, NULL), (13, 'kernel', 'memset', NULL, NULL, NULL, NULL)"
+                ") t(event_id, kind, name, op_id, top_op_id, capture_op, capture_top_op)")
+    rows = con.execute(f"""SELECT k.event_id, {vocab.charged_op('k', 'o')}, {vocab.charged_top_op('k', 't')}, {vocab.charged_at_capture('k')}
+      FROM events k LEFT JOIN events o ON o.event_id = k.op_id LEFT JOIN events t ON t.event_id = k.top_op_id
+      WHERE k.kind = 'kernel' ORDER BY 1""").fetchall()
+    assert rows == [(10, "aten::mm", "my::mlp", True), (11, "CUDAGraph::replay", "CUDAGraph::replay", False),
+                    (12, "aten::addmm", "aten::linear", False), (13, None, None, False)]

@@ -23,7 +23,7 @@ from ..analyzers.lines import LINE_DEFINITIONS, line_times_sql
 from ..errors import NeuronExplorerError
 from ..fmt import kernel_name, summarise_warnings
 from ..fmt import shapes as shapes_text
-from ..vocab import line_key_sql
+from ..vocab import charged_op, charged_top_op, line_key_sql
 from . import catalog
 from .sandbox import DEFAULT_MEMORY_LIMIT_MB, DEFAULT_TIMEOUT_S, Sandbox
 
@@ -328,7 +328,9 @@ class AgentRuns:
 
     def event_context(self, run: str | None = None, event_id: int = 0, neighbours: int = 3) -> dict:
         """An event's chain: source line, module path, outermost and innermost CPU operator, the runtime launch, the
-        device events it led to; and its neighbours in time on the same track with the gaps between."""
+        device events it led to; `charged_to`: the names of the outermost and innermost operators its time counts on in
+        every per-operator figure (a graph replay imported with its capture: its operators at capture, else those of
+        the chain); and its neighbours in time on the same track with the gaps between."""
         def go():
             name = self._resolve(run)
             eid = int(event_id)
@@ -366,8 +368,11 @@ class AgentRuns:
                                f"AND (ts_ns, event_id) < ({int(e['ts_ns'])}, {eid}) ORDER BY ts_ns DESC, event_id DESC", max_rows=n)
             after = self._sql(name, f"SELECT {cols}, ts_ns - {int(e['ts_ns']) + int(e['dur_ns'] or 0)} AS gap_ns FROM events "
                               f"WHERE {track} AND (ts_ns, event_id) > ({int(e['ts_ns'])}, {eid}) ORDER BY ts_ns, event_id", max_rows=n)
+            charged = self._sql(name, f"SELECT {charged_top_op('k', 't')} AS top_op, {charged_op('k', 'o')} AS op FROM events k "
+                                f"LEFT JOIN events o ON o.event_id = k.op_id LEFT JOIN events t ON t.event_id = k.top_op_id "
+                                f"WHERE k.event_id = {eid}")[0]
             chain = {"source": source, "module_path": e["module_path"], "top_op": one(e["top_op_id"]),
-                     "op": one(e["op_id"]), "launch": launch, "device_events": device_events,
+                     "op": one(e["op_id"]), "charged_to": charged, "launch": launch, "device_events": device_events,
                      "device_events_total": device_total}
             return {"ok": True, "run": name, "event": {k: v for k, v in e.items()}, "chain": chain,
                     "neighbours": {"track": "same rank, pid, tid (device, stream for device events) and depth",

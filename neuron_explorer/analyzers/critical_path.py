@@ -44,6 +44,7 @@ from bisect import bisect_left, bisect_right
 import numpy as np
 
 from ..store import Run
+from ..vocab import charged_top_op
 from ._path_index import (  # noqa: F401 (the model's thresholds)
     F_COMM,
     F_INPUT,
@@ -623,11 +624,12 @@ class _Info:
 
     @staticmethod
     def table(run: Run, ids: np.ndarray):
-        """The rows of the events `ids` (sorted, distinct): id, name, its top-level operator's name,
+        """The rows of the events `ids` (sorted, distinct): id, name, the name of the top-level
+        operator it is charged to (vocab.charged_top_op: a graph replay's, its operator at capture),
         module path and top-level operator, ordered by id."""
         import pyarrow as pa
 
-        return arrow_of(run, "SELECT e.event_id, e.name, o.name AS op, e.module_path, e.top_op_id FROM events e "
+        return arrow_of(run, f"SELECT e.event_id, e.name, {charged_top_op('e', 'o')} AS op, e.module_path, e.top_op_id FROM events e "
                         "SEMI JOIN _path_ids i ON e.event_id = i.id LEFT JOIN events o ON o.event_id = e.top_op_id ORDER BY 1", [],
                         {"_path_ids": pa.table({"id": ids})})
 

@@ -18,7 +18,8 @@ the window exactly.
 
 Exposed communication is named: the pieces of B − A in the window are charged to the collective
 kernel that covers them (the one reaching furthest), grouped by the collective (the kernel's short
-name), the top-level operator that launched it and its statement (`source_frame_id`).
+name), the top-level operator it is charged to (the one that launched it; a graph replay's, its
+operator at capture: vocab.charged_top_op) and its statement (`source_frame_id`).
 
 Must not: decide what is a problem (rules/comm_exposed.py does) or render anything.
 """
@@ -31,7 +32,7 @@ import numpy as np
 
 from ..fmt import short_kernel_name
 from ..store import Run
-from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_SQL, sql_literal
+from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_SQL, charged_top_op, sql_literal
 from .metrics import Coverage, span, union_sql
 
 CLASSES = ("compute", "communication", "memory", "idle")
@@ -133,7 +134,8 @@ def _collectives(run: Run, rank: int) -> dict[int, tuple[list, list, list, list,
 
 def _collectives_many(run: Run, ranks: list[int]) -> dict[int, dict[int, tuple[list, list, list, list, list]]]:
     """`_collectives` of every rank of `ranks` that has some, by one query grouped by rank."""
-    rows = run.sql(f"""SELECT k.rank, k.device, k.ts_ns, k.ts_ns + k.dur_ns, k.name, o.name, k.source_frame_id, k.event_id FROM events k
+    rows = run.sql(f"""SELECT k.rank, k.device, k.ts_ns, k.ts_ns + k.dur_ns, k.name, {charged_top_op('k', 'o')}, k.source_frame_id, k.event_id
+        FROM events k
         LEFT JOIN events o ON o.event_id = k.top_op_id
         WHERE {_in_ranks(ranks, 'k.rank')} AND k.device IS NOT NULL AND k.dur_ns > 0 AND k.kind = 'kernel'
         AND regexp_matches(k.name, {sql_literal(COMM_KERNEL_PATTERN)})

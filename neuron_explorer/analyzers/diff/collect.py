@@ -134,7 +134,7 @@ def per_step(run: Run, steps: list[int], call_ns: dict) -> dict[tuple[str, str, 
     device_ns = (f"SELECT {{key}}, {step_col}, sum(e.dur_ns) FROM events e {{join}} "
                  f"WHERE {vocab.device_work('e')} AND {{key}} IS NOT NULL AND {where} GROUP BY 1, 2")
     queries = {
-        ("operator", "device"): device_ns.format(key="o.name", join="JOIN events o ON e.op_id = o.event_id"),
+        ("operator", "device"): device_ns.format(key=vocab.charged_op("e", "o"), join="LEFT JOIN events o ON e.op_id = o.event_id"),
         ("module", "cpu"): self_ns.format(key="e.module_path"),
         ("module", "device"): device_ns.format(key="e.module_path", join=""),
         # lines by the statement the time belongs to (analyzers/lines.py: backward work on its forward statement)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from ...vocab import compile_range, is_compile_range, top_op
+from ...vocab import charged_top_op, compile_range, is_compile_range, top_op
 from ..critical_path import on_path_ns
 from ..engine import Context
 from ..lines import compile_inside_sql, line_times_by_rank, line_times_sql
@@ -156,7 +156,7 @@ GROUP BY e.name ORDER BY cpu_ns DESC, e.name LIMIT 1""", Location(), "cpu_ns",
     ]
     if ctx.has_device():
         out.append(_finding(ctx, "kernel", f"""SELECT k.name, sum(k.dur_ns)::BIGINT AS device_ns, count(*) AS calls, min(k.event_id) AS sample_id,
-  any_value(k.device) AS device, mode(o.name) AS op, mode(k.source_frame_id) AS frame_id
+  any_value(k.device) AS device, mode({charged_top_op('k', 'o')}) AS op, mode(k.source_frame_id) AS frame_id
 FROM events k LEFT JOIN events o ON o.event_id = k.top_op_id WHERE k.rank = {r} AND k.kind = 'kernel'
 GROUP BY k.name ORDER BY device_ns DESC, k.name LIMIT 1""", Location(), "device_ns",
                             "This kernel dominates device time: check the launching operator's shapes and dtype "

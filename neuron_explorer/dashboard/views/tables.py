@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...analyzers import metrics
-from ...vocab import device_work, line_key_sql, memory_allocation, memory_free, top_op
+from ...vocab import charged_at_capture, charged_op, charged_top_op, device_work, line_key_sql, memory_allocation, memory_free, top_op
 from ..chain import ms_from_start
 from ..runs import OpenRun, RunSet, parse_int
 from ..timeline import MAX_WIDTH_PX, memory_track, parse_rank
@@ -63,7 +63,10 @@ def operators(rs: RunSet, run=0, rank=None, limit=None) -> dict:
     """Per CPU operator name: calls; CPU total (sum of durations) and self (minus the slices
     directly inside it on its thread); device self (device work launched from inside the operator
     with no other operator in between: op_id) and device total (device work launched anywhere
-    inside it: the operator is on the op_id → parent-operator chain of the kernel's launch)."""
+    inside it: the operator is on the op_id → parent-operator chain of the kernel's launch). A
+    graph replay linked to its capture counts on its operators at capture instead (vocab.charged_op,
+    charged_top_op: self on the innermost, total on the innermost and the outermost); an operator
+    seen only at capture has a row with no calls and no CPU time."""
     r = rs.get(run)
     rank = parse_rank(r, rank)
     limit = parse_int(limit, "limit", TABLE_LIMIT, 0, MAX_TABLE_LIMIT)
@@ -81,7 +84,7 @@ def operators(rs: RunSet, run=0, rank=None, limit=None) -> dict:
         names = tbl["name"].to_numpy(zero_copy_only=False)
         parent = tbl["parent_op"].to_numpy(zero_copy_only=False)
         parent = np.where(np.isnan(parent.astype(float)), -1, parent).astype(np.int64) if parent.dtype != np.int64 else parent
-        dev = r.arrow(f"SELECT op_id, dur_ns FROM events WHERE {device_work()} AND op_id IS NOT NULL"
+        dev = r.arrow(f"SELECT op_id, dur_ns FROM events WHERE {device_work()} AND op_id IS NOT NULL AND NOT ({charged_at_capture()})"
                       f"{_rank_where(rank)}")
         k_op = dev["op_id"].to_numpy()
         k_dur = dev["dur_ns"].to_numpy()
@@ -111,6 +114,16 @@ def operators(rs: RunSet, run=0, rank=None, limit=None) -> dict:
             pairs["dur"] = dur[pairs["k"].to_numpy()]
             total_dev = {uniq[c]: int(v) for c, v in pairs.groupby("n")["dur"].sum().items()}
             self_dev = {k: int(v) for k, v in self_dev.items()}
+        for op, top, ns in r.query(
+                f"""SELECT {charged_op('k', 'o')}, {charged_top_op('k', 't')}, sum(k.dur_ns)::BIGINT FROM events k
+                    LEFT JOIN events o ON o.event_id = k.op_id LEFT JOIN events t ON t.event_id = k.top_op_id
+                    WHERE {device_work('k')} AND {charged_at_capture('k')}{_rank_where(rank, 'k.rank')} GROUP BY 1, 2""")[1]:
+            if op is not None:
+                self_dev[op] = self_dev.get(op, 0) + int(ns)
+            for name in {op, top} - {None}:  # counted once per name, as the walk above
+                total_dev[name] = total_dev.get(name, 0) + int(ns)
+        seen = {b["name"] for b in base}
+        base += [{"name": name, "calls": 0, "cpu_total_ns": 0, "cpu_self_ns": 0} for name in sorted(total_dev.keys() - seen)]
         for b in base:
             b["device_self_ns"] = self_dev.get(b["name"], 0)
             b["device_total_ns"] = total_dev.get(b["name"], 0)
@@ -142,12 +155,13 @@ def kernels(rs: RunSet, run=0, rank=None, limit=None) -> dict:
 def kernels_by_operator(rs: RunSet, run=0, rank=None, limit=None) -> dict:
     """Device work grouped by the operator that launched it and the kernel: per (operator, kernel
     name, kind) the count, device total, mean and max. `operator` is the innermost CPU operator
-    around the launch (op_id); work launched outside every operator is under '(no operator)'."""
+    around the launch (op_id; a graph replay linked to its capture: its innermost operator at
+    capture, vocab.charged_op); work launched outside every operator is under '(no operator)'."""
     r = rs.get(run)
     rank = parse_rank(r, rank)
     limit = parse_int(limit, "limit", TABLE_LIMIT, 0, MAX_TABLE_LIMIT)
     rows = r.records(
-        f"""SELECT coalesce(o.name, '(no operator)') AS operator, k.name, k.kind, count(*) AS calls,
+        f"""SELECT coalesce({charged_op('k', 'o')}, '(no operator)') AS operator, k.name, k.kind, count(*) AS calls,
               sum(k.dur_ns)::BIGINT AS device_total_ns, avg(k.dur_ns)::BIGINT AS mean_ns, max(k.dur_ns) AS max_ns
             FROM events k LEFT JOIN events o ON o.event_id = k.op_id
             WHERE {device_work('k')}{_rank_where(rank, 'k.rank')}
