@@ -175,6 +175,13 @@ def charged_op(alias: str, op_alias: str) -> str:
     return f"CASE WHEN {charged_at_capture(alias)} THEN {a}capture_op ELSE {_a(op_alias)}name END"
 
 
+def charged_at_capture_to(name: str, alias: str = "") -> str:
+    """A device event is charged at capture to the operator `name` (its innermost or outermost
+    there): the instances of an operator that ran at capture, in a replay's run."""
+    a = _a(alias)
+    return f"({charged_at_capture(alias)} AND {sql_literal(name)} IN ({a}capture_op, {a}capture_top_op))"
+
+
 # ---- source lines ---------------------------------------------------------------------------
 
 def line_key(file: str, line: int) -> str:

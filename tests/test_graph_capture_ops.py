@@ -76,6 +76,14 @@ def test_the_operator_tables_name_the_capture_operators(runs):
     assert ops["aten::mm"]["device_pct"] == 75.0 and ops["my::attention"]["device_pct"] == 25.0
     by_op = {(x["operator"], x["name"]): x["device_total_ns"] for x in tables.kernels_by_operator(rs, run=0)["rows"]}
     assert by_op == {("aten::mm", "gemm"): 600 * US, ("my::attention", "attn"): 200 * US}
+    # a click on the row goes to its heaviest instance: the GEMM it was charged at capture
+    from neuron_explorer.dashboard.views import navigate
+
+    with open_run(with_capture) as run:
+        gemm_id, = run.sql("SELECT event_id FROM events WHERE name = 'gemm'").fetchone()
+    j = navigate.jump(rs, run=0, table="operators", name="aten::mm")
+    assert (j["count"], j["event_id"], j["dur_ns"]) == (1, gemm_id, 600 * US)
+    assert navigate.jump(rs, run=0, table="operators", name="CUDAGraph::replay")["dur_ns"] == 20 * US
     # without the capture the launch's operator keeps it all, as before
     assert {o["name"]: o["device_total_ns"] for o in tables.operators(rs, run=1)["rows"]} == {"CUDAGraph::replay": 800 * US}
     # no operator's device time exceeds the device time it is a share of

@@ -15,7 +15,7 @@ Each returns plain data; app.py draws it and api.py serves it (/api/area, /api/c
 
 from __future__ import annotations
 
-from ...vocab import top_op
+from ...vocab import charged_at_capture_to, device_work, top_op
 from ..runs import OpenRun, QueryError, RunSet, placed_cols
 from ..timeline import TIME_LIMIT_NS, _int, parse_flag, parse_rank
 
@@ -35,11 +35,12 @@ def _rank_where(rank: int | None, col: str = "rank") -> str:
 
 def _where(r: OpenRun, table: str, key: dict) -> tuple[str, list]:
     """The SQL condition (on `events`) that picks the instances of one table row, and its params:
-    the operators of that name; the device work of that name and kind; the top-level operators of
+    the operators of that name (and the graph-replayed device work charged to it at capture,
+    vocab.charged_at_capture_to); the device work of that name and kind; the top-level operators of
     that source line (the statement that ran them, backward work on its forward line, as the
     lines table counts them); the step's own range."""
     if table == "operators":
-        return "kind = 'cpu_op' AND name = ?", [str(key["name"])]
+        return f"(kind = 'cpu_op' AND name = ? OR {device_work()} AND {charged_at_capture_to(str(key['name']))})", [str(key["name"])]
     if table == "kernels":
         return "device IS NOT NULL AND name = ? AND kind = ?", [str(key["name"]), str(key["kind"])]
     if table == "lines":
