@@ -178,8 +178,14 @@ def charged_op(alias: str, op_alias: str) -> str:
 def charged_at_capture_to(name: str, alias: str = "") -> str:
     """A device event is charged at capture to the operator `name` (its innermost or outermost
     there): the instances of an operator that ran at capture, in a replay's run."""
+    return charged_at_capture_to_sql(sql_literal(name), alias)
+
+
+def charged_at_capture_to_sql(name_sql: str, alias: str = "") -> str:
+    """`charged_at_capture_to` with the operator's name given as an SQL expression (a column of a
+    table of names joined to the events)."""
     a = _a(alias)
-    return f"({charged_at_capture(alias)} AND {sql_literal(name)} IN ({a}capture_op, {a}capture_top_op))"
+    return f"({charged_at_capture(alias)} AND {name_sql} IN ({a}capture_op, {a}capture_top_op))"
 
 
 # ---- source lines ---------------------------------------------------------------------------

@@ -96,6 +96,9 @@ def test_the_hotspot_and_critical_path_name_the_capture_operator(runs):
     found = analyze(with_capture, write=False).to_dict()["findings"]
     kernel = next(f for f in found if f["rule_id"] == "hotspot" and f["location"].get("kernel") == "gemm")
     assert kernel["location"]["op"] == "aten::mm" and kernel["impact_ns"] == 600 * US
+    # what is inside it: the replayed GEMM charged to aten::mm at capture (no aten::mm ran on this host)
+    roots = kernel["contents"]["roots"]
+    assert (roots["count"], roots["total_ns"], [g["name"] for g in roots["groups"]]) == (1, 600 * US, ["gemm"])
     before = analyze(without, write=False).to_dict()["findings"]
     assert next(f for f in before if f["rule_id"] == "hotspot" and f["location"].get("kernel") == "gemm")["location"]["op"] == "CUDAGraph::replay"
 

@@ -8,7 +8,9 @@ and dtypes, the heaviest CONTENTS_TOP of each class (operators, runtime calls, d
 summed duration, each with its count. The roots are, the first that applies:
 
 1. the finding names an operator (`location.op`): every host event of that name on the finding's
-   rank, in the finding's steps when it names some;
+   rank, and the graph-replayed device work charged to it at capture (vocab.charged_at_capture_to:
+   an operator seen only at capture has no host event in the replay), in the finding's steps
+   when it names some;
 2. else its sample events (`evidence.sample_event_ids`): host events as they are, device events
    replaced by the top-level operator that launched them;
 3. else its source line (`location.source`): the top-level operators of that user statement.
@@ -29,7 +31,7 @@ import json
 
 from ..collectors.kineto_names import INPUT_DIMS_ARG, INPUT_TYPE_ARG
 from ..store import Run
-from ..vocab import DEVICE_WORK_SQL, device_work, sql_literal, top_host_call
+from ..vocab import DEVICE_WORK_SQL, charged_at_capture_to, charged_at_capture_to_sql, device_work, sql_literal, top_host_call
 
 CONTENTS_TOP = 5
 """Rows kept per class of children (operators, runtime calls, device work) and of roots."""
@@ -48,7 +50,8 @@ def _roots_sql(run: Run, rank: int, location: dict, sample_ids: list[int]) -> tu
         in_steps = f" AND step IN ({', '.join(map(str, steps))})" if steps else ""
         words = f"every {op!r} on rank {rank}" + (f" in steps {steps[0]}-{steps[-1]}" if len(steps) > 1 else
                                                     f" in step {steps[0]}" if steps else "")
-        return f"SELECT event_id FROM events WHERE rank = {rank} AND {host} AND name = {sql_literal(op)}{in_steps}", words
+        return (f"SELECT event_id FROM events WHERE rank = {rank} AND ({host} AND name = {sql_literal(op)} OR "
+                f"{charged_at_capture_to(op)}){in_steps}", words)
     if sample_ids:
         ids = ", ".join(str(int(i)) for i in sample_ids)
         return (f"SELECT CASE WHEN kind IN {DEVICE_WORK_SQL} OR device IS NOT NULL THEN top_op_id ELSE event_id END AS event_id "
@@ -152,6 +155,11 @@ def _roots_in(items: list[tuple[int, str, str, tuple]]) -> str:
                            for i, rank, (_, op, steps) in by_op)
         parts.append(f"""SELECT v.fid, v.frank, e.event_id FROM events e JOIN (VALUES {values}) v(fid, frank, name, steps)
   ON e.rank = v.frank AND e.name = v.name WHERE {host} AND (v.steps IS NULL OR list_contains(v.steps, e.step))""")
+        for column in ("capture_op", "capture_top_op"):  # device work charged to the operator at capture (one definition:
+            # vocab.charged_at_capture_to; as two equality joins, which DuckDB hashes)
+            parts.append(f"""SELECT v.fid, v.frank, e.event_id FROM events e JOIN (VALUES {values}) v(fid, frank, name, steps)
+  ON e.rank = v.frank AND e.{column} = v.name WHERE {charged_at_capture_to_sql('v.name', 'e')}
+  AND (v.steps IS NULL OR list_contains(v.steps, e.step))""")
     if by_ids:
         values = ", ".join(f"({i}, {rank}, {int(e)})" for i, rank, (_, ids) in by_ids for e in ids)
         parts.append(f"""SELECT v.fid, v.frank, CASE WHEN e.kind IN {DEVICE_WORK_SQL} OR e.device IS NOT NULL THEN e.top_op_id ELSE e.event_id END
