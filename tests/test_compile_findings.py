@@ -19,6 +19,8 @@ Right answers: outside the compiled graphs, per step, 500 (the region) - 200 - 1
 (the compile ranges lie outside the regions): 480 µs over the 3 steps, 16% of 3000 µs.
 Compile time: loss_fn 80 + 200 = 280 µs (a compile and its backward's), shaped 200 µs; the
 recompile cost 200 µs. The lines' CPU time: the regions 3 x 500 + the backward 300 - its compile 200.
+The summary's top-level operators: the regions 1500 µs, the backward node 100 µs (its 200 of
+compiling apart); no compile range among them; compiling 80 + 200 + 200 = 480 µs.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_explorer.analyzers import analyze, lines
+from neuron_explorer.analyzers import analyze, lines, render, summary
 from neuron_explorer.analyzers.rules import graph_break
 from neuron_explorer.collectors import compiled
 from neuron_explorer.collectors.chrome_trace import import_traces
@@ -106,6 +108,20 @@ def test_the_figures_of_a_hand_built_run(tmp_path):
     # the hotspot operator: the regions' 1500 µs (50%), the backward node's 300 less its 200 of compiling
     hot = {f.location.op: f.evidence.values["cpu_ns"] for f in _findings(report, "hotspot") if f.location.op}
     assert hot == {"Torch-Compiled Region: 0/0": 1500 * US}, hot
+    # the summary's top-level operators: the backward node without its compile, no compile range as an
+    # operator; the compiling apart: loss_fn 80 + its backward 200 + shaped 200
+    (rank,) = report.summary["ranks"]
+    assert [(o["name"], o["calls"], o["cpu_ns"], o["compile_ns"]) for o in rank["top_level_ops"]] == [
+        ("Torch-Compiled Region: 0/0", 3, 1500 * US, 0),
+        ("autograd::engine::evaluate_function: CompiledFunctionBackward", 1, 100 * US, 200 * US)]
+    assert rank["compile_ns"] == 480 * US
+    text = render.text(report, width=200)
+    assert ("CPU only; top operators: Torch-Compiled Region: 0/0 1.50 ms, "
+            "autograd::engine::evaluate_function: CompiledFunctionBackward 100.00 µs") in text, text
+    assert "torch.compile: 480.00 µs compiling, left out of the operators' and lines' time" in text, text
+    # the same figures when the summary is made for many ranks at once
+    (many,) = summary.rank_summaries(run, [0]).values()
+    assert many["top_level_ops"] == rank["top_level_ops"] and many["compile_ns"] == rank["compile_ns"]
 
 
 def test_no_break_no_graph_break_finding(tmp_path):

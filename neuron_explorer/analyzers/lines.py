@@ -22,6 +22,10 @@ compiled function (compiled_shift_sql; docs/METRICS.md).
 "self" is the line's own figure; "total" adds the figures of every line it called (a line counts
 once per event, through `frames.parent_frame_id`).
 
+The summary's top-level operators follow the same rule (top_level_ops_sql): an operator's time is
+less the compiles inside it, the compile ranges are no operators, and that compile time is given
+apart (`compile_ns`): a compiled function's first call is no huge operator.
+
 Must not: decide what is a problem (rules do) or render anything.
 """
 
@@ -133,6 +137,40 @@ SELECT c.top_op_id, sum(c.dur_ns)::BIGINT AS compile_ns FROM c WHERE NOT EXISTS 
   AND o.top_op_id = c.top_op_id AND o.event_id <> c.event_id AND o.ts_ns <= c.ts_ns AND o.ts_ns + o.dur_ns >= c.ts_ns + c.dur_ns
   AND (o.ts_ns < c.ts_ns OR o.dur_ns > c.dur_ns OR o.event_id < c.event_id))
 GROUP BY 1"""
+
+
+def top_level_ops_sql(rank: int | None) -> str:
+    """Rows (rank, name, calls, cpu_ns, compile_ns, is_compile) per top-level operator name
+    (vocab.top_op) of the rank (every rank: None): its calls, its CPU time less the compiles inside
+    it (compile_inside_sql) and those compiles' time, `compile_ns`. The collector's compile ranges
+    (vocab.compile_range) come as rows of their own, `is_compile`: one-time work, not an operator
+    (top_level_ops keeps them apart). A rank's compile ranges plus the compiles inside its operators
+    add up to what the operators' figures left out."""
+    return f"""SELECT e.rank, e.name, count(*) AS calls, (sum(e.dur_ns) - coalesce(sum(c.compile_ns), 0))::BIGINT AS cpu_ns,
+  coalesce(sum(c.compile_ns), 0)::BIGINT AS compile_ns, {compile_range('e')} AS is_compile
+FROM events e LEFT JOIN ({compile_inside_sql(rank)}) c ON c.top_op_id = e.event_id AND NOT {compile_range('e')}
+WHERE {_rank_filter(rank)} AND {top_op('e')} GROUP BY e.rank, e.name"""
+
+
+TOP_LEVEL_OPS_LIMIT = 10
+"""How many top-level operators a rank's summary lists."""
+
+
+def top_level_ops(rows, limit: int = TOP_LEVEL_OPS_LIMIT) -> dict:
+    """From top_level_ops_sql's rows of one rank (without the rank column: name, calls, cpu_ns,
+    compile_ns, is_compile), the summary's figures: `top_level_ops` (name, calls, cpu_ns: the
+    operator's time less the compiles inside it, compile_ns: those compiles), the heaviest `limit`,
+    and `compile_ns`: the rank's time compiling (its compile ranges that are top-level operators and
+    the compiles inside other operators)."""
+    ops = sorted(({"name": n, "calls": int(c), "cpu_ns": int(ns), "compile_ns": int(cns)} for n, c, ns, cns, is_compile in rows
+                  if not is_compile), key=lambda o: (-o["cpu_ns"], o["name"] or ""))
+    compile_ns = sum(int(ns) for _, _, ns, _, is_compile in rows if is_compile) + sum(o["compile_ns"] for o in ops)
+    return {"top_level_ops": ops[:limit], "compile_ns": compile_ns}
+
+
+def rank_top_level_ops(run: Run, rank: int, limit: int = TOP_LEVEL_OPS_LIMIT) -> dict:
+    """`top_level_ops` of one rank."""
+    return top_level_ops([r[1:] for r in run.sql(top_level_ops_sql(int(rank))).fetchall()], limit)
 
 
 def nested_compile_sql(rank: int | None) -> str:
