@@ -85,7 +85,8 @@ operator a person can make cheaper: the hotspot rule does not name it as its ope
 
 GRAPH_BREAK_EVENT = "torch.compile graph break"
 """The event the live collector records, inside its compile range, for each graph break Dynamo
-made while compiling a function (collectors/compiled.CompilerUntraced). Its `source_frame_id` is
+made while compiling a function (collectors/compiled.CompilerUntraced); for a function compiled
+before the recording began, at the start of the recording, with no range around it. Its `source_frame_id` is
 the user statement that broke the graph (under the line that called the compiled function); its
 args (COMPILE_RECORD_ARGS): `reason` (Dynamo's first line), `hint`, `function` (the compiled
 function, `<name> (<file>:<line>)`) and `compile_id` (Dynamo's `<frame>/<n>`)."""

@@ -162,6 +162,25 @@ def test_compile_records_become_events_on_their_statements():
     assert out.schema == events.schema
 
 
+def test_breaks_made_before_profiling_become_records_once_each():
+    import traceback
+    from types import SimpleNamespace as NS
+
+    import neuron_explorer
+
+    at = [traceback.FrameSummary("/w/train.py", 11, "loss_fn")]
+    reason = "Unsupported Tensor.item() call with capture_scalar_outputs=False\n  Explanation: ...\n  Hint: Set capture_scalar_outputs"
+    own = [traceback.FrameSummary(neuron_explorer.__file__, 5, "hook")]
+    reasons = [NS(reason=reason, user_stack=at), NS(reason=reason, user_stack=at),  # noted twice (Dynamo restarted its analysis)
+               NS(reason="Failed to trace builtin operator", user_stack=at), NS(reason="x", user_stack=own)]
+    utils = NS(get_compilation_metrics=lambda: [NS(co_name="loss_fn", co_filename="/w/train.py", co_firstlineno=8)])
+    assert compiled.earlier_breaks(reasons, utils) == [
+        {"event": GRAPH_BREAK_EVENT, "reason": REASON, "hint": "Set capture_scalar_outputs", "function": "loss_fn (train.py:8)",
+         "compile_id": None, "stack": [("/w/train.py", 11, "loss_fn")]},
+        {"event": GRAPH_BREAK_EVENT, "reason": "Failed to trace builtin operator", "hint": None, "function": "loss_fn (train.py:8)",
+         "compile_id": None, "stack": [("/w/train.py", 11, "loss_fn")]}]
+
+
 def test_guard_text_is_the_failed_guard_alone():
     assert compiled._guard_text("2/0: ___stack0 == 1.37       # if loss.item() > 1e6:  # train.py:11 in f\nUser stack") == \
         "___stack0 == 1.37"
@@ -245,6 +264,50 @@ def test_a_model_that_compiles_whole_has_no_graph_break_finding(tmp_path: Path):
     report = analyze(run_dir, write=False)
     assert _findings(report, "graph-break") == [] and _findings(report, "recompile") == []
     assert [f.evidence.values["function"].split(" (")[0] for f in _findings(report, "compile-time")] == ["whole"]
+
+
+WARMED_UP = '''
+import torch
+import neuron_explorer as nx
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+
+
+@torch.compile(backend="aot_eager")
+def loss_fn(x, y):
+    loss = ((model(x) - y) ** 2).mean()
+    seen = loss.item()  # BREAK
+    return loss * (seen > -1)
+
+
+x, y = torch.randn(8, 16), torch.randn(8, 1)
+loss_fn(x, y).backward()  # warm-up: compiled here, before profiling
+with nx.profile({run!r}) as prof:
+    for i in range(3):
+        loss_fn(x, y).backward()
+        prof.step()
+'''
+
+
+@pytest.mark.slow
+def test_a_graph_break_of_a_model_compiled_before_profiling_is_found_on_its_line(tmp_path: Path):
+    """Before: a model compiled in a warm-up call had no graph-break finding (no compile while profiling)."""
+    source = textwrap.dedent(WARMED_UP.format(run=str(tmp_path / "run")))
+    (tmp_path / "train.py").write_text(source)
+    (line,) = [n for n, text in enumerate(source.splitlines(), 1) if "# BREAK" in text]
+    (first,) = [n for n, text in enumerate(source.splitlines(), 1) if text.startswith("@torch.compile")]  # (co_firstlineno)
+    done = subprocess.run([sys.executable, str(tmp_path / "train.py")], capture_output=True, text=True, timeout=1200, cwd=tmp_path,
+                          env=workload_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = analyze(tmp_path / "run", write=False)
+    (brk,) = _findings(report, "graph-break")
+    assert brk.location.source.endswith(f"train.py:{line}"), brk.location
+    assert f"train.py:{line}" in brk.title and "Tensor.item()" in brk.title, brk.title
+    assert [b["function"] for b in brk.evidence.values["breaks"]] == [f"loss_fn (train.py:{first})"]
+    assert brk.evidence.values["outside_graphs_per_step_ns"] > 0
+    assert _findings(report, "compile-time") == []  # nothing compiled while profiling
+    assert report.summary["ranks"][0]["compile_ns"] == 0
 
 
 def _steps_with_a_recompile() -> list[dict]:
