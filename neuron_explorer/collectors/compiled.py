@@ -226,7 +226,7 @@ class CompilerUntraced:
     as much: the compiled graphs that run while profiling keep them. `recording_started` (called
     when the profiler starts recording, the first time after `start`) records the graph breaks
     Dynamo had made before `start` (`graph_break_reasons`, read at `start`) and marks again the
-    records made since `start` that the recording missed, so that each gets its event."""
+    graph breaks noted since `start` that the recording missed, so that each gets its event."""
 
     EVAL_FRAME = "torch._dynamo.eval_frame"
     TARGETS = (("torch._dynamo.convert_frame", None, "_compile"),
@@ -280,14 +280,15 @@ class CompilerUntraced:
 
     def recording_started(self) -> None:
         """The profiler records from now: the graph breaks made before `start` become records, and
-        the records made since `start` (before the recording began) are marked again (see the
-        class's docstring). Once per `start`."""
+        those noted since `start` (before the recording began) are marked again (see the class's
+        docstring). Once per `start`."""
         earlier, self._earlier = self._earlier, None
         if earlier is None:
             return
         try:
             for index in range(getattr(self, "_unmarked", len(self.records)), len(self.records)):
-                self._mark(index)
+                if self.records[index]["event"] == GRAPH_BREAK_EVENT:  # (a recompile's cost is its range, not recorded)
+                    self._mark(index)
             for record in earlier_breaks(earlier, sys.modules.get("torch._dynamo.utils")):
                 self._record(record)
         except Exception:  # Dynamo's records are debugging data: never let them fail the profiler's start
