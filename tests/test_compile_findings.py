@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from neuron_explorer.analyzers import analyze, lines, render, summary
-from neuron_explorer.analyzers.rules import graph_break
+from neuron_explorer.analyzers.rules import compile_time, graph_break
 from neuron_explorer.collectors import compiled
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.store import open_run
@@ -256,6 +256,14 @@ def test_a_recorded_graph_break_and_recompile_are_found_on_their_lines(tmp_path:
     assert {"loss_fn", "whole"} <= timed and "__torch_function__" not in timed, timed  # never Neuron Explorer's statement hook
     # nothing of the compile reported as a hot line or operator
     assert all("torch.compile" not in f.title and "Compiled Region" not in f.title for f in _findings(report, "hotspot"))
+    # the summary: no compile among the top-level operators (before: `torch.compile: loss_fn (train.py:10)` first,
+    # 16.8 s), the compiles inside the first calls taken out of them, and compiling given apart, all of it
+    rank = report.summary["ranks"][0]
+    assert not [o["name"] for o in rank["top_level_ops"] if o["name"].startswith("torch.compile")]
+    assert any(o["compile_ns"] > 0 for o in rank["top_level_ops"])  # the resume functions' compiles inside the region
+    with open_run(run_dir) as run:
+        per_function = run.sql(f"SELECT sum(compile_ns) FROM ({compile_time.compile_time_sql(0)})").fetchone()[0]
+    assert rank["compile_ns"] == per_function > 0
 
 
 @pytest.mark.slow
