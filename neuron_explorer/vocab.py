@@ -80,7 +80,8 @@ COMPILE_NAME_PREFIX = "torch.compile: "
 """The range the live collector records around each compile and each `torch.compile(...)` call
 (collectors/compiled.CompilerUntraced): `torch.compile: <function> (<file>:<line>)`,
 `torch.compile: backward of …`, `torch.compile: setup`. Compiling is one-time work, not an
-operator a person can make cheaper: the hotspot rule does not name it as its operator."""
+operator a person can make cheaper: the hotspot rule does not name it as its operator, and the
+summary gives it apart from the top-level operators (`compile_ns`, analyzers/lines.top_level_ops_sql)."""
 
 
 GRAPH_BREAK_EVENT = "torch.compile graph break"

@@ -5,7 +5,7 @@ innermost user statement that called it, and for backward work the forward state
 its autograd node):
 - `cpu_ns`: sum of durations of outermost CPU operators (`vocab.top_op`) of the line, except
   the live collector's ranges around a compile (`vocab.compile_range`: compiling is one-time
-  work, listed among the top-level operators, not a statement's running time), and less the
+  work, given apart as the summary's `compile_ns`, not a statement's running time), and less the
   compile ranges inside those operators (nested_compile_sql);
 - `device_ns`: sum of durations of device work (kernel, memcpy, memset) of the line (streams that
   overlap add up);
