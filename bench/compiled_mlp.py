@@ -1,4 +1,6 @@
-"""A small torch.compile'd MLP trained 8 steps on the CPU (argument `eager`: not compiled); bench/README.md, issue 39."""
+"""A small torch.compile'd MLP trained 8 steps on the CPU (argument `eager`: not compiled); bench/README.md, issue 39.
+
+`make_step()` gives one training step of the same job, for bench_compiled.py."""
 
 import sys
 
@@ -17,14 +19,25 @@ class MLP(torch.nn.Module):
         return self.l2(h)
 
 
-torch.manual_seed(0)
-model = MLP()
-if sys.argv[1:] != ["eager"]:
-    model = torch.compile(model)
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-x, y = torch.randn(64, 128), torch.randint(0, 10, (64,))
-for _ in range(8):
-    loss = torch.nn.functional.cross_entropy(model(x), y)
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
+def make_step(compiled: bool = True):
+    """One training step of the MLP (compiled with torch.compile's default backend unless `compiled` is False)."""
+    torch.manual_seed(0)
+    model = MLP()
+    if compiled:
+        model = torch.compile(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(64, 128), torch.randint(0, 10, (64,))
+
+    def step():
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    return step
+
+
+if __name__ == "__main__":
+    train_step = make_step(compiled=sys.argv[1:] != ["eager"])
+    for _ in range(8):
+        train_step()

@@ -80,12 +80,14 @@ COMPILE_NAME_PREFIX = "torch.compile: "
 """The range the live collector records around each compile and each `torch.compile(...)` call
 (collectors/compiled.CompilerUntraced): `torch.compile: <function> (<file>:<line>)`,
 `torch.compile: backward of …`, `torch.compile: setup`. Compiling is one-time work, not an
-operator a person can make cheaper: the hotspot rule does not name it as its operator."""
+operator a person can make cheaper: the hotspot rule does not name it as its operator, and the
+summary gives it apart from the top-level operators (`compile_ns`, analyzers/lines.top_level_ops_sql)."""
 
 
 GRAPH_BREAK_EVENT = "torch.compile graph break"
 """The event the live collector records, inside its compile range, for each graph break Dynamo
-made while compiling a function (collectors/compiled.CompilerUntraced). Its `source_frame_id` is
+made while compiling a function (collectors/compiled.CompilerUntraced); for a function compiled
+before the recording began, at the start of the recording, with no range around it. Its `source_frame_id` is
 the user statement that broke the graph (under the line that called the compiled function); its
 args (COMPILE_RECORD_ARGS): `reason` (Dynamo's first line), `hint`, `function` (the compiled
 function, `<name> (<file>:<line>)`) and `compile_id` (Dynamo's `<frame>/<n>`)."""

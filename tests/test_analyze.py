@@ -133,7 +133,8 @@ def test_span_and_step_statistics(reports):
 def test_top_level_ops_and_source_lines(reports):
     r = reports["b"].summary["ranks"][0]
     ops = {o["name"]: o for o in r["top_level_ops"]}
-    assert ops["aten::mm"] == {"name": "aten::mm", "calls": 3, "cpu_ns": 6000 * US}
+    assert ops["aten::mm"] == {"name": "aten::mm", "calls": 3, "cpu_ns": 6000 * US, "compile_ns": 0}
+    assert r["compile_ns"] == 0  # nothing compiled
     assert ops["aten::add"]["calls"] == 900 and ops["aten::add"]["cpu_ns"] == 4500 * US
     assert r["devices"] == [] and r["source_lines"]["has_frames"] is False
     lines = reports["a"].summary["ranks"][0]["source_lines"]

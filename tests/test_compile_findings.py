@@ -19,6 +19,8 @@ Right answers: outside the compiled graphs, per step, 500 (the region) - 200 - 1
 (the compile ranges lie outside the regions): 480 µs over the 3 steps, 16% of 3000 µs.
 Compile time: loss_fn 80 + 200 = 280 µs (a compile and its backward's), shaped 200 µs; the
 recompile cost 200 µs. The lines' CPU time: the regions 3 x 500 + the backward 300 - its compile 200.
+The summary's top-level operators: the regions 1500 µs, the backward node 100 µs (its 200 of
+compiling apart); no compile range among them; compiling 80 + 200 + 200 = 480 µs.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from pathlib import Path
 
 import pytest
 
-from neuron_explorer.analyzers import analyze, lines
-from neuron_explorer.analyzers.rules import graph_break
+from neuron_explorer.analyzers import analyze, lines, render, summary
+from neuron_explorer.analyzers.rules import compile_time, graph_break
 from neuron_explorer.collectors import compiled
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.store import open_run
@@ -106,6 +108,20 @@ def test_the_figures_of_a_hand_built_run(tmp_path):
     # the hotspot operator: the regions' 1500 µs (50%), the backward node's 300 less its 200 of compiling
     hot = {f.location.op: f.evidence.values["cpu_ns"] for f in _findings(report, "hotspot") if f.location.op}
     assert hot == {"Torch-Compiled Region: 0/0": 1500 * US}, hot
+    # the summary's top-level operators: the backward node without its compile, no compile range as an
+    # operator; the compiling apart: loss_fn 80 + its backward 200 + shaped 200
+    (rank,) = report.summary["ranks"]
+    assert [(o["name"], o["calls"], o["cpu_ns"], o["compile_ns"]) for o in rank["top_level_ops"]] == [
+        ("Torch-Compiled Region: 0/0", 3, 1500 * US, 0),
+        ("autograd::engine::evaluate_function: CompiledFunctionBackward", 1, 100 * US, 200 * US)]
+    assert rank["compile_ns"] == 480 * US
+    text = render.text(report, width=200)
+    assert ("CPU only; top operators: Torch-Compiled Region: 0/0 1.50 ms, "
+            "autograd::engine::evaluate_function: CompiledFunctionBackward 100.00 µs") in text, text
+    assert "torch.compile: 480.00 µs compiling, left out of the operators' and lines' time" in text, text
+    # the same figures when the summary is made for many ranks at once
+    (many,) = summary.rank_summaries(run, [0]).values()
+    assert many["top_level_ops"] == rank["top_level_ops"] and many["compile_ns"] == rank["compile_ns"]
 
 
 def test_no_break_no_graph_break_finding(tmp_path):
@@ -144,6 +160,25 @@ def test_compile_records_become_events_on_their_statements():
     assert interned == [("a.py", 3, "f", 7), ("a.py", 4, "f", 7), ("a.py", 5, "g", 101)]
     assert out["frame_index"].to_pylist() == [7, 100, 102, 7]
     assert out.schema == events.schema
+
+
+def test_breaks_made_before_profiling_become_records_once_each():
+    import traceback
+    from types import SimpleNamespace as NS
+
+    import neuron_explorer
+
+    at = [traceback.FrameSummary("/w/train.py", 11, "loss_fn")]
+    reason = "Unsupported Tensor.item() call with capture_scalar_outputs=False\n  Explanation: ...\n  Hint: Set capture_scalar_outputs"
+    own = [traceback.FrameSummary(neuron_explorer.__file__, 5, "hook")]
+    reasons = [NS(reason=reason, user_stack=at), NS(reason=reason, user_stack=at),  # noted twice (Dynamo restarted its analysis)
+               NS(reason="Failed to trace builtin operator", user_stack=at), NS(reason="x", user_stack=own)]
+    utils = NS(get_compilation_metrics=lambda: [NS(co_name="loss_fn", co_filename="/w/train.py", co_firstlineno=8)])
+    assert compiled.earlier_breaks(reasons, utils) == [
+        {"event": GRAPH_BREAK_EVENT, "reason": REASON, "hint": "Set capture_scalar_outputs", "function": "loss_fn (train.py:8)",
+         "compile_id": None, "stack": [("/w/train.py", 11, "loss_fn")]},
+        {"event": GRAPH_BREAK_EVENT, "reason": "Failed to trace builtin operator", "hint": None, "function": "loss_fn (train.py:8)",
+         "compile_id": None, "stack": [("/w/train.py", 11, "loss_fn")]}]
 
 
 def test_guard_text_is_the_failed_guard_alone():
@@ -221,6 +256,14 @@ def test_a_recorded_graph_break_and_recompile_are_found_on_their_lines(tmp_path:
     assert {"loss_fn", "whole"} <= timed and "__torch_function__" not in timed, timed  # never Neuron Explorer's statement hook
     # nothing of the compile reported as a hot line or operator
     assert all("torch.compile" not in f.title and "Compiled Region" not in f.title for f in _findings(report, "hotspot"))
+    # the summary: no compile among the top-level operators (before: `torch.compile: loss_fn (train.py:10)` first,
+    # 16.8 s), the compiles inside the first calls taken out of them, and compiling given apart, all of it
+    rank = report.summary["ranks"][0]
+    assert not [o["name"] for o in rank["top_level_ops"] if o["name"].startswith("torch.compile")]
+    assert any(o["compile_ns"] > 0 for o in rank["top_level_ops"])  # the resume functions' compiles inside the region
+    with open_run(run_dir) as run:
+        per_function = run.sql(f"SELECT sum(compile_ns) FROM ({compile_time.compile_time_sql(0)})").fetchone()[0]
+    assert rank["compile_ns"] == per_function > 0
 
 
 @pytest.mark.slow
@@ -229,6 +272,50 @@ def test_a_model_that_compiles_whole_has_no_graph_break_finding(tmp_path: Path):
     report = analyze(run_dir, write=False)
     assert _findings(report, "graph-break") == [] and _findings(report, "recompile") == []
     assert [f.evidence.values["function"].split(" (")[0] for f in _findings(report, "compile-time")] == ["whole"]
+
+
+WARMED_UP = '''
+import torch
+import neuron_explorer as nx
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+
+
+@torch.compile(backend="aot_eager")
+def loss_fn(x, y):
+    loss = ((model(x) - y) ** 2).mean()
+    seen = loss.item()  # BREAK
+    return loss * (seen > -1)
+
+
+x, y = torch.randn(8, 16), torch.randn(8, 1)
+loss_fn(x, y).backward()  # warm-up: compiled here, before profiling
+with nx.profile({run!r}) as prof:
+    for i in range(3):
+        loss_fn(x, y).backward()
+        prof.step()
+'''
+
+
+@pytest.mark.slow
+def test_a_graph_break_of_a_model_compiled_before_profiling_is_found_on_its_line(tmp_path: Path):
+    """Before: a model compiled in a warm-up call had no graph-break finding (no compile while profiling)."""
+    source = textwrap.dedent(WARMED_UP.format(run=str(tmp_path / "run")))
+    (tmp_path / "train.py").write_text(source)
+    (line,) = [n for n, text in enumerate(source.splitlines(), 1) if "# BREAK" in text]
+    (first,) = [n for n, text in enumerate(source.splitlines(), 1) if text.startswith("@torch.compile")]  # (co_firstlineno)
+    done = subprocess.run([sys.executable, str(tmp_path / "train.py")], capture_output=True, text=True, timeout=1200, cwd=tmp_path,
+                          env=workload_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = analyze(tmp_path / "run", write=False)
+    (brk,) = _findings(report, "graph-break")
+    assert brk.location.source.endswith(f"train.py:{line}"), brk.location
+    assert f"train.py:{line}" in brk.title and "Tensor.item()" in brk.title, brk.title
+    assert [b["function"] for b in brk.evidence.values["breaks"]] == [f"loss_fn (train.py:{first})"]
+    assert brk.evidence.values["outside_graphs_per_step_ns"] > 0
+    assert _findings(report, "compile-time") == []  # nothing compiled while profiling
+    assert report.summary["ranks"][0]["compile_ns"] == 0
 
 
 def _steps_with_a_recompile() -> list[dict]:

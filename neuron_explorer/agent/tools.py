@@ -613,6 +613,8 @@ def _short_rank(info: dict, s: dict | None) -> dict:
                                                "dur_ns": k.get("dur_ns"), "efficiency": _3(k.get("efficiency"))}
                                               for k in (u.get("top_kernels") or [])[:3]]}
     out["top_level_ops"] = [{"name": o["name"][:80], "calls": o["calls"], "cpu_ns": o["cpu_ns"]} for o in (s.get("top_level_ops") or [])[:3]]
+    if s.get("compile_ns"):  # torch.compile's compiling, which the operators' cpu_ns leave out
+        out["compile_ns"] = s["compile_ns"]
     lines = s.get("source_lines") or {}
     side = "device" if lines.get("device") else "cpu"
     if lines.get(side):

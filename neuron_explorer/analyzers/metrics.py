@@ -1,6 +1,6 @@
 """The figures of a run, per rank and device, as query functions that return plain data: span,
 steps (the steady-state selection), device busy and idle, communication and its overlap, the
-collective CPU operators, top-level operators.
+collective CPU operators (the top-level operators, less the compiles inside them, are lines.py's).
 
 Each figure is defined in docs/METRICS.md; the definitions there and the SQL here must agree.
 The summary (analyzers/summary.py), the rules, the dashboard and the agent interface call these
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..store import Run
-from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_KINDS, DEVICE_WORK_SQL, comm_op, kinds_sql, sql_literal, top_op, training_work
+from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_KINDS, DEVICE_WORK_SQL, comm_op, kinds_sql, sql_literal, training_work
 from .rank_rows import RankQuery, prepared_rows
 from .rank_rows import rows as rank_rows
 
@@ -408,15 +408,6 @@ def cpu_comm(run: Run, rank: int) -> dict:
     """Collective CPU operators (c10d, record_param_comms): union of their intervals on the host."""
     iv = intervals(run, f"rank = {int(rank)} AND {comm_op()}")
     return {"comm_cpu_ns": sum(e - s for s, e in iv), "comm_cpu_intervals": len(iv)}
-
-
-def top_level_ops(run: Run, rank: int, limit: int = 10) -> list[dict]:
-    """CPU time per top-level operator name (an operator with no operator around it: vocab.top_op)."""
-    rows = run.sql(
-        "SELECT name, count(*) AS calls, sum(dur_ns)::BIGINT AS cpu_ns FROM events "
-        f"WHERE rank = ? AND {top_op()} GROUP BY name ORDER BY cpu_ns DESC, name LIMIT ?",
-        [rank, limit]).fetchall()
-    return [{"name": n, "calls": c, "cpu_ns": t} for n, c, t in rows]
 
 
 def peak_memory(run: Run, rank: int) -> list[dict]:

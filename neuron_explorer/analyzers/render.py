@@ -186,6 +186,9 @@ def _summary_lines(report: Report) -> list[str]:
             top = r["top_level_ops"][:3]
             out.append(f"  {no_device_words(r.get('device_events_lost'))}; top operators: "
                        + ", ".join(f"{o['name']} {duration(o['cpu_ns'])}" for o in top))
+        if r.get("compile_ns"):
+            out.append(f"  torch.compile: {duration(r['compile_ns'])} compiling, left out of the operators' and lines' time "
+                       "(per function: the compile-time findings)")
         line = _utilisation_line(r.get("utilisation"))
         if line:
             out.append(line)

@@ -2,7 +2,7 @@
 many at once.
 
 The summary puts together the figures of the modules below it: span, steps, devices,
-communication and top-level operators (metrics.py), time per source line (lines.py), what bounds
+communication (metrics.py), top-level operators and time per source line (lines.py), what bounds
 each step (critical_path.py), utilisation (utilisation.py) and the exclusive device time
 (device_time.py). Each number is defined in
 docs/METRICS.md. The engine, and through it the rules, read it.
@@ -14,14 +14,14 @@ queries by rank), decide what is a problem, or render anything.
 from __future__ import annotations
 
 from ..store import Run
-from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_SQL, comm_op, sql_literal, top_op, training_work
+from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_SQL, comm_op, sql_literal, training_work
 from .critical_path import RANK_QUERIES as _PATH_QUERIES
 from .critical_path import bound as _step_bound
 from .device_time import achieved as _achieved
 from .device_time import breakdown as _device_time
 from .device_time import breakdowns as _device_times
 from .lines import RANK_QUERIES as _LINES_QUERIES
-from .lines import self_and_total
+from .lines import rank_top_level_ops, self_and_total, top_level_ops, top_level_ops_sql
 from .metrics import RANK_QUERIES as _METRICS_QUERIES
 from .metrics import (
     cpu_comm,
@@ -37,7 +37,6 @@ from .metrics import (
     span,
     step_stats,
     step_stats_of_selection,
-    top_level_ops,
     trains,
     union_sql,
 )
@@ -80,7 +79,7 @@ def rank_summary(run: Run, rank: int) -> dict:
         "graph_replays": graph_replays(rank_entry(run, rank)),
         "training": trains(run, rank),
         **cpu_comm(run, rank),
-        "top_level_ops": top_level_ops(run, rank),
+        **rank_top_level_ops(run, rank),
         "source_lines": source_lines(run, rank),
         "bound": _bound(run, rank),
         "utilisation": _utilisation(run, rank),
@@ -148,10 +147,9 @@ SELECT cs.rank, cs.device, cs.comm_ns::BIGINT, coalesce(ov.overlap_ns, 0)::BIGIN
     cpu = {int(r): (ns, n) for r, ns, n in run.sql(
         f"SELECT rank, sum(end_ns - start_ns), count(*) FROM ({comm_ops}) GROUP BY rank").fetchall()}
     tops: dict[int, list] = {r: [] for r in want}
-    for r, name, calls, ns in run.sql("SELECT rank, name, count(*), sum(dur_ns)::BIGINT FROM events "
-                                      f"WHERE {top_op()} GROUP BY rank, name").fetchall():
+    for r, *row in run.sql(top_level_ops_sql(None)).fetchall():
         if int(r) in keep:
-            tops[int(r)].append({"name": name, "calls": calls, "cpu_ns": ns})
+            tops[int(r)].append(row)
     entries = {int(e.get("rank", 0)): e for e in run.manifest.get("ranks", [])}
     training = {int(r) for r, in run.sql(f"SELECT DISTINCT rank FROM events WHERE {training_work()}").fetchall()}
     device_time = _device_times(run, want)
@@ -171,12 +169,11 @@ SELECT cs.rank, cs.device, cs.comm_ns::BIGINT, coalesce(ov.overlap_ns, 0)::BIGIN
                              "memset_ns": int(ks.get("memset") or 0),
                              "comm_ns": int(c or 0), "comm_overlap_ns": int(o or 0), "comm_exposed_ns": int((c or 0) - (o or 0))})
         ns, n = cpu.get(r, (0, 0))
-        top = sorted(tops[r], key=lambda t: (-t["cpu_ns"], t["name"]))[:10]
         out[r] = {"rank": r, **sp, "steps": steps, "analysed_ns": steps["total_ns"] if steps["count"] else sp["span_ns"],
                   "devices": devices_, "device_events_lost": device_events_lost(entries.get(r)),
                   "graph_replays": graph_replays(entries.get(r)),
                   "training": r in training,
-                  "comm_cpu_ns": int(ns or 0), "comm_cpu_intervals": int(n), "top_level_ops": top,
+                  "comm_cpu_ns": int(ns or 0), "comm_cpu_intervals": int(n), **top_level_ops(tops[r]),
                   "device_time": device_time[r]}
         if per_rank:
             complete_summary(run, out[r])

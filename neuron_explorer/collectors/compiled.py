@@ -219,7 +219,14 @@ class CompilerUntraced:
     breaks) and, for a recompile, the guard that failed (the `recompile_reason` of its
     compilation metrics, `torch._dynamo.utils.get_compilation_metrics`): read after the compile,
     nothing re-run. Each record gets a range (RECORD_MARK + its index) at the end of its compile's
-    range, so that it lies in the recording only when its compile does."""
+    range, so that it lies in the recording only when its compile does.
+
+    Compiles made before the recording began (a model compiled in a warm-up call before `nx.profile`,
+    or in a step the schedule waited through) have no range in it, but their graph breaks matter
+    as much: the compiled graphs that run while profiling keep them. `recording_started` (called
+    when the profiler starts recording, the first time after `start`) records the graph breaks
+    Dynamo had made before `start` (`graph_break_reasons`, read at `start`) and marks again the
+    graph breaks noted since `start` that the recording missed, so that each gets its event."""
 
     EVAL_FRAME = "torch._dynamo.eval_frame"
     TARGETS = (("torch._dynamo.convert_frame", None, "_compile"),
@@ -234,11 +241,15 @@ class CompilerUntraced:
         self._hooks: list[_AfterImport] = []
         self._wrapped: list[tuple[object, str, object]] = []  # (holder, attribute, original)
         self._names: dict[str, str] = {}  # compile id -> the compiled function, for its backward
+        self._earlier: list | None = None  # Dynamo's graph breaks made before start, until the recording starts
 
     def start(self) -> None:
         if self._started:
             return
         self._started = True
+        utils = sys.modules.get("torch._dynamo.utils")  # (not imported: nothing was compiled)
+        self._earlier = list(getattr(utils, "graph_break_reasons", None) or [])
+        self._unmarked = len(self.records)  # records from here on were made while the recording may not have begun
         if self._want_pause:
             try:
                 self._pause = _TracerPause()
@@ -267,7 +278,24 @@ class CompilerUntraced:
                 self._hooks.append(hook)
                 sys.meta_path.insert(0, hook)
 
+    def recording_started(self) -> None:
+        """The profiler records from now: the graph breaks made before `start` become records, and
+        those noted since `start` (before the recording began) are marked again (see the class's
+        docstring). Once per `start`."""
+        earlier, self._earlier = self._earlier, None
+        if earlier is None:
+            return
+        try:
+            for index in range(getattr(self, "_unmarked", len(self.records)), len(self.records)):
+                if self.records[index]["event"] == GRAPH_BREAK_EVENT:  # (a recompile's cost is its range, not recorded)
+                    self._mark(index)
+            for record in earlier_breaks(earlier, sys.modules.get("torch._dynamo.utils")):
+                self._record(record)
+        except Exception:  # Dynamo's records are debugging data: never let them fail the profiler's start
+            pass
+
     def stop(self) -> None:
+        self._earlier = None
         for hook in self._hooks:
             if hook in sys.meta_path:
                 sys.meta_path.remove(hook)
@@ -349,15 +377,10 @@ class CompilerUntraced:
         reasons = list(getattr(utils, "graph_break_reasons", None) or [])
         seen = set()
         for r in reasons[breaks_before:] if len(reasons) >= breaks_before else reasons:  # (shorter: torch._dynamo.reset())
-            stack = [(str(f.filename), int(f.lineno or 0), str(f.name)) for f in (getattr(r, "user_stack", None) or [])]
-            text = str(getattr(r, "reason", "") or "")
-            if (text, tuple(stack)) in seen:
-                continue
-            seen.add((text, tuple(stack)))
-            lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-            hint = next((ln[len("Hint:"):].strip() for ln in lines if ln.startswith("Hint:")), None)
-            self._record({"event": GRAPH_BREAK_EVENT, "reason": lines[0] if lines else "", "hint": hint, "function": name,
-                          "compile_id": None if compile_id is None else str(compile_id), "stack": stack})
+            record = _break_record(r, name, None if compile_id is None else str(compile_id))
+            if _break_key(record) not in seen:
+                seen.add(_break_key(record))
+                self._record(record)
         metrics = getattr(utils, "get_compilation_metrics", None)
         if compile_id is None or metrics is None:
             return
@@ -369,8 +392,11 @@ class CompilerUntraced:
                           "stack": [(str(code.co_filename), int(code.co_firstlineno), str(code.co_name))]})
 
     def _record(self, record: dict) -> None:
-        index = len(self.records)
         self.records.append(record)
+        self._mark(len(self.records) - 1)
+
+    @staticmethod
+    def _mark(index: int) -> None:
         try:
             import torch
 
@@ -405,6 +431,48 @@ class CompilerUntraced:
             rf.__exit__(None, None, None)
 
 
+def earlier_breaks(reasons: list, utils=None) -> list[dict]:
+    """Graph break records (as CompilerUntraced.records) of Dynamo's `graph_break_reasons` made
+    before profiling, once per reason and stack. The compiled function is the frame the break's
+    stack starts in, named `function (file:line)` like the compile ranges when Dynamo's compilation
+    metrics (`utils.get_compilation_metrics`) have its `def` line; breaks in Neuron Explorer's own
+    code are left out."""
+    first_lines = {}
+    try:
+        for m in (utils.get_compilation_metrics() if utils is not None else []):
+            if getattr(m, "co_name", None) and getattr(m, "co_firstlineno", None):
+                first_lines.setdefault((m.co_name, m.co_filename), m.co_firstlineno)
+    except Exception:  # a torch without them: the function is named without its line
+        pass
+    out, seen = [], set()
+    for r in reasons:
+        record = _break_record(r, None, None)
+        stack = record["stack"]
+        if _break_key(record) in seen or (stack and all(_is_own_file(f[0]) for f in stack)):
+            continue
+        seen.add(_break_key(record))
+        if stack:
+            file, _, name = stack[0]
+            first = first_lines.get((name, file))
+            record["function"] = f"{name} ({file.rsplit('/', 1)[-1]}{f':{first}' if first else ''})"
+        out.append(record)
+    return out
+
+
+def _break_record(reason, function: str | None, compile_id: str | None) -> dict:
+    """The record of one of Dynamo's graph break reasons (`GraphCompileReason`: reason, user_stack)."""
+    stack = [(str(f.filename), int(f.lineno or 0), str(f.name)) for f in (getattr(reason, "user_stack", None) or [])]
+    lines = [ln.strip() for ln in str(getattr(reason, "reason", "") or "").splitlines() if ln.strip()]
+    hint = next((ln[len("Hint:"):].strip() for ln in lines if ln.startswith("Hint:")), None)
+    return {"event": GRAPH_BREAK_EVENT, "reason": lines[0] if lines else "", "hint": hint, "function": function,
+            "compile_id": compile_id, "stack": stack}
+
+
+def _break_key(record: dict) -> tuple:
+    """A graph break record once per reason and stack (Dynamo notes a break again when it restarts its analysis)."""
+    return record["reason"], record["hint"], tuple(record["stack"])
+
+
 def _guard_text(reason) -> str:
     """The failed guard of Dynamo's recompile reason, alone: its first line without the earlier
     compile's id (`2/0: `) and the source comment Dynamo appends (`  # x = f(y)  # file.py:12 in fn`)."""
@@ -432,10 +500,14 @@ def _skip_own_hooks(eval_frame) -> None:
 
 def _is_own_code(code) -> bool:
     """A code object of Neuron Explorer itself (its statement hook, which Dynamo may compile)."""
+    return _is_own_file(str(getattr(code, "co_filename", "")))
+
+
+def _is_own_file(file: str) -> bool:
     import os
 
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return os.path.abspath(str(getattr(code, "co_filename", ""))).startswith(package + os.sep)
+    return os.path.abspath(file).startswith(package + os.sep)
 
 
 def _graph_break_count() -> int:

@@ -418,6 +418,11 @@ class profile(tp.profile):
         # Dynamo) recorded 1.36M Python events of it and buried the script's own work.
         super().prepare_trace()
 
+    def start_trace(self) -> None:
+        super().start_trace()
+        if self._compiler is not None:  # graph breaks of compiles made before the recording began (a warm-up call)
+            self._compiler.recording_started()
+
     def _on_trace_ready(self, prof: tp.profile) -> None:
         self.recording.add_cycle(prof)
         if self._user_ready is not None:

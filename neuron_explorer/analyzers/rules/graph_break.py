@@ -2,8 +2,9 @@
 
 Each graph break the live collector recorded while Dynamo compiled (vocab.GRAPH_BREAK_EVENT: the
 user statement that broke the graph, Dynamo's reason and hint, the compiled function) is listed,
-once per statement and reason, with how often it was recorded. No break recorded (the function
-compiled whole, or it was compiled before profiling started): no finding. The figure is the time
+once per statement and reason, with how often it was recorded; the breaks of a function compiled
+before profiling started (a warm-up call) are recorded too, when the recording starts. No break
+recorded (the function compiled whole): no finding. The figure is the time
 outside the compiled graphs (`outside_graphs_sql`): per profiler step, the time inside a call of a
 compiled function (the union of Dynamo's `Torch-Compiled Region` ranges) that is not inside one of
 its compiled graphs' runs (AOT autograd's `CompiledFunction`, Inductor's `## Call CompiledFxGraph`:

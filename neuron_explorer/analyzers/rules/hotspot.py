@@ -135,14 +135,11 @@ def screen(run, summaries: dict) -> set[int]:
 
 def check(ctx: Context) -> list:
     r = ctx.rank
-    # the DataLoader's fetch is input-pipeline's (its advice fits a loader); the operator is the heaviest other one
-    # and a compile's range (vocab.compile_range) is one-time work, no operator to make cheaper
+    # the DataLoader's fetch is input-pipeline's (its advice fits a loader); the operator is the heaviest other one.
+    # A compile's range (vocab.compile_range) is one-time work, no operator to make cheaper, and the compiles
+    # inside an operator are compile-time's: the summary's operators (lines.top_level_ops_sql) leave both out
     ops = [o for o in ctx.summary.get("top_level_ops") or []
            if not re.search(LOADER_NAME, o["name"] or "") and not is_compile_range(o["name"])]
-    # the compiles inside an operator (lines.compile_inside_sql) are compile-time's, not the operator's: the
-    # summary's figure holds them, so with any compile range the query gives the figure
-    compiles = any(is_compile_range(o["name"]) for o in ctx.summary.get("top_level_ops") or []) or bool(
-        ctx.run.sql(f"SELECT 1 FROM events WHERE rank = {r} AND {compile_range()} LIMIT 1").fetchone())
     out = [
         _finding(ctx, "operator", f"""SELECT e.name, (sum(e.dur_ns) - coalesce(sum(c.compile_ns), 0))::BIGINT AS cpu_ns, count(*) AS calls,
   min(e.event_id) AS sample_id, mode(e.source_frame_id) AS frame_id
@@ -152,7 +149,7 @@ GROUP BY e.name ORDER BY cpu_ns DESC, e.name LIMIT 1""", Location(), "cpu_ns",
                  "Make this operator cheaper: check its shapes and dtype (lower precision, channels_last), call it "
                  "less often or on bigger batches, or replace it with a fused / compiled version (torch.compile).",
                  # the summary's heaviest top-level operators are in the query's order: the first that is no fetch
-                 top=(ops[0]["name"], ops[0]["cpu_ns"]) if ops and not compiles else None),
+                 top=(ops[0]["name"], ops[0]["cpu_ns"]) if ops else None),
     ]
     if ctx.has_device():
         out.append(_finding(ctx, "kernel", f"""SELECT k.name, sum(k.dur_ns)::BIGINT AS device_ns, count(*) AS calls, min(k.event_id) AS sample_id,
