@@ -202,12 +202,14 @@ host AS (
 launchers AS (SELECT fid, event_id FROM roots UNION SELECT fid, event_id FROM host),
 children AS (SELECT fid, event_id FROM host
   UNION SELECT l.fid, d.event_id FROM launchers l JOIN events d ON d.launch_id = l.event_id
-  WHERE {device_work('d')} AND d.rank IN (SELECT DISTINCT frank FROM picked))
-SELECT children.fid, c.kind, c.name, json_extract_string(o.args, {dims}) AS dims, json_extract_string(o.args, {types}) AS types,
-  count(*) AS count, sum(c.dur_ns)::BIGINT AS total_ns
-FROM children JOIN events c ON c.event_id = children.event_id
-LEFT JOIN events o ON o.event_id = CASE WHEN c.kind = 'cpu_op' THEN c.event_id ELSE c.op_id END
-GROUP BY ALL ORDER BY 1, total_ns DESC, c.name, c.kind, dims NULLS FIRST, types NULLS FIRST""").fetchall():
+  WHERE {device_work('d')} AND d.rank IN (SELECT DISTINCT frank FROM picked)),
+kids AS (SELECT children.fid, c.kind, c.name, CASE WHEN c.kind = 'cpu_op' THEN c.event_id ELSE c.op_id END AS op_id,
+  count(*) AS n, sum(c.dur_ns) AS ns FROM children JOIN events c ON c.event_id = children.event_id GROUP BY ALL),
+ops AS (SELECT o.event_id, json_extract_string(o.args, {dims}) AS dims, json_extract_string(o.args, {types}) AS types
+  FROM events o WHERE o.event_id IN (SELECT op_id FROM kids))
+SELECT k.fid, k.kind, k.name, ops.dims, ops.types, sum(k.n) AS count, sum(k.ns)::BIGINT AS total_ns
+FROM kids k LEFT JOIN ops ON ops.event_id = k.op_id
+GROUP BY ALL ORDER BY 1, total_ns DESC, k.name, k.kind, ops.dims NULLS FIRST, ops.types NULLS FIRST""").fetchall():
             child_rows[fid].append(row)
     return [_assemble(root_rows[i], child_rows[i], contents_sql(roots_sql, rank), what, top)
             for i, (rank, roots_sql, what, _) in enumerate(items)]
