@@ -432,15 +432,14 @@ def analyze(path: Path | str, *, write: bool = True, rules: list[ModuleType] | N
     with `report.not_saved` saying why in one line."""
     # nothing here makes or reads a pandas object: pyarrow's first conversion would import it
     # (0.3-0.5 s of CPU) on this thread, the one that analyses a run of one rank
-    with without_pandas():
-        with open_run(path) as run:
-            report = analyze_run(run, rules, workers=workers, ray=ray, keep_parts=write)
-            run_dir = run.path  # the cached run when `path` is a trace
-        if write:
+    with without_pandas(), open_run(path) as run:
+        report = analyze_run(run, rules, workers=workers, ray=ray, keep_parts=write)
+        run_dir = run.path  # the cached run when `path` is a trace
+        if write:  # while the run is open: the Parquet outputs read it on the same connection
             from .outputs import write_outputs
 
             try:
-                write_outputs(report, run_dir / "analysis")
+                write_outputs(report, run_dir / "analysis", run)
             except OSError as e:
                 reason = "no space left on device" if e.errno == errno.ENOSPC else " ".join((e.strerror or str(e)).split())[:200]
                 report.not_saved = f"{run_dir / 'analysis'}: could not save the analysis ({reason})"

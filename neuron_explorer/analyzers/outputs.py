@@ -9,6 +9,7 @@ each of a thousand ranks would cost as much as the analysis.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
@@ -58,7 +59,10 @@ def _atomic_write(path: Path, write) -> None:
             tmp.unlink()
 
 
-def write_outputs(report: Report, out_dir: Path) -> Path:
+def write_outputs(report: Report, out_dir: Path, run=None) -> Path:
+    """Write the report's files into `out_dir`; when it is RUN/analysis, also the run's
+    critical_path.parquet and work.parquet, read on `run` (the open run, views over every rank)
+    or on a connection of their own when None."""
     out_dir.mkdir(parents=True, exist_ok=True)
     _atomic_write(out_dir / "report.json", lambda p: p.write_text(report_json(report)))
     _atomic_write(out_dir / "report.md", lambda p: p.write_text(markdown(report)))
@@ -67,7 +71,7 @@ def write_outputs(report: Report, out_dir: Path) -> Path:
         from ..store import open_run
 
         parts = report.rank_parts
-        with open_run(out_dir.parent) as run:  # one connection for both tables
+        with contextlib.nullcontext(run) if run is not None else open_run(out_dir.parent) as run:  # one connection for both tables
             ranks = [r for (r,) in run.sql("SELECT DISTINCT rank FROM events ORDER BY 1").fetchall()]
             _atomic_write(out_dir / "critical_path.parquet", lambda p: pq.write_table(_critical_path(run, ranks, parts), p))
             _atomic_write(out_dir / "work.parquet", lambda p: pq.write_table(_work(run, ranks, parts), p))
