@@ -6,6 +6,9 @@ cannot answer its question. A rule that raises anything else becomes a warning i
 while the others still run. A SCOPE='rank' rule may also have `screen(run, summaries) -> ranks`:
 one query grouped by rank over many ranks that returns the ranks its check could report on (a
 finding, or that it does not apply); the others are reported as having no finding, unchecked.
+A rule whose screen costs what its check does on one rank (the check's first query is the
+screen's, and it stops there when there is nothing to report) sets SCREEN_ONE_RANK = False: a
+batch of one rank then runs the check without the screen.
 A rule may also declare RANK_QUERIES (rank_rows.RankQuery): the queries its check runs on each
 rank, which the engine runs once per batch of ranks, grouped by rank, and the check reads its
 rank's rows of (`rank_rows.rows`); the summary's figures declare theirs the same way.
@@ -327,7 +330,8 @@ def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], qua
             batch_run = Run(run.path, run.manifest, con)
             create_views(batch_run, batch)
             partial = summary_.rank_summaries(batch_run, batch, per_rank=False)
-            selected = {rule.RULE_ID: screen(batch_run, rule, partial) for rule in rank_rules}
+            selected = {rule.RULE_ID: screen(batch_run, rule, partial) if len(batch) > 1 or getattr(rule, "SCREEN_ONE_RANK", True)
+                        else None for rule in rank_rules}
             skips = {rank: frozenset(rid for rid, sel in selected.items() if sel is not None and rank not in sel) for rank in batch}
             prepared = batch_rows(batch_run, batch, rank_rules, skips) if len(batch) > 1 else {}
             # a batch of one rank analysed on this thread reads the views the batch's connection already

@@ -35,6 +35,7 @@ SCOPE = "rank"
 THRESHOLDS = {
     "SYNC_SHARE_MIN": 0.01,  # merged device idle after the syncs (or union of sync intervals without steps) / analysed time
 }
+SCREEN_ONE_RANK = False  # the check's first query is the screen's for that rank (engine.py): one rank runs it once
 
 def waits(alias: str = "r") -> str:
     """A runtime call waits for a device: a sync call, or a blocking device-to-host copy (its own
