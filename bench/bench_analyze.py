@@ -34,14 +34,27 @@ import _cli
 HERE = Path(__file__).resolve().parents[1]
 
 
+def _figures(stdout: str) -> list[str]:
+    """The fields of the last line of numbers a child printed (before it: what the analysis printed;
+    an older tree's DuckDB progress bar, drawn with carriage returns, may come after)."""
+    for line in reversed(stdout.replace("\r", "\n").splitlines()):
+        fields = line.split()
+        try:
+            [float(f) for f in fields]
+        except ValueError:
+            continue
+        if fields:
+            return fields
+    raise ValueError(f"no figures in the child's output: {stdout[-300:]!r}")
+
+
 def run_once(run_dir: str, tree: Path) -> tuple[float, float, float]:
     """(wall s, CPU s, peak RSS MiB) of one analysis by the checkout at `tree`, in a fresh process."""
     code = ("import resource, time; t = time.perf_counter(); import neuron_explorer as nx; "
             f"r = nx.analyze({run_dir!r}); u = resource.getrusage(resource.RUSAGE_SELF); "
             "print(time.perf_counter() - t, u.ru_utime + u.ru_stime, u.ru_maxrss, len(r.findings))")
     env = dict(os.environ, PYTHONPATH=str(tree))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env,
-                         cwd=tree).stdout.splitlines()[-1].split()  # the last line: what the analysis printed comes first
+    out = _figures(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=tree).stdout)
     return float(out[0]), float(out[1]), float(out[2]) / 1024  # ru_maxrss is KiB on Linux
 
 
@@ -51,7 +64,7 @@ def import_once(trace: str, tree: Path, out_dir: str) -> tuple[float, float, flo
             f"import_traces({trace!r}, {out_dir!r}, force=True); u = resource.getrusage(resource.RUSAGE_SELF); "
             "print(time.perf_counter() - t, u.ru_utime + u.ru_stime, u.ru_maxrss)")
     env = dict(os.environ, PYTHONPATH=str(tree))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=tree).stdout.splitlines()[-1].split()
+    out = _figures(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=tree).stdout)
     return float(out[0]), float(out[1]), float(out[2]) / 1024
 
 
@@ -62,7 +75,7 @@ def path_once(run_dir: str, tree: Path, native: bool) -> tuple[float, float, flo
             "t = time.perf_counter(); [cp.path_of(run, r) for (r,) in run.sql('SELECT DISTINCT rank FROM events').fetchall()]; "
             "u = resource.getrusage(resource.RUSAGE_SELF); print(time.perf_counter() - t, u.ru_utime + u.ru_stime - c0, u.ru_maxrss)")
     env = dict(os.environ, PYTHONPATH=str(tree), NEURON_EXPLORER_NATIVE="auto" if native else "0")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=tree).stdout.splitlines()[-1].split()
+    out = _figures(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=tree).stdout)
     return float(out[0]), float(out[1]), float(out[2]) / 1024
 
 

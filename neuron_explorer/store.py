@@ -673,6 +673,9 @@ def new_connection() -> duckdb.DuckDBPyConnection:
         _AT_EXIT = atexit.register(_stop_at_exit)
     con = duckdb.connect()
     _LIVE.add(con)
+    # DuckDB draws a progress bar on stdout for a statement over 2 s (a busy machine, a big rank):
+    # it went into `analyze --json`'s output and the benchmarks' readings (the connection's cursors copy this)
+    con.execute("SET enable_progress_bar = false")
     # spill large sorts and joins to the system temp folder, not '.tmp' in the user's cwd
     con.execute(f"SET temp_directory = {sql_literal(str(Path(tempfile.gettempdir()) / 'neuron-explorer-duckdb'))}")
     # each Parquet file's footer parsed once per connection, not once per query that scans it (a file's

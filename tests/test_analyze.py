@@ -335,3 +335,18 @@ def test_the_dataloader_fetch_is_input_pipelines_not_a_hotspot_operator():
     (loader,) = by_rule(rep, "input-pipeline")
     assert loader.impact_ns == 272_769_000 and "num_workers" in loader.recommendation  # its 6 fetches in the raw JSON: 272,769 µs
     assert not [f for f in by_rule(rep, "hotspot") if "DataLoader" in (f.location.op or "") or "DataLoader" in f.title]
+
+
+def test_the_analysis_connections_draw_no_progress_bar_into_stdout():
+    """DuckDB draws a progress bar on stdout for a statement over 2 s (a big rank on a busy
+    machine): in `analyze --json > report.json` it came before the JSON. Every connection the
+    analysis makes, and the cursors made from it, have the bar off."""
+    from neuron_explorer.store import new_connection
+
+    con = new_connection()
+    try:
+        setting = "SELECT current_setting('enable_progress_bar')"
+        assert con.execute(setting).fetchone()[0] is False
+        assert con.cursor().execute(setting).fetchone()[0] is False
+    finally:
+        con.close()

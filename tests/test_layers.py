@@ -25,8 +25,8 @@ ROOT = "neuron_explorer"
 # fnmatch pattern that matches.
 LAYERS: list[tuple[int, str, str, tuple[str, ...]]] = [
     (0, "foundations", "definitions and helpers with no idea of a run: errors, the format, the vocabulary, formatting, "
-                       "the native builds, Kineto's spellings",
-     ("_version", "errors", "schema", "fmt", "vocab", "parquet_native", "native_build", "collectors.kineto_names")),
+                       "the native builds, Kineto's spellings, pyarrow without pandas",
+     ("_version", "errors", "schema", "fmt", "vocab", "parquet_native", "native_build", "collectors.kineto_names", "no_pandas")),
     (1, "store", "writes and opens run directories; knows the format, nothing of how runs are made or read",
      ("store", "run_check")),
     (2, "collectors", "make runs (import, record, remote sources) and write them through store; ray_tasks fans per-rank "

@@ -66,3 +66,34 @@ def test_device_busy_and_kernel_time_match_an_independent_computation(name, tmp_
     for dev, exp in expected.items():
         assert got[dev]["busy_ns"] == exp["busy_ns"], (name, dev)
         assert got[dev]["kernel_ns"] == exp["kernel_ns"], (name, dev)
+
+
+def test_union_array_merges_as_union_sql_does():
+    """Touching intervals merge (a new island starts only after the furthest end), nested ones
+    vanish, order does not matter; the same as DuckDB's `union_sql` over the same rows."""
+    import duckdb
+
+    rows = [(30, 40), (0, 10), (10, 20), (12, 15), (50, 55), (54, 60), (70, 71)]
+    assert metrics.union_array([s for s, _ in rows], [e for _, e in rows]).tolist() == [[0, 20], [30, 40], [50, 60], [70, 71]]
+    con = duckdb.connect()
+    con.execute("CREATE TABLE events AS SELECT * FROM (VALUES " + ", ".join(f"({s}, {e - s})" for s, e in rows) + ") t(ts_ns, dur_ns)")
+    assert [list(r) for r in con.execute(metrics.union_sql("TRUE") + " ORDER BY start_ns").fetchall()] == [[0, 20], [30, 40], [50, 60], [70, 71]]
+    assert metrics.union_array([], []).shape == (0, 2)
+
+
+@pytest.mark.parametrize("name", ["cuda_train_68k_events.json.gz", "cuda_nccl_rank0_of_2.json.gz", "mi300x_ddp_resnet_act_checkpoint.json.gz"])
+def test_step_device_busy_from_the_work_read_once_equals_a_query_per_device(name, tmp_path):
+    """critical_path.saving_bound reads the device work once and merges it in NumPy per name left
+    out: the same busy ns per step and device as the union query of each device without that name,
+    for no name, one kernel name, a class of names, and a class that holds '' (events with no name)."""
+    run_dir = import_traces(TRACES / name, tmp_path / "run").run_dir
+    with open_run(run_dir) as run:
+        (rank,) = metrics.ranks(run)
+        work = metrics.device_work_intervals(run, rank)
+        top = [n for (n,) in run.sql("SELECT name FROM events WHERE kind = 'kernel' AND dur_ns > 0 GROUP BY name "
+                                     "ORDER BY sum(dur_ns) DESC, name LIMIT 3").fetchall()]
+        assert len(top) == 3 and metrics.rank_rows(run, metrics.STEPS, rank), name
+        for without in (None, top[0], tuple(sorted(top[:2])), ("", top[2])):
+            want = metrics.step_device_busy(run, rank, without_name=without)
+            assert metrics.step_device_busy(run, rank, without_name=without, work=work) == want, (name, without)
+        assert any(r["busy_ns"] for r in want)

@@ -174,7 +174,7 @@ def test_analyze_that_cannot_save_prints_the_report_and_says_so(good, tmp_path):
 def test_analyze_on_a_full_disk_or_read_only_place_returns_the_report(good, tmp_path, monkeypatch, code, reason):
     run = _copy(good, tmp_path, "run")
 
-    def fail(report, out_dir):
+    def fail(report, out_dir, run=None):
         raise OSError(code, __import__("os").strerror(code))
 
     monkeypatch.setattr(outputs, "write_outputs", fail)

@@ -189,16 +189,13 @@ def _contents_many(run: Run, items: list[tuple[int, str, str, tuple]], top: int)
     dims, types = f"'$.\"{INPUT_DIMS_ARG}\"'", f"'$.\"{INPUT_TYPE_ARG}\"'"
     picked = f"""WITH roots_in AS ({_roots_in(items)}),
 picked AS (SELECT DISTINCT fid, frank, event_id FROM roots_in WHERE event_id IS NOT NULL)"""
+    # one query for the roots' groups and the children's (part 0 and 1), so that the operators' args
+    # (a JSON column: decoding it is most of a read of the events) are read once for both
     root_rows: dict[int, list] = {i: [] for i in range(len(items))}
-    for fid, *row in run.sql(f"""{picked}
-SELECT q.fid, r.name, json_extract_string(r.args, {dims}), json_extract_string(r.args, {types}), count(*), sum(r.dur_ns)::BIGINT
-FROM picked q JOIN events r ON r.rank = q.frank AND r.event_id = q.event_id
-GROUP BY ALL ORDER BY 1, 6 DESC, 2, 3 NULLS FIRST, 4 NULLS FIRST""").fetchall():
-        root_rows[fid].append(row)
     child_rows: dict[int, list] = {i: [] for i in range(len(items))}
-    if any(root_rows.values()):
-        for fid, *row in run.sql(f"""{picked},
-roots AS (SELECT DISTINCT q.fid, r.rank, r.event_id, r.kind, r.pid, r.tid, r.depth, r.top_op_id, r.ts_ns, r.ts_ns + r.dur_ns AS end_ns
+    for part, fid, kind, *row in run.sql(f"""{picked},
+roots AS (SELECT DISTINCT q.fid, r.rank, r.event_id, r.kind, r.pid, r.tid, r.depth, r.top_op_id, r.ts_ns, r.ts_ns + r.dur_ns AS end_ns,
+    r.name, r.dur_ns
   FROM picked q JOIN events r ON r.rank = q.frank AND r.event_id = q.event_id),
 host AS (
   SELECT r.fid, e.event_id FROM roots r JOIN events e ON e.rank = r.rank AND e.top_op_id = r.top_op_id
@@ -210,13 +207,21 @@ host AS (
 launchers AS (SELECT fid, event_id FROM roots UNION SELECT fid, event_id FROM host),
 children AS (SELECT fid, event_id FROM host
   UNION SELECT l.fid, d.event_id FROM launchers l JOIN events d ON d.launch_id = l.event_id
-  WHERE {device_work('d')} AND d.rank IN (SELECT DISTINCT frank FROM picked))
-SELECT children.fid, c.kind, c.name, json_extract_string(o.args, {dims}) AS dims, json_extract_string(o.args, {types}) AS types,
-  count(*) AS count, sum(c.dur_ns)::BIGINT AS total_ns
-FROM children JOIN events c ON c.event_id = children.event_id
-LEFT JOIN events o ON o.event_id = CASE WHEN c.kind = 'cpu_op' THEN c.event_id ELSE c.op_id END
-GROUP BY ALL ORDER BY 1, total_ns DESC, c.name, c.kind, dims NULLS FIRST, types NULLS FIRST""").fetchall():
-            child_rows[fid].append(row)
+  WHERE {device_work('d')} AND d.rank IN (SELECT DISTINCT frank FROM picked)),
+kids AS (SELECT children.fid, c.kind, c.name, CASE WHEN c.kind = 'cpu_op' THEN c.event_id ELSE c.op_id END AS op_id,
+  count(*) AS n, sum(c.dur_ns) AS ns FROM children JOIN events c ON c.event_id = children.event_id GROUP BY ALL),
+shapes AS (SELECT o.event_id, json_extract_string(o.args, {dims}) AS dims, json_extract_string(o.args, {types}) AS types
+  FROM events o WHERE o.event_id IN (SELECT event_id FROM roots UNION ALL SELECT op_id FROM kids))
+SELECT 0 AS part, r.fid, NULL::VARCHAR AS kind, r.name, s.dims, s.types, count(*) AS count, sum(r.dur_ns)::BIGINT AS total_ns
+FROM roots r LEFT JOIN shapes s ON s.event_id = r.event_id GROUP BY ALL
+UNION ALL
+SELECT 1 AS part, k.fid, k.kind, k.name, s.dims, s.types, sum(k.n) AS count, sum(k.ns)::BIGINT AS total_ns
+FROM kids k LEFT JOIN shapes s ON s.event_id = k.op_id GROUP BY ALL
+ORDER BY part, fid, total_ns DESC, name, kind, dims NULLS FIRST, types NULLS FIRST""").fetchall():
+        if part == 0:
+            root_rows[fid].append(row)
+        else:
+            child_rows[fid].append((kind, *row))
     return [_assemble(root_rows[i], child_rows[i], contents_sql(roots_sql, rank), what, top)
             for i, (rank, roots_sql, what, _) in enumerate(items)]
 

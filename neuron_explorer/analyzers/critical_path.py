@@ -63,7 +63,7 @@ from ._path_index import (  # noqa: F401 (the model's thresholds)
     factorize_rows,
 )
 from ._path_index import RANK_QUERIES as _INDEX_QUERIES
-from .metrics import step_device_busy
+from .metrics import device_work_intervals, step_device_busy
 from .rank_rows import RankQuery
 from .rank_rows import rows as rank_rows
 
@@ -793,8 +793,11 @@ def saving_bound(run: Run, rank: int, item: dict) -> int:
 
     def busiest(without: str | None) -> dict[int, int]:
         if without not in cache:
+            work = path._derived.get("device_work")
+            if work is None:  # the device work read once, merged per name left out (many items: one query)
+                work = path._derived["device_work"] = device_work_intervals(run, rank)
             busy: dict[int, int] = {}
-            for r in step_device_busy(run, rank, without_name=without):
+            for r in step_device_busy(run, rank, without_name=without, work=work):
                 busy[r["step"]] = max(busy.get(r["step"], 0), r["busy_ns"])
             cache[without] = busy
         return cache[without]

@@ -6,6 +6,9 @@ cannot answer its question. A rule that raises anything else becomes a warning i
 while the others still run. A SCOPE='rank' rule may also have `screen(run, summaries) -> ranks`:
 one query grouped by rank over many ranks that returns the ranks its check could report on (a
 finding, or that it does not apply); the others are reported as having no finding, unchecked.
+A rule whose screen costs what its check does on one rank (the check's first query is the
+screen's, and it stops there when there is nothing to report) sets SCREEN_ONE_RANK = False: a
+batch of one rank then runs the check without the screen.
 A rule may also declare RANK_QUERIES (rank_rows.RankQuery): the queries its check runs on each
 rank, which the engine runs once per batch of ranks, grouped by rank, and the check reads its
 rank's rows of (`rank_rows.rows`); the summary's figures declare theirs the same way.
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from ..no_pandas import without_pandas
 from ..store import Run, create_views, new_connection, open_run, stopping
 from . import metrics
 from . import summary as summary_
@@ -326,10 +330,14 @@ def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], qua
             batch_run = Run(run.path, run.manifest, con)
             create_views(batch_run, batch)
             partial = summary_.rank_summaries(batch_run, batch, per_rank=False)
-            selected = {rule.RULE_ID: screen(batch_run, rule, partial) for rule in rank_rules}
+            selected = {rule.RULE_ID: screen(batch_run, rule, partial) if len(batch) > 1 or getattr(rule, "SCREEN_ONE_RANK", True)
+                        else None for rule in rank_rules}
             skips = {rank: frozenset(rid for rid, sel in selected.items() if sel is not None and rank not in sel) for rank in batch}
             prepared = batch_rows(batch_run, batch, rank_rules, skips) if len(batch) > 1 else {}
-            done = _rank_details(run, batch, rank_rules, quality, n_workers, partial, skips, parts, prepared)
+            # a batch of one rank analysed on this thread reads the views the batch's connection already
+            # has (each connection costs ~40 ms of CPU to make, and parses the Parquet footers again)
+            done = _rank_details(run, batch, rank_rules, quality, n_workers, partial, skips, parts, prepared,
+                                 con=con if len(batch) == 1 and n_workers == 1 else None)
             prepared = None
             # what is inside every finding of the batch: grouped queries over the batch's views
             attach_contents(batch_run, [f for rank in batch for what, value in done[rank][1].values() if what == "findings" for f in value])
@@ -352,11 +360,12 @@ def batch_rows(batch_run: Run, batch: list[int], rank_rules: list[ModuleType], s
 
 def _rank_details(run: Run, ranks: list[int], rank_rules: list[ModuleType], quality: dict, n_workers: int,
                   partial: dict[int, dict], skips: dict[int, frozenset], parts: dict | None = None,
-                  prepared: dict | None = None) -> dict[int, tuple[dict, dict]]:
+                  prepared: dict | None = None, con=None) -> dict[int, tuple[dict, dict]]:
     """Ranks shared out to `n_workers` threads (the calling thread when 1); each keeps its own
     connection, whose views it re-points at each rank in turn (a connection of its own: cursors
     of one connection share their views). `prepared`: the batch's rows of the per-rank queries
-    (`batch_rows`), which each rank reads instead of querying."""
+    (`batch_rows`), which each rank reads instead of querying. `con`: a connection the one
+    worker (`n_workers` 1) uses instead of making one; the caller closes it."""
     todo = iter(ranks)
     lock = threading.Lock()
     out: dict[int, tuple[dict, dict]] = {}
@@ -365,14 +374,20 @@ def _rank_details(run: Run, ranks: list[int], rank_rules: list[ModuleType], qual
 
     from .outputs import rank_parts
 
+    compress = len(run.ranks) > 1  # many ranks' parts are held at once; one rank's are written next
+
     def _rank_parts(rank_run: Run, rank: int) -> dict | None:
         try:
-            return rank_parts(rank_run, rank)
+            return rank_parts(rank_run, rank, compress)
         except Exception:  # noqa: BLE001 - the outputs then compute this rank again, and report what fails
             return None
 
+    given = con
+    if given is not None and n_workers != 1:
+        raise ValueError("a connection is shared by one worker only")
+
     def worker() -> None:
-        con = new_connection()
+        con = given if given is not None else new_connection()
         con.execute(f"SET threads = {duck_threads}")
         rank_run = Run(run.path, run.manifest, con, prepared=prepared or {})
         try:
@@ -393,7 +408,8 @@ def _rank_details(run: Run, ranks: list[int], rank_rules: list[ModuleType], qual
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
             errors.append(e)
         finally:
-            con.close()
+            if given is None:
+                con.close()
 
     if n_workers == 1:
         worker()
@@ -418,15 +434,17 @@ def analyze(path: Path | str, *, write: bool = True, rules: list[ModuleType] | N
     threads for the per-rank analysis (default: one per core); `ray`: run each rank as a Ray task.
     When analysis/ cannot be written (a read-only place, a full disk) the report is still returned,
     with `report.not_saved` saying why in one line."""
-    with open_run(path) as run:
+    # nothing here makes or reads a pandas object: pyarrow's first conversion would import it
+    # (0.3-0.5 s of CPU) on this thread, the one that analyses a run of one rank
+    with without_pandas(), open_run(path) as run:
         report = analyze_run(run, rules, workers=workers, ray=ray, keep_parts=write)
         run_dir = run.path  # the cached run when `path` is a trace
-    if write:
-        from .outputs import write_outputs
+        if write:  # while the run is open: the Parquet outputs read it on the same connection
+            from .outputs import write_outputs
 
-        try:
-            write_outputs(report, run_dir / "analysis")
-        except OSError as e:
-            reason = "no space left on device" if e.errno == errno.ENOSPC else " ".join((e.strerror or str(e)).split())[:200]
-            report.not_saved = f"{run_dir / 'analysis'}: could not save the analysis ({reason})"
+            try:
+                write_outputs(report, run_dir / "analysis", run)
+            except OSError as e:
+                reason = "no space left on device" if e.errno == errno.ENOSPC else " ".join((e.strerror or str(e)).split())[:200]
+                report.not_saved = f"{run_dir / 'analysis'}: could not save the analysis ({reason})"
     return report

@@ -374,21 +374,74 @@ def device_summary(run: Run, rank: int, device: int) -> dict:
     }
 
 
-def step_device_busy(run: Run, rank: int, without_name: str | tuple | None = None) -> list[dict]:
+def device_work_intervals(run: Run, rank: int) -> dict:
+    """Every interval of device work of the rank with a duration (kernel, memcpy, memset on a
+    device: what `union_sql(device_where(...))` merges), read in one query: arrays `device`,
+    `ts_ns`, `end_ns` and `name` (codes into the list `names`; -1: no name)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    cur = run.con.cursor()  # Arrow without an extra copy, and no clash with a result left open on the connection
+    try:
+        got = cur.sql(f"SELECT device, name, ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE dur_ns > 0 AND rank = ? "
+                      f"AND device IS NOT NULL AND kind IN {DEVICE_WORK_SQL}", params=[int(rank)]).to_arrow_table()
+    finally:
+        cur.close()
+    names = pc.dictionary_encode(got["name"]).combine_chunks()
+    return {"device": got["device"].to_numpy(), "ts_ns": got["ts_ns"].to_numpy(), "end_ns": got["end_ns"].to_numpy(),
+            "name": np.asarray(names.indices.fill_null(-1).to_numpy(), dtype=np.int64), "names": names.dictionary.to_pylist()}
+
+
+def union_array(starts, ends):
+    """The union of intervals [start, end) as `union_sql` merges them (an interval starts a new
+    island when it begins after the furthest end before it, in (start, end) order): an (n, 2)
+    int64 array of (start, end), sorted."""
+    import numpy as np
+
+    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+    if not len(starts):
+        return np.empty((0, 2), dtype=np.int64)
+    order = np.lexsort((ends, starts))
+    s, e = starts[order], ends[order]
+    first = np.flatnonzero(np.concatenate([[True], s[1:] > np.maximum.accumulate(e)[:-1]]))
+    return np.stack([s[first], np.maximum.reduceat(e, first)], axis=1)
+
+
+def _kept_work(work: dict, device: int, without_name: str | tuple | None):
+    """`work`'s rows (device_work_intervals) on `device`, less those `without_name` takes out (as
+    `step_device_busy`'s SQL: a tuple compares `coalesce(name, '')`, a name `IS DISTINCT FROM`)."""
+    import numpy as np
+
+    keep = work["device"] == device
+    if without_name is not None:
+        names = set(without_name) if isinstance(without_name, tuple) else {without_name}
+        gone = [i for i, n in enumerate(work["names"]) if n in names]
+        if isinstance(without_name, tuple) and "" in names:
+            gone.append(-1)  # no name reads as '' there
+        if gone:
+            keep &= ~np.isin(work["name"], gone)
+    return keep
+
+
+def step_device_busy(run: Run, rank: int, without_name: str | tuple | None = None, work: dict | None = None) -> list[dict]:
     """Device utilisation per profiler step: for each step of the rank and each device the rank
     used, `busy_ns` = the length of the step's range [ts_ns, ts_ns + dur_ns) covered by the device's
     busy union (kernel, memcpy, memset on any stream, as `busy_ns` of `device_summary`), and
     `busy_share` = busy_ns / the step's dur_ns. Work a step launched that ran after its end counts
     in the step whose range it ran in. `without_name`: the same without the device events of that
     name, or of those names (a tuple: a class of work), (what the device would still do were they gone:
-    critical_path.saving_bound)."""
+    critical_path.saving_bound). `work`: the rank's `device_work_intervals`, already read (a caller
+    that asks for many names: merged in NumPy, not one query per device and name)."""
     import numpy as np
 
     steps = rank_rows(run, STEPS, rank)
     out = []
-    busy = prepared_rows(run, DEVICE_BUSY, rank) if without_name is None else None
+    busy = prepared_rows(run, DEVICE_BUSY, rank) if without_name is None and work is None else None
     for device in devices(run, rank):
-        if busy is not None:  # every device's union, from the batch's query
+        if work is not None:
+            keep = _kept_work(work, device, without_name)
+            cov = Coverage(union_array(work["ts_ns"][keep], work["end_ns"][keep]))
+        elif busy is not None:  # every device's union, from the batch's query
             at = busy["device"] == device
             cov = Coverage(np.stack([busy["start_ns"][at].astype(np.int64), busy["end_ns"][at].astype(np.int64)], axis=1))
         else:

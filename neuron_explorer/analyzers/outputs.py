@@ -9,6 +9,7 @@ each of a thousand ranks would cost as much as the analysis.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
@@ -58,28 +59,38 @@ def _atomic_write(path: Path, write) -> None:
             tmp.unlink()
 
 
-def write_outputs(report: Report, out_dir: Path) -> Path:
+def write_outputs(report: Report, out_dir: Path, run=None) -> Path:
+    """Write the report's files into `out_dir`; when it is RUN/analysis, also the run's
+    critical_path.parquet and work.parquet, read on `run` (the open run, views over every rank)
+    or on a connection of their own when None."""
     out_dir.mkdir(parents=True, exist_ok=True)
     _atomic_write(out_dir / "report.json", lambda p: p.write_text(report_json(report)))
     _atomic_write(out_dir / "report.md", lambda p: p.write_text(markdown(report)))
     _atomic_write(out_dir / "findings.parquet", lambda p: pq.write_table(findings_table(report), p))
     if (out_dir.parent / "manifest.json").exists():  # out_dir is RUN/analysis
+        from ..store import open_run
+
         parts = report.rank_parts
-        _atomic_write(out_dir / "critical_path.parquet", lambda p: pq.write_table(_critical_path(out_dir.parent, parts), p))
-        _atomic_write(out_dir / "work.parquet", lambda p: pq.write_table(_work(out_dir.parent, parts), p))
+        with contextlib.nullcontext(run) if run is not None else open_run(out_dir.parent) as run:  # one connection for both tables
+            ranks = [r for (r,) in run.sql("SELECT DISTINCT rank FROM events ORDER BY 1").fetchall()]
+            _atomic_write(out_dir / "critical_path.parquet", lambda p: pq.write_table(_critical_path(run, ranks, parts), p))
+            _atomic_write(out_dir / "work.parquet", lambda p: pq.write_table(_work(run, ranks, parts), p))
     return out_dir
 
 
-def rank_parts(run, rank: int) -> dict[str, bytes]:
+def rank_parts(run, rank: int, compress: bool = True) -> dict[str, bytes | pa.Table]:
     """A rank's rows of critical_path.parquet and work.parquet ({"critical_path", "work"}), as
     zstd-compressed Arrow IPC streams (about 60 KB for a rank of 5k events), on `run`'s views
     (over that rank, or every rank): what the rank's analysis just computed (critical_path.path_of
-    and utilisation.rank_work keep it), so this costs a conversion, not a computation."""
+    and utilisation.rank_work keep it), so this costs a conversion, not a computation. With
+    `compress=False` (a run of one rank, whose rows are written next anyway) the Arrow tables
+    themselves: the stream's compression and reading back cost 0.17 s of CPU a 366k-row path."""
     from .critical_path import path_of
     from .utilisation import rank_work, work_rows
 
-    return {"critical_path": _ipc(path_of(run, rank).table()),
-            "work": _ipc(pa.Table.from_pylist(work_rows(rank_work(run, rank), rank), schema=_WORK_SCHEMA))}
+    keep = _ipc if compress else (lambda table: table)
+    return {"critical_path": keep(path_of(run, rank).table()),
+            "work": keep(pa.Table.from_pylist(work_rows(rank_work(run, rank), rank), schema=_WORK_SCHEMA))}
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -89,31 +100,29 @@ def _ipc(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def _kept(parts: dict[int, dict[str, bytes]] | None, ranks: list[int], name: str) -> list[pa.Table] | None:
+def _kept(parts: dict[int, dict[str, bytes | pa.Table]] | None, ranks: list[int], name: str) -> list[pa.Table] | None:
     """The tables `rank_parts` kept for every rank of `ranks`, in order; None when any is missing."""
     if not parts or any(name not in parts.get(r, {}) for r in ranks):
         return None
-    return [ipc.open_stream(parts[r][name]).read_all() for r in ranks]
+    return [t if isinstance(t := parts[r][name], pa.Table) else ipc.open_stream(t).read_all() for r in ranks]
 
 
-def _critical_path(run_dir: Path, parts: dict[int, dict[str, bytes]] | None = None) -> pa.Table:
-    """The critical path of every step of every rank (docs/METRICS.md "Critical path"): the
-    tables `parts` kept when it has every rank, else each rank's path on views over its partition."""
-    from ..store import open_run
+def _critical_path(run, ranks: list[int], parts: dict | None = None) -> pa.Table:
+    """The critical path of every step of every rank (docs/METRICS.md "Critical path") of the open
+    `run` (`ranks`: those its events hold): the tables `parts` kept when it has every rank, else
+    each rank's path on views over its partition."""
     from .critical_path import path_table, with_collective_waits
 
-    with open_run(run_dir) as run:
-        ranks = [r for (r,) in run.sql("SELECT DISTINCT rank FROM events ORDER BY 1").fetchall()]
-        tables = _kept(parts, ranks, "critical_path")
-        if tables is None:
-            if len(ranks) <= 1:
-                return path_table(run)
-            tables = []
-            for rank in ranks:  # each rank on views over its own partition: cost grows with events, not ranks x events
-                with run.with_ranks([rank]) as one:
-                    tables.append(path_table(one))
-        table = pa.concat_tables(tables) if tables else path_table(run)
-        return with_collective_waits(run, table) if len(ranks) > 1 else table
+    tables = _kept(parts, ranks, "critical_path")
+    if tables is None:
+        if len(ranks) <= 1:
+            return path_table(run)
+        tables = []
+        for rank in ranks:  # each rank on views over its own partition: cost grows with events, not ranks x events
+            with run.with_ranks([rank]) as one:
+                tables.append(path_table(one))
+    table = pa.concat_tables(tables) if tables else path_table(run)
+    return with_collective_waits(run, table) if len(ranks) > 1 else table
 
 
 _WORK_SCHEMA = pa.schema([("rank", pa.int32()), ("event_id", pa.int64()), ("kind", pa.string()), ("name", pa.string()),
@@ -121,20 +130,17 @@ _WORK_SCHEMA = pa.schema([("rank", pa.int32()), ("event_id", pa.int64()), ("kind
                           ("flops", pa.float64()), ("bytes", pa.float64()), ("dtype", pa.string()), ("how", pa.string())])
 
 
-def _work(run_dir: Path, parts: dict[int, dict[str, bytes]] | None = None) -> pa.Table:
-    """FLOPs and bytes per counted operator and per kernel (docs/METRICS.md "Utilisation"): the
-    tables `parts` kept when it has every rank, else from the per-rank work the summary already
-    computed (utilisation.rank_work keeps it per analysis)."""
-    from ..store import open_run
+def _work(run, ranks: list[int], parts: dict | None = None) -> pa.Table:
+    """FLOPs and bytes per counted operator and per kernel (docs/METRICS.md "Utilisation") of the
+    open `run` (`ranks`: those its events hold): the tables `parts` kept when it has every rank,
+    else from the per-rank work the summary already computed (utilisation.rank_work keeps it per analysis)."""
     from .utilisation import WORK_COLUMNS, rank_work, work_rows
 
     assert tuple(_WORK_SCHEMA.names) == WORK_COLUMNS
-    with open_run(run_dir) as run:
-        ranks = [r for (r,) in run.sql("SELECT DISTINCT rank FROM events ORDER BY 1").fetchall()]
-        tables = _kept(parts, ranks, "work")
-        if tables is None:
-            tables = []
-            for rank in ranks:
-                with run.with_ranks([rank]) as one:
-                    tables.append(pa.Table.from_pylist(work_rows(rank_work(one, rank), rank), schema=_WORK_SCHEMA))
-        return pa.concat_tables(tables) if tables else _WORK_SCHEMA.empty_table()
+    tables = _kept(parts, ranks, "work")
+    if tables is None:
+        tables = []
+        for rank in ranks:
+            with run.with_ranks([rank]) as one:
+                tables.append(pa.Table.from_pylist(work_rows(rank_work(one, rank), rank), schema=_WORK_SCHEMA))
+    return pa.concat_tables(tables) if tables else _WORK_SCHEMA.empty_table()

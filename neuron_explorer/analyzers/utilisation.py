@@ -359,8 +359,9 @@ def mfu_missing(run: Run, rank: int, work: RankWork, steps: list[dict], dtype: s
         return "a CPU-only run: MFU compares device work with a device's peak"
     reasons = []
     if not work.ops:
-        shapes = run.sql("SELECT count(*) FROM events WHERE rank = ? AND kind = 'cpu_op' AND contains(args, '\"Input Dims\"')",
-                         [rank]).fetchone()[0]
+        # whether any operator has shapes: the first one found ends the read of the args (a JSON column)
+        shapes = run.sql("SELECT count(*) FROM (SELECT 1 FROM events WHERE rank = ? AND kind = 'cpu_op' "
+                         "AND contains(args, '\"Input Dims\"') LIMIT 1)", [rank]).fetchone()[0]
         reasons.append("no operator shapes recorded (record with torch.profiler.profile(record_shapes=True))" if not shapes else
                        "no operator whose FLOPs are known (matmul, convolution, attention) has recorded shapes")
     if work.peak is None:

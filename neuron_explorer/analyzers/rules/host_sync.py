@@ -35,13 +35,17 @@ SCOPE = "rank"
 THRESHOLDS = {
     "SYNC_SHARE_MIN": 0.01,  # merged device idle after the syncs (or union of sync intervals without steps) / analysed time
 }
+SCREEN_ONE_RANK = False  # the check's first query is the screen's for that rank (engine.py): one rank runs it once
 
 def waits(alias: str = "r") -> str:
     """A runtime call waits for a device: a sync call, or a blocking device-to-host copy (its own
-    copy to the host ended before the call returned)."""
+    copy to the host ended before the call returned). The blocking copies' calls are one
+    uncorrelated set (device copies to the host joined to the call that launched them, by
+    `launch_id`): a correlated EXISTS beside the OR made DuckDB join every event of the rank to
+    the copies, the larger part of this rule's queries."""
     a = f"{alias}." if alias else ""
-    return (f"({sync_call(alias)} OR {a}kind = 'runtime' AND {memcpy_call(alias)} AND EXISTS (SELECT 1 FROM events c "
-            f"WHERE c.launch_id = {a}event_id AND {to_host_copy('c')} AND c.ts_ns + c.dur_ns <= {a}ts_ns + {a}dur_ns))")
+    return (f"({sync_call(alias)} OR {a}kind = 'runtime' AND {memcpy_call(alias)} AND {a}event_id IN (SELECT c.launch_id FROM events c "
+            f"JOIN events l ON l.event_id = c.launch_id WHERE {to_host_copy('c')} AND c.ts_ns + c.dur_ns <= l.ts_ns + l.dur_ns))")
 
 
 def _ranks(rank: int | None, alias: str = "") -> str:
