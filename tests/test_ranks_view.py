@@ -177,3 +177,14 @@ def test_manifest_steps_equal_the_steps_view_on_a_real_two_rank_trace(tmp_path):
             assert manifest_steps(one) == [r for r in want if r[0] == 1]
         finally:
             one.close()
+
+
+def test_manifest_steps_equal_the_steps_view_on_a_live_run(tmp_path):
+    """The live collector lists its steps in the manifest the same way (collectors/rank_entry)."""
+    from neuron_explorer.demo import train_demo
+    from neuron_explorer.store import manifest_steps, open_run
+
+    with open_run(train_demo(tmp_path / "demo")) as run:
+        assert run.manifest["source"] == "live"
+        want = [tuple(r) for r in run.sql("SELECT rank, step, ts_ns, dur_ns, event_id FROM steps ORDER BY rank, step").fetchall()]
+        assert manifest_steps(run) == want and len(want) >= 2
