@@ -159,7 +159,7 @@ import sys, time, json
 from neuron_explorer.dashboard.runs import RunSet
 from neuron_explorer.dashboard import ranks_view
 t = time.perf_counter(); rs = RunSet([sys.argv[1]]); opened = time.perf_counter() - t
-t = time.perf_counter(); fig = ranks_view.heatmap_figure(rs, 0); body = fig.to_json(); heat = time.perf_counter() - t
+t = time.perf_counter(); fig = ranks_view.heatmap_figure(rs, 0); body = json.dumps(fig); heat = time.perf_counter() - t
 from neuron_explorer.dashboard.app import create_app, warm
 import dash, dash.backends._flask  # imported by a server at start-up, before any page (0.2-0.6 s, whatever the run)
 t = time.perf_counter(); warm(rs); app = create_app(rs); page = app.server.test_client().get('/_dash-layout'); first = time.perf_counter() - t

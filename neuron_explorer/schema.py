@@ -289,7 +289,8 @@ DERIVED_VIEWS: tuple[View, ...] = (
 DERIVED_DIR = "derived"
 """Folder of a run (RUN/derived/) holding tables computed from the run's own tables to speed up a
 reader (DERIVED_TABLES). Optional: a run without it, or with a stale or unreadable file in it, reads
-the same; nothing else in the run refers to it, and the run check does not read it."""
+the same; nothing else in the run refers to it. The run check keeps its record of the partition
+files it found good there (run_check.CHECKED_RECORD, runs of many ranks), and reads nothing else in it."""
 
 DERIVED_KEY = b"neuron_explorer.derived_from"
 """Key, in a derived file's Parquet metadata, of what it was computed from (store.derived_key: the
@@ -362,7 +363,21 @@ TIMELINE_LONG_EVENTS = Table(
     ("rank", "ts_ns"),
 )
 
-DERIVED_TABLES: dict[str, Table] = {t.name: t for t in (TIMELINE_PYRAMID, TIMELINE_LANES, TIMELINE_LONG_EVENTS)}
+TIMELINE_SPANS = Table(
+    "timeline_spans",
+    "timeline_spans.parquet",
+    "Each rank's first event start and last event end (dashboard/runs.py `OpenRun.span`): the run's span, the origin of "
+    "every timeline's time axis, without a scan of every rank's events at each open. One file per scope (`all` ranks "
+    "or `rank<r>`), named `timeline_spans.<scope>-all.parquet`; written at the first dashboard open of the run.",
+    (
+        _RANK,
+        _c("first_ts_ns", "int64", "ns", "the first start of the rank's events"),
+        _c("last_end_ns", "int64", "ns", "the last end of the rank's events (ts_ns + dur_ns)"),
+    ),
+    ("rank",),
+)
+
+DERIVED_TABLES: dict[str, Table] = {t.name: t for t in (TIMELINE_PYRAMID, TIMELINE_LANES, TIMELINE_LONG_EVENTS, TIMELINE_SPANS)}
 """The tables a run may hold in RUN/derived/ (DERIVED_DIR)."""
 
 MANIFEST_KEYS: dict[str, str] = {

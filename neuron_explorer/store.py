@@ -520,17 +520,19 @@ def derived_key(run: Run, computation: str) -> str:
     format version, `computation`, and the name, size and modification time of every rank
     partition file it may read. Re-importing or re-recording the run, or a change of the code that
     computes it, gives another key."""
-    if run.view_ranks is None:
-        files = sorted(run.path.glob("rank=*/*.parquet"))
-    else:
-        files = [run.path / f"rank={r}" / t.file for r in run.view_ranks for t in schema.RANK_TABLES]
     parts = []
-    for f in files:
-        try:
-            st = f.stat()
-        except OSError:
-            continue  # a table the rank does not have
-        parts.append((f.relative_to(run.path).as_posix(), st.st_size, st.st_mtime_ns))
+    if run.view_ranks is None:
+        listed = run_check.rank_files(run.path)
+        cut = len(str(run.path)) + 1
+        parts = [(p[cut:].replace(os.sep, "/"), size, mtime) for fs in listed.values() for p, size, mtime in fs]
+        parts.sort(key=lambda x: tuple(x[0].split("/")))  # Path order (by folder, then file), as before
+    else:
+        for f in (run.path / f"rank={r}" / t.file for r in run.view_ranks for t in schema.RANK_TABLES):
+            try:
+                st = f.stat()
+            except OSError:
+                continue  # a table the rank does not have
+            parts.append((f.relative_to(run.path).as_posix(), st.st_size, st.st_mtime_ns))
     blob = json.dumps([schema.FORMAT_VERSION, computation, parts], separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -698,9 +700,10 @@ def create_views(run: Run, ranks=None) -> None:
     run_dir, manifest, con = run.path, run.manifest, run.con
     subset = None if ranks is None else sorted({int(r) for r in ranks})
     files, layout = {}, {}
+    listed = run_check.rank_files(run_dir) if subset is None else {}
     for spec in schema.RANK_TABLES:
         if subset is None:
-            fs = sorted(str(p) for p in run_dir.glob(f"rank=*/{spec.file}"))
+            fs = sorted(p for p, _, _ in listed.get(spec.file, []))
         else:
             fs = [str(p) for r in subset if (p := run_dir / f"rank={r}" / spec.file).is_file()]
         files[spec.name] = fs
@@ -767,6 +770,35 @@ def _manifest_views(run_dir: Path, manifest: dict, con: duckdb.DuckDBPyConnectio
     con.register("_devices_arrow", devices)
     con.execute("CREATE OR REPLACE VIEW ranks AS SELECT * FROM _ranks_arrow WHERE list_contains(nx_views().ranks, rank)")
     con.execute("CREATE OR REPLACE VIEW devices AS SELECT * FROM _devices_arrow WHERE list_contains(nx_views().ranks, rank)")
+
+
+def manifest_steps(run: Run) -> list[tuple[int, int, int, int, int]] | None:
+    """The rows of the `steps` view (rank, step, ts_ns, dur_ns, event_id; ordered by rank, step) of
+    the ranks `run`'s views read, from the manifest instead of a scan of every rank's events: both
+    collectors list each rank's `kind='step'` events there (its `steps`, collectors/build._steps),
+    which grouped by step number as the view groups them give the same rows. None when a rank's
+    entry cannot say (no such list, an item without a start or an id, fewer or more items than
+    the rank's count of step events): the caller queries the view then."""
+    keep = None if run.view_ranks is None else set(run.view_ranks)
+    out: dict[tuple[int, int], list[int]] = {}
+    for entry in run.manifest.get("ranks") or []:
+        rank = entry.get("rank")
+        if keep is not None and rank not in keep:
+            continue
+        items, counts = entry.get("steps"), entry.get("counts")
+        count = counts.get("step", 0) if isinstance(counts, dict) else None  # a kind with no event is not counted
+        if not isinstance(items, list) or not isinstance(count, int) or count != len(items):
+            return None
+        for s in items:
+            step, ts, dur, eid = (s.get(k) if isinstance(s, dict) else None for k in ("step", "ts_ns", "dur_ns", "event_id"))
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in (step, ts, dur, eid)):
+                return None
+            row = out.get((rank, step))
+            if row is None:
+                out[(rank, step)] = [ts, ts + dur, eid]
+            else:
+                row[0], row[1], row[2] = min(row[0], ts), max(row[1], ts + dur), min(row[2], eid)
+    return [(rank, step, t0, t1 - t0, eid) for (rank, step), (t0, t1, eid) in sorted(out.items())]
 
 
 def _columns_sql(spec: schema.Table, first_file: str) -> str:

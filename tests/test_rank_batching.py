@@ -19,7 +19,7 @@ import json
 
 import pytest
 
-from neuron_explorer.analyzers import device_time, engine
+from neuron_explorer.analyzers import device_time, engine, summary
 from neuron_explorer.analyzers.contents import finding_contents, findings_contents
 from neuron_explorer.analyzers.engine import analyze
 from neuron_explorer.collectors.chrome_trace import import_traces
@@ -237,3 +237,26 @@ def test_views_re_pointed_rank_after_rank_read_what_fresh_views_read(five, tmp_p
     assert not seen["[3]"][gone.name] and seen["[0]"][gone.name] and seen["[4]"][gone.name]
     assert seen["[1, 2]"]["event_ranks"] == [(1,), (2,)] and [r[0] for r in seen["[4]"]["ranks"]] == [4], gone.name
     assert seen["None"]["event_ranks"] == [(r,) for r in range(RANKS) if r != 3 or gone.name != "events"]
+
+
+@pytest.mark.parametrize("where", ["generated", "multirank_128", "v100_resnet50_torch19_memory.json.gz", "cuda_event_sync_multistream.json.gz"])
+def test_device_idle_gaps_read_from_the_busy_unions_equal_their_sql(five, where):
+    """device-idle's gaps are read from the devices' busy unions the summary reads anyway (no union of
+    their own), and what the host ran in them from those gaps: each rank's rows equal the SQL that
+    computes both from the events alone (`one`), and a batch's equal `many`."""
+    from neuron_explorer.analyzers import rank_rows
+    from neuron_explorer.analyzers.rules import device_idle
+
+    run_dir = five[0] if where == "generated" else f"tests/data/traces/{where}"
+    with open_run(run_dir) as run:
+        batch = rank_rows.prepare(run, [*summary.RANK_QUERIES, device_idle.GAPS, device_idle.HOST], run.ranks)
+        found = 0
+        for q in (device_idle.GAPS, device_idle.HOST):
+            many: dict[int, list] = {r: [] for r in run.ranks}
+            for row in run.sql(q.many).fetchall():
+                many[row[0]].append(tuple(row[1:]))
+            for r in run.ranks:
+                one = [tuple(x) for x in run.sql(q.one, [r]).fetchall()]
+                assert rank_rows.rows(run, q, r) == one == many[r] == batch[q.name][r], (q.name, r)
+                found += len(one)
+        assert found  # gaps and host work in them

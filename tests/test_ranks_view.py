@@ -56,10 +56,10 @@ def test_step_grid_is_step_time_per_rank_and_step(runs):
 
 def test_heatmap_only_for_more_than_eight_ranks(runs):
     fig = ranks_view.heatmap_figure(runs, 0)
-    (hm,) = fig.data
-    assert hm.type == "heatmap" and list(hm.y) == list(range(12)) and list(hm.x) == [1, 2, 3]
+    (hm,) = fig["data"]
+    assert hm["type"] == "heatmap" and list(hm["y"]) == list(range(12)) and list(hm["x"]) == [1, 2, 3]
     # the hottest cell is rank 7's step 2
-    flat = [(v, r, s) for r, row in zip(hm.y, hm.z) for s, v in zip(hm.x, row)]
+    flat = [(v, r, s) for r, row in zip(hm["y"], hm["z"]) for s, v in zip(hm["x"], row)]
     assert max(flat) == (0.4, SLOW_RANK, SLOW_STEP)
     assert ranks_view.heatmap_figure(runs, 1) is None
     card = ranks_view.layout(runs, 1)
@@ -110,3 +110,81 @@ def test_one_ranks_timeline_of_a_many_rank_run_reads_that_rank_alone_and_draws_t
         assert timeline(fresh, 0, rank=SLOW_RANK, width=600) == got
     finally:
         fresh.close()
+
+
+def _no_scan(monkeypatch):
+    """Any query of the run's events through the dashboard's runs fails the test."""
+    from neuron_explorer.dashboard import runs as runs_mod
+
+    def refuse(self, sql, params=None):
+        raise AssertionError(f"scanned the run: {sql[:80]}")
+    monkeypatch.setattr(runs_mod.OpenRun, "query", refuse)
+    monkeypatch.setattr(runs_mod.OpenRun, "arrow", refuse)
+
+
+def test_the_heatmap_and_the_runs_span_of_a_second_open_scan_no_events(runs, monkeypatch):
+    """What the first page of a many-rank run shows beyond its first rank's timeline: the heatmap's
+    step times come from the manifest (store.manifest_steps, the same rows as the `steps` view), and the
+    run's span (the time axis's origin) from each rank's span stored beside the run at the first open."""
+    from neuron_explorer.store import manifest_steps
+
+    path = runs.get(0).path
+    assert runs.get(0).span() == (BASE, BASE + 600_000)  # computed and stored (or read) by the module's RunSet
+    want = [tuple(r) for r in runs.get(0).run.sql("SELECT rank, step, ts_ns, dur_ns, event_id FROM steps ORDER BY rank, step").fetchall()]
+    assert manifest_steps(runs.get(0).run) == want and len(want) == 36
+    fresh = RunSet([path])
+    try:
+        _no_scan(monkeypatch)
+        g = ranks_view.step_grid(fresh, 0)
+        assert g["ms"][SLOW_RANK] == [0.1, 0.4, 0.1] and g["cells"][(SLOW_RANK, 3)] == (BASE + 500_000, 100_000)
+        assert fresh.get(0).span() == (BASE, BASE + 600_000)
+    finally:
+        fresh.close()
+
+
+def test_a_manifest_that_does_not_list_every_step_is_not_used(runs, tmp_path):
+    """A rank entry whose steps do not match its count of step events (a manifest another tool wrote or
+    edited): the heatmap reads the `steps` view, and shows the same grid."""
+    import json
+    import shutil
+
+    from neuron_explorer.store import manifest_steps
+
+    copy = tmp_path / "r12"
+    shutil.copytree(runs.get(0).path, copy)
+    m = json.loads((copy / "manifest.json").read_text())
+    m["ranks"][3]["steps"] = m["ranks"][3]["steps"][:1]
+    (copy / "manifest.json").write_text(json.dumps(m))
+    rs = RunSet([copy])
+    try:
+        assert manifest_steps(rs.get(0).run) is None
+        assert ranks_view.step_grid(rs, 0)["ms"] == ranks_view.step_grid(runs, 0)["ms"]
+    finally:
+        rs.close()
+
+
+def test_manifest_steps_equal_the_steps_view_on_a_real_two_rank_trace(tmp_path):
+    from pathlib import Path
+
+    from neuron_explorer.store import manifest_steps, open_run
+
+    run_dir = import_traces(Path(__file__).parent / "data" / "traces" / "multirank_128", tmp_path / "run").run_dir
+    with open_run(run_dir) as run:
+        want = [tuple(r) for r in run.sql("SELECT rank, step, ts_ns, dur_ns, event_id FROM steps ORDER BY rank, step").fetchall()]
+        assert manifest_steps(run) == want and len(want) == 4
+        one = run.with_ranks([1])
+        try:
+            assert manifest_steps(one) == [r for r in want if r[0] == 1]
+        finally:
+            one.close()
+
+
+def test_manifest_steps_equal_the_steps_view_on_a_live_run(tmp_path):
+    """The live collector lists its steps in the manifest the same way (collectors/rank_entry)."""
+    from neuron_explorer.demo import train_demo
+    from neuron_explorer.store import manifest_steps, open_run
+
+    with open_run(train_demo(tmp_path / "demo")) as run:
+        assert run.manifest["source"] == "live"
+        want = [tuple(r) for r in run.sql("SELECT rank, step, ts_ns, dur_ns, event_id FROM steps ORDER BY rank, step").fetchall()]
+        assert manifest_steps(run) == want and len(want) >= 2

@@ -181,3 +181,51 @@ def test_analyze_on_a_full_disk_or_read_only_place_returns_the_report(good, tmp_
     report = analyze(run)
     assert report.summary and report.not_saved == f"{run / 'analysis'}: could not save the analysis ({reason})"
     assert "not_saved" not in report.to_dict()
+
+
+def test_a_later_process_reads_only_the_footers_of_files_changed_since_the_record(good, tmp_path, monkeypatch):
+    """The files found good are recorded beside the run (derived/partitions_checked.json) once a run has
+    RECORD_MIN_FILES files (1 here): a process that opens it later (its memory of checked footers empty) reads
+    no footer; one rewritten since is read again, and its problem is still one line naming it."""
+    monkeypatch.setattr(run_check, "RECORD_MIN_FILES", 1)
+    run = _copy(good, tmp_path, "run")
+    read = []
+    check = run_check.partition_problem
+    monkeypatch.setattr(run_check, "partition_problem", lambda path, table: read.append(path.name) or check(path, table))
+    monkeypatch.setattr(run_check, "_CHECKED", {})
+    read_manifest(run)
+    assert sorted(read) == ["counters.parquet", "events.parquet", "flows.parquet", "frames.parquet", "memory.parquet"]
+    assert (run / "derived" / run_check.CHECKED_RECORD).is_file()
+    read.clear()
+    monkeypatch.setattr(run_check, "_CHECKED", {})  # another process
+    read_manifest(run)
+    assert read == []
+    _edit_events(run, PARTITIONS["a column missing"][0])
+    monkeypatch.setattr(run_check, "_CHECKED", {})
+    with pytest.raises(InputError, match="column 'dur_ns' of events is missing"):
+        read_manifest(run)
+    assert read == ["events.parquet"]
+
+
+def test_a_record_of_another_check_version_or_unreadable_reads_every_footer(good, tmp_path, monkeypatch):
+    monkeypatch.setattr(run_check, "RECORD_MIN_FILES", 1)
+    run = _copy(good, tmp_path, "run")
+    monkeypatch.setattr(run_check, "_CHECKED", {})
+    read_manifest(run)
+    record = run / "derived" / run_check.CHECKED_RECORD
+    read = []
+    check = run_check.partition_problem
+    monkeypatch.setattr(run_check, "partition_problem", lambda path, table: read.append(path.name) or check(path, table))
+    for text in (record.read_text().replace(f'"check": {run_check.CHECK_VERSION}', '"check": 0'), "{not json"):
+        record.write_text(text)
+        read.clear()
+        monkeypatch.setattr(run_check, "_CHECKED", {})
+        read_manifest(run)
+        assert len(read) == 5
+
+
+def test_a_small_run_gets_no_record(good, tmp_path, monkeypatch):
+    run = _copy(good, tmp_path, "run")  # 5 files, fewer than RECORD_MIN_FILES
+    monkeypatch.setattr(run_check, "_CHECKED", {})
+    read_manifest(run)
+    assert not (run / "derived").exists()

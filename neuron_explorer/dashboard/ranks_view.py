@@ -3,8 +3,10 @@ than MANY_RANKS ranks; the timeline then opens on the first rank (`first_rank`).
 opens that rank's timeline (the rank picker set to it) at that step.
 
 `step_grid` is the one query (the `steps` view: per rank and profiler step, the step's span, as
-docs/METRICS.md defines it); `heatmap_figure` draws it; `cell_view` is the click's callback body
-(plain functions, tested without a browser); `register` wires them into the app.
+docs/METRICS.md defines it; its rows are read from the manifest where it lists them,
+store.manifest_steps, so that the first page scans no rank's events for it); `heatmap_figure`
+draws it; `cell_view` is the click's callback body (plain functions, tested without a browser);
+`register` wires them into the app.
 
 The click sets the view (that rank, that step's window) and the rank picker, and keeps the
 target in the `rank-jump` store; the picker's own callback (app.py) asks `keeps_view` and keeps
@@ -15,6 +17,7 @@ Must not: query the run except through `step_grid`, or draw the timeline (timeli
 
 from __future__ import annotations
 
+from ..store import manifest_steps
 from .runs import RunSet
 
 MANY_RANKS = 8
@@ -27,7 +30,11 @@ def step_grid(rs: RunSet, run) -> dict:
     r = rs.get(run)
 
     def compute() -> dict:
-        _, rows = r.query("SELECT rank, step, ts_ns, dur_ns FROM steps ORDER BY rank, step")
+        listed = manifest_steps(r.run)  # no scan of every rank's events before the first page
+        if listed is not None:
+            rows = [row[:4] for row in listed]
+        else:
+            _, rows = r.query("SELECT rank, step, ts_ns, dur_ns FROM steps ORDER BY rank, step")
         ranks = sorted({int(x[0]) for x in rows})
         steps = sorted({int(x[1]) for x in rows})
         ri, si = {k: i for i, k in enumerate(ranks)}, {k: i for i, k in enumerate(steps)}
@@ -56,20 +63,21 @@ def first_rank(rs: RunSet, run):
     return rs.get(run).run.ranks[0]
 
 
-def heatmap_figure(rs: RunSet, run):
-    """The heatmap (ranks on y, steps on x, colour: step time in ms), or None for a run with at
-    most MANY_RANKS ranks."""
-    import plotly.graph_objects as go
-
+def heatmap_figure(rs: RunSet, run) -> dict | None:
+    """The heatmap (ranks on y, steps on x, colour: step time in ms) as a plain figure dict, or None
+    for a run with at most MANY_RANKS ranks. A dict, as the timeline's (figure.py): plotly's
+    figure classes load and check their property validators at the first figure (0.3-0.6 s of CPU),
+    which the first page of a many-rank run would wait for."""
     if not is_many(rs, run):
         return None
     g = step_grid(rs, run)
-    fig = go.Figure(go.Heatmap(z=g["ms"], x=g["steps"], y=g["ranks"], colorscale="Viridis", colorbar={"title": {"text": "ms"}},
-                               hovertemplate="rank %{y} · step %{x}<br>%{z:,.2f} ms<extra></extra>", xgap=1 if len(g["steps"]) < 200 else 0))
-    fig.update_layout(height=min(560, 180 + 2 * len(g["ranks"])), margin={"l": 60, "r": 20, "t": 10, "b": 40},
-                      xaxis={"title": {"text": "step"}, "type": "category" if len(g["steps"]) <= 60 else "linear"},
-                      yaxis={"title": {"text": "rank"}, "autorange": "reversed"}, plot_bgcolor="#FFF")
-    return fig
+    heat = {"type": "heatmap", "z": g["ms"], "x": g["steps"], "y": g["ranks"], "colorscale": "Viridis",
+            "colorbar": {"title": {"text": "ms"}}, "hovertemplate": "rank %{y} · step %{x}<br>%{z:,.2f} ms<extra></extra>",
+            "xgap": 1 if len(g["steps"]) < 200 else 0}
+    layout = {"height": min(560, 180 + 2 * len(g["ranks"])), "margin": {"l": 60, "r": 20, "t": 10, "b": 40},
+              "xaxis": {"title": {"text": "step"}, "type": "category" if len(g["steps"]) <= 60 else "linear"},
+              "yaxis": {"title": {"text": "rank"}, "autorange": "reversed"}, "plot_bgcolor": "#FFF"}
+    return {"data": [heat], "layout": layout}
 
 
 def cell_view(rs: RunSet, run, click) -> dict:

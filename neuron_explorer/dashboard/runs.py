@@ -159,14 +159,18 @@ class Lane:
                 "python_band": self.band}
 
 
-def lane_names(manifest: dict) -> dict[tuple, str]:
+def lane_names(manifest: dict, ranks=None) -> dict[tuple, str]:
     """Names of lanes from the trace metadata the importer keeps per rank (Kineto's `ph: "M"`
     events): (rank, "thread", pid, tid) → thread name ("thread 1262 (pt_autograd_0)" becomes
     "pt_autograd_0"; the last name given wins, as in Perfetto) and (rank, "device", pid) → the
-    process label of a device ("GPU 0"). Anything malformed is skipped."""
+    process label of a device ("GPU 0"); of `ranks` only when given (one rank's lanes of a run of
+    hundreds need not read every rank's metadata). Anything malformed is skipped."""
     out: dict[tuple, str] = {}
+    keep = None if ranks is None else {int(r) for r in ranks}
     for entry in manifest.get("ranks") or []:
         if not isinstance(entry, dict) or not isinstance(entry.get("rank"), int):
+            continue
+        if keep is not None and entry["rank"] not in keep:
             continue
         rank = entry["rank"]
         for m in entry.get("metadata_events") or []:
@@ -243,11 +247,15 @@ class OpenRun:
         return self._facts[key]
 
     def span(self) -> tuple[int, int]:
-        """(first start, last end) of all events, ns."""
+        """(first start, last end) of all events, ns. From each rank's span, stored beside the run
+        (schema.TIMELINE_SPANS, `stored`) at the first open: a run of many ranks does not scan
+        every rank's events at each open for it."""
         def compute():
-            _, rows = self.query("SELECT min(ts_ns), max(ts_ns + dur_ns) FROM events")
-            t0, t1 = rows[0]
-            return (int(t0 or 0), int(t1 or 0))
+            sql = "SELECT rank, min(ts_ns) AS first_ts_ns, max(ts_ns + dur_ns) AS last_end_ns FROM events GROUP BY rank"
+            tbl = self.stored(schema.TIMELINE_SPANS, "all", sql, lambda: self.arrow(sql))
+            t0, t1 = tbl["first_ts_ns"].to_pylist(), tbl["last_end_ns"].to_pylist()
+            t0, t1 = [t for t in t0 if t is not None], [t for t in t1 if t is not None]
+            return (int(min(t0, default=0)), int(max(t1, default=0)))
         return self.cached("span", compute)
 
     def shown_span(self, rank: int | None = None) -> tuple[int, int]:
@@ -280,7 +288,7 @@ class OpenRun:
                 tbl = self.stored(schema.TIMELINE_LANES, f"{'all' if rank is None else f'r{int(rank)}'}-{int(band)}{int(tool_hidden)}", sql,
                                   lambda: self.arrow(sql))
                 rows = zip(*(tbl[c].to_pylist() for c in schema.TIMELINE_LANES.column_names))
-                names = lane_names(self.run.manifest)
+                names = lane_names(self.run.manifest, [rank] if rank is not None else self.run.view_ranks)
                 lanes = []
                 for i, (rk, dev, a, b, text, max_row, has_python, first, t0, t1) in enumerate(rows):
                     skip = 1 if band and not has_python else int(first) if tool_hidden else 0

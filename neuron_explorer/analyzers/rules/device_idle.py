@@ -14,6 +14,7 @@ from .. import metrics
 from ..engine import Context
 from ..model import Location
 from ..rank_rows import RankQuery
+from ..rank_rows import arrays as rank_arrays
 from ..rank_rows import rows as rank_rows
 from ._util import graph_tip, ms, pct
 
@@ -41,7 +42,12 @@ SELECT rank, device, (row_number() OVER (PARTITION BY rank, device ORDER BY gap_
 def _host_sql(rank_where: str) -> str:
     """What the host ran in each gap of `_gaps_sql`, the 3 heaviest top-level names per gap: rows
     (rank, device, i, name, event_id, frame_id, overlap_ns)."""
-    return f"""WITH g AS ({_gaps_sql(rank_where)})
+    return _host_in(_gaps_sql(rank_where))
+
+
+def _host_in(gaps: str) -> str:
+    """`_host_sql` over the gaps of the query `gaps` (rows rank, device, i, gap_start, gap_end)."""
+    return f"""WITH g AS ({gaps})
 SELECT g.rank, g.device, g.i, e.name, min(e.event_id) AS event_id, any_value(e.source_frame_id) AS frame_id,
   sum(least(e.ts_ns + e.dur_ns, g.gap_end) - greatest(e.ts_ns, g.gap_start))::BIGINT AS overlap_ns
 FROM events e JOIN g ON e.rank = g.rank AND e.ts_ns < g.gap_end AND e.ts_ns + e.dur_ns > g.gap_start
@@ -53,11 +59,50 @@ def _one_rank(sql: str) -> str:
     return f"SELECT * EXCLUDE (rank) FROM ({sql}) ORDER BY ALL"
 
 
-GAPS = RankQuery("device_idle_gaps", _one_rank(_gaps_sql("rank = ?")), f"SELECT * FROM ({_gaps_sql('TRUE')}) ORDER BY rank, device, i")
+def _read_gaps(run, ranks) -> dict[int, list[tuple]]:
+    """GAPS' rows of each rank from its devices' busy unions (metrics.DEVICE_BUSY, which the summary
+    reads for every rank: prepared for a batch), as `_gaps_sql` computes them from the same union:
+    per device, the gaps between consecutive busy intervals, the GAPS_SHOWN longest (ties: the
+    earlier end) numbered from 0. No query of its own: the union is not computed again."""
+    out = {}
+    for r in ranks:
+        busy = rank_arrays(run, metrics.DEVICE_BUSY, r)
+        dev, start, end = (busy[c].tolist() for c in ("device", "start_ns", "end_ns"))
+        rows, k = [], 0
+        while k < len(dev):  # one device's intervals (in start order) at a time: [k, j)
+            j = k
+            while j < len(dev) and dev[j] == dev[k]:
+                j += 1
+            gaps = sorted(((end[m - 1], start[m]) for m in range(k + 1, j)), key=lambda g: (g[0] - g[1], g[1]))
+            rows += [(int(dev[k]), i, int(a), int(b)) for i, (a, b) in enumerate(gaps[:THRESHOLDS["GAPS_SHOWN"]])]
+            k = j
+        out[int(r)] = rows
+    return out
+
+
+def _read_host(run, ranks) -> dict[int, list[tuple]]:
+    """HOST's rows of each rank: `_host_sql` over the gaps `_read_gaps` gives (GAPS' rows), in one
+    query for all `ranks`, so that the busy union is not computed again for it."""
+    gaps = [(int(r), *g) for r in ranks for g in rank_rows(run, GAPS, r)]
+    out: dict[int, list[tuple]] = {int(r): [] for r in ranks}
+    if not gaps:
+        return out
+    values = ", ".join(f"({r}, {d}, {i}, {a}, {b})" for r, d, i, a, b in gaps)
+    listed = ("SELECT col0::INTEGER AS rank, col1::BIGINT AS device, col2::INTEGER AS i, col3::BIGINT AS gap_start, "
+              f"col4::BIGINT AS gap_end FROM (VALUES {values})")
+    for row in run.sql(f"SELECT * FROM ({_host_in(listed)}) ORDER BY rank, device, i, overlap_ns DESC, name").fetchall():
+        out[int(row[0])].append(tuple(row[1:]))
+    return out
+
+
+GAPS = RankQuery("device_idle_gaps", _one_rank(_gaps_sql("rank = ?")), f"SELECT * FROM ({_gaps_sql('TRUE')}) ORDER BY rank, device, i",
+                 read=_read_gaps)
 HOST = RankQuery("device_idle_host", f"SELECT * EXCLUDE (rank) FROM ({_host_sql('rank = ?')}) ORDER BY device, i, overlap_ns DESC, name",
-                 f"SELECT * FROM ({_host_sql('TRUE')}) ORDER BY rank, device, i, overlap_ns DESC, name")
+                 f"SELECT * FROM ({_host_sql('TRUE')}) ORDER BY rank, device, i, overlap_ns DESC, name", read=_read_host)
 RANK_QUERIES = (GAPS, HOST)
-"""The largest gaps of every device and what the host ran in them, for all ranks of a batch at once."""
+"""The largest gaps of every device and what the host ran in them, for all ranks of a batch at once.
+Read (`read`) from the devices' busy unions the summary reads anyway; `one` and `many` are the same
+rows in SQL alone (tests/test_rank_batching.py holds them equal)."""
 
 
 def screen(run, summaries: dict) -> set[int]:
