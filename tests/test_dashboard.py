@@ -832,7 +832,7 @@ def test_the_analysis_finishing_does_not_clear_the_message_of_a_persons_last_act
     for prefix in ("..findings.rowData", "..overview.children"):
         key, spec = _callback(app, prefix)
         outputs = [{"id": o.split(".")[0], "property": o.split(".")[1].split("@")[0]} for o in key.strip(".").split("...")]
-        inputs = [{"id": i["id"], "property": i["property"], "value": {"run-select": 0, "rank-select": 0}.get(i["id"], {"state": "done"})}
+        inputs = [{"id": i["id"], "property": i["property"], "value": {"run-select": 0, "rank-select": "all"}.get(i["id"], {"state": "done"})}
                   for i in spec["inputs"]]
         for changed, clears in (("analysis.data", False), ("run-select.value", True)):
             body = {"output": key, "outputs": outputs, "inputs": inputs, "state": [], "changedPropIds": [changed]}
