@@ -48,23 +48,27 @@ def check_device_clock(raw: RawRank) -> list[str]:
     ev = raw.events
     if not ev.num_rows:
         return []
+    # every decision is made once per distinct category (a handful), then read per row through the codes
     cats = ev["category"].combine_chunks()
     values = cats.dictionary.to_pylist()
-    kinds = np.array([kind_of_category(v or "") for v in values] + ["other"], dtype=object)
+    kinds = [kind_of_category(v or "") for v in values] + ["other"]
+    groups = [(what, np.array([k in group_kinds for k in kinds])) for what, group_kinds in _PLUGIN_GROUPS]
+    groups = [(what, of_code) for what, of_code in groups if of_code.any()]
+    if not groups:  # no device plugin's events (a CPU-only recording): nothing to check
+        return []
     codes = cats.indices.fill_null(len(values)).to_numpy(zero_copy_only=False)
-    kind = kinds[codes]
-    ts = np.asarray(ev["ts_ns"].fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64) + raw.base_ns
-    dur = np.maximum(np.asarray(ev["dur_ns"].fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64), 0)
-    host = np.isin(kind, list(_HOST_KINDS))
+    host = np.array([k in _HOST_KINDS for k in kinds])[codes]
     if not host.any():
         return []
+    ts = np.asarray(ev["ts_ns"].fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64) + raw.base_ns
+    dur = np.maximum(np.asarray(ev["dur_ns"].fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64), 0)
     lo, hi = int(ts[host].min()), int((ts[host] + dur[host]).max())
     slack = max(100 * (hi - lo), 60_000_000_000)  # generous: a wrong unit or epoch misses by a factor of 1000 or by years
     lo, hi = lo - slack, hi + slack
     warnings: list[str] = []
     scale = np.zeros(len(ts), dtype=bool)
-    for what, group_kinds in _PLUGIN_GROUPS:
-        rows = np.isin(kind, list(group_kinds))
+    for what, of_code in groups:
+        rows = of_code[codes]
         if not rows.any():
             continue
         g_lo, g_hi = int(ts[rows].min()), int((ts[rows] + dur[rows]).max())

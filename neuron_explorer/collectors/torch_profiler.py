@@ -196,7 +196,9 @@ class Recording:
         self.process_group: dict | None = None
         self.warnings: list[str] = []
         self.written = False
-        self.timings = {"convert_s": 0.0, "write_s": 0.0}
+        # seconds spent in this collector's own work, wall and CPU (all threads: the conversion and the
+        # write use two): what the stop costs beyond torch.profiler's own (bench/bench_collect.py)
+        self.timings = {"convert_s": 0.0, "write_s": 0.0, "convert_cpu_s": 0.0, "write_cpu_s": 0.0}
         self.compile_python_dropped = 0  # Python calls of torch.compile's compiler left out (compiled.drop_compile_python)
         self.compile_records: list[dict] = []  # graph breaks and recompiles (compiled.CompilerUntraced.records)
 
@@ -207,7 +209,7 @@ class Recording:
             self.rank, self.world_size, self.shared = pg["rank"], pg["world_size"], pg["world_size"] > 1
 
     def add_cycle(self, prof: tp.profile) -> None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         from . import _live_convert
 
         if self.frames is None:
@@ -226,6 +228,7 @@ class Recording:
                 self.warnings.append(f"profiler cycle {len(self.cycles) + 1} could not be read and is missing: "
                                      f"{type(e).__name__}: {e} (at {Path(where.filename).name}:{where.lineno})")
         self.timings["convert_s"] += time.perf_counter() - t0
+        self.timings["convert_cpu_s"] += time.process_time() - c0
 
     def _charge_compiled_kernels(self) -> list[str]:
         """Each torch.compile kernel's statements into its args (compiled.charge_kernels); the lines
@@ -286,7 +289,7 @@ class Recording:
             return self._write(extra_warnings)
 
     def _write(self, extra_warnings: Iterable[str]) -> Path:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         from . import sources
         from .build import build_rank
         from .device_clock import DeviceClockError, check_device_clock
@@ -343,6 +346,7 @@ class Recording:
             out = _live_write.write_single(self.run_dir, self.rank, built.tables, manifest, overwrite=self.overwrite or self.written)
         self.written = True
         self.timings["write_s"] += time.perf_counter() - t0
+        self.timings["write_cpu_s"] += time.process_time() - c0
         return out
 
 

@@ -95,6 +95,23 @@ std::vector<std::shared_ptr<ThreadLines>> g_lines;  // one buffer per thread tha
 std::atomic<uint64_t> g_lines_handle{0};  // the callback's handle, 0: not installed
 thread_local std::shared_ptr<ThreadLines> t_lines;
 
+// The lines of a (code object, instruction offset), per thread: PyCode_Addr2Line scans the line
+// table from its start, twice per operator, which costs most in long functions (AdamW's step,
+// multi_head_attention_forward), and a loop runs the same few hundred call sites every step. A slot
+// is trusted only for the same code object, offset, line table object and first line, and only
+// within the recording that filled it (g_lines_epoch changes at every lines_start): a code object
+// freed while recording and another made at its address would have to match all of these.
+struct LineSlot {
+  const PyCodeObject* code;
+  const PyObject* linetable;
+  uint64_t epoch;
+  int offset;
+  int32_t first_line, entry_line, line;
+};
+constexpr size_t kLineSlots = 4096;  // direct-mapped: a colliding call site only costs the lookup again
+std::atomic<uint64_t> g_lines_epoch{1};
+thread_local std::unique_ptr<std::array<LineSlot, kLineSlots>> t_line_slots;
+
 std::unique_ptr<at::ObserverContext> on_operator(const at::RecordFunction& fn) {
 #if NX_STATEMENT_LINES
   if (!torch::profiler::impl::profilerEnabled()) return nullptr;  // a schedule's wait and warmup steps
@@ -104,8 +121,16 @@ std::unique_ptr<at::ObserverContext> on_operator(const at::RecordFunction& fn) {
   if (frame == nullptr || frame->f_code == nullptr) return nullptr;
   PyCodeObject* code = frame->f_code;
   int offset = static_cast<int>(reinterpret_cast<char*>(frame->prev_instr) - reinterpret_cast<char*>(code->co_code_adaptive));
-  // the function's first line two ways: the tracer names a module's call by its entry instruction's line (0)
-  LineRecord r{fn.handle(), code->co_firstlineno, PyCode_Addr2Line(code, 0), PyCode_Addr2Line(code, offset)};
+  if (!t_line_slots) t_line_slots = std::make_unique<std::array<LineSlot, kLineSlots>>();  // zeroed: epoch 0 matches none
+  const uint64_t epoch = g_lines_epoch.load(std::memory_order_relaxed);
+  LineSlot& slot = (*t_line_slots)[((reinterpret_cast<uintptr_t>(code) >> 4) * 31 + static_cast<uintptr_t>(offset)) % kLineSlots];
+  if (slot.code != code || slot.offset != offset || slot.epoch != epoch || slot.linetable != code->co_linetable ||
+      slot.first_line != code->co_firstlineno) {
+    // the function's first line two ways: the tracer names a module's call by its entry instruction's line (0)
+    slot = {code, code->co_linetable, epoch, offset, code->co_firstlineno, PyCode_Addr2Line(code, 0),
+            PyCode_Addr2Line(code, offset)};
+  }
+  LineRecord r{fn.handle(), slot.first_line, slot.entry_line, slot.line};
   if (!t_lines) {
     t_lines = std::make_shared<ThreadLines>();
     std::lock_guard<std::mutex> g(g_lines_mutex);
@@ -123,6 +148,7 @@ bool statement_lines_supported() { return NX_STATEMENT_LINES != 0; }
 bool lines_start() {
   if (!NX_STATEMENT_LINES) return false;
   if (g_lines_handle.load() != 0) return true;
+  g_lines_epoch.fetch_add(1);  // every thread's cached lines are from an earlier recording now
   g_lines_handle = at::addThreadLocalCallback(at::RecordFunctionCallback(on_operator).needsIds(true));
   return true;
 }
