@@ -73,6 +73,29 @@
     }
   };
 
+  // The first figure painted: the frame after Plotly has drawn the timeline of the layout. What is
+  // not needed to paint it waits for this (nxTimeline.painted, a Promise): the Overview's content
+  // (the "painted" store, an input of its callback: ui/overview.py) and the grids' script
+  // (assets/grid_lazy.js); after PAINT_WAIT_MS without a timeline they stop waiting.
+  var PAINT_WAIT_MS = 15000, paintedNow;
+  nx.painted = new Promise(function (resolve) { paintedNow = resolve; });
+  (function firstPaint() {
+    var gd = graph();
+    if (gd && gd._fullLayout && gd.querySelector('.main-svg')) {
+      requestAnimationFrame(function () { setTimeout(function () { painted(true); }, 0); });  // after that frame
+      return;
+    }
+    if (performance.now() > PAINT_WAIT_MS) { painted(); return; }
+    requestAnimationFrame(firstPaint);
+  })();
+  function painted() {
+    nx.isPainted = true;
+    paintedNow();
+    // the store is in the page's layout, which is mounted when the timeline's container is
+    if (document.getElementById('timeline') && window.dash_clientside && window.dash_clientside.set_props)
+      window.dash_clientside.set_props('painted', {data: true});
+  }
+
   function dataLayers(gd) { return gd.querySelectorAll('.cartesianlayer .scatterlayer'); }
 
   // the x axis's tick labels for the window `r` while the plot is moved: Plotly's own are hidden
