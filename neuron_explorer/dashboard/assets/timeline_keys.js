@@ -89,6 +89,7 @@
     requestAnimationFrame(firstPaint);
   })();
   function painted() {
+    nx.paintedAt = performance.now();  // ms after navigation (for the tests)
     nx.isPainted = true;
     paintedNow();
     // the store is in the page's layout, which is mounted when the timeline's container is
