@@ -418,3 +418,38 @@ def test_the_event_drawer_is_in_view_after_each_kind_of_selection(page):
     jumped = plot_box(drv)
     assert jumped["x0"] * 1e6 <= launch["ts_ns"] - rs.get(1).span()[0] <= jumped["x1"] * 1e6
     drv.save_screenshot(str(ARTIFACTS / "client-drawer.png"))
+
+
+def test_a_flow_arrow_keeps_its_head_while_keys_come(page):
+    """Issue 35: during a burst of keys (the server's answers blocked) the flow arrow of the selected
+    kernel moves with the slices, and its head stays the same size, at the end of its line (it was
+    stretched with the window's scale: three W presses made it almost five times as wide)."""
+    from neuron_explorer.dashboard import app as dash_app
+    from neuron_explorer.dashboard import ranks_view
+
+    drv, rs = page
+    r = rs.get(1)
+    (kid, k_ts, k_dur, l_ts), = r.query("SELECT k.event_id, k.ts_ns, k.dur_ns, l.ts_ns FROM events k JOIN events l "
+                                        "ON l.event_id = k.launch_id WHERE k.kind = 'kernel' ORDER BY k.dur_ns DESC LIMIT 1")[1]
+    a, b = min(k_ts, l_ts), max(k_ts + k_dur, l_ts)
+    view = {**dash_app.view_for(rs, None, 1, ranks_view.first_rank(rs, 1), None, None, None), "t0": a - (b - a), "t1": b + (b - a)}
+    status = drv.execute_script(f"return {STATUS}")
+    drv.execute_script("window.dash_clientside.set_props('view', {data: arguments[0]}); "
+                       "window.dash_clientside.set_props('selected', {data: arguments[1]});", view, kid)
+    wait_for(drv, f"const s = {STATUS}; return s !== {status!r} && s", what="the kernel's window drawn")
+    head = """const gd = %s, head = gd.querySelector('.infolayer .annotation-arrow-g path + path'); if (!head) return null;
+        const line = head.previousElementSibling, q = head.getBoundingClientRect(), d = line.getAttribute('d').match(/-?[\\d.]+/g).map(Number);
+        const end = new DOMPoint(d[2], d[3]).matrixTransform(line.getScreenCTM());
+        const origin = new DOMPoint(0, 0).matrixTransform(head.getScreenCTM());  // the head's own origin, just behind its tip
+        return [q.width, q.height, Math.hypot(end.x - origin.x, end.y - origin.y)];""" % GD
+    w0, h0, gap0 = wait_for(drv, "return (() => {" + head + "})()", what="the launch → kernel arrow")
+    drv.execute_script("nxTimeline.redrawMs = 1e9")  # what is on screen is the frames' work alone
+    drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": [BLOCK]})
+    _mouse_click(drv, 5, 5)
+    _keys(drv, "www")
+    wait_for(drv, "return nxTimeline.frames.length > 0 && nxTimeline.frames.length === nxTimeline.draws.length", what="the frames", timeout=5)
+    assert drv.execute_script(f"return {GD}.classList.contains('nx-moving')")
+    w1, h1, gap1 = drv.execute_script(head)
+    assert w1 == pytest.approx(w0, rel=0.25) and h1 == pytest.approx(h0, rel=0.25), ((w0, h0), (w1, h1))
+    assert gap1 <= gap0 + 3, (gap0, gap1)  # the head at its line's end
+    drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})

@@ -72,6 +72,23 @@ def test_a_load_logs_no_console_error(server, browser):
     assert errors == [], errors
 
 
+def test_the_timeline_is_painted_before_the_grids_script_is_fetched(server, browser):
+    """Issue 35: what is not needed to draw the timeline comes after it. The grids' script (1.3 MB)
+    is asked for only once the timeline is painted (before, it was one of the page's scripts), then
+    the Overview's grid shows the findings as before, and so does the Findings tab's."""
+    url, _ = server
+    browser.get("about:blank")
+    browser.get(url)
+    wait_for(browser, "return document.querySelector('#overview-findings .ag-row')", what="the overview's findings grid")
+    painted, grid_at, first_script = browser.execute_script("""const r = performance.getEntriesByType('resource');
+        const grid = r.find(e => e.name.includes('dash_ag_grid')), plotly = r.find(e => e.name.includes('plotly-nx'));
+        return [window.nxTimeline.paintedAt, grid && grid.startTime, plotly && plotly.startTime];""")
+    assert painted is not None and grid_at is not None and first_script is not None
+    assert first_script < painted <= grid_at, (first_script, painted, grid_at)
+    _tab(browser, "Findings")
+    wait_for(browser, "return document.querySelector('#findings .ag-row')", what="the Findings tab's grid")
+
+
 def test_flame_graph_headline_and_click_to_zoom(server, browser):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By

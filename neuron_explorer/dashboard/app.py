@@ -10,6 +10,7 @@ Must not: query the run itself (the views do: queries.py, views/) or accept a pa
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 
@@ -32,6 +33,25 @@ DEFAULT_WIDTH = 1500
 PLOTLY_JS = "plotly-nx.min.js"
 """The page's plotly.js (assets/): the core (scatter), bar, heatmap and icicle, the trace types the
 dashboard draws; built by scripts/plotly/build.sh."""
+PREFETCH_JS = """(function () {
+  var early = {};
+  ['_dash-layout', '_dash-dependencies'].forEach(function (p) {
+    early[new URL(PREFIX + p, location.href).href] = fetch(PREFIX + p, {credentials: 'same-origin'});
+  });
+  var fetch0 = window.fetch;
+  window.fetch = function (url, opts) {
+    var key = typeof url === 'string' && (!opts || !opts.method || opts.method === 'GET') ? new URL(url, location.href).href : null;
+    var got = key && early[key];
+    if (!got) return fetch0.apply(this, arguments);
+    delete early[key];
+    return got.catch(function () { return fetch0(url, opts); });
+  };
+})();"""
+"""In the page's head: the layout (the first timeline's figure in it, 1 MB on a large run) and the
+callbacks are asked for at once, while the browser is still evaluating the scripts, not after them
+(Dash's renderer asks when it starts); its own requests for them get these answers, once each."""
+EAGER_DCC_CHUNKS = ("dcc/async-graph.js", "dcc/async-dropdown.js")
+"""dcc's lazy chunks the first page draws (the timeline, the run and rank menus): loaded with the page."""
 RANGE_KEY = re.compile(r"^xaxis\d*\.range(\[(0|1)\])?$")
 
 
@@ -341,7 +361,7 @@ def create_app(rs: RunSet):
 
     from .ui import grid
 
-    grid.load()  # `/` is served before the layout is built: it must list the grids' scripts already
+    grid.load()  # `/` is served before the layout is built: the grids' scripts are registered already
 
     # suppress_callback_exceptions: the layout is a function (`page`, computed on the first page's
     # request, not here); Dash would otherwise call it now to validate the callbacks' ids
@@ -349,14 +369,24 @@ def create_app(rs: RunSet):
                     on_error=_callback_failed, assets_ignore=re.escape(PLOTLY_JS))
     register_api(app.server, rs)
     app.server.register_error_handler(Exception, _update_failed)
-    app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + STYLE + compare_view.STYLE + overview.STYLE + sql.STYLE + "</style>")
+    app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + STYLE + compare_view.STYLE + overview.STYLE + sql.STYLE + "</style>"
+                                                + "<script>" + PREFETCH_JS.replace("PREFIX", json.dumps(app.config.requests_pathname_prefix))
+                                                + "</script>")
     # plotly.js as the first script of the page, not fetched by the graph once the layout has
     # arrived: it downloads beside the other scripts, and the timeline in the layout draws as soon
     # as the renderer mounts it (dcc.Graph uses window.Plotly when it is there). Ours (PLOTLY_JS),
     # not the full bundle dash lists (4.8 MB, every trace type; taken off dcc's scripts here).
     dcc._js_dist[:] = [d for d in dcc._js_dist if d.get("namespace") != "plotly"]
+    # the graph's and the dropdown's code (dcc's lazy chunks, 40 kB) as scripts of the page: the
+    # timeline in the layout is drawn at the renderer's first pass, not after two more requests, one
+    # after the other (each chunk is asked for only when its first component is met)
+    for d in dcc._js_dist:
+        if d.get("relative_package_path") in EAGER_DCC_CHUNKS:
+            d.pop("async", None)
     plotly_js = app.get_asset_url(PLOTLY_JS)
-    app.index_string = app.index_string.replace("{%scripts%}", f'<script src="{plotly_js}"></script>{{%scripts%}}')
+    app.index_string = app.index_string.replace(
+        "{%scripts%}", f'<script src="{plotly_js}"></script>'
+        f'<script>window.nxGridSrc = {json.dumps(app.get_relative_path(grid.bundle_path()))};</script>{{%scripts%}}')
     comparing = len(rs.runs) >= 2  # the Compare view needs two runs
 
     def page():
@@ -488,7 +518,7 @@ def create_app(rs: RunSet):
         return eid, (search_view(rs, run, rank, eid) if clicked_jump(click) else no_update)
 
     @app.callback(Output("detail", "children"), Output("detail-drawer", "className"), Output("error", "children", allow_duplicate=True),
-                  Input("selected", "data"), State("run-select", "value"), prevent_initial_call="initial_duplicate")
+                  Input("selected", "data"), State("run-select", "value"), prevent_initial_call=True)  # the layout has the first one
     @guard(2)
     def _detail(eid, run):
         return detail_panel(rs, run, eid), drawer_class(eid)
@@ -498,17 +528,21 @@ def create_app(rs: RunSet):
         return None  # the drawer closes with the selection (and the timeline's outline of it)
 
     @app.callback(Output("tab-content", "children"), Output("error", "children", allow_duplicate=True),
-                  Input("tabs", "value"), Input("run-select", "value"), Input("rank-select", "value"), prevent_initial_call="initial_duplicate")
+                  Input("tabs", "value"), Input("run-select", "value"), Input("rank-select", "value"),
+                  prevent_initial_call=True)  # the first tab (the Overview) has no table
     @guard(1)
     def _tabs(tab, run, rank):
         if tab in ("findings", "overview", "flame", "sql", "memory"):
             return (None,)
         return (tables_for(rs, run, rank, tab),)
 
+    # first asked once the timeline is painted ("painted": no callback runs at load, so the renderer's
+    # work before the first draw is the layout's alone); this starts the run's analysis (`start`)
     @app.callback(Output("findings", "rowData"), Output("findings-note", "children"), Output("error", "children", allow_duplicate=True),
-                  Input("run-select", "value"), Input("rank-select", "value"), Input("analysis", "data"), prevent_initial_call="initial_duplicate")
-    @guard(2, background=("analysis",))
-    def _findings(run, rank, _analysis):
+                  Input("run-select", "value"), Input("rank-select", "value"), Input("analysis", "data"), Input("painted", "data"),
+                  prevent_initial_call=True)
+    @guard(2, background=("analysis", "painted"))
+    def _findings(run, rank, _analysis, _painted):
         return findings_panel(rs, run, rank)
 
     @app.callback(Output("analysis", "data"), Output("analysis-poll", "disabled"), Input("analysis-poll", "n_intervals"),
@@ -619,11 +653,12 @@ def _page_layout(rs: RunSet):
                 dcc.Tab(label="SQL", value="sql", children=[sql.layout()]),
             ]), html.Div(id="tab-content")], className="nx-card"),
             html.Div([html.Button("×", id="detail-close", title="close (clears the selection)", className="nx-detail-close"),
-                      html.Div(id="detail")], id="detail-drawer", className=drawer_class(None)),
+                      html.Div(detail_panel(rs, 0, None), id="detail")], id="detail-drawer", className=drawer_class(None)),
         ], className="nx-grid")], id="explore-view"),
         *([compare_view.layout(rs)] if comparing else []),
         dcc.Store(id="view", data=view0), dcc.Store(id="area"), dcc.Store(id="selected"), dcc.Store(id="search-state"),
         dcc.Store(id="px", data=DEFAULT_WIDTH), dcc.Store(id="zoom-req"), dcc.Store(id="timeline-fig"), dcc.Store(id="focus-sink"),
+        dcc.Store(id="painted"),  # true once the first timeline is painted (assets/timeline_keys.js): what waits for it (ui/overview.py)
     ])
 
 
@@ -698,8 +733,9 @@ def start(rs: RunSet, wait_s: float | None = None) -> threading.Thread:
     that the analysis does not slow the first page down on a small machine.
     Built is not drawn: the browser still evaluates the scripts and draws the timeline (about 2 s of
     CPU), which the analysis's queries on every core would slow down. So the first run's analysis
-    starts when the page's first callback asks for the findings (the page is drawn by then:
-    `findings_panel` starts it), or ANALYSIS_WAIT_S after the page is built when no browser came.
+    starts when the page asks for the findings, which it does once the first timeline is painted
+    (the "painted" store: `findings_panel` starts it), or ANALYSIS_WAIT_S after the page is built
+    when no browser came.
     Nothing waits for it: a request for the page builds what it needs itself (or waits for the
     part under way), and the findings and the overview say "computing…" until the analysis is done."""
     wait_s = ANALYSIS_WAIT_S if wait_s is None else wait_s

@@ -8,7 +8,7 @@
    transform of the plot's data layers, translate and scale in x (what Plotly's own drag does),
    with the x axis's scale set to the new window (so hover, click and the pointer's zoom centre
    follow it) and the axis's tick labels written by this file (a dozen text nodes); the step lines,
-   step labels and flow arrows move with them (a transform each, `overlays`). Nothing is
+   step labels and flow arrows move with them (a transform each, `overlays`; an arrow's head keeps its shape). Nothing is
    recomputed: no path, no Plotly.relayout. The server holds slices for one window width either side
    of the window it sent (timeline.flank_buckets), so a pan shows slices at once.
    SETTLE_MS after the last key the window goes to the server once ("zoom-req"), which answers
@@ -73,6 +73,30 @@
     }
   };
 
+  // The first figure painted: the frame after Plotly has drawn the timeline of the layout. What is
+  // not needed to paint it waits for this (nxTimeline.painted, a Promise): the Overview's content
+  // (the "painted" store, an input of its callback: ui/overview.py) and the grids' script
+  // (assets/grid_lazy.js); after PAINT_WAIT_MS without a timeline they stop waiting.
+  var PAINT_WAIT_MS = 15000, paintedNow;
+  nx.painted = new Promise(function (resolve) { paintedNow = resolve; });
+  (function firstPaint() {
+    var gd = graph();
+    if (gd && gd._fullLayout && gd.querySelector('.main-svg')) {
+      requestAnimationFrame(function () { setTimeout(function () { painted(true); }, 0); });  // after that frame
+      return;
+    }
+    if (performance.now() > PAINT_WAIT_MS) { painted(); return; }
+    requestAnimationFrame(firstPaint);
+  })();
+  function painted() {
+    nx.paintedAt = performance.now();  // ms after navigation (for the tests)
+    nx.isPainted = true;
+    paintedNow();
+    // the store is in the page's layout, which is mounted when the timeline's container is
+    if (document.getElementById('timeline') && window.dash_clientside && window.dash_clientside.set_props)
+      window.dash_clientside.set_props('painted', {data: true});
+  }
+
   function dataLayers(gd) { return gd.querySelectorAll('.cartesianlayer .scatterlayer'); }
 
   // the x axis's tick labels for the window `r` while the plot is moved: Plotly's own are hidden
@@ -131,9 +155,28 @@
       var an = (fl.annotations || [])[+g.getAttribute('data-index')];
       if (!an || an.xref !== 'x') return;
       var a = now(an.x), arrow = an.showarrow && an.axref === 'x';
-      g.setAttribute('transform', arrow ? affine : 'translate(' + (a - was(an.x)) + ',0)');
+      if (arrow) arrowTo(g, off * (1 - s) + dx, s);
+      else g.setAttribute('transform', 'translate(' + (a - was(an.x)) + ',0)');
       g.style.visibility = inside(a) || (arrow && inside(now(an.ax))) ? '' : 'hidden';
     });
+  }
+
+  // a flow arrow under the map x -> x0 + s x: its line by the map (a line stays a line; its stroke is
+  // kept by CSS), its head moved to the line's new end and turned along it, at its own size (under
+  // the map itself the head would be stretched s times in x)
+  function arrowTo(g, x0, s) {
+    var line = g.querySelector('.annotation-arrow-g path'), head = line && line.nextElementSibling;
+    if (!line) return;
+    line.setAttribute('transform', 'translate(' + x0 + ',0) scale(' + s + ',1)');
+    if (!head) return;
+    if (!head.dataset.nxTf) head.dataset.nxTf = head.getAttribute('transform') || '';
+    var d = (line.getAttribute('d') || '').match(/-?[\d.]+(e-?\d+)?/g), t = head.dataset.nxTf.match(/-?[\d.]+(e-?\d+)?/g);
+    if (!d || d.length < 4 || !t || t.length < 3) return;
+    // the head's origin stands as far back from the line's end as Plotly put it, along the new line
+    var ex = x0 + s * +d[2], ey = +d[3], vx = s * (+d[2] - +d[0]), vy = +d[3] - +d[1], len = Math.hypot(vx, vy) || 1;
+    var back = Math.hypot(+d[2] - +t[0], +d[3] - +t[1]);
+    head.setAttribute('transform', 'translate(' + (ex - back * vx / len) + ',' + (ey - back * vy / len) + ')rotate(' +
+      Math.atan2(vy, vx) * 180 / Math.PI + ')' + (t.length > 3 ? 'scale(' + t[3] + ')' : ''));
   }
 
   // the moved slices are Plotly's again (it has drawn them for its axis' range)
@@ -143,6 +186,10 @@
     dataLayers(gd).forEach(function (l) { l.removeAttribute('transform'); });
     gd.querySelectorAll('.shapelayer path[data-index], .infolayer g.annotation[data-index]').forEach(function (e) {
       e.removeAttribute('transform'); e.style.visibility = '';
+    });
+    gd.querySelectorAll('.infolayer .annotation-arrow-g path').forEach(function (p) {
+      if (p.dataset.nxTf !== undefined) { p.setAttribute('transform', p.dataset.nxTf); delete p.dataset.nxTf; }
+      else p.removeAttribute('transform');
     });
     gd.classList.remove('nx-moving');
   }

@@ -18,13 +18,27 @@ HEADER_HEIGHT_PX = 30
 MAX_HEIGHT_PX = 460
 
 
+BUNDLE = "dash_ag_grid.min.js"
+"""dash-ag-grid's one script (1.3 MB): not a script of the page, assets/grid_lazy.js loads it (`load`)."""
+
+
 def load() -> None:
-    """Import dash-ag-grid, which registers its scripts with Dash. Dash lists the scripts of the
-    component libraries imported so far in the page it serves at `/`; the app calls this before it
-    serves anything, since `/` answers before the layout (which makes the grids) is built: a page
-    served without the grid's scripts fails to render ("dash_ag_grid was not found") and stays
-    blank until reloaded."""
-    import dash_ag_grid  # noqa: F401
+    """Import dash-ag-grid, which registers its scripts with Dash, and take its bundle off the page's
+    scripts: Dash still serves it (a dynamic resource, at `bundle_path`), and assets/grid_lazy.js
+    stands in for the grid's namespace until it has fetched it, after the timeline is drawn or when a
+    grid is shown first. No grid is on screen at load, and the bundle's evaluation would delay the
+    first draw by a few hundred ms. Called before the app serves anything: `/` answers before the
+    layout (which makes the grids) is built."""
+    import dash_ag_grid
+
+    for res in dash_ag_grid._js_dist:
+        if res.get("relative_package_path") == BUNDLE:
+            res["dynamic"] = True
+
+
+def bundle_path() -> str:
+    """Where Dash serves the grid's bundle, under the app's path prefix."""
+    return f"/_dash-component-suites/dash_ag_grid/{BUNDLE}"
 
 
 def column(field: str, header: str, *, numeric: bool = False, wide: bool = False, **col_def) -> dict:

@@ -208,8 +208,9 @@ STYLE = """
 
 
 def layout():
-    """The Overview tab, empty until `register`'s callback fills it (`content`) on run and rank: its
-    charts and grid are made then, so the first page draws the timeline without waiting for them."""
+    """The Overview tab, empty until `register`'s callback fills it (`content`) on run and rank, once
+    the first timeline is painted: its charts and grid are made and drawn then, so the first page
+    draws the timeline without waiting for them."""
     from dash import html
 
     return html.Div(id="overview")
@@ -273,11 +274,13 @@ def register(app, rs: RunSet, view_for) -> None:
     from .guard import guard
     from .panels import finding_clicked
 
+    # drawn once the timeline is painted ("painted", set by assets/timeline_keys.js), not at load: its
+    # charts and grid would be drawn in the same moments as the first timeline, and delay it
     @app.callback(Output("overview", "children"), Output("error", "children", allow_duplicate=True),
-                  Input("run-select", "value"), Input("rank-select", "value"), Input("analysis", "data"),
-                  prevent_initial_call="initial_duplicate")
-    @guard(1, background=("analysis",))
-    def _overview(run, rank, _analysis):
+                  Input("run-select", "value"), Input("rank-select", "value"), Input("analysis", "data"), Input("painted", "data"),
+                  prevent_initial_call=True)
+    @guard(1, background=("analysis", "painted"))
+    def _overview(run, rank, _analysis, _painted):
         return (content_or_computing(rs, run, rank),)
 
     @app.callback(Output("view", "data", allow_duplicate=True), Output("error", "children", allow_duplicate=True),
