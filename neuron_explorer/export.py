@@ -15,6 +15,7 @@ import msgspec
 
 from .collectors.kineto_names import MEMORY_ARGS, MEMORY_EVENT_NAME
 from .errors import InputError
+from .store import cursor as store_cursor
 from .store import open_run
 
 _ENC = msgspec.json.Encoder()
@@ -103,7 +104,7 @@ def _export_rank(run, rank: int, path: Path) -> None:
 
         for m in entry.get("metadata_events") or []:
             emit({k: v for k, v in m.items() if v is not None and k != "count"})  # a repeated metadata event once
-        cur = run.con.cursor()
+        cur = store_cursor(run.con)
         rel = cur.execute(
             "SELECT category, name, phase, ts_ns, dur_ns, pid, tid, pid_text, tid_text, args FROM events WHERE rank = ? ORDER BY event_id",
             [rank])

@@ -687,6 +687,16 @@ def new_connection() -> duckdb.DuckDBPyConnection:
     return con
 
 
+def cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """A cursor of `con` (a connection of its own to the same database: its results do not clash
+    with one left open on `con`) that the exit hook interrupts too: `con.interrupt()` stops only
+    `con`'s own query, and a thread left in a cursor's query when Python finalises aborts the
+    process. Use this, not `con.cursor()`."""
+    cur = con.cursor()
+    _LIVE.add(cur)
+    return cur
+
+
 def create_views(run: Run, ranks=None) -> None:
     """(Re)create the run's views on `run.con`, over every rank or only over `ranks`; sets
     `run.view_ranks`.

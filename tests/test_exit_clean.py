@@ -46,3 +46,33 @@ def test_exit_during_background_analysis_keeps_the_exit_code(tmp_path):
         assert "exiting" in p.stdout, p.stderr[-2000:]
         assert p.returncode == 3, (p.returncode, p.stderr[-2000:])
         assert "terminate called" not in p.stderr and "Fatal Python error" not in p.stderr, p.stderr[-2000:]
+
+
+def test_the_exit_hook_interrupts_a_query_on_a_cursor():
+    """Readers of Arrow results query on a cursor of the run's connection (store.cursor): the exit
+    hook must stop those queries too, or a thread left in one aborts the process at exit (CI once
+    ended 'FATAL: exception not rethrown' when the exit came while the analysis read on a cursor)."""
+    import threading
+
+    import duckdb
+
+    from neuron_explorer import store
+
+    cur = store.cursor(store.new_connection())
+    got: list = []
+
+    def long_query():
+        try:
+            cur.sql("SELECT count(*) FROM range(1000000000000) t(i) WHERE i % 7 = 3").fetchall()
+            got.append("finished")
+        except duckdb.InterruptException as e:
+            got.append(e)
+
+    worker = threading.Thread(target=long_query, daemon=True)
+    worker.start()
+    for _ in range(3000):  # as the exit hook does: interrupt until the thread is back in Python (at most 60 s)
+        store._interrupt_all()
+        worker.join(0.02)
+        if not worker.is_alive():
+            break
+    assert not worker.is_alive() and len(got) == 1 and isinstance(got[0], duckdb.InterruptException), got

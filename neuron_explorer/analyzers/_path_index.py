@@ -25,6 +25,7 @@ import numpy as np
 
 from ..collectors.kineto_names import DATALOADER_NEXT, EVENT_SYNC, STREAM_SYNC, SYNC_KIND_ARG, WAIT_ON_STREAM_ARG
 from ..store import Run
+from ..store import cursor as store_cursor
 from ..vocab import COMM_KERNEL_RE, DEVICE_WORK_KINDS, kinds_sql, memcpy_call, sql_literal, sync_call, to_host_copy
 from .rank_rows import RankQuery
 from .rank_rows import rows as rank_rows
@@ -64,7 +65,7 @@ def arrow_of(run: Run, query: str, params: list, tables: dict | None = None):
     """A query's result as an Arrow table, read on a cursor of the run's connection (no extra copy
     of the rows, and no clash with a result another reader left open on the connection); `tables`:
     Arrow tables the query reads, by name (registered on that cursor only)."""
-    cur = run.con.cursor()
+    cur = store_cursor(run.con)
     try:
         for name, table in (tables or {}).items():
             cur.register(name, table)
@@ -154,7 +155,7 @@ def _read(run: Run, query: str, params: list, by_rank: bool = False) -> tuple[di
     the rows are in memory once); `tk` (the host thread's tid text) as codes into the list returned."""
     names: dict[str, int] = {}
     parts: dict[str, list] = {}
-    cur = run.con.cursor()
+    cur = store_cursor(run.con)
     try:
         for b in cur.sql(query, params=params).to_arrow_reader(256 * 1024):
             for i, name in enumerate(b.schema.names):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..store import Run
+from ..store import cursor as store_cursor
 from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_KINDS, DEVICE_WORK_SQL, comm_op, kinds_sql, sql_literal, training_work
 from .rank_rows import RankQuery, prepared_rows
 from .rank_rows import rows as rank_rows
@@ -381,7 +382,7 @@ def device_work_intervals(run: Run, rank: int) -> dict:
     import numpy as np
     import pyarrow.compute as pc
 
-    cur = run.con.cursor()  # Arrow without an extra copy, and no clash with a result left open on the connection
+    cur = store_cursor(run.con)  # Arrow without an extra copy, and no clash with a result left open on the connection
     try:
         got = cur.sql(f"SELECT device, name, ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE dur_ns > 0 AND rank = ? "
                       f"AND device IS NOT NULL AND kind IN {DEVICE_WORK_SQL}", params=[int(rank)]).to_arrow_table()

@@ -1,6 +1,7 @@
 """The dashboard's look: one stylesheet, inlined into the page (no external assets to fetch)."""
 
 STYLE = """
+html { scrollbar-gutter: stable; }  /* the page growing past the window (the Overview filling in) does not narrow it: no reflow under the timeline */
 body { margin: 0; background: #F4F6F8; font-family: Inter, 'Segoe UI', Helvetica, Arial, sans-serif; color: #263238; }
 .nx-top { display: flex; align-items: center; gap: 14px; padding: 8px 16px; background: #1F2A36; color: #ECEFF1; }
 .nx-top h1 { font-size: 17px; margin: 0 12px 0 0; font-weight: 600; letter-spacing: .2px; }
