@@ -126,6 +126,13 @@ def import_cmd(
                                                  "graphs) that TRACE replays, or a folder of them; repeatable. A capture_traces/ folder "
                                                  "beside the trace is read too. Replayed kernels take the operator and statement they had "
                                                  "at capture (docs/METRICS.md, Graph replays)."),
+    kernel_provenance: Optional[list[Path]] = typer.Option(None, "--provenance", metavar="PATH", help="Inductor's provenance of "
+                                                           "the trace's torch.compile kernels: the TORCH_TRACE folder (or its "
+                                                           "dedicated_log_torch_trace_*.log) of a run with torch._inductor.config."
+                                                           "trace.provenance_tracking_level = 1, or a JSON file of {kernel: [stack "
+                                                           "traces]}; repeatable. Each kernel's time goes to the statements it was "
+                                                           "generated from (README, Importing torch.compile traces). The one "
+                                                           "such log beside the trace is read when none is given."),
 ) -> None:
     """Import torch.profiler (Kineto) JSON traces into a run directory of Parquet tables."""
     from .collectors.chrome_trace import import_traces
@@ -133,7 +140,8 @@ def import_cmd(
 
     bar = _ImportProgress() if (sys.stderr.isatty() if progress is None else progress) else None
     try:
-        result = import_traces(trace, out, force=force, tune_allocator=True, command=sys.argv, workers=workers, ray=ray, captures=capture,
+        result = import_traces(trace, out, force=force, tune_allocator=True, command=sys.argv, workers=workers, ray=ray,
+                               captures=capture, kernel_provenance=kernel_provenance,
                                progress_factory=bar.file_factory if bar else None, progress=bar.files if bar else None)
     finally:
         if bar:

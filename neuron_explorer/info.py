@@ -59,6 +59,7 @@ def run_info(path: Path | str) -> dict:
             "created": m.get("created"),
             "ranks": ranks,
             "warnings": m.get("warnings", []),
+            "provenance": m.get("provenance"),  # Inductor's provenance files an import read (collectors/provenance.py)
         }
     finally:
         if run is not None:
@@ -136,6 +137,8 @@ def render_info(info: dict) -> str:
         f"run {info['path']}  (format v{info['format_version']}, {info['source']}"
         + (f" ({info['converter']} converter)" if info.get("converter") else "") + f", created {info['created']})",
     ]
+    if info.get("provenance"):
+        lines.append(f"torch.compile kernels' provenance from {', '.join(info['provenance'])}")
     many = len(info["ranks"]) > MANY_RANKS
     if many:
         lines += _render_many_ranks(info["ranks"])
@@ -163,6 +166,11 @@ def render_info(info: dict) -> str:
             linked = dq.get("backward_linked_ns", 0) / dq["backward_ns"]
             lines.append(f"  backward: {duration(dq['backward_ns'])} of operator and device time, {share(linked)} linked to "
                          "the forward statement that built it")
+        if dq.get("compiled_kernels"):
+            time_ = dq.get("compiled_kernels_ns") or 0
+            of_time = f" ({share(dq.get('compiled_kernels_charged_ns', 0) / time_)} of their time)" if time_ else ""
+            lines.append(f"  compiled kernels: {dq.get('compiled_kernels_charged', 0)} of {dq['compiled_kernels']} charged to "
+                         f"their statements{of_time}")
         if dq.get("graph_replay_device_events"):
             from .analyzers.metrics import graph_replays
 

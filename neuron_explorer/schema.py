@@ -168,7 +168,9 @@ FRAMES = Table(
         _c("function", "string", "", "function name"),
         _c("is_user", "bool", "", "true for user code; false for torch, site-packages, the standard library and built-ins"),
         _c("line_kind", "string", "",
-           "'call': the calling statement (live collector); 'def': the function's def line (imported JSON traces only hold these)"),
+           "'call': the calling statement (live collector; in an imported trace, the statements a torch.compile kernel was "
+           "generated from, read from Inductor's provenance: `import --provenance`); 'def': the function's def line (what "
+           "imported JSON traces hold)"),
         _c("parent_frame_id", "int64", "frame id", "the frame that called this one, when known"),
         _c("code", "string", "", "the text of the line (stripped) when the source file was readable at collection time; null otherwise"),
     ),
@@ -392,7 +394,10 @@ MANIFEST_KEYS: dict[str, str] = {
     "devices": "device properties (Kineto `deviceProperties`) per rank",
     "steps": "profiler steps found, per rank",
     "warnings": "data-quality problems: counted, never raised (see `data_quality`)",
-    "data_quality": "counts per rank: device events with no launch, non-positive durations, overlapping slices, clock anomalies, ...",
+    "data_quality": "counts per rank: device events with no launch, non-positive durations, overlapping slices, clock anomalies, "
+                    "torch.compile kernel calls looked up and charged to their statements (`compiled_kernels`, "
+                    "`compiled_kernels_charged`, their time in `…_ns`), ...",
+    "provenance": "Inductor's provenance files an import read (`import --provenance`, or the structured log found beside the trace)",
     "profiler": "profiler options (live runs)",
     "converter": "what read the profiler's results: 'native' (the C++ converter) or 'python' (its fallback, same tables; live runs)",
     "git": "commit and dirty flag of the profiled script's repository (live runs)",

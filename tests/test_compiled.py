@@ -283,6 +283,12 @@ def test_a_recorded_compiled_model_names_the_statement_inside_it(tmp_path: Path)
     kernels, charged = run.sql("SELECT count(*), count(*) FILTER (WHERE args LIKE '%compiled_from%') FROM events "
                                "WHERE name LIKE 'graph_%cpp_fused%'").fetchone()
     assert kernels > 0 and charged / kernels >= 0.9
+    # info says how many kernel calls were charged: the calls that carry their statements in the run
+    from neuron_explorer.info import render_info, run_info
+    info = run_info(run_dir)
+    all_charged = run.sql("SELECT count(*) FROM events WHERE args LIKE '%compiled_from%'").fetchone()[0]
+    assert info["ranks"][0]["data_quality"]["compiled_kernels_charged"] == all_charged
+    assert f"compiled kernels: {all_charged} of " in render_info(info)
     moved = run.sql(f"SELECT sum(cpu_ns) FROM ({lines.frame_times_sql(0)})").fetchone()[0]
     operators = run.sql(f"SELECT sum(dur_ns) FROM events e WHERE {top_op('e')} AND source_frame_id IS NOT NULL").fetchone()[0]
     assert abs(moved - operators) <= kernels  # time moved between lines, none made up (rounding: under 1 ns a kernel)

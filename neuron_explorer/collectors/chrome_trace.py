@@ -8,7 +8,8 @@ processes when there are several; this module finds the traces, sizes the worker
 (refusing a trace whose plan, `import_need`, exceeds it: a local one before the run is begun, one
 in an object store once its local copy is made, before it is decoded, since only the copy can be
 inflated to count its JSON), keeps what was done for a rerun (`kept.json`), makes sure no rank is claimed twice, and writes the
-manifest (each rank's entry: rank_entry.py). Data-quality problems are counted in the manifest,
+manifest (each rank's entry: rank_entry.py). With Inductor's provenance (`provenance_files`), each
+rank's torch.compile kernels are charged to their statements once built (provenance.py). Data-quality problems are counted in the manifest,
 never raised; bad input raises InputError, and nothing is written then (what a trace's values
 must hold: trace_rank.py).
 """
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from .. import parquet_native, store
 from ..errors import InputError
-from . import graph_capture, remote, sources
+from . import graph_capture, provenance, remote, sources
 from ._malloc import BUILD_MMAP_THRESHOLD, DECODE_MMAP_THRESHOLD, WRITE_MMAP_THRESHOLD, set_mmap_threshold
 from .build import build_rank
 from .rank_entry import quality_warnings, rank_entry
@@ -94,6 +95,16 @@ def capture_files(source: Path | str, given: list[Path | str] | None = None) -> 
 
 
 _CAPTURE_INDEX = "execution_details.json"
+
+
+def provenance_files(source: Path | str, given: list[Path | str] | None = None) -> list[Path]:
+    """Inductor's provenance for an import (provenance.py): each of `given` (a TORCH_TRACE folder, a
+    structured log or a JSON file), else the one structured log beside the trace `source` (or
+    directly inside the directory `source`), when there is exactly one."""
+    if given:
+        return list(dict.fromkeys(Path(g) for g in given))
+    found = None if remote.is_uri(source) else provenance.beside(source)
+    return [found] if found is not None else []
 
 
 def read_captures(paths: list[Path]) -> graph_capture.Captures:
@@ -239,7 +250,8 @@ def import_workers(files: list[Path], requested: int | None = None) -> int:
 
 def _import_rank(index: int, path: Path, tmp: Path, tune_allocator: bool, decode_workers: int | None,
                  progress: Callable[[int, int], None] | None = None,
-                 captures: graph_capture.Captures | None = None) -> tuple[int, int, dict, list[str]]:
+                 captures: graph_capture.Captures | None = None,
+                 kernel_provenance: dict | None = None) -> tuple[int, int, dict, list[str]]:
     """Decode, build and write one trace into tmp/.part-<index>/ (renamed to rank=<r>/ by the
     caller, who checks that ranks are not claimed twice). Runs in a worker process or inline;
     returns only the small manifest entry, never the tables."""
@@ -267,11 +279,14 @@ def _import_rank(index: int, path: Path, tmp: Path, tune_allocator: bool, decode
         captures = captures.for_rank(raw.rank)
     built = build_rank(raw, captures)
     del raw  # build_rank took what it needs; let the raw columns go before writing
+    charged = provenance.charge_rank(built.tables, built.rank, kernel_provenance) if kernel_provenance else None
     built.tables["frames"] = sources.with_code(built.tables["frames"])  # the def lines' text, where readable here
     if tune_allocator:
         set_mmap_threshold(WRITE_MMAP_THRESHOLD, trim=True)  # the build's temporaries go back before writing
-    entry = rank_entry(built, meta)
+    entry = rank_entry(built, meta, charged.quality() if charged is not None else None)
     entry["category_counts"] = category_counts
+    if charged is not None:
+        w = w + [x for x in [provenance.charge_warning(built.rank, charged)] if x]
     part = tmp / f".part-{index}"
     part.mkdir()
     store.write_partition(part, built.tables)
@@ -292,7 +307,7 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
                   progress_factory: Callable[[str, int], Callable[[int, int], None]] | None = None,
                   command: list[str] | None = None, workers: int | None = None,
                   progress: ImportProgress | None = None, ray: str | None = None,
-                  captures: list[Path | str] | None = None) -> ImportResult:
+                  captures: list[Path | str] | None = None, kernel_provenance: list[Path | str] | None = None) -> ImportResult:
     """Import one trace or a directory of per-rank traces into a run at `out_dir`.
 
     Several traces are imported by `workers` processes (default and upper bound: `import_workers`,
@@ -304,7 +319,10 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
     filesystem every node shares. `captures`: graph-capture traces (capture_files adds a
     `capture_traces/` folder found beside the trace); replayed graph work takes its capture's
     operator and statement (graph_capture.py), each rank the captures of its rank (a single trace:
-    all of them).
+    all of them). `kernel_provenance`: Inductor's provenance of the trace's torch.compile kernels
+    (provenance_files: TORCH_TRACE folders, structured logs or JSON files; the one structured log
+    beside the trace when none is given): each kernel is charged to the user statements it was
+    generated from, as the live collector does (provenance.py).
     """
     check_output_path(out_dir)
     try:
@@ -318,6 +336,15 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
     graphs = read_captures(capture_paths) if capture_paths else None
     if graphs is not None:
         graphs.whole = len(files) == 1
+    provenance_paths = provenance_files(source, kernel_provenance)
+    kernels = None
+    if provenance_paths:
+        try:
+            kernels = provenance.read_provenance(provenance_paths)
+        except InputError:
+            if kernel_provenance:
+                raise
+            provenance_paths = []  # a structured log beside the trace without provenance: the import goes on without it
     parquet_native.load()  # the parallel Parquet writer, built (once) before any worker starts: workers only load it
     out, tmp = store.begin_run(out_dir, force)
     try:
@@ -344,7 +371,7 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
             from ..ray_tasks import map_settled
 
             order = sorted(todo, key=lambda i: -sizes[i])
-            for i, ok, result in map_settled(ray, _import_rank, [(i, files[i], tmp, tune_allocator, 1, None, graphs) for i in order]):
+            for i, ok, result in map_settled(ray, _import_rank, [(i, files[i], tmp, tune_allocator, 1, None, graphs, kernels) for i in order]):
                 if ok:
                     finished(result)
                 else:
@@ -353,7 +380,7 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
             for i in todo:
                 file_progress = progress_factory(files[i].name, sizes[i]) if progress_factory else None
                 try:
-                    finished(_import_rank(i, files[i], tmp, tune_allocator, None, file_progress, graphs))
+                    finished(_import_rank(i, files[i], tmp, tune_allocator, None, file_progress, graphs, kernels))
                 except Exception as e:  # noqa: BLE001 - reported by file name once the others are done
                     if len(files) == 1:
                         raise
@@ -367,7 +394,7 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
                 with ProcessPoolExecutor(max_workers=min(n_workers, len(todo))) as pool:
                     # largest first, so that a big trace does not start last; one decode process per worker
                     order = sorted(todo, key=lambda i: -sizes[i])
-                    futures = {pool.submit(_import_rank, i, files[i], tmp, tune_allocator, 1, None, graphs): i for i in order}
+                    futures = {pool.submit(_import_rank, i, files[i], tmp, tune_allocator, 1, None, graphs, kernels): i for i in order}
                     try:
                         for future in as_completed(futures):
                             try:
@@ -391,7 +418,7 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
                 for i in died:  # no progress: each in a process of its own
                     with ProcessPoolExecutor(max_workers=1) as solo:
                         try:
-                            finished(solo.submit(_import_rank, i, files[i], tmp, tune_allocator, 1, None, graphs).result())
+                            finished(solo.submit(_import_rank, i, files[i], tmp, tune_allocator, 1, None, graphs, kernels).result())
                         except Exception as e:  # noqa: BLE001 - this trace's own failure
                             failed[i] = _why(e)
                 break
@@ -410,6 +437,7 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
                            key=lambda s: s["rank"]),
             ranks=sorted(entries, key=lambda e: e["rank"]),
             warnings=warnings,
+            **({"provenance": [str(p) for p in provenance_paths]} if provenance_paths else {}),
         )
         store.finish_run(tmp, out, manifest, force=force)
         shutil.rmtree(_kept_dir(out), ignore_errors=True)

@@ -631,15 +631,23 @@ def statements_of(stack_traces: list[str], is_user) -> list[list[tuple[str, int,
 
 @dataclass
 class ChargeCount:
-    """What charge_kernels did: kernel events seen, charged to statements, and the kernel names left uncharged."""
+    """What charge_kernels did: kernel events seen, charged to statements, and the kernel names left
+    uncharged; `kernels_ns`, `charged_ns`: their summed durations."""
 
     kernels: int = 0
     charged: int = 0
     unmatched: set = field(default_factory=set)
+    kernels_ns: int = 0
+    charged_ns: int = 0
+
+    def quality(self) -> dict[str, int]:
+        """The counts a rank's manifest entry keeps (data_quality), that `info` reports."""
+        return {"compiled_kernels": self.kernels, "compiled_kernels_charged": self.charged,
+                "compiled_kernels_ns": self.kernels_ns, "compiled_kernels_charged_ns": self.charged_ns}
 
 
 def charge_kernels(events: pa.Table, provenance: dict[str, dict[str, list[str]]], intern, frame_id_of, is_user,
-                   count: ChargeCount | None = None) -> pa.Table:
+                   count: ChargeCount | None = None, frame_column: str = "frame_index") -> pa.Table:
     """The raw events with COMPILED_FROM_ARG added to the args of each generated kernel whose
     statements `provenance` (compiled_graph_provenance) names. A kernel is looked up in the graph
     of the `## Call CompiledFxGraph` range around it on its thread, else by its name alone when one
@@ -648,7 +656,9 @@ def charge_kernels(events: pa.Table, provenance: dict[str, dict[str, list[str]]]
     of that operator in it (graph_kernels). `intern(file, line, function, parent_index) -> index` interns a
     frame (parent: the frame the kernel event was recorded under, so the statements sit under the
     line that called the compiled function); `frame_id_of(index)` is its run frame id. Each
-    statement gets an equal share."""
+    statement gets an equal share. `frame_column`: the events' column that holds each event's frame
+    (the raw tables' `frame_index`; a built run's `frame_id`, when the importer charges a built rank:
+    then `intern` takes and returns run frame ids)."""
     import pyarrow as pa  # imported when used: `nx.profile` starts without pyarrow
 
     count = count if count is not None else ChargeCount()
@@ -663,37 +673,45 @@ def charge_kernels(events: pa.Table, provenance: dict[str, dict[str, list[str]]]
         for name in kernels:
             by_name.setdefault(name, set()).add(key)
     call_rows = np.flatnonzero(_mask_of_names(events["name"], GRAPH_CALL_RE.match))
-    ts, dur = _column(events, "ts_ns"), _column(events, "dur_ns")
-    tid = events["tid"].fill_null(-1).to_numpy()
-    names = events["name"].to_pylist()
-    frame_index = events["frame_index"].fill_null(-1).to_numpy() if "frame_index" in events.column_names else None
-    args = events["args"].to_pylist()
-    calls = sorted((int(ts[r]), int(ts[r] + dur[r]), int(tid[r]), GRAPH_CALL_RE.match(names[r]).group(1)) for r in call_rows)
-    rows = kernel_rows[np.argsort(ts[kernel_rows], kind="stable")]
+    ts_all, dur_all = _column(events, "ts_ns"), _column(events, "dur_ns")
+    tid_all = events["tid"].fill_null(-1).to_numpy()
+    # per row Python values of the kernel and call rows only (a trace holds many more events than kernels)
+    call_names = events["name"].take(pa.array(call_rows, pa.int64())).to_pylist()
+    calls = sorted((int(ts_all[r]), int(ts_all[r] + dur_all[r]), int(tid_all[r]), GRAPH_CALL_RE.match(n).group(1))
+                   for r, n in zip(call_rows, call_names))
+    rows = kernel_rows[np.argsort(ts_all[kernel_rows], kind="stable")]
+    names = events["name"].take(pa.array(rows, pa.int64())).to_pylist()
+    generated_of = {n: KERNEL_NAME_RE.match(n) for n in set(names)}  # (matched once per distinct name)
+    ts, dur, tid = ts_all[rows].tolist(), dur_all[rows].tolist(), tid_all[rows].tolist()
+    frame_index = (events[frame_column].take(pa.array(rows, pa.int64())).fill_null(-1).to_numpy().tolist()
+                   if frame_column in events.column_names else None)
     starts = np.array([c[0] for c in calls], dtype=np.int64)
-    call_of = {}
-    for r in rows:
-        at = int(np.searchsorted(starts, ts[r], side="right"))
+    after = np.searchsorted(starts, ts_all[rows], side="right").tolist()
+    call_of: dict[int, int] = {}  # (position in `rows`) -> call
+    for j, at in enumerate(after):
         for i in range(at - 1, max(at - 9, -1), -1):  # the innermost call around the kernel: the latest started
-            if calls[i][2] == tid[r] and ts[r] + dur[r] <= calls[i][1]:
-                call_of[r] = i
+            if calls[i][2] == tid[j] and ts[j] + dur[j] <= calls[i][1]:
+                call_of[j] = i
                 break
     # a call's graph: its cache key, else (compiled with the cache off) the one graph holding all its kernels
     graph_of: dict[int, str | None] = {}
-    for r, i in call_of.items():
+    for j, i in call_of.items():
         if calls[i][3] in provenance:
             graph_of[i] = calls[i][3]
             continue
-        generated = KERNEL_NAME_RE.match(names[r])
-        name = generated.group(1) if generated else names[r] + EXTERN_SEP + "0"
+        generated = generated_of[names[j]]
+        name = generated.group(1) if generated else names[j] + EXTERN_SEP + "0"
         keys = by_name.get(name, set()) if generated or name in by_name else None
         if keys is not None:
             graph_of[i] = keys if i not in graph_of else graph_of[i] & keys
     graph_of = {i: (g if isinstance(g, str) else next(iter(g)) if len(g) == 1 else None) for i, g in graph_of.items()}
     seen: dict[tuple, list[int]] = {}  # (graph call, operator) -> end of each extern call counted so far
-    for r in rows:
-        generated = KERNEL_NAME_RE.match(names[r])
-        call = call_of.get(r)
+    charged_json: dict[tuple, str | None] = {}  # (graph, kernel, frame) -> its charges as JSON (None: no statement)
+    updates: dict[int, str] = {}  # (row) -> its args with the charges
+    old_args = None
+    for j, name in enumerate(names):
+        generated = generated_of[name]
+        call = call_of.get(j)
         graph = graph_of.get(call) if call is not None else None
         if generated:
             kernel = generated.group(1)
@@ -701,37 +719,73 @@ def charge_kernels(events: pa.Table, provenance: dict[str, dict[str, list[str]]]
                 keys = by_name.get(kernel, set())
                 graph = next(iter(keys)) if len(keys) == 1 else None
         else:  # an ATen operator: an extern kernel only when the generated code called it, the n-th of its name in that call
-            if graph is None or names[r] + EXTERN_SEP + "0" not in provenance[graph]:
+            if graph is None or name + EXTERN_SEP + "0" not in provenance[graph]:
                 continue
-            ends = seen.setdefault((call, names[r]), [])
-            if ends and ts[r] < ends[-1]:  # inside the previous one (an operator calling itself): not a call of the code
+            ends = seen.setdefault((call, name), [])
+            if ends and ts[j] < ends[-1]:  # inside the previous one (an operator calling itself): not a call of the code
                 continue
-            kernel = f"{names[r]}{EXTERN_SEP}{len(ends)}"
-            ends.append(int(ts[r] + dur[r]))
+            kernel = f"{name}{EXTERN_SEP}{len(ends)}"
+            ends.append(ts[j] + dur[j])
             if kernel not in provenance[graph]:
                 count.kernels += 1
+                count.kernels_ns += dur[j]
                 count.unmatched.add(kernel)
                 continue
         count.kernels += 1
-        statements = statements_of(provenance[graph][kernel], is_user) if graph is not None else []
-        if not statements:
+        count.kernels_ns += dur[j]
+        parent0 = frame_index[j] if frame_index is not None else -1
+        memo = (graph, kernel, parent0)
+        if memo not in charged_json:  # the same kernel under the same frame: the same statements, interned once
+            statements = statements_of(provenance[graph][kernel], is_user) if graph is not None else []
+            charges = []
+            for chain in statements:
+                parent = parent0
+                for file, line, function in chain:
+                    parent = intern(file, line, function, parent)
+                charges.append({"frame_id": frame_id_of(parent), "share": 1.0 / len(statements)})
+            charged_json[memo] = json.dumps(charges) if charges else None
+        charges_text = charged_json[memo]
+        if charges_text is None:
             count.unmatched.add(kernel)
             continue
-        parent0 = int(frame_index[r]) if frame_index is not None else -1
-        charges = []
-        for chain in statements:
-            parent = parent0
-            for file, line, function in chain:
-                parent = intern(file, line, function, parent)
-            charges.append({"frame_id": frame_id_of(parent), "share": 1.0 / len(statements)})
-        try:
-            a = json.loads(args[r]) if args[r] else {}
-        except ValueError:
-            a = {}
-        a[COMPILED_FROM_ARG] = charges
-        args[r] = json.dumps(a)
+        if old_args is None:
+            old_args = events["args"].take(pa.array(rows, pa.int64())).to_pylist()
+        updates[int(rows[j])] = _with_arg(old_args[j], charges_text)
         count.charged += 1
-    return events.set_column(events.column_names.index("args"), "args", pa.array(args, pa.string()))
+        count.charged_ns += dur[j]
+    if not updates:
+        return events
+    import pyarrow.compute as pc
+
+    mask = np.zeros(events.num_rows, dtype=bool)
+    order = sorted(updates)
+    mask[order] = True
+    args = pc.replace_with_mask(events["args"].combine_chunks().cast(pa.string()), pa.array(mask),
+                                pa.array([updates[r] for r in order], pa.string()))
+    return events.set_column(events.column_names.index("args"), "args", args)
+
+
+_COMPILED_FROM_KEY = json.dumps(COMPILED_FROM_ARG)
+
+
+def _with_arg(args: str | None, charges_text: str) -> str:
+    """An event's args (JSON object text) with COMPILED_FROM_ARG set to `charges_text`; the text is
+    extended, not parsed and rewritten, when it is an object that does not hold the key yet."""
+    key = _COMPILED_FROM_KEY
+    text = (args or "").strip()
+    if not text:
+        return "{" + f"{key}: {charges_text}" + "}"
+    if text.startswith("{") and text.endswith("}") and key not in text:
+        body = text[1:-1].strip()
+        return "{" + body + (", " if body else "") + f"{key}: {charges_text}" + "}"
+    try:
+        a = json.loads(text)
+    except ValueError:
+        a = {}
+    if not isinstance(a, dict):
+        a = {}
+    a[COMPILED_FROM_ARG] = json.loads(charges_text)
+    return json.dumps(a)
 
 
 def name_compile_records(events: pa.Table, records: list[dict], intern, is_user) -> tuple[pa.Table, int]:

@@ -201,6 +201,7 @@ class Recording:
         self.timings = {"convert_s": 0.0, "write_s": 0.0, "convert_cpu_s": 0.0, "write_cpu_s": 0.0}
         self.compile_python_dropped = 0  # Python calls of torch.compile's compiler left out (compiled.drop_compile_python)
         self.compile_records: list[dict] = []  # graph breaks and recompiles (compiled.CompilerUntraced.records)
+        self.compile_charge = compiled.ChargeCount()  # what charging the compiled kernels did (the manifest's counts)
 
     def capture_process_group(self) -> None:
         pg = process_group_info()
@@ -236,7 +237,7 @@ class Recording:
         notes = [w for w in [compiled.compile_warning(self.compile_python_dropped)] if w]
         from ..schema import ID_STRIDE
 
-        count = compiled.ChargeCount()
+        count = self.compile_charge = compiled.ChargeCount()
         base = self.rank * ID_STRIDE
 
         def intern(file: str, line: int, function: str, parent: int) -> int:
@@ -314,7 +315,7 @@ class Recording:
                                                                             if self.world_size else None),
                 "device_properties": device_properties(), "started": self.started, "cycles": len(self.cycles),
                 "host": socket.gethostname(), "pid": os.getpid()}
-        entry = rank_entry(built, meta)
+        entry = rank_entry(built, meta, self.compile_charge.quality() if self.compile_charge.kernels else None)
         warnings_ = [f"rank {self.rank}: {w}" if self.shared else w for w in warnings_] + quality_warnings(entry)
         manifest = store.base_manifest(
             "live",

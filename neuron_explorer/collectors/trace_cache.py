@@ -16,7 +16,7 @@ from .. import schema
 from .._version import __version__
 from ..errors import RunExistsError
 from ..store import is_run
-from .chrome_trace import capture_files, find_traces, import_traces
+from .chrome_trace import capture_files, find_traces, import_traces, provenance_files
 
 
 def cache_dir() -> Path:
@@ -38,14 +38,17 @@ def cached_run(path: Path | str, captures: list[Path | str] | None = None) -> Pa
     """The cached run of the Kineto trace (or directory of traces) `path`, imported now when the
     cache has no up-to-date copy. The cache key covers every trace file's path, size and
     modification time (graph-capture traces too: `captures` and a `capture_traces/` folder beside
-    the trace), the format and the tool version, so an edited or re-recorded trace is imported again."""
+    the trace; the structured log of Inductor's provenance found beside it), the format and the
+    tool version, so an edited or re-recorded trace is imported again."""
     p = Path(path)
     files = find_traces(p)
     capture = capture_files(p, captures)
+    kernel_provenance = provenance_files(p)
     h = hashlib.sha256(f"{schema.FORMAT_VERSION}|{__version__}".encode())
-    for f in [*files, *(["captures"] if capture else []), *capture]:
-        if f == "captures":
-            h.update(b"|captures")
+    marked = [*(["captures"] if capture else []), *capture, *(["provenance"] if kernel_provenance else []), *kernel_provenance]
+    for f in [*files, *marked]:
+        if f in ("captures", "provenance"):
+            h.update(f"|{f}".encode())
             continue
         st = f.stat()
         h.update(f"|{f.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode())
