@@ -76,3 +76,11 @@ def test_the_exit_hook_interrupts_a_query_on_a_cursor():
         if not worker.is_alive():
             break
     assert not worker.is_alive() and len(got) == 1 and isinstance(got[0], duckdb.InterruptException), got
+
+
+def test_every_cursor_comes_from_store_cursor():
+    """A cursor made with `con.cursor()` is out of the exit hook's reach (see above)."""
+    package = Path(__file__).parent.parent / "neuron_explorer"
+    direct = [f"{p.relative_to(package)}:{i}" for p in package.rglob("*.py") if p.name != "store.py"
+              for i, line in enumerate(p.read_text().splitlines(), 1) if ".cursor()" in line and not line.lstrip().startswith("#")]
+    assert direct == [], direct
