@@ -458,6 +458,29 @@ def _link_captures(captures, replayed, launch, kind, name_codes, name_values, qu
     return (op_codes, top_codes), pa.array(list(names), pa.string()), (node_frame, node_statement)
 
 
+def frames_table(rank: int, first_id: int, keys: list, line_kind, parents: np.ndarray | None = None,
+                 is_user: list | None = None, schema: pa.Schema | None = None) -> pa.Table:
+    """Frame rows of one rank, ids from `first_id` on, one per key (file, line, function, ...):
+    `line_kind` one for all or one per row; `parents` each row's parent frame id (< 0: none; None:
+    no parents); `is_user` per row, else from the file (sources.is_user_file). `code` is left null
+    (the live collector reads it: sources.with_code)."""
+    n = len(keys)
+    kinds = [line_kind] * n if isinstance(line_kind, str) else line_kind
+    parent_ids = (pa.nulls(n, pa.int64()) if parents is None
+                  else pa.array(np.maximum(parents, 0), pa.int64(), mask=parents < 0))
+    return pa.table({
+        "frame_id": pa.array(first_id + np.arange(n, dtype=np.int64)),
+        "rank": pa.array(np.full(n, rank, dtype=np.int32)),
+        "file": pa.array([k[0] for k in keys], pa.string()),
+        "line": pa.array([k[1] for k in keys], pa.int32()),
+        "function": pa.array([k[2] for k in keys], pa.string()),
+        "is_user": pa.array([is_user_file(k[0]) for k in keys] if is_user is None else is_user, pa.bool_()),
+        "line_kind": pa.array(kinds, pa.string()),
+        "parent_frame_id": parent_ids,
+        "code": pa.nulls(n, pa.string()),
+    }, schema=schema)
+
+
 def _with_capture_frames(frames: pa.Table, captured: list, rank: int) -> pa.Table:
     """The rank's frames and, after them, the capture's (graph_capture.Captures.frames), with ids and
     parents in the rank's numbering."""
@@ -466,17 +489,8 @@ def _with_capture_frames(frames: pa.Table, captured: list, rank: int) -> pa.Tabl
     base = rank * ID_STRIDE + frames.num_rows
     cols = list(zip(*captured))
     parent = np.array(cols[5], dtype=np.int64)
-    extra = pa.table({
-        "frame_id": pa.array(base + np.arange(len(captured), dtype=np.int64)),
-        "rank": pa.array(np.full(len(captured), rank, dtype=np.int32)),
-        "file": pa.array(cols[0], pa.string()),
-        "line": pa.array(cols[1], pa.int32()),
-        "function": pa.array(cols[2], pa.string()),
-        "is_user": pa.array(cols[3], pa.bool_()),
-        "line_kind": pa.array(cols[4], pa.string()),
-        "parent_frame_id": pa.array(base + parent, pa.int64(), mask=parent < 0),
-        "code": pa.nulls(len(captured), pa.string()),
-    }, schema=frames.schema)
+    extra = frames_table(rank, base, captured, list(cols[4]), np.where(parent < 0, -1, base + parent),
+                         is_user=list(cols[3]), schema=frames.schema)
     return pa.concat_tables([frames, extra])
 
 
@@ -776,20 +790,7 @@ def _frames_and_modules(raw: RawRank, order: np.ndarray, n: int, parent: np.ndar
     user_mark = is_python & name_user[name_idx] if n else np.zeros(0, bool)
     nearest_user = nearest_marked(parent, user_mark)
     ev_frame = np.where(nearest_user >= 0, ev_frame_own[np.maximum(nearest_user, 0)], -1)
-    keys = list(frame_keys)
-    frames = pa.table(
-        {
-            "frame_id": pa.array(rank * ID_STRIDE + np.arange(len(keys), dtype=np.int64)),
-            "rank": pa.array(np.full(len(keys), rank, dtype=np.int32)),
-            "file": pa.array([k[0] for k in keys], pa.string()),
-            "line": pa.array([k[1] for k in keys], pa.int32()),
-            "function": pa.array([k[2] for k in keys], pa.string()),
-            "is_user": pa.array([is_user_file(k[0]) for k in keys], pa.bool_()),
-            "line_kind": pa.array(["def"] * len(keys), pa.string()),
-            "parent_frame_id": pa.nulls(len(keys), pa.int64()),
-            "code": pa.nulls(len(keys), pa.string()),  # (read by the collector: sources.with_code)
-        }
-    )
+    frames = frames_table(rank, rank * ID_STRIDE, list(frame_keys), "def")
     if module_path is None and any(m is not None for m in name_module):
         is_module = np.array([m is not None for m in name_module], dtype=bool)[name_idx]
         nearest_mod = nearest_marked(parent, is_module)

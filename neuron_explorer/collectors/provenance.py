@@ -161,7 +161,7 @@ def charge_rank(tables: dict, rank: int, provenance: dict[str, dict[str, list[st
     """Charge the compiled kernels of a built rank (build.RankTables.tables) to their statements
     (compiled.charge_kernels): their args get COMPILED_FROM_ARG, and the statements' frames are
     added to `tables["frames"]`, each chain under the kernel's own frame. In place; the count."""
-    from .build import SortedTable
+    from .build import SortedTable, frames_table
 
     count = compiled.ChargeCount()
     events = tables["events"]
@@ -194,17 +194,7 @@ def charge_rank(tables: dict, rank: int, provenance: dict[str, dict[str, list[st
     else:
         tables["events"] = events.set_column(events.column_names.index("args"), "args", args)
     parents = np.array([a[3] for a in added], dtype=np.int64)
-    extra = pa.table({
-        "frame_id": pa.array(base + np.arange(len(added), dtype=np.int64)),
-        "rank": pa.array(np.full(len(added), rank, dtype=np.int32)),
-        "file": pa.array([a[0] for a in added], pa.string()),
-        "line": pa.array([a[1] for a in added], pa.int32()),
-        "function": pa.array([a[2] for a in added], pa.string()),
-        "is_user": pa.array([is_user_file(a[0]) for a in added], pa.bool_()),
-        "line_kind": pa.array(["call"] * len(added), pa.string()),
-        "parent_frame_id": pa.array(np.where(parents >= 0, parents, 0), pa.int64(), mask=parents < 0),
-        "code": pa.nulls(len(added), pa.string()),
-    }, schema=frames.schema)
+    extra = frames_table(rank, base, added, "call", parents, schema=frames.schema)
     tables["frames"] = pa.concat_tables([frames, extra])
     return count
 
