@@ -1,14 +1,21 @@
-"""W and D key presses on the timeline, two versions of the project side by side (issue 35, item 1).
+"""Keys and the mouse on the timeline, two versions of the project side by side (issue 35, item 1).
 
 For each tree (another checkout or `git archive` of the project, then this one) a fresh
 `neuron-explorer dashboard RUN` is started with the run's analysis switched off (the findings panel
 then says the analyzer is not available: on a loaded two-core machine the analysis takes minutes
-and would hold the run while the keys are timed), the page is loaded at 1600x1000 once the server
-serves its layout, and ROUNDS keys are pressed, W and D in turn, 1.5 s apart, each timed by
-bench_page.KEY: input → redrawn frame (the page's nxTimeline.frames), the drawing call of that
-frame alone (nxTimeline.draws where the page records it, else the first Plotly.relayout: what load
-moves least), the Plotly.relayout calls until the detail came, and input → the server's detail
-swapped in (the status line changes). Prints each press, the medians and the load average.
+and would hold the run while the inputs are timed), the page is loaded at 1600x1000 once the server
+serves its layout, and ROUNDS rounds of six inputs are made, 1.5 s apart, each dispatched in the
+page (INPUT, below): a wheel step (deltaY -100) at the middle of the plot; a zoom box dragged over
+0.3-0.7 of the plot's width; a pan, the x axis's middle dragged 60 px then 180 px to the left; a
+double-click (the whole run); W; D. Each is timed on the page's own clock:
+  - frame: input → the frame after the first frame whose x axis shows the new window (for the
+    pan: of the first move; `release` is the pan's mouseup → the frame after it);
+  - draw: the page's own drawing calls for that input (nxTimeline.draws; none where Plotly draws);
+  - longest: the longest main-thread task (PerformanceObserver "longtask", ≥ 50 ms) from the input
+    until the detail came (a Plotly redraw of every path shows here: the page is frozen that long);
+  - detail: input (the pan's release) → the server's detail for the new window swapped in (the
+    status line changes).
+Prints each input, per kind the medians, and the load average.
 
     python bench/bench_keys.py RUN ROUNDS BEFORE_TREE [--after-first]
     e.g. git archive f927c36 | tar -x -C /tmp/dfbefore
@@ -28,6 +35,62 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_page as bp  # noqa: E402
 
 HERE = str(Path(__file__).resolve().parent.parent)
+KINDS = ("wheel", "box", "pan", "dblclick", "w", "d")
+INPUT = """window.__nxMeasure = async function (kind) {
+  const gd = document.querySelector('#timeline .js-plotly-plot'), st = document.getElementById('status');
+  const nx = window.nxTimeline || {}, d0 = (nx.draws || []).length, s0 = st.innerText;
+  const res = window.__nxIn = {kind: kind, frame: null, release: null, draw: null, longest: 0, detail: null, done: false};
+  const raf = () => new Promise(r => requestAnimationFrame(r)), tasks = [];
+  try { new PerformanceObserver(l => l.getEntries().forEach(e => tasks.push([e.startTime, e.duration]))).observe({type: 'longtask'}); }
+  catch (e) {}
+  const main = gd.querySelector('.nsewdrag'), b = main.getBoundingClientRect(), axis = gd.querySelector('.ewdrag').getBoundingClientRect();
+  const under = (x, y) => document.elementFromPoint(x, y) || document.body;
+  const mouse = (type, el, x, y) => el.dispatchEvent(new MouseEvent(type, {clientX: Math.round(x), clientY: Math.round(y), bubbles: true,
+    cancelable: true, view: window, button: 0, buttons: type === 'mouseup' ? 0 : 1}));
+  const range = () => gd._fullLayout.xaxis.range.slice();
+  // input → the frame after the first frame whose axis shows a new window (`any`: after the first frame)
+  async function timed(fire, any) {
+    const r0 = range(), t0 = performance.now();
+    fire();
+    for (let i = 0; i < 600; i++) {
+      await raf();
+      const r = range();
+      if (any || r[0] !== r0[0] || r[1] !== r0[1]) { await raf(); return [t0, performance.now() - t0]; }
+    }
+    return [t0, NaN];
+  }
+  const y = b.top + b.height * 0.3, x = f => b.left + b.width * f, ay = axis.top + axis.height / 2, ax = axis.left + axis.width / 2;
+  let t0, first;
+  if (kind === 'wheel') {
+    [t0, res.frame] = await timed(() => main.dispatchEvent(new WheelEvent('wheel', {deltaY: -100, clientX: Math.round(x(0.5)),
+      clientY: Math.round(y), bubbles: true, cancelable: true})));
+  } else if (kind === 'box') {
+    mouse('mousedown', main, x(0.3), y);
+    for (const f of [0.35, 0.45, 0.55, 0.65, 0.7]) { mouse('mousemove', under(x(f), y), x(f), y); await raf(); }
+    [t0, res.frame] = await timed(() => mouse('mouseup', under(x(0.7), y), x(0.7), y));
+  } else if (kind === 'pan') {
+    mouse('mousedown', gd.querySelector('.ewdrag'), ax, ay);
+    [first, res.frame] = await timed(() => mouse('mousemove', under(ax - 60, ay), ax - 60, ay));
+    mouse('mousemove', under(ax - 180, ay), ax - 180, ay);
+    await raf(); await raf();
+    [t0, res.release] = await timed(() => mouse('mouseup', under(ax - 180, ay), ax - 180, ay), true);
+  } else if (kind === 'dblclick') {
+    if (window.Plotly && Plotly.Fx && Plotly.Fx.unhover) Plotly.Fx.unhover(gd);
+    gd._hoverdata = undefined;  // the first click selects nothing
+    [t0, res.frame] = await timed(() => { for (let i = 0; i < 2; i++) { mouse('mousedown', main, x(0.5), y); mouse('mouseup', main, x(0.5), y); } });
+  } else {
+    [t0, res.frame] = await timed(() => document.dispatchEvent(new KeyboardEvent('keydown', {key: kind, bubbles: true})));
+  }
+  first = first === undefined ? t0 : first;
+  res.draw = (nx.draws || []).slice(d0).reduce((a, v) => a + v, 0);
+  for (let i = 0; i < 3000 && st.innerText === s0; i++) await new Promise(r => setTimeout(r, 10));
+  res.detail = st.innerText === s0 ? NaN : performance.now() - t0;
+  await new Promise(r => setTimeout(r, 400));  // the answer's own redraw, and the long tasks' reports
+  res.longest = Math.max(0, ...tasks.filter(t => t[0] + t[1] >= first).map(t => t[1]));
+  res.done = true;
+};"""
+"""Installs window.__nxMeasure(kind): one input of `kind` dispatched in the page and timed (the
+module's docstring); the result in window.__nxIn once its `done`."""
 LAUNCH = ("import sys; import neuron_explorer.dashboard.views.findings as f; f._load_analyze = lambda: None; "
           "from neuron_explorer.cli import main; sys.argv = ['neuron-explorer'] + sys.argv[1:]; main()")
 
@@ -53,19 +116,24 @@ def rounds_of(drv, run: str, tree: str, rounds: int) -> list[tuple]:
               f"{drv.execute_script('return !!window.nxTimeline.draws')}", flush=True)
         bp.wait(drv, "const s = document.getElementById('status').innerText; return s && s", timeout=120)
         time.sleep(8)
+        drv.execute_script(INPUT)
         rows = []
-        for i in range(rounds):
-            key = "wd"[i % 2]
-            drv.execute_script(bp.KEY.replace("key: 'w'", f"key: '{key}'"))
-            try:
-                k = bp.wait(drv, "const k = window.__nxKey; return k && k.detail !== null && k.frame !== null && k", timeout=60)
-                rows.append((key, k["frame"], k["draw"] or 0, k["relayout"], k["detail"]))
-            except RuntimeError:
-                rows.append((key,) + (float("nan"),) * 4)
-            time.sleep(1.5)
+        for _ in range(rounds):
+            for kind in KINDS:
+                drv.execute_script("window.__nxMeasure(arguments[0])", kind)
+                try:
+                    k = bp.wait(drv, "const k = window.__nxIn; return k && k.done && k", timeout=90)
+                    rows.append((kind, k["frame"], k["release"], k["draw"], k["longest"], k["detail"]))
+                except RuntimeError:
+                    rows.append((kind,) + (float("nan"),) * 5)
+                time.sleep(1.5)
         return rows
     finally:
         bp.stop(proc)
+
+
+def num(v, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
 
 
 def main() -> None:
@@ -83,13 +151,19 @@ def main() -> None:
             print(f"{name}: load average {os.getloadavg()[0]:.1f}", flush=True)
             rows = rounds_of(drv, run, tree, rounds)
             for r in rows:
-                print(f"  {r[0]}: frame {r[1]:.1f} ms  drawing call {r[2]:.1f} ms  relayout {r[3]:.0f} ms  detail {r[4]:.0f} ms", flush=True)
+                print(f"  {r[0]:>8}: frame {num(r[1])} ms  release {num(r[2])} ms  drawing calls {num(r[3])} ms  "
+                      f"longest task {num(r[4], 0)} ms  detail {num(r[5], 0)} ms", flush=True)
+            for kind in KINDS:
+                of = [r for r in rows if r[0] == kind]
 
-            def med(j, rows=rows):
-                return statistics.median(r[j] for r in rows)
-            print(f"  median: frame {med(1):.1f} ms (max {max(r[1] for r in rows):.1f})  drawing call {med(2):.1f} ms  "
-                  f"relayout {med(3):.0f} ms  detail {med(4):.0f} ms (max {max(r[4] for r in rows):.0f}); "
-                  f"load average {os.getloadavg()[0]:.1f}", flush=True)
+                def med(j, of=of):
+                    xs = [r[j] for r in of if r[j] is not None and r[j] == r[j]]
+                    return (statistics.median(xs), max(xs)) if xs else (float("nan"), float("nan"))
+                print(f"  median {kind:>8}: frame {num(med(1)[0])} ms (max {num(med(1)[1])})"
+                      + (f"  release {num(med(2)[0])} ms (max {num(med(2)[1])})" if kind == "pan" else "")
+                      + f"  drawing calls {num(med(3)[0])} ms  longest task {num(med(4)[0], 0)} ms (max {num(med(4)[1], 0)})"
+                      f"  detail {num(med(5)[0], 0)} ms (max {num(med(5)[1], 0)})", flush=True)
+            print(f"  load average {os.getloadavg()[0]:.1f}", flush=True)
     finally:
         drv.quit()
 

@@ -4,6 +4,8 @@ at 1600×1000 (issue 35, items 1-3), on the project's sample run and the 68k-eve
   - a W press redraws the timeline in the page with the server's answers blocked (the slices it
     holds, moved by one SVG transform of the data layers: no path recomputed) and asks the server
     once when the keys stop; the page's one real relayout comes when the answer is late;
+  - a wheel step, a zoom box, a pan (the x axis dragged, ctrl+drag) and a double-click are drawn
+    the same way with the server blocked, and wheel steps and keys add up;
   - a burst of W and D with the server blocked is drawn frame by frame (nxTimeline.frames and
     draws), with Plotly's paths untouched until the keys stop; the step lines and labels move
     with the slices (on screen at their step's start under the new range);
@@ -196,9 +198,81 @@ def test_step_lines_and_labels_move_with_the_slices_while_keys_come(page):
     drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
 
 
+def _wheel_seen(drv):
+    """Records the wheel events the page gets (before its own handlers: a listener on the window)."""
+    drv.execute_script("window.__wheels = []; if (!window.__wheelSpy) { window.__wheelSpy = true; "
+                       "window.addEventListener('wheel', e => window.__wheels.push([e.deltaY, e.deltaMode, e.clientX]), true); }")
+
+
+def _wheel(drv, x: float, y: float, dy: int):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.actions.wheel_input import ScrollOrigin
+
+    ActionChains(drv).scroll_from_origin(ScrollOrigin.from_viewport(int(x), int(y)), 0, dy).perform()
+
+
+def _wheel_step(a: float, b: float, frac: float, delta_y: float) -> tuple[float, float]:
+    """The window after one wheel step at `frac` of the axis: Plotly's own step, exp(deltaY / 200)
+    with deltaY clamped to ±20 (10% a notch)."""
+    import math
+
+    f = math.exp(max(-20.0, min(20.0, delta_y)) / 200)
+    c = a + frac * (b - a)
+    return c - (c - a) * f, c + (b - c) * f
+
+
+def _range(drv) -> list:
+    return drv.execute_script(f"return {GD}._fullLayout.xaxis.range.slice()")
+
+
+def test_a_wheel_step_redraws_at_the_pointer_with_the_server_blocked(page):
+    """Issue 35: a wheel step over the plot is drawn by the page in the next frame (the slices Plotly
+    drew, moved: no path recomputed, no Plotly relayout), zoomed at the pointer; a second step and a
+    W key add up with it; the window goes to the server once they stop."""
+    drv, rs = page
+    _mouse_click(drv, 5, 5)
+    box, paths = plot_box(drv), _painted(drv)
+    relayouts, asked, frames = drv.execute_script("return [nxTimeline.relayouts, nxTimeline.asked, nxTimeline.frames.length]")
+    drv.execute_script("nxTimeline.redrawMs = 1e9")  # what is on screen is the frames' work alone
+    drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": [BLOCK]})
+    _wheel_seen(drv)
+    x = box["left"] + box["w"] / 4
+    _wheel(drv, x, box["top"] + 30, -100)
+    _wheel(drv, x, box["top"] + 30, -100)
+    wheels = wait_for(drv, "return window.__wheels.length === 2 && window.__wheels", what="two wheel events", timeout=5)
+    frac = (wheels[0][2] - box["left"]) / box["w"]
+    a, b = box["x0"], box["x1"]
+    for dy, mode, _ in wheels:
+        assert mode == 0
+        a, b = _wheel_step(a, b, frac, dy)
+    assert b - a < 0.95 * (box["x1"] - box["x0"])  # zoomed in
+    w = box["x1"] - box["x0"]
+    wait_for(drv, f"const r = {GD}._fullLayout.xaxis.range; return Math.abs(r[0] - {a}) < 1e-9 * {w} && Math.abs(r[1] - {b}) < 1e-9 * {w}",
+             what="the wheel's window drawn", timeout=5)
+    # the value under the pointer stayed under it
+    assert a + frac * (b - a) == pytest.approx(box["x0"] + frac * w, rel=1e-9)
+    assert drv.execute_script("return nxTimeline.frames.length") > frames
+    assert _painted(drv) == paths and _moved(drv) and drv.execute_script("return nxTimeline.relayouts") == relayouts
+    assert _moved(drv)[0] == [pytest.approx((box["x0"] - a) / (b - a) * box["w"], rel=1e-6), pytest.approx(w / (b - a), rel=1e-6)]
+    # a W key with the pointer there (at the pointer) goes on from the wheel's window
+    from selenium.webdriver.common.actions.action_builder import ActionBuilder
+
+    ab = ActionBuilder(drv)
+    ab.pointer_action.move_to_location(int(wheels[0][2]), int(box["top"] + 30))
+    ab.perform()
+    _keys(drv, "w")
+    c = a + frac * (b - a)
+    a, b = c - (c - a) * 0.6, c + (b - c) * 0.6
+    wait_for(drv, f"const r = {GD}._fullLayout.xaxis.range; return Math.abs(r[0] - {a}) < 1e-9 * {w} && Math.abs(r[1] - {b}) < 1e-9 * {w}",
+             what="the W after the wheel", timeout=5)
+    wait_for(drv, f"return nxTimeline.asked === {asked + 1}", what="one request for the burst", timeout=5)
+    assert drv.execute_script("return nxTimeline.relayouts") == relayouts and _painted(drv) == paths
+    drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+
+
 def test_the_wheel_on_a_moved_plot_zooms_from_the_window_on_screen(page):
-    """A wheel step while the keys' transform is on: the page's one real relayout first, then Plotly's
-    own wheel zoom, from the window the keys chose."""
+    """A wheel step while the keys' transform is on goes on from the window the keys chose, still
+    drawn by the page (no relayout)."""
     drv, rs = page
     _mouse_click(drv, 5, 5)
     relayouts = drv.execute_script("return nxTimeline.relayouts")
@@ -207,13 +281,119 @@ def test_the_wheel_on_a_moved_plot_zooms_from_the_window_on_screen(page):
     _keys(drv, "d")
     wait_for(drv, f"return {GD}.classList.contains('nx-moving')", what="the pan drawn by a transform", timeout=5)
     z = plot_box(drv)
-    drv.execute_script(f"""const gd = {GD}, el = gd.querySelector('.nsewdrag'), b = el.getBoundingClientRect();
-        el.dispatchEvent(new WheelEvent('wheel', {{deltaY: -200, clientX: b.left + b.width / 2, clientY: b.top + 10,
-                                                   bubbles: true, cancelable: true}}));""")
-    assert drv.execute_script("return nxTimeline.relayouts") == relayouts + 1 and not any(_moved(drv))
+    cx = drv.execute_script(f"""const gd = {GD}, el = gd.querySelector('.nsewdrag'), b = el.getBoundingClientRect();
+        const cx = Math.round(b.left + b.width / 2);
+        el.dispatchEvent(new WheelEvent('wheel', {{deltaY: -200, clientX: cx, clientY: b.top + 10, bubbles: true, cancelable: true}}));
+        return cx;""")
+    a, b = _wheel_step(z["x0"], z["x1"], (cx - z["left"]) / z["w"], -200)
     w = wait_for(drv, f"const r = {GD}._fullLayout.xaxis.range; return r[1] - r[0] < {0.99 * (z['x1'] - z['x0'])} && r", what="the wheel's zoom")
+    assert w == [pytest.approx(a, rel=1e-9), pytest.approx(b, rel=1e-9)]
     assert z["x0"] < w[0] < w[1] < z["x1"]  # inside the panned window: the wheel zoomed from it
-    assert not any(_moved(drv))
+    assert drv.execute_script("return nxTimeline.relayouts") == relayouts and _moved(drv)
+    drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+
+
+def _drag(drv, points: list, ctrl: bool = False):
+    """A press at the first point, moves through the others, a release at the last (real input)."""
+    from selenium.webdriver.common.actions.action_builder import ActionBuilder
+    from selenium.webdriver.common.keys import Keys
+
+    ab = ActionBuilder(drv)
+    if ctrl:
+        ab.key_action.key_down(Keys.CONTROL)
+        ab.pointer_action.pause(0)
+    ab.pointer_action.move_to_location(int(points[0][0]), int(points[0][1])).pointer_down()
+    for x, y in points[1:]:
+        ab.pointer_action.move_to_location(int(x), int(y))
+    ab.pointer_action.pointer_up()
+    if ctrl:
+        ab.key_action.pause(0).key_up(Keys.CONTROL)
+    ab.perform()
+
+
+def test_a_drag_zoom_box_redraws_the_box_window_with_the_server_blocked(page):
+    """Issue 35: the end of a zoom box is drawn by the page (the slices Plotly drew, moved; no
+    relayout, no click: nothing selected), then the server's detail of that window comes."""
+    drv, rs = page
+    _mouse_click(drv, 5, 5)
+    box, paths, status = plot_box(drv), _painted(drv), drv.execute_script(f"return {STATUS}")
+    relayouts = drv.execute_script("return nxTimeline.relayouts")
+    drv.execute_script("nxTimeline.redrawMs = 1e9")
+    drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": [BLOCK]})
+    y, xa, xb = box["top"] + 20, box["left"] + 0.25 * box["w"], box["left"] + 0.6 * box["w"]
+    _drag(drv, [(xa, y), (xa + 30, y + 4), (xb - 40, y + 6), (xb, y + 6)])
+    w = box["x1"] - box["x0"]
+    a, b = box["x0"] + (int(xa) - box["left"]) / box["w"] * w, box["x0"] + (int(xb) - box["left"]) / box["w"] * w
+    wait_for(drv, f"const r = {GD}._fullLayout.xaxis.range; return Math.abs(r[0] - {a}) < 1e-9 * {w} && Math.abs(r[1] - {b}) < 1e-9 * {w}",
+             what="the box's window drawn", timeout=5)
+    assert _painted(drv) == paths and _moved(drv) and drv.execute_script("return nxTimeline.relayouts") == relayouts
+    # no box left on screen, Plotly's or the page's; the drag selected nothing
+    assert drv.execute_script(f"return {GD}.querySelectorAll('.zoombox, .zoombox-corners').length + "
+                              "document.querySelectorAll('#nx-zoom-box, .dragcover').length") == 0
+    assert not drv.execute_script("return document.querySelector('.nx-detail.nx-open')")
+    assert drv.execute_script(f"return {STATUS}") == status
+    # a click in the moved plot still picks the slice under the pointer (the axis's scale follows)
+    spot = drv.execute_script(f"""const gd = {GD}, xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis; let best = null;
+        for (const t of gd._fullData) {{ if (t.meta !== 'spans' || t.name !== 'cpu_op') continue;
+          for (let i = 0; i < t.x.length; i++) {{ const px = xa.l2p(t.x[i]);
+            if (px > 40 && px < xa._length - 40 && (!best || t.y[i] < best.y))
+              best = {{x: px, y: t.y[i], name: String(t.text[i]).split('<br>')[0]}}; }} }}
+        return best && [best.x, ya.l2p(best.y), best.name];""")
+    assert spot, "a cpu_op slice in the box's window"
+    drv.execute_script(f"window.__clicked = null; {GD}.on('plotly_click', e => {{ window.__clicked = String(e.points[0].text).split('<br>')[0]; }})")
+    _mouse_click(drv, box["left"] + spot[0], box["top"] + spot[1])
+    assert wait_for(drv, "return window.__clicked", what="the click's point", timeout=5) == spot[2]
+    drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+    # the server's detail, from the box's window on (its own request was blocked)
+    status = drv.execute_script(f"return {STATUS}")
+    _keys(drv, "d")
+    a, b = a + 0.2 * (b - a), b + 0.2 * (b - a)
+    status = wait_for(drv, f"const s = {STATUS}; return s !== {status!r} && s", what="the server's answer")
+    assert float(status.split(" ms from +")[1].split(" ms")[0].replace(",", "")) == pytest.approx(a, abs=2e-3)
+
+
+def test_a_drag_pan_and_a_double_click_are_drawn_with_the_server_blocked(page):
+    """Issue 35: a drag of the x axis's middle and a ctrl+drag on the plot pan the window in the page
+    (no relayout), and a double-click shows the whole run, all with the server's answers blocked."""
+    drv, rs = page
+    _mouse_click(drv, 5, 5)
+    status = drv.execute_script(f"return {STATUS}")
+    _keys(drv, "ww")
+    wait_for(drv, f"const s = {STATUS}; return s !== {status!r} && s", what="the server's answer for the zoom")
+    wait_for(drv, f"return !{GD}.classList.contains('nx-moving')", what="the answer drawn")
+    box, paths = plot_box(drv), _painted(drv)
+    relayouts = drv.execute_script("return nxTimeline.relayouts")
+    whole = drv.execute_script(f"return {GD}.layout.meta.whole")
+    assert whole[0] < box["x0"] < box["x1"] < whole[1]
+    drv.execute_script("nxTimeline.redrawMs = 1e9")
+    drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": [BLOCK]})
+    w = box["x1"] - box["x0"]
+    # the x axis's middle, dragged 150 px left: the window moves 150 px right
+    ax_y = box["top"] + box["h"] + 8
+    x = box["left"] + box["w"] / 2
+    _drag(drv, [(x, ax_y), (x - 50, ax_y), (x - 150, ax_y)])
+    a, b = box["x0"] + 150 / box["w"] * w, box["x1"] + 150 / box["w"] * w
+    wait_for(drv, f"const r = {GD}._fullLayout.xaxis.range; return Math.abs(r[0] - {a}) < 1e-9 * {w} && Math.abs(r[1] - {b}) < 1e-9 * {w}",
+             what="the axis drag's pan drawn", timeout=5)
+    # ctrl+drag on the plot, 100 px right: 100 px back
+    y = box["top"] + 20
+    _drag(drv, [(x, y), (x + 40, y), (x + 100, y)], ctrl=True)
+    a, b = a - 100 / box["w"] * w, b - 100 / box["w"] * w
+    wait_for(drv, f"const r = {GD}._fullLayout.xaxis.range; return Math.abs(r[0] - {a}) < 1e-9 * {w} && Math.abs(r[1] - {b}) < 1e-9 * {w}",
+             what="the ctrl+drag's pan drawn", timeout=5)
+    assert _painted(drv) == paths and _moved(drv) and drv.execute_script("return nxTimeline.relayouts") == relayouts
+    # a double-click: the whole run (the figure's meta), drawn in the page
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.actions.action_builder import ActionBuilder
+
+    ab = ActionBuilder(drv)
+    ab.pointer_action.move_to_location(int(box["left"] + box["w"] - 10), int(box["top"] + box["h"] - 3))
+    ab.perform()
+    ActionChains(drv).double_click().perform()
+    wait_for(drv, f"const r = {GD}._fullLayout.xaxis.range; return Math.abs(r[0] - {whole[0]}) < 1e-9 * {whole[1] - whole[0]} && "
+                  f"Math.abs(r[1] - {whole[1]}) < 1e-9 * {whole[1] - whole[0]}", what="the whole run drawn", timeout=5)
+    assert _painted(drv) == paths and drv.execute_script("return nxTimeline.relayouts") == relayouts
+    drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
 
 
 def test_a_pan_shows_slices_at_once_in_the_part_it_uncovers(page):

@@ -411,6 +411,8 @@ def test_zoom_relayout_maps_the_absolute_axis_back_to_ns(rs):
     # the axis is ms from the run's first event in every window: it does not restart at 0 on a zoom
     fig, _ = dash_app.timeline_figure(rs, z, 1000, None)
     assert fig["layout"]["xaxis"]["range"] == pytest.approx([0.010, 0.0305]) and fig["layout"]["xaxis"]["ticksuffix"] == " ms"
+    # where a double-click goes in the page: the whole run (0 to 100 µs, its [t0, t1) end 1 ns on), on the same axis
+    assert fig["layout"]["meta"]["whole"] == pytest.approx([0.0, 0.100001])
     z2 = dash_app.view_for(rs, "timeline", 0, "all", {"xaxis.range": [0.015, 0.016]}, None, z)
     assert (z2["t0"], z2["t1"]) == (BASE + 15 * US, BASE + 16 * US)
     assert dash_app.view_for(rs, "timeline", 0, "all", {"xaxis.autorange": True}, None, z2)["t0"] == BASE

@@ -86,8 +86,7 @@ def view_for(rs: RunSet, trigger: str | None, run, rank, relayout, finding_index
     r = rs.get(run)
     rank = queries.parse_rank(r, rank)
     start, end = r.span()
-    shown0, shown1 = (start, end) if all_lanes else r.shown_span(rank)  # the whole run: of the lanes shown
-    whole = {"run": r.index, "rank": rank, "t0": shown0, "t1": shown1 + 1, "finding": None}  # [t0, t1)
+    whole = whole_view(rs, run, rank, all_lanes)
     if trigger == "timeline" and isinstance(relayout, dict) and current and current.get("run") == r.index:
         if relayout.get("xaxis.autorange"):  # double-click: the whole run
             return whole
@@ -120,6 +119,14 @@ def view_for(rs: RunSet, trigger: str | None, run, rank, relayout, finding_index
             return {**whole, "t0": f["t0"], "t1": f["t1"], "finding": i}
         return {**whole, "finding": i}
     return whole
+
+
+def whole_view(rs: RunSet, run, rank, all_lanes: bool = False) -> dict:
+    """The view of the whole run (of the lanes shown: the meta lanes only with `all_lanes`), [t0, t1) ns."""
+    r = rs.get(run)
+    rank = queries.parse_rank(r, rank)
+    shown0, shown1 = r.span() if all_lanes else r.shown_span(rank)
+    return {"run": r.index, "rank": rank, "t0": shown0, "t1": shown1 + 1, "finding": None}
 
 
 def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, color_by: str = "name", all_lanes: bool = False,
@@ -172,6 +179,9 @@ def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, c
         selected = {**selected, "y": move(selected.get("y"))} if selected else None
     fig = build_figure(tl, highlight=highlight, flows=flows, selected=selected, color_by="kind" if color_by == "kind" else "name",
                        origin_ns=tl["run_start"], outline=path)
+    whole = whole_view(rs, tl["run"], view.get("rank"), all_lanes)
+    # the whole run on the figure's axis: where a double-click goes in the page (assets/timeline_keys.js)
+    fig["layout"]["meta"] = {"whole": [(whole["t0"] - tl["run_start"]) / 1e6, (whole["t1"] - tl["run_start"]) / 1e6]}
     span_ms = (tl["t1"] - tl["t0"]) / 1e6
     status = (f"{span_ms:,.3f} ms from +{max(tl['t0'] - tl['run_start'], 0) / 1e6:,.3f} ms · {tl['visible_events']:,} events · "
               f"{'exact slices' if tl['mode'] == 'exact' else 'aggregated per pixel'} · {len(tl['slices']['x0']):,} slices, "
@@ -466,7 +476,7 @@ def create_app(rs: RunSet):
         fig, status = timeline_figure(rs, view, px, selected, color_by, "all" in shown, isinstance(critical, list) and "on" in critical,
                                       collapsed if isinstance(collapsed, list) else None, python_band="python" not in shown,
                                       tool_frames="tool" in shown)
-        fig["layout"]["meta"] = {"zoom": bool(isinstance(view, dict) and view.get("zoom"))}  # for timeline_keys.js's accept
+        fig["layout"]["meta"]["zoom"] = bool(isinstance(view, dict) and view.get("zoom"))  # for timeline_keys.js's accept
         return fig, status
 
     @app.callback(Output("view", "data", allow_duplicate=True), Output("selected", "data", allow_duplicate=True),

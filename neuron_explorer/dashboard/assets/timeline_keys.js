@@ -1,25 +1,38 @@
 /* Timeline navigation in the page, as in Perfetto: W/S (or up/down) zoom, at the pointer when it
-   is over the plot, else at the middle; A/D (or left/right) pan; shift+drag selects an area (a time
-   range on some lanes; the server aggregates it per name). Nothing here leaves the page.
+   is over the plot, else at the middle; A/D (or left/right) pan; the mouse wheel zooms at the
+   pointer; a drag on the plot draws a zoom box (x only: the lanes are fixed), ctrl+drag, a drag in
+   Plotly's pan mode or a drag of the x axis's middle pans; a double-click shows the whole run;
+   shift+drag selects an area (a time range on some lanes; the server aggregates it per name).
+   Nothing here leaves the page.
 
-   The page draws every step itself, in the next frame, in O(1): a key moves the client's window
-   (`target`, each key from the last one's window, so quick presses add up and none is lost), and
-   the frame moves the slices Plotly has already drawn (for the window `base`) with one SVG
-   transform of the plot's data layers, translate and scale in x (what Plotly's own drag does),
-   with the x axis's scale set to the new window (so hover, click and the pointer's zoom centre
-   follow it) and the axis's tick labels written by this file (a dozen text nodes); the step lines,
-   step labels and flow arrows move with them (a transform each, `overlays`; an arrow's head keeps its shape). Nothing is
-   recomputed: no path, no Plotly.relayout. The server holds slices for one window width either side
-   of the window it sent (timeline.flank_buckets), so a pan shows slices at once.
-   SETTLE_MS after the last key the window goes to the server once ("zoom-req"), which answers
+   The page draws every step itself, in the next frame, in O(1): an input moves the client's window
+   (`target`, each input from the last one's window, so quick keys and wheel steps add up and none
+   is lost), and the frame moves the slices Plotly has already drawn (for the window `base`) with
+   one SVG transform of the plot's data layers, translate and scale in x (what Plotly's own drag
+   does), with the x axis's scale set to the new window (so hover, click and the pointer's zoom
+   centre follow it) and the axis's tick labels written by this file (a dozen text nodes); the step
+   lines, step labels and flow arrows move with them (a transform each, `overlays`; an arrow's head
+   keeps its shape). Nothing is recomputed: no path, no Plotly.relayout. The server holds slices for
+   one window width either side of the window it sent (timeline.flank_buckets), so a pan shows
+   slices at once.
+   The mouse: the wheel is taken before Plotly sees it (its own wheel zoom redraws every path 300 ms
+   after the last step). A press on the plot (or the x axis's middle) is left to Plotly until the
+   pointer moves DRAG_PX: a still press stays its click (a slice selected) and its hover works;
+   once it moves, the moves go to this file only (the zoom box is a div, a pan moves the window at
+   every move) and at the release Plotly's own handler is told the drag is over (gd._dragging), so
+   it neither relayouts nor clicks. A double-click (two presses within Plotly's doubleClickDelay)
+   goes to the whole run (the figure's meta.whole, from the server) the same way.
+   SETTLE_MS after the last key or wheel step (at once after a drag or a double-click) the window
+   goes to the server once ("zoom-req"), which answers
    with the slices of that window at full detail; if that answer has not come REDRAW_MS (nxTimeline.redrawMs, 2 s) later, the
    page does the one real Plotly.relayout itself (paths recomputed for the window, names re-fitted).
    While keys come, the graph's relayouts of those windows are held back from the server
    (window.nxTimeline.ours(), read by the clientside callback in front of the "zoom-req" store). A
    figure from the server for an older window (window.nxTimeline.accept, the clientside callback in
    front of the graph) is drawn in the client's window, so an answer never moves the view back; a
-   figure that is not a zoom (a jump to a finding, a search hit, a run switch) wins. A drag or the
-   wheel on a moved plot first does the real relayout (Plotly's own drag then starts from it).
+   figure that is not a zoom (a jump to a finding, a search hit, a run switch) wins. A drag this
+   file leaves to Plotly (an end of the x axis, the select and lasso modes) on a moved plot first
+   does the real relayout (Plotly's own drag then starts from it).
 
    Focus: W/S/A/D act on the timeline unless a text field has them (the search box) or a dropdown's
    menu is open; a closed dropdown that still holds the focus after a choice lets go of it and the
@@ -28,11 +41,14 @@
    focus from the dropdown, so the next key does not type into its filter. */
 (function () {
   var ZOOM = 0.6, PAN = 0.2, SETTLE_MS = 100, TICK_PX = 160;  // SETTLE_MS: still more than a held key's repeat (30-50 ms)
+  var DRAG_PX = 3, MINZOOM_PX = 8;  // a press that moves less is a click; a zoom box narrower than Plotly's MINDRAG zooms nothing
   var KEYS = {w: 'in', s: 'out', a: 'left', d: 'right', arrowup: 'in', arrowdown: 'out', arrowleft: 'left', arrowright: 'right'};
   var pointerPx = null, hovered = false, clicked = false;
   var target = null, frame = null, firstInput = null, settle = null, redraw = null, seq = 0, drawn = [];
   var base = null;  // the x range Plotly drew the slices for, while the page has moved them (null: not moved)
   var sel = null, box = null;
+  var drag = null, lastDown = -1e9;  // a press on the plot that may become the page's drag; when the last one began (double-click)
+  var askDrawn = false;  // the window goes to the server once its frame is drawn (askAfterDraw)
 
   function graph() { return document.querySelector('#timeline .js-plotly-plot'); }
   function inDropdown(t) { return !!(t && t.closest && t.closest('.nx-dd')); }
@@ -197,14 +213,22 @@
   function draw() {
     frame = null;
     var gd = graph(), ax = axes(gd);
-    if (!ax || !target || !window.Plotly) return;
+    if (!ax || !target || !window.Plotly) { askAfterDraw(); return; }
     var t0 = firstInput; firstInput = null;
     var a = performance.now();
     hook(gd);
     if (!base) base = ax[0].range.slice();
     place(gd, ax[0], target);
     nx.draws.push(performance.now() - a);
-    requestAnimationFrame(function () { nx.frames.push(performance.now() - t0); });
+    requestAnimationFrame(function () { nx.frames.push(performance.now() - t0); askAfterDraw(); });
+  }
+
+  // a window asked for at once (a drag's end, a double-click) goes to the server once its frame is on
+  // screen: the request's own work in the page (Dash's, 50-150 ms on a loaded machine) would delay it
+  function askAfterDraw() {
+    if (!askDrawn) return;
+    askDrawn = false;
+    settle = setTimeout(ask, 0);
   }
 
   // the one real redraw of a burst: Plotly recomputes the paths for the window the keys chose
@@ -236,6 +260,18 @@
     redraw = setTimeout(relayout, nx.redrawMs);
   }
 
+  // the client's window is `r` now: drawn in the next frame, asked of the server `settleMs` after the
+  // last input (0: once that frame is on screen; null: not yet, a drag is still moving it)
+  function go(r, when, settleMs) {
+    target = r;
+    if (firstInput === null) firstInput = when || performance.now();
+    if (settle !== null) { clearTimeout(settle); settle = null; }
+    if (redraw !== null) { clearTimeout(redraw); redraw = null; }
+    askDrawn = settleMs === 0;
+    if (settleMs) settle = setTimeout(ask, settleMs);
+    if (frame === null) frame = requestAnimationFrame(draw);
+  }
+
   function step(what, gd, ax, when) {
     var r = target || ax[0].range.slice(), w = r[1] - r[0], a, b;
     if (what === 'in' || what === 'out') {
@@ -246,12 +282,36 @@
       var d = (what === 'right' ? 1 : -1) * w * PAN;
       a = r[0] + d; b = r[1] + d;
     }
-    target = [a, b];
-    if (firstInput === null) firstInput = when;
-    if (settle !== null) clearTimeout(settle);
-    if (redraw !== null) { clearTimeout(redraw); redraw = null; }
-    settle = setTimeout(ask, SETTLE_MS);
-    if (frame === null) frame = requestAnimationFrame(draw);
+    go([a, b], when, SETTLE_MS);
+  }
+
+  // the pixel of the plot's x axis at the client x `cx` (clamped to the axis), and its value in the window `r`
+  function axisPx(d, cx) { return Math.max(0, Math.min(d.len, cx - d.left)); }
+  function at(d, px) { return d.r[0] + px / d.len * (d.r[1] - d.r[0]); }
+  function panned(d, cx) { var s = (d.x - cx) / d.len * (d.r[1] - d.r[0]); return [d.r[0] + s, d.r[1] + s]; }
+  // the whole run on this figure's axis (its meta, from the server), or null
+  function whole(gd) { var m = gd.layout && gd.layout.meta; return m && m.whole && m.whole.length === 2 ? m.whole.slice() : null; }
+
+  // the zoom box while the pointer moves: a band across the plot (the lanes' axis is fixed, so only x zooms)
+  function zoomBox(d, cx) {
+    if (!d.box) {
+      d.box = document.createElement('div');
+      d.box.id = 'nx-zoom-box';
+      // a layer of its own (will-change): its moves repaint it alone, not the plot's paths under it
+      d.box.style.cssText = 'position:absolute;border-left:1px solid #455A64;border-right:1px solid #455A64;background:rgba(69,90,100,0.12);' +
+        'pointer-events:none;z-index:50;will-change:transform;top:' + (d.top + window.scrollY) + 'px;height:' + d.height + 'px';
+      document.body.appendChild(d.box);
+    }
+    var a = axisPx(d, d.x), b = axisPx(d, cx);
+    d.box.style.left = (d.left + Math.min(a, b) + window.scrollX) + 'px';
+    d.box.style.width = Math.abs(b - a) + 'px';
+  }
+
+  // a drag or double-click this file has drawn: Plotly's mouseup handler (on the document, after this
+  // file's) sees the drag as over, ends it (its listeners, its cover) and makes no relayout and no click
+  function endPlotlyDrag(gd) {
+    gd._dragging = false;
+    gd.querySelectorAll('.zoombox, .zoombox-corners').forEach(function (e) { e.remove(); });
   }
 
   document.addEventListener('mousemove', function (ev) {
@@ -262,6 +322,19 @@
       hovered = ev.clientX >= rect.left && ev.clientX <= rect.right && ev.clientY >= rect.top && ev.clientY <= rect.bottom;
       var px = ev.clientX - rect.left - ax[0]._offset;
       pointerPx = (hovered && px > 0 && px < ax[0]._length) ? px : null;  // the zoom's centre: this pixel of the window on screen
+    }
+    if (drag && ev.buttons === 0) {  // released where no mouseup came (outside the window): a drag of nothing
+      if (drag.box) drag.box.remove();
+      drag = null;
+    }
+    if (drag) {
+      ev.stopPropagation(); ev.preventDefault();  // Plotly sees no move: a still press stays its click
+      if (!drag.moved && Math.abs(ev.clientX - drag.x) < DRAG_PX && Math.abs(ev.clientY - drag.y) < DRAG_PX) return;
+      if (!drag.moved && window.Plotly && window.Plotly.Fx) window.Plotly.Fx.unhover(drag.gd);  // no hover label left over a drag
+      drag.moved = true;
+      if (drag.kind === 'pan') go(panned(drag, ev.clientX), ev.timeStamp, null);
+      else zoomBox(drag, ev.clientX);
+      return;
     }
     if (sel) {
       ev.stopPropagation(); ev.preventDefault();
@@ -274,11 +347,19 @@
     }
   }, true);
   document.addEventListener('mouseleave', function () { hovered = false; pointerPx = null; });
-  // a drag or the wheel on a plot the keys have moved: the real redraw first, then Plotly's own
+  // the wheel over the plot or the x axis: a zoom at the pointer, Plotly's own step (10% a notch of
+  // 100 px), from the client's window; taken before Plotly's own wheel handler (on the drag element)
   document.addEventListener('wheel', function (ev) {
-    var tl = document.getElementById('timeline');
-    if (base && tl && ev.target && tl.contains(ev.target)) relayout();
-  }, true);
+    var gd = graph(), ax = axes(gd), el = ev.target && ev.target.closest && ev.target.closest('.nsewdrag, .ewdrag');
+    if (!ax || !el || !gd.contains(el) || !(gd._context && gd._context.scrollZoom)) return;
+    ev.preventDefault(); ev.stopPropagation();
+    var dy = ev.deltaY * (ev.deltaMode === 1 ? 40 : ev.deltaMode === 2 ? 800 : 1);
+    if (!dy || !isFinite(dy)) return;
+    var f = Math.exp(Math.max(-20, Math.min(20, dy)) / 200), r = target || ax[0].range.slice();
+    var rect = gd.getBoundingClientRect(), px = Math.max(0, Math.min(ax[0]._length, ev.clientX - rect.left - ax[0]._offset));
+    var c = r[0] + px / ax[0]._length * (r[1] - r[0]);
+    go([c - (c - r[0]) * f, c + (r[1] - c) * f], ev.timeStamp, SETTLE_MS);
+  }, {capture: true, passive: false});
 
   // captured before the dropdown sees it: a key meant for the timeline types nothing into a filter
   document.addEventListener('keydown', function (ev) {
@@ -301,9 +382,22 @@
   document.addEventListener('mousedown', function (ev) {
     var tl = document.getElementById('timeline');
     clicked = !!(tl && ev.target && tl.contains(ev.target));
-    if (base && clicked && ev.target.closest && ev.target.closest('.nsewdrag, .drag')) relayout();
     if (box && !sel) { box.remove(); box = null; }
     var gd = graph(), ax = axes(gd);
+    if (drag && drag.box) drag.box.remove();
+    drag = null;
+    // a press that may become the page's drag (Plotly's choice of zoom or pan: its dragbox's prepFn)
+    var el = clicked && ax && ev.button === 0 && !ev.shiftKey && ev.target.closest && ev.target.closest('.nsewdrag, .ewdrag');
+    var main = !!el && el.classList.contains('nsewdrag'), mode = el && gd._fullLayout.dragmode;
+    var kind = !el ? null : !main || mode === 'pan' || (mode === 'zoom' && ev.ctrlKey) ? 'pan' : mode === 'zoom' ? 'zoom' : null;
+    if (kind) {
+      var rect = gd.getBoundingClientRect(), fl = gd._fullLayout, delay = (gd._context && gd._context.doubleClickDelay) || 300;
+      var dbl = ev.timeStamp - lastDown < delay && ['autosize', 'reset+autosize'].indexOf(gd._context && gd._context.doubleClick) >= 0;
+      drag = {kind: kind, gd: gd, x: ev.clientX, y: ev.clientY, r: (target || ax[0].range).slice(), moved: false, box: null,
+              left: rect.left + ax[0]._offset, len: ax[0]._length, top: rect.top + fl._size.t, height: fl._size.h,
+              dbl: dbl ? lastDown : null, delay: delay};
+      lastDown = dbl ? -1e9 : ev.timeStamp;
+    } else if (base && clicked && ev.target.closest && ev.target.closest('.nsewdrag, .drag')) relayout();  // Plotly's own drag, from the window on screen
     if (!ev.shiftKey || !ax || !ev.target.closest || !ev.target.closest('#timeline .nsewdrag')) return;
     ev.stopPropagation(); ev.preventDefault();
     var rect = gd.getBoundingClientRect();
@@ -312,12 +406,29 @@
            top: rect.top + ax[1]._offset, bottom: rect.top + ax[1]._offset + ax[1]._length};
     box = document.createElement('div');
     box.id = 'nx-area-box';
-    box.style.cssText = 'position:absolute;border:1.5px solid #1565C0;background:rgba(21,101,192,0.12);pointer-events:none;z-index:50;' +
+    box.style.cssText = 'position:absolute;border:1.5px solid #1565C0;background:rgba(21,101,192,0.12);pointer-events:none;z-index:50;will-change:transform;' +
       'left:' + (ev.clientX + window.scrollX) + 'px;top:' + (ev.clientY + window.scrollY) + 'px;width:0;height:0';
     document.body.appendChild(box);
   }, true);
 
   document.addEventListener('mouseup', function (ev) {
+    if (drag) {
+      var d = drag, w;
+      drag = null;
+      if (d.box) d.box.remove();
+      if (d.moved) {
+        endPlotlyDrag(d.gd);
+        if (d.kind === 'pan') go(panned(d, ev.clientX), ev.timeStamp, 0);
+        else {
+          var a = axisPx(d, d.x), b = axisPx(d, ev.clientX);
+          if (Math.abs(b - a) >= MINZOOM_PX) go([at(d, Math.min(a, b)), at(d, Math.max(a, b))], ev.timeStamp, 0);
+        }
+      } else if (d.dbl !== null && ev.timeStamp - d.dbl <= d.delay && (w = whole(d.gd))) {
+        endPlotlyDrag(d.gd);
+        go(w, ev.timeStamp, 0);
+      }
+      return;
+    }
     if (!sel) return;
     ev.stopPropagation(); ev.preventDefault();
     var s = sel, ax = axes(s.gd); sel = null;
