@@ -41,6 +41,8 @@ INPUT = """window.__nxMeasure = async function (kind) {
   const nx = window.nxTimeline || {}, d0 = (nx.draws || []).length, s0 = st.innerText;
   const res = window.__nxIn = {kind: kind, frame: null, release: null, draw: null, longest: 0, detail: null, done: false};
   const raf = () => new Promise(r => requestAnimationFrame(r)), tasks = [];
+  // out of the frame's callbacks, where a real input event comes (one dispatched inside a rAF callback is drawn a frame late)
+  const task = () => new Promise(r => setTimeout(r, 0));
   try { new PerformanceObserver(l => l.getEntries().forEach(e => tasks.push([e.startTime, e.duration]))).observe({type: 'longtask'}); }
   catch (e) {}
   const main = gd.querySelector('.nsewdrag'), b = main.getBoundingClientRect(), axis = gd.querySelector('.ewdrag').getBoundingClientRect();
@@ -67,12 +69,13 @@ INPUT = """window.__nxMeasure = async function (kind) {
   } else if (kind === 'box') {
     mouse('mousedown', main, x(0.3), y);
     for (const f of [0.35, 0.45, 0.55, 0.65, 0.7]) { mouse('mousemove', under(x(f), y), x(f), y); await raf(); }
+    await task();
     [t0, res.frame] = await timed(() => mouse('mouseup', under(x(0.7), y), x(0.7), y));
   } else if (kind === 'pan') {
     mouse('mousedown', gd.querySelector('.ewdrag'), ax, ay);
     [first, res.frame] = await timed(() => mouse('mousemove', under(ax - 60, ay), ax - 60, ay));
     mouse('mousemove', under(ax - 180, ay), ax - 180, ay);
-    await raf(); await raf();
+    await raf(); await raf(); await task();
     [t0, res.release] = await timed(() => mouse('mouseup', under(ax - 180, ay), ax - 180, ay), true);
   } else if (kind === 'dblclick') {
     if (window.Plotly && Plotly.Fx && Plotly.Fx.unhover) Plotly.Fx.unhover(gd);
