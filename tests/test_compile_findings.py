@@ -348,3 +348,27 @@ def test_a_step_slowed_by_a_recompile_names_the_compile_not_the_calling_line(tmp
     assert f.evidence.values["grew_source"] is None
     assert "torch.compile compiles for 3.00 ms more per step" in f.recommendation, f.recommendation
     assert "train.py:19" not in f.recommendation
+
+
+def test_compile_rules_check_only_the_ranks_with_compile_records(tmp_path, monkeypatch):
+    """A job of three ranks where only rank 0 compiled: the compile rules' screens pass rank 0 alone
+    (one query for the batch, not three checks a rank), and rank 0's findings are those it has alone."""
+    from neuron_explorer.analyzers.rules import recompile
+
+    plain = [X("train.py(20): <module>", "python_function", 0, 3000)] + [
+        e for k in (1, 2, 3) for e in (X(f"ProfilerStep#{k}", "user_annotation", 1000 * (k - 1), 1000),
+                                       X("aten::mm", "cpu_op", 1000 * (k - 1) + 100, 500))]
+    for r, events in enumerate((_trace(), plain, plain)):
+        write_trace(tmp_path / "traces" / f"rank{r}.json", events, distributedInfo={"rank": r, "world_size": 3})
+    run_dir = import_traces(tmp_path / "traces", tmp_path / "run").run_dir
+    checked = []
+    for rule in (compile_time, graph_break, recompile):
+        real = rule.check
+        monkeypatch.setattr(rule, "check", lambda ctx, real=real: checked.append((ctx.rule.RULE_ID, ctx.rank)) or real(ctx))
+    report = analyze(run_dir, write=False, workers=1)
+    assert sorted(checked) == [("compile-time", 0), ("graph-break", 0), ("recompile", 0)]
+    alone = analyze(_run(tmp_path / "alone"), write=False)
+    ids = ("compile-time", "graph-break", "recompile")
+    got = [(f.rule_id, f.title, f.impact_ns, f.location.rank) for f in report.findings if f.rule_id in ids]
+    assert got == [(f.rule_id, f.title, f.impact_ns, 0) for f in alone.findings if f.rule_id in ids]
+    assert {f.rule_id for f in alone.findings} >= set(ids)

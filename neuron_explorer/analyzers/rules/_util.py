@@ -32,6 +32,13 @@ def no_device(summaries: dict) -> set[int]:
     return {r for r, s in summaries.items() if not s["devices"]}
 
 
+def ranks_with(run, where: str, summaries: dict) -> set[int]:
+    """Ranks of `summaries` with at least one event matching `where` (SQL over `events`): one query
+    over every rank of `run`'s views, for a rule whose check reports nothing on a rank without such
+    events (for `screen`)."""
+    return {int(r) for (r,) in run.sql(f"SELECT DISTINCT rank FROM events WHERE {where}").fetchall()} & set(summaries)
+
+
 def share_at_least(summaries: dict, ns_by_rank: dict, share: float) -> set[int]:
     """Ranks of `summaries` whose figure in `ns_by_rank` is at least `share` of their analysed time
     (a screen's test: the check's threshold, or a bound of its figure)."""

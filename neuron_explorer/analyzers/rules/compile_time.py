@@ -17,7 +17,7 @@ from __future__ import annotations
 from ...vocab import COMPILE_NAME_PREFIX, RECOMPILE_EVENT, compile_range, line_key_sql
 from ..engine import Context
 from ..model import Location
-from ._util import in_steps_ns_sql, ms, pct, q, rows, step_bounds_sql
+from ._util import in_steps_ns_sql, ms, pct, q, ranks_with, rows, step_bounds_sql
 
 RULE_ID = "compile-time"
 TITLE = "torch.compile compile time"
@@ -49,6 +49,11 @@ SELECT CASE WHEN starts_with(c.what, 'backward of ') THEN substr(c.what, 13) ELS
   arg_min(f.source, c.ts_ns) AS source, arg_max(c.event_id, c.dur_ns) AS event_id
 FROM c JOIN cut USING (event_id) LEFT JOIN (SELECT fr.frame_id, {line_key_sql('fr')} AS source FROM frames fr) f ON f.frame_id = c.source_frame_id
 GROUP BY 1 ORDER BY compile_ns DESC, 1"""
+
+
+def screen(run, summaries: dict) -> set[int]:
+    """Ranks with a compile range (the check finds nothing on the others): one query for a batch."""
+    return ranks_with(run, compile_range(), summaries)
 
 
 def check(ctx: Context) -> list:

@@ -25,7 +25,7 @@ from ...vocab import GRAPH_BREAK_EVENT, compile_range, compiled_region, graph_ca
 from ..engine import Context
 from ..metrics import union_of_sql
 from ..model import Location
-from ._util import ms, q, rows, step_bounds_sql
+from ._util import ms, q, ranks_with, rows, step_bounds_sql
 
 RULE_ID = "graph-break"
 TITLE = "torch.compile graph breaks"
@@ -69,6 +69,11 @@ def breaks_sql(rank: int) -> str:
 FROM events e LEFT JOIN frames f ON f.frame_id = e.source_frame_id
 WHERE e.rank = {int(rank)} AND e.name = {q(GRAPH_BREAK_EVENT)}
 GROUP BY 1, 3 ORDER BY count DESC, min(e.ts_ns)"""
+
+
+def screen(run, summaries: dict) -> set[int]:
+    """Ranks with a graph-break record (the check finds nothing on the others): one query for a batch."""
+    return ranks_with(run, f"name = {q(GRAPH_BREAK_EVENT)}", summaries)
 
 
 def check(ctx: Context) -> list:

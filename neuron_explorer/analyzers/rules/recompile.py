@@ -16,7 +16,7 @@ from __future__ import annotations
 from ...vocab import RECOMPILE_EVENT, compile_range, line_key_sql
 from ..engine import Context
 from ..model import Location
-from ._util import in_steps_ns_sql, ms, q, rows, step_bounds_sql
+from ._util import in_steps_ns_sql, ms, q, ranks_with, rows, step_bounds_sql
 
 RULE_ID = "recompile"
 TITLE = "torch.compile recompiles"
@@ -57,6 +57,11 @@ def advice(guards: list[str]) -> str:
         return ("A Python value passed into the compiled code changes between calls and is guarded on (often a number read with "
                 "`.item()`): pass it as a tensor, or keep it out of the compiled function.")
     return "Keep what the guard checks (inputs' dtype, device, grad mode, globals, module attributes) the same between calls."
+
+
+def screen(run, summaries: dict) -> set[int]:
+    """Ranks with a recompile record (the check finds nothing on the others): one query for a batch."""
+    return ranks_with(run, f"name = {q(RECOMPILE_EVENT)}", summaries)
 
 
 def check(ctx: Context) -> list:
