@@ -196,7 +196,9 @@ def breakdowns(run: Run, ranks: list[int], unions: dict | None = None) -> dict[i
     wins = _windows_many(run, ranks)
     per_rank = device_unions_many(run, ranks) if unions is None else unions
     with_device = [r for r in ranks if per_rank.get(r)]
-    colls = _collectives_many(run, with_device) if with_device else {}
+    # exposed communication is named only where collectives ran (B - A is their union's part)
+    with_comm = [r for r in with_device if any(len(u["comm"]) for u in per_rank[r].values())]
+    colls = _collectives_many(run, with_comm) if with_comm else {}
     kernels = _top_kernels_many(run, {r: wins[r] for r in with_device}) if with_device else {}
     out = {r: _breakdown(wins[r], per_rank.get(r, {}), colls.get(r, {}), kernels.get(r, {})) for r in ranks}
     exposed = [x for devices in out.values() for d in devices for x in d["exposed_communication"]]
