@@ -23,7 +23,7 @@ from ..metrics import rank_entry
 from ..model import Location
 from ..rank_rows import RankQuery
 from ..rank_rows import rows as rank_rows
-from ..utilisation import rank_work
+from ..utilisation import arg_keys, rank_work
 from ._util import ms, row
 
 RULE_ID = "precision"
@@ -37,7 +37,6 @@ THRESHOLDS = {
 }
 
 
-_TYPED = f"{op_in(LOWER_PRECISION_CANDIDATE_OPS)} AND args LIKE '%\"Input type\"%'"
 _FP32 = f"""k.kind = 'kernel' AND {op_in(LOWER_PRECISION_CANDIDATE_OPS, 'o')}
   AND regexp_matches(json_extract_string(o.args, '$."Input type"[0]'), '^float$')"""
 _FIGURES = "coalesce(sum(k.dur_ns), 0)::BIGINT AS fp32_kernel_ns, count(*) AS kernels, count(DISTINCT o.event_id) AS ops"
@@ -48,14 +47,13 @@ def _has_properties(run, ranks) -> bool:
     return any(rank_entry(run, r).get("device_properties") for r in ranks)
 
 
-TYPED = RankQuery("precision_typed", f"SELECT count(*) FROM events WHERE rank = ? AND {_TYPED} HAVING count(*) > 0",
-                  f"SELECT rank, count(*) FROM events WHERE {_TYPED} GROUP BY rank ORDER BY rank", when=_has_properties)
 FP32 = RankQuery("precision_fp32", f"SELECT {_FIGURES} FROM events k JOIN events o ON o.event_id = k.op_id WHERE k.rank = ? AND {_FP32} "
                                    "HAVING count(*) > 0",
                  f"SELECT k.rank, {_FIGURES} FROM events k JOIN events o ON o.event_id = k.op_id WHERE {_FP32} GROUP BY k.rank ORDER BY 1",
                  when=_has_properties)
-RANK_QUERIES = (TYPED, FP32)
-"""The operators with recorded input types, and the float32 kernels' figures, for a batch of ranks at once."""
+RANK_QUERIES = (FP32,)
+"""The float32 kernels' figures, for a batch of ranks at once (whether the operators have recorded
+input types is utilisation.ARG_KEYS', read with the summary's figures)."""
 
 
 def check(ctx: Context) -> list:
@@ -72,7 +70,7 @@ def check(ctx: Context) -> list:
     if not fast:
         raise NotApplicable("device properties show no tensor-core device (compute capability >= 7.0) and no architecture "
                             "with lower-precision matrix units")
-    typed = sum(n for n, in rank_rows(ctx.run, TYPED, ctx.rank))
+    _, typed = arg_keys(ctx.run, ctx.rank)  # a matmul or convolution operator has input types
     if not typed:
         raise NotApplicable("no input dtypes recorded for matmul/convolution operators (record_shapes=True)")
     sql = f"""SELECT {_FIGURES}
