@@ -43,7 +43,7 @@ OPS = RankQuery(
     "work_ops", f"SELECT event_id, pid, tid, ts_ns, dur_ns, name, args, step, source_frame_id, pass FROM events WHERE rank = ? AND {_OPS_WHERE} "
                 "ORDER BY pid, tid, ts_ns, dur_ns DESC, event_id",
     f"SELECT rank, event_id, pid, tid, ts_ns, dur_ns, name, args, step, source_frame_id, pass FROM events WHERE {_OPS_WHERE} "
-    "ORDER BY rank, pid, tid, ts_ns, dur_ns DESC, event_id")
+    "ORDER BY rank, pid, tid, ts_ns, dur_ns DESC, event_id", when=lambda run, ranks: any(_has_ops(run, r) for r in ranks))
 """Operators that can have work (`_rank_work`), in each thread's time order, outer operator first."""
 KERNELS = RankQuery(
     "work_kernels", "SELECT k.event_id, k.name, k.dur_ns, k.device, r.pid, r.tid, r.ts_ns, k.step FROM events k "
@@ -59,27 +59,38 @@ KERNEL_NAMES = RankQuery(
 """Kernel names that tell the architecture (`detect_device`), the most called first (peaks.detect
 quotes the first of the architecture it finds as its example)."""
 _ARG_KEYS = (f"""coalesce(bool_or(contains(args, '"Input Dims"')), false), """
-             f"""coalesce(bool_or({op_in(LOWER_PRECISION_CANDIDATE_OPS)} AND args LIKE '%"Input type"%'), false)""")
+             f"""coalesce(bool_or({op_in(LOWER_PRECISION_CANDIDATE_OPS)} AND args LIKE '%"Input type"%'), false), """
+             f"coalesce(bool_or({_OPS_WHERE}), false)")
 ARG_KEYS = RankQuery(
     "op_arg_keys", f"SELECT {_ARG_KEYS} FROM events WHERE rank = ? AND kind = 'cpu_op' HAVING count(*) > 0",
     f"SELECT rank, {_ARG_KEYS} FROM events WHERE kind = 'cpu_op' GROUP BY rank ORDER BY rank",
     when=lambda run, ranks: any(rank_entry(run, r).get("devices") for r in ranks))
 """What the operators' args hold, from one read of them: (shapes: an operator has input shapes,
-`mfu_missing`; typed: a matmul or convolution operator has input types, rules/precision.py).
-Read only for a rank with devices (on a CPU-only rank neither is asked)."""
-RANK_QUERIES = (OPS, KERNELS, KERNEL_NAMES, ARG_KEYS)
+`mfu_missing`; typed: a matmul or convolution operator has input types, rules/precision.py; work:
+`OPS` has rows). Read only for a rank with devices (on a CPU-only rank none is asked)."""
+
+
+def _has_ops(run: Run, rank: int) -> bool:
+    """Whether `OPS` can have rows for a rank: for one with devices and device properties (whose
+    precision check reads `ARG_KEYS` on a tensor-core device), what ARG_KEYS says; else OPS is read
+    to know (no extra read of the args for a rank that only needs OPS)."""
+    e = rank_entry(run, rank)
+    return not (e.get("devices") and e.get("device_properties")) or arg_keys(run, rank)[2]
+
+
+RANK_QUERIES = (ARG_KEYS, OPS, KERNELS, KERNEL_NAMES)
 """The per-rank queries of the utilisation figures, which the engine runs once per batch of ranks (rank_rows.py)."""
 
 
-def arg_keys(run: Run, rank: int) -> tuple[bool, bool]:
-    """`ARG_KEYS`' (shapes, typed) of a rank: the batch's rows, else read once and kept on `run`
-    (the summary's `mfu_missing` and precision's check each scanned the args of every operator of
-    a rank recorded without shapes: 0.2 s of CPU each on a 1M-event rank)."""
+def arg_keys(run: Run, rank: int) -> tuple[bool, bool, bool]:
+    """`ARG_KEYS`' (shapes, typed, work) of a rank: the batch's rows, else read once and kept on `run`
+    (the summary's `mfu_missing`, precision's check and `OPS` each scanned the args of every
+    operator of a rank recorded without shapes: 0.2 s of CPU each on a 1M-event rank)."""
     got = prepared_rows(run, ARG_KEYS, rank)
     if got is None:
         got = rank_rows(run, ARG_KEYS, rank)
         run.prepared.setdefault(ARG_KEYS.name, {})[int(rank)] = got
-    return (bool(got[0][0]), bool(got[0][1])) if got else (False, False)
+    return tuple(bool(v) for v in got[0]) if got else (False, False, False)
 
 
 @dataclass
@@ -177,7 +188,7 @@ def rank_work(run: Run, rank: int) -> RankWork:
 def _rank_work(run: Run, rank: int, settings: PeakSettings) -> RankWork:
     # only operators that can have work: flops.op_work estimates from the input shapes (a trace
     # recorded without record_shapes has none, and parsing every operator's args costs seconds)
-    rows = rank_rows(run, OPS, rank)
+    rows = rank_rows(run, OPS, rank) if _has_ops(run, rank) else []
     ops, open_until = [], {}
     for i, (event_id, pid, tid, ts, dur, name, args, step, frame, pass_) in enumerate(rows):
         track = (pid, tid)
@@ -379,7 +390,7 @@ def mfu_missing(run: Run, rank: int, work: RankWork, steps: list[dict], dtype: s
         return "a CPU-only run: MFU compares device work with a device's peak"
     reasons = []
     if not work.ops:
-        shapes, _ = arg_keys(run, rank)  # whether any operator has shapes
+        shapes = arg_keys(run, rank)[0]  # whether any operator has shapes
         reasons.append("no operator shapes recorded (record with torch.profiler.profile(record_shapes=True))" if not shapes else
                        "no operator whose FLOPs are known (matmul, convolution, attention) has recorded shapes")
     if work.peak is None:

@@ -70,7 +70,7 @@ def check(ctx: Context) -> list:
     if not fast:
         raise NotApplicable("device properties show no tensor-core device (compute capability >= 7.0) and no architecture "
                             "with lower-precision matrix units")
-    _, typed = arg_keys(ctx.run, ctx.rank)  # a matmul or convolution operator has input types
+    typed = arg_keys(ctx.run, ctx.rank)[1]  # a matmul or convolution operator has input types
     if not typed:
         raise NotApplicable("no input dtypes recorded for matmul/convolution operators (record_shapes=True)")
     sql = f"""SELECT {_FIGURES}
