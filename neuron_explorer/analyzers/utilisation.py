@@ -61,9 +61,12 @@ quotes the first of the architecture it finds as its example)."""
 _ARG_KEYS = (f"""coalesce(bool_or(contains(args, '"Input Dims"')), false), """
              f"""coalesce(bool_or({op_in(LOWER_PRECISION_CANDIDATE_OPS)} AND args LIKE '%"Input type"%'), false), """
              f"coalesce(bool_or({_OPS_WHERE}), false)")
+# the operators whose args name one of the keys at all: the flags are false on every other (and
+# testing the names of every operator for each flag cost as much as the three reads it replaces)
+_ARG_KEYS_WHERE = """kind = 'cpu_op' AND (contains(args, '"Input Dims"') OR contains(args, '"flops"') OR contains(args, '"Input type"'))"""
 ARG_KEYS = RankQuery(
-    "op_arg_keys", f"SELECT {_ARG_KEYS} FROM events WHERE rank = ? AND kind = 'cpu_op' HAVING count(*) > 0",
-    f"SELECT rank, {_ARG_KEYS} FROM events WHERE kind = 'cpu_op' GROUP BY rank ORDER BY rank",
+    "op_arg_keys", f"SELECT {_ARG_KEYS} FROM events WHERE rank = ? AND {_ARG_KEYS_WHERE} HAVING count(*) > 0",
+    f"SELECT rank, {_ARG_KEYS} FROM events WHERE {_ARG_KEYS_WHERE} GROUP BY rank ORDER BY rank",
     when=lambda run, ranks: any(rank_entry(run, r).get("devices") for r in ranks))
 """What the operators' args hold, from one read of them: (shapes: an operator has input shapes,
 `mfu_missing`; typed: a matmul or convolution operator has input types, rules/precision.py; work:
