@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InputError
 from ..store import Run
-from ..vocab import CONV_OPS, LOWER_PRECISION_CANDIDATE_OPS, op_in, sql_literal
+from ..vocab import CONV_OPS, sql_literal
 from . import flops as F
 from . import peaks as P
 from .metrics import STEPS, device_events_lost, no_device_words, rank_entry
@@ -43,7 +43,7 @@ OPS = RankQuery(
     "work_ops", f"SELECT event_id, pid, tid, ts_ns, dur_ns, name, args, step, source_frame_id, pass FROM events WHERE rank = ? AND {_OPS_WHERE} "
                 "ORDER BY pid, tid, ts_ns, dur_ns DESC, event_id",
     f"SELECT rank, event_id, pid, tid, ts_ns, dur_ns, name, args, step, source_frame_id, pass FROM events WHERE {_OPS_WHERE} "
-    "ORDER BY rank, pid, tid, ts_ns, dur_ns DESC, event_id", when=lambda run, ranks: any(_has_ops(run, r) for r in ranks))
+    "ORDER BY rank, pid, tid, ts_ns, dur_ns DESC, event_id")
 """Operators that can have work (`_rank_work`), in each thread's time order, outer operator first."""
 KERNELS = RankQuery(
     "work_kernels", "SELECT k.event_id, k.name, k.dur_ns, k.device, r.pid, r.tid, r.ts_ns, k.step FROM events k "
@@ -58,42 +58,24 @@ KERNEL_NAMES = RankQuery(
     f"AND regexp_matches(name, {sql_literal(P.KERNELS_PATTERN)}) GROUP BY rank, name ORDER BY rank, 3 DESC, name")
 """Kernel names that tell the architecture (`detect_device`), the most called first (peaks.detect
 quotes the first of the architecture it finds as its example)."""
-_ARG_KEYS = (f"""coalesce(bool_or(contains(args, '"Input Dims"')), false), """
-             f"""coalesce(bool_or({op_in(LOWER_PRECISION_CANDIDATE_OPS)} AND args LIKE '%"Input type"%'), false), """
-             f"coalesce(bool_or({_OPS_WHERE}), false)")
-# the operators whose args name one of the keys at all: the flags are false on every other (and
-# testing the names of every operator for each flag cost as much as the three reads it replaces)
-_ARG_KEYS_WHERE = """kind = 'cpu_op' AND (contains(args, '"Input Dims"') OR contains(args, '"flops"') OR contains(args, '"Input type"'))"""
-ARG_KEYS = RankQuery(
-    "op_arg_keys", f"SELECT {_ARG_KEYS} FROM events WHERE rank = ? AND {_ARG_KEYS_WHERE} HAVING count(*) > 0",
-    f"SELECT rank, {_ARG_KEYS} FROM events WHERE {_ARG_KEYS_WHERE} GROUP BY rank ORDER BY rank",
-    when=lambda run, ranks: any(rank_entry(run, r).get("devices") for r in ranks))
-"""What the operators' args hold, from one read of them: (shapes: an operator has input shapes,
-`mfu_missing`; typed: a matmul or convolution operator has input types, rules/precision.py; work:
-`OPS` has rows). Read only for a rank with devices (on a CPU-only rank none is asked)."""
-
-
-def _has_ops(run: Run, rank: int) -> bool:
-    """Whether `OPS` can have rows for a rank: for one with devices and device properties (whose
-    precision check reads `ARG_KEYS` on a tensor-core device), what ARG_KEYS says; else OPS is read
-    to know (no extra read of the args for a rank that only needs OPS)."""
-    e = rank_entry(run, rank)
-    return not (e.get("devices") and e.get("device_properties")) or arg_keys(run, rank)[2]
-
-
-RANK_QUERIES = (ARG_KEYS, OPS, KERNELS, KERNEL_NAMES)
+RANK_QUERIES = (OPS, KERNELS, KERNEL_NAMES)
 """The per-rank queries of the utilisation figures, which the engine runs once per batch of ranks (rank_rows.py)."""
 
+_ARGS_NAMED = ("SELECT count(*) FROM (SELECT 1 FROM events WHERE rank = ? AND kind = 'cpu_op' "
+               """AND (contains(args, '"Input') OR contains(args, '"flops"')) LIMIT 1)""")
+"""An operator's args name its inputs (`Input Dims`, `Input type`, ...) or its flops: the first
+found ends the read."""
 
-def arg_keys(run: Run, rank: int) -> tuple[bool, bool, bool]:
-    """`ARG_KEYS`' (shapes, typed, work) of a rank: the batch's rows, else read once and kept on `run`
-    (the summary's `mfu_missing`, precision's check and `OPS` each scanned the args of every
-    operator of a rank recorded without shapes: 0.2 s of CPU each on a 1M-event rank)."""
-    got = prepared_rows(run, ARG_KEYS, rank)
-    if got is None:
-        got = rank_rows(run, ARG_KEYS, rank)
-        run.prepared.setdefault(ARG_KEYS.name, {})[int(rank)] = got
-    return tuple(bool(v) for v in got[0]) if got else (False, False, False)
+
+def args_named(run: Run, rank: int) -> bool:
+    """Whether any operator of the rank has args naming its inputs or flops (`_ARGS_NAMED`), read
+    once and kept on `run`. False (a trace recorded without shapes) answers at once what OPS,
+    `mfu_missing` and precision's TYPED would each read every operator's args for (0.2 s of CPU
+    each on a 1M-event rank); True costs a read up to the first such operator, and they read as before."""
+    kept = run.prepared.setdefault("op_args_named", {})
+    if int(rank) not in kept:
+        kept[int(rank)] = bool(run.sql(_ARGS_NAMED, [int(rank)]).fetchone()[0])
+    return kept[int(rank)]
 
 
 @dataclass
@@ -191,7 +173,7 @@ def rank_work(run: Run, rank: int) -> RankWork:
 def _rank_work(run: Run, rank: int, settings: PeakSettings) -> RankWork:
     # only operators that can have work: flops.op_work estimates from the input shapes (a trace
     # recorded without record_shapes has none, and parsing every operator's args costs seconds)
-    rows = rank_rows(run, OPS, rank) if _has_ops(run, rank) else []
+    rows = rank_rows(run, OPS, rank) if prepared_rows(run, OPS, rank) is not None or args_named(run, rank) else []
     ops, open_until = [], {}
     for i, (event_id, pid, tid, ts, dur, name, args, step, frame, pass_) in enumerate(rows):
         track = (pid, tid)
@@ -393,7 +375,9 @@ def mfu_missing(run: Run, rank: int, work: RankWork, steps: list[dict], dtype: s
         return "a CPU-only run: MFU compares device work with a device's peak"
     reasons = []
     if not work.ops:
-        shapes = arg_keys(run, rank)[0]  # whether any operator has shapes
+        # whether any operator has shapes: the first one found ends the read of the args (a JSON column)
+        shapes = args_named(run, rank) and run.sql("SELECT count(*) FROM (SELECT 1 FROM events WHERE rank = ? AND kind = 'cpu_op' "
+                                                   "AND contains(args, '\"Input Dims\"') LIMIT 1)", [rank]).fetchone()[0]
         reasons.append("no operator shapes recorded (record with torch.profiler.profile(record_shapes=True))" if not shapes else
                        "no operator whose FLOPs are known (matmul, convolution, attention) has recorded shapes")
     if work.peak is None:

@@ -21,9 +21,9 @@ from .. import peaks as P
 from ..engine import Context, NotApplicable
 from ..metrics import rank_entry
 from ..model import Location
-from ..rank_rows import RankQuery
+from ..rank_rows import RankQuery, prepared_rows
 from ..rank_rows import rows as rank_rows
-from ..utilisation import arg_keys, rank_work
+from ..utilisation import args_named, rank_work
 from ._util import ms, row
 
 RULE_ID = "precision"
@@ -37,6 +37,7 @@ THRESHOLDS = {
 }
 
 
+_TYPED = f"{op_in(LOWER_PRECISION_CANDIDATE_OPS)} AND args LIKE '%\"Input type\"%'"
 _FP32 = f"""k.kind = 'kernel' AND {op_in(LOWER_PRECISION_CANDIDATE_OPS, 'o')}
   AND regexp_matches(json_extract_string(o.args, '$."Input type"[0]'), '^float$')"""
 _FIGURES = "coalesce(sum(k.dur_ns), 0)::BIGINT AS fp32_kernel_ns, count(*) AS kernels, count(DISTINCT o.event_id) AS ops"
@@ -47,13 +48,14 @@ def _has_properties(run, ranks) -> bool:
     return any(rank_entry(run, r).get("device_properties") for r in ranks)
 
 
+TYPED = RankQuery("precision_typed", f"SELECT count(*) FROM events WHERE rank = ? AND {_TYPED} HAVING count(*) > 0",
+                  f"SELECT rank, count(*) FROM events WHERE {_TYPED} GROUP BY rank ORDER BY rank", when=_has_properties)
 FP32 = RankQuery("precision_fp32", f"SELECT {_FIGURES} FROM events k JOIN events o ON o.event_id = k.op_id WHERE k.rank = ? AND {_FP32} "
                                    "HAVING count(*) > 0",
                  f"SELECT k.rank, {_FIGURES} FROM events k JOIN events o ON o.event_id = k.op_id WHERE {_FP32} GROUP BY k.rank ORDER BY 1",
                  when=_has_properties)
-RANK_QUERIES = (FP32,)
-"""The float32 kernels' figures, for a batch of ranks at once (whether the operators have recorded
-input types is utilisation.ARG_KEYS', read with the summary's figures)."""
+RANK_QUERIES = (TYPED, FP32)
+"""The operators with recorded input types, and the float32 kernels' figures, for a batch of ranks at once."""
 
 
 def check(ctx: Context) -> list:
@@ -70,7 +72,9 @@ def check(ctx: Context) -> list:
     if not fast:
         raise NotApplicable("device properties show no tensor-core device (compute capability >= 7.0) and no architecture "
                             "with lower-precision matrix units")
-    typed = arg_keys(ctx.run, ctx.rank)[1]  # a matmul or convolution operator has input types
+    # a batch's rows, else none without args naming inputs (utilisation.args_named, read for the summary)
+    typed = (prepared_rows(ctx.run, TYPED, ctx.rank) is not None or args_named(ctx.run, ctx.rank)) and \
+        sum(n for n, in rank_rows(ctx.run, TYPED, ctx.rank))
     if not typed:
         raise NotApplicable("no input dtypes recorded for matmul/convolution operators (record_shapes=True)")
     sql = f"""SELECT {_FIGURES}
