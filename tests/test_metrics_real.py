@@ -97,3 +97,59 @@ def test_step_device_busy_from_the_work_read_once_equals_a_query_per_device(name
             want = metrics.step_device_busy(run, rank, without_name=without)
             assert metrics.step_device_busy(run, rank, without_name=without, work=work) == want, (name, without)
         assert any(r["busy_ns"] for r in want)
+
+
+def test_device_unions_merge_each_class_as_its_sql_does():
+    """One device's work, drawn (a collective overlaps a compute kernel; an unnamed kernel counts as
+    compute but in neither communication union, as SQL's NULL does):
+
+        0    5    10   15   20   25   30   40   45   50   55
+        [gemm----)                                           kernel
+             [nccl_allreduce-)                               kernel, collective
+                                 [H2D-)                      memcpy
+                                             [?--)           kernel, no name
+                                                      [?--)  memset, no name
+
+    Every union of `device_unions` (read once, merged in NumPy) is the one `union_sql` gives for
+    its predicate, and the communication figures are `comm_overlap_sql`'s."""
+    import duckdb
+
+    from neuron_explorer.analyzers import device_time
+
+    rows = [("kernel", "gemm", 0, 10), ("kernel", "ncclKernel_AllReduce", 5, 15), ("memcpy", "Memcpy HtoD", 25, 5),
+            ("kernel", None, 40, 5), ("memset", None, 50, 5)]
+    con = duckdb.connect()
+    con.execute("CREATE TABLE events (rank INT, device INT, kind VARCHAR, name VARCHAR, ts_ns BIGINT, dur_ns BIGINT)")
+    con.executemany("INSERT INTO events VALUES (0, 0, ?, ?, ?, ?)", [list(r) for r in rows])
+    work = {k: v for k, v in con.execute(metrics.DEVICE_WORK.one, [0]).fetchnumpy().items()}
+    got = {k: v.tolist() for k, v in metrics.device_unions(work)[0].items()}
+    assert got == {"busy": [[0, 20], [25, 30], [40, 45], [50, 55]], "kernels": [[0, 20], [40, 45]], "compute": [[0, 10], [40, 45]],
+                   "comm": [[5, 20]], "not_comm": [[0, 10], [25, 30]]}
+    pat = f"regexp_matches(name, {metrics.sql_literal(metrics.COMM_KERNEL_PATTERN)})"
+    wheres = {**{"busy" if k == "busy" else k: w for k, w in device_time.UNION_WHERES.items()},
+              "comm": f"kind = 'kernel' AND {pat}", "not_comm": f"kind IN {metrics.DEVICE_WORK_SQL} AND NOT {pat}"}
+    for k, where in wheres.items():
+        assert [list(r) for r in con.execute(metrics.union_sql(f"device = 0 AND {where}") + " ORDER BY start_ns").fetchall()] == got[k], k
+    u = metrics.device_unions(work)[0]
+    assert metrics.covered_within(u["comm"], u["not_comm"]) == 5  # [5, 10): the collective under the gemm
+    assert con.execute(metrics.comm_overlap_sql(0, 0)).fetchone() == (15, 5, 10)
+
+
+@pytest.mark.parametrize("name", ["cuda_nccl_rank0_of_2.json.gz", "mi300x_ddp_resnet_act_checkpoint.json.gz"])
+def test_summary_device_figures_from_the_shared_unions_equal_each_devices_queries(name, tmp_path):
+    """The summary merges every device union once (metrics.device_unions_many); its busy, window,
+    idle and communication figures are those of the per-device evidence queries (`busy_sql`,
+    `comm_overlap_sql`), and the busy unions it leaves prepared are DEVICE_BUSY's rows."""
+    from neuron_explorer.analyzers import summary
+
+    run_dir = import_traces(TRACES / name, tmp_path / "run").run_dir
+    with open_run(run_dir) as run:
+        (rank,) = metrics.ranks(run)
+        got = summary.rank_summaries(run, [rank], per_rank=False)[rank]["devices"]
+        assert got and any(d["comm_ns"] and d["comm_overlap_ns"] for d in got), name  # both hold collectives beside compute
+        for d in got:
+            assert d == metrics.device_summary(run, rank, d["device"]), (name, d["device"])
+        prepared = run.prepared[metrics.DEVICE_BUSY.name][rank]
+        want = run.sql(metrics.DEVICE_BUSY.one, [rank]).fetchnumpy()
+        for col in ("device", "start_ns", "end_ns"):
+            assert prepared[col].tolist() == want[col].tolist(), (name, col)

@@ -260,3 +260,23 @@ def test_device_idle_gaps_read_from_the_busy_unions_equal_their_sql(five, where)
                 assert rank_rows.rows(run, q, r) == one == many[r] == batch[q.name][r], (q.name, r)
                 found += len(one)
         assert found  # gaps and host work in them
+
+
+@pytest.mark.parametrize("where", ["generated", "multirank_128"])
+def test_device_unions_of_a_batch_equal_each_rank_alone(five, where):
+    """The device work the summary merges once per batch (metrics.DEVICE_WORK, grouped by rank) gives
+    each rank the rows of its one-rank query, and the summary's device figures from those unions
+    (busy, window, idle, communication) equal each device's own evidence queries."""
+    from neuron_explorer.analyzers import metrics, rank_rows
+
+    run_dir = five[0] if where == "generated" else f"tests/data/traces/{where}"
+    with open_run(run_dir) as run:
+        ranks = run.ranks
+        batch = rank_rows.prepare(run, [metrics.DEVICE_WORK], ranks)[metrics.DEVICE_WORK.name]
+        for r in ranks:
+            assert _same_rows(batch[r], rank_rows.arrays(run, metrics.DEVICE_WORK, r)), r
+        got = summary.rank_summaries(run, ranks, per_rank=False)
+        assert sum(len(s["devices"]) for s in got.values()) >= len(ranks)
+        for r in ranks[:8]:  # each device's three queries: a few ranks are enough
+            for d in got[r]["devices"]:
+                assert d == metrics.device_summary(run, r, d["device"]), (r, d["device"])

@@ -137,6 +137,32 @@ def test_mfu_missing_says_every_reason(tmp_path):
     assert u["mfu_missing"] is None and u["mfu_median"] == pytest.approx(2 * 64 ** 3 / 1e-3 / 19.5e12)
 
 
+def test_one_read_of_the_operators_args_answers_shapes_types_and_work(tmp_path):
+    """A rank with an A100's properties: recorded without shapes, no operator's args name its inputs
+    (utilisation.args_named, one read): no shapes, no input types and no work: no operator counted, MFU
+    missing for want of shapes, no precision finding; recorded with them,
+    the one float32 aten::mm is counted (2 * 64^3 FLOPs) and precision finds its 300 µs kernel."""
+    from neuron_explorer.analyzers.utilisation import args_named
+    from neuron_explorer.store import open_run
+
+    props = {"deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-40GB", "computeMajor": 8, "computeMinor": 0}]}
+    for shapes in (False, True):
+        run_dir = import_traces(write_trace(tmp_path / f"{shapes}.json", _step_with_gemm(props, shapes), **props),
+                                tmp_path / f"r{shapes}").run_dir
+        with open_run(run_dir) as run:
+            assert args_named(run, 0) is shapes
+        report = analyze(run_dir)
+        u = report.summary["ranks"][0]["utilisation"]
+        precision = [f for f in report.findings if f.rule_id == "precision"]
+        if shapes:
+            assert u["ops_counted"] == 1 and u["flops"] == 2 * 64 ** 3 and u["mfu_missing"] is None
+            assert len(precision) == 1 and precision[0].impact_ns == 300_000
+        else:
+            assert u["ops_counted"] == 0 and u["mfu_missing"] == ("no operator shapes recorded "
+                                                                  "(record with torch.profiler.profile(record_shapes=True))")
+            assert not precision
+
+
 # ---- real traces --------------------------------------------------------------------------------
 
 def _real(name: str, tmp_path: Path):

@@ -33,7 +33,7 @@ import numpy as np
 from ..fmt import short_kernel_name
 from ..store import Run
 from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_SQL, charged_top_op, sql_literal
-from .metrics import Coverage, span, union_sql
+from .metrics import Coverage, device_unions_many, span, union_sql
 
 CLASSES = ("compute", "communication", "memory", "idle")
 """The classes of device time, in precedence order (idle last: no work)."""
@@ -186,16 +186,19 @@ def breakdown(run: Run, rank: int) -> list[dict]:
     return breakdowns(run, [rank])[int(rank)]
 
 
-def breakdowns(run: Run, ranks: list[int]) -> dict[int, list[dict]]:
+def breakdowns(run: Run, ranks: list[int], unions: dict | None = None) -> dict[int, list[dict]]:
     """`breakdown` of every rank of `ranks`, the same figures, each of its queries grouped by rank
-    over all of them (a job of many small ranks pays each query's fixed cost once)."""
+    over all of them (a job of many small ranks pays each query's fixed cost once). `unions`: the
+    ranks' `metrics.device_unions_many`, already merged (else read here)."""
     ranks = [int(r) for r in ranks]
     if not ranks:
         return {}
     wins = _windows_many(run, ranks)
-    per_rank = _unions_many(run, ranks)
+    per_rank = device_unions_many(run, ranks) if unions is None else unions
     with_device = [r for r in ranks if per_rank.get(r)]
-    colls = _collectives_many(run, with_device) if with_device else {}
+    # exposed communication is named only where collectives ran (B - A is their union's part)
+    with_comm = [r for r in with_device if any(len(u["comm"]) for u in per_rank[r].values())]
+    colls = _collectives_many(run, with_comm) if with_comm else {}
     kernels = _top_kernels_many(run, {r: wins[r] for r in with_device}) if with_device else {}
     out = {r: _breakdown(wins[r], per_rank.get(r, {}), colls.get(r, {}), kernels.get(r, {})) for r in ranks}
     exposed = [x for devices in out.values() for d in devices for x in d["exposed_communication"]]

@@ -333,7 +333,9 @@ def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], qua
             selected = {rule.RULE_ID: screen(batch_run, rule, partial) if len(batch) > 1 or getattr(rule, "SCREEN_ONE_RANK", True)
                         else None for rule in rank_rules}
             skips = {rank: frozenset(rid for rid, sel in selected.items() if sel is not None and rank not in sel) for rank in batch}
-            prepared = batch_rows(batch_run, batch, rank_rules, skips) if len(batch) > 1 else {}
+            # the rows the summary prepared on the batch's run (each device's busy union) and, for many ranks,
+            # every per-rank query's
+            prepared = batch_rows(batch_run, batch, rank_rules, skips) if len(batch) > 1 else batch_run.prepared
             # a batch of one rank analysed on this thread reads the views the batch's connection already
             # has (each connection costs ~40 ms of CPU to make, and parses the Parquet footers again)
             done = _rank_details(run, batch, rank_rules, quality, n_workers, partial, skips, parts, prepared,

@@ -21,6 +21,7 @@ from ..store import Run
 from ..store import cursor as store_cursor
 from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_KINDS, DEVICE_WORK_SQL, comm_op, kinds_sql, sql_literal, training_work
 from .rank_rows import RankQuery, prepared_rows
+from .rank_rows import arrays as rank_arrays
 from .rank_rows import rows as rank_rows
 
 if TYPE_CHECKING:
@@ -136,6 +137,94 @@ PEAK_MEMORY = RankQuery(
     "WHERE device_type <> 0 GROUP BY ALL ORDER BY 1, 2, 3")
 RANK_QUERIES = (DEVICES, STEPS, DEVICE_BUSY, PEAK_MEMORY)
 """The per-rank queries of this module's figures, which the engine runs once per batch of ranks (rank_rows.py)."""
+
+_COMM_CODE = f"coalesce(regexp_matches(name, {sql_literal(COMM_KERNEL_PATTERN)})::TINYINT, -1)"
+DEVICE_WORK = RankQuery(
+    "device_work",
+    f"SELECT device, ts_ns, ts_ns + dur_ns AS end_ns, (kind = 'kernel')::TINYINT AS kernel, {_COMM_CODE} AS comm FROM events "
+    f"WHERE rank = ? AND dur_ns > 0 AND device IS NOT NULL AND kind IN {DEVICE_WORK_SQL} ORDER BY device, ts_ns, end_ns",
+    f"SELECT rank, device, ts_ns, ts_ns + dur_ns AS end_ns, (kind = 'kernel')::TINYINT AS kernel, {_COMM_CODE} AS comm FROM events "
+    f"WHERE dur_ns > 0 AND device IS NOT NULL AND kind IN {DEVICE_WORK_SQL} ORDER BY rank, device, ts_ns, end_ns", arrays=True)
+"""Every interval of device work of a rank with a duration (what `union_sql(device_where(...))`
+merges), with `kernel` (1: a kernel) and `comm` (1: its name is a collective's,
+vocab.COMM_KERNEL_PATTERN; 0: not; -1: no name, which matches neither test in SQL): read once per
+batch of ranks, the rows of every device union the analysis needs (`device_unions`)."""
+
+UNION_CLASSES = ("busy", "kernels", "compute", "comm", "not_comm")
+"""The device unions `device_unions` gives, as `events` predicates over device work of one device:
+`busy` every interval (`union_sql(device_where(...))`, DEVICE_BUSY); `kernels` kind = 'kernel';
+`compute` kernels whose name is not a collective's (`NOT coalesce(regexp_matches(...), false)`:
+an unnamed kernel is compute); `comm` collective kernels (`regexp_matches(...)`); `not_comm` device
+work whose name is not a collective's (`NOT regexp_matches(...)`: an unnamed one is neither).
+device_time.UNION_WHERES and the summary's communication figures are these."""
+
+
+def device_unions(work: dict) -> dict[int, dict[str, np.ndarray]]:
+    """Per device of one rank's DEVICE_WORK rows (`work`, as `rank_rows.arrays` gives them): each
+    union of UNION_CLASSES as an (n, 2) int64 array of (start, end), sorted (`union_array`, the
+    NumPy twin of `union_sql`)."""
+    import numpy as np
+
+    dev = np.asarray(work["device"])
+    ts, end = np.asarray(work["ts_ns"], dtype=np.int64), np.asarray(work["end_ns"], dtype=np.int64)
+    kernel, comm = np.asarray(work["kernel"]) == 1, np.asarray(work["comm"])
+    cuts = np.flatnonzero(dev[1:] != dev[:-1]) + 1 if len(dev) else np.zeros(0, dtype=np.int64)
+    out = {}
+    for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(dev)]):
+        if hi <= lo:
+            continue
+        s, e, k, c = ts[lo:hi], end[lo:hi], kernel[lo:hi], comm[lo:hi]
+        out[int(dev[lo])] = {"busy": union_array(s, e), "kernels": union_array(s[k], e[k]),
+                             "compute": union_array(s[k & (c != 1)], e[k & (c != 1)]),
+                             "comm": union_array(s[k & (c == 1)], e[k & (c == 1)]),
+                             "not_comm": union_array(s[c == 0], e[c == 0])}
+    return out
+
+
+def device_unions_many(run: Run, ranks: list[int]) -> dict[int, dict[int, dict[str, np.ndarray]]]:
+    """`device_unions` of every rank of `ranks` (those with device work), the rows read by one
+    DEVICE_WORK query grouped by rank (or the rows the engine prepared)."""
+    from .rank_rows import prepare
+
+    want = [int(r) for r in ranks]
+    got = prepare(run, [DEVICE_WORK], want).get(DEVICE_WORK.name, {}) if len(want) > 1 else {}
+    out = {}
+    for r in want:
+        per = device_unions(got[r] if r in got else rank_arrays(run, DEVICE_WORK, r))
+        if per:
+            out[r] = per
+    return out
+
+
+def busy_rows(per_device: dict[int, dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """DEVICE_BUSY's rows of a rank (as `rank_rows.arrays` reads them: `device`, `start_ns`,
+    `end_ns`, by device then start) from its `device_unions`: a caller that computed the unions
+    prepares them (`run.prepared`), so that the figures and rules reading DEVICE_BUSY later
+    (device-idle's gaps, step_device_busy) do not compute the union again."""
+    import numpy as np
+
+    devs = sorted(per_device)
+    if not devs:
+        return {"device": np.zeros(0, dtype=np.int32), "start_ns": np.zeros(0, dtype=np.int64), "end_ns": np.zeros(0, dtype=np.int64)}
+    return {"device": np.concatenate([np.full(len(per_device[d]["busy"]), d, dtype=np.int32) for d in devs]),
+            "start_ns": np.concatenate([per_device[d]["busy"][:, 0] for d in devs]),
+            "end_ns": np.concatenate([per_device[d]["busy"][:, 1] for d in devs])}
+
+
+def covered_within(union: np.ndarray, other: np.ndarray) -> int:
+    """The length of `union`'s intervals that `other` covers (both sorted disjoint (n, 2) arrays, as
+    `union_array` gives): the overlap of two unions, summed."""
+    import numpy as np
+
+    if not len(union) or not len(other):
+        return 0
+    starts, ends = other[:, 0], other[:, 1]
+    done = np.concatenate([[0], np.cumsum(ends - starts)])
+
+    def before(t: np.ndarray) -> np.ndarray:  # Coverage.before, for many instants at once
+        i = np.searchsorted(starts, t, side="right")
+        return done[i] - np.where(i > 0, np.maximum(ends[np.maximum(i - 1, 0)] - t, 0), 0)
+    return int((before(union[:, 1]) - before(union[:, 0])).sum())
 
 
 def devices(run: Run, rank: int) -> list[int]:

@@ -73,9 +73,16 @@ def write_outputs(report: Report, out_dir: Path, run=None) -> Path:
         parts = report.rank_parts
         with contextlib.nullcontext(run) if run is not None else open_run(out_dir.parent) as run:  # one connection for both tables
             ranks = [r for (r,) in run.sql("SELECT DISTINCT rank FROM events ORDER BY 1").fetchall()]
-            _atomic_write(out_dir / "critical_path.parquet", lambda p: pq.write_table(_critical_path(run, ranks, parts), p))
-            _atomic_write(out_dir / "work.parquet", lambda p: pq.write_table(_work(run, ranks, parts), p))
+            _atomic_write(out_dir / "critical_path.parquet", lambda p: _write_rows(_critical_path(run, ranks, parts), p))
+            _atomic_write(out_dir / "work.parquet", lambda p: _write_rows(_work(run, ranks, parts), p))
     return out_dir
+
+
+def _write_rows(table: pa.Table, path: Path) -> None:
+    """A table of rows (critical_path.parquet, work.parquet) as Parquet, dictionary-encoded in its
+    text columns only: the integer columns (ids, times) have nearly as many values as rows, and
+    building their dictionaries took 0.19 of 0.45 s of CPU writing a 1.5M-row path (files 3% larger)."""
+    pq.write_table(table, path, use_dictionary=[f.name for f in table.schema if pa.types.is_string(f.type)])
 
 
 def rank_parts(run, rank: int, compress: bool = True) -> dict[str, bytes | pa.Table]:

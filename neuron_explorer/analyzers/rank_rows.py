@@ -43,10 +43,11 @@ class RankQuery:
 def prepare(run: Run, queries, ranks) -> dict[str, dict]:
     """Run each query's `many` once over `run`'s views; per query name, each rank of `ranks` with
     its rows (every rank present, with none where the query found nothing; a query with its own
-    `read` has the ranks it gave rows for)."""
+    `read` has the ranks it gave rows for). Rows already prepared on `run` for every rank of
+    `ranks` (e.g. the devices' busy unions, which the summary merges) are kept, not read again."""
     want = [int(r) for r in ranks]
-    out: dict[str, dict] = {}
     saved = run.prepared
+    out: dict[str, dict] = {name: got for name, got in (saved or {}).items() if all(r in got for r in want)}
     run.prepared = out  # a query's own `read` reads the rows of those before it
     try:
         _prepare(run, queries, want, out)

@@ -14,7 +14,7 @@ queries by rank), decide what is a problem, or render anything.
 from __future__ import annotations
 
 from ..store import Run
-from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_SQL, comm_op, sql_literal, training_work
+from ..vocab import comm_op, training_work
 from .critical_path import RANK_QUERIES as _PATH_QUERIES
 from .critical_path import bound as _step_bound
 from .device_time import achieved as _achieved
@@ -22,11 +22,16 @@ from .device_time import breakdown as _device_time
 from .device_time import breakdowns as _device_times
 from .lines import RANK_QUERIES as _LINES_QUERIES
 from .lines import rank_top_level_ops, self_and_total, top_level_ops, top_level_ops_sql
-from .metrics import RANK_QUERIES as _METRICS_QUERIES
 from .metrics import (
+    DEVICE_BUSY,
+    DEVICES,
+    STEPS,
+    busy_rows,
+    covered_within,
     cpu_comm,
     device_events_lost,
     device_summary,
+    device_unions_many,
     devices,
     graph_replays,
     open_ended_steps,
@@ -40,6 +45,7 @@ from .metrics import (
     trains,
     union_sql,
 )
+from .metrics import RANK_QUERIES as _METRICS_QUERIES
 from .utilisation import RANK_QUERIES as _UTILISATION_QUERIES
 from .utilisation import rank_utilisation
 
@@ -116,33 +122,39 @@ def rank_summaries(run: Run, ranks_: list[int], *, per_rank: bool = True) -> dic
     keep = set(want)
     spans = {int(r): (lo, hi) for r, lo, hi in run.sql(
         "SELECT rank, min(ts_ns), max(ts_ns + dur_ns) FROM events WHERE kind <> 'other' GROUP BY rank").fetchall()}
-    step_rows: dict[int, list] = {r: [] for r in want}
-    for r, step, dur in run.sql("SELECT rank, step, dur_ns FROM steps ORDER BY rank, step").fetchall():
+    # the steps' and devices' rows are STEPS' and DEVICES' (metrics.py), prepared on the run for the
+    # figures computed rank by rank that read them again
+    steps_of: dict[int, list] = {r: [] for r in want}
+    for r, *row in run.sql(STEPS.many).fetchall():
         if int(r) in keep:
-            step_rows[int(r)].append((int(step), float(dur)))
+            steps_of[int(r)].append(tuple(row))
+    step_rows = {r: [(int(step), float(dur)) for step, _, dur in rows] for r, rows in steps_of.items()}
     open_ended = open_ended_steps(run)
     devs: dict[int, list[int]] = {r: [] for r in want}
-    for r, d in run.sql(f"SELECT DISTINCT rank, device FROM events WHERE kind IN {DEVICE_WORK_SQL} "
-                        "AND device IS NOT NULL ORDER BY 1, 2").fetchall():
+    for r, d in run.sql(DEVICES.many).fetchall():
         if int(r) in keep:
             devs[int(r)].append(d)
-    dev_where = f"kind IN {DEVICE_WORK_SQL} AND device IS NOT NULL"
-    busy = {(int(r), d): v for r, d, *v in run.sql(
-        f"WITH u AS ({union_sql(dev_where, ('rank', 'device'))})\n"
-        "SELECT rank, device, sum(end_ns - start_ns)::BIGINT, min(start_ns), max(end_ns), (max(end_ns) - min(start_ns))::BIGINT, "
-        "(max(end_ns) - min(start_ns) - sum(end_ns - start_ns))::BIGINT FROM u GROUP BY rank, device").fetchall()}
+    for q, got in ((STEPS, steps_of), (DEVICES, {r: [(d,) for d in ds] for r, ds in devs.items()})):
+        run.prepared.setdefault(q.name, {}).update(got)
+    # every device union of the batch's ranks, merged once from one read of their device work: the busy
+    # figures, communication and its overlap here, device time below and device-idle's gaps (DEVICE_BUSY)
+    unions = device_unions_many(run, want)
+    prepared_busy = run.prepared.setdefault(DEVICE_BUSY.name, {})
+    busy, comm = {}, {}
+    for r in want:
+        per = unions.get(r, {})
+        prepared_busy[r] = busy_rows(per)
+        for d, u in per.items():
+            b = u["busy"]
+            if len(b):  # as `busy_sql`'s sums over the union's rows
+                lo, hi, ns = int(b[0, 0]), int(b[-1, 1]), int((b[:, 1] - b[:, 0]).sum())
+                busy[(r, d)] = (ns, lo, hi, hi - lo, hi - lo - ns)
+            if len(u["comm"]):  # as `comm_overlap_sql`: the collectives' union and its overlap with the other work's
+                comm[(r, d)] = (int((u["comm"][:, 1] - u["comm"][:, 0]).sum()), covered_within(u["comm"], u["not_comm"]))
     sums: dict[tuple, dict] = {}
     for r, d, kind, ns in run.sql("SELECT rank, device, kind, sum(dur_ns)::BIGINT FROM events WHERE device IS NOT NULL "
                                   "GROUP BY rank, device, kind").fetchall():
         sums.setdefault((int(r), d), {})[kind] = ns
-    pat = sql_literal(COMM_KERNEL_PATTERN)
-    comm_sql = f"""WITH c AS ({union_sql(f"kind = 'kernel' AND device IS NOT NULL AND regexp_matches(name, {pat})", ('rank', 'device'))}),
-k AS ({union_sql(f"{dev_where} AND NOT regexp_matches(name, {pat})", ('rank', 'device'))}),
-cs AS (SELECT rank, device, sum(end_ns - start_ns) AS comm_ns FROM c GROUP BY rank, device),
-ov AS (SELECT c.rank, c.device, sum(least(c.end_ns, k.end_ns) - greatest(c.start_ns, k.start_ns)) AS overlap_ns
-       FROM c JOIN k ON c.rank = k.rank AND c.device = k.device AND c.start_ns < k.end_ns AND k.start_ns < c.end_ns GROUP BY c.rank, c.device)
-SELECT cs.rank, cs.device, cs.comm_ns::BIGINT, coalesce(ov.overlap_ns, 0)::BIGINT FROM cs LEFT JOIN ov USING (rank, device)"""
-    comm = {(int(r), d): (c, o) for r, d, c, o in run.sql(comm_sql).fetchall()}
     comm_ops = union_sql(comm_op(), ("rank",))
     cpu = {int(r): (ns, n) for r, ns, n in run.sql(
         f"SELECT rank, sum(end_ns - start_ns), count(*) FROM ({comm_ops}) GROUP BY rank").fetchall()}
@@ -152,7 +164,7 @@ SELECT cs.rank, cs.device, cs.comm_ns::BIGINT, coalesce(ov.overlap_ns, 0)::BIGIN
             tops[int(r)].append(row)
     entries = {int(e.get("rank", 0)): e for e in run.manifest.get("ranks", [])}
     training = {int(r) for r, in run.sql(f"SELECT DISTINCT rank FROM events WHERE {training_work()}").fetchall()}
-    device_time = _device_times(run, want)
+    device_time = _device_times(run, want, unions)
     out = {}
     for r in want:
         lo, hi = spans.get(r, (None, None))

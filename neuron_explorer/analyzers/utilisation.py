@@ -33,7 +33,7 @@ from ..vocab import CONV_OPS, sql_literal
 from . import flops as F
 from . import peaks as P
 from .metrics import STEPS, device_events_lost, no_device_words, rank_entry
-from .rank_rows import RankQuery
+from .rank_rows import RankQuery, prepared_rows
 from .rank_rows import rows as rank_rows
 
 _KNOWN_SQL = ", ".join(sql_literal(n) for n in sorted(F.KNOWN))
@@ -60,6 +60,22 @@ KERNEL_NAMES = RankQuery(
 quotes the first of the architecture it finds as its example)."""
 RANK_QUERIES = (OPS, KERNELS, KERNEL_NAMES)
 """The per-rank queries of the utilisation figures, which the engine runs once per batch of ranks (rank_rows.py)."""
+
+_ARGS_NAMED = ("SELECT count(*) FROM (SELECT 1 FROM events WHERE rank = ? AND kind = 'cpu_op' "
+               """AND (contains(args, '"Input') OR contains(args, '"flops"')) LIMIT 1)""")
+"""An operator's args name its inputs (`Input Dims`, `Input type`, ...) or its flops: the first
+found ends the read."""
+
+
+def args_named(run: Run, rank: int) -> bool:
+    """Whether any operator of the rank has args naming its inputs or flops (`_ARGS_NAMED`), read
+    once and kept on `run`. False (a trace recorded without shapes) answers at once what OPS,
+    `mfu_missing` and precision's TYPED would each read every operator's args for (0.2 s of CPU
+    each on a 1M-event rank); True costs a read up to the first such operator, and they read as before."""
+    kept = run.prepared.setdefault("op_args_named", {})
+    if int(rank) not in kept:
+        kept[int(rank)] = bool(run.sql(_ARGS_NAMED, [int(rank)]).fetchone()[0])
+    return kept[int(rank)]
 
 
 @dataclass
@@ -157,7 +173,7 @@ def rank_work(run: Run, rank: int) -> RankWork:
 def _rank_work(run: Run, rank: int, settings: PeakSettings) -> RankWork:
     # only operators that can have work: flops.op_work estimates from the input shapes (a trace
     # recorded without record_shapes has none, and parsing every operator's args costs seconds)
-    rows = rank_rows(run, OPS, rank)
+    rows = rank_rows(run, OPS, rank) if prepared_rows(run, OPS, rank) is not None or args_named(run, rank) else []
     ops, open_until = [], {}
     for i, (event_id, pid, tid, ts, dur, name, args, step, frame, pass_) in enumerate(rows):
         track = (pid, tid)
@@ -360,8 +376,8 @@ def mfu_missing(run: Run, rank: int, work: RankWork, steps: list[dict], dtype: s
     reasons = []
     if not work.ops:
         # whether any operator has shapes: the first one found ends the read of the args (a JSON column)
-        shapes = run.sql("SELECT count(*) FROM (SELECT 1 FROM events WHERE rank = ? AND kind = 'cpu_op' "
-                         "AND contains(args, '\"Input Dims\"') LIMIT 1)", [rank]).fetchone()[0]
+        shapes = args_named(run, rank) and run.sql("SELECT count(*) FROM (SELECT 1 FROM events WHERE rank = ? AND kind = 'cpu_op' "
+                                                   "AND contains(args, '\"Input Dims\"') LIMIT 1)", [rank]).fetchone()[0]
         reasons.append("no operator shapes recorded (record with torch.profiler.profile(record_shapes=True))" if not shapes else
                        "no operator whose FLOPs are known (matmul, convolution, attention) has recorded shapes")
     if work.peak is None:

@@ -64,19 +64,21 @@ def _read_gaps(run, ranks) -> dict[int, list[tuple]]:
     reads for every rank: prepared for a batch), as `_gaps_sql` computes them from the same union:
     per device, the gaps between consecutive busy intervals, the GAPS_SHOWN longest (ties: the
     earlier end) numbered from 0. No query of its own: the union is not computed again."""
+    import numpy as np
+
     out = {}
     for r in ranks:
         busy = rank_arrays(run, metrics.DEVICE_BUSY, r)
-        dev, start, end = (busy[c].tolist() for c in ("device", "start_ns", "end_ns"))
-        rows, k = [], 0
-        while k < len(dev):  # one device's intervals (in start order) at a time: [k, j)
-            j = k
-            while j < len(dev) and dev[j] == dev[k]:
-                j += 1
-            gaps = sorted(((end[m - 1], start[m]) for m in range(k + 1, j)), key=lambda g: (g[0] - g[1], g[1]))
-            rows += [(int(dev[k]), i, int(a), int(b)) for i, (a, b) in enumerate(gaps[:THRESHOLDS["GAPS_SHOWN"]])]
-            k = j
-        out[int(r)] = rows
+        dev = np.asarray(busy["device"], dtype=np.int64)
+        start, end = np.asarray(busy["start_ns"], dtype=np.int64), np.asarray(busy["end_ns"], dtype=np.int64)
+        m = np.flatnonzero(dev[1:] == dev[:-1]) + 1  # each interval after the first of its device: the gap before it
+        d, a, b = dev[m], end[m - 1], start[m]
+        order = np.lexsort((b, a - b, d))  # per device, the longest first (ties: the earlier end)
+        d, a, b = d[order], a[order], b[order]
+        first = np.searchsorted(d, d, side="left")  # position of the device's first gap
+        i = np.arange(len(d)) - first
+        keep = i < THRESHOLDS["GAPS_SHOWN"]
+        out[int(r)] = list(zip(d[keep].tolist(), i[keep].tolist(), a[keep].tolist(), b[keep].tolist()))
     return out
 
 
