@@ -26,6 +26,7 @@ import errno
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 import shutil
@@ -750,9 +751,10 @@ _VIEW_STATE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def _manifest_views(run_dir: Path, manifest: dict, con: duckdb.DuckDBPyConnection) -> None:
     """The views that do not depend on which ranks' files are read: `schema_fields`, `steps` (over
-    `events`), and `ranks` and `devices` (the manifest's, keeping the ranks `nx_views()` names)."""
-    import pyarrow as pa
-
+    `events`), and `ranks` and `devices` (the manifest's, keeping the ranks `nx_views()` names).
+    The manifest's rows go in as SQL values, not Arrow arrays: the first `pa.array` of a process
+    imports pandas (pyarrow checks every input against pandas' types), 0.45 s of CPU that a
+    dashboard paid here, before it could answer its first request."""
     con.execute(f"CREATE OR REPLACE VIEW schema_fields AS SELECT * FROM read_parquet({sql_file_literal(run_dir / schema.SCHEMA_FIELDS.file)})"
                 if (run_dir / schema.SCHEMA_FIELDS.file).exists() else
                 "CREATE OR REPLACE VIEW schema_fields AS SELECT NULL::VARCHAR AS table_name WHERE false")
@@ -761,25 +763,29 @@ def _manifest_views(run_dir: Path, manifest: dict, con: duckdb.DuckDBPyConnectio
         "min(event_id) AS event_id FROM events WHERE kind = 'step' GROUP BY rank, step"
     )
     entries = manifest.get("ranks", [])
-    rank_rows = pa.table({
-        "rank": pa.array([int(r.get("rank", 0)) for r in entries], pa.int32()),
-        "world_size": pa.array([r.get("world_size") for r in entries], pa.int64()),
-        "events": pa.array([int(r.get("events", 0)) for r in entries], pa.int64()),
-        "source": pa.array([r.get("source") for r in entries], pa.string()),
-    })
-    dev_rows = {"rank": [], "device": [], "name": [], "properties": []}
-    for r in entries:
-        for d in r.get("device_properties") or []:
-            dev_rows["rank"].append(int(r.get("rank", 0)))
-            dev_rows["device"].append(d.get("id"))
-            dev_rows["name"].append(d.get("name"))
-            dev_rows["properties"].append(json.dumps(d))
-    devices = pa.table({"rank": pa.array(dev_rows["rank"], pa.int32()), "device": pa.array(dev_rows["device"], pa.int64()),
-                        "name": pa.array(dev_rows["name"], pa.string()), "properties": pa.array(dev_rows["properties"], pa.string())})
-    con.register("_ranks_arrow", rank_rows)
-    con.register("_devices_arrow", devices)
-    con.execute("CREATE OR REPLACE VIEW ranks AS SELECT * FROM _ranks_arrow WHERE list_contains(nx_views().ranks, rank)")
-    con.execute("CREATE OR REPLACE VIEW devices AS SELECT * FROM _devices_arrow WHERE list_contains(nx_views().ranks, rank)")
+    rows_table(con, "_ranks_rows", ["rank INTEGER", "world_size BIGINT", "events BIGINT", "source VARCHAR"],
+                [(int(r.get("rank", 0)), r.get("world_size"), int(r.get("events", 0)), r.get("source")) for r in entries])
+    rows_table(con, "_devices_rows", ["rank INTEGER", "device BIGINT", "name VARCHAR", "properties VARCHAR"],
+                [(int(r.get("rank", 0)), d.get("id"), d.get("name"), json.dumps(d)) for r in entries for d in r.get("device_properties") or []])
+    con.execute("CREATE OR REPLACE VIEW ranks AS SELECT * FROM _ranks_rows WHERE list_contains(nx_views().ranks, rank)")
+    con.execute("CREATE OR REPLACE VIEW devices AS SELECT * FROM _devices_rows WHERE list_contains(nx_views().ranks, rank)")
+
+
+def rows_table(con: duckdb.DuckDBPyConnection, name: str, columns: list[str], rows: list[tuple]) -> None:
+    """Table `name` (`columns`: "name TYPE") of the connection's database holding `rows` of Python
+    values (None, bool, int, float, str), inserted as SQL literals in one statement. A table, not a
+    registered object: the connection's cursors (store.cursor) see it too."""
+    def literal(v) -> str:
+        if v is None:
+            return "NULL"
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int) or isinstance(v, float) and math.isfinite(v):
+            return repr(v)
+        return "NULL" if isinstance(v, float) else sql_literal(str(v))
+    con.execute(f"CREATE OR REPLACE TABLE {name} ({', '.join(columns)})")
+    if rows:
+        con.execute(f"INSERT INTO {name} VALUES " + ", ".join("(" + ", ".join(literal(v) for v in row) + ")" for row in rows))
 
 
 def manifest_steps(run: Run) -> list[tuple[int, int, int, int, int]] | None:

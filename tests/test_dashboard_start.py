@@ -504,3 +504,52 @@ def test_the_page_loads_our_plotly_bundle_which_has_every_trace_type_the_dashboa
         m.lower() for m in re.findall(r"go\.(Bar|Heatmap|Scatter|Icicle|Pie|Box)\(", src)}
     assert used >= {"scatter", "bar", "heatmap", "icicle"}, used
     assert {u.encode() for u in used} <= registered, (used, registered)
+
+
+def test_the_first_timeline_is_computed_once_by_both_warm_ups_and_gives_the_same_page(run_dir, monkeypatch):
+    """`serve` starts a warm-up of the first timeline before its imports (dashboard._first_timelines), and the page's
+    build (app.warm → first_view) asks for the same window: the second waits for the first's arrays instead of
+    computing them again beside it on the same cores. The page is the one timeline_figure draws on its own."""
+    from neuron_explorer.dashboard import _first_timelines, timeline
+
+    calls = []
+    real = timeline.timeline_arrays
+
+    def counted(*a, **k):
+        calls.append(k)
+        return real(*a, **k)
+
+    monkeypatch.setattr(timeline, "timeline_arrays", counted)
+    monkeypatch.setattr(dash_app, "timeline_arrays", counted)
+    rs = RunSet([run_dir])
+    try:
+        early = threading.Thread(target=_first_timelines, args=(rs,))
+        early.start()
+        dash_app.warm(rs)
+        early.join()
+        view, fig, status = dash_app.first_view(rs)
+        assert len(calls) == 1 and calls[0]["flanks"]  # one computation of the first view's window, with its flanks
+        again = dash_app.timeline_figure(rs, view, dash_app.DEFAULT_WIDTH, None)  # computed on its own
+        assert json.dumps(again, sort_keys=True, default=str) == json.dumps((fig, status), sort_keys=True, default=str)
+    finally:
+        rs.close()
+
+
+def test_opening_a_run_imports_no_pandas_and_its_ranks_and_devices_read_from_a_cursor(run_dir):
+    """pyarrow imports pandas at its first array (0.45 s of CPU), which a dashboard paid before it answered its first
+    request: the run's `ranks` and `devices` views are made from SQL values instead, as tables that the connection's
+    cursors read too (a registered Arrow table is seen by its own connection only)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from neuron_explorer import store; r = store.open_run(sys.argv[1]); "
+            "print('pandas' in sys.modules); cur = store.cursor(r.con); "
+            "print(cur.execute('SELECT rank, events FROM ranks').fetchall(), cur.execute('SELECT count(*), min(name) FROM devices').fetchall())")
+    out = subprocess.run([sys.executable, "-c", code, str(run_dir)], capture_output=True, text=True, timeout=120, check=True).stdout.split("\n")
+    assert out[0] == "False"
+    from neuron_explorer.store import open_run
+
+    with open_run(run_dir) as r:
+        events = r.con.execute("SELECT count(*) FROM events").fetchone()[0]
+        devices = r.con.execute("SELECT count(*), min(name) FROM devices").fetchall()
+    assert out[1] == f"[(0, {events})] {devices}" and devices[0][0] >= 1

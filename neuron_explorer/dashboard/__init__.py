@@ -29,13 +29,14 @@ def serve(paths, host: str = "127.0.0.1", port: int = 8050, **kw) -> None:
 
 
 def _first_timelines(rs) -> None:
+    """Each run's first timeline (timeline.first_timeline: the arrays the page's first view uses,
+    computed once; the page's request waits for this computation rather than repeating it)."""
     from . import ranks_view
-    from .timeline import timeline_arrays
+    from .timeline import first_timeline
 
     for r in rs.runs:
-        first = ranks_view.first_rank(rs, r.index)
         try:
-            timeline_arrays(rs, run=r.index, width=1500, **({} if first == "all" else {"rank": first}))
+            first_timeline(rs, r.index, ranks_view.first_rank(rs, r.index))
         except Exception:  # noqa: BLE001  (a warm-up: the page's request computes it again and shows the error)
             pass
 

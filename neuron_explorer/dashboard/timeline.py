@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
+from .. import store
 from . import runs as _runs
 from .runs import HIDDEN_LANE_SQL, LANE_SQL, MAX_DEPTH_ROWS, SCOPED_RANKS, OpenRun, QueryError, RunSet, drawn_for, row_sql
 from .runs import parse_int as _int
@@ -44,6 +45,8 @@ EXACT_CAP = 6000
 MIN_EXACT_PX = 2.0
 """When aggregating, only events at least this many pixels wide are sent as exact slices."""
 MAX_WIDTH_PX = 4000
+FIRST_WIDTH_PX = 1500
+"""The width the page's first timeline is computed for (before the browser says its own)."""
 PYRAMID_BUCKETS = 1 << 16
 """Fine time buckets over the whole run in the pre-aggregated pyramid (see _pyramid)."""
 PYRAMID_PX_FACTOR = 8
@@ -95,27 +98,17 @@ def parse_rank(r: OpenRun, rank) -> int | None:
 
 
 def _lanes_table(r: OpenRun, rank: int | None, all_lanes: bool = True) -> str:
-    """Name of a registered table mapping lane identity to its first y row (registered once).
+    """Name of a table of the run's connection mapping lane identity to its first y row (made
+    once; from SQL values, store.rows_table: no pyarrow array, whose first one imports pandas).
     Without `all_lanes` it holds only the lanes shown by default: the join drops the others."""
-    import pyarrow as pa
-
     band, tool_hidden = r.layout
     name = f"_nx_lanes_{'all' if rank is None else rank}{'' if all_lanes else '_shown'}{'_band' if band else ''}{'_mine' if tool_hidden else ''}"
 
     def compute():
-        lanes = r.lanes(rank, all_lanes)
-        tbl = pa.table({
-            "l_rank": pa.array([ln.rank for ln in lanes], pa.int32()),
-            "l_dev": pa.array([ln.is_device for ln in lanes], pa.bool_()),
-            "l_a": pa.array([ln.a for ln in lanes], pa.int64()),
-            "l_b": pa.array([ln.b for ln in lanes], pa.int64()),
-            "l_text": pa.array([ln.text for ln in lanes], pa.string()),
-            "l_y0": pa.array([ln.y0 for ln in lanes], pa.int64()),
-            "l_rows": pa.array([ln.rows for ln in lanes], pa.int64()),
-            "l_skip": pa.array([ln.skip for ln in lanes], pa.int64()),
-        })
+        rows = [(ln.rank, ln.is_device, ln.a, ln.b, ln.text, ln.y0, ln.rows, ln.skip) for ln in r.lanes(rank, all_lanes)]
         with r.lock:
-            r.run.con.register(name, tbl)
+            store.rows_table(r.run.con, name, ["l_rank INTEGER", "l_dev BOOLEAN", "l_a BIGINT", "l_b BIGINT", "l_text VARCHAR",
+                                               "l_y0 BIGINT", "l_rows BIGINT", "l_skip BIGINT"], rows)
         return name
     return r.cached(("lanes_tbl", rank, bool(all_lanes), band, tool_hidden), compute)
 
@@ -236,6 +229,21 @@ def timeline_arrays(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None, 
     out["steps"] = steps_in_window(r, rank, t0, t1)
     out["memory"] = memory_track(r, rank, t0, t1, width)
     return out
+
+
+def first_timeline(rs: RunSet, run, rank: int | None, width: int = FIRST_WIDTH_PX) -> dict:
+    """`timeline_arrays` of a run's first view: the whole window of the lanes shown by default
+    (OpenRun.shown_span; of `rank` when given), with its flanks, `width` pixels wide. Computed once
+    per run, rank, width and layout (OpenRun.cached, single-flight): the warm-up thread the server
+    starts before its imports and the page's first view (app.first_view) ask for the same arrays,
+    and the second waits for the first instead of computing them again beside it."""
+    r = rs.get(run)
+    rank = parse_rank(r, rank)
+
+    def compute():
+        t0, t1 = r.shown_span(rank)
+        return timeline_arrays(rs, run=r.index, t0=t0, t1=t1 + 1, width=width, rank=rank, flanks=True)
+    return r.cached(("first_timeline", rank, int(width), r.layout), compute)
 
 
 BUCKET_FIELDS = ("x0", "x1", "y", "occupancy", "events", "kind", "event_id")
