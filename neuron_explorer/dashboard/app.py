@@ -757,13 +757,18 @@ def start(rs: RunSet, wait_s: float | None = None) -> threading.Thread:
     return t
 
 
-def serve(paths, host: str = "127.0.0.1", port: int = 8050, *, echo=print, debug: bool = False) -> None:
+def serve(paths, host: str = "127.0.0.1", port: int = 8050, *, echo=print, debug: bool = False, warm_first: bool = True) -> None:
     """Open the runs (a bad path raises InputError before any server starts; or take an open
     RunSet), print the URL, serve at once: the page and the analysis are computed in the
-    background (`start`)."""
+    background (`start`): started before the app is made (`warm_first`: the first view's queries
+    run while Dash is imported), or just before it serves (the first view is read from what the
+    run stores: dashboard.serve)."""
     rs = paths if isinstance(paths, RunSet) else RunSet(paths)
-    start(rs)  # before create_app: the first view's queries run while Dash is imported
+    if warm_first:
+        start(rs)
     app = create_app(rs)
+    if not warm_first:
+        start(rs)
     echo(f"Neuron Explorer dashboard: http://{host}:{port}/  (serving {len(rs.runs)} run(s); Ctrl+C to stop)")
     try:
         app.run(host=host, port=port, debug=debug, use_reloader=False)
