@@ -441,6 +441,12 @@ def _refuse_replacing_inputs(tmp: Path, final: Path) -> None:
 
 
 def read_manifest(run_dir: Path | str) -> dict:
+    return _read_manifest(run_dir)[0]
+
+
+def _read_manifest(run_dir: Path | str) -> tuple[dict, dict[str, list[tuple[str, int, int]]]]:
+    """The run's manifest, checked, with its rank partitions checked too, and the listing of
+    those partitions (run_check.rank_files) that open_run keeps on the Run."""
     p = Path(run_dir) / MANIFEST
     if not Path(run_dir).exists():
         uri = re.match(r"^([A-Za-z][A-Za-z0-9+.-]+):/+(.*)$", str(run_dir))  # a Path folds a URI's '//'
@@ -468,8 +474,7 @@ def read_manifest(run_dir: Path | str) -> dict:
     problem = run_check.manifest_problem(manifest)
     if problem:
         raise InputError(p, problem)
-    run_check.check_partitions(Path(run_dir))
-    return manifest
+    return manifest, run_check.check_partitions(Path(run_dir))
 
 
 @dataclass
@@ -482,6 +487,10 @@ class Run:
     view_ranks: list[int] | None = None  # the ranks the views read (None: every rank)
     # rows of per-rank queries computed once for a batch of ranks, by query name then rank (analyzers/rank_rows.py)
     prepared: dict = field(default_factory=dict, repr=False, compare=False)
+    # the rank partition files when the run was opened (run_check.rank_files; None: not listed):
+    # listed once per open, for the check, the views and derived_key (each listing 40-60 ms on 256 ranks).
+    # A run re-imported or re-recorded while it is open is seen by opening it again.
+    listed: dict | None = field(default=None, repr=False, compare=False)
 
     @property
     def ranks(self) -> list[int]:
@@ -508,7 +517,7 @@ class Run:
     def with_ranks(self, ranks, con: duckdb.DuckDBPyConnection | None = None) -> Run:
         """The same run with views over only `ranks`, on `con` (a new connection when None).
         Queries and evidence SQL read the same; `rank = N` filters then scan one partition."""
-        run = Run(self.path, self.manifest, con if con is not None else new_connection())
+        run = Run(self.path, self.manifest, con if con is not None else new_connection(), listed=self.listed)
         create_views(run, ranks)
         return run
 
@@ -527,7 +536,7 @@ def derived_key(run: Run, computation: str) -> str:
     computes it, gives another key."""
     parts = []
     if run.view_ranks is None:
-        listed = run_check.rank_files(run.path)
+        listed = run.listed if run.listed is not None else run_check.rank_files(run.path)
         cut = len(str(run.path)) + 1
         parts = [(p[cut:].replace(os.sep, "/"), size, mtime) for fs in listed.values() for p, size, mtime in fs]
         parts.sort(key=lambda x: tuple(x[0].split("/")))  # Path order (by folder, then file), as before
@@ -631,10 +640,10 @@ def open_run(path: Path | str, con: duckdb.DuckDBPyConnection | None = None, *, 
     partitions (`rank=<r>/`): per-rank work then costs what that rank holds, not the whole run.
     """
     run_dir = resolve_run(path)
-    manifest = read_manifest(run_dir)
+    manifest, listed = _read_manifest(run_dir)
     if con is None:
         con = new_connection()
-    run = Run(run_dir, manifest, con)
+    run = Run(run_dir, manifest, con, listed=listed)
     create_views(run, ranks)
     return run
 
@@ -715,7 +724,7 @@ def create_views(run: Run, ranks=None) -> None:
     run_dir, manifest, con = run.path, run.manifest, run.con
     subset = None if ranks is None else sorted({int(r) for r in ranks})
     files, layout = {}, {}
-    listed = run_check.rank_files(run_dir) if subset is None else {}
+    listed = {} if subset is not None else run.listed if run.listed is not None else run_check.rank_files(run_dir)
     for spec in schema.RANK_TABLES:
         if subset is None:
             fs = sorted(p for p, _, _ in listed.get(spec.file, []))

@@ -535,6 +535,31 @@ def test_the_first_timeline_is_computed_once_by_both_warm_ups_and_gives_the_same
         rs.close()
 
 
+def test_opening_a_run_lists_its_partitions_once_and_keeps_its_stored_tables(tmp_path, monkeypatch):
+    """The check of the partitions, the views and the stored tables' keys each listed the run's folders (40-60 ms
+    apiece on 256 ranks, before the first page): now once per open. The stored tables' keys are the same as from a
+    listing of their own, so the lanes stored at a first open are read at the next one, and not when the run changed."""
+    from neuron_explorer import run_check, store
+
+    run_dir = import_traces(TRACE, tmp_path / "run").run_dir
+    listings = []
+    real = run_check.rank_files
+    monkeypatch.setattr(run_check, "rank_files", lambda d: listings.append(d) or real(d))
+    rs = RunSet([run_dir])
+    try:
+        dash_app.first_view(rs)
+        run = rs.get(0).run
+        assert len(listings) == 1
+        key = store.derived_key(run, "some computation")
+        assert key == store.derived_key(store.Run(run.path, run.manifest, run.con), "some computation")  # listed again
+    finally:
+        rs.close()
+    assert rs.get(0).timeline_stored(None)
+    (run_dir / "rank=0" / "events.parquet").touch()
+    with store.open_run(run_dir) as again:
+        assert store.derived_key(again, "some computation") != key
+
+
 def test_opening_a_run_imports_no_pandas_and_its_ranks_and_devices_read_from_a_cursor(run_dir):
     """pyarrow imports pandas at its first array (0.45 s of CPU), which a dashboard paid before it answered its first
     request: the run's `ranks` and `devices` views are made from SQL values instead, as tables that the connection's
