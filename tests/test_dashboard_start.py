@@ -580,6 +580,30 @@ def test_opening_a_run_imports_no_pandas_and_its_ranks_and_devices_read_from_a_c
     assert out[1] == f"[(0, {events})] {devices}" and devices[0][0] >= 1
 
 
+def test_the_first_page_imports_no_pandas_and_draws_what_arrow_gives(run_dir):
+    """The first timeline's Arrow -> NumPy conversions imported pandas (0.5 s of CPU before the first page, pyarrow's
+    to_numpy of any type): they read the arrays' buffers or values instead, and give what to_numpy gives."""
+    import subprocess
+    import sys
+
+    import numpy as np
+    import pyarrow as pa
+
+    from neuron_explorer.dashboard import timeline
+
+    code = ("import sys; from neuron_explorer.dashboard import app, runs; rs = runs.RunSet([sys.argv[1]]); "
+            "view, fig, status = app.first_view(rs); print('pandas' in sys.modules, len(fig['data']) > 0)")
+    out = subprocess.run([sys.executable, "-c", code, str(run_dir)], capture_output=True, text=True, timeout=300, check=True).stdout
+    assert out.split("\n")[0] == "False True"
+    cols = [pa.chunked_array([[5, 6, 7], [8]], pa.int64()).slice(1), pa.chunked_array([[1, None, 3]], pa.int32()),
+            pa.chunked_array([["kernel", None], ["cpu_op"]]), pa.chunked_array([[0.5, 1.5]]), pa.chunked_array([], pa.int64())]
+    for col in cols:
+        got, want = timeline._numpy(col), col.to_numpy()
+        assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=got.dtype.kind == "f"), (col, got, want)
+    tbl = pa.table({"part": [0, 1, 0, 2, 1] * 3})
+    assert tbl.filter(timeline._mask(np.array([0, 1, 0, 2, 1] * 3) == 1))["part"].to_pylist() == [1] * 6
+
+
 def test_a_run_opened_before_serves_the_same_page_built_after_the_server_answers(tmp_path):
     """At the first open the first timeline is computed while the server imports Dash; a run opened before has its
     lanes and longest events stored (first_timelines_stored), so `neuron-explorer dashboard` builds the page once it
