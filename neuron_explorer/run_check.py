@@ -250,10 +250,12 @@ def _record(run_dir: Path, files: list[tuple[str, int, int]]) -> None:
             pass
 
 
-def check_partitions(run_dir: Path) -> None:
+def check_partitions(run_dir: Path) -> dict[str, list[tuple[str, int, int]]]:
     """Every rank partition of the run checked (footers not seen before in this process, by path,
     size and mtime, nor recorded as good beside the run, read by a few threads: pyarrow reads them
-    without the GIL); InputError naming the first bad file (in path order) and what is wrong."""
+    without the GIL); InputError naming the first bad file (in path order) and what is wrong.
+    Returns the files it checked (`rank_files`), which the opening of the run uses again rather
+    than list the run's folders once more (40-60 ms on 256 ranks)."""
     import os
     from concurrent.futures import ThreadPoolExecutor
 
@@ -270,7 +272,7 @@ def check_partitions(run_dir: Path) -> None:
     if not todo:
         if every and not recorded.issuperset(every):
             _record(run_dir, every)  # good in this process's memory, not yet beside the run
-        return
+        return files
     if len(todo) == 1:
         problems = [partition_problem(todo[0][1], todo[0][2])]
     else:
@@ -284,3 +286,4 @@ def check_partitions(run_dir: Path) -> None:
             _CHECKED.clear()
         _CHECKED.update(dict.fromkeys(key for key, _, _ in todo))
     _record(run_dir, every)
+    return files

@@ -26,6 +26,7 @@ import errno
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 import shutil
@@ -440,6 +441,12 @@ def _refuse_replacing_inputs(tmp: Path, final: Path) -> None:
 
 
 def read_manifest(run_dir: Path | str) -> dict:
+    return _read_manifest(run_dir)[0]
+
+
+def _read_manifest(run_dir: Path | str) -> tuple[dict, dict[str, list[tuple[str, int, int]]]]:
+    """The run's manifest, checked, with its rank partitions checked too, and the listing of
+    those partitions (run_check.rank_files) that open_run keeps on the Run."""
     p = Path(run_dir) / MANIFEST
     if not Path(run_dir).exists():
         uri = re.match(r"^([A-Za-z][A-Za-z0-9+.-]+):/+(.*)$", str(run_dir))  # a Path folds a URI's '//'
@@ -453,7 +460,11 @@ def read_manifest(run_dir: Path | str) -> dict:
             raise folder_of_runs(run_dir, runs)
         raise InputError(run_dir, "not a run directory (no manifest.json)")
     try:
-        manifest = json.loads(p.read_bytes())
+        data = p.read_bytes()
+        try:  # msgspec: a 256-rank run's manifest (3 MB, mostly the trace's metadata events) in 40% less CPU than json.loads
+            manifest = msgspec.json.decode(data)
+        except msgspec.MsgspecError:
+            manifest = json.loads(data)  # NaN or Infinity (a manifest written by Python's json), or the error to show
     except (OSError, ValueError) as e:
         raise InputError(p, f"unreadable manifest ({e})") from None
     version = manifest.get("format_version") if isinstance(manifest, dict) else None
@@ -463,8 +474,7 @@ def read_manifest(run_dir: Path | str) -> dict:
     problem = run_check.manifest_problem(manifest)
     if problem:
         raise InputError(p, problem)
-    run_check.check_partitions(Path(run_dir))
-    return manifest
+    return manifest, run_check.check_partitions(Path(run_dir))
 
 
 @dataclass
@@ -477,6 +487,10 @@ class Run:
     view_ranks: list[int] | None = None  # the ranks the views read (None: every rank)
     # rows of per-rank queries computed once for a batch of ranks, by query name then rank (analyzers/rank_rows.py)
     prepared: dict = field(default_factory=dict, repr=False, compare=False)
+    # the rank partition files when the run was opened (run_check.rank_files; None: not listed):
+    # listed once per open, for the check, the views and derived_key (each listing 40-60 ms on 256 ranks).
+    # A run re-imported or re-recorded while it is open is seen by opening it again.
+    listed: dict | None = field(default=None, repr=False, compare=False)
 
     @property
     def ranks(self) -> list[int]:
@@ -503,7 +517,7 @@ class Run:
     def with_ranks(self, ranks, con: duckdb.DuckDBPyConnection | None = None) -> Run:
         """The same run with views over only `ranks`, on `con` (a new connection when None).
         Queries and evidence SQL read the same; `rank = N` filters then scan one partition."""
-        run = Run(self.path, self.manifest, con if con is not None else new_connection())
+        run = Run(self.path, self.manifest, con if con is not None else new_connection(), listed=self.listed)
         create_views(run, ranks)
         return run
 
@@ -522,7 +536,7 @@ def derived_key(run: Run, computation: str) -> str:
     computes it, gives another key."""
     parts = []
     if run.view_ranks is None:
-        listed = run_check.rank_files(run.path)
+        listed = run.listed if run.listed is not None else run_check.rank_files(run.path)
         cut = len(str(run.path)) + 1
         parts = [(p[cut:].replace(os.sep, "/"), size, mtime) for fs in listed.values() for p, size, mtime in fs]
         parts.sort(key=lambda x: tuple(x[0].split("/")))  # Path order (by folder, then file), as before
@@ -626,10 +640,10 @@ def open_run(path: Path | str, con: duckdb.DuckDBPyConnection | None = None, *, 
     partitions (`rank=<r>/`): per-rank work then costs what that rank holds, not the whole run.
     """
     run_dir = resolve_run(path)
-    manifest = read_manifest(run_dir)
+    manifest, listed = _read_manifest(run_dir)
     if con is None:
         con = new_connection()
-    run = Run(run_dir, manifest, con)
+    run = Run(run_dir, manifest, con, listed=listed)
     create_views(run, ranks)
     return run
 
@@ -710,7 +724,7 @@ def create_views(run: Run, ranks=None) -> None:
     run_dir, manifest, con = run.path, run.manifest, run.con
     subset = None if ranks is None else sorted({int(r) for r in ranks})
     files, layout = {}, {}
-    listed = run_check.rank_files(run_dir) if subset is None else {}
+    listed = {} if subset is not None else run.listed if run.listed is not None else run_check.rank_files(run_dir)
     for spec in schema.RANK_TABLES:
         if subset is None:
             fs = sorted(p for p, _, _ in listed.get(spec.file, []))
@@ -750,9 +764,10 @@ _VIEW_STATE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def _manifest_views(run_dir: Path, manifest: dict, con: duckdb.DuckDBPyConnection) -> None:
     """The views that do not depend on which ranks' files are read: `schema_fields`, `steps` (over
-    `events`), and `ranks` and `devices` (the manifest's, keeping the ranks `nx_views()` names)."""
-    import pyarrow as pa
-
+    `events`), and `ranks` and `devices` (the manifest's, keeping the ranks `nx_views()` names).
+    The manifest's rows go in as SQL values, not Arrow arrays: the first `pa.array` of a process
+    imports pandas (pyarrow checks every input against pandas' types), 0.45 s of CPU that a
+    dashboard paid here, before it could answer its first request."""
     con.execute(f"CREATE OR REPLACE VIEW schema_fields AS SELECT * FROM read_parquet({sql_file_literal(run_dir / schema.SCHEMA_FIELDS.file)})"
                 if (run_dir / schema.SCHEMA_FIELDS.file).exists() else
                 "CREATE OR REPLACE VIEW schema_fields AS SELECT NULL::VARCHAR AS table_name WHERE false")
@@ -761,25 +776,29 @@ def _manifest_views(run_dir: Path, manifest: dict, con: duckdb.DuckDBPyConnectio
         "min(event_id) AS event_id FROM events WHERE kind = 'step' GROUP BY rank, step"
     )
     entries = manifest.get("ranks", [])
-    rank_rows = pa.table({
-        "rank": pa.array([int(r.get("rank", 0)) for r in entries], pa.int32()),
-        "world_size": pa.array([r.get("world_size") for r in entries], pa.int64()),
-        "events": pa.array([int(r.get("events", 0)) for r in entries], pa.int64()),
-        "source": pa.array([r.get("source") for r in entries], pa.string()),
-    })
-    dev_rows = {"rank": [], "device": [], "name": [], "properties": []}
-    for r in entries:
-        for d in r.get("device_properties") or []:
-            dev_rows["rank"].append(int(r.get("rank", 0)))
-            dev_rows["device"].append(d.get("id"))
-            dev_rows["name"].append(d.get("name"))
-            dev_rows["properties"].append(json.dumps(d))
-    devices = pa.table({"rank": pa.array(dev_rows["rank"], pa.int32()), "device": pa.array(dev_rows["device"], pa.int64()),
-                        "name": pa.array(dev_rows["name"], pa.string()), "properties": pa.array(dev_rows["properties"], pa.string())})
-    con.register("_ranks_arrow", rank_rows)
-    con.register("_devices_arrow", devices)
-    con.execute("CREATE OR REPLACE VIEW ranks AS SELECT * FROM _ranks_arrow WHERE list_contains(nx_views().ranks, rank)")
-    con.execute("CREATE OR REPLACE VIEW devices AS SELECT * FROM _devices_arrow WHERE list_contains(nx_views().ranks, rank)")
+    rows_table(con, "_ranks_rows", ["rank INTEGER", "world_size BIGINT", "events BIGINT", "source VARCHAR"],
+                [(int(r.get("rank", 0)), r.get("world_size"), int(r.get("events", 0)), r.get("source")) for r in entries])
+    rows_table(con, "_devices_rows", ["rank INTEGER", "device BIGINT", "name VARCHAR", "properties VARCHAR"],
+                [(int(r.get("rank", 0)), d.get("id"), d.get("name"), json.dumps(d)) for r in entries for d in r.get("device_properties") or []])
+    con.execute("CREATE OR REPLACE VIEW ranks AS SELECT * FROM _ranks_rows WHERE list_contains(nx_views().ranks, rank)")
+    con.execute("CREATE OR REPLACE VIEW devices AS SELECT * FROM _devices_rows WHERE list_contains(nx_views().ranks, rank)")
+
+
+def rows_table(con: duckdb.DuckDBPyConnection, name: str, columns: list[str], rows: list[tuple]) -> None:
+    """Table `name` (`columns`: "name TYPE") of the connection's database holding `rows` of Python
+    values (None, bool, int, float, str), inserted as SQL literals in one statement. A table, not a
+    registered object: the connection's cursors (store.cursor) see it too."""
+    def literal(v) -> str:
+        if v is None:
+            return "NULL"
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int) or isinstance(v, float) and math.isfinite(v):
+            return repr(v)
+        return "NULL" if isinstance(v, float) else sql_literal(str(v))
+    con.execute(f"CREATE OR REPLACE TABLE {name} ({', '.join(columns)})")
+    if rows:
+        con.execute(f"INSERT INTO {name} VALUES " + ", ".join("(" + ", ".join(literal(v) for v in row) + ")" for row in rows))
 
 
 def manifest_steps(run: Run) -> list[tuple[int, int, int, int, int]] | None:

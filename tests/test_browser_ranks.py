@@ -40,6 +40,22 @@ def server(tmp_path_factory):
     rs.close()
 
 
+def test_the_timeline_is_painted_before_the_heatmap_is_drawn(server, browser):
+    """The first rank's timeline is what the page is opened for: the heatmap waits for its paint."""
+    drv = browser
+    # from the document's start, the moment the heatmap's plot first has an svg
+    added = drv.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """(function seen() {
+        if (document.querySelector('#rank-heatmap .main-svg')) { window.nxHeatmapAt = performance.now(); return; }
+        requestAnimationFrame(seen); })();"""})
+    try:
+        drv.get(server)
+        heat_at = wait_for(drv, "return window.nxHeatmapAt", what="heatmap drawn")
+        painted_at = wait_for(drv, "return window.nxTimeline && window.nxTimeline.paintedAt", what="timeline painted")
+    finally:
+        drv.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": added["identifier"]})
+    assert painted_at < heat_at, (painted_at, heat_at)
+
+
 def test_a_heatmap_cell_opens_that_ranks_timeline_at_that_step(server, browser):
     drv = browser
     drv.get(server)

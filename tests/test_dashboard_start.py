@@ -504,3 +504,149 @@ def test_the_page_loads_our_plotly_bundle_which_has_every_trace_type_the_dashboa
         m.lower() for m in re.findall(r"go\.(Bar|Heatmap|Scatter|Icicle|Pie|Box)\(", src)}
     assert used >= {"scatter", "bar", "heatmap", "icicle"}, used
     assert {u.encode() for u in used} <= registered, (used, registered)
+
+
+def test_the_first_timeline_is_computed_once_by_both_warm_ups_and_gives_the_same_page(run_dir, monkeypatch):
+    """`serve` starts a warm-up of the first timeline before its imports (dashboard._first_timelines), and the page's
+    build (app.warm → first_view) asks for the same window: the second waits for the first's arrays instead of
+    computing them again beside it on the same cores. The page is the one timeline_figure draws on its own."""
+    from neuron_explorer.dashboard import _first_timelines, timeline
+
+    calls = []
+    real = timeline.timeline_arrays
+
+    def counted(*a, **k):
+        calls.append(k)
+        return real(*a, **k)
+
+    monkeypatch.setattr(timeline, "timeline_arrays", counted)
+    monkeypatch.setattr(dash_app, "timeline_arrays", counted)
+    rs = RunSet([run_dir])
+    try:
+        early = threading.Thread(target=_first_timelines, args=(rs,))
+        early.start()
+        dash_app.warm(rs)
+        early.join()
+        view, fig, status = dash_app.first_view(rs)
+        assert len(calls) == 1 and calls[0]["flanks"]  # one computation of the first view's window, with its flanks
+        again = dash_app.timeline_figure(rs, view, dash_app.DEFAULT_WIDTH, None)  # computed on its own
+        assert json.dumps(again, sort_keys=True, default=str) == json.dumps((fig, status), sort_keys=True, default=str)
+    finally:
+        rs.close()
+
+
+def test_opening_a_run_lists_its_partitions_once_and_keeps_its_stored_tables(tmp_path, monkeypatch):
+    """The check of the partitions, the views and the stored tables' keys each listed the run's folders (40-60 ms
+    apiece on 256 ranks, before the first page): now once per open. The stored tables' keys are the same as from a
+    listing of their own, so the lanes stored at a first open are read at the next one, and not when the run changed."""
+    from neuron_explorer import run_check, store
+
+    run_dir = import_traces(TRACE, tmp_path / "run").run_dir
+    listings = []
+    real = run_check.rank_files
+    monkeypatch.setattr(run_check, "rank_files", lambda d: listings.append(d) or real(d))
+    rs = RunSet([run_dir])
+    try:
+        dash_app.first_view(rs)
+        run = rs.get(0).run
+        assert len(listings) == 1
+        key = store.derived_key(run, "some computation")
+        assert key == store.derived_key(store.Run(run.path, run.manifest, run.con), "some computation")  # listed again
+    finally:
+        rs.close()
+    assert rs.get(0).timeline_stored(None)
+    (run_dir / "rank=0" / "events.parquet").touch()
+    with store.open_run(run_dir) as again:
+        assert store.derived_key(again, "some computation") != key
+
+
+def test_opening_a_run_imports_no_pandas_and_its_ranks_and_devices_read_from_a_cursor(run_dir):
+    """pyarrow imports pandas at its first array (0.45 s of CPU), which a dashboard paid before it answered its first
+    request: the run's `ranks` and `devices` views are made from SQL values instead, as tables that the connection's
+    cursors read too (a registered Arrow table is seen by its own connection only)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from neuron_explorer import store; r = store.open_run(sys.argv[1]); "
+            "print('pandas' in sys.modules); cur = store.cursor(r.con); "
+            "print(cur.execute('SELECT rank, events FROM ranks').fetchall(), cur.execute('SELECT count(*), min(name) FROM devices').fetchall())")
+    out = subprocess.run([sys.executable, "-c", code, str(run_dir)], capture_output=True, text=True, timeout=120, check=True).stdout.split("\n")
+    assert out[0] == "False"
+    from neuron_explorer.store import open_run
+
+    with open_run(run_dir) as r:
+        events = r.con.execute("SELECT count(*) FROM events").fetchone()[0]
+        devices = r.con.execute("SELECT count(*), min(name) FROM devices").fetchall()
+    assert out[1] == f"[(0, {events})] {devices}" and devices[0][0] >= 1
+
+
+def test_the_first_page_imports_no_pandas_and_draws_what_arrow_gives(run_dir):
+    """The first timeline's Arrow -> NumPy conversions imported pandas (0.5 s of CPU before the first page, pyarrow's
+    to_numpy of any type): they read the arrays' buffers or values instead, and give what to_numpy gives."""
+    import subprocess
+    import sys
+
+    import numpy as np
+    import pyarrow as pa
+
+    from neuron_explorer.dashboard import timeline
+
+    code = ("import sys; from neuron_explorer.dashboard import app, runs; rs = runs.RunSet([sys.argv[1]]); "
+            "view, fig, status = app.first_view(rs); print('pandas' in sys.modules, len(fig['data']) > 0)")
+    out = subprocess.run([sys.executable, "-c", code, str(run_dir)], capture_output=True, text=True, timeout=300, check=True).stdout
+    assert out.split("\n")[0] == "False True"
+    cols = [pa.chunked_array([[5, 6, 7], [8]], pa.int64()).slice(1), pa.chunked_array([[1, None, 3]], pa.int32()),
+            pa.chunked_array([["kernel", None], ["cpu_op"]]), pa.chunked_array([[0.5, 1.5]]), pa.chunked_array([], pa.int64())]
+    for col in cols:
+        got, want = timeline._numpy(col), col.to_numpy()
+        assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=got.dtype.kind == "f"), (col, got, want)
+    tbl = pa.table({"part": [0, 1, 0, 2, 1] * 3})
+    assert tbl.filter(timeline._mask(np.array([0, 1, 0, 2, 1] * 3) == 1))["part"].to_pylist() == [1] * 6
+
+
+def test_a_run_opened_before_serves_the_same_page_built_after_the_server_answers(tmp_path):
+    """At the first open the first timeline is computed while the server imports Dash; a run opened before has its
+    lanes and longest events stored (first_timelines_stored), so `neuron-explorer dashboard` builds the page once it
+    answers (app.serve(warm_first=False)): the page it serves is the one the first open served."""
+    import socket
+    import subprocess
+    import sys
+    import urllib.request
+
+    from neuron_explorer.dashboard import first_timelines_stored
+
+    run = import_traces(TRACE, tmp_path / "run").run_dir
+    rs = RunSet([run])
+    try:
+        assert not first_timelines_stored(rs)  # nothing stored yet: the first open computes them early
+        first = dash_app.create_app(rs).server.test_client().get("/_dash-layout").get_data()  # computed, and stored beside the run
+    finally:
+        rs.close()
+    rs = RunSet([run])
+    try:
+        assert first_timelines_stored(rs)
+    finally:
+        rs.close()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "neuron_explorer", "dashboard", str(run), "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait(lambda: proc.poll() is None and _answers(f"http://127.0.0.1:{port}/"), timeout=120)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_dash-layout", timeout=120) as resp:
+            again = resp.read()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert b'"timeline"' in first and again == first
+
+
+def _answers(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status == 200
+    except OSError:
+        return False

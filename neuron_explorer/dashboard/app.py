@@ -19,7 +19,7 @@ from . import lane_groups, queries, ranks_view
 from .api import register as register_api
 from .figure import build_figure
 from .runs import RunSet
-from .timeline import timeline_arrays
+from .timeline import FIRST_WIDTH_PX, first_timeline, timeline_arrays
 from .ui import compare_view, flame, memory, overview, sql
 from .ui.guard import CallbackInputError, guard
 from .ui.panels import TAB_LABELS, TABS, detail_panel, drawer_class, finding_clicked, findings_for, findings_note, findings_table, tables_for  # noqa: F401  (callback bodies)
@@ -29,7 +29,7 @@ from .views import sql as sql_view
 from .views.events import briefs, event_span
 from .views.findings import analyse, analysis_state, start_analysis
 
-DEFAULT_WIDTH = 1500
+DEFAULT_WIDTH = FIRST_WIDTH_PX
 PLOTLY_JS = "plotly-nx.min.js"
 """The page's plotly.js (assets/): the core (scatter), bar, heatmap and icicle, the trace types the
 dashboard draws; built by scripts/plotly/build.sh."""
@@ -130,21 +130,23 @@ def whole_view(rs: RunSet, run, rank, all_lanes: bool = False) -> dict:
 
 
 def timeline_figure(rs: RunSet, view: dict, width, selected_event: int | None, color_by: str = "name", all_lanes: bool = False,
-                    critical: bool = False, collapsed=None, python_band: bool = True, tool_frames: bool = False):
+                    critical: bool = False, collapsed=None, python_band: bool = True, tool_frames: bool = False, arrays: dict | None = None):
     """(figure, status text) for a window (and its flanks' buckets, timeline.timeline_arrays), with the selected event outlined, its flows drawn and
     the current finding's events (or the instances of the table row the view jumped to)
     highlighted; slices coloured by "name" or "kind"; meta lanes shown only with `all_lanes`;
     with `critical`, the critical path of the step in view outlined; the lanes of the `collapsed`
     groups (lane_groups.group_key) drawn on one row each; with `python_band`, each thread's Python
     frames folded onto one band (runs.BAND_ROW_SQL), else nested by depth, the tool's own frames
-    (CLI, runpy: vocab.TOOL_FRAME_PATTERN) left out unless `tool_frames`."""
+    (CLI, runpy: vocab.TOOL_FRAME_PATTERN) left out unless `tool_frames`. `arrays`: the window's
+    timeline_arrays already computed (the first view's, timeline.first_timeline)."""
     if not isinstance(view, dict):
         raise CallbackInputError("no view")
     r_ = rs.get(view.get("run"))
     r_.python_band, r_.show_tool_frames = bool(python_band), bool(tool_frames)  # the run's layout: what every later lookup of a row uses
     px = max(200, min(_as_int(width or DEFAULT_WIDTH, "width"), 4000))
-    tl = timeline_arrays(rs, run=view.get("run"), t0=view.get("t0"), t1=view.get("t1"), width=px, rank=view.get("rank"),
-                         all_lanes=bool(all_lanes), flanks=True)  # a pan shows the flanks' buckets at once (assets/timeline_keys.js)
+    tl = arrays if arrays is not None else timeline_arrays(
+        rs, run=view.get("run"), t0=view.get("t0"), t1=view.get("t1"), width=px, rank=view.get("rank"), all_lanes=bool(all_lanes),
+        flanks=True)  # a pan shows the flanks' buckets at once (assets/timeline_keys.js)
     highlight, flows, selected = [], [], None
     if view.get("finding") is not None:
         f = queries.findings(rs, run=tl["run"])["rows"][int(view["finding"])]
@@ -593,7 +595,9 @@ def first_view(rs: RunSet) -> tuple[dict, object, str]:
     other waits for it)."""
     def compute():
         view = view_for(rs, None, 0, ranks_view.first_rank(rs, 0), None, None, None)
-        return (view, *timeline_figure(rs, view, DEFAULT_WIDTH, None))
+        tl = first_timeline(rs, 0, view["rank"], DEFAULT_WIDTH)  # what the warm-up thread computed (or is computing) at start
+        same = (tl["run"], tl["rank"], tl["t0"], tl["t1"], tl["all_lanes"]) == (view["run"], view["rank"], view["t0"], view["t1"], False)
+        return (view, *timeline_figure(rs, view, DEFAULT_WIDTH, None, arrays=tl if same else None))
     return rs.runs[0].cached(("first_view", DEFAULT_WIDTH), compute)
 
 
@@ -728,8 +732,7 @@ def warm(rs: RunSet) -> None:
     other runs' first views (their per-run caches), so that the page and a change of run are quick."""
     page_layout(rs)  # its first view's queries run before it imports Dash (serve imports it meanwhile)
     for r in rs.runs[1:]:
-        first = ranks_view.first_rank(rs, r.index)
-        timeline_arrays(rs, run=r.index, width=DEFAULT_WIDTH, **({} if first == "all" else {"rank": first}))
+        first_timeline(rs, r.index, ranks_view.first_rank(rs, r.index), DEFAULT_WIDTH)
 
 
 ANALYSIS_WAIT_S = 10.0
@@ -764,13 +767,18 @@ def start(rs: RunSet, wait_s: float | None = None) -> threading.Thread:
     return t
 
 
-def serve(paths, host: str = "127.0.0.1", port: int = 8050, *, echo=print, debug: bool = False) -> None:
+def serve(paths, host: str = "127.0.0.1", port: int = 8050, *, echo=print, debug: bool = False, warm_first: bool = True) -> None:
     """Open the runs (a bad path raises InputError before any server starts; or take an open
     RunSet), print the URL, serve at once: the page and the analysis are computed in the
-    background (`start`)."""
+    background (`start`): started before the app is made (`warm_first`: the first view's queries
+    run while Dash is imported), or just before it serves (the first view is read from what the
+    run stores: dashboard.serve)."""
     rs = paths if isinstance(paths, RunSet) else RunSet(paths)
-    start(rs)  # before create_app: the first view's queries run while Dash is imported
+    if warm_first:
+        start(rs)
     app = create_app(rs)
+    if not warm_first:
+        start(rs)
     echo(f"Neuron Explorer dashboard: http://{host}:{port}/  (serving {len(rs.runs)} run(s); Ctrl+C to stop)")
     try:
         app.run(host=host, port=port, debug=debug, use_reloader=False)

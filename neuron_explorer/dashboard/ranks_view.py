@@ -8,6 +8,12 @@ store.manifest_steps, so that the first page scans no rank's events for it); `he
 draws it; `cell_view` is the click's callback body (plain functions, tested without a browser);
 `register` wires them into the app.
 
+The heatmap is drawn once the first timeline is painted (the "painted" store, set by
+assets/timeline_keys.js, as the Overview waits for it): the page's layout holds the card, its
+caption and a space of the heatmap's height, and the graph comes after. Drawn from the layout, a
+256-rank heatmap took the browser's frames before the timeline's, and the server computed it
+before it could send the first page.
+
 The click sets the view (that rank, that step's window) and the rank picker, and keeps the
 target in the `rank-jump` store; the picker's own callback (app.py) asks `keeps_view` and keeps
 that view instead of resetting to the whole run.
@@ -74,10 +80,15 @@ def heatmap_figure(rs: RunSet, run) -> dict | None:
     heat = {"type": "heatmap", "z": g["ms"], "x": g["steps"], "y": g["ranks"], "colorscale": "Viridis",
             "colorbar": {"title": {"text": "ms"}}, "hovertemplate": "rank %{y} · step %{x}<br>%{z:,.2f} ms<extra></extra>",
             "xgap": 1 if len(g["steps"]) < 200 else 0}
-    layout = {"height": min(560, 180 + 2 * len(g["ranks"])), "margin": {"l": 60, "r": 20, "t": 10, "b": 40},
+    layout = {"height": heatmap_height(len(g["ranks"])), "margin": {"l": 60, "r": 20, "t": 10, "b": 40},
               "xaxis": {"title": {"text": "step"}, "type": "category" if len(g["steps"]) <= 60 else "linear"},
               "yaxis": {"title": {"text": "rank"}, "autorange": "reversed"}, "plot_bgcolor": "#FFF"}
     return {"data": [heat], "layout": layout}
+
+
+def heatmap_height(ranks: int) -> int:
+    """The heatmap's height in pixels for `ranks` rows (the space the first page keeps for it)."""
+    return min(560, 180 + 2 * ranks)
 
 
 def cell_view(rs: RunSet, run, click) -> dict:
@@ -97,24 +108,32 @@ def cell_view(rs: RunSet, run, click) -> dict:
 
 
 def layout(rs: RunSet, run=0):
+    """The heatmap card of the first page: for a many-rank run its caption and a space of the
+    heatmap's height (the graph is drawn after the timeline: `register`); hidden otherwise."""
     from dash import dcc, html
 
-    fig = heatmap_figure(rs, run)
-    return html.Div([html.Div(_heatmap_body(fig), id="rank-heatmap-body"), dcc.Store(id="rank-jump")],
-                    id="rank-heatmap-card", className="nx-card", style=None if fig is not None else {"display": "none"})
+    many = is_many(rs, run)
+    body = _heatmap_caption() + [html.Div(style={"height": f"{heatmap_height(len(rs.get(run).run.ranks))}px"})] if many else []
+    return html.Div([html.Div(body, id="rank-heatmap-body"), dcc.Store(id="rank-jump")],
+                    id="rank-heatmap-card", className="nx-card", style=None if many else {"display": "none"})
+
+
+def _heatmap_caption() -> list:
+    from dash import html
+
+    return [html.Div("step time per rank: click a cell to open that rank's timeline at that step", className="nx-muted")]
 
 
 def _heatmap_body(fig) -> list:
     """The heatmap card's caption and graph; nothing for a run with few ranks (no hidden graph for the
     browser to draw)."""
-    from dash import dcc, html
+    from dash import dcc
 
     from .ui.theme import GRAPH_CONFIG
 
     if fig is None:
         return []
-    return [html.Div("step time per rank: click a cell to open that rank's timeline at that step", className="nx-muted"),
-            dcc.Graph(id="rank-heatmap", figure=fig, config=GRAPH_CONFIG)]
+    return _heatmap_caption() + [dcc.Graph(id="rank-heatmap", figure=fig, config=GRAPH_CONFIG)]
 
 
 def register(app, rs: RunSet) -> None:
@@ -122,9 +141,10 @@ def register(app, rs: RunSet) -> None:
 
     from ..errors import NeuronExplorerError
 
+    # drawn once the first timeline is painted ("painted"), and again for another run
     @app.callback(Output("rank-heatmap-body", "children"), Output("rank-heatmap-card", "style"), Input("run-select", "value"),
-                  prevent_initial_call=True)
-    def _heatmap(run):
+                  Input("painted", "data"), prevent_initial_call=True)
+    def _heatmap(run, _painted):
         fig = heatmap_figure(rs, run)
         return _heatmap_body(fig), (None if fig is not None else {"display": "none"})
 

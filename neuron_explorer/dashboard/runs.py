@@ -347,6 +347,24 @@ class OpenRun:
                 store.write_derived(self.run, table, variant, key, tbl)
         return tbl.select(table.column_names).cast(table.arrow_schema())
 
+    def timeline_stored(self, rank: int | None) -> bool:
+        """Whether RUN/derived/ holds the lanes and the longest events that a timeline of `rank` (None:
+        every rank) reads, from an earlier open (the pyramid, for a run that has one, is stored with
+        them): their files are there (not checked: one computed from an older state of the run is
+        computed again when it is read). Then the first timeline is a few reads, not scans of the events."""
+        import os
+
+        if rank is None or self.run.view_ranks is not None or len(self.run.ranks) <= SCOPED_RANKS:
+            scope = self.scope
+        else:
+            scope = f"rank{int(rank)}"  # of_rank's
+        try:
+            names = os.listdir(self.path / schema.DERIVED_DIR)
+        except OSError:
+            return False
+        return all(any(n.startswith(f"{t.file.removesuffix('.parquet')}.{scope}-") for n in names)
+                   for t in (schema.TIMELINE_LANES, schema.TIMELINE_LONG_EVENTS))
+
     def of_rank(self, rank: int) -> OpenRun:
         """This run seen through views over one rank's partition (`Run.with_ranks`), with its own
         connection and cached facts (longest events, lanes, span, steps: that rank's): what one

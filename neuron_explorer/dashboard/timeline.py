@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.compute  # noqa: F401  (Table.filter)
 
+from .. import store
 from . import runs as _runs
 from .runs import HIDDEN_LANE_SQL, LANE_SQL, MAX_DEPTH_ROWS, SCOPED_RANKS, OpenRun, QueryError, RunSet, drawn_for, row_sql
 from .runs import parse_int as _int
@@ -44,6 +45,8 @@ EXACT_CAP = 6000
 MIN_EXACT_PX = 2.0
 """When aggregating, only events at least this many pixels wide are sent as exact slices."""
 MAX_WIDTH_PX = 4000
+FIRST_WIDTH_PX = 1500
+"""The width the page's first timeline is computed for (before the browser says its own)."""
 PYRAMID_BUCKETS = 1 << 16
 """Fine time buckets over the whole run in the pre-aggregated pyramid (see _pyramid)."""
 PYRAMID_PX_FACTOR = 8
@@ -95,27 +98,17 @@ def parse_rank(r: OpenRun, rank) -> int | None:
 
 
 def _lanes_table(r: OpenRun, rank: int | None, all_lanes: bool = True) -> str:
-    """Name of a registered table mapping lane identity to its first y row (registered once).
+    """Name of a table of the run's connection mapping lane identity to its first y row (made
+    once; from SQL values, store.rows_table: no pyarrow array, whose first one imports pandas).
     Without `all_lanes` it holds only the lanes shown by default: the join drops the others."""
-    import pyarrow as pa
-
     band, tool_hidden = r.layout
     name = f"_nx_lanes_{'all' if rank is None else rank}{'' if all_lanes else '_shown'}{'_band' if band else ''}{'_mine' if tool_hidden else ''}"
 
     def compute():
-        lanes = r.lanes(rank, all_lanes)
-        tbl = pa.table({
-            "l_rank": pa.array([ln.rank for ln in lanes], pa.int32()),
-            "l_dev": pa.array([ln.is_device for ln in lanes], pa.bool_()),
-            "l_a": pa.array([ln.a for ln in lanes], pa.int64()),
-            "l_b": pa.array([ln.b for ln in lanes], pa.int64()),
-            "l_text": pa.array([ln.text for ln in lanes], pa.string()),
-            "l_y0": pa.array([ln.y0 for ln in lanes], pa.int64()),
-            "l_rows": pa.array([ln.rows for ln in lanes], pa.int64()),
-            "l_skip": pa.array([ln.skip for ln in lanes], pa.int64()),
-        })
+        rows = [(ln.rank, ln.is_device, ln.a, ln.b, ln.text, ln.y0, ln.rows, ln.skip) for ln in r.lanes(rank, all_lanes)]
         with r.lock:
-            r.run.con.register(name, tbl)
+            store.rows_table(r.run.con, name, ["l_rank INTEGER", "l_dev BOOLEAN", "l_a BIGINT", "l_b BIGINT", "l_text VARCHAR",
+                                               "l_y0 BIGINT", "l_rows BIGINT", "l_skip BIGINT"], rows)
         return name
     return r.cached(("lanes_tbl", rank, bool(all_lanes), band, tool_hidden), compute)
 
@@ -163,6 +156,33 @@ def _shown_sql(r: OpenRun, rank: int | None, all_lanes: bool) -> str:
     return f"NOT {HIDDEN_LANE_SQL}"
 
 
+_NUMPY_TYPES = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64, pa.uint8(): np.uint8,
+                pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.uint64(): np.uint64, pa.float32(): np.float32, pa.float64(): np.float64}
+
+
+def _numpy(col) -> np.ndarray:
+    """An Arrow column as NumPy, what `to_numpy(zero_copy_only=False)` gives, without pandas: pyarrow imports pandas
+    at a process's first `to_numpy` of any type (0.5 s of CPU, on the first page's path). Numbers without nulls are
+    read from their buffers; the rest (strings, nulls: NaN) from their Python values."""
+    dtype = _NUMPY_TYPES.get(col.type)
+    parts = []
+    for ch in (col.chunks if isinstance(col, pa.ChunkedArray) else [col]):
+        if dtype is not None and ch.null_count == 0:
+            parts.append(np.frombuffer(ch.buffers()[1], dtype=dtype, count=len(ch), offset=ch.offset * np.dtype(dtype).itemsize))
+        elif dtype is not None:
+            parts.append(np.array([np.nan if v is None else v for v in ch.to_pylist()], dtype=np.float64))
+        else:
+            parts.append(np.array(ch.to_pylist(), dtype=object) if len(ch) else np.zeros(0, object))
+    if not parts:
+        return np.zeros(0, dtype or object)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _mask(keep: np.ndarray) -> pa.Array:
+    """A boolean NumPy array as an Arrow one for Table.filter (`pa.array` would import pandas: `_numpy`)."""
+    return pa.Array.from_buffers(pa.bool_(), len(keep), [None, pa.py_buffer(np.packbits(keep, bitorder="little"))])
+
+
 def _y_join(r: OpenRun, rank: int | None, inner: str, all_lanes: bool = True) -> str:
     """`inner` (a query with lane columns and `depth`: the event's row_sql) with each row's y row on the timeline."""
     lanes = _lanes_table(r, rank, all_lanes)
@@ -192,7 +212,7 @@ def timeline_arrays(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None, 
         lw, lp = _long_window(r, rank, t0, t1)
         top = r.arrow(f"WITH win AS ({lw}) " + _y_join(r, rank, f"SELECT * FROM win WHERE {shown} ORDER BY dur_ns DESC LIMIT ?", all_lanes),
                       lp + [EXACT_CAP + 1])
-        durs = top["dur_ns"].to_numpy(zero_copy_only=False)
+        durs = _numpy(top["dur_ns"])
         cutoff = max(int(durs.min()) if top.num_rows > EXACT_CAP else -1, min_exact)
     else:
         # The widest visible events first: when there are at most EXACT_CAP, that is all of them.
@@ -200,8 +220,8 @@ def timeline_arrays(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None, 
         if top.num_rows <= EXACT_CAP:
             cutoff = -1
         else:
-            cutoff = max(int(top["dur_ns"].to_numpy(zero_copy_only=False).min()), min_exact)
-    exact = top if cutoff < 0 else top.filter(pa.compute.greater(top["dur_ns"], cutoff))
+            cutoff = max(int(_numpy(top["dur_ns"]).min()), min_exact)
+    exact = top if cutoff < 0 else top.filter(_mask(_numpy(top["dur_ns"]) > cutoff))
     out = {
         "run": r.index, "rank": rank, "t0": t0, "t1": t1, "width": width, "bucket_ns": bucket,
         "run_start": whole.span()[0], "run_end": whole.span()[1], "visible_events": exact.num_rows,
@@ -209,24 +229,24 @@ def timeline_arrays(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None, 
         "hidden_lanes": len(r.lanes(rank, True)) - len(r.lanes(rank, all_lanes)),
         "mode": "exact" if cutoff < 0 else "aggregated",
     }
-    ts = exact["ts_ns"].to_numpy(zero_copy_only=False).astype(np.int64)
-    dur = exact["dur_ns"].to_numpy(zero_copy_only=False).astype(np.int64)
+    ts = _numpy(exact["ts_ns"]).astype(np.int64)
+    dur = _numpy(exact["dur_ns"]).astype(np.int64)
     start = np.maximum(ts, t0)
     end = np.minimum(ts + dur, t1)
     out["slices"] = {
         "x0": ((start - t0) / 1000.0).astype(np.float32),
         "x1": ((end - t0) / 1000.0).astype(np.float32),
-        "y": exact["y"].to_numpy(zero_copy_only=False).astype(np.int32),
-        "kind": exact["kind"].to_numpy(zero_copy_only=False).astype(object),
-        "name": exact["name"].to_numpy(zero_copy_only=False).astype(object),
-        "event_id": exact["event_id"].to_numpy(zero_copy_only=False).astype(np.int64),
+        "y": _numpy(exact["y"]).astype(np.int32),
+        "kind": _numpy(exact["kind"]).astype(object),
+        "name": _numpy(exact["name"]).astype(object),
+        "event_id": _numpy(exact["event_id"]).astype(np.int64),
         "dur_ns": dur,
     }
     parts = [(t0, t1, float(bucket), cutoff)] if cutoff >= 0 else []
     sides = _flank_parts(whole, t0, t1, float(bucket) * FLANK_PX) if flanks else []
     got = _aggregate_parts(r, rank, parts + sides, shown, all_lanes)
     if cutoff >= 0:
-        out["visible_events"] += int(pa.compute.sum(got[0]["events"]).as_py() or 0)
+        out["visible_events"] += int(_numpy(got[0]["events"]).astype(np.int64).sum())
         out["buckets"] = _bucket_arrays(got[0], float(bucket), 0.0)
     else:
         out["buckets"] = _bucket_arrays(None, float(bucket), 0.0)
@@ -236,6 +256,21 @@ def timeline_arrays(rs: RunSet, run=0, t0=None, t1=None, width=None, rank=None, 
     out["steps"] = steps_in_window(r, rank, t0, t1)
     out["memory"] = memory_track(r, rank, t0, t1, width)
     return out
+
+
+def first_timeline(rs: RunSet, run, rank: int | None, width: int = FIRST_WIDTH_PX) -> dict:
+    """`timeline_arrays` of a run's first view: the whole window of the lanes shown by default
+    (OpenRun.shown_span; of `rank` when given), with its flanks, `width` pixels wide. Computed once
+    per run, rank, width and layout (OpenRun.cached, single-flight): the warm-up thread the server
+    starts before its imports and the page's first view (app.first_view) ask for the same arrays,
+    and the second waits for the first instead of computing them again beside it."""
+    r = rs.get(run)
+    rank = parse_rank(r, rank)
+
+    def compute():
+        t0, t1 = r.shown_span(rank)
+        return timeline_arrays(rs, run=r.index, t0=t0, t1=t1 + 1, width=width, rank=rank, flanks=True)
+    return r.cached(("first_timeline", rank, int(width), r.layout), compute)
 
 
 BUCKET_FIELDS = ("x0", "x1", "y", "occupancy", "events", "kind", "event_id")
@@ -286,9 +321,9 @@ def _aggregate_parts(r: OpenRun, rank: int | None, parts: list[tuple[int, int, f
                       FROM win JOIN parts ON ts_ns < pb AND ts_ns + dur_ns >= pa AND dur_ns <= pcut
                       WHERE {shown} GROUP BY ALL""", all_lanes),
                 params)
-        k = tbl["part"].to_numpy(zero_copy_only=False)
+        k = _numpy(tbl["part"])
         for j, i in enumerate(idx):
-            out[i] = tbl.filter(pa.array(k == j))
+            out[i] = tbl.filter(_mask(k == j))
     return out
 
 
@@ -296,15 +331,15 @@ def _bucket_arrays(agg, b: float, shift_us: float) -> dict:
     """The `buckets` arrays of an _aggregate table (None: none), x offsets in µs moved by `shift_us`."""
     if agg is None or agg.num_rows == 0:
         return {k: np.zeros(0, np.float32) for k in BUCKET_FIELDS}
-    bk = agg["bucket"].to_numpy(zero_copy_only=False).astype(np.float64)
+    bk = _numpy(agg["bucket"]).astype(np.float64)
     return {
         "x0": (bk * b / 1000.0 + shift_us).astype(np.float32),
-        "x1": (np.maximum((bk + 1) * b, agg["end_offset"].to_numpy(zero_copy_only=False)) / 1000.0 + shift_us).astype(np.float32),
-        "y": agg["y"].to_numpy(zero_copy_only=False).astype(np.int32),
-        "occupancy": np.minimum(agg["occupancy"].to_numpy(zero_copy_only=False), 1.0).astype(np.float32),
-        "events": agg["events"].to_numpy(zero_copy_only=False).astype(np.int64),
-        "kind": agg["kind"].to_numpy(zero_copy_only=False).astype(object),
-        "event_id": agg["event_id"].to_numpy(zero_copy_only=False).astype(np.int64),
+        "x1": (np.maximum((bk + 1) * b, _numpy(agg["end_offset"])) / 1000.0 + shift_us).astype(np.float32),
+        "y": _numpy(agg["y"]).astype(np.int32),
+        "occupancy": np.minimum(_numpy(agg["occupancy"]), 1.0).astype(np.float32),
+        "events": _numpy(agg["events"]).astype(np.int64),
+        "kind": _numpy(agg["kind"]).astype(object),
+        "event_id": _numpy(agg["event_id"]).astype(np.int64),
     }
 
 
