@@ -492,6 +492,10 @@ class Run:
     # A run re-imported or re-recorded while it is open is seen by opening it again.
     listed: dict | None = field(default=None, repr=False, compare=False)
 
+    def rank_files(self) -> dict[str, list[tuple[str, int, int]]]:
+        """The run's rank partition files (run_check.rank_files): the listing made when it was opened, else a new one."""
+        return self.listed if self.listed is not None else run_check.rank_files(self.path)
+
     @property
     def ranks(self) -> list[int]:
         return sorted(r["rank"] for r in self.manifest.get("ranks", []))
@@ -536,7 +540,7 @@ def derived_key(run: Run, computation: str) -> str:
     computes it, gives another key."""
     parts = []
     if run.view_ranks is None:
-        listed = run.listed if run.listed is not None else run_check.rank_files(run.path)
+        listed = run.rank_files()
         cut = len(str(run.path)) + 1
         parts = [(p[cut:].replace(os.sep, "/"), size, mtime) for fs in listed.values() for p, size, mtime in fs]
         parts.sort(key=lambda x: tuple(x[0].split("/")))  # Path order (by folder, then file), as before
@@ -724,7 +728,7 @@ def create_views(run: Run, ranks=None) -> None:
     run_dir, manifest, con = run.path, run.manifest, run.con
     subset = None if ranks is None else sorted({int(r) for r in ranks})
     files, layout = {}, {}
-    listed = {} if subset is not None else run.listed if run.listed is not None else run_check.rank_files(run_dir)
+    listed = {} if subset is not None else run.rank_files()
     for spec in schema.RANK_TABLES:
         if subset is None:
             fs = sorted(p for p, _, _ in listed.get(spec.file, []))

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-import numpy as np
-
 from ..fmt import short_kernel_name
 from ..store import Run
 from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_SQL, charged_top_op, sql_literal
@@ -75,30 +73,6 @@ def _windows_many(run: Run, ranks: list[int]) -> dict[int, list[tuple[int | None
                                  "GROUP BY rank").fetchall():
             if lo is not None:
                 out[int(r)] = [(None, int(lo), int(hi))]
-    return out
-
-
-def unions(run: Run, rank: int) -> dict[int, dict[str, np.ndarray]]:
-    """Per device of the rank: the unions `compute`, `kernels` and `busy` (UNION_WHERES), sorted,
-    each an (n, 2) int64 array of (start, end)."""
-    return _unions_many(run, [rank]).get(int(rank), {})
-
-
-def _unions_many(run: Run, ranks: list[int]) -> dict[int, dict[int, dict[str, np.ndarray]]]:
-    """`unions` of every rank of `ranks` (those with device work), by one query per union grouped by
-    rank and device, read as arrays (no Python object per interval)."""
-    out: dict[int, dict[int, dict[str, np.ndarray]]] = {}
-    for key, where in UNION_WHERES.items():
-        sql = union_sql(f"{_in_ranks(ranks)} AND device IS NOT NULL AND {where}", ("rank", "device"))
-        got = run.sql(sql + " ORDER BY rank, device, start_ns").fetchnumpy()
-        rk = np.asarray(got["rank"], dtype=np.int64)
-        dev = np.asarray(got["device"], dtype=np.int64)
-        pairs = np.stack([np.asarray(got["start_ns"], dtype=np.int64), np.asarray(got["end_ns"], dtype=np.int64)], axis=1)
-        cuts = np.flatnonzero((np.diff(rk) != 0) | (np.diff(dev) != 0)) + 1
-        firsts = np.concatenate([[0], cuts]) if len(rk) else np.zeros(0, dtype=np.int64)
-        for i, part in zip(firsts.tolist(), np.split(pairs, cuts) if len(rk) else []):
-            per = out.setdefault(int(rk[i]), {}).setdefault(int(dev[i]), {k: np.zeros((0, 2), dtype=np.int64) for k in UNION_WHERES})
-            per[key] = part
     return out
 
 

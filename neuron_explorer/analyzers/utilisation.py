@@ -78,6 +78,14 @@ def args_named(run: Run, rank: int) -> bool:
     return kept[int(rank)]
 
 
+def rows_if_args_named(run: Run, query: RankQuery, rank: int) -> list:
+    """The rank's rows of `query`, a read of the operators' args (OPS, precision's TYPED): the rows a
+    batch prepared, else none where no operator's args name inputs or flops (`args_named`)."""
+    if prepared_rows(run, query, rank) is None and not args_named(run, rank):
+        return []
+    return rank_rows(run, query, rank)
+
+
 @dataclass
 class PeakSettings:
     """The peak table and the user's overrides in force for one analysis (see `peaks_in_force`)."""
@@ -173,7 +181,7 @@ def rank_work(run: Run, rank: int) -> RankWork:
 def _rank_work(run: Run, rank: int, settings: PeakSettings) -> RankWork:
     # only operators that can have work: flops.op_work estimates from the input shapes (a trace
     # recorded without record_shapes has none, and parsing every operator's args costs seconds)
-    rows = rank_rows(run, OPS, rank) if prepared_rows(run, OPS, rank) is not None or args_named(run, rank) else []
+    rows = rows_if_args_named(run, OPS, rank)
     ops, open_until = [], {}
     for i, (event_id, pid, tid, ts, dur, name, args, step, frame, pass_) in enumerate(rows):
         track = (pid, tid)

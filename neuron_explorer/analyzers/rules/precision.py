@@ -21,9 +21,9 @@ from .. import peaks as P
 from ..engine import Context, NotApplicable
 from ..metrics import rank_entry
 from ..model import Location
-from ..rank_rows import RankQuery, prepared_rows
+from ..rank_rows import RankQuery
 from ..rank_rows import rows as rank_rows
-from ..utilisation import args_named, rank_work
+from ..utilisation import rank_work, rows_if_args_named
 from ._util import ms, row
 
 RULE_ID = "precision"
@@ -72,9 +72,7 @@ def check(ctx: Context) -> list:
     if not fast:
         raise NotApplicable("device properties show no tensor-core device (compute capability >= 7.0) and no architecture "
                             "with lower-precision matrix units")
-    # a batch's rows, else none without args naming inputs (utilisation.args_named, read for the summary)
-    typed = (prepared_rows(ctx.run, TYPED, ctx.rank) is not None or args_named(ctx.run, ctx.rank)) and \
-        sum(n for n, in rank_rows(ctx.run, TYPED, ctx.rank))
+    typed = sum(n for n, in rows_if_args_named(ctx.run, TYPED, ctx.rank))
     if not typed:
         raise NotApplicable("no input dtypes recorded for matmul/convolution operators (record_shapes=True)")
     sql = f"""SELECT {_FIGURES}
