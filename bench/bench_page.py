@@ -5,9 +5,12 @@
     clock (performance.now(), which starts at navigation), median of ROUNDS fresh loads; and
     → painted: the next frame, by which the browser has rasterised the drawn timeline (WebGL here is
     rasterised in software, SwiftShader, after the draw: this is what a person waits for);
-  - zoom: a zoom to 1/20 of the window (Plotly.relayout, what a drag or the W key does) → the
-    server's narrower window drawn (the status line changes), SETTLE_S after the page was drawn
-    (so the rest of the page has finished), median of ROUNDS;
+  - zoom: a zoom box dragged over the middle 1/20 of the plot (mouse events dispatched in the page,
+    as a person's drag), SETTLE_S after the page was drawn (so the rest of the page has finished),
+    median of ROUNDS: the release → the frame after the page's own redraw of the new window
+    (`zoom frame`), and → the server's detail of that window drawn (`zoom 1/20 → drawn`: the status
+    line has changed and Plotly has drawn the figure that came with it, `plotly_afterplot`, and the
+    frame after it is on screen);
   - weight: the bytes of every script, style and data request of one load (Resource Timing),
     and of the largest.
   - start: `neuron-explorer dashboard RUN` started in a fresh process → the server answers `/`, and
@@ -59,14 +62,56 @@ PROBE = ("(function poll() { if (" + DRAWN + ") { window.__nxDrawn = performance
          "requestAnimationFrame(() => { window.__nxPainted = performance.now(); }); return; } requestAnimationFrame(poll); })();")
 
 
-KEY = """const gd = document.querySelector('#timeline .js-plotly-plot'), st = document.getElementById('status');
+DRAWN_AFTER = """// resolves with performance.now() once the status line differs from `s0` and Plotly has drawn a figure since the
+  // call (plotly_afterplot: the server's figure, which comes with the status, in either order), and the frame after
+  // both is on screen; NaN after 30 s
+  window.__nxDrawnAfter = function (s0) {
+    const gd = document.querySelector('#timeline .js-plotly-plot'), st = document.getElementById('status');
+    return new Promise(resolve => {
+      let changed = false, plotted = false, over = false;
+      const t = performance.now();
+      const check = () => { if (over || !changed || !plotted) return; over = true; gd.removeListener('plotly_afterplot', onPlot);
+        obs.disconnect(); requestAnimationFrame(() => resolve(performance.now())); };
+      const onPlot = () => { plotted = true; check(); };
+      const obs = new MutationObserver(() => { if (st.innerText !== s0) { changed = true; check(); } });
+      obs.observe(st, {childList: true, subtree: true, characterData: true});
+      gd.on('plotly_afterplot', onPlot);
+      setTimeout(() => { if (!over) { over = true; gd.removeListener('plotly_afterplot', onPlot); obs.disconnect(); resolve(NaN); } }, 30000);
+    });
+  };"""
+ZOOM_BOX = DRAWN_AFTER + """
+  (async () => {
+    const gd = document.querySelector('#timeline .js-plotly-plot'), st = document.getElementById('status'), s0 = st.innerText;
+    const main = gd.querySelector('.nsewdrag'), b = main.getBoundingClientRect();
+    const under = (x, y) => document.elementFromPoint(x, y) || document.body;
+    const mouse = (type, el, x, y) => el.dispatchEvent(new MouseEvent(type, {clientX: Math.round(x), clientY: Math.round(y),
+      bubbles: true, cancelable: true, view: window, button: 0, buttons: type === 'mouseup' ? 0 : 1}));
+    const raf = () => new Promise(r => requestAnimationFrame(r)), y = b.top + b.height * 0.3, x = f => b.left + b.width * f;
+    const z = window.__nxZoom = {frame: null, drawn: null, done: false}, r0 = gd._fullLayout.xaxis.range.slice();
+    mouse('mousedown', main, x(0.475), y);
+    for (const f of [0.485, 0.5, 0.525]) { mouse('mousemove', under(x(f), y), x(f), y); await raf(); }
+    await new Promise(r => setTimeout(r, 0));  // out of the frame's callbacks, where a real mouseup comes
+    const drawn = window.__nxDrawnAfter(s0), t0 = performance.now();
+    mouse('mouseup', under(x(0.525), y), x(0.525), y);
+    for (let i = 0; i < 600; i++) {
+      await raf();
+      const r = gd._fullLayout.xaxis.range;
+      if (r[0] !== r0[0] || r[1] !== r0[1]) { await raf(); z.frame = performance.now() - t0; break; }
+    }
+    z.drawn = (await drawn) - t0;
+    z.done = true;
+  })();"""
+"""A zoom box over the middle 1/20 of the plot, as a person drags it: its release → the redrawn frame, and → the
+server's detail drawn (window.__nxZoom, ms)."""
+
+KEY = DRAWN_AFTER + """
+  const gd = document.querySelector('#timeline .js-plotly-plot'), st = document.getElementById('status');
   const nx = window.nxTimeline, n0 = nx.frames.length, d0 = (nx.draws || []).length;
-  const s0 = st.innerText, t0 = performance.now(), rel = window.Plotly.relayout, calls = [];
+  const s0 = st.innerText, rel = window.Plotly.relayout, calls = [];
   window.__nxKey = {frame: null, draw: null, relayout: null, detail: null};
   window.Plotly.relayout = function () { const a = performance.now(), p = rel.apply(this, arguments); calls.push(performance.now() - a); return p; };
-  new MutationObserver((m, obs) => { if (st.innerText !== s0) { window.__nxKey.detail = performance.now() - t0;
-      window.__nxKey.relayout = calls.length ? calls.reduce((a, b) => a + b, 0) : 0; window.Plotly.relayout = rel; obs.disconnect(); } })
-    .observe(st, {childList: true, subtree: true, characterData: true});
+  const drawn = window.__nxDrawnAfter(s0), t0 = performance.now();
+  drawn.then(t => { window.__nxKey.detail = t - t0; window.__nxKey.relayout = calls.reduce((a, b) => a + b, 0); window.Plotly.relayout = rel; });
   document.dispatchEvent(new KeyboardEvent('keydown', {key: 'w', bubbles: true}));
   (function poll() { if (nx.frames.length > n0) { window.__nxKey.frame = nx.frames[n0];
       window.__nxKey.draw = nx.draws ? nx.draws[d0] : calls[0]; return; }
@@ -74,8 +119,8 @@ KEY = """const gd = document.querySelector('#timeline .js-plotly-plot'), st = do
 """A W key press: the page's own input → redrawn frame (nxTimeline.frames, ms), the drawing call of
 that frame alone (nxTimeline.draws where the page records it, else the first Plotly.relayout: the
 time load moves least), the Plotly.relayout calls made until the detail came (the settled frame's
-full redraw), and when the server's detail for the new window has been swapped in (`detail`, the
-status line changes), ms after the press."""
+full redraw), and when the server's detail for the new window has been drawn (`detail`: the status
+line has changed and Plotly has drawn the figure that came with it, DRAWN_AFTER), ms after the press."""
 
 
 def browser():
@@ -222,9 +267,10 @@ def measure(drv, run: Path, rounds: int, starts: int = 1, before: Path | None = 
             stop(p)  # at once: its analysis must not load the machine for the next start
             runs_of[name].append(m)
     pages, painted, zooms, frames, draws, relayouts, details, weight = [], [], [], [], [], [], [], None
+    zoom_frames: list[float] = []
     if not rounds or runs_of["after"][-1]["first"] is None:
         return {"starts": runs_of, "pages": pages, "painted": painted, "zooms": zooms, "frames": frames, "draws": draws,
-                "relayouts": relayouts, "details": details, "weight": weight}
+                "relayouts": relayouts, "details": details, "weight": weight, "zoom_frames": zoom_frames}
     proc, url, _ = start_once(drv, run, HERE, first_timeout, False)  # the page and zoom rounds: a server of this tree
     try:
         if not COLD and rounds:
@@ -242,14 +288,14 @@ def measure(drv, run: Path, rounds: int, starts: int = 1, before: Path | None = 
                     return r.map(e => [e.name.split('?')[0].split('/').slice(-1)[0], e.encodedBodySize || e.transferSize || 0]);""")
             status = wait(drv, "const s = document.getElementById('status').innerText; return s && s")
             time.sleep(SETTLE_S)  # the rest of the page (tables, overview charts) finishes; then the zoom alone is timed
-            t0 = time.perf_counter()
-            drv.execute_script("""const gd = document.querySelector('#timeline .js-plotly-plot'); const r = gd._fullLayout.xaxis.range;
-                const m = (r[0] + r[1]) / 2, w = (r[1] - r[0]) / 40; Plotly.relayout(gd, {'xaxis.range[0]': m - w, 'xaxis.range[1]': m + w});""")
+            drv.execute_script(ZOOM_BOX)
             try:
-                wait(drv, f"const s = document.getElementById('status').innerText; return s !== {status!r} && s", timeout=30)
-                zooms.append(time.perf_counter() - t0)
+                z = wait(drv, "const z = window.__nxZoom; return z && z.done && z", timeout=40)
+                zooms.append(z["drawn"] / 1000)  # NaN: this version did not draw the zoom's detail within 30 s
+                zoom_frames.append(z["frame"] / 1000)
             except RuntimeError:
-                zooms.append(float("nan"))  # this version did not redraw the zoom within 30 s
+                zooms.append(float("nan"))
+                zoom_frames.append(float("nan"))
             time.sleep(1.0)
             drv.execute_script(KEY)
             try:
@@ -264,7 +310,7 @@ def measure(drv, run: Path, rounds: int, starts: int = 1, before: Path | None = 
     finally:
         stop(proc)
     return {"starts": runs_of, "pages": pages, "painted": painted, "zooms": zooms, "frames": frames, "draws": draws,
-            "relayouts": relayouts, "details": details, "weight": weight}
+            "relayouts": relayouts, "details": details, "weight": weight, "zoom_frames": zoom_frames}
 
 
 def report(run: Path, m: dict) -> None:
@@ -286,12 +332,15 @@ def report(run: Path, m: dict) -> None:
           f"({', '.join(f'{p:.2f}' for p in pages)})")
     print(f"  page (navigation → painted):        median {statistics.median(painted):.2f} s  min {min(painted):.2f}  max {max(painted):.2f}  "
           f"({', '.join(f'{p:.2f}' for p in painted)})")
-    print(f"  zoom 1/20 → drawn:                  median {statistics.median(zooms) * 1000:.0f} ms  max {max(zooms) * 1000:.0f} ms")
+    print(f"  zoom box 1/20 → redrawn frame:      median {statistics.median(m['zoom_frames']) * 1000:.0f} ms  "
+          f"max {max(m['zoom_frames']) * 1000:.0f} ms")
+    print(f"  zoom 1/20 → drawn:                  median {statistics.median(zooms) * 1000:.0f} ms  max {max(zooms) * 1000:.0f} ms  "
+          f"({', '.join(f'{z * 1000:.0f}' for z in zooms)})")
     frames, details = m["frames"], m["details"]
     print(f"  key W → redrawn frame:              median {statistics.median(frames) * 1000:.0f} ms  max {max(frames) * 1000:.0f} ms")
     print(f"    its drawing call alone:           median {statistics.median(m['draws']) * 1000:.1f} ms  max {max(m['draws']) * 1000:.1f} ms")
     print(f"    Plotly.relayout until the detail: median {statistics.median(m['relayouts']) * 1000:.0f} ms  max {max(m['relayouts']) * 1000:.0f} ms")
-    print(f"  key W → detail swapped in:          median {statistics.median(details) * 1000:.0f} ms  max {max(details) * 1000:.0f} ms")
+    print(f"  key W → detail drawn:               median {statistics.median(details) * 1000:.0f} ms  max {max(details) * 1000:.0f} ms")
     total = sum(b for _, b in weight)
     big = sorted(weight, key=lambda x: -x[1])[:3]
     print(f"  weight: {total / 1e6:.2f} MB in {len(weight)} requests; largest: " + ", ".join(f"{n} {b / 1e6:.2f} MB" for n, b in big))

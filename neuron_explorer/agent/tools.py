@@ -408,7 +408,7 @@ class AgentRuns:
         top `k` items on the path by charged ns with their category, operator, kernel, source line and code. `rank`
         and `step` narrow it (default: every rank, every step). Model: docs/METRICS.md "Critical path"."""
         def go():
-            from ..analyzers.critical_path import bound, path_items, rank_path
+            from ..analyzers.critical_path import bound, path_items, path_of
             from ..store import open_run
 
             name = self._resolve(run)
@@ -419,15 +419,15 @@ class AgentRuns:
                 if rank is not None and int(rank) not in all_ranks:
                     raise ValueError(f"rank {rank} has no profiler steps (ranks with steps: {all_ranks})")
                 for rk in ([int(rank)] if rank is not None else all_ranks):
-                    path = rank_path(r, rk)
+                    path = path_of(r, rk)  # columns: a dict per segment costs seconds on a 1M-event rank
                     b = bound(r, rk)
                     steps = b["steps"]
                     if step is not None:
-                        path = [p for p in path if p["step"] == int(step)]
+                        path = path.select(path.step == int(step))
                         steps = [s for s in steps if s["step"] == int(step)]
                         if not steps:
                             raise ValueError(f"no step {step} on rank {rk} (steps: {[s['step'] for s in b['steps']]})")
-                    total = sum(p["charged_ns"] for p in path)
+                    total = int(path.ns.sum())
                     items = path_items(r, path)
                     frames = {fid: (f"{f}:{ln}", code) for fid, f, ln, code in r.sql(
                         "SELECT frame_id, file, line, code FROM frames WHERE frame_id IN (SELECT unnest(?::BIGINT[]))",

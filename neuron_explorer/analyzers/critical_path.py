@@ -266,6 +266,11 @@ class Path:
     def rows(self) -> list[dict]:
         return self.table().to_pylist()
 
+    def select(self, keep: np.ndarray) -> Path:
+        """The segments where `keep` (a bool mask, e.g. `path.step == s`) as a path of their own."""
+        return Path(self.rank[keep], self.step[keep], self.seq[keep], self.ts[keep], self.ns[keep], self.event_id[keep],
+                    self.category[keep], self.cause[keep], self.frame[keep], self.causes)
+
     @classmethod
     def from_rows(cls, rows: list[dict]) -> Path:
         causes = [None] + sorted({r["cause"] for r in rows if r["cause"] is not None})

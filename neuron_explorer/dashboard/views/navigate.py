@@ -7,7 +7,7 @@ the critical path of a step.
 - `area`: the events of some lanes inside a time range, aggregated per name (Perfetto's area
   selection): count, total and self time.
 - `critical_path`: the charged segments of the critical path of the step in view
-  (analyzers.critical_path.rank_path), placed on their lanes.
+  (analyzers.critical_path.path_of), placed on their lanes.
 
 Each returns plain data; app.py draws it and api.py serves it (/api/area, /api/critical_path,
 /api/jump). Must not: draw, or compute the critical path itself.
@@ -162,7 +162,7 @@ def critical_path(rs: RunSet, run=0, t0=None, t1=None, rank=None) -> dict:
     """The critical path of the step in view (per rank shown; all ranks: every rank's step at the
     window): its charged segments in time order with the event each is charged to (none for an
     idle gap), category, charged ns and the lane columns of the event."""
-    from ...analyzers.critical_path import rank_path
+    from ...analyzers.critical_path import path_of
 
     r = rs.get(run)
     rk = parse_rank(r, rank)
@@ -175,8 +175,8 @@ def critical_path(rs: RunSet, run=0, t0=None, t1=None, rank=None) -> dict:
         if st is None:
             continue
         with r.lock:
-            path = rank_path(r.run, rank_)
-        segs = [p for p in path if p["step"] == st["step"]]
+            path = path_of(r.run, rank_)
+        segs = path.select(path.step == st["step"]).rows()  # the step's segments only: a dict per segment of every step costs seconds
         out["steps"].append({"rank": rank_, "step": st["step"], "ts_ns": st["ts_ns"], "dur_ns": st["dur_ns"],
                              "charged_ns": sum(p["charged_ns"] for p in segs)})
         out["segments"] += [{k: p[k] for k in ("rank", "step", "ts_ns", "charged_ns", "event_id", "category")} for p in segs]

@@ -10,7 +10,7 @@ said), the roofline, the data-quality notes and the findings with their confiden
 /api/overview); ui/overview.py draws it and wires its callbacks.
 
 Every figure comes from the analyzers, each from its one definition: the bound and the per-step
-charged ns from analyzers/critical_path.py (`bound`, `rank_path`, `path_items`), MFU per step and
+charged ns from analyzers/critical_path.py (`bound`, `path_of`, `path_items`), MFU per step and
 the roofline from analyzers/utilisation.py (`rank_work`, `kernel_table`) and peaks.py, device
 busy from analyzers/metrics.py (`device_summary` in the report, `step_device_busy` per step), step
 statistics and findings from the report the Findings tab shows (views/findings.py). This module
@@ -150,9 +150,9 @@ def _top(rs: RunSet, r: OpenRun, summaries: list[dict]) -> dict:
     items, total, steps = [], 0, 0
     with r.lock:
         for s in summaries:
-            path = cp.rank_path(r.run, s["rank"])
-            if path:
-                total += sum(x["charged_ns"] for x in path)
+            path = cp.path_of(r.run, s["rank"])  # columns: a dict per segment costs seconds on a 1M-event rank
+            if len(path):
+                total += int(path.ns.sum())
                 steps += s["steps"]["count"]
                 items += cp.path_items(r.run, path)
     ranks = ", ".join(str(s["rank"]) for s in summaries)
