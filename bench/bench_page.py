@@ -286,7 +286,7 @@ def measure(drv, run: Path, rounds: int, starts: int = 1, before: Path | None = 
             if weight is None:
                 weight = drv.execute_script("""const r = performance.getEntriesByType('resource').concat(performance.getEntriesByType('navigation'));
                     return r.map(e => [e.name.split('?')[0].split('/').slice(-1)[0], e.encodedBodySize || e.transferSize || 0]);""")
-            status = wait(drv, "const s = document.getElementById('status').innerText; return s && s")
+            wait(drv, "const s = document.getElementById('status').innerText; return s && s")  # the first figure has come
             time.sleep(SETTLE_S)  # the rest of the page (tables, overview charts) finishes; then the zoom alone is timed
             drv.execute_script(ZOOM_BOX)
             try:
