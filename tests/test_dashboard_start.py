@@ -440,16 +440,23 @@ def test_the_stored_lanes_and_longest_events_are_computed_again_when_the_run_cha
     assert _facts(run_dir) == after
 
 
-def test_the_analysis_runs_in_a_child_process_and_the_findings_fill_in(run_dir):
+def test_the_analysis_runs_in_a_child_process_and_the_findings_fill_in(tmp_path, monkeypatch):
     """The real analyzer runs in a child process (views/findings._in_child): the panel says "computing…", then
-    shows the findings the analyzer gives in this process."""
+    shows the findings the analyzer gives in this process. The whole run's Overview parts (critical-path top lists,
+    roofline, per-rank parts) come back with it: the server walks no critical path for the Overview, and they are
+    what the server would compute itself."""
     import os
 
     from neuron_explorer.analyzers import analyze
+    from neuron_explorer.analyzers import critical_path as cp
+    from neuron_explorer.store import open_run
 
     assert findings_view.IN_CHILD and findings_view._load_analyze is findings_view._LOAD_ANALYZE
+    from dash import html  # noqa: F401  (imported here, not in the Overview's first call: that takes longer than the child's analysis)
+
     from neuron_explorer.dashboard.views import overview as overview_view
 
+    run_dir = import_traces(TRACES / "rocm_mi250_train.json.gz", tmp_path / "run").run_dir  # profiler steps: a critical path
     rs = RunSet([run_dir])
     try:
         assert dash_app.findings_panel(rs, 0, None) == ([], dash_app.COMPUTING)
@@ -462,10 +469,59 @@ def test_the_analysis_runs_in_a_child_process_and_the_findings_fill_in(run_dir):
         rows, note = dash_app.findings_panel(rs, 0, None)
         assert len(rows) == len(expected["rows"]) and note != dash_app.COMPUTING
         assert findings_view.report_summary(rs, 0)["ranks"][0]["rank"] == 0
+        cp._CACHE.clear()  # (this process's analyze above walked the paths too)
+        walked = []
+        monkeypatch.setattr(cp, "_walked", lambda *a, **k: walked.append(a) or pytest.fail("the Overview walked a critical path"))
         drawn = overview.content_or_computing(rs, 0, None)  # the Overview from the child's report
         assert "overview-computing" not in [getattr(c, "id", None) for c in drawn] and "overview-header" in [getattr(c, "id", None) for c in drawn]
         assert overview_view.overview(rs, 0) is overview_view.overview(rs, 0)  # its data computed once, not at every page load
+        data = overview_view.overview(rs, 0)
+        assert not walked and data["top"]["basis"] == "critical_path" and data["top"]["kernels"]
+        monkeypatch.undo()
+        with open_run(run_dir) as run:
+            here = overview_view.analysed_parts(run, overview_view.summary_by_rank(rs, 0), [0])
+        assert (data["top"], data["roofline"], data["ranks"]) == (here["top"], here["roofline"], here["per_rank"])
     finally:
+        rs.close()
+
+
+def test_a_zoom_made_while_the_overview_is_computed_does_not_wait_for_it(run_dir, monkeypatch):
+    """The Overview's analyses (the critical path's top lists, the roofline: seconds on a big rank) read the run
+    through a second connection of its own (OpenRun.background), under its own lock: a zoom made meanwhile is drawn
+    at once. (They used to hold the run's one lock: on a 2.1M-event run the first zoom after the page waited 25 s.)"""
+    from neuron_explorer.analyzers import analyze
+    from neuron_explorer.dashboard.views import overview as overview_view
+
+    monkeypatch.setattr(findings_view, "_load_analyze", lambda: analyze)  # the analysis in this process: no parts from a child
+    inside, release = threading.Event(), threading.Event()
+    real = overview_view.analysed_parts
+
+    def slow(run, summary, shown):
+        inside.set()
+        assert release.wait(120), "the test never let the Overview finish"
+        return real(run, summary, shown)
+    monkeypatch.setattr(overview_view, "analysed_parts", slow)
+    rs = RunSet([run_dir])
+    try:
+        findings_view.analyse(rs, 0)
+        r = rs.get(0)
+        assert r.background() is r.background() and r.background().run.con is not r.run.con
+        computing = threading.Thread(target=overview_view.overview, args=(rs, 0), daemon=True)
+        computing.start()
+        assert inside.wait(60)
+        view, _, _ = dash_app.first_view(rs)
+        zoom = {**view, "t0": view["t0"] + (view["t1"] - view["t0"]) // 3, "t1": view["t0"] + (view["t1"] - view["t0"]) // 3 * 2, "zoom": True}
+        drawn = []
+        zooming = threading.Thread(target=lambda: drawn.append(dash_app.timeline_figure(rs, zoom, 1200, None)), daemon=True)
+        zooming.start()
+        zooming.join(60)
+        assert drawn and computing.is_alive()  # drawn while the Overview is still being computed
+        assert drawn[0][1].startswith(f"{(zoom['t1'] - zoom['t0']) / 1e6:,.3f} ms")
+        release.set()
+        computing.join(60)
+        assert not computing.is_alive() and overview_view.overview(rs, 0)["top"]["kernels"] is not None
+    finally:
+        release.set()
         rs.close()
 
 

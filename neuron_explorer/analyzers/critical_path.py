@@ -440,10 +440,32 @@ def _taken(run: Run, rank: int) -> Path | None:
     return None if got is None else got.pop(int(rank), None)
 
 
+def _key(run: Run, rank: int) -> tuple:
+    return (str(run.path), run.manifest.get("created"), int(rank))
+
+
+def computed_paths(run: Run) -> dict[int, Path]:
+    """The paths of `run`'s ranks this process has computed and still holds (path_of's cache), by
+    rank, without what was derived from them: what another process reading the same run may take
+    (`adopt_paths`) instead of walking them again."""
+    me = _key(run, 0)[:2]
+    return {k[2]: Path(p.rank, p.step, p.seq, p.ts, p.ns, p.event_id, p.category, p.cause, p.frame, p.causes)
+            for k, p in list(_CACHE.items()) if k[:2] == me}
+
+
+def adopt_paths(run: Run, paths: dict[int, Path]) -> None:
+    """Ranks' paths another process computed for the same run (`computed_paths`) held as this
+    process's own: path_of gives them without walking."""
+    for rank, path in paths.items():
+        if len(_CACHE) >= 8:
+            _CACHE.clear()
+        _CACHE[_key(run, rank)] = path
+
+
 def path_of(run: Run, rank: int) -> Path:
     """The critical path of every profiler step of a rank, as columns. Computed once per run and
     rank per process."""
-    key = (str(run.path), run.manifest.get("created"), int(rank))
+    key = _key(run, rank)
     got = _CACHE.get(key)
     if got is not None:
         return got

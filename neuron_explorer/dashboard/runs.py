@@ -11,8 +11,10 @@ Must not: open a path that arrives in a request, or read a file that the run's f
 
 from __future__ import annotations
 
+import os
 import re
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -188,6 +190,32 @@ def lane_names(manifest: dict, ranks=None) -> dict[tuple, str]:
                 if label and label.upper() != "CPU":
                     out[(rank, "device", pid)] = label[:LANE_NAME_CHARS]
     return out
+
+
+BACKGROUND_NICE = 10
+"""The nice value of the thread that computes the Overview (and of the DuckDB threads of the run's
+second connection, OpenRun.background, which inherit it): the page's requests and the browser's
+drawing come first on a small machine."""
+
+
+@contextmanager
+def niced(value: int = BACKGROUND_NICE):
+    """The calling thread at the nice value `value` (Linux: nice is per thread; elsewhere, or
+    without the right, nothing changes), its own again after (where lowering it back is allowed)."""
+    tid = threading.get_native_id()
+    try:
+        before = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, max(before, value))
+    except (AttributeError, OSError):
+        before = None
+    try:
+        yield
+    finally:
+        if before is not None:
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, before)
+            except OSError:
+                pass  # an unprivileged process cannot raise a priority again: the request's thread ends soon
 
 
 @dataclass
@@ -382,6 +410,18 @@ class OpenRun:
                 del scoped[next(iter(scoped))]  # closed when no request holds it any more
             return got
 
+    def background(self) -> OpenRun:
+        """This run on a second connection of its own (its own views, lock and cached facts), for the
+        long analyses the Overview runs after the page is painted (the critical path, the roofline):
+        under this run's lock they would hold every timeline request for as long (25 s on a
+        2.1M-event run), on their own they only share the CPU. Opened once, closed with the run."""
+        def compute():
+            with niced():  # the connection's DuckDB threads start here and inherit it
+                bg = OpenRun(self.index, self.path, self.run.with_ranks(self.run.view_ranks))
+            bg.python_band, bg.show_tool_frames = self.python_band, self.show_tool_frames
+            return bg
+        return self.cached("background", compute)
+
     def close(self, wait_s: float = 5.0) -> None:
         """Close this run's connection and its ranks' ones. A request still running a query (the
         server stops with one in flight) is interrupted and waited for: a thread left inside
@@ -393,7 +433,7 @@ class OpenRun:
         self.run.con.interrupt()
         held = self.lock.acquire(timeout=wait_s)
         try:
-            for sub in list(self._facts.get("of_rank", {}).values()):
+            for sub in list(self._facts.get("of_rank", {}).values()) + [x for x in [self._facts.get("background")] if x is not None]:
                 sub.close(wait_s)
             self.run.close()
         finally:

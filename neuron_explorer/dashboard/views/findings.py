@@ -107,7 +107,10 @@ def _in_child(r: OpenRun) -> dict:
     """report_payload of the run's analysis, computed in a child Python process at CHILD_NICE
     (`python -m neuron_explorer.dashboard.views.findings RUN`, the payload pickled on its stdout):
     its queries and its Python neither hold the server's GIL nor take the cores from the page's
-    requests and the browser's drawing. The child exits when the server does (its stdin closes);
+    requests and the browser's drawing. The whole run's Overview parts (overview.analysed_parts: the
+    top lists by critical path, the roofline, the per-rank parts) come back with the payload, and
+    the critical paths it walked, which are this process's own from then on
+    (critical_path.adopt_paths): the Overview does not compute them again. The child exits when the server does (its stdin closes);
     `OpenRun.close` kills it. An error in the child is raised here (as a QueryError with its message
     where the exception itself cannot be passed back)."""
     import os
@@ -135,6 +138,10 @@ def _in_child(r: OpenRun) -> dict:
         raise QueryError(f"the analysis stopped: {tail[0][:300]}") from None
     if status == "error":
         raise value
+    from ...analyzers import critical_path as cp
+
+    cp.adopt_paths(r.run, value.pop("critical_paths", None) or {})  # a rank's Overview does not walk them again (seconds a rank)
+    r._facts["overview_parts"] = value.pop("overview_parts", None)  # the whole run's Overview (overview.analysed_parts)
     return value
 
 
@@ -157,8 +164,16 @@ def _child_main(path: str, nice: int) -> None:
     threading.Thread(target=orphaned, daemon=True).start()
     try:
         from ...analyzers import analyze
+        from ...analyzers import critical_path as cp
+        from ...store import open_run
+        from .overview import MAX_RANKS, analysed_parts
 
-        result = ("ok", report_payload(analyze(path, write=False)))
+        payload = report_payload(analyze(path, write=False))
+        with open_run(path) as run:  # the whole run's Overview, from the paths the analysis walked (`_in_child`)
+            summary = {s["rank"]: s for s in payload["summary"].get("ranks", [])}
+            payload["overview_parts"] = analysed_parts(run, summary, sorted(summary)[:MAX_RANKS])
+            payload["critical_paths"] = cp.computed_paths(run)
+        result = ("ok", payload)
     except Exception as e:  # noqa: BLE001  (passed back to the server, which shows it in the panel)
         try:
             pickle.dumps(e)

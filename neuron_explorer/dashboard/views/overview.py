@@ -27,7 +27,7 @@ from __future__ import annotations
 from ...analyzers import metrics
 from ...fmt import duration
 from ...vocab import line_key
-from ..runs import OpenRun, QueryError, RunSet
+from ..runs import OpenRun, QueryError, RunSet, niced
 from ..timeline import parse_rank
 from .findings import findings as run_findings
 from .findings import report_summary
@@ -51,11 +51,14 @@ def overview(rs: RunSet, run=0, rank=None) -> dict:
     per-step breakdown with device busy and MFU, the devices; over the ranks shown, the top
     kernels, operators and lines with their share and its denominator, the roofline, the
     data-quality notes and the findings (with the report's confidence). See the module docstring.
-    Computed once per run and rank (every page load draws the Overview: its queries scan the run's
-    events under the run's lock, which the timeline's requests wait for)."""
+    Computed once per run and rank (every page load draws the Overview), on the run's second
+    connection (OpenRun.background): the timeline's requests do not wait for it."""
     r = rs.get(run)
     rank = parse_rank(r, rank)
-    return r.cached(("overview", rank), lambda: _overview(rs, r, rank))
+    def compute():
+        with niced():  # seconds of work on a big run: the page's requests come first (runs.BACKGROUND_NICE)
+            return _overview(rs, r, rank)
+    return r.cached(("overview", rank), compute)
 
 
 def _overview(rs: RunSet, r: OpenRun, rank: int | None) -> dict:
@@ -64,13 +67,13 @@ def _overview(rs: RunSet, r: OpenRun, rank: int | None) -> dict:
     if rank is not None and rank not in summary:
         raise QueryError(f"rank {rank} has no events in run {r.index}")
     shown = ranks[:MAX_RANKS]
-    from ...analyzers.engine import quality_notes  # the engine and its rules: imported when the Overview is first drawn
-
-    with r.lock:  # the analyzers read through the run's one connection (the other views take the lock themselves)
-        quality = quality_notes(r.run)
-        per_rank = [_rank_part(r, summary[k], quality.get(k, [])) for k in shown]
-        roof = _roofline(r, shown)
-    top = _top(rs, r, [summary[k] for k in shown])
+    parts = r._facts.get("overview_parts")  # computed with the analysis, in its child process (views/findings._in_child)
+    if not (isinstance(parts, dict) and parts.get("shown") == shown):
+        bg = r.background()  # the analyzers read through a connection of their own: the timeline's requests do not wait for them
+        with bg.lock:
+            parts = analysed_parts(bg.run, summary, shown)
+    per_rank, roof = parts["per_rank"], parts["roofline"]
+    top = parts["top"] or _top_span(rs, r, [summary[k] for k in shown])
     found = run_findings(rs, run=r.index, rank=rank)
     findings = [_finding_row(f, summary) for f in found["rows"][:TOP_FINDINGS]]
     return {"run": r.index, "rank": rank, "ranks": per_rank, "ranks_not_shown": ranks[MAX_RANKS:],
@@ -78,6 +81,18 @@ def _overview(rs: RunSet, r: OpenRun, rank: int | None) -> dict:
             "top": top, "roofline": roof, "warnings": list(found.get("warnings") or []),
             "findings": findings, "findings_total": len(found["rows"]), "bar_parts": list(BAR_PARTS),
             "truncated": len(ranks) > MAX_RANKS}
+
+
+def analysed_parts(run, summary: dict, shown: list[int]) -> dict:
+    """What the Overview of the ranks `shown` reads of the run itself (a store Run; `summary`: the
+    report's summary by rank): per rank its part (verdict, steps, devices, notes), the roofline and
+    the top lists by critical path (None: no steps). Seconds of work on a big rank, so the
+    dashboard's analysis child computes it for the whole run's Overview beside the report."""
+    from ...analyzers.engine import quality_notes  # the engine and its rules: imported when the Overview is first drawn
+
+    quality = quality_notes(run)
+    return {"shown": list(shown), "per_rank": [_rank_part(run, summary[k], quality.get(k, [])) for k in shown],
+            "roofline": _roofline(run, shown), "top": _top_path(run, [summary[k] for k in shown])}
 
 
 def _verdict_words(per_rank: list[dict]) -> str:
@@ -89,12 +104,12 @@ def _verdict_words(per_rank: list[dict]) -> str:
     return "; ".join(f"rank {k}: {w}" for k, w in words)
 
 
-def _rank_part(r: OpenRun, s: dict, quality: list[str]) -> dict:
+def _rank_part(run, s: dict, quality: list[str]) -> dict:
     k = s["rank"]
     b, u = s.get("bound") or {}, s.get("utilisation") or {}
     mfu = {x["step"]: x for x in u.get("steps") or []}
     busy: dict[int, list[dict]] = {}
-    for x in metrics.step_device_busy(r.run, k):
+    for x in metrics.step_device_busy(run, k):
         busy.setdefault(x["step"], []).append({"device": x["device"], "busy_ns": x["busy_ns"], "busy_share": x["busy_share"]})
     steps = []
     for st in b.get("steps") or []:
@@ -106,7 +121,7 @@ def _rank_part(r: OpenRun, s: dict, quality: list[str]) -> dict:
     devices = [{"device": d["device"], "busy_ns": d["busy_ns"], "window_ns": d["window_ns"],
                 "busy_share": (d["busy_ns"] / d["window_ns"]) if d["window_ns"] else None} for d in s.get("devices") or []]
     notes = list(quality)
-    lost = metrics.device_events_lost(metrics.rank_entry(r.run, k))
+    lost = metrics.device_events_lost(metrics.rank_entry(run, k))
     st = s.get("steps") or {}
     if not st.get("count"):
         notes.append("no profiler steps: no per-step breakdown, shares are of the profiled span")
@@ -141,42 +156,47 @@ def _mfu_note(u: dict, lost: dict | None = None, has_devices: bool = False) -> s
     return f"MFU unknown: {u['peak']['name']} has no published peak for {u['dtype']}"
 
 
-def _top(rs: RunSet, r: OpenRun, summaries: list[dict]) -> dict:
+def _top_path(run, summaries: list[dict]) -> dict | None:
     """Top kernels, operators and lines over the ranks shown, by their share of step time: the ns
-    the critical path charges them over every step, over the steps' total. Without steps, by their
-    time over the profiled span (device time of overlapping streams adds up there)."""
+    the critical path charges them over every step, over the steps' total (None without steps:
+    `_top_span`)."""
     from ...analyzers import critical_path as cp  # imported when the Overview is first drawn, not with the page
 
     items, total, steps = [], 0, 0
-    with r.lock:
-        for s in summaries:
-            path = cp.path_of(r.run, s["rank"])  # columns: a dict per segment costs seconds on a 1M-event rank
-            if len(path):
-                total += int(path.ns.sum())
-                steps += s["steps"]["count"]
-                items += cp.path_items(r.run, path)
+    for s in summaries:
+        path = cp.path_of(run, s["rank"])  # columns: a dict per segment costs seconds on a 1M-event rank
+        if len(path):
+            total += int(path.ns.sum())
+            steps += s["steps"]["count"]
+            items += cp.path_items(run, path)
+    if not total:
+        return None
     ranks = ", ".join(str(s["rank"]) for s in summaries)
-    if total:
-        kernels, ops, lines = {}, {}, {}
-        for it in items:
-            if it["category"] == "idle":
-                continue
-            if it["category"] in DEVICE_CATEGORIES:
-                _add(kernels, it["item"], it)
-            if it["op"] is not None:
-                _add(ops, it["op"], it)
-            if it["frame_id"] is not None:
-                _add(lines, it["frame_id"], it)
-        with r.lock:
-            where = _frame_lines(r, list(lines))
-        by_line: dict = {}  # several frames (ranks, functions on one line) share a line: their figures add up
-        for fid, (ns, events) in lines.items():
-            _add(by_line, where.get(fid, f"frame {fid}"), {"charged_ns": ns, "events": events})
-        lines = by_line
-        return {"basis": "critical_path", "denominator_ns": total,
-                "denominator": (f"% of step time: ns charged on the critical path over the {steps} profiler steps' total of "
-                                f"{duration(total)} (rank{'s' if len(summaries) > 1 else ''} {ranks}); each list adds up to at most 100%"),
-                "kernels": _ranked(kernels, total), "operators": _ranked(ops, total), "lines": _ranked(lines, total)}
+    kernels, ops, lines = {}, {}, {}
+    for it in items:
+        if it["category"] == "idle":
+            continue
+        if it["category"] in DEVICE_CATEGORIES:
+            _add(kernels, it["item"], it)
+        if it["op"] is not None:
+            _add(ops, it["op"], it)
+        if it["frame_id"] is not None:
+            _add(lines, it["frame_id"], it)
+    where = _frame_lines(run, list(lines))
+    by_line: dict = {}  # several frames (ranks, functions on one line) share a line: their figures add up
+    for fid, (ns, events) in lines.items():
+        _add(by_line, where.get(fid, f"frame {fid}"), {"charged_ns": ns, "events": events})
+    lines = by_line
+    return {"basis": "critical_path", "denominator_ns": total,
+            "denominator": (f"% of step time: ns charged on the critical path over the {steps} profiler steps' total of "
+                            f"{duration(total)} (rank{'s' if len(summaries) > 1 else ''} {ranks}); each list adds up to at most 100%"),
+            "kernels": _ranked(kernels, total), "operators": _ranked(ops, total), "lines": _ranked(lines, total)}
+
+
+def _top_span(rs: RunSet, r: OpenRun, summaries: list[dict]) -> dict:
+    """Without profiler steps, the top lists by time over the profiled span (device time of
+    overlapping streams adds up there)."""
+    ranks = ", ".join(str(s["rank"]) for s in summaries)
     denom = sum(s.get("analysed_ns") or 0 for s in summaries)
     kernels, ops, lines = {}, {}, {}
     for s in summaries:
@@ -205,15 +225,15 @@ def _ranked(acc: dict, denom: int) -> list[dict]:
     return [{"name": str(k), "ns": int(v[0]), "share": (v[0] / denom) if denom else None, "events": int(v[1])} for k, v in rows]
 
 
-def _frame_lines(r: OpenRun, ids: list[int]) -> dict[int, str]:
+def _frame_lines(run, ids: list[int]) -> dict[int, str]:
     """frame id -> its line's key (`line_key`); many frame ids can map to one line."""
     if not ids:
         return {}
-    rows = r.run.sql("SELECT frame_id, file, line FROM frames WHERE frame_id IN (SELECT unnest(?::BIGINT[]))", [ids]).fetchall()
+    rows = run.sql("SELECT frame_id, file, line FROM frames WHERE frame_id IN (SELECT unnest(?::BIGINT[]))", [ids]).fetchall()
     return {fid: line_key(f, ln) for fid, f, ln in rows}
 
 
-def _roofline(r: OpenRun, ranks: list[int]) -> dict:
+def _roofline(run, ranks: list[int]) -> dict:
     """Per kernel name (the longest ROOFLINE_KERNELS per rank): arithmetic intensity and achieved
     TFLOP/s from utilisation.kernel_table, and the device's ceilings (peak TFLOP/s per dtype and
     bandwidth) from its peak; an unknown device has no ceilings, only a note."""
@@ -221,7 +241,7 @@ def _roofline(r: OpenRun, ranks: list[int]) -> dict:
 
     points, peaks, notes = [], {}, []
     for k in ranks:
-        work = util.rank_work(r.run, k)
+        work = util.rank_work(run, k)
         for row in util.kernel_table(work, limit=ROOFLINE_KERNELS):
             ok = row["intensity_flops_per_byte"] and row["tflops_per_s"] and row["flops"] > 0
             if ok:
@@ -234,7 +254,7 @@ def _roofline(r: OpenRun, ranks: list[int]) -> dict:
         elif work.device_name:
             notes.append(f"rank {k}: unknown device peak for {work.device_name!r}: no ceilings drawn (none is guessed)")
         else:
-            notes.append(f"rank {k}: no device ({metrics.no_device_words(metrics.device_events_lost(metrics.rank_entry(r.run, k)))}): no ceilings")
+            notes.append(f"rank {k}: no device ({metrics.no_device_words(metrics.device_events_lost(metrics.rank_entry(run, k)))}): no ceilings")
     if not points:
         notes.append("no kernel has FLOPs: the trace records no operator shapes (record_shapes=True), or its operators are "
                      "not ones whose FLOPs are known (GEMMs, convolutions, attention, norms, elementwise)")
