@@ -13,8 +13,9 @@ double-click (the whole run); W; D. Each is timed on the page's own clock:
   - draw: the page's own drawing calls for that input (nxTimeline.draws; none where Plotly draws);
   - longest: the longest main-thread task (PerformanceObserver "longtask", ≥ 50 ms) from the input
     until the detail came (a Plotly redraw of every path shows here: the page is frozen that long);
-  - detail: input (the pan's release) → the server's detail for the new window swapped in (the
-    status line changes).
+  - detail: input (the pan's release) → the server's detail for the new window drawn (the status
+    line has changed and Plotly has drawn the figure that came with it, and the frame after it is
+    on screen: bench_page.DRAWN_AFTER).
 Prints each input, per kind the medians, and the load average.
 
     python bench/bench_keys.py RUN ROUNDS BEFORE_TREE [--after-first]
@@ -36,9 +37,10 @@ import bench_page as bp  # noqa: E402
 
 HERE = str(Path(__file__).resolve().parent.parent)
 KINDS = ("wheel", "box", "pan", "dblclick", "w", "d")
-INPUT = """window.__nxMeasure = async function (kind) {
+INPUT = bp.DRAWN_AFTER + """
+window.__nxMeasure = async function (kind) {
   const gd = document.querySelector('#timeline .js-plotly-plot'), st = document.getElementById('status');
-  const nx = window.nxTimeline || {}, d0 = (nx.draws || []).length, s0 = st.innerText;
+  const nx = window.nxTimeline || {}, d0 = (nx.draws || []).length, s0 = st.innerText, drawn = window.__nxDrawnAfter(s0);
   const res = window.__nxIn = {kind: kind, frame: null, release: null, draw: null, longest: 0, detail: null, done: false};
   const raf = () => new Promise(r => requestAnimationFrame(r)), tasks = [];
   // out of the frame's callbacks, where a real input event comes (one dispatched inside a rAF callback is drawn a frame late)
@@ -86,8 +88,7 @@ INPUT = """window.__nxMeasure = async function (kind) {
   }
   first = first === undefined ? t0 : first;
   res.draw = (nx.draws || []).slice(d0).reduce((a, v) => a + v, 0);
-  for (let i = 0; i < 3000 && st.innerText === s0; i++) await new Promise(r => setTimeout(r, 10));
-  res.detail = st.innerText === s0 ? NaN : performance.now() - t0;
+  res.detail = (await drawn) - t0;
   await new Promise(r => setTimeout(r, 400));  // the answer's own redraw, and the long tasks' reports
   res.longest = Math.max(0, ...tasks.filter(t => t[0] + t[1] >= first).map(t => t[1]));
   res.done = true;
