@@ -4,8 +4,9 @@ at 1600×1000 (issue 35, items 1-3), on the project's sample run and the 68k-eve
   - a W press redraws the timeline in the page with the server's answers blocked (the slices it
     holds, moved by one SVG transform of the data layers: no path recomputed) and asks the server
     once when the keys stop; the page's one real relayout comes when the answer is late;
-  - a wheel step, a zoom box, a pan (the x axis dragged, ctrl+drag) and a double-click are drawn
-    the same way with the server blocked, and wheel steps and keys add up;
+  - a wheel step, a zoom box, a pan (the x axis dragged, ctrl+drag), a drag of an end of the x
+    axis and a double-click are drawn the same way with the server blocked, and wheel steps and
+    keys add up;
   - a burst of W and D with the server blocked is drawn frame by frame (nxTimeline.frames and
     draws), with Plotly's paths untouched until the keys stop; the step lines and labels move
     with the slices (on screen at their step's start under the new range);
@@ -394,6 +395,56 @@ def test_a_drag_pan_and_a_double_click_are_drawn_with_the_server_blocked(page):
                   f"Math.abs(r[1] - {whole[1]}) < 1e-9 * {whole[1] - whole[0]}", what="the whole run drawn", timeout=5)
     assert _painted(drv) == paths and drv.execute_script("return nxTimeline.relayouts") == relayouts
     drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+
+
+def _d_zoom(f: float) -> float:
+    """Plotly's law for a dragged axis end (dragbox.js dZoom), the one the page follows."""
+    return 1 - (min(f, 0.9) if f >= 0 else 1 / (1 / max(f, -0.3) + 3.222))
+
+
+def test_a_drag_of_an_end_of_the_x_axis_stretches_the_window_in_the_page(page):
+    """Issue 35: an end of the x axis dragged moves that end of the window, the other end staying, by Plotly's own law
+    for it, drawn by the page with the server blocked (no relayout, no path recomputed); the server's detail of
+    that window comes once the server answers again."""
+    drv, rs = page
+    _mouse_click(drv, 5, 5)
+    status = drv.execute_script(f"return {STATUS}")
+    _keys(drv, "w")
+    wait_for(drv, f"const s = {STATUS}; return s !== {status!r} && s", what="the server's answer for the zoom")
+    wait_for(drv, f"return !{GD}.classList.contains('nx-moving')", what="the answer drawn")
+    box, paths = plot_box(drv), _painted(drv)
+    relayouts = drv.execute_script("return nxTimeline.relayouts")
+    drv.execute_script("nxTimeline.redrawMs = 1e9")
+    drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": [BLOCK]})
+    w = box["x1"] - box["x0"]
+    ends = drv.execute_script(f"""return ['.wdrag', '.edrag'].map(c => {{ const b = {GD}.querySelector(c).getBoundingClientRect();
+        return [b.left + b.width / 2, b.top + b.height / 2]; }});""")
+    (wx, wy), (ex, ey) = ends
+    assert wx < box["left"] + box["w"] / 2 < ex  # Plotly's two end handles of the x axis
+    # the right end, grabbed and moved 120 px to the left: what was at the end is 120 px in, so the window's end goes
+    # out (a zoom out), its start stays
+    _drag(drv, [(ex, ey), (ex - 40, ey), (ex - 120, ey)])
+    a, b = box["x0"], box["x0"] + w / _d_zoom(120 / box["w"])
+    assert b > box["x1"]
+    wait_for(drv, f"const r = {GD}._fullLayout.xaxis.range; return Math.abs(r[0] - {a}) < 1e-9 * {w} && Math.abs(r[1] - {b}) < 1e-9 * {w}",
+             what="the right end's stretch drawn", timeout=5)
+    # then the left end, moved 60 px further left: what was at the start is now left of the plot, so the start comes
+    # in (a zoom in), the end stays
+    w2 = b - a
+    _drag(drv, [(wx, wy), (wx - 20, wy), (wx - 60, wy)])
+    a = b + (a - b) / _d_zoom(-60 / box["w"])
+    wait_for(drv, f"const r = {GD}._fullLayout.xaxis.range; return Math.abs(r[0] - {a}) < 1e-9 * {w2} && Math.abs(r[1] - {b}) < 1e-9 * {w2}",
+             what="the left end's stretch drawn", timeout=5)
+    assert box["x0"] < a < b
+    assert _painted(drv) == paths and _moved(drv) and drv.execute_script("return nxTimeline.relayouts") == relayouts
+    assert drv.execute_script(f"return {GD}.querySelectorAll('.zoombox, .zoombox-corners').length + "
+                              "document.querySelectorAll('.dragcover').length") == 0  # Plotly's drag ended, nothing left over
+    status = drv.execute_script(f"return {STATUS}")
+    drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+    _keys(drv, "d")  # its own request was blocked: the next step's window comes from the server, from the stretched one on
+    a, b = a + 0.2 * (b - a), b + 0.2 * (b - a)
+    status = wait_for(drv, f"const s = {STATUS}; return s !== {status!r} && s", what="the server's answer")
+    assert float(status.split(" ms from +")[1].split(" ms")[0].replace(",", "")) == pytest.approx(a, abs=2e-3)
 
 
 def test_a_pan_shows_slices_at_once_in_the_part_it_uncovers(page):

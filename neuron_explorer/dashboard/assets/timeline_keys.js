@@ -1,7 +1,8 @@
 /* Timeline navigation in the page, as in Perfetto: W/S (or up/down) zoom, at the pointer when it
    is over the plot, else at the middle; A/D (or left/right) pan; the mouse wheel zooms at the
    pointer; a drag on the plot draws a zoom box (x only: the lanes are fixed), ctrl+drag, a drag in
-   Plotly's pan mode or a drag of the x axis's middle pans; a double-click shows the whole run;
+   Plotly's pan mode or a drag of the x axis's middle pans, a drag of either end of the x axis
+   stretches the window from that end (the other stays); a double-click shows the whole run;
    shift+drag selects an area (a time range on some lanes; the server aggregates it per name).
    Nothing here leaves the page.
 
@@ -16,7 +17,7 @@
    one window width either side of the window it sent (timeline.flank_buckets), so a pan shows
    slices at once.
    The mouse: the wheel is taken before Plotly sees it (its own wheel zoom redraws every path 300 ms
-   after the last step). A press on the plot (or the x axis's middle) is left to Plotly until the
+   after the last step). A press on the plot (or the x axis: its middle, its ends) is left to Plotly until the
    pointer moves DRAG_PX: a still press stays its click (a slice selected) and its hover works;
    once it moves, the moves go to this file only (the zoom box is a div, a pan moves the window at
    every move) and at the release Plotly's own handler is told the drag is over (gd._dragging), so
@@ -31,8 +32,8 @@
    figure from the server for an older window (window.nxTimeline.accept, the clientside callback in
    front of the graph) is drawn in the client's window, so an answer never moves the view back; a
    figure that is not a zoom (a jump to a finding, a search hit, a run switch) wins. A drag this
-   file leaves to Plotly (an end of the x axis, the select and lasso modes) on a moved plot first
-   does the real relayout (Plotly's own drag then starts from it).
+   file leaves to Plotly (the select and lasso modes) on a moved plot first does the real relayout
+   (Plotly's own drag then starts from it).
 
    Focus: W/S/A/D act on the timeline unless a text field has them (the search box) or a dropdown's
    menu is open; a closed dropdown that still holds the focus after a choice lets go of it and the
@@ -289,6 +290,13 @@
   function axisPx(d, cx) { return Math.max(0, Math.min(d.len, cx - d.left)); }
   function at(d, px) { return d.r[0] + px / d.len * (d.r[1] - d.r[0]); }
   function panned(d, cx) { var s = (d.x - cx) / d.len * (d.r[1] - d.r[0]); return [d.r[0] + s, d.r[1] + s]; }
+  // an end of the x axis dragged: that end moves, the other stays, by Plotly's own law for it (its dZoom: dragging
+  // an end inwards by a share d of the axis divides the window by 1 - d, up to 10x; outwards, gently)
+  function dZoom(f) { return 1 - (f >= 0 ? Math.min(f, 0.9) : 1 / (1 / Math.max(f, -0.3) + 3.222)); }
+  function stretched(d, cx) {
+    var dx = cx - d.x, r = d.r;
+    return d.end === 'w' ? [r[1] + (r[0] - r[1]) / dZoom(dx / d.len), r[1]] : [r[0], r[0] + (r[1] - r[0]) / dZoom(-dx / d.len)];
+  }
   // the whole run on this figure's axis (its meta, from the server), or null
   function whole(gd) { var m = gd.layout && gd.layout.meta; return m && m.whole && m.whole.length === 2 ? m.whole.slice() : null; }
 
@@ -333,6 +341,7 @@
       if (!drag.moved && window.Plotly && window.Plotly.Fx) window.Plotly.Fx.unhover(drag.gd);  // no hover label left over a drag
       drag.moved = true;
       if (drag.kind === 'pan') go(panned(drag, ev.clientX), ev.timeStamp, null);
+      else if (drag.kind === 'stretch') go(stretched(drag, ev.clientX), ev.timeStamp, null);
       else zoomBox(drag, ev.clientX);
       return;
     }
@@ -387,15 +396,16 @@
     if (drag && drag.box) drag.box.remove();
     drag = null;
     // a press that may become the page's drag (Plotly's choice of zoom or pan: its dragbox's prepFn)
-    var el = clicked && ax && ev.button === 0 && !ev.shiftKey && ev.target.closest && ev.target.closest('.nsewdrag, .ewdrag');
+    var el = clicked && ax && ev.button === 0 && !ev.shiftKey && ev.target.closest && ev.target.closest('.nsewdrag, .ewdrag, .wdrag, .edrag');
     var main = !!el && el.classList.contains('nsewdrag'), mode = el && gd._fullLayout.dragmode;
-    var kind = !el ? null : !main || mode === 'pan' || (mode === 'zoom' && ev.ctrlKey) ? 'pan' : mode === 'zoom' ? 'zoom' : null;
+    var end = !el ? null : el.classList.contains('wdrag') ? 'w' : el.classList.contains('edrag') ? 'e' : null;
+    var kind = !el ? null : end ? 'stretch' : !main || mode === 'pan' || (mode === 'zoom' && ev.ctrlKey) ? 'pan' : mode === 'zoom' ? 'zoom' : null;
     if (kind) {
       var rect = gd.getBoundingClientRect(), fl = gd._fullLayout, delay = (gd._context && gd._context.doubleClickDelay) || 300;
       var dbl = ev.timeStamp - lastDown < delay && ['autosize', 'reset+autosize'].indexOf(gd._context && gd._context.doubleClick) >= 0;
       drag = {kind: kind, gd: gd, x: ev.clientX, y: ev.clientY, r: (target || ax[0].range).slice(), moved: false, box: null,
               left: rect.left + ax[0]._offset, len: ax[0]._length, top: rect.top + fl._size.t, height: fl._size.h,
-              dbl: dbl ? lastDown : null, delay: delay};
+              dbl: dbl ? lastDown : null, delay: delay, end: end};
       lastDown = dbl ? -1e9 : ev.timeStamp;
     } else if (base && clicked && ev.target.closest && ev.target.closest('.nsewdrag, .drag')) relayout();  // Plotly's own drag, from the window on screen
     if (!ev.shiftKey || !ax || !ev.target.closest || !ev.target.closest('#timeline .nsewdrag')) return;
@@ -419,6 +429,7 @@
       if (d.moved) {
         endPlotlyDrag(d.gd);
         if (d.kind === 'pan') go(panned(d, ev.clientX), ev.timeStamp, 0);
+        else if (d.kind === 'stretch') go(stretched(d, ev.clientX), ev.timeStamp, 0);
         else {
           var a = axisPx(d, d.x), b = axisPx(d, ev.clientX);
           if (Math.abs(b - a) >= MINZOOM_PX) go([at(d, Math.min(a, b)), at(d, Math.max(a, b))], ev.timeStamp, 0);
