@@ -124,6 +124,22 @@ def test_a_zoom_redraws_in_the_page_with_the_server_blocked(page):
     assert float(status.split(" ms from +")[1].split(" ms")[0].replace(",", "")) == pytest.approx(d["x0"], abs=2e-3)
 
 
+def test_a_single_key_asks_for_its_window_without_waiting_for_the_burst_to_end(page):
+    """Issue 35: the first step of a burst of keys goes to the server as soon as its frame is drawn: a single W
+    does not wait SETTLE_MS (here made endless) for its detail; the burst's later steps are asked when it ends."""
+    drv, rs = page
+    _mouse_click(drv, 5, 5)
+    status = drv.execute_script(f"return {STATUS}")
+    asked = drv.execute_script("nxTimeline.settleMs = 1e9; return nxTimeline.asked")
+    _keys(drv, "w")
+    status = wait_for(drv, f"const s = {STATUS}; return s !== {status!r} && s", what="the server's answer for the key", timeout=30)
+    assert drv.execute_script("return nxTimeline.asked") == asked + 1
+    z = plot_box(drv)
+    # the answer is for the key's window (the status line says where it starts, ms from the run's start)
+    assert float(status.split(" ms from +")[1].split(" ms")[0].replace(",", "")) == pytest.approx(z["x0"], abs=2e-3)
+    drv.execute_script("nxTimeline.settleMs = 100")
+
+
 def test_a_burst_of_keys_with_the_server_blocked_is_drawn_frame_by_frame(page):
     drv, rs = page
     _mouse_click(drv, 5, 5)
@@ -229,7 +245,7 @@ def _range(drv) -> list:
 def test_a_wheel_step_redraws_at_the_pointer_with_the_server_blocked(page):
     """Issue 35: a wheel step over the plot is drawn by the page in the next frame (the slices Plotly
     drew, moved: no path recomputed, no Plotly relayout), zoomed at the pointer; a second step and a
-    W key add up with it; the window goes to the server once they stop."""
+    W key add up with it; the burst's last window goes to the server once they stop."""
     drv, rs = page
     _mouse_click(drv, 5, 5)
     box, paths = plot_box(drv), _painted(drv)
@@ -266,7 +282,9 @@ def test_a_wheel_step_redraws_at_the_pointer_with_the_server_blocked(page):
     a, b = c - (c - a) * 0.6, c + (b - c) * 0.6
     wait_for(drv, f"const r = {GD}._fullLayout.xaxis.range; return Math.abs(r[0] - {a}) < 1e-9 * {w} && Math.abs(r[1] - {b}) < 1e-9 * {w}",
              what="the W after the wheel", timeout=5)
-    wait_for(drv, f"return nxTimeline.asked === {asked + 1}", what="one request for the burst", timeout=5)
+    wait_for(drv, f"const r = nxTimeline.lastAsked(); return r && Math.abs(r[0] - {a}) < 1e-9 * {w} && Math.abs(r[1] - {b}) < 1e-9 * {w}",
+             what="the burst's last window asked", timeout=5)
+    assert drv.execute_script("return nxTimeline.asked") > asked
     assert drv.execute_script("return nxTimeline.relayouts") == relayouts and _painted(drv) == paths
     drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
 
@@ -520,12 +538,18 @@ def test_three_quick_presses_of_d_move_the_window_by_0_6_of_its_width(page):
     drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": [BLOCK]})
     _keys(drv, "a")
     wait_for(drv, f"return Math.abs({GD}._fullLayout.xaxis.range[0] - {z['x0'] - 0.2 * w}) < 1e-9", what="pan left drawn", timeout=5)
+    wait_for(drv, "return !nxTimeline.settling()", what="the keys' burst over", timeout=5)
     stale = drv.execute_script(f"""const gd = {GD}; const fig = {{data: gd.data, layout: Object.assign({{}}, gd.layout,
         {{meta: {{zoom: true}}, xaxis: Object.assign({{}}, gd.layout.xaxis, {{range: [{z['x0']}, {z['x1']}]}})}})}};
         return [nxTimeline.accept(fig).layout.xaxis.range, nxTimeline.accept(Object.assign({{}}, fig,
                 {{layout: Object.assign({{}}, fig.layout, {{meta: {{zoom: false}}}})}})).layout.xaxis.range];""")
     assert stale[0] == [pytest.approx(z["x0"] - 0.2 * w, rel=1e-9), pytest.approx(z["x1"] - 0.2 * w, rel=1e-9)]
     assert stale[1] == [pytest.approx(z["x0"]), pytest.approx(z["x1"])]  # a jump (not a zoom) wins
+    # while keys are still coming, an answer for a zoom is not drawn at all (a later window will be asked)
+    drv.execute_script("nxTimeline.settleMs = 1e9")
+    _keys(drv, "d")
+    assert drv.execute_script(f"""const gd = {GD}; return nxTimeline.settling() && nxTimeline.accept({{data: gd.data,
+        layout: Object.assign({{}}, gd.layout, {{meta: {{zoom: true}}}})}}) === window.dash_clientside.no_update""")
 
 
 def test_keys_after_a_dropdown_choice_zoom_the_timeline_and_type_nothing(page):

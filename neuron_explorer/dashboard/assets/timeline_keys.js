@@ -23,8 +23,9 @@
    every move) and at the release Plotly's own handler is told the drag is over (gd._dragging), so
    it neither relayouts nor clicks. A double-click (two presses within Plotly's doubleClickDelay)
    goes to the whole run (the figure's meta.whole, from the server) the same way.
-   SETTLE_MS after the last key or wheel step (at once after a drag or a double-click) the window
-   goes to the server once ("zoom-req"), which answers
+   The first key or wheel step of a burst (once its frame is on screen), and SETTLE_MS after its last
+   one if the window moved on since (at once after a drag or a double-click), the window goes to the
+   server ("zoom-req"; an answer that comes while the burst goes on is not drawn), which answers
    with the slices of that window at full detail; if that answer has not come REDRAW_MS (nxTimeline.redrawMs, 2 s) later, the
    page does the one real Plotly.relayout itself (paths recomputed for the window, names re-fitted).
    While keys come, the graph's relayouts of those windows are held back from the server
@@ -45,7 +46,8 @@
   var DRAG_PX = 3, MINZOOM_PX = 8;  // a press that moves less is a click; a zoom box narrower than Plotly's MINDRAG zooms nothing
   var KEYS = {w: 'in', s: 'out', a: 'left', d: 'right', arrowup: 'in', arrowdown: 'out', arrowleft: 'left', arrowright: 'right'};
   var pointerPx = null, hovered = false, clicked = false;
-  var target = null, frame = null, firstInput = null, settle = null, redraw = null, seq = 0, drawn = [];
+  var target = null, frame = null, firstInput = null, settle = null, soon = null, redraw = null, seq = 0, drawn = [];
+  var lastAsked = null;  // the last window sent to the server (a burst's end that is its first step is not sent twice)
   var base = null;  // the x range Plotly drew the slices for, while the page has moved them (null: not moved)
   var sel = null, box = null;
   var drag = null, lastDown = -1e9;  // a press on the plot that may become the page's drag; when the last one began (double-click)
@@ -64,6 +66,7 @@
     draws: [],       // the drawing call of each of those frames alone, ms
     relayouts: 0,    // real redraws this file made (one per burst of keys, when the server's answer is late)
     redrawMs: 2000,  // REDRAW_MS: how late the server's answer may be before the page redraws the window itself
+    settleMs: SETTLE_MS,  // how long after a burst's last key or wheel step its window is asked
     asked: 0,        // windows sent to the server
     // a relayout this file made (a window it drew): not for the server
     ours: function (rl) {
@@ -72,6 +75,8 @@
       return drawn.some(function (d) { return d[0] === r[0] && d[1] === r[1]; });
     },
     target: function () { return target && target.slice(); },
+    lastAsked: function () { return lastAsked && lastAsked.slice(); },  // the last window sent to the server
+    settling: function () { return settle !== null; },  // a burst of keys or wheel steps is under way
     blur: function () {  // now, and again once the menu has closed (it gives the focus back to its button as it closes)
       var off = function () { var a = document.activeElement; if (a && a !== document.body && inDropdown(a) && !menuOpen(a) && a.blur) a.blur(); };
       off(); setTimeout(off, 0); setTimeout(off, 250);
@@ -84,7 +89,11 @@
     // the server's figure → what the graph draws (see the top of this file)
     accept: function (fig) {
       var meta = fig && fig.layout && fig.layout.meta;
-      if (!(meta && meta.zoom) || !target) { target = null; return fig; }
+      if (!(meta && meta.zoom) || !target) { target = null; lastAsked = null; return fig; }
+      if (settle !== null) {  // keys still coming: a later window will be asked (again, if the burst comes back to this one)
+        lastAsked = null;
+        return window.dash_clientside.no_update;
+      }
       var xaxis = Object.assign({}, fig.layout.xaxis, {range: target.slice()});
       return Object.assign({}, fig, {layout: Object.assign({}, fig.layout, {xaxis: xaxis})});
     }
@@ -224,12 +233,13 @@
     requestAnimationFrame(function () { nx.frames.push(performance.now() - t0); askAfterDraw(); });
   }
 
-  // a window asked for at once (a drag's end, a double-click) goes to the server once its frame is on
-  // screen: the request's own work in the page (Dash's, 50-150 ms on a loaded machine) would delay it
+  // a window asked for at once (a drag's end, a double-click, a burst's first step) goes to the server
+  // once its frame is on screen: the request's own work in the page (Dash's, 50-150 ms on a loaded
+  // machine) would delay it
   function askAfterDraw() {
     if (!askDrawn) return;
     askDrawn = false;
-    settle = setTimeout(ask, 0);
+    soon = setTimeout(function () { soon = null; ask(); }, 0);
   }
 
   // the one real redraw of a burst: Plotly recomputes the paths for the window the keys chose
@@ -253,8 +263,9 @@
   }
 
   function ask() {
-    settle = null;
     if (!target || !window.dash_clientside || !window.dash_clientside.set_props) return;
+    if (lastAsked && lastAsked[0] === target[0] && lastAsked[1] === target[1]) return;  // a one-step burst: asked at its start
+    lastAsked = target.slice();
     nx.asked += 1;
     window.dash_clientside.set_props('zoom-req', {data: {'xaxis.range[0]': target[0], 'xaxis.range[1]': target[1], seq: ++seq}});
     if (redraw !== null) clearTimeout(redraw);
@@ -262,14 +273,19 @@
   }
 
   // the client's window is `r` now: drawn in the next frame, asked of the server `settleMs` after the
-  // last input (0: once that frame is on screen; null: not yet, a drag is still moving it)
+  // last input (0: once that frame is on screen; null: not yet, a drag is still moving it). The first
+  // step of a burst of keys or wheel steps is also asked once its frame is on screen: a single key
+  // press does not wait SETTLE_MS for its detail (the burst's last window is asked when it stops, if
+  // it moved on; the answers that come while it goes on are not drawn: `accept`)
   function go(r, when, settleMs) {
+    var first = settle === null;  // no burst under way
     target = r;
     if (firstInput === null) firstInput = when || performance.now();
     if (settle !== null) { clearTimeout(settle); settle = null; }
+    if (soon !== null) { clearTimeout(soon); soon = null; }
     if (redraw !== null) { clearTimeout(redraw); redraw = null; }
-    askDrawn = settleMs === 0;
-    if (settleMs) settle = setTimeout(ask, settleMs);
+    askDrawn = settleMs === 0 || (!!settleMs && first);
+    if (settleMs) settle = setTimeout(function () { settle = null; ask(); }, settleMs);
     if (frame === null) frame = requestAnimationFrame(draw);
   }
 
@@ -283,7 +299,7 @@
       var d = (what === 'right' ? 1 : -1) * w * PAN;
       a = r[0] + d; b = r[1] + d;
     }
-    go([a, b], when, SETTLE_MS);
+    go([a, b], when, nx.settleMs);
   }
 
   // the pixel of the plot's x axis at the client x `cx` (clamped to the axis), and its value in the window `r`
@@ -367,7 +383,7 @@
     var f = Math.exp(Math.max(-20, Math.min(20, dy)) / 200), r = target || ax[0].range.slice();
     var rect = gd.getBoundingClientRect(), px = Math.max(0, Math.min(ax[0]._length, ev.clientX - rect.left - ax[0]._offset));
     var c = r[0] + px / ax[0]._length * (r[1] - r[0]);
-    go([c - (c - r[0]) * f, c + (r[1] - c) * f], ev.timeStamp, SETTLE_MS);
+    go([c - (c - r[0]) * f, c + (r[1] - c) * f], ev.timeStamp, nx.settleMs);
   }, {capture: true, passive: false});
 
   // captured before the dropdown sees it: a key meant for the timeline types nothing into a filter
