@@ -7,7 +7,9 @@ browsers rasterise in software, seconds on a large view). Right after each paint
 "paint") an invisible trace (mode "none", meta "spans") holds the middle of every span, in the same
 order, with its event id (customdata) and hover text: what hover and click pick, so a click opens
 that event. Leaving out the paint trace's points at its first x (left of the view, where its path
-changes rows), span i's rectangle is its points 4i..4i+3 (x0, x0, x1, x1).
+changes rows), exact slice i's rectangle is its points 4i..4i+3 (x0, x0, x1, x1); the buckets of a
+row that touch are painted as one rectangle (`_merged`: a busy stretch of a lane is one, not one per
+pixel), their hover trace keeps one point per bucket.
 
 Exact slices are coloured by name (a stable hash of the name picks one of NAME_PALETTE, so a kernel
 has the same colour in every view and every run) or by kind. Names are drawn inside the exact
@@ -106,16 +108,19 @@ def _trace(xs, ys, cd, text, name: str, color: str, width: float, **extra) -> di
 
 
 def _spans(x0, x1, y, ids, labels, name: str, color: str, width: float, showlegend: bool, left: float,
-           hovertemplate: str | None = None, **extra) -> list[dict]:
+           hovertemplate: str | None = None, merge: bool = False, **extra) -> list[dict]:
     """The traces of one colour's spans: the paint (every span a rectangle, all of them ONE filled SVG
     path: no WebGL, no DOM element per span; meta "paint") and right after it the invisible hover
     trace (one point per span, its middle, with the event id and hover text; meta "spans"). Spans
-    are ordered by row, then start; `left` is an x left of the view (see _paint_path)."""
+    are ordered by row, then start; `left` is an x left of the view (see _paint_path). With `merge`
+    (the buckets), the spans of a row that touch or overlap are painted as one rectangle (`_merged`:
+    the same area, a fraction of the points for the browser to draw); the hover trace keeps each."""
     if len(x0) and x0.min() <= left:  # a span that starts further left: left of it
         left = float(x0.min()) - (float(x1.max()) - float(x0.min())) * 0.01
     order = np.lexsort((x0, y))
     x0, x1, y, ids, labels = x0[order], x1[order], np.asarray(y)[order], ids[order], labels[order]
-    px, py = _paint_path(x0, x1, np.asarray(y, np.float32), np.float32(width / ROW_PX / 2), left)
+    p0, p1, py_ = _merged(x0, x1, y) if merge else (x0, x1, y)
+    px, py = _paint_path(p0, p1, np.asarray(py_, np.float32), np.float32(width / ROW_PX / 2), left)
     hover = {"type": "scatter", "mode": "none", "x": typed((x0 + x1) / 2), "y": typed(np.asarray(y, np.int32)),
              # a plain list, not a typed array: Dash copies customdata into clickData only from plain arrays
              "customdata": ids.astype(np.int64).tolist(), "text": labels.tolist(), "name": name, "legendgroup": name,
@@ -125,6 +130,22 @@ def _spans(x0, x1, y, ids, labels, name: str, color: str, width: float, showlege
              "name": name, "legendgroup": name, "showlegend": showlegend, "hoverinfo": "skip", "hoveron": "points", "meta": "paint",
              "line": {"width": 0, "simplify": False}, **extra}
     return [paint, hover]
+
+
+def _merged(x0: np.ndarray, x1: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Spans ordered by row then start, those of a row that touch or overlap (a start at or before
+    the furthest end so far in its row) joined: (starts, ends, rows) of the joined spans, which cover
+    exactly the area the spans cover. The aggregated view's buckets are a pixel wide each and side by
+    side where a lane is busy: a busy stretch is one rectangle, not one per pixel."""
+    if len(x0) < 2:
+        return x0, x1, y
+    new_row = np.r_[True, y[1:] != y[:-1]]
+    a, b = x0.astype(np.float64), x1.astype(np.float64)
+    # the furthest end so far within each row: one running max over the rows laid end to end
+    shift = (np.cumsum(new_row) - 1) * (float(b.max() - a.min()) + 1.0)
+    reach = np.maximum.accumulate(b - a.min() + shift) - shift + a.min()
+    start = np.flatnonzero(new_row | np.r_[True, a[1:] > reach[:-1]])
+    return x0[start], np.maximum.reduceat(x1, start), np.asarray(y)[start]
 
 
 def _paint_path(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, h, left) -> tuple[np.ndarray, np.ndarray]:
@@ -322,7 +343,7 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
                 text = np.array([f"{c} events · {o * 100:.0f}% busy" for c, o in zip(b["events"][m], occ[m])], dtype=object)
                 traces += _spans(X(b["x0"][m]), X(b["x1"][m]), b["y"][m], b["event_id"][m], text, kind, KIND_COLORS.get(kind, "#888"),
                                  line_w, showlegend=bool(not len(s["x0"]) and dense), left=left, opacity=1.0 if dense else 0.45,
-                                 hovertemplate=f"%{{text}} · mostly {kind}<extra></extra>")
+                                 hovertemplate=f"%{{text}} · mostly {kind}<extra></extra>", merge=True)
                 hit_parts.append((X(b["x0"][m]), X(b["x1"][m]), b["y"][m], b["event_id"][m], text + f" · mostly {kind}"))
     hits = [h for h in (_hit_points(*part, px_per_x) for part in hit_parts) if h is not None]
     if hits:

@@ -105,7 +105,7 @@ def report_payload(report) -> dict:
 
 def _in_child(r: OpenRun) -> dict:
     """report_payload of the run's analysis, computed in a child Python process at CHILD_NICE
-    (`python -m neuron_explorer.dashboard.views.findings RUN`, the payload pickled on its stdout):
+    (`python -m neuron_explorer.dashboard.views.analysis_child RUN NICE`, the payload pickled on its stdout):
     its queries and its Python neither hold the server's GIL nor take the cores from the page's
     requests and the browser's drawing. The whole run's Overview parts (overview.analysed_parts: the
     top lists by critical path, the roofline, the per-rank parts) come back with the payload, and
@@ -122,7 +122,7 @@ def _in_child(r: OpenRun) -> dict:
 
     root = str(Path(__file__).resolve().parents[3])  # the folder holding this neuron_explorer package
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
-    proc = subprocess.Popen([sys.executable, "-m", "neuron_explorer.dashboard.views.findings", str(r.run.path), str(CHILD_NICE)],
+    proc = subprocess.Popen([sys.executable, "-m", "neuron_explorer.dashboard.views.analysis_child", str(r.run.path), str(CHILD_NICE)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     r._facts["analysis_child"] = proc
     err: list[bytes] = []
@@ -143,46 +143,6 @@ def _in_child(r: OpenRun) -> dict:
     cp.adopt_paths(r.run, value.pop("critical_paths", None) or {})  # a rank's Overview does not walk them again (seconds a rank)
     r._facts["overview_parts"] = value.pop("overview_parts", None)  # the whole run's Overview (overview.analysed_parts)
     return value
-
-
-def _child_main(path: str, nice: int) -> None:
-    """The analysis child (`_in_child`): lower its priority before anything starts a thread (DuckDB's
-    threads inherit it), analyse, write ("ok", payload) or ("error", exception) pickled to stdout."""
-    import os
-    import pickle
-    import sys
-    import threading
-
-    try:
-        os.nice(nice)
-    except OSError:
-        pass
-
-    def orphaned():  # the server is gone when its end of our stdin closes
-        sys.stdin.buffer.read()
-        os._exit(3)
-    threading.Thread(target=orphaned, daemon=True).start()
-    try:
-        from ...analyzers import analyze
-        from ...analyzers import critical_path as cp
-        from ...store import open_run
-        from .overview import MAX_RANKS, analysed_parts
-
-        payload = report_payload(analyze(path, write=False))
-        with open_run(path) as run:  # the whole run's Overview, from the paths the analysis walked (`_in_child`)
-            summary = {s["rank"]: s for s in payload["summary"].get("ranks", [])}
-            payload["overview_parts"] = analysed_parts(run, summary, sorted(summary)[:MAX_RANKS])
-            payload["critical_paths"] = cp.computed_paths(run)
-        result = ("ok", payload)
-    except Exception as e:  # noqa: BLE001  (passed back to the server, which shows it in the panel)
-        try:
-            pickle.dumps(e)
-            result = ("error", e)
-        except Exception:  # noqa: BLE001
-            result = ("error", QueryError(f"{type(e).__name__}: {e}"))
-    sys.stdout.buffer.write(pickle.dumps(result))
-    sys.stdout.buffer.flush()
-    os._exit(0)  # no interpreter teardown (DuckDB's threads): the answer is written
 
 
 def _in_named_thread(fn):
@@ -244,9 +204,3 @@ def _target(r: OpenRun, d: dict) -> dict:
     t0, t1 = min(a for a, _ in spans), max(b for _, b in spans)
     pad = max((t1 - t0) // 10, 1000)
     return {"t0": int(t0 - pad), "t1": int(t1 + pad)}
-
-
-if __name__ == "__main__":  # the analysis child of `_in_child`
-    import sys as _sys
-
-    _child_main(_sys.argv[1], int(_sys.argv[2]))
