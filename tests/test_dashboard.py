@@ -594,6 +594,43 @@ def test_one_path_without_gaps_paints_exactly_the_slices():
     assert (filled == inside)[~near_edge].all() and inside.sum() > 5_000 and (~inside).sum() > 5_000
 
 
+def test_the_buckets_of_a_busy_stretch_are_painted_as_one_rectangle_and_hovered_one_by_one():
+    """The aggregated view's buckets (a pixel wide, side by side where a lane is busy) that touch or overlap in a row
+    are painted as one rectangle (figure._merged): the paint covers exactly the buckets' area with far fewer points,
+    and the hover trace still has a point, an event and a text per bucket."""
+    rng = np.random.default_rng(11)
+    x0, x1, y = [], [], []
+    for row in range(3):
+        t = 0.0
+        for _ in range(150):
+            t += float(rng.choice([0.0, 0.0, 0.0, rng.uniform(0.5, 4.0)]))  # most touch the one before: a busy stretch
+            w = 1.0 + (float(rng.uniform(0.2, 2.0)) if rng.random() < 0.1 else 0.0)  # a few reach over the next one
+            x0.append(t), x1.append(t + w), y.append(row)
+            t += 1.0
+    n = len(x0)
+    none = np.zeros(0, np.float32)
+    tl = {**_kernels_tl(0, int((max(x1) + 1) * 1000), 1000, [(0, 1, 0)]), "lanes": [{"y0": 0, "rows": 3, "label": "GPU 0"}],
+          "slices": {"x0": none, "x1": none, "y": none.astype(np.int32), "kind": np.array([], object), "name": np.array([], object),
+                     "event_id": none.astype(np.int64), "dur_ns": none.astype(np.int64)},
+          "buckets": {"x0": np.array(x0, np.float32), "x1": np.array(x1, np.float32), "y": np.array(y, np.int32),
+                      "occupancy": np.ones(n, np.float32), "events": np.full(n, 3, np.int64), "kind": np.array(["kernel"] * n, object),
+                      "event_id": np.arange(n, dtype=np.int64)}}
+    fig = figure.build_figure(tl, color_by="kind")
+    paint, hover = (next(t for t in fig["data"] if t.get("meta") == m) for m in ("paint", "spans"))
+    assert sorted(hover["customdata"]) == list(range(n)) and len(hover["text"]) == n  # every bucket hovered
+    px, py = (_decode(paint[a]).astype(np.float64) for a in ("x", "y"))
+    assert len(px) < 4 * n / 2  # the stretches, not the buckets
+    qx, qy = rng.uniform(-1, max(x1) + 1, 30_000), rng.uniform(-0.6, 2.6, 30_000)
+    h = figure.ROW_PX * 0.78 / figure.ROW_PX / 2
+    inside, near_edge = np.zeros(len(qx), bool), np.zeros(len(qx), bool)
+    for a, b, row in zip(x0, x1, y):
+        inside |= (qx > a) & (qx < b) & (np.abs(qy - row) < h)
+        near_edge |= (np.minimum(np.abs(qx - a), np.abs(qx - b)) < 1e-4) & (np.abs(qy - row) < h + 1e-6)
+        near_edge |= (np.abs(np.abs(qy - row) - h) < 1e-6) & (qx > a - 1e-4) & (qx < b + 1e-4)
+    filled = _winding(px, py, qx, qy) != 0
+    assert (filled == inside)[~near_edge].all() and inside.sum() > 3_000 and (~inside).sum() > 3_000
+
+
 def test_times_keep_ns_digits_at_deep_zoom_and_float32_is_used_only_where_exact_enough():
     """x is ms from the run's start. 2 us wide at 10 s into the run (2 ps a pixel), a kernel from
     10.000000623 s to 10.000001623 s keeps every ns digit (float64); over the whole 20 s run (20 ms
