@@ -371,21 +371,28 @@ def test_a_drag_zoom_box_redraws_the_box_window_with_the_server_blocked(page):
     assert float(status.split(" ms from +")[1].split(" ms")[0].replace(",", "")) == pytest.approx(a, abs=2e-3)
 
 
-def test_a_drag_pan_and_a_double_click_are_drawn_with_the_server_blocked(page):
-    """Issue 35: a drag of the x axis's middle and a ctrl+drag on the plot pan the window in the page
-    (no relayout), and a double-click shows the whole run, all with the server's answers blocked."""
-    drv, rs = page
+def _zoomed_then_blocked(drv, keys: str):
+    """`keys` pressed and the server's answer drawn (a window inside the run), then the server's answers blocked and
+    the page's own late redraw put off: (the plot's box, its painted paths, the page's relayouts so far)."""
     _mouse_click(drv, 5, 5)
     status = drv.execute_script(f"return {STATUS}")
-    _keys(drv, "ww")
+    _keys(drv, keys)
     wait_for(drv, f"const s = {STATUS}; return s !== {status!r} && s", what="the server's answer for the zoom")
     wait_for(drv, f"return !{GD}.classList.contains('nx-moving')", what="the answer drawn")
     box, paths = plot_box(drv), _painted(drv)
     relayouts = drv.execute_script("return nxTimeline.relayouts")
-    whole = drv.execute_script(f"return {GD}.layout.meta.whole")
-    assert whole[0] < box["x0"] < box["x1"] < whole[1]
     drv.execute_script("nxTimeline.redrawMs = 1e9")
     drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": [BLOCK]})
+    return box, paths, relayouts
+
+
+def test_a_drag_pan_and_a_double_click_are_drawn_with_the_server_blocked(page):
+    """Issue 35: a drag of the x axis's middle and a ctrl+drag on the plot pan the window in the page
+    (no relayout), and a double-click shows the whole run, all with the server's answers blocked."""
+    drv, rs = page
+    box, paths, relayouts = _zoomed_then_blocked(drv, "ww")
+    whole = drv.execute_script(f"return {GD}.layout.meta.whole")
+    assert whole[0] < box["x0"] < box["x1"] < whole[1]
     w = box["x1"] - box["x0"]
     # the x axis's middle, dragged 150 px left: the window moves 150 px right
     ax_y = box["top"] + box["h"] + 8
@@ -425,15 +432,7 @@ def test_a_drag_of_an_end_of_the_x_axis_stretches_the_window_in_the_page(page):
     for it, drawn by the page with the server blocked (no relayout, no path recomputed); the server's detail of
     that window comes once the server answers again."""
     drv, rs = page
-    _mouse_click(drv, 5, 5)
-    status = drv.execute_script(f"return {STATUS}")
-    _keys(drv, "w")
-    wait_for(drv, f"const s = {STATUS}; return s !== {status!r} && s", what="the server's answer for the zoom")
-    wait_for(drv, f"return !{GD}.classList.contains('nx-moving')", what="the answer drawn")
-    box, paths = plot_box(drv), _painted(drv)
-    relayouts = drv.execute_script("return nxTimeline.relayouts")
-    drv.execute_script("nxTimeline.redrawMs = 1e9")
-    drv.execute_cdp_cmd("Network.setBlockedURLs", {"urls": [BLOCK]})
+    box, paths, relayouts = _zoomed_then_blocked(drv, "w")
     w = box["x1"] - box["x0"]
     ends = drv.execute_script(f"""return ['.wdrag', '.edrag'].map(c => {{ const b = {GD}.querySelector(c).getBoundingClientRect();
         return [b.left + b.width / 2, b.top + b.height / 2]; }});""")

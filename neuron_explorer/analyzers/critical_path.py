@@ -266,6 +266,9 @@ class Path:
     def rows(self) -> list[dict]:
         return self.table().to_pylist()
 
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_derived": {}}  # what was derived from it (per-event tables) is this process's own
+
     def select(self, keep: np.ndarray) -> Path:
         """The segments where `keep` (a bool mask, e.g. `path.step == s`) as a path of their own."""
         return Path(self.rank[keep], self.step[keep], self.seq[keep], self.ts[keep], self.ns[keep], self.event_id[keep],
@@ -446,11 +449,10 @@ def _key(run: Run, rank: int) -> tuple:
 
 def computed_paths(run: Run) -> dict[int, Path]:
     """The paths of `run`'s ranks this process has computed and still holds (path_of's cache), by
-    rank, without what was derived from them: what another process reading the same run may take
-    (`adopt_paths`) instead of walking them again."""
+    rank: what another process reading the same run may take (`adopt_paths`; a pickled Path leaves
+    what was derived from it behind) instead of walking them again."""
     me = _key(run, 0)[:2]
-    return {k[2]: Path(p.rank, p.step, p.seq, p.ts, p.ns, p.event_id, p.category, p.cause, p.frame, p.causes)
-            for k, p in list(_CACHE.items()) if k[:2] == me}
+    return {k[2]: p for k, p in list(_CACHE.items()) if k[:2] == me}
 
 
 def adopt_paths(run: Run, paths: dict[int, Path]) -> None:

@@ -433,7 +433,10 @@ class OpenRun:
         self.run.con.interrupt()
         held = self.lock.acquire(timeout=wait_s)
         try:
-            for sub in list(self._facts.get("of_rank", {}).values()) + [x for x in [self._facts.get("background")] if x is not None]:
+            subs = list(self._facts.get("of_rank", {}).values())
+            if self._facts.get("background") is not None:
+                subs.append(self._facts["background"])
+            for sub in subs:
                 sub.close(wait_s)
             self.run.close()
         finally:
