@@ -93,11 +93,11 @@ def rank_parts(run, rank: int, compress: bool = True) -> dict[str, bytes | pa.Ta
     `compress=False` (a run of one rank, whose rows are written next anyway) the Arrow tables
     themselves: the stream's compression and reading back cost 0.17 s of CPU a 366k-row path."""
     from .critical_path import path_of
-    from .utilisation import rank_work, work_rows
+    from .utilisation import rank_work, work_table
 
     keep = _ipc if compress else (lambda table: table)
     return {"critical_path": keep(path_of(run, rank).table()),
-            "work": keep(pa.Table.from_pylist(work_rows(rank_work(run, rank), rank), schema=_WORK_SCHEMA))}
+            "work": keep(work_table(rank_work(run, rank), rank, _WORK_SCHEMA))}
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -141,7 +141,7 @@ def _work(run, ranks: list[int], parts: dict | None = None) -> pa.Table:
     """FLOPs and bytes per counted operator and per kernel (docs/METRICS.md "Utilisation") of the
     open `run` (`ranks`: those its events hold): the tables `parts` kept when it has every rank,
     else from the per-rank work the summary already computed (utilisation.rank_work keeps it per analysis)."""
-    from .utilisation import WORK_COLUMNS, rank_work, work_rows
+    from .utilisation import WORK_COLUMNS, rank_work, work_table
 
     assert tuple(_WORK_SCHEMA.names) == WORK_COLUMNS
     tables = _kept(parts, ranks, "work")
@@ -149,5 +149,5 @@ def _work(run, ranks: list[int], parts: dict | None = None) -> pa.Table:
         tables = []
         for rank in ranks:
             with run.with_ranks([rank]) as one:
-                tables.append(pa.Table.from_pylist(work_rows(rank_work(one, rank), rank), schema=_WORK_SCHEMA))
+                tables.append(work_table(rank_work(one, rank), rank, _WORK_SCHEMA))
     return pa.concat_tables(tables) if tables else _WORK_SCHEMA.empty_table()

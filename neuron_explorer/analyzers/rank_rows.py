@@ -26,12 +26,14 @@ from ..store import Run
 class RankQuery:
     """A query a rank's figures need. `one`: over one rank, with `?` the rank; `many`: over every
     rank of the views, `rank` first, ordered by rank then as `one`. `arrays`: read as NumPy columns
-    (`arrays(...)`: many rows, no Python object per row) instead of tuples (`rows(...)`)."""
+    (`arrays(...)`: many rows, no Python object per row) instead of tuples (`rows(...)`). `arrow`:
+    read as an Arrow table (`rows(...)` gives it): columns of text, nulls kept, no copy per rank."""
 
     name: str
     one: str
     many: str
     arrays: bool = False
+    arrow: bool = False
     when: Callable | None = None
     """`when(run, ranks)`: whether any rank of a batch can need the rows (else the batch does not run
     the query, and a rank that asks runs `one`); it may read the rows of the queries prepared before."""
@@ -68,6 +70,13 @@ def _prepare(run: Run, queries, want: list[int], out: dict) -> None:
             got = q.read(run, want)
             out[q.name] = {r: got[r] for r in want if got.get(r) is not None}
             continue
+        if q.arrow:
+            table = _arrow(run, q.many, [])
+            rank_col = table.column(0).to_numpy()
+            table = table.drop_columns([table.column_names[0]])
+            out[q.name] = {r: table.slice(lo, hi - lo) for r, lo, hi in
+                           zip(want, np.searchsorted(rank_col, want, "left").tolist(), np.searchsorted(rank_col, want, "right").tolist())}
+            continue
         rel = run.sql(q.many)
         if q.arrays:
             cols = rel.fetchnumpy()
@@ -103,14 +112,28 @@ def take(run: Run, q: RankQuery, rank: int):
 
 
 def rows(run: Run, q: RankQuery, rank: int) -> list[tuple]:
-    """One rank's rows of `q` (tuples, in `q.one`'s order; for a query with its own `read`, what
-    `read` gives one rank)."""
+    """One rank's rows of `q` (tuples, in `q.one`'s order; an Arrow table for an `arrow` query; for a
+    query with its own `read`, what `read` gives one rank)."""
     got = prepared_rows(run, q, rank)
     if got is not None:
         return got
     if q.read is not None:
         return q.read(run, [int(rank)])[int(rank)]
+    if q.arrow:
+        return _arrow(run, q.one, [int(rank)])
     return [tuple(r) for r in run.sql(q.one, [int(rank)]).fetchall()]
+
+
+def _arrow(run: Run, query: str, params: list):
+    """A query's rows as an Arrow table, read on a cursor of the run's connection (no clash with a
+    result another reader left open on it)."""
+    from ..store import cursor
+
+    cur = cursor(run.con)
+    try:
+        return cur.sql(query, params=params).to_arrow_table()
+    finally:
+        cur.close()
 
 
 def arrays(run: Run, q: RankQuery, rank: int) -> dict:

@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import json
-from bisect import bisect_right
 from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
 
 from ..errors import InputError
 from ..store import Run
@@ -39,17 +42,27 @@ from .rank_rows import rows as rank_rows
 _KNOWN_SQL = ", ".join(sql_literal(n) for n in sorted(F.KNOWN))
 
 _OPS_WHERE = (f"""kind = 'cpu_op' AND ((name IN ({_KNOWN_SQL}) AND contains(args, '"Input Dims"')) OR contains(args, '"flops"'))""")
-OPS = RankQuery(
-    "work_ops", f"SELECT event_id, pid, tid, ts_ns, dur_ns, name, args, step, source_frame_id, pass FROM events WHERE rank = ? AND {_OPS_WHERE} "
-                "ORDER BY pid, tid, ts_ns, dur_ns DESC, event_id",
-    f"SELECT rank, event_id, pid, tid, ts_ns, dur_ns, name, args, step, source_frame_id, pass FROM events WHERE {_OPS_WHERE} "
-    "ORDER BY rank, pid, tid, ts_ns, dur_ns DESC, event_id")
-"""Operators that can have work (`_rank_work`), in each thread's time order, outer operator first."""
+_SHAPE_ARGS = ("Input Dims", "Input type", "Concrete Inputs", "flops")
+"""The args an operator's work is computed from (flops.op_work): the rest (ids, call stacks) differs
+from call to call, these repeat every step."""
+_OPS_SQL = ("SELECT {lead}event_id, coalesce(pid, {none}) AS pid_k, coalesce(tid, {none}) AS tid_k, ts_ns, dur_ns, name, "
+            + ", ".join(f"w[{i + 1}]::VARCHAR AS a{i}" for i in range(len(_SHAPE_ARGS)))
+            + ", step, source_frame_id, pass FROM (SELECT *, CASE WHEN json_valid(args) THEN json_extract(args, ["
+            + ", ".join(sql_literal(f'$."{k}"') for k in _SHAPE_ARGS)
+            + f"]) END AS w FROM events WHERE {{where}}{_OPS_WHERE}) ORDER BY {{lead}}pid, tid, ts_ns, dur_ns DESC, event_id")
+_NONE = -(2**62)
+"""A null pid or tid in OPS and KERNELS (a thread is the pair, nulls equal)."""
+OPS = RankQuery("work_ops", _OPS_SQL.format(lead="", where="rank = ? AND ", none=_NONE),
+                _OPS_SQL.format(lead="rank, ", where="", none=_NONE), arrow=True)
+"""Operators that can have work (`_rank_work`), in each thread's time order, outer operator first,
+with the args their work is computed from (`_SHAPE_ARGS`, as JSON text; null when absent)."""
 KERNELS = RankQuery(
-    "work_kernels", "SELECT k.event_id, k.name, k.dur_ns, k.device, r.pid, r.tid, r.ts_ns, k.step FROM events k "
-                    "JOIN events r ON r.event_id = k.launch_id AND r.rank = k.rank WHERE k.rank = ? AND k.kind = 'kernel' ORDER BY k.event_id",
-    "SELECT k.rank, k.event_id, k.name, k.dur_ns, k.device, r.pid, r.tid, r.ts_ns, k.step FROM events k "
-    "JOIN events r ON r.event_id = k.launch_id AND r.rank = k.rank WHERE k.kind = 'kernel' ORDER BY k.rank, k.event_id")
+    "work_kernels", f"SELECT k.event_id, k.name, k.dur_ns, k.device, coalesce(r.pid, {_NONE}) AS pid_k, coalesce(r.tid, {_NONE}) AS tid_k, "
+                    "r.ts_ns, k.step FROM events k JOIN events r ON r.event_id = k.launch_id AND r.rank = k.rank "
+                    "WHERE k.rank = ? AND k.kind = 'kernel' ORDER BY k.event_id",
+    f"SELECT k.rank, k.event_id, k.name, k.dur_ns, k.device, coalesce(r.pid, {_NONE}) AS pid_k, coalesce(r.tid, {_NONE}) AS tid_k, "
+    "r.ts_ns, k.step FROM events k JOIN events r ON r.event_id = k.launch_id AND r.rank = k.rank "
+    "WHERE k.kind = 'kernel' ORDER BY k.rank, k.event_id", arrow=True)
 """Kernels with their launch's thread and time (`_kernels_of`)."""
 KERNEL_NAMES = RankQuery(
     "arch_kernel_names", f"SELECT name, count(*) FROM events WHERE rank = ? AND kind = 'kernel' "
@@ -125,15 +138,65 @@ def _settings() -> PeakSettings:
     return _SETTINGS.get() or _DEFAULT
 
 
-@dataclass
 class RankWork:
-    """The work of one rank: counted operators with their kernels, and the device's peak."""
+    """The work of one rank: counted operators and the kernels that inherit their work, as columns,
+    and the device's peak.
 
-    ops: list[dict]
-    kernels: list[dict]
-    peak: P.Peak | None
-    device_name: str | None
-    detected: P.Detected | None = None
+    `op` and `kernel` are NumPy columns, one row per counted operator (in OPS's order) and per kernel
+    inside one (in event id order): `op` has event_id, pid, tid, ts_ns, dur_ns, step and
+    source_frame_id (`_NONE`: null), flops, bytes, device_ns (its kernels' summed duration), kernels
+    (how many), and `name`, `dtype`, `how` and `pass` as codes into `text` (-1: null); `kernel` has
+    event_id, dur_ns, device, step, `op` (its operator's row), flops, bytes (its share) and `name`
+    (a code into `text`). `ops` and `kernels` give the same as one dict a row (for reading a few)."""
+
+    def __init__(self, op: dict, kernel: dict, text: list, peak: P.Peak | None, device_name: str | None,
+                 detected: P.Detected | None = None):
+        self.op, self.kernel, self.text = op, kernel, text
+        self.peak, self.device_name, self.detected = peak, device_name, detected
+
+    def _str(self, code: int) -> str | None:
+        return self.text[code] if code >= 0 else None
+
+    @property
+    def ops(self) -> list[dict]:
+        o = self.op
+        return [{"event_id": int(o["event_id"][i]), "pid": _null(o["pid"][i]), "tid": _null(o["tid"][i]),
+                 "ts_ns": int(o["ts_ns"][i]), "dur_ns": int(o["dur_ns"][i]), "name": self._str(o["name"][i]),
+                 "flops": float(o["flops"][i]), "bytes": float(o["bytes"][i]), "dtype": self._str(o["dtype"][i]),
+                 "how": self._str(o["how"][i]), "step": _null(o["step"][i]), "source_frame_id": _null(o["source_frame_id"][i]),
+                 "pass": self._str(o["pass"][i]), "device_ns": int(o["device_ns"][i]), "kernels": int(o["kernels"][i])}
+                for i in range(len(o["event_id"]))]
+
+    @property
+    def kernels(self) -> list[dict]:
+        k, o = self.kernel, self.op
+        return [{"event_id": int(k["event_id"][i]), "name": self._str(k["name"][i]), "dur_ns": int(k["dur_ns"][i]),
+                 "device": _null(k["device"][i]), "op": int(k["op"][i]), "step": _null(k["step"][i]),
+                 "flops": float(k["flops"][i]), "bytes": float(k["bytes"][i]),
+                 "op_name": self._str(o["name"][k["op"][i]]), "dtype": self._str(o["dtype"][k["op"][i]])}
+                for i in range(len(k["event_id"]))]
+
+    def first_kernel(self, name: str) -> dict | None:
+        """The first kernel called `name` (event_id) and its operator (op_event_id, how), if any."""
+        at = np.flatnonzero(np.isin(self.kernel["name"], [i for i, t in enumerate(self.text) if t == name]))
+        if not len(at):
+            return None
+        i = int(at[0])
+        o = int(self.kernel["op"][i])
+        return {"event_id": int(self.kernel["event_id"][i]), "op_event_id": int(self.op["event_id"][o]), "how": self._str(self.op["how"][o])}
+
+
+def _null(v) -> int | None:
+    v = int(v)
+    return None if v == _NONE else v
+
+
+_OP_INT = ("event_id", "pid", "tid", "ts_ns", "dur_ns", "step", "source_frame_id", "device_ns", "kernels", "name", "dtype", "how", "pass")
+_KERNEL_INT = ("event_id", "dur_ns", "device", "step", "op", "name")
+
+
+def _empty(names: tuple, floats: tuple = ("flops", "bytes")) -> dict:
+    return {**{n: np.zeros(0, dtype=np.int64) for n in names}, **{n: np.zeros(0) for n in floats}}
 
 
 def device_name(run: Run, rank: int) -> str | None:
@@ -180,93 +243,172 @@ def rank_work(run: Run, rank: int) -> RankWork:
 
 def _rank_work(run: Run, rank: int, settings: PeakSettings) -> RankWork:
     # only operators that can have work: flops.op_work estimates from the input shapes (a trace
-    # recorded without record_shapes has none, and parsing every operator's args costs seconds)
-    rows = rows_if_args_named(run, OPS, rank)
-    ops, open_until = [], {}
-    for i, (event_id, pid, tid, ts, dur, name, args, step, frame, pass_) in enumerate(rows):
-        track = (pid, tid)
-        if open_until.get(track, -1) > ts:  # inside a counted operator: its work is already there
-            continue
-        work = F.op_work(name, args)
-        if work is not None and work[3].startswith("estimated (") and name in CONV_OPS:
-            work = F.op_work(name, args, _next_input_shape(rows, i)) or work
-        if work is None:
-            continue
-        flops, nbytes, dtype, how = work
-        open_until[track] = ts + max(dur, 0)
-        ops.append({"event_id": event_id, "pid": pid, "tid": tid, "ts_ns": ts, "dur_ns": dur, "name": name, "flops": flops,
-                    "bytes": nbytes, "dtype": dtype, "how": how, "step": step, "source_frame_id": frame, "pass": pass_,
-                    "device_ns": 0, "kernels": 0})
-    kernels = _kernels_of(run, rank, ops)
+    # recorded without record_shapes has none, and reading every operator's args costs seconds)
+    got = rows_if_args_named(run, OPS, rank)
+    text: list = []
+    op = _counted_ops(got, text) if len(got) else _empty(_OP_INT)
+    kernel = _kernels_of(run, rank, op, text)
     name = device_name(run, rank)
     peak = P.match(name, settings.table) if name else None
     if settings.override:
         peak = P.override(peak, **settings.override)
-    return RankWork(ops=ops, kernels=kernels, peak=peak, device_name=name, detected=detect_device(run, rank, name))
+    return RankWork(op=op, kernel=kernel, text=text, peak=peak, device_name=name, detected=detect_device(run, rank, name))
 
 
-def _next_input_shape(rows: list, i: int) -> list | None:
+def _codes(col, text: list) -> np.ndarray:
+    """A text column's values as codes into `text` (appended to; -1: null)."""
+    enc = col.combine_chunks().dictionary_encode() if hasattr(col, "combine_chunks") else col.dictionary_encode()
+    base = len(text)
+    text.extend(enc.dictionary.to_pylist())
+    codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return np.where(codes >= 0, codes + base, -1)
+
+
+def _ints(col) -> np.ndarray:
+    """An integer column as int64 (`_NONE`: null)."""
+    return col.cast(pa.int64()).fill_null(_NONE).to_numpy().astype(np.int64, copy=False)
+
+
+def _counted_ops(t, text: list) -> dict:
+    """The counted operators of OPS's rows (`t`, an Arrow table): each distinct (name, shape args)
+    is given its work once (`flops.op_work`; a training loop repeats the same few hundred every
+    step), and an operator counts when it has work and is not inside one counted before it on its
+    thread (the rows are each thread's in time order, outer first)."""
+    name = _codes(t.column("name"), text)
+    args = [t.column(f"a{i}").combine_chunks().dictionary_encode() for i in range(len(_SHAPE_ARGS))]
+    values = [a.dictionary.to_pylist() for a in args]
+    arg_codes = [a.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64) for a in args]
+    key = np.zeros(len(name), dtype=np.int64)
+    for c, size in [(name, len(text))] + [(c, len(v)) for c, v in zip(arg_codes, values)]:
+        if len(key) and (int(key.max()) + 1) * (size + 1) >= 2**62:  # would overflow: renumber first
+            key = np.unique(key, return_inverse=True)[1].astype(np.int64)
+        key = key * (size + 1) + (c + 1)
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+
+    def args_of(r: int) -> dict:
+        return {k: json.loads(values[i][arg_codes[i][r]]) for i, k in enumerate(_SHAPE_ARGS) if arg_codes[i][r] >= 0}
+
+    works = [F.op_work(text[name[r]], args_of(r)) for r in first.tolist()]
+    has = np.array([w is not None for w in works], dtype=bool)
+    ok = [w or (0.0, 0.0, None, "") for w in works]
+    w_flops, w_bytes = np.array([w[0] for w in ok], dtype=np.float64), np.array([w[1] for w in ok], dtype=np.float64)
+    w_dtype, w_how = _text_codes([w[2] for w in ok], text), _text_codes([w[3] for w in ok], text)
+    pid, tid, ts, dur = _ints(t.column("pid_k")), _ints(t.column("tid_k")), _ints(t.column("ts_ns")), _ints(t.column("dur_ns"))
+    end = ts + np.maximum(dur, 0)
+    cand = np.flatnonzero(has[inv])
+    new_track = np.ones(len(cand), dtype=bool)
+    new_track[1:] = (pid[cand][1:] != pid[cand][:-1]) | (tid[cand][1:] != tid[cand][:-1])
+    keep, open_until = [], -1
+    for i, new, s, e in zip(cand.tolist(), new_track.tolist(), ts[cand].tolist(), end[cand].tolist()):
+        if new:
+            open_until = -1
+        if open_until > s:  # inside a counted operator: its work is already there
+            continue
+        keep.append(i)
+        open_until = e
+    keep = np.asarray(keep, dtype=np.int64)
+    wi = inv[keep]
+    op = {"event_id": _ints(t.column("event_id"))[keep], "pid": pid[keep], "tid": tid[keep], "ts_ns": ts[keep], "dur_ns": dur[keep],
+          "name": name[keep], "flops": w_flops[wi], "bytes": w_bytes[wi], "dtype": w_dtype[wi], "how": w_how[wi],
+          "step": _ints(t.column("step"))[keep], "source_frame_id": _ints(t.column("source_frame_id"))[keep],
+          "pass": _codes(t.column("pass"), text)[keep]}
+    # a convolution without its stride: its output's shape from the input of what it feeds
+    guessed = [j for j, c in enumerate(wi.tolist()) if ok[c][3].startswith("estimated (") and text[name[keep[j]]] in CONV_OPS]
+    dims_of = functools.lru_cache(maxsize=None)(lambda c: json.loads(values[0][c]) or [])
+    fixed: dict = {}  # (the operator's work, the shape it feeds) -> its work with that output
+    for j in guessed:
+        r = int(keep[j])
+        shape = _next_input_shape(r, pid, tid, ts, end[r], arg_codes[0], dims_of)
+        if shape is None:
+            continue
+        at = (int(inv[r]), json.dumps(shape))
+        if at not in fixed:
+            fixed[at] = F.op_work(text[name[r]], args_of(r), shape)
+        better = fixed[at]
+        if better is not None:
+            op["flops"][j], op["bytes"][j] = better[0], better[1]
+            op["dtype"][j], op["how"][j] = _text_codes([better[2], better[3]], text)
+    return op
+
+
+def _text_codes(strings: list, text: list) -> np.ndarray:
+    """Codes into `text` (appended to where new; -1: None) of a few strings."""
+    at = {s: i for i, s in enumerate(text)}
+    out = []
+    for s in strings:
+        if s is None:
+            out.append(-1)
+            continue
+        if s not in at:
+            at[s] = len(text)
+            text.append(s)
+        out.append(at[s])
+    return np.asarray(out, dtype=np.int64)
+
+
+def _next_input_shape(i: int, pid, tid, ts, end_i: int, dims_code, dims_of) -> list | None:
     """The first input of 3 or more dimensions of the operators after row i ends on the same
-    thread (what a convolution's output feeds, e.g. its batch norm), from rows sorted by thread and
-    time; flops.py uses it only when its batch and channels match the convolution's output."""
-    _, pid, tid, ts, dur, *_ = rows[i]
-    end = ts + max(dur, 0)
-    for j in range(i + 1, min(i + 40, len(rows))):
-        _, p2, t2, ts2, _, _, args2, *_ = rows[j]
-        if (p2, t2) != (pid, tid):
+    thread (what a convolution's output feeds, e.g. its batch norm), from OPS's rows (each thread's
+    in time order); flops.py uses it only when its batch and channels match the convolution's output."""
+    for j in range(i + 1, min(i + 40, len(ts))):
+        if pid[j] != pid[i] or tid[j] != tid[i]:
             return None
-        if ts2 >= end:
-            try:
-                dims = (json.loads(args2) or {}).get("Input Dims") or []
-            except (TypeError, ValueError):
-                continue
-            if dims and isinstance(dims[0], list) and len(dims[0]) >= 3:  # skip scalar bookkeeping (num_batches_tracked += 1)
+        if ts[j] >= end_i and dims_code[j] >= 0:
+            dims = dims_of(int(dims_code[j]))  # `Input Dims` of row j, parsed
+            if isinstance(dims, list) and dims and isinstance(dims[0], list) and len(dims[0]) >= 3:  # skip scalar bookkeeping
                 return dims[0]
     return None
 
 
-def _kernels_of(run: Run, rank: int, ops: list[dict]) -> list[dict]:
-    """Kernels launched inside a counted operator, with their share of its work (by duration)."""
-    if not ops:
-        return []
-    rows = rank_rows(run, KERNELS, rank)
-    if not rows or not ops:
-        return []
-    by_track: dict[tuple, tuple[list[int], list[int], list[int]]] = {}
-    for i, o in enumerate(ops):
-        by_track.setdefault((o["pid"], o["tid"]), ([], [], []))
-        starts, ends, idx = by_track[(o["pid"], o["tid"])]
-        starts.append(o["ts_ns"])
-        ends.append(o["ts_ns"] + max(o["dur_ns"], 0))
-        idx.append(i)
-    tracks = by_track  # starts in time order: bisect them
-    out = []
-    for event_id, name, dur, device, pid, tid, launch_ts, step in rows:
-        t = tracks.get((pid, tid))
-        if t is None:
+def _kernels_of(run: Run, rank: int, op: dict, text: list) -> dict:
+    """Kernels launched inside a counted operator, with their share of its work (by duration); adds
+    each operator's kernels' summed duration and count to `op`."""
+    n = len(op["event_id"])
+    op["device_ns"], op["kernels"] = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    t = rank_rows(run, KERNELS, rank) if n else None
+    if t is None or not t.num_rows:
+        return _empty(_KERNEL_INT)
+    kpid, ktid, launch = _ints(t.column("pid_k")), _ints(t.column("tid_k")), _ints(t.column("ts_ns"))
+    at = np.full(t.num_rows, -1, dtype=np.int64)
+    tracks, track_of = np.unique(np.stack([op["pid"], op["tid"]], axis=1), axis=0, return_inverse=True)
+    track_of = track_of.reshape(-1)
+    ends = op["ts_ns"] + np.maximum(op["dur_ns"], 0)
+    for k, (p, q) in enumerate(tracks.tolist()):  # a thread's counted operators do not overlap: bisect their starts
+        rows = np.flatnonzero(track_of == k)
+        mine = np.flatnonzero((kpid == p) & (ktid == q))
+        if not len(mine):
             continue
-        starts, ends, idx = t
-        p = bisect_right(starts, launch_ts) - 1
-        if p < 0 or launch_ts >= ends[p]:
-            continue
-        op = ops[idx[p]]
-        op["device_ns"] += max(dur, 0)
-        op["kernels"] += 1
-        out.append({"event_id": event_id, "name": name, "dur_ns": dur, "device": device, "op": idx[p], "step": step})
-    for k in out:
-        op = ops[k["op"]]
-        share = (k["dur_ns"] / op["device_ns"]) if op["device_ns"] else 1.0 / max(op["kernels"], 1)
-        k["flops"], k["bytes"] = op["flops"] * share, op["bytes"] * share
-        k["op_name"], k["dtype"] = op["name"], op["dtype"]
-    return out
+        pos = np.searchsorted(op["ts_ns"][rows], launch[mine], side="right") - 1
+        inside = (pos >= 0) & (launch[mine] < ends[rows][np.maximum(pos, 0)])
+        at[mine[inside]] = rows[pos[inside]]
+    sel = np.flatnonzero(at >= 0)
+    o = at[sel]
+    dur = _ints(t.column("dur_ns"))[sel]
+    op["device_ns"] = np.rint(np.bincount(o, weights=np.maximum(dur, 0), minlength=n)).astype(np.int64)
+    op["kernels"] = np.bincount(o, minlength=n).astype(np.int64)
+    dev = op["device_ns"][o]
+    share = np.divide(dur, dev, out=1.0 / np.maximum(op["kernels"][o], 1), where=dev != 0)
+    return {"event_id": _ints(t.column("event_id"))[sel], "name": _codes(t.column("name"), text)[sel], "dur_ns": dur,
+            "device": _ints(t.column("device"))[sel], "step": _ints(t.column("step"))[sel], "op": o,
+            "flops": op["flops"][o] * share, "bytes": op["bytes"][o] * share}
 
 
-def _main_dtype(ops: list[dict]) -> str | None:
-    per: dict[str, float] = {}
-    for o in ops:
-        if o["dtype"]:
-            per[o["dtype"]] = per.get(o["dtype"], 0.0) + o["flops"]
-    return max(per, key=per.get) if per else None
+def _seq_sum(values: np.ndarray, codes: np.ndarray | None = None, size: int = 1) -> np.ndarray:
+    """Sums by code, each added in row order (what a Python loop's `+=` gives, to the last bit)."""
+    return np.bincount(np.zeros(len(values), dtype=np.int64) if codes is None else codes, weights=values, minlength=size)
+
+
+def _main_dtype(work: RankWork) -> str | None:
+    """The dtype that carries most FLOPs (the first seen on a tie)."""
+    d = work.op["dtype"]
+    has = d >= 0
+    if not has.any():
+        return None
+    codes, first, inv = np.unique(d[has], return_index=True, return_inverse=True)
+    per = _seq_sum(work.op["flops"][has], inv.reshape(-1), len(codes))
+    order = np.argsort(first, kind="stable")
+    best = max(order.tolist(), key=lambda c: per[c])  # in first-seen order: max keeps the first of equals
+    return work.text[int(codes[best])]
 
 
 def roofline(peak: P.Peak | None, dtype: str | None, flops: float, nbytes: float, dur_ns: int) -> dict:
@@ -287,44 +429,56 @@ def roofline(peak: P.Peak | None, dtype: str | None, flops: float, nbytes: float
                              and intensity * peak.gbps * 1e9 < peak_f)}
 
 
+def _groups(codes: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(distinct codes, each one's first row, each row's group) of `codes` (the rows `rows` of it)."""
+    c = codes if rows is None else codes[rows]
+    u, first, inv = np.unique(c, return_index=True, return_inverse=True)
+    return u, first, inv.reshape(-1)
+
+
 def kernel_table(work: RankWork, limit: int = 20) -> list[dict]:
     """Per kernel name: FLOPs, bytes, time, achieved TFLOP/s and GB/s, intensity, roofline bound."""
-    per: dict[str, dict] = {}
-    for k in work.kernels:
-        r = per.setdefault(k["name"], {"kernel": k["name"], "op": k["op_name"], "dtype": k["dtype"], "calls": 0, "flops": 0.0,
-                                       "bytes": 0.0, "dur_ns": 0})
-        r["calls"] += 1
-        r["flops"] += k["flops"]
-        r["bytes"] += k["bytes"]
-        r["dur_ns"] += max(k["dur_ns"], 0)
-    rows = sorted(per.values(), key=lambda r: (-r["dur_ns"], r["kernel"]))[:limit]
+    k, o = work.kernel, work.op
+    if not len(k["event_id"]):
+        return []
+    u, first, g = _groups(k["name"])
+    calls = np.bincount(g, minlength=len(u))
+    flops, nbytes = _seq_sum(k["flops"], g, len(u)), _seq_sum(k["bytes"], g, len(u))
+    dur = np.rint(np.bincount(g, weights=np.maximum(k["dur_ns"], 0), minlength=len(u))).astype(np.int64)
+    per = [{"kernel": work._str(int(u[i])), "op": work._str(int(o["name"][k["op"][first[i]]])),
+            "dtype": work._str(int(o["dtype"][k["op"][first[i]]])), "calls": int(calls[i]), "flops": float(flops[i]),
+            "bytes": float(nbytes[i]), "dur_ns": int(dur[i])} for i in range(len(u))]
+    rows = sorted(per, key=lambda r: (-r["dur_ns"], r["kernel"]))[:limit]
     for r in rows:
         r.update(roofline(work.peak, r["dtype"], r["flops"], r["bytes"], r["dur_ns"]))
     return rows
 
 
-def _op_time(o: dict) -> int:
-    """The time an operator's work took: its kernels' summed duration when it launched any, else its
-    own (CPU) duration."""
-    return int(o["device_ns"]) if o["kernels"] else max(int(o["dur_ns"]), 0)
+def op_time(work: RankWork) -> np.ndarray:
+    """The time each counted operator's work took: its kernels' summed duration when it launched
+    any, else its own (CPU) duration."""
+    o = work.op
+    return np.where(o["kernels"] > 0, o["device_ns"], np.maximum(o["dur_ns"], 0))
 
 
 def group_table(work: RankWork, key: str, limit: int = 10) -> list[dict]:
     """Counted operators grouped by `key` ("name": per operator name; "source_frame_id": per source
-    line): calls, FLOPs, bytes, time (`_op_time` summed), achieved TFLOP/s and GB/s, intensity and
+    line): calls, FLOPs, bytes, time (`op_time` summed), achieved TFLOP/s and GB/s, intensity and
     the roofline bound; heaviest time first."""
-    per: dict = {}
-    for o in work.ops:
-        k = o[key]
-        if k is None:
-            continue
-        r = per.setdefault(k, {key: k, "dtype": o["dtype"], "calls": 0, "flops": 0.0, "bytes": 0.0, "dur_ns": 0, "on_device": False})
-        r["calls"] += 1
-        r["flops"] += o["flops"]
-        r["bytes"] += o["bytes"]
-        r["dur_ns"] += _op_time(o)
-        r["on_device"] = r["on_device"] or bool(o["kernels"])
-    rows = sorted(per.values(), key=lambda r: (-r["dur_ns"], str(r[key])))[:limit]
+    o = work.op
+    keyed = np.flatnonzero(o[key] != (-1 if key == "name" else _NONE))
+    if not len(keyed):
+        return []
+    u, first, g = _groups(o[key], keyed)
+    first = keyed[first]
+    calls = np.bincount(g, minlength=len(u))
+    flops, nbytes = _seq_sum(o["flops"][keyed], g, len(u)), _seq_sum(o["bytes"][keyed], g, len(u))
+    dur = np.rint(np.bincount(g, weights=op_time(work)[keyed], minlength=len(u))).astype(np.int64)
+    on_device = np.bincount(g, weights=(o["kernels"][keyed] > 0), minlength=len(u)) > 0
+    name = (lambda c: work._str(int(c))) if key == "name" else int
+    per = [{key: name(u[i]), "dtype": work._str(int(o["dtype"][first[i]])), "calls": int(calls[i]), "flops": float(flops[i]),
+            "bytes": float(nbytes[i]), "dur_ns": int(dur[i]), "on_device": bool(on_device[i])} for i in range(len(u))]
+    rows = sorted(per, key=lambda r: (-r["dur_ns"], str(r[key])))[:limit]
     for r in rows:
         r.update(roofline(work.peak if r["on_device"] else None, r["dtype"], r["flops"], r["bytes"], r["dur_ns"]))
     return rows
@@ -333,12 +487,13 @@ def group_table(work: RankWork, key: str, limit: int = 10) -> list[dict]:
 def step_table(run: Run, rank: int, work: RankWork) -> list[dict]:
     """Per profiler step: counted FLOPs, achieved TFLOP/s over the step's duration, and MFU."""
     steps = [(step, dur) for step, _, dur in rank_rows(run, STEPS, rank)]
-    dtype = _main_dtype(work.ops)
+    dtype = _main_dtype(work)
     peak_f = work.peak.flops_per_s(dtype) if work.peak else None
-    per = {}
-    for o in work.ops:
-        if o["step"] is not None:
-            per[o["step"]] = per.get(o["step"], 0.0) + o["flops"]
+    o = work.op
+    stepped = np.flatnonzero(o["step"] != _NONE)
+    u, _, g = _groups(o["step"], stepped) if len(stepped) else (np.zeros(0, dtype=np.int64), None, None)
+    sums = _seq_sum(o["flops"][stepped], g, len(u)) if len(stepped) else np.zeros(0)
+    per = dict(zip(u.tolist(), sums.tolist()))
     out = []
     for step, dur in steps:
         f = per.get(step, 0.0)
@@ -353,17 +508,19 @@ def rank_utilisation(run: Run, rank: int) -> dict:
     work = rank_work(run, rank)
     steps = step_table(run, rank, work)
     mfus = sorted(s["mfu"] for s in steps if s["mfu"] is not None)
-    dtype = _main_dtype(work.ops)
+    dtype = _main_dtype(work)
     mfu_median = mfus[len(mfus) // 2] if mfus else None
+    o = work.op
+    recorded = work.text.index("recorded") if "recorded" in work.text else -2
     return {
         "device_name": work.device_name,
         "device": work.detected.to_dict() if work.detected else None,
         "peak": work.peak.to_dict() if work.peak else None,
         "dtype": dtype,
-        "flops": float(sum(o["flops"] for o in work.ops)),
-        "bytes": float(sum(o["bytes"] for o in work.ops)),
-        "ops_counted": len(work.ops),
-        "ops_estimated": sum(1 for o in work.ops if o["how"] != "recorded"),
+        "flops": float(_seq_sum(o["flops"])[0]),
+        "bytes": float(_seq_sum(o["bytes"])[0]),
+        "ops_counted": len(o["event_id"]),
+        "ops_estimated": int((o["how"] != recorded).sum()),
         "steps": steps,
         "mfu_median": mfu_median,
         "mfu_missing": None if mfu_median is not None else mfu_missing(run, rank, work, steps, dtype),
@@ -382,7 +539,7 @@ def mfu_missing(run: Run, rank: int, work: RankWork, steps: list[dict], dtype: s
             return f"{no_device_words(lost)}: MFU compares device work with a device's peak"
         return "a CPU-only run: MFU compares device work with a device's peak"
     reasons = []
-    if not work.ops:
+    if not len(work.op["event_id"]):
         # whether any operator has shapes: the first one found ends the read of the args (a JSON column)
         shapes = args_named(run, rank) and run.sql("SELECT count(*) FROM (SELECT 1 FROM events WHERE rank = ? AND kind = 'cpu_op' "
                                                    "AND contains(args, '\"Input Dims\"') LIMIT 1)", [rank]).fetchone()[0]
@@ -409,15 +566,31 @@ WORK_COLUMNS = ("rank", "event_id", "kind", "name", "op_event_id", "step", "sour
 (`kind = 'op'`) and per kernel that inherits its work (`kind = 'kernel'`, `op_event_id` its operator)."""
 
 
-def work_rows(work: RankWork, rank: int) -> list[dict]:
-    """The rank's counted operators and the kernels that inherit their work, as WORK_COLUMNS rows:
-    the same figures the summary sums, so SQL over `analysis/work.parquet` adds up to them."""
-    rows = [{"rank": rank, "event_id": o["event_id"], "kind": "op", "name": o["name"], "op_event_id": o["event_id"],
-             "step": o["step"], "source_frame_id": o["source_frame_id"], "dur_ns": o["dur_ns"], "flops": float(o["flops"]),
-             "bytes": float(o["bytes"]), "dtype": o["dtype"], "how": o["how"]} for o in work.ops]
-    for k in work.kernels:
-        op = work.ops[k["op"]]
-        rows.append({"rank": rank, "event_id": k["event_id"], "kind": "kernel", "name": k["name"], "op_event_id": op["event_id"],
-                     "step": k["step"], "source_frame_id": op["source_frame_id"], "dur_ns": k["dur_ns"],
-                     "flops": float(k["flops"]), "bytes": float(k["bytes"]), "dtype": op["dtype"], "how": op["how"]})
-    return rows
+def work_table(work: RankWork, rank: int, schema: pa.Schema) -> pa.Table:
+    """The rank's counted operators and the kernels that inherit their work, as WORK_COLUMNS rows
+    (`schema`: the file's): the same figures the summary sums, so SQL over `analysis/work.parquet`
+    adds up to them."""
+    o, k = work.op, work.kernel
+    n, m = len(o["event_id"]), len(k["event_id"])
+    text = pa.array(work.text + [None], type=pa.string())
+
+    def strings(codes: np.ndarray):
+        return text.take(pa.array(np.where(codes >= 0, codes, len(work.text))))
+
+    def nullable(a: np.ndarray):
+        return pa.array(a, mask=a == _NONE, type=pa.int64())
+
+    kop = k["op"]
+    cols = {"rank": pa.array(np.full(n + m, rank, dtype=np.int32)),
+            "event_id": pa.array(np.concatenate([o["event_id"], k["event_id"]])),
+            "kind": pa.array(["op"] * n + ["kernel"] * m, type=pa.string()),
+            "name": strings(np.concatenate([o["name"], k["name"]])),
+            "op_event_id": pa.array(np.concatenate([o["event_id"], o["event_id"][kop]])),
+            "step": nullable(np.concatenate([o["step"], k["step"]])),
+            "source_frame_id": nullable(np.concatenate([o["source_frame_id"], o["source_frame_id"][kop]])),
+            "dur_ns": pa.array(np.concatenate([o["dur_ns"], k["dur_ns"]])),
+            "flops": pa.array(np.concatenate([o["flops"], k["flops"]]).astype(np.float64)),
+            "bytes": pa.array(np.concatenate([o["bytes"], k["bytes"]]).astype(np.float64)),
+            "dtype": strings(np.concatenate([o["dtype"], o["dtype"][kop]])),
+            "how": strings(np.concatenate([o["how"], o["how"][kop]]))}
+    return pa.Table.from_arrays([cols[f.name].cast(f.type) for f in schema], schema=schema)

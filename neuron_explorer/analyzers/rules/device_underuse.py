@@ -85,9 +85,8 @@ def check(ctx: Context) -> list:
     if not heavy:
         return []
     top = heavy[0]
-    sample = next(k for k in work.kernels if k["name"] == top["kernel"])
-    op = work.ops[sample["op"]]
-    reasons, shape = _shape_reasons(ctx, op["event_id"])
+    sample = work.first_kernel(top["kernel"])
+    reasons, shape = _shape_reasons(ctx, sample["op_event_id"])
     if top["target_dtype"] != top["dtype"]:
         arch = (work.detected.arch if work.detected else None) or P.arch_of(work.peak, work.device_name)
         reasons.insert(0, f"fp32 work on {work.peak.name}, whose {half} peak is {low:g} TFLOP/s against {fp32:g} for fp32: "
@@ -109,5 +108,5 @@ def check(ctx: Context) -> list:
         | {"peak": work.peak.to_dict(), "shapes": shape.get("shapes")},
         sample_event_ids=[sample["event_id"]], uses_source=True,
         recommendation=("; ".join(reasons) + ". " if reasons else "")
-        + f"Peak from {work.peak.source}; FLOPs {op['how']} from the operator's shapes (docs/METRICS.md).")]
+        + f"Peak from {work.peak.source}; FLOPs {sample['how']} from the operator's shapes (docs/METRICS.md).")]
 
