@@ -344,6 +344,19 @@ void *nxcp_walk(const int64_t *dims, const void **p, const int64_t *steps_start,
     std::vector<int64_t> pool;  // kept moves' segments
     std::vector<Node> nodes;
     Memo memo;
+    // moves are kept only when a step's window overlaps another's: a walk never leaves its own
+    // window, so walks of disjoint steps share no move (keeping them would cost a copy and a hash each)
+    bool share = false;
+    {
+        std::vector<std::pair<int64_t, int64_t>> win;
+        for (int64_t s = 0; s < nsteps; ++s) win.emplace_back(steps_start[s], steps_end[s]);
+        std::sort(win.begin(), win.end());
+        int64_t reach = win.empty() ? 0 : win[0].second;  // the latest end of the windows before
+        for (size_t s = 1; s < win.size() && !share; ++s) {
+            share = reach > win[s].first;
+            reach = std::max(reach, win[s].second);
+        }
+    }
     auto *res = new Result();
     res->step_off.push_back(0);
     for (int64_t s = 0; s < nsteps; ++s) {
@@ -353,7 +366,7 @@ void *nxcp_walk(const int64_t *dims, const void **p, const int64_t *steps_start,
         int64_t guard = 0;
         while (t > start) {
             Key key{own, t, dev};
-            int64_t hit = memo.find(key);
+            int64_t hit = share ? memo.find(key) : -1;
             if (hit >= 0 && nodes[hit].t2 > start) {
                 const Node &nd = nodes[hit];
                 res->seg.insert(res->seg.end(), pool.begin() + nd.first, pool.begin() + nd.first + nd.count);
@@ -364,7 +377,7 @@ void *nxcp_walk(const int64_t *dims, const void **p, const int64_t *steps_start,
                 w.move(t2, d2, own, start);
                 res->seg.insert(res->seg.end(), w.seg.begin(), w.seg.end());
                 if (t2 <= start) break;
-                if (hit < 0) {
+                if (share && hit < 0) {
                     memo.put(key, int64_t(nodes.size()));
                     nodes.push_back(Node{t2, d2, int64_t(pool.size()), int64_t(w.seg.size())});
                     pool.insert(pool.end(), w.seg.begin(), w.seg.end());
