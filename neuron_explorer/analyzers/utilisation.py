@@ -275,6 +275,7 @@ def _counted_ops(t, text: list) -> dict:
     step), and an operator counts when it has work and is not inside one counted before it on its
     thread (the rows are each thread's in time order, outer first)."""
     name = _codes(t.column("name"), text)
+    names_end = len(text)
     args = [t.column(f"a{i}").combine_chunks().dictionary_encode() for i in range(len(_SHAPE_ARGS))]
     values = [a.dictionary.to_pylist() for a in args]
     arg_codes = [a.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64) for a in args]
@@ -311,9 +312,11 @@ def _counted_ops(t, text: list) -> dict:
     op = {"event_id": _ints(t.column("event_id"))[keep], "pid": pid[keep], "tid": tid[keep], "ts_ns": ts[keep], "dur_ns": dur[keep],
           "name": name[keep], "flops": w_flops[wi], "bytes": w_bytes[wi], "dtype": w_dtype[wi], "how": w_how[wi],
           "step": _ints(t.column("step"))[keep], "source_frame_id": _ints(t.column("source_frame_id"))[keep],
-          "pass": _codes(t.column("pass"), text)[keep]}
+          "pass": _codes(t.column("pass").take(keep), text)}
     # a convolution without its stride: its output's shape from the input of what it feeds
-    guessed = [j for j, c in enumerate(wi.tolist()) if ok[c][3].startswith("estimated (") and text[name[keep[j]]] in CONV_OPS]
+    conv = np.array([t_ in CONV_OPS for t_ in text[:names_end]] + [False], dtype=bool)  # per name code (-1: the last)
+    assumed = np.array([w[3].startswith("estimated (") for w in ok], dtype=bool)  # per distinct work
+    guessed = np.flatnonzero(assumed[wi] & conv[np.where(name[keep] >= 0, name[keep], -1)]).tolist()
     dims_of = functools.lru_cache(maxsize=None)(lambda c: json.loads(values[0][c]) or [])
     fixed: dict = {}  # (the operator's work, the shape it feeds) -> its work with that output
     for j in guessed:
@@ -388,7 +391,7 @@ def _kernels_of(run: Run, rank: int, op: dict, text: list) -> dict:
     op["kernels"] = np.bincount(o, minlength=n).astype(np.int64)
     dev = op["device_ns"][o]
     share = np.divide(dur, dev, out=1.0 / np.maximum(op["kernels"][o], 1), where=dev != 0)
-    return {"event_id": _ints(t.column("event_id"))[sel], "name": _codes(t.column("name"), text)[sel], "dur_ns": dur,
+    return {"event_id": _ints(t.column("event_id"))[sel], "name": _codes(t.column("name").take(sel), text), "dur_ns": dur,
             "device": _ints(t.column("device"))[sel], "step": _ints(t.column("step"))[sel], "op": o,
             "flops": op["flops"][o] * share, "bytes": op["bytes"][o] * share}
 
