@@ -125,7 +125,9 @@ def test_device_unions_merge_each_class_as_its_sql_does():
     got = {k: v.tolist() for k, v in metrics.device_unions(work)[0].items()}
     assert got == {"busy": [[0, 20], [25, 30], [40, 45], [50, 55]], "kernels": [[0, 20], [40, 45]], "compute": [[0, 10], [40, 45]],
                    "comm": [[5, 20]], "not_comm": [[0, 10], [25, 30]]}
-    pat = f"regexp_matches(name, {metrics.sql_literal(metrics.COMM_KERNEL_PATTERN)})"
+    from neuron_explorer.vocab import COMM_KERNEL_PATTERN, sql_literal
+
+    pat = f"regexp_matches(name, {sql_literal(COMM_KERNEL_PATTERN)})"  # the regexp itself, not the SQL the modules use
     wheres = {**{"busy" if k == "busy" else k: w for k, w in device_time.UNION_WHERES.items()},
               "comm": f"kind = 'kernel' AND {pat}", "not_comm": f"kind IN {metrics.DEVICE_WORK_SQL} AND NOT {pat}"}
     for k, where in wheres.items():

@@ -192,3 +192,21 @@ def test_the_operator_charged_is_the_capture_operator_of_a_linked_replay():
       WHERE k.kind = 'kernel' ORDER BY 1""").fetchall()
     assert rows == [(10, "aten::mm", "my::mlp", True), (11, "CUDAGraph::replay", "CUDAGraph::replay", False),
                     (12, "aten::addmm", "aten::linear", False), (13, None, None, False)]
+
+
+def test_collective_kernel_names_in_sql_are_the_regexps():
+    """`comm_kernel_name` (case-insensitive contains tests, what the queries run) answers what
+    COMM_KERNEL_PATTERN does, null included, on names spelled as the vendors spell them."""
+    import duckdb
+
+    from neuron_explorer.vocab import COMM_KERNEL_PATTERN, comm_kernel_name, is_comm_kernel_name, sql_literal
+
+    names = ["ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "NCCL_AllGather",
+             "rcclKernel_Generic", "gloo::allreduce", "GLOO", "void at::native::elementwise_kernel<128, 4>", "Cijk_Ailk_Bljk",
+             "n_c_c_l", "ncc", "", None]
+    con = duckdb.connect()
+    con.execute("CREATE TABLE k (name VARCHAR)")
+    con.executemany("INSERT INTO k VALUES (?)", [[n] for n in names])
+    got = con.execute(f"SELECT name, {comm_kernel_name()}, regexp_matches(name, {sql_literal(COMM_KERNEL_PATTERN)}) FROM k").fetchall()
+    assert [(n, a) for n, a, _ in got] == [(n, b) for n, _, b in got]
+    assert [n for n, a, _ in got if a] == names[:5] == [n for n in names if is_comm_kernel_name(n)]

@@ -30,13 +30,13 @@ from bisect import bisect_right
 
 from ..fmt import short_kernel_name
 from ..store import Run
-from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_SQL, charged_top_op, sql_literal
+from ..vocab import DEVICE_WORK_SQL, charged_top_op, comm_kernel_name
 from .metrics import Coverage, device_unions_many, span, union_sql
 
 CLASSES = ("compute", "communication", "memory", "idle")
 """The classes of device time, in precedence order (idle last: no work)."""
 
-_COMM = f"regexp_matches(name, {sql_literal(COMM_KERNEL_PATTERN)})"
+_COMM = comm_kernel_name()
 UNION_WHERES = {
     "compute": f"kind = 'kernel' AND NOT coalesce({_COMM}, false)",
     "kernels": "kind = 'kernel'",
@@ -112,7 +112,7 @@ def _collectives_many(run: Run, ranks: list[int]) -> dict[int, dict[int, tuple[l
         FROM events k
         LEFT JOIN events o ON o.event_id = k.top_op_id
         WHERE {_in_ranks(ranks, 'k.rank')} AND k.device IS NOT NULL AND k.dur_ns > 0 AND k.kind = 'kernel'
-        AND regexp_matches(k.name, {sql_literal(COMM_KERNEL_PATTERN)})
+        AND {comm_kernel_name('k.name')}
         ORDER BY k.rank, k.device, k.ts_ns, k.event_id""").fetchall()
     out: dict[int, dict[int, tuple[list, list, list, list, list]]] = {}
     for r, d, s, e, name, op, frame, event_id in rows:

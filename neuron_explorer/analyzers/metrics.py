@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from ..store import Run
 from ..store import cursor as store_cursor
-from ..vocab import COMM_KERNEL_PATTERN, DEVICE_WORK_KINDS, DEVICE_WORK_SQL, comm_op, kinds_sql, sql_literal, training_work
+from ..vocab import DEVICE_WORK_KINDS, DEVICE_WORK_SQL, comm_kernel_name, comm_op, kinds_sql, sql_literal, training_work
 from .rank_rows import RankQuery, prepared_rows
 from .rank_rows import arrays as rank_arrays
 from .rank_rows import rows as rank_rows
@@ -68,9 +68,8 @@ def busy_sql(rank: int, device: int) -> str:
 def comm_overlap_sql(rank: int, device: int) -> str:
     """One row: comm_ns (union of collective kernels), comm_overlap_ns (its intersection with the union of all
     other kernel/memcpy/memset intervals of the device) and comm_exposed_ns (the difference)."""
-    pat = sql_literal(COMM_KERNEL_PATTERN)
-    comm = union_sql(device_where(rank, device, ("kernel",), f"regexp_matches(name, {pat})"))
-    comp = union_sql(device_where(rank, device, DEVICE_WORK_KINDS, f"NOT regexp_matches(name, {pat})"))
+    comm = union_sql(device_where(rank, device, ("kernel",), comm_kernel_name()))
+    comp = union_sql(device_where(rank, device, DEVICE_WORK_KINDS, f"NOT {comm_kernel_name()}"))
     return f"""WITH c AS ({comm}), k AS ({comp}),
 ov AS (SELECT coalesce(sum(least(c.end_ns, k.end_ns) - greatest(c.start_ns, k.start_ns)), 0) AS overlap_ns
        FROM c JOIN k ON c.start_ns < k.end_ns AND k.start_ns < c.end_ns)
@@ -138,7 +137,7 @@ PEAK_MEMORY = RankQuery(
 RANK_QUERIES = (DEVICES, STEPS, DEVICE_BUSY, PEAK_MEMORY)
 """The per-rank queries of this module's figures, which the engine runs once per batch of ranks (rank_rows.py)."""
 
-_COMM_CODE = f"coalesce(regexp_matches(name, {sql_literal(COMM_KERNEL_PATTERN)})::TINYINT, -1)"
+_COMM_CODE = f"coalesce({comm_kernel_name()}::TINYINT, -1)"
 DEVICE_WORK = RankQuery(
     "device_work",
     f"SELECT device, ts_ns, ts_ns + dur_ns AS end_ns, (kind = 'kernel')::TINYINT AS kernel, {_COMM_CODE} AS comm FROM events "
