@@ -212,3 +212,40 @@ def test_without_steps_a_sync_costs_its_wait_not_its_operator(tmp_path):
     (f,) = _findings(_run(tmp_path, events), "host-sync")
     assert f.impact_ns == 50 * US and f.evidence.values["syncs"] == 1 and f.location.op == "aten::to"
     assert f.title == "1 host-device synchronisations wait 0.05 ms"
+
+
+def test_idle_after_syncs_from_the_busy_unions_equals_the_evidence_sql(tmp_path, monkeypatch):
+    """host-sync's figures, with the busy time inside the idle after the syncs taken from the
+    devices' busy unions the summary merged (`_figures`), are the evidence SQL's (`figures_sql`,
+    which unions every device event itself): on real traces with syncs inside steps, and on a
+    two-device rank where device 1 works through part of the idle after a sync."""
+    from neuron_explorer.analyzers import summary
+    from neuron_explorer.analyzers.rules import host_sync
+
+    from .conftest import TRACES
+
+    events = [X("ProfilerStep#1", "user_annotation", 0, 1000),
+              X("aten::item", "cpu_op", 10, 100, **{"External id": 1}),
+              _rt("cudaMemcpyAsync", 12, 95, 50, ext=1), _k("Memcpy DtoH (Device -> Pageable)", 80, 20, 50, cat="gpu_memcpy"),
+              _rt("cudaLaunchKernel", 300, 5, 51), _k("gemm", 320, 50, 51),
+              X("other_gpu", "kernel", 100, 100, pid=1, tid=9, stream=9, device=1)]  # started before the sync returned: busy in [110, 200)
+    runs = [_run(tmp_path, events), *(TRACES / n for n in ("a100_train_blocking_dtoh.json.gz", "v100_resnet50_torch19_memory.json.gz",
+                                                           "cuda_event_sync_multistream.json.gz", "multirank_128"))]
+    in_sql, stalls = [], []
+    real = host_sync.figures_sql
+    monkeypatch.setattr(host_sync, "figures_sql", lambda rank, busy_in_sql=True: in_sql.append(busy_in_sql) or real(rank, busy_in_sql))
+    for run_dir in runs:
+        with open_run(run_dir) as run:
+            summary.rank_summaries(run, run.ranks, per_rank=False)  # prepares each device's busy union, as the engine does
+            in_sql.clear()
+            fast = host_sync._figures(run, None)
+            assert in_sql == [False], run_dir  # taken from the unions, not the full SQL
+            cur = run.sql(real(None))
+            cols = [c[0] for c in cur.description]
+            assert fast == {int(r[0]): dict(zip(cols, r)) for r in cur.fetchall()}, run_dir
+            stalls.append(sum(v["stalls"] for v in fast.values()))
+    assert all(stalls[:3]) and len(stalls) == 5  # syncs inside steps: the hand-built rank, the A100's, the V100's
+    with open_run(runs[0]) as run:
+        summary.rank_summaries(run, run.ranks, per_rank=False)
+        (v,) = host_sync._figures(run, 0).values()
+    assert v["idle_after_ns"] == (320 - 110 - (200 - 110)) * US  # after aten::item until gemm, less device 1's work

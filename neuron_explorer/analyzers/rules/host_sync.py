@@ -22,11 +22,13 @@ meaningful with a device: on a CPU-only run it is not applicable.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...vocab import DEVICE_WORK_SQL, device_work, memcpy_call, sync_call, to_host_copy, top_host_call
 from .. import metrics
 from ..engine import Context
 from ..model import Location
-from ._util import ms, no_device, row, rows, share_at_least
+from ._util import ms, no_device, rows, share_at_least
 
 RULE_ID = "host-sync"
 TITLE = "Host-device synchronisation"
@@ -70,12 +72,28 @@ FROM events e JOIN w ON w.host_call = e.event_id ASOF LEFT JOIN st ON st.rank = 
 WHERE {_ranks(rank, 'e')} AND {top_host_call('e')}"""
 
 
-def figures_sql(rank: int | None) -> str:
+def figures_sql(rank: int | None, busy_in_sql: bool = True) -> str:
     """Per rank with host syncs (plain DuckDB over `events`): stalls (syncs inside steps), wait_ns
     (the durations of their waiting runtime calls), idle_after_ns (the merged device idle they leave: the impact with steps),
     idle_summed_ns (the same intervals summed without merging, for comparison), sync_ns (the union
     of the intervals of every sync's waiting runtime calls: the impact without steps), syncs (all of
-    them), outside_steps and outside_wait_ns (those outside every step)."""
+    them), outside_steps and outside_wait_ns (those outside every step). With `busy_in_sql=False`
+    (`_figures`), idle_after_ns is left out and the rows carry the merged intervals instead (after_a,
+    after_b) and how many device events have no device (no_device), for the busy time in them to be
+    taken out of the devices' busy unions the summary merged."""
+    if busy_in_sql:
+        idle_ctes = f""",
+busy AS ({metrics.union_sql(f"{_ranks(rank)} AND {device_work()}", by=("rank",))}),
+idle AS (SELECT u.rank, sum(u.b - u.a - coalesce((SELECT sum(least(u.b, y.end_ns) - greatest(u.a, y.start_ns)) FROM busy y
+           WHERE y.rank = u.rank AND y.start_ns < u.b AND y.end_ns > u.a), 0)) AS ns FROM u GROUP BY u.rank)"""
+        idle_cols, idle_join = "coalesce(any_value(idle.ns), 0)::BIGINT AS idle_after_ns, ", "LEFT JOIN idle USING (rank) "
+    else:
+        idle_ctes = f""",
+idle AS (SELECT rank, list(a ORDER BY a) AS after_a, list(b ORDER BY a) AS after_b FROM u GROUP BY rank),
+nd AS (SELECT rank, count(*) AS n FROM events WHERE {_ranks(rank)} AND dur_ns > 0 AND device IS NULL AND {device_work()} GROUP BY rank)"""
+        idle_cols = ("coalesce(any_value(idle.after_a), []) AS after_a, coalesce(any_value(idle.after_b), []) AS after_b, "
+                     "coalesce(any_value(nd.n), 0) AS no_device, ")
+        idle_join = "LEFT JOIN idle USING (rank) LEFT JOIN nd USING (rank) "
     return f"""WITH s AS ({syncs_sql(rank)}),
 d AS (SELECT rank, ts_ns FROM events WHERE {_ranks(rank)} AND kind IN {DEVICE_WORK_SQL}),
 iv AS (SELECT s.rank, s.end_ns AS a, least(coalesce(d.ts_ns, s.s_end), s.s_end) AS b
@@ -84,10 +102,7 @@ mx AS (SELECT rank, a, b, max(b) OVER (PARTITION BY rank ORDER BY a, b ROWS BETW
        FROM iv WHERE b > a),
 isl AS (SELECT rank, a, b, sum(CASE WHEN pe IS NULL OR a > pe THEN 1 ELSE 0 END)
           OVER (PARTITION BY rank ORDER BY a, b ROWS UNBOUNDED PRECEDING) AS i FROM mx),
-u AS (SELECT rank, min(a) AS a, max(b) AS b FROM isl GROUP BY rank, i),
-busy AS ({metrics.union_sql(f"{_ranks(rank)} AND {device_work()}", by=("rank",))}),
-idle AS (SELECT u.rank, sum(u.b - u.a - coalesce((SELECT sum(least(u.b, y.end_ns) - greatest(u.a, y.start_ns)) FROM busy y
-           WHERE y.rank = u.rank AND y.start_ns < u.b AND y.end_ns > u.a), 0)) AS ns FROM u GROUP BY u.rank),
+u AS (SELECT rank, min(a) AS a, max(b) AS b FROM isl GROUP BY rank, i){idle_ctes},
 summed AS (SELECT rank, sum(b - a) AS ns FROM iv WHERE b > a GROUP BY rank),
 wr AS (SELECT r.rank, r.ts_ns, r.ts_ns + r.dur_ns AS end_ns FROM events r WHERE {_ranks(rank, 'r')} AND r.dur_ns > 0 AND {waits('r')}),
 all_u AS (SELECT rank, sum(end_ns - start_ns) AS ns FROM (
@@ -98,12 +113,35 @@ all_u AS (SELECT rank, sum(end_ns - start_ns) AS ns FROM (
   SELECT rank, min(ts_ns) AS start_ns, max(end_ns) AS end_ns FROM _isl GROUP BY rank, island) GROUP BY rank)
 SELECT s.rank, count(*) FILTER (WHERE s.s_end IS NOT NULL) AS stalls,
   coalesce(sum(s.wait_ns) FILTER (WHERE s.s_end IS NOT NULL), 0)::BIGINT AS wait_ns,
-  coalesce(any_value(idle.ns), 0)::BIGINT AS idle_after_ns, coalesce(any_value(summed.ns), 0)::BIGINT AS idle_summed_ns,
+  {idle_cols}coalesce(any_value(summed.ns), 0)::BIGINT AS idle_summed_ns,
   count(*) AS syncs, coalesce(any_value(all_u.ns), 0)::BIGINT AS sync_ns,
   count(*) FILTER (WHERE s.s_end IS NULL) AS outside_steps,
   coalesce(sum(s.wait_ns) FILTER (WHERE s.s_end IS NULL), 0)::BIGINT AS outside_wait_ns
-FROM s LEFT JOIN idle USING (rank) LEFT JOIN summed USING (rank) LEFT JOIN all_u USING (rank)
+FROM s {idle_join}LEFT JOIN summed USING (rank) LEFT JOIN all_u USING (rank)
 GROUP BY s.rank ORDER BY s.rank"""
+
+
+def _figures(run, rank: int | None) -> dict[int, dict]:
+    """`figures_sql`'s rows by rank. The merged idle's busy part (the busy time inside the idle
+    after the syncs) is taken from the devices' busy unions the summary merged and prepared on
+    `run` (metrics.DEVICE_BUSY) where every rank asked has them and all its device events have a
+    device: the same figure, without a union of every device event in SQL (most of the query's
+    time); else `figures_sql` computes it."""
+    busy = (getattr(run, "prepared", None) or {}).get(metrics.DEVICE_BUSY.name) or {}
+    cur = run.sql(figures_sql(rank, busy_in_sql=False))
+    names = [c[0] for c in cur.description]
+    got = {int(r[0]): dict(zip(names, r)) for r in cur.fetchall()}
+    if any(v["no_device"] or r not in busy for r, v in got.items()):
+        cur = run.sql(figures_sql(rank))
+        names = [c[0] for c in cur.description]
+        return {int(r[0]): dict(zip(names, r)) for r in cur.fetchall()}
+    for r, v in got.items():
+        after = np.stack([np.asarray(v.pop("after_a"), dtype=np.int64), np.asarray(v.pop("after_b"), dtype=np.int64)], axis=1)
+        b = busy[r]
+        every = metrics.union_array(b["start_ns"], b["end_ns"])  # all devices of the rank (busy_sql's union by rank)
+        v["idle_after_ns"] = int((after[:, 1] - after[:, 0]).sum()) - metrics.covered_within(after, every)
+        del v["no_device"]
+    return got
 
 
 def _figure(v: dict, with_steps: bool) -> int:
@@ -114,8 +152,7 @@ def _figure(v: dict, with_steps: bool) -> int:
 def screen(run, summaries: dict) -> set[int]:
     """Ranks without a device (not applicable) and ranks whose figure (the check's, every rank in
     one query) is at least the check's share."""
-    got = {r[0]: dict(zip(("stalls", "wait_ns", "idle_after_ns", "idle_summed_ns", "syncs", "sync_ns"), r[1:7]))
-           for r in run.sql(figures_sql(None)).fetchall()}
+    got = _figures(run, None)
     ns = {r: _figure(v, bool(summaries[r]["steps"]["count"])) for r, v in got.items() if r in summaries}
     return no_device(summaries) | share_at_least(summaries, ns, THRESHOLDS["SYNC_SHARE_MIN"])
 
@@ -124,8 +161,8 @@ def check(ctx: Context) -> list:
     ctx.require_device()
     steps = ctx.summary["steps"]["count"]
     sql = figures_sql(ctx.rank)
-    v = row(ctx.run, sql)
-    if v["rank"] is None:
+    v = _figures(ctx.run, ctx.rank).get(int(ctx.rank))
+    if v is None:
         return []
     # with steps a sync costs the device idle it causes inside the steps, not its own duration: the
     # host waits while the device works, then the device waits for the next launch
