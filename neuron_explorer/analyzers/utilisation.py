@@ -324,7 +324,7 @@ def _counted_ops(t, text: list) -> dict:
         shape = _next_input_shape(r, pid, tid, ts, end[r], arg_codes[0], dims_of)
         if shape is None:
             continue
-        at = (int(inv[r]), json.dumps(shape))
+        at = (int(inv[r]), json.dumps(shape) if any(isinstance(x, list) for x in shape) else tuple(shape))
         if at not in fixed:
             fixed[at] = F.op_work(text[name[r]], args_of(r), shape)
         better = fixed[at]
@@ -373,17 +373,17 @@ def _kernels_of(run: Run, rank: int, op: dict, text: list) -> dict:
         return _empty(_KERNEL_INT)
     kpid, ktid, launch = _ints(t.column("pid_k")), _ints(t.column("tid_k")), _ints(t.column("ts_ns"))
     at = np.full(t.num_rows, -1, dtype=np.int64)
-    tracks, track_of = np.unique(np.stack([op["pid"], op["tid"]], axis=1), axis=0, return_inverse=True)
-    track_of = track_of.reshape(-1)
     ends = op["ts_ns"] + np.maximum(op["dur_ns"], 0)
-    for k, (p, q) in enumerate(tracks.tolist()):  # a thread's counted operators do not overlap: bisect their starts
-        rows = np.flatnonzero(track_of == k)
-        mine = np.flatnonzero((kpid == p) & (ktid == q))
+    # the operators come thread by thread (OPS's order), each thread's in time order and, being
+    # counted, not overlapping: bisect each thread's starts with the launches made on it
+    new = np.flatnonzero(np.concatenate([[True], (op["pid"][1:] != op["pid"][:-1]) | (op["tid"][1:] != op["tid"][:-1])]))
+    for a, b in zip(new.tolist(), new[1:].tolist() + [n]):
+        mine = np.flatnonzero((kpid == op["pid"][a]) & (ktid == op["tid"][a]))
         if not len(mine):
             continue
-        pos = np.searchsorted(op["ts_ns"][rows], launch[mine], side="right") - 1
-        inside = (pos >= 0) & (launch[mine] < ends[rows][np.maximum(pos, 0)])
-        at[mine[inside]] = rows[pos[inside]]
+        pos = np.searchsorted(op["ts_ns"][a:b], launch[mine], side="right") - 1
+        inside = (pos >= 0) & (launch[mine] < ends[a:b][np.maximum(pos, 0)])
+        at[mine[inside]] = a + pos[inside]
     sel = np.flatnonzero(at >= 0)
     o = at[sel]
     dur = _ints(t.column("dur_ns"))[sel]
