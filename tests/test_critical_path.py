@@ -578,3 +578,30 @@ def test_launch_advice_fits_the_device(tmp_path, device, says, never):
     advice = [f.recommendation for f in report.findings if f.rule_id == "critical-path" and f.evidence.values["class"] in ("host", "launch")]
     assert len(advice) == 2, [f.title for f in report.findings]
     assert all(says in a and never not in a for a in advice), advice
+
+
+@pytest.mark.parametrize("name", ["mi300x_vllm_hipgraph_full_decode", "v100_resnet50_torch19_memory", "cuda_nccl_rank0_of_2"])
+def test_path_event_names_read_without_a_self_join_are_the_sql_join(name, tmp_path):
+    """The names the path's items and the critical-path rule read of its events (`_Info.table`:
+    each event's own row, then the top-level operators' names looked up by id) are the rows of the
+    one-query definition (`_INFO_SQL`, a LEFT JOIN on top_op_id; a graph replay charged to its
+    operator at capture): on a hipGraph decode with its capture traces and two device traces."""
+    import numpy as np
+    import pyarrow as pa
+
+    from neuron_explorer.analyzers._path_index import arrow_of
+
+    captures = TRACES / "graph_capture" / name / "capture_traces"
+    run_dir = import_traces(TRACES / f"{name}.json.gz", tmp_path / "run", captures=[captures] if captures.is_dir() else None).run_dir
+    with open_run(run_dir) as run:
+        path = cp.path_of(run, 0)
+        ids = np.unique(path.event_id[path.event_id >= 0])
+        if not len(ids):  # a decode without profiler steps has no path: every other event of the rank
+            ids = np.array([i for i, in run.sql("SELECT event_id FROM events WHERE event_id % 2 = 0 ORDER BY 1").fetchall()])
+        got = cp._Info.table(run, ids)
+        want = arrow_of(run, cp._INFO_SQL, [], {"_path_ids": pa.table({"id": ids})})
+        assert got.to_pylist() == want.to_pylist() and got.num_rows == len(ids) > 100
+        if captures.is_dir():  # replays charged to their operator at capture, which is not the operator they ran under
+            replayed = run.sql("SELECT count(*) FROM events WHERE capture_top_op IS NOT NULL AND event_id IN (SELECT unnest(?::BIGINT[]))",
+                               [ids.tolist()]).fetchone()[0]
+            assert replayed > 0

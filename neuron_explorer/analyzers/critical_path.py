@@ -647,6 +647,11 @@ def _step_codes(step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return u, code
 
 
+_INFO_SQL = (f"SELECT e.event_id, e.name, {charged_top_op('e', 'o')} AS op, e.module_path, e.top_op_id FROM events e "
+             "SEMI JOIN _path_ids i ON e.event_id = i.id LEFT JOIN events o ON o.event_id = e.top_op_id ORDER BY 1")
+"""The names `_Info.table` reads of a path's events (`_path_ids`: a table of their ids), as one query."""
+
+
 class _Info:
     """Names of a path's events, read once: per event id (sorted), codes into `strs` (0: None) of
     its name and of its top-level operator's name, its module path and its top-level operator."""
@@ -655,12 +660,32 @@ class _Info:
     def table(run: Run, ids: np.ndarray):
         """The rows of the events `ids` (sorted, distinct): id, name, the name of the top-level
         operator it is charged to (vocab.charged_top_op: a graph replay's, its operator at capture),
-        module path and top-level operator, ordered by id."""
+        module path and top-level operator, ordered by id: `_INFO_SQL`'s rows."""
         import pyarrow as pa
+        import pyarrow.compute as pc
 
-        return arrow_of(run, f"SELECT e.event_id, e.name, {charged_top_op('e', 'o')} AS op, e.module_path, e.top_op_id FROM events e "
-                        "SEMI JOIN _path_ids i ON e.event_id = i.id LEFT JOIN events o ON o.event_id = e.top_op_id ORDER BY 1", [],
-                        {"_path_ids": pa.table({"id": ids})})
+        # what `_INFO_SQL` gives, without its self-join (most of its time): the events' own rows, then
+        # the names of the top-level operators that are not among them, looked up by id
+        t = arrow_of(run, "SELECT e.event_id, e.name, e.module_path, e.top_op_id, e.capture_top_op FROM events e "
+                          "SEMI JOIN _path_ids i ON e.event_id = i.id", [], {"_path_ids": pa.table({"id": ids})})
+        t = t.take(pc.sort_indices(t.column("event_id")))
+        ev = t.column("event_id").to_numpy()
+        top = t.column("top_op_id").fill_null(-1).to_numpy()
+        tops = distinct(top[top >= 0])
+        at = np.minimum(np.searchsorted(ev, tops), max(len(ev) - 1, 0))
+        missing = tops[(ev[at] != tops)] if len(ev) else tops
+        more = arrow_of(run, "SELECT e.event_id, e.name FROM events e SEMI JOIN _top_ids i ON e.event_id = i.id ORDER BY 1", [],
+                        {"_top_ids": pa.table({"id": missing})}) if len(missing) else None
+        known = np.concatenate([ev, more.column("event_id").to_numpy()]) if more is not None else ev
+        names = pa.concat_arrays([t.column("name").combine_chunks()] + ([more.column("name").combine_chunks()] if more is not None else []))
+        order = np.argsort(known, kind="stable")
+        pos = np.minimum(np.searchsorted(known, top, sorter=order), max(len(known) - 1, 0))
+        row = order[pos] if len(known) else pos
+        found = (top >= 0) & (known[row] == top) if len(known) else np.zeros(len(top), dtype=bool)
+        op_name = names.take(pa.array(row, mask=~found)) if len(known) else pa.nulls(len(top), pa.string())
+        op = pc.if_else(t.column("capture_top_op").is_valid(), t.column("capture_top_op"), op_name)
+        return pa.table({"event_id": t.column("event_id"), "name": t.column("name"), "op": op,
+                         "module_path": t.column("module_path"), "top_op_id": t.column("top_op_id")})
 
     def __init__(self, run: Run | None, path: Path, t=None):
         """`t`: the rows of `table(run, path's event ids)`, already read (else read here)."""
