@@ -178,3 +178,23 @@ def test_multirank_critical_path_communication_is_no_longer_zero(tmp_path):
     assert ns["communication"] == 19_645_000 and ns["idle"] == 10_923_000
     assert sum(d[k] for k in ("compute_ns", "communication_ns", "memory_ns", "idle_ns")) == d["window_ns"] == 1_238_543_000
     assert d["communication_ns"] == 303_523_000
+
+
+def test_top_kernels_by_the_windows_coverage_equal_the_join_of_kernels_and_windows(two_streams, monkeypatch):
+    """A rank with many steps has its top kernels from the windows' coverage (two ASOF joins,
+    `_covered_kernels_sql`) when its windows are disjoint: the same figures as the join of every
+    kernel with every window, also for kernels that cross a gap between windows; overlapping
+    windows keep the join."""
+    disjoint = [(1, 0, 200 * US), (2, 250 * US, 400 * US), (3, 420 * US, 1000 * US)]
+    overlapping = [(1, 0, 300 * US), (2, 250 * US, 1000 * US)]
+    with open_run(two_streams) as run:
+        joined = {k: dt._top_kernels_many(run, {0: w}) for k, w in (("disjoint", disjoint), ("overlapping", overlapping))}
+        monkeypatch.setattr(dt, "GROUPED_WINDOWS_MAX", 1)  # a query of the rank's own
+        seen = []
+        real = dt._covered_kernels_sql
+        monkeypatch.setattr(dt, "_covered_kernels_sql", lambda w: seen.append(w) or real(w))
+        own = {k: dt._top_kernels_many(run, {0: w}) for k, w in (("disjoint", disjoint), ("overlapping", overlapping))}
+    assert own == joined and len(seen) == 1  # the coverage only for the disjoint windows
+    tops = {k["kernel"]: (k["dur_ns"], k["count"]) for k in own["disjoint"][0][0]}
+    assert tops["K1_gemm"] == (150 * US, 1)  # [100, 300) less the gap [200, 250)
+    assert tops["ncclKernel_AllReduce_RING_LL_Sum_float"][1] == 2
