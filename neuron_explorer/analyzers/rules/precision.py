@@ -24,7 +24,7 @@ from ..model import Location
 from ..rank_rows import RankQuery
 from ..rank_rows import rows as rank_rows
 from ..utilisation import rank_work, rows_if_args_named
-from ._util import ms, row
+from ._util import ms
 
 RULE_ID = "precision"
 TITLE = "float32 matmul/convolution where lower precision is faster"
@@ -48,12 +48,19 @@ def _has_properties(run, ranks) -> bool:
     return any(rank_entry(run, r).get("device_properties") for r in ranks)
 
 
-TYPED = RankQuery("precision_typed", f"SELECT count(*) FROM events WHERE rank = ? AND {_TYPED} HAVING count(*) > 0",
-                  f"SELECT rank, count(*) FROM events WHERE {_TYPED} GROUP BY rank ORDER BY rank", when=_has_properties)
-FP32 = RankQuery("precision_fp32", f"SELECT {_FIGURES} FROM events k JOIN events o ON o.event_id = k.op_id WHERE k.rank = ? AND {_FP32} "
-                                   "HAVING count(*) > 0",
-                 f"SELECT k.rank, {_FIGURES} FROM events k JOIN events o ON o.event_id = k.op_id WHERE {_FP32} GROUP BY k.rank ORDER BY 1",
-                 when=_has_properties)
+TYPED = RankQuery("precision_typed", f"SELECT 1 FROM events WHERE rank = ? AND {_TYPED} LIMIT 1",
+                  f"SELECT DISTINCT rank, 1 FROM events WHERE {_TYPED} ORDER BY rank", when=_has_properties)
+"""A row (1) where the rank has a matmul/convolution with recorded input types: the first found
+ends the read of the operators' args."""
+_BY_OP = ("o.name, coalesce(sum(k.dur_ns), 0)::BIGINT AS fp32_kernel_ns, count(*) AS kernels, count(DISTINCT o.event_id) AS ops, "
+          "mode(o.source_frame_id) AS frame_id, min(k.event_id) AS sample_id")
+FP32 = RankQuery("precision_fp32", f"SELECT {_BY_OP} FROM events k JOIN events o ON o.event_id = k.op_id WHERE k.rank = ? AND {_FP32} "
+                                   "GROUP BY o.name ORDER BY 2 DESC, 1",
+                 f"SELECT k.rank, {_BY_OP} FROM events k JOIN events o ON o.event_id = k.op_id WHERE {_FP32} GROUP BY k.rank, o.name "
+                 "ORDER BY 1, 3 DESC, 2", when=_has_properties)
+"""The float32 matmul/convolution kernels' figures (`_FIGURES`) per operator name, the heaviest
+first, with its commonest source line and a sample kernel: one read of the operators' args gives
+the rule's figures (summed over the names) and the operator it names."""
 RANK_QUERIES = (TYPED, FP32)
 """The operators with recorded input types, and the float32 kernels' figures, for a batch of ranks at once."""
 
@@ -72,20 +79,16 @@ def check(ctx: Context) -> list:
     if not fast:
         raise NotApplicable("device properties show no tensor-core device (compute capability >= 7.0) and no architecture "
                             "with lower-precision matrix units")
-    typed = sum(n for n, in rows_if_args_named(ctx.run, TYPED, ctx.rank))
-    if not typed:
+    if not rows_if_args_named(ctx.run, TYPED, ctx.rank):
         raise NotApplicable("no input dtypes recorded for matmul/convolution operators (record_shapes=True)")
     sql = f"""SELECT {_FIGURES}
 FROM events k JOIN events o ON o.event_id = k.op_id
 WHERE k.rank = {ctx.rank} AND {_FP32}"""
-    got = rank_rows(ctx.run, FP32, ctx.rank)  # no row: no such kernel (what `sql` gives as 0, 0, 0)
-    v = dict(zip(("fp32_kernel_ns", "kernels", "ops"), got[0] if got else (0, 0, 0)))
+    by_op = rank_rows(ctx.run, FP32, ctx.rank)  # no row: no such kernel (what `sql` gives as 0, 0, 0)
+    v = {"fp32_kernel_ns": sum(r[1] for r in by_op), "kernels": sum(r[2] for r in by_op), "ops": sum(r[3] for r in by_op)}
     if not ctx.analysed_ns or v["fp32_kernel_ns"] / ctx.analysed_ns < THRESHOLDS["FP32_SHARE_MIN"]:
         return []
-    top = row(ctx.run, f"""SELECT o.name, mode(o.source_frame_id) AS frame_id, min(k.event_id) AS sample_id
-        FROM events k JOIN events o ON o.event_id = k.op_id
-        WHERE k.rank = {ctx.rank} AND k.kind = 'kernel' AND {op_in(LOWER_PRECISION_CANDIDATE_OPS, 'o')}
-        AND regexp_matches(json_extract_string(o.args, '$."Input type"[0]'), '^float$') GROUP BY o.name ORDER BY sum(k.dur_ns) DESC LIMIT 1""")
+    top = dict(zip(("name", "frame_id", "sample_id"), (by_op[0][0], by_op[0][4], by_op[0][5])))
     arch = (work.detected.arch if work.detected else None) or P.arch_of(work.peak, fast[0].get("name"))
     return [ctx.finding(
         title=f"float32 {top['name']} and similar ops run {ms(v['fp32_kernel_ns'])} on a {fast[0].get('name', 'tensor-core device')}",
