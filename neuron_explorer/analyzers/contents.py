@@ -159,8 +159,10 @@ def _roots_in(items: list[tuple[int, str, str, tuple]]) -> str:
     if by_op:
         values = ", ".join(f"({i}, {rank}, {sql_literal(op)}, {'[' + ', '.join(map(str, steps)) + ']' if steps else 'NULL'}::BIGINT[])"
                            for i, rank, (_, op, steps) in by_op)
+        names = ", ".join(sorted({sql_literal(op) for _, _, (_, op, _) in by_op}))  # filtered in the scan: few rows joined
         parts.append(f"""SELECT v.fid, {cols} FROM events e JOIN (VALUES {values}) v(fid, frank, name, steps)
-  ON e.rank = v.frank AND e.name = v.name WHERE {host} AND (v.steps IS NULL OR list_contains(v.steps, e.step))""")
+  ON e.rank = v.frank AND e.name = v.name WHERE {host} AND e.name IN ({names})
+  AND (v.steps IS NULL OR list_contains(v.steps, e.step))""")
         for column in ("capture_op", "capture_top_op"):  # device work charged to the operator at capture (one definition:
             # vocab.charged_at_capture_to; as two equality joins, which DuckDB hashes)
             parts.append(f"""SELECT v.fid, {cols} FROM events e JOIN (VALUES {values}) v(fid, frank, name, steps)
