@@ -194,6 +194,63 @@ def test_reassociation_advice_reaches_the_report(tmp_path):
     assert "advice: reassociate" in text(rep, width=400)
 
 
+# ---- many findings at once: roots inside roots, an annotation's, the same roots twice ---------------
+
+NESTED = [
+    X("ProfilerStep#1", "user_annotation", 0, 2000),  # step 1: every event
+    X("forward", "user_annotation", 90, 600),  # an annotation around both operators
+    X("aten::matmul", "cpu_op", 100, 400, **{"External id": 1}, **MM),     # outer
+    X("aten::matmul", "cpu_op", 110, 380, **{"External id": 2}, **MM),     # inner: a root inside a root
+    X("aten::mm", "cpu_op", 120, 360, **{"External id": 3}, **MM),
+    X("cudaLaunchKernel", "cuda_runtime", 130, 10, correlation=7, **{"External id": 3}),
+    X("gemm", "kernel", 150, 200, pid=0, tid=7, correlation=7, stream=7, device=0),
+    X("aten::add", "cpu_op", 550, 30, **{"External id": 4, "Input Dims": [[16, 1024], [16, 1024]], "Input type": ["float", "float"]}),
+    X("cudaLaunchKernel", "cuda_runtime", 555, 5, correlation=8, **{"External id": 4}),
+    X("add_k", "kernel", 590, 5, pid=0, tid=7, correlation=8, stream=7, device=0),
+]
+
+
+def test_contents_of_many_findings_count_each_child_once_and_equal_each_finding_alone(tmp_path):
+    """All the findings' contents come from one query (findings_contents): a child inside two roots
+    of one finding (aten::matmul inside aten::matmul) is counted once, and so is the kernel its
+    launch launched; an annotation's children are every operator inside it; two findings whose
+    roots are the same events (all steps, and step 1, the only one) get the same contents. Each
+    finding's contents are the ones it gets alone (finding_contents, the query shown as evidence)."""
+    from neuron_explorer import open_run
+    from neuron_explorer.analyzers.contents import finding_contents, findings_contents
+
+    run_dir = import_traces(write_trace(tmp_path / "n.json", NESTED, baseTimeNanoseconds=BASE), tmp_path / "n").run_dir
+    with open_run(run_dir) as run:
+        kernel = run.sql("SELECT event_id FROM events WHERE name = 'gemm'").fetchone()[0]
+    found = [{"location": {"rank": 0, "op": "aten::matmul"}},
+             {"location": {"rank": 0, "op": "aten::add"}},
+             {"location": {"rank": 0, "op": "aten::add", "steps": [1]}},
+             {"location": {"rank": 0, "op": "forward"}},
+             {"location": {"rank": 0}, "evidence": {"sample_event_ids": [kernel]}},
+             {"location": {"rank": 0, "op": "no such operator"}},
+             {"location": {"rank": None, "op": "aten::add"}}]
+    with open_run(run_dir) as run:
+        together = findings_contents(run, found)
+        assert together == [finding_contents(run, f) for f in found]
+
+    def children(c):
+        return [(ch["kind"], ch["name"], ch["count"], ch["total_ns"] // US) for ch in c["children"]]
+
+    matmul, add, add_step1, forward, sample, none, no_rank = together
+    assert (matmul["roots"]["count"], matmul["roots"]["total_ns"] // US) == (2, 780)
+    assert children(matmul) == [("cpu_op", "aten::matmul", 1, 380), ("cpu_op", "aten::mm", 1, 360), ("kernel", "gemm", 1, 200),
+                                ("runtime", "cudaLaunchKernel", 1, 10)]
+    assert children(add) == [("kernel", "add_k", 1, 5), ("runtime", "cudaLaunchKernel", 1, 5)]
+    assert add_step1["roots"]["what"] == "every 'aten::add' on rank 0 in step 1" and add["roots"]["what"] == "every 'aten::add' on rank 0"
+    assert {k: v for k, v in add_step1.items() if k not in ("roots", "sql")} == {k: v for k, v in add.items() if k not in ("roots", "sql")}
+    assert children(forward) == [("cpu_op", "aten::matmul", 2, 780), ("cpu_op", "aten::mm", 1, 360), ("kernel", "gemm", 1, 200),
+                              ("cpu_op", "aten::add", 1, 30), ("runtime", "cudaLaunchKernel", 1, 10), ("kernel", "add_k", 1, 5),
+                                 ("runtime", "cudaLaunchKernel", 1, 5)]  # two launches: under operators of other inputs
+    assert sample["roots"]["count"] == 1 and children(sample) == children(matmul)[:2] + children(matmul)[2:] and \
+        sample["roots"]["total_ns"] // US == 400  # the kernel's top-level operator: the outer matmul
+    assert none == {} and no_rank == {}
+
+
 # ---- a real trace ------------------------------------------------------------------------------
 
 def test_real_trace_comm_exposed_contents(tmp_path):

@@ -142,10 +142,16 @@ def findings_contents(run: Run, findings: list[dict], top: int = CONTENTS_TOP) -
     return [dict(got[todo[k]]) if k is not None else {} for k in keys]
 
 
+ROOT_COLUMNS = ("rank", "event_id", "kind", "pid", "tid", "depth", "top_op_id", "ts_ns", "dur_ns", "name")
+"""The columns of a root that `_contents_many` reads: where its children are and its own group."""
+
+
 def _roots_in(items: list[tuple[int, str, str, tuple]]) -> str:
-    """Rows (fid, frank, event_id): the roots of every item, `_roots_sql`'s choice made by one
-    scan per way of choosing (a table of the findings joined to the events), not one per finding."""
+    """Rows (fid, ROOT_COLUMNS of the root): the roots of every item, `_roots_sql`'s choice made by
+    one scan per way of choosing (a table of the findings joined to the events), not one per
+    finding, and read from that same scan (but a sample device event's operator, looked up)."""
     host = "e.kind IN (" + ", ".join(sql_literal(k) for k in HOST_KINDS) + ")"
+    cols = ", ".join(f"e.{c}" for c in ROOT_COLUMNS)
     by_op = [(i, rank, spec) for i, (rank, _, _, spec) in enumerate(items) if spec[0] == "op"]
     by_ids = [(i, rank, spec) for i, (rank, _, _, spec) in enumerate(items) if spec[0] == "ids"]
     by_source = [(i, rank, spec) for i, (rank, _, _, spec) in enumerate(items) if spec[0] == "source"]
@@ -153,20 +159,23 @@ def _roots_in(items: list[tuple[int, str, str, tuple]]) -> str:
     if by_op:
         values = ", ".join(f"({i}, {rank}, {sql_literal(op)}, {'[' + ', '.join(map(str, steps)) + ']' if steps else 'NULL'}::BIGINT[])"
                            for i, rank, (_, op, steps) in by_op)
-        parts.append(f"""SELECT v.fid, v.frank, e.event_id FROM events e JOIN (VALUES {values}) v(fid, frank, name, steps)
-  ON e.rank = v.frank AND e.name = v.name WHERE {host} AND (v.steps IS NULL OR list_contains(v.steps, e.step))""")
+        names = ", ".join(sorted({sql_literal(op) for _, _, (_, op, _) in by_op}))  # filtered in the scan: few rows joined
+        parts.append(f"""SELECT v.fid, {cols} FROM events e JOIN (VALUES {values}) v(fid, frank, name, steps)
+  ON e.rank = v.frank AND e.name = v.name WHERE {host} AND e.name IN ({names})
+  AND (v.steps IS NULL OR list_contains(v.steps, e.step))""")
         for column in ("capture_op", "capture_top_op"):  # device work charged to the operator at capture (one definition:
             # vocab.charged_at_capture_to; as two equality joins, which DuckDB hashes)
-            parts.append(f"""SELECT v.fid, v.frank, e.event_id FROM events e JOIN (VALUES {values}) v(fid, frank, name, steps)
+            parts.append(f"""SELECT v.fid, {cols} FROM events e JOIN (VALUES {values}) v(fid, frank, name, steps)
   ON e.rank = v.frank AND e.{column} = v.name WHERE {charged_at_capture_to_sql('v.name', 'e')}
   AND (v.steps IS NULL OR list_contains(v.steps, e.step))""")
     if by_ids:
         values = ", ".join(f"({i}, {rank}, {int(e)})" for i, rank, (_, ids) in by_ids for e in ids)
-        parts.append(f"""SELECT v.fid, v.frank, CASE WHEN e.kind IN {DEVICE_WORK_SQL} OR e.device IS NOT NULL THEN e.top_op_id ELSE e.event_id END
-  FROM events e JOIN (VALUES {values}) v(fid, frank, event_id) ON e.rank = v.frank AND e.event_id = v.event_id""")
+        parts.append(f"""SELECT v.fid, {cols} FROM (VALUES {values}) v(fid, frank, event_id)
+  JOIN events s ON s.rank = v.frank AND s.event_id = v.event_id JOIN events e ON e.rank = v.frank
+  AND e.event_id = CASE WHEN s.kind IN {DEVICE_WORK_SQL} OR s.device IS NOT NULL THEN s.top_op_id ELSE s.event_id END""")
     if by_source:
         values = ", ".join(f"({i}, {rank}, {sql_literal(file)}, {int(line)})" for i, rank, (_, file, line) in by_source)
-        parts.append(f"""SELECT v.fid, v.frank, e.event_id FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
+        parts.append(f"""SELECT v.fid, {cols} FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
   JOIN (VALUES {values}) v(fid, frank, file, line) ON e.rank = v.frank AND f.file = v.file AND f.line = v.line WHERE {top_host_call('e')}""")
     return "\nUNION ALL ".join(parts)
 
@@ -185,43 +194,61 @@ def _root_spec(location: dict, sample_ids: list[int]) -> tuple:
 
 def _contents_many(run: Run, items: list[tuple[int, str, str, tuple]], top: int) -> list[dict]:
     """`_contents` of each (rank, roots_sql, what, root spec) of `items`, in their order: the same
-    queries with a finding number (`fid`) carried through, grouped by it."""
+    figures with a finding number (`fid`) carried through, grouped by it, in one query (the roots'
+    groups and the children's, so that the operators' args, a JSON column whose decoding is most
+    of a read of the events, are read and decoded once for both). Each root's and child's columns
+    are read by the scan that finds it, not again by its id; findings whose roots are the same
+    events (rules naming one operator in all its steps, and in no step) have their children found
+    once (`canon`: the first of them); and a child is deduplicated (found through two roots of a
+    finding) only in the findings where that can happen (`shared`)."""
     dims, types = f"'$.\"{INPUT_DIMS_ARG}\"'", f"'$.\"{INPUT_TYPE_ARG}\"'"
-    picked = f"""WITH roots_in AS ({_roots_in(items)}),
-picked AS (SELECT DISTINCT fid, frank, event_id FROM roots_in WHERE event_id IS NOT NULL)"""
-    # one query for the roots' groups and the children's (part 0 and 1), so that the operators' args
-    # (a JSON column: decoding it is most of a read of the events) are read once for both
-    root_rows: dict[int, list] = {i: [] for i in range(len(items))}
-    child_rows: dict[int, list] = {i: [] for i in range(len(items))}
-    for part, fid, kind, *row in run.sql(f"""{picked},
-roots AS (SELECT DISTINCT q.fid, r.rank, r.event_id, r.kind, r.pid, r.tid, r.depth, r.top_op_id, r.ts_ns, r.ts_ns + r.dur_ns AS end_ns,
-    r.name, r.dur_ns
-  FROM picked q JOIN events r ON r.rank = q.frank AND r.event_id = q.event_id),
-host AS (
-  SELECT r.fid, e.event_id FROM roots r JOIN events e ON e.rank = r.rank AND e.top_op_id = r.top_op_id
+    rows = run.sql(f"""WITH roots_in AS ({_roots_in(items)}),
+every_root AS (SELECT DISTINCT fid, {', '.join(ROOT_COLUMNS)}, ts_ns + dur_ns AS end_ns FROM roots_in),
+sets AS (SELECT fid, min(fid) OVER (PARTITION BY root_ranks, root_ids) AS canon
+  FROM (SELECT fid, list(rank ORDER BY rank, event_id) AS root_ranks, list(event_id ORDER BY rank, event_id) AS root_ids
+        FROM every_root GROUP BY fid)),
+roots AS (SELECT r.* FROM every_root r SEMI JOIN sets s ON s.fid = r.fid AND s.canon = r.fid),
+-- an operator root's children share its top-level operator and thread: where no two roots of a finding
+-- do, and every root is an operator, no event is the child of two roots (nor a root another's child)
+shared AS (SELECT DISTINCT fid FROM roots GROUP BY fid, rank, top_op_id, pid, tid HAVING count(*) > 1 OR bool_or(kind <> 'cpu_op')),
+host_all AS (
+  SELECT r.fid, e.event_id, e.kind, e.name, e.dur_ns, e.op_id FROM roots r JOIN events e ON e.rank = r.rank AND e.top_op_id = r.top_op_id
   WHERE r.kind = 'cpu_op' AND e.kind IN ('cpu_op', 'runtime') AND e.pid = r.pid AND e.tid = r.tid AND e.depth > r.depth
     AND e.ts_ns >= r.ts_ns AND e.ts_ns + e.dur_ns <= r.end_ns
-  UNION
-  SELECT r.fid, e.event_id FROM roots r JOIN events e ON e.rank = r.rank AND e.pid = r.pid AND e.tid = r.tid
+  UNION ALL
+  SELECT r.fid, e.event_id, e.kind, e.name, e.dur_ns, e.op_id FROM roots r JOIN events e ON e.rank = r.rank AND e.pid = r.pid AND e.tid = r.tid
   WHERE r.kind <> 'cpu_op' AND e.kind IN ('cpu_op', 'runtime') AND e.depth > r.depth AND e.ts_ns >= r.ts_ns AND e.ts_ns + e.dur_ns <= r.end_ns),
-launchers AS (SELECT fid, event_id FROM roots UNION SELECT fid, event_id FROM host),
-children AS (SELECT fid, event_id FROM host
-  UNION SELECT l.fid, d.event_id FROM launchers l JOIN events d ON d.launch_id = l.event_id
-  WHERE {device_work('d')} AND d.rank IN (SELECT DISTINCT frank FROM picked)),
-kids AS (SELECT children.fid, c.kind, c.name, CASE WHEN c.kind = 'cpu_op' THEN c.event_id ELSE c.op_id END AS op_id,
-  count(*) AS n, sum(c.dur_ns) AS ns FROM children JOIN events c ON c.event_id = children.event_id GROUP BY ALL),
-shapes AS (SELECT o.event_id, json_extract_string(o.args, {dims}) AS dims, json_extract_string(o.args, {types}) AS types
-  FROM events o WHERE o.event_id IN (SELECT event_id FROM roots UNION ALL SELECT op_id FROM kids))
+host AS (SELECT * FROM host_all WHERE fid NOT IN (SELECT fid FROM shared)
+  UNION ALL SELECT fid, event_id, any_value(kind), any_value(name), any_value(dur_ns), any_value(op_id)
+  FROM host_all WHERE fid IN (SELECT fid FROM shared) GROUP BY fid, event_id),
+device_all AS (SELECT l.fid, d.event_id, d.kind, d.name, d.dur_ns, d.op_id
+  FROM (SELECT fid, event_id FROM roots UNION ALL SELECT fid, event_id FROM host) l JOIN events d ON d.launch_id = l.event_id
+  WHERE {device_work('d')} AND d.rank IN (SELECT DISTINCT rank FROM roots)),
+device AS (SELECT * FROM device_all WHERE fid NOT IN (SELECT fid FROM shared)
+  UNION ALL SELECT fid, event_id, any_value(kind), any_value(name), any_value(dur_ns), any_value(op_id)
+  FROM device_all WHERE fid IN (SELECT fid FROM shared) GROUP BY fid, event_id),
+children AS (SELECT fid, kind, name, dur_ns, CASE WHEN kind = 'cpu_op' THEN event_id ELSE op_id END AS op_id FROM host
+  UNION ALL SELECT fid, kind, name, dur_ns, op_id FROM device),
+shapes AS (SELECT event_id, j[1] AS dims, j[2] AS types FROM (
+  SELECT o.event_id, json_extract_string(o.args, [{dims}, {types}]) AS j
+  FROM events o WHERE o.event_id IN (SELECT event_id FROM roots UNION SELECT op_id FROM children)))
 SELECT 0 AS part, r.fid, NULL::VARCHAR AS kind, r.name, s.dims, s.types, count(*) AS count, sum(r.dur_ns)::BIGINT AS total_ns
 FROM roots r LEFT JOIN shapes s ON s.event_id = r.event_id GROUP BY ALL
 UNION ALL
-SELECT 1 AS part, k.fid, k.kind, k.name, s.dims, s.types, sum(k.n) AS count, sum(k.ns)::BIGINT AS total_ns
-FROM kids k LEFT JOIN shapes s ON s.event_id = k.op_id GROUP BY ALL
-ORDER BY part, fid, total_ns DESC, name, kind, dims NULLS FIRST, types NULLS FIRST""").fetchall():
+SELECT 1 AS part, c.fid, c.kind, c.name, s.dims, s.types, count(*) AS count, sum(c.dur_ns)::BIGINT AS total_ns
+FROM children c LEFT JOIN shapes s ON s.event_id = c.op_id GROUP BY ALL
+UNION ALL
+SELECT 2 AS part, fid, NULL, NULL, NULL, NULL, canon, NULL FROM sets WHERE fid <> canon  -- a finding, the one whose roots it has
+ORDER BY part, fid, total_ns DESC, name, kind, dims NULLS FIRST, types NULLS FIRST""").fetchall()
+    root_rows: dict[int, list] = {i: [] for i in range(len(items))}
+    child_rows: dict[int, list] = {i: [] for i in range(len(items))}
+    for part, fid, kind, *row in rows:
         if part == 0:
             root_rows[fid].append(row)
-        else:
+        elif part == 1:
             child_rows[fid].append((kind, *row))
+        else:
+            root_rows[fid], child_rows[fid] = root_rows[row[3]], child_rows[row[3]]
     return [_assemble(root_rows[i], child_rows[i], contents_sql(roots_sql, rank), what, top)
             for i, (rank, roots_sql, what, _) in enumerate(items)]
 
