@@ -350,3 +350,27 @@ def test_the_analysis_connections_draw_no_progress_bar_into_stdout():
         assert con.cursor().execute(setting).fetchone()[0] is False
     finally:
         con.close()
+
+
+def test_report_json_text_is_the_standard_librarys_json_of_the_report(reports):
+    """report.json's text (encoded by msgspec) is what `json.dumps(report.to_dict(), indent=1)`
+    writes, character for character: non-ASCII escaped as \\uXXXX (a surrogate pair beyond the
+    BMP), key order the same; a float of 1e16 or more reads the same with its exponent written
+    1e16, not 1e+16; a non-finite number is null (JSON has none)."""
+    import dataclasses
+    import math
+
+    from neuron_explorer.analyzers.outputs import report_json
+
+    for rep in reports.values():
+        assert report_json(rep) == json.dumps(rep.to_dict(), indent=1, default=str)
+    rep = next(iter(reports.values()))
+    f = dataclasses.replace(rep.findings[0], title="copy … to the host 😀", recommendation="x")
+    odd = dataclasses.replace(rep, findings=[f], warnings=["naïve"], summary={"ratio": 0.1, "n": 3})
+    assert report_json(odd) == json.dumps(odd.to_dict(), indent=1, default=str)
+    assert "\\u2026" in report_json(odd) and "\\ud83d\\ude00" in report_json(odd)
+    big = dataclasses.replace(odd, summary={"flops": 2.0**60, "tiny": 1e-7})
+    assert json.loads(report_json(big)) == json.loads(json.dumps(big.to_dict(), default=str))
+    assert '"flops": 1.152921504606847e18' in report_json(big)
+    nan = dataclasses.replace(odd, summary={"share": math.nan, "inf": math.inf})
+    assert json.loads(report_json(nan))["summary"] == {"share": None, "inf": None}

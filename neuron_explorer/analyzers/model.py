@@ -98,13 +98,17 @@ class Report:
     # or when writing was not asked for; not in report.json
     not_saved: str | None = field(default=None, repr=False, compare=False)
 
-    def to_dict(self) -> dict:
+    def content(self) -> dict:
+        """What report.json holds, the findings as their dataclasses (`to_dict`: as dicts)."""
         return {
             "schema_version": self.schema_version,
             "run": self.run,
             "summary": self.summary,
-            "findings": [f.to_dict() for f in self.findings],
+            "findings": self.findings,
             "not_applicable": self.not_applicable,
             "warnings": self.warnings,
         }
+
+    def to_dict(self) -> dict:
+        return {**self.content(), "findings": [f.to_dict() for f in self.findings]}
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import uuid
 from pathlib import Path
 
@@ -24,7 +25,25 @@ from .render import markdown
 
 
 def report_json(report: Report) -> str:
-    return json.dumps(report.to_dict(), indent=1, default=str)
+    """report.json's text: the report's content (`Report.content`; its findings encoded from their
+    dataclasses, not copied into dicts first), an indent of one space, non-ASCII characters escaped
+    as the standard library escapes them, a value JSON has no type for as its str(). Encoded by
+    msgspec: the standard library's indented encoder is pure Python (2 s of a 256-rank analysis,
+    3.7 s with the findings' copy). Its numbers read the same (1e16, not 1e+16); a non-finite one
+    is null."""
+    import msgspec
+
+    text = msgspec.json.format(msgspec.json.encode(report.content(), enc_hook=str), indent=1).decode()
+    return _NON_ASCII.sub(_escaped, text)
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+
+
+def _escaped(m: re.Match) -> str:
+    """`\\uXXXX` escapes of the characters (UTF-16 code units: a pair for one beyond the BMP)."""
+    units = m.group().encode("utf-16-be")
+    return "".join(f"\\u{units[i]:02x}{units[i + 1]:02x}" for i in range(0, len(units), 2))
 
 
 def findings_table(report: Report) -> pa.Table:

@@ -289,7 +289,8 @@ def _counted_ops(t, text: list) -> dict:
     def args_of(r: int) -> dict:
         return {k: json.loads(values[i][arg_codes[i][r]]) for i, k in enumerate(_SHAPE_ARGS) if arg_codes[i][r] >= 0}
 
-    works = [F.op_work(text[name[r]], args_of(r)) for r in first.tolist()]
+    works = [_work_of(text[name[r]], *(values[i][arg_codes[i][r]] if arg_codes[i][r] >= 0 else None for i in range(len(_SHAPE_ARGS))))
+             for r in first.tolist()]
     has = np.array([w is not None for w in works], dtype=bool)
     ok = [w or (0.0, 0.0, None, "") for w in works]
     w_flops, w_bytes = np.array([w[0] for w in ok], dtype=np.float64), np.array([w[1] for w in ok], dtype=np.float64)
@@ -332,6 +333,13 @@ def _counted_ops(t, text: list) -> dict:
             op["flops"][j], op["bytes"][j] = better[0], better[1]
             op["dtype"][j], op["how"][j] = _text_codes([better[2], better[3]], text)
     return op
+
+
+@functools.lru_cache(maxsize=65536)
+def _work_of(name: str, *shape_args: str | None) -> tuple | None:
+    """`flops.op_work` of an operator from its `_SHAPE_ARGS` as JSON text (None: absent), kept
+    across ranks: the ranks of a job run the same operators on the same shapes."""
+    return F.op_work(name, {k: json.loads(v) for k, v in zip(_SHAPE_ARGS, shape_args) if v is not None})
 
 
 def _text_codes(strings: list, text: list) -> np.ndarray:
