@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..store import Run
-from ..store import cursor as store_cursor
 from ..vocab import DEVICE_WORK_KINDS, DEVICE_WORK_SQL, comm_kernel_name, comm_op, kinds_sql, sql_literal, training_work
 from .rank_rows import RankQuery, prepared_rows
 from .rank_rows import arrays as rank_arrays
@@ -463,19 +462,22 @@ def device_summary(run: Run, rank: int, device: int) -> dict:
     }
 
 
+_NAMED_WORK = f"device, name, ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE dur_ns > 0 AND device IS NOT NULL AND kind IN {DEVICE_WORK_SQL}"
+DEVICE_WORK_NAMED = RankQuery("device_work_named", f"SELECT {_NAMED_WORK} AND rank = ? ORDER BY device, ts_ns, end_ns, name",
+                              f"SELECT rank, {_NAMED_WORK} ORDER BY rank, device, ts_ns, end_ns, name", arrow=True)
+"""Every interval of device work of a rank with its name (`device_work_intervals`), as an Arrow
+table: read once per batch of ranks where a rule asks (the critical path's saving bound)."""
+
+
 def device_work_intervals(run: Run, rank: int) -> dict:
     """Every interval of device work of the rank with a duration (kernel, memcpy, memset on a
-    device: what `union_sql(device_where(...))` merges), read in one query: arrays `device`,
-    `ts_ns`, `end_ns` and `name` (codes into the list `names`; -1: no name)."""
+    device: what `union_sql(device_where(...))` merges), read in one query (DEVICE_WORK_NAMED, or
+    the batch's rows of it): arrays `device`, `ts_ns`, `end_ns` and `name` (codes into the list
+    `names`; -1: no name)."""
     import numpy as np
     import pyarrow.compute as pc
 
-    cur = store_cursor(run.con)  # Arrow without an extra copy, and no clash with a result left open on the connection
-    try:
-        got = cur.sql(f"SELECT device, name, ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE dur_ns > 0 AND rank = ? "
-                      f"AND device IS NOT NULL AND kind IN {DEVICE_WORK_SQL}", params=[int(rank)]).to_arrow_table()
-    finally:
-        cur.close()
+    got = rank_rows(run, DEVICE_WORK_NAMED, rank)
     names = pc.dictionary_encode(got["name"]).combine_chunks()
     return {"device": got["device"].to_numpy(), "ts_ns": got["ts_ns"].to_numpy(), "end_ns": got["end_ns"].to_numpy(),
             "name": np.asarray(names.indices.fill_null(-1).to_numpy(), dtype=np.int64), "names": names.dictionary.to_pylist()}

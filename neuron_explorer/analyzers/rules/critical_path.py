@@ -34,6 +34,7 @@ from ...vocab import CONV_KERNEL_RE, SYNC_CALL_PART, SYNC_OPS, WORK_CLASSES, is_
 from .. import critical_path as cp
 from .. import peaks as P
 from ..engine import Context, NotApplicable
+from ..metrics import DEVICE_WORK_NAMED
 from ..model import Location
 from ..utilisation import rank_work
 from ._util import graph_tip, ms, pct, q
@@ -48,6 +49,8 @@ THRESHOLDS = {
     "SMALL_KERNELS_PER_STEP": 10,  # a class with at least this many kernels per step...
     "SMALL_KERNEL_NS": 20_000,  # ...each charged less than this on average: many small kernels
 }
+RANK_QUERIES = (DEVICE_WORK_NAMED,)
+"""The device work the saving bound leaves an item's names out of, read once per batch of ranks."""
 CONV = CONV_KERNEL_RE
 NHWC = re.compile(r"(?i)(nhwc|channels_?last)")
 DEVICE = ("device_compute", "communication", "memcpy")
