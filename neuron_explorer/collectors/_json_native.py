@@ -74,7 +74,7 @@ def loaded():
 class NativeChunk:
     events: pa.Table
     flows: pa.Table
-    others: list[tuple[int, int]]  # byte ranges of the events left to the Python decoder
+    others: list[int]  # byte ranges of the events left to the Python decoder: start, end, start, end, ...
     array_end: int | None = None  # where the array closed in the piece (its ']'), read with `may_end`
 
 
@@ -162,7 +162,7 @@ def _tables(lib, handle) -> NativeChunk:
         i += 2
     phase = _view(lib, handle, i)
     phase_codes = pa.Array.from_buffers(pa.int32(), len(phase), [None, pa.py_buffer((phase != ord("X")).astype(np.int32))])
-    others = _view(lib, handle, i + 1).view(np.int64).reshape(-1, 2).tolist()
+    others = _view(lib, handle, i + 1).view(np.int64).tolist()  # (flat: no tuple per event for the collector to track)
     f = fields
     events = pa.table({
         "category": f["s_cat"].dictionary_encode(),
@@ -191,5 +191,5 @@ def _tables(lib, handle) -> NativeChunk:
         "tid": f["f_tid"],
         "binding_point": f["f_bp"],
     })
-    return NativeChunk(events, flows, [(a, b) for a, b in others])
+    return NativeChunk(events, flows, others)
 

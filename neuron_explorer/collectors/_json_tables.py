@@ -178,8 +178,9 @@ def _with_native(path: str, array, fast: _json_native.NativeChunk) -> Chunk:
     if fast.others:
         view = memoryview(array)
         parts: list = []
-        for a, b in fast.others:  # '[' event ',' event ... ']' joined in one copy
-            parts += (b",", view[a:b])
+        ranges = fast.others
+        for i in range(0, len(ranges), 2):  # '[' event ',' event ... ']' joined in one copy
+            parts += (b",", view[ranges[i]:ranges[i + 1]])
         parts[0], parts[-1:] = b"[", [parts[-1], b"]"]
         _, _, memory, counters, metadata, unsupported, odd = _sorted_out(path, _decode_events(path, b"".join(parts)))
     return Chunk(fast.events, fast.flows,
