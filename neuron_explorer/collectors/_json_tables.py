@@ -186,7 +186,7 @@ def _with_native(path: str, array, fast: _json_native.NativeChunk) -> Chunk:
     return Chunk(fast.events, fast.flows,
                  _memory_table(path, memory) if memory else pa.Table.from_batches([], schema=RAW_MEMORY),
                  _counter_table(path, counters) if counters else pa.Table.from_batches([], schema=RAW_COUNTERS),
-                 metadata, unsupported, odd_times=odd)
+                 metadata, unsupported, odd_times=odd, args=fast.args)
 
 
 def _decode_events(path: str, array) -> list:

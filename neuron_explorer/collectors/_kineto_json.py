@@ -289,7 +289,7 @@ def _native_range(path: str, a: int, b: int, pack: bool = False) -> Chunk | _Pie
     the range to the Python decoder. A bad range's error is returned, to be raised in order. The
     chunk holds nothing of the thread's buffer: the next range overwrites it."""
     try:
-        chunk = _native_piece(path, _read_range_into(path, a, b))
+        chunk = _native_piece(path, _read_range_into(path, a, b), pack)
     except InputError as e:
         return _PieceError(e.path, e.problem)
     return chunk.packed() if pack and chunk is not None else chunk
@@ -414,10 +414,10 @@ def _decode_whole(path: str, data: bytes) -> Decoded:
     return Decoded(header, [_decode_array(path, events)])
 
 
-def _native_piece(path: str, piece: bytes | memoryview) -> Chunk | None:
+def _native_piece(path: str, piece: bytes | memoryview, pack: bool = False) -> Chunk | None:
     """A piece as `_decode_piece` decodes it, read by the C++ reader; None when it is not available
-    or leaves the piece to the Python decoder."""
-    fast = _json_native.read(piece, MAX_NESTING, bare=True, may_end=True)
+    or leaves the piece to the Python decoder. With `pack`, its args are packed by the reader."""
+    fast = _json_native.read(piece, MAX_NESTING, bare=True, may_end=True, pack_args=pack)
     if fast is None:
         return None
     chunk = _with_native(path, piece, fast)
@@ -427,13 +427,13 @@ def _native_piece(path: str, piece: bytes | memoryview) -> Chunk | None:
 
 def _decode_chunk(path: str, piece: bytes, last: bool = False, pack: bool = False) -> Chunk:
     try:
-        chunk = _decode_piece(path, piece, last)
+        chunk = _decode_piece(path, piece, last, pack)
     except InputError as e:
         raise _PieceError(e.path, e.problem) from None
     return chunk.packed() if pack else chunk
 
 
-def _decode_piece(path: str, piece: bytes, last: bool) -> Chunk:
+def _decode_piece(path: str, piece: bytes, last: bool, pack: bool = False) -> Chunk:
     """Events of a piece of the traceEvents array (whole events separated by commas).
 
     The piece may run past the end of the array (the last piece holds the rest of the document,
@@ -443,7 +443,7 @@ def _decode_piece(path: str, piece: bytes, last: bool) -> Chunk:
     array first, and stops at the bracket itself. For the Python decoder, the `last` piece's
     bracket is found first by a fast validating scan, so that its events are decoded once.
     """
-    chunk = _native_piece(path, piece)
+    chunk = _native_piece(path, piece, pack)
     if chunk is not None:
         return chunk
     data = b"[" + piece + b"]"
