@@ -43,6 +43,10 @@ def test_chunks_join_without_unpacking(small_blocks):
     assert len(whole) == 1000
     assert whole.take(np.array([999, 9, 10, 500, 499])).to_pylist() == [TEXTS[i] for i in (999, 9, 10, 500, 499)]
     assert PackedText.concat([]).take(np.array([], np.int64)).to_pylist() == []
+    # empty text and rows that are all null (a trace without args) hold no text at all
+    assert PackedText.pack(pa.array(["", None, ""])).take(np.array([2, 1, 0])).to_pylist() == ["", None, ""]
+    nulls = PackedText.pack(pa.nulls(70000, pa.string()))
+    assert (len(nulls), len(nulls.blocks), nulls.take(np.array([69999, 3])).to_pylist()) == (70000, 1400, [None, None])  # 50 rows a block
 
 
 def test_rows_longer_than_the_limit_are_dropped_and_counted(small_blocks):

@@ -107,6 +107,9 @@ class Chunk:
         """This chunk with its events' args compressed (_packed_text), the args column dropped."""
         if self.args is None:
             i = self.events.schema.get_field_index("args")
+            if i < 0:  # (no args column: every event's args are null)
+                self.args = PackedText.pack(pa.nulls(self.events.num_rows, pa.string()))
+                return self
             self.args = PackedText.pack(self.events.column(i))
             self.events = self.events.remove_column(i)
         return self
