@@ -22,6 +22,7 @@ import neuron_explorer
 from neuron_explorer import open_run, schema
 from neuron_explorer.collectors import kineto_names as kn
 from neuron_explorer.collectors import raw
+from neuron_explorer.collectors._packed_text import PackedText
 from neuron_explorer.collectors.build import build_rank
 from neuron_explorer.collectors.trace_rank import decode_rank
 
@@ -86,7 +87,7 @@ def test_store_imports_no_collector():
                                     "collectors._json_tables", "collectors._json_numbers", "collectors.build",
                                     "collectors._forest", "collectors.sources", "collectors.trace_rank",
                                     "collectors.rank_entry", "collectors.raw", "collectors.kineto_names",
-                                    "collectors.trace_cache", "collectors._malloc"])
+                                    "collectors.trace_cache", "collectors._malloc", "collectors._packed_text"])
 def test_the_importer_modules_import_in_one_direction(module):
     # (store's own lazy import of the notebook view is not the importer's: module-level imports for store)
     name = f"neuron_explorer.{module}"
@@ -202,7 +203,7 @@ def test_the_live_converter_builds_on_the_raw_schema():
 
 @pytest.mark.parametrize("table, column, value, message", [
     ("events", "ts_ns", pa.array([0.5, 1.5], pa.float64()), "raw events table: ts_ns is double, not int64"),
-    ("events", "args", None, "raw events table: missing args"),
+    ("events", "tid_text", None, "raw events table: missing tid_text"),
     ("memory", "bytes", pa.array([512], pa.int32()), "raw memory table: bytes is int32, not int64"),
     ("flows", "extra", pa.array([1], pa.int64()), "raw flows table: unknown extra"),
 ])
@@ -219,6 +220,22 @@ def test_build_rank_refuses_tables_off_the_raw_schema(tmp_path: Path, table, col
     with pytest.raises(raw.RawTableError) as e:
         build_rank(r)
     assert str(e.value) == message
+
+
+def test_build_rank_refuses_packed_args_that_do_not_match_the_events(tmp_path: Path):
+    # the importer holds the args packed, apart from the events table: one per event row, and no args column
+    r = _raw_of(tmp_path)
+    assert r.packed_args is not None and "args" not in r.events.column_names
+    args = r.packed_args
+    r.packed_args = PackedText.pack(pa.array(['{"a": 1}'], pa.string()))
+    with pytest.raises(raw.RawTableError) as e:
+        build_rank(r)
+    assert str(e.value) == "raw events table: 1 packed args for 2 rows"
+    r.packed_args = args
+    r.events = r.events.append_column("args", pa.array([None, None], pa.string()))
+    with pytest.raises(raw.RawTableError) as e:
+        build_rank(r)
+    assert str(e.value) == "raw events table: 2 packed args for 2 rows, and an args column too"
 
 
 def test_build_rank_refuses_a_phase_off_the_raw_schema(tmp_path: Path):

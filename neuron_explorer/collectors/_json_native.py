@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..native_build import NativeLibrary
+from ._packed_text import PackedText
 
 SOURCES = (Path(__file__).parent / "native" / "kineto_json.cpp", Path(__file__).parent / "native" / "forest.cpp")
 _TEXTS = ("s_cat", "s_name", "s_pid_text", "s_tid_text", "s_args", "f_cat", "f_name", "f_phase", "f_bp")
@@ -74,16 +75,19 @@ def loaded():
 class NativeChunk:
     events: pa.Table
     flows: pa.Table
-    others: list[tuple[int, int]]  # byte ranges of the events left to the Python decoder
+    others: list[int]  # byte ranges of the events left to the Python decoder: start, end, start, end, ...
     array_end: int | None = None  # where the array closed in the piece (its ']'), read with `may_end`
+    args: PackedText | None = None  # the slices' args, with `pack_args` (`events` has no args column then)
 
 
-def read(array, max_nesting: int, bare: bool = False, may_end: bool = False) -> NativeChunk | None:
+def read(array, max_nesting: int, bare: bool = False, may_end: bool = False, pack_args: bool = False) -> NativeChunk | None:
     """The slices and flows of `array` (the bytes of one JSON array of events, nothing after it;
     with `bare`, a piece of one without its brackets: events separated by commas), and the byte
     ranges of its other events; None when the C++ reader is not available or leaves this array
     to the Python decoder. With `may_end` (and `bare`) the piece may run past the array's end:
-    reading stops at its ']' (`array_end`), and what follows is left unread.
+    reading stops at its ']' (`array_end`), and what follows is left unread. With `pack_args` the
+    slices' args are compressed from the reader's memory (`NativeChunk.args`), whose buffer the
+    reader then reuses for the next read on this thread.
 
     `array`: bytes or a writable buffer (a bytearray, a memoryview of one) are read in place, a
     read-only buffer from a copy."""
@@ -96,7 +100,7 @@ def read(array, max_nesting: int, bare: bool = False, may_end: bool = False) -> 
     try:
         if lib.nxj_status(handle) != 0:
             return None
-        chunk = _tables(lib, handle)
+        chunk = _tables(lib, handle, pack_args)
         end = lib.nxj_end(handle)
         chunk.array_end = None if end < 0 else int(end)
         return chunk
@@ -140,16 +144,23 @@ _PHASES = pa.StringArray.from_buffers(2, pa.py_buffer(np.array([0, 1, 2], np.int
 """The phases of the slices the reader reads, codes 0 and 1."""
 
 
-def _tables(lib, handle) -> NativeChunk:
+def _tables(lib, handle, pack_args: bool = False) -> NativeChunk:
     """The reader's columns as Arrow tables. Values, offsets and text are the reader's memory,
     moved into the arrays without a copy (which also spares the page faults of fresh copies).
     Arrays are made from their buffers, not with `pa.array`: pyarrow imports pandas at its first
     conversion from numpy (0.3 s), and these run on the decode's threads, which would wait for
     that import (the importing thread does it meanwhile, see _kineto_json._import_meanwhile)."""
     fields: dict[str, object] = {}
+    packed = None
     i = 0
     for name in _TEXTS:
         bitmap, nulls = _validity(_view(lib, handle, i + 2))
+        if name == "s_args" and pack_args:  # compressed from the reader's memory, left to it
+            offsets = pa.py_buffer(_view(lib, handle, i))
+            n = offsets.size // 8 - 1
+            packed = PackedText.pack(pa.LargeStringArray.from_buffers(n, offsets, pa.py_buffer(_view(lib, handle, i + 1)), bitmap, nulls))
+            i += 3
+            continue
         offsets = _take(lib, handle, i)
         n = offsets.size // 8 - 1
         large = pa.LargeStringArray.from_buffers(n, offsets, _take(lib, handle, i + 1), bitmap, nulls)
@@ -162,9 +173,9 @@ def _tables(lib, handle) -> NativeChunk:
         i += 2
     phase = _view(lib, handle, i)
     phase_codes = pa.Array.from_buffers(pa.int32(), len(phase), [None, pa.py_buffer((phase != ord("X")).astype(np.int32))])
-    others = _view(lib, handle, i + 1).view(np.int64).reshape(-1, 2).tolist()
+    others = _view(lib, handle, i + 1).view(np.int64).tolist()  # (flat: no tuple per event for the collector to track)
     f = fields
-    events = pa.table({
+    events = {
         "category": f["s_cat"].dictionary_encode(),
         "name": f["s_name"].dictionary_encode(),
         "phase": pa.DictionaryArray.from_arrays(phase_codes, _PHASES),
@@ -179,8 +190,9 @@ def _tables(lib, handle) -> NativeChunk:
         "stream": f["s_stream"],
         "python_id": f["s_pyid"],
         "python_parent_id": f["s_pypid"],
-        "args": f["s_args"],
-    })
+    }
+    if packed is None:
+        events["args"] = f["s_args"]
     flows = pa.table({
         "flow_id": f["f_id"],
         "category": f["f_cat"],
@@ -191,5 +203,5 @@ def _tables(lib, handle) -> NativeChunk:
         "tid": f["f_tid"],
         "binding_point": f["f_bp"],
     })
-    return NativeChunk(events, flows, [(a, b) for a, b in others])
+    return NativeChunk(pa.table(events), flows, others, args=packed)
 

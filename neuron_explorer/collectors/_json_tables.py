@@ -27,6 +27,7 @@ from ..errors import InputError
 from . import _json_native
 from ._json_numbers import _INT32, _INT64, _id_columns, _int_column, _ns, _opt_int, _sparse_int, id_value, odd_times
 from ._json_read import _short
+from ._packed_text import PackedText
 from .kineto_names import (
     EXTERNAL_ID_ARG,
     EXTERNAL_ID_ARG_OLD,
@@ -100,6 +101,18 @@ class Chunk:
     unsupported: dict = field(default_factory=dict)  # phase -> count
     array_end: int | None = None  # where traceEvents closed inside this piece (its ']'), if it did
     odd_times: tuple[int, int] = (0, 0)  # events (dropped: no time, read: a numeric-string time), `_timed`
+    args: PackedText | None = None  # the events' args, packed (`packed`); the events table then has no args column
+
+    def packed(self) -> Chunk:
+        """This chunk with its events' args compressed (_packed_text), the args column dropped."""
+        if self.args is None:
+            i = self.events.schema.get_field_index("args")
+            if i < 0:  # (no args column: every event's args are null)
+                self.args = PackedText.pack(pa.nulls(self.events.num_rows, pa.string()))
+                return self
+            self.args = PackedText.pack(self.events.column(i))
+            self.events = self.events.remove_column(i)
+        return self
 
 
 def nesting_depth(value, limit: int) -> int:
@@ -167,12 +180,16 @@ def _with_native(path: str, array, fast: _json_native.NativeChunk) -> Chunk:
     memory, counters, metadata, unsupported, odd = [], [], [], {}, (0, 0)
     if fast.others:
         view = memoryview(array)
-        _, _, memory, counters, metadata, unsupported, odd = _sorted_out(
-            path, _decode_events(path, b"[" + b",".join(view[a:b] for a, b in fast.others) + b"]"))
+        parts: list = []
+        ranges = fast.others
+        for i in range(0, len(ranges), 2):  # '[' event ',' event ... ']' joined in one copy
+            parts += (b",", view[ranges[i]:ranges[i + 1]])
+        parts[0], parts[-1:] = b"[", [parts[-1], b"]"]
+        _, _, memory, counters, metadata, unsupported, odd = _sorted_out(path, _decode_events(path, b"".join(parts)))
     return Chunk(fast.events, fast.flows,
                  _memory_table(path, memory) if memory else pa.Table.from_batches([], schema=RAW_MEMORY),
                  _counter_table(path, counters) if counters else pa.Table.from_batches([], schema=RAW_COUNTERS),
-                 metadata, unsupported, odd_times=odd)
+                 metadata, unsupported, odd_times=odd, args=fast.args)
 
 
 def _decode_events(path: str, array) -> list:

@@ -12,7 +12,9 @@ large. A large plain file is cut into byte ranges that each thread or worker rea
 the array ends is found by the parser (the piece whose array closes), never guessed from
 brackets, so the top-level keys may come in any order; a document of another layout, or a piece
 that does not decode, is parsed whole (`_decode_whole`). Everything outside `traceEvents` (device
-properties, distributedInfo, metadata keys) is decoded as plain JSON (`_header`).
+properties, distributedInfo, metadata keys) is decoded as plain JSON (`_header`). With `pack_args`
+(what the importer asks for), each piece's args are compressed where it is decoded, on its thread
+or worker (_packed_text: a trace's args are most of its bytes).
 
 Values the run cannot hold are one-line errors (InputError, naming the file and the field), never
 silently wrapped (_json_numbers, _json_tables).
@@ -78,8 +80,9 @@ class _Pipeline:
     and every piece after it is dropped, whatever it decoded to.
     """
 
-    def __init__(self, path: str, pool: str | None, workers: int):
+    def __init__(self, path: str, pool: str | None, workers: int, pack: bool = False):
         self.path = path
+        self.pack = pack
         self.pool = (ThreadPoolExecutor(max_workers=workers) if pool == "threads" else
                      ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) if pool == "processes" else None)
         self.max_in_flight = workers + 1
@@ -98,9 +101,9 @@ class _Pipeline:
         if self.ended:
             return
         if self.pool is None:
-            self.chunks.append(_decode_chunk(self.path, piece, last))
+            self.chunks.append(_decode_chunk(self.path, piece, last, self.pack))
             return
-        self.pending.append(self.pool.submit(_decode_chunk, self.path, piece, last))
+        self.pending.append(self.pool.submit(_decode_chunk, self.path, piece, last, self.pack))
         while len(self.pending) > self.max_in_flight:
             self._collect()
 
@@ -127,8 +130,10 @@ class _Pipeline:
             self.pool = None
 
 
-def decode_trace(path: str, progress: Callable[[int, int], None] | None = None, workers: int | None = None) -> Decoded:
-    """Decode a whole trace file. Raises InputError (naming the file) on bad input.
+def decode_trace(path: str, progress: Callable[[int, int], None] | None = None, workers: int | None = None,
+                 pack_args: bool = False) -> Decoded:
+    """Decode a whole trace file. Raises InputError (naming the file) on bad input. With
+    `pack_args`, each chunk's args are compressed where the chunk is decoded (`Chunk.packed`).
 
     A large plain-JSON file is cut into byte ranges by reading a little around each cut, and each
     worker reads and decodes its own range (the bytes never pass through this process). Other
@@ -137,14 +142,17 @@ def decode_trace(path: str, progress: Callable[[int, int], None] | None = None, 
     key order works; documents of another layout are parsed whole.
     """
     try:
-        return _decode_trace(path, progress, workers)
+        decoded = _decode_trace(path, progress, workers, pack_args)
+        if pack_args:  # (a document parsed whole, or a piece decoded here)
+            decoded.chunks = [c.packed() for c in decoded.chunks]
+        return decoded
     except RecursionError:  # msgspec's parser recurses once per level: ~1000 levels end it
         raise InputError(path, f"JSON nested too deeply (more than {MAX_NESTING} levels of arrays and objects)") from None
     except msgspec.DecodeError as e:  # what the parts above did not name (a number beyond any type, ...)
         raise InputError(path, f"not a valid trace ({_short(e)})") from None
 
 
-def _decode_trace(path: str, progress: Callable[[int, int], None] | None, workers: int | None) -> Decoded:
+def _decode_trace(path: str, progress: Callable[[int, int], None] | None, workers: int | None, pack: bool) -> Decoded:
     try:
         total = os.path.getsize(path)
     except OSError as e:
@@ -154,7 +162,7 @@ def _decode_trace(path: str, progress: Callable[[int, int], None] | None, worker
     if total >= PARALLEL_MIN_BYTES and n_workers > 1:
         plan = _plan_ranges(path, total)
         if plan is not None:
-            return _decode_ranges(path, plan, n_workers, progress)
+            return _decode_ranges(path, plan, n_workers, progress, pack)
     reader = _Reader(path)
     try:
         buf = reader.read(CHUNK_BYTES)
@@ -167,7 +175,7 @@ def _decode_trace(path: str, progress: Callable[[int, int], None] | None, worker
         prefix, rest = buf[:start], buf[start:]
         del buf
         pool = None if n_workers < 2 else "threads" if native else "processes" if total >= PARALLEL_MIN_BYTES else None
-        pipe = _Pipeline(path, pool, n_workers)
+        pipe = _Pipeline(path, pool, n_workers, pack)
         try:
             while not reader.eof:  # `rest`: what is not yet in a piece
                 block = reader.read(CHUNK_BYTES)
@@ -272,18 +280,19 @@ def _worker_init() -> None:
     set_mmap_threshold(WORKER_MMAP_THRESHOLD)
 
 
-def _decode_range(path: str, a: int, b: int, last: bool) -> Chunk:
-    return _decode_chunk(path, _read_range(path, a, b), last)
+def _decode_range(path: str, a: int, b: int, last: bool, pack: bool = False) -> Chunk:
+    return _decode_chunk(path, _read_range(path, a, b), last, pack)
 
 
-def _native_range(path: str, a: int, b: int) -> Chunk | _PieceError | None:
+def _native_range(path: str, a: int, b: int, pack: bool = False) -> Chunk | _PieceError | None:
     """A range read by the C++ reader, on a thread (it runs without the GIL); None when it leaves
     the range to the Python decoder. A bad range's error is returned, to be raised in order. The
     chunk holds nothing of the thread's buffer: the next range overwrites it."""
     try:
-        return _native_piece(path, _read_range_into(path, a, b))
+        chunk = _native_piece(path, _read_range_into(path, a, b), pack)
     except InputError as e:
         return _PieceError(e.path, e.problem)
+    return chunk.packed() if pack and chunk is not None else chunk
 
 
 def _last_needed(outcome) -> bool:
@@ -292,7 +301,7 @@ def _last_needed(outcome) -> bool:
     return isinstance(outcome, _PieceError) or (isinstance(outcome, Chunk) and outcome.array_end is not None)
 
 
-def _decode_ranges(path: str, plan: _Plan, workers: int, progress: Callable[[int, int], None] | None) -> Decoded:
+def _decode_ranges(path: str, plan: _Plan, workers: int, progress: Callable[[int, int], None] | None, pack: bool = False) -> Decoded:
     """Decode the planned ranges, `workers` at a time.
 
     With the C++ reader, each range is read on a thread: no worker process to start, and no copy
@@ -328,14 +337,14 @@ def _decode_ranges(path: str, plan: _Plan, workers: int, progress: Callable[[int
 
     if _json_native.load() is not None:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(_native_range, path, a, b) for a, b in ranges]
+            futures = [pool.submit(_native_range, path, a, b, pack) for a, b in ranges]
             _import_meanwhile()
             take(list(range(len(ranges))), futures)
     upto = next((i + 1 for i, o in enumerate(outcomes) if _last_needed(o)), len(ranges))
     left = [i for i in range(upto) if outcomes[i] is None]
     if left:
         with ProcessPoolExecutor(max_workers=workers, initializer=_worker_init) as pool:
-            take(left, [pool.submit(_decode_range, path, *ranges[i], ranges[i][1] == total) for i in left])
+            take(left, [pool.submit(_decode_range, path, *ranges[i], ranges[i][1] == total, pack) for i in left])
     chunks: list[Chunk] = []
     end = None
     failed = False
@@ -405,10 +414,10 @@ def _decode_whole(path: str, data: bytes) -> Decoded:
     return Decoded(header, [_decode_array(path, events)])
 
 
-def _native_piece(path: str, piece: bytes | memoryview) -> Chunk | None:
+def _native_piece(path: str, piece: bytes | memoryview, pack: bool = False) -> Chunk | None:
     """A piece as `_decode_piece` decodes it, read by the C++ reader; None when it is not available
-    or leaves the piece to the Python decoder."""
-    fast = _json_native.read(piece, MAX_NESTING, bare=True, may_end=True)
+    or leaves the piece to the Python decoder. With `pack`, its args are packed by the reader."""
+    fast = _json_native.read(piece, MAX_NESTING, bare=True, may_end=True, pack_args=pack)
     if fast is None:
         return None
     chunk = _with_native(path, piece, fast)
@@ -416,14 +425,15 @@ def _native_piece(path: str, piece: bytes | memoryview) -> Chunk | None:
     return chunk
 
 
-def _decode_chunk(path: str, piece: bytes, last: bool = False) -> Chunk:
+def _decode_chunk(path: str, piece: bytes, last: bool = False, pack: bool = False) -> Chunk:
     try:
-        return _decode_piece(path, piece, last)
+        chunk = _decode_piece(path, piece, last, pack)
     except InputError as e:
         raise _PieceError(e.path, e.problem) from None
+    return chunk.packed() if pack else chunk
 
 
-def _decode_piece(path: str, piece: bytes, last: bool) -> Chunk:
+def _decode_piece(path: str, piece: bytes, last: bool, pack: bool = False) -> Chunk:
     """Events of a piece of the traceEvents array (whole events separated by commas).
 
     The piece may run past the end of the array (the last piece holds the rest of the document,
@@ -433,7 +443,7 @@ def _decode_piece(path: str, piece: bytes, last: bool) -> Chunk:
     array first, and stops at the bracket itself. For the Python decoder, the `last` piece's
     bracket is found first by a fast validating scan, so that its events are decoded once.
     """
-    chunk = _native_piece(path, piece)
+    chunk = _native_piece(path, piece, pack)
     if chunk is not None:
         return chunk
     data = b"[" + piece + b"]"

@@ -228,7 +228,9 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
     # the helper binds the flows and links backward work to forward operators (about a third of
     # the build), which need nothing computed below, while this thread runs the other passes.
     with ThreadPoolExecutor(max_workers=1) as helper:
-        early = helper.submit(_early_columns, [ev[c] for c in ("correlation", "stream", "external_id", "args")], order,
+        args = raw.packed_args if raw.packed_args is not None else ev["args"]
+        raw.packed_args = None
+        early = helper.submit(_early_columns, [ev[c] for c in ("correlation", "stream", "external_id")] + [args], order,
                               kind == K["step"], step_no_of_name[name_codes], ts, end, rank * ID_STRIDE, is_device)
         pid, pid_null = _np_mask(ev["pid"], order)
         tid, tid_null = _np_mask(ev["tid"], order)
@@ -236,7 +238,7 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
         # Everything needed from the raw columns is now in sorted arrays or with the helper: let the
         # raw ones go (build consumes `raw`), which lowers the import's memory peak by their size.
         raw.events = ev.select([c for c in ("module_path", "frame_index") if c in ev.column_names])
-        del ev
+        del ev, args
         track = tracks_of(pid, tid, pid_text, tid_text)
 
         quality["nonpositive_duration"] = int(np.count_nonzero((~is_instant) & (dur <= 0)))
@@ -530,12 +532,13 @@ def _launch_by_correlation(is_runtime, is_device, correlation, correlation_null,
 
 def _early_columns(columns: list, order: np.ndarray, is_step, step_no, ts, end, first_id: int, is_device) -> tuple:
     """On the build's helper thread: (values, nulls) of the correlation, stream and External id
-    columns in sorted order, the args as one array (source order), and `_steps`. `columns` holds
-    those four raw columns and is emptied as each is read, so each goes once done with."""
+    columns in sorted order, the args as one array or PackedText (source order; either has `take`), and
+    `_steps`. `columns` holds those four raw columns and is emptied as each is read, so each goes once
+    done with."""
     args = columns.pop()
     if not len(order):
         args = None
-    else:  # (decode_rank hands over one chunk: combine_chunks would copy it all the same)
+    elif isinstance(args, pa.ChunkedArray):  # (one chunk: combine_chunks would copy it all the same)
         args = args.chunk(0) if args.num_chunks == 1 else args.combine_chunks()
     ids = [_np_mask(columns.pop(0), order) for _ in range(3)]
     return (*ids, args, _steps(is_step, step_no, ts, end, first_id, is_device))

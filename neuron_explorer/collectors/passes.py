@@ -62,16 +62,19 @@ _SEQUENCE_BLOCK = 1 << 16
 100 MB or more, at the build's memory peak."""
 
 
-def sequence_numbers(args: pa.Array | None, rows: np.ndarray) -> np.ndarray:
-    """The `Sequence number` in the args JSON of the given rows (-1 where there is none)."""
+def sequence_numbers(args, rows: np.ndarray) -> np.ndarray:
+    """The `Sequence number` in the args JSON of the given rows (-1 where there is none). `args`: an
+    Arrow string array or the importer's PackedText, read in row order (so that each of its
+    compressed blocks is decompressed about once)."""
     out = np.full(len(rows), -1, dtype=np.int64)
     if args is None:
         return out
+    by_row = np.argsort(rows, kind="stable")
     for start in range(0, len(rows), _SEQUENCE_BLOCK):
-        block = rows[start:start + _SEQUENCE_BLOCK]
-        found = pc.extract_regex(args.take(pa.array(block)), _SEQUENCE).field("seq")
+        at = by_row[start:start + _SEQUENCE_BLOCK]
+        found = pc.extract_regex(args.take(pa.array(rows[at])), _SEQUENCE).field("seq")
         found = pc.if_else(pc.equal(found, ""), pa.scalar(None, pa.string()), found)  # rows with no match
-        out[start:start + len(block)] = pc.cast(found, pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False)
+        out[at] = pc.cast(found, pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False)
     return out
 
 

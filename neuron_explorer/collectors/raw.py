@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from ._packed_text import PackedText
+
 TEXT_CODES = pa.dictionary(pa.int32(), pa.string())
 """Text with few distinct values: build.py reads the dictionary codes."""
 _I64 = pa.int64()
@@ -65,6 +67,9 @@ class RawRank:
     base_ns: int = 0
     frames: pa.Table | None = None
     metadata: dict = field(default_factory=dict)
+    packed_args: PackedText | None = None
+    """The events' args held compressed (the JSON importer: a trace's args are most of its bytes);
+    the events table then has no args column."""
 
 
 class RawTableError(TypeError):
@@ -84,7 +89,10 @@ def check_table(table: pa.Table, schema: pa.Schema, what: str, optional: tuple[s
 
 def check_raw_rank(raw: RawRank) -> None:
     """The one check of the collector → build contract (build_rank calls it first)."""
-    check_table(raw.events, RAW_EVENTS, "events", RAW_EVENTS_OPTIONAL)
+    check_table(raw.events, RAW_EVENTS, "events", RAW_EVENTS_OPTIONAL + (("args",) if raw.packed_args is not None else ()))
+    if raw.packed_args is not None and ("args" in raw.events.column_names or len(raw.packed_args) != raw.events.num_rows):
+        raise RawTableError(f"raw events table: {len(raw.packed_args)} packed args for {raw.events.num_rows} rows"
+                            + (", and an args column too" if "args" in raw.events.column_names else ""))
     check_table(raw.flows, RAW_FLOWS, "flows")
     check_table(raw.memory, RAW_MEMORY, "memory")
     check_table(raw.counters, RAW_COUNTERS, "counters")

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from ..errors import InputError
 from ..schema import ID_STRIDE
 from . import _kineto_json, remote
+from ._packed_text import PackedText
 from .device_clock import DeviceClockError, check_device_clock
 from .kineto_names import MEMORY_ARGS
 from .raw import RawRank
@@ -159,7 +160,7 @@ def decode_rank(path: Path, progress: Callable[[int, int], None] | None = None,
     """Decode the trace file `path`; `source`: the trace it is a local copy of, which names it
     (rank from its name, errors, the manifest's source)."""
     try:
-        decoded = _kineto_json.decode_trace(str(path), progress=progress, workers=workers)
+        decoded = _kineto_json.decode_trace(str(path), progress=progress, workers=workers, pack_args=True)
     except InputError as e:
         if source is None or e.path != str(path):
             raise
@@ -184,21 +185,25 @@ def decode_rank(path: Path, progress: Callable[[int, int], None] | None = None,
     if said := _odd_times_warning(sum(c.odd_times[0] for c in chunks), sum(c.odd_times[1] for c in chunks)):
         warnings.append(f"{path.name}: {said}")
     events = _concat([c.events for c in chunks])
-    # one args array, so that the chunks' buffers can be freed and sorting takes from one array
-    events = events.set_column(events.schema.get_field_index("args"), "args", pa.chunked_array([events["args"].combine_chunks()]))
     events, cut = _cap_text(events)
+    # the args stay compressed in blocks (most of a trace's bytes): the build and the write take
+    # the rows they need
+    args, dropped = PackedText.concat([c.args for c in chunks]).with_rows_longer_dropped(MAX_TEXT_CHARS)
+    if dropped:
+        cut += ("; " if cut else "") + _args_dropped(dropped)
     if cut:
         warnings.append(f"{path.name}: {cut}")
     raw = RawRank(
         rank=rank,
         events=events,
+        packed_args=args,
         flows=_concat([c.flows for c in chunks]),
         memory=_concat([c.memory for c in chunks]),
         counters=_concat([c.counters for c in chunks]),
         base_ns=base,
     )
     metadata_events = _merged_metadata(c.metadata for c in chunks)
-    del chunks, decoded, events
+    del chunks, decoded, events, args
     _check_ranges(path, raw)
     try:
         warnings += [f"{path.name}: {w}" for w in check_device_clock(raw)]
@@ -242,9 +247,10 @@ the event."""
 
 
 def _cap_text(events: pa.Table) -> tuple[pa.Table, str]:
-    """Events with every text column within MAX_TEXT_CHARS, and what was cut, as a warning ('' if nothing)."""
+    """Events with every text column within MAX_TEXT_CHARS, and what was cut, as a warning ('' if nothing).
+    (The args are held apart, packed: PackedText.with_rows_longer_dropped.)"""
     said = []
-    for col in ("name", "category", "pid_text", "tid_text", "module_path", "args"):
+    for col in ("name", "category", "pid_text", "tid_text", "module_path"):
         if col not in events.column_names:
             continue
         column = events[col]
@@ -254,16 +260,16 @@ def _cap_text(events: pa.Table) -> tuple[pa.Table, str]:
         plain = column.cast(pa.string()) if dictionary else column
         long = pc.greater(pc.utf8_length(plain), MAX_TEXT_CHARS)
         n = pc.sum(long).as_py() or 0
-        if col == "args":  # JSON text: dropped, not cut
-            fixed = pc.if_else(long, pa.scalar(None, pa.string()), plain)
-            said.append(f"{n} {'event' + chr(39) + 's' if n == 1 else 'events' + chr(39)} args longer than {MAX_TEXT_CHARS:,} characters dropped")
-        else:
-            fixed = pc.if_else(long, pc.utf8_slice_codeunits(plain, 0, MAX_TEXT_CHARS), plain)
-            said.append(f"{n} {col.replace('_', ' ')}{'s' if n != 1 else ''} longer than {MAX_TEXT_CHARS:,} characters cut to that length")
+        fixed = pc.if_else(long, pc.utf8_slice_codeunits(plain, 0, MAX_TEXT_CHARS), plain)
+        said.append(f"{n} {col.replace('_', ' ')}{'s' if n != 1 else ''} longer than {MAX_TEXT_CHARS:,} characters cut to that length")
         if dictionary:
             fixed = pa.chunked_array([c.dictionary_encode().cast(column.type) for c in fixed.chunks], column.type)
         events = events.set_column(events.schema.get_field_index(col), col, fixed)
     return events, "; ".join(said)
+
+
+def _args_dropped(n: int) -> str:
+    return f"{n} {'event' + chr(39) + 's' if n == 1 else 'events' + chr(39)} args longer than {MAX_TEXT_CHARS:,} characters dropped"
 
 
 def _merged_metadata(per_chunk) -> list[dict]:

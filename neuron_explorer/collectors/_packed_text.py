@@ -1,0 +1,170 @@
+"""A text column held compressed in memory, in blocks: how the importer holds the events' args.
+
+A trace's args (operators' input shapes and types, call stacks) are most of its JSON: two thirds
+of a memory-profiled ResNet-50 trace. Held as one Arrow array they were most of the import's
+memory peak, and joining the decoded pieces' arrays into one held them twice. Here the text of
+each block of rows (about BLOCK_BYTES) is compressed with lz4 as the decode's threads make it
+(20-40x smaller for such args), and the build and the write take the rows they need (`take`): only
+the blocks those rows are in are decompressed. Rows in time order come from a few runs of
+neighbouring rows of the trace (each thread's and device's events are written in time order), so a
+row group of the events file decompresses little more than its own args.
+
+Must not: know what the text means (JSON args) or which table it belongs to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+BLOCK_BYTES = 1 << 20
+"""Text per block: what one `take` decompresses at least."""
+BLOCK_ROWS = 16384
+"""Rows per block at most (rows of null or short text would otherwise make blocks of a whole piece)."""
+TAKE_BYTES = 64 << 20
+"""Text decompressed at once by `take` at most (one block more, when a block is larger)."""
+CODEC = pa.Codec("lz4")
+
+
+@dataclass
+class _Block:
+    rows: int
+    offsets: np.ndarray  # int32, rows + 1, from 0
+    text: bytes  # the compressed text
+    size: int  # bytes of text
+    validity: pa.Buffer | None  # Arrow bitmap, None when no row is null
+    nulls: int
+    longest: int  # bytes of the longest value
+
+    def array(self) -> pa.StringArray:
+        text = CODEC.decompress(self.text, self.size) if self.size else pa.py_buffer(b"")
+        return pa.StringArray.from_buffers(self.rows, pa.py_buffer(self.offsets), text, self.validity, self.nulls)
+
+
+def _bits(buffer: pa.Buffer | None, offset: int, n: int) -> np.ndarray | None:
+    """One bool per row of an Arrow validity bitmap (None: no bitmap). No pyarrow conversion: that
+    would import pandas, which the decode's threads must not wait for."""
+    if buffer is None:
+        return None
+    return np.unpackbits(np.frombuffer(buffer, np.uint8), bitorder="little")[offset:offset + n].astype(bool)
+
+
+class PackedText:
+    """Rows of text (string or null), compressed in blocks. `take` gives rows back as a StringArray."""
+
+    def __init__(self, blocks: list[_Block]):
+        self.blocks = blocks
+        rows = np.array([b.rows for b in blocks], dtype=np.int64)
+        self.starts = np.concatenate(([0], np.cumsum(rows)))  # first row of each block, and the end
+
+    @classmethod
+    def pack(cls, array: pa.Array | pa.ChunkedArray) -> PackedText:
+        """A string or large_string array (or chunked array), compressed."""
+        if isinstance(array, pa.ChunkedArray):
+            return cls.concat([cls.pack(c) for c in array.chunks])
+        n = len(array)
+        if n == 0:
+            return cls([])
+        validity, offsets_buf, data = array.buffers()
+        wide = np.int64 if pa.types.is_large_string(array.type) else np.int32
+        offsets = np.frombuffer(offsets_buf, wide)[array.offset:array.offset + n + 1]
+        valid = _bits(validity, array.offset, n) if array.null_count else None
+        lengths = np.diff(offsets)
+        # block ends: after each BLOCK_BYTES of text, and at most BLOCK_ROWS rows apart
+        ends = np.searchsorted(offsets, np.arange(offsets[0] + BLOCK_BYTES, offsets[-1], BLOCK_BYTES), side="right") - 1
+        ends = np.union1d(ends[ends > 0], np.arange(BLOCK_ROWS, n, BLOCK_ROWS))
+        bounds = np.concatenate(([0], ends, [n])).astype(np.int64)
+        blocks = []
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            if b <= a:
+                continue
+            lo, hi = int(offsets[a]), int(offsets[b])
+            v = None if valid is None else valid[a:b]
+            nulls = 0 if v is None else int(b - a - np.count_nonzero(v))
+            blocks.append(_Block(
+                rows=b - a, offsets=(offsets[a:b + 1] - lo).astype(np.int32), size=hi - lo,
+                # (as bytes: the codec's own buffer keeps the room of an uncompressible input)
+                text=CODEC.compress(data.slice(lo, hi - lo), asbytes=True) if hi > lo else b"",
+                validity=pa.py_buffer(np.packbits(v, bitorder="little")) if nulls else None, nulls=nulls,
+                longest=int(lengths[a:b].max())))
+        return cls(blocks)
+
+    @classmethod
+    def concat(cls, parts: list[PackedText]) -> PackedText:
+        return cls([b for p in parts for b in p.blocks])
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    @property
+    def longest(self) -> int:
+        """Bytes of the longest value (0 when there is none)."""
+        return max((b.longest for b in self.blocks), default=0)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held (compressed text, offsets, bitmaps)."""
+        return sum(len(b.text) + b.offsets.nbytes + (b.validity.size if b.validity is not None else 0) for b in self.blocks)
+
+    def take(self, rows) -> pa.StringArray:
+        """The given rows (integers: a numpy or Arrow array), in that order. Each block they are in is
+        decompressed once; blocks are joined up to TAKE_BYTES of text at a time, and rows taken from
+        each such group: rows in time order (a row group of the events file) are mostly one group,
+        taken at once, and scattered rows never hold more than TAKE_BYTES of text unpacked."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if not len(rows):
+            return pa.array([], pa.string())
+        block = np.searchsorted(self.starts, rows, side="right") - 1
+        used = np.unique(block)
+        sizes = np.array([self.blocks[b].size for b in used.tolist()], dtype=np.int64)
+        group_of_used = (np.cumsum(sizes) - sizes) // TAKE_BYTES  # consecutive used blocks, about TAKE_BYTES each
+        group = group_of_used[np.searchsorted(used, block)]
+        by_group = None if group_of_used[-1] == 0 or (np.diff(group) >= 0).all() else np.argsort(group, kind="stable")
+        if by_group is not None:
+            rows, block, group = rows[by_group], block[by_group], group[by_group]
+        parts = []
+        for g in range(int(group_of_used[-1]) + 1):
+            members = used[group_of_used == g]
+            if not len(members):
+                continue
+            arrays = [self.blocks[b].array() for b in members.tolist()]
+            whole = arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+            del arrays
+            first = np.concatenate(([0], np.cumsum([self.blocks[b].rows for b in members.tolist()])))  # in `whole`
+            lo, hi = np.searchsorted(group, [g, g + 1])
+            at = np.searchsorted(members, block[lo:hi])
+            parts.append(whole.take(pa.array(rows[lo:hi] - self.starts[block[lo:hi]] + first[at])))
+            del whole
+        taken = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+        del parts
+        if by_group is None:
+            return taken
+        back = np.empty_like(by_group)
+        back[by_group] = np.arange(len(by_group))
+        return taken.take(pa.array(back))
+
+    def unpacked(self) -> pa.StringArray:
+        """All rows as one array."""
+        if not self.blocks:
+            return pa.array([], pa.string())
+        return pa.concat_arrays([b.array() for b in self.blocks])
+
+    def with_rows_longer_dropped(self, limit: int) -> tuple[PackedText, int]:
+        """The text with every value longer than `limit` characters made null, and how many were
+        (only the blocks that hold a value of more than `limit` bytes are decompressed)."""
+        if self.longest <= limit:
+            return self, 0
+        import pyarrow.compute as pc
+
+        blocks, dropped = [], 0
+        for b in self.blocks:
+            if b.longest <= limit:
+                blocks.append(b)
+                continue
+            arr = b.array()
+            long = pc.greater(pc.utf8_length(arr), limit)
+            dropped += pc.sum(long).as_py() or 0
+            blocks += PackedText.pack(pc.if_else(long, pa.scalar(None, pa.string()), arr)).blocks
+        return (PackedText(blocks), dropped) if dropped else (self, 0)

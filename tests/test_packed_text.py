@@ -1,0 +1,58 @@
+"""The importer's args held compressed in blocks (collectors/_packed_text.py): every row taken back is
+the text that went in, in any order, nulls and multi-byte text included, and the rows too long to keep
+are the ones dropped."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from neuron_explorer.collectors import _packed_text
+from neuron_explorer.collectors._packed_text import PackedText
+
+TEXTS = ['{"External id": %d, "Call stack": "train.py(%d): step; é€"}' % (i, i % 7) if i % 5 else None for i in range(1000)]
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    monkeypatch.setattr(_packed_text, "BLOCK_BYTES", 2000)  # about 35 rows a block
+    monkeypatch.setattr(_packed_text, "BLOCK_ROWS", 50)
+
+
+@pytest.mark.parametrize("text_type", [pa.string(), pa.large_string()])
+@pytest.mark.parametrize("take_bytes", [5000, 1 << 20])  # blocks unpacked a few at a time, or all at once
+def test_rows_come_back_as_they_went_in_in_any_order(small_blocks, monkeypatch, text_type, take_bytes):
+    monkeypatch.setattr(_packed_text, "TAKE_BYTES", take_bytes)
+    arr = pa.array(TEXTS, text_type).slice(3)  # (an array that does not start at its buffers' start)
+    packed = PackedText.pack(arr)
+    assert len(packed) == 997 and len(packed.blocks) > 20
+    assert all(b.rows <= 50 for b in packed.blocks)
+    rows = np.random.default_rng(1).permutation(997)
+    assert packed.take(rows).to_pylist() == [TEXTS[3 + r] for r in rows]
+    assert packed.take(np.arange(40, 60)).to_pylist() == TEXTS[43:63]  # rows in order, across a block's end
+    assert packed.take(pa.array([996, 0, 996])).to_pylist() == [TEXTS[999], TEXTS[3], TEXTS[999]]
+    assert packed.unpacked().to_pylist() == TEXTS[3:]
+    assert packed.nbytes < sum(len(t.encode()) for t in TEXTS if t)  # held smaller than the text
+
+
+def test_chunks_join_without_unpacking(small_blocks):
+    parts = [PackedText.pack(pa.array(TEXTS[:10])), PackedText.pack(pa.array([], pa.string())),
+             PackedText.pack(pa.chunked_array([pa.array(TEXTS[10:500]), pa.array(TEXTS[500:])]))]
+    whole = PackedText.concat(parts)
+    assert len(whole) == 1000
+    assert whole.take(np.array([999, 9, 10, 500, 499])).to_pylist() == [TEXTS[i] for i in (999, 9, 10, 500, 499)]
+    assert PackedText.concat([]).take(np.array([], np.int64)).to_pylist() == []
+    # empty text and rows that are all null (a trace without args) hold no text at all
+    assert PackedText.pack(pa.array(["", None, ""])).take(np.array([2, 1, 0])).to_pylist() == ["", None, ""]
+    nulls = PackedText.pack(pa.nulls(70000, pa.string()))
+    assert (len(nulls), len(nulls.blocks), nulls.take(np.array([69999, 3])).to_pylist()) == (70000, 1400, [None, None])  # 50 rows a block
+
+
+def test_rows_longer_than_the_limit_are_dropped_and_counted(small_blocks):
+    texts = ["a" * 10, "é" * 12, None, "b" * 13, "c" * 12]  # 'é' is 2 bytes: 24 bytes, 12 characters
+    packed, dropped = PackedText.pack(pa.array(texts)).with_rows_longer_dropped(12)
+    assert dropped == 1
+    assert packed.take(np.arange(5)).to_pylist() == ["a" * 10, "é" * 12, None, None, "c" * 12]
+    same, none = packed.with_rows_longer_dropped(12)
+    assert (same is packed, none) == (True, 0)
