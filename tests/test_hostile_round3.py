@@ -148,7 +148,15 @@ def _record(tmp_path: Path, script: str, *args: str) -> subprocess.CompletedProc
     (tmp_path / "train.py").write_text(script)
     return subprocess.run([sys.executable, "-m", "neuron_explorer", "record", "-o", "run", "train.py", *args], cwd=tmp_path,
                           capture_output=True, text=True, timeout=600, env=workload_env(),
-                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                          preexec_fn=_default_signals)
+
+
+def _default_signals() -> None:
+    """The child starts with the signals the tests send at their defaults, whatever it inherits: a
+    suite run under `nohup` passes SIGHUP ignored, and `record` (rightly) leaves an ignored signal
+    ignored."""
+    for s in (signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+        signal.signal(s, signal.SIG_DFL)
 
 
 def _run_events(run_dir: Path) -> int:

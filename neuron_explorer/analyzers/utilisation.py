@@ -325,7 +325,7 @@ def _counted_ops(t, text: list) -> dict:
         shape = _next_input_shape(r, pid, tid, ts, end[r], arg_codes[0], dims_of)
         if shape is None:
             continue
-        at = (int(inv[r]), json.dumps(shape) if any(isinstance(x, list) for x in shape) else tuple(shape))
+        at = (int(inv[r]), tuple(shape) if all(isinstance(x, int) for x in shape) else json.dumps(shape))
         if at not in fixed:
             fixed[at] = F.op_work(text[name[r]], args_of(r), shape)
         better = fixed[at]
