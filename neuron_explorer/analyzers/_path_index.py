@@ -111,7 +111,7 @@ def factorize_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, inv
 
 
-def _innermost(ts: np.ndarray, end: np.ndarray, ids: np.ndarray, pos: np.ndarray, native: bool = True) -> tuple[array, array]:
+def _innermost(ts: np.ndarray, end: np.ndarray, ids: np.ndarray, pos: np.ndarray) -> tuple[array, array]:
     """A host thread's change points and the innermost event (row position, -1: none) from each on.
 
     The innermost event at a point b is, among the events with ts <= b < end, the last in
@@ -123,15 +123,8 @@ def _innermost(ts: np.ndarray, end: np.ndarray, ids: np.ndarray, pos: np.ndarray
     t, e = ts[order], end[order]
     if len(order) > 1 and not np.all((t[1:] > t[:-1]) | ((t[1:] == t[:-1]) & (e[1:] <= e[:-1]))):
         order = np.lexsort((ids, -end, ts))
-        t, e = ts[order], end[order]
-    ts_s, end_s, pos_s = t, e, pos[order]
     del t, e
-    if native:  # the C++ sweep of _path_native (the passes below are its reference), where it is built
-        from . import _path_native
-
-        got = _path_native.innermost(ts_s, end_s, pos_s)
-        if got is not None:
-            return _arr(got[0]), _arr(got[1])
+    ts_s, end_s, pos_s = ts[order], end[order], pos[order]
     n = len(order)
     prev = np.arange(-1, n - 1, dtype=np.int64)  # candidate: the previous row with end > this row's end
     active = np.flatnonzero(prev >= 0)

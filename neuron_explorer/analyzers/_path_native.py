@@ -37,8 +37,6 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.nxcp_copy.argtypes = [vp, i64p, i64p]
     lib.nxcp_free.restype = None
     lib.nxcp_free.argtypes = [vp]
-    lib.nxcp_innermost.restype = ctypes.c_int64
-    lib.nxcp_innermost.argtypes = [i64p, i64p, i64p, ctypes.c_int64, i64p, i64p]
 
 
 LIBRARY = NativeLibrary("nx_path", (SOURCE,), "the fast critical path walk", "about 3 s on 2 cores",
@@ -48,21 +46,6 @@ LIBRARY = NativeLibrary("nx_path", (SOURCE,), "the fast critical path walk", "ab
 def load():
     """The loaded library, building it first if needed; None when it is off or cannot be built."""
     return LIBRARY.load()
-
-
-def innermost(ts: np.ndarray, end: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """`_path_index._innermost`'s change points and innermost rows of a host thread's rows sorted by
-    (ts, -end, id), by the C++ sweep; None when the library is not available."""
-    lib = load()
-    if lib is None:
-        return None
-    n = len(ts)
-    ts, end, pos = _i64(ts), _i64(end), _i64(pos)
-    points, inner = np.empty(max(2 * n, 1), dtype=np.int64), np.empty(max(2 * n, 1), dtype=np.int64)
-    p64 = ctypes.POINTER(ctypes.c_int64)
-    m = lib.nxcp_innermost(ts.ctypes.data_as(p64), end.ctypes.data_as(p64), pos.ctypes.data_as(p64), n,
-                           points.ctypes.data_as(p64), inner.ctypes.data_as(p64))
-    return points[:m], inner[:m]
 
 
 def _i64(a) -> np.ndarray:
