@@ -589,7 +589,7 @@ def test_path_event_names_read_without_a_self_join_are_the_sql_join(name, tmp_pa
     import numpy as np
     import pyarrow as pa
 
-    from neuron_explorer.analyzers._path_index import arrow_of
+    from neuron_explorer.analyzers.rank_rows import arrow_of
 
     captures = TRACES / "graph_capture" / name / "capture_traces"
     run_dir = import_traces(TRACES / f"{name}.json.gz", tmp_path / "run", captures=[captures] if captures.is_dir() else None).run_dir

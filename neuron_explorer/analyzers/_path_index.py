@@ -61,19 +61,6 @@ to the host (vocab.TO_HOST_COPY_PATTERN); a collective kernel (vocab.COMM_KERNEL
 _LOADER_SQL = f"regexp_matches(name, {sql_literal(DATALOADER_NEXT.pattern)})"
 
 
-def arrow_of(run: Run, query: str, params: list, tables: dict | None = None):
-    """A query's result as an Arrow table, read on a cursor of the run's connection (no extra copy
-    of the rows, and no clash with a result another reader left open on the connection); `tables`:
-    Arrow tables the query reads, by name (registered on that cursor only)."""
-    cur = store_cursor(run.con)
-    try:
-        for name, table in (tables or {}).items():
-            cur.register(name, table)
-        return cur.sql(query, params=params).to_arrow_table()
-    finally:
-        cur.close()
-
-
 def _arr(a: np.ndarray, code: str = "q") -> array:
     """An `array` (fast item access from Python, bisect works on it) of a NumPy array: "q" int64, "i" int32."""
     out = array(code)

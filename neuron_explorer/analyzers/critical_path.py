@@ -57,14 +57,13 @@ from ._path_index import (  # noqa: F401 (the model's thresholds)
     STEP,
     UNLINKED_GAP_MAX_NS,
     RankIndex,
-    arrow_of,
     distinct,
     factorize,
     factorize_rows,
 )
 from ._path_index import RANK_QUERIES as _INDEX_QUERIES
 from .metrics import device_work_intervals, step_device_busy
-from .rank_rows import RankQuery
+from .rank_rows import RankQuery, arrow_of
 from .rank_rows import rows as rank_rows
 
 CATEGORIES = ("device_compute", "communication", "memcpy", "host_compute", "launch_overhead", "input_pipeline", "idle")

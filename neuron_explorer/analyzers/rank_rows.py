@@ -71,7 +71,7 @@ def _prepare(run: Run, queries, want: list[int], out: dict) -> None:
             out[q.name] = {r: got[r] for r in want if got.get(r) is not None}
             continue
         if q.arrow:
-            table = _arrow(run, q.many, [])
+            table = arrow_of(run, q.many, [])
             rank_col = table.column(0).to_numpy()
             table = table.drop_columns([table.column_names[0]])
             out[q.name] = {r: table.slice(lo, hi - lo) for r, lo, hi in
@@ -120,17 +120,20 @@ def rows(run: Run, q: RankQuery, rank: int) -> list[tuple]:
     if q.read is not None:
         return q.read(run, [int(rank)])[int(rank)]
     if q.arrow:
-        return _arrow(run, q.one, [int(rank)])
+        return arrow_of(run, q.one, [int(rank)])
     return [tuple(r) for r in run.sql(q.one, [int(rank)]).fetchall()]
 
 
-def _arrow(run: Run, query: str, params: list):
-    """A query's rows as an Arrow table, read on a cursor of the run's connection (no clash with a
-    result another reader left open on it)."""
+def arrow_of(run: Run, query: str, params: list, tables: dict | None = None):
+    """A query's rows as an Arrow table, read on a cursor of the run's connection (no extra copy of
+    the rows, and no clash with a result another reader left open on it); `tables`: Arrow tables
+    the query reads, by name (registered on that cursor only)."""
     from ..store import cursor
 
     cur = cursor(run.con)
     try:
+        for name, table in (tables or {}).items():
+            cur.register(name, table)
         return cur.sql(query, params=params).to_arrow_table()
     finally:
         cur.close()
