@@ -131,3 +131,24 @@ def test_same_path_on_generated_traces(seed, tmp_path):
         run_dir = import_traces(write_trace(tmp_path / f"t{k}.json", events), tmp_path / f"run{k}").run_dir
         rows += _assert_same_paths(run_dir)
     assert rows > 0
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_innermost_event_by_the_cpp_sweep_equals_the_numpy_passes(seed):
+    """A host thread's change points and innermost events (`_path_index._innermost`) from the C++
+    sweep equal the NumPy passes', on nested, touching, improperly nested and zero-length slices,
+    given in id order and out of it."""
+    import numpy as np
+
+    from neuron_explorer.analyzers._path_index import _innermost
+
+    rng = random.Random(seed)
+    n = rng.choice([0, 1, 2, 50, 3000])
+    ts = np.array([rng.randrange(0, 400) for _ in range(n)], dtype=np.int64)
+    end = ts + np.array([rng.choice([0, 1, 5, 40, 300]) for _ in range(n)], dtype=np.int64)
+    ids = np.array(rng.sample(range(10 * n + 1), n), dtype=np.int64)
+    pos = np.arange(n, dtype=np.int64) * 7
+    native, reference = _innermost(ts, end, ids, pos, native=True), _innermost(ts, end, ids, pos, native=False)
+    assert list(native[0]) == list(reference[0]) and list(native[1]) == list(reference[1])
+    if n >= 50:
+        assert len(set(reference[1])) > 10  # not trivial: many innermost events

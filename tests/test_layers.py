@@ -36,7 +36,7 @@ LAYERS: list[tuple[int, str, str, tuple[str, ...]]] = [
                             "and the finding contract (model): no judgement of what is a problem",
      ("analyzers.metrics", "analyzers.memory_range", "analyzers.lines", "analyzers.utilisation", "analyzers.flops", "analyzers.peaks",
       "analyzers.ranks", "analyzers.rank_rows",
-      "analyzers.critical_path", "analyzers._path_index", "analyzers._path_native", "analyzers.device_time", "analyzers.stats",
+      "analyzers.critical_path", "analyzers._path_index", "analyzers._path_lib", "analyzers._path_native", "analyzers.device_time", "analyzers.stats",
       "analyzers.job", "analyzers.model",
       "analyzers.report_schema", "analyzers.contents")),
     (4, "summary and report text", "the per-rank and job summary, built from the figures; what rules and reports start "

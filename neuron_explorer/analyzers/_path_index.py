@@ -4,8 +4,8 @@ for, a device event's predecessor, the device work running at a moment.
 
 Events are rows of NumPy / `array` columns (read once from DuckDB, no Python object per event)
 and are named by their row position (`-1`: none); the walk touches only the rows on its path.
-A host thread's "innermost event at each change point" is computed with vectorised passes
-(`_innermost`), the streams are position arrays sorted by start, searched with `bisect`.
+A host thread's "innermost event at each change point" is computed by one C++ sweep (`_innermost`,
+vectorised NumPy passes without the library), the streams are position arrays sorted by start, searched with `bisect`.
 
 The ideas it flags events by (a sync call, a copy call, a collective kernel, device work) are
 neuron_explorer/vocab.py's; the trace's spellings (sync record kinds and args, the DataLoader's
@@ -27,6 +27,7 @@ from ..collectors.kineto_names import DATALOADER_NEXT, EVENT_SYNC, STREAM_SYNC, 
 from ..store import Run
 from ..store import cursor as store_cursor
 from ..vocab import COMM_KERNEL_RE, DEVICE_WORK_KINDS, kinds_sql, memcpy_call, sql_literal, sync_call, to_host_copy
+from . import _path_lib
 from .rank_rows import RankQuery
 from .rank_rows import rows as rank_rows
 from .rank_rows import take as take_rows
@@ -98,20 +99,26 @@ def factorize_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, inv
 
 
-def _innermost(ts: np.ndarray, end: np.ndarray, ids: np.ndarray, pos: np.ndarray) -> tuple[array, array]:
+def _innermost(ts: np.ndarray, end: np.ndarray, ids: np.ndarray, pos: np.ndarray, native: bool = True) -> tuple[array, array]:
     """A host thread's change points and the innermost event (row position, -1: none) from each on.
 
     The innermost event at a point b is, among the events with ts <= b < end, the last in
     (ts, -end, id) order: the top of the stack of open slices (an improperly nested slice that
     has ended stays under a later one until that one ends, then both go). Sorted that way, the
     events with ts <= b are a prefix; the answer is the last of it with end > b, found by
-    jumping from each row to the previous one with a strictly greater end."""
+    jumping from each row to the previous one with a strictly greater end. The jumps are one
+    sweep in C++ (`_path_lib.innermost`) where the library is built (`native`); the NumPy passes
+    below are its reference."""
     order = np.argsort(ids, kind="stable")  # the importer numbers events in (ts, -dur) order: usually this is it
-    t, e = ts[order], end[order]
-    if len(order) > 1 and not np.all((t[1:] > t[:-1]) | ((t[1:] == t[:-1]) & (e[1:] <= e[:-1]))):
+    ts_s, end_s = ts[order], end[order]
+    if len(order) > 1 and not np.all((ts_s[1:] > ts_s[:-1]) | ((ts_s[1:] == ts_s[:-1]) & (end_s[1:] <= end_s[:-1]))):
         order = np.lexsort((ids, -end, ts))
-    del t, e
-    ts_s, end_s, pos_s = ts[order], end[order], pos[order]
+        ts_s, end_s = ts[order], end[order]
+    pos_s = pos[order]
+    bounds = distinct(np.concatenate([ts_s, end_s]))
+    got = _path_lib.innermost(ts_s, end_s, pos_s, bounds) if native else None
+    if got is not None:
+        return _arr(got[0]), _arr(got[1])
     n = len(order)
     prev = np.arange(-1, n - 1, dtype=np.int64)  # candidate: the previous row with end > this row's end
     active = np.flatnonzero(prev >= 0)
@@ -120,7 +127,6 @@ def _innermost(ts: np.ndarray, end: np.ndarray, ids: np.ndarray, pos: np.ndarray
         active = active[~ok]
         prev[active] = prev[prev[active]]  # everything between was ruled out for the candidate, so for this row
         active = active[prev[active] >= 0]
-    bounds = distinct(np.concatenate([ts_s, end_s]))
     j = np.searchsorted(ts_s, bounds, side="right") - 1
     act = np.flatnonzero(j >= 0)
     act = act[end_s[j[act]] <= bounds[act]]

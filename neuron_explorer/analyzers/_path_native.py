@@ -5,9 +5,8 @@ same segments in the same order; the Python walk stays the reference (tests/test
 holds them equal on every trace in tests/data/traces and on generated ones). It walks a rank in
 about 1 µs a move where the Python walk takes 20-40 µs.
 
-The source ships with the package and is compiled on first use with the system's C++ compiler into
-the native build folder (native_build.py: `$NEURON_EXPLORER_NATIVE_DIR`, a failed build is
-remembered). No compiler, or `NEURON_EXPLORER_NATIVE=0`: `walk` returns None and the Python walk runs.
+The library is _path_lib's (built on first use). No compiler, or `NEURON_EXPLORER_NATIVE=0`: `walk`
+returns None and the Python walk runs.
 
 Private to critical_path.py (may change). Must not: decide the model (the Python walk does).
 """
@@ -15,41 +14,14 @@ Private to critical_path.py (may change). Must not: decide the model (the Python
 from __future__ import annotations
 
 import ctypes
-from pathlib import Path
 
 import numpy as np
 
-from ..native_build import NativeLibrary
 from ._path_index import F_SYNC_CALL, RUNTIME_WAIT_MIN_NS, UNLINKED_GAP_MAX_NS, RankIndex
+from ._path_lib import i64 as _i64
+from ._path_lib import load
 
-SOURCE = Path(__file__).resolve().parents[1] / "native" / "critical_path.cpp"
-
-
-def _declare(lib: ctypes.CDLL) -> None:
-    vp, i64p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)
-    lib.nxcp_walk.restype = vp
-    lib.nxcp_walk.argtypes = [i64p, ctypes.POINTER(vp), i64p, i64p, i64p, ctypes.c_int64]
-    lib.nxcp_status.restype = ctypes.c_int32
-    lib.nxcp_status.argtypes = [vp]
-    lib.nxcp_segments.restype = ctypes.c_int64
-    lib.nxcp_segments.argtypes = [vp]
-    lib.nxcp_copy.restype = None
-    lib.nxcp_copy.argtypes = [vp, i64p, i64p]
-    lib.nxcp_free.restype = None
-    lib.nxcp_free.argtypes = [vp]
-
-
-LIBRARY = NativeLibrary("nx_path", (SOURCE,), "the fast critical path walk", "about 3 s on 2 cores",
-                        "the Python walk runs, more slowly", _declare)
-
-
-def load():
-    """The loaded library, building it first if needed; None when it is off or cannot be built."""
-    return LIBRARY.load()
-
-
-def _i64(a) -> np.ndarray:
-    return np.ascontiguousarray(np.frombuffer(a, dtype=np.int64) if not isinstance(a, np.ndarray) else a, dtype=np.int64)
+__all__ = ["load", "walk"]
 
 
 def _concat(parts: list) -> tuple[np.ndarray, np.ndarray]:

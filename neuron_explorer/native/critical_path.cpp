@@ -394,6 +394,35 @@ void *nxcp_walk(const int64_t *dims, const void **p, const int64_t *steps_start,
     return res;
 }
 
+// A host thread's change points and the innermost event from each on (_path_index._innermost, whose
+// NumPy passes are the reference). Rows are sorted by (ts, -end, id); `bounds` are the distinct
+// starts and ends, sorted. The innermost event at a point b is the last row with ts <= b whose end is
+// > b: from the last row with ts <= b, jump to the previous row with a strictly greater end (`prev`)
+// while the row has ended. Writes each point where the innermost row's `pos` (-1: none) changes, and
+// that pos, into `points` and `inner` (room for nb); returns how many.
+int64_t nxcp_innermost(const int64_t *ts, const int64_t *end, const int64_t *pos, int64_t n, const int64_t *bounds, int64_t nb,
+                       int64_t *points, int64_t *inner) {
+    std::vector<int64_t> prev(size_t(n > 0 ? n : 0));
+    for (int64_t i = 0; i < n; ++i) {
+        int64_t c = i - 1;
+        while (c >= 0 && end[c] <= end[i]) c = prev[c];  // the rows between were ruled out for c, so for i
+        prev[i] = c;
+    }
+    int64_t m = 0, j = -1, last = 0;
+    for (int64_t b = 0; b < nb; ++b) {
+        const int64_t t = bounds[b];
+        while (j + 1 < n && ts[j + 1] <= t) ++j;
+        int64_t k = j;
+        while (k >= 0 && end[k] <= t) k = prev[k];
+        const int64_t got = k >= 0 ? pos[k] : -1;
+        if (m == 0 || got != last) {
+            points[m] = t, inner[m] = got, ++m;
+            last = got;
+        }
+    }
+    return m;
+}
+
 int32_t nxcp_status(void *r) { return ((Result *)r)->status; }
 int64_t nxcp_segments(void *r) { return int64_t(((Result *)r)->seg.size() / 5); }
 void nxcp_copy(void *r, int64_t *seg, int64_t *step_off) {
