@@ -251,6 +251,29 @@ def test_contents_of_many_findings_count_each_child_once_and_equal_each_finding_
     assert none == {} and no_rank == {}
 
 
+def test_contents_after_the_analysis_read_the_args_equal_each_finding_alone_with_and_without_shapes(tmp_path):
+    """Once the analysis has found whether a rank's operators name their inputs (utilisation.args_named:
+    a trace recorded without shapes names none), the contents of many findings read the operators'
+    args only where they can hold shapes: with shapes, the children keep theirs; without, they have
+    none; either way each finding's contents are the ones it gets alone."""
+    from neuron_explorer import open_run
+    from neuron_explorer.analyzers.contents import finding_contents, findings_contents
+    from neuron_explorer.analyzers.utilisation import args_named
+
+    shapeless = [{**e, "args": {k: v for k, v in e.get("args", {}).items() if k not in ("Input Dims", "Input type")}} for e in NESTED]
+    found = [{"location": {"rank": 0, "op": "aten::matmul"}}, {"location": {"rank": 0, "op": "forward"}}]
+    for name, events, named in (("shaped", NESTED, True), ("shapeless", shapeless, False)):
+        run_dir = import_traces(write_trace(tmp_path / f"{name}.json", events, baseTimeNanoseconds=BASE), tmp_path / name).run_dir
+        with open_run(run_dir) as run:
+            assert args_named(run, 0) is named
+            together = findings_contents(run, found)
+            alone = [finding_contents(run, f) for f in found]
+        assert together == alone
+        mm = next(ch for ch in together[0]["children"] if ch["name"] == "aten::mm")
+        add = next(ch for ch in together[1]["children"] if ch["name"] == "aten::add")
+        assert (mm["shapes"], add["dtypes"]) == (([[16, 1024], [1024, 1024]], ["float", "float"]) if named else ([], [])), name
+
+
 # ---- a real trace ------------------------------------------------------------------------------
 
 def test_real_trace_comm_exposed_contents(tmp_path):

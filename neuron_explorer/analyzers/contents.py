@@ -32,6 +32,7 @@ import json
 from ..collectors.kineto_names import INPUT_DIMS_ARG, INPUT_TYPE_ARG
 from ..store import Run
 from ..vocab import DEVICE_WORK_SQL, charged_at_capture_to, charged_at_capture_to_sql, device_work, sql_literal, top_host_call
+from .utilisation import args_named_known
 
 CONTENTS_TOP = 5
 """Rows kept per class of children (operators, runtime calls, device work) and of roots."""
@@ -202,6 +203,11 @@ def _contents_many(run: Run, items: list[tuple[int, str, str, tuple]], top: int)
     once (`canon`: the first of them); and a child is deduplicated (found through two roots of a
     finding) only in the findings where that can happen (`shared`)."""
     dims, types = f"'$.\"{INPUT_DIMS_ARG}\"'", f"'$.\"{INPUT_TYPE_ARG}\"'"
+    # where the analysis found that no operator's args name inputs (a trace without shapes), the
+    # operators' args are not read: only a root of another kind could have shapes
+    unnamed = all(args_named_known(run, rank) is False for rank in {rank for rank, _, _, _ in items})
+    shaped = ("o.kind <> 'cpu_op' AND o.event_id IN (SELECT event_id FROM roots)" if unnamed else
+              "o.event_id IN (SELECT event_id FROM roots UNION SELECT op_id FROM children)")
     rows = run.sql(f"""WITH roots_in AS ({_roots_in(items)}),
 every_root AS (SELECT DISTINCT fid, {', '.join(ROOT_COLUMNS)}, ts_ns + dur_ns AS end_ns FROM roots_in),
 sets AS (SELECT fid, min(fid) OVER (PARTITION BY root_ranks, root_ids) AS canon
@@ -231,7 +237,7 @@ children AS (SELECT fid, kind, name, dur_ns, CASE WHEN kind = 'cpu_op' THEN even
   UNION ALL SELECT fid, kind, name, dur_ns, op_id FROM device),
 shapes AS (SELECT event_id, j[1] AS dims, j[2] AS types FROM (
   SELECT o.event_id, json_extract_string(o.args, [{dims}, {types}]) AS j
-  FROM events o WHERE o.event_id IN (SELECT event_id FROM roots UNION SELECT op_id FROM children)))
+  FROM events o WHERE {shaped}))
 SELECT 0 AS part, r.fid, NULL::VARCHAR AS kind, r.name, s.dims, s.types, count(*) AS count, sum(r.dur_ns)::BIGINT AS total_ns
 FROM roots r LEFT JOIN shapes s ON s.event_id = r.event_id GROUP BY ALL
 UNION ALL

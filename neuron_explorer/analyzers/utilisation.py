@@ -91,6 +91,11 @@ def args_named(run: Run, rank: int) -> bool:
     return kept[int(rank)]
 
 
+def args_named_known(run: Run, rank: int) -> bool | None:
+    """`args_named`'s answer for the rank if this analysis has read it already, else None (nothing is read)."""
+    return run.prepared.get("op_args_named", {}).get(int(rank))
+
+
 def rows_if_args_named(run: Run, query: RankQuery, rank: int) -> list:
     """The rank's rows of `query`, a read of the operators' args (OPS, precision's TYPED): the rows a
     batch prepared, else none where no operator's args name inputs or flops (`args_named`)."""
