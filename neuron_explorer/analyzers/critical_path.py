@@ -806,15 +806,21 @@ def path_items(run: Run, path, by_step: bool = False) -> list[dict]:
     else:
         args = dict(run.sql(_OP_ARGS_SQL, [sorted(tops)]).fetchall()) if tops else {}
     out = []
-    for k in np.argsort(lead_row, kind="stable").tolist():  # items in the order the path first meets them
-        e = int(lead[k])
-        a = int(pe.at[e])
-        top = int(info.top_op[a]) if a >= 0 else -1
-        fr = int(pe.frame[e])
-        out.append({"category": CATEGORIES[int(pe.category[e])], "item": info.strs[int(item[e])], "op": info.strs[int(pe.op[e])],
-                    "frame_id": None if fr == NONE else fr, "cause": path.causes[int(pe.cause[e])], "charged_ns": int(charged[k]),
-                    "module_path": info.module_path[a].as_py() if a >= 0 else None, "op_args": args.get(top) if top >= 0 else None,
-                    "events": int(events[k]), "steps": int(steps[k]), "sample_id": int(sample[k]) if sample[k] != big else None,
+    ks = np.argsort(lead_row, kind="stable")  # items in the order the path first meets them
+    es = lead[ks]
+    at = pe.at[es]
+    # each item's columns as Python lists, read once (an Arrow value read one at a time costs microseconds)
+    module_paths = info.module_path.take(np.maximum(at, 0)).to_pylist() if len(at) and len(info.module_path) else [None] * len(at)
+    top_of = np.where(at >= 0, np.asarray(info.top_op)[np.maximum(at, 0)] if len(info.top_op) else -1, -1)
+    strs, causes = info.strs, path.causes
+    charged_, events_, steps_, sample_ = charged.tolist(), events.tolist(), steps.tolist(), sample.tolist()
+    for k, a, top, cat, it, op, fr, cause, mp in zip(ks.tolist(), at.tolist(), top_of.tolist(), pe.category[es].tolist(),
+                                                     item[es].tolist(), pe.op[es].tolist(), pe.frame[es].tolist(), pe.cause[es].tolist(),
+                                                     module_paths):
+        out.append({"category": CATEGORIES[cat], "item": strs[it], "op": strs[op],
+                    "frame_id": None if fr == NONE else fr, "cause": causes[cause], "charged_ns": int(charged_[k]),
+                    "module_path": mp if a >= 0 else None, "op_args": args.get(top) if top >= 0 else None,
+                    "events": int(events_[k]), "steps": int(steps_[k]), "sample_id": sample_[k] if sample_[k] != big else None,
                     **({"step_ns": step_ns.get(k, {})} if by_step else {})})
     out.sort(key=lambda g: (-g["charged_ns"], g["item"] is None, g["item"] or "", g["category"]))
     return out
