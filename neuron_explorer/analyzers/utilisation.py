@@ -294,8 +294,9 @@ def _counted_ops(t, text: list) -> dict:
     def args_of(r: int) -> dict:
         return {k: json.loads(values[i][arg_codes[i][r]]) for i, k in enumerate(_SHAPE_ARGS) if arg_codes[i][r] >= 0}
 
-    works = [_work_of(text[name[r]], *(values[i][arg_codes[i][r]] if arg_codes[i][r] >= 0 else None for i in range(len(_SHAPE_ARGS))))
-             for r in first.tolist()]
+    # each distinct operator's name and shape args as text (the codes of its first row, read as lists once)
+    first_args = [[v[c] if c >= 0 else None for c in codes[first].tolist()] for v, codes in zip(values, arg_codes)]
+    works = [_work_of(text[n], *a) for n, *a in zip(name[first].tolist(), *first_args)]
     has = np.array([w is not None for w in works], dtype=bool)
     ok = [w or (0.0, 0.0, None, "") for w in works]
     w_flops, w_bytes = np.array([w[0] for w in ok], dtype=np.float64), np.array([w[1] for w in ok], dtype=np.float64)
