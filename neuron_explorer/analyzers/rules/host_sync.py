@@ -55,16 +55,22 @@ def _ranks(rank: int | None, alias: str = "") -> str:
     return "TRUE" if rank is None else f"{a}rank = {int(rank)}"
 
 
-def syncs_sql(rank: int | None) -> str:
+def waiting_calls_sql(rank: int | None) -> str:
+    """The runtime calls that wait for a device (`waits`): rank, event_id, top_op_id, ts_ns, dur_ns."""
+    return f"SELECT r.rank, r.event_id, r.top_op_id, r.ts_ns, r.dur_ns FROM events r WHERE {_ranks(rank, 'r')} AND {waits('r')}"
+
+
+def syncs_sql(rank: int | None, calls: str | None = None) -> str:
     """The host syncs: top-level host calls (an operator, or a runtime call outside every operator)
     that are, or have beneath them, a runtime call that waits for a device. Columns: rank,
     event_id, name, source_frame_id, ts_ns, end_ns, dur_ns, step, s_end (the end of the profiler
     step it starts in; null outside every step), waits (its waiting runtime calls) and wait_ns
-    (their durations: the time the host waited, not the operator's, which may hold other work)."""
+    (their durations: the time the host waited, not the operator's, which may hold other work).
+    `calls`: the name of a CTE of the statement holding `waiting_calls_sql(rank)`'s rows (else read here)."""
     return f"""WITH st AS (SELECT rank, step, min(ts_ns) AS s_ts, max(ts_ns + dur_ns) AS s_end FROM events
          WHERE {_ranks(rank)} AND kind = 'step' GROUP BY rank, step),
-w AS (SELECT coalesce(r.top_op_id, r.event_id) AS host_call, count(*) AS waits, sum(r.dur_ns) AS wait_ns FROM events r
-      WHERE {_ranks(rank, 'r')} AND {waits('r')} GROUP BY ALL)
+w AS (SELECT coalesce(r.top_op_id, r.event_id) AS host_call, count(*) AS waits, sum(r.dur_ns) AS wait_ns
+      FROM {calls or f"({waiting_calls_sql(rank)})"} r GROUP BY ALL)
 SELECT e.rank, e.event_id, e.name, e.source_frame_id, e.ts_ns, e.ts_ns + e.dur_ns AS end_ns, e.dur_ns,
   CASE WHEN e.ts_ns < st.s_end THEN st.step END AS step, CASE WHEN e.ts_ns < st.s_end THEN st.s_end END AS s_end,
   w.waits, w.wait_ns::BIGINT AS wait_ns
@@ -94,7 +100,9 @@ nd AS (SELECT rank, count(*) AS n FROM events WHERE {_ranks(rank)} AND dur_ns > 
         idle_cols = ("coalesce(any_value(idle.after_a), []) AS after_a, coalesce(any_value(idle.after_b), []) AS after_b, "
                      "coalesce(any_value(nd.n), 0) AS no_device, ")
         idle_join = "LEFT JOIN idle USING (rank) LEFT JOIN nd USING (rank) "
-    return f"""WITH s AS ({syncs_sql(rank)}),
+    # the waiting calls read once: the syncs and the union of their intervals both start from them
+    return f"""WITH wc AS MATERIALIZED ({waiting_calls_sql(rank)}),
+s AS ({syncs_sql(rank, "wc")}),
 d AS (SELECT rank, ts_ns FROM events WHERE {_ranks(rank)} AND kind IN {DEVICE_WORK_SQL}),
 iv AS (SELECT s.rank, s.end_ns AS a, least(coalesce(d.ts_ns, s.s_end), s.s_end) AS b
        FROM s ASOF LEFT JOIN d ON s.rank = d.rank AND s.end_ns <= d.ts_ns WHERE s.s_end IS NOT NULL),
@@ -104,7 +112,7 @@ isl AS (SELECT rank, a, b, sum(CASE WHEN pe IS NULL OR a > pe THEN 1 ELSE 0 END)
           OVER (PARTITION BY rank ORDER BY a, b ROWS UNBOUNDED PRECEDING) AS i FROM mx),
 u AS (SELECT rank, min(a) AS a, max(b) AS b FROM isl GROUP BY rank, i){idle_ctes},
 summed AS (SELECT rank, sum(b - a) AS ns FROM iv WHERE b > a GROUP BY rank),
-wr AS (SELECT r.rank, r.ts_ns, r.ts_ns + r.dur_ns AS end_ns FROM events r WHERE {_ranks(rank, 'r')} AND r.dur_ns > 0 AND {waits('r')}),
+wr AS (SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns FROM wc WHERE dur_ns > 0),
 all_u AS (SELECT rank, sum(end_ns - start_ns) AS ns FROM (
   WITH _mx AS (SELECT rank, ts_ns, end_ns, max(end_ns) OVER (PARTITION BY rank ORDER BY ts_ns, end_ns
                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end FROM wr),
