@@ -582,11 +582,11 @@ def with_collective_waits(run: Run, table):
 
     if table.num_rows == 0 or len(run.sql("SELECT DISTINCT rank FROM events LIMIT 2").fetchall()) < 2:
         return table
-    waits = run.sql(f"""WITH {xr.arrivals_sql()} SELECT r.event_id, r.ts_ns, (i.last_at - r.at_ns)::BIGINT, i.last_rank
-        FROM ranked r JOIN inst i USING (name, skey, k) WHERE r.on_device AND r.pos > 1 AND i.last_at > r.at_ns""").fetchall()
-    if not waits:
+    waits = arrow_of(run, "SELECT event_id, ts_ns, (last_at - at_ns)::BIGINT, last_rank FROM a WHERE on_device AND pos > 1 AND last_at > at_ns",
+                     [], {"a": xr.arrivals(run)})
+    if not waits.num_rows:
         return table
-    wait_of = {int(e): (int(ts), int(ts) + int(w), int(last)) for e, ts, w, last in waits}
+    wait_of = {int(e): (int(ts), int(ts) + int(w), int(last)) for e, ts, w, last in zip(*(c.to_pylist() for c in waits.columns))}
     ids = np.asarray(table.column("event_id").fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
     touched = np.flatnonzero(np.isin(ids, np.fromiter(wait_of, dtype=np.int64)))
     if not len(touched):

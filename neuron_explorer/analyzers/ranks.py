@@ -132,15 +132,41 @@ SELECT count(*) AS instances, round(coalesce(sum(above_mean_ns), 0))::BIGINT AS 
 
 
 _CACHE: dict[int, tuple[weakref.ref, dict]] = {}
+_ARRIVALS: dict[int, tuple[weakref.ref, object]] = {}
+
+
+def _cached(cache: dict, run: Run, make):
+    """`make()`'s value kept per open run (dropped when the run is)."""
+    hit = cache.get(id(run))
+    if hit is not None and hit[0]() is run:
+        return hit[1]
+    out = make()
+    for key in [k for k, (ref, _) in cache.items() if ref() is None]:
+        del cache[key]
+    cache[id(run)] = (weakref.ref(run), out)
+    return out
+
+
+def arrivals(run: Run):
+    """Every participant's arrival at every matched collective instance, with the instance's last
+    arrival, as an Arrow table (columns rank, name, skey, on_device, event_id, ts_ns, pos, at_ns,
+    last_at, last_rank: `arrivals_sql`'s `ranked` joined to `inst`), read once per open run for
+    what starts from it: collective-wait's location, the critical path's waits for the last rank."""
+    from .rank_rows import arrow_of
+
+    return _cached(_ARRIVALS, run, lambda: arrow_of(run, f"""WITH {arrivals_sql()}
+SELECT r.rank, r.name, r.skey, r.on_device, r.event_id, r.ts_ns, r.pos, r.at_ns, i.last_at, i.last_rank
+FROM ranked r JOIN inst i USING (name, skey, k)""", []))
 
 
 def collective_waits(run: Run) -> dict:
     """The cross-rank figures of a run, as plain data (computed once per open run):
     {"ranks": [per-rank rows of `per_rank_sql`], "instances", "balanced_saving_ns", "max_participants"}.
     Ranks with no matched collective have wait 0 and no share of waiting."""
-    hit = _CACHE.get(id(run))
-    if hit is not None and hit[0]() is run:
-        return hit[1]
+    return _cached(_CACHE, run, lambda: _collective_waits(run))
+
+
+def _collective_waits(run: Run) -> dict:
     rel = run.sql(per_rank_sql())
     cols = [d[0] for d in rel.description]
     rows = []
@@ -154,11 +180,7 @@ def collective_waits(run: Run) -> dict:
     for row in rows:
         for k in ("run_instances", "run_balanced_saving_ns", "run_max_participants"):
             del row[k]
-    out = {"ranks": rows, "instances": int(instances), "balanced_saving_ns": int(balanced), "max_participants": int(max_participants)}
-    for key in [k for k, (ref, _) in _CACHE.items() if ref() is None]:
-        del _CACHE[key]
-    _CACHE[id(run)] = (weakref.ref(run), out)
-    return out
+    return {"ranks": rows, "instances": int(instances), "balanced_saving_ns": int(balanced), "max_participants": int(max_participants)}
 
 
 def summary(run: Run) -> dict:

@@ -18,7 +18,8 @@ from __future__ import annotations
 from .. import ranks as xr
 from ..engine import Context, NotApplicable
 from ..model import Location
-from ._util import ms, pct, rows
+from ..rank_rows import arrow_of
+from ._util import ms, pct
 
 RULE_ID = "collective-wait"
 TITLE = "Collective wait: ranks waiting for the last arrival"
@@ -70,12 +71,13 @@ def check(ctx: Context) -> list:
 
 
 def _where(ctx: Context, rank: int) -> dict:
-    """The collective and the steps the given rank waits in most (one grouped query)."""
-    got = rows(ctx.run, f"""WITH {xr.arrivals_sql()},
-w AS (SELECT r.name, r.skey, r.on_device, r.event_id, i.last_at - r.at_ns AS wait_ns FROM ranked r JOIN inst i USING (name, skey, k)
-      WHERE r.rank = {int(rank)})
+    """The collective and the steps the given rank waits in most (one grouped query over the run's
+    arrivals, `ranks.arrivals`)."""
+    got = arrow_of(ctx.run, f"""WITH w AS (SELECT name, skey, on_device, event_id, last_at - at_ns AS wait_ns FROM a
+      WHERE rank = {int(rank)})
 SELECT name, on_device, sum(wait_ns) AS wait_ns, list(DISTINCT skey ORDER BY skey) FILTER (WHERE wait_ns > 0) AS steps,
-       arg_max(event_id, wait_ns) AS sample_id FROM w GROUP BY name, on_device ORDER BY wait_ns DESC, name LIMIT 1""")
+       arg_max(event_id, wait_ns) AS sample_id FROM w GROUP BY name, on_device ORDER BY wait_ns DESC, name LIMIT 1""",
+                   [], {"a": xr.arrivals(ctx.run)}).to_pylist()
     if not got:
         return {"steps": [], "op": None, "kernel": None, "sample_ids": []}
     g = got[0]
