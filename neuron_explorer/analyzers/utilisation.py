@@ -64,13 +64,21 @@ KERNELS = RankQuery(
     "r.ts_ns, k.step FROM events k JOIN events r ON r.event_id = k.launch_id AND r.rank = k.rank "
     "WHERE k.kind = 'kernel' ORDER BY k.rank, k.event_id", arrow=True)
 """Kernels with their launch's thread and time (`_kernels_of`)."""
+def _arch_unknown(run: Run, ranks: list[int]) -> bool:
+    """Whether `detect_device` needs the kernel names of any of `ranks`: the device's name and
+    properties in the manifest tell some rank's architecture nothing."""
+    return any(_detect_from_manifest(run, r, device_name(run, r))[0].arch is None and rank_entry(run, r).get("devices") for r in ranks)
+
+
 KERNEL_NAMES = RankQuery(
     "arch_kernel_names", f"SELECT name, count(*) FROM events WHERE rank = ? AND kind = 'kernel' "
                          f"AND regexp_matches(name, {sql_literal(P.KERNELS_PATTERN)}) GROUP BY name ORDER BY 2 DESC, name",
     f"SELECT rank, name, count(*) FROM events WHERE kind = 'kernel' "
-    f"AND regexp_matches(name, {sql_literal(P.KERNELS_PATTERN)}) GROUP BY rank, name ORDER BY rank, 3 DESC, name")
+    f"AND regexp_matches(name, {sql_literal(P.KERNELS_PATTERN)}) GROUP BY rank, name ORDER BY rank, 3 DESC, name",
+    when=_arch_unknown)
 """Kernel names that tell the architecture (`detect_device`), the most called first (peaks.detect
-quotes the first of the architecture it finds as its example)."""
+quotes the first of the architecture it finds as its example); read for a batch only where some
+rank needs them."""
 RANK_QUERIES = (OPS, KERNELS, KERNEL_NAMES)
 """The per-rank queries of the utilisation figures, which the engine runs once per batch of ranks (rank_rows.py)."""
 
@@ -221,15 +229,20 @@ def device_name(run: Run, rank: int) -> str | None:
     return None
 
 
-def detect_device(run: Run, rank: int, name: str | None) -> P.Detected:
-    """The rank's architecture (peaks.detect) from its device name, deviceProperties and, only when
-    those tell nothing, the names of its kernels."""
+def _detect_from_manifest(run: Run, rank: int, name: str | None) -> tuple[P.Detected, list[dict]]:
+    """peaks.detect from the device's name and the rank's deviceProperties alone, with those properties."""
     entry = rank_entry(run, rank)
     used = {d.get("device") for d in entry.get("devices_used") or []} | set(entry.get("devices") or [])
     props = [p for p in (entry.get("device_properties") or []) if isinstance(p, dict)]
     props = [p for p in props if p.get("id") in used] or props
-    found = P.detect(name, props)
-    if found.arch is None and entry.get("devices"):
+    return P.detect(name, props), props
+
+
+def detect_device(run: Run, rank: int, name: str | None) -> P.Detected:
+    """The rank's architecture (peaks.detect) from its device name, deviceProperties and, only when
+    those tell nothing, the names of its kernels."""
+    found, props = _detect_from_manifest(run, rank, name)
+    if found.arch is None and rank_entry(run, rank).get("devices"):
         counts = dict(rank_rows(run, KERNEL_NAMES, rank))
         found = P.detect(name, props, counts) if counts else found
     return found
