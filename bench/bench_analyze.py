@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,10 @@ def path_once(run_dir: str, tree: Path, native: bool) -> tuple[float, float, flo
     return float(out[0]), float(out[1]), float(out[2]) / 1024
 
 
+def _median(results: list[tuple[float, float, float]], i: int) -> float:
+    return statistics.median(r[i] for r in results)
+
+
 def _line(label: str, results: list[tuple[float, float, float]]) -> str:
     best_wall, best_cpu, peak = min(r[0] for r in results), min(r[1] for r in results), max(r[2] for r in results)
     return (f"{label}: best of {len(results)}: {best_wall:.2f} s wall ({', '.join(f'{r[0]:.2f}' for r in results)}), "
@@ -114,7 +119,8 @@ def main() -> None:
         print(_line(label, res))
     if args.trace:
         a, b = results[HERE], extra["import (this tree)"]
-        print(f"analyze / import: wall {min(r[0] for r in a) / min(r[0] for r in b):.2f}x, CPU {min(r[1] for r in a) / min(r[1] for r in b):.2f}x")
+        print(f"analyze / import: wall {min(r[0] for r in a) / min(r[0] for r in b):.2f}x, CPU {min(r[1] for r in a) / min(r[1] for r in b):.2f}x "
+              f"(best of each); medians: wall {_median(a, 0) / _median(b, 0):.2f}x, CPU {_median(a, 1) / _median(b, 1):.2f}x")
     if args.against:
         a, b = results[HERE], results[trees[1]]
         print(f"ratio this / {trees[1]}: wall {min(r[0] for r in a) / min(r[0] for r in b):.2f}x, "

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -237,7 +238,8 @@ def main() -> None:
                   f"(all: {', '.join(f'{r[0]:.2f}' for r in rs)}), peak RSS {max(r[1] for r in rs):.0f} MiB")
         if "one" in results:
             ratio = min(r[0] for r in results["many"]) / min(r[0] for r in results["one"])
-            print(f"ratio {args.ranks} ranks / 1 rank: {ratio:.2f}x  (cpus {os.cpu_count()})")
+            median = statistics.median(r[0] for r in results["many"]) / statistics.median(r[0] for r in results["one"])
+            print(f"ratio {args.ranks} ranks / 1 rank: {ratio:.2f}x best of each, {median:.2f}x medians  (cpus {os.cpu_count()})")
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
