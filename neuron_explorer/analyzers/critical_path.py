@@ -38,6 +38,7 @@ Must not: decide what is a problem (rules do), render anything or write files.
 
 from __future__ import annotations
 
+import threading
 from array import array
 from bisect import bisect_left, bisect_right
 
@@ -388,6 +389,21 @@ def _communication_not_idle(index: RankIndex, cover: dict, code: int, ts, ns, ev
 
 
 _CACHE: dict[tuple, Path] = {}
+"""The paths this process computed or adopted, by (run, rank): the CACHE_PATHS used last, in the order of use."""
+CACHE_PATHS = 8
+_CACHE_LOCK = threading.Lock()
+
+
+def _keep(key: tuple, path: Path) -> None:
+    """Hold `path` in `_CACHE`, dropping the entries used longest ago beyond CACHE_PATHS. Not the whole cache:
+    the analysis threads each work on a rank of their own, and a rank whose path was dropped while
+    its rules still read it would be walked again from its own partition."""
+    with _CACHE_LOCK:
+        _CACHE.pop(key, None)
+        while len(_CACHE) >= CACHE_PATHS:
+            del _CACHE[next(iter(_CACHE))]
+        _CACHE[key] = path
+
 
 PATH_STEPS = RankQuery(
     "path_steps", "SELECT s.step, s.ts_ns, s.dur_ns, s.event_id, e.pid, coalesce(CAST(e.tid AS VARCHAR), e.tid_text, '') "
@@ -458,24 +474,22 @@ def adopt_paths(run: Run, paths: dict[int, Path]) -> None:
     """Ranks' paths another process computed for the same run (`computed_paths`) held as this
     process's own: path_of gives them without walking."""
     for rank, path in paths.items():
-        if len(_CACHE) >= 8:
-            _CACHE.clear()
-        _CACHE[_key(run, rank)] = path
+        _keep(_key(run, rank), path)
 
 
 def path_of(run: Run, rank: int) -> Path:
     """The critical path of every profiler step of a rank, as columns. Computed once per run and
     rank per process."""
     key = _key(run, rank)
-    got = _CACHE.get(key)
-    if got is not None:
-        return got
+    with _CACHE_LOCK:
+        got = _CACHE.pop(key, None)
+        if got is not None:  # used: the newest again
+            _CACHE[key] = got
+            return got
     path = _taken(run, rank)
     if path is None:
         path = _walked(run, rank, rank_rows(run, PATH_STEPS, rank), native=True)
-    if len(_CACHE) >= 8:
-        _CACHE.clear()
-    _CACHE[key] = path
+    _keep(key, path)
     return path
 
 
