@@ -249,3 +249,35 @@ def test_idle_after_syncs_from_the_busy_unions_equals_the_evidence_sql(tmp_path,
         summary.rank_summaries(run, run.ranks, per_rank=False)
         (v,) = host_sync._figures(run, 0).values()
     assert v["idle_after_ns"] == (320 - 110 - (200 - 110)) * US  # after aten::item until gemm, less device 1's work
+
+
+def test_each_rank_of_a_job_has_the_figures_it_has_alone_from_one_query(tmp_path, monkeypatch):
+    """Three ranks, rank r with 10 - 3r `.item()` syncs as in `test_overlapping_idle_after_syncs_is_counted_once`
+    (the idle after them runs to 500 µs): each rank's host-sync finding says what the rank says analysed
+    alone (390 µs of idle on every rank, 10, 7 and 4 stalls), and the job's syncs are read by one
+    query, the screen's, whose figures the checks of the ranks it selects take."""
+    from neuron_explorer.analyzers.rules import host_sync
+
+    def rank(r):
+        events = [X("ProfilerStep#1", "user_annotation", 0, 600),
+                  X("aten::mm", "cpu_op", 0, 10, **{"External id": 1}), _rt("cudaLaunchKernel", 2, 4, 1, 1), _k("K1", 10, 80, 1),
+                  X("aten::add", "cpu_op", 490, 10, **{"External id": 2}), _rt("cudaLaunchKernel", 492, 4, 2, 2), _k("K2", 500, 10, 2)]
+        for i in range(10 - 3 * r):
+            t = 100 + 20 * i
+            events += [X("aten::item", "cpu_op", t, 10, **{"External id": 10 + i}), _rt("cudaStreamSynchronize", t + 2, 6, 10 + i, 10 + i)]
+        return events
+
+    for r in range(3):
+        write_trace(tmp_path / "job" / f"rank{r}.json", rank(r), distributedInfo={"rank": r, "world_size": 3})
+    job = import_traces(tmp_path / "job", tmp_path / "job_run").run_dir
+    alone = {r: _findings(_run(tmp_path / f"alone{r}", rank(r)), "host-sync") for r in range(3)}
+    queries = []
+    real = host_sync._figures
+    monkeypatch.setattr(host_sync, "_figures", lambda run, rank: queries.append(rank) or real(run, rank))
+    found = _findings(job, "host-sync")
+    together = {r: [f for f in found if f.location.rank == r] for r in range(3)}
+    assert queries == [None]  # the screen's query for the whole job; no rank queried again
+    for r in range(3):
+        (f,), (g,) = together[r], alone[r]
+        assert (f.impact_ns, f.evidence.values, f.title) == (g.impact_ns, g.evidence.values, g.title) and f.impact_ns == 390 * US, r
+    assert [together[r][0].evidence.values["stalls"] for r in range(3)] == [10, 7, 4]

@@ -157,10 +157,17 @@ def _figure(v: dict, with_steps: bool) -> int:
     return v["idle_after_ns"] if with_steps else v["sync_ns"]
 
 
+_SCREENED = "host_sync_figures"
+"""Where the screen leaves every rank's figures on the batch's run (`run.prepared`, None for a rank
+without syncs): the check of a rank it selects reads them instead of querying its rank again."""
+
+
 def screen(run, summaries: dict) -> set[int]:
     """Ranks without a device (not applicable) and ranks whose figure (the check's, every rank in
     one query) is at least the check's share."""
     got = _figures(run, None)
+    if getattr(run, "prepared", None) is not None:
+        run.prepared[_SCREENED] = {r: got.get(r) for r in summaries}
     ns = {r: _figure(v, bool(summaries[r]["steps"]["count"])) for r, v in got.items() if r in summaries}
     return no_device(summaries) | share_at_least(summaries, ns, THRESHOLDS["SYNC_SHARE_MIN"])
 
@@ -169,7 +176,8 @@ def check(ctx: Context) -> list:
     ctx.require_device()
     steps = ctx.summary["steps"]["count"]
     sql = figures_sql(ctx.rank)
-    v = _figures(ctx.run, ctx.rank).get(int(ctx.rank))
+    screened = (getattr(ctx.run, "prepared", None) or {}).get(_SCREENED) or {}
+    v = screened[ctx.rank] if ctx.rank in screened else _figures(ctx.run, ctx.rank).get(int(ctx.rank))
     if v is None:
         return []
     # with steps a sync costs the device idle it causes inside the steps, not its own duration: the
