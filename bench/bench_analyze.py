@@ -15,9 +15,11 @@ alternating with this one, and prints the ratios; the load average is printed be
 
 `--trace JSON` (the trace the run was imported from) also imports it, in a fresh process each
 repetition, alternating with the analyses: analyze's wall time against the import's, side by side
-(issue 38's target: analyze <= import). `--path` also times the critical path alone (every rank's
-`critical_path.path_of`, fresh process) with the C++ walk and with the Python walk (the reference,
-NEURON_EXPLORER_NATIVE=0).
+(issue 38's target: analyze <= import). The import is the CLI's: `neuron-explorer import` tunes the
+allocator and freezes the objects made before it (`tune_allocator=True`); the library's default
+leaves the process's allocator alone, and peaks 1.5x as high on a 1.5 GB trace. `--path` also
+times the critical path alone (every rank's `critical_path.path_of`, fresh process) with the C++
+walk and with the Python walk (the reference, NEURON_EXPLORER_NATIVE=0).
 """
 
 from __future__ import annotations
@@ -60,9 +62,10 @@ def run_once(run_dir: str, tree: Path) -> tuple[float, float, float]:
 
 
 def import_once(trace: str, tree: Path, out_dir: str) -> tuple[float, float, float]:
-    """(wall s, CPU s, peak RSS MiB) of one import of `trace` into `out_dir` by the checkout at `tree`, in a fresh process."""
+    """(wall s, CPU s, peak RSS MiB) of one import of `trace` into `out_dir` by the checkout at `tree`, in a fresh
+    process, as `neuron-explorer import` runs it."""
     code = ("import resource, time; t = time.perf_counter(); from neuron_explorer.collectors.chrome_trace import import_traces; "
-            f"import_traces({trace!r}, {out_dir!r}, force=True); u = resource.getrusage(resource.RUSAGE_SELF); "
+            f"import_traces({trace!r}, {out_dir!r}, force=True, tune_allocator=True); u = resource.getrusage(resource.RUSAGE_SELF); "
             "print(time.perf_counter() - t, u.ru_utime + u.ru_stime, u.ru_maxrss)")
     env = dict(os.environ, PYTHONPATH=str(tree))
     out = _figures(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=tree).stdout)

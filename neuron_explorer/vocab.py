@@ -222,10 +222,29 @@ def tool_frame(alias: str = "") -> str:
 
 # ---- steady steps (the selection itself is analyzers.metrics.steady_steps) ----------------------
 
+STEP_RANGES_MAX = 8
+"""`in_steps` writes up to this many runs of consecutive steps as ranges; more, as a list."""
+
+
 def in_steps(steps, alias: str = "") -> str:
-    """An event lies in one of `steps` (e.g. the steady steps); FALSE for none."""
-    steps = [int(s) for s in steps]
-    return f"{_a(alias)}step IN ({', '.join(map(str, steps))})" if steps else "FALSE"
+    """An event lies in one of `steps` (e.g. the steady steps); FALSE for none. Runs of consecutive
+    steps are ranges (`step BETWEEN 16 AND 303`: the steady steps are one run), a step set in more
+    than STEP_RANGES_MAX runs a subquery over the list: DuckDB tests `step IN (16, 17, ...)` against
+    each value in turn, 0.39 s for 288 steady steps over 421k kernels against 0.02 s as a range."""
+    col = f"{_a(alias)}step"
+    steps = sorted({int(s) for s in steps})
+    if not steps:
+        return "FALSE"
+    runs = [[steps[0], steps[0]]]
+    for s in steps[1:]:
+        if s == runs[-1][1] + 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    if len(runs) > STEP_RANGES_MAX:
+        return f"{col} IN (SELECT unnest([{', '.join(map(str, steps))}]))"
+    parts = [f"{col} = {lo}" if lo == hi else f"{col} BETWEEN {lo} AND {hi}" for lo, hi in runs]
+    return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
 
 
 # ---- communication -------------------------------------------------------------------------------

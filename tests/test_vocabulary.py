@@ -129,6 +129,31 @@ def test_fragments_select_what_they_name():
     assert vocab.is_comm_kernel_name("ncclDevKernel_AllGather") and not vocab.is_comm_kernel_name("gemm")
 
 
+def test_a_step_set_selects_its_steps_as_ranges_or_a_list():
+    """The steady steps (one run), a set in a few runs and one in many select exactly their steps,
+    never a step between runs or an event outside any step; the usual case is written as a range
+    a person can read in the evidence SQL."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE events AS SELECT CASE WHEN i % 50 = 0 THEN NULL ELSE i % 40 END AS step FROM range(2000) t(i)")
+
+    def steps(where):
+        return sorted({r[0] for r in con.execute(f"SELECT step FROM events e WHERE {where}").fetchall()})
+
+    steady = list(range(3, 31))
+    assert vocab.in_steps(steady, "e") == "e.step BETWEEN 3 AND 30"
+    assert steps(vocab.in_steps(steady, "e")) == steady
+    few = [2, 3, 4, 9, 20, 21]
+    assert vocab.in_steps(few) == "(step BETWEEN 2 AND 4 OR step = 9 OR step BETWEEN 20 AND 21)"
+    assert steps(vocab.in_steps(few, "e")) == few
+    many = list(range(1, 40, 3))  # 13 runs of one step
+    assert "unnest" in vocab.in_steps(many)
+    assert steps(vocab.in_steps(many, "e")) == many
+    assert steps(vocab.in_steps([7, 5, 6, 5], "e")) == [5, 6, 7]  # unsorted, repeated
+    assert steps(f"NOT {vocab.in_steps(few, 'e')}") == sorted(set(range(40)) - set(few))  # null steps: neither
+
+
 def test_copy_direction_fragments_select_what_they_name():
     """Pageable host-to-device and device-to-host copies, by Kineto's and ROCm's names; a runtime call
     or a device-to-device copy is neither."""

@@ -31,7 +31,7 @@ import json
 
 from ..collectors.kineto_names import INPUT_DIMS_ARG, INPUT_TYPE_ARG
 from ..store import Run
-from ..vocab import DEVICE_WORK_SQL, charged_at_capture_to, charged_at_capture_to_sql, device_work, sql_literal, top_host_call
+from ..vocab import DEVICE_WORK_SQL, charged_at_capture_to, charged_at_capture_to_sql, device_work, in_steps, sql_literal, top_host_call
 from .utilisation import args_named_known
 
 CONTENTS_TOP = 5
@@ -48,11 +48,11 @@ def _roots_sql(run: Run, rank: int, location: dict, sample_ids: list[int]) -> tu
     op = location.get("op")
     if op:
         steps = [int(s) for s in location.get("steps") or []]
-        in_steps = f" AND step IN ({', '.join(map(str, steps))})" if steps else ""
+        in_steps_ = f" AND {in_steps(steps)}" if steps else ""
         words = f"every {op!r} on rank {rank}" + (f" in steps {steps[0]}-{steps[-1]}" if len(steps) > 1 else
                                                     f" in step {steps[0]}" if steps else "")
         return (f"SELECT event_id FROM events WHERE rank = {rank} AND ({host} AND name = {sql_literal(op)} OR "
-                f"{charged_at_capture_to(op)}){in_steps}", words)
+                f"{charged_at_capture_to(op)}){in_steps_}", words)
     if sample_ids:
         ids = ", ".join(str(int(i)) for i in sample_ids)
         return (f"SELECT CASE WHEN kind IN {DEVICE_WORK_SQL} OR device IS NOT NULL THEN top_op_id ELSE event_id END AS event_id "

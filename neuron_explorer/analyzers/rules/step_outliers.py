@@ -14,7 +14,7 @@ median step time). Saving bound: the same.
 
 from __future__ import annotations
 
-from ...vocab import line_key_sql
+from ...vocab import in_steps, line_key_sql
 from ..engine import Context, NotApplicable
 from ..lines import compile_inside_sql, compile_per_step_sql, own_ns_sql
 from ..model import Location
@@ -58,9 +58,8 @@ def check(ctx: Context) -> list:
     used = ctx.summary["steps"]["steady_steps"]  # metrics.steady_steps, as the summary selected them
     if len(used) < t["MIN_STEPS"]:
         raise NotApplicable(f"fewer than {t['MIN_STEPS']} steady-state profiler steps in this rank")
-    in_used = ", ".join(str(int(s)) for s in used)
     steps_sql = f"""WITH s AS (SELECT step, max(ts_ns + dur_ns) - min(ts_ns) AS dur_ns FROM events WHERE rank = {ctx.rank} AND kind = 'step'
-  AND step IN ({in_used}) GROUP BY step),
+  AND {in_steps(used)} GROUP BY step),
 m AS (SELECT median(dur_ns) AS median_ns FROM s)"""
     sql = steps_sql + f"""
 SELECT count(*) AS slow_steps, coalesce(sum(s.dur_ns - m.median_ns), 0)::BIGINT AS excess_ns, any_value(m.median_ns)::BIGINT AS median_ns,
@@ -71,21 +70,20 @@ FROM s, m WHERE s.dur_ns > {t['SLOW_FACTOR']} * m.median_ns"""
         return []
     slow = list(v["steps"])
     n_all = len(used)
-    slow_list = ", ".join(str(int(s)) for s in slow)
     diff = rows(ctx.run, f"""WITH e AS (SELECT e.step, {line_key_sql('f')} AS source, f.code, f.frame_id, e.event_id,
         {own_ns_sql(compile_ns='c.compile_ns')} AS ns
       FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
       LEFT JOIN ({compile_inside_sql(ctx.rank)}) c ON c.top_op_id = e.event_id
-      WHERE e.rank = {ctx.rank} AND e.step IN ({in_used}) AND f.is_user)
+      WHERE e.rank = {ctx.rank} AND {in_steps(used, 'e')} AND f.is_user)
     SELECT source, any_value(code) AS code, min(frame_id) AS frame_id,
-      coalesce(sum(ns) FILTER (WHERE step IN ({slow_list})), 0) / {len(slow)}
-        - coalesce(sum(ns) FILTER (WHERE step NOT IN ({slow_list})), 0) / {max(n_all - len(slow), 1)} AS grew_ns,
-      min(event_id) FILTER (WHERE step IN ({slow_list})) AS sample_id
+      coalesce(sum(ns) FILTER (WHERE {in_steps(slow)}), 0) / {len(slow)}
+        - coalesce(sum(ns) FILTER (WHERE NOT {in_steps(slow)}), 0) / {max(n_all - len(slow), 1)} AS grew_ns,
+      min(event_id) FILTER (WHERE {in_steps(slow)}) AS sample_id
     FROM e GROUP BY source ORDER BY grew_ns DESC, source LIMIT 1""")
     top = diff[0] if diff and diff[0]["grew_ns"] and diff[0]["grew_ns"] > 0 else None
-    compiling = rows(ctx.run, f"""SELECT coalesce(sum(compile_ns) FILTER (WHERE step IN ({slow_list})), 0) / {len(slow)}
-        - coalesce(sum(compile_ns) FILTER (WHERE step NOT IN ({slow_list})), 0) / {max(n_all - len(slow), 1)} AS grew_ns
-      FROM ({compile_per_step_sql(ctx.rank)}) WHERE step IN ({in_used})""")[0]["grew_ns"] or 0
+    compiling = rows(ctx.run, f"""SELECT coalesce(sum(compile_ns) FILTER (WHERE {in_steps(slow)}), 0) / {len(slow)}
+        - coalesce(sum(compile_ns) FILTER (WHERE NOT {in_steps(slow)}), 0) / {max(n_all - len(slow), 1)} AS grew_ns
+      FROM ({compile_per_step_sql(ctx.rank)}) WHERE {in_steps(used)}""")[0]["grew_ns"] or 0
     if compiling > 0 and (top is None or compiling >= top["grew_ns"]):
         top = None
         what = (f"In slow steps torch.compile compiles for {ms(compiling)} more per step (the recompile and compile-time "
