@@ -50,15 +50,22 @@ from ..store import Run
 from ..vocab import COMM_KERNEL_PATTERN, COMM_OP_PATTERN, DEVICE_WORK_SQL, comm_kernel, comm_op, sql_literal, top_op
 
 
-def arrivals_sql() -> str:
+def events_sql() -> str:
+    """The events the cross-rank figures start from (`ev` of `arrivals_sql`): every rank's step
+    slices, collective kernels and top-level collective CPU operators."""
+    return f"""SELECT rank, kind, name, step, event_id, ts_ns, dur_ns, kind = 'kernel' AS on_device FROM events
+        WHERE kind = 'step' OR ({comm_kernel()})
+           OR ({top_op()} AND {comm_op()})"""
+
+
+def arrivals_sql(ev: str | None = None) -> str:
     """CTEs (no leading WITH) ending in `ranked` (one row per rank and matched instance: rank, name,
     skey (the step, -1 outside steps in runs without steps), k, event_id, ts_ns, end_ns,
     on_device, offset_ns, at_ns (aligned arrival), pos (1 = last arrival)) and `inst` (one row per
     instance: participants, last_rank, last_event_id, last_at, second_at, others_mid_at, above_mean_ns (the
-    last arrival minus the mean arrival, exact: epoch ns do not fit a double's 53 bits))."""
-    return f"""ev AS MATERIALIZED (SELECT rank, kind, name, step, event_id, ts_ns, dur_ns, kind = 'kernel' AS on_device FROM events
-        WHERE kind = 'step' OR ({comm_kernel()})
-           OR ({top_op()} AND {comm_op()})),
+    last arrival minus the mean arrival, exact: epoch ns do not fit a double's 53 bits)). `ev`: a
+    table holding `events_sql`'s rows, read instead of scanning the events again."""
+    return f"""ev AS MATERIALIZED ({events_sql() if ev is None else f'SELECT * FROM {ev}'}),
 steps0 AS (SELECT rank, step, min(ts_ns) AS ts_ns, max(ts_ns + dur_ns) - min(ts_ns) AS dur_ns FROM ev WHERE kind = 'step' GROUP BY rank, step),
 dev_ranks AS (SELECT DISTINCT rank FROM ev WHERE on_device),
 coll AS (SELECT rank, name, step, event_id, ts_ns, ts_ns + dur_ns AS end_ns, on_device FROM ev
@@ -96,12 +103,12 @@ def analysed_sql() -> str:
     LEFT JOIN (SELECT rank, sum(dur_ns) AS total_ns FROM steps0 GROUP BY rank) s USING (rank))"""
 
 
-def per_rank_sql() -> str:
+def per_rank_sql(ev: str | None = None) -> str:
     """One row per rank: its clock offset and what it was aligned on, its collective wait (sum,
     share of its analysed time, instances), and as the last arrival: lateness, saving bound, how
     often, per step and the collective with the most lateness; and on every row the run's totals of
-    `totals_sql` (run_instances, run_balanced_saving_ns, run_max_participants)."""
-    return f"""WITH {arrivals_sql()},
+    `totals_sql` (run_instances, run_balanced_saving_ns, run_max_participants). `ev`: as for `arrivals_sql`."""
+    return f"""WITH {arrivals_sql(ev)},
 {analysed_sql()},
 waits AS (SELECT r.rank, sum(i.last_at - r.at_ns)::BIGINT AS wait_ns, count(*) AS instances
           FROM ranked r JOIN inst i USING (name, skey, k) GROUP BY r.rank),
@@ -133,6 +140,7 @@ SELECT count(*) AS instances, round(coalesce(sum(above_mean_ns), 0))::BIGINT AS 
 
 _CACHE: dict[int, tuple[weakref.ref, dict]] = {}
 _ARRIVALS: dict[int, tuple[weakref.ref, object]] = {}
+_EVENTS: dict[int, tuple[weakref.ref, object]] = {}
 
 
 def _cached(cache: dict, run: Run, make):
@@ -147,6 +155,14 @@ def _cached(cache: dict, run: Run, make):
     return out
 
 
+def collective_events(run: Run):
+    """`events_sql`'s rows as an Arrow table, read once per open run: the arrivals and the per-rank
+    figures both start from them (their scan of every rank's events is most of either query)."""
+    from .rank_rows import arrow_of
+
+    return _cached(_EVENTS, run, lambda: arrow_of(run, events_sql(), []))
+
+
 def arrivals(run: Run):
     """Every participant's arrival at every matched collective instance, with the instance's last
     arrival, as an Arrow table (columns rank, name, skey, on_device, event_id, ts_ns, pos, at_ns,
@@ -154,9 +170,9 @@ def arrivals(run: Run):
     what starts from it: collective-wait's location, the critical path's waits for the last rank."""
     from .rank_rows import arrow_of
 
-    return _cached(_ARRIVALS, run, lambda: arrow_of(run, f"""WITH {arrivals_sql()}
+    return _cached(_ARRIVALS, run, lambda: arrow_of(run, f"""WITH {arrivals_sql('nx_collective_events')}
 SELECT r.rank, r.name, r.skey, r.on_device, r.event_id, r.ts_ns, r.pos, r.at_ns, i.last_at, i.last_rank
-FROM ranked r JOIN inst i USING (name, skey, k)""", []))
+FROM ranked r JOIN inst i USING (name, skey, k)""", [], {"nx_collective_events": collective_events(run)}))
 
 
 def collective_waits(run: Run) -> dict:
@@ -167,11 +183,10 @@ def collective_waits(run: Run) -> dict:
 
 
 def _collective_waits(run: Run) -> dict:
-    rel = run.sql(per_rank_sql())
-    cols = [d[0] for d in rel.description]
+    from .rank_rows import arrow_of
+
     rows = []
-    for r in rel.fetchall():
-        row = dict(zip(cols, r))
+    for row in arrow_of(run, per_rank_sql("nx_collective_events"), [], {"nx_collective_events": collective_events(run)}).to_pylist():
         row["wait_share"] = None if row["wait_share"] is None else round(float(row["wait_share"]), 6)
         row["late_steps"] = [{"step": int(s["step"]), "late_ns": int(s["late_ns"])} for s in row["late_steps"] or []]
         rows.append(row)
