@@ -274,6 +274,25 @@ def test_contents_after_the_analysis_read_the_args_equal_each_finding_alone_with
         assert (mm["shapes"], add["dtypes"]) == (([[16, 1024], [1024, 1024]], ["float", "float"]) if named else ([], [])), name
 
 
+def test_the_capture_scans_are_left_out_only_where_the_manifest_counts_no_graph_replay(tmp_path):
+    """The roots charged at capture (graph-replayed work, `capture_op`) are looked for only on ranks
+    whose manifest does not say they replayed nothing: a trace without graph launches says so and
+    gets the same contents as each finding alone (whose SQL keeps the capture test); a manifest
+    that does not count replays (an older run) keeps the scans."""
+    from neuron_explorer import open_run
+    from neuron_explorer.analyzers.contents import _may_have_replays, _roots_in, finding_contents, findings_contents
+
+    run_dir = import_traces(write_trace(tmp_path / "n.json", NESTED, baseTimeNanoseconds=BASE), tmp_path / "n").run_dir
+    found = [{"location": {"rank": 0, "op": "aten::matmul"}}, {"location": {"rank": 0, "op": "forward"}}]
+    with open_run(run_dir) as run:
+        assert _may_have_replays(run, 0) is False
+        assert findings_contents(run, found) == [finding_contents(run, f) for f in found]
+        del run.manifest["ranks"][0]["data_quality"]["graph_replay_device_events"]
+        assert _may_have_replays(run, 0) is True
+    spec = [(0, "", "", ("op", "aten::matmul", []))]
+    assert "capture_top_op" in _roots_in(spec) and "capture_top_op" not in _roots_in(spec, replays=False)
+
+
 # ---- a real trace ------------------------------------------------------------------------------
 
 def test_real_trace_comm_exposed_contents(tmp_path):

@@ -32,6 +32,7 @@ import json
 from ..collectors.kineto_names import INPUT_DIMS_ARG, INPUT_TYPE_ARG
 from ..store import Run
 from ..vocab import DEVICE_WORK_SQL, charged_at_capture_to, charged_at_capture_to_sql, device_work, in_steps, sql_literal, top_host_call
+from .metrics import rank_entry
 from .utilisation import args_named_known
 
 CONTENTS_TOP = 5
@@ -147,10 +148,12 @@ ROOT_COLUMNS = ("rank", "event_id", "kind", "pid", "tid", "depth", "top_op_id", 
 """The columns of a root that `_contents_many` reads: where its children are and its own group."""
 
 
-def _roots_in(items: list[tuple[int, str, str, tuple]]) -> str:
+def _roots_in(items: list[tuple[int, str, str, tuple]], replays: bool = True) -> str:
     """Rows (fid, ROOT_COLUMNS of the root): the roots of every item, `_roots_sql`'s choice made by
     one scan per way of choosing (a table of the findings joined to the events), not one per
-    finding, and read from that same scan (but a sample device event's operator, looked up)."""
+    finding, and read from that same scan (but a sample device event's operator, looked up).
+    `replays`: whether some rank may hold graph-replayed work charged at capture (else the two
+    scans for it, which find nothing, are left out)."""
     host = "e.kind IN (" + ", ".join(sql_literal(k) for k in HOST_KINDS) + ")"
     cols = ", ".join(f"e.{c}" for c in ROOT_COLUMNS)
     by_op = [(i, rank, spec) for i, (rank, _, _, spec) in enumerate(items) if spec[0] == "op"]
@@ -164,7 +167,7 @@ def _roots_in(items: list[tuple[int, str, str, tuple]]) -> str:
         parts.append(f"""SELECT v.fid, {cols} FROM events e JOIN (VALUES {values}) v(fid, frank, name, steps)
   ON e.rank = v.frank AND e.name = v.name WHERE {host} AND e.name IN ({names})
   AND (v.steps IS NULL OR list_contains(v.steps, e.step))""")
-        for column in ("capture_op", "capture_top_op"):  # device work charged to the operator at capture (one definition:
+        for column in ("capture_op", "capture_top_op") if replays else ():  # device work charged to the operator at capture (one definition:
             # vocab.charged_at_capture_to; as two equality joins, which DuckDB hashes)
             parts.append(f"""SELECT v.fid, {cols} FROM events e JOIN (VALUES {values}) v(fid, frank, name, steps)
   ON e.rank = v.frank AND e.{column} = v.name WHERE {charged_at_capture_to_sql('v.name', 'e')}
@@ -179,6 +182,14 @@ def _roots_in(items: list[tuple[int, str, str, tuple]]) -> str:
         parts.append(f"""SELECT v.fid, {cols} FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
   JOIN (VALUES {values}) v(fid, frank, file, line) ON e.rank = v.frank AND f.file = v.file AND f.line = v.line WHERE {top_host_call('e')}""")
     return "\nUNION ALL ".join(parts)
+
+
+def _may_have_replays(run: Run, rank: int) -> bool:
+    """Whether the rank may hold device work charged to an operator at capture (`capture_op`,
+    `capture_top_op`): only graph-replayed work has it, and the manifest counts that work
+    (`data_quality.graph_replay_device_events`); a rank that does not say may."""
+    dq = rank_entry(run, rank).get("data_quality") or {}
+    return dq.get("graph_replay_device_events", 1) != 0
 
 
 def _root_spec(location: dict, sample_ids: list[int]) -> tuple:
@@ -208,7 +219,7 @@ def _contents_many(run: Run, items: list[tuple[int, str, str, tuple]], top: int)
     unnamed = all(args_named_known(run, rank) is False for rank in {rank for rank, _, _, _ in items})
     shaped = ("o.kind <> 'cpu_op' AND o.event_id IN (SELECT event_id FROM roots)" if unnamed else
               "o.event_id IN (SELECT event_id FROM roots UNION SELECT op_id FROM children)")
-    rows = run.sql(f"""WITH roots_in AS ({_roots_in(items)}),
+    rows = run.sql(f"""WITH roots_in AS ({_roots_in(items, any(_may_have_replays(run, r) for r in {rank for rank, _, _, _ in items}))}),
 every_root AS (SELECT DISTINCT fid, {', '.join(ROOT_COLUMNS)}, ts_ns + dur_ns AS end_ns FROM roots_in),
 sets AS (SELECT fid, min(fid) OVER (PARTITION BY root_ranks, root_ids) AS canon
   FROM (SELECT fid, list(rank ORDER BY rank, event_id) AS root_ranks, list(event_id ORDER BY rank, event_id) AS root_ids
