@@ -372,3 +372,26 @@ def test_compile_rules_check_only_the_ranks_with_compile_records(tmp_path, monke
     got = [(f.rule_id, f.title, f.impact_ns, f.location.rank) for f in report.findings if f.rule_id in ids]
     assert got == [(f.rule_id, f.title, f.impact_ns, 0) for f in alone.findings if f.rule_id in ids]
     assert {f.rule_id for f in alone.findings} >= set(ids)
+
+
+def test_the_screens_conditions_answered_in_one_scan_are_each_screens_own(tmp_path):
+    """The rules' SCREEN_WHERES asked together (ranks_with_many: one scan of the batch) give each
+    condition the ranks its own query gives: rank 0 compiled, ranks 1 and 2 did not, no rank has
+    an allocator call, every rank has Python frames."""
+    from neuron_explorer.analyzers.rules import _util, allocator_churn, recompile
+    from neuron_explorer.store import Run
+
+    plain = [X("train.py(20): <module>", "python_function", 0, 3000), X("ProfilerStep#1", "user_annotation", 0, 1000)]
+    for r, events in enumerate((_trace(), plain, plain)):
+        write_trace(tmp_path / "traces" / f"rank{r}.json", events, distributedInfo={"rank": r, "world_size": 3})
+    run_dir = import_traces(tmp_path / "traces", tmp_path / "run").run_dir
+    wheres = [*compile_time.SCREEN_WHERES, *graph_break.SCREEN_WHERES, *recompile.SCREEN_WHERES,
+              *allocator_churn.SCREEN_WHERES, "kind = 'python'", "dur_ns > NULL"]
+    summaries = {0: {}, 1: {}, 2: {}}
+    with open_run(run_dir) as run:
+        alone = {w: _util.ranks_with(run, w, summaries) for w in wheres}
+        together = Run(run.path, run.manifest, run.con)
+        _util.ranks_with_many(together, wheres)
+        assert {w: _util.ranks_with(together, w, summaries) for w in wheres} == alone
+    assert alone[compile_time.SCREEN_WHERES[0]] == {0} and alone["kind = 'python'"] == {0, 1, 2}
+    assert alone[allocator_churn.SCREEN_WHERES[0]] == set() and alone["dur_ns > NULL"] == set()

@@ -8,7 +8,9 @@ one query grouped by rank over many ranks that returns the ranks its check could
 finding, or that it does not apply); the others are reported as having no finding, unchecked.
 A rule whose screen costs what its check does on one rank (the check's first query is the
 screen's, and it stops there when there is nothing to report) sets SCREEN_ONE_RANK = False: a
-batch of one rank then runs the check without the screen.
+batch of one rank then runs the check without the screen. A screen that asks only which ranks have
+an event matching a condition declares it in SCREEN_WHERES and asks with `rules._util.ranks_with`:
+the engine answers every rule's conditions from one scan of the batch's events.
 A rule may also declare RANK_QUERIES (rank_rows.RankQuery): the queries its check runs on each
 rank, which the engine runs once per batch of ranks, grouped by rank, and the check reads its
 rank's rows of (`rank_rows.rows`); the summary's figures declare theirs the same way.
@@ -314,6 +316,17 @@ def screen(run: Run, rule: ModuleType, summaries: dict[int, dict]) -> set[int] |
         return None
 
 
+def _screen_wheres(run: Run, rules: list[ModuleType]) -> None:
+    """The ranks with events matching each condition the rules' screens ask about (`SCREEN_WHERES`),
+    one query for all of them (rules._util.ranks_with_many); a failure leaves each screen to ask."""
+    from .rules._util import ranks_with_many
+
+    try:
+        ranks_with_many(run, [w for rule in rules for w in getattr(rule, "SCREEN_WHERES", ())])
+    except Exception:  # noqa: BLE001 - each screen then runs its own query, and reports what is wrong
+        pass
+
+
 def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], quality: dict,
                    n_workers: int, parts: dict | None = None) -> dict[int, tuple[dict, dict]]:
     """Ranks in batches (`rank_batches`): for each batch, the summary numbers of all its ranks,
@@ -330,8 +343,9 @@ def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], qua
             batch_run = Run(run.path, run.manifest, con)
             create_views(batch_run, batch)
             partial = summary_.rank_summaries(batch_run, batch, per_rank=False)
-            selected = {rule.RULE_ID: screen(batch_run, rule, partial) if len(batch) > 1 or getattr(rule, "SCREEN_ONE_RANK", True)
-                        else None for rule in rank_rules}
+            screened = [rule for rule in rank_rules if len(batch) > 1 or getattr(rule, "SCREEN_ONE_RANK", True)]
+            _screen_wheres(batch_run, screened)
+            selected = {rule.RULE_ID: screen(batch_run, rule, partial) if rule in screened else None for rule in rank_rules}
             skips = {rank: frozenset(rid for rid, sel in selected.items() if sel is not None and rank not in sel) for rank in batch}
             # the rows the summary prepared on the batch's run (each device's busy union) and, for many ranks,
             # every per-rank query's

@@ -32,11 +32,34 @@ def no_device(summaries: dict) -> set[int]:
     return {r for r, s in summaries.items() if not s["devices"]}
 
 
+RANKS_WITH = "ranks_with"
+"""Where `ranks_with_many` keeps its answers on a run (`run.prepared`)."""
+
+
 def ranks_with(run, where: str, summaries: dict) -> set[int]:
     """Ranks of `summaries` with at least one event matching `where` (SQL over `events`): one query
     over every rank of `run`'s views, for a rule whose check reports nothing on a rank without such
-    events (for `screen`)."""
-    return {int(r) for (r,) in run.sql(f"SELECT DISTINCT rank FROM events WHERE {where}").fetchall()} & set(summaries)
+    events (for `screen`); none where the engine already asked (`ranks_with_many`, the conditions
+    of every rule's SCREEN_WHERES)."""
+    known = (getattr(run, "prepared", None) or {}).get(RANKS_WITH, {}).get(where)
+    if known is None:
+        known = {int(r) for (r,) in run.sql(f"SELECT DISTINCT rank FROM events WHERE {where}").fetchall()}
+    return known & set(summaries)
+
+
+def ranks_with_many(run, wheres) -> None:
+    """`ranks_with`'s answer for each of `wheres` (SQL conditions over `events`), from one scan of
+    the events of every rank of `run`'s views instead of one each, kept on `run.prepared`."""
+    wheres = list(dict.fromkeys(wheres))
+    if not wheres:
+        return
+    got: dict[str, set[int]] = {w: set() for w in wheres}
+    flags = ", ".join(f"bool_or({w})" for w in wheres)
+    for rank, *hit in run.sql(f"SELECT rank, {flags} FROM events WHERE " + " OR ".join(f"({w})" for w in wheres) + " GROUP BY rank").fetchall():
+        for w, h in zip(wheres, hit):
+            if h:
+                got[w].add(int(rank))
+    run.prepared.setdefault(RANKS_WITH, {}).update(got)
 
 
 def share_at_least(summaries: dict, ns_by_rank: dict, share: float) -> set[int]:

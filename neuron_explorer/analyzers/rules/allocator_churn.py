@@ -26,7 +26,7 @@ from ...vocab import allocator_call, allocator_free, in_steps
 from .. import metrics
 from ..engine import Context, NotApplicable
 from ..model import Location
-from ._util import ms, no_device, pct, row, rows
+from ._util import ms, no_device, pct, ranks_with, row, rows
 
 RULE_ID = "allocator-churn"
 TITLE = "Device memory allocated and freed through the driver in the steps"
@@ -73,12 +73,15 @@ SELECT (SELECT coalesce(sum(end_ns - start_ns), 0) FROM u)::BIGINT AS alloc_ns, 
 FROM events WHERE {_where(rank, None)}"""
 
 
+SCREEN_WHERES = (allocator_call(), "kind = 'runtime'")
+"""The allocator calls and runtime calls `screen` looks for (the engine asks for every rule's in one query: `ranks_with_many`)."""
+
+
 def screen(run, summaries: dict) -> set[int]:
     """Ranks without a device or without runtime calls (not applicable) and those with an
     allocator call (the check decides on the share)."""
-    found = {r for (r,) in run.sql(f"SELECT DISTINCT rank FROM events WHERE {allocator_call()}").fetchall()}
-    runtime = {r for (r,) in run.sql("SELECT DISTINCT rank FROM events WHERE kind = 'runtime'").fetchall()}
-    return no_device(summaries) | (set(summaries) - runtime) | (found & set(summaries))
+    found, runtime = (ranks_with(run, w, summaries) for w in SCREEN_WHERES)
+    return no_device(summaries) | (set(summaries) - runtime) | found
 
 
 def _advice(v: dict, stepped: bool) -> str:

@@ -51,9 +51,13 @@ FROM c JOIN cut USING (event_id) LEFT JOIN (SELECT fr.frame_id, {line_key_sql('f
 GROUP BY 1 ORDER BY compile_ns DESC, 1"""
 
 
+SCREEN_WHERES = (compile_range(),)
+"""The compile ranges `screen` looks for (the engine asks for every rule's in one query: `ranks_with_many`)."""
+
+
 def screen(run, summaries: dict) -> set[int]:
     """Ranks with a compile range (the check finds nothing on the others): one query for a batch."""
-    return ranks_with(run, compile_range(), summaries)
+    return ranks_with(run, SCREEN_WHERES[0], summaries)
 
 
 def check(ctx: Context) -> list:

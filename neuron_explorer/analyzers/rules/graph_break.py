@@ -71,9 +71,13 @@ WHERE e.rank = {int(rank)} AND e.name = {q(GRAPH_BREAK_EVENT)}
 GROUP BY 1, 3 ORDER BY count DESC, min(e.ts_ns)"""
 
 
+SCREEN_WHERES = (f"name = {q(GRAPH_BREAK_EVENT)}",)
+"""The graph-break records `screen` looks for (the engine asks for every rule's in one query: `ranks_with_many`)."""
+
+
 def screen(run, summaries: dict) -> set[int]:
     """Ranks with a graph-break record (the check finds nothing on the others): one query for a batch."""
-    return ranks_with(run, f"name = {q(GRAPH_BREAK_EVENT)}", summaries)
+    return ranks_with(run, SCREEN_WHERES[0], summaries)
 
 
 def check(ctx: Context) -> list:

@@ -59,9 +59,13 @@ def advice(guards: list[str]) -> str:
     return "Keep what the guard checks (inputs' dtype, device, grad mode, globals, module attributes) the same between calls."
 
 
+SCREEN_WHERES = (f"name = {q(RECOMPILE_EVENT)}",)
+"""The recompile records `screen` looks for (the engine asks for every rule's in one query: `ranks_with_many`)."""
+
+
 def screen(run, summaries: dict) -> set[int]:
     """Ranks with a recompile record (the check finds nothing on the others): one query for a batch."""
-    return ranks_with(run, f"name = {q(RECOMPILE_EVENT)}", summaries)
+    return ranks_with(run, SCREEN_WHERES[0], summaries)
 
 
 def check(ctx: Context) -> list:
