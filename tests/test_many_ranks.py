@@ -503,17 +503,23 @@ def test_real_two_rank_trace_report_equals_every_rule_run_on_the_whole_run(tmp_p
     assert {f["location"]["rank"] for f in got["findings"]} == {0, 1}
 
 
-def test_parquet_outputs_are_taken_from_the_analysis_and_equal_each_rank_computed_again(ten):
+@pytest.mark.parametrize("large", [False, True], ids=["tables", "compressed"])
+def test_parquet_outputs_are_taken_from_the_analysis_and_equal_each_rank_computed_again(ten, large, monkeypatch):
     """analyze keeps each rank's rows of critical_path.parquet and work.parquet as its analysis
-    ends (10 ranks: more than the critical path's cache of recent ranks holds), and writes the same
+    ends (10 ranks: more than the critical path's cache of recent ranks holds), as tables, or
+    compressed in a run of more events than a batch (here made small), and writes the same
     tables as computing every rank's path and work again on its own partition."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from neuron_explorer.analyzers import critical_path as cp
-    from neuron_explorer.analyzers import outputs
+    from neuron_explorer.analyzers import engine, outputs
 
+    if large:
+        monkeypatch.setattr(engine, "BATCH_EVENTS", 10)  # the run: 10 ranks of 6 events
     report = analyze(ten)
     assert sorted(report.rank_parts) == list(range(10))
+    assert {type(p["work"]) for p in report.rank_parts.values()} == ({bytes} if large else {pa.Table})
     written = {name: pq.read_table(ten / "analysis" / f"{name}.parquet") for name in ("critical_path", "work")}
     cp._CACHE.clear()
     with open_run(ten) as run:
