@@ -215,17 +215,15 @@ def _empty(names: tuple, floats: tuple = ("flops", "bytes")) -> dict:
 def device_name(run: Run, rank: int) -> str | None:
     """The name of the device the rank's device work ran on, as the manifest names it (the
     importer's `devices_used`, else the device properties with the same id)."""
-    for entry in run.manifest.get("ranks", []):
-        if int(entry.get("rank", 0)) != rank:
-            continue
-        props = [p for p in (entry.get("device_properties") or []) if isinstance(p, dict)]
-        named = {p.get("id"): p.get("name") for p in props if p.get("name")}
-        used = entry.get("devices_used") or [{"device": d, "name": named.get(d)} for d in entry.get("devices") or []]
-        for d in used:
-            if d.get("name"):
-                return d["name"]
-        if used and len(set(named.values())) == 1:  # one device model listed: the job's
-            return next(iter(named.values()))
+    entry = rank_entry(run, rank)
+    props = [p for p in (entry.get("device_properties") or []) if isinstance(p, dict)]
+    named = {p.get("id"): p.get("name") for p in props if p.get("name")}
+    used = entry.get("devices_used") or [{"device": d, "name": named.get(d)} for d in entry.get("devices") or []]
+    for d in used:
+        if d.get("name"):
+            return d["name"]
+    if used and len(set(named.values())) == 1:  # one device model listed: the job's
+        return next(iter(named.values()))
     return None
 
 
