@@ -105,6 +105,25 @@ def test_clocks_are_aligned_on_the_collectives_ends(job):
         0: (0, "collective_ends"), 1: (7_500_000, "collective_ends"), 2: (-3_000_000, "collective_ends")}
 
 
+def test_the_arrivals_and_the_waits_from_one_read_equal_their_evidence_queries(job):
+    """The arrivals and the per-rank waits start from one read of the collective events
+    (`collective_events`), dropped once both are kept; each equals its query over the events
+    (per_rank_sql, the evidence text) on plain DuckDB views."""
+    run_dir, _ = job
+    with open_run(run_dir) as run:
+        waits = xr.collective_waits(run)["ranks"]
+        arrivals = sorted(tuple(r.values()) for r in xr.arrivals(run).to_pylist())
+        assert id(run) not in xr._EVENTS
+    full = {r["rank"]: r for r in _evidence(run_dir, xr.per_rank_sql())}
+    assert [{k: v for k, v in full[w["rank"]].items() if k in w and k not in ("wait_share", "late_steps")} for w in waits] == \
+        [{k: v for k, v in w.items() if k not in ("wait_share", "late_steps")} for w in waits]
+    assert [w["late_steps"] for w in waits] == [[{k: int(v) for k, v in s.items()} for s in full[w["rank"]]["late_steps"] or []] for w in waits]
+    assert arrivals == sorted(tuple(r.values()) for r in _evidence(run_dir, f"""WITH {xr.arrivals_sql()}
+SELECT r.rank, r.name, r.skey, r.on_device, r.event_id, r.ts_ns, r.pos, r.at_ns, i.last_at, i.last_rank
+FROM ranked r JOIN inst i USING (name, skey, k)"""))
+    assert len(arrivals) == 3 * 3  # three ranks at each of three matched all-reduces
+
+
 def test_straggler_is_rank_2_late_in_steps_2_and_3(job):
     run_dir, report = job
     f = _one(report, "rank-skew")  # rank 1, 20 µs late in step 1 (0.7% of its time), is below the threshold

@@ -157,10 +157,21 @@ def _cached(cache: dict, run: Run, make):
 
 def collective_events(run: Run):
     """`events_sql`'s rows as an Arrow table, read once per open run: the arrivals and the per-rank
-    figures both start from them (their scan of every rank's events is most of either query)."""
+    figures both start from them (their scan of every rank's events is most of either query), and
+    it is dropped once both are kept (`_done_with_events`)."""
     from .rank_rows import arrow_of
 
     return _cached(_EVENTS, run, lambda: arrow_of(run, events_sql(), []))
+
+
+def _done_with_events(run: Run) -> None:
+    """Drop the run's collective events once the arrivals and the per-rank figures are both kept."""
+    def kept(cache):
+        hit = cache.get(id(run))
+        return hit is not None and hit[0]() is run
+
+    if kept(_ARRIVALS) and kept(_CACHE):
+        _EVENTS.pop(id(run), None)
 
 
 def arrivals(run: Run):
@@ -170,16 +181,20 @@ def arrivals(run: Run):
     what starts from it: collective-wait's location, the critical path's waits for the last rank."""
     from .rank_rows import arrow_of
 
-    return _cached(_ARRIVALS, run, lambda: arrow_of(run, f"""WITH {arrivals_sql('nx_collective_events')}
+    got = _cached(_ARRIVALS, run, lambda: arrow_of(run, f"""WITH {arrivals_sql('nx_collective_events')}
 SELECT r.rank, r.name, r.skey, r.on_device, r.event_id, r.ts_ns, r.pos, r.at_ns, i.last_at, i.last_rank
 FROM ranked r JOIN inst i USING (name, skey, k)""", [], {"nx_collective_events": collective_events(run)}))
+    _done_with_events(run)
+    return got
 
 
 def collective_waits(run: Run) -> dict:
     """The cross-rank figures of a run, as plain data (computed once per open run):
     {"ranks": [per-rank rows of `per_rank_sql`], "instances", "balanced_saving_ns", "max_participants"}.
     Ranks with no matched collective have wait 0 and no share of waiting."""
-    return _cached(_CACHE, run, lambda: _collective_waits(run))
+    got = _cached(_CACHE, run, lambda: _collective_waits(run))
+    _done_with_events(run)
+    return got
 
 
 def _collective_waits(run: Run) -> dict:
