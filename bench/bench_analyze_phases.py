@@ -13,7 +13,6 @@ here), and what is not wrapped (the views, the other rules) is the rest of `anal
 from __future__ import annotations
 
 import resource
-import sys
 import time
 
 
@@ -59,4 +58,8 @@ def main(run_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run", help="a run directory (what `neuron-explorer import` or `record` wrote)")
+    main(ap.parse_args().run)
