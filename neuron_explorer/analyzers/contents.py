@@ -32,7 +32,7 @@ import json
 from ..collectors.kineto_names import INPUT_DIMS_ARG, INPUT_TYPE_ARG
 from ..store import Run
 from ..vocab import DEVICE_WORK_SQL, charged_at_capture_to, charged_at_capture_to_sql, device_work, in_steps, sql_literal, top_host_call
-from .metrics import rank_entry
+from .metrics import graph_replays, rank_entry
 from .utilisation import args_named_known
 
 CONTENTS_TOP = 5
@@ -187,9 +187,9 @@ def _roots_in(items: list[tuple[int, str, str, tuple]], replays: bool = True) ->
 def _may_have_replays(run: Run, rank: int) -> bool:
     """Whether the rank may hold device work charged to an operator at capture (`capture_op`,
     `capture_top_op`): only graph-replayed work has it, and the manifest counts that work
-    (`data_quality.graph_replay_device_events`); a rank that does not say may."""
-    dq = rank_entry(run, rank).get("data_quality") or {}
-    return dq.get("graph_replay_device_events", 1) != 0
+    (metrics.graph_replays); a rank whose manifest does not count it may."""
+    entry = rank_entry(run, rank)
+    return "graph_replay_device_events" not in (entry.get("data_quality") or {}) or graph_replays(entry) is not None
 
 
 def _root_spec(location: dict, sample_ids: list[int]) -> tuple:

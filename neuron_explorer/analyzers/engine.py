@@ -170,10 +170,15 @@ BATCH_EVENTS = 2_000_000
 grouped queries hold no more than one large rank's worth at a time."""
 
 
+def _events_by_rank(run: Run) -> dict[int, int]:
+    """The manifest's count of events per rank."""
+    return {int(e.get("rank", 0)): int(e.get("events", 0) or 0) for e in run.manifest.get("ranks", [])}
+
+
 def rank_batches(run: Run, ranks: list[int]) -> list[list[int]]:
     """Consecutive ranks in batches of at most RANK_BATCH ranks and BATCH_EVENTS events (the
     manifest's count per rank)."""
-    events = {int(e.get("rank", 0)): int(e.get("events", 0) or 0) for e in run.manifest.get("ranks", [])}
+    events = _events_by_rank(run)
     out, batch, n = [], [], 0
     for r in ranks:
         if batch and (len(batch) >= RANK_BATCH or n + events.get(r, 0) > BATCH_EVENTS):
@@ -393,7 +398,7 @@ def _rank_details(run: Run, ranks: list[int], rank_rules: list[ModuleType], qual
     # every rank's parts are held until the outputs are written: compressed where the run holds more
     # events than one batch may (a rank that large is held as tables: its parts are written next),
     # as tables in a smaller run (256 ranks of 5k events: 0.5 s of CPU compressing and reading back)
-    compress = len(run.ranks) > 1 and sum(int(e.get("events", 0) or 0) for e in run.manifest.get("ranks", [])) > BATCH_EVENTS
+    compress = len(run.ranks) > 1 and sum(_events_by_rank(run).values()) > BATCH_EVENTS
 
     def _rank_parts(rank_run: Run, rank: int) -> dict | None:
         try:

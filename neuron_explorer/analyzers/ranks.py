@@ -143,11 +143,16 @@ _ARRIVALS: dict[int, tuple[weakref.ref, object]] = {}
 _EVENTS: dict[int, tuple[weakref.ref, object]] = {}
 
 
+def _kept(cache: dict, run: Run) -> bool:
+    """Whether `cache` holds a value for this open run (not for another that had its id)."""
+    hit = cache.get(id(run))
+    return hit is not None and hit[0]() is run
+
+
 def _cached(cache: dict, run: Run, make):
     """`make()`'s value kept per open run (dropped when the run is)."""
-    hit = cache.get(id(run))
-    if hit is not None and hit[0]() is run:
-        return hit[1]
+    if _kept(cache, run):
+        return cache[id(run)][1]
     out = make()
     for key in [k for k, (ref, _) in cache.items() if ref() is None]:
         del cache[key]
@@ -166,11 +171,7 @@ def collective_events(run: Run):
 
 def _done_with_events(run: Run) -> None:
     """Drop the run's collective events once the arrivals and the per-rank figures are both kept."""
-    def kept(cache):
-        hit = cache.get(id(run))
-        return hit is not None and hit[0]() is run
-
-    if kept(_ARRIVALS) and kept(_CACHE):
+    if _kept(_ARRIVALS, run) and _kept(_CACHE, run):
         _EVENTS.pop(id(run), None)
 
 
