@@ -146,14 +146,17 @@ def findings_contents(run: Run, findings: list[dict], top: int = CONTENTS_TOP) -
 
 ROOT_COLUMNS = ("rank", "event_id", "kind", "pid", "tid", "depth", "top_op_id", "ts_ns", "dur_ns", "name")
 """The columns of a root that `_contents_many` reads: where its children are and its own group."""
+_READ_COLUMNS = ROOT_COLUMNS + ("op_id", "launch_id", "step", "source_frame_id", "device", "capture_op", "capture_top_op")
+"""Every column of the events `_contents_many` reads, but the operators' args (read for few rows)."""
 
 
-def _roots_in(items: list[tuple[int, str, str, tuple]], replays: bool = True) -> str:
+def _roots_in(items: list[tuple[int, str, str, tuple]], replays: bool = True, events: str = "events") -> str:
     """Rows (fid, ROOT_COLUMNS of the root): the roots of every item, `_roots_sql`'s choice made by
     one scan per way of choosing (a table of the findings joined to the events), not one per
     finding, and read from that same scan (but a sample device event's operator, looked up).
     `replays`: whether some rank may hold graph-replayed work charged at capture (else the two
-    scans for it, which find nothing, are left out)."""
+    scans for it, which find nothing, are left out). `events`: the relation the events are read from
+    (a CTE holding the columns read here, or the view)."""
     host = "e.kind IN (" + ", ".join(sql_literal(k) for k in HOST_KINDS) + ")"
     cols = ", ".join(f"e.{c}" for c in ROOT_COLUMNS)
     by_op = [(i, rank, spec) for i, (rank, _, _, spec) in enumerate(items) if spec[0] == "op"]
@@ -164,22 +167,25 @@ def _roots_in(items: list[tuple[int, str, str, tuple]], replays: bool = True) ->
         values = ", ".join(f"({i}, {rank}, {sql_literal(op)}, {'[' + ', '.join(map(str, steps)) + ']' if steps else 'NULL'}::BIGINT[])"
                            for i, rank, (_, op, steps) in by_op)
         names = ", ".join(sorted({sql_literal(op) for _, _, (_, op, _) in by_op}))  # filtered in the scan: few rows joined
-        parts.append(f"""SELECT v.fid, {cols} FROM events e JOIN (VALUES {values}) v(fid, frank, name, steps)
+        parts.append(f"""SELECT v.fid, {cols} FROM {events} e JOIN (VALUES {values}) v(fid, frank, name, steps)
   ON e.rank = v.frank AND e.name = v.name WHERE {host} AND e.name IN ({names})
   AND (v.steps IS NULL OR list_contains(v.steps, e.step))""")
         for column in ("capture_op", "capture_top_op") if replays else ():  # device work charged to the operator at capture (one definition:
             # vocab.charged_at_capture_to; as two equality joins, which DuckDB hashes)
-            parts.append(f"""SELECT v.fid, {cols} FROM events e JOIN (VALUES {values}) v(fid, frank, name, steps)
+            parts.append(f"""SELECT v.fid, {cols} FROM {events} e JOIN (VALUES {values}) v(fid, frank, name, steps)
   ON e.rank = v.frank AND e.{column} = v.name WHERE {charged_at_capture_to_sql('v.name', 'e')}
   AND (v.steps IS NULL OR list_contains(v.steps, e.step))""")
     if by_ids:
         values = ", ".join(f"({i}, {rank}, {int(e)})" for i, rank, (_, ids) in by_ids for e in ids)
-        parts.append(f"""SELECT v.fid, {cols} FROM (VALUES {values}) v(fid, frank, event_id)
-  JOIN events s ON s.rank = v.frank AND s.event_id = v.event_id JOIN events e ON e.rank = v.frank
-  AND e.event_id = CASE WHEN s.kind IN {DEVICE_WORK_SQL} OR s.device IS NOT NULL THEN s.top_op_id ELSE s.event_id END""")
+        # each sample's root id first, then the root by that id: joined in one step, DuckDB paired the
+        # two reads of the events by rank alone (a hash join of every event of a rank with every other)
+        parts.append(f"""SELECT t.fid, {cols} FROM (SELECT v.fid, v.frank,
+    CASE WHEN s.kind IN {DEVICE_WORK_SQL} OR s.device IS NOT NULL THEN s.top_op_id ELSE s.event_id END AS root_id
+    FROM (VALUES {values}) v(fid, frank, event_id) JOIN {events} s ON s.rank = v.frank AND s.event_id = v.event_id) t
+  JOIN {events} e ON e.rank = t.frank AND e.event_id = t.root_id""")
     if by_source:
         values = ", ".join(f"({i}, {rank}, {sql_literal(file)}, {int(line)})" for i, rank, (_, file, line) in by_source)
-        parts.append(f"""SELECT v.fid, {cols} FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
+        parts.append(f"""SELECT v.fid, {cols} FROM {events} e JOIN frames f ON f.frame_id = e.source_frame_id
   JOIN (VALUES {values}) v(fid, frank, file, line) ON e.rank = v.frank AND f.file = v.file AND f.line = v.line WHERE {top_host_call('e')}""")
     return "\nUNION ALL ".join(parts)
 
@@ -219,7 +225,13 @@ def _contents_many(run: Run, items: list[tuple[int, str, str, tuple]], top: int)
     unnamed = all(args_named_known(run, rank) is False for rank in {rank for rank, _, _, _ in items})
     shaped = ("o.kind <> 'cpu_op' AND o.event_id IN (SELECT event_id FROM roots)" if unnamed else
               "o.event_id IN (SELECT event_id FROM roots UNION SELECT op_id FROM children)")
-    rows = run.sql(f"""WITH roots_in AS ({_roots_in(items, any(_may_have_replays(run, r) for r in {rank for rank, _, _, _ in items}))}),
+    # over many ranks' files, the columns this query reads are read once (each scan of a batch of 128
+    # files costs 60-150 ms, however few rows it keeps: five scans were most of the query); over one
+    # rank's file, each part reads its own rows, filtered in the scan
+    many = run.view_ranks is None or len(run.view_ranks) > 1
+    read = (f"ev AS MATERIALIZED (SELECT {', '.join(_READ_COLUMNS)} FROM events),\n" if many else "")
+    events = "ev" if many else "events"
+    rows = run.sql(f"""WITH {read}roots_in AS ({_roots_in(items, any(_may_have_replays(run, r) for r in {rank for rank, _, _, _ in items}), events)}),
 every_root AS (SELECT DISTINCT fid, {', '.join(ROOT_COLUMNS)}, ts_ns + dur_ns AS end_ns FROM roots_in),
 sets AS (SELECT fid, min(fid) OVER (PARTITION BY root_ranks, root_ids) AS canon
   FROM (SELECT fid, list(rank ORDER BY rank, event_id) AS root_ranks, list(event_id ORDER BY rank, event_id) AS root_ids
@@ -229,17 +241,17 @@ roots AS (SELECT r.* FROM every_root r SEMI JOIN sets s ON s.fid = r.fid AND s.c
 -- do, and every root is an operator, no event is the child of two roots (nor a root another's child)
 shared AS (SELECT DISTINCT fid FROM roots GROUP BY fid, rank, top_op_id, pid, tid HAVING count(*) > 1 OR bool_or(kind <> 'cpu_op')),
 host_all AS (
-  SELECT r.fid, e.event_id, e.kind, e.name, e.dur_ns, e.op_id FROM roots r JOIN events e ON e.rank = r.rank AND e.top_op_id = r.top_op_id
+  SELECT r.fid, e.event_id, e.kind, e.name, e.dur_ns, e.op_id FROM roots r JOIN {events} e ON e.rank = r.rank AND e.top_op_id = r.top_op_id
   WHERE r.kind = 'cpu_op' AND e.kind IN ('cpu_op', 'runtime') AND e.pid = r.pid AND e.tid = r.tid AND e.depth > r.depth
     AND e.ts_ns >= r.ts_ns AND e.ts_ns + e.dur_ns <= r.end_ns
   UNION ALL
-  SELECT r.fid, e.event_id, e.kind, e.name, e.dur_ns, e.op_id FROM roots r JOIN events e ON e.rank = r.rank AND e.pid = r.pid AND e.tid = r.tid
+  SELECT r.fid, e.event_id, e.kind, e.name, e.dur_ns, e.op_id FROM roots r JOIN {events} e ON e.rank = r.rank AND e.pid = r.pid AND e.tid = r.tid
   WHERE r.kind <> 'cpu_op' AND e.kind IN ('cpu_op', 'runtime') AND e.depth > r.depth AND e.ts_ns >= r.ts_ns AND e.ts_ns + e.dur_ns <= r.end_ns),
 host AS (SELECT * FROM host_all WHERE fid NOT IN (SELECT fid FROM shared)
   UNION ALL SELECT fid, event_id, any_value(kind), any_value(name), any_value(dur_ns), any_value(op_id)
   FROM host_all WHERE fid IN (SELECT fid FROM shared) GROUP BY fid, event_id),
 device_all AS (SELECT l.fid, d.event_id, d.kind, d.name, d.dur_ns, d.op_id
-  FROM (SELECT fid, event_id FROM roots UNION ALL SELECT fid, event_id FROM host) l JOIN events d ON d.launch_id = l.event_id
+  FROM (SELECT fid, event_id FROM roots UNION ALL SELECT fid, event_id FROM host) l JOIN {events} d ON d.launch_id = l.event_id
   WHERE {device_work('d')} AND d.rank IN (SELECT DISTINCT rank FROM roots)),
 device AS (SELECT * FROM device_all WHERE fid NOT IN (SELECT fid FROM shared)
   UNION ALL SELECT fid, event_id, any_value(kind), any_value(name), any_value(dur_ns), any_value(op_id)

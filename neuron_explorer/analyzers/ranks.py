@@ -236,17 +236,20 @@ def work_per_step_sql() -> str:
     left out: a rank that waits longer in them is not busier."""
     kpat, opat = sql_literal(COMM_KERNEL_PATTERN), sql_literal(COMM_OP_PATTERN)
     dev = DEVICE_WORK_SQL
-    # One scan of the candidate intervals; the collective patterns are matched once per distinct
-    # name, not once per event. The union of a rank's intervals in a step is the sum, in start
-    # order, of the part of each that ends beyond every earlier one: one window, no islands.
-    return f"""WITH steps0 AS (SELECT rank, step FROM events WHERE kind = 'step' GROUP BY rank, step),
+    # One scan of the events: the steps, the device and operator names and the candidate intervals
+    # all come from it (four scans of every rank's file before: 0.73 -> 0.44 s over 256 ranks). The
+    # collective patterns are matched once per distinct name, not once per event. The union of a
+    # rank's intervals in a step is the sum, in start order, of the part of each that ends beyond
+    # every earlier one: one window, no islands.
+    return f"""WITH ev AS MATERIALIZED (SELECT rank, kind, step, name, ts_ns, ts_ns + dur_ns AS end_ns, dur_ns > 0 AS timed,
+           kind IN {dev} AND device IS NOT NULL AS on_dev, {top_op()} AS top_level FROM events
+         WHERE kind = 'step' OR kind IN {dev} OR kind = 'cpu_op'),
+steps0 AS (SELECT rank, step FROM ev WHERE kind = 'step' GROUP BY rank, step),
 common AS (SELECT step FROM steps0 GROUP BY step HAVING count(DISTINCT rank) = (SELECT count(DISTINCT rank) FROM steps0)),
-dev_ranks AS (SELECT DISTINCT rank FROM events WHERE kind IN {dev} AND device IS NOT NULL),
+dev_ranks AS (SELECT DISTINCT rank FROM ev WHERE on_dev),
 names AS (SELECT name, regexp_matches(name, {kpat}) AS comm_kernel, regexp_matches(name, {opat}) AS comm_op
-          FROM (SELECT DISTINCT name FROM events WHERE kind IN {dev} OR kind = 'cpu_op')),
-cand AS (SELECT rank, step, name, ts_ns, ts_ns + dur_ns AS end_ns, kind IN {dev} AND device IS NOT NULL AS on_dev FROM events
-         WHERE dur_ns > 0 AND step IN (SELECT step FROM common)
-           AND ((kind IN {dev} AND device IS NOT NULL) OR ({top_op()}))),
+          FROM (SELECT DISTINCT name FROM ev WHERE kind <> 'step')),
+cand AS (SELECT rank, step, name, ts_ns, end_ns, on_dev FROM ev WHERE timed AND step IN (SELECT step FROM common) AND (on_dev OR top_level)),
 iv AS (SELECT c.rank, c.step, c.ts_ns, c.end_ns FROM cand c JOIN names n ON c.name = n.name
        WHERE CASE WHEN c.on_dev THEN NOT n.comm_kernel ELSE NOT n.comm_op AND c.rank NOT IN (SELECT rank FROM dev_ranks) END),
 mx AS (SELECT *, max(end_ns) OVER (PARTITION BY rank, step ORDER BY ts_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
