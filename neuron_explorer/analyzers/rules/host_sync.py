@@ -39,26 +39,15 @@ THRESHOLDS = {
 }
 SCREEN_ONE_RANK = False  # the check's first query is the screen's for that rank (engine.py): one rank runs it once
 
-def waits(alias: str = "r", runtime: str = "events", device: str = "events") -> str:
+def waits(alias: str = "r") -> str:
     """A runtime call waits for a device: a sync call, or a blocking device-to-host copy (its own
     copy to the host ended before the call returned). The blocking copies' calls are one
     uncorrelated set (device copies to the host joined to the call that launched them, by
     `launch_id`): a correlated EXISTS beside the OR made DuckDB join every event of the rank to
-    the copies, the larger part of this rule's queries. `runtime`, `device`: where the launching
-    calls and the copies are read (CTEs holding the runtime calls and the device work, or `events`)."""
+    the copies, the larger part of this rule's queries."""
     a = f"{alias}." if alias else ""
-    return (f"({sync_call(alias)} OR {a}kind = 'runtime' AND {memcpy_call(alias)} AND {a}event_id IN (SELECT c.launch_id FROM {device} c "
-            f"JOIN {runtime} l ON l.event_id = c.launch_id WHERE {to_host_copy('c')} AND c.ts_ns + c.dur_ns <= l.ts_ns + l.dur_ns))")
-
-
-def _read_once_sql(rank: int | None) -> str:
-    """CTEs `rt` (the runtime calls) and `dw` (the device work) with the columns `figures_sql` reads:
-    each read once (over a batch of many ranks' files, each read of the events costs 50-100 ms
-    however few rows it keeps, and the query read them seven times)."""
-    return (f"rt AS MATERIALIZED (SELECT rank, event_id, kind, name, top_op_id, ts_ns, dur_ns FROM events "
-            f"WHERE {_ranks(rank)} AND kind = 'runtime'),\n"
-            f"dw AS MATERIALIZED (SELECT rank, event_id, kind, name, launch_id, device, ts_ns, dur_ns FROM events "
-            f"WHERE {_ranks(rank)} AND {device_work()}),\n")
+    return (f"({sync_call(alias)} OR {a}kind = 'runtime' AND {memcpy_call(alias)} AND {a}event_id IN (SELECT c.launch_id FROM events c "
+            f"JOIN events l ON l.event_id = c.launch_id WHERE {to_host_copy('c')} AND c.ts_ns + c.dur_ns <= l.ts_ns + l.dur_ns))")
 
 
 def _ranks(rank: int | None, alias: str = "") -> str:
@@ -89,7 +78,7 @@ FROM events e JOIN w ON w.host_call = e.event_id ASOF LEFT JOIN st ON st.rank = 
 WHERE {_ranks(rank, 'e')} AND {top_host_call('e')}"""
 
 
-def figures_sql(rank: int | None, busy_in_sql: bool = True, read_once: bool = False) -> str:
+def figures_sql(rank: int | None, busy_in_sql: bool = True) -> str:
     """Per rank with host syncs (plain DuckDB over `events`): stalls (syncs inside steps), wait_ns
     (the durations of their waiting runtime calls), idle_after_ns (the merged device idle they leave: the impact with steps),
     idle_summed_ns (the same intervals summed without merging, for comparison), sync_ns (the union
@@ -97,10 +86,7 @@ def figures_sql(rank: int | None, busy_in_sql: bool = True, read_once: bool = Fa
     them), outside_steps and outside_wait_ns (those outside every step). With `busy_in_sql=False`
     (`_figures`), idle_after_ns is left out and the rows carry the merged intervals instead (after_a,
     after_b) and how many device events have no device (no_device), for the busy time in them to be
-    taken out of the devices' busy unions the summary merged. With `read_once`, the runtime calls and the
-    device work are each read once (`_read_once_sql`): faster over many ranks' files, slower over
-    one rank's (the scans filtered on their own are cheaper than the copies)."""
-    rt, dw = ("rt", "dw") if read_once else ("events", "events")
+    taken out of the devices' busy unions the summary merged."""
     if busy_in_sql:
         idle_ctes = f""",
 busy AS ({metrics.union_sql(f"{_ranks(rank)} AND {device_work()}", by=("rank",))}),
@@ -110,16 +96,14 @@ idle AS (SELECT u.rank, sum(u.b - u.a - coalesce((SELECT sum(least(u.b, y.end_ns
     else:
         idle_ctes = f""",
 idle AS (SELECT rank, list(a ORDER BY a) AS after_a, list(b ORDER BY a) AS after_b FROM u GROUP BY rank),
-nd AS (SELECT rank, count(*) AS n FROM {dw} WHERE {_ranks(rank)} AND dur_ns > 0 AND device IS NULL AND {device_work()} GROUP BY rank)"""
+nd AS (SELECT rank, count(*) AS n FROM events WHERE {_ranks(rank)} AND dur_ns > 0 AND device IS NULL AND {device_work()} GROUP BY rank)"""
         idle_cols = ("coalesce(any_value(idle.after_a), []) AS after_a, coalesce(any_value(idle.after_b), []) AS after_b, "
                      "coalesce(any_value(nd.n), 0) AS no_device, ")
         idle_join = "LEFT JOIN idle USING (rank) LEFT JOIN nd USING (rank) "
     # the waiting calls read once: the syncs and the union of their intervals both start from them
-    once = _read_once_sql(rank) if read_once else ""
-    return f"""WITH {once}wc AS MATERIALIZED (SELECT r.rank, r.event_id, r.top_op_id, r.ts_ns, r.dur_ns FROM {rt} r
-  WHERE {_ranks(rank, 'r')} AND {waits('r', rt, dw)}),
+    return f"""WITH wc AS MATERIALIZED ({waiting_calls_sql(rank)}),
 s AS ({syncs_sql(rank, "wc")}),
-d AS (SELECT rank, ts_ns FROM {dw} WHERE {_ranks(rank)} AND kind IN {DEVICE_WORK_SQL}),
+d AS (SELECT rank, ts_ns FROM events WHERE {_ranks(rank)} AND kind IN {DEVICE_WORK_SQL}),
 iv AS (SELECT s.rank, s.end_ns AS a, least(coalesce(d.ts_ns, s.s_end), s.s_end) AS b
        FROM s ASOF LEFT JOIN d ON s.rank = d.rank AND s.end_ns <= d.ts_ns WHERE s.s_end IS NOT NULL),
 mx AS (SELECT rank, a, b, max(b) OVER (PARTITION BY rank ORDER BY a, b ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pe
@@ -152,8 +136,7 @@ def _figures(run, rank: int | None) -> dict[int, dict]:
     device: the same figure, without a union of every device event in SQL (most of the query's
     time); else `figures_sql` computes it."""
     busy = (getattr(run, "prepared", None) or {}).get(metrics.DEVICE_BUSY.name) or {}
-    many = getattr(run, "view_ranks", None) is None or len(run.view_ranks) > 1
-    cur = run.sql(figures_sql(rank, busy_in_sql=False, read_once=many))
+    cur = run.sql(figures_sql(rank, busy_in_sql=False))
     names = [c[0] for c in cur.description]
     got = {int(r[0]): dict(zip(names, r)) for r in cur.fetchall()}
     if any(v["no_device"] or r not in busy for r, v in got.items()):
