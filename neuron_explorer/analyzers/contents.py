@@ -228,7 +228,7 @@ def _contents_many(run: Run, items: list[tuple[int, str, str, tuple]], top: int)
     # over many ranks' files, the columns this query reads are read once (each scan of a batch of 128
     # files costs 60-150 ms, however few rows it keeps: five scans were most of the query); over one
     # rank's file, each part reads its own rows, filtered in the scan
-    many = run.view_ranks is None or len(run.view_ranks) > 1
+    many = len(run.ranks if run.view_ranks is None else run.view_ranks) > 1
     read = (f"ev AS MATERIALIZED (SELECT {', '.join(_READ_COLUMNS)} FROM events),\n" if many else "")
     events = "ev" if many else "events"
     rows = run.sql(f"""WITH {read}roots_in AS ({_roots_in(items, any(_may_have_replays(run, r) for r in {rank for rank, _, _, _ in items}), events)}),
