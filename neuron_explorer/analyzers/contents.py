@@ -222,16 +222,19 @@ def _contents_many(run: Run, items: list[tuple[int, str, str, tuple]], top: int)
     dims, types = f"'$.\"{INPUT_DIMS_ARG}\"'", f"'$.\"{INPUT_TYPE_ARG}\"'"
     # where the analysis found that no operator's args name inputs (a trace without shapes), the
     # operators' args are not read: only a root of another kind could have shapes
-    unnamed = all(args_named_known(run, rank) is False for rank in {rank for rank, _, _, _ in items})
+    ranks = sorted({rank for rank, _, _, _ in items})
+    unnamed = all(args_named_known(run, rank) is False for rank in ranks)
     shaped = ("o.kind <> 'cpu_op' AND o.event_id IN (SELECT event_id FROM roots)" if unnamed else
               "o.event_id IN (SELECT event_id FROM roots UNION SELECT op_id FROM children)")
     # over many ranks' files, the columns this query reads are read once (each scan of a batch of 128
     # files costs 60-150 ms, however few rows it keeps: five scans were most of the query); over one
-    # rank's file, each part reads its own rows, filtered in the scan
+    # rank's file, each part reads its own rows, filtered in the scan. Every part reads only the ranks
+    # of the findings' roots, so the one read keeps those ranks alone.
     many = len(run.ranks if run.view_ranks is None else run.view_ranks) > 1
-    read = (f"ev AS MATERIALIZED (SELECT {', '.join(_READ_COLUMNS)} FROM events),\n" if many else "")
+    read = (f"ev AS MATERIALIZED (SELECT {', '.join(_READ_COLUMNS)} FROM events WHERE rank IN ({', '.join(map(str, ranks))})),\n"
+            if many else "")
     events = "ev" if many else "events"
-    rows = run.sql(f"""WITH {read}roots_in AS ({_roots_in(items, any(_may_have_replays(run, r) for r in {rank for rank, _, _, _ in items}), events)}),
+    rows = run.sql(f"""WITH {read}roots_in AS ({_roots_in(items, any(_may_have_replays(run, r) for r in ranks), events)}),
 every_root AS (SELECT DISTINCT fid, {', '.join(ROOT_COLUMNS)}, ts_ns + dur_ns AS end_ns FROM roots_in),
 sets AS (SELECT fid, min(fid) OVER (PARTITION BY root_ranks, root_ids) AS canon
   FROM (SELECT fid, list(rank ORDER BY rank, event_id) AS root_ranks, list(event_id ORDER BY rank, event_id) AS root_ids
