@@ -378,6 +378,48 @@ def test_a_worker_that_dies_is_reported_and_the_rerun_finishes_the_run(many, tmp
     assert sorted(a) == sorted(b) and all(a[k].equals(b[k]) for k in a)
 
 
+def _collecting_import_rank(index, path, *args):
+    """_import_rank, in a worker whose collector makes a full pass first (as a long decode's do)."""
+    import gc
+
+    from neuron_explorer.collectors import chrome_trace
+
+    gc.collect()
+    return chrome_trace._real_import_rank(index, path, *args)
+
+
+def test_workers_forked_from_a_process_with_duckdb_garbage_import(many, tmp_path, monkeypatch):
+    """A notebook (or a test run) that analysed before it imports holds DuckDB connections in
+    reference cycles, not yet collected, whose threads the forked workers do not have: a worker
+    that collected one joined a thread that is not there and died in pthread_join, and every trace
+    it held was reported as "its worker process died"."""
+    import gc
+
+    import duckdb
+
+    from neuron_explorer.collectors import chrome_trace
+
+    traces = _copy_traces(many, tmp_path / "traces")
+    monkeypatch.setattr(chrome_trace, "_real_import_rank", chrome_trace._import_rank, raising=False)
+    monkeypatch.setattr(chrome_trace, "_import_rank", _collecting_import_rank)
+    was_enabled = gc.isenabled()
+    gc.disable()  # the garbage is left for the workers' collectors, not this process's
+    try:
+        for _ in range(2):
+            cycle: dict = {"con": duckdb.connect()}
+            cycle["self"] = cycle
+            cycle["con"].execute("SET threads = 2")
+            assert cycle["con"].execute("SELECT sum(i) FROM range(2000000) t(i)").fetchone()[0] > 0
+            del cycle
+        run_dir = import_traces(traces, tmp_path / "run", workers=2).run_dir
+    finally:
+        if was_enabled:
+            gc.enable()
+        gc.collect()
+    a, b = _tables(run_dir), _tables(many[0])
+    assert sorted(a) == sorted(b) and all(a[k].equals(b[k]) for k in a)
+
+
 def test_import_workers_are_bounded_by_cores_files_and_memory(many, monkeypatch):
     from neuron_explorer.collectors import chrome_trace
 

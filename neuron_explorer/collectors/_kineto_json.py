@@ -38,6 +38,7 @@ import msgspec
 
 from ..errors import InputError
 from . import _json_native
+from ._forked import keep_inherited
 from ._json_read import _events_start, _find_cut, _os_reason, _read_all, _read_range, _read_range_into, _Reader, _short
 from ._json_tables import _RAW_DECODER, MAX_NESTING, Chunk, _closing_bracket, _columns, _decode_array, _Trailing, _with_native, check_nesting
 from ._malloc import set_mmap_threshold
@@ -275,8 +276,10 @@ def _worker_init() -> None:
     """Workers decode one piece after another: let them reuse their heap (no mmap per large block).
 
     A parent that lowered glibc's mmap threshold for itself (_malloc.set_mmap_threshold)
-    passes it on through fork; in a worker it only costs page faults.
+    passes it on through fork; in a worker it only costs page faults. What the worker inherited is
+    never collected there (_forked.keep_inherited).
     """
+    keep_inherited()
     set_mmap_threshold(WORKER_MMAP_THRESHOLD)
 
 

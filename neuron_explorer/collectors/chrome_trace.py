@@ -30,6 +30,7 @@ from pathlib import Path
 from .. import parquet_native, store
 from ..errors import InputError
 from . import graph_capture, provenance, remote, sources
+from ._forked import keep_inherited
 from ._malloc import BUILD_MMAP_THRESHOLD, DECODE_MMAP_THRESHOLD, WRITE_MMAP_THRESHOLD, set_mmap_threshold
 from .build import build_rank
 from .rank_entry import quality_warnings, rank_entry
@@ -397,7 +398,7 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
             # only the trace that kills its worker is reported
             while todo:
                 died = []
-                with ProcessPoolExecutor(max_workers=min(n_workers, len(todo))) as pool:
+                with ProcessPoolExecutor(max_workers=min(n_workers, len(todo)), initializer=keep_inherited) as pool:
                     # largest first, so that a big trace does not start last; one decode process per worker
                     order = sorted(todo, key=lambda i: -sizes[i])
                     futures = {pool.submit(_import_rank, i, files[i], tmp, tune_allocator, 1, None, graphs, kernels): i for i in order}
@@ -422,7 +423,7 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
                     todo = died
                     continue
                 for i in died:  # no progress: each in a process of its own
-                    with ProcessPoolExecutor(max_workers=1) as solo:
+                    with ProcessPoolExecutor(max_workers=1, initializer=keep_inherited) as solo:
                         try:
                             finished(solo.submit(_import_rank, i, files[i], tmp, tune_allocator, 1, None, graphs, kernels).result())
                         except Exception as e:  # noqa: BLE001 - this trace's own failure
