@@ -500,8 +500,28 @@ class Run:
     def ranks(self) -> list[int]:
         return sorted(r["rank"] for r in self.manifest.get("ranks", []))
 
+    # the events of the views' ranks held in memory without their args (hold_events), and the cursor
+    # that reads them: a query that reads no args runs there instead of on the Parquet files
+    held: pa.Table | None = field(default=None, repr=False, compare=False)
+    held_cursor: duckdb.DuckDBPyConnection | None = field(default=None, repr=False, compare=False)
+
     def sql(self, query: str, params: list | None = None) -> duckdb.DuckDBPyRelation:
+        if self.held is not None and not _READS_ARGS.search(query):
+            if self.held_cursor is None:
+                self.held_cursor = self._held_events_cursor()
+            return self.held_cursor.execute(query, params or [])
         return self.con.execute(query, params or [])
+
+    def query_cursor(self, query: str) -> duckdb.DuckDBPyConnection:
+        """A new cursor of the run's connection (`cursor`) to run `query` on, the caller closes it: one
+        whose `events` are the held events (hold_events) where there are some and the query reads no args."""
+        return self._held_events_cursor() if self.held is not None and not _READS_ARGS.search(query) else cursor(self.con)
+
+    def _held_events_cursor(self) -> duckdb.DuckDBPyConnection:
+        cur = cursor(self.con)
+        cur.register("nx_held_events", self.held)
+        cur.execute("CREATE TEMP VIEW events AS SELECT * FROM nx_held_events")  # on this cursor, before main.events
+        return cur
 
     def close(self) -> None:
         """Close the connection. A query another thread is still running (a dashboard request
@@ -760,6 +780,53 @@ def create_views(run: Run, ranks=None) -> None:
         _manifest_views(run_dir, manifest, con)
         _VIEW_STATE[con] = state
     run.view_ranks = subset
+
+
+HOLD_EVENTS = 1_000_000
+"""The most events `hold_events` holds (about 200 bytes each: ~200 MB)."""
+
+_READS_ARGS = re.compile(r"\bargs\b", re.IGNORECASE)
+"""A query that names the events' `args` (held events have none: it reads the Parquet files)."""
+
+
+def hold_events(run: Run, events: int) -> bool:
+    """Hold the events of the views' ranks in memory, without their args, when the views read
+    several ranks' files and `events` (their count) is at most HOLD_EVENTS: `run.sql` and
+    `run.query_cursor` then run a query that reads no args on them. Whatever a query reads, DuckDB
+    pays a fixed cost for each file it scans, about 0.1-0.2 ms, so a query over a batch of 128 small
+    rank files paid 15-40 ms more than over one file of the same rows, and a batch's grouped
+    queries scan the events some forty times; one read into Arrow costs about two of those scans.
+    Text columns are held dictionary-encoded (a kernel's name once per distinct name). Returns
+    whether they are held (a partition in an older format, whose view derives columns on read, or
+    files that do not read as one table, are left to the Parquet views); `release_events` lets
+    them go."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    ranks = run.view_ranks
+    if ranks is None or len(ranks) < 2 or events > HOLD_EVENTS:
+        return False
+    spec = schema.EVENTS
+    files = [str(p) for r in ranks if (p := run.path / f"rank={r}" / spec.file).is_file()]
+    try:
+        if not files or _columns_sql(spec, files[0]) != "*":
+            return False
+        first = pq.read_schema(files[0])
+        text = [f.name for f in first if pa.types.is_string(f.type) and f.name not in ("args", "graph")]
+        fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=text))
+        run.held = ds.dataset(files, format=fmt).to_table(columns=[n for n in first.names if n != "args"])
+    except (pa.ArrowException, OSError, InputError):
+        return False
+    return True
+
+
+def release_events(run: Run) -> None:
+    """Let go of the events `hold_events` held: queries read the Parquet files again."""
+    cur, run.held, run.held_cursor = run.held_cursor, None, None
+    if cur is not None:
+        with contextlib.suppress(Exception):
+            cur.close()
 
 
 _VIEW_STATE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

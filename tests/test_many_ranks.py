@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from neuron_explorer.analyzers import metrics
+from neuron_explorer import schema, store
+from neuron_explorer.analyzers import metrics, rank_rows
 from neuron_explorer.analyzers import summary as summary_mod
 from neuron_explorer.analyzers.engine import Context, NotApplicable, _quality_notes, all_rules, analyze, analyze_run
 from neuron_explorer.collectors.chrome_trace import import_traces
@@ -232,6 +233,38 @@ def test_evidence_sql_reproduces_findings_on_the_whole_run(many):
             shared = [k for k in f.evidence.values if k in row]
             assert shared, f.rule_id
             assert {k: row[k] for k in shared} == {k: f.evidence.values[k] for k in shared}, f.rule_id
+
+
+def test_held_events_answer_as_the_rank_files_do(many):
+    """A batch of small ranks holds its events in memory (store.hold_events): every query that
+    reads no args gets the rows and types the Parquet views give, and a query naming args still
+    reads the files."""
+    from neuron_explorer.store import hold_events, release_events
+
+    cols = ", ".join(c for c in schema.EVENTS.column_names if c != "args")
+    every = f"SELECT {cols} FROM events ORDER BY rank, event_id"
+    kernels = "SELECT rank, name, count(*), sum(dur_ns) FROM events WHERE kind = 'kernel' GROUP BY ALL ORDER BY ALL"
+    with_args = "SELECT rank, count(args) FROM events GROUP BY rank ORDER BY rank"
+    with open_run(many[0], ranks=[0, 1, 2, 3]) as run:
+        before = {q: run.sql(q).fetchall() for q in (every, kernels, with_args)}
+        types = run.sql(f"DESCRIBE {every}").fetchall()
+        assert len(before[every]) == sum(e["events"] for e in run.manifest["ranks"]) and before[kernels]
+        assert hold_events(run, 10**6)
+        assert "ARROW" in _plan(run, kernels) and "ARROW" not in _plan(run, with_args)
+        assert {q: run.sql(q).fetchall() for q in before} == before
+        assert run.sql(f"DESCRIBE {every}").fetchall() == types
+        assert rank_rows.arrow_of(run, kernels, []).to_pylist() == [dict(zip(("rank", "name", "count_star()", "sum(dur_ns)"), r))
+                                                                     for r in before[kernels]]
+        release_events(run)
+        assert run.held is None and "ARROW" not in _plan(run, kernels)
+        # one rank's file, or more events than it may hold: the views read the files
+        assert not hold_events(run, store.HOLD_EVENTS + 1) and run.held is None
+    with open_run(many[0], ranks=[2]) as run:
+        assert not hold_events(run, 10) and run.held is None
+
+
+def _plan(run, query: str) -> str:
+    return " ".join(str(v) for row in run.sql(f"EXPLAIN {query}").fetchall() for v in row).upper()
 
 
 def test_open_run_with_ranks_reads_only_those_partitions(many):

@@ -25,7 +25,6 @@ import numpy as np
 
 from ..collectors.kineto_names import DATALOADER_NEXT, EVENT_SYNC, STREAM_SYNC, SYNC_KIND_ARG, WAIT_ON_STREAM_ARG
 from ..store import Run
-from ..store import cursor as store_cursor
 from ..vocab import COMM_KERNEL_RE, DEVICE_WORK_KINDS, kinds_sql, memcpy_call, sql_literal, sync_call, to_host_copy
 from . import _path_lib
 from .rank_rows import RankQuery
@@ -148,7 +147,7 @@ def _read(run: Run, query: str, params: list, by_rank: bool = False) -> tuple[di
     the rows are in memory once); `tk` (the host thread's tid text) as codes into the list returned."""
     names: dict[str, int] = {}
     parts: dict[str, list] = {}
-    cur = store_cursor(run.con)
+    cur = run.query_cursor(query)
     try:
         for b in cur.sql(query, params=params).to_arrow_reader(256 * 1024):
             for i, name in enumerate(b.schema.names):

@@ -31,7 +31,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ..no_pandas import without_pandas
-from ..store import Run, create_views, new_connection, open_run, stopping
+from ..store import Run, create_views, hold_events, new_connection, open_run, release_events, stopping
 from . import metrics
 from . import summary as summary_
 from .advice import attach as attach_contents
@@ -344,9 +344,11 @@ def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], qua
     out: dict[int, tuple[dict, dict]] = {}
     for batch in rank_batches(run, ranks):
         con = new_connection()
+        batch_run = Run(run.path, run.manifest, con)
         try:
-            batch_run = Run(run.path, run.manifest, con)
             create_views(batch_run, batch)
+            if len(batch) > 1:  # many small files: the batch's queries read the events once, held in memory
+                hold_events(batch_run, sum(_events_by_rank(run).get(r, 0) for r in batch))
             partial = summary_.rank_summaries(batch_run, batch, per_rank=False)
             screened = [rule for rule in rank_rules if len(batch) > 1 or getattr(rule, "SCREEN_ONE_RANK", True)]
             _screen_wheres(batch_run, screened)
@@ -363,6 +365,7 @@ def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], qua
             # what is inside every finding of the batch: grouped queries over the batch's views
             attach_contents(batch_run, [f for rank in batch for what, value in done[rank][1].values() if what == "findings" for f in value])
         finally:
+            release_events(batch_run)
             con.close()
         out.update(done)
     return out

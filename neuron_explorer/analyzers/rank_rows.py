@@ -126,11 +126,9 @@ def rows(run: Run, q: RankQuery, rank: int) -> list[tuple]:
 
 def arrow_of(run: Run, query: str, params: list, tables: dict | None = None):
     """A query's rows as an Arrow table, read on a cursor of the run's connection (no extra copy of
-    the rows, and no clash with a result another reader left open on it); `tables`: Arrow tables
+    the rows, and no clash with a result another reader left open on it; `Run.query_cursor`); `tables`: Arrow tables
     the query reads, by name (registered on that cursor only)."""
-    from ..store import cursor
-
-    cur = cursor(run.con)
+    cur = run.query_cursor(query)
     try:
         for name, table in (tables or {}).items():
             cur.register(name, table)
