@@ -504,9 +504,16 @@ class Run:
     # that reads them: a query that reads no args runs there instead of on the Parquet files
     held: pa.Table | None = field(default=None, repr=False, compare=False)
     held_cursor: duckdb.DuckDBPyConnection | None = field(default=None, repr=False, compare=False)
+    held_files: str | None = field(default=None, repr=False, compare=False)
+
+    def file_events(self) -> str:
+        """The name of the events as the files hold them, args included, whether the events are held
+        or not: a query that reads the args of a few events from it (`FROM {run.file_events()} o WHERE
+        o.event_id IN (...)`) reads everything else from the held `events` (hold_events)."""
+        return self.held_files or "events"
 
     def sql(self, query: str, params: list | None = None) -> duckdb.DuckDBPyRelation:
-        if self.held is not None and not _READS_ARGS.search(query):
+        if _on_held(self, query):
             if self.held_cursor is None:
                 self.held_cursor = self._held_events_cursor()
             return self.held_cursor.execute(query, params or [])
@@ -514,8 +521,9 @@ class Run:
 
     def query_cursor(self, query: str) -> duckdb.DuckDBPyConnection:
         """A new cursor of the run's connection (`cursor`) to run `query` on, the caller closes it: one
-        whose `events` are the held events (hold_events) where there are some and the query reads no args."""
-        return self._held_events_cursor() if self.held is not None and not _READS_ARGS.search(query) else cursor(self.con)
+        whose `events` are the held events (hold_events) where there are some and the query reads no
+        args but from `file_events()`."""
+        return self._held_events_cursor() if _on_held(self, query) else cursor(self.con)
 
     def _held_events_cursor(self) -> duckdb.DuckDBPyConnection:
         cur = cursor(self.con)
@@ -786,7 +794,13 @@ HOLD_EVENTS = 1_000_000
 """The most events `hold_events` holds (about 200 bytes each: ~200 MB)."""
 
 _READS_ARGS = re.compile(r"\bargs\b", re.IGNORECASE)
-"""A query that names the events' `args` (held events have none: it reads the Parquet files)."""
+"""A query that names the events' `args` (held events have none: it reads the Parquet files, unless
+it reads the args from `Run.file_events()`)."""
+
+
+def _on_held(run: Run, query: str) -> bool:
+    """Whether `query` runs on `run`'s held events (hold_events)."""
+    return run.held is not None and (not _READS_ARGS.search(query) or run.file_events() in query)
 
 
 def hold_events(run: Run, events: int) -> bool:
@@ -815,15 +829,19 @@ def hold_events(run: Run, events: int) -> bool:
         first = pq.read_schema(files[0])
         text = [f.name for f in first if pa.types.is_string(f.type) and f.name not in ("args", "graph")]
         fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=text))
-        run.held = ds.dataset(files, format=fmt).to_table(columns=[n for n in first.names if n != "args"])
+        table = ds.dataset(files, format=fmt).to_table(columns=[n for n in first.names if n != "args"])
     except (pa.ArrowException, OSError, InputError):
         return False
+    # the view over the files, by its catalog's name: on the cursor that holds the events, `events` and
+    # `main.events` both name the held ones
+    run.held_files = f"{quote_ident(run.con.execute('SELECT current_database()').fetchone()[0])}.main.events"
+    run.held = table
     return True
 
 
 def release_events(run: Run) -> None:
     """Let go of the events `hold_events` held: queries read the Parquet files again."""
-    cur, run.held, run.held_cursor = run.held_cursor, None, None
+    cur, run.held, run.held_cursor, run.held_files = run.held_cursor, None, None, None
     if cur is not None:
         with contextlib.suppress(Exception):
             cur.close()

@@ -263,7 +263,7 @@ children AS (SELECT fid, kind, name, dur_ns, CASE WHEN kind = 'cpu_op' THEN even
   UNION ALL SELECT fid, kind, name, dur_ns, op_id FROM device),
 shapes AS (SELECT event_id, j[1] AS dims, j[2] AS types FROM (
   SELECT o.event_id, json_extract_string(o.args, [{dims}, {types}]) AS j
-  FROM events o WHERE {shaped}))
+  FROM {run.file_events()} o WHERE {shaped}))
 SELECT 0 AS part, r.fid, NULL::VARCHAR AS kind, r.name, s.dims, s.types, count(*) AS count, sum(r.dur_ns)::BIGINT AS total_ns
 FROM roots r LEFT JOIN shapes s ON s.event_id = r.event_id GROUP BY ALL
 UNION ALL
