@@ -190,9 +190,10 @@ MATMUL_IN_FUNCTION = """\
 
     torch.set_num_threads(1)
     # large enough that the matmul's time stays far above any other op's, even when a loaded
-    # machine stalls one of them for tens of ms (op times are wall-clock)
-    a = torch.randn(512, 512, requires_grad=True)
-    b = torch.randn(512, 512, requires_grad=True)
+    # machine stalls one of them for tens of ms (op times are wall-clock: at 512x512 the matmul's
+    # 42 ms in all lost once to the caller's tanh, stalled in a full test run)
+    a = torch.randn(1024, 1024, requires_grad=True)
+    b = torch.randn(1024, 1024, requires_grad=True)
     for step in range(4):
         y = project(a, b).tanh()  # caller
         y.sum().backward()
