@@ -810,15 +810,14 @@ def _on_held(run: Run, query: str) -> bool:
 def hold_events(run: Run, events: int) -> bool:
     """Hold the events of the views' ranks in memory, without their args, when the views read
     several ranks' small files (`events`, their count, at most HOLD_EVENTS, and HOLD_RANK_EVENTS a
-    rank on average): `run.sql` and `run.query_cursor` then run a query that reads no args on
-    them. Whatever a query reads, DuckDB
-    pays a fixed cost for each file it scans, about 0.1-0.2 ms, so a query over a batch of 128 small
-    rank files paid 15-40 ms more than over one file of the same rows, and a batch's grouped
-    queries scan the events some forty times; one read into Arrow costs about two of those scans.
-    Text columns are held dictionary-encoded (a kernel's name once per distinct name). Returns
-    whether they are held (a partition in an older format, whose view derives columns on read, or
-    files that do not read as one table, are left to the Parquet views); `release_events` lets
-    them go."""
+    rank on average): `run.sql` and `run.query_cursor` then run a query that reads no args on them.
+    Whatever a query reads, DuckDB pays a fixed cost for each file it scans, about 0.1-0.2 ms: a
+    query over a batch of 128 small rank files paid 15-40 ms more than over one file of the same
+    rows, and a batch's grouped queries scan the events some forty times. One read into Arrow costs
+    0.2-0.4 s for 615k events, ten to twenty of those scans. Text columns are held
+    dictionary-encoded (a kernel's name once per distinct name). Returns whether they are held (a
+    partition in an older format, whose view derives columns on read, or files that do not read as
+    one table, are left to the Parquet views); `release_events` lets them go."""
     import pyarrow as pa
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq

@@ -125,9 +125,9 @@ def rows(run: Run, q: RankQuery, rank: int) -> list[tuple]:
 
 
 def arrow_of(run: Run, query: str, params: list, tables: dict | None = None):
-    """A query's rows as an Arrow table, read on a cursor of the run's connection (no extra copy of
-    the rows, and no clash with a result another reader left open on it; `Run.query_cursor`); `tables`: Arrow tables
-    the query reads, by name (registered on that cursor only)."""
+    """A query's rows as an Arrow table, read on a cursor of the run's connection (`Run.query_cursor`:
+    no extra copy of the rows, and no clash with a result another reader left open on it); `tables`:
+    Arrow tables the query reads, by name (registered on that cursor only)."""
     cur = run.query_cursor(query)
     try:
         for name, table in (tables or {}).items():
