@@ -136,13 +136,19 @@ PEAK_MEMORY = RankQuery(
 RANK_QUERIES = (DEVICES, STEPS, DEVICE_BUSY, PEAK_MEMORY)
 """The per-rank queries of this module's figures, which the engine runs once per batch of ranks (rank_rows.py)."""
 
-_COMM_CODE = f"coalesce({comm_kernel_name()}::TINYINT, -1)"
-DEVICE_WORK = RankQuery(
-    "device_work",
-    f"SELECT device, ts_ns, ts_ns + dur_ns AS end_ns, (kind = 'kernel')::TINYINT AS kernel, {_COMM_CODE} AS comm FROM events "
-    f"WHERE rank = ? AND dur_ns > 0 AND device IS NOT NULL AND kind IN {DEVICE_WORK_SQL} ORDER BY device, ts_ns, end_ns",
-    f"SELECT rank, device, ts_ns, ts_ns + dur_ns AS end_ns, (kind = 'kernel')::TINYINT AS kernel, {_COMM_CODE} AS comm FROM events "
-    f"WHERE dur_ns > 0 AND device IS NOT NULL AND kind IN {DEVICE_WORK_SQL} ORDER BY rank, device, ts_ns, end_ns", arrays=True)
+def _device_work_sql(one: bool) -> str:
+    """DEVICE_WORK's query, over one rank (`rank = ?`) or, `rank` first, every rank of the views. The
+    collective test is made once per distinct name and joined back (over the held events of a batch
+    of small ranks, per row, it took 110 ms instead of 29 ms for 154k intervals)."""
+    lead, where, order = ("", "rank = ? AND ", "") if one else ("d.rank, ", "", "rank, ")
+    return (f"WITH d AS (SELECT rank, device, ts_ns, ts_ns + dur_ns AS end_ns, (kind = 'kernel')::TINYINT AS kernel, name FROM events "
+            f"WHERE {where}dur_ns > 0 AND device IS NOT NULL AND kind IN {DEVICE_WORK_SQL}),\n"
+            f"n AS MATERIALIZED (SELECT name, coalesce({comm_kernel_name()}::TINYINT, -1) AS comm FROM (SELECT DISTINCT name FROM d))\n"
+            f"SELECT {lead}d.device, d.ts_ns, d.end_ns, d.kernel, coalesce(n.comm, -1)::TINYINT AS comm "
+            f"FROM d LEFT JOIN n ON n.name IS NOT DISTINCT FROM d.name ORDER BY {order}device, ts_ns, end_ns")
+
+
+DEVICE_WORK = RankQuery("device_work", _device_work_sql(True), _device_work_sql(False), arrays=True)
 """Every interval of device work of a rank with a duration (what `union_sql(device_where(...))`
 merges), with `kernel` (1: a kernel) and `comm` (1: its name is a collective's,
 vocab.COMM_KERNEL_PATTERN; 0: not; -1: no name, which matches neither test in SQL): read once per
