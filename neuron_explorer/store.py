@@ -826,10 +826,11 @@ def hold_events(run: Run, events: int) -> bool:
     if ranks is None or len(ranks) < 2 or events > min(HOLD_EVENTS, HOLD_RANK_EVENTS * len(ranks)):
         return False
     spec = schema.EVENTS
-    files = [str(p) for r in ranks if (p := run.path / f"rank={r}" / spec.file).is_file()]
+    made = _VIEW_STATE.get(run.con)
+    if made is None or made[1].get(spec.name) != "*":  # no file, or columns derived on read (create_views)
+        return False
+    files = run.con.execute(f"SELECT nx_views().{spec.name}").fetchone()[0]  # the files the view reads
     try:
-        if not files or _columns_sql(spec, files[0]) != "*":
-            return False
         first = pq.read_schema(files[0])
         text = [f.name for f in first if pa.types.is_string(f.type) and f.name not in ("args", "graph")]
         fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=text))

@@ -342,13 +342,14 @@ def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], qua
     batch (`advice.attach`) is two queries grouped by finding over the batch's views. `parts`:
     filled with each rank's `outputs.rank_parts` as its analysis ends."""
     out: dict[int, tuple[dict, dict]] = {}
+    events = _events_by_rank(run)
     for batch in rank_batches(run, ranks):
         con = new_connection()
         batch_run = Run(run.path, run.manifest, con)
         try:
             create_views(batch_run, batch)
-            if len(batch) > 1:  # many small files: the batch's queries read the events once, held in memory
-                hold_events(batch_run, sum(_events_by_rank(run).get(r, 0) for r in batch))
+            # many small files: the batch's queries read the events once, held in memory
+            hold_events(batch_run, sum(events.get(r, 0) for r in batch))
             partial = summary_.rank_summaries(batch_run, batch, per_rank=False)
             screened = [rule for rule in rank_rules if len(batch) > 1 or getattr(rule, "SCREEN_ONE_RANK", True)]
             _screen_wheres(batch_run, screened)
