@@ -36,6 +36,25 @@ def test_rows_come_back_as_they_went_in_in_any_order(small_blocks, monkeypatch, 
     assert packed.nbytes < sum(len(t.encode()) for t in TEXTS if t)  # held smaller than the text
 
 
+def test_rows_read_a_block_at_a_time_are_the_rows_asked_for(small_blocks, monkeypatch):
+    arr = pa.array(TEXTS)
+    packed = PackedText.pack(arr)
+    unpacked_at_once = []
+    real = _packed_text._Block.array
+    monkeypatch.setattr(_packed_text._Block, "array", lambda b: unpacked_at_once.append(b) or real(b))
+    rows = np.random.default_rng(2).choice(1000, 600)  # scattered, some rows twice
+    seen = np.zeros(len(rows), dtype=int)
+    blocks_read = []
+    for at, text in packed.take_by_block(rows):
+        assert text.to_pylist() == [TEXTS[r] for r in rows[at]]
+        blocks_read.append(np.searchsorted(packed.starts, rows[at], side="right")[0] - 1)
+        seen[at] += 1
+    assert (seen == 1).all()  # every position once
+    assert blocks_read == sorted(set(blocks_read))  # each block unpacked once, in order
+    assert len(unpacked_at_once) == len(blocks_read)
+    assert list(packed.take_by_block(np.array([], np.int64))) == []
+
+
 def test_chunks_join_without_unpacking(small_blocks):
     parts = [PackedText.pack(pa.array(TEXTS[:10])), PackedText.pack(pa.array([], pa.string())),
              PackedText.pack(pa.chunked_array([pa.array(TEXTS[10:500]), pa.array(TEXTS[500:])]))]
@@ -56,3 +75,14 @@ def test_rows_longer_than_the_limit_are_dropped_and_counted(small_blocks):
     assert packed.take(np.arange(5)).to_pylist() == ["a" * 10, "é" * 12, None, None, "c" * 12]
     same, none = packed.with_rows_longer_dropped(12)
     assert (same is packed, none) == (True, 0)
+
+
+def test_sequence_numbers_from_packed_args_are_those_of_the_text(small_blocks):
+    from neuron_explorer.collectors.passes import sequence_numbers
+
+    texts = ['{"External id": %d, "Sequence number": %d, "Fwd thread id": 0}' % (i, 3 * i) if i % 3 else
+             ('{"External id": %d}' % i if i % 2 else None) for i in range(800)]
+    rows = np.random.default_rng(3).permutation(800)[:500]
+    expected = [3 * r if r % 3 else -1 for r in rows.tolist()]
+    assert sequence_numbers(PackedText.pack(pa.array(texts)), rows).tolist() == expected
+    assert sequence_numbers(pa.array(texts), rows).tolist() == expected

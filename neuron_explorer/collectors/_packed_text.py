@@ -145,6 +145,23 @@ class PackedText:
         back[by_group] = np.arange(len(by_group))
         return taken.take(pa.array(back))
 
+    def take_by_block(self, rows):
+        """The given rows a block at a time: (their positions in `rows`, their text) for each block
+        they are in, in the blocks' order. Only one block (about BLOCK_BYTES) is unpacked at once:
+        for a pass over many scattered rows that needs each row's text only for a moment (a number
+        read from the args), where `take` would hold up to TAKE_BYTES unpacked, twice."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if not len(rows):
+            return
+        block = np.searchsorted(self.starts, rows, side="right") - 1
+        by_block = np.argsort(block, kind="stable")
+        block = block[by_block]
+        bounds = np.flatnonzero(np.diff(block)) + 1
+        for lo, hi in zip(np.concatenate(([0], bounds)).tolist(), np.concatenate((bounds, [len(block)])).tolist()):
+            at = by_block[lo:hi]
+            b = int(block[lo])
+            yield at, self.blocks[b].array().take(pa.array(rows[at] - self.starts[b]))
+
     def unpacked(self) -> pa.StringArray:
         """All rows as one array."""
         if not self.blocks:

@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 
 from ..vocab import GRAPH_BREAK_EVENT, RECOMPILE_EVENT
 from ._forest import nearest_marked, root_of
+from ._packed_text import PackedText
 from .kineto_names import BACKWARD_CALL as _BACKWARD_CALL
 from .kineto_names import BACKWARD_NODE as _BACKWARD_NODE
 from .kineto_names import COMPILED_REGION_PREFIX, EVALUATE_PREFIX
@@ -58,21 +59,25 @@ def _name_flags(name_values: list, pattern) -> np.ndarray:
 
 
 _SEQUENCE_BLOCK = 1 << 16
-"""Rows whose args are read at once: the args of every operator of a large rank would be a copy of
-100 MB or more, at the build's memory peak."""
+"""Rows of an Arrow array of args read at once (a PackedText is read a block at a time)."""
 
 
 def sequence_numbers(args, rows: np.ndarray) -> np.ndarray:
     """The `Sequence number` in the args JSON of the given rows (-1 where there is none). `args`: an
-    Arrow string array or the importer's PackedText, read in row order (so that each of its
-    compressed blocks is decompressed about once)."""
+    Arrow string array or the importer's PackedText, read a compressed block at a time (each block
+    unpacked once, and only one at a time: the operators' args of a large rank would be 100 MB or
+    more, at the build's memory peak)."""
     out = np.full(len(rows), -1, dtype=np.int64)
-    if args is None:
+    if args is None or not len(rows):
         return out
-    by_row = np.argsort(rows, kind="stable")
-    for start in range(0, len(rows), _SEQUENCE_BLOCK):
-        at = by_row[start:start + _SEQUENCE_BLOCK]
-        found = pc.extract_regex(args.take(pa.array(rows[at])), _SEQUENCE).field("seq")
+    if isinstance(args, PackedText):
+        parts = args.take_by_block(rows)
+    else:
+        by_row = np.argsort(rows, kind="stable")
+        parts = ((at, args.take(pa.array(rows[at]))) for at in
+                 (by_row[start:start + _SEQUENCE_BLOCK] for start in range(0, len(rows), _SEQUENCE_BLOCK)))
+    for at, text in parts:
+        found = pc.extract_regex(text, _SEQUENCE).field("seq")
         found = pc.if_else(pc.equal(found, ""), pa.scalar(None, pa.string()), found)  # rows with no match
         out[at] = pc.cast(found, pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False)
     return out
@@ -135,8 +140,8 @@ def backward_links(*, name_codes: np.ndarray, name_values: list, is_op: np.ndarr
         missing = evals[link[evals] < 0]
         if len(missing):
             # the node is the operator directly inside evaluate_function; it and the wrapper carry the number
-            seq_missing = sequence_numbers(args, order[missing])
-            seq_outside = sequence_numbers(args, order[outside])
+            # (one pass over the args for both: each compressed block is unpacked once)
+            seq_missing, seq_outside = np.split(sequence_numbers(args, order[np.concatenate((missing, outside))]), [len(missing)])
             candidates, seq_cand = outside, seq_outside
             keep = seq_cand >= 0
             candidates, seq_cand = candidates[keep], seq_cand[keep]
