@@ -111,3 +111,28 @@ def test_help_names_the_ray_extra_whole(command):
 def test_schema_lists_columns_with_units():
     res = cli("schema")
     assert res.returncode == 0 and "| `ts_ns` | int64 | ns |" in res.stdout
+
+
+def test_numpy_blas_on_one_thread_only_where_no_user_code_runs():
+    """The tool's own commands start numpy's OpenBLAS on one thread (its idle threads spin ~0.1 s of
+    CPU at import); `record` and `demo` run a workload, whose BLAS is left as the user set it."""
+    import subprocess
+    import sys
+
+    code = ("import os, sys; from neuron_explorer import cli; assert 'numpy' not in sys.modules; "
+            "cli._one_blas_thread(sys.argv[1:]); import numpy; print(os.environ.get('OPENBLAS_NUM_THREADS'))")
+
+    def blas_threads(*argv, env_value=None):
+        import os
+
+        env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+        if env_value is not None:
+            env["OPENBLAS_NUM_THREADS"] = env_value
+        return subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+    assert blas_threads("import", "trace.json", "-o", "run") == "1"
+    assert blas_threads("analyze", "run") == "1"
+    assert blas_threads("record", "train.py", "-o", "run") == "None"
+    assert blas_threads("demo") == "None"
+    assert blas_threads("--help") == "None"
+    assert blas_threads("import", "trace.json", env_value="4") == "4"  # the user's own setting is kept
