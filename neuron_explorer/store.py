@@ -818,13 +818,13 @@ def hold_events(run: Run, events: int) -> bool:
     dictionary-encoded (a kernel's name once per distinct name). Returns whether they are held (a
     partition in an older format, whose view derives columns on read, or files that do not read as
     one table, are left to the Parquet views); `release_events` lets them go."""
+    ranks = run.view_ranks
+    if ranks is None or len(ranks) < 2 or events > min(HOLD_EVENTS, HOLD_RANK_EVENTS * len(ranks)):
+        return False  # (before the imports: pyarrow.dataset costs a one-rank analysis 0.06 s)
     import pyarrow as pa
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
-    ranks = run.view_ranks
-    if ranks is None or len(ranks) < 2 or events > min(HOLD_EVENTS, HOLD_RANK_EVENTS * len(ranks)):
-        return False
     spec = schema.EVENTS
     made = _VIEW_STATE.get(run.con)
     if made is None or made[1].get(spec.name) != "*":  # no file, or columns derived on read (create_views)

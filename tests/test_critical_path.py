@@ -247,6 +247,28 @@ def test_path_length_equals_step_duration_on_shared_traces(trace):
                 assert {r["category"] for r in mine} <= set(cp.CATEGORIES)
 
 
+def test_items_per_step_are_the_same_counted_in_a_table_or_by_sorting(monkeypatch):
+    """`path_items` counts each item's steps and sums its ns per step in an item x step table where
+    that fits (`DENSE_CELLS`), else by sorting the rows' cells: on every shared trace with steps the
+    items are the same either way, and their per-step ns add up to their charged ns."""
+    checked = []
+    for trace in _shared_runs():
+        with open_run(trace) as run:
+            rank = run.sql("SELECT min(rank) FROM steps").fetchone()[0]
+            if rank is None:  # no steps, no path
+                continue
+            path = cp.path_of(run, rank)
+            monkeypatch.setattr(cp, "DENSE_CELLS", 50_000_000)
+            table = cp.path_items(run, path, by_step=True)
+            monkeypatch.setattr(cp, "DENSE_CELLS", 0)
+            sorted_ = cp.path_items(run, path, by_step=True)
+        assert table == sorted_, trace.name
+        assert all(sum(it["step_ns"].values()) == pytest.approx(it["charged_ns"], abs=len(it["step_ns"])) for it in table)
+        assert all(it["steps"] == len(it["step_ns"]) for it in table)
+        checked.append(max(it["steps"] for it in table))
+    assert len(checked) >= 5 and max(checked) > 1
+
+
 LOOP = """\
     import torch
     from torch import nn

@@ -771,6 +771,11 @@ def _derived(run: Run, path: Path) -> tuple[_Info, _PerEvent]:
     return got
 
 
+DENSE_CELLS = 50_000_000
+"""Items x steps up to which `path_items` counts each item's steps and sums its ns per step in a table
+of every (item, step) cell (0.1 s for 2.2M path rows) instead of sorting the rows' cells (0.3 s)."""
+
+
 def path_items(run: Run, path, by_step: bool = False) -> list[dict]:
     """The path's charged ns per item, heaviest first. An item is (category, item, op, frame_id,
     cause): for device work and idle gaps `item` is the device event's name, for host work the
@@ -801,7 +806,8 @@ def path_items(run: Run, path, by_step: bool = False) -> list[dict]:
     lead = lead[np.argsort(group[lead], kind="stable")]
     steps_u, step = _step_codes(path.step)
     row_group = group[pe.key]
-    if g * len(steps_u) <= 50_000_000:
+    dense = g * len(steps_u) <= DENSE_CELLS  # an item x step table fits: cells by index, no sort of the rows
+    if dense:
         seen = np.zeros((g, len(steps_u)), dtype=bool)
         seen[row_group, step] = True
         steps = seen.sum(axis=1)
@@ -809,8 +815,14 @@ def path_items(run: Run, path, by_step: bool = False) -> list[dict]:
         steps = np.bincount(distinct(row_group * len(steps_u) + step) // len(steps_u), minlength=g)
     step_ns: dict[int, dict[int, int]] = {}
     if by_step:
-        cells, inverse = np.unique(row_group.astype(np.int64) * len(steps_u) + step, return_inverse=True)
-        sums = np.bincount(inverse, weights=path.ns, minlength=len(cells))
+        flat = row_group.astype(np.int64) * len(steps_u) + step
+        if dense:  # the cells the rows are in, and each one's sum (added in row order, as the sort's inverse was)
+            cells = np.flatnonzero(seen.ravel())
+            sums = np.bincount(flat, weights=path.ns, minlength=g * len(steps_u))[cells]
+        else:
+            cells, inverse = np.unique(flat, return_inverse=True)
+            sums = np.bincount(inverse, weights=path.ns, minlength=len(cells))
+        del flat
         for cell, ns in zip(cells.tolist(), sums.tolist()):
             step_ns.setdefault(cell // len(steps_u), {})[int(steps_u[cell % len(steps_u)])] = int(round(ns))
     tops = {int(info.top_op[pe.at[e]]) for e in lead.tolist() if pe.at[e] >= 0 and info.top_op[pe.at[e]] >= 0}
