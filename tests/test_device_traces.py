@@ -251,7 +251,14 @@ def test_inference_without_steps_figures_stay_within_the_trace(traces):
 # ---- A100: aten::item on CPU tensors, blocking device-to-host copies -------------------------
 @pytest.mark.slow  # imports a 1-1.4 MB trace (5-10 s)
 def test_item_on_cpu_tensors_is_no_sync(traces):
-    _, report, raw = traces(A100)
+    """The A100 training loop's 945 `aten::item` read CPU tensors: no sync. Its 76 syncs (75 blocking
+    `aten::to` copies and a cudaDeviceSynchronize) wait 761 ms while the device works; what they cost
+    the device is the idle before the next launch, at most what they waited: 3.56 ms (the longest
+    gaps after them, up to 6.7 ms of autograd on the host after a 13 µs wait, are host work). That
+    is 0.3% of the 1,074 ms of steps: no finding, where the idle after every sync said 45.7 ms."""
+    from neuron_explorer.analyzers.rules import host_sync
+
+    run_dir, report, raw = traces(A100)
     items = [e for e in raw.of(OP_CATS) if e["name"] == "aten::item"]
     starts = collections.defaultdict(list)  # per thread: the runtime calls' (start, end), sorted
     for r in raw.of(RUNTIME_CATS):
@@ -271,10 +278,13 @@ def test_item_on_cpu_tensors_is_no_sync(traces):
         o = raw.top_op(r)
         tops[(r["pid"], str(r["tid"]), *(raw.iv(o) if o else raw.iv(r)))] = o["name"] if o else r["name"]
     assert collections.Counter(tops.values()) == {"aten::to": 75, "cudaDeviceSynchronize": 1}
-    (f,) = findings(report, "host-sync")
-    assert f["evidence"]["values"]["syncs"] == len(tops) == 76  # not 76 + the aten::item
-    assert f["location"]["op"] == "aten::to" and "aten::item" not in f["recommendation"]
-    assert f["impact_ns"] <= report["summary"]["ranks"][0]["analysed_ns"] == 1_074_033_000
+    with open_run(run_dir) as run:
+        cur = run.sql(host_sync.figures_sql(None))
+        (v,) = [dict(zip([c[0] for c in cur.description], r)) for r in cur.fetchall()]
+    assert v["syncs"] == len(tops) == 76  # not 76 + the aten::item
+    assert (v["stalls"], v["wait_ns"], v["idle_after_ns"], v["idle_summed_ns"]) == (75, 761_195_000, 3_560_000, 50_777_000)
+    assert report["summary"]["ranks"][0]["analysed_ns"] == 1_074_033_000
+    assert findings(report, "host-sync") == []  # 3.56 ms: under the rule's 1% of the steps
 
 
 def _blocking_copies_on_the_path(run_dir, raw: Raw) -> tuple[int, collections.Counter]:

@@ -2,7 +2,8 @@
 issue observed, with the figure a person would check.
 
 - `.item()` on a CPU tensor (aten::item with no runtime call beneath) is no host sync;
-- syncs whose idle intervals overlap cost the union of the intervals, not their sum;
+- syncs cost the device idle they cause: before the next launch, at most what they waited
+  (not the whole gap after them, nor the gap after each summed);
 - a blocking device-to-host copy is a host sync, not launch overhead (rules and critical path);
 - a launch never waits for its own kernel (critical path: a 30 µs launch is launch overhead);
 - a graph launch that ran many short kernels is charged once by `launch-overhead`.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from neuron_explorer.analyzers import analyze
 from neuron_explorer.analyzers import critical_path as cp
+from neuron_explorer.analyzers.rules.host_sync import figures_sql
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.store import open_run
 
@@ -66,16 +68,18 @@ def test_item_on_cpu_tensors_is_no_host_sync(tmp_path):
     assert _findings(_run(tmp_path, events), "host-sync") == []
 
 
-def test_overlapping_idle_after_syncs_is_counted_once(tmp_path):
-    """10 `.item()` on a device tensor, each with a cudaStreamSynchronize beneath, then nothing runs
-    on the device until K2 at 500: the idle after each one runs to 500, the intervals nest.
+def test_syncs_before_the_same_launch_cost_what_they_waited_not_the_whole_gap(tmp_path):
+    """10 `.item()` on a device tensor, each with a 6 µs cudaStreamSynchronize beneath, then nothing
+    runs on the device until K2 at 500.
 
         ProfilerStep#1 [0 ......................................................... 600)
         aten::mm [0-10) launch [2-6) -> K1 [10-90)
         aten::item [100+20i, 110+20i) for i < 10, cudaStreamSynchronize [102+20i, 108+20i) inside
         aten::add [490-500) launch [492-496) -> K2 [500-510)
 
-    Idle after the syncs: [110, 500) ∪ [130, 500) ∪ ... = 390 µs (their sum would be 3,000 µs).
+    Without the syncs the host reaches aten::add 60 µs earlier (10 x 6 µs): K2 starts at 440, so they
+    cost the device [440, 500) = 60 µs. The rest of the gap after the first sync, [110, 440), is host
+    work that remains without them; the gap after each sync, summed, would say 3,000 µs.
     """
     events = [X("ProfilerStep#1", "user_annotation", 0, 600),
               X("aten::mm", "cpu_op", 0, 10, **{"External id": 1}), _rt("cudaLaunchKernel", 2, 4, 1, 1), _k("K1", 10, 80, 1),
@@ -85,10 +89,35 @@ def test_overlapping_idle_after_syncs_is_counted_once(tmp_path):
         events += [X("aten::item", "cpu_op", t, 10, **{"External id": 10 + i}),
                    _rt("cudaStreamSynchronize", t + 2, 6, 10 + i, 10 + i)]
     (f,) = _findings(_run(tmp_path, events), "host-sync")
-    assert f.impact_ns == 390 * US and f.saving_bound_ns == 390 * US
+    assert f.impact_ns == 60 * US and f.saving_bound_ns == 60 * US
     assert f.evidence.values["idle_summed_ns"] == sum(390 - 20 * i for i in range(10)) * US == 3000 * US
-    assert f.evidence.values["stalls"] == 10 and f.location.op == "aten::item"
-    assert f.title.startswith("10 host-device synchronisations leave the device idle 0.39 ms")
+    assert f.evidence.values["stalls"] == 10 and f.evidence.values["wait_ns"] == 60 * US and f.location.op == "aten::item"
+    assert f.title.startswith("10 host-device synchronisations cost the device 0.06 ms of idle (they wait 0.06 ms)")
+
+
+def test_a_short_sync_before_long_host_work_is_no_finding(tmp_path):
+    """A compiled function's first call, as a torch.compile trace records it: one 20 µs
+    cudaDeviceSynchronize, then 50 ms of Python before the next kernel. The device idles 50 ms, but
+    the sync caused 20 µs of it: removing it would launch the kernel 20 µs earlier. The idle is the
+    critical path's host time, not a sync's.
+
+        ProfilerStep#1 [0 ............................................. 60,000)
+        aten::mm [0-10) launch [2-6) -> K1 [10-20)
+        cudaDeviceSynchronize [25-45)
+        aten::add [50,000-50,010) launch [50,002-50,006) -> K2 [50,010-50,020)
+    """
+    events = [X("ProfilerStep#1", "user_annotation", 0, 60_000),
+              X("aten::mm", "cpu_op", 0, 10, **{"External id": 1}), _rt("cudaLaunchKernel", 2, 4, 1, 1), _k("K1", 10, 10, 1),
+              _rt("cudaDeviceSynchronize", 25, 20, 3),
+              X("aten::add", "cpu_op", 50_000, 10, **{"External id": 2}), _rt("cudaLaunchKernel", 50_002, 4, 2, 2),
+              _k("K2", 50_010, 10, 2)]
+    run_dir = _run(tmp_path, events)
+    assert _findings(run_dir, "host-sync") == []  # 20 µs of 60 ms: under the rule's 1%
+    with open_run(run_dir) as run:
+        v = run.sql(figures_sql(0)).fetchone()
+        cols = [c[0] for c in run.sql(figures_sql(0)).description]
+    got = dict(zip(cols, v))
+    assert (got["idle_after_ns"], got["wait_ns"], got["idle_summed_ns"]) == (20 * US, 20 * US, (50_010 - 45) * US)
 
 
 def test_idle_after_a_sync_while_another_stream_works_is_not_idle(tmp_path):
@@ -248,14 +277,17 @@ def test_idle_after_syncs_from_the_busy_unions_equals_the_evidence_sql(tmp_path,
     with open_run(runs[0]) as run:
         summary.rank_summaries(run, run.ranks, per_rank=False)
         (v,) = host_sync._figures(run, 0).values()
-    assert v["idle_after_ns"] == (320 - 110 - (200 - 110)) * US  # after aten::item until gemm, less device 1's work
+    # aten::item returns at 110 and gemm starts at 320; device 1 works until 200. Without its 95 µs wait
+    # the host launches gemm 95 µs earlier: the sync causes [225, 320), where no device works
+    assert v["idle_after_ns"] == 95 * US and v["idle_summed_ns"] == (320 - 110) * US
 
 
 def test_each_rank_of_a_job_has_the_figures_it_has_alone_from_one_query(tmp_path, monkeypatch):
-    """Three ranks, rank r with 10 - 3r `.item()` syncs as in `test_overlapping_idle_after_syncs_is_counted_once`
-    (the idle after them runs to 500 µs): each rank's host-sync finding says what the rank says analysed
-    alone (390 µs of idle on every rank, 10, 7 and 4 stalls), and the job's syncs are read by one
-    query, the screen's, whose figures the checks of the ranks it selects take."""
+    """Three ranks, rank r with 10 - 3r `.item()` syncs as in
+    `test_syncs_before_the_same_launch_cost_what_they_waited_not_the_whole_gap` (6 µs each, before
+    the launch at 500 µs): each rank's host-sync finding says what the rank says analysed alone (60,
+    42 and 24 µs of idle caused, 10, 7 and 4 stalls), and the job's syncs are read by one query, the
+    screen's, whose figures the checks of the ranks it selects take."""
     from neuron_explorer.analyzers.rules import host_sync
 
     def rank(r):
@@ -279,5 +311,6 @@ def test_each_rank_of_a_job_has_the_figures_it_has_alone_from_one_query(tmp_path
     assert queries == [None]  # the screen's query for the whole job; no rank queried again
     for r in range(3):
         (f,), (g,) = together[r], alone[r]
-        assert (f.impact_ns, f.evidence.values, f.title) == (g.impact_ns, g.evidence.values, g.title) and f.impact_ns == 390 * US, r
+        assert (f.impact_ns, f.evidence.values, f.title) == (g.impact_ns, g.evidence.values, g.title)
+        assert f.impact_ns == 6 * (10 - 3 * r) * US, r
     assert [together[r][0].evidence.values["stalls"] for r in range(3)] == [10, 7, 4]

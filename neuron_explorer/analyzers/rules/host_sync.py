@@ -10,11 +10,17 @@ aten::_local_scalar_dense, ...) with no such call beneath reads a CPU tensor: it
 and is no sync. A device-side wait (cudaStreamWaitEvent) does not stop the host and is no sync either.
 Counted per top-level host call (the operator, or the runtime call made outside every operator),
 grouped by the user's source line. Impact, with profiler steps: the device idle the syncs inside
-steps leave — per sync, from its return to the next device work of the rank, at most to its step's
-end (while it waits the device is busy, so its own duration is not the cost); those intervals are
-merged (several syncs before the same launch leave the device idle once) and the time any device
-of the rank is busy in them (work started before the sync returned) is taken out; syncs outside
-every step are counted apart and never in the impact. Without steps: the union of the intervals
+steps cause. The syncs are grouped by the next device work of the rank after they return (at most
+their step's end: the gap they are in). Without them the host would have reached that work earlier
+by what they waited (the sum of their waits), so the idle they cause is the gap's last part, that
+long: from the next work less the waits (not before the group's first return) to the next work.
+The rest of the gap is host work, which remains without the syncs: a 20 µs sync followed by 13 s
+of Python causes 20 µs of idle, not 13 s (that time is the critical path's host time), and a sync
+that waits 45 ms for the device and is followed by a launch 2 ms later causes the 2 ms gap (while
+a sync waits the device is busy, so its own duration is not the cost). Those intervals are merged
+and the time any device of the rank is busy in them (another stream's work) is taken out; syncs
+outside every step are counted apart and never in the impact. The evidence also gives
+`idle_summed_ns`: each sync's whole gap, from its return to the next device work, summed. Without steps: the union of the intervals
 of the syncs' waiting runtime calls (what the host waited; an operator around one may hold other
 work, such as the first `.to('cuda')` creating the context). Saving bound: the same. Only
 meaningful with a device: on a CPU-only run it is not applicable.
@@ -35,7 +41,7 @@ TITLE = "Host-device synchronisation"
 CATEGORY = "synchronization"
 SCOPE = "rank"
 THRESHOLDS = {
-    "SYNC_SHARE_MIN": 0.01,  # merged device idle after the syncs (or union of sync intervals without steps) / analysed time
+    "SYNC_SHARE_MIN": 0.01,  # the device idle the syncs cause (or union of sync intervals without steps) / analysed time
 }
 SCREEN_ONE_RANK = False  # the check's first query is the screen's for that rank (engine.py): one rank runs it once
 
@@ -80,8 +86,9 @@ WHERE {_ranks(rank, 'e')} AND {top_host_call('e')}"""
 
 def figures_sql(rank: int | None, busy_in_sql: bool = True) -> str:
     """Per rank with host syncs (plain DuckDB over `events`): stalls (syncs inside steps), wait_ns
-    (the durations of their waiting runtime calls), idle_after_ns (the merged device idle they leave: the impact with steps),
-    idle_summed_ns (the same intervals summed without merging, for comparison), sync_ns (the union
+    (the durations of their waiting runtime calls), idle_after_ns (the device idle they cause: the impact with steps),
+    idle_summed_ns (each sync's whole gap, from its return to the next device work, summed: what a
+    count of the idle after every sync would say, for comparison), sync_ns (the union
     of the intervals of every sync's waiting runtime calls: the impact without steps), syncs (all of
     them), outside_steps and outside_wait_ns (those outside every step). With `busy_in_sql=False`
     (`_figures`), idle_after_ns is left out and the rows carry the merged intervals instead (after_a,
@@ -104,14 +111,15 @@ nd AS (SELECT rank, count(*) AS n FROM events WHERE {_ranks(rank)} AND dur_ns > 
     return f"""WITH wc AS MATERIALIZED ({waiting_calls_sql(rank)}),
 s AS ({syncs_sql(rank, "wc")}),
 d AS (SELECT rank, ts_ns FROM events WHERE {_ranks(rank)} AND kind IN {DEVICE_WORK_SQL}),
-iv AS (SELECT s.rank, s.end_ns AS a, least(coalesce(d.ts_ns, s.s_end), s.s_end) AS b
+nx AS (SELECT s.rank, s.end_ns, s.wait_ns, least(coalesce(d.ts_ns, s.s_end), s.s_end) AS b
        FROM s ASOF LEFT JOIN d ON s.rank = d.rank AND s.end_ns <= d.ts_ns WHERE s.s_end IS NOT NULL),
+iv AS (SELECT rank, greatest(min(end_ns), b - sum(wait_ns)) AS a, b FROM nx GROUP BY rank, b),
 mx AS (SELECT rank, a, b, max(b) OVER (PARTITION BY rank ORDER BY a, b ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pe
        FROM iv WHERE b > a),
 isl AS (SELECT rank, a, b, sum(CASE WHEN pe IS NULL OR a > pe THEN 1 ELSE 0 END)
           OVER (PARTITION BY rank ORDER BY a, b ROWS UNBOUNDED PRECEDING) AS i FROM mx),
 u AS (SELECT rank, min(a) AS a, max(b) AS b FROM isl GROUP BY rank, i){idle_ctes},
-summed AS (SELECT rank, sum(b - a) AS ns FROM iv WHERE b > a GROUP BY rank),
+summed AS (SELECT rank, sum(b - end_ns) AS ns FROM nx WHERE b > end_ns GROUP BY rank),
 wr AS (SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns FROM wc WHERE dur_ns > 0),
 all_u AS (SELECT rank, sum(end_ns - start_ns) AS ns FROM (
   WITH _mx AS (SELECT rank, ts_ns, end_ns, max(end_ns) OVER (PARTITION BY rank ORDER BY ts_ns, end_ns
@@ -153,7 +161,7 @@ def _figures(run, rank: int | None) -> dict[int, dict]:
 
 
 def _figure(v: dict, with_steps: bool) -> int:
-    """The impact: the merged device idle after the syncs inside steps, or without steps the union of the syncs."""
+    """The impact: the device idle the syncs inside steps cause, or without steps the union of the syncs."""
     return v["idle_after_ns"] if with_steps else v["sync_ns"]
 
 
@@ -181,7 +189,8 @@ def check(ctx: Context) -> list:
     if v is None:
         return []
     # with steps a sync costs the device idle it causes inside the steps, not its own duration: the
-    # host waits while the device works, then the device waits for the next launch
+    # host waits while the device works, then the device waits for the next launch, longer by what
+    # the host waited (no longer: the rest of the gap is host work the sync did not cause)
     impact = _figure(v, bool(steps))
     count = v["stalls"] if steps else v["syncs"]
     if not ctx.analysed_ns or not count or impact / ctx.analysed_ns < THRESHOLDS["SYNC_SHARE_MIN"]:
@@ -192,7 +201,7 @@ def check(ctx: Context) -> list:
         GROUP BY source_frame_id ORDER BY ns DESC, frame_id NULLS LAST LIMIT 3""")
     top = by_line[0] if by_line else {"frame_id": None, "name": None, "sample_id": None}
     where_txt = "; ".join(f"{ctx.source_of(b['frame_id']) or 'unknown line'}: {b['name']} x{b['calls']} {ms(b['ns'])}" for b in by_line)
-    title = (f"{count} host-device synchronisations leave the device idle {ms(impact)} (they wait {ms(v['wait_ns'])})"
+    title = (f"{count} host-device synchronisations cost the device {ms(impact)} of idle (they wait {ms(v['wait_ns'])})"
              if steps else f"{count} host-device synchronisations wait {ms(impact)}")
     outside = (f" {v['outside_steps']} more outside every step ({ms(v['outside_wait_ns'])}) are not counted."
                if steps and v.get("outside_steps") else "")
