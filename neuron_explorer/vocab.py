@@ -308,6 +308,17 @@ fragments below select none of them (tests/test_vocabulary.py), and a launch is 
 flow and `collectors/kineto_names.LAUNCH_CALL`, which matches `neuronLaunchKernel`."""
 
 
+DEVICE_WAIT_KERNEL_PATTERN = r"(?i)^(event_?wait|wait_?event|stream_?wait(_?event)?)$"
+"""A device event (kind 'kernel') whose name says the device waits, not computes: MTIA's
+`event_wait` (a queue waiting for an event that another queue or the host records). Its time holds
+a queue; it has no shapes or dtype to make cheaper."""
+
+
+def device_wait_kernel_name(col: str = "name") -> str:
+    """SQL: the name `col` is a device wait's (DEVICE_WAIT_KERNEL_PATTERN)."""
+    return f"regexp_matches({col}, {sql_literal(DEVICE_WAIT_KERNEL_PATTERN)})"
+
+
 def sync_call(alias: str = "") -> str:
     """An event is a runtime call that waits for a device."""
     a = _a(alias)

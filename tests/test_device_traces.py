@@ -344,3 +344,21 @@ def test_torch18_steps_backward_and_data_loading(traces):
              and any(s <= raw.iv(e)[0] and raw.iv(e)[1] <= t for s, t in steps)]
     (f,) = findings(report, "input-pipeline")
     assert (f["evidence"]["values"]["fetches"], f["impact_ns"]) == (len(loads), sum(b - a for a, b in loads)) == (6, 279_738_000)
+
+
+# ---- MTIA inference: a queue waiting on an event is no kernel to make cheaper -------------------
+def test_mtia_hotspot_kernel_is_work_not_the_event_wait(traces):
+    """MTIA's device events include `event_wait`: a queue waiting for an event, 352.57 ms over 48
+    waits, more than any other name. The hotspot kernel is the heaviest name that does work,
+    `merge` (its durations summed from the raw JSON), with advice for a kernel; the wait is named by
+    no finding, since it has no shapes or dtype to tune."""
+    _, report, raw = traces("mtia_inference")
+    per_name = collections.Counter()
+    for e in raw.events:
+        if e.get("ph") == "X" and e.get("cat") == "mtia_ccp_events":
+            per_name[e["name"]] += raw.dur(e)
+    (top, _), (second, second_ns) = per_name.most_common(2)
+    assert (top, second) == ("event_wait", "merge")
+    (f,) = [f for f in findings(report, "hotspot") if f["location"].get("kernel")]
+    assert f["location"]["kernel"] == "merge" and f["evidence"]["values"]["device_ns"] == second_ns == 257_869_750
+    assert not [g for g in report["findings"] if "event_wait" in g["title"] or g["location"].get("kernel") == "event_wait"]

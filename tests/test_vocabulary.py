@@ -235,3 +235,23 @@ def test_collective_kernel_names_in_sql_are_the_regexps():
     got = con.execute(f"SELECT name, {comm_kernel_name()}, regexp_matches(name, {sql_literal(COMM_KERNEL_PATTERN)}) FROM k").fetchall()
     assert [(n, a) for n, a, _ in got] == [(n, b) for n, _, b in got]
     assert [n for n, a, _ in got if a] == names[:5] == [n for n in names if is_comm_kernel_name(n)]
+
+
+def test_device_waits_are_named_only_where_the_device_waits():
+    """vocab.DEVICE_WAIT_KERNEL_PATTERN over every device event name of the shared traces (NVIDIA,
+    AMD, MTIA): only MTIA's `event_wait` is a wait; no CUDA or ROCm kernel, copy or collective is."""
+    import gzip
+    import json
+
+    from .conftest import real_traces
+
+    pattern = re.compile(vocab.DEVICE_WAIT_KERNEL_PATTERN)
+    names = set()
+    for path in real_traces():
+        with (gzip.open(path, "rt") if path.suffix == ".gz" else open(path)) as f:
+            events = json.load(f).get("traceEvents", [])
+        names |= {str(e.get("name")) for e in events if isinstance(e, dict) and e.get("ph") == "X"
+                  and str(e.get("cat", "")).lower() in ("kernel", "gpu_memcpy", "gpu_memset", "mtia_ccp_events")}
+    assert len(names) > 400
+    assert {n for n in names if pattern.search(n)} == {"event_wait"}
+    assert all(pattern.search(n) for n in ("event_wait", "EventWait", "stream_wait_event", "wait_event"))
