@@ -314,3 +314,25 @@ def test_each_rank_of_a_job_has_the_figures_it_has_alone_from_one_query(tmp_path
         assert (f.impact_ns, f.evidence.values, f.title) == (g.impact_ns, g.evidence.values, g.title)
         assert f.impact_ns == 6 * (10 - 3 * r) * US, r
     assert [together[r][0].evidence.values["stalls"] for r in range(3)] == [10, 7, 4]
+
+
+def _one_long_blocking_copy():
+    """A decode step as an inference server's trace records it (no profiler steps): one `aten::copy_`
+    to the host whose cudaMemcpyAsync waits 990 µs for the device, then an add.
+
+        aten::copy_ [0-1000) > cudaMemcpyAsync [5-995) -> Memcpy DtoH (Device -> Pinned) [990-993)
+        aten::add [1000-1100) launch [1002-1006) -> K [1010-1020)
+    """
+    return [X("aten::copy_", "cpu_op", 0, 1000, **{"External id": 1}), _rt("cudaMemcpyAsync", 5, 990, 5, 1),
+            _k("Memcpy DtoH (Device -> Pinned)", 990, 3, 5, cat="gpu_memcpy"),
+            X("aten::add", "cpu_op", 1000, 100, **{"External id": 2}), _rt("cudaLaunchKernel", 1002, 4, 2, 2), _k("K", 1010, 10, 2)]
+
+
+def test_an_operator_that_waits_for_the_device_is_host_syncs_not_a_hotspot(tmp_path):
+    """The copy's 1,000 µs are 990 µs of waiting for the device: host-sync's finding names it, and the
+    hotspot operator leaves the wait out (10 µs remain, under its 25%), so no finding tells the user
+    to give a copy cheaper shapes and dtype."""
+    run_dir = _run(tmp_path, _one_long_blocking_copy())
+    (sync,) = _findings(run_dir, "host-sync")
+    assert sync.impact_ns == 990 * US and sync.location.op == "aten::copy_"
+    assert not [f for f in _findings(run_dir, "hotspot") if f.location.op == "aten::copy_"]

@@ -7,7 +7,9 @@ backward work counted on the forward statement) that take at least HOTSPOT_SHARE
 analysed time. The DataLoader's fetch (`enumerate(DataLoader)#...__next__`) is left to input-pipeline,
 whose advice fits a loader; a compile's range (`torch.compile: …`, vocab.compile_range) is no
 operator to make cheaper and is not named as one, and an operator's figure leaves out the compiles
-inside it (lines.compile_inside_sql: compile time is the compile-time rule's). A device event whose
+inside it (lines.compile_inside_sql: compile time is the compile-time rule's) and the time the host
+syncs beneath it waited for a device (host_sync.waiting_calls_sql: a blocking copy in `aten::copy_`
+waiting 463 ms is host-sync's, not an operator to give cheaper shapes). A device event whose
 name says the device waits (vocab.DEVICE_WAIT_KERNEL_PATTERN: MTIA's `event_wait`) is no kernel to
 make cheaper either: the kernel named is the heaviest other one. A statement that
 one call of its function runs python-loop's RUNS_PER_CALL_MIN times or more is left to that rule,
@@ -33,6 +35,7 @@ from ..rank_rows import RankQuery
 from ..rank_rows import rows as rank_rows
 from . import python_loop
 from ._util import ms, pct, q, row, share_at_least
+from .host_sync import waiting_calls_sql
 from .input_pipeline import LOADER_NAME
 
 RULE_ID = "hotspot"
@@ -146,9 +149,10 @@ def check(ctx: Context) -> list:
     ops = [o for o in ctx.summary.get("top_level_ops") or []
            if not re.search(LOADER_NAME, o["name"] or "") and not is_compile_range(o["name"])]
     out = [
-        _finding(ctx, "operator", f"""SELECT e.name, (sum(e.dur_ns) - coalesce(sum(c.compile_ns), 0))::BIGINT AS cpu_ns, count(*) AS calls,
-  min(e.event_id) AS sample_id, mode(e.source_frame_id) AS frame_id
+        _finding(ctx, "operator", f"""SELECT e.name, greatest(sum(e.dur_ns) - coalesce(sum(c.compile_ns), 0) - coalesce(sum(w.wait_ns), 0), 0)::BIGINT
+  AS cpu_ns, count(*) AS calls, min(e.event_id) AS sample_id, mode(e.source_frame_id) AS frame_id
 FROM events e LEFT JOIN ({compile_inside_sql(r)}) c ON c.top_op_id = e.event_id
+LEFT JOIN (SELECT top_op_id, sum(dur_ns) AS wait_ns FROM ({waiting_calls_sql(r)}) GROUP BY top_op_id) w ON w.top_op_id = e.event_id
 WHERE e.rank = {r} AND {top_op('e')} AND NOT regexp_matches(e.name, '{LOADER_NAME}') AND NOT {compile_range('e')}
 GROUP BY e.name ORDER BY cpu_ns DESC, e.name LIMIT 1""", Location(), "cpu_ns",
                  "Make this operator cheaper: check its shapes and dtype (lower precision, channels_last), call it "
