@@ -807,15 +807,15 @@ def path_items(run: Run, path, by_step: bool = False) -> list[dict]:
     steps_u, step = _step_codes(path.step)
     row_group = group[pe.key]
     dense = g * len(steps_u) <= DENSE_CELLS  # an item x step table fits: cells by index, no sort of the rows
+    flat = row_group.astype(np.int64) * len(steps_u) + step if by_step or not dense else None  # each row's (item, step) cell
     if dense:
         seen = np.zeros((g, len(steps_u)), dtype=bool)
         seen[row_group, step] = True
         steps = seen.sum(axis=1)
     else:
-        steps = np.bincount(distinct(row_group * len(steps_u) + step) // len(steps_u), minlength=g)
+        steps = np.bincount(distinct(flat) // len(steps_u), minlength=g)
     step_ns: dict[int, dict[int, int]] = {}
     if by_step:
-        flat = row_group.astype(np.int64) * len(steps_u) + step
         if dense:  # the cells the rows are in, and each one's sum (added in row order, as the sort's inverse was)
             cells = np.flatnonzero(seen.ravel())
             sums = np.bincount(flat, weights=path.ns, minlength=g * len(steps_u))[cells]

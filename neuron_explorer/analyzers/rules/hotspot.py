@@ -134,8 +134,10 @@ def screen(run, summaries: dict) -> set[int]:
     reaches the check's share: the check's first test (its critical-path test only lowers)."""
     share = THRESHOLDS["HOTSPOT_SHARE_MIN"]
     top_op = {r: (s["top_level_ops"][0]["cpu_ns"] if s["top_level_ops"] else 0) for r, s in summaries.items()}
-    kernel = dict(run.sql("SELECT rank, max(ns) FROM (SELECT rank, name, sum(dur_ns) AS ns FROM events WHERE kind = 'kernel' "
-                          f"GROUP BY rank, name HAVING {_NOT_A_WAIT}) GROUP BY rank").fetchall())
+    top = {int(rank): [(name, ns)] for rank, name, ns in run.sql(TOP_KERNEL.many).fetchall()}  # each rank's heaviest kernel name
+    if getattr(run, "prepared", None) is not None:  # the batch's rows of TOP_KERNEL (rank_rows.prepare keeps them, no second read)
+        run.prepared[TOP_KERNEL.name] = {r: top.get(r, []) for r in summaries}
+    kernel = {r: got[0][1] for r, got in top.items()}
     line = {r: max((device if summaries[r]["devices"] else cpu) for _, cpu, device in lines)
             for r, lines in line_times_by_rank(run).items() if r in summaries}
     return share_at_least(summaries, top_op, share) | share_at_least(summaries, kernel, share) | share_at_least(summaries, line, share)
