@@ -44,7 +44,8 @@ KINDS: dict[str, str] = {
     "kernel": "a kernel or compute command on a device (`kernel`, `mtia_ccp_events`, old `Kernel`)",
     "memcpy": "a device memory copy (`gpu_memcpy`, old `Memcpy`)",
     "memset": "a device memory set (`gpu_memset`, old `Memset`)",
-    "sync": "a synchronisation recorded on a device stream (`cuda_sync`)",
+    "sync": "a synchronisation recorded on a device stream (`cuda_sync`; a device queue's wait on an event filed "
+    "with the kernels, MTIA's `event_wait`: vocab.DEVICE_WAIT_KERNEL_PATTERN)",
     "gpu_annotation": "a `record_function` range as seen on a device stream (`gpu_user_annotation`)",
     "instant": "an instant event with no duration",
     "other": "any other category, kept as it is (`Trace`, `overhead`, unknown ones)",

@@ -309,14 +309,13 @@ flow and `collectors/kineto_names.LAUNCH_CALL`, which matches `neuronLaunchKerne
 
 
 DEVICE_WAIT_KERNEL_PATTERN = r"(?i)^(event_?wait|wait_?event|stream_?wait(_?event)?)$"
-"""A device event (kind 'kernel') whose name says the device waits, not computes: MTIA's
-`event_wait` (a queue waiting for an event that another queue or the host records). Its time holds
-a queue; it has no shapes or dtype to make cheaper."""
+"""The name of a device event that says the device waits, not computes: MTIA's `event_wait` (a queue
+waiting for an event that another queue or the host records; its category is the one of MTIA's
+kernels, `mtia_ccp_events`). The import files such an event as kind 'sync' (collectors/build.py), as
+CUDA's waits on a stream (`cuda_sync`): its time holds a queue but does no work, so it is not device
+busy time, compute, or a kernel to make cheaper."""
 
-
-def device_wait_kernel_name(col: str = "name") -> str:
-    """SQL: the name `col` is a device wait's (DEVICE_WAIT_KERNEL_PATTERN)."""
-    return f"regexp_matches({col}, {sql_literal(DEVICE_WAIT_KERNEL_PATTERN)})"
+DEVICE_WAIT_KERNEL_RE = re.compile(DEVICE_WAIT_KERNEL_PATTERN)
 
 
 def sync_call(alias: str = "") -> str:

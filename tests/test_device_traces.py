@@ -362,3 +362,26 @@ def test_mtia_hotspot_kernel_is_work_not_the_event_wait(traces):
     (f,) = [f for f in findings(report, "hotspot") if f["location"].get("kernel")]
     assert f["location"]["kernel"] == "merge" and f["evidence"]["values"]["device_ns"] == second_ns == 257_869_750
     assert not [g for g in report["findings"] if "event_wait" in g["title"] or g["location"].get("kernel") == "event_wait"]
+
+
+def test_mtia_event_waits_are_no_device_work(traces):
+    """The device's busy time and compute are the union of the events that do work, not of the
+    waits: with the 48 waits, the union is 424.23 ms; without them, 421.70 ms, which the report's
+    busy time, the breakdown's compute and the critical path's device share all use. The top
+    kernels' shares are of the work's time, and the launch advice is MTIA's (no CUDA graphs)."""
+    run_dir, report, raw = traces("mtia_inference")
+    device = raw.of({"mtia_ccp_events"})
+    work = [raw.iv(e) for e in device if e["name"] != "event_wait"]
+    assert union(raw.iv(e) for e in device) == 424_229_939
+    assert union(work) == 421_698_760
+    (rank,) = report["summary"]["ranks"]
+    (dev,) = rank["devices"]
+    (dt,) = rank["device_time"]
+    assert dev["busy_ns"] == dt["compute_ns"] == union(work)
+    assert dev["kernel_ns"] == sum(b - a for a, b in work)
+    assert dt["compute_ns"] + dt["idle_ns"] == dt["window_ns"] == rank["analysed_ns"]
+    assert "event_wait" not in {k["name"] for k in dt["top_kernels"]}
+    with open_run(run_dir) as run:
+        assert run.sql("SELECT kind, count(*) FROM events WHERE name = 'event_wait' GROUP BY kind").fetchall() == [("sync", 48)]
+    (f,) = findings(report, "launch-overhead")
+    assert "CUDA graphs" not in f["recommendation"] and "torch.compile" in f["recommendation"]

@@ -290,10 +290,13 @@ def graph_advice(device_name: str | None, props: list[dict] | None = None) -> st
     """How to launch fewer, larger device programs, in the device's own terms: CUDA graphs (which
     ROCm runs as HIP graphs) on NVIDIA and AMD; on AWS Trainium (TorchNeuron's `neuron` device, or a
     device named Trainium) torch.compile, whose compiled region the Neuron compiler runs as one
-    device program — CUDA graphs do not exist there."""
+    device program — CUDA graphs do not exist there; on Meta's MTIA torch.compile, which fuses the
+    kernels (CUDA graphs are NVIDIA's and AMD's)."""
     arch = arch_named(device_name)
     if is_torchneuron_device(device_name, props) or (arch is not None and arch.vendor == "aws"):
         return "torch.compile (the Neuron compiler runs each compiled region as one device program)"
+    if arch is not None and arch.vendor == "meta":
+        return "torch.compile (it fuses kernels into fewer, larger ones)"
     return "CUDA graphs (torch.cuda.graphs, or torch.compile(mode='reduce-overhead'))"
 
 

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from .. import schema
 from ..schema import DEVICE_KINDS, ID_STRIDE
+from ..vocab import DEVICE_WAIT_KERNEL_RE
 from . import graph_capture, passes
 from ._forest import depth_of, enclosing_parents, index_dtype, nearest_marked, root_of, slice_at, time_order, track_lookup, tracks_of
 from .kineto_names import (
@@ -215,6 +216,11 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
     is_instant = np.array([v == "i" for v in phase_dict.to_pylist()], dtype=bool)[phase_codes]
     no_cat = np.array([c == "" for c in cat_values], dtype=bool)[cat_codes]
     kind[is_instant & (kind == K["other"]) & no_cat] = K["instant"]
+    # a device queue's wait on an event (MTIA's `event_wait`, filed with its kernels) holds the
+    # queue and does no work: a synchronisation on a device stream, as CUDA's `cuda_sync`
+    if any(v and DEVICE_WAIT_KERNEL_RE.match(v) for v in name_values):
+        is_wait_name = np.array([bool(v) and DEVICE_WAIT_KERNEL_RE.match(v) is not None for v in name_values], dtype=bool)
+        kind[is_wait_name[name_codes] & (kind == K["kernel"])] = K["sync"]
     is_device = np.isin(kind, [K[k] for k in DEVICE_KINDS])
     is_op = kind == K["cpu_op"]
     is_python = kind == K["python"]

@@ -9,9 +9,9 @@ whose advice fits a loader; a compile's range (`torch.compile: …`, vocab.compi
 operator to make cheaper and is not named as one, and an operator's figure leaves out the compiles
 inside it (lines.compile_inside_sql: compile time is the compile-time rule's) and the time the host
 syncs beneath it waited for a device (host_sync.waiting_calls_sql: a blocking copy in `aten::copy_`
-waiting 463 ms is host-sync's, not an operator to give cheaper shapes). A device event whose
-name says the device waits (vocab.DEVICE_WAIT_KERNEL_PATTERN: MTIA's `event_wait`) is no kernel to
-make cheaper either: the kernel named is the heaviest other one. A statement that
+waiting 463 ms is host-sync's, not an operator to give cheaper shapes). A device queue's wait
+(MTIA's `event_wait`, vocab.DEVICE_WAIT_KERNEL_PATTERN) is no kernel: the import files it as a
+sync on its stream. A statement that
 one call of its function runs python-loop's RUNS_PER_CALL_MIN times or more is left to that rule,
 which names the batched alternative. Calls per step are over the steady steps (metrics.steady_steps). A hotspot is where optimisation pays first.
 Impact: for the operator and the kernel, their time on the steps' critical paths
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-from ...vocab import charged_top_op, compile_range, device_wait_kernel_name, is_compile_range, top_op
+from ...vocab import charged_top_op, compile_range, is_compile_range, top_op
 from ..critical_path import on_path_ns
 from ..engine import Context
 from ..lines import compile_inside_sql, line_times_by_rank, line_times_sql
@@ -118,13 +118,11 @@ def _line_finding(ctx: Context):
                        "(shapes, dtype, a batched or fused form of a Python loop) or run it less often.")
 
 
-_NOT_A_WAIT = f"NOT {device_wait_kernel_name()}"
-"""(Tested per kernel name, after grouping.)"""
 TOP_KERNEL = RankQuery(
     "hotspot_kernel", "SELECT name, sum(dur_ns)::BIGINT FROM events WHERE rank = ? AND kind = 'kernel' GROUP BY name "
-    f"HAVING {_NOT_A_WAIT} ORDER BY 2 DESC, name LIMIT 1",
-    "SELECT rank, name, ns FROM (SELECT rank, name, sum(dur_ns)::BIGINT AS ns FROM events WHERE kind = 'kernel' GROUP BY rank, name "
-    f"HAVING {_NOT_A_WAIT}) QUALIFY row_number() OVER (PARTITION BY rank ORDER BY ns DESC, name) = 1 ORDER BY rank")
+    "ORDER BY 2 DESC, name LIMIT 1",
+    "SELECT rank, name, ns FROM (SELECT rank, name, sum(dur_ns)::BIGINT AS ns FROM events WHERE kind = 'kernel' GROUP BY rank, name"
+    ") QUALIFY row_number() OVER (PARTITION BY rank ORDER BY ns DESC, name) = 1 ORDER BY rank")
 RANK_QUERIES = (TOP_KERNEL,)
 """The kernel name with the most device time, for a batch of ranks at once."""
 
@@ -166,7 +164,7 @@ GROUP BY e.name ORDER BY cpu_ns DESC, e.name LIMIT 1""", Location(), "cpu_ns",
         out.append(_finding(ctx, "kernel", f"""SELECT k.name, sum(k.dur_ns)::BIGINT AS device_ns, count(*) AS calls, min(k.event_id) AS sample_id,
   any_value(k.device) AS device, mode({charged_top_op('k', 'o')}) AS op, mode(k.source_frame_id) AS frame_id
 FROM events k LEFT JOIN events o ON o.event_id = k.top_op_id WHERE k.rank = {r} AND k.kind = 'kernel'
-GROUP BY k.name HAVING NOT {device_wait_kernel_name('k.name')} ORDER BY device_ns DESC, k.name LIMIT 1""", Location(), "device_ns",
+GROUP BY k.name ORDER BY device_ns DESC, k.name LIMIT 1""", Location(), "device_ns",
                             "This kernel dominates device time: check the launching operator's shapes and dtype "
                             "(tensor-core friendly sizes, bf16/fp16), or swap in a faster implementation.",
                             # the same name and time without the join to the operators (2 ms instead of 8-9 ms on a 5k-event rank)
