@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,3 +91,37 @@ def test_a_real_gzip_trace_is_planned_by_its_json():
     path = TRACES / "cuda_train_68k_events.json.gz"  # `zcat ... | wc -c`: 15377659
     assert chrome_trace.json_bytes(path) == 15_377_659 == len(gzip.decompress(path.read_bytes()))
     assert chrome_trace.import_need(path) == (200 << 20) + int(3.5 * 15_377_659)  # 263.5 MB
+
+
+_TRIM_CHILD = """
+import sys, time
+import numpy as np
+from neuron_explorer.collectors._malloc import set_mmap_threshold, trimming
+
+def anon_mib():
+    for line in open('/proc/self/status'):
+        if line.startswith('RssAnon:'):
+            return int(line.split()[1]) / 1024
+
+set_mmap_threshold(64 << 20)  # as the build: 1 MiB arrays come from the heap
+arrays = [np.ones(1 << 17) for _ in range(301)]  # 301 MiB, touched
+top = arrays.pop()  # the last one stays: the heap cannot give its freed pages back from its top
+del arrays  # 300 MiB of free heap, still resident
+held = anon_mib()
+time.sleep(0.3)
+idle = anon_mib()
+with trimming(0.02):
+    time.sleep(0.3)
+print(held, idle, anon_mib())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim: Linux only (a no-op elsewhere)")
+def test_trimming_hands_the_freed_heap_back_while_the_build_runs():
+    """Arrays the build frees in the middle of the heap stay resident until a trim; inside
+    `_malloc.trimming` (what a batch import's build and write run in) they go back within its
+    interval. In a child process: the allocator's settings are process-wide."""
+    out = subprocess.run([sys.executable, "-c", _TRIM_CHILD], capture_output=True, text=True, check=True).stdout
+    held, idle, trimmed = map(float, out.split())
+    assert idle > held - 50  # without a trim, the 300 MiB freed stay
+    assert trimmed < idle - 250  # trimmed, they go back

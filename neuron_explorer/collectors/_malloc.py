@@ -6,6 +6,8 @@ Must not: import anything of the package (the importer's modules all import it).
 from __future__ import annotations
 
 import sys
+import threading
+from contextlib import contextmanager
 
 DECODE_MMAP_THRESHOLD = 256 << 10
 BUILD_MMAP_THRESHOLD = 64 << 20
@@ -55,3 +57,42 @@ def arrow_on_malloc() -> None:
 
     if pa.default_memory_pool().backend_name != "system":
         pa.set_memory_pool(pa.system_memory_pool())
+
+
+TRIM_INTERVAL_S = 0.05
+
+
+@contextmanager
+def trimming(interval_s: float = TRIM_INTERVAL_S):
+    """While inside, hand the heap's free pages back to the system every `interval_s` (glibc's
+    malloc_trim, on a thread of its own; a no-op off Linux/glibc). Only batch imports use it.
+
+    The build and the write allocate most arrays from the heap (the thresholds above), and glibc
+    returns a freed chunk's pages only when it lies at the heap's top or at a trim. The holes the
+    build's temporaries leave are touched again, piece by piece, by the next allocations: on a
+    1.45M-event trace, 130-200 MiB of free but resident heap beside 300-440 MiB in use, at the
+    import's peak. Trimmed every 50 ms, the pages a hole still holds go back, and a later
+    allocation there costs a page fault (a few ms a trim at most)."""
+    if not sys.platform.startswith("linux"):
+        yield
+        return
+    try:
+        import ctypes
+
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        yield
+        return
+    done = threading.Event()
+
+    def run() -> None:
+        while not done.wait(interval_s):
+            trim(0)
+
+    t = threading.Thread(target=run, name="neuron-explorer-trim", daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        done.set()
+        t.join()

@@ -16,6 +16,7 @@ must hold: trace_rank.py).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import shutil
@@ -31,7 +32,7 @@ from .. import parquet_native, store
 from ..errors import InputError
 from . import graph_capture, provenance, remote, sources
 from ._forked import keep_inherited
-from ._malloc import BUILD_MMAP_THRESHOLD, DECODE_MMAP_THRESHOLD, WRITE_MMAP_THRESHOLD, arrow_on_malloc, set_mmap_threshold
+from ._malloc import BUILD_MMAP_THRESHOLD, DECODE_MMAP_THRESHOLD, WRITE_MMAP_THRESHOLD, arrow_on_malloc, set_mmap_threshold, trimming
 from .build import build_rank
 from .rank_entry import quality_warnings, rank_entry
 from .trace_rank import TIME_LIMIT_NS, decode_rank  # noqa: F401  (TIME_LIMIT_NS: export.py cites it here)
@@ -285,19 +286,21 @@ def _import_rank(index: int, path: Path, tmp: Path, tune_allocator: bool, decode
         set_mmap_threshold(BUILD_MMAP_THRESHOLD)
     if captures is not None and not captures.whole:
         captures = captures.for_rank(raw.rank)
-    built = build_rank(raw, captures)
-    del raw  # build_rank took what it needs; let the raw columns go before writing
-    charged = provenance.charge_rank(built.tables, built.rank, kernel_provenance) if kernel_provenance else None
-    built.tables["frames"] = sources.with_code(built.tables["frames"])  # the def lines' text, where readable here
-    if tune_allocator:
-        set_mmap_threshold(WRITE_MMAP_THRESHOLD, trim=True)  # the build's temporaries go back before writing
-    entry = rank_entry(built, meta, charged.quality() if charged is not None else None)
-    entry["category_counts"] = category_counts
-    if charged is not None:
-        w = w + [x for x in [provenance.charge_warning(built.rank, charged)] if x]
-    part = tmp / f".part-{index}"
-    part.mkdir()
-    store.write_partition(part, built.tables)
+    # the build's and the write's freed heap pages go back as they go (batch imports: _malloc.trimming)
+    with trimming() if tune_allocator else contextlib.nullcontext():
+        built = build_rank(raw, captures)
+        del raw  # build_rank took what it needs; let the raw columns go before writing
+        charged = provenance.charge_rank(built.tables, built.rank, kernel_provenance) if kernel_provenance else None
+        built.tables["frames"] = sources.with_code(built.tables["frames"])  # the def lines' text, where readable here
+        if tune_allocator:
+            set_mmap_threshold(WRITE_MMAP_THRESHOLD, trim=True)  # the build's temporaries go back before writing
+        entry = rank_entry(built, meta, charged.quality() if charged is not None else None)
+        entry["category_counts"] = category_counts
+        if charged is not None:
+            w = w + [x for x in [provenance.charge_warning(built.rank, charged)] if x]
+        part = tmp / f".part-{index}"
+        part.mkdir()
+        store.write_partition(part, built.tables)
     return index, built.rank, entry, w + quality_warnings(entry)
 
 
