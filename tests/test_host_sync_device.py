@@ -336,3 +336,69 @@ def test_an_operator_that_waits_for_the_device_is_host_syncs_not_a_hotspot(tmp_p
     (sync,) = _findings(run_dir, "host-sync")
     assert sync.impact_ns == 990 * US and sync.location.op == "aten::copy_"
     assert not [f for f in _findings(run_dir, "hotspot") if f.location.op == "aten::copy_"]
+
+
+def test_device_idle_leaves_the_idle_in_allocator_calls_and_syncs_to_their_rules(tmp_path):
+    """No profiler steps, one device (an inference server's trace, or a job with the caching
+    allocator off). The device idles 795 µs of its 990 µs window: 200 µs while the host is in a
+    cudaFree, 195 µs while it waits in a blocking copy (its own 5 µs copy runs at the end), and
+    400 µs of host work. Each cause is one finding: allocator-churn 200 µs, host-sync 200 µs (the
+    wait), device-idle the 400 µs left, naming the rest as theirs; they add up to no more than the
+    trace.
+
+        launch [0-5) -> K1 [10-100)
+        cudaFree [120-320)                        (device idle)
+        aten::copy_ [400-600) > cudaMemcpyAsync [400-600) -> Memcpy DtoH [590-595)
+        launch [890-895) -> K2 [900-1000)
+    """
+    events = [_rt("cudaLaunchKernel", 0, 5, 1), _k("K1", 10, 90, 1),
+              X("aten::empty", "cpu_op", 115, 210, **{"External id": 2}), _rt("cudaFree", 120, 200, 2, 2),
+              X("aten::copy_", "cpu_op", 400, 200, **{"External id": 3}), _rt("cudaMemcpyAsync", 400, 200, 3, 3),
+              _k("Memcpy DtoH (Device -> Pinned)", 590, 5, 3, cat="gpu_memcpy"),
+              _rt("cudaLaunchKernel", 890, 5, 4), _k("K2", 900, 100, 4)]
+    run_dir = _run(tmp_path, events)
+    (idle,) = _findings(run_dir, "device-idle")
+    (alloc,) = _findings(run_dir, "allocator-churn")
+    (sync,) = _findings(run_dir, "host-sync")
+    assert (alloc.impact_ns, sync.impact_ns) == (200 * US, 200 * US)
+    v = idle.evidence.values
+    assert (v["window_ns"], v["idle_ns"]) == (990 * US, 795 * US)
+    assert (v["idle_in_allocator_calls_ns"], v["idle_in_syncs_ns"]) == (200 * US, 195 * US)
+    assert idle.impact_ns == 400 * US
+    assert idle.title == ("Device 0 idle 40.4% of its window (0.40 ms, besides 0.20 ms while the host was in device allocator "
+                          "calls (allocator-churn's) and 0.20 ms while the host waited in syncs (host-sync's))")
+
+
+def test_with_steps_the_idle_while_a_sync_waits_stays_device_idles(tmp_path):
+    """With steps host-sync counts the idle its syncs cause after they return (here none: the next
+    launch follows at once), so the 480 µs the device idles while the host waits in a
+    cudaStreamSynchronize stay in device-idle's figure."""
+    events = [X("ProfilerStep#1", "user_annotation", 0, 1000), _rt("cudaLaunchKernel", 0, 5, 1), _k("K1", 10, 90, 1),
+              _rt("cudaStreamSynchronize", 110, 490, 2), _rt("cudaLaunchKernel", 600, 5, 3), _k("K2", 610, 390, 3)]
+    (idle,) = _findings(_run(tmp_path, events), "device-idle")
+    assert idle.evidence.values["idle_in_syncs_ns"] == 0 and idle.impact_ns == idle.evidence.values["idle_ns"] == 510 * US
+
+
+def test_the_allocator_intervals_device_idle_leaves_out_are_allocator_churns_figure(tmp_path):
+    """allocator_churn.claimed (the intervals device-idle leaves to allocator-churn) measures what
+    the rule's impact does: with steps, the calls of the steady steps within their ranges. Six
+    1,000 µs steps, a 100 µs cudaFree in each, the last one running 50 µs past its step's end."""
+    import numpy as np
+
+    from neuron_explorer.analyzers.rules import allocator_churn
+
+    events = []
+    for s in range(6):
+        t = s * 1000
+        free_at = t + (950 if s == 5 else 300)
+        events += [X(f"ProfilerStep#{s + 1}", "user_annotation", t, 1000), _rt("cudaLaunchKernel", t, 5, 10 * s + 1),
+                   _k("K", t + 10, 200, 10 * s + 1), _rt("cudaFree", free_at, 100, 10 * s + 2)]
+    run_dir = _run(tmp_path, events)
+    report = analyze(run_dir, write=False)
+    (f,) = [f for f in report.findings if f.rule_id == "allocator-churn"]
+    steady = report.to_dict()["summary"]["ranks"][0]["steps"]["steady_steps"]
+    with open_run(run_dir) as run:
+        calls = np.asarray(run.sql("SELECT ts_ns, ts_ns + dur_ns, step FROM events WHERE name = 'cudaFree'").fetchall()).T
+        steps = np.asarray(run.sql("SELECT step, ts_ns, ts_ns + dur_ns FROM steps").fetchall()).T
+    got = allocator_churn.claimed(tuple(calls), tuple(steps), steady)
+    assert int((got[:, 1] - got[:, 0]).sum()) == f.impact_ns == 100 * US * (len(steady) - 1) + 50 * US

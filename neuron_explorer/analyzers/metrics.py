@@ -502,6 +502,23 @@ def device_work_intervals(run: Run, rank: int) -> dict:
             "name": np.asarray(names.indices.fill_null(-1).to_numpy(), dtype=np.int64), "names": names.dictionary.to_pylist()}
 
 
+def intersect_unions(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The intervals two unions share (both sorted disjoint (n, 2) arrays, as `union_array` gives):
+    a union of the same form."""
+    import numpy as np
+
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i, 0], b[j, 0]), min(a[i, 1], b[j, 1])
+        if hi > lo:
+            out.append((lo, hi))
+        if a[i, 1] < b[j, 1]:
+            i += 1
+        else:
+            j += 1
+    return np.asarray(out, dtype=np.int64).reshape(-1, 2)
+
+
 def union_array(starts, ends):
     """The union of intervals [start, end) as `union_sql` merges them (an interval starts a new
     island when it begins after the furthest end before it, in (start, end) order): an (n, 2)

@@ -22,6 +22,8 @@ could be seen); a rank whose runtime calls include no allocator call has no find
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...vocab import allocator_call, allocator_free, in_steps
 from .. import metrics
 from ..engine import Context, NotApplicable
@@ -60,6 +62,21 @@ SELECT (SELECT coalesce(sum(greatest(0, least(u.end_ns, st.s_end) - greatest(u.s
   list(frees ORDER BY step) AS frees_per_step, list(calls - frees ORDER BY step) AS mallocs_per_step,
   list(step ORDER BY step) AS step_numbers
 FROM c"""
+
+
+def claimed(calls: tuple, steps: tuple, steady: list[int] | None) -> np.ndarray:
+    """The union this rule's impact measures, from the rank's allocator calls (`calls`: start_ns,
+    end_ns and step arrays) and steps (`steps`: step, start_ns, end_ns arrays): with steps, the
+    calls of the steady steps `steady` within the steady steps' ranges; without, every call
+    (`_steps_sql`'s and `_window_sql`'s `alloc_ns`, as intervals: device-idle leaves the device's
+    idle in them to this rule)."""
+    start, end, step = (np.asarray(c, dtype=np.int64) for c in calls)
+    if steady is None:
+        return metrics.union_array(start, end)
+    keep = np.isin(step, np.asarray(sorted(steady), dtype=np.int64))
+    s_step, s_start, s_end = (np.asarray(c, dtype=np.int64) for c in steps)
+    mine = np.isin(s_step, np.asarray(sorted(steady), dtype=np.int64))
+    return metrics.intersect_unions(metrics.union_array(start[keep], end[keep]), metrics.union_array(s_start[mine], s_end[mine]))
 
 
 def _window_sql(rank: int) -> str:

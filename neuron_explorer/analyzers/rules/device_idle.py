@@ -4,18 +4,29 @@ Finds devices that sit idle for a large share of their window (first to last ker
 memset on that device): the gaps between busy intervals, where nothing ran on any stream. For the
 largest gaps it names what the host was doing meanwhile (the top-level operators that overlap
 the gap), which tells whether the job is host-bound (Python, data loading, launches) or waits on
-something else. Impact: idle time inside the device window. Saving bound: the same.
+something else. Impact: idle time inside the device window, less the idle while the host was
+in a call another rule names as the cause, so that one cause is one finding: a device allocator
+call (allocator-churn's intervals: with steps, in the steady steps; a free waits for the device,
+and with the caching allocator off most of the idle is in them), and without profiler steps a
+host sync's waiting call (host_sync.waiting_calls_sql: host-sync's figure there is the union of
+those waits; an inference server's blocking `aten::copy_` waiting 463 ms with the device idle was
+both rules' finding). With steps host-sync counts the idle the syncs cause after they return, and
+the idle during a wait stays here. The evidence gives the whole idle (`idle_ns`) and the parts
+left out. Saving bound: the same.
 """
 
 from __future__ import annotations
 
-from ...vocab import DEVICE_WORK_SQL, top_host_call
+import numpy as np
+
+from ...vocab import DEVICE_WORK_SQL, allocator_call, top_host_call
 from .. import metrics
 from ..engine import Context
 from ..model import Location
 from ..rank_rows import RankQuery
 from ..rank_rows import arrays as rank_arrays
 from ..rank_rows import rows as rank_rows
+from . import allocator_churn, host_sync
 from ._util import graph_tip, ms, pct
 
 RULE_ID = "device-idle"
@@ -64,8 +75,6 @@ def _read_gaps(run, ranks) -> dict[int, list[tuple]]:
     reads for every rank: prepared for a batch), as `_gaps_sql` computes them from the same union:
     per device, the gaps between consecutive busy intervals, the GAPS_SHOWN longest (ties: the
     earlier end) numbered from 0. No query of its own: the union is not computed again."""
-    import numpy as np
-
     out = {}
     for r in ranks:
         busy = rank_arrays(run, metrics.DEVICE_BUSY, r)
@@ -101,10 +110,6 @@ GAPS = RankQuery("device_idle_gaps", _one_rank(_gaps_sql("rank = ?")), f"SELECT 
                  read=_read_gaps)
 HOST = RankQuery("device_idle_host", f"SELECT * EXCLUDE (rank) FROM ({_host_sql('rank = ?')}) ORDER BY device, i, overlap_ns DESC, name",
                  f"SELECT * FROM ({_host_sql('TRUE')}) ORDER BY rank, device, i, overlap_ns DESC, name", read=_read_host)
-RANK_QUERIES = (GAPS, HOST)
-"""The largest gaps of every device and what the host ran in them, for all ranks of a batch at once.
-Read (`read`) from the devices' busy unions the summary reads anyway; `one` and `many` are the same
-rows in SQL alone (tests/test_rank_batching.py holds them equal)."""
 
 
 def screen(run, summaries: dict) -> set[int]:
@@ -114,14 +119,76 @@ def screen(run, summaries: dict) -> set[int]:
         d["window_ns"] and d["idle_ns"] / d["window_ns"] >= THRESHOLDS["IDLE_SHARE_MIN"] for d in s["devices"])}
 
 
+def _idle_in(ctx: Context, device: int, window: tuple[int, int], intervals: np.ndarray) -> int:
+    """The device's idle inside its window during `intervals` (a union, as metrics.union_array
+    gives): their length within the window less the device's busy time in them (the busy union the
+    summary merged)."""
+    if not len(intervals):
+        return 0
+    busy = rank_arrays(ctx.run, metrics.DEVICE_BUSY, ctx.rank)
+    mine = np.asarray(busy["device"], dtype=np.int64) == device
+    union = np.stack([np.asarray(busy["start_ns"], dtype=np.int64)[mine], np.asarray(busy["end_ns"], dtype=np.int64)[mine]], axis=1)
+    w = np.clip(intervals, window[0], window[1])
+    w = w[w[:, 1] > w[:, 0]]
+    return int((w[:, 1] - w[:, 0]).sum()) - metrics.covered_within(w, union)
+
+
+def _claimed_sql(one: bool) -> str:
+    """The rank's host calls whose device idle other rules name (module docstring), and its steps:
+    rows (what, start_ns, end_ns, step), `what` 0 an allocator call, 1 a host sync's waiting call,
+    2 a profiler step (step -1: none)."""
+    body = f"""SELECT rank, 0 AS what, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns, coalesce(step, -1) AS step FROM events
+WHERE {allocator_call()}
+UNION ALL SELECT rank, 1, ts_ns, ts_ns + dur_ns, -1 FROM ({host_sync.waiting_calls_sql(None)})
+UNION ALL SELECT rank, 2, ts_ns, ts_ns + dur_ns, step FROM steps"""
+    order = "what, start_ns, end_ns, step"
+    if one:
+        return f"SELECT what, start_ns, end_ns, step FROM ({body}) WHERE rank = ? ORDER BY {order}"
+    return f"SELECT rank, what, start_ns, end_ns, step FROM ({body}) ORDER BY rank, {order}"
+
+
+CLAIMED = RankQuery("device_idle_claimed", _claimed_sql(True), _claimed_sql(False), arrays=True)
+"""Each rank's allocator calls, host syncs' waiting calls and steps: one query for a batch."""
+
+RANK_QUERIES = (GAPS, HOST, CLAIMED)
+"""The largest gaps of every device, what the host ran in them and the host calls other rules name,
+for all ranks of a batch at once. The gaps and the host's work are read (`read`) from the devices'
+busy unions the summary reads anyway; `one` and `many` are the same rows in SQL alone
+(tests/test_rank_batching.py holds them equal)."""
+
+
+def _claimed(ctx: Context) -> dict[str, np.ndarray]:
+    """The host intervals whose device idle other rules name (module docstring), each a union:
+    `syncs` (without steps), `allocator_calls` (allocator_churn.claimed), and `either`."""
+    got = rank_arrays(ctx.run, CLAIMED, ctx.rank)
+    what = np.asarray(got["what"], dtype=np.int64)
+    start, end, step = (np.asarray(got[k], dtype=np.int64) for k in ("start_ns", "end_ns", "step"))
+    part = {k: what == k for k in (0, 1, 2)}
+    stepped = bool(ctx.summary["steps"]["count"])
+    out = {"allocator_calls": allocator_churn.claimed((start[part[0]], end[part[0]], step[part[0]]),
+                                                      (step[part[2]], start[part[2]], end[part[2]]),
+                                                      list(ctx.summary["steps"]["steady_steps"]) if stepped else None),
+           "syncs": np.empty((0, 2), dtype=np.int64) if stepped else metrics.union_array(start[part[1]], end[part[1]])}
+    both = np.concatenate([out["syncs"], out["allocator_calls"]])
+    out["either"] = metrics.union_array(both[:, 0], both[:, 1])
+    return out
+
+
 def check(ctx: Context) -> list:
     ctx.require_device()
-    out, found = [], None
+    out, found, claimed = [], None, None
     for dev in ctx.summary["devices"]:
         d = dev["device"]
         sql = metrics.busy_sql(ctx.rank, d)
         v = {k: dev[k] for k in ("busy_ns", "window_ns", "idle_ns")}  # computed by the summary with this same SQL
         if not v["window_ns"] or v["idle_ns"] / v["window_ns"] < THRESHOLDS["IDLE_SHARE_MIN"]:
+            continue
+        claimed = claimed if claimed is not None else _claimed(ctx)
+        window = (dev["window_start_ns"], dev["window_end_ns"])
+        left_out = {k: _idle_in(ctx, d, window, claimed[k]) for k in ("syncs", "allocator_calls", "either")}
+        v["idle_in_syncs_ns"], v["idle_in_allocator_calls_ns"] = left_out["syncs"], left_out["allocator_calls"]
+        idle = v["idle_ns"] - left_out["either"]
+        if idle / v["window_ns"] < THRESHOLDS["IDLE_SHARE_MIN"]:
             continue
         if found is None:  # every device's gaps and host activity, once
             found = (rank_rows(ctx.run, GAPS, ctx.rank), rank_rows(ctx.run, HOST, ctx.rank))
@@ -138,12 +205,20 @@ def check(ctx: Context) -> list:
             samples += [b["event_id"] for b in busy[:1]]
             if frame is None and busy and busy[0]["frame_id"] is not None:
                 frame = busy[0]["frame_id"]
-        share = v["idle_ns"] / v["window_ns"]
+        share = idle / v["window_ns"]
+        # a part names its rule where that rule reports it (its figure holds the part: at least its threshold)
+        parts = (("idle_in_allocator_calls_ns", "was in device allocator calls", allocator_churn.RULE_ID,
+                  allocator_churn.THRESHOLDS["ALLOC_SHARE_MIN"]),
+                 ("idle_in_syncs_ns", "waited in syncs", host_sync.RULE_ID, host_sync.THRESHOLDS["SYNC_SHARE_MIN"]))
+        named = [f"{ms(v[k])} while the host {what}" + (f" ({rule}'s)" if ctx.analysed_ns and v[k] >= least * ctx.analysed_ns else "")
+                 for k, what, rule, least in parts if v[k]]
+        besides = f", besides {' and '.join(named)}" if named else ""
         out.append(ctx.finding(
-            title=f"Device {d} idle {pct(share)} of its window ({ms(v['idle_ns'])})",
-            impact_ns=v["idle_ns"], saving_bound_ns=v["idle_ns"],
+            title=f"Device {d} idle {pct(share)} of its window ({ms(idle)}{besides})",
+            impact_ns=idle, saving_bound_ns=idle,
             location=Location(device=d, source=ctx.source_of(frame)),
-            sql=sql, values={"busy_ns": v["busy_ns"], "window_ns": v["window_ns"], "idle_ns": v["idle_ns"]},
+            sql=sql, values={"busy_ns": v["busy_ns"], "window_ns": v["window_ns"], "idle_ns": v["idle_ns"],
+                             "idle_in_syncs_ns": v["idle_in_syncs_ns"], "idle_in_allocator_calls_ns": v["idle_in_allocator_calls_ns"]},
             sample_event_ids=samples, uses_source=True,
             recommendation="Keep the device fed: largest gaps — " + "; ".join(host) + ". "
             + ("Move host work out of the step (DataLoader workers, pin_memory), avoid" if ctx.trains() else
