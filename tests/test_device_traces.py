@@ -395,3 +395,24 @@ def test_mtia_event_waits_are_no_device_work(traces):
         assert run.sql("SELECT kind, count(*) FROM events WHERE name = 'event_wait' GROUP BY kind").fetchall() == [("sync", 48)]
     (f,) = findings(report, "launch-overhead")
     assert "CUDA graphs" not in f["recommendation"] and "torch.compile" in f["recommendation"]
+
+
+# ---- the first use of the device: a one-off, not an operator to tune ---------------------------
+def test_an_operator_whose_time_is_one_first_call_gets_one_off_advice(traces):
+    """cuda_alexnet_train: 18 `aten::to` calls, one of them the first `.to('cuda')`, 29.9 s inside
+    cudaDeviceGetStreamPriorityRange (the device's context created). The hotspot operator is
+    aten::to; its advice says one call holds its time, a one-off, and to profile steady steps, not
+    to tune shapes and dtype. The MI300X run's ConvolutionBackward0, spread over its 100 calls,
+    keeps the advice to make it cheaper."""
+    _, report, raw = traces("cuda_alexnet_train")
+    tos = [e for e in raw.of(OP_CATS) if e["name"] == "aten::to" and raw.top_op(e) is e]
+    longest = max(tos, key=raw.dur)
+    inside = [r for r in raw.of(RUNTIME_CATS) if raw.iv(longest)[0] <= raw.iv(r)[0] and raw.iv(r)[1] <= raw.iv(longest)[1]]
+    assert max(inside, key=raw.dur)["name"] == "cudaDeviceGetStreamPriorityRange"
+    (f,) = [f for f in findings(report, "hotspot") if f["location"].get("op") == "aten::to"]
+    assert f["evidence"]["values"]["calls"] == len(tos) == 18
+    assert f["recommendation"].startswith(f"One call of {raw.dur(longest) / 1e6:.2f} ms holds 99.8% of this operator's time")
+    assert "Profile steady steps" in f["recommendation"]
+    _, report, _ = traces(ALLOC)
+    (g,) = [f for f in findings(report, "hotspot") if f["location"].get("op")]
+    assert g["evidence"]["values"]["calls"] == 100 and g["recommendation"].startswith("Make this operator cheaper")

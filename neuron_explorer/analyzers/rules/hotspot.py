@@ -19,7 +19,9 @@ Impact: for the operator and the kernel, their time on the steps' critical paths
 that runs while the device is busy costs nothing), and they are reported only when that is at
 least HOTSPOT_SHARE_MIN too; without steps (no path), their time. For the line: its time.
 Saving bound: the same (an upper bound — the work itself cannot vanish, but a better algorithm,
-dtype or kernel can shrink it).
+dtype or kernel can shrink it). When one call of the operator holds at least half its time, the
+advice says it is a one-off more likely than its cost per call (the first `.to('cuda')` creating
+the device's context, a library's first use) and to profile steady steps, not to tune its shapes.
 """
 
 from __future__ import annotations
@@ -47,9 +49,10 @@ THRESHOLDS = {
 }
 
 
-def _finding(ctx: Context, what: str, sql: str, loc: Location, key: str, rec: str, top: tuple | None = None):
-    """`top`: (name, time) of the row `sql` would give, when the summary already has it: its
-    tests are made first, and the query (for the rest of the row) only when they pass."""
+def _finding(ctx: Context, what: str, sql: str, loc: Location, key: str, rec, top: tuple | None = None):
+    """`rec`: the advice, or a function of the row `sql` gives that writes it. `top`: (name, time)
+    of the row `sql` would give, when the summary already has it: its tests are made first, and the
+    query (for the rest of the row) only when they pass."""
     if top is not None and top[0] is not None and not _passes(ctx, what, {"name": top[0], key: top[1]}, key):
         return None
     v = row(ctx.run, sql)
@@ -73,7 +76,26 @@ def _finding(ctx: Context, what: str, sql: str, loc: Location, key: str, rec: st
         title=f"Hotspot {what}: {label[:80]} takes {pct(share)} ({ms(v[key])} over {v['calls']} calls{path_txt})",
         impact_ns=impact, saving_bound_ns=impact, location=loc, sql=sql,
         values={key: v[key], "calls": v["calls"], "name": v["name"], "on_path_ns": on_path},
-        sample_event_ids=[v["sample_id"]] if v.get("sample_id") is not None else [], uses_source=True, recommendation=rec)
+        sample_event_ids=[v["sample_id"]] if v.get("sample_id") is not None else [], uses_source=True,
+        recommendation=rec(v) if callable(rec) else rec)
+
+
+_CHEAPER = ("make this operator cheaper: check its shapes and dtype (lower precision, channels_last), call it less often "
+            "or on bigger batches, or replace it with a fused / compiled version (torch.compile).")
+
+
+def _operator_advice(v: dict) -> str:
+    """The operator's advice. When one of its calls holds at least half its time, that call is a
+    one-off more likely than the operator's cost (the first `.to('cuda')` creating the device's
+    context: 29.9 s of cudaDeviceGetStreamPriorityRange in one of 18 calls), and shapes are no fix."""
+    longest, ns = v.get("longest_ns") or 0, v["cpu_ns"] or 0
+    if v["calls"] > 1 and ns and longest * 2 >= ns:
+        return (f"One call of {ms(longest)} holds {pct(min(1.0, longest / ns))} of this operator's time: a one-off more likely "
+                "than its cost per call, such as the first use of the device or of a library (context creation, lazy "
+                "loading, autotuning), which shapes and dtype do not change. Profile steady steps "
+                "(torch.profiler.schedule(wait=1, warmup=1, active=3) with prof.step()) to see what it costs each "
+                "iteration; if it does repeat, " + _CHEAPER)
+    return _CHEAPER[0].upper() + _CHEAPER[1:]
 
 
 def _on_path(ctx: Context, what: str, name: str) -> int | None:
@@ -150,13 +172,12 @@ def check(ctx: Context) -> list:
            if not re.search(LOADER_NAME, o["name"] or "") and not is_compile_range(o["name"])]
     out = [
         _finding(ctx, "operator", f"""SELECT e.name, greatest(sum(e.dur_ns) - coalesce(sum(c.compile_ns), 0) - coalesce(sum(w.wait_ns), 0), 0)::BIGINT
-  AS cpu_ns, count(*) AS calls, min(e.event_id) AS sample_id, mode(e.source_frame_id) AS frame_id
+  AS cpu_ns, count(*) AS calls, min(e.event_id) AS sample_id, mode(e.source_frame_id) AS frame_id, max(e.dur_ns)::BIGINT AS longest_ns
 FROM events e LEFT JOIN ({compile_inside_sql(r)}) c ON c.top_op_id = e.event_id
 LEFT JOIN (SELECT top_op_id, sum(dur_ns) AS wait_ns FROM ({waiting_calls_sql(r)}) GROUP BY top_op_id) w ON w.top_op_id = e.event_id
 WHERE e.rank = {r} AND {top_op('e')} AND NOT regexp_matches(e.name, '{LOADER_NAME}') AND NOT {compile_range('e')}
 GROUP BY e.name ORDER BY cpu_ns DESC, e.name LIMIT 1""", Location(), "cpu_ns",
-                 "Make this operator cheaper: check its shapes and dtype (lower precision, channels_last), call it "
-                 "less often or on bigger batches, or replace it with a fused / compiled version (torch.compile).",
+                 _operator_advice,
                  # the summary's heaviest top-level operators are in the query's order: the first that is no fetch
                  top=(ops[0]["name"], ops[0]["cpu_ns"]) if ops else None),
     ]
