@@ -27,7 +27,9 @@ on it is backward work (the engine's gradient sums between nodes, `aten::add`, i
 Passes, from the innermost marker around an event: `backward` (inside `evaluate_function`, a
 node found by name, or the `run_backward` call, or on an autograd thread), `optimizer` (inside torch's `Optimizer.step#…` / `Optimizer.zero_grad#…`
 ranges), `data` (inside torch's `enumerate(DataLoader)#…` range), else `forward` for host work
-and `other` for steps, annotations of the profiler itself and device events with no launch.
+and `other` for steps, annotations of the profiler itself and device events with no launch. The
+optimizer's and the DataLoader's ranges are found by name whatever their kind: torch 1.8-1.10
+file them as operators.
 
 Must not: read files or know about JSON or torch objects (build.py hands over arrays).
 """
@@ -187,8 +189,9 @@ def backward_links(*, name_codes: np.ndarray, name_values: list, is_op: np.ndarr
     if n:
         marker[is_eval] = P["backward"]
         marker[is_python & _name_flags(name_values, _BACKWARD_CALL.search)[name_codes]] = P["backward"]
-        marker[~is_python & ~is_op & _name_flags(name_values, _OPTIMIZER.match)[name_codes]] = P["optimizer"]
-        marker[~is_python & ~is_op & _name_flags(name_values, _DATA.match)[name_codes]] = P["data"]
+        # (torch 1.8-1.10 file these ranges as operators: matched by name whatever their kind)
+        marker[~is_python & _name_flags(name_values, _OPTIMIZER.match)[name_codes]] = P["optimizer"]
+        marker[~is_python & _name_flags(name_values, _DATA.match)[name_codes]] = P["data"]
         around = nearest_marked(parent, marker >= 0)
         pass_code = np.where(around >= 0, marker[np.maximum(around, 0)], P["forward"]).astype(np.int8)
         pass_code[on_autograd_thread] = P["backward"]
