@@ -402,3 +402,36 @@ def test_the_allocator_intervals_device_idle_leaves_out_are_allocator_churns_fig
         steps = np.asarray(run.sql("SELECT step, ts_ns, ts_ns + dur_ns FROM steps").fetchall()).T
     got = allocator_churn.claimed(tuple(calls), tuple(steps), steady)
     assert int((got[:, 1] - got[:, 0]).sum()) == f.impact_ns == 100 * US * (len(steady) - 1) + 50 * US
+
+
+def test_a_job_of_ranks_with_and_without_steps_reads_each_ranks_claimed_calls_as_alone(tmp_path):
+    """device-idle's batch read of the calls it leaves to other rules (device_idle.CLAIMED, whose
+    batch read skips the syncs of ranks with steps) gives each rank of a job the rows its one-rank
+    query gives: rank 0 with steps, rank 1 without (its blocking copy's wait among them), rank 2
+    without steps and with a cudaFree; and each rank's device-idle finding is the one it has alone."""
+    from neuron_explorer.analyzers import rank_rows
+    from neuron_explorer.analyzers.rules import device_idle
+
+    def rank(r):
+        events = [_rt("cudaLaunchKernel", 0, 5, 1), _k("K1", 10, 90, 1),
+                  X("aten::copy_", "cpu_op", 400, 200, **{"External id": 3}), _rt("cudaMemcpyAsync", 400, 200, 3, 3),
+                  _k("Memcpy DtoH (Device -> Pinned)", 590, 5, 3, cat="gpu_memcpy"),
+                  _rt("cudaLaunchKernel", 890, 5, 4), _k("K2", 900, 100, 4)]
+        if r == 0:
+            events.append(X("ProfilerStep#1", "user_annotation", 0, 1000))
+        if r == 2:
+            events += [X("aten::empty", "cpu_op", 115, 210, **{"External id": 2}), _rt("cudaFree", 120, 200, 2, 2)]
+        return events
+
+    for r in range(3):
+        write_trace(tmp_path / "job" / f"rank{r}.json", rank(r), distributedInfo={"rank": r, "world_size": 3})
+    job = import_traces(tmp_path / "job", tmp_path / "job_run").run_dir
+    with open_run(job) as run:
+        batch = rank_rows.prepare(run, [device_idle.CLAIMED], [0, 1, 2])["device_idle_claimed"]
+        alone = {r: {k: v.tolist() for k, v in run.sql(device_idle.CLAIMED.one, [r]).fetchnumpy().items()} for r in range(3)}
+    assert {r: {k: v.tolist() for k, v in batch[r].items()} for r in range(3)} == alone
+    assert [sorted(set(alone[r]["what"])) for r in range(3)] == [[2], [1], [0, 1]]
+    found = {f.location.rank: f for f in _findings(job, "device-idle")}
+    for r in range(3):
+        (g,) = _findings(_run(tmp_path / f"alone{r}", rank(r)), "device-idle")
+        assert (found[r].impact_ns, found[r].evidence.values) == (g.impact_ns, g.evidence.values), r

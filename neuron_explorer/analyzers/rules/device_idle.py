@@ -23,7 +23,7 @@ from ...vocab import DEVICE_WORK_SQL, allocator_call, top_host_call
 from .. import metrics
 from ..engine import Context
 from ..model import Location
-from ..rank_rows import RankQuery
+from ..rank_rows import RankQuery, prepared_rows
 from ..rank_rows import arrays as rank_arrays
 from ..rank_rows import rows as rank_rows
 from . import allocator_churn, host_sync
@@ -133,22 +133,53 @@ def _idle_in(ctx: Context, device: int, window: tuple[int, int], intervals: np.n
     return int((w[:, 1] - w[:, 0]).sum()) - metrics.covered_within(w, union)
 
 
+_ALLOC_CALLS = f"SELECT rank, 0 AS what, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns, coalesce(step, -1) AS step FROM events WHERE {allocator_call()}"
+_SYNC_WAITS = f"SELECT rank, 1 AS what, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns, -1 AS step FROM ({host_sync.waiting_calls_sql(None)})"
+_CLAIMED_ORDER = "what, start_ns, end_ns, step"
+
+
 def _claimed_sql(one: bool) -> str:
     """The rank's host calls whose device idle other rules name (module docstring), and its steps:
-    rows (what, start_ns, end_ns, step), `what` 0 an allocator call, 1 a host sync's waiting call,
-    2 a profiler step (step -1: none)."""
-    body = f"""SELECT rank, 0 AS what, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns, coalesce(step, -1) AS step FROM events
-WHERE {allocator_call()}
-UNION ALL SELECT rank, 1, ts_ns, ts_ns + dur_ns, -1 FROM ({host_sync.waiting_calls_sql(None)})
+    rows (what, start_ns, end_ns, step), `what` 0 an allocator call, 1 a host sync's waiting call
+    (only on a rank without steps), 2 a profiler step (step -1: none)."""
+    body = f"""{_ALLOC_CALLS}
+UNION ALL SELECT * FROM ({_SYNC_WAITS}) WHERE rank NOT IN (SELECT rank FROM steps)
 UNION ALL SELECT rank, 2, ts_ns, ts_ns + dur_ns, step FROM steps"""
-    order = "what, start_ns, end_ns, step"
     if one:
-        return f"SELECT what, start_ns, end_ns, step FROM ({body}) WHERE rank = ? ORDER BY {order}"
-    return f"SELECT rank, what, start_ns, end_ns, step FROM ({body}) ORDER BY rank, {order}"
+        return f"SELECT what, start_ns, end_ns, step FROM ({body}) WHERE rank = ? ORDER BY {_CLAIMED_ORDER}"
+    return f"SELECT rank, what, start_ns, end_ns, step FROM ({body}) ORDER BY rank, {_CLAIMED_ORDER}"
 
 
-CLAIMED = RankQuery("device_idle_claimed", _claimed_sql(True), _claimed_sql(False), arrays=True)
-"""Each rank's allocator calls, host syncs' waiting calls and steps: one query for a batch."""
+def _read_claimed(run, ranks) -> dict[int, dict]:
+    """CLAIMED's rows of each rank, as `many` gives them, with the host syncs' waits read only for
+    the ranks without steps (a rank with steps has none): the waits' query is most of the cost, and
+    ranks of a training job have steps. Each rank's steps come from metrics.STEPS, which the
+    summary prepared for the batch."""
+    steps = {int(r): prepared_rows(run, metrics.STEPS, r) for r in ranks}
+    if any(v is None for v in steps.values()):
+        steps = {int(r): [] for r in ranks}
+        for r, st, ts, dur in run.sql("SELECT rank, step, ts_ns, dur_ns FROM steps ORDER BY rank, step").fetchall():
+            if int(r) in steps:
+                steps[int(r)].append((st, ts, dur))
+    bare = [r for r, v in steps.items() if not v]
+    sql = _ALLOC_CALLS + (f" UNION ALL SELECT * FROM ({_SYNC_WAITS}) WHERE rank IN ({', '.join(map(str, bare))})" if bare else "")
+    cols = {k: np.asarray(v, dtype=np.int64) for k, v in run.sql(sql).fetchnumpy().items()}
+    out = {}
+    for r in steps:
+        mine = cols["rank"] == r
+        st = np.asarray(steps[r], dtype=np.int64).reshape(-1, 3)
+        what = np.concatenate([cols["what"][mine], np.full(len(st), 2, dtype=np.int64)])
+        start = np.concatenate([cols["start_ns"][mine], st[:, 1]])
+        end = np.concatenate([cols["end_ns"][mine], st[:, 1] + st[:, 2]])
+        step = np.concatenate([cols["step"][mine], st[:, 0]])
+        order = np.lexsort((step, end, start, what))
+        out[r] = {"what": what[order], "start_ns": start[order], "end_ns": end[order], "step": step[order]}
+    return out
+
+
+CLAIMED = RankQuery("device_idle_claimed", _claimed_sql(True), _claimed_sql(False), arrays=True, read=_read_claimed)
+"""Each rank's allocator calls, host syncs' waiting calls (ranks without steps) and steps: one
+query for a batch."""
 
 RANK_QUERIES = (GAPS, HOST, CLAIMED)
 """The largest gaps of every device, what the host ran in them and the host calls other rules name,
