@@ -25,7 +25,18 @@ SCOPE = "rank"
 THRESHOLDS = {
     "LOADER_SHARE_MIN": 0.10,  # union of DataLoader __next__ intervals / analysed time
 }
-LOADER_NAME = r"(?i)dataloader.*__next__|__next__.*dataloader"
+LOADER_NAME = r"(?i:dataloader).*__next__|__next__.*(?i:dataloader)"
+"""A DataLoader's fetch by its name: `__next__` (a dunder, lower case) and DataLoader in any case."""
+LOADER_KINDS = "kind IN ('user_annotation', 'python', 'cpu_op')"
+
+
+def fetches_sql() -> str:
+    """The DataLoader's fetches of every rank of the views: rows (rank, ts_ns, end_ns), the events
+    whose union this rule measures (device-idle leaves the device's idle in them to this rule). The
+    names hold `__next__` (LOADER_NAME): tested first, it spares the pattern almost every row (41
+    against 81 ms over 256 rank files)."""
+    return (f"SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE {LOADER_KINDS} AND contains(name, '__next__') "
+            f"AND regexp_matches(name, '{LOADER_NAME}')")
 
 
 def _slowest_line_sql(rank: int, loader_where: str) -> str:
@@ -45,13 +56,13 @@ def screen(run, summaries: dict) -> set[int]:
     The pattern is matched once per distinct name of a rank, not once per event (MATERIALIZED keeps
     DuckDB from pushing it below the grouping): 95 -> 36 ms on a rank of 1.2M events."""
     ns = dict(run.sql("WITH n AS MATERIALIZED (SELECT rank, name, sum(dur_ns) AS ns FROM events "
-                      "WHERE kind IN ('user_annotation', 'python', 'cpu_op') GROUP BY rank, name) "
+                      f"WHERE {LOADER_KINDS} GROUP BY rank, name) "
                       f"SELECT rank, sum(ns) FROM n WHERE regexp_matches(name, '{LOADER_NAME}') GROUP BY rank").fetchall())
     return share_at_least(summaries, ns, THRESHOLDS["LOADER_SHARE_MIN"])
 
 
 def check(ctx: Context) -> list:
-    where = f"rank = {ctx.rank} AND kind IN ('user_annotation', 'python', 'cpu_op') AND regexp_matches(name, '{LOADER_NAME}')"
+    where = f"rank = {ctx.rank} AND {LOADER_KINDS} AND regexp_matches(name, '{LOADER_NAME}')"
     sql = f"WITH u AS ({metrics.union_sql(where)}) SELECT coalesce(sum(end_ns - start_ns), 0)::BIGINT AS loader_ns, count(*) AS fetches FROM u"
     v = row(ctx.run, sql)
     share = v["loader_ns"] / ctx.analysed_ns if ctx.analysed_ns else 0.0
