@@ -229,6 +229,24 @@ def test_kernels_a_graph_replays_pay_no_launch(traces):
     assert findings(report, "launch-overhead") == []
 
 
+def test_a_statement_that_replays_a_graph_is_named_as_the_replay(traces):
+    """vLLM's full-graph decode: `vllm/compilation/cuda_graph.py:208` (the replay call) is the
+    hotspot statement, and every ns of its device time is replayed by its hipGraphLaunch (counted
+    from the JSON: device work whose launch is a *GraphLaunch). Its advice names the graph's kernels
+    and the capture's trace, not shapes and a Python loop. H100's statement keeps that advice."""
+    _, report, raw = traces(GRAPH_FULL)
+    launch = raw.launch_of()
+    replayed = [raw.iv(e) for e in raw.of(DEVICE_CATS) if "GraphLaunch" in (launch.get(e["args"].get("correlation")) or {}).get("name", "")]
+    (f,) = [f for f in findings(report, "hotspot") if f["location"].get("source")]
+    assert f["location"]["source"] == "vllm/compilation/cuda_graph.py:208"
+    values = f["evidence"]["values"]
+    assert values["graph_replay_ns"] == values["device_ns"] == sum(b - a for a, b in replayed) == 10_388_482
+    assert "graph it replays" in f["recommendation"] and "--capture" in f["recommendation"]
+    _, report, _ = traces(H100)
+    (g,) = [f for f in findings(report, "hotspot") if f["location"].get("source")]
+    assert g["evidence"]["values"]["graph_replay_ns"] == 0 and g["recommendation"].startswith("Most time comes from the work")
+
+
 def test_piecewise_graphs_have_too_few_short_kernels_to_report(traces):
     _, report, raw = traces(GRAPH_PIECEWISE)
     want = short_kernel_launches(raw)

@@ -19,7 +19,9 @@ Impact: for the operator and the kernel, their time on the steps' critical paths
 that runs while the device is busy costs nothing), and they are reported only when that is at
 least HOTSPOT_SHARE_MIN too; without steps (no path), their time. For the line: its time.
 Saving bound: the same (an upper bound — the work itself cannot vanish, but a better algorithm,
-dtype or kernel can shrink it). When one call of the operator holds at least half its time, the
+dtype or kernel can shrink it). A statement most of whose device time is a CUDA/HIP graph it
+replays is the replay call, not where the work was written: its advice says so and how to see the
+graph's kernels by the statements that captured them. When one call of the operator holds at least half its time, the
 advice says it is a one-off more likely than its cost per call (the first `.to('cuda')` creating
 the device's context, a library's first use) and to profile steady steps, not to tune its shapes.
 """
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import re
 
-from ...vocab import charged_top_op, compile_range, is_compile_range, top_op
+from ...vocab import charged_top_op, compile_range, device_work, is_compile_range, line_key_sql, top_op
 from ..critical_path import on_path_ns
 from ..engine import Context
 from ..lines import compile_inside_sql, line_times_by_rank, line_times_sql
@@ -130,14 +132,34 @@ def _line_finding(ctx: Context):
     code = f" `{v['code'][:60]}`" if v.get("code") else ""
     split = f"; forward {ms(v[key] - backward)}, backward {ms(backward)}" if backward else ""
     per_step = f", {v['calls_per_step']:.0f} calls/step" if v.get("calls_per_step") else ""
+    replayed = _replayed_ns(ctx, v["source"]) if key == "device_ns" and v[key] else 0
     return ctx.finding(
         title=f"Hotspot source line: {v['source']}{code} takes {pct(share)} ({ms(v[key])}{split}{per_step})",
         impact_ns=v[key], saving_bound_ns=v[key], location=Location(source=v["source"]), sql=sql,
-        values={k: v[k] for k in ("source", "code", "calls", "calls_per_step", "cpu_ns", "cpu_backward_ns", "device_ns",
-                                  "device_backward_ns")},
-        sample_event_ids=[], uses_source=True,
-        recommendation="Most time comes from the work this statement starts (its backward included): make it cheaper "
-                       "(shapes, dtype, a batched or fused form of a Python loop) or run it less often.")
+        values={**{k: v[k] for k in ("source", "code", "calls", "calls_per_step", "cpu_ns", "cpu_backward_ns", "device_ns",
+                                     "device_backward_ns")}, "graph_replay_ns": replayed},
+        sample_event_ids=[], uses_source=True, recommendation=_line_advice(v, key, replayed))
+
+
+def _replayed_ns(ctx: Context, source: str) -> int:
+    """The device time of the statement `source` that a graph launch replayed (`events.graph`)."""
+    return row(ctx.run, f"""SELECT coalesce(sum(e.dur_ns), 0)::BIGINT AS ns FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
+        WHERE e.rank = {int(ctx.rank)} AND e.graph AND {device_work('e')} AND {line_key_sql('f')} = {q(source)}""")["ns"]
+
+
+def _line_advice(v: dict, key: str, replayed: int) -> str:
+    """The statement's advice. A statement most of whose device time is a graph it replays
+    (`events.graph`: vLLM's `cuda_graph.py:208`, the replay call) is not where that work was
+    written: the graph's kernels are, by the statements that captured them, which a capture's trace
+    gives (graph_capture.py, `import --capture`)."""
+    if key == "device_ns" and v[key]:
+        if replayed * 2 >= v[key]:
+            return (f"{ms(replayed)} of this statement's {ms(v[key])} of device time is a CUDA/HIP graph it replays: the "
+                    "statement is the replay, not the work. The graph's kernels (below) are what to make cheaper; import the "
+                    "trace with its capture's trace (`neuron-explorer import TRACE --capture CAPTURE`) to see them by the "
+                    "statements that captured them.")
+    return ("Most time comes from the work this statement starts (its backward included): make it cheaper "
+            "(shapes, dtype, a batched or fused form of a Python loop) or run it less often.")
 
 
 TOP_KERNEL = RankQuery(
