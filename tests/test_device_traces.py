@@ -453,3 +453,20 @@ def test_an_operator_whose_time_is_one_first_call_gets_one_off_advice(traces):
     _, report, _ = traces(ALLOC)
     (g,) = [f for f in findings(report, "hotspot") if f["location"].get("op")]
     assert g["evidence"]["values"]["calls"] == 100 and g["recommendation"].startswith("Make this operator cheaper")
+
+
+def test_a_first_launch_that_loads_its_code_is_a_one_off_not_launch_overhead(traces):
+    """rocm_mi250_train (2 steps): the critical path's kernel launches are 6.67 ms, 6.54 ms of them
+    one hipLaunchKernel under the first AccumulateGrad, the kernel's code loaded at its first launch
+    (the longest runtime call of the JSON). The advice says it is a one-off and to profile steady
+    steps, not to capture graphs; the NCCL trace's launches, spread over many calls, keep that advice."""
+    _, report, raw = traces("rocm_mi250_train")
+    launches = [e for e in raw.of(RUNTIME_CATS) if "LaunchKernel" in e["name"]]
+    longest = max(launches, key=raw.dur)
+    (f,) = [f for f in findings(report, "critical-path") if f["evidence"]["values"]["class"] == "launch"]
+    assert raw.dur(longest) * 2 >= f["evidence"]["values"]["charged_ns"] and f["evidence"]["values"]["events"] > 1
+    assert f["recommendation"].startswith("One launch call of 6.54 ms holds 98.1% of this time")
+    _, report, _ = traces("cuda_nccl_rank0_of_2")
+    (g,) = [f for f in findings(report, "critical-path") if f["evidence"]["values"]["class"] == "launch"]
+    assert g["recommendation"].startswith("Launch overhead bounds the step")
+

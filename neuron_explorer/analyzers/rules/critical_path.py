@@ -13,7 +13,9 @@ what to try: fp32 GEMMs/convolutions → the lower precision the device's matrix
 (analyzers/peaks.py precision_advice: fp16 autocast with GradScaler on V100/T4, bf16 autocast or
 TF32 on A100 and later, FP8 where the device has it); NCHW convolutions (4-d input, kernel not
 NHWC) → channels_last; many short kernels → fusion / torch.compile; copies → pinned memory and
-non_blocking; launch overhead and host time → CUDA graphs, torch.compile, fewer `.item()` calls;
+non_blocking; launch overhead and host time → CUDA graphs, torch.compile, fewer `.item()` calls
+(launches most of whose time is one call → a kernel's first launch loading its code, a one-off:
+profile steady steps);
 input pipeline → DataLoader workers. Impact: the class's charged ns on the path over all steps
 (the members' charged ns are disjoint, so this is their union; time off the path is not
 counted). Saving bound: per step, the class's charged ns, but no more than the step's duration
@@ -104,7 +106,10 @@ def _first_input_rank(op_args: str | None) -> int | None:
     return len(dims[0]) if dims and isinstance(dims[0], list) else None
 
 
-def _advice(cls: str, members: list[dict], events: int, charged: int, step_count: int, arch, graphs: str = "") -> str:
+def _advice(cls: str, members: list[dict], events: int, charged: int, step_count: int, arch, graphs: str = "",
+            longest_ns: int = 0) -> str:
+    """The class's advice. `longest_ns`: the most one path event of the class is charged (a launch
+    class most of which is one call is a one-off: a kernel's first launch loading its code)."""
     graphs = graphs or P.graph_advice(None)
     per_step = events / max(step_count, 1)
     if cls in WORK_CLASSES and cls not in ("communication", "memcpy"):
@@ -144,6 +149,11 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
     if cls == "host_sync":
         return ("The host waits on the device here: fewer .item() / float(t) / data-dependent branches in the loop; log "
                 "metrics every N steps; keep values on the device.")
+    if cls == "launch" and longest_ns * 2 >= charged and events > 1:
+        return (f"One launch call of {ms(longest_ns)} holds {pct(min(1.0, longest_ns / charged))} of this time: a kernel's first "
+                "launch loads its code (CUDA's lazy module loading, ROCm's code objects), a one-off that warm-up steps absorb, "
+                "not the cost of every launch. Profile steady steps (torch.profiler.schedule(wait=1, warmup=1, active=3) "
+                "with prof.step()) before fusing or capturing graphs.")
     if cls == "launch":
         return ("Launch overhead bounds the step: " + graphs + ("" if graphs.startswith("torch.compile") else ", torch.compile to fuse kernels")
                 + ", or a larger batch per launch.")
@@ -173,6 +183,17 @@ def _class_words(cls: str, members: list[dict]) -> str:
         names = len({m["item"] for m in members if m["item"] is not None})
         return (f"{words} {noun}" if words else noun) + f" ({names} name{'s' if names != 1 else ''})"
     return HOST_CLASSES[cls]
+
+
+def _longest_event_ns(path, category: str) -> int:
+    """The most ns the path charges one event of `category` (over all its segments and steps)."""
+    import numpy as np
+
+    mask = (path.category == cp.CATEGORIES.index(category)) & (path.event_id >= 0)
+    if not mask.any():
+        return 0
+    _, inverse = np.unique(path.event_id[mask], return_inverse=True)
+    return int(np.bincount(inverse, weights=path.ns[mask]).max())
 
 
 def check(ctx: Context) -> list:
@@ -221,5 +242,6 @@ def check(ctx: Context) -> list:
                     "heaviest": [{"item": m["item"], "op": m["op"], "charged_ns": m["charged_ns"]} for m in members[:3]],
                     "device_arch": arch.name if arch else None},
             sample_event_ids=[top["sample_id"]] if top["sample_id"] is not None else [], uses_source=True,
-            recommendation=_advice(cls, members, events, charged, step_count, arch, graph_tip(ctx))))
+            recommendation=_advice(cls, members, events, charged, step_count, arch, graph_tip(ctx),
+                                   _longest_event_ns(path, "launch_overhead") if cls == "launch" else 0)))
     return out
