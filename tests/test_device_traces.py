@@ -470,3 +470,18 @@ def test_a_first_launch_that_loads_its_code_is_a_one_off_not_launch_overhead(tra
     (g,) = [f for f in findings(report, "critical-path") if f["evidence"]["values"]["class"] == "launch"]
     assert g["recommendation"].startswith("Launch overhead bounds the step")
 
+
+
+@pytest.mark.parametrize("name", ["v100_resnet50_torch19_memory", "cuda_alexnet_train"])
+def test_device_idles_evidence_sql_gives_its_figures(traces, name):
+    """device-idle's evidence SQL, run over the run's events, gives the finding's impact and the
+    idle it left to other rules: the V100's DataLoader fetches within its steps, cuda_alexnet's
+    allocator calls and syncs without steps."""
+    run_dir, report, _ = traces(name)
+    (f,) = findings(report, "device-idle")
+    with open_run(run_dir) as run:
+        rel = run.sql(f["evidence"]["sql"])
+        row = dict(zip([d[0] for d in rel.description], rel.fetchone()))
+    values = f["evidence"]["values"]
+    assert row["impact_ns"] == f["impact_ns"] and row["idle_left_out_ns"] == values["idle_left_out_ns"] > 0
+    assert (row["idle_ns"], row["window_ns"], row["busy_ns"]) == (values["idle_ns"], values["window_ns"], values["busy_ns"])

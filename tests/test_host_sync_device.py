@@ -365,6 +365,9 @@ def test_device_idle_leaves_the_idle_in_allocator_calls_and_syncs_to_their_rules
     assert (v["window_ns"], v["idle_ns"]) == (990 * US, 795 * US)
     assert (v["idle_in_allocator_calls_ns"], v["idle_in_syncs_ns"]) == (200 * US, 195 * US)
     assert idle.impact_ns == 400 * US
+    with open_run(run_dir) as run:  # the evidence SQL, plain DuckDB over the events, says the same
+        row = dict(zip(("busy_ns", "window_ns", "idle_ns", "idle_left_out_ns", "impact_ns"), run.sql(idle.evidence.sql).fetchone()))
+    assert row == {"busy_ns": 195 * US, "window_ns": 990 * US, "idle_ns": 795 * US, "idle_left_out_ns": 395 * US, "impact_ns": 400 * US}
     assert idle.title == ("Device 0 idle 40.4% of its window (0.40 ms, besides 0.20 ms while the host was in device allocator "
                           "calls (allocator-churn's) and 0.20 ms while the host waited in syncs (host-sync's))")
 

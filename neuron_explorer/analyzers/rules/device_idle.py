@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...vocab import DEVICE_WORK_SQL, allocator_call, top_host_call
+from ...vocab import DEVICE_WORK_SQL, allocator_call, in_steps, top_host_call
 from .. import metrics
 from ..engine import Context
 from ..model import Location
@@ -184,8 +184,8 @@ def _read_claimed(run, ranks) -> dict[int, dict]:
 
 
 CLAIMED = RankQuery("device_idle_claimed", _claimed_sql(True), _claimed_sql(False), arrays=True, read=_read_claimed)
-"""Each rank's allocator calls, host syncs' waiting calls (ranks without steps) and steps: one
-query for a batch."""
+"""Each rank's allocator calls, host syncs' waiting calls (ranks without steps), DataLoader fetches
+and steps: one query for a batch."""
 
 RANK_QUERIES = (GAPS, HOST, CLAIMED)
 """The largest gaps of every device, what the host ran in them and the host calls other rules name,
@@ -239,13 +239,40 @@ def _gaps_outside(ctx: Context, device: int, claimed: np.ndarray) -> tuple[list,
     return gaps, host
 
 
+def evidence_sql(rank: int, device: int, steady: list[int] | None) -> str:
+    """Evidence SQL, plain DuckDB: one row, the device's busy_ns, window_ns and idle_ns (metrics.busy_sql's),
+    idle_left_out_ns (its idle while the host was in the calls other rules name: allocator calls, with
+    steps `steady` those of the steady steps within their ranges (the `steps` view's, spelled over
+    `events` so that the query needs the events alone); without steps the host syncs' waiting
+    calls; the DataLoader's fetches) and impact_ns (the rest)."""
+    r = int(rank)
+    alloc = (f"SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE rank = {r} AND {allocator_call()}" if steady is None else
+             f"SELECT greatest(e.ts_ns, s.ts_ns) AS ts_ns, least(e.ts_ns + e.dur_ns, s.ts_ns + s.dur_ns) AS end_ns FROM events e "
+             f"JOIN (SELECT step, min(ts_ns) AS ts_ns, max(ts_ns + dur_ns) - min(ts_ns) AS dur_ns FROM events WHERE rank = {r} "
+             f"AND kind = 'step' GROUP BY step) s ON {in_steps(steady, 's')} AND e.ts_ns < s.ts_ns + s.dur_ns AND s.ts_ns < e.ts_ns + e.dur_ns "
+             f"WHERE e.rank = {r} AND {allocator_call('e')} AND {in_steps(steady, 'e')}")
+    parts = [alloc, f"SELECT ts_ns, end_ns FROM ({input_pipeline.fetches_sql()}) WHERE rank = {r}"]
+    if steady is None:
+        parts.append(f"SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM ({host_sync.waiting_calls_sql(r)})")
+    claimed = " UNION ALL ".join(f"SELECT * FROM ({p}) WHERE end_ns > ts_ns" for p in parts)
+    return f"""WITH b AS ({metrics.union_sql(metrics.device_where(r, device))}),
+w AS (SELECT min(start_ns) AS lo, max(end_ns) AS hi, sum(end_ns - start_ns) AS busy_ns FROM b),
+c AS ({metrics.union_of_sql(claimed)}),
+cw AS (SELECT greatest(c.start_ns, w.lo) AS a, least(c.end_ns, w.hi) AS z FROM c, w WHERE c.end_ns > w.lo AND c.start_ns < w.hi),
+cb AS (SELECT coalesce(sum(least(cw.z, b.end_ns) - greatest(cw.a, b.start_ns)), 0) AS ns FROM cw JOIN b ON b.start_ns < cw.z AND b.end_ns > cw.a),
+lo AS (SELECT (SELECT coalesce(sum(z - a), 0) FROM cw) - (SELECT ns FROM cb) AS ns)
+SELECT w.busy_ns::BIGINT AS busy_ns, (w.hi - w.lo)::BIGINT AS window_ns, (w.hi - w.lo - w.busy_ns)::BIGINT AS idle_ns,
+  lo.ns::BIGINT AS idle_left_out_ns, (w.hi - w.lo - w.busy_ns - lo.ns)::BIGINT AS impact_ns FROM w, lo"""
+
+
 def check(ctx: Context) -> list:
     ctx.require_device()
     out, found, claimed = [], None, None
     for dev in ctx.summary["devices"]:
         d = dev["device"]
-        sql = metrics.busy_sql(ctx.rank, d)
-        v = {k: dev[k] for k in ("busy_ns", "window_ns", "idle_ns")}  # computed by the summary with this same SQL
+        steady = list(ctx.summary["steps"]["steady_steps"]) if ctx.summary["steps"]["count"] else None
+        sql = evidence_sql(ctx.rank, d, steady)
+        v = {k: dev[k] for k in ("busy_ns", "window_ns", "idle_ns")}  # the summary's, metrics.busy_sql (the evidence's first three)
         if not v["window_ns"] or v["idle_ns"] / v["window_ns"] < THRESHOLDS["IDLE_SHARE_MIN"]:
             continue
         claimed = claimed if claimed is not None else _claimed(ctx)
@@ -294,7 +321,7 @@ def check(ctx: Context) -> list:
             location=Location(device=d, source=ctx.source_of(frame)),
             sql=sql, values={"busy_ns": v["busy_ns"], "window_ns": v["window_ns"], "idle_ns": v["idle_ns"],
                              "idle_in_syncs_ns": v["idle_in_syncs_ns"], "idle_in_allocator_calls_ns": v["idle_in_allocator_calls_ns"],
-                             "idle_in_loader_ns": v["idle_in_loader_ns"]},
+                             "idle_in_loader_ns": v["idle_in_loader_ns"], "idle_left_out_ns": left_out["either"]},
             sample_event_ids=samples, uses_source=True,
             recommendation="Keep the device fed: largest gaps — " + "; ".join(host) + ". "
             + ("Move host work out of the step (DataLoader workers, pin_memory), avoid" if ctx.trains() else
