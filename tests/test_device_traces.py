@@ -485,3 +485,20 @@ def test_device_idles_evidence_sql_gives_its_figures(traces, name):
     values = f["evidence"]["values"]
     assert row["impact_ns"] == f["impact_ns"] and row["idle_left_out_ns"] == values["idle_left_out_ns"] > 0
     assert (row["idle_ns"], row["window_ns"], row["busy_ns"]) == (values["idle_ns"], values["window_ns"], values["busy_ns"])
+
+
+def test_host_time_that_is_python_outside_the_model_gets_advice_for_it(traces):
+    """H100 TimeSformer inference (recorded with stacks and nn.Module paths): the critical path's
+    host time is 225.02 ms, 220.84 ms of it Python in no operator and no nn.Module, numpy
+    preprocessing first (transformers' image normalize). The advice names it and says to take it
+    off the step's path, not to compile the model or capture its graphs, which do not touch it. The
+    NCCL trace's host time is torch operators and keeps that advice."""
+    _, report, _ = traces(H100)
+    (f,) = [f for f in findings(report, "critical-path") if f["evidence"]["values"]["class"] == "host"]
+    assert f["evidence"]["values"]["heaviest"][0]["item"] == "transformers/image_transforms.py(390): normalize"
+    assert f["recommendation"].startswith(
+        "Python outside the model (in no operator and no nn.Module) is 220.84 ms of this time (transformers/image_transforms.py(390)")
+    assert "torch.compile cuts" not in f["recommendation"]
+    _, report, _ = traces("cuda_nccl_rank0_of_2")
+    (g,) = [f for f in findings(report, "critical-path") if f["evidence"]["values"]["class"] == "host"]
+    assert g["recommendation"].startswith("Host time bounds the step: torch.compile cuts Python and dispatcher overhead")

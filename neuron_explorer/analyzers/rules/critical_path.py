@@ -15,7 +15,9 @@ TF32 on A100 and later, FP8 where the device has it); NCHW convolutions (4-d inp
 NHWC) → channels_last; many short kernels → fusion / torch.compile; copies → pinned memory and
 non_blocking; launch overhead and host time → CUDA graphs, torch.compile, fewer `.item()` calls
 (launches most of whose time is one call → a kernel's first launch loading its code, a one-off:
-profile steady steps);
+profile steady steps; host time most of which is Python outside every operator and nn.Module, in a
+rank that records modules → code before or after the model (decoding, preprocessing, logging): off
+the step's path);
 input pipeline → DataLoader workers. Impact: the class's charged ns on the path over all steps
 (the members' charged ns are disjoint, so this is their union; time off the path is not
 counted). Saving bound: per step, the class's charged ns, but no more than the step's duration
@@ -107,9 +109,10 @@ def _first_input_rank(op_args: str | None) -> int | None:
 
 
 def _advice(cls: str, members: list[dict], events: int, charged: int, step_count: int, arch, graphs: str = "",
-            longest_ns: int = 0) -> str:
+            longest_ns: int = 0, has_modules: bool = False) -> str:
     """The class's advice. `longest_ns`: the most one path event of the class is charged (a launch
-    class most of which is one call is a one-off: a kernel's first launch loading its code)."""
+    class most of which is one call is a one-off: a kernel's first launch loading its code).
+    `has_modules`: the rank's path items carry nn.Module paths (so Python without one is outside the model)."""
     graphs = graphs or P.graph_advice(None)
     per_step = events / max(step_count, 1)
     if cls in WORK_CLASSES and cls not in ("communication", "memcpy"):
@@ -157,6 +160,16 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
     if cls == "launch":
         return ("Launch overhead bounds the step: " + graphs + ("" if graphs.startswith("torch.compile") else ", torch.compile to fuse kernels")
                 + ", or a larger batch per launch.")
+    # Python outside every torch operator and every nn.Module (a rank that records modules): work before or
+    # after the model (decoding, preprocessing), which compiling the model or capturing its graphs does not touch
+    outside = [m for m in members if m["op"] is None and m["item"] is not None and m["module_path"] is None] if has_modules else []
+    outside_ns = sum(m["charged_ns"] for m in outside)
+    if cls == "host" and outside_ns * 2 >= charged:
+        return (f"Python outside the model (in no operator and no nn.Module) is {ms(outside_ns)} of this time "
+                f"({', '.join(_describe(m) for m in outside[:3])}): code before or after the model, such as input decoding, "
+                "preprocessing or logging, which compiling the model or capturing its graphs does not speed up. Take it off "
+                "the step's path: prepare the next input while the model runs (a DataLoader with num_workers>0, or a "
+                "background thread or process), do it with tensor operations on the device, or do it less often.")
     if graphs.startswith("torch.compile"):
         return ("Host time bounds the step: " + graphs + " cuts Python and dispatcher overhead and per-kernel launches, a larger "
                 "batch amortises both; fewer .item() calls keep the host from waiting.")
@@ -205,8 +218,10 @@ def check(ctx: Context) -> list:
     step_count = len(bound["steps"])
     total = int(path.ns.sum())
     classes: dict[str, list[dict]] = {}
+    has_modules = False
     for it in cp.path_items(ctx.run, path, by_step=True):  # heaviest first: each class's members stay in that order
         classes.setdefault(_class_of(it), []).append(it)
+        has_modules = has_modules or it["module_path"] is not None
     ranked = sorted(classes.items(), key=lambda kv: (-sum(m["charged_ns"] for m in kv[1]), kv[0]))[:THRESHOLDS["MAX_CLASSES"]]
     parquet = f"read_parquet({sql_file_literal(ctx.run.path / 'analysis' / 'critical_path.parquet')})"
     arch = None
@@ -243,5 +258,5 @@ def check(ctx: Context) -> list:
                     "device_arch": arch.name if arch else None},
             sample_event_ids=[top["sample_id"]] if top["sample_id"] is not None else [], uses_source=True,
             recommendation=_advice(cls, members, events, charged, step_count, arch, graph_tip(ctx),
-                                   _longest_event_ns(path, "launch_overhead") if cls == "launch" else 0)))
+                                   _longest_event_ns(path, "launch_overhead") if cls == "launch" else 0, has_modules)))
     return out
