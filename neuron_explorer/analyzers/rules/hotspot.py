@@ -21,9 +21,10 @@ least HOTSPOT_SHARE_MIN too; without steps (no path), their time. For the line: 
 Saving bound: the same (an upper bound — the work itself cannot vanish, but a better algorithm,
 dtype or kernel can shrink it). A statement most of whose device time is a CUDA/HIP graph it
 replays is the replay call, not where the work was written: its advice says so and how to see the
-graph's kernels by the statements that captured them. When one call of the operator holds at least half its time, the
-advice says it is a one-off more likely than its cost per call (the first `.to('cuda')` creating
-the device's context, a library's first use) and to profile steady steps, not to tune its shapes.
+graph's kernels by the statements that captured them. When one call of the operator holds at
+least half its time, the advice says it is a one-off more likely than its cost per call (the first
+`.to('cuda')` creating the device's context, a library's first use) and to profile steady steps,
+not to tune its shapes.
 """
 
 from __future__ import annotations
@@ -152,12 +153,11 @@ def _line_advice(v: dict, key: str, replayed: int) -> str:
     (`events.graph`: vLLM's `cuda_graph.py:208`, the replay call) is not where that work was
     written: the graph's kernels are, by the statements that captured them, which a capture's trace
     gives (graph_capture.py, `import --capture`)."""
-    if key == "device_ns" and v[key]:
-        if replayed * 2 >= v[key]:
-            return (f"{ms(replayed)} of this statement's {ms(v[key])} of device time is a CUDA/HIP graph it replays: the "
-                    "statement is the replay, not the work. The graph's kernels (below) are what to make cheaper; import the "
-                    "trace with its capture's trace (`neuron-explorer import TRACE --capture CAPTURE`) to see them by the "
-                    "statements that captured them.")
+    if key == "device_ns" and v[key] and replayed * 2 >= v[key]:
+        return (f"{ms(replayed)} of this statement's {ms(v[key])} of device time is a CUDA/HIP graph it replays: the "
+                "statement is the replay, not the work. The graph's kernels (below) are what to make cheaper; import the "
+                "trace with its capture's trace (`neuron-explorer import TRACE --capture CAPTURE`) to see them by the "
+                "statements that captured them.")
     return ("Most time comes from the work this statement starts (its backward included): make it cheaper "
             "(shapes, dtype, a batched or fused form of a Python loop) or run it less often.")
 
