@@ -218,8 +218,8 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
     kind[is_instant & (kind == K["other"]) & no_cat] = K["instant"]
     # a device queue's wait on an event (MTIA's `event_wait`, filed with its kernels) holds the
     # queue and does no work: a synchronisation on a device stream, as CUDA's `cuda_sync`
-    if any(v and DEVICE_WAIT_KERNEL_RE.match(v) for v in name_values):
-        is_wait_name = np.array([bool(v) and DEVICE_WAIT_KERNEL_RE.match(v) is not None for v in name_values], dtype=bool)
+    is_wait_name = np.array([bool(v) and DEVICE_WAIT_KERNEL_RE.match(v) is not None for v in name_values], dtype=bool)
+    if is_wait_name.any():
         kind[is_wait_name[name_codes] & (kind == K["kernel"])] = K["sync"]
     is_device = np.isin(kind, [K[k] for k in DEVICE_KINDS])
     is_op = kind == K["cpu_op"]

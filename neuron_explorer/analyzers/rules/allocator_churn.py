@@ -73,10 +73,24 @@ def claimed(calls: tuple, steps: tuple, steady: list[int] | None) -> np.ndarray:
     start, end, step = (np.asarray(c, dtype=np.int64) for c in calls)
     if steady is None:
         return metrics.union_array(start, end)
-    keep = np.isin(step, np.asarray(sorted(steady), dtype=np.int64))
+    steady_ = np.asarray(sorted(steady), dtype=np.int64)
+    keep = np.isin(step, steady_)
     s_step, s_start, s_end = (np.asarray(c, dtype=np.int64) for c in steps)
-    mine = np.isin(s_step, np.asarray(sorted(steady), dtype=np.int64))
+    mine = np.isin(s_step, steady_)
     return metrics.intersect_unions(metrics.union_array(start[keep], end[keep]), metrics.union_array(s_start[mine], s_end[mine]))
+
+
+def intervals_sql(rank: int, steady: list[int] | None) -> str:
+    """`claimed`'s intervals in plain DuckDB over `events` (rows ts_ns, end_ns; their union is
+    `claimed`): the rank's allocator calls, with steps those of the steady steps cut to the steady
+    steps' ranges (the `steps` view's, spelled over `events` so that the query needs nothing else)."""
+    r = int(rank)
+    if steady is None:
+        return f"SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE {_where(r, None)}"
+    return (f"SELECT greatest(e.ts_ns, s.ts_ns) AS ts_ns, least(e.ts_ns + e.dur_ns, s.ts_ns + s.dur_ns) AS end_ns FROM events e "
+            f"JOIN (SELECT step, min(ts_ns) AS ts_ns, max(ts_ns + dur_ns) - min(ts_ns) AS dur_ns FROM events WHERE rank = {r} "
+            f"AND kind = 'step' GROUP BY step) s ON {in_steps(steady, 's')} AND e.ts_ns < s.ts_ns + s.dur_ns "
+            f"AND s.ts_ns < e.ts_ns + e.dur_ns WHERE {_where(r, steady, 'e')}")
 
 
 def _window_sql(rank: int) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...vocab import DEVICE_WORK_SQL, allocator_call, in_steps, top_host_call
+from ...vocab import DEVICE_WORK_SQL, allocator_call, top_host_call
 from .. import metrics
 from ..engine import Context
 from ..model import Location
@@ -98,14 +98,19 @@ def _read_host(run, ranks) -> dict[int, list[tuple]]:
     query for all `ranks`, so that the busy union is not computed again for it."""
     gaps = [(int(r), *g) for r in ranks for g in rank_rows(run, GAPS, r)]
     out: dict[int, list[tuple]] = {int(r): [] for r in ranks}
+    for row in _host_of(run, gaps):
+        out[int(row[0])].append(tuple(row[1:]))
+    return out
+
+
+def _host_of(run, gaps: list[tuple]) -> list[tuple]:
+    """`_host_in`'s rows (rank first) over the gaps listed as (rank, device, i, gap_start, gap_end), in one query."""
     if not gaps:
-        return out
+        return []
     values = ", ".join(f"({r}, {d}, {i}, {a}, {b})" for r, d, i, a, b in gaps)
     listed = ("SELECT col0::INTEGER AS rank, col1::BIGINT AS device, col2::INTEGER AS i, col3::BIGINT AS gap_start, "
               f"col4::BIGINT AS gap_end FROM (VALUES {values})")
-    for row in run.sql(f"SELECT * FROM ({_host_in(listed)}) ORDER BY rank, device, i, overlap_ns DESC, name").fetchall():
-        out[int(row[0])].append(tuple(row[1:]))
-    return out
+    return run.sql(f"SELECT * FROM ({_host_in(listed)}) ORDER BY rank, device, i, overlap_ns DESC, name").fetchall()
 
 
 GAPS = RankQuery("device_idle_gaps", _one_rank(_gaps_sql("rank = ?")), f"SELECT * FROM ({_gaps_sql('TRUE')}) ORDER BY rank, device, i",
@@ -121,18 +126,22 @@ def screen(run, summaries: dict) -> set[int]:
         d["window_ns"] and d["idle_ns"] / d["window_ns"] >= THRESHOLDS["IDLE_SHARE_MIN"] for d in s["devices"])}
 
 
-def _idle_in(ctx: Context, device: int, window: tuple[int, int], intervals: np.ndarray) -> int:
-    """The device's idle inside its window during `intervals` (a union, as metrics.union_array
-    gives): their length within the window less the device's busy time in them (the busy union the
-    summary merged)."""
-    if not len(intervals):
-        return 0
+def _device_busy(ctx: Context, device: int) -> np.ndarray:
+    """The device's busy union, (n, 2) sorted (metrics.DEVICE_BUSY: the summary merged it)."""
     busy = rank_arrays(ctx.run, metrics.DEVICE_BUSY, ctx.rank)
     mine = np.asarray(busy["device"], dtype=np.int64) == device
-    union = np.stack([np.asarray(busy["start_ns"], dtype=np.int64)[mine], np.asarray(busy["end_ns"], dtype=np.int64)[mine]], axis=1)
-    w = np.clip(intervals, window[0], window[1])
+    return np.stack([np.asarray(busy["start_ns"], dtype=np.int64)[mine], np.asarray(busy["end_ns"], dtype=np.int64)[mine]], axis=1)
+
+
+def _idle_in(busy: np.ndarray, intervals: np.ndarray) -> int:
+    """The device's idle inside its window (its busy union's first start to last end) during
+    `intervals` (a union, as metrics.union_array gives): their length within the window less the
+    busy time in them."""
+    if not len(intervals) or not len(busy):
+        return 0
+    w = np.clip(intervals, busy[0, 0], busy[-1, 1])
     w = w[w[:, 1] > w[:, 0]]
-    return int((w[:, 1] - w[:, 0]).sum()) - metrics.covered_within(w, union)
+    return int((w[:, 1] - w[:, 0]).sum()) - metrics.covered_within(w, busy)
 
 
 _ALLOC_CALLS = f"SELECT rank, 0 AS what, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns, coalesce(step, -1) AS step FROM events WHERE {allocator_call()}"
@@ -217,41 +226,26 @@ def _length(union: np.ndarray) -> int:
     return int((union[:, 1] - union[:, 0]).sum()) if len(union) else 0
 
 
-def _gaps_outside(ctx: Context, device: int, claimed: np.ndarray) -> tuple[list, list]:
-    """GAPS' and HOST's rows of one device, with the claimed intervals cut out of its gaps: the
-    GAPS_SHOWN longest pieces of idle left (ties: the earlier end) and what the host ran in them
-    (one query, for a rank whose longest gaps overlap what other rules name)."""
-    busy = rank_arrays(ctx.run, metrics.DEVICE_BUSY, ctx.rank)
-    mine = np.asarray(busy["device"], dtype=np.int64) == device
-    start, end = np.asarray(busy["start_ns"], dtype=np.int64)[mine], np.asarray(busy["end_ns"], dtype=np.int64)[mine]
-    idle = np.stack([end[:-1], start[1:]], axis=1)  # between consecutive busy intervals (a union: sorted, disjoint)
-    lo, hi = int(start[0]), int(end[-1])
+def _gaps_outside(ctx: Context, device: int, busy: np.ndarray, claimed: np.ndarray) -> tuple[list, list]:
+    """GAPS' and HOST's rows of one device (`busy`: its busy union), with the claimed intervals cut
+    out of its gaps: the GAPS_SHOWN longest pieces of idle left (ties: the earlier end) and what the
+    host ran in them (one query, for a rank whose longest gaps overlap what other rules name)."""
+    idle = np.stack([busy[:-1, 1], busy[1:, 0]], axis=1)  # between consecutive busy intervals (a union: sorted, disjoint)
+    lo, hi = int(busy[0, 0]), int(busy[-1, 1])
     free = np.stack([np.concatenate([[lo], claimed[:, 1]]), np.concatenate([claimed[:, 0], [hi]])], axis=1)  # outside the claimed
     pieces = metrics.intersect_unions(idle, free[free[:, 1] > free[:, 0]])
     order = np.lexsort((pieces[:, 1], pieces[:, 0] - pieces[:, 1]))[: THRESHOLDS["GAPS_SHOWN"]]
     gaps = [(device, i, int(a), int(b)) for i, (a, b) in enumerate(pieces[order].tolist())]
-    if not gaps:
-        return [], []
-    values = ", ".join(f"({ctx.rank}, {d}, {i}, {a}, {b})" for d, i, a, b in gaps)
-    listed = ("SELECT col0::INTEGER AS rank, col1::BIGINT AS device, col2::INTEGER AS i, col3::BIGINT AS gap_start, "
-              f"col4::BIGINT AS gap_end FROM (VALUES {values})")
-    host = [tuple(r[1:]) for r in ctx.run.sql(f"SELECT * FROM ({_host_in(listed)}) ORDER BY device, i, overlap_ns DESC, name").fetchall()]
-    return gaps, host
+    return gaps, [tuple(r[1:]) for r in _host_of(ctx.run, [(ctx.rank, *g) for g in gaps])]
 
 
 def evidence_sql(rank: int, device: int, steady: list[int] | None) -> str:
     """Evidence SQL, plain DuckDB: one row, the device's busy_ns, window_ns and idle_ns (metrics.busy_sql's),
-    idle_left_out_ns (its idle while the host was in the calls other rules name: allocator calls, with
-    steps `steady` those of the steady steps within their ranges (the `steps` view's, spelled over
-    `events` so that the query needs the events alone); without steps the host syncs' waiting
-    calls; the DataLoader's fetches) and impact_ns (the rest)."""
+    idle_left_out_ns (its idle while the host was in the calls other rules name: allocator calls,
+    allocator_churn.intervals_sql; without steps the host syncs' waiting calls; the DataLoader's
+    fetches) and impact_ns (the rest)."""
     r = int(rank)
-    alloc = (f"SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE rank = {r} AND {allocator_call()}" if steady is None else
-             f"SELECT greatest(e.ts_ns, s.ts_ns) AS ts_ns, least(e.ts_ns + e.dur_ns, s.ts_ns + s.dur_ns) AS end_ns FROM events e "
-             f"JOIN (SELECT step, min(ts_ns) AS ts_ns, max(ts_ns + dur_ns) - min(ts_ns) AS dur_ns FROM events WHERE rank = {r} "
-             f"AND kind = 'step' GROUP BY step) s ON {in_steps(steady, 's')} AND e.ts_ns < s.ts_ns + s.dur_ns AND s.ts_ns < e.ts_ns + e.dur_ns "
-             f"WHERE e.rank = {r} AND {allocator_call('e')} AND {in_steps(steady, 'e')}")
-    parts = [alloc, f"SELECT ts_ns, end_ns FROM ({input_pipeline.fetches_sql()}) WHERE rank = {r}"]
+    parts = [allocator_churn.intervals_sql(r, steady), f"SELECT ts_ns, end_ns FROM ({input_pipeline.fetches_sql()}) WHERE rank = {r}"]
     if steady is None:
         parts.append(f"SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM ({host_sync.waiting_calls_sql(r)})")
     claimed = " UNION ALL ".join(f"SELECT * FROM ({p}) WHERE end_ns > ts_ns" for p in parts)
@@ -276,8 +270,8 @@ def check(ctx: Context) -> list:
         if not v["window_ns"] or v["idle_ns"] / v["window_ns"] < THRESHOLDS["IDLE_SHARE_MIN"]:
             continue
         claimed = claimed if claimed is not None else _claimed(ctx)
-        window = (dev["window_start_ns"], dev["window_end_ns"])
-        left_out = {k: _idle_in(ctx, d, window, claimed[k]) for k in ("syncs", "allocator_calls", "loader", "either")}
+        busy = _device_busy(ctx, d)
+        left_out = {k: _idle_in(busy, claimed[k]) for k in ("syncs", "allocator_calls", "loader", "either")}
         v["idle_in_syncs_ns"], v["idle_in_allocator_calls_ns"] = left_out["syncs"], left_out["allocator_calls"]
         v["idle_in_loader_ns"] = left_out["loader"]
         idle = v["idle_ns"] - left_out["either"]
@@ -288,7 +282,7 @@ def check(ctx: Context) -> list:
         shown, in_gaps = [g for g in found[0] if g[0] == d], [h for h in found[1] if h[0] == d]
         longest = np.asarray([(a, b) for _, _, a, b in shown], dtype=np.int64).reshape(-1, 2)
         if len(claimed["either"]) and metrics.covered_within(longest[np.argsort(longest[:, 0])], claimed["either"]):
-            shown, in_gaps = _gaps_outside(ctx, d, claimed["either"])  # the gaps named are the idle left here
+            shown, in_gaps = _gaps_outside(ctx, d, busy, claimed["either"])  # the gaps named are the idle left here
         gaps = [{"gap_start": gs, "gap_end": ge} for _, _, gs, ge in shown]
         host, samples, frame = [], [], None
         by_gap: dict[int, list] = {i: [] for i in range(len(gaps))}
