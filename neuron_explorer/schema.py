@@ -98,7 +98,9 @@ _RANK = _c("rank", "int32", "", "distributed rank the row belongs to (0 for a si
 _TS = _c("ts_ns", "int64", "ns", "start time on the run clock (Unix epoch when the trace gives `baseTimeNanoseconds` or the collector is live)")
 _OP = _c("op_id", "int64", "event id", "innermost CPU operator (`kind='cpu_op'`) around the event, the event itself for an operator; "
          "for a device event, that of the runtime call that launched it")
-_STEP = _c("step", "int64", "", "profiler step number N of the `ProfilerStep#N` range around the event (device events: of their launch)")
+_STEP = _c("step", "int64", "", "profiler step number N of the `ProfilerStep#N` range around the event (device events: of their launch); "
+                                "where a trace's numbers start again (sessions joined), later steps are numbered on "
+                                "(`data_quality.steps_renumbered`)")
 _FRAME = _c("frame_id", "int64", "frame id",
             "innermost user source frame of the event (joins `frames.frame_id`); device events inherit their launch's")
 
@@ -393,9 +395,10 @@ MANIFEST_KEYS: dict[str, str] = {
     "ranks": "per rank: rank, world_size, event counts, span_ns (first event start to last event end), devices, distributedInfo, "
              "trace metadata keys, metadata events (identical ones once, `count`: how many the trace holds)",
     "devices": "device properties (Kineto `deviceProperties`) per rank",
-    "steps": "profiler steps found, per rank",
+    "steps": "profiler steps found, per rank (`number_in_trace`: a renumbered step's N in the trace)",
     "warnings": "data-quality problems: counted, never raised (see `data_quality`)",
     "data_quality": "counts per rank: device events with no launch, non-positive durations, overlapping slices, clock anomalies, "
+                    "profiler steps numbered on where the trace's numbers start again (`steps_renumbered`), "
                     "torch.compile kernel calls looked up and charged to their statements (`compiled_kernels`, "
                     "`compiled_kernels_charged`, their time in `…_ns`), ...",
     "provenance": "Inductor's provenance files an import read (`import --provenance`, or the structured log found beside the trace)",

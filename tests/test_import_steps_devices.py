@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from neuron_explorer import open_run
+from neuron_explorer.analyzers import analyze
 from neuron_explorer.collectors.chrome_trace import import_traces
 
 from .conftest import X, cli, write_trace
@@ -73,3 +74,42 @@ def test_properties_of_devices_no_event_used_are_named_apart(tmp_path: Path):
     assert info["devices"] == [{"device": 3, "name": "NVIDIA A100 #3"}]
     text = cli("info", run.run_dir).stdout
     assert "devices: 3 (NVIDIA A100 #3)" in text and "also list device 0-2, 4-7, with no events" in text
+
+
+def _session(t0: float, first: int, steps: int, corr: int, tid: int = 1) -> list[dict]:
+    """One profiling session's steps #first.. on host thread `tid`, each 90 µs with one launched kernel."""
+    events = []
+    for i in range(steps):
+        k, t = first + i, t0 + 100 * i
+        events += [X(f"ProfilerStep#{k}", "user_annotation", t, 90, tid=tid),
+                   X("aten::mm", "cpu_op", t + 10, 30, tid=tid, **{"External id": corr + i}),
+                   X("cudaLaunchKernel", "cuda_runtime", t + 12, 5, tid=tid, correlation=corr + i),
+                   X("gemm", "kernel", t + 20, 40, pid=0, tid=7, correlation=corr + i, device=0, stream=7)]
+    return events
+
+
+def test_a_trace_of_joined_sessions_has_each_step_once(tmp_path: Path):
+    # two profiling windows concatenated into one trace (as a job's windows joined, or a trace tiled):
+    # ProfilerStep#5..#7 at 0-290 µs, then #5..#7 again at 1000-1290 µs. Read by number, step 5 would
+    # run 1,090 µs and the three steps 3,270 µs, more than the trace's 1,290 µs
+    path = write_trace(tmp_path / "joined.json", _session(0, 5, 3, 100) + _session(1000, 5, 3, 200))
+    run = import_traces(path, tmp_path / "run")
+    entry = run.manifest["ranks"][0]
+    assert [(s["step"], s["ts_ns"], s.get("number_in_trace")) for s in entry["steps"]] == [
+        (5, 0, None), (6, 100_000, None), (7, 200_000, None), (8, 1_000_000, 5), (9, 1_100_000, 6), (10, 1_200_000, 7)]
+    assert entry["data_quality"]["steps_renumbered"] == 3
+    assert any("3 profiler steps numbered on" in w for w in run.manifest["warnings"])
+    with open_run(run.run_dir) as r:  # each kernel in the step of its launch, as numbered on
+        assert r.sql("SELECT list(step ORDER BY ts_ns) FROM events WHERE name = 'gemm'").fetchone()[0] == [5, 6, 7, 8, 9, 10]
+    summary = analyze(run.run_dir, write=False).to_dict()["summary"]["ranks"][0]
+    assert summary["analysed_ns"] == 6 * 90_000  # six steps of 90 µs, within the trace's 1,290 µs
+    assert "6 steps" in cli("analyze", run.run_dir).stdout
+
+
+def test_one_step_on_two_threads_stays_one_step(tmp_path: Path):
+    # the same step numbers on two host threads at the same time: one step each, numbers kept
+    path = write_trace(tmp_path / "two.json", _session(0, 5, 2, 100) + _session(5, 5, 2, 200, tid=2))
+    run = import_traces(path, tmp_path / "run")
+    entry = run.manifest["ranks"][0]
+    assert sorted({s["step"] for s in entry["steps"]}) == [5, 6] and not entry["data_quality"]["steps_renumbered"]
+    assert not any("numbered on" in w for w in run.manifest["warnings"])

@@ -260,6 +260,7 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
         flow_event = helper.submit(_flow_events, fl, raw.base_ns, track, pid, tid, ts, end, parent)
         ((correlation, correlation_null), (stream_arg, stream_null), (external_id, external_null), args,
          (steps, step)) = early.result()
+        quality["steps_renumbered"] = sum("number_in_trace" in s for s in steps)
         backward_links = helper.submit(_backward_links, fl, flow_event, dict(
             name_codes=name_codes, name_values=name_values, is_op=is_op, is_python=is_python, parent=parent, ts=ts,
             track=track, args=args, order=order, is_step=kind == K["step"]))
@@ -648,6 +649,30 @@ def _syncs_by_external_id(is_sync, is_op, external_id, external_null, ts, op, to
     return op, top_op, step
 
 
+def renumbered_steps(numbers: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The step numbers of a rank's profiler steps (in time order), numbered on where the trace's
+    numbers start again. A trace that joins profiling sessions (a job's windows concatenated, or a
+    trace tiled) holds ProfilerStep#1..#5 twice; read by number, each step would span both
+    sessions and the steps would add up to more than the trace. When a number's ranges are
+    disjoint in time, each session after the first is shifted to go on after the one before it
+    (#1..#5, #1..#5 -> #1..#5, #6..#10); numbers that only repeat on ranges that overlap (one step
+    on several threads) are kept."""
+    if len(numbers) < 2:
+        return numbers
+    by_no = np.lexsort((ts, numbers))  # by number, then start
+    same = numbers[by_no][1:] == numbers[by_no][:-1]
+    s_ts = ts[by_no]
+    if not (same & (s_ts[1:] >= end[by_no][:-1]) & (s_ts[1:] > s_ts[:-1])).any():  # none starts once one of its number ended
+        return numbers
+    out = numbers.copy()
+    shift = 0
+    for i in range(1, len(numbers)):
+        if numbers[i] <= numbers[i - 1]:  # the numbers start again: a session joined after the one before
+            shift = out[i - 1] + 1 - numbers[i]
+        out[i] = numbers[i] + shift
+    return out
+
+
 def _steps(is_step: np.ndarray, step_no: np.ndarray, ts: np.ndarray, end: np.ndarray, first_id: int,
            is_device: np.ndarray) -> tuple[list[dict], np.ndarray]:
     """Profiler steps of the rank, and the step of each host event (the step range its start falls in).
@@ -656,13 +681,17 @@ def _steps(is_step: np.ndarray, step_no: np.ndarray, ts: np.ndarray, end: np.nda
     rows = np.flatnonzero(is_step)
     if not len(rows):
         return [], step
-    s_no, s_ts, s_end = step_no[rows], ts[rows], end[rows]
+    s_ts, s_end = ts[rows], end[rows]
+    s_no = renumbered_steps(step_no[rows], s_ts, s_end)
     p = np.searchsorted(s_ts, ts, side="right") - 1
     inside = (p >= 0) & (ts < s_end[np.maximum(p, 0)]) & ~is_device
     step[inside] = s_no[p[inside]]
     step[rows] = s_no  # a step range is in its own step, even one of no duration
     steps = [{"step": int(a), "ts_ns": int(b), "dur_ns": int(c - b), "event_id": first_id + int(r)}
              for a, b, c, r in zip(s_no, s_ts, s_end, rows)]
+    for s, number in zip(steps, step_no[rows].tolist()):
+        if s["step"] != number:
+            s["number_in_trace"] = number  # (renumbered_steps: the trace's numbers started again)
     return steps, step
 
 
