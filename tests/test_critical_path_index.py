@@ -48,17 +48,20 @@ def test_innermost_event_of_random_nested_and_overlapping_slices():
         assert [None if i < 0 else i for i in inner] == want_inner
 
 
-def _tiled(src: Path, dst: Path, copies: int) -> Path:
-    """The trace repeated `copies` times along the time axis, link ids offset per copy: every
-    ProfilerStep#N occurs `copies` times, so step N spans all copies and the steps overlap."""
+def _copied(src: Path, dst: Path, copies: int) -> Path:
+    """The trace `copies` times over, each copy 1 ms after the one before on threads of its own
+    (tid + 1000 per copy), link ids offset per copy: every ProfilerStep#N occurs `copies` times on
+    ranges that overlap (one step on several threads, as the import keeps them), so step N runs
+    1 ms into step N+1 and the steps overlap."""
     with gzip.open(src, "rt") as f:
         d = json.load(f)
     timed = [e for e in d["traceEvents"] if isinstance(e, dict) and "ts" in e and e.get("ph") != "M"]
-    span = (max(float(e["ts"]) + float(e.get("dur", 0) or 0) for e in timed) - min(float(e["ts"]) for e in timed)) * 1.001 + 10
     out = [e for e in d["traceEvents"] if isinstance(e, dict) and (e.get("ph") == "M" or "ts" not in e)]
     for c in range(copies):
         for e in timed:
-            n = dict(e, ts=float(e["ts"]) + c * span)
+            n = dict(e, ts=float(e["ts"]) + c * 1000)
+            if isinstance(n.get("tid"), int):
+                n["tid"] += c * 1000
             if isinstance(n.get("id"), int):
                 n["id"] += c * 10**9
             if n.get("args"):
@@ -72,7 +75,7 @@ def _tiled(src: Path, dst: Path, copies: int) -> Path:
 
 
 def test_overlapping_steps_get_the_path_each_gets_alone(tmp_path):
-    run_dir = import_traces(_tiled(TRACES / "cuda_train_68k_events.json.gz", tmp_path / "t.json", 2), tmp_path / "run").run_dir
+    run_dir = import_traces(_copied(TRACES / "cuda_train_68k_events.json.gz", tmp_path / "t.json", 2), tmp_path / "run").run_dir
     with open_run(run_dir) as run:
         path = cp.path_of(run, 0)
         steps = run.sql("SELECT s.step, s.ts_ns, s.dur_ns, e.pid, coalesce(CAST(e.tid AS VARCHAR), e.tid_text, '') "

@@ -19,7 +19,7 @@ from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.store import open_run
 
 from .conftest import TRACES, X, real_traces, write_trace
-from .test_critical_path_index import _tiled
+from .test_critical_path_index import _copied
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -54,7 +54,7 @@ def test_same_path_on_shared_traces(trace, tmp_path):
 
 
 def test_same_path_when_steps_overlap_and_share_moves(tmp_path):
-    run_dir = import_traces(_tiled(TRACES / "cuda_train_68k_events.json.gz", tmp_path / "t.json", 2), tmp_path / "run").run_dir
+    run_dir = import_traces(_copied(TRACES / "cuda_train_68k_events.json.gz", tmp_path / "t.json", 2), tmp_path / "run").run_dir
     assert _assert_same_paths(run_dir) > 10_000
 
 
