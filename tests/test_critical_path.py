@@ -646,3 +646,31 @@ def test_the_paths_kept_are_the_ones_used_last():
         assert sorted(cp.computed_paths(run)) == [0, *range(2, cp.CACHE_PATHS + 1)]  # rank 1, used longest ago, dropped
     finally:
         cp._CACHE.clear()
+
+
+def _loader_then_gemm(fetch_us: int) -> list[dict]:
+    """One 1,000 µs step: a DataLoader fetch of `fetch_us` at its start (a user annotation, as torch
+    records it), then one aten::mm whose 600 µs sgemm runs to the step's end, the host waiting."""
+    t = fetch_us + 10
+    return [X("ProfilerStep#1", "user_annotation", 0, 1000),
+            X("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "user_annotation", 0, fetch_us),
+            X("aten::mm", "cpu_op", t, 10, **{"External id": 1}),
+            X("cudaLaunchKernel", "cuda_runtime", t + 2, 4, correlation=1, **{"External id": 1}),
+            _k("volta_sgemm_128x64_nn", "kernel", 1, 400, 600),
+            X("cudaDeviceSynchronize", "cuda_runtime", t + 10, 1000 - (t + 10), correlation=9)]
+
+
+def test_data_loading_is_named_once(tmp_path):
+    """A fetch of 300 µs in a 1,000 µs step is input-pipeline's (30% >= its 10%): the critical path
+    charges it to data loading, and leaves the finding to that rule; a fetch of 50 µs (5%, under
+    input-pipeline's share) stays a class of the critical path."""
+    from neuron_explorer.analyzers import analyze
+
+    for fetch_us, named_by in ((300, "input-pipeline"), (50, "critical-path")):
+        run_dir = import_traces(write_trace(tmp_path / f"t{fetch_us}.json", _loader_then_gemm(fetch_us)),
+                                tmp_path / f"run{fetch_us}").run_dir
+        report = analyze(run_dir)
+        assert report.summary["ranks"][0]["bound"]["overall"]["ns"]["input_pipeline"] == fetch_us * US
+        loading = [f for f in report.findings if f.rule_id == "input-pipeline"
+                   or (f.rule_id == "critical-path" and f.evidence.values["class"] == "input")]
+        assert [(f.rule_id, f.impact_ns) for f in loading] == [(named_by, fetch_us * US)]

@@ -18,7 +18,8 @@ non_blocking; launch overhead and host time → CUDA graphs, torch.compile, fewe
 profile steady steps; host time most of which is Python outside every operator and nn.Module, in a
 rank that records modules → code before or after the model (decoding, preprocessing, logging): off
 the step's path);
-input pipeline → DataLoader workers. Impact: the class's charged ns on the path over all steps
+input pipeline → DataLoader workers (left to input-pipeline's finding where that rule reports the
+rank: one cause, one finding). Impact: the class's charged ns on the path over all steps
 (the members' charged ns are disjoint, so this is their union; time off the path is not
 counted). Saving bound: per step, the class's charged ns, but no more than the step's duration
 minus the work of the other resource, which then becomes critical (`critical_path.saving_bound`
@@ -41,6 +42,7 @@ from ..engine import Context, NotApplicable
 from ..metrics import DEVICE_WORK_NAMED
 from ..model import Location
 from ..utilisation import rank_work
+from . import input_pipeline
 from ._util import graph_tip, ms, pct, q
 
 RULE_ID = "critical-path"
@@ -222,6 +224,8 @@ def check(ctx: Context) -> list:
     for it in cp.path_items(ctx.run, path, by_step=True):  # heaviest first: each class's members stay in that order
         classes.setdefault(_class_of(it), []).append(it)
         has_modules = has_modules or it["module_path"] is not None
+    if "input" in classes and input_pipeline.measured(ctx) is not None:
+        del classes["input"]  # input-pipeline's finding names the DataLoader, with all of its time
     ranked = sorted(classes.items(), key=lambda kv: (-sum(m["charged_ns"] for m in kv[1]), kv[0]))[:THRESHOLDS["MAX_CLASSES"]]
     parquet = f"read_parquet({sql_file_literal(ctx.run.path / 'analysis' / 'critical_path.parquet')})"
     arch = None
