@@ -32,6 +32,7 @@ import pytest
 from neuron_explorer import open_run
 from neuron_explorer.analyzers import analyze
 from neuron_explorer.analyzers import critical_path as cp
+from neuron_explorer.analyzers.rules.critical_path import LEFT_TO
 from neuron_explorer.collectors.chrome_trace import import_traces
 
 from .conftest import TRACES
@@ -170,6 +171,10 @@ def test_no_figure_exceeds_the_analysed_time_and_the_span_is_the_traces(traces, 
     (rank,) = report["summary"]["ranks"]
     assert rank["span_ns"] == raw.span_ns()
     assert not violations(report)
+    # one cause, one finding: no class of the critical path whose cause a rule that reported this rank
+    # names (the A100's device idle was named by device-idle, 793.04 ms, and the path, 601.00 ms)
+    reported = {f["rule_id"] for f in report["findings"]}
+    assert not [f["title"] for f in findings(report, "critical-path") if LEFT_TO.get(f["evidence"]["values"]["class"]) in reported]
 
 
 # ---- MI300X, ResNet-18 DDP, caching allocator off ----------------------------------------------

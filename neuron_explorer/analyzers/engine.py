@@ -14,6 +14,9 @@ the engine answers every rule's conditions from one scan of the batch's events.
 A rule may also declare RANK_QUERIES (rank_rows.RankQuery): the queries its check runs on each
 rank, which the engine runs once per batch of ranks, grouped by rank, and the check reads its
 rank's rows of (`rank_rows.rows`); the summary's figures declare theirs the same way.
+One cause, one finding: a SCOPE='rank' rule whose findings may name a cause another rule owns
+(critical-path's classes: data loading is input-pipeline's) has `leaves_to(finding) -> rule id |
+None`; such a finding is dropped where the owning rule reported the same rank (`leave_to_owners`).
 
 Must not: render (see render.py) or write files (see outputs.py).
 """
@@ -210,9 +213,22 @@ def _analyze_rank(run: Run, rank: int, rank_rules: list[ModuleType], quality: di
             results[rule.RULE_ID] = ("not_applicable", str(e))
         except Exception as e:  # noqa: BLE001 - one rule failing on odd data must not stop the report
             results[rule.RULE_ID] = ("failed", f"{type(e).__name__}: {e}")
+    leave_to_owners(rank_rules, results)
     if contents:  # while this rank's views are open: what is inside each finding
         attach_contents(run, [f for what, value in results.values() if what == "findings" for f in value])
     return summary, results
+
+
+def leave_to_owners(rank_rules: list[ModuleType], results: dict) -> None:
+    """One cause, one finding: a rule's finding whose cause another rule names (the rule's
+    `leaves_to(finding)` gives that rule's id) is dropped where that rule reported this rank.
+    `results`: one rank's, by rule id, changed in place."""
+    reported = {rid for rid, (what, value) in results.items() if what == "findings" and value}
+    for rule in rank_rules:
+        leaves_to = getattr(rule, "leaves_to", None)
+        what, value = results.get(rule.RULE_ID, (None, None))
+        if leaves_to is not None and what == "findings":
+            results[rule.RULE_ID] = ("findings", [f for f in value if leaves_to(f) not in reported])
 
 
 def default_workers(ranks: int) -> int:

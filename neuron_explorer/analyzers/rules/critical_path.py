@@ -18,8 +18,10 @@ non_blocking; launch overhead and host time → CUDA graphs, torch.compile, fewe
 profile steady steps; host time most of which is Python outside every operator and nn.Module, in a
 rank that records modules → code before or after the model (decoding, preprocessing, logging): off
 the step's path);
-input pipeline → DataLoader workers (left to input-pipeline's finding where that rule reports the
-rank: one cause, one finding). Impact: the class's charged ns on the path over all steps
+input pipeline → DataLoader workers. One cause, one finding: a class whose cause another rule
+names (`LEFT_TO`: data loading → input-pipeline, launches → launch-overhead, host waits →
+host-sync, idle waiting on other work → device-idle) is left to that rule's finding where it
+reports the rank (the engine drops the class's finding then: `leaves_to`). Impact: the class's charged ns on the path over all steps
 (the members' charged ns are disjoint, so this is their union; time off the path is not
 counted). Saving bound: per step, the class's charged ns, but no more than the step's duration
 minus the work of the other resource, which then becomes critical (`critical_path.saving_bound`
@@ -42,7 +44,6 @@ from ..engine import Context, NotApplicable
 from ..metrics import DEVICE_WORK_NAMED
 from ..model import Location
 from ..utilisation import rank_work
-from . import input_pipeline
 from ._util import graph_tip, ms, pct, q
 
 RULE_ID = "critical-path"
@@ -211,6 +212,17 @@ def _longest_event_ns(path, category: str) -> int:
     return int(np.bincount(inverse, weights=path.ns[mask]).max())
 
 
+LEFT_TO = {"input": "input-pipeline", "launch": "launch-overhead", "host_sync": "host-sync", "idle": "device-idle"}
+"""The classes whose cause another rule names, and that rule: where it reports the rank, its finding
+is the one for that cause."""
+
+
+def leaves_to(finding) -> str | None:
+    """The rule whose finding on the same rank names this finding's cause (the engine keeps that
+    one alone: engine.leave_to_owners), else None."""
+    return LEFT_TO.get(finding.evidence.values.get("class"))
+
+
 def check(ctx: Context) -> list:
     ctx.require_device()  # on a CPU-only run every step is host-bound by its operators: the hotspot rules name them
     path = cp.path_of(ctx.run, ctx.rank)  # columns, computed once per rank
@@ -224,8 +236,6 @@ def check(ctx: Context) -> list:
     for it in cp.path_items(ctx.run, path, by_step=True):  # heaviest first: each class's members stay in that order
         classes.setdefault(_class_of(it), []).append(it)
         has_modules = has_modules or it["module_path"] is not None
-    if "input" in classes and input_pipeline.measured(ctx) is not None:
-        del classes["input"]  # input-pipeline's finding names the DataLoader, with all of its time
     ranked = sorted(classes.items(), key=lambda kv: (-sum(m["charged_ns"] for m in kv[1]), kv[0]))[:THRESHOLDS["MAX_CLASSES"]]
     parquet = f"read_parquet({sql_file_literal(ctx.run.path / 'analysis' / 'critical_path.parquet')})"
     arch = None

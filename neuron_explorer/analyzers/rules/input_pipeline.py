@@ -61,31 +61,13 @@ def screen(run, summaries: dict) -> set[int]:
     return share_at_least(summaries, ns, THRESHOLDS["LOADER_SHARE_MIN"])
 
 
-def _where(rank: int) -> str:
-    return f"rank = {int(rank)} AND {LOADER_KINDS} AND regexp_matches(name, '{LOADER_NAME}')"
-
-
-def _measure_sql(rank: int) -> str:
-    return (f"WITH u AS ({metrics.union_sql(_where(rank))}) "
-            "SELECT coalesce(sum(end_ns - start_ns), 0)::BIGINT AS loader_ns, count(*) AS fetches FROM u")
-
-
-def measured(ctx: Context) -> dict | None:
-    """{loader_ns, fetches, share} where this rule reports the rank (the fetches' union at least
-    LOADER_SHARE_MIN of the analysed time), else None. critical-path leaves its "data loading"
-    class to this finding then: the same cause, the same time."""
-    v = row(ctx.run, _measure_sql(ctx.rank))
-    share = v["loader_ns"] / ctx.analysed_ns if ctx.analysed_ns else 0.0
-    return {**v, "share": share} if share >= THRESHOLDS["LOADER_SHARE_MIN"] else None
-
-
 def check(ctx: Context) -> list:
-    where, sql = _where(ctx.rank), _measure_sql(ctx.rank)
-    got = measured(ctx)
-    if got is None:
+    where = f"rank = {ctx.rank} AND {LOADER_KINDS} AND regexp_matches(name, '{LOADER_NAME}')"
+    sql = f"WITH u AS ({metrics.union_sql(where)}) SELECT coalesce(sum(end_ns - start_ns), 0)::BIGINT AS loader_ns, count(*) AS fetches FROM u"
+    v = row(ctx.run, sql)
+    share = v["loader_ns"] / ctx.analysed_ns if ctx.analysed_ns else 0.0
+    if share < THRESHOLDS["LOADER_SHARE_MIN"]:
         return []
-    share = got.pop("share")
-    v = got
     top = row(ctx.run, f"SELECT name, frame_id, event_id, module_path FROM events WHERE {where} ORDER BY dur_ns DESC LIMIT 1")
     slow = row(ctx.run, _slowest_line_sql(ctx.rank, where))
     source = slow.get("source") or ctx.source_of(top["frame_id"])
