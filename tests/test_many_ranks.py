@@ -21,7 +21,7 @@ import pytest
 from neuron_explorer import schema, store
 from neuron_explorer.analyzers import metrics, rank_rows
 from neuron_explorer.analyzers import summary as summary_mod
-from neuron_explorer.analyzers.engine import Context, NotApplicable, _quality_notes, all_rules, analyze, analyze_run
+from neuron_explorer.analyzers.engine import Context, NotApplicable, _quality_notes, all_rules, analyze, analyze_run, leave_to_owners
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.errors import InputError
 from neuron_explorer.store import open_run
@@ -115,14 +115,21 @@ def _whole_run_reference(run_dir) -> dict:
         summaries = {r: summary_mod.rank_summary(run, r) for r in metrics.ranks(run)}
         quality = _quality_notes(run)
         findings, not_applicable = [], []
+        per_rank: dict = {}  # rank -> {rule id: ("findings", found)}: one cause, one finding (engine.leave_to_owners)
         for rule in all_rules():
             for rank in [None] if rule.SCOPE == "run" else sorted(summaries):
                 try:
                     found = rule.check(Context(run, rank, summaries, quality, rule))
                     attach_contents(run, found)  # what is inside each finding, read from the whole run's views
-                    findings += found
+                    per_rank.setdefault(rank, {})[rule.RULE_ID] = ("findings", found)
                 except NotApplicable as e:
                     not_applicable.append({"rule_id": rule.RULE_ID, "rank": rank, "reason": str(e)})
+        for rank, results in per_rank.items():
+            if rank is not None:
+                leave_to_owners([r for r in all_rules() if r.SCOPE != "run"], results)
+        for rule in all_rules():  # in the engine's order: rules, then ranks
+            for rank in [None] if rule.SCOPE == "run" else sorted(summaries):
+                findings += per_rank.get(rank, {}).get(rule.RULE_ID, (None, []))[1]
     findings.sort(key=lambda f: (-f.impact_ns, ["high", "medium", "low", "info"].index(f.severity), f.rule_id))
     return {"summary": {"ranks": list(summaries.values())}, "findings": [f.to_dict() for f in findings],
             "not_applicable": not_applicable}

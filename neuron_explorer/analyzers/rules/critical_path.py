@@ -20,7 +20,7 @@ rank that records modules → code before or after the model (decoding, preproce
 the step's path);
 input pipeline → DataLoader workers. One cause, one finding: a class whose cause another rule
 names (`LEFT_TO`: data loading → input-pipeline, launches → launch-overhead, host waits →
-host-sync, idle waiting on other work → device-idle) is left to that rule's finding where it
+host-sync, idle waiting on other work → device-idle, collectives → comm-exposed) is left to that rule's finding where it
 reports the rank (the engine drops the class's finding then: `leaves_to`). Impact: the class's charged ns on the path over all steps
 (the members' charged ns are disjoint, so this is their union; time off the path is not
 counted). Saving bound: per step, the class's charged ns, but no more than the step's duration
@@ -212,7 +212,8 @@ def _longest_event_ns(path, category: str) -> int:
     return int(np.bincount(inverse, weights=path.ns[mask]).max())
 
 
-LEFT_TO = {"input": "input-pipeline", "launch": "launch-overhead", "host_sync": "host-sync", "idle": "device-idle"}
+LEFT_TO = {"input": "input-pipeline", "launch": "launch-overhead", "host_sync": "host-sync", "idle": "device-idle",
+           "communication": "comm-exposed"}
 """The classes whose cause another rule names, and that rule: where it reports the rank, its finding
 is the one for that cause."""
 
