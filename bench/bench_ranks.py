@@ -10,7 +10,7 @@ process tree is polled for RSS (psutil, every 50 ms):
     python bench/bench_ranks.py import --ranks 256        # import: N files vs one file, same events (target <= 2x)
     python bench/bench_ranks.py memory --ranks 1024       # analyze of N ranks: peak RSS (target <= 2 GB)
     python bench/bench_ranks.py analyze --ranks 256 --without-paths   # without the critical-path and utilisation analyses
-    python bench/bench_ranks.py analyze --ranks 256 --distinct-steps  # the one-rank copies numbered as one long rank records its steps
+    python bench/bench_ranks.py analyze --ranks 256 --distinct-steps  # the one-rank copies numbered in the trace as one long rank records them
     python bench/bench_ranks.py dashboard --ranks 1024    # dashboard server time: rank x step heatmap, first page (target <= 1 s)
 
 Options: --trace (default tests/data/traces/multirank_128/rank-0.json.gz, 4,855 events), --repeat,
@@ -70,8 +70,9 @@ def write_tiled(trace: Path, out: Path, copies: int, distinct_steps: bool = Fals
     """One rank holding `copies` copies of the trace's events, each shifted past the previous
     copy's end, with link ids (External id, correlation, flow ids, ...) offset per copy. With
     `distinct_steps`, each copy's ProfilerStep#N is renumbered after the previous copy's steps, as
-    one long rank records them (else every copy repeats the same step numbers, so each step of
-    the tiled rank spans the whole run)."""
+    one long rank records them. Else every copy repeats the same step numbers, which the import
+    numbers on (build.renumbered_steps: the steps are the same either way; before it, each step of
+    the tiled rank spanned the whole run)."""
     doc = _load(trace)
     events = [e for e in doc["traceEvents"] if isinstance(e, dict)]
     timed = [e for e in events if "ts" in e and e.get("ph") != "M"]
@@ -190,7 +191,7 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, default=None, help="keep traces and runs in this directory")
     ap.add_argument("--without-paths", action="store_true", help="analyze without the critical-path and utilisation analyses")
     ap.add_argument("--distinct-steps", action="store_true",
-                    help="the one-rank trace's copies get their own step numbers (else its steps span the whole run)")
+                    help="the one-rank trace's copies get their own step numbers in the trace (else the import numbers them on)")
     args = ap.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="nx-bench-ranks-"))
     work.mkdir(parents=True, exist_ok=True)
