@@ -633,3 +633,25 @@ def test_parquet_outputs_are_taken_from_the_analysis_and_equal_each_rank_compute
     assert written["critical_path"].num_rows >= 10 * 3  # every step of every rank has a path
     for name in written:
         assert written[name].equals(again[name]), name
+
+
+def test_views_pointed_at_a_rank_are_made_when_it_is_first_queried(many):
+    """The engine points each rank's views lazily (store.point_views): a rank whose queries its
+    batch ran makes none; a query reads the rank it was pointed at, never the one before."""
+    from neuron_explorer.store import Run, create_views, new_connection, point_views
+
+    run_dir, _ = many
+    with open_run(run_dir) as opened:
+        run = Run(opened.path, opened.manifest, new_connection())
+        try:
+            create_views(run, [0])
+            assert run.sql("SELECT DISTINCT rank FROM events").fetchall() == [(0,)]
+            point_views(run, [2])
+            assert run.view_ranks == [2] and run.views_pending == [2]
+            assert run.sql("SELECT DISTINCT rank FROM events").fetchall() == [(2,)] and run.views_pending is None
+            point_views(run, [3])
+            cur = run.query_cursor("SELECT DISTINCT rank FROM events")
+            assert cur.sql("SELECT DISTINCT rank FROM events").fetchall() == [(3,)]
+            cur.close()
+        finally:
+            run.con.close()

@@ -34,7 +34,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ..no_pandas import without_pandas
-from ..store import Run, create_views, hold_events, new_connection, open_run, release_events, stopping
+from ..store import Run, create_views, hold_events, new_connection, open_run, point_views, release_events, stopping
 from . import metrics
 from . import summary as summary_
 from .advice import attach as attach_contents
@@ -442,7 +442,7 @@ def _rank_details(run: Run, ranks: list[int], rank_rules: list[ModuleType], qual
                     rank = next(todo, None)
                 if rank is None:
                     return
-                create_views(rank_run, [rank])
+                point_views(rank_run, [rank])  # made when a query of this rank needs them
                 result = _analyze_rank(rank_run, rank, rank_rules, quality, partial[rank], skips[rank], contents=False)
                 kept = None if parts is None else _rank_parts(rank_run, rank)
                 with lock:
