@@ -113,3 +113,16 @@ def test_one_step_on_two_threads_stays_one_step(tmp_path: Path):
     entry = run.manifest["ranks"][0]
     assert sorted({s["step"] for s in entry["steps"]}) == [5, 6] and not entry["data_quality"]["steps_renumbered"]
     assert not any("numbered on" in w for w in run.manifest["warnings"])
+
+
+def test_joined_sessions_of_a_step_on_two_threads(tmp_path: Path):
+    # each session records steps #5 and #6 on two threads at once (5 µs apart); the second session
+    # starts at 1000 µs: its steps go on as #7 and #8, each still one step over both threads
+    events = (_session(0, 5, 2, 100) + _session(5, 5, 2, 200, tid=2)
+              + _session(1000, 5, 2, 300) + _session(1005, 5, 2, 400, tid=2))
+    run = import_traces(write_trace(tmp_path / "joined2.json", events), tmp_path / "run")
+    entry = run.manifest["ranks"][0]
+    assert [(s["step"], s["ts_ns"]) for s in entry["steps"]] == [
+        (5, 0), (5, 5_000), (6, 100_000), (6, 105_000), (7, 1_000_000), (7, 1_005_000), (8, 1_100_000), (8, 1_105_000)]
+    with open_run(run.run_dir) as r:
+        assert r.sql("SELECT step, dur_ns FROM steps ORDER BY step").fetchall() == [(s, 95_000) for s in (5, 6, 7, 8)]

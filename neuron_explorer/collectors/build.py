@@ -667,9 +667,10 @@ def renumbered_steps(numbers: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np
     out = numbers.copy()
     shift = 0
     for i in range(1, len(numbers)):
-        if numbers[i] <= numbers[i - 1]:  # the numbers start again: a session joined after the one before
-            shift = out[i - 1] + 1 - numbers[i]
-        out[i] = numbers[i] + shift
+        a, b = numbers[i - 1], numbers[i]
+        if b < a or (b == a and ts[i] >= end[i - 1]):  # the numbers start again: a session joined after the one before
+            shift = out[i - 1] + 1 - b
+        out[i] = b + shift  # (the same number on a range that overlaps the one before: the same step)
     return out
 
 
