@@ -20,10 +20,10 @@ rank that records modules → code before or after the model (decoding, preproce
 the step's path);
 input pipeline → DataLoader workers. One cause, one finding: a class whose cause another rule
 names (`LEFT_TO`: data loading → input-pipeline, launches → launch-overhead, host waits →
-host-sync, idle waiting on other work → device-idle, collectives → comm-exposed) is left to that rule's finding where it
-reports the rank (the engine drops the class's finding then: `leaves_to`). Impact: the class's charged ns on the path over all steps
-(the members' charged ns are disjoint, so this is their union; time off the path is not
-counted). Saving bound: per step, the class's charged ns, but no more than the step's duration
+host-sync, idle waiting on other work → device-idle, collectives → comm-exposed) is left to that
+rule's finding where it reports the rank (the engine drops the class's finding then: `leaves_to`).
+Impact: the class's charged ns on the path over all steps (the members' charged ns are disjoint,
+so this is their union; time off the path is not counted). Saving bound: per step, the class's charged ns, but no more than the step's duration
 minus the work of the other resource, which then becomes critical (`critical_path.saving_bound`
 with the class's kernels removed from the device, docs/METRICS.md "Saving bound"). The evidence
 query reads `analysis/critical_path.parquet`, which `analyze` writes. Not applicable without
