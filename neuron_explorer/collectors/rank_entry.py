@@ -52,8 +52,8 @@ def quality_warnings(entry: dict) -> list[str]:
         "overlapping_slices": "slices that overlap another on the same thread",
         "device_before_launch": "device events that start before their launch (clock anomaly)",
         "negative_timestamps": "events with negative timestamps (clock anomaly)",
-        "steps_renumbered": "profiler steps numbered on from the step before: the trace's ProfilerStep numbers start "
-                            "again (profiling sessions joined in one trace), and a step number names one step",
+        "steps_renumbered": "profiler steps numbered on after the session before them: the trace's ProfilerStep numbers "
+                            "start again (profiling sessions joined in one trace), and each step keeps a number of its own",
     }
     out = []
     for key, label in labels.items():
