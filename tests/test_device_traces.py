@@ -508,3 +508,19 @@ def test_host_time_that_is_python_outside_the_model_gets_advice_for_it(traces):
     _, report, _ = traces("cuda_nccl_rank0_of_2")
     (g,) = [f for f in findings(report, "critical-path") if f["evidence"]["values"]["class"] == "host"]
     assert g["recommendation"].startswith("Host time bounds the step: torch.compile cuts Python and dispatcher overhead")
+
+
+# ---- a step whose range runs on after the last recorded event ----------------------------------
+def test_a_step_running_on_after_the_last_event_is_unrecorded_not_python(traces):
+    """cuda_triton's one ProfilerStep lasts 13.3 s; its 7 events end 1.5 ms in (the profiler's own
+    range ends before the step does). The path charges the rest to no event, host time: it was
+    read as Python to compile away. It is the step's range running on where nothing was recorded,
+    counted from the JSON: the step's end less the last event's end (steps and the profiler's range
+    left out)."""
+    _, report, raw = traces("cuda_triton")
+    (step,) = [raw.iv(e) for e in raw.spans if str(e["name"]).startswith("ProfilerStep#")]
+    last = max(raw.iv(e)[1] for e in raw.events if e.get("ph") in ("X", "i") and "ts" in e
+               and not str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") != "Trace")
+    (host,) = [f for f in findings(report, "critical-path") if f["evidence"]["values"]["class"] == "host"]
+    assert host["evidence"]["values"]["unrecorded_ns"] == step[1] - last == 13_334_478_472
+    assert "nothing was recorded there" in host["recommendation"] and "torch.compile" not in host["recommendation"]

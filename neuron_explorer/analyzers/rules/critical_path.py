@@ -17,7 +17,9 @@ non_blocking; launch overhead and host time → CUDA graphs, torch.compile, fewe
 (launches most of whose time is one call → a kernel's first launch loading its code, a one-off:
 profile steady steps; host time most of which is Python outside every operator and nn.Module, in a
 rank that records modules → code before or after the model (decoding, preprocessing, logging): off
-the step's path);
+the step's path; host time most of which is charged to no event after the last event the trace holds
+(`unrecorded_ns`: a step's range running on where nothing was recorded) → no Python to remove:
+profile with a schedule and prof.step() once per step);
 input pipeline → DataLoader workers. One cause, one finding: a class whose cause another rule
 names (`LEFT_TO`: data loading → input-pipeline, launches → launch-overhead, host waits →
 host-sync, idle waiting on other work → device-idle, collectives → comm-exposed) is left to that
@@ -43,6 +45,8 @@ from .. import peaks as P
 from ..engine import Context, NotApplicable
 from ..metrics import DEVICE_WORK_NAMED
 from ..model import Location
+from ..rank_rows import RankQuery
+from ..rank_rows import rows as rank_rows
 from ..utilisation import rank_work
 from ._util import graph_tip, ms, pct, q
 
@@ -56,8 +60,12 @@ THRESHOLDS = {
     "SMALL_KERNELS_PER_STEP": 10,  # a class with at least this many kernels per step...
     "SMALL_KERNEL_NS": 20_000,  # ...each charged less than this on average: many small kernels
 }
-RANK_QUERIES = (DEVICE_WORK_NAMED,)
-"""The device work the saving bound leaves an item's names out of, read once per batch of ranks."""
+LAST_RECORDED = RankQuery("last_recorded", "SELECT max(ts_ns + dur_ns) FROM events WHERE rank = ? AND kind NOT IN ('step', 'other')",
+                          "SELECT rank, max(ts_ns + dur_ns) FROM events WHERE kind NOT IN ('step', 'other') GROUP BY rank ORDER BY rank")
+"""When the last event the rank's trace holds ends (its steps' ranges and the profiler's own ranges left out)."""
+RANK_QUERIES = (DEVICE_WORK_NAMED, LAST_RECORDED)
+"""The device work the saving bound leaves an item's names out of, and the last recorded event's end,
+read once per batch of ranks."""
 CONV = CONV_KERNEL_RE
 NHWC = re.compile(r"(?i)(nhwc|channels_?last)")
 DEVICE = ("device_compute", "communication", "memcpy")
@@ -112,10 +120,16 @@ def _first_input_rank(op_args: str | None) -> int | None:
 
 
 def _advice(cls: str, members: list[dict], events: int, charged: int, step_count: int, arch, graphs: str = "",
-            longest_ns: int = 0, has_modules: bool = False) -> str:
+            longest_ns: int = 0, has_modules: bool = False, unrecorded_ns: int = 0) -> str:
     """The class's advice. `longest_ns`: the most one path event of the class is charged (a launch
     class most of which is one call is a one-off: a kernel's first launch loading its code).
-    `has_modules`: the rank's path items carry nn.Module paths (so Python without one is outside the model)."""
+    `has_modules`: the rank's path items carry nn.Module paths (so Python without one is outside the model).
+    `unrecorded_ns`: host time charged to no event after the last event the trace holds (`_unrecorded_ns`)."""
+    if cls == "host" and unrecorded_ns * 2 >= charged:
+        return (f"{ms(unrecorded_ns)} of this time is a step's range running on after the last event the trace holds: nothing "
+                "was recorded there, so it is no Python to speed up. The profiler's window closed (or its events were "
+                "dropped) before the step ended. Profile with a schedule (torch.profiler.schedule(wait=1, warmup=1, active=3)) "
+                "and call prof.step() once per step, so that each recorded step ends where the next begins.")
     graphs = graphs or P.graph_advice(None)
     per_step = events / max(step_count, 1)
     if cls in WORK_CLASSES and cls not in ("communication", "memcpy"):
@@ -201,6 +215,19 @@ def _class_words(cls: str, members: list[dict]) -> str:
     return HOST_CLASSES[cls]
 
 
+def _unrecorded_ns(path, last_end: int | None) -> int:
+    """Host time the path charges to no event after `last_end` (the end of the last event the rank's
+    trace holds, its steps' and the profiler's own ranges left out): a step's range that runs on
+    after everything recorded, where nothing was observed (not Python between calls)."""
+    import numpy as np
+
+    mask = (path.category == cp.CATEGORIES.index("host_compute")) & (path.event_id < 0)
+    if last_end is None or not mask.any():
+        return 0
+    ts, end = path.ts[mask], path.ts[mask] + path.ns[mask]
+    return int(np.maximum(end - np.maximum(ts, last_end), 0).sum())
+
+
 def _longest_event_ns(path, category: str) -> int:
     """The most ns the path charges one event of `category` (over all its segments and steps)."""
     import numpy as np
@@ -249,6 +276,7 @@ def check(ctx: Context) -> list:
             work = rank_work(ctx.run, ctx.rank)
             arch = work.detected.arch if work.detected and work.detected.arch else P.arch_of(work.peak, work.device_name)
         events = sum(m["events"] for m in members)
+        unrecorded = _unrecorded_ns(path, (rank_rows(ctx.run, LAST_RECORDED, ctx.rank) or [(None,)])[0][0]) if cls == "host" else 0
         step_ns: dict = {}
         for m in members:
             for st, ns in (m.get("step_ns") or {}).items():
@@ -270,8 +298,8 @@ def check(ctx: Context) -> list:
                     "items": len({m["item"] for m in members if m["item"] is not None}), "category": top["category"],
                     "bound": bound["overall"]["bound"], "path_ns": total,
                     "heaviest": [{"item": m["item"], "op": m["op"], "charged_ns": m["charged_ns"]} for m in members[:3]],
-                    "device_arch": arch.name if arch else None},
+                    "device_arch": arch.name if arch else None, **({"unrecorded_ns": unrecorded} if cls == "host" else {})},
             sample_event_ids=[top["sample_id"]] if top["sample_id"] is not None else [], uses_source=True,
             recommendation=_advice(cls, members, events, charged, step_count, arch, graph_tip(ctx),
-                                   _longest_event_ns(path, "launch_overhead") if cls == "launch" else 0, has_modules)))
+                                   _longest_event_ns(path, "launch_overhead") if cls == "launch" else 0, has_modules, unrecorded)))
     return out
