@@ -133,7 +133,11 @@ PEAK_MEMORY = RankQuery(
                    "WHERE rank = ? AND device_type <> 0 GROUP BY ALL ORDER BY 1, 2",
     "SELECT rank, device_type, device, max(total_allocated)::BIGINT, max(total_reserved)::BIGINT, count(*) FROM memory "
     "WHERE device_type <> 0 GROUP BY ALL ORDER BY 1, 2, 3")
-RANK_QUERIES = (DEVICES, STEPS, DEVICE_BUSY, PEAK_MEMORY)
+LAST_RECORDED = RankQuery("last_recorded", "SELECT max(ts_ns + dur_ns) FROM events WHERE rank = ? AND kind NOT IN ('step', 'other')",
+                          "SELECT rank, max(ts_ns + dur_ns) FROM events WHERE kind NOT IN ('step', 'other') GROUP BY rank ORDER BY rank")
+"""When the last event the rank's trace holds ends (its steps' and the profiler's own ranges left
+out): the summary's batch query of the spans prepares it for every rank (summary.rank_summaries)."""
+RANK_QUERIES = (DEVICES, STEPS, DEVICE_BUSY, PEAK_MEMORY, LAST_RECORDED)
 """The per-rank queries of this module's figures, which the engine runs once per batch of ranks (rank_rows.py)."""
 
 def _device_work_sql(one: bool) -> str:

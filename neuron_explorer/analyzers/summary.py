@@ -25,6 +25,7 @@ from .lines import rank_top_level_ops, self_and_total, top_level_ops, top_level_
 from .metrics import (
     DEVICE_BUSY,
     DEVICES,
+    LAST_RECORDED,
     STEPS,
     busy_rows,
     covered_within,
@@ -120,8 +121,12 @@ def rank_summaries(run: Run, ranks_: list[int], *, per_rank: bool = True) -> dic
     rank by rank (source_lines, bound, utilisation: `complete_summary` adds them) are left out."""
     want = [int(r) for r in ranks_]
     keep = set(want)
-    spans = {int(r): (lo, hi) for r, lo, hi in run.sql(
-        "SELECT rank, min(ts_ns), max(ts_ns + dur_ns) FROM events WHERE kind <> 'other' GROUP BY rank").fetchall()}
+    spans, last = {}, {r: [] for r in want}
+    for r, lo, hi, recorded in run.sql("SELECT rank, min(ts_ns), max(ts_ns + dur_ns), max(ts_ns + dur_ns) FILTER (WHERE kind <> 'step') "
+                                       "FROM events WHERE kind <> 'other' GROUP BY rank").fetchall():
+        spans[int(r)] = (lo, hi)
+        if int(r) in keep and recorded is not None:
+            last[int(r)] = [(recorded,)]  # LAST_RECORDED's rows, from the same scan
     # the steps' and devices' rows are STEPS' and DEVICES' (metrics.py), prepared on the run for the
     # figures computed rank by rank that read them again
     steps_of: dict[int, list] = {r: [] for r in want}
@@ -134,7 +139,7 @@ def rank_summaries(run: Run, ranks_: list[int], *, per_rank: bool = True) -> dic
     for r, d in run.sql(DEVICES.many).fetchall():
         if int(r) in keep:
             devs[int(r)].append(d)
-    for q, got in ((STEPS, steps_of), (DEVICES, {r: [(d,) for d in ds] for r, ds in devs.items()})):
+    for q, got in ((STEPS, steps_of), (DEVICES, {r: [(d,) for d in ds] for r, ds in devs.items()}), (LAST_RECORDED, last)):
         run.prepared.setdefault(q.name, {}).update(got)
     # every device union of the batch's ranks, merged once from one read of their device work: the busy
     # figures, communication and its overlap here, device time below and device-idle's gaps (DEVICE_BUSY)

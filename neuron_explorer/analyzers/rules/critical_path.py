@@ -43,9 +43,8 @@ from ...vocab import CONV_KERNEL_RE, SYNC_CALL_PART, SYNC_OPS, WORK_CLASSES, is_
 from .. import critical_path as cp
 from .. import peaks as P
 from ..engine import Context, NotApplicable
-from ..metrics import DEVICE_WORK_NAMED
+from ..metrics import DEVICE_WORK_NAMED, LAST_RECORDED
 from ..model import Location
-from ..rank_rows import RankQuery
 from ..rank_rows import rows as rank_rows
 from ..utilisation import rank_work
 from ._util import graph_tip, ms, pct, q
@@ -60,12 +59,9 @@ THRESHOLDS = {
     "SMALL_KERNELS_PER_STEP": 10,  # a class with at least this many kernels per step...
     "SMALL_KERNEL_NS": 20_000,  # ...each charged less than this on average: many small kernels
 }
-LAST_RECORDED = RankQuery("last_recorded", "SELECT max(ts_ns + dur_ns) FROM events WHERE rank = ? AND kind NOT IN ('step', 'other')",
-                          "SELECT rank, max(ts_ns + dur_ns) FROM events WHERE kind NOT IN ('step', 'other') GROUP BY rank ORDER BY rank")
-"""When the last event the rank's trace holds ends (its steps' ranges and the profiler's own ranges left out)."""
-RANK_QUERIES = (DEVICE_WORK_NAMED, LAST_RECORDED)
-"""The device work the saving bound leaves an item's names out of, and the last recorded event's end,
-read once per batch of ranks."""
+RANK_QUERIES = (DEVICE_WORK_NAMED,)
+"""The device work the saving bound leaves an item's names out of, read once per batch of ranks
+(the last recorded event's end, metrics.LAST_RECORDED, the summary prepares)."""
 CONV = CONV_KERNEL_RE
 NHWC = re.compile(r"(?i)(nhwc|channels_?last)")
 DEVICE = ("device_compute", "communication", "memcpy")
