@@ -262,9 +262,9 @@ SELECT w.busy_ns::BIGINT AS busy_ns, (w.hi - w.lo)::BIGINT AS window_ns, (w.hi -
 def check(ctx: Context) -> list:
     ctx.require_device()
     out, found, claimed = [], None, None
+    steady = list(ctx.summary["steps"]["steady_steps"]) if ctx.summary["steps"]["count"] else None
     for dev in ctx.summary["devices"]:
         d = dev["device"]
-        steady = list(ctx.summary["steps"]["steady_steps"]) if ctx.summary["steps"]["count"] else None
         sql = evidence_sql(ctx.rank, d, steady)
         v = {k: dev[k] for k in ("busy_ns", "window_ns", "idle_ns")}  # the summary's, metrics.busy_sql (the evidence's first three)
         if not v["window_ns"] or v["idle_ns"] / v["window_ns"] < THRESHOLDS["IDLE_SHARE_MIN"]:
@@ -290,12 +290,12 @@ def check(ctx: Context) -> list:
             if dev_ == d and i in by_gap:
                 by_gap[i].append({"name": name, "event_id": event_id, "frame_id": frame_id, "overlap_ns": overlap_ns})
         for i, g in enumerate(gaps):
-            busy = by_gap[i]
-            what = ", ".join(f"{b['name']} {ms(b['overlap_ns'])}" for b in busy) or "no recorded host activity"
+            ran = by_gap[i]
+            what = ", ".join(f"{b['name']} {ms(b['overlap_ns'])}" for b in ran) or "no recorded host activity"
             host.append(f"gap of {ms(g['gap_end'] - g['gap_start'])}: host ran {what}")
-            samples += [b["event_id"] for b in busy[:1]]
-            if frame is None and busy and busy[0]["frame_id"] is not None:
-                frame = busy[0]["frame_id"]
+            samples += [b["event_id"] for b in ran[:1]]
+            if frame is None and ran and ran[0]["frame_id"] is not None:
+                frame = ran[0]["frame_id"]
         share = idle / v["window_ns"]
         # a part names its rule where that rule reports it: the claimed union is the rule's own figure (its
         # impact: allocator-churn's union of calls, host-sync's of waits without steps, input-pipeline's of
