@@ -673,7 +673,10 @@ class _Info:
     def table(run: Run, ids: np.ndarray):
         """The rows of the events `ids` (sorted, distinct): id, name, the name of the top-level
         operator it is charged to (vocab.charged_top_op: a graph replay's, its operator at capture),
-        module path and top-level operator, ordered by id: `_INFO_SQL`'s rows."""
+        module path and top-level operator, ordered by id: `_INFO_SQL`'s rows. The names come
+        dictionary-encoded, `name` and `op` over one dictionary: a path's events have a few hundred
+        distinct names, and sorting and looking up codes moves no text (copying the names of 400k
+        events three times cost 0.2-0.8 s, mostly fresh pages)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -681,38 +684,58 @@ class _Info:
         # the names of the top-level operators that are not among them, looked up by id
         t = arrow_of(run, "SELECT e.event_id, e.name, e.module_path, e.top_op_id, e.capture_top_op FROM events e "
                           "SEMI JOIN _path_ids i ON e.event_id = i.id", [], {"_path_ids": pa.table({"id": ids})})
-        t = t.take(pc.sort_indices(t.column("event_id")))
         ev = t.column("event_id").to_numpy()
-        top = t.column("top_op_id").fill_null(-1).to_numpy()
+        order = np.argsort(ev, kind="stable")
+        ev = ev[order]
+        top = t.column("top_op_id").fill_null(-1).to_numpy()[order]
         tops = distinct(top[top >= 0])
         at = np.minimum(np.searchsorted(ev, tops), max(len(ev) - 1, 0))
         missing = tops[(ev[at] != tops)] if len(ev) else tops
         more = arrow_of(run, "SELECT e.event_id, e.name FROM events e SEMI JOIN _top_ids i ON e.event_id = i.id ORDER BY 1", [],
                         {"_top_ids": pa.table({"id": missing})}) if len(missing) else None
-        known = np.concatenate([ev, more.column("event_id").to_numpy()]) if more is not None else ev
-        names = pa.concat_arrays([t.column("name").combine_chunks()] + ([more.column("name").combine_chunks()] if more is not None else []))
-        order = np.argsort(known, kind="stable")
-        pos = np.minimum(np.searchsorted(known, top, sorter=order), max(len(known) - 1, 0))
-        row = order[pos] if len(known) else pos
+        more_ids = more.column("event_id").to_numpy() if more is not None else np.zeros(0, dtype=np.int64)
+        # one dictionary: the events' distinct names, the missing operators' names, the operators at capture
+        own = pc.dictionary_encode(t.column("name").combine_chunks())
+        capture = t.column("capture_top_op").combine_chunks()
+        captured = np.flatnonzero(capture.is_valid().to_numpy(zero_copy_only=False)[order])
+        pieces = [own.dictionary.cast(pa.string()), (more.column("name").combine_chunks() if more is not None else pa.array([], pa.string())),
+                  capture.take(pa.array(order[captured])) if len(captured) else pa.array([], pa.string())]
+        every = pc.dictionary_encode(pa.concat_arrays([x.cast(pa.string()) for x in pieces]))
+        code = every.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+        n_own, n_more = len(pieces[0]), len(pieces[1])
+        remap = np.append(code[:n_own], -1)  # an own code -> the dictionary's; -1 (null) -> -1
+        name = remap[own.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)[order]]
+        known = np.concatenate([ev, more_ids])
+        known_code = np.concatenate([name, code[n_own:n_own + n_more]])
+        korder = np.argsort(known, kind="stable")
+        pos = np.minimum(np.searchsorted(known, top, sorter=korder), max(len(known) - 1, 0))
+        row = korder[pos] if len(known) else pos
         found = (top >= 0) & (known[row] == top) if len(known) else np.zeros(len(top), dtype=bool)
-        op_name = names.take(pa.array(row, mask=~found)) if len(known) else pa.nulls(len(top), pa.string())
-        op = pc.if_else(t.column("capture_top_op").is_valid(), t.column("capture_top_op"), op_name)
-        return pa.table({"event_id": t.column("event_id"), "name": t.column("name"), "op": op,
-                         "module_path": t.column("module_path"), "top_op_id": t.column("top_op_id")})
+        op = np.where(found, known_code[row] if len(known) else -1, -1)
+        op[captured] = code[n_own + n_more:]
+
+        def coded(c: np.ndarray):
+            return pa.DictionaryArray.from_arrays(pa.array(c, type=pa.int32(), mask=c < 0), every.dictionary)
+
+        return pa.table({"event_id": pa.array(ev), "name": coded(name), "op": coded(op),
+                         "module_path": pc.dictionary_encode(t.column("module_path").combine_chunks()).take(pa.array(order)),
+                         "top_op_id": pa.array(top, mask=top < 0)})
 
     def __init__(self, run: Run | None, path: Path, t=None):
         """`t`: the rows of `table(run, path's event ids)`, already read (else read here)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         if t is None:
             t = self.table(run, distinct(path.event_id[path.event_id >= 0]))
         n = t.num_rows
         self.ids = t.column("event_id").to_numpy()
-        both = pa.concat_arrays([t.column(c).combine_chunks().cast(pa.string()) for c in ("name", "op")]) if n else pa.array([], pa.string())
-        enc = pc.dictionary_encode(both)
-        codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64) + 1
-        self.strs: list[str | None] = [None] + enc.dictionary.to_pylist()
+        name, op = (t.column(c).combine_chunks() for c in ("name", "op"))
+        # codes into `strs` by first appearance in the names, then the operators' names (0: None)
+        both = np.concatenate([a.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64) for a in (name, op)])
+        seen, first = np.unique(both[both >= 0], return_index=True)
+        ranked = seen[np.argsort(first, kind="stable")]
+        lut = np.zeros(len(name.dictionary) + 1, dtype=np.int64)  # the dictionary's code + 1 -> the code in strs
+        lut[ranked + 1] = np.arange(1, len(ranked) + 1)
+        codes = lut[both + 1]
+        self.strs: list[str | None] = [None] + name.dictionary.take(ranked).to_pylist()
         self.name, self.op = codes[:n], codes[n:]
         self.module_path = t.column("module_path")
         self.top_op = t.column("top_op_id").fill_null(-1).to_numpy(zero_copy_only=False) if n else np.zeros(0, dtype=np.int64)
