@@ -190,6 +190,79 @@ def test_ranks_are_batched_by_count_and_by_events(many, monkeypatch):
         assert engine.rank_batches(run, [0, 1, 2, 3])[0] == [0, 1]
 
 
+def _shared(monkeypatch, run_dir, **env) -> tuple[dict, dict]:
+    """The run analysed with its 4 ranks in 4 batches shared out to 2 processes (this one and a
+    child), as a run of 400k events or more is; with the written outputs' rows. `env`: set in the
+    environment the child inherits."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    from neuron_explorer.analyzers import engine
+
+    monkeypatch.setattr(engine, "RANK_BATCH", 1)
+    monkeypatch.setattr(engine, "PROCESS_EVENTS", 0)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    report = analyze(run_dir, write=True, workers=2)
+    tables = {name: pq.read_table(run_dir / "analysis" / f"{name}.parquet") for name in ("critical_path", "work")}
+    return _plain(report), {name: (t.num_rows, sorted(set(t.column("rank").to_pylist()))) for name, t in tables.items()}
+
+
+def test_batches_shared_out_to_processes_report_what_one_process_does(many, monkeypatch):
+    """A child process analyses half the batches: the report, and the rows of every rank in the
+    Parquet outputs, are what the whole-run reference and one process give."""
+    import os
+
+    from neuron_explorer.analyzers import batch_child
+
+    run_dir, _ = many
+    got, outputs = _shared(monkeypatch, run_dir)
+    by = {}
+    for rank, pid in batch_child.last_share.items():
+        by.setdefault(pid, []).append(rank)
+    # two processes: this one and a child, dealt the batches by their events (rank 1 holds most)
+    assert len(by) == 2 and os.getpid() in by and sorted(sorted(v) for v in by.values()) == [[0, 2, 3], [1]]
+    want = json.loads(json.dumps(_whole_run_reference(run_dir), default=str, sort_keys=True).replace(str(run_dir), "RUN"))
+    assert got["summary"]["ranks"] == want["summary"]["ranks"]
+    assert got["findings"] == want["findings"]
+    assert got["not_applicable"] == want["not_applicable"]
+    assert outputs["critical_path"][1] == [0, 1, 2, 3]  # every rank's path rows, the child's ranks' too
+    batch_child.last_share.clear()
+    monkeypatch.setenv("NEURON_EXPLORER_ANALYZE_PROCESSES", "1")  # one process: the same report and outputs
+    _, alone = _shared(monkeypatch, run_dir)
+    assert not batch_child.last_share
+    assert alone == outputs
+
+
+def test_batches_are_dealt_to_the_process_with_the_fewest_events():
+    from neuron_explorer.analyzers.batch_child import share
+
+    events = {0: 10, 1: 100, 2: 10, 3: 10, 4: 30, 5: 30}
+    assert share([[0], [1], [2], [3]], events, 2) == [[[1]], [[0], [2], [3]]]
+    assert share([[0, 1], [2, 3], [4, 5]], events, 2) == [[[0, 1]], [[2, 3], [4, 5]]]
+    assert share([[0], [2]], events, 3) == [[[0]], [[2]], []]  # a process with nothing: no child is started
+
+
+def test_a_failed_child_leaves_its_batches_to_this_process(many, monkeypatch, caplog):
+    """A child that cannot run (here: its program is missing) costs nothing but its time: this
+    process analyses its batches and the report is the same; the log says which ranks and why."""
+    import os
+
+    from neuron_explorer.analyzers import batch_child
+
+    run_dir, _ = many
+    monkeypatch.setattr(batch_child, "CHILD_MODULE", "neuron_explorer.no_such_module")
+    with caplog.at_level("WARNING", logger=batch_child.__name__):
+        got, _ = _shared(monkeypatch, run_dir)
+    assert set(batch_child.last_share.values()) == {os.getpid()} and sorted(batch_child.last_share) == [0, 1, 2, 3]
+    (msg,) = [r.getMessage() for r in caplog.records]
+    assert "failed (exit status 1: " in msg and "No module named neuron_explorer.no_such_module" in msg
+    want = json.loads(json.dumps(_whole_run_reference(run_dir), default=str, sort_keys=True).replace(str(run_dir), "RUN"))
+    assert got["findings"] == want["findings"] and got["summary"]["ranks"] == want["summary"]["ranks"]
+
+
 class _ScreenFails:
     """A rule whose screening fails: its check runs on every rank instead."""
     RULE_ID, TITLE, CATEGORY, SCOPE, THRESHOLDS = "screen-fails", "Screen fails", "hotspot", "rank", {}

@@ -350,17 +350,59 @@ def _screen_wheres(run: Run, rules: list[ModuleType]) -> None:
 
 def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], quality: dict,
                    n_workers: int, parts: dict | None = None) -> dict[int, tuple[dict, dict]]:
-    """Ranks in batches (`rank_batches`): for each batch, the summary numbers of all its ranks,
+    """Ranks in batches (`rank_batches`), analysed by `analyze_batches`: in this process, or, for a
+    run of several batches and PROCESS_EVENTS events or more, shared out to `processes(...)`
+    processes, this one and children (batch_child.py), each analysing its share of the batches."""
+    batches = rank_batches(run, ranks)
+    n_proc = processes(run, batches, rank_rules)
+    if n_proc > 1:
+        from .batch_child import analyze_shared
+
+        return analyze_shared(run, batches, rank_rules, quality, n_proc, max(1, n_workers // n_proc), parts)
+    return analyze_batches(run, batches, rank_rules, quality, n_workers, parts)
+
+
+PROCESS_EVENTS = 400_000
+"""A run of several batches analyses them in several processes from this many events (a child
+process costs ~0.5 s of CPU to start, about what 40k events of small ranks cost to analyse)..."""
+MAX_PROCESSES = 4
+"""...in one per core, at most this many (each holds one batch's rows: a batch's peak memory a process)."""
+PROCESSES_ENV = "NEURON_EXPLORER_ANALYZE_PROCESSES"
+"""The environment variable that caps the processes (1: analyse in this process only)."""
+
+
+def processes(run: Run, batches: list[list[int]], rank_rules: list[ModuleType]) -> int:
+    """How many processes analyse `batches`: one per core, at most one per batch and MAX_PROCESSES,
+    when the run holds PROCESS_EVENTS events or more; else 1. Also 1 where a child could not run
+    the same analysis: a rule that is not one of the installed rules (rules travel by id), or a
+    peak table or override a child cannot be given (they travel pickled)."""
+    cap = os.environ.get(PROCESSES_ENV, "").strip()
+    limit = int(cap) if cap.isdigit() and int(cap) > 0 else MAX_PROCESSES
+    n = min(os.cpu_count() or 1, len(batches), limit)
+    if n < 2 or sum(_events_by_rank(run).get(r, 0) for b in batches for r in b) < PROCESS_EVENTS:
+        return 1
+    installed = {r.RULE_ID: r for r in all_rules()}
+    if any(installed.get(getattr(r, "RULE_ID", None)) is not r for r in rank_rules):
+        return 1
+    return n
+
+
+def analyze_batches(run: Run, batches: list[list[int]], rank_rules: list[ModuleType], quality: dict,
+                    n_workers: int, parts: dict | None = None, duck_threads: int | None = None) -> dict[int, tuple[dict, dict]]:
+    """For each batch, the summary numbers of all its ranks,
     each rule's screening and the rows of the per-rank queries (`batch_rows`) are queries grouped by
     rank over the batch's views; then each rank
     adds the figures computed rank by rank and runs the checks its screening selected, on views
     over its own partition, by `n_workers` threads; last, what is inside every finding of the
     batch (`advice.attach`) is two queries grouped by finding over the batch's views. `parts`:
-    filled with each rank's `outputs.rank_parts` as its analysis ends."""
+    filled with each rank's `outputs.rank_parts` as its analysis ends. `duck_threads`: DuckDB's
+    threads for the batch's queries (default: one per core)."""
     out: dict[int, tuple[dict, dict]] = {}
     events = _events_by_rank(run)
-    for batch in rank_batches(run, ranks):
+    for batch in batches:
         con = new_connection()
+        if duck_threads is not None:
+            con.execute(f"SET threads = {int(duck_threads)}")
         batch_run = Run(run.path, run.manifest, con)
         try:
             create_views(batch_run, batch)
@@ -377,7 +419,7 @@ def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], qua
             # a batch of one rank analysed on this thread reads the views the batch's connection already
             # has (each connection costs ~40 ms of CPU to make, and parses the Parquet footers again)
             done = _rank_details(run, batch, rank_rules, quality, n_workers, partial, skips, parts, prepared,
-                                 con=con if len(batch) == 1 and n_workers == 1 else None)
+                                 con=con if len(batch) == 1 and n_workers == 1 else None, duck_threads=duck_threads)
             prepared = None
             # what is inside every finding of the batch: grouped queries over the batch's views
             attach_contents(batch_run, [f for rank in batch for what, value in done[rank][1].values() if what == "findings" for f in value])
@@ -401,17 +443,19 @@ def batch_rows(batch_run: Run, batch: list[int], rank_rules: list[ModuleType], s
 
 def _rank_details(run: Run, ranks: list[int], rank_rules: list[ModuleType], quality: dict, n_workers: int,
                   partial: dict[int, dict], skips: dict[int, frozenset], parts: dict | None = None,
-                  prepared: dict | None = None, con=None) -> dict[int, tuple[dict, dict]]:
+                  prepared: dict | None = None, con=None, duck_threads: int | None = None) -> dict[int, tuple[dict, dict]]:
     """Ranks shared out to `n_workers` threads (the calling thread when 1); each keeps its own
     connection, whose views it re-points at each rank in turn (a connection of its own: cursors
     of one connection share their views). `prepared`: the batch's rows of the per-rank queries
     (`batch_rows`), which each rank reads instead of querying. `con`: a connection the one
-    worker (`n_workers` 1) uses instead of making one; the caller closes it."""
+    worker (`n_workers` 1) uses instead of making one; the caller closes it. `duck_threads`: DuckDB's
+    threads a worker (default: the cores shared out to the workers)."""
     todo = iter(ranks)
     lock = threading.Lock()
     out: dict[int, tuple[dict, dict]] = {}
     errors: list[BaseException] = []
-    duck_threads = max(1, (os.cpu_count() or 1) // n_workers)  # one big rank keeps every core for DuckDB
+    if duck_threads is None:
+        duck_threads = max(1, (os.cpu_count() or 1) // n_workers)  # one big rank keeps every core for DuckDB
 
     from .outputs import rank_parts
 
