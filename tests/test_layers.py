@@ -46,7 +46,8 @@ LAYERS: list[tuple[int, str, str, tuple[str, ...]]] = [
     (5, "rules and engine", "judgement: the rules, the engine that runs them, the report's files, the generated rule docs, "
                             "diff's comparison and its text (diff.render: the reasons the verdict gives are part of the Diff); "
                             "the analyzers package's front (analyze)",
-     ("analyzers", "analyzers.rules", "analyzers.rules.*", "analyzers.engine", "analyzers.advice", "analyzers.outputs", "analyzers.docs",
+     ("analyzers", "analyzers.rules", "analyzers.rules.*", "analyzers.engine", "analyzers.batch_processes", "analyzers.batch_child",
+      "analyzers.advice", "analyzers.outputs", "analyzers.docs",
       "analyzers.diff", "analyzers.diff.*")),
     (6, "run descriptions", "info (run_info, render_info) describes a run for the CLI, the agent and notebooks; the read-only SQL "
                             "sandbox (agent.sandbox and its worker) that `query`, the MCP server and the dashboard's SQL page share",

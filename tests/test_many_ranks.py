@@ -215,12 +215,12 @@ def test_batches_shared_out_to_processes_report_what_one_process_does(many, monk
     Parquet outputs, are what the whole-run reference and one process give."""
     import os
 
-    from neuron_explorer.analyzers import batch_child
+    from neuron_explorer.analyzers import batch_processes
 
     run_dir, _ = many
     got, outputs = _shared(monkeypatch, run_dir)
     by = {}
-    for rank, pid in batch_child.last_share.items():
+    for rank, pid in batch_processes.last_share.items():
         by.setdefault(pid, []).append(rank)
     # two processes: this one and a child, dealt the batches by their events (rank 1 holds most)
     assert len(by) == 2 and os.getpid() in by and sorted(sorted(v) for v in by.values()) == [[0, 2, 3], [1]]
@@ -229,15 +229,15 @@ def test_batches_shared_out_to_processes_report_what_one_process_does(many, monk
     assert got["findings"] == want["findings"]
     assert got["not_applicable"] == want["not_applicable"]
     assert outputs["critical_path"][1] == [0, 1, 2, 3]  # every rank's path rows, the child's ranks' too
-    batch_child.last_share.clear()
+    batch_processes.last_share.clear()
     monkeypatch.setenv("NEURON_EXPLORER_ANALYZE_PROCESSES", "1")  # one process: the same report and outputs
     _, alone = _shared(monkeypatch, run_dir)
-    assert not batch_child.last_share
+    assert not batch_processes.last_share
     assert alone == outputs
 
 
 def test_batches_are_dealt_to_the_process_with_the_fewest_events():
-    from neuron_explorer.analyzers.batch_child import share
+    from neuron_explorer.analyzers.batch_processes import share
 
     events = {0: 10, 1: 100, 2: 10, 3: 10, 4: 30, 5: 30}
     assert share([[0], [1], [2], [3]], events, 2) == [[[1]], [[0], [2], [3]]]
@@ -250,13 +250,13 @@ def test_a_failed_child_leaves_its_batches_to_this_process(many, monkeypatch, ca
     process analyses its batches and the report is the same; the log says which ranks and why."""
     import os
 
-    from neuron_explorer.analyzers import batch_child
+    from neuron_explorer.analyzers import batch_processes
 
     run_dir, _ = many
-    monkeypatch.setattr(batch_child, "CHILD_MODULE", "neuron_explorer.no_such_module")
-    with caplog.at_level("WARNING", logger=batch_child.__name__):
+    monkeypatch.setattr(batch_processes, "CHILD_MODULE", "neuron_explorer.no_such_module")
+    with caplog.at_level("WARNING", logger=batch_processes.__name__):
         got, _ = _shared(monkeypatch, run_dir)
-    assert set(batch_child.last_share.values()) == {os.getpid()} and sorted(batch_child.last_share) == [0, 1, 2, 3]
+    assert set(batch_processes.last_share.values()) == {os.getpid()} and sorted(batch_processes.last_share) == [0, 1, 2, 3]
     (msg,) = [r.getMessage() for r in caplog.records]
     assert "failed (exit status 1: " in msg and "No module named neuron_explorer.no_such_module" in msg
     want = json.loads(json.dumps(_whole_run_reference(run_dir), default=str, sort_keys=True).replace(str(run_dir), "RUN"))

@@ -38,6 +38,7 @@ from ..store import Run, create_views, hold_events, new_connection, open_run, po
 from . import metrics
 from . import summary as summary_
 from .advice import attach as attach_contents
+from .batch_processes import PROCESSES_ENV, analyze_shared
 from .model import SEVERITIES, Evidence, Finding, Location, Report
 from .rank_rows import prepare as prepare_rank_rows
 from .ranks import summary as cross_rank_summary
@@ -352,13 +353,12 @@ def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], qua
                    n_workers: int, parts: dict | None = None) -> dict[int, tuple[dict, dict]]:
     """Ranks in batches (`rank_batches`), analysed by `analyze_batches`: in this process, or, for a
     run of several batches and PROCESS_EVENTS events or more, shared out to `processes(...)`
-    processes, this one and children (batch_child.py), each analysing its share of the batches."""
+    processes, this one and children (batch_processes.py), each analysing its share of the batches."""
     batches = rank_batches(run, ranks)
     n_proc = processes(run, batches, rank_rules)
     if n_proc > 1:
-        from .batch_child import analyze_shared
-
-        return analyze_shared(run, batches, rank_rules, quality, n_proc, max(1, n_workers // n_proc), parts)
+        return analyze_shared(run, batches, rank_rules, quality, n_proc, max(1, n_workers // n_proc), parts,
+                              _events_by_rank(run), analyze_batches)
     return analyze_batches(run, batches, rank_rules, quality, n_workers, parts)
 
 
@@ -367,8 +367,6 @@ PROCESS_EVENTS = 400_000
 process costs ~0.5 s of CPU to start, about what 40k events of small ranks cost to analyse)..."""
 MAX_PROCESSES = 4
 """...in one per core, at most this many (each holds one batch's rows: a batch's peak memory a process)."""
-PROCESSES_ENV = "NEURON_EXPLORER_ANALYZE_PROCESSES"
-"""The environment variable that caps the processes (1: analyse in this process only)."""
 
 
 def processes(run: Run, batches: list[list[int]], rank_rules: list[ModuleType]) -> int:
