@@ -660,6 +660,43 @@ def _loader_then_gemm(fetch_us: int) -> list[dict]:
             X("cudaDeviceSynchronize", "cuda_runtime", t + 10, 1000 - (t + 10), correlation=9)]
 
 
+def test_a_finding_leaves_only_to_an_owner_that_is_kept():
+    """engine.leave_to_owners: a hotspot operator whose time is the path's one-off launch is left to
+    the path's launch finding; when launch-overhead reports the rank, the path's launch finding is
+    left to it, and the operator keeps its own finding (a chain of owners never drops every finding
+    of a cause). A test that fails (another operator) keeps the finding."""
+    from types import ModuleType, SimpleNamespace
+
+    from neuron_explorer.analyzers.engine import leave_to_owners
+    from neuron_explorer.analyzers.rules import critical_path as cp_rule
+    from neuron_explorer.analyzers.rules import hotspot
+
+    def f(**values):
+        return SimpleNamespace(evidence=SimpleNamespace(values=values))
+
+    op = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+    launch = f(**{"class": "launch", "one_off_ns": 6_543_109, "heaviest": [{"op": op, "item": op, "charged_ns": 6_547_768}]})
+    hot = f(name=op, cpu_ns=6_675_842, calls=2, on_path_ns=6_675_842)
+    other = f(name="aten::mm", cpu_ns=6_675_842, calls=2, on_path_ns=6_675_842)
+    overhead = ModuleType("launch_overhead")
+    overhead.RULE_ID = "launch-overhead"
+    rules = [hotspot, cp_rule, overhead]
+
+    results = {"hotspot": ("findings", [hot]), "critical-path": ("findings", [launch])}
+    leave_to_owners(rules, results)
+    assert results == {"hotspot": ("findings", []), "critical-path": ("findings", [launch])}
+    results = {"hotspot": ("findings", [hot]), "critical-path": ("findings", [launch]), "launch-overhead": ("findings", [f()])}
+    leave_to_owners(rules, results)
+    assert results["hotspot"] == ("findings", [hot]) and results["critical-path"] == ("findings", [])
+    results = {"hotspot": ("findings", [other]), "critical-path": ("findings", [launch])}
+    leave_to_owners(rules, results)
+    assert results["hotspot"] == ("findings", [other])
+    half = f(name=op, cpu_ns=2 * 6_543_109 + 2, calls=2, on_path_ns=1)  # the launch is less than half its time
+    results = {"hotspot": ("findings", [half]), "critical-path": ("findings", [launch])}
+    leave_to_owners(rules, results)
+    assert results["hotspot"] == ("findings", [half])
+
+
 def test_data_loading_is_named_once(tmp_path):
     """A fetch of 300 µs in a 1,000 µs step is input-pipeline's (30% >= its 10%): the critical path
     charges it to data loading, and leaves the finding to that rule; a fetch of 50 µs (5%, under

@@ -22,9 +22,9 @@ def markdown() -> str:
            "without steps): " + ", ".join(f"{k} ≥ {v:.0%}" for k, v in SEVERITY_SHARES.items()) + ", else info.",
            "Confidence starts at 1.0 and drops by " + ", ".join(f"{v} for {k.replace('_', ' ')}" for k, v in CONFIDENCE_PENALTIES.items())
            + " (data quality: each problem the manifest counts).",
-           "One cause, one finding: a finding whose cause another rule names (its rule's `leaves_to`) is left out where "
-           "that rule reported the same rank (" + ", ".join(f"[`{r.RULE_ID}`](#{r.RULE_ID})" for r in all_rules()
-                                                             if hasattr(r, "leaves_to")) + ": see its section).", "",
+           "One cause, one finding: a finding whose cause another rule's finding names (its rule's `leaves_to`) is left "
+           "out where that rule reported the same rank, and that finding is kept itself ("
+           + ", ".join(f"[`{r.RULE_ID}`](#{r.RULE_ID})" for r in all_rules() if hasattr(r, "leaves_to")) + ": see its section).", "",
            "| rule id | category | title |", "| --- | --- | --- |"]
     rules = all_rules()
     out += [f"| [`{r.RULE_ID}`](#{r.RULE_ID}) | {r.CATEGORY} | {r.TITLE} |" for r in rules]

@@ -221,15 +221,26 @@ def _analyze_rank(run: Run, rank: int, rank_rules: list[ModuleType], quality: di
 
 
 def leave_to_owners(rank_rules: list[ModuleType], results: dict) -> None:
-    """One cause, one finding: a rule's finding whose cause another rule names (the rule's
-    `leaves_to(finding)` gives that rule's id) is dropped where that rule reported this rank.
-    `results`: one rank's, by rule id, changed in place."""
-    reported = {rid for rid, (what, value) in results.items() if what == "findings" and value}
-    for rule in rank_rules:
-        leaves_to = getattr(rule, "leaves_to", None)
-        what, value = results.get(rule.RULE_ID, (None, None))
-        if leaves_to is not None and what == "findings":
-            results[rule.RULE_ID] = ("findings", [f for f in value if leaves_to(f) not in reported])
+    """One cause, one finding: a rule's finding whose cause another rule's finding names is dropped
+    where that rule reported this rank. A rule's `leaves_to(finding)` gives the owners: a rule id,
+    or (rule id, test) pairs, where the owner is that rule's finding the test holds for (None: any
+    of its findings). A finding leaves only to an owner that is kept itself, so a chain of owners
+    never drops every finding of a cause. `results`: one rank's, by rule id, changed in place."""
+    found = {rid: value for rid, (what, value) in results.items() if what == "findings" and value}
+    owners_of = {rule.RULE_ID: rule.leaves_to for rule in rank_rules if getattr(rule, "leaves_to", None) is not None}
+    dropped: dict[int, bool] = {}
+
+    def is_dropped(rid: str, f, seen: frozenset = frozenset()) -> bool:
+        if id(f) not in dropped:
+            owners = owners_of[rid](f) if rid in owners_of else None
+            owners = [(owners, None)] if isinstance(owners, str) else list(owners or [])
+            dropped[id(f)] = any(not (id(g) in seen or is_dropped(orid, g, seen | {id(f)}))
+                                 for orid, test in owners for g in found.get(orid, ()) if test is None or test(g))
+        return dropped[id(f)]
+
+    for rid, value in list(found.items()):
+        if rid in owners_of:
+            results[rid] = ("findings", [f for f in value if not is_dropped(rid, f)])
 
 
 def default_workers(ranks: int) -> int:

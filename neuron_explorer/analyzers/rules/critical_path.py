@@ -15,7 +15,8 @@ TF32 on A100 and later, FP8 where the device has it); NCHW convolutions (4-d inp
 NHWC) → channels_last; many short kernels → fusion / torch.compile; copies → pinned memory and
 non_blocking; launch overhead and host time → CUDA graphs, torch.compile, fewer `.item()` calls
 (launches most of whose time is one call → a kernel's first launch loading its code, a one-off:
-profile steady steps; host time most of which is Python outside every operator and nn.Module, in a
+profile steady steps; the call's charged ns is `one_off_ns` in the evidence, and the hotspot
+operator most of whose time it is leaves its finding to this one; host time most of which is Python outside every operator and nn.Module, in a
 rank that records modules → code before or after the model (decoding, preprocessing, logging): off
 the step's path; host time most of which is charged to no event after the last event the trace holds
 (`unrecorded_ns`: a step's range running on where nothing was recorded) → no Python to remove:
@@ -165,7 +166,7 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
     if cls == "host_sync":
         return ("The host waits on the device here: fewer .item() / float(t) / data-dependent branches in the loop; log "
                 "metrics every N steps; keep values on the device.")
-    if cls == "launch" and longest_ns * 2 >= charged and events > 1:
+    if cls == "launch" and longest_ns * 2 >= charged and events > 1:  # (the check's `one_off`)
         return (f"One launch call of {ms(longest_ns)} holds {pct(min(1.0, longest_ns / charged))} of this time: a kernel's first "
                 "launch loads its code (CUDA's lazy module loading, ROCm's code objects), a one-off that warm-up steps absorb, "
                 "not the cost of every launch. Profile steady steps (torch.profiler.schedule(wait=1, warmup=1, active=3) "
@@ -272,6 +273,8 @@ def check(ctx: Context) -> list:
             work = rank_work(ctx.run, ctx.rank)
             arch = work.detected.arch if work.detected and work.detected.arch else P.arch_of(work.peak, work.device_name)
         events = sum(m["events"] for m in members)
+        longest = _longest_event_ns(path, "launch_overhead") if cls == "launch" else 0
+        one_off = cls == "launch" and longest * 2 >= charged and events > 1  # one launch call holds most of the class
         unrecorded = _unrecorded_ns(path, (rank_rows(ctx.run, LAST_RECORDED, ctx.rank) or [(None,)])[0][0]) if cls == "host" else 0
         step_ns: dict = {}
         for m in members:
@@ -294,8 +297,9 @@ def check(ctx: Context) -> list:
                     "items": len({m["item"] for m in members if m["item"] is not None}), "category": top["category"],
                     "bound": bound["overall"]["bound"], "path_ns": total,
                     "heaviest": [{"item": m["item"], "op": m["op"], "charged_ns": m["charged_ns"]} for m in members[:3]],
-                    "device_arch": arch.name if arch else None, **({"unrecorded_ns": unrecorded} if cls == "host" else {})},
+                    "device_arch": arch.name if arch else None, **({"unrecorded_ns": unrecorded} if cls == "host" else {}),
+                    **({"one_off_ns": longest} if one_off else {})},
             sample_event_ids=[top["sample_id"]] if top["sample_id"] is not None else [], uses_source=True,
-            recommendation=_advice(cls, members, events, charged, step_count, arch, graph_tip(ctx),
-                                   _longest_event_ns(path, "launch_overhead") if cls == "launch" else 0, has_modules, unrecorded)))
+            recommendation=_advice(cls, members, events, charged, step_count, arch, graph_tip(ctx), longest, has_modules,
+                                   unrecorded)))
     return out

@@ -24,7 +24,8 @@ replays is the replay call, not where the work was written: its advice says so a
 graph's kernels by the statements that captured them. When one call of the operator holds at
 least half its time, the advice says it is a one-off more likely than its cost per call (the first
 `.to('cuda')` creating the device's context, a library's first use) and to profile steady steps,
-not to tune its shapes.
+not to tune its shapes. An operator most of whose time is one kernel launch that the critical path
+names as a one-off (a kernel's first launch loading its code) is left to that finding (`leaves_to`).
 """
 
 from __future__ import annotations
@@ -99,6 +100,23 @@ def _operator_advice(v: dict) -> str:
                 "(torch.profiler.schedule(wait=1, warmup=1, active=3) with prof.step()) to see what it costs each "
                 "iteration; if it does repeat, " + _CHEAPER)
     return _CHEAPER[0].upper() + _CHEAPER[1:]
+
+
+def leaves_to(finding) -> list:
+    """An operator most of whose time is one kernel launch, the first launch of a kernel loading its
+    code, is the critical path's one-off launch (its launch class, `one_off_ns`, charged under this
+    operator): that finding names the narrower cause, and this one is left to it
+    (engine.leave_to_owners). rocm_mi250_train: one hipLaunchKernel of 6.54 ms under the first
+    AccumulateGrad was both the operator's hotspot (6.68 ms) and the path's kernel launches (6.67 ms)."""
+    v = finding.evidence.values
+    if not v.get("cpu_ns") or "name" not in v or "source" in v:  # a kernel (device_ns) or a source line: no operator
+        return []
+
+    def same_launch(c) -> bool:
+        cv = c.evidence.values
+        heaviest = cv.get("heaviest") or [{}]
+        return cv.get("class") == "launch" and heaviest[0].get("op") == v["name"] and cv.get("one_off_ns", 0) * 2 >= v["cpu_ns"]
+    return [("critical-path", same_launch)]
 
 
 def _on_path(ctx: Context, what: str, name: str) -> int | None:
