@@ -14,6 +14,7 @@ import json
 import os
 import re
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
@@ -83,17 +84,25 @@ def write_outputs(report: Report, out_dir: Path, run=None) -> Path:
     critical_path.parquet and work.parquet, read on `run` (the open run, views over every rank)
     or on a connection of their own when None."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    _atomic_write(out_dir / "report.json", lambda p: p.write_text(report_json(report)))
-    _atomic_write(out_dir / "report.md", lambda p: p.write_text(markdown(report)))
-    _atomic_write(out_dir / "findings.parquet", lambda p: pq.write_table(findings_table(report), p))
-    if (out_dir.parent / "manifest.json").exists():  # out_dir is RUN/analysis
+
+    def tables() -> None:
         from ..store import open_run
 
         parts = report.rank_parts
-        with contextlib.nullcontext(run) if run is not None else open_run(out_dir.parent) as run:  # one connection for both tables
-            ranks = [r for (r,) in run.sql("SELECT DISTINCT rank FROM events ORDER BY 1").fetchall()]
-            _atomic_write(out_dir / "critical_path.parquet", lambda p: _write_rows(_critical_path(run, ranks, parts), p))
-            _atomic_write(out_dir / "work.parquet", lambda p: _write_rows(_work(run, ranks, parts), p))
+        with contextlib.nullcontext(run) if run is not None else open_run(out_dir.parent) as opened:  # one connection for both tables
+            ranks = [r for (r,) in opened.sql("SELECT DISTINCT rank FROM events ORDER BY 1").fetchall()]
+            _atomic_write(out_dir / "critical_path.parquet", lambda p: _write_rows(_critical_path(opened, ranks, parts), p))
+            _atomic_write(out_dir / "work.parquet", lambda p: _write_rows(_work(opened, ranks, parts), p))
+
+    # the run's tables (out_dir is RUN/analysis) on a thread of their own, while this one renders the
+    # report: their Parquet encoding runs outside the GIL (256 ranks: 0.4 s beside report.json's 0.34 s)
+    with ThreadPoolExecutor(1, thread_name_prefix="nx-outputs") as pool:
+        written = pool.submit(tables) if (out_dir.parent / "manifest.json").exists() else None
+        _atomic_write(out_dir / "report.json", lambda p: p.write_text(report_json(report)))
+        _atomic_write(out_dir / "report.md", lambda p: p.write_text(markdown(report)))
+        _atomic_write(out_dir / "findings.parquet", lambda p: pq.write_table(findings_table(report), p))
+        if written is not None:
+            written.result()
     return out_dir
 
 
