@@ -135,8 +135,8 @@ def analyze_shared(run: Run, batches: list[list[int]], rank_rules: list[ModuleTy
                     parts.update(kept)
                 last_share.update({r: child.proc.pid for r in results})  # (an answer: the child ran)
                 continue
-            log.warning("a process analysing ranks %d-%d failed (%s): this process analyses them",
-                        mine[0][0], mine[-1][-1], answer[1])
+            log.warning("a process analysing %d ranks (%s) failed (%s): this process analyses them",
+                        sum(len(b) for b in mine), ", ".join(f"{b[0]}-{b[-1]}" if len(b) > 1 else f"{b[0]}" for b in mine), answer[1])
             again = analyze_batches(run, mine, rank_rules, quality, max(1, n_workers * n_proc), parts)
             out.update(again)
             last_share.update({r: os.getpid() for r in again})

@@ -383,8 +383,8 @@ MAX_PROCESSES = 4
 def processes(run: Run, batches: list[list[int]], rank_rules: list[ModuleType]) -> int:
     """How many processes analyse `batches`: one per core, at most one per batch and MAX_PROCESSES,
     when the run holds PROCESS_EVENTS events or more; else 1. Also 1 where a child could not run
-    the same analysis: a rule that is not one of the installed rules (rules travel by id), or a
-    peak table or override a child cannot be given (they travel pickled)."""
+    the same analysis: a rule that is not one of the installed rules (rules travel by id; the peak
+    table and overrides in force travel pickled)."""
     cap = os.environ.get(PROCESSES_ENV, "").strip()
     limit = int(cap) if cap.isdigit() and int(cap) > 0 else MAX_PROCESSES
     n = min(os.cpu_count() or 1, len(batches), limit)
