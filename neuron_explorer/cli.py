@@ -417,7 +417,8 @@ def version() -> None:
 
 
 _RUNS_USER_CODE = frozenset({"record", "demo"})
-"""Commands that run a workload in this process or its children: numpy's BLAS there stays theirs."""
+"""Commands that run a workload in this process or its children: numpy's BLAS there stays theirs, and
+so does Ctrl-C (record's own handling; `main` adds none)."""
 
 
 def _one_blas_thread(argv: list[str]) -> None:
@@ -434,20 +435,68 @@ def main() -> None:
     from .errors import unreadable_file
 
     _one_blas_thread(sys.argv[1:])
+    import signal
+
+    command = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
+    # (not where Ctrl-C is ignored; not where a script runs in this process: its traceback is its own)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler and command not in _RUNS_USER_CODE:
+        signal.signal(signal.SIGINT, _on_ctrl_c)
     try:
         app()
+    except SystemExit as e:
+        # the command ended as if nothing had come (a query swallowed the interrupt), or typer ended it at
+        # KeyboardInterrupt with 130 and nothing said: one line, as everywhere else
+        if _CTRL_C and e.code in (None, 0, 130):
+            _interrupted()
+        raise
     except NeuronExplorerError as e:
+        if _CTRL_C:
+            _interrupted()
         typer.echo(f"error: {e}", err=True)
         sys.exit(2)
     except Exception as e:  # a damaged run file is bad input too; anything else is a bug and keeps its traceback
+        if _CTRL_C or _query_interrupted(e):  # Ctrl-C landed inside a DuckDB query, which stops it and raises
+            _interrupted()
         problem = unreadable_file(e)
         if problem is None:
             raise
         typer.echo(f"error: {problem}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        sys.exit(130)
+        _interrupted()
+
+
+_CTRL_C = False
+"""Whether Ctrl-C (SIGINT) came while a command ran (`_on_ctrl_c`)."""
+
+
+def _on_ctrl_c(signum, frame) -> None:
+    """Python's own Ctrl-C (KeyboardInterrupt), remembered: DuckDB turns one that lands in a query into
+    an error of its own, which a rule's guard may report as the rule's failure while the command goes
+    on. `main` then ends the command as interrupted, not with exit 0 or a traceback."""
+    global _CTRL_C
+    _CTRL_C = True
+    raise KeyboardInterrupt
+
+
+def _interrupted() -> None:
+    typer.echo("interrupted", err=True)
+    sys.exit(130)
+
+
+def _query_interrupted(e: BaseException | None) -> bool:
+    """Whether `e` is a DuckDB query stopped by Ctrl-C: DuckDB's InterruptException, the
+    RuntimeError("Query interrupted") its relational API raises instead, or its error about an Arrow
+    object whose scan a KeyboardInterrupt stopped (the held events); or has one as its cause."""
+    seen = 0
+    while e is not None and seen < 8:
+        text = str(e).strip()
+        if (isinstance(e, KeyboardInterrupt) or type(e).__name__ == "InterruptException"
+                or (isinstance(e, RuntimeError) and text == "Query interrupted")
+                or (type(e).__module__.startswith(("duckdb", "_duckdb")) and "KeyboardInterrupt" in text)):
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
 
 
 if __name__ == "__main__":

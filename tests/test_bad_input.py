@@ -383,3 +383,84 @@ def test_hostile_events_decoded_by_worker_processes_are_one_line(tmp_path: Path,
     events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(5000)]
     text = json.dumps({"traceEvents": events}).replace('"name": "op4000"', '"name": "op4000", "args": ' + args)
     _refused(tmp_path, text, expected)
+
+
+@pytest.mark.parametrize("api", ["execute", "relation"])
+def test_ctrl_c_inside_a_query_is_one_line_and_exit_130(tmp_path: Path, monkeypatch, capsys, api: str):
+    """Ctrl-C that lands while DuckDB runs a query stops the query, and DuckDB raises its own error
+    (InterruptException; RuntimeError('Query interrupted') from its relational API), not
+    KeyboardInterrupt: the CLI said so in a traceback. It is "interrupted" and exit 130, as a
+    Ctrl-C anywhere else. Here a real query is interrupted as Ctrl-C does (`interrupt()`)."""
+    import signal
+    import sys
+    import threading
+
+    import duckdb
+
+    from neuron_explorer import cli
+    from neuron_explorer.analyzers import engine
+
+    run = tmp_path / "run"
+    write_trace(tmp_path / "t.json", [X("aten::mm", "cpu_op", 0, 10)])
+    assert cli_run(tmp_path / "t.json", run) == 0
+
+    def long_query(*_a, **_k):
+        con = duckdb.connect()
+        threading.Timer(0.3, con.interrupt).start()
+        sql = "SELECT count(*) FROM range(100000000000) a WHERE a.range % 7 = 3"
+        return con.execute(sql).fetchall() if api == "execute" else con.sql(sql).to_arrow_table()
+
+    monkeypatch.setattr(engine, "analyze_run", long_query)
+    monkeypatch.setattr(sys, "argv", ["neuron-explorer", "analyze", str(run)])
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            cli.main()
+    finally:
+        signal.signal(signal.SIGINT, previous)  # (main's Ctrl-C handler, installed for the command)
+    assert exit_.value.code == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "interrupted" and "Traceback" not in err
+
+
+def cli_run(trace: Path, run: Path) -> int:
+    return cli("import", trace, "-o", run).returncode
+
+
+def test_ctrl_c_that_a_query_swallows_still_ends_the_command_as_interrupted(tmp_path: Path, monkeypatch, capsys):
+    """A Ctrl-C that DuckDB turns into an error of its own inside a rule (its guard reports the rule
+    as failed) let `analyze` go on and exit 0, as if nothing had come. The command now ends as
+    interrupted, exit 130, in one line."""
+    import os
+    import signal
+    import sys
+    import time
+
+    from neuron_explorer import cli
+    from neuron_explorer.analyzers import engine
+
+    run = tmp_path / "run"
+    write_trace(tmp_path / "t.json", [X("aten::mm", "cpu_op", 0, 10)])
+    assert cli_run(tmp_path / "t.json", run) == 0
+    real = engine.analyze_run
+
+    def swallowing(*a, **k):
+        try:  # what a rule's guard does with the error DuckDB raises for the interrupt
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        except (KeyboardInterrupt, Exception):
+            pass
+        return real(*a, **k)
+
+    monkeypatch.setattr(engine, "analyze_run", swallowing)
+    monkeypatch.setattr(sys, "argv", ["neuron-explorer", "analyze", str(run)])
+    monkeypatch.setattr(cli, "_CTRL_C", False)
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            cli.main()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert exit_.value.code == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == "interrupted" and "Traceback" not in err

@@ -44,6 +44,8 @@ def main() -> None:
             results = engine.analyze_batches(run, job["batches"], rules, job["quality"], job["workers"], parts,
                                              duck_threads=job["duck_threads"])
         answer = pickle.dumps(("ok", results, parts or {}), protocol=pickle.HIGHEST_PROTOCOL)
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: the parent stops too
+        os._exit(130)
     except Exception as e:  # noqa: BLE001 - the parent analyses these batches itself, and logs why
         answer = pickle.dumps(("error", f"{type(e).__name__}: {e}"))
     sys.stdout.buffer.write(answer)

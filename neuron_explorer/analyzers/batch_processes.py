@@ -85,6 +85,8 @@ class _Child:
             out, err = self.proc.communicate(job)
             if self.proc.returncode == 0 and out:
                 self.answer = pickle.loads(out)
+            elif self.proc.returncode in (130, -2):  # Ctrl-C reached it (the process group): not a failure to make up for
+                self.answer = ("interrupted", "Ctrl-C")
             else:
                 last = (err or b"").decode(errors="replace").strip().splitlines()
                 self.answer = ("error", f"exit status {self.proc.returncode}" + (f": {last[-1]}" if last else ""))
@@ -128,6 +130,8 @@ def analyze_shared(run: Run, batches: list[list[int]], rank_rules: list[ModuleTy
         last_share.update({r: os.getpid() for r in out})
         for mine, child in children:
             answer = child.result()
+            if answer[0] == "interrupted":
+                raise KeyboardInterrupt
             if answer[0] == "ok":
                 _, results, kept = answer
                 out.update(results)
