@@ -386,7 +386,7 @@ def processes(run: Run, batches: list[list[int]], rank_rules: list[ModuleType]) 
     the same analysis: a rule that is not one of the installed rules (rules travel by id; the peak
     table and overrides in force travel pickled)."""
     cap = os.environ.get(PROCESSES_ENV, "").strip()
-    limit = int(cap) if cap.isdigit() and int(cap) > 0 else MAX_PROCESSES
+    limit = max(1, int(cap)) if cap.isdigit() else MAX_PROCESSES  # (0: this process only, as 1)
     n = min(os.cpu_count() or 1, len(batches), limit)
     if n < 2 or sum(_events_by_rank(run).get(r, 0) for b in batches for r in b) < PROCESS_EVENTS:
         return 1
