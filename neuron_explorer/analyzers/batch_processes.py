@@ -47,10 +47,10 @@ def share(batches: list[list[int]], events: dict[int, int], n: int) -> list[list
     the calling process's."""
     shares: list[list[list[int]]] = [[] for _ in range(n)]
     load = [0] * n
-    for batch in sorted(batches, key=lambda b: -sum(events.get(r, 0) for r in b)):
+    for size, batch in sorted(((sum(events.get(r, 0) for r in b), b) for b in batches), key=lambda sb: -sb[0]):
         i = min(range(n), key=lambda j: (load[j], j))
         shares[i].append(batch)
-        load[i] += sum(events.get(r, 0) for r in batch)
+        load[i] += size
     return [sorted(s, key=lambda b: b[0]) for s in shares]
 
 
@@ -118,6 +118,7 @@ def analyze_shared(run: Run, batches: list[list[int]], rank_rules: list[ModuleTy
     dealt = share(batches, events, n_proc)
     settings = _settings()
     children = []
+    last_share.clear()
     try:
         for mine in dealt[1:]:
             if mine:
@@ -126,7 +127,6 @@ def analyze_shared(run: Run, batches: list[list[int]], rank_rules: list[ModuleTy
                        "peaks": (settings.table, settings.override)}
                 children.append((mine, _Child(job)))
         out = analyze_batches(run, dealt[0], rank_rules, quality, n_workers, parts, duck_threads=duck)
-        last_share.clear()
         last_share.update({r: os.getpid() for r in out})
         for mine, child in children:
             answer = child.result()

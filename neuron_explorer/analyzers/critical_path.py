@@ -698,7 +698,7 @@ class _Info:
         own = pc.dictionary_encode(t.column("name").combine_chunks())
         capture = t.column("capture_top_op").combine_chunks()
         captured = np.flatnonzero(capture.is_valid().to_numpy(zero_copy_only=False)[order])
-        pieces = [own.dictionary.cast(pa.string()), (more.column("name").combine_chunks() if more is not None else pa.array([], pa.string())),
+        pieces = [own.dictionary, (more.column("name").combine_chunks() if more is not None else pa.array([], pa.string())),
                   capture.take(pa.array(order[captured])) if len(captured) else pa.array([], pa.string())]
         every = pc.dictionary_encode(pa.concat_arrays([x.cast(pa.string()) for x in pieces]))
         code = every.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)

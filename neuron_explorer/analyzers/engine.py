@@ -15,8 +15,10 @@ A rule may also declare RANK_QUERIES (rank_rows.RankQuery): the queries its chec
 rank, which the engine runs once per batch of ranks, grouped by rank, and the check reads its
 rank's rows of (`rank_rows.rows`); the summary's figures declare theirs the same way.
 One cause, one finding: a SCOPE='rank' rule whose findings may name a cause another rule owns
-(critical-path's classes: data loading is input-pipeline's) has `leaves_to(finding) -> rule id |
-None`; such a finding is dropped where the owning rule reported the same rank (`leave_to_owners`).
+(critical-path's classes: data loading is input-pipeline's; hotspot's operator whose time is the
+path's one-off launch) has `leaves_to(finding)`: the owning rule's id, or (rule id, test of its
+findings) pairs; such a finding is dropped where an owning finding on the same rank is kept
+(`leave_to_owners`).
 
 Must not: render (see render.py) or write files (see outputs.py).
 """

@@ -16,18 +16,19 @@ NHWC) → channels_last; many short kernels → fusion / torch.compile; copies �
 non_blocking; launch overhead and host time → CUDA graphs, torch.compile, fewer `.item()` calls
 (launches most of whose time is one call → a kernel's first launch loading its code, a one-off:
 profile steady steps; the call's charged ns is `one_off_ns` in the evidence, and the hotspot
-operator most of whose time it is leaves its finding to this one; host time most of which is Python outside every operator and nn.Module, in a
-rank that records modules → code before or after the model (decoding, preprocessing, logging): off
-the step's path; host time most of which is charged to no event after the last event the trace holds
-(`unrecorded_ns`: a step's range running on where nothing was recorded) → no Python to remove:
-profile with a schedule and prof.step() once per step);
+operator most of whose time it is leaves its finding to this one; host time most of which is
+Python outside every operator and nn.Module, in a rank that records modules → code before or
+after the model (decoding, preprocessing, logging): off the step's path; host time most of which
+is charged to no event after the last event the trace holds (`unrecorded_ns`: a step's range
+running on where nothing was recorded) → no Python to remove: profile with a schedule and
+prof.step() once per step);
 input pipeline → DataLoader workers. One cause, one finding: a class whose cause another rule
 names (`LEFT_TO`: data loading → input-pipeline, launches → launch-overhead, host waits →
 host-sync, idle waiting on other work → device-idle, collectives → comm-exposed) is left to that
 rule's finding where it reports the rank (the engine drops the class's finding then: `leaves_to`).
 Impact: the class's charged ns on the path over all steps (the members' charged ns are disjoint,
-so this is their union; time off the path is not counted). Saving bound: per step, the class's charged ns, but no more than the step's duration
-minus the work of the other resource, which then becomes critical (`critical_path.saving_bound`
+so this is their union; time off the path is not counted). Saving bound: per step, the class's
+charged ns, but no more than the step's duration minus the work of the other resource, which then becomes critical (`critical_path.saving_bound`
 with the class's kernels removed from the device, docs/METRICS.md "Saving bound"). The evidence
 query reads `analysis/critical_path.parquet`, which `analyze` writes. Not applicable without
 steps, or on a CPU-only run (every step is then host-bound by its operators, which `hotspot`
