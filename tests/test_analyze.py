@@ -369,10 +369,12 @@ def test_report_json_text_is_the_standard_librarys_json_of_the_report(reports):
     for rep in reports.values():
         assert report_json(rep) == json.dumps(rep.to_dict(), indent=1, default=str)
     rep = next(iter(reports.values()))
-    f = dataclasses.replace(rep.findings[0], title="copy … to the host 😀", recommendation="x")
+    # Latin-1 (µ), beyond the BMP (😀), and backslashes of the text beside what looks like an escape
+    f = dataclasses.replace(rep.findings[0], title="copy … to the host 😀 in 3 µs", recommendation="C:\\x41 \\\\U0001f600 \\µ")
     odd = dataclasses.replace(rep, findings=[f], warnings=["naïve"], summary={"ratio": 0.1, "n": 3})
     assert report_json(odd) == json.dumps(odd.to_dict(), indent=1, default=str)
-    assert "\\u2026" in report_json(odd) and "\\ud83d\\ude00" in report_json(odd)
+    assert "\\u2026" in report_json(odd) and "\\ud83d\\ude00" in report_json(odd) and "\\u00b5" in report_json(odd)
+    assert json.loads(report_json(odd))["findings"][0]["recommendation"] == "C:\\x41 \\\\U0001f600 \\µ"
     big = dataclasses.replace(odd, summary={"flops": 2.0**60, "tiny": 1e-7})
     assert json.loads(report_json(big)) == json.loads(json.dumps(big.to_dict(), default=str))
     assert '"flops": 1.152921504606847e18' in report_json(big)

@@ -247,14 +247,18 @@ def _index_rows(run: Run, ranks: list[int]) -> dict[int, dict]:
     names = [n for (n,) in run.sql("SELECT DISTINCT name FROM events WHERE kind = 'kernel' AND name IS NOT NULL").fetchall()]
     cols, tk_names = _read(run, _index_sql(False), [sorted(n for n in names if _is_comm_kernel(n))], by_rank=True)
     rk = cols.pop("idx_rank")
-    if len(rk) > 1 and not bool(np.all(rk[1:] >= rk[:-1])):  # not in file order: rank by rank, each rank's rows as read
+    # a scan gives the files in the order of their names (rank=0, rank=1, rank=10, ...): each rank's
+    # rows are one run, taken as a slice; rows of ranks interleaved are put rank by rank first
+    starts = np.flatnonzero(np.diff(rk, prepend=rk[:1] - 1)) if len(rk) else np.zeros(0, dtype=np.int64)
+    if len(np.unique(rk[starts])) < len(starts):
         order = np.argsort(rk, kind="stable")
         rk = rk[order]
         cols = {k: v[order] for k, v in cols.items()}
-    want = np.asarray(ranks, dtype=np.int64)
-    lo, hi = np.searchsorted(rk, want, "left").tolist(), np.searchsorted(rk, want, "right").tolist()
+        starts = np.flatnonzero(np.diff(rk, prepend=rk[:1] - 1))
+    run_of = dict(zip(rk[starts].tolist(), zip(starts.tolist(), np.append(starts[1:], len(rk)).tolist())))
     out = {}
-    for r, a, b in zip(ranks, lo, hi):
+    for r in ranks:
+        a, b = run_of.get(int(r), (0, 0))
         part = {k: v[a:b] for k, v in cols.items()}
         part["tk"], part["tk_names"] = _own_codes(part["tk"], tk_names)
         out[int(r)] = part

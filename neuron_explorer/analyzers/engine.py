@@ -399,7 +399,8 @@ def processes(run: Run, batches: list[list[int]], rank_rules: list[ModuleType]) 
 
 
 def analyze_batches(run: Run, batches: list[list[int]], rank_rules: list[ModuleType], quality: dict,
-                    n_workers: int, parts: dict | None = None, duck_threads: int | None = None) -> dict[int, tuple[dict, dict]]:
+                    n_workers: int, parts: dict | None = None, duck_threads: int | None = None,
+                    compress_parts: bool | None = None) -> dict[int, tuple[dict, dict]]:
     """For each batch, the summary numbers of all its ranks,
     each rule's screening and the rows of the per-rank queries (`batch_rows`) are queries grouped by
     rank over the batch's views; then each rank
@@ -407,7 +408,8 @@ def analyze_batches(run: Run, batches: list[list[int]], rank_rules: list[ModuleT
     over its own partition, by `n_workers` threads; last, what is inside every finding of the
     batch (`advice.attach`) is two queries grouped by finding over the batch's views. `parts`:
     filled with each rank's `outputs.rank_parts` as its analysis ends. `duck_threads`: DuckDB's
-    threads for the batch's queries (default: one per core)."""
+    threads for the batch's queries (default: one per core). `compress_parts`: whether `parts` are
+    compressed (`_rank_details`; None: as the run's size says)."""
     out: dict[int, tuple[dict, dict]] = {}
     events = _events_by_rank(run)
     for batch in batches:
@@ -430,7 +432,8 @@ def analyze_batches(run: Run, batches: list[list[int]], rank_rules: list[ModuleT
             # a batch of one rank analysed on this thread reads the views the batch's connection already
             # has (each connection costs ~40 ms of CPU to make, and parses the Parquet footers again)
             done = _rank_details(run, batch, rank_rules, quality, n_workers, partial, skips, parts, prepared,
-                                 con=con if len(batch) == 1 and n_workers == 1 else None, duck_threads=duck_threads)
+                                 con=con if len(batch) == 1 and n_workers == 1 else None, duck_threads=duck_threads,
+                                 compress_parts=compress_parts)
             prepared = None
             # what is inside every finding of the batch: grouped queries over the batch's views
             attach_contents(batch_run, [f for rank in batch for what, value in done[rank][1].values() if what == "findings" for f in value])
@@ -454,7 +457,8 @@ def batch_rows(batch_run: Run, batch: list[int], rank_rules: list[ModuleType], s
 
 def _rank_details(run: Run, ranks: list[int], rank_rules: list[ModuleType], quality: dict, n_workers: int,
                   partial: dict[int, dict], skips: dict[int, frozenset], parts: dict | None = None,
-                  prepared: dict | None = None, con=None, duck_threads: int | None = None) -> dict[int, tuple[dict, dict]]:
+                  prepared: dict | None = None, con=None, duck_threads: int | None = None,
+                  compress_parts: bool | None = None) -> dict[int, tuple[dict, dict]]:
     """Ranks shared out to `n_workers` threads (the calling thread when 1); each keeps its own
     connection, whose views it re-points at each rank in turn (a connection of its own: cursors
     of one connection share their views). `prepared`: the batch's rows of the per-rank queries
@@ -472,8 +476,9 @@ def _rank_details(run: Run, ranks: list[int], rank_rules: list[ModuleType], qual
 
     # every rank's parts are held until the outputs are written: compressed where the run holds more
     # events than one batch may (a rank that large is held as tables: its parts are written next),
-    # as tables in a smaller run (256 ranks of 5k events: 0.5 s of CPU compressing and reading back)
-    compress = len(run.ranks) > 1 and sum(_events_by_rank(run).values()) > BATCH_EVENTS
+    # as tables in a smaller run (256 ranks of 5k events: 0.5 s of CPU compressing and reading back),
+    # unless the caller says (a child process, whose parts travel pickled: compressed)
+    compress = (len(run.ranks) > 1 and sum(_events_by_rank(run).values()) > BATCH_EVENTS) if compress_parts is None else compress_parts
 
     def _rank_parts(rank_run: Run, rank: int) -> dict | None:
         try:
