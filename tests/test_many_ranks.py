@@ -212,13 +212,19 @@ def _shared(monkeypatch, run_dir, **env) -> tuple[dict, dict]:
 
 def test_batches_shared_out_to_processes_report_what_one_process_does(many, monkeypatch):
     """A child process analyses half the batches: the report, and the rows of every rank in the
-    Parquet outputs, are what the whole-run reference and one process give."""
+    Parquet outputs, are what the whole-run reference and one process give. Meanwhile this process
+    prepares the run-wide rules' queries; one that fails there is asked again by its check."""
     import os
 
     from neuron_explorer.analyzers import batch_processes
+    from neuron_explorer.analyzers.rules import collective_wait, load_imbalance
 
+    prepared = []
+    monkeypatch.setattr(collective_wait, "prepare", lambda run, real=collective_wait.prepare: prepared.append(run) or real(run))
+    monkeypatch.setattr(load_imbalance, "prepare", lambda run: prepared.append(run) or 1 / 0)
     run_dir, _ = many
     got, outputs = _shared(monkeypatch, run_dir)
+    assert len(prepared) == 2
     by = {}
     for rank, pid in batch_processes.last_share.items():
         by.setdefault(pid, []).append(rank)

@@ -19,6 +19,8 @@ One cause, one finding: a SCOPE='rank' rule whose findings may name a cause anot
 path's one-off launch) has `leaves_to(finding)`: the owning rule's id, or (rule id, test of its
 findings) pairs; such a finding is dropped where an owning finding on the same rank is kept
 (`leave_to_owners`).
+A SCOPE='run' rule may have `prepare(run)`: the run-wide queries its check reads, kept per open run;
+while child processes analyse some of the ranks this process runs them instead of waiting.
 
 Must not: render (see render.py) or write files (see outputs.py).
 """
@@ -290,7 +292,8 @@ def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int
             raise InputError(run.path, f"the analysis of {len(failed)} of {len(ranks)} ranks failed on Ray ("
                              + "; ".join(f"rank {r}: {(str(why).strip().splitlines() or ['?'])[0]}" for r, why in sorted(failed.items())) + ")")
     else:
-        per_rank = _analyze_ranks(run, ranks, rank_rules, quality, n_workers, parts if keep_parts else None)
+        per_rank = _analyze_ranks(run, ranks, rank_rules, quality, n_workers, parts if keep_parts else None,
+                                  meanwhile=lambda: _prepare_run_rules(run, rules))
     summaries = {rank: per_rank[rank][0] for rank in ranks}
     findings: list[Finding] = []
     not_applicable: list[dict] = []
@@ -322,6 +325,18 @@ def _analyze_rank_task(rank: int, run_dir: str, rule_ids: list[str], quality: di
         raise RuntimeError(f"rules {missing} are not installed where this task runs (rules travel by name)")
     with open_run(run_dir, ranks=[rank]) as run:
         return _analyze_rank(run, rank, [by_id[i] for i in rule_ids], quality)
+
+
+def _prepare_run_rules(run: Run, rules: list[ModuleType]) -> None:
+    """The run-wide queries of the SCOPE='run' rules that declare them (`prepare(run)`, kept per open
+    run for their checks). A failure is left to the check, which asks again and reports it."""
+    for rule in rules:
+        fn = getattr(rule, "prepare", None) if getattr(rule, "SCOPE", "rank") == "run" else None
+        if fn is not None:
+            try:
+                fn(run)
+            except Exception:  # noqa: BLE001 - the check runs the same queries and reports what fails
+                pass
 
 
 def _run_rule(run: Run, rule: ModuleType, summaries: dict, quality: dict) -> tuple[str, object]:
@@ -363,15 +378,16 @@ def _screen_wheres(run: Run, rules: list[ModuleType]) -> None:
 
 
 def _analyze_ranks(run: Run, ranks: list[int], rank_rules: list[ModuleType], quality: dict,
-                   n_workers: int, parts: dict | None = None) -> dict[int, tuple[dict, dict]]:
+                   n_workers: int, parts: dict | None = None, meanwhile=None) -> dict[int, tuple[dict, dict]]:
     """Ranks in batches (`rank_batches`), analysed by `analyze_batches`: in this process, or, for a
     run of several batches and PROCESS_EVENTS events or more, shared out to `processes(...)`
-    processes, this one and children (batch_processes.py), each analysing its share of the batches."""
+    processes, this one and children (batch_processes.py), each analysing its share of the batches;
+    then this process runs `meanwhile()` (if any) before it waits for the children."""
     batches = rank_batches(run, ranks)
     n_proc = processes(run, batches, rank_rules)
     if n_proc > 1:
         return analyze_shared(run, batches, rank_rules, quality, n_proc, max(1, n_workers // n_proc), parts,
-                              _events_by_rank(run), analyze_batches)
+                              _events_by_rank(run), analyze_batches, meanwhile=meanwhile)
     return analyze_batches(run, batches, rank_rules, quality, n_workers, parts)
 
 

@@ -141,6 +141,7 @@ SELECT count(*) AS instances, round(coalesce(sum(above_mean_ns), 0))::BIGINT AS 
 _CACHE: dict[int, tuple[weakref.ref, dict]] = {}
 _ARRIVALS: dict[int, tuple[weakref.ref, object]] = {}
 _EVENTS: dict[int, tuple[weakref.ref, object]] = {}
+_IMBALANCE: dict[int, tuple[weakref.ref, dict]] = {}
 
 
 def _kept(cache: dict, run: Run) -> bool:
@@ -273,7 +274,12 @@ def imbalance(run: Run) -> dict:
     """Load imbalance from one query (`work_per_step_sql`): {"steps": per common step {step, max_ns,
     heaviest_rank (the lowest rank on a tie), median_ns (lower middle), mean_ns, ranks, on_device},
     "ranks": per rank {rank, work_ns, steps}, heaviest first (the lower rank on a tie)}: the per-step
-    numbers of `imbalance_sql` (its evidence query) from one pass over `work`."""
+    numbers of `imbalance_sql` (its evidence query) from one pass over `work`. Computed once per open
+    run (callers must not change it)."""
+    return _cached(_IMBALANCE, run, lambda: _imbalance(run))
+
+
+def _imbalance(run: Run) -> dict:
     by_step: dict[int, list[tuple[int, int, bool]]] = {}
     for rank, step, work_ns, on_device in run.sql(work_per_step_sql() + "\nSELECT rank, step, work_ns, on_device FROM work").fetchall():
         by_step.setdefault(int(step), []).append((int(work_ns), int(rank), bool(on_device)))

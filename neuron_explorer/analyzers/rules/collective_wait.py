@@ -31,6 +31,12 @@ THRESHOLDS = {
 }
 
 
+def prepare(run) -> None:
+    """The cross-rank figures and arrivals the check reads (kept per open run; engine._prepare_run_rules)."""
+    xr.collective_waits(run)
+    xr.arrivals(run)
+
+
 def check(ctx: Context) -> list:
     if len(ctx.summaries) < 2:
         raise NotApplicable("one rank only: collective wait needs several ranks in the run")

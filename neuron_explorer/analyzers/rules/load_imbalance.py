@@ -32,6 +32,11 @@ THRESHOLDS = {
 }
 
 
+def prepare(run) -> None:
+    """The per-step work the check reads (kept per open run; engine._prepare_run_rules)."""
+    xr.imbalance(run)
+
+
 def check(ctx: Context) -> list:
     if len(ctx.summaries) < 2:
         raise NotApplicable("one rank only: load imbalance needs several ranks in the run")
