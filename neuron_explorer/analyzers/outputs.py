@@ -34,18 +34,25 @@ def report_json(report: Report) -> str:
     is null."""
     import msgspec
 
-    text = msgspec.json.format(msgspec.json.encode(report.content(), enc_hook=str), indent=1).decode()
-    return _ascii_escaped(text)
+    return _ascii_escaped(msgspec.json.format(msgspec.json.encode(report.content(), enc_hook=str), indent=1))
 
 
-def _ascii_escaped(text: str) -> str:
-    """JSON text with its non-ASCII characters escaped as the standard library's `json.dumps`
+def _ascii_escaped(utf8: bytes) -> str:
+    """JSON text (UTF-8) with its non-ASCII characters escaped as the standard library's `json.dumps`
     escapes them: \\u and four lowercase hex digits, a surrogate pair beyond the BMP. Python's
     `backslashreplace` does most of it in C (a regular expression over the 17 MB report of 256
     ranks took 0.15 s): it writes \\uXXXX as JSON does, but \\xXX for U+0080-U+00FF and \\UXXXXXXXX
     beyond the BMP, which are rewritten. A backslash of the text is already escaped (\\\\) in JSON, so
-    the rewrite steps over escaped backslashes and never reads one as the start of an escape."""
-    out = text.encode("ascii", "backslashreplace").decode("ascii")
+    the rewrite steps over escaped backslashes and never reads one as the start of an escape. At
+    most two copies of the text are alive at once (a report of 1,024 ranks is 70 MB)."""
+    if utf8.isascii():
+        return utf8.decode("ascii")
+    text = utf8.decode()
+    del utf8
+    escaped = text.encode("ascii", "backslashreplace")
+    del text
+    out = escaped.decode("ascii")
+    del escaped
     if "\\x" in out or "\\U" in out:
         out = _PYTHON_ESCAPE.sub(_json_escape, out)
     return out
