@@ -468,7 +468,8 @@ def test_a_first_launch_that_loads_its_code_is_a_one_off_not_launch_overhead(tra
     steps, not to capture graphs; the NCCL trace's launches, spread over many calls, keep that advice.
     The one-off is one finding: AccumulateGrad, the operator it runs under (6.68 ms, 98% of it this
     launch), was also reported as a hotspot; that finding is left to the path's, which names the
-    narrower cause (hotspot.leaves_to)."""
+    narrower cause (hotspot.leaves_to). The device idled through that launch: device-idle leaves
+    those 6.54 ms out (8.76 ms of idle, 2.22 ms left), names why, and its gaps are the others."""
     _, report, raw = traces("rocm_mi250_train")
     launches = [e for e in raw.of(RUNTIME_CATS) if "LaunchKernel" in e["name"]]
     longest = max(launches, key=raw.dur)
@@ -482,17 +483,27 @@ def test_a_first_launch_that_loads_its_code_is_a_one_off_not_launch_overhead(tra
     named = [g for g in report["findings"]
              if accumulate in json.dumps(g["evidence"]["values"].get("heaviest") or g["evidence"]["values"].get("name") or "")]
     assert named == [f]
+    # the device's idle during that launch is the same cause: device-idle leaves it out and says so,
+    # and the gaps it names are the rest (the evidence SQL's figures: test_device_idles_evidence_sql_gives_its_figures)
+    (idle,) = findings(report, "device-idle")
+    v = idle["evidence"]["values"]
+    assert v["idle_in_first_launch_ns"] == v["idle_left_out_ns"] == raw.dur(longest)
+    assert idle["impact_ns"] == v["idle_ns"] - raw.dur(longest) == 8_762_845 - 6_543_109
+    assert idle["title"] == ("Device 2 idle 24.9% of its window (2.22 ms, besides 6.54 ms while the host was in a kernel's "
+                             "first launch, loading its code (critical-path's))")
+    assert "gap of 6.63 ms" not in idle["recommendation"] and idle["recommendation"].startswith("Keep the device fed: largest gaps — gap of 0.31 ms")
+    assert report["findings"].index(f) < report["findings"].index(idle)
     _, report, _ = traces("cuda_nccl_rank0_of_2")
     (g,) = [f for f in findings(report, "critical-path") if f["evidence"]["values"]["class"] == "launch"]
     assert g["recommendation"].startswith("Launch overhead bounds the step")
 
 
 
-@pytest.mark.parametrize("name", ["v100_resnet50_torch19_memory", "cuda_alexnet_train"])
+@pytest.mark.parametrize("name", ["v100_resnet50_torch19_memory", "cuda_alexnet_train", "rocm_mi250_train"])
 def test_device_idles_evidence_sql_gives_its_figures(traces, name):
     """device-idle's evidence SQL, run over the run's events, gives the finding's impact and the
     idle it left to other rules: the V100's DataLoader fetches within its steps, cuda_alexnet's
-    allocator calls and syncs without steps."""
+    allocator calls and syncs without steps, the MI250's first launch of a kernel (loading its code)."""
     run_dir, report, _ = traces(name)
     (f,) = findings(report, "device-idle")
     with open_run(run_dir) as run:

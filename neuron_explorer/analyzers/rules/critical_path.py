@@ -15,8 +15,9 @@ TF32 on A100 and later, FP8 where the device has it); NCHW convolutions (4-d inp
 NHWC) → channels_last; many short kernels → fusion / torch.compile; copies → pinned memory and
 non_blocking; launch overhead and host time → CUDA graphs, torch.compile, fewer `.item()` calls
 (launches most of whose time is one call → a kernel's first launch loading its code, a one-off:
-profile steady steps; the call's charged ns is `one_off_ns` in the evidence, and the hotspot
-operator most of whose time it is leaves its finding to this one; host time most of which is
+profile steady steps; the call's charged ns is `one_off_ns` in the evidence, the hotspot
+operator most of whose time it is leaves its finding to this one, and device-idle leaves out the
+device's idle during the call, `one_off_launch`; host time most of which is
 Python outside every operator and nn.Module, in a rank that records modules → code before or
 after the model (decoding, preprocessing, logging): off the step's path; host time most of which
 is charged to no event after the last event the trace holds (`unrecorded_ns`: a step's range
@@ -226,15 +227,65 @@ def _unrecorded_ns(path, last_end: int | None) -> int:
     return int(np.maximum(end - np.maximum(ts, last_end), 0).sum())
 
 
-def _longest_event_ns(path, category: str) -> int:
-    """The most ns the path charges one event of `category` (over all its segments and steps)."""
+def _longest_event(path, category: str) -> tuple[int | None, int]:
+    """(event id, ns) of the event of `category` the path charges most (over all its segments and
+    steps); (None, 0) when there is none."""
     import numpy as np
 
     mask = (path.category == cp.CATEGORIES.index(category)) & (path.event_id >= 0)
     if not mask.any():
-        return 0
-    _, inverse = np.unique(path.event_id[mask], return_inverse=True)
-    return int(np.bincount(inverse, weights=path.ns[mask]).max())
+        return None, 0
+    ids, inverse = np.unique(path.event_id[mask], return_inverse=True)
+    per = np.bincount(inverse, weights=path.ns[mask])
+    i = int(np.argmax(per))
+    return int(ids[i]), int(per[i])
+
+
+def _one_off(members: list[dict], path) -> tuple[int | None, int]:
+    """The launch class's one-off: (event id, charged ns) of the launch call the path charges most
+    where it holds at least half of the class (`members`) over more than one call (a kernel's first
+    launch loading its code), else (None, longest's ns)."""
+    event_id, longest = _longest_event(path, "launch_overhead")
+    charged, events = sum(m["charged_ns"] for m in members), sum(m["events"] for m in members)
+    return (event_id if longest * 2 >= charged and events > 1 else None), longest
+
+
+def one_off_launch(ctx: Context) -> tuple[int, int] | None:
+    """The rank's one-off launch as this rule's launch finding names it (`one_off_ns`): (event id,
+    charged ns) when the launch class holds at least CLASS_SHARE_MIN of the path and one call holds
+    at least half of it; else None. device-idle leaves the device's idle during that call to this
+    rule. Computed by the check (kept with the rank's path), or here when the check did not run."""
+    path = cp.path_of(ctx.run, ctx.rank)
+    if "one_off_launch" not in path._derived:
+        if not len(path):
+            return None
+        _keep_one_off(path, _classes(ctx.run, path))
+    return path._derived["one_off_launch"]
+
+
+def _classes(run, path) -> dict[str, list[dict]]:
+    """The path's items (`critical_path.path_items`, heaviest first) by class, in that order."""
+    classes: dict[str, list[dict]] = {}
+    for it in cp.path_items(run, path, by_step=True):
+        classes.setdefault(_class_of(it), []).append(it)
+    return classes
+
+
+def _ranked(classes: dict[str, list[dict]]) -> list[tuple[str, list[dict]]]:
+    """The classes the check may name: the MAX_CLASSES heaviest (ties: by name)."""
+    return sorted(classes.items(), key=lambda kv: (-sum(m["charged_ns"] for m in kv[1]), kv[0]))[:THRESHOLDS["MAX_CLASSES"]]
+
+
+def _keep_one_off(path, classes: dict[str, list[dict]]) -> tuple[int | None, int]:
+    """`_one_off` of the launch class, kept with the path for `one_off_launch`: None there unless
+    the check names the class (among the heaviest, and CLASS_SHARE_MIN of the path)."""
+    members = classes.get("launch", [])
+    event_id, longest = _one_off(members, path) if members else (None, 0)
+    total = int(path.ns.sum())
+    named = any(cls == "launch" for cls, _ in _ranked(classes))
+    reported = named and bool(total) and sum(m["charged_ns"] for m in members) / total >= THRESHOLDS["CLASS_SHARE_MIN"]
+    path._derived["one_off_launch"] = (event_id, longest) if event_id is not None and reported else None
+    return event_id, longest
 
 
 LEFT_TO = {"input": "input-pipeline", "launch": "launch-overhead", "host_sync": "host-sync", "idle": "device-idle",
@@ -257,12 +308,10 @@ def check(ctx: Context) -> list:
     bound = cp.bound(ctx.run, ctx.rank)
     step_count = len(bound["steps"])
     total = int(path.ns.sum())
-    classes: dict[str, list[dict]] = {}
-    has_modules = False
-    for it in cp.path_items(ctx.run, path, by_step=True):  # heaviest first: each class's members stay in that order
-        classes.setdefault(_class_of(it), []).append(it)
-        has_modules = has_modules or it["module_path"] is not None
-    ranked = sorted(classes.items(), key=lambda kv: (-sum(m["charged_ns"] for m in kv[1]), kv[0]))[:THRESHOLDS["MAX_CLASSES"]]
+    classes = _classes(ctx.run, path)  # heaviest first: each class's members stay in that order
+    has_modules = any(it["module_path"] is not None for members in classes.values() for it in members)
+    one_off_id, longest = _keep_one_off(path, classes)
+    ranked = _ranked(classes)
     parquet = f"read_parquet({sql_file_literal(ctx.run.path / 'analysis' / 'critical_path.parquet')})"
     arch = None
     out = []
@@ -274,8 +323,7 @@ def check(ctx: Context) -> list:
             work = rank_work(ctx.run, ctx.rank)
             arch = work.detected.arch if work.detected and work.detected.arch else P.arch_of(work.peak, work.device_name)
         events = sum(m["events"] for m in members)
-        longest = _longest_event_ns(path, "launch_overhead") if cls == "launch" else 0
-        one_off = cls == "launch" and longest * 2 >= charged and events > 1  # one launch call holds most of the class
+        one_off = cls == "launch" and one_off_id is not None  # one launch call holds most of the class
         unrecorded = _unrecorded_ns(path, (rank_rows(ctx.run, LAST_RECORDED, ctx.rank) or [(None,)])[0][0]) if cls == "host" else 0
         step_ns: dict = {}
         for m in members:
@@ -301,6 +349,6 @@ def check(ctx: Context) -> list:
                     "device_arch": arch.name if arch else None, **({"unrecorded_ns": unrecorded} if cls == "host" else {}),
                     **({"one_off_ns": longest} if one_off else {})},
             sample_event_ids=[top["sample_id"]] if top["sample_id"] is not None else [], uses_source=True,
-            recommendation=_advice(cls, members, events, charged, step_count, arch, graph_tip(ctx), longest, has_modules,
+            recommendation=_advice(cls, members, events, charged, step_count, arch, graph_tip(ctx), longest if cls == "launch" else 0, has_modules,
                                    unrecorded)))
     return out

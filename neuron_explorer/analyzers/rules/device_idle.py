@@ -12,9 +12,11 @@ host sync's waiting call (host_sync.waiting_calls_sql: host-sync's figure there 
 those waits; an inference server's blocking `aten::copy_` waiting 463 ms with the device idle was
 both rules' finding), and the DataLoader's fetches (input-pipeline's union: a single-process
 loader fetching while the device waits, 188 of the 274 ms of idle in the torch 1.8 ResNet-50
-trace). With steps host-sync counts the idle the syncs cause after they return, and
-the idle during a wait stays here. The evidence gives the whole idle (`idle_ns`) and the parts
-left out. Saving bound: the same.
+trace), and a kernel's first launch loading its code, which the critical path's launch finding
+names as a one-off (critical_path.one_off_launch: the MI250 trace's 6.54 ms hipLaunchKernel was
+6.54 of its 8.76 ms of idle, and the advice to keep the device fed did not fit it). With steps
+host-sync counts the idle the syncs cause after they return, and the idle during a wait stays
+here. The evidence gives the whole idle (`idle_ns`) and the parts left out. Saving bound: the same.
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ import numpy as np
 
 from ...vocab import DEVICE_WORK_SQL, allocator_call, top_host_call
 from .. import metrics
-from ..engine import Context
+from ..engine import Context, NotApplicable
 from ..model import Location
 from ..rank_rows import RankQuery, prepared_rows
 from ..rank_rows import arrays as rank_arrays
 from ..rank_rows import rows as rank_rows
 from . import allocator_churn, host_sync, input_pipeline
+from . import critical_path as critical_path_rule
 from ._util import graph_tip, ms, pct
 
 RULE_ID = "device-idle"
@@ -203,10 +206,29 @@ busy unions the summary reads anyway; `one` and `many` are the same rows in SQL 
 (tests/test_rank_batching.py holds them equal)."""
 
 
+_FIRST_LAUNCH_SQL = "SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE rank = {rank} AND event_id = {event_id}"
+"""The one-off launch call's interval (critical_path_rule.one_off_launch names its event)."""
+
+
+def _first_launch(ctx: Context) -> tuple[int | None, np.ndarray]:
+    """(event id, its interval as a union) of the rank's one-off launch (critical-path's: a kernel's
+    first launch loading its code), or (None, empty)."""
+    try:
+        got = critical_path_rule.one_off_launch(ctx)
+    except NotApplicable:
+        got = None
+    if got is None:
+        return None, np.empty((0, 2), dtype=np.int64)
+    rows = ctx.run.sql(_FIRST_LAUNCH_SQL.format(rank=int(ctx.rank), event_id=int(got[0]))).fetchall()
+    iv = np.asarray([(a, b) for a, b in rows if b > a], dtype=np.int64).reshape(-1, 2)
+    return int(got[0]), iv
+
+
 def _claimed(ctx: Context) -> dict[str, np.ndarray]:
     """The host intervals whose device idle other rules name (module docstring), each a union:
     `syncs` (without steps), `allocator_calls` (allocator_churn.claimed), `loader` (the DataLoader's
-    fetches) and `either`."""
+    fetches), `first_launch` (critical-path's one-off launch; its event id is `first_launch_id`)
+    and `either`."""
     got = rank_arrays(ctx.run, CLAIMED, ctx.rank)
     what = np.asarray(got["what"], dtype=np.int64)
     start, end, step = (np.asarray(got[k], dtype=np.int64) for k in ("start_ns", "end_ns", "step"))
@@ -217,7 +239,8 @@ def _claimed(ctx: Context) -> dict[str, np.ndarray]:
                                                       list(ctx.summary["steps"]["steady_steps"]) if stepped else None),
            "syncs": np.empty((0, 2), dtype=np.int64) if stepped else metrics.union_array(start[part[1]], end[part[1]]),
            "loader": metrics.union_array(start[part[3]], end[part[3]])}
-    every = np.concatenate([out["syncs"], out["allocator_calls"], out["loader"]])
+    out["first_launch_id"], out["first_launch"] = _first_launch(ctx)
+    every = np.concatenate([out["syncs"], out["allocator_calls"], out["loader"], out["first_launch"]])
     out["either"] = metrics.union_array(every[:, 0], every[:, 1])
     return out
 
@@ -239,15 +262,17 @@ def _gaps_outside(ctx: Context, device: int, busy: np.ndarray, claimed: np.ndarr
     return gaps, [tuple(r[1:]) for r in _host_of(ctx.run, [(ctx.rank, *g) for g in gaps])]
 
 
-def evidence_sql(rank: int, device: int, steady: list[int] | None) -> str:
+def evidence_sql(rank: int, device: int, steady: list[int] | None, first_launch: int | None = None) -> str:
     """Evidence SQL, plain DuckDB: one row, the device's busy_ns, window_ns and idle_ns (metrics.busy_sql's),
     idle_left_out_ns (its idle while the host was in the calls other rules name: allocator calls,
     allocator_churn.intervals_sql; without steps the host syncs' waiting calls; the DataLoader's
-    fetches) and impact_ns (the rest)."""
+    fetches; `first_launch`, the event id of critical-path's one-off launch) and impact_ns (the rest)."""
     r = int(rank)
     parts = [allocator_churn.intervals_sql(r, steady), f"SELECT ts_ns, end_ns FROM ({input_pipeline.fetches_sql()}) WHERE rank = {r}"]
     if steady is None:
         parts.append(f"SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM ({host_sync.waiting_calls_sql(r)})")
+    if first_launch is not None:
+        parts.append(_FIRST_LAUNCH_SQL.format(rank=r, event_id=int(first_launch)))
     claimed = " UNION ALL ".join(f"SELECT * FROM ({p}) WHERE end_ns > ts_ns" for p in parts)
     return f"""WITH b AS ({metrics.union_sql(metrics.device_where(r, device))}),
 w AS (SELECT min(start_ns) AS lo, max(end_ns) AS hi, sum(end_ns - start_ns) AS busy_ns FROM b),
@@ -265,15 +290,15 @@ def check(ctx: Context) -> list:
     steady = list(ctx.summary["steps"]["steady_steps"]) if ctx.summary["steps"]["count"] else None
     for dev in ctx.summary["devices"]:
         d = dev["device"]
-        sql = evidence_sql(ctx.rank, d, steady)
         v = {k: dev[k] for k in ("busy_ns", "window_ns", "idle_ns")}  # the summary's, metrics.busy_sql (the evidence's first three)
         if not v["window_ns"] or v["idle_ns"] / v["window_ns"] < THRESHOLDS["IDLE_SHARE_MIN"]:
             continue
         claimed = claimed if claimed is not None else _claimed(ctx)
         busy = _device_busy(ctx, d)
-        left_out = {k: _idle_in(busy, claimed[k]) for k in ("syncs", "allocator_calls", "loader", "either")}
+        left_out = {k: _idle_in(busy, claimed[k]) for k in ("syncs", "allocator_calls", "loader", "first_launch", "either")}
         v["idle_in_syncs_ns"], v["idle_in_allocator_calls_ns"] = left_out["syncs"], left_out["allocator_calls"]
-        v["idle_in_loader_ns"] = left_out["loader"]
+        v["idle_in_loader_ns"], v["idle_in_first_launch_ns"] = left_out["loader"], left_out["first_launch"]
+        sql = evidence_sql(ctx.rank, d, steady, claimed["first_launch_id"] if left_out["first_launch"] else None)
         idle = v["idle_ns"] - left_out["either"]
         if idle / v["window_ns"] < THRESHOLDS["IDLE_SHARE_MIN"]:
             continue
@@ -304,7 +329,10 @@ def check(ctx: Context) -> list:
                   allocator_churn.THRESHOLDS["ALLOC_SHARE_MIN"]),
                  ("idle_in_syncs_ns", "syncs", "waited in syncs", host_sync.RULE_ID, host_sync.THRESHOLDS["SYNC_SHARE_MIN"]),
                  ("idle_in_loader_ns", "loader", "waited for the DataLoader", input_pipeline.RULE_ID,
-                  input_pipeline.THRESHOLDS["LOADER_SHARE_MIN"]))
+                  input_pipeline.THRESHOLDS["LOADER_SHARE_MIN"]),
+                 # (critical-path names it where it is kept: `one_off_launch` is only a launch class it reports)
+                 ("idle_in_first_launch_ns", "first_launch", "was in a kernel's first launch, loading its code",
+                  critical_path_rule.RULE_ID, 0.0))
         named = [f"{ms(v[k])} while the host {what}"
                  + (f" ({rule}'s)" if ctx.analysed_ns and _length(claimed[c]) >= least * ctx.analysed_ns else "")
                  for k, c, what, rule, least in parts if v[k]]
@@ -315,7 +343,8 @@ def check(ctx: Context) -> list:
             location=Location(device=d, source=ctx.source_of(frame)),
             sql=sql, values={"busy_ns": v["busy_ns"], "window_ns": v["window_ns"], "idle_ns": v["idle_ns"],
                              "idle_in_syncs_ns": v["idle_in_syncs_ns"], "idle_in_allocator_calls_ns": v["idle_in_allocator_calls_ns"],
-                             "idle_in_loader_ns": v["idle_in_loader_ns"], "idle_left_out_ns": left_out["either"]},
+                             "idle_in_loader_ns": v["idle_in_loader_ns"], "idle_in_first_launch_ns": v["idle_in_first_launch_ns"],
+                             "idle_left_out_ns": left_out["either"]},
             sample_event_ids=samples, uses_source=True,
             recommendation="Keep the device fed: largest gaps — " + "; ".join(host) + ". "
             + ("Move host work out of the step (DataLoader workers, pin_memory), avoid" if ctx.trains() else
