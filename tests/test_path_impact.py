@@ -69,6 +69,8 @@ def test_a_cpu_operator_under_a_busy_device_is_no_hotspot_but_its_kernel_is(tmp_
     hot = {x.title.split(":")[0]: x for x in report.findings if x.rule_id == "hotspot"}
     assert "Hotspot operator" not in hot  # 60 µs of CPU time, none of it on the path
     assert hot["Hotspot kernel"].impact_ns == 98 * US  # the kernel is the path from 2 to 100
+    # the share printed is the path's 98 µs of the 100 µs step, not the kernel's 118 µs in all (118%)
+    assert hot["Hotspot kernel"].title == "Hotspot kernel: K takes 98.0% on the critical path (0.10 ms; 0.12 ms over 1 call in all)"
 
 
 def test_a_cpu_bound_step_keeps_its_operator_hotspot(tmp_path):

@@ -17,7 +17,10 @@ which names the batched alternative. Calls per step are over the steady steps (m
 Impact: for the operator and the kernel, their time on the steps' critical paths
 (analyzers/critical_path.py: the operator's host time, the kernel's device time; an operator
 that runs while the device is busy costs nothing), and they are reported only when that is at
-least HOTSPOT_SHARE_MIN too; without steps (no path), their time. For the line: its time.
+least HOTSPOT_SHARE_MIN too; without steps (no path), their time. For the line: its time. The
+share in the title is the impact's: an operator's or kernel's time in all (also given) is summed
+over every call of the rank, inside and outside the steps and across streams, and can pass the
+analysed time (a kernel running on past its step's end, one overlapping itself on several streams).
 Saving bound: the same (an upper bound — the work itself cannot vanish, but a better algorithm,
 dtype or kernel can shrink it). A statement most of whose device time is a CUDA/HIP graph it
 replays is the replay call, not where the work was written: its advice says so and how to see the
@@ -74,10 +77,16 @@ def _finding(ctx: Context, what: str, sql: str, loc: Location, key: str, rec, to
         loc.op, loc.source = v.get("op"), ctx.source_of(v.get("frame_id"))
     else:
         loc.op, loc.source = label, ctx.source_of(v.get("frame_id"))
-    share = v[key] / ctx.analysed_ns
-    path_txt = f"; {ms(on_path)} on the critical path" if on_path is not None else ""
+    # the share printed is of the impact, which the analysed time holds: an operator's or kernel's time in
+    # all is summed over every call of the rank, inside and outside the steps and across streams (an NCCL
+    # kernel overlapping itself on several streams summed 71.52 ms in a 48.64 ms step: 147%)
+    calls = f"{v['calls']} call{'' if v['calls'] == 1 else 's'}"
+    if on_path is not None:
+        what_share = f"takes {pct(on_path / ctx.analysed_ns)} on the critical path ({ms(on_path)}; {ms(v[key])} over {calls} in all)"
+    else:
+        what_share = f"takes {pct(v[key] / ctx.analysed_ns)} ({ms(v[key])} over {calls})"
     return ctx.finding(
-        title=f"Hotspot {what}: {label[:80]} takes {pct(share)} ({ms(v[key])} over {v['calls']} calls{path_txt})",
+        title=f"Hotspot {what}: {label[:80]} {what_share}",
         impact_ns=impact, saving_bound_ns=impact, location=loc, sql=sql,
         values={key: v[key], "calls": v["calls"], "name": v["name"], "on_path_ns": on_path},
         sample_event_ids=[v["sample_id"]] if v.get("sample_id") is not None else [], uses_source=True,
