@@ -249,12 +249,14 @@ def _index_rows(run: Run, ranks: list[int]) -> dict[int, dict]:
     rk = cols.pop("idx_rank")
     # a scan gives the files in the order of their names (rank=0, rank=1, rank=10, ...): each rank's
     # rows are one run, taken as a slice; rows of ranks interleaved are put rank by rank first
-    starts = np.flatnonzero(np.diff(rk, prepend=rk[:1] - 1)) if len(rk) else np.zeros(0, dtype=np.int64)
+    def run_starts(rk: np.ndarray) -> np.ndarray:
+        return np.flatnonzero(np.diff(rk, prepend=rk[:1] - 1))
+    starts = run_starts(rk)
     if len(np.unique(rk[starts])) < len(starts):
         order = np.argsort(rk, kind="stable")
         rk = rk[order]
         cols = {k: v[order] for k, v in cols.items()}
-        starts = np.flatnonzero(np.diff(rk, prepend=rk[:1] - 1))
+        starts = run_starts(rk)
     run_of = dict(zip(rk[starts].tolist(), zip(starts.tolist(), np.append(starts[1:], len(rk)).tolist())))
     out = {}
     for r in ranks:

@@ -119,9 +119,9 @@ def _first_input_rank(op_args: str | None) -> int | None:
 
 
 def _advice(cls: str, members: list[dict], events: int, charged: int, step_count: int, arch, graphs: str = "",
-            longest_ns: int = 0, has_modules: bool = False, unrecorded_ns: int = 0) -> str:
-    """The class's advice. `longest_ns`: the most one path event of the class is charged (a launch
-    class most of which is one call is a one-off: a kernel's first launch loading its code).
+            one_off_ns: int = 0, has_modules: bool = False, unrecorded_ns: int = 0) -> str:
+    """The class's advice. `one_off_ns`: the launch class's one-off, the ns the path charges the one
+    call that holds most of it (`_one_off`: a kernel's first launch loading its code), 0 for none.
     `has_modules`: the rank's path items carry nn.Module paths (so Python without one is outside the model).
     `unrecorded_ns`: host time charged to no event after the last event the trace holds (`_unrecorded_ns`)."""
     if cls == "host" and unrecorded_ns * 2 >= charged:
@@ -168,8 +168,8 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
     if cls == "host_sync":
         return ("The host waits on the device here: fewer .item() / float(t) / data-dependent branches in the loop; log "
                 "metrics every N steps; keep values on the device.")
-    if cls == "launch" and longest_ns * 2 >= charged and events > 1:  # (the check's `one_off`)
-        return (f"One launch call of {ms(longest_ns)} holds {pct(min(1.0, longest_ns / charged))} of this time: a kernel's first "
+    if cls == "launch" and one_off_ns:
+        return (f"One launch call of {ms(one_off_ns)} holds {pct(min(1.0, one_off_ns / charged))} of this time: a kernel's first "
                 "launch loads its code (CUDA's lazy module loading, ROCm's code objects), a one-off that warm-up steps absorb, "
                 "not the cost of every launch. Profile steady steps (torch.profiler.schedule(wait=1, warmup=1, active=3) "
                 "with prof.step()) before fusing or capturing graphs.")
@@ -259,7 +259,8 @@ def one_off_launch(ctx: Context) -> tuple[int, int] | None:
     if "one_off_launch" not in path._derived:
         if not len(path):
             return None
-        _keep_one_off(path, _classes(ctx.run, path))
+        classes = _classes(ctx.run, path)
+        _keep_one_off(path, classes, _ranked(classes))
     return path._derived["one_off_launch"]
 
 
@@ -276,13 +277,13 @@ def _ranked(classes: dict[str, list[dict]]) -> list[tuple[str, list[dict]]]:
     return sorted(classes.items(), key=lambda kv: (-sum(m["charged_ns"] for m in kv[1]), kv[0]))[:THRESHOLDS["MAX_CLASSES"]]
 
 
-def _keep_one_off(path, classes: dict[str, list[dict]]) -> tuple[int | None, int]:
+def _keep_one_off(path, classes: dict[str, list[dict]], ranked: list[tuple[str, list[dict]]]) -> tuple[int | None, int]:
     """`_one_off` of the launch class, kept with the path for `one_off_launch`: None there unless
-    the check names the class (among the heaviest, and CLASS_SHARE_MIN of the path)."""
+    the check names the class (among the heaviest, `ranked`, and CLASS_SHARE_MIN of the path)."""
     members = classes.get("launch", [])
     event_id, longest = _one_off(members, path) if members else (None, 0)
     total = int(path.ns.sum())
-    named = any(cls == "launch" for cls, _ in _ranked(classes))
+    named = any(cls == "launch" for cls, _ in ranked)
     reported = named and bool(total) and sum(m["charged_ns"] for m in members) / total >= THRESHOLDS["CLASS_SHARE_MIN"]
     path._derived["one_off_launch"] = (event_id, longest) if event_id is not None and reported else None
     return event_id, longest
@@ -310,8 +311,8 @@ def check(ctx: Context) -> list:
     total = int(path.ns.sum())
     classes = _classes(ctx.run, path)  # heaviest first: each class's members stay in that order
     has_modules = any(it["module_path"] is not None for members in classes.values() for it in members)
-    one_off_id, longest = _keep_one_off(path, classes)
     ranked = _ranked(classes)
+    one_off_id, longest = _keep_one_off(path, classes, ranked)
     parquet = f"read_parquet({sql_file_literal(ctx.run.path / 'analysis' / 'critical_path.parquet')})"
     arch = None
     out = []
@@ -349,6 +350,6 @@ def check(ctx: Context) -> list:
                     "device_arch": arch.name if arch else None, **({"unrecorded_ns": unrecorded} if cls == "host" else {}),
                     **({"one_off_ns": longest} if one_off else {})},
             sample_event_ids=[top["sample_id"]] if top["sample_id"] is not None else [], uses_source=True,
-            recommendation=_advice(cls, members, events, charged, step_count, arch, graph_tip(ctx), longest if cls == "launch" else 0, has_modules,
-                                   unrecorded)))
+            recommendation=_advice(cls, members, events, charged, step_count, arch, graph_tip(ctx), longest if one_off else 0,
+                                   has_modules, unrecorded)))
     return out

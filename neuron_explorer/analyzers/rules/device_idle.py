@@ -224,7 +224,7 @@ def _first_launch(ctx: Context) -> tuple[int | None, np.ndarray]:
     return int(got[0]), iv
 
 
-def _claimed(ctx: Context) -> dict[str, np.ndarray]:
+def _claimed(ctx: Context) -> dict:
     """The host intervals whose device idle other rules name (module docstring), each a union:
     `syncs` (without steps), `allocator_calls` (allocator_churn.claimed), `loader` (the DataLoader's
     fetches), `first_launch` (critical-path's one-off launch; its event id is `first_launch_id`)
