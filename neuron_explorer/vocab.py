@@ -458,8 +458,31 @@ CONV_KERNEL_RE = re.compile(r"(?i)conv")
 FP32_KERNEL_PATTERN = "(?i)(sgemm|scudnn|f32|fp32|float|s1688|s884|s16816)"
 """A matrix kernel whose name says it computes in fp32 (cuBLAS sgemm, cuDNN scudnn, `<float>`
 templates, CUTLASS f32 and its TF32 s1688/s884 kernels: fp32 data), unless LOWER_PRECISION_KERNEL_PATTERN also matches."""
-LOWER_PRECISION_KERNEL_PATTERN = "(?i)(bf16|f16|half|bfloat|float16|h884|h1688|h16816|hgemm|hcudnn|e4m3|e5m2|fp8|int8|i8816)"
-"""A kernel whose name says it computes in 16 bits or fewer (bf16, fp16, fp8, int8)."""
+LOWER_PRECISION_KERNEL_PATTERN = ("(?i)(bf16|f16|fp16|half|bfloat|float16|h884|h1688|h16816|hgemm|hcudnn|e4m3|e5m2|fp8|int8|i8816|"
+                                  "Cijk_[a-z]+_[a-z]+_(BBS|BSS|HHS|HSS|HB|I8I)(_|$))")
+"""A kernel whose name says it computes in 16 bits or fewer (bf16, fp16, fp8, int8): the words, cuBLAS's
+`h884`/`hgemm` forms (cuBLAS's `ampere_fp16_s16816gemm_fp16` is fp16 data with fp32 accumulation), and
+rocBLAS/hipBLASLt's Tensile type codes after the operand layouts (`Cijk_Alik_Bljk_BBS_BH`: bf16 data,
+fp32 compute; `HHS`/`HB`: fp16; `I8I`: int8). `kernel_precision` says which."""
+
+
+def kernel_precision(name: str | None) -> str | None:
+    """The lower precision a kernel's name shows (LOWER_PRECISION_KERNEL_PATTERN): 'bf16', 'fp16',
+    'fp8' or 'int8', else None (fp32, or no mark: the name does not say)."""
+    m = _work_res()["lower"].search(name or "")
+    if m is None:
+        return None
+    f = m.group(0).lower()
+    if f.startswith("cijk_"):  # the Tensile type code: B bf16, H half, I8 int8
+        code = f.rstrip("_").rsplit("_", 1)[-1]
+        return {"b": "bf16", "h": "fp16"}.get(code[0], "int8")
+    if f.startswith(("bf16", "bfloat")):
+        return "bf16"
+    if f.startswith(("e4m3", "e5m2", "fp8")):
+        return "fp8"
+    if f.startswith(("int8", "i8816")):
+        return "int8"
+    return "fp16"
 ATTENTION_KERNEL_PATTERN = "(?i)(flash|fmha|attention|attn|sdpa)"
 NORM_KERNEL_PATTERN = "(?i)(norm([^a]|$)|softmax|bn_fw|bn_bw)"
 """Normalisation and softmax kernels (layer/batch/group/RMS norm, cuDNN bn_fw/bn_bw), not `normal_` sampling."""

@@ -415,6 +415,22 @@ def test_mtia_hotspot_kernel_is_work_not_the_event_wait(traces):
     (f,) = [f for f in findings(report, "hotspot") if f["location"].get("kernel")]
     assert f["location"]["kernel"] == "merge" and f["evidence"]["values"]["device_ns"] == second_ns == 257_869_750
     assert not [g for g in report["findings"] if "event_wait" in g["title"] or g["location"].get("kernel") == "event_wait"]
+    # `merge` does no matrix work: no sizes for matrix units, no NVIDIA terms on Meta's device
+    assert "Tensor Core" not in f["recommendation"] and "tensor-core" not in f["recommendation"]
+    assert f["recommendation"].startswith("This kernel dominates device time: check what it does")
+
+
+def test_a_bf16_matrix_kernel_on_an_mi300x_gets_its_sizes_not_lower_precision(traces):
+    """The piecewise vLLM decode's heaviest kernel is a Triton MoE GEMM that already runs in bf16
+    (`_matmul_ogs_NNT_bf16xbf16xmxfp4_...`) on an MI300X. The advice speaks of the MI300X's matrix
+    cores and the sizes they tile, says the kernel is bf16 already, and offers no lower precision
+    (it said 'tensor-core friendly sizes, bf16/fp16')."""
+    _, report, _ = traces(GRAPH_PIECEWISE)
+    (f,) = [f for f in findings(report, "hotspot") if f["location"].get("kernel")]
+    assert f["location"]["kernel"].startswith("_matmul_ogs_NNT_bf16xbf16xmxfp4")
+    rec = f["recommendation"]
+    assert "matrix cores (MFMA)" in rec and "multiples of 16" in rec and "It already runs in bf16" in rec
+    assert "tensor-core" not in rec and "Tensor Core" not in rec and "autocast" not in rec
 
 
 def test_mtia_event_waits_are_no_device_work(traces):
@@ -545,3 +561,18 @@ def test_a_step_running_on_after_the_last_event_is_unrecorded_not_python(traces)
     (host,) = [f for f in findings(report, "critical-path") if f["evidence"]["values"]["class"] == "host"]
     assert host["evidence"]["values"]["unrecorded_ns"] == step[1] - last == 13_334_478_472
     assert "nothing was recorded there" in host["recommendation"] and "torch.compile" not in host["recommendation"]
+
+
+def test_device_idle_names_no_part_that_prints_as_zero(traces):
+    """The RTX 2080 Ti trace's device idles 1 µs while the host waits in a sync, beside 2.42 ms in
+    allocator calls. Both are left out of the idle figure, but the title named the first as '0.00 ms
+    while the host waited in syncs'. A part that prints as 0.00 ms is left out of the title; its
+    figure stays in the evidence."""
+    _, report, _ = traces("rtx2080ti_linear_epoch_us")
+    (f,) = findings(report, "device-idle")
+    v = f["evidence"]["values"]
+    assert 0 < v["idle_in_syncs_ns"] < 5_000 <= v["idle_in_allocator_calls_ns"]
+    assert f["impact_ns"] == v["idle_ns"] - v["idle_left_out_ns"]
+    assert f["title"].endswith(f"besides {v['idle_in_allocator_calls_ns'] / 1e6:.2f} ms while the host was in device allocator "
+                               "calls (allocator-churn's))")
+    assert "0.00 ms" not in f["title"] and "syncs" not in f["title"]

@@ -32,6 +32,11 @@ CASES = [  # (kind, kernel name, top-level operator, operator args) -> class
     (("kernel", "Cijk_Alik_Bljk_SB_MT64x16x32", "aten::addmm", json.dumps({"Input type": ["float"]})), "fp32_matmul"),
     (("kernel", "ampere_bf16_s16816gemm_bf16_128x128", "aten::linear", json.dumps({"Input type": ["float"]})), "matmul"),
     (("kernel", "gemv_kernel", "aten::linear", json.dumps({"Input type": ["float", "float"]})), "fp32_matmul"),
+    # under autocast the top-level operator's inputs are float and its kernel is not: the name's precision decides
+    (("kernel", "ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn", "aten::linear",
+      json.dumps({"Input type": ["float"]})), "matmul"),
+    (("kernel", "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT64x32x128_MI16x16x1_SN", "aten::linear",
+      json.dumps({"Input type": ["float"]})), "matmul"),
     (("kernel", "flash_fwd_kernel<Flash_fwd_kernel_traits>", "aten::scaled_dot_product_attention", None), "attention"),
     (("kernel", "some_kernel", "aten::_flash_attention_forward", None), "attention"),
     (("kernel", "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float>", "aten::batch_norm", None), "norm"),
@@ -55,6 +60,21 @@ def test_work_class_and_its_sql_twin_agree(args, cls):
     got = con.execute(f"SELECT {vocab.work_class_sql('kind', 'name', 'op', 'args')} FROM t").fetchone()[0]
     assert got == cls
     assert cls in vocab.WORK_CLASSES
+
+
+@pytest.mark.parametrize(("name", "dtype"), [
+    ("ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn", "fp16"),  # cuBLAS: fp16 data, fp32 accumulation
+    ("volta_h884gemm_64x64_ldg8_nn", "fp16"),
+    ("sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize128x128x128", "fp8"),
+    ("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT64x32x128_MI16x16x1_SN", "bf16"),  # hipBLASLt (the MI300X traces)
+    ("Cijk_Ailk_Bljk_HHS_BH_MT128x128x32_MI32x32x8x1", "fp16"),
+    ("_matmul_ogs_NNT_bf16xbf16xmxfp4_128x128x128x1_swiglu", "bf16"),  # vLLM's Triton MoE GEMM
+    ("Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16x1", None),  # rocBLAS fp32, batched (the MI250 trace)
+    ("volta_sgemm_128x64_nn", None),
+    ("void at::native::vectorized_elementwise_kernel<4, AddFunctor>", None),
+])
+def test_a_kernel_names_precision_is_the_dtype_it_computes_in(name, dtype):
+    assert vocab.kernel_precision(name) == dtype
 
 
 def test_every_peak_names_an_architecture_whose_matrix_dtypes_it_has():

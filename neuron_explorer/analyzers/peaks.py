@@ -300,6 +300,24 @@ def graph_advice(device_name: str | None, props: list[dict] | None = None) -> st
     return "CUDA graphs (torch.cuda.graphs, or torch.compile(mode='reduce-overhead'))"
 
 
+MATRIX_UNITS = {
+    "nvidia": ("Tensor Cores", "M, N and K (and channels) in multiples of 8 for fp16/bf16, 16 for fp8/int8"),
+    "amd": ("matrix cores (MFMA)", "M, N and K in multiples of 16, the width of the MFMA instructions' tiles"),
+    "aws": ("Tensor Engine", "M, N and K in multiples of 128, the size of the Tensor Engine's systolic array"),
+}
+"""Each vendor's matrix units in its own words, and the sizes they run at full speed (NVIDIA's Matrix
+Multiplication Background guide; AMD's CDNA instruction set; AWS Neuron's NKI architecture guide).
+A vendor not here (Meta's MTIA, an unknown device) gets `matrix_units`' generic words."""
+
+
+def matrix_units(arch: Arch | None) -> tuple[str, str]:
+    """(what the device's matrix units are called, the sizes they run fastest at) for `arch`'s
+    vendor, else generic words that promise no tile size."""
+    if arch is not None and arch.vendor in MATRIX_UNITS:
+        return MATRIX_UNITS[arch.vendor]
+    return "matrix units", "M, N and K padded to a multiple of the matrix units' tile"
+
+
 def precision_advice(arch: Arch | None) -> str:
     """What to run fp32 matrix work in, on this architecture: fp16 autocast with GradScaler where
     the matrix units have no bf16 (V100, T4), bf16 autocast or TF32 where they do (A100 and later,

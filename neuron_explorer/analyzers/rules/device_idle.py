@@ -335,7 +335,7 @@ def check(ctx: Context) -> list:
                   critical_path_rule.RULE_ID, 0.0))
         named = [f"{ms(v[k])} while the host {what}"
                  + (f" ({rule}'s)" if ctx.analysed_ns and _length(claimed[c]) >= least * ctx.analysed_ns else "")
-                 for k, c, what, rule, least in parts if v[k]]
+                 for k, c, what, rule, least in parts if ms(v[k]) != ms(0)]  # a part printing as 0.00 ms is not named (its figure is in the values)
         besides = f", besides {' and '.join(named)}" if named else ""
         out.append(ctx.finding(
             title=f"Device {d} idle {pct(share)} of its window ({ms(idle)}{besides})",

@@ -29,19 +29,26 @@ least half its time, the advice says it is a one-off more likely than its cost p
 `.to('cuda')` creating the device's context, a library's first use) and to profile steady steps,
 not to tune its shapes. An operator most of whose time is one kernel launch that the critical path
 names as a one-off (a kernel's first launch loading its code) is left to that finding (`leaves_to`).
+A kernel's advice follows what it does (vocab.work_class) in the device's own words (peaks.matrix_units):
+a matrix kernel gets the sizes its matrix units run fastest at (NVIDIA Tensor Cores, AMD MFMA, the
+Trainium Tensor Engine) and lower precision only where its name does not show one already; a
+collective, attention or memory-bound kernel gets what changes its time.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 
-from ...vocab import charged_top_op, compile_range, device_work, is_compile_range, line_key_sql, top_op
+from ...vocab import WORK_CLASSES, charged_top_op, compile_range, device_work, is_compile_range, kernel_precision, line_key_sql, top_op, work_class
+from .. import peaks as P
 from ..critical_path import on_path_ns
 from ..engine import Context
 from ..lines import compile_inside_sql, line_times_by_rank, line_times_sql
 from ..model import Location
 from ..rank_rows import RankQuery
 from ..rank_rows import rows as rank_rows
+from ..utilisation import detect_device, device_name
 from . import python_loop
 from ._util import ms, pct, q, row, share_at_least
 from .host_sync import waiting_calls_sql
@@ -109,6 +116,44 @@ def _operator_advice(v: dict) -> str:
                 "(torch.profiler.schedule(wait=1, warmup=1, active=3) with prof.step()) to see what it costs each "
                 "iteration; if it does repeat, " + _CHEAPER)
     return _CHEAPER[0].upper() + _CHEAPER[1:]
+
+
+def _kernel_advice(ctx: Context, v: dict) -> str:
+    """The kernel's advice, by what the kernel does (vocab.work_class of its name and operator) and in
+    the device's terms (peaks.matrix_units, precision_advice): a matrix kernel gets the sizes its
+    matrix units run fastest at, and lower precision only where its name does not show it already
+    (mi300x_vllm_hipgraph_piecewise's `..._bf16xbf16xmxfp4_...` GEMM); a collective, attention or
+    memory-bound kernel gets what changes its time (MTIA's `merge` is no matrix work to give tensor-core sizes)."""
+    name, op = v["name"] or "", v.get("op")
+    arch = detect_device(ctx.run, ctx.rank, device_name(ctx.run, ctx.rank)).arch
+    cls = work_class("kernel", name, op)
+    by = f" (launched by {op})" if op else ""
+    if cls in ("matmul", "fp32_matmul"):
+        units, sizes = P.matrix_units(arch)
+        low = kernel_precision(name)
+        if low:
+            dtype = (f"It already runs in {low}: what is left is a kernel better tuned for its "
+                     "shapes (for cuBLAS/hipBLASLt GEMMs PyTorch's TunableOp, PYTORCH_TUNABLEOP_ENABLED=1; for Triton kernels "
+                     "their autotune configs; torch.compile(mode='max-autotune')) and fewer, larger products.")
+        elif cls == "fp32_matmul":  # its name says fp32
+            dtype = f"It computes in float32 (its name says so): {P.precision_advice(arch)}."
+        else:  # the name shows no precision (rocBLAS's Tensile names code it in letters), and the operator's args are not read here
+            dtype = f"If it computes in float32, {P.precision_advice(arch)}."
+        return f"This matrix kernel dominates device time{by}: give it shapes that run at full speed on the {units}: {sizes}. {dtype}"
+    if cls == "communication":
+        return (f"This collective dominates device time{by}: its time is the bytes it moves plus the wait for the slowest rank "
+                "(collective-wait says how much is waiting). Overlap it with compute (DDP's gradient buckets, FSDP's prefetch) "
+                "and send fewer bytes (bf16 gradients through a DDP communication hook).")
+    if cls == "attention":
+        return (f"This attention kernel dominates device time{by}: its time grows with the sequence length squared and the "
+                "heads. Use a fused kernel (torch.nn.functional.scaled_dot_product_attention) if it is not one, and cut the "
+                "padding (pack sequences of different lengths).")
+    if cls in ("norm", "elementwise"):
+        return (f"This {WORK_CLASSES[cls]} kernel dominates device time{by}: it moves bytes, it does little arithmetic. Fuse it "
+                "with the kernels around it (torch.compile), make fewer passes over the tensor, or move fewer bytes (a lower "
+                "precision).")
+    return (f"This kernel dominates device time{by}: check what it does for the shapes and dtype it is given, call it less "
+            "often or on bigger batches, or swap in a faster implementation.")
 
 
 def leaves_to(finding) -> list:
@@ -235,8 +280,7 @@ GROUP BY e.name ORDER BY cpu_ns DESC, e.name LIMIT 1""", Location(), "cpu_ns",
   any_value(k.device) AS device, mode({charged_top_op('k', 'o')}) AS op, mode(k.source_frame_id) AS frame_id
 FROM events k LEFT JOIN events o ON o.event_id = k.top_op_id WHERE k.rank = {r} AND k.kind = 'kernel'
 GROUP BY k.name ORDER BY device_ns DESC, k.name LIMIT 1""", Location(), "device_ns",
-                            "This kernel dominates device time: check the launching operator's shapes and dtype "
-                            "(tensor-core friendly sizes, bf16/fp16), or swap in a faster implementation.",
+                            functools.partial(_kernel_advice, ctx),
                             # the same name and time without the join to the operators (2 ms instead of 8-9 ms on a 5k-event rank)
                             top=(rank_rows(ctx.run, TOP_KERNEL, r) or [(None, None)])[0]))
     if ctx.has_user_frames():
