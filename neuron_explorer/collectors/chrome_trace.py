@@ -32,7 +32,7 @@ from .. import parquet_native, store
 from ..errors import InputError
 from . import graph_capture, provenance, remote, sources
 from ._forked import keep_inherited
-from ._malloc import BUILD_MMAP_THRESHOLD, DECODE_MMAP_THRESHOLD, WRITE_MMAP_THRESHOLD, arrow_on_malloc, set_mmap_threshold, trimming
+from ._malloc import BUILD_MMAP_THRESHOLD, DECODE_MMAP_THRESHOLD, WRITE_MMAP_THRESHOLD, arrow_on_malloc, no_huge_pages, set_mmap_threshold, trimming
 from .build import build_rank
 from .rank_entry import quality_warnings, rank_entry
 from .trace_rank import TIME_LIMIT_NS, decode_rank  # noqa: F401  (TIME_LIMIT_NS: export.py cites it here)
@@ -260,6 +260,7 @@ def _import_rank(index: int, path: Path, tmp: Path, tune_allocator: bool, decode
     returns only the small manifest entry, never the tables."""
     if tune_allocator:
         arrow_on_malloc()
+        no_huge_pages()
         set_mmap_threshold(DECODE_MMAP_THRESHOLD)
         # the objects made before the first import (modules, classes: hundreds of thousands) are
         # never garbage: left out of the collector's passes, the decode's collections (2,400 on a
