@@ -115,12 +115,15 @@ def test_schema_lists_columns_with_units():
 
 def test_numpy_blas_on_one_thread_only_where_no_user_code_runs():
     """The tool's own commands start numpy's OpenBLAS on one thread (its idle threads spin ~0.1 s of
-    CPU at import); `record` and `demo` run a workload, whose BLAS is left as the user set it."""
+    CPU at import) and run without transparent huge pages (zeroed 2 MiB at a time: seconds of an
+    analysis in the kernel); `record` and `demo` run a workload, whose BLAS and pages are left as
+    the user set them."""
     import subprocess
     import sys
 
-    code = ("import os, sys; from neuron_explorer import cli; assert 'numpy' not in sys.modules; "
-            "cli._one_blas_thread(sys.argv[1:]); import numpy; print(os.environ.get('OPENBLAS_NUM_THREADS'))")
+    code = ("import ctypes, os, sys; from neuron_explorer import cli; assert 'numpy' not in sys.modules; "
+            "cli._tune_tool_process(sys.argv[1:]); import numpy; print(os.environ.get('OPENBLAS_NUM_THREADS'), "
+            "ctypes.CDLL('libc.so.6').prctl(42, 0, 0, 0, 0) if sys.platform.startswith('linux') else 1)")
 
     def blas_threads(*argv, env_value=None):
         import os
@@ -130,9 +133,11 @@ def test_numpy_blas_on_one_thread_only_where_no_user_code_runs():
             env["OPENBLAS_NUM_THREADS"] = env_value
         return subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True, check=True).stdout.strip()
 
-    assert blas_threads("import", "trace.json", "-o", "run") == "1"
-    assert blas_threads("analyze", "run") == "1"
-    assert blas_threads("record", "train.py", "-o", "run") == "None"
-    assert blas_threads("demo") == "None"
-    assert blas_threads("--help") == "None"
-    assert blas_threads("import", "trace.json", env_value="4") == "4"  # the user's own setting is kept
+    # (OPENBLAS_NUM_THREADS, PR_GET_THP_DISABLE: 1 where huge pages are off)
+    assert blas_threads("import", "trace.json", "-o", "run") == "1 1"
+    assert blas_threads("analyze", "run") == "1 1"
+    assert blas_threads("dashboard", "run") == "1 1"
+    assert blas_threads("record", "train.py", "-o", "run") == "None 0"
+    assert blas_threads("demo") == "None 0"
+    assert blas_threads("--help") == "None 0"
+    assert blas_threads("import", "trace.json", env_value="4") == "4 1"  # the user's own setting is kept
