@@ -711,3 +711,47 @@ def test_data_loading_is_named_once(tmp_path):
         loading = [f for f in report.findings if f.rule_id == "input-pipeline"
                    or (f.rule_id == "critical-path" and f.evidence.values["class"] == "input")]
         assert [(f.rule_id, f.impact_ns) for f in loading] == [(named_by, fetch_us * US)]
+
+
+def _backward_step(gaps_us: int) -> list[dict]:
+    """A 10 ms step (µs): `## backward ##` [0, 6000) on the main thread, holding one aten::mm (and its
+    kernel) every `gaps_us` + 100 µs, then twenty aten::add of 100 µs, 100 µs apart, each launching a
+    short kernel."""
+    events = [X("ProfilerStep#1", "user_annotation", 0, 10_000), X("## backward ##", "user_annotation", 0, 6_000)]
+    ext = 0
+    for t in range(gaps_us, 6_000 - 100, gaps_us + 100):
+        ext += 1
+        events += [X("aten::mm", "cpu_op", t, 100, **{"External id": ext}),
+                   X("cudaLaunchKernel", "cuda_runtime", t + 10, 10, correlation=ext, **{"External id": ext}),
+                   _k("gemm_kernel", "kernel", ext, t + 30, 20)]
+    for t in range(6_000, 10_000, 200):
+        ext += 1
+        events += [X("aten::add", "cpu_op", t, 100, **{"External id": ext}),
+                   X("cudaLaunchKernel", "cuda_runtime", t + 10, 10, correlation=ext, **{"External id": ext}),
+                   _k("elementwise_kernel", "kernel", ext, t + 30, 5)]
+    return events
+
+
+def test_host_time_in_long_empty_stretches_is_no_compile_advice(tmp_path):
+    """`## backward ##` holds one aten::mm at 2,900 µs, and nothing else is recorded beneath it: the
+    path charges the range 2,900 µs before the mm and 3,000 µs after it, two long stretches (1 ms or
+    more each) of 5,900 µs in all, more than half the host time. That is not dispatcher overhead to
+    compile away: a wait the trace does not show (the main thread of multirank_128 inside its
+    backward range) or Python it does not record, and the advice says how to tell which."""
+    _, found = _analyze(tmp_path, _backward_step(2_900))
+    (host,) = [f for f in found if f.evidence.values["class"] == "host"]
+    v = host.evidence.values
+    assert v["long_stretches_ns"] == (2_900 + 3_000) * US
+    assert v["long_stretches_ns"] * 2 >= v["charged_ns"] and v["charged_ns"] <= v["path_ns"] == 10_000 * US
+    assert host.recommendation.startswith("5.90 ms of this time is long stretches (1.00 ms or more each) inside operators or "
+                                          "ranges with nothing recorded beneath them (## backward ## 5.90 ms)")
+    assert "with_stack=True" in host.recommendation and "Host time bounds the step" not in host.recommendation
+
+
+def test_host_time_in_short_gaps_between_operators_keeps_the_compile_advice(tmp_path):
+    """The same step with an aten::mm every 200 µs under `## backward ##`: its time between them comes
+    in 100 µs pieces, dispatcher overhead and Python between operators, and no stretch is long."""
+    _, found = _analyze(tmp_path, _backward_step(100))
+    (host,) = [f for f in found if f.evidence.values["class"] == "host"]
+    assert host.evidence.values["long_stretches_ns"] == 0
+    assert host.recommendation.startswith("Host time bounds the step: torch.compile")

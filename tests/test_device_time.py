@@ -198,3 +198,30 @@ def test_top_kernels_by_the_windows_coverage_equal_the_join_of_kernels_and_windo
     tops = {k["kernel"]: (k["dur_ns"], k["count"]) for k in own["disjoint"][0][0]}
     assert tops["K1_gemm"] == (150 * US, 1)  # [100, 300) less the gap [200, 250)
     assert tops["ncclKernel_AllReduce_RING_LL_Sum_float"][1] == 2
+
+
+def test_multirank_host_time_is_long_empty_stretches_not_compile_advice(tmp_path):
+    """multirank_128 (a recommendation model, all-to-all and send/recv between two ranks): the path
+    charges most of each rank's steps to the main thread's host time, 1,188 ms on rank 0, and advised
+    compiling. Most of it is stretches with nothing recorded beneath: `## backward ##` while the
+    autograd thread works and waits, `forward`, and `aten::_foreach_mul_` of the Shampoo optimizer,
+    which on rank 0 runs 107.39 ms between two of its aten::mul_ calls with nothing recorded. The
+    advice now says that is a wait or unrecorded Python, and how to tell which."""
+    from neuron_explorer.analyzers import analyze
+
+    run_dir = _real(tmp_path, "multirank_128")
+    with open_run(run_dir) as run:
+        gap = run.sql("""SELECT max(gap) FROM (SELECT c.ts_ns - lag(c.ts_ns + c.dur_ns) OVER (PARTITION BY c.parent_id ORDER BY c.ts_ns)
+            AS gap FROM events c JOIN events p ON p.event_id = c.parent_id
+            WHERE c.rank = 0 AND p.name = 'aten::_foreach_mul_' AND c.name = 'aten::mul_')""").fetchone()[0]
+    assert gap == 107_394_000
+    report = analyze(run_dir, write=False)
+    host = {f.location.rank: f for f in report.findings if f.rule_id == "critical-path" and f.evidence.values["class"] == "host"}
+    assert sorted(host) == [0, 1]
+    for f in host.values():
+        v = f.evidence.values
+        assert v["long_stretches_ns"] * 2 >= v["charged_ns"] and v["charged_ns"] <= v["path_ns"]
+        assert f.recommendation.startswith(f"{v['long_stretches_ns'] / 1e6:.2f} ms of this time is long stretches")
+        assert "(## backward ## " in f.recommendation and "aten::_foreach_mul_" in f.recommendation
+        assert "torch.compile cuts" not in f.recommendation
+    assert host[0].evidence.values["long_stretches_ns"] >= gap

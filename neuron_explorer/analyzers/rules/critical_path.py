@@ -22,7 +22,12 @@ Python outside every operator and nn.Module, in a rank that records modules → 
 after the model (decoding, preprocessing, logging): off the step's path; host time most of which
 is charged to no event after the last event the trace holds (`unrecorded_ns`: a step's range
 running on where nothing was recorded) → no Python to remove: profile with a schedule and
-prof.step() once per step);
+prof.step() once per step; host time at least half of which is long stretches (`long_stretches_ns`:
+pieces of LONG_STRETCH_NS or more, each charged whole to one operator or record_function range with
+nothing recorded beneath it) → not the dispatcher overhead between operators that compiling removes
+but a wait the trace does not show (a sync inside a library, the autograd engine's thread, a
+collective waiting for another rank) or Python it does not record: record stacks or sample the
+process to see which);
 input pipeline → DataLoader workers. One cause, one finding: a class whose cause another rule
 names (`LEFT_TO`: data loading → input-pipeline, launches → launch-overhead, host waits →
 host-sync, idle waiting on other work → device-idle, collectives → comm-exposed) is left to that
@@ -61,6 +66,7 @@ THRESHOLDS = {
     "MAX_CLASSES": 5,  # findings per rank
     "SMALL_KERNELS_PER_STEP": 10,  # a class with at least this many kernels per step...
     "SMALL_KERNEL_NS": 20_000,  # ...each charged less than this on average: many small kernels
+    "LONG_STRETCH_NS": 1_000_000,  # a piece of host time charged whole to one operator or range: no dispatcher overhead
 }
 RANK_QUERIES = (DEVICE_WORK_NAMED,)
 """The device work the saving bound leaves an item's names out of, read once per batch of ranks
@@ -119,11 +125,13 @@ def _first_input_rank(op_args: str | None) -> int | None:
 
 
 def _advice(cls: str, members: list[dict], events: int, charged: int, step_count: int, arch, graphs: str = "",
-            one_off_ns: int = 0, has_modules: bool = False, unrecorded_ns: int = 0) -> str:
+            one_off_ns: int = 0, has_modules: bool = False, unrecorded_ns: int = 0,
+            stretches: tuple[int, list[tuple[str, int]]] = (0, [])) -> str:
     """The class's advice. `one_off_ns`: the launch class's one-off, the ns the path charges the one
     call that holds most of it (`_one_off`: a kernel's first launch loading its code), 0 for none.
     `has_modules`: the rank's path items carry nn.Module paths (so Python without one is outside the model).
-    `unrecorded_ns`: host time charged to no event after the last event the trace holds (`_unrecorded_ns`)."""
+    `unrecorded_ns`: host time charged to no event after the last event the trace holds (`_unrecorded_ns`).
+    `stretches`: the host time in long stretches and the names holding it (`_long_stretches`)."""
     if cls == "host" and unrecorded_ns * 2 >= charged:
         return (f"{ms(unrecorded_ns)} of this time is a step's range running on after the last event the trace holds: nothing "
                 "was recorded there, so it is no Python to speed up. The profiler's window closed (or its events were "
@@ -186,6 +194,15 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
                 "preprocessing or logging, which compiling the model or capturing its graphs does not speed up. Take it off "
                 "the step's path: prepare the next input while the model runs (a DataLoader with num_workers>0, or a "
                 "background thread or process), do it with tensor operations on the device, or do it less often.")
+    long_ns, long_names = stretches
+    if cls == "host" and long_ns * 2 >= charged:
+        names = ", ".join(f"{n} {ms(ns)}" for n, ns in long_names[:3])
+        return (f"{ms(long_ns)} of this time is long stretches ({ms(THRESHOLDS['LONG_STRETCH_NS'])} or more each) inside "
+                f"operators or ranges with nothing recorded beneath them ({names}): not the dispatcher overhead between "
+                "operators that compiling removes, but a wait the trace does not show (a sync inside a library or the "
+                "optimizer, the autograd engine's thread, a collective waiting for another rank) or Python it does not "
+                "record. Record with with_stack=True, or sample the process (py-spy), to see which before compiling; "
+                "where ranks wait for each other, collective-wait and rank-skew say for how long.")
     if graphs.startswith("torch.compile"):
         return ("Host time bounds the step: " + graphs + " cuts Python and dispatcher overhead and per-kernel launches, a larger "
                 "batch amortises both; fewer .item() calls keep the host from waiting.")
@@ -225,6 +242,37 @@ def _unrecorded_ns(path, last_end: int | None) -> int:
         return 0
     ts, end = path.ts[mask], path.ts[mask] + path.ns[mask]
     return int(np.maximum(end - np.maximum(ts, last_end), 0).sum())
+
+
+STRETCH_KINDS = ("cpu_op", "user_annotation")
+"""The events a long stretch is charged to: operators and record_function ranges (a Python function
+of a trace with stacks is Python the trace shows, not a stretch it cannot see into)."""
+
+
+def _long_stretches(run, path) -> tuple[int, list[tuple[str, int]]]:
+    """Host time the path charges in pieces of LONG_STRETCH_NS or more, each whole to one operator or
+    record_function range (STRETCH_KINDS) with nothing recorded beneath it, and the names holding most
+    of it (heaviest first). Dispatcher overhead comes in microseconds between operators; a stretch of
+    a millisecond or more with nothing recorded is a wait the trace does not show (a sync inside a
+    library, the autograd engine's thread, a collective) or Python it does not record. multirank_128:
+    957 of rank 0's 1,188 ms, inside `## backward ##` (27 ms at most at once), `aten::_foreach_mul_`
+    (one gap of 107 ms between its calls of aten::mul_) and `forward`."""
+    import numpy as np
+
+    mask = ((path.category == cp.CATEGORIES.index("host_compute")) & (path.event_id >= 0)
+            & (path.ns >= THRESHOLDS["LONG_STRETCH_NS"]))
+    if not mask.any():
+        return 0, []
+    ids, inverse = np.unique(path.event_id[mask], return_inverse=True)
+    per = np.bincount(inverse, weights=path.ns[mask]).astype(np.int64)
+    kinds = dict(((int(i), (k, n)) for i, k, n in run.sql(
+        "SELECT event_id, kind, name FROM events WHERE event_id IN (SELECT unnest(?::BIGINT[]))", [ids.tolist()]).fetchall()))
+    by_name: dict[str, int] = {}
+    for i, ns in zip(ids.tolist(), per.tolist()):
+        kind, name = kinds.get(i, (None, None))
+        if kind in STRETCH_KINDS:
+            by_name[name] = by_name.get(name, 0) + ns
+    return sum(by_name.values()), sorted(by_name.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
 def _longest_event(path, category: str) -> tuple[int | None, int]:
@@ -326,6 +374,7 @@ def check(ctx: Context) -> list:
         events = sum(m["events"] for m in members)
         one_off = cls == "launch" and one_off_id is not None  # one launch call holds most of the class
         unrecorded = _unrecorded_ns(path, (rank_rows(ctx.run, LAST_RECORDED, ctx.rank) or [(None,)])[0][0]) if cls == "host" else 0
+        stretches = _long_stretches(ctx.run, path) if cls == "host" else (0, [])
         step_ns: dict = {}
         for m in members:
             for st, ns in (m.get("step_ns") or {}).items():
@@ -347,9 +396,10 @@ def check(ctx: Context) -> list:
                     "items": len({m["item"] for m in members if m["item"] is not None}), "category": top["category"],
                     "bound": bound["overall"]["bound"], "path_ns": total,
                     "heaviest": [{"item": m["item"], "op": m["op"], "charged_ns": m["charged_ns"]} for m in members[:3]],
-                    "device_arch": arch.name if arch else None, **({"unrecorded_ns": unrecorded} if cls == "host" else {}),
+                    "device_arch": arch.name if arch else None,
+                    **({"unrecorded_ns": unrecorded, "long_stretches_ns": stretches[0]} if cls == "host" else {}),
                     **({"one_off_ns": longest} if one_off else {})},
             sample_event_ids=[top["sample_id"]] if top["sample_id"] is not None else [], uses_source=True,
             recommendation=_advice(cls, members, events, charged, step_count, arch, graph_tip(ctx), longest if one_off else 0,
-                                   has_modules, unrecorded)))
+                                   has_modules, unrecorded, stretches)))
     return out
