@@ -662,9 +662,12 @@ def _loader_then_gemm(fetch_us: int) -> list[dict]:
 
 def test_a_finding_leaves_only_to_an_owner_that_is_kept():
     """engine.leave_to_owners: a hotspot operator whose time is the path's one-off launch is left to
-    the path's launch finding; when launch-overhead reports the rank, the path's launch finding is
-    left to it, and the operator keeps its own finding (a chain of owners never drops every finding
-    of a cause). A test that fails (another operator) keeps the finding."""
+    the path's launch finding, also when launch-overhead reports the rank: a kernel's first launch
+    loading its code is a cause launch-overhead (many short kernels) does not name, so the path's
+    finding stays (device-idle says the idle during that call is critical-path's). Launches without a
+    one-off are left to launch-overhead. A chain of owners never drops every finding of a cause: the
+    last owner dropped, the one before keeps its finding. A test that fails (another operator) keeps
+    the finding."""
     from types import ModuleType, SimpleNamespace
 
     from neuron_explorer.analyzers.engine import leave_to_owners
@@ -687,7 +690,20 @@ def test_a_finding_leaves_only_to_an_owner_that_is_kept():
     assert results == {"hotspot": ("findings", []), "critical-path": ("findings", [launch])}
     results = {"hotspot": ("findings", [hot]), "critical-path": ("findings", [launch]), "launch-overhead": ("findings", [f()])}
     leave_to_owners(rules, results)
-    assert results["hotspot"] == ("findings", [hot]) and results["critical-path"] == ("findings", [])
+    assert results["hotspot"] == ("findings", []) and results["critical-path"] == ("findings", [launch])
+    spread = f(**{"class": "launch", "heaviest": [{"op": op, "item": op, "charged_ns": 6_547_768}]})  # no one-off
+    results = {"critical-path": ("findings", [spread]), "launch-overhead": ("findings", [f()])}
+    leave_to_owners(rules, results)
+    assert results["critical-path"] == ("findings", [])
+    # a chain: a -> b -> c, each left to the next; c is kept, so b is dropped and a keeps its finding
+    chain = []
+    for rid, to in (("a", "b"), ("b", "c"), ("c", None)):
+        m = ModuleType(rid)
+        m.RULE_ID, m.leaves_to = rid, (lambda _f, to=to: to)
+        chain.append(m)
+    results = {"a": ("findings", [f()]), "b": ("findings", [f()]), "c": ("findings", [f()])}
+    leave_to_owners(chain, results)
+    assert [len(results[r][1]) for r in "abc"] == [1, 0, 1]
     results = {"hotspot": ("findings", [other]), "critical-path": ("findings", [launch])}
     leave_to_owners(rules, results)
     assert results["hotspot"] == ("findings", [other])

@@ -29,7 +29,7 @@ but a wait the trace does not show (a sync inside a library, the autograd engine
 collective waiting for another rank) or Python it does not record: record stacks or sample the
 process to see which);
 input pipeline → DataLoader workers. One cause, one finding: a class whose cause another rule
-names (`LEFT_TO`: data loading → input-pipeline, launches → launch-overhead, host waits →
+names (`LEFT_TO`: data loading → input-pipeline, launches → launch-overhead unless one call holds most of them, host waits →
 host-sync, idle waiting on other work → device-idle, collectives → comm-exposed) is left to that
 rule's finding where it reports the rank (the engine drops the class's finding then: `leaves_to`).
 Impact: the class's charged ns on the path over all steps (the members' charged ns are disjoint,
@@ -345,8 +345,14 @@ is the one for that cause."""
 
 def leaves_to(finding) -> str | None:
     """The rule whose finding on the same rank names this finding's cause (the engine keeps that
-    one alone: engine.leave_to_owners), else None."""
-    return LEFT_TO.get(finding.evidence.values.get("class"))
+    one alone: engine.leave_to_owners), else None. Launches most of whose time is one call, a
+    kernel's first launch loading its code (`one_off_ns`), are a cause launch-overhead does not name
+    (it counts many short kernels): that finding stays beside launch-overhead's, and so does
+    device-idle's word that the idle during the call is this rule's."""
+    v = finding.evidence.values
+    if v.get("class") == "launch" and v.get("one_off_ns"):
+        return None
+    return LEFT_TO.get(v.get("class"))
 
 
 def check(ctx: Context) -> list:
