@@ -73,6 +73,20 @@ def test_a_cpu_operator_under_a_busy_device_is_no_hotspot_but_its_kernel_is(tmp_
     assert hot["Hotspot kernel"].title == "Hotspot kernel: K takes 98.0% on the critical path (0.10 ms; 0.12 ms over 1 call in all)"
 
 
+def test_a_kernel_on_two_streams_at_once_without_steps_is_a_share_of_the_span_below_100_percent(tmp_path):
+    """No steps, so no critical path: a kernel's hotspot is its time. K runs on two streams at once,
+    [10, 110) on each (µs), 200 µs summed in a span of 110 µs (0 to 110): it printed 'takes 181.8%'.
+    Its impact is the 100 µs some call of it runs, 90.9% of the span."""
+    events = [
+        X("aten::mm", "cpu_op", 0, 10, **{"External id": 1}), _launch(1, 100, 1), _launch(3, 101, 1),
+        _kernel("K", 10, 100, 100), X("K", "kernel", 10, 100, pid=0, tid=8, correlation=101, stream=8, device=0),
+    ]
+    report = _report(tmp_path, events)
+    (hot,) = [x for x in report.findings if x.rule_id == "hotspot" and x.location.kernel]
+    assert hot.impact_ns == hot.evidence.values["running_ns"] == 100 * US and hot.evidence.values["device_ns"] == 200 * US
+    assert hot.title == "Hotspot kernel: K takes 90.9% (0.10 ms running; 0.20 ms over 2 calls in all)"
+
+
 def test_a_cpu_bound_step_keeps_its_operator_hotspot(tmp_path):
     events = [X("ProfilerStep#1", "user_annotation", 0, 100), X("aten::heavy_cpu", "cpu_op", 0, 90, **{"External id": 1})]
     op = next(x for x in _report(tmp_path, events).findings if x.rule_id == "hotspot" and x.title.startswith("Hotspot operator"))

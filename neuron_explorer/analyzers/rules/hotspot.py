@@ -21,6 +21,8 @@ least HOTSPOT_SHARE_MIN too; without steps (no path), their time. For the line: 
 share in the title is the impact's: an operator's or kernel's time in all (also given) is summed
 over every call of the rank, inside and outside the steps and across streams, and can pass the
 analysed time (a kernel running on past its step's end, one overlapping itself on several streams).
+Without steps a kernel's impact is the time some call of it runs (`running_ns`, the union of its
+calls on every stream), which the span holds, where that is less than its calls summed.
 Saving bound: the same (an upper bound — the work itself cannot vanish, but a better algorithm,
 dtype or kernel can shrink it). A statement most of whose device time is a CUDA/HIP graph it
 replays is the replay call, not where the work was written: its advice says so and how to see the
@@ -45,6 +47,7 @@ from .. import peaks as P
 from ..critical_path import on_path_ns
 from ..engine import Context
 from ..lines import compile_inside_sql, line_times_by_rank, line_times_sql
+from ..metrics import union_of_sql
 from ..model import Location
 from ..rank_rows import RankQuery
 from ..rank_rows import rows as rank_rows
@@ -75,7 +78,8 @@ def _finding(ctx: Context, what: str, sql: str, loc: Location, key: str, rec, to
     on_path = _on_path(ctx, what, v["name"])
     if on_path is not None:
         on_path = min(on_path, v[key])  # (an operator's path time holds the compiles inside it, which its figure leaves out)
-    impact = v[key] if on_path is None else on_path
+    running = _running_ns(ctx, v["name"]) if on_path is None and what == "kernel" else None
+    impact = on_path if on_path is not None else v[key] if running is None else min(running, v[key])
     label = v["name"]
     if what == "source line":
         loc.source = label
@@ -90,12 +94,15 @@ def _finding(ctx: Context, what: str, sql: str, loc: Location, key: str, rec, to
     calls = f"{v['calls']} call{'' if v['calls'] == 1 else 's'}"
     if on_path is not None:
         what_share = f"takes {pct(on_path / ctx.analysed_ns)} on the critical path ({ms(on_path)}; {ms(v[key])} over {calls} in all)"
+    elif impact < v[key]:  # (a kernel without steps running on several streams at once)
+        what_share = f"takes {pct(impact / ctx.analysed_ns)} ({ms(impact)} running; {ms(v[key])} over {calls} in all)"
     else:
         what_share = f"takes {pct(v[key] / ctx.analysed_ns)} ({ms(v[key])} over {calls})"
     return ctx.finding(
         title=f"Hotspot {what}: {label[:80]} {what_share}",
         impact_ns=impact, saving_bound_ns=impact, location=loc, sql=sql,
-        values={key: v[key], "calls": v["calls"], "name": v["name"], "on_path_ns": on_path},
+        values={key: v[key], "calls": v["calls"], "name": v["name"], "on_path_ns": on_path,
+                **({"running_ns": running} if running is not None else {})},
         sample_event_ids=[v["sample_id"]] if v.get("sample_id") is not None else [], uses_source=True,
         recommendation=rec(v) if callable(rec) else rec)
 
@@ -171,6 +178,14 @@ def leaves_to(finding) -> list:
         heaviest = cv.get("heaviest") or [{}]
         return cv.get("class") == "launch" and heaviest[0].get("op") == v["name"] and cv.get("one_off_ns", 0) * 2 >= v["cpu_ns"]
     return [("critical-path", same_launch)]
+
+
+def _running_ns(ctx: Context, name: str) -> int:
+    """The time some kernel of this name runs on the rank (the union of its calls' intervals, on
+    every stream and device): a rank without steps has no critical path, and the kernel's calls
+    summed count twice where it runs on several streams at once, past the span they are a share of."""
+    ivs = f"SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE rank = {int(ctx.rank)} AND kind = 'kernel' AND name = {q(name)} AND dur_ns > 0"
+    return int(ctx.run.sql(f"SELECT coalesce(sum(end_ns - start_ns), 0)::BIGINT FROM ({union_of_sql(ivs)})").fetchone()[0])
 
 
 def _on_path(ctx: Context, what: str, name: str) -> int | None:
