@@ -121,9 +121,12 @@ def test_numpy_blas_on_one_thread_only_where_no_user_code_runs():
     import subprocess
     import sys
 
+    # (the child clears the huge-page setting first: it is inherited, and a test before may have run the CLI in this process)
     code = ("import ctypes, os, sys; from neuron_explorer import cli; assert 'numpy' not in sys.modules; "
+            "linux = sys.platform.startswith('linux'); libc = ctypes.CDLL('libc.so.6') if linux else None; "
+            "linux and libc.prctl(41, 0, 0, 0, 0); "
             "cli._tune_tool_process(sys.argv[1:]); import numpy; print(os.environ.get('OPENBLAS_NUM_THREADS'), "
-            "ctypes.CDLL('libc.so.6').prctl(42, 0, 0, 0, 0) if sys.platform.startswith('linux') else 1)")
+            "libc.prctl(42, 0, 0, 0, 0) if linux else 1)")
 
     def blas_threads(*argv, env_value=None):
         import os

@@ -771,3 +771,40 @@ def test_host_time_in_short_gaps_between_operators_keeps_the_compile_advice(tmp_
     (host,) = [f for f in found if f.evidence.values["class"] == "host"]
     assert host.evidence.values["long_stretches_ns"] == 0
     assert host.recommendation.startswith("Host time bounds the step: torch.compile")
+
+
+def _copy_waits_for_unlaunched_work() -> list[dict]:
+    """A 200 µs step: aten::mm [0, 10) launches K1 [5, 15); aten::to [20, 190) is a blocking copy to
+    the host, cudaMemcpyAsync [21, 189) with its copy [185, 186) on stream 7, behind K2 [60, 180),
+    whose launch the trace does not hold (another thread's, not profiled)."""
+    return [X("ProfilerStep#1", "user_annotation", 0, 200),
+            X("aten::mm", "cpu_op", 0, 10, **{"External id": 1}),
+            X("cudaLaunchKernel", "cuda_runtime", 2, 2, correlation=1, **{"External id": 1}), _k("K1", "kernel", 1, 5, 10),
+            X("aten::to", "cpu_op", 20, 170, **{"External id": 2}),
+            X("cudaMemcpyAsync", "cuda_runtime", 21, 168, correlation=2, **{"External id": 2}),
+            _k("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 2, 185, 1), _k("K2", "kernel", 99, 60, 120)]
+
+
+def test_a_blocking_copy_waiting_for_work_it_did_not_launch_is_a_wait_not_host_work(tmp_path):
+    """The path goes from the copy back along stream 7 to K2 [60, 180), which has no launch and no
+    work just before it: it returns to the host at 60, inside the blocking copy, 39 µs before its
+    own copy could run. That is the host waiting on the device (cause WAITING_IN_COPY), counted with
+    the host's waits, not as host work to compile: the class was 'host time in operators and
+    Python', as a100_train_blocking_dtoh's 130 ms in aten::to was."""
+    items, rows, _ = _path(tmp_path, _copy_waits_for_unlaunched_work())
+    waits = [(r["ts_ns"], r["charged_ns"]) for r in rows if r["cause"] == cp.WAITING_IN_COPY]
+    assert waits == [(21 * US, 39 * US)]
+    assert sum(r["charged_ns"] for r in rows) == 200 * US
+    assert _by(items)[("K2", "device_compute")] == 120 * US
+    # the rule: the wait is not host work; host-sync reports the copy, so the path's class of waits is left to it
+    from neuron_explorer.analyzers import analyze
+
+    report = analyze(import_traces(write_trace(tmp_path / "r.json", _copy_waits_for_unlaunched_work()), tmp_path / "r").run_dir,
+                     write=False)
+    (host,) = [f for f in report.findings if f.rule_id == "critical-path" and f.evidence.values["class"] == "host"]
+    # untraced [10, 20) and [190, 200); aten::mm less its launch; the copy's own time [186, 189) (and aten::to's
+    # [20, 21) and [189, 190), a member of its own)
+    assert [(h["item"], h["charged_ns"]) for h in host.evidence.values["heaviest"]] == [(None, 20 * US), ("aten::mm", 8 * US),
+                                                                                         ("aten::to", 3 * US)]
+    assert host.impact_ns == 33 * US
+    assert [f.location.op for f in report.findings if f.rule_id == "host-sync"] == ["aten::to"]

@@ -18,7 +18,10 @@ starts on the device when device work other than a collective is still running a
   waited for: the device event on the awaited streams that ended last before the call returned
   (streams from the call's `cuda_sync` records: `Stream Sync` its stream, `Event Sync` the stream
   it waits on, `Context Sync` every stream, else every stream; a blocking copy waits for its own copy).
-  The part of the call after that work ended is the call's own overhead.
+  The part of the call after that work ended is the call's own overhead. Where the path comes
+  back to the host inside a blocking copy before its copy ran (from device work with no recorded
+  launch, or launched by another thread), the host was waiting on the device: that time has the
+  cause WAITING_IN_COPY.
 - On the device, the path charges the event back to its start, then goes to whichever
   predecessor became ready last: the previous event on the same stream (ready at its end), its
   launch (ready at the launch's end, or its start for a blocking call), or, when a `Stream Wait
@@ -84,6 +87,10 @@ PATH_COLUMNS = ("rank", "step", "seq", "ts_ns", "charged_ns", "event_id", "categ
 _DEVICE_COMPUTE, _COMMUNICATION, _MEMCPY, _HOST_COMPUTE, _LAUNCH_OVERHEAD, _INPUT_PIPELINE, _IDLE = range(len(CATEGORIES))
 _OWN_TIME = "the call's own time after the device work it waited for"
 _UNTRACED = "host time outside every traced call"
+WAITING_IN_COPY = "the host waiting in a blocking copy for the device"
+"""The cause of host time inside a blocking copy (a memcpy call that returns after its own copy) before
+that copy ran: the path came back to the host there (from device work with no recorded launch, or
+launched by another thread), and the host was waiting on the device, not running code."""
 _COMM_WHILE_WAITING = "a collective ran on another stream while the path's device work waited"
 
 
@@ -125,7 +132,7 @@ class _Walker:
         self.first = array("q", [0])  # node i's segments: [first[i], first[i + 1])
         self.out_t, self.out_dev, self.link = array("q"), array("q"), array("q")  # node's next state, next node (-1: not known)
         self.breaks: list[int] = []  # nodes whose next node is not the node after them (sorted)
-        self.causes: dict[str | None, int] = {None: 0, _OWN_TIME: 1, _UNTRACED: 2}
+        self.causes: dict[str | None, int] = {None: 0, _OWN_TIME: 1, _UNTRACED: 2, WAITING_IN_COPY: 3}
 
     def cause_texts(self) -> list[str | None]:
         """Cause code -> text."""
@@ -141,6 +148,7 @@ class _Walker:
         index = self.index
         if dev < 0:
             ev, lo = index.host_at(t, own, start)
+            waiting = False  # inside a blocking copy whose own copy has not run yet: the host waits on the device
             if ev >= 0 and index.kind[ev] == RUNTIME:
                 d = index.awaited(ev, t)
                 if d >= 0 and index.end[d] > lo:
@@ -149,10 +157,11 @@ class _Walker:
                         segs += (dend, t - dend, ev, _category(index, ev) << 32 | 1)
                         t = dend
                     return t, d
+                waiting = d < 0 and bool(index.flags[ev] & F_MEMCPY_CALL) and index.blocking_copy(ev)
             if ev >= 0 and index.kind[ev] == STEP:
                 ev = -1  # the step range itself: host time outside every traced call
             if t > lo:
-                segs += (lo, t - lo, ev, _category(index, ev) << 32 | (0 if ev >= 0 else 2))
+                segs += (lo, t - lo, ev, _category(index, ev) << 32 | (3 if waiting else 0 if ev >= 0 else 2))
             return (lo if lo > start else start), -1
         lo = index.ts[dev]
         if lo < start:

@@ -231,6 +231,7 @@ struct Walker {
         if (dev < 0) {
             int64_t ev, lo;
             host_at(t, own, start, ev, lo);
+            bool waiting = false;  // inside a blocking copy whose own copy has not run yet: the host waits on the device
             if (ev >= 0 && x.kind[ev] == RUNTIME) {
                 int64_t d = awaited(ev, t);
                 if (d >= 0 && x.end[d] > lo) {
@@ -242,9 +243,10 @@ struct Walker {
                     dev = d;
                     return;
                 }
+                waiting = d < 0 && (x.flags[ev] & F_MEMCPY_CALL) && blocking_copy(ev);
             }
             if (ev >= 0 && x.kind[ev] == STEP) ev = -1;
-            if (t > lo) add(lo, t - lo, ev, category(ev), ev >= 0 ? 0 : 2);
+            if (t > lo) add(lo, t - lo, ev, category(ev), waiting ? 3 : ev >= 0 ? 0 : 2);
             t = lo > start ? lo : start;
             dev = -1;
             return;

@@ -6,7 +6,8 @@ operator that launched it; a top-level operator (or Python call, runtime call) o
 device idle gap with its cause. This rule groups the charged time by class, one cause with one
 fix: device work by vocab.work_class (fp32 GEMM/convolution, other GEMM/convolution, attention,
 normalisation, elementwise, communication, copies, other kernels), host time as host operators
-and Python, launches, data loading, or waits on the device (`.item()`, synchronize), and idle
+and Python, launches, data loading, or waits on the device (`.item()`, synchronize, and a blocking
+copy's time before its copy ran, critical_path.WAITING_IN_COPY: its advice names the copies), and idle
 gaps as waiting for a launch or for other work. It names the heaviest classes, at most
 MAX_CLASSES per rank, each at least CLASS_SHARE_MIN of step time, with the heaviest members and
 what to try: fp32 GEMMs/convolutions → the lower precision the device's matrix units run
@@ -89,7 +90,7 @@ def _class_of(it: dict) -> str:
         return cat
     if cat == "idle":
         return "idle_launch" if (it["cause"] or "").startswith(_LAUNCH_WAIT) else "idle"
-    if item in SYNC_OPS or (cat == "launch_overhead" and is_sync_call_name(item)):
+    if item in SYNC_OPS or (cat == "launch_overhead" and is_sync_call_name(item)) or it["cause"] == cp.WAITING_IN_COPY:
         return "host_sync"
     return {"launch_overhead": "launch", "input_pipeline": "input"}.get(cat, "host")
 
@@ -100,7 +101,8 @@ def _class_sql() -> str:
   WHEN p.category IN ('memcpy', 'communication') THEN p.category
   WHEN p.category = 'idle' THEN CASE WHEN starts_with(coalesce(p.cause, ''), {q(_LAUNCH_WAIT)}) THEN 'idle_launch' ELSE 'idle' END
   WHEN coalesce({item}, '') IN {kinds_sql(SYNC_OPS)}
-    OR p.category = 'launch_overhead' AND contains(coalesce({item}, ''), {q(SYNC_CALL_PART)}) THEN 'host_sync'
+    OR p.category = 'launch_overhead' AND contains(coalesce({item}, ''), {q(SYNC_CALL_PART)})
+    OR p.cause = {q(cp.WAITING_IN_COPY)} THEN 'host_sync'
   WHEN p.category = 'launch_overhead' THEN 'launch' WHEN p.category = 'input_pipeline' THEN 'input' ELSE 'host' END"""
 
 
@@ -174,8 +176,15 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
     if cls == "idle":
         return "The device waits on another stream or between kernels: overlap independent work across streams."
     if cls == "host_sync":
-        return ("The host waits on the device here: fewer .item() / float(t) / data-dependent branches in the loop; log "
-                "metrics every N steps; keep values on the device.")
+        copies = sum(m["charged_ns"] for m in members if m["cause"] == cp.WAITING_IN_COPY)
+        syncs = ("fewer .item() / float(t) / data-dependent branches in the loop; log metrics every N steps; keep values on "
+                 "the device.")
+        if not copies:
+            return "The host waits on the device here: " + syncs
+        in_copies = (f"{ms(copies)} of this time is the host inside blocking copies to the host ({_names(members, cp.WAITING_IN_COPY)}), "
+                     "each waiting for the device work queued before it: copy into pinned memory with non_blocking=True and "
+                     "synchronise only where the value is used, or keep the value on the device.")
+        return in_copies + " Other waits: " + syncs if copies * 2 >= charged else "The host waits on the device here: " + syncs + " " + in_copies
     if cls == "launch" and one_off_ns:
         return (f"One launch call of {ms(one_off_ns)} holds {pct(min(1.0, one_off_ns / charged))} of this time: a kernel's first "
                 "launch loads its code (CUDA's lazy module loading, ROCm's code objects), a one-off that warm-up steps absorb, "
@@ -208,6 +217,11 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
                 "batch amortises both; fewer .item() calls keep the host from waiting.")
     return ("Host time bounds the step: torch.compile cuts Python and dispatcher overhead, " + graphs + " remove per-kernel "
             "launches, a larger batch amortises both; fewer .item() calls keep the host from waiting.")
+
+
+def _names(members: list[dict], cause: str) -> str:
+    """The items of `members` with this cause, heaviest first, at most three, with their charged time."""
+    return ", ".join(f"{_describe(m)} {ms(m['charged_ns'])}" for m in [m for m in members if m["cause"] == cause][:3])
 
 
 def _describe(it: dict) -> str:
