@@ -9,7 +9,9 @@ whose advice fits a loader; a compile's range (`torch.compile: …`, vocab.compi
 operator to make cheaper and is not named as one, and an operator's figure leaves out the compiles
 inside it (lines.compile_inside_sql: compile time is the compile-time rule's) and the time the host
 syncs beneath it waited for a device (host_sync.waiting_calls_sql: a blocking copy in `aten::copy_`
-waiting 463 ms is host-sync's, not an operator to give cheaper shapes). A device queue's wait
+waiting 463 ms is host-sync's, not an operator to give cheaper shapes), and the time in device
+allocator calls beneath it (vocab.allocator_call: allocator-churn's; the MI300X run without the
+caching allocator spent 1,527 of ConvolutionBackward0's 1,539 ms in hipFree). A device queue's wait
 (MTIA's `event_wait`, vocab.DEVICE_WAIT_KERNEL_PATTERN) is no kernel: the import files it as a
 sync on its stream. A statement that
 one call of its function runs python-loop's RUNS_PER_CALL_MIN times or more is left to that rule,
@@ -42,7 +44,18 @@ from __future__ import annotations
 import functools
 import re
 
-from ...vocab import WORK_CLASSES, charged_top_op, compile_range, device_work, is_compile_range, kernel_precision, line_key_sql, top_op, work_class
+from ...vocab import (
+    WORK_CLASSES,
+    allocator_call,
+    charged_top_op,
+    compile_range,
+    device_work,
+    is_compile_range,
+    kernel_precision,
+    line_key_sql,
+    top_op,
+    work_class,
+)
 from .. import peaks as P
 from ..critical_path import on_path_ns
 from ..engine import Context
@@ -280,10 +293,13 @@ def check(ctx: Context) -> list:
     ops = [o for o in ctx.summary.get("top_level_ops") or []
            if not re.search(LOADER_NAME, o["name"] or "") and not is_compile_range(o["name"])]
     out = [
-        _finding(ctx, "operator", f"""SELECT e.name, greatest(sum(e.dur_ns) - coalesce(sum(c.compile_ns), 0) - coalesce(sum(w.wait_ns), 0), 0)::BIGINT
-  AS cpu_ns, count(*) AS calls, min(e.event_id) AS sample_id, mode(e.source_frame_id) AS frame_id, max(e.dur_ns)::BIGINT AS longest_ns
+        _finding(ctx, "operator", f"""SELECT e.name, greatest(sum(e.dur_ns) - coalesce(sum(c.compile_ns), 0) - coalesce(sum(w.wait_ns), 0)
+  - coalesce(sum(a.alloc_ns), 0), 0)::BIGINT AS cpu_ns, count(*) AS calls, min(e.event_id) AS sample_id, mode(e.source_frame_id) AS frame_id,
+  max(e.dur_ns)::BIGINT AS longest_ns
 FROM events e LEFT JOIN ({compile_inside_sql(r)}) c ON c.top_op_id = e.event_id
 LEFT JOIN (SELECT top_op_id, sum(dur_ns) AS wait_ns FROM ({waiting_calls_sql(r)}) GROUP BY top_op_id) w ON w.top_op_id = e.event_id
+LEFT JOIN (SELECT top_op_id, sum(dur_ns) AS alloc_ns FROM events WHERE rank = {r} AND {allocator_call()} GROUP BY top_op_id) a
+  ON a.top_op_id = e.event_id
 WHERE e.rank = {r} AND {top_op('e')} AND NOT regexp_matches(e.name, '{LOADER_NAME}') AND NOT {compile_range('e')}
 GROUP BY e.name ORDER BY cpu_ns DESC, e.name LIMIT 1""", Location(), "cpu_ns",
                  _operator_advice,
