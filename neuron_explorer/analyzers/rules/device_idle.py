@@ -17,6 +17,8 @@ names as a one-off (the critical-path rule's one_off_launch: the MI250 trace's 6
 6.54 of its 8.76 ms of idle, and the advice to keep the device fed did not fit it). With steps
 host-sync counts the idle the syncs cause after they return, and the idle during a wait stays
 here. The evidence gives the whole idle (`idle_ns`) and the parts left out. Saving bound: the same.
+When the longest gap holds half the idle and one host operator runs through nearly all of it, the
+advice first names it as a likely one-off (a library's first use) and to profile steady steps.
 """
 
 from __future__ import annotations
@@ -262,6 +264,31 @@ def _gaps_outside(ctx: Context, device: int, busy: np.ndarray, claimed: np.ndarr
     return gaps, [tuple(r[1:]) for r in _host_of(ctx.run, [(ctx.rank, *g) for g in gaps])]
 
 
+ONE_OFF_GAP_SHARE = 0.5
+"""A gap holding at least this share of a device's idle, nearly all of it (ONE_OFF_HOST_SHARE) inside
+one host operator, is named a one-off first."""
+ONE_OFF_HOST_SHARE = 0.9
+
+
+def _one_off_gap(gaps: list[dict], by_gap: dict[int, list], idle: int) -> str:
+    """What the advice says first when the longest gap holds ONE_OFF_GAP_SHARE of the idle and one
+    host operator runs through ONE_OFF_HOST_SHARE of it, launching nothing: a one-off (a library's
+    first use) more likely than what every iteration costs. cuda_alexnet_train: one aten::conv2d of
+    3,146 ms with the device idle, 72% of its 4,373 ms of idle (the cuDNN handle and kernels loaded
+    at the first convolution); the advice to keep the device fed did not fit it. Else ""."""
+    if not gaps or not idle or not by_gap.get(0):
+        return ""
+    gap = gaps[0]["gap_end"] - gaps[0]["gap_start"]
+    top = by_gap[0][0]
+    if gap < ONE_OFF_GAP_SHARE * idle or top["overlap_ns"] < ONE_OFF_HOST_SHARE * gap:
+        return ""
+    return (f"One gap of {ms(gap)} holds {pct(min(1.0, gap / idle))} of this idle, the host in {top['name']} for "
+            f"{ms(top['overlap_ns'])} of it with no device work: a one-off more likely than the cost of every iteration, "
+            "such as a library's first use (cuDNN, cuBLAS or MIOpen handles, autotuning, kernels loaded lazily). Profile "
+            "steady steps (torch.profiler.schedule(wait=1, warmup=1, active=3) with prof.step()) to see the idle each "
+            "iteration has. ")
+
+
 def evidence_sql(rank: int, device: int, steady: list[int] | None, first_launch: int | None = None) -> str:
     """Evidence SQL, plain DuckDB: one row, the device's busy_ns, window_ns and idle_ns (metrics.busy_sql's),
     idle_left_out_ns (its idle while the host was in the calls other rules name: allocator calls,
@@ -346,7 +373,7 @@ def check(ctx: Context) -> list:
                              "idle_in_loader_ns": v["idle_in_loader_ns"], "idle_in_first_launch_ns": v["idle_in_first_launch_ns"],
                              "idle_left_out_ns": left_out["either"]},
             sample_event_ids=samples, uses_source=True,
-            recommendation="Keep the device fed: largest gaps — " + "; ".join(host) + ". "
+            recommendation=_one_off_gap(gaps, by_gap, idle) + "Keep the device fed: largest gaps — " + "; ".join(host) + ". "
             + ("Move host work out of the step (DataLoader workers, pin_memory), avoid" if ctx.trains() else
                "Prepare inputs ahead of the device (pinned memory, non_blocking copies), avoid")
             + " synchronising calls, batch small ops or use " + graph_tip(ctx) + " to cut launch gaps.",
