@@ -139,6 +139,7 @@ def huge_kib():
         if line.startswith('AnonHugePages:'):
             return int(line.split()[1])
 
+prctl(41, 0, 0, 0, 0)  # huge pages allowed, as in a fresh process (the setting is inherited: a test may have run the CLI in this worker)
 before = prctl(42, 0, 0, 0, 0)  # PR_GET_THP_DISABLE
 import_traces(sys.argv[1], sys.argv[2], tune_allocator=True)
 at = huge_kib()
