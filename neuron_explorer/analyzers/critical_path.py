@@ -669,14 +669,14 @@ def _step_codes(step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return u, code
 
 
-_INFO_SQL = (f"SELECT e.event_id, e.name, {charged_top_op('e', 'o')} AS op, e.module_path, e.top_op_id FROM events e "
+_INFO_SQL = (f"SELECT e.event_id, e.name, {charged_top_op('e', 'o')} AS op, e.module_path, e.top_op_id, e.kind FROM events e "
              "SEMI JOIN _path_ids i ON e.event_id = i.id LEFT JOIN events o ON o.event_id = e.top_op_id ORDER BY 1")
 """The names `_Info.table` reads of a path's events (`_path_ids`: a table of their ids), as one query."""
 
 
 class _Info:
     """Names of a path's events, read once: per event id (sorted), codes into `strs` (0: None) of
-    its name and of its top-level operator's name, its module path and its top-level operator."""
+    its name and of its top-level operator's name, its module path, its top-level operator and its kind."""
 
     @staticmethod
     def table(run: Run, ids: np.ndarray):
@@ -691,7 +691,7 @@ class _Info:
 
         # what `_INFO_SQL` gives, without its self-join (most of its time): the events' own rows, then
         # the names of the top-level operators that are not among them, looked up by id
-        t = arrow_of(run, "SELECT e.event_id, e.name, e.module_path, e.top_op_id, e.capture_top_op FROM events e "
+        t = arrow_of(run, "SELECT e.event_id, e.name, e.module_path, e.top_op_id, e.capture_top_op, e.kind FROM events e "
                           "SEMI JOIN _path_ids i ON e.event_id = i.id", [], {"_path_ids": pa.table({"id": ids})})
         ev = t.column("event_id").to_numpy()
         order = np.argsort(ev, kind="stable")
@@ -728,7 +728,8 @@ class _Info:
 
         return pa.table({"event_id": pa.array(ev), "name": coded(name), "op": coded(op),
                          "module_path": pc.dictionary_encode(t.column("module_path").combine_chunks()).take(pa.array(order)),
-                         "top_op_id": pa.array(top, mask=top < 0)})
+                         "top_op_id": pa.array(top, mask=top < 0),
+                         "kind": pc.dictionary_encode(t.column("kind").combine_chunks()).take(pa.array(order))})
 
     def __init__(self, run: Run | None, path: Path, t=None):
         """`t`: the rows of `table(run, path's event ids)`, already read (else read here)."""
@@ -748,6 +749,15 @@ class _Info:
         self.name, self.op = codes[:n], codes[n:]
         self.module_path = t.column("module_path")
         self.top_op = t.column("top_op_id").fill_null(-1).to_numpy(zero_copy_only=False) if n else np.zeros(0, dtype=np.int64)
+        self.kind = t.column("kind").combine_chunks()  # dictionary-encoded (schema.KINDS)
+
+    def of_kinds(self, rows: np.ndarray, kinds) -> np.ndarray:
+        """Whether the event of each row (of this table; -1: none) is of one of `kinds`."""
+        if not len(self.ids):
+            return np.zeros(len(rows), dtype=bool)
+        codes = np.flatnonzero(np.isin(np.asarray(self.kind.dictionary.to_pylist(), dtype=object), list(kinds)))
+        mine = self.kind.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+        return (rows >= 0) & np.isin(mine[np.maximum(rows, 0)], codes)
 
     def rows(self, event_id: np.ndarray) -> np.ndarray:
         """The row of each event id in this table (-1: none)."""
@@ -793,6 +803,11 @@ class _PerEvent:
         self.event_id = np.where(self.at >= 0, info.ids[np.maximum(self.at, 0)] if len(info.ids) else -1, -1)
         self.name = np.where(self.at >= 0, info.name[np.maximum(self.at, 0)] if len(info.ids) else 0, 0)
         self.op = np.where(self.at >= 0, info.op[np.maximum(self.at, 0)] if len(info.ids) else 0, 0)
+
+
+def derived(run: Run, path: Path) -> tuple[_Info, _PerEvent]:
+    """The path's events' names and kinds (`_Info`) and its rows summed per event (`_PerEvent`), made once per path."""
+    return _derived(run, path)
 
 
 def _derived(run: Run, path: Path) -> tuple[_Info, _PerEvent]:

@@ -270,23 +270,23 @@ def _long_stretches(run, path) -> tuple[int, list[tuple[str, int]]]:
     a millisecond or more with nothing recorded is a wait the trace does not show (a sync inside a
     library, the autograd engine's thread, a collective) or Python it does not record. multirank_128:
     957 of rank 0's 1,188 ms, inside `## backward ##` (27 ms at most at once), `aten::_foreach_mul_`
-    (one gap of 107 ms between its calls of aten::mul_) and `forward`."""
+    (one gap of 107 ms between its calls of aten::mul_) and `forward`. The kinds and names are the
+    path's own (`critical_path.derived`): no query."""
     import numpy as np
 
     mask = ((path.category == cp.CATEGORIES.index("host_compute")) & (path.event_id >= 0)
             & (path.ns >= THRESHOLDS["LONG_STRETCH_NS"]))
     if not mask.any():
         return 0, []
-    ids, inverse = np.unique(path.event_id[mask], return_inverse=True)
-    per = np.bincount(inverse, weights=path.ns[mask]).astype(np.int64)
-    kinds = dict(((int(i), (k, n)) for i, k, n in run.sql(
-        "SELECT event_id, kind, name FROM events WHERE event_id IN (SELECT unnest(?::BIGINT[]))", [ids.tolist()]).fetchall()))
-    by_name: dict[str, int] = {}
-    for i, ns in zip(ids.tolist(), per.tolist()):
-        kind, name = kinds.get(i, (None, None))
-        if kind in STRETCH_KINDS:
-            by_name[name] = by_name.get(name, 0) + ns
-    return sum(by_name.values()), sorted(by_name.items(), key=lambda kv: (-kv[1], kv[0]))
+    info, _ = cp.derived(run, path)
+    rows = info.rows(path.event_id[mask])
+    keep = info.of_kinds(rows, STRETCH_KINDS)
+    if not keep.any():
+        return 0, []
+    names, inverse = np.unique(info.name[rows[keep]], return_inverse=True)
+    per = np.bincount(inverse, weights=path.ns[mask][keep]).astype(np.int64)
+    by_name = sorted(((info.strs[int(c)], int(ns)) for c, ns in zip(names, per)), key=lambda kv: (-kv[1], kv[0] or ""))
+    return int(per.sum()), by_name
 
 
 def _longest_event(path, category: str) -> tuple[int | None, int]:
