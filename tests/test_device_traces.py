@@ -148,6 +148,27 @@ def waiting_calls(raw: Raw) -> list[dict]:
 
 
 # ---- one import and one report per trace, shared by the module -------------------------------
+def longest_idle_gap(raw: Raw) -> tuple[int, int]:
+    """The device's longest idle gap (between the union of its device events) outside the host's
+    allocator calls (the idle in those is allocator-churn's: device-idle names the rest)."""
+    busy = sorted(raw.iv(e) for e in raw.of(DEVICE_CATS))
+    gaps, end = [], busy[0][1]
+    for a, b in busy[1:]:
+        if a > end:
+            gaps.append((end, a))
+        end = max(end, b)
+    alloc = sorted(raw.iv(r) for r in raw.of(RUNTIME_CATS) if re.match(r"^(cuda|hip)(Malloc|Free)", r["name"]))
+    pieces = []
+    for a, b in gaps:
+        for x, y in alloc:
+            if a < x < b:
+                pieces.append((a, x))
+            a = max(a, min(y, b)) if x < b else a
+        if b > a:
+            pieces.append((a, b))
+    return max(pieces, key=lambda g: g[1] - g[0])
+
+
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory):
     cache: dict[str, tuple] = {}
@@ -615,23 +636,7 @@ def test_an_idle_gap_that_is_one_first_call_is_named_a_one_off(traces):
     the allocator calls. The advice said to keep the device fed (DataLoader workers, CUDA graphs);
     it now names the gap a likely one-off first and says to profile steady steps."""
     _, report, raw = traces("cuda_alexnet_train")
-    busy = sorted(raw.iv(e) for e in raw.of(DEVICE_CATS))
-    gaps, end = [], busy[0][1]
-    for a, b in busy[1:]:
-        if a > end:
-            gaps.append((end, a))
-        end = max(end, b)
-    # the idle while the host is in an allocator call is allocator-churn's: the gaps named are what is left
-    alloc = sorted(raw.iv(r) for r in raw.of(RUNTIME_CATS) if re.match(r"^cuda(Malloc|Free)", r["name"]))
-    pieces = []
-    for a, b in gaps:
-        for x, y in alloc:
-            if x > a and x < b:
-                pieces.append((a, x))
-            a = max(a, min(y, b)) if x < b else a
-        if b > a:
-            pieces.append((a, b))
-    s, t = max(pieces, key=lambda g: g[1] - g[0])
+    s, t = longest_idle_gap(raw)
     conv = max((e for e in raw.of(OP_CATS) if e["name"] == "aten::conv2d"), key=raw.dur)
     assert raw.iv(conv)[0] <= s and t <= raw.iv(conv)[1]  # the gap is inside the first convolution
     (f,) = findings(report, "device-idle")
@@ -639,3 +644,19 @@ def test_an_idle_gap_that_is_one_first_call_is_named_a_one_off(traces):
     assert f["recommendation"].startswith(f"One gap of {(t - s) / 1e6:.2f} ms holds {100 * (t - s) / f['impact_ns']:.1f}% of this "
                                           f"idle, the host in aten::conv2d for {(t - s) / 1e6:.2f} ms of it with no device work: a one-off")
     assert "Profile steady steps" in f["recommendation"]
+
+
+def test_an_idle_gap_with_no_traced_host_call_says_so(traces):
+    """cuda_event_sync_multistream: the device idles 18.55 ms between two groups of matmuls, 99% of
+    its idle, while the host runs traced calls for a few microseconds of it (Python, or a wait the
+    profiler does not record). The advice said to prepare inputs ahead and capture graphs; it now
+    says first that the host ran no traced call there, and how to see what it did."""
+    _, report, raw = traces("cuda_event_sync_multistream")
+    s, t = longest_idle_gap(raw)
+    host = [e for e in raw.of(OP_CATS | RUNTIME_CATS) if raw.top_op(e) is e or (e["cat"] in RUNTIME_CATS and raw.top_op(e) is None)]
+    traced = sum(max(0, min(raw.iv(e)[1], t) - max(raw.iv(e)[0], s)) for e in host)
+    assert traced * 10 < t - s
+    (f,) = findings(report, "device-idle")
+    assert f["recommendation"].startswith(f"One gap of {(t - s) / 1e6:.2f} ms holds ")
+    assert f"the host's traced calls in it take {traced / 1e6:.2f} ms: for the rest the host ran no traced call" in f["recommendation"]
+    assert "with_stack=True" in f["recommendation"]

@@ -18,7 +18,8 @@ names as a one-off (the critical-path rule's one_off_launch: the MI250 trace's 6
 host-sync counts the idle the syncs cause after they return, and the idle during a wait stays
 here. The evidence gives the whole idle (`idle_ns`) and the parts left out. Saving bound: the same.
 When the longest gap holds half the idle and one host operator runs through nearly all of it, the
-advice first names it as a likely one-off (a library's first use) and to profile steady steps.
+advice first names it as a likely one-off (a library's first use) and to profile steady steps; when
+the host's traced calls take under a tenth of it, as time in no traced call and how to see it.
 """
 
 from __future__ import annotations
@@ -268,19 +269,32 @@ ONE_OFF_GAP_SHARE = 0.5
 """A gap holding at least this share of a device's idle, nearly all of it (ONE_OFF_HOST_SHARE) inside
 one host operator, is named a one-off first."""
 ONE_OFF_HOST_SHARE = 0.9
+UNTRACED_HOST_SHARE = 0.1
+"""Such a gap where the host's traced calls (the heaviest GAPS_SHOWN names) take less than this share
+is named as time in no traced call first."""
 
 
 def _one_off_gap(gaps: list[dict], by_gap: dict[int, list], idle: int) -> str:
-    """What the advice says first when the longest gap holds ONE_OFF_GAP_SHARE of the idle and one
-    host operator runs through ONE_OFF_HOST_SHARE of it, launching nothing: a one-off (a library's
-    first use) more likely than what every iteration costs. cuda_alexnet_train: one aten::conv2d of
-    3,146 ms with the device idle, 72% of its 4,373 ms of idle (the cuDNN handle and kernels loaded
-    at the first convolution); the advice to keep the device fed did not fit it. Else ""."""
-    if not gaps or not idle or not by_gap.get(0):
+    """What the advice says first when the longest gap holds ONE_OFF_GAP_SHARE of the idle: where one
+    host operator runs through ONE_OFF_HOST_SHARE of it, launching nothing, a one-off (a library's
+    first use) more likely than what every iteration costs (cuda_alexnet_train: one aten::conv2d of
+    3,146 ms with the device idle, 72% of its 4,373 ms of idle: the cuDNN handle and kernels loaded
+    at the first convolution; the advice to keep the device fed did not fit it); where the host's
+    traced calls take less than UNTRACED_HOST_SHARE of it, time in no traced call
+    (cuda_event_sync_multistream: 0.03 ms of calls in an 18.55 ms gap). Else ""."""
+    if not gaps or not idle:
         return ""
     gap = gaps[0]["gap_end"] - gaps[0]["gap_start"]
-    top = by_gap[0][0]
-    if gap < ONE_OFF_GAP_SHARE * idle or top["overlap_ns"] < ONE_OFF_HOST_SHARE * gap:
+    ran = by_gap.get(0) or []
+    if gap < ONE_OFF_GAP_SHARE * idle:
+        return ""
+    traced = sum(b["overlap_ns"] for b in ran)
+    if traced < UNTRACED_HOST_SHARE * gap:  # the host in no traced call for most of it
+        return (f"One gap of {ms(gap)} holds {pct(min(1.0, gap / idle))} of this idle, and the host's traced calls in it take "
+                f"{ms(traced)}: for the rest the host ran no traced call (Python between operators, a sleep, or a wait the profiler "
+                "does not record). Record with with_stack=True, or sample the process (py-spy), to see what it did. ")
+    top = ran[0]
+    if top["overlap_ns"] < ONE_OFF_HOST_SHARE * gap:
         return ""
     return (f"One gap of {ms(gap)} holds {pct(min(1.0, gap / idle))} of this idle, the host in {top['name']} for "
             f"{ms(top['overlap_ns'])} of it with no device work: a one-off more likely than the cost of every iteration, "
