@@ -91,3 +91,21 @@ def test_a_cpu_bound_step_keeps_its_operator_hotspot(tmp_path):
     events = [X("ProfilerStep#1", "user_annotation", 0, 100), X("aten::heavy_cpu", "cpu_op", 0, 90, **{"External id": 1})]
     op = next(x for x in _report(tmp_path, events).findings if x.rule_id == "hotspot" and x.title.startswith("Hotspot operator"))
     assert op.impact_ns == 90 * US and op.evidence.values["on_path_ns"] == 90 * US
+
+
+def test_an_idle_gap_that_comes_back_every_step_is_no_one_off(tmp_path):
+    """Three 10 ms steps: each launches K (0.9 ms), then runs aten::cpu_heavy for 9 ms with the device
+    idle. The longest gap holds half the idle with one operator through it, as a library's first
+    call would, but the same operator runs through the next gap as long: a cost of every step, and
+    the advice keeps to what every step pays (no 'one-off')."""
+    events = []
+    for i in range(3):
+        t = i * 10_000
+        events += [X(f"ProfilerStep#{i + 1}", "user_annotation", t, 10_000),
+                   X("aten::mm", "cpu_op", t, 100, **{"External id": i + 1}), _launch(t + 10, 100 + i, i + 1),
+                   _kernel("K", t + 100, 900, 100 + i)]
+        if i < 2:
+            events.append(X("aten::cpu_heavy", "cpu_op", t + 1_000, 9_000))
+    (f,) = [x for x in _report(tmp_path, events).findings if x.rule_id == "device-idle"]
+    assert f.recommendation.startswith("Keep the device fed: largest gaps — gap of 9.10 ms: host ran aten::cpu_heavy 9.00 ms")
+    assert "one-off" not in f.recommendation

@@ -270,6 +270,9 @@ ONE_OFF_GAP_SHARE = 0.5
 one host operator, is named a one-off first."""
 ONE_OFF_HOST_SHARE = 0.9
 UNTRACED_HOST_SHARE = 0.1
+RECURRING_GAP_SHARE = 0.8
+"""A one-off's operator running through another gap this long, relative to the longest, comes back:
+no one-off (a cost of every step)."""
 """Such a gap where the host's traced calls (the heaviest GAPS_SHOWN names) take less than this share
 is named as time in no traced call first."""
 
@@ -277,7 +280,8 @@ is named as time in no traced call first."""
 def _one_off_gap(gaps: list[dict], by_gap: dict[int, list], idle: int) -> str:
     """What the advice says first when the longest gap holds ONE_OFF_GAP_SHARE of the idle: where one
     host operator runs through ONE_OFF_HOST_SHARE of it, launching nothing, a one-off (a library's
-    first use) more likely than what every iteration costs (cuda_alexnet_train: one aten::conv2d of
+    first use) more likely than what every iteration costs, unless the same operator runs through
+    another gap nearly as long (RECURRING_GAP_SHARE: each step's) (cuda_alexnet_train: one aten::conv2d of
     3,146 ms with the device idle, 72% of its 4,373 ms of idle: the cuDNN handle and kernels loaded
     at the first convolution; the advice to keep the device fed did not fit it); where the host's
     traced calls take less than UNTRACED_HOST_SHARE of it, time in no traced call
@@ -295,6 +299,10 @@ def _one_off_gap(gaps: list[dict], by_gap: dict[int, list], idle: int) -> str:
                 "does not record). Record with with_stack=True, or sample the process (py-spy), to see what it did. ")
     top = ran[0]
     if top["overlap_ns"] < ONE_OFF_HOST_SHARE * gap:
+        return ""
+    # the same operator through another gap nearly as long (RECURRING_GAP_SHARE): a cost that comes back, not a one-off
+    if any(by_gap.get(i) and by_gap[i][0]["name"] == top["name"] and g["gap_end"] - g["gap_start"] >= RECURRING_GAP_SHARE * gap
+           for i, g in enumerate(gaps) if i):
         return ""
     return (f"One gap of {ms(gap)} holds {pct(min(1.0, gap / idle))} of this idle, the host in {top['name']} for "
             f"{ms(top['overlap_ns'])} of it with no device work: a one-off more likely than the cost of every iteration, "
