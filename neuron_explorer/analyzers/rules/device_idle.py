@@ -269,10 +269,10 @@ ONE_OFF_GAP_SHARE = 0.5
 """A gap holding at least this share of a device's idle, nearly all of it (ONE_OFF_HOST_SHARE) inside
 one host operator, is named a one-off first."""
 ONE_OFF_HOST_SHARE = 0.9
-UNTRACED_HOST_SHARE = 0.1
 RECURRING_GAP_SHARE = 0.8
 """A one-off's operator running through another gap this long, relative to the longest, comes back:
 no one-off (a cost of every step)."""
+UNTRACED_HOST_SHARE = 0.1
 """Such a gap where the host's traced calls (the heaviest GAPS_SHOWN names) take less than this share
 is named as time in no traced call first."""
 
@@ -281,9 +281,9 @@ def _one_off_gap(gaps: list[dict], by_gap: dict[int, list], idle: int) -> str:
     """What the advice says first when the longest gap holds ONE_OFF_GAP_SHARE of the idle: where one
     host operator runs through ONE_OFF_HOST_SHARE of it, launching nothing, a one-off (a library's
     first use) more likely than what every iteration costs, unless the same operator runs through
-    another gap nearly as long (RECURRING_GAP_SHARE: each step's) (cuda_alexnet_train: one aten::conv2d of
-    3,146 ms with the device idle, 72% of its 4,373 ms of idle: the cuDNN handle and kernels loaded
-    at the first convolution; the advice to keep the device fed did not fit it); where the host's
+    another gap nearly as long (RECURRING_GAP_SHARE: a cost of every step). cuda_alexnet_train: one
+    aten::conv2d of 3,146 ms with the device idle, 72% of its 4,373 ms of idle, the cuDNN handle and
+    kernels loaded at the first convolution; the advice to keep the device fed did not fit it. Where the host's
     traced calls take less than UNTRACED_HOST_SHARE of it, time in no traced call
     (cuda_event_sync_multistream: 0.03 ms of calls in an 18.55 ms gap). Else ""."""
     if not gaps or not idle:
