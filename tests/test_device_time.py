@@ -225,3 +225,6 @@ def test_multirank_host_time_is_long_empty_stretches_not_compile_advice(tmp_path
         assert "(## backward ## " in f.recommendation and "aten::_foreach_mul_" in f.recommendation
         assert "torch.compile cuts" not in f.recommendation
     assert host[0].evidence.values["long_stretches_ns"] >= gap
+    # a collective exposed in one kernel reads "(1 kernel)"
+    assert "from autograd::engine::evaluate_function: All2All_Pooled_WaitBackward 89.03 ms (1 kernel);" in " ".join(
+        render.text(report, width=400).split())

@@ -107,7 +107,8 @@ def _device_time_lines(r: dict, kernels_shown: int = 5) -> list[str]:
         named = d.get("exposed_communication") or []
         if named:
             out.append("    exposed communication: " + "; ".join(
-                f"{x['collective']} from {x['source'] or x['op'] or 'a caller not recorded'} {duration(x['ns'])} ({x['kernels']} kernels)"
+                f"{x['collective']} from {x['source'] or x['op'] or 'a caller not recorded'} {duration(x['ns'])} "
+                f"({x['kernels']} kernel{'' if x['kernels'] == 1 else 's'})"
                 for x in named[:3]))
             steps = [st for st in d.get("steps", []) if st["communication_ns"]]
             if steps:
