@@ -225,6 +225,9 @@ def test_multirank_host_time_is_long_empty_stretches_not_compile_advice(tmp_path
         assert "(## backward ## " in f.recommendation and "aten::_foreach_mul_" in f.recommendation
         assert "torch.compile cuts" not in f.recommendation
     assert host[0].evidence.values["long_stretches_ns"] >= gap
+    # rank 0 arrives last in one step: "in 1 step"
+    skew = {f.location.rank: f.title for f in report.findings if f.rule_id == "rank-skew"}
+    assert skew[0].endswith("late over 2 calls in 1 step; the other ranks wait for it") and " 1 steps" not in skew[0]
     # a collective exposed in one kernel reads "(1 kernel)"
     assert "from autograd::engine::evaluate_function: All2All_Pooled_WaitBackward 89.03 ms (1 kernel);" in " ".join(
         render.text(report, width=400).split())

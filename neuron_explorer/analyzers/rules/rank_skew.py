@@ -56,8 +56,8 @@ def _finding(ctx: Context, r: dict, got: dict, max_offset: int):
     per_step = ", ".join(f"step {s['step']} {ms(s['late_ns'])}" for s in r["late_steps"][:6]) + (", ..." if len(r["late_steps"]) > 6 else "")
     why = f"In those steps it spends {ms(top['grew_ns'])} more than the other ranks' mean in {top['name']}. " if top else ""
     return ctx.finding(
-        title=f"Rank {rank} arrives last at {coll}: {ms(r['late_ns'])} late over {r['times_last']} calls"
-              + (f" in {len(steps)} steps" if steps else "") + "; the other ranks wait for it",
+        title=f"Rank {rank} arrives last at {coll}: {ms(r['late_ns'])} late over {r['times_last']} call{'' if r['times_last'] == 1 else 's'}"
+              + (f" in {len(steps)} step{'' if len(steps) == 1 else 's'}" if steps else "") + "; the other ranks wait for it",
         impact_ns=r["late_ns"], saving_bound_ns=r["late_saving_ns"], rank=rank,
         location=Location(rank=rank, steps=steps, op=(top["name"] if top else (None if on_device else coll)),
                           kernel=coll if on_device else None, source=ctx.source_of(top["frame_id"]) if top else None),
