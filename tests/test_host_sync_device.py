@@ -240,7 +240,7 @@ def test_without_steps_a_sync_costs_its_wait_not_its_operator(tmp_path):
     # the DtoH copy ends at 1418, after its call returned at 1045: an asynchronous copy, no sync
     (f,) = _findings(_run(tmp_path, events), "host-sync")
     assert f.impact_ns == 50 * US and f.evidence.values["syncs"] == 1 and f.location.op == "aten::to"
-    assert f.title == "1 host-device synchronisations wait 0.05 ms"
+    assert f.title == "1 host-device synchronisation waits 0.05 ms"
 
 
 def test_idle_after_syncs_from_the_busy_unions_equals_the_evidence_sql(tmp_path, monkeypatch):

@@ -201,8 +201,9 @@ def check(ctx: Context) -> list:
         GROUP BY source_frame_id ORDER BY ns DESC, frame_id NULLS LAST LIMIT 3""")
     top = by_line[0] if by_line else {"frame_id": None, "name": None, "sample_id": None}
     where_txt = "; ".join(f"{ctx.source_of(b['frame_id']) or 'unknown line'}: {b['name']} x{b['calls']} {ms(b['ns'])}" for b in by_line)
-    title = (f"{count} host-device synchronisations cost the device {ms(impact)} of idle (they wait {ms(v['wait_ns'])})"
-             if steps else f"{count} host-device synchronisations wait {ms(impact)}")
+    syncs = f"{count} host-device synchronisation{'' if count == 1 else 's'}"
+    title = (f"{syncs} {'costs' if count == 1 else 'cost'} the device {ms(impact)} of idle ({'it waits' if count == 1 else 'they wait'} "
+             f"{ms(v['wait_ns'])})" if steps else f"{syncs} {'waits' if count == 1 else 'wait'} {ms(impact)}")
     outside = (f" {v['outside_steps']} more outside every step ({ms(v['outside_wait_ns'])}) are not counted."
                if steps and v.get("outside_steps") else "")
     values = {k: v[k] for k in ("stalls", "wait_ns", "idle_after_ns", "idle_summed_ns", "syncs", "sync_ns", "outside_steps",
