@@ -211,3 +211,26 @@ def test_a_cpu_only_trace_is_still_called_cpu_only(tmp_path):
     report = analyze(run, write=False)
     assert report.summary["ranks"][0]["device_events_lost"] is None
     assert "  CPU only; top operators: " in _text(report)
+
+
+def test_short_kernels_whose_launches_cost_under_one_percent_are_no_finding(tmp_path):
+    """The 150 short kernels of `_stepless_training_free`, with a 2 ms device kernel after each: the
+    launches (150 x 4 µs = 0.60 ms) are under 1% (LAUNCH_SHARE_MIN) of a window of about 300 ms,
+    nothing to gain by fusing them (MTIA's 890 short kernels: 0.87 ms of 459.67 ms). The short
+    kernels are still most of the kernels, so only the launches' share decides."""
+    events = []
+    for i in range(150):
+        t = 2_000 * i
+        events += [X("aten::add", "cpu_op", t, 6, **{"External id": i + 1}),
+                   X("cudaLaunchKernel", "cuda_runtime", t + 1, 4, correlation=1000 + i, **{"External id": i + 1}),
+                   X("add_kernel", "kernel", t + 6, 2, pid=0, tid=7, correlation=1000 + i, stream=7, device=0)]
+        if i % 2:
+            events += [X("aten::mm", "cpu_op", t + 10, 6, **{"External id": 5000 + i}),
+                       X("cudaLaunchKernel", "cuda_runtime", t + 11, 4, correlation=9000 + i, **{"External id": 5000 + i}),
+                       X("gemm_kernel", "kernel", t + 20, 1_900, pid=0, tid=7, correlation=9000 + i, stream=7, device=0)]
+    run = import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir
+    report = _report(run)
+    assert not [f for f in report.findings if f.rule_id == "launch-overhead"]
+    with store.open_run(run) as r:
+        short, kernels = r.sql("SELECT count(*) FILTER (WHERE dur_ns < 10000), count(*) FROM events WHERE kind = 'kernel'").fetchone()
+    assert short == 150 and kernels == 225 and report.summary["ranks"][0]["analysed_ns"] > 100 * 150 * 4_000
