@@ -807,10 +807,6 @@ class _PerEvent:
 
 def derived(run: Run, path: Path) -> tuple[_Info, _PerEvent]:
     """The path's events' names and kinds (`_Info`) and its rows summed per event (`_PerEvent`), made once per path."""
-    return _derived(run, path)
-
-
-def _derived(run: Run, path: Path) -> tuple[_Info, _PerEvent]:
     got = path._derived.get("per_event")
     if got is None:
         info = _Info(run, path)
@@ -836,7 +832,7 @@ def path_items(run: Run, path, by_step: bool = False) -> list[dict]:
         path = next((p for p in list(_CACHE.values()) if p._derived.get("rows") is path), None) or Path.from_rows(list(path))
     if not len(path):
         return []
-    info, pe = _derived(run, path)
+    info, pe = derived(run, path)
     on_device = np.isin(pe.category, _cat_codes(ON_DEVICE))
     item = np.where(on_device, pe.name, np.where(pe.op != 0, pe.op, pe.name))
     first_e, group = factorize_rows(pe.category, item, pe.op, pe.frame, pe.cause)  # entries -> items
@@ -960,7 +956,7 @@ def on_path_ns(run: Run, rank: int, *, top_op: str | None = None, kernel: str | 
         return None
     sums = path._derived.get("on_path")
     if sums is None:
-        info, pe = _derived(run, path)
+        info, pe = derived(run, path)
         host = np.isin(pe.category, _cat_codes(HOST_CATEGORIES))
         sums = []
         for sel, code in ((~host & (pe.name != 0), pe.name), (host & (pe.op != 0), pe.op)):

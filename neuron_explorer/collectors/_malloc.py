@@ -65,7 +65,8 @@ PR_SET_THP_DISABLE = 41  # linux/prctl.h
 
 def no_huge_pages() -> None:
     """No transparent huge pages for this process's memory from here on (prctl PR_SET_THP_DISABLE;
-    inherited by the decode's worker processes; a no-op off Linux). Only batch imports call it.
+    inherited by child processes; a no-op off Linux). Batch imports and the CLI's own commands
+    (cli._tune_tool_process) call it, never a process that runs the user's workload.
 
     numpy asks for huge pages for every array of 4 MiB or more (madvise(MADV_HUGEPAGE): with the
     kernel's THP setting `madvise`, this machine's, only such asks get them; with `always`, every

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from ...store import sql_literal as q  # noqa: F401  (rules write q(...) for a SQL string literal)
 
+STEADY_STEPS = "Profile steady steps (torch.profiler.schedule(wait=1, warmup=1, active=3) with prof.step())"
+"""How the advice says to see what each iteration costs, where what the trace shows may be a one-off."""
+SEE_UNTRACED = "Record with with_stack=True, or sample the process (py-spy)"
+"""How the advice says to see host time the trace holds no event for."""
+
 
 def ms(ns: float | int | None) -> str:
     return "n/a" if ns is None else f"{ns / 1e6:.2f} ms"

@@ -28,7 +28,7 @@ from ...vocab import allocator_call, allocator_free, in_steps
 from .. import metrics
 from ..engine import Context, NotApplicable
 from ..model import Location
-from ._util import ms, no_device, pct, ranks_with, row, rows
+from ._util import STEADY_STEPS, ms, no_device, pct, ranks_with, row, rows
 
 RULE_ID = "allocator-churn"
 TITLE = "Device memory allocated and freed through the driver in the steps"
@@ -137,8 +137,7 @@ def _advice(v: dict, stepped: bool) -> str:
         return (f"No profiler steps, so whether these {v['calls']} calls ({v['mallocs']} allocations, {frees} frees) repeat "
                 "every iteration cannot be told. Once, at start-up or in the first iteration, they are the cache filling "
                 f"(a one-off).{one} If they repeat, frees in every iteration mean " + causes + "; allocations in some iterations "
-                "only mean " + grow + ". Profile steady steps (torch.profiler.schedule(wait=1, warmup=1, active=3) with "
-                "prof.step()) to tell." + where)
+                "only mean " + grow + ". " + STEADY_STEPS + " to tell." + where)
     if v["steps_with_calls"] == v["steps"] and (v["min_frees_per_step"] or 0) >= t["FREES_PER_STEP_MIN"]:
         return (f"Device memory goes back to the driver in every steady step (frees per step: {v['frees_per_step']}), "
                 f"so the caching allocator is not caching: {causes}." + where

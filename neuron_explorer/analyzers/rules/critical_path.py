@@ -56,7 +56,7 @@ from ..metrics import DEVICE_WORK_NAMED, LAST_RECORDED
 from ..model import Location
 from ..rank_rows import rows as rank_rows
 from ..utilisation import rank_work
-from ._util import graph_tip, ms, pct, q
+from ._util import SEE_UNTRACED, STEADY_STEPS, graph_tip, ms, pct, q
 
 RULE_ID = "critical-path"
 TITLE = "Critical path: what bounds the step"
@@ -188,8 +188,7 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
     if cls == "launch" and one_off_ns:
         return (f"One launch call of {ms(one_off_ns)} holds {pct(min(1.0, one_off_ns / charged))} of this time: a kernel's first "
                 "launch loads its code (CUDA's lazy module loading, ROCm's code objects), a one-off that warm-up steps absorb, "
-                "not the cost of every launch. Profile steady steps (torch.profiler.schedule(wait=1, warmup=1, active=3) "
-                "with prof.step()) before fusing or capturing graphs.")
+                "not the cost of every launch. " + STEADY_STEPS + " before fusing or capturing graphs.")
     if cls == "launch":
         return ("Launch overhead bounds the step: " + graphs + ("" if graphs.startswith("torch.compile") else ", torch.compile to fuse kernels")
                 + ", or a larger batch per launch.")
@@ -210,7 +209,7 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
                 f"operators or ranges with nothing recorded beneath them ({names}): not the dispatcher overhead between "
                 "operators that compiling removes, but a wait the trace does not show (a sync inside a library or the "
                 "optimizer, the autograd engine's thread, a collective waiting for another rank) or Python it does not "
-                "record. Record with with_stack=True, or sample the process (py-spy), to see which before compiling; "
+                "record. " + SEE_UNTRACED + ", to see which before compiling; "
                 "where ranks wait for each other, collective-wait and rank-skew say for how long.")
     if graphs.startswith("torch.compile"):
         return ("Host time bounds the step: " + graphs + " cuts Python and dispatcher overhead and per-kernel launches, a larger "

@@ -35,7 +35,7 @@ from ..rank_rows import arrays as rank_arrays
 from ..rank_rows import rows as rank_rows
 from . import allocator_churn, host_sync, input_pipeline
 from . import critical_path as critical_path_rule
-from ._util import graph_tip, ms, pct
+from ._util import SEE_UNTRACED, STEADY_STEPS, graph_tip, ms, pct
 
 RULE_ID = "device-idle"
 TITLE = "Device idle between kernels (host-bound gaps)"
@@ -296,7 +296,7 @@ def _one_off_gap(gaps: list[dict], by_gap: dict[int, list], idle: int) -> str:
     if traced < UNTRACED_HOST_SHARE * gap:  # the host in no traced call for most of it
         return (f"One gap of {ms(gap)} holds {pct(min(1.0, gap / idle))} of this idle, and the host's traced calls in it take "
                 f"{ms(traced)}: for the rest the host ran no traced call (Python between operators, a sleep, or a wait the profiler "
-                "does not record). Record with with_stack=True, or sample the process (py-spy), to see what it did. ")
+                "does not record). " + SEE_UNTRACED + ", to see what it did. ")
     top = ran[0]
     if top["overlap_ns"] < ONE_OFF_HOST_SHARE * gap:
         return ""
@@ -306,9 +306,8 @@ def _one_off_gap(gaps: list[dict], by_gap: dict[int, list], idle: int) -> str:
         return ""
     return (f"One gap of {ms(gap)} holds {pct(min(1.0, gap / idle))} of this idle, the host in {top['name']} for "
             f"{ms(top['overlap_ns'])} of it with no device work: a one-off more likely than the cost of every iteration, "
-            "such as a library's first use (cuDNN, cuBLAS or MIOpen handles, autotuning, kernels loaded lazily). Profile "
-            "steady steps (torch.profiler.schedule(wait=1, warmup=1, active=3) with prof.step()) to see the idle each "
-            "iteration has. ")
+            "such as a library's first use (cuDNN, cuBLAS or MIOpen handles, autotuning, kernels loaded lazily). "
+            + STEADY_STEPS + " to see the idle each iteration has. ")
 
 
 def evidence_sql(rank: int, device: int, steady: list[int] | None, first_launch: int | None = None) -> str:

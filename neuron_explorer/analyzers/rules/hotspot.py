@@ -60,13 +60,13 @@ from .. import peaks as P
 from ..critical_path import on_path_ns
 from ..engine import Context
 from ..lines import compile_inside_sql, line_times_by_rank, line_times_sql
-from ..metrics import union_of_sql
+from ..metrics import union_sql
 from ..model import Location
 from ..rank_rows import RankQuery
 from ..rank_rows import rows as rank_rows
 from ..utilisation import detect_device, device_name
 from . import python_loop
-from ._util import ms, pct, q, row, share_at_least
+from ._util import STEADY_STEPS, ms, pct, q, row, share_at_least
 from .host_sync import waiting_calls_sql
 from .input_pipeline import LOADER_NAME
 
@@ -132,8 +132,7 @@ def _operator_advice(v: dict) -> str:
     if v["calls"] > 1 and ns and longest * 2 >= ns:
         return (f"One call of {ms(longest)} holds {pct(min(1.0, longest / ns))} of this operator's time: a one-off more likely "
                 "than its cost per call, such as the first use of the device or of a library (context creation, lazy "
-                "loading, autotuning), which shapes and dtype do not change. Profile steady steps "
-                "(torch.profiler.schedule(wait=1, warmup=1, active=3) with prof.step()) to see what it costs each "
+                "loading, autotuning), which shapes and dtype do not change. " + STEADY_STEPS + " to see what it costs each "
                 "iteration; if it does repeat, " + _CHEAPER)
     return _CHEAPER[0].upper() + _CHEAPER[1:]
 
@@ -197,8 +196,8 @@ def _running_ns(ctx: Context, name: str) -> int:
     """The time some kernel of this name runs on the rank (the union of its calls' intervals, on
     every stream and device): a rank without steps has no critical path, and the kernel's calls
     summed count twice where it runs on several streams at once, past the span they are a share of."""
-    ivs = f"SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM events WHERE rank = {int(ctx.rank)} AND kind = 'kernel' AND name = {q(name)} AND dur_ns > 0"
-    return int(ctx.run.sql(f"SELECT coalesce(sum(end_ns - start_ns), 0)::BIGINT FROM ({union_of_sql(ivs)})").fetchone()[0])
+    union = union_sql(f"rank = {int(ctx.rank)} AND kind = 'kernel' AND name = {q(name)}")
+    return int(ctx.run.sql(f"SELECT coalesce(sum(end_ns - start_ns), 0)::BIGINT FROM ({union})").fetchone()[0])
 
 
 def _on_path(ctx: Context, what: str, name: str) -> int | None:
