@@ -147,6 +147,17 @@ def top_host_call(alias: str = "") -> str:
     return f"({a}kind = 'cpu_op' AND {a}event_id = {a}top_op_id OR {a}kind = 'runtime' AND {a}top_op_id IS NULL)"
 
 
+
+def call_inputs(alias: str = "") -> str:
+    """A call's inputs, as text: an operator's input shapes and types (args 'Input Dims' and
+    'Input type', where the profiler recorded them, with record_shapes=True), other events' grid and
+    block (a kernel's launch configuration); '' when none is recorded. Two calls of one name with
+    the same inputs are the same call made again (diff's calls, device-idle's first calls)."""
+    a = _a(alias)
+    return (f"CASE WHEN {a}kind = 'cpu_op' THEN concat_ws(chr(31), json_extract_string({a}args, '$.\"Input Dims\"'), "
+            f"json_extract_string({a}args, '$.\"Input type\"')) "
+            f"ELSE concat_ws(chr(31), json_extract_string({a}args, '$.grid'), json_extract_string({a}args, '$.block')) END")
+
 # ---- the operator device work is charged to --------------------------------------------------------
 # A graph replay's kernels are launched by `cudaGraphLaunch`: their `op_id` / `top_op_id` are the
 # replay step's launch operator (CUDAGraph::replay, or none). Imported with the graph's capture,

@@ -380,3 +380,42 @@ def test_report_json_text_is_the_standard_librarys_json_of_the_report(reports):
     assert '"flops": 1.152921504606847e18' in report_json(big)
     nan = dataclasses.replace(odd, summary={"share": math.nan, "inf": math.inf})
     assert json.loads(report_json(nan))["summary"] == {"share": None, "inf": None}
+
+
+def _first_calls_trace(shapes: bool) -> list[dict]:
+    """An eager inference loop: aten::linear with two input shapes, A and B, called in turn, each
+    launching one 20 µs kernel as it returns; the next call starts 5 µs after that kernel ends, so the
+    device idles for each call's time plus 5 µs. The first call of each shape is slow (1,000 µs for A,
+    800 µs for B: a library choosing a kernel for a new shape); the later ones take 50-90 µs (A, median
+    70) and 40 µs (B)."""
+    dims = {"A": [[8, 16], [32, 16], [32]], "B": [[8, 32], [16, 32], [16]]}
+    calls = [("A", 1000), ("B", 800), ("A", 50), ("B", 40), ("A", 60), ("B", 40), ("A", 70), ("B", 40), ("A", 80), ("B", 40), ("A", 90)]
+    events = [X("aten::zeros", "cpu_op", 0, 10), X("cudaLaunchKernel", "cuda_runtime", 5, 3, correlation=1),
+              {**K("zeros_kernel", 10, 5), "args": {"device": 0, "stream": 7, "correlation": 1}}]
+    t = 20
+    for i, (shape, dur) in enumerate(calls, start=2):
+        args = {"Input Dims": dims[shape], "Input type": ["float", "float", "float"]} if shapes else {}
+        events += [X("aten::linear", "cpu_op", t, dur, **args), X("cudaLaunchKernel", "cuda_runtime", t + dur - 5, 3, correlation=i),
+                   {**K("gemm_kernel", t + dur, 20), "args": {"device": 0, "stream": 7, "correlation": i}}]
+        t += dur + 20 + 5
+    return events
+
+
+@pytest.mark.parametrize("shapes", [True, False], ids=["shapes", "no-shapes"])
+def test_device_idle_names_a_gap_that_is_a_first_call_with_new_inputs(tmp_path, shapes):
+    """The device's longest gaps are the first call of each shape (1,005 µs and 805 µs of idle, 1.81
+    ms of the three longest's 1.90 ms); the advice says so, with the count and the later calls'
+    median a person would check (vocab.call_inputs: the same name with the same shapes and types).
+    Without shapes recorded, the calls are compared by name alone and the words say no 'inputs'."""
+    run = import_traces(write_trace(tmp_path / "t.json", _first_calls_trace(shapes)), tmp_path / "run").run_dir
+    (f,) = by_rule(analyze(run, write=False), "device-idle")
+    rec = f.recommendation
+    if shapes:
+        assert rec.startswith("2 of the 3 longest gaps (1.81 ms) are first calls of aten::linear with inputs not seen before")
+        assert ("gap of 1.00 ms: host ran aten::linear 1.00 ms (the first of 6 calls with these inputs; the others took 0.07 ms "
+                "at the median); gap of 0.81 ms: host ran aten::linear 0.80 ms (the first of 5 calls with these inputs; the others "
+                "took 0.04 ms at the median); gap of 0.10 ms: host ran aten::linear 0.09 ms.") in rec
+    else:  # one name: A's first call is the first of all 11; B's first (800 µs) is one of the 10 others
+        assert rec.startswith("The longest gap (1.00 ms) is the first call of aten::linear, many times the later calls: a library")
+        assert "host ran aten::linear 1.00 ms (the first of 11 calls; the others took " in rec
+        assert "with these inputs" not in rec and "gap of 0.81 ms: host ran aten::linear 0.80 ms (the other 10 calls took " in rec

@@ -666,3 +666,31 @@ def test_an_idle_gap_with_no_traced_host_call_says_so(traces):
     assert f["recommendation"].startswith(f"One gap of {(t - s) / 1e6:.2f} ms holds ")
     assert f"the host's traced calls in it take {traced / 1e6:.2f} ms: for the rest the host ran no traced call" in f["recommendation"]
     assert "with_stack=True" in f["recommendation"]
+
+
+def test_idle_gaps_that_are_first_calls_of_their_inputs_say_so(traces):
+    """b200_vllm_eager (vLLM eager decode, no steps): the device's two longest idle gaps are each
+    one aten::linear of 1.7-2.5 ms, the first call with its input shapes; the other 35 calls with
+    those shapes take well under 0.1 ms (cuBLAS choosing a kernel for a shape it has not seen). The
+    advice listed them as host work to keep the device fed; it now says they are first calls, with
+    the count and the median a person would check, and names the statement that called the linear
+    layer, not vLLM's `__torch_function__` hook every operator passes through."""
+    _, report, raw = traces("b200_vllm_eager_rank0_of_8")
+    s, t = longest_idle_gap(raw)
+    tops = [e for e in raw.of(OP_CATS) if raw.top_op(e) is e]
+    linear = max(tops, key=lambda e: min(raw.iv(e)[1], t) - max(raw.iv(e)[0], s))
+    assert linear["name"] == "aten::linear"
+    key = (json.dumps(linear["args"].get("Input Dims")), json.dumps(linear["args"].get("Input type")))
+    same = sorted((e for e in raw.of(OP_CATS) if e["name"] == "aten::linear"
+                   and (json.dumps(e["args"].get("Input Dims")), json.dumps(e["args"].get("Input type"))) == key), key=raw.iv)
+    assert same[0] is linear  # the first call with these inputs
+    others = sorted(raw.dur(e) for e in same[1:])
+    median = (others[(len(others) - 1) // 2] + others[len(others) // 2]) / 2
+    assert raw.dur(linear) > 20 * median
+    (f,) = findings(report, "device-idle")
+    overlap = min(raw.iv(linear)[1], t) - max(raw.iv(linear)[0], s)
+    assert (f"gap of {(t - s) / 1e6:.2f} ms: host ran aten::linear {overlap / 1e6:.2f} ms (the first of {len(same)} calls with "
+            f"these inputs; the others took {median / 1e6:.2f} ms at the median)") in f["recommendation"]
+    assert f["recommendation"].startswith("2 of the 3 longest gaps (")
+    assert "are first calls of aten::linear with inputs not seen before" in f["recommendation"]
+    assert f["location"]["source"] == "vllm/model_executor/layers/utils.py:99"  # default_unquantized_gemm, which calls F.linear

@@ -40,7 +40,7 @@ from .kineto_names import (
     kind_of_category,
 )
 from .raw import RawRank, check_raw_rank  # noqa: F401  (RawRank: collectors import it from here too)
-from .sources import is_user_file
+from .sources import is_user_frame
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+(?=>)")
 
@@ -471,7 +471,7 @@ def frames_table(rank: int, first_id: int, keys: list, line_kind, parents: np.nd
                  is_user: list | None = None, schema: pa.Schema | None = None) -> pa.Table:
     """Frame rows of one rank, ids from `first_id` on, one per key (file, line, function, ...):
     `line_kind` one for all or one per row; `parents` each row's parent frame id (< 0: none; None:
-    no parents); `is_user` per row, else from the file (sources.is_user_file). `code` is left null
+    no parents); `is_user` per row, else from the file and function (sources.is_user_frame). `code` is left null
     (the live collector reads it: sources.with_code)."""
     n = len(keys)
     kinds = [line_kind] * n if isinstance(line_kind, str) else line_kind
@@ -483,7 +483,7 @@ def frames_table(rank: int, first_id: int, keys: list, line_kind, parents: np.nd
         "file": pa.array([k[0] for k in keys], pa.string()),
         "line": pa.array([k[1] for k in keys], pa.int32()),
         "function": pa.array([k[2] for k in keys], pa.string()),
-        "is_user": pa.array([is_user_file(k[0]) for k in keys] if is_user is None else is_user, pa.bool_()),
+        "is_user": pa.array([is_user_frame(k[0], k[2]) for k in keys] if is_user is None else is_user, pa.bool_()),
         "line_kind": pa.array(kinds, pa.string()),
         "parent_frame_id": parent_ids,
         "code": pa.nulls(n, pa.string()),
@@ -824,7 +824,7 @@ def _frames_and_modules(raw: RawRank, order: np.ndarray, n: int, parent: np.ndar
             continue
         key = p
         name_frame[i] = frame_keys.setdefault(key, len(frame_keys))
-        name_user[i] = is_user_file(p[0])
+        name_user[i] = is_user_frame(p[0], p[2])
     ev_frame_own = np.where(is_python, name_frame[name_idx], -1) if n else np.zeros(0, np.int64)
     user_mark = is_python & name_user[name_idx] if n else np.zeros(0, bool)
     nearest_user = nearest_marked(parent, user_mark)

@@ -35,6 +35,19 @@ def is_user_file(path: str) -> bool:
     return not _NOT_USER.search(path)
 
 
+
+DISPATCH_HOOKS = frozenset({"__torch_function__", "__torch_dispatch__"})
+"""A tensor subclass's or a mode's dispatch hooks: torch calls them for every torch function, so a
+line in one runs every operator, and the statement that called the operator is its caller's.
+vLLM's parameter classes define `__torch_function__` (vllm/model_executor/parameter.py:122): the
+b200 trace's linear layers were all charged to it. (Imported traces: the live collector picks a
+statement by its file.)"""
+
+
+def is_user_frame(file: str, function: str | None) -> bool:
+    """A frame of user code (is_user_file) that is not a dispatch hook (DISPATCH_HOOKS)."""
+    return function not in DISPATCH_HOOKS and is_user_file(file)
+
 def code_lines(files: list, lines: list) -> pa.Array:
     """The text of each (file, line) where the file is readable here; lets `diff` match moved lines."""
     out = []

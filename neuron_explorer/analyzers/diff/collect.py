@@ -158,14 +158,11 @@ def per_step(run: Run, steps: list[int], call_ns: dict) -> dict[tuple[str, str, 
 def calls_per_step(run: Run, steps: list[int]) -> tuple[dict, dict]:
     """(metric, (name, inputs)) → in each of `steps`, in their order, every rank: how many such
     calls, and their time. A call is an operator (metric 'cpu', kind 'cpu_op', timed by its self
-    time) or device work ('device', its device time) of one name with the same inputs: the
-    operator's input shapes and types (args 'Input Dims' and 'Input type', where the profiler
-    recorded them), the kernel's grid and block ('' when not recorded). A run without steps gives
+    time) or device work ('device', its device time) of one name with the same inputs
+    (vocab.call_inputs: an operator's input shapes and types, a kernel's grid and block). A run without steps gives
     one value per call, its whole run (as step_samples gives one time, its span)."""
     step_col, where, index = _step_filter(steps)
-    inputs = ("CASE WHEN e.kind = 'cpu_op' THEN concat_ws(chr(31), json_extract_string(e.args, '$.\"Input Dims\"'), "
-              "json_extract_string(e.args, '$.\"Input type\"')) "
-              "ELSE concat_ws(chr(31), json_extract_string(e.args, '$.grid'), json_extract_string(e.args, '$.block')) END")
+    inputs = vocab.call_inputs('e')
     sql = (f"SELECT CASE WHEN e.kind = 'cpu_op' THEN 'cpu' ELSE 'device' END, e.name, {inputs}, {step_col}, count(*), "
            f"sum(CASE WHEN e.kind = 'cpu_op' THEN e.self_ns ELSE e.dur_ns END) FROM events e "
            f"WHERE (e.kind = 'cpu_op' OR {vocab.device_work('e')}) AND e.name IS NOT NULL AND {where} GROUP BY 1, 2, 3, 4")

@@ -20,13 +20,18 @@ here. The evidence gives the whole idle (`idle_ns`) and the parts left out. Savi
 When the longest gap holds half the idle and one host operator runs through nearly all of it, the
 advice first names it as a likely one-off (a library's first use) and to profile steady steps; when
 the host's traced calls take under a tenth of it, as time in no traced call and how to see it.
+A gap's heaviest host call that takes FIRST_CALL_RATIO times the median of the other calls of its
+name with the same inputs (vocab.call_inputs: shapes and types, where recorded) is compared with
+them in the advice ("the first of 36 calls with these inputs; the others took 0.07 ms at the
+median"); where such first calls fill half the named gaps, the advice first says they are a cost
+of new inputs (a library choosing or loading kernels), not of every iteration.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ...vocab import DEVICE_WORK_SQL, allocator_call, top_host_call
+from ...vocab import DEVICE_WORK_SQL, allocator_call, call_inputs, top_host_call
 from .. import metrics
 from ..engine import Context
 from ..model import Location
@@ -310,6 +315,62 @@ def _one_off_gap(gaps: list[dict], by_gap: dict[int, list], idle: int) -> str:
             + STEADY_STEPS + " to see the idle each iteration has. ")
 
 
+FIRST_CALL_RATIO = 5.0
+"""A gap's operator call at least this many times the median of the other calls of its name with the
+same inputs (vocab.call_inputs) is named an outlier: the first of them, a library choosing or loading
+kernels for inputs it has not seen; FIRST_CALL_OTHERS_MIN other calls at least, so that a median means
+something. b200_vllm_eager: each of the two longest gaps was one aten::linear of 1.7-2.5 ms, the
+first with its shapes; the other 35 took 0.07-0.09 ms at the median."""
+FIRST_CALL_OTHERS_MIN = 2
+
+
+def _repeat_calls(ctx: Context, event_ids: list[int]) -> dict[int, dict]:
+    """For each call in `event_ids` (the gaps' heaviest host calls) that is an outlier among the
+    calls of its name with the same inputs (FIRST_CALL_RATIO): {event id: {others, median_ns, first,
+    inputs}}, `others` the number of those other calls, `median_ns` their median time, `first`
+    whether it came before all of them, `inputs` whether the profiler recorded its inputs."""
+    ids = sorted({int(i) for i in event_ids if i is not None})
+    if not ids:
+        return {}
+    r = int(ctx.rank)
+    rows = ctx.run.sql(f"""WITH t AS (SELECT event_id, kind, name, ts_ns, dur_ns, {call_inputs('t0')} AS inputs FROM events t0
+    WHERE rank = {r} AND event_id IN ({', '.join(map(str, ids))})),
+o AS (SELECT event_id, kind, name, ts_ns, dur_ns, {call_inputs('o0')} AS inputs FROM events o0
+    WHERE rank = {r} AND name IN (SELECT name FROM t))
+SELECT t.event_id, t.dur_ns, t.inputs <> '', count(*), median(o.dur_ns)::BIGINT, count(*) FILTER (WHERE o.ts_ns < t.ts_ns)
+FROM t JOIN o ON o.kind = t.kind AND o.name = t.name AND o.inputs IS NOT DISTINCT FROM t.inputs AND o.event_id <> t.event_id
+GROUP BY t.event_id, t.dur_ns, t.inputs, t.ts_ns""").fetchall()
+    return {int(i): {"others": int(n), "median_ns": int(med), "first": not before, "inputs": bool(has)}
+            for i, dur, has, n, med, before in rows
+            if n >= FIRST_CALL_OTHERS_MIN and med is not None and dur >= FIRST_CALL_RATIO * max(int(med), 1)}
+
+
+def _repeat_words(call: dict) -> str:
+    """How a gap's outlier call compares with the other calls of its name and inputs (_repeat_calls)."""
+    with_inputs = " with these inputs" if call["inputs"] else ""
+    if call["first"]:
+        return f" (the first of {call['others'] + 1} calls{with_inputs}; the others took {ms(call['median_ns'])} at the median)"
+    return f" (the other {call['others']} calls{with_inputs} took {ms(call['median_ns'])} at the median)"
+
+
+def _first_calls_words(gaps: list[dict], by_gap: dict[int, list], repeats: dict[int, dict]) -> str:
+    """What the advice says first when the gaps whose heaviest host call is a first call (_repeat_calls)
+    hold at least half of the named gaps' time; else ""."""
+    lengths = [g["gap_end"] - g["gap_start"] for g in gaps]
+    first = [i for i in range(len(gaps)) if by_gap.get(i) and repeats.get(by_gap[i][0]["event_id"], {}).get("first")]
+    if not first or 2 * sum(lengths[i] for i in first) < sum(lengths):
+        return ""
+    n, shown = len(first), len(gaps)
+    which = "The longest gap" if first == [0] else f"The {n} longest gaps" if n == shown else f"{n} of the {shown} longest gaps"
+    names = sorted({by_gap[i][0]["name"] for i in first})
+    inputs = all(repeats[by_gap[i][0]["event_id"]]["inputs"] for i in first)
+    return (f"{which} ({ms(sum(lengths[i] for i in first))}) {'are first calls' if n > 1 else 'is the first call'} of {', '.join(names)}"
+            + (" with inputs not seen before, many times the later calls with the same inputs" if inputs else ", many times the later calls")
+            + ": a library choosing or loading kernels for new inputs (cuBLAS or hipBLASLt heuristics, cuDNN or MIOpen autotuning, "
+            "lazy loading) costs once per shape, not every iteration. "
+            + STEADY_STEPS + " to see the idle each iteration has. ")
+
+
 def evidence_sql(rank: int, device: int, steady: list[int] | None, first_launch: int | None = None) -> str:
     """Evidence SQL, plain DuckDB: one row, the device's busy_ns, window_ns and idle_ns (metrics.busy_sql's),
     idle_left_out_ns (its idle while the host was in the calls other rules name: allocator calls,
@@ -362,9 +423,14 @@ def check(ctx: Context) -> list:
         for dev_, i, name, event_id, frame_id, overlap_ns in in_gaps:
             if dev_ == d and i in by_gap:
                 by_gap[i].append({"name": name, "event_id": event_id, "frame_id": frame_id, "overlap_ns": overlap_ns})
+        repeats = _repeat_calls(ctx, [by_gap[i][0]["event_id"] for i in by_gap if by_gap[i]])
+        compared: set[int] = set()  # a call through several gaps is compared once, in the first
         for i, g in enumerate(gaps):
             ran = by_gap[i]
-            what = ", ".join(f"{b['name']} {ms(b['overlap_ns'])}" for b in ran) or "no recorded host activity"
+            said = ran[0]["event_id"] if ran and ran[0]["event_id"] in repeats and ran[0]["event_id"] not in compared else None
+            compared.add(said)
+            what = ", ".join(f"{b['name']} {ms(b['overlap_ns'])}" + (_repeat_words(repeats[said]) if not j and said is not None else "")
+                             for j, b in enumerate(ran)) or "no recorded host activity"
             host.append(f"gap of {ms(g['gap_end'] - g['gap_start'])}: host ran {what}")
             samples += [b["event_id"] for b in ran[:1]]
             if frame is None and ran and ran[0]["frame_id"] is not None:
@@ -394,7 +460,8 @@ def check(ctx: Context) -> list:
                              "idle_in_loader_ns": v["idle_in_loader_ns"], "idle_in_first_launch_ns": v["idle_in_first_launch_ns"],
                              "idle_left_out_ns": left_out["either"]},
             sample_event_ids=samples, uses_source=True,
-            recommendation=_one_off_gap(gaps, by_gap, idle) + "Keep the device fed: largest gaps — " + "; ".join(host) + ". "
+            recommendation=(_one_off_gap(gaps, by_gap, idle) or _first_calls_words(gaps, by_gap, repeats))
+            + "Keep the device fed: largest gaps — " + "; ".join(host) + ". "
             + ("Move host work out of the step (DataLoader workers, pin_memory), avoid" if ctx.trains() else
                "Prepare inputs ahead of the device (pinned memory, non_blocking copies), avoid")
             + " synchronising calls, batch small ops or use " + graph_tip(ctx) + " to cut launch gaps.",
