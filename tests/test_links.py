@@ -216,3 +216,23 @@ def test_time_order_is_by_start_then_longest_first_and_stable():
             got = time_order(ts, dur)
             want = sorted(range(n), key=lambda i: (ts[i], -dur[i], i))
             assert got.tolist() == want, (n, shape)
+
+
+def test_a_dispatch_hook_is_no_statement_its_caller_is(tmp_path: Path):
+    """A library's tensor subclass hooks every torch call (vLLM's parameters define
+    `__torch_function__`): the operator's statement is the code that called it, not the hook's def
+    line, which every operator of the model would otherwise share. The hook's frame is kept, marked
+    not the user's."""
+    events = [
+        X("model.py(30): forward", "python_function", 0, 50),
+        X("vllm/model_executor/parameter.py(122): __torch_function__", "python_function", 1, 40),
+        X("aten::linear", "cpu_op", 2, 30),
+        X("mylib/ops.py(7): __torch_dispatch__", "python_function", 60, 20),
+        X("aten::add", "cpu_op", 61, 10),
+    ]
+    run_dir = import_traces(write_trace(tmp_path / "t.json", events, baseTimeNanoseconds=BASE), tmp_path / "run").run_dir
+    with open_run(run_dir) as r:
+        assert frame(r, ev(r, "aten::linear")["frame_id"]) == ("model.py", 30, "forward", True, "def")
+        assert ev(r, "aten::add")["frame_id"] is None  # only a hook above it: no statement
+        assert r.sql("SELECT file, is_user FROM frames WHERE function LIKE '__torch_%' ORDER BY 1").fetchall() == [
+            ("mylib/ops.py", False), ("vllm/model_executor/parameter.py", False)]
