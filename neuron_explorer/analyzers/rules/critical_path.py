@@ -28,7 +28,9 @@ pieces of LONG_STRETCH_NS or more, each charged whole to one operator or record_
 nothing recorded beneath it) → not the dispatcher overhead between operators that compiling removes
 but a wait the trace does not show (a sync inside a library, the autograd engine's thread, a
 collective waiting for another rank) or Python it does not record: record stacks or sample the
-process to see which);
+process to see which; otherwise, where DistributedDataParallel's broadcast of the module's buffers
+at every forward (vocab.DDP_BUFFER_BROADCAST_OPS) is DDP_BROADCAST_SHARE_MIN of the host time or
+more, it is named first with its time → broadcast_buffers=False, or SyncBatchNorm);
 input pipeline → DataLoader workers. One cause, one finding: a class whose cause another rule
 names (`LEFT_TO`: data loading → input-pipeline, launches → launch-overhead unless one call holds most of them, host waits →
 host-sync, idle waiting on other work → device-idle, collectives → comm-exposed) is left to that
@@ -48,7 +50,17 @@ import json
 import re
 
 from ...store import sql_file_literal
-from ...vocab import CONV_KERNEL_RE, SYNC_CALL_PART, SYNC_OPS, WORK_CLASSES, is_sync_call_name, kinds_sql, work_class, work_class_sql
+from ...vocab import (
+    CONV_KERNEL_RE,
+    DDP_BUFFER_BROADCAST_OPS,
+    SYNC_CALL_PART,
+    SYNC_OPS,
+    WORK_CLASSES,
+    is_sync_call_name,
+    kinds_sql,
+    work_class,
+    work_class_sql,
+)
 from .. import critical_path as cp
 from .. import peaks as P
 from ..engine import Context, NotApplicable
@@ -68,6 +80,7 @@ THRESHOLDS = {
     "SMALL_KERNELS_PER_STEP": 10,  # a class with at least this many kernels per step...
     "SMALL_KERNEL_NS": 20_000,  # ...each charged less than this on average: many small kernels
     "LONG_STRETCH_NS": 1_000_000,  # a piece of host time charged whole to one operator or range: no dispatcher overhead
+    "DDP_BROADCAST_SHARE_MIN": 0.05,  # DDP's buffer broadcast / the host class's charged time: named in its advice
 }
 RANK_QUERIES = (DEVICE_WORK_NAMED,)
 """The device work the saving bound leaves an item's names out of, read once per batch of ranks
@@ -212,15 +225,36 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
                 "record. " + SEE_UNTRACED + ", to see which before compiling; "
                 "where ranks wait for each other, collective-wait and rank-skew say for how long.")
     if graphs.startswith("torch.compile"):
-        return ("Host time bounds the step: " + graphs + " cuts Python and dispatcher overhead and per-kernel launches, a larger "
-                "batch amortises both; fewer .item() calls keep the host from waiting.")
-    return ("Host time bounds the step: torch.compile cuts Python and dispatcher overhead, " + graphs + " remove per-kernel "
-            "launches, a larger batch amortises both; fewer .item() calls keep the host from waiting.")
+        return _ddp_buffers(cls, members, charged) + ("Host time bounds the step: " + graphs + " cuts Python and dispatcher overhead "
+                                                      "and per-kernel launches, a larger batch amortises both; fewer .item() calls "
+                                                      "keep the host from waiting.")
+    return _ddp_buffers(cls, members, charged) + ("Host time bounds the step: torch.compile cuts Python and dispatcher overhead, "
+                                                  + graphs + " remove per-kernel launches, a larger batch amortises both; fewer "
+                                                  ".item() calls keep the host from waiting.")
+
+
+def _ddp_buffers(cls: str, members: list[dict], charged: int) -> str:
+    """What the host class's advice says first where DistributedDataParallel's buffer broadcast
+    (vocab.DDP_BUFFER_BROADCAST_OPS: a broadcast with its flatten and unflatten) is at least
+    DDP_BROADCAST_SHARE_MIN of the class; else ""."""
+    mine = [m for m in members if m["item"] in DDP_BUFFER_BROADCAST_OPS]
+    ns = sum(m["charged_ns"] for m in mine)
+    if cls != "host" or DDP_BUFFER_BROADCAST_OPS[0] not in {m["item"] for m in mine} or ns < THRESHOLDS["DDP_BROADCAST_SHARE_MIN"] * charged:
+        return ""
+    return (f"DistributedDataParallel's broadcast of the module's buffers is {ms(ns)} of this time ({_names_of(mine)}): at every "
+            "forward it copies rank 0's buffers (BatchNorm's running statistics) to every rank. Where the ranks' buffers need not be "
+            "identical, DistributedDataParallel(model, broadcast_buffers=False) skips it (or torch.nn.SyncBatchNorm keeps the "
+            "statistics in step as they are computed). ")
+
+
+def _names_of(members: list[dict]) -> str:
+    """Members with their charged time, heaviest first, at most three."""
+    return ", ".join(f"{_describe(m)} {ms(m['charged_ns'])}" for m in members[:3])
 
 
 def _names(members: list[dict], cause: str) -> str:
     """The items of `members` with this cause, heaviest first, at most three, with their charged time."""
-    return ", ".join(f"{_describe(m)} {ms(m['charged_ns'])}" for m in [m for m in members if m["cause"] == cause][:3])
+    return _names_of([m for m in members if m["cause"] == cause])
 
 
 def _describe(it: dict) -> str:
