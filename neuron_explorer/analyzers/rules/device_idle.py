@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...vocab import DEVICE_WORK_SQL, allocator_call, call_inputs, top_host_call
+from ...vocab import DEVICE_WORK_SQL, allocator_call, call_inputs, kinds_sql, top_host_call
 from .. import metrics
 from ..engine import Context
 from ..model import Location
@@ -130,6 +130,70 @@ HOST = RankQuery("device_idle_host", f"SELECT * EXCLUDE (rank) FROM ({_host_sql(
                  f"SELECT * FROM ({_host_sql('TRUE')}) ORDER BY rank, device, i, overlap_ns DESC, name", read=_read_host)
 
 
+
+def _repeats_sql(tops: str) -> str:
+    """For each call of the query `tops` (rows rank, event_id), the other calls of the rank with its
+    kind, name and inputs (vocab.call_inputs): rows (rank, event_id, dur_ns, has_inputs, others,
+    median_ns of the others, how many came before it), ordered by rank and event id; a call with no
+    other has no row."""
+    return f"""WITH t AS (SELECT e.rank, e.event_id, e.kind, e.name, e.ts_ns, e.dur_ns, {call_inputs('e')} AS inputs
+    FROM events e JOIN ({tops}) c ON e.rank = c.rank AND e.event_id = c.event_id),
+o AS (SELECT e.rank, e.event_id, e.kind, e.name, e.ts_ns, e.dur_ns, {call_inputs('e')} AS inputs FROM events e
+    WHERE e.rank IN (SELECT rank FROM t) AND e.name IN (SELECT name FROM t))
+SELECT t.rank, t.event_id, t.dur_ns, t.inputs <> '' AS has_inputs, count(*) AS others, median(o.dur_ns)::BIGINT AS median_ns,
+  count(*) FILTER (WHERE o.ts_ns < t.ts_ns) AS before
+FROM t JOIN o ON o.rank = t.rank AND o.kind = t.kind AND o.name = t.name AND o.inputs IS NOT DISTINCT FROM t.inputs AND o.event_id <> t.event_id
+GROUP BY t.rank, t.event_id, t.dur_ns, t.inputs, t.ts_ns ORDER BY t.rank, t.event_id"""
+
+
+def _tops_sql(rank_where: str) -> str:
+    """Each gap's heaviest host call (HOST's first row per device and gap): rows (rank, event_id)."""
+    return f"""SELECT DISTINCT rank, event_id FROM ({_host_sql(rank_where)})
+QUALIFY row_number() OVER (PARTITION BY rank, device, i ORDER BY overlap_ns DESC, name) = 1"""
+
+
+def _tops(host_rows: list[tuple]) -> list[tuple[int, str]]:
+    """(event id, name) of each gap's heaviest host call in HOST's rows of a rank (ordered by device,
+    gap, heaviest first), each call once."""
+    seen: dict[tuple, tuple[int, str]] = {}
+    for dev, i, name, event_id, _frame, _ns in host_rows:
+        seen.setdefault((dev, i), (int(event_id), name))
+    return sorted(set(seen.values()))
+
+
+def _repeats_of(run, tops: list[tuple]) -> list[tuple]:
+    """`_repeats_sql`'s rows over the calls listed as (rank, event_id, name), in one query that reads
+    the args (for the calls' inputs) only of the events with those ranks and names: given as
+    literals, the Parquet scan filters on them before it reads any args (a join on the calls read
+    every event's args: 2.4 ms a rank on 256 small ranks, against 0.7)."""
+    if not tops:
+        return []
+    values = ", ".join(f"({int(r)}, {int(e)})" for r, e, _ in tops)
+    ranks = ", ".join(str(r) for r in sorted({int(r) for r, _, _ in tops}))
+    return run.sql(f"""WITH c AS (SELECT rank, event_id, kind, name, ts_ns, dur_ns, {call_inputs()} AS inputs FROM events
+    WHERE rank IN ({ranks}) AND name IN {kinds_sql(sorted({n for _, _, n in tops}))}),
+t AS (SELECT c.* FROM c JOIN (SELECT col0::INTEGER AS rank, col1::BIGINT AS event_id FROM (VALUES {values})) x
+    ON c.rank = x.rank AND c.event_id = x.event_id)
+SELECT t.rank, t.event_id, t.dur_ns, t.inputs <> '' AS has_inputs, count(*) AS others, median(o.dur_ns)::BIGINT AS median_ns,
+  count(*) FILTER (WHERE o.ts_ns < t.ts_ns) AS before
+FROM t JOIN c o ON o.rank = t.rank AND o.kind = t.kind AND o.name = t.name AND o.inputs IS NOT DISTINCT FROM t.inputs AND o.event_id <> t.event_id
+GROUP BY t.rank, t.event_id, t.dur_ns, t.inputs, t.ts_ns ORDER BY t.rank, t.event_id""").fetchall()
+
+
+def _read_repeats(run, ranks) -> dict[int, list[tuple]]:
+    """REPEATS' rows of each rank: over the gaps' heaviest calls of HOST's rows (prepared for the
+    batch), in one query for all `ranks`."""
+    out: dict[int, list[tuple]] = {int(r): [] for r in ranks}
+    for row in _repeats_of(run, [(int(r), e, n) for r in ranks for e, n in _tops(rank_rows(run, HOST, r))]):
+        out[int(row[0])].append(tuple(row[1:]))
+    return out
+
+
+REPEATS = RankQuery("device_idle_repeats", f"SELECT * EXCLUDE (rank) FROM ({_repeats_sql(_tops_sql('rank = ?'))})",
+                    f"SELECT * FROM ({_repeats_sql(_tops_sql('TRUE'))})", read=_read_repeats)
+"""How each gap's heaviest host call compares with the other calls of its name and inputs (the
+first call of new shapes), for all ranks of a batch at once."""
+
 def screen(run, summaries: dict) -> set[int]:
     """Ranks without a device (not applicable) and those with a device idle beyond the check's
     share of its window (the summary's figures: no query)."""
@@ -207,7 +271,7 @@ CLAIMED = RankQuery("device_idle_claimed", _claimed_sql(True), _claimed_sql(Fals
 """Each rank's allocator calls, host syncs' waiting calls (ranks without steps), DataLoader fetches
 and steps: one query for a batch."""
 
-RANK_QUERIES = (GAPS, HOST, CLAIMED)
+RANK_QUERIES = (GAPS, HOST, CLAIMED, REPEATS)
 """The largest gaps of every device, what the host ran in them and the host calls other rules name,
 for all ranks of a batch at once. The gaps and the host's work are read (`read`) from the devices'
 busy unions the summary reads anyway; `one` and `many` are the same rows in SQL alone
@@ -324,22 +388,11 @@ first with its shapes; the other 35 took 0.07-0.09 ms at the median."""
 FIRST_CALL_OTHERS_MIN = 2
 
 
-def _repeat_calls(ctx: Context, event_ids: list[int]) -> dict[int, dict]:
-    """For each call in `event_ids` (the gaps' heaviest host calls) that is an outlier among the
-    calls of its name with the same inputs (FIRST_CALL_RATIO): {event id: {others, median_ns, first,
+def _repeat_calls(rows: list[tuple]) -> dict[int, dict]:
+    """The gaps' heaviest host calls (REPEATS' rows of a rank) that are outliers among the calls of
+    their name with the same inputs (FIRST_CALL_RATIO): {event id: {others, median_ns, first,
     inputs}}, `others` the number of those other calls, `median_ns` their median time, `first`
     whether it came before all of them, `inputs` whether the profiler recorded its inputs."""
-    ids = sorted({int(i) for i in event_ids if i is not None})
-    if not ids:
-        return {}
-    r = int(ctx.rank)
-    rows = ctx.run.sql(f"""WITH t AS (SELECT event_id, kind, name, ts_ns, dur_ns, {call_inputs('t0')} AS inputs FROM events t0
-    WHERE rank = {r} AND event_id IN ({', '.join(map(str, ids))})),
-o AS (SELECT event_id, kind, name, ts_ns, dur_ns, {call_inputs('o0')} AS inputs FROM events o0
-    WHERE rank = {r} AND name IN (SELECT name FROM t))
-SELECT t.event_id, t.dur_ns, t.inputs <> '', count(*), median(o.dur_ns)::BIGINT, count(*) FILTER (WHERE o.ts_ns < t.ts_ns)
-FROM t JOIN o ON o.kind = t.kind AND o.name = t.name AND o.inputs IS NOT DISTINCT FROM t.inputs AND o.event_id <> t.event_id
-GROUP BY t.event_id, t.dur_ns, t.inputs, t.ts_ns""").fetchall()
     return {int(i): {"others": int(n), "median_ns": int(med), "first": not before, "inputs": bool(has)}
             for i, dur, has, n, med, before in rows
             if n >= FIRST_CALL_OTHERS_MIN and med is not None and dur >= FIRST_CALL_RATIO * max(int(med), 1)}
@@ -415,7 +468,8 @@ def check(ctx: Context) -> list:
             found = (rank_rows(ctx.run, GAPS, ctx.rank), rank_rows(ctx.run, HOST, ctx.rank))
         shown, in_gaps = [g for g in found[0] if g[0] == d], [h for h in found[1] if h[0] == d]
         longest = np.asarray([(a, b) for _, _, a, b in shown], dtype=np.int64).reshape(-1, 2)
-        if len(claimed["either"]) and metrics.covered_within(longest[np.argsort(longest[:, 0])], claimed["either"]):
+        outside = bool(len(claimed["either"])) and bool(metrics.covered_within(longest[np.argsort(longest[:, 0])], claimed["either"]))
+        if outside:
             shown, in_gaps = _gaps_outside(ctx, d, busy, claimed["either"])  # the gaps named are the idle left here
         gaps = [{"gap_start": gs, "gap_end": ge} for _, _, gs, ge in shown]
         host, samples, frame = [], [], None
@@ -423,7 +477,8 @@ def check(ctx: Context) -> list:
         for dev_, i, name, event_id, frame_id, overlap_ns in in_gaps:
             if dev_ == d and i in by_gap:
                 by_gap[i].append({"name": name, "event_id": event_id, "frame_id": frame_id, "overlap_ns": overlap_ns})
-        repeats = _repeat_calls(ctx, [by_gap[i][0]["event_id"] for i in by_gap if by_gap[i]])
+        repeats = _repeat_calls(rank_rows(ctx.run, REPEATS, ctx.rank) if not outside else
+                                [r[1:] for r in _repeats_of(ctx.run, [(ctx.rank, e, n) for e, n in _tops(in_gaps)])])
         compared: set[int] = set()  # a call through several gaps is compared once, in the first
         for i, g in enumerate(gaps):
             ran = by_gap[i]
