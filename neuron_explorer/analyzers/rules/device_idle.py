@@ -477,7 +477,9 @@ def check(ctx: Context) -> list:
         for dev_, i, name, event_id, frame_id, overlap_ns in in_gaps:
             if dev_ == d and i in by_gap:
                 by_gap[i].append({"name": name, "event_id": event_id, "frame_id": frame_id, "overlap_ns": overlap_ns})
-        repeats = _repeat_calls(rank_rows(ctx.run, REPEATS, ctx.rank) if not outside else
+        # the batch's rows where the engine prepared them; else (one rank alone, or other gaps) over the rows in hand
+        batched = None if outside else prepared_rows(ctx.run, REPEATS, ctx.rank)
+        repeats = _repeat_calls(batched if batched is not None else
                                 [r[1:] for r in _repeats_of(ctx.run, [(ctx.rank, e, n) for e, n in _tops(in_gaps)])])
         compared: set[int] = set()  # a call through several gaps is compared once, in the first
         for i, g in enumerate(gaps):
