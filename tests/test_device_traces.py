@@ -717,3 +717,26 @@ def test_ddp_buffer_broadcast_on_the_host_path_is_named_with_its_fix(traces):
     assert said >= 0.05 * f["impact_ns"] and "DistributedDataParallel(model, broadcast_buffers=False)" in f["recommendation"]
     _, other, _ = traces("mi300x_ddp_resnet_act_checkpoint")
     assert not any("broadcast_buffers" in g["recommendation"] for g in other["findings"])
+
+
+def test_zero_grad_kernels_of_old_torch_are_named_with_set_to_none(traces):
+    """v100_resnet50_torch19_memory (torch 1.9): zero_grad's default then was set_to_none=False, so
+    Optimizer.zero_grad zeroes each of ResNet-50's 161 gradients with a kernel of its own, most of
+    them under 10 µs: 156 of the 911 short kernels a step. launch-overhead's advice said to fuse
+    kernels; it now names zero_grad's share (counted here from the kernels whose launch call lies
+    inside the zero_grad range, in the steady steps) and set_to_none=True, which launches none."""
+    _, report, raw = traces("v100_resnet50_torch19_memory")
+    steady = report["summary"]["ranks"][0]["steps"]["steady_steps"]
+    steps = [raw.iv(e) for e in raw.spans if e["name"] in {f"ProfilerStep#{s}" for s in steady}]
+    zero = [raw.iv(e) for e in raw.spans if e["name"].startswith("Optimizer.zero_grad#")]
+    launch = raw.launch_of()
+    short = [k for k in raw.of({"kernel"}) if raw.dur(k) < SHORT_KERNEL_NS and any(a <= raw.iv(k)[0] < b for a, b in steps)]
+
+    def in_zero_grad(k) -> bool:
+        c = launch.get(k["args"].get("correlation"))
+        return c is not None and any(a <= raw.iv(c)[0] and raw.iv(c)[1] <= b for a, b in zero)
+    n = sum(1 for k in short if in_zero_grad(k))
+    assert n >= 0.1 * len(short)
+    (f,) = findings(report, "launch-overhead")
+    assert (f"Optimizer.zero_grad launches {n / len(steps):.0f} of them a step, one for each gradient it zeroes: "
+            "optimizer.zero_grad(set_to_none=True)") in f["recommendation"]
