@@ -740,3 +740,13 @@ def test_zero_grad_kernels_of_old_torch_are_named_with_set_to_none(traces):
     (f,) = findings(report, "launch-overhead")
     assert (f"Optimizer.zero_grad launches {n / len(steps):.0f} of them a step, one for each gradient it zeroes: "
             "optimizer.zero_grad(set_to_none=True)") in f["recommendation"]
+
+
+@pytest.mark.slow
+def test_a_hotspot_statements_advice_mentions_backward_only_where_it_has_one(traces):
+    """h100_timesformer_inference runs no backward: its hotspot statement's advice said 'its backward
+    included' all the same. The MI300X training run's statement has 32 ms of backward: it says so."""
+    (inference,) = [f for f in findings(traces(H100)[1], "hotspot") if f["title"].startswith("Hotspot source line")]
+    assert inference["evidence"]["values"]["device_backward_ns"] == 0 and "backward" not in inference["recommendation"]
+    (training,) = [f for f in findings(traces("mi300x_ddp_resnet_act_checkpoint")[1], "hotspot") if f["title"].startswith("Hotspot source line")]
+    assert training["evidence"]["values"]["device_backward_ns"] > 0 and "(its backward included)" in training["recommendation"]

@@ -257,7 +257,8 @@ def _line_advice(v: dict, key: str, replayed: int) -> str:
                 "statement is the replay, not the work. The graph's kernels (below) are what to make cheaper; import the "
                 "trace with its capture's trace (`neuron-explorer import TRACE --capture CAPTURE`) to see them by the "
                 "statements that captured them.")
-    return ("Most time comes from the work this statement starts (its backward included): make it cheaper "
+    backward = v["device_backward_ns" if key == "device_ns" else "cpu_backward_ns"]
+    return (f"Most time comes from the work this statement starts{' (its backward included)' if backward else ''}: make it cheaper "
             "(shapes, dtype, a batched or fused form of a Python loop) or run it less often.")
 
 
