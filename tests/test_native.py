@@ -223,3 +223,61 @@ def test_a_build_lock_left_by_a_killed_build_does_not_hang_the_next_run(tmp_path
     assert proc.returncode == 0, proc.stderr
     assert manifest["converter"] == "native"
     assert not (folder / "lock").exists()
+
+
+class _Passing(torch.Tensor):  # a tensor subclass of the user's, its hook handing each call on to torch
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+class _Direct(torch.Tensor):  # another, calling the function itself
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **(kwargs or {}))
+
+
+HOOK_LINES: dict[str, int] = {}
+
+
+def _through_hooks(a, b):
+    import sys
+
+    HOOK_LINES["mm"] = sys._getframe().f_lineno + 1
+    y = torch.mm(a, a)
+    HOOK_LINES["add"] = sys._getframe().f_lineno + 1
+    return (y + b).sum()
+
+
+def _hook_statements(frames: _live_convert.FrameTable, events: dict) -> dict[str, set]:
+    """Each aten::mm / aten::add's innermost user statement (file, line)."""
+    out: dict[str, set] = {}
+    for name, f in zip(events["name"], events["frame_index"]):
+        if name in ("aten::mm", "aten::add") and f is not None and f >= 0:
+            while f >= 0 and not frames.is_user[f]:
+                f = frames.parent[f]
+            out.setdefault(name, set()).add((frames.file[f], frames.line[f]) if f >= 0 else None)
+    return out
+
+
+@pytest.mark.parametrize("subclass", [_Passing, _Direct], ids=["super", "direct"])
+def test_an_operator_called_through_a_user_subclass_hook_is_its_callers_statements(native_module, tmp_path, subclass):
+    """A tensor subclass in the user's own file hooks every torch call (`__torch_function__`): each
+    operator was charged to the hook's line. Its statement is the line that called the torch
+    function, by both converters (the same tables) and in a run nx.profile writes."""
+    a, b = torch.randn(32, 32).as_subclass(subclass), torch.randn(32, 32).as_subclass(subclass)
+    _through_hooks(a, b)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_stack=True) as prof:
+        for _ in range(3):
+            _through_hooks(a, b)
+    want = {"aten::mm": {(__file__, HOOK_LINES["mm"])}, "aten::add": {(__file__, HOOK_LINES["add"])}}
+    for converter in (None, native_module):
+        frames = _live_convert.FrameTable()
+        cc = _live_convert.convert_cycle(prof.profiler.kineto_results, frames, pid=1, native=converter)
+        assert _hook_statements(frames, _plain(cc.events).to_pydict()) == want, converter
+        assert not any(u for u, fn in zip(frames.is_user, frames.function) if fn == "__torch_function__")
+    with nx.profile(tmp_path / "run", activities=[torch.profiler.ProfilerActivity.CPU]) as p:
+        for _ in range(3):
+            _through_hooks(a, b)
+    assert _hook_statements(p.recording.frames, p.recording.cycles[0].events.to_pydict()) == want

@@ -57,7 +57,7 @@ from .kineto_names import (
 )
 from .kineto_names import MEMORY_EVENT_NAME as MEMORY_NAME
 from .raw import RAW_COUNTERS, RAW_EVENTS, RAW_FLOWS, RAW_MEMORY
-from .sources import is_user_file
+from .sources import DISPATCH_HOOKS, is_user_file
 
 
 @dataclass
@@ -96,7 +96,7 @@ class FrameTable:
             self.file.append(path)
             self.line.append(line)
             self.function.append(function)
-            self.is_user.append(user)
+            self.is_user.append(user and function not in DISPATCH_HOOKS)
             self.parent.append(parent)
         return idx
 
@@ -284,7 +284,7 @@ def _walk_tree(roots, frames: FrameTable):
                     user = file_user.get(c_file)
                     if user is None:
                         user = file_user[c_file] = frames.resolve(c_file)[1]
-                    if user:
+                    if user and _text(caller, "function_name") not in DISPATCH_HOOKS:  # (a hook's caller is the statement)
                         user_frame = frames.intern(c_file, caller.line_number, caller, user_frame)
                         any_frame = user_frame
                     elif user_frame < 0:
@@ -322,6 +322,8 @@ def _runs_user_code(name: str, is_python_call: bool, frames: FrameTable) -> bool
     if name.startswith(MODULE_PREFIX):
         return False  # nn.Module calls run torch's Module._call_impl
     m = _CALLSITE.match(name)
+    if m and name[m.end():] in DISPATCH_HOOKS:
+        return False  # a tensor subclass's dispatch hook: the operators it calls are its caller's statement's
     return frames.resolve(m.group(1))[1] if m else None
 
 
@@ -448,8 +450,8 @@ class _NativeHelper:
     def runs_user(self, name: str, is_python_call: bool) -> bool | None:
         return _runs_user_code(name, is_python_call, self.frames)
 
-    def file_user(self, recorded_file: str) -> bool:
-        return self.frames.resolve(recorded_file)[1]
+    def frame_user(self, recorded_file: str, function: str) -> bool:
+        return function not in DISPATCH_HOOKS and self.frames.resolve(recorded_file)[1]
 
     def intern(self, recorded_file: str, line: int, function: str, parent: int) -> int:
         return self.frames.intern(recorded_file, line, function, parent)

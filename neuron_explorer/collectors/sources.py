@@ -40,8 +40,8 @@ DISPATCH_HOOKS = frozenset({"__torch_function__", "__torch_dispatch__"})
 """A tensor subclass's or a mode's dispatch hooks: torch calls them for every torch function, so a
 line in one runs every operator, and the statement that called the operator is its caller's.
 vLLM's parameter classes define `__torch_function__` (vllm/model_executor/parameter.py:122): the
-b200 trace's linear layers were all charged to it. (Imported traces: the live collector picks a
-statement by its file.)"""
+b200 trace's linear layers were all charged to it; a user's subclass in a recorded script charged
+every operator to its hook's line."""
 
 
 def is_user_frame(file: str, function: str | None) -> bool:

@@ -386,7 +386,7 @@ struct Oracle {
   py::object helper;
   std::unordered_map<std::string, int> kinds;  // _live_convert.call_kind
   std::unordered_map<std::string, int> runs_user;  // -1: not known from the name
-  std::unordered_map<std::string, bool> file_user;
+  std::unordered_map<std::string, bool> file_user;  // by file '\0' function
   std::unordered_map<FrameKey, int64_t, FrameKeyHash> frames;
 
   // 0: the job's call; 1: the profiler watching itself; 2: the StatementLines call (no event)
@@ -405,11 +405,15 @@ struct Oracle {
     runs_user.emplace(name, r);
     return r;
   }
-  bool is_user_file(const std::string& file) {
-    auto it = file_user.find(file);
+  // user code, and not a dispatch hook (sources.DISPATCH_HOOKS: a frame in a tensor subclass's
+  // __torch_function__ runs every operator; the statement is its caller's)
+  bool is_user_frame(const std::string& file, const torch::profiler::impl::PyFrameState& frame) {
+    std::string function = clean(frame.funcname_.str());
+    std::string key = file + '\0' + function;
+    auto it = file_user.find(key);
     if (it != file_user.end()) return it->second;
-    bool v = helper.attr("file_user")(file).cast<bool>();
-    file_user.emplace(file, v);
+    bool v = helper.attr("frame_user")(file, function).cast<bool>();
+    file_user.emplace(std::move(key), v);
     return v;
   }
   int64_t intern(const std::string& file, int line, const torch::profiler::impl::PyFrameState& caller, int64_t parent) {
@@ -482,7 +486,7 @@ void walk_tree(const ProfilerResult& res, Oracle& oracle, TreeOut& out) {
             if constexpr (std::is_base_of_v<torch::profiler::impl::PyExtraFieldsBase, T>) caller = &f.caller_;
           });
           std::string file = clean(caller->filename_.str());
-          if (oracle.is_user_file(file)) {
+          if (oracle.is_user_frame(file, *caller)) {
             item.user_frame = oracle.intern(file, caller->line_no_, *caller, item.user_frame);
             item.any_frame = item.user_frame;
           } else if (item.user_frame < 0) {
@@ -522,7 +526,7 @@ void walk_tree(const ProfilerResult& res, Oracle& oracle, TreeOut& out) {
             auto lit = out.lines.find(f.record_function_id_);
             if (lit != out.lines.end() && (lit->second.first_line == fn->line_no_ || lit->second.entry_line == fn->line_no_)) {
               std::string file = clean(fn->filename_.str());
-              if (oracle.is_user_file(file)) {
+              if (oracle.is_user_frame(file, *fn)) {
                 item.user_frame = oracle.intern(file, lit->second.line, *fn, item.user_frame);
                 item.any_frame = item.user_frame;
               } else if (item.user_frame < 0) {
