@@ -752,3 +752,19 @@ def test_a_hotspot_statements_advice_mentions_backward_only_where_it_has_one(tra
     assert inference["evidence"]["values"]["device_backward_ns"] == 0 and "backward" not in inference["recommendation"]
     (training,) = [f for f in findings(traces("mi300x_ddp_resnet_act_checkpoint")[1], "hotspot") if f["title"].startswith("Hotspot source line")]
     assert training["evidence"]["values"]["device_backward_ns"] > 0 and "(its backward included)" in training["recommendation"]
+
+
+def test_zero_grad_host_time_on_the_path_is_named_with_set_to_none(traces):
+    """cuda_resnet50_torch18: the heaviest host item on the critical path is Optimizer.zero_grad
+    (47.45 ms of 128.22 ms, a launch per gradient): the host class's advice names it with its time
+    (the path's, at most the range's own time in the analysed steps) and set_to_none=True."""
+    _, report, raw = traces(TORCH18)
+    (f,) = [f for f in findings(report, "critical-path") if f["evidence"]["values"]["class"] == "host"]
+    steps = [raw.iv(e) for e in raw.spans if re.fullmatch(r"ProfilerStep#(\d+)", e["name"])
+             and int(e["name"].split("#")[1]) in f["location"]["steps"]]
+    own = sum(raw.dur(e) for e in raw.spans if e["name"].startswith("Optimizer.zero_grad#")
+              and any(a <= raw.iv(e)[0] and raw.iv(e)[1] <= b for a, b in steps))
+    said = float(re.search(r"^The optimizer's zero_grad is ([\d.]+) ms of this time \(Optimizer.zero_grad#SGD.zero_grad\)",
+                           f["recommendation"]).group(1)) * 1e6
+    assert 0.05 * f["impact_ns"] <= said <= own + 5_000
+    assert "optimizer.zero_grad(set_to_none=True)" in f["recommendation"]

@@ -29,8 +29,9 @@ nothing recorded beneath it) → not the dispatcher overhead between operators t
 but a wait the trace does not show (a sync inside a library, the autograd engine's thread, a
 collective waiting for another rank) or Python it does not record: record stacks or sample the
 process to see which; otherwise, where DistributedDataParallel's broadcast of the module's buffers
-at every forward (vocab.DDP_BUFFER_BROADCAST_OPS) is DDP_BROADCAST_SHARE_MIN of the host time or
-more, it is named first with its time → broadcast_buffers=False, or SyncBatchNorm);
+at every forward (vocab.DDP_BUFFER_BROADCAST_OPS) is KNOWN_HOST_SHARE_MIN of the host time or
+more, it is named first with its time → broadcast_buffers=False, or SyncBatchNorm; and so is an
+optimizer's zero_grad (vocab.ZERO_GRAD_RANGE) → set_to_none=True);
 input pipeline → DataLoader workers. One cause, one finding: a class whose cause another rule
 names (`LEFT_TO`: data loading → input-pipeline, launches → launch-overhead unless one call holds most of them, host waits →
 host-sync, idle waiting on other work → device-idle, collectives → comm-exposed) is left to that
@@ -56,6 +57,7 @@ from ...vocab import (
     SYNC_CALL_PART,
     SYNC_OPS,
     WORK_CLASSES,
+    ZERO_GRAD_RANGE,
     is_sync_call_name,
     kinds_sql,
     work_class,
@@ -80,7 +82,7 @@ THRESHOLDS = {
     "SMALL_KERNELS_PER_STEP": 10,  # a class with at least this many kernels per step...
     "SMALL_KERNEL_NS": 20_000,  # ...each charged less than this on average: many small kernels
     "LONG_STRETCH_NS": 1_000_000,  # a piece of host time charged whole to one operator or range: no dispatcher overhead
-    "DDP_BROADCAST_SHARE_MIN": 0.05,  # DDP's buffer broadcast / the host class's charged time: named in its advice
+    "KNOWN_HOST_SHARE_MIN": 0.05,  # a known host cost (DDP's buffer broadcast, zero_grad's kernels) / the host class: named first
 }
 RANK_QUERIES = (DEVICE_WORK_NAMED,)
 """The device work the saving bound leaves an item's names out of, read once per batch of ranks
@@ -225,26 +227,36 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
                 "record. " + SEE_UNTRACED + ", to see which before compiling; "
                 "where ranks wait for each other, collective-wait and rank-skew say for how long.")
     if graphs.startswith("torch.compile"):
-        return _ddp_buffers(cls, members, charged) + ("Host time bounds the step: " + graphs + " cuts Python and dispatcher overhead "
+        return _known_host_costs(cls, members, charged) + ("Host time bounds the step: " + graphs + " cuts Python and dispatcher overhead "
                                                       "and per-kernel launches, a larger batch amortises both; fewer .item() calls "
                                                       "keep the host from waiting.")
-    return _ddp_buffers(cls, members, charged) + ("Host time bounds the step: torch.compile cuts Python and dispatcher overhead, "
+    return _known_host_costs(cls, members, charged) + ("Host time bounds the step: torch.compile cuts Python and dispatcher overhead, "
                                                   + graphs + " remove per-kernel launches, a larger batch amortises both; fewer "
                                                   ".item() calls keep the host from waiting.")
 
 
-def _ddp_buffers(cls: str, members: list[dict], charged: int) -> str:
-    """What the host class's advice says first where DistributedDataParallel's buffer broadcast
-    (vocab.DDP_BUFFER_BROADCAST_OPS: a broadcast with its flatten and unflatten) is at least
-    DDP_BROADCAST_SHARE_MIN of the class; else ""."""
-    mine = [m for m in members if m["item"] in DDP_BUFFER_BROADCAST_OPS]
-    ns = sum(m["charged_ns"] for m in mine)
-    if cls != "host" or DDP_BUFFER_BROADCAST_OPS[0] not in {m["item"] for m in mine} or ns < THRESHOLDS["DDP_BROADCAST_SHARE_MIN"] * charged:
+def _known_host_costs(cls: str, members: list[dict], charged: int) -> str:
+    """What the host class's advice says first where a known cost with a known fix is at least
+    KNOWN_HOST_SHARE_MIN of the class: DistributedDataParallel's buffer broadcast at every forward
+    (vocab.DDP_BUFFER_BROADCAST_OPS: a broadcast with its flatten and unflatten), an optimizer's
+    zero_grad zeroing each gradient with a kernel (vocab.ZERO_GRAD_RANGE); else ""."""
+    if cls != "host":
         return ""
-    return (f"DistributedDataParallel's broadcast of the module's buffers is {ms(ns)} of this time ({_names_of(mine)}): at every "
-            "forward it copies rank 0's buffers (BatchNorm's running statistics) to every rank. Where the ranks' buffers need not be "
-            "identical, DistributedDataParallel(model, broadcast_buffers=False) skips it (or torch.nn.SyncBatchNorm keeps the "
-            "statistics in step as they are computed). ")
+    least = THRESHOLDS["KNOWN_HOST_SHARE_MIN"] * charged
+    out = ""
+    ddp = [m for m in members if m["item"] in DDP_BUFFER_BROADCAST_OPS]
+    ns = sum(m["charged_ns"] for m in ddp)
+    if DDP_BUFFER_BROADCAST_OPS[0] in {m["item"] for m in ddp} and ns >= least:
+        out += (f"DistributedDataParallel's broadcast of the module's buffers is {ms(ns)} of this time ({_names_of(ddp)}): at every "
+                "forward it copies rank 0's buffers (BatchNorm's running statistics) to every rank. Where the ranks' buffers need not "
+                "be identical, DistributedDataParallel(model, broadcast_buffers=False) skips it (or torch.nn.SyncBatchNorm keeps the "
+                "statistics in step as they are computed). ")
+    zero = [m for m in members if (m["item"] or "").startswith(ZERO_GRAD_RANGE)]
+    ns = sum(m["charged_ns"] for m in zero)
+    if ns >= least and ns:
+        out += (f"The optimizer's zero_grad is {ms(ns)} of this time ({zero[0]['item']}): it zeroes each gradient with a kernel "
+                "launched from the host; optimizer.zero_grad(set_to_none=True), torch's default since 2.0, launches none. ")
+    return out
 
 
 def _names_of(members: list[dict]) -> str:

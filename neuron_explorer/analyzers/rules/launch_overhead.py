@@ -12,14 +12,14 @@ charged once, not once per kernel — as the union of the calls' intervals (with
 the calls inside steps), reported when it is at least LAUNCH_SHARE_MIN of the analysed time (MTIA's
 890 short kernels were launched in 0.87 ms of a 459.67 ms window: nothing to gain). Saving bound: the
 same (fusion, torch.compile or CUDA graphs remove most launches). In a training run, where the
-short kernels launched inside Optimizer.zero_grad (its range, ZERO_GRAD_RANGE) are ZERO_GRAD_SHARE_MIN
+short kernels launched inside Optimizer.zero_grad (its range, vocab.ZERO_GRAD_RANGE) are ZERO_GRAD_SHARE_MIN
 of those counted or more, the advice first names them (a step's count) and set_to_none=True: before
 torch 2.0 zero_grad zeroed each gradient with a kernel of its own.
 """
 
 from __future__ import annotations
 
-from ...vocab import in_steps
+from ...vocab import ZERO_GRAD_RANGE, in_steps
 from ..engine import Context
 from ..metrics import per_step_words, union_of_sql
 from ..model import Location
@@ -106,9 +106,6 @@ def _fuse(graphs: str) -> str:
     """torch.compile and the device's way to launch fewer programs (once, where they are the same)."""
     return graphs if graphs.startswith("torch.compile") else "torch.compile, " + graphs
 
-
-ZERO_GRAD_RANGE = "Optimizer.zero_grad#"
-"""torch's range around an optimizer's zero_grad (`Optimizer.zero_grad#SGD.zero_grad`)."""
 
 
 def _zero_grad_words(ctx: Context, device: int, in_steady: str, counted: int, steps: int) -> str:
