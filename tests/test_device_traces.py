@@ -768,3 +768,15 @@ def test_zero_grad_host_time_on_the_path_is_named_with_set_to_none(traces):
                            f["recommendation"]).group(1)) * 1e6
     assert 0.05 * f["impact_ns"] <= said <= own + 5_000
     assert "optimizer.zero_grad(set_to_none=True)" in f["recommendation"]
+
+
+def test_a_collective_no_traced_operator_launched_says_so(traces):
+    """mi300x_ddp_resnet_act_checkpoint: 5 of the NCCL kernels have no launch call in the trace (their
+    correlation ids match no runtime call): comm-exposed named them 'from an unknown caller'; it says
+    what is known, that no traced operator launched them."""
+    _, report, raw = traces("mi300x_ddp_resnet_act_checkpoint")
+    launch = raw.launch_of()
+    orphans = [k for k in raw.of({"kernel"}) if k["name"].startswith("ncclDevKernel") and launch.get(k["args"].get("correlation")) is None]
+    assert len(orphans) == 5
+    (f,) = findings(report, "comm-exposed")
+    assert "ncclDevKernel_Generic from no traced operator " in f["title"] and "unknown" not in f["title"]
