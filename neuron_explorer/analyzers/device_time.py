@@ -319,6 +319,13 @@ def _sources(run: Run, frame_ids: set) -> dict[int, str]:
         "SELECT frame_id, file, line FROM frames WHERE frame_id IN (SELECT unnest(?::BIGINT[]))", [sorted(frame_ids)]).fetchall()}
 
 
+def launched_by(collective: dict) -> str:
+    """Who launched an exposed collective (an `exposed_communication` row), in words: its statement,
+    else its operator, else 'no traced operator' (no launch call in the trace, or one outside every
+    operator). The report's text and comm-exposed's title both say it this way."""
+    return collective.get("source") or collective.get("op") or "no traced operator"
+
+
 def exposed_sql(rank: int, device: int) -> str:
     """Evidence SQL: one row, `communication_ns` (collective kernels running with no compute kernel,
     within the rank's profiler steps, or its span without steps), `collective_ns` (the collective

@@ -12,6 +12,7 @@ from ..fmt import duration, kernel_name, share, summarise_warnings
 from ..fmt import id_ranges as _id_ranges
 from ..fmt import shapes as _shapes
 from ..fmt import spread as _spread_of
+from .device_time import launched_by
 from .metrics import no_device_words
 from .model import Finding, Report
 
@@ -107,7 +108,7 @@ def _device_time_lines(r: dict, kernels_shown: int = 5) -> list[str]:
         named = d.get("exposed_communication") or []
         if named:
             out.append("    exposed communication: " + "; ".join(
-                f"{x['collective']} from {x['source'] or x['op'] or 'a caller not recorded'} {duration(x['ns'])} "
+                f"{x['collective']} from {launched_by(x)} {duration(x['ns'])} "
                 f"({x['kernels']} kernel{'' if x['kernels'] == 1 else 's'})"
                 for x in named[:3]))
             steps = [st for st in d.get("steps", []) if st["communication_ns"]]

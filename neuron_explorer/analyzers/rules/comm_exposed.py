@@ -38,8 +38,7 @@ def _named(exposed: list[dict]) -> str:
     """'ncclKernel_AllReduce_… from AccumulateGrad (train.py:12) 39.45 ms, …' (the heaviest 3)."""
     parts = []
     for x in exposed[:3]:
-        where = x["source"] or x["op"] or "no traced operator"  # (no launch call in the trace, or one outside every operator)
-        parts.append(f"{x['collective']} from {where} {ms(x['ns'])}")
+        parts.append(f"{x['collective']} from {device_time.launched_by(x)} {ms(x['ns'])}")
     return ", ".join(parts)
 
 
