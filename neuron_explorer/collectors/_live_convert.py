@@ -450,8 +450,12 @@ class _NativeHelper:
     def runs_user(self, name: str, is_python_call: bool) -> bool | None:
         return _runs_user_code(name, is_python_call, self.frames)
 
-    def frame_user(self, recorded_file: str, function: str) -> bool:
-        return function not in DISPATCH_HOOKS and self.frames.resolve(recorded_file)[1]
+    def file_user(self, recorded_file: str) -> bool:
+        return self.frames.resolve(recorded_file)[1]
+
+    def dispatch_hooks(self) -> list[str]:
+        """Functions whose frames are no user statement (sources.DISPATCH_HOOKS), whatever their file."""
+        return sorted(DISPATCH_HOOKS)
 
     def intern(self, recorded_file: str, line: int, function: str, parent: int) -> int:
         return self.frames.intern(recorded_file, line, function, parent)

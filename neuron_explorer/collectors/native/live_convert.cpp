@@ -386,7 +386,7 @@ struct Oracle {
   py::object helper;
   std::unordered_map<std::string, int> kinds;  // _live_convert.call_kind
   std::unordered_map<std::string, int> runs_user;  // -1: not known from the name
-  std::unordered_map<std::string, bool> file_user;  // by file '\0' function
+  std::unordered_map<std::string, bool> file_user;
   std::unordered_map<FrameKey, int64_t, FrameKeyHash> frames;
 
   // 0: the job's call; 1: the profiler watching itself; 2: the StatementLines call (no event)
@@ -405,16 +405,22 @@ struct Oracle {
     runs_user.emplace(name, r);
     return r;
   }
+  std::vector<std::string> hooks;  // sources.DISPATCH_HOOKS, asked once
+  bool hooks_read = false;
   // user code, and not a dispatch hook (sources.DISPATCH_HOOKS: a frame in a tensor subclass's
   // __torch_function__ runs every operator; the statement is its caller's)
   bool is_user_frame(const std::string& file, const torch::profiler::impl::PyFrameState& frame) {
-    std::string function = clean(frame.funcname_.str());
-    std::string key = file + '\0' + function;
-    auto it = file_user.find(key);
-    if (it != file_user.end()) return it->second;
-    bool v = helper.attr("frame_user")(file, function).cast<bool>();
-    file_user.emplace(std::move(key), v);
-    return v;
+    auto it = file_user.find(file);
+    bool user = it != file_user.end() ? it->second : file_user.emplace(file, helper.attr("file_user")(file).cast<bool>()).first->second;
+    if (!user) return false;
+    if (!hooks_read) {
+      for (auto h : helper.attr("dispatch_hooks")()) hooks.push_back(h.cast<std::string>());
+      hooks_read = true;
+    }
+    const std::string& function = frame.funcname_.str();
+    for (const auto& h : hooks)
+      if (function == h) return false;
+    return true;
   }
   int64_t intern(const std::string& file, int line, const torch::profiler::impl::PyFrameState& caller, int64_t parent) {
     FrameKey key{file, line, parent};
