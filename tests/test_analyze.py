@@ -410,7 +410,9 @@ def test_device_idle_names_a_gap_that_is_a_first_call_with_new_inputs(tmp_path, 
     run = import_traces(write_trace(tmp_path / "t.json", _first_calls_trace(shapes)), tmp_path / "run").run_dir
     (f,) = by_rule(analyze(run, write=False), "device-idle")
     rec = f.recommendation
-    if shapes:
+    if shapes:  # the evidence holds the two calls compared, for an agent
+        assert [(c["others"], c["median_ns"], c["first"], c["inputs"]) for c in f.evidence.values["outlier_calls"]] == [
+            (5, 70 * US, True, True), (4, 40 * US, True, True)]
         assert rec.startswith("2 of the 3 longest gaps (1.81 ms) are first calls of aten::linear with inputs not seen before")
         assert ("gap of 1.00 ms: host ran aten::linear 1.00 ms (the first of 6 calls with these inputs; the others took 0.07 ms "
                 "at the median); gap of 0.81 ms: host ran aten::linear 0.80 ms (the first of 5 calls with these inputs; the others "

@@ -23,8 +23,9 @@ the host's traced calls take under a tenth of it, as time in no traced call and 
 A gap's heaviest host call that takes FIRST_CALL_RATIO times the median of the other calls of its
 name with the same inputs (vocab.call_inputs: shapes and types, where recorded) is compared with
 them in the advice ("the first of 36 calls with these inputs; the others took 0.07 ms at the
-median"); where such first calls fill half the named gaps, the advice first says they are a cost
-of new inputs (a library choosing or loading kernels), not of every iteration.
+median") and in the evidence (`outlier_calls`); where such first calls fill half the named gaps, the
+advice first says they are a cost of new inputs (a library choosing or loading kernels), not of
+every iteration.
 """
 
 from __future__ import annotations
@@ -130,7 +131,6 @@ HOST = RankQuery("device_idle_host", f"SELECT * EXCLUDE (rank) FROM ({_host_sql(
                  f"SELECT * FROM ({_host_sql('TRUE')}) ORDER BY rank, device, i, overlap_ns DESC, name", read=_read_host)
 
 
-
 def _repeats_sql(tops: str) -> str:
     """For each call of the query `tops` (rows rank, event_id), the other calls of the rank with its
     kind, name and inputs (vocab.call_inputs): rows (rank, event_id, dur_ns, has_inputs, others,
@@ -193,6 +193,7 @@ REPEATS = RankQuery("device_idle_repeats", f"SELECT * EXCLUDE (rank) FROM ({_rep
                     f"SELECT * FROM ({_repeats_sql(_tops_sql('TRUE'))})", read=_read_repeats)
 """How each gap's heaviest host call compares with the other calls of its name and inputs (the
 first call of new shapes), for all ranks of a batch at once."""
+
 
 def screen(run, summaries: dict) -> set[int]:
     """Ranks without a device (not applicable) and those with a device idle beyond the check's
@@ -515,7 +516,9 @@ def check(ctx: Context) -> list:
             sql=sql, values={"busy_ns": v["busy_ns"], "window_ns": v["window_ns"], "idle_ns": v["idle_ns"],
                              "idle_in_syncs_ns": v["idle_in_syncs_ns"], "idle_in_allocator_calls_ns": v["idle_in_allocator_calls_ns"],
                              "idle_in_loader_ns": v["idle_in_loader_ns"], "idle_in_first_launch_ns": v["idle_in_first_launch_ns"],
-                             "idle_left_out_ns": left_out["either"]},
+                             "idle_left_out_ns": left_out["either"],
+                             # the gaps' calls many times the other calls of their name and inputs (_repeat_calls)
+                             "outlier_calls": [{"event_id": int(e), **c} for e, c in repeats.items() if e in compared]},
             sample_event_ids=samples, uses_source=True,
             recommendation=(_one_off_gap(gaps, by_gap, idle) or _first_calls_words(gaps, by_gap, repeats))
             + "Keep the device fed: largest gaps — " + "; ".join(host) + ". "
