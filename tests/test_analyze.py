@@ -421,3 +421,20 @@ def test_device_idle_names_a_gap_that_is_a_first_call_with_new_inputs(tmp_path, 
         assert rec.startswith("The longest gap (1.00 ms) is the first call of aten::linear, many times the later calls: a library")
         assert "host ran aten::linear 1.00 ms (the first of 11 calls; the others took " in rec
         assert "with these inputs" not in rec and "gap of 0.81 ms: host ran aten::linear 0.80 ms (the other 10 calls took " in rec
+
+
+def test_device_idle_says_when_its_gaps_are_the_host_waiting_on_the_device(tmp_path):
+    """One profiler step (without steps the syncs' waits are host-sync's, left out of device-idle),
+    two gaps: 100 µs with the host in cudaDeviceSynchronize throughout (nothing recorded on the device:
+    both sides wait), 50 µs with the host in an operator. The waits are 100 of the named gaps' 150 µs:
+    the advice says neither side worked there instead of telling the host to feed the device."""
+    events = [X("ProfilerStep#1", "user_annotation", 0, 180),
+              K("k1", 0, 10), X("cudaDeviceSynchronize", "cuda_runtime", 10, 100), K("k2", 110, 10),
+              X("aten::foo", "cpu_op", 120, 50), K("k3", 170, 10)]
+    run = import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir
+    (f,) = by_rule(analyze(run, write=False), "device-idle")
+    assert f.evidence.values["waited_in_gaps_ns"] == 100 * US
+    assert f.recommendation.startswith("In the longest gaps the host was waiting on the device (synchronize calls, blocking copies) "
+                                       "for 0.10 ms of 0.15 ms, while the trace shows nothing running on it")
+    assert "gap of 0.10 ms: host ran cudaDeviceSynchronize 0.10 ms (waiting on the device for 0.10 ms of it)" in f.recommendation
+    assert "gap of 0.05 ms: host ran aten::foo 0.05 ms." in f.recommendation and "Keep the device fed" not in f.recommendation

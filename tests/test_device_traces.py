@@ -754,6 +754,7 @@ def test_a_hotspot_statements_advice_mentions_backward_only_where_it_has_one(tra
     assert training["evidence"]["values"]["device_backward_ns"] > 0 and "(its backward included)" in training["recommendation"]
 
 
+@pytest.mark.slow  # imports a 1-1.4 MB trace (5-10 s)
 def test_zero_grad_host_time_on_the_path_is_named_with_set_to_none(traces):
     """cuda_resnet50_torch18: the heaviest host item on the critical path is Optimizer.zero_grad
     (47.45 ms of 128.22 ms, a launch per gradient): the host class's advice names it with its time
@@ -780,3 +781,30 @@ def test_a_collective_no_traced_operator_launched_says_so(traces):
     assert len(orphans) == 5
     (f,) = findings(report, "comm-exposed")
     assert "ncclDevKernel_Generic from no traced operator " in f["title"] and "unknown" not in f["title"]
+
+
+@pytest.mark.slow  # imports a 1-1.4 MB trace (5-10 s)
+def test_idle_gaps_the_host_spent_waiting_on_the_device_are_no_host_work_to_move(traces):
+    """a100_train_blocking_dtoh: the device's three longest gaps (about 64 ms each) are a
+    cudaDeviceSynchronize and two blocking device-to-host copies, waiting with nothing on the device
+    (the work after them was queued before: a CUDA graph launched, a copy queued 25 ms earlier).
+    device-idle advised moving host work out of the step; it now says that neither side worked, by
+    how much (the waiting calls' union inside the gaps, counted here from the raw JSON), and what can
+    hold a device the trace does not show."""
+    _, report, raw = traces(A100)
+    busy = sorted(raw.iv(e) for e in raw.of(DEVICE_CATS))
+    gaps, end = [], busy[0][1]
+    for a, b in busy[1:]:
+        if a > end:
+            gaps.append((end, a))
+        end = max(end, b)
+    top = sorted(gaps, key=lambda g: (g[0] - g[1], g[1]))[:3]
+    waits = [raw.iv(c) for c in waiting_calls(raw)]
+    waited = sum(union([(max(a, s), min(b, t)) for a, b in waits if a < t and b > s]) for s, t in top)
+    total = sum(t - s for s, t in top)
+    assert waited > 0.9 * total
+    (f,) = findings(report, "device-idle")
+    assert f["recommendation"].startswith(f"In the longest gaps the host was waiting on the device (synchronize calls, blocking copies) "
+                                          f"for {waited / 1e6:.2f} ms of {total / 1e6:.2f} ms, while the trace shows nothing running on it")
+    assert f["evidence"]["values"]["waited_in_gaps_ns"] == waited
+    assert "Move host work out of the step" not in f["recommendation"] and "Keep the device fed" not in f["recommendation"]

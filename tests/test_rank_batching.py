@@ -239,20 +239,23 @@ def test_views_re_pointed_rank_after_rank_read_what_fresh_views_read(five, tmp_p
     assert seen["None"]["event_ranks"] == [(r,) for r in range(RANKS) if r != 3 or gone.name != "events"]
 
 
-@pytest.mark.parametrize("where", ["generated", "multirank_128", "v100_resnet50_torch19_memory.json.gz", "cuda_event_sync_multistream.json.gz"])
+@pytest.mark.parametrize("where", ["generated", "multirank_128", "v100_resnet50_torch19_memory.json.gz", "cuda_event_sync_multistream.json.gz",
+                                   "h100_timesformer_inference.json.gz"])
 def test_device_idle_gaps_read_from_the_busy_unions_equal_their_sql(five, where):
     """device-idle's gaps are read from the devices' busy unions the summary reads anyway (no union of
-    their own), what the host ran in them from those gaps, and how each gap's heaviest call compares
-    with the other calls of its name and inputs from those: each rank's rows equal the SQL that
+    their own), what the host ran in them from those gaps, how each gap's heaviest call compares
+    with the other calls of its name and inputs, and how long the host waited on the device in each
+    gap, from those: each rank's rows equal the SQL that
     computes them from the events alone (`one`), and a batch's equal `many`."""
     from neuron_explorer.analyzers import rank_rows
     from neuron_explorer.analyzers.rules import device_idle
 
     run_dir = five[0] if where == "generated" else f"tests/data/traces/{where}"
     with open_run(run_dir) as run:
-        batch = rank_rows.prepare(run, [*summary.RANK_QUERIES, device_idle.GAPS, device_idle.HOST, device_idle.REPEATS], run.ranks)
+        queries = (device_idle.GAPS, device_idle.HOST, device_idle.REPEATS, device_idle.WAITS)
+        batch = rank_rows.prepare(run, [*summary.RANK_QUERIES, *queries], run.ranks)
         found = 0
-        for q in (device_idle.GAPS, device_idle.HOST, device_idle.REPEATS):
+        for q in queries:
             many: dict[int, list] = {r: [] for r in run.ranks}
             for row in run.sql(q.many).fetchall():
                 many[row[0]].append(tuple(row[1:]))

@@ -25,7 +25,11 @@ name with the same inputs (vocab.call_inputs: shapes and types, where recorded) 
 them in the advice ("the first of 36 calls with these inputs; the others took 0.07 ms at the
 median") and in the evidence (`outlier_calls`); where such first calls fill half the named gaps, the
 advice first says they are a cost of new inputs (a library choosing or loading kernels), not of
-every iteration.
+every iteration. Each named gap says how long the host waited on the device inside it (the union of
+host_sync.waits, cut to the gap; `waited_in_gaps_ns` sums them): where that is WAITED_GAPS_SHARE of
+the named gaps or more, neither side worked there, and the advice says what can hold a device the
+trace does not show instead of telling the host to feed it (with steps only: without, the syncs'
+waits are host-sync's and left out).
 """
 
 from __future__ import annotations
@@ -189,6 +193,41 @@ def _read_repeats(run, ranks) -> dict[int, list[tuple]]:
     return out
 
 
+def _waits_sql(gaps: str) -> str:
+    """How long the host waited on a device inside each gap of the query `gaps` (rows rank, device, i,
+    gap_start, gap_end): the union of the waiting runtime calls (host_sync.waits: synchronize calls,
+    blocking copies to the host) cut to the gap. Rows (rank, device, i, waited_ns), ordered by them;
+    a gap with no wait has no row."""
+    cut = f"""SELECT g.rank, g.device, g.i, greatest(r.ts_ns, g.gap_start) AS ts_ns, least(r.ts_ns + r.dur_ns, g.gap_end) AS end_ns
+    FROM ({gaps}) g JOIN events r ON r.rank = g.rank AND r.ts_ns < g.gap_end AND r.ts_ns + r.dur_ns > g.gap_start
+    WHERE {host_sync.waits('r')}"""
+    return f"""SELECT rank, device, i, sum(end_ns - start_ns)::BIGINT AS waited_ns
+FROM ({metrics.union_of_sql(cut, by=("rank", "device", "i"))}) GROUP BY rank, device, i ORDER BY rank, device, i"""
+
+
+def _waits_of(run, gaps: list[tuple]) -> list[tuple]:
+    """`_waits_sql`'s rows over the gaps listed as (rank, device, i, gap_start, gap_end), in one query."""
+    if not gaps:
+        return []
+    values = ", ".join(f"({int(r)}, {int(d)}, {int(i)}, {int(a)}, {int(b)})" for r, d, i, a, b in gaps)
+    listed = ("SELECT col0::INTEGER AS rank, col1::BIGINT AS device, col2::INTEGER AS i, col3::BIGINT AS gap_start, "
+              f"col4::BIGINT AS gap_end FROM (VALUES {values})")
+    return run.sql(_waits_sql(listed)).fetchall()
+
+
+def _read_waits(run, ranks) -> dict[int, list[tuple]]:
+    """WAITS' rows of each rank: over GAPS' rows (prepared for the batch), in one query for all `ranks`."""
+    out: dict[int, list[tuple]] = {int(r): [] for r in ranks}
+    for row in _waits_of(run, [(int(r), *g) for r in ranks for g in rank_rows(run, GAPS, r)]):
+        out[int(row[0])].append(tuple(row[1:]))
+    return out
+
+
+WAITS = RankQuery("device_idle_waits", f"SELECT * EXCLUDE (rank) FROM ({_waits_sql(_gaps_sql('rank = ?'))})",
+                  f"SELECT * FROM ({_waits_sql(_gaps_sql('TRUE'))})", read=_read_waits)
+"""How long the host waited on the device inside each named gap, for all ranks of a batch at once."""
+
+
 REPEATS = RankQuery("device_idle_repeats", f"SELECT * EXCLUDE (rank) FROM ({_repeats_sql(_tops_sql('rank = ?'))})",
                     f"SELECT * FROM ({_repeats_sql(_tops_sql('TRUE'))})", read=_read_repeats)
 """How each gap's heaviest host call compares with the other calls of its name and inputs (the
@@ -272,7 +311,7 @@ CLAIMED = RankQuery("device_idle_claimed", _claimed_sql(True), _claimed_sql(Fals
 """Each rank's allocator calls, host syncs' waiting calls (ranks without steps), DataLoader fetches
 and steps: one query for a batch."""
 
-RANK_QUERIES = (GAPS, HOST, CLAIMED, REPEATS)
+RANK_QUERIES = (GAPS, HOST, CLAIMED, REPEATS, WAITS)
 """The largest gaps of every device, what the host ran in them and the host calls other rules name,
 for all ranks of a batch at once. The gaps and the host's work are read (`read`) from the devices'
 busy unions the summary reads anyway; `one` and `many` are the same rows in SQL alone
@@ -425,6 +464,27 @@ def _first_calls_words(gaps: list[dict], by_gap: dict[int, list], repeats: dict[
             + STEADY_STEPS + " to see the idle each iteration has. ")
 
 
+WAITED_GAPS_SHARE = 0.5
+"""Where the host waited on the device (WAITS) for at least this share of the named gaps' time, the
+advice says first that neither side worked there. a100_train_blocking_dtoh: its three longest gaps
+(64 ms each) are a cudaDeviceSynchronize and two blocking copies waiting with nothing on the device;
+560 of its 793 ms of idle are such waits."""
+
+
+def _waits_words(gaps: list[dict], waited: dict[int, int]) -> str:
+    """What the advice says first where the host waited on the device through WAITED_GAPS_SHARE of the
+    named gaps (`waited`: ns by gap index); else ""."""
+    total = sum(g["gap_end"] - g["gap_start"] for g in gaps)
+    ns = sum(waited.values())
+    if not total or ns < WAITED_GAPS_SHARE * total:
+        return ""
+    return (f"In the longest gaps the host was waiting on the device (synchronize calls, blocking copies) for {ms(ns)} of "
+            f"{ms(total)}, while the trace shows nothing running on it: neither side worked there, so feeding the device "
+            "faster does not shorten them. The device was held by something the trace does not show: work it does not hold "
+            "(events the profiler dropped, the nodes of a CUDA/HIP graph), another process on the same device, or a wait on "
+            "another stream or device (an event, a collective); Nsight Systems or rocprof shows which. ")
+
+
 def evidence_sql(rank: int, device: int, steady: list[int] | None, first_launch: int | None = None) -> str:
     """Evidence SQL, plain DuckDB: one row, the device's busy_ns, window_ns and idle_ns (metrics.busy_sql's),
     idle_left_out_ns (its idle while the host was in the calls other rules name: allocator calls,
@@ -482,6 +542,9 @@ def check(ctx: Context) -> list:
         batched = None if outside else prepared_rows(ctx.run, REPEATS, ctx.rank)
         repeats = _repeat_calls(batched if batched is not None else
                                 [r[1:] for r in _repeats_of(ctx.run, [(ctx.rank, e, n) for e, n in _tops(in_gaps)])])
+        batched = None if outside else prepared_rows(ctx.run, WAITS, ctx.rank)
+        waited = {i: ns for dev_, i, ns in (batched if batched is not None else
+                                             [r[1:] for r in _waits_of(ctx.run, [(ctx.rank, *g) for g in shown])]) if dev_ == d}
         compared: set[int] = set()  # a call through several gaps is compared once, in the first
         for i, g in enumerate(gaps):
             ran = by_gap[i]
@@ -489,7 +552,8 @@ def check(ctx: Context) -> list:
             compared.add(said)
             what = ", ".join(f"{b['name']} {ms(b['overlap_ns'])}" + (_repeat_words(repeats[said]) if not j and said is not None else "")
                              for j, b in enumerate(ran)) or "no recorded host activity"
-            host.append(f"gap of {ms(g['gap_end'] - g['gap_start'])}: host ran {what}")
+            host.append(f"gap of {ms(g['gap_end'] - g['gap_start'])}: host ran {what}"
+                        + (f" (waiting on the device for {ms(waited[i])} of it)" if waited.get(i) else ""))
             samples += [b["event_id"] for b in ran[:1]]
             if frame is None and ran and ran[0]["frame_id"] is not None:
                 frame = ran[0]["frame_id"]
@@ -518,12 +582,23 @@ def check(ctx: Context) -> list:
                              "idle_in_loader_ns": v["idle_in_loader_ns"], "idle_in_first_launch_ns": v["idle_in_first_launch_ns"],
                              "idle_left_out_ns": left_out["either"],
                              # the gaps' calls many times the other calls of their name and inputs (_repeat_calls)
-                             "outlier_calls": [{"event_id": int(e), **c} for e, c in repeats.items() if e in compared]},
+                             "outlier_calls": [{"event_id": int(e), **c} for e, c in repeats.items() if e in compared],
+                             "waited_in_gaps_ns": sum(waited.values())},  # (the host waiting on the device in the named gaps)
             sample_event_ids=samples, uses_source=True,
-            recommendation=(_one_off_gap(gaps, by_gap, idle) or _first_calls_words(gaps, by_gap, repeats))
-            + "Keep the device fed: largest gaps — " + "; ".join(host) + ". "
-            + ("Move host work out of the step (DataLoader workers, pin_memory), avoid" if ctx.trains() else
-               "Prepare inputs ahead of the device (pinned memory, non_blocking copies), avoid")
-            + " synchronising calls, batch small ops or use " + graph_tip(ctx) + " to cut launch gaps.",
+            recommendation=_advice(ctx, gaps, by_gap, idle, waited, repeats, host),
         ))
     return out
+
+
+def _advice(ctx: Context, gaps: list[dict], by_gap: dict[int, list], idle: int, waited: dict[int, int], repeats: dict[int, dict],
+            host: list[str]) -> str:
+    """The finding's advice: what the longest gaps are first where that is known (a one-off, the host
+    waiting on the device, first calls with new inputs), then the gaps with what the host ran, then
+    how to feed the device (not where the gaps are waits on both sides: there is nothing to feed)."""
+    if waits := _waits_words(gaps, waited):
+        return waits + "Largest gaps — " + "; ".join(host) + "."
+    return ((_one_off_gap(gaps, by_gap, idle) or _first_calls_words(gaps, by_gap, repeats)) + "Keep the device fed: largest gaps — "
+            + "; ".join(host) + ". "
+            + ("Move host work out of the step (DataLoader workers, pin_memory), avoid" if ctx.trains() else
+               "Prepare inputs ahead of the device (pinned memory, non_blocking copies), avoid")
+            + " synchronising calls, batch small ops or use " + graph_tip(ctx) + " to cut launch gaps.")
