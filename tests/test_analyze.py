@@ -438,3 +438,17 @@ def test_device_idle_says_when_its_gaps_are_the_host_waiting_on_the_device(tmp_p
                                        "for 0.10 ms of 0.15 ms, while the trace shows nothing running on it")
     assert "gap of 0.10 ms: host ran cudaDeviceSynchronize 0.10 ms (waiting on the device for 0.10 ms of it)" in f.recommendation
     assert "gap of 0.05 ms: host ran aten::foo 0.05 ms." in f.recommendation and "Keep the device fed" not in f.recommendation
+
+
+def test_host_sync_with_nothing_on_the_device_is_a_wait_on_unseen_work(tmp_path):
+    """A step where the host synchronises for 100 µs with no device work recorded in it, then the
+    device idles 10 µs more until the next kernel: host-sync's impact is those 10 µs, and its advice
+    says the sync waited on work the trace does not show (100 of its 100 µs), not to remove it."""
+    events = [X("ProfilerStep#1", "user_annotation", 0, 200), K("k1", 0, 10),
+              X("cudaStreamSynchronize", "cuda_runtime", 10, 100), K("k2", 120, 10)]
+    run = import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir
+    (f,) = by_rule(analyze(run, write=False), "host-sync")
+    assert f.impact_ns == 10 * US
+    assert (f.evidence.values["waits_ns"], f.evidence.values["waits_device_idle_ns"]) == (100 * US, 100 * US)
+    assert f.recommendation.startswith("For 0.10 ms of the 0.10 ms the host waited (")
+    assert "Remove host syncs" not in f.recommendation

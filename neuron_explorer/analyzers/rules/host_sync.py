@@ -23,7 +23,12 @@ outside every step are counted apart and never in the impact. The evidence also 
 `idle_summed_ns`: each sync's whole gap, from its return to the next device work, summed. Without steps: the union of the intervals
 of the syncs' waiting runtime calls (what the host waited; an operator around one may hold other
 work, such as the first `.to('cuda')` creating the context). Saving bound: the same. Only
-meaningful with a device: on a CPU-only run it is not applicable.
+meaningful with a device: on a CPU-only run it is not applicable. The evidence gives `waits_ns`
+(the union of the waiting calls, inside the steps where there are steps) and `waits_device_idle_ns`
+(the part of it in which no device of the rank ran anything the trace holds); where that is
+UNSEEN_WAIT_SHARE of the waits or more, the host waited on work the trace does not show (another
+thread's or process's kernels, a graph's nodes, dropped events) and the advice says so instead of
+telling to remove the sync (the inference server's 463 ms blocking copy).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from ...vocab import DEVICE_WORK_SQL, device_work, memcpy_call, sync_call, to_ho
 from .. import metrics
 from ..engine import Context
 from ..model import Location
+from ..rank_rows import arrays as rank_arrays
+from ..rank_rows import prepared_rows
 from ._util import ms, no_device, rows, share_at_least
 
 RULE_ID = "host-sync"
@@ -42,6 +49,7 @@ CATEGORY = "synchronization"
 SCOPE = "rank"
 THRESHOLDS = {
     "SYNC_SHARE_MIN": 0.01,  # the device idle the syncs cause (or union of sync intervals without steps) / analysed time
+    "UNSEEN_WAIT_SHARE": 0.5,  # the waits' time with no device work recorded / their time: they waited on work the trace does not hold
 }
 SCREEN_ONE_RANK = False  # the check's first query is the screen's for that rank (engine.py): one rank runs it once
 
@@ -208,11 +216,41 @@ def check(ctx: Context) -> list:
                if steps and v.get("outside_steps") else "")
     values = {k: v[k] for k in ("stalls", "wait_ns", "idle_after_ns", "idle_summed_ns", "syncs", "sync_ns", "outside_steps",
                                 "outside_wait_ns")}
+    waited, unseen = _waits_on_nothing(ctx, bool(steps))
+    values |= {"waits_ns": waited, "waits_device_idle_ns": unseen}
     return [ctx.finding(
         title=title, impact_ns=impact, saving_bound_ns=impact,
         location=Location(op=top["name"], source=ctx.source_of(top["frame_id"])),
         sql=sql, values=values, sample_event_ids=[b["sample_id"] for b in by_line], uses_source=True,
-        recommendation=f"Remove host syncs from the step ({where_txt}). Keep values on the device (no .item(), "
-        "float(t), print(t) or data-dependent `if` inside the loop); log metrics every N steps; avoid "
-        "torch.nonzero / boolean-mask indexing (use torch.where); drop explicit torch.cuda.synchronize()." + outside,
+        recommendation=(_unseen_words(waited, unseen, where_txt) or f"Remove host syncs from the step ({where_txt}). Keep values on "
+                        "the device (no .item(), float(t), print(t) or data-dependent `if` inside the loop); log metrics every N steps; "
+                        "avoid torch.nonzero / boolean-mask indexing (use torch.where); drop explicit torch.cuda.synchronize().") + outside,
     )]
+
+
+def _waits_on_nothing(ctx: Context, steps: bool) -> tuple[int, int]:
+    """(the union of the rank's waiting runtime calls, inside its steps where it has steps; the part of
+    it in which no device of the rank ran anything the trace holds: metrics.DEVICE_BUSY's union)."""
+    got = ctx.run.sql(f"SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM ({waiting_calls_sql(ctx.rank)}) WHERE dur_ns > 0").fetchnumpy()
+    waits = metrics.union_array(np.asarray(got["ts_ns"], dtype=np.int64), np.asarray(got["end_ns"], dtype=np.int64))
+    if steps:
+        st = np.asarray(prepared_rows(ctx.run, metrics.STEPS, ctx.rank) or
+                        ctx.run.sql(metrics.STEPS.one, [int(ctx.rank)]).fetchall(), dtype=np.int64).reshape(-1, 3)
+        waits = metrics.intersect_unions(waits, metrics.union_array(st[:, 1], st[:, 1] + st[:, 2]))
+    if not len(waits):
+        return 0, 0
+    busy = rank_arrays(ctx.run, metrics.DEVICE_BUSY, ctx.rank)
+    every = metrics.union_array(np.asarray(busy["start_ns"], dtype=np.int64), np.asarray(busy["end_ns"], dtype=np.int64))
+    total = int((waits[:, 1] - waits[:, 0]).sum())
+    return total, total - (metrics.covered_within(waits, every) if len(every) else 0)
+
+
+def _unseen_words(waited: int, unseen: int, where: str) -> str:
+    """The advice where the host waited mostly while no device ran anything the trace holds
+    (UNSEEN_WAIT_SHARE): the sync is not what costs; else ""."""
+    if not waited or unseen < THRESHOLDS["UNSEEN_WAIT_SHARE"] * waited:
+        return ""
+    return (f"For {ms(unseen)} of the {ms(waited)} the host waited ({where}), no device of this rank ran anything the trace "
+            "holds: the host waited on work the trace does not show (kernels another thread or process launched, the nodes of a "
+            "CUDA/HIP graph, events the profiler dropped), so removing the sync only moves the wait. Find what the device ran "
+            "(Nsight Systems or rocprof, or the trace of the process that launched it) and make that cheaper or overlap it.")
