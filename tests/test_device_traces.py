@@ -148,15 +148,21 @@ def waiting_calls(raw: Raw) -> list[dict]:
 
 
 # ---- one import and one report per trace, shared by the module -------------------------------
-def longest_idle_gap(raw: Raw) -> tuple[int, int]:
-    """The device's longest idle gap (between the union of its device events) outside the host's
-    allocator calls (the idle in those is allocator-churn's: device-idle names the rest)."""
+def idle_gaps(raw: Raw) -> list[tuple[int, int]]:
+    """The device's idle gaps: between the union of its device events, in time order."""
     busy = sorted(raw.iv(e) for e in raw.of(DEVICE_CATS))
     gaps, end = [], busy[0][1]
     for a, b in busy[1:]:
         if a > end:
             gaps.append((end, a))
         end = max(end, b)
+    return gaps
+
+
+def longest_idle_gap(raw: Raw) -> tuple[int, int]:
+    """The device's longest idle gap (between the union of its device events) outside the host's
+    allocator calls (the idle in those is allocator-churn's: device-idle names the rest)."""
+    gaps = idle_gaps(raw)
     alloc = sorted(raw.iv(r) for r in raw.of(RUNTIME_CATS) if re.match(r"^(cuda|hip)(Malloc|Free)", r["name"]))
     pieces = []
     for a, b in gaps:
@@ -792,13 +798,7 @@ def test_idle_gaps_the_host_spent_waiting_on_the_device_are_no_host_work_to_move
     how much (the waiting calls' union inside the gaps, counted here from the raw JSON), and what can
     hold a device the trace does not show."""
     _, report, raw = traces(A100)
-    busy = sorted(raw.iv(e) for e in raw.of(DEVICE_CATS))
-    gaps, end = [], busy[0][1]
-    for a, b in busy[1:]:
-        if a > end:
-            gaps.append((end, a))
-        end = max(end, b)
-    top = sorted(gaps, key=lambda g: (g[0] - g[1], g[1]))[:3]
+    top = sorted(idle_gaps(raw), key=lambda g: (g[0] - g[1], g[1]))[:3]
     waits = [raw.iv(c) for c in waiting_calls(raw)]
     waited = sum(union([(max(a, s), min(b, t)) for a, b in waits if a < t and b > s]) for s, t in top)
     total = sum(t - s for s, t in top)

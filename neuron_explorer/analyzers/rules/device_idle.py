@@ -119,14 +119,18 @@ def _read_host(run, ranks) -> dict[int, list[tuple]]:
     return out
 
 
+def _listed_gaps(gaps: list[tuple]) -> str:
+    """A query giving the gaps listed as (rank, device, i, gap_start, gap_end), as `_gaps_sql`'s rows."""
+    values = ", ".join(f"({int(r)}, {int(d)}, {int(i)}, {int(a)}, {int(b)})" for r, d, i, a, b in gaps)
+    return ("SELECT col0::INTEGER AS rank, col1::BIGINT AS device, col2::INTEGER AS i, col3::BIGINT AS gap_start, "
+            f"col4::BIGINT AS gap_end FROM (VALUES {values})")
+
+
 def _host_of(run, gaps: list[tuple]) -> list[tuple]:
     """`_host_in`'s rows (rank first) over the gaps listed as (rank, device, i, gap_start, gap_end), in one query."""
     if not gaps:
         return []
-    values = ", ".join(f"({r}, {d}, {i}, {a}, {b})" for r, d, i, a, b in gaps)
-    listed = ("SELECT col0::INTEGER AS rank, col1::BIGINT AS device, col2::INTEGER AS i, col3::BIGINT AS gap_start, "
-              f"col4::BIGINT AS gap_end FROM (VALUES {values})")
-    return run.sql(f"SELECT * FROM ({_host_in(listed)}) ORDER BY rank, device, i, overlap_ns DESC, name").fetchall()
+    return run.sql(f"SELECT * FROM ({_host_in(_listed_gaps(gaps))}) ORDER BY rank, device, i, overlap_ns DESC, name").fetchall()
 
 
 GAPS = RankQuery("device_idle_gaps", _one_rank(_gaps_sql("rank = ?")), f"SELECT * FROM ({_gaps_sql('TRUE')}) ORDER BY rank, device, i",
@@ -209,10 +213,7 @@ def _waits_of(run, gaps: list[tuple]) -> list[tuple]:
     """`_waits_sql`'s rows over the gaps listed as (rank, device, i, gap_start, gap_end), in one query."""
     if not gaps:
         return []
-    values = ", ".join(f"({int(r)}, {int(d)}, {int(i)}, {int(a)}, {int(b)})" for r, d, i, a, b in gaps)
-    listed = ("SELECT col0::INTEGER AS rank, col1::BIGINT AS device, col2::INTEGER AS i, col3::BIGINT AS gap_start, "
-              f"col4::BIGINT AS gap_end FROM (VALUES {values})")
-    return run.sql(_waits_sql(listed)).fetchall()
+    return run.sql(_waits_sql(_listed_gaps(gaps))).fetchall()
 
 
 def _read_waits(run, ranks) -> dict[int, list[tuple]]:
