@@ -452,3 +452,22 @@ def test_host_sync_with_nothing_on_the_device_is_a_wait_on_unseen_work(tmp_path)
     assert (f.evidence.values["waits_ns"], f.evidence.values["waits_device_idle_ns"]) == (100 * US, 100 * US)
     assert f.recommendation.startswith("For 0.10 ms of the 0.10 ms the host waited (")
     assert "Remove host syncs" not in f.recommendation
+
+
+def test_critical_path_host_waits_with_nothing_on_the_device_are_waits_on_unseen_work(tmp_path):
+    """A step whose path runs through a 100 µs cudaStreamSynchronize while nothing is recorded on the
+    device: the path's host-wait class says it is a wait on work the trace does not show (its 100 µs,
+    all of it with no device running), after its advice for host waits. (The next kernel starts 1 µs after the
+    sync returns: host-sync's figure, that idle, is under its share and the class stays the path's.)"""
+    def kernel(name, ts, corr):
+        return {**K(name, ts, 10), "args": {"device": 0, "stream": 7, "correlation": corr}}
+    events = [X("ProfilerStep#1", "user_annotation", 0, 200),
+              X("cudaLaunchKernel", "cuda_runtime", 0, 2, correlation=1), kernel("k1", 2, 1),
+              X("cudaStreamSynchronize", "cuda_runtime", 12, 100),
+              X("cudaLaunchKernel", "cuda_runtime", 112, 1, correlation=2), kernel("k2", 113, 2),
+              X("aten::foo", "cpu_op", 123, 77)]
+    run = import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir
+    (f,) = [f for f in by_rule(analyze(run, write=False), "critical-path") if f.evidence.values["class"] == "host_sync"]
+    assert (f.evidence.values["waits_ns"], f.evidence.values["waits_device_idle_ns"]) == (100 * US, 100 * US)
+    assert ("For 0.10 ms of the 0.10 ms the host waited (cudaStreamSynchronize 0.10 ms), no device of this rank ran anything the "
+            "trace holds") in f.recommendation

@@ -382,6 +382,10 @@ def test_blocking_device_to_host_copies_are_syncs_not_launch_overhead(traces):
     assert f["evidence"]["values"]["heaviest"][0] == {"item": "aten::to", "op": "aten::to", "charged_ns": waited}
     assert f["recommendation"].startswith(f"{waited / 1e6:.2f} ms of this time is the host inside blocking copies to the host")
     assert "non_blocking=True" in f["recommendation"] and "torch.compile" not in f["recommendation"]
+    # and for most of those waits the trace shows nothing on the device (device-idle's three longest gaps)
+    v = f["evidence"]["values"]
+    assert v["waits_device_idle_ns"] * 2 >= v["waits_ns"] >= waited
+    assert f"For {v['waits_device_idle_ns'] / 1e6:.2f} ms of the {v['waits_ns'] / 1e6:.2f} ms the host waited" in f["recommendation"]
     assert not [g for g in findings(report, "critical-path") if g["evidence"]["values"]["class"] == "host"
                 and g["evidence"]["values"]["heaviest"][0]["item"] == "aten::to"]
 

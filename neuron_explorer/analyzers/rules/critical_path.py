@@ -31,7 +31,10 @@ collective waiting for another rank) or Python it does not record: record stacks
 process to see which; otherwise, where DistributedDataParallel's broadcast of the module's buffers
 at every forward (vocab.DDP_BUFFER_BROADCAST_OPS) is KNOWN_HOST_SHARE_MIN of the host time or
 more, it is named first with its time → broadcast_buffers=False, or SyncBatchNorm; and so is an
-optimizer's zero_grad (vocab.ZERO_GRAD_RANGE) → set_to_none=True);
+optimizer's zero_grad (vocab.ZERO_GRAD_RANGE) → set_to_none=True; host waits on the device at least
+half of which no device of the rank ran anything the trace holds (`waits_device_idle_ns` of
+`waits_ns`, the path's host time inside the waiting calls, host_sync.waits_union) → also a wait on
+work the trace does not show, as host-sync says it);
 input pipeline → DataLoader workers. One cause, one finding: a class whose cause another rule
 names (`LEFT_TO`: data loading → input-pipeline, launches → launch-overhead unless one call holds most of them, host waits →
 host-sync, idle waiting on other work → device-idle, collectives → comm-exposed) is left to that
@@ -64,12 +67,14 @@ from ...vocab import (
     work_class_sql,
 )
 from .. import critical_path as cp
+from .. import metrics
 from .. import peaks as P
 from ..engine import Context, NotApplicable
 from ..metrics import DEVICE_WORK_NAMED, LAST_RECORDED
 from ..model import Location
 from ..rank_rows import rows as rank_rows
 from ..utilisation import rank_work
+from . import host_sync
 from ._util import SEE_UNTRACED, STEADY_STEPS, graph_tip, ms, pct, q
 
 RULE_ID = "critical-path"
@@ -303,6 +308,22 @@ def _unrecorded_ns(path, last_end: int | None) -> int:
     return int(np.maximum(end - np.maximum(ts, last_end), 0).sum())
 
 
+def _unseen_waits(ctx: Context, path) -> tuple[int, int]:
+    """(the host time on the path inside the rank's waiting runtime calls, host_sync.waits_union; the
+    part of it in which no device of the rank ran anything the trace holds). a100_train_blocking_dtoh:
+    its host waits on the path are two blocking copies of 64 ms each with nothing on the device."""
+    import numpy as np
+
+    host = np.isin(path.category, [cp.CATEGORIES.index(c) for c in ("host_compute", "launch_overhead")])
+    if not host.any():
+        return 0, 0
+    pieces = metrics.union_array(path.ts[host], path.ts[host] + path.ns[host])
+    on_path = metrics.intersect_unions(pieces, host_sync.waits_union(ctx.run, ctx.rank, True))
+    if not len(on_path):
+        return 0, 0
+    return int((on_path[:, 1] - on_path[:, 0]).sum()), host_sync.unseen_ns(ctx.run, ctx.rank, on_path)
+
+
 STRETCH_KINDS = ("cpu_op", "user_annotation")
 """The events a long stretch is charged to: operators and record_function ranges (a Python function
 of a trace with stacks is Python the trace shows, not a stretch it cannot see into)."""
@@ -440,6 +461,7 @@ def check(ctx: Context) -> list:
         one_off = cls == "launch" and one_off_id is not None  # one launch call holds most of the class
         unrecorded = _unrecorded_ns(path, (rank_rows(ctx.run, LAST_RECORDED, ctx.rank) or [(None,)])[0][0]) if cls == "host" else 0
         stretches = _long_stretches(ctx.run, path) if cls == "host" else (0, [])
+        unseen = _unseen_waits(ctx, path) if cls == "host_sync" else (0, 0)
         step_ns: dict = {}
         for m in members:
             for st, ns in (m.get("step_ns") or {}).items():
@@ -463,8 +485,10 @@ def check(ctx: Context) -> list:
                     "heaviest": [{"item": m["item"], "op": m["op"], "charged_ns": m["charged_ns"]} for m in members[:3]],
                     "device_arch": arch.name if arch else None,
                     **({"unrecorded_ns": unrecorded, "long_stretches_ns": stretches[0]} if cls == "host" else {}),
+                    **({"waits_ns": unseen[0], "waits_device_idle_ns": unseen[1]} if cls == "host_sync" else {}),
                     **({"one_off_ns": longest} if one_off else {})},
             sample_event_ids=[top["sample_id"]] if top["sample_id"] is not None else [], uses_source=True,
-            recommendation=_advice(cls, members, events, charged, step_count, arch, graph_tip(ctx), longest if one_off else 0,
-                                   has_modules, unrecorded, stretches)))
+            recommendation=" ".join(x for x in (_advice(cls, members, events, charged, step_count, arch, graph_tip(ctx),
+                                                        longest if one_off else 0, has_modules, unrecorded, stretches),
+                                                host_sync.unseen_words(unseen[0], unseen[1], _names_of(members))) if x)))
     return out

@@ -222,7 +222,7 @@ def check(ctx: Context) -> list:
         title=title, impact_ns=impact, saving_bound_ns=impact,
         location=Location(op=top["name"], source=ctx.source_of(top["frame_id"])),
         sql=sql, values=values, sample_event_ids=[b["sample_id"] for b in by_line], uses_source=True,
-        recommendation=(_unseen_words(waited, unseen, where_txt) or f"Remove host syncs from the step ({where_txt}). Keep values on "
+        recommendation=(unseen_words(waited, unseen, where_txt) or f"Remove host syncs from the step ({where_txt}). Keep values on "
                         "the device (no .item(), float(t), print(t) or data-dependent `if` inside the loop); log metrics every N steps; "
                         "avoid torch.nonzero / boolean-mask indexing (use torch.where); drop explicit torch.cuda.synchronize().") + outside,
     )]
@@ -230,24 +230,37 @@ def check(ctx: Context) -> list:
 
 def _waits_on_nothing(ctx: Context, steps: bool) -> tuple[int, int]:
     """(the union of the rank's waiting runtime calls, inside its steps where it has steps; the part of
-    it in which no device of the rank ran anything the trace holds: metrics.DEVICE_BUSY's union)."""
-    got = ctx.run.sql(f"SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM ({waiting_calls_sql(ctx.rank)}) WHERE dur_ns > 0").fetchnumpy()
+    it in which no device of the rank ran anything the trace holds)."""
+    waits = waits_union(ctx.run, ctx.rank, steps)
+    total = int((waits[:, 1] - waits[:, 0]).sum()) if len(waits) else 0
+    return total, unseen_ns(ctx.run, ctx.rank, waits)
+
+
+def waits_union(run, rank: int, steps: bool) -> np.ndarray:
+    """The union of the rank's waiting runtime calls (`waits`), (n, 2), cut to its steps with `steps`."""
+    got = run.sql(f"SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM ({waiting_calls_sql(rank)}) WHERE dur_ns > 0").fetchnumpy()
     waits = metrics.union_array(np.asarray(got["ts_ns"], dtype=np.int64), np.asarray(got["end_ns"], dtype=np.int64))
-    if steps:
-        st = np.asarray(prepared_rows(ctx.run, metrics.STEPS, ctx.rank) or
-                        ctx.run.sql(metrics.STEPS.one, [int(ctx.rank)]).fetchall(), dtype=np.int64).reshape(-1, 3)
+    if steps and len(waits):
+        st = np.asarray(prepared_rows(run, metrics.STEPS, rank) or run.sql(metrics.STEPS.one, [int(rank)]).fetchall(),
+                        dtype=np.int64).reshape(-1, 3)
         waits = metrics.intersect_unions(waits, metrics.union_array(st[:, 1], st[:, 1] + st[:, 2]))
-    if not len(waits):
-        return 0, 0
-    busy = rank_arrays(ctx.run, metrics.DEVICE_BUSY, ctx.rank)
+    return waits
+
+
+def unseen_ns(run, rank: int, intervals: np.ndarray) -> int:
+    """The time in `intervals` (a union) in which no device of the rank ran anything the trace holds
+    (metrics.DEVICE_BUSY's union over its devices)."""
+    if not len(intervals):
+        return 0
+    busy = rank_arrays(run, metrics.DEVICE_BUSY, rank)
     every = metrics.union_array(np.asarray(busy["start_ns"], dtype=np.int64), np.asarray(busy["end_ns"], dtype=np.int64))
-    total = int((waits[:, 1] - waits[:, 0]).sum())
-    return total, total - (metrics.covered_within(waits, every) if len(every) else 0)
+    return int((intervals[:, 1] - intervals[:, 0]).sum()) - (metrics.covered_within(intervals, every) if len(every) else 0)
 
 
-def _unseen_words(waited: int, unseen: int, where: str) -> str:
+def unseen_words(waited: int, unseen: int, where: str) -> str:
     """The advice where the host waited mostly while no device ran anything the trace holds
-    (UNSEEN_WAIT_SHARE): the sync is not what costs; else ""."""
+    (UNSEEN_WAIT_SHARE): the sync is not what costs; else "". (Also the critical path's, for its
+    host waits.)"""
     if not waited or unseen < THRESHOLDS["UNSEEN_WAIT_SHARE"] * waited:
         return ""
     return (f"For {ms(unseen)} of the {ms(waited)} the host waited ({where}), no device of this rank ran anything the trace "
