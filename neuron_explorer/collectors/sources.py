@@ -35,7 +35,6 @@ def is_user_file(path: str) -> bool:
     return not _NOT_USER.search(path)
 
 
-
 DISPATCH_HOOKS = frozenset({"__torch_function__", "__torch_dispatch__"})
 """A tensor subclass's or a mode's dispatch hooks: torch calls them for every torch function, so a
 line in one runs every operator, and the statement that called the operator is its caller's.

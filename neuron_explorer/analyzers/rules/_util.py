@@ -8,6 +8,8 @@ STEADY_STEPS = "Profile steady steps (torch.profiler.schedule(wait=1, warmup=1, 
 """How the advice says to see what each iteration costs, where what the trace shows may be a one-off."""
 SEE_UNTRACED = "Record with with_stack=True, or sample the process (py-spy)"
 """How the advice says to see host time the trace holds no event for."""
+SET_TO_NONE = "optimizer.zero_grad(set_to_none=True), torch's default since 2.0, launches none"
+"""How the advice says to stop zero_grad zeroing each gradient with a kernel (vocab.ZERO_GRAD_RANGE)."""
 
 
 def ms(ns: float | int | None) -> str:

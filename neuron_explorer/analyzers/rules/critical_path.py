@@ -75,7 +75,7 @@ from ..model import Location
 from ..rank_rows import rows as rank_rows
 from ..utilisation import rank_work
 from . import host_sync
-from ._util import SEE_UNTRACED, STEADY_STEPS, graph_tip, ms, pct, q
+from ._util import SEE_UNTRACED, SET_TO_NONE, STEADY_STEPS, graph_tip, ms, pct, q
 
 RULE_ID = "critical-path"
 TITLE = "Critical path: what bounds the step"
@@ -231,13 +231,10 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
                 "optimizer, the autograd engine's thread, a collective waiting for another rank) or Python it does not "
                 "record. " + SEE_UNTRACED + ", to see which before compiling; "
                 "where ranks wait for each other, collective-wait and rank-skew say for how long.")
-    if graphs.startswith("torch.compile"):
-        return _known_host_costs(cls, members, charged) + ("Host time bounds the step: " + graphs + " cuts Python and dispatcher overhead "
-                                                      "and per-kernel launches, a larger batch amortises both; fewer .item() calls "
-                                                      "keep the host from waiting.")
-    return _known_host_costs(cls, members, charged) + ("Host time bounds the step: torch.compile cuts Python and dispatcher overhead, "
-                                                  + graphs + " remove per-kernel launches, a larger batch amortises both; fewer "
-                                                  ".item() calls keep the host from waiting.")
+    tools = (graphs + " cuts Python and dispatcher overhead and per-kernel launches" if graphs.startswith("torch.compile") else
+             "torch.compile cuts Python and dispatcher overhead, " + graphs + " remove per-kernel launches")
+    return (_known_host_costs(cls, members, charged) + "Host time bounds the step: " + tools
+            + ", a larger batch amortises both; fewer .item() calls keep the host from waiting.")
 
 
 def _known_host_costs(cls: str, members: list[dict], charged: int) -> str:
@@ -260,7 +257,7 @@ def _known_host_costs(cls: str, members: list[dict], charged: int) -> str:
     ns = sum(m["charged_ns"] for m in zero)
     if ns >= least and ns:
         out += (f"The optimizer's zero_grad is {ms(ns)} of this time ({zero[0]['item']}): it zeroes each gradient with a kernel "
-                "launched from the host; optimizer.zero_grad(set_to_none=True), torch's default since 2.0, launches none. ")
+                f"launched from the host; {SET_TO_NONE}. ")
     return out
 
 

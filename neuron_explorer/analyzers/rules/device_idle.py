@@ -539,18 +539,15 @@ def check(ctx: Context) -> list:
         for dev_, i, name, event_id, frame_id, overlap_ns in in_gaps:
             if dev_ == d and i in by_gap:
                 by_gap[i].append({"name": name, "event_id": event_id, "frame_id": frame_id, "overlap_ns": overlap_ns})
-        # the batch's rows where the engine prepared them; else (one rank alone, or other gaps) over the rows in hand
-        batched = None if outside else prepared_rows(ctx.run, REPEATS, ctx.rank)
-        repeats = _repeat_calls(batched if batched is not None else
-                                [r[1:] for r in _repeats_of(ctx.run, [(ctx.rank, e, n) for e, n in _tops(in_gaps)])])
-        batched = None if outside else prepared_rows(ctx.run, WAITS, ctx.rank)
-        waited = {i: ns for dev_, i, ns in (batched if batched is not None else
-                                             [r[1:] for r in _waits_of(ctx.run, [(ctx.rank, *g) for g in shown])]) if dev_ == d}
+        repeats = _repeat_calls(_batch_or(ctx, REPEATS, outside, lambda h=in_gaps: _repeats_of(ctx.run, [(ctx.rank, e, n) for e, n in _tops(h)])))
+        waited = {i: ns for dev_, i, ns in _batch_or(ctx, WAITS, outside, lambda s=shown: _waits_of(ctx.run, [(ctx.rank, *g) for g in s]))
+                  if dev_ == d}
         compared: set[int] = set()  # a call through several gaps is compared once, in the first
         for i, g in enumerate(gaps):
             ran = by_gap[i]
             said = ran[0]["event_id"] if ran and ran[0]["event_id"] in repeats and ran[0]["event_id"] not in compared else None
-            compared.add(said)
+            if said is not None:
+                compared.add(said)
             what = ", ".join(f"{b['name']} {ms(b['overlap_ns'])}" + (_repeat_words(repeats[said]) if not j and said is not None else "")
                              for j, b in enumerate(ran)) or "no recorded host activity"
             host.append(f"gap of {ms(g['gap_end'] - g['gap_start'])}: host ran {what}"
@@ -589,6 +586,13 @@ def check(ctx: Context) -> list:
             recommendation=_advice(ctx, gaps, by_gap, idle, waited, repeats, host),
         ))
     return out
+
+
+def _batch_or(ctx: Context, query: RankQuery, outside: bool, here) -> list[tuple]:
+    """The rank's rows of `query` where the engine prepared them for its batch; else (one rank alone,
+    or gaps named outside what other rules claim) `here()`'s rows, rank first, over the rows in hand."""
+    got = None if outside else prepared_rows(ctx.run, query, ctx.rank)
+    return got if got is not None else [r[1:] for r in here()]
 
 
 def _advice(ctx: Context, gaps: list[dict], by_gap: dict[int, list], idle: int, waited: dict[int, int], repeats: dict[int, dict],

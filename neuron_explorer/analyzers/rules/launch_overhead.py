@@ -23,7 +23,7 @@ from ...vocab import ZERO_GRAD_RANGE, in_steps
 from ..engine import Context
 from ..metrics import per_step_words, union_of_sql
 from ..model import Location
-from ._util import graph_tip, ms, no_device, row
+from ._util import SET_TO_NONE, graph_tip, ms, no_device, q, row
 
 RULE_ID = "launch-overhead"
 TITLE = "Kernel launch overhead: many short kernels"
@@ -107,18 +107,17 @@ def _fuse(graphs: str) -> str:
     return graphs if graphs.startswith("torch.compile") else "torch.compile, " + graphs
 
 
-
 def _zero_grad_words(ctx: Context, device: int, in_steady: str, counted: int, steps: int) -> str:
     """What the advice says first where the short kernels launched inside Optimizer.zero_grad are at
     least ZERO_GRAD_SHARE_MIN of those counted: zero_grad(set_to_none=False), torch's default before
     2.0, zeroes each gradient with a kernel of its own (a ResNet-50: 161 a step, 18% of the V100
     trace's short kernels); with set_to_none=True it launches none. Else ""."""
     n = row(ctx.run, f"""SELECT count(*) AS n FROM events k JOIN events l ON l.rank = k.rank AND l.event_id = k.launch_id
-        JOIN events z ON z.rank = l.rank AND z.pid = l.pid AND z.tid = l.tid AND starts_with(z.name, '{ZERO_GRAD_RANGE}')
+        JOIN events z ON z.rank = l.rank AND z.pid = l.pid AND z.tid = l.tid AND starts_with(z.name, {q(ZERO_GRAD_RANGE)})
           AND l.ts_ns >= z.ts_ns AND l.ts_ns + l.dur_ns <= z.ts_ns + z.dur_ns
         WHERE k.rank = {ctx.rank} AND k.device = {device} AND k.kind = 'kernel' AND NOT k.graph
           AND k.dur_ns < {THRESHOLDS['SHORT_KERNEL_NS']} AND {in_steady}""")["n"]
     if not counted or n < THRESHOLDS["ZERO_GRAD_SHARE_MIN"] * counted:
         return ""
     return (f"Optimizer.zero_grad launches {f'{n / steps:.0f} of them a step' if steps else f'{n} of them'}, one for each gradient it zeroes: "
-            "optimizer.zero_grad(set_to_none=True), torch's default since 2.0, launches none. ")
+            f"{SET_TO_NONE}. ")
