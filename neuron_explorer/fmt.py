@@ -50,52 +50,6 @@ def size(b: int | None) -> str:
     return f"{b} B"
 
 
-@functools.lru_cache(maxsize=16384)  # the same kernel names recur in every step and every rank; long C++ names cost ~0.1 ms each
-def short_kernel_name(name: str | None, width: int = 60) -> str | None:
-    """A device kernel's name for people: no return type (`void `), no parameter list, template
-    arguments below the first level as `<…>`, at most `width` characters (`…` when cut):
-    `void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, …>(int, …)` →
-    `at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<…>, …>`; names that are no
-    signature (`Memcpy DtoD (Device -> Device)`) stay whole."""
-    if not name:
-        return name
-    s = name.strip()
-    if s.startswith("void "):
-        s = s[5:]
-    depth, cut = 0, len(s)
-    for i, ch in enumerate(s):  # the parameter list: the first '(' outside template arguments
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth = max(depth - 1, 0)
-        elif ch == "(" and depth == 0 and i > 0 and s[i - 1] != " ":
-            cut = i
-            break
-    if cut < len(s):  # a C++ signature: drop a return type left before the name (`std::enable_if<…>::type f<…>`)
-        depth, last_space = 0, -1
-        for i, ch in enumerate(s[:cut]):
-            depth += (ch == "<") - (ch == ">")
-            if ch == " " and depth == 0:
-                last_space = i
-        s, cut = s[last_space + 1:], cut - last_space - 1
-    s, out, depth = s[:cut], [], 0
-    for ch in s:
-        if ch == "<":
-            depth += 1
-            if depth == 2:
-                out.append("<…")
-                continue
-        elif ch == ">":
-            depth = max(depth - 1, 0)
-            if depth >= 1 and out and out[-1] == "<…":
-                out.append(">")
-                continue
-        if depth < 2:
-            out.append(ch)
-    s = "".join(out).strip() or name
-    return s if len(s) <= width else s[:width - 1] + "…"
-
-
 def id_ranges(ids) -> str:
     """[0, 1, 2, 5] -> '0-2, 5'."""
     out: list[str] = []
@@ -164,10 +118,6 @@ def summarise_warnings(warnings: list[str], keep: int = 2) -> list[str]:
     return out
 
 
-KERNEL_NAME_KEEP = 48
-"""Kernel names up to this many characters are shown as they are; longer ones are shortened."""
-
-
 def _itanium_name(name: str) -> str | None:
     """The qualified function name of an Itanium-mangled symbol (`_ZN2at6native6kernelEv` ->
     `at::native::kernel`), without template or parameter types; None when it is not one we read."""
@@ -187,53 +137,100 @@ def _itanium_name(name: str) -> str | None:
         i = j + n
         if not nested:
             break
-    return "::".join(p.replace("_GLOBAL__N_1", "(anonymous)") for p in parts) or None
+    return "::".join(p for p in parts if p != "_GLOBAL__N_1") or None
 
 
-def _drop_brackets(text: str, opening: str, closing: str) -> str:
+_ANONYMOUS = re.compile(r"\(anonymous namespace\)::")
+_QUALIFIER = re.compile(r"\b(?:[A-Za-z_]\w*::)+")
+_CLOSURE = re.compile(r"::\{[^{}]*\}|::operator\b|\s+const\b")
+
+
+def _template_argument(text: str) -> str:
+    """One level of template arguments as people read them: a function named in it without its
+    parameters and the lambdas inside it (`at::native::exp_kernel_cuda(at::TensorIteratorBase&)::
+    {lambda()#2}::operator()() const` -> `exp_kernel_cuda`), names without their namespaces."""
     out, depth = [], 0
-    for ch in text:
-        if ch == opening:
+    for ch in text:  # parameter lists
+        if ch == "(":
             depth += 1
-        elif ch == closing and depth:
+        elif ch == ")" and depth:
             depth -= 1
         elif depth == 0:
             out.append(ch)
-    return "".join(out)
+    text = "".join(out)
+    while True:
+        bare = _CLOSURE.sub("", text)
+        if bare == text:
+            break
+        text = bare
+    return _QUALIFIER.sub("", text)
 
 
-_GENERIC_KERNELS = frozenset({"kernel", "kernel2", "device_kernel", "kernel_entry"})
-"""Kernel function names that say nothing by themselves: their first template argument is kept."""
-
-
-@functools.lru_cache(maxsize=16384)  # the report names each finding's kernels again on every rank: 4,096 calls over 256 ranks cost 0.2 s
-def kernel_name(name: str | None, width: int = 80) -> str | None:
-    """A kernel name short enough to read: a mangled one (`_Z...`) demangled to its qualified
-    name, a demangled C++ signature without its return type, template arguments and parameters
-    (`void at::native::f<float>(int)` -> `at::native::f`); at most `width` characters. Names of
-    KERNEL_NAME_KEEP characters or fewer stay as they are. The full name is in the run's events."""
-    if not name or len(name) <= KERNEL_NAME_KEEP:
+@functools.lru_cache(maxsize=16384)  # the same kernel names recur in every step and rank; long C++ names cost ~0.1 ms each
+def kernel_name(name: str | None, width: int = 60) -> str | None:
+    """A device kernel's name for people, the one shortening every view uses (the text report, the
+    findings, the dashboard, the agent tools): an Itanium-mangled name (`_Z...`) demangled to its
+    qualified name; no return type (`void `), no parameter list, no `(anonymous namespace)::`;
+    template arguments kept one level deep, each without namespaces, parameters and lambdas, deeper
+    ones as `<…>`; at most `width` characters: where longer, without its own namespaces, then cut
+    (`…`). `void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>,
+    at::detail::Array<char*, 1> >(int, ...)` -> `at::native::vectorized_elementwise_kernel<4,
+    FillFunctor<…>, Array<…> >`, or `vectorized_elementwise_kernel<4, FillFunctor<…>, Array<…> >`. Names that are no
+    signature (`Memcpy DtoD (Device -> Device)`, `triton_poi_fused_add_0`) stay whole. The full name
+    is in the run's events and in every finding's evidence."""
+    if not name:
         return name
-    short = name
-    if name.startswith("_Z"):
-        short = _itanium_name(name) or name
-    elif "<" in name or "(" in name:
-        text = name.replace("(anonymous namespace)", "(anonymous)").replace("(anonymous)", "anonymous")
-        bare = _drop_brackets(text, "(", ")").strip()
-        words = _drop_brackets(bare, "<", ">").split()
-        short = words[-1] if words else name  # the return type and qualifiers go
-        if short.rsplit("::", 1)[-1].lower() in _GENERIC_KERNELS and "<" in bare:
-            # `cutlass::Kernel<cutlass_80_tensorop_...>`: the name is in the first template argument
-            first = bare[bare.index("<") + 1:]
-            depth, end = 0, len(first)
-            for i, ch in enumerate(first):
-                depth += ch == "<"
-                if ch == ">" and depth == 0 or ch == "," and depth == 0:
-                    end = i
-                    break
-                depth -= ch == ">"
-            short = f"{short}<{first[:end].strip()}>"
-    return short if len(short) <= width else short[: width - 1] + "…"
+    s = name.strip()
+    if s.startswith("_Z"):
+        s = _itanium_name(s) or s
+    s = _ANONYMOUS.sub("", s).replace("(anonymous namespace)", "")
+    if s.startswith("void "):
+        s = s[5:]
+    depth, cut = 0, len(s)
+    for i, ch in enumerate(s):  # the parameter list: the first '(' outside template arguments
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(depth - 1, 0)
+        elif ch == "(" and depth == 0 and i > 0 and s[i - 1] != " ":
+            cut = i
+            break
+    if cut < len(s):  # a C++ signature: drop a return type left before the name (`std::enable_if<…>::type f<…>`)
+        depth, last_space = 0, -1
+        for i, ch in enumerate(s[:cut]):
+            depth += (ch == "<") - (ch == ">")
+            if ch == " " and depth == 0:
+                last_space = i
+        s, cut = s[last_space + 1:], cut - last_space - 1
+    s, out, arg, depth = s[:cut], [], [], 0
+    for ch in s:
+        if ch == "<":
+            depth += 1
+            if depth == 1:
+                out.append("<")
+                continue
+            if depth == 2:
+                arg.append("<…")
+            continue
+        if ch == ">":
+            depth = max(depth - 1, 0)
+            if depth == 1:
+                arg.append(">")
+            elif depth == 0:
+                out.append(_template_argument("".join(arg)) + ">")
+                arg = []
+            continue
+        if depth == 0:
+            out.append(ch)
+        elif depth == 1:
+            arg.append(ch)
+    if arg:  # (unbalanced)
+        out.append(_template_argument("".join(arg)))
+    s = re.sub(r"\s+", " ", "".join(out)).strip() or name
+    if len(s) > width and "<" in s:  # too long: the name's own namespaces go before its template arguments do
+        head, _, tail = s.partition("<")
+        s = head.rsplit("::", 1)[-1] + "<" + tail
+    return s if len(s) <= width else s[:width - 1] + "…"
 
 
 def shapes(shapes_: list | None, dtypes: list | None = None, times: str = "×") -> str:

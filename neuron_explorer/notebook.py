@@ -23,7 +23,7 @@ from pathlib import Path
 from . import store
 from .analyzers.metrics import device_events_lost, no_device_words
 from .analyzers.model import Report
-from .fmt import duration, share
+from .fmt import duration, kernel_name, share
 
 TOP_FINDINGS = 5
 """Findings listed in a notebook view; the rest are counted."""
@@ -49,7 +49,7 @@ def _findings_table(findings: list[dict]) -> str:
     rows = ["<tr><th>severity</th><th>finding</th><th>impact</th><th>where</th><th>rule</th></tr>"]
     for f in findings[:TOP_FINDINGS]:
         loc = f.get("location") or {}
-        where = loc.get("source") or loc.get("op") or loc.get("kernel") or ""
+        where = loc.get("source") or loc.get("op") or kernel_name(loc.get("kernel")) or ""
         impact = f"{duration(f.get('impact_ns'))} ({share(f.get('impact_share') or 0)})"
         sev = f.get("severity")
         rows.append(f"<tr><td class=\"nx-sev-{_e(sev)}\">{_e(sev)}</td><td>{_e(f.get('title'))}"

@@ -506,6 +506,10 @@ def test_names_inside_slices_wide_enough_shortened_to_fit(rs):
     assert lab["hoverinfo"] == "skip"  # labels never take a click from the slice under them
     assert figure.fit_label("void at::native::vectorized_elementwise_kernel", 60) == "void at::…"
     assert figure.fit_label("gemm", 60) == "gemm" and figure.fit_label("gemm", 15) is None
+    # a kernel's label is its name as every view shortens it, to the characters that fit
+    softmax = "void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, c10::BFloat16>(c10::BFloat16*, int)"
+    assert figure.fit_label(softmax, 300, kernel=True) == "at::native::cunn_SoftMaxForward<8, BFloat16>"
+    assert figure.fit_label(softmax, 200, kernel=True) == "cunn_SoftMaxForward<8, BFloat16>"
 
 
 def test_a_click_anywhere_inside_any_slice_finds_it(rs):

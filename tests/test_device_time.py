@@ -14,7 +14,6 @@ from neuron_explorer.analyzers import analyze, render
 from neuron_explorer.analyzers import critical_path as cp
 from neuron_explorer.analyzers import device_time as dt
 from neuron_explorer.collectors.chrome_trace import import_traces
-from neuron_explorer.fmt import short_kernel_name
 from neuron_explorer.store import open_run
 
 from .conftest import TRACES, X, write_trace
@@ -133,17 +132,6 @@ def test_the_text_report_shows_the_device_time(two_streams):
     assert "ncclKernel_AllReduce_RING_LL_Sum_float  250.00 µs  45.5%  ×2" in text  # 250 of 550 µs of kernel time
     assert "peak device memory: device 0 4.0 MiB allocated, 8.0 MiB reserved" in text
     assert "memory copies/sets 50.00 µs (5.0%)" in render.markdown(report)
-
-
-def test_short_kernel_names():
-    assert short_kernel_name(NCCL) == "ncclKernel_AllReduce_RING_LL_Sum_float"
-    assert short_kernel_name("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
-                             "at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)",
-                             width=200) == "at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<…>, at::detail::Array<…> >"
-    assert short_kernel_name("std::enable_if<!(false), void>::type internal::gemvx::kernel<int, int, float>(int)") == \
-        "internal::gemvx::kernel<int, int, float>"
-    assert short_kernel_name("Memcpy DtoD (Device -> Device)") == "Memcpy DtoD (Device -> Device)"
-    assert short_kernel_name("x" * 80) == "x" * 59 + "…"
 
 
 # ---- the shared NCCL traces ---------------------------------------------------------------------

@@ -617,6 +617,23 @@ def test_host_time_that_is_python_outside_the_model_gets_advice_for_it(traces):
     assert "Python outside the model" not in g["recommendation"]
 
 
+@pytest.mark.slow
+def test_the_text_report_names_kernels_as_people_read_them(traces):
+    """H100 TimeSformer inference: its heaviest kernel, `void at::native::(anonymous namespace)::
+    cunn_SoftMaxForward<8, c10::BFloat16, ...>(...)` (68.69 ms), was `at::native::` in the top
+    kernels and `void at::native::(anonymous namespace)::cunn_…` on the critical path. The top
+    kernels, the critical path's heaviest kernels and each finding's `where` now name a kernel by
+    one shortening (fmt.kernel_name): no return type, no anonymous namespace, no cut inside one."""
+    from neuron_explorer.analyzers import render
+
+    run_dir, _, _ = traces(H100)
+    text = render.text(analyze(run_dir, write=False), width=220)
+    assert re.search(r"^ +cunn_SoftMaxForward<8, BFloat16, float, BFloat16, SoftMaxFo… +68\.69 ms +44\.4% +×12$", text, re.M), text
+    assert "heaviest: cunn_SoftMaxForward<8, BFloat16, float, BFloat1… of aten::softmax 68.69 ms" in " ".join(text.split())
+    assert "· aten::softmax · cunn_SoftMaxForward<8, BFloat16, float, BFloat16, SoftMaxFo… · steps 6" in text
+    assert "(anonymous" not in text and not re.search(r"\bvoid |at::native::\s", text)
+
+
 # ---- a step whose range runs on after the last recorded event ----------------------------------
 def test_a_step_running_on_after_the_last_event_is_unrecorded_not_python(traces):
     """cuda_triton's one ProfilerStep lasts 13.3 s; its 7 events end 1.5 ms in (the profiler's own

@@ -43,7 +43,7 @@ def inside_lines(f: Finding, shown: int = INSIDE_SHOWN) -> list[str]:
 def _where(f: Finding) -> str:
     loc = f.location
     parts = [f"rank {loc.rank}" if loc.rank is not None else None, f"device {loc.device}" if loc.device is not None else None,
-             loc.source, loc.op, (loc.kernel or "")[:60] or None,
+             loc.source, loc.op, kernel_name(loc.kernel, 60),
              ("steps " + ",".join(map(str, loc.steps[:6])) + ("…" if len(loc.steps) > 6 else "")) if loc.steps else None]
     return " · ".join(p for p in parts if p)
 

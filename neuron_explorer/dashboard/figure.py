@@ -200,16 +200,20 @@ def name_color_index(name: str) -> int:
     return zlib.crc32(str(name).encode("utf-8", "replace")) % len(NAME_PALETTE)
 
 
-def fit_label(name: str, width_px: float) -> str | None:
-    """`name` shortened with "…" to fit `width_px` (None when not even three characters fit)."""
+def fit_label(name: str, width_px: float, kernel: bool = False) -> str | None:
+    """`name` shortened with "…" to fit `width_px` (None when not even three characters fit); a
+    kernel's as every view shortens it (fmt.kernel_name), to the characters that fit."""
     room = int((width_px - 4) / LABEL_CHAR_PX)
     if room < 3:
         return None
+    if kernel:
+        return fmt.kernel_name(name, room)
     return name if len(name) <= room else name[:room - 1] + "…"
 
 
-def _labels(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, names, px_per_x: float) -> dict | None:
-    """One text trace with the names of the widest slices that are at least LABEL_MIN_PX wide."""
+def _labels(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, names, px_per_x: float, kinds=None) -> dict | None:
+    """One text trace with the names of the widest slices that are at least LABEL_MIN_PX wide
+    (`kinds`: each slice's, to name kernels as fit_label does)."""
     w = (x1 - x0) * px_per_x
     idx = np.nonzero(w >= LABEL_MIN_PX)[0]
     if not len(idx):
@@ -217,7 +221,7 @@ def _labels(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, names, px_per_x: floa
     idx = idx[np.argsort(-w[idx], kind="stable")[:MAX_LABELS]]
     xs, ys, texts = [], [], []
     for i in idx:
-        t = fit_label(str(names[i]), float(w[i]))
+        t = fit_label(str(names[i]), float(w[i]), kinds is not None and kinds[i] == "kernel")
         if t is not None:
             xs.append((x0[i] + x1[i]) / 2)
             ys.append(y[i])
@@ -326,7 +330,7 @@ def build_figure(tl: dict, *, highlight: list[dict] | None = None, flows: list[d
                 # by name, a legend entry's colour would be one name's: the legend is for kinds
                 traces += _spans(X(s["x0"][m]), X(x1[m]), s["y"][m], s["event_id"][m], labels[m], kind, color, line_w,
                                  showlegend=bool(not by_name and c == shade[mk][0]), left=left)
-        lab = _labels(X(s["x0"]), X(x1), s["y"], s["name"], px_per_x)
+        lab = _labels(X(s["x0"]), X(x1), s["y"], s["name"], px_per_x, kinds)
         if lab is not None:
             traces.append(lab)
         hit_parts.append((X(s["x0"]), X(x1), s["y"], s["event_id"], labels))

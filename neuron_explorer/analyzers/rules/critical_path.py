@@ -53,6 +53,7 @@ from __future__ import annotations
 import json
 import re
 
+from ...fmt import kernel_name
 from ...store import sql_file_literal
 from ...vocab import (
     CONV_KERNEL_RE,
@@ -275,9 +276,9 @@ def _describe(it: dict) -> str:
     cat, item = it["category"], it["item"]
     if item is None:
         return "Python outside every traced call"
-    short = item if len(item) <= 48 else item[:45] + "…"
     if cat in DEVICE:
-        return short + (f" of {it['op']}" if it["op"] else "")
+        return kernel_name(item, 48) + (f" of {it['op']}" if it["op"] else "")
+    short = item if len(item) <= 48 else item[:45] + "…"
     if cat == "idle":
         return f"before {short}"
     return short

@@ -44,6 +44,7 @@ from __future__ import annotations
 import functools
 import re
 
+from ...fmt import kernel_name
 from ...vocab import (
     WORK_CLASSES,
     allocator_call,
@@ -112,7 +113,7 @@ def _finding(ctx: Context, what: str, sql: str, loc: Location, key: str, rec, to
     else:
         what_share = f"takes {pct(v[key] / ctx.analysed_ns)} ({ms(v[key])} over {calls})"
     return ctx.finding(
-        title=f"Hotspot {what}: {label[:80]} {what_share}",
+        title=f"Hotspot {what}: {kernel_name(label, 80) if what == 'kernel' else label[:80]} {what_share}",
         impact_ns=impact, saving_bound_ns=impact, location=loc, sql=sql,
         values={key: v[key], "calls": v["calls"], "name": v["name"], "on_path_ns": on_path,
                 **({"running_ns": running} if running is not None else {})},

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from ...fmt import duration, share
+from ...fmt import duration, kernel_name, share
 from ..runs import RunSet
 from ..views.findings import analysis_state, start_analysis
 from ..views.overview import BAR_PARTS, overview
@@ -95,7 +95,7 @@ def roofline_figure(data: dict):
             x=[p["intensity"] for p in pts], y=[p["tflops_per_s"] for p in pts], mode="markers", name="kernels",
             marker={"size": [8 + 30 * math.sqrt(p["dur_ns"] / biggest) for p in pts], "color": "#1565C0", "opacity": 0.6,
                     "line": {"color": "#0D47A1", "width": 1}},
-            text=[f"{p['kernel'][:80]}<br>{p['op'] or ''} · {p['dtype'] or '?'} · {p['calls']} calls, {duration(p['dur_ns'])}"
+            text=[f"{kernel_name(p['kernel'], 80)}<br>{p['op'] or ''} · {p['dtype'] or '?'} · {p['calls']} calls, {duration(p['dur_ns'])}"
                   + (f"<br>{share(p['efficiency'])} of its roofline bound" if p["efficiency"] is not None else "") for p in pts],
             hovertemplate="%{text}<br>%{x:.3g} FLOP/byte, %{y:.3g} TFLOP/s<extra></extra>"))
     peak = roof["peak"]
@@ -126,10 +126,11 @@ def roofline_figure(data: dict):
     return fig
 
 
-def _top_table(title: str, rows: list[dict], table_id: str):
+def _top_table(title: str, rows: list[dict], table_id: str, label=lambda name: name if len(name) <= 48 else name[:47] + "…"):
+    """`label`: a row's name as the table shows it (the whole name is its tooltip)."""
     from dash import html
 
-    body = [html.Tr([html.Td(r["name"] if len(r["name"]) <= 48 else r["name"][:47] + "…", title=r["name"], className="nx-ov-name"),
+    body = [html.Tr([html.Td(label(r["name"]), title=r["name"], className="nx-ov-name"),
                      html.Td(duration(r["ns"]), className="nx-ov-num"), html.Td(share(r["share"]), className="nx-ov-num")]) for r in rows]
     if not body:
         body = [html.Tr(html.Td("none", className="nx-muted"))]
@@ -184,7 +185,7 @@ def tops(data: dict):
 
     t = data["top"]
     return html.Div([html.Div(t["denominator"], className="nx-muted", id="overview-denominator"),
-                     html.Div([_top_table("Kernels", t["kernels"], "overview-top-kernels"),
+                     html.Div([_top_table("Kernels", t["kernels"], "overview-top-kernels", lambda name: kernel_name(name, 48)),
                                _top_table("Operators", t["operators"], "overview-top-operators"),
                                _top_table("Source lines", t["lines"], "overview-top-lines")], className="nx-ov-tops")])
 
