@@ -59,6 +59,9 @@ def violations(report: dict) -> list[tuple[str, str]]:
         for c, v in (overall.get("shares") or {}).items():
             if v > 1:
                 out.append(("summary", f"rank {r['rank']} bound share {c} = {v}"))
+        counted = (r.get("achieved") or {}).get("counted_share")
+        if counted is not None and not 0 <= counted <= 1:
+            out.append(("summary", f"rank {r['rank']} achieved.counted_share = {counted}"))
     return out
 
 
@@ -82,6 +85,8 @@ def test_the_check_sees_a_breakdown_that_does_not_add_up():
            "steps": [{"step": 1, "dur_ns": 100, "compute_ns": 60, "communication_ns": 30, "memory_ns": 20, "idle_ns": -10}]}
     report = {"summary": {"ranks": [{"rank": 0, "analysed_ns": 100, "bound": None, "device_time": [dev]}]}, "findings": []}
     assert [r for r, _ in violations(report)] == ["summary", "summary"]
+    report["summary"]["ranks"][0]["achieved"] = {"counted_share": 1.2}  # counted kernels' time above all compute kernels'
+    assert [r for r, _ in violations(report)] == ["summary"] * 3
 
 
 def test_the_check_sees_a_figure_larger_than_the_trace():

@@ -235,3 +235,33 @@ def test_achieved_throughput_per_operator_and_source_line(run):
     assert ops["aten::mm"]["dur_ns"] == 10 * US and ops["aten::mm"]["bound_tflops_per_s"] is None
     assert [r["op"] for r in u["top_ops"]] == ["aten::linear", "aten::conv2d", "aten::mm"]  # by time
     assert u["top_lines"] == []  # this hand-built trace has no Python frames
+
+
+def test_the_achieved_rate_is_of_the_kernels_the_flops_describe(tmp_path):
+    """The step above, plus an extension's operator with no FLOP formula launching a 300 µs kernel,
+    and a 80 µs all-reduce (a collective: no compute). The FLOPs the counted operators' kernels carry
+    (the linear's and the convolution's; the mm launched nothing) are over those kernels' 140 µs:
+    164.78 GFLOP/s; they are 140 of the 440 µs of compute kernels (31.8%). The old figure divided
+    all FLOPs by all compute time, a rate no kernel ran at (a vLLM piecewise-graph decode on an
+    MI300X read 0.34 TFLOP/s while its counted kernels ran at 152)."""
+    from neuron_explorer.analyzers import render
+
+    events = EVENTS + [
+        X("my_ext::fused_norm", "cpu_op", 400, 20, **{"External id": 5, "Input Dims": [[64, 256]], "Input type": [BF16]}),
+        _launch(405, 103, 5), _kernel("fused_norm_kernel", 500, 300, 103),
+        X("c10d::allreduce_", "cpu_op", 450, 10, **{"External id": 6}), _launch(452, 104, 6),
+        X("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "kernel", 820, 80, pid=0, tid=9,
+          correlation=104, stream=9, device=0),
+    ]
+    trace = write_trace(tmp_path / "t.json", events, deviceProperties=[{"id": 0, "name": "NVIDIA H100 80GB HBM3"}])
+    report = analyze(import_traces(trace, tmp_path / "run").run_dir, write=False)
+    (r,) = report.summary["ranks"]
+    u, a = r["utilisation"], r["achieved"]
+    assert (u["kernel_flops"], u["kernel_ns"], u["compute_kernel_ns"]) == (LINEAR_FLOPS + CONV_FLOPS, 140 * US, 440 * US)
+    assert a["kernel_ns"] == 140 * US and a["counted_share"] == pytest.approx(140 / 440)
+    assert a["tflops_per_compute_s"] == pytest.approx((LINEAR_FLOPS + CONV_FLOPS) / 140e-6 / 1e12)
+    assert a["tflops_per_s"] == pytest.approx((LINEAR_FLOPS + CONV_FLOPS + 1000) / 1e-3 / 1e12)  # over the step, as before
+    text = " ".join(render.text(report, width=200).split())
+    assert ("achieved: 23.07 GFLOP/s over the analysed window (MFU 0.0%), 164.78 GFLOP/s while the counted operators' kernels "
+            "ran (140.00 µs, 31.8% of the compute kernels' time); the other 68.2% ran in no operator with a FLOP count") in text
+    assert "so the window's rate and MFU leave it out" in text

@@ -299,17 +299,21 @@ def achieved(utilisation: dict | None, devices: list[dict], analysed_ns: int) ->
     `flops` = counted FLOPs of the operators in its profiler steps (all counted FLOPs without
     steps; utilisation.py); `tflops_per_s` = flops / `analysed_ns`; `mfu` = that / the device's
     peak for the main dtype (null without a peak); `compute_ns` = compute time of the breakdown
-    summed over the rank's devices, and `tflops_per_compute_s` = flops / compute_ns (the rate while
-    compute kernels run)."""
+    summed over the rank's devices; `tflops_per_compute_s` = the FLOPs the counted operators'
+    kernels carry / those kernels' summed duration (how fast the counted kernels run, not how busy
+    the device is); `counted_share` = those kernels' summed duration / every launched compute
+    kernel's in the same scope (at most 1: the part of the kernels' time the FLOPs describe)."""
     u = utilisation or {}
     steps = u.get("steps") or []
     flops = float(sum(st["flops"] for st in steps)) if steps else float(u.get("flops") or 0.0)
     compute = sum(d["compute_ns"] for d in devices)
     peak = ((u.get("peak") or {}).get("tflops") or {}).get(u.get("dtype") or "")
     rate = flops / (analysed_ns / 1e9) / 1e12 if analysed_ns and flops else None
+    k_flops, k_ns, all_ns = u.get("kernel_flops") or 0.0, u.get("kernel_ns") or 0, u.get("compute_kernel_ns") or 0
     return {"flops": flops, "analysed_ns": analysed_ns, "tflops_per_s": rate,
             "mfu": (rate / peak) if rate is not None and peak else None, "compute_ns": compute,
-            "tflops_per_compute_s": flops / (compute / 1e9) / 1e12 if compute and flops else None}
+            "kernel_ns": k_ns, "tflops_per_compute_s": k_flops / (k_ns / 1e9) / 1e12 if k_ns and k_flops else None,
+            "counted_share": k_ns / all_ns if all_ns else None}
 
 
 def _sources(run: Run, frame_ids: set) -> dict[int, str]:

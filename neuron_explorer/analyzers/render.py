@@ -135,16 +135,28 @@ def _memory_line(r: dict) -> str | None:
         + (f", {_gib(p['peak_reserved_bytes'])} reserved" if p.get("peak_reserved_bytes") else "") for p in peaks)
 
 
+COUNTED_SHARE_WORDS = 0.9
+"""Below this share of the compute kernels' time carrying counted FLOPs, the achieved line says
+that the rate and MFU leave the rest out."""
+
+
 def _achieved_line(r: dict) -> str | None:
-    """Achieved TFLOP/s over the analysed window and while compute kernels ran, and MFU (`achieved`)."""
+    """Achieved TFLOP/s over the analysed window and while the counted kernels ran, and MFU, with
+    the share of the compute kernels' time the FLOPs describe (`achieved`)."""
     a = r.get("achieved") or {}
     if not a.get("flops") or a.get("tflops_per_s") is None:
         return None
-    line = f"  achieved: {a['tflops_per_s']:,.2f} TFLOP/s over the analysed window"
+    line = f"  achieved: {_flop(a['tflops_per_s'] * 1e12)}/s over the analysed window"
     if a.get("mfu") is not None:
         line += f" (MFU {share(a['mfu'])})"
     if a.get("tflops_per_compute_s") is not None:
-        line += f", {a['tflops_per_compute_s']:,.2f} TFLOP/s while compute kernels ran ({duration(a['compute_ns'])})"
+        line += f", {_flop(a['tflops_per_compute_s'] * 1e12)}/s while the counted operators' kernels ran ({duration(a['kernel_ns'])}"
+        counted = a.get("counted_share")
+        line += ")" if counted is None else f", {share(counted)} of the compute kernels' time)"
+        if counted is not None and counted < COUNTED_SHARE_WORDS:
+            line += (f"; the other {share(1 - counted)} ran in no operator with a FLOP count (no shapes recorded, no formula, "
+                     "or a graph's replay), so the window's rate" + (" and MFU leave" if a.get("mfu") is not None else " leaves")
+                     + " it out")
     return line
 
 
