@@ -166,6 +166,25 @@ def _template_argument(text: str) -> str:
     return _QUALIFIER.sub("", text)
 
 
+def _angle_marks(s: str) -> list[tuple[int, str | None]]:
+    """Per character of a C++ name: the depth of template arguments after it, and whether it opens
+    or closes one ("<", ">", else None). A `<` or `>` inside parentheses within template arguments
+    is a comparison (`std::enable_if<((8)>(0)), void>`), not a bracket."""
+    marks, depth, parens = [], 0, 0
+    for ch in s:
+        bracket = None
+        if depth and ch == "(":
+            parens += 1
+        elif depth and ch == ")" and parens:
+            parens -= 1
+        elif not parens and ch == "<":
+            depth, bracket = depth + 1, "<"
+        elif not parens and ch == ">" and depth:
+            depth, bracket = depth - 1, ">"
+        marks.append((depth, bracket))
+    return marks
+
+
 @functools.lru_cache(maxsize=16384)  # the same kernel names recur in every step and rank; long C++ names cost ~0.1 ms each
 def kernel_name(name: str | None, width: int = 60) -> str | None:
     """A device kernel's name for people, the one shortening every view uses (the text report, the
@@ -186,41 +205,26 @@ def kernel_name(name: str | None, width: int = 60) -> str | None:
     s = _ANONYMOUS.sub("", s).replace("(anonymous namespace)", "")
     if s.startswith("void "):
         s = s[5:]
-    depth, cut = 0, len(s)
-    for i, ch in enumerate(s):  # the parameter list: the first '(' outside template arguments
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth = max(depth - 1, 0)
-        elif ch == "(" and depth == 0 and i > 0 and s[i - 1] != " ":
-            cut = i
-            break
+    marks = _angle_marks(s)
+    cut = next((i for i, ch in enumerate(s)  # the parameter list: the first '(' outside template arguments
+                if ch == "(" and marks[i][0] == 0 and i > 0 and s[i - 1] != " "), len(s))
     if cut < len(s):  # a C++ signature: drop a return type left before the name (`std::enable_if<…>::type f<…>`)
-        depth, last_space = 0, -1
-        for i, ch in enumerate(s[:cut]):
-            depth += (ch == "<") - (ch == ">")
-            if ch == " " and depth == 0:
-                last_space = i
-        s, cut = s[last_space + 1:], cut - last_space - 1
-    s, out, arg, depth = s[:cut], [], [], 0
-    for ch in s:
-        if ch == "<":
-            depth += 1
+        last_space = max((i for i in range(cut) if s[i] == " " and marks[i][0] == 0), default=-1)
+        s, marks, cut = s[last_space + 1:], marks[last_space + 1:], cut - last_space - 1
+    out, arg = [], []
+    for ch, (depth, bracket) in zip(s[:cut], marks[:cut]):
+        if bracket == "<":
             if depth == 1:
                 out.append("<")
-                continue
-            if depth == 2:
+            elif depth == 2:
                 arg.append("<…")
-            continue
-        if ch == ">":
-            depth = max(depth - 1, 0)
+        elif bracket == ">":
             if depth == 1:
                 arg.append(">")
             elif depth == 0:
                 out.append(_template_argument("".join(arg)) + ">")
                 arg = []
-            continue
-        if depth == 0:
+        elif depth == 0:
             out.append(ch)
         elif depth == 1:
             arg.append(ch)

@@ -330,6 +330,10 @@ def test_kernel_names_are_shortened_and_demangled():
         "at::native::vectorized_elementwise_kernel<4, FillFunctor<…>, Array<…> >"
     assert kernel_name("std::enable_if<!(false), void>::type internal::gemvx::kernel<int, int, float>(int)") == \
         "internal::gemvx::kernel<int, int, float>"
+    # a comparison inside a template argument's parentheses is no bracket (b200_vllm_eager's RMS norm)
+    assert kernel_name("std::enable_if<(((8)>(0)))&&vllm::_typeConvert<c10::BFloat16>::exists, void>::type "
+                       "vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, long, float, int, int)") == \
+        "vllm::fused_add_rms_norm_kernel<BFloat16, 8>"
     # h100_timesformer_inference's softmax (68.69 ms, its heaviest kernel): the anonymous namespace
     # cut it to `at::native::` before
     softmax = ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, c10::BFloat16, float, c10::BFloat16, "
