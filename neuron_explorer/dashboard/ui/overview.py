@@ -163,8 +163,8 @@ def header(data: dict):
     """The verdict in words, each device's busy share, and the data-quality notes."""
     from dash import html
 
-    busy = [f"rank {p['rank']} device {d['device']}: busy {share(d['busy_share'])} of its window ({duration(d['window_ns'])})"
-            for p in data["ranks"] for d in p["devices"]]
+    busy = [f"rank {p['rank']} device {d['device']}: busy {share(d['busy_share'])} of the analysed time "
+            f"({duration(d['busy_ns'])} of {duration(d['window_ns'])})" for p in data["ranks"] for d in p["devices"]]
     mfu = [f"rank {p['rank']}: median MFU {share(p['mfu_median'])}" if p["mfu_median"] is not None else p["mfu_note"]
            for p in data["ranks"] if p["mfu_note"] or p["mfu_median"] is not None]
     notes = [f"rank {p['rank']}: {n}" if len(data["ranks"]) > 1 else n for p in data["ranks"] for n in p["quality"]] + data["warnings"]

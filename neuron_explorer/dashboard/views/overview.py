@@ -118,8 +118,10 @@ def _rank_part(run, s: dict, quality: list[str]) -> dict:
                       "parts_ns": {p: sum(st["ns"].get(c, 0) for c in cats) for p, cats in BAR_PARTS.items()},
                       "devices": busy.get(st["step"], []), "mfu": m.get("mfu"), "tflops_per_s": m.get("tflops_per_s")})
     overall = b.get("overall")
-    devices = [{"device": d["device"], "busy_ns": d["busy_ns"], "window_ns": d["window_ns"],
-                "busy_share": (d["busy_ns"] / d["window_ns"]) if d["window_ns"] else None} for d in s.get("devices") or []]
+    # busy in the analysed time (the device time breakdown's, which the verdict and the step bars are
+    # of), not in the device's own window: an H100 step that is 59% host read "busy 99.0%"
+    devices = [{"device": d["device"], "busy_ns": d["window_ns"] - d["idle_ns"], "window_ns": d["window_ns"],
+                "busy_share": (1 - d["idle_ns"] / d["window_ns"]) if d["window_ns"] else None} for d in s.get("device_time") or []]
     notes = list(quality)
     lost = metrics.device_events_lost(metrics.rank_entry(run, k))
     st = s.get("steps") or {}
