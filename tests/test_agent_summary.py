@@ -53,8 +53,30 @@ def test_short_summary_shortens_kernel_names_and_full_keeps_them():
         assert "unknown detail" in rs.summary(detail="everything")["error"]
     finally:
         rs.close()
-    k_short = short["ranks"][0]["utilisation"]["top_kernels"][0]
+    k_short = short["ranks"][0]["utilisation"]["top_counted_kernels"][0]
     k_full = full["report_summary"]["ranks"][0]["utilisation"]["top_kernels"][0]
     assert k_short["kernel"] == "batch_norm_collect_statistics_kernel<Var, BFloat16, BFloat1…"
     assert k_full["kernel"].startswith("void at::native::batch_norm_collect_statistics_kernel<at::native::Var, c10::BFloat16")
     assert k_short["dur_ns"] == k_full["dur_ns"] == 2_230_431
+
+
+def test_short_summary_names_the_heaviest_kernels_and_what_the_flops_cover():
+    """mi300x_vllm_hipgraph_piecewise: its heaviest kernel is the graph-replayed MoE matmul (83.29 ms
+    of 156 ms of kernels); the kernels with counted FLOPs are a 0.35 ms GEMM and a few small ones.
+    The short summary listed only those under `utilisation.top_kernels`, which an agent read as the
+    heaviest kernels. Each device now lists its heaviest kernels in the analysed window (the report's
+    device_time), and utilisation says what share of the kernels' time its FLOPs describe."""
+    rs = AgentRuns([_run_dir(TRACES / "mi300x_vllm_hipgraph_piecewise.json.gz")])
+    try:
+        short = rs.summary()
+        report = rs.report(rs.names[0])
+    finally:
+        rs.close()
+    (r,), (s,) = short["ranks"], report["summary"]["ranks"]
+    (dev,), (dt,) = r["devices"], s["device_time"]
+    assert [(k["kernel"], k["dur_ns"]) for k in dev["top_kernels"]] == [(k["kernel"], k["dur_ns"]) for k in dt["top_kernels"][:2]]
+    assert dev["top_kernels"][0]["kernel"] == "_matmul_ogs_NNT_bf16xbf16xmxfp4_128x128x128x1_swiglu"
+    assert dev["top_kernels"][0]["dur_ns"] == 83_288_347
+    u = r["utilisation"]
+    assert u["counted_share"] == float(f"{s['achieved']['counted_share']:.3g}") < 0.01 and "top_kernels" not in u
+    assert u["top_counted_kernels"][0]["dur_ns"] < dev["top_kernels"][0]["dur_ns"] / 100

@@ -181,8 +181,9 @@ class AgentRuns:
 
     def summary(self, run: str | None = None, detail: str = "short") -> dict:
         """A run's summary in under 4,000 characters: per rank its events, steps (count, p50/mean/max, cv), devices
-        (busy, idle, kernel, memcpy, communication and its exposed part), what bounds the steps, utilisation (MFU, top
-        kernels by a short name), top operators and source lines; the number of findings and the top 3; warnings.
+        (busy, idle, kernel, memcpy, communication and its exposed part, the 2 heaviest kernels), what bounds the steps,
+        utilisation (MFU, the share of kernel time with counted FLOPs, the heaviest kernels with FLOPs), top operators
+        and source lines; the number of findings and the top 3; warnings.
         Figures are the analyzer's summary (docs/METRICS.md), fields without a value are left out. detail='full':
         every field of the run's info and of the analyzer's summary, with full kernel names."""
         def go():
@@ -595,9 +596,12 @@ def _short_rank(info: dict, s: dict | None) -> dict:
         out["steps"] = {k: st.get(k) for k in ("count", "steady_count", "p50_ns", "mean_ns", "max_ns")}
         out["steps"]["cv"] = round(st["cv"], 3) if st.get("cv") is not None else None
         out["steps"]["left_out"] = [x.get("step") for x in st.get("left_out") or []]
+    heaviest = {d["device"]: d.get("top_kernels") or [] for d in s.get("device_time") or []}
     out["devices"] = [{"device": d["device"], "name": names.get(d["device"]),
                        **{k: d.get(k) for k in ("busy_ns", "window_ns", "idle_ns", "kernel_ns", "memcpy_ns", "comm_ns", "comm_exposed_ns")
-                          if d.get(k)}} for d in s.get("devices") or []]
+                          if d.get(k)},
+                       "top_kernels": [{"kernel": kernel_name(k.get("name"), 60), "dur_ns": k.get("dur_ns")}
+                                       for k in heaviest.get(d["device"], [])[:2]]} for d in s.get("devices") or []]
     if s.get("comm_cpu_ns"):
         out["comm_cpu_ns"] = s["comm_cpu_ns"]
     overall = (s.get("bound") or {}).get("overall")
@@ -609,9 +613,10 @@ def _short_rank(info: dict, s: dict | None) -> dict:
     if u.get("flops"):
         out["utilisation"] = {"dtype": u.get("dtype"), "flops": u.get("flops"), "mfu_median": _3(u.get("mfu_median")),
                               "peak": (u.get("peak") or {}).get("name"),
-                              "top_kernels": [{"kernel": kernel_name(k.get("kernel"), 60), "op": k.get("op"), "calls": k.get("calls"),
+                              "counted_share": _3((s.get("achieved") or {}).get("counted_share")),
+                              "top_counted_kernels": [{"kernel": kernel_name(k.get("kernel"), 60), "op": k.get("op"), "calls": k.get("calls"),
                                                "dur_ns": k.get("dur_ns"), "efficiency": _3(k.get("efficiency"))}
-                                              for k in (u.get("top_kernels") or [])[:3]]}
+                                              for k in (u.get("top_kernels") or [])[:2]]}
     out["top_level_ops"] = [{"name": o["name"][:80], "calls": o["calls"], "cpu_ns": o["cpu_ns"]} for o in (s.get("top_level_ops") or [])[:3]]
     if s.get("compile_ns"):  # torch.compile's compiling, which the operators' cpu_ns leave out
         out["compile_ns"] = s["compile_ns"]
