@@ -149,14 +149,14 @@ def _achieved_line(r: dict) -> str | None:
     line = f"  achieved: {_flop(a['tflops_per_s'] * 1e12)}/s over the analysed window"
     if a.get("mfu") is not None:
         line += f" (MFU {share(a['mfu'])})"
+    counted = a.get("counted_share")
     if a.get("tflops_per_compute_s") is not None:
         line += f", {_flop(a['tflops_per_compute_s'] * 1e12)}/s while the counted operators' kernels ran ({duration(a['kernel_ns'])}"
-        counted = a.get("counted_share")
         line += ")" if counted is None else f", {share(counted)} of the compute kernels' time)"
-        if counted is not None and counted < COUNTED_SHARE_WORDS:
-            line += (f"; the other {share(1 - counted)} ran in no operator with a FLOP count (no shapes recorded, no formula, "
-                     "or a graph's replay), so the window's rate" + (" and MFU leave" if a.get("mfu") is not None else " leaves")
-                     + " it out")
+    if counted is not None and counted < COUNTED_SHARE_WORDS:
+        rest = f"the other {share(1 - counted)}" if a.get("tflops_per_compute_s") is not None else "all of the compute kernels' time"
+        line += (f"; {rest} ran in no operator with a FLOP count (no shapes recorded, no formula, or a graph's replay), "
+                 "so the window's rate" + (" and MFU leave" if a.get("mfu") is not None else " leaves") + " it out")
     return line
 
 
