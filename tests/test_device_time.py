@@ -131,6 +131,7 @@ def test_the_text_report_shows_the_device_time(two_streams):
     assert "exposed communication per step: 1 200.00 µs" in text
     assert "ncclKernel_AllReduce_RING_LL_Sum_float  250.00 µs  45.5%  ×2" in text  # 250 of 550 µs of kernel time
     assert "peak device memory: device 0 4.0 MiB allocated, 8.0 MiB reserved" in text
+    assert "first to last device event, 1.10 ms (63.6%), kernels 700.00 µs, memcpy" in text  # a sum, no more than busy
     assert "memory copies/sets 50.00 µs (5.0%)" in render.markdown(report)
 
 
@@ -219,3 +220,15 @@ def test_multirank_host_time_is_long_empty_stretches_not_compile_advice(tmp_path
     # a collective exposed in one kernel reads "(1 kernel)"
     assert "from autograd::engine::evaluate_function: All2All_Pooled_WaitBackward 89.03 ms (1 kernel);" in " ".join(
         render.text(report, width=400).split())
+
+
+def test_the_busy_line_says_when_kernels_are_summed_over_concurrent_streams(tmp_path):
+    """Two 100 µs kernels on two streams, overlapping by 50 µs: busy 150 µs of a 150 µs window,
+    kernels 200 µs, a sum over streams (docs/METRICS.md `kernel_ns`) that the line says it is, so
+    that it is not read as more time than the window; the two-streams step's do not overlap."""
+    events = [X("ProfilerStep#1", "user_annotation", 0, 400), X("aten::mm", "cpu_op", 0, 10, **{"External id": 1}),
+              _rt("cudaLaunchKernel", 2, 2, 1, 1), _rt("cudaLaunchKernel", 5, 2, 2, 1),
+              _dev("k_a", "kernel", 100, 100, 7, 1), _dev("k_b", "kernel", 150, 100, 8, 2)]
+    text = render.text(analyze(import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir, write=False), width=300)
+    assert ("device 0: busy 150.00 µs of its window, first to last device event, 150.00 µs (100.0%), "
+            "kernels 200.00 µs (summed over concurrent streams), memcpy 0 ns") in text

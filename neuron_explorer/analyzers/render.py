@@ -189,7 +189,8 @@ def _summary_lines(report: Report) -> list[str]:
             win = d["window_ns"] or 0
             out.append(f"  device {d['device']}: busy {duration(d['busy_ns'])} of its window, first to last device event, {duration(win)} "
                        f"({share(d['busy_ns'] / win if win else 0)}), "
-                       f"kernels {duration(d['kernel_ns'])}, memcpy {duration(d['memcpy_ns'])}, comm {duration(d['comm_ns'])}")
+                       f"kernels {duration(d['kernel_ns'])}" + (" (summed over concurrent streams)" if d["kernel_ns"] > d["busy_ns"] else "")
+                       + f", memcpy {duration(d['memcpy_ns'])}, comm {duration(d['comm_ns'])}")
         out += _device_time_lines(r)
         for line in (_memory_line(r), _achieved_line(r)):
             if line:
