@@ -169,7 +169,8 @@ FRAMES = Table(
         _c("file", "string", "", "source file path as recorded"),
         _c("line", "int32", "", "line number (see `line_kind`)"),
         _c("function", "string", "", "function name"),
-        _c("is_user", "bool", "", ("true for user code; false for torch, site-packages, the standard library, built-ins and "
+        _c("is_user", "bool", "", ("true for user code; false for torch, site-packages, the standard library, built-ins, "
+                                   "code torch.compile or torch.fx generated (Inductor's cache, a GraphModule's `<eval_with_key>.N`) and "
                                    "a tensor subclass's or mode's dispatch hook (`__torch_function__`, `__torch_dispatch__`)")),
         _c("line_kind", "string", "",
            "'call': the calling statement (live collector; in an imported trace, the statements a torch.compile kernel was "

@@ -479,6 +479,26 @@ def test_a_bf16_matrix_kernel_on_an_mi300x_gets_its_sizes_not_lower_precision(tr
     assert "tensor-core" not in rec and "Tensor Core" not in rec and "autocast" not in rec
 
 
+def test_code_torch_fx_generated_is_no_statement(traces):
+    """The piecewise vLLM decode runs its model as 25 split GraphModules, whose forwards torch.fx
+    generated (`<eval_with_key>.2(4): forward`, numbered per module made). Those frames were user
+    code: the CPU source lines were 25 `<eval_with_key>.N:4` lines, which no one can open and whose
+    numbers change between runs (`diff` against the full-graph decode listed each one [gone]). They
+    are not user code now, and the operators inside them belong to the line that called the split
+    model, vllm/compilation/caching.py:197."""
+    from neuron_explorer import open_run
+
+    run_dir, report, raw = traces(GRAPH_PIECEWISE)
+    generated = {e["name"] for e in raw.events if str(e.get("name", "")).startswith("<eval_with_key>")}
+    assert len(generated) == 25
+    with open_run(run_dir) as run:
+        user = run.sql("SELECT DISTINCT is_user FROM frames WHERE file LIKE '<eval_with_key>%'").fetchall()
+    assert user == [(False,)]
+    lines = report["summary"]["ranks"][0]["source_lines"]["cpu"]
+    assert lines[0]["source"] == "vllm/compilation/caching.py:197"
+    assert not any(x["source"].startswith("<eval_with_key>") for x in lines)
+
+
 def test_mtia_event_waits_are_no_device_work(traces):
     """The device's busy time and compute are the union of the events that do work, not of the
     waits: with the 48 waits, the union is 424.23 ms; without them, 421.70 ms, which the report's

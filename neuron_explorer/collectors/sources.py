@@ -19,15 +19,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 _NOT_USER = re.compile(r"(^<built-in|^<frozen|/site-packages/|/dist-packages/|/lib/python\d|(^|/)torch/|^torch/"
-                       r"|(^|/)triton(_kernels)?/|^<string>$|^<unknown>$|(^|/)torchinductor_[^/]*/)")
+                       r"|(^|/)triton(_kernels)?/|^<string>$|^<unknown>$|(^|/)torchinductor_[^/]*/|^<eval_with_key>)")
 """`torchinductor_<user>/`: the code torch.compile generates (Inductor's default cache folder);
-`triton/`, `triton_kernels/`: Triton's launcher and kernel library, as an imported trace names them
-(relative to site-packages)."""
+`<eval_with_key>.N`: the forward torch.fx generates for a GraphModule (a split piece of a compiled
+model, as vLLM's piecewise graphs run it), numbered per module made, so no person can open it and
+its number changes between runs; `triton/`, `triton_kernels/`: Triton's launcher and kernel
+library, as an imported trace names them (relative to site-packages)."""
 
 
 def is_user_file(path: str) -> bool:
     """User code: not torch or Triton, not site-packages, not the standard library, not a built-in, not code that
-    torch.compile generated (in Inductor's cache folder, also where TORCHINDUCTOR_CACHE_DIR puts it)."""
+    torch.compile or torch.fx generated (in Inductor's cache folder, also where TORCHINDUCTOR_CACHE_DIR puts it;
+    a GraphModule's `<eval_with_key>.N`)."""
     path = path.replace("\\", "/")
     generated = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if generated and path.startswith(generated.replace("\\", "/").rstrip("/") + "/"):
