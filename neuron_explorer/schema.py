@@ -402,7 +402,9 @@ MANIFEST_KEYS: dict[str, str] = {
     "data_quality": "counts per rank: device events with no launch, non-positive durations, overlapping slices, clock anomalies, "
                     "profiler steps numbered on where the trace's numbers start again (`steps_renumbered`), "
                     "torch.compile kernel calls looked up and charged to their statements (`compiled_kernels`, "
-                    "`compiled_kernels_charged`, their time in `…_ns`), ...",
+                    "`compiled_kernels_charged`, their time in `…_ns`), the longest wait from a device's first work's launch "
+                    "to its start with nothing traced on the device before it (`first_work_wait_ns`, `first_work_wait_device`; "
+                    "warned from 1 ms: a device clock offset, or work the trace does not hold), ...",
     "provenance": "Inductor's provenance files an import read (`import --provenance`, or the structured log found beside the trace)",
     "profiler": "profiler options (live runs)",
     "converter": "what read the profiler's results: 'native' (the C++ converter) or 'python' (its fallback, same tables; live runs)",

@@ -499,6 +499,42 @@ def test_code_torch_fx_generated_is_no_statement(traces):
     assert not any(x["source"].startswith("<eval_with_key>") for x in lines)
 
 
+@pytest.mark.parametrize("name", VENDORED)
+def test_a_first_device_work_long_after_its_launch_is_warned_about(traces, name):
+    """The first kernel or copy on a device, with nothing the trace holds before it, starts
+    microseconds after its launch returns. In mi300x_vllm_hipgraph_piecewise it starts 149.00 ms
+    after (every one of its 423 launches waits at least 146 ms while the host launched all 25 graphs
+    in 26 ms): the device's clock is offset from the host's, or it ran work the trace does not hold,
+    and the timeline showed the device idle for the first half of the trace. The import counts that
+    wait (data_quality.first_work_wait_ns) and warns from 1 ms. By the raw JSON: each device's
+    first work by start, its launch by correlation (the traces whose first work has no launch are
+    left out, as the importer leaves them)."""
+    from neuron_explorer import open_run
+
+    run_dir, _, raw = traces(name)
+    launch = raw.launch_of()
+    first: dict = {}
+    for e in sorted(raw.of(DEVICE_CATS), key=lambda e: raw.iv(e)):
+        first.setdefault(e["pid"], e)
+    waits = {}
+    for dev, e in first.items():
+        call = launch.get(e.get("args", {}).get("correlation"))
+        if call is not None:
+            waits[dev] = raw.iv(e)[0] - raw.iv(call)[1]
+    with open_run(run_dir) as run:
+        (entry,) = run.manifest["ranks"]
+    dq, warned = entry["data_quality"], [w for w in entry.get("warnings", []) + run.manifest.get("warnings", []) if "first work" in w]
+    longest = max(waits.values(), default=0)
+    assert dq.get("first_work_wait_ns", 0) == max(longest, 0)
+    if name == GRAPH_PIECEWISE:
+        assert longest == 148_998_872
+    if longest >= 1_000_000:
+        (w,) = warned
+        assert w.startswith(f"rank 0: device {dq['first_work_wait_device']}'s first work started {longest / 1e6:,.2f} ms after its launch")
+    else:
+        assert not warned and longest < 100_000  # the others: at most 0.1 ms
+
+
 def test_mtia_event_waits_are_no_device_work(traces):
     """The device's busy time and compute are the union of the events that do work, not of the
     waits: with the 48 waits, the union is 424.23 ms; without them, 421.70 ms, which the report's

@@ -256,3 +256,23 @@ def test_real_gpu_training_trace_is_shown_device_bound(tmp_path):
     assert d["ranks"][0]["mfu_note"].startswith("MFU unknown: no FLOPs counted")  # no shapes in this trace: said, not 0
     assert not any("Synchronize" in f["title"] or "Hotspot operator" in f["title"] for f in d["findings"][:3])
     rs.close()
+
+
+def test_a_counted_data_quality_problem_is_noted_once(tmp_path):
+    """Two operators that overlap on one thread: the rank's notes say it once (with what it may
+    mean), not again as the import's warning (mi300x_vllm_hipgraph_piecewise listed '2 overlapping
+    slices on one thread (events dropped or clocks skewed)' and 'rank 0: 2 slices that overlap
+    another on the same thread'); a warning about something else stays."""
+    from neuron_explorer.dashboard.views import overview as ovd
+
+    events = [X("ProfilerStep#1", "user_annotation", 0, 1000), X("aten::mm", "cpu_op", 100, 300), X("aten::add", "cpu_op", 300, 300)]
+    rs = RunSet([import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir])
+    try:
+        d = ovd.overview(rs, run=0)
+        warned = rs.runs[0].run.manifest["warnings"]
+    finally:
+        rs.close()
+    assert "1 overlapping slices on one thread (events dropped or clocks skewed)" in d["ranks"][0]["quality"]
+    assert "rank 0: 1 slices that overlap another on the same thread" in warned
+    assert not any("overlap" in w for w in d["warnings"])
+    assert [w for w in warned if "overlap" not in w] == d["warnings"]

@@ -154,16 +154,19 @@ def all_rules() -> list[ModuleType]:
     return sorted(mods, key=lambda m: m.RULE_ID)
 
 
+QUALITY_NOTES = {"device_events_without_launch": "device events with no launch (dropped events?)",
+                 "device_before_launch": "device events before their launch (clock anomaly)",
+                 "overlapping_slices": "overlapping slices on one thread (events dropped or clocks skewed)"}
+"""The data-quality counts (manifest `data_quality`) that lower a finding's confidence, in words."""
+
+
 def quality_notes(run: Run) -> dict[int, list[str]]:
     """Per rank, the data-quality problems the importer counted, in words (each lowers a
     finding's confidence; the dashboard's overview lists them)."""
     out: dict[int, list[str]] = {}
-    labels = {"device_events_without_launch": "device events with no launch (dropped events?)",
-              "device_before_launch": "device events before their launch (clock anomaly)",
-              "overlapping_slices": "overlapping slices on one thread (events dropped or clocks skewed)"}
     for entry in run.manifest.get("ranks", []):
         dq = entry.get("data_quality") or {}
-        notes = [f"{dq[k]} {label}" for k, label in labels.items() if dq.get(k)]
+        notes = [f"{dq[k]} {label}" for k, label in QUALITY_NOTES.items() if dq.get(k)]
         out[int(entry.get("rank", 0))] = notes
     return out
 

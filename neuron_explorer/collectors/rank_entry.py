@@ -45,7 +45,26 @@ def rank_entry(built: RankTables, meta: dict, quality_extra: dict | None = None)
     }
 
 
-def quality_warnings(entry: dict) -> list[str]:
+FIRST_WORK_WAIT_WARN_NS = 1_000_000
+"""A device's first work starting this long after its launch returned, with nothing the trace holds
+running on the device before it (build's `first_work_wait_ns`), is warned about: launch to start
+takes microseconds on an idle device."""
+
+
+def first_work_wait_warnings(entry: dict) -> list[str]:
+    """The warning for a device whose first work waited FIRST_WORK_WAIT_WARN_NS or more after its launch."""
+    dq = entry.get("data_quality") or {}
+    wait = dq.get("first_work_wait_ns", 0)
+    if wait < FIRST_WORK_WAIT_WARN_NS:
+        return []
+    return [f"rank {entry['rank']}: device {dq.get('first_work_wait_device')}'s first work started {wait / 1e6:,.2f} ms after its "
+            "launch returned, with nothing the trace holds running on the device before it: the device's clock is likely offset "
+            "from the host's (seen in ROCm traces), or the device ran work the trace does not hold; times from host to device "
+            "events (launch delays, the idle before device work) may be off by that much"]
+
+
+def quality_warnings(entry: dict, only: set | None = None) -> list[str]:
+    """The warnings of a rank's data quality (`only`: those of these data_quality keys alone)."""
     labels = {
         "device_events_without_launch": "device events with no launch found",
         "nonpositive_duration": "spans with zero or negative duration",
@@ -58,9 +77,12 @@ def quality_warnings(entry: dict) -> list[str]:
     out = []
     for key, label in labels.items():
         n = entry["data_quality"].get(key, 0)
-        if n:
+        if n and (only is None or key in only):
             out.append(f"rank {entry['rank']}: {n} {label}")
+    if only is not None:
+        return out
     out += lost_kernels_warnings(entry)
+    out += first_work_wait_warnings(entry)
     unlisted = entry.get("devices_without_properties") or []
     if unlisted and entry.get("device_properties"):
         listed = sorted({p.get("id") for p in entry["device_properties"] if isinstance(p, dict) and isinstance(p.get("id"), int)})

@@ -76,9 +76,14 @@ def _overview(rs: RunSet, r: OpenRun, rank: int | None) -> dict:
     top = parts["top"] or _top_span(rs, r, [summary[k] for k in shown])
     found = run_findings(rs, run=r.index, rank=rank)
     findings = [_finding_row(f, summary) for f in found["rows"][:TOP_FINDINGS]]
+    # a count the ranks' notes give already (engine.QUALITY_NOTES) is not said again as the import's warning
+    from ...analyzers.engine import QUALITY_NOTES
+    from ...collectors.rank_entry import quality_warnings
+
+    restated = {w for e in r.run.manifest.get("ranks", []) if e.get("data_quality") for w in quality_warnings(e, set(QUALITY_NOTES))}
     return {"run": r.index, "rank": rank, "ranks": per_rank, "ranks_not_shown": ranks[MAX_RANKS:],
             "verdict": _verdict_words(per_rank), "steps": [s for p in per_rank for s in p["steps"]],
-            "top": top, "roofline": roof, "warnings": list(found.get("warnings") or []),
+            "top": top, "roofline": roof, "warnings": [w for w in found.get("warnings") or [] if w not in restated],
             "findings": findings, "findings_total": len(found["rows"]), "bar_parts": list(BAR_PARTS),
             "truncated": len(ranks) > MAX_RANKS}
 
