@@ -78,9 +78,10 @@ def _overview(rs: RunSet, r: OpenRun, rank: int | None) -> dict:
     findings = [_finding_row(f, summary) for f in found["rows"][:TOP_FINDINGS]]
     # a count the ranks' notes give already (engine.QUALITY_NOTES) is not said again as the import's warning
     from ...analyzers.engine import QUALITY_NOTES
-    from ...collectors.rank_entry import quality_warnings
+    from ...collectors.rank_entry import first_work_wait_warnings, quality_warnings
 
-    restated = {w for e in r.run.manifest.get("ranks", []) if e.get("data_quality") for w in quality_warnings(e, set(QUALITY_NOTES))}
+    restated = {w for e in r.run.manifest.get("ranks", []) if e.get("data_quality")
+                for w in quality_warnings(e, set(QUALITY_NOTES)) + first_work_wait_warnings(e)}
     return {"run": r.index, "rank": rank, "ranks": per_rank, "ranks_not_shown": ranks[MAX_RANKS:],
             "verdict": _verdict_words(per_rank), "steps": [s for p in per_rank for s in p["steps"]],
             "top": top, "roofline": roof, "warnings": [w for w in found.get("warnings") or [] if w not in restated],
