@@ -707,6 +707,8 @@ def test_a_step_running_on_after_the_last_event_is_unrecorded_not_python(traces)
     (host,) = [f for f in findings(report, "critical-path") if f["evidence"]["values"]["class"] == "host"]
     assert host["evidence"]["values"]["unrecorded_ns"] == step[1] - last == 13_334_478_472
     assert "nothing was recorded there" in host["recommendation"] and "torch.compile" not in host["recommendation"]
+    # its figures as every figure of 1 s or more is written: thousands separated (it read "13336.25 ms")
+    assert "Python 13,336.25 ms (100.0% of step time)" in host["title"], host["title"]
 
 
 def test_device_idle_names_no_part_that_prints_as_zero(traces):

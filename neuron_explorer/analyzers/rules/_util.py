@@ -13,7 +13,8 @@ SET_TO_NONE = "optimizer.zero_grad(set_to_none=True), torch's default since 2.0,
 
 
 def ms(ns: float | int | None) -> str:
-    return "n/a" if ns is None else f"{ns / 1e6:.2f} ms"
+    """A finding's time in ms, thousands separated as fmt.duration writes it (13,336.25 ms, not 13336.25)."""
+    return "n/a" if ns is None else f"{ns / 1e6:,.2f} ms"
 
 
 def pct(x: float) -> str:
