@@ -261,3 +261,35 @@ def test_build_reads_no_source_file_the_collector_does(tmp_path: Path):
     assert sources.with_code(frames).schema == frames.schema
     with open_run(trace) as run:
         assert run.sql("SELECT file, line, code FROM frames").fetchall() == [(str(script), 2, "def step(x):  # the def line")]
+
+
+def test_ids_and_durations_past_int32_keep_every_digit(tmp_path):
+    """The build holds id and duration columns as int32 where every value fits (build.narrow); a
+    trace whose thread ids, correlations, External ids or durations pass 2^31 (macOS-style thread
+    ids, a 3 s kernel) keeps them whole, and the files' types are int64 either way."""
+    from neuron_explorer.collectors.chrome_trace import import_traces
+
+    from .conftest import X, write_trace
+
+    big_tid, big_corr, big_ext = 2**40 + 7, 2**33 + 1, 2**35 + 3
+    events = [X("aten::mm", "cpu_op", 0, 3_000_000, tid=big_tid, **{"External id": big_ext}),
+              X("cudaLaunchKernel", "cuda_runtime", 10, 5, tid=big_tid, correlation=big_corr, **{"External id": big_ext}),
+              X("gemm", "kernel", 20, 2_500_000, pid=0, tid=7, correlation=big_corr, stream=7, device=0),
+              X("aten::add", "cpu_op", 3_000_100, 10, tid=3)]  # small values beside them
+    run_dir = import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir
+    with open_run(run_dir) as run:
+        got = dict((r[0], r[1:]) for r in run.sql(
+            "SELECT name, tid, correlation, external_id, dur_ns, stream FROM events ORDER BY ts_ns").fetchall())
+    import pyarrow.parquet as pq
+
+    schema_ = pq.read_schema(run_dir / "rank=0" / "events.parquet")
+    types = {c: str(schema_.field(c).type) for c in ("tid", "correlation", "external_id", "dur_ns", "stream", "pid", "step", "self_ns")}
+    assert got["aten::mm"] == (big_tid, None, big_ext, 3_000_000_000, None)
+    assert got["cudaLaunchKernel"][:3] == (big_tid, big_corr, big_ext)
+    assert got["gemm"][1:] == (big_corr, None, 2_500_000_000, 7) and got["aten::add"][0] == 3
+    assert set(types.values()) == {"int64"}
+    import numpy as np
+
+    from neuron_explorer.collectors.build import narrow
+
+    assert narrow(np.array([2**31 - 1, -(2**31)])).dtype == np.int32 and narrow(np.array([2**31, 0])).dtype == np.int64
