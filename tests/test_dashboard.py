@@ -885,3 +885,28 @@ def test_the_analysis_finishing_does_not_clear_the_message_of_a_persons_last_act
             assert ("error" in response) == clears, (prefix, changed, response.get("error"))
             if clears:
                 assert response["error"]["children"] == ""
+
+
+def test_the_kernels_tabs_name_kernels_as_every_view_does(tmp_path):
+    """The Kernels and Kernels-by-operator grids show a kernel's name as the report does
+    (fmt.kernel_name), the whole name on hover: a cell of `void at::native::(anonymous
+    namespace)::cunn_SoftMaxForward<8, c10::BFloat16, float, ...>(...)` showed 'void at::native::(anon'
+    at its width. A click still finds the row by the query's own rows (app.table_jump)."""
+    softmax = ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, c10::BFloat16, float, c10::BFloat16, "
+               "at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(c10::BFloat16*, c10::BFloat16 const*, int)")
+    events = [X("aten::softmax", "cpu_op", 0, 50, **{"External id": 1}),
+              X("cudaLaunchKernel", "cuda_runtime", 5, 5, correlation=9, **{"External id": 1}),
+              X(softmax, "kernel", 20, 30, pid=0, tid=7, correlation=9, stream=7, device=0)]
+    runs = RunSet([import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir])
+    try:
+        for table in ("kernels", "kernels_by_operator"):
+            g = _grid(dash_app.tables_for(runs, 0, "all", table))
+            (row,) = g.rowData
+            assert row["name"] == "at::native::cunn_SoftMaxForward<8, BFloat16, float, BFloat16, SoftMaxForwardEpilogue>"
+            assert row["name_full"] == softmax
+            (col,) = [c for c in g.columnDefs if c["field"] == "name"]
+            assert col["tooltipField"] == "name_full" and col["filter"] == "agTextColumnFilter"
+        jumped = dash_app.table_jump(runs, "kernels", {"rowId": "0"}, 0, None)
+        assert jumped["mark"]["key"]["name"] == softmax
+    finally:
+        runs.close()

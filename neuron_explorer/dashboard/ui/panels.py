@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from ...fmt import duration
+from ...fmt import duration, kernel_name
 from .. import queries
 from ..runs import RunSet
 from ..views.overview import share_denominator, summary_by_rank
@@ -92,18 +92,36 @@ def _grid_columns(view, shares: dict) -> list[dict]:
     numbers right-aligned, each % column's header saying (on hover) what it is a share of."""
     cols = []
     for c in view.columns:
-        extra = {"tooltipField": c.field, "cellStyle": {"textAlign": "left"}} if c.kind == "text" else {}
+        text = c.kind in ("text", "kernel")
+        extra = {"tooltipField": c.field + FULL if c.kind == "kernel" else c.field, "cellStyle": {"textAlign": "left"}} if text else {}
         if c.kind == "pct" and shares.get(c.field):
             extra["headerTooltip"] = shares[c.field]
-        cols.append(column(c.field, c.header, numeric=c.kind != "text", wide=c.wide, **extra))
+        cols.append(column(c.field, c.header, numeric=not text, wide=c.wide, **extra))
     return cols
 
 
+FULL = "_full"
+"""A kernel column's whole name, beside its short one (the cell's tooltip)."""
+KERNEL_CHARS = 120
+"""A kernel column's name at most this long (fmt.kernel_name): what a wide cell shows."""
+
+
 def _grid_rows(view, rows: list[dict]) -> list[dict]:
-    """The shown fields of each row, ns (kind 'ms') as ms numbers, so they sort and filter as numbers."""
+    """The shown fields of each row, ns (kind 'ms') as ms numbers, so they sort and filter as
+    numbers; a kernel's name shortened (fmt.kernel_name) with the whole name beside it."""
     conv = {c.field: c.kind for c in view.columns}
-    return [{f: (round(r[f] / 1e6, 4) if kind == "ms" and isinstance(r.get(f), (int, float)) else r.get(f)) for f, kind in conv.items()}
-            for r in rows]
+    out = []
+    for r in rows:
+        row = {}
+        for f, kind in conv.items():
+            v = r.get(f)
+            if kind == "ms" and isinstance(v, (int, float)):
+                v = round(v / 1e6, 4)
+            elif kind == "kernel":
+                row[f + FULL], v = v, kernel_name(v, KERNEL_CHARS)
+            row[f] = v
+        out.append(row)
+    return out
 
 
 def share_note(view, shares: dict):

@@ -297,7 +297,8 @@ def memory_summary(rs: RunSet, run=0, rank=None) -> dict:
 @dataclass(frozen=True)
 class Col:
     """A column shown in a table tab: the row field, its header, and how it is shown: 'text', 'int',
-    'ms' (a *_ns field shown in ms), 'pct', 'bytes' (shown in MiB)."""
+    'ms' (a *_ns field shown in ms), 'pct', 'bytes' (shown in MiB), 'kernel' (a device kernel's name
+    as every view shortens it, fmt.kernel_name; the whole name on hover)."""
     field: str
     header: str
     kind: str = "text"
@@ -325,12 +326,12 @@ TABLE_VIEWS: dict[str, TableView] = {v.key: v for v in (
         Col("cpu_total_ns", "CPU total ms", "ms"), Col("cpu_self_ns", "CPU self ms", "ms"), Col("cpu_pct", "% of operator CPU self time", "pct")),
         "no operators in this run", jumps=True),
     TableView("kernels", "Kernels", kernels, (
-        Col("name", "kernel", wide=True), Col("kind", "kind"), Col("calls", "calls", "int"),
+        Col("name", "kernel", "kernel", wide=True), Col("kind", "kind"), Col("calls", "calls", "int"),
         Col("device_total_ns", "device total ms", "ms"), Col("device_pct", "% of device time", "pct"),
         Col("mean_ns", "mean ms", "ms"), Col("max_ns", "max ms", "ms"), Col("launch_cpu_ns", "launch CPU ms", "ms")),
         "no device work in this run", jumps=True),
     TableView("kernels_by_operator", "Kernels by operator", kernels_by_operator, (
-        Col("operator", "operator", wide=True), Col("name", "kernel", wide=True), Col("kind", "kind"), Col("calls", "calls", "int"),
+        Col("operator", "operator", wide=True), Col("name", "kernel", "kernel", wide=True), Col("kind", "kind"), Col("calls", "calls", "int"),
         Col("device_total_ns", "device total ms", "ms"), Col("device_pct", "% of device time", "pct"),
         Col("mean_ns", "mean ms", "ms"), Col("max_ns", "max ms", "ms")),
         "no device work in this run"),
