@@ -531,8 +531,8 @@ def test_steady_step_times_do_not_overrule_significant_line_deltas(tmp_path: Pat
     assert s.significant_deltas["type"] == "source_line" and s.steps["test"]["used"] == list(range(8))
 
 
-def _gemm_run(tmp: Path, name: str, step_ms: float, steps: int = 8) -> Path:
-    """Steps of `step_ms` on an H100, each one aten::mm of a recorded 2e9 FLOPs (one kernel)."""
+def _gemm_run(tmp: Path, name: str, step_ms: float, steps: int = 8, kernel: str = "gemm_bf16") -> Path:
+    """Steps of `step_ms` on an H100, each one aten::mm of a recorded 2e9 FLOPs (one kernel, `kernel`)."""
     ev, t = [], 0.0
     for i in range(steps):
         us = step_ms * 1000
@@ -540,7 +540,7 @@ def _gemm_run(tmp: Path, name: str, step_ms: float, steps: int = 8) -> Path:
         ev.append(X("aten::mm", "cpu_op", t + 10, 50, **{"External id": i + 1, "flops": 2e9, "Input Dims": [[1024, 1024], [1024, 1024]],
                                                          "Input type": ["c10::BFloat16"] * 2}))
         ev.append(X("cudaLaunchKernel", "cuda_runtime", t + 20, 5, correlation=100 + i, **{"External id": i + 1}))
-        ev.append(X("gemm_bf16", "kernel", t + 30, us - 100, pid=0, tid=7, correlation=100 + i, stream=7, device=0))
+        ev.append(X(kernel, "kernel", t + 30, us - 100, pid=0, tid=7, correlation=100 + i, stream=7, device=0))
         t += us + 10
     props = [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}]
     return import_traces(write_trace(tmp / f"{name}.json", ev, deviceProperties=props), tmp / name).run_dir
@@ -935,3 +935,18 @@ def test_the_json_carries_the_reason_code(tmp_path: Path):
     base, test = _runs(tmp_path, [s + 3.0 for s in SAME_STEPS], slow_ms=3.0, shift=4)
     data = json.loads(cli("diff", base, test, "--json").stdout)
     assert data["reason"] == "steps_slower" and data["step_time"]["verdict"] == "slower"
+
+
+def test_diff_names_a_kernel_as_every_view_does(tmp_path: Path):
+    """diff's text kept a delta's last 70 characters, right for a path (file:line stays) and no
+    name for a C++ kernel: 'float, float)::{lambda(float, float)#1}, at::detail::Array<char*, 3>)'.
+    A kernel's row is named as the report names it (fmt.kernel_name); the JSON keeps the whole name."""
+    kernel = ("void at::native::vectorized_elementwise_kernel<4, at::native::threshold_kernel_impl<float>(at::TensorIteratorBase&, "
+              "float, float)::{lambda(float, float)#1}, at::detail::Array<char*, 3> >(int, at::native::threshold_kernel_impl<float>("
+              "at::TensorIteratorBase&, float, float)::{lambda(float, float)#1}, at::detail::Array<char*, 3>)")
+    d = compare(_gemm_run(tmp_path, "base", 10.0, kernel=kernel), _gemm_run(tmp_path, "test", 12.5, kernel=kernel))
+    (row,) = [x for x in d.deltas if x.type == "kernel"]
+    assert row.key == kernel
+    text = render_text(d)
+    assert "device vectorized_elementwise_kernel<4, threshold_kernel_impl<…>, Array<…> >  9.90 ms → 12.40 ms" in text, text
+    assert "lambda" not in text

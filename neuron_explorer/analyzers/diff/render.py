@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ...fmt import duration
+from ...fmt import duration, kernel_name
 from ..stats import RECORDING_QUANTILE, Sample
 from .result import (
     ALPHA,
@@ -241,13 +241,15 @@ def render_text(diff: Diff, top: int = 20) -> str:
         if not rows:
             continue
         lines.append(f"{type_.replace('_', ' ')}s:")
+        # a path keeps its end (file:line), a kernel its name as every view shortens it
+        label = (lambda k: kernel_name(k, 70)) if type_ == "kernel" else (lambda k: k[-70:])
         for d in rows:
-            was = f" (was {d.base_key})" if d.base_key else ""
+            was = f" (was {label(d.base_key)})" if d.base_key else ""
             status = "" if d.status == "changed" else f" [{d.status}]"
             pv = "" if not math.isfinite(d.p_value) else f" p={d.p_value:.2g}"
             sign = "+" if d.delta_ns_per_step >= 0 else "-"
             lines.append(f"  {'*' if d.significant else ' '} {sign}{duration(abs(d.delta_ns_per_step)):>11}  {d.metric:<6} "
-                         f"{d.key[-70:]}{was}{status}  {duration(d.base_ns_per_step)} → {duration(d.test_ns_per_step)}{pv}")
+                         f"{label(d.key)}{was}{status}  {duration(d.base_ns_per_step)} → {duration(d.test_ns_per_step)}{pv}")
     if not diff.deltas:
         lines.append("  (no differences)")
     lines += [f"note: {n}" for n in diff.notes]
