@@ -210,7 +210,7 @@ def test_multirank_host_time_is_long_empty_stretches_not_compile_advice(tmp_path
     for f in host.values():
         v = f.evidence.values
         assert v["long_stretches_ns"] * 2 >= v["charged_ns"] and v["charged_ns"] <= v["path_ns"]
-        assert f.recommendation.startswith(f"{v['long_stretches_ns'] / 1e6:.2f} ms of this time is long stretches")
+        assert f.recommendation.startswith(f"{v['long_stretches_ns'] / 1e6:,.2f} ms of this time is long stretches")
         assert "(## backward ## " in f.recommendation and "aten::_foreach_mul_" in f.recommendation
         assert "torch.compile cuts" not in f.recommendation
     assert host[0].evidence.values["long_stretches_ns"] >= gap

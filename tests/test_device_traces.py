@@ -246,7 +246,7 @@ def test_allocator_off_finding_names_hipfree_as_the_top_cause(traces):
     title = findings(report, "allocator-churn")[0]["title"]
     named = re.findall(r"(hip\w+) x(\d+) ([\d,.]+) ms", title)
     assert named and named[0][0] == heaviest, title  # the costliest call first, with its count and time
-    assert int(named[0][1]) == 1360 and named[0][2] == f"{ns['hipFree'] / 1e6:.2f}", title
+    assert int(named[0][1]) == 1360 and named[0][2] == f"{ns['hipFree'] / 1e6:,.2f}", title
 
 
 # ---- vLLM replaying hipGraphs --------------------------------------------------------------------
@@ -380,12 +380,12 @@ def test_blocking_device_to_host_copies_are_syncs_not_launch_overhead(traces):
     assert 100_000_000 < waited <= sum(raw.dur(r) for r in waiting_calls(raw) if "emcpy" in r["name"])
     (f,) = [f for f in findings(report, "critical-path") if f["evidence"]["values"]["class"] == "host_sync"]
     assert f["evidence"]["values"]["heaviest"][0] == {"item": "aten::to", "op": "aten::to", "charged_ns": waited}
-    assert f["recommendation"].startswith(f"{waited / 1e6:.2f} ms of this time is the host inside blocking copies to the host")
+    assert f["recommendation"].startswith(f"{waited / 1e6:,.2f} ms of this time is the host inside blocking copies to the host")
     assert "non_blocking=True" in f["recommendation"] and "torch.compile" not in f["recommendation"]
     # and for most of those waits the trace shows nothing on the device (device-idle's three longest gaps)
     v = f["evidence"]["values"]
     assert v["waits_device_idle_ns"] * 2 >= v["waits_ns"] >= waited
-    assert f"For {v['waits_device_idle_ns'] / 1e6:.2f} ms of the {v['waits_ns'] / 1e6:.2f} ms the host waited" in f["recommendation"]
+    assert f"For {v['waits_device_idle_ns'] / 1e6:,.2f} ms of the {v['waits_ns'] / 1e6:,.2f} ms the host waited" in f["recommendation"]
     assert not [g for g in findings(report, "critical-path") if g["evidence"]["values"]["class"] == "host"
                 and g["evidence"]["values"]["heaviest"][0]["item"] == "aten::to"]
 
@@ -581,7 +581,7 @@ def test_an_operator_whose_time_is_one_first_call_gets_one_off_advice(traces, tm
     assert max(inside, key=raw.dur)["name"] == "cudaDeviceGetStreamPriorityRange"
     (f,) = [f for f in findings(report, "hotspot") if f["location"].get("op") == "aten::to"]
     assert f["evidence"]["values"]["calls"] == len(tos) == 18
-    assert f["recommendation"].startswith(f"One call of {raw.dur(longest) / 1e6:.2f} ms holds 99.8% of this operator's time")
+    assert f["recommendation"].startswith(f"One call of {raw.dur(longest) / 1e6:,.2f} ms holds 99.8% of this operator's time")
     assert "Profile steady steps" in f["recommendation"]
     spread = [X("aten::heavy", "cpu_op", i * 100, 90) for i in range(10)]
     run_dir = import_traces(write_trace(tmp_path / "spread.json", spread), tmp_path / "spread").run_dir
@@ -721,7 +721,7 @@ def test_device_idle_names_no_part_that_prints_as_zero(traces):
     v = f["evidence"]["values"]
     assert 0 < v["idle_in_syncs_ns"] < 5_000 <= v["idle_in_allocator_calls_ns"]
     assert f["impact_ns"] == v["idle_ns"] - v["idle_left_out_ns"]
-    assert f["title"].endswith(f"besides {v['idle_in_allocator_calls_ns'] / 1e6:.2f} ms while the host was in device allocator "
+    assert f["title"].endswith(f"besides {v['idle_in_allocator_calls_ns'] / 1e6:,.2f} ms while the host was in device allocator "
                                "calls (allocator-churn's))")
     assert "0.00 ms" not in f["title"] and "syncs" not in f["title"]
 
@@ -737,8 +737,8 @@ def test_an_idle_gap_that_is_one_first_call_is_named_a_one_off(traces):
     assert raw.iv(conv)[0] <= s and t <= raw.iv(conv)[1]  # the gap is inside the first convolution
     (f,) = findings(report, "device-idle")
     assert (t - s) * 2 >= f["impact_ns"]
-    assert f["recommendation"].startswith(f"One gap of {(t - s) / 1e6:.2f} ms holds {100 * (t - s) / f['impact_ns']:.1f}% of this "
-                                          f"idle, the host in aten::conv2d for {(t - s) / 1e6:.2f} ms of it with no device work: a one-off")
+    assert f["recommendation"].startswith(f"One gap of {(t - s) / 1e6:,.2f} ms holds {100 * (t - s) / f['impact_ns']:.1f}% of this "
+                                          f"idle, the host in aten::conv2d for {(t - s) / 1e6:,.2f} ms of it with no device work: a one-off")
     assert "Profile steady steps" in f["recommendation"]
 
 
@@ -753,8 +753,8 @@ def test_an_idle_gap_with_no_traced_host_call_says_so(traces):
     traced = sum(max(0, min(raw.iv(e)[1], t) - max(raw.iv(e)[0], s)) for e in host)
     assert traced * 10 < t - s
     (f,) = findings(report, "device-idle")
-    assert f["recommendation"].startswith(f"One gap of {(t - s) / 1e6:.2f} ms holds ")
-    assert f"the host's traced calls in it take {traced / 1e6:.2f} ms: for the rest the host ran no traced call" in f["recommendation"]
+    assert f["recommendation"].startswith(f"One gap of {(t - s) / 1e6:,.2f} ms holds ")
+    assert f"the host's traced calls in it take {traced / 1e6:,.2f} ms: for the rest the host ran no traced call" in f["recommendation"]
     assert "with_stack=True" in f["recommendation"]
 
 
@@ -779,8 +779,8 @@ def test_idle_gaps_that_are_first_calls_of_their_inputs_say_so(traces):
     assert raw.dur(linear) > 20 * median
     (f,) = findings(report, "device-idle")
     overlap = min(raw.iv(linear)[1], t) - max(raw.iv(linear)[0], s)
-    assert (f"gap of {(t - s) / 1e6:.2f} ms: host ran aten::linear {overlap / 1e6:.2f} ms (the first of {len(same)} calls with "
-            f"these inputs; the others took {median / 1e6:.2f} ms at the median)") in f["recommendation"]
+    assert (f"gap of {(t - s) / 1e6:,.2f} ms: host ran aten::linear {overlap / 1e6:,.2f} ms (the first of {len(same)} calls with "
+            f"these inputs; the others took {median / 1e6:,.2f} ms at the median)") in f["recommendation"]
     assert f["recommendation"].startswith("2 of the 3 longest gaps (")
     assert "are first calls of aten::linear with inputs not seen before" in f["recommendation"]
     assert f["location"]["source"] == "vllm/model_executor/layers/utils.py:99"  # default_unquantized_gemm, which calls F.linear
@@ -887,7 +887,7 @@ def test_idle_gaps_the_host_spent_waiting_on_the_device_are_no_host_work_to_move
     assert waited > 0.9 * total
     (f,) = findings(report, "device-idle")
     assert f["recommendation"].startswith(f"In the longest gaps the host was waiting on the device (synchronize calls, blocking copies) "
-                                          f"for {waited / 1e6:.2f} ms of {total / 1e6:.2f} ms, while the trace shows nothing running on it")
+                                          f"for {waited / 1e6:,.2f} ms of {total / 1e6:,.2f} ms, while the trace shows nothing running on it")
     assert f["evidence"]["values"]["waited_in_gaps_ns"] == waited
     assert "Move host work out of the step" not in f["recommendation"] and "Keep the device fed" not in f["recommendation"]
 
@@ -905,7 +905,7 @@ def test_a_sync_waiting_while_no_device_runs_is_named_a_wait_on_unseen_work(trac
     assert unseen > 0.99 * (wait[1] - wait[0])
     (f,) = findings(report, "host-sync")
     assert f["evidence"]["values"]["waits_device_idle_ns"] == unseen
-    assert f["recommendation"].startswith(f"For {unseen / 1e6:.2f} ms of the {(wait[1] - wait[0]) / 1e6:.2f} ms the host waited (")
+    assert f["recommendation"].startswith(f"For {unseen / 1e6:,.2f} ms of the {(wait[1] - wait[0]) / 1e6:,.2f} ms the host waited (")
     assert "no device of this rank ran anything the trace holds" in f["recommendation"] and ".item()" not in f["recommendation"]
     # what is inside it: the copies on the rank, an aten::copy_ inside another one its child, not a
     # second root (counted twice, the roots were 926.20 ms in a 473.83 ms trace); by the raw JSON,
