@@ -950,3 +950,24 @@ def test_diff_names_a_kernel_as_every_view_does(tmp_path: Path):
     text = render_text(d)
     assert "device vectorized_elementwise_kernel<4, threshold_kernel_impl<…>, Array<…> >  9.90 ms → 12.40 ms" in text, text
     assert "lambda" not in text
+
+
+def test_a_kernel_another_torch_build_names_otherwise_is_one_row(tmp_path: Path):
+    """torch 1.9 and 1.8 name ReLU's kernel with other template arguments inside
+    (`...threshold_kernel_impl<float>(...)::{lambda(float, float)#1}, at::detail::Array<char*, 3>...`):
+    diff listed it new in one run and gone in the other (the two ResNet-50 traces: +7.34 ms new, -4.55
+    ms gone). A kernel only one side has is matched to the one kernel only the other has under the
+    same name as people read it (fmt.kernel_name): one row, changed, base 9.90 → test 12.40 ms."""
+    a = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int)"
+    b = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<double>, at::detail::Array<char*, 2> >(int)"
+    d = compare(_gemm_run(tmp_path, "base", 10.0, kernel=a), _gemm_run(tmp_path, "test", 12.5, kernel=b))
+    (row,) = [x for x in d.deltas if x.type == "kernel"]
+    assert (row.status, row.key) == ("changed", a)
+    assert row.base_ns_per_step == pytest.approx(9.9e6) and row.test_ns_per_step == pytest.approx(12.4e6)
+    # a name two kernels of a side share is not matched: which one would it be
+    from neuron_explorer.analyzers.diff.match import match_kernels
+
+    c = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>, at::detail::Array<char*, 1> >(int)"
+    base_vals = {("kernel", a, "device"): [1.0], ("kernel", c, "device"): [1.0]}
+    assert match_kernels(base_vals, {("kernel", b, "device"): [2.0]}) == {("kernel", b, "device"): [2.0]}
+    assert match_kernels({("kernel", a, "device"): [1.0]}, {("kernel", b, "device"): [2.0]}) == {("kernel", a, "device"): [2.0]}

@@ -40,7 +40,7 @@ from ..stats import (
     steps_to_detect,
 )
 from .collect import Side, read_side, recording_pairs
-from .match import match_line_files
+from .match import match_kernels, match_line_files
 from .render import notes_text, reason_text
 from .result import (
     ALPHA,
@@ -80,6 +80,7 @@ def compare(base_path: Path | str, test_path: Path | str, detect_pct: float | No
     detect = 100 * MIN_SHARE_OF_STEP if detect_pct is None else float(detect_pct)
     base, test = read_side(base_path), read_side(test_path)
     test_vals, test_disp = match_line_files(base.vals, test.vals, test.disp)  # one file, recorded by two paths
+    test_vals = match_kernels(base.vals, test_vals)  # one kernel, named by two torch builds
     base_times, test_times = base.pooled_times, test.pooled_times
     base_stats, test_stats = describe(base_times), describe(test_times)
     between_runs = len(base.paths) + len(test.paths) >= 3

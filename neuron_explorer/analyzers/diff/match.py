@@ -1,6 +1,7 @@
 """Matching what the base and the test have in common: a source line by its file, function and
-code text (so an edit above a hot line does not make it new), one file recorded by two paths, and
-a line of a renamed file by its function and code text.
+code text (so an edit above a hot line does not make it new), one file recorded by two paths, a
+line of a renamed file by its function and code text, and a kernel whose full name changed but not
+its name as people read it (another torch build's template arguments).
 (Recordings made in pairs are found in collect.py, beside the Side they read.)
 
 Must not: read anything of a run but its frames, or judge a change.
@@ -12,6 +13,7 @@ import os
 from collections import defaultdict
 from pathlib import PurePath
 
+from ...fmt import kernel_name
 from ...store import Run
 from ...vocab import line_key
 
@@ -130,3 +132,23 @@ def match_line_files(base_vals: dict, test_vals: dict, test_disp: dict) -> tuple
         new_key = (t, rename(k) if t == "source_line" else k, m)
         vals[new_key] = vec if new_key not in vals else [a + b for a, b in zip(vals[new_key], vec)]
     return vals, {rename(k): v for k, v in test_disp.items()}
+
+
+def match_kernels(base_vals: dict, test_vals: dict) -> dict:
+    """The test side's values with each kernel that only it has renamed to the one kernel only the
+    base has under the same name as people read it (fmt.kernel_name, whole): torch 1.8 and 1.9 name
+    ReLU's kernel `vectorized_elementwise_kernel<4, threshold_kernel_impl<…>, Array<…> >` with other
+    template arguments inside, and diff listed it new in one and gone in the other. Only a name
+    that one kernel on each side has is matched."""
+    def only(vals: dict, other: dict) -> dict[str, list[str]]:
+        keys = {k for t, k, _ in vals if t == "kernel"} - {k for t, k, _ in other if t == "kernel"}
+        out: dict[str, list[str]] = defaultdict(list)
+        for k in keys:
+            out[kernel_name(k, 1 << 20)].append(k)
+        return out
+
+    base_only, test_only = only(base_vals, test_vals), only(test_vals, base_vals)
+    rename = {ks[0]: base_only[n][0] for n, ks in test_only.items() if len(ks) == 1 and len(base_only.get(n, ())) == 1}
+    if not rename:
+        return test_vals
+    return {(t, rename.get(k, k) if t == "kernel" else k, m): vec for (t, k, m), vec in test_vals.items()}
