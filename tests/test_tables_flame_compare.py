@@ -130,7 +130,8 @@ def test_tables_say_what_their_shares_are_of_and_when_streams_overlap(rs):
     assert grid.rowData == [{"rank": 0, "step": 1, "start_ms": 0.0, "dur_ns": 1.0, "device_ns": 0.6, "busy_ns": 0.4, "device_pct": 40.0}]
     assert queries.steps(rs, run=0)["note"] == ""
     names = {c["field"]: c for c in panels.tables_for(rs, 0, "all", "kernels").children[0].columnDefs}
-    assert names["name"]["tooltipField"] == "name" and names["name"]["cellStyle"] == {"textAlign": "left"}
+    # a kernel's cell is its short name (fmt.kernel_name), the whole name on hover
+    assert names["name"]["tooltipField"] == "name_full" and names["name"]["cellStyle"] == {"textAlign": "left"}
     assert "device time" in names["device_pct"]["headerTooltip"]
 
 
