@@ -269,22 +269,25 @@ def _write_table(table: pa.Table, path: Path) -> None:
         )
 
 
-def write_partition(dir_: Path, tables: dict) -> None:
-    """Write one rank's tables into dir_ (which must exist); an OSError (a full disk) is a one-line InputError."""
+def write_partition(dir_: Path, tables: dict, *, release: bool = False) -> None:
+    """Write one rank's tables into dir_ (which must exist); an OSError (a full disk) is a one-line InputError.
+    With `release`, each table leaves `tables` once written (the caller holds no other reference)."""
     with write_errors(dir_):
-        _write_partition(dir_, tables)
+        _write_partition(dir_, tables, release)
 
 
-def _write_partition(dir_: Path, tables: dict) -> None:
+def _write_partition(dir_: Path, tables: dict, release: bool = False) -> None:
     """Write one rank's tables into dir_ (which must exist).
 
     A table is a pyarrow Table, or anything with `schema` and `batches(n)` (build.SortedTable),
     which is written row group by row group so that it is never materialised whole.
 
-    Such a table is written on a writer thread (Arrow releases the GIL) while this thread writes
-    the small tables. With the parallel writer (parquet_native, once built) each row group's
-    columns are encoded on every core; else pyarrow encodes a row group while this thread
-    assembles the next batch.
+    The in-memory tables are written first, then such a table, on a writer thread (Arrow releases
+    the GIL). With `release` each written table leaves `tables`, so that its memory (a large
+    trace's flows: 50 MiB for 743k flows) is free before the events' row groups and their encoders
+    are made: the import's peak was the events' write with the flows' beside it. With the parallel
+    writer (parquet_native, once built) each row group's columns are encoded on every core; else
+    pyarrow encodes a row group while this thread assembles the next batch.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -294,13 +297,15 @@ def _write_partition(dir_: Path, tables: dict) -> None:
     with ThreadPoolExecutor(max_workers=1) as pool:  # one worker: each file's writes stay in order
         queued: list = []
         try:
-            for spec in schema.RANK_TABLES:
-                table = tables.get(spec.name)
+            streamed = lambda spec: tables.get(spec.name) is not None and not isinstance(tables.get(spec.name), pa.Table)  # noqa: E731
+            for spec in sorted(schema.RANK_TABLES, key=streamed):  # the in-memory tables first (a stable sort)
+                table = (tables.pop if release else tables.get)(spec.name, None)
                 if table is None:
                     table = spec.empty()
                 path = dir_ / spec.file
                 if isinstance(table, pa.Table):
                     _write_table(table.replace_schema_metadata(spec.arrow_schema().metadata), path)
+                    del table
                     continue
                 # string columns arrive as dictionary arrays, written without hashing each string
                 # again; the file then stores no Arrow schema (it would name dictionary types), and

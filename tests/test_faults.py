@@ -118,7 +118,7 @@ def test_a_full_disk_from_the_cli_is_one_line_exit_2(tmp_path: Path):
 KILLED_WRITER = """
 import sys, time
 from neuron_explorer import store
-def stuck(dir_, tables):
+def stuck(dir_, tables, *options):
     print("writing", flush=True)
     time.sleep(600)
 store._write_partition = stuck

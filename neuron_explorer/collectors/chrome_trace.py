@@ -301,7 +301,7 @@ def _import_rank(index: int, path: Path, tmp: Path, tune_allocator: bool, decode
             w = w + [x for x in [provenance.charge_warning(built.rank, charged)] if x]
         part = tmp / f".part-{index}"
         part.mkdir()
-        store.write_partition(part, built.tables)
+        store.write_partition(part, built.tables, release=True)  # (built.tables is not read after: each goes once written)
     return index, built.rank, entry, w + quality_warnings(entry)
 
 
