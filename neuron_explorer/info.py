@@ -46,6 +46,7 @@ def run_info(path: Path | str) -> dict:
                 "step_last": steps[-1]["step"] if steps else None,
                 "step_median_ns": durs[len(durs) // 2] if durs else None,
                 "data_quality": e.get("data_quality", {}),
+                "backend": (e.get("distributed_info") or {}).get("backend"),  # the process group's (metrics.device_events_lost)
             })
         waits = _collective_waits(run) if len(ranks) > 1 else {}
         for entry in ranks:

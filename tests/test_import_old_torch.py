@@ -304,3 +304,23 @@ def test_cpu_only_and_gpu_traces_get_no_lost_kernels_warning(tmp_path: Path, nam
     dq = run.manifest["ranks"][0]["data_quality"]
     assert "launches_without_device_events" not in dq and "launch_flows_without_device_events" not in dq
     assert not any("lost its kernels" in w for w in run.manifest["warnings"])
+
+
+def test_a_gpu_job_profiled_without_its_device_activity_is_not_called_cpu_only(tmp_path: Path):
+    """edge_no_rank: operators only (cpu_op, user_annotation), no launches, and distributedInfo's
+    backend is NCCL, a library that runs on GPUs: a GPU job profiled with the CPU activity alone
+    (its aten::linear of [1024×1705]·[512×1705]ᵀ, 1.79 GFLOP, takes 117 µs of CPU: the dispatch, not
+    the work). It read 'CPU only'; the report and info now say its device events were lost, and
+    why. A gloo job with no device events (cpu_only_rank34_of_300) stays CPU only."""
+    from neuron_explorer.analyzers import analyze, render
+
+    run = import_traces(TRACES / "edge_no_rank.json.gz", tmp_path / "nccl").run_dir
+    words = "device events lost (its process group's backend, nccl, runs on devices; no kernels recorded)"
+    report = analyze(run, write=False)
+    assert report.summary["ranks"][0]["device_events_lost"] == {"launches": 0, "launch_flows": 0, "backend": "nccl"}
+    text = " ".join(render.text(report, width=200).split())
+    assert words in text and "CPU only" not in text
+    assert f"devices: none ({words})" in cli("info", run).stdout
+    gloo = import_traces(TRACES / "cpu_only_rank34_of_300.json.gz", tmp_path / "gloo").run_dir
+    assert analyze(gloo, write=False).summary["ranks"][0]["device_events_lost"] is None
+    assert "devices: none (CPU only)" in cli("info", gloo).stdout

@@ -14,6 +14,7 @@ render or decide what is a problem (that is what rules do).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -267,16 +268,28 @@ RE_RECORD = "re-record with the device activity on (ProfilerActivity.CUDA) and a
 """What to do about it."""
 
 
+DEVICE_BACKEND = re.compile(r"(?i)(?<![a-z])(nccl|rccl|hccl|xccl)(?![a-z])")
+"""Process-group backends that run on devices (NVIDIA's and AMD's NCCL/RCCL, Gaudi's HCCL, Intel's
+XCCL): a rank whose trace names one ran on a device."""
+
+
 def device_events_lost(entry: dict | None) -> dict | None:
     """For a rank's manifest entry: {"launches": launch calls, "launch_flows": launch flow starts}
     when the importer counted launches or `ac2g` flow starts but the rank has no device events
-    (its data_quality keys `launches_without_device_events`, `launch_flows_without_device_events`):
+    (its data_quality keys `launches_without_device_events`, `launch_flows_without_device_events`),
+    and with "backend" when it counted none but the trace's process group ran on a device backend
+    (`distributedInfo.backend`, DEVICE_BACKEND: a GPU job profiled without its device activity):
     a device run whose device events were lost. None otherwise (a CPU-only rank, or one with
     device events). The one definition; docs/METRICS.md states it."""
     dq = (entry or {}).get("data_quality") or {}
     launches = int(dq.get("launches_without_device_events") or 0)
     flows = int(dq.get("launch_flows_without_device_events") or 0)
-    return {"launches": launches, "launch_flows": flows} if launches or flows else None
+    if launches or flows:
+        return {"launches": launches, "launch_flows": flows}
+    backend = (entry or {}).get("backend") or ((entry or {}).get("distributed_info") or {}).get("backend")  # (info's rank, or the manifest's)
+    if entry and not entry.get("devices") and isinstance(backend, str) and DEVICE_BACKEND.search(backend):
+        return {"launches": 0, "launch_flows": 0, "backend": backend}
+    return None
 
 
 def graph_replays(entry: dict | None) -> dict | None:
@@ -326,6 +339,8 @@ def no_device_words(lost: dict | None) -> str:
     if not lost:
         return "CPU only"
     n = lost["launches"] or lost["launch_flows"]
+    if not n and lost.get("backend"):
+        return f"{DEVICE_EVENTS_LOST} (its process group's backend, {lost['backend']}, runs on devices; no kernels recorded)"
     return f"{DEVICE_EVENTS_LOST} ({n} launch{'es' if n != 1 else ''} recorded, no kernels)"
 
 
