@@ -160,7 +160,9 @@ def test_a_planted_regression_under_record_fails_the_gate(tmp_path: Path):
     assert "\nverdict: SLOWER by about " in gate.stdout and "over the 5% limit" in gate.stderr
     data = json.loads(cli("diff", base, test, "--json").stdout)
     s = data["step_time"]
-    assert s["verdict"] == "slower" and s["delta_pct"] > 50 and s["effect_size"] > 0.5
+    # the planted QR adds 50% or more on a quiet machine; with the rest of the suite on both cores it
+    # measured +19.9% once: what the gate needs is a change well past its 5%, found significant
+    assert s["verdict"] == "slower" and s["delta_pct"] > 10 and s["effect_size"] > 0.5
     for side in ("base", "test"):
         steps = s["steps"][side]
         assert steps["steps"] == STEPS + 1  # the start-up before the first optimizer.step() and the remainder after the last
