@@ -46,7 +46,7 @@ def run_info(path: Path | str) -> dict:
                 "step_last": steps[-1]["step"] if steps else None,
                 "step_median_ns": durs[len(durs) // 2] if durs else None,
                 "data_quality": e.get("data_quality", {}),
-                "backend": (e.get("distributed_info") or {}).get("backend"),  # the process group's (metrics.device_events_lost)
+                "device_events_lost": None if e.get("devices") else _lost(e),  # (no device events, yet a device run)
             })
         waits = _collective_waits(run) if len(ranks) > 1 else {}
         for entry in ranks:
@@ -121,12 +121,19 @@ def _render_many_ranks(ranks: list[dict], shown: int = 3) -> list[str]:
     return lines
 
 
-def _no_device(rank: dict) -> str:
-    """A rank with no device events: CPU only, unless it launched device work whose events the
-    trace lost (analyzers.metrics.device_events_lost; a warning says more)."""
-    from .analyzers.metrics import device_events_lost, no_device_words
+def _lost(entry: dict) -> dict | None:
+    """analyzers.metrics.device_events_lost of a manifest entry (imported only for a rank without devices)."""
+    from .analyzers.metrics import device_events_lost
 
-    return no_device_words(device_events_lost(rank))
+    return device_events_lost(entry)
+
+
+def _no_device(rank: dict) -> str:
+    """A rank with no device events: CPU only, unless it ran device work whose events the trace
+    lost (run_info's `device_events_lost`, analyzers.metrics'; a warning says more)."""
+    from .analyzers.metrics import no_device_words
+
+    return no_device_words(rank.get("device_events_lost"))
 
 
 def _ranks_text(ranks: list[int]) -> str:

@@ -163,15 +163,14 @@ QUALITY_NOTES = {"device_events_without_launch": "device events with no launch (
 def quality_notes(run: Run) -> dict[int, list[str]]:
     """Per rank, the data-quality problems the importer counted, in words (each lowers a
     finding's confidence; the dashboard's overview lists them)."""
-    from ..collectors.rank_entry import FIRST_WORK_WAIT_WARN_NS
+    from ..collectors.rank_entry import first_work_wait_words
 
     out: dict[int, list[str]] = {}
     for entry in run.manifest.get("ranks", []):
         dq = entry.get("data_quality") or {}
         notes = [f"{dq[k]} {label}" for k, label in QUALITY_NOTES.items() if dq.get(k)]
-        if dq.get("first_work_wait_ns", 0) >= FIRST_WORK_WAIT_WARN_NS:  # (rank_entry.first_work_wait_warnings says it at length)
-            notes.append(f"device {dq.get('first_work_wait_device')}'s first work started {dq['first_work_wait_ns'] / 1e6:,.2f} ms "
-                         "after its launch (a device clock offset from the host's?)")
+        if (waited := first_work_wait_words(dq)) is not None:  # (rank_entry.first_work_wait_warnings says it at length)
+            notes.append(f"{waited} (a device clock offset from the host's?)")
         out[int(entry.get("rank", 0))] = notes
     return out
 

@@ -286,7 +286,7 @@ def device_events_lost(entry: dict | None) -> dict | None:
     flows = int(dq.get("launch_flows_without_device_events") or 0)
     if launches or flows:
         return {"launches": launches, "launch_flows": flows}
-    backend = (entry or {}).get("backend") or ((entry or {}).get("distributed_info") or {}).get("backend")  # (info's rank, or the manifest's)
+    backend = ((entry or {}).get("distributed_info") or {}).get("backend")
     if entry and not entry.get("devices") and isinstance(backend, str) and DEVICE_BACKEND.search(backend):
         return {"launches": 0, "launch_flows": 0, "backend": backend}
     return None

@@ -162,14 +162,14 @@ class RankWork:
     (how many), and `name`, `dtype`, `how` and `pass` as codes into `text` (-1: null); `kernel` has
     event_id, dur_ns, device, step, `op` (its operator's row), flops, bytes (its share) and `name`
     (a code into `text`). `ops` and `kernels` give the same as one dict a row (for reading a few).
-    `compute_kernel_ns`: the summed duration of every launched compute kernel (not a collective's),
-    counted operator or not: "all", and "stepped" (launched in a profiler step)."""
+    `kernel_work`: `_kernel_totals` of the rank's launched kernels, "all" and "stepped" (launched in
+    a profiler step)."""
 
     def __init__(self, op: dict, kernel: dict, text: list, peak: P.Peak | None, device_name: str | None,
-                 detected: P.Detected | None = None, compute_kernel_ns: dict | None = None):
+                 detected: P.Detected | None = None, kernel_work: dict | None = None):
         self.op, self.kernel, self.text = op, kernel, text
         self.peak, self.device_name, self.detected = peak, device_name, detected
-        self.compute_kernel_ns = compute_kernel_ns or {"all": 0, "stepped": 0}
+        self.kernel_work = kernel_work or _NO_KERNEL_WORK
 
     def _str(self, code: int) -> str | None:
         return self.text[code] if code >= 0 else None
@@ -267,13 +267,13 @@ def _rank_work(run: Run, rank: int, settings: PeakSettings) -> RankWork:
     got = rows_if_args_named(run, OPS, rank)
     text: list = []
     op = _counted_ops(got, text) if len(got) else _empty(_OP_INT)
-    kernel, compute_kernel_ns = _kernels_of(run, rank, op, text)
+    kernel, kernel_work = _kernels_of(run, rank, op, text)
     name = device_name(run, rank)
     peak = P.match(name, settings.table) if name else None
     if settings.override:
         peak = P.override(peak, **settings.override)
     return RankWork(op=op, kernel=kernel, text=text, peak=peak, device_name=name, detected=detect_device(run, rank, name),
-                    compute_kernel_ns=compute_kernel_ns)
+                    kernel_work=kernel_work)
 
 
 def _codes(col, text: list) -> np.ndarray:
@@ -395,13 +395,12 @@ def _next_input_shape(i: int, pid, tid, ts, end_i: int, dims_code, dims_of) -> l
 
 def _kernels_of(run: Run, rank: int, op: dict, text: list) -> tuple[dict, dict]:
     """Kernels launched inside a counted operator, with their share of its work (by duration), and
-    RankWork's `compute_kernel_ns`; adds each operator's kernels' summed duration and count to `op`."""
+    RankWork's `kernel_work`; adds each operator's kernels' summed duration and count to `op`."""
     n = len(op["event_id"])
     op["device_ns"], op["kernels"] = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     t = rank_rows(run, KERNELS, rank) if n else None
     if t is None or not t.num_rows:
-        return _empty(_KERNEL_INT), {"all": 0, "stepped": 0}
-    compute_kernel_ns = _compute_kernel_ns(t)
+        return _empty(_KERNEL_INT), _NO_KERNEL_WORK
     kpid, ktid, launch = _ints(t.column("pid_k")), _ints(t.column("tid_k")), _ints(t.column("ts_ns"))
     at = np.full(t.num_rows, -1, dtype=np.int64)
     ends = op["ts_ns"] + np.maximum(op["dur_ns"], 0)
@@ -422,21 +421,37 @@ def _kernels_of(run: Run, rank: int, op: dict, text: list) -> tuple[dict, dict]:
     op["kernels"] = np.bincount(o, minlength=n).astype(np.int64)
     dev = op["device_ns"][o]
     share = np.divide(dur, dev, out=1.0 / np.maximum(op["kernels"][o], 1), where=dev != 0)
+    flops = op["flops"][o] * share
     return {"event_id": _ints(t.column("event_id"))[sel], "name": _codes(t.column("name").take(sel), text), "dur_ns": dur,
             "device": _ints(t.column("device"))[sel], "step": _ints(t.column("step"))[sel], "op": o,
-            "flops": op["flops"][o] * share, "bytes": op["bytes"][o] * share}, compute_kernel_ns
+            "flops": flops, "bytes": op["bytes"][o] * share}, _kernel_totals(t, sel, flops)
 
 
-def _compute_kernel_ns(t: pa.Table) -> dict:
-    """The summed duration of the launched kernels of `t` (KERNELS) that are not a collective's:
-    all of them, and those launched in a profiler step."""
+_NO_KERNEL_WORK = {scope: {"kernel_flops": 0.0, "kernel_ns": 0, "compute_kernel_ns": 0} for scope in ("all", "stepped")}
+
+
+def _kernel_totals(t: pa.Table, sel: np.ndarray, flops: np.ndarray) -> dict:
+    """Of the launched kernels `t` (KERNELS) that are not a collective's, in two scopes, "all" and
+    "stepped" (launched in a profiler step): `kernel_flops` (the FLOPs carried by those of them that
+    a counted operator launched, rows `sel` of `t` with `flops`), `kernel_ns` (their summed
+    duration) and `compute_kernel_ns` (the summed duration of every one, counted or not:
+    kernel_ns is part of it)."""
     import pyarrow.compute as pc
 
     names = pc.dictionary_encode(t.column("name")).combine_chunks()
     comm_of = np.array([is_comm_kernel_name(v) for v in names.dictionary.to_pylist()] + [False], dtype=bool)
-    comm = comm_of[names.indices.fill_null(len(comm_of) - 1).to_numpy(zero_copy_only=False)]
-    dur = np.where(comm, 0, np.maximum(_ints(t.column("dur_ns")), 0))
-    return {"all": int(dur.sum()), "stepped": int(dur[_ints(t.column("step")) != _NONE].sum())}
+    compute = ~comm_of[names.indices.fill_null(len(comm_of) - 1).to_numpy(zero_copy_only=False)]
+    dur = np.maximum(_ints(t.column("dur_ns")), 0)
+    counted = np.zeros(t.num_rows, dtype=bool)
+    counted[sel] = True
+    row_flops = np.zeros(t.num_rows)
+    row_flops[sel] = flops
+    out = {}
+    for scope, rows in (("all", compute), ("stepped", compute & (_ints(t.column("step")) != _NONE))):
+        mine = rows & counted
+        out[scope] = {"kernel_flops": float(_seq_sum(row_flops[mine])[0]), "kernel_ns": int(dur[mine].sum()),
+                      "compute_kernel_ns": int(dur[rows].sum())}
+    return out
 
 
 def _seq_sum(values: np.ndarray, codes: np.ndarray | None = None, size: int = 1) -> np.ndarray:
@@ -578,15 +593,9 @@ def rank_utilisation(run: Run, rank: int) -> dict:
 
 
 def _kernel_work(work: RankWork, stepped: bool) -> dict:
-    """The counted work that ran as kernels, in the scope of `achieved.flops` (the profiler steps'
-    when there are steps): `kernel_flops` (the FLOPs its compute kernels carry), `kernel_ns` (their
-    summed duration) and `compute_kernel_ns` (the summed duration of every launched compute kernel
-    in that scope, counted or not: kernel_ns is part of it)."""
-    k = work.kernel
-    comm = np.array([is_comm_kernel_name(t) for t in work.text] + [False], dtype=bool)[k["name"]]  # (-1: no name)
-    mine = ~comm & (k["step"] != _NONE if stepped else True)
-    return {"kernel_flops": float(_seq_sum(k["flops"][mine])[0]), "kernel_ns": int(np.maximum(k["dur_ns"][mine], 0).sum()),
-            "compute_kernel_ns": work.compute_kernel_ns["stepped" if stepped else "all"]}
+    """The counted work that ran as kernels (`_kernel_totals`), in the scope of `achieved.flops`
+    (the profiler steps' when there are steps)."""
+    return dict(work.kernel_work["stepped" if stepped else "all"])
 
 
 def mfu_missing(run: Run, rank: int, work: RankWork, steps: list[dict], dtype: str | None) -> str:

@@ -51,16 +51,24 @@ running on the device before it (build's `first_work_wait_ns`), is warned about:
 takes microseconds on an idle device."""
 
 
+def first_work_wait_words(data_quality: dict) -> str | None:
+    """'device 2's first work started 149.00 ms after its launch' where a device's first work waited
+    FIRST_WORK_WAIT_WARN_NS or more after its launch returned (build's `first_work_wait_ns`), else
+    None: the start of this warning and of the findings' confidence note (engine.quality_notes)."""
+    wait = data_quality.get("first_work_wait_ns", 0)
+    if wait < FIRST_WORK_WAIT_WARN_NS:
+        return None
+    return f"device {data_quality.get('first_work_wait_device')}'s first work started {wait / 1e6:,.2f} ms after its launch"
+
+
 def first_work_wait_warnings(entry: dict) -> list[str]:
     """The warning for a device whose first work waited FIRST_WORK_WAIT_WARN_NS or more after its launch."""
-    dq = entry.get("data_quality") or {}
-    wait = dq.get("first_work_wait_ns", 0)
-    if wait < FIRST_WORK_WAIT_WARN_NS:
+    words = first_work_wait_words(entry.get("data_quality") or {})
+    if words is None:
         return []
-    return [f"rank {entry['rank']}: device {dq.get('first_work_wait_device')}'s first work started {wait / 1e6:,.2f} ms after its "
-            "launch returned, with nothing the trace holds running on the device before it: the device's clock is likely offset "
-            "from the host's (seen in ROCm traces), or the device ran work the trace does not hold; times from host to device "
-            "events (launch delays, the idle before device work) may be off by that much"]
+    return [f"rank {entry['rank']}: {words} returned, with nothing the trace holds running on the device before it: the device's "
+            "clock is likely offset from the host's (seen in ROCm traces), or the device ran work the trace does not hold; times "
+            "from host to device events (launch delays, the idle before device work) may be off by that much"]
 
 
 def quality_warnings(entry: dict, only: set | None = None) -> list[str]:

@@ -40,7 +40,7 @@ from .. import metrics
 from ..engine import Context
 from ..model import Location
 from ..rank_rows import arrays as rank_arrays
-from ..rank_rows import prepared_rows
+from ..rank_rows import rows as rank_rows
 from ._util import ms, no_device, rows, share_at_least
 
 RULE_ID = "host-sync"
@@ -241,8 +241,7 @@ def waits_union(run, rank: int, steps: bool) -> np.ndarray:
     got = run.sql(f"SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM ({waiting_calls_sql(rank)}) WHERE dur_ns > 0").fetchnumpy()
     waits = metrics.union_array(np.asarray(got["ts_ns"], dtype=np.int64), np.asarray(got["end_ns"], dtype=np.int64))
     if steps and len(waits):
-        st = np.asarray(prepared_rows(run, metrics.STEPS, rank) or run.sql(metrics.STEPS.one, [int(rank)]).fetchall(),
-                        dtype=np.int64).reshape(-1, 3)
+        st = np.asarray(rank_rows(run, metrics.STEPS, rank), dtype=np.int64).reshape(-1, 3)
         waits = metrics.intersect_unions(waits, metrics.union_array(st[:, 1], st[:, 1] + st[:, 2]))
     return waits
 

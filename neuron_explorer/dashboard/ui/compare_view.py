@@ -16,7 +16,7 @@ from ...fmt import duration, kernel_name
 from ..figure import HIGHLIGHT, build_figure, time_unit
 from ..runs import RunSet
 from ..views import compare as cmp
-from .grid import column, grid, text_color_when
+from .grid import KERNEL_CHARS, column, grid, text_color_when
 from .guard import CallbackInputError, guard
 from .theme import GRAPH_CONFIG
 
@@ -206,7 +206,7 @@ def delta_rows(rs: RunSet, base, test, tab) -> tuple[list[dict], dict]:
         raise CallbackInputError(f"unknown delta table {tab!r}")
     d = cmp.compare(rs, *_pair(base, test))["deltas"][tab]
     ms = lambda ns: None if ns is None else round(ns / 1e6, 4)  # noqa: E731
-    short = short_path if tab == "source_line" else (lambda k: kernel_name(k, 120)) if tab == "kernel" else (lambda k: k)
+    short = short_path if tab == "source_line" else (lambda k: kernel_name(k, KERNEL_CHARS)) if tab == "kernel" else (lambda k: k)
     rows = [{"significant": "yes" if x["significant"] else "", "key": short(x["key"]), "key_full": x["key"],
              "was": short(x["base_key"] or ""), "was_full": x["base_key"] or "", "metric": x["metric"],
              "status": x["status"], "base": ms(x["base_ns_per_step"]), "test": ms(x["test_ns_per_step"]),

@@ -41,6 +41,11 @@ def bundle_path() -> str:
     return f"/_dash-component-suites/dash_ag_grid/{BUNDLE}"
 
 
+KERNEL_CHARS = 120
+"""A kernel's name in a grid's wide cell at most this long (fmt.kernel_name; the whole name on hover):
+the table tabs' and the compare view's."""
+
+
 def column(field: str, header: str, *, numeric: bool = False, wide: bool = False, **col_def) -> dict:
     """One column: sorted and filtered as a number or as text; a `wide` one (names, source lines)
     takes three shares of the width, the others one. `col_def` adds AG Grid options (cellStyle,

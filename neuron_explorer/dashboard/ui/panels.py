@@ -13,7 +13,7 @@ from .. import queries
 from ..runs import RunSet
 from ..views.overview import share_denominator, summary_by_rank
 from ..views.tables import TABLE_VIEWS
-from .grid import column, grid, text_color_when
+from .grid import KERNEL_CHARS, column, grid, text_color_when
 from .guard import CallbackInputError
 
 
@@ -102,8 +102,6 @@ def _grid_columns(view, shares: dict) -> list[dict]:
 
 FULL = "_full"
 """A kernel column's whole name, beside its short one (the cell's tooltip)."""
-KERNEL_CHARS = 120
-"""A kernel column's name at most this long (fmt.kernel_name): what a wide cell shows."""
 
 
 def _grid_rows(view, rows: list[dict]) -> list[dict]:
