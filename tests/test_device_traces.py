@@ -916,3 +916,18 @@ def test_a_sync_waiting_while_no_device_runs_is_named_a_wait_on_unseen_work(trac
     roots = f["contents"]["roots"]
     assert (roots["count"], roots["total_ns"]) == (len(outer), sum(b - a for _, _, a, b in outer)) and len(outer) < len(copies)
     assert roots["total_ns"] < report["summary"]["ranks"][0]["span_ns"]
+
+
+@pytest.mark.parametrize("name, says, never", [
+    ("mi300x_ddp_resnet_act_checkpoint", "so that MIOpen runs them with its NHWC kernels on the matrix cores (MFMA)",
+     ("Tensor Core", "cuDNN")),
+    ("v100_resnet50_torch19_memory", "so that cuDNN runs them with its NHWC kernels on the Tensor Cores", ("MIOpen", "MFMA"))])
+def test_channels_last_advice_names_the_devices_own_library_and_units(traces, name, says, never):
+    """The critical path's NCHW-convolution advice said 'cuDNN / MIOpen use their NHWC Tensor Core
+    kernels' on the MI300X ResNet, which has neither Tensor Cores nor cuDNN (its architecture was read
+    only for the fp32 class, not for the convolutions' own). Each device's library and matrix units
+    now (peaks.conv_library, peaks.matrix_units)."""
+    _, report, _ = traces(name)
+    (f,) = [f for f in findings(report, "critical-path") if "NCHW convolutions" in f["recommendation"]]
+    assert says in f["recommendation"], f["recommendation"]
+    assert not any(w in f["recommendation"] for w in never)

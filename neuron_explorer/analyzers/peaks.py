@@ -310,6 +310,15 @@ Multiplication Background guide; AMD's CDNA instruction set; AWS Neuron's NKI ar
 A vendor not here (Meta's MTIA, an unknown device) gets `matrix_units`' generic words."""
 
 
+CONV_LIBRARY = {"nvidia": "cuDNN", "amd": "MIOpen"}
+"""The convolution library of each vendor whose convolutions torch runs through one."""
+
+
+def conv_library(arch: Arch | None) -> str:
+    """The library that runs the device's convolutions, in its vendor's name; both where the vendor is unknown."""
+    return CONV_LIBRARY.get(arch.vendor if arch is not None else "", "cuDNN / MIOpen")
+
+
 def matrix_units(arch: Arch | None) -> tuple[str, str]:
     """(what the device's matrix units are called, the sizes they run fastest at) for `arch`'s
     vendor, else generic words that promise no tile size."""

@@ -170,7 +170,7 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
                and _first_input_rank(m["op_args"]) == 4 for m in members):
             tips.append("NCHW convolutions: convert the model and its inputs to channels_last "
                         "(model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)) so that "
-                        "cuDNN / MIOpen use their NHWC Tensor Core kernels")
+                        f"{P.conv_library(arch)} runs them with its NHWC kernels on the {P.matrix_units(arch)[0]}")
         if per_step >= THRESHOLDS["SMALL_KERNELS_PER_STEP"] and charged / max(events, 1) < THRESHOLDS["SMALL_KERNEL_NS"]:
             tips.append(f"{per_step:.0f} short kernels per step: fuse them (torch.compile the module, fused or foreach implementations)")
         if not tips:
@@ -452,7 +452,7 @@ def check(ctx: Context) -> list:
         charged = sum(m["charged_ns"] for m in members)
         if not total or charged / total < THRESHOLDS["CLASS_SHARE_MIN"]:
             continue
-        if cls == "fp32_matmul" and arch is None:
+        if cls in WORK_CLASSES and arch is None:  # (device work: its advice speaks of the device's precisions and libraries)
             work = rank_work(ctx.run, ctx.rank)
             arch = work.detected.arch if work.detected and work.detected.arch else P.arch_of(work.peak, work.device_name)
         events = sum(m["events"] for m in members)
