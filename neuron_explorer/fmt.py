@@ -237,6 +237,103 @@ def kernel_name(name: str | None, width: int = 60) -> str | None:
     return s if len(s) <= width else s[:width - 1] + "…"
 
 
+_LITERAL = re.compile(r"L([ijlmstxy])(n?)(\d+)E|Lb([01])E")
+_SKIPPED = re.compile(r"[ST][0-9A-Z]*_|DF\d+[_b]|D[nav]")  # substitutions, template parameters, some builtin types
+_NOISE_TOKENS = frozenset(("void", "const", "operator", "lambda", "anonymous", "namespace", "_GLOBAL__N_1"))
+_TAG_CHARS = 24
+
+
+def _mangled_tokens(name: str) -> list[str]:
+    """An Itanium-mangled name's identifiers (`19cutlass_cudnn_train` -> `cutlass_cudnn_train`) and
+    template literals (`Li128E` -> `128`, `Lb1E` -> `true`), in order; the rest is skipped."""
+    out, i = [], 2
+    while i < len(name):
+        if m := _LITERAL.match(name, i):
+            out.append(("true" if m.group(4) == "1" else "false") if m.group(4) else ("-" if m.group(2) else "") + m.group(3))
+            i = m.end()
+            continue
+        if m := _SKIPPED.match(name, i):
+            i = m.end()
+            continue
+        j = i
+        while j < len(name) and name[j].isdigit():
+            j += 1
+        if j > i and name[j:j + 1] == "E" and not name[j + 1:j + 2].islower():  # an enum's value (`L…Enum` `7E`)
+            out.append(name[i:j])
+            i = j + 1
+            continue
+        if j > i and j < len(name) and (name[j].isalpha() or name[j] == "_"):
+            word = name[j:j + int(name[i:j])]
+            if len(word) == int(name[i:j]) > 1 and re.fullmatch(r"\w+", word):
+                out.append(word)
+                i = j + len(word)
+                continue
+        i = max(j, i + 1)
+    return [t for t in out if t not in _NOISE_TOKENS]
+
+
+def _name_tokens(name: str) -> list[str]:
+    """A kernel name's words and numbers in order, without namespaces and C++ noise (`void`,
+    `const`, lambdas' `operator`): what tells two kernels of one template apart."""
+    if name.startswith("_Z"):
+        return _mangled_tokens(name)
+    text = _QUALIFIER.sub("", _ANONYMOUS.sub("", name))
+    return [t for t in re.findall(r"[A-Za-z_]\w*|\d\w*", text) if t not in _NOISE_TOKENS]
+
+
+def _common_prefix(a, b) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def _tag(tokens: list[str], others: list[list[str]]) -> str:
+    """What sets one kernel's name apart from the others' that shorten to the same label: its first
+    word that none of them has (a functor, a dtype), else its first number none has, else the
+    words from the first place where it differs from the nearest of them. A word that shares a
+    stem with one of theirs (a long generated name: `…_tilesize64x64x64_…`) is given from where
+    the two part, at an underscore."""
+    seen = set().union(*map(set, others))
+    own = [t for t in tokens if t not in seen]
+    word = next((t for t in own if not t[0].isdigit()), own[0] if own else None)
+    if word is None:  # the same words, in another order or number: from where it parts from the nearest
+        at = max(_common_prefix(tokens, o) for o in others)
+        first = tokens[at] if at < len(tokens) else ""
+        if (stem := max((_common_prefix(first, o[at]) for o in others if at < len(o)), default=0)) >= 8:
+            first = "…" + first[first.rfind("_", 0, stem + 1) + 1 or stem:]
+        word = ", ".join([first] + tokens[at + 1:at + 3])
+    elif (stem := max((_common_prefix(word, t) for t in seen), default=0)) >= 8:
+        word = "…" + word[word.rfind("_", 0, stem + 1) + 1 or stem:]
+    return word if len(word) <= _TAG_CHARS else word[:_TAG_CHARS - 1] + "…"
+
+
+def kernel_labels(names, width: int = 60) -> dict[str, str]:
+    """Each kernel name of a listing (a top-kernels table, a grid, a diff) -> its label there:
+    `kernel_name(name, width)`, and where several names of the listing shorten to the same text,
+    that text followed by what sets each apart in brackets, so that no two rows read alike:
+    `vectorized_elementwise_kernel<4, BinaryFunctor<…>, Array<…>… [MulFunctor]` beside `…
+    [threshold_kernel_impl]`. Labels that still read alike are numbered instead (`#2`).
+    A label stays within `width` (the shortened name is cut for its tag)."""
+    distinct = sorted({n for n in names if n})
+    labels = {n: kernel_name(n, width) for n in distinct}
+
+    def alike() -> list[list[str]]:
+        groups: dict[str, list[str]] = {}
+        for n in distinct:
+            groups.setdefault(labels[n], []).append(n)
+        return [g for g in groups.values() if len(g) > 1]
+
+    def tagged(n: str, tag: str) -> str:
+        return f"{kernel_name(n, max(12, width - len(tag) - 3))} [{tag}]"
+
+    for group in alike():
+        tokens = {n: _name_tokens(n) for n in group}
+        for n in group:
+            labels[n] = tagged(n, _tag(tokens[n], [tokens[o] for o in group if o != n]) or "?")
+    numbered = [n for group in alike() for n in group]  # (each label then ends in its own number)
+    for i, n in enumerate(numbered, 1):
+        labels[n] = tagged(n, f"#{i}")
+    return labels
+
+
 def shapes(shapes_: list | None, dtypes: list | None = None, times: str = "×") -> str:
     """Input shapes and dtypes as one reads them: `[16×1024], [1024×1024] float` (scalars and
     unshaped inputs left out; `times` joins a shape's sizes, "x" for ASCII); '' when none was recorded."""

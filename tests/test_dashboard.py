@@ -887,6 +887,29 @@ def test_the_analysis_finishing_does_not_clear_the_message_of_a_persons_last_act
                 assert response["error"]["children"] == ""
 
 
+def test_the_kernels_grid_tells_two_kernels_of_one_template_apart(tmp_path):
+    """A multiply and ReLU's backward (the RTX 2080 Ti trace's names) both shorten to
+    `at::native::vectorized_elementwise_kernel<4, BinaryFunctor<…>, Array<…> >`: the Kernels grid
+    showed two rows alike. Each row's name now ends in what sets it apart (fmt.kernel_labels), and
+    its whole name is still on hover."""
+    from .test_kernel_labels import MUL, RELU_BACKWARD
+
+    events = [X("aten::mul", "cpu_op", 0, 40, **{"External id": 1}),
+              X("cudaLaunchKernel", "cuda_runtime", 5, 5, correlation=9, **{"External id": 1}),
+              X(MUL, "kernel", 20, 10, pid=0, tid=7, correlation=9, stream=7, device=0),
+              X("aten::threshold_backward", "cpu_op", 50, 40, **{"External id": 2}),
+              X("cudaLaunchKernel", "cuda_runtime", 55, 5, correlation=10, **{"External id": 2}),
+              X(RELU_BACKWARD, "kernel", 70, 15, pid=0, tid=7, correlation=10, stream=7, device=0)]
+    runs = RunSet([import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir])
+    try:
+        rows = _grid(dash_app.tables_for(runs, 0, "all", "kernels")).rowData
+        names = {r["name_full"]: r["name"] for r in rows}
+        assert names == {MUL: "at::native::vectorized_elementwise_kernel<4, BinaryFunctor<…>, Array<…> > [MulFunctor]",
+                         RELU_BACKWARD: "at::native::vectorized_elementwise_kernel<4, BinaryFunctor<…>, Array<…> > [threshold_kernel_impl]"}
+    finally:
+        runs.close()
+
+
 def test_the_kernels_tabs_name_kernels_as_every_view_does(tmp_path):
     """The Kernels and Kernels-by-operator grids show a kernel's name as the report does
     (fmt.kernel_name), the whole name on hover: a cell of `void at::native::(anonymous

@@ -931,3 +931,22 @@ def test_channels_last_advice_names_the_devices_own_library_and_units(traces, na
     (f,) = [f for f in findings(report, "critical-path") if "NCHW convolutions" in f["recommendation"]]
     assert says in f["recommendation"], f["recommendation"]
     assert not any(w in f["recommendation"] for w in never)
+
+
+def test_two_kernels_of_one_template_are_told_apart_in_the_top_kernels(traces):
+    """mi300x_sglang_qwen3_decode: aiter's add_rmsnorm_quant_kernel runs in two instantiations, the
+    block size 256 and 64 (`_ZN5aiter24add_rmsnorm_quant_kernelIDF16bDF16bLi256ELi16E...` and
+    `...Li64ELi8E...`). Both are in device 9's top kernels, and both read
+    `aiter::add_rmsnorm_quant_kernel`, two rows alike with different times. Each row now says what
+    sets it apart (fmt.kernel_labels): the first template number that differs, from the JSON."""
+    _, report, raw = traces(SGLANG)
+    durations = collections.defaultdict(int)
+    for e in raw.of(DEVICE_CATS):
+        if e["name"].startswith("_ZN5aiter24add_rmsnorm_quant_kernel") and e.get("args", {}).get("device") == 9:
+            durations[e["name"]] += raw.dur(e)
+    size = {n: re.search(r"IDF16bDF16bLi(\d+)E", n).group(1) for n in durations}
+    (dev,) = [d for r in report["summary"]["ranks"] for d in r["device_time"] if d["device"] == 9]
+    rows = {k["name"]: k for k in dev["top_kernels"] if k["name"] in durations}
+    assert len(rows) == 2 and {size[n] for n in rows} == {"256", "64"}, sorted(durations)
+    for name, k in rows.items():
+        assert k["kernel"] == f"aiter::add_rmsnorm_quant_kernel [{size[name]}]" and k["dur_ns"] == durations[name]

@@ -294,11 +294,16 @@ def test_a_regression_under_noisy_data_loading_fails_the_gate_on_its_work(tmp_pa
     res = cli("diff", tmp_path / "base", tmp_path / "test", "--json", "--fail-if-slower", "5%")
     data = json.loads(res.stdout)
     s = data["step_time"]
-    # the work decides; on a loaded machine the step times can, rarely, decide first (rule 2)
-    assert s["verdict"] == "slower" and s["basis"] == ("step time" if s["significant"] else "work"), s["reason"]
-    assert res.returncode == 1 and "over the 5% limit" in res.stderr, res.stderr
+    # the work decides. On a loaded machine the step times can, rarely, decide first (rule 2), in
+    # the direction the load moved them: with the suite's other worker beside it, the base's steps
+    # once ran 46.8% slower than the test's (p=0.0009), and the gate passed on the step times
+    assert s["basis"] == ("step time" if s["significant"] else "work"), s["reason"]
     if s["basis"] == "work":
+        assert s["verdict"] == "slower" and res.returncode == 1 and "over the 5% limit" in res.stderr, res.stderr
         assert "more work (priced at the base's time per call" in res.stderr, res.stderr
+    else:
+        assert s["verdict"] == ("slower" if s["delta_pct"] > 0 else "faster"), s["reason"]
+        assert res.returncode == (1 if s["verdict"] == "slower" and s["estimate_pct"] > 5 else 0), res.stderr
     cost = s["work"]["cost"]
     # the extra forward pass is about a quarter of the compute; the shards add as much again on average
     assert cost["metric"] == "cpu" and cost["significant"] and 5 < cost["delta_pct"] < 30, cost

@@ -600,7 +600,7 @@ def _short_rank(info: dict, s: dict | None) -> dict:
     out["devices"] = [{"device": d["device"], "name": names.get(d["device"]),
                        **{k: d.get(k) for k in ("busy_ns", "window_ns", "idle_ns", "kernel_ns", "memcpy_ns", "comm_ns", "comm_exposed_ns")
                           if d.get(k)},
-                       "top_kernels": [{"kernel": kernel_name(k.get("name"), 60), "dur_ns": k.get("dur_ns")}
+                       "top_kernels": [{"kernel": k.get("kernel"), "dur_ns": k.get("dur_ns")}
                                        for k in heaviest.get(d["device"], [])[:2]]} for d in s.get("devices") or []]
     if s.get("comm_cpu_ns"):
         out["comm_cpu_ns"] = s["comm_cpu_ns"]

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from ..fmt import kernel_name
+from ..fmt import kernel_labels, kernel_name
 from ..store import Run
 from ..vocab import DEVICE_WORK_SQL, charged_top_op, comm_kernel_name
 from .metrics import Coverage, device_unions_many, span, union_sql
@@ -228,7 +228,7 @@ TOP_KERNELS = 10
 
 def top_kernels(run: Run, rank: int, limit: int = TOP_KERNELS, wins: list | None = None) -> dict[int, list[dict]]:
     """Per device: the kernel names with the most device time in the analysed window (`windows`;
-    each kernel's part inside it): per full `name`, `kernel` (its short name, fmt.kernel_name),
+    each kernel's part inside it): per full `name`, `kernel` (its label in the list, fmt.kernel_labels),
     `dur_ns`, `count` (kernels that ran in the window), and `share` = dur_ns / the summed kernel time of the device in the
     window (concurrent kernels each count, so the shares of all names add up to 1)."""
     wins = windows(run, rank) if wins is None else wins
@@ -266,13 +266,14 @@ def _top_kernels_many(run: Run, wins: dict[int, list], limit: int = TOP_KERNELS)
     total: dict[tuple[int, int], int] = {}
     for r, d, name, ns, n in rows:
         key = (int(r), int(d))
-        per.setdefault(key, []).append({"kernel": kernel_name(name) or "(unnamed)", "name": name, "dur_ns": int(ns or 0),
-                                        "count": int(n)})
+        per.setdefault(key, []).append({"name": name, "dur_ns": int(ns or 0), "count": int(n)})
         total[key] = total.get(key, 0) + int(ns or 0)
     out: dict[int, dict[int, list[dict]]] = {}
     for (r, d), ks in per.items():
         top = sorted(ks, key=lambda k: (-k["dur_ns"], k["name"] or ""))[:limit]
-        out.setdefault(r, {})[d] = [{**k, "share": (k["dur_ns"] / total[(r, d)]) if total[(r, d)] else 0.0} for k in top]
+        labels = kernel_labels(k["name"] for k in top)  # (two kernels of one template listed: each told apart)
+        out.setdefault(r, {})[d] = [{"kernel": labels.get(k["name"]) or "(unnamed)", **k,
+                                     "share": (k["dur_ns"] / total[(r, d)]) if total[(r, d)] else 0.0} for k in top]
     return out
 
 

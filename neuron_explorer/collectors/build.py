@@ -580,23 +580,34 @@ def _early_columns(columns: list, order: np.ndarray, is_step, step_no, ts, end, 
 
 
 def _flows_table(fl: pa.Table, fl_event: np.ndarray, rank: int, base_ns: int) -> pa.Table:
-    """The run's flows table: each endpoint with the event it binds to (`fl_event`, -1: none), by time."""
+    """The run's flows table: each endpoint with the event it binds to (`fl_event`, -1: none), by time
+    (stable: endpoints at one time keep the trace's order). Each column is taken into that order
+    once, so the table exists once beside the raw flows (a sort of the built table copied it all)."""
     base = rank * ID_STRIDE
-    flows = pa.table(
-        {
-            "rank": pa.array(np.full(fl.num_rows, rank, dtype=np.int32)),
-            "flow_id": fl["flow_id"],
-            "category": fl["category"],
-            "name": fl["name"],
-            "phase": fl["phase"],
-            "ts_ns": pa.array(_np(fl["ts_ns"], 0) + base_ns, pa.int64()),
-            "pid": fl["pid"],
-            "tid": fl["tid"],
-            "binding_point": fl["binding_point"],
-            "event_id": pa.array(np.where(fl_event >= 0, base + fl_event, 0), pa.int64(), mask=fl_event < 0),
-        }
-    )
-    return _conform(flows, schema.FLOWS).sort_by([("ts_ns", "ascending")])
+    ts = _np(fl["ts_ns"], 0) + base_ns
+    order = np.argsort(ts, kind="stable")
+    rows = pa.array(order)
+
+    def taken(name: str) -> pa.Array:
+        col = fl[name]
+        if pa.types.is_dictionary(col.type):
+            col = col.cast(col.type.value_type)
+        return col.take(rows).combine_chunks()
+
+    event = fl_event[order]
+    columns = {
+        "rank": pa.array(np.full(fl.num_rows, rank, dtype=np.int32)),
+        "flow_id": taken("flow_id"),
+        "category": taken("category"),
+        "name": taken("name"),
+        "phase": taken("phase"),
+        "ts_ns": pa.array(ts[order], pa.int64()),
+        "pid": taken("pid"),
+        "tid": taken("tid"),
+        "binding_point": taken("binding_point"),
+        "event_id": pa.array(np.where(event >= 0, base + event, 0), pa.int64(), mask=event < 0),
+    }
+    return _conform(pa.table(columns), schema.FLOWS)
 
 
 def _flow_events(fl: pa.Table, base_ns: int, track, pid, tid, ts, end, parent) -> np.ndarray:

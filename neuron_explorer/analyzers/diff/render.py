@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ...fmt import duration, kernel_name
+from ...fmt import duration, kernel_labels
 from ..stats import RECORDING_QUANTILE, Sample
 from .result import (
     ALPHA,
@@ -241,8 +241,9 @@ def render_text(diff: Diff, top: int = 20) -> str:
         if not rows:
             continue
         lines.append(f"{type_.replace('_', ' ')}s:")
-        # a path keeps its end (file:line), a kernel its name as every view shortens it
-        label = (lambda k: kernel_name(k, 70)) if type_ == "kernel" else (lambda k: k[-70:])
+        # a path keeps its end (file:line), a kernel its name as every view shortens it (two rows alike told apart)
+        names = kernel_labels([k for d in rows for k in (d.key, d.base_key) if k], 70) if type_ == "kernel" else {}
+        label = (lambda k, names=names: names.get(k, k)) if type_ == "kernel" else (lambda k: k[-70:])
         for d in rows:
             was = f" (was {label(d.base_key)})" if d.base_key else ""
             status = "" if d.status == "changed" else f" [{d.status}]"

@@ -53,7 +53,7 @@ from __future__ import annotations
 import json
 import re
 
-from ...fmt import kernel_name
+from ...fmt import kernel_labels, kernel_name
 from ...store import sql_file_literal
 from ...vocab import (
     CONV_KERNEL_RE,
@@ -263,8 +263,10 @@ def _known_host_costs(cls: str, members: list[dict], charged: int) -> str:
 
 
 def _names_of(members: list[dict]) -> str:
-    """Members with their charged time, heaviest first, at most three."""
-    return ", ".join(f"{_describe(m)} {ms(m['charged_ns'])}" for m in members[:3])
+    """Members with their charged time, heaviest first, at most three (kernels that would read alike told apart)."""
+    shown = members[:3]
+    labels = kernel_labels((m["item"] for m in shown if m["category"] in DEVICE), 48)
+    return ", ".join(f"{_describe(m, labels)} {ms(m['charged_ns'])}" for m in shown)
 
 
 def _names(members: list[dict], cause: str) -> str:
@@ -272,12 +274,13 @@ def _names(members: list[dict], cause: str) -> str:
     return _names_of([m for m in members if m["cause"] == cause])
 
 
-def _describe(it: dict) -> str:
+def _describe(it: dict, labels: dict | None = None) -> str:
+    """An item as people read it; a kernel by its label among the items shown beside it (`labels`)."""
     cat, item = it["category"], it["item"]
     if item is None:
         return "Python outside every traced call"
     if cat in DEVICE:
-        return kernel_name(item, 48) + (f" of {it['op']}" if it["op"] else "")
+        return ((labels or {}).get(item) or kernel_name(item, 48)) + (f" of {it['op']}" if it["op"] else "")
     short = item if len(item) <= 48 else item[:45] + "…"
     if cat == "idle":
         return f"before {short}"
@@ -467,7 +470,7 @@ def check(ctx: Context) -> list:
         merged = {"category": members[0]["category"], "item": tuple(m["item"] for m in members if m["item"] is not None),
                   "step_ns": step_ns}
         top = members[0]
-        heaviest = ", ".join(f"{_describe(m)} {ms(m['charged_ns'])}" for m in members[:3])
+        heaviest = _names_of(members)
         source = ctx.source_of(top["frame_id"])
         out.append(ctx.finding(
             title=f"{bound['overall']['words']}; on the critical path: {_class_words(cls, members)} {ms(charged)} "

@@ -12,7 +12,7 @@ Must not: query the runs itself (views/compare.py does) or accept a path from th
 from __future__ import annotations
 
 from ...errors import NeuronExplorerError
-from ...fmt import duration, kernel_name
+from ...fmt import duration, kernel_labels
 from ..figure import HIGHLIGHT, build_figure, time_unit
 from ..runs import RunSet
 from ..views import compare as cmp
@@ -206,7 +206,8 @@ def delta_rows(rs: RunSet, base, test, tab) -> tuple[list[dict], dict]:
         raise CallbackInputError(f"unknown delta table {tab!r}")
     d = cmp.compare(rs, *_pair(base, test))["deltas"][tab]
     ms = lambda ns: None if ns is None else round(ns / 1e6, 4)  # noqa: E731
-    short = short_path if tab == "source_line" else (lambda k: kernel_name(k, KERNEL_CHARS)) if tab == "kernel" else (lambda k: k)
+    labels = kernel_labels([k for x in d["rows"] for k in (x["key"], x["base_key"]) if k], KERNEL_CHARS) if tab == "kernel" else {}
+    short = short_path if tab == "source_line" else (lambda k: labels.get(k, k)) if tab == "kernel" else (lambda k: k)
     rows = [{"significant": "yes" if x["significant"] else "", "key": short(x["key"]), "key_full": x["key"],
              "was": short(x["base_key"] or ""), "was_full": x["base_key"] or "", "metric": x["metric"],
              "status": x["status"], "base": ms(x["base_ns_per_step"]), "test": ms(x["test_ns_per_step"]),

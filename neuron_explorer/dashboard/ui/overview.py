@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from ...fmt import duration, kernel_name, share
+from ...fmt import duration, kernel_labels, kernel_name, share
 from ..runs import RunSet
 from ..views.findings import analysis_state, start_analysis
 from ..views.overview import BAR_PARTS, overview
@@ -184,8 +184,9 @@ def tops(data: dict):
     from dash import html
 
     t = data["top"]
+    labels = kernel_labels((r["name"] for r in t["kernels"]), 48)
     return html.Div([html.Div(t["denominator"], className="nx-muted", id="overview-denominator"),
-                     html.Div([_top_table("Kernels", t["kernels"], "overview-top-kernels", lambda name: kernel_name(name, 48)),
+                     html.Div([_top_table("Kernels", t["kernels"], "overview-top-kernels", labels.get),
                                _top_table("Operators", t["operators"], "overview-top-operators"),
                                _top_table("Source lines", t["lines"], "overview-top-lines")], className="nx-ov-tops")])
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from ...fmt import duration, kernel_name
+from ...fmt import duration, kernel_labels
 from .. import queries
 from ..runs import RunSet
 from ..views.overview import share_denominator, summary_by_rank
@@ -106,8 +106,9 @@ FULL = "_full"
 
 def _grid_rows(view, rows: list[dict]) -> list[dict]:
     """The shown fields of each row, ns (kind 'ms') as ms numbers, so they sort and filter as
-    numbers; a kernel's name shortened (fmt.kernel_name) with the whole name beside it."""
+    numbers; a kernel's name shortened (fmt.kernel_labels: no two rows alike) with the whole name beside it."""
     conv = {c.field: c.kind for c in view.columns}
+    labels = {f: kernel_labels((r.get(f) for r in rows), KERNEL_CHARS) for f, kind in conv.items() if kind == "kernel"}
     out = []
     for r in rows:
         row = {}
@@ -116,7 +117,7 @@ def _grid_rows(view, rows: list[dict]) -> list[dict]:
             if kind == "ms" and isinstance(v, (int, float)):
                 v = round(v / 1e6, 4)
             elif kind == "kernel":
-                row[f + FULL], v = v, kernel_name(v, KERNEL_CHARS)
+                row[f + FULL], v = v, labels[f].get(v, v)
             row[f] = v
         out.append(row)
     return out
