@@ -76,7 +76,8 @@ def test_report_json_lists_the_children_with_their_shapes_dtypes_and_times(matmu
     c = _matmul_finding(doc)["contents"]
     shapes, dtypes = [[16, 1024], [1024, 1024]], ["float", "float"]
     assert c["roots"] == {"what": "every 'aten::matmul' on rank 0", "count": 2, "total_ns": 800 * US,
-                          "groups": [{"name": "aten::matmul", "shapes": shapes, "dtypes": dtypes, "count": 2, "total_ns": 800 * US}]}
+                          "groups": [{"name": "aten::matmul", "shapes": shapes, "dtypes": dtypes, "count": 2, "total_ns": 800 * US}],
+                          "names": [{"name": "aten::matmul", "count": 2, "total_ns": 800 * US}], "optimizer_steps": []}
     assert c["children"] == [
         {"kind": "cpu_op", "name": "aten::mm", "shapes": shapes, "dtypes": dtypes, "count": 2, "total_ns": 760 * US},
         {"kind": "kernel", "name": "gemm_a", "shapes": shapes, "dtypes": dtypes, "count": 2, "total_ns": 400 * US},
@@ -192,6 +193,31 @@ def test_reassociation_advice_reaches_the_report(tmp_path):
     assert [a.split(":")[0] for a in f.contents["advice"]] == ["reassociate"]
     assert "a [1024×1024] @ [1024×1024] product (aten::matmul, 3 calls, 1.80 ms)" in f.contents["advice"][0]
     assert "advice: reassociate" in text(rep, width=400)
+
+
+def _optimizer_contents(cls: str, names: list[str], inside_ns: int, total_ns: int = 1_000_000) -> dict:
+    return {"roots": {"total_ns": total_ns, "names": [{"name": n, "count": 6, "total_ns": total_ns // len(names)} for n in names],
+                      "optimizer_steps": [{"optimizer": cls, "count": 6 * len(names), "total_ns": inside_ns}]}}
+
+
+def test_an_optimizers_step_is_advised_the_implementation_its_class_has():
+    """torch.optim runs a for-loop over the parameters unless every parameter is on a CUDA-like
+    device (then foreach); fused never by itself. Adam, AdamW, SGD and Adagrad take fused=True;
+    the others foreach=True only."""
+    from neuron_explorer.analyzers.advice import optimizer_implementation
+
+    loop = ["aten::mul_", "aten::addcdiv_", "aten::sqrt"]
+    (adamw,) = advice(_optimizer_contents("AdamW", loop, 900_000))
+    assert adamw.startswith("AdamW runs its for-loop implementation here: 18 per-parameter operator calls, 900.00 µs. "
+                            "Construct it with fused=True")
+    rmsprop = optimizer_implementation(_optimizer_contents("RMSprop", loop, 900_000))
+    assert "Construct it with foreach=True" in rmsprop and "fused=True" not in rmsprop
+    foreach = optimizer_implementation(_optimizer_contents("Adam", ["aten::_foreach_mul_", "aten::_foreach_addcdiv_"], 900_000))
+    assert foreach.startswith("Adam runs its foreach implementation here (12 multi-tensor operator calls, 900.00 µs)")
+    assert optimizer_implementation(_optimizer_contents("RMSprop", ["aten::_foreach_mul_"], 900_000)) is None  # no fused RMSprop
+    assert optimizer_implementation(_optimizer_contents("AdamW", ["aten::_fused_adamw_"], 900_000)) is None  # already fused
+    assert optimizer_implementation(_optimizer_contents("AdamW", loop, 400_000)) is None  # most of the time is elsewhere
+    assert optimizer_implementation({"roots": {"total_ns": 1, "names": []}}) is None
 
 
 # ---- many findings at once: roots inside roots, an annotation's, the same roots twice ---------------
@@ -369,3 +395,45 @@ def test_shapes_text():
     assert shapes([[16, 1024], [1024, 1024], []], ["float", "float", "Scalar"]) == "[16×1024], [1024×1024] float"
     assert shapes([[[8816192]], []], ["TensorList", ""], "x") == "[8816192] TensorList"
     assert shapes([], []) == "" and shapes(None) == ""
+
+
+OPTIMIZER_LOOP = """\
+import torch
+
+torch.manual_seed(0)
+params = [torch.nn.Parameter(torch.randn(64, 64)) for _ in range(100)]
+opt = torch.optim.AdamW(params, lr=1e-3)
+for _ in range(6):
+    for p in params:
+        p.grad = torch.ones_like(p)
+    opt.step()  # THE STEP
+"""
+
+
+@pytest.mark.slow  # records a real torch loop
+def test_adamw_on_cpu_is_advised_fused_with_its_calls_counted_from_the_run(tmp_path):
+    """AdamW over 100 CPU parameters, recorded with `record`: torch runs its for-loop implementation
+    (foreach is its default only on CUDA-like devices), a few operators per parameter per step. The
+    hotspot on `opt.step()` says so and advises fused=True, with the calls and time of the operators
+    inside the optimizer's steps, counted here from the run."""
+    from neuron_explorer import open_run
+    from neuron_explorer.fmt import duration
+
+    from .conftest import cli
+
+    (tmp_path / "train.py").write_text(OPTIMIZER_LOOP)
+    res = cli("record", "-o", tmp_path / "run", tmp_path / "train.py", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    report = json.loads(cli("analyze", tmp_path / "run", "--json").stdout)
+    (step,) = [f for f in report["findings"] if f["rule_id"] == "hotspot" and "# THE STEP" in f["title"]]
+    with open_run(tmp_path / "run") as r:
+        calls, ns = r.sql("""SELECT count(*), sum(o.dur_ns) FROM events o JOIN events a ON a.kind = 'user_annotation'
+            AND a.name = 'Optimizer.step#AdamW.step' AND a.pid = o.pid AND a.tid = o.tid AND a.ts_ns <= o.ts_ns
+            AND a.ts_ns + a.dur_ns >= o.ts_ns + o.dur_ns WHERE o.kind = 'cpu_op' AND o.top_op_id = o.event_id""").fetchone()
+    assert calls >= 6 * 100 * 4 and step["contents"]["roots"]["optimizer_steps"] == [{"optimizer": "AdamW", "count": calls, "total_ns": ns}]
+    assert step["contents"]["advice"] == [
+        f"AdamW runs its for-loop implementation here: {calls:,} per-parameter operator calls, {duration(ns)}. Construct it with "
+        "fused=True (one fused operator over all parameters per step; on CPU from torch 2.4) or foreach=True: torch picks foreach "
+        "by itself only where every parameter is on a CUDA, XPU, MTIA or PrivateUse1 device, and never fused"]
+    text = " ".join(cli("analyze", tmp_path / "run").stdout.split())
+    assert "of them: aten::" in text and "advice: AdamW runs its for-loop implementation here" in text

@@ -11,6 +11,10 @@ what is inside"):
   REASSOCIATE_GAIN_MIN times fewer.
 - `solve_instead_of_inverse`: a matrix inverse (`torch.linalg.inv`, `torch.inverse`) inside:
   `torch.linalg.solve(A, B)` instead of `inv(A) @ B`.
+- `optimizer_implementation`: most of the roots run inside a torch.optim step (`Optimizer.step#…`)
+  as per-parameter operators (its for-loop implementation, the default off CUDA) or as
+  `_foreach_` operators: `fused=True` where the class takes it (FUSED_OPTIMIZERS), else
+  `foreach=True`.
 
 Must not: compute a figure from the run (contents.py does) or render.
 """
@@ -69,7 +73,37 @@ def solve_instead_of_inverse(contents: dict) -> str | None:
             "torch.linalg.solve(A, B) in place of torch.linalg.inv(A) @ B is faster and more accurate")
 
 
-ADVICE = (reassociate, solve_instead_of_inverse)
+FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD", "Adagrad")
+"""torch.optim classes that take `fused=True` (one fused operator over all parameters: CUDA, CPU
+from torch 2.4, MPS, XPU); the others take `foreach=True` only. torch picks foreach by itself only
+where every parameter is on a CUDA, XPU, MTIA or PrivateUse1 device, and fused never."""
+OPTIMIZER_SHARE_MIN = 0.5
+"""Advise an optimizer's implementation when its step holds at least this share of the roots' time."""
+
+
+def optimizer_implementation(contents: dict) -> str | None:
+    roots = contents.get("roots") or {}
+    steps = roots.get("optimizer_steps") or []
+    if not steps or not roots.get("total_ns") or steps[0]["total_ns"] < OPTIMIZER_SHARE_MIN * roots["total_ns"]:
+        return None
+    names = [g["name"] for g in (roots.get("names") or roots.get("groups") or [])]
+    if any(n.startswith("aten::_fused_") for n in names):
+        return None
+    cls, count, ns = steps[0]["optimizer"], steps[0]["count"], steps[0]["total_ns"]
+    fused = cls in FUSED_OPTIMIZERS
+    if any(n.startswith("aten::_foreach_") for n in names):
+        if not fused:
+            return None
+        return (f"{cls} runs its foreach implementation here ({count:,} multi-tensor operator calls, {duration(ns)}): construct "
+                f"it with fused=True for one fused operator over all parameters per step")
+    how = ("fused=True (one fused operator over all parameters per step; on CPU from torch 2.4) or foreach=True"
+           if fused else "foreach=True (a few multi-tensor operators per step instead of a loop over the parameters)")
+    return (f"{cls} runs its for-loop implementation here: {count:,} per-parameter operator calls, {duration(ns)}. Construct it "
+            f"with {how}: torch picks foreach by itself only where every parameter is on a CUDA, XPU, MTIA or PrivateUse1 "
+            "device, and never fused")
+
+
+ADVICE = (reassociate, solve_instead_of_inverse, optimizer_implementation)
 """The advice rules, in the order their sentences are listed."""
 
 

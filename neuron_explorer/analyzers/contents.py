@@ -294,22 +294,45 @@ SELECT 1 AS part, c.fid, c.kind, c.name, s.dims, s.types, count(*) AS count, sum
 FROM children c LEFT JOIN shapes s ON s.event_id = c.op_id GROUP BY ALL
 UNION ALL
 SELECT 2 AS part, fid, NULL, NULL, NULL, NULL, canon, NULL FROM sets WHERE fid <> canon  -- a finding, the one whose roots it has
+UNION ALL
+SELECT 3 AS part, r.fid, NULL, a.name, NULL, NULL, count(*), sum(r.dur_ns)::BIGINT FROM roots r JOIN {events} a ON {IN_OPTIMIZER_STEP}
+GROUP BY ALL
 ORDER BY part, fid, total_ns DESC, name, kind, dims NULLS FIRST, types NULLS FIRST""").fetchall()
     root_rows: dict[int, list] = {i: [] for i in range(len(items))}
     child_rows: dict[int, list] = {i: [] for i in range(len(items))}
+    steps: dict[int, list] = {i: [] for i in range(len(items))}
     for part, fid, kind, *row in rows:
         if part == 0:
             root_rows[fid].append(row)
         elif part == 1:
             child_rows[fid].append((kind, *row))
+        elif part == 2:
+            root_rows[fid], child_rows[fid], steps[fid] = root_rows[row[3]], child_rows[row[3]], steps[row[3]]
         else:
-            root_rows[fid], child_rows[fid] = root_rows[row[3]], child_rows[row[3]]
-    return [_assemble(root_rows[i], child_rows[i], contents_sql(roots_sql, rank), what, top)
+            steps[fid].append((row[0], row[3], row[4]))
+    return [_assemble(root_rows[i], child_rows[i], contents_sql(roots_sql, rank), what, top, steps[i])
             for i, (rank, roots_sql, what, _) in enumerate(items)]
 
 
-def _assemble(root_rows: list, child_rows: list, sql: str, what: str, top: int) -> dict:
-    """The contents dict from a finding's root groups and child groups, each in its order."""
+IN_OPTIMIZER_STEP = ("r.kind = 'cpu_op' AND a.rank = r.rank AND a.pid = r.pid AND a.tid = r.tid AND a.kind = 'user_annotation' "
+                     "AND a.name LIKE 'Optimizer.step#%' AND a.ts_ns <= r.ts_ns AND a.ts_ns + a.dur_ns >= r.ts_ns + r.dur_ns")
+"""An operator root `r` inside an optimizer's step `a` (torch.optim's `Optimizer.step#AdamW.step` range) on its thread."""
+
+
+def _optimizer_steps(rows: list) -> list[dict]:
+    """(annotation name, roots inside, their ns) rows -> `roots.optimizer_steps`: per optimizer class."""
+    out: dict[str, list[int]] = {}
+    for name, count, total in rows:
+        cls = name.split("#", 1)[1].rsplit(".step", 1)[0] if "#" in name else name
+        sums = out.setdefault(cls, [0, 0])
+        sums[0] += int(count)
+        sums[1] += int(total or 0)
+    return [{"optimizer": k, "count": c, "total_ns": t} for k, (c, t) in sorted(out.items(), key=lambda kv: -kv[1][1])]
+
+
+def _assemble(root_rows: list, child_rows: list, sql: str, what: str, top: int, steps: list = ()) -> dict:
+    """The contents dict from a finding's root groups and child groups, each in its order, and the
+    (optimizer step, count, ns) rows of its roots inside an optimizer's step."""
     if not root_rows:
         return {}
     children, kept = [], {}
@@ -324,8 +347,14 @@ def _assemble(root_rows: list, child_rows: list, sql: str, what: str, top: int) 
     for name, d, t, count, total in root_rows[:top]:
         shapes, dtypes = _shapes(d, t)
         groups.append({"name": name, "shapes": shapes, "dtypes": dtypes, "count": int(count), "total_ns": int(total or 0)})
+    by_name: dict[str, list[int]] = {}
+    for name, _, _, count, total in root_rows:  # (every group, not only the kept ones: the sums are whole)
+        sums = by_name.setdefault(name, [0, 0])
+        sums[0] += int(count)
+        sums[1] += int(total or 0)
+    names = [{"name": n, "count": c, "total_ns": t} for n, (c, t) in sorted(by_name.items(), key=lambda kv: (-kv[1][1], kv[0]))][:top]
     return {"roots": {"what": what, "count": sum(int(r[3]) for r in root_rows), "total_ns": sum(int(r[4] or 0) for r in root_rows),
-                      "groups": groups},
+                      "groups": groups, "names": names, "optimizer_steps": _optimizer_steps(steps)},
             "children": children, "sql": sql}
 
 
@@ -336,4 +365,6 @@ FROM events r WHERE r.rank = {rank} AND r.event_id IN ({roots_sql}) GROUP BY ALL
     if not root_rows:
         return {}
     child_rows = [tuple(r) for r in run.sql(contents_sql(roots_sql, rank)).fetchall()]
-    return _assemble([tuple(r) for r in root_rows], child_rows, contents_sql(roots_sql, rank), what, top)
+    steps = run.sql(f"""SELECT a.name, count(*), sum(r.dur_ns)::BIGINT FROM events r JOIN events a ON {IN_OPTIMIZER_STEP}
+WHERE r.rank = {rank} AND r.event_id IN ({roots_sql}) GROUP BY ALL""").fetchall()
+    return _assemble([tuple(r) for r in root_rows], child_rows, contents_sql(roots_sql, rank), what, top, steps)

@@ -312,7 +312,8 @@ RUN_DEFINITIONS = {
                       "not make itself (its frame is not the statement's): one call of the function the statement is in",
     "runs": "executions of a statement in one enclosing call: the smallest count of one operator name among the statement's "
             "outermost forward operators in that call (each run issues each of its operators: `x[i] @ y[i]` run 50 times "
-            "issues 100 selects and 50 matmuls, 50 runs)",
+            "issues 100 selects and 50 matmuls, 50 runs); operators inside torch.optim's step (pass 'optimizer') are left "
+            "out: its loop over the parameters is torch's, and `opt.step()` runs once",
     "runs_per_call": "the most runs of the statement in one enclosing call (within one step)",
     "runs_per_step": "the statement's runs in the steady steps over their number (the window's runs without steps)",
 }
@@ -331,7 +332,8 @@ def statement_runs_sql(rank: int, steps: list[int] | None, min_ops: int = 1) -> 
     return f"""WITH RECURSIVE ops AS (
   SELECT e.event_id, e.name, e.step, e.parent_id, e.source_frame_id AS frame_id, {line_key_sql('f')} AS source, f.function
   FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
-  WHERE e.rank = {int(rank)} AND {_line_op('e')} AND e.pass IS DISTINCT FROM 'backward' AND f.is_user AND f.line_kind = 'call'{where_steps}
+  WHERE e.rank = {int(rank)} AND {_line_op('e')} AND e.pass IS DISTINCT FROM 'backward' AND e.pass IS DISTINCT FROM 'optimizer'
+    AND f.is_user AND f.line_kind = 'call'{where_steps}
   QUALIFY count(*) OVER (PARTITION BY f.file, f.line) >= {int(min_ops)}),
 walk(event_id, frame_id, up_id, call_id) AS (
   SELECT event_id, frame_id, parent_id, NULL::BIGINT FROM ops

@@ -23,8 +23,9 @@ _KIND_WORD = {"cpu_op": "op", "runtime": "runtime", "kernel": "kernel", "memcpy"
 
 def inside_lines(f: Finding, shown: int = INSIDE_SHOWN) -> list[str]:
     """What is inside a finding (its `contents`, analyzers/contents.py), in a few lines: the roots
-    (count, time, their commonest shapes), then the heaviest children, each with its input shapes
-    and dtypes, count and time; then the advice chosen from them."""
+    (count, time, their commonest shapes; where they have several names, the heaviest names), then
+    the heaviest children, each with its input shapes and dtypes, count and time; then the advice
+    chosen from them."""
     c = f.contents or {}
     roots = c.get("roots")
     if not roots:
@@ -32,6 +33,9 @@ def inside_lines(f: Finding, shown: int = INSIDE_SHOWN) -> list[str]:
     top = roots["groups"][0] if roots["groups"] else {}
     shape = _shapes(top.get("shapes"), top.get("dtypes"))
     out = [f"inside {roots['what']}: {roots['count']:,} calls, {duration(roots['total_ns'])}" + (f"; inputs {shape}" if shape else "")]
+    names = roots.get("names") or []
+    if len(names) > 1:  # a statement's several operators: which of them the time is in, before what runs inside them
+        out.append("  of them: " + ", ".join(f"{n['name']} ×{n['count']:,} {duration(n['total_ns'])}" for n in names[:shown]))
     for ch in (c.get("children") or [])[:shown]:
         shape = _shapes(ch["shapes"], ch["dtypes"])
         out.append(f"  {_KIND_WORD.get(ch['kind'], ch['kind'])} {kernel_name(ch['name'], 70)}" + (f" {shape}" if shape else "")

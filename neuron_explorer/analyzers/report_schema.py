@@ -16,10 +16,15 @@ _OPT_STR = {"type": ["string", "null"]}
 _GROUP = {"type": "object", "required": ["name", "shapes", "dtypes", "count", "total_ns"],
           "properties": {"name": {"type": "string"}, "shapes": {"type": "array"}, "dtypes": {"type": "array"},
                          "count": {"type": "integer", "minimum": 1}, "total_ns": {"type": "integer", "minimum": 0}}}
+_NAMED = {"type": "object", "required": ["name", "count", "total_ns"],
+          "properties": {k: _GROUP["properties"][k] for k in ("name", "count", "total_ns")}}
+_STEPS = {"type": "object", "required": ["optimizer", "count", "total_ns"],
+          "properties": {"optimizer": {"type": "string"}, **{k: _GROUP["properties"][k] for k in ("count", "total_ns")}}}
 _CONTENTS = {"type": "object", "description": "what is inside the finding (docs/METRICS.md); {} when it names nothing to look inside",
              "properties": {
                  "roots": {"type": "object", "required": ["what", "count", "total_ns", "groups"],
-                           "properties": {"what": {"type": "string"}, "count": _INT, "total_ns": _INT, "groups": {"type": "array", "items": _GROUP}}},
+                           "properties": {"what": {"type": "string"}, "count": _INT, "total_ns": _INT, "groups": {"type": "array", "items": _GROUP},
+                                          "names": {"type": "array", "items": _NAMED}, "optimizer_steps": {"type": "array", "items": _STEPS}}},
                  "children": {"type": "array", "items": {**_GROUP, "required": ["kind", *_GROUP["required"]],
                                                          "properties": {"kind": {"type": "string"}, **_GROUP["properties"]}}},
                  "sql": {"type": "string"}, "advice": {"type": "array", "items": {"type": "string"}}}}

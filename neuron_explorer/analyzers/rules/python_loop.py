@@ -8,7 +8,10 @@ operator name among its outermost forward operators there), over the steady step
 (metrics.steady_steps: warm-up and a partial last step left out), or over the whole window
 without steps. It reports the heaviest statement that one call runs at least RUNS_PER_CALL_MIN
 times and whose time is at least SHARE_MIN of the analysed time: a statement that ten module
-instances run once each runs once per call, and is no loop. Only statements are counted
+instances run once each runs once per call, and is no loop; nor is `opt.step()`, whose operators
+run inside torch.optim's step (pass 'optimizer': the loop over the parameters is torch's, and
+its fix is the optimizer's fused or foreach implementation, which the statement's hotspot
+advises from what is inside it, analyzers/advice.py). Only statements are counted
 (`frames.line_kind = 'call'`, the live collector's): an imported trace names def lines, which say
 in which function an operator ran but not which statement, so the rule does not apply to it.
 It names the operators the statement runs and, where they show it, the batched form: per-slice
