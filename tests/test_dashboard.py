@@ -106,6 +106,24 @@ def test_kernels_table(rs):
         ("gemm", 1, 10 * US, 4 * US), ("relu_k", 1, 6 * US, 2 * US), ("bias", 1, 2 * US, 3 * US)]
 
 
+def test_kernels_table_shares_a_graph_launch_among_the_kernels_it_replays(tmp_path):
+    """One cudaGraphLaunch (30 µs of CPU) replays three kernels; a plain launch (6 µs) one. The
+    graph launch's time was the launch CPU of each replayed kernel (90 µs in a column that the 36 µs
+    of launches should add up to); now each gets a third of it."""
+    events = [X("aten::linear", "cpu_op", 0, 60, **{"External id": 1}),
+              X("cudaGraphLaunch", "cuda_runtime", 5, 30, correlation=5, **{"External id": 1}),
+              X("cudaLaunchKernel", "cuda_runtime", 40, 6, correlation=6, **{"External id": 1}),
+              *[X(k, "kernel", 50 + 10 * i, 8, pid=0, tid=7, correlation=5, stream=7, device=0) for i, k in enumerate(("gemm", "bias", "relu"))],
+              X("gemm", "kernel", 90, 8, pid=0, tid=7, correlation=6, stream=7, device=0)]
+    runs = RunSet([import_traces(write_trace(tmp_path / "g.json", events), tmp_path / "run").run_dir])
+    try:
+        rows = {r["name"]: (r["calls"], r["launch_cpu_ns"]) for r in queries.kernels(runs, run=0)["rows"]}
+    finally:
+        runs.close()
+    assert rows == {"gemm": (2, 10 * US + 6 * US), "bias": (1, 10 * US), "relu": (1, 10 * US)}
+    assert sum(n for _, n in rows.values()) == 36 * US
+
+
 def test_steps_and_memory(rs):
     st = queries.steps(rs, run=0)["rows"]
     assert [(s["step"], s["start_ms"], s["dur_ns"], s["device_ns"]) for s in st] == [(1, 0.0, 100 * US, 18 * US)]

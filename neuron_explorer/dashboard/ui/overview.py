@@ -126,8 +126,10 @@ def roofline_figure(data: dict):
     return fig
 
 
-def _top_table(title: str, rows: list[dict], table_id: str, label=lambda name: name if len(name) <= 48 else name[:47] + "…"):
-    """`label`: a row's name as the table shows it (the whole name is its tooltip)."""
+def _top_table(title: str, rows: list[dict], table_id: str, label=lambda name: name if len(name) <= 48 else name[:47] + "…",
+               share_of: str = "% of step time"):
+    """`label`: a row's name as the table shows it (the whole name is its tooltip); `share_of`: the
+    share column's heading (the denominator line above the tables says what it is of)."""
     from dash import html
 
     body = [html.Tr([html.Td(label(r["name"]), title=r["name"], className="nx-ov-name"),
@@ -135,7 +137,7 @@ def _top_table(title: str, rows: list[dict], table_id: str, label=lambda name: n
     if not body:
         body = [html.Tr(html.Td("none", className="nx-muted"))]
     return html.Div([html.Div(title, className="nx-ov-cap"),
-                     html.Table([html.Tr([html.Th("name"), html.Th("time"), html.Th("% of step time")]), *body], className="nx-ov-table",
+                     html.Table([html.Tr([html.Th("name"), html.Th("time"), html.Th(share_of)]), *body], className="nx-ov-table",
                                 id=table_id)], className="nx-ov-top")
 
 
@@ -185,10 +187,11 @@ def tops(data: dict):
 
     t = data["top"]
     labels = kernel_labels((r["name"] for r in t["kernels"]), 48)
+    share_of = "% of step time" if t.get("basis") == "critical_path" else "% of span"  # (no profiler steps: of the profiled span)
     return html.Div([html.Div(t["denominator"], className="nx-muted", id="overview-denominator"),
-                     html.Div([_top_table("Kernels", t["kernels"], "overview-top-kernels", labels.get),
-                               _top_table("Operators", t["operators"], "overview-top-operators"),
-                               _top_table("Source lines", t["lines"], "overview-top-lines")], className="nx-ov-tops")])
+                     html.Div([_top_table("Kernels", t["kernels"], "overview-top-kernels", labels.get, share_of=share_of),
+                               _top_table("Operators", t["operators"], "overview-top-operators", share_of=share_of),
+                               _top_table("Source lines", t["lines"], "overview-top-lines", share_of=share_of)], className="nx-ov-tops")])
 
 
 STYLE = """
