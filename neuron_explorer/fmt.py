@@ -334,6 +334,17 @@ def kernel_labels(names, width: int = 60) -> dict[str, str]:
     return labels
 
 
+SHORT_PATH_PARTS = 2
+"""A source line's path in a table shows this many of its last parts (folders and file)."""
+
+
+def short_path(key: str) -> str:
+    """`/home/u/proj/sub/train.py:12` → `…/sub/train.py:12`: the end of a long path, which says
+    which file and line (a table shows the whole path on hover)."""
+    parts = key.split("/")
+    return key if len(parts) <= SHORT_PATH_PARTS + 1 else "…/" + "/".join(parts[-SHORT_PATH_PARTS:])
+
+
 def shapes(shapes_: list | None, dtypes: list | None = None, times: str = "×") -> str:
     """Input shapes and dtypes as one reads them: `[16×1024], [1024×1024] float` (scalars and
     unshaped inputs left out; `times` joins a shape's sizes, "x" for ASCII); '' when none was recorded."""

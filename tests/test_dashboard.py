@@ -718,6 +718,26 @@ def test_tables_tabs_render(rs):
         dash_app.tables_for(rs, 0, "all", "../../etc")
 
 
+def test_the_source_lines_grid_shows_a_long_paths_end(tmp_path):
+    """sglang's source lines are `/sgl-workspace/sglang/python/sglang/srt/model_executor/...`: the
+    grid's column showed the start of each path, the same for every row, and cut the file and line.
+    A row now shows the path's last folder, file and line (fmt.short_path), the whole path on hover."""
+    deep = tmp_path / "workspace" / "project" / "python" / "project" / "srt" / "model_executor"
+    deep.mkdir(parents=True)
+    (deep / "runner.py").write_text(SOURCE)
+    events = [{**e, "name": f"{deep / 'runner.py'}(5): step_fn"} if e["name"] == "train.py(5): step_fn" else e for e in EVENTS]
+    trace = write_trace(tmp_path / "t.json", events, baseTimeNanoseconds=BASE, distributedInfo={"rank": 0, "world_size": 1})
+    runs = RunSet([import_traces(trace, tmp_path / "run").run_dir])
+    try:
+        g = _grid(dash_app.tables_for(runs, 0, "all", "lines"))
+        (row,) = g.rowData
+        assert row["source"] == "…/model_executor/runner.py:5" and row["source_full"] == f"{deep / 'runner.py'}:5"
+        (col,) = [c for c in g.columnDefs if c["field"] == "source"]
+        assert col["tooltipField"] == "source_full" and col["filter"] == "agTextColumnFilter"
+    finally:
+        runs.close()
+
+
 def test_findings_row_click_names_the_finding_whatever_the_sort():
     """The findings grid identifies rows by the finding's index, so a click after sorting or
     filtering still opens the finding that was clicked."""

@@ -12,7 +12,7 @@ Must not: query the runs itself (views/compare.py does) or accept a path from th
 from __future__ import annotations
 
 from ...errors import NeuronExplorerError
-from ...fmt import duration, kernel_labels
+from ...fmt import duration, kernel_labels, short_path
 from ..figure import HIGHLIGHT, build_figure, time_unit
 from ..runs import RunSet
 from ..views import compare as cmp
@@ -187,17 +187,6 @@ def _mark_step_end(fig: dict, x: dict, w: dict) -> None:
     lay["annotations"] = [*lay.get("annotations", []), {"x": end, "y": 1, "xref": "x", "yref": "paper", "showarrow": False,
                                                         "xanchor": "right", "yanchor": "bottom", "text": f"end {duration(x['step_dur_ns'])}",
                                                         "font": {"size": 11, "color": HIGHLIGHT}}]
-
-
-SHORT_PATH_PARTS = 2
-"""A source line's path in a delta table shows this many of its last parts (folders and file)."""
-
-
-def short_path(key: str) -> str:
-    """`/home/u/proj/sub/train.py:12` → `…/sub/train.py:12`: the end of a long path, which says
-    which file and line; the table shows the full key on hover."""
-    parts = key.split("/")
-    return key if len(parts) <= SHORT_PATH_PARTS + 1 else "…/" + "/".join(parts[-SHORT_PATH_PARTS:])
 
 
 def delta_rows(rs: RunSet, base, test, tab) -> tuple[list[dict], dict]:

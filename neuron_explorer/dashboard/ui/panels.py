@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from ...fmt import duration, kernel_labels
+from ...fmt import duration, kernel_labels, short_path
 from .. import queries
 from ..runs import RunSet
 from ..views.overview import share_denominator, summary_by_rank
@@ -92,8 +92,8 @@ def _grid_columns(view, shares: dict) -> list[dict]:
     numbers right-aligned, each % column's header saying (on hover) what it is a share of."""
     cols = []
     for c in view.columns:
-        text = c.kind in ("text", "kernel")
-        extra = {"tooltipField": c.field + FULL if c.kind == "kernel" else c.field, "cellStyle": {"textAlign": "left"}} if text else {}
+        text = c.kind in ("text", "kernel", "path")
+        extra = {"tooltipField": c.field + FULL if c.kind in ("kernel", "path") else c.field, "cellStyle": {"textAlign": "left"}} if text else {}
         if c.kind == "pct" and shares.get(c.field):
             extra["headerTooltip"] = shares[c.field]
         cols.append(column(c.field, c.header, numeric=not text, wide=c.wide, **extra))
@@ -106,7 +106,8 @@ FULL = "_full"
 
 def _grid_rows(view, rows: list[dict]) -> list[dict]:
     """The shown fields of each row, ns (kind 'ms') as ms numbers, so they sort and filter as
-    numbers; a kernel's name shortened (fmt.kernel_labels: no two rows alike) with the whole name beside it."""
+    numbers; a kernel's name shortened (fmt.kernel_labels: no two rows alike) and a source line's path
+    to its last folders (fmt.short_path), each with the whole text beside it (its hover)."""
     conv = {c.field: c.kind for c in view.columns}
     labels = {f: kernel_labels((r.get(f) for r in rows), KERNEL_CHARS) for f, kind in conv.items() if kind == "kernel"}
     out = []
@@ -118,6 +119,8 @@ def _grid_rows(view, rows: list[dict]) -> list[dict]:
                 v = round(v / 1e6, 4)
             elif kind == "kernel":
                 row[f + FULL], v = v, labels[f].get(v, v)
+            elif kind == "path" and isinstance(v, str):
+                row[f + FULL], v = v, short_path(v)
             row[f] = v
         out.append(row)
     return out

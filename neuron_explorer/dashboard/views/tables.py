@@ -303,7 +303,8 @@ def memory_summary(rs: RunSet, run=0, rank=None) -> dict:
 class Col:
     """A column shown in a table tab: the row field, its header, and how it is shown: 'text', 'int',
     'ms' (a *_ns field shown in ms), 'pct', 'bytes' (shown in MiB), 'kernel' (a device kernel's name
-    as every view shortens it, fmt.kernel_name; the whole name on hover)."""
+    as every view shortens it, fmt.kernel_labels; the whole name on hover), 'path' (a source line,
+    `…/folder/file.py:12`, fmt.short_path; the whole path on hover)."""
     field: str
     header: str
     kind: str = "text"
@@ -341,7 +342,7 @@ TABLE_VIEWS: dict[str, TableView] = {v.key: v for v in (
         Col("mean_ns", "mean ms", "ms"), Col("max_ns", "max ms", "ms")),
         "no device work in this run"),
     TableView("lines", "Source lines", source_lines, (
-        Col("source", "source line", wide=True), Col("code", "code", wide=True), Col("rank", "rank", "int"),
+        Col("source", "source line", "path", wide=True), Col("code", "code", wide=True), Col("rank", "rank", "int"),
         Col("calls_per_step", "calls / step"),
         Col("device_total_ns", "device total ms", "ms"), Col("device_self_ns", "device self ms", "ms"), Col("device_pct", "% of device time", "pct"),
         Col("cpu_total_ns", "CPU total ms", "ms"), Col("cpu_self_ns", "CPU self ms", "ms"), Col("cpu_pct", "% of top-level operator CPU time", "pct"),
