@@ -113,6 +113,29 @@ def test_flame_of_the_steady_steps_merges_the_steps(rs):
     assert "steady steps 1, 2, 3: 900.00 µs of device time" in flame_ui.headline(d)
 
 
+def test_flame_of_a_run_without_steps_is_the_whole_run(tmp_path):
+    """An inference server's trace has no profiler steps: the Flame tab said 'no profiler steps in
+    this run: pick a time range instead' over an empty chart. It now draws the whole run."""
+    ev = [{"ph": "X", "cat": c, "name": n, "pid": p, "tid": t, "ts": ts, "dur": d, "args": a} for c, n, p, t, ts, d, a in (
+        ("python_function", "serve.py(7): handle", 1, 1, 0, 900, {}),
+        ("cpu_op", "aten::mm", 1, 1, 10, 400, {"External id": 1}),
+        ("cuda_runtime", "cudaLaunchKernel", 1, 1, 20, 5, {"correlation": 1, "External id": 1}),
+        ("kernel", "gemm", 0, 7, 100, 300, {"correlation": 1, "stream": 7, "device": 0}),
+        ("cpu_op", "aten::mm", 1, 1, 500, 300, {"External id": 2}),
+        ("cuda_runtime", "cudaLaunchKernel", 1, 1, 510, 5, {"correlation": 2, "External id": 2}),
+        ("kernel", "gemm", 0, 7, 600, 200, {"correlation": 2, "stream": 7, "device": 0}))]
+    runs = RunSet([import_traces(write_trace(tmp_path / "t.json", ev), tmp_path / "run").run_dir])
+    try:
+        d = queries.flame(runs, run=0)
+        assert d["steps"] == [] and d["step"] is None and d["total_ns"] == 500_000  # both gemms
+        assert _paths(d)[("thread 1", "serve.py(7): handle", "aten::mm", "cudaLaunchKernel", "gemm")] == (500_000, 2)
+        assert flame_ui.headline(d).startswith("the whole run (no profiler steps): 500.00 µs of device time")
+        with pytest.raises(QueryError):
+            queries.flame(runs, run=0, step=1)  # a step it does not have is still an error
+    finally:
+        runs.close()
+
+
 def test_flame_search_and_headline(rs):
     d = queries.flame(rs, run=0, step=2, text="aten::mm")
     assert (d["matched_boxes"], d["matched_ns"]) == (1, 300_000)

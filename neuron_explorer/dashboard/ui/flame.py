@@ -54,6 +54,8 @@ def headline(data: dict) -> str:
         where = f"steady steps {', '.join(map(str, data['picked_steps']))}"
     elif data["step"] is not None:
         where = f"step {data['step']}"
+    elif data.get("t0") is None:
+        where = "the whole run (no profiler steps)"
     else:
         where = "the window"
     out = (f"{where}: {duration(data['total_ns'])} of {what} ({PATH_WORDS}; {len(data['ids']) - 1:,} boxes, "

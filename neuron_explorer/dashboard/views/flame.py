@@ -145,8 +145,8 @@ def search(data: dict, text: str | None) -> dict:
 
 def flame(rs: RunSet, run=0, rank=None, step=None, t0=None, t1=None, metric=None, tool_frames=False, text=None) -> dict:
     """The flame graph of one profiler step (`step`: a number; "steady": every steady step; default:
-    the middle step of the run), on `rank` or every rank, or of the window [t0, t1) (ns on the
-    run clock) when both are given. `metric`: device (device work; the default where the run has
+    the middle step of the run, or the whole run when it has no steps), on `rank` or every rank,
+    or of the window [t0, t1) (ns on the run clock) when both are given. `metric`: device (device work; the default where the run has
     some) or cpu (host slices' self time). `tool_frames`: keep the tool's own frames in the paths.
     `text`: mark the boxes whose name matches (`search`). Returns the boxes (values in ns),
     total_ns, and what was picked."""
@@ -166,6 +166,9 @@ def flame(rs: RunSet, run=0, rank=None, step=None, t0=None, t1=None, metric=None
             raise QueryError("t1 must be after t0")
         where, params, picked = "e.ts_ns >= ? AND e.ts_ns < ?", [a, b], {"t0": a, "t1": b, "step": None}
         root = f"{(b - a) / 1e6:,.3f} ms window"
+    elif not steps and step in (None, ""):  # a run without profiler steps (an inference server's trace): all of it
+        where, params, picked = "TRUE", [], {"t0": None, "t1": None, "step": None}
+        root = "the whole run (no profiler steps)"
     else:
         if not steps:
             raise QueryError("no profiler steps in this run: pick a time range instead (t0, t1)")
