@@ -100,6 +100,23 @@ def test_operators_self_and_total_cpu_and_device(rs):
     assert [r["name"] for r in rows] == ["aten::linear", "aten::addmm", "aten::relu"]  # by device total
 
 
+def test_operators_cpu_total_counts_a_call_inside_one_of_its_name_once(tmp_path):
+    """aten::copy_ inside aten::copy_ (a blocking copy calls copy_ again): the Operators grid summed
+    both, 926.20 ms in mi300x_sglang_qwen3_decode's 473.83 ms trace. CPU total counts the calls no
+    call of the same name holds; calls still counts both, and another name in between changes nothing."""
+    events = [X("aten::to", "cpu_op", 0, 200), X("aten::copy_", "cpu_op", 10, 100), X("aten::copy_", "cpu_op", 20, 80),
+              X("aten::empty", "cpu_op", 30, 5), X("aten::copy_", "cpu_op", 120, 50), X("aten::contiguous", "cpu_op", 130, 30),
+              X("aten::copy_", "cpu_op", 135, 20), X("aten::copy_", "cpu_op", 300, 40)]
+    runs = RunSet([import_traces(write_trace(tmp_path / "c.json", events), tmp_path / "run").run_dir])
+    try:
+        rows = {r["name"]: (r["calls"], r["cpu_total_ns"]) for r in queries.operators(runs, run=0)["rows"]}
+    finally:
+        runs.close()
+    # copy_ at 10 (100 µs, holding the one at 20), at 120 (50 µs, holding one through aten::contiguous), at 300 (40 µs)
+    assert rows["aten::copy_"] == (5, (100 + 50 + 40) * US)
+    assert rows["aten::to"] == (1, 200 * US) and rows["aten::contiguous"] == (1, 30 * US)
+
+
 def test_kernels_table(rs):
     rows = queries.kernels(rs, run=0)["rows"]
     assert [(r["name"], r["calls"], r["device_total_ns"], r["launch_cpu_ns"]) for r in rows] == [
