@@ -988,3 +988,16 @@ def test_the_kernels_tabs_name_kernels_as_every_view_does(tmp_path):
         assert jumped["mark"]["key"]["name"] == softmax
     finally:
         runs.close()
+
+
+def test_the_findings_grids_inside_cell_is_the_heaviest_child_not_the_roots_names():
+    """The text report lists a finding's roots by name (`of them:`) before its children; the grid's
+    `inside` cell stays the heaviest child, the roots line where there is none."""
+    from neuron_explorer.dashboard.ui.panels import _heaviest_child
+
+    inside = ["inside the top-level operators of train.py:34: 360 calls, 800.63 ms",
+              "  of them: aten::mul_ ×72 184.11 ms, aten::sqrt ×36 138.16 ms", "  op aten::to double ×144 3.06 ms",
+              "advice: AdamW runs its for-loop implementation here"]
+    assert _heaviest_child(inside) == "op aten::to double ×144 3.06 ms"
+    assert _heaviest_child([inside[0], inside[1], inside[3]]) == inside[0]
+    assert _heaviest_child([]) == "—"

@@ -216,8 +216,10 @@ def findings_for(rs: RunSet, run, rank=None):
 
 
 def _heaviest_child(inside: list[str]) -> str:
-    """The cell of the findings grid's `inside` column: the heaviest child, else what the roots are."""
-    return (inside[1] if len(inside) > 1 else inside[0]).strip() if inside else "—"
+    """The cell of the findings grid's `inside` column: the heaviest child, else what the roots are
+    (the roots' names, `of them:`, and the advice are in the cell's tooltip with the rest)."""
+    children = [x.strip() for x in inside[1:] if not x.strip().startswith(("of them:", "advice:"))]
+    return children[0] if children else inside[0].strip() if inside else "—"
 
 
 def findings_note(rs: RunSet, run, rank, rows: list[dict]) -> str:
