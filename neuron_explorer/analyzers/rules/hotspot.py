@@ -4,7 +4,9 @@ Reports, per rank, the single top-level CPU operator (by total CPU time), the si
 (by total device time) and the single user source line (its own time by analyzers/lines.py:
 device time where the rank has devices, else the CPU time of the outermost operators it called,
 backward work counted on the forward statement) that take at least HOTSPOT_SHARE_MIN of the
-analysed time. The DataLoader's fetch (`enumerate(DataLoader)#...__next__`) is left to input-pipeline,
+analysed time; an operator's title counts its top-level calls (aten::to 29,987.99 ms over 18
+top-level calls, where what is inside lists all 20 of the name, two of them inside other operators).
+The DataLoader's fetch (`enumerate(DataLoader)#...__next__`) is left to input-pipeline,
 whose advice fits a loader; a compile's range (`torch.compile: …`, vocab.compile_range) is no
 operator to make cheaper and is not named as one, and an operator's figure leaves out the compiles
 inside it (lines.compile_inside_sql: compile time is the compile-time rule's) and the time the host
@@ -105,7 +107,9 @@ def _finding(ctx: Context, what: str, sql: str, loc: Location, key: str, rec, to
     # the share printed is of the impact, which the analysed time holds: an operator's or kernel's time in
     # all is summed over every call of the rank, inside and outside the steps and across streams (an NCCL
     # kernel overlapping itself on several streams summed 71.52 ms in a 48.64 ms step: 147%)
-    calls = f"{v['calls']} call{'' if v['calls'] == 1 else 's'}"
+    # an operator's figures are of its top-level calls (one inside another operator is that one's time); what
+    # is inside the finding lists every call of the name, so the words say which calls these are
+    calls = f"{v['calls']}{' top-level' if what == 'operator' else ''} call{'' if v['calls'] == 1 else 's'}"
     if on_path is not None:
         what_share = f"takes {pct(on_path / ctx.analysed_ns)} on the critical path ({ms(on_path)}; {ms(v[key])} over {calls} in all)"
     elif impact < v[key]:  # (a kernel without steps running on several streams at once)
