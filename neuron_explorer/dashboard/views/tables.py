@@ -168,8 +168,9 @@ def kernels(rs: RunSet, run=0, rank=None, limit=None) -> dict:
     """Per device kernel (and copy/set) name: count, device total (= self: device work does not
     nest), mean and max, and the CPU time of the runtime calls that launched them. A call that
     launched several device events (a graph launch: every kernel it replays) is shared evenly
-    among them, so the column adds up to the launch calls' time: each of the 13 kernels of
-    mi300x_sglang_qwen3_decode's graph replays showed the whole 56.61 ms of its 36 graph launches."""
+    among them, so the column adds up to the launch calls' time: each of the 12 kernel names of
+    mi300x_sglang_qwen3_decode's graph replays showed the whole 56.61 ms of its 36 graph launches
+    (113.23 ms for the three replayed twice per graph)."""
     r = rs.get(run)
     rank = parse_rank(r, rank)
     limit = parse_int(limit, "limit", TABLE_LIMIT, 0, MAX_TABLE_LIMIT)
