@@ -285,24 +285,54 @@ def _common_prefix(a, b) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
-def _tag(tokens: list[str], others: list[list[str]]) -> str:
-    """What sets one kernel's name apart from the others' that shorten to the same label: its first
-    word that none of them has (a functor, a dtype), else its first number none has, else the
-    words from the first place where it differs from the nearest of them. A word that shares a
-    stem with one of theirs (a long generated name: `…_tilesize64x64x64_…`) is given from where
-    the two part, at an underscore."""
-    seen = set().union(*map(set, others))
-    own = [t for t in tokens if t not in seen]
-    word = next((t for t in own if not t[0].isdigit()), own[0] if own else None)
-    if word is None:  # the same words, in another order or number: from where it parts from the nearest
-        at = max(_common_prefix(tokens, o) for o in others)
-        first = tokens[at] if at < len(tokens) else ""
-        if (stem := max((_common_prefix(first, o[at]) for o in others if at < len(o)), default=0)) >= 8:
-            first = "…" + first[first.rfind("_", 0, stem + 1) + 1 or stem:]
-        word = ", ".join([first] + tokens[at + 1:at + 3])
-    elif (stem := max((_common_prefix(word, t) for t in seen), default=0)) >= 8:
-        word = "…" + word[word.rfind("_", 0, stem + 1) + 1 or stem:]
-    return word if len(word) <= _TAG_CHARS else word[:_TAG_CHARS - 1] + "…"
+def _nearest_prefix(ordered: list, at: int, ok) -> int:
+    """The longest common prefix of `ordered[at]` with any other item of `ordered` (sorted) that
+    `ok` accepts: it is with the nearest accepted item on one side or the other."""
+    best = 0
+    for step in (-1, 1):
+        j = at + step
+        while 0 <= j < len(ordered) and not ok(j):
+            j += step
+        if 0 <= j < len(ordered):
+            best = max(best, _common_prefix(ordered[at], ordered[j]))
+    return best
+
+
+def _cut_stem(word: str, stem: int) -> str:
+    """A word that shares its first `stem` characters with another's (a long generated name:
+    `…_tilesize64x64x64_…`) from where the two part, at an underscore."""
+    return "…" + word[word.rfind("_", 0, stem + 1) + 1 or stem:] if stem >= 8 else word
+
+
+def _tags(tokens: dict[str, list[str]]) -> dict[str, str]:
+    """What sets each kernel's name apart from the others' of its group (names that shorten to the
+    same label; `tokens`: each name's words and numbers): its first word that none of them has (a
+    functor, a dtype), else its first number none has, else the words from the first place where
+    it parts from the nearest of them; a word sharing a stem with another's is given from where
+    the two part. In time about linear in the group's words (sorted neighbours, not every pair)."""
+    holders: dict[str, set] = {}
+    for n, ts in tokens.items():
+        for t in ts:
+            holders.setdefault(t, set()).add(n)
+    words = sorted(holders)
+    where = {w: i for i, w in enumerate(words)}
+    sequences = sorted(tokens.items(), key=lambda kv: kv[1])
+    place = {n: i for i, (n, _) in enumerate(sequences)}
+    seqs = [ts for _, ts in sequences]
+    out = {}
+    for n, ts in tokens.items():
+        own = [t for t in ts if holders[t] == {n}]
+        word = next((t for t in own if not t[0].isdigit()), own[0] if own else None)
+        if word is None:  # the same words, in another order or number: from where it parts from the nearest
+            at = _nearest_prefix(seqs, place[n], lambda j: True)
+            first = ts[at] if at < len(ts) else ""
+            if first:
+                first = _cut_stem(first, _nearest_prefix(words, where[first], lambda j, first=first: words[j] != first))
+            word = ", ".join([first] + ts[at + 1:at + 3])
+        else:
+            word = _cut_stem(word, _nearest_prefix(words, where[word], lambda j, n=n: holders[words[j]] != {n}))
+        out[n] = word if len(word) <= _TAG_CHARS else word[:_TAG_CHARS - 1] + "…"
+    return out
 
 
 def kernel_labels(names, width: int = 60) -> dict[str, str]:
@@ -325,9 +355,8 @@ def kernel_labels(names, width: int = 60) -> dict[str, str]:
         return f"{kernel_name(n, max(12, width - len(tag) - 3))} [{tag}]"
 
     for group in alike():
-        tokens = {n: _name_tokens(n) for n in group}
-        for n in group:
-            labels[n] = tagged(n, _tag(tokens[n], [tokens[o] for o in group if o != n]) or "?")
+        for n, tag in _tags({n: _name_tokens(n) for n in group}).items():
+            labels[n] = tagged(n, tag or "?")
     numbered = [n for group in alike() for n in group]  # (each label then ends in its own number)
     for i, n in enumerate(numbered, 1):
         labels[n] = tagged(n, f"#{i}")
