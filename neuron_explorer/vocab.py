@@ -159,6 +159,9 @@ def call_inputs(alias: str = "") -> str:
             f"ELSE concat_ws(chr(31), json_extract_string({a}args, '$.grid'), json_extract_string({a}args, '$.block')) END")
 
 
+OPTIMIZER_STEP_RANGE = "Optimizer.step#"
+"""The start of torch's range around an optimizer's step (`Optimizer.step#AdamW.step`): the
+optimizer's class is between `#` and `.step`."""
 ZERO_GRAD_RANGE = "Optimizer.zero_grad#"
 """The start of torch's range around an optimizer's zero_grad (`Optimizer.zero_grad#SGD.zero_grad`).
 Before torch 2.0 zero_grad's default was set_to_none=False: each gradient zeroed by a kernel of its

@@ -32,7 +32,16 @@ import json
 
 from ..collectors.kineto_names import INPUT_DIMS_ARG, INPUT_TYPE_ARG
 from ..store import Run
-from ..vocab import DEVICE_WORK_SQL, charged_at_capture_to, charged_at_capture_to_sql, device_work, in_steps, sql_literal, top_host_call
+from ..vocab import (
+    DEVICE_WORK_SQL,
+    OPTIMIZER_STEP_RANGE,
+    charged_at_capture_to,
+    charged_at_capture_to_sql,
+    device_work,
+    in_steps,
+    sql_literal,
+    top_host_call,
+)
 from .metrics import graph_replays, rank_entry
 from .utilisation import args_named_known
 
@@ -315,7 +324,8 @@ ORDER BY part, fid, total_ns DESC, name, kind, dims NULLS FIRST, types NULLS FIR
 
 
 IN_OPTIMIZER_STEP = ("r.kind = 'cpu_op' AND a.rank = r.rank AND a.pid = r.pid AND a.tid = r.tid AND a.kind = 'user_annotation' "
-                     "AND a.name LIKE 'Optimizer.step#%' AND a.ts_ns <= r.ts_ns AND a.ts_ns + a.dur_ns >= r.ts_ns + r.dur_ns")
+                     f"AND starts_with(a.name, {sql_literal(OPTIMIZER_STEP_RANGE)}) "
+                     "AND a.ts_ns <= r.ts_ns AND a.ts_ns + a.dur_ns >= r.ts_ns + r.dur_ns")
 """An operator root `r` inside an optimizer's step `a` (torch.optim's `Optimizer.step#AdamW.step` range) on its thread."""
 
 
@@ -323,7 +333,7 @@ def _optimizer_steps(rows: list) -> list[dict]:
     """(annotation name, roots inside, their ns) rows -> `roots.optimizer_steps`: per optimizer class."""
     out: dict[str, list[int]] = {}
     for name, count, total in rows:
-        cls = name.split("#", 1)[1].rsplit(".step", 1)[0] if "#" in name else name
+        cls = name[len(OPTIMIZER_STEP_RANGE):].removesuffix(".step")
         sums = out.setdefault(cls, [0, 0])
         sums[0] += int(count)
         sums[1] += int(total or 0)

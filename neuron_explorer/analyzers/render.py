@@ -18,6 +18,9 @@ from .model import Finding, Report
 
 INSIDE_SHOWN = 5
 """Children of a finding the text and Markdown reports list (report.json has every kept one)."""
+ROOT_NAMES, ADVICE = "of them:", "advice:"
+"""How `inside_lines` starts its line of the roots by name and each advice line (the dashboard's
+findings grid keeps the children apart from them)."""
 _KIND_WORD = {"cpu_op": "op", "runtime": "runtime", "kernel": "kernel", "memcpy": "memcpy", "memset": "memset"}
 
 
@@ -35,12 +38,12 @@ def inside_lines(f: Finding, shown: int = INSIDE_SHOWN) -> list[str]:
     out = [f"inside {roots['what']}: {roots['count']:,} calls, {duration(roots['total_ns'])}" + (f"; inputs {shape}" if shape else "")]
     names = roots.get("names") or []
     if len(names) > 1:  # a statement's several operators: which of them the time is in, before what runs inside them
-        out.append("  of them: " + ", ".join(f"{n['name']} ×{n['count']:,} {duration(n['total_ns'])}" for n in names[:shown]))
+        out.append(f"  {ROOT_NAMES} " + ", ".join(f"{n['name']} ×{n['count']:,} {duration(n['total_ns'])}" for n in names[:shown]))
     for ch in (c.get("children") or [])[:shown]:
         shape = _shapes(ch["shapes"], ch["dtypes"])
         out.append(f"  {_KIND_WORD.get(ch['kind'], ch['kind'])} {kernel_name(ch['name'], 70)}" + (f" {shape}" if shape else "")
                    + f" ×{ch['count']:,} {duration(ch['total_ns'])}")
-    out += [f"advice: {a}" for a in c.get("advice") or []]
+    out += [f"{ADVICE} {a}" for a in c.get("advice") or []]
     return out
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from ...analyzers.render import ADVICE, ROOT_NAMES
 from ...fmt import duration, kernel_labels, short_path
 from .. import queries
 from ..runs import RunSet
@@ -218,7 +219,7 @@ def findings_for(rs: RunSet, run, rank=None):
 def _heaviest_child(inside: list[str]) -> str:
     """The cell of the findings grid's `inside` column: the heaviest child, else what the roots are
     (the roots' names, `of them:`, and the advice are in the cell's tooltip with the rest)."""
-    children = [x.strip() for x in inside[1:] if not x.strip().startswith(("of them:", "advice:"))]
+    children = [x.strip() for x in inside[1:] if not x.strip().startswith((ROOT_NAMES, ADVICE))]
     return children[0] if children else inside[0].strip() if inside else "—"
 
 

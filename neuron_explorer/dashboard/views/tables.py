@@ -75,45 +75,42 @@ def operators(rs: RunSet, run=0, rank=None, limit=None) -> dict:
     def compute() -> list[dict]:
         rw = _rank_where(rank, "o.rank")
         base = r.records(
-            f"""SELECT o.name, count(*) AS calls, sum(o.dur_ns)::BIGINT AS cpu_total_ns,
-                  (sum(o.dur_ns) - coalesce(sum(c.child_ns), 0))::BIGINT AS cpu_self_ns
+            f"""SELECT o.name, count(*) AS calls, (sum(o.dur_ns) - coalesce(sum(c.child_ns), 0))::BIGINT AS cpu_self_ns
                 FROM events o LEFT JOIN (SELECT parent_id, sum(dur_ns) AS child_ns FROM events WHERE parent_id IS NOT NULL GROUP BY 1) c
                 ON c.parent_id = o.event_id WHERE o.kind = 'cpu_op'{rw} GROUP BY o.name""")
         # parent operator of each operator: the innermost operator around its parent slice
         tbl = r.arrow(f"""SELECT o.event_id, o.name, o.dur_ns, p.op_id AS parent_op FROM events o LEFT JOIN events p ON p.event_id = o.parent_id
                           WHERE o.kind = 'cpu_op'{rw} ORDER BY o.event_id""")
         ids = tbl["event_id"].to_numpy()
-        names = tbl["name"].to_numpy(zero_copy_only=False)
         parent = tbl["parent_op"].to_numpy(zero_copy_only=False)
         parent = np.where(np.isnan(parent.astype(float)), -1, parent).astype(np.int64) if parent.dtype != np.int64 else parent
-        for b, ns in zip(base, _outermost_totals(ids, names, parent, tbl["dur_ns"].to_numpy(), [b["name"] for b in base])):
-            b["cpu_total_ns"] = ns
+        import pandas as pd
+
+        codes, uniq = pd.factorize(tbl["name"].to_numpy(zero_copy_only=False))
+        up = _positions(ids, parent)  # each operator's parent operator, as a row of `ids` (-1: none)
+        cpu_total = dict(zip(uniq, _outermost_totals(codes, up, tbl["dur_ns"].to_numpy(), len(uniq)).tolist()))
+        base = [{"name": b["name"], "calls": b["calls"], "cpu_total_ns": cpu_total.get(b["name"], 0), "cpu_self_ns": b["cpu_self_ns"]}
+                for b in base]
         dev = r.arrow(f"SELECT op_id, dur_ns FROM events WHERE {device_work()} AND op_id IS NOT NULL AND NOT ({charged_at_capture()})"
                       f"{_rank_where(rank)}")
-        k_op = dev["op_id"].to_numpy()
         k_dur = dev["dur_ns"].to_numpy()
         self_dev: dict[str, int] = {}
         total_dev: dict[str, int] = {}
-        if len(ids) and len(k_op):
-            import pandas as pd
-
-            pos = np.searchsorted(ids, k_op).clip(0, len(ids) - 1)
-            ok = ids[pos] == k_op
+        pos = _positions(ids, dev["op_id"].to_numpy())
+        if (pos >= 0).any():
+            ok = pos >= 0
             pos, dur = pos[ok], k_dur[ok]
-            codes, uniq = pd.factorize(names)
             self_dev = pd.Series(dur).groupby(uniq[codes[pos]]).sum().to_dict()
             # walk each kernel's operator chain upwards; a kernel counts once per operator name
             kernel_idx, name_code = [], []
-            cur, alive, k_index = pos.copy(), np.ones(len(pos), bool), np.arange(len(pos))
+            cur, k_index = pos, np.arange(len(pos))
             for _ in range(256):  # operator nesting is far shallower than this
-                kernel_idx.append(k_index[alive])
-                name_code.append(codes[cur[alive]])
-                up = parent[cur]
-                upos = np.searchsorted(ids, up).clip(0, len(ids) - 1)
-                alive &= (up >= 0) & (ids[upos] == up)
-                cur = np.where(alive, upos, cur)
+                alive = cur >= 0
                 if not alive.any():
                     break
+                kernel_idx.append(k_index[alive])
+                name_code.append(codes[cur[alive]])
+                cur = np.where(alive, up[np.maximum(cur, 0)], -1)
             pairs = pd.DataFrame({"k": np.concatenate(kernel_idx), "n": np.concatenate(name_code)}).drop_duplicates()
             pairs["dur"] = dur[pairs["k"].to_numpy()]
             total_dev = {uniq[c]: int(v) for c, v in pairs.groupby("n")["dur"].sum().items()}
@@ -140,28 +137,27 @@ def operators(rs: RunSet, run=0, rank=None, limit=None) -> dict:
                    for x in rows], limit, device_pct=DEVICE_SHARE, cpu_pct=CPU_SELF_SHARE)
 
 
-def _outermost_totals(ids: np.ndarray, names: np.ndarray, parent: np.ndarray, dur: np.ndarray, wanted: list[str]) -> list[int]:
-    """Per name of `wanted`: the summed `dur` of the operators (`ids`, sorted, with their names and
-    parent operators) that no operator of the same name holds, up their parent chain."""
-    import pandas as pd
-
+def _positions(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The row of each of `wanted` in `ids` (sorted), -1 where it is not there (or negative)."""
     if not len(ids):
-        return [0 for _ in wanted]
-    codes, uniq = pd.factorize(names)
-    nested = np.zeros(len(ids), bool)
-    cur, alive = np.arange(len(ids)), np.ones(len(ids), bool)
+        return np.full(len(wanted), -1, dtype=np.int64)
+    at = np.searchsorted(ids, wanted).clip(0, len(ids) - 1)
+    return np.where((wanted >= 0) & (ids[at] == wanted), at, -1)
+
+
+def _outermost_totals(codes: np.ndarray, up: np.ndarray, dur: np.ndarray, n_names: int) -> np.ndarray:
+    """Per name code: the summed `dur` of the operators (name `codes`, parent operator rows `up`)
+    that no operator of the same name holds, up their parent chain."""
+    nested = np.zeros(len(codes), bool)
+    cur = up
     for _ in range(256):  # operator nesting is far shallower than this
-        up = parent[cur]
-        at = np.searchsorted(ids, up).clip(0, len(ids) - 1)
-        alive &= (up >= 0) & (ids[at] == up)
-        cur = np.where(alive, at, cur)
-        nested |= alive & (codes[cur] == codes)
-        alive &= ~nested
+        alive = (cur >= 0) & ~nested
         if not alive.any():
             break
-    sums = np.bincount(codes[~nested], weights=dur[~nested].astype(np.float64), minlength=len(uniq))  # (exact below 2^53 ns)
-    by_name = {n: int(v) for n, v in zip(uniq, sums)}
-    return [by_name.get(n, 0) for n in wanted]
+        nested |= alive & (codes[np.maximum(cur, 0)] == codes)
+        cur = np.where(alive, up[np.maximum(cur, 0)], -1)
+    sums = np.bincount(codes[~nested], weights=dur[~nested].astype(np.float64), minlength=n_names)  # (exact below 2^53 ns)
+    return sums.astype(np.int64)
 
 
 def kernels(rs: RunSet, run=0, rank=None, limit=None) -> dict:
