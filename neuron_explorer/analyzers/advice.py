@@ -11,10 +11,11 @@ what is inside"):
   REASSOCIATE_GAIN_MIN times fewer.
 - `solve_instead_of_inverse`: a matrix inverse (`torch.linalg.inv`, `torch.inverse`) inside:
   `torch.linalg.solve(A, B)` instead of `inv(A) @ B`.
-- `optimizer_implementation`: most of the roots run inside a torch.optim step (`Optimizer.step#…`)
-  as per-parameter operators (its for-loop implementation, the default off CUDA) or as
-  `_foreach_` operators: `fused=True` where the class takes it (FUSED_OPTIMIZERS), else
-  `foreach=True`.
+- `optimizer_implementation`: most of the roots (OPTIMIZER_SHARE_MIN of their time, at least
+  OPTIMIZER_CALLS_MIN of them) run inside the step of a torch.optim class (TORCH_OPTIMIZERS,
+  `Optimizer.step#…`) as per-parameter operators (its for-loop implementation, the default off
+  CUDA) or as `_foreach_` operators: `fused=True` where the class takes it (FUSED_OPTIMIZERS),
+  else `foreach=True`.
 
 Must not: compute a figure from the run (contents.py does) or render.
 """
@@ -73,20 +74,27 @@ def solve_instead_of_inverse(contents: dict) -> str | None:
             "torch.linalg.solve(A, B) in place of torch.linalg.inv(A) @ B is faster and more accurate")
 
 
+TORCH_OPTIMIZERS = ("Adam", "AdamW", "SGD", "Adagrad", "RMSprop", "Adamax", "NAdam", "RAdam", "ASGD", "Adadelta", "Rprop", "Adafactor")
+"""torch.optim classes that take `foreach=`: another library's optimizer step range (a
+`FusedAdam`, which has neither argument) gets no advice."""
 FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD", "Adagrad")
 """torch.optim classes that take `fused=True` (one fused operator over all parameters: CUDA, CPU
 from torch 2.4, MPS, XPU); the others take `foreach=True` only. torch picks foreach by itself only
 where every parameter is on a CUDA, XPU, MTIA or PrivateUse1 device, and fused never."""
 OPTIMIZER_SHARE_MIN = 0.5
 """Advise an optimizer's implementation when its step holds at least this share of the roots' time."""
+OPTIMIZER_CALLS_MIN = 20
+"""... and at least this many of the roots are inside its steps: the advice is about the cost of
+many operator calls (a device-idle gap's one slow `_foreach_add_` is no case for it)."""
 
 
 def optimizer_implementation(contents: dict) -> str | None:
     roots = contents.get("roots") or {}
     steps = roots.get("optimizer_steps") or []
-    if not steps or not roots.get("total_ns") or steps[0]["total_ns"] < OPTIMIZER_SHARE_MIN * roots["total_ns"]:
+    if not steps or not roots.get("total_ns") or steps[0]["total_ns"] < OPTIMIZER_SHARE_MIN * roots["total_ns"] \
+            or steps[0]["count"] < OPTIMIZER_CALLS_MIN or steps[0]["optimizer"] not in TORCH_OPTIMIZERS:
         return None
-    names = [g["name"] for g in (roots.get("names") or roots.get("groups") or [])]
+    names = [g["name"] for g in roots.get("names") or []]
     if any(n.startswith("aten::_fused_") for n in names):
         return None
     cls, count, ns = steps[0]["optimizer"], steps[0]["count"], steps[0]["total_ns"]
