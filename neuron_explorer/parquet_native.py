@@ -130,10 +130,14 @@ def write(lib, path: Path, schema: pa.Schema, batches, *, row_group_rows: int, d
 
 def _ahead(batches):
     """`batches`, each made on a thread of its own while the writer encodes the one before: the
-    columns of a row group do not all take as long to encode, so a core is often free for it."""
+    columns of a row group do not all take as long to encode, so a core is often free for it.
+    The next batch is begun only once the one before is taken: two in memory at once (the one
+    encoded and the next), not three (a third made while the next waited): a row group of a
+    large trace's events is ~50 MiB with its args."""
     done = object()
     q: queue.Queue = queue.Queue(maxsize=1)
     stop = threading.Event()
+    turn = threading.Semaphore(1)  # released as each batch is taken
 
     def put(item) -> bool:  # False once the consumer has stopped
         while not stop.is_set():
@@ -146,10 +150,14 @@ def _ahead(batches):
 
     def make():
         try:
-            for b in batches:
-                if not put(b):
+            it = iter(batches)
+            while True:
+                while not turn.acquire(timeout=0.1):
+                    if stop.is_set():
+                        return
+                b = next(it, done)
+                if not put(b) or b is done:
                     return
-            put(done)
         except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
             put(e)
 
@@ -158,6 +166,7 @@ def _ahead(batches):
     try:
         while True:
             item = q.get()
+            turn.release()
             if item is done:
                 return
             if isinstance(item, BaseException):

@@ -138,7 +138,7 @@ def test_compile_records_become_events_on_their_statements():
     names = ["torch.compile: f (a.py:3)", compiled.RECORD_MARK + "1", compiled.RECORD_MARK + "0", "aten::add"]
     events = pa.table({"category": ["cpu_op"] * 4, "name": names, "phase": ["X"] * 4, "ts_ns": [0, 5, 6, 8], "dur_ns": [10, 1, 1, 1],
                        "pid": [1] * 4, "tid": [1] * 4, "pid_text": [None] * 4, "tid_text": [None] * 4, "correlation": [None] * 4,
-                       "external_id": [None] * 4, "stream": [None] * 4, "python_id": [None] * 4, "python_parent_id": [None] * 4,
+                       "external_id": [None] * 4, "stream": [None] * 4,
                        "args": [None, None, None, '{"x": 1}'], "frame_index": [7, 7, 7, 7], "module_path": [None] * 4},
                       schema=RAW_EVENTS)
     records = [{"event": GRAPH_BREAK_EVENT, "reason": "r", "hint": None, "function": "f (a.py:3)", "compile_id": "0/0",

@@ -122,7 +122,7 @@ def _raw(rows) -> pa.Table:
         "pid": pa.array([1] * n, pa.int64()), "tid": pa.array([r[4] for r in rows], pa.int64()),
         "pid_text": pa.nulls(n, pa.string()), "tid_text": pa.nulls(n, pa.string()),
     }
-    for name in ("correlation", "external_id", "stream", "python_id", "python_parent_id"):
+    for name in ("correlation", "external_id", "stream"):
         cols[name] = pa.nulls(n, pa.int64())
     cols["args"] = pa.array([r[6] if len(r) > 6 else None for r in rows], pa.string())
     cols["frame_index"] = pa.array([r[5] if len(r) > 5 else -1 for r in rows], pa.int64())

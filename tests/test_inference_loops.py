@@ -33,7 +33,7 @@ TRACES = Path(__file__).parent / "data" / "traces"
 def _ev(name, cat, ts, dur, frame=None):
     return {"category": cat, "name": name, "phase": "X", "ts_ns": ts * US, "dur_ns": dur * US, "pid": 1, "tid": 1,
             "pid_text": None, "tid_text": None, "correlation": None, "external_id": None, "stream": None,
-            "python_id": None, "python_parent_id": None, "args": None, "frame_index": frame}
+            "args": None, "frame_index": frame}
 
 
 def _live_run(tmp_path: Path, events: list[dict], frames: list[tuple]) -> Path:

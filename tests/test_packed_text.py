@@ -21,15 +21,17 @@ def small_blocks(monkeypatch):
 
 
 @pytest.mark.parametrize("text_type", [pa.string(), pa.large_string()])
-@pytest.mark.parametrize("take_bytes", [5000, 1 << 20])  # blocks unpacked a few at a time, or all at once
-def test_rows_come_back_as_they_went_in_in_any_order(small_blocks, monkeypatch, text_type, take_bytes):
-    monkeypatch.setattr(_packed_text, "TAKE_BYTES", take_bytes)
+def test_rows_come_back_as_they_went_in_in_any_order(small_blocks, monkeypatch, text_type):
+    unpacked_at_once = []
+    real = _packed_text._Block.array
+    monkeypatch.setattr(_packed_text._Block, "array", lambda b: unpacked_at_once.append(b) or real(b))
     arr = pa.array(TEXTS, text_type).slice(3)  # (an array that does not start at its buffers' start)
     packed = PackedText.pack(arr)
     assert len(packed) == 997 and len(packed.blocks) > 20
     assert all(b.rows <= 50 for b in packed.blocks)
     rows = np.random.default_rng(1).permutation(997)
     assert packed.take(rows).to_pylist() == [TEXTS[3 + r] for r in rows]
+    assert len(unpacked_at_once) == len(packed.blocks)  # each block unpacked once, though the rows come from all in turn
     assert packed.take(np.arange(40, 60)).to_pylist() == TEXTS[43:63]  # rows in order, across a block's end
     assert packed.take(pa.array([996, 0, 996])).to_pylist() == [TEXTS[999], TEXTS[3], TEXTS[999]]
     assert packed.unpacked().to_pylist() == TEXTS[3:]

@@ -226,8 +226,8 @@ def slice_at(track: np.ndarray, ev_ts: np.ndarray, ev_end: np.ndarray, parent: n
         out[bad] = parent[out[bad]]
 
 
-def tracks_of(pid: np.ndarray, tid: np.ndarray, pid_text: pa.Array, tid_text: pa.Array) -> np.ndarray:
-    """A dense track number per event: one per distinct (pid, tid, pid_text, tid_text)."""
+def tracks_of(pid: np.ndarray, tid: np.ndarray, pid_text: pa.Array | None, tid_text: pa.Array | None) -> np.ndarray:
+    """A dense track number per event: one per distinct (pid, tid, pid_text, tid_text); a text column None: all null."""
     n = len(pid)
     if not n:
         return np.zeros(0, dtype=np.int64)
@@ -236,7 +236,7 @@ def tracks_of(pid: np.ndarray, tid: np.ndarray, pid_text: pa.Array, tid_text: pa
     pairs[:, 0], pairs[:, 1] = pid, tid
     key = np.asarray(pc.dictionary_encode(pa.FixedSizeBinaryArray.from_buffers(
         pa.binary(16), n, [None, pa.py_buffer(pairs)])).indices, dtype=np.int64)
-    texts = [t for t in (pid_text, tid_text) if t.null_count < len(t)]  # (most traces have none)
+    texts = [t for t in (pid_text, tid_text) if t is not None and t.null_count < len(t)]  # (most traces have none)
     if not texts:
         return key
     for t in texts:

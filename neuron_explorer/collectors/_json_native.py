@@ -32,6 +32,9 @@ from ._packed_text import PackedText
 SOURCES = (Path(__file__).parent / "native" / "kineto_json.cpp", Path(__file__).parent / "native" / "forest.cpp")
 _TEXTS = ("s_cat", "s_name", "s_pid_text", "s_tid_text", "s_args", "f_cat", "f_name", "f_phase", "f_bp")
 _INTS = ("s_ts", "s_dur", "s_pid", "s_tid", "s_corr", "s_ext", "s_stream", "s_pyid", "s_pypid", "f_id", "f_ts", "f_pid", "f_tid")
+_UNREAD = ("s_pyid", "s_pypid")
+"""Fields the reader checks (a 'Python id' it cannot read exactly sends the piece to the Python
+decoder) but the run does not keep (raw.RAW_EVENTS)."""
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -167,6 +170,9 @@ def _tables(lib, handle, pack_args: bool = False) -> NativeChunk:
         fields[name] = large.cast(pa.string())
         i += 3
     for name in _INTS:
+        if name in _UNREAD:  # (left to the reader, freed with its result)
+            i += 2
+            continue
         bitmap, nulls = _validity(_view(lib, handle, i + 1))
         values = _take(lib, handle, i)
         fields[name] = pa.Array.from_buffers(pa.int64(), values.size // 8, [bitmap, values], nulls)
@@ -188,8 +194,6 @@ def _tables(lib, handle, pack_args: bool = False) -> NativeChunk:
         "correlation": f["s_corr"],
         "external_id": f["s_ext"],
         "stream": f["s_stream"],
-        "python_id": f["s_pyid"],
-        "python_parent_id": f["s_pypid"],
     }
     if packed is None:
         events["args"] = f["s_args"]

@@ -216,9 +216,3 @@ def _opt_int(path: str, values: list, what: str) -> pa.Array:
                 out.append(None)
     return _int_column(path, out, what)
 
-
-def _sparse_int(path: str, values: list, what: str) -> pa.Array:
-    """int64 column that is often entirely null (no buffer allocated then)."""
-    if not any(v is not None for v in values):
-        return pa.nulls(len(values), pa.int64())
-    return _int_column(path, values, what)

@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from ..errors import InputError
 from . import _json_native
-from ._json_numbers import _INT32, _INT64, _id_columns, _int_column, _ns, _opt_int, _sparse_int, id_value, odd_times
+from ._json_numbers import _INT32, _INT64, _id_columns, _int_column, _ns, _opt_int, id_value, odd_times
 from ._json_read import _short
 from ._packed_text import PackedText
 from .kineto_names import (
@@ -34,8 +34,6 @@ from .kineto_names import (
     FLOW_PHASES,
     MEMORY_ARGS,
     MEMORY_EVENT_NAME,
-    PYTHON_ID_ARG,
-    PYTHON_PARENT_ID_ARG,
     SLICE_PHASES,
 )
 from .raw import RAW_COUNTERS, RAW_MEMORY
@@ -73,8 +71,6 @@ class _Args(msgspec.Struct, gc=False):
     correlation: Union[int, None] = None
     stream: Union[int, str, None] = None
     device: Union[int, str, None] = None
-    python_id: Union[int, None] = msgspec.field(default=None, name=PYTHON_ID_ARG)
-    python_parent_id: Union[int, None] = msgspec.field(default=None, name=PYTHON_PARENT_ID_ARG)
     # [memory] instants
     addr: Union[int, None] = msgspec.field(default=None, name=MEMORY_ARGS["addr"])
     bytes_: Union[int, None] = msgspec.field(default=None, name=MEMORY_ARGS["bytes"])
@@ -345,9 +341,6 @@ def _slice_table(path: str, evs: list[_Event]) -> pa.Table:
             "correlation": _int_column(path, [None if a is None else a.correlation for a in args], "args 'correlation'"),
             "external_id": _int_column(path, ext, "args 'External id'"),
             "stream": _opt_int(path, [None if a is None else a.stream for a in args], "args 'stream'"),
-            "python_id": _sparse_int(path, [None if a is None else a.python_id for a in args], "args 'Python id'"),
-            "python_parent_id": _sparse_int(path, [None if a is None else a.python_parent_id for a in args],
-                                            "args 'Python parent id'"),
             "args": _args_text(path, raws),
         }
     )

@@ -23,8 +23,6 @@ BLOCK_BYTES = 1 << 20
 """Text per block: what one `take` decompresses at least."""
 BLOCK_ROWS = 16384
 """Rows per block at most (rows of null or short text would otherwise make blocks of a whole piece)."""
-TAKE_BYTES = 64 << 20
-"""Text decompressed at once by `take` at most (one block more, when a block is larger)."""
 CODEC = pa.Codec("lz4")
 
 
@@ -110,46 +108,35 @@ class PackedText:
 
     def take(self, rows) -> pa.StringArray:
         """The given rows (integers: a numpy or Arrow array), in that order. Each block they are in is
-        decompressed once; blocks are joined up to TAKE_BYTES of text at a time, and rows taken from
-        each such group: rows in time order (a row group of the events file) are mostly one group,
-        taken at once, and scattered rows never hold more than TAKE_BYTES of text unpacked."""
+        decompressed once, its rows taken and the block let go before the next: only the rows asked
+        for are held unpacked, with one block. (Blocks joined first, to take from them at once, held
+        up to 64 MiB of text twice, the joined and its parts: a large trace's row group of events
+        took its args from several hundred blocks, and that was the import's memory peak.)"""
         rows = np.asarray(rows, dtype=np.int64)
         if not len(rows):
             return pa.array([], pa.string())
         block = np.searchsorted(self.starts, rows, side="right") - 1
-        used = np.unique(block)
-        sizes = np.array([self.blocks[b].size for b in used.tolist()], dtype=np.int64)
-        group_of_used = (np.cumsum(sizes) - sizes) // TAKE_BYTES  # consecutive used blocks, about TAKE_BYTES each
-        group = group_of_used[np.searchsorted(used, block)]
-        by_group = None if group_of_used[-1] == 0 or (np.diff(group) >= 0).all() else np.argsort(group, kind="stable")
-        if by_group is not None:
-            rows, block, group = rows[by_group], block[by_group], group[by_group]
+        by_block = None if (np.diff(block) >= 0).all() else np.argsort(block, kind="stable")
+        if by_block is not None:
+            rows, block = rows[by_block], block[by_block]
+        bounds = np.concatenate(([0], np.flatnonzero(np.diff(block)) + 1, [len(block)])).tolist()
         parts = []
-        for g in range(int(group_of_used[-1]) + 1):
-            members = used[group_of_used == g]
-            if not len(members):
-                continue
-            arrays = [self.blocks[b].array() for b in members.tolist()]
-            whole = arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
-            del arrays
-            first = np.concatenate(([0], np.cumsum([self.blocks[b].rows for b in members.tolist()])))  # in `whole`
-            lo, hi = np.searchsorted(group, [g, g + 1])
-            at = np.searchsorted(members, block[lo:hi])
-            parts.append(whole.take(pa.array(rows[lo:hi] - self.starts[block[lo:hi]] + first[at])))
-            del whole
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            b = int(block[lo])
+            parts.append(self.blocks[b].array().take(pa.array(rows[lo:hi] - self.starts[b])))
         taken = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
         del parts
-        if by_group is None:
+        if by_block is None:
             return taken
-        back = np.empty_like(by_group)
-        back[by_group] = np.arange(len(by_group))
+        back = np.empty_like(by_block)
+        back[by_block] = np.arange(len(by_block))
         return taken.take(pa.array(back))
 
     def take_by_block(self, rows):
         """The given rows a block at a time: (their positions in `rows`, their text) for each block
         they are in, in the blocks' order. Only one block (about BLOCK_BYTES) is unpacked at once:
         for a pass over many scattered rows that needs each row's text only for a moment (a number
-        read from the args), where `take` would hold up to TAKE_BYTES unpacked, twice."""
+        read from the args), where `take` would hold all the rows' text unpacked."""
         rows = np.asarray(rows, dtype=np.int64)
         if not len(rows):
             return

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -191,13 +192,13 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
     dur = _np(ev["dur_ns"], 0)
     idx = index_dtype(n)  # (kept link arrays; `order` stays intp: numpy indexes with it many times)
     order = time_order(ts, dur)
-    ts, dur = ts[order], dur[order]
+    ts, dur = ts[order], narrow(dur[order])
 
     cat_codes, cat_dict = _codes(ev["category"])
     name_codes, name_dict = _codes(ev["name"])
     phase_codes, phase_dict = _codes(ev["phase"])
-    cat_codes, name_codes, phase_codes = (cat_codes[order].astype(np.int32), name_codes[order].astype(np.int32),
-                                          phase_codes[order].astype(np.int32))
+    cat_codes, name_codes, phase_codes = (c[order].astype(_code_type(len(d))) for c, d in
+                                          ((cat_codes, cat_dict), (name_codes, name_dict), (phase_codes, phase_dict)))
     cat_values, name_values = cat_dict.to_pylist(), name_dict.to_pylist()
     # '<built-in method run_backward of ... object at 0x7f66d3d4f780>': an address differs per
     # process, so the same call would never compare or group across runs
@@ -269,7 +270,7 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
         # self time: the duration less the slices directly inside it on its track
         nested = parent >= 0  # (float sums are exact below 2^53 ns, about 104 days)
         inner = np.bincount(parent[nested], weights=np.maximum(dur[nested], 0), minlength=n).astype(np.int64)
-        self_ns = np.maximum(np.maximum(dur, 0) - inner, 0)
+        self_ns = narrow(np.maximum(np.maximum(dur, 0) - inner, 0))
         del inner, nested
 
         # operators: innermost and outermost cpu_op around each event
@@ -285,6 +286,7 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
 
         # source frames: from the collector (live), else from python_function events (def lines)
         frames, ev_frame, module_path = _frames_and_modules(raw, order, n, parent, is_python, name_values, name_codes)
+        ev_frame = narrow(ev_frame)
 
         # the statement each event's time belongs to (work inside a torch.compile region belongs to the
         # statement that called the compiled function); backward work takes its forward's below
@@ -305,9 +307,9 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
         need = launch[flow_dev] < 0
         launch[flow_dev[need]] = flow_src[need]
         del flow_src, flow_dev, need
+        quality |= _launches_without_device_work(kind, is_runtime, name_codes, name_values, fl)
         flows = _flows_table(fl, fl_event, rank, raw.base_ns)  # (while the helper links backward work)
         del fl, fl_event
-        quality |= _launches_without_device_work(kind, is_runtime, name_codes, name_values, flows)
         # backward work: the forward operator that built its autograd node, and every event's pass
         fwd, pass_code, backward_counts = backward_links.result()
 
@@ -325,25 +327,38 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
     quality["device_events_without_launch"] = int(np.count_nonzero(dev_no_launch))
     # the event each device event inherits from: its launch, else its operator by External id
     anchor = np.where(has_launch, launch, by_external)
-    has_launch = anchor >= 0  # (from here: has an anchor)
-    li = np.maximum(anchor, 0)
+    del has_launch, li, by_external
     quality["negative_timestamps"] = int(np.count_nonzero(ts < 0))
 
-    # backward work's statement is its forward operator's
-    fwd_frame = np.where(fwd >= 0, statement[np.maximum(fwd, 0)], -1)
-    source_frame = np.where(fwd_frame >= 0, fwd_frame, statement).astype(idx)
-    del statement, fwd_frame
+    # backward work's statement is its forward operator's (in place, as below: a column per event
+    # rewritten whole by np.where was two temporaries of its size at the build's peak)
+    source_frame = statement.copy() if np.may_share_memory(statement, ev_frame) else statement
+    linked = np.flatnonzero(fwd >= 0)
+    fwd_frame = statement[fwd[linked]]
+    linked = linked[fwd_frame >= 0]
+    source_frame[linked] = fwd_frame[fwd_frame >= 0]
+    del statement, fwd_frame, linked
 
-    # device events inherit operator, step, frame, module, backward link and pass of their launch
-    fwd = np.where(has_launch, fwd[li], np.where(is_device, -1, fwd)).astype(idx)
-    source_frame = np.where(has_launch, source_frame[li], source_frame)
-    pass_code = np.where(has_launch, pass_code[li], np.where(is_device | (kind == K["step"]) | (kind == K["other"]),
-                                                             passes.P["other"], pass_code)).astype(np.int8)
+    # device events inherit operator, step, frame, module, backward link and pass of their anchor
+    # (a host event: every anchored row is a device event, so each column is read before it is written)
+    dev = np.flatnonzero(is_device)
+    dev_anchor = anchor[dev]
+    anchored = dev_anchor >= 0
+    dev_anchor = np.maximum(dev_anchor, 0)
+    del anchor
+
+    inherit = partial(_inherit, rows=dev, source=dev_anchor, has_source=anchored)
+
+    fwd = inherit(fwd, otherwise=-1).astype(idx, copy=False)
+    source_frame = inherit(source_frame).astype(idx, copy=False)
+    pass_code = inherit(pass_code, otherwise=passes.P["other"]).astype(np.int8, copy=False)
+    pass_code[(kind == K["step"]) | (kind == K["other"])] = passes.P["other"]
     # backward time: outermost operators and device work of the backward pass, and the part linked
-    outermost = (is_op & (top_op == np.arange(n))) | is_device
+    outermost = (is_op & (top_op == np.arange(n, dtype=top_op.dtype))) | is_device
     backward = (pass_code == passes.P["backward"]) & outermost
     quality["backward_ns"] = int(dur[backward].sum())
     quality["backward_linked_ns"] = int(dur[backward & (fwd >= 0)].sum())
+    del outermost, backward
     # graph replays: device work launched by a graph launch (cudaGraphLaunch/hipGraphLaunch) takes
     # that launch's statement like any other; how much of it has one
     graph_call = np.array([bool(v and GRAPH_LAUNCH_CALL.search(v)) for v in name_values] + [False])
@@ -351,13 +366,13 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
     quality["graph_replay_device_events"] = int(np.count_nonzero(replayed))
     quality["graph_launches"] = int(np.unique(launch[replayed]).size)
     capture_codes, capture_names, capture_frames = _link_captures(captures, replayed, launch, kind, name_codes, name_values, quality)
-    op = np.where(has_launch, op[li], np.where(is_device, -1, op))
-    top_op = np.where(has_launch, top_op[li], np.where(is_device, -1, top_op))
+    op, top_op = inherit(op, otherwise=-1), inherit(top_op, otherwise=-1)
     if quality["graph_replay_device_events"]:  # replayed work with an operator: its capture's, else its launch's
-        quality["graph_replay_with_operator"] = int(np.count_nonzero(replayed & ((capture_codes[0] >= 0) | (top_op >= 0))))
-    step = np.where(has_launch, step[li], step)
+        with_capture = capture_codes[0] >= 0 if capture_codes[0] is not None else False
+        quality["graph_replay_with_operator"] = int(np.count_nonzero(replayed & (with_capture | (top_op >= 0))))
+    step = inherit(step)
     op, top_op, step = _syncs_by_external_id(kind == K["sync"], is_op, external_id, external_null, ts, op, top_op, step)
-    ev_frame = np.where(has_launch, ev_frame[li], ev_frame).astype(idx)
+    ev_frame = inherit(ev_frame).astype(idx, copy=False)
     if capture_frames is not None:  # replayed work paired with a captured node: its statement and frame at capture
         frame_base = frames.num_rows
         node_frame, node_statement = capture_frames
@@ -366,25 +381,31 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
         frames = _with_capture_frames(frames, captures.frames, rank)
     quality["graph_replay_on_a_line"] = int(np.count_nonzero(replayed & (source_frame >= 0)))  # (at capture, where paired)
     if module_path is not None:  # (codes, -1 = none; their dictionary)
-        module_path = (np.where(has_launch, module_path[0][li], module_path[0]), module_path[1])
+        module_path = (inherit(module_path[0]), module_path[1])
+    del inherit, dev, dev_anchor, anchored
 
     kind_dict = pa.array(_KIND_NAMES, pa.string())
     pass_dict = pa.array(passes.PASSES, pa.string())
     base = rank * ID_STRIDE
     memory = _memory(raw, track, pid, tid, ts, end, parent, op, ev_frame, step, steps)
-    del track, end, op_parent, op_root, has_parent, li, is_op, is_python, is_runtime, can_contain
+    del track, end, op_parent, op_root, has_parent, is_op, is_python, is_runtime, can_contain
 
     def ids(local):
         return lambda sl: pa.array(np.where(local[sl] >= 0, base + local[sl].astype(np.int64), 0), pa.int64(), mask=local[sl] < 0)
 
     def dict_col(codes, dictionary):
+        if codes is None:  # (no row has a value)
+            return lambda sl: pa.nulls(sl.stop - sl.start, pa.string())
         return lambda sl: _dictionary_slice(codes[sl], dictionary)
+
+    def text(values):
+        return (lambda sl: pa.nulls(sl.stop - sl.start, pa.string())) if values is None else (lambda sl: values[sl])
 
     def plain(values, mask=None, type_=pa.int64()):
         return lambda sl: pa.array(values[sl], type_, mask=None if mask is None else mask[sl])
 
     # the columns held until the write, at the width their values need (`narrow`)
-    dur, self_ns, stream, step = narrow(dur), narrow(self_ns), narrow(stream), narrow(step)
+    stream = narrow(stream)
 
     makers = {
         "event_id": lambda sl: pa.array(np.arange(base + sl.start, base + sl.stop, dtype=np.int64)),
@@ -397,8 +418,8 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
         "dur_ns": plain(dur),
         "pid": plain(pid, pid_null),
         "tid": plain(tid, tid_null),
-        "pid_text": lambda sl: pid_text[sl],
-        "tid_text": lambda sl: tid_text[sl],
+        "pid_text": text(pid_text),
+        "tid_text": text(tid_text),
         "device": plain(device, device < 0, pa.int32()),
         "stream": plain(stream, stream_mask),
         "depth": plain(depth.astype(np.int32), None, pa.int32()),
@@ -434,6 +455,13 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
 _DEVICE_WORK = [_KIND_CODE["kernel"], _KIND_CODE["memcpy"], _KIND_CODE["memset"]]
 
 
+def _inherit(column: np.ndarray, rows: np.ndarray, source: np.ndarray, has_source: np.ndarray, otherwise=None) -> np.ndarray:
+    """`column` with each of `rows` given its `source` row's value where `has_source`, else its own
+    value or `otherwise`; in place (the sources are read before any row is written)."""
+    column[rows] = np.where(has_source, column[source], column[rows] if otherwise is None else otherwise)
+    return column
+
+
 def _first_work_wait(kind: np.ndarray, device: np.ndarray, launch: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> dict:
     """`first_work_wait_ns`: the longest wait, over the devices, from the end of the launch of a
     device's first work (kernel, copy or set) to its start, where that work has a launch, and
@@ -460,17 +488,17 @@ def _first_work_wait(kind: np.ndarray, device: np.ndarray, launch: np.ndarray, t
 
 def _link_captures(captures, replayed, launch, kind, name_codes, name_values, quality):
     """Replayed device work paired with the graphs of `captures` (graph_capture.link_replays):
-    ((capture_op codes, capture_top_op codes), their dictionary, (per-event capture frame index,
+    ((capture_op codes, capture_top_op codes) or (None, None) when nothing was paired, their dictionary, (per-event capture frame index,
     statement index) or None), and the counts in `quality`: graph_replay_capture_linked (paired
     with a captured node that had an operator), graph_replay_launch_only (the rest of the replayed
     work: it keeps its launch's operator and statement), graph_launches_matched, graph_captures."""
     n = len(replayed)
-    none = np.full(n, -1, dtype=np.int32)
     if captures is None or not captures.graphs or not replayed.any():
         if captures is not None and replayed.any():
             quality |= {"graph_replay_capture_linked": 0, "graph_replay_launch_only": int(np.count_nonzero(replayed)),
                         "graph_launches_matched": 0, "graph_captures": 0}
-        return (none, none), pa.array([], pa.string()), None
+        return (None, None), pa.array([], pa.string()), None
+    none = np.full(n, -1, dtype=np.int32)
     keys = {}
     memcpy, memset = _KIND_CODE["memcpy"], _KIND_CODE["memset"]
     for i in np.flatnonzero(replayed).tolist():
@@ -579,35 +607,30 @@ def _early_columns(columns: list, order: np.ndarray, is_step, step_no, ts, end, 
     return (*ids, args, _steps(is_step, step_no, ts, end, first_id, is_device))
 
 
-def _flows_table(fl: pa.Table, fl_event: np.ndarray, rank: int, base_ns: int) -> pa.Table:
+def _flows_table(fl: pa.Table, fl_event: np.ndarray, rank: int, base_ns: int) -> SortedTable:
     """The run's flows table: each endpoint with the event it binds to (`fl_event`, -1: none), by time
-    (stable: endpoints at one time keep the trace's order). Each column is taken into that order
-    once, so the table exists once beside the raw flows (a sort of the built table copied it all)."""
+    (stable: endpoints at one time keep the trace's order). Made row group by row group as it is
+    written, from the raw flows: a built copy (50 MiB for the 743k flows of a 1.45M-event trace)
+    beside the raw one was the largest part of the build's peak."""
     base = rank * ID_STRIDE
-    ts = _np(fl["ts_ns"], 0) + base_ns
-    order = np.argsort(ts, kind="stable")
-    rows = pa.array(order)
+    order = np.argsort(_np(fl["ts_ns"], 0), kind="stable")
+    event = narrow(fl_event[order])
+    order = narrow(order)
 
-    def taken(name: str) -> pa.Array:
+    def taken(name: str):
         col = fl[name]
-        if pa.types.is_dictionary(col.type):
-            col = col.cast(col.type.value_type)
-        return col.take(rows).combine_chunks()
+        return lambda sl: col.take(pa.array(order[sl])).combine_chunks()
 
-    event = fl_event[order]
-    columns = {
-        "rank": pa.array(np.full(fl.num_rows, rank, dtype=np.int32)),
-        "flow_id": taken("flow_id"),
-        "category": taken("category"),
-        "name": taken("name"),
-        "phase": taken("phase"),
-        "ts_ns": pa.array(ts[order], pa.int64()),
-        "pid": taken("pid"),
-        "tid": taken("tid"),
-        "binding_point": taken("binding_point"),
-        "event_id": pa.array(np.where(event >= 0, base + event, 0), pa.int64(), mask=event < 0),
-    }
-    return _conform(pa.table(columns), schema.FLOWS)
+    def ts_ns(sl: slice) -> pa.Array:
+        return pa.array(_np(fl["ts_ns"].take(pa.array(order[sl])), 0) + base_ns, pa.int64())
+
+    def event_id(sl: slice) -> pa.Array:
+        e = event[sl]
+        return pa.array(np.where(e >= 0, base + e.astype(np.int64), 0), pa.int64(), mask=e < 0)
+
+    makers = {name: taken(name) for name in ("flow_id", "category", "name", "phase", "pid", "tid", "binding_point")}
+    makers |= {"rank": lambda sl: pa.array(np.full(sl.stop - sl.start, rank, dtype=np.int32)), "ts_ns": ts_ns, "event_id": event_id}
+    return SortedTable(schema.FLOWS, fl.num_rows, makers)
 
 
 def _flow_events(fl: pa.Table, base_ns: int, track, pid, tid, ts, end, parent) -> np.ndarray:
@@ -621,10 +644,10 @@ def _flow_events(fl: pa.Table, base_ns: int, track, pid, tid, ts, end, parent) -
     return fl_event
 
 
-def _sorted_text(col: pa.ChunkedArray, order: np.ndarray) -> pa.Array:
-    """A text column in sorted order (most traces' ids are numbers: their text column is all null)."""
+def _sorted_text(col: pa.ChunkedArray, order: np.ndarray) -> pa.Array | None:
+    """A text column in sorted order; None when every row is null (most traces' ids are numbers)."""
     if col.null_count == len(col):
-        return pa.nulls(len(col), col.type)
+        return None
     return col.take(pa.array(order)).combine_chunks()
 
 
@@ -634,6 +657,11 @@ def _np_mask(col: pa.ChunkedArray, order: np.ndarray) -> tuple[np.ndarray, np.nd
     values = narrow(np.asarray(col.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64))
     nulls = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
     return values[order], nulls[order]
+
+
+def _code_type(distinct: int) -> type:
+    """The narrowest integer type for the codes of a dictionary of `distinct` values (and -1)."""
+    return np.int8 if distinct < 2**7 else np.int16 if distinct < 2**15 else np.int32
 
 
 def narrow(values: np.ndarray) -> np.ndarray:
@@ -745,7 +773,7 @@ def _steps(is_step: np.ndarray, step_no: np.ndarray, ts: np.ndarray, end: np.nda
     for s, number in zip(steps, step_no[rows].tolist()):
         if s["step"] != number:
             s["number_in_trace"] = number  # (renumbered_steps: the trace's numbers started again)
-    return steps, step
+    return steps, narrow(step)
 
 
 def _memory(raw: RawRank, track, pid, tid, ts, end, parent, op, ev_frame, step, steps) -> pa.Table:
