@@ -98,8 +98,9 @@ class _ArrowArrayStream(ctypes.Structure):  # the Arrow C stream interface's str
 
 def write(lib, path: Path, schema: pa.Schema, batches, *, row_group_rows: int, dictionary_columns: list[str],
           delta_columns: list[str], metadata: dict[bytes, bytes], threads: int) -> None:
-    """Write `batches` (an iterable of record batches of `schema`, each at most `row_group_rows`
-    rows: one row group each) to `path`: zstd, statistics, dictionary pages for
+    """Write `batches` (an iterable of record batches of `schema`) to `path` in row groups of
+    `row_group_rows` rows (the last one fewer), each made of the batches in turn, so that a row group
+    can be handed over in pieces: zstd, statistics, dictionary pages for
     `dictionary_columns` only, DELTA_BINARY_PACKED for the integer `delta_columns`, no Arrow schema
     stored, `metadata` added. Raises OSError naming the problem when the file cannot be written."""
     failed: list[BaseException] = []

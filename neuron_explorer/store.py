@@ -54,6 +54,9 @@ if TYPE_CHECKING:  # DuckDB is imported where a run is opened (an import writes 
 
 MANIFEST = "manifest.json"
 ROW_GROUP_ROWS = 128 * 1024
+ROW_GROUP_PIECES = 4
+"""A large table's row group is made and handed to the parallel writer in this many pieces
+(build.SortedTable.batches): only a piece is held at once, not the group."""
 
 
 def is_run(path: Path | str) -> bool:
@@ -310,9 +313,11 @@ def _write_partition(dir_: Path, tables: dict, release: bool = False) -> None:
                 # string columns arrive as dictionary arrays, written without hashing each string
                 # again; the file then stores no Arrow schema (it would name dictionary types), and
                 # reads back with the spec's types, which Parquet's own types carry exactly
-                batches = table.batches(ROW_GROUP_ROWS, dictionaries=True)
+                native = parquet_native.load(build=False) if table.num_rows else None
+                # (the parallel writer takes a row group in pieces that share its dictionaries; pyarrow's
+                # write_batch makes a row group of each batch)
+                batches = table.batches(ROW_GROUP_ROWS, dictionaries=True, pieces=ROW_GROUP_PIECES if native is not None else 1)
                 first = next(batches, None)
-                native = parquet_native.load(build=False) if first is not None else None
                 if native is not None:  # its columns encoded on every core, beside the small tables' writes
                     queued.append(pool.submit(parquet_native.write, native, path, first.schema, itertools.chain([first], batches),
                                               row_group_rows=ROW_GROUP_ROWS, dictionary_columns=_DICTIONARY_COLUMNS,

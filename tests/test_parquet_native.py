@@ -111,8 +111,9 @@ class _Sorted:  # what build.SortedTable offers the store
     def __init__(self, rows):
         self.rows = rows
         self.schema = rows[0].schema
+        self.num_rows = sum(r.num_rows for r in rows)
 
-    def batches(self, size, dictionaries=False):
+    def batches(self, size, dictionaries=False, pieces=1):
         return iter(self.rows)
 
 
@@ -134,3 +135,36 @@ def test_a_file_that_cannot_be_opened_is_a_one_line_error(lib, tmp_path):
     with pytest.raises(InputError) as e:
         store.write_partition(part, {"events": _Sorted(_batches(10))})
     assert "cannot write the run" in str(e.value) and "events.parquet" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_row_group_handed_over_in_pieces_is_the_row_group_written_whole(lib, tmp_path, monkeypatch):
+    """The store hands the parallel writer each row group of a large table in pieces (only a piece
+    is held at once) that share the group's dictionaries: the file holds the row groups, and each
+    column chunk the encodings, sizes and statistics, that pyarrow writes from whole row groups
+    (none fell back from its dictionary). Only the args' pages may be cut where a piece ends."""
+    from neuron_explorer.collectors.build import build_rank
+    from neuron_explorer.collectors.trace_rank import decode_rank
+
+    monkeypatch.setattr(store, "ROW_GROUP_ROWS", 15_000)
+    monkeypatch.setattr(store, "ROW_GROUP_PIECES", 4)  # (pieces of 3,750 rows)
+    files = {}
+    for name, native in (("pieces", lib), ("whole", None)):
+        monkeypatch.setattr(parquet_native, "load", lambda build=True, native=native: native)
+        events = build_rank(decode_rank(TRACES / "cuda_train_68k_events.json.gz")[0]).tables["events"]
+        out = tmp_path / name
+        out.mkdir()
+        store.write_partition(out, {"events": events})
+        files[name] = pq.ParquetFile(out / "events.parquet")
+    pieces, whole = files["pieces"].metadata, files["whole"].metadata
+    assert pieces.num_rows == 45_422  # (the trace's events, and the profiler steps' rows)
+    assert [pieces.row_group(i).num_rows for i in range(pieces.num_row_groups)] == [15_000] * 3 + [422]
+    assert files["pieces"].read().equals(files["whole"].read())
+    offsets = ("file_offset", "data_page_offset", "dictionary_page_offset")
+    for g in range(pieces.num_row_groups):
+        for i in range(pieces.num_columns):
+            ours, theirs = ({k: v for k, v in m.row_group(g).column(i).to_dict().items() if k not in offsets} for m in (pieces, whole))
+            if ours["path_in_schema"] == "args":  # (its data pages may end where a piece does: sizes within 1%)
+                assert ours["encodings"] == theirs["encodings"]
+                assert abs(ours["total_compressed_size"] - theirs["total_compressed_size"]) < theirs["total_compressed_size"] / 100
+            else:  # the same column chunk: encodings (the dictionary kept), sizes, statistics
+                assert ours == theirs, (g, ours["path_in_schema"])

@@ -124,15 +124,31 @@ def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
     return codes, dictionary
 
 
-def _dictionary_slice(codes: np.ndarray, dictionary: pa.Array) -> pa.DictionaryArray:
-    """Rows of a coded string column (code -1: null) as a dictionary array of the values they use."""
-    none = codes < 0
-    if not none.any():
-        none = None
-    used = np.flatnonzero(np.bincount(codes if none is None else codes[~none], minlength=len(dictionary)))
-    remap = np.zeros(len(dictionary) + 1, dtype=np.int32)  # (the extra slot: code -1)
-    remap[used] = np.arange(len(used), dtype=np.int32)
-    return pa.DictionaryArray.from_arrays(pa.array(remap[codes], pa.int32(), mask=none), dictionary.take(pa.array(used)))
+@dataclass
+class Coded:
+    """A coded string column (code -1: null) made into dictionary arrays: each holds the values of
+    a scope of rows (its row group, so that the pieces of one group share one dictionary, as a
+    Parquet column chunk needs to stay dictionary-encoded) and no others."""
+
+    codes: np.ndarray
+    dictionary: pa.Array
+
+    def scope(self, sl: slice) -> tuple[np.ndarray, pa.Array]:
+        """(remap from code to position, values) for the rows of `sl`."""
+        codes = self.codes[sl]
+        used = np.flatnonzero(np.bincount(codes[codes >= 0] if (codes < 0).any() else codes, minlength=len(self.dictionary)))
+        remap = np.zeros(len(self.dictionary) + 1, dtype=np.int32)  # (the extra slot: code -1)
+        remap[used] = np.arange(len(used), dtype=np.int32)
+        return remap, self.dictionary.take(pa.array(used))
+
+    def array(self, sl: slice, scope: tuple[np.ndarray, pa.Array]) -> pa.DictionaryArray:
+        codes = self.codes[sl]
+        none = codes < 0
+        remap, values = scope
+        return pa.DictionaryArray.from_arrays(pa.array(remap[codes], pa.int32(), mask=none if none.any() else None), values)
+
+    def __call__(self, sl: slice) -> pa.DictionaryArray:
+        return self.array(sl, self.scope(sl))
 
 
 @dataclass
@@ -155,23 +171,33 @@ class SortedTable:
     def column_names(self) -> list[str]:
         return self.spec.column_names
 
-    def batches(self, size: int, *, dictionaries: bool = False):
-        """Record batches of `size` rows in order. With `dictionaries`, string columns built from
-        codes stay dictionary arrays (each batch's dictionary holds only the values it uses): a
-        Parquet writer writes those without hashing every string again. Otherwise every column
-        has the schema's type."""
+    def batches(self, size: int, *, dictionaries: bool = False, pieces: int = 1):
+        """Record batches of `size` rows in order, each in `pieces` batches (of size / pieces rows)
+        when asked. With `dictionaries`, string columns built from codes stay dictionary arrays
+        (holding only the values of their `size` rows, shared by its pieces): a Parquet writer writes
+        those without hashing every string again. Otherwise every column has the schema's type.
+
+        A row group handed to a writer in pieces is made and held a piece at a time: the events of
+        a large trace are ~35 MiB per 128k rows, and with the one being encoded and the next being
+        made, that was most of the import's peak beside the columns held (Coded keeps one dictionary
+        per group, so each column chunk stays dictionary-encoded)."""
+        step = -(-size // pieces)
         for start in range(0, self.num_rows, size):
-            sl = slice(start, min(self.num_rows, start + size))
-            arrays = []
-            for c in self.spec.columns:
-                arr = self.makers[c.name](sl)
-                keep = dictionaries and pa.types.is_dictionary(arr.type) and arr.type.value_type == c.arrow_type
-                arrays.append(arr if keep or arr.type == c.arrow_type else arr.cast(c.arrow_type))
-            if dictionaries:
-                yield pa.RecordBatch.from_arrays(arrays, schema=pa.schema(
-                    [pa.field(c.name, a.type) for c, a in zip(self.spec.columns, arrays)], metadata=self.schema.metadata))
-            else:
-                yield pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+            group = slice(start, min(self.num_rows, start + size))
+            scopes = {name: m.scope(group) for name, m in self.makers.items() if isinstance(m, Coded)}
+            for at in range(group.start, group.stop, step):
+                sl = slice(at, min(group.stop, at + step))
+                arrays = []
+                for c in self.spec.columns:
+                    maker = self.makers[c.name]
+                    arr = maker.array(sl, scopes[c.name]) if c.name in scopes else maker(sl)
+                    keep = dictionaries and pa.types.is_dictionary(arr.type) and arr.type.value_type == c.arrow_type
+                    arrays.append(arr if keep or arr.type == c.arrow_type else arr.cast(c.arrow_type))
+                if dictionaries:
+                    yield pa.RecordBatch.from_arrays(arrays, schema=pa.schema(
+                        [pa.field(c.name, a.type) for c, a in zip(self.spec.columns, arrays)], metadata=self.schema.metadata))
+                else:
+                    yield pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def to_table(self) -> pa.Table:
         return pa.Table.from_batches(list(self.batches(1 << 20)), schema=self.schema)
@@ -396,7 +422,7 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
     def dict_col(codes, dictionary):
         if codes is None:  # (no row has a value)
             return lambda sl: pa.nulls(sl.stop - sl.start, pa.string())
-        return lambda sl: _dictionary_slice(codes[sl], dictionary)
+        return Coded(codes, dictionary)
 
     def text(values):
         return (lambda sl: pa.nulls(sl.stop - sl.start, pa.string())) if values is None else (lambda sl: values[sl])
@@ -431,8 +457,7 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
         "correlation": plain(correlation, correlation_null),
         "external_id": plain(external_id, external_null),
         "step": plain(step, step < 0),
-        "module_path": (lambda sl: _dictionary_slice(module_path[0][sl], module_path[1])) if module_path is not None
-        else (lambda sl: pa.nulls(sl.stop - sl.start, pa.string())),
+        "module_path": dict_col(*module_path) if module_path is not None else dict_col(None, None),
         "frame_id": ids(ev_frame),
         "self_ns": plain(self_ns),
         "fwd_op_id": ids(fwd),

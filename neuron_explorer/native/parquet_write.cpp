@@ -75,7 +75,8 @@ arrow::Status write(ArrowArrayStream* stream, const char* path, int64_t row_grou
     ARROW_RETURN_NOT_OK(reader->ReadNext(&batch));
     if (!batch) break;
     if (batch->num_rows() == 0) continue;
-    ARROW_RETURN_NOT_OK(writer->NewBufferedRowGroup());  // one row group per batch, as pyarrow's write_batch
+    // into the open row group, a new one begun at row_group_rows rows (max_row_group_length): a row
+    // group can come in pieces, so that only a piece of it is held in memory at once
     ARROW_RETURN_NOT_OK(writer->WriteRecordBatch(*batch));
   }
   std::vector<std::string> keys, values;
