@@ -15,7 +15,7 @@ import pyarrow as pa
 
 
 @contextlib.contextmanager
-def without_pandas():
+def without_pandas(*, every_thread: bool = False):
     """The conversion and write of a run without importing pandas (0.3-0.5 s of CPU at the first
     stop in a process, more than the rest of a small recording's write; in `analyze`, a tenth of a
     1M-event rank's analysis; issue 38).
@@ -28,11 +28,15 @@ def without_pandas():
     Python check then remembers 'no pandas': it asks again at its next call that needs pandas
     (`to_pandas`, `from_pandas`), and when the job imports pandas later the answer is refreshed right
     after that import (a one-shot import hook), so pyarrow treats pandas objects as before. Nothing
-    is hidden when pandas is already imported."""
+    is hidden when pandas is already imported.
+
+    `every_thread`: hidden on every thread, for a process that runs only the tool's own work (a
+    batch import: its decode, build and write convert on helper threads too). Importing pandas
+    there is 50 MiB of the process's memory for nothing (issue 38: the import's memory)."""
     if "pandas" in sys.modules:
         yield
         return
-    hide = _HidePandas(threading.get_ident())
+    hide = _HidePandas(None if every_thread else threading.get_ident())
     sys.meta_path.insert(0, hide)
     try:
         yield
@@ -43,17 +47,23 @@ def without_pandas():
 
 
 class _HidePandas:
-    """Fails an import of pandas on one thread (without_pandas)."""
+    """Fails an import of pandas on one thread, or on all (without_pandas)."""
 
-    def __init__(self, thread: int):
-        self.thread = thread
+    def __init__(self, thread: int | None):
+        self.thread = thread  # (None: every thread)
         self.hidden = False
 
     def find_spec(self, name, path=None, target=None):
-        if name == "pandas" and threading.get_ident() == self.thread:
+        if name == "pandas" and self.thread in (None, threading.get_ident()):
             self.hidden = True
             raise ModuleNotFoundError("pandas is not imported while Neuron Explorer writes or analyses a run (without_pandas)", name=name)
         return None
+
+
+def hidden() -> bool:
+    """Whether pandas is hidden from this thread now (a without_pandas block)."""
+    me = threading.get_ident()
+    return any(isinstance(f, _HidePandas) and f.thread in (None, me) for f in sys.meta_path)
 
 
 class _RefreshArrowPandas:

@@ -285,10 +285,10 @@ def _write_partition(dir_: Path, tables: dict, release: bool = False) -> None:
     A table is a pyarrow Table, or anything with `schema` and `batches(n)` (build.SortedTable),
     which is written row group by row group so that it is never materialised whole.
 
-    The in-memory tables are written first, then such a table, on a writer thread (Arrow releases
-    the GIL). With `release` each written table leaves `tables`, so that its memory (a large
-    trace's flows: 50 MiB for 743k flows) is free before the events' row groups and their encoders
-    are made: the import's peak was the events' write with the flows' beside it. With the parallel
+    The in-memory tables are written first, then such tables, smaller first, on a writer thread
+    (Arrow releases the GIL). With `release` each written table leaves `tables`, so that its memory
+    (a large trace's flows: 41 MiB of raw flows for 743k) is free before the events' row groups
+    and their encoders are made: the import's peak was the events' write with the flows beside it. With the parallel
     writer (parquet_native, once built) each row group's columns are encoded on every core; else
     pyarrow encodes a row group while this thread assembles the next batch.
     """
@@ -300,8 +300,11 @@ def _write_partition(dir_: Path, tables: dict, release: bool = False) -> None:
     with ThreadPoolExecutor(max_workers=1) as pool:  # one worker: each file's writes stay in order
         queued: list = []
         try:
-            streamed = lambda spec: tables.get(spec.name) is not None and not isinstance(tables.get(spec.name), pa.Table)  # noqa: E731
-            for spec in sorted(schema.RANK_TABLES, key=streamed):  # the in-memory tables first (a stable sort)
+            def streamed(spec) -> tuple[bool, int]:  # the in-memory tables first, then the streamed ones, smaller first
+                table = tables.get(spec.name)
+                return (True, table.num_rows) if table is not None and not isinstance(table, pa.Table) else (False, 0)
+
+            for spec in sorted(schema.RANK_TABLES, key=streamed):
                 table = (tables.pop if release else tables.get)(spec.name, None)
                 if table is None:
                     table = spec.empty()

@@ -197,6 +197,18 @@ def test_an_id_the_tool_does_not_read_is_kept_in_args_not_refused(tmp_path: Path
     assert json.loads(args) == {"Python id": BIG, "Python parent id": -BIG - 1}
 
 
+def test_text_pids_of_a_few_events_among_many_are_kept_on_their_rows(tmp_path: Path):
+    # a column of text ids that are mostly null is held as its few rows until the write
+    import duckdb
+
+    events = [X(f"op{i}", "cpu_op", 1 + i, 1, pid=1, tid=1) for i in range(300)]
+    events[7]["pid"], events[250]["tid"] = "pid-seven", "tid of 250"
+    _readable_run(tmp_path, {"traceEvents": events})
+    rows = duckdb.sql(f"SELECT name, pid_text, tid_text FROM '{tmp_path}/run/rank=0/events.parquet' "
+                      "WHERE pid_text IS NOT NULL OR tid_text IS NOT NULL ORDER BY ts_ns").fetchall()
+    assert rows == [("op7", "pid-seven", None), ("op250", None, "tid of 250")]
+
+
 def test_pids_and_tids_beyond_int64_are_kept_as_text(tmp_path: Path):
     import duckdb
 

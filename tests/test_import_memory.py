@@ -161,17 +161,21 @@ def test_a_batch_import_runs_on_small_pages(tmp_path: Path):
     assert huge == 0
 
 
-def test_the_write_lets_each_table_go_once_written(tmp_path):
-    """With `release`, write_partition writes the in-memory tables (frames, flows, memory, counters)
-    first and lets each go as it is written, then the events row group by row group: the flows of a
-    large trace (50 MiB for 743k) are free before the events' encoders are made. The files are the
-    same either way."""
+def test_the_write_lets_each_table_go_once_written(tmp_path, monkeypatch):
+    """With `release`, write_partition writes the in-memory tables (frames, memory, counters) first
+    and lets each go as it is written, then the flows and the events (made row group by row group
+    from the build's columns, smaller first): the raw flows of a large trace (41 MiB for 743k) are
+    free before the events' encoders are made. The files are the same either way."""
     import pyarrow.parquet as pq
 
-    from neuron_explorer import store
+    from neuron_explorer import parquet_native, store
     from neuron_explorer.collectors.build import build_rank
     from neuron_explorer.collectors.trace_rank import decode_rank
 
+    written = []
+    real_write, real_table = parquet_native.write, store._write_table
+    monkeypatch.setattr(parquet_native, "write", lambda lib, path, *a, **k: written.append(path.name) or real_write(lib, path, *a, **k))
+    monkeypatch.setattr(store, "_write_table", lambda table, path: written.append(path.name) or real_table(table, path))
     trace = TRACES / "cuda_train_68k_events.json.gz"
     outs = {}
     for release in (False, True):
@@ -179,8 +183,32 @@ def test_the_write_lets_each_table_go_once_written(tmp_path):
         tables = build_rank(raw).tables
         out = tmp_path / f"release-{release}"
         out.mkdir()
+        written.clear()
         store.write_partition(out, tables, release=release)
+        assert written[-2:] == ["flows.parquet", "events.parquet"]  # (the two built row group by row group, the larger last)
         assert (not tables) == release and (release or set(tables) == {"events", "frames", "flows", "memory", "counters"})
         outs[release] = out
     for name in ("events", "flows", "frames", "memory", "counters"):
         assert pq.read_table(outs[False] / f"{name}.parquet").equals(pq.read_table(outs[True] / f"{name}.parquet")), name
+
+
+_NO_PANDAS_CHILD = """
+import sys
+from neuron_explorer.collectors.chrome_trace import import_traces
+import_traces(sys.argv[1], sys.argv[2], tune_allocator=True)
+print("PANDAS_AFTER_IMPORT", "pandas" in sys.modules)
+import pandas as pd, pyarrow as pa
+print("NULLS_FROM_SERIES", pa.array(pd.Series([1.0, float("nan")])).null_count)
+"""
+
+
+def test_a_batch_import_leaves_pandas_unimported_on_every_thread(tmp_path: Path):
+    """pyarrow imports pandas at its first conversion from numpy, on whichever thread makes it (the
+    decode's, the build's helper, the writer's), and pandas is 50 MiB of the process: a batch import
+    (the CLI's) hides it on every thread while it runs. pandas imported afterwards works with pyarrow
+    as before (a Series' NaN is a null, as pyarrow makes it for pandas objects only)."""
+    out = subprocess.run([sys.executable, "-c", _NO_PANDAS_CHILD, str(TRACES / "cuda_train_68k_events.json.gz"), str(tmp_path / "run")],
+                         capture_output=True, text=True, check=True).stdout
+    lines = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+    assert lines == {"PANDAS_AFTER_IMPORT": "False", "NULLS_FROM_SERIES": "1"}
+    assert (tmp_path / "run" / "rank=0" / "events.parquet").is_file()

@@ -36,6 +36,7 @@ from typing import Union
 
 import msgspec
 
+from .. import no_pandas
 from ..errors import InputError
 from . import _json_native
 from ._forked import keep_inherited
@@ -376,7 +377,10 @@ def _decode_ranges(path: str, plan: _Plan, workers: int, progress: Callable[[int
 def _import_meanwhile() -> None:
     """Import pandas while the reader threads read. pyarrow imports it at the first conversion
     between numpy and Arrow, which the build starts with; that import takes 0.3 s, here on the
-    thread that would otherwise only wait, instead of alone between the decode and the build."""
+    thread that would otherwise only wait, instead of alone between the decode and the build. Not
+    where the import runs without pandas (a batch import: no_pandas.without_pandas)."""
+    if no_pandas.hidden():
+        return
     import pandas  # noqa: F401
 
 

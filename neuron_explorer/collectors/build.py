@@ -115,10 +115,10 @@ def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
         col = pc.dictionary_encode(col)
     col = pa.chunked_array(col.chunks, type=col.type).unify_dictionaries()
     if col.num_chunks == 0 or len(col) == 0:
-        return np.zeros(0, dtype=np.int64), pa.array([""], pa.string())
+        return np.zeros(0, dtype=np.int32), pa.array([""], pa.string())
     dictionary = col.chunk(0).dictionary.cast(pa.string())
     null_code = len(dictionary)
-    codes = np.concatenate([np.asarray(c.indices.fill_null(null_code).to_numpy(zero_copy_only=False), dtype=np.int64)
+    codes = np.concatenate([np.asarray(c.indices.fill_null(null_code).to_numpy(zero_copy_only=False), dtype=np.int32)
                             for c in col.chunks])
     dictionary = pa.concat_arrays([dictionary, pa.array([""], pa.string())])
     return codes, dictionary
@@ -216,7 +216,7 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
     # Order: by time, longer first at equal start so that parents precede children.
     ts = _np(ev["ts_ns"], 0) + raw.base_ns
     dur = _np(ev["dur_ns"], 0)
-    idx = index_dtype(n)  # (kept link arrays; `order` stays intp: numpy indexes with it many times)
+    idx = index_dtype(n)  # (kept link arrays; `order` stays intp while numpy sorts every column by it)
     order = time_order(ts, dur)
     ts, dur = ts[order], narrow(dur[order])
 
@@ -225,6 +225,10 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
     phase_codes, phase_dict = _codes(ev["phase"])
     cat_codes, name_codes, phase_codes = (c[order].astype(_code_type(len(d))) for c, d in
                                           ((cat_codes, cat_dict), (name_codes, name_dict), (phase_codes, phase_dict)))
+    # each raw column goes once read into sorted arrays (`raw` is consumed): they are the decode's
+    # memory, and the build's first peak was the raw columns beside their sorted copies
+    ev = ev.drop_columns(["ts_ns", "dur_ns", "category", "name", "phase"])
+    raw.events = ev
     cat_values, name_values = cat_dict.to_pylist(), name_dict.to_pylist()
     # '<built-in method run_backward of ... object at 0x7f66d3d4f780>': an address differs per
     # process, so the same call would never compare or group across runs
@@ -273,6 +277,7 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
         raw.events = ev.select([c for c in ("module_path", "frame_index") if c in ev.column_names])
         del ev, args
         track = tracks_of(pid, tid, pid_text, tid_text)
+        pid_text, tid_text = _sparse(pid_text), _sparse(tid_text)
 
         quality["nonpositive_duration"] = int(np.count_nonzero((~is_instant) & (dur <= 0)))
         quality["negative_duration"] = int(np.count_nonzero(dur < 0))
@@ -287,6 +292,7 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
         flow_event = helper.submit(_flow_events, fl, raw.base_ns, track, pid, tid, ts, end, parent)
         ((correlation, correlation_null), (stream_arg, stream_null), (external_id, external_null), args,
          (steps, step)) = early.result()
+        order = order.astype(idx, copy=False)  # (the columns are sorted; held for the args until the write)
         quality["steps_renumbered"] = sum("number_in_trace" in s for s in steps)
         backward_links = helper.submit(_backward_links, fl, flow_event, dict(
             name_codes=name_codes, name_values=name_values, is_op=is_op, is_python=is_python, parent=parent, ts=ts,
@@ -306,6 +312,7 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
         op_parent[has_parent] = op[parent[has_parent]]
         op_root = root_of(op_parent)
         top_op = np.where(op >= 0, op_root[np.maximum(op, 0)], -1)
+        del op_parent, op_root, has_parent
 
         # launches: device event -> runtime call, by correlation (the ac2g flows fill the rest below)
         launch = _launch_by_correlation(is_runtime, is_device, correlation, correlation_null, parent.dtype)
@@ -324,11 +331,12 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
         stream_mask = ~is_device | (stream_null & tid_null)
         del stream_arg, stream_null
         counters = _counters(raw)
-        counts = {_KIND_NAMES[k]: int(c) for k, c in enumerate(np.bincount(kind, minlength=len(_KIND_NAMES))) if c}
+        counts = {name: c for k, name in enumerate(_KIND_NAMES) if (c := int(np.count_nonzero(kind == k)))}
 
         # flows: each endpoint's slice; a device event without a launch by correlation takes its
         # ac2g flow's (the start binds to the runtime call, the finish to the device event)
         fl_event = flow_event.result()
+        del end  # (the memory rows' ends are made again where there are any: 11 MiB a million events)
         flow_src, flow_dev = _flow_pairs(fl, fl_event, LAUNCH_FLOW_CATEGORIES, start_ok=~is_device, finish_ok=is_device)
         need = launch[flow_dev] < 0
         launch[flow_dev[need]] = flow_src[need]
@@ -413,8 +421,8 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
     kind_dict = pa.array(_KIND_NAMES, pa.string())
     pass_dict = pa.array(passes.PASSES, pa.string())
     base = rank * ID_STRIDE
-    memory = _memory(raw, track, pid, tid, ts, end, parent, op, ev_frame, step, steps)
-    del track, end, op_parent, op_root, has_parent, is_op, is_python, is_runtime, can_contain
+    memory = _memory(raw, track, pid, tid, ts, dur, parent, op, ev_frame, step, steps)
+    del track, is_op, is_python, is_runtime, can_contain
 
     def ids(local):
         return lambda sl: pa.array(np.where(local[sl] >= 0, base + local[sl].astype(np.int64), 0), pa.int64(), mask=local[sl] < 0)
@@ -425,13 +433,28 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
         return Coded(codes, dictionary)
 
     def text(values):
-        return (lambda sl: pa.nulls(sl.stop - sl.start, pa.string())) if values is None else (lambda sl: values[sl])
+        if values is None:
+            return lambda sl: pa.nulls(sl.stop - sl.start, pa.string())
+        if isinstance(values, tuple):  # (rows, their values): the column null elsewhere
+            rows, texts = values
+            def sparse(sl):
+                a, b = np.searchsorted(rows, [sl.start, sl.stop])
+                at = np.full(sl.stop - sl.start, -1, dtype=np.int32)
+                at[rows[a:b] - sl.start] = np.arange(a, b, dtype=np.int32)
+                return texts.take(pa.array(at, mask=at < 0))
+            return sparse
+        return lambda sl: values[sl]
 
     def plain(values, mask=None, type_=pa.int64()):
+        if mask is NEGATIVE:  # (null where negative: the mask made a row group at a time)
+            return lambda sl: pa.array(values[sl], type_, mask=values[sl] < 0)
         return lambda sl: pa.array(values[sl], type_, mask=None if mask is None else mask[sl])
 
     # the columns held until the write, at the width their values need (`narrow`)
-    stream = narrow(stream)
+    # the columns held until the write, each at the narrowest width its values fit, masks only where a row is null
+    dur, self_ns, stream, step, pid, tid, device, correlation, external_id, depth, python_ancestors = (
+        narrowest(c) for c in (dur, self_ns, stream, step, pid, tid, device, correlation, external_id, depth, python_ancestors))
+    pid_null, tid_null, stream_mask = (m if m.any() else None for m in (pid_null, tid_null, stream_mask))
 
     makers = {
         "event_id": lambda sl: pa.array(np.arange(base + sl.start, base + sl.stop, dtype=np.int64)),
@@ -446,9 +469,9 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
         "tid": plain(tid, tid_null),
         "pid_text": text(pid_text),
         "tid_text": text(tid_text),
-        "device": plain(device, device < 0, pa.int32()),
+        "device": plain(device, NEGATIVE, pa.int32()),
         "stream": plain(stream, stream_mask),
-        "depth": plain(depth.astype(np.int32), None, pa.int32()),
+        "depth": plain(depth, None, pa.int32()),
         "python_ancestors": plain(python_ancestors, None, pa.int32()),
         "parent_id": ids(parent),
         "op_id": ids(op),
@@ -456,7 +479,7 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
         "launch_id": ids(launch),
         "correlation": plain(correlation, correlation_null),
         "external_id": plain(external_id, external_null),
-        "step": plain(step, step < 0),
+        "step": plain(step, NEGATIVE),
         "module_path": dict_col(*module_path) if module_path is not None else dict_col(None, None),
         "frame_id": ids(ev_frame),
         "self_ns": plain(self_ns),
@@ -660,7 +683,7 @@ def _flows_table(fl: pa.Table, fl_event: np.ndarray, rank: int, base_ns: int) ->
 
 def _flow_events(fl: pa.Table, base_ns: int, track, pid, tid, ts, end, parent) -> np.ndarray:
     """The slice each flow endpoint binds to (the innermost on its thread around its time), else -1."""
-    fl_event = np.full(fl.num_rows, -1, dtype=np.int64)
+    fl_event = np.full(fl.num_rows, -1, dtype=parent.dtype)
     if fl.num_rows and len(ts):
         f_track = track_lookup(track, pid, tid, _np(fl["pid"]), _np(fl["tid"]))
         ok = f_track >= 0
@@ -676,10 +699,26 @@ def _sorted_text(col: pa.ChunkedArray, order: np.ndarray) -> pa.Array | None:
     return col.take(pa.array(order)).combine_chunks()
 
 
+def _sparse(text: pa.Array | None) -> pa.Array | tuple[np.ndarray, pa.Array] | None:
+    """A text column with few values (a trace's text pids: 96 rows of 1.45M) as (rows, values),
+    which the write fills in with nulls a row group at a time; else as it is."""
+    if text is None or text.null_count < len(text) * 0.9:
+        return text
+    valid = np.asarray(text.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    rows = np.flatnonzero(valid)
+    return rows, text.filter(pa.array(valid))
+
+
 def _np_mask(col: pa.ChunkedArray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(integer values with nulls as -1, null mask), both in sorted order; the values int32 where
     they fit (`narrow`)."""
-    values = narrow(np.asarray(col.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64))
+    bounds = pc.min_max(col)
+    lo, hi = min(bounds["min"].as_py() or 0, -1), max(bounds["max"].as_py() or 0, -1)
+    values = np.empty(len(col), dtype=np.int32 if -(2**31) <= lo and hi < 2**31 else np.int64)
+    at = 0  # (a chunk at a time: the column whole at int64, and again as a numpy copy, was 22 MiB a million rows)
+    for chunk in col.chunks:
+        values[at:at + len(chunk)] = chunk.fill_null(-1).to_numpy(zero_copy_only=False)
+        at += len(chunk)
     nulls = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
     return values[order], nulls[order]
 
@@ -687,6 +726,24 @@ def _np_mask(col: pa.ChunkedArray, order: np.ndarray) -> tuple[np.ndarray, np.nd
 def _code_type(distinct: int) -> type:
     """The narrowest integer type for the codes of a dictionary of `distinct` values (and -1)."""
     return np.int8 if distinct < 2**7 else np.int16 if distinct < 2**15 else np.int32
+
+
+NEGATIVE = object()
+"""A column's mask in build_rank's makers: null where the value is negative."""
+
+
+def narrowest(values: np.ndarray) -> np.ndarray:
+    """Integer `values` at the narrowest width (8, 16, 32 bits) that holds every one, else as they
+    are: for columns held only to be written (each row group widens them to the file's type)."""
+    if values.dtype.itemsize == 1 or not len(values):
+        return values
+    lo, hi = int(values.min()), int(values.max())
+    for t in (np.int8, np.int16, np.int32):
+        if t().itemsize >= values.dtype.itemsize:
+            break
+        if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max:
+            return values.astype(t)
+    return values
 
 
 def narrow(values: np.ndarray) -> np.ndarray:
@@ -779,29 +836,35 @@ def renumbered_steps(numbers: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np
     return out
 
 
+_BLOCK = 1 << 16
+"""Rows per block where a pass over every event goes a block at a time."""
+
+
 def _steps(is_step: np.ndarray, step_no: np.ndarray, ts: np.ndarray, end: np.ndarray, first_id: int,
            is_device: np.ndarray) -> tuple[list[dict], np.ndarray]:
     """Profiler steps of the rank, and the step of each host event (the step range its start falls in).
     `first_id`: the event id of the rank's first event (row 0)."""
-    step = np.full(len(ts), -1, dtype=np.int64)
     rows = np.flatnonzero(is_step)
     if not len(rows):
-        return [], step
+        return [], np.full(len(ts), -1, dtype=np.int32)
     s_ts, s_end = ts[rows], end[rows]
     s_no = renumbered_steps(step_no[rows], s_ts, s_end)
-    p = np.searchsorted(s_ts, ts, side="right") - 1
-    inside = (p >= 0) & (ts < s_end[np.maximum(p, 0)]) & ~is_device
-    step[inside] = s_no[p[inside]]
+    step = np.full(len(ts), -1, dtype=narrow(s_no).dtype)
+    for at in range(0, len(ts), _BLOCK):  # (a block at a time: each temporary a column of int64 otherwise)
+        t = ts[at:at + _BLOCK]
+        p = np.searchsorted(s_ts, t, side="right") - 1
+        inside = (p >= 0) & (t < s_end[np.maximum(p, 0)]) & ~is_device[at:at + _BLOCK]
+        step[at:at + _BLOCK][inside] = s_no[p[inside]]
     step[rows] = s_no  # a step range is in its own step, even one of no duration
     steps = [{"step": int(a), "ts_ns": int(b), "dur_ns": int(c - b), "event_id": first_id + int(r)}
              for a, b, c, r in zip(s_no, s_ts, s_end, rows)]
     for s, number in zip(steps, step_no[rows].tolist()):
         if s["step"] != number:
             s["number_in_trace"] = number  # (renumbered_steps: the trace's numbers started again)
-    return steps, narrow(step)
+    return steps, step
 
 
-def _memory(raw: RawRank, track, pid, tid, ts, end, parent, op, ev_frame, step, steps) -> pa.Table:
+def _memory(raw: RawRank, track, pid, tid, ts, dur, parent, op, ev_frame, step, steps) -> pa.Table:
     """Allocator rows with the operator, step and frame of the slice around them on their thread."""
     mem = raw.memory
     rank = raw.rank
@@ -812,7 +875,7 @@ def _memory(raw: RawRank, track, pid, tid, ts, end, parent, op, ev_frame, step, 
         m_track = track_lookup(track, pid, tid, _np(mem["pid"]), _np(mem["tid"]))
         ok = m_track >= 0
         if ok.any():
-            m_slice[ok] = slice_at(track, ts, end, parent, m_track[ok], m_ts[ok])
+            m_slice[ok] = slice_at(track, ts, ts + np.maximum(dur, 0), parent, m_track[ok], m_ts[ok])
     ms = np.maximum(m_slice, 0)
     has_slice = m_slice >= 0
     m_op = np.where(has_slice, op[ms], -1) if len(ts) else m_slice
@@ -919,7 +982,7 @@ def _frames_and_modules(raw: RawRank, order: np.ndarray, n: int, parent: np.ndar
     # Imported traces: python_function events named 'file.py(123): func' (their def line).
     parsed = [_parse_frame(v) if v else None for v in name_values]
     frame_keys: dict[tuple, int] = {}
-    name_frame = np.full(len(name_values), -1, dtype=np.int64)
+    name_frame = np.full(len(name_values), -1, dtype=np.int32)
     name_user = np.zeros(len(name_values), dtype=bool)
     name_module = [None] * len(name_values)
     for i, (v, p) in enumerate(zip(name_values, parsed)):
@@ -930,10 +993,14 @@ def _frames_and_modules(raw: RawRank, order: np.ndarray, n: int, parent: np.ndar
         key = p
         name_frame[i] = frame_keys.setdefault(key, len(frame_keys))
         name_user[i] = is_user_frame(p[0], p[2])
-    ev_frame_own = np.where(is_python, name_frame[name_idx], -1) if n else np.zeros(0, np.int64)
+    ev_frame_own = name_frame[name_idx] if n else np.zeros(0, np.int32)
+    ev_frame_own[~is_python] = -1
     user_mark = is_python & name_user[name_idx] if n else np.zeros(0, bool)
     nearest_user = nearest_marked(parent, user_mark)
-    ev_frame = np.where(nearest_user >= 0, ev_frame_own[np.maximum(nearest_user, 0)], -1)
+    del user_mark
+    ev_frame = ev_frame_own[np.maximum(nearest_user, 0)]
+    ev_frame[nearest_user < 0] = -1
+    del ev_frame_own, nearest_user
     frames = frames_table(rank, rank * ID_STRIDE, list(frame_keys), "def")
     if module_path is None and any(m is not None for m in name_module):
         is_module = np.array([m is not None for m in name_module], dtype=bool)[name_idx]

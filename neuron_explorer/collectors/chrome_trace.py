@@ -30,6 +30,7 @@ from pathlib import Path
 
 from .. import parquet_native, store
 from ..errors import InputError
+from ..no_pandas import without_pandas
 from . import graph_capture, provenance, remote, sources
 from ._forked import keep_inherited
 from ._malloc import BUILD_MMAP_THRESHOLD, DECODE_MMAP_THRESHOLD, WRITE_MMAP_THRESHOLD, arrow_on_malloc, no_huge_pages, set_mmap_threshold, trimming
@@ -257,7 +258,15 @@ def _import_rank(index: int, path: Path, tmp: Path, tune_allocator: bool, decode
                  kernel_provenance: dict | None = None) -> tuple[int, int, dict, list[str]]:
     """Decode, build and write one trace into tmp/.part-<index>/ (renamed to rank=<r>/ by the
     caller, who checks that ranks are not claimed twice). Runs in a worker process or inline;
-    returns only the small manifest entry, never the tables."""
+    returns only the small manifest entry, never the tables. A batch import (`tune_allocator`: a
+    process of the tool's own) runs without pandas on any thread (no_pandas.without_pandas)."""
+    with without_pandas(every_thread=True) if tune_allocator else contextlib.nullcontext():
+        return _import_rank_in(index, path, tmp, tune_allocator, decode_workers, progress, captures, kernel_provenance)
+
+
+def _import_rank_in(index: int, path: Path, tmp: Path, tune_allocator: bool, decode_workers: int | None,
+                    progress: Callable[[int, int], None] | None, captures: graph_capture.Captures | None,
+                    kernel_provenance: dict | None) -> tuple[int, int, dict, list[str]]:
     if tune_allocator:
         arrow_on_malloc()
         no_huge_pages()

@@ -116,7 +116,7 @@ def backward_links(*, name_codes: np.ndarray, name_values: list, is_op: np.ndarr
     `is_step` marks profiler steps (a thread with one is no autograd thread).
     """
     n = len(name_codes)
-    fwd = np.full(n, -1, dtype=np.int64)
+    fwd = np.full(n, -1, dtype=parent.dtype)  # (rows, in the rank's index type)
     is_eval = is_op & _name_flags(name_values, lambda v: v.startswith(EVALUATE_PREFIX))[name_codes] if n else np.zeros(0, bool)
     by_name = False
     if n and not is_eval.any():  # torch 1.8-1.10: the nodes' own operators mark backward work
@@ -128,7 +128,7 @@ def backward_links(*, name_codes: np.ndarray, name_values: list, is_op: np.ndarr
     on_autograd_thread = np.zeros(n, dtype=bool)
     if len(evals):
         eval_of = nearest_marked(parent, is_eval)  # innermost evaluate_function around each event
-        link = np.full(n, -1, dtype=np.int64)  # per evaluate_function: its forward operator
+        link = np.full(n, -1, dtype=parent.dtype)  # per evaluate_function: its forward operator
         starts, finishes = fwdbwd
         ok = (starts >= 0) & (finishes >= 0)
         starts, finishes = starts[ok], finishes[ok]
