@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # DuckDB is imported where a run is opened (an import writes 
 
 MANIFEST = "manifest.json"
 ROW_GROUP_ROWS = 128 * 1024
-ROW_GROUP_PIECES = 4
+ROW_GROUP_PIECES = 2
 """A large table's row group is made and handed to the parallel writer in this many pieces
 (build.SortedTable.batches): only a piece is held at once, not the group."""
 
