@@ -88,3 +88,28 @@ def test_sequence_numbers_from_packed_args_are_those_of_the_text(small_blocks):
     expected = [3 * r if r % 3 else -1 for r in rows.tolist()]
     assert sequence_numbers(PackedText.pack(pa.array(texts)), rows).tolist() == expected
     assert sequence_numbers(pa.array(texts), rows).tolist() == expected
+
+
+def test_sequence_numbers_are_read_as_the_regex_reads_them():
+    """The number after the key is read from the text's bytes (passes._sequence_of) and, where that
+    read cannot be exact, by the regex that defines it (SEQUENCE_NUMBER_ARG): every spelling gives
+    the regex's answer."""
+    import re
+
+    from neuron_explorer.collectors.kineto_names import SEQUENCE_NUMBER_ARG
+    from neuron_explorer.collectors.passes import sequence_numbers
+
+    values = ["7", "-12", "0", "123456789012345678", "9223372036854775807", "3.5", '"4"', "null", "[1]", "+5", "00042", "8e3"]
+    spacing = [": ", ":", " : ", ":\n\t", "\f:\f", " " * 40 + ":"]
+    texts = [None, "{}", '{"External id": 1}', '{"name": "\\"Sequence number\\": 9"}', '{"Sequence number": 1, "Sequence number": 2}',
+             '{"Sequence number": null, "x": {"Sequence number": 5}}', '{"Sequence number"', '{"Sequence number": 77']
+    texts += ['{"External id": 3, "Sequence number"%s%s, "Fwd thread id": 0}' % (s, v) for s in spacing for v in values]
+    texts += ["é€" * (i % 5) + '{"Sequence number": %d}' % i for i in range(300)]  # (multi-byte text before the key)
+    pattern = re.compile(SEQUENCE_NUMBER_ARG)
+
+    def by_regex(t):
+        m = t and pattern.search(t)
+        return int(m.group("seq")) if m and -(2**63) <= int(m.group("seq")) < 2**63 else -1
+
+    rows = np.random.default_rng(5).permutation(len(texts))
+    assert sequence_numbers(pa.array(texts), rows).tolist() == [by_regex(texts[r]) for r in rows]
