@@ -329,15 +329,19 @@ IN_OPTIMIZER_STEP = ("r.kind = 'cpu_op' AND a.rank = r.rank AND a.pid = r.pid AN
 """An operator root `r` inside an optimizer's step `a` (torch.optim's `Optimizer.step#AdamW.step` range) on its thread."""
 
 
+def _summed(rows, key: str) -> list[dict]:
+    """(key, count, ns) rows summed per key: [{key: …, "count", "total_ns"}], most time first (then by key)."""
+    sums: dict[str, list[int]] = {}
+    for k, count, total in rows:
+        s = sums.setdefault(k, [0, 0])
+        s[0] += int(count)
+        s[1] += int(total or 0)
+    return [{key: k, "count": c, "total_ns": t} for k, (c, t) in sorted(sums.items(), key=lambda kv: (-kv[1][1], kv[0]))]
+
+
 def _optimizer_steps(rows: list) -> list[dict]:
     """(annotation name, roots inside, their ns) rows -> `roots.optimizer_steps`: per optimizer class."""
-    out: dict[str, list[int]] = {}
-    for name, count, total in rows:
-        cls = name[len(OPTIMIZER_STEP_RANGE):].removesuffix(".step")
-        sums = out.setdefault(cls, [0, 0])
-        sums[0] += int(count)
-        sums[1] += int(total or 0)
-    return [{"optimizer": k, "count": c, "total_ns": t} for k, (c, t) in sorted(out.items(), key=lambda kv: -kv[1][1])]
+    return _summed(((name[len(OPTIMIZER_STEP_RANGE):].removesuffix(".step"), count, total) for name, count, total in rows), "optimizer")
 
 
 def _assemble(root_rows: list, child_rows: list, sql: str, what: str, top: int, steps: list = ()) -> dict:
@@ -357,12 +361,7 @@ def _assemble(root_rows: list, child_rows: list, sql: str, what: str, top: int, 
     for name, d, t, count, total in root_rows[:top]:
         shapes, dtypes = _shapes(d, t)
         groups.append({"name": name, "shapes": shapes, "dtypes": dtypes, "count": int(count), "total_ns": int(total or 0)})
-    by_name: dict[str, list[int]] = {}
-    for name, _, _, count, total in root_rows:  # (every group, not only the kept ones: the sums are whole)
-        sums = by_name.setdefault(name, [0, 0])
-        sums[0] += int(count)
-        sums[1] += int(total or 0)
-    names = [{"name": n, "count": c, "total_ns": t} for n, (c, t) in sorted(by_name.items(), key=lambda kv: (-kv[1][1], kv[0]))][:top]
+    names = _summed(((name, count, total) for name, _, _, count, total in root_rows), "name")[:top]  # (every group: whole sums)
     return {"roots": {"what": what, "count": sum(int(r[3]) for r in root_rows), "total_ns": sum(int(r[4] or 0) for r in root_rows),
                       "groups": groups, "names": names, "optimizer_steps": _optimizer_steps(steps)},
             "children": children, "sql": sql}

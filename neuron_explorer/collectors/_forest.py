@@ -192,8 +192,9 @@ def _overlaps(track: np.ndarray, ts: np.ndarray, end: np.ndarray, can_contain: n
     return int(np.count_nonzero(same & can_contain[:-1] & (ts[1:] < end[:-1]) & (end[:-1] < end[1:])))
 
 
-_BLOCK = 1 << 16
-"""Rows per block where a column is made a block at a time."""
+BLOCK_ROWS = 1 << 16
+"""Rows per block where a pass over every event goes a block at a time (its temporaries a block's,
+not a column's: 11 MiB of int64 a million events)."""
 
 
 def slice_at(track: np.ndarray, ev_ts: np.ndarray, ev_end: np.ndarray, parent: np.ndarray,
@@ -221,10 +222,10 @@ def slice_at(track: np.ndarray, ev_ts: np.ndarray, ev_end: np.ndarray, parent: n
         # temporary column of int64 is 11 MiB a million events, and this runs at the build's peak
         key = ev_ts[order]
         key -= tmin
-        for at in range(0, len(key), _BLOCK):
-            high = track[order[at:at + _BLOCK]].astype(np.int64)
+        for at in range(0, len(key), BLOCK_ROWS):
+            high = track[order[at:at + BLOCK_ROWS]].astype(np.int64)
             high <<= shift
-            key[at:at + _BLOCK] |= high
+            key[at:at + BLOCK_ROWS] |= high
         order = order.astype(index_dtype(len(order)))
         pos = np.searchsorted(key, (q_track << shift) | (q_ts - tmin), side="right") - 1
         del key

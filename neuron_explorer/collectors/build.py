@@ -28,6 +28,7 @@ from .. import schema
 from ..schema import DEVICE_KINDS, ID_STRIDE
 from ..vocab import DEVICE_WAIT_KERNEL_RE
 from . import graph_capture, passes
+from ._forest import BLOCK_ROWS as _BLOCK
 from ._forest import depth_of, enclosing_parents, index_dtype, nearest_marked, root_of, slice_at, time_order, track_lookup, tracks_of
 from .kineto_names import (
     FORWARD_BACKWARD_FLOW,
@@ -425,7 +426,7 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
     del track, is_op, is_python, is_runtime, can_contain
 
     def ids(local):
-        return lambda sl: pa.array(np.where(local[sl] >= 0, base + local[sl].astype(np.int64), 0), pa.int64(), mask=local[sl] < 0)
+        return lambda sl: _ids(local[sl], base)
 
     def dict_col(codes, dictionary):
         if codes is None:  # (no row has a value)
@@ -450,10 +451,9 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
             return lambda sl: pa.array(values[sl], type_, mask=values[sl] < 0)
         return lambda sl: pa.array(values[sl], type_, mask=None if mask is None else mask[sl])
 
-    # the columns held until the write, at the width their values need (`narrow`)
     # the columns held until the write, each at the narrowest width its values fit, masks only where a row is null
     dur, self_ns, stream, step, pid, tid, device, correlation, external_id, depth, python_ancestors = (
-        narrowest(c) for c in (dur, self_ns, stream, step, pid, tid, device, correlation, external_id, depth, python_ancestors))
+        narrow(c, np.int8) for c in (dur, self_ns, stream, step, pid, tid, device, correlation, external_id, depth, python_ancestors))
     pid_null, tid_null, stream_mask = (m if m.any() else None for m in (pid_null, tid_null, stream_mask))
 
     makers = {
@@ -501,6 +501,12 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
 
 
 _DEVICE_WORK = [_KIND_CODE["kernel"], _KIND_CODE["memcpy"], _KIND_CODE["memset"]]
+
+
+def _ids(local: np.ndarray, base: int) -> pa.Array:
+    """Row numbers of a rank (-1: none) as the run's ids: `base` (the rank's first id) on, null for none."""
+    none = local < 0
+    return pa.array(np.where(none, 0, base + local.astype(np.int64)), pa.int64(), mask=none)
 
 
 def _inherit(column: np.ndarray, rows: np.ndarray, source: np.ndarray, has_source: np.ndarray, otherwise=None) -> np.ndarray:
@@ -672,12 +678,9 @@ def _flows_table(fl: pa.Table, fl_event: np.ndarray, rank: int, base_ns: int) ->
     def ts_ns(sl: slice) -> pa.Array:
         return pa.array(_np(fl["ts_ns"].take(pa.array(order[sl])), 0) + base_ns, pa.int64())
 
-    def event_id(sl: slice) -> pa.Array:
-        e = event[sl]
-        return pa.array(np.where(e >= 0, base + e.astype(np.int64), 0), pa.int64(), mask=e < 0)
-
     makers = {name: taken(name) for name in ("flow_id", "category", "name", "phase", "pid", "tid", "binding_point")}
-    makers |= {"rank": lambda sl: pa.array(np.full(sl.stop - sl.start, rank, dtype=np.int32)), "ts_ns": ts_ns, "event_id": event_id}
+    makers |= {"rank": lambda sl: pa.array(np.full(sl.stop - sl.start, rank, dtype=np.int32)), "ts_ns": ts_ns,
+               "event_id": lambda sl: _ids(event[sl], base)}
     return SortedTable(schema.FLOWS, fl.num_rows, makers)
 
 
@@ -713,8 +716,7 @@ def _np_mask(col: pa.ChunkedArray, order: np.ndarray) -> tuple[np.ndarray, np.nd
     """(integer values with nulls as -1, null mask), both in sorted order; the values int32 where
     they fit (`narrow`)."""
     bounds = pc.min_max(col)
-    lo, hi = min(bounds["min"].as_py() or 0, -1), max(bounds["max"].as_py() or 0, -1)
-    values = np.empty(len(col), dtype=np.int32 if -(2**31) <= lo and hi < 2**31 else np.int64)
+    values = np.empty(len(col), dtype=_fitting(min(bounds["min"].as_py() or 0, -1), max(bounds["max"].as_py() or 0, -1)))
     at = 0  # (a chunk at a time: the column whole at int64, and again as a numpy copy, was 22 MiB a million rows)
     for chunk in col.chunks:
         values[at:at + len(chunk)] = chunk.fill_null(-1).to_numpy(zero_copy_only=False)
@@ -723,39 +725,35 @@ def _np_mask(col: pa.ChunkedArray, order: np.ndarray) -> tuple[np.ndarray, np.nd
     return values[order], nulls[order]
 
 
-def _code_type(distinct: int) -> type:
-    """The narrowest integer type for the codes of a dictionary of `distinct` values (and -1)."""
-    return np.int8 if distinct < 2**7 else np.int16 if distinct < 2**15 else np.int32
+def _fitting(lo: int, hi: int, smallest=np.int32):
+    """The narrowest integer type, from `smallest` up to int64, that holds every value from `lo` to `hi`."""
+    for t in (np.int8, np.int16, np.int32):
+        if np.dtype(t).itemsize >= np.dtype(smallest).itemsize and np.iinfo(t).min <= lo and hi <= np.iinfo(t).max:
+            return t
+    return np.int64
+
+
+def _code_type(distinct: int):
+    """The integer type for the codes of a dictionary of `distinct` values (and -1)."""
+    return _fitting(-1, distinct, np.int8)
 
 
 NEGATIVE = object()
 """A column's mask in build_rank's makers: null where the value is negative."""
 
 
-def narrowest(values: np.ndarray) -> np.ndarray:
-    """Integer `values` at the narrowest width (8, 16, 32 bits) that holds every one, else as they
-    are: for columns held only to be written (each row group widens them to the file's type)."""
-    if values.dtype.itemsize == 1 or not len(values):
+def narrow(values: np.ndarray, smallest=np.int32) -> np.ndarray:
+    """Integer `values` at the narrowest width from `smallest` up that holds every one, never wider
+    than they are. The build holds a dozen columns of a row per event until the write (ids, pids,
+    thread ids, correlations, steps and durations mostly fit 32 bits): at half the width, the
+    import's memory is smaller by ~5.5 MiB per column per million events. Every use of them
+    compares, indexes or widens (a sum, `ts + dur`): none computes a value of its own in their
+    width. The columns held only to be written go down to 8 bits (`smallest=np.int8`: each row
+    group widens them to the file's type)."""
+    if not len(values) or values.dtype.itemsize <= np.dtype(smallest).itemsize:
         return values
-    lo, hi = int(values.min()), int(values.max())
-    for t in (np.int8, np.int16, np.int32):
-        if t().itemsize >= values.dtype.itemsize:
-            break
-        if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max:
-            return values.astype(t)
-    return values
-
-
-def narrow(values: np.ndarray) -> np.ndarray:
-    """int64 `values` as int32 where every one fits, else as they are. The build holds a dozen
-    columns of a row per event until the write (ids, pids, thread ids, correlations, steps and
-    durations mostly fit): at half the width, the import's memory is smaller by ~5.5 MiB per column
-    per million events. Every use of them compares, indexes or widens (a sum, `ts + dur`): none
-    computes a value of its own in their width."""
-    if values.dtype == np.int32 or not len(values):
-        return values
-    lo, hi = int(values.min()), int(values.max())
-    return values.astype(np.int32) if -(2**31) <= lo and hi < 2**31 else values
+    t = _fitting(int(values.min()), int(values.max()), smallest)
+    return values.astype(t) if np.dtype(t).itemsize < values.dtype.itemsize else values
 
 
 def _device_by_external_id(need_mask, is_op, external_id, external_null) -> np.ndarray:
@@ -836,10 +834,6 @@ def renumbered_steps(numbers: np.ndarray, ts: np.ndarray, end: np.ndarray) -> np
     return out
 
 
-_BLOCK = 1 << 16
-"""Rows per block where a pass over every event goes a block at a time."""
-
-
 def _steps(is_step: np.ndarray, step_no: np.ndarray, ts: np.ndarray, end: np.ndarray, first_id: int,
            is_device: np.ndarray) -> tuple[list[dict], np.ndarray]:
     """Profiler steps of the rank, and the step of each host event (the step range its start falls in).
@@ -900,9 +894,9 @@ def _memory(raw: RawRank, track, pid, tid, ts, dur, parent, op, ev_frame, step, 
             "bytes": mem["bytes"],
             "total_allocated": _running_total(mem, m_ts),
             "total_reserved": mem["total_reserved"],
-            "op_id": pa.array(np.where(m_op >= 0, base + m_op.astype(np.int64), 0), pa.int64(), mask=m_op < 0),
+            "op_id": _ids(m_op, base),
             "step": pa.array(m_step, pa.int64(), mask=m_step < 0),
-            "frame_id": pa.array(np.where(m_frame >= 0, base + m_frame.astype(np.int64), 0), pa.int64(), mask=m_frame < 0),
+            "frame_id": _ids(m_frame, base),
             "category": mem["category"],
         }
     )
