@@ -200,6 +200,64 @@ def test_step_that_ends_while_its_kernels_still_run_is_charged_to_them(tmp_path)
     assert bound["overall"]["words"] == "device-bound (90%): device compute"
 
 
+def _collective_then_queued(queued: bool) -> list[dict]:
+    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+    events = [X("ProfilerStep#1", "user_annotation", 0, 200),
+              X("aten::mm", "cpu_op", 10, 10, **{"External id": 1}),
+              X("cudaLaunchKernel", "cuda_runtime", 12, 4, correlation=1, **{"External id": 1}),
+              _k("k1", "kernel", 1, 20, 130),
+              X("c10d::allreduce_", "cpu_op", 30, 10, **{"External id": 2}),
+              X("cudaLaunchKernel", "cuda_runtime", 32, 4, correlation=2, **{"External id": 2}),
+              _k(nccl, "kernel", 2, 40, 220, stream=9)]
+    if queued:  # launched at 52-56, still waiting on its stream when the step ends
+        events += [X("aten::add", "cpu_op", 50, 10, **{"External id": 3}),
+                   X("cudaLaunchKernel", "cuda_runtime", 52, 4, correlation=3, **{"External id": 3}),
+                   _k("k2", "kernel", 3, 270, 20)]
+    return events
+
+
+def test_step_that_ends_in_a_collective_with_work_queued_behind_it_is_charged_to_it(tmp_path):
+    """The host ran ahead: when the step ends, an all-reduce runs and a kernel launched long before
+    still waits on its stream. The step is the device's (here the collective's), not the host's.
+
+        host  0                                                                   200
+        ProfilerStep#1 [============================================================]
+        aten::mm [10-20) launch [12-16) c1; c10d::allreduce_ [30-40) launch [32-36) c2;
+        aten::add [50-60) launch [52-56) c3
+        stream 7     [20 ------ k1 ------ 150)                                         [270 k2 290)
+        stream 9          [40 ------------------- all-reduce ----------------------|----- 260)
+
+    From the end: the all-reduce back to its start (160), 4 µs waiting for its launch, the launch (4),
+    then the host: c10d::allreduce_ (2), 10 µs, aten::mm (4 + 2), k1's launch (4), 10 µs.
+    """
+    items, rows, bound = _path(tmp_path, _collective_then_queued(queued=True))
+    nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+    assert _by(items) == {(nccl, "communication"): 160 * US, (nccl, "idle"): 4 * US,
+                          ("cudaLaunchKernel", "launch_overhead"): 8 * US, ("c10d::allreduce_", "host_compute"): 2 * US,
+                          ("aten::mm", "host_compute"): 6 * US, (None, "host_compute"): 20 * US}
+    assert bound["overall"]["words"].startswith("device-bound (80%)")
+
+
+def test_step_that_ends_in_a_collective_with_nothing_queued_stays_on_the_host(tmp_path):
+    """The same step with no work waiting behind the all-reduce: it may be spinning for other ranks
+    while the host goes on, so the path starts on the host (docs/METRICS.md "Critical path")."""
+    items, rows, bound = _path(tmp_path, _collective_then_queued(queued=False))
+    assert ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "communication") not in _by(items)
+    assert bound["overall"]["words"].startswith("host-bound")
+
+
+def test_a_ddp_step_ending_in_an_all_reduce_the_host_ran_ahead_of_is_the_communications(tmp_path):
+    """mi300x_ddp_resnet_act_checkpoint (DDP on an MI300X, bf16): ProfilerStep#17 ends while an
+    all-reduce runs on stream 4 and a copy the host launched 33 ms before still waits on stream 0.
+    The step was the device's: the all-reduces ran through it back to back (it was charged to the
+    host when a collective at the step's end was always left out)."""
+    run_dir = import_traces(TRACES / "mi300x_ddp_resnet_act_checkpoint.json.gz", tmp_path / "run").run_dir
+    with open_run(run_dir) as run:
+        step = {s["step"]: s for s in cp.bound(run, 0)["steps"]}[17]
+    assert sum(step["ns"].values()) == step["dur_ns"]
+    assert step["words"] == "device-bound (99%): communication"
+
+
 def test_device_work_with_no_launch_after_a_gap_returns_to_the_host(tmp_path):
     """Kernels whose launches were not recorded: after a 40 µs gap nothing says what kB waited for.
 

@@ -458,16 +458,28 @@ class RankIndex:
 
     # --- device side -----------------------------------------------------------------------
     def running_at(self, t: int) -> int:
-        """The device work still running at t (started before, ends after), the one started last;
-        collectives are left out (one may spin waiting for other ranks while the host goes on)."""
-        best = -1
-        ts, end, ids, flags = self.ts, self.end, self.id, self.flags
+        """The device work still running at t (started before, ends after), the one started last.
+        Collectives count only when the host ran ahead: when work it launched before t still waits
+        on a stream at t (its launch returned by t, it starts after). Otherwise one is left out: it
+        may spin waiting for other ranks while the host goes on."""
+        best, comm = -1, -1
+        ts, end, ids, flags, launch = self.ts, self.end, self.id, self.flags, self.launch
+        queued = False
         for rows, starts in self.streams:
-            i = bisect_left(starts, t) - 1
-            if i >= 0:
-                e = rows[i]
-                if end[e] > t and not (flags[e] & F_COMM) and (best < 0 or (ts[e], ids[e]) > (ts[best], ids[best])):
-                    best = e
+            i = bisect_left(starts, t)
+            if i < len(rows) and not queued:
+                nxt = launch[rows[i]]
+                queued = nxt >= 0 and end[nxt] <= t
+            if i >= 1:
+                e = rows[i - 1]
+                if end[e] > t:
+                    if not (flags[e] & F_COMM):
+                        if best < 0 or (ts[e], ids[e]) > (ts[best], ids[best]):
+                            best = e
+                    elif comm < 0 or (ts[e], ids[e]) > (ts[comm], ids[comm]):
+                        comm = e
+        if queued and comm >= 0 and (best < 0 or (ts[comm], ids[comm]) > (ts[best], ids[best])):
+            return comm
         return best
 
     def predecessor(self, d: int):

@@ -5,7 +5,8 @@ exactly one item: a device event (kernel, collective kernel, memcpy, memset), a 
 operator, Python call, annotation, runtime call), or a device idle gap with its cause. The model
 (docs/METRICS.md "Critical path" states it for users) walks backwards from the step's end. It
 starts on the device when device work other than a collective is still running at the step's end
-(the host ran ahead and the step's work is still queued), else on the host:
+(the host ran ahead and the step's work is still queued), or a collective is while work launched
+before the end still waits on a stream (RankIndex.running_at), else on the host:
 
 - On the host, at each moment the path charges the innermost event of the thread that owns the
   step. When that thread is inside no operator (only Python calls, annotations or the step range)

@@ -173,18 +173,32 @@ struct Walker {
         return best;
     }
 
+    // as RankIndex.running_at: collectives count only when work launched before t waits on a stream at t
     int64_t running_at(int64_t t) const {
-        int64_t best = -1;
+        int64_t best = -1, comm = -1;
+        bool queued = false;
+        auto later = [&](int64_t e, int64_t than) {
+            return than < 0 || x.ts[e] > x.ts[than] || (x.ts[e] == x.ts[than] && x.id[e] > x.id[than]);
+        };
         for (int64_t s = 0; s < x.nstreams; ++s) {
             int64_t a = x.st_off[s], b = x.st_off[s + 1];
-            int64_t i = lower(x.st_starts, a, b, t) - 1;
-            if (i >= a) {
-                int64_t e = x.st_rows[i];
-                if (x.end[e] > t && !(x.flags[e] & F_COMM) &&
-                    (best < 0 || x.ts[e] > x.ts[best] || (x.ts[e] == x.ts[best] && x.id[e] > x.id[best])))
-                    best = e;
+            int64_t i = lower(x.st_starts, a, b, t);
+            if (i < b && !queued) {
+                int64_t next = x.launch[x.st_rows[i]];
+                queued = next >= 0 && x.end[next] <= t;
+            }
+            if (i - 1 >= a) {
+                int64_t e = x.st_rows[i - 1];
+                if (x.end[e] > t) {
+                    if (!(x.flags[e] & F_COMM)) {
+                        if (later(e, best)) best = e;
+                    } else if (later(e, comm)) {
+                        comm = e;
+                    }
+                }
             }
         }
+        if (queued && comm >= 0 && later(comm, best)) return comm;
         return best;
     }
 
