@@ -211,24 +211,33 @@ class _Flows:
 
     n: int
     ints: dict  # flow_id, pid, tid, ts_ns: (values, null mask or None)
-    text: dict  # category, name, phase, binding_point: (codes, values)
+    text: dict  # category, name, phase, binding_point: (codes, values), once coded (code_text)
+    raw_text: pa.Table | None = None  # the text columns until coded
 
     @classmethod
     def take(cls, raw: RawRank) -> _Flows:
-        """The flows of `raw`, which gives them up (`raw.flows` is left empty): each raw column goes once read."""
+        """The flows of `raw`, which gives them up (`raw.flows` is left empty): each raw column goes
+        once read. The numbers are read now (what binding endpoints to slices needs); the text
+        when `code_text` is called (meanwhile the build's helper binds them)."""
         fl, raw.flows = raw.flows, raw.flows.slice(0, 0)
-        n, ints, text = fl.num_rows, {}, {}
-        for name in ("ts_ns", "flow_id", "pid", "tid", "category", "name", "phase", "binding_point"):
+        ints = {}
+        for name in ("ts_ns", "flow_id", "pid", "tid"):
             col = fl[name]
             fl = fl.drop_columns([name])
-            if pa.types.is_integer(col.type):
-                mask = col.is_null().to_numpy(zero_copy_only=False) if col.null_count else None
-                ints[name] = (narrow(_np(col, 0), np.int8) if name != "ts_ns" else _np(col, 0), mask)
-            else:
-                codes, values = _codes(col, null_code=False)
-                text[name] = (codes.astype(_code_type(len(values))), values)
+            mask = col.is_null().to_numpy(zero_copy_only=False) if col.null_count else None
+            ints[name] = (narrow(_np(col, 0), np.int8) if name != "ts_ns" else _np(col, 0), mask)
             del col
-        return cls(n, ints, text)
+        return cls(fl.num_rows, ints, {}, fl)
+
+    def code_text(self) -> None:
+        """The text columns as codes; the raw ones let go."""
+        fl, self.raw_text = self.raw_text, None
+        for name in ("category", "name", "phase", "binding_point"):
+            col = fl[name]
+            fl = fl.drop_columns([name])
+            codes, values = _codes(col, null_code=False)
+            self.text[name] = (codes.astype(_code_type(len(values))), values)
+            del col
 
     def filled(self, name: str, fill: int = -1) -> np.ndarray:
         """An integer column as int64, nulls as `fill`."""
@@ -338,6 +347,7 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
 
         fl = _Flows.take(raw)  # (consumed: the built flows table below is the only copy kept)
         flow_event = helper.submit(_flow_events, fl, raw.base_ns, track, pid, tid, ts, end, parent)
+        fl.code_text()  # (while the helper binds the endpoints)
         ((correlation, correlation_null), (stream_arg, stream_null), (external_id, external_null), args,
          (steps, step)) = early.result()
         order = order.astype(idx, copy=False)  # (the columns are sorted; held for the args until the write)
