@@ -249,3 +249,85 @@ def test_every_vendors_graph_launches_are_linked(tmp_path, name, device_events, 
     assert sorted(rows[3] or []) == top_ops
     g = graph_replays(run_info(run_dir)["ranks"][0])
     assert g["operator_share"] == (1.0 if top_ops else 0.0) and g["captures"] is None
+
+
+# ---- what the report says of a replay imported with its capture ------------------------------------
+
+MOE_LINE = "vllm/model_executor/layers/fused_moe/gpt_oss_triton_kernels_moe.py:269"
+
+
+def _captured_kernels(run_dir: Path, where: str, params: list) -> list[tuple]:
+    """(name, count, ns) of the graph-replayed kernels paired with their capture (`capture_top_op`) that `where` keeps, heaviest first."""
+    with open_run(run_dir) as run:
+        return [tuple(r) for r in run.sql(f"""SELECT k.name, count(*), sum(k.dur_ns) FROM events k JOIN frames f ON f.frame_id = k.source_frame_id
+          WHERE k.graph AND k.kind = 'kernel' AND k.capture_top_op IS NOT NULL AND {where} GROUP BY 1 ORDER BY 3 DESC, 1""", params).fetchall()]
+
+
+def test_the_statement_that_captured_the_replay_is_named_as_the_work(tmp_path):
+    """vLLM's full-graph decode imported with its capture: the hotspot statement is the MoE call
+    (gpt_oss_triton_kernels_moe.py:269), whose 7.17 ms are kernels it launched at capture under
+    vllm::moe_forward. Its advice names that operator and lists its kernels; before, it said 'the
+    statement is the replay', told the user to import with `--capture` (done already), and listed
+    nothing below."""
+    from neuron_explorer.analyzers.render import inside_lines
+
+    name = "mi300x_vllm_hipgraph_full_decode"
+    run_dir = import_traces(TRACES / f"{name}.json.gz", tmp_path / "run", captures=[CAPTURES / name / "capture_traces"]).run_dir
+    kernels = _captured_kernels(run_dir, "f.file || ':' || f.line = ? AND k.capture_op = 'vllm::moe_forward'", [MOE_LINE])
+    assert [(n, c) for n, c, _ in kernels] == [("_matmul_ogs_NNT_bf16xbf16xmxfp4_16x128x256x1", 24),
+                                              ("_matmul_ogs_NNT_bf16xbf16xmxfp4_16x128x256x1_swiglu", 24),
+                                              ("_finalize_matmul_scatter_bf16", 24)]
+    moe_ns = sum(ns for *_, ns in kernels)
+    (f,) = [f for f in analyze(run_dir, write=False).findings if f.rule_id == "hotspot" and "source" in f.evidence.values]
+    values = f.evidence.values
+    assert (f.location.source, values["device_ns"], values["graph_replay_captured_ns"]) == (MOE_LINE, moe_ns, moe_ns)
+    assert moe_ns == 7_171_530
+    assert values["graph_replay_capture_ops"] == [{"op": "vllm::moe_forward", "top_op": "vllm::moe_forward", "device_ns": moe_ns}]
+    assert "this statement launched when the graph was captured, inside vllm::moe_forward 7.17 ms" in f.recommendation
+    assert "--capture" not in f.recommendation and "the statement is the replay" not in f.recommendation
+    lines = inside_lines(f)
+    assert lines[0] == (f"inside the top-level operators of {MOE_LINE}: none in this trace; replayed by a graph, launched at capture: "
+                        "72 device events, 7.17 ms")
+    assert [x.split(" ×")[0].strip() for x in lines[1:]] == [f"kernel {n}" for n, _, _ in kernels]
+
+
+@pytest.mark.parametrize("name", ["mi300x_vllm_hipgraph_full_decode", "mi300x_vllm_hipgraph_piecewise"])
+def test_without_the_capture_the_replay_statement_keeps_its_advice(tmp_path, name):
+    """Without the capture the replay call (cuda_graph.py:208) is the statement, and its advice still
+    points at `--capture`, with the graph's kernels below it."""
+    from neuron_explorer.analyzers.render import inside_lines
+
+    run_dir = import_traces(TRACES / f"{name}.json.gz", tmp_path / "run").run_dir
+    (f,) = [f for f in analyze(run_dir, write=False).findings if f.rule_id == "hotspot" and "source" in f.evidence.values]
+    assert f.location.source == "vllm/compilation/cuda_graph.py:208"
+    assert f.evidence.values["graph_replay_captured_ns"] == 0 and f.evidence.values["graph_replay_capture_ops"] == []
+    assert "the statement is the replay, not the work" in f.recommendation and "--capture CAPTURE" in f.recommendation
+    lines = inside_lines(f)
+    assert "replayed by a graph" not in lines[0] and sum(x.startswith("  kernel ") for x in lines) == 5
+
+
+def test_an_operators_replayed_kernels_are_no_calls_of_it(tmp_path):
+    """SGLang's decode with its capture: the host-sync finding on aten::copy_ has 5 calls of it (the
+    outermost copies on the host), not 78 with the 73 kernels copies launched at capture, which are
+    listed with the device work under their short names (fmt.kernel_name), not as calls with their whole
+    demangled names (876 characters) on the calls' line."""
+    from neuron_explorer.analyzers.render import inside_lines
+    from neuron_explorer.fmt import kernel_name
+
+    name = "mi300x_sglang_qwen3_decode"
+    run_dir = import_traces(TRACES / f"{name}.json.gz", tmp_path / "run", captures=[CAPTURES / name / "capture_traces"]).run_dir
+    with open_run(run_dir) as run:
+        calls, calls_ns = run.sql("""SELECT count(*), sum(c.dur_ns) FROM events c WHERE c.kind = 'cpu_op' AND c.name = 'aten::copy_'
+          AND NOT EXISTS (SELECT 1 FROM events p WHERE p.kind = 'cpu_op' AND p.name = 'aten::copy_' AND p.tid = c.tid AND p.depth < c.depth
+                          AND p.ts_ns <= c.ts_ns AND p.ts_ns + p.dur_ns >= c.ts_ns + c.dur_ns)""").fetchone()
+    kernels = _captured_kernels(run_dir, "'aten::copy_' IN (k.capture_op, k.capture_top_op)", [])
+    assert (calls, sum(c for _, c, _ in kernels)) == (5, 73) and max(len(n) for n, _, _ in kernels) == 876
+    (f,) = [f for f in analyze(run_dir, write=False).findings if f.location.op == "aten::copy_"]
+    roots = f.contents["roots"]
+    assert (roots["count"], roots["total_ns"], roots["captured"]) == (calls, calls_ns, {"count": 73, "total_ns": sum(ns for *_, ns in kernels)})
+    lines = inside_lines(f)
+    assert lines[0] == ("inside every 'aten::copy_' on rank 0: 5 calls, 463.13 ms; inputs [32], [32] int/long int; "
+                        "replayed by a graph, launched at capture: 73 device events, 355.10 µs")
+    heaviest, count, ns = kernels[0]
+    assert f"  kernel {kernel_name(heaviest, 70)} ×{count} 346.65 µs" in lines and ns == 346_648
+    assert max(len(x) for x in lines[1:]) < 100 and not any("of them:" in x for x in lines)

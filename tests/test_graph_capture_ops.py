@@ -96,9 +96,11 @@ def test_the_hotspot_and_critical_path_name_the_capture_operator(runs):
     found = analyze(with_capture, write=False).to_dict()["findings"]
     kernel = next(f for f in found if f["rule_id"] == "hotspot" and f["location"].get("kernel") == "gemm")
     assert kernel["location"]["op"] == "aten::mm" and kernel["impact_ns"] == 600 * US
-    # what is inside it: the replayed GEMM charged to aten::mm at capture (no aten::mm ran on this host)
-    roots = kernel["contents"]["roots"]
-    assert (roots["count"], roots["total_ns"], [g["name"] for g in roots["groups"]]) == (1, 600 * US, ["gemm"])
+    # what is inside it: the replayed GEMM charged to aten::mm at capture, listed as its device work; no
+    # aten::mm ran on this host, so it has no call (the GEMM is none)
+    roots, children = kernel["contents"]["roots"], kernel["contents"]["children"]
+    assert (roots["count"], roots["total_ns"], roots["groups"], roots["captured"]) == (0, 0, [], {"count": 1, "total_ns": 600 * US})
+    assert [(c["kind"], c["name"], c["count"], c["total_ns"]) for c in children] == [("kernel", "gemm", 1, 600 * US)]
     before = analyze(without, write=False).to_dict()["findings"]
     assert next(f for f in before if f["rule_id"] == "hotspot" and f["location"].get("kernel") == "gemm")["location"]["op"] == "CUDAGraph::replay"
 
@@ -112,6 +114,27 @@ def test_the_hotspot_and_critical_path_name_the_capture_operator(runs):
     ctx = agent.event_context(event_id=gemm_id)
     assert ctx["chain"]["charged_to"] == {"top_op": "aten::mm", "op": "aten::mm"}
     assert ctx["chain"]["top_op"]["name"] == "CUDAGraph::replay"  # the launch's chain is still the replay's
+
+
+def test_the_hotspot_statement_is_the_capturing_one_and_says_so(runs):
+    """With the capture, model.py:20 (aten::mm's statement at capture) holds the GEMM's 600 us: its
+    advice names the operator it captured and shows the kernel, and does not send the user to
+    `--capture` again; without it the replay's statement serve.py:5 keeps the replay's advice."""
+    from neuron_explorer.analyzers.render import inside_lines
+
+    with_capture, without = runs
+    (line,) = [f for f in analyze(with_capture, write=False).findings if f.rule_id == "hotspot" and "source" in f.evidence.values]
+    assert (line.location.source, line.impact_ns) == ("model.py:20", 600 * US)
+    values = line.evidence.values
+    assert (values["graph_replay_ns"], values["graph_replay_captured_ns"]) == (600 * US, 600 * US)
+    assert values["graph_replay_capture_ops"] == [{"op": "aten::mm", "top_op": "aten::mm", "device_ns": 600 * US}]
+    assert "launched when the graph was captured, inside aten::mm 0.60 ms" in line.recommendation
+    assert "--capture" not in line.recommendation and "is the replay" not in line.recommendation
+    assert inside_lines(line) == ["inside the top-level operators of model.py:20: none in this trace; replayed by a graph, "
+                                  "launched at capture: 1 device event, 600.00 µs", "  kernel gemm ×1 600.00 µs"]
+    (replay,) = [f for f in analyze(without, write=False).findings if f.rule_id == "hotspot" and "source" in f.evidence.values]
+    assert replay.location.source == "serve.py:5" and replay.evidence.values["graph_replay_captured_ns"] == 0
+    assert "the statement is the replay, not the work" in replay.recommendation and "--capture CAPTURE" in replay.recommendation
 
 
 def test_diff_moves_the_device_time_to_the_capture_operators(runs):

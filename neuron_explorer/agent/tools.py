@@ -542,7 +542,7 @@ def _inside(contents: dict | None) -> dict:
     names = roots.get("names") or []
     out = {"inside": {"what": roots["what"], "count": roots["count"], "total_ns": roots["total_ns"],
                       "inputs": shapes_text(top.get("shapes"), top.get("dtypes"), "x") or None,
-                      "of_them": names if len(names) > 1 else None},
+                      "of_them": names if len(names) > 1 else None, "captured": roots.get("captured")},
            "children": [{"kind": ch["kind"], "name": kernel_name(ch["name"], 80), "inputs": shapes_text(ch["shapes"], ch["dtypes"], "x") or None,
                          "count": ch["count"], "total_ns": ch["total_ns"]} for ch in (c.get("children") or [])[:FINDING_CHILDREN]]}
     if c.get("advice"):

@@ -13,8 +13,14 @@ summed duration, each with its count. The roots are, the first that applies:
    when it names some;
 2. else its sample events (`evidence.sample_event_ids`): host events as they are, device events
    replaced by the top-level operator that launched them;
-3. else its source line (`location.source`): the top-level operators of that user statement;
+3. else its source line (`location.source`): the top-level operators of that user statement, and
+   the graph-replayed device work it launched at capture (vocab.charged_at_capture: a replay
+   imported with its capture gives that work the statement it had then);
 and of those the outermost (OUTERMOST: an operator inside another chosen one is its child).
+The device work chosen at capture is no call of the operator or statement: it is listed with the
+children (device work it launched, at capture), and counted apart (`roots.captured`), not in the
+roots' calls (mi300x_sglang_qwen3_decode's aten::copy_: 5 calls, not 78 with the 73 replayed
+kernels the copies launched at capture).
 
 Input shapes and dtypes are the profiler's (`Input Dims`, `Input type`, recorded with
 record_shapes=True): an operator's own; a runtime call's and a device event's, those of the
@@ -35,6 +41,7 @@ from ..store import Run
 from ..vocab import (
     DEVICE_WORK_SQL,
     OPTIMIZER_STEP_RANGE,
+    charged_at_capture,
     charged_at_capture_to,
     charged_at_capture_to_sql,
     device_work,
@@ -94,9 +101,15 @@ def _chosen_sql(rank: int, location: dict, sample_ids: list[int]) -> tuple[str |
         file, _, line = source.rpartition(":")
         if line.isdigit():
             return (f"SELECT e.event_id FROM events e JOIN frames f ON f.frame_id = e.source_frame_id WHERE e.rank = {rank} "
-                    f"AND {top_host_call('e')} AND f.file = {sql_literal(file)} AND f.line = {int(line)}",
+                    f"AND {_at_statement('e')} AND f.file = {sql_literal(file)} AND f.line = {int(line)}",
                     f"the top-level operators of {source}")
     return None, ""
+
+
+def _at_statement(alias: str) -> str:
+    """An event a statement's finding is about: a top-level host call of it, or device work a graph
+    replays that the statement launched at capture (its `source_frame_id` is the capture's)."""
+    return f"({top_host_call(alias)} OR {device_work(alias)} AND {charged_at_capture(alias)})"
 
 
 def _shapes(dims: str | None, types: str | None) -> tuple[list, list]:
@@ -111,8 +124,8 @@ def _shapes(dims: str | None, types: str | None) -> tuple[list, list]:
 
 def contents_sql(roots_sql: str, rank: int) -> str:
     """One row per group of children of the roots `roots_sql` selects: class, kind, name, the
-    input shapes and dtypes (JSON text), count and summed dur_ns. The same text is the evidence a
-    user can run (docs/METRICS.md)."""
+    input shapes and dtypes (JSON text), count and summed dur_ns; a root that is device work (charged
+    at capture) is listed as a child. The same text is the evidence a user can run (docs/METRICS.md)."""
     dims, types = f"'$.\"{INPUT_DIMS_ARG}\"'", f"'$.\"{INPUT_TYPE_ARG}\"'"
     return f"""WITH roots AS (SELECT DISTINCT r.event_id, r.kind, r.pid, r.tid, r.depth, r.top_op_id, r.ts_ns, r.ts_ns + r.dur_ns AS end_ns
   FROM events r WHERE r.rank = {rank} AND r.event_id IN ({roots_sql})),
@@ -125,7 +138,8 @@ host AS (
   WHERE r.kind <> 'cpu_op' AND e.kind IN ('cpu_op', 'runtime') AND e.depth > r.depth AND e.ts_ns >= r.ts_ns AND e.ts_ns + e.dur_ns <= r.end_ns),
 launchers AS (SELECT event_id FROM roots UNION SELECT event_id FROM host),
 children AS (SELECT event_id FROM host
-  UNION SELECT d.event_id FROM events d WHERE d.rank = {rank} AND {device_work('d')} AND d.launch_id IN (SELECT event_id FROM launchers))
+  UNION SELECT d.event_id FROM events d WHERE d.rank = {rank} AND {device_work('d')} AND d.launch_id IN (SELECT event_id FROM launchers)
+  UNION SELECT event_id FROM roots WHERE {device_work()})
 SELECT c.kind, c.name, json_extract_string(o.args, {dims}) AS dims, json_extract_string(o.args, {types}) AS types,
   count(*) AS count, sum(c.dur_ns)::BIGINT AS total_ns
 FROM children JOIN events c ON c.event_id = children.event_id
@@ -217,7 +231,7 @@ def _roots_in(items: list[tuple[int, str, str, tuple]], replays: bool = True, ev
     if by_source:
         values = ", ".join(f"({i}, {rank}, {sql_literal(file)}, {int(line)})" for i, rank, (_, file, line) in by_source)
         parts.append(f"""SELECT v.fid, {cols} FROM {events} e JOIN frames f ON f.frame_id = e.source_frame_id
-  JOIN (VALUES {values}) v(fid, frank, file, line) ON e.rank = v.frank AND f.file = v.file AND f.line = v.line WHERE {top_host_call('e')}""")
+  JOIN (VALUES {values}) v(fid, frank, file, line) ON e.rank = v.frank AND f.file = v.file AND f.line = v.line WHERE {_at_statement('e')}""")
     return "\nUNION ALL ".join(parts)
 
 
@@ -287,7 +301,8 @@ host AS (SELECT * FROM host_all WHERE fid NOT IN (SELECT fid FROM shared)
   FROM host_all WHERE fid IN (SELECT fid FROM shared) GROUP BY fid, event_id),
 device_all AS (SELECT l.fid, d.event_id, d.kind, d.name, d.dur_ns, d.op_id
   FROM (SELECT fid, event_id FROM roots UNION ALL SELECT fid, event_id FROM host) l JOIN {events} d ON d.launch_id = l.event_id
-  WHERE {device_work('d')} AND d.rank IN (SELECT DISTINCT rank FROM roots)),
+  WHERE {device_work('d')} AND d.rank IN (SELECT DISTINCT rank FROM roots)
+  UNION ALL SELECT fid, event_id, kind, name, dur_ns, NULL FROM roots WHERE {device_work()}),  -- charged at capture: no call, a child
 device AS (SELECT * FROM device_all WHERE fid NOT IN (SELECT fid FROM shared)
   UNION ALL SELECT fid, event_id, any_value(kind), any_value(name), any_value(dur_ns), any_value(op_id)
   FROM device_all WHERE fid IN (SELECT fid FROM shared) GROUP BY fid, event_id),
@@ -296,7 +311,8 @@ children AS (SELECT fid, kind, name, dur_ns, CASE WHEN kind = 'cpu_op' THEN even
 shapes AS (SELECT event_id, j[1] AS dims, j[2] AS types FROM (
   SELECT o.event_id, json_extract_string(o.args, [{dims}, {types}]) AS j
   FROM {run.file_events()} o WHERE {shaped}))
-SELECT 0 AS part, r.fid, NULL::VARCHAR AS kind, r.name, s.dims, s.types, count(*) AS count, sum(r.dur_ns)::BIGINT AS total_ns
+SELECT 0 AS part, r.fid, CASE WHEN {device_work('r')} THEN r.kind END AS kind, r.name, s.dims, s.types, count(*) AS count,
+  sum(r.dur_ns)::BIGINT AS total_ns
 FROM roots r LEFT JOIN shapes s ON s.event_id = r.event_id GROUP BY ALL
 UNION ALL
 SELECT 1 AS part, c.fid, c.kind, c.name, s.dims, s.types, count(*) AS count, sum(c.dur_ns)::BIGINT AS total_ns
@@ -312,7 +328,7 @@ ORDER BY part, fid, total_ns DESC, name, kind, dims NULLS FIRST, types NULLS FIR
     steps: dict[int, list] = {i: [] for i in range(len(items))}
     for part, fid, kind, *row in rows:
         if part == 0:
-            root_rows[fid].append(row)
+            root_rows[fid].append((kind, *row))
         elif part == 1:
             child_rows[fid].append((kind, *row))
         elif part == 2:
@@ -346,9 +362,13 @@ def _optimizer_steps(rows: list) -> list[dict]:
 
 def _assemble(root_rows: list, child_rows: list, sql: str, what: str, top: int, steps: list = ()) -> dict:
     """The contents dict from a finding's root groups and child groups, each in its order, and the
-    (optimizer step, count, ns) rows of its roots inside an optimizer's step."""
+    (optimizer step, count, ns) rows of its roots inside an optimizer's step. A root group's first
+    field is its device kind where it is device work charged at capture (a child too: counted in
+    `captured`, not in the calls), else None."""
     if not root_rows:
         return {}
+    captured = [r for r in root_rows if r[0] is not None]
+    root_rows = [r[1:] for r in root_rows if r[0] is None]
     children, kept = [], {}
     for kind, name, d, t, count, total in child_rows:
         cls = CHILD_CLASSES.get(kind)
@@ -363,14 +383,17 @@ def _assemble(root_rows: list, child_rows: list, sql: str, what: str, top: int, 
         groups.append({"name": name, "shapes": shapes, "dtypes": dtypes, "count": int(count), "total_ns": int(total or 0)})
     names = _summed(((name, count, total) for name, _, _, count, total in root_rows), "name")[:top]  # (every group: whole sums)
     return {"roots": {"what": what, "count": sum(int(r[3]) for r in root_rows), "total_ns": sum(int(r[4] or 0) for r in root_rows),
-                      "groups": groups, "names": names, "optimizer_steps": _optimizer_steps(steps)},
+                      "groups": groups, "names": names, "optimizer_steps": _optimizer_steps(steps),
+                      **({"captured": {"count": sum(int(r[4]) for r in captured), "total_ns": sum(int(r[5] or 0) for r in captured)}}
+                         if captured else {})},
             "children": children, "sql": sql}
 
 
 def _contents(run: Run, rank: int, roots_sql: str, what: str, top: int) -> dict:
     dims, types = f"'$.\"{INPUT_DIMS_ARG}\"'", f"'$.\"{INPUT_TYPE_ARG}\"'"
-    root_rows = run.sql(f"""SELECT r.name, json_extract_string(r.args, {dims}), json_extract_string(r.args, {types}), count(*), sum(r.dur_ns)::BIGINT
-FROM events r WHERE r.rank = {rank} AND r.event_id IN ({roots_sql}) GROUP BY ALL ORDER BY 5 DESC, 1, 2 NULLS FIRST, 3 NULLS FIRST""").fetchall()
+    root_rows = run.sql(f"""SELECT CASE WHEN {device_work('r')} THEN r.kind END, r.name, json_extract_string(r.args, {dims}),
+  json_extract_string(r.args, {types}), count(*), sum(r.dur_ns)::BIGINT
+FROM events r WHERE r.rank = {rank} AND r.event_id IN ({roots_sql}) GROUP BY ALL ORDER BY 6 DESC, 2, 3 NULLS FIRST, 4 NULLS FIRST""").fetchall()
     if not root_rows:
         return {}
     child_rows = [tuple(r) for r in run.sql(contents_sql(roots_sql, rank)).fetchall()]

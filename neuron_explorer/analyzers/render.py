@@ -26,16 +26,21 @@ _KIND_WORD = {"cpu_op": "op", "runtime": "runtime", "kernel": "kernel", "memcpy"
 
 def inside_lines(f: Finding, shown: int = INSIDE_SHOWN) -> list[str]:
     """What is inside a finding (its `contents`, analyzers/contents.py), in a few lines: the roots
-    (count, time, their commonest shapes; where they have several names, the heaviest names), then
-    the heaviest children, each with its input shapes and dtypes, count and time; then the advice
-    chosen from them."""
+    (count, time, their commonest shapes; where they have several names, the heaviest names; the
+    graph-replayed device work they launched at capture, which is no call), then the heaviest
+    children, each with its input shapes and dtypes, count and time; then the advice chosen from them."""
     c = f.contents or {}
     roots = c.get("roots")
     if not roots:
         return []
     top = roots["groups"][0] if roots["groups"] else {}
     shape = _shapes(top.get("shapes"), top.get("dtypes"))
-    out = [f"inside {roots['what']}: {roots['count']:,} calls, {duration(roots['total_ns'])}" + (f"; inputs {shape}" if shape else "")]
+    captured = roots.get("captured") or {}
+    calls = ("none in this trace" if captured.get("count") and not roots["count"]  # only graph-replayed work, captured there
+             else f"{roots['count']:,} call{'' if roots['count'] == 1 else 's'}, {duration(roots['total_ns'])}")
+    replays = (f"; replayed by a graph, launched at capture: {captured['count']:,} device event{'' if captured['count'] == 1 else 's'}, "
+               f"{duration(captured['total_ns'])}" if captured.get("count") else "")
+    out = [f"inside {roots['what']}: {calls}" + (f"; inputs {shape}" if shape else "") + replays]
     names = roots.get("names") or []
     if len(names) > 1:  # a statement's several operators: which of them the time is in, before what runs inside them
         out.append(f"  {ROOT_NAMES} " + ", ".join(f"{n['name']} ×{n['count']:,} {duration(n['total_ns'])}" for n in names[:shown]))

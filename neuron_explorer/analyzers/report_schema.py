@@ -24,7 +24,9 @@ _CONTENTS = {"type": "object", "description": "what is inside the finding (docs/
              "properties": {
                  "roots": {"type": "object", "required": ["what", "count", "total_ns", "groups"],
                            "properties": {"what": {"type": "string"}, "count": _INT, "total_ns": _INT, "groups": {"type": "array", "items": _GROUP},
-                                          "names": {"type": "array", "items": _NAMED}, "optimizer_steps": {"type": "array", "items": _STEPS}}},
+                                          "names": {"type": "array", "items": _NAMED}, "optimizer_steps": {"type": "array", "items": _STEPS},
+                                          "captured": {"type": "object", "required": ["count", "total_ns"],
+                                                       "properties": {"count": _INT, "total_ns": _INT}}}},
                  "children": {"type": "array", "items": {**_GROUP, "required": ["kind", *_GROUP["required"]],
                                                          "properties": {"kind": {"type": "string"}, **_GROUP["properties"]}}},
                  "sql": {"type": "string"}, "advice": {"type": "array", "items": {"type": "string"}}}}

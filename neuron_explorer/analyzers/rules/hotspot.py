@@ -30,7 +30,9 @@ calls on every stream), which the span holds, where that is less than its calls 
 Saving bound: the same (an upper bound — the work itself cannot vanish, but a better algorithm,
 dtype or kernel can shrink it). A statement most of whose device time is a CUDA/HIP graph it
 replays is the replay call, not where the work was written: its advice says so and how to see the
-graph's kernels by the statements that captured them. When one call of the operator holds at
+graph's kernels by the statements that captured them (`import --capture`). Imported so, the replayed
+work takes the statement that launched it at capture (`capture_op`): a statement most of whose device
+time is such work is where it was written, and its advice names the operators it captured. When one call of the operator holds at
 least half its time, the advice says it is a one-off more likely than its cost per call (the first
 `.to('cuda')` creating the device's context, a library's first use) and to profile steady steps,
 not to tune its shapes. An operator most of whose time is one kernel launch that the critical path
@@ -55,6 +57,7 @@ from ...vocab import (
     device_work,
     is_compile_range,
     kernel_precision,
+    kernel_runs_tf32,
     line_key_sql,
     top_op,
     work_class,
@@ -160,7 +163,7 @@ def _kernel_advice(ctx: Context, v: dict) -> str:
                      "shapes (for cuBLAS/hipBLASLt GEMMs PyTorch's TunableOp, PYTORCH_TUNABLEOP_ENABLED=1; for Triton kernels "
                      "their autotune configs; torch.compile(mode='max-autotune')) and fewer, larger products.")
         elif cls == "fp32_matmul":  # its name says fp32
-            dtype = f"It computes in float32 (its name says so): {P.precision_advice(arch)}."
+            dtype = f"It computes in float32 (its name says so): {P.precision_advice(arch, tf32_already=kernel_runs_tf32(name))}."
         else:  # the name shows no precision (rocBLAS's Tensile names code it in letters), and the operator's args are not read here
             dtype = f"If it computes in float32, {P.precision_advice(arch)}."
         return f"This matrix kernel dominates device time{by}: give it shapes that run at full speed on the {units}: {sizes}. {dtype}"
@@ -237,28 +240,55 @@ def _line_finding(ctx: Context):
     code = f" `{v['code'][:60]}`" if v.get("code") else ""
     split = f"; forward {ms(v[key] - backward)}, backward {ms(backward)}" if backward else ""
     per_step = f", {v['calls_per_step']:.0f} calls/step" if v.get("calls_per_step") else ""
-    replayed = _replayed_ns(ctx, v["source"]) if key == "device_ns" and v[key] else 0
+    replayed = _replayed(ctx, v["source"]) if key == "device_ns" and v[key] else {"ns": 0, "captured_ns": 0, "ops": []}
     return ctx.finding(
         title=f"Hotspot source line: {v['source']}{code} takes {pct(share)} ({ms(v[key])}{split}{per_step})",
         impact_ns=v[key], saving_bound_ns=v[key], location=Location(source=v["source"]), sql=sql,
         values={**{k: v[k] for k in ("source", "code", "calls", "calls_per_step", "cpu_ns", "cpu_backward_ns", "device_ns",
-                                     "device_backward_ns")}, "graph_replay_ns": replayed},
+                                     "device_backward_ns")}, "graph_replay_ns": replayed["ns"],
+                "graph_replay_captured_ns": replayed["captured_ns"],
+                "graph_replay_capture_ops": [{"op": op, "top_op": top_name, "device_ns": ns} for op, top_name, ns in replayed["ops"]]},
         sample_event_ids=[], uses_source=True, recommendation=_line_advice(v, key, replayed))
 
 
-def _replayed_ns(ctx: Context, source: str) -> int:
-    """The device time of the statement `source` that a graph launch replayed (`events.graph`)."""
-    return row(ctx.run, f"""SELECT coalesce(sum(e.dur_ns), 0)::BIGINT AS ns FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
-        WHERE e.rank = {int(ctx.rank)} AND e.graph AND {device_work('e')} AND {line_key_sql('f')} = {q(source)}""")["ns"]
+def _replayed(ctx: Context, source: str) -> dict:
+    """The device time of the statement `source` that a graph launch replayed (`events.graph`):
+    `ns`; of it, `captured_ns`, the work paired with the graph's capture (`capture_top_op`:
+    import --capture), which is the statement's as it launched it at capture; and `ops`, that
+    work's operators at capture, (innermost, outermost, ns), the heaviest first."""
+    rows = ctx.run.sql(f"""SELECT e.capture_op, e.capture_top_op, sum(e.dur_ns)::BIGINT AS ns
+        FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
+        WHERE e.rank = {int(ctx.rank)} AND e.graph AND {device_work('e')} AND {line_key_sql('f')} = {q(source)}
+        GROUP BY ALL ORDER BY ns DESC, e.capture_top_op NULLS LAST, e.capture_op NULLS LAST""").fetchall()
+    ops = [(op, top_name, int(ns)) for op, top_name, ns in rows if top_name is not None]
+    return {"ns": sum(int(ns) for *_, ns in rows), "captured_ns": sum(ns for *_, ns in ops), "ops": ops}
 
 
-def _line_advice(v: dict, key: str, replayed: int) -> str:
+def _captured_ops(ops: list[tuple], shown: int = 3) -> str:
+    """The operators at capture of a statement's replayed work, in words: `aten::addmm (in
+    vllm::rocm_unquantized_gemm) 0.95 ms`, the heaviest `shown`, then how many more."""
+    words = [f"{op or top_name}{f' (in {top_name})' if op and op != top_name else ''} {ms(ns)}" for op, top_name, ns in ops[:shown]]
+    more = len(ops) - shown
+    return ", ".join(words) + (f" and {more} other operator{'' if more == 1 else 's'}" if more > 0 else "")
+
+
+def _line_advice(v: dict, key: str, replayed: dict) -> str:
     """The statement's advice. A statement most of whose device time is a graph it replays
     (`events.graph`: vLLM's `cuda_graph.py:208`, the replay call) is not where that work was
     written: the graph's kernels are, by the statements that captured them, which a capture's trace
-    gives (graph_capture.py, `import --capture`)."""
-    if key == "device_ns" and v[key] and replayed * 2 >= v[key]:
-        return (f"{ms(replayed)} of this statement's {ms(v[key])} of device time is a CUDA/HIP graph it replays: the "
+    gives (graph_capture.py, `import --capture`). Imported with that trace, the replayed work is
+    paired with its capture (`capture_op`) and takes the statement that launched it then: such a
+    statement is where the work was written, and its advice names the operators it captured
+    (vLLM's `gpt_oss_triton_kernels_moe.py:269`: vllm::moe_forward, 7.17 ms), not the import it had."""
+    total = v[key] if key == "device_ns" else 0
+    them, it, its = ("that operator", "it", "its") if len(replayed["ops"]) == 1 else ("those operators", "them", "their")
+    if total and replayed["captured_ns"] * 2 >= total:
+        return (f"{ms(replayed['captured_ns'])} of this statement's {ms(total)} of device time is work a CUDA/HIP graph "
+                f"replays, which this statement launched when the graph was captured, inside {_captured_ops(replayed['ops'])}: "
+                f"this is where that work was written (the replay only saves its launches). Make {them} cheaper "
+                f"(shapes, dtype, a better tuned or fused kernel) or run {it} less often; {its} kernels are below.")
+    if total and replayed["ns"] * 2 >= total:
+        return (f"{ms(replayed['ns'])} of this statement's {ms(total)} of device time is a CUDA/HIP graph it replays: the "
                 "statement is the replay, not the work. The graph's kernels (below) are what to make cheaper; import the "
                 "trace with its capture's trace (`neuron-explorer import TRACE --capture CAPTURE`) to see them by the "
                 "statements that captured them.")
