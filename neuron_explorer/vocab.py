@@ -483,13 +483,24 @@ CONV_KERNEL_RE = re.compile(r"(?i)conv")
 
 # ---- work classes (what a kernel or copy does: one finding per class, one fix) -------------------
 
-FP32_KERNEL_PATTERN = "(?i)(sgemm|scudnn|f32|fp32|float|s1688|s884|s16816)"
-"""A matrix kernel whose name says it computes in fp32 (cuBLAS sgemm, cuDNN scudnn, `<float>`
-templates, CUTLASS f32 and its TF32 s1688/s884 kernels: fp32 data), unless LOWER_PRECISION_KERNEL_PATTERN also matches."""
+FP32_KERNEL_PATTERN = "(?i)(sgemm|scudnn|f32|fp32|float|s1688)"
+"""A matrix kernel whose name says it computes on fp32 data (cuBLAS sgemm, cuDNN scudnn, `<float>`
+templates, CUTLASS f32, and the Tensor Core kernels that run fp32 data as TF32: TF32_KERNEL_PATTERN),
+unless LOWER_PRECISION_KERNEL_PATTERN also matches."""
+TF32_KERNEL_PATTERN = "(?i)(tf32|s1688)"
+"""A matrix kernel on fp32 data whose name says the Tensor Cores run it as TF32 (`kernel_runs_tf32`):
+the word (cuDNN's `sm80_xmma_..._tf32f32_tf32f32_f32`, CUTLASS's `s1688tf32gemm` and
+`s1688fprop_optimized_tf32`), or CUTLASS's `tensorop_s1688` MMA (m16n8k8, fp32 accumulation) with no
+16-bit type in the name (`cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1`): fp32 operands on
+the Tensor Cores are converted to TF32 (NVIDIA/cutlass#466). Turing's s1688 is fp16 data and says so
+(`..._s1688gemm_f16_...`: LOWER_PRECISION_KERNEL_PATTERN). Volta's `s884` (m8n8k4) and Ampere's
+`s16816` (m16n8k16) MMAs exist for 16-bit operands only: never fp32 data, never TF32."""
 LOWER_PRECISION_KERNEL_PATTERN = ("(?i)(bf16|f16|fp16|half|bfloat|float16|h884|h1688|h16816|hgemm|hcudnn|e4m3|e5m2|fp8|int8|i8816|"
-                                  "Cijk_[a-z]+_[a-z]+_(BBS|BSS|HHS|HSS|HB|I8I)(_|$))")
+                                  "s884|s16816|Cijk_[a-z]+_[a-z]+_(BBS|BSS|HHS|HSS|HB|I8I)(_|$))")
 """A kernel whose name says it computes in 16 bits or fewer (bf16, fp16, fp8, int8): the words, cuBLAS's
-`h884`/`hgemm` forms (cuBLAS's `ampere_fp16_s16816gemm_fp16` is fp16 data with fp32 accumulation), and
+`h884`/`hgemm` forms (cuBLAS's `ampere_fp16_s16816gemm_fp16` is fp16 data with fp32 accumulation), the
+MMA shapes that take 16-bit operands only (Volta's `s884`, Ampere's `s16816`: fp32 accumulation of
+fp16 or bf16 data; a name that does not say which is read as fp16), and
 rocBLAS/hipBLASLt's Tensile type codes after the operand layouts (`Cijk_Alik_Bljk_BBS_BH`: bf16 data,
 fp32 compute; `HHS`/`HB`: fp16; `I8I`: int8). `kernel_precision` says which."""
 
@@ -511,12 +522,43 @@ def kernel_precision(name: str | None) -> str | None:
     if f.startswith(("int8", "i8816")):
         return "int8"
     return "fp16"
+
+
+def is_matrix_kernel(name: str | None) -> bool:
+    """Whether a kernel's own name, before its template arguments and parameter list, says it runs a
+    matrix product or convolution (MATRIX_KERNEL_PATTERN): `implicit_convolve_sgemm<float, ...>`,
+    `cutlass::Kernel<cutlass_simt_sgemm_...>`, not cuBLAS's helpers that take its types
+    (`gemv2T_kernel_val<..., cublasGemvParamsEx<...>>`, `splitKreduce_kernel<...>(cublasSplitKParams<float>)`).
+    `work_class` reads the whole name, and counts a kernel its operator's name makes one."""
+    return bool(_work_res()["matrix"].search(re.split(r"[<(]", name or "", maxsplit=1)[0]))
+
+
+def kernel_runs_tf32(name: str | None) -> bool:
+    """Whether a kernel's name says it runs fp32 data as TF32 on the Tensor Cores (TF32_KERNEL_PATTERN,
+    and no 16-bit type: LOWER_PRECISION_KERNEL_PATTERN): allowing TF32 changes nothing for it."""
+    r = _work_res()
+    return bool(r["tf32"].search(name or "")) and not r["lower"].search(name or "")
+
+
+def is_matrix_kernel_sql(name: str) -> str:
+    """`is_matrix_kernel` in SQL, over the column expression `name`."""
+    return f"regexp_matches(split_part(split_part(coalesce({name}, ''), '<', 1), '(', 1), {sql_literal(MATRIX_KERNEL_PATTERN)})"
+
+
+def kernel_runs_tf32_sql(name: str) -> str:
+    """`kernel_runs_tf32` in SQL, over the column expression `name`."""
+    return (f"(regexp_matches(coalesce({name}, ''), {sql_literal(TF32_KERNEL_PATTERN)}) "
+            f"AND NOT regexp_matches(coalesce({name}, ''), {sql_literal(LOWER_PRECISION_KERNEL_PATTERN)}))")
+
+
 ATTENTION_KERNEL_PATTERN = "(?i)(flash|fmha|attention|attn|sdpa)"
 NORM_KERNEL_PATTERN = "(?i)(norm([^a]|$)|softmax|bn_fw|bn_bw)"
 """Normalisation and softmax kernels (layer/batch/group/RMS norm, cuDNN bn_fw/bn_bw), not `normal_` sampling."""
-MATRIX_KERNEL_PATTERN = ("(?i)(gemm|matmul|cutlass|xmma|cublas|cudnn|conv|dgrad|wgrad|fprop|winograd|implicit_gemm|Cijk_|"
+MATRIX_KERNEL_PATTERN = ("(?i)((^|[^b])gemm|matmul|cutlass|xmma|cublas|cudnn|conv|dgrad|wgrad|fprop|winograd|implicit_gemm|Cijk_|"
                          "h884|s884|h1688|s1688|h16816|i8816|hmma|wmma|(^|::)(mm|addmm|bmm|baddbmm|linear)$)")
-"""A kernel that runs a matrix product or convolution (cuBLAS, cuDNN, CUTLASS, rocBLAS/Tensile `Cijk_`)."""
+"""A kernel that runs a matrix product or convolution (cuBLAS, cuDNN, CUTLASS, rocBLAS/Tensile `Cijk_`).
+`gemm` not inside `fbgemm`: FBGEMM_GPU's embedding lookups and sparse-feature kernels
+(`split_embedding_codegen_forward_unweighted_kernel<float, ..., fbgemm_gpu::...>`) are no matrix products."""
 ELEMENTWISE_KERNEL_PATTERN = "(?i)(elementwise|pointwise|triton_poi|multi_tensor_apply|foreach)"
 MATRIX_OP_PATTERN = "(?i)(conv|(^|::)(mm|addmm|bmm|baddbmm|matmul|linear)$|(Mm|Addmm|Bmm|Matmul)Backward)"
 """An operator (ATen name or autograd node, e.g. CudnnConvolutionBackward, MmBackward0) that is a matrix product or convolution."""
@@ -535,8 +577,9 @@ WORK_CLASSES = {
 """The classes of device work (key → words), in the order `work_class` tests them: a kernel's own
 name first (collective, attention, norm, matrix, elementwise), then its operator's name
 (ATTENTION_OPS, matrix operators, NORM_OPS, ELEMENTWISE_OPS), else `other`. A matrix kernel is
-`fp32_matmul` when its name says fp32 (FP32_KERNEL_PATTERN), or its operator's first recorded
-input type is `float`, and its name does not say a lower precision."""
+`fp32_matmul` when its name says fp32 (FP32_KERNEL_PATTERN: fp32 data, whether the Tensor Cores
+run it as TF32 or not, `kernel_runs_tf32`), or its operator's first recorded input type is `float`,
+and its name does not say a lower precision."""
 
 _RE: dict[str, re.Pattern] = {}
 """The work classes' patterns, compiled when `work_class` first runs (`_work_res`): a script that only
@@ -546,7 +589,8 @@ profiles imports this module and never classifies a kernel in Python."""
 def _work_res() -> dict[str, re.Pattern]:
     if not _RE:
         _RE.update({k: re.compile(v[4:], re.IGNORECASE) for k, v in (
-            ("fp32", FP32_KERNEL_PATTERN), ("lower", LOWER_PRECISION_KERNEL_PATTERN), ("attention", ATTENTION_KERNEL_PATTERN),
+            ("fp32", FP32_KERNEL_PATTERN), ("tf32", TF32_KERNEL_PATTERN), ("lower", LOWER_PRECISION_KERNEL_PATTERN),
+            ("attention", ATTENTION_KERNEL_PATTERN),
             ("norm", NORM_KERNEL_PATTERN), ("matrix", MATRIX_KERNEL_PATTERN), ("elementwise", ELEMENTWISE_KERNEL_PATTERN),
             ("matrix_op", MATRIX_OP_PATTERN), ("norm_op", NORM_OP_PATTERN))})
     return _RE

@@ -8,8 +8,9 @@ Trace A (one rank, device 0; times in us from baseTimeNanoseconds):
                                                                  300 .. cudaStreamSynchronize .. 390
     dev0  s7: 10..30 k1   50..60 memcpy   s8: 20..40 k2   s7: 60..65 memset
           s7: 300..350 k3    s9: 340..390 ncclKernel_AllReduce
-  busy = [10,40) + [50,65) + [300,390) = 30 + 15 + 90 = 135; window [10,390) = 380; idle 245,
-  29 of it while the host fetches a batch at 101..130 (input-pipeline's): device-idle's 216
+  busy = [10,40) + [50,65) + [300,390) = 30 + 15 + 90 = 135; device window [10,390) = 380, idle 245;
+  analysed window (the steps) [0,400): idle 265, 38 of it while the host fetches a batch at 1..30 and
+  101..130 (input-pipeline's) and 10 after the last event at 390 (critical-path's): device-idle's 217
   comm 50, overlapping k3 by 10 → exposed 40; steps 100, 100, 200 (step 3 is the slow one)
 """
 
@@ -151,10 +152,16 @@ def test_cpu_comm_time(reports):
 
 def test_device_idle_names_host_work_in_the_largest_gap(reports):
     (f,) = by_rule(reports["a"], "device-idle")
-    assert f.evidence.values["idle_ns"] == 245 * US and f.evidence.values["idle_in_loader_ns"] == 29 * US
-    assert f.impact_ns == 216 * US and f.location.device == 0 and f.severity == "high"
-    assert f.title == "Device 0 idle 56.8% of its window (0.22 ms, besides 0.03 ms while the host waited for the DataLoader (input-pipeline's))"
-    assert "aten::checkpoint" in f.recommendation and f.impact_share == pytest.approx(216 / 400)
+    # the summary's device time over the analysed window (the steps), less what other rules name
+    assert f.evidence.values["idle_ns"] == reports["a"].summary["ranks"][0]["device_time"][0]["idle_ns"] == 265 * US
+    assert (f.evidence.values["idle_in_loader_ns"], f.evidence.values["idle_unrecorded_ns"]) == (38 * US, 10 * US)
+    assert f.impact_ns == 217 * US and f.location.device == 0 and f.severity == "high"
+    assert f.title == ("Device 0 idle 54.2% of the analysed window (0.22 ms, besides 0.04 ms while the host waited for the DataLoader "
+                       "(input-pipeline's) and 0.01 ms after the last event the trace holds (critical-path's))")
+    assert "aten::checkpoint" in f.recommendation and f.impact_share == pytest.approx(217 / 400)
+    # the gaps named: 130..300 (after the fetch), 65..101 (aten::slow_host), 40..50
+    assert "largest gaps — gap of 0.17 ms: host ran aten::checkpoint 0.08 ms; gap of 0.04 ms: host ran aten::slow_host 0.03 ms; " \
+        "gap of 0.01 ms: host ran no recorded host activity." in f.recommendation
     assert LOADER not in f.recommendation  # the gaps named are the idle left: the fetch is input-pipeline's
 
 
@@ -282,8 +289,9 @@ def test_report_json_validates_and_outputs_are_written(runs, reports):
 
 def test_python_api(runs):
     report = nx.analyze(runs["a"], write=False)
-    # host time on the path (Python 129 µs, aten::checkpoint 80 µs, ...) is one cause, 252 µs: above device-idle's 216 µs (245 less the fetch's 29)
-    assert [(f.rule_id, f.impact_ns) for f in report.findings[:2]] == [("critical-path", 252 * 1000), ("device-idle", 216 * 1000)]
+    # host time on the path (Python 129 µs, aten::checkpoint 80 µs, ...) is one cause, 252 µs: above device-idle's 217 µs (265 less the
+    # fetches' 38 and the 10 after the last event)
+    assert [(f.rule_id, f.impact_ns) for f in report.findings[:2]] == [("critical-path", 252 * 1000), ("device-idle", 217 * 1000)]
     slow = [f for f in report.findings if f.rule_id == "step-outliers"][0]
     assert slow.source == "train.py:42"
 

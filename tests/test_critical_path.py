@@ -408,14 +408,14 @@ def _evidence_rows(run_dir: Path, finding) -> dict:
     return dict(zip([d[0] for d in rel.description], rel.fetchone()))
 
 
-def _gemm_chain(device_properties=None):
+def _gemm_chain(device_properties=None, kernels=("volta_sgemm_128x64_nn_{i}",) * 3):
     """The GEMM chain of test_device_bound_gemm_chain: three fp32 sgemms of 300 µs each (30% of the
     path apiece), 85 µs of untraced host time, 2 µs of aten::mm, 9 µs of launches, 4 µs idle."""
     events = [X("ProfilerStep#1", "user_annotation", 0, 1000)]
     for i, t in enumerate((10, 20, 30), 1):
         events += [X("aten::mm", "cpu_op", t, 10, **{"External id": i, "Input type": ["float", "float"]}),
                    X("cudaLaunchKernel", "cuda_runtime", t + 2, 4, correlation=i, **{"External id": i}),
-                   _k(f"volta_sgemm_128x64_nn_{i}", "kernel", i, 20 + 300 * (i - 1), 300)]
+                   _k(kernels[i - 1].format(i=i), "kernel", i, 20 + 300 * (i - 1), 300)]
     events.append(X("cudaDeviceSynchronize", "cuda_runtime", 50, 875, correlation=9))
     return events
 
@@ -426,11 +426,16 @@ def _props(name, major, minor):
 
 def test_rule_names_one_class_for_the_fp32_gemms_on_a_device_bound_path(tmp_path):
     """The three sgemms are one cause (fp32 GEMMs): one finding whose impact is their union on the
-    path, 900 µs; host time (85 µs Python + 2 µs aten::mm) is the other class over 2%; launches
-    (9 µs) and idle (4 µs) are under it. Without device properties the advice names both fixes."""
+    path, 900 µs; host time (85 µs outside traced calls + 2 µs aten::mm) is the other class over 2%;
+    launches (9 µs) and idle (4 µs) are under it. Without device properties the advice names both
+    fixes. 75 µs of the host time is the step running on after the sync, the trace's last event:
+    nothing was recorded there, so the host finding's impact is the 12 µs the trace shows."""
     run_dir, found = _analyze(tmp_path, _gemm_chain())
     assert [(f.evidence.values["class"], f.location.kernel, f.location.op, f.impact_ns) for f in found] == [
-        ("fp32_matmul", "volta_sgemm_128x64_nn_1", "aten::mm", 900 * US), ("host", None, None, 87 * US)]
+        ("fp32_matmul", "volta_sgemm_128x64_nn_1", "aten::mm", 900 * US), ("host", None, None, 12 * US)]
+    assert found[1].evidence.values["unrecorded_ns"] == found[1].evidence.values["left_out_ns"] == 75 * US
+    assert found[1].title.startswith("not recorded: 0.07 ms of step time (7.5%) lies after the last event the trace holds; on the "
+                                     "critical path: host time in operators and Python 0.01 ms recorded (1.2% of step time)")
     assert found[0].evidence.values["items"] == 3 and found[0].evidence.values["events"] == 3
     assert found[0].title.startswith("device-bound (90%): device compute; on the critical path: fp32 GEMM/convolution kernels "
                                      "(3 names) 0.90 ms (90.0% of step time); heaviest: volta_sgemm_128x64_nn_1 of aten::mm 0.30 ms")
@@ -438,11 +443,13 @@ def test_rule_names_one_class_for_the_fp32_gemms_on_a_device_bound_path(tmp_path
     assert "bf16" in found[0].recommendation and "GradScaler" in found[0].recommendation
     assert _evidence_rows(run_dir, found[0])["charged_ns"] == 900 * US
     assert _evidence_rows(run_dir, found[0])["items"] == 3
-    assert _evidence_rows(run_dir, found[1])["charged_ns"] == 87 * US
+    assert _evidence_rows(run_dir, found[1])["charged_ns"] == 87 * US  # the path's charge, what is left out included
 
 
 def test_fp32_gemm_advice_on_a_v100_is_fp16_with_gradscaler(tmp_path):
-    """A V100 (compute capability 7.0) has fp16 Tensor Cores and neither bf16 nor TF32."""
+    """A V100 (compute capability 7.0) has fp16 Tensor Cores and neither bf16 nor TF32. The precision
+    rule finds the same cause (the float32 aten::mm kernels) with the same advice: one cause, one
+    finding, so it is left to critical-path's fp32 class, and reported where that rule does not run."""
     run_dir = import_traces(write_trace(tmp_path / "t.json", _gemm_chain(), **_props("Tesla V100-SXM2-16GB", 7, 0)),
                             tmp_path / "run").run_dir
     from neuron_explorer.analyzers import analyze
@@ -452,7 +459,13 @@ def test_fp32_gemm_advice_on_a_v100_is_fp16_with_gradscaler(tmp_path):
     assert "torch.float16" in f.recommendation and "GradScaler" in f.recommendation
     assert "bfloat16" not in f.recommendation and "set_float32_matmul_precision" not in f.recommendation
     assert f.evidence.values["device_arch"] == "NVIDIA Volta (sm70: V100)"
-    (p,) = [f for f in report.findings if f.rule_id == "precision"]
+    assert not [f for f in report.findings if f.rule_id == "precision"]
+    assert [f.rule_id for f in report.findings if f.rule_id in ("critical-path", "precision", "device-underuse")
+            and "GradScaler" in f.recommendation] == ["critical-path"]
+    from neuron_explorer.analyzers.engine import all_rules
+
+    alone = analyze(run_dir, write=False, rules=[r for r in all_rules() if r.RULE_ID != "critical-path"])
+    (p,) = [f for f in alone.findings if f.rule_id == "precision"]
     assert "torch.float16" in p.recommendation and "GradScaler" in p.recommendation and "bfloat16" not in p.recommendation
     device = report.summary["ranks"][0]["utilisation"]["device"]
     assert device == {"arch": "NVIDIA Volta (sm70: V100)", "matrix_dtypes": ["fp16"],
@@ -474,6 +487,35 @@ def test_fp32_gemm_advice_on_an_a100_is_bf16_or_tf32(tmp_path):
         "compute capability 8.0 of NVIDIA Graphics Device in deviceProperties")
 
 
+S1688 = "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align{i}>(cutlass_80_tensorop_s1688gemm::Params)"
+
+
+@pytest.mark.parametrize(("kernels", "tf32_us", "told"), [
+    ((S1688,) * 3, 900, None),  # every fp32 GEMM runs TF32 already: bf16 is what is left
+    ((S1688, S1688, "ampere_sgemm_128x64_nn"), 600, "ampere_sgemm_128x64_nn of aten::mm 0.30 ms"),
+    (("volta_sgemm_128x64_nn_{i}",) * 3, 0, "the fp32 matmuls and convolutions"),
+])
+def test_fp32_gemms_that_run_tf32_already_are_not_told_to_allow_it(tmp_path, kernels, tf32_us, told):
+    """An A100's cutlass_80_tensorop_s1688gemm kernels are fp32 data on the Tensor Cores, run as TF32
+    (NVIDIA/cutlass#466): a100_train_blocking_dtoh's were told to allow TF32. They are told bf16
+    autocast; TF32 is advised only for the plain fp32 (SIMT) sgemms beside them, named."""
+    run_dir = import_traces(write_trace(tmp_path / "t.json", _gemm_chain(kernels=kernels), **_props("NVIDIA A100-SXM4-80GB", 8, 0)),
+                            tmp_path / "run").run_dir
+    from neuron_explorer.analyzers import analyze
+
+    (f,) = [f for f in analyze(run_dir, write=False).findings if f.evidence.values.get("class") == "fp32_matmul"]
+    assert f.impact_ns == 900 * US and f.evidence.values["tf32_ns"] == tf32_us * US
+    assert "torch.autocast(device_type='cuda', dtype=torch.bfloat16)" in f.recommendation
+    if told is None:
+        assert "set_float32_matmul_precision" not in f.recommendation and "allow TF32" not in f.recommendation
+        assert "they already run TF32 on the Tensor Cores" in f.recommendation
+    elif tf32_us:
+        assert f"allow TF32 for those that run plain fp32 ({told}: torch.set_float32_matmul_precision('high')" in f.recommendation
+    else:
+        assert f"allow TF32 for {told} (torch.set_float32_matmul_precision('high')" in f.recommendation
+        assert "already run" not in f.recommendation
+
+
 def test_rule_says_fuse_many_short_kernels(tmp_path):
     """Thirty 10 µs kernels back to back, launched well ahead, then a sync.
 
@@ -493,8 +535,10 @@ def test_rule_says_fuse_many_short_kernels(tmp_path):
                    _k("add_kernel", "kernel", i + 1, 20 + 10 * i, 10)]
     events.append(X("cudaDeviceSynchronize", "cuda_runtime", 170, 155, correlation=99))
     run_dir, found = _analyze(tmp_path, events)
+    # host: 85 µs outside calls and aten::add's 1 µs, less the 75 µs after the sync, the last event: nothing recorded there
     assert [(f.location.kernel, f.impact_ns, f.evidence.values["events"]) for f in found] == [
-        ("add_kernel", 300 * US, 30), (None, 86 * US, 1)]  # host: 85 µs outside calls and aten::add's 1 µs
+        ("add_kernel", 300 * US, 30), (None, 11 * US, 1)]
+    assert found[1].severity == "low" and found[1].saving_bound_ns <= 11 * US  # 2.75% of the step
     assert found[0].evidence.values["class"] == "elementwise"
     assert "30 short kernels per step" in found[0].recommendation and "torch.compile" in found[0].recommendation
 
@@ -556,9 +600,10 @@ def test_saving_bound_stops_where_the_other_stream_becomes_critical(tmp_path):
 
     The path charges k_short 800 µs (it ended last). Without it the device still has k_long's 800
     µs of the step, so the step cannot shrink below 800 µs: the saving bound is 1000 - 800 = 200 µs,
-    not the 800 charged. The 105 µs of host time outside traced calls (10 before the first
-    operator, 95 after the sync) can all go: the device is busy 880 µs of the step, so the step can
-    lose up to 120 µs; so can the 74 µs k_short waited for its launch.
+    not the 800 charged. Of the 105 µs of host time outside traced calls, the 95 after the sync (the
+    trace's last event) recorded nothing: no one's to save, left out of the host finding; the 10
+    before the first operator can go (the device is busy 880 µs of the step, so the step can lose up
+    to 120 µs); so can the 74 µs k_short waited for its launch.
     """
     events = [X("ProfilerStep#1", "user_annotation", 0, 1000),
               X("aten::mm", "cpu_op", 10, 10, **{"External id": 1}),
@@ -575,7 +620,8 @@ def test_saving_bound_stops_where_the_other_stream_becomes_critical(tmp_path):
     host = by_item[(None, None)]  # one class: the 105 µs outside traced calls and the host time of the aten::mm calls
     assert host.evidence.values["heaviest"][0] == {"item": None, "op": None, "charged_ns": 105 * US}
     mm = sum(m["charged_ns"] for m in host.evidence.values["heaviest"][1:])
-    assert host.impact_ns == 105 * US + mm and 0 < mm <= 20 * US and host.saving_bound_ns == host.impact_ns  # under the 120 µs
+    assert host.evidence.values["left_out_ns"] == 95 * US
+    assert host.impact_ns == 10 * US + mm and 0 < mm <= 20 * US and host.saving_bound_ns == host.impact_ns  # under the 120 µs
     idle = next(f for f in found if f.evidence.values["category"] == "idle")
     assert idle.impact_ns == 74 * US and idle.saving_bound_ns == 74 * US
 

@@ -340,11 +340,11 @@ def test_an_operator_that_waits_for_the_device_is_host_syncs_not_a_hotspot(tmp_p
 
 def test_device_idle_leaves_the_idle_in_allocator_calls_and_syncs_to_their_rules(tmp_path):
     """No profiler steps, one device (an inference server's trace, or a job with the caching
-    allocator off). The device idles 795 µs of its 990 µs window: 200 µs while the host is in a
-    cudaFree, 195 µs while it waits in a blocking copy (its own 5 µs copy runs at the end), and
-    400 µs of host work. Each cause is one finding: allocator-churn 200 µs, host-sync 200 µs (the
-    wait), device-idle the 400 µs left, naming the rest as theirs; they add up to no more than the
-    trace.
+    allocator off). The device idles 805 µs of the analysed window, the trace's 1,000 µs span (the
+    summary's device time: 10 of them before K1): 200 µs while the host is in a cudaFree, 195 µs
+    while it waits in a blocking copy (its own 5 µs copy runs at the end), and 410 µs of host work.
+    Each cause is one finding: allocator-churn 200 µs, host-sync 200 µs (the wait), device-idle the
+    410 µs left, naming the rest as theirs; they add up to no more than the trace.
 
         launch [0-5) -> K1 [10-100)
         cudaFree [120-320)                        (device idle)
@@ -362,24 +362,47 @@ def test_device_idle_leaves_the_idle_in_allocator_calls_and_syncs_to_their_rules
     (sync,) = _findings(run_dir, "host-sync")
     assert (alloc.impact_ns, sync.impact_ns) == (200 * US, 200 * US)
     v = idle.evidence.values
-    assert (v["window_ns"], v["idle_ns"]) == (990 * US, 795 * US)
+    (dt,) = analyze(run_dir, write=False).summary["ranks"][0]["device_time"]  # the summary's device time: the same idle
+    assert (v["window_ns"], v["idle_ns"]) == (dt["window_ns"], dt["idle_ns"]) == (1000 * US, 805 * US)
     assert (v["idle_in_allocator_calls_ns"], v["idle_in_syncs_ns"]) == (200 * US, 195 * US)
-    assert idle.impact_ns == 400 * US
+    assert idle.impact_ns == 410 * US
     with open_run(run_dir) as run:  # the evidence SQL, plain DuckDB over the events, says the same
         row = dict(zip(("busy_ns", "window_ns", "idle_ns", "idle_left_out_ns", "impact_ns"), run.sql(idle.evidence.sql).fetchone()))
-    assert row == {"busy_ns": 195 * US, "window_ns": 990 * US, "idle_ns": 795 * US, "idle_left_out_ns": 395 * US, "impact_ns": 400 * US}
-    assert idle.title == ("Device 0 idle 40.4% of its window (0.40 ms, besides 0.20 ms while the host was in device allocator "
+    assert row == {"busy_ns": 195 * US, "window_ns": 1000 * US, "idle_ns": 805 * US, "idle_left_out_ns": 395 * US, "impact_ns": 410 * US}
+    assert idle.title == ("Device 0 idle 41.0% of the analysed window (0.41 ms, besides 0.20 ms while the host was in device allocator "
                           "calls (allocator-churn's) and 0.20 ms while the host waited in syncs (host-sync's))")
+    # the gaps named are the idle left outside the free and the wait: 300 µs before K2's launch, 80 µs after the free
+    assert "gap of 0.30 ms: host ran cudaLaunchKernel 0.01 ms; gap of 0.08 ms: " in idle.recommendation, idle.recommendation
+
+
+def test_device_idle_names_no_part_that_prints_as_zero(tmp_path):
+    """No profiler steps (the analysed window is the span, 0-1000). The device idles 810 µs: 200 µs
+    while the host is in a cudaFree, 3 µs while it waits in a sync. Both are left out of the idle
+    figure, but a title once named the second as '0.00 ms while the host waited in syncs'. A part
+    that prints as 0.00 ms is left out of the title; its figure stays in the evidence.
+
+        launch [0-5) -> K1 [10-100)
+        cudaFree [120-320)   cudaStreamSynchronize [400-403)   (device idle)
+        launch [890-895) -> K2 [900-1000)
+    """
+    events = [_rt("cudaLaunchKernel", 0, 5, 1), _k("K1", 10, 90, 1), _rt("cudaFree", 120, 200, 2),
+              _rt("cudaStreamSynchronize", 400, 3, 3), _rt("cudaLaunchKernel", 890, 5, 4), _k("K2", 900, 100, 4)]
+    (idle,) = _findings(_run(tmp_path, events), "device-idle")
+    v = idle.evidence.values
+    assert (v["idle_ns"], v["idle_in_allocator_calls_ns"], v["idle_in_syncs_ns"]) == (810 * US, 200 * US, 3 * US)
+    assert idle.impact_ns == 607 * US
+    assert idle.title == ("Device 0 idle 60.7% of the analysed window (0.61 ms, besides 0.20 ms while the host was in device allocator "
+                          "calls (allocator-churn's))")
 
 
 def test_with_steps_the_idle_while_a_sync_waits_stays_device_idles(tmp_path):
     """With steps host-sync counts the idle its syncs cause after they return (here none: the next
-    launch follows at once), so the 480 µs the device idles while the host waits in a
-    cudaStreamSynchronize stay in device-idle's figure."""
+    launch follows at once), so the 490 µs the device idles while the host waits in a
+    cudaStreamSynchronize stay in device-idle's figure: the step's idle, 520 µs (10 before K1)."""
     events = [X("ProfilerStep#1", "user_annotation", 0, 1000), _rt("cudaLaunchKernel", 0, 5, 1), _k("K1", 10, 90, 1),
               _rt("cudaStreamSynchronize", 110, 490, 2), _rt("cudaLaunchKernel", 600, 5, 3), _k("K2", 610, 390, 3)]
     (idle,) = _findings(_run(tmp_path, events), "device-idle")
-    assert idle.evidence.values["idle_in_syncs_ns"] == 0 and idle.impact_ns == idle.evidence.values["idle_ns"] == 510 * US
+    assert idle.evidence.values["idle_in_syncs_ns"] == 0 and idle.impact_ns == idle.evidence.values["idle_ns"] == 520 * US
 
 
 def test_the_allocator_intervals_device_idle_leaves_out_are_allocator_churns_figure(tmp_path):

@@ -18,6 +18,7 @@ import pytest
 from neuron_explorer.analyzers import analyze
 from neuron_explorer.analyzers import flops as F
 from neuron_explorer.analyzers import peaks as P
+from neuron_explorer.analyzers.rules import device_underuse
 from neuron_explorer.analyzers.utilisation import kernel_table, peaks_in_force, rank_utilisation, rank_work
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.store import open_run
@@ -166,6 +167,8 @@ def test_underused_fp32_gemm_on_a_tensor_core_device(tmp_path):
     assert f.location.kernel == "sgemm_fp32" and f.location.op == "aten::mm"
     assert "torch.autocast(device_type='cuda', dtype=torch.bfloat16)" in f.recommendation and "allow_tf32" in f.recommendation
     assert "not all multiples of 8" in f.recommendation
+    # a shape to fix is a cause critical-path's fp32 class does not name: such a finding is never left to it (leaves_to)
+    assert f.evidence.values["causes"] == ["precision", "alignment"] and device_underuse.leaves_to(f) == []
     achieved = 2 * m * k * n / 8e-3
     assert f.evidence.values["tflops_per_s"] == pytest.approx(achieved / 1e12)
     assert f.evidence.values["target_dtype"] == "bf16"

@@ -58,11 +58,20 @@ def windows(run: Run, rank: int) -> list[tuple[int | None, int, int]]:
     return [(None, int(sp["start_ns"]), int(sp["end_ns"]))] if sp["start_ns"] is not None else []
 
 
+def windows_sql(ranks: str) -> str:
+    """`windows` in plain DuckDB on the `events` view alone (the `steps` view's definition inlined),
+    for the ranks that `ranks` lists (SQL: a rank, a list of them, or a query giving them): rows
+    (rank, step, lo, hi), each profiler step's range, or the rank's span (step null) where it has no steps."""
+    return (f"SELECT rank, step, min(ts_ns) AS lo, max(ts_ns + dur_ns) AS hi FROM events WHERE rank IN ({ranks}) AND kind = 'step' "
+            f"GROUP BY rank, step UNION ALL SELECT rank, NULL, min(ts_ns), max(ts_ns + dur_ns) FROM events WHERE rank IN ({ranks}) "
+            f"AND kind <> 'other' AND rank NOT IN (SELECT rank FROM events WHERE rank IN ({ranks}) AND kind = 'step') GROUP BY rank")
+
+
 def _in_ranks(ranks: list[int], col: str = "rank") -> str:
     return f"{col} IN ({', '.join(str(int(r)) for r in ranks)})"
 
 
-def _windows_many(run: Run, ranks: list[int]) -> dict[int, list[tuple[int | None, int, int]]]:
+def windows_many(run: Run, ranks: list[int]) -> dict[int, list[tuple[int | None, int, int]]]:
     """`windows` of every rank of `ranks`, by two queries grouped by rank."""
     out: dict[int, list] = {int(r): [] for r in ranks}
     for r, st, ts, dur in run.sql(f"SELECT rank, step, ts_ns, dur_ns FROM steps WHERE {_in_ranks(ranks)} ORDER BY rank, step").fetchall():
@@ -167,7 +176,7 @@ def breakdowns(run: Run, ranks: list[int], unions: dict | None = None) -> dict[i
     ranks = [int(r) for r in ranks]
     if not ranks:
         return {}
-    wins = _windows_many(run, ranks)
+    wins = windows_many(run, ranks)
     per_rank = device_unions_many(run, ranks) if unions is None else unions
     with_device = [r for r in ranks if per_rank.get(r)]
     # exposed communication is named only where collectives ran (B - A is their union's part)
@@ -340,9 +349,7 @@ def exposed_sql(rank: int, device: int) -> str:
     a = union_sql(f"{base} AND {UNION_WHERES['compute']}")
     b = union_sql(f"{base} AND {UNION_WHERES['kernels']}")
     c = union_sql(f"{base} AND kind = 'kernel' AND {_COMM}")
-    steps = f"SELECT min(ts_ns) AS lo, max(ts_ns + dur_ns) AS hi FROM events WHERE rank = {int(rank)} AND kind = 'step' GROUP BY step"
-    win = (f"{steps} UNION ALL SELECT min(ts_ns), max(ts_ns + dur_ns) FROM events WHERE rank = {int(rank)} AND kind <> 'other' "
-           f"AND NOT EXISTS (SELECT 1 FROM events WHERE rank = {int(rank)} AND kind = 'step')")
+    win = f"SELECT lo, hi FROM ({windows_sql(str(int(rank)))})"
 
     def covered(u: str) -> str:
         return (f"(SELECT coalesce(sum(greatest(least(u.end_ns, w.hi) - greatest(u.start_ns, w.lo), 0)), 0) FROM ({u}) u "

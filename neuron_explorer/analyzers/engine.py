@@ -16,7 +16,8 @@ rank, which the engine runs once per batch of ranks, grouped by rank, and the ch
 rank's rows of (`rank_rows.rows`); the summary's figures declare theirs the same way.
 One cause, one finding: a SCOPE='rank' rule whose findings may name a cause another rule owns
 (critical-path's classes: data loading is input-pipeline's; hotspot's operator whose time is the
-path's one-off launch) has `leaves_to(finding)`: the owning rule's id, or (rule id, test of its
+path's one-off launch; precision's and device-underuse's fp32 matrix work, the path's fp32
+GEMM/convolution class) has `leaves_to(finding)`: the owning rule's id, or (rule id, test of its
 findings) pairs; such a finding is dropped where an owning finding on the same rank is kept
 (`leave_to_owners`).
 A SCOPE='run' rule may have `prepare(run)`: the run-wide queries its check reads, kept per open run;

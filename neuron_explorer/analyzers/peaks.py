@@ -8,7 +8,8 @@ is reported as unknown: never guessed. Users override or add peaks with `--peak-
 Next to the peaks, ARCHS is the one table of what each architecture's matrix units support (fp16,
 bf16, TF32, FP8, ...), how a trace reveals it (device name, compute capability, kernel names) and
 the lower-precision advice that fits it (`precision_advice`): fp16 autocast with GradScaler on a
-V100, bf16 autocast or TF32 on an A100 and later, FP8 where the device has it. Every Peak names
+V100, bf16 autocast or TF32 on an A100 and later (bf16 alone for kernels whose names say they run
+TF32 already), FP8 where the device has it. Every Peak names
 its Arch. `detect` picks the architecture from what a trace records (docs/METRICS.md "Device").
 
 Must not: read runs (metrics and rules call `match` and `detect` with what they read).
@@ -327,14 +328,22 @@ def matrix_units(arch: Arch | None) -> tuple[str, str]:
     return "matrix units", "M, N and K padded to a multiple of the matrix units' tile"
 
 
-def precision_advice(arch: Arch | None) -> str:
+def precision_advice(arch: Arch | None, *, tf32_already: bool = False, not_tf32: str = "") -> str:
     """What to run fp32 matrix work in, on this architecture: fp16 autocast with GradScaler where
     the matrix units have no bf16 (V100, T4), bf16 autocast or TF32 where they do (A100 and later,
-    MI200 without TF32), FP8 where the device has it; generic advice for an unknown device."""
+    MI200 without TF32), FP8 where the device has it; generic advice for an unknown device.
+    `tf32_already`: the kernels' names say the Tensor Cores run them as TF32 already
+    (vocab.kernel_runs_tf32), so TF32 is not advised for them; `not_tf32`: those among them that
+    run plain fp32 (their names and times, in words), the only ones TF32 is then advised for."""
+    ran = ("they already run TF32 on the Tensor Cores (their kernel names say so: fp32 data on Tensor Core kernels), "
+           "so allowing TF32 changes nothing for them")
+    if not_tf32:
+        ran = ("the kernels whose names say TF32 already run it on the Tensor Cores; allow TF32 for those that run plain "
+               f"fp32 ({not_tf32}: torch.set_float32_matmul_precision('high'), torch.backends.cudnn.allow_tf32 = True)")
     if arch is None:
-        return ("run them in lower precision on the matrix units: bf16 autocast (torch.autocast(device_type='cuda', dtype=torch.bfloat16)) "
-                "on GPUs that have bf16 (NVIDIA A100 and later, AMD MI200 and later), else fp16 autocast with torch.cuda.amp.GradScaler; "
-                "TF32 (torch.set_float32_matmul_precision('high')) on NVIDIA A100 and later")
+        text = ("run them in lower precision on the matrix units: bf16 autocast (torch.autocast(device_type='cuda', dtype=torch.bfloat16)) "
+                "on GPUs that have bf16 (NVIDIA A100 and later, AMD MI200 and later), else fp16 autocast with torch.cuda.amp.GradScaler; ")
+        return text + (ran if tf32_already else "TF32 (torch.set_float32_matmul_precision('high')) on NVIDIA A100 and later")
     dev = arch.autocast_device
     if not arch.has("bf16") and arch.has("fp16"):
         return (f"run them in fp16 on the {arch.name} Tensor Cores: torch.autocast(device_type='{dev}', dtype=torch.float16) with "
@@ -345,6 +354,8 @@ def precision_advice(arch: Arch | None) -> str:
         # torch.backends.cudnn and Transformer Engine are CUDA/ROCm's; the Neuron compiler casts matmuls itself
         text += ("; or TF32 for the fp32 matmuls (the Neuron compiler's auto-cast options: AWS Neuron documentation, "
                  "'Mixed Precision and Performance-accuracy Tuning')")
+    elif arch.has("tf32") and tf32_already:
+        text += "; " + ran
     elif arch.has("tf32"):
         text += ("; or allow TF32 for the fp32 matmuls and convolutions (torch.set_float32_matmul_precision('high'), "
                  "torch.backends.cudnn.allow_tf32 = True)")

@@ -12,7 +12,9 @@ gaps as waiting for a launch or for other work. It names the heaviest classes, a
 MAX_CLASSES per rank, each at least CLASS_SHARE_MIN of step time, with the heaviest members and
 what to try: fp32 GEMMs/convolutions → the lower precision the device's matrix units run
 (analyzers/peaks.py precision_advice: fp16 autocast with GradScaler on V100/T4, bf16 autocast or
-TF32 on A100 and later, FP8 where the device has it); NCHW convolutions (4-d input, kernel not
+TF32 on A100 and later, FP8 where the device has it; where some of the class's kernels run TF32
+already by their names, vocab.kernel_runs_tf32, `tf32_ns` of the class, TF32 only for the matrix
+kernels beside them that run plain fp32, named); NCHW convolutions (4-d input, kernel not
 NHWC) → channels_last; many short kernels → fusion / torch.compile; copies → pinned memory and
 non_blocking; launch overhead and host time → CUDA graphs, torch.compile, fewer `.item()` calls
 (launches most of whose time is one call → a kernel's first launch loading its code, a one-off:
@@ -23,7 +25,8 @@ Python outside every operator and nn.Module, in a rank that records modules → 
 after the model (decoding, preprocessing, logging): off the step's path; host time most of which
 is charged to no event after the last event the trace holds (`unrecorded_ns`: a step's range
 running on where nothing was recorded) → no Python to remove: profile with a schedule and
-prof.step() once per step; host time at least half of which is long stretches (`long_stretches_ns`:
+prof.step() once per step (the title then says first how much of the step was not recorded, not
+the bound, and the impact and saving bound leave it out: `left_out_ns`); host time at least half of which is long stretches (`long_stretches_ns`:
 pieces of LONG_STRETCH_NS or more, each charged whole to one operator or record_function range with
 nothing recorded beneath it) → not the dispatcher overhead between operators that compiling removes
 but a wait the trace does not show (a sync inside a library, the autograd engine's thread, a
@@ -39,9 +42,13 @@ input pipeline → DataLoader workers. One cause, one finding: a class whose cau
 names (`LEFT_TO`: data loading → input-pipeline, launches → launch-overhead unless one call holds most of them, host waits →
 host-sync, idle waiting on other work → device-idle, collectives → comm-exposed) is left to that
 rule's finding where it reports the rank (the engine drops the class's finding then: `leaves_to`).
+The fp32 GEMM/convolution class is the one finding for its cause: precision and device-underuse
+leave theirs to it where it reports the rank (their `leaves_to`).
 Impact: the class's charged ns on the path over all steps (the members' charged ns are disjoint,
-so this is their union; time off the path is not counted). Saving bound: per step, the class's
-charged ns, but no more than the step's duration minus the work of the other resource, which then becomes critical (`critical_path.saving_bound`
+so this is their union; time off the path is not counted), less `left_out_ns`: the host time the
+trace did not record where it is most of the host class (`unrecorded_ns`), which is no one's to save.
+Saving bound: per step, the class's charged ns (less what is left out), but no more than the step's duration minus
+the work of the other resource, which then becomes critical (`critical_path.saving_bound`
 with the class's kernels removed from the device, docs/METRICS.md "Saving bound"). The evidence
 query reads `analysis/critical_path.parquet`, which `analyze` writes. Not applicable without
 steps, or on a CPU-only run (every step is then host-bound by its operators, which `hotspot`
@@ -62,7 +69,9 @@ from ...vocab import (
     SYNC_OPS,
     WORK_CLASSES,
     ZERO_GRAD_RANGE,
+    is_matrix_kernel,
     is_sync_call_name,
+    kernel_runs_tf32,
     kinds_sql,
     work_class,
     work_class_sql,
@@ -156,16 +165,17 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
     `unrecorded_ns`: host time charged to no event after the last event the trace holds (`_unrecorded_ns`).
     `stretches`: the host time in long stretches and the names holding it (`_long_stretches`)."""
     if cls == "host" and unrecorded_ns * 2 >= charged:
-        return (f"{ms(unrecorded_ns)} of this time is a step's range running on after the last event the trace holds: nothing "
-                "was recorded there, so it is no Python to speed up. The profiler's window closed (or its events were "
-                "dropped) before the step ended. Profile with a schedule (torch.profiler.schedule(wait=1, warmup=1, active=3)) "
+        return (f"{ms(unrecorded_ns)} of the step's time is its range running on after the last event the trace holds: nothing "
+                "was recorded there, so it is no Python to speed up and no saving (this finding's impact and saving bound leave it "
+                "out). The profiler's window closed (or its events were dropped) before the step ended. Profile with a schedule "
+                "(torch.profiler.schedule(wait=1, warmup=1, active=3)) "
                 "and call prof.step() once per step, so that each recorded step ends where the next begins.")
     graphs = graphs or P.graph_advice(None)
     per_step = events / max(step_count, 1)
     if cls in WORK_CLASSES and cls not in ("communication", "memcpy"):
         tips = []
         if cls == "fp32_matmul":
-            tips.append("fp32 GEMMs/convolutions: " + P.precision_advice(arch))
+            tips.append("fp32 GEMMs/convolutions: " + _fp32_advice(members, arch))
         if any((CONV.search(m["op"] or "") or CONV.search(m["item"] or "")) and not NHWC.search(m["item"] or "")
                and _first_input_rank(m["op_args"]) == 4 for m in members):
             tips.append("NCHW convolutions: convert the model and its inputs to channels_last "
@@ -262,6 +272,19 @@ def _known_host_costs(cls: str, members: list[dict], charged: int) -> str:
     return out
 
 
+def _fp32_advice(members: list[dict], arch) -> str:
+    """The fp32 class's precision advice (peaks.precision_advice): TF32 is not advised for kernels
+    whose names say the Tensor Cores run them as TF32 already (vocab.kernel_runs_tf32:
+    a100_train_blocking_dtoh's cutlass_80_tensorop_s1688gemm kernels), only for the matrix kernels
+    beside them that run plain fp32 (ampere_sgemm, implicit_convolve_sgemm), named with their time."""
+    if not any(kernel_runs_tf32(m["item"]) for m in members):
+        return P.precision_advice(arch)
+    # TF32 moves only matrix kernels onto the Tensor Cores (not a GEMM's bias reduction, its split-K reduce, a gemv)
+    plain = [m for m in members if is_matrix_kernel(m["item"]) and not kernel_runs_tf32(m["item"])]
+    more = f" and {len(plain) - 3} more" if len(plain) > 3 else ""
+    return P.precision_advice(arch, tf32_already=True, not_tf32=_names_of(plain) + more if plain else "")
+
+
 def _names_of(members: list[dict]) -> str:
     """Members with their charged time, heaviest first, at most three (kernels that would read alike told apart)."""
     shown = members[:3]
@@ -300,13 +323,37 @@ def _unrecorded_ns(path, last_end: int | None) -> int:
     """Host time the path charges to no event after `last_end` (the end of the last event the rank's
     trace holds, its steps' and the profiler's own ranges left out): a step's range that runs on
     after everything recorded, where nothing was observed (not Python between calls)."""
+    return sum(_unrecorded_by_step(path, last_end).values())
+
+
+def _unrecorded_by_step(path, last_end: int | None) -> dict[int, int]:
+    """`_unrecorded_ns` per step ({step: ns}, steps with some only)."""
     import numpy as np
 
     mask = (path.category == cp.CATEGORIES.index("host_compute")) & (path.event_id < 0)
     if last_end is None or not mask.any():
-        return 0
+        return {}
     ts, end = path.ts[mask], path.ts[mask] + path.ns[mask]
-    return int(np.maximum(end - np.maximum(ts, last_end), 0).sum())
+    after = np.maximum(end - np.maximum(ts, last_end), 0)
+    steps, inverse = np.unique(path.step[mask], return_inverse=True)
+    per = np.bincount(inverse, weights=after, minlength=len(steps))
+    return {int(st): int(round(ns)) for st, ns in zip(steps.tolist(), per.tolist()) if ns > 0}
+
+
+def _recorded(members: list[dict], unrecorded: int) -> list[dict]:
+    """The host class's members less the unrecorded time (`_unrecorded_ns`), which the path charges
+    to untraced host time (item None, heaviest first): what the trace shows, heaviest first, members
+    left with nothing dropped. cuda_triton: 'Python outside every traced call' 13,334.91 ms was
+    13,334.48 ms after the last event and 0.43 ms between the recorded calls."""
+    out, left = [], unrecorded
+    for m in members:
+        if m["item"] is None and left > 0:
+            taken = min(left, m["charged_ns"])
+            left -= taken
+            m = {**m, "charged_ns": m["charged_ns"] - taken}
+        if m["charged_ns"] > 0:
+            out.append(m)
+    return sorted(out, key=lambda m: -m["charged_ns"])
 
 
 def _unseen_waits(ctx: Context, path) -> tuple[int, int]:
@@ -436,6 +483,17 @@ def leaves_to(finding) -> str | None:
     return LEFT_TO.get(v.get("class"))
 
 
+def _title(bound_words: str, class_words: str, recorded: int, unrecorded: int, total: int) -> str:
+    """A class's title, before its heaviest members. Host time most of which the trace did not record
+    (`unrecorded`: a step's range running on after the last event, left out of `recorded`) is named
+    first, as what it is, not as the bound the path's categories give (cuda_triton: 'host-bound
+    (100%): CPU operators and Python' for 13,334.48 ms of nothing recorded in a 13,336.32 ms step)."""
+    if unrecorded:
+        return (f"not recorded: {ms(unrecorded)} of step time ({pct(unrecorded / total)}) lies after the last event the trace holds; "
+                f"on the critical path: {class_words} {ms(recorded)} recorded ({pct(recorded / total)} of step time)")
+    return f"{bound_words}; on the critical path: {class_words} {ms(recorded)} ({pct(recorded / total)} of step time)"
+
+
 def check(ctx: Context) -> list:
     ctx.require_device()  # on a CPU-only run every step is host-bound by its operators: the hotspot rules name them
     path = cp.path_of(ctx.run, ctx.rank)  # columns, computed once per rank
@@ -460,22 +518,31 @@ def check(ctx: Context) -> list:
             arch = work.detected.arch if work.detected and work.detected.arch else P.arch_of(work.peak, work.device_name)
         events = sum(m["events"] for m in members)
         one_off = cls == "launch" and one_off_id is not None  # one launch call holds most of the class
-        unrecorded = _unrecorded_ns(path, (rank_rows(ctx.run, LAST_RECORDED, ctx.rank) or [(None,)])[0][0]) if cls == "host" else 0
+        unrecorded_steps = (_unrecorded_by_step(path, (rank_rows(ctx.run, LAST_RECORDED, ctx.rank) or [(None,)])[0][0])
+                            if cls == "host" else {})
+        unrecorded = sum(unrecorded_steps.values())
+        # most of the host class recorded nothing (the advice says so: `_advice`): time the trace did not record is no
+        # one's to save, and the impact and the saving bound are the rest; a smaller tail after the last event stays in
+        # (the Python between the last call and the step's end)
+        left_out = unrecorded if unrecorded and unrecorded * 2 >= charged else 0
         stretches = _long_stretches(ctx.run, path) if cls == "host" else (0, [])
         unseen = _unseen_waits(ctx, path) if cls == "host_sync" else (0, 0)
         step_ns: dict = {}
         for m in members:
             for st, ns in (m.get("step_ns") or {}).items():
                 step_ns[st] = step_ns.get(st, 0) + ns
+        recorded = charged - left_out
+        if left_out:
+            step_ns = {st: ns - unrecorded_steps.get(st, 0) for st, ns in step_ns.items()}
         merged = {"category": members[0]["category"], "item": tuple(m["item"] for m in members if m["item"] is not None),
                   "step_ns": step_ns}
         top = members[0]
-        heaviest = _names_of(members)
+        shown = _recorded(members, left_out) if left_out else members
+        heaviest = _names_of(shown)
         source = ctx.source_of(top["frame_id"])
         out.append(ctx.finding(
-            title=f"{bound['overall']['words']}; on the critical path: {_class_words(cls, members)} {ms(charged)} "
-                  f"({pct(charged / total)} of step time); heaviest: {heaviest}",
-            impact_ns=charged, saving_bound_ns=min(charged, cp.saving_bound(ctx.run, ctx.rank, merged)),
+            title=_title(bound["overall"]["words"], _class_words(cls, shown), recorded, left_out, total) + f"; heaviest: {heaviest}",
+            impact_ns=recorded, saving_bound_ns=min(recorded, cp.saving_bound(ctx.run, ctx.rank, merged)),
             location=Location(op=top["op"] or (top["item"] if top["category"] not in DEVICE + ("idle",) else None),
                               kernel=top["item"] if top["category"] in DEVICE else None, source=source,
                               module_path=top["module_path"], steps=[s["step"] for s in bound["steps"]]),
@@ -485,8 +552,9 @@ def check(ctx: Context) -> list:
                     "bound": bound["overall"]["bound"], "path_ns": total,
                     "heaviest": [{"item": m["item"], "op": m["op"], "charged_ns": m["charged_ns"]} for m in members[:3]],
                     "device_arch": arch.name if arch else None,
-                    **({"unrecorded_ns": unrecorded, "long_stretches_ns": stretches[0]} if cls == "host" else {}),
+                    **({"unrecorded_ns": unrecorded, "left_out_ns": left_out, "long_stretches_ns": stretches[0]} if cls == "host" else {}),
                     **({"waits_ns": unseen[0], "waits_device_idle_ns": unseen[1]} if cls == "host_sync" else {}),
+                    **({"tf32_ns": sum(m["charged_ns"] for m in members if kernel_runs_tf32(m["item"]))} if cls == "fp32_matmul" else {}),
                     **({"one_off_ns": longest} if one_off else {})},
             sample_event_ids=[top["sample_id"]] if top["sample_id"] is not None else [], uses_source=True,
             recommendation=" ".join(x for x in (_advice(cls, members, events, charged, step_count, arch, graph_tip(ctx),

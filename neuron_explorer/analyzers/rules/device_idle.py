@@ -1,10 +1,12 @@
 """device-idle: the device waits for the host.
 
-Finds devices that sit idle for a large share of their window (first to last kernel, memcpy or
-memset on that device): the gaps between busy intervals, where nothing ran on any stream. For the
-largest gaps it names what the host was doing meanwhile (the top-level operators that overlap
-the gap), which tells whether the job is host-bound (Python, data loading, launches) or waits on
-something else. Impact: idle time inside the device window, less the idle while the host was
+Finds devices that sit idle for a large share of the analysed window (the rank's profiler steps,
+or its span without steps: the time every share is of): the summary's device time, whose idle is
+the window's time where no kernel, memcpy or memset ran on any stream of the device
+(device_time.py, docs/METRICS.md "Device time"). For the largest gaps, the longest pieces of that
+idle (so none outside the steps), it names what the host was doing meanwhile (the top-level
+operators that overlap the gap), which tells whether the job is host-bound (Python, data loading,
+launches) or waits on something else. Impact: that idle, less the idle while the host was
 in a call another rule names as the cause, so that one cause is one finding: a device allocator
 call (allocator-churn's intervals: with steps, in the steady steps; a free waits for the device,
 and with the caching allocator off most of the idle is in them), and without profiler steps a
@@ -14,7 +16,9 @@ both rules' finding), and the DataLoader's fetches (input-pipeline's union: a si
 loader fetching while the device waits, 188 of the 274 ms of idle in the torch 1.8 ResNet-50
 trace), and a kernel's first launch loading its code, which the critical path's launch finding
 names as a one-off (the critical-path rule's one_off_launch: the MI250 trace's 6.54 ms hipLaunchKernel was
-6.54 of its 8.76 ms of idle, and the advice to keep the device fed did not fit it). With steps
+6.54 of its 9.19 ms of idle, and the advice to keep the device fed did not fit it), and with steps the
+idle after the last event the trace holds (a step's range running on where nothing was recorded, which
+the critical path names: cuda_triton's one step idled 13,335 ms there, with no call to name). With steps
 host-sync counts the idle the syncs cause after they return, and the idle during a wait stays
 here. The evidence gives the whole idle (`idle_ns`) and the parts left out. Saving bound: the same.
 When the longest gap holds half the idle and one host operator runs through nearly all of it, the
@@ -37,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...vocab import DEVICE_WORK_SQL, allocator_call, call_inputs, kinds_sql, top_host_call
-from .. import metrics
+from .. import device_time, metrics
 from ..engine import Context
 from ..model import Location
 from ..rank_rows import RankQuery, prepared_rows
@@ -52,18 +56,29 @@ TITLE = "Device idle between kernels (host-bound gaps)"
 CATEGORY = "device_idle"
 SCOPE = "rank"
 THRESHOLDS = {
-    "IDLE_SHARE_MIN": 0.10,  # idle time / device window
+    "IDLE_SHARE_MIN": 0.10,  # idle time / the analysed window (the summary's device time)
     "GAPS_SHOWN": 3,  # largest gaps whose host activity is named
 }
 
 
+_BEFORE_ALL, _AFTER_ALL = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+"""The ends of the idle before a device's first busy interval and after its last (cut to the analysed window; SQL: null)."""
+
+
 def _gaps_sql(rank_where: str) -> str:
-    """Each device's largest gaps between busy intervals: rows (rank, device, i, gap_start, gap_end),
-    i = 0 the longest (ties: the earlier)."""
+    """Each device's largest gaps: its idle inside the analysed window (device_time.windows_sql, the
+    union of the rank's profiler steps, or its span without steps), the pieces of that window no busy
+    interval covers: rows (rank, device, i, gap_start, gap_end), i = 0 the longest (ties: the earlier end)."""
     union = metrics.union_sql(f"{rank_where} AND device IS NOT NULL AND kind IN {DEVICE_WORK_SQL}", ("rank", "device"))
+    wins = metrics.union_of_sql(f"SELECT rank, lo AS ts_ns, hi AS end_ns FROM ({device_time.windows_sql('SELECT rank FROM u')}) WHERE hi > lo",
+                                ("rank",))
     return f"""WITH u AS ({union}),
-gp AS (SELECT rank, device, lag(end_ns) OVER (PARTITION BY rank, device ORDER BY start_ns) AS gap_start, start_ns AS gap_end FROM u
-       QUALIFY gap_start IS NOT NULL)
+w AS ({wins}),
+idle AS (SELECT rank, device, lag(end_ns) OVER (PARTITION BY rank, device ORDER BY start_ns) AS gap_start, start_ns AS gap_end FROM u
+         UNION ALL SELECT rank, device, max(end_ns), NULL FROM u GROUP BY rank, device),
+gp AS (SELECT idle.rank, idle.device, greatest(coalesce(idle.gap_start, w.start_ns), w.start_ns) AS gap_start,
+         least(coalesce(idle.gap_end, w.end_ns), w.end_ns) AS gap_end
+       FROM idle JOIN w ON idle.rank = w.rank AND coalesce(idle.gap_start, w.start_ns) < w.end_ns AND coalesce(idle.gap_end, w.end_ns) > w.start_ns)
 SELECT rank, device, (row_number() OVER (PARTITION BY rank, device ORDER BY gap_end - gap_start DESC, gap_end) - 1)::INTEGER AS i,
   gap_start, gap_end FROM gp QUALIFY i < {THRESHOLDS['GAPS_SHOWN']}"""
 
@@ -88,24 +103,57 @@ def _one_rank(sql: str) -> str:
     return f"SELECT * EXCLUDE (rank) FROM ({sql}) ORDER BY ALL"
 
 
+def _cut(union: np.ndarray, wins: np.ndarray) -> np.ndarray:
+    """The pieces of `union` (sorted disjoint (n, 2), as metrics.union_array gives) inside each window
+    of `wins` ((m, 2) of (lo, hi)), window by window: the intersection of two unions where `wins` is one."""
+    if not len(union) or not len(wins):
+        return np.empty((0, 2), dtype=np.int64)
+    first = np.searchsorted(union[:, 1], wins[:, 0], side="right")  # the first interval ending after the window's start
+    n = np.maximum(np.searchsorted(union[:, 0], wins[:, 1], side="left") - first, 0)  # those starting before its end
+    w = np.repeat(np.arange(len(wins)), n)
+    idx = np.repeat(first, n) + np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+    out = np.stack([np.maximum(union[idx, 0], wins[w, 0]), np.minimum(union[idx, 1], wins[w, 1])], axis=1)
+    return out[out[:, 1] > out[:, 0]]
+
+
+def _complement(union: np.ndarray) -> np.ndarray:
+    """Where `union` (sorted disjoint (n, 2)) has no interval: before its first, between, after its last."""
+    return np.stack([np.concatenate([[_BEFORE_ALL], union[:, 1]]), np.concatenate([union[:, 0], [_AFTER_ALL]])], axis=1)
+
+
+def _windows(run, ranks) -> dict[int, np.ndarray]:
+    """Each rank's analysed window (device_time.windows_many: its profiler steps, its span without
+    steps; the summary's device time is over them), (n, 2) of (lo, hi) in step order."""
+    return {int(r): np.asarray([(lo, hi) for _, lo, hi in ws], dtype=np.int64).reshape(-1, 2)
+            for r, ws in device_time.windows_many(run, [int(r) for r in ranks]).items()}
+
+
+def _idle_pieces(busy: np.ndarray, wins: np.ndarray) -> np.ndarray:
+    """A device's idle inside the analysed window: the pieces of the windows' union (`wins`, a rank's
+    `_windows`) that its busy union (`busy`) does not cover, sorted (a gap across two steps one
+    after another is one piece)."""
+    return _cut(_complement(busy), metrics.union_array(wins[:, 0], wins[:, 1]))
+
+
+def _longest(device: int, pieces: np.ndarray) -> list[tuple]:
+    """GAPS' rows of a device from its idle pieces: the GAPS_SHOWN longest (ties: the earlier end), numbered from 0."""
+    order = np.lexsort((pieces[:, 1], pieces[:, 0] - pieces[:, 1]))[: THRESHOLDS["GAPS_SHOWN"]]
+    return [(device, i, int(a), int(b)) for i, (a, b) in enumerate(pieces[order].tolist())]
+
+
 def _read_gaps(run, ranks) -> dict[int, list[tuple]]:
     """GAPS' rows of each rank from its devices' busy unions (metrics.DEVICE_BUSY, which the summary
-    reads for every rank: prepared for a batch), as `_gaps_sql` computes them from the same union:
-    per device, the gaps between consecutive busy intervals, the GAPS_SHOWN longest (ties: the
-    earlier end) numbered from 0. No query of its own: the union is not computed again."""
+    reads for every rank: prepared for a batch) and its analysed window, as `_gaps_sql` computes
+    them: per device, its idle pieces inside the window (`_idle_pieces`), the GAPS_SHOWN longest
+    (ties: the earlier end) numbered from 0. The union is not computed again."""
+    wins = _windows(run, ranks)
     out = {}
     for r in ranks:
         busy = rank_arrays(run, metrics.DEVICE_BUSY, r)
         dev = np.asarray(busy["device"], dtype=np.int64)
-        start, end = np.asarray(busy["start_ns"], dtype=np.int64), np.asarray(busy["end_ns"], dtype=np.int64)
-        m = np.flatnonzero(dev[1:] == dev[:-1]) + 1  # each interval after the first of its device: the gap before it
-        d, a, b = dev[m], end[m - 1], start[m]
-        order = np.lexsort((b, a - b, d))  # per device, the longest first (ties: the earlier end)
-        d, a, b = d[order], a[order], b[order]
-        first = np.searchsorted(d, d, side="left")  # position of the device's first gap
-        i = np.arange(len(d)) - first
-        keep = i < THRESHOLDS["GAPS_SHOWN"]
-        out[int(r)] = list(zip(d[keep].tolist(), i[keep].tolist(), a[keep].tolist(), b[keep].tolist()))
+        iv = np.stack([np.asarray(busy["start_ns"], dtype=np.int64), np.asarray(busy["end_ns"], dtype=np.int64)], axis=1)
+        w = wins.get(int(r), np.empty((0, 2), dtype=np.int64))
+        out[int(r)] = [g for d in dict.fromkeys(dev.tolist()) for g in _longest(d, _idle_pieces(iv[dev == d], w))]
     return out
 
 
@@ -237,9 +285,9 @@ first call of new shapes), for all ranks of a batch at once."""
 
 def screen(run, summaries: dict) -> set[int]:
     """Ranks without a device (not applicable) and those with a device idle beyond the check's
-    share of its window (the summary's figures: no query)."""
+    share of the analysed window (the summary's device time: no query)."""
     return {r for r, s in summaries.items() if not s["devices"] or any(
-        d["window_ns"] and d["idle_ns"] / d["window_ns"] >= THRESHOLDS["IDLE_SHARE_MIN"] for d in s["devices"])}
+        d["window_ns"] and d["idle_ns"] / d["window_ns"] >= THRESHOLDS["IDLE_SHARE_MIN"] for d in s["device_time"])}
 
 
 def _device_busy(ctx: Context, device: int) -> np.ndarray:
@@ -249,15 +297,12 @@ def _device_busy(ctx: Context, device: int) -> np.ndarray:
     return np.stack([np.asarray(busy["start_ns"], dtype=np.int64)[mine], np.asarray(busy["end_ns"], dtype=np.int64)[mine]], axis=1)
 
 
-def _idle_in(busy: np.ndarray, intervals: np.ndarray) -> int:
-    """The device's idle inside its window (its busy union's first start to last end) during
-    `intervals` (a union, as metrics.union_array gives): their length within the window less the
-    busy time in them."""
-    if not len(intervals) or not len(busy):
-        return 0
-    w = np.clip(intervals, busy[0, 0], busy[-1, 1])
-    w = w[w[:, 1] > w[:, 0]]
-    return int((w[:, 1] - w[:, 0]).sum()) - metrics.covered_within(w, busy)
+def _idle_in(busy: np.ndarray, intervals: np.ndarray, wins: np.ndarray) -> int:
+    """The device's idle inside the analysed window during `intervals` (a union, as
+    metrics.union_array gives), window by window as the summary's device time counts its idle
+    (`wins`: the rank's `_windows`): their length within each window less the busy time in them."""
+    w = _cut(intervals, wins)
+    return int((w[:, 1] - w[:, 0]).sum()) - metrics.covered_within(w, busy) if len(w) else 0
 
 
 _ALLOC_CALLS = f"SELECT rank, 0 AS what, ts_ns AS start_ns, ts_ns + dur_ns AS end_ns, coalesce(step, -1) AS step FROM events WHERE {allocator_call()}"
@@ -337,11 +382,25 @@ def _first_launch(ctx: Context) -> tuple[int | None, np.ndarray]:
     return int(got[0]), iv
 
 
+_UNRECORDED_SQL = f"SELECT max(ts_ns + dur_ns) AS ts_ns, {_AFTER_ALL} AS end_ns FROM events WHERE rank = {{rank}} AND kind NOT IN ('step', 'other')"
+"""After the last event the trace holds (metrics.LAST_RECORDED's instant), as an interval."""
+
+
+def _unrecorded(ctx: Context) -> np.ndarray:
+    """With steps, the time after the last event the trace holds (metrics.LAST_RECORDED, which the
+    summary prepares) as a union: a step's range running on where nothing was recorded, which the
+    critical path charges as such (its `unrecorded_ns`); without steps the window ends there."""
+    last = (rank_rows(ctx.run, metrics.LAST_RECORDED, ctx.rank) or [(None,)])[0][0]
+    if not ctx.summary["steps"]["count"] or last is None:
+        return np.empty((0, 2), dtype=np.int64)
+    return np.asarray([(int(last), _AFTER_ALL)], dtype=np.int64)
+
+
 def _claimed(ctx: Context) -> dict:
-    """The host intervals whose device idle other rules name (module docstring), each a union:
+    """The intervals whose device idle other rules name (module docstring), each a union:
     `syncs` (without steps), `allocator_calls` (allocator_churn.claimed), `loader` (the DataLoader's
-    fetches), `first_launch` (critical-path's one-off launch; its event id is `first_launch_id`)
-    and `either`."""
+    fetches), `first_launch` (critical-path's one-off launch; its event id is `first_launch_id`),
+    `unrecorded` (with steps, after the last recorded event: critical-path's) and `either`."""
     got = rank_arrays(ctx.run, CLAIMED, ctx.rank)
     what = np.asarray(got["what"], dtype=np.int64)
     start, end, step = (np.asarray(got[k], dtype=np.int64) for k in ("start_ns", "end_ns", "step"))
@@ -353,7 +412,8 @@ def _claimed(ctx: Context) -> dict:
            "syncs": np.empty((0, 2), dtype=np.int64) if stepped else metrics.union_array(start[part[1]], end[part[1]]),
            "loader": metrics.union_array(start[part[3]], end[part[3]])}
     out["first_launch_id"], out["first_launch"] = _first_launch(ctx)
-    every = np.concatenate([out["syncs"], out["allocator_calls"], out["loader"], out["first_launch"]])
+    out["unrecorded"] = _unrecorded(ctx)
+    every = np.concatenate([out["syncs"], out["allocator_calls"], out["loader"], out["first_launch"], out["unrecorded"]])
     out["either"] = metrics.union_array(every[:, 0], every[:, 1])
     return out
 
@@ -362,16 +422,11 @@ def _length(union: np.ndarray) -> int:
     return int((union[:, 1] - union[:, 0]).sum()) if len(union) else 0
 
 
-def _gaps_outside(ctx: Context, device: int, busy: np.ndarray, claimed: np.ndarray) -> tuple[list, list]:
-    """GAPS' and HOST's rows of one device (`busy`: its busy union), with the claimed intervals cut
+def _gaps_outside(ctx: Context, device: int, idle: np.ndarray, claimed: np.ndarray) -> tuple[list, list]:
+    """GAPS' and HOST's rows of one device (`idle`: its `_idle_pieces`), with the claimed intervals cut
     out of its gaps: the GAPS_SHOWN longest pieces of idle left (ties: the earlier end) and what the
     host ran in them (one query, for a rank whose longest gaps overlap what other rules name)."""
-    idle = np.stack([busy[:-1, 1], busy[1:, 0]], axis=1)  # between consecutive busy intervals (a union: sorted, disjoint)
-    lo, hi = int(busy[0, 0]), int(busy[-1, 1])
-    free = np.stack([np.concatenate([[lo], claimed[:, 1]]), np.concatenate([claimed[:, 0], [hi]])], axis=1)  # outside the claimed
-    pieces = metrics.intersect_unions(idle, free[free[:, 1] > free[:, 0]])
-    order = np.lexsort((pieces[:, 1], pieces[:, 0] - pieces[:, 1]))[: THRESHOLDS["GAPS_SHOWN"]]
-    gaps = [(device, i, int(a), int(b)) for i, (a, b) in enumerate(pieces[order].tolist())]
+    gaps = _longest(device, _cut(idle, _complement(claimed)))
     return gaps, [tuple(r[1:]) for r in _host_of(ctx.run, [(ctx.rank, *g) for g in gaps])]
 
 
@@ -391,11 +446,12 @@ def _one_off_gap(gaps: list[dict], by_gap: dict[int, list], idle: int) -> str:
     """What the advice says first when the longest gap holds ONE_OFF_GAP_SHARE of the idle: where one
     host operator runs through ONE_OFF_HOST_SHARE of it, launching nothing, a one-off (a library's
     first use) more likely than what every iteration costs, unless the same operator runs through
-    another gap nearly as long (RECURRING_GAP_SHARE: a cost of every step). cuda_alexnet_train: one
-    aten::conv2d of 3,146 ms with the device idle, 72% of its 4,373 ms of idle, the cuDNN handle and
-    kernels loaded at the first convolution; the advice to keep the device fed did not fit it. Where the host's
+    another gap nearly as long (RECURRING_GAP_SHARE: a cost of every step). cuda_alexnet_train: the
+    first aten::to, 29,930 ms of a 30,455 ms gap before the first kernel (CUDA initialised as the model
+    moved to the device), 87% of its 34,886 ms of idle, then the first aten::conv2d's 3,146 ms (the
+    cuDNN handle and kernels loaded); the advice to keep the device fed did not fit them. Where the host's
     traced calls take less than UNTRACED_HOST_SHARE of it, time in no traced call
-    (cuda_event_sync_multistream: 0.03 ms of calls in an 18.55 ms gap). Else ""."""
+    (cuda_event_sync_multistream: 0.04 ms of calls in a 42.57 ms gap). Else ""."""
     if not gaps or not idle:
         return ""
     gap = gaps[0]["gap_end"] - gaps[0]["gap_start"]
@@ -424,8 +480,8 @@ FIRST_CALL_RATIO = 5.0
 """A gap's operator call at least this many times the median of the other calls of its name with the
 same inputs (vocab.call_inputs) is named an outlier: the first of them, a library choosing or loading
 kernels for inputs it has not seen; FIRST_CALL_OTHERS_MIN other calls at least, so that a median means
-something. b200_vllm_eager: each of the two longest gaps was one aten::linear of 1.7-2.5 ms, the
-first with its shapes; the other 35 took 0.07-0.09 ms at the median."""
+something. b200_vllm_eager: two of its three longest gaps were each one aten::linear of 1.7-2.5 ms,
+the first with its shapes; the other 35 took 0.07-0.09 ms at the median."""
 FIRST_CALL_OTHERS_MIN = 2
 
 
@@ -467,9 +523,9 @@ def _first_calls_words(gaps: list[dict], by_gap: dict[int, list], repeats: dict[
 
 WAITED_GAPS_SHARE = 0.5
 """Where the host waited on the device (WAITS) for at least this share of the named gaps' time, the
-advice says first that neither side worked there. a100_train_blocking_dtoh: its three longest gaps
-(64 ms each) are a cudaDeviceSynchronize and two blocking copies waiting with nothing on the device;
-560 of its 793 ms of idle are such waits."""
+advice says first that neither side worked there. a100_train_blocking_dtoh: its three longest gaps in
+the steps (64 ms each) are blocking copies waiting with nothing on the device; 459 of its 693 ms of
+idle in the steps are such waits."""
 
 
 def _waits_words(gaps: list[dict], waited: dict[int, int]) -> str:
@@ -486,43 +542,52 @@ def _waits_words(gaps: list[dict], waited: dict[int, int]) -> str:
             "another stream or device (an event, a collective); Nsight Systems or rocprof shows which. ")
 
 
-def evidence_sql(rank: int, device: int, steady: list[int] | None, first_launch: int | None = None) -> str:
-    """Evidence SQL, plain DuckDB: one row, the device's busy_ns, window_ns and idle_ns (metrics.busy_sql's),
-    idle_left_out_ns (its idle while the host was in the calls other rules name: allocator calls,
-    allocator_churn.intervals_sql; without steps the host syncs' waiting calls; the DataLoader's
-    fetches; `first_launch`, the event id of critical-path's one-off launch) and impact_ns (the rest)."""
+def evidence_sql(rank: int, device: int, steady: list[int] | None, first_launch: int | None = None, unrecorded: bool = False) -> str:
+    """Evidence SQL, plain DuckDB: one row, over the analysed window (device_time.windows_sql, window
+    by window), the device's busy_ns, window_ns and idle_ns (the summary's device time: idle_ns is
+    its `idle_ns`, busy_ns the rest of the window), idle_left_out_ns (its idle while the host was in
+    the calls other rules name: allocator calls, allocator_churn.intervals_sql; without steps the
+    host syncs' waiting calls; the DataLoader's fetches; `first_launch`, the event id of
+    critical-path's one-off launch; with `unrecorded`, after the last recorded event) and impact_ns (the rest)."""
     r = int(rank)
     parts = [allocator_churn.intervals_sql(r, steady), f"SELECT ts_ns, end_ns FROM ({input_pipeline.fetches_sql()}) WHERE rank = {r}"]
     if steady is None:
         parts.append(f"SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM ({host_sync.waiting_calls_sql(r)})")
     if first_launch is not None:
         parts.append(_FIRST_LAUNCH_SQL.format(rank=r, event_id=int(first_launch)))
+    if unrecorded:
+        parts.append(_UNRECORDED_SQL.format(rank=r))
     claimed = " UNION ALL ".join(f"SELECT * FROM ({p}) WHERE end_ns > ts_ns" for p in parts)
     return f"""WITH b AS ({metrics.union_sql(metrics.device_where(r, device))}),
-w AS (SELECT min(start_ns) AS lo, max(end_ns) AS hi, sum(end_ns - start_ns) AS busy_ns FROM b),
+w AS ({device_time.windows_sql(str(r))}),
+t AS (SELECT (SELECT coalesce(sum(hi - lo), 0) FROM w) AS window_ns,
+  (SELECT coalesce(sum(least(b.end_ns, w.hi) - greatest(b.start_ns, w.lo)), 0) FROM b JOIN w ON b.start_ns < w.hi AND b.end_ns > w.lo) AS busy_ns),
 c AS ({metrics.union_of_sql(claimed)}),
-cw AS (SELECT greatest(c.start_ns, w.lo) AS a, least(c.end_ns, w.hi) AS z FROM c, w WHERE c.end_ns > w.lo AND c.start_ns < w.hi),
+cw AS (SELECT greatest(c.start_ns, w.lo) AS a, least(c.end_ns, w.hi) AS z FROM c JOIN w ON c.end_ns > w.lo AND c.start_ns < w.hi),
 cb AS (SELECT coalesce(sum(least(cw.z, b.end_ns) - greatest(cw.a, b.start_ns)), 0) AS ns FROM cw JOIN b ON b.start_ns < cw.z AND b.end_ns > cw.a),
 lo AS (SELECT (SELECT coalesce(sum(z - a), 0) FROM cw) - (SELECT ns FROM cb) AS ns)
-SELECT w.busy_ns::BIGINT AS busy_ns, (w.hi - w.lo)::BIGINT AS window_ns, (w.hi - w.lo - w.busy_ns)::BIGINT AS idle_ns,
-  lo.ns::BIGINT AS idle_left_out_ns, (w.hi - w.lo - w.busy_ns - lo.ns)::BIGINT AS impact_ns FROM w, lo"""
+SELECT t.busy_ns::BIGINT AS busy_ns, t.window_ns::BIGINT AS window_ns, (t.window_ns - t.busy_ns)::BIGINT AS idle_ns,
+  lo.ns::BIGINT AS idle_left_out_ns, (t.window_ns - t.busy_ns - lo.ns)::BIGINT AS impact_ns FROM t, lo"""
 
 
 def check(ctx: Context) -> list:
     ctx.require_device()
-    out, found, claimed = [], None, None
+    out, found, claimed, wins = [], None, None, None
     steady = list(ctx.summary["steps"]["steady_steps"]) if ctx.summary["steps"]["count"] else None
-    for dev in ctx.summary["devices"]:
+    for dev in ctx.summary["device_time"]:
         d = dev["device"]
-        v = {k: dev[k] for k in ("busy_ns", "window_ns", "idle_ns")}  # the summary's, metrics.busy_sql (the evidence's first three)
+        # the summary's device time over the analysed window (device_time.py: the evidence's first three)
+        v = {"busy_ns": dev["window_ns"] - dev["idle_ns"], "window_ns": dev["window_ns"], "idle_ns": dev["idle_ns"]}
         if not v["window_ns"] or v["idle_ns"] / v["window_ns"] < THRESHOLDS["IDLE_SHARE_MIN"]:
             continue
         claimed = claimed if claimed is not None else _claimed(ctx)
+        wins = wins if wins is not None else _windows(ctx.run, [ctx.rank])[int(ctx.rank)]
         busy = _device_busy(ctx, d)
-        left_out = {k: _idle_in(busy, claimed[k]) for k in ("syncs", "allocator_calls", "loader", "first_launch", "either")}
+        left_out = {k: _idle_in(busy, claimed[k], wins) for k in ("syncs", "allocator_calls", "loader", "first_launch", "unrecorded", "either")}
         v["idle_in_syncs_ns"], v["idle_in_allocator_calls_ns"] = left_out["syncs"], left_out["allocator_calls"]
         v["idle_in_loader_ns"], v["idle_in_first_launch_ns"] = left_out["loader"], left_out["first_launch"]
-        sql = evidence_sql(ctx.rank, d, steady, claimed["first_launch_id"] if left_out["first_launch"] else None)
+        v["idle_unrecorded_ns"] = left_out["unrecorded"]
+        sql = evidence_sql(ctx.rank, d, steady, claimed["first_launch_id"] if left_out["first_launch"] else None, bool(left_out["unrecorded"]))
         idle = v["idle_ns"] - left_out["either"]
         if idle / v["window_ns"] < THRESHOLDS["IDLE_SHARE_MIN"]:
             continue
@@ -532,7 +597,7 @@ def check(ctx: Context) -> list:
         longest = np.asarray([(a, b) for _, _, a, b in shown], dtype=np.int64).reshape(-1, 2)
         outside = bool(len(claimed["either"])) and bool(metrics.covered_within(longest[np.argsort(longest[:, 0])], claimed["either"]))
         if outside:
-            shown, in_gaps = _gaps_outside(ctx, d, busy, claimed["either"])  # the gaps named are the idle left here
+            shown, in_gaps = _gaps_outside(ctx, d, _idle_pieces(busy, wins), claimed["either"])  # the gaps named are the idle left here
         gaps = [{"gap_start": gs, "gap_end": ge} for _, _, gs, ge in shown]
         host, samples, frame = [], [], None
         by_gap: dict[int, list] = {i: [] for i in range(len(gaps))}
@@ -558,26 +623,29 @@ def check(ctx: Context) -> list:
         share = idle / v["window_ns"]
         # a part names its rule where that rule reports it: the claimed union is the rule's own figure (its
         # impact: allocator-churn's union of calls, host-sync's of waits without steps, input-pipeline's of
-        # fetches), reported from its share of the analysed time
-        parts = (("idle_in_allocator_calls_ns", "allocator_calls", "was in device allocator calls", allocator_churn.RULE_ID,
+        # fetches; the critical path's unrecorded time, this idle), reported from its share of the analysed time
+        figure = {c: _length(claimed[c]) for c in ("allocator_calls", "syncs", "loader", "first_launch")} | {"unrecorded": v["idle_unrecorded_ns"]}
+        parts = (("idle_in_allocator_calls_ns", "allocator_calls", "while the host was in device allocator calls", allocator_churn.RULE_ID,
                   allocator_churn.THRESHOLDS["ALLOC_SHARE_MIN"]),
-                 ("idle_in_syncs_ns", "syncs", "waited in syncs", host_sync.RULE_ID, host_sync.THRESHOLDS["SYNC_SHARE_MIN"]),
-                 ("idle_in_loader_ns", "loader", "waited for the DataLoader", input_pipeline.RULE_ID,
+                 ("idle_in_syncs_ns", "syncs", "while the host waited in syncs", host_sync.RULE_ID, host_sync.THRESHOLDS["SYNC_SHARE_MIN"]),
+                 ("idle_in_loader_ns", "loader", "while the host waited for the DataLoader", input_pipeline.RULE_ID,
                   input_pipeline.THRESHOLDS["LOADER_SHARE_MIN"]),
                  # (critical-path names it where it is kept: `one_off_launch` is only a launch class it reports)
-                 ("idle_in_first_launch_ns", "first_launch", "was in a kernel's first launch, loading its code",
-                  critical_path_rule.RULE_ID, 0.0))
-        named = [f"{ms(v[k])} while the host {what}"
-                 + (f" ({rule}'s)" if ctx.analysed_ns and _length(claimed[c]) >= least * ctx.analysed_ns else "")
+                 ("idle_in_first_launch_ns", "first_launch", "while the host was in a kernel's first launch, loading its code",
+                  critical_path_rule.RULE_ID, 0.0),
+                 ("idle_unrecorded_ns", "unrecorded", "after the last event the trace holds", critical_path_rule.RULE_ID,
+                  critical_path_rule.THRESHOLDS["CLASS_SHARE_MIN"]))
+        named = [f"{ms(v[k])} {what}" + (f" ({rule}'s)" if ctx.analysed_ns and figure[c] >= least * ctx.analysed_ns else "")
                  for k, c, what, rule, least in parts if ms(v[k]) != ms(0)]  # a part printing as 0.00 ms is not named (its figure is in the values)
         besides = f", besides {' and '.join(named)}" if named else ""
         out.append(ctx.finding(
-            title=f"Device {d} idle {pct(share)} of its window ({ms(idle)}{besides})",
+            title=f"Device {d} idle {pct(share)} of the analysed window ({ms(idle)}{besides})",
             impact_ns=idle, saving_bound_ns=idle,
             location=Location(device=d, source=ctx.source_of(frame)),
             sql=sql, values={"busy_ns": v["busy_ns"], "window_ns": v["window_ns"], "idle_ns": v["idle_ns"],
                              "idle_in_syncs_ns": v["idle_in_syncs_ns"], "idle_in_allocator_calls_ns": v["idle_in_allocator_calls_ns"],
                              "idle_in_loader_ns": v["idle_in_loader_ns"], "idle_in_first_launch_ns": v["idle_in_first_launch_ns"],
+                             "idle_unrecorded_ns": v["idle_unrecorded_ns"],
                              "idle_left_out_ns": left_out["either"],
                              # the gaps' calls many times the other calls of their name and inputs (_repeat_calls)
                              "outlier_calls": [{"event_id": int(e), **c} for e, c in repeats.items() if e in compared],

@@ -9,21 +9,28 @@ devices without bf16) for fp32 work on devices whose matrix units make that at l
 TENSOR_CORE_RATIO times faster. The finding names the heaviest such kernel, its operator
 and source line, and the reasons its evidence shows: fp32 work on a device whose bf16 peak is
 (fp16 where it has no bf16) at least 4x its fp32 peak (the autocast, TF32 and FP8 advice of its
-architecture: peaks.precision_advice), GEMM dimensions that are not multiples of 8 (pad them),
-tiny GEMMs (M or N below 64: batch more work per call).
+architecture: peaks.precision_advice; not TF32 for a kernel whose name says it runs TF32 already,
+vocab.kernel_runs_tf32), GEMM dimensions that are not multiples of 8 (pad them),
+tiny GEMMs (M or N below 64: batch more work per call); `causes` in the evidence names them
+('precision', 'alignment', 'small').
 Impact: the group's device time. Saving bound: its time less the time its FLOPs would take at
 the roofline bound of the dtype it could use (the bf16 bound for fp32 work on such devices).
+One cause, one finding: a group whose one cause is its fp32 work is left to critical-path's fp32
+GEMM/convolution class where that rule reports the rank (`leaves_to`), which names the same fix with
+the time the fp32 work holds on the steps' critical path (v100_resnet50_torch19_memory: dgrad_engine's
+80.68 ms here, 80.27 ms of it inside the path's 239.34 ms of fp32 convolutions).
 """
 
 from __future__ import annotations
 
 import json
 
-from ...vocab import GEMM_OPS, MATRIX_OPS
+from ...vocab import GEMM_OPS, MATRIX_OPS, kernel_runs_tf32
 from .. import peaks as P
 from ..engine import Context, NotApplicable
 from ..model import Location
 from ..utilisation import kernel_table, rank_work, roofline
+from . import critical_path as critical_path_rule
 from ._util import ms, pct, q
 
 RULE_ID = "device-underuse"
@@ -38,7 +45,8 @@ THRESHOLDS = {
 }
 
 
-def _shape_reasons(ctx: Context, event_id: int) -> tuple[list[str], dict]:
+def _shape_reasons(ctx: Context, event_id: int) -> tuple[list[tuple[str, str]], dict]:
+    """The reasons an operator's shapes give, as (cause, words): 'alignment', 'small'."""
     got = ctx.run.sql("SELECT name, args, source_frame_id FROM events WHERE event_id = ?", [event_id]).fetchone()
     if not got:
         return [], {}
@@ -54,9 +62,10 @@ def _shape_reasons(ctx: Context, event_id: int) -> tuple[list[str], dict]:
         m, k = a[-2], a[-1]
         n = b[0] if name == "aten::linear" else b[-1]
         if any(int(x) % 8 for x in (m, k, n)):
-            reasons.append(f"GEMM dimensions {m}x{k}x{n} are not all multiples of 8: pad them (or the batch) to multiples of 8/16")
+            reasons.append(("alignment", f"GEMM dimensions {m}x{k}x{n} are not all multiples of 8: pad them (or the batch) to "
+                                         "multiples of 8/16"))
         if min(m, n) < THRESHOLDS["SMALL_DIM"]:
-            reasons.append(f"the GEMM is small ({m}x{k}x{n}): batch more rows per call (larger batch, fused heads)")
+            reasons.append(("small", f"the GEMM is small ({m}x{k}x{n}): batch more rows per call (larger batch, fused heads)"))
     return reasons, {"shapes": mats, "frame_id": frame}
 
 
@@ -89,8 +98,8 @@ def check(ctx: Context) -> list:
     reasons, shape = _shape_reasons(ctx, sample["op_event_id"])
     if top["target_dtype"] != top["dtype"]:
         arch = (work.detected.arch if work.detected else None) or P.arch_of(work.peak, work.device_name)
-        reasons.insert(0, f"fp32 work on {work.peak.name}, whose {half} peak is {low:g} TFLOP/s against {fp32:g} for fp32: "
-                          + P.precision_advice(arch))
+        reasons.insert(0, ("precision", f"fp32 work on {work.peak.name}, whose {half} peak is {low:g} TFLOP/s against {fp32:g} for "
+                                        "fp32: " + P.precision_advice(arch, tf32_already=kernel_runs_tf32(top["kernel"]))))
     best_ns = top["flops"] / (top["target_tflops_per_s"] * 1e12) * 1e9
     saving = max(0, int(top["dur_ns"] - best_ns))
     sql = (f"SELECT k.name AS kernel, o.name AS op, count(*) AS calls, sum(k.dur_ns) AS device_ns, any_value(o.args) AS op_args\n"
@@ -105,8 +114,18 @@ def check(ctx: Context) -> list:
         sql=sql, values={k: top[k] for k in ("kernel", "op", "dtype", "calls", "flops", "bytes", "dur_ns", "tflops_per_s",
                                               "bound_tflops_per_s", "efficiency", "intensity_flops_per_byte", "target_dtype",
                                               "target_tflops_per_s", "target_efficiency")}
-        | {"peak": work.peak.to_dict(), "shapes": shape.get("shapes")},
+        | {"peak": work.peak.to_dict(), "shapes": shape.get("shapes"), "causes": [c for c, _ in reasons]},
         sample_event_ids=[sample["event_id"]], uses_source=True,
-        recommendation=("; ".join(reasons) + ". " if reasons else "")
+        recommendation=("; ".join(words for _, words in reasons) + ". " if reasons else "")
         + f"Peak from {work.peak.source}; FLOPs {sample['how']} from the operator's shapes (docs/METRICS.md).")]
 
+
+
+def leaves_to(finding) -> list:
+    """A group whose one cause is its fp32 work ('precision' alone in `causes`) is left to
+    critical-path's fp32 GEMM/convolution class on the same rank (engine.leave_to_owners), which
+    names that fix with the time the fp32 work holds on the critical path; a group with a shape to fix
+    stays (critical-path does not name it)."""
+    if finding.evidence.values.get("causes") != ["precision"]:
+        return []
+    return [(critical_path_rule.RULE_ID, lambda c: c.evidence.values.get("class") == "fp32_matmul")]
