@@ -57,7 +57,7 @@ def compile_library(so: Path, args: list[str], what: str, expected: str) -> None
 
 FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC")
 """How NativeLibrary's sources are compiled (part of the build's name: changed flags build anew). -O3:
-the trace reader takes 8-10% less CPU than at -O2 (bench/README.md, "The reader at -O3"); no
+the trace reader takes 8-10% less CPU than at -O2 (bench/README.md, "The flows held as codes, the reader at -O3"); no
 -march=native, so that a build folder shared by machines of different CPUs stays usable."""
 
 _UNSET = object()

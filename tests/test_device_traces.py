@@ -30,7 +30,7 @@ import re
 import pytest
 
 from neuron_explorer import open_run
-from neuron_explorer.analyzers import analyze
+from neuron_explorer.analyzers import analyze, render
 from neuron_explorer.analyzers import critical_path as cp
 from neuron_explorer.analyzers.rules.critical_path import LEFT_TO
 from neuron_explorer.collectors.chrome_trace import import_traces
@@ -762,7 +762,7 @@ def test_a_step_running_on_after_the_last_event_is_unrecorded_not_python(traces)
     with the whole step, 13,336.25 ms, as its saving: time not recorded is no one's to save. The
     finding says first that it was not recorded, and its impact and saving bound are the host time
     the trace shows (1.77 ms): info."""
-    _, report, raw = traces("cuda_triton")
+    run_dir, report, raw = traces("cuda_triton")
     (step,) = [raw.iv(e) for e in raw.spans if str(e["name"]).startswith("ProfilerStep#")]
     last = max(raw.iv(e)[1] for e in raw.events if e.get("ph") in ("X", "i") and "ts" in e
                and not str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") != "Trace")
@@ -778,6 +778,11 @@ def test_a_step_running_on_after_the_last_event_is_unrecorded_not_python(traces)
                                     "on the critical path: host time in operators and Python 1.77 ms recorded (0.0% of step time); "
                                     "heaviest: Torch-Compiled Region: 0/0 1.31 ms, Python outside every traced call 0.43 ms"), host["title"]
     assert "bound" not in host["title"]
+    # nor does the summary call the step host-bound: the report says what the step's time was
+    (rank,) = report["summary"]["ranks"]
+    assert rank["bound"]["overall"]["unrecorded_ns"] == values["unrecorded_ns"]
+    text = " ".join(render.text(analyze(run_dir, write=False), width=200).split())
+    assert text.count("bound: not recorded (100%): the steps run on 13,334.48 ms after the last event the trace holds") == 1
 
 
 def test_device_idle_names_the_parts_it_leaves_out_as_its_evidence_gives_them(traces):

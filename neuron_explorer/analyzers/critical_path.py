@@ -48,6 +48,7 @@ from bisect import bisect_left, bisect_right
 
 import numpy as np
 
+from ..fmt import duration
 from ..store import Run
 from ..vocab import charged_top_op
 from ._path_index import (  # noqa: F401 (the model's thresholds)
@@ -67,7 +68,7 @@ from ._path_index import (  # noqa: F401 (the model's thresholds)
     factorize_rows,
 )
 from ._path_index import RANK_QUERIES as _INDEX_QUERIES
-from .metrics import device_work_intervals, step_device_busy
+from .metrics import LAST_RECORDED, device_work_intervals, step_device_busy
 from .rank_rows import RankQuery, arrow_of
 from .rank_rows import rows as rank_rows
 
@@ -979,6 +980,21 @@ def _verdict(ns_by_cat: dict[str, int], total: int) -> dict:
             "shares": {c: round(v, 4) for c, v in shares.items()}, "group_shares": {g: round(v, 4) for g, v in groups.items()}}
 
 
+def unrecorded_by_step(path: Path, last_end: int | None) -> dict[int, int]:
+    """Host time the path charges to no event after `last_end` (the end of the last event the rank's
+    trace holds, its steps' and the profiler's own ranges left out: metrics.LAST_RECORDED), per step
+    ({step: ns}, steps with some only): a step's range that runs on after everything recorded, where
+    nothing was observed (not Python between calls)."""
+    mask = (path.category == CATEGORIES.index("host_compute")) & (path.event_id < 0)
+    if last_end is None or not mask.any():
+        return {}
+    ts, end = path.ts[mask], path.ts[mask] + path.ns[mask]
+    after = np.maximum(end - np.maximum(ts, last_end), 0)
+    steps, inverse = np.unique(path.step[mask], return_inverse=True)
+    per = np.bincount(inverse, weights=after, minlength=len(steps))
+    return {int(st): int(round(ns)) for st, ns in zip(steps.tolist(), per.tolist()) if ns > 0}
+
+
 def bound(run: Run, rank: int) -> dict:
     """What bounds the steps of a rank: per step and over all steps, the charged ns per category,
     their shares of step time and a verdict in words ("device-bound (94%): device compute").
@@ -998,4 +1014,10 @@ def bound(run: Run, rank: int) -> dict:
         steps.append({"step": s, "dur_ns": total, "ns": d, **_verdict(d, total)})
     total_by_cat = {c: int(v) for c, v in zip(CATEGORIES, ns.sum(axis=0).tolist())}
     total = sum(total_by_cat.values())
-    return {"steps": steps, "overall": {"dur_ns": total, "ns": total_by_cat, **_verdict(total_by_cat, total)}}
+    last_end = (rank_rows(run, LAST_RECORDED, rank) or [(None,)])[0][0]
+    unrecorded = sum(unrecorded_by_step(path, last_end).values())
+    overall = {"dur_ns": total, "ns": total_by_cat, **_verdict(total_by_cat, total), "unrecorded_ns": unrecorded}
+    if total and unrecorded * 2 >= total:  # most of the steps' time is after everything the trace holds: no bound to read
+        overall["words"] = (f"not recorded ({100 * unrecorded / total:.0f}%): the steps run on {duration(unrecorded)} after "
+                            "the last event the trace holds")
+    return {"steps": steps, "overall": overall}

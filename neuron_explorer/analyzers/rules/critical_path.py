@@ -320,24 +320,8 @@ def _class_words(cls: str, members: list[dict]) -> str:
 
 
 def _unrecorded_ns(path, last_end: int | None) -> int:
-    """Host time the path charges to no event after `last_end` (the end of the last event the rank's
-    trace holds, its steps' and the profiler's own ranges left out): a step's range that runs on
-    after everything recorded, where nothing was observed (not Python between calls)."""
-    return sum(_unrecorded_by_step(path, last_end).values())
-
-
-def _unrecorded_by_step(path, last_end: int | None) -> dict[int, int]:
-    """`_unrecorded_ns` per step ({step: ns}, steps with some only)."""
-    import numpy as np
-
-    mask = (path.category == cp.CATEGORIES.index("host_compute")) & (path.event_id < 0)
-    if last_end is None or not mask.any():
-        return {}
-    ts, end = path.ts[mask], path.ts[mask] + path.ns[mask]
-    after = np.maximum(end - np.maximum(ts, last_end), 0)
-    steps, inverse = np.unique(path.step[mask], return_inverse=True)
-    per = np.bincount(inverse, weights=after, minlength=len(steps))
-    return {int(st): int(round(ns)) for st, ns in zip(steps.tolist(), per.tolist()) if ns > 0}
+    """Host time the path charges to no event after `last_end` (cp.unrecorded_by_step)."""
+    return sum(cp.unrecorded_by_step(path, last_end).values())
 
 
 def _recorded(members: list[dict], unrecorded: int) -> list[dict]:
@@ -518,7 +502,7 @@ def check(ctx: Context) -> list:
             arch = work.detected.arch if work.detected and work.detected.arch else P.arch_of(work.peak, work.device_name)
         events = sum(m["events"] for m in members)
         one_off = cls == "launch" and one_off_id is not None  # one launch call holds most of the class
-        unrecorded_steps = (_unrecorded_by_step(path, (rank_rows(ctx.run, LAST_RECORDED, ctx.rank) or [(None,)])[0][0])
+        unrecorded_steps = (cp.unrecorded_by_step(path, (rank_rows(ctx.run, LAST_RECORDED, ctx.rank) or [(None,)])[0][0])
                             if cls == "host" else {})
         unrecorded = sum(unrecorded_steps.values())
         # most of the host class recorded nothing (the advice says so: `_advice`): time the trace did not record is no
