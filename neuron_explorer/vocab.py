@@ -454,6 +454,11 @@ NORM_OPS = frozenset({
     "aten::layer_norm", "aten::native_layer_norm", "aten::group_norm", "aten::native_group_norm", "aten::batch_norm",
     "aten::native_batch_norm", "aten::cudnn_batch_norm", "aten::miopen_batch_norm", "aten::_batch_norm_impl_index",
     "aten::rms_norm", "aten::_fused_rms_norm", "aten::softmax", "aten::_softmax", "aten::log_softmax", "aten::_log_softmax"})
+SOFTMAX_OPS = frozenset({"aten::softmax", "aten::_softmax"})
+"""Softmax operators (NORM_OPS), not log_softmax (a loss's, not attention's probabilities): the softmax
+of hand-written attention, `softmax(q @ k.transpose(-2, -1) * scale) @ v`, is one of these."""
+ATTENTION_PRODUCT_OPS = GEMM_OPS | {"aten::einsum"}
+"""The matrix products hand-written attention computes its scores and output with (q @ k.T, p @ v)."""
 ELEMENTWISE_OPS = frozenset(f"aten::{n}" for n in (
     "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "relu", "relu_", "gelu", "silu", "silu_", "sigmoid", "tanh",
     "exp", "log", "pow", "sqrt", "rsqrt", "neg", "abs", "clamp", "clamp_", "where", "maximum", "minimum", "threshold_backward",

@@ -912,3 +912,116 @@ def test_a_blocking_copy_waiting_for_work_it_did_not_launch_is_a_wait_not_host_w
                                                                                          ("aten::to", 3 * US)]
     assert host.impact_ns == 33 * US
     assert [f.location.op for f in report.findings if f.rule_id == "host-sync"] == ["aten::to"]
+
+
+# ---- the normalisation class: hand-written attention's softmax, and real normalisation ------------
+
+BF16_SOFTMAX = "void cunn_SoftMaxForward<8, c10::BFloat16, float, c10::BFloat16, SoftMaxForwardEpilogue>(c10::BFloat16*)"
+FP32_SOFTMAX = "void cunn_SoftMaxForward<4, float, float, float, SoftMaxForwardEpilogue>(float*)"
+BF16_GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"
+
+
+def _forward_calls(calls: list[list[tuple]], frame: bool = True) -> list[dict]:
+    """A device-bound step: each call of `model.py(20): forward` (a Python frame around its operators,
+    or none without `frame`) runs its operators (name, input dims, input types, concrete inputs,
+    kernel, kernel µs) 10 µs apart from 10 µs on; their kernels run back to back on stream 7 from
+    100 µs on, and a sync waits for the last one; the step ends 10 µs after it.
+
+        host  ProfilerStep#1 [==============================================================]
+              forward [5 --- op op op --- )  forward [ --- op op op --- )   cudaDeviceSynchronize [--- )
+        stream 7                 [kernel][kernel      ][kernel] ...
+    """
+    events, t, dev, corr = [], 5, 100, 0
+    for ops in calls:
+        start = t
+        for name, dims, types, concrete, kernel, dur in ops:
+            corr, t = corr + 1, t + 5
+            events += [X(name, "cpu_op", t, 8, **{"External id": corr, "Input Dims": dims, "Input type": types,
+                                                   **({"Concrete Inputs": concrete} if concrete else {})}),
+                       X("cudaLaunchKernel", "cuda_runtime", t + 2, 4, correlation=corr, **{"External id": corr}),
+                       _k(kernel, "kernel", corr, dev, dur)]
+            t, dev = t + 5, dev + dur
+        if frame:
+            events.append(X("model.py(20): forward", "python_function", start, t + 3 - start))
+        t += 5
+    events.append(X("cudaDeviceSynchronize", "cuda_runtime", t, dev - t + 2, correlation=999))
+    return [X("ProfilerStep#1", "user_annotation", 0, dev + 10)] + events
+
+
+def _bmm(b=32, l_=1024, d=64, us=50):
+    return ("aten::bmm", [[b, l_, d], [b, d, l_]], ["c10::BFloat16", "c10::BFloat16"], None, BF16_GEMM, us)
+
+
+def _softmax(dims, kernel=BF16_SOFTMAX, dtype="c10::BFloat16", dim="-1", us=600):
+    return ("aten::softmax", [dims, [], []], [dtype, "Scalar", ""], ["", dim, ""], kernel, us)
+
+
+def _norm_finding(tmp_path, events):
+    _, found = _analyze(tmp_path, events)
+    (f,) = [f for f in found if f.evidence.values["class"] == "norm"]
+    return f
+
+
+def test_the_softmax_between_two_matmuls_of_a_statement_is_unfused_attention(tmp_path):
+    """bmm → softmax → bmm in one call of forward (3-d scores, [B·heads, L, L]: no [B, heads, L, L]
+    shape to go by): the 600 µs bf16 softmax kernel is hand-written attention's. The advice is
+    scaled_dot_product_attention, not a fused LayerNorm, and no lower precision for a bf16 kernel."""
+    f = _norm_finding(tmp_path, _forward_calls([[_bmm(), _softmax([32, 1024, 1024]), _bmm()]]))
+    assert f.impact_ns == 600 * US and f.evidence.values["unfused_attention_ns"] == 600 * US
+    assert f.location.source == "model.py:20"
+    assert f.recommendation.startswith(
+        "unfused attention: cunn_SoftMaxForward<8, BFloat16, float, BFloat1… of aten::softmax 0.60 ms (0.60 ms in all) "
+        "is the softmax of hand-written attention (between two matrix products of one statement). Use "
+        "torch.nn.functional.scaled_dot_product_attention (flash / memory-efficient kernels): one kernel computes")
+    assert "LayerNorm" not in f.recommendation and "precision" not in f.recommendation and "bf16/fp16" not in f.recommendation
+
+
+def test_a_softmax_over_batch_heads_l_l_scores_is_unfused_attention_with_their_size(tmp_path):
+    """No Python frames and no matmul beside it: the softmax's input [4, 8, 1024, 1024] over its last
+    dimension is attention's scores by its shape; each call writes and reads 4·8·1024·1024 bf16 =
+    64 MiB. An fp32 softmax is told bf16/fp16 as well."""
+    f = _norm_finding(tmp_path, _forward_calls([[_softmax([4, 8, 1024, 1024])]], frame=False))
+    assert f.evidence.values["unfused_attention_ns"] == 600 * US
+    assert ("is the softmax of hand-written attention (over [batch, heads, L, L] scores; at L=1024 each call's [L×L] scores, "
+            "[4×8×1024×1024] bf16, are 64.0 MiB written to memory and read back). Use "
+            "torch.nn.functional.scaled_dot_product_attention (flash / memory-efficient kernels): ") in f.recommendation
+    f = _norm_finding(tmp_path / "fp32", _forward_calls([[_softmax([4, 8, 1024, 1024], FP32_SOFTMAX, "float")]], frame=False))
+    assert "[4×8×1024×1024] fp32, are 128.0 MiB" in f.recommendation
+    assert "(flash / memory-efficient kernels) in bf16/fp16: " in f.recommendation
+
+
+def test_a_classifiers_softmax_or_a_softmax_over_channels_is_normalisation(tmp_path):
+    """linear → softmax in each of two calls of forward: the second call's linear follows the first
+    softmax on the same def line, but in another call, so no softmax lies between two products; and a
+    [8, 21, 64, 64] segmentation map softmaxed over its classes (dim 1) is no [B, heads, L, L] scores.
+    Both fp32: the normalisation advice, lower precision included."""
+    linear = ("aten::linear", [[64, 512], [1000, 512], [1000]], ["float", "float", "float"], None, "volta_sgemm_64x64_nt", 50)
+    classifier = [linear, _softmax([64, 1000], FP32_SOFTMAX, "float", us=400)]
+    for name, events in (("classifier", _forward_calls([classifier, classifier])),
+                         ("channels", _forward_calls([[_softmax([8, 21, 64, 64], FP32_SOFTMAX, "float", "1")]], frame=False))):
+        f = _norm_finding(tmp_path / name, events)
+        assert f.evidence.values["unfused_attention_ns"] == 0, name
+        assert f.recommendation == ("normalisation bounds the step: fused implementations (torch.compile, apex / fused LayerNorm, "
+                                    "RMSNorm) in lower precision."), name
+
+
+def test_normalisation_kernels_that_run_bf16_already_are_not_told_lower_precision(tmp_path):
+    """A bf16 LayerNorm kernel bounds the step: fused implementations, and that it runs bf16 already."""
+    norm = ("aten::layer_norm", [[64, 4096, 1024], [1024], [1024], [1024]], ["c10::BFloat16"] * 4, None,
+            "void vectorized_layer_norm_kernel<c10::BFloat16, float>(int, float)", 600)
+    f = _norm_finding(tmp_path, _forward_calls([[norm]]))
+    assert f.evidence.values["unfused_attention_ns"] == 0
+    assert f.recommendation == ("normalisation bounds the step: fused implementations (torch.compile, apex / fused LayerNorm, "
+                                "RMSNorm) (they run in bf16 already).")
+
+
+def test_a_layernorm_beside_attentions_softmax_keeps_its_own_advice(tmp_path):
+    """bmm → softmax (600 µs, bf16) → bmm, then an fp32 LayerNorm of 300 µs (a third of the path):
+    SDPA for the softmax first, then the normalisation advice, lower precision included, for the rest."""
+    norm = ("aten::layer_norm", [[64, 4096, 1024], [1024], [1024], [1024]], ["float"] * 4, None,
+            "void vectorized_layer_norm_kernel<float, float>(int, float)", 300)
+    f = _norm_finding(tmp_path, _forward_calls([[_bmm(), _softmax([32, 1024, 1024]), _bmm(), norm]]))
+    assert f.impact_ns == 900 * US and f.evidence.values["unfused_attention_ns"] == 600 * US
+    assert f.recommendation.startswith("unfused attention: ")
+    assert f.recommendation.endswith("without writing the scores to memory; the other kernels: normalisation bounds the step: "
+                                     "fused implementations (torch.compile, apex / fused LayerNorm, RMSNorm) in lower precision.")

@@ -512,6 +512,50 @@ def test_a_bf16_matrix_kernel_on_an_mi300x_gets_its_sizes_not_lower_precision(tr
     assert "tensor-core" not in rec and "Tensor Core" not in rec and "autocast" not in rec
 
 
+@pytest.mark.slow
+def test_hand_written_attentions_softmax_is_told_sdpa_not_a_fused_layernorm(traces):
+    """h100_timesformer_inference: the critical path's normalisation/softmax class is 70.86 ms, 68.69 ms
+    of it cunn_SoftMaxForward over the [8×12×3137×3137] bf16 scores of modeling_timesformer.py:200
+    (linear → matmul → mul → softmax → dropout → matmul: hand-written attention). It was told 'fused
+    implementations (torch.compile, apex / fused LayerNorm, RMSNorm) in lower precision' for a bf16
+    kernel; it is told scaled_dot_product_attention, with the scores' size, and no lower precision."""
+    from neuron_explorer.fmt import size
+
+    _, report, raw = traces(H100)
+    (f,) = [f for f in findings(report, "critical-path") if f["evidence"]["values"]["class"] == "norm"]
+    softmax = collections.Counter()
+    for k in raw.of({"kernel"}):
+        if "cunn_SoftMaxForward" in k["name"] or "softmax_warp_forward" in k["name"]:
+            softmax["cunn" if "cunn_" in k["name"] else "warp"] += raw.dur(k)
+    # the attention softmaxes on the path: all of cunn_SoftMaxForward's time, at most all of softmax_warp_forward's
+    assert softmax["cunn"] <= f["evidence"]["values"]["unfused_attention_ns"] <= softmax["cunn"] + softmax["warp"]
+    (dims, dtype), = {(tuple(o["args"]["Input Dims"][0]), o["args"]["Input type"][0]) for o in raw.of(OP_CATS)
+                      if o["name"] == "aten::softmax" and len(o["args"]["Input Dims"][0]) == 4 and o["args"]["Input Dims"][0][-1] > 8}
+    assert dims == (8, 12, 3137, 3137) and dtype == "c10::BFloat16"
+    rec = f["recommendation"]
+    assert rec.startswith(f"unfused attention: cunn_SoftMaxForward<8, BFloat16, float, BFloat1… of aten::softmax {softmax['cunn'] / 1e6:.2f} ms")
+    assert ("is the softmax of hand-written attention (between two matrix products of one statement; at L=3137 each call's "
+            f"[L×L] scores, [8×12×3137×3137] bf16, are {size(2 * 8 * 12 * 3137 * 3137)} written to memory and read back). Use "
+            "torch.nn.functional.scaled_dot_product_attention (flash / memory-efficient kernels): ") in rec
+    assert "LayerNorm" not in rec and "precision" not in rec and "bf16/fp16" not in rec
+    assert f["location"]["source"] == "transformers/models/timesformer/modeling_timesformer.py:200"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["cuda_train_68k_events", "v100_resnet50_torch19_memory"])
+def test_batchnorm_bound_steps_keep_the_normalisation_advice(traces, name):
+    """The V100 ResNets' normalisation class is cuDNN's fp32 BatchNorm kernels (bn_bw/bn_fw) and their
+    loss's log_softmax: the normalisation advice, lower precision included, and no attention."""
+    _, report, raw = traces(name)
+    (f,) = [f for f in findings(report, "critical-path") if f["evidence"]["values"]["class"] == "norm"]
+    assert f["evidence"]["values"]["heaviest"][0]["item"].startswith("void cudnn::bn_bw_1C11_kernel_new<float, float, float2,")
+    # their softmax kernels are the loss's log_softmax (`softmax_warp_forward<float, float, float, 10, true…`: is_log_softmax)
+    assert [k for k in raw.of({"kernel"}) if "softmax_warp_forward<float, float, float, 10, true" in k["name"]]
+    assert f["evidence"]["values"]["unfused_attention_ns"] == 0
+    assert f["recommendation"] == ("normalisation bounds the step: fused implementations (torch.compile, apex / fused LayerNorm, "
+                                   "RMSNorm) in lower precision.")
+
+
 def test_code_torch_fx_generated_is_no_statement(traces):
     """The piecewise vLLM decode runs its model as 25 split GraphModules, whose forwards torch.fx
     generated (`<eval_with_key>.2(4): forward`, numbered per module made). Those frames were user

@@ -15,7 +15,15 @@ what to try: fp32 GEMMs/convolutions → the lower precision the device's matrix
 TF32 on A100 and later, FP8 where the device has it; where some of the class's kernels run TF32
 already by their names, vocab.kernel_runs_tf32, `tf32_ns` of the class, TF32 only for the matrix
 kernels beside them that run plain fp32, named); NCHW convolutions (4-d input, kernel not
-NHWC) → channels_last; many short kernels → fusion / torch.compile; copies → pinned memory and
+NHWC) → channels_last; many short kernels → fusion / torch.compile; normalisation kernels → fused
+LayerNorm / RMSNorm in lower precision, unless their names or inputs show 16 bits or fewer already
+(vocab.kernel_precision), but a softmax there that is hand-written attention's (its softmax operator,
+the forward one for backward work, between two matrix products on its statement,
+vocab.ATTENTION_PRODUCT_OPS, or softmaxing [B, heads, L, L] scores over the last dimension;
+`unfused_attention_ns` of the class) → torch.nn.functional.scaled_dot_product_attention, with the
+size of the scores each call writes and reads back (h100_timesformer_inference: [8×12×3137×3137]
+bf16, 1.76 GiB), and the normalisation advice for the class's other kernels only where they are
+CLASS_SHARE_MIN of the path; copies → pinned memory and
 non_blocking; launch overhead and host time → CUDA graphs, torch.compile, fewer `.item()` calls
 (launches most of whose time is one call → a kernel's first launch loading its code, a one-off:
 profile steady steps; the call's charged ns is `one_off_ns` in the evidence, the hotspot
@@ -60,24 +68,28 @@ from __future__ import annotations
 import json
 import re
 
-from ...fmt import kernel_labels, kernel_name
+from ...fmt import kernel_labels, kernel_name, size
 from ...store import sql_file_literal
 from ...vocab import (
+    ATTENTION_PRODUCT_OPS,
     CONV_KERNEL_RE,
     DDP_BUFFER_BROADCAST_OPS,
+    SOFTMAX_OPS,
     SYNC_CALL_PART,
     SYNC_OPS,
     WORK_CLASSES,
     ZERO_GRAD_RANGE,
     is_matrix_kernel,
     is_sync_call_name,
+    kernel_precision,
     kernel_runs_tf32,
     kinds_sql,
+    top_op,
     work_class,
     work_class_sql,
 )
 from .. import critical_path as cp
-from .. import metrics
+from .. import flops, metrics
 from .. import peaks as P
 from ..engine import Context, NotApplicable
 from ..metrics import DEVICE_WORK_NAMED, LAST_RECORDED
@@ -156,14 +168,134 @@ def _first_input_rank(op_args: str | None) -> int | None:
     return len(dims[0]) if dims and isinstance(dims[0], list) else None
 
 
+SDPA = "torch.nn.functional.scaled_dot_product_attention (flash / memory-efficient kernels)"
+"""What the advice names for attention: the one call that runs it fused (the attention class, and hand-written attention's softmax)."""
+_SOFTMAX_KERNEL = re.compile(r"(?i)softmax")
+
+
+def _args(op_args: str | None) -> dict:
+    try:
+        return json.loads(op_args or "{}") or {}
+    except (TypeError, ValueError):
+        return {}
+
+
+def _scores_shape(args: dict) -> list[int] | None:
+    """The input of a softmax operator (its Kineto args) where it is shaped as attention's scores,
+    [B, heads, L, L] over the last dimension (`Concrete Inputs`' dim, where recorded, -1 or 3);
+    else None. [8, 21, 64, 64] softmaxed over its classes (dim 1) is a segmentation map, not scores."""
+    dims = (args.get("Input Dims") or [None])[0]
+    if not (isinstance(dims, list) and len(dims) == 4 and all(isinstance(d, int) for d in dims) and dims[2] == dims[3] > 1):
+        return None
+    concrete = args.get("Concrete Inputs") or []
+    dim = concrete[1] if isinstance(concrete, list) and len(concrete) > 1 else ""
+    return dims if dim in ("", None, "-1", "3") else None
+
+
+def _softmax_between_products_sql(rank: int, event_id: int) -> str:
+    """The softmax operator (top-level) of a kernel (`event_id`: its forward operator's for backward
+    work, `fwd_op_id`), its name and args, and whether on its statement (`source_frame_id`, same
+    thread) the nearest top-level matrix product or softmax before it and after it are both matrix
+    products (vocab.ATTENTION_PRODUCT_OPS): `softmax(q @ k.T) @ v`. Where the statement is a def line
+    (an imported trace's Python frames), only the operators inside the same call of its function
+    count: the outermost Python call of that frame around the softmax."""
+    both = kinds_sql(sorted(ATTENTION_PRODUCT_OPS | SOFTMAX_OPS))
+    return f"""WITH k AS (SELECT coalesce(fwd_op_id, top_op_id) AS op FROM events WHERE rank = {int(rank)} AND event_id = {int(event_id)}),
+s AS (SELECT t.event_id AS id, t.name, t.args, t.tid, t.ts_ns AS t0, t.ts_ns + t.dur_ns AS t1, t.source_frame_id AS fr
+  FROM k JOIN events o ON o.rank = {int(rank)} AND o.event_id = k.op JOIN events t ON t.rank = {int(rank)} AND t.event_id = o.top_op_id),
+c AS (SELECT p.ts_ns AS c0, p.ts_ns + p.dur_ns AS c1 FROM events p JOIN s ON p.tid = s.tid AND p.frame_id = s.fr
+  WHERE p.rank = {int(rank)} AND p.kind = 'python' AND p.ts_ns <= s.t0 AND p.ts_ns + p.dur_ns >= s.t1 ORDER BY p.ts_ns, p.dur_ns DESC LIMIT 1),
+seq AS (SELECT e.event_id, lag(e.name) OVER w AS before, lead(e.name) OVER w AS after
+  FROM events e JOIN s ON e.tid = s.tid AND e.source_frame_id = s.fr LEFT JOIN c ON true
+  WHERE e.rank = {int(rank)} AND {top_op('e')} AND e.name IN {both}
+    AND (c.c0 IS NULL OR e.ts_ns BETWEEN c.c0 AND c.c1)
+  WINDOW w AS (ORDER BY e.ts_ns, e.event_id))
+SELECT s.name, s.args, coalesce(seq.before IN {kinds_sql(sorted(ATTENTION_PRODUCT_OPS))}
+  AND seq.after IN {kinds_sql(sorted(ATTENTION_PRODUCT_OPS))}, false) AS between FROM s LEFT JOIN seq ON seq.event_id = s.id"""
+
+
+def _unfused_attention(run, rank: int, members: list[dict]) -> list[dict]:
+    """The normalisation class's members that are the softmax of hand-written attention, heaviest
+    first, each with `scores` (the softmax's input shape where it is [B, heads, L, L], `_scores_shape`),
+    `dtype` (its input's, flops.DTYPE) and `between` (a matrix product before and after it on its
+    statement, `_softmax_between_products_sql`): a kernel named softmax (or of a softmax operator)
+    whose softmax operator, the forward one for backward work, is either. h100_timesformer_inference:
+    cunn_SoftMaxForward over [8×12×3137×3137] bf16 inside linear → matmul → mul → softmax → dropout →
+    matmul of modeling_timesformer.py:200, 68.69 ms, was told to use a fused LayerNorm in lower precision."""
+    out = []
+    for m in members:
+        if m["sample_id"] is None or not (_SOFTMAX_KERNEL.search(m["item"] or "") or _SOFTMAX_KERNEL.search(m["op"] or "")):
+            continue
+        got = run.sql(_softmax_between_products_sql(rank, m["sample_id"])).fetchone()
+        if not got or got[0] not in SOFTMAX_OPS:
+            continue
+        args = _args(got[1])
+        scores = _scores_shape(args)
+        if scores is None and not got[2]:
+            continue
+        dtype = flops.DTYPE.get(str((args.get("Input type") or [""])[0]).lower())
+        out.append({**m, "scores": scores, "dtype": dtype, "between": bool(got[2])})
+    return out
+
+
+def _key(m: dict) -> tuple:
+    """A path item's identity (critical_path.path_items groups by these)."""
+    return m["category"], m["item"], m["op"], m["frame_id"], m["cause"]
+
+
+def _low_precision(m: dict) -> str | None:
+    """The 16-bit (or narrower) type a kernel runs in: its name's (vocab.kernel_precision), else its
+    operator's first input's (flops.DTYPE); None for fp32 or unknown."""
+    dtype = flops.DTYPE.get(str((_args(m.get("op_args")).get("Input type") or [""])[0]).lower())
+    return kernel_precision(m.get("item")) or (dtype if dtype in ("bf16", "fp16", "fp8") else None)
+
+
+def _in_lower_precision(members: list[dict], words: str, say_already: bool = True) -> str:
+    """`words` (" in lower precision") where some of the kernels do not run in 16 bits or fewer
+    already (`_low_precision`); else what they run in (with `say_already`) or "", so that bf16
+    kernels are not told to lower it."""
+    low = {_low_precision(m) for m in members}
+    if None in low or not low:
+        return words
+    return f" (they run in {'/'.join(sorted(low))} already)" if say_already else ""
+
+
+def _norm_words(members: list[dict]) -> str:
+    """The advice for LayerNorm / RMSNorm / BatchNorm kernels."""
+    return ("normalisation bounds the step: fused implementations (torch.compile, apex / fused LayerNorm, RMSNorm)"
+            + _in_lower_precision(members, " in lower precision"))
+
+
+def _attention_words(attention: list[dict]) -> str:
+    """The advice for the softmax of hand-written attention (`_unfused_attention`): SDPA, with the
+    size of the heaviest one's scores, which each call writes to memory and reads back."""
+    ns = sum(m["charged_ns"] for m in attention)
+    why = ("between two matrix products of one statement" if all(m["between"] for m in attention) else
+           "over [batch, heads, L, L] scores" if all(m["scores"] for m in attention) else
+           "between two matrix products of one statement, or over [batch, heads, L, L] scores")
+    text = f"unfused attention: {_names_of(attention)} ({ms(ns)} in all) is the softmax of hand-written attention ({why}"
+    shaped = next((m for m in attention if m["scores"]), None)
+    if shaped:
+        dims, dtype = shaped["scores"], shaped["dtype"]
+        nbytes = flops.SIZE.get(dtype or "", 4) * dims[0] * dims[1] * dims[2] * dims[3]
+        text += (f"; at L={dims[2]} each call's [L×L] scores, [{'×'.join(map(str, dims))}]{' ' + dtype if dtype else ''}, "
+                 f"are {size(nbytes)} written to memory and read back")
+    return (text + f"). Use {SDPA}" + _in_lower_precision(attention, " in bf16/fp16", False)
+            + ": one kernel computes the products, the scaling, the mask, the softmax and the dropout without writing the "
+            "scores to memory")
+
+
 def _advice(cls: str, members: list[dict], events: int, charged: int, step_count: int, arch, graphs: str = "",
             one_off_ns: int = 0, has_modules: bool = False, unrecorded_ns: int = 0,
-            stretches: tuple[int, list[tuple[str, int]]] = (0, [])) -> str:
+            stretches: tuple[int, list[tuple[str, int]]] = (0, []), attention: list[dict] = (), path_ns: int = 0) -> str:
     """The class's advice. `one_off_ns`: the launch class's one-off, the ns the path charges the one
     call that holds most of it (`_one_off`: a kernel's first launch loading its code), 0 for none.
     `has_modules`: the rank's path items carry nn.Module paths (so Python without one is outside the model).
     `unrecorded_ns`: host time charged to no event after the last event the trace holds (`_unrecorded_ns`).
-    `stretches`: the host time in long stretches and the names holding it (`_long_stretches`)."""
+    `stretches`: the host time in long stretches and the names holding it (`_long_stretches`).
+    `attention`: the normalisation class's members that are hand-written attention's softmax
+    (`_unfused_attention`): SDPA first, then the normalisation advice for the rest where it is
+    CLASS_SHARE_MIN of the path (`path_ns`) or more."""
     if cls == "host" and unrecorded_ns * 2 >= charged:
         return (f"{ms(unrecorded_ns)} of the step's time is its range running on after the last event the trace holds: nothing "
                 "was recorded there, so it is no Python to speed up and no saving (this finding's impact and saving bound leave it "
@@ -181,15 +313,21 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
             tips.append("NCHW convolutions: convert the model and its inputs to channels_last "
                         "(model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)) so that "
                         f"{P.conv_library(arch)} runs them with its NHWC kernels on the {P.matrix_units(arch)[0]}")
+        if attention:
+            tips.append(_attention_words(attention))
+            keys = {_key(m) for m in attention}
+            rest = [m for m in members if _key(m) not in keys]
+            if rest and sum(m["charged_ns"] for m in rest) >= THRESHOLDS["CLASS_SHARE_MIN"] * path_ns:
+                tips.append("the other kernels: " + _norm_words(rest))
         if per_step >= THRESHOLDS["SMALL_KERNELS_PER_STEP"] and charged / max(events, 1) < THRESHOLDS["SMALL_KERNEL_NS"]:
             tips.append(f"{per_step:.0f} short kernels per step: fuse them (torch.compile the module, fused or foreach implementations)")
-        if not tips:
+        if not tips and cls == "attention":
+            tips.append(f"attention bounds the step: use {SDPA}" + _in_lower_precision(members, " in bf16/fp16", False))
+        elif not tips and cls == "norm":
+            tips.append(_norm_words(members))
+        elif not tips:
             tips.append({"matmul": "these kernels bound the step: shapes that are multiples of 8 (16 for fp8), larger batches, or run them "
                                    "less often",
-                         "attention": "attention bounds the step: use F.scaled_dot_product_attention (flash / memory-efficient "
-                                      "kernels) in bf16/fp16",
-                         "norm": "normalisation bounds the step: fused implementations (torch.compile, apex / fused LayerNorm, "
-                                 "RMSNorm) in lower precision",
                          "elementwise": "elementwise kernels bound the step: fuse them with torch.compile"}.get(
                 cls, "these kernels bound the step: make them cheaper (lower precision, better shapes) or run them less often"))
         return "; ".join(tips) + "."
@@ -510,6 +648,7 @@ def check(ctx: Context) -> list:
         # (the Python between the last call and the step's end)
         left_out = unrecorded if unrecorded and unrecorded * 2 >= charged else 0
         stretches = _long_stretches(ctx.run, path) if cls == "host" else (0, [])
+        attention = _unfused_attention(ctx.run, ctx.rank, members) if cls == "norm" else []
         unseen = _unseen_waits(ctx, path) if cls == "host_sync" else (0, 0)
         step_ns: dict = {}
         for m in members:
@@ -539,9 +678,10 @@ def check(ctx: Context) -> list:
                     **({"unrecorded_ns": unrecorded, "left_out_ns": left_out, "long_stretches_ns": stretches[0]} if cls == "host" else {}),
                     **({"waits_ns": unseen[0], "waits_device_idle_ns": unseen[1]} if cls == "host_sync" else {}),
                     **({"tf32_ns": sum(m["charged_ns"] for m in members if kernel_runs_tf32(m["item"]))} if cls == "fp32_matmul" else {}),
+                    **({"unfused_attention_ns": sum(m["charged_ns"] for m in attention)} if cls == "norm" else {}),
                     **({"one_off_ns": longest} if one_off else {})},
             sample_event_ids=[top["sample_id"]] if top["sample_id"] is not None else [], uses_source=True,
             recommendation=" ".join(x for x in (_advice(cls, members, events, charged, step_count, arch, graph_tip(ctx),
-                                                        longest if one_off else 0, has_modules, unrecorded, stretches),
+                                                        longest if one_off else 0, has_modules, unrecorded, stretches, attention, total),
                                                 host_sync.unseen_words(unseen[0], unseen[1], _names_of(members))) if x)))
     return out
