@@ -1007,15 +1007,15 @@ def bound(run: Run, rank: int) -> dict:
         return {"steps": [], "overall": None}
     step_nos, step = _step_codes(path.step)
     ns = _sums(step * len(CATEGORIES) + path.category, path.ns, len(step_nos) * len(CATEGORIES)).reshape(len(step_nos), len(CATEGORIES))
+    unrecorded_at = unrecorded_by_step(path, (rank_rows(run, LAST_RECORDED, rank) or [(None,)])[0][0])
     steps = []
     for i, s in enumerate(step_nos.tolist()):
         d = {c: int(v) for c, v in zip(CATEGORIES, ns[i].tolist())}
         total = sum(d.values())
-        steps.append({"step": s, "dur_ns": total, "ns": d, **_verdict(d, total)})
+        steps.append({"step": s, "dur_ns": total, "ns": d, **_verdict(d, total), "unrecorded_ns": unrecorded_at.get(s, 0)})
     total_by_cat = {c: int(v) for c, v in zip(CATEGORIES, ns.sum(axis=0).tolist())}
     total = sum(total_by_cat.values())
-    last_end = (rank_rows(run, LAST_RECORDED, rank) or [(None,)])[0][0]
-    unrecorded = sum(unrecorded_by_step(path, last_end).values())
+    unrecorded = sum(unrecorded_at.values())
     overall = {"dur_ns": total, "ns": total_by_cat, **_verdict(total_by_cat, total), "unrecorded_ns": unrecorded}
     if total and unrecorded * 2 >= total:  # most of the steps' time is after everything the trace holds: no bound to read
         overall["words"] = (f"not recorded ({100 * unrecorded / total:.0f}%): the steps run on {duration(unrecorded)} after "

@@ -247,18 +247,13 @@ class _Flows:
             values[mask] = fill
         return values
 
-    def where(self, name: str, values_ok: np.ndarray) -> np.ndarray:
-        """Per row: whether its text is one of the values for which `values_ok` (one bool per distinct
-        value) holds; a null never."""
-        codes, _ = self.text[name]
-        return np.append(np.asarray(values_ok, dtype=bool), False)[codes]
-
     def text_in(self, name: str, wanted, *, lower: bool = False) -> np.ndarray:
-        """Per row: whether its text (lower-cased, with `lower`) is one of `wanted`; a null never."""
-        values = self.text[name][1]
+        """Per row: whether its text (lower-cased, with `lower`) is one of `wanted`; a null (code -1) never."""
+        codes, values = self.text[name]
         if lower:
             values = pc.utf8_lower(values)
-        return self.where(name, pc.is_in(values, pa.array(list(wanted), pa.string())).to_numpy(zero_copy_only=False))
+        ok = pc.is_in(values, pa.array(list(wanted), pa.string())).to_numpy(zero_copy_only=False)
+        return np.append(np.asarray(ok, dtype=bool), False)[codes]
 
 
 def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> RankTables:
@@ -546,7 +541,7 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
         "capture_op": dict_col(capture_codes[0], capture_names),
         "capture_top_op": dict_col(capture_codes[1], capture_names),
     }
-    # the flows' columns made last, when the build's temporaries are gone (the raw flows held till now)
+    # the flows' columns sorted last, when the build's temporaries are gone
     flows = _flows_table(fl, fl_event, rank, raw.base_ns)
     del fl, fl_event
     events = SortedTable(schema.EVENTS, n, makers)

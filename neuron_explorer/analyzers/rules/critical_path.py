@@ -92,9 +92,8 @@ from .. import critical_path as cp
 from .. import flops, metrics
 from .. import peaks as P
 from ..engine import Context, NotApplicable
-from ..metrics import DEVICE_WORK_NAMED, LAST_RECORDED
+from ..metrics import DEVICE_WORK_NAMED
 from ..model import Location
-from ..rank_rows import rows as rank_rows
 from ..utilisation import rank_work
 from . import host_sync
 from ._util import SEE_UNTRACED, SET_TO_NONE, STEADY_STEPS, graph_tip, ms, pct, q
@@ -291,7 +290,7 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
     """The class's advice. `one_off_ns`: the launch class's one-off, the ns the path charges the one
     call that holds most of it (`_one_off`: a kernel's first launch loading its code), 0 for none.
     `has_modules`: the rank's path items carry nn.Module paths (so Python without one is outside the model).
-    `unrecorded_ns`: host time charged to no event after the last event the trace holds (`_unrecorded_ns`).
+    `unrecorded_ns`: host time charged to no event after the last event the trace holds (critical_path.unrecorded_by_step, in the bound's steps).
     `stretches`: the host time in long stretches and the names holding it (`_long_stretches`).
     `attention`: the normalisation class's members that are hand-written attention's softmax
     (`_unfused_attention`): SDPA first, then the normalisation advice for the rest where it is
@@ -457,13 +456,8 @@ def _class_words(cls: str, members: list[dict]) -> str:
     return HOST_CLASSES[cls]
 
 
-def _unrecorded_ns(path, last_end: int | None) -> int:
-    """Host time the path charges to no event after `last_end` (cp.unrecorded_by_step)."""
-    return sum(cp.unrecorded_by_step(path, last_end).values())
-
-
 def _recorded(members: list[dict], unrecorded: int) -> list[dict]:
-    """The host class's members less the unrecorded time (`_unrecorded_ns`), which the path charges
+    """The host class's members less the unrecorded time (critical_path.unrecorded_by_step, in the bound's steps), which the path charges
     to untraced host time (item None, heaviest first): what the trace shows, heaviest first, members
     left with nothing dropped. cuda_triton: 'Python outside every traced call' 13,334.91 ms was
     13,334.48 ms after the last event and 0.43 ms between the recorded calls."""
@@ -593,6 +587,13 @@ LEFT_TO = {"input": "input-pipeline", "launch": "launch-overhead", "host_sync": 
 is the one for that cause."""
 
 
+def owns_fp32_work() -> list:
+    """The owner that precision's and device-underuse's findings on fp32 matrix work leave their
+    cause to (their `leaves_to`): this rule's fp32 GEMM/convolution class on the same rank, which
+    names the same fix with the time the work holds on the steps' critical path."""
+    return [(RULE_ID, lambda c: c.evidence.values.get("class") == "fp32_matmul")]
+
+
 def leaves_to(finding) -> str | None:
     """The rule whose finding on the same rank names this finding's cause (the engine keeps that
     one alone: engine.leave_to_owners), else None. Launches most of whose time is one call, a
@@ -640,8 +641,7 @@ def check(ctx: Context) -> list:
             arch = work.detected.arch if work.detected and work.detected.arch else P.arch_of(work.peak, work.device_name)
         events = sum(m["events"] for m in members)
         one_off = cls == "launch" and one_off_id is not None  # one launch call holds most of the class
-        unrecorded_steps = (cp.unrecorded_by_step(path, (rank_rows(ctx.run, LAST_RECORDED, ctx.rank) or [(None,)])[0][0])
-                            if cls == "host" else {})
+        unrecorded_steps = {b["step"]: b["unrecorded_ns"] for b in bound["steps"] if b["unrecorded_ns"]} if cls == "host" else {}
         unrecorded = sum(unrecorded_steps.values())
         # most of the host class recorded nothing (the advice says so: `_advice`): time the trace did not record is no
         # one's to save, and the impact and the saving bound are the rest; a smaller tail after the last event stays in

@@ -382,7 +382,7 @@ def _first_launch(ctx: Context) -> tuple[int | None, np.ndarray]:
     return int(got[0]), iv
 
 
-_UNRECORDED_SQL = f"SELECT max(ts_ns + dur_ns) AS ts_ns, {_AFTER_ALL} AS end_ns FROM events WHERE rank = {{rank}} AND kind NOT IN ('step', 'other')"
+_UNRECORDED_SQL = f"SELECT ({metrics.LAST_RECORDED.one.replace('?', '{rank}')}) AS ts_ns, {_AFTER_ALL} AS end_ns"
 """After the last event the trace holds (metrics.LAST_RECORDED's instant), as an interval."""
 
 

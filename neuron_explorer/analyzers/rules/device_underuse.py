@@ -128,4 +128,4 @@ def leaves_to(finding) -> list:
     stays (critical-path does not name it)."""
     if finding.evidence.values.get("causes") != ["precision"]:
         return []
-    return [(critical_path_rule.RULE_ID, lambda c: c.evidence.values.get("class") == "fp32_matmul")]
+    return critical_path_rule.owns_fp32_work()

@@ -123,4 +123,4 @@ def _advice(arch, v: dict) -> str:
 def leaves_to(finding) -> list:
     """critical-path's fp32 GEMM/convolution class on the same rank names this cause, with the time
     it holds on the steps' critical path (engine.leave_to_owners): this finding is left to it."""
-    return [(critical_path_rule.RULE_ID, lambda c: c.evidence.values.get("class") == "fp32_matmul")]
+    return critical_path_rule.owns_fp32_work()
