@@ -139,7 +139,8 @@ EVENTS = Table(
            "(same pid and tid, `parent_id` = this event); equals `dur_ns` for device events and slices with nothing inside"),
         _c("fwd_op_id", "int64", "event id", "backward work (inside `autograd::engine::evaluate_function: …`, and device work it launched): "
            "the forward operator that built its autograd node, by the `fwdbwd` flow, else the `Sequence number`; "
-           "`AccumulateGrad` takes the node evaluated just before it on its thread; null otherwise"),
+           "`AccumulateGrad` takes the node evaluated just before it on its thread, unless a gradient hook runs a collective inside it "
+           "(DDP's bucket all-reduce: null); null otherwise"),
         _c("pass", "string", "", "'forward', 'backward' (inside an autograd node's evaluation or the backward call), "
            "'optimizer' (inside torch's `Optimizer.step#…`/`Optimizer.zero_grad#…`), 'data' (inside `enumerate(DataLoader)#…`), "
            "'other' (steps, profiler bookkeeping, device work with no launch); device events take their launch's"),

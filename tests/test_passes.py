@@ -127,3 +127,63 @@ def test_a_run_of_format_v1_still_opens():
         assert n > 0 and missing_link == 0 and same_frame == n
     # and plain DuckDB over the files still reads them
     assert duckdb.sql(f"SELECT count(*) FROM '{old}/rank=*/events.parquet'").fetchall()[0][0] == n
+
+
+# A DDP step on a GPU, as torch records it: the backward runs on the autograd engine's thread (no
+# Python frames there), and when a parameter's AccumulateGrad completes a gradient bucket, DDP's hook
+# all-reduces the bucket inside that node. A tensor-parallel layer's backward all-reduces inside its
+# own (numbered) node.
+#
+#   thread 1    train.py(20): step  [0 ---------------------------------------------------- 100]
+#                 aten::linear seq 3 [2-10]    aten::mm seq 4 [12-20]    train.py(25) loss.backward() [30-90]
+#   thread 2                 evaluate_function: MmBackward0 (seq 4) [31-40], containing c10d::allreduce_ (TP)
+#                            evaluate_function: AccumulateGrad [41-43]: aten::add_ only
+#                            evaluate_function: AddmmBackward0 (seq 3) [44-50]
+#                            evaluate_function: AccumulateGrad [51-60]: DDP's hook, c10d::allreduce_ → nccl kernel
+DDP_EVENTS = [
+    X("train.py(20): step", "python_function", 0, 100),
+    X("aten::linear", "cpu_op", 2, 8, **{"Sequence number": 3, "Fwd thread id": 0, "External id": 1}),
+    X("aten::mm", "cpu_op", 12, 8, **{"Sequence number": 4, "Fwd thread id": 0, "External id": 2}),
+    X("train.py(25): step", "python_function", 30, 60),
+    X(EVAL + "MmBackward0", "cpu_op", 31, 9, tid=2, **{"Sequence number": 4, "Fwd thread id": 1, "External id": 3}),
+    X("c10d::allreduce_", "cpu_op", 33, 5, tid=2, **{"External id": 4}),
+    X("cudaLaunchKernel", "cuda_runtime", 34, 1, tid=2, correlation=201, **{"External id": 4}),
+    X("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "kernel", 36, 3, pid=0, tid=9, correlation=201, stream=9, device=0),
+    X(EVAL + "torch::autograd::AccumulateGrad", "cpu_op", 41, 2, tid=2, **{"Sequence number": -1, "External id": 5}),
+    X("aten::add_", "cpu_op", 41.5, 1, tid=2, **{"External id": 6}),
+    X(EVAL + "AddmmBackward0", "cpu_op", 44, 6, tid=2, **{"Sequence number": 3, "Fwd thread id": 1, "External id": 7}),
+    X("aten::mm", "cpu_op", 45, 4, tid=2, **{"External id": 8}),
+    X(EVAL + "torch::autograd::AccumulateGrad", "cpu_op", 51, 9, tid=2, **{"Sequence number": -1, "External id": 9}),
+    X("aten::add_", "cpu_op", 51.5, 1, tid=2, **{"External id": 10}),
+    X("c10d::allreduce_", "cpu_op", 53, 5, tid=2, **{"External id": 11}),
+    X("record_param_comms", "cpu_op", 53.5, 4, tid=2, **{"External id": 12, "Collective name": "allreduce"}),
+    X("cudaLaunchKernel", "cuda_runtime", 54, 1, tid=2, correlation=202, **{"External id": 12}),
+    X("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "kernel", 56, 30, pid=0, tid=9, correlation=202, stream=9, device=0),
+]
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ddp")
+    r = open_run(import_traces(write_trace(tmp / "t.json", DDP_EVENTS), tmp / "run").run_dir)
+    yield r
+    r.close()
+
+
+def test_a_gradient_buckets_all_reduce_belongs_to_no_forward_statement(ddp_run):
+    """The 30 µs bucket all-reduce was charged to aten::linear's statement (the node evaluated before
+    its AccumulateGrad): a hotspot line then held the whole bucket's communication. It and its hook
+    node now go with no forward operator; an AccumulateGrad without a collective keeps the node before
+    it, and a tensor-parallel all-reduce inside a numbered node stays that node's."""
+    got = _rows(ddp_run)
+    assert got[("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 56)][1] is None
+    assert got[("c10d::allreduce_", 53)][1] is None and got[(EVAL + "torch::autograd::AccumulateGrad", 51)][1] is None
+    assert got[("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 56)][0] == "backward"
+    # the plain AccumulateGrad still goes with the node before it (MmBackward0 → aten::mm)
+    assert got[(EVAL + "torch::autograd::AccumulateGrad", 41)][1] == "aten::mm"
+    # the tensor-parallel all-reduce is its layer's backward
+    assert got[("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 36)][1:] == ("aten::mm", None, "step")
+    # per statement: the line of the forward pass carries its backward, not the bucket's all-reduce
+    by_line = dict(ddp_run.sql("""SELECT f.line, sum(e.dur_ns) FROM events e JOIN frames f ON f.frame_id = e.source_frame_id
+        WHERE e.kind = 'kernel' GROUP BY f.line""").fetchall())
+    assert by_line == {20: 3_000}

@@ -336,8 +336,13 @@ def _sources(run: Run, frame_ids: set) -> dict[int, str]:
 def launched_by(collective: dict) -> str:
     """Who launched an exposed collective (an `exposed_communication` row), in words: its statement,
     else its operator, else 'no traced operator' (no launch call in the trace, or one outside every
-    operator). The report's text and comm-exposed's title both say it this way."""
-    return collective.get("source") or collective.get("op") or "no traced operator"
+    operator). A collective run by a gradient hook inside an `AccumulateGrad` node (DDP's bucket
+    all-reduce: charged to no statement, collectors/passes.py) is 'a gradient hook in backward
+    (after AccumulateGrad)'. The report's text and comm-exposed's title both say it this way."""
+    op = collective.get("op")
+    if not collective.get("source") and op and op.endswith("AccumulateGrad"):
+        return "a gradient hook in backward (after AccumulateGrad)"
+    return collective.get("source") or op or "no traced operator"
 
 
 def exposed_sql(rank: int, device: int) -> str:
