@@ -332,16 +332,17 @@ def test_the_capture_scans_are_left_out_only_where_the_manifest_counts_no_graph_
 def test_real_trace_comm_exposed_contents(tmp_path):
     """mi300x (DDP ResNet, rank 0 of 8): the exposed-communication finding names the collective kernel
     and its callers (analyzers/device_time.py), so its contents are its sample events: the operators
-    that launched the sampled all-reduce kernels, and inside them the two NCCL kernels over buckets of
-    8,816,192 and 2,873,320 elements, 8.93 ms and 6.91 ms (checked with `neuron-explorer query`: the
-    dur_ns of the ncclDevKernel_Generic kernels launched under the sampled record_param_comms)."""
+    that launched the sampled kernels (a gradient hook's AccumulateGrad and a c10d::broadcast_), and
+    inside them the NCCL kernels: the all-reduce of a bucket of 2,873,320 elements, 6.91 ms, and the
+    broadcast of 9,600, 14.32 µs (checked with `neuron-explorer query`: the dur_ns of the
+    ncclDevKernel_Generic kernels launched under the sampled record_param_comms)."""
     from .conftest import TRACES
 
     rep = analyze(TRACES / "mi300x_ddp_resnet_act_checkpoint.json.gz", write=False)
     f = next(f for f in rep.findings if f.rule_id == "comm-exposed")
     assert f.location.kernel == "ncclDevKernel_Generic" and f.location.op is None
     kernels = [(c["name"][:21], c["shapes"][0], c["count"], c["total_ns"]) for c in f.contents["children"] if c["kind"] == "kernel"]
-    assert kernels[:2] == [("ncclDevKernel_Generic", [[8816192]], 1, 8_932_626), ("ncclDevKernel_Generic", [[2873320]], 1, 6_911_678)]
+    assert kernels[:2] == [("ncclDevKernel_Generic", [[2873320]], 1, 6_911_678), ("ncclDevKernel_Generic", [[9600]], 1, 14_319)]
     roots = f.contents["roots"]
     assert roots["what"].startswith("its sample events") and roots["count"] == 2
     # operators nested in the roots take no longer than the roots

@@ -1133,3 +1133,20 @@ def test_two_kernels_of_one_template_are_told_apart_in_the_top_kernels(traces):
     assert len(rows) == 2 and {size[n] for n in rows} == {"256", "64"}, sorted(durations)
     for name, k in rows.items():
         assert k["kernel"] == f"aiter::add_rmsnorm_quant_kernel [{size[name]}]" and k["dur_ns"] == durations[name]
+
+
+@pytest.mark.slow  # imports a 1-1.4 MB trace (5-10 s)
+def test_timesformers_idle_device_is_one_finding_naming_the_preprocessing(traces):
+    """h100_timesformer_inference: the device idles 224.10 ms of the 382.54 ms step while the pipeline
+    normalises frames in numpy. Two findings said it: device-idle ('idle 58.6% … 224.10 ms', advising
+    to record stacks the trace has) and critical-path's host class (225.02 ms, naming
+    image_transforms.py's normalize). The host class is the one finding; the idle figure is the
+    summary's, as it was."""
+    _, report, raw = traces(H100)
+    assert not findings(report, "device-idle")
+    (rank,) = report["summary"]["ranks"]
+    (dev,) = rank["device_time"]
+    (host,) = [f for f in findings(report, "critical-path") if f["evidence"]["values"]["class"] == "host"]
+    assert "image_transforms.py(390): normalize" in host["title"]
+    idle = sum(b - a for a, b in idle_gaps(raw, rank))  # the device's idle in the step, read from the JSON
+    assert dev["idle_ns"] == idle and 0.5 * rank["analysed_ns"] < idle <= host["impact_ns"] <= rank["analysed_ns"]

@@ -109,3 +109,38 @@ def test_an_idle_gap_that_comes_back_every_step_is_no_one_off(tmp_path):
     (f,) = [x for x in _report(tmp_path, events).findings if x.rule_id == "device-idle"]
     assert f.recommendation.startswith("Keep the device fed: largest gaps — gap of 9.10 ms: host ran aten::cpu_heavy 9.00 ms")
     assert "one-off" not in f.recommendation
+
+
+def _preprocessing_steps(python: bool) -> list:
+    """Three 10 ms steps of an inference loop: Python prepares the input for 8 ms (no operator inside:
+    numpy, PIL), then one operator launches K (1 ms); the device idles through the preparation."""
+    events = []
+    for i in range(3):
+        t = i * 10_000
+        events += [X(f"ProfilerStep#{i + 1}", "user_annotation", t, 10_000),
+                   X("aten::mm", "cpu_op", t + 8_500, 100, **{"External id": i + 1}), _launch(t + 8_510, 100 + i, i + 1),
+                   _kernel("K", t + 8_600, 1_000, 100 + i)]
+        if python:
+            events += [X("infer.py(30): run", "python_function", t + 10, 9_980),
+                       X("prep.py(12): normalize", "python_function", t + 100, 8_000)]
+    return events
+
+
+def test_idle_while_the_path_runs_python_is_the_host_class_finding_alone(tmp_path):
+    """The device idles 80% of each step while Python prepares the input. device-idle could only say
+    that the host ran 'no traced call' in its gaps (and to record stacks, which the trace has), beside
+    critical-path's host class naming prep.py's normalize: one cause, two findings (h100_timesformer:
+    224.10 ms of idle and 225.02 ms of host time). The host class is the finding; the idle's evidence
+    says how much of it lies under the path's host time. Without Python in the trace, the host class
+    cannot name the work either, and device-idle stays, with its gaps (the three operators' 0.30 ms
+    in them: no traced call for the rest)."""
+    rep = _report(tmp_path / "py", _preprocessing_steps(python=True))
+    assert not [x for x in rep.findings if x.rule_id == "device-idle"]
+    (host,) = [x for x in rep.findings if x.rule_id == "critical-path" and x.evidence.values["class"] == "host"]
+    assert "prep.py(12): normalize" in host.title
+    idle = rep.summary["ranks"][0]["device_time"][0]["idle_ns"]
+    assert idle >= 0.8 * 30_000 * US and host.impact_ns >= 0.8 * idle
+    bare = _report(tmp_path / "bare", _preprocessing_steps(python=False))
+    (f,) = [x for x in bare.findings if x.rule_id == "device-idle"]
+    v = f.evidence.values
+    assert v["host_calls_in_gaps_ns"] == 300 * US and v["gaps_ns"] >= 24_000 * US

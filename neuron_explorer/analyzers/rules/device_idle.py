@@ -21,6 +21,10 @@ idle after the last event the trace holds (a step's range running on where nothi
 the critical path names: cuda_triton's one step idled 13,335 ms there, with no call to name). With steps
 host-sync counts the idle the syncs cause after they return, and the idle during a wait stays
 here. The evidence gives the whole idle (`idle_ns`) and the parts left out. Saving bound: the same.
+Where HOST_PATH_SHARE of the idle left here or more lies where the steps' critical path runs on the
+host (`idle_under_host_path_ns`, where the trace records Python) and the host's traced operators fill
+under UNTRACED_HOST_SHARE of the named gaps (`host_calls_in_gaps_ns` of `gaps_ns`), critical-path's host class is the finding for it
+(`leaves_to`): it names the Python and calls that kept the device waiting.
 When the longest gap holds half the idle and one host operator runs through nearly all of it, the
 advice first names it as a likely one-off (a library's first use) and to profile steady steps; when
 the host's traced calls take under a tenth of it, as time in no traced call and how to see it.
@@ -41,7 +45,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...vocab import DEVICE_WORK_SQL, allocator_call, call_inputs, kinds_sql, top_host_call
-from .. import device_time, metrics
+from .. import critical_path, device_time, metrics
 from ..engine import Context
 from ..model import Location
 from ..rank_rows import RankQuery, prepared_rows
@@ -58,6 +62,7 @@ SCOPE = "rank"
 THRESHOLDS = {
     "IDLE_SHARE_MIN": 0.10,  # idle time / the analysed window (the summary's device time)
     "GAPS_SHOWN": 3,  # largest gaps whose host activity is named
+    "HOST_PATH_SHARE": 0.5,  # idle under the critical path's host class / the finding's idle: critical-path's cause
 }
 
 
@@ -396,6 +401,37 @@ def _unrecorded(ctx: Context) -> np.ndarray:
     return np.asarray([(int(last), _AFTER_ALL)], dtype=np.int64)
 
 
+def _host_path(ctx: Context) -> np.ndarray:
+    """Where the steps' critical path runs on the host in CPU operators and Python (its host class,
+    category host_compute), as a union; empty without steps or a path, and where the trace records
+    no Python (the path's host class could not name the functions either: this finding's advice to
+    record them is the one to give)."""
+    if not ctx.summary["steps"]["count"] or not ctx.has_user_frames():
+        return np.empty((0, 2), dtype=np.int64)
+    try:
+        path = critical_path.path_of(ctx.run, ctx.rank)
+    except Exception:  # noqa: BLE001 - no path (a walk that fails: critical-path reports why): nothing to leave to it
+        return np.empty((0, 2), dtype=np.int64)
+    keep = path.category == critical_path.CATEGORIES.index("host_compute")
+    return metrics.union_array(path.ts[keep], path.ts[keep] + path.ns[keep])
+
+
+def leaves_to(finding) -> list:
+    """Idle most of which (HOST_PATH_SHARE or more) lies where the steps' critical path runs on the
+    host, in gaps where the host ran almost no traced operator (under UNTRACED_HOST_SHARE of the named
+    gaps: this finding could only say 'no traced call'), is what critical-path's host class names,
+    with the Python and calls that kept the device waiting: that finding is the one for the cause
+    (h100_timesformer: 'Device 0 idle 58.6% (224.10 ms)', advising to record stacks the trace has,
+    beside 'host-bound (59%) … 225.02 ms; heaviest: …image_transforms.py(390): normalize 104.92 ms').
+    Where the gaps name operators, both stay: this finding says which gaps and what ran in them."""
+    v = finding.evidence.values
+    if v.get("idle_under_host_path_ns", 0) < THRESHOLDS["HOST_PATH_SHARE"] * finding.impact_ns or not finding.impact_ns:
+        return []
+    if v.get("host_calls_in_gaps_ns", 0) >= UNTRACED_HOST_SHARE * v.get("gaps_ns", 0):  # the gaps name the host's calls
+        return []
+    return [(critical_path_rule.RULE_ID, lambda g: g.evidence.values.get("class") == "host")]
+
+
 def _claimed(ctx: Context) -> dict:
     """The intervals whose device idle other rules name (module docstring), each a union:
     `syncs` (without steps), `allocator_calls` (allocator_churn.claimed), `loader` (the DataLoader's
@@ -572,7 +608,7 @@ SELECT t.busy_ns::BIGINT AS busy_ns, t.window_ns::BIGINT AS window_ns, (t.window
 
 def check(ctx: Context) -> list:
     ctx.require_device()
-    out, found, claimed, wins = [], None, None, None
+    out, found, claimed, wins, host_path = [], None, None, None, None
     steady = list(ctx.summary["steps"]["steady_steps"]) if ctx.summary["steps"]["count"] else None
     for dev in ctx.summary["device_time"]:
         d = dev["device"]
@@ -591,6 +627,12 @@ def check(ctx: Context) -> list:
         idle = v["idle_ns"] - left_out["either"]
         if idle / v["window_ns"] < THRESHOLDS["IDLE_SHARE_MIN"]:
             continue
+        host_path = host_path if host_path is not None else _host_path(ctx)
+        if len(host_path):  # the idle left here under the path's host class (leaves_to)
+            both = np.concatenate([host_path, claimed["either"]])
+            v["idle_under_host_path_ns"] = _idle_in(busy, metrics.union_array(both[:, 0], both[:, 1]), wins) - left_out["either"]
+        else:
+            v["idle_under_host_path_ns"] = 0
         if found is None:  # every device's gaps and host activity, once
             found = (rank_rows(ctx.run, GAPS, ctx.rank), rank_rows(ctx.run, HOST, ctx.rank))
         shown, in_gaps = [g for g in found[0] if g[0] == d], [h for h in found[1] if h[0] == d]
@@ -621,6 +663,8 @@ def check(ctx: Context) -> list:
             if frame is None and ran and ran[0]["frame_id"] is not None:
                 frame = ran[0]["frame_id"]
         share = idle / v["window_ns"]
+        named_gaps_ns = sum(g["gap_end"] - g["gap_start"] for g in gaps)
+        calls_in_gaps_ns = sum(b["overlap_ns"] for ran in by_gap.values() for b in ran)
         # a part names its rule where that rule reports it: the claimed union is the rule's own figure (its
         # impact: allocator-churn's union of calls, host-sync's of waits without steps, input-pipeline's of
         # fetches; the critical path's unrecorded time, this idle), reported from its share of the analysed time
@@ -647,6 +691,9 @@ def check(ctx: Context) -> list:
                              "idle_in_loader_ns": v["idle_in_loader_ns"], "idle_in_first_launch_ns": v["idle_in_first_launch_ns"],
                              "idle_unrecorded_ns": v["idle_unrecorded_ns"],
                              "idle_left_out_ns": left_out["either"],
+                             # (of the idle left here, where the steps' critical path ran on the host: leaves_to)
+                             "idle_under_host_path_ns": v["idle_under_host_path_ns"],
+                             "gaps_ns": named_gaps_ns, "host_calls_in_gaps_ns": calls_in_gaps_ns,  # (the named gaps, the host's calls in them)
                              # the gaps' calls many times the other calls of their name and inputs (_repeat_calls)
                              "outlier_calls": [{"event_id": int(e), **c} for e, c in repeats.items() if e in compared],
                              "waited_in_gaps_ns": sum(waited.values())},  # (the host waiting on the device in the named gaps)
