@@ -35,7 +35,7 @@ def screen(run, summaries: dict) -> set[int]:
 
 
 def _named(exposed: list[dict]) -> str:
-    """'ncclKernel_AllReduce_… from AccumulateGrad (train.py:12) 39.45 ms, …' (the heaviest 3)."""
+    """'ncclKernel_AllReduce_… from a gradient hook in backward (after AccumulateGrad) 39.45 ms, …' (the heaviest 3)."""
     parts = []
     for x in exposed[:3]:
         parts.append(f"{x['collective']} from {device_time.launched_by(x)} {ms(x['ns'])}")
