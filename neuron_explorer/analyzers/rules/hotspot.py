@@ -36,7 +36,9 @@ time is such work is where it was written, and its advice names the operators it
 least half its time, the advice says it is a one-off more likely than its cost per call (the first
 `.to('cuda')` creating the device's context, a library's first use) and to profile steady steps,
 not to tune its shapes. An operator most of whose time is one kernel launch that the critical path
-names as a one-off (a kernel's first launch loading its code) is left to that finding (`leaves_to`).
+names as a one-off (a kernel's first launch loading its code) is left to that finding (`leaves_to`), and
+so is one whose one-off call is the host's heaviest call in a gap device-idle names (`longest_id` among
+its sample events): the device idled through that call, and that finding names it as a one-off.
 A kernel's advice follows what it does (vocab.work_class) in the device's own words (peaks.matrix_units):
 a matrix kernel gets the sizes its matrix units run fastest at (NVIDIA Tensor Cores, AMD MFMA, the
 Trainium Tensor Engine) and lower precision only where its name does not show one already; a
@@ -123,7 +125,9 @@ def _finding(ctx: Context, what: str, sql: str, loc: Location, key: str, rec, to
         title=f"Hotspot {what}: {kernel_name(label, 80) if what == 'kernel' else label[:80]} {what_share}",
         impact_ns=impact, saving_bound_ns=impact, location=loc, sql=sql,
         values={key: v[key], "calls": v["calls"], "name": v["name"], "on_path_ns": on_path,
-                **({"running_ns": running} if running is not None else {})},
+                **({"running_ns": running} if running is not None else {}),
+                # (an operator's longest call: a one-off where it holds half its time, _operator_advice, leaves_to)
+                **({"longest_ns": v["longest_ns"], "longest_id": v["longest_id"]} if "longest_id" in v else {})},
         sample_event_ids=[v["sample_id"]] if v.get("sample_id") is not None else [], uses_source=True,
         recommendation=rec(v) if callable(rec) else rec)
 
@@ -188,7 +192,10 @@ def leaves_to(finding) -> list:
     code, is the critical path's one-off launch (its launch class, `one_off_ns`, charged under this
     operator): that finding names the narrower cause, and this one is left to it
     (engine.leave_to_owners). rocm_mi250_train: one hipLaunchKernel of 6.54 ms under the first
-    AccumulateGrad was both the operator's hotspot (6.68 ms) and the path's kernel launches (6.67 ms)."""
+    AccumulateGrad was both the operator's hotspot (6.68 ms) and the path's kernel launches (6.67 ms).
+    Likewise an operator one call of which holds half its time, where that call is the host's heaviest
+    call in one of device-idle's named gaps (its sample events): device-idle's finding names the one-off
+    and the idle it caused."""
     v = finding.evidence.values
     if not v.get("cpu_ns") or "name" not in v or "source" in v:  # a kernel (device_ns) or a source line: no operator
         return []
@@ -197,7 +204,13 @@ def leaves_to(finding) -> list:
         cv = c.evidence.values
         heaviest = cv.get("heaviest") or [{}]
         return cv.get("class") == "launch" and heaviest[0].get("op") == v["name"] and cv.get("one_off_ns", 0) * 2 >= v["cpu_ns"]
-    return [("critical-path", same_launch)]
+    owners = [("critical-path", same_launch)]
+    if v.get("calls", 0) > 1 and v.get("longest_ns", 0) * 2 >= v["cpu_ns"]:
+        # one call holds half its time, and it is the host call of a device-idle gap: device-idle names that
+        # one-off with the idle it caused (cuda_alexnet_train: the first aten::to, 29,937.80 ms creating the
+        # CUDA context, was 'aten::to takes 69.0%' and the lead of 'Device 0 idle 80.3%' alike)
+        owners.append(("device-idle", lambda g: v.get("longest_id") in g.evidence.sample_event_ids))
+    return owners
 
 
 def _running_ns(ctx: Context, name: str) -> int:
@@ -330,7 +343,7 @@ def check(ctx: Context) -> list:
     out = [
         _finding(ctx, "operator", f"""SELECT e.name, greatest(sum(e.dur_ns) - coalesce(sum(c.compile_ns), 0) - coalesce(sum(w.wait_ns), 0)
   - coalesce(sum(a.alloc_ns), 0), 0)::BIGINT AS cpu_ns, count(*) AS calls, min(e.event_id) AS sample_id, mode(e.source_frame_id) AS frame_id,
-  max(e.dur_ns)::BIGINT AS longest_ns
+  max(e.dur_ns)::BIGINT AS longest_ns, arg_max(e.event_id, e.dur_ns) AS longest_id
 FROM events e LEFT JOIN ({compile_inside_sql(r)}) c ON c.top_op_id = e.event_id
 LEFT JOIN (SELECT top_op_id, sum(dur_ns) AS wait_ns FROM ({waiting_calls_sql(r)}) GROUP BY top_op_id) w ON w.top_op_id = e.event_id
 LEFT JOIN (SELECT top_op_id, sum(dur_ns) AS alloc_ns FROM events WHERE rank = {r} AND {allocator_call()} GROUP BY top_op_id) a
