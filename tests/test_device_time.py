@@ -232,3 +232,26 @@ def test_the_busy_line_says_when_kernels_are_summed_over_concurrent_streams(tmp_
     text = render.text(analyze(import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir, write=False), width=300)
     assert ("device 0: busy 150.00 µs of its window, first to last device event, 150.00 µs (100.0%), "
             "kernels 200.00 µs (summed over concurrent streams), memcpy 0 ns") in text
+
+
+def test_no_window_rate_where_the_flops_describe_almost_none_of_the_devices_work(tmp_path):
+    """achieved.tflops_per_s is the counted FLOPs over the window. mtia_inference's only counted
+    operators launched no compute kernel (0% of the compute kernels' time): the report said
+    'achieved: 3.97 MFLOP/s over the analysed window' for a device 91.7% busy computing. Under 1% of
+    the compute kernels' time counted, there is no window rate and no MFU, and the report says why; at
+    1% or more, and on a run with no compute kernels (the CPU's operators), the rate is given."""
+    def got(kernel_ns, all_ns):
+        u = {"flops": 2e9, "kernel_flops": 2e9, "kernel_ns": kernel_ns, "compute_kernel_ns": all_ns,
+             "dtype": "bf16", "peak": {"tflops": {"bf16": 100.0}}}
+        return dt.achieved(u, [{"compute_ns": all_ns}], 1_000_000)  # a 1 ms window
+    few = got(5_000, 1_000_000)  # 0.5% of the compute kernels' time counted
+    assert few["tflops_per_s"] is None and few["mfu"] is None and few["counted_share"] == 0.005
+    enough = got(10_000, 1_000_000)  # 1%
+    assert enough["tflops_per_s"] == pytest.approx(2.0) and enough["mfu"] == pytest.approx(0.02)
+    assert got(0, 0)["tflops_per_s"] == pytest.approx(2.0)  # no compute kernels: the operators' rate
+    line = render._achieved_line({"achieved": few})
+    assert line.startswith("  achieved: not counted: 0.5% of the compute kernels' time ran in an operator with a FLOP count")
+    report = analyze(import_traces(TRACES / "mtia_inference.json.gz", tmp_path / "run").run_dir, write=False)
+    a = report.summary["ranks"][0]["achieved"]
+    assert a["flops"] > 0 and a["counted_share"] == 0 and a["tflops_per_s"] is None
+    assert "achieved: not counted: 0.0% of the compute kernels' time" in render.text(report, width=200)

@@ -304,6 +304,11 @@ SELECT rank, device, name, sum(cb - ca)::BIGINT, count(*) FILTER (WHERE cb > ca)
 HAVING count(*) FILTER (WHERE cb > ca) > 0"""
 
 
+COUNTED_SHARE_MIN = 0.01
+"""Below this share of the compute kernels' time in counted operators, `achieved` gives no rate over
+the window (the FLOPs describe too little of the device's work to say how fast it ran)."""
+
+
 def achieved(utilisation: dict | None, devices: list[dict], analysed_ns: int) -> dict:
     """Achieved FLOP rate of a rank over its analysed window (docs/METRICS.md "Device time"):
     `flops` = counted FLOPs of the operators in its profiler steps (all counted FLOPs without
@@ -312,14 +317,18 @@ def achieved(utilisation: dict | None, devices: list[dict], analysed_ns: int) ->
     summed over the rank's devices; `tflops_per_compute_s` = the FLOPs the counted operators'
     kernels carry / those kernels' summed duration (how fast the counted kernels run, not how busy
     the device is); `counted_share` = those kernels' summed duration / every launched compute
-    kernel's in the same scope (at most 1: the part of the kernels' time the FLOPs describe)."""
+    kernel's in the same scope (at most 1: the part of the kernels' time the FLOPs describe).
+    Where the device ran compute kernels and under COUNTED_SHARE_MIN of their time in counted
+    operators, the counted FLOPs describe almost none of its work: no window rate and no MFU (null),
+    not a rate of a few MFLOP/s (mtia_inference: 3.97 MFLOP/s over a window 91.7% busy computing)."""
     u = utilisation or {}
     steps = u.get("steps") or []
     flops = float(sum(st["flops"] for st in steps)) if steps else float(u.get("flops") or 0.0)
     compute = sum(d["compute_ns"] for d in devices)
     peak = ((u.get("peak") or {}).get("tflops") or {}).get(u.get("dtype") or "")
-    rate = flops / (analysed_ns / 1e9) / 1e12 if analysed_ns and flops else None
     k_flops, k_ns, all_ns = u.get("kernel_flops") or 0.0, u.get("kernel_ns") or 0, u.get("compute_kernel_ns") or 0
+    described = not all_ns or k_ns >= COUNTED_SHARE_MIN * all_ns  # (a CPU run: no compute kernels, its operators' rate)
+    rate = flops / (analysed_ns / 1e9) / 1e12 if analysed_ns and flops and described else None
     return {"flops": flops, "analysed_ns": analysed_ns, "tflops_per_s": rate,
             "mfu": (rate / peak) if rate is not None and peak else None, "compute_ns": compute,
             "kernel_ns": k_ns, "tflops_per_compute_s": k_flops / (k_ns / 1e9) / 1e12 if k_ns and k_flops else None,

@@ -156,12 +156,15 @@ def _achieved_line(r: dict) -> str | None:
     """Achieved TFLOP/s over the analysed window and while the counted kernels ran, and MFU, with
     the share of the compute kernels' time the FLOPs describe (`achieved`)."""
     a = r.get("achieved") or {}
+    counted = a.get("counted_share")
+    if a.get("flops") and a.get("tflops_per_s") is None and counted is not None:  # (device_time.COUNTED_SHARE_MIN)
+        return (f"  achieved: not counted: {share(counted)} of the compute kernels' time ran in an operator with a FLOP count "
+                "(no shapes recorded, no formula, or a graph's replay): too little to give the device's rate")
     if not a.get("flops") or a.get("tflops_per_s") is None:
         return None
     line = f"  achieved: {_flop(a['tflops_per_s'] * 1e12)}/s over the analysed window"
     if a.get("mfu") is not None:
         line += f" (MFU {share(a['mfu'])})"
-    counted = a.get("counted_share")
     if a.get("tflops_per_compute_s") is not None:
         line += f", {_flop(a['tflops_per_compute_s'] * 1e12)}/s while the counted operators' kernels ran ({duration(a['kernel_ns'])}"
         line += ")" if counted is None else f", {share(counted)} of the compute kernels' time)"

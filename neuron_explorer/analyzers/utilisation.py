@@ -624,7 +624,7 @@ def mfu_missing(run: Run, rank: int, work: RankWork, steps: list[dict], dtype: s
         reasons.append(f"the peak in force has no {dtype} figure, the dtype of most FLOPs (give --peak-tflops with --peak-dtype {dtype})")
     if not steps:
         reasons.append("no profiler steps (ProfilerStep#N ranges), and MFU is a median over steps: "
-                       "the achieved TFLOP/s over the analysed window stands in for it")
+                       "the achieved TFLOP/s over the analysed window stands in for it, where it is given")
     return "; ".join(reasons) or "no step has counted FLOPs"
 
 
