@@ -971,9 +971,42 @@ def test_the_softmax_between_two_matmuls_of_a_statement_is_unfused_attention(tmp
     assert f.location.source == "model.py:20"
     assert f.recommendation.startswith(
         "unfused attention: cunn_SoftMaxForward<8, BFloat16, float, BFloat1… of aten::softmax 0.60 ms (0.60 ms in all) "
-        "is the softmax of hand-written attention (between two matrix products of one statement). Use "
+        "is the softmax of hand-written attention (between two matrix products of one statement; with its matrix products "
+        "0.10 ms on the same statement, the attention holds 0.70 ms of the path). Use "
         "torch.nn.functional.scaled_dot_product_attention (flash / memory-efficient kernels): one kernel computes")
     assert "LayerNorm" not in f.recommendation and "precision" not in f.recommendation and "bf16/fp16" not in f.recommendation
+
+
+def test_hand_written_attention_is_one_finding_with_its_products_and_scaling(tmp_path):
+    """One call of forward: the q/k/v projection (aten::linear, 30 µs), q @ k.T (bmm, 50 µs), the scaling
+    of the [4, 8, 1024, 1024] scores (aten::mul, 200 µs), their softmax (600 µs), p @ v (bmm, 50 µs) and
+    the output projection (linear, 30 µs). The attention was three critical-path findings (the softmax,
+    'GEMM/convolution kernels … shapes that are multiples of 8', 'elementwise kernels … fuse them with
+    torch.compile') and a hotspot line, each with its own fix. SDPA computes the products, the
+    scaling and the softmax in one kernel: the softmax's finding says so with the attention's 900 µs
+    on the path (600 + 100 + 200), and the GEMM class (100 of its 160 µs the attention's), the
+    elementwise class (all of it) and the statement's hotspot (900 of its 1,060 µs of device time)
+    leave it to that finding."""
+    from neuron_explorer.analyzers import analyze
+
+    proj = ("aten::linear", [[4096, 512], [1536, 512], [1536]], ["c10::BFloat16"] * 3, None, BF16_GEMM, 30)
+    scale = ("aten::mul", [[4, 8, 1024, 1024], []], ["c10::BFloat16", "Scalar"], None,
+             "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<c10::BFloat16, c10::BFloat16, "
+             "c10::BFloat16, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int)", 200)
+    events = _forward_calls([[proj, _bmm(), scale, _softmax([4, 8, 1024, 1024]), _bmm(), proj]])
+    report = analyze(import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir)
+    path = [f for f in report.findings if f.rule_id == "critical-path"]
+    classes = [f.evidence.values["class"] for f in path]
+    assert "norm" in classes and not {"matmul", "fp32_matmul", "elementwise"} & set(classes)  # (idle_launch: the step's start)
+    (f,) = [f for f in path if f.evidence.values["class"] == "norm"]
+    assert f.impact_ns == 600 * US and f.evidence.values["attention_work_ns"] == 900 * US
+    assert ("with its matrix products 0.10 ms, its score arithmetic 0.20 ms on the same statement, the attention holds 0.90 ms "
+            "of the path). Use torch.nn.functional.scaled_dot_product_attention") in f.recommendation
+    assert not [h for h in report.findings if h.rule_id == "hotspot" and h.location.source == "model.py:20"]
+    # without the softmax's finding (no attention), the products and the scaling keep their own findings
+    plain = _forward_calls([[proj, _bmm(), scale, _bmm(), proj]])
+    report = analyze(import_traces(write_trace(tmp_path / "p.json", plain), tmp_path / "plain").run_dir)
+    assert {f.evidence.values["class"] for f in report.findings if f.rule_id == "critical-path"} >= {"matmul", "elementwise"}
 
 
 def test_a_softmax_over_batch_heads_l_l_scores_is_unfused_attention_with_their_size(tmp_path):

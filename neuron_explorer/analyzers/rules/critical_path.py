@@ -23,7 +23,12 @@ vocab.ATTENTION_PRODUCT_OPS, or softmaxing [B, heads, L, L] scores over the last
 `unfused_attention_ns` of the class) → torch.nn.functional.scaled_dot_product_attention, with the
 size of the scores each call writes and reads back (h100_timesformer_inference: [8×12×3137×3137]
 bf16, 1.76 GiB), and the normalisation advice for the class's other kernels only where they are
-CLASS_SHARE_MIN of the path; copies → pinned memory and
+CLASS_SHARE_MIN of the path. The rest of that attention on the same statement (`_attention_parts`: the
+kernels of its matrix products and of the elementwise operators over its [B, heads, L, L] scores) is
+named in that advice with the attention's whole time on the path (`attention_work_ns`), and a GEMM or
+elementwise class at least half of which it is (their `unfused_attention_ns`) leaves its finding to
+that one (one attention, one finding: h100_timesformer's products and scaling were two more findings
+with other fixes); copies → pinned memory and
 non_blocking; launch overhead and host time → CUDA graphs, torch.compile, fewer `.item()` calls
 (launches most of whose time is one call → a kernel's first launch loading its code, a one-off:
 profile steady steps; the call's charged ns is `one_off_ns` in the evidence, the hotspot
@@ -74,6 +79,7 @@ from ...vocab import (
     ATTENTION_PRODUCT_OPS,
     CONV_KERNEL_RE,
     DDP_BUFFER_BROADCAST_OPS,
+    ELEMENTWISE_OPS,
     SOFTMAX_OPS,
     SYNC_CALL_PART,
     SYNC_OPS,
@@ -237,6 +243,38 @@ def _unfused_attention(run, rank: int, members: list[dict]) -> list[dict]:
     return out
 
 
+_ATTENTION_PRODUCTS = frozenset({"aten::matmul", "aten::bmm", "aten::baddbmm", "aten::einsum"})
+"""The matrix products of hand-written attention's scores and output (q @ k.T, p @ v); not the
+projections around it (aten::linear, addmm), which scaled_dot_product_attention leaves as they are."""
+_SCORE_OPS = frozenset({"aten::masked_fill", "aten::masked_fill_", "aten::dropout", "aten::native_dropout", "aten::_to_copy"})
+"""Operators over attention's scores beside the elementwise ones (ELEMENTWISE_OPS): the mask, the dropout."""
+
+
+ATTENTION_PART_CLASSES = ("matmul", "fp32_matmul", "elementwise")
+"""The classes whose members can be hand-written attention's products and score arithmetic."""
+
+
+def _attention_parts(members: list[dict], attention: list[dict]) -> list[dict]:
+    """The members of a class that are the rest of hand-written attention (`attention`: its softmaxes,
+    `_unfused_attention`) on the same statement: the kernels of its matrix products (_ATTENTION_PRODUCTS,
+    the copies they make included) and of the elementwise operators over [B, heads, L, L] scores (the
+    scaling, the mask), all of which scaled_dot_product_attention computes in its one kernel.
+    h100_timesformer_inference, modeling_timesformer.py:200: the products' 43.21 ms and the scaling's
+    15.55 ms were two more findings, 'shapes that are multiples of 8' and 'fuse them with torch.compile'."""
+    frames = {m["frame_id"] for m in attention if m["frame_id"] is not None}
+    out = []
+    for m in members:
+        if m["frame_id"] not in frames or not m["op"]:
+            continue
+        if m["op"] in _ATTENTION_PRODUCTS:
+            out.append(m)
+            continue
+        dims = (_args(m.get("op_args")).get("Input Dims") or [None])[0]
+        if (m["op"] in ELEMENTWISE_OPS or m["op"] in _SCORE_OPS) and isinstance(dims, list) and len(dims) == 4 and dims[2] == dims[3] > 1:
+            out.append(m)
+    return out
+
+
 def _key(m: dict) -> tuple:
     """A path item's identity (critical_path.path_items groups by these)."""
     return m["category"], m["item"], m["op"], m["frame_id"], m["cause"]
@@ -265,9 +303,11 @@ def _norm_words(members: list[dict]) -> str:
             + _in_lower_precision(members, " in lower precision"))
 
 
-def _attention_words(attention: list[dict]) -> str:
+def _attention_words(attention: list[dict], parts: dict[str, list[dict]] | None = None) -> str:
     """The advice for the softmax of hand-written attention (`_unfused_attention`): SDPA, with the
-    size of the heaviest one's scores, which each call writes to memory and reads back."""
+    size of the heaviest one's scores, which each call writes to memory and reads back, and the rest
+    of that attention on the path (`parts`: `_attention_parts` of the other classes), whose own
+    findings leave it to this one (`leaves_to`)."""
     ns = sum(m["charged_ns"] for m in attention)
     why = ("between two matrix products of one statement" if all(m["between"] for m in attention) else
            "over [batch, heads, L, L] scores" if all(m["scores"] for m in attention) else
@@ -279,6 +319,11 @@ def _attention_words(attention: list[dict]) -> str:
         nbytes = flops.SIZE.get(dtype or "", 4) * dims[0] * dims[1] * dims[2] * dims[3]
         text += (f"; at L={dims[2]} each call's [L×L] scores, [{'×'.join(map(str, dims))}]{' ' + dtype if dtype else ''}, "
                  f"are {size(nbytes)} written to memory and read back")
+    rest = [(cls, sum(m["charged_ns"] for m in ms_)) for cls, ms_ in (parts or {}).items() if ms_]
+    if rest:
+        words = {"matmul": "its matrix products", "fp32_matmul": "its fp32 matrix products", "elementwise": "its score arithmetic"}
+        text += ("; with " + ", ".join(f"{words[c]} {ms(n)}" for c, n in rest) + " on the same statement, the attention holds "
+                 f"{ms(ns + sum(n for _, n in rest))} of the path")
     return (text + f"). Use {SDPA}" + _in_lower_precision(attention, " in bf16/fp16", False)
             + ": one kernel computes the products, the scaling, the mask, the softmax and the dropout without writing the "
             "scores to memory")
@@ -286,7 +331,8 @@ def _attention_words(attention: list[dict]) -> str:
 
 def _advice(cls: str, members: list[dict], events: int, charged: int, step_count: int, arch, graphs: str = "",
             one_off_ns: int = 0, has_modules: bool = False, unrecorded_ns: int = 0,
-            stretches: tuple[int, list[tuple[str, int]]] = (0, []), attention: list[dict] = (), path_ns: int = 0) -> str:
+            stretches: tuple[int, list[tuple[str, int]]] = (0, []), attention: list[dict] = (), path_ns: int = 0,
+            attention_parts: dict[str, list[dict]] | None = None) -> str:
     """The class's advice. `one_off_ns`: the launch class's one-off, the ns the path charges the one
     call that holds most of it (`_one_off`: a kernel's first launch loading its code), 0 for none.
     `has_modules`: the rank's path items carry nn.Module paths (so Python without one is outside the model).
@@ -313,7 +359,7 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
                         "(model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)) so that "
                         f"{P.conv_library(arch)} runs them with its NHWC kernels on the {P.matrix_units(arch)[0]}")
         if attention:
-            tips.append(_attention_words(attention))
+            tips.append(_attention_words(attention, attention_parts))
             keys = {_key(m) for m in attention}
             rest = [m for m in members if _key(m) not in keys]
             if rest and sum(m["charged_ns"] for m in rest) >= THRESHOLDS["CLASS_SHARE_MIN"] * path_ns:
@@ -594,15 +640,20 @@ def owns_fp32_work() -> list:
     return [(RULE_ID, lambda c: c.evidence.values.get("class") == "fp32_matmul")]
 
 
-def leaves_to(finding) -> str | None:
+def leaves_to(finding) -> str | list | None:
     """The rule whose finding on the same rank names this finding's cause (the engine keeps that
-    one alone: engine.leave_to_owners), else None. Launches most of whose time is one call, a
+    one alone: engine.leave_to_owners), else None. A GEMM or elementwise class at least half of which
+    is hand-written attention's products and score arithmetic (`unfused_attention_ns`,
+    `_attention_parts`) leaves to this rule's normalisation class naming that attention's softmax. Launches most of whose time is one call, a
     kernel's first launch loading its code (`one_off_ns`), are a cause launch-overhead does not name
     (it counts many short kernels): that finding stays beside launch-overhead's, and so does
     device-idle's word that the idle during the call is this rule's."""
     v = finding.evidence.values
     if v.get("class") == "launch" and v.get("one_off_ns"):
         return None
+    if v.get("class") in ATTENTION_PART_CLASSES and v.get("unfused_attention_ns", 0) * 2 >= v.get("charged_ns", 0) > 0:
+        # most of the class is hand-written attention's products and score arithmetic: the softmax's finding names it
+        return [(RULE_ID, lambda c: c.evidence.values.get("class") == "norm" and c.evidence.values.get("unfused_attention_ns", 0) > 0)]
     return LEFT_TO.get(v.get("class"))
 
 
@@ -632,6 +683,12 @@ def check(ctx: Context) -> list:
     parquet = f"read_parquet({sql_file_literal(ctx.run.path / 'analysis' / 'critical_path.parquet')})"
     arch = None
     out = []
+    # hand-written attention's softmax (the normalisation class, where it is named) and the rest of that attention
+    # in the other classes: one finding for it (`_attention_parts`, `leaves_to`)
+    norm = dict(ranked).get("norm", [])
+    named_norm = bool(total) and sum(m["charged_ns"] for m in norm) / total >= THRESHOLDS["CLASS_SHARE_MIN"]
+    attention = _unfused_attention(ctx.run, ctx.rank, norm) if named_norm else []
+    parts = {c: _attention_parts(classes.get(c, []), attention) for c in ATTENTION_PART_CLASSES} if attention else {}
     for cls, members in ranked:
         charged = sum(m["charged_ns"] for m in members)
         if not total or charged / total < THRESHOLDS["CLASS_SHARE_MIN"]:
@@ -648,7 +705,6 @@ def check(ctx: Context) -> list:
         # (the Python between the last call and the step's end)
         left_out = unrecorded if unrecorded and unrecorded * 2 >= charged else 0
         stretches = _long_stretches(ctx.run, path) if cls == "host" else (0, [])
-        attention = _unfused_attention(ctx.run, ctx.rank, members) if cls == "norm" else []
         unseen = _unseen_waits(ctx, path) if cls == "host_sync" else (0, 0)
         step_ns: dict = {}
         for m in members:
@@ -678,10 +734,15 @@ def check(ctx: Context) -> list:
                     **({"unrecorded_ns": unrecorded, "left_out_ns": left_out, "long_stretches_ns": stretches[0]} if cls == "host" else {}),
                     **({"waits_ns": unseen[0], "waits_device_idle_ns": unseen[1]} if cls == "host_sync" else {}),
                     **({"tf32_ns": sum(m["charged_ns"] for m in members if kernel_runs_tf32(m["item"]))} if cls == "fp32_matmul" else {}),
-                    **({"unfused_attention_ns": sum(m["charged_ns"] for m in attention)} if cls == "norm" else {}),
+                    **({"unfused_attention_ns": sum(m["charged_ns"] for m in attention),
+                        "attention_work_ns": sum(m["charged_ns"] for m in attention) + sum(m["charged_ns"] for ms_ in parts.values() for m in ms_)}
+                       if cls == "norm" else {}),
+                    # (the part of the class that is hand-written attention's products and score arithmetic: leaves_to)
+                    **({"unfused_attention_ns": sum(m["charged_ns"] for m in parts.get(cls, []))} if cls in ATTENTION_PART_CLASSES else {}),
                     **({"one_off_ns": longest} if one_off else {})},
             sample_event_ids=[top["sample_id"]] if top["sample_id"] is not None else [], uses_source=True,
             recommendation=" ".join(x for x in (_advice(cls, members, events, charged, step_count, arch, graph_tip(ctx),
-                                                        longest if one_off else 0, has_modules, unrecorded, stretches, attention, total),
+                                                        longest if one_off else 0, has_modules, unrecorded, stretches,
+                                                        attention if cls == "norm" else [], total, parts),
                                                 host_sync.unseen_words(unseen[0], unseen[1], _names_of(members))) if x)))
     return out

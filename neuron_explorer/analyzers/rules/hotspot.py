@@ -33,12 +33,15 @@ replays is the replay call, not where the work was written: its advice says so a
 graph's kernels by the statements that captured them (`import --capture`). Imported so, the replayed
 work takes the statement that launched it at capture (`capture_op`): a statement most of whose device
 time is such work is where it was written, and its advice names the operators it captured. When one call of the operator holds at
-least half its time, the advice says it is a one-off more likely than its cost per call (the first
+least half its time, and ONE_OFF_RATIO times its other calls' mean, the advice says it is a one-off more likely than its cost per call (the first
 `.to('cuda')` creating the device's context, a library's first use) and to profile steady steps,
 not to tune its shapes. An operator most of whose time is one kernel launch that the critical path
 names as a one-off (a kernel's first launch loading its code) is left to that finding (`leaves_to`), and
 so is one whose one-off call is the host's heaviest call in a gap device-idle names (`longest_id` among
-its sample events): the device idled through that call, and that finding names it as a one-off.
+its sample events): the device idled through that call, and that finding names it as a one-off. A
+statement at least half of whose device time is hand-written attention (critical-path's normalisation
+class on the same statement, its `attention_work_ns`) is left to that finding, which names the fix,
+and so is a kernel that is that attention's softmax (among the finding's heaviest items).
 A kernel's advice follows what it does (vocab.work_class) in the device's own words (peaks.matrix_units):
 a matrix kernel gets the sizes its matrix units run fastest at (NVIDIA Tensor Cores, AMD MFMA, the
 Trainium Tensor Engine) and lower precision only where its name does not show one already; a
@@ -136,12 +139,23 @@ _CHEAPER = ("make this operator cheaper: check its shapes and dtype (lower preci
             "or on bigger batches, or replace it with a fused / compiled version (torch.compile).")
 
 
+ONE_OFF_RATIO = 5.0
+"""An operator's longest call that holds half its time is a one-off only when it also takes this many
+times the mean of its other calls: two calls of 0.40 ms are no one-off."""
+
+
+def _one_off_call(v: dict) -> bool:
+    """One call of the operator holds half its time, ONE_OFF_RATIO times its other calls' mean or more."""
+    longest, ns, calls = v.get("longest_ns") or 0, v.get("cpu_ns") or 0, v.get("calls") or 0
+    return calls > 1 and bool(ns) and longest * 2 >= ns and longest >= ONE_OFF_RATIO * (ns - longest) / (calls - 1)
+
+
 def _operator_advice(v: dict) -> str:
-    """The operator's advice. When one of its calls holds at least half its time, that call is a
-    one-off more likely than the operator's cost (the first `.to('cuda')` creating the device's
+    """The operator's advice. When one of its calls holds at least half its time (`_one_off_call`), that
+    call is a one-off more likely than the operator's cost (the first `.to('cuda')` creating the device's
     context: 29.9 s of cudaDeviceGetStreamPriorityRange in one of 18 calls), and shapes are no fix."""
     longest, ns = v.get("longest_ns") or 0, v["cpu_ns"] or 0
-    if v["calls"] > 1 and ns and longest * 2 >= ns:
+    if _one_off_call(v):
         return (f"One call of {ms(longest)} holds {pct(min(1.0, longest / ns))} of this operator's time: a one-off more likely "
                 "than its cost per call, such as the first use of the device or of a library (context creation, lazy "
                 "loading, autotuning), which shapes and dtype do not change. " + STEADY_STEPS + " to see what it costs each "
@@ -195,8 +209,20 @@ def leaves_to(finding) -> list:
     AccumulateGrad was both the operator's hotspot (6.68 ms) and the path's kernel launches (6.67 ms).
     Likewise an operator one call of which holds half its time, where that call is the host's heaviest
     call in one of device-idle's named gaps (its sample events): device-idle's finding names the one-off
-    and the idle it caused."""
+    and the idle it caused. A source line at least half of whose device time is hand-written attention
+    that critical-path names on the same statement (its normalisation class's `attention_work_ns`)
+    leaves to that finding, which gives the fix, and so does a kernel that is that attention's softmax
+    (among the finding's heaviest items)."""
     v = finding.evidence.values
+    if "source" in v and v.get("device_ns"):
+        # a statement most of whose device time is hand-written attention: critical-path's finding on its softmax names
+        # it, its products and score arithmetic, with the fix (h100_timesformer: modeling_timesformer.py:200, 138.97 ms)
+        return [("critical-path", lambda c: c.evidence.values.get("class") == "norm" and c.location.source == v["source"]
+                 and c.evidence.values.get("attention_work_ns", 0) * 2 >= v["device_ns"])]
+    if v.get("device_ns") and "name" in v:
+        # a kernel that is hand-written attention's softmax, which critical-path names with its fix
+        return [("critical-path", lambda c: c.evidence.values.get("class") == "norm" and c.evidence.values.get("unfused_attention_ns", 0) > 0
+                 and v["name"] in {h["item"] for h in c.evidence.values.get("heaviest", [])})]
     if not v.get("cpu_ns") or "name" not in v or "source" in v:  # a kernel (device_ns) or a source line: no operator
         return []
 
@@ -205,7 +231,7 @@ def leaves_to(finding) -> list:
         heaviest = cv.get("heaviest") or [{}]
         return cv.get("class") == "launch" and heaviest[0].get("op") == v["name"] and cv.get("one_off_ns", 0) * 2 >= v["cpu_ns"]
     owners = [("critical-path", same_launch)]
-    if v.get("calls", 0) > 1 and v.get("longest_ns", 0) * 2 >= v["cpu_ns"]:
+    if _one_off_call(v):
         # one call holds half its time, and it is the host call of a device-idle gap: device-idle names that
         # one-off with the idle it caused (cuda_alexnet_train: the first aten::to, 29,937.80 ms creating the
         # CUDA context, was 'aten::to takes 69.0%' and the lead of 'Device 0 idle 80.3%' alike)
