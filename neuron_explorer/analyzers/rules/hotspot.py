@@ -41,7 +41,9 @@ so is one whose one-off call is the host's heaviest call in a gap device-idle na
 its sample events): the device idled through that call, and that finding names it as a one-off. A
 statement at least half of whose device time is hand-written attention (critical-path's normalisation
 class on the same statement, its `attention_work_ns`) is left to that finding, which names the fix,
-and so is a kernel that is that attention's softmax (among the finding's heaviest items).
+and so is a kernel that is that attention's softmax (among the finding's heaviest items). A collective
+kernel is left to comm-exposed where it reports the rank: that finding names the communication the
+steps wait for, with the same fix.
 A kernel's advice follows what it does (vocab.work_class) in the device's own words (peaks.matrix_units):
 a matrix kernel gets the sizes its matrix units run fastest at (NVIDIA Tensor Cores, AMD MFMA, the
 Trainium Tensor Engine) and lower precision only where its name does not show one already; a
@@ -60,6 +62,7 @@ from ...vocab import (
     charged_top_op,
     compile_range,
     device_work,
+    is_comm_kernel_name,
     is_compile_range,
     kernel_precision,
     kernel_runs_tf32,
@@ -212,13 +215,18 @@ def leaves_to(finding) -> list:
     and the idle it caused. A source line at least half of whose device time is hand-written attention
     that critical-path names on the same statement (its normalisation class's `attention_work_ns`)
     leaves to that finding, which gives the fix, and so does a kernel that is that attention's softmax
-    (among the finding's heaviest items)."""
+    (among the finding's heaviest items). A collective kernel leaves to comm-exposed, which names the
+    time the steps wait for it with the same fix (mi300x_ddp_resnet_act_checkpoint: 'ncclDevKernel_Generic
+    takes 32.7% on the critical path' beside '32.15 ms of communication not overlapped with compute')."""
     v = finding.evidence.values
     if "source" in v and v.get("device_ns"):
         # a statement most of whose device time is hand-written attention: critical-path's finding on its softmax names
         # it, its products and score arithmetic, with the fix (h100_timesformer: modeling_timesformer.py:200, 138.97 ms)
         return [("critical-path", lambda c: c.evidence.values.get("class") == "norm" and c.location.source == v["source"]
                  and c.evidence.values.get("attention_work_ns", 0) * 2 >= v["device_ns"])]
+    if v.get("device_ns") and "name" in v and is_comm_kernel_name(v["name"]):
+        # a collective: comm-exposed names the part of it the step waits for, with the same fix (overlap, fewer bytes)
+        return [("comm-exposed", None)]
     if v.get("device_ns") and "name" in v:
         # a kernel that is hand-written attention's softmax, which critical-path names with its fix
         return [("critical-path", lambda c: c.evidence.values.get("class") == "norm" and c.evidence.values.get("unfused_attention_ns", 0) > 0
