@@ -144,3 +144,22 @@ def test_idle_while_the_path_runs_python_is_the_host_class_finding_alone(tmp_pat
     (f,) = [x for x in bare.findings if x.rule_id == "device-idle"]
     v = f.evidence.values
     assert v["host_calls_in_gaps_ns"] == 300 * US and v["gaps_ns"] >= 24_000 * US
+
+
+def test_a_bf16_elementwise_hotspot_kernel_is_not_told_a_lower_precision(tmp_path):
+    """One step where a memory-bound kernel dominates the path (the host waits for it): a bf16 elementwise kernel is told to
+    fuse (it runs in bf16 already: there is no lower precision to move fewer bytes in; h100_timesformer's
+    bf16 softmax was told 'a lower precision'); the same kernel in fp32 is told the lower precision too."""
+    def advice(sub, kernel):
+        events = [X("ProfilerStep#1", "user_annotation", 0, 1000),
+                  X("aten::mul", "cpu_op", 5, 10, **{"External id": 1}), _launch(7, 100, 1), _kernel(kernel, 20, 900, 100),
+                  _launch(20, 101, None, dur=905, name="cudaDeviceSynchronize")]
+        (f,) = [x for x in _report(tmp_path / sub, events).findings if x.rule_id == "hotspot" and x.location.kernel]
+        return f.recommendation
+    bf16 = advice("bf16", "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<c10::BFloat16, c10::BFloat16, "
+                          "c10::BFloat16, at::native::binary_internal::MulFunctor<float> > >(int)")
+    assert bf16.endswith("Fuse it with the kernels around it (torch.compile) or make fewer passes over the tensor (it runs in bf16 "
+                         "already).")
+    fp32 = advice("fp32", "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float, "
+                          "at::native::binary_internal::MulFunctor<float> > >(int)")
+    assert fp32.endswith("or make fewer passes over the tensor, or move fewer bytes (a lower precision).")

@@ -171,7 +171,8 @@ def _kernel_advice(ctx: Context, v: dict) -> str:
     the device's terms (peaks.matrix_units, precision_advice): a matrix kernel gets the sizes its
     matrix units run fastest at, and lower precision only where its name does not show it already
     (mi300x_vllm_hipgraph_piecewise's `..._bf16xbf16xmxfp4_...` GEMM); a collective, attention or
-    memory-bound kernel gets what changes its time (MTIA's `merge` is no matrix work to give tensor-core sizes)."""
+    memory-bound kernel gets what changes its time (MTIA's `merge` is no matrix work to give tensor-core sizes), and a
+    lower precision only where its name shows none (a bf16 softmax has none to go to)."""
     name, op = v["name"] or "", v.get("op")
     arch = detect_device(ctx.run, ctx.rank, device_name(ctx.run, ctx.rank)).arch
     cls = work_class("kernel", name, op)
@@ -197,9 +198,10 @@ def _kernel_advice(ctx: Context, v: dict) -> str:
                 "heads. Use a fused kernel (torch.nn.functional.scaled_dot_product_attention) if it is not one, and cut the "
                 "padding (pack sequences of different lengths).")
     if cls in ("norm", "elementwise"):
+        low = kernel_precision(name)  # (a bf16 or fp16 kernel has no lower precision to move fewer bytes in)
         return (f"This {WORK_CLASSES[cls]} kernel dominates device time{by}: it moves bytes, it does little arithmetic. Fuse it "
-                "with the kernels around it (torch.compile), make fewer passes over the tensor, or move fewer bytes (a lower "
-                "precision).")
+                "with the kernels around it (torch.compile) or make fewer passes over the tensor"
+                + (f" (it runs in {low} already)." if low else ", or move fewer bytes (a lower precision)."))
     return (f"This kernel dominates device time{by}: check what it does for the shapes and dtype it is given, call it less "
             "often or on bigger batches, or swap in a faster implementation.")
 
