@@ -12,7 +12,7 @@ from ..fmt import duration, kernel_name, share, summarise_warnings
 from ..fmt import id_ranges as _id_ranges
 from ..fmt import shapes as _shapes
 from ..fmt import spread as _spread_of
-from .device_time import launched_by
+from .device_time import COUNTED_SHARE_MIN, launched_by
 from .metrics import no_device_words
 from .model import Finding, Report
 
@@ -157,7 +157,7 @@ def _achieved_line(r: dict) -> str | None:
     the share of the compute kernels' time the FLOPs describe (`achieved`)."""
     a = r.get("achieved") or {}
     counted = a.get("counted_share")
-    if a.get("flops") and a.get("tflops_per_s") is None and counted is not None:  # (device_time.COUNTED_SHARE_MIN)
+    if a.get("flops") and a.get("tflops_per_s") is None and counted is not None and counted < COUNTED_SHARE_MIN:
         return (f"  achieved: not counted: {share(counted)} of the compute kernels' time ran in an operator with a FLOP count "
                 "(no shapes recorded, no formula, or a graph's replay): too little to give the device's rate")
     if not a.get("flops") or a.get("tflops_per_s") is None:
