@@ -247,7 +247,7 @@ _ATTENTION_PRODUCTS = frozenset({"aten::matmul", "aten::bmm", "aten::baddbmm", "
 """The matrix products of hand-written attention's scores and output (q @ k.T, p @ v); not the
 projections around it (aten::linear, addmm), which scaled_dot_product_attention leaves as they are."""
 _SCORE_OPS = frozenset({"aten::masked_fill", "aten::masked_fill_", "aten::dropout", "aten::native_dropout", "aten::_to_copy"})
-"""Operators over attention's scores beside the elementwise ones (ELEMENTWISE_OPS): the mask, the dropout."""
+"""Operators over attention's scores beside the elementwise ones (ELEMENTWISE_OPS): the mask, the dropout, a cast."""
 
 
 ATTENTION_PART_CLASSES = ("matmul", "fp32_matmul", "elementwise")
