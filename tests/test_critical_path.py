@@ -279,6 +279,36 @@ def test_device_work_with_no_launch_after_a_gap_returns_to_the_host(tmp_path):
                           ("kB", "device_compute"): 30 * US}
 
 
+def test_device_work_launched_before_the_trace_began_follows_its_stream(tmp_path):
+    """The same step, with the kernels' correlation ids (2, 3) below the runtime call's (5): their
+    launches precede every runtime call the trace holds, so they were launched before the trace's host
+    side began recording (Kineto keeps the device work queued before; mi300x_ddp_resnet_act_checkpoint's
+    steps 15-16, a100_train_blocking_dtoh's step 550). The host did not hold kB back: the path follows
+    its stream, the 40 µs gap is the device's idle, then kA, and only then the host.
+
+    From the end: 5 µs host; the sync's 5 µs after kB; kB (30); the gap 20 → 60 idle (40); kA (10);
+    10 µs of host before it."""
+    events = [X("ProfilerStep#1", "user_annotation", 0, 100),
+              X("cudaDeviceSynchronize", "cuda_runtime", 30, 65, correlation=5),
+              X("kA", "kernel", 10, 10, pid=0, tid=7, stream=7, device=0, correlation=2),
+              X("kB", "kernel", 60, 30, pid=0, tid=7, stream=7, device=0, correlation=3)]
+    items, rows, bound = _path(tmp_path, events)
+    assert _by(items) == {(None, "host_compute"): 15 * US, ("cudaDeviceSynchronize", "launch_overhead"): 5 * US,
+                          ("kB", "device_compute"): 30 * US, ("kB", "idle"): 40 * US, ("kA", "device_compute"): 10 * US}
+
+
+def test_a_ddp_run_whose_first_steps_ran_work_launched_before_the_trace_is_the_communications(tmp_path):
+    """mi300x_ddp_resnet_act_checkpoint: the device of steps 15-16 ran 968 events launched before the trace
+    began (correlations 4066-5178; the first runtime call is 5179), its all-reduces among them. The path
+    returned to the host at each and read the rank 'host-bound (61%)' while the device was busy 95% of
+    the steps' time: every step is now the device's, communication first."""
+    run_dir = import_traces(TRACES / "mi300x_ddp_resnet_act_checkpoint.json.gz", tmp_path / "run").run_dir
+    with open_run(run_dir) as run:
+        b = cp.bound(run, 0)
+    assert [s["words"].split(" (")[0] for s in b["steps"]] == ["device-bound"] * 3
+    assert b["overall"]["words"].startswith("device-bound") and b["overall"]["words"].endswith(": communication")
+
+
 def _shared_runs() -> list[Path]:
     runs = list(real_traces())
     if (TRACES / "multirank_128").is_dir():

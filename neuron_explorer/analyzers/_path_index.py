@@ -39,7 +39,8 @@ launch overhead. A launch's own kernel ending before the launch returns is no wa
 UNLINKED_GAP_MAX_NS = 10_000
 """A device event with no recorded launch follows the previous work on its stream only when it
 started within this long after it (back to back); after a longer gap nothing says what it waited
-for, and the path returns to the host."""
+for, and the path returns to the host, unless it was launched before the trace began (F_EARLY):
+then the host did not hold it back, and it follows its stream."""
 
 HOST_KINDS = ("cpu_op", "python", "user_annotation", "step", "runtime")
 """Host events the path can charge."""
@@ -54,7 +55,11 @@ NONE = -(2**62)
 """A null in an integer column (device, stream, launch id, frame)."""
 
 # flag bits (from the event's kind, name and pass)
-F_SYNC_CALL, F_MEMCPY_CALL, F_INPUT, F_TO_HOST, F_COMM = 1, 2, 4, 8, 16
+F_SYNC_CALL, F_MEMCPY_CALL, F_INPUT, F_TO_HOST, F_COMM, F_EARLY = 1, 2, 4, 8, 16, 32
+"""Flags of an index row. F_EARLY: device work with no recorded launch whose correlation id is below
+every runtime call's of its rank: launched before the trace's host side began recording (Kineto's
+device buffers hold the work queued before; mi300x_ddp_resnet_act_checkpoint: 968 device events of
+steps 15-16, correlations 4066-5178, the first runtime call 5179), so before any time in the trace."""
 """A runtime call that waits for a device (vocab.sync_call); a runtime copy call (vocab.memcpy_call);
 host work of the input pipeline (the data-loading pass, or the DataLoader's own range); a device copy
 to the host (vocab.TO_HOST_COPY_PATTERN); a collective kernel (vocab.COMM_KERNEL_PATTERN)."""
@@ -192,7 +197,9 @@ _COLUMNS = """SELECT {lead}event_id, {kind} AS k, ts_ns, ts_ns + dur_ns AS end_n
    + coalesce({is_memcpy_call}, false)::INT * {memcpy_call}
    + coalesce(pass = 'data' OR {loader}, false)::INT * {input}
    + coalesce({is_to_host}, false)::INT * {to_host}
-   + (kind = 'kernel' AND list_contains(?::VARCHAR[], name))::INT * {comm})::TINYINT AS flags
+   + (kind = 'kernel' AND list_contains(?::VARCHAR[], name))::INT * {comm}
+   + coalesce(device IS NOT NULL AND launch_id IS NULL
+              AND correlation < min(correlation) FILTER (WHERE kind = 'runtime') OVER ({ranks}), false)::INT * {early})::TINYINT AS flags
 FROM events WHERE {where}dur_ns > 0 AND kind IN {kinds}"""
 
 
@@ -218,7 +225,8 @@ def _index_sql(one: bool) -> str:
     return _COLUMNS.format(lead="" if one else "rank AS idx_rank, ", where="rank = ? AND " if one else "",
                            kind=kind_sql, none=NONE, is_sync_call=f"CASE WHEN kind = 'runtime' THEN {sync_call()} END",
                            sync_call=F_SYNC_CALL, is_memcpy_call=memcpy_call(), memcpy_call=F_MEMCPY_CALL,
-                           loader=_LOADER_SQL, input=F_INPUT, comm=F_COMM, kinds=kinds_sql(KINDS),
+                           loader=_LOADER_SQL, input=F_INPUT, comm=F_COMM, early=F_EARLY, ranks="" if one else "PARTITION BY rank",
+                           kinds=kinds_sql(KINDS),
                            is_to_host=f"CASE WHEN kind = 'memcpy' THEN {to_host_copy()} END", to_host=F_TO_HOST)
 
 
@@ -460,8 +468,9 @@ class RankIndex:
     def running_at(self, t: int) -> int:
         """The device work still running at t (started before, ends after), the one started last.
         Collectives count only when the host ran ahead: when work it launched before t still waits
-        on a stream at t (its launch returned by t, it starts after). Otherwise one is left out: it
-        may spin waiting for other ranks while the host goes on."""
+        on a stream at t (its launch returned by t, or it was launched before the trace began:
+        F_EARLY; it starts after). Otherwise one is left out: it may spin waiting for other ranks
+        while the host goes on."""
         best, comm = -1, -1
         ts, end, ids, flags, launch = self.ts, self.end, self.id, self.flags, self.launch
         queued = False
@@ -469,7 +478,7 @@ class RankIndex:
             i = bisect_left(starts, t)
             if i < len(rows) and not queued:
                 nxt = launch[rows[i]]
-                queued = nxt >= 0 and end[nxt] <= t
+                queued = nxt >= 0 and end[nxt] <= t or bool(flags[rows[i]] & F_EARLY)
             if i >= 1:
                 e = rows[i - 1]
                 if end[e] > t:
@@ -492,7 +501,8 @@ class RankIndex:
         prev = rows[i - 1] if i > 0 else -1
         launch = self.launch[d]
         best = None  # (ready, preference, how, row): the latest ready wins, ties prefer the stream, then the launch
-        if prev >= 0 and (launch >= 0 or ds - end[prev] <= UNLINKED_GAP_MAX_NS):
+        # (work launched before the trace began, F_EARLY, waited for no launch the trace could show: its stream's)
+        if prev >= 0 and (launch >= 0 or ds - end[prev] <= UNLINKED_GAP_MAX_NS or self.flags[d] & F_EARLY):
             pe = end[prev]
             best = (pe if pe < ds else ds, 2, "stream", prev)
         if launch >= 0 and self.device[launch] == NONE:

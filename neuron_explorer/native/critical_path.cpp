@@ -16,7 +16,7 @@
 namespace {
 
 constexpr int8_t CPU_OP = 0, STEP = 3, RUNTIME = 4, KERNEL = 5;
-constexpr int8_t F_SYNC_CALL = 1, F_MEMCPY_CALL = 2, F_INPUT = 4, F_TO_HOST = 8, F_COMM = 16;
+constexpr int8_t F_SYNC_CALL = 1, F_MEMCPY_CALL = 2, F_INPUT = 4, F_TO_HOST = 8, F_COMM = 16, F_EARLY = 32;
 constexpr int64_t NONE = -(int64_t(1) << 62);
 constexpr int64_t DEVICE_COMPUTE = 0, COMMUNICATION = 1, MEMCPY = 2, HOST_COMPUTE = 3, LAUNCH_OVERHEAD = 4,
                   INPUT_PIPELINE = 5, IDLE = 6;
@@ -173,7 +173,8 @@ struct Walker {
         return best;
     }
 
-    // as RankIndex.running_at: collectives count only when work launched before t waits on a stream at t
+    // as RankIndex.running_at: collectives count only when work launched before t (or before the trace: F_EARLY)
+    // waits on a stream at t
     int64_t running_at(int64_t t) const {
         int64_t best = -1, comm = -1;
         bool queued = false;
@@ -185,7 +186,7 @@ struct Walker {
             int64_t i = lower(x.st_starts, a, b, t);
             if (i < b && !queued) {
                 int64_t next = x.launch[x.st_rows[i]];
-                queued = next >= 0 && x.end[next] <= t;
+                queued = (next >= 0 && x.end[next] <= t) || (x.flags[x.st_rows[i]] & F_EARLY);
             }
             if (i - 1 >= a) {
                 int64_t e = x.st_rows[i - 1];
@@ -211,7 +212,7 @@ struct Walker {
         int64_t launch = x.launch[d];
         bool have = false;
         int pref = 0;
-        if (prev >= 0 && (launch >= 0 || ds - x.end[prev] <= x.unlinked_gap_max)) {
+        if (prev >= 0 && (launch >= 0 || ds - x.end[prev] <= x.unlinked_gap_max || (x.flags[d] & F_EARLY))) {
             int64_t pe = x.end[prev];
             ready = pe < ds ? pe : ds, pref = 2, how = 0, row = prev, have = true;
         }
