@@ -459,6 +459,9 @@ SOFTMAX_OPS = frozenset({"aten::softmax", "aten::_softmax"})
 of hand-written attention, `softmax(q @ k.transpose(-2, -1) * scale) @ v`, is one of these."""
 ATTENTION_PRODUCT_OPS = GEMM_OPS | {"aten::einsum"}
 """The matrix products hand-written attention computes its scores and output with (q @ k.T, p @ v)."""
+SCORE_PRODUCT_OPS = frozenset({"aten::matmul", "aten::bmm", "aten::baddbmm", "aten::einsum"})
+"""Of those, the ones that compute attention's scores and output themselves, not the projections
+around it (aten::linear, addmm), which scaled_dot_product_attention leaves as they are."""
 ELEMENTWISE_OPS = frozenset(f"aten::{n}" for n in (
     "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "relu", "relu_", "gelu", "silu", "silu_", "sigmoid", "tanh",
     "exp", "log", "pow", "sqrt", "rsqrt", "neg", "abs", "clamp", "clamp_", "where", "maximum", "minimum", "threshold_backward",

@@ -80,6 +80,7 @@ from ...vocab import (
     CONV_KERNEL_RE,
     DDP_BUFFER_BROADCAST_OPS,
     ELEMENTWISE_OPS,
+    SCORE_PRODUCT_OPS,
     SOFTMAX_OPS,
     SYNC_CALL_PART,
     SYNC_OPS,
@@ -243,9 +244,6 @@ def _unfused_attention(run, rank: int, members: list[dict]) -> list[dict]:
     return out
 
 
-_ATTENTION_PRODUCTS = frozenset({"aten::matmul", "aten::bmm", "aten::baddbmm", "aten::einsum"})
-"""The matrix products of hand-written attention's scores and output (q @ k.T, p @ v); not the
-projections around it (aten::linear, addmm), which scaled_dot_product_attention leaves as they are."""
 _SCORE_OPS = frozenset({"aten::masked_fill", "aten::masked_fill_", "aten::dropout", "aten::native_dropout", "aten::_to_copy"})
 """Operators over attention's scores beside the elementwise ones (ELEMENTWISE_OPS): the mask, the dropout, a cast."""
 
@@ -256,7 +254,7 @@ ATTENTION_PART_CLASSES = ("matmul", "fp32_matmul", "elementwise")
 
 def _attention_parts(members: list[dict], attention: list[dict]) -> list[dict]:
     """The members of a class that are the rest of hand-written attention (`attention`: its softmaxes,
-    `_unfused_attention`) on the same statement: the kernels of its matrix products (_ATTENTION_PRODUCTS,
+    `_unfused_attention`) on the same statement: the kernels of its matrix products (SCORE_PRODUCT_OPS,
     the copies they make included) and of the elementwise operators over [B, heads, L, L] scores (the
     scaling, the mask), all of which scaled_dot_product_attention computes in its one kernel.
     h100_timesformer_inference, modeling_timesformer.py:200: the products' 43.21 ms and the scaling's
@@ -266,7 +264,7 @@ def _attention_parts(members: list[dict], attention: list[dict]) -> list[dict]:
     for m in members:
         if m["frame_id"] not in frames or not m["op"]:
             continue
-        if m["op"] in _ATTENTION_PRODUCTS:
+        if m["op"] in SCORE_PRODUCT_OPS:
             out.append(m)
             continue
         dims = (_args(m.get("op_args")).get("Input Dims") or [None])[0]

@@ -379,7 +379,7 @@ def check(ctx: Context) -> list:
     out = [
         _finding(ctx, "operator", f"""SELECT e.name, greatest(sum(e.dur_ns) - coalesce(sum(c.compile_ns), 0) - coalesce(sum(w.wait_ns), 0)
   - coalesce(sum(a.alloc_ns), 0), 0)::BIGINT AS cpu_ns, count(*) AS calls, min(e.event_id) AS sample_id, mode(e.source_frame_id) AS frame_id,
-  max(e.dur_ns)::BIGINT AS longest_ns, arg_max(e.event_id, e.dur_ns) AS longest_id
+  max(e.dur_ns)::BIGINT AS longest_ns, first(e.event_id ORDER BY e.dur_ns DESC, e.event_id) AS longest_id
 FROM events e LEFT JOIN ({compile_inside_sql(r)}) c ON c.top_op_id = e.event_id
 LEFT JOIN (SELECT top_op_id, sum(dur_ns) AS wait_ns FROM ({waiting_calls_sql(r)}) GROUP BY top_op_id) w ON w.top_op_id = e.event_id
 LEFT JOIN (SELECT top_op_id, sum(dur_ns) AS alloc_ns FROM events WHERE rank = {r} AND {allocator_call()} GROUP BY top_op_id) a
