@@ -168,9 +168,21 @@ def _read(run: Run, query: str, params: list, by_rank: bool = False) -> tuple[di
         cur.close()
     dtypes = {"k": np.int8, "flags": np.int8, "tk": np.int64}
     out = {name: np.concatenate(parts.pop(name)) if name in parts else np.zeros(0, dtype=dtypes.get(name, np.int64))
-           for name in ("event_id", "k", "ts_ns", "end_ns", "device", "stream", "launch_id", "frame", "pid", "flags", "tk")
+           for name in ("event_id", "k", "ts_ns", "end_ns", "device", "stream", "launch_id", "frame", "pid", "flags", "tk", "corr")
            + (("idx_rank",) if by_rank else ())}
     return out, list(names)
+
+
+def _flag_early(cols: dict) -> dict:
+    """F_EARLY on the rows of one rank's columns (`corr`, read for the runtime calls and for device
+    work with no launch, then dropped): device work whose correlation id is below every runtime call's."""
+    corr, k = cols.pop("corr"), cols["k"]
+    runtime = corr[(k == KINDS.index("runtime")) & (corr != NONE)]
+    if len(runtime):
+        early = (cols["device"] != NONE) & (cols["launch_id"] == NONE) & (corr != NONE) & (corr < runtime.min())
+        if early.any():
+            cols["flags"] = cols["flags"] | np.where(early, np.int8(F_EARLY), np.int8(0))
+    return cols
 
 
 class _Sync:
@@ -197,9 +209,9 @@ _COLUMNS = """SELECT {lead}event_id, {kind} AS k, ts_ns, ts_ns + dur_ns AS end_n
    + coalesce({is_memcpy_call}, false)::INT * {memcpy_call}
    + coalesce(pass = 'data' OR {loader}, false)::INT * {input}
    + coalesce({is_to_host}, false)::INT * {to_host}
-   + (kind = 'kernel' AND list_contains(?::VARCHAR[], name))::INT * {comm}
-   + coalesce(device IS NOT NULL AND launch_id IS NULL
-              AND correlation < min(correlation) FILTER (WHERE kind = 'runtime') OVER ({ranks}), false)::INT * {early})::TINYINT AS flags
+   + (kind = 'kernel' AND list_contains(?::VARCHAR[], name))::INT * {comm})::TINYINT AS flags,
+  CASE WHEN device IS NULL AND kind <> 'runtime' OR device IS NOT NULL AND launch_id IS NOT NULL THEN {none}
+       ELSE coalesce(correlation, {none}) END AS corr
 FROM events WHERE {where}dur_ns > 0 AND kind IN {kinds}"""
 
 
@@ -225,8 +237,7 @@ def _index_sql(one: bool) -> str:
     return _COLUMNS.format(lead="" if one else "rank AS idx_rank, ", where="rank = ? AND " if one else "",
                            kind=kind_sql, none=NONE, is_sync_call=f"CASE WHEN kind = 'runtime' THEN {sync_call()} END",
                            sync_call=F_SYNC_CALL, is_memcpy_call=memcpy_call(), memcpy_call=F_MEMCPY_CALL,
-                           loader=_LOADER_SQL, input=F_INPUT, comm=F_COMM, early=F_EARLY, ranks="" if one else "PARTITION BY rank",
-                           kinds=kinds_sql(KINDS),
+                           loader=_LOADER_SQL, input=F_INPUT, comm=F_COMM, kinds=kinds_sql(KINDS),
                            is_to_host=f"CASE WHEN kind = 'memcpy' THEN {to_host_copy()} END", to_host=F_TO_HOST)
 
 
@@ -251,7 +262,7 @@ def _index_rows(run: Run, ranks: list[int]) -> dict[int, dict]:
         (rank,) = ranks
         kernel_names = [n for (n,) in rank_rows(run, KERNEL_NAMES, rank)]
         cols, tk_names = _read(run, _index_sql(True), [[n for n in kernel_names if _is_comm_kernel(n)], rank])
-        return {rank: {**cols, "tk_names": tk_names}}
+        return {rank: {**_flag_early(cols), "tk_names": tk_names}}
     names = [n for (n,) in run.sql("SELECT DISTINCT name FROM events WHERE kind = 'kernel' AND name IS NOT NULL").fetchall()]
     cols, tk_names = _read(run, _index_sql(False), [sorted(n for n in names if _is_comm_kernel(n))], by_rank=True)
     rk = cols.pop("idx_rank")
@@ -269,7 +280,7 @@ def _index_rows(run: Run, ranks: list[int]) -> dict[int, dict]:
     out = {}
     for r in ranks:
         a, b = run_of.get(int(r), (0, 0))
-        part = {k: v[a:b] for k, v in cols.items()}
+        part = _flag_early({k: v[a:b] for k, v in cols.items()})
         part["tk"], part["tk_names"] = _own_codes(part["tk"], tk_names)
         out[int(r)] = part
     return out
