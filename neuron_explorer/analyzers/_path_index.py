@@ -56,13 +56,13 @@ NONE = -(2**62)
 
 # flag bits (from the event's kind, name and pass)
 F_SYNC_CALL, F_MEMCPY_CALL, F_INPUT, F_TO_HOST, F_COMM, F_EARLY = 1, 2, 4, 8, 16, 32
-"""Flags of an index row. F_EARLY: device work with no recorded launch whose correlation id is below
-every runtime call's of its rank: launched before the trace's host side began recording (Kineto's
-device buffers hold the work queued before; mi300x_ddp_resnet_act_checkpoint: 968 device events of
-steps 15-16, correlations 4066-5178, the first runtime call 5179), so before any time in the trace."""
 """A runtime call that waits for a device (vocab.sync_call); a runtime copy call (vocab.memcpy_call);
 host work of the input pipeline (the data-loading pass, or the DataLoader's own range); a device copy
-to the host (vocab.TO_HOST_COPY_PATTERN); a collective kernel (vocab.COMM_KERNEL_PATTERN)."""
+to the host (vocab.TO_HOST_COPY_PATTERN); a collective kernel (vocab.COMM_KERNEL_PATTERN); device work
+with no recorded launch whose correlation id is below every runtime call's of its rank (`_flag_early`):
+launched before the trace's host side began recording (Kineto's device buffers hold the work queued
+before; mi300x_ddp_resnet_act_checkpoint: 968 device events of steps 15-16, correlations 4066-5178,
+the first runtime call 5179), so before any time in the trace."""
 _LOADER_SQL = f"regexp_matches(name, {sql_literal(DATALOADER_NEXT.pattern)})"
 
 
