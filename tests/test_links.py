@@ -236,3 +236,27 @@ def test_a_dispatch_hook_is_no_statement_its_caller_is(tmp_path: Path):
         assert ev(r, "aten::add")["frame_id"] is None  # only a hook above it: no statement
         assert r.sql("SELECT file, is_user FROM frames WHERE function LIKE '__torch_%' ORDER BY 1").fetchall() == [
             ("mylib/ops.py", False), ("vllm/model_executor/parameter.py", False)]
+
+
+def test_device_work_launched_before_the_trace_began_is_told_apart_from_dropped_events(tmp_path):
+    """Kineto keeps device work queued before its host side records: such kernels have no launch in the
+    trace and a correlation id below every runtime call's (a100_train_blocking_dtoh: 872 of them, ids
+    815091-824946 against a first runtime call at 824968). They were warned about as 'no launch found'
+    and noted as '(dropped events?)'. The import counts them apart and says what they are; a kernel
+    whose correlation id comes after the first runtime call's and matches none is still the dropped kind."""
+    from neuron_explorer.analyzers.engine import quality_notes
+    from neuron_explorer.collectors.chrome_trace import import_traces as imp
+
+    events = [X("ProfilerStep#1", "user_annotation", 0, 100),
+              X("aten::mm", "cpu_op", 10, 10, **{"External id": 1}),
+              X("cudaLaunchKernel", "cuda_runtime", 12, 2, correlation=50, **{"External id": 1}),
+              X("queued_before", "kernel", 5, 10, pid=0, tid=7, stream=7, device=0, correlation=40),
+              X("launched", "kernel", 20, 10, pid=0, tid=7, stream=7, device=0, correlation=50),
+              X("lost_launch", "kernel", 40, 10, pid=0, tid=7, stream=7, device=0, correlation=60)]
+    result = imp(write_trace(tmp_path / "t.json", events), tmp_path / "run")
+    with open_run(result.run_dir) as run:
+        dq = run.manifest["ranks"][0]["data_quality"]
+        assert (dq["device_events_without_launch"], dq["device_launched_before_trace"]) == (2, 1)
+        assert quality_notes(run)[0][0] == "2 device events with no launch (1 launched before the trace began; 1 dropped?)"
+    assert any("2 device events with no launch found (1 of them launched before the trace began: their correlation ids precede "
+               "its first runtime call" in w for w in result.manifest["warnings"])

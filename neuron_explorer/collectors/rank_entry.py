@@ -71,6 +71,18 @@ def first_work_wait_warnings(entry: dict) -> list[str]:
             "from host to device events (launch delays, the idle before device work) may be off by that much"]
 
 
+def launched_before_trace_words(data_quality: dict) -> str:
+    """' (N of them launched before the trace began: ...)' where some device events with no launch
+    have a correlation id below every runtime call's (`device_launched_before_trace`): work queued
+    before the profiler's host side recorded, not events it dropped; else ''."""
+    early, n = data_quality.get("device_launched_before_trace") or 0, data_quality.get("device_events_without_launch") or 0
+    if not early:
+        return ""
+    which = "all" if early == n else f"{early} of them"
+    return (f" ({which} launched before the trace began: their correlation ids precede its first runtime call, work queued "
+            "before the profiler's host side recorded)")
+
+
 def quality_warnings(entry: dict, only: set | None = None) -> list[str]:
     """The warnings of a rank's data quality (`only`: those of these data_quality keys alone)."""
     labels = {
@@ -86,7 +98,8 @@ def quality_warnings(entry: dict, only: set | None = None) -> list[str]:
     for key, label in labels.items():
         n = entry["data_quality"].get(key, 0)
         if n and (only is None or key in only):
-            out.append(f"rank {entry['rank']}: {n} {label}")
+            out.append(f"rank {entry['rank']}: {n} {label}" + (launched_before_trace_words(entry["data_quality"]) if
+                                                               key == "device_events_without_launch" else ""))
     if only is not None:
         return out
     out += lost_kernels_warnings(entry)
