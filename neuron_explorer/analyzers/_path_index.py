@@ -23,7 +23,7 @@ from bisect import bisect_left, bisect_right
 
 import numpy as np
 
-from ..collectors.kineto_names import DATALOADER_NEXT, EVENT_SYNC, STREAM_SYNC, SYNC_KIND_ARG, WAIT_ON_STREAM_ARG
+from ..collectors.kineto_names import DATALOADER_NEXT, EVENT_SYNC, STREAM_SYNC, SYNC_KIND_ARG, WAIT_ON_STREAM_ARG, launched_before_trace
 from ..store import Run
 from ..vocab import COMM_KERNEL_RE, DEVICE_WORK_KINDS, kinds_sql, memcpy_call, sql_literal, sync_call, to_host_copy
 from . import _path_lib
@@ -59,7 +59,8 @@ F_SYNC_CALL, F_MEMCPY_CALL, F_INPUT, F_TO_HOST, F_COMM, F_EARLY = 1, 2, 4, 8, 16
 """A runtime call that waits for a device (vocab.sync_call); a runtime copy call (vocab.memcpy_call);
 host work of the input pipeline (the data-loading pass, or the DataLoader's own range); a device copy
 to the host (vocab.TO_HOST_COPY_PATTERN); a collective kernel (vocab.COMM_KERNEL_PATTERN); device work
-with no recorded launch whose correlation id is below every runtime call's of its rank (`_flag_early`):
+with no recorded launch whose correlation id is below every runtime call's of its rank
+(kineto_names.launched_before_trace, as the importer counts it):
 launched before the trace's host side began recording (Kineto's device buffers hold the work queued
 before; mi300x_ddp_resnet_act_checkpoint: 968 device events of steps 15-16, correlations 4066-5178,
 the first runtime call 5179), so before any time in the trace."""
@@ -175,13 +176,13 @@ def _read(run: Run, query: str, params: list, by_rank: bool = False) -> tuple[di
 
 def _flag_early(cols: dict) -> dict:
     """F_EARLY on the rows of one rank's columns (`corr`, read for the runtime calls and for device
-    work with no launch, then dropped): device work whose correlation id is below every runtime call's."""
-    corr, k = cols.pop("corr"), cols["k"]
-    runtime = corr[(k == KINDS.index("runtime")) & (corr != NONE)]
-    if len(runtime):
-        early = (cols["device"] != NONE) & (cols["launch_id"] == NONE) & (corr != NONE) & (corr < runtime.min())
-        if early.any():
-            cols["flags"] = cols["flags"] | np.where(early, np.int8(F_EARLY), np.int8(0))
+    work with no launch, then dropped): kineto_names.launched_before_trace."""
+    corr = cols.pop("corr")
+    known = corr != NONE
+    early = launched_before_trace(corr, known & (cols["device"] != NONE) & (cols["launch_id"] == NONE),
+                                  known & (cols["k"] == KINDS.index("runtime")))
+    if early.any():
+        cols["flags"] = cols["flags"] | np.where(early, np.int8(F_EARLY), np.int8(0))
     return cols
 
 

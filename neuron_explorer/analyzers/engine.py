@@ -161,13 +161,16 @@ QUALITY_NOTES = {"device_events_without_launch": "device events with no launch (
 """The data-quality counts (manifest `data_quality`) that lower a finding's confidence, in words."""
 
 
-def _before_trace(note: str, dq: dict) -> str:
-    """The no-launch note where some of those events were launched before the trace began (their
-    correlation ids precede its first runtime call): queued work, not dropped events."""
-    n, early = dq["device_events_without_launch"], dq["device_launched_before_trace"]
-    rest = n - early
-    return (f"{n} device events with no launch ({'all' if not rest else early} launched before the trace began"
-            + (f"; {rest} dropped?" if rest else "") + ")")
+def _quality_note(key: str, label: str, dq: dict) -> str:
+    """One data-quality count in words; device events with no launch some of which were launched
+    before the trace began (their correlation ids precede its first runtime call) say so: queued
+    work, not dropped events."""
+    early = dq.get("device_launched_before_trace") or 0
+    if key != "device_events_without_launch" or not early:
+        return f"{dq[key]} {label}"
+    n = dq[key]
+    return f"{n} device events with no launch ({'all' if early == n else early} launched before the trace began" + (
+        f"; {n - early} dropped?)" if early < n else ")")
 
 
 def quality_notes(run: Run) -> dict[int, list[str]]:
@@ -178,10 +181,7 @@ def quality_notes(run: Run) -> dict[int, list[str]]:
     out: dict[int, list[str]] = {}
     for entry in run.manifest.get("ranks", []):
         dq = entry.get("data_quality") or {}
-        notes = [f"{dq[k]} {label}" for k, label in QUALITY_NOTES.items() if dq.get(k)]
-        if dq.get("device_launched_before_trace") and dq.get("device_events_without_launch"):
-            notes = [_before_trace(note, dq) if note.startswith(f"{dq['device_events_without_launch']} device events with no launch")
-                     else note for note in notes]
+        notes = [_quality_note(k, label, dq) for k, label in QUALITY_NOTES.items() if dq.get(k)]
         if (waited := first_work_wait_words(dq)) is not None:  # (rank_entry.first_work_wait_warnings says it at length)
             notes.append(f"{waited} (a device clock offset from the host's?)")
         out[int(entry.get("rank", 0))] = notes

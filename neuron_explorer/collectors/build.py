@@ -40,6 +40,7 @@ from .kineto_names import (
     PY_FRAME,
     STEP_NAME,
     kind_of_category,
+    launched_before_trace,
 )
 from .raw import RawRank, check_raw_rank  # noqa: F401  (RawRank: collectors import it from here too)
 from .sources import is_user_frame
@@ -410,12 +411,9 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
     quality["device_linked_by_external_id"] = int(np.count_nonzero(linked_by_external))
     dev_no_launch = is_device & ~has_launch & ~linked_by_external & (kind != K["gpu_annotation"])
     quality["device_events_without_launch"] = int(np.count_nonzero(dev_no_launch))
-    # of those, the work queued before the trace's host side recorded: a correlation id below every runtime call's
-    # (Kineto keeps such device work; analyzers/_path_index.py F_EARLY reads it the same way)
-    rt_corr = correlation[is_runtime & ~correlation_null]
-    quality["device_launched_before_trace"] = int(np.count_nonzero(
-        dev_no_launch & ~correlation_null & (correlation < rt_corr.min()))) if len(rt_corr) and n else 0
-    del rt_corr
+    # of those, the work queued before the trace's host side recorded (its correlation ids before every runtime call's)
+    quality["device_launched_before_trace"] = int(np.count_nonzero(launched_before_trace(
+        correlation, dev_no_launch & ~correlation_null, is_runtime & ~correlation_null)))
     # the event each device event inherits from: its launch, else its operator by External id
     anchor = np.where(has_launch, launch, by_external)
     del has_launch, li, by_external

@@ -139,6 +139,17 @@ C10_DEVICE_TYPE = {"cpu": 0, "cuda": 1, "mkldnn": 2, "hip": 6, "xla": 9, "xpu": 
 C10_PRIVATEUSE1 = 20
 
 
+def launched_before_trace(correlation, candidates, runtime):
+    """Per row (array in, bool array out; no import needed): a device event of `candidates` (those
+    with no recorded launch and a correlation id) launched before the trace's host side began
+    recording. Correlation ids count up through a process, and Kineto keeps the device work queued
+    before its host side records: such work has an id below every runtime call's (`runtime`: the rows
+    of runtime calls with an id). The importer counts it (data_quality.device_launched_before_trace)
+    and the critical path lets it follow its stream (analyzers/_path_index.py F_EARLY)."""
+    first = correlation[runtime]
+    return candidates & (correlation < first.min()) if len(first) else candidates & False
+
+
 def kind_of_category(category: str) -> str:
     """The normalised kind of a Kineto category (case-insensitive); unknown ones are 'other'."""
     return CATEGORY_KINDS.get(category.lower(), "other")

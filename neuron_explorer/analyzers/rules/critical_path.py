@@ -186,12 +186,27 @@ def _args(op_args: str | None) -> dict:
         return {}
 
 
+def _input_dims(args: dict):
+    """An operator's first input's dimensions (its Kineto `Input Dims`), if recorded."""
+    return (args.get("Input Dims") or [None])[0]
+
+
+def _input_dtype(args: dict) -> str | None:
+    """An operator's first input's type (its Kineto `Input type`) as flops.DTYPE names it."""
+    return flops.DTYPE.get(str((args.get("Input type") or [""])[0]).lower())
+
+
+def _scores_like(dims) -> bool:
+    """Dimensions shaped as attention's scores: [B, heads, L, L]."""
+    return isinstance(dims, list) and len(dims) == 4 and all(isinstance(d, int) for d in dims) and dims[2] == dims[3] > 1
+
+
 def _scores_shape(args: dict) -> list[int] | None:
     """The input of a softmax operator (its Kineto args) where it is shaped as attention's scores,
     [B, heads, L, L] over the last dimension (`Concrete Inputs`' dim, where recorded, -1 or 3);
     else None. [8, 21, 64, 64] softmaxed over its classes (dim 1) is a segmentation map, not scores."""
-    dims = (args.get("Input Dims") or [None])[0]
-    if not (isinstance(dims, list) and len(dims) == 4 and all(isinstance(d, int) for d in dims) and dims[2] == dims[3] > 1):
+    dims = _input_dims(args)
+    if not _scores_like(dims):
         return None
     concrete = args.get("Concrete Inputs") or []
     dim = concrete[1] if isinstance(concrete, list) and len(concrete) > 1 else ""
@@ -239,8 +254,7 @@ def _unfused_attention(run, rank: int, members: list[dict]) -> list[dict]:
         scores = _scores_shape(args)
         if scores is None and not got[2]:
             continue
-        dtype = flops.DTYPE.get(str((args.get("Input type") or [""])[0]).lower())
-        out.append({**m, "scores": scores, "dtype": dtype, "between": bool(got[2])})
+        out.append({**m, "scores": scores, "dtype": _input_dtype(args), "between": bool(got[2])})
     return out
 
 
@@ -267,8 +281,7 @@ def _attention_parts(members: list[dict], attention: list[dict]) -> list[dict]:
         if m["op"] in SCORE_PRODUCT_OPS:
             out.append(m)
             continue
-        dims = (_args(m.get("op_args")).get("Input Dims") or [None])[0]
-        if (m["op"] in ELEMENTWISE_OPS or m["op"] in _SCORE_OPS) and isinstance(dims, list) and len(dims) == 4 and dims[2] == dims[3] > 1:
+        if (m["op"] in ELEMENTWISE_OPS or m["op"] in _SCORE_OPS) and _scores_like(_input_dims(_args(m.get("op_args")))):
             out.append(m)
     return out
 
@@ -281,7 +294,7 @@ def _key(m: dict) -> tuple:
 def _low_precision(m: dict) -> str | None:
     """The 16-bit (or narrower) type a kernel runs in: its name's (vocab.kernel_precision), else its
     operator's first input's (flops.DTYPE); None for fp32 or unknown."""
-    dtype = flops.DTYPE.get(str((_args(m.get("op_args")).get("Input type") or [""])[0]).lower())
+    dtype = _input_dtype(_args(m.get("op_args")))
     return kernel_precision(m.get("item")) or (dtype if dtype in ("bf16", "fp16", "fp8") else None)
 
 
@@ -360,7 +373,7 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
             tips.append(_attention_words(attention, attention_parts))
             keys = {_key(m) for m in attention}
             rest = [m for m in members if _key(m) not in keys]
-            if rest and sum(m["charged_ns"] for m in rest) >= THRESHOLDS["CLASS_SHARE_MIN"] * path_ns:
+            if rest and _at_least_share(rest, path_ns):
                 tips.append("the other kernels: " + _norm_words(rest))
         if per_step >= THRESHOLDS["SMALL_KERNELS_PER_STEP"] and charged / max(events, 1) < THRESHOLDS["SMALL_KERNEL_NS"]:
             tips.append(f"{per_step:.0f} short kernels per step: fuse them (torch.compile the module, fused or foreach implementations)")
@@ -608,6 +621,12 @@ def _classes(run, path) -> dict[str, list[dict]]:
     return classes
 
 
+def _at_least_share(members: list[dict], total: int) -> bool:
+    """Members whose charged ns are CLASS_SHARE_MIN of the path's `total` or more: a class the check
+    names (among the ranked ones), or a part of one its advice names."""
+    return bool(total) and sum(m["charged_ns"] for m in members) >= THRESHOLDS["CLASS_SHARE_MIN"] * total
+
+
 def _ranked(classes: dict[str, list[dict]]) -> list[tuple[str, list[dict]]]:
     """The classes the check may name: the MAX_CLASSES heaviest (ties: by name)."""
     return sorted(classes.items(), key=lambda kv: (-sum(m["charged_ns"] for m in kv[1]), kv[0]))[:THRESHOLDS["MAX_CLASSES"]]
@@ -620,7 +639,7 @@ def _keep_one_off(path, classes: dict[str, list[dict]], ranked: list[tuple[str, 
     event_id, longest = _one_off(members, path) if members else (None, 0)
     total = int(path.ns.sum())
     named = any(cls == "launch" for cls, _ in ranked)
-    reported = named and bool(total) and sum(m["charged_ns"] for m in members) / total >= THRESHOLDS["CLASS_SHARE_MIN"]
+    reported = named and _at_least_share(members, total)
     path._derived["one_off_launch"] = (event_id, longest) if event_id is not None and reported else None
     return event_id, longest
 
@@ -684,12 +703,12 @@ def check(ctx: Context) -> list:
     # hand-written attention's softmax (the normalisation class, where it is named) and the rest of that attention
     # in the other classes: one finding for it (`_attention_parts`, `leaves_to`)
     norm = dict(ranked).get("norm", [])
-    named_norm = bool(total) and sum(m["charged_ns"] for m in norm) / total >= THRESHOLDS["CLASS_SHARE_MIN"]
-    attention = _unfused_attention(ctx.run, ctx.rank, norm) if named_norm else []
+    attention = _unfused_attention(ctx.run, ctx.rank, norm) if _at_least_share(norm, total) else []
+    attention_ns = sum(m["charged_ns"] for m in attention)
     parts = {c: _attention_parts(classes.get(c, []), attention) for c in ATTENTION_PART_CLASSES} if attention else {}
     for cls, members in ranked:
         charged = sum(m["charged_ns"] for m in members)
-        if not total or charged / total < THRESHOLDS["CLASS_SHARE_MIN"]:
+        if not _at_least_share(members, total):
             continue
         if cls in WORK_CLASSES and arch is None:  # (device work: its advice speaks of the device's precisions and libraries)
             work = rank_work(ctx.run, ctx.rank)
@@ -732,8 +751,8 @@ def check(ctx: Context) -> list:
                     **({"unrecorded_ns": unrecorded, "left_out_ns": left_out, "long_stretches_ns": stretches[0]} if cls == "host" else {}),
                     **({"waits_ns": unseen[0], "waits_device_idle_ns": unseen[1]} if cls == "host_sync" else {}),
                     **({"tf32_ns": sum(m["charged_ns"] for m in members if kernel_runs_tf32(m["item"]))} if cls == "fp32_matmul" else {}),
-                    **({"unfused_attention_ns": sum(m["charged_ns"] for m in attention),
-                        "attention_work_ns": sum(m["charged_ns"] for m in attention) + sum(m["charged_ns"] for ms_ in parts.values() for m in ms_)}
+                    **({"unfused_attention_ns": attention_ns,
+                        "attention_work_ns": attention_ns + sum(m["charged_ns"] for ms_ in parts.values() for m in ms_)}
                        if cls == "norm" else {}),
                     # (the part of the class that is hand-written attention's products and score arithmetic: leaves_to)
                     **({"unfused_attention_ns": sum(m["charged_ns"] for m in parts.get(cls, []))} if cls in ATTENTION_PART_CLASSES else {}),
