@@ -407,7 +407,8 @@ MANIFEST_KEYS: dict[str, str] = {
                     "torch.compile kernel calls looked up and charged to their statements (`compiled_kernels`, "
                     "`compiled_kernels_charged`, their time in `…_ns`), the longest wait from a device's first work's launch "
                     "to its start with nothing traced on the device before it (`first_work_wait_ns`, `first_work_wait_device`; "
-                    "warned from 1 ms: a device clock offset, or work the trace does not hold), ...",
+                    "warned from 1 ms: a device clock offset, or work the trace does not hold), the largest move of a device's events to its "
+                    "launches where its clock ran behind the host's (`device_clock_shift_ns`, `device_clock_shift_device`; docs/METRICS.md), ...",
     "provenance": "Inductor's provenance files an import read (`import --provenance`, or the structured log found beside the trace)",
     "profiler": "profiler options (live runs)",
     "converter": "what read the profiler's results: 'native' (the C++ converter) or 'python' (its fallback, same tables; live runs)",

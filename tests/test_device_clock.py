@@ -9,6 +9,18 @@ early. Host times below are absolute (no baseTimeNanoseconds), in the JSON's µs
 Scaled ×1000 the kernel lands at T+15 (inside its operator, after its launch); a device clock that no
 unit places (here: every event at the trace's base time, as an exporter clamps earlier times) is
 refused with one line naming the file.
+
+A device clock in ns can still be milliseconds behind the host's (ROCm traces). Three launches, the
+device's clock 5 ms late (µs):
+
+    host    |launch T+10 corr 1|   |launch T+40 corr 2|   |launch T+70 corr 3|        (2 µs each)
+    device      |k1 T+5015|            |k2 T+5042|            |k3 T+5071|           (10 µs each)
+
+k1, the device's first work, starts 5,003 µs after its launch returned; the delays from each launch's
+start are 5,005, 5,002 and 5,001 µs: the device's events move 5,001 µs earlier (k1 at T+14, k2 at
+T+41, k3 at T+70, each at or after its launch). A device busy with work queued before the trace (its
+first work has no launch) waits behind it, and a first work that waits while later ones start at once
+is no offset: neither is moved.
 """
 
 from __future__ import annotations
@@ -74,3 +86,77 @@ def test_a_device_clock_on_the_host_clock_is_left_alone(tmp_path: Path):
         warnings = run.manifest["warnings"]
     assert kernel == ((T + 15) * 1000, 5000)
     assert not any("µs, not ns" in w for w in warnings)
+
+
+def _offset_events(kernels, first_corr=1):
+    """Three operators each launching a kernel at T+10, T+40, T+70 (corr first_corr..+2); `kernels`:
+    (ts, dur, correlation) of the device's work, each with its ac2g flow's end at its start."""
+    out = [X("ProfilerStep#1", "user_annotation", T, 200)]
+    for i, at in enumerate((10, 40, 70)):
+        corr = first_corr + i
+        out += [X("aten::mm", "cpu_op", T + at - 2, 6, **{"External id": 10 + corr}),
+                X("hipLaunchKernel", "cuda_runtime", T + at, 2, correlation=corr, **{"External id": 10 + corr}),
+                {"ph": "s", "id": corr, "pid": 1, "tid": 1, "ts": T + at, "cat": "ac2g", "name": "ac2g"}]
+    for j, (ts, dur, corr) in enumerate(kernels):
+        out += [X(f"k{j + 1}", "kernel", ts, dur, pid=0, tid=7, device=0, stream=7, correlation=corr),
+                {"ph": "f", "id": corr, "pid": 0, "tid": 7, "ts": ts, "cat": "ac2g", "name": "ac2g", "bp": "e"}]
+    return out
+
+
+def _kernels(run_dir):
+    with open_run(run_dir) as run:
+        rows = run.sql("SELECT e.name, e.ts_ns, l.ts_ns FROM events e LEFT JOIN events l ON e.launch_id = l.event_id "
+                       "WHERE e.kind = 'kernel' ORDER BY e.ts_ns").fetchall()
+        flows = run.sql("SELECT f.ts_ns, e.name FROM flows f JOIN events e ON f.event_id = e.event_id "
+                        "WHERE f.phase = 'f' ORDER BY f.ts_ns").fetchall()
+        return rows, flows, run.manifest["warnings"], run.manifest["ranks"][0]["data_quality"]
+
+
+def test_a_device_clock_behind_its_launches_is_moved_to_them(tmp_path: Path):
+    trace = write_trace(tmp_path / "rocm.json", _offset_events([(T + 5015, 10, 1), (T + 5042, 10, 2), (T + 5071, 10, 3)]))
+    run_dir = import_traces(trace, tmp_path / "run").run_dir
+    rows, flows, warnings, quality = _kernels(run_dir)
+    us = 1000
+    assert rows == [("k1", (T + 14) * us, (T + 10) * us), ("k2", (T + 41) * us, (T + 40) * us), ("k3", (T + 70) * us, (T + 70) * us)]
+    assert flows == [((T + 14) * us, "k1"), ((T + 41) * us, "k2"), ((T + 70) * us, "k3")]  # the flows' ends moved with them
+    assert quality["device_clock_shift_ns"] == 5_001_000 and quality["device_clock_shift_device"] == 0
+    assert quality["device_before_launch"] == 0
+    (w,) = [w for w in warnings if "clock" in w]
+    assert w.startswith("rocm.json: device 0's clock is offset from the host's: its first work, with nothing the trace holds before "
+                        "it on the device, started 5.00 ms after its launch returned, and none of its 3 launched kernels and copies "
+                        "started sooner than 5.00 ms after its launch began")
+    assert "its events were moved 5.00 ms earlier" in w
+    assert not any("first work started" in w for w in warnings)  # (the move says it)
+    from neuron_explorer.analyzers import analyze
+    report = analyze(run_dir, write=False).to_dict()
+    (rank,) = report["summary"]["ranks"]
+    assert rank["span_ns"] == 200 * us  # the step's, not 5.08 ms
+    assert all(any(n.startswith("device 0's events moved 5.00 ms earlier, to its launches") for n in f["confidence_notes"])
+               for f in report["findings"])
+
+
+def test_a_device_busy_with_work_queued_before_the_trace_is_not_moved(tmp_path: Path):
+    # k0 (correlation 0: launched before the trace's first runtime call) holds the device 5 ms; the
+    # launched kernels queue behind it and start 1+ ms after their launches: a queue, not a clock
+    events = _offset_events([(T + 20, 5000, 0), (T + 5020, 10, 1), (T + 5030, 10, 2), (T + 5040, 10, 3)], first_corr=1)
+    run_dir = import_traces(write_trace(tmp_path / "queued.json", events), tmp_path / "run").run_dir
+    rows, _, warnings, quality = _kernels(run_dir)
+    assert [r[1] for r in rows] == [(T + t) * 1000 for t in (20, 5020, 5030, 5040)]
+    assert "device_clock_shift_ns" not in quality and not any("clock is offset" in w for w in warnings)
+
+
+def test_a_first_work_that_waits_alone_is_warned_about_not_moved(tmp_path: Path):
+    # k1 starts 5 ms after its launch; k2 and k3, launched after k1 began, 3 µs after theirs: the device
+    # starts work at once, so k1 waited on something the trace does not hold; the times stay, the
+    # first work's wait is warned about
+    events = _offset_events([(T + 5015, 10, 1), (T + 6003, 10, 2), (T + 6033, 10, 3)])
+    events[0]["dur"] = 7000  # the step
+    for e in events:
+        if e.get("cat") in ("cpu_op", "cuda_runtime", "ac2g") and e["ts"] >= T + 30 and e.get("ph") != "f":
+            e["ts"] += 5960  # the second and third launches at T+6000 and T+6030
+    run_dir = import_traces(write_trace(tmp_path / "late.json", events), tmp_path / "run").run_dir
+    rows, _, warnings, quality = _kernels(run_dir)
+    assert rows == [(n, (T + t) * 1000, (T + at) * 1000) for n, t, at in (("k1", 5015, 10), ("k2", 6003, 6000), ("k3", 6033, 6030))]
+    assert "device_clock_shift_ns" not in quality and quality["first_work_wait_ns"] == 5003 * 1000
+    assert any("device 0's first work started 5.00 ms after its launch returned" in w for w in warnings)
+    assert not any("clock is offset" in w for w in warnings)

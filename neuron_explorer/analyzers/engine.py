@@ -176,7 +176,7 @@ def _quality_note(key: str, label: str, dq: dict) -> str:
 def quality_notes(run: Run) -> dict[int, list[str]]:
     """Per rank, the data-quality problems the importer counted, in words (each lowers a
     finding's confidence; the dashboard's overview lists them)."""
-    from ..collectors.rank_entry import first_work_wait_words
+    from ..collectors.rank_entry import clock_shift_words, first_work_wait_words
 
     out: dict[int, list[str]] = {}
     for entry in run.manifest.get("ranks", []):
@@ -184,6 +184,8 @@ def quality_notes(run: Run) -> dict[int, list[str]]:
         notes = [_quality_note(k, label, dq) for k, label in QUALITY_NOTES.items() if dq.get(k)]
         if (waited := first_work_wait_words(dq)) is not None:  # (rank_entry.first_work_wait_warnings says it at length)
             notes.append(f"{waited} (a device clock offset from the host's?)")
+        if (moved := clock_shift_words(dq)) is not None:
+            notes.append(moved)
         out[int(entry.get("rank", 0))] = notes
     return out
 

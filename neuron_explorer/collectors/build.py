@@ -263,6 +263,7 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
     the operator and statement it had at capture (graph_capture's rule)."""
     check_raw_rank(raw)
     rank = raw.rank
+    clock_shift = dict(raw.device_clock_shift)
     ev = raw.events
     n = ev.num_rows
     quality: dict[str, int] = {}
@@ -403,6 +404,9 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
     li = np.maximum(launch, 0)
     quality["device_before_launch"] = int(np.count_nonzero(has_launch & (ts < ts[li]))) if n else 0
     quality |= _first_work_wait(kind, device, launch, ts, dur)
+    if clock_shift:  # device_clock moved this device's events to its launches: the longest move
+        moved = max(clock_shift, key=lambda d: (clock_shift[d], -d))
+        quality |= {"device_clock_shift_ns": clock_shift[moved], "device_clock_shift_device": moved}
     # a device event with neither a runtime call nor a flow (plugins that give kernels only the
     # operator's External id) joins the operator of that External id: operator, step, statement,
     # module and pass come from it; it still has no launch

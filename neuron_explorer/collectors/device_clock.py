@@ -13,6 +13,16 @@ work; runtime and driver calls) is checked on its own:
 - outside it either way: `DeviceClockError`, one line the importer turns into a refusal naming the
   file (the live collector writes it as a warning and keeps the run).
 
+A device clock in the right unit can still be offset from the host's by milliseconds (ROCm traces:
+mi300x_vllm_hipgraph_piecewise's device ran all its work 146-209 ms after the host launched it, in a
+trace whose host side lasts 26 ms). Work starts microseconds after its launch on an idle device, so a
+device whose first work (nothing the trace holds before it on the device) started `OFFSET_MIN_NS` or
+more after its launch returned, and none of whose launched work (two or more) started sooner than that
+after its launch began, has its events moved earlier (`_align_to_launches`): by the least delay from a launch's
+start to its work's start over the device's launched work, the most that keeps every launched work at
+or after its launch. Work queued behind work launched before the trace (no launch of its own) is not
+such a device: its first work has no launch, and its waits are the queue's.
+
 Must not: know about JSON, torch or the run tables; it edits a RawRank's events and flows in place.
 """
 
@@ -20,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..schema import DEVICE_KINDS, KINDS
 from .kineto_names import kind_of_category
@@ -32,6 +43,10 @@ _K = {k: k for k in KINDS}
 """The run's kinds by name (a KeyError here if the schema drops one these checks read)."""
 _HOST_KINDS = frozenset({_K["cpu_op"], _K["user_annotation"], _K["python"]})
 _PLUGIN_GROUPS = (("device events", DEVICE_KINDS), ("runtime calls", frozenset({_K["runtime"]})))
+_DEVICE_WORK = frozenset({_K["kernel"], _K["memcpy"], _K["memset"]})
+"""The device events that are work a launch queues (not annotations or syncs)."""
+_NO_TS = np.iinfo(np.int64).min
+"""A null time, read as a value (no event starts there: times are within ±2^62 ns)."""
 
 
 class DeviceClockError(ValueError):
@@ -42,21 +57,31 @@ def _text(ns: int) -> str:
     return f"{ns / 1e9:,.3f} s"
 
 
+OFFSET_MIN_NS = 1_000_000
+"""A device's first work starting this long after its launch returned, and every launched work of
+it this long after its launch began, reads as a device clock offset (rank_entry warns of the first
+wait from the same 1 ms, FIRST_WORK_WAIT_WARN_NS)."""
+
+
 def check_device_clock(raw: RawRank) -> list[str]:
-    """Scale the plugin event groups of `raw` written in µs; the warnings to record (one per group
-    scaled). Raises DeviceClockError when a group lies outside the host's span in any unit."""
-    ev = raw.events
-    if not ev.num_rows:
+    """Scale the plugin event groups of `raw` written in µs, and move a device's events offset from
+    its launches (`_align_to_launches`, recorded in `raw.device_clock_shift`); the warnings to record
+    (one per group scaled, one per device moved). Raises DeviceClockError when a group lies outside
+    the host's span in any unit."""
+    if not raw.events.num_rows:
         return []
     # every decision is made once per distinct category (a handful), then read per row through the codes
-    cats = ev["category"].combine_chunks()
-    values = cats.dictionary.to_pylist()
-    kinds = [kind_of_category(v or "") for v in values] + ["other"]
+    codes, kinds = _kind_codes(raw.events["category"])
+    warnings = _check_units(raw, codes, kinds)
+    return warnings + _align_to_launches(raw, codes, kinds)
+
+
+def _check_units(raw: RawRank, codes: np.ndarray, kinds: list[str]) -> list[str]:
+    ev = raw.events
     groups = [(what, np.array([k in group_kinds for k in kinds])) for what, group_kinds in _PLUGIN_GROUPS]
     groups = [(what, of_code) for what, of_code in groups if of_code.any()]
     if not groups:  # no device plugin's events (a CPU-only recording): nothing to check
         return []
-    codes = cats.indices.fill_null(len(values)).to_numpy(zero_copy_only=False)
     host = np.array([k in _HOST_KINDS for k in kinds])[codes]
     if not host.any():
         return []
@@ -108,3 +133,108 @@ def _scale_rows(raw: RawRank, scale: np.ndarray, ts: np.ndarray, dur: np.ndarray
             f_ts = np.where(move, f_ts * SCALE, f_ts) - raw.base_ns
             raw.flows = fl.set_column(fl.schema.get_field_index("ts_ns"), "ts_ns",
                                       pa.array(f_ts, pa.int64(), mask=fl["ts_ns"].is_null().to_numpy(zero_copy_only=False)))
+
+
+def _kind_codes(categories: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """Per row, the code of its kind in the returned list of kinds (the last, 'other', for no category)."""
+    cats = categories.combine_chunks()
+    kinds = [kind_of_category(v or "") for v in cats.dictionary.to_pylist()] + ["other"]
+    return cats.indices.fill_null(len(kinds) - 1).to_numpy(zero_copy_only=False), kinds
+
+
+def _align_to_launches(raw: RawRank, codes: np.ndarray, kinds: list[str]) -> list[str]:
+    """Move each device's events (and the flow endpoints on its tracks) earlier by its clock's offset
+    from the host's, where its launches show one (module docstring); record the moves in
+    `raw.device_clock_shift` ({device: ns}) and return one warning per device moved. Reads only the
+    device work's and the runtime calls' rows, and sorts the calls only where a device's first work
+    waited (most traces stop at that test)."""
+    ev = raw.events
+    if "correlation" not in ev.column_names:
+        return []
+    is_work = np.array([k in _DEVICE_WORK for k in kinds])
+    is_call = np.array([k == "runtime" for k in kinds])
+    if not is_work.any() or not is_call.any():
+        return []
+    is_work, is_call = is_work[codes], is_call[codes]
+    if not is_work.any() or not is_call.any():
+        return []
+
+    def columns(mask: np.ndarray, names: tuple) -> list[np.ndarray]:
+        # the rows of `mask`, filtered chunk by chunk (a take would join the decode's chunks first); nulls: -1, times: _NO_TS
+        rows = ev.select(list(names)).filter(pa.array(mask))
+        return [rows[c].fill_null(_NO_TS if c == "ts_ns" else -1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+                for c in names]
+
+    w_ts, w_dur, w_pid, w_corr = columns(is_work, ("ts_ns", "dur_ns", "pid", "correlation"))
+    w_dur = np.maximum(w_dur, 0)
+    ok = (w_ts != _NO_TS) & (w_pid >= 0)
+    warnings: list[str] = []
+    shifts: dict[int, int] = {}
+    calls = None  # (correlation ids sorted, their calls' starts): made for the first device whose first work waited
+    for device in np.unique(w_pid[ok]).tolist():
+        rows = np.flatnonzero(ok & (w_pid == device))
+        at_start = rows[w_ts[rows] == w_ts[rows].min()]
+        first = at_start[np.argmax(w_dur[at_start])]  # (the build's order: by start, longer first)
+        if w_corr[first] < 0:
+            continue  # its first work has no launch (queued before the trace, or dropped): its waits are a queue's
+        mine = is_call & pc.equal(ev["correlation"], int(w_corr[first])).fill_null(False).to_numpy(zero_copy_only=False)
+        if not mine.any():
+            continue
+        c_ts, c_dur = columns(mine, ("ts_ns", "dur_ns"))
+        c_ok = c_ts != _NO_TS
+        if not c_ok.any():
+            continue
+        call = np.flatnonzero(c_ok)[np.argmax(c_ts[c_ok])]  # (of several calls with one id, the latest)
+        first_wait = int(w_ts[first] - (c_ts[call] + max(int(c_dur[call]), 0)))
+        if first_wait < OFFSET_MIN_NS:
+            continue
+        if calls is None:
+            r_ts, r_corr = columns(is_call, ("ts_ns", "correlation"))
+            r_ok = (r_ts != _NO_TS) & (r_corr >= 0)
+            o = np.lexsort((r_ts[r_ok], r_corr[r_ok]))
+            sorted_corr, sorted_ts = r_corr[r_ok][o], r_ts[r_ok][o]
+            last = np.append(sorted_corr[1:] != sorted_corr[:-1], True)
+            calls = sorted_corr[last], sorted_ts[last]
+        launched = rows[w_corr[rows] >= 0]
+        p = np.clip(np.searchsorted(calls[0], w_corr[launched]), 0, len(calls[0]) - 1)
+        hit = calls[0][p] == w_corr[launched]
+        if np.count_nonzero(hit) < 2:
+            continue  # (one launched work: its wait alone, which the first-work warning tells)
+        shift = int((w_ts[launched[hit]] - calls[1][p[hit]]).min())
+        if shift < OFFSET_MIN_NS:
+            continue
+        shifts[device] = shift
+        warnings.append(f"device {device}'s clock is offset from the host's: its first work, with nothing the trace holds before it on "
+                        f"the device, started {first_wait / 1e6:,.2f} ms after its launch returned, and none of its "
+                        f"{int(np.count_nonzero(hit)):,} launched kernels and copies started sooner than {shift / 1e6:,.2f} ms after its "
+                        f"launch began (work starts microseconds after its launch on an idle device); its events were moved "
+                        f"{shift / 1e6:,.2f} ms earlier (data_quality.device_clock_shift_ns)")
+    if not shifts:
+        return []
+    device_rows = np.array([k in DEVICE_KINDS for k in kinds])[codes]
+    pid = ev["pid"].fill_null(-1).to_numpy(zero_copy_only=False)
+    tid_ok = ~ev["tid"].is_null().to_numpy(zero_copy_only=False)
+    tid = ev["tid"].fill_null(0).to_numpy(zero_copy_only=False)
+    by_row = np.zeros(ev.num_rows, dtype=np.int64)
+    tracks = {}
+    for device, shift in shifts.items():
+        rows = device_rows & (pid == device)
+        by_row[rows] = shift
+        tracks[device] = (shift, np.unique(tid[rows & tid_ok]))
+    ts_null = ev["ts_ns"].is_null().to_numpy(zero_copy_only=False)
+    new_ts = ev["ts_ns"].fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64) - by_row
+    raw.events = ev.set_column(ev.schema.get_field_index("ts_ns"), "ts_ns", pa.array(new_ts, pa.int64(), mask=ts_null))
+    fl = raw.flows
+    if fl.num_rows:  # the ends of the launch flows on the device's tracks (its streams): bound to its events by time
+        f_ts = fl["ts_ns"].fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        f_pid = fl["pid"].fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+        f_tid = fl["tid"].fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        f_ok = ~fl["pid"].is_null().to_numpy(zero_copy_only=False) & ~fl["tid"].is_null().to_numpy(zero_copy_only=False)
+        f_shift = np.zeros(len(f_ts), dtype=np.int64)
+        for device, (shift, tids) in tracks.items():
+            f_shift[f_ok & (f_pid == device) & np.isin(f_tid, tids)] = shift
+        if f_shift.any():
+            raw.flows = fl.set_column(fl.schema.get_field_index("ts_ns"), "ts_ns",
+                                      pa.array(f_ts - f_shift, pa.int64(), mask=fl["ts_ns"].is_null().to_numpy(zero_copy_only=False)))
+    raw.device_clock_shift = shifts
+    return warnings

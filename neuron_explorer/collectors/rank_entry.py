@@ -58,7 +58,21 @@ def first_work_wait_words(data_quality: dict) -> str | None:
     wait = data_quality.get("first_work_wait_ns", 0)
     if wait < FIRST_WORK_WAIT_WARN_NS:
         return None
+    if data_quality.get("device_clock_shift_device") == data_quality.get("first_work_wait_device") and \
+            data_quality.get("device_clock_shift_ns"):
+        return None  # (its clock was moved to its launches: device_clock's warning says so, and clock_shift_words)
     return f"device {data_quality.get('first_work_wait_device')}'s first work started {wait / 1e6:,.2f} ms after its launch"
+
+
+def clock_shift_words(data_quality: dict) -> str | None:
+    """'device 2's events moved 146.40 ms earlier, to its launches (its clock offset from the host's)'
+    where the import moved a device's events (device_clock, `device_clock_shift_ns`), else None: the
+    findings' confidence note (engine.quality_notes); the import's warning says it at length."""
+    shift = data_quality.get("device_clock_shift_ns", 0)
+    if not shift:
+        return None
+    return (f"device {data_quality.get('device_clock_shift_device')}'s events moved {shift / 1e6:,.2f} ms earlier, to its launches "
+            "(its clock offset from the host's, estimated)")
 
 
 def first_work_wait_warnings(entry: dict) -> list[str]:

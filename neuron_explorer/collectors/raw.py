@@ -72,6 +72,8 @@ class RawRank:
     packed_args: PackedText | None = None
     """The events' args held compressed (the JSON importer: a trace's args are most of its bytes);
     the events table then has no args column."""
+    device_clock_shift: dict[int, int] = field(default_factory=dict)
+    """{device: ns} its events were moved earlier, its clock offset from the host's (device_clock)."""
 
 
 class RawTableError(TypeError):
