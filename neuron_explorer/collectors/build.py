@@ -583,7 +583,8 @@ def _first_work_wait(kind: np.ndarray, device: np.ndarray, launch: np.ndarray, t
     `first_work_wait_device`, the device; {} when none waited. Nothing the trace holds ran on the
     device before its first work: a wait of milliseconds there is a device clock offset from the
     host's or work the trace does not hold (rank_entry.FIRST_WORK_WAIT_WARN_NS), not queueing.
-    The three MI300X traces in tests/data wait 7.8, 29.4 and 149.0 ms; the others at most 0.03 ms.
+    The vLLM MI300X traces in tests/data waited 7.8 and 149.0 ms as recorded (their device clocks
+    are moved to their launches first, device_clock: 0.94 and 2.60 ms are left); the others at most 0.01 ms.
     `ts` in time order, so a device's first row is its first work."""
     rows = np.flatnonzero(np.isin(kind, _DEVICE_WORK) & (device >= 0))
     if not len(rows):

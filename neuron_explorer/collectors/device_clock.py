@@ -152,7 +152,7 @@ def _align_to_launches(raw: RawRank, codes: np.ndarray, kinds: list[str]) -> lis
     if "correlation" not in ev.column_names:
         return []
     is_work = np.array([k in _DEVICE_WORK for k in kinds])
-    is_call = np.array([k == "runtime" for k in kinds])
+    is_call = np.array([k == _K["runtime"] for k in kinds])
     if not is_work.any() or not is_call.any():
         return []
     is_work, is_call = is_work[codes], is_call[codes]
