@@ -134,6 +134,10 @@ def import_cmd(
                                                            "traces]}; repeatable. Each kernel's time goes to the statements it was "
                                                            "generated from (README, Importing torch.compile traces). The one "
                                                            "such log beside the trace is read when none is given."),
+    keep_device_clock: bool = typer.Option(False, "--keep-device-clock", help="Keep device times as the trace has them. By "
+                                           "default a device whose first work starts 1 ms or more after its launch, and none of "
+                                           "whose launched work starts sooner, has its clock moved to its launches (ROCm traces "
+                                           "run milliseconds behind the host's; docs/METRICS.md), and the import says so."),
 ) -> None:
     """Import torch.profiler (Kineto) JSON traces into a run directory of Parquet tables."""
     from .collectors.chrome_trace import import_traces
@@ -142,7 +146,7 @@ def import_cmd(
     bar = _ImportProgress() if (sys.stderr.isatty() if progress is None else progress) else None
     try:
         result = import_traces(trace, out, force=force, tune_allocator=True, command=sys.argv, workers=workers, ray=ray,
-                               captures=capture, kernel_provenance=kernel_provenance,
+                               captures=capture, kernel_provenance=kernel_provenance, keep_device_clock=keep_device_clock,
                                progress_factory=bar.file_factory if bar else None, progress=bar.files if bar else None)
     finally:
         if bar:

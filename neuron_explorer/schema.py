@@ -401,7 +401,8 @@ MANIFEST_KEYS: dict[str, str] = {
     "steps": "profiler steps found, per rank (`number_in_trace`: a renumbered step's N in the trace)",
     "warnings": "data-quality problems: counted, never raised (see `data_quality`)",
     "data_quality": "counts per rank: device events with no launch (`device_events_without_launch`; of them, launched before the "
-                    "trace began: `device_launched_before_trace`, a correlation id below every runtime call's), non-positive durations, "
+                    "trace began: `device_launched_before_trace`, a correlation id below every runtime call's, or a start before the first "
+                    "runtime call's), non-positive durations, "
                     "overlapping slices, clock anomalies, "
                     "profiler steps numbered on where the trace's numbers start again (`steps_renumbered`), "
                     "torch.compile kernel calls looked up and charged to their statements (`compiled_kernels`, "

@@ -33,7 +33,7 @@ from neuron_explorer import open_run
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.errors import InputError
 
-from .conftest import X, write_trace
+from .conftest import X, cli, write_trace
 
 T = 1_700_000_000_000_000  # µs since the epoch (2023-11-14)
 
@@ -133,6 +133,16 @@ def test_a_device_clock_behind_its_launches_is_moved_to_them(tmp_path: Path):
     assert rank["span_ns"] == 200 * us  # the step's, not 5.08 ms
     assert all(any(n.startswith("device 0's events moved 5.00 ms earlier, to its launches") for n in f["confidence_notes"])
                for f in report["findings"])
+
+
+def test_import_keep_device_clock_keeps_the_traces_times(tmp_path: Path):
+    trace = write_trace(tmp_path / "rocm.json", _offset_events([(T + 5015, 10, 1), (T + 5042, 10, 2), (T + 5071, 10, 3)]))
+    res = cli("import", trace, "-o", tmp_path / "run", "--keep-device-clock")
+    assert res.returncode == 0, res.stderr
+    rows, flows, warnings, quality = _kernels(tmp_path / "run")
+    assert [r[1] for r in rows] == [(T + t) * 1000 for t in (5015, 5042, 5071)] and [f[0] for f in flows] == [r[1] for r in rows]
+    assert "device_clock_shift_ns" not in quality and not any("clock is offset" in w for w in warnings)
+    assert any("device 0's first work started 5.00 ms after its launch returned" in w for w in warnings)
 
 
 def test_a_device_busy_with_work_queued_before_the_trace_is_not_moved(tmp_path: Path):

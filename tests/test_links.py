@@ -243,7 +243,10 @@ def test_device_work_launched_before_the_trace_began_is_told_apart_from_dropped_
     trace and a correlation id below every runtime call's (a100_train_blocking_dtoh: 872 of them, ids
     815091-824946 against a first runtime call at 824968). They were warned about as 'no launch found'
     and noted as '(dropped events?)'. The import counts them apart and says what they are; a kernel
-    whose correlation id comes after the first runtime call's and matches none is still the dropped kind."""
+    whose correlation id comes after the first runtime call's and matches none is still the dropped kind.
+    Work that starts before the first runtime call was launched before it, with or without an id
+    (mtia_inference: 305 of its 322 device events with no launch, all without one); after it, work
+    with no id is the dropped kind."""
     from neuron_explorer.analyzers.engine import quality_notes
     from neuron_explorer.collectors.chrome_trace import import_traces as imp
 
@@ -252,11 +255,13 @@ def test_device_work_launched_before_the_trace_began_is_told_apart_from_dropped_
               X("cudaLaunchKernel", "cuda_runtime", 12, 2, correlation=50, **{"External id": 1}),
               X("queued_before", "kernel", 5, 10, pid=0, tid=7, stream=7, device=0, correlation=40),
               X("launched", "kernel", 20, 10, pid=0, tid=7, stream=7, device=0, correlation=50),
-              X("lost_launch", "kernel", 40, 10, pid=0, tid=7, stream=7, device=0, correlation=60)]
+              X("lost_launch", "kernel", 40, 10, pid=0, tid=7, stream=7, device=0, correlation=60),
+              X("queued_no_id", "kernel", 1, 3, pid=0, tid=8, stream=8, device=0),
+              X("lost_no_id", "kernel", 60, 3, pid=0, tid=8, stream=8, device=0)]
     result = imp(write_trace(tmp_path / "t.json", events), tmp_path / "run")
     with open_run(result.run_dir) as run:
         dq = run.manifest["ranks"][0]["data_quality"]
-        assert (dq["device_events_without_launch"], dq["device_launched_before_trace"]) == (2, 1)
-        assert quality_notes(run)[0][0] == "2 device events with no launch (1 launched before the trace began; 1 dropped?)"
-    assert any("2 device events with no launch found (1 of them launched before the trace began: their correlation ids precede "
-               "its first runtime call" in w for w in result.manifest["warnings"])
+        assert (dq["device_events_without_launch"], dq["device_launched_before_trace"]) == (4, 2)
+        assert quality_notes(run)[0][0] == "4 device events with no launch (2 launched before the trace began; 2 dropped?)"
+    assert any("4 device events with no launch found (2 of them launched before the trace began: their correlation ids precede "
+               "its first runtime call's or they start before that call: work queued" in w for w in result.manifest["warnings"])

@@ -59,8 +59,8 @@ F_SYNC_CALL, F_MEMCPY_CALL, F_INPUT, F_TO_HOST, F_COMM, F_EARLY = 1, 2, 4, 8, 16
 """A runtime call that waits for a device (vocab.sync_call); a runtime copy call (vocab.memcpy_call);
 host work of the input pipeline (the data-loading pass, or the DataLoader's own range); a device copy
 to the host (vocab.TO_HOST_COPY_PATTERN); a collective kernel (vocab.COMM_KERNEL_PATTERN); device work
-with no recorded launch whose correlation id is below every runtime call's of its rank
-(kineto_names.launched_before_trace, as the importer counts it):
+with no recorded launch whose correlation id is below every runtime call's of its rank, or that
+starts before its first runtime call (kineto_names.launched_before_trace, as the importer counts it):
 launched before the trace's host side began recording (Kineto's device buffers hold the work queued
 before; mi300x_ddp_resnet_act_checkpoint: 968 device events of steps 15-16, correlations 4066-5178,
 the first runtime call 5179), so before any time in the trace."""
@@ -178,9 +178,8 @@ def _flag_early(cols: dict) -> dict:
     """F_EARLY on the rows of one rank's columns (`corr`, read for the runtime calls and for device
     work with no launch, then dropped): kineto_names.launched_before_trace."""
     corr = cols.pop("corr")
-    known = corr != NONE
-    early = launched_before_trace(corr, known & (cols["device"] != NONE) & (cols["launch_id"] == NONE),
-                                  known & (cols["k"] == KINDS.index("runtime")))
+    early = launched_before_trace(corr, corr != NONE, cols["ts_ns"], (cols["device"] != NONE) & (cols["launch_id"] == NONE),
+                                  cols["k"] == KINDS.index("runtime"))
     if early.any():
         cols["flags"] = cols["flags"] | np.where(early, np.int8(F_EARLY), np.int8(0))
     return cols

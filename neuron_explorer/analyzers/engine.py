@@ -163,7 +163,7 @@ QUALITY_NOTES = {"device_events_without_launch": "device events with no launch (
 
 def _quality_note(key: str, label: str, dq: dict) -> str:
     """One data-quality count in words; device events with no launch some of which were launched
-    before the trace began (their correlation ids precede its first runtime call) say so: queued
+    before the trace began (kineto_names.launched_before_trace) say so: queued
     work, not dropped events."""
     early = dq.get("device_launched_before_trace") or 0
     if key != "device_events_without_launch" or not early:

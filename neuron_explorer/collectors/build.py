@@ -415,9 +415,10 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
     quality["device_linked_by_external_id"] = int(np.count_nonzero(linked_by_external))
     dev_no_launch = is_device & ~has_launch & ~linked_by_external & (kind != K["gpu_annotation"])
     quality["device_events_without_launch"] = int(np.count_nonzero(dev_no_launch))
-    # of those, the work queued before the trace's host side recorded (its correlation ids before every runtime call's)
+    # of those, the work queued before the trace's host side recorded (its correlation id before every runtime call's,
+    # or its start before the first runtime call's)
     quality["device_launched_before_trace"] = int(np.count_nonzero(launched_before_trace(
-        correlation, dev_no_launch & ~correlation_null, is_runtime & ~correlation_null)))
+        correlation, ~correlation_null, ts, dev_no_launch, is_runtime)))
     # the event each device event inherits from: its launch, else its operator by External id
     anchor = np.where(has_launch, launch, by_external)
     del has_launch, li, by_external

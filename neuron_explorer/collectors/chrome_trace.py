@@ -255,18 +255,19 @@ def import_workers(files: list[Path], requested: int | None = None) -> int:
 def _import_rank(index: int, path: Path, tmp: Path, tune_allocator: bool, decode_workers: int | None,
                  progress: Callable[[int, int], None] | None = None,
                  captures: graph_capture.Captures | None = None,
-                 kernel_provenance: dict | None = None) -> tuple[int, int, dict, list[str]]:
+                 kernel_provenance: dict | None = None, keep_device_clock: bool = False) -> tuple[int, int, dict, list[str]]:
     """Decode, build and write one trace into tmp/.part-<index>/ (renamed to rank=<r>/ by the
     caller, who checks that ranks are not claimed twice). Runs in a worker process or inline;
     returns only the small manifest entry, never the tables. A batch import (`tune_allocator`: a
     process of the tool's own) runs without pandas on any thread (no_pandas.without_pandas)."""
     with without_pandas(every_thread=True) if tune_allocator else contextlib.nullcontext():
-        return _import_rank_in(index, path, tmp, tune_allocator, decode_workers, progress, captures, kernel_provenance)
+        return _import_rank_in(index, path, tmp, tune_allocator, decode_workers, progress, captures, kernel_provenance,
+                               keep_device_clock)
 
 
 def _import_rank_in(index: int, path: Path, tmp: Path, tune_allocator: bool, decode_workers: int | None,
                     progress: Callable[[int, int], None] | None, captures: graph_capture.Captures | None,
-                    kernel_provenance: dict | None) -> tuple[int, int, dict, list[str]]:
+                    kernel_provenance: dict | None, keep_device_clock: bool = False) -> tuple[int, int, dict, list[str]]:
     if tune_allocator:
         arrow_on_malloc()
         no_huge_pages()
@@ -282,11 +283,12 @@ def _import_rank_in(index: int, path: Path, tmp: Path, tune_allocator: bool, dec
                 check_memory([local])
             except InputError as e:
                 raise InputError(path, e.problem) from None
-            raw, meta, w, category_counts = decode_rank(local, progress, workers=decode_workers, source=path)
+            raw, meta, w, category_counts = decode_rank(local, progress, workers=decode_workers, source=path,
+                                                        align_clock=not keep_device_clock)
     else:
         before = _identity(path, "is gone")
         try:
-            raw, meta, w, category_counts = decode_rank(path, progress, workers=decode_workers)
+            raw, meta, w, category_counts = decode_rank(path, progress, workers=decode_workers, align_clock=not keep_device_clock)
         except FileNotFoundError:
             raise InputError(path, "the file disappeared while it was being imported; nothing was written") from None
         if _identity(path, "disappeared while it was being imported; nothing was written") != before:
@@ -328,7 +330,8 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
                   progress_factory: Callable[[str, int], Callable[[int, int], None]] | None = None,
                   command: list[str] | None = None, workers: int | None = None,
                   progress: ImportProgress | None = None, ray: str | None = None,
-                  captures: list[Path | str] | None = None, kernel_provenance: list[Path | str] | None = None) -> ImportResult:
+                  captures: list[Path | str] | None = None, kernel_provenance: list[Path | str] | None = None,
+                  keep_device_clock: bool = False) -> ImportResult:
     """Import one trace or a directory of per-rank traces into a run at `out_dir`.
 
     Several traces are imported by `workers` processes (default and upper bound: `import_workers`,
@@ -343,7 +346,8 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
     all of them). `kernel_provenance`: Inductor's provenance of the trace's torch.compile kernels
     (provenance_files: TORCH_TRACE folders, structured logs or JSON files; the one structured log
     beside the trace when none is given): each kernel is charged to the user statements it was
-    generated from, as the live collector does (provenance.py).
+    generated from, as the live collector does (provenance.py). `keep_device_clock`: a device clock
+    behind the host's stays as the trace has it (device_clock moves it to its launches otherwise).
     """
     check_output_path(out_dir)
     try:
@@ -392,7 +396,8 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
             from ..ray_tasks import map_settled
 
             order = sorted(todo, key=lambda i: -sizes[i])
-            for i, ok, result in map_settled(ray, _import_rank, [(i, files[i], tmp, tune_allocator, 1, None, graphs, kernels) for i in order]):
+            tasks = [(i, files[i], tmp, tune_allocator, 1, None, graphs, kernels, keep_device_clock) for i in order]
+            for i, ok, result in map_settled(ray, _import_rank, tasks):
                 if ok:
                     finished(result)
                 else:
@@ -401,7 +406,7 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
             for i in todo:
                 file_progress = progress_factory(files[i].name, sizes[i]) if progress_factory else None
                 try:
-                    finished(_import_rank(i, files[i], tmp, tune_allocator, None, file_progress, graphs, kernels))
+                    finished(_import_rank(i, files[i], tmp, tune_allocator, None, file_progress, graphs, kernels, keep_device_clock))
                 except Exception as e:  # noqa: BLE001 - reported by file name once the others are done
                     if len(files) == 1:
                         raise
@@ -415,7 +420,8 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
                 with ProcessPoolExecutor(max_workers=min(n_workers, len(todo)), initializer=keep_inherited) as pool:
                     # largest first, so that a big trace does not start last; one decode process per worker
                     order = sorted(todo, key=lambda i: -sizes[i])
-                    futures = {pool.submit(_import_rank, i, files[i], tmp, tune_allocator, 1, None, graphs, kernels): i for i in order}
+                    futures = {pool.submit(_import_rank, i, files[i], tmp, tune_allocator, 1, None, graphs, kernels,
+                                           keep_device_clock): i for i in order}
                     try:
                         for future in as_completed(futures):
                             try:
@@ -439,7 +445,8 @@ def import_traces(source: Path | str, out_dir: Path | str, *, force: bool = Fals
                 for i in died:  # no progress: each in a process of its own
                     with ProcessPoolExecutor(max_workers=1, initializer=keep_inherited) as solo:
                         try:
-                            finished(solo.submit(_import_rank, i, files[i], tmp, tune_allocator, 1, None, graphs, kernels).result())
+                            finished(solo.submit(_import_rank, i, files[i], tmp, tune_allocator, 1, None, graphs, kernels,
+                                                 keep_device_clock).result())
                         except Exception as e:  # noqa: BLE001 - this trace's own failure
                             failed[i] = _why(e)
                 break

@@ -63,17 +63,18 @@ it this long after its launch began, reads as a device clock offset (rank_entry 
 wait from the same 1 ms, FIRST_WORK_WAIT_WARN_NS)."""
 
 
-def check_device_clock(raw: RawRank) -> list[str]:
-    """Scale the plugin event groups of `raw` written in µs, and move a device's events offset from
-    its launches (`_align_to_launches`, recorded in `raw.device_clock_shift`); the warnings to record
-    (one per group scaled, one per device moved). Raises DeviceClockError when a group lies outside
-    the host's span in any unit."""
+def check_device_clock(raw: RawRank, align: bool = True) -> list[str]:
+    """Scale the plugin event groups of `raw` written in µs, and (with `align`: `import
+    --keep-device-clock` leaves it out) move a device's events offset from its launches
+    (`_align_to_launches`, recorded in `raw.device_clock_shift`); the warnings to record (one per
+    group scaled, one per device moved). Raises DeviceClockError when a group lies outside the
+    host's span in any unit."""
     if not raw.events.num_rows:
         return []
     # every decision is made once per distinct category (a handful), then read per row through the codes
     codes, kinds = _kind_codes(raw.events["category"])
     warnings = _check_units(raw, codes, kinds)
-    return warnings + _align_to_launches(raw, codes, kinds)
+    return warnings + (_align_to_launches(raw, codes, kinds) if align else [])
 
 
 def _check_units(raw: RawRank, codes: np.ndarray, kinds: list[str]) -> list[str]:
@@ -208,7 +209,7 @@ def _align_to_launches(raw: RawRank, codes: np.ndarray, kinds: list[str]) -> lis
                         f"the device, started {first_wait / 1e6:,.2f} ms after its launch returned, and none of its "
                         f"{int(np.count_nonzero(hit)):,} launched kernels and copies started sooner than {shift / 1e6:,.2f} ms after its "
                         f"launch began (work starts microseconds after its launch on an idle device); its events were moved "
-                        f"{shift / 1e6:,.2f} ms earlier (data_quality.device_clock_shift_ns)")
+                        f"{shift / 1e6:,.2f} ms earlier (data_quality.device_clock_shift_ns; import --keep-device-clock keeps them)")
     if not shifts:
         return []
     device_rows = np.array([k in DEVICE_KINDS for k in kinds])[codes]

@@ -87,14 +87,15 @@ def first_work_wait_warnings(entry: dict) -> list[str]:
 
 def launched_before_trace_words(data_quality: dict) -> str:
     """' (N of them launched before the trace began: ...)' where some device events with no launch
-    have a correlation id below every runtime call's (`device_launched_before_trace`): work queued
-    before the profiler's host side recorded, not events it dropped; else ''."""
+    have a correlation id below every runtime call's or start before the first runtime call
+    (`device_launched_before_trace`, kineto_names.launched_before_trace): work queued before the
+    profiler's host side recorded, not events it dropped; else ''."""
     early, n = data_quality.get("device_launched_before_trace") or 0, data_quality.get("device_events_without_launch") or 0
     if not early:
         return ""
     which = "all" if early == n else f"{early} of them"
-    return (f" ({which} launched before the trace began: their correlation ids precede its first runtime call, work queued "
-            "before the profiler's host side recorded)")
+    return (f" ({which} launched before the trace began: their correlation ids precede its first runtime call's or "
+            "they start before that call: work queued before the profiler's host side recorded)")
 
 
 def quality_warnings(entry: dict, only: set | None = None) -> list[str]:

@@ -156,9 +156,11 @@ def _concat(tables: list[pa.Table]) -> pa.Table:
 
 
 def decode_rank(path: Path, progress: Callable[[int, int], None] | None = None,
-                workers: int | None = None, source: remote.RemoteTrace | None = None) -> tuple[RawRank, dict, list[str], dict]:
+                workers: int | None = None, source: remote.RemoteTrace | None = None,
+                align_clock: bool = True) -> tuple[RawRank, dict, list[str], dict]:
     """Decode the trace file `path`; `source`: the trace it is a local copy of, which names it
-    (rank from its name, errors, the manifest's source)."""
+    (rank from its name, errors, the manifest's source). `align_clock`: a device clock behind the
+    host's is moved to its launches (device_clock.check_device_clock)."""
     try:
         decoded = _kineto_json.decode_trace(str(path), progress=progress, workers=workers, pack_args=True)
     except InputError as e:
@@ -206,7 +208,7 @@ def decode_rank(path: Path, progress: Callable[[int, int], None] | None = None,
     del chunks, decoded, events, args
     _check_ranges(path, raw)
     try:
-        warnings += [f"{path.name}: {w}" for w in check_device_clock(raw)]
+        warnings += [f"{path.name}: {w}" for w in check_device_clock(raw, align=align_clock)]
     except DeviceClockError as e:
         raise InputError(path, str(e)) from None
     meta = {
