@@ -999,6 +999,8 @@ def test_the_softmax_between_two_matmuls_of_a_statement_is_unfused_attention(tmp
     f = _norm_finding(tmp_path, _forward_calls([[_bmm(), _softmax([32, 1024, 1024]), _bmm()]]))
     assert f.impact_ns == 600 * US and f.evidence.values["unfused_attention_ns"] == 600 * US
     assert f.location.source == "model.py:20"
+    # the title names the cause: the class is all attention's softmax
+    assert "normalisation/softmax kernels (1 name) 0.60 ms (" in f.title and "), 100.0% of it the softmax of hand-written attention; " in f.title
     assert f.recommendation.startswith(
         "unfused attention: cunn_SoftMaxForward<8, BFloat16, float, BFloat1… of aten::softmax 0.60 ms (0.60 ms in all) "
         "is the softmax of hand-written attention (between two matrix products of one statement; with its matrix products "
@@ -1064,6 +1066,7 @@ def test_a_classifiers_softmax_or_a_softmax_over_channels_is_normalisation(tmp_p
                          ("channels", _forward_calls([[_softmax([8, 21, 64, 64], FP32_SOFTMAX, "float", "1")]], frame=False))):
         f = _norm_finding(tmp_path / name, events)
         assert f.evidence.values["unfused_attention_ns"] == 0, name
+        assert "hand-written attention" not in f.title, name
         assert f.recommendation == ("normalisation bounds the step: fused implementations (torch.compile, apex / fused LayerNorm, "
                                     "RMSNorm) in lower precision."), name
 
@@ -1085,6 +1088,7 @@ def test_a_layernorm_beside_attentions_softmax_keeps_its_own_advice(tmp_path):
             "void vectorized_layer_norm_kernel<float, float>(int, float)", 300)
     f = _norm_finding(tmp_path, _forward_calls([[_bmm(), _softmax([32, 1024, 1024]), _bmm(), norm]]))
     assert f.impact_ns == 900 * US and f.evidence.values["unfused_attention_ns"] == 600 * US
+    assert "), 66.7% of it the softmax of hand-written attention; heaviest: " in f.title  # (600 of 900 µs)
     assert f.recommendation.startswith("unfused attention: ")
     assert f.recommendation.endswith("without writing the scores to memory; the other kernels: normalisation bounds the step: "
                                      "fused implementations (torch.compile, apex / fused LayerNorm, RMSNorm) in lower precision.")

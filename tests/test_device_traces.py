@@ -548,6 +548,8 @@ def test_hand_written_attentions_softmax_is_told_sdpa_not_a_fused_layernorm(trac
             softmax["cunn" if "cunn_" in k["name"] else "warp"] += raw.dur(k)
     # the attention softmaxes on the path: all of cunn_SoftMaxForward's time, at most all of softmax_warp_forward's
     assert softmax["cunn"] <= f["evidence"]["values"]["unfused_attention_ns"] <= softmax["cunn"] + softmax["warp"]
+    share = f["evidence"]["values"]["unfused_attention_ns"] / f["impact_ns"]
+    assert f"of step time), {100 * share:.1f}% of it the softmax of hand-written attention; heaviest: cunn_SoftMaxForward" in f["title"]
     (dims, dtype), = {(tuple(o["args"]["Input Dims"][0]), o["args"]["Input type"][0]) for o in raw.of(OP_CATS)
                       if o["name"] == "aten::softmax" and len(o["args"]["Input Dims"][0]) == 4 and o["args"]["Input Dims"][0][-1] > 8}
     assert dims == (8, 12, 3137, 3137) and dtype == "c10::BFloat16"
