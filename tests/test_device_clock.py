@@ -135,6 +135,22 @@ def test_a_device_clock_behind_its_launches_is_moved_to_them(tmp_path: Path):
                for f in report["findings"])
 
 
+def test_a_moved_run_exported_and_imported_again_is_not_moved_again(tmp_path: Path):
+    # the export writes the run's (moved) times: read back, the kernels start at their launches (k3 0 µs
+    # after its launch), so nothing is moved twice and the times are the first run's
+    from neuron_explorer.export import export_chrome
+
+    trace = write_trace(tmp_path / "rocm.json", _offset_events([(T + 5015, 10, 1), (T + 5042, 10, 2), (T + 5071, 10, 3)]))
+    first = import_traces(trace, tmp_path / "a").run_dir
+    out = tmp_path / "again.json.gz"
+    export_chrome(first, out)
+    second = import_traces(out, tmp_path / "b").run_dir
+    rows_a, flows_a, _, _ = _kernels(first)
+    rows_b, flows_b, warnings, quality = _kernels(second)
+    assert rows_b == rows_a and flows_b == flows_a
+    assert "device_clock_shift_ns" not in quality and not any("clock is offset" in w for w in warnings)
+
+
 def test_import_keep_device_clock_keeps_the_traces_times(tmp_path: Path):
     trace = write_trace(tmp_path / "rocm.json", _offset_events([(T + 5015, 10, 1), (T + 5042, 10, 2), (T + 5071, 10, 3)]))
     res = cli("import", trace, "-o", tmp_path / "run", "--keep-device-clock")
