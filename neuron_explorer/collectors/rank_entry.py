@@ -65,7 +65,7 @@ def first_work_wait_words(data_quality: dict) -> str | None:
 
 
 def clock_shift_words(data_quality: dict) -> str | None:
-    """'device 2's events moved 146.40 ms earlier, to its launches (its clock offset from the host's)'
+    """'device 2's events moved 146.40 ms earlier, to its launches (its clock offset from the host's, estimated)'
     where the import moved a device's events (device_clock, `device_clock_shift_ns`), else None: the
     findings' confidence note (engine.quality_notes); the import's warning says it at length."""
     shift = data_quality.get("device_clock_shift_ns", 0)
