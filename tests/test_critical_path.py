@@ -1041,6 +1041,65 @@ def test_hand_written_attention_is_one_finding_with_its_products_and_scaling(tmp
     assert {f.evidence.values["class"] for f in report.findings if f.rule_id == "critical-path"} >= {"matmul", "elementwise"}
 
 
+BF16_SOFTMAX_BACKWARD = "void cunn_SoftMaxBackward<8, c10::BFloat16, float, c10::BFloat16, SoftMaxBackwardEpilogue>(c10::BFloat16*)"
+BF16_MUL = ("void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<c10::BFloat16, c10::BFloat16, "
+            "c10::BFloat16, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int)")
+
+
+def test_hand_written_attentions_backward_is_its_finding_too(tmp_path):
+    """A training step of hand-written attention (µs): forward in `model.py(20): forward`, q @ k.T (bmm,
+    50), the scaling of the [4, 8, 1024, 1024] scores (mul, 200), their softmax (600), p @ v (bmm, 50);
+    then backward, each autograd node linked to its forward operator by sequence number: BmmBackward0
+    (two bmm kernels, 50 each), SoftmaxBackward0 (600), MulBackward0 (200), BmmBackward0 (2 × 50).
+    Backward work takes its forward's statement, but its operator is the autograd node: the backward
+    products (200) and scaling (200) were the GEMM class's finding ('multiples of 8', 200 of its 300 µs
+    backward) and half the elementwise class. Gathered by their forward operators, the attention holds
+    1,900 µs of the path in the softmax's finding, and neither class has one of its own."""
+    from neuron_explorer.analyzers import analyze
+
+    eval_ = "autograd::engine::evaluate_function: "
+    scores = [4, 8, 1024, 1024]
+    fwd = [("aten::bmm", [[32, 1024, 64], [32, 64, 1024]], BF16_GEMM, 50, 1),
+           ("aten::mul", [scores, []], BF16_MUL, 200, 2),
+           ("aten::softmax", [scores, [], []], BF16_SOFTMAX, 600, 3),
+           ("aten::bmm", [[32, 1024, 1024], [32, 1024, 64]], BF16_GEMM, 50, 4)]
+    bwd = [("BmmBackward0", "aten::bmm", BF16_GEMM, [50, 50], 4),
+           ("SoftmaxBackward0", "aten::_softmax_backward_data", BF16_SOFTMAX_BACKWARD, [600], 3),
+           ("MulBackward0", "aten::mul", BF16_MUL, [200], 2), ("BmmBackward0", "aten::bmm", BF16_GEMM, [50, 50], 1)]
+    events, t, dev, corr = [], 5, 100, 0
+    for name, dims, kernel, us, seq in fwd:
+        corr, t = corr + 1, t + 5
+        events += [X(name, "cpu_op", t, 8, **{"External id": corr, "Input Dims": dims, "Input type": ["c10::BFloat16"] * len(dims),
+                                               "Sequence number": seq, "Fwd thread id": 0}),
+                   X("cudaLaunchKernel", "cuda_runtime", t + 2, 4, correlation=corr, **{"External id": corr}),
+                   _k(kernel, "kernel", corr, dev, us)]
+        t, dev = t + 5, dev + us
+    events.append(X("model.py(20): forward", "python_function", 5, t + 3 - 5))
+    t += 5
+    for node, op, kernel, kernels, seq in bwd:
+        start = t
+        t += 1
+        for us in kernels:
+            corr, t = corr + 1, t + 2
+            events += [X(op, "cpu_op", t, 6, **{"External id": corr}),
+                       X("cudaLaunchKernel", "cuda_runtime", t + 2, 3, correlation=corr, **{"External id": corr}),
+                       _k(kernel, "kernel", corr, dev, us)]
+            t, dev = t + 6, dev + us
+        events += [X(eval_ + node, "cpu_op", start, t + 1 - start, **{"Sequence number": seq, "Fwd thread id": 1}),
+                   X(node, "cpu_op", start + 0.5, t - start, **{"Sequence number": seq, "Fwd thread id": 1})]
+        t += 3
+    events.append(X("cudaDeviceSynchronize", "cuda_runtime", t, dev - t + 2, correlation=999))
+    events.insert(0, X("ProfilerStep#1", "user_annotation", 0, dev + 10))
+    report = analyze(import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir)
+    path = [f for f in report.findings if f.rule_id == "critical-path"]
+    classes = [f.evidence.values["class"] for f in path]
+    assert "norm" in classes and not {"matmul", "fp32_matmul", "elementwise"} & set(classes), classes
+    (f,) = [f for f in path if f.evidence.values["class"] == "norm"]
+    assert f.evidence.values["unfused_attention_ns"] == 1200 * US and f.evidence.values["attention_work_ns"] == 1900 * US
+    assert ("with its matrix products 0.30 ms, its score arithmetic 0.40 ms on the same statement, the attention holds 1.90 ms "
+            "of the path). Use torch.nn.functional.scaled_dot_product_attention") in f.recommendation
+
+
 def test_a_softmax_over_batch_heads_l_l_scores_is_unfused_attention_with_their_size(tmp_path):
     """No Python frames and no matmul beside it: the softmax's input [4, 8, 1024, 1024] over its last
     dimension is attention's scores by its shape; each call writes and reads 4·8·1024·1024 bf16 =

@@ -26,7 +26,8 @@ hand-written attention') → torch.nn.functional.scaled_dot_product_attention, w
 size of the scores each call writes and reads back (h100_timesformer_inference: [8×12×3137×3137]
 bf16, 1.76 GiB), and the normalisation advice for the class's other kernels only where they are
 CLASS_SHARE_MIN of the path. The rest of that attention on the same statement (`_attention_parts`: the
-kernels of its matrix products and of the elementwise operators over its [B, heads, L, L] scores) is
+kernels of its matrix products and of the elementwise operators over its [B, heads, L, L] scores, and
+in backward those of their autograd nodes, by the forward operator each was built from) is
 named in that advice with the attention's whole time on the path (`attention_work_ns`), and a GEMM or
 elementwise class at least half of which it is (their `unfused_attention_ns`) leaves its finding to
 that one (one attention, one finding: h100_timesformer's products and scaling were two more findings
@@ -75,6 +76,7 @@ from __future__ import annotations
 import json
 import re
 
+from ...collectors.kineto_names import EVALUATE_PREFIX
 from ...fmt import kernel_labels, kernel_name, size
 from ...store import sql_file_literal
 from ...vocab import (
@@ -268,24 +270,37 @@ ATTENTION_PART_CLASSES = ("matmul", "fp32_matmul", "elementwise")
 """The classes whose members can be hand-written attention's products and score arithmetic."""
 
 
-def _attention_parts(members: list[dict], attention: list[dict]) -> list[dict]:
+def _attention_parts(run, rank: int, members: list[dict], attention: list[dict]) -> list[dict]:
     """The members of a class that are the rest of hand-written attention (`attention`: its softmaxes,
     `_unfused_attention`) on the same statement: the kernels of its matrix products (SCORE_PRODUCT_OPS,
     the copies they make included) and of the elementwise operators over [B, heads, L, L] scores (the
-    scaling, the mask), all of which scaled_dot_product_attention computes in its one kernel.
-    h100_timesformer_inference, modeling_timesformer.py:200: the products' 43.21 ms and the scaling's
-    15.55 ms were two more findings, 'shapes that are multiples of 8' and 'fuse them with torch.compile'."""
+    scaling, the mask), all of which scaled_dot_product_attention computes in its one kernel, and in
+    backward the kernels of the autograd nodes of those operators (backward work takes its forward's
+    statement; its operator is the node, so the forward operator it was built from is read:
+    `_forward_ops`). h100_timesformer_inference, modeling_timesformer.py:200: the products' 43.21 ms
+    and the scaling's 15.55 ms were two more findings, 'shapes that are multiples of 8' and 'fuse them
+    with torch.compile'."""
     frames = {m["frame_id"] for m in attention if m["frame_id"] is not None}
+    mine = [m for m in members if m["frame_id"] in frames and m["op"]]
+    forward = _forward_ops(run, rank, [m["sample_id"] for m in mine if m["op"].startswith(EVALUATE_PREFIX) and m["sample_id"] is not None])
     out = []
-    for m in members:
-        if m["frame_id"] not in frames or not m["op"]:
-            continue
-        if m["op"] in SCORE_PRODUCT_OPS:
+    for m in mine:
+        op, args = (forward.get(m["sample_id"]) or (None, None)) if m["op"].startswith(EVALUATE_PREFIX) else (m["op"], m.get("op_args"))
+        if op in SCORE_PRODUCT_OPS:
             out.append(m)
-            continue
-        if (m["op"] in ELEMENTWISE_OPS or m["op"] in _SCORE_OPS) and _scores_like(_input_dims(_args(m.get("op_args")))):
+        elif op is not None and (op in ELEMENTWISE_OPS or op in _SCORE_OPS) and _scores_like(_input_dims(_args(args))):
             out.append(m)
     return out
+
+
+def _forward_ops(run, rank: int, event_ids: list[int]) -> dict[int, tuple[str, str | None]]:
+    """{event id: (name, Kineto args)} of the forward operator each backward event was built from
+    (`fwd_op_id`); one query for all."""
+    if not event_ids:
+        return {}
+    rows = run.sql(f"""SELECT e.event_id, o.name, o.args FROM events e JOIN events o ON o.rank = {int(rank)} AND o.event_id = e.fwd_op_id
+WHERE e.rank = {int(rank)} AND e.event_id IN ({", ".join(str(int(i)) for i in sorted(set(event_ids)))})""").fetchall()
+    return {int(i): (name, args) for i, name, args in rows}
 
 
 def _key(m: dict) -> tuple:
@@ -707,7 +722,7 @@ def check(ctx: Context) -> list:
     norm = dict(ranked).get("norm", [])
     attention = _unfused_attention(ctx.run, ctx.rank, norm) if _at_least_share(norm, total) else []
     attention_ns = sum(m["charged_ns"] for m in attention)
-    parts = {c: _attention_parts(classes.get(c, []), attention) for c in ATTENTION_PART_CLASSES} if attention else {}
+    parts = {c: _attention_parts(ctx.run, ctx.rank, classes.get(c, []), attention) for c in ATTENTION_PART_CLASSES} if attention else {}
     for cls, members in ranked:
         charged = sum(m["charged_ns"] for m in members)
         if not _at_least_share(members, total):
