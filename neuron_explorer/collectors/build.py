@@ -42,6 +42,7 @@ from .kineto_names import (
     kind_of_category,
     launched_before_trace,
 )
+from .launches import first_call_of
 from .raw import RawRank, check_raw_rank  # noqa: F401  (RawRank: collectors import it from here too)
 from .sources import is_user_frame
 
@@ -695,17 +696,13 @@ def _launches_without_device_work(kind, is_runtime, name_codes, name_values, flo
 
 
 def _launch_by_correlation(is_runtime, is_device, correlation, correlation_null, dtype) -> np.ndarray:
-    """Each device event's runtime call (the one of the same correlation id), else -1."""
+    """Each device event's runtime call (the first of the same correlation id: launches.first_call_of), else -1."""
     launch = np.full(len(is_device), -1, dtype=dtype)
     rt_idx = np.flatnonzero(is_runtime & ~correlation_null)
-    if len(rt_idx):
-        rt_corr = correlation[rt_idx]
-        o = np.argsort(rt_corr, kind="stable")
-        rt_corr, rt_sorted = rt_corr[o], rt_idx[o]
-        dev_idx = np.flatnonzero(is_device & ~correlation_null)
-        p = np.clip(np.searchsorted(rt_corr, correlation[dev_idx]), 0, len(rt_corr) - 1)
-        hit = rt_corr[p] == correlation[dev_idx]
-        launch[dev_idx[hit]] = rt_sorted[p[hit]]
+    dev_idx = np.flatnonzero(is_device & ~correlation_null)
+    at = first_call_of(correlation[rt_idx], correlation[dev_idx])  # (rows in time order: the calls are)
+    hit = at >= 0
+    launch[dev_idx[hit]] = rt_idx[at[hit]]
     return launch
 
 

@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 
 from ..schema import DEVICE_KINDS, KINDS
 from .kineto_names import kind_of_category
+from .launches import first_call_of
 from .raw import RawRank
 
 SCALE = 1000
@@ -171,7 +172,7 @@ def _align_to_launches(raw: RawRank, codes: np.ndarray, kinds: list[str]) -> lis
     ok = (w_ts != _NO_TS) & (w_pid >= 0)
     warnings: list[str] = []
     shifts: dict[int, int] = {}
-    calls = None  # (correlation ids sorted, their calls' starts): made for the first device whose first work waited
+    calls = None  # (the runtime calls' correlation ids and starts, in time order): made for the first device whose first work waited
     for device in np.unique(w_pid[ok]).tolist():
         rows = np.flatnonzero(ok & (w_pid == device))
         at_start = rows[w_ts[rows] == w_ts[rows].min()]
@@ -185,23 +186,21 @@ def _align_to_launches(raw: RawRank, codes: np.ndarray, kinds: list[str]) -> lis
         c_ok = c_ts != _NO_TS
         if not c_ok.any():
             continue
-        call = np.flatnonzero(c_ok)[np.argmax(c_ts[c_ok])]  # (of several calls with one id, the latest)
+        call = np.flatnonzero(c_ok)[np.argmin(c_ts[c_ok])]  # (of several calls with one id, the first: launches.first_call_of)
         first_wait = int(w_ts[first] - (c_ts[call] + max(int(c_dur[call]), 0)))
         if first_wait < OFFSET_MIN_NS:
             continue
         if calls is None:
             r_ts, r_corr = columns(is_call, ("ts_ns", "correlation"))
             r_ok = (r_ts != _NO_TS) & (r_corr >= 0)
-            o = np.lexsort((r_ts[r_ok], r_corr[r_ok]))
-            sorted_corr, sorted_ts = r_corr[r_ok][o], r_ts[r_ok][o]
-            last = np.append(sorted_corr[1:] != sorted_corr[:-1], True)
-            calls = sorted_corr[last], sorted_ts[last]
+            o = np.argsort(r_ts[r_ok], kind="stable")
+            calls = r_corr[r_ok][o], r_ts[r_ok][o]  # (in time order)
         launched = rows[w_corr[rows] >= 0]
-        p = np.clip(np.searchsorted(calls[0], w_corr[launched]), 0, len(calls[0]) - 1)
-        hit = calls[0][p] == w_corr[launched]
+        at = first_call_of(calls[0], w_corr[launched])
+        hit = at >= 0
         if np.count_nonzero(hit) < 2:
             continue  # (one launched work: its wait alone, which the first-work warning tells)
-        shift = int((w_ts[launched[hit]] - calls[1][p[hit]]).min())
+        shift = int((w_ts[launched[hit]] - calls[1][at[hit]]).min())
         if shift < OFFSET_MIN_NS:
             continue
         shifts[device] = shift
