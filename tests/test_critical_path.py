@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from neuron_explorer.analyzers import critical_path as cp
+from neuron_explorer.analyzers.metrics import span
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.store import open_run
 
@@ -320,9 +321,18 @@ def _shared_runs() -> list[Path]:
 def test_path_length_equals_step_duration_on_shared_traces(trace):
     with open_run(trace) as run:
         steps = run.sql("SELECT rank, step, ts_ns, dur_ns FROM steps ORDER BY 1, 2").fetchall()
-        if not steps:  # no step, no path: the summary says so instead of inventing one
-            ranks = [r for (r,) in run.sql("SELECT DISTINCT rank FROM events").fetchall()]
-            assert all(cp.rank_path(run, r) == [] and cp.bound(run, r)["overall"] is None for r in ranks)
+        if not steps:  # no step: no step's path; a rank with device work has one over its span, which it tiles
+            for (r,) in run.sql("SELECT DISTINCT rank FROM events").fetchall():
+                assert cp.rank_path(run, r) == []
+                window, overall = cp.window_of(run, r), cp.bound(run, r)["overall"]
+                if not window:
+                    assert overall is None
+                    continue
+                ((_, ts, dur, *_),) = window
+                path = cp.window_path(run, r)
+                spans = sorted(zip(path.ts.tolist(), (path.ts + path.ns).tolist()))
+                assert spans[0][0] == ts and spans[-1][1] == ts + dur and all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+                assert overall["over"] == "window" and overall["dur_ns"] == dur == span(run, r)["span_ns"]
             return
         for rank in sorted({s[0] for s in steps}):
             rows = cp.rank_path(run, rank)
@@ -417,6 +427,91 @@ def test_analyze_writes_the_path_and_says_what_bounds_the_steps(tmp_path):
     bound = report.summary["ranks"][0]["bound"]
     assert bound["overall"]["ns"]["device_compute"] == 900 * US and bound["steps"][0]["bound"] == "device"
     assert "bound: device-bound (90%): device compute" in text(report)
+
+
+# ---- a rank with no profiler steps: what bounds it, over its span ----------------------------------
+
+def _queued_gemms() -> list[dict]:
+    """test_device_bound_gemm_chain's three GEMMs with no ProfilerStep range and no sync: a server's
+    decode loop, which queues the work and goes back to its own (untraced) loop."""
+    events = []
+    for i, t in enumerate((10, 20, 30), 1):
+        events += [X("aten::mm", "cpu_op", t, 10, **{"External id": i}),
+                   X("cudaLaunchKernel", "cuda_runtime", t + 2, 4, correlation=i, **{"External id": i}),
+                   _k(f"sgemm_{i}", "kernel", i, 20 + 300 * (i - 1), 300)]
+    return events
+
+
+def _window_bound(tmp_path: Path, events: list[dict]):
+    from neuron_explorer.analyzers import analyze
+    from neuron_explorer.analyzers.render import text
+
+    run_dir = import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir
+    report = analyze(run_dir, write=False)
+    rank = report.summary["ranks"][0]
+    return rank, rank["bound"], " ".join(text(report).split()), run_dir
+
+
+def test_a_loop_without_steps_that_queues_its_gemms_is_device_bound_over_its_span(tmp_path):
+    """
+        host      aten::mm [10-20) [20-30) [30-40), launches [12-16) [22-26) [32-36)
+        stream 7           [20 --- k1 --- 320)[320 --- k2 --- 620)[620 --- k3 --- 920)
+
+    The span (the analysed window) is [10, 920) µs. The span ends with k3, so the walk starts on it:
+    900 µs of GEMMs, 4 µs idle before k1 waiting for its launch, the launch (4) and aten::mm before
+    it (2). Started on the host at 920 instead, it would charge the host's 880 µs after its last
+    call (its untraced wait for the GEMMs) as host time: 'host-bound (97%)'."""
+    rank, bound, report_text, _ = _window_bound(tmp_path, _queued_gemms())
+    o = bound["overall"]
+    assert rank["steps"]["count"] == 0 and bound["steps"] == [] and o["over"] == "window"
+    assert o["dur_ns"] == rank["analysed_ns"] == rank["span_ns"] == 910 * US
+    assert {c: ns for c, ns in o["ns"].items() if ns} == {"device_compute": 900 * US, "idle": 4 * US,
+                                                         "launch_overhead": 4 * US, "host_compute": 2 * US}
+    assert o["words"] == "device-bound (99%): device compute"
+    assert "bound: device-bound (99%): device compute (critical path over the span, no profiler steps: compute 99%)" in report_text
+
+
+def test_a_loop_without_steps_of_tiny_kernels_is_host_bound_over_its_span(tmp_path):
+    """test_host_bound_loop_of_tiny_kernels with no ProfilerStep range: the span is [10, 61) µs.
+    It ends with the third kernel (2 µs), which waited 1 µs for its launch; then the host: 12 µs
+    of launches, 16 in aten::add outside them, 20 between the operators."""
+    events = []
+    for i, t in enumerate((10, 30, 50), 1):
+        events += [X("aten::add", "cpu_op", t, 10, **{"External id": i}),
+                   X("cudaLaunchKernel", "cuda_runtime", t + 4, 4, correlation=i, **{"External id": i}),
+                   _k("elementwise_kernel", "kernel", i, t + 9, 2)]
+    rank, bound, report_text, _ = _window_bound(tmp_path, events)
+    o = bound["overall"]
+    assert o["dur_ns"] == rank["analysed_ns"] == 51 * US
+    assert {c: ns for c, ns in o["ns"].items() if ns} == {"device_compute": 2 * US, "idle": 1 * US,
+                                                         "launch_overhead": 12 * US, "host_compute": 36 * US}
+    assert o["words"] == "host-bound (94%): CPU operators and Python"
+    assert "bound: host-bound (94%): CPU operators and Python (critical path over the span, no profiler steps:" in report_text
+
+
+def test_a_cpu_run_without_steps_has_no_bound_to_read(tmp_path):
+    """No device work: nothing to be bound by but the host, so no verdict (as for device events lost)."""
+    rank, bound, report_text, _ = _window_bound(tmp_path, [X("aten::mm", "cpu_op", 10, 100), X("aten::add", "cpu_op", 120, 30)])
+    assert bound["overall"] is None and "bound:" not in report_text
+
+
+def test_agent_tool_walks_a_run_without_steps_over_its_span(tmp_path):
+    """The agent's critical_path on the queued GEMMs: the window's verdict and its items, in one call."""
+    from neuron_explorer.agent.tools import AgentRuns
+
+    run_dir = import_traces(write_trace(tmp_path / "t.json", _queued_gemms()), tmp_path / "run").run_dir
+    tools = AgentRuns([run_dir])
+    try:
+        res = tools.critical_path(k=3)
+        bad = tools.critical_path(step=1)
+    finally:
+        tools.close()
+    (r,) = res["ranks"]
+    assert r["over"] == "window" and r["bound"] == "device-bound (99%): device compute" and r["step_ns"] == 910 * US
+    assert [(i["item"], i["op"], i["charged_ns"]) for i in r["items"]] == [
+        ("sgemm_1", "aten::mm", 300 * US), ("sgemm_2", "aten::mm", 300 * US), ("sgemm_3", "aten::mm", 300 * US)]
+    assert "over its span" in res["note"]
+    assert not bad["ok"] and "no profiler steps" in bad["error"]
 
 
 # ---- the critical-path rule ---------------------------------------------------------------------

@@ -362,6 +362,22 @@ def test_inference_without_steps_figures_stay_within_the_trace(traces):
     assert findings(report, "device-idle") == []
 
 
+@pytest.mark.parametrize("name, bound", [(GRAPH_FULL, "device"), (GRAPH_PIECEWISE, "device"), (SGLANG, "idle")])
+def test_an_inference_trace_without_steps_is_bound_over_its_span(traces, name, bound):
+    """What bounds a server's trace, with no profiler steps: one path over its span. vLLM's graph
+    replays keep the device busy (the host queues them and waits outside every traced call): device-bound.
+    SGLang's device ran nothing the trace holds while the host waited 463 ms: idle-bound. The path never
+    charges the device more than the device ran (the union of its work, from the JSON)."""
+    _, report, raw = traces(name)
+    (rank,) = report["summary"]["ranks"]
+    o = rank["bound"]["overall"]
+    assert rank["steps"]["count"] == 0 and o["over"] == "window"
+    assert o["dur_ns"] == sum(o["ns"].values()) == rank["analysed_ns"] == raw.span_ns()
+    on_device = o["ns"]["device_compute"] + o["ns"]["communication"] + o["ns"]["memcpy"]
+    assert on_device <= union(raw.iv(e) for e in raw.of(DEVICE_CATS))
+    assert o["bound"] == bound
+
+
 # ---- A100: aten::item on CPU tensors, blocking device-to-host copies -------------------------
 @pytest.mark.slow  # imports a 1-1.4 MB trace (5-10 s)
 def test_item_on_cpu_tensors_is_no_sync(traces):

@@ -258,6 +258,16 @@ def test_real_gpu_training_trace_is_shown_device_bound(tmp_path):
     rs.close()
 
 
+def test_an_inference_trace_without_steps_is_shown_what_bounds_its_span(tmp_path):
+    """vLLM's piecewise graphs, no profiler steps: the verdict is the critical path's over the span
+    (the device busy 96.7% of it), said to be over the span; no step bars."""
+    rs = RunSet([import_traces(TRACES / "mi300x_vllm_hipgraph_piecewise.json.gz", tmp_path / "vllm").run_dir])
+    d = ovd.overview(rs, run=0)
+    assert d["verdict"] == "device-bound (96%): device compute over the profiled span"
+    assert d["steps"] == [] and any(n.startswith("no profiler steps") for n in d["ranks"][0]["quality"])
+    rs.close()
+
+
 def test_a_counted_data_quality_problem_is_noted_once(tmp_path):
     """Two operators that overlap on one thread: the rank's notes say it once (with what it may
     mean), not again as the import's warning (mi300x_vllm_hipgraph_piecewise listed '2 overlapping

@@ -407,9 +407,10 @@ class AgentRuns:
         collective, host operator or Python line, launch, or device idle gap): per rank the verdict in words
         ("device-bound (88%): device compute") with the share of step time per category, each step's verdict, and the
         top `k` items on the path by charged ns with their category, operator, kernel, source line and code. `rank`
-        and `step` narrow it (default: every rank, every step). Model: docs/METRICS.md "Critical path"."""
+        and `step` narrow it (default: every rank, every step). A run with no profiler steps (an inference server's
+        trace): one path per rank over its span, `over` "window". Model: docs/METRICS.md "Critical path"."""
         def go():
-            from ..analyzers.critical_path import bound, path_items, path_of
+            from ..analyzers.critical_path import bound, path_items, path_of, window_path
             from ..store import open_run
 
             name = self._resolve(run)
@@ -417,11 +418,19 @@ class AgentRuns:
             out_ranks = []
             with open_run(self._runs[name]) as r:
                 all_ranks = [x for (x,) in r.sql("SELECT DISTINCT rank FROM steps ORDER BY 1").fetchall()]
+                windows = not all_ranks  # no profiler steps anywhere: each rank's path over its span
+                if windows:
+                    if step is not None:
+                        raise ValueError("this run has no profiler steps: its paths are over each rank's span (leave out step)")
+                    all_ranks = [x for (x,) in r.sql("SELECT DISTINCT rank FROM events ORDER BY 1").fetchall()]
                 if rank is not None and int(rank) not in all_ranks:
-                    raise ValueError(f"rank {rank} has no profiler steps (ranks with steps: {all_ranks})")
+                    raise ValueError(f"rank {rank} is not in this run (ranks: {all_ranks})" if windows else
+                                     f"rank {rank} has no profiler steps (ranks with steps: {all_ranks})")
                 for rk in ([int(rank)] if rank is not None else all_ranks):
-                    path = path_of(r, rk)  # columns: a dict per segment costs seconds on a 1M-event rank
+                    path = window_path(r, rk) if windows else path_of(r, rk)  # columns: a dict per segment costs seconds on a 1M-event rank
                     b = bound(r, rk)
+                    if windows and not len(path):
+                        continue  # no device work (or no launches): no window to walk
                     steps = b["steps"]
                     if step is not None:
                         path = path.select(path.step == int(step))
@@ -435,7 +444,7 @@ class AgentRuns:
                         [sorted({i["frame_id"] for i in items[:kk] if i["frame_id"] is not None})]).fetchall()}
                     overall = b["overall"] if step is None else steps[0]
                     out_ranks.append({
-                        "rank": rk, "bound": overall["words"], "step_ns": total,
+                        "rank": rk, "bound": overall["words"], "over": "window" if windows else "steps", "step_ns": total,
                         "shares": {c: v for c, v in overall["shares"].items() if v},
                         "steps": [{"step": s["step"], "dur_ns": s["dur_ns"], "bound": s["words"]} for s in steps],
                         "items": [{"category": i["category"], "item": i["item"], "op": i["op"], "cause": i["cause"],
@@ -449,8 +458,11 @@ class AgentRuns:
                                                  "up to the step's duration", "share": "charged_ns / step time (the steps asked for)",
                                    "item": "device work and idle: the device event's name; host: the top-level operator "
                                            "(or the event's own name); null: host time outside every traced call"}}
+            if windows:
+                out["note"] = ("no profiler steps (ProfilerStep#N) in this run: each rank's path is walked over its span (its analysed "
+                               "window), from the thread that launched the device work; step_ns and share are of the span")
             if not out_ranks:
-                out["note"] = "no profiler steps (ProfilerStep#N) in this run: no critical path"
+                out["note"] = "no profiler steps (ProfilerStep#N) and no device work in this run: no critical path"
             return out
         return self._call(go)
 
@@ -608,7 +620,8 @@ def _short_rank(info: dict, s: dict | None) -> dict:
         out["comm_cpu_ns"] = s["comm_cpu_ns"]
     overall = (s.get("bound") or {}).get("overall")
     if overall:
-        out["bound"] = {"words": overall.get("words"), "shares": {k: v for k, v in (overall.get("shares") or {}).items() if v >= 0.005}}
+        out["bound"] = {"words": overall.get("words"), "over": overall.get("over"),
+                        "shares": {k: v for k, v in (overall.get("shares") or {}).items() if v >= 0.005}}
         odd = [x for x in (s.get("bound") or {}).get("steps", []) if x.get("bound") != overall.get("bound")]
         out["bound"]["other_steps"] = [{"step": x["step"], "words": x["words"]} for x in odd[:3]]
     u = s.get("utilisation") or {}

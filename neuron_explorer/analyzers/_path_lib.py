@@ -26,7 +26,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "native" / "critical_path.cpp"
 def _declare(lib: ctypes.CDLL) -> None:
     vp, i64p = ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)
     lib.nxcp_walk.restype = vp
-    lib.nxcp_walk.argtypes = [i64p, ctypes.POINTER(vp), i64p, i64p, i64p, ctypes.c_int64]
+    lib.nxcp_walk.argtypes = [i64p, ctypes.POINTER(vp), i64p, i64p, i64p, i64p, ctypes.c_int64]
     lib.nxcp_status.restype = ctypes.c_int32
     lib.nxcp_status.argtypes = [vp]
     lib.nxcp_segments.restype = ctypes.c_int64

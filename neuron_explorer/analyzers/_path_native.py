@@ -76,8 +76,9 @@ def _columns(index: RankIndex) -> tuple[list, list[np.ndarray]]:
     return dims, arrays
 
 
-def walk(index: RankIndex, steps: list[tuple[int, int, int | None]]) -> tuple[np.ndarray, np.ndarray] | None:
-    """The walks of steps [(start, end, host thread or None)], in order: (segments, step offsets).
+def walk(index: RankIndex, steps: list[tuple]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The walks of steps [(start, end, host thread or None[, the time the walk looks for device work
+    still running at: default the end])], in order: (segments, step offsets).
     Segments are rows (ts, ns, row, category code, cause), each step's latest first as the Python
     walk charges them; cause 0-2 as the walk's, device causes as raw codes -1 (its launch), -2 (its
     stream), -10 - N (stream N). None when the library is not available."""
@@ -87,12 +88,13 @@ def walk(index: RankIndex, steps: list[tuple[int, int, int | None]]) -> tuple[np
     dims, arrays = _columns(index)
     ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
     d = np.array(dims, dtype=np.int64)
-    starts = np.array([s for s, _, _ in steps], dtype=np.int64)
-    ends = np.array([e for _, e, _ in steps], dtype=np.int64)
-    owns = np.array([-1 if o is None else o for _, _, o in steps], dtype=np.int64)
+    starts = np.array([s[0] for s in steps], dtype=np.int64)
+    ends = np.array([s[1] for s in steps], dtype=np.int64)
+    owns = np.array([-1 if s[2] is None else s[2] for s in steps], dtype=np.int64)
+    ats = np.array([s[3] if len(s) > 3 and s[3] is not None else s[1] for s in steps], dtype=np.int64)
     p64 = ctypes.POINTER(ctypes.c_int64)
     res = lib.nxcp_walk(d.ctypes.data_as(p64), ptrs, starts.ctypes.data_as(p64), ends.ctypes.data_as(p64),
-                        owns.ctypes.data_as(p64), len(steps))
+                        owns.ctypes.data_as(p64), ats.ctypes.data_as(p64), len(steps))
     try:
         if lib.nxcp_status(res) != 0:
             raise RuntimeError("critical path walk did not finish")

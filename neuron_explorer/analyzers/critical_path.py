@@ -50,7 +50,7 @@ import numpy as np
 
 from ..fmt import duration
 from ..store import Run
-from ..vocab import charged_top_op
+from ..vocab import DEVICE_WORK_SQL, charged_top_op
 from ._path_index import (  # noqa: F401 (the model's thresholds)
     F_COMM,
     F_INPUT,
@@ -188,14 +188,15 @@ class _Walker:
                 return t, -1
         return t, (-1 if how == "launch" else p)
 
-    def walk(self, start: int, end: int, own: int | None) -> tuple[list, list]:
+    def walk(self, start: int, end: int, own: int | None, at: int | None = None) -> tuple[list, list]:
         """A step's walk: the kept moves it made, as runs [first, last + 1) of consecutive node
-        numbers (latest first), and the segments of its last move, the one that reached the step's start."""
+        numbers (latest first), and the segments of its last move, the one that reached the step's start.
+        It starts on the device work running at `at` (default: the end; a window: just before its end)."""
         memo, out_t, out_dev, link, breaks, seg, first = self.memo, self.out_t, self.out_dev, self.link, self.breaks, self.seg, self.first
         runs: list[list[int]] = []
         final: list = []
         t = end
-        dev = self.index.running_at(end)  # >= 0: the host ran ahead, the step's end waits for the device work still queued
+        dev = self.index.running_at(end if at is None else at)  # >= 0: the host ran ahead, the end waits for the device work still queued
         prev, guard = -1, 0
         while t > start:
             key = (own, t, dev)
@@ -422,6 +423,23 @@ PATH_STEPS = RankQuery(
     "SELECT s.rank, s.step, s.ts_ns, s.dur_ns, s.event_id, e.pid, coalesce(CAST(e.tid AS VARCHAR), e.tid_text, '') "
     "FROM steps s JOIN events e ON e.event_id = s.event_id AND e.rank = s.rank ORDER BY s.rank, s.step")
 """The steps whose paths are walked, with the thread that recorded each (`path_of`)."""
+WINDOW_STEP = -1
+"""The `step` of a window path's rows (`window_path`): the rank has no profiler step of its own."""
+
+_LAUNCHERS = ("SELECT rank, pid, coalesce(CAST(tid AS VARCHAR), tid_text, '') AS tid, count(*) AS calls FROM events "
+              "WHERE {where}kind = 'runtime' GROUP BY ALL")
+_WINDOW_SQL = (
+    "SELECT {rank}s.lo, s.hi, l.pid, l.tid FROM (SELECT rank, min(ts_ns) AS lo, max(ts_ns + dur_ns) AS hi, "
+    f"bool_or(kind IN {DEVICE_WORK_SQL}) AS device_work FROM events WHERE {{where}}kind <> 'other' GROUP BY rank) s "
+    "JOIN (SELECT *, row_number() OVER (PARTITION BY rank ORDER BY calls DESC, pid, tid) AS k FROM (" + _LAUNCHERS + ")) l "
+    "ON l.rank = s.rank AND l.k = 1 WHERE s.device_work ORDER BY s.rank")
+PATH_WINDOW = RankQuery("path_window", _WINDOW_SQL.format(rank="", where="rank = $1 AND "),
+                        _WINDOW_SQL.format(rank="s.rank, ", where=""),
+                        when=lambda run, ranks: any(not rank_rows(run, PATH_STEPS, r) for r in ranks))
+"""A rank's span (metrics.span's: its events but the profiler's own) and the host thread that made the most
+runtime calls, when it has device work (`window_of`); read for a batch only when one of its ranks has no steps."""
+
+
 _OP_ARGS_SQL = "SELECT event_id, args FROM events WHERE event_id IN (SELECT unnest(?::BIGINT[]))"
 
 
@@ -459,7 +477,7 @@ def _paths_of_batch(run: Run, ranks: list[int]) -> dict[int, Path]:
 
 PATHS = RankQuery("critical_paths", "", "", read=_paths_of_batch)
 """Each rank's critical path (`Path`), walked for a batch of ranks at once (`_paths_of_batch`)."""
-RANK_QUERIES = (PATH_STEPS, *_INDEX_QUERIES, PATHS)
+RANK_QUERIES = (PATH_STEPS, *_INDEX_QUERIES, PATHS, PATH_WINDOW)
 """The critical path's per-rank queries, which the engine runs once per batch of ranks (rank_rows.py)."""
 
 
@@ -510,7 +528,7 @@ def _native_walks(index: RankIndex, steps: list, causes: dict):
     order the walks first charge them, as the Python walk adds them."""
     from . import _path_native
 
-    got = _path_native.walk(index, [(int(ts), int(ts) + int(dur), index.track_of.get((pid, tid))) for _s, ts, dur, _e, pid, tid in steps])
+    got = _path_native.walk(index, [(int(ts), int(ts) + int(dur), index.track_of.get((pid, tid)), *at) for _s, ts, dur, _e, pid, tid, *at in steps])
     if got is None:
         return None
     seg, off = got
@@ -532,8 +550,9 @@ def _native_walks(index: RankIndex, steps: list, causes: dict):
 
 
 def _walked(run: Run, rank: int, steps: list, native: bool) -> Path:
-    """The critical path of the steps (rows of `steps`: step, ts, dur, event id, pid, tid) of a rank,
-    walked by the C++ walk when `native` and it is available, else by the Python walk (the reference)."""
+    """The critical path of the steps (rows of `steps`: step, ts, dur, event id, pid, tid[, the time the
+    walk looks for device work still running at: `window_of`]) of a rank, walked by the C++ walk when
+    `native` and it is available, else by the Python walk (the reference)."""
     path = _empty_path(rank)
     if steps:
         index = RankIndex(run, rank)
@@ -542,12 +561,12 @@ def _walked(run: Run, rank: int, steps: list, native: bool) -> Path:
         cover = _collective_cover(index)
         comm_cause = w.causes.setdefault(_COMM_WHILE_WAITING, len(w.causes)) if cover else 0
         walked = _native_walks(index, steps, w.causes) if native else None
-        for k, (step, ts, dur, _eid, pid, tid) in enumerate(steps):
+        for k, (step, ts, dur, _eid, pid, tid, *at) in enumerate(steps):
             if walked is not None:
                 ts_, ns, ev, cat, cause = walked[k]
                 walked[k] = None
             else:
-                ts_, ns, ev, cat, cause = _step_rows(w, *w.walk(int(ts), int(ts) + int(dur), index.track_of.get((pid, tid))))
+                ts_, ns, ev, cat, cause = _step_rows(w, *w.walk(int(ts), int(ts) + int(dur), index.track_of.get((pid, tid)), *at))
             if cover:
                 ts_, ns, ev, cat, cause = _communication_not_idle(index, cover, comm_cause, ts_, ns, ev, cat, cause)
             has = ev >= 0  # rows -> event ids and statements, step by step (the index goes before the columns are joined)
@@ -569,6 +588,36 @@ def _walked(run: Run, rank: int, steps: list, native: bool) -> Path:
                     np.concatenate([np.arange(k, dtype=np.int32) for k in sizes]), joined(0), joined(1), joined(2),
                     joined(3), joined(4), joined(5), causes)
     return path
+
+
+def window_of(run: Run, rank: int) -> list[tuple]:
+    """The window a rank with no profiler steps is walked over, as a `_walked` steps row: its span
+    (metrics.span, the rank's analysed window), from the host thread that made the most runtime
+    calls (the one that launched the device work), starting on the device work that ends the window
+    (running just before its end: the host ran ahead, and the span ends with that work) or else on
+    the host. [] when the rank has steps, no runtime call or no device work: a CPU-only rank is
+    host-bound by definition, one whose device events were lost would read host-bound wrongly."""
+    if rank_rows(run, PATH_STEPS, rank):
+        return []
+    got = rank_rows(run, PATH_WINDOW, rank)
+    if not got or got[0][1] <= got[0][0]:
+        return []
+    lo, hi, pid, tid = got[0]
+    return [(WINDOW_STEP, int(lo), int(hi) - int(lo), None, pid, tid, int(hi) - 1)]
+
+
+def window_path(run: Run, rank: int) -> Path:
+    """The critical path of a rank with no profiler steps over its analysed window (`window_of`),
+    as columns whose `step` is WINDOW_STEP; empty when the rank has steps (`path_of` has them) or
+    `window_of` gives no window. Computed once per run and rank per process. Only `bound` reads it:
+    the rules' findings are per step."""
+    key = (*_key(run, rank), "window")
+    with _CACHE_LOCK:
+        got = _CACHE.get(key)
+    if got is None:
+        got = _walked(run, rank, window_of(run, rank), native=True)
+        _keep(key, got)
+    return got
 
 
 def rank_path(run: Run, rank: int) -> list[dict]:
@@ -998,9 +1047,19 @@ def unrecorded_by_step(path: Path, last_end: int | None) -> dict[int, int]:
 def bound(run: Run, rank: int) -> dict:
     """What bounds the steps of a rank: per step and over all steps, the charged ns per category,
     their shares of step time and a verdict in words ("device-bound (94%): device compute").
-    Data the walk cannot read gives `overall: None` and the reason in `error`, not a failed report."""
+    A rank with no profiler steps: the same over its analysed window (`window_path`), `steps` empty
+    and `overall["over"]` "window" (else "steps"); `overall` None when it has no window either (no
+    device work). Data the walk cannot read gives `overall: None` and the reason in `error`, not a
+    failed report."""
     try:
         path = path_of(run, rank)
+        if not len(path):
+            window = window_path(run, rank)
+            if len(window):
+                total_by_cat = {c: int(v) for c, v in zip(CATEGORIES, _sums(window.category.astype(np.int64), window.ns, len(CATEGORIES)).tolist())}
+                total = sum(total_by_cat.values())
+                return {"steps": [], "overall": {"dur_ns": total, "ns": total_by_cat, **_verdict(total_by_cat, total),
+                                                 "unrecorded_ns": 0, "over": "window"}}
     except Exception as e:  # noqa: BLE001 - the summary of a run must not fail on one odd trace
         return {"steps": [], "overall": None, "error": f"{type(e).__name__}: {e}"}
     if not len(path):
@@ -1016,7 +1075,7 @@ def bound(run: Run, rank: int) -> dict:
     total_by_cat = {c: int(v) for c, v in zip(CATEGORIES, ns.sum(axis=0).tolist())}
     total = sum(total_by_cat.values())
     unrecorded = sum(unrecorded_at.values())
-    overall = {"dur_ns": total, "ns": total_by_cat, **_verdict(total_by_cat, total), "unrecorded_ns": unrecorded}
+    overall = {"dur_ns": total, "ns": total_by_cat, **_verdict(total_by_cat, total), "unrecorded_ns": unrecorded, "over": "steps"}
     if total and unrecorded * 2 >= total:  # most of the steps' time is after everything the trace holds: no bound to read
         overall["words"] = (f"not recorded ({100 * unrecorded / total:.0f}%): the steps run on {duration(unrecorded)} after "
                             "the last event the trace holds")

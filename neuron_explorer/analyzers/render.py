@@ -281,12 +281,14 @@ _BOUND_SHORT = {"device_compute": "compute", "communication": "comm", "memcpy": 
 
 
 def _bound_line(b: dict) -> str:
-    """What bounds the steps (critical path, docs/METRICS.md): the verdict, its shares, and the steps that differ."""
+    """What bounds the steps (critical path, docs/METRICS.md): the verdict, its shares, and the steps that differ; a rank
+    with no profiler steps: over its analysed window (its span)."""
     o = b["overall"]
     shares = ", ".join(f"{_BOUND_SHORT.get(c, c)} {100 * v:.0f}%" for c, v in o["shares"].items() if v >= 0.005)
     odd = [s for s in b["steps"] if s["bound"] != o["bound"]]
     tail = ("; steps " + ", ".join(f"{s['step']} {s['words'].split(' (')[0]}" for s in odd[:4]) + ("…" if len(odd) > 4 else "")) if odd else ""
-    return f"  bound: {o['words']} (critical path: {shares}){tail}"
+    over = "critical path over the span, no profiler steps" if o.get("over") == "window" else "critical path"
+    return f"  bound: {o['words']} ({over}: {shares}){tail}"
 
 
 def text(report: Report, width: int = 100) -> str:

@@ -339,9 +339,10 @@ struct Result {
 
 extern "C" {
 
-// Walks nsteps steps ([start, end), host thread own or -1); returns a Result (nxcp_* read it).
+// Walks nsteps steps ([start, end), host thread own or -1, starting on the device work running at steps_at: the
+// end, or just before the end of a window that ends with its last work); returns a Result (nxcp_* read it).
 void *nxcp_walk(const int64_t *dims, const void **p, const int64_t *steps_start, const int64_t *steps_end, const int64_t *steps_own,
-                int64_t nsteps) {
+                const int64_t *steps_at, int64_t nsteps) {
     Index x;
     x.n = dims[0], x.ntracks = dims[1], x.nstreams = dims[2], x.nlaunched = dims[3];
     x.runtime_wait_min = dims[4], x.unlinked_gap_max = dims[5];
@@ -379,7 +380,7 @@ void *nxcp_walk(const int64_t *dims, const void **p, const int64_t *steps_start,
     for (int64_t s = 0; s < nsteps; ++s) {
         int64_t start = steps_start[s], own = steps_own[s];
         int64_t t = steps_end[s];
-        int64_t dev = t > start ? w.running_at(t) : -1;
+        int64_t dev = t > start ? w.running_at(steps_at[s]) : -1;  // the device work still running at the end (a window: just before it)
         int64_t guard = 0;
         while (t > start) {
             Key key{own, t, dev};

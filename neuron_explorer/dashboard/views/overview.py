@@ -143,7 +143,8 @@ def _rank_part(run, s: dict, quality: list[str]) -> dict:
         notes.append("no user source lines recorded (imported traces without with_stack=True have none)")
     if u.get("ops_estimated"):
         notes.append(f"FLOPs of {u['ops_estimated']} of {u['ops_counted']} operators estimated from their shapes")
-    return {"rank": k, "verdict": overall["words"] if overall else None, "bound": overall, "steps": steps, "devices": devices,
+    verdict = overall["words"] + (" over the profiled span" if overall.get("over") == "window" else "") if overall else None
+    return {"rank": k, "verdict": verdict, "bound": overall, "steps": steps, "devices": devices,
             "analysed_ns": s.get("analysed_ns"), "step_count": st.get("count", 0), "mfu_note": _mfu_note(u, lost, has_devices=bool(devices)),
             "mfu_median": u.get("mfu_median"), "device_name": u.get("device_name"), "quality": notes, "device_events_lost": lost}
 
