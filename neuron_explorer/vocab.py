@@ -346,6 +346,13 @@ busy time, compute, or a kernel to make cheaper."""
 DEVICE_WAIT_KERNEL_RE = re.compile(DEVICE_WAIT_KERNEL_PATTERN)
 
 
+def stream_wait(name: str | None) -> bool:
+    """A device sync record by which a stream waits for another stream's work (its `wait_on_stream`
+    arg names that stream): CUDA's and ROCm's `Stream Wait Event` (cuda_sync) and MTIA's `event_wait`
+    (DEVICE_WAIT_KERNEL_RE). The critical path follows such a wait to the awaited stream's work."""
+    return bool(name) and ("Wait" in name or bool(DEVICE_WAIT_KERNEL_RE.match(name)))
+
+
 def sync_call(alias: str = "") -> str:
     """An event is a runtime call that waits for a device."""
     a = _a(alias)

@@ -141,8 +141,20 @@ def test_sync_in_the_middle_of_the_step(tmp_path):
     assert shares["device_compute"] == 0.4 and shares["memcpy"] == 0.01 and shares["idle"] == 0.02
 
 
-def test_two_streams_follow_the_recorded_stream_wait(tmp_path):
-    """A kernel on stream 9 waits (cudaStreamWaitEvent) for a kernel on stream 7.
+_CUDA_WAIT = ("kernel", "cuda_runtime", "cudaLaunchKernel", "cudaEventRecord", "cudaStreamWaitEvent", "cudaDeviceSynchronize")
+_MTIA_WAIT = ("mtia_ccp_events", "mtia_runtime", "gif_merge", "recordEvent", "enqueueCommand waitOnEvent", "synchronize")
+
+
+def _stream_wait_record(how: tuple) -> dict:
+    if how is _CUDA_WAIT:
+        return _k("Stream Wait Event", "cuda_sync", 3, 28, 0.5, stream=9, cuda_sync_kind="Stream Wait Event", wait_on_stream=7)
+    # MTIA's queue waits for another queue's event: an `event_wait` among its device events, held while it waits
+    return X("event_wait", "mtia_ccp_events", 28, 92, pid=0, tid=9, stream=9, wait_on_stream=7, device=0)
+
+
+@pytest.mark.parametrize("how", [_CUDA_WAIT, _MTIA_WAIT], ids=["cuda", "mtia"])
+def test_two_streams_follow_the_recorded_stream_wait(tmp_path, how):
+    """A kernel on stream 9 waits (cudaStreamWaitEvent; on MTIA an `event_wait` on its queue) for a kernel on stream 7.
 
         host  0                                                                          300
         ProfilerStep#1 [===============================================================]
@@ -157,23 +169,24 @@ def test_two_streams_follow_the_recorded_stream_wait(tmp_path):
     (stream 9 waited for stream 7), not to kB's launch. From the end: 95 µs of host, the sync's
     5 µs after kB, kB (80), kA (100), 4 µs idle before kA, its launch (4), aten::a (2), 10 µs host.
     """
+    kernel, runtime, launch, record, wait, sync = how
     events = [
         X("ProfilerStep#1", "user_annotation", 0, 300),
         X("aten::a", "cpu_op", 10, 10, **{"External id": 1}),
-        X("cudaLaunchKernel", "cuda_runtime", 12, 4, correlation=1, **{"External id": 1}),
-        X("cudaEventRecord", "cuda_runtime", 22, 2, correlation=2),
-        X("cudaStreamWaitEvent", "cuda_runtime", 26, 2, correlation=3),
+        X(launch, runtime, 12, 4, correlation=1, **{"External id": 1}),
+        X(record, runtime, 22, 2, correlation=2),
+        X(wait, runtime, 26, 2, correlation=3),
         X("aten::b", "cpu_op", 30, 10, **{"External id": 4}),
-        X("cudaLaunchKernel", "cuda_runtime", 32, 4, correlation=4, **{"External id": 4}),
-        X("cudaDeviceSynchronize", "cuda_runtime", 50, 155, correlation=5),
-        _k("kA", "kernel", 1, 20, 100),
-        _k("Stream Wait Event", "cuda_sync", 3, 28, 0.5, stream=9, cuda_sync_kind="Stream Wait Event", wait_on_stream=7),
-        _k("kB", "kernel", 4, 120, 80, stream=9),
+        X(launch, runtime, 32, 4, correlation=4, **{"External id": 4}),
+        X(sync, runtime, 50, 155, correlation=5),
+        _k("kA", kernel, 1, 20, 100),
+        _stream_wait_record(how),
+        _k("kB", kernel, 4, 120, 80, stream=9),
     ]
     items, rows, bound = _path(tmp_path, events)
-    assert _by(items) == {(None, "host_compute"): 105 * US, ("cudaDeviceSynchronize", "launch_overhead"): 5 * US,
+    assert _by(items) == {(None, "host_compute"): 105 * US, (sync, "launch_overhead"): 5 * US,
                           ("kB", "device_compute"): 80 * US, ("kA", "device_compute"): 100 * US, ("kA", "idle"): 4 * US,
-                          ("cudaLaunchKernel", "launch_overhead"): 4 * US, ("aten::a", "host_compute"): 2 * US}
+                          (launch, "launch_overhead"): 4 * US, ("aten::a", "host_compute"): 2 * US}
     assert [r["ts_ns"] for r in rows] == sorted(r["ts_ns"] for r in rows)
     assert bound["overall"]["bound"] == "device"
 

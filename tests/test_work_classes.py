@@ -138,6 +138,10 @@ def test_every_peak_names_an_architecture_whose_matrix_dtypes_it_has():
     (None, [], {"void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64>": 3, "volta_sgemm_64x64_nn": 1},
      "NVIDIA Ampere (sm80: A100, A30)", "kernel names (3 kernels"),
     (None, [], {"sm90_xmma_gemm_bf16bf16_bf16f32": 2}, "NVIDIA Hopper (sm90: H100, H200)", "kernel names (2 kernels"),
+    # edge_old_category_names' one GEMM: CUTLASS's Volta build, named by cuBLAS
+    (None, [], {"void cutlass::Kernel<cutlass_70_wmma_tensorop_f16_s161616gemm_f16_32x32_64x1_tn_align8>(T1::Params)": 1},
+     "NVIDIA Volta (sm70: V100)", "kernel names (1 kernel built"),
+    (None, [], {"cutlass_75_tensorop_f16_s1688gemm_f16_256x128_32x2_nn_align8": 4}, "NVIDIA Turing (sm75: T4, RTX 20)", "kernel names (4 kernels"),
     (None, [], {"Cijk_Alik_Bljk_SB_MT64x16x32_ISA942_WG64": 5}, "AMD CDNA3 (gfx942: MI300X)", "kernel names (5 kernels"),
 ])
 def test_detect_reads_the_name_then_the_compute_capability_then_the_kernels(name, props, kernels, arch, how):

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..collectors.kineto_names import DATALOADER_NEXT, EVENT_SYNC, STREAM_SYNC, SYNC_KIND_ARG, WAIT_ON_STREAM_ARG, launched_before_trace
 from ..store import Run
-from ..vocab import COMM_KERNEL_RE, DEVICE_WORK_KINDS, kinds_sql, memcpy_call, sql_literal, sync_call, to_host_copy
+from ..vocab import COMM_KERNEL_RE, DEVICE_WORK_KINDS, kinds_sql, memcpy_call, sql_literal, stream_wait, sync_call, to_host_copy
 from . import _path_lib
 from .rank_rows import RankQuery
 from .rank_rows import rows as rank_rows
@@ -361,7 +361,7 @@ class RankIndex:
             s = _Sync(*r)
             if s.launch_id is not None:
                 self.syncs_of_launch.setdefault(s.launch_id, []).append(s)
-            if "Wait" in (r[1] or ""):
+            if stream_wait(r[1]):
                 waits.setdefault((s.device, s.stream), []).append(s)
         for key, ws in waits.items():
             ws.sort(key=lambda w: (w.ts, w.id))

@@ -26,8 +26,8 @@ before the end still waits on a stream (RankIndex.running_at), else on the host:
 - On the device, the path charges the event back to its start, then goes to whichever
   predecessor became ready last: the previous event on the same stream (ready at its end), its
   launch (ready at the launch's end, or its start for a blocking call), or, when a `Stream Wait
-  Event` record on the stream says it waited for another stream, the last event on that stream
-  (ready at its end). Ties prefer the stream, then the launch. The time between that predecessor
+  Event` record (MTIA: `event_wait`, vocab.stream_wait) on the stream says it waited for another
+  stream, the last event on that stream (ready at its end). Ties prefer the stream, then the launch. The time between that predecessor
   being ready and the event starting is an idle gap with its cause. An event with no recorded
   launch follows its stream only when it started within UNLINKED_GAP_MAX_NS of the previous
   work. With no predecessor the path returns to the host at the event's start.

@@ -70,9 +70,9 @@ class Arch:
 
 
 ARCHS: tuple[Arch, ...] = (
-    Arch("NVIDIA Volta (sm70: V100)", "nvidia", ("fp16",), r"V100|TITAN V\b", ((7, 0), (7, 2)), r"(^|[^a-z0-9])(sm70_|volta_)"),
+    Arch("NVIDIA Volta (sm70: V100)", "nvidia", ("fp16",), r"V100|TITAN V\b", ((7, 0), (7, 2)), r"(^|[^a-z0-9])(sm70_|volta_|cutlass_70)"),
     Arch("NVIDIA Turing (sm75: T4, RTX 20)", "nvidia", ("fp16",), r"\bT4\b|RTX 20\d0|TITAN RTX|Quadro RTX", ((7, 5),),
-         r"(^|[^a-z0-9])(sm75_|turing_)"),
+         r"(^|[^a-z0-9])(sm75_|turing_|cutlass_75)"),
     Arch("NVIDIA Ampere (sm80: A100, A30)", "nvidia", ("tf32", "bf16", "fp16"), r"A100|A800|\bA30\b", ((8, 0),),
          r"(^|[^a-z0-9])(sm80_|cutlass_80|ampere_)"),
     Arch("NVIDIA Ampere (sm86: A10, A40, RTX 30)", "nvidia", ("tf32", "bf16", "fp16"), r"\bA10G?\b|\bA40\b|RTX 30\d0|RTX A\d000", ((8, 6), (8, 7)),
@@ -91,7 +91,9 @@ ARCHS: tuple[Arch, ...] = (
     Arch("AWS Trainium (trn1)", "aws", ("tf32", "bf16", "fp16", "fp8"), r"trainium|trn1", autocast_device="xla"),
     Arch("Meta MTIA", "meta", ("bf16", "fp16"), r"MTIA|ARTEMIS", autocast_device="mtia"),
 )
-"""Matrix-unit dtypes from the vendors' architecture documents (NVIDIA Volta/Turing: fp16 Tensor
+"""A kernel name shows the architecture it was built for (`cutlass_70`: sm70), the oldest it runs on:
+a Turing GPU runs sm70 builds as well, with the same matrix dtypes (fp16).
+Matrix-unit dtypes from the vendors' architecture documents (NVIDIA Volta/Turing: fp16 Tensor
 Cores only; Ampere: TF32 and bf16; Ada, Hopper: FP8; Blackwell: FP4; AMD CDNA2: fp16/bf16 matrix
 cores, no TF32 or FP8; CDNA3: XF32, FP8; AWS Trainium and Trainium2: cFP8/bf16/fp16/TF32 (the NeuronCore-v2 and
 NeuronCore-v3 Tensor Engines, AWS Neuron documentation); MTIA: fp16/bf16)."""
@@ -277,7 +279,9 @@ def detect(device_name: str | None, props: list[dict] | None = None, kernel_coun
     if votes:
         best = max(votes, key=lambda k: (votes[k], k))
         short = sample[best] if len(sample[best]) <= 60 else sample[best][:57] + "..."
-        return Detected(_ARCH[best], f"kernel names ({votes[best]} kernels built for it, e.g. {short!r}); the trace does not name the device")
+        n = votes[best]
+        return Detected(_ARCH[best], f"kernel names ({n} kernel{'s' if n != 1 else ''} built for it, e.g. {short!r}); "
+                                     "the trace does not name the device")
     if device_name:
         return Detected(None, f"device {device_name!r} is not in the architecture table")
     return Detected(None, "the trace names no device, and no kernel name shows its architecture")
