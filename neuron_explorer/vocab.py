@@ -306,6 +306,14 @@ def comm_op(alias: str = "") -> str:
     return f"{a}kind = 'cpu_op' AND regexp_matches({a}name, {sql_literal(COMM_OP_PATTERN)})"
 
 
+def cpu_collective(alias: str = "") -> str:
+    """An event is a collective as the host runs it: a collective operator (`comm_op`), or the range a
+    process group records around a collective it runs on its own threads (`gloo:all_reduce`, kind
+    user_annotation: a CPU job's gloo work threads hold no operator)."""
+    a = _a(alias)
+    return f"{a}kind IN ('cpu_op', 'user_annotation') AND regexp_matches({a}name, {sql_literal(COMM_OP_PATTERN)})"
+
+
 def is_comm_kernel_name(name: str | None) -> bool:
     return bool(name) and COMM_KERNEL_RE.search(name) is not None
 

@@ -28,6 +28,7 @@ from neuron_explorer.analyzers.engine import all_rules, analyze, analyze_run
 from neuron_explorer.analyzers.report_schema import SCHEMA
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.errors import InputError
+from neuron_explorer.store import open_run
 
 from .conftest import TRACES, X, cli, write_trace
 
@@ -146,6 +147,29 @@ def test_top_level_ops_and_source_lines(reports):
 def test_cpu_comm_time(reports):
     ranks = {r["rank"]: r for r in reports["skew"].summary["ranks"]}
     assert ranks[0]["comm_cpu_ns"] == 40 * US and ranks[1]["comm_cpu_ns"] == 5 * US
+    assert ranks[0]["comm_cpu_exposed_ns"] == 40 * US  # the main thread blocked in it: nothing else ran
+
+
+def test_gloo_all_reduces_on_their_own_threads_are_exposed_where_no_operator_runs(tmp_path):
+    """A CPU DDP step as gloo records it: the main thread runs the backward (aten::mm 0-300 µs) and
+    then waits, recording nothing; gloo runs the all-reduce on its own thread as a `gloo:all_reduce`
+    range (200-900 µs; another one, 1200-1500 µs, after the step). In the step [0, 1000): the
+    collectives' union 700 µs, 600 of it with no operator running (300-900): the finding's figure.
+
+        main   ProfilerStep#1 [0 ------------------------------------------------- 1000)
+               aten::mm [0 ---- 300)
+        gloo               [200 ---- gloo:all_reduce ---- 900)          [1200 --- 1500)
+    """
+    events = [X("ProfilerStep#1", "user_annotation", 0, 1000), X("aten::mm", "cpu_op", 0, 300),
+              X("gloo:all_reduce", "user_annotation", 200, 700, tid=7), X("gloo:all_reduce", "user_annotation", 1200, 300, tid=7)]
+    run_dir = import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir
+    report = analyze(run_dir, write=False)
+    (r,) = report.summary["ranks"]
+    assert (r["comm_cpu_ns"], r["comm_cpu_exposed_ns"], r["comm_cpu_intervals"]) == (700 * US, 600 * US, 1)
+    (f,) = by_rule(report, "comm-exposed")
+    assert f.impact_ns == 600 * US and f.title == "0.60 ms of communication not overlapped with compute: gloo:all_reduce x1"
+    with open_run(run_dir) as run:  # the evidence gives the figures in plain DuckDB
+        assert run.sql(f.evidence.sql).fetchall() == [(0, 700 * US, 600 * US, 1)]
 
 
 # ---- rules: positive and negative cases ------------------------------------------------------
@@ -248,6 +272,19 @@ def test_negative_cases_stay_quiet(reports):
     assert {"memory"} <= {n["rule_id"] for n in reports["skew"].not_applicable}
     assert not by_rule(reports["even"], "rank-skew")
     assert {n["rule_id"] for n in a.not_applicable} >= {"rank-skew", "precision"}
+
+
+def test_a_ranks_wait_for_the_late_rank_is_the_jobs_finding_not_its_exposed_communication(runs, reports, tmp_path):
+    """In `skew`, rank 0 sits 40 µs in c10d::allreduce_, 35 µs of it waiting for rank 1 to arrive: its
+    exposed communication is the late rank's doing, which collective-wait and rank-skew name; overlap
+    advice would not hide it. Rank 1's 5 µs are its own. Rank 0 imported alone (no job to see the
+    wait) keeps the finding."""
+    rep = reports["skew"]
+    assert [(f.location.rank, f.impact_ns) for f in by_rule(rep, "comm-exposed")] == [(1, 5 * US)]
+    assert by_rule(rep, "collective-wait") and by_rule(rep, "rank-skew")
+    assert {r["rank"]: r["wait_ns"] for r in rep.summary["cross_rank"]["ranks"]} == {0: 35 * US, 1: 0}
+    alone = import_traces(runs["skew"].parent / "skew" / "rank0.json", tmp_path / "alone").run_dir
+    assert [(f.location.rank, f.impact_ns) for f in by_rule(analyze(alone), "comm-exposed")] == [(0, 40 * US)]
 
 
 def test_rank_skew_names_the_straggler(reports):

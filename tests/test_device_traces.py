@@ -378,6 +378,21 @@ def test_an_inference_trace_without_steps_is_bound_over_its_span(traces, name, b
     assert o["bound"] == bound
 
 
+# ---- a CPU rank of a gloo job ---------------------------------------------------------------------
+def test_a_gloo_ranks_all_reduces_on_its_own_threads_are_its_exposed_communication(traces):
+    """cpu_only_rank34_of_300: one 210 ms step in which the main thread records nothing while gloo runs
+    two all-reduces on its own threads (`gloo:all_reduce` ranges; eight more outside the step). The
+    report said nothing of them ('No findings above the thresholds'); comm-exposed now gives their
+    union within the step (no operator runs beside them), from the JSON."""
+    _, report, raw = traces("cpu_only_rank34_of_300")
+    ((lo, hi),) = analysed_windows(raw, report["summary"]["ranks"][0])
+    inside = merged((max(a, lo), min(b, hi)) for a, b in (raw.iv(e) for e in raw.spans if e["name"] == "gloo:all_reduce") if a < hi and b > lo)
+    exposed = sum(b - a for a, b in inside)
+    assert exposed == 178_777_427 and hi - lo == 210_109_162
+    (f,) = findings(report, "comm-exposed")
+    assert f["impact_ns"] == exposed and f["title"] == "178.78 ms of communication not overlapped with compute: gloo:all_reduce x2"
+
+
 # ---- A100: aten::item on CPU tensors, blocking device-to-host copies -------------------------
 @pytest.mark.slow  # imports a 1-1.4 MB trace (5-10 s)
 def test_item_on_cpu_tensors_is_no_sync(traces):

@@ -21,7 +21,17 @@ import pytest
 from neuron_explorer import schema, store
 from neuron_explorer.analyzers import metrics, rank_rows
 from neuron_explorer.analyzers import summary as summary_mod
-from neuron_explorer.analyzers.engine import Context, NotApplicable, _quality_notes, all_rules, analyze, analyze_run, leave_to_owners
+from neuron_explorer.analyzers.engine import (
+    Context,
+    NotApplicable,
+    _quality_notes,
+    all_rules,
+    analyze,
+    analyze_run,
+    leave_to_owners,
+    leave_to_the_job,
+)
+from neuron_explorer.analyzers.ranks import summary as cross_rank_summary
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.errors import InputError
 from neuron_explorer.store import open_run
@@ -131,6 +141,8 @@ def _whole_run_reference(run_dir) -> dict:
             for rank in [None] if rule.SCOPE == "run" else sorted(summaries):
                 findings += per_rank.get(rank, {}).get(rule.RULE_ID, (None, []))[1]
     findings.sort(key=lambda f: (-f.impact_ns, ["high", "medium", "low", "info"].index(f.severity), f.rule_id))
+    with open_run(run_dir) as run:  # and across ranks: a rank's finding whose cause is the job's
+        findings = leave_to_the_job([r for r in all_rules() if r.SCOPE != "run"], findings, cross_rank_summary(run))
     return {"summary": {"ranks": list(summaries.values())}, "findings": [f.to_dict() for f in findings],
             "not_applicable": not_applicable}
 

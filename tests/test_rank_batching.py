@@ -118,7 +118,11 @@ def test_report_of_many_ranks_equals_each_rank_alone(five, monkeypatch, batch, w
     for r, single_dir in alone.items():
         single = _plain(analyze(single_dir, write=False))
         mine = [f for f in together["findings"] if f["location"]["rank"] == r and f["rule_id"] not in CROSS_RANK]
-        assert mine == single["findings"], r
+        # a rank alone has no job to leave a finding to (engine.leave_to_the_job: its wait for a late rank)
+        wait = {x["rank"]: x["wait_ns"] for x in together["summary"]["cross_rank"]["ranks"]}.get(r, 0)
+        left = [f for f in single["findings"] if f["rule_id"] == "comm-exposed" and wait and 2 * wait >= f["impact_ns"]
+                and {"collective-wait"} & {g["rule_id"] for g in together["findings"]}]
+        assert mine == [f for f in single["findings"] if f not in left], r
         assert [f for f in mine if f.get("contents")], r  # with what is inside them
         (summary,) = [s for s in together["summary"]["ranks"] if s["rank"] == r]
         assert summary == single["summary"]["ranks"][0], r

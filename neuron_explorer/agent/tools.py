@@ -618,9 +618,11 @@ def _short_rank(info: dict, s: dict | None) -> dict:
                                        for k in heaviest.get(d["device"], [])[:2]]} for d in s.get("devices") or []]
     if s.get("comm_cpu_ns"):
         out["comm_cpu_ns"] = s["comm_cpu_ns"]
+        if not s.get("devices"):  # a CPU rank's exposed communication (a device rank's is its devices')
+            out["comm_cpu_exposed_ns"] = s.get("comm_cpu_exposed_ns") or 0
     overall = (s.get("bound") or {}).get("overall")
     if overall:
-        out["bound"] = {"words": overall.get("words"), "over": overall.get("over"),
+        out["bound"] = {"words": overall.get("words"), **({"over": "window"} if overall.get("over") == "window" else {}),
                         "shares": {k: v for k, v in (overall.get("shares") or {}).items() if v >= 0.005}}
         odd = [x for x in (s.get("bound") or {}).get("steps", []) if x.get("bound") != overall.get("bound")]
         out["bound"]["other_steps"] = [{"step": x["step"], "words": x["words"]} for x in odd[:3]]

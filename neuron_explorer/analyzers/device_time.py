@@ -30,7 +30,7 @@ from bisect import bisect_right
 
 from ..fmt import kernel_labels, kernel_name
 from ..store import Run
-from ..vocab import DEVICE_WORK_SQL, charged_top_op, comm_kernel_name
+from ..vocab import DEVICE_WORK_SQL, charged_top_op, comm_kernel_name, cpu_collective, top_op
 from .metrics import Coverage, device_unions_many, span, union_sql
 
 CLASSES = ("compute", "communication", "memory", "idle")
@@ -352,6 +352,44 @@ def launched_by(collective: dict) -> str:
     if not collective.get("source") and op and op.endswith("AccumulateGrad"):
         return "a gradient hook in backward (after AccumulateGrad)"
     return collective.get("source") or op or "no traced operator"
+
+
+CPU_COMPUTE = f"{top_op()} AND NOT ({cpu_collective()})"
+"""Host work a collective on the host can hide behind: a top-level operator other than a collective."""
+
+
+def cpu_comm_sql(ranks: str) -> str:
+    """The host's collectives (vocab.cpu_collective: collective operators, and the ranges gloo records
+    around the collectives it runs on its own threads) of the ranks `ranks` lists (SQL, as
+    `windows_sql` takes), within each rank's analysed window (its profiler steps, or its span): rows
+    (rank, comm_cpu_ns, comm_cpu_exposed_ns, comm_cpu_intervals). `comm_cpu_ns`: their union within
+    the window; `comm_cpu_exposed_ns`: the part of it during which no other top-level operator runs
+    on any thread of the rank (CPU_COMPUTE), what a CPU job waits for (with K that union of host
+    work: |(C ∪ K) ∩ W| − |K ∩ W|, never more than comm_cpu_ns); `comm_cpu_intervals`: the union's
+    pieces in the window. Ranks with no collective in their window have no row. Plain DuckDB on the
+    `events` view alone: the comm-exposed finding's evidence on a rank without a device."""
+    coll, work = cpu_collective(), CPU_COMPUTE
+    parts = {"c": union_sql(f"rank IN ({ranks}) AND {coll}", ("rank",)),
+             "k": union_sql(f"rank IN ({ranks}) AND {work}", ("rank",)),
+             "ck": union_sql(f"rank IN ({ranks}) AND (({coll}) OR ({work}))", ("rank",))}
+    covered = ",\n".join(
+        f"{name} AS (SELECT u.rank, sum(least(u.end_ns, w.hi) - greatest(u.start_ns, w.lo))::BIGINT AS ns, count(*) AS pieces "
+        f"FROM ({u}) u JOIN w ON u.rank = w.rank AND u.start_ns < w.hi AND u.end_ns > w.lo GROUP BY u.rank)" for name, u in parts.items())
+    return (f"WITH w AS ({windows_sql(ranks)}),\n{covered}\n"
+            "SELECT c.rank, c.ns AS comm_cpu_ns, (ck.ns - coalesce(k.ns, 0))::BIGINT AS comm_cpu_exposed_ns, c.pieces AS comm_cpu_intervals "
+            "FROM c JOIN ck ON ck.rank = c.rank LEFT JOIN k ON k.rank = c.rank ORDER BY c.rank")
+
+
+def cpu_comm(run: Run, rank: int) -> dict:
+    """`cpu_comm_sql` of one rank: {comm_cpu_ns, comm_cpu_exposed_ns, comm_cpu_intervals} (zeros without collectives)."""
+    got = run.sql(cpu_comm_sql(str(int(rank)))).fetchone()
+    return cpu_comm_of(got[1:] if got else None)
+
+
+def cpu_comm_of(row) -> dict:
+    """A `cpu_comm_sql` row's figures (after its rank), zeros for no row."""
+    ns, exposed, pieces = row or (0, 0, 0)
+    return {"comm_cpu_ns": int(ns or 0), "comm_cpu_exposed_ns": int(exposed or 0), "comm_cpu_intervals": int(pieces or 0)}
 
 
 def exposed_sql(rank: int, device: int) -> str:

@@ -24,7 +24,10 @@ def markdown() -> str:
            + " (data quality: each problem the manifest counts).",
            "One cause, one finding: a finding whose cause another rule's finding names (its rule's `leaves_to`) is left "
            "out where that rule reported the same rank, and that finding is kept itself ("
-           + ", ".join(f"[`{r.RULE_ID}`](#{r.RULE_ID})" for r in all_rules() if hasattr(r, "leaves_to")) + ": see its section).", "",
+           + ", ".join(f"[`{r.RULE_ID}`](#{r.RULE_ID})" for r in all_rules() if hasattr(r, "leaves_to")) + ": see its section); "
+           "a rank's finding whose cause is the job's (its rule's `leaves_to_job`: "
+           + ", ".join(f"[`{r.RULE_ID}`](#{r.RULE_ID})" for r in all_rules() if hasattr(r, "leaves_to_job"))
+           + ") is left out where the job's rule reported.", "",
            "| rule id | category | title |", "| --- | --- | --- |"]
     rules = all_rules()
     out += [f"| [`{r.RULE_ID}`](#{r.RULE_ID}) | {r.CATEGORY} | {r.TITLE} |" for r in rules]

@@ -19,7 +19,8 @@ One cause, one finding: a SCOPE='rank' rule whose findings may name a cause anot
 path's one-off launch; precision's and device-underuse's fp32 matrix work, the path's fp32
 GEMM/convolution class) has `leaves_to(finding)`: the owning rule's id, or (rule id, test of its
 findings) pairs; such a finding is dropped where an owning finding on the same rank is kept
-(`leave_to_owners`).
+(`leave_to_owners`). One whose cause may be the job's (comm-exposed's wait for a late rank) has
+`leaves_to_job(finding, cross_rank)`: the owning SCOPE='run' rule's id (`leave_to_the_job`).
 A SCOPE='run' rule may have `prepare(run)`: the run-wide queries its check reads, kept per open run;
 while child processes analyse some of the ranks this process runs them instead of waiting.
 
@@ -269,6 +270,18 @@ def leave_to_owners(rank_rules: list[ModuleType], results: dict) -> None:
             results[rid] = ("findings", [f for f in value if not is_dropped(rid, f)])
 
 
+def leave_to_the_job(rank_rules: list[ModuleType], findings: list[Finding], cross_rank: dict) -> list[Finding]:
+    """One cause, one finding across ranks: a rank's finding whose cause is the job's (a SCOPE='rank'
+    rule's `leaves_to_job(finding, cross_rank)` gives the owning SCOPE='run' rule's id, reading the
+    report's `cross_rank` summary: each rank's wait for the last arrival) is dropped where that rule
+    reported. comm-exposed's on a rank that spent most of it waiting for a late rank: collective-wait's."""
+    owners = {r.RULE_ID: r.leaves_to_job for r in rank_rules if getattr(r, "leaves_to_job", None) is not None}
+    if not owners or not cross_rank.get("ranks"):
+        return findings
+    reported = {f.rule_id for f in findings}
+    return [f for f in findings if f.rule_id not in owners or owners[f.rule_id](f, cross_rank) not in reported]
+
+
 def default_workers(ranks: int) -> int:
     """Threads for per-rank analysis: one per core (DuckDB runs each query outside the GIL), at
     most one per rank."""
@@ -334,7 +347,9 @@ def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int
                 warnings.append(f"rule {rule.RULE_ID} failed on rank {rank}: {value}")
     order = {s: i for i, s in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: (-f.impact_ns, order[f.severity], f.rule_id))
-    summary = {"ranks": list(summaries.values()), "definitions": "docs/METRICS.md", "cross_rank": cross_rank_summary(run)}
+    cross_rank = cross_rank_summary(run)
+    findings = leave_to_the_job(rank_rules, findings, cross_rank)
+    summary = {"ranks": list(summaries.values()), "definitions": "docs/METRICS.md", "cross_rank": cross_rank}
     return Report(run=str(run.path), summary=summary, findings=findings,
                   not_applicable=not_applicable, warnings=warnings, rank_parts=parts)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..store import Run
-from ..vocab import DEVICE_WORK_KINDS, DEVICE_WORK_SQL, comm_kernel_name, comm_op, kinds_sql, sql_literal, training_work
+from ..vocab import DEVICE_WORK_KINDS, DEVICE_WORK_SQL, comm_kernel_name, kinds_sql, sql_literal, training_work
 from .rank_rows import RankQuery, prepared_rows
 from .rank_rows import arrays as rank_arrays
 from .rank_rows import rows as rank_rows
@@ -601,12 +601,6 @@ def step_device_busy(run: Run, rank: int, without_name: str | tuple | None = Non
             out.append({"step": int(step), "device": device, "dur_ns": int(dur), "busy_ns": int(busy),
                         "busy_share": (busy / dur) if dur else None})
     return out
-
-
-def cpu_comm(run: Run, rank: int) -> dict:
-    """Collective CPU operators (c10d, record_param_comms): union of their intervals on the host."""
-    iv = intervals(run, f"rank = {int(rank)} AND {comm_op()}")
-    return {"comm_cpu_ns": sum(e - s for s, e in iv), "comm_cpu_intervals": len(iv)}
 
 
 def peak_memory(run: Run, rank: int) -> list[dict]:

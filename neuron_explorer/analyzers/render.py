@@ -86,7 +86,7 @@ def _ranks_overview(ranks: list[dict], shown: int = 3) -> list[str]:
             for r in ranks if r["devices"]]
     if busy:
         out.append("  device busy share per rank: " + _spread_of(busy, share))
-    comm = [(_exposed_ns(r) if r["devices"] else r.get("comm_cpu_ns", 0), r["rank"]) for r in ranks]
+    comm = [(_exposed_ns(r) if r["devices"] else r.get("comm_cpu_exposed_ns", 0), r["rank"]) for r in ranks]
     if any(c for c, _ in comm):
         out.append("  exposed communication per rank: " + _spread_of(comm, duration))
     lost = [r for r in ranks if not r["devices"] and r.get("device_events_lost")]
@@ -216,7 +216,9 @@ def _summary_lines(report: Report) -> list[str]:
         if not r["devices"]:
             top = r["top_level_ops"][:3]
             out.append(f"  {no_device_words(r.get('device_events_lost'))}; top operators: "
-                       + ", ".join(f"{o['name']} {duration(o['cpu_ns'])}" for o in top))
+                       + ", ".join(f"{o['name']} {duration(o['cpu_ns'])}" for o in top)
+                       + (f"; collectives {duration(r['comm_cpu_ns'])} of the analysed window, {duration(r.get('comm_cpu_exposed_ns') or 0)} "
+                          "with no other operator running" if r.get("comm_cpu_ns") else ""))
         if r.get("compile_ns"):
             out.append(f"  torch.compile: {duration(r['compile_ns'])} compiling, left out of the operators' and lines' time "
                        "(per function: the compile-time findings)")

@@ -14,12 +14,13 @@ queries by rank), decide what is a problem, or render anything.
 from __future__ import annotations
 
 from ..store import Run
-from ..vocab import comm_op, training_work
+from ..vocab import training_work
 from .critical_path import RANK_QUERIES as _PATH_QUERIES
 from .critical_path import bound as _step_bound
 from .device_time import achieved as _achieved
 from .device_time import breakdown as _device_time
 from .device_time import breakdowns as _device_times
+from .device_time import cpu_comm, cpu_comm_of, cpu_comm_sql
 from .lines import RANK_QUERIES as _LINES_QUERIES
 from .lines import rank_top_level_ops, self_and_total, top_level_ops, top_level_ops_sql
 from .metrics import (
@@ -29,7 +30,6 @@ from .metrics import (
     STEPS,
     busy_rows,
     covered_within,
-    cpu_comm,
     device_events_lost,
     device_summary,
     device_unions_many,
@@ -44,7 +44,6 @@ from .metrics import (
     step_stats,
     step_stats_of_selection,
     trains,
-    union_sql,
 )
 from .metrics import RANK_QUERIES as _METRICS_QUERIES
 from .utilisation import RANK_QUERIES as _UTILISATION_QUERIES
@@ -160,9 +159,7 @@ def rank_summaries(run: Run, ranks_: list[int], *, per_rank: bool = True) -> dic
     for r, d, kind, ns in run.sql("SELECT rank, device, kind, sum(dur_ns)::BIGINT FROM events WHERE device IS NOT NULL "
                                   "GROUP BY rank, device, kind").fetchall():
         sums.setdefault((int(r), d), {})[kind] = ns
-    comm_ops = union_sql(comm_op(), ("rank",))
-    cpu = {int(r): (ns, n) for r, ns, n in run.sql(
-        f"SELECT rank, sum(end_ns - start_ns), count(*) FROM ({comm_ops}) GROUP BY rank").fetchall()}
+    cpu = {int(r): row for r, *row in run.sql(cpu_comm_sql(", ".join(str(r) for r in want))).fetchall()} if want else {}
     tops: dict[int, list] = {r: [] for r in want}
     for r, *row in run.sql(top_level_ops_sql(None)).fetchall():
         if int(r) in keep:
@@ -185,12 +182,11 @@ def rank_summaries(run: Run, ranks_: list[int], *, per_rank: bool = True) -> dic
                              "kernel_ns": int(ks.get("kernel") or 0), "memcpy_ns": int(ks.get("memcpy") or 0),
                              "memset_ns": int(ks.get("memset") or 0),
                              "comm_ns": int(c or 0), "comm_overlap_ns": int(o or 0), "comm_exposed_ns": int((c or 0) - (o or 0))})
-        ns, n = cpu.get(r, (0, 0))
         out[r] = {"rank": r, **sp, "steps": steps, "analysed_ns": steps["total_ns"] if steps["count"] else sp["span_ns"],
                   "devices": devices_, "device_events_lost": device_events_lost(entries.get(r)),
                   "graph_replays": graph_replays(entries.get(r)),
                   "training": r in training,
-                  "comm_cpu_ns": int(ns or 0), "comm_cpu_intervals": int(n), **top_level_ops(tops[r]),
+                  **cpu_comm_of(cpu.get(r)), **top_level_ops(tops[r]),
                   "device_time": device_time[r]}
         if per_rank:
             complete_summary(run, out[r])
