@@ -8,10 +8,13 @@ source line. Without a device (CPU/gloo jobs): the host's collectives (collectiv
 and record_param_comms, and the `gloo:*` ranges gloo records around the collectives it runs on its
 own threads) within the analysed window while no other top-level operator runs on any thread of the
 rank (device_time.cpu_comm_sql: `comm_cpu_exposed_ns`). Impact: exposed time. Saving bound: the
-same (perfect overlap hides it all). On a rank that spent at least half of it waiting for the last
-rank to arrive at its collectives (analyzers/ranks.py, `wait_ns`), the finding is collective-wait's,
-which names the ranks waited for (`leaves_to_job`): a late rank's work, not the collective, is the
-cause (test_planted's late gloo rank: rank 0's 137.91 ms, 121.34 ms of it waiting for rank 1).
+same (perfect overlap hides it all).
+
+On either: where the rank spent at least half of it waiting for the last rank to arrive at its
+collectives (analyzers/ranks.py, `wait_ns`), the finding is collective-wait's, which names the ranks
+waited for (`leaves_to_job`): a late rank's work, not the collective, is the cause (test_planted's
+late gloo rank: rank 0's 137.91 ms, 121.34 ms of it waiting for rank 1; multirank_128's rank 0:
+336.98 ms, its wait 381.26 ms).
 """
 
 from __future__ import annotations
