@@ -502,6 +502,20 @@ def test_a_loop_without_steps_of_tiny_kernels_is_host_bound_over_its_span(tmp_pa
     assert "bound: host-bound (94%): CPU operators and Python (critical path over the span, no profiler steps:" in report_text
 
 
+def test_a_window_path_is_not_handed_over_as_the_steps_path(tmp_path):
+    """The dashboard's analysis child hands the paths it computed to the server (computed_paths ->
+    adopt_paths), which reads them as each rank's steps' path: a stepless rank's window path must not
+    go as one (the Overview's top lists would read it as the steps' critical path)."""
+    _, bound, _, run_dir = _window_bound(tmp_path, _queued_gemms())
+    cp._CACHE.clear()  # as a child computes them: the steps' path (none), then the window's
+    with open_run(run_dir) as run:
+        assert cp.bound(run, 0)["overall"]["over"] == "window" and len(cp.window_path(run, 0))
+        handed = cp.computed_paths(run)
+        assert all(len(p) == 0 for p in handed.values())
+        cp.adopt_paths(run, handed)
+        assert len(cp.path_of(run, 0)) == 0
+
+
 def test_a_cpu_run_without_steps_has_no_bound_to_read(tmp_path):
     """No device work: nothing to be bound by but the host, so no verdict (as for device events lost)."""
     rank, bound, report_text, _ = _window_bound(tmp_path, [X("aten::mm", "cpu_op", 10, 100), X("aten::add", "cpu_op", 120, 30)])

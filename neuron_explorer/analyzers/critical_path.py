@@ -496,7 +496,7 @@ def computed_paths(run: Run) -> dict[int, Path]:
     rank: what another process reading the same run may take (`adopt_paths`; a pickled Path leaves
     what was derived from it behind) instead of walking them again."""
     me = _key(run, 0)[:2]
-    return {k[2]: p for k, p in list(_CACHE.items()) if k[:2] == me}
+    return {k[2]: p for k, p in list(_CACHE.items()) if k[:2] == me and len(k) == 3}  # steps' paths (not a window_path)
 
 
 def adopt_paths(run: Run, paths: dict[int, Path]) -> None:
