@@ -1052,30 +1052,26 @@ def bound(run: Run, rank: int) -> dict:
     device work). Data the walk cannot read gives `overall: None` and the reason in `error`, not a
     failed report."""
     try:
-        path = path_of(run, rank)
-        if not len(path):
-            window = window_path(run, rank)
-            if len(window):
-                total_by_cat = {c: int(v) for c, v in zip(CATEGORIES, _sums(window.category.astype(np.int64), window.ns, len(CATEGORIES)).tolist())}
-                total = sum(total_by_cat.values())
-                return {"steps": [], "overall": {"dur_ns": total, "ns": total_by_cat, **_verdict(total_by_cat, total),
-                                                 "unrecorded_ns": 0, "over": "window"}}
+        path, over = path_of(run, rank), "steps"
+        if not len(path):  # no profiler steps: the path over the rank's span, if it has one
+            path, over = window_path(run, rank), "window"
     except Exception as e:  # noqa: BLE001 - the summary of a run must not fail on one odd trace
         return {"steps": [], "overall": None, "error": f"{type(e).__name__}: {e}"}
     if not len(path):
         return {"steps": [], "overall": None}
     step_nos, step = _step_codes(path.step)
     ns = _sums(step * len(CATEGORIES) + path.category, path.ns, len(step_nos) * len(CATEGORIES)).reshape(len(step_nos), len(CATEGORIES))
-    unrecorded_at = unrecorded_by_step(path, (rank_rows(run, LAST_RECORDED, rank) or [(None,)])[0][0])
+    # (a window ends with the rank's last event: nothing after it to be unrecorded)
+    unrecorded_at = unrecorded_by_step(path, (rank_rows(run, LAST_RECORDED, rank) or [(None,)])[0][0]) if over == "steps" else {}
     steps = []
-    for i, s in enumerate(step_nos.tolist()):
+    for i, s in enumerate(step_nos.tolist() if over == "steps" else []):
         d = {c: int(v) for c, v in zip(CATEGORIES, ns[i].tolist())}
         total = sum(d.values())
         steps.append({"step": s, "dur_ns": total, "ns": d, **_verdict(d, total), "unrecorded_ns": unrecorded_at.get(s, 0)})
     total_by_cat = {c: int(v) for c, v in zip(CATEGORIES, ns.sum(axis=0).tolist())}
     total = sum(total_by_cat.values())
     unrecorded = sum(unrecorded_at.values())
-    overall = {"dur_ns": total, "ns": total_by_cat, **_verdict(total_by_cat, total), "unrecorded_ns": unrecorded, "over": "steps"}
+    overall = {"dur_ns": total, "ns": total_by_cat, **_verdict(total_by_cat, total), "unrecorded_ns": unrecorded, "over": over}
     if total and unrecorded * 2 >= total:  # most of the steps' time is after everything the trace holds: no bound to read
         overall["words"] = (f"not recorded ({100 * unrecorded / total:.0f}%): the steps run on {duration(unrecorded)} after "
                             "the last event the trace holds")

@@ -357,27 +357,34 @@ def launched_by(collective: dict) -> str:
 CPU_COMPUTE = f"{top_op()} AND NOT ({cpu_collective()})"
 """Host work a collective on the host can hide behind: a top-level operator other than a collective."""
 
+_IN_WINDOW = "u.start_ns < w.hi AND u.end_ns > w.lo"
+_CLIPPED_NS = "least(u.end_ns, w.hi) - greatest(u.start_ns, w.lo)"
+"""A union's piece `u` overlapping an analysed window `w` (rows of `windows_sql`), and its ns inside it."""
+
 
 def cpu_comm_sql(ranks: str) -> str:
     """The host's collectives (vocab.cpu_collective: collective operators, and the ranges gloo records
     around the collectives it runs on its own threads) of the ranks `ranks` lists (SQL, as
     `windows_sql` takes), within each rank's analysed window (its profiler steps, or its span): rows
     (rank, comm_cpu_ns, comm_cpu_exposed_ns, comm_cpu_intervals). `comm_cpu_ns`: their union within
-    the window; `comm_cpu_exposed_ns`: the part of it during which no other top-level operator runs
-    on any thread of the rank (CPU_COMPUTE), what a CPU job waits for (with K that union of host
-    work: |(C ∪ K) ∩ W| − |K ∩ W|, never more than comm_cpu_ns); `comm_cpu_intervals`: the union's
-    pieces in the window. Ranks with no collective in their window have no row. Plain DuckDB on the
-    `events` view alone: the comm-exposed finding's evidence on a rank without a device."""
+    the window; `comm_cpu_exposed_ns`, on a rank without device work (null on the others, whose
+    exposed communication is their devices'): the part of it during which no other top-level
+    operator runs on any thread of the rank (CPU_COMPUTE), what a CPU job waits for (with K that
+    union of host work: |(C ∪ K) ∩ W| − |K ∩ W|, never more than comm_cpu_ns); `comm_cpu_intervals`:
+    the union's pieces in the window. Ranks with no collective in their window have no row. Plain
+    DuckDB on the `events` view alone: the comm-exposed finding's evidence on a rank without a device."""
     coll, work = cpu_collective(), CPU_COMPUTE
+    host_only = f"rank IN ({ranks}) AND rank NOT IN (SELECT rank FROM dev)"
     parts = {"c": union_sql(f"rank IN ({ranks}) AND {coll}", ("rank",)),
-             "k": union_sql(f"rank IN ({ranks}) AND {work}", ("rank",)),
-             "ck": union_sql(f"rank IN ({ranks}) AND (({coll}) OR ({work}))", ("rank",))}
+             "k": union_sql(f"{host_only} AND {work}", ("rank",)),  # every top-level operator: only where it is read
+             "ck": union_sql(f"{host_only} AND (({coll}) OR ({work}))", ("rank",))}
     covered = ",\n".join(
-        f"{name} AS (SELECT u.rank, sum(least(u.end_ns, w.hi) - greatest(u.start_ns, w.lo))::BIGINT AS ns, count(*) AS pieces "
-        f"FROM ({u}) u JOIN w ON u.rank = w.rank AND u.start_ns < w.hi AND u.end_ns > w.lo GROUP BY u.rank)" for name, u in parts.items())
-    return (f"WITH w AS ({windows_sql(ranks)}),\n{covered}\n"
+        f"{name} AS (SELECT u.rank, sum({_CLIPPED_NS})::BIGINT AS ns, count(*) AS pieces "
+        f"FROM ({u}) u JOIN w ON u.rank = w.rank AND {_IN_WINDOW} GROUP BY u.rank)" for name, u in parts.items())
+    return (f"WITH w AS ({windows_sql(ranks)}),\ndev AS (SELECT DISTINCT rank FROM events WHERE rank IN ({ranks}) AND kind IN {DEVICE_WORK_SQL}),\n"
+            f"{covered}\n"
             "SELECT c.rank, c.ns AS comm_cpu_ns, (ck.ns - coalesce(k.ns, 0))::BIGINT AS comm_cpu_exposed_ns, c.pieces AS comm_cpu_intervals "
-            "FROM c JOIN ck ON ck.rank = c.rank LEFT JOIN k ON k.rank = c.rank ORDER BY c.rank")
+            "FROM c LEFT JOIN ck ON ck.rank = c.rank LEFT JOIN k ON k.rank = c.rank ORDER BY c.rank")
 
 
 def cpu_comm(run: Run, rank: int) -> dict:
@@ -389,7 +396,8 @@ def cpu_comm(run: Run, rank: int) -> dict:
 def cpu_comm_of(row) -> dict:
     """A `cpu_comm_sql` row's figures (after its rank), zeros for no row."""
     ns, exposed, pieces = row or (0, 0, 0)
-    return {"comm_cpu_ns": int(ns or 0), "comm_cpu_exposed_ns": int(exposed or 0), "comm_cpu_intervals": int(pieces or 0)}
+    return {"comm_cpu_ns": int(ns or 0), "comm_cpu_exposed_ns": None if exposed is None else int(exposed),
+            "comm_cpu_intervals": int(pieces or 0)}
 
 
 def exposed_sql(rank: int, device: int) -> str:
@@ -404,7 +412,6 @@ def exposed_sql(rank: int, device: int) -> str:
     win = f"SELECT lo, hi FROM ({windows_sql(str(int(rank)))})"
 
     def covered(u: str) -> str:
-        return (f"(SELECT coalesce(sum(greatest(least(u.end_ns, w.hi) - greatest(u.start_ns, w.lo), 0)), 0) FROM ({u}) u "
-                "JOIN w ON u.start_ns < w.hi AND u.end_ns > w.lo)")
+        return f"(SELECT coalesce(sum(greatest({_CLIPPED_NS}, 0)), 0) FROM ({u}) u JOIN w ON {_IN_WINDOW})"
     return (f"WITH w AS ({win})\nSELECT ({covered(b)} - {covered(a)})::BIGINT AS communication_ns, {covered(c)}::BIGINT AS collective_ns, "
             "(SELECT sum(hi - lo) FROM w)::BIGINT AS window_ns")

@@ -46,7 +46,7 @@ SCHEMA = {
                 "type": "object",
                 "required": ["rank", "span_ns", "steps", "analysed_ns", "devices", "top_level_ops", "source_lines"],
                 "properties": {
-                    "rank": _INT, "span_ns": _INT, "analysed_ns": _INT, "comm_cpu_ns": _INT, "comm_cpu_exposed_ns": _INT, "compile_ns": _INT,
+                    "rank": _INT, "span_ns": _INT, "analysed_ns": _INT, "comm_cpu_ns": _INT, "comm_cpu_exposed_ns": _OPT_INT, "compile_ns": _INT,
                     "steps": {"type": "object", "required": ["count", "total_ns", "mean_ns", "p50_ns", "p90_ns", "max_ns", "cv"]},
                     "devices": {"type": "array", "items": {"type": "object", "required": [
                         "device", "busy_ns", "window_ns", "idle_ns", "kernel_ns", "memcpy_ns", "memset_ns", "comm_ns", "comm_overlap_ns",
