@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import re
 
-from .collectors.kineto_names import AOT_GRAPH_CALL, COMPILED_REGION_PREFIX, INDUCTOR_GRAPH_CALL_PREFIX
+from .collectors.kineto_names import AOT_GRAPH_CALL, COMPILED_REGION_PREFIX, INDUCTOR_GRAPH_CALL_PREFIX, LAUNCH_CALL
 
 
 def sql_literal(s: str) -> str:
@@ -382,6 +382,14 @@ def is_memcpy_call_name(name: str | None) -> bool:
 
 def is_memset_call_name(name: str | None) -> bool:
     return bool(name) and any(p in name for p in MEMSET_CALL_PARTS)
+
+
+def is_launch_call_name(name: str | None) -> bool:
+    """A runtime call that queues device work: a launch (kineto_names.LAUNCH_CALL: cudaLaunchKernel,
+    hipExtModuleLaunchKernel, cudaGraphLaunch, neuronLaunchKernel, ...) or a copy or set call
+    (cudaMemcpyAsync, hipMemsetAsync, ...). Not one: allocator calls, syncs, and the calls a runtime
+    makes at start-up (cudaGetDeviceProperties, cudaStreamCreate, ...)."""
+    return bool(name) and (LAUNCH_CALL.search(name) is not None or is_memcpy_call_name(name) or is_memset_call_name(name))
 
 
 def memcpy_call(alias: str = "") -> str:

@@ -502,6 +502,36 @@ def test_a_loop_without_steps_of_tiny_kernels_is_host_bound_over_its_span(tmp_pa
     assert "bound: host-bound (94%): CPU operators and Python (critical path over the span, no profiler steps:" in report_text
 
 
+@pytest.mark.parametrize("first_call, words", [
+    ("cudaDeviceGetStreamPriorityRange", "host-bound (100%): runtime calls other than launches: cudaDeviceGetStreamPriorityRange 89%"),
+    ("cudaLaunchKernel", "host-bound (100%): launch overhead")])
+def test_a_scripts_first_cuda_call_is_named_not_called_launch_overhead(tmp_path, first_call, words):
+    """A script's first CUDA call creates the device's context (cuda_alexnet_train: 29.9 s in
+    cudaDeviceGetStreamPriorityRange under the first aten::to, then a copy and one add):
+
+        host  aten::to [0 --------------------------------------- 1000)  aten::add [1000 - 1010)
+                 first_call [5 ------ 905)  cudaMemcpyAsync [910-920)       cudaLaunchKernel [1004-1008)
+        stream 7                                  memcpy [921-925)                    kernel [1009-1011)
+
+    The span [0, 1011) µs ends with the kernel: 2 µs of it, 1 µs idle for its launch, then the host:
+    runtime calls 900 + 10 + 4 µs, aten::to and aten::add outside them 94. The runtime calls were
+    89% (900 of 1011 µs) the first call: the words name it, not "launch overhead", unless it is
+    itself a launch (a first launch loading the module)."""
+    events = [X("aten::to", "cpu_op", 0, 1000, **{"External id": 1}),
+              X(first_call, "cuda_runtime", 5, 900, **{"External id": 1}),
+              X("cudaMemcpyAsync", "cuda_runtime", 910, 10, correlation=1, **{"External id": 1}),
+              _k("Memcpy HtoD (Pinned -> Device)", "gpu_memcpy", 1, 921, 4),
+              X("aten::add", "cpu_op", 1000, 10, **{"External id": 2}),
+              X("cudaLaunchKernel", "cuda_runtime", 1004, 4, correlation=2, **{"External id": 2}),
+              _k("elementwise_kernel", "kernel", 2, 1009, 2)]
+    rank, bound, report_text, _ = _window_bound(tmp_path, events)
+    o = bound["overall"]
+    assert {c: ns for c, ns in o["ns"].items() if ns} == {"device_compute": 2 * US, "idle": 1 * US,
+                                                         "launch_overhead": 914 * US, "host_compute": 94 * US}
+    assert o["top_category"] == "launch_overhead" and o["words"] == words
+    assert f"bound: {words} (critical path over the span, no profiler steps: host 9%, runtime 90%)" in report_text
+
+
 def test_a_window_path_is_not_handed_over_as_the_steps_path(tmp_path):
     """The dashboard's analysis child hands the paths it computed to the server (computed_paths ->
     adopt_paths), which reads them as each rank's steps' path: a stepless rank's window path must not

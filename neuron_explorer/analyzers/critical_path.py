@@ -50,7 +50,7 @@ import numpy as np
 
 from ..fmt import duration
 from ..store import Run
-from ..vocab import DEVICE_WORK_SQL, charged_top_op
+from ..vocab import DEVICE_WORK_SQL, charged_top_op, is_launch_call_name
 from ._path_index import (  # noqa: F401 (the model's thresholds)
     F_COMM,
     F_INPUT,
@@ -1019,14 +1019,44 @@ def on_path_ns(run: Run, rank: int, *, top_op: str | None = None, kernel: str | 
     return sums[1].get(top_op, 0)
 
 
-def _verdict(ns_by_cat: dict[str, int], total: int) -> dict:
+NOT_LAUNCHES_WORDS = "runtime calls other than launches"
+"""The verdict's words for `launch_overhead` when less than half of its time is launches
+(vocab.is_launch_call_name): the time went to other runtime calls (a device context created on
+first use, allocator calls, a sync's own time), and the words name the largest of them."""
+
+
+def _verdict(ns_by_cat: dict[str, int], total: int, calls: dict[str, int] | None = None) -> dict:
+    """The verdict of charged ns per category. `calls`: the ns charged to each runtime call
+    (`launch_overhead`) by name; when the top category is `launch_overhead` and less than half of
+    it is launches, the words say which calls it was (NOT_LAUNCHES_WORDS, the largest and the next if
+    it rounds to 1% or more, with their shares of `total`), not "launch overhead"."""
     shares = {c: (ns_by_cat.get(c, 0) / total if total else 0.0) for c in CATEGORIES}
     groups = {g: sum(shares[c] for c in cats) for g, cats in GROUPS.items()}
     group = max(GROUPS, key=lambda g: (groups[g], -list(GROUPS).index(g)))
     top = max(GROUPS[group], key=lambda c: (shares[c], -CATEGORIES.index(c)))
     words = f"{GROUP_LABELS[group]} ({100 * groups[group]:.0f}%): {CATEGORY_WORDS[top]}"
+    if top == "launch_overhead" and calls:
+        others = sorted(((ns, n) for n, ns in calls.items() if not is_launch_call_name(n)), key=lambda x: (-x[0], x[1]))
+        if 2 * sum(ns for ns, _ in others) > ns_by_cat.get(top, 0):
+            named = ", ".join(f"{n} {100 * ns / total:.0f}%" for i, (ns, n) in enumerate(others[:2]) if i == 0 or 200 * ns >= total)
+            words = f"{GROUP_LABELS[group]} ({100 * groups[group]:.0f}%): {NOT_LAUNCHES_WORDS}: {named}"
     return {"bound": group, "top_category": top, "words": words,
             "shares": {c: round(v, 4) for c, v in shares.items()}, "group_shares": {g: round(v, 4) for g, v in groups.items()}}
+
+
+def _runtime_calls(run: Run, path: Path, step: np.ndarray, n_steps: int) -> list[dict[str, int]]:
+    """Per step (`step`: each row's step code, of `n_steps`) the ns charged to each runtime call by
+    name (`launch_overhead` rows), for the verdict's words."""
+    rows = np.flatnonzero(path.category == CATEGORIES.index("launch_overhead"))
+    out: list[dict[str, int]] = [{} for _ in range(n_steps)]
+    if not len(rows):
+        return out
+    info, pe = derived(run, path)
+    cells, inverse = np.unique(step[rows].astype(np.int64) * len(info.strs) + pe.name[pe.key[rows]], return_inverse=True)
+    for cell, ns in zip(cells.tolist(), np.bincount(inverse, weights=path.ns[rows]).tolist()):
+        name = info.strs[cell % len(info.strs)] or "?"
+        out[cell // len(info.strs)][name] = out[cell // len(info.strs)].get(name, 0) + int(ns)
+    return out
 
 
 def unrecorded_by_step(path: Path, last_end: int | None) -> dict[int, int]:
@@ -1063,15 +1093,22 @@ def bound(run: Run, rank: int) -> dict:
     ns = _sums(step * len(CATEGORIES) + path.category, path.ns, len(step_nos) * len(CATEGORIES)).reshape(len(step_nos), len(CATEGORIES))
     # (a window ends with the rank's last event: nothing after it to be unrecorded)
     unrecorded_at = unrecorded_by_step(path, (rank_rows(run, LAST_RECORDED, rank) or [(None,)])[0][0]) if over == "steps" else {}
+    # which runtime calls the launch overhead was: read only where it tops a verdict
+    tops = [_verdict(dict(zip(CATEGORIES, row)), int(row.sum()))["top_category"] for row in (*ns, ns.sum(axis=0))]
+    calls = _runtime_calls(run, path, step, len(step_nos)) if "launch_overhead" in tops else None
     steps = []
     for i, s in enumerate(step_nos.tolist() if over == "steps" else []):
         d = {c: int(v) for c, v in zip(CATEGORIES, ns[i].tolist())}
         total = sum(d.values())
-        steps.append({"step": s, "dur_ns": total, "ns": d, **_verdict(d, total), "unrecorded_ns": unrecorded_at.get(s, 0)})
+        steps.append({"step": s, "dur_ns": total, "ns": d, **_verdict(d, total, calls and calls[i]), "unrecorded_ns": unrecorded_at.get(s, 0)})
     total_by_cat = {c: int(v) for c, v in zip(CATEGORIES, ns.sum(axis=0).tolist())}
     total = sum(total_by_cat.values())
     unrecorded = sum(unrecorded_at.values())
-    overall = {"dur_ns": total, "ns": total_by_cat, **_verdict(total_by_cat, total), "unrecorded_ns": unrecorded, "over": over}
+    every_call: dict[str, int] = {}
+    for per_step in calls or ():
+        for name, v in per_step.items():
+            every_call[name] = every_call.get(name, 0) + v
+    overall = {"dur_ns": total, "ns": total_by_cat, **_verdict(total_by_cat, total, every_call), "unrecorded_ns": unrecorded, "over": over}
     if total and unrecorded * 2 >= total:  # most of the steps' time is after everything the trace holds: no bound to read
         overall["words"] = (f"not recorded ({100 * unrecorded / total:.0f}%): the steps run on {duration(unrecorded)} after "
                             "the last event the trace holds")

@@ -279,7 +279,7 @@ def _utilisation_line(u: dict | None) -> str | None:
 
 
 _BOUND_SHORT = {"device_compute": "compute", "communication": "comm", "memcpy": "memcpy", "host_compute": "host",
-                "launch_overhead": "launch", "input_pipeline": "input", "idle": "idle"}
+                "launch_overhead": "runtime", "input_pipeline": "input", "idle": "idle"}
 
 
 def _bound_line(b: dict) -> str:
