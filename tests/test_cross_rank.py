@@ -118,9 +118,7 @@ def test_the_arrivals_and_the_waits_from_one_read_equal_their_evidence_queries(j
     assert [{k: v for k, v in full[w["rank"]].items() if k in w and k not in ("wait_share", "late_steps")} for w in waits] == \
         [{k: v for k, v in w.items() if k not in ("wait_share", "late_steps")} for w in waits]
     assert [w["late_steps"] for w in waits] == [[{k: int(v) for k, v in s.items()} for s in full[w["rank"]]["late_steps"] or []] for w in waits]
-    assert arrivals == sorted(tuple(r.values()) for r in _evidence(run_dir, f"""WITH {xr.arrivals_sql()}
-SELECT r.rank, r.name, r.skey, r.on_device, r.event_id, r.ts_ns, r.pos, r.at_ns, i.last_at, i.last_rank
-FROM ranked r JOIN inst i USING (name, skey, k)"""))
+    assert arrivals == sorted(tuple(r.values()) for r in _evidence(run_dir, f"WITH {xr.arrivals_sql()}\n{xr.ARRIVALS_SELECT}"))
     assert len(arrivals) == 3 * 3  # three ranks at each of three matched all-reduces
 
 
@@ -183,6 +181,35 @@ def test_a_window_that_began_a_step_later_is_matched_by_step(tmp_path):
     waits = {w["rank"]: (w["wait_ns"], w["instances"], w["offset_ns"]) for w in report.summary["cross_rank"]["ranks"]}
     # step 1: rank 2 (510) waits 10 µs for rank 1 (520); steps 2-3 as before
     assert waits == {0: (600 * US, 2, 0), 1: (560 * US, 3, 7_500_000), 2: (10 * US, 3, -3_000_000)}
+
+
+def test_a_rank_waits_in_a_collective_kernel_no_longer_than_it_ran(tmp_path):
+    """Two ranks, four steps of 1000 µs, one clock; each step a SendRecv kernel on each rank (an
+    all-to-all's point-to-point part, which may finish before its peer arrives):
+
+        steps 1-3   rank 0 [500, 600)   rank 1 [500, 600)   together: no wait
+        step 4      rank 0 [500, 540)   rank 1 [700, 740)   rank 1 arrives 200 µs later
+
+    The clocks align on the ends of steps 1-3 (medians). At step 4 rank 0 arrived 200 µs before rank
+    1, but its kernel ran 40 µs: it waited in the collective 40 µs, not 200 (multirank_128's rank 0
+    arrived 164.18 ms before rank 1 at a kernel of 47.65 ms). Rank 1's lateness is what it cost the
+    other rank, 40 µs: 1% of its 4000 µs, under rank-skew's 5% (200 µs would have been 5%: reported)."""
+    kernel = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t"
+    for rank in (0, 1):
+        ev = []
+        for step in (1, 2, 3, 4):
+            t0, corr = (step - 1) * 1000, step * 10
+            start, dur = (500, 100) if step < 4 else ((500, 40) if rank == 0 else (700, 40))
+            ev += [X(f"ProfilerStep#{step}", "user_annotation", t0, 1000),
+                   X("c10d::alltoall_", "cpu_op", t0 + 40, 20, **{"External id": corr}),
+                   X("cudaLaunchKernel", "cuda_runtime", t0 + 42, 5, correlation=corr, **{"External id": corr}),
+                   K(kernel, t0 + start, dur, 20, corr)]
+        write_trace(tmp_path / "traces" / f"rank{rank}.json", ev, baseTimeNanoseconds=BASE,
+                    distributedInfo={"rank": rank, "world_size": 2, "backend": "nccl"})
+    report = analyze(import_traces(tmp_path / "traces", tmp_path / "run").run_dir)
+    waits = {w["rank"]: (w["wait_ns"], w["late_ns"], w["times_last"]) for w in report.summary["cross_rank"]["ranks"]}
+    assert waits == {0: (40 * US, 0, 0), 1: (0, 40 * US, 4)}  # (at a tie the higher rank counts as last)
+    assert not [f for f in report.findings if f.rule_id in ("rank-skew", "collective-wait")]
 
 
 def test_report_and_info_summarise_collective_wait_per_rank(job):

@@ -169,6 +169,29 @@ def test_multirank_critical_path_communication_is_no_longer_zero(tmp_path):
     assert d["communication_ns"] == 303_523_000
 
 
+def test_multirank_exposed_communication_leaves_the_wait_for_the_late_rank_to_collective_wait(tmp_path):
+    """multirank_128: each rank's exposed communication (303.52 ms on rank 1, 336.98 ms on rank 0) holds
+    time its SendRecv kernels spent waiting for the other rank to arrive (collective-wait's and
+    rank-skew's). comm-exposed keeps the rest: the two figures add up to the device's exposed
+    communication, the wait part is no more than the rank's collective wait, and the title says both."""
+    from neuron_explorer.analyzers.rules import comm_exposed
+
+    run_dir = _real(tmp_path, "multirank_128")
+    report = analyze(run_dir, write=False)
+    waits = {r["rank"]: r["wait_ns"] for r in report.summary["cross_rank"]["ranks"]}
+    found = {f.location.rank: f for f in report.findings if f.rule_id == "comm-exposed"}
+    assert sorted(found) == [0, 1] and {"collective-wait", "rank-skew"} <= {f.rule_id for f in report.findings}
+    with open_run(run_dir) as run:
+        for rank, exposed in ((0, 336_983_000), (1, 303_523_000)):
+            (d,) = dt.breakdown(run, rank)
+            waiting = comm_exposed.waiting_exposed(run, rank, d["device"])
+            f = found[rank]
+            assert d["communication_ns"] == exposed and 0 < waiting <= waits[rank]
+            assert f.impact_ns + waiting == exposed and f.evidence.values["waiting_ns"] == waiting
+            assert f"({exposed / 1e6:,.2f} ms exposed, {waiting / 1e6:,.2f} ms of it waiting for the last rank to arrive" in f.title
+    assert (found[1].impact_ns, found[0].impact_ns) == (198_726_000, 191_956_000)
+
+
 def test_top_kernels_by_the_windows_coverage_equal_the_join_of_kernels_and_windows(two_streams, monkeypatch):
     """A rank with many steps has its top kernels from the windows' coverage (two ASOF joins,
     `_covered_kernels_sql`) when its windows are disjoint: the same figures as the join of every

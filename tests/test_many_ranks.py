@@ -142,7 +142,8 @@ def _whole_run_reference(run_dir) -> dict:
                 findings += per_rank.get(rank, {}).get(rule.RULE_ID, (None, []))[1]
     findings.sort(key=lambda f: (-f.impact_ns, ["high", "medium", "low", "info"].index(f.severity), f.rule_id))
     with open_run(run_dir) as run:  # and across ranks: a rank's finding whose cause is the job's
-        findings = leave_to_the_job([r for r in all_rules() if r.SCOPE != "run"], findings, cross_rank_summary(run))
+        findings = leave_to_the_job(run, [r for r in all_rules() if r.SCOPE != "run"], findings, cross_rank_summary(run),
+                                    {r: s["analysed_ns"] for r, s in summaries.items()})
     return {"summary": {"ranks": list(summaries.values())}, "findings": [f.to_dict() for f in findings],
             "not_applicable": not_applicable}
 

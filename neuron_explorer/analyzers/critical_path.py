@@ -643,7 +643,7 @@ def with_collective_waits(run: Run, table):
     """The path table with each collective's wait for the last rank made its own segment.
 
     On a rank that arrived at a collective before the last participant (analyzers/ranks.py: its
-    wait = the last arrival minus its own, clocks aligned), the first `wait` ns of the collective's
+    wait = the last arrival minus its own, clocks aligned, at most the kernel's duration), the first `wait` ns of the collective's
     kernel are spent waiting for that rank. Where the path charges that kernel, the charged part
     within [kernel start, kernel start + wait) becomes a segment of its own with cause "waiting for
     rank R to arrive" (category unchanged: communication), the rest keeps its cause. Charged ns per
@@ -656,7 +656,7 @@ def with_collective_waits(run: Run, table):
 
     if table.num_rows == 0 or len(run.sql("SELECT DISTINCT rank FROM events LIMIT 2").fetchall()) < 2:
         return table
-    waits = arrow_of(run, "SELECT event_id, ts_ns, (last_at - at_ns)::BIGINT, last_rank FROM a WHERE on_device AND pos > 1 AND last_at > at_ns",
+    waits = arrow_of(run, "SELECT event_id, ts_ns, wait_ns::BIGINT, last_rank FROM a WHERE on_device AND pos > 1 AND wait_ns > 0",
                      [], {"a": xr.arrivals(run)})
     if not waits.num_rows:
         return table

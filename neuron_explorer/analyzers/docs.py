@@ -25,9 +25,9 @@ def markdown() -> str:
            "One cause, one finding: a finding whose cause another rule's finding names (its rule's `leaves_to`) is left "
            "out where that rule reported the same rank, and that finding is kept itself ("
            + ", ".join(f"[`{r.RULE_ID}`](#{r.RULE_ID})" for r in all_rules() if hasattr(r, "leaves_to")) + ": see its section); "
-           "a rank's finding whose cause is the job's (its rule's `leaves_to_job`: "
-           + ", ".join(f"[`{r.RULE_ID}`](#{r.RULE_ID})" for r in all_rules() if hasattr(r, "leaves_to_job"))
-           + ") is left out where the job's rule reported.", "",
+           "a part of a rank's finding whose cause is the job's (its rule's `less_the_job`: "
+           + ", ".join(f"[`{r.RULE_ID}`](#{r.RULE_ID})" for r in all_rules() if hasattr(r, "less_the_job"))
+           + ") is taken out of it, or the whole finding left out, where the job's rule reported.", "",
            "| rule id | category | title |", "| --- | --- | --- |"]
     rules = all_rules()
     out += [f"| [`{r.RULE_ID}`](#{r.RULE_ID}) | {r.CATEGORY} | {r.TITLE} |" for r in rules]

@@ -19,8 +19,9 @@ One cause, one finding: a SCOPE='rank' rule whose findings may name a cause anot
 path's one-off launch; precision's and device-underuse's fp32 matrix work, the path's fp32
 GEMM/convolution class) has `leaves_to(finding)`: the owning rule's id, or (rule id, test of its
 findings) pairs; such a finding is dropped where an owning finding on the same rank is kept
-(`leave_to_owners`). One whose cause may be the job's (comm-exposed's wait for a late rank) has
-`leaves_to_job(finding, cross_rank)`: the owning SCOPE='run' rule's id (`leave_to_the_job`).
+(`leave_to_owners`). One that may hold a part whose cause is the job's (comm-exposed's wait for a
+late rank) has `less_the_job(run, finding, cross_rank, analysed_ns)`: the owning SCOPE='run' rule's
+id and the finding without that part (`leave_to_the_job`).
 A SCOPE='run' rule may have `prepare(run)`: the run-wide queries its check reads, kept per open run;
 while child processes analyse some of the ranks this process runs them instead of waiting.
 
@@ -270,16 +271,28 @@ def leave_to_owners(rank_rules: list[ModuleType], results: dict) -> None:
             results[rid] = ("findings", [f for f in value if not is_dropped(rid, f)])
 
 
-def leave_to_the_job(rank_rules: list[ModuleType], findings: list[Finding], cross_rank: dict) -> list[Finding]:
-    """One cause, one finding across ranks: a rank's finding whose cause is the job's (a SCOPE='rank'
-    rule's `leaves_to_job(finding, cross_rank)` gives the owning SCOPE='run' rule's id, reading the
-    report's `cross_rank` summary: each rank's wait for the last arrival) is dropped where that rule
-    reported. comm-exposed's on a rank that spent most of it waiting for a late rank: collective-wait's."""
-    owners = {r.RULE_ID: r.leaves_to_job for r in rank_rules if getattr(r, "leaves_to_job", None) is not None}
+def leave_to_the_job(run: Run, rank_rules: list[ModuleType], findings: list[Finding], cross_rank: dict,
+                     analysed_ns: dict[int, int]) -> list[Finding]:
+    """One cause, one finding across ranks: where a rank's finding holds a part whose cause is the
+    job's, a SCOPE='rank' rule's `less_the_job(run, finding, cross_rank, analysed_ns)` gives the owning
+    SCOPE='run' rule's id and the finding without that part (None: dropped), read from the report's
+    `cross_rank` summary (each rank's wait for the last arrival); where that rule reported, the
+    finding is replaced by it. comm-exposed's time waiting for a late rank: collective-wait's.
+    `analysed_ns`: each rank's analysed time. Findings stay ranked by impact."""
+    owners = {r.RULE_ID: r.less_the_job for r in rank_rules if getattr(r, "less_the_job", None) is not None}
     if not owners or not cross_rank.get("ranks"):
         return findings
     reported = {f.rule_id for f in findings}
-    return [f for f in findings if f.rule_id not in owners or owners[f.rule_id](f, cross_rank) not in reported]
+    out = []
+    for f in findings:
+        got = owners[f.rule_id](run, f, cross_rank, analysed_ns.get(f.location.rank, 0)) if f.rule_id in owners else None
+        if got is None or got[0] not in reported:
+            out.append(f)
+        elif got[1] is not None:
+            out.append(got[1])
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    out.sort(key=lambda f: (-f.impact_ns, order[f.severity], f.rule_id))
+    return out
 
 
 def default_workers(ranks: int) -> int:
@@ -348,7 +361,7 @@ def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int
     order = {s: i for i, s in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: (-f.impact_ns, order[f.severity], f.rule_id))
     cross_rank = cross_rank_summary(run)
-    findings = leave_to_the_job(rank_rules, findings, cross_rank)
+    findings = leave_to_the_job(run, rank_rules, findings, cross_rank, {r: s["analysed_ns"] for r, s in summaries.items()})
     summary = {"ranks": list(summaries.values()), "definitions": "docs/METRICS.md", "cross_rank": cross_rank}
     return Report(run=str(run.path), summary=summary, findings=findings,
                   not_applicable=not_applicable, warnings=warnings, rank_parts=parts)

@@ -25,13 +25,17 @@ ranks" states them for users):
   With neither, the offset is 0.
 - A rank's **arrival** at an instance is its collective's start minus its clock offset. The
   **last rank** is the latest arrival (ties: the lower rank number counts as the earlier).
-- **Wait** of rank r at an instance = the last arrival minus r's arrival (the last rank's is 0): the
-  time r spends in the collective waiting for the last participant. A rank's collective wait is the
-  sum over its instances; its share is that over its analysed time (its profiler steps' total, or
-  its span without steps: `analysed_ns` of the summary).
+- **Wait** of rank r at an instance = the last arrival minus r's arrival (the last rank's is 0), for
+  a collective kernel at most its duration: the time r spends in the collective waiting for the last
+  participant (a kernel that ended before the last arrival, as a point-to-point SendRecv may, waited
+  only while it ran: multirank_128's rank 0 arrived 164.18 ms before rank 1 at a 47.65 ms kernel; a
+  CPU collective operator is not cut: gloo's returns at once and its work is waited for later). A
+  rank's collective wait is the sum over its instances; its share is that over its analysed time (its
+  profiler steps' total, or its span without steps: `analysed_ns` of the summary).
 - **Lateness** of the last rank at an instance = its arrival minus the median arrival of the other
-  participants. **Saving bound** of a straggler at an instance = its arrival minus the second-latest
-  arrival: were it on time, the collective would start when the next-latest rank arrived.
+  participants, at most the longest wait of another participant (what it cost them). **Saving
+  bound** of a straggler at an instance = its arrival minus the second-latest arrival, at most the
+  same: were it on time, the collective would start when the next-latest rank arrived.
 - **Balanced saving** of an instance = the last arrival minus the mean arrival: what the
   collective would start earlier if the work before it were spread evenly over the participants.
 
@@ -86,11 +90,14 @@ off AS (SELECT rank, coalesce(end_off.off, step_off.off, 0)::BIGINT AS offset_ns
                CASE WHEN end_off.off IS NOT NULL THEN 'collective_ends' WHEN step_off.off IS NOT NULL THEN 'step_starts' ELSE 'none' END AS aligned_on
         FROM all_ranks LEFT JOIN end_off USING (rank) LEFT JOIN step_off USING (rank)),
 ranked AS MATERIALIZED (SELECT m.*, off.offset_ns, m.ts_ns - off.offset_ns AS at_ns,
-                  row_number() OVER (PARTITION BY name, skey, k ORDER BY m.ts_ns - off.offset_ns DESC, m.rank DESC) AS pos
+                  row_number() OVER (PARTITION BY name, skey, k ORDER BY m.ts_ns - off.offset_ns DESC, m.rank DESC) AS pos,
+                  max(m.ts_ns - off.offset_ns) OVER (PARTITION BY name, skey, k) - (m.ts_ns - off.offset_ns) AS until_last_ns,
+                  CASE WHEN m.on_device THEN least(until_last_ns, m.end_ns - m.ts_ns) ELSE until_last_ns END AS wait_ns
            FROM m JOIN off USING (rank)),
 inst AS MATERIALIZED (SELECT name, skey, k, count(*) AS participants, max(at_ns) AS last_at,
                 any_value(rank) FILTER (WHERE pos = 1) AS last_rank, any_value(event_id) FILTER (WHERE pos = 1) AS last_event_id,
                 max(at_ns) FILTER (WHERE pos = 2) AS second_at, quantile_disc(at_ns, 0.5) FILTER (WHERE pos > 1) AS others_mid_at,
+                max(wait_ns) FILTER (WHERE pos > 1) AS others_wait_max,
                 (count(*)::HUGEINT * max(at_ns) - sum(at_ns)) / count(*) AS above_mean_ns
          FROM ranked GROUP BY name, skey, k)"""
 
@@ -110,9 +117,9 @@ def per_rank_sql(ev: str | None = None) -> str:
     `totals_sql` (run_instances, run_balanced_saving_ns, run_max_participants). `ev`: as for `arrivals_sql`."""
     return f"""WITH {arrivals_sql(ev)},
 {analysed_sql()},
-waits AS (SELECT r.rank, sum(i.last_at - r.at_ns)::BIGINT AS wait_ns, count(*) AS instances
-          FROM ranked r JOIN inst i USING (name, skey, k) GROUP BY r.rank),
-late AS (SELECT last_rank AS rank, name, skey, last_event_id, (last_at - others_mid_at) AS late_ns, (last_at - second_at) AS saving_ns FROM inst),
+waits AS (SELECT rank, sum(wait_ns)::BIGINT AS wait_ns, count(*) AS instances FROM ranked GROUP BY rank),
+late AS (SELECT last_rank AS rank, name, skey, last_event_id, least(last_at - others_mid_at, others_wait_max) AS late_ns,
+                least(last_at - second_at, others_wait_max) AS saving_ns FROM inst),
 late_rank AS (SELECT rank, sum(late_ns)::BIGINT AS late_ns, sum(saving_ns)::BIGINT AS late_saving_ns, count(*) AS times_last,
                      min(last_event_id) AS sample_event_id FROM late GROUP BY rank),
 late_step AS (SELECT rank, list({{'step': skey, 'late_ns': late_ns}} ORDER BY skey) AS late_steps
@@ -176,18 +183,53 @@ def _done_with_events(run: Run) -> None:
         _EVENTS.pop(id(run), None)
 
 
+ARRIVALS_SELECT = """SELECT r.rank, r.name, r.skey, r.on_device, r.event_id, r.ts_ns, r.pos, r.at_ns, r.wait_ns, i.last_at, i.last_rank
+FROM ranked r JOIN inst i USING (name, skey, k)"""
+"""`arrivals`' rows, after `arrivals_sql`'s CTEs."""
+
+
 def arrivals(run: Run):
     """Every participant's arrival at every matched collective instance, with the instance's last
     arrival, as an Arrow table (columns rank, name, skey, on_device, event_id, ts_ns, pos, at_ns,
-    last_at, last_rank: `arrivals_sql`'s `ranked` joined to `inst`), read once per open run for
+    wait_ns (the module docstring's wait), last_at, last_rank: `arrivals_sql`'s `ranked` joined to
+    `inst`), read once per open run for
     what starts from it: collective-wait's location, the critical path's waits for the last rank."""
     from .rank_rows import arrow_of
 
-    got = _cached(_ARRIVALS, run, lambda: arrow_of(run, f"""WITH {arrivals_sql('nx_collective_events')}
-SELECT r.rank, r.name, r.skey, r.on_device, r.event_id, r.ts_ns, r.pos, r.at_ns, i.last_at, i.last_rank
-FROM ranked r JOIN inst i USING (name, skey, k)""", [], {"nx_collective_events": collective_events(run)}))
+    got = _cached(_ARRIVALS, run, lambda: arrow_of(run, f"WITH {arrivals_sql('nx_collective_events')}\n{ARRIVALS_SELECT}",
+                                                   [], {"nx_collective_events": collective_events(run)}))
     _done_with_events(run)
     return got
+
+
+def wait_intervals(run: Run, rank: int) -> dict[int, list[tuple[int, int]]]:
+    """Per device of `rank`: where its collective kernels waited for the last participant to
+    arrive, on its own clock, merged (sorted, disjoint): at each instance where it arrived before
+    the last (`arrivals`), its kernel's first `wait_ns`, the time collective-wait counts as its wait."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from .rank_rows import arrow_of
+
+    a = arrivals(run)
+    a = a.filter(pc.and_(pc.and_(pc.equal(a["rank"], rank), a["on_device"]), pc.greater(a["wait_ns"], 0)))
+    if not a.num_rows:
+        return {}
+    ids = pa.table({"id": a["event_id"], "wait": a["wait_ns"]})
+    rows = arrow_of(run, "SELECT e.device, e.ts_ns, e.ts_ns + i.wait AS end_ns FROM events e "
+                         "JOIN _waiting i ON e.event_id = i.id WHERE e.rank = ? AND e.device IS NOT NULL "
+                         "ORDER BY e.device, e.ts_ns, end_ns", [rank], {"_waiting": ids}).to_pylist()
+    out: dict[int, list[tuple[int, int]]] = {}
+    for r in rows:
+        merged = out.setdefault(int(r["device"]), [])
+        lo, hi = int(r["ts_ns"]), int(r["end_ns"])
+        if hi <= lo:
+            continue
+        if merged and lo <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return out
 
 
 def collective_waits(run: Run) -> dict:

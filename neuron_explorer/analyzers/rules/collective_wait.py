@@ -79,7 +79,7 @@ def check(ctx: Context) -> list:
 def _where(ctx: Context, rank: int) -> dict:
     """The collective and the steps the given rank waits in most (one grouped query over the run's
     arrivals, `ranks.arrivals`)."""
-    got = arrow_of(ctx.run, f"""WITH w AS (SELECT name, skey, on_device, event_id, last_at - at_ns AS wait_ns FROM a
+    got = arrow_of(ctx.run, f"""WITH w AS (SELECT name, skey, on_device, event_id, wait_ns FROM a
       WHERE rank = {int(rank)})
 SELECT name, on_device, sum(wait_ns) AS wait_ns, list(DISTINCT skey ORDER BY skey) FILTER (WHERE wait_ns > 0) AS steps,
        arg_max(event_id, wait_ns) AS sample_id FROM w GROUP BY name, on_device ORDER BY wait_ns DESC, name LIMIT 1""",

@@ -10,19 +10,28 @@ own threads) within the analysed window while no other top-level operator runs o
 rank (device_time.cpu_comm_sql: `comm_cpu_exposed_ns`). Impact: exposed time. Saving bound: the
 same (perfect overlap hides it all).
 
-On either: where the rank spent at least half of it waiting for the last rank to arrive at its
-collectives (analyzers/ranks.py, `wait_ns`), the finding is collective-wait's, which names the ranks
-waited for (`leaves_to_job`): a late rank's work, not the collective, is the cause (test_planted's
-late gloo rank: rank 0's 137.91 ms, 121.34 ms of it waiting for rank 1; multirank_128's rank 0:
-336.98 ms, its wait 381.26 ms).
+Across ranks (`less_the_job`, where collective-wait reported): the time a rank's collectives spent
+waiting for the last rank to arrive (analyzers/ranks.py) is a late rank's doing, which collective-wait
+and rank-skew name, and overlapping the collective would not hide it. With a device, the part of the
+exposed communication that is such a wait (ranks.wait_intervals: each collective kernel's first
+*wait* ns, within the analysed window, where no compute kernel runs) is taken out of the finding:
+its impact is the rest, and its title says how much was waiting (multirank_128: rank 1's 303.52 ms
+exposed, 104.80 ms of it waiting for rank 0, now 198.73 ms; rank 0's 336.98 ms, 145.03 ms of it
+waiting, now 191.96 ms). Where that part is at least half of the exposed time, or the rest is under
+the rule's share, the whole finding is left to collective-wait. Without a device the exposed time
+is the host's, and where the rank's wait lies in it is not measured: the finding is left to
+collective-wait when the rank's whole wait is at least half of it (test_planted's late gloo rank:
+rank 0's 137.91 ms, 121.34 ms of it waiting for rank 1), else kept whole.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 from ...vocab import cpu_collective
-from .. import device_time
-from ..engine import Context
-from ..model import Location
+from .. import device_time, metrics, ranks
+from ..engine import Context, severity_for
+from ..model import Finding, Location
 from ._util import ms, share_at_least
 
 RULE_ID = "comm-exposed"
@@ -50,12 +59,60 @@ def _named(exposed: list[dict]) -> str:
     return ", ".join(parts)
 
 
-def leaves_to_job(finding, cross_rank: dict) -> str | None:
-    """collective-wait, when at least half of the finding's exposed communication is the rank's wait
-    for the last rank to arrive (`cross_rank`'s `wait_ns`, analyzers/ranks.py): the late rank is the
-    cause (collective-wait and rank-skew name it), and overlapping the collective would not hide it."""
-    wait = next((r["wait_ns"] for r in cross_rank.get("ranks", []) if r["rank"] == finding.location.rank), 0) or 0
-    return "collective-wait" if wait and 2 * wait >= finding.impact_ns else None
+JOB_RULE = "collective-wait"
+"""The run's rule that owns a rank's wait for the last rank to arrive."""
+
+
+def less_the_job(run, finding: Finding, cross_rank: dict, analysed_ns: int) -> tuple[str, Finding | None] | None:
+    """The finding without the rank's wait for the last rank to arrive (module docstring): None when
+    it has none, (JOB_RULE, None) when it is left to that rule whole, else (JOB_RULE, the finding with
+    the wait taken out of its impact and said in its title)."""
+    rank = finding.location.rank
+    wait = next((r["wait_ns"] for r in cross_rank.get("ranks", []) if r["rank"] == rank), 0) or 0
+    if not wait:
+        return None
+    device = finding.location.device
+    waiting = wait if device is None else waiting_exposed(run, rank, device)
+    if not waiting:
+        return None
+    rest = finding.impact_ns - waiting
+    if 2 * waiting >= finding.impact_ns or not analysed_ns or rest / analysed_ns < THRESHOLDS["EXPOSED_SHARE_MIN"]:
+        return JOB_RULE, None
+    if device is None:  # the host's exposed time: where its wait lies in it is not measured, so it stays whole
+        return None
+    values = {**finding.evidence.values, "waiting_ns": waiting}
+    return JOB_RULE, dataclasses.replace(
+        finding, title=_device_title(device, finding.impact_ns, values.get("collectives") or [], waiting),
+        impact_ns=rest, impact_share=round(min(rest / analysed_ns, 1.0), 6), severity=severity_for(rest / analysed_ns),
+        saving_bound_ns=min(finding.saving_bound_ns, rest), evidence=dataclasses.replace(finding.evidence, values=values))
+
+
+def waiting_exposed(run, rank: int, device: int) -> int:
+    """The ns of a device's exposed communication (device_time: a collective kernel runs, no compute
+    kernel does, within the analysed window) in which its collectives waited for the last rank to
+    arrive (ranks.wait_intervals)."""
+    waits = ranks.wait_intervals(run, rank).get(device)
+    if not waits:
+        return 0
+    unions = metrics.device_unions_many(run, [rank]).get(rank, {}).get(device)
+    compute = metrics.Coverage(unions["compute"] if unions else [])
+    total = 0
+    for _, lo, hi in device_time.windows_many(run, [rank]).get(rank, []):
+        for s, e in waits:
+            a, b = max(s, lo), min(e, hi)
+            if b > a:
+                total += (b - a) - compute.within(a, b)
+    return total
+
+
+def _device_title(device: int, exposed: int, named: list[dict], waiting: int = 0) -> str:
+    """'303.52 ms of communication not overlapped with compute on device 1: …', or with `waiting`
+    taken out: '198.73 ms … on device 1 (303.52 ms exposed, 104.80 ms of it waiting for the last rank
+    to arrive: collective-wait's): …' (the collectives named are parts of the exposed time)."""
+    head = f"{ms(exposed - waiting)} of communication not overlapped with compute on device {device}"
+    if waiting:
+        head += f" ({ms(exposed)} exposed, {ms(waiting)} of it waiting for the last rank to arrive: {JOB_RULE}'s)"
+    return head + (f": {_named(named)}" if named else "")
 
 
 def check(ctx: Context) -> list:
@@ -69,8 +126,7 @@ def check(ctx: Context) -> list:
             top = named[0] if named else {}
             per_step = ", ".join(f"step {s['step']} {ms(s['communication_ns'])}" for s in d["steps"][:6])
             out.append(ctx.finding(
-                title=f"{ms(exposed)} of communication not overlapped with compute on device {d['device']}"
-                + (f": {_named(named)}" if named else ""),
+                title=_device_title(d["device"], exposed, named),
                 impact_ns=exposed, saving_bound_ns=exposed,
                 location=Location(device=d["device"], op=top.get("op"), kernel=top.get("collective"), source=top.get("source"),
                                   steps=[s["step"] for s in d["steps"] if s["communication_ns"]]),
