@@ -560,6 +560,20 @@ def test_diff_compares_mfu_per_steady_step(tmp_path: Path):
     assert json.loads(json.dumps(d.to_dict()))["utilisation"]["test"]["mfu_median"] == pytest.approx(ut["mfu_median"])
 
 
+def test_diff_says_why_a_gpu_run_has_no_mfu_in_the_analysis_words(tmp_path: Path):
+    """The same H100 job recorded without deviceProperties (multirank_128's traces name no device):
+    the diff said 'no device peak for a CPU run'; it gives the reason `analyze` prints."""
+    base = _gemm_run(tmp_path, "base", 10.0)
+    path = next(tmp_path.glob("base.json"))
+    doc = json.loads(path.read_text())
+    doc.pop("deviceProperties")
+    path.write_text(json.dumps(doc))
+    unnamed = import_traces(path, tmp_path / "unnamed").run_dir
+    text = render_text(compare(base, unnamed))
+    assert "CPU run" not in text
+    assert "MFU: unknown (the trace does not name the device" in text and "give --peak-tflops and --peak-dtype)" in text
+
+
 Q = 0.998
 """The lower quartile of _recordings' steps over their median."""
 

@@ -190,17 +190,19 @@ def wall_span(manifest: dict) -> tuple[int, int] | None:
 def step_utilisation(run: Run, steps: list[int]) -> dict:
     """MFU and achieved TFLOP/s over the given (steady) steps, from analyzers/utilisation.py's per-rank
     step figures: per step the mean over ranks (ranks without a device peak have no MFU), then the
-    median over steps. `mfu_median` is null when no rank's device has a known peak."""
+    median over steps. `mfu_median` is null when no rank's device has a known peak; `mfu_missing`:
+    the ranks' reasons for no MFU (utilisation.mfu_missing), distinct."""
     from ..utilisation import rank_utilisation
 
     keep = set(steps)
     mfu: dict[int, list[float]] = defaultdict(list)
     tflops: dict[int, list[float]] = defaultdict(list)
-    devices, dtypes = set(), set()
+    devices, dtypes, missing = set(), set(), set()
     for (rank,) in run.sql("SELECT DISTINCT rank FROM steps ORDER BY 1").fetchall():
         u = rank_utilisation(run, rank)
         devices.add(u["device_name"])
         dtypes.add(u["dtype"])
+        missing.add(u.get("mfu_missing"))
         for s in u["steps"]:
             if s["step"] in keep:
                 if s["mfu"] is not None:
@@ -213,7 +215,8 @@ def step_utilisation(run: Run, steps: list[int]) -> dict:
         return None if not vals else (vals[len(vals) // 2] if len(vals) % 2 else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2)
 
     return {"mfu_median": median_of_means(mfu), "tflops_per_s_median": median_of_means(tflops), "steps": len(keep),
-            "devices": sorted(d for d in devices if d), "dtypes": sorted(d for d in dtypes if d)}
+            "devices": sorted(d for d in devices if d), "dtypes": sorted(d for d in dtypes if d),
+            "mfu_missing": sorted(m for m in missing if m)}
 
 
 def merge_util(utils: list[dict]) -> dict:
@@ -223,7 +226,8 @@ def merge_util(utils: list[dict]) -> dict:
         return median(vals) if vals else None
     return {"mfu_median": med("mfu_median"), "tflops_per_s_median": med("tflops_per_s_median"),
             "steps": sum(u["steps"] for u in utils), "devices": sorted({d for u in utils for d in u["devices"]}),
-            "dtypes": sorted({d for u in utils for d in u["dtypes"]})}
+            "dtypes": sorted({d for u in utils for d in u["dtypes"]}),
+            "mfu_missing": sorted({m for u in utils for m in u.get("mfu_missing", [])})}
 
 
 def recording_pairs(base: Side, test: Side) -> list[tuple[int, int]] | None:

@@ -228,8 +228,8 @@ def render_text(diff: Diff, top: int = 20) -> str:
         lines.append(f"MFU (median over steady steps): {100 * ub['mfu_median']:.3g}% → {100 * ut['mfu_median']:.3g}% "
                      f"({100 * (ut['mfu_median'] - ub['mfu_median']):+.3g} points)")
     elif ub.get("tflops_per_s_median") or ut.get("tflops_per_s_median"):
-        lines.append("MFU: unknown (no device peak for " + (", ".join(ub.get("devices", []) + ut.get("devices", [])) or "a CPU run")
-                     + ")")
+        why = sorted(set(ub.get("mfu_missing", []) + ut.get("mfu_missing", [])))  # the analysis's own words (utilisation.mfu_missing)
+        lines.append("MFU: unknown (" + ("; ".join(why) or "no device peak") + ")")
     if ub.get("tflops_per_s_median") and ut.get("tflops_per_s_median"):
         lines.append(f"achieved TFLOP/s per step (median): {ub['tflops_per_s_median']:.4g} → {ut['tflops_per_s_median']:.4g}")
     unit = ("; each recording's mean per step is one value, over the recordings the step time kept"
