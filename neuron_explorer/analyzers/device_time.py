@@ -91,7 +91,7 @@ def split(cov: dict[str, Coverage], lo: int, hi: int) -> dict[str, int]:
     return {"compute_ns": a, "communication_ns": b - a, "memory_ns": c - b, "idle_ns": (hi - lo) - c}
 
 
-def _difference(b: list[tuple[int, int]], a: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def difference(b: list[tuple[int, int]], a: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """b minus a, both sorted disjoint interval lists."""
     out, j = [], 0
     for s, e in b:
@@ -209,7 +209,7 @@ def _breakdown(wins: list, per_device: dict, colls: dict, kernels: dict) -> list
                 steps.append({"step": step, "dur_ns": hi - lo, **parts})
         exposed = []
         if total["communication_ns"] and d in colls:
-            diff = Coverage(_difference(u["kernels"].tolist(), u["compute"].tolist()))
+            diff = Coverage(difference(u["kernels"].tolist(), u["compute"].tolist()))
             pieces = []
             diff_starts, diff_intervals = diff.starts, diff.intervals
             for step, lo, hi in wins:

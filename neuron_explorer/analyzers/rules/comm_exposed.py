@@ -75,11 +75,13 @@ def less_the_job(run, finding: Finding, cross_rank: dict, analysed_ns: int) -> t
     waiting = wait if device is None else waiting_exposed(run, rank, device)
     if not waiting:
         return None
-    rest = finding.impact_ns - waiting
-    if 2 * waiting >= finding.impact_ns or not analysed_ns or rest / analysed_ns < THRESHOLDS["EXPOSED_SHARE_MIN"]:
+    if 2 * waiting >= finding.impact_ns:
         return JOB_RULE, None
     if device is None:  # the host's exposed time: where its wait lies in it is not measured, so it stays whole
         return None
+    rest = finding.impact_ns - waiting
+    if not analysed_ns or rest / analysed_ns < THRESHOLDS["EXPOSED_SHARE_MIN"]:
+        return JOB_RULE, None
     values = {**finding.evidence.values, "waiting_ns": waiting}
     return JOB_RULE, dataclasses.replace(
         finding, title=_device_title(device, finding.impact_ns, values.get("collectives") or [], waiting),
@@ -95,14 +97,8 @@ def waiting_exposed(run, rank: int, device: int) -> int:
     if not waits:
         return 0
     unions = metrics.device_unions_many(run, [rank]).get(rank, {}).get(device)
-    compute = metrics.Coverage(unions["compute"] if unions else [])
-    total = 0
-    for _, lo, hi in device_time.windows_many(run, [rank]).get(rank, []):
-        for s, e in waits:
-            a, b = max(s, lo), min(e, hi)
-            if b > a:
-                total += (b - a) - compute.within(a, b)
-    return total
+    exposed = metrics.Coverage(device_time.difference(waits, unions["compute"].tolist() if unions else []))
+    return sum(exposed.within(lo, hi) for _, lo, hi in device_time.windows_many(run, [rank]).get(rank, []))
 
 
 def _device_title(device: int, exposed: int, named: list[dict], waiting: int = 0) -> str:
