@@ -191,6 +191,43 @@ def test_two_streams_follow_the_recorded_stream_wait(tmp_path, how):
     assert bound["overall"]["bound"] == "device"
 
 
+def test_a_kernel_that_waits_while_another_stream_computes_is_not_idle(tmp_path):
+    """No record says why kS waited: its launch ended at 44, but it started at 600, when the big
+    kernel on stream 8 left the device (MTIA's inference trace: its queues' work waits so, and the
+    path read idle-bound (46%) while the device computed 91.7% of the span).
+
+        host  0                                                                          700
+        ProfilerStep#1 [===============================================================]
+        aten::big [10-30) launch [20-24) c1     aten::small [36-48) launch [40-44) c2
+        cudaDeviceSynchronize                        [50 ---------------------------- 612) c3
+        stream 8        [30 ---------------- kBig ----------------- 600)
+        stream 7                                                          [600 - kS - 610)
+
+    From the end: 88 µs of host, the sync's own 2 µs after kS, kS (10), then the 556 µs from kS's
+    launch to its start, charged to kBig (the device computing on stream 8: not idle), kS's launch
+    (4), aten::small (4), 6 µs of host, aten::big (16) and its launch (4), 10 µs of host: 566 of
+    700 µs on the device."""
+    events = [
+        X("ProfilerStep#1", "user_annotation", 0, 700),
+        X("aten::big", "cpu_op", 10, 20, **{"External id": 1}),
+        X("cudaLaunchKernel", "cuda_runtime", 20, 4, correlation=1, **{"External id": 1}),
+        X("aten::small", "cpu_op", 36, 12, **{"External id": 2}),
+        X("cudaLaunchKernel", "cuda_runtime", 40, 4, correlation=2, **{"External id": 2}),
+        X("cudaDeviceSynchronize", "cuda_runtime", 50, 562, correlation=3),
+        _k("kBig", "kernel", 1, 30, 570, stream=8),
+        _k("kS", "kernel", 2, 600, 10),
+    ]
+    items, rows, bound = _path(tmp_path, events)
+    assert _by(items) == {(None, "host_compute"): (88 + 6 + 10) * US, ("cudaDeviceSynchronize", "launch_overhead"): 2 * US,
+                          ("kS", "device_compute"): 10 * US, ("kBig", "device_compute"): 556 * US,
+                          ("cudaLaunchKernel", "launch_overhead"): 8 * US, ("aten::small", "host_compute"): 4 * US,
+                          ("aten::big", "host_compute"): 16 * US}
+    (big,) = [r for r in rows if r["charged_ns"] == 556 * US]
+    assert big["cause"] == "a kernel ran on another stream while the path's device work waited"
+    assert sum(r["charged_ns"] for r in rows) == 700 * US
+    assert bound["overall"]["words"] == "device-bound (81%): device compute"
+
+
 def test_step_that_ends_while_its_kernels_still_run_is_charged_to_them(tmp_path):
     """The host finishes launching and ends the step while the device still works through the queue.
 
@@ -241,15 +278,16 @@ def test_step_that_ends_in_a_collective_with_work_queued_behind_it_is_charged_to
         stream 7     [20 ------ k1 ------ 150)                                         [270 k2 290)
         stream 9          [40 ------------------- all-reduce ----------------------|----- 260)
 
-    From the end: the all-reduce back to its start (160), 4 µs waiting for its launch, the launch (4),
-    then the host: c10d::allreduce_ (2), 10 µs, aten::mm (4 + 2), k1's launch (4), 10 µs.
+    From the end: the all-reduce back to its start (160), the 4 µs it waited after its launch (k1
+    computing then: k1's, not idle), the launch (4), then the host: c10d::allreduce_ (2), 10 µs,
+    aten::mm (4 + 2), k1's launch (4), 10 µs.
     """
     items, rows, bound = _path(tmp_path, _collective_then_queued(queued=True))
     nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
-    assert _by(items) == {(nccl, "communication"): 160 * US, (nccl, "idle"): 4 * US,
+    assert _by(items) == {(nccl, "communication"): 160 * US, ("k1", "device_compute"): 4 * US,
                           ("cudaLaunchKernel", "launch_overhead"): 8 * US, ("c10d::allreduce_", "host_compute"): 2 * US,
                           ("aten::mm", "host_compute"): 6 * US, (None, "host_compute"): 20 * US}
-    assert bound["overall"]["words"].startswith("device-bound (80%)")
+    assert bound["overall"]["words"].startswith("device-bound (82%)")
 
 
 def test_step_that_ends_in_a_collective_with_nothing_queued_stays_on_the_host(tmp_path):
@@ -269,7 +307,7 @@ def test_a_ddp_step_ending_in_an_all_reduce_the_host_ran_ahead_of_is_the_communi
     with open_run(run_dir) as run:
         step = {s["step"]: s for s in cp.bound(run, 0)["steps"]}[17]
     assert sum(step["ns"].values()) == step["dur_ns"]
-    assert step["words"] == "device-bound (99%): communication"
+    assert step["words"] == "device-bound (100%): communication"
 
 
 def test_device_work_with_no_launch_after_a_gap_returns_to_the_host(tmp_path):
@@ -775,22 +813,23 @@ def test_saving_bound_stops_where_the_other_stream_becomes_critical(tmp_path):
 
         host  0                                                                          1000
         ProfilerStep#1 [===============================================================]
-        aten::mm  [10-20) [20-30)     launches [12-16) c1, [22-26) c2
+        aten::add [10-20) aten::mm [20-30)     launches [12-16) c1, [22-26) c2
         cudaDeviceSynchronize     [50 ------------------------------------------ 905)
-        stream 7     [20 ------- k_long ------- 820)
-        stream 8            [100 ---------- k_short ---------- 900)
+        stream 7     [20 ------- k_long (elementwise) ------- 820)
+        stream 8            [100 ---------- k_short (GEMM) ---------- 900)
 
     The path charges k_short 800 µs (it ended last). Without it the device still has k_long's 800
     µs of the step, so the step cannot shrink below 800 µs: the saving bound is 1000 - 800 = 200 µs,
     not the 800 charged. Of the 105 µs of host time outside traced calls, the 95 after the sync (the
     trace's last event) recorded nothing: no one's to save, left out of the host finding; the 10
     before the first operator can go (the device is busy 880 µs of the step, so the step can lose up
-    to 120 µs); so can the 74 µs k_short waited for its launch.
+    to 120 µs). The 74 µs k_short waited after its launch, k_long computing on stream 7, are k_long's
+    (not idle); without k_long the device has k_short's 800, so they can go.
     """
     events = [X("ProfilerStep#1", "user_annotation", 0, 1000),
-              X("aten::mm", "cpu_op", 10, 10, **{"External id": 1}),
+              X("aten::add", "cpu_op", 10, 10, **{"External id": 1}),
               X("cudaLaunchKernel", "cuda_runtime", 12, 4, correlation=1, **{"External id": 1}),
-              _k("k_long", "kernel", 1, 20, 800, stream=7),
+              _k("vectorized_elementwise_kernel", "kernel", 1, 20, 800, stream=7),
               X("aten::mm", "cpu_op", 20, 10, **{"External id": 2}),
               X("cudaLaunchKernel", "cuda_runtime", 22, 4, correlation=2, **{"External id": 2}),
               _k("k_short", "kernel", 2, 100, 800, stream=8),
@@ -799,13 +838,14 @@ def test_saving_bound_stops_where_the_other_stream_becomes_critical(tmp_path):
     by_item = {(f.location.kernel, f.location.op): f for f in found}
     short = by_item[("k_short", "aten::mm")]
     assert short.impact_ns == 800 * US and short.saving_bound_ns == 200 * US
-    host = by_item[(None, None)]  # one class: the 105 µs outside traced calls and the host time of the aten::mm calls
+    host = by_item[(None, None)]  # one class: the 105 µs outside traced calls and the host time of the operators
     assert host.evidence.values["heaviest"][0] == {"item": None, "op": None, "charged_ns": 105 * US}
-    mm = sum(m["charged_ns"] for m in host.evidence.values["heaviest"][1:])
+    ops = sum(m["charged_ns"] for m in host.evidence.values["heaviest"][1:])
     assert host.evidence.values["left_out_ns"] == 95 * US
-    assert host.impact_ns == 10 * US + mm and 0 < mm <= 20 * US and host.saving_bound_ns == host.impact_ns  # under the 120 µs
-    idle = next(f for f in found if f.evidence.values["category"] == "idle")
-    assert idle.impact_ns == 74 * US and idle.saving_bound_ns == 74 * US
+    assert host.impact_ns == 10 * US + ops and 0 < ops <= 20 * US and host.saving_bound_ns == host.impact_ns  # under the 120 µs
+    long_ = by_item[("vectorized_elementwise_kernel", "aten::add")]
+    assert long_.impact_ns == 74 * US and long_.saving_bound_ns == 74 * US
+    assert not [f for f in found if f.evidence.values.get("category") == "idle"]
 
 
 def test_two_ranks_one_late_at_an_all_reduce(tmp_path):
