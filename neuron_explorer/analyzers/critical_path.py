@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import threading
 from array import array
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 
 import numpy as np
 
@@ -359,22 +359,24 @@ def _kernel_covers(index: RankIndex) -> list[tuple[int, str, dict]]:
     return out
 
 
-def _cover(index: RankIndex, rows: np.ndarray) -> dict[int, tuple[list, list, list]]:
-    """Per device: the events `rows` sorted by start, as (starts, the furthest end among those
+def _cover(index: RankIndex, rows: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per device: the events `rows` sorted by start, as arrays (starts, the furthest end among those
     started so far, the row that reaches it); empty without rows."""
     if not len(rows):
         return {}
-    ts, end, device = np.asarray(index.ts)[rows], np.asarray(index.end)[rows], np.asarray(index.device)[rows]
-    out: dict[int, tuple[list, list, list]] = {}
-    for k in np.lexsort((end, ts, device)).tolist():
-        starts, far, who = out.setdefault(int(device[k]), ([], [], []))
-        starts.append(int(ts[k]))
-        if not far or int(end[k]) > far[-1]:
-            far.append(int(end[k]))
-            who.append(int(rows[k]))
-        else:
-            far.append(far[-1])
-            who.append(who[-1])
+    ts, end = np.asarray(index.ts)[rows], np.asarray(index.end)[rows]
+    device = np.frombuffer(index.device, dtype=np.int64)[rows]
+    order = np.lexsort((end, ts, device))
+    ts, end, device, rows = ts[order], end[order], device[order], np.asarray(rows, dtype=np.int64)[order]
+    out: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    bounds = np.flatnonzero(np.diff(device)) + 1
+    for a, b in zip(np.concatenate([[0], bounds]).tolist(), np.concatenate([bounds, [len(device)]]).tolist()):
+        e = end[a:b]
+        far = np.maximum.accumulate(e)
+        new = np.ones(b - a, dtype=bool)
+        new[1:] = e[1:] > far[:-1]  # a new furthest end: that row reaches it from here on
+        lead = np.maximum.accumulate(np.where(new, np.arange(b - a), 0))
+        out[int(device[a])] = (ts[a:b], far, rows[a:b][lead])
     return out
 
 
@@ -386,26 +388,32 @@ def _busy_not_idle(index: RankIndex, cover: dict, category: int, code: int, ts, 
     idle = np.flatnonzero(cat == _IDLE)
     if not len(idle):
         return ts, ns, ev, cat, cause
+    # the idle rows some kernel of `cover` overlaps, found for all rows at once (most overlap none)
+    device = np.frombuffer(index.device, dtype=np.int64)[ev[idle]]  # (a memoryview over the index's column: no copy)
+    hit = np.zeros(len(idle), dtype=bool)
+    for d, (starts, far, _who) in cover.items():
+        on = np.flatnonzero(device == d)
+        if not len(on):
+            continue
+        lo, hi = ts[idle[on]], ts[idle[on]] + ns[idle[on]]
+        i = np.searchsorted(starts, lo, side="right") - 1
+        inside = (i >= 0) & (far[np.maximum(i, 0)] > lo)
+        nxt = np.minimum(i + 1, len(starts) - 1)
+        hit[on] = inside | ((i + 1 < len(starts)) & (starts[nxt] < hi))
     out: list[tuple] = []
     touched = np.zeros(len(ts), dtype=bool)
-    for r in idle.tolist():
-        c = cover.get(index.device[int(ev[r])])
-        if c is None:
-            continue
-        starts, far, who = c
+    for r in idle[hit].tolist():
+        starts, far, who = cover[index.device[int(ev[r])]]
         lo, hi = int(ts[r]), int(ts[r]) + int(ns[r])
-        i = bisect_right(starts, lo) - 1
-        if (i < 0 or far[i] <= lo) and (i + 1 >= len(starts) or starts[i + 1] >= hi):
-            continue  # no collective ran in it
         touched[r] = True
         t = lo
         while t < hi:
-            i = bisect_right(starts, t) - 1
+            i = int(np.searchsorted(starts, t, side="right")) - 1
             if i >= 0 and far[i] > t:
-                e = min(hi, far[i])
-                out.append((t, e - t, who[i], category, code))
+                e = min(hi, int(far[i]))
+                out.append((t, e - t, int(who[i]), category, code))
             else:
-                e = min(hi, starts[i + 1]) if i + 1 < len(starts) else hi
+                e = min(hi, int(starts[i + 1])) if i + 1 < len(starts) else hi
                 out.append((t, e - t, int(ev[r]), _IDLE, int(cause[r])))
             t = e
     if not out:
