@@ -380,6 +380,19 @@ def _cover(index: RankIndex, rows: np.ndarray) -> dict[int, tuple[np.ndarray, np
     return out
 
 
+def _covers_of(w: _Walker, index: RankIndex) -> list[tuple[int, int, dict]]:
+    """`_kernel_covers` with their causes as the walker's codes."""
+    return [(c, w.causes.setdefault(why, len(w.causes)), v) for c, why, v in _kernel_covers(index)]
+
+
+def _not_idle(index: RankIndex, covers: list, rows: tuple) -> tuple:
+    """A step's walked rows (ts, ns, event, category, cause) with the idle time under a kernel charged
+    to it (`_busy_not_idle`), compute first: its ns are not the collectives' (device_time)."""
+    for category, code, cover in covers:
+        rows = _busy_not_idle(index, cover, category, code, *rows)
+    return rows
+
+
 def _busy_not_idle(index: RankIndex, cover: dict, category: int, code: int, ts, ns, ev, cat, cause):
     """A step's rows with each idle row's time during which a kernel of `cover` ran on its device
     (any stream) charged to that kernel as `category`, cause `code` (docs/METRICS.md "Device time":
@@ -585,7 +598,7 @@ def _walked(run: Run, rank: int, steps: list, native: bool) -> Path:
         index = RankIndex(run, rank)
         w = _Walker(index)
         parts = []
-        covers = [(c, w.causes.setdefault(why, len(w.causes)), v) for c, why, v in _kernel_covers(index)]
+        covers = _covers_of(w, index)
         walked = _native_walks(index, steps, w.causes) if native else None
         for k, (step, ts, dur, _eid, pid, tid, *at) in enumerate(steps):
             if walked is not None:
@@ -593,8 +606,7 @@ def _walked(run: Run, rank: int, steps: list, native: bool) -> Path:
                 walked[k] = None
             else:
                 ts_, ns, ev, cat, cause = _step_rows(w, *w.walk(int(ts), int(ts) + int(dur), index.track_of.get((pid, tid)), *at))
-            for category, code, cover in covers:  # compute first: its ns are not the collectives' (device_time)
-                ts_, ns, ev, cat, cause = _busy_not_idle(index, cover, category, code, ts_, ns, ev, cat, cause)
+            ts_, ns, ev, cat, cause = _not_idle(index, covers, (ts_, ns, ev, cat, cause))
             has = ev >= 0  # rows -> event ids and statements, step by step (the index goes before the columns are joined)
             ev_id = np.where(has, index.ids[np.where(has, ev, 0)], -1) if index.n else np.full(len(ev), -1, dtype=np.int64)
             frame = np.where(has, index.frame[np.where(has, ev, 0)], NONE) if index.n else np.full(len(ev), NONE, dtype=np.int64)
