@@ -35,7 +35,7 @@ before the end still waits on a stream (RankIndex.running_at), else on the host:
 The walk is deterministic and every move goes strictly back in time, so the charged times of a
 step add up to its duration exactly. Afterwards, the part of an idle gap during which a kernel ran
 on the device (any stream) is charged to that kernel: device compute, or communication for a
-collective, where both ran compute (analyzers/device_time.py: the same nanosecond is never idle and
+collective (where both ran, compute; analyzers/device_time.py: the same nanosecond is never idle and
 compute, or idle and communication). The path's device work waited while the device's compute
 units were busy with other work; a copy running then leaves the gap idle (copy engines run beside
 the kernels). MTIA's inference trace read idle-bound (46%) while its device computed 91.7% of the span.
