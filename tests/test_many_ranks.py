@@ -140,10 +140,10 @@ def _whole_run_reference(run_dir) -> dict:
         for rule in all_rules():  # in the engine's order: rules, then ranks
             for rank in [None] if rule.SCOPE == "run" else sorted(summaries):
                 findings += per_rank.get(rank, {}).get(rule.RULE_ID, (None, []))[1]
-    findings.sort(key=lambda f: (-f.impact_ns, ["high", "medium", "low", "info"].index(f.severity), f.rule_id))
     with open_run(run_dir) as run:  # and across ranks: a rank's finding whose cause is the job's
         findings = leave_to_the_job(run, [r for r in all_rules() if r.SCOPE != "run"], findings, cross_rank_summary(run),
                                     {r: s["analysed_ns"] for r, s in summaries.items()})
+    findings.sort(key=lambda f: (-f.impact_ns, ["high", "medium", "low", "info"].index(f.severity), f.rule_id))
     return {"summary": {"ranks": list(summaries.values())}, "findings": [f.to_dict() for f in findings],
             "not_applicable": not_applicable}
 

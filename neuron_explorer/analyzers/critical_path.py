@@ -1063,23 +1063,27 @@ NOT_LAUNCHES_WORDS = "runtime calls other than launches"
 first use, allocator calls, a sync's own time), and the words name the largest of them."""
 
 
-def _verdict(ns_by_cat: dict[str, int], total: int, calls: dict[str, int] | None = None) -> dict:
-    """The verdict of charged ns per category. `calls`: the ns charged to each runtime call
-    (`launch_overhead`) by name; when the top category is `launch_overhead` and less than half of
-    it is launches, the words say which calls it was (NOT_LAUNCHES_WORDS, the largest and the next if
-    it rounds to 1% or more, with their shares of `total`), not "launch overhead"."""
+def _verdict(ns_by_cat: dict[str, int], total: int) -> dict:
     shares = {c: (ns_by_cat.get(c, 0) / total if total else 0.0) for c in CATEGORIES}
     groups = {g: sum(shares[c] for c in cats) for g, cats in GROUPS.items()}
     group = max(GROUPS, key=lambda g: (groups[g], -list(GROUPS).index(g)))
     top = max(GROUPS[group], key=lambda c: (shares[c], -CATEGORIES.index(c)))
     words = f"{GROUP_LABELS[group]} ({100 * groups[group]:.0f}%): {CATEGORY_WORDS[top]}"
-    if top == "launch_overhead" and calls:
-        others = sorted(((ns, n) for n, ns in calls.items() if not is_launch_call_name(n)), key=lambda x: (-x[0], x[1]))
-        if 2 * sum(ns for ns, _ in others) > ns_by_cat.get(top, 0):
-            named = ", ".join(f"{n} {100 * ns / total:.0f}%" for i, (ns, n) in enumerate(others[:2]) if i == 0 or 200 * ns >= total)
-            words = f"{GROUP_LABELS[group]} ({100 * groups[group]:.0f}%): {NOT_LAUNCHES_WORDS}: {named}"
     return {"bound": group, "top_category": top, "words": words,
             "shares": {c: round(v, 4) for c, v in shares.items()}, "group_shares": {g: round(v, 4) for g, v in groups.items()}}
+
+
+def _name_the_calls(verdict: dict, calls: dict[str, int]) -> None:
+    """A verdict (with its `ns` and `dur_ns`) whose top category is `launch_overhead`, less than half
+    of it launches: its words say which runtime calls it was (NOT_LAUNCHES_WORDS, the largest and
+    the next if it rounds to 1% or more, with their shares of the time), not "launch overhead".
+    `calls`: the ns charged to each runtime call by name."""
+    others = sorted(((ns, n) for n, ns in calls.items() if not is_launch_call_name(n)), key=lambda x: (-x[0], x[1]))
+    total = verdict["dur_ns"]
+    if 2 * sum(ns for ns, _ in others) <= verdict["ns"]["launch_overhead"] or not total:
+        return
+    named = ", ".join(f"{n} {100 * ns / total:.0f}%" for i, (ns, n) in enumerate(others[:2]) if i == 0 or 200 * ns >= total)
+    verdict["words"] = f"{verdict['words'].split(': ')[0]}: {NOT_LAUNCHES_WORDS}: {named}"
 
 
 def _runtime_calls(run: Run, path: Path, step: np.ndarray, n_steps: int) -> list[dict[str, int]]:
@@ -1131,22 +1135,25 @@ def bound(run: Run, rank: int) -> dict:
     ns = _sums(step * len(CATEGORIES) + path.category, path.ns, len(step_nos) * len(CATEGORIES)).reshape(len(step_nos), len(CATEGORIES))
     # (a window ends with the rank's last event: nothing after it to be unrecorded)
     unrecorded_at = unrecorded_by_step(path, (rank_rows(run, LAST_RECORDED, rank) or [(None,)])[0][0]) if over == "steps" else {}
-    # which runtime calls the launch overhead was: read only where it tops a verdict
-    tops = [_verdict(dict(zip(CATEGORIES, row)), int(row.sum()))["top_category"] for row in (*ns, ns.sum(axis=0))]
-    calls = _runtime_calls(run, path, step, len(step_nos)) if "launch_overhead" in tops else None
     steps = []
     for i, s in enumerate(step_nos.tolist() if over == "steps" else []):
         d = {c: int(v) for c, v in zip(CATEGORIES, ns[i].tolist())}
         total = sum(d.values())
-        steps.append({"step": s, "dur_ns": total, "ns": d, **_verdict(d, total, calls and calls[i]), "unrecorded_ns": unrecorded_at.get(s, 0)})
+        steps.append({"step": s, "dur_ns": total, "ns": d, **_verdict(d, total), "unrecorded_ns": unrecorded_at.get(s, 0)})
     total_by_cat = {c: int(v) for c, v in zip(CATEGORIES, ns.sum(axis=0).tolist())}
     total = sum(total_by_cat.values())
     unrecorded = sum(unrecorded_at.values())
-    every_call: dict[str, int] = {}
-    for per_step in calls or ():
-        for name, v in per_step.items():
-            every_call[name] = every_call.get(name, 0) + v
-    overall = {"dur_ns": total, "ns": total_by_cat, **_verdict(total_by_cat, total, every_call), "unrecorded_ns": unrecorded, "over": over}
+    overall = {"dur_ns": total, "ns": total_by_cat, **_verdict(total_by_cat, total), "unrecorded_ns": unrecorded, "over": over}
+    if any(v["top_category"] == "launch_overhead" for v in (*steps, overall)):  # which runtime calls it was
+        calls = _runtime_calls(run, path, step, len(step_nos))
+        for v, per in ((v, c) for v, c in zip(steps, calls) if v["top_category"] == "launch_overhead"):
+            _name_the_calls(v, per)
+        if overall["top_category"] == "launch_overhead":
+            every: dict[str, int] = {}
+            for per in calls:
+                for name, v in per.items():
+                    every[name] = every.get(name, 0) + v
+            _name_the_calls(overall, every)
     if total and unrecorded * 2 >= total:  # most of the steps' time is after everything the trace holds: no bound to read
         overall["words"] = (f"not recorded ({100 * unrecorded / total:.0f}%): the steps run on {duration(unrecorded)} after "
                             "the last event the trace holds")

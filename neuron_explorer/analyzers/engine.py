@@ -278,7 +278,7 @@ def leave_to_the_job(run: Run, rank_rules: list[ModuleType], findings: list[Find
     SCOPE='run' rule's id and the finding without that part (None: dropped), read from the report's
     `cross_rank` summary (each rank's wait for the last arrival); where that rule reported, the
     finding is replaced by it. comm-exposed's time waiting for a late rank: collective-wait's.
-    `analysed_ns`: each rank's analysed time. Findings stay ranked by impact."""
+    `analysed_ns`: each rank's analysed time. In the order given (a smaller impact may need `ranked` again)."""
     owners = {r.RULE_ID: r.less_the_job for r in rank_rules if getattr(r, "less_the_job", None) is not None}
     if not owners or not cross_rank.get("ranks"):
         return findings
@@ -290,9 +290,13 @@ def leave_to_the_job(run: Run, rank_rules: list[ModuleType], findings: list[Find
             out.append(f)
         elif got[1] is not None:
             out.append(got[1])
-    order = {s: i for i, s in enumerate(SEVERITIES)}
-    out.sort(key=lambda f: (-f.impact_ns, order[f.severity], f.rule_id))
     return out
+
+
+def ranked(findings: list[Finding]) -> list[Finding]:
+    """Findings in the report's order: impact first, then severity, then rule id."""
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    return sorted(findings, key=lambda f: (-f.impact_ns, order[f.severity], f.rule_id))
 
 
 def default_workers(ranks: int) -> int:
@@ -358,10 +362,8 @@ def analyze_run(run: Run, rules: list[ModuleType] | None = None, *, workers: int
                 not_applicable.append({"rule_id": rule.RULE_ID, "rank": rank, "reason": value})
             else:
                 warnings.append(f"rule {rule.RULE_ID} failed on rank {rank}: {value}")
-    order = {s: i for i, s in enumerate(SEVERITIES)}
-    findings.sort(key=lambda f: (-f.impact_ns, order[f.severity], f.rule_id))
     cross_rank = cross_rank_summary(run)
-    findings = leave_to_the_job(run, rank_rules, findings, cross_rank, {r: s["analysed_ns"] for r, s in summaries.items()})
+    findings = ranked(leave_to_the_job(run, rank_rules, findings, cross_rank, {r: s["analysed_ns"] for r, s in summaries.items()}))
     summary = {"ranks": list(summaries.values()), "definitions": "docs/METRICS.md", "cross_rank": cross_rank}
     return Report(run=str(run.path), summary=summary, findings=findings,
                   not_applicable=not_applicable, warnings=warnings, rank_parts=parts)

@@ -206,30 +206,22 @@ def wait_intervals(run: Run, rank: int) -> dict[int, list[tuple[int, int]]]:
     """Per device of `rank`: where its collective kernels waited for the last participant to
     arrive, on its own clock, merged (sorted, disjoint): at each instance where it arrived before
     the last (`arrivals`), its kernel's first `wait_ns`, the time collective-wait counts as its wait."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from .metrics import union_array
     from .rank_rows import arrow_of
 
     a = arrivals(run)
     a = a.filter(pc.and_(pc.and_(pc.equal(a["rank"], rank), a["on_device"]), pc.greater(a["wait_ns"], 0)))
     if not a.num_rows:
         return {}
-    ids = pa.table({"id": a["event_id"], "wait": a["wait_ns"]})
-    rows = arrow_of(run, "SELECT e.device, e.ts_ns, e.ts_ns + i.wait AS end_ns FROM events e "
-                         "JOIN _waiting i ON e.event_id = i.id WHERE e.rank = ? AND e.device IS NOT NULL "
-                         "ORDER BY e.device, e.ts_ns, end_ns", [rank], {"_waiting": ids}).to_pylist()
-    out: dict[int, list[tuple[int, int]]] = {}
-    for r in rows:
-        merged = out.setdefault(int(r["device"]), [])
-        lo, hi = int(r["ts_ns"]), int(r["end_ns"])
-        if hi <= lo:
-            continue
-        if merged and lo <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
-        else:
-            merged.append((lo, hi))
-    return out
+    got = arrow_of(run, "SELECT e.device, e.ts_ns, e.ts_ns + i.wait AS end_ns FROM events e JOIN _waiting i ON e.event_id = i.id "
+                        "WHERE e.rank = ? AND e.device IS NOT NULL", [rank],
+                   {"_waiting": pa.table({"id": a["event_id"], "wait": a["wait_ns"]})})
+    device, ts, end = (np.asarray(got[c].to_numpy(), dtype=np.int64) for c in ("device", "ts_ns", "end_ns"))
+    return {int(d): [tuple(x) for x in union_array(ts[device == d], end[device == d]).tolist()] for d in np.unique(device)}
 
 
 def collective_waits(run: Run) -> dict:
