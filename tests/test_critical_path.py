@@ -542,7 +542,7 @@ def test_a_loop_without_steps_of_tiny_kernels_is_host_bound_over_its_span(tmp_pa
 
 @pytest.mark.parametrize("first_call, words", [
     ("cudaDeviceGetStreamPriorityRange", "host-bound (100%): runtime calls other than launches: cudaDeviceGetStreamPriorityRange 89%"),
-    ("cudaLaunchKernel", "host-bound (100%): launch overhead")])
+    ("cudaLaunchKernel", "host-bound (100%): a kernel's first launch, loading its code: cudaLaunchKernel 89%")])
 def test_a_scripts_first_cuda_call_is_named_not_called_launch_overhead(tmp_path, first_call, words):
     """A script's first CUDA call creates the device's context (cuda_alexnet_train: 29.9 s in
     cudaDeviceGetStreamPriorityRange under the first aten::to, then a copy and one add):
@@ -553,8 +553,9 @@ def test_a_scripts_first_cuda_call_is_named_not_called_launch_overhead(tmp_path,
 
     The span [0, 1011) µs ends with the kernel: 2 µs of it, 1 µs idle for its launch, then the host:
     runtime calls 900 + 10 + 4 µs, aten::to and aten::add outside them 94. The runtime calls were
-    89% (900 of 1011 µs) the first call: the words name it, not "launch overhead", unless it is
-    itself a launch (a first launch loading the module)."""
+    89% (900 of 1011 µs) the first call: the words name it, not "launch overhead". Where it is
+    itself a launch, one launch holding most of the runtime time is a kernel's first launch loading
+    its code (a one-off): the words say that, not "launch overhead" either."""
     events = [X("aten::to", "cpu_op", 0, 1000, **{"External id": 1}),
               X(first_call, "cuda_runtime", 5, 900, **{"External id": 1}),
               X("cudaMemcpyAsync", "cuda_runtime", 910, 10, correlation=1, **{"External id": 1}),
@@ -568,6 +569,21 @@ def test_a_scripts_first_cuda_call_is_named_not_called_launch_overhead(tmp_path,
                                                          "launch_overhead": 914 * US, "host_compute": 94 * US}
     assert o["top_category"] == "launch_overhead" and o["words"] == words
     assert f"bound: {words} (critical path over the span, no profiler steps: host 9%, runtime 90%)" in report_text
+
+
+def test_many_launches_are_launch_overhead(tmp_path):
+    """Ten adds of 10 µs, each launching a 1 µs kernel through an 8 µs cudaLaunchKernel: the span
+    [0, 100) µs has 80 µs of launches, none of them most of the rest (the one-off words are for one
+    call holding half): "launch overhead", the cost of every launch."""
+    events = []
+    for i in range(10):
+        t = 10 * i
+        events += [X("aten::add", "cpu_op", t, 10, **{"External id": i + 1}),
+                   X("cudaLaunchKernel", "cuda_runtime", t + 1, 8, correlation=i + 1, **{"External id": i + 1}),
+                   _k("elementwise_kernel", "kernel", i + 1, t + 9.5, 0.5)]
+    rank, bound, report_text, _ = _window_bound(tmp_path, events)
+    o = bound["overall"]
+    assert o["ns"]["launch_overhead"] == 80 * US and o["words"] == "host-bound (99%): launch overhead"
 
 
 def test_a_window_path_is_not_handed_over_as_the_steps_path(tmp_path):
@@ -638,6 +654,29 @@ def _gemm_chain(device_properties=None, kernels=("volta_sgemm_128x64_nn_{i}",) *
                    _k(kernels[i - 1].format(i=i), "kernel", i, 20 + 300 * (i - 1), 300)]
     events.append(X("cudaDeviceSynchronize", "cuda_runtime", 50, 875, correlation=9))
     return events
+
+
+def test_a_first_launch_under_a_device_bound_step_is_named_in_its_finding(tmp_path):
+    """One step of 1000 µs: aten::mm's first cudaLaunchKernel takes 200 µs (its kernel's code loaded),
+    its sgemm runs 600 µs while the host waits in a sync, then aten::add's launch of 4 µs and its 2 µs
+    kernel, and a sync to the step's end. The path: 600 µs of the sgemm (device-bound, 60%), 204 µs of launches,
+    200 of them that one call. The bound's words are the device's, so the launch finding's title says
+    what its time was: that first launch (98.0% of 204 µs), the advice a one-off's."""
+    events = [X("ProfilerStep#1", "user_annotation", 0, 1000),
+              X("aten::mm", "cpu_op", 10, 210, **{"External id": 1}),
+              X("cudaLaunchKernel", "cuda_runtime", 12, 200, correlation=1, **{"External id": 1}),
+              _k("volta_sgemm_128x64_nn", "kernel", 1, 213, 600),
+              X("cudaDeviceSynchronize", "cuda_runtime", 225, 589, correlation=8),
+              X("aten::add", "cpu_op", 815, 10, **{"External id": 2}),
+              X("cudaLaunchKernel", "cuda_runtime", 817, 4, correlation=2, **{"External id": 2}),
+              _k("elementwise_kernel", "kernel", 2, 822, 2),
+              X("cudaDeviceSynchronize", "cuda_runtime", 826, 174, correlation=9)]
+    _, found = _analyze(tmp_path, events)
+    (f,) = [f for f in found if f.evidence.values["class"] == "launch"]
+    assert f.evidence.values["charged_ns"] == 204 * US and f.evidence.values["one_off_ns"] == 200 * US
+    assert f.title.startswith("device-bound (60%): device compute; on the critical path: kernel launches 0.20 ms (20.4% of step "
+                              "time), 98.0% of it one call: a kernel's first launch, loading its code; heaviest: aten::mm 0.20 ms")
+    assert f.recommendation.startswith("One launch call of 0.20 ms holds 98.0% of this time")
 
 
 def _props(name, major, minor):

@@ -53,7 +53,7 @@ import numpy as np
 
 from ..fmt import duration
 from ..store import Run
-from ..vocab import DEVICE_WORK_SQL, charged_top_op, is_launch_call_name
+from ..vocab import DEVICE_WORK_SQL, charged_top_op, is_launch_call_name, is_sync_call_name
 from ._path_index import (  # noqa: F401 (the model's thresholds)
     F_COMM,
     F_INPUT,
@@ -1086,6 +1086,47 @@ def _name_the_calls(verdict: dict, calls: dict[str, int]) -> None:
     verdict["words"] = f"{verdict['words'].split(': ')[0]}: {NOT_LAUNCHES_WORDS}: {named}"
 
 
+ONE_OFF_LAUNCH_WORDS = "a kernel's first launch, loading its code"
+"""The verdict's words for `launch_overhead` when one launch call holds at least half of it over
+more than one call (`one_off_launch`): the first launch of a kernel loads its code (CUDA's lazy
+module loading, ROCm's code objects), a one-off, not the cost of every launch."""
+
+
+def one_off_launch(run: Run, path: Path, rows: np.ndarray | None = None) -> tuple[int | None, int, int]:
+    """A kernel's first launch loading its code, as the bound's words and the critical-path rule's
+    launch finding name it: over the path's launch rows (`launch_overhead`, a sync call's left out:
+    that is a wait, host_sync's) or those of them in the boolean mask `rows` (a step's), the call
+    the path charges most. (its event id, its charged ns, the rows' charged ns); the event id is None
+    unless that call holds at least half of the rows' time and they hold more than one call."""
+    info, pe = derived(run, path)
+    sync = np.fromiter((is_sync_call_name(n) for n in info.strs), dtype=bool, count=len(info.strs))
+    mask = (path.category == _LAUNCH_OVERHEAD) & ~sync[pe.name[pe.key]]
+    if rows is not None:
+        mask &= rows
+    if not mask.any():
+        return None, 0, 0
+    ids, inverse = np.unique(path.event_id[mask], return_inverse=True)
+    per = np.bincount(inverse, weights=path.ns[mask])
+    total, i = int(path.ns[mask].sum()), int(np.argmax(per))
+    longest = int(per[i])
+    one = int(ids[i]) >= 0 and len(ids) > 1 and 2 * longest >= total
+    return (int(ids[i]) if one else None), longest, total
+
+
+def _name_the_one_off(run: Run, path: Path, verdict: dict, rows: np.ndarray | None) -> None:
+    """A verdict whose top category is `launch_overhead`, mostly launches (its words not changed by
+    `_name_the_calls`), one call of which holds at least half (`one_off_launch`): its words say so
+    (ONE_OFF_LAUNCH_WORDS, the call's name and its share of the time), not "launch overhead", which
+    reads as the cost of many launches (rocm_mi250_train: one hipLaunchKernel of 6.54 ms in 9.34 ms)."""
+    event_id, longest, _ = one_off_launch(run, path, rows)
+    if event_id is None or not verdict["dur_ns"] or NOT_LAUNCHES_WORDS in verdict["words"]:
+        return
+    info, pe = derived(run, path)
+    at = np.flatnonzero(pe.event_id == event_id)
+    name = info.strs[int(pe.name[at[0]])] if len(at) else "?"
+    verdict["words"] = f"{verdict['words'].split(': ')[0]}: {ONE_OFF_LAUNCH_WORDS}: {name or '?'} {100 * longest / verdict['dur_ns']:.0f}%"
+
+
 def _runtime_calls(run: Run, path: Path, step: np.ndarray, n_steps: int) -> list[dict[str, int]]:
     """Per step (`step`: each row's step code, of `n_steps`) the ns charged to each runtime call by
     name (`launch_overhead` rows), for the verdict's words."""
@@ -1146,14 +1187,17 @@ def bound(run: Run, rank: int) -> dict:
     overall = {"dur_ns": total, "ns": total_by_cat, **_verdict(total_by_cat, total), "unrecorded_ns": unrecorded, "over": over}
     if any(v["top_category"] == "launch_overhead" for v in (*steps, overall)):  # which runtime calls it was
         calls = _runtime_calls(run, path, step, len(step_nos))
-        for v, per in ((v, c) for v, c in zip(steps, calls) if v["top_category"] == "launch_overhead"):
-            _name_the_calls(v, per)
+        for i, (v, per) in enumerate(zip(steps, calls)):
+            if v["top_category"] == "launch_overhead":
+                _name_the_calls(v, per)
+                _name_the_one_off(run, path, v, step == i)
         if overall["top_category"] == "launch_overhead":
             every: dict[str, int] = {}
             for per in calls:
                 for name, v in per.items():
                     every[name] = every.get(name, 0) + v
             _name_the_calls(overall, every)
+            _name_the_one_off(run, path, overall, None)
     if total and unrecorded * 2 >= total:  # most of the steps' time is after everything the trace holds: no bound to read
         overall["words"] = (f"not recorded ({100 * unrecorded / total:.0f}%): the steps run on {duration(unrecorded)} after "
                             "the last event the trace holds")

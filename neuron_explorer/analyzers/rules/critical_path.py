@@ -362,7 +362,7 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
             stretches: tuple[int, list[tuple[str, int]]] = (0, []), attention: list[dict] = (), path_ns: int = 0,
             attention_parts: dict[str, list[dict]] | None = None) -> str:
     """The class's advice. `one_off_ns`: the launch class's one-off, the ns the path charges the one
-    call that holds most of it (`_one_off`: a kernel's first launch loading its code), 0 for none.
+    call that holds most of it (`critical_path.one_off_launch`: a kernel's first launch loading its code), 0 for none.
     `has_modules`: the rank's path items carry nn.Module paths (so Python without one is outside the model).
     `unrecorded_ns`: host time charged to no event after the last event the trace holds (critical_path.unrecorded_by_step, in the bound's steps).
     `stretches`: the host time in long stretches and the names holding it (`_long_stretches`).
@@ -593,29 +593,6 @@ def _long_stretches(run, path) -> tuple[int, list[tuple[str, int]]]:
     return int(per.sum()), by_name
 
 
-def _longest_event(path, category: str) -> tuple[int | None, int]:
-    """(event id, ns) of the event of `category` the path charges most (over all its segments and
-    steps); (None, 0) when there is none."""
-    import numpy as np
-
-    mask = (path.category == cp.CATEGORIES.index(category)) & (path.event_id >= 0)
-    if not mask.any():
-        return None, 0
-    ids, inverse = np.unique(path.event_id[mask], return_inverse=True)
-    per = np.bincount(inverse, weights=path.ns[mask])
-    i = int(np.argmax(per))
-    return int(ids[i]), int(per[i])
-
-
-def _one_off(members: list[dict], path) -> tuple[int | None, int]:
-    """The launch class's one-off: (event id, charged ns) of the launch call the path charges most
-    where it holds at least half of the class (`members`) over more than one call (a kernel's first
-    launch loading its code), else (None, longest's ns)."""
-    event_id, longest = _longest_event(path, "launch_overhead")
-    charged, events = sum(m["charged_ns"] for m in members), sum(m["events"] for m in members)
-    return (event_id if longest * 2 >= charged and events > 1 else None), longest
-
-
 def one_off_launch(ctx: Context) -> tuple[int, int] | None:
     """The rank's one-off launch as this rule's launch finding names it (`one_off_ns`): (event id,
     charged ns) when the launch class holds at least CLASS_SHARE_MIN of the path and one call holds
@@ -626,7 +603,7 @@ def one_off_launch(ctx: Context) -> tuple[int, int] | None:
         if not len(path):
             return None
         classes = _classes(ctx.run, path)
-        _keep_one_off(path, classes, _ranked(classes))
+        _keep_one_off(ctx.run, path, classes, _ranked(classes))
     return path._derived["one_off_launch"]
 
 
@@ -649,11 +626,13 @@ def _ranked(classes: dict[str, list[dict]]) -> list[tuple[str, list[dict]]]:
     return sorted(classes.items(), key=lambda kv: (-sum(m["charged_ns"] for m in kv[1]), kv[0]))[:THRESHOLDS["MAX_CLASSES"]]
 
 
-def _keep_one_off(path, classes: dict[str, list[dict]], ranked: list[tuple[str, list[dict]]]) -> tuple[int | None, int]:
-    """`_one_off` of the launch class, kept with the path for `one_off_launch`: None there unless
-    the check names the class (among the heaviest, `ranked`, and CLASS_SHARE_MIN of the path)."""
+def _keep_one_off(run, path, classes: dict[str, list[dict]], ranked: list[tuple[str, list[dict]]]) -> tuple[int | None, int]:
+    """The path's one-off launch (`critical_path.one_off_launch`, the bound's words' definition: one
+    call holding at least half of the launch rows, a kernel's first launch loading its code), kept
+    with the path for `one_off_launch`: None there unless the check names the launch class (among
+    the heaviest, `ranked`, and CLASS_SHARE_MIN of the path)."""
     members = classes.get("launch", [])
-    event_id, longest = _one_off(members, path) if members else (None, 0)
+    event_id, longest, _ = cp.one_off_launch(run, path) if members else (None, 0, 0)
     total = int(path.ns.sum())
     named = any(cls == "launch" for cls, _ in ranked)
     reported = named and _at_least_share(members, total)
@@ -713,7 +692,7 @@ def check(ctx: Context) -> list:
     classes = _classes(ctx.run, path)  # heaviest first: each class's members stay in that order
     has_modules = any(it["module_path"] is not None for members in classes.values() for it in members)
     ranked = _ranked(classes)
-    one_off_id, longest = _keep_one_off(path, classes, ranked)
+    one_off_id, longest = _keep_one_off(ctx.run, path, classes, ranked)
     parquet = f"read_parquet({sql_file_literal(ctx.run.path / 'analysis' / 'critical_path.parquet')})"
     arch = None
     out = []
@@ -756,6 +735,8 @@ def check(ctx: Context) -> list:
         # (a normalisation class most of which is hand-written attention's softmax says so: that is its cause and its fix)
         of_it = (f", {pct(attention_ns / charged)} of it the softmax of hand-written attention"
                  if cls == "norm" and attention_ns * 2 >= charged > 0 else "")
+        if one_off and cp.ONE_OFF_LAUNCH_WORDS not in bound["overall"]["words"]:  # (where the bound's words do not say it)
+            of_it = f", {pct(min(1.0, longest / charged))} of it one call: {cp.ONE_OFF_LAUNCH_WORDS}"
         out.append(ctx.finding(
             title=_title(bound["overall"]["words"], _class_words(cls, shown), recorded, left_out, total) + f"{of_it}; heaviest: {heaviest}",
             impact_ns=recorded, saving_bound_ns=min(recorded, cp.saving_bound(ctx.run, ctx.rank, merged)),
