@@ -39,8 +39,14 @@ def test_short_summary_fits_and_has_no_null(trace):
         assert r["span_ns"] == s["span_ns"] and r["analysed_ns"] == s["analysed_ns"]
         if "steps" in r:
             assert r["steps"]["p50_ns"] == s["steps"]["p50_ns"] and r["steps"]["count"] == s["steps"]["count"]
-        assert [(d["device"], d.get("busy_ns", 0), d.get("comm_exposed_ns", 0)) for d in r.get("devices", [])] == \
-               [(d["device"], d["busy_ns"], d["comm_exposed_ns"]) for d in s["devices"]]
+        # a device's idle and exposed communication are over the analysed window, as the findings' (device time's)
+        in_window = {d["device"]: d for d in s.get("device_time") or []}
+        assert [(d["device"], d.get("busy_ns", 0), d.get("idle_ns", 0), d.get("comm_exposed_ns", 0)) for d in r.get("devices", [])] == \
+               [(d["device"], d["busy_ns"], in_window[d["device"]]["idle_ns"], in_window[d["device"]]["communication_ns"])
+                if d["device"] in in_window else (d["device"], d["busy_ns"], d["idle_ns"], d["comm_exposed_ns"]) for d in s["devices"]]
+        exposed = {f["location"]["device"]: f["evidence"]["values"]["communication_ns"] for f in report["findings"]
+                   if f["rule_id"] == "comm-exposed" and f["location"].get("rank") == r["rank"] and "communication_ns" in f["evidence"]["values"]}
+        assert all(d["comm_exposed_ns"] == exposed[d["device"]] for d in r.get("devices", []) if d["device"] in exposed)
     assert out["findings"] == len(report["findings"])
 
 

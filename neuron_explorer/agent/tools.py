@@ -181,7 +181,8 @@ class AgentRuns:
 
     def summary(self, run: str | None = None, detail: str = "short") -> dict:
         """A run's summary in under 4,000 characters: per rank its events, steps (count, p50/mean/max, cv), devices
-        (busy, idle, kernel, memcpy, communication and its exposed part, the 2 heaviest kernels), what bounds the steps,
+        (busy, kernel, memcpy and communication totals; idle and exposed communication over the rank's analysed window,
+        the findings' figures, `window`: 'analysed'; the 2 heaviest kernels), what bounds the steps,
         utilisation (MFU, the share of kernel time with counted FLOPs, the heaviest kernels with FLOPs), top operators
         and source lines; the number of findings and the top 3; warnings.
         Figures are the analyzer's summary (docs/METRICS.md), fields without a value are left out. detail='full':
@@ -593,6 +594,20 @@ def _slowest_and_fastest(infos: list[dict], by_rank: dict[int, dict], slowest: i
     return order[:slowest] + order[-1:]
 
 
+def _device_figures(d: dict, t: dict | None) -> dict:
+    """A device's figures in the short summary: its busy time and totals (kernels, copies, collectives:
+    the summary's `devices[]`), and its window, idle and exposed communication over the rank's analysed
+    window where the summary has the device's time there (`device_time[]`: the window every finding's
+    share is of, so `comm_exposed_ns` and `idle_ns` are comm-exposed's and device-idle's figures; else the
+    device's own window, first to last device event). `window` says which."""
+    out = {k: d.get(k) for k in ("busy_ns", "kernel_ns", "memcpy_ns", "comm_ns") if d.get(k)}
+    if t is not None:
+        out.update(window="analysed", window_ns=t.get("window_ns"), idle_ns=t.get("idle_ns"), comm_exposed_ns=t.get("communication_ns"))
+    else:
+        out.update(window="device", window_ns=d.get("window_ns"), idle_ns=d.get("idle_ns"), comm_exposed_ns=d.get("comm_exposed_ns"))
+    return {k: v for k, v in out.items() if v}
+
+
 def _short_rank(info: dict, s: dict | None) -> dict:
     """One rank of the short summary: run_info's counts and the analyzer summary's figures (`s`), picked."""
     names = {d.get("device"): d.get("name") for d in info.get("devices") or []}
@@ -610,12 +625,11 @@ def _short_rank(info: dict, s: dict | None) -> dict:
         out["steps"] = {k: st.get(k) for k in ("count", "steady_count", "p50_ns", "mean_ns", "max_ns")}
         out["steps"]["cv"] = round(st["cv"], 3) if st.get("cv") is not None else None
         out["steps"]["left_out"] = [x.get("step") for x in st.get("left_out") or []]
-    heaviest = {d["device"]: d.get("top_kernels") or [] for d in s.get("device_time") or []}
-    out["devices"] = [{"device": d["device"], "name": names.get(d["device"]),
-                       **{k: d.get(k) for k in ("busy_ns", "window_ns", "idle_ns", "kernel_ns", "memcpy_ns", "comm_ns", "comm_exposed_ns")
-                          if d.get(k)},
+    in_window = {d["device"]: d for d in s.get("device_time") or []}
+    out["devices"] = [{"device": d["device"], "name": names.get(d["device"]), **_device_figures(d, in_window.get(d["device"])),
                        "top_kernels": [{"kernel": k.get("kernel"), "dur_ns": k.get("dur_ns")}
-                                       for k in heaviest.get(d["device"], [])[:2]]} for d in s.get("devices") or []]
+                                       for k in (in_window.get(d["device"]) or {}).get("top_kernels", [])[:2]]}
+                      for d in s.get("devices") or []]
     if s.get("comm_cpu_ns"):
         out["comm_cpu_ns"] = s["comm_cpu_ns"]
         if not s.get("devices"):  # a CPU rank's exposed communication (a device rank's is its devices')
