@@ -586,6 +586,35 @@ def test_many_launches_are_launch_overhead(tmp_path):
     assert o["ns"]["launch_overhead"] == 80 * US and o["words"] == "host-bound (99%): launch overhead"
 
 
+@pytest.mark.parametrize("late_us, words, cause", [
+    (3000, "idle-bound (100%): device work queued behind work the trace does not show",
+     "queued after its launch behind work the trace does not show"),
+    (900, "idle-bound (99%): device idle", "waiting for its launch")])
+def test_a_kernel_queued_long_after_its_launch_waited_behind_unseen_work(tmp_path, late_us, words, cause):
+    """An inference server's scheduler (mi300x_sglang_qwen3_decode's shape): its stream waits on an
+    event (cudaStreamWaitEvent at 8 µs) of work launched before the trace began; aten::add's launch
+    returns at 14 µs and the kernel starts `late_us` later (2 µs), while the host waits in a sync.
+    Nothing the trace holds ran on the device meanwhile. The span [8, 16 + late_us) µs: the kernel 2 µs,
+    the gap, the launch's 2 µs, aten::add's 2 µs before it and the wait call's 2 µs. A gap of 1 ms or more after the launch returned is no launch
+    latency: its cause and the bound's words say the work waited behind work the trace does not show;
+    a shorter one stays a device idle waiting for its launch."""
+    events = [X("cudaStreamWaitEvent", "cuda_runtime", 8, 2),
+              X("aten::add", "cpu_op", 10, 6, **{"External id": 1}),
+              X("cudaLaunchKernel", "cuda_runtime", 12, 2, correlation=1, **{"External id": 1}),
+              _k("elementwise_kernel", "kernel", 1, 14 + late_us, 2),
+              X("cudaDeviceSynchronize", "cuda_runtime", 16, late_us, correlation=9)]
+    rank, bound, report_text, run_dir = _window_bound(tmp_path, events)
+    o = bound["overall"]
+    assert o["dur_ns"] == rank["analysed_ns"] == (late_us + 8) * US
+    assert {c: ns for c, ns in o["ns"].items() if ns} == {"device_compute": 2 * US, "idle": late_us * US,
+                                                         "launch_overhead": 4 * US, "host_compute": 2 * US}
+    assert o["words"] == words and f"bound: {words} (critical path over the span" in report_text
+    with open_run(run_dir) as run:
+        path = cp.window_path(run, 0)
+        (idle,) = [path.causes[c] for c, k in zip(path.cause, path.category) if k == cp.CATEGORIES.index("idle")]
+    assert idle == cause
+
+
 def test_a_window_path_is_not_handed_over_as_the_steps_path(tmp_path):
     """The dashboard's analysis child hands the paths it computed to the server (computed_paths ->
     adopt_paths), which reads them as each rank's steps' path: a stepless rank's window path must not

@@ -1191,6 +1191,13 @@ def test_a_sync_waiting_while_no_device_runs_is_named_a_wait_on_unseen_work(trac
     assert f["evidence"]["values"]["waits_device_idle_ns"] == unseen
     assert f["recommendation"].startswith(f"For {unseen / 1e6:,.2f} ms of the {(wait[1] - wait[0]) / 1e6:,.2f} ms the host waited (")
     assert "no device of this rank ran anything the trace holds" in f["recommendation"] and ".item()" not in f["recommendation"]
+    # the bound: the device was not seen idle for want of work. Its first kernel, launched at 0.12 ms after the stream's
+    # hipStreamWaitEvent, started 463 ms later behind work the trace does not hold (the batch launched before it began)
+    (first,) = [e for e in raw.of(DEVICE_CATS) if raw.iv(e)[0] > wait[0] and raw.iv(e)[0] == min(raw.iv(d)[0] for d in raw.of(DEVICE_CATS)
+                                                                                                      if raw.iv(d)[0] > wait[0])]
+    assert raw.iv(first)[0] - wait[0] > 0.99 * (wait[1] - wait[0])
+    assert report["summary"]["ranks"][0]["bound"]["overall"]["words"] == (
+        "idle-bound (98%): device work queued behind work the trace does not show")
     # what is inside it: the copies on the rank, an aten::copy_ inside another one its child, not a
     # second root (counted twice, the roots were 926.20 ms in a 473.83 ms trace); by the raw JSON,
     # the summed time of the copies no other copy on their thread holds

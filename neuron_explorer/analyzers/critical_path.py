@@ -97,6 +97,16 @@ WAITING_IN_COPY = "the host waiting in a blocking copy for the device"
 """The cause of host time inside a blocking copy (a memcpy call that returns after its own copy) before
 that copy ran: the path came back to the host there (from device work with no recorded launch, or
 launched by another thread), and the host was waiting on the device, not running code."""
+UNSEEN_QUEUE = "queued after its launch behind work the trace does not show"
+"""The cause of an idle gap of at least UNSEEN_QUEUE_MIN_NS on the path before device work whose
+launch had returned and whose stream's recorded work had ended, with no kernel running on the device:
+nothing the trace holds kept it from starting. It waited behind work the trace does not show (a
+stream waiting on an event of work launched before the trace began, a graph's nodes, another
+process, events the profiler dropped). Short gaps stay `waiting for its launch` (launch latency)."""
+UNSEEN_QUEUE_MIN_NS = 1_000_000
+"""An idle gap after a launch returned at least this long is UNSEEN_QUEUE: a launch's latency is tens
+of µs."""
+_LAUNCH_GAP = "waiting for its launch"
 _COMM_WHILE_WAITING = "a collective ran on another stream while the path's device work waited"
 _KERNEL_WHILE_WAITING = "a kernel ran on another stream while the path's device work waited"
 
@@ -183,7 +193,7 @@ class _Walker:
             return t, -1
         ready, how, p = pred
         if ready < t:
-            cause = ("waiting for its launch" if how == "launch" else
+            cause = (_LAUNCH_GAP if how == "launch" else
                      "gap after the previous work on its stream" if how == "stream" else f"waiting for {how}")
             code = self.causes.setdefault(cause, len(self.causes))
             lo = ready if ready > start else start
@@ -393,6 +403,26 @@ def _not_idle(index: RankIndex, covers: list, rows: tuple) -> tuple:
     return rows
 
 
+def _unseen_queues(w: _Walker, index: RankIndex, rows: tuple) -> tuple:
+    """A step's rows (after `_not_idle`) with each idle row of the launch gap's cause at least
+    UNSEEN_QUEUE_MIN_NS long that starts after the launch returned (not inside a blocking call, which
+    ran the copy itself) given the cause UNSEEN_QUEUE."""
+    ts, ns, ev, cat, cause = rows
+    code = w.causes.get(_LAUNCH_GAP)
+    if code is None:
+        return rows
+    long_ = np.flatnonzero((cat == _IDLE) & (cause == code) & (ns >= UNSEEN_QUEUE_MIN_NS))
+    if not len(long_):
+        return rows
+    launch = np.asarray(index.launch)[ev[long_]]
+    after = (launch >= 0) & (ts[long_] >= np.asarray(index.end)[np.maximum(launch, 0)])
+    if not after.any():
+        return rows
+    cause = cause.copy()
+    cause[long_[after]] = w.causes.setdefault(UNSEEN_QUEUE, len(w.causes))
+    return ts, ns, ev, cat, cause
+
+
 def _busy_not_idle(index: RankIndex, cover: dict, category: int, code: int, ts, ns, ev, cat, cause):
     """A step's rows with each idle row's time during which a kernel of `cover` ran on its device
     (any stream) charged to that kernel as `category`, cause `code` (docs/METRICS.md "Device time":
@@ -578,7 +608,7 @@ def _native_walks(index: RankIndex, steps: list, causes: dict):
         values, first = np.unique(raw[device], return_index=True)
         lut = {}
         for v in values[np.argsort(first, kind="stable")].tolist():
-            text = ("waiting for its launch" if v == -1 else "gap after the previous work on its stream" if v == -2
+            text = (_LAUNCH_GAP if v == -1 else "gap after the previous work on its stream" if v == -2
                     else f"waiting for stream {-10 - v}")
             lut[v] = causes.setdefault(text, len(causes))
         raw[device] = np.array([lut[v] for v in values.tolist()], dtype=np.int64)[np.searchsorted(values, raw[device])]
@@ -606,7 +636,7 @@ def _walked(run: Run, rank: int, steps: list, native: bool) -> Path:
                 walked[k] = None
             else:
                 ts_, ns, ev, cat, cause = _step_rows(w, *w.walk(int(ts), int(ts) + int(dur), index.track_of.get((pid, tid)), *at))
-            ts_, ns, ev, cat, cause = _not_idle(index, covers, (ts_, ns, ev, cat, cause))
+            ts_, ns, ev, cat, cause = _unseen_queues(w, index, _not_idle(index, covers, (ts_, ns, ev, cat, cause)))
             has = ev >= 0  # rows -> event ids and statements, step by step (the index goes before the columns are joined)
             ev_id = np.where(has, index.ids[np.where(has, ev, 0)], -1) if index.n else np.full(len(ev), -1, dtype=np.int64)
             frame = np.where(has, index.frame[np.where(has, ev, 0)], NONE) if index.n else np.full(len(ev), NONE, dtype=np.int64)
@@ -1127,6 +1157,26 @@ def _name_the_one_off(run: Run, path: Path, verdict: dict, rows: np.ndarray | No
     verdict["words"] = f"{verdict['words'].split(': ')[0]}: {ONE_OFF_LAUNCH_WORDS}: {name or '?'} {100 * longest / verdict['dur_ns']:.0f}%"
 
 
+UNSEEN_QUEUE_WORDS = "device work queued behind work the trace does not show"
+"""The verdict's words for `idle` when at least half of it is UNSEEN_QUEUE: the device was not seen
+idle for want of work (its work had been launched) but for something the trace does not hold
+(mi300x_sglang_qwen3_decode: 463.25 ms of 473.83 behind a stream's wait on an event of the batch
+launched before the trace began)."""
+
+
+def _name_the_unseen(path: Path, verdict: dict, rows: np.ndarray | None) -> None:
+    """A verdict whose top category is `idle`, at least half of it UNSEEN_QUEUE (within the boolean
+    mask `rows`, a step's, or the whole path): its words say UNSEEN_QUEUE_WORDS, not "device idle"."""
+    if UNSEEN_QUEUE not in path.causes:
+        return
+    idle = path.category == _IDLE
+    if rows is not None:
+        idle &= rows
+    unseen = int(path.ns[idle & (path.cause == path.causes.index(UNSEEN_QUEUE))].sum())
+    if unseen and 2 * unseen >= int(path.ns[idle].sum()):
+        verdict["words"] = f"{verdict['words'].split(': ')[0]}: {UNSEEN_QUEUE_WORDS}"
+
+
 def _runtime_calls(run: Run, path: Path, step: np.ndarray, n_steps: int) -> list[dict[str, int]]:
     """Per step (`step`: each row's step code, of `n_steps`) the ns charged to each runtime call by
     name (`launch_overhead` rows), for the verdict's words."""
@@ -1198,6 +1248,11 @@ def bound(run: Run, rank: int) -> dict:
                     every[name] = every.get(name, 0) + v
             _name_the_calls(overall, every)
             _name_the_one_off(run, path, overall, None)
+    for i, v in enumerate(steps):
+        if v["top_category"] == "idle":
+            _name_the_unseen(path, v, step == i)
+    if overall["top_category"] == "idle":
+        _name_the_unseen(path, overall, None)
     if total and unrecorded * 2 >= total:  # most of the steps' time is after everything the trace holds: no bound to read
         overall["words"] = (f"not recorded ({100 * unrecorded / total:.0f}%): the steps run on {duration(unrecorded)} after "
                             "the last event the trace holds")
