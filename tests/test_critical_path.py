@@ -588,7 +588,7 @@ def test_many_launches_are_launch_overhead(tmp_path):
 
 @pytest.mark.parametrize("late_us, words, cause", [
     (3000, "idle-bound (100%): device work queued behind work the trace does not show",
-     "queued after its launch behind work the trace does not show"),
+     "waiting behind work the trace does not show"),
     (900, "idle-bound (99%): device idle", "waiting for its launch")])
 def test_a_kernel_queued_long_after_its_launch_waited_behind_unseen_work(tmp_path, late_us, words, cause):
     """An inference server's scheduler (mi300x_sglang_qwen3_decode's shape): its stream waits on an
@@ -613,6 +613,29 @@ def test_a_kernel_queued_long_after_its_launch_waited_behind_unseen_work(tmp_pat
         path = cp.window_path(run, 0)
         (idle,) = [path.causes[c] for c, k in zip(path.cause, path.category) if k == cp.CATEGORIES.index("idle")]
     assert idle == cause
+
+
+@pytest.mark.parametrize("copy_beside, cause", [(False, "waiting behind work the trace does not show"),
+                                                 (True, "gap after the previous work on its stream")])
+def test_a_graphs_node_that_waits_with_nothing_running_waited_behind_unseen_work(tmp_path, copy_beside, cause):
+    """a100_train_blocking_dtoh's shape: a CUDA graph launched at 10 µs runs a kernel on stream 7 at
+    20-30 µs, then its memset at 3,030 µs: 3 ms after the stream's previous work, with nothing the
+    trace holds running on the device (a graph's dependency the trace does not show), while the host
+    waits in a blocking copy. That gap's cause is the unseen work. With a copy running on another
+    stream through the gap (work the trace shows, which the memset may have waited for), it stays
+    the stream's gap."""
+    events = [X("ProfilerStep#1", "user_annotation", 0, 3100),
+              X("cudaGraphLaunch", "cuda_runtime", 10, 5, correlation=1),
+              _k("elementwise_kernel", "kernel", 1, 20, 10),
+              _k("Memset (Device)", "gpu_memset", 1, 3030, 2),
+              X("aten::to", "cpu_op", 20, 3060, **{"External id": 5}),
+              X("cudaMemcpyAsync", "cuda_runtime", 21, 3058, correlation=5, **{"External id": 5}),
+              _k("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 5, 3070, 5)]
+    if copy_beside:
+        events.append(_k("Memcpy HtoD (Pinned -> Device)", "gpu_memcpy", 9, 40, 2990, stream=9))
+    _, path, _ = _path(tmp_path, events)
+    idle = [r for r in path if r["category"] == "idle" and r["charged_ns"] >= 1000 * US]
+    assert [(r["ts_ns"], r["charged_ns"], r["cause"]) for r in idle] == [(30 * US, 3000 * US, cause)]
 
 
 def test_a_window_path_is_not_handed_over_as_the_steps_path(tmp_path):

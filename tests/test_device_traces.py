@@ -1174,6 +1174,15 @@ def test_idle_gaps_the_host_spent_waiting_on_the_device_are_no_host_work_to_move
                                           f"for {waited / 1e6:,.2f} ms of {total / 1e6:,.2f} ms, while the trace shows nothing running on it")
     assert f["evidence"]["values"]["waited_in_gaps_ns"] == waited
     assert "Move host work out of the step" not in f["recommendation"] and "Keep the device fed" not in f["recommendation"]
+    # the critical path runs through those gaps (a CUDA graph's nodes waiting, 64 ms at a time, with nothing on the device):
+    # their idle is work waiting behind work the trace does not show, and so is the bound's reading, not "device idle"
+    run_dir, _, _ = traces(A100)
+    with open_run(run_dir) as run:
+        path = cp.path_of(run, 0)
+    unseen = path.ns[path.cause == path.causes.index(cp.UNSEEN_QUEUE)]
+    assert sorted(unseen.tolist(), reverse=True)[:3] == sorted((t - s for s, t in top), reverse=True)
+    assert report["summary"]["ranks"][0]["bound"]["overall"]["words"] == (
+        "idle-bound (64%): device work queued behind work the trace does not show")
 
 
 def test_a_sync_waiting_while_no_device_runs_is_named_a_wait_on_unseen_work(traces):

@@ -53,7 +53,7 @@ import numpy as np
 
 from ..fmt import duration
 from ..store import Run
-from ..vocab import DEVICE_WORK_SQL, charged_top_op, is_launch_call_name, is_sync_call_name
+from ..vocab import DEVICE_WORK_KINDS, DEVICE_WORK_SQL, charged_top_op, is_launch_call_name, is_sync_call_name
 from ._path_index import (  # noqa: F401 (the model's thresholds)
     F_COMM,
     F_INPUT,
@@ -97,16 +97,20 @@ WAITING_IN_COPY = "the host waiting in a blocking copy for the device"
 """The cause of host time inside a blocking copy (a memcpy call that returns after its own copy) before
 that copy ran: the path came back to the host there (from device work with no recorded launch, or
 launched by another thread), and the host was waiting on the device, not running code."""
-UNSEEN_QUEUE = "queued after its launch behind work the trace does not show"
-"""The cause of an idle gap of at least UNSEEN_QUEUE_MIN_NS on the path before device work whose
-launch had returned and whose stream's recorded work had ended, with no kernel running on the device:
-nothing the trace holds kept it from starting. It waited behind work the trace does not show (a
-stream waiting on an event of work launched before the trace began, a graph's nodes, another
-process, events the profiler dropped). Short gaps stay `waiting for its launch` (launch latency)."""
+UNSEEN_QUEUE = "waiting behind work the trace does not show"
+"""The cause of an idle gap of at least UNSEEN_QUEUE_MIN_NS on the path before device work that was
+ready by everything the trace holds: its launch had returned (not a blocking call running its own
+copy) or it followed the previous work on its stream, and no device event of any kind ran on the
+device meanwhile. It waited behind work the trace does not show: a stream waiting on an event of
+work launched before the trace began, a CUDA/HIP graph's dependencies, another process, events the
+profiler dropped. Short gaps keep their cause (`waiting for its launch`: a launch's latency; `gap
+after the previous work on its stream`)."""
 UNSEEN_QUEUE_MIN_NS = 1_000_000
-"""An idle gap after a launch returned at least this long is UNSEEN_QUEUE: a launch's latency is tens
-of µs."""
+"""An idle gap at least this long before ready device work is UNSEEN_QUEUE: a launch's latency, or
+the step from one kernel to the next on a stream, is µs."""
+_WORK_KINDS = [KINDS.index(k) for k in DEVICE_WORK_KINDS]
 _LAUNCH_GAP = "waiting for its launch"
+_STREAM_GAP = "gap after the previous work on its stream"
 _COMM_WHILE_WAITING = "a collective ran on another stream while the path's device work waited"
 _KERNEL_WHILE_WAITING = "a kernel ran on another stream while the path's device work waited"
 
@@ -194,7 +198,7 @@ class _Walker:
         ready, how, p = pred
         if ready < t:
             cause = (_LAUNCH_GAP if how == "launch" else
-                     "gap after the previous work on its stream" if how == "stream" else f"waiting for {how}")
+                     _STREAM_GAP if how == "stream" else f"waiting for {how}")
             code = self.causes.setdefault(cause, len(self.causes))
             lo = ready if ready > start else start
             segs += (lo, t - lo, dev, _IDLE << 32 | code)
@@ -403,23 +407,33 @@ def _not_idle(index: RankIndex, covers: list, rows: tuple) -> tuple:
     return rows
 
 
-def _unseen_queues(w: _Walker, index: RankIndex, rows: tuple) -> tuple:
-    """A step's rows (after `_not_idle`) with each idle row of the launch gap's cause at least
-    UNSEEN_QUEUE_MIN_NS long that starts after the launch returned (not inside a blocking call, which
-    ran the copy itself) given the cause UNSEEN_QUEUE."""
+def _unseen_queues(w: _Walker, index: RankIndex, anything: dict, rows: tuple) -> tuple:
+    """A step's rows (after `_not_idle`) with each idle row of UNSEEN_QUEUE_MIN_NS or more before ready
+    device work given the cause UNSEEN_QUEUE: its cause the launch's gap (starting after the launch
+    returned: a blocking call runs its own copy) or the stream's, and no device event of `anything`
+    (`_cover` of every device event) running on its device during it (a copy on another stream it
+    waited for is work the trace shows)."""
     ts, ns, ev, cat, cause = rows
-    code = w.causes.get(_LAUNCH_GAP)
-    if code is None:
+    codes = [c for c in (w.causes.get(_LAUNCH_GAP), w.causes.get(_STREAM_GAP)) if c is not None]
+    if not codes:
         return rows
-    long_ = np.flatnonzero((cat == _IDLE) & (cause == code) & (ns >= UNSEEN_QUEUE_MIN_NS))
+    long_ = np.flatnonzero((cat == _IDLE) & np.isin(cause, codes) & (ns >= UNSEEN_QUEUE_MIN_NS))
     if not len(long_):
         return rows
     launch = np.asarray(index.launch)[ev[long_]]
-    after = (launch >= 0) & (ts[long_] >= np.asarray(index.end)[np.maximum(launch, 0)])
-    if not after.any():
+    ok = (cause[long_] != w.causes.get(_LAUNCH_GAP, -1)) | ((launch >= 0) & (ts[long_] >= np.asarray(index.end)[np.maximum(launch, 0)]))
+    device = np.frombuffer(index.device, dtype=np.int64)[ev[long_]]
+    for d, (starts, far, _who) in anything.items():  # (a row no device event overlaps: `_busy_not_idle`'s test)
+        on = np.flatnonzero(device == d)
+        if len(on):
+            lo, hi = ts[long_[on]], ts[long_[on]] + ns[long_[on]]
+            i = np.searchsorted(starts, lo, side="right") - 1
+            nxt = np.minimum(i + 1, len(starts) - 1)
+            ok[on] &= ~(((i >= 0) & (far[np.maximum(i, 0)] > lo)) | ((i + 1 < len(starts)) & (starts[nxt] < hi)))
+    if not ok.any():
         return rows
     cause = cause.copy()
-    cause[long_[after]] = w.causes.setdefault(UNSEEN_QUEUE, len(w.causes))
+    cause[long_[ok]] = w.causes.setdefault(UNSEEN_QUEUE, len(w.causes))
     return ts, ns, ev, cat, cause
 
 
@@ -608,7 +622,7 @@ def _native_walks(index: RankIndex, steps: list, causes: dict):
         values, first = np.unique(raw[device], return_index=True)
         lut = {}
         for v in values[np.argsort(first, kind="stable")].tolist():
-            text = (_LAUNCH_GAP if v == -1 else "gap after the previous work on its stream" if v == -2
+            text = (_LAUNCH_GAP if v == -1 else _STREAM_GAP if v == -2
                     else f"waiting for stream {-10 - v}")
             lut[v] = causes.setdefault(text, len(causes))
         raw[device] = np.array([lut[v] for v in values.tolist()], dtype=np.int64)[np.searchsorted(values, raw[device])]
@@ -629,6 +643,7 @@ def _walked(run: Run, rank: int, steps: list, native: bool) -> Path:
         w = _Walker(index)
         parts = []
         covers = _covers_of(w, index)
+        anything = _cover(index, np.flatnonzero(np.isin(np.asarray(index.kind), _WORK_KINDS))) if index.n else {}
         walked = _native_walks(index, steps, w.causes) if native else None
         for k, (step, ts, dur, _eid, pid, tid, *at) in enumerate(steps):
             if walked is not None:
@@ -636,7 +651,7 @@ def _walked(run: Run, rank: int, steps: list, native: bool) -> Path:
                 walked[k] = None
             else:
                 ts_, ns, ev, cat, cause = _step_rows(w, *w.walk(int(ts), int(ts) + int(dur), index.track_of.get((pid, tid)), *at))
-            ts_, ns, ev, cat, cause = _unseen_queues(w, index, _not_idle(index, covers, (ts_, ns, ev, cat, cause)))
+            ts_, ns, ev, cat, cause = _unseen_queues(w, index, anything, _not_idle(index, covers, (ts_, ns, ev, cat, cause)))
             has = ev >= 0  # rows -> event ids and statements, step by step (the index goes before the columns are joined)
             ev_id = np.where(has, index.ids[np.where(has, ev, 0)], -1) if index.n else np.full(len(ev), -1, dtype=np.int64)
             frame = np.where(has, index.frame[np.where(has, ev, 0)], NONE) if index.n else np.full(len(ev), NONE, dtype=np.int64)
