@@ -981,6 +981,38 @@ def test_an_idle_gap_with_no_traced_host_call_says_so(traces):
     assert "with_stack=True" in f["recommendation"]
 
 
+@pytest.mark.parametrize("mul_us, untraced", [(50, True), (1400, False)])
+def test_idle_gaps_mostly_in_no_traced_call_say_so(tmp_path, mul_us, untraced):
+    """multirank_128's shape: four iterations 2 ms apart, each an aten::add launching a 490 µs kernel,
+    then the host inside a `## backward ##` range with nothing recorded beneath it but an aten::mul of
+    `mul_us` (no kernel). The device idles 1.51 ms between kernels, three gaps (4.53 ms of the 6.50 ms
+    span; 10 µs more before the first kernel). With the aten::mul of 50 µs the host's traced calls take 0.18 ms of the gaps (the mul and the
+    next add's first 10 µs, each gap): the advice says first that the host ran no traced call for the
+    rest, not only to keep the device fed; with 1.4 ms of aten::mul in each gap it names the host's work."""
+    events = []
+    for i in range(4):
+        base = 2000 * i
+        events += [X("aten::add", "cpu_op", base, 20, **{"External id": i + 1}),
+                   X("cudaLaunchKernel", "cuda_runtime", base + 5, 5, correlation=i + 1, **{"External id": i + 1}),
+                   X("elementwise_kernel", "kernel", base + 10, 490, pid=0, tid=7, correlation=i + 1, stream=7, device=0)]
+        if i < 3:
+            events += [X("## backward ##", "user_annotation", base + 500, 1490),
+                       X("aten::mul", "cpu_op", base + 1990 - mul_us, mul_us, **{"External id": 100 + i})]
+    run_dir = import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir
+    (f,) = findings(analyze(run_dir, write=False).to_dict(), "device-idle")
+    v = f["evidence"]["values"]
+    assert (v["idle_ns"], v["window_ns"], v["gaps_ns"]) == (4540 * 1000, 6500 * 1000, 4530 * 1000)  # (idle: the first 10 µs too)
+    assert v["host_calls_in_gaps_ns"] == 3 * (mul_us + 10) * 1000
+    words = (f"In the longest gaps (4.53 ms) the host's traced calls take {3 * (mul_us + 10) / 1000:.2f} ms: for the rest it ran no "
+             "traced call (Python between operators, a sleep, or a wait the profiler does not record, such as a sync inside a library). "
+             "Record with with_stack=True, or sample the process (py-spy), to see what it did, before moving work off the host. "
+             "Keep the device fed: largest gaps — gap of 1.51 ms: host ran aten::mul")
+    if untraced:
+        assert f["recommendation"].startswith(words)
+    else:
+        assert f["recommendation"].startswith("Keep the device fed: largest gaps — gap of 1.51 ms: host ran aten::mul 1.40 ms")
+
+
 def test_idle_gaps_that_are_first_calls_of_their_inputs_say_so(traces):
     """b200_vllm_eager (vLLM eager decode, no steps: its analysed window is its span): after the idle
     before its first kernel (the host copying inputs to the device, vLLM's copy_to_gpu), the device's

@@ -27,7 +27,11 @@ under UNTRACED_HOST_SHARE of the named gaps (`host_calls_in_gaps_ns` of `gaps_ns
 (`leaves_to`): it names the Python and calls that kept the device waiting.
 When the longest gap holds half the idle and one host operator runs through nearly all of it, the
 advice first names it as a likely one-off (a library's first use) and to profile steady steps; when
-the host's traced calls take under a tenth of it, as time in no traced call and how to see it.
+the host's traced calls take under a tenth of it, as time in no traced call and how to see it;
+and where the host's traced calls take under UNTRACED_GAPS_SHARE of all the named gaps (their
+`host_calls_in_gaps_ns` of `gaps_ns`), it says so first, before what to feed the device
+(multirank_128: 36.07 ms of calls in 147.65 ms of gaps, the rest inside `## backward ##` ranges with
+nothing recorded beneath them).
 A gap's heaviest host call that takes FIRST_CALL_RATIO times the median of the other calls of its
 name with the same inputs (vocab.call_inputs: shapes and types, where recorded) is compared with
 them in the advice ("the first of 36 calls with these inputs; the others took 0.07 ms at the
@@ -478,6 +482,27 @@ UNTRACED_HOST_SHARE = 0.1
 is named as time in no traced call first."""
 
 
+UNTRACED_GAPS_SHARE = 0.5
+"""Named gaps in which the host's traced calls take less than this share of their time (`host_calls_in_gaps_ns`
+of `gaps_ns`) are said first to be mostly time in no traced call: the advice to feed the device names
+nothing the host did there (multirank_128: 36.07 ms of calls in 147.65 ms of gaps, the rest inside
+`## backward ##` and `forward` with nothing recorded beneath them)."""
+
+
+def _untraced_gaps(ctx: Context, gaps_ns: int, calls_ns: int) -> str:
+    """What the advice says first where the host's traced calls take under UNTRACED_GAPS_SHARE of the
+    named gaps (`gaps_ns`, `calls_ns`: the finding's figures): time in no traced call, and how to see
+    it (the Python the trace records, where it records Python; else stacks or a sampler); else ""."""
+    if not gaps_ns or calls_ns >= UNTRACED_GAPS_SHARE * gaps_ns:
+        return ""
+    python = bool(ctx.run.sql("SELECT 1 FROM events WHERE rank = ? AND kind = 'python' LIMIT 1", [ctx.rank]).fetchall())
+    see = ("Read the Python the trace records in those gaps (the timeline's Python rows), or sample the process (py-spy)" if python
+           else SEE_UNTRACED)
+    return (f"In the longest gaps ({ms(gaps_ns)}) the host's traced calls take {ms(min(calls_ns, gaps_ns))}: for the rest it ran "
+            "no traced call (Python between operators, a sleep, or a wait the profiler does not record, such as a sync inside a "
+            f"library). {see}, to see what it did, before moving work off the host. ")
+
+
 def _one_off_gap(gaps: list[dict], by_gap: dict[int, list], idle: int) -> str:
     """What the advice says first when the longest gap holds ONE_OFF_GAP_SHARE of the idle: where one
     host operator runs through ONE_OFF_HOST_SHARE of it, launching nothing, a one-off (a library's
@@ -717,7 +742,10 @@ def _advice(ctx: Context, gaps: list[dict], by_gap: dict[int, list], idle: int, 
     how to feed the device (not where the gaps are waits on both sides: there is nothing to feed)."""
     if waits := _waits_words(gaps, waited):
         return waits + "Largest gaps — " + "; ".join(host) + "."
-    return ((_one_off_gap(gaps, by_gap, idle) or _first_calls_words(gaps, by_gap, repeats)) + "Keep the device fed: largest gaps — "
+    gaps_ns = sum(g["gap_end"] - g["gap_start"] for g in gaps)
+    calls_ns = sum(b["overlap_ns"] for ran in by_gap.values() for b in ran)
+    return ((_one_off_gap(gaps, by_gap, idle) or _first_calls_words(gaps, by_gap, repeats) or _untraced_gaps(ctx, gaps_ns, calls_ns))
+            + "Keep the device fed: largest gaps — "
             + "; ".join(host) + ". "
             + ("Move host work out of the step (DataLoader workers, pin_memory), avoid" if ctx.trains() else
                "Prepare inputs ahead of the device (pinned memory, non_blocking copies), avoid")
