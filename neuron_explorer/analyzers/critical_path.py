@@ -100,8 +100,8 @@ launched by another thread), and the host was waiting on the device, not running
 UNSEEN_QUEUE = "waiting behind work the trace does not show"
 """The cause of an idle gap of at least UNSEEN_QUEUE_MIN_NS on the path before device work that was
 ready by everything the trace holds: its launch had returned (not a blocking call running its own
-copy) or it followed the previous work on its stream, and no device event of any kind ran on the
-device meanwhile. It waited behind work the trace does not show: a stream waiting on an event of
+copy) or it followed the previous work on its stream, and no device work of any kind ran on any
+device of the rank meanwhile. It waited behind work the trace does not show: a stream waiting on an event of
 work launched before the trace began, a CUDA/HIP graph's dependencies, another process, events the
 profiler dropped. Short gaps keep their cause (`waiting for its launch`: a launch's latency; `gap
 after the previous work on its stream`)."""
@@ -407,12 +407,21 @@ def _not_idle(index: RankIndex, covers: list, rows: tuple) -> tuple:
     return rows
 
 
-def _unseen_queues(w: _Walker, index: RankIndex, anything: dict, rows: tuple) -> tuple:
+def _device_work_cover(index: RankIndex) -> tuple[np.ndarray, np.ndarray]:
+    """Every device event of the rank that is work (kernels, copies, sets), on any of its devices: their
+    starts sorted and the furthest end reached by those started so far."""
+    rows = np.flatnonzero(np.isin(np.asarray(index.kind), _WORK_KINDS)) if index.n else np.empty(0, dtype=np.int64)
+    ts, end = np.asarray(index.ts)[rows], np.asarray(index.end)[rows]
+    order = np.argsort(ts, kind="stable")
+    return ts[order], np.maximum.accumulate(end[order]) if len(order) else end[order]
+
+
+def _unseen_queues(w: _Walker, index: RankIndex, work: tuple[np.ndarray, np.ndarray], rows: tuple) -> tuple:
     """A step's rows (after `_not_idle`) with each idle row of UNSEEN_QUEUE_MIN_NS or more before ready
     device work given the cause UNSEEN_QUEUE: its cause the launch's gap (starting after the launch
-    returned: a blocking call runs its own copy) or the stream's, and no device event of `anything`
-    (`_cover` of every device event) running on its device during it (a copy on another stream it
-    waited for is work the trace shows)."""
+    returned: a blocking call runs its own copy) or the stream's, and no device work of the rank
+    (`work`: `_device_work_cover`, any device: a copy it waited for, or work on a peer device, is work
+    the trace shows) running during it."""
     ts, ns, ev, cat, cause = rows
     codes = [c for c in (w.causes.get(_LAUNCH_GAP), w.causes.get(_STREAM_GAP)) if c is not None]
     if not codes:
@@ -422,14 +431,12 @@ def _unseen_queues(w: _Walker, index: RankIndex, anything: dict, rows: tuple) ->
         return rows
     launch = np.asarray(index.launch)[ev[long_]]
     ok = (cause[long_] != w.causes.get(_LAUNCH_GAP, -1)) | ((launch >= 0) & (ts[long_] >= np.asarray(index.end)[np.maximum(launch, 0)]))
-    device = np.frombuffer(index.device, dtype=np.int64)[ev[long_]]
-    for d, (starts, far, _who) in anything.items():  # (a row no device event overlaps: `_busy_not_idle`'s test)
-        on = np.flatnonzero(device == d)
-        if len(on):
-            lo, hi = ts[long_[on]], ts[long_[on]] + ns[long_[on]]
-            i = np.searchsorted(starts, lo, side="right") - 1
-            nxt = np.minimum(i + 1, len(starts) - 1)
-            ok[on] &= ~(((i >= 0) & (far[np.maximum(i, 0)] > lo)) | ((i + 1 < len(starts)) & (starts[nxt] < hi)))
+    starts, far = work
+    if len(starts):  # (no work overlapping the row: `_busy_not_idle`'s test)
+        lo, hi = ts[long_], ts[long_] + ns[long_]
+        i = np.searchsorted(starts, lo, side="right") - 1
+        nxt = np.minimum(i + 1, len(starts) - 1)
+        ok &= ~(((i >= 0) & (far[np.maximum(i, 0)] > lo)) | ((i + 1 < len(starts)) & (starts[nxt] < hi)))
     if not ok.any():
         return rows
     cause = cause.copy()
@@ -643,7 +650,7 @@ def _walked(run: Run, rank: int, steps: list, native: bool) -> Path:
         w = _Walker(index)
         parts = []
         covers = _covers_of(w, index)
-        anything = _cover(index, np.flatnonzero(np.isin(np.asarray(index.kind), _WORK_KINDS))) if index.n else {}
+        work = _device_work_cover(index)
         walked = _native_walks(index, steps, w.causes) if native else None
         for k, (step, ts, dur, _eid, pid, tid, *at) in enumerate(steps):
             if walked is not None:
@@ -651,7 +658,7 @@ def _walked(run: Run, rank: int, steps: list, native: bool) -> Path:
                 walked[k] = None
             else:
                 ts_, ns, ev, cat, cause = _step_rows(w, *w.walk(int(ts), int(ts) + int(dur), index.track_of.get((pid, tid)), *at))
-            ts_, ns, ev, cat, cause = _unseen_queues(w, index, anything, _not_idle(index, covers, (ts_, ns, ev, cat, cause)))
+            ts_, ns, ev, cat, cause = _unseen_queues(w, index, work, _not_idle(index, covers, (ts_, ns, ev, cat, cause)))
             has = ev >= 0  # rows -> event ids and statements, step by step (the index goes before the columns are joined)
             ev_id = np.where(has, index.ids[np.where(has, ev, 0)], -1) if index.n else np.full(len(ev), -1, dtype=np.int64)
             frame = np.where(has, index.frame[np.where(has, ev, 0)], NONE) if index.n else np.full(len(ev), NONE, dtype=np.int64)
