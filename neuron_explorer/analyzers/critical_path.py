@@ -109,7 +109,8 @@ UNSEEN_QUEUE_MIN_NS = 1_000_000
 """An idle gap at least this long before ready device work is UNSEEN_QUEUE: a launch's latency, or
 the step from one kernel to the next on a stream, is µs."""
 _WORK_KINDS = [KINDS.index(k) for k in DEVICE_WORK_KINDS]
-_LAUNCH_GAP = "waiting for its launch"
+LAUNCH_GAP = "waiting for its launch"
+"""The cause of idle before device work whose launch became ready last (its latency, or the host late to launch)."""
 _STREAM_GAP = "gap after the previous work on its stream"
 _COMM_WHILE_WAITING = "a collective ran on another stream while the path's device work waited"
 _KERNEL_WHILE_WAITING = "a kernel ran on another stream while the path's device work waited"
@@ -197,7 +198,7 @@ class _Walker:
             return t, -1
         ready, how, p = pred
         if ready < t:
-            cause = (_LAUNCH_GAP if how == "launch" else
+            cause = (LAUNCH_GAP if how == "launch" else
                      _STREAM_GAP if how == "stream" else f"waiting for {how}")
             code = self.causes.setdefault(cause, len(self.causes))
             lo = ready if ready > start else start
@@ -423,14 +424,14 @@ def _unseen_queues(w: _Walker, index: RankIndex, work: tuple[np.ndarray, np.ndar
     (`work`: `_device_work_cover`, any device: a copy it waited for, or work on a peer device, is work
     the trace shows) running during it."""
     ts, ns, ev, cat, cause = rows
-    codes = [c for c in (w.causes.get(_LAUNCH_GAP), w.causes.get(_STREAM_GAP)) if c is not None]
+    codes = [c for c in (w.causes.get(LAUNCH_GAP), w.causes.get(_STREAM_GAP)) if c is not None]
     if not codes:
         return rows
     long_ = np.flatnonzero((cat == _IDLE) & np.isin(cause, codes) & (ns >= UNSEEN_QUEUE_MIN_NS))
     if not len(long_):
         return rows
     launch = np.asarray(index.launch)[ev[long_]]
-    ok = (cause[long_] != w.causes.get(_LAUNCH_GAP, -1)) | ((launch >= 0) & (ts[long_] >= np.asarray(index.end)[np.maximum(launch, 0)]))
+    ok = (cause[long_] != w.causes.get(LAUNCH_GAP, -1)) | ((launch >= 0) & (ts[long_] >= np.asarray(index.end)[np.maximum(launch, 0)]))
     starts, far = work
     if len(starts):  # (no work overlapping the row: `_busy_not_idle`'s test)
         lo, hi = ts[long_], ts[long_] + ns[long_]
@@ -629,7 +630,7 @@ def _native_walks(index: RankIndex, steps: list, causes: dict):
         values, first = np.unique(raw[device], return_index=True)
         lut = {}
         for v in values[np.argsort(first, kind="stable")].tolist():
-            text = (_LAUNCH_GAP if v == -1 else _STREAM_GAP if v == -2
+            text = (LAUNCH_GAP if v == -1 else _STREAM_GAP if v == -2
                     else f"waiting for stream {-10 - v}")
             lut[v] = causes.setdefault(text, len(causes))
         raw[device] = np.array([lut[v] for v in values.tolist()], dtype=np.int64)[np.searchsorted(values, raw[device])]

@@ -130,7 +130,7 @@ DEVICE = ("device_compute", "communication", "memcpy")
 HOST_CLASSES = {"host": "host time in operators and Python", "launch": "kernel launches", "input": "data loading",
                 "host_sync": "host waits on the device", "idle_launch": "device idle waiting for launches",
                 "idle": "device idle waiting on other work"}
-_LAUNCH_WAIT = "waiting for its launch"
+_LAUNCH_WAIT = cp.LAUNCH_GAP
 
 
 def _class_of(it: dict) -> str:
