@@ -538,6 +538,11 @@ def test_a_loop_without_steps_of_tiny_kernels_is_host_bound_over_its_span(tmp_pa
                                                          "launch_overhead": 12 * US, "host_compute": 36 * US}
     assert o["words"] == "host-bound (94%): CPU operators and Python"
     assert "bound: host-bound (94%): CPU operators and Python (critical path over the span, no profiler steps:" in report_text
+    # no critical-path finding names a window's items: the verdict does, its three heaviest
+    assert [(h["category"], h["item"], h["ns"]) for h in o["heaviest"]] == [
+        ("host_compute", None, 20 * US), ("host_compute", "aten::add", 16 * US), ("launch_overhead", "aten::add", 12 * US)]
+    assert ("; heaviest on it: host time outside every traced call 20.00 µs, aten::add 16.00 µs, aten::add (runtime calls) "
+            "12.00 µs") in report_text
 
 
 @pytest.mark.parametrize("first_call, words", [

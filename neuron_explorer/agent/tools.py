@@ -640,6 +640,9 @@ def _short_rank(info: dict, s: dict | None) -> dict:
                         "shares": {k: v for k, v in (overall.get("shares") or {}).items() if v >= 0.005}}
         odd = [x for x in (s.get("bound") or {}).get("steps", []) if x.get("bound") != overall.get("bound")]
         out["bound"]["other_steps"] = [{"step": x["step"], "words": x["words"]} for x in odd[:3]]
+        if overall.get("heaviest"):  # (a window's path: no critical-path finding names its items)
+            out["bound"]["heaviest"] = [{"category": h["category"], "item": kernel_name(h["item"], 60) if h["item"] else None,
+                                         "cause": h["cause"], "ns": h["ns"]} for h in overall["heaviest"]]
     u = s.get("utilisation") or {}
     if u.get("flops"):
         out["utilisation"] = {"dtype": u.get("dtype"), "flops": u.get("flops"), "mfu_median": _3(u.get("mfu_median")),

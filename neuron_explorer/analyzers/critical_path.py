@@ -1215,6 +1215,37 @@ def _runtime_calls(run: Run, path: Path, step: np.ndarray, n_steps: int) -> list
     return out
 
 
+WINDOW_HEAVIEST = 3
+"""How many of a window path's heaviest items its verdict names (`overall["heaviest"]`)."""
+
+
+def heaviest_items(run: Run, path: Path, k: int = WINDOW_HEAVIEST) -> list[dict]:
+    """The `k` items the path charges most, an item's entries of `path_items` summed by category and
+    name (an idle gap's by its cause too): {category, item (None: host time outside every traced
+    call), cause (an idle gap's, else None), ns}. A rank without profiler steps has no critical-path
+    finding to name what its window's path ran; its verdict does (b200_vllm_eager: aten::linear,
+    vllm::moe_forward and vllm::all_reduce on a host-bound decode)."""
+    merged: dict[tuple, int] = {}
+    for it in path_items(run, path):
+        key = (it["category"], it["item"], it["cause"] if it["category"] == "idle" else None)
+        merged[key] = merged.get(key, 0) + int(it["charged_ns"])
+    top = sorted(merged.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1] or "", kv[0][2] or ""))[:k]
+    return [{"category": c, "item": i, "cause": cause, "ns": ns} for (c, i, cause), ns in top]
+
+
+def heaviest_words(items: list[dict], name=lambda s: s) -> str:
+    """`heaviest_items` in words, each with its charged time: a kernel or operator by `name` (an
+    operator's runtime calls as `OP (runtime calls)`), host time in no traced call as such, an idle gap
+    as `idle before K (cause)`."""
+    def label(it: dict) -> str:
+        if it["category"] == "idle":
+            return f"idle before {name(it['item'] or '?')}" + (f" ({it['cause']})" if it["cause"] else "")
+        if it["item"] is None:
+            return _UNTRACED
+        return name(it["item"]) + (" (runtime calls)" if it["category"] == "launch_overhead" else "")
+    return ", ".join(f"{label(it)} {duration(it['ns'])}" for it in items)
+
+
 def unrecorded_by_step(path: Path, last_end: int | None) -> dict[int, int]:
     """Host time the path charges to no event after `last_end` (the end of the last event the rank's
     trace holds, its steps' and the profiler's own ranges left out: metrics.LAST_RECORDED), per step
@@ -1258,6 +1289,8 @@ def bound(run: Run, rank: int) -> dict:
     total = sum(total_by_cat.values())
     unrecorded = sum(unrecorded_at.values())
     overall = {"dur_ns": total, "ns": total_by_cat, **_verdict(total_by_cat, total), "unrecorded_ns": unrecorded, "over": over}
+    if over == "window":  # (no critical-path finding names a window's items: the verdict does)
+        overall["heaviest"] = heaviest_items(run, path)
     if any(v["top_category"] == "launch_overhead" for v in (*steps, overall)):  # which runtime calls it was
         calls = _runtime_calls(run, path, step, len(step_nos))
         for i, (v, per) in enumerate(zip(steps, calls)):

@@ -12,6 +12,7 @@ from ..fmt import duration, kernel_name, share, summarise_warnings
 from ..fmt import id_ranges as _id_ranges
 from ..fmt import shapes as _shapes
 from ..fmt import spread as _spread_of
+from .critical_path import heaviest_words
 from .device_time import COUNTED_SHARE_MIN, launched_by
 from .metrics import no_device_words
 from .model import Finding, Report
@@ -290,7 +291,8 @@ def _bound_line(b: dict) -> str:
     odd = [s for s in b["steps"] if s["bound"] != o["bound"]]
     tail = ("; steps " + ", ".join(f"{s['step']} {s['words'].split(' (')[0]}" for s in odd[:4]) + ("…" if len(odd) > 4 else "")) if odd else ""
     over = "critical path over the span, no profiler steps" if o.get("over") == "window" else "critical path"
-    return f"  bound: {o['words']} ({over}: {shares}){tail}"
+    heaviest = f"; heaviest on it: {heaviest_words(o['heaviest'], lambda s: kernel_name(s, 60))}" if o.get("heaviest") else ""
+    return f"  bound: {o['words']} ({over}: {shares}){heaviest}{tail}"
 
 
 def text(report: Report, width: int = 100) -> str:
