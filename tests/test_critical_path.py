@@ -736,6 +736,26 @@ def test_a_first_launch_under_a_device_bound_step_is_named_in_its_finding(tmp_pa
     assert f.recommendation.startswith("One launch call of 0.20 ms holds 98.0% of this time")
 
 
+def test_idle_on_the_path_behind_unseen_work_is_not_told_to_overlap_streams(tmp_path):
+    """One step of 20 ms: a CUDA graph launched at 10 µs runs a 9 ms kernel, then its memset 1.5 ms
+    after it with nothing running on the device (a dependency the trace does not show), then a 9.46
+    ms kernel; the host waits in a sync to the step's end. The idle on the path is 1.5 ms (7.5%: under
+    device-idle's 10%, so the critical path's idle finding is the one for it), 1.50 ms of it waiting
+    behind unseen work: its advice says so, not to overlap streams."""
+    events = [X("ProfilerStep#1", "user_annotation", 0, 20000),
+              X("cudaGraphLaunch", "cuda_runtime", 10, 5, correlation=1),
+              _k("elementwise_kernel", "kernel", 1, 20, 9000),
+              _k("Memset (Device)", "gpu_memset", 1, 10520, 2),
+              _k("elementwise_kernel", "kernel", 1, 10530, 9460),
+              X("cudaDeviceSynchronize", "cuda_runtime", 20, 19975, correlation=9)]
+    _, found = _analyze(tmp_path, events)
+    (f,) = [f for f in found if f.evidence.values["class"] == "idle"]
+    assert f.evidence.values["charged_ns"] == (1500 + 8) * US
+    assert f.recommendation.startswith("1.50 ms of this time is device work that was ready (launched, its stream's earlier work "
+                                       "done) yet waited while nothing the trace holds ran on any device")
+    assert "overlap independent work" not in f.recommendation
+
+
 def _props(name, major, minor):
     return {"deviceProperties": [{"id": 0, "name": name, "computeMajor": major, "computeMinor": minor, "warpSize": 32}]}
 

@@ -8,7 +8,9 @@ fix: device work by vocab.work_class (fp32 GEMM/convolution, other GEMM/convolut
 normalisation, elementwise, communication, copies, other kernels), host time as host operators
 and Python, launches, data loading, or waits on the device (`.item()`, synchronize, and a blocking
 copy's time before its copy ran, critical_path.WAITING_IN_COPY: its advice names the copies), and idle
-gaps as waiting for a launch or for other work. It names the heaviest classes, at most
+gaps as waiting for a launch or for other work (at least half of it ready work waiting behind work the
+trace does not show, critical_path.UNSEEN_QUEUE → what can hold a device unseen and how to see it, not
+to overlap streams). It names the heaviest classes, at most
 MAX_CLASSES per rank, each at least CLASS_SHARE_MIN of step time, with the heaviest members and
 what to try: fp32 GEMMs/convolutions → the lower precision the device's matrix units run
 (analyzers/peaks.py precision_advice: fp16 autocast with GradScaler on V100/T4, bf16 autocast or
@@ -416,6 +418,13 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
         return ("The device waits for the host to launch work: the host is the bottleneck here; " + graphs
                 + ("" if graphs.startswith("torch.compile") else " or torch.compile") + " to launch fewer kernels.")
     if cls == "idle":
+        unseen = sum(m["charged_ns"] for m in members if m["cause"] == cp.UNSEEN_QUEUE)
+        if unseen * 2 >= charged > 0:  # ready work that waited with nothing the trace holds running: not a stream to overlap
+            return (f"{ms(unseen)} of this time is device work that was ready (launched, its stream's earlier work done) yet "
+                    "waited while nothing the trace holds ran on any device: it waited behind work the trace does not show (a "
+                    "stream waiting on an event of work launched before the trace began, a CUDA/HIP graph's dependencies, "
+                    "another process on the device, events the profiler dropped). Nsight Systems or rocprof shows what held it; "
+                    "overlapping streams does not shorten it.")
         return "The device waits on another stream or between kernels: overlap independent work across streams."
     if cls == "host_sync":
         copies = sum(m["charged_ns"] for m in members if m["cause"] == cp.WAITING_IN_COPY)
