@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import re
 
-from .collectors.kineto_names import AOT_GRAPH_CALL, COMPILED_REGION_PREFIX, INDUCTOR_GRAPH_CALL_PREFIX, LAUNCH_CALL
+from .collectors.kineto_names import AOT_GRAPH_CALL, COMPILED_REGION_PREFIX, GRAPH_LAUNCH_CALL, INDUCTOR_GRAPH_CALL_PREFIX, LAUNCH_CALL
 
 
 def sql_literal(s: str) -> str:
@@ -390,6 +390,14 @@ def is_launch_call_name(name: str | None) -> bool:
     (cudaMemcpyAsync, hipMemsetAsync, ...). Not one: allocator calls, syncs, and the calls a runtime
     makes at start-up (cudaGetDeviceProperties, cudaStreamCreate, ...)."""
     return bool(name) and (LAUNCH_CALL.search(name) is not None or is_memcpy_call_name(name) or is_memset_call_name(name))
+
+
+def is_kernel_launch_call_name(name: str | None) -> bool:
+    """A runtime call that launches one kernel (cudaLaunchKernel, hipModuleLaunchKernel, ...): a launch
+    (kineto_names.LAUNCH_CALL) that is neither a graph's replay (cudaGraphLaunch launches a whole
+    graph every time) nor a copy or set call. Its first call for a kernel loads the kernel's code."""
+    return bool(name) and LAUNCH_CALL.search(name) is not None and GRAPH_LAUNCH_CALL.search(name) is None \
+        and not is_memcpy_call_name(name) and not is_memset_call_name(name)
 
 
 def memcpy_call(alias: str = "") -> str:

@@ -547,7 +547,8 @@ def test_a_loop_without_steps_of_tiny_kernels_is_host_bound_over_its_span(tmp_pa
 
 @pytest.mark.parametrize("first_call, words", [
     ("cudaDeviceGetStreamPriorityRange", "host-bound (100%): runtime calls other than launches: cudaDeviceGetStreamPriorityRange 89%"),
-    ("cudaLaunchKernel", "host-bound (100%): a kernel's first launch, loading its code: cudaLaunchKernel 89%")])
+    ("cudaLaunchKernel", "host-bound (100%): a kernel's first launch, loading its code: cudaLaunchKernel 89%"),
+    ("cudaGraphLaunch", "host-bound (100%): launch overhead")])
 def test_a_scripts_first_cuda_call_is_named_not_called_launch_overhead(tmp_path, first_call, words):
     """A script's first CUDA call creates the device's context (cuda_alexnet_train: 29.9 s in
     cudaDeviceGetStreamPriorityRange under the first aten::to, then a copy and one add):
@@ -560,7 +561,8 @@ def test_a_scripts_first_cuda_call_is_named_not_called_launch_overhead(tmp_path,
     runtime calls 900 + 10 + 4 µs, aten::to and aten::add outside them 94. The runtime calls were
     89% (900 of 1011 µs) the first call: the words name it, not "launch overhead". Where it is
     itself a launch, one launch holding most of the runtime time is a kernel's first launch loading
-    its code (a one-off): the words say that, not "launch overhead" either."""
+    its code (a one-off): the words say that, not "launch overhead" either; a graph's launch is paid
+    at every replay, no one-off: launch overhead."""
     events = [X("aten::to", "cpu_op", 0, 1000, **{"External id": 1}),
               X(first_call, "cuda_runtime", 5, 900, **{"External id": 1}),
               X("cudaMemcpyAsync", "cuda_runtime", 910, 10, correlation=1, **{"External id": 1}),

@@ -53,7 +53,7 @@ import numpy as np
 
 from ..fmt import duration
 from ..store import Run
-from ..vocab import DEVICE_WORK_KINDS, DEVICE_WORK_SQL, charged_top_op, is_launch_call_name, is_sync_call_name
+from ..vocab import DEVICE_WORK_KINDS, DEVICE_WORK_SQL, charged_top_op, is_kernel_launch_call_name, is_launch_call_name, is_sync_call_name
 from ._path_index import (  # noqa: F401 (the model's thresholds)
     F_COMM,
     F_INPUT,
@@ -1150,7 +1150,8 @@ def one_off_launch(run: Run, path: Path, rows: np.ndarray | None = None) -> tupl
     launch finding name it: over the path's launch rows (`launch_overhead`, a sync call's left out:
     that is a wait, host_sync's) or those of them in the boolean mask `rows` (a step's), the call
     the path charges most. (its event id, its charged ns, the rows' charged ns); the event id is None
-    unless that call holds at least half of the rows' time and they hold more than one call."""
+    unless that call holds at least half of the rows' time, they hold more than one call, and it is a
+    kernel's launch (vocab.is_kernel_launch_call_name: a graph's replay or a copy call is paid every time)."""
     info, pe = derived(run, path)
     sync = np.fromiter((is_sync_call_name(n) for n in info.strs), dtype=bool, count=len(info.strs))
     mask = (path.category == _LAUNCH_OVERHEAD) & ~sync[pe.name[pe.key]]
@@ -1162,7 +1163,9 @@ def one_off_launch(run: Run, path: Path, rows: np.ndarray | None = None) -> tupl
     per = np.bincount(inverse, weights=path.ns[mask])
     total, i = int(path.ns[mask].sum()), int(np.argmax(per))
     longest = int(per[i])
-    one = int(ids[i]) >= 0 and len(ids) > 1 and 2 * longest >= total
+    first_row = int(np.flatnonzero(mask)[np.flatnonzero(inverse == i)[0]])
+    kernel_launch = is_kernel_launch_call_name(info.strs[int(pe.name[pe.key[first_row]])])  # (not a graph's replay, not a copy)
+    one = int(ids[i]) >= 0 and len(ids) > 1 and 2 * longest >= total and kernel_launch
     return (int(ids[i]) if one else None), longest, total
 
 
