@@ -719,7 +719,7 @@ def test_a_first_launch_under_a_device_bound_step_is_named_in_its_finding(tmp_pa
     """One step of 1000 µs: aten::mm's first cudaLaunchKernel takes 200 µs (its kernel's code loaded),
     its sgemm runs 600 µs while the host waits in a sync, then aten::add's launch of 4 µs and its 2 µs
     kernel, and a sync to the step's end. The path: 600 µs of the sgemm (device-bound, 60%), 204 µs of launches,
-    200 of them that one call. The bound's words are the device's, so the launch finding's title says
+    200 of them that one call. The launch finding's title says
     what its time was: that first launch (98.0% of 204 µs), the advice a one-off's."""
     events = [X("ProfilerStep#1", "user_annotation", 0, 1000),
               X("aten::mm", "cpu_op", 10, 210, **{"External id": 1}),
@@ -733,8 +733,8 @@ def test_a_first_launch_under_a_device_bound_step_is_named_in_its_finding(tmp_pa
     _, found = _analyze(tmp_path, events)
     (f,) = [f for f in found if f.evidence.values["class"] == "launch"]
     assert f.evidence.values["charged_ns"] == 204 * US and f.evidence.values["one_off_ns"] == 200 * US
-    assert f.title.startswith("device-bound (60%): device compute; on the critical path: kernel launches 0.20 ms (20.4% of step "
-                              "time), 98.0% of it one call: a kernel's first launch, loading its code; heaviest: aten::mm 0.20 ms")
+    assert f.title.startswith("kernel launches: 0.20 ms on the critical path (20.4% of step time; steps device-bound (60%)), "
+                              "98.0% of it one call: a kernel's first launch, loading its code; heaviest: aten::mm 0.20 ms")
     assert f.recommendation.startswith("One launch call of 0.20 ms holds 98.0% of this time")
 
 
@@ -775,8 +775,8 @@ def test_rule_names_one_class_for_the_fp32_gemms_on_a_device_bound_path(tmp_path
     assert found[1].title.startswith("not recorded: 0.07 ms of step time (7.5%) lies after the last event the trace holds; on the "
                                      "critical path: host time in operators and Python 0.01 ms recorded (1.2% of step time)")
     assert found[0].evidence.values["items"] == 3 and found[0].evidence.values["events"] == 3
-    assert found[0].title.startswith("device-bound (90%): device compute; on the critical path: fp32 GEMM/convolution kernels "
-                                     "(3 names) 0.90 ms (90.0% of step time); heaviest: volta_sgemm_128x64_nn_1 of aten::mm 0.30 ms")
+    assert found[0].title.startswith("fp32 GEMM/convolution kernels (3 names): 0.90 ms on the critical path (90.0% of step time; "
+                                     "steps device-bound (90%)); heaviest: volta_sgemm_128x64_nn_1 of aten::mm 0.30 ms")
     assert 0 < found[0].saving_bound_ns <= found[0].impact_ns
     assert "bf16" in found[0].recommendation and "GradScaler" in found[0].recommendation
     assert _evidence_rows(run_dir, found[0])["charged_ns"] == 900 * US

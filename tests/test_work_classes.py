@@ -257,14 +257,14 @@ def test_v100_resnet50_gets_one_fp32_class_finding_with_fp16_advice(tmp_path):
     assert len(classes) == len(set(classes))
     (fp32,) = [f for f in found if f.evidence.values["class"] == "fp32_matmul"]
     assert fp32.impact_ns == 239_336_000 and fp32.evidence.values["items"] == 26
-    assert "fp32 GEMM/convolution kernels (26 names) 239.34 ms (26.1% of step time)" in fp32.title
+    assert fp32.title.startswith("fp32 GEMM/convolution kernels (26 names): 239.34 ms on the critical path (26.1% of step time;")
     assert "torch.float16" in fp32.recommendation and "GradScaler" in fp32.recommendation
     assert "bfloat16" not in fp32.recommendation and "set_float32_matmul_precision" not in fp32.recommendation
     assert fp32.severity == "high"
     assert not [f for f in report.findings if f.rule_id in ("precision", "device-underuse")]
     assert [f.rule_id for f in report.findings if "GradScaler" in f.recommendation] == ["critical-path"]
     text = _text(report)
-    assert "on the critical path: fp32 GEMM/convolution kernels (26 names) 239.34 ms" in text
+    assert "fp32 GEMM/convolution kernels (26 names): 239.34 ms on the critical path" in text
     assert "float32 aten::cudnn_convolution and similar ops" not in text and "kernels reach 7.2% of the roofline" not in text
     assert "architecture: NVIDIA Volta (sm70: V100) (matrix units: fp16), from device name 'Tesla V100-DGXS-32GB'" in _text(report)
 

@@ -426,7 +426,8 @@ def leaves_to(finding) -> list:
     gaps: this finding could only say 'no traced call'), is what critical-path's host class names,
     with the Python and calls that kept the device waiting: that finding is the one for the cause
     (h100_timesformer: 'Device 0 idle 58.6% (224.10 ms)', advising to record stacks the trace has,
-    beside 'host-bound (59%) … 225.02 ms; heaviest: …image_transforms.py(390): normalize 104.92 ms').
+    beside 'host time in operators and Python: 225.02 ms on the critical path (… steps host-bound
+    (59%)); heaviest: …image_transforms.py(390): normalize 104.92 ms').
     Where the gaps name operators, both stay: this finding says which gaps and what ran in them."""
     v = finding.evidence.values
     if v.get("idle_under_host_path_ns", 0) < THRESHOLDS["HOST_PATH_SHARE"] * finding.impact_ns or not finding.impact_ns:
