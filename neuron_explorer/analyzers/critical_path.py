@@ -1145,35 +1145,43 @@ more than one call (`one_off_launch`): the first launch of a kernel loads its co
 module loading, ROCm's code objects), a one-off, not the cost of every launch."""
 
 
+def _launch_rows(run: Run, path: Path) -> np.ndarray:
+    """The path's launch rows (`launch_overhead`, a sync call's left out: that is a wait, host_sync's),
+    as row numbers, made once per path."""
+    got = path._derived.get("launch_rows")
+    if got is None:
+        info, pe = derived(run, path)
+        sync = np.fromiter((is_sync_call_name(n) for n in info.strs), dtype=bool, count=len(info.strs))
+        got = path._derived["launch_rows"] = np.flatnonzero((path.category == _LAUNCH_OVERHEAD) & ~sync[pe.name[pe.key]])
+    return got
+
+
 def one_off_launch(run: Run, path: Path, rows: np.ndarray | None = None) -> tuple[int | None, int, int]:
     """A kernel's first launch loading its code, as the bound's words and the critical-path rule's
-    launch finding name it: over the path's launch rows (`launch_overhead`, a sync call's left out:
-    that is a wait, host_sync's) or those of them in the boolean mask `rows` (a step's), the call
-    the path charges most. (its event id, its charged ns, the rows' charged ns); the event id is None
-    unless that call holds at least half of the rows' time, they hold more than one call, and it is a
-    kernel's launch (vocab.is_kernel_launch_call_name: a graph's replay or a copy call is paid every time)."""
-    info, pe = derived(run, path)
-    sync = np.fromiter((is_sync_call_name(n) for n in info.strs), dtype=bool, count=len(info.strs))
-    mask = (path.category == _LAUNCH_OVERHEAD) & ~sync[pe.name[pe.key]]
-    if rows is not None:
-        mask &= rows
-    if not mask.any():
+    launch finding name it: over the path's launch rows (`_launch_rows`) or those of them numbered in
+    `rows` (a step's), the call the path charges most. (its event id, its charged ns, the rows'
+    charged ns); the event id is None unless that call holds at least half of the rows' time, they
+    hold more than one call, and it is a kernel's launch (vocab.is_kernel_launch_call_name: a graph's
+    replay or a copy call is paid every time)."""
+    rows = _launch_rows(run, path) if rows is None else rows
+    if not len(rows):
         return None, 0, 0
-    ids, inverse = np.unique(path.event_id[mask], return_inverse=True)
-    per = np.bincount(inverse, weights=path.ns[mask])
-    total, i = int(path.ns[mask].sum()), int(np.argmax(per))
+    ids, first, inverse = np.unique(path.event_id[rows], return_index=True, return_inverse=True)
+    per = np.bincount(inverse, weights=path.ns[rows])
+    total, i = int(path.ns[rows].sum()), int(np.argmax(per))
     longest = int(per[i])
-    first_row = int(np.flatnonzero(mask)[np.flatnonzero(inverse == i)[0]])
-    kernel_launch = is_kernel_launch_call_name(info.strs[int(pe.name[pe.key[first_row]])])  # (not a graph's replay, not a copy)
+    info, pe = derived(run, path)
+    kernel_launch = is_kernel_launch_call_name(info.strs[int(pe.name[pe.key[rows[first[i]]]])])  # (not a graph's replay, not a copy)
     one = int(ids[i]) >= 0 and len(ids) > 1 and 2 * longest >= total and kernel_launch
     return (int(ids[i]) if one else None), longest, total
 
 
 def _name_the_one_off(run: Run, path: Path, verdict: dict, rows: np.ndarray | None) -> None:
     """A verdict whose top category is `launch_overhead`, mostly launches (its words not changed by
-    `_name_the_calls`), one call of which holds at least half (`one_off_launch`): its words say so
-    (ONE_OFF_LAUNCH_WORDS, the call's name and its share of the time), not "launch overhead", which
-    reads as the cost of many launches (rocm_mi250_train: one hipLaunchKernel of 6.54 ms in 9.34 ms)."""
+    `_name_the_calls`), one call of which holds at least half (`one_off_launch` over `rows`, its launch
+    rows; None: the whole path's): its words say so (ONE_OFF_LAUNCH_WORDS, the call's name and its
+    share of the time), not "launch overhead", which reads as the cost of many launches
+    (rocm_mi250_train: one hipLaunchKernel of 6.54 ms in 9.34 ms)."""
     event_id, longest, _ = one_off_launch(run, path, rows)
     if event_id is None or not verdict["dur_ns"] or NOT_LAUNCHES_WORDS in verdict["words"]:
         return
@@ -1190,17 +1198,20 @@ idle for want of work (its work had been launched) but for something the trace d
 launched before the trace began)."""
 
 
-def _name_the_unseen(path: Path, verdict: dict, rows: np.ndarray | None) -> None:
-    """A verdict whose top category is `idle`, at least half of it UNSEEN_QUEUE (within the boolean
-    mask `rows`, a step's, or the whole path): its words say UNSEEN_QUEUE_WORDS, not "device idle"."""
+def _name_the_unseen(path: Path, steps: list[dict], step: np.ndarray, overall: dict) -> None:
+    """Each verdict (the steps', `step` each row's step code, and `overall`) whose top category is
+    `idle`, at least half of it UNSEEN_QUEUE: its words say UNSEEN_QUEUE_WORDS, not "device idle"."""
     if UNSEEN_QUEUE not in path.causes:
         return
-    idle = path.category == _IDLE
-    if rows is not None:
-        idle &= rows
-    unseen = int(path.ns[idle & (path.cause == path.causes.index(UNSEEN_QUEUE))].sum())
-    if unseen and 2 * unseen >= int(path.ns[idle].sum()):
-        verdict["words"] = f"{verdict['words'].split(': ')[0]}: {UNSEEN_QUEUE_WORDS}"
+    idle = np.flatnonzero(path.category == _IDLE)
+    unseen = path.cause[idle] == path.causes.index(UNSEEN_QUEUE)
+    n = max(len(steps), 1)
+    codes = step[idle] if len(steps) else np.zeros(len(idle), dtype=np.int64)
+    all_ = np.bincount(codes, weights=path.ns[idle], minlength=n)
+    seen = np.bincount(codes[unseen], weights=path.ns[idle][unseen], minlength=n)
+    for v, a, u in [*zip(steps, all_.tolist(), seen.tolist()), (overall, float(all_.sum()), float(seen.sum()))]:
+        if v["top_category"] == "idle" and u and 2 * u >= a:
+            v["words"] = f"{v['words'].split(': ')[0]}: {UNSEEN_QUEUE_WORDS}"
 
 
 def _runtime_calls(run: Run, path: Path, step: np.ndarray, n_steps: int) -> list[dict[str, int]]:
@@ -1296,10 +1307,11 @@ def bound(run: Run, rank: int) -> dict:
         overall["heaviest"] = heaviest_items(run, path)
     if any(v["top_category"] == "launch_overhead" for v in (*steps, overall)):  # which runtime calls it was
         calls = _runtime_calls(run, path, step, len(step_nos))
+        launches = _launch_rows(run, path)
         for i, (v, per) in enumerate(zip(steps, calls)):
             if v["top_category"] == "launch_overhead":
                 _name_the_calls(v, per)
-                _name_the_one_off(run, path, v, step == i)
+                _name_the_one_off(run, path, v, launches[step[launches] == i])
         if overall["top_category"] == "launch_overhead":
             every: dict[str, int] = {}
             for per in calls:
@@ -1307,11 +1319,7 @@ def bound(run: Run, rank: int) -> dict:
                     every[name] = every.get(name, 0) + v
             _name_the_calls(overall, every)
             _name_the_one_off(run, path, overall, None)
-    for i, v in enumerate(steps):
-        if v["top_category"] == "idle":
-            _name_the_unseen(path, v, step == i)
-    if overall["top_category"] == "idle":
-        _name_the_unseen(path, overall, None)
+    _name_the_unseen(path, steps, step, overall)
     if total and unrecorded * 2 >= total:  # most of the steps' time is after everything the trace holds: no bound to read
         overall["words"] = (f"not recorded ({100 * unrecorded / total:.0f}%): the steps run on {duration(unrecorded)} after "
                             "the last event the trace holds")
