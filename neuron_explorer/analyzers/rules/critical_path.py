@@ -23,8 +23,8 @@ LayerNorm / RMSNorm in lower precision, unless their names or inputs show 16 bit
 the forward one for backward work, between two matrix products on its statement,
 vocab.ATTENTION_PRODUCT_OPS, or softmaxing [B, heads, L, L] scores over the last dimension;
 `unfused_attention_ns` of the class; where it is half the class or more, the title says its share:
-'normalisation/softmax kernels (3 names) 70.86 ms (18.5% of step time), 97.1% of it the softmax of
-hand-written attention') → torch.nn.functional.scaled_dot_product_attention, with the
+'normalisation/softmax kernels (3 names): 70.86 ms on the critical path (18.5% of step time; steps
+host-bound (59%)), 97.1% of it the softmax of hand-written attention') → torch.nn.functional.scaled_dot_product_attention, with the
 size of the scores each call writes and reads back (h100_timesformer_inference: [8×12×3137×3137]
 bf16, 1.76 GiB), and the normalisation advice for the class's other kernels only where they are
 CLASS_SHARE_MIN of the path. The rest of that attention on the same statement (`_attention_parts`: the
