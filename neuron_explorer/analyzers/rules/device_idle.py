@@ -724,7 +724,7 @@ def check(ctx: Context) -> list:
                              "outlier_calls": [{"event_id": int(e), **c} for e, c in repeats.items() if e in compared],
                              "waited_in_gaps_ns": sum(waited.values())},  # (the host waiting on the device in the named gaps)
             sample_event_ids=samples, uses_source=True,
-            recommendation=_advice(ctx, gaps, by_gap, idle, waited, repeats, host),
+            recommendation=_advice(ctx, gaps, by_gap, idle, waited, repeats, host, named_gaps_ns, calls_in_gaps_ns),
         ))
     return out
 
@@ -737,14 +737,13 @@ def _batch_or(ctx: Context, query: RankQuery, outside: bool, here) -> list[tuple
 
 
 def _advice(ctx: Context, gaps: list[dict], by_gap: dict[int, list], idle: int, waited: dict[int, int], repeats: dict[int, dict],
-            host: list[str]) -> str:
+            host: list[str], gaps_ns: int, calls_ns: int) -> str:
     """The finding's advice: what the longest gaps are first where that is known (a one-off, the host
-    waiting on the device, first calls with new inputs), then the gaps with what the host ran, then
+    waiting on the device, first calls with new inputs, mostly no traced call: `gaps_ns` and `calls_ns`,
+    the finding's named gaps and the host's calls in them), then the gaps with what the host ran, then
     how to feed the device (not where the gaps are waits on both sides: there is nothing to feed)."""
     if waits := _waits_words(gaps, waited):
         return waits + "Largest gaps — " + "; ".join(host) + "."
-    gaps_ns = sum(g["gap_end"] - g["gap_start"] for g in gaps)
-    calls_ns = sum(b["overlap_ns"] for ran in by_gap.values() for b in ran)
     return ((_one_off_gap(gaps, by_gap, idle) or _first_calls_words(gaps, by_gap, repeats) or _untraced_gaps(ctx, gaps_ns, calls_ns))
             + "Keep the device fed: largest gaps — "
             + "; ".join(host) + ". "
