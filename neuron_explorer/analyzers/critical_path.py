@@ -408,6 +408,15 @@ def _not_idle(index: RankIndex, covers: list, rows: tuple) -> tuple:
     return rows
 
 
+def _overlapping(starts: np.ndarray, far: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per interval [lo, hi): whether some event of a cover (`starts` sorted, `far` the furthest end
+    reached by those started so far) runs during it: one started before it still running at its
+    start, or one starting inside it."""
+    i = np.searchsorted(starts, lo, side="right") - 1
+    nxt = np.minimum(i + 1, len(starts) - 1)
+    return ((i >= 0) & (far[np.maximum(i, 0)] > lo)) | ((i + 1 < len(starts)) & (starts[nxt] < hi))
+
+
 def _device_work_cover(index: RankIndex) -> tuple[np.ndarray, np.ndarray]:
     """Every device event of the rank that is work (kernels, copies, sets), on any of its devices: their
     starts sorted and the furthest end reached by those started so far."""
@@ -433,11 +442,8 @@ def _unseen_queues(w: _Walker, index: RankIndex, work: tuple[np.ndarray, np.ndar
     launch = np.asarray(index.launch)[ev[long_]]
     ok = (cause[long_] != w.causes.get(LAUNCH_GAP, -1)) | ((launch >= 0) & (ts[long_] >= np.asarray(index.end)[np.maximum(launch, 0)]))
     starts, far = work
-    if len(starts):  # (no work overlapping the row: `_busy_not_idle`'s test)
-        lo, hi = ts[long_], ts[long_] + ns[long_]
-        i = np.searchsorted(starts, lo, side="right") - 1
-        nxt = np.minimum(i + 1, len(starts) - 1)
-        ok &= ~(((i >= 0) & (far[np.maximum(i, 0)] > lo)) | ((i + 1 < len(starts)) & (starts[nxt] < hi)))
+    if len(starts):  # (no work overlapping the row)
+        ok &= ~_overlapping(starts, far, ts[long_], ts[long_] + ns[long_])
     if not ok.any():
         return rows
     cause = cause.copy()
@@ -460,11 +466,7 @@ def _busy_not_idle(index: RankIndex, cover: dict, category: int, code: int, ts, 
         on = np.flatnonzero(device == d)
         if not len(on):
             continue
-        lo, hi = ts[idle[on]], ts[idle[on]] + ns[idle[on]]
-        i = np.searchsorted(starts, lo, side="right") - 1
-        inside = (i >= 0) & (far[np.maximum(i, 0)] > lo)
-        nxt = np.minimum(i + 1, len(starts) - 1)
-        hit[on] = inside | ((i + 1 < len(starts)) & (starts[nxt] < hi))
+        hit[on] = _overlapping(starts, far, ts[idle[on]], ts[idle[on]] + ns[idle[on]])
     out: list[tuple] = []
     touched = np.zeros(len(ts), dtype=bool)
     for r in idle[hit].tolist():
@@ -1136,7 +1138,7 @@ def _name_the_calls(verdict: dict, calls: dict[str, int]) -> None:
     if 2 * sum(ns for ns, _ in others) <= verdict["ns"]["launch_overhead"] or not total:
         return
     named = ", ".join(f"{n} {100 * ns / total:.0f}%" for i, (ns, n) in enumerate(others[:2]) if i == 0 or 200 * ns >= total)
-    verdict["words"] = f"{verdict['words'].split(': ')[0]}: {NOT_LAUNCHES_WORDS}: {named}"
+    _reword(verdict, f"{NOT_LAUNCHES_WORDS}: {named}")
 
 
 ONE_OFF_LAUNCH_WORDS = "a kernel's first launch, loading its code"
@@ -1156,6 +1158,17 @@ def _launch_rows(run: Run, path: Path) -> np.ndarray:
     return got
 
 
+def _reword(verdict: dict, words: str) -> None:
+    """A verdict's words with what bounds it said as `words` (its group and share kept:
+    'host-bound (99%): …')."""
+    verdict["words"] = f"{group_words(verdict['words'])}: {words}"
+
+
+def group_words(words: str) -> str:
+    """The group and share a verdict's words begin with ('idle-bound (64%)')."""
+    return words.split(": ")[0]
+
+
 def one_off_launch(run: Run, path: Path, rows: np.ndarray | None = None) -> tuple[int | None, int, int]:
     """A kernel's first launch loading its code, as the bound's words and the critical-path rule's
     launch finding name it: over the path's launch rows (`_launch_rows`) or those of them numbered in
@@ -1163,17 +1176,22 @@ def one_off_launch(run: Run, path: Path, rows: np.ndarray | None = None) -> tupl
     charged ns); the event id is None unless that call holds at least half of the rows' time, they
     hold more than one call, and it is a kernel's launch (vocab.is_kernel_launch_call_name: a graph's
     replay or a copy call is paid every time)."""
+    return _one_off(run, path, rows)[:3]
+
+
+def _one_off(run: Run, path: Path, rows: np.ndarray | None) -> tuple[int | None, int, int, str | None]:
+    """`one_off_launch` and the name of the call it looked at."""
     rows = _launch_rows(run, path) if rows is None else rows
     if not len(rows):
-        return None, 0, 0
+        return None, 0, 0, None
     ids, first, inverse = np.unique(path.event_id[rows], return_index=True, return_inverse=True)
     per = np.bincount(inverse, weights=path.ns[rows])
     total, i = int(path.ns[rows].sum()), int(np.argmax(per))
     longest = int(per[i])
     info, pe = derived(run, path)
-    kernel_launch = is_kernel_launch_call_name(info.strs[int(pe.name[pe.key[rows[first[i]]]])])  # (not a graph's replay, not a copy)
-    one = int(ids[i]) >= 0 and len(ids) > 1 and 2 * longest >= total and kernel_launch
-    return (int(ids[i]) if one else None), longest, total
+    name = info.strs[int(pe.name[pe.key[rows[first[i]]]])]
+    one = int(ids[i]) >= 0 and len(ids) > 1 and 2 * longest >= total and is_kernel_launch_call_name(name)  # (not a graph's replay, not a copy)
+    return (int(ids[i]) if one else None), longest, total, name
 
 
 def _name_the_one_off(run: Run, path: Path, verdict: dict, rows: np.ndarray | None) -> None:
@@ -1182,13 +1200,10 @@ def _name_the_one_off(run: Run, path: Path, verdict: dict, rows: np.ndarray | No
     rows; None: the whole path's): its words say so (ONE_OFF_LAUNCH_WORDS, the call's name and its
     share of the time), not "launch overhead", which reads as the cost of many launches
     (rocm_mi250_train: one hipLaunchKernel of 6.54 ms in 9.34 ms)."""
-    event_id, longest, _ = one_off_launch(run, path, rows)
+    event_id, longest, _, name = _one_off(run, path, rows)
     if event_id is None or not verdict["dur_ns"] or NOT_LAUNCHES_WORDS in verdict["words"]:
         return
-    info, pe = derived(run, path)
-    at = np.flatnonzero(pe.event_id == event_id)
-    name = info.strs[int(pe.name[at[0]])] if len(at) else "?"
-    verdict["words"] = f"{verdict['words'].split(': ')[0]}: {ONE_OFF_LAUNCH_WORDS}: {name or '?'} {100 * longest / verdict['dur_ns']:.0f}%"
+    _reword(verdict, f"{ONE_OFF_LAUNCH_WORDS}: {name or '?'} {100 * longest / verdict['dur_ns']:.0f}%")
 
 
 UNSEEN_QUEUE_WORDS = "device work queued behind work the trace does not show"
@@ -1211,7 +1226,7 @@ def _name_the_unseen(path: Path, steps: list[dict], step: np.ndarray, overall: d
     seen = np.bincount(codes[unseen], weights=path.ns[idle][unseen], minlength=n)
     for v, a, u in [*zip(steps, all_.tolist(), seen.tolist()), (overall, float(all_.sum()), float(seen.sum()))]:
         if v["top_category"] == "idle" and u and 2 * u >= a:
-            v["words"] = f"{v['words'].split(': ')[0]}: {UNSEEN_QUEUE_WORDS}"
+            _reword(v, UNSEEN_QUEUE_WORDS)
 
 
 def _runtime_calls(run: Run, path: Path, step: np.ndarray, n_steps: int) -> list[dict[str, int]]:

@@ -692,7 +692,7 @@ def _title(bound_words: str, class_words: str, recorded: int, unrecorded: int, t
         return (f"not recorded: {ms(unrecorded)} of step time ({pct(unrecorded / total)}) lies after the last event the trace holds; "
                 f"on the critical path: {class_words} {ms(recorded)} recorded ({pct(recorded / total)} of step time)")
     return (f"{class_words}: {ms(recorded)} on the critical path ({pct(recorded / total)} of step time; "
-            f"steps {bound_words.split(': ')[0]})")
+            f"steps {cp.group_words(bound_words)})")
 
 
 def check(ctx: Context) -> list:

@@ -496,7 +496,7 @@ def _untraced_gaps(ctx: Context, gaps_ns: int, calls_ns: int) -> str:
     it (the Python the trace records, where it records Python; else stacks or a sampler); else ""."""
     if not gaps_ns or calls_ns >= UNTRACED_GAPS_SHARE * gaps_ns:
         return ""
-    python = bool(ctx.run.sql("SELECT 1 FROM events WHERE rank = ? AND kind = 'python' LIMIT 1", [ctx.rank]).fetchall())
+    python = bool((metrics.rank_entry(ctx.run, ctx.rank).get("counts") or {}).get("python"))  # (the import counted them)
     see = ("Read the Python the trace records in those gaps (the timeline's Python rows), or sample the process (py-spy)" if python
            else SEE_UNTRACED)
     return (f"In the longest gaps ({ms(gaps_ns)}) the host's traced calls take {ms(min(calls_ns, gaps_ns))}: for the rest it ran "
