@@ -30,7 +30,7 @@ import re
 import pytest
 
 from neuron_explorer import open_run
-from neuron_explorer.analyzers import analyze, render
+from neuron_explorer.analyzers import analyze, peaks, render
 from neuron_explorer.analyzers import critical_path as cp
 from neuron_explorer.analyzers.rules.critical_path import LEFT_TO
 from neuron_explorer.collectors.chrome_trace import import_traces
@@ -718,7 +718,6 @@ def test_mtia_event_waits_are_no_device_work(traces):
     with open_run(run_dir) as run:
         assert run.sql("SELECT kind, count(*) FROM events WHERE name = 'event_wait' GROUP BY kind").fetchall() == [("sync", 48)]
     assert findings(report, "launch-overhead") == []
-    from neuron_explorer.analyzers import peaks
     from neuron_explorer.analyzers.rules import launch_overhead
 
     fuse = launch_overhead._fuse(peaks.graph_advice(dev.get("name") or "MTIA"))
@@ -1186,6 +1185,20 @@ def test_device_idle_is_the_summarys_idle_in_the_analysed_window(traces):
         row = dict(zip([d[0] for d in rel.description], rel.fetchone()))
     assert row == {"busy_ns": rank["analysed_ns"] - idle, "window_ns": rank["analysed_ns"], "idle_ns": idle, "idle_left_out_ns": 0,
                    "impact_ns": idle}
+
+
+@pytest.mark.parametrize("name, rule, says, never", [(A100, "device-idle", "; Nsight Systems shows which.", "rocprof"),
+                                                    (SGLANG, "host-sync", "(rocprof, or the trace of the process that launched it)",
+                                                     "Nsight")])
+def test_work_the_trace_does_not_show_is_looked_for_with_the_devices_own_profiler(traces, name, rule, says, never):
+    """Where the device waited on work the trace does not hold, the advice named 'Nsight Systems or
+    rocprof' on every device: the A100's device-idle now names NVIDIA's, the MI300X's host-sync AMD's
+    (peaks.profiler_advice; Trainium's and an unknown device's below)."""
+    _, report, _ = traces(name)
+    (f,) = findings(report, rule)
+    assert says in f["recommendation"] and never not in f["recommendation"]
+    assert peaks.profiler_advice("Trainium2") == "the Neuron profiler (neuron-profile)"
+    assert peaks.profiler_advice(None) == "Nsight Systems or rocprof"
 
 
 @pytest.mark.slow  # imports a 1-1.4 MB trace (5-10 s)

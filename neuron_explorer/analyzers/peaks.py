@@ -305,6 +305,21 @@ def graph_advice(device_name: str | None, props: list[dict] | None = None) -> st
     return "CUDA graphs (torch.cuda.graphs, or torch.compile(mode='reduce-overhead'))"
 
 
+SYSTEM_PROFILERS = {"nvidia": "Nsight Systems", "amd": "rocprof", "aws": "the Neuron profiler (neuron-profile)",
+                    "meta": "the device vendor's profiler"}
+"""Each vendor's system profiler: it shows what a device ran that the PyTorch trace does not hold
+(another process's work, a graph's nodes, events the profiler dropped)."""
+
+
+def profiler_advice(device_name: str | None, props: list[dict] | None = None) -> str:
+    """The profiler to see what held a device beyond the trace, in the device's own terms
+    (SYSTEM_PROFILERS; TorchNeuron's `neuron` device is Trainium's); both NVIDIA's and AMD's where the
+    vendor is unknown."""
+    arch = arch_named(device_name)
+    vendor = "aws" if is_torchneuron_device(device_name, props) else arch.vendor if arch is not None else ""
+    return SYSTEM_PROFILERS.get(vendor, "Nsight Systems or rocprof")
+
+
 MATRIX_UNITS = {
     "nvidia": ("Tensor Cores", "M, N and K (and channels) in multiples of 8 for fp16/bf16, 16 for fp8/int8"),
     "amd": ("matrix cores (MFMA)", "M, N and K in multiples of 16, the width of the MFMA instructions' tiles"),

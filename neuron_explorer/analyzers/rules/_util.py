@@ -76,14 +76,27 @@ def share_at_least(summaries: dict, ns_by_rank: dict, share: float) -> set[int]:
     return {r for r, s in summaries.items() if s["analysed_ns"] and (ns_by_rank.get(r) or 0) >= share * s["analysed_ns"]}
 
 
-def graph_tip(ctx) -> str:
-    """peaks.graph_advice for the rank's device (its name and deviceProperties in the manifest)."""
-    from .. import peaks
+def _device_of(ctx) -> tuple[str | None, list[dict]]:
+    """The rank's device name and deviceProperties (the manifest's)."""
     from ..metrics import rank_entry
     from ..utilisation import device_name
 
     props = [p for p in (rank_entry(ctx.run, ctx.rank).get("device_properties") or []) if isinstance(p, dict)]
-    return peaks.graph_advice(device_name(ctx.run, ctx.rank), props)
+    return device_name(ctx.run, ctx.rank), props
+
+
+def graph_tip(ctx) -> str:
+    """peaks.graph_advice for the rank's device."""
+    from .. import peaks
+
+    return peaks.graph_advice(*_device_of(ctx))
+
+
+def profiler_tip(ctx) -> str:
+    """peaks.profiler_advice for the rank's device: the profiler that shows what held it beyond the trace."""
+    from .. import peaks
+
+    return peaks.profiler_advice(*_device_of(ctx))
 
 
 def step_bounds_sql(rank: int) -> str:

@@ -109,7 +109,7 @@ from ..metrics import DEVICE_WORK_NAMED
 from ..model import Location
 from ..utilisation import rank_work
 from . import host_sync
-from ._util import SEE_UNTRACED, SET_TO_NONE, STEADY_STEPS, graph_tip, ms, pct, q
+from ._util import SEE_UNTRACED, SET_TO_NONE, STEADY_STEPS, graph_tip, ms, pct, profiler_tip, q
 
 RULE_ID = "critical-path"
 TITLE = "Critical path: what bounds the step"
@@ -362,7 +362,7 @@ def _attention_words(attention: list[dict], parts: dict[str, list[dict]] | None 
 def _advice(cls: str, members: list[dict], events: int, charged: int, step_count: int, arch, graphs: str = "",
             one_off_ns: int = 0, has_modules: bool = False, unrecorded_ns: int = 0,
             stretches: tuple[int, list[tuple[str, int]]] = (0, []), attention: list[dict] = (), path_ns: int = 0,
-            attention_parts: dict[str, list[dict]] | None = None) -> str:
+            attention_parts: dict[str, list[dict]] | None = None, profiler: str = "") -> str:
     """The class's advice. `one_off_ns`: the launch class's one-off, the ns the path charges the one
     call that holds most of it (`critical_path.one_off_launch`: a kernel's first launch loading its code), 0 for none.
     `has_modules`: the rank's path items carry nn.Module paths (so Python without one is outside the model).
@@ -377,7 +377,7 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
                 "out). The profiler's window closed (or its events were dropped) before the step ended. Profile with a schedule "
                 "(torch.profiler.schedule(wait=1, warmup=1, active=3)) "
                 "and call prof.step() once per step, so that each recorded step ends where the next begins.")
-    graphs = graphs or P.graph_advice(None)
+    graphs, profiler = graphs or P.graph_advice(None), profiler or P.profiler_advice(None)
     per_step = events / max(step_count, 1)
     if cls in WORK_CLASSES and cls not in ("communication", "memcpy"):
         tips = []
@@ -423,7 +423,7 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
             return (f"{ms(unseen)} of this time is device work that was ready (launched, its stream's earlier work done) yet "
                     "waited while nothing the trace holds ran on any device: it waited behind work the trace does not show (a "
                     "stream waiting on an event of work launched before the trace began, a CUDA/HIP graph's dependencies, "
-                    "another process on the device, events the profiler dropped). Nsight Systems or rocprof shows what held it; "
+                    f"another process on the device, events the profiler dropped). {profiler} shows what held it; "
                     "overlapping streams does not shorten it.")
         return "The device waits on another stream or between kernels: overlap independent work across streams."
     if cls == "host_sync":
@@ -707,6 +707,7 @@ def check(ctx: Context) -> list:
     has_modules = any(it["module_path"] is not None for members in classes.values() for it in members)
     ranked = _ranked(classes)
     one_off_id, longest = _keep_one_off(ctx.run, path, classes, ranked)
+    profiler = profiler_tip(ctx)  # (the device's own profiler, for what the trace does not show)
     parquet = f"read_parquet({sql_file_literal(ctx.run.path / 'analysis' / 'critical_path.parquet')})"
     arch = None
     out = []
@@ -775,6 +776,6 @@ def check(ctx: Context) -> list:
             sample_event_ids=[top["sample_id"]] if top["sample_id"] is not None else [], uses_source=True,
             recommendation=" ".join(x for x in (_advice(cls, members, events, charged, step_count, arch, graph_tip(ctx),
                                                         longest if one_off else 0, has_modules, unrecorded, stretches,
-                                                        attention if cls == "norm" else [], total, parts),
-                                                host_sync.unseen_words(unseen[0], unseen[1], _names_of(members))) if x)))
+                                                        attention if cls == "norm" else [], total, parts, profiler),
+                                                host_sync.unseen_words(unseen[0], unseen[1], _names_of(members), profiler)) if x)))
     return out

@@ -57,7 +57,7 @@ from ..rank_rows import arrays as rank_arrays
 from ..rank_rows import rows as rank_rows
 from . import allocator_churn, host_sync, input_pipeline
 from . import critical_path as critical_path_rule
-from ._util import SEE_UNTRACED, STEADY_STEPS, graph_tip, ms, pct
+from ._util import SEE_UNTRACED, STEADY_STEPS, graph_tip, ms, pct, profiler_tip
 
 RULE_ID = "device-idle"
 TITLE = "Device idle between kernels (host-bound gaps)"
@@ -590,9 +590,9 @@ the steps (64 ms each) are blocking copies waiting with nothing on the device; 4
 idle in the steps are such waits."""
 
 
-def _waits_words(gaps: list[dict], waited: dict[int, int]) -> str:
+def _waits_words(gaps: list[dict], waited: dict[int, int], profiler: str) -> str:
     """What the advice says first where the host waited on the device through WAITED_GAPS_SHARE of the
-    named gaps (`waited`: ns by gap index); else ""."""
+    named gaps (`waited`: ns by gap index), with the device's `profiler` (profiler_tip); else ""."""
     total = sum(g["gap_end"] - g["gap_start"] for g in gaps)
     ns = sum(waited.values())
     if not total or ns < WAITED_GAPS_SHARE * total:
@@ -601,7 +601,7 @@ def _waits_words(gaps: list[dict], waited: dict[int, int]) -> str:
             f"{ms(total)}, while the trace shows nothing running on it: neither side worked there, so feeding the device "
             "faster does not shorten them. The device was held by something the trace does not show: work it does not hold "
             "(events the profiler dropped, the nodes of a CUDA/HIP graph), another process on the same device, or a wait on "
-            "another stream or device (an event, a collective); Nsight Systems or rocprof shows which. ")
+            f"another stream or device (an event, a collective); {profiler} shows which. ")
 
 
 def evidence_sql(rank: int, device: int, steady: list[int] | None, first_launch: int | None = None, unrecorded: bool = False) -> str:
@@ -742,7 +742,7 @@ def _advice(ctx: Context, gaps: list[dict], by_gap: dict[int, list], idle: int, 
     waiting on the device, first calls with new inputs, mostly no traced call: `gaps_ns` and `calls_ns`,
     the finding's named gaps and the host's calls in them), then the gaps with what the host ran, then
     how to feed the device (not where the gaps are waits on both sides: there is nothing to feed)."""
-    if waits := _waits_words(gaps, waited):
+    if waits := _waits_words(gaps, waited, profiler_tip(ctx)):
         return waits + "Largest gaps — " + "; ".join(host) + "."
     return ((_one_off_gap(gaps, by_gap, idle) or _first_calls_words(gaps, by_gap, repeats) or _untraced_gaps(ctx, gaps_ns, calls_ns))
             + "Keep the device fed: largest gaps — "

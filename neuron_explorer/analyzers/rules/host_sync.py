@@ -41,7 +41,7 @@ from ..engine import Context
 from ..model import Location
 from ..rank_rows import arrays as rank_arrays
 from ..rank_rows import rows as rank_rows
-from ._util import ms, no_device, rows, share_at_least
+from ._util import ms, no_device, profiler_tip, rows, share_at_least
 
 RULE_ID = "host-sync"
 TITLE = "Host-device synchronisation"
@@ -222,8 +222,9 @@ def check(ctx: Context) -> list:
         title=title, impact_ns=impact, saving_bound_ns=impact,
         location=Location(op=top["name"], source=ctx.source_of(top["frame_id"])),
         sql=sql, values=values, sample_event_ids=[b["sample_id"] for b in by_line], uses_source=True,
-        recommendation=(unseen_words(waited, unseen, where_txt) or f"Remove host syncs from the step ({where_txt}). Keep values on "
-                        "the device (no .item(), float(t), print(t) or data-dependent `if` inside the loop); log metrics every N steps; "
+        recommendation=(unseen_words(waited, unseen, where_txt, profiler_tip(ctx))
+                        or f"Remove host syncs from the step ({where_txt}). Keep values on the device "
+                        "(no .item(), float(t), print(t) or data-dependent `if` inside the loop); log metrics every N steps; "
                         "avoid torch.nonzero / boolean-mask indexing (use torch.where); drop explicit torch.cuda.synchronize().") + outside,
     )]
 
@@ -256,13 +257,13 @@ def unseen_ns(run, rank: int, intervals: np.ndarray) -> int:
     return int((intervals[:, 1] - intervals[:, 0]).sum()) - (metrics.covered_within(intervals, every) if len(every) else 0)
 
 
-def unseen_words(waited: int, unseen: int, where: str) -> str:
+def unseen_words(waited: int, unseen: int, where: str, profiler: str) -> str:
     """The advice where the host waited mostly while no device ran anything the trace holds
-    (UNSEEN_WAIT_SHARE): the sync is not what costs; else "". (Also the critical path's, for its
-    host waits.)"""
+    (UNSEEN_WAIT_SHARE): the sync is not what costs, and the device's `profiler` (profiler_tip) shows
+    what it ran; else "". (Also the critical path's, for its host waits.)"""
     if not waited or unseen < THRESHOLDS["UNSEEN_WAIT_SHARE"] * waited:
         return ""
     return (f"For {ms(unseen)} of the {ms(waited)} the host waited ({where}), no device of this rank ran anything the trace "
             "holds: the host waited on work the trace does not show (kernels another thread or process launched, the nodes of a "
             "CUDA/HIP graph, events the profiler dropped), so removing the sync only moves the wait. Find what the device ran "
-            "(Nsight Systems or rocprof, or the trace of the process that launched it) and make that cheaper or overlap it.")
+            f"({profiler}, or the trace of the process that launched it) and make that cheaper or overlap it.")
