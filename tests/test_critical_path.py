@@ -1307,11 +1307,10 @@ def test_the_softmax_between_two_matmuls_of_a_statement_is_unfused_attention(tmp
     shape to go by): the 600 µs bf16 softmax kernel is hand-written attention's. The advice is
     scaled_dot_product_attention, not a fused LayerNorm, and no lower precision for a bf16 kernel."""
     f = _norm_finding(tmp_path, _forward_calls([[_bmm(), _softmax([32, 1024, 1024]), _bmm()]]))
-    assert f.impact_ns == 600 * US and f.evidence.values["unfused_attention_ns"] == 600 * US
+    # the finding is the attention's: its softmax and its products (the GEMM class, all of it the attention's), one cause
+    assert f.impact_ns == 700 * US and f.evidence.values["unfused_attention_ns"] == 600 * US
     assert f.location.source == "model.py:20"
-    # the title names the cause: the class is all attention's softmax
-    assert f.title.startswith("normalisation/softmax kernels (1 name): 0.60 ms on the critical path (")
-    assert ")), 100.0% of it the softmax of hand-written attention; " in f.title
+    assert f.title.startswith("hand-written attention (softmax 0.60 ms, matrix products 0.10 ms): 0.70 ms on the critical path (")
     assert f.recommendation.startswith(
         "unfused attention: cunn_SoftMaxForward<8, BFloat16, float, BFloat1… of aten::softmax 0.60 ms (0.60 ms in all) "
         "is the softmax of hand-written attention (between two matrix products of one statement; with its matrix products "
@@ -1342,7 +1341,10 @@ def test_hand_written_attention_is_one_finding_with_its_products_and_scaling(tmp
     classes = [f.evidence.values["class"] for f in path]
     assert "norm" in classes and not {"matmul", "fp32_matmul", "elementwise"} & set(classes)  # (idle_launch: the step's start)
     (f,) = [f for f in path if f.evidence.values["class"] == "norm"]
-    assert f.impact_ns == 600 * US and f.evidence.values["attention_work_ns"] == 900 * US
+    assert f.impact_ns == 900 * US and f.evidence.values["attention_work_ns"] == 900 * US
+    assert _evidence_rows(tmp_path / "run", f)["charged_ns"] == 900 * US  # the evidence query gives the same figure
+    assert f.title.startswith("hand-written attention (softmax 0.60 ms, matrix products 0.10 ms, score arithmetic 0.20 ms): 0.90 ms on ")
+    assert f.saving_bound_ns <= f.impact_ns
     assert ("with its matrix products 0.10 ms, its score arithmetic 0.20 ms on the same statement, the attention holds 0.90 ms "
             "of the path). Use torch.nn.functional.scaled_dot_product_attention") in f.recommendation
     assert not [h for h in report.findings if h.rule_id == "hotspot" and h.location.source == "model.py:20"]
@@ -1457,8 +1459,10 @@ def test_a_layernorm_beside_attentions_softmax_keeps_its_own_advice(tmp_path):
     norm = ("aten::layer_norm", [[64, 4096, 1024], [1024], [1024], [1024]], ["float"] * 4, None,
             "void vectorized_layer_norm_kernel<float, float>(int, float)", 300)
     f = _norm_finding(tmp_path, _forward_calls([[_bmm(), _softmax([32, 1024, 1024]), _bmm(), norm]]))
-    assert f.impact_ns == 900 * US and f.evidence.values["unfused_attention_ns"] == 600 * US
-    assert "), 66.7% of it the softmax of hand-written attention; heaviest: " in f.title  # (600 of 900 µs)
+    # the attention (softmax 600, its products 100) and the LayerNorm its advice names (300): the finding's time
+    assert f.impact_ns == 1000 * US and f.evidence.values["unfused_attention_ns"] == 600 * US
+    assert f.title.startswith("hand-written attention (softmax 0.60 ms, matrix products 0.10 ms) and normalisation/softmax kernels "
+                              "(1 name) 0.30 ms: 1.00 ms on the critical path (")
     assert f.recommendation.startswith("unfused attention: ")
     assert f.recommendation.endswith("without writing the scores to memory; the other kernels: normalisation bounds the step: "
                                      "fused implementations (torch.compile, apex / fused LayerNorm, RMSNorm) in lower precision.")

@@ -579,8 +579,13 @@ def test_hand_written_attentions_softmax_is_told_sdpa_not_a_fused_layernorm(trac
             softmax["cunn" if "cunn_" in k["name"] else "warp"] += raw.dur(k)
     # the attention softmaxes on the path: all of cunn_SoftMaxForward's time, at most all of softmax_warp_forward's
     assert softmax["cunn"] <= f["evidence"]["values"]["unfused_attention_ns"] <= softmax["cunn"] + softmax["warp"]
-    share = f["evidence"]["values"]["unfused_attention_ns"] / f["impact_ns"]
-    assert f"(59%)), {100 * share:.1f}% of it the softmax of hand-written attention; heaviest: cunn_SoftMaxForward" in f["title"]
+    # the finding is the attention's: its softmax, its products and its scores' arithmetic are one cause, one figure
+    v = f["evidence"]["values"]
+    (step,) = [e for e in raw.of({"user_annotation"}) if e["name"].startswith("ProfilerStep#")]
+    assert f["impact_ns"] == v["attention_work_ns"] <= raw.dur(step)
+    assert f["title"].startswith(f"hand-written attention (softmax {v['unfused_attention_ns'] / 1e6:.2f} ms, matrix products ")
+    assert (f"): {f['impact_ns'] / 1e6:.2f} ms on the critical path ({100 * f['impact_ns'] / raw.dur(step):.1f}% of step time; "
+            "steps host-bound (59%)); heaviest: cunn_SoftMaxForward") in f["title"]
     (dims, dtype), = {(tuple(o["args"]["Input Dims"][0]), o["args"]["Input type"][0]) for o in raw.of(OP_CATS)
                       if o["name"] == "aten::softmax" and len(o["args"]["Input Dims"][0]) == 4 and o["args"]["Input Dims"][0][-1] > 8}
     assert dims == (8, 12, 3137, 3137) and dtype == "c10::BFloat16"
@@ -594,7 +599,6 @@ def test_hand_written_attentions_softmax_is_told_sdpa_not_a_fused_layernorm(trac
     # one attention, one finding: its products (cutlass GEMMs of aten::matmul, 43.21 ms) and the scaling of its scores
     # (aten::mul over [8×12×3137×3137], 15.50 ms) were the GEMM and elementwise classes' findings, and the statement
     # a hotspot line: they are named in this one, with the attention's time on the path
-    v = f["evidence"]["values"]
     products = sum(raw.dur(k) for k in raw.of({"kernel"}) if "cutlass_75_tensorop_bf16_s1688gemm" in k["name"])
     assert v["attention_work_ns"] >= v["unfused_attention_ns"] + products
     assert f"the attention holds {v['attention_work_ns'] / 1e6:.2f} ms of the path" in rec

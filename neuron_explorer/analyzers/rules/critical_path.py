@@ -22,12 +22,15 @@ LayerNorm / RMSNorm in lower precision, unless their names or inputs show 16 bit
 (vocab.kernel_precision), but a softmax there that is hand-written attention's (its softmax operator,
 the forward one for backward work, between two matrix products on its statement,
 vocab.ATTENTION_PRODUCT_OPS, or softmaxing [B, heads, L, L] scores over the last dimension;
-`unfused_attention_ns` of the class; where it is half the class or more, the title says its share:
-'normalisation/softmax kernels (3 names): 70.86 ms on the critical path (18.5% of step time; steps
-host-bound (59%)), 97.1% of it the softmax of hand-written attention') → torch.nn.functional.scaled_dot_product_attention, with the
+`unfused_attention_ns` of the class) → torch.nn.functional.scaled_dot_product_attention, with the
 size of the scores each call writes and reads back (h100_timesformer_inference: [8×12×3137×3137]
 bf16, 1.76 GiB), and the normalisation advice for the class's other kernels only where they are
-CLASS_SHARE_MIN of the path. The rest of that attention on the same statement (`_attention_parts`: the
+CLASS_SHARE_MIN of the path. Where that softmax is half the class or more, the finding is the
+attention's (`_attention_finding`): its title, impact and saving bound are the softmax, the rest of the
+attention below from each class that leaves its finding to this one or that no finding names, and the
+normalisation kernels its advice names ('hand-written attention (softmax 68.77 ms, matrix products
+44.85 ms, score arithmetic 20.66 ms): 134.28 ms on the critical path (35.1% of step time; steps
+host-bound (59%))'; the class alone, 70.86 ms, left the products out). The rest of that attention on the same statement (`_attention_parts`: the
 kernels of its matrix products and of the elementwise operators over its [B, heads, L, L] scores, and
 in backward those of their autograd nodes, by the forward operator each was built from) is
 named in that advice with the attention's whole time on the path (`attention_work_ns`), and a GEMM or
@@ -64,8 +67,9 @@ The fp32 GEMM/convolution class is the one finding for its cause: precision and 
 leave theirs to it where it reports the rank (their `leaves_to`).
 Impact: the class's charged ns on the path over all steps (the members' charged ns are disjoint,
 so this is their union; time off the path is not counted), less `left_out_ns`: the host time the
-trace did not record where it is most of the host class (`unrecorded_ns`), which is no one's to save.
-Saving bound: per step, the class's charged ns (less what is left out), but no more than the step's duration minus
+trace did not record where it is most of the host class (`unrecorded_ns`), which is no one's to save;
+for hand-written attention's finding, the charged ns of the members it names (`_attention_finding`).
+Saving bound: per step, the class's charged ns (less what is left out; the attention finding's members'), but no more than the step's duration minus
 the work of the other resource, which then becomes critical (`critical_path.saving_bound`
 with the class's kernels removed from the device, docs/METRICS.md "Saving bound"). The evidence
 query reads `analysis/critical_path.parquet`, which `analyze` writes. Not applicable without
@@ -169,6 +173,20 @@ SELECT {_class_sql()} AS class,
   CASE WHEN p.category IN ({dev}) THEN e.name ELSE coalesce(o.name, e.name) END AS item, p.event_id, p.charged_ns
 FROM {src} p LEFT JOIN events e ON e.event_id = p.event_id LEFT JOIN events o ON o.event_id = e.top_op_id
 WHERE p.rank = {int(rank)}) WHERE class = {q(cls)} GROUP BY class"""
+
+
+def _members_evidence_sql(src: str, rank: int, members: list[dict]) -> str:
+    """The charged ns on a rank's path (`src`) of these device items (each its kernel's name, its
+    launch's top-level operator and its statement, as `critical_path.path_items` keys them): the
+    evidence of a finding that names items from several classes (hand-written attention's)."""
+    keys = ", ".join(f"({q(m['item'])}, {q(m['op']) if m['op'] is not None else 'NULL'}, "
+                     f"{int(m['frame_id']) if m['frame_id'] is not None else 'NULL'})" for m in members) or "(NULL, NULL, NULL)"
+    return f"""WITH k(item, op, frame_id) AS (VALUES {keys})
+SELECT sum(p.charged_ns)::BIGINT AS charged_ns, count(DISTINCT p.event_id) AS events, count(DISTINCT e.name) AS items,
+  arg_max(e.name, p.charged_ns) AS heaviest_charge
+FROM {src} p JOIN events e ON e.event_id = p.event_id LEFT JOIN events o ON o.event_id = e.top_op_id
+JOIN k ON k.item = e.name AND k.op IS NOT DISTINCT FROM o.name AND k.frame_id IS NOT DISTINCT FROM p.source_frame_id
+WHERE p.rank = {int(rank)} AND p.category IN ({", ".join(q(c) for c in DEVICE)})"""
 
 
 def _first_input_rank(op_args: str | None) -> int | None:
@@ -624,6 +642,44 @@ def _classes(run, path) -> dict[str, list[dict]]:
     return classes
 
 
+def _attention_finding(members: list[dict], attention: list[dict], parts: dict[str, list[dict]],
+                       classes: dict[str, list[dict]], named: set[str], total: int) -> tuple[list[dict], int, dict]:
+    """The members, charged ns and per-step ns of the finding on hand-written attention, which a
+    normalisation class most of which is its softmax becomes: the softmax (`attention`), the rest of
+    the attention (`parts`, `_attention_parts`) from each class that leaves its finding to this one
+    (`leaves_to`: at least half of it the attention) or that the check does not name (`named`), and
+    the class's other kernels where its advice names them (CLASS_SHARE_MIN of the path `total`).
+    Parts of a class the check names with a finding of its own stay that finding's (no time in two
+    findings). h100_timesformer_inference: the softmax 68.77 ms, its products 44.85 ms and its
+    scores' scaling 20.66 ms, 134.28 ms in all (the class alone was 70.86 ms: the title led with
+    'normalisation/softmax kernels' and the impact left the products out)."""
+    keys = {_key(m) for m in attention}
+    rest = [m for m in members if _key(m) not in keys]
+    folded = [m for c, ms_ in parts.items() if ms_ for m in ms_
+              if c not in named or sum(x["charged_ns"] for x in ms_) * 2 >= sum(x["charged_ns"] for x in classes.get(c, []))]
+    kept = attention + folded + (rest if _at_least_share(rest, total) else [])
+    shown = sorted(kept, key=lambda m: (-m["charged_ns"], str(m["item"])))
+    step_ns: dict = {}
+    for m in shown:
+        for st, ns in (m.get("step_ns") or {}).items():
+            step_ns[st] = step_ns.get(st, 0) + ns
+    return shown, sum(m["charged_ns"] for m in shown), step_ns
+
+
+def _attention_class_words(attention: list[dict], parts: dict[str, list[dict]], shown: list[dict]) -> str:
+    """The attention finding's class words: what its time is made of ('hand-written attention (softmax
+    68.77 ms, matrix products 44.85 ms, score arithmetic 20.66 ms)'), then the normalisation kernels
+    beside it that it names (`_attention_finding`: ' and normalisation/softmax kernels (1 name) 0.30 ms')."""
+    keys = {_key(m) for m in shown}
+    pieces = [("softmax", sum(m["charged_ns"] for m in attention))]
+    words = {"matmul": "matrix products", "fp32_matmul": "fp32 matrix products", "elementwise": "score arithmetic"}
+    pieces += [(words[c], sum(m["charged_ns"] for m in ms_ if _key(m) in keys)) for c, ms_ in parts.items()]
+    attention_keys = {_key(m) for ms_ in [attention, *parts.values()] for m in ms_}
+    rest = [m for m in shown if _key(m) not in attention_keys]
+    words = "hand-written attention (" + ", ".join(f"{w} {ms(n)}" for w, n in pieces if n) + ")"
+    return words + (f" and {_class_words('norm', rest)} {ms(sum(m['charged_ns'] for m in rest))}" if rest else "")
+
+
 def _at_least_share(members: list[dict], total: int) -> bool:
     """Members whose charged ns are CLASS_SHARE_MIN of the path's `total` or more: a class the check
     names (among the ranked ones), or a part of one its advice names."""
@@ -717,9 +773,10 @@ def check(ctx: Context) -> list:
     attention = _unfused_attention(ctx.run, ctx.rank, norm) if _at_least_share(norm, total) else []
     attention_ns = sum(m["charged_ns"] for m in attention)
     parts = {c: _attention_parts(ctx.run, ctx.rank, classes.get(c, []), attention) for c in ATTENTION_PART_CLASSES} if attention else {}
+    named = {c for c, ms_ in ranked if _at_least_share(ms_, total)}
     for cls, members in ranked:
         charged = sum(m["charged_ns"] for m in members)
-        if not _at_least_share(members, total):
+        if cls not in named:
             continue
         if cls in WORK_CLASSES and arch is None:  # (device work: its advice speaks of the device's precisions and libraries)
             work = rank_work(ctx.run, ctx.rank)
@@ -741,28 +798,30 @@ def check(ctx: Context) -> list:
         recorded = charged - left_out
         if left_out:
             step_ns = {st: ns - unrecorded_steps.get(st, 0) for st, ns in step_ns.items()}
-        merged = {"category": members[0]["category"], "item": tuple(m["item"] for m in members if m["item"] is not None),
-                  "step_ns": step_ns}
-        top = members[0]
         shown = _recorded(members, left_out) if left_out else members
+        # a normalisation class most of which is hand-written attention's softmax is that attention's finding: its cause
+        # and its fix, with the rest of the attention whose classes leave it here (`_attention_finding`)
+        as_attention = cls == "norm" and attention_ns * 2 >= charged > 0
+        if as_attention:
+            shown, recorded, step_ns = _attention_finding(members, attention, parts, classes, named, total)
+        merged = {"category": members[0]["category"], "item": tuple(m["item"] for m in shown if m["item"] is not None),
+                  "step_ns": step_ns}
+        top = shown[0]
         heaviest = _names_of(shown)
         source = ctx.source_of(top["frame_id"])
-        # (a normalisation class most of which is hand-written attention's softmax says so: that is its cause and its fix)
-        of_it = (f", {pct(attention_ns / charged)} of it the softmax of hand-written attention"
-                 if cls == "norm" and attention_ns * 2 >= charged > 0 else "")
-        if one_off:
-            of_it = f", {pct(min(1.0, longest / charged))} of it one call: {cp.ONE_OFF_LAUNCH_WORDS}"
+        of_it = f", {pct(min(1.0, longest / charged))} of it one call: {cp.ONE_OFF_LAUNCH_WORDS}" if one_off else ""
+        words = _attention_class_words(attention, parts, shown) if as_attention else _class_words(cls, shown)
         out.append(ctx.finding(
-            title=_title(bound["overall"]["words"], _class_words(cls, shown), recorded, left_out, total) + f"{of_it}; heaviest: {heaviest}",
+            title=_title(bound["overall"]["words"], words, recorded, left_out, total) + f"{of_it}; heaviest: {heaviest}",
             impact_ns=recorded, saving_bound_ns=min(recorded, cp.saving_bound(ctx.run, ctx.rank, merged)),
             location=Location(op=top["op"] or (top["item"] if top["category"] not in DEVICE + ("idle",) else None),
                               kernel=top["item"] if top["category"] in DEVICE else None, source=source,
                               module_path=top["module_path"], steps=[s["step"] for s in bound["steps"]]),
-            sql=_class_evidence_sql(parquet, ctx.rank, cls),
+            sql=_members_evidence_sql(parquet, ctx.rank, shown) if as_attention else _class_evidence_sql(parquet, ctx.rank, cls),
             values={"class": cls, "charged_ns": charged, "events": events,
                     "items": len({m["item"] for m in members if m["item"] is not None}), "category": top["category"],
                     "bound": bound["overall"]["bound"], "path_ns": total,
-                    "heaviest": [{"item": m["item"], "op": m["op"], "charged_ns": m["charged_ns"]} for m in members[:3]],
+                    "heaviest": [{"item": m["item"], "op": m["op"], "charged_ns": m["charged_ns"]} for m in (shown if as_attention else members)[:3]],
                     "device_arch": arch.name if arch else None,
                     **({"unrecorded_ns": unrecorded, "left_out_ns": left_out, "long_stretches_ns": stretches[0]} if cls == "host" else {}),
                     **({"waits_ns": unseen[0], "waits_device_idle_ns": unseen[1]} if cls == "host_sync" else {}),
