@@ -21,7 +21,14 @@ from __future__ import annotations
 import functools
 import re
 
-from .collectors.kineto_names import AOT_GRAPH_CALL, COMPILED_REGION_PREFIX, GRAPH_LAUNCH_CALL, INDUCTOR_GRAPH_CALL_PREFIX, LAUNCH_CALL
+from .collectors.kineto_names import (
+    AOT_GRAPH_CALL,
+    COMPILED_REGION_PREFIX,
+    EVALUATE_PREFIX,
+    GRAPH_LAUNCH_CALL,
+    INDUCTOR_GRAPH_CALL_PREFIX,
+    LAUNCH_CALL,
+)
 
 
 def sql_literal(s: str) -> str:
@@ -111,6 +118,22 @@ def graph_call(alias: str = "") -> str:
     a = _a(alias)
     names = ", ".join(f"'{n}'" for n in GRAPH_CALL_NAMES)
     return f"({a}name IN ({names}) OR starts_with({a}name, '{GRAPH_CALL_PREFIX}'))"
+
+
+COMPILED_BACKWARD = AOT_GRAPH_CALL + "Backward"
+"""The autograd node that runs a compiled graph's backward (AOT autograd's `CompiledFunctionBackward`)."""
+
+
+def is_compiled_run(name: str | None) -> bool:
+    """A call that runs torch.compile'd code: Dynamo's range around a call of a compiled function
+    (COMPILED_REGION_PREFIX), one run of a compiled graph (GRAPH_CALL_NAMES, GRAPH_CALL_PREFIX), or its
+    backward (COMPILED_BACKWARD, also as the autograd engine's `evaluate_function` of it). Telling such
+    a call to torch.compile is advice it has taken already."""
+    n = name or ""
+    if n.startswith(EVALUATE_PREFIX):
+        n = n[len(EVALUATE_PREFIX):]
+    return (n in GRAPH_CALL_NAMES or n == COMPILED_BACKWARD or n.startswith(GRAPH_CALL_PREFIX)
+            or n.startswith(COMPILED_REGION_PREFIX))
 
 
 def compiled_region(alias: str = "") -> str:

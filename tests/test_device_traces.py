@@ -16,6 +16,11 @@ decimals, `baseTimeNanoseconds` added):
   before: 3,080 ms on a 1,074 ms rank) and 30 blocking device-to-host `cudaMemcpyAsync` (up to 147 ms).
 - h100_timesformer_inference: an H100 inference step with a blocking 126 ms device-to-host copy.
 - cuda_resnet50_torch18: torch 1.8 (text tids, no evaluate_function, `Operator` categories).
+- mtia_train_no_device_properties: MTIA training with no deviceProperties; its kernels are submitted by
+  `runFunction - job_prep_and_submit_for_execution` (no 'launch' in the name): its device was unknown
+  and told CUDA graphs, its launches 'runtime calls other than launches'.
+- v100_ddp_compiled_aot_eager: a torch.compile'd model (AOT autograd, 2022) in DDP on a V100, host-bound
+  inside its compiled graphs' runs, whose 13,300 kernels are ATen's: it was told to torch.compile.
 """
 
 from __future__ import annotations
@@ -45,8 +50,11 @@ SGLANG = "mi300x_sglang_qwen3_decode"
 A100 = "a100_train_blocking_dtoh"
 H100 = "h100_timesformer_inference"
 TORCH18 = "cuda_resnet50_torch18"
-SLOW = {A100, H100, TORCH18}  # 5-10 s each to import and analyse
-VENDORED = [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in (ALLOC, GRAPH_FULL, GRAPH_PIECEWISE, SGLANG, A100, H100, TORCH18)]
+COMPILED = "v100_ddp_compiled_aot_eager"
+MTIA_TRAIN = "mtia_train_no_device_properties"
+SLOW = {A100, H100, TORCH18, COMPILED, MTIA_TRAIN}  # 5-10 s each to import and analyse
+VENDORED = [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
+            for n in (ALLOC, GRAPH_FULL, GRAPH_PIECEWISE, SGLANG, A100, H100, TORCH18, COMPILED, MTIA_TRAIN)]
 
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "runtime"}
 OP_CATS = {"cpu_op", "operator"}
@@ -96,8 +104,10 @@ class Raw:
         return [e for e in self.spans if str(e.get("cat", "")).lower() in cats]
 
     def span_ns(self) -> int:
-        """First to last span or instant (memory events are instants)."""
-        ivs = [self.iv(e) for e in self.events if e.get("ph") in ("X", "i", "I") and "ts" in e]
+        """First to last span or instant (memory events are instants), but Kineto's own bookkeeping
+        spans (category `Trace`: `PyTorch Profiler (0)`, `MTIA Activity Trace (-1)`), which may start
+        before the first event and end after the last."""
+        ivs = [self.iv(e) for e in self.events if e.get("ph") in ("X", "i", "I") and "ts" in e and e.get("cat") != "Trace"]
         return max(b for _, b in ivs) - min(a for a, _ in ivs)
 
     def top_op(self, e) -> dict | None:
@@ -605,6 +615,59 @@ def test_hand_written_attentions_softmax_is_told_sdpa_not_a_fused_layernorm(trac
     classes = {g["evidence"]["values"]["class"] for g in findings(report, "critical-path")}
     assert not classes & {"matmul", "elementwise"}
     assert not [h for h in findings(report, "hotspot") if h["location"].get("source") == f["location"]["source"]]
+
+
+@pytest.mark.slow
+def test_an_mtia_trace_without_device_properties_is_mtia_and_its_run_function_calls_are_launches(traces):
+    """mtia_train_no_device_properties names no device (deviceProperties empty), but only MTIA's backend
+    records `mtia_runtime` / `mtia_ccp_events`: the architecture is MTIA's, and the advice names
+    torch.compile, not CUDA graphs, which MTIA does not have. Its kernels are submitted by
+    `runFunction - job_prep_and_submit_for_execution`, each linked to the kernel it ran: those calls
+    are its launches, so the bound is launch overhead (it read 'runtime calls other than launches:
+    runFunction ... 63%' beside a critical-path finding titled 'kernel launches')."""
+    _, report, raw = traces(MTIA_TRAIN)
+    (rank,) = report["summary"]["ranks"]
+    assert rank["utilisation"]["device"]["arch"] == "Meta MTIA"
+    submit = [r for r in raw.of(RUNTIME_CATS | {"mtia_runtime"}) if r["name"] == "runFunction - job_prep_and_submit_for_execution"]
+    linked = {k["args"].get("correlation") for k in raw.spans if str(k.get("cat", "")).lower() == "mtia_ccp_events"}
+    assert len(submit) == 3453 and all(r["args"].get("correlation") in linked for r in submit)
+    assert rank["bound"]["overall"]["words"].startswith("host-bound (100%): launch overhead")
+    (launches,) = [f for f in findings(report, "critical-path") if f["evidence"]["values"]["class"] == "launch"]
+    assert launches["title"].startswith("kernel launches: ")
+    assert "torch.compile (it fuses kernels into fewer, larger ones)" in launches["recommendation"]
+    assert not [f for f in report["findings"] if "CUDA graphs" in f["recommendation"] or "Nsight" in f["recommendation"]]
+
+
+@pytest.mark.slow
+def test_a_compiled_models_host_time_is_not_told_to_compile(traces):
+    """v100_ddp_compiled_aot_eager: host-bound steps, most of whose host time is inside the compiled
+    graphs' runs (AOT autograd's CompiledFunction and its backward node). Both the critical path's host
+    class and the hotspot operator told it 'torch.compile' / 'a fused / compiled version'. Every kernel
+    those runs launched is ATen's (no Triton kernel in the trace): the backend fuses nothing, which the
+    advice says with the count, and the default backend is named instead."""
+    _, report, raw = traces(COMPILED)
+    compiled = ("CompiledFunction", "autograd::engine::evaluate_function: CompiledFunctionBackward")
+    calls = collections.defaultdict(list)
+    for o in raw.of(OP_CATS):
+        if o["name"] in compiled:
+            calls[o["tid"]].append(raw.iv(o))
+    launch = raw.launch_of()
+    kernels = [k for k in raw.of({"kernel"})
+               if (c := launch.get(k["args"].get("correlation"))) is not None
+               and any(a <= raw.iv(c)[0] and raw.iv(c)[1] <= b for a, b in calls[c["tid"]])]
+    assert len(kernels) == 13_300 and not [k for k in raw.of({"kernel"}) if "triton" in k["name"].lower()]
+    (host,) = [f for f in findings(report, "critical-path") if f["evidence"]["values"]["class"] == "host"]
+    runs = sum(h["charged_ns"] for h in host["evidence"]["values"]["heaviest"] if h["item"] in compiled)
+    assert runs * 2 >= host["impact_ns"]
+    rec = host["recommendation"]
+    assert rec.startswith(f"{runs / 1e6:,.2f} ms of this time is in calls of torch.compile'd code (")
+    assert "the model runs compiled already, so compiling it again does not cut it" in rec
+    assert f"None of the {len(kernels):,} kernels those calls launched was generated by the compiler (no Triton kernels)" in rec
+    assert "torch.compile cuts" not in rec
+    (op,) = [f for f in findings(report, "hotspot") if f["location"].get("op") and not f["location"].get("kernel")]
+    assert op["location"]["op"] in compiled
+    assert op["recommendation"].startswith("It runs torch.compile'd code already, so compiling again does not cut it.")
+    assert "fused / compiled version" not in op["recommendation"]
 
 
 @pytest.mark.slow

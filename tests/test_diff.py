@@ -260,6 +260,10 @@ def test_warm_up_and_partial_steps_are_left_out_and_a_real_regression_is_slower(
     data = json.loads(cli("diff", base, test, "--json").stdout)["step_time"]
     assert data["steps"]["base"]["used"] == list(range(2, 9)) and data["test_name"] == "welch-t"
     assert data["steps"]["base"]["left_out"][0]["reason"].startswith("warm-up")
+    # analyze's report says the same steps, by step number and why (it read 'left out 0, 1, 9')
+    from neuron_explorer.analyzers import render
+
+    assert "10 steps (7 steady; steps 0, 1 left out: warm-up; step 9 left out: partial), mean " in render.text(analyze(test), width=400)
 
 
 def test_a_longer_warm_up_alone_is_no_change(tmp_path: Path):

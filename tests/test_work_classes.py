@@ -195,7 +195,7 @@ def test_mfu_missing_says_every_reason(tmp_path):
     u = analyze(run).summary["ranks"][0]["utilisation"]
     assert u["mfu_median"] is None and u["device"]["arch"] == "NVIDIA Ampere (sm80: A100, A30)"
     assert u["mfu_missing"] == ("no operator shapes recorded (record with torch.profiler.profile(record_shapes=True)); the trace "
-                                "does not name the device (its kernels show NVIDIA Ampere (sm80: A100, A30), whose models' peaks "
+                                "does not name the device (its events show NVIDIA Ampere (sm80: A100, A30), whose models' peaks "
                                 "differ): give --peak-tflops and --peak-dtype")
     with peaks_in_force(override={"tflops": 400.0, "dtype": "bf16"}):
         report = analyze(run)

@@ -250,11 +250,20 @@ def _kernel_arch(name: str) -> Arch | None:
     return next((a for a in ARCHS if a.kernels and re.search(a.kernels, name, re.IGNORECASE)), None)
 
 
-def detect(device_name: str | None, props: list[dict] | None = None, kernel_counts: dict | None = None) -> Detected:
+RUNTIME_CATEGORY_ARCH = {"mtia_": "Meta MTIA"}
+"""Kineto categories named after the one backend that records them (`mtia_runtime`, `mtia_ccp_events`:
+Meta's MTIA), by prefix: they name the device's vendor where the trace names no device. (`cuda_runtime`
+is NVIDIA's and AMD's both: ROCm records HIP under CUDA's names.)"""
+
+
+def detect(device_name: str | None, props: list[dict] | None = None, kernel_counts: dict | None = None,
+           categories=None) -> Detected:
     """The architecture from, in this order: the device name the trace gives; TorchNeuron's
     PrivateUse1 device (`is_torchneuron_device`: Trainium2's architecture); the compute
     capability in its deviceProperties (for the vendor they show: ROCm reports gfx versions in the
-    same fields); the names of its kernels (the architecture most kernels name, e.g. `cutlass_80`,
+    same fields); a category only one backend records (`categories`: the trace's category names,
+    RUNTIME_CATEGORY_ARCH: HTA's MTIA training trace has no deviceProperties, and its device was
+    told CUDA graphs); the names of its kernels (the architecture most kernels name, e.g. `cutlass_80`,
     `sm90_`, `volta_`, `ISA942`). `kernel_counts`: {kernel name: count}, only the names that match
     some ARCHS kernel pattern are needed (`KERNELS_SQL` selects them)."""
     a = arch_named(device_name)
@@ -269,6 +278,10 @@ def detect(device_name: str | None, props: list[dict] | None = None, kernel_coun
         for a in ARCHS:
             if cc in a.compute and vendor == a.vendor:
                 return Detected(a, f"compute capability {cc[0]}.{cc[1]} of {p.get('name') or 'the device'} in deviceProperties")
+    for c in sorted(str(c) for c in categories or ()):
+        arch = next((_ARCH[a] for prefix, a in RUNTIME_CATEGORY_ARCH.items() if c.lower().startswith(prefix)), None)
+        if arch is not None:
+            return Detected(arch, f"the trace's {c!r} events (only that backend records them); the trace does not name the device")
     votes: dict[str, int] = {}
     sample: dict[str, str] = {}
     for name, n in (kernel_counts or {}).items():
@@ -291,13 +304,14 @@ KERNELS_PATTERN = "(?i)(" + "|".join(a.kernels for a in ARCHS if a.kernels) + ")
 """A kernel name that shows the architecture it was built for (any ARCHS kernel pattern; RE2 and Python)."""
 
 
-def graph_advice(device_name: str | None, props: list[dict] | None = None) -> str:
+def graph_advice(device_name: str | None, props: list[dict] | None = None, arch: Arch | None = None) -> str:
     """How to launch fewer, larger device programs, in the device's own terms: CUDA graphs (which
     ROCm runs as HIP graphs) on NVIDIA and AMD; on AWS Trainium (TorchNeuron's `neuron` device, or a
     device named Trainium) torch.compile, whose compiled region the Neuron compiler runs as one
     device program — CUDA graphs do not exist there; on Meta's MTIA torch.compile, which fuses the
-    kernels (CUDA graphs are NVIDIA's and AMD's)."""
-    arch = arch_named(device_name)
+    kernels (CUDA graphs are NVIDIA's and AMD's). `arch`: the rank's detected architecture, where the
+    name does not say it (`detect`)."""
+    arch = arch_named(device_name) or arch
     if is_torchneuron_device(device_name, props) or (arch is not None and arch.vendor == "aws"):
         return "torch.compile (the Neuron compiler runs each compiled region as one device program)"
     if arch is not None and arch.vendor == "meta":
@@ -311,11 +325,11 @@ SYSTEM_PROFILERS = {"nvidia": "Nsight Systems", "amd": "rocprof", "aws": "the Ne
 (another process's work, a graph's nodes, events the profiler dropped)."""
 
 
-def profiler_advice(device_name: str | None, props: list[dict] | None = None) -> str:
+def profiler_advice(device_name: str | None, props: list[dict] | None = None, arch: Arch | None = None) -> str:
     """The profiler to see what held a device beyond the trace, in the device's own terms
     (SYSTEM_PROFILERS; TorchNeuron's `neuron` device is Trainium's); both NVIDIA's and AMD's where the
-    vendor is unknown."""
-    arch = arch_named(device_name)
+    vendor is unknown. `arch`: as graph_advice's."""
+    arch = arch_named(device_name) or arch
     vendor = "aws" if is_torchneuron_device(device_name, props) else arch.vendor if arch is not None else ""
     return SYSTEM_PROFILERS.get(vendor, "Nsight Systems or rocprof")
 

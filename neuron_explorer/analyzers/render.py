@@ -184,6 +184,16 @@ def _collective_wait_lines(cross: dict | None) -> list[str]:
                         if r.get("instances") and r.get("wait_share") is not None], cross.get("instances"))
 
 
+def _left_out_words(left_out: list[dict]) -> str:
+    """The steps metrics.steady_steps left out, by the first words of their reasons (`diff` lists the
+    reasons whole): 'step 101 left out: warm-up' (it read 'left out 101', as if 101 steps were)."""
+    by: dict[str, list[str]] = {}
+    for x in left_out:
+        by.setdefault(str(x.get("reason") or "").split(":")[0], []).append(str(x["step"]))
+    return "; ".join(f"step{'s' if len(steps) > 1 else ''} {', '.join(steps)} left out" + (f": {why}" if why else "")
+                     for why, steps in by.items())
+
+
 def _summary_lines(report: Report) -> list[str]:
     if len(report.summary["ranks"]) > MANY_RANKS:
         return _ranks_overview(report.summary["ranks"]) + _collective_wait_lines(report.summary.get("cross_rank"))
@@ -193,8 +203,8 @@ def _summary_lines(report: Report) -> list[str]:
         line = f"rank {r['rank']}: span {duration(r['span_ns'])}"
         if st["count"]:
             steady = st.get("steady_count", st["count"])
-            left = ", ".join(str(x["step"]) for x in st.get("left_out", []))
-            steps = f"{st['count']} steps" + (f" ({steady} steady; left out {left})" if steady != st["count"] else "")
+            steps = f"{st['count']} steps" + (f" ({steady} steady; {_left_out_words(st.get('left_out', []))})"
+                                              if steady != st["count"] else "")
             cv = "-" if st["cv"] is None else format(st["cv"], ".2f")
             line += (f", {steps}, mean {duration(st['mean_ns'])} (p50 {duration(st['p50_ns'])}, p90 {duration(st['p90_ns'])}, "
                      f"max {duration(st['max_ns'])}, cv {cv})")

@@ -237,7 +237,7 @@ def _detect_from_manifest(run: Run, rank: int, name: str | None) -> tuple[P.Dete
     used = {d.get("device") for d in entry.get("devices_used") or []} | set(entry.get("devices") or [])
     props = [p for p in (entry.get("device_properties") or []) if isinstance(p, dict)]
     props = [p for p in props if p.get("id") in used] or props
-    return P.detect(name, props), props
+    return P.detect(name, props, categories=entry.get("category_counts")), props
 
 
 def detect_device(run: Run, rank: int, name: str | None) -> P.Detected:
@@ -246,7 +246,7 @@ def detect_device(run: Run, rank: int, name: str | None) -> P.Detected:
     found, props = _detect_from_manifest(run, rank, name)
     if found.arch is None and rank_entry(run, rank).get("devices"):
         counts = dict(rank_rows(run, KERNEL_NAMES, rank))
-        found = P.detect(name, props, counts) if counts else found
+        found = P.detect(name, props, counts, rank_entry(run, rank).get("category_counts")) if counts else found
     return found
 
 
@@ -618,7 +618,7 @@ def mfu_missing(run: Run, rank: int, work: RankWork, steps: list[dict], dtype: s
         if work.device_name:
             reasons.append(f"no peak known for {work.device_name} (give --peak-tflops and --peak-dtype, or --peaks FILE)")
         else:
-            seen = f" (its kernels show {arch.name}, whose models' peaks differ)" if arch else ""
+            seen = f" (its events show {arch.name}, whose models' peaks differ)" if arch else ""
             reasons.append(f"the trace does not name the device{seen}: give --peak-tflops and --peak-dtype")
     elif dtype and not work.peak.flops_per_s(dtype):
         reasons.append(f"the peak in force has no {dtype} figure, the dtype of most FLOPs (give --peak-tflops with --peak-dtype {dtype})")

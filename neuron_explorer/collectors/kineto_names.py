@@ -102,9 +102,11 @@ LAUNCH_FLOW = "ac2g"
 OLD_LAUNCH_FLOW = ("async", "launch")
 """(category, name) of torch 1.8-1.10's launch flows (their device events carry the launch's
 correlation too, which binds them)."""
-LAUNCH_CALL = re.compile(r"launch", re.IGNORECASE)
+LAUNCH_CALL = re.compile(r"launch|runFunction", re.IGNORECASE)
 """A runtime call that launches device work: cudaLaunchKernel, cuLaunchKernel(Ex),
-hipLaunchKernel, hipExtModuleLaunchKernel, cudaGraphLaunch, ..."""
+hipLaunchKernel, hipExtModuleLaunchKernel, cudaGraphLaunch, ...; MTIA's runtime submits a kernel as
+`runFunction - job_prep_and_submit_for_execution` (HTA's MTIA training trace: each of its 3,453 calls
+linked to the kernel it ran; named nothing with 'launch', they were 'runtime calls other than launches')."""
 GRAPH_LAUNCH_CALL = re.compile(r"GraphLaunch")
 """A runtime call that replays a captured graph: cudaGraphLaunch, hipGraphLaunch, cuGraphLaunch."""
 CAPTURE_BEGIN_CALL = "StreamBeginCapture"

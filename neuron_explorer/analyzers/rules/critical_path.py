@@ -55,7 +55,11 @@ collective waiting for another rank) or Python it does not record: record stacks
 process to see which; otherwise, where DistributedDataParallel's broadcast of the module's buffers
 at every forward (vocab.DDP_BUFFER_BROADCAST_OPS) is KNOWN_HOST_SHARE_MIN of the host time or
 more, it is named first with its time → broadcast_buffers=False, or SyncBatchNorm; and so is an
-optimizer's zero_grad (vocab.ZERO_GRAD_RANGE) → set_to_none=True; host waits on the device at least
+optimizer's zero_grad (vocab.ZERO_GRAD_RANGE) → set_to_none=True; host time at least half of which is
+calls of torch.compile'd code (vocab.is_compiled_run) → not torch.compile, which the model has: where
+their kernels (MIN_COMPILED_KERNELS or more) include none a compiler generated, the backend fuses nothing and
+inductor would (_util.unfused_backend_words), and CUDA/HIP graphs replay them (`_compiled_words`; HTA's
+v100_ddp_compiled_aot_eager: 1,111 of its 1,448 ms); host waits on the device at least
 half of which no device of the rank ran anything the trace holds (`waits_device_idle_ns` of
 `waits_ns`, the path's host time inside the waiting calls, host_sync.waits_union) → also a wait on
 work the trace does not show, as host-sync says it);
@@ -96,6 +100,7 @@ from ...vocab import (
     SYNC_OPS,
     WORK_CLASSES,
     ZERO_GRAD_RANGE,
+    is_compiled_run,
     is_matrix_kernel,
     is_sync_call_name,
     kernel_precision,
@@ -113,7 +118,7 @@ from ..metrics import DEVICE_WORK_NAMED
 from ..model import Location
 from ..utilisation import rank_work
 from . import host_sync
-from ._util import SEE_UNTRACED, SET_TO_NONE, STEADY_STEPS, graph_tip, ms, pct, profiler_tip, q
+from ._util import SEE_UNTRACED, SET_TO_NONE, STEADY_STEPS, graph_tip, ms, pct, profiler_tip, q, unfused_backend_words
 
 RULE_ID = "critical-path"
 TITLE = "Critical path: what bounds the step"
@@ -380,7 +385,7 @@ def _attention_words(attention: list[dict], parts: dict[str, list[dict]] | None 
 def _advice(cls: str, members: list[dict], events: int, charged: int, step_count: int, arch, graphs: str = "",
             one_off_ns: int = 0, has_modules: bool = False, unrecorded_ns: int = 0,
             stretches: tuple[int, list[tuple[str, int]]] = (0, []), attention: list[dict] = (), path_ns: int = 0,
-            attention_parts: dict[str, list[dict]] | None = None, profiler: str = "") -> str:
+            attention_parts: dict[str, list[dict]] | None = None, profiler: str = "", compiled: str = "") -> str:
     """The class's advice. `one_off_ns`: the launch class's one-off, the ns the path charges the one
     call that holds most of it (`critical_path.one_off_launch`: a kernel's first launch loading its code), 0 for none.
     `has_modules`: the rank's path items carry nn.Module paths (so Python without one is outside the model).
@@ -388,7 +393,8 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
     `stretches`: the host time in long stretches and the names holding it (`_long_stretches`).
     `attention`: the normalisation class's members that are hand-written attention's softmax
     (`_unfused_attention`): SDPA first, then the normalisation advice for the rest where it is
-    CLASS_SHARE_MIN of the path (`path_ns`) or more."""
+    CLASS_SHARE_MIN of the path (`path_ns`) or more. `compiled`: the host class's words where most of it
+    runs torch.compile'd code (`_compiled_words`), which replace the advice to compile."""
     if cls == "host" and unrecorded_ns * 2 >= charged:
         return (f"{ms(unrecorded_ns)} of the step's time is its range running on after the last event the trace holds: nothing "
                 "was recorded there, so it is no Python to speed up and no saving (this finding's impact and saving bound leave it "
@@ -480,10 +486,34 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
                 "optimizer, the autograd engine's thread, a collective waiting for another rank) or Python it does not "
                 "record. " + SEE_UNTRACED + ", to see which before compiling; "
                 "where ranks wait for each other, collective-wait and rank-skew say for how long.")
+    if compiled:
+        return _known_host_costs(cls, members, charged) + compiled
     tools = (graphs + " cuts Python and dispatcher overhead and per-kernel launches" if graphs.startswith("torch.compile") else
              "torch.compile cuts Python and dispatcher overhead, " + graphs + " remove per-kernel launches")
     return (_known_host_costs(cls, members, charged) + "Host time bounds the step: " + tools
             + ", a larger batch amortises both; fewer .item() calls keep the host from waiting.")
+
+
+def _compiled_words(ctx: Context, members: list[dict], charged: int) -> str:
+    """The host class's advice where at least half of it is calls of torch.compile'd code
+    (vocab.is_compiled_run: AOT autograd's CompiledFunction / CompiledFunctionBackward, Inductor's graph
+    calls, Dynamo's regions), else "": the model runs compiled, and compiling it is advice taken. Where
+    those calls launched MIN_COMPILED_KERNELS kernels or more and none was generated by a compiler
+    (COMPILER_KERNEL), the backend runs ATen's kernels one by one (backend='aot_eager'), and the default
+    backend would fuse them. HolisticTraceAnalysis's df_index_resolver trace (V100, DDP, 2022): 1,111 of
+    1,448 ms of host time in CompiledFunction / CompiledFunctionBackward, 19,370 kernels, none Triton's,
+    was told 'torch.compile cuts Python and dispatcher overhead'."""
+    runs = [m for m in members if is_compiled_run(m["item"])]
+    ns = sum(m["charged_ns"] for m in runs)
+    if not runs or ns * 2 < charged:
+        return ""
+    graphs = graph_tip(ctx)
+    text = (f"{ms(ns)} of this time is in calls of torch.compile'd code ({_names_of(runs)}): the model runs compiled already, "
+            "so compiling it again does not cut it. " + unfused_backend_words(ctx, [m["item"] for m in runs]))
+    text += "What is inside those calls shows where their host time goes (the operators and launches their graphs run)"
+    if not graphs.startswith("torch.compile"):
+        text += f"; {graphs} replay their kernels without launching each one"
+    return text + "; a larger batch amortises it."
 
 
 def _known_host_costs(cls: str, members: list[dict], charged: int) -> str:
@@ -790,6 +820,7 @@ def check(ctx: Context) -> list:
         # (the Python between the last call and the step's end)
         left_out = unrecorded if unrecorded and unrecorded * 2 >= charged else 0
         stretches = _long_stretches(ctx.run, path) if cls == "host" else (0, [])
+        compiled = _compiled_words(ctx, members, charged) if cls == "host" else ""
         unseen = _unseen_waits(ctx, path) if cls == "host_sync" else (0, 0)
         step_ns: dict = {}
         for m in members:
@@ -835,6 +866,6 @@ def check(ctx: Context) -> list:
             sample_event_ids=[top["sample_id"]] if top["sample_id"] is not None else [], uses_source=True,
             recommendation=" ".join(x for x in (_advice(cls, members, events, charged, step_count, arch, graph_tip(ctx),
                                                         longest if one_off else 0, has_modules, unrecorded, stretches,
-                                                        attention if cls == "norm" else [], total, parts, profiler),
+                                                        attention if cls == "norm" else [], total, parts, profiler, compiled),
                                                 host_sync.unseen_words(unseen[0], unseen[1], _names_of(members), profiler)) if x)))
     return out
