@@ -1542,3 +1542,33 @@ def test_an_mtia_step_without_device_properties_launches_with_run_function(tmp_p
     assert launches.impact_ns == 800 * US  # the four calls' 200 µs, all on the path
     assert launches.recommendation.startswith("Launch overhead bounds the step: torch.compile (it fuses kernels into fewer, "
                                               "larger ones)")
+
+
+def test_device_idle_behind_unseen_work_in_a_blocking_copy_is_no_one_off(tmp_path):
+    """SGLang's prefill/decode shape (TraceLens), without steps: stream 3 waits on an event of work
+    launched before the trace began (cudaStreamWaitEvent at 8 µs); a kernel is launched on it at 12 µs;
+    the host then copies 15 ints to the device with a blocking cudaMemcpy (inside aten::to, 20 µs to
+    30,030 µs), which returns only after the kernel ran at 30,000 µs and its own copy after it. Device
+    work of 4 µs at 2 µs comes first. device-idle named the 29.99 ms gap 'a one-off more likely than the
+    cost of every iteration, such as a library's first use': the host sat in aten::to with no device
+    work. The critical path charges the gap to work waiting behind work the trace does not show, and
+    device-idle says so."""
+    from neuron_explorer.analyzers import analyze
+
+    events = [X("aten::zeros", "cpu_op", 0, 6, **{"External id": 1}),
+              X("cudaLaunchKernel", "cuda_runtime", 1, 1, correlation=1, **{"External id": 1}),
+              _k("fill_kernel", "kernel", 1, 2, 4, stream=3),
+              X("cudaStreamWaitEvent", "cuda_runtime", 8, 2),
+              X("aten::add", "cpu_op", 11, 3, **{"External id": 2}),
+              X("cudaLaunchKernel", "cuda_runtime", 12, 1, correlation=2, **{"External id": 2}),
+              _k("resolve_future_token_ids_kernel", "kernel", 2, 30000, 7, stream=3),
+              X("aten::to", "cpu_op", 20, 30010, **{"External id": 3}),
+              X("cudaMemcpy", "cuda_runtime", 21, 30008, correlation=3, **{"External id": 3}),
+              _k("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 3, 30020, 5, stream=3)]
+    report = analyze(import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir, write=False)
+    assert report.summary["ranks"][0]["bound"]["overall"]["words"].endswith(cp.UNSEEN_QUEUE_WORDS)
+    (idle,) = [f for f in report.findings if f.rule_id == "device-idle"]
+    rec = idle.recommendation
+    assert rec.startswith("29.99 ms of the longest gaps' 30.01 ms is device work that was ready (launched, its stream's earlier "
+                          "work done) yet waited while nothing the trace holds ran on any device"), rec
+    assert "one-off" not in rec and "Keep the device fed" not in rec

@@ -1206,6 +1206,20 @@ def _name_the_one_off(run: Run, path: Path, verdict: dict, rows: np.ndarray | No
     _reword(verdict, f"{ONE_OFF_LAUNCH_WORDS}: {name or '?'} {100 * longest / verdict['dur_ns']:.0f}%")
 
 
+def unseen_queue_ns(run: Run, rank: int, spans: list[tuple[int, int]]) -> int:
+    """The idle the rank's critical path (its steps' `path_of`, else its window's `window_path`)
+    charges to UNSEEN_QUEUE inside `spans` ([start, end) ns; disjoint): how much of those spans the
+    device sat with work launched and ready, behind work the trace does not show."""
+    path = path_of(run, rank)
+    if not len(path):
+        path = window_path(run, rank)
+    if not len(path) or UNSEEN_QUEUE not in path.causes:
+        return 0
+    sel = path.cause == path.causes.index(UNSEEN_QUEUE)
+    ts, end = path.ts[sel], path.ts[sel] + path.ns[sel]
+    return int(sum(np.clip(np.minimum(end, b) - np.maximum(ts, a), 0, None).sum() for a, b in spans))
+
+
 UNSEEN_QUEUE_WORDS = "device work queued behind work the trace does not show"
 """The verdict's words for `idle` when at least half of it is UNSEEN_QUEUE: the device was not seen
 idle for want of work (its work had been launched) but for something the trace does not hold

@@ -118,7 +118,7 @@ from ..metrics import DEVICE_WORK_NAMED
 from ..model import Location
 from ..utilisation import rank_work
 from . import host_sync
-from ._util import SEE_UNTRACED, SET_TO_NONE, STEADY_STEPS, graph_tip, ms, pct, profiler_tip, q, unfused_backend_words
+from ._util import SEE_UNTRACED, SET_TO_NONE, STEADY_STEPS, graph_tip, ms, pct, profiler_tip, q, unfused_backend_words, unseen_queue_words
 
 RULE_ID = "critical-path"
 TITLE = "Critical path: what bounds the step"
@@ -444,11 +444,7 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
     if cls == "idle":
         unseen = sum(m["charged_ns"] for m in members if m["cause"] == cp.UNSEEN_QUEUE)
         if unseen * 2 >= charged > 0:  # ready work that waited with nothing the trace holds running: not a stream to overlap
-            return (f"{ms(unseen)} of this time is device work that was ready (launched, its stream's earlier work done) yet "
-                    "waited while nothing the trace holds ran on any device: it waited behind work the trace does not show (a "
-                    "stream waiting on an event of work launched before the trace began, a CUDA/HIP graph's dependencies, "
-                    f"another process on the device, events the profiler dropped). {profiler} shows what held it; "
-                    "overlapping streams does not shorten it.")
+            return unseen_queue_words(unseen, "this time", profiler) + "; overlapping streams does not shorten it."
         return "The device waits on another stream or between kernels: overlap independent work across streams."
     if cls == "host_sync":
         copies = sum(m["charged_ns"] for m in members if m["cause"] == cp.WAITING_IN_COPY)

@@ -41,7 +41,11 @@ every iteration. Each named gap says how long the host waited on the device insi
 host_sync.waits, cut to the gap; `waited_in_gaps_ns` sums them): where that is WAITED_GAPS_SHARE of
 the named gaps or more, neither side worked there, and the advice says what can hold a device the
 trace does not show instead of telling the host to feed it (with steps only: without, the syncs'
-waits are host-sync's and left out).
+waits are host-sync's and left out). Likewise where the critical path (its steps', else its window's)
+charges WAITED_GAPS_SHARE of the named gaps or more to ready work waiting behind work the trace does
+not show (critical_path.unseen_queue_ns, cause UNSEEN_QUEUE: a blocking copy to the device queued
+behind a kernel that waits on an event of earlier work), in the critical-path idle class's own words
+(_util.unseen_queue_words): no one-off, nothing to feed.
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ from ..rank_rows import arrays as rank_arrays
 from ..rank_rows import rows as rank_rows
 from . import allocator_churn, host_sync, input_pipeline
 from . import critical_path as critical_path_rule
-from ._util import SEE_UNTRACED, STEADY_STEPS, graph_tip, ms, pct, profiler_tip
+from ._util import SEE_UNTRACED, STEADY_STEPS, graph_tip, ms, pct, profiler_tip, unseen_queue_words
 
 RULE_ID = "device-idle"
 TITLE = "Device idle between kernels (host-bound gaps)"
@@ -590,6 +594,22 @@ the steps (64 ms each) are blocking copies waiting with nothing on the device; 4
 idle in the steps are such waits."""
 
 
+def _unseen_words(ctx: Context, gaps: list[dict]) -> str:
+    """What the advice says first where the critical path charges WAITED_GAPS_SHARE or more of the named
+    gaps to work that was launched and ready but waited behind work the trace does not show
+    (critical_path.unseen_queue_ns): not a one-off on the host, nor a device to feed faster; else "".
+    SGLang's prefill/decode trace (TraceLens): a 493.28 ms gap, 99.7% of the idle, while the host sat in
+    a blocking copy (`aten::to`, hipMemcpyWithStream) queued behind a kernel waiting on an event of the
+    batch launched before the trace began; it was told 'a one-off ... a library's first use'."""
+    total = sum(g["gap_end"] - g["gap_start"] for g in gaps)
+    if not total:
+        return ""
+    ns = critical_path.unseen_queue_ns(ctx.run, ctx.rank, sorted((g["gap_start"], g["gap_end"]) for g in gaps))
+    if ns < WAITED_GAPS_SHARE * total:
+        return ""
+    return unseen_queue_words(ns, f"the longest gaps' {ms(total)}", profiler_tip(ctx)) + "; feeding the device faster does not shorten it. "
+
+
 def _waits_words(gaps: list[dict], waited: dict[int, int], profiler: str) -> str:
     """What the advice says first where the host waited on the device through WAITED_GAPS_SHARE of the
     named gaps (`waited`: ns by gap index), with the device's `profiler` (profiler_tip); else ""."""
@@ -744,6 +764,8 @@ def _advice(ctx: Context, gaps: list[dict], by_gap: dict[int, list], idle: int, 
     how to feed the device (not where the gaps are waits on both sides: there is nothing to feed)."""
     if waits := _waits_words(gaps, waited, profiler_tip(ctx)):
         return waits + "Largest gaps — " + "; ".join(host) + "."
+    if unseen := _unseen_words(ctx, gaps):
+        return unseen + "Largest gaps — " + "; ".join(host) + "."
     return ((_one_off_gap(gaps, by_gap, idle) or _first_calls_words(gaps, by_gap, repeats) or _untraced_gaps(ctx, gaps_ns, calls_ns))
             + "Keep the device fed: largest gaps — "
             + "; ".join(host) + ". "
