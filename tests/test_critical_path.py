@@ -1572,3 +1572,43 @@ def test_device_idle_behind_unseen_work_in_a_blocking_copy_is_no_one_off(tmp_pat
     assert rec.startswith("29.99 ms of the longest gaps' 30.01 ms is device work that was ready (launched, its stream's earlier "
                           "work done) yet waited while nothing the trace holds ran on any device"), rec
     assert "one-off" not in rec and "Keep the device fed" not in rec
+
+
+H100_PROPS = [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "computeMinor": 0, "numSms": 132}]
+MI300X_PROPS = [{"id": 0, "name": "AMD Instinct MI300X", "computeMajor": 9, "computeMinor": 4}]
+
+
+def _device_step(tmp_path, ops, props):
+    from neuron_explorer.analyzers import analyze
+
+    path = write_trace(tmp_path / "t.json", _forward_calls([ops]), deviceProperties=props)
+    return analyze(import_traces(path, tmp_path / "run").run_dir, write=False)
+
+
+@pytest.mark.parametrize("props, sizes", [
+    (H100_PROPS, "the Tensor Cores: M, N and K (and channels) in multiples of 8 for fp16/bf16, 16 for fp8/int8"),
+    (MI300X_PROPS, "the matrix cores (MFMA): M, N and K in multiples of 16, the width of the MFMA instructions' tiles")])
+def test_a_bf16_gemm_class_gets_the_devices_sizes_and_no_second_finding(tmp_path, props, sizes):
+    """Two bf16 GEMMs of 300 µs bound the step (one kernel name). The class said 'shapes that are
+    multiples of 8 (16 for fp8), larger batches' on every device, beside a hotspot finding on the same
+    kernel with the device's sizes and what is left for bf16 work (Qwen1.5 chat on an H100: 11.51 and
+    11.92 ms, two findings, two fixes). One finding now, in the device's terms: the class's."""
+    report = _device_step(tmp_path, [_bmm(us=300), _bmm(us=300)], props)
+    (f,) = [f for f in report.findings if f.rule_id == "critical-path" and f.evidence.values["class"] == "matmul"]
+    assert f.impact_ns == 600 * US
+    assert f.recommendation == (f"these kernels bound the step: shapes that run at full speed on {sizes}; they run in bf16 already: "
+                                "what is left is a kernel better tuned for its shapes (for cuBLAS/hipBLASLt GEMMs PyTorch's TunableOp, "
+                                "PYTORCH_TUNABLEOP_ENABLED=1; for Triton kernels their autotune configs; "
+                                "torch.compile(mode='max-autotune')) and fewer, larger products.")
+    assert not [h for h in report.findings if h.rule_id == "hotspot" and h.location.kernel == BF16_GEMM]
+
+
+def test_fused_attention_bounding_the_step_is_not_told_to_use_sdpa(tmp_path):
+    """A step bound by flash attention run by aten::scaled_dot_product_attention (600 µs): it was told
+    'use torch.nn.functional.scaled_dot_product_attention'. It runs it: the advice is what is left."""
+    sdpa = ("aten::scaled_dot_product_attention", [[4, 8, 1024, 64]] * 3, ["c10::BFloat16"] * 3, None,
+            "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t> >(Flash_fwd_params)", 600)
+    report = _device_step(tmp_path, [sdpa], H100_PROPS)
+    (f,) = [f for f in report.findings if f.rule_id == "critical-path" and f.evidence.values["class"] == "attention"]
+    assert f.recommendation.startswith("attention bounds the step, and it runs fused already (aten::scaled_dot_product_attention): ")
+    assert "use torch.nn.functional.scaled_dot_product_attention" not in f.recommendation

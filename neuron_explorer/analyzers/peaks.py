@@ -361,6 +361,20 @@ def matrix_units(arch: Arch | None) -> tuple[str, str]:
     return "matrix units", "M, N and K padded to a multiple of the matrix units' tile"
 
 
+TUNED_GEMM = ("a kernel better tuned for its shapes (for cuBLAS/hipBLASLt GEMMs PyTorch's TunableOp, "
+              "PYTORCH_TUNABLEOP_ENABLED=1; for Triton kernels their autotune configs; torch.compile(mode='max-autotune')) "
+              "and fewer, larger products")
+"""What is left for matrix work that runs in 16 bits or fewer already, at full-speed sizes."""
+
+
+def matrix_sizes_advice(arch: Arch | None) -> str:
+    """'shapes that run at full speed on the {units}: {sizes}' in the device's terms (matrix_units):
+    the hotspot kernel's and the critical path's GEMM class's words alike (the class said 'multiples
+    of 8 (16 for fp8)' on every device: AMD's MFMA tiles want 16, Trainium's Tensor Engine 128)."""
+    units, sizes = matrix_units(arch)
+    return f"shapes that run at full speed on the {units}: {sizes}"
+
+
 def precision_advice(arch: Arch | None, *, tf32_already: bool = False, not_tf32: str = "") -> str:
     """What to run fp32 matrix work in, on this architecture: fp16 autocast with GradScaler where
     the matrix units have no bf16 (V100, T4), bf16 autocast or TF32 where they do (A100 and later,

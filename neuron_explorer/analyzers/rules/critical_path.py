@@ -17,7 +17,12 @@ what to try: fp32 GEMMs/convolutions → the lower precision the device's matrix
 TF32 on A100 and later, FP8 where the device has it; where some of the class's kernels run TF32
 already by their names, vocab.kernel_runs_tf32, `tf32_ns` of the class, TF32 only for the matrix
 kernels beside them that run plain fp32, named); NCHW convolutions (4-d input, kernel not
-NHWC) → channels_last; many short kernels → fusion / torch.compile; normalisation kernels → fused
+NHWC) → channels_last; other GEMM/convolution kernels → the sizes the device's matrix units run at full
+speed (peaks.matrix_sizes_advice: multiples of 8 on NVIDIA, 16 on AMD) and, where all of them run 16 bits or
+fewer already, kernels better tuned for their shapes (peaks.TUNED_GEMM); attention kernels that are fused
+attention already (`_fused_attention`: scaled_dot_product_attention's, flash / memory-efficient) → what
+is left (padding, context length, the backend), not scaled_dot_product_attention; many short kernels →
+fusion / torch.compile; normalisation kernels → fused
 LayerNorm / RMSNorm in lower precision, unless their names or inputs show 16 bits or fewer already
 (vocab.kernel_precision), but a softmax there that is hand-written attention's (its softmax operator,
 the forward one for backward work, between two matrix products on its statement,
@@ -90,6 +95,8 @@ from ...collectors.kineto_names import EVALUATE_PREFIX
 from ...fmt import kernel_labels, kernel_name, size
 from ...store import sql_file_literal
 from ...vocab import (
+    ATTENTION_BACKWARD_OPS,
+    ATTENTION_OPS,
     ATTENTION_PRODUCT_OPS,
     CONV_KERNEL_RE,
     DDP_BUFFER_BROADCAST_OPS,
@@ -350,6 +357,19 @@ def _in_lower_precision(members: list[dict], words: str, say_already: bool = Tru
     return f" (they run in {'/'.join(sorted(low))} already)" if say_already else ""
 
 
+_FUSED_ATTENTION_KERNEL = re.compile(r"(?i)(flash|fmha|attn_fwd|attn_bwd|efficient_attention|sdpa)")
+
+
+def _fused_attention(members: list[dict]) -> bool:
+    """The attention class's heaviest kernels are fused attention already: launched by
+    scaled_dot_product_attention (vocab.ATTENTION_OPS and their backward) or named as flash /
+    memory-efficient kernels are. Telling them to use it is advice taken (Qwen1.5 chat on an H100:
+    flash_fwd_kernel of aten::scaled_dot_product_attention was told to use scaled_dot_product_attention)."""
+    top = members[:3]
+    return bool(top) and all((m["op"] in ATTENTION_OPS or m["op"] in ATTENTION_BACKWARD_OPS)
+                             or _FUSED_ATTENTION_KERNEL.search(m["item"] or "") for m in top)
+
+
 def _norm_words(members: list[dict]) -> str:
     """The advice for LayerNorm / RMSNorm / BatchNorm kernels."""
     return ("normalisation bounds the step: fused implementations (torch.compile, apex / fused LayerNorm, RMSNorm)"
@@ -420,13 +440,21 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
                 tips.append("the other kernels: " + _norm_words(rest))
         if per_step >= THRESHOLDS["SMALL_KERNELS_PER_STEP"] and charged / max(events, 1) < THRESHOLDS["SMALL_KERNEL_NS"]:
             tips.append(f"{per_step:.0f} short kernels per step: fuse them (torch.compile the module, fused or foreach implementations)")
-        if not tips and cls == "attention":
+        if not tips and cls == "attention" and _fused_attention(members):
+            ops = sorted({m["op"] for m in members[:3] if m["op"]})
+            tips.append("attention bounds the step, and it runs fused already (" + (", ".join(ops) if ops else "its kernels' names say so")
+                        + "): its time grows with the sequence length squared and the heads; cut the padding (pack sequences of "
+                        "different lengths), keep the context no longer than needed, and check which backend runs "
+                        "(torch.nn.attention.sdpa_kernel chooses among them)")
+        elif not tips and cls == "attention":
             tips.append(f"attention bounds the step: use {SDPA}" + _in_lower_precision(members, " in bf16/fp16", False))
         elif not tips and cls == "norm":
             tips.append(_norm_words(members))
         elif not tips:
-            tips.append({"matmul": "these kernels bound the step: shapes that are multiples of 8 (16 for fp8), larger batches, or run them "
-                                   "less often",
+            tips.append({"matmul": f"these kernels bound the step: {P.matrix_sizes_advice(arch)}; "
+                                   + (f"they run in {'/'.join(sorted(low))} already: what is left is {P.TUNED_GEMM}"
+                                      if (low := {_low_precision(m) for m in members}) and None not in low else
+                                      "larger batches, or run them less often"),
                          "elementwise": "elementwise kernels bound the step: fuse them with torch.compile"}.get(
                 cls, "these kernels bound the step: make them cheaper (lower precision, better shapes) or run them less often"))
         return "; ".join(tips) + "."
