@@ -243,6 +243,22 @@ def test_without_steps_a_sync_costs_its_wait_not_its_operator(tmp_path):
     assert f.title == "1 host-device synchronisation waits 0.05 ms"
 
 
+def test_without_steps_a_wait_while_the_device_works_costs_nothing(tmp_path):
+    """No profiler steps: a kernel runs [10, 410) µs; cudaDeviceSynchronize waits for it [20, 412),
+    then a second one [500, 560) with nothing running. The host waited 452 µs, but for 390 of them
+    the device worked: the window lost only what neither side worked, the 2 µs after the kernel and the
+    60 µs of the second wait, 62 µs. (A benchmark's synchronize at its end, 11.87 ms of a 13.28 ms
+    device-bound span, was its first finding, 'Remove host syncs from the step'.) With the first wait
+    alone, the device works through all but 2 µs of it: under the rule's 1% of the window, no finding."""
+    events = [_rt("cudaLaunchKernel", 0, 5, 1), _k("K", 10, 400, 1), _rt("cudaDeviceSynchronize", 20, 392, 2),
+              _rt("cudaDeviceSynchronize", 500, 60, 3)]
+    (f,) = _findings(_run(tmp_path / "two", events), "host-sync")
+    assert f.impact_ns == 62 * US and f.evidence.values["sync_ns"] == 452 * US
+    assert f.title == "2 host-device synchronisations wait 0.45 ms, the device idle for 0.06 ms of it"
+    one = events[:3] + [_rt("cudaLaunchKernel", 500, 5, 4), _k("K2", 510, 400, 4)]
+    assert _findings(_run(tmp_path / "one", one), "host-sync") == []
+
+
 def test_idle_after_syncs_from_the_busy_unions_equals_the_evidence_sql(tmp_path, monkeypatch):
     """host-sync's figures, with the busy time inside the idle after the syncs taken from the
     devices' busy unions the summary merged (`_figures`), are the evidence SQL's (`figures_sql`,
@@ -329,12 +345,13 @@ def _one_long_blocking_copy():
 
 
 def test_an_operator_that_waits_for_the_device_is_host_syncs_not_a_hotspot(tmp_path):
-    """The copy's 1,000 µs are 990 µs of waiting for the device: host-sync's finding names it, and the
-    hotspot operator leaves the wait out (10 µs remain, under its 25%), so no finding tells the user
-    to give a copy cheaper shapes and dtype."""
+    """The copy's 1,000 µs are 990 µs of waiting for the device: host-sync's finding names it (its
+    figure the 987 µs of the wait with the device idle: its own copy runs 3 µs of it), and the hotspot
+    operator leaves the wait out (10 µs remain, under its 25%), so no finding tells the user to give a
+    copy cheaper shapes and dtype."""
     run_dir = _run(tmp_path, _one_long_blocking_copy())
     (sync,) = _findings(run_dir, "host-sync")
-    assert sync.impact_ns == 990 * US and sync.location.op == "aten::copy_"
+    assert sync.impact_ns == 987 * US and sync.evidence.values["sync_ns"] == 990 * US and sync.location.op == "aten::copy_"
     assert not [f for f in _findings(run_dir, "hotspot") if f.location.op == "aten::copy_"]
 
 
@@ -343,8 +360,9 @@ def test_device_idle_leaves_the_idle_in_allocator_calls_and_syncs_to_their_rules
     allocator off). The device idles 805 µs of the analysed window, the trace's 1,000 µs span (the
     summary's device time: 10 of them before K1): 200 µs while the host is in a cudaFree, 195 µs
     while it waits in a blocking copy (its own 5 µs copy runs at the end), and 410 µs of host work.
-    Each cause is one finding: allocator-churn 200 µs, host-sync 200 µs (the wait), device-idle the
-    410 µs left, naming the rest as theirs; they add up to no more than the trace.
+    Each cause is one finding: allocator-churn 200 µs, host-sync 195 µs (the wait with the device idle:
+    device-idle's idle in syncs), device-idle the 410 µs left, naming the rest as theirs; they add up to
+    no more than the trace.
 
         launch [0-5) -> K1 [10-100)
         cudaFree [120-320)                        (device idle)
@@ -360,7 +378,7 @@ def test_device_idle_leaves_the_idle_in_allocator_calls_and_syncs_to_their_rules
     (idle,) = _findings(run_dir, "device-idle")
     (alloc,) = _findings(run_dir, "allocator-churn")
     (sync,) = _findings(run_dir, "host-sync")
-    assert (alloc.impact_ns, sync.impact_ns) == (200 * US, 200 * US)
+    assert (alloc.impact_ns, sync.impact_ns) == (200 * US, 195 * US)
     v = idle.evidence.values
     (dt,) = analyze(run_dir, write=False).summary["ranks"][0]["device_time"]  # the summary's device time: the same idle
     assert (v["window_ns"], v["idle_ns"]) == (dt["window_ns"], dt["idle_ns"]) == (1000 * US, 805 * US)
