@@ -1612,3 +1612,18 @@ def test_fused_attention_bounding_the_step_is_not_told_to_use_sdpa(tmp_path):
     (f,) = [f for f in report.findings if f.rule_id == "critical-path" and f.evidence.values["class"] == "attention"]
     assert f.recommendation.startswith("attention bounds the step, and it runs fused already (aten::scaled_dot_product_attention): ")
     assert "use torch.nn.functional.scaled_dot_product_attention" not in f.recommendation
+
+
+def test_hand_written_attentions_products_are_not_a_second_finding_to_pad(tmp_path):
+    """bmm → softmax → bmm on one statement, on an H100, the products' dimensions 1025 (not multiples of
+    8) and slow (300 µs each for 2.15 GFLOP: a small share of the roofline): device-underuse told them
+    'pad them to multiples of 8/16' beside the attention's finding, which removes them
+    (scaled_dot_product_attention; owlv2 on an H100: aten::bmm 130.02 ms both). One cause, one finding:
+    the attention's, with the products in its figure."""
+    ops = [_bmm(l_=1025, us=300), _softmax([32, 1025, 1025]), _bmm(l_=1025, us=300)]
+    ops[2] = ("aten::bmm", [[32, 1025, 1025], [32, 1025, 64]], ["c10::BFloat16", "c10::BFloat16"], None, BF16_GEMM, 300)
+    report = _device_step(tmp_path, ops, H100_PROPS)
+    (f,) = [f for f in report.findings if f.rule_id == "critical-path" and f.evidence.values["class"] == "norm"]
+    assert f.title.startswith("hand-written attention (softmax 0.60 ms, matrix products 0.60 ms): 1.20 ms on the critical path")
+    assert not [u for u in report.findings if u.rule_id == "device-underuse" and u.location.op == "aten::bmm"], \
+        [u.title for u in report.findings]

@@ -765,6 +765,13 @@ LEFT_TO = {"input": "input-pipeline", "launch": "launch-overhead", "host_sync": 
 is the one for that cause."""
 
 
+def is_attention_finding(finding) -> bool:
+    """This rule's finding on hand-written attention: a normalisation class most of which is its
+    softmax (`_attention_finding`), whose location is the attention's statement."""
+    v = finding.evidence.values
+    return v.get("class") == "norm" and v.get("unfused_attention_ns", 0) * 2 >= v.get("charged_ns", 0) > 0
+
+
 def owns_fp32_work() -> list:
     """The owner that precision's and device-underuse's findings on fp32 matrix work leave their
     cause to (their `leaves_to`): this rule's fp32 GEMM/convolution class on the same rank, which
@@ -890,6 +897,8 @@ def check(ctx: Context) -> list:
             sample_event_ids=[top["sample_id"]] if top["sample_id"] is not None else [], uses_source=True,
             recommendation=" ".join(x for x in (_advice(cls, members, events, charged, step_count, arch, graph_tip(ctx),
                                                         longest if one_off else 0, has_modules, unrecorded, stretches,
-                                                        attention if cls == "norm" else [], total, parts, profiler, compiled),
+                                                        attention if cls == "norm" else [], total,
+                                                        ({c: [m for m in ms_ if _key(m) in {_key(x) for x in shown}] for c, ms_ in parts.items()}
+                                                         if as_attention else parts), profiler, compiled),
                                                 host_sync.unseen_words(unseen[0], unseen[1], _names_of(members), profiler)) if x)))
     return out

@@ -18,14 +18,16 @@ the roofline bound of the dtype it could use (the bf16 bound for fp32 work on su
 One cause, one finding: a group whose one cause is its fp32 work is left to critical-path's fp32
 GEMM/convolution class where that rule reports the rank (`leaves_to`), which names the same fix with
 the time the fp32 work holds on the steps' critical path (v100_resnet50_torch19_memory: dgrad_engine's
-80.68 ms here, 80.27 ms of it inside the path's 239.34 ms of fp32 convolutions).
+80.68 ms here, 80.27 ms of it inside the path's 239.34 ms of fp32 convolutions); and a group of
+matrix products on the statement of critical-path's finding on hand-written attention is left to that
+finding, whose fix removes them (scaled_dot_product_attention), not padding.
 """
 
 from __future__ import annotations
 
 import json
 
-from ...vocab import GEMM_OPS, MATRIX_OPS, kernel_runs_tf32
+from ...vocab import ATTENTION_PRODUCT_OPS, GEMM_OPS, MATRIX_OPS, kernel_runs_tf32
 from .. import peaks as P
 from ..engine import Context, NotApplicable
 from ..model import Location
@@ -122,10 +124,19 @@ def check(ctx: Context) -> list:
 
 
 def leaves_to(finding) -> list:
-    """A group whose one cause is its fp32 work ('precision' alone in `causes`) is left to
+    """A group of matrix products (vocab.ATTENTION_PRODUCT_OPS) on the statement of critical-path's
+    finding on hand-written attention (`is_attention_finding`: its products are those of its statement)
+    is left to it: that finding names them with the fix that removes them (scaled_dot_product_attention), not
+    padding. A group whose one cause is its fp32 work ('precision' alone in `causes`) is left to
     critical-path's fp32 GEMM/convolution class on the same rank (engine.leave_to_owners), which
     names that fix with the time the fp32 work holds on the critical path; a group with a shape to fix
     stays (critical-path does not name it)."""
-    if finding.evidence.values.get("causes") != ["precision"]:
+    v = finding.evidence.values
+    if v.get("op") in ATTENTION_PRODUCT_OPS and finding.location.source:
+        # hand-written attention's products: critical-path's finding on that attention names them with its fix
+        # (owlv2 on an H100, TraceLens: aten::bmm 'not all multiples of 8: pad them' beside 'use scaled_dot_product_attention')
+        return [(critical_path_rule.RULE_ID, lambda c: c.location.source == finding.location.source
+                 and critical_path_rule.is_attention_finding(c))]
+    if v.get("causes") != ["precision"]:
         return []
     return critical_path_rule.owns_fp32_work()
