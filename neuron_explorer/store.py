@@ -533,6 +533,7 @@ class Run:
             create_views(self, ranks)
 
     def sql(self, query: str, params: list | None = None) -> duckdb.DuckDBPyRelation:
+        _refuse_when_stopping()
         self._views_made()
         if _on_held(self, query):
             if self.held_cursor is None:
@@ -544,6 +545,7 @@ class Run:
         """A new cursor of the run's connection (`cursor`) to run `query` on, the caller closes it: one
         whose `events` are the held events (hold_events) where there are some and the query reads no
         args but from `file_events()`."""
+        _refuse_when_stopping()
         self._views_made()
         return self._held_events_cursor() if _on_held(self, query) else cursor(self.con)
 
@@ -712,6 +714,15 @@ STOP_WAIT_S = 5.0
 def stopping() -> bool:
     """True once the interpreter is exiting: long work (the analysis's rank workers) stops early."""
     return _STOPPING.is_set()
+
+
+def _refuse_when_stopping() -> None:
+    """No new query once the interpreter is exiting (`_stop_at_exit`): interrupting the queries in
+    flight is not enough if the analysis thread starts the next one before it returns to Python, and a
+    thread inside DuckDB when the process ends can crash it (a full test run once ended its exit test
+    with a segfault after the 5 s wait)."""
+    if _STOPPING.is_set():
+        raise InterruptedError("the interpreter is exiting: no new query")
 
 
 def _interrupt_all() -> None:

@@ -84,3 +84,24 @@ def test_every_cursor_comes_from_store_cursor():
     direct = [f"{p.relative_to(package)}:{i}" for p in package.rglob("*.py") if p.name != "store.py"
               for i, line in enumerate(p.read_text().splitlines(), 1) if ".cursor()" in line and not line.lstrip().startswith("#")]
     assert direct == [], direct
+
+
+def test_no_new_query_starts_once_the_interpreter_is_exiting(tmp_path, monkeypatch):
+    """The exit hook interrupts the queries in flight; an analysis thread must not start another one
+    before it gets back to Python and stops (a thread left inside DuckDB as the process ends can crash
+    it). Once exiting, a run's queries are refused with InterruptedError, which the analysis stops on."""
+    import threading
+
+    from neuron_explorer import open_run, store
+    from neuron_explorer.collectors.chrome_trace import import_traces
+
+    run_dir = import_traces(DATA / "cuda_simple_add.json.gz", tmp_path / "run").run_dir
+    with open_run(run_dir) as run:
+        assert run.sql("SELECT count(*) FROM events").fetchone()[0] > 0
+        stopping = threading.Event()
+        stopping.set()
+        monkeypatch.setattr(store, "_STOPPING", stopping)
+        with pytest.raises(InterruptedError):
+            run.sql("SELECT count(*) FROM events")
+        with pytest.raises(InterruptedError):
+            run.query_cursor("SELECT count(*) FROM events")
