@@ -1627,3 +1627,31 @@ def test_hand_written_attentions_products_are_not_a_second_finding_to_pad(tmp_pa
     assert f.title.startswith("hand-written attention (softmax 0.60 ms, matrix products 0.60 ms): 1.20 ms on the critical path")
     assert not [u for u in report.findings if u.rule_id == "device-underuse" and u.location.op == "aten::bmm"], \
         [u.title for u in report.findings]
+
+
+def test_a_small_nchw_convolution_beside_the_gemms_is_not_the_classes_advice(tmp_path):
+    """Two bf16 GEMMs of 300 µs and one NCHW convolution of 20 µs in the GEMM/convolution class (xDiT's
+    FLUX on an MI300X, TraceLens: 122.10 ms of GEMMs were told only 'NCHW convolutions: convert the
+    model to channels_last'). The convolution is 3% of the class: no channels_last; the sizes the
+    matrix units run at full speed, for all of them. With the convolution 600 µs, both."""
+    conv = ("aten::conv2d", [[8, 3, 224, 224], [64, 3, 7, 7], [64]], ["c10::BFloat16"] * 3, None,
+            "void cudnn::engines_precompiled::conv2d_fprop_kernel(int)", 20)
+    report = _device_step(tmp_path / "small", [_bmm(us=300), _bmm(us=300), conv], H100_PROPS)
+    (f,) = [f for f in report.findings if f.rule_id == "critical-path" and f.evidence.values["class"] == "matmul"]
+    assert f.recommendation.startswith("these kernels bound the step: shapes that run at full speed on the Tensor Cores")
+    assert "channels_last" not in f.recommendation
+    report = _device_step(tmp_path / "large", [_bmm(us=300), _bmm(us=300), conv[:5] + (600,)], H100_PROPS)
+    (f,) = [f for f in report.findings if f.rule_id == "critical-path" and f.evidence.values["class"] == "matmul"]
+    assert f.recommendation.startswith("NCHW convolutions (0.60 ms of this time): convert the model and its inputs to channels_last")
+    assert "; all of them: shapes that run at full speed on the Tensor Cores" in f.recommendation
+
+
+def test_short_kernels_of_compiled_code_are_not_told_to_compile(tmp_path):
+    """Twelve 5 µs Triton kernels launched by a compiled region's calls, the elementwise class: '12
+    short kernels per step: fuse them (torch.compile the module …)' was advice the region has taken;
+    CUDA graphs replay them without a launch each."""
+    triton = ("Torch-Compiled Region: 0/0", [[4096, 1024]], ["c10::BFloat16"], None, "triton_poi_fused_add_mul_0", 5)
+    report = _device_step(tmp_path, [triton] * 12, H100_PROPS)
+    (f,) = [f for f in report.findings if f.rule_id == "critical-path" and f.evidence.values["class"] == "elementwise"]
+    assert f.recommendation.startswith("12 short kernels per step, most from torch.compile'd code already: CUDA graphs "
+                                       "(torch.cuda.graphs, or torch.compile(mode='reduce-overhead')) replay them"), f.recommendation

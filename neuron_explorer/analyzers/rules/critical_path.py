@@ -17,7 +17,8 @@ what to try: fp32 GEMMs/convolutions → the lower precision the device's matrix
 TF32 on A100 and later, FP8 where the device has it; where some of the class's kernels run TF32
 already by their names, vocab.kernel_runs_tf32, `tf32_ns` of the class, TF32 only for the matrix
 kernels beside them that run plain fp32, named); NCHW convolutions (4-d input, kernel not
-NHWC) → channels_last; other GEMM/convolution kernels → the sizes the device's matrix units run at full
+NHWC, convolution work NCHW_SHARE_MIN of the class or more: a tiny one beside 122 ms of GEMMs was all xDiT's
+FLUX was told) → channels_last; GEMM/convolution kernels (all of them) → the sizes the device's matrix units run at full
 speed (peaks.matrix_sizes_advice: multiples of 8 on NVIDIA, 16 on AMD) and, where all of them run 16 bits or
 fewer already, kernels better tuned for their shapes (peaks.TUNED_GEMM); attention kernels that are fused
 attention already (`_fused_attention`: scaled_dot_product_attention's, flash / memory-efficient) → what
@@ -138,6 +139,7 @@ THRESHOLDS = {
     "SMALL_KERNEL_NS": 20_000,  # ...each charged less than this on average: many small kernels
     "LONG_STRETCH_NS": 1_000_000,  # a piece of host time charged whole to one operator or range: no dispatcher overhead
     "KNOWN_HOST_SHARE_MIN": 0.05,  # a known host cost (DDP's buffer broadcast, zero_grad's kernels) / the host class: named first
+    "NCHW_SHARE_MIN": 0.25,  # convolution work / its class, with an NCHW convolution in it: channels_last advised
 }
 RANK_QUERIES = (DEVICE_WORK_NAMED,)
 """The device work the saving bound leaves an item's names out of, read once per batch of ranks
@@ -427,11 +429,21 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
         tips = []
         if cls == "fp32_matmul":
             tips.append("fp32 GEMMs/convolutions: " + _fp32_advice(members, arch))
-        if any((CONV.search(m["op"] or "") or CONV.search(m["item"] or "")) and not NHWC.search(m["item"] or "")
-               and _first_input_rank(m["op_args"]) == 4 for m in members):
-            tips.append("NCHW convolutions: convert the model and its inputs to channels_last "
-                        "(model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)) so that "
+        # convolution work: a kernel or its operator named so (a backward node's included: its inputs' layout is its
+        # forward's), told channels_last where some forward one takes a 4-d NCHW input and they are NCHW_SHARE_MIN of the class
+        conv = sum(m["charged_ns"] for m in members if CONV.search(m["op"] or "") or CONV.search(m["item"] or ""))
+        nchw = any((CONV.search(m["op"] or "") or CONV.search(m["item"] or "")) and not NHWC.search(m["item"] or "")
+                   and _first_input_rank(m["op_args"]) == 4 for m in members)
+        if nchw and conv >= THRESHOLDS["NCHW_SHARE_MIN"] * charged:
+            tips.append("NCHW convolutions" + (f" ({ms(conv)} of this time)" if conv < charged else "") + ": convert the model and "
+                        "its inputs to channels_last (model.to(memory_format=torch.channels_last), "
+                        "x.to(memory_format=torch.channels_last)) so that "
                         f"{P.conv_library(arch)} runs them with its NHWC kernels on the {P.matrix_units(arch)[0]}")
+        if cls == "matmul":  # GEMMs and convolutions alike: the sizes the matrix units run at full speed
+            tips.append(f"{'all of them: ' if tips else 'these kernels bound the step: '}{P.matrix_sizes_advice(arch)}; "
+                        + (f"they run in {'/'.join(sorted(low))} already: what is left is {P.TUNED_GEMM}"
+                           if (low := {_low_precision(m) for m in members}) and None not in low else
+                           "larger batches, or run them less often"))
         if attention:
             tips.append(_attention_words(attention, attention_parts))
             keys = {_key(m) for m in attention}
@@ -439,7 +451,12 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
             if rest and _at_least_share(rest, path_ns):
                 tips.append("the other kernels: " + _norm_words(rest))
         if per_step >= THRESHOLDS["SMALL_KERNELS_PER_STEP"] and charged / max(events, 1) < THRESHOLDS["SMALL_KERNEL_NS"]:
-            tips.append(f"{per_step:.0f} short kernels per step: fuse them (torch.compile the module, fused or foreach implementations)")
+            if sum(m["charged_ns"] for m in members if is_compiled_run(m["op"])) * 2 >= charged:  # compiled: not 'torch.compile'
+                tips.append(f"{per_step:.0f} short kernels per step, most from torch.compile'd code already: "
+                            + (f"{graphs} replay them without a launch each" if not graphs.startswith("torch.compile") else
+                               "a larger batch per kernel"))
+            else:
+                tips.append(f"{per_step:.0f} short kernels per step: fuse them (torch.compile the module, fused or foreach implementations)")
         if not tips and cls == "attention" and _fused_attention(members):
             ops = sorted({m["op"] for m in members[:3] if m["op"]})
             tips.append("attention bounds the step, and it runs fused already (" + (", ".join(ops) if ops else "its kernels' names say so")
@@ -451,11 +468,7 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
         elif not tips and cls == "norm":
             tips.append(_norm_words(members))
         elif not tips:
-            tips.append({"matmul": f"these kernels bound the step: {P.matrix_sizes_advice(arch)}; "
-                                   + (f"they run in {'/'.join(sorted(low))} already: what is left is {P.TUNED_GEMM}"
-                                      if (low := {_low_precision(m) for m in members}) and None not in low else
-                                      "larger batches, or run them less often"),
-                         "elementwise": "elementwise kernels bound the step: fuse them with torch.compile"}.get(
+            tips.append({"elementwise": "elementwise kernels bound the step: fuse them with torch.compile"}.get(
                 cls, "these kernels bound the step: make them cheaper (lower precision, better shapes) or run them less often"))
         return "; ".join(tips) + "."
     if cls == "communication":
