@@ -341,6 +341,31 @@ def is_comm_kernel_name(name: str | None) -> bool:
     return bool(name) and COMM_KERNEL_RE.search(name) is not None
 
 
+COLLECTIVE_KINDS = (
+    ("all-to-all", re.compile(r"(?i)all_?to_?all|all2all")),
+    ("all-gather", re.compile(r"(?i)all_?gather")),
+    ("reduce-scatter", re.compile(r"(?i)reduce_?scatter")),
+    ("all-reduce", re.compile(r"(?i)all_?reduce")),
+    ("broadcast", re.compile(r"(?i)broadcast")),
+    ("send/recv", re.compile(r"(?i)send_?recv|(?<![a-z])(send|recv)(?![a-z])")),
+)
+"""What a collective does, by the words in its kernel's or operator's name (NCCL's and RCCL's kernels:
+`ncclKernel_AllReduce_RING_LL_Sum_float`, `ncclDevKernel_AllGather_RING_LL`; c10d's operators:
+`c10d::allreduce_`, `c10d::alltoall_base_`; TorchRec's `All2All_Pooled_Req`)."""
+
+
+def collective_kind(kernel: str | None, op: str | None) -> str | None:
+    """The kind of a collective (COLLECTIVE_KINDS) from its operator's name, else its kernel's; None
+    when neither says (`ncclDevKernel_Generic` launched from no operator). The operator comes first,
+    and a send/recv kernel alone says nothing: NCCL runs all-to-alls as send/recv kernels too
+    (`ncclKernel_SendRecv_*` under `All2All_Pooled_Req`, or under a gradient hook in backward)."""
+    for name, kinds in ((op, COLLECTIVE_KINDS), (kernel, COLLECTIVE_KINDS[:-1])):
+        for kind, pattern in kinds:
+            if name and pattern.search(name):
+                return kind
+    return None
+
+
 # ---- synchronisation -----------------------------------------------------------------------------
 
 SYNC_CALL_PART = "Synchronize"

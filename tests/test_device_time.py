@@ -102,6 +102,27 @@ def test_comm_exposed_reports_the_window_and_names_the_collective(two_streams):
     assert f.impact_ns == f.saving_bound_ns == 200 * US
     assert f.location.kernel == "ncclKernel_AllReduce_RING_LL_Sum_float" and f.location.op == "c10d::allreduce_"
     assert "from c10d::allreduce_" in f.title
+    # all of it all-reduces: the advice is theirs (DDP's buckets, bf16 gradients), not every collective's
+    assert f.recommendation.startswith("Exposed per step: step 1 0.20 ms. All-reduces (data parallelism's gradients): overlap "
+                                       "them with the backward (DDP's gradient buckets")
+
+
+@pytest.mark.parametrize("kernel, op, kind", [
+    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t", "All2All_Pooled_Req", "all-to-all"),  # TorchRec: NCCL's all-to-all is send/recv
+    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t", "a gradient hook in backward (after AccumulateGrad)", None),
+    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t", "c10d::recv_", "send/recv"),
+    ("ncclDevKernel_AllGather_RING_LL", None, "all-gather"),
+    ("ncclDevKernel_Generic", "c10d::_reduce_scatter_base_", "reduce-scatter"),
+    ("ncclKernel_AllReduce_RING_LL_Sum_float", "autograd::engine::evaluate_function: CompiledFunctionBackward", "all-reduce"),
+    ("ncclKernel_Broadcast_RING_LL_Sum_int8_t", "c10d::broadcast_", "broadcast"),
+    ("ncclDevKernel_Generic", None, None)])
+def test_what_a_collective_does_is_read_from_its_operator_then_its_kernel(kernel, op, kind):
+    """The kinds comm-exposed's advice follows (vocab.collective_kind), on names from the vendored and
+    held-out traces: HTA's trace_diff run's SendRecv kernels of TorchRec's All2All_Pooled_Req were told
+    DDP's buckets; a SendRecv kernel alone may be an all-to-all or a pipeline's send, and says neither."""
+    from neuron_explorer.vocab import collective_kind
+
+    assert collective_kind(kernel, op) == kind
 
 
 def test_the_critical_path_calls_time_under_a_collective_communication_not_idle(two_streams):

@@ -4,7 +4,11 @@ With a device: the exposed communication of analyzers/device_time.py — time in
 (the profiler steps; the span without steps) when a collective kernel (names matching
 nccl/gloo/rccl) runs on the device and no compute kernel runs on any stream: the step waits for it.
 The finding names the collectives that carry it, with the operator that launched each and its
-source line. Without a device (CPU/gloo jobs): the host's collectives (collective operators, c10d::*
+source line, and its advice follows what they do where one kind holds half the named time or more
+(vocab.collective_kind: all-reduces → DDP's buckets and bf16 gradients; all-gathers and
+reduce-scatters → FSDP's prefetch and wrapping; all-to-alls → pipelining the sparse features,
+balancing the shards; point-to-point sends → micro-batches; broadcasts → DDP's buffers), else what
+fits all of them. Without a device (CPU/gloo jobs): the host's collectives (collective operators, c10d::*
 and record_param_comms, and the `gloo:*` ranges gloo records around the collectives it runs on its
 own threads) within the analysed window while no other top-level operator runs on any thread of the
 rank (device_time.cpu_comm_sql: `comm_cpu_exposed_ns`). Impact: exposed time. Saving bound: the
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...vocab import cpu_collective
+from ...vocab import collective_kind, cpu_collective
 from .. import device_time, metrics, ranks
 from ..engine import Context, severity_for
 from ..model import Finding, Location
@@ -111,6 +115,46 @@ def _device_title(device: int, exposed: int, named: list[dict], waiting: int = 0
     return head + (f": {_named(named)}" if named else "")
 
 
+GENERIC = ("Overlap collectives with compute: DDP gradient bucketing (bucket_cap_mb), async collectives (async_op=True, "
+           "wait later), FSDP prefetch; reduce traffic with gradient compression or fewer, larger all-reduces.")
+"""The advice where no kind of collective holds most of the exposed time (or none says what it is)."""
+BY_KIND = {
+    "all-reduce": ("All-reduces (data parallelism's gradients): overlap them with the backward (DDP's gradient buckets: "
+                   "bucket_cap_mb, gradient_as_bucket_view=True; async_op=True and wait later for your own), and send fewer "
+                   "bytes (bf16 gradients through a DDP communication hook, bf16_compress_hook) or fewer, larger all-reduces."),
+    "all-gather": ("All-gathers and reduce-scatters (FSDP's parameters and gradients): prefetch them (FSDP's "
+                   "forward_prefetch=True and backward_prefetch=BACKWARD_PRE; FSDP2 prefetches by default), wrap larger units "
+                   "(fewer, larger collectives), or keep them inside a node (HYBRID_SHARD)."),
+    "all-to-all": ("All-to-alls (embedding or expert sharding): overlap them with compute (TorchRec's TrainPipelineSparseDist "
+                   "sends the next batch's features during this one; expert parallelism's dispatch beside the shared experts), "
+                   "balance the shards (the slowest rank sets every rank's wait: collective-wait says how long), and send "
+                   "fewer bytes (fp16/bf16 or quantised communication)."),
+    "send/recv": ("Point-to-point sends (pipeline parallelism): more micro-batches per step, or an interleaved schedule, "
+                  "to shrink the pipeline's bubble."),
+    "broadcast": ("Broadcasts: DistributedDataParallel broadcasts its buffers at every forward (broadcast_buffers=False where "
+                  "the ranks' buffers need not match); others move parameters or inputs that each rank could load itself."),
+}
+BY_KIND["reduce-scatter"] = BY_KIND["all-gather"]
+
+
+def _advice(named: list[dict]) -> str:
+    """The advice for the exposed collectives by what they do (vocab.collective_kind), where one kind
+    holds at least half of the named time: a TorchRec all-to-all (send/recv kernels of
+    `All2All_Pooled_Req`, HTA's trace_diff trace) was told DDP's buckets and fewer all-reduces; else GENERIC."""
+    by: dict[str, int] = {}
+    for x in named:
+        kind = collective_kind(x.get("collective"), x.get("op"))
+        if kind is not None:
+            by[BY_KIND_KEY.get(kind, kind)] = by.get(BY_KIND_KEY.get(kind, kind), 0) + int(x.get("ns") or 0)
+    total = sum(int(x.get("ns") or 0) for x in named)
+    kind = max(by, key=lambda k: (by[k], k)) if by else None
+    return BY_KIND[kind] if kind is not None and total and by[kind] * 2 >= total else GENERIC
+
+
+BY_KIND_KEY = {"reduce-scatter": "all-gather"}
+"""FSDP's two collectives, one advice: counted together."""
+
+
 def check(ctx: Context) -> list:
     out = []
     if ctx.has_device():
@@ -130,10 +174,7 @@ def check(ctx: Context) -> list:
                 values={"communication_ns": exposed, "window_ns": d["window_ns"],
                         "collectives": [{k: x[k] for k in ("collective", "op", "source", "ns", "kernels")} for x in named]},
                 sample_event_ids=[x["sample_id"] for x in named[:3]], uses_source=True,
-                recommendation=(f"Exposed per step: {per_step}. " if per_step else "")
-                + "Overlap collectives with compute: DDP gradient bucketing (bucket_cap_mb), "
-                "async collectives (async_op=True, wait later), FSDP prefetch; reduce traffic with gradient "
-                "compression or fewer, larger all-reduces.",
+                recommendation=(f"Exposed per step: {per_step}. " if per_step else "") + _advice(named),
             ))
         return out
     exposed = int(ctx.summary.get("comm_cpu_exposed_ns") or 0)
