@@ -479,3 +479,26 @@ def test_a_job_of_ranks_with_and_without_steps_reads_each_ranks_claimed_calls_as
     for r in range(3):
         (g,) = _findings(_run(tmp_path / f"alone{r}", rank(r)), "device-idle")
         assert (found[r].impact_ns, found[r].evidence.values) == (g.impact_ns, g.evidence.values), r
+
+
+def test_short_kernels_whose_launch_time_is_their_first_launches_are_a_one_off(tmp_path):
+    """No steps: 120 kernels of 2 µs, ten names launched twelve times each, every launch 5 µs but the
+    first of each name, 2,000 µs (loading the kernel's code). Launch time 20,550 µs, 20,000 of it the
+    ten first launches: not what every launch costs (TraceLens's normalisation test on an MI300X,
+    147 short kernels launched in 727.21 ms, 726.51 of it their 31 first launches, was told to fuse
+    them). With every launch 5 µs, the same kernels get the advice to fuse."""
+    def events(first_us):
+        out, t = [], 0
+        for i in range(120):
+            dur = first_us if i < 10 else 5
+            out += [_rt("cudaLaunchKernel", t, dur, i + 1), _k(f"elementwise_kernel_{i % 10}", t + dur + 1, 2, i + 1)]
+            t += dur + 10
+        return out
+    (f,) = _findings(_run(tmp_path / "first", events(2000)), "launch-overhead")
+    v = f.evidence.values
+    assert (v["launches"], v["first_launches"], v["launch_ns"], v["first_launch_ns"]) == (120, 10, 20_550 * US, 20_000 * US)
+    assert f.recommendation.startswith("20.00 ms of the 20.55 ms is the first launch of each of 10 kernels: a kernel's first launch "
+                                       "loads its code")
+    assert "; if it does repeat: most kernels run under 10 us" in f.recommendation
+    (g,) = _findings(_run(tmp_path / "every", events(5)), "launch-overhead")
+    assert g.recommendation.startswith("Most kernels run under 10 us, so launches dominate")
