@@ -42,7 +42,8 @@ KINDS: dict[str, str] = {
     "runtime": "a runtime or driver call on the host (`cuda_runtime`, `cuda_driver`, `mtia_runtime`, "
     "`privateuse1_runtime`, `xpu_runtime`, old `Runtime`)",
     "kernel": "a kernel or compute command on a device (`kernel`, `mtia_ccp_events`, old `Kernel`)",
-    "memcpy": "a device memory copy (`gpu_memcpy`, old `Memcpy`)",
+    "memcpy": "a device memory copy (`gpu_memcpy`, old `Memcpy`; a DMA transfer filed with the kernels, MTIA's "
+    "`dma_request`: vocab.DEVICE_DMA_PATTERN)",
     "memset": "a device memory set (`gpu_memset`, old `Memset`)",
     "sync": "a synchronisation recorded on a device stream (`cuda_sync`; a device queue's wait on an event filed "
     "with the kernels, MTIA's `event_wait`: vocab.DEVICE_WAIT_KERNEL_PATTERN)",

@@ -627,9 +627,17 @@ def test_an_mtia_trace_without_device_properties_is_mtia_and_its_run_function_ca
     `runFunction - job_prep_and_submit_for_execution`, each linked to the kernel it ran: those calls
     are its launches, so the bound is launch overhead (it read 'runtime calls other than launches:
     runFunction ... 63%' beside a critical-path finding titled 'kernel launches')."""
-    _, report, raw = traces(MTIA_TRAIN)
+    run_dir, report, raw = traces(MTIA_TRAIN)
     (rank,) = report["summary"]["ranks"]
     assert rank["utilisation"]["device"]["arch"] == "Meta MTIA"
+    # its 22,361 `dma_request` events (no correlation id) are the device's own DMA transfers: copies, not kernels, and
+    # not launches the trace lost ('22,356 dropped?' had put every finding's confidence at 0.15)
+    dma = [e for e in raw.spans if e.get("cat") == "mtia_ccp_events" and e["name"] == "dma_request"]
+    assert len(dma) == 22_361 and not any("correlation" in e.get("args", {}) for e in dma)
+    with open_run(run_dir) as run:
+        assert run.sql("SELECT kind, count(*) FROM events WHERE name = 'dma_request' GROUP BY kind").fetchall() == [("memcpy", 22_361)]
+        assert run.manifest["ranks"][0]["data_quality"]["device_events_without_launch"] == 0
+    assert all(f["confidence"] > 0.15 for f in report["findings"])
     submit = [r for r in raw.of(RUNTIME_CATS | {"mtia_runtime"}) if r["name"] == "runFunction - job_prep_and_submit_for_execution"]
     linked = {k["args"].get("correlation") for k in raw.spans if str(k.get("cat", "")).lower() == "mtia_ccp_events"}
     assert len(submit) == 3453 and all(r["args"].get("correlation") in linked for r in submit)
@@ -771,18 +779,23 @@ def test_mtia_event_waits_are_no_device_work(traces):
     busy time, the breakdown's compute and the critical path's device share all use. The top
     kernels' shares are of the work's time. Its 890 short kernels were launched in 0.87 ms of the
     459.67 ms window: no launch-overhead finding (under LAUNCH_SHARE_MIN), where the advice would be
-    MTIA's (torch.compile, no CUDA graphs)."""
+    MTIA's (torch.compile, no CUDA graphs). Its 877 `dma_request` events are DMA transfers
+    (vocab.DEVICE_DMA_PATTERN): memory copies, not kernels; the 220 with no host call linked to them are
+    the device's own, not launches the trace lost."""
     run_dir, report, raw = traces("mtia_inference")
     device = raw.of({"mtia_ccp_events"})
     work = [raw.iv(e) for e in device if e["name"] != "event_wait"]
+    kernels = [raw.iv(e) for e in device if e["name"] not in ("event_wait", "dma_request")]
+    dma = [raw.iv(e) for e in device if e["name"] == "dma_request"]
     assert union(raw.iv(e) for e in device) == 424_229_939
-    assert union(work) == 421_698_760
+    assert union(work) == 421_698_760 and len(dma) == 877
     (rank,) = report["summary"]["ranks"]
     (dev,) = rank["devices"]
     (dt,) = rank["device_time"]
-    assert dev["busy_ns"] == dt["compute_ns"] == union(work)
-    assert dev["kernel_ns"] == sum(b - a for a, b in work)
-    assert dt["compute_ns"] + dt["idle_ns"] == dt["window_ns"] == rank["analysed_ns"]
+    assert dev["busy_ns"] == union(work) and dt["compute_ns"] == union(kernels)
+    assert dt["memory_ns"] == union(work) - union(kernels)
+    assert dev["kernel_ns"] == sum(b - a for a, b in kernels) and dev["memcpy_ns"] == sum(b - a for a, b in dma)
+    assert dt["compute_ns"] + dt["memory_ns"] + dt["idle_ns"] == dt["window_ns"] == rank["analysed_ns"]
     assert "event_wait" not in {k["name"] for k in dt["top_kernels"]}
     with open_run(run_dir) as run:
         assert run.sql("SELECT kind, count(*) FROM events WHERE name = 'event_wait' GROUP BY kind").fetchall() == [("sync", 48)]

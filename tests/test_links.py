@@ -245,8 +245,8 @@ def test_device_work_launched_before_the_trace_began_is_told_apart_from_dropped_
     and noted as '(dropped events?)'. The import counts them apart and says what they are; a kernel
     whose correlation id comes after the first runtime call's and matches none is still the dropped kind.
     Work that starts before the first runtime call was launched before it, with or without an id
-    (mtia_inference: 305 of its 322 device events with no launch, all without one); after it, work
-    with no id is the dropped kind."""
+    (mtia_inference: 98 of its 102 device events with no launch, all without one; its DMA requests
+    with no launch are the device's own and not counted); after it, work with no id is the dropped kind."""
     from neuron_explorer.analyzers.engine import quality_notes
     from neuron_explorer.collectors.chrome_trace import import_traces as imp
 
