@@ -246,7 +246,7 @@ def detect_device(run: Run, rank: int, name: str | None) -> P.Detected:
     found, props = _detect_from_manifest(run, rank, name)
     if found.arch is None and rank_entry(run, rank).get("devices"):
         counts = dict(rank_rows(run, KERNEL_NAMES, rank))
-        found = P.detect(name, props, counts, rank_entry(run, rank).get("category_counts")) if counts else found
+        found = P.detect(name, props, counts) if counts else found  # (the categories told nothing: _detect_from_manifest)
     return found
 
 

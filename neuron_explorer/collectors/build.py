@@ -310,8 +310,9 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
         kind[is_wait_name[name_codes] & (kind == K["kernel"])] = K["sync"]
     # a DMA the device makes itself (MTIA's `dma_request`, filed with its kernels) moves memory and has no host launch
     is_dma_name = np.array([bool(v) and DEVICE_DMA_RE.match(v) is not None for v in name_values], dtype=bool)
-    is_dma = is_dma_name[name_codes] & (kind == K["kernel"]) if is_dma_name.any() else np.zeros(n, dtype=bool)
-    kind[is_dma] = K["memcpy"]
+    is_dma = is_dma_name[name_codes] & (kind == K["kernel"]) if is_dma_name.any() else None  # (a trace of MTIA's)
+    if is_dma is not None:
+        kind[is_dma] = K["memcpy"]
     is_device = np.isin(kind, [K[k] for k in DEVICE_KINDS])
     is_op = kind == K["cpu_op"]
     is_python = kind == K["python"]
@@ -418,7 +419,9 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
     by_external = _device_by_external_id(is_device & ~has_launch & (kind != K["gpu_annotation"]), is_op, external_id, external_null)
     linked_by_external = by_external >= 0
     quality["device_linked_by_external_id"] = int(np.count_nonzero(linked_by_external))
-    dev_no_launch = is_device & ~has_launch & ~linked_by_external & (kind != K["gpu_annotation"]) & ~is_dma
+    dev_no_launch = is_device & ~has_launch & ~linked_by_external & (kind != K["gpu_annotation"])
+    if is_dma is not None:  # a DMA the device makes for its work has no launch to lose
+        dev_no_launch &= ~is_dma
     quality["device_events_without_launch"] = int(np.count_nonzero(dev_no_launch))
     # of those, the work queued before the trace's host side recorded (its correlation id before every runtime call's,
     # or its start before the first runtime call's)

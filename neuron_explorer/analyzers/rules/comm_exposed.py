@@ -134,7 +134,8 @@ BY_KIND = {
     "broadcast": ("Broadcasts: DistributedDataParallel broadcasts its buffers at every forward (broadcast_buffers=False where "
                   "the ranks' buffers need not match); others move parameters or inputs that each rank could load itself."),
 }
-BY_KIND["reduce-scatter"] = BY_KIND["all-gather"]
+BY_KIND_KEY = {"reduce-scatter": "all-gather"}
+"""FSDP's two collectives, one advice: counted together."""
 
 
 def _advice(named: list[dict]) -> str:
@@ -145,14 +146,11 @@ def _advice(named: list[dict]) -> str:
     for x in named:
         kind = collective_kind(x.get("collective"), x.get("op"))
         if kind is not None:
-            by[BY_KIND_KEY.get(kind, kind)] = by.get(BY_KIND_KEY.get(kind, kind), 0) + int(x.get("ns") or 0)
+            key = BY_KIND_KEY.get(kind, kind)
+            by[key] = by.get(key, 0) + int(x.get("ns") or 0)
     total = sum(int(x.get("ns") or 0) for x in named)
     kind = max(by, key=lambda k: (by[k], k)) if by else None
     return BY_KIND[kind] if kind is not None and total and by[kind] * 2 >= total else GENERIC
-
-
-BY_KIND_KEY = {"reduce-scatter": "all-gather"}
-"""FSDP's two collectives, one advice: counted together."""
 
 
 def check(ctx: Context) -> list:

@@ -96,8 +96,7 @@ from ...collectors.kineto_names import EVALUATE_PREFIX
 from ...fmt import kernel_labels, kernel_name, size
 from ...store import sql_file_literal
 from ...vocab import (
-    ATTENTION_BACKWARD_OPS,
-    ATTENTION_OPS,
+    ATTENTION_KERNEL_PATTERN,
     ATTENTION_PRODUCT_OPS,
     CONV_KERNEL_RE,
     DDP_BUFFER_BROADCAST_OPS,
@@ -359,17 +358,17 @@ def _in_lower_precision(members: list[dict], words: str, say_already: bool = Tru
     return f" (they run in {'/'.join(sorted(low))} already)" if say_already else ""
 
 
-_FUSED_ATTENTION_KERNEL = re.compile(r"(?i)(flash|fmha|attn_fwd|attn_bwd|efficient_attention|sdpa)")
-
-
 def _fused_attention(members: list[dict]) -> bool:
-    """The attention class's heaviest kernels are fused attention already: launched by
-    scaled_dot_product_attention (vocab.ATTENTION_OPS and their backward) or named as flash /
-    memory-efficient kernels are. Telling them to use it is advice taken (Qwen1.5 chat on an H100:
+    """The attention class's heaviest kernels are fused attention already: kernels named as attention
+    kernels are (vocab.ATTENTION_KERNEL_PATTERN: flash, memory-efficient, `attn_fwd`), not the matrix
+    products and softmax that scaled_dot_product_attention's math backend runs, which the class holds
+    by their operator. Telling them to use it is advice taken (Qwen1.5 chat on an H100:
     flash_fwd_kernel of aten::scaled_dot_product_attention was told to use scaled_dot_product_attention)."""
     top = members[:3]
-    return bool(top) and all((m["op"] in ATTENTION_OPS or m["op"] in ATTENTION_BACKWARD_OPS)
-                             or _FUSED_ATTENTION_KERNEL.search(m["item"] or "") for m in top)
+    return bool(top) and all(_ATTENTION_KERNEL.search(m["item"] or "") for m in top)
+
+
+_ATTENTION_KERNEL = re.compile(ATTENTION_KERNEL_PATTERN)
 
 
 def _norm_words(members: list[dict]) -> str:
@@ -431,9 +430,9 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
             tips.append("fp32 GEMMs/convolutions: " + _fp32_advice(members, arch))
         # convolution work: a kernel or its operator named so (a backward node's included: its inputs' layout is its
         # forward's), told channels_last where some forward one takes a 4-d NCHW input and they are NCHW_SHARE_MIN of the class
-        conv = sum(m["charged_ns"] for m in members if CONV.search(m["op"] or "") or CONV.search(m["item"] or ""))
-        nchw = any((CONV.search(m["op"] or "") or CONV.search(m["item"] or "")) and not NHWC.search(m["item"] or "")
-                   and _first_input_rank(m["op_args"]) == 4 for m in members)
+        convs = [m for m in members if CONV.search(m["op"] or "") or CONV.search(m["item"] or "")]
+        conv = sum(m["charged_ns"] for m in convs)
+        nchw = any(not NHWC.search(m["item"] or "") and _first_input_rank(m["op_args"]) == 4 for m in convs)
         if nchw and conv >= THRESHOLDS["NCHW_SHARE_MIN"] * charged:
             tips.append("NCHW convolutions" + (f" ({ms(conv)} of this time)" if conv < charged else "") + ": convert the model and "
                         "its inputs to channels_last (model.to(memory_format=torch.channels_last), "
@@ -710,41 +709,47 @@ def _classes(run, path) -> dict[str, list[dict]]:
 
 
 def _attention_finding(members: list[dict], attention: list[dict], parts: dict[str, list[dict]],
-                       classes: dict[str, list[dict]], named: set[str], total: int) -> tuple[list[dict], int, dict]:
-    """The members, charged ns and per-step ns of the finding on hand-written attention, which a
-    normalisation class most of which is its softmax becomes: the softmax (`attention`), the rest of
-    the attention (`parts`, `_attention_parts`) from each class that leaves its finding to this one
-    (`leaves_to`: at least half of it the attention) or that the check does not name (`named`), and
-    the class's other kernels where its advice names them (CLASS_SHARE_MIN of the path `total`).
+                       classes: dict[str, list[dict]], named: set[str], total: int) -> tuple[list[dict], int, dict, dict]:
+    """The members, charged ns, per-step ns and folded parts of the finding on hand-written attention,
+    which a normalisation class most of which is its softmax becomes: the softmax (`attention`), the
+    rest of the attention (`parts`, `_attention_parts`) from each class that leaves its finding to this
+    one (`_leaves_to_attention`) or that the check does not name (`named`): the folded parts, by class;
+    and the class's other kernels where its advice names them (CLASS_SHARE_MIN of the path `total`).
     Parts of a class the check names with a finding of its own stay that finding's (no time in two
     findings). h100_timesformer_inference: the softmax 68.77 ms, its products 44.85 ms and its
     scores' scaling 20.66 ms, 134.28 ms in all (the class alone was 70.86 ms: the title led with
     'normalisation/softmax kernels' and the impact left the products out)."""
     keys = {_key(m) for m in attention}
     rest = [m for m in members if _key(m) not in keys]
-    folded = [m for c, ms_ in parts.items() if ms_ for m in ms_
-              if c not in named or sum(x["charged_ns"] for x in ms_) * 2 >= sum(x["charged_ns"] for x in classes.get(c, []))]
-    kept = attention + folded + (rest if _at_least_share(rest, total) else [])
+    folded = {c: ms_ for c, ms_ in parts.items() if ms_ and (c not in named or _leaves_to_attention(
+        sum(x["charged_ns"] for x in ms_), sum(x["charged_ns"] for x in classes.get(c, []))))}
+    kept = attention + [m for ms_ in folded.values() for m in ms_] + (rest if _at_least_share(rest, total) else [])
     shown = sorted(kept, key=lambda m: (-m["charged_ns"], str(m["item"])))
     step_ns: dict = {}
     for m in shown:
         for st, ns in (m.get("step_ns") or {}).items():
             step_ns[st] = step_ns.get(st, 0) + ns
-    return shown, sum(m["charged_ns"] for m in shown), step_ns
+    return shown, sum(m["charged_ns"] for m in shown), step_ns, folded
 
 
-def _attention_class_words(attention: list[dict], parts: dict[str, list[dict]], shown: list[dict]) -> str:
+def _leaves_to_attention(part_ns: int, class_ns: int) -> bool:
+    """A GEMM or elementwise class at least half of which (`part_ns` of `class_ns`) is hand-written
+    attention's products and score arithmetic leaves its finding to the attention's (`leaves_to`),
+    and the attention's finding holds that part (`_attention_finding`)."""
+    return part_ns * 2 >= class_ns > 0
+
+
+def _attention_class_words(attention: list[dict], folded: dict[str, list[dict]], shown: list[dict]) -> str:
     """The attention finding's class words: what its time is made of ('hand-written attention (softmax
     68.77 ms, matrix products 44.85 ms, score arithmetic 20.66 ms)'), then the normalisation kernels
     beside it that it names (`_attention_finding`: ' and normalisation/softmax kernels (1 name) 0.30 ms')."""
-    keys = {_key(m) for m in shown}
-    pieces = [("softmax", sum(m["charged_ns"] for m in attention))]
     words = {"matmul": "matrix products", "fp32_matmul": "fp32 matrix products", "elementwise": "score arithmetic"}
-    pieces += [(words[c], sum(m["charged_ns"] for m in ms_ if _key(m) in keys)) for c, ms_ in parts.items()]
-    attention_keys = {_key(m) for ms_ in [attention, *parts.values()] for m in ms_}
+    pieces = [("softmax", sum(m["charged_ns"] for m in attention))]
+    pieces += [(words[c], sum(m["charged_ns"] for m in ms_)) for c, ms_ in folded.items()]
+    attention_keys = {_key(m) for ms_ in [attention, *folded.values()] for m in ms_}
     rest = [m for m in shown if _key(m) not in attention_keys]
-    words = "hand-written attention (" + ", ".join(f"{w} {ms(n)}" for w, n in pieces if n) + ")"
-    return words + (f" and {_class_words('norm', rest)} {ms(sum(m['charged_ns'] for m in rest))}" if rest else "")
+    text = "hand-written attention (" + ", ".join(f"{w} {ms(n)}" for w, n in pieces if n) + ")"
+    return text + (f" and {_class_words('norm', rest)} {ms(sum(m['charged_ns'] for m in rest))}" if rest else "")
 
 
 def _at_least_share(members: list[dict], total: int) -> bool:
@@ -803,7 +808,7 @@ def leaves_to(finding) -> str | list | None:
     v = finding.evidence.values
     if v.get("class") == "launch" and v.get("one_off_ns"):
         return None
-    if v.get("class") in ATTENTION_PART_CLASSES and v.get("unfused_attention_ns", 0) * 2 >= v.get("charged_ns", 0) > 0:
+    if v.get("class") in ATTENTION_PART_CLASSES and _leaves_to_attention(v.get("unfused_attention_ns", 0), v.get("charged_ns", 0)):
         # most of the class is hand-written attention's products and score arithmetic: the softmax's finding names it
         return [(RULE_ID, lambda c: c.evidence.values.get("class") == "norm" and c.evidence.values.get("unfused_attention_ns", 0) > 0)]
     return LEFT_TO.get(v.get("class"))
@@ -877,15 +882,16 @@ def check(ctx: Context) -> list:
         # a normalisation class most of which is hand-written attention's softmax is that attention's finding: its cause
         # and its fix, with the rest of the attention whose classes leave it here (`_attention_finding`)
         as_attention = cls == "norm" and attention_ns * 2 >= charged > 0
+        folded = parts
         if as_attention:
-            shown, recorded, step_ns = _attention_finding(members, attention, parts, classes, named, total)
+            shown, recorded, step_ns, folded = _attention_finding(members, attention, parts, classes, named, total)
         merged = {"category": members[0]["category"], "item": tuple(m["item"] for m in shown if m["item"] is not None),
                   "step_ns": step_ns}
         top = shown[0]
         heaviest = _names_of(shown)
         source = ctx.source_of(top["frame_id"])
         of_it = f", {pct(min(1.0, longest / charged))} of it one call: {cp.ONE_OFF_LAUNCH_WORDS}" if one_off else ""
-        words = _attention_class_words(attention, parts, shown) if as_attention else _class_words(cls, shown)
+        words = _attention_class_words(attention, folded, shown) if as_attention else _class_words(cls, shown)
         out.append(ctx.finding(
             title=_title(bound["overall"]["words"], words, recorded, left_out, total) + f"{of_it}; heaviest: {heaviest}",
             impact_ns=recorded, saving_bound_ns=min(recorded, cp.saving_bound(ctx.run, ctx.rank, merged)),
@@ -910,8 +916,6 @@ def check(ctx: Context) -> list:
             sample_event_ids=[top["sample_id"]] if top["sample_id"] is not None else [], uses_source=True,
             recommendation=" ".join(x for x in (_advice(cls, members, events, charged, step_count, arch, graph_tip(ctx),
                                                         longest if one_off else 0, has_modules, unrecorded, stretches,
-                                                        attention if cls == "norm" else [], total,
-                                                        ({c: [m for m in ms_ if _key(m) in {_key(x) for x in shown}] for c, ms_ in parts.items()}
-                                                         if as_attention else parts), profiler, compiled),
+                                                        attention if cls == "norm" else [], total, folded, profiler, compiled),
                                                 host_sync.unseen_words(unseen[0], unseen[1], _names_of(members), profiler)) if x)))
     return out

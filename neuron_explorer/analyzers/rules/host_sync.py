@@ -206,11 +206,12 @@ def check(ctx: Context) -> list:
     # without steps, the time the host waited while no device of the rank ran anything: a wait while the device
     # works costs the window nothing (a benchmark's synchronize at its end waited 11.87 ms of a 13.28 ms device-bound
     # span, and was its first finding, 'Remove host syncs')
-    waited, unseen = _waits_on_nothing(ctx, bool(steps))
-    impact = _figure(v, True) if steps else unseen
+    waits = None if steps else _waits_on_nothing(ctx, False)  # (with steps, read only for a finding's advice below)
+    impact = v["idle_after_ns"] if steps else waits[1]
     count = v["stalls"] if steps else v["syncs"]
     if not ctx.analysed_ns or not count or impact / ctx.analysed_ns < THRESHOLDS["SYNC_SHARE_MIN"]:
         return []
+    waited, unseen = waits or _waits_on_nothing(ctx, True)
     by_line = rows(ctx.run, f"""WITH s AS ({syncs_sql(ctx.rank)})
         SELECT source_frame_id AS frame_id, arg_max(name, wait_ns) AS name, count(*) AS calls, sum(wait_ns)::BIGINT AS ns,
         min(event_id) AS sample_id FROM s {"WHERE s_end IS NOT NULL" if steps else ""}

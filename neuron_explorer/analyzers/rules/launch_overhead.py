@@ -102,7 +102,7 @@ FROM k"""
                                                   "first_launches", "first_launch_ns")},
                              "short_kernels_per_step": v["short_kernels_counted"] / steps if steps else None},
             sample_event_ids=[v["sample_id"]] if v["sample_id"] else [], uses_source=True,
-            recommendation=_first_launch_words(v) + f"{'m' if _first_launch_words(v) else 'M'}ost kernels run under "
+            recommendation=(first := _first_launch_words(v)) + f"{'m' if first else 'M'}ost kernels run under "
             f"{THRESHOLDS['SHORT_KERNEL_NS'] // 1000} us, so launches dominate"
             + (f" (most under {top['op']})" if top["op"] else "") + ". " + zeroing + "Fuse them: " + _fuse(graph_tip(ctx)) + ", "
             + ("foreach/fused optimizers, " if ctx.trains() else "") + "larger batches.",
