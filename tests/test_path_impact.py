@@ -66,11 +66,33 @@ def test_a_cpu_operator_under_a_busy_device_is_no_hotspot_but_its_kernel_is(tmp_
         X("aten::heavy_cpu", "cpu_op", 0, 60, **{"External id": 1}), _launch(1, 100, 1), _kernel("K", 2, 118, 100),
     ]
     report = _report(tmp_path, events)
-    hot = {x.title.split(":")[0]: x for x in report.findings if x.rule_id == "hotspot"}
-    assert "Hotspot operator" not in hot  # 60 µs of CPU time, none of it on the path
-    assert hot["Hotspot kernel"].impact_ns == 98 * US  # the kernel is the path from 2 to 100
-    # the share printed is the path's 98 µs of the 100 µs step, not the kernel's 118 µs in all (118%)
-    assert hot["Hotspot kernel"].title == "Hotspot kernel: K takes 98.0% on the critical path (0.10 ms; 0.12 ms over 1 call in all)"
+    assert not [x for x in report.findings if x.title.startswith("Hotspot operator")]  # 60 µs of CPU time, none on the path
+    # K is the whole of its class of device work on the path: one finding names it, the path's (the kernel's hotspot
+    # leaves to the class it is most of), with the path's 98 µs of the 100 µs step, not the kernel's 118 µs in all (118%)
+    (k,) = [x for x in report.findings if x.location.kernel == "K"]
+    assert k.rule_id == "critical-path" and k.impact_ns == 98 * US
+    assert k.title.startswith("other kernels (1 name): 0.10 ms on the critical path (98.0% of step time; ")
+
+
+def test_a_kernel_less_than_half_its_class_keeps_its_hotspot_on_the_path(tmp_path):
+    """Three kernels of no known kind bound the step one after another: K 40 µs, K2 and K3 30 µs each
+    (K3 runs 2 µs past the step's end); K runs again after the step. K is a hotspot of its own (40% of
+    the step), less than half of the class the path names (98 µs): its finding stays, with its time on
+    the path against its time in all."""
+    events = [
+        X("ProfilerStep#1", "user_annotation", 0, 100),
+        X("aten::a", "cpu_op", 0, 3, **{"External id": 1}), _launch(1, 100, 1), _kernel("K", 2, 40, 100),
+        X("aten::b", "cpu_op", 4, 3, **{"External id": 2}), _launch(5, 101, 2), _kernel("K2", 42, 30, 101),
+        X("aten::c", "cpu_op", 8, 3, **{"External id": 3}), _launch(9, 102, 3), _kernel("K3", 72, 30, 102),
+        _launch(20, 103, None, dur=79, name="cudaDeviceSynchronize"),
+        X("aten::a", "cpu_op", 200, 3, **{"External id": 4}), _launch(201, 104, 4), _kernel("K", 202, 40, 104),
+    ]
+    report = _report(tmp_path, events)
+    (cls,) = [x for x in report.findings if x.rule_id == "critical-path" and x.evidence.values.get("class") == "other"]
+    assert cls.impact_ns == 98 * US
+    (hot,) = [x for x in report.findings if x.rule_id == "hotspot" and x.location.kernel == "K"]
+    assert hot.impact_ns == hot.evidence.values["on_path_ns"] == 40 * US
+    assert hot.title == "Hotspot kernel: K takes 40.0% on the critical path (0.04 ms; 0.08 ms over 2 calls in all)"
 
 
 def test_a_kernel_on_two_streams_at_once_without_steps_is_a_share_of_the_span_below_100_percent(tmp_path):
@@ -146,20 +168,22 @@ def test_idle_while_the_path_runs_python_is_the_host_class_finding_alone(tmp_pat
     assert v["host_calls_in_gaps_ns"] == 300 * US and v["gaps_ns"] >= 24_000 * US
 
 
-def test_a_bf16_elementwise_hotspot_kernel_is_not_told_a_lower_precision(tmp_path):
+def test_a_bf16_elementwise_kernel_bounding_the_step_is_not_told_a_lower_precision(tmp_path):
     """One step where a memory-bound kernel dominates the path (the host waits for it): a bf16 elementwise kernel is told to
     fuse (it runs in bf16 already: there is no lower precision to move fewer bytes in; h100_timesformer's
-    bf16 softmax was told 'a lower precision'); the same kernel in fp32 is told the lower precision too."""
+    bf16 softmax was told 'a lower precision'); the same kernel in fp32 is told the lower precision too. One finding
+    names it: the path's elementwise class, which it is all of (its hotspot leaves to it)."""
     def advice(sub, kernel):
         events = [X("ProfilerStep#1", "user_annotation", 0, 1000),
                   X("aten::mul", "cpu_op", 5, 10, **{"External id": 1}), _launch(7, 100, 1), _kernel(kernel, 20, 900, 100),
                   _launch(20, 101, None, dur=905, name="cudaDeviceSynchronize")]
-        (f,) = [x for x in _report(tmp_path / sub, events).findings if x.rule_id == "hotspot" and x.location.kernel]
+        (f,) = [x for x in _report(tmp_path / sub, events).findings if x.location.kernel == kernel]
+        assert f.rule_id == "critical-path" and f.impact_ns == 900 * US
         return f.recommendation
     bf16 = advice("bf16", "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<c10::BFloat16, c10::BFloat16, "
                           "c10::BFloat16, at::native::binary_internal::MulFunctor<float> > >(int)")
-    assert bf16.endswith("Fuse it with the kernels around it (torch.compile) or make fewer passes over the tensor (it runs in bf16 "
-                         "already).")
+    assert bf16 == ("elementwise kernels bound the step: they move bytes and do little arithmetic; fuse them with torch.compile or "
+                    "make fewer passes over the tensors (they run in bf16 already).")
     fp32 = advice("fp32", "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float, "
                           "at::native::binary_internal::MulFunctor<float> > >(int)")
-    assert fp32.endswith("or make fewer passes over the tensor, or move fewer bytes (a lower precision).")
+    assert fp32.endswith("fuse them with torch.compile or make fewer passes over the tensors, or move fewer bytes (a lower precision).")

@@ -1093,7 +1093,9 @@ def saving_bound(run: Run, rank: int, item: dict) -> int:
 def on_path_ns(run: Run, rank: int, *, top_op: str | None = None, kernel: str | None = None) -> int | None:
     """What an item costs on the rank's critical paths, summed over its steps: the host time
     charged inside a top-level operator named `top_op`, or the device time charged to kernels
-    named `kernel`. None when the rank has no steps (so no path): callers fall back to durations.
+    named `kernel` (their run on the path: the device's idle the path charges to a kernel, waiting
+    for it, is not; h100 Qwen1.5 chat: sm90_xmma_gemm 11.92 ms with 0.41 ms of idle before its
+    calls, 11.51 ms of it running, what its class's finding counts). None when the rank has no steps (so no path): callers fall back to durations.
     The sums per name are computed once per rank."""
     path = path_of(run, rank)
     if not len(path):
@@ -1102,8 +1104,9 @@ def on_path_ns(run: Run, rank: int, *, top_op: str | None = None, kernel: str | 
     if sums is None:
         info, pe = derived(run, path)
         host = np.isin(pe.category, _cat_codes(HOST_CATEGORIES))
+        device = np.isin(pe.category, _cat_codes(GROUPS["device"]))
         sums = []
-        for sel, code in ((~host & (pe.name != 0), pe.name), (host & (pe.op != 0), pe.op)):
+        for sel, code in ((device & (pe.name != 0), pe.name), (host & (pe.op != 0), pe.op)):
             total = _sums(code[sel], pe.charged[sel], len(info.strs))
             sums.append({info.strs[c]: int(total[c]) for c in np.flatnonzero(total).tolist()})
         path._derived["on_path"] = sums

@@ -466,9 +466,16 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
             tips.append(f"attention bounds the step: use {SDPA}" + _in_lower_precision(members, " in bf16/fp16", False))
         elif not tips and cls == "norm":
             tips.append(_norm_words(members))
+        elif not tips and cls == "elementwise":
+            compiled = sum(m["charged_ns"] for m in members if is_compiled_run(m["op"])) * 2 >= charged
+            tips.append("elementwise kernels bound the step: they move bytes and do little arithmetic; "
+                        + ("they come from torch.compile'd code already: make fewer passes over the tensors" if compiled else
+                           "fuse them with torch.compile or make fewer passes over the tensors")
+                        + _in_lower_precision(members, ", or move fewer bytes (a lower precision)"))
         elif not tips:
-            tips.append({"elementwise": "elementwise kernels bound the step: fuse them with torch.compile"}.get(
-                cls, "these kernels bound the step: make them cheaper (lower precision, better shapes) or run them less often"))
+            tips.append("these kernels bound the step: check what they do for the shapes and dtypes they are given, call them "
+                        "less often or on bigger batches, or swap in faster implementations"
+                        + _in_lower_precision(members, ", or run them in a lower precision"))
         return "; ".join(tips) + "."
     if cls == "communication":
         return ("Collectives bound the step: overlap them with compute (DDP gradient buckets, gradient_as_bucket_view, FSDP "

@@ -41,7 +41,8 @@ so is one whose one-off call is the host's heaviest call in a gap device-idle na
 its sample events): the device idled through that call, and that finding names it as a one-off. A
 statement at least half of whose device time is hand-written attention (critical-path's normalisation
 class on the same statement, its `attention_work_ns`) is left to that finding, which names the fix,
-and so is a kernel that is that attention's softmax (among the finding's heaviest items). A collective
+and so is a kernel that is that attention's softmax (among the finding's heaviest items), or the
+heaviest kernel of a class of device work critical-path names and at least half of it. A collective
 kernel is left to comm-exposed where it reports the rank: that finding names the communication the
 steps wait for, with the same fix.
 An operator that runs torch.compile'd code (vocab.is_compiled_run: Dynamo's `Torch-Compiled Region`,
@@ -240,7 +241,9 @@ def leaves_to(finding) -> list:
     and the idle it caused. A source line at least half of whose device time is hand-written attention
     that critical-path names on the same statement (its normalisation class's `attention_work_ns`)
     leaves to that finding, which gives the fix, and so does a kernel that is that attention's softmax
-    (among the finding's heaviest items). A collective kernel leaves to comm-exposed, which names the
+    (among the finding's heaviest items), and so does the heaviest kernel of a class of device work
+    critical-path names, where it is half that class or more (the class's advice is in the device's
+    terms too: peaks.matrix_sizes_advice). A collective kernel leaves to comm-exposed, which names the
     time the steps wait for it with the same fix (mi300x_ddp_resnet_act_checkpoint: 'ncclDevKernel_Generic
     takes 32.7% on the critical path' beside '32.15 ms of communication not overlapped with compute')."""
     v = finding.evidence.values
@@ -253,9 +256,18 @@ def leaves_to(finding) -> list:
         # a collective: comm-exposed names the part of it the step waits for, with the same fix (overlap, fewer bytes)
         return [("comm-exposed", None)]
     if v.get("device_ns") and "name" in v:
-        # a kernel that is hand-written attention's softmax, which critical-path names with its fix
+        # a kernel that is hand-written attention's softmax, which critical-path names with its fix; or the heaviest
+        # kernel of a class of device work critical-path names, and most of it: one cause, the class's finding (h100
+        # Qwen1.5 chat: 'Hotspot kernel: sm90_xmma_gemm…' beside 'GEMM/convolution kernels (1 name)', the same kernel)
+        def heads_class(c) -> bool:
+            cv = c.evidence.values
+            heaviest = cv.get("heaviest") or [{}]
+            mine = sum(h["charged_ns"] for h in heaviest if h.get("item") == v["name"])  # (its shown parts: at most its time)
+            return (cv.get("class") in WORK_CLASSES and heaviest[0].get("item") == v["name"]
+                    and mine * 2 >= cv.get("charged_ns", 0) > 0)
         return [("critical-path", lambda c: c.evidence.values.get("class") == "norm" and c.evidence.values.get("unfused_attention_ns", 0) > 0
-                 and v["name"] in {h["item"] for h in c.evidence.values.get("heaviest", [])})]
+                 and v["name"] in {h["item"] for h in c.evidence.values.get("heaviest", [])}),
+                ("critical-path", heads_class)]
     if not v.get("cpu_ns") or "name" not in v or "source" in v:  # a kernel (device_ns) or a source line: no operator
         return []
 
