@@ -516,3 +516,20 @@ def test_critical_path_host_waits_with_nothing_on_the_device_are_waits_on_unseen
     assert (f.evidence.values["waits_ns"], f.evidence.values["waits_device_idle_ns"]) == (100 * US, 100 * US)
     assert ("For 0.10 ms of the 0.10 ms the host waited (cudaStreamSynchronize 0.10 ms), no device of this rank ran anything the "
             "trace holds") in f.recommendation
+
+
+def test_memory_lines_that_allocate_alike_are_listed_in_the_same_order_every_run(tmp_path):
+    """Two statements allocate 256 MiB each: the memory finding lists its largest allocating lines by
+    bytes, ties by line (mi300 bert-small's two lines of 0.30 GiB swapped places between two analyses
+    of the same run)."""
+    def mem(ts, addr):
+        return {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts, "s": "t",
+                "args": {"Device Type": 0, "Device Id": -1, "Addr": addr, "Bytes": 2**28, "Total Allocated": 2**28 * addr,
+                         "Total Reserved": 0}}
+    events = [X("ProfilerStep#1", "user_annotation", 0, 1000)]
+    for i, line in enumerate(("z.py(30): h", "b.py(20): g", "a.py(10): f")):
+        events += [X(line, "python_function", 10 + i * 100, 50), mem(20 + i * 100, i + 1)]
+    run = import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir
+    for _ in range(3):
+        (f,) = [f for f in analyze(run, write=False).findings if f.rule_id == "memory"]
+        assert "Largest allocating lines: a.py:10 0.25 GiB, b.py:20 0.25 GiB, z.py:30 0.25 GiB." in f.recommendation

@@ -169,7 +169,7 @@ def check(ctx: Context) -> list:
         FROM events e LEFT JOIN events o ON o.event_id = e.op_id LEFT JOIN events t ON t.event_id = e.top_op_id
         WHERE {w} GROUP BY o.name ORDER BY ns DESC, o.name NULLS LAST LIMIT {int(THRESHOLDS['OPS_SHOWN'])}""")
     line = row(ctx.run, f"""SELECT e.source_frame_id AS frame_id, sum(e.dur_ns)::BIGINT AS ns FROM events e
-        WHERE {w} AND e.source_frame_id IS NOT NULL GROUP BY e.source_frame_id ORDER BY ns DESC LIMIT 1""")
+        WHERE {w} AND e.source_frame_id IS NOT NULL GROUP BY e.source_frame_id ORDER BY ns DESC, e.source_frame_id LIMIT 1""")
     source = ctx.source_of(line["frame_id"])
     top = next((o for o in ops if o["op"]), None)
     share = impact / ctx.analysed_ns

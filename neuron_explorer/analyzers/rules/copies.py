@@ -46,10 +46,10 @@ FROM events WHERE rank = {ctx.rank} AND kind = 'memcpy' AND ({PAGEABLE_H2D} OR {
         return []
     top = row(ctx.run, f"""SELECT source_frame_id AS frame_id, arg_max(name, dur_ns) AS name, min(event_id) AS sample_id, sum(dur_ns) AS ns
         FROM events WHERE rank = {ctx.rank} AND kind = 'memcpy' AND ({PAGEABLE_H2D} OR {D2H_IN_STEP})
-        GROUP BY source_frame_id ORDER BY ns DESC LIMIT 1""")
+        GROUP BY source_frame_id ORDER BY ns DESC, source_frame_id LIMIT 1""")
     op = row(ctx.run, f"""SELECT {charged_top_op('k', 'o')} AS name FROM events k LEFT JOIN events o ON o.event_id = k.top_op_id
         WHERE k.rank = {ctx.rank} AND k.kind = 'memcpy' AND ({pageable_to_device_copy('k')} OR {to_host_copy('k')} AND k.step IS NOT NULL)
-        AND {charged_top_op('k', 'o')} IS NOT NULL GROUP BY 1 ORDER BY sum(k.dur_ns) DESC LIMIT 1""")
+        AND {charged_top_op('k', 'o')} IS NOT NULL GROUP BY 1 ORDER BY sum(k.dur_ns) DESC, 1 LIMIT 1""")
     parts = []
     if v["pageable_h2d"]:
         parts.append(f"{v['pageable_h2d']} pageable H2D copies ({ms(v['pageable_h2d_ns'])})")

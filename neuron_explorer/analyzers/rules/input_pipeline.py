@@ -68,7 +68,7 @@ def check(ctx: Context) -> list:
     share = v["loader_ns"] / ctx.analysed_ns if ctx.analysed_ns else 0.0
     if share < THRESHOLDS["LOADER_SHARE_MIN"]:
         return []
-    top = row(ctx.run, f"SELECT name, frame_id, event_id, module_path FROM events WHERE {where} ORDER BY dur_ns DESC LIMIT 1")
+    top = row(ctx.run, f"SELECT name, frame_id, event_id, module_path FROM events WHERE {where} ORDER BY dur_ns DESC, event_id LIMIT 1")
     slow = row(ctx.run, _slowest_line_sql(ctx.rank, where))
     source = slow.get("source") or ctx.source_of(top["frame_id"])
     inside = (f"; slowest line inside: {slow['source']}" + (f" `{slow['code'][:60]}`" if slow.get("code") else "")

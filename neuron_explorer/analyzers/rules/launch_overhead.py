@@ -91,7 +91,7 @@ FROM k"""
         top = row(ctx.run, f"""SELECT o.name AS op, any_value(k.source_frame_id) AS frame_id, count(*) AS n
             FROM events k JOIN events o ON o.event_id = k.top_op_id
             WHERE k.rank = {ctx.rank} AND k.device = {d} AND k.kind = 'kernel' AND NOT k.graph AND k.dur_ns < {THRESHOLDS['SHORT_KERNEL_NS']}
-            GROUP BY o.name ORDER BY n DESC LIMIT 1""")
+            GROUP BY o.name ORDER BY n DESC, o.name LIMIT 1""")
         zeroing = _zero_grad_words(ctx, d, in_steady, v["short_kernels_counted"], steps) if ctx.trains() else ""
         out.append(ctx.finding(
             title=f"{v['short_kernels']} short kernels on device {d}{rate}, {ms(v['launch_ns'])} launching them"

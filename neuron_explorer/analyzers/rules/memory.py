@@ -59,7 +59,7 @@ FROM memory WHERE rank = {ctx.rank} AND device_type = {dt} AND device = {d}"""
         lines = rows(ctx.run, f"""SELECT {line_key_sql('f')} AS source, sum(m.bytes)::BIGINT AS bytes
             FROM memory m JOIN frames f ON f.frame_id = m.frame_id
             WHERE m.rank = {ctx.rank} AND m.device_type = {dt} AND m.device = {d} AND {memory_allocation('m')}
-            GROUP BY 1 ORDER BY bytes DESC LIMIT 3""")
+            GROUP BY 1 ORDER BY bytes DESC, source LIMIT 3""")  # (ties by line: the same words every run)
         cap = None
         if d is not None and d >= 0:
             p = row(ctx.run, f"SELECT properties FROM devices WHERE rank = {ctx.rank} AND device = {d}")

@@ -55,7 +55,7 @@ FROM ops"""
         return []
     top = row(ctx.run, f"""SELECT source_frame_id AS frame_id, mode(name) AS op, count(*) AS n, min(event_id) AS sample_id FROM events
         WHERE rank = {ctx.rank} AND {top_op()} AND dur_ns < {t['TINY_OP_NS']}
-        GROUP BY source_frame_id ORDER BY n DESC LIMIT 1""")
+        GROUP BY source_frame_id ORDER BY n DESC, source_frame_id LIMIT 1""")
     return [ctx.finding(
         title=f"{v['tiny_ops']} tiny operators ({per_step_words(counted, steps)}) cost {ms(v['overhead_ns'])}",
         impact_ns=v["overhead_ns"], saving_bound_ns=v["overhead_ns"],
