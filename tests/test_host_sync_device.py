@@ -254,6 +254,11 @@ def test_without_steps_a_wait_while_the_device_works_costs_nothing(tmp_path):
               _rt("cudaDeviceSynchronize", 500, 60, 3)]
     (f,) = _findings(_run(tmp_path / "two", events), "host-sync")
     assert f.impact_ns == 62 * US and f.evidence.values["sync_ns"] == 452 * US
+    # its evidence query gives the figure, in plain DuckDB
+    with open_run(tmp_path / "two" / "run") as run:
+        cur = run.sql(f.evidence.sql)
+        got = dict(zip([c[0] for c in cur.description], cur.fetchone()))
+    assert (got["sync_idle_ns"], got["sync_ns"]) == (f.evidence.values["sync_idle_ns"], 452 * US) == (62 * US, 452 * US)
     assert f.title == "2 host-device synchronisations wait 0.45 ms, the device idle for 0.06 ms of it"
     one = events[:3] + [_rt("cudaLaunchKernel", 500, 5, 4), _k("K2", 510, 400, 4)]
     assert _findings(_run(tmp_path / "one", one), "host-sync") == []

@@ -22,7 +22,7 @@ and the time any device of the rank is busy in them (another stream's work) is t
 outside every step are counted apart and never in the impact. The evidence also gives
 `idle_summed_ns`: each sync's whole gap, from its return to the next device work, summed. Without steps:
 the part of the union of the syncs' waiting runtime calls (what the host waited; `sync_ns`) in which no
-device of the rank ran anything the trace holds (`waits_device_idle_ns`): neither side worked then, while
+device of the rank ran anything the trace holds (`sync_idle_ns`): neither side worked then, while
 a wait beside running device work costs the window nothing (TraceLens's torch.compile benchmark: two
 hipDeviceSynchronize waiting 11.87 ms of a 13.28 ms device-bound span were its first finding; an
 inference server's 463 ms blocking copy with the device idle stays 463 ms). Saving bound: the same. Only
@@ -101,23 +101,32 @@ def figures_sql(rank: int | None, busy_in_sql: bool = True) -> str:
     idle_summed_ns (each sync's whole gap, from its return to the next device work, summed: what a
     count of the idle after every sync would say, for comparison), sync_ns (the union
     of the intervals of every sync's waiting runtime calls: the impact without steps), syncs (all of
-    them), outside_steps and outside_wait_ns (those outside every step). With `busy_in_sql=False`
-    (`_figures`), idle_after_ns is left out and the rows carry the merged intervals instead (after_a,
-    after_b) and how many device events have no device (no_device), for the busy time in them to be
-    taken out of the devices' busy unions the summary merged."""
+    them), sync_idle_ns (the part of that union in which no device of the rank ran anything the trace
+    holds: the impact without steps), outside_steps and outside_wait_ns (those outside every step).
+    With `busy_in_sql=False` (`_figures`), idle_after_ns and sync_idle_ns are left out and the rows carry
+    the merged intervals instead (after_a, after_b; the waits' union, waits_a, waits_b) and how many
+    device events have no device (no_device), for the busy time in them to be taken out of the
+    devices' busy unions the summary merged."""
     if busy_in_sql:
         idle_ctes = f""",
 busy AS ({metrics.union_sql(f"{_ranks(rank)} AND {device_work()}", by=("rank",))}),
 idle AS (SELECT u.rank, sum(u.b - u.a - coalesce((SELECT sum(least(u.b, y.end_ns) - greatest(u.a, y.start_ns)) FROM busy y
            WHERE y.rank = u.rank AND y.start_ns < u.b AND y.end_ns > u.a), 0)) AS ns FROM u GROUP BY u.rank)"""
-        idle_cols, idle_join = "coalesce(any_value(idle.ns), 0)::BIGINT AS idle_after_ns, ", "LEFT JOIN idle USING (rank) "
+        # the part of the waits' union with no device work (sync_idle_ns): the impact without steps
+        idle_ctes += """,
+wi AS (SELECT w.rank, sum(w.end_ns - w.start_ns - coalesce((SELECT sum(least(w.end_ns, y.end_ns) - greatest(w.start_ns, y.start_ns))
+         FROM busy y WHERE y.rank = w.rank AND y.start_ns < w.end_ns AND y.end_ns > w.start_ns), 0)) AS ns FROM wu w GROUP BY w.rank)"""
+        idle_cols = "coalesce(any_value(idle.ns), 0)::BIGINT AS idle_after_ns, coalesce(any_value(wi.ns), 0)::BIGINT AS sync_idle_ns, "
+        idle_join = "LEFT JOIN idle USING (rank) LEFT JOIN wi USING (rank) "
     else:
         idle_ctes = f""",
 idle AS (SELECT rank, list(a ORDER BY a) AS after_a, list(b ORDER BY a) AS after_b FROM u GROUP BY rank),
+wl AS (SELECT rank, list(start_ns ORDER BY start_ns) AS waits_a, list(end_ns ORDER BY start_ns) AS waits_b FROM wu GROUP BY rank),
 nd AS (SELECT rank, count(*) AS n FROM events WHERE {_ranks(rank)} AND dur_ns > 0 AND device IS NULL AND {device_work()} GROUP BY rank)"""
         idle_cols = ("coalesce(any_value(idle.after_a), []) AS after_a, coalesce(any_value(idle.after_b), []) AS after_b, "
+                     "coalesce(any_value(wl.waits_a), []) AS waits_a, coalesce(any_value(wl.waits_b), []) AS waits_b, "
                      "coalesce(any_value(nd.n), 0) AS no_device, ")
-        idle_join = "LEFT JOIN idle USING (rank) LEFT JOIN nd USING (rank) "
+        idle_join = "LEFT JOIN idle USING (rank) LEFT JOIN wl USING (rank) LEFT JOIN nd USING (rank) "
     # the waiting calls read once: the syncs and the union of their intervals both start from them
     return f"""WITH wc AS MATERIALIZED ({waiting_calls_sql(rank)}),
 s AS ({syncs_sql(rank, "wc")}),
@@ -129,15 +138,16 @@ mx AS (SELECT rank, a, b, max(b) OVER (PARTITION BY rank ORDER BY a, b ROWS BETW
        FROM iv WHERE b > a),
 isl AS (SELECT rank, a, b, sum(CASE WHEN pe IS NULL OR a > pe THEN 1 ELSE 0 END)
           OVER (PARTITION BY rank ORDER BY a, b ROWS UNBOUNDED PRECEDING) AS i FROM mx),
-u AS (SELECT rank, min(a) AS a, max(b) AS b FROM isl GROUP BY rank, i){idle_ctes},
+u AS (SELECT rank, min(a) AS a, max(b) AS b FROM isl GROUP BY rank, i),
 summed AS (SELECT rank, sum(b - end_ns) AS ns FROM nx WHERE b > end_ns GROUP BY rank),
 wr AS (SELECT rank, ts_ns, ts_ns + dur_ns AS end_ns FROM wc WHERE dur_ns > 0),
-all_u AS (SELECT rank, sum(end_ns - start_ns) AS ns FROM (
+wu AS (
   WITH _mx AS (SELECT rank, ts_ns, end_ns, max(end_ns) OVER (PARTITION BY rank ORDER BY ts_ns, end_ns
                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end FROM wr),
   _isl AS (SELECT rank, ts_ns, end_ns, sum(CASE WHEN prev_end IS NULL OR ts_ns > prev_end THEN 1 ELSE 0 END)
              OVER (PARTITION BY rank ORDER BY ts_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island FROM _mx)
-  SELECT rank, min(ts_ns) AS start_ns, max(end_ns) AS end_ns FROM _isl GROUP BY rank, island) GROUP BY rank)
+  SELECT rank, min(ts_ns) AS start_ns, max(end_ns) AS end_ns FROM _isl GROUP BY rank, island),
+all_u AS (SELECT rank, sum(end_ns - start_ns) AS ns FROM wu GROUP BY rank){idle_ctes}
 SELECT s.rank, count(*) FILTER (WHERE s.s_end IS NOT NULL) AS stalls,
   coalesce(sum(s.wait_ns) FILTER (WHERE s.s_end IS NOT NULL), 0)::BIGINT AS wait_ns,
   {idle_cols}coalesce(any_value(summed.ns), 0)::BIGINT AS idle_summed_ns,
@@ -167,6 +177,8 @@ def _figures(run, rank: int | None) -> dict[int, dict]:
         b = busy[r]
         every = metrics.union_array(b["start_ns"], b["end_ns"])  # all devices of the rank (busy_sql's union by rank)
         v["idle_after_ns"] = int((after[:, 1] - after[:, 0]).sum()) - metrics.covered_within(after, every)
+        waits = np.stack([np.asarray(v.pop("waits_a"), dtype=np.int64), np.asarray(v.pop("waits_b"), dtype=np.int64)], axis=1)
+        v["sync_idle_ns"] = v["sync_ns"] - (metrics.covered_within(waits, every) if len(every) else 0)
         del v["no_device"]
     return got
 
@@ -174,7 +186,7 @@ def _figures(run, rank: int | None) -> dict[int, dict]:
 def _figure(v: dict, with_steps: bool) -> int:
     """The screen's figure: the device idle the syncs inside steps cause, or without steps the union of
     the syncs' waits, which holds the check's figure there (the part of it with every device idle)."""
-    return v["idle_after_ns"] if with_steps else v["sync_ns"]
+    return v["idle_after_ns"] if with_steps else v["sync_idle_ns"]
 
 
 _SCREENED = "host_sync_figures"
@@ -206,12 +218,12 @@ def check(ctx: Context) -> list:
     # without steps, the time the host waited while no device of the rank ran anything: a wait while the device
     # works costs the window nothing (a benchmark's synchronize at its end waited 11.87 ms of a 13.28 ms device-bound
     # span, and was its first finding, 'Remove host syncs')
-    waits = None if steps else _waits_on_nothing(ctx, False)  # (with steps, read only for a finding's advice below)
-    impact = v["idle_after_ns"] if steps else waits[1]
+    impact = v["idle_after_ns"] if steps else v["sync_idle_ns"]
     count = v["stalls"] if steps else v["syncs"]
     if not ctx.analysed_ns or not count or impact / ctx.analysed_ns < THRESHOLDS["SYNC_SHARE_MIN"]:
         return []
-    waited, unseen = waits or _waits_on_nothing(ctx, True)
+    # (with steps the waits inside them, read only for a finding's advice)
+    waited, unseen = _waits_in_steps(ctx) if steps else (v["sync_ns"], v["sync_idle_ns"])
     by_line = rows(ctx.run, f"""WITH s AS ({syncs_sql(ctx.rank)})
         SELECT source_frame_id AS frame_id, arg_max(name, wait_ns) AS name, count(*) AS calls, sum(wait_ns)::BIGINT AS ns,
         min(event_id) AS sample_id FROM s {"WHERE s_end IS NOT NULL" if steps else ""}
@@ -225,8 +237,8 @@ def check(ctx: Context) -> list:
                                                                                   if impact < v["sync_ns"] else ""))
     outside = (f" {v['outside_steps']} more outside every step ({ms(v['outside_wait_ns'])}) are not counted."
                if steps and v.get("outside_steps") else "")
-    values = {k: v[k] for k in ("stalls", "wait_ns", "idle_after_ns", "idle_summed_ns", "syncs", "sync_ns", "outside_steps",
-                                "outside_wait_ns")}
+    values = {k: v[k] for k in ("stalls", "wait_ns", "idle_after_ns", "idle_summed_ns", "syncs", "sync_ns", "sync_idle_ns",
+                                "outside_steps", "outside_wait_ns")}
     values |= {"waits_ns": waited, "waits_device_idle_ns": unseen}
     return [ctx.finding(
         title=title, impact_ns=impact, saving_bound_ns=impact,
@@ -239,10 +251,11 @@ def check(ctx: Context) -> list:
     )]
 
 
-def _waits_on_nothing(ctx: Context, steps: bool) -> tuple[int, int]:
-    """(the union of the rank's waiting runtime calls, inside its steps where it has steps; the part of
-    it in which no device of the rank ran anything the trace holds)."""
-    waits = waits_union(ctx.run, ctx.rank, steps)
+def _waits_in_steps(ctx: Context) -> tuple[int, int]:
+    """(the union of the rank's waiting runtime calls inside its steps; the part of it in which no
+    device of the rank ran anything the trace holds): without steps, `figures_sql`'s sync_ns and
+    sync_idle_ns."""
+    waits = waits_union(ctx.run, ctx.rank, True)
     total = int((waits[:, 1] - waits[:, 0]).sum()) if len(waits) else 0
     return total, unseen_ns(ctx.run, ctx.rank, waits)
 
