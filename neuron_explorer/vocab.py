@@ -646,7 +646,10 @@ def kernel_runs_tf32_sql(name: str) -> str:
             f"AND NOT regexp_matches(coalesce({name}, ''), {sql_literal(LOWER_PRECISION_KERNEL_PATTERN)}))")
 
 
-ATTENTION_KERNEL_PATTERN = "(?i)(flash|fmha|attention|attn|sdpa)"
+ATTENTION_KERNEL_PATTERN = "(?i)(flash|fmha|attention|attn|sdpa|(^|[^a-z])sage)"
+"""Fused attention kernels: FlashAttention, FMHA (xFormers, CK), memory-efficient and cuDNN attention,
+Triton's `attn_fwd`, SageAttention's quantised attention (`sage_fwd`, `sage_quant_kernel`: `sage` as a
+word's start, not inside `message` or `usage`; RE2 has no lookbehind)."""
 NORM_KERNEL_PATTERN = "(?i)(norm([^a]|$)|softmax|bn_fw|bn_bw)"
 """Normalisation and softmax kernels (layer/batch/group/RMS norm, cuDNN bn_fw/bn_bw), not `normal_` sampling."""
 MATRIX_KERNEL_PATTERN = ("(?i)((^|[^b])gemm|matmul|cutlass|xmma|cublas|cudnn|conv|dgrad|wgrad|fprop|winograd|implicit_gemm|Cijk_|"

@@ -39,6 +39,10 @@ CASES = [  # (kind, kernel name, top-level operator, operator args) -> class
       json.dumps({"Input type": ["float"]})), "matmul"),
     (("kernel", "flash_fwd_kernel<Flash_fwd_kernel_traits>", "aten::scaled_dot_product_attention", None), "attention"),
     (("kernel", "some_kernel", "aten::_flash_attention_forward", None), "attention"),
+    # SageAttention (xDiT FLUX on an MI300, TraceLens): its quantised attention and its Q/K quantisation, under no operator
+    (("kernel", "sage_fwd", None, None), "attention"),
+    (("kernel", "sage_quant_kernel", None, None), "attention"),
+    (("kernel", "void format_message_kernel<float>", None, None), "other"),  # 'sage' inside a word: no attention
     (("kernel", "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float>", "aten::batch_norm", None), "norm"),
     (("kernel", "vectorized_layer_norm_kernel", "aten::layer_norm", None), "norm"),
     (("kernel", "void at::native::normal_kernel<float>", "aten::normal_", None), "other"),
