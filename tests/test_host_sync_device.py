@@ -505,5 +505,8 @@ def test_short_kernels_whose_launch_time_is_their_first_launches_are_a_one_off(t
     assert f.recommendation.startswith("20.00 ms of the 20.55 ms is the first launch of each of 10 kernels: a kernel's first launch "
                                        "loads its code")
     assert "; if it does repeat: most kernels run under 10 us" in f.recommendation
+    # the title says what the launch time is, as the advice does
+    assert f.title.endswith(", 20.55 ms launching them, 20.00 ms of it first launches (loading 10 kernels' code)"), f.title
     (g,) = _findings(_run(tmp_path / "every", events(5)), "launch-overhead")
     assert g.recommendation.startswith("Most kernels run under 10 us, so launches dominate")
+    assert g.title.endswith("launching them"), g.title

@@ -210,3 +210,23 @@ def test_elementwise_kernels_most_of_whose_time_runs_bf16_are_not_told_a_lower_p
         return f.recommendation
     assert advice("most", 600, 300).endswith("make fewer passes over the tensors (most of them run in bf16 already).")
     assert advice("least", 300, 600).endswith("make fewer passes over the tensors, or move fewer bytes (a lower precision).")
+
+
+def test_an_operator_whose_time_is_launches_is_left_to_the_paths_launch_finding(tmp_path):
+    """HTA's MTIA training trace: AddmmBackward0 held 4,348.60 ms of the path, 3,680.42 ms of it the
+    launches it made; it was a hotspot operator told 'lower precision, channels_last' beside the
+    path's 'kernel launches' led by it. Here aten::heavy_launcher runs 100 µs per step, 80 of them in
+    eight 10 µs launches of 2 µs kernels: one finding, the launches', which names it."""
+    events, corr = [], 0
+    for step in range(3):
+        t0 = step * 120
+        events += [X(f"ProfilerStep#{step + 1}", "user_annotation", t0, 120),
+                   X("aten::heavy_launcher", "cpu_op", t0 + 5, 100, **{"External id": step + 1})]
+        for i in range(8):
+            corr += 1
+            t = t0 + 10 + i * 12
+            events += [_launch(t, corr, step + 1, dur=10), _kernel("k", t + 11, 2, corr)]
+    report = _report(tmp_path, events)
+    assert not [x for x in report.findings if x.title.startswith("Hotspot operator")]
+    (launches,) = [x for x in report.findings if x.rule_id == "critical-path" and x.evidence.values["class"] == "launch"]
+    assert launches.impact_ns == 3 * 8 * 10 * US and launches.location.op == "aten::heavy_launcher"

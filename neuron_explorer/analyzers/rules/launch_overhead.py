@@ -95,7 +95,9 @@ FROM k"""
         zeroing = _zero_grad_words(ctx, d, in_steady, v["short_kernels_counted"], steps) if ctx.trains() else ""
         out.append(ctx.finding(
             title=f"{v['short_kernels']} short kernels on device {d}{rate}, {ms(v['launch_ns'])} launching them"
-                  + (f" ({v['launches']} launch calls)" if v["launches"] < v["short_kernels"] else ""),
+                  + (f" ({v['launches']} launch calls)" if v["launches"] < v["short_kernels"] else "")
+                  + (f", {ms(v['first_launch_ns'])} of it first launches (loading {v['first_launches']} kernels' code)"
+                     if _mostly_first(v) else ""),
             impact_ns=v["launch_ns"], saving_bound_ns=v["launch_ns"],
             location=Location(device=d, op=top["op"], source=ctx.source_of(top["frame_id"])),
             sql=sql, values={**{k: v[k] for k in ("short_kernels", "kernels", "short_kernel_ns", "launches", "launch_ns",
@@ -116,12 +118,19 @@ def _first_launch_words(v: dict) -> str:
     (critical_path.ONE_OFF_LAUNCH_WORDS, for one kernel) more likely than the cost of every launch.
     TraceLens's normalisation test (an MI300X): 147 short kernels launched in 727.21 ms, 4.9 ms a call,
     each kernel launched about once; it was told to fuse them. Else ""."""
-    first, total = v.get("first_launch_ns") or 0, v.get("launch_ns") or 0
-    if not total or first * 2 < total:
+    if not _mostly_first(v):
         return ""
+    first, total = v["first_launch_ns"], v["launch_ns"]
     return (f"{ms(first)} of the {ms(total)} is the first launch of each of {v['first_launches']} kernels: a kernel's first "
             "launch loads its code (CUDA's lazy module loading, ROCm's code objects), a one-off that warm-up steps absorb, not "
             f"the cost of every launch. {STEADY_STEPS} to see what launching costs each iteration; if it does repeat: ")
+
+
+def _mostly_first(v: dict) -> bool:
+    """The first launch of each kernel name (`first_launch_ns`) is at least half the launch time: the
+    title says so, and the advice starts with it (`_first_launch_words`)."""
+    first, total = v.get("first_launch_ns") or 0, v.get("launch_ns") or 0
+    return bool(total) and first * 2 >= total
 
 
 def _fuse(graphs: str) -> str:
