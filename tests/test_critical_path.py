@@ -1027,11 +1027,13 @@ def test_rule_says_channels_last_for_nchw_convolutions_on_the_path(tmp_path):
 
 @pytest.mark.parametrize("device, says, never", [
     ("NVIDIA A100-SXM4-80GB", "CUDA graphs (torch.cuda.graphs", "Neuron compiler"),
+    ("AMD Instinct MI300X", "HIP graphs (torch.cuda.graphs, which ROCm runs as HIP graphs", "CUDA graphs"),
     ("AWS Trainium2", "the Neuron compiler runs each compiled region as one device program", "CUDA graphs"),
 ])
 def test_launch_advice_fits_the_device(tmp_path, device, says, never):
-    """The host-bound loop above on an NVIDIA GPU and on Trainium (the device named in the trace's
-    deviceProperties): CUDA graphs are advised where they exist, never on a device without them."""
+    """The host-bound loop above on an NVIDIA GPU, an AMD GPU and on Trainium (the device named in the
+    trace's deviceProperties): graphs are advised where they exist, in the device's own name (ROCm's are
+    HIP graphs, through the same torch.cuda API), never on a device without them."""
     events = [X("ProfilerStep#1", "user_annotation", 0, 100)]
     for i, t in enumerate((10, 30, 50), 1):
         events += [X("aten::add", "cpu_op", t, 10, **{"External id": i}),
@@ -1151,10 +1153,16 @@ def test_a_finding_leaves_only_to_an_owner_that_is_kept():
     results = {"hotspot": ("findings", [other]), "critical-path": ("findings", [launch])}
     leave_to_owners(rules, results)
     assert results["hotspot"] == ("findings", [other])
-    half = f(name=op, cpu_ns=2 * 6_543_109 + 2, calls=2, on_path_ns=1)  # the launch is less than half its time
+    # the launches (one-off or charged under it on the path) are less than half its time on the path
+    half = f(name=op, cpu_ns=2 * 6_547_768 + 2, calls=2, on_path_ns=2 * 6_547_768 + 2)
     results = {"hotspot": ("findings", [half]), "critical-path": ("findings", [launch])}
     leave_to_owners(rules, results)
     assert results["hotspot"] == ("findings", [half])
+    # launches spread over its calls, no one-off, but half its time on the path or more: the launches' finding
+    mostly = f(name=op, cpu_ns=9_000_000, calls=9, on_path_ns=2 * 6_547_768)
+    results = {"hotspot": ("findings", [mostly]), "critical-path": ("findings", [spread])}
+    leave_to_owners(rules, results)
+    assert results["hotspot"] == ("findings", [])
 
 
 def test_data_loading_is_named_once(tmp_path):

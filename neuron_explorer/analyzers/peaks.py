@@ -305,8 +305,8 @@ KERNELS_PATTERN = "(?i)(" + "|".join(a.kernels for a in ARCHS if a.kernels) + ")
 
 
 def graph_advice(device_name: str | None, props: list[dict] | None = None, arch: Arch | None = None) -> str:
-    """How to launch fewer, larger device programs, in the device's own terms: CUDA graphs (which
-    ROCm runs as HIP graphs) on NVIDIA and AMD; on AWS Trainium (TorchNeuron's `neuron` device, or a
+    """How to launch fewer, larger device programs, in the device's own terms: CUDA graphs on NVIDIA
+    (and where the device is not known), HIP graphs on AMD (the same torch.cuda.graphs API); on AWS Trainium (TorchNeuron's `neuron` device, or a
     device named Trainium) torch.compile, whose compiled region the Neuron compiler runs as one
     device program — CUDA graphs do not exist there; on Meta's MTIA torch.compile, which fuses the
     kernels (CUDA graphs are NVIDIA's and AMD's). `arch`: the rank's detected architecture, where the
@@ -316,6 +316,8 @@ def graph_advice(device_name: str | None, props: list[dict] | None = None, arch:
         return "torch.compile (the Neuron compiler runs each compiled region as one device program)"
     if arch is not None and arch.vendor == "meta":
         return "torch.compile (it fuses kernels into fewer, larger ones)"
+    if arch is not None and arch.vendor == "amd":  # (PyTorch's API is torch.cuda's on ROCm too)
+        return "HIP graphs (torch.cuda.graphs, which ROCm runs as HIP graphs, or torch.compile(mode='reduce-overhead'))"
     return "CUDA graphs (torch.cuda.graphs, or torch.compile(mode='reduce-overhead'))"
 
 
