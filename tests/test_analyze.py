@@ -533,3 +533,21 @@ def test_memory_lines_that_allocate_alike_are_listed_in_the_same_order_every_run
     for _ in range(3):
         (f,) = [f for f in analyze(run, write=False).findings if f.rule_id == "memory"]
         assert "Largest allocating lines: a.py:10 0.25 GiB, b.py:20 0.25 GiB, z.py:30 0.25 GiB." in f.recommendation
+
+
+def test_device_idle_spread_over_many_gaps_says_so_first(tmp_path):
+    """An eager loop: 20 calls of aten::add, each 50 µs on the host, launching a 10 µs kernel as it
+    ends; the device idles 50 µs before each kernel, 1,000 µs in 20 equal gaps. The 3 longest gaps are
+    15% of it: the advice says first that the idle is spread, not a few stalls (b200 vLLM eager decode:
+    its 3 longest gaps 9.5% of 75.82 ms of idle over 856 gaps)."""
+    events = []
+    for i in range(20):
+        t = i * 60
+        events += [X("aten::add", "cpu_op", t, 50, **{"External id": i + 1}),
+                   X("cudaLaunchKernel", "cuda_runtime", t + 45, 4, correlation=i + 1, **{"External id": i + 1}),
+                   {**K("add_kernel", t + 50, 10), "args": {"device": 0, "stream": 7, "correlation": i + 1}}]
+    run = import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir
+    (f,) = by_rule(analyze(run, write=False), "device-idle")
+    assert f.impact_ns == 1000 * US and f.evidence.values["gaps_ns"] == 150 * US
+    assert f.recommendation.startswith("The idle is spread over 20 gaps, the 3 longest 0.15 ms (15.0% of it): not a few stalls"), \
+        f.recommendation

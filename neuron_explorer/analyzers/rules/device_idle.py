@@ -35,9 +35,11 @@ nothing recorded beneath them).
 A gap's heaviest host call that takes FIRST_CALL_RATIO times the median of the other calls of its
 name with the same inputs (vocab.call_inputs: shapes and types, where recorded) is compared with
 them in the advice ("the first of 36 calls with these inputs; the others took 0.07 ms at the
-median") and in the evidence (`outlier_calls`); where such first calls fill half the named gaps, the
-advice first says they are a cost of new inputs (a library choosing or loading kernels), not of
-every iteration. Each named gap says how long the host waited on the device inside it (the union of
+median") and in the evidence (`outlier_calls`); where such first calls fill half the named gaps and
+FIRST_CALLS_IDLE_SHARE of the idle, the advice first says they are a cost of new inputs (a library
+choosing or loading kernels), not of every iteration. Where none of these leads and the named gaps
+hold under SPREAD_SHARE of the idle, it says first that the idle is spread over many gaps (their
+number), not a few stalls to remove. Each named gap says how long the host waited on the device inside it (the union of
 host_sync.waits, cut to the gap; `waited_in_gaps_ns` sums them): where that is WAITED_GAPS_SHARE of
 the named gaps or more, neither side worked there, and the advice says what can hold a device the
 trace does not show instead of telling the host to feed it (with steps only: without, the syncs'
@@ -569,18 +571,42 @@ def _repeat_words(call: dict) -> str:
     return f" (the other {call['others']} calls{with_inputs} took {ms(call['median_ns'])} at the median)"
 
 
-def _first_calls_words(gaps: list[dict], by_gap: dict[int, list], repeats: dict[int, dict]) -> str:
+FIRST_CALLS_IDLE_SHARE = 0.25
+"""The first-call gaps lead the advice only where they hold at least this share of the idle: the
+b200 vLLM eager decode's two (4.58 ms) are 6% of its 75.82 ms of idle, which is the host too slow
+between its calls all through; its gaps list still says which calls were first."""
+
+
+SPREAD_SHARE = 0.25
+"""Where the named gaps hold less than this share of the idle, and nothing else leads the advice, it
+says first that the idle is spread over many gaps: the time between the device's work all through,
+not a few stalls to find (b200 vLLM eager decode: its 3 longest gaps are 7.22 ms of its 75.82 ms of
+idle, over 856 gaps)."""
+
+
+def _spread_words(gaps_ns: int, idle: int, pieces: int, shown: int) -> str:
+    """What the advice says first where the `shown` longest gaps (`gaps_ns`) hold less than SPREAD_SHARE
+    of the `idle`, over `pieces` gaps in all; else ""."""
+    if not idle or pieces <= shown or gaps_ns >= SPREAD_SHARE * idle:
+        return ""
+    return (f"The idle is spread over {pieces:,} gaps, the {shown} longest {ms(gaps_ns)} ({pct(gaps_ns / idle)} of it): not a few "
+            "stalls to remove but the time between the device's work all through, which fewer and larger kernels, graphs, or a host "
+            "that launches further ahead shorten. ")
+
+
+def _first_calls_words(gaps: list[dict], by_gap: dict[int, list], repeats: dict[int, dict], idle: int) -> str:
     """What the advice says first when the gaps whose heaviest host call is a first call (_repeat_calls)
-    hold at least half of the named gaps' time; else ""."""
+    hold at least half of the named gaps' time and FIRST_CALLS_IDLE_SHARE of the `idle`; else ""."""
     lengths = [g["gap_end"] - g["gap_start"] for g in gaps]
     first = [i for i in range(len(gaps)) if by_gap.get(i) and repeats.get(by_gap[i][0]["event_id"], {}).get("first")]
-    if not first or 2 * sum(lengths[i] for i in first) < sum(lengths):
+    first_ns = sum(lengths[i] for i in first)
+    if not first or 2 * first_ns < sum(lengths) or first_ns < FIRST_CALLS_IDLE_SHARE * idle:
         return ""
     n, shown = len(first), len(gaps)
     which = "The longest gap" if first == [0] else f"The {n} longest gaps" if n == shown else f"{n} of the {shown} longest gaps"
     names = sorted({by_gap[i][0]["name"] for i in first})
     inputs = all(repeats[by_gap[i][0]["event_id"]]["inputs"] for i in first)
-    return (f"{which} ({ms(sum(lengths[i] for i in first))}) {'are first calls' if n > 1 else 'is the first call'} of {', '.join(names)}"
+    return (f"{which} ({ms(first_ns)}) {'are first calls' if n > 1 else 'is the first call'} of {', '.join(names)}"
             + (" with inputs not seen before, many times the later calls with the same inputs" if inputs else ", many times the later calls")
             + ": a library choosing or loading kernels for new inputs (cuBLAS or hipBLASLt heuristics, cuDNN or MIOpen autotuning, "
             "lazy loading) costs once per shape, not every iteration. "
@@ -744,7 +770,8 @@ def check(ctx: Context) -> list:
                              "outlier_calls": [{"event_id": int(e), **c} for e, c in repeats.items() if e in compared],
                              "waited_in_gaps_ns": sum(waited.values())},  # (the host waiting on the device in the named gaps)
             sample_event_ids=samples, uses_source=True,
-            recommendation=_advice(ctx, gaps, by_gap, idle, waited, repeats, host, named_gaps_ns, calls_in_gaps_ns),
+            recommendation=_advice(ctx, gaps, by_gap, idle, waited, repeats, host, named_gaps_ns, calls_in_gaps_ns,
+                                   len(_idle_pieces(busy, wins)) if named_gaps_ns < SPREAD_SHARE * idle else 0),
         ))
     return out
 
@@ -757,16 +784,18 @@ def _batch_or(ctx: Context, query: RankQuery, outside: bool, here) -> list[tuple
 
 
 def _advice(ctx: Context, gaps: list[dict], by_gap: dict[int, list], idle: int, waited: dict[int, int], repeats: dict[int, dict],
-            host: list[str], gaps_ns: int, calls_ns: int) -> str:
+            host: list[str], gaps_ns: int, calls_ns: int, pieces: int) -> str:
     """The finding's advice: what the longest gaps are first where that is known (a one-off, the host
     waiting on the device, first calls with new inputs, mostly no traced call: `gaps_ns` and `calls_ns`,
-    the finding's named gaps and the host's calls in them), then the gaps with what the host ran, then
+    the finding's named gaps and the host's calls in them; else the idle spread over `pieces` gaps),
+    then the gaps with what the host ran, then
     how to feed the device (not where the gaps are waits on both sides: there is nothing to feed)."""
     if waits := _waits_words(gaps, waited, profiler_tip(ctx)):
         return waits + "Largest gaps — " + "; ".join(host) + "."
     if unseen := _unseen_words(ctx, gaps):
         return unseen + "Largest gaps — " + "; ".join(host) + "."
-    return ((_one_off_gap(gaps, by_gap, idle) or _first_calls_words(gaps, by_gap, repeats) or _untraced_gaps(ctx, gaps_ns, calls_ns))
+    return ((_one_off_gap(gaps, by_gap, idle) or _first_calls_words(gaps, by_gap, repeats, idle) or _untraced_gaps(ctx, gaps_ns, calls_ns)
+             or _spread_words(gaps_ns, idle, pieces, len(gaps)))
             + "Keep the device fed: largest gaps — "
             + "; ".join(host) + ". "
             + ("Move host work out of the step (DataLoader workers, pin_memory), avoid" if ctx.trains() else
