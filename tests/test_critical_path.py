@@ -1620,6 +1620,16 @@ def test_fused_attention_bounding_the_step_is_not_told_to_use_sdpa(tmp_path):
     (f,) = [f for f in report.findings if f.rule_id == "critical-path" and f.evidence.values["class"] == "attention"]
     assert f.recommendation.startswith("attention bounds the step, and it runs fused already (aten::scaled_dot_product_attention): ")
     assert "use torch.nn.functional.scaled_dot_product_attention" not in f.recommendation
+    # its kernel runs at a small share of the roofline (8.6 GFLOP in 600 µs): device-underuse leaves that to this finding,
+    # which says what is left (h100 Qwen1.5 chat: 'reach 19.3% of the roofline' with no advice, beside the class)
+    assert not [u for u in report.findings if u.rule_id == "device-underuse"], [u.title for u in report.findings]
+    from neuron_explorer.analyzers.engine import analyze_run
+    from neuron_explorer.analyzers.rules import device_underuse
+
+    with open_run(tmp_path / "run") as run:  # the rule alone, no class to leave it to: its own words
+        (under,) = analyze_run(run, [device_underuse]).findings
+    assert under.evidence.values["causes"] == ["attention"] and under.location.kernel.startswith("void flash_fwd_kernel")
+    assert under.recommendation.startswith("fused attention falls short of the matrix units' peak where each call's work is small")
 
 
 def test_hand_written_attentions_products_are_not_a_second_finding_to_pad(tmp_path):

@@ -11,8 +11,9 @@ and source line, and the reasons its evidence shows: fp32 work on a device whose
 (fp16 where it has no bf16) at least 4x its fp32 peak (the autocast, TF32 and FP8 advice of its
 architecture: peaks.precision_advice; not TF32 for a kernel whose name says it runs TF32 already,
 vocab.kernel_runs_tf32), GEMM dimensions that are not multiples of 8 (pad them),
-tiny GEMMs (M or N below 64: batch more work per call); `causes` in the evidence names them
-('precision', 'alignment', 'small').
+tiny GEMMs (M or N below 64: batch more work per call); with none of those, fused attention is told
+what keeps it from the peak (ATTENTION_WORDS) and other matrix work a kernel tuned for its shapes;
+`causes` in the evidence names them ('precision', 'alignment', 'small', 'attention', 'kernel').
 Impact: the group's device time. Saving bound: its time less the time its FLOPs would take at
 the roofline bound of the dtype it could use (the bf16 bound for fp32 work on such devices).
 One cause, one finding: a group whose one cause is its fp32 work is left to critical-path's fp32
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import json
 
-from ...vocab import ATTENTION_PRODUCT_OPS, GEMM_OPS, MATRIX_OPS, kernel_runs_tf32
+from ...vocab import ATTENTION_BACKWARD_OPS, ATTENTION_OPS, ATTENTION_PRODUCT_OPS, GEMM_OPS, MATRIX_OPS, kernel_runs_tf32
 from .. import peaks as P
 from ..engine import Context, NotApplicable
 from ..model import Location
@@ -45,6 +46,15 @@ THRESHOLDS = {
     "TENSOR_CORE_RATIO": 4.0,  # bf16 peak / fp32 peak at or above this: fp32 work leaves matrix units idle
     "SMALL_DIM": 64,  # GEMMs with M or N below this are too small to fill the device
 }
+
+
+ATTENTION_WORDS = ("fused attention falls short of the matrix units' peak where each call's work is small: short sequences, few "
+                   "heads or a small head dimension (its FLOPs grow with batch x heads x length^2 x head dimension); batch more "
+                   "sequences per call, pack sequences of different lengths, and check which backend runs "
+                   "(torch.nn.attention.sdpa_kernel chooses among them)")
+"""The words for fused attention (vocab.ATTENTION_OPS) below the roofline with no shape or precision to
+fix: its finding gave only where the peak came from (h100 Qwen1.5 chat: 'aten::scaled_dot_product_attention
+kernels reach 19.3% of the roofline', no advice)."""
 
 
 def _shape_reasons(ctx: Context, event_id: int) -> tuple[list[tuple[str, str]], dict]:
@@ -102,6 +112,10 @@ def check(ctx: Context) -> list:
         arch = (work.detected.arch if work.detected else None) or P.arch_of(work.peak, work.device_name)
         reasons.insert(0, ("precision", f"fp32 work on {work.peak.name}, whose {half} peak is {low:g} TFLOP/s against {fp32:g} for "
                                         "fp32: " + P.precision_advice(arch, tf32_already=kernel_runs_tf32(top["kernel"]))))
+    if top["op"] in ATTENTION_OPS | ATTENTION_BACKWARD_OPS and not reasons:
+        reasons.append(("attention", ATTENTION_WORDS))
+    elif not reasons:  # aligned and large enough shapes, the dtype the matrix units are fastest at
+        reasons.append(("kernel", f"its shapes are aligned and large enough and it runs {top['dtype']}: what is left is {P.TUNED_GEMM}"))
     best_ns = top["flops"] / (top["target_tflops_per_s"] * 1e12) * 1e9
     saving = max(0, int(top["dur_ns"] - best_ns))
     sql = (f"SELECT k.name AS kernel, o.name AS op, count(*) AS calls, sum(k.dur_ns) AS device_ns, any_value(o.args) AS op_args\n"
@@ -127,11 +141,18 @@ def leaves_to(finding) -> list:
     """A group of matrix products (vocab.ATTENTION_PRODUCT_OPS) on the statement of critical-path's
     finding on hand-written attention (`is_attention_finding`: its products are those of its statement)
     is left to it: that finding names them with the fix that removes them (scaled_dot_product_attention), not
-    padding. A group whose one cause is its fp32 work ('precision' alone in `causes`) is left to
+    padding. A group of fused attention with no other cause is left to critical-path's attention class
+    where that class names its kernel among its heaviest: one finding for one attention, with its fix.
+    A group whose one cause is its fp32 work ('precision' alone in `causes`) is left to
     critical-path's fp32 GEMM/convolution class on the same rank (engine.leave_to_owners), which
     names that fix with the time the fp32 work holds on the critical path; a group with a shape to fix
     stays (critical-path does not name it)."""
     v = finding.evidence.values
+    if v.get("causes") == ["attention"]:
+        # fused attention: critical-path's attention class, where it names the same kernel, says what is left to do
+        # (h100 Qwen1.5 chat: flash_fwd_kernel 'reach 19.3% of the roofline' beside 'attention kernels (1 name): 3.57 ms')
+        return [(critical_path_rule.RULE_ID, lambda c: c.evidence.values.get("class") == "attention"
+                 and v.get("kernel") in {h.get("item") for h in c.evidence.values.get("heaviest", [])})]
     if v.get("op") in ATTENTION_PRODUCT_OPS and finding.location.source:
         # hand-written attention's products: critical-path's finding on that attention names them with its fix
         # (owlv2 on an H100, TraceLens: aten::bmm 'not all multiples of 8: pad them' beside 'use scaled_dot_product_attention')
