@@ -114,7 +114,8 @@ def check(ctx: Context) -> list:
                                         "fp32: " + P.precision_advice(arch, tf32_already=kernel_runs_tf32(top["kernel"]))))
     if top["op"] in ATTENTION_OPS | ATTENTION_BACKWARD_OPS and not reasons:
         reasons.append(("attention", ATTENTION_WORDS))
-    elif not reasons:  # aligned and large enough shapes, the dtype the matrix units are fastest at
+    elif not reasons and top["op"] in GEMM_OPS and len(shape.get("shapes") or []) >= 2 and top["dtype"]:
+        # a GEMM whose shapes were read and are aligned and large enough, in the dtype it is held to
         reasons.append(("kernel", f"its shapes are aligned and large enough and it runs {top['dtype']}: what is left is {P.TUNED_GEMM}"))
     best_ns = top["flops"] / (top["target_tflops_per_s"] * 1e12) * 1e9
     saving = max(0, int(top["dur_ns"] - best_ns))
