@@ -1673,3 +1673,23 @@ def test_short_kernels_of_compiled_code_are_not_told_to_compile(tmp_path):
     (f,) = [f for f in report.findings if f.rule_id == "critical-path" and f.evidence.values["class"] == "elementwise"]
     assert f.recommendation.startswith("12 short kernels per step, most from torch.compile'd code already: CUDA graphs "
                                        "(torch.cuda.graphs, or torch.compile(mode='reduce-overhead')) replay them"), f.recommendation
+
+
+def test_an_aligned_bf16_gemm_far_below_the_roofline_is_one_finding(tmp_path):
+    """Two bf16 [4096, 4096] x [4096, 4096] products of 3 ms each bound the step on an H100 (137 GFLOP
+    each: 46 TFLOP/s, under a tenth of the peak). Their shapes are aligned and large: device-underuse
+    says that what is left is a tuned kernel, which the path's GEMM class says too; with the class
+    naming the kernel, one finding, the class's. The rule alone gives its own words."""
+    mm = ("aten::mm", [[4096, 4096], [4096, 4096]], ["c10::BFloat16", "c10::BFloat16"], None, BF16_GEMM, 3000)
+    report = _device_step(tmp_path, [mm, mm], H100_PROPS)
+    (f,) = [f for f in report.findings if f.location.kernel == BF16_GEMM]
+    assert f.rule_id == "critical-path" and f.evidence.values["class"] == "matmul" and "what is left is a kernel better tuned" \
+        in f.recommendation
+    from neuron_explorer.analyzers.engine import analyze_run
+    from neuron_explorer.analyzers.rules import device_underuse
+
+    with open_run(tmp_path / "run") as run:
+        (under,) = analyze_run(run, [device_underuse]).findings
+    assert under.evidence.values["causes"] == ["kernel"]
+    assert under.recommendation.startswith("its shapes are aligned and large enough and it runs bf16: what is left is a kernel "
+                                           "better tuned for its shapes")

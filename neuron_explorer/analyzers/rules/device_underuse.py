@@ -143,17 +143,19 @@ def leaves_to(finding) -> list:
     finding on hand-written attention (`is_attention_finding`: its products are those of its statement)
     is left to it: that finding names them with the fix that removes them (scaled_dot_product_attention), not
     padding. A group of fused attention with no other cause is left to critical-path's attention class
-    where that class names its kernel among its heaviest: one finding for one attention, with its fix.
+    where that class names its kernel among its heaviest, and a GEMM with nothing to fix but its kernel
+    to the GEMM/convolution class likewise: one finding for one kernel, with its fix.
     A group whose one cause is its fp32 work ('precision' alone in `causes`) is left to
     critical-path's fp32 GEMM/convolution class on the same rank (engine.leave_to_owners), which
     names that fix with the time the fp32 work holds on the critical path; a group with a shape to fix
     stays (critical-path does not name it)."""
     v = finding.evidence.values
-    if v.get("causes") == ["attention"]:
-        # fused attention: critical-path's attention class, where it names the same kernel, says what is left to do
-        # (h100 Qwen1.5 chat: flash_fwd_kernel 'reach 19.3% of the roofline' beside 'attention kernels (1 name): 3.57 ms')
-        return [(critical_path_rule.RULE_ID, lambda c: c.evidence.values.get("class") == "attention"
-                 and v.get("kernel") in {h.get("item") for h in c.evidence.values.get("heaviest", [])})]
+    if v.get("causes") in (["attention"], ["kernel"]):
+        # fused attention, or a GEMM with nothing to fix but its kernel: critical-path's attention or GEMM class, where it
+        # names the same kernel, says what is left to do (h100 Qwen1.5 chat: flash_fwd_kernel 'reach 19.3% of the roofline'
+        # beside 'attention kernels (1 name): 3.57 ms')
+        return [(critical_path_rule.RULE_ID, lambda c: c.evidence.values.get("class") == {"attention": "attention", "kernel": "matmul"}[
+                 v["causes"][0]] and v.get("kernel") in {h.get("item") for h in c.evidence.values.get("heaviest", [])})]
     if v.get("op") in ATTENTION_PRODUCT_OPS and finding.location.source:
         # hand-written attention's products: critical-path's finding on that attention names them with its fix
         # (owlv2 on an H100, TraceLens: aten::bmm 'not all multiples of 8: pad them' beside 'use scaled_dot_product_attention')
