@@ -230,3 +230,41 @@ def test_an_operator_whose_time_is_launches_is_left_to_the_paths_launch_finding(
     assert not [x for x in report.findings if x.title.startswith("Hotspot operator")]
     (launches,) = [x for x in report.findings if x.rule_id == "critical-path" and x.evidence.values["class"] == "launch"]
     assert launches.impact_ns == 3 * 8 * 10 * US and launches.location.op == "aten::heavy_launcher"
+
+
+def _tiny_loop(big_kernel: bool) -> list[dict]:
+    """One step: 300 aten::add of 10 µs, 2 µs apart from 0 µs on (3,598 µs of host time with the gaps),
+    each launching a 1 µs kernel as it ends. With `big_kernel`, a 5,000 µs kernel launched first keeps
+    the device busy past the host's loop, and a sync waits for it: the step is device-bound."""
+    events = [X("ProfilerStep#1", "user_annotation", 0, 5100 if big_kernel else 3700)]
+    corr = 0
+    if big_kernel:
+        corr += 1
+        events += [_launch(0, corr, None), _kernel("big_kernel", 1, 5000, corr)]
+    for i in range(300):
+        t = 1 + i * 12 if big_kernel else i * 12
+        corr += 1
+        events += [X("aten::add", "cpu_op", t, 10, **{"External id": corr}), _launch(t + 8, corr, corr),
+                   _kernel("add_kernel", (5001 if big_kernel else t + 10) + (i if big_kernel else 0), 1, corr)]
+    if big_kernel:
+        events.append(_launch(3610, 9999, None, dur=1700, name="cudaDeviceSynchronize"))
+    return events
+
+
+def test_tiny_operators_and_launches_cost_their_time_on_the_critical_path(tmp_path):
+    """Tiny operators and their launches while the device works through a long kernel cost the step
+    nothing: no finding (h100 Qwen1.5 chat, device-bound: 1,161 tiny operators of 14.80 ms of host time,
+    1.06 ms of it on the path, were its second finding at 14.80 ms; the V100 ResNet-50's launches, 52.19 ms,
+    13.45 ms on the path). The same loop with nothing else to run bounds the step: their host time is on
+    the path, and the findings say so."""
+    device_bound = _report(tmp_path / "busy", _tiny_loop(True))
+    assert not [f for f in device_bound.findings if f.rule_id in ("tiny-ops", "launch-overhead")], \
+        [f.title for f in device_bound.findings]
+    host_bound = _report(tmp_path / "host", _tiny_loop(False)).findings
+    (f,) = [f for f in host_bound if f.rule_id == "tiny-ops"]
+    v = f.evidence.values
+    assert v["overhead_ns"] == (300 * 10 + 299 * 2) * US and f.impact_ns == v["on_path_ns"] > 0.9 * v["overhead_ns"]
+    assert f.title.startswith("300 tiny operators (300/step) cost 3.60 ms, ") and f.title.endswith(" of it on the critical path")
+    (launches,) = [f for f in host_bound if f.rule_id == "launch-overhead"]
+    assert launches.evidence.values["launch_ns"] == 300 * 1 * US and launches.impact_ns == launches.evidence.values["on_path_ns"] > 0
+    assert launches.title.endswith(f"0.30 ms launching them, {launches.impact_ns / 1e6:.2f} ms of it on the critical path")

@@ -72,7 +72,7 @@ from ._path_index import (  # noqa: F401 (the model's thresholds)
     factorize_rows,
 )
 from ._path_index import RANK_QUERIES as _INDEX_QUERIES
-from .metrics import LAST_RECORDED, device_work_intervals, step_device_busy
+from .metrics import LAST_RECORDED, device_work_intervals, step_device_busy, union_array
 from .rank_rows import RankQuery, arrow_of
 from .rank_rows import rows as rank_rows
 
@@ -1113,6 +1113,17 @@ def on_path_ns(run: Run, rank: int, *, top_op: str | None = None, kernel: str | 
     if kernel is not None:
         return sums[0].get(kernel, 0)
     return sums[1].get(top_op, 0)
+
+
+def host_union(run: Run, rank: int) -> np.ndarray:
+    """Where the rank's steps' critical paths run on the host (HOST_CATEGORIES: CPU operators and
+    Python, launches, data loading), as a union ((n, 2), sorted); empty without steps. Made once per path."""
+    path = path_of(run, rank)
+    got = path._derived.get("host_union")
+    if got is None:
+        keep = np.isin(path.category, _cat_codes(HOST_CATEGORIES)) if len(path) else np.zeros(0, dtype=bool)
+        got = path._derived["host_union"] = union_array(path.ts[keep], path.ts[keep] + path.ns[keep])
+    return got
 
 
 NOT_LAUNCHES_WORDS = "runtime calls other than launches"

@@ -8,8 +8,10 @@ window) and they make up most kernels, the time the host spends in their launch 
 launched each one, `launch_id`) is the cost: the device finishes each kernel faster than the host
 can issue the next. Impact: host time in the launch calls of the short kernels, each call counted
 once — a call that launched many kernels (a CUDA/HIP graph launch, a multi-kernel launch) is
-charged once, not once per kernel — as the union of the calls' intervals (with profiler steps,
-the calls inside steps), reported when it is at least LAUNCH_SHARE_MIN of the analysed time (MTIA's
+charged once, not once per kernel — as the union of the calls' intervals (`launch_ns`; with profiler steps,
+the calls inside steps), and with steps the part of it in which the steps' critical path runs on the
+host (`on_path_ns`, critical_path.host_union: a launch while the device works through earlier work
+costs the step nothing), reported when it is at least LAUNCH_SHARE_MIN of the analysed time (MTIA's
 890 short kernels were launched in 0.87 ms of a 459.67 ms window: nothing to gain). Saving bound: the
 same (fusion, torch.compile or CUDA graphs remove most launches). In a training run, where the
 short kernels launched inside Optimizer.zero_grad (its range, vocab.ZERO_GRAD_RANGE) are ZERO_GRAD_SHARE_MIN
@@ -21,9 +23,12 @@ critical-path's one-off launch is for one call), the advice says so first, and t
 
 from __future__ import annotations
 
+import numpy as np
+
 from ...vocab import ZERO_GRAD_RANGE, in_steps
+from .. import critical_path as cp
 from ..engine import Context
-from ..metrics import per_step_words, union_of_sql
+from ..metrics import covered_within, per_step_words, union_array, union_of_sql
 from ..model import Location
 from ._util import SET_TO_NONE, STEADY_STEPS, graph_tip, ms, no_device, q, row
 
@@ -65,11 +70,12 @@ def check(ctx: Context) -> list:
         in_steady = in_steps(steady, "k") if steady is not None else "TRUE"
         launch_in_steps = " AND step IS NOT NULL" if ctx.summary["steps"]["count"] else ""  # with steps, the launches in them
         # each launch call once: a graph launch that ran 280 short kernels costs its own duration, not 280 times it
-        sql = f"""WITH k AS (SELECT event_id, dur_ns, launch_id, step,
+        calls = f"""WITH k AS (SELECT event_id, dur_ns, launch_id, step,
         row_number() OVER (PARTITION BY name ORDER BY ts_ns, event_id) = 1 AS first FROM events k
       WHERE k.rank = {ctx.rank} AND k.device = {d} AND k.kind = 'kernel' AND NOT k.graph),
 l AS (SELECT ts_ns, ts_ns + dur_ns AS end_ns, event_id IN (SELECT launch_id FROM k WHERE first) AS first FROM events
-      WHERE rank = {ctx.rank} AND dur_ns > 0{launch_in_steps} AND event_id IN (SELECT launch_id FROM k WHERE {short})),
+      WHERE rank = {ctx.rank} AND dur_ns > 0{launch_in_steps} AND event_id IN (SELECT launch_id FROM k WHERE {short}))"""
+        sql = f"""{calls},
 u AS ({union_of_sql("SELECT ts_ns, end_ns FROM l")}),
 uf AS ({union_of_sql("SELECT ts_ns, end_ns FROM l WHERE first")})
 SELECT count(*) FILTER (WHERE {short}) AS short_kernels, count(*) AS kernels,
@@ -86,6 +92,12 @@ FROM k"""
                 or v["short_kernels"] / v["kernels"] < THRESHOLDS["SHORT_KERNEL_FRACTION_MIN"] \
                 or not ctx.analysed_ns or v["launch_ns"] / ctx.analysed_ns < THRESHOLDS["LAUNCH_SHARE_MIN"]:
             continue
+        # with steps, what the launches cost is their time on the critical path: while the device works through what
+        # was launched before, a launch costs the step nothing
+        on_path = _on_path_ns(ctx, calls) if ctx.summary["steps"]["count"] else None
+        impact = v["launch_ns"] if on_path is None else on_path
+        if impact / ctx.analysed_ns < THRESHOLDS["LAUNCH_SHARE_MIN"]:
+            continue
         rate = (f" ({per_step_words(v['short_kernels_counted'], steps)} over {steps} steady steps)" if steps
                 else f" {per_step_words(v['short_kernels'], 0)} ({ms(ctx.analysed_ns)})")
         top = row(ctx.run, f"""SELECT o.name AS op, any_value(k.source_frame_id) AS frame_id, count(*) AS n
@@ -97,11 +109,12 @@ FROM k"""
             title=f"{v['short_kernels']} short kernels on device {d}{rate}, {ms(v['launch_ns'])} launching them"
                   + (f" ({v['launches']} launch calls)" if v["launches"] < v["short_kernels"] else "")
                   + (f", {ms(v['first_launch_ns'])} of it first launches (loading {v['first_launches']} kernels' code)"
-                     if _mostly_first(v) else ""),
-            impact_ns=v["launch_ns"], saving_bound_ns=v["launch_ns"],
+                     if _mostly_first(v) else "")
+                  + (f", {ms(on_path)} of it on the critical path" if on_path is not None else ""),
+            impact_ns=impact, saving_bound_ns=impact,
             location=Location(device=d, op=top["op"], source=ctx.source_of(top["frame_id"])),
             sql=sql, values={**{k: v[k] for k in ("short_kernels", "kernels", "short_kernel_ns", "launches", "launch_ns",
-                                                  "first_launches", "first_launch_ns")},
+                                                  "first_launches", "first_launch_ns")}, "on_path_ns": on_path,
                              "short_kernels_per_step": v["short_kernels_counted"] / steps if steps else None},
             sample_event_ids=[v["sample_id"]] if v["sample_id"] else [], uses_source=True,
             recommendation=(first := _first_launch_words(v)) + f"{'m' if first else 'M'}ost kernels run under "
@@ -124,6 +137,14 @@ def _first_launch_words(v: dict) -> str:
     return (f"{ms(first)} of the {ms(total)} is the first launch of each of {v['first_launches']} kernels: a kernel's first "
             "launch loads its code (CUDA's lazy module loading, ROCm's code objects), a one-off that warm-up steps absorb, not "
             f"the cost of every launch. {STEADY_STEPS} to see what launching costs each iteration; if it does repeat: ")
+
+
+def _on_path_ns(ctx: Context, calls: str) -> int:
+    """The part of the launch calls' union (`calls`: the check's CTEs, `l` the calls) in which the
+    steps' critical path runs on the host (critical_path.host_union)."""
+    got = ctx.run.sql(calls + " SELECT ts_ns, end_ns FROM l").fetchnumpy()
+    union = union_array(np.asarray(got["ts_ns"], dtype=np.int64), np.asarray(got["end_ns"], dtype=np.int64))
+    return covered_within(union, cp.host_union(ctx.run, ctx.rank))
 
 
 def _mostly_first(v: dict) -> bool:
