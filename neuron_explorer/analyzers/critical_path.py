@@ -72,7 +72,7 @@ from ._path_index import (  # noqa: F401 (the model's thresholds)
     factorize_rows,
 )
 from ._path_index import RANK_QUERIES as _INDEX_QUERIES
-from .metrics import LAST_RECORDED, device_work_intervals, step_device_busy, union_array
+from .metrics import LAST_RECORDED, covered_within, device_work_intervals, step_device_busy, union_array
 from .rank_rows import RankQuery, arrow_of
 from .rank_rows import rows as rank_rows
 
@@ -1124,6 +1124,13 @@ def host_union(run: Run, rank: int) -> np.ndarray:
         keep = np.isin(path.category, _cat_codes(HOST_CATEGORIES)) if len(path) else np.zeros(0, dtype=bool)
         got = path._derived["host_union"] = union_array(path.ts[keep], path.ts[keep] + path.ns[keep])
     return got
+
+
+def on_host_path_ns(run: Run, rank: int, starts, ends) -> int:
+    """The part of the intervals [starts, ends) (merged first) in which the rank's steps' critical
+    paths run on the host (`host_union`): what host work there costs the steps (tiny-ops' and
+    launch-overhead's `on_path_ns`)."""
+    return covered_within(union_array(starts, ends), host_union(run, rank))
 
 
 NOT_LAUNCHES_WORDS = "runtime calls other than launches"

@@ -28,7 +28,7 @@ import numpy as np
 from ...vocab import ZERO_GRAD_RANGE, in_steps
 from .. import critical_path as cp
 from ..engine import Context
-from ..metrics import covered_within, per_step_words, union_array, union_of_sql
+from ..metrics import per_step_words, union_of_sql
 from ..model import Location
 from ._util import SET_TO_NONE, STEADY_STEPS, graph_tip, ms, no_device, q, row
 
@@ -143,8 +143,7 @@ def _on_path_ns(ctx: Context, calls: str) -> int:
     """The part of the launch calls' union (`calls`: the check's CTEs, `l` the calls) in which the
     steps' critical path runs on the host (critical_path.host_union)."""
     got = ctx.run.sql(calls + " SELECT ts_ns, end_ns FROM l").fetchnumpy()
-    union = union_array(np.asarray(got["ts_ns"], dtype=np.int64), np.asarray(got["end_ns"], dtype=np.int64))
-    return covered_within(union, cp.host_union(ctx.run, ctx.rank))
+    return cp.on_host_path_ns(ctx.run, ctx.rank, np.asarray(got["ts_ns"], dtype=np.int64), np.asarray(got["end_ns"], dtype=np.int64))
 
 
 def _mostly_first(v: dict) -> bool:

@@ -20,7 +20,7 @@ import numpy as np
 from ...vocab import in_steps, top_op
 from .. import critical_path as cp
 from ..engine import Context
-from ..metrics import covered_within, per_step_words, union_array
+from ..metrics import per_step_words
 from ..model import Location
 from ._util import ms, row
 
@@ -92,4 +92,4 @@ def _on_path_ns(ctx: Context) -> int:
     gap = np.asarray(got["gap_ns"].filled(-1) if hasattr(got["gap_ns"], "filled") else got["gap_ns"], dtype=np.int64)
     small = (gap >= 0) & (gap < t["TINY_GAP_NS"])
     start = np.where(small, ts - gap, ts)  # (a call and the Python just before it)
-    return covered_within(union_array(start, end), cp.host_union(ctx.run, ctx.rank))
+    return cp.on_host_path_ns(ctx.run, ctx.rank, start, end)
