@@ -139,7 +139,7 @@ def _first_launch_words(v: dict) -> str:
             f"the cost of every launch. {STEADY_STEPS} to see what launching costs each iteration; if it does repeat: ")
 
 
-def _on_path_ns(ctx: Context, calls: str) -> int:
+def _on_path_ns(ctx: Context, calls: str) -> int | None:
     """The part of the launch calls' union (`calls`: the check's CTEs, `l` the calls) in which the
     steps' critical path runs on the host (critical_path.host_union)."""
     got = ctx.run.sql(calls + " SELECT ts_ns, end_ns FROM l").fetchnumpy()

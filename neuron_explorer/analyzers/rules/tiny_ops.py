@@ -61,7 +61,7 @@ FROM ops"""
     if not counted or counted / max(steps, 1) < t["TINY_OPS_PER_STEP_MIN"] \
             or not ctx.analysed_ns or v["overhead_ns"] / ctx.analysed_ns < t["TINY_SHARE_MIN"]:
         return []
-    on_path = _on_path_ns(ctx) if ctx.has_device() and ctx.summary["steps"]["count"] else None
+    on_path = _on_path_ns(ctx) if ctx.has_device() and ctx.summary["steps"]["count"] else None  # (None: no path)
     impact = v["overhead_ns"] if on_path is None else on_path
     if impact / ctx.analysed_ns < t["TINY_SHARE_MIN"]:
         return []
@@ -82,7 +82,7 @@ FROM ops"""
     )]
 
 
-def _on_path_ns(ctx: Context) -> int:
+def _on_path_ns(ctx: Context) -> int | None:
     """The part of the tiny operators' host time (each call, and the gaps under TINY_GAP_NS before it
     on its thread) in which the steps' critical path runs on the host (critical_path.host_union)."""
     t = THRESHOLDS
