@@ -258,6 +258,13 @@ class _Flows:
         return np.append(np.asarray(ok, dtype=bool), False)[codes]
 
 
+def _kernels_named(pattern, name_values: list, name_codes: np.ndarray, kind: np.ndarray) -> np.ndarray | None:
+    """The rows filed as kernels whose name `pattern` matches (tested once per distinct name), or None
+    where no name matches: a device queue's own events that a trace files with its kernels (MTIA's)."""
+    named = np.array([bool(v) and pattern.match(v) is not None for v in name_values], dtype=bool)
+    return named[name_codes] & (kind == _KIND_CODE["kernel"]) if named.any() else None
+
+
 def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> RankTables:
     """The run tables of one rank. Consumes `raw`: its event columns are released as they are read.
     With `captures` (chrome_trace.read_captures of the capture traces), replayed device work takes
@@ -305,12 +312,11 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
     kind[is_instant & (kind == K["other"]) & no_cat] = K["instant"]
     # a device queue's wait on an event (MTIA's `event_wait`, filed with its kernels) holds the
     # queue and does no work: a synchronisation on a device stream, as CUDA's `cuda_sync`
-    is_wait_name = np.array([bool(v) and DEVICE_WAIT_KERNEL_RE.match(v) is not None for v in name_values], dtype=bool)
-    if is_wait_name.any():
-        kind[is_wait_name[name_codes] & (kind == K["kernel"])] = K["sync"]
+    is_wait = _kernels_named(DEVICE_WAIT_KERNEL_RE, name_values, name_codes, kind)
+    if is_wait is not None:
+        kind[is_wait] = K["sync"]
     # a DMA the device makes itself (MTIA's `dma_request`, filed with its kernels) moves memory and has no host launch
-    is_dma_name = np.array([bool(v) and DEVICE_DMA_RE.match(v) is not None for v in name_values], dtype=bool)
-    is_dma = is_dma_name[name_codes] & (kind == K["kernel"]) if is_dma_name.any() else None  # (a trace of MTIA's)
+    is_dma = _kernels_named(DEVICE_DMA_RE, name_values, name_codes, kind)
     if is_dma is not None:
         kind[is_dma] = K["memcpy"]
     is_device = np.isin(kind, [K[k] for k in DEVICE_KINDS])

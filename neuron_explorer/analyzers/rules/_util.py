@@ -10,6 +10,10 @@ SEE_UNTRACED = "Record with with_stack=True, or sample the process (py-spy)"
 """How the advice says to see host time the trace holds no event for."""
 SET_TO_NONE = "optimizer.zero_grad(set_to_none=True), torch's default since 2.0, launches none"
 """How the advice says to stop zero_grad zeroing each gradient with a kernel (vocab.ZERO_GRAD_RANGE)."""
+FUSED_ATTENTION_LEFT = ("cut the padding (pack sequences of different lengths), keep the context no longer than needed, and check "
+                        "which backend runs (torch.nn.attention.sdpa_kernel chooses among them)")
+"""What is left for attention that runs fused already: critical-path's attention class and
+device-underuse's attention below the roofline say it alike."""
 
 
 def ms(ns: float | int | None) -> str:

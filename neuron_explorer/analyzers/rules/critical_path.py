@@ -125,7 +125,19 @@ from ..metrics import DEVICE_WORK_NAMED
 from ..model import Location
 from ..utilisation import rank_work
 from . import host_sync
-from ._util import SEE_UNTRACED, SET_TO_NONE, STEADY_STEPS, graph_tip, ms, pct, profiler_tip, q, unfused_backend_words, unseen_queue_words
+from ._util import (
+    FUSED_ATTENTION_LEFT,
+    SEE_UNTRACED,
+    SET_TO_NONE,
+    STEADY_STEPS,
+    graph_tip,
+    ms,
+    pct,
+    profiler_tip,
+    q,
+    unfused_backend_words,
+    unseen_queue_words,
+)
 
 RULE_ID = "critical-path"
 TITLE = "Critical path: what bounds the step"
@@ -434,6 +446,7 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
     per_step = events / max(step_count, 1)
     if cls in WORK_CLASSES and cls not in ("communication", "memcpy"):
         tips = []
+        from_compiled = sum(m["charged_ns"] for m in members if is_compiled_run(m["op"])) * 2 >= charged  # torch.compile'd already
         if cls == "fp32_matmul":
             tips.append("fp32 GEMMs/convolutions: " + _fp32_advice(members, arch))
         # convolution work: a kernel or its operator named so (a backward node's included: its inputs' layout is its
@@ -458,7 +471,7 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
             if rest and _at_least_share(rest, path_ns):
                 tips.append("the other kernels: " + _norm_words(rest))
         if per_step >= THRESHOLDS["SMALL_KERNELS_PER_STEP"] and charged / max(events, 1) < THRESHOLDS["SMALL_KERNEL_NS"]:
-            if sum(m["charged_ns"] for m in members if is_compiled_run(m["op"])) * 2 >= charged:  # compiled: not 'torch.compile'
+            if from_compiled:  # not 'torch.compile'
                 tips.append(f"{per_step:.0f} short kernels per step, most from torch.compile'd code already: "
                             + (f"{graphs} replay them without a launch each" if not graphs.startswith("torch.compile") else
                                "a larger batch per kernel"))
@@ -467,17 +480,14 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
         if not tips and cls == "attention" and _fused_attention(members):
             ops = sorted({m["op"] for m in members[:3] if m["op"]})
             tips.append("attention bounds the step, and it runs fused already (" + (", ".join(ops) if ops else "its kernels' names say so")
-                        + "): its time grows with the sequence length squared and the heads; cut the padding (pack sequences of "
-                        "different lengths), keep the context no longer than needed, and check which backend runs "
-                        "(torch.nn.attention.sdpa_kernel chooses among them)")
+                        + "): its time grows with the sequence length squared and the heads; " + FUSED_ATTENTION_LEFT)
         elif not tips and cls == "attention":
             tips.append(f"attention bounds the step: use {SDPA}" + _in_lower_precision(members, " in bf16/fp16", False))
         elif not tips and cls == "norm":
             tips.append(_norm_words(members))
         elif not tips and cls == "elementwise":
-            compiled = sum(m["charged_ns"] for m in members if is_compiled_run(m["op"])) * 2 >= charged
             tips.append("elementwise kernels bound the step: they move bytes and do little arithmetic; "
-                        + ("they come from torch.compile'd code already: make fewer passes over the tensors" if compiled else
+                        + ("they come from torch.compile'd code already: make fewer passes over the tensors" if from_compiled else
                            "fuse them with torch.compile or make fewer passes over the tensors")
                         + _in_lower_precision(members, ", or move fewer bytes (a lower precision)"))
         elif not tips:
@@ -664,7 +674,7 @@ def _unseen_waits(ctx: Context, path) -> tuple[int, int]:
     if not host.any():
         return 0, 0
     pieces = metrics.union_array(path.ts[host], path.ts[host] + path.ns[host])
-    on_path = metrics.intersect_unions(pieces, host_sync.waits_union(ctx.run, ctx.rank, True))
+    on_path = metrics.intersect_unions(pieces, host_sync.waits_union(ctx.run, ctx.rank))
     if not len(on_path):
         return 0, 0
     return int((on_path[:, 1] - on_path[:, 0]).sum()), host_sync.unseen_ns(ctx.run, ctx.rank, on_path)
@@ -728,7 +738,7 @@ def _attention_finding(members: list[dict], attention: list[dict], parts: dict[s
     """The members, charged ns, per-step ns and folded parts of the finding on hand-written attention,
     which a normalisation class most of which is its softmax becomes: the softmax (`attention`), the
     rest of the attention (`parts`, `_attention_parts`) from each class that leaves its finding to this
-    one (`_leaves_to_attention`) or that the check does not name (`named`): the folded parts, by class;
+    one (`_mostly`) or that the check does not name (`named`): the folded parts, by class;
     and the class's other kernels where its advice names them (CLASS_SHARE_MIN of the path `total`).
     Parts of a class the check names with a finding of its own stay that finding's (no time in two
     findings). h100_timesformer_inference: the softmax 68.77 ms, its products 44.85 ms and its
@@ -736,7 +746,7 @@ def _attention_finding(members: list[dict], attention: list[dict], parts: dict[s
     'normalisation/softmax kernels' and the impact left the products out)."""
     keys = {_key(m) for m in attention}
     rest = [m for m in members if _key(m) not in keys]
-    folded = {c: ms_ for c, ms_ in parts.items() if ms_ and (c not in named or _leaves_to_attention(
+    folded = {c: ms_ for c, ms_ in parts.items() if ms_ and (c not in named or _mostly(
         sum(x["charged_ns"] for x in ms_), sum(x["charged_ns"] for x in classes.get(c, []))))}
     kept = attention + [m for ms_ in folded.values() for m in ms_] + (rest if _at_least_share(rest, total) else [])
     shown = sorted(kept, key=lambda m: (-m["charged_ns"], str(m["item"])))
@@ -747,10 +757,11 @@ def _attention_finding(members: list[dict], attention: list[dict], parts: dict[s
     return shown, sum(m["charged_ns"] for m in shown), step_ns, folded
 
 
-def _leaves_to_attention(part_ns: int, class_ns: int) -> bool:
-    """A GEMM or elementwise class at least half of which (`part_ns` of `class_ns`) is hand-written
-    attention's products and score arithmetic leaves its finding to the attention's (`leaves_to`),
-    and the attention's finding holds that part (`_attention_finding`)."""
+def _mostly(part_ns: int, class_ns: int) -> bool:
+    """`part_ns` is at least half of a class's `class_ns`: a normalisation class mostly hand-written
+    attention's softmax is that attention's finding (`is_attention_finding`), and a GEMM or elementwise
+    class mostly that attention's products and score arithmetic leaves its finding to it (`leaves_to`),
+    which holds that part (`_attention_finding`)."""
     return part_ns * 2 >= class_ns > 0
 
 
@@ -802,7 +813,7 @@ def is_attention_finding(finding) -> bool:
     """This rule's finding on hand-written attention: a normalisation class most of which is its
     softmax (`_attention_finding`), whose location is the attention's statement."""
     v = finding.evidence.values
-    return v.get("class") == "norm" and v.get("unfused_attention_ns", 0) * 2 >= v.get("charged_ns", 0) > 0
+    return v.get("class") == "norm" and _mostly(v.get("unfused_attention_ns", 0), v.get("charged_ns", 0))
 
 
 def owns_fp32_work() -> list:
@@ -823,7 +834,7 @@ def leaves_to(finding) -> str | list | None:
     v = finding.evidence.values
     if v.get("class") == "launch" and v.get("one_off_ns"):
         return None
-    if v.get("class") in ATTENTION_PART_CLASSES and _leaves_to_attention(v.get("unfused_attention_ns", 0), v.get("charged_ns", 0)):
+    if v.get("class") in ATTENTION_PART_CLASSES and _mostly(v.get("unfused_attention_ns", 0), v.get("charged_ns", 0)):
         # most of the class is hand-written attention's products and score arithmetic: the softmax's finding names it
         return [(RULE_ID, lambda c: c.evidence.values.get("class") == "norm" and c.evidence.values.get("unfused_attention_ns", 0) > 0)]
     return LEFT_TO.get(v.get("class"))
@@ -896,7 +907,7 @@ def check(ctx: Context) -> list:
         shown = _recorded(members, left_out) if left_out else members
         # a normalisation class most of which is hand-written attention's softmax is that attention's finding: its cause
         # and its fix, with the rest of the attention whose classes leave it here (`_attention_finding`)
-        as_attention = cls == "norm" and attention_ns * 2 >= charged > 0
+        as_attention = cls == "norm" and _mostly(attention_ns, charged)
         folded = parts
         if as_attention:
             shown, recorded, step_ns, folded = _attention_finding(members, attention, parts, classes, named, total)

@@ -584,10 +584,10 @@ not a few stalls to find (b200 vLLM eager decode: its 3 longest gaps are 7.22 ms
 idle, over 856 gaps)."""
 
 
-def _spread_words(gaps_ns: int, idle: int, pieces: int, shown: int) -> str:
+def _spread_words(gaps_ns: int, idle: int, count_pieces, shown: int) -> str:
     """What the advice says first where the `shown` longest gaps (`gaps_ns`) hold less than SPREAD_SHARE
-    of the `idle`, over `pieces` gaps in all; else ""."""
-    if not idle or pieces <= shown or gaps_ns >= SPREAD_SHARE * idle:
+    of the `idle`, over more gaps in all (`count_pieces()`, counted only then); else ""."""
+    if not idle or gaps_ns >= SPREAD_SHARE * idle or (pieces := count_pieces()) <= shown:
         return ""
     return (f"The idle is spread over {pieces:,} gaps, the {shown} longest {ms(gaps_ns)} ({pct(gaps_ns / idle)} of it): not a few "
             "stalls to remove but the time between the device's work all through, which fewer and larger kernels, graphs, or a host "
@@ -771,7 +771,7 @@ def check(ctx: Context) -> list:
                              "waited_in_gaps_ns": sum(waited.values())},  # (the host waiting on the device in the named gaps)
             sample_event_ids=samples, uses_source=True,
             recommendation=_advice(ctx, gaps, by_gap, idle, waited, repeats, host, named_gaps_ns, calls_in_gaps_ns,
-                                   len(_idle_pieces(busy, wins)) if named_gaps_ns < SPREAD_SHARE * idle else 0),
+                                   lambda busy=busy, wins=wins: len(_idle_pieces(busy, wins))),
         ))
     return out
 
@@ -784,10 +784,11 @@ def _batch_or(ctx: Context, query: RankQuery, outside: bool, here) -> list[tuple
 
 
 def _advice(ctx: Context, gaps: list[dict], by_gap: dict[int, list], idle: int, waited: dict[int, int], repeats: dict[int, dict],
-            host: list[str], gaps_ns: int, calls_ns: int, pieces: int) -> str:
+            host: list[str], gaps_ns: int, calls_ns: int, count_pieces) -> str:
     """The finding's advice: what the longest gaps are first where that is known (a one-off, the host
     waiting on the device, first calls with new inputs, mostly no traced call: `gaps_ns` and `calls_ns`,
-    the finding's named gaps and the host's calls in them; else the idle spread over `pieces` gaps),
+    the finding's named gaps and the host's calls in them; else the idle spread over many gaps,
+    `count_pieces()` of them),
     then the gaps with what the host ran, then
     how to feed the device (not where the gaps are waits on both sides: there is nothing to feed)."""
     if waits := _waits_words(gaps, waited, profiler_tip(ctx)):
@@ -795,7 +796,7 @@ def _advice(ctx: Context, gaps: list[dict], by_gap: dict[int, list], idle: int, 
     if unseen := _unseen_words(ctx, gaps):
         return unseen + "Largest gaps — " + "; ".join(host) + "."
     return ((_one_off_gap(gaps, by_gap, idle) or _first_calls_words(gaps, by_gap, repeats, idle) or _untraced_gaps(ctx, gaps_ns, calls_ns)
-             or _spread_words(gaps_ns, idle, pieces, len(gaps)))
+             or _spread_words(gaps_ns, idle, count_pieces, len(gaps)))
             + "Keep the device fed: largest gaps — "
             + "; ".join(host) + ". "
             + ("Move host work out of the step (DataLoader workers, pin_memory), avoid" if ctx.trains() else

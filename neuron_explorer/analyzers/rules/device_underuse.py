@@ -34,7 +34,7 @@ from ..engine import Context, NotApplicable
 from ..model import Location
 from ..utilisation import kernel_table, rank_work, roofline
 from . import critical_path as critical_path_rule
-from ._util import ms, pct, q
+from ._util import FUSED_ATTENTION_LEFT, ms, pct, q
 
 RULE_ID = "device-underuse"
 TITLE = "Device under-used by matrix kernels"
@@ -50,8 +50,7 @@ THRESHOLDS = {
 
 ATTENTION_WORDS = ("fused attention falls short of the matrix units' peak where each call's work is small: short sequences, few "
                    "heads or a small head dimension (its FLOPs grow with batch x heads x length^2 x head dimension); batch more "
-                   "sequences per call, pack sequences of different lengths, and check which backend runs "
-                   "(torch.nn.attention.sdpa_kernel chooses among them)")
+                   "sequences per call, " + FUSED_ATTENTION_LEFT)
 """The words for fused attention (vocab.ATTENTION_OPS) below the roofline with no shape or precision to
 fix: its finding gave only where the peak came from (h100 Qwen1.5 chat: 'aten::scaled_dot_product_attention
 kernels reach 19.3% of the roofline', no advice)."""
@@ -150,12 +149,12 @@ def leaves_to(finding) -> list:
     names that fix with the time the fp32 work holds on the critical path; a group with a shape to fix
     stays (critical-path does not name it)."""
     v = finding.evidence.values
-    if v.get("causes") in (["attention"], ["kernel"]):
+    if (cls := {("attention",): "attention", ("kernel",): "matmul"}.get(tuple(v.get("causes") or ()))) is not None:
         # fused attention, or a GEMM with nothing to fix but its kernel: critical-path's attention or GEMM class, where it
         # names the same kernel, says what is left to do (h100 Qwen1.5 chat: flash_fwd_kernel 'reach 19.3% of the roofline'
         # beside 'attention kernels (1 name): 3.57 ms')
-        return [(critical_path_rule.RULE_ID, lambda c: c.evidence.values.get("class") == {"attention": "attention", "kernel": "matmul"}[
-                 v["causes"][0]] and v.get("kernel") in {h.get("item") for h in c.evidence.values.get("heaviest", [])})]
+        return [(critical_path_rule.RULE_ID, lambda c: c.evidence.values.get("class") == cls
+                 and v.get("kernel") in {h.get("item") for h in c.evidence.values.get("heaviest", [])})]
     if v.get("op") in ATTENTION_PRODUCT_OPS and finding.location.source:
         # hand-written attention's products: critical-path's finding on that attention names them with its fix
         # (owlv2 on an H100, TraceLens: aten::bmm 'not all multiples of 8: pad them' beside 'use scaled_dot_product_attention')

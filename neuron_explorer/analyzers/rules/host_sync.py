@@ -184,8 +184,8 @@ def _figures(run, rank: int | None) -> dict[int, dict]:
 
 
 def _figure(v: dict, with_steps: bool) -> int:
-    """The screen's figure: the device idle the syncs inside steps cause, or without steps the union of
-    the syncs' waits, which holds the check's figure there (the part of it with every device idle)."""
+    """The impact, the screen's and the check's: the device idle the syncs inside steps cause, or
+    without steps the part of the syncs' waits with every device of the rank idle."""
     return v["idle_after_ns"] if with_steps else v["sync_idle_ns"]
 
 
@@ -218,7 +218,7 @@ def check(ctx: Context) -> list:
     # without steps, the time the host waited while no device of the rank ran anything: a wait while the device
     # works costs the window nothing (a benchmark's synchronize at its end waited 11.87 ms of a 13.28 ms device-bound
     # span, and was its first finding, 'Remove host syncs')
-    impact = v["idle_after_ns"] if steps else v["sync_idle_ns"]
+    impact = _figure(v, bool(steps))
     count = v["stalls"] if steps else v["syncs"]
     if not ctx.analysed_ns or not count or impact / ctx.analysed_ns < THRESHOLDS["SYNC_SHARE_MIN"]:
         return []
@@ -255,16 +255,17 @@ def _waits_in_steps(ctx: Context) -> tuple[int, int]:
     """(the union of the rank's waiting runtime calls inside its steps; the part of it in which no
     device of the rank ran anything the trace holds): without steps, `figures_sql`'s sync_ns and
     sync_idle_ns."""
-    waits = waits_union(ctx.run, ctx.rank, True)
+    waits = waits_union(ctx.run, ctx.rank)
     total = int((waits[:, 1] - waits[:, 0]).sum()) if len(waits) else 0
     return total, unseen_ns(ctx.run, ctx.rank, waits)
 
 
-def waits_union(run, rank: int, steps: bool) -> np.ndarray:
-    """The union of the rank's waiting runtime calls (`waits`), (n, 2), cut to its steps with `steps`."""
+def waits_union(run, rank: int) -> np.ndarray:
+    """The union of the rank's waiting runtime calls (`waits`) inside its steps, (n, 2) (without steps
+    `figures_sql` unions them: its sync_ns)."""
     got = run.sql(f"SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM ({waiting_calls_sql(rank)}) WHERE dur_ns > 0").fetchnumpy()
     waits = metrics.union_array(np.asarray(got["ts_ns"], dtype=np.int64), np.asarray(got["end_ns"], dtype=np.int64))
-    if steps and len(waits):
+    if len(waits):
         st = np.asarray(rank_rows(run, metrics.STEPS, rank), dtype=np.int64).reshape(-1, 3)
         waits = metrics.intersect_unions(waits, metrics.union_array(st[:, 1], st[:, 1] + st[:, 2]))
     return waits

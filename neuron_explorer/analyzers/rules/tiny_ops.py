@@ -44,11 +44,17 @@ def screen(run, summaries: dict) -> set[int]:
     return {r for r, s in summaries.items() if (n.get(r) or 0) / max(s["steps"]["count"], 1) >= t["TINY_OPS_PER_STEP_MIN"]}
 
 
+def _ops_sql(rank: int) -> str:
+    """The rank's tiny operators, each with the gap before it on its thread (`gap_ns`, null for a
+    thread's first): the figures' query and the time on the path read them alike."""
+    return f"""SELECT tid, ts_ns, dur_ns, event_id, frame_id, name,
+    ts_ns - lag(ts_ns + dur_ns) OVER (PARTITION BY pid, tid ORDER BY ts_ns) AS gap_ns
+  FROM events WHERE rank = {rank} AND {top_op()} AND dur_ns < {THRESHOLDS['TINY_OP_NS']}"""
+
+
 def check(ctx: Context) -> list:
     t = THRESHOLDS
-    sql = f"""WITH ops AS (SELECT tid, ts_ns, dur_ns, event_id, frame_id, name,
-    ts_ns - lag(ts_ns + dur_ns) OVER (PARTITION BY pid, tid ORDER BY ts_ns) AS gap_ns
-  FROM events WHERE rank = {ctx.rank} AND {top_op()} AND dur_ns < {t['TINY_OP_NS']})
+    sql = f"""WITH ops AS ({_ops_sql(ctx.rank)})
 SELECT count(*) AS tiny_ops, coalesce(sum(dur_ns), 0)::BIGINT AS tiny_op_ns,
   coalesce(sum(gap_ns) FILTER (WHERE gap_ns >= 0 AND gap_ns < {t['TINY_GAP_NS']}), 0)::BIGINT AS gap_ns,
   (coalesce(sum(dur_ns), 0) + coalesce(sum(gap_ns) FILTER (WHERE gap_ns >= 0 AND gap_ns < {t['TINY_GAP_NS']}), 0))::BIGINT AS overhead_ns
@@ -85,11 +91,6 @@ FROM ops"""
 def _on_path_ns(ctx: Context) -> int | None:
     """The part of the tiny operators' host time (each call, and the gaps under TINY_GAP_NS before it
     on its thread) in which the steps' critical path runs on the host (critical_path.host_union)."""
-    t = THRESHOLDS
-    got = ctx.run.sql(f"""SELECT ts_ns, ts_ns + dur_ns AS end_ns, ts_ns - lag(ts_ns + dur_ns) OVER (PARTITION BY pid, tid ORDER BY ts_ns) AS gap_ns
-        FROM events WHERE rank = {ctx.rank} AND {top_op()} AND dur_ns < {t['TINY_OP_NS']}""").fetchnumpy()
-    ts, end = np.asarray(got["ts_ns"], dtype=np.int64), np.asarray(got["end_ns"], dtype=np.int64)
-    gap = np.asarray(got["gap_ns"].filled(-1) if hasattr(got["gap_ns"], "filled") else got["gap_ns"], dtype=np.int64)
-    small = (gap >= 0) & (gap < t["TINY_GAP_NS"])
-    start = np.where(small, ts - gap, ts)  # (a call and the Python just before it)
-    return cp.on_host_path_ns(ctx.run, ctx.rank, start, end)
+    got = ctx.run.sql(f"""SELECT ts_ns - CASE WHEN gap_ns >= 0 AND gap_ns < {THRESHOLDS['TINY_GAP_NS']} THEN gap_ns ELSE 0 END AS start_ns,
+        ts_ns + dur_ns AS end_ns FROM ({_ops_sql(ctx.rank)})""").fetchnumpy()  # (a call and the Python just before it)
+    return cp.on_host_path_ns(ctx.run, ctx.rank, np.asarray(got["start_ns"], dtype=np.int64), np.asarray(got["end_ns"], dtype=np.int64))
