@@ -646,6 +646,8 @@ def test_an_mtia_trace_without_device_properties_is_mtia_and_its_run_function_ca
     assert launches["title"].startswith("kernel launches: ")
     assert "torch.compile (it fuses kernels into fewer, larger ones)" in launches["recommendation"]
     assert not [f for f in report["findings"] if "CUDA graphs" in f["recommendation"] or "Nsight" in f["recommendation"]]
+    # no graphs of any kind: the spread idle's words leave the device's way to launch fewer programs to the advice's end
+    assert not [f for f in report["findings"] if "graphs" in f["recommendation"]], [f["recommendation"] for f in report["findings"]]
 
 
 @pytest.mark.slow

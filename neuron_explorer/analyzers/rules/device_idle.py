@@ -590,8 +590,8 @@ def _spread_words(gaps_ns: int, idle: int, count_pieces, shown: int) -> str:
     if not idle or gaps_ns >= SPREAD_SHARE * idle or (pieces := count_pieces()) <= shown:
         return ""
     return (f"The idle is spread over {pieces:,} gaps, the {shown} longest {ms(gaps_ns)} ({pct(gaps_ns / idle)} of it): not a few "
-            "stalls to remove but the time between the device's work all through, which fewer and larger kernels, graphs, or a host "
-            "that launches further ahead shorten. ")
+            "stalls to remove but the time between the device's work all through, which fewer and larger kernels, or a host that "
+            "launches further ahead, shorten. ")
 
 
 def _first_calls_words(gaps: list[dict], by_gap: dict[int, list], repeats: dict[int, dict], idle: int) -> str:
