@@ -1693,3 +1693,40 @@ def test_an_aligned_bf16_gemm_far_below_the_roofline_is_one_finding(tmp_path):
     assert under.evidence.values["causes"] == ["kernel"]
     assert under.recommendation.startswith("its shapes are aligned and large enough and it runs bf16: what is left is a kernel "
                                            "better tuned for its shapes")
+
+
+def test_a_gemm_class_most_of_whose_time_runs_bf16_is_told_what_is_left(tmp_path):
+    """Two bf16 GEMMs of 300 µs and one of 200 µs whose type the trace does not show (an operator
+    without input types, a kernel name without one): most of the class runs in bf16, and its advice
+    says so and what is left, as every other class's precision words do (the class had been told
+    'larger batches' unless every kernel showed a 16-bit type). Where the unknown ones hold most of
+    the time, no precision is claimed."""
+    unknown = ("aten::mm", [[4096, 4096], [4096, 4096]], ["", ""], None, "gemm_kernel_generic", 200)
+
+    def advice(sub, bf16_us, unknown_us):
+        ops = [_bmm(us=bf16_us), _bmm(us=bf16_us), unknown[:5] + (unknown_us,)]
+        report = _device_step(tmp_path / sub, ops, H100_PROPS)
+        (f,) = [f for f in report.findings if f.rule_id == "critical-path" and f.evidence.values["class"] == "matmul"]
+        assert f.impact_ns == (2 * bf16_us + unknown_us) * US
+        return f.recommendation
+    assert advice("most", 300, 200).endswith("multiples of 8 for fp16/bf16, 16 for fp8/int8; most of them run in bf16 already: "
+                                             "what is left is a kernel better tuned for its shapes (for cuBLAS/hipBLASLt GEMMs "
+                                             "PyTorch's TunableOp, PYTORCH_TUNABLEOP_ENABLED=1; for Triton kernels their autotune "
+                                             "configs; torch.compile(mode='max-autotune')) and fewer, larger products.")
+    assert advice("least", 100, 400).endswith("multiples of 8 for fp16/bf16, 16 for fp8/int8; larger batches, or run them less often.")
+
+
+def test_attentions_products_stay_a_finding_where_the_softmax_is_not_most_of_its_class(tmp_path):
+    """bmm (300 µs) → softmax (100 µs) → bmm (300 µs) on one statement, then an fp32 LayerNorm of 500 µs:
+    the normalisation class (600 µs) is mostly the LayerNorm, so its finding is no attention's and
+    does not hold the products' time. The GEMM class, all of it the attention's products, had left its
+    finding to it all the same, and its 0.60 ms came back as a hotspot and a device-underuse finding on
+    the one kernel. The class keeps its finding, with the products' time, and nothing else names them."""
+    norm = ("aten::layer_norm", [[64, 4096, 1024], [1024], [1024], [1024]], ["float"] * 4, None,
+            "void vectorized_layer_norm_kernel<float, float>(int, float)", 500)
+    report = _device_step(tmp_path, [_bmm(us=300), _softmax([32, 1024, 1024], us=100), _bmm(us=300), norm], H100_PROPS)
+    path = {f.evidence.values["class"]: f for f in report.findings if f.rule_id == "critical-path"}
+    assert path["norm"].impact_ns == 600 * US and path["norm"].evidence.values["unfused_attention_ns"] == 100 * US
+    assert path["matmul"].impact_ns == 600 * US and path["matmul"].location.kernel == BF16_GEMM
+    assert not [f for f in report.findings if f.rule_id != "critical-path" and f.location.kernel == BF16_GEMM], \
+        [f.title for f in report.findings]

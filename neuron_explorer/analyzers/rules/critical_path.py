@@ -360,22 +360,30 @@ def _low_precision(m: dict) -> str | None:
     return kernel_precision(m.get("item")) or (dtype if dtype in ("bf16", "fp16", "fp8") else None)
 
 
-def _in_lower_precision(members: list[dict], words: str, say_already: bool = True) -> str:
-    """`words` (" in lower precision") unless kernels that run in 16 bits or fewer already
-    (`_low_precision`) hold at least half of the members' time; else what they run in (with
-    `say_already`) or "", so that bf16 kernels are not told to lower it. The rest may be fp32 on
-    purpose or of no type the trace shows (h100 Qwen1.5 chat: 80% of its elementwise kernels' time
-    bf16 by their operators' inputs, the rest launched outside any operator)."""
+def _run_low(members: list[dict]) -> str | None:
+    """What kernels that run in 16 bits or fewer (`_low_precision`) run in ('they run in bf16',
+    'most of them run in bf16/fp16') where they hold at least half of the members' time, else
+    None: the one test of whether a class runs in a lower precision already, for its advice's
+    precision words (`_in_lower_precision`) and the matrix class's 'what is left'. The rest may be
+    fp32 on purpose or of no type the trace shows (h100 Qwen1.5 chat: 80% of its elementwise kernels'
+    time bf16 by their operators' inputs, the rest launched outside any operator)."""
     low: dict = {}
     for m in members:
         dtype = _low_precision(m)
         low[dtype] = low.get(dtype, 0) + m["charged_ns"]
     known = sorted(k for k in low if k is not None)
     if not known or sum(low[k] for k in known) * 2 < sum(low.values()):
+        return None
+    return f"{'they run' if None not in low else 'most of them run'} in {'/'.join(known)}"
+
+
+def _in_lower_precision(members: list[dict], words: str, say_already: bool = True) -> str:
+    """`words` (" in lower precision") unless the members run in 16 bits or fewer already (`_run_low`);
+    else what they run in (with `say_already`) or "", so that bf16 kernels are not told to lower it."""
+    low = _run_low(members)
+    if low is None:
         return words
-    if not say_already:
-        return ""
-    return f" ({'they run' if None not in low else 'most of them run'} in {'/'.join(known)} already)"
+    return f" ({low} already)" if say_already else ""
 
 
 def _fused_attention(members: list[dict]) -> bool:
@@ -461,8 +469,7 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
                         f"{P.conv_library(arch)} runs them with its NHWC kernels on the {P.matrix_units(arch)[0]}")
         if cls == "matmul":  # GEMMs and convolutions alike: the sizes the matrix units run at full speed
             tips.append(f"{'all of them: ' if tips else 'these kernels bound the step: '}{P.matrix_sizes_advice(arch)}; "
-                        + (f"they run in {'/'.join(sorted(low))} already: what is left is {P.TUNED_GEMM}"
-                           if (low := {_low_precision(m) for m in members}) and None not in low else
+                        + (f"{low} already: what is left is {P.TUNED_GEMM}" if (low := _run_low(members)) else
                            "larger batches, or run them less often"))
         if attention:
             tips.append(_attention_words(attention, attention_parts))
@@ -827,7 +834,9 @@ def leaves_to(finding) -> str | list | None:
     """The rule whose finding on the same rank names this finding's cause (the engine keeps that
     one alone: engine.leave_to_owners), else None. A GEMM or elementwise class at least half of which
     is hand-written attention's products and score arithmetic (`unfused_attention_ns`,
-    `_attention_parts`) leaves to this rule's normalisation class naming that attention's softmax. Launches most of whose time is one call, a
+    `_attention_parts`) leaves to this rule's finding on that attention (`is_attention_finding`: a
+    normalisation class most of which is its softmax, holding the products' time); not to a normalisation class
+    that only names the softmax among other kernels, whose figure leaves the products out. Launches most of whose time is one call, a
     kernel's first launch loading its code (`one_off_ns`), are a cause launch-overhead does not name
     (it counts many short kernels): that finding stays beside launch-overhead's, and so does
     device-idle's word that the idle during the call is this rule's."""
@@ -836,7 +845,7 @@ def leaves_to(finding) -> str | list | None:
         return None
     if v.get("class") in ATTENTION_PART_CLASSES and _mostly(v.get("unfused_attention_ns", 0), v.get("charged_ns", 0)):
         # most of the class is hand-written attention's products and score arithmetic: the softmax's finding names it
-        return [(RULE_ID, lambda c: c.evidence.values.get("class") == "norm" and c.evidence.values.get("unfused_attention_ns", 0) > 0)]
+        return [(RULE_ID, is_attention_finding)]
     return LEFT_TO.get(v.get("class"))
 
 
