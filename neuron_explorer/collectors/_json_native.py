@@ -1,5 +1,6 @@
-"""The importer's C++ library, loaded with ctypes: the reader of traceEvents (native/kineto_json.cpp)
-and the build's walks over a rank's forest of events (native/forest.cpp, used by _forest.py).
+"""The importer's C++ library, loaded with ctypes: the reader of traceEvents (native/kineto_json.cpp),
+the build's walks over a rank's forest of events (native/forest.cpp, used by _forest.py) and the
+rows of the packed args taken for the write (native/text_take.cpp, used by _packed_text.py).
 
 The reader reads slices and flow endpoints straight into columns, about ten times faster than
 decoding them into Python objects; everything else is handed back as byte ranges for the Python
@@ -20,6 +21,7 @@ Must not: decide what goes in the tables (_json_tables does; this mirrors it).
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,9 +29,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..native_build import NativeLibrary
-from ._packed_text import PackedText
 
-SOURCES = (Path(__file__).parent / "native" / "kineto_json.cpp", Path(__file__).parent / "native" / "forest.cpp")
+SOURCES = tuple(Path(__file__).parent / "native" / f for f in ("kineto_json.cpp", "forest.cpp", "text_take.cpp"))
 _TEXTS = ("s_cat", "s_name", "s_pid_text", "s_tid_text", "s_args", "f_cat", "f_name", "f_phase", "f_bp")
 _INTS = ("s_ts", "s_dur", "s_pid", "s_tid", "s_corr", "s_ext", "s_stream", "s_pyid", "s_pypid", "f_id", "f_ts", "f_pid", "f_tid")
 _UNREAD = ("s_pyid", "s_pypid")
@@ -57,6 +58,8 @@ def _declare(lib: ctypes.CDLL) -> None:
                                 ("nxf_depth_of", i32, [ptr, ptr, i64, i32, ptr]), ("nxf_enclosing", None, [ptr, ptr, ptr, i64, i32, ptr])):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, args
+    lib.nxt_take.restype = None
+    lib.nxt_take.argtypes = [ptr, ptr, ptr, ptr, i64, ptr, ptr]
 
 
 LIBRARY = NativeLibrary("nx_json", SOURCES, "the fast trace reader", "about 5 s on 2 cores",  # 3.5 s measured under a load of 4
@@ -80,17 +83,19 @@ class NativeChunk:
     flows: pa.Table
     others: list[int]  # byte ranges of the events left to the Python decoder: start, end, start, end, ...
     array_end: int | None = None  # where the array closed in the piece (its ']'), read with `may_end`
-    args: PackedText | None = None  # the slices' args, with `pack_args` (`events` has no args column then)
+    args: object = None  # the slices' args packed by `pack_args` (a PackedText; `events` has no args column then)
 
 
-def read(array, max_nesting: int, bare: bool = False, may_end: bool = False, pack_args: bool = False) -> NativeChunk | None:
+def read(array, max_nesting: int, bare: bool = False, may_end: bool = False,
+         pack_args: Callable[[pa.Array], object] | None = None) -> NativeChunk | None:
     """The slices and flows of `array` (the bytes of one JSON array of events, nothing after it;
     with `bare`, a piece of one without its brackets: events separated by commas), and the byte
     ranges of its other events; None when the C++ reader is not available or leaves this array
     to the Python decoder. With `may_end` (and `bare`) the piece may run past the array's end:
-    reading stops at its ']' (`array_end`), and what follows is left unread. With `pack_args` the
-    slices' args are compressed from the reader's memory (`NativeChunk.args`), whose buffer the
-    reader then reuses for the next read on this thread.
+    reading stops at its ']' (`array_end`), and what follows is left unread. With `pack_args`
+    (_packed_text.PackedText.pack, handed in: that module takes rows with this library) the slices'
+    args are compressed from the reader's memory (`NativeChunk.args`), whose buffer the reader then
+    reuses for the next read on this thread.
 
     `array`: bytes or a writable buffer (a bytearray, a memoryview of one) are read in place, a
     read-only buffer from a copy."""
@@ -147,7 +152,7 @@ _PHASES = pa.StringArray.from_buffers(2, pa.py_buffer(np.array([0, 1, 2], np.int
 """The phases of the slices the reader reads, codes 0 and 1."""
 
 
-def _tables(lib, handle, pack_args: bool = False) -> NativeChunk:
+def _tables(lib, handle, pack_args: Callable[[pa.Array], object] | None = None) -> NativeChunk:
     """The reader's columns as Arrow tables. Values, offsets and text are the reader's memory,
     moved into the arrays without a copy (which also spares the page faults of fresh copies).
     Arrays are made from their buffers, not with `pa.array`: pyarrow imports pandas at its first
@@ -158,10 +163,10 @@ def _tables(lib, handle, pack_args: bool = False) -> NativeChunk:
     i = 0
     for name in _TEXTS:
         bitmap, nulls = _validity(_view(lib, handle, i + 2))
-        if name == "s_args" and pack_args:  # compressed from the reader's memory, left to it
+        if name == "s_args" and pack_args is not None:  # compressed from the reader's memory, left to it
             offsets = pa.py_buffer(_view(lib, handle, i))
             n = offsets.size // 8 - 1
-            packed = PackedText.pack(pa.LargeStringArray.from_buffers(n, offsets, pa.py_buffer(_view(lib, handle, i + 1)), bitmap, nulls))
+            packed = pack_args(pa.LargeStringArray.from_buffers(n, offsets, pa.py_buffer(_view(lib, handle, i + 1)), bitmap, nulls))
             i += 3
             continue
         offsets = _take(lib, handle, i)

@@ -43,6 +43,7 @@ from ._forked import keep_inherited
 from ._json_read import _events_start, _find_cut, _os_reason, _read_all, _read_range, _read_range_into, _Reader, _short
 from ._json_tables import _RAW_DECODER, MAX_NESTING, Chunk, _closing_bracket, _columns, _decode_array, _Trailing, _with_native, check_nesting
 from ._malloc import set_mmap_threshold
+from ._packed_text import PackedText
 
 CHUNK_BYTES = 16 << 20
 """Target size of one decoded chunk of the traceEvents array."""
@@ -424,7 +425,7 @@ def _decode_whole(path: str, data: bytes) -> Decoded:
 def _native_piece(path: str, piece: bytes | memoryview, pack: bool = False) -> Chunk | None:
     """A piece as `_decode_piece` decodes it, read by the C++ reader; None when it is not available
     or leaves the piece to the Python decoder. With `pack`, its args are packed by the reader."""
-    fast = _json_native.read(piece, MAX_NESTING, bare=True, may_end=True, pack_args=pack)
+    fast = _json_native.read(piece, MAX_NESTING, bare=True, may_end=True, pack_args=PackedText.pack if pack else None)
     if fast is None:
         return None
     chunk = _with_native(path, piece, fast)

@@ -36,9 +36,12 @@ class _Block:
     nulls: int
     longest: int  # bytes of the longest value
 
+    def unpack(self) -> pa.Buffer:
+        """The block's text, decompressed."""
+        return CODEC.decompress(self.text, self.size) if self.size else pa.py_buffer(b"")
+
     def array(self) -> pa.StringArray:
-        text = CODEC.decompress(self.text, self.size) if self.size else pa.py_buffer(b"")
-        return pa.StringArray.from_buffers(self.rows, pa.py_buffer(self.offsets), text, self.validity, self.nulls)
+        return pa.StringArray.from_buffers(self.rows, pa.py_buffer(self.offsets), self.unpack(), self.validity, self.nulls)
 
 
 def _bits(buffer: pa.Buffer | None, offset: int, n: int) -> np.ndarray | None:
@@ -120,6 +123,13 @@ class PackedText:
         if by_block is not None:
             rows, block = rows[by_block], block[by_block]
         bounds = np.concatenate(([0], np.flatnonzero(np.diff(block)) + 1, [len(block)])).tolist()
+        from . import _json_native  # (it imports this module)
+
+        lib = _json_native.loaded()
+        if lib is not None:
+            taken = self._take_native(lib, rows, block, bounds, np.arange(len(rows)) if by_block is None else by_block)
+            if taken is not None:
+                return taken
         parts = []
         for lo, hi in zip(bounds[:-1], bounds[1:]):
             b = int(block[lo])
@@ -131,6 +141,42 @@ class PackedText:
         back = np.empty_like(by_block)
         back[by_block] = np.arange(len(by_block))
         return taken.take(pa.array(back))
+
+    def _take_native(self, lib, rows: np.ndarray, block: np.ndarray, bounds: list[int], at: np.ndarray) -> pa.StringArray | None:
+        """`take` with the C++ library (native/text_take.cpp): the rows' lengths first, so that each
+        row's bytes are copied once, from its unpacked block straight to its place in the result;
+        `rows` and `block` grouped by block (`bounds`), `at` their positions in the result. None
+        where the result's text would not fit a string array's 32-bit offsets."""
+        n = len(rows)
+        lengths = np.empty(n, np.int64)
+        valid = None
+        parts = []
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            b = int(block[lo])
+            blk, local, pos = self.blocks[b], rows[lo:hi] - self.starts[b], at[lo:hi]
+            lengths[pos] = blk.offsets[local + 1] - blk.offsets[local]
+            if blk.nulls:
+                if valid is None:
+                    valid = np.ones(n, dtype=bool)
+                valid[pos] = _bits(blk.validity, 0, blk.rows)[local]
+            parts.append((blk, local, np.ascontiguousarray(pos)))
+        if valid is not None:
+            lengths[~valid] = 0  # (a null's bytes, if its block kept any, are not copied)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        if offsets[-1] > np.iinfo(np.int32).max:
+            return None
+        offsets = offsets.astype(np.int32)
+        out = np.empty(int(offsets[-1]), dtype=np.uint8)
+        for blk, local, pos in parts:
+            if blk.size:
+                text = blk.unpack()
+                lib.nxt_take(blk.offsets.ctypes.data, text.address, local.ctypes.data, pos.ctypes.data, len(local),
+                             offsets.ctypes.data, out.ctypes.data)
+                del text
+        nulls = 0 if valid is None else int(n - np.count_nonzero(valid))
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+        return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(out), validity, nulls)
 
     def take_by_block(self, rows):
         """The given rows a block at a time: (their positions in `rows`, their text) for each block
