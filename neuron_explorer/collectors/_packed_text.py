@@ -114,7 +114,9 @@ class PackedText:
         decompressed once, its rows taken and the block let go before the next: only the rows asked
         for are held unpacked, with one block. (Blocks joined first, to take from them at once, held
         up to 64 MiB of text twice, the joined and its parts: a large trace's row group of events
-        took its args from several hundred blocks, and that was the import's memory peak.)"""
+        took its args from several hundred blocks, and that was the import's memory peak.) With the
+        importer's C++ library loaded, each row's bytes are copied once, into the result
+        (`_take_native`); else Arrow takes them from each block and joins the parts."""
         rows = np.asarray(rows, dtype=np.int64)
         if not len(rows):
             return pa.array([], pa.string())
