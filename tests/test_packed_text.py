@@ -24,12 +24,7 @@ def small_blocks(monkeypatch):
 @pytest.mark.parametrize("text_type", [pa.string(), pa.large_string()])
 def test_rows_come_back_as_they_went_in_in_any_order(small_blocks, monkeypatch, text_type, native):
     """Taken by the C++ library (each row copied once into the result) or by Arrow's take without it."""
-    from neuron_explorer.collectors import _json_native
-
-    if native:
-        assert _json_native.load() is not None
-    else:
-        monkeypatch.setattr(_json_native, "loaded", lambda: None)
+    _native_or_not(monkeypatch, native)
     unpacked_at_once = []
     real = _packed_text._Block.unpack
     monkeypatch.setattr(_packed_text._Block, "unpack", lambda b: unpacked_at_once.append(b) or real(b))
@@ -87,8 +82,11 @@ def test_rows_longer_than_the_limit_are_dropped_and_counted(small_blocks):
     assert (same is packed, none) == (True, 0)
 
 
-def test_sequence_numbers_from_packed_args_are_those_of_the_text(small_blocks):
+@pytest.mark.parametrize("native", [True, False], ids=["c++", "arrow"])
+def test_sequence_numbers_from_packed_args_are_those_of_the_text(small_blocks, monkeypatch, native):
     from neuron_explorer.collectors.passes import sequence_numbers
+
+    _native_or_not(monkeypatch, native)
 
     texts = ['{"External id": %d, "Sequence number": %d, "Fwd thread id": 0}' % (i, 3 * i) if i % 3 else
              ('{"External id": %d}' % i if i % 2 else None) for i in range(800)]
@@ -98,10 +96,11 @@ def test_sequence_numbers_from_packed_args_are_those_of_the_text(small_blocks):
     assert sequence_numbers(pa.array(texts), rows).tolist() == expected
 
 
-def test_sequence_numbers_are_read_as_the_regex_reads_them():
-    """The number after the key is read from the text's bytes (passes._sequence_of) and, where that
-    read cannot be exact, by the regex that defines it (SEQUENCE_NUMBER_ARG): every spelling gives
-    the regex's answer."""
+@pytest.mark.parametrize("native", [True, False], ids=["c++", "arrow"])
+def test_sequence_numbers_are_read_as_the_regex_reads_them(small_blocks, monkeypatch, native):
+    """The number after the key is read by the regex that defines it (SEQUENCE_NUMBER_ARG), or from
+    the packed args' bytes in the C++ library (native/packed_text.cpp): every spelling gives the
+    regex's answer, both ways, and a number past int64 is the regex's error either way."""
     import re
 
     from neuron_explorer.collectors.kineto_names import SEQUENCE_NUMBER_ARG
@@ -119,5 +118,22 @@ def test_sequence_numbers_are_read_as_the_regex_reads_them():
         m = t and pattern.search(t)
         return int(m.group("seq")) if m and -(2**63) <= int(m.group("seq")) < 2**63 else -1
 
+    _native_or_not(monkeypatch, native)
+    texts += ['{"Sequence number": -%s}' % "9223372036854775808", '{"Sequence number"  :  -1, "more": 2}',
+              '{"Sequence number": "x", "Sequence number": 6}', '{"x": "Sequence number": 3}', '"Sequence number":4', '"Sequence number":-']
     rows = np.random.default_rng(5).permutation(len(texts))
-    assert sequence_numbers(pa.array(texts), rows).tolist() == [by_regex(texts[r]) for r in rows]
+    expected = [by_regex(texts[r]) for r in rows]
+    assert sequence_numbers(pa.array(texts), rows).tolist() == expected
+    assert sequence_numbers(PackedText.pack(pa.array(texts)), rows).tolist() == expected
+    for past in ("9223372036854775808", "-9223372036854775809", "99999999999999999999"):
+        with pytest.raises(pa.ArrowInvalid, match=past):
+            sequence_numbers(PackedText.pack(pa.array(texts + ['{"Sequence number": %s}' % past])), np.arange(len(texts) + 1))
+
+
+def _native_or_not(monkeypatch, native: bool) -> None:
+    from neuron_explorer.collectors import _json_native
+
+    if native:
+        assert _json_native.load() is not None
+    else:
+        monkeypatch.setattr(_json_native, "loaded", lambda: None)

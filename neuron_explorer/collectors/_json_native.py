@@ -1,6 +1,6 @@
 """The importer's C++ library, loaded with ctypes: the reader of traceEvents (native/kineto_json.cpp),
 the build's walks over a rank's forest of events (native/forest.cpp, used by _forest.py) and the
-rows of the packed args taken for the write (native/text_take.cpp, used by _packed_text.py).
+rows of the packed args read from their blocks (native/packed_text.cpp, used by _packed_text.py and passes.py).
 
 The reader reads slices and flow endpoints straight into columns, about ten times faster than
 decoding them into Python objects; everything else is handed back as byte ranges for the Python
@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from ..native_build import NativeLibrary
 
-SOURCES = tuple(Path(__file__).parent / "native" / f for f in ("kineto_json.cpp", "forest.cpp", "text_take.cpp"))
+SOURCES = tuple(Path(__file__).parent / "native" / f for f in ("kineto_json.cpp", "forest.cpp", "packed_text.cpp"))
 _TEXTS = ("s_cat", "s_name", "s_pid_text", "s_tid_text", "s_args", "f_cat", "f_name", "f_phase", "f_bp")
 _INTS = ("s_ts", "s_dur", "s_pid", "s_tid", "s_corr", "s_ext", "s_stream", "s_pyid", "s_pypid", "f_id", "f_ts", "f_pid", "f_tid")
 _UNREAD = ("s_pyid", "s_pypid")
@@ -60,6 +60,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         fn.restype, fn.argtypes = restype, args
     lib.nxt_take.restype = None
     lib.nxt_take.argtypes = [ptr, ptr, ptr, ptr, i64, ptr, ptr]
+    lib.nxt_int_after.restype = i32
+    lib.nxt_int_after.argtypes = [ptr, ptr, ptr, i64, ctypes.c_char_p, i64, i64, ptr]
 
 
 LIBRARY = NativeLibrary("nx_json", SOURCES, "the fast trace reader", "about 5 s on 2 cores",  # 3.5 s measured under a load of 4

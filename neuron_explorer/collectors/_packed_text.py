@@ -145,7 +145,7 @@ class PackedText:
         return taken.take(pa.array(back))
 
     def _take_native(self, lib, rows: np.ndarray, block: np.ndarray, bounds: list[int], at: np.ndarray) -> pa.StringArray | None:
-        """`take` with the C++ library (native/text_take.cpp): the rows' lengths first, so that each
+        """`take` with the C++ library (native/packed_text.cpp): the rows' lengths first, so that each
         row's bytes are copied once, from its unpacked block straight to its place in the result;
         `rows` and `block` grouped by block (`bounds`), `at` their positions in the result. None
         where the result's text would not fit a string array's 32-bit offsets."""
@@ -185,6 +185,14 @@ class PackedText:
         they are in, in the blocks' order. Only one block (about BLOCK_BYTES) is unpacked at once:
         for a pass over many scattered rows that needs each row's text only for a moment (a number
         read from the args), where `take` would hold all the rows' text unpacked."""
+        for at, local, block in self.rows_by_block(rows):
+            yield at, block.array().take(pa.array(local))
+
+    def rows_by_block(self, rows):
+        """The given rows grouped by the block they are in, in the blocks' order: (their positions in
+        `rows`, their rows in the block, the block) for each, the block still packed (`_Block.unpack`
+        gives its text, `offsets` and `validity` where each row is): for code that reads the rows in
+        the block's own memory (passes.sequence_numbers, with the C++ library)."""
         rows = np.asarray(rows, dtype=np.int64)
         if not len(rows):
             return
@@ -195,7 +203,7 @@ class PackedText:
         for lo, hi in zip(np.concatenate(([0], bounds)).tolist(), np.concatenate((bounds, [len(block)])).tolist()):
             at = by_block[lo:hi]
             b = int(block[lo])
-            yield at, self.blocks[b].array().take(pa.array(rows[at] - self.starts[b]))
+            yield at, rows[at] - self.starts[b], self.blocks[b]
 
     def unpacked(self) -> pa.StringArray:
         """All rows as one array."""

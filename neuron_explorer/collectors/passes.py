@@ -42,11 +42,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..vocab import COMM_OP_RE, GRAPH_BREAK_EVENT, RECOMPILE_EVENT
+from . import _json_native
 from ._forest import nearest_marked, root_of
 from ._packed_text import PackedText
 from .kineto_names import BACKWARD_CALL as _BACKWARD_CALL
 from .kineto_names import BACKWARD_NODE as _BACKWARD_NODE
-from .kineto_names import COMPILED_REGION_PREFIX, EVALUATE_PREFIX
+from .kineto_names import COMPILED_REGION_PREFIX, EVALUATE_PREFIX, SEQUENCE_NUMBER
 from .kineto_names import DATALOADER_NEXT as _DATA
 from .kineto_names import OPTIMIZER_STEP as _OPTIMIZER
 from .kineto_names import SEQUENCE_NUMBER_ARG as _SEQUENCE
@@ -61,6 +62,9 @@ def _name_flags(name_values: list, pattern) -> np.ndarray:
     return np.array([bool(v) and bool(pattern(v)) for v in name_values], dtype=bool)
 
 
+_SEQUENCE_KEY = f'"{SEQUENCE_NUMBER}"'.encode()
+"""The key whose integer the C++ library reads as the regex `_SEQUENCE` does: the same key, then
+\\s*:\\s*-?\\d+, its leftmost match."""
 _SEQUENCE_BLOCK = 1 << 16
 """Rows of an Arrow array of args read at once (a PackedText is read a block at a time)."""
 
@@ -73,6 +77,17 @@ def sequence_numbers(args, rows: np.ndarray) -> np.ndarray:
     out = np.full(len(rows), -1, dtype=np.int64)
     if args is None or not len(rows):
         return out
+    lib = _json_native.loaded() if isinstance(args, PackedText) else None
+    if lib is not None:  # each block's rows read where they lie in it (native/packed_text.cpp), else as below
+        for at, local, block in args.rows_by_block(rows):
+            text, found = block.unpack(), np.empty(len(local), dtype=np.int64)
+            if lib.nxt_int_after(block.offsets.ctypes.data, text.address, local.ctypes.data, len(local), _SEQUENCE_KEY,
+                                 len(_SEQUENCE_KEY), -1, found.ctypes.data) != 0:
+                found = _sequence_in(block.array().take(pa.array(local)))  # (a number past int64: the regex's error)
+            elif block.nulls:
+                found[~np.unpackbits(np.frombuffer(block.validity, np.uint8), bitorder="little")[local].astype(bool)] = -1
+            out[at] = found
+        return out
     if isinstance(args, PackedText):
         parts = args.take_by_block(rows)
     else:
@@ -80,10 +95,15 @@ def sequence_numbers(args, rows: np.ndarray) -> np.ndarray:
         parts = ((at, args.take(pa.array(rows[at]))) for at in
                  (by_row[start:start + _SEQUENCE_BLOCK] for start in range(0, len(rows), _SEQUENCE_BLOCK)))
     for at, text in parts:
-        found = pc.extract_regex(text, _SEQUENCE).field("seq")
-        found = pc.if_else(pc.equal(found, ""), pa.scalar(None, pa.string()), found)  # rows with no match
-        out[at] = pc.cast(found, pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False)
+        out[at] = _sequence_in(text)
     return out
+
+
+def _sequence_in(text: pa.StringArray) -> np.ndarray:
+    """The `Sequence number` of each row of args text, by the regex (-1 where there is none)."""
+    found = pc.extract_regex(text, _SEQUENCE).field("seq")
+    found = pc.if_else(pc.equal(found, ""), pa.scalar(None, pa.string()), found)  # rows with no match
+    return pc.cast(found, pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False)
 
 
 def compiled_region_frames(*, name_codes: np.ndarray, name_values: list, parent: np.ndarray, frame: np.ndarray) -> np.ndarray:
