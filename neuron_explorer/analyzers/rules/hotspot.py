@@ -231,6 +231,15 @@ def _kernel_advice(ctx: Context, v: dict) -> str:
             "often or on bigger batches, or swap in a faster implementation.")
 
 
+def _heads(class_values: dict, key: str, name: str) -> bool:
+    """`name` (a kernel's, key "item", or an operator's, key "op") heads the critical-path class whose
+    evidence values these are: its heaviest, and half of the class or more by its shown parts (at
+    most its time)."""
+    heaviest = class_values.get("heaviest") or [{}]
+    mine = sum(h["charged_ns"] for h in heaviest if h.get(key) == name)
+    return heaviest[0].get(key) == name and mine * 2 >= class_values.get("charged_ns", 0) > 0
+
+
 def leaves_to(finding) -> list:
     """An operator most of whose time is one kernel launch, the first launch of a kernel loading its
     code, is the critical path's one-off launch (its launch class, `one_off_ns`, charged under this
@@ -265,11 +274,7 @@ def leaves_to(finding) -> list:
         # kernel of a class of device work critical-path names, and most of it: one cause, the class's finding (h100
         # Qwen1.5 chat: 'Hotspot kernel: sm90_xmma_gemm…' beside 'GEMM/convolution kernels (1 name)', the same kernel)
         def heads_class(c) -> bool:
-            cv = c.evidence.values
-            heaviest = cv.get("heaviest") or [{}]
-            mine = sum(h["charged_ns"] for h in heaviest if h.get("item") == v["name"])  # (its shown parts: at most its time)
-            return (cv.get("class") in WORK_CLASSES and heaviest[0].get("item") == v["name"]
-                    and mine * 2 >= cv.get("charged_ns", 0) > 0)
+            return c.evidence.values.get("class") in WORK_CLASSES and _heads(c.evidence.values, "item", v["name"])
         return [("critical-path", lambda c: c.evidence.values.get("class") == "norm" and c.evidence.values.get("unfused_attention_ns", 0) > 0
                  and v["name"] in {h["item"] for h in c.evidence.values.get("heaviest", [])}),
                 ("critical-path", heads_class)]
@@ -290,10 +295,7 @@ def leaves_to(finding) -> list:
         # the operator is at least half of the path's host time, its heaviest: the host class's finding names it, with
         # the advice for host time (xDiT SD3.5: 'Hotspot operator: Torch-Compiled Region: 0/0 … 993.07 ms' beside the
         # host class led by it, 969.65 of 1,107.28 ms: the same cause twice, and two figures for one operator)
-        cv = c.evidence.values
-        heaviest = cv.get("heaviest") or [{}]
-        mine = sum(h["charged_ns"] for h in heaviest if h.get("op") == v["name"])  # (its shown parts: at most its time)
-        return cv.get("class") == "host" and heaviest[0].get("op") == v["name"] and mine * 2 >= cv.get("charged_ns", 0) > 0
+        return c.evidence.values.get("class") == "host" and _heads(c.evidence.values, "op", v["name"])
     owners = [("critical-path", same_launch), ("critical-path", heads_host)]
     if _one_off_call(v):
         # one call holds half its time, and it is the host call of a device-idle gap: device-idle names that
