@@ -1736,3 +1736,32 @@ def test_attentions_products_stay_a_finding_where_the_softmax_is_not_most_of_its
     assert path["matmul"].impact_ns == 600 * US and path["matmul"].location.kernel == BF16_GEMM
     assert not [f for f in report.findings if f.rule_id != "critical-path" and f.location.kernel == BF16_GEMM], \
         [f.title for f in report.findings]
+
+
+def test_short_kernels_a_graph_replays_are_not_told_to_capture_a_graph(tmp_path):
+    """Twelve 5 µs Triton kernels of a compiled region, each step replayed by one cudaGraphLaunch (xDiT
+    FLUX on an MI300X: 2,181 short Inductor kernels per step replayed by hipGraphLaunch were told 'HIP
+    graphs … replay them without a launch each', advice taken). They pay no launch each: what is left is
+    fewer, larger kernels. Launched one by one instead, graphs are the advice."""
+    def finding(sub, replayed):
+        events, corr = [X("ProfilerStep#1", "user_annotation", 0, 200)], 0
+        corr += 1
+        events.append(X("Torch-Compiled Region: 0/0", "cpu_op", 5, 20 if replayed else 80, **{"External id": 1}))
+        if replayed:
+            events.append(X("cudaGraphLaunch", "cuda_runtime", 10, 5, correlation=1, **{"External id": 1}))
+        for i in range(12):
+            if not replayed:
+                corr += 1
+                events.append(X("cudaLaunchKernel", "cuda_runtime", 6 + 6 * i, 4, correlation=corr, **{"External id": 1}))
+            events.append(_k("triton_poi_fused_add_mul_0", "kernel", corr, 100 + 6 * i, 5))
+        events.append(X("cudaDeviceSynchronize", "cuda_runtime", 90, 100, correlation=999))
+        path = write_trace(tmp_path / sub / "t.json", events, deviceProperties=H100_PROPS)
+        from neuron_explorer.analyzers import analyze
+
+        report = analyze(import_traces(path, tmp_path / sub / "run").run_dir, write=False)
+        (f,) = [f for f in report.findings if f.rule_id == "critical-path" and f.evidence.values["class"] == "elementwise"]
+        return f.recommendation
+    assert finding("graph", True) == ("12 short kernels per step, most from torch.compile'd code and replayed from a CUDA graph "
+                                      "already (no launch each): what is left is fewer, larger kernels, letting the compiler fuse "
+                                      "more (graph-break names any breaks).")
+    assert finding("launched", False).startswith("12 short kernels per step, most from torch.compile'd code already: CUDA graphs ")

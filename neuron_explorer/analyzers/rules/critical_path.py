@@ -19,11 +19,12 @@ already by their names, vocab.kernel_runs_tf32, `tf32_ns` of the class, TF32 onl
 kernels beside them that run plain fp32, named); NCHW convolutions (4-d input, kernel not
 NHWC, convolution work NCHW_SHARE_MIN of the class or more: a tiny one beside 122 ms of GEMMs was all xDiT's
 FLUX was told) → channels_last; GEMM/convolution kernels (all of them) → the sizes the device's matrix units run at full
-speed (peaks.matrix_sizes_advice: multiples of 8 on NVIDIA, 16 on AMD) and, where all of them run 16 bits or
-fewer already, kernels better tuned for their shapes (peaks.TUNED_GEMM); attention kernels that are fused
+speed (peaks.matrix_sizes_advice: multiples of 8 on NVIDIA, 16 on AMD) and, where kernels that run 16 bits or
+fewer hold half of them or more already (`_run_low`), kernels better tuned for their shapes (peaks.TUNED_GEMM); attention kernels that are fused
 attention already (`_fused_attention`: scaled_dot_product_attention's, flash / memory-efficient) → what
 is left (padding, context length, the backend), not scaled_dot_product_attention; many short kernels →
-fusion / torch.compile; normalisation kernels → fused
+fusion / torch.compile, or CUDA/HIP graphs where they come from torch.compile'd code, but where a graph launch
+replays most of their time already (`_replayed`, events.graph) → fewer, larger kernels; normalisation kernels → fused
 LayerNorm / RMSNorm in lower precision, unless their names or inputs show 16 bits or fewer already
 (vocab.kernel_precision), but a softmax there that is hand-written attention's (its softmax operator,
 the forward one for backward work, between two matrix products on its statement,
@@ -434,7 +435,8 @@ def _attention_words(attention: list[dict], parts: dict[str, list[dict]] | None 
 def _advice(cls: str, members: list[dict], events: int, charged: int, step_count: int, arch, graphs: str = "",
             one_off_ns: int = 0, has_modules: bool = False, unrecorded_ns: int = 0,
             stretches: tuple[int, list[tuple[str, int]]] = (0, []), attention: list[dict] = (), path_ns: int = 0,
-            attention_parts: dict[str, list[dict]] | None = None, profiler: str = "", compiled: str = "") -> str:
+            attention_parts: dict[str, list[dict]] | None = None, profiler: str = "", compiled: str = "",
+            replayed: bool = False) -> str:
     """The class's advice. `one_off_ns`: the launch class's one-off, the ns the path charges the one
     call that holds most of it (`critical_path.one_off_launch`: a kernel's first launch loading its code), 0 for none.
     `has_modules`: the rank's path items carry nn.Module paths (so Python without one is outside the model).
@@ -443,7 +445,8 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
     `attention`: the normalisation class's members that are hand-written attention's softmax
     (`_unfused_attention`): SDPA first, then the normalisation advice for the rest where it is
     CLASS_SHARE_MIN of the path (`path_ns`) or more. `compiled`: the host class's words where most of it
-    runs torch.compile'd code (`_compiled_words`), which replace the advice to compile."""
+    runs torch.compile'd code (`_compiled_words`), which replace the advice to compile. `replayed`: most of
+    the class's kernels' time is kernels a CUDA/HIP graph replays (`_replayed`), so graphs are not advised."""
     if cls == "host" and unrecorded_ns * 2 >= charged:
         return (f"{ms(unrecorded_ns)} of the step's time is its range running on after the last event the trace holds: nothing "
                 "was recorded there, so it is no Python to speed up and no saving (this finding's impact and saving bound leave it "
@@ -477,8 +480,14 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
             rest = [m for m in members if _key(m) not in keys]
             if rest and _at_least_share(rest, path_ns):
                 tips.append("the other kernels: " + _norm_words(rest))
-        if per_step >= THRESHOLDS["SMALL_KERNELS_PER_STEP"] and charged / max(events, 1) < THRESHOLDS["SMALL_KERNEL_NS"]:
-            if from_compiled:  # not 'torch.compile'
+        if _many_small(events, charged, step_count):
+            if replayed:  # no launch each already: graphs are advice taken (xDiT FLUX's Inductor kernels, replayed by hipGraphLaunch)
+                tips.append(f"{per_step:.0f} short kernels per step, " + ("most from torch.compile'd code and " if from_compiled else "")
+                            + f"replayed from a {'HIP' if graphs.startswith('HIP') else 'CUDA'} graph already (no launch each): "
+                            "what is left is fewer, larger kernels, "
+                            + ("letting the compiler fuse more (graph-break names any breaks)" if from_compiled else
+                               "fused (torch.compile the module, fused or foreach implementations)"))
+            elif from_compiled:  # not 'torch.compile'
                 tips.append(f"{per_step:.0f} short kernels per step, most from torch.compile'd code already: "
                             + (f"{graphs} replay them without a launch each" if not graphs.startswith("torch.compile") else
                                "a larger batch per kernel"))
@@ -732,6 +741,25 @@ def one_off_launch(ctx: Context) -> tuple[int, int] | None:
     return path._derived["one_off_launch"]
 
 
+def _many_small(events: int, charged: int, step_count: int) -> bool:
+    """A class of many small kernels: SMALL_KERNELS_PER_STEP or more per step, each charged under
+    SMALL_KERNEL_NS on average (its advice's short-kernel words)."""
+    return (events / max(step_count, 1) >= THRESHOLDS["SMALL_KERNELS_PER_STEP"]
+            and charged / max(events, 1) < THRESHOLDS["SMALL_KERNEL_NS"])
+
+
+def _replayed(run, rank: int, members: list[dict]) -> bool:
+    """At least half of the device time of the members' kernels (by name, over the rank) is kernels a
+    CUDA/HIP graph launch replayed (`events.graph`): they pay no launch each, and graphs are advice
+    taken (launch-overhead leaves such kernels out for the same reason)."""
+    names = sorted({m["item"] for m in members if m["item"] is not None})
+    if not names:
+        return False
+    graph_ns, all_ns = run.sql(f"SELECT coalesce(sum(dur_ns) FILTER (WHERE graph), 0), coalesce(sum(dur_ns), 0) FROM events "
+                               f"WHERE rank = {int(rank)} AND kind = 'kernel' AND name IN ({', '.join(q(n) for n in names)})").fetchone()
+    return _mostly(int(graph_ns), int(all_ns))
+
+
 def _classes(run, path) -> dict[str, list[dict]]:
     """The path's items (`critical_path.path_items`, heaviest first) by class, in that order."""
     classes: dict[str, list[dict]] = {}
@@ -951,6 +979,8 @@ def check(ctx: Context) -> list:
             sample_event_ids=[top["sample_id"]] if top["sample_id"] is not None else [], uses_source=True,
             recommendation=" ".join(x for x in (_advice(cls, members, events, charged, step_count, arch, graph_tip(ctx),
                                                         longest if one_off else 0, has_modules, unrecorded, stretches,
-                                                        attention if cls == "norm" else [], total, folded, profiler, compiled),
+                                                        attention if cls == "norm" else [], total, folded, profiler, compiled,
+                                                        cls in WORK_CLASSES and _many_small(events, charged, step_count)
+                                                        and _replayed(ctx.run, ctx.rank, members)),
                                                 host_sync.unseen_words(unseen[0], unseen[1], _names_of(members), profiler)) if x)))
     return out
