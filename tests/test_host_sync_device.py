@@ -510,3 +510,33 @@ def test_short_kernels_whose_launch_time_is_their_first_launches_are_a_one_off(t
     (g,) = _findings(_run(tmp_path / "every", events(5)), "launch-overhead")
     assert g.recommendation.startswith("Most kernels run under 10 us, so launches dominate")
     assert g.title.endswith("launching them"), g.title
+
+
+def test_the_idle_while_the_host_loads_kernels_code_is_launch_overheads(tmp_path):
+    """test_short_kernels_whose_launch_time_is_their_first_launches_are_a_one_off's loop, then 5,000 µs
+    of host work with no kernel. launch-overhead names the ten first launches (20,000 µs); the device
+    idles through them too, and device-idle counted them again (TraceLens's normalisation test: 726.51
+    ms of first launches inside 'Device 2 idle 99.9% (1,187.80 ms)'). device-idle leaves that idle to
+    launch-overhead, as it does a step's one-off launch to critical-path: its figure is the rest, its
+    evidence query gives the same, and the first launches are counted once. With every launch 5 µs,
+    nothing is left out."""
+    def events(first_us):
+        out, t = [], 0
+        for i in range(120):
+            dur = first_us if i < 10 else 5
+            out += [_rt("cudaLaunchKernel", t, dur, i + 1), _k(f"elementwise_kernel_{i % 10}", t + dur + 1, 2, i + 1)]
+            t += dur + 10
+        return out + [X("aten::nonzero", "cpu_op", t, 5000), _rt("cudaLaunchKernel", t + 5000, 5, 999),
+                      _k("elementwise_kernel_0", t + 5006, 2, 999)]
+    run_dir = _run(tmp_path / "first", events(2000))
+    (idle,) = _findings(run_dir, "device-idle")
+    (launches,) = _findings(run_dir, "launch-overhead")
+    v = idle.evidence.values
+    assert v["idle_in_first_launches_ns"] == launches.evidence.values["first_launch_ns"] == 20_000 * US
+    assert idle.impact_ns == v["idle_ns"] - 20_000 * US and idle.impact_ns >= 5000 * US
+    assert "20.00 ms while the host was in kernels' first launches, loading their code (launch-overhead's)" in idle.title
+    with open_run(run_dir) as run:
+        assert run.sql(idle.evidence.sql).fetchone()[-1] == idle.impact_ns  # (impact_ns, the query's last column)
+    assert idle.impact_ns + launches.evidence.values["first_launch_ns"] <= v["window_ns"]
+    (every,) = _findings(_run(tmp_path / "every", events(5)), "device-idle")
+    assert every.evidence.values["idle_in_first_launches_ns"] == 0 and every.impact_ns == every.evidence.values["idle_ns"]

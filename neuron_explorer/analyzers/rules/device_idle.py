@@ -16,7 +16,9 @@ both rules' finding), and the DataLoader's fetches (input-pipeline's union: a si
 loader fetching while the device waits, 188 of the 274 ms of idle in the torch 1.8 ResNet-50
 trace), and a kernel's first launch loading its code, which the critical path's launch finding
 names as a one-off (the critical-path rule's one_off_launch: the MI250 trace's 6.54 ms hipLaunchKernel was
-6.54 of its 9.19 ms of idle, and the advice to keep the device fed did not fit it), and with steps the
+6.54 of its 9.19 ms of idle, and the advice to keep the device fed did not fit it), without steps the
+kernels' first launches that launch-overhead names as most of its launch time (launch_overhead.first_launches:
+TraceLens's normalisation test, 726.51 ms of them inside 1,187.80 ms of idle), and with steps the
 idle after the last event the trace holds (a step's range running on where nothing was recorded, which
 the critical path names: cuda_triton's one step idled 13,335 ms there, with no call to name). With steps
 host-sync counts the idle the syncs cause after they return, and the idle during a wait stays
@@ -61,7 +63,7 @@ from ..model import Location
 from ..rank_rows import RankQuery, prepared_rows
 from ..rank_rows import arrays as rank_arrays
 from ..rank_rows import rows as rank_rows
-from . import allocator_churn, host_sync, input_pipeline
+from . import allocator_churn, host_sync, input_pipeline, launch_overhead
 from . import critical_path as critical_path_rule
 from ._util import SEE_UNTRACED, STEADY_STEPS, graph_tip, ms, pct, profiler_tip, unseen_queue_words
 
@@ -447,7 +449,8 @@ def _claimed(ctx: Context) -> dict:
     """The intervals whose device idle other rules name (module docstring), each a union:
     `syncs` (without steps), `allocator_calls` (allocator_churn.claimed), `loader` (the DataLoader's
     fetches), `first_launch` (critical-path's one-off launch; its event id is `first_launch_id`),
-    `unrecorded` (with steps, after the last recorded event: critical-path's) and `either`."""
+    `first_launches` (without steps, the first launches launch-overhead names; `first_launches_sql`
+    selects them), `unrecorded` (with steps, after the last recorded event: critical-path's) and `either`."""
     got = rank_arrays(ctx.run, CLAIMED, ctx.rank)
     what = np.asarray(got["what"], dtype=np.int64)
     start, end, step = (np.asarray(got[k], dtype=np.int64) for k in ("start_ns", "end_ns", "step"))
@@ -459,8 +462,10 @@ def _claimed(ctx: Context) -> dict:
            "syncs": np.empty((0, 2), dtype=np.int64) if stepped else metrics.union_array(start[part[1]], end[part[1]]),
            "loader": metrics.union_array(start[part[3]], end[part[3]])}
     out["first_launch_id"], out["first_launch"] = _first_launch(ctx)
+    out["first_launches"], out["first_launches_sql"] = launch_overhead.first_launches(ctx)
     out["unrecorded"] = _unrecorded(ctx)
-    every = np.concatenate([out["syncs"], out["allocator_calls"], out["loader"], out["first_launch"], out["unrecorded"]])
+    every = np.concatenate([out["syncs"], out["allocator_calls"], out["loader"], out["first_launch"], out["first_launches"],
+                            out["unrecorded"]])
     out["either"] = metrics.union_array(every[:, 0], every[:, 1])
     return out
 
@@ -650,19 +655,23 @@ def _waits_words(gaps: list[dict], waited: dict[int, int], profiler: str) -> str
             f"another stream or device (an event, a collective); {profiler} shows which. ")
 
 
-def evidence_sql(rank: int, device: int, steady: list[int] | None, first_launch: int | None = None, unrecorded: bool = False) -> str:
+def evidence_sql(rank: int, device: int, steady: list[int] | None, first_launch: int | None = None, unrecorded: bool = False,
+                 first_launches: str | None = None) -> str:
     """Evidence SQL, plain DuckDB: one row, over the analysed window (device_time.windows_sql, window
     by window), the device's busy_ns, window_ns and idle_ns (the summary's device time: idle_ns is
     its `idle_ns`, busy_ns the rest of the window), idle_left_out_ns (its idle while the host was in
     the calls other rules name: allocator calls, allocator_churn.intervals_sql; without steps the
     host syncs' waiting calls; the DataLoader's fetches; `first_launch`, the event id of
-    critical-path's one-off launch; with `unrecorded`, after the last recorded event) and impact_ns (the rest)."""
+    critical-path's one-off launch; `first_launches`, SQL of launch-overhead's first launches; with
+    `unrecorded`, after the last recorded event) and impact_ns (the rest)."""
     r = int(rank)
     parts = [allocator_churn.intervals_sql(r, steady), f"SELECT ts_ns, end_ns FROM ({input_pipeline.fetches_sql()}) WHERE rank = {r}"]
     if steady is None:
         parts.append(f"SELECT ts_ns, ts_ns + dur_ns AS end_ns FROM ({host_sync.waiting_calls_sql(r)})")
     if first_launch is not None:
         parts.append(_FIRST_LAUNCH_SQL.format(rank=r, event_id=int(first_launch)))
+    if first_launches is not None:
+        parts.append(first_launches)
     if unrecorded:
         parts.append(_UNRECORDED_SQL.format(rank=r))
     claimed = " UNION ALL ".join(f"SELECT * FROM ({p}) WHERE end_ns > ts_ns" for p in parts)
@@ -691,11 +700,13 @@ def check(ctx: Context) -> list:
         claimed = claimed if claimed is not None else _claimed(ctx)
         wins = wins if wins is not None else _windows(ctx.run, [ctx.rank])[int(ctx.rank)]
         busy = _device_busy(ctx, d)
-        left_out = {k: _idle_in(busy, claimed[k], wins) for k in ("syncs", "allocator_calls", "loader", "first_launch", "unrecorded", "either")}
+        left_out = {k: _idle_in(busy, claimed[k], wins)
+                    for k in ("syncs", "allocator_calls", "loader", "first_launch", "first_launches", "unrecorded", "either")}
         v["idle_in_syncs_ns"], v["idle_in_allocator_calls_ns"] = left_out["syncs"], left_out["allocator_calls"]
         v["idle_in_loader_ns"], v["idle_in_first_launch_ns"] = left_out["loader"], left_out["first_launch"]
-        v["idle_unrecorded_ns"] = left_out["unrecorded"]
-        sql = evidence_sql(ctx.rank, d, steady, claimed["first_launch_id"] if left_out["first_launch"] else None, bool(left_out["unrecorded"]))
+        v["idle_in_first_launches_ns"], v["idle_unrecorded_ns"] = left_out["first_launches"], left_out["unrecorded"]
+        sql = evidence_sql(ctx.rank, d, steady, claimed["first_launch_id"] if left_out["first_launch"] else None, bool(left_out["unrecorded"]),
+                           claimed["first_launches_sql"] if left_out["first_launches"] else None)
         idle = v["idle_ns"] - left_out["either"]
         if idle / v["window_ns"] < THRESHOLDS["IDLE_SHARE_MIN"]:
             continue
@@ -740,7 +751,8 @@ def check(ctx: Context) -> list:
         # a part names its rule where that rule reports it: the claimed union is the rule's own figure (its
         # impact: allocator-churn's union of calls, host-sync's of waits without steps, input-pipeline's of
         # fetches; the critical path's unrecorded time, this idle), reported from its share of the analysed time
-        figure = {c: _length(claimed[c]) for c in ("allocator_calls", "syncs", "loader", "first_launch")} | {"unrecorded": v["idle_unrecorded_ns"]}
+        figure = {c: _length(claimed[c]) for c in ("allocator_calls", "syncs", "loader", "first_launch", "first_launches")} \
+            | {"unrecorded": v["idle_unrecorded_ns"]}
         parts = (("idle_in_allocator_calls_ns", "allocator_calls", "while the host was in device allocator calls", allocator_churn.RULE_ID,
                   allocator_churn.THRESHOLDS["ALLOC_SHARE_MIN"]),
                  ("idle_in_syncs_ns", "syncs", "while the host waited in syncs", host_sync.RULE_ID, host_sync.THRESHOLDS["SYNC_SHARE_MIN"]),
@@ -749,6 +761,9 @@ def check(ctx: Context) -> list:
                  # (critical-path names it where it is kept: `one_off_launch` is only a launch class it reports)
                  ("idle_in_first_launch_ns", "first_launch", "while the host was in a kernel's first launch, loading its code",
                   critical_path_rule.RULE_ID, 0.0),
+                 # (claimed only where launch-overhead's finding names them: `first_launches`)
+                 ("idle_in_first_launches_ns", "first_launches", "while the host was in kernels' first launches, loading their code",
+                  launch_overhead.RULE_ID, 0.0),
                  ("idle_unrecorded_ns", "unrecorded", "after the last event the trace holds", critical_path_rule.RULE_ID,
                   critical_path_rule.THRESHOLDS["CLASS_SHARE_MIN"]))
         named = [f"{ms(v[k])} {what}" + (f" ({rule}'s)" if ctx.analysed_ns and figure[c] >= least * ctx.analysed_ns else "")
@@ -761,6 +776,7 @@ def check(ctx: Context) -> list:
             sql=sql, values={"busy_ns": v["busy_ns"], "window_ns": v["window_ns"], "idle_ns": v["idle_ns"],
                              "idle_in_syncs_ns": v["idle_in_syncs_ns"], "idle_in_allocator_calls_ns": v["idle_in_allocator_calls_ns"],
                              "idle_in_loader_ns": v["idle_in_loader_ns"], "idle_in_first_launch_ns": v["idle_in_first_launch_ns"],
+                             "idle_in_first_launches_ns": v["idle_in_first_launches_ns"],
                              "idle_unrecorded_ns": v["idle_unrecorded_ns"],
                              "idle_left_out_ns": left_out["either"],
                              # (of the idle left here, where the steps' critical path ran on the host: leaves_to)

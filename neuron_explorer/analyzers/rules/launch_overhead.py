@@ -27,6 +27,7 @@ import numpy as np
 
 from ...vocab import ZERO_GRAD_RANGE, in_steps
 from .. import critical_path as cp
+from .. import metrics
 from ..engine import Context
 from ..metrics import per_step_words, union_of_sql
 from ..model import Location
@@ -58,24 +59,31 @@ def screen(run, summaries: dict) -> set[int]:
     return out
 
 
-def check(ctx: Context) -> list:
-    ctx.require_device()
-    out = []
+def _calls_sql(rank: int, device: int, stepped: bool) -> str:
+    """The CTEs `k` (the device's kernels not replayed by a graph, `first`: the first of its name) and
+    `l` (each launch call of a short one once, `first`: it launched a name's first kernel; with steps,
+    the calls inside them)."""
+    short = f"k.dur_ns < {THRESHOLDS['SHORT_KERNEL_NS']}"
+    launch_in_steps = " AND step IS NOT NULL" if stepped else ""  # with steps, the launches in them
+    # each launch call once: a graph launch that ran 280 short kernels costs its own duration, not 280 times it
+    return f"""WITH k AS (SELECT event_id, dur_ns, launch_id, step,
+        row_number() OVER (PARTITION BY name ORDER BY ts_ns, event_id) = 1 AS first FROM events k
+      WHERE k.rank = {int(rank)} AND k.device = {int(device)} AND k.kind = 'kernel' AND NOT k.graph),
+l AS (SELECT ts_ns, ts_ns + dur_ns AS end_ns, event_id IN (SELECT launch_id FROM k WHERE first) AS first FROM events
+      WHERE rank = {int(rank)} AND dur_ns > 0{launch_in_steps} AND event_id IN (SELECT launch_id FROM k WHERE {short}))"""
+
+
+def _figures(ctx: Context, device: int) -> tuple[dict, str, str, int]:
+    """The device's figures (one row: short kernels, launches, `launch_ns`, first launches...), the
+    query that gives them, its launch calls' CTEs (`_calls_sql`) and the steady steps counted (0:
+    over the window)."""
     steady = ctx.steady_steps
     steps = len(steady) if steady is not None else 0  # per steady step; 0: over the window
-    for dev in ctx.summary["devices"]:
-        d = dev["device"]
-        short = f"k.dur_ns < {THRESHOLDS['SHORT_KERNEL_NS']}"
-        # counted per step: the short kernels of the steady steps (warm-up and a partial last step left out)
-        in_steady = in_steps(steady, "k") if steady is not None else "TRUE"
-        launch_in_steps = " AND step IS NOT NULL" if ctx.summary["steps"]["count"] else ""  # with steps, the launches in them
-        # each launch call once: a graph launch that ran 280 short kernels costs its own duration, not 280 times it
-        calls = f"""WITH k AS (SELECT event_id, dur_ns, launch_id, step,
-        row_number() OVER (PARTITION BY name ORDER BY ts_ns, event_id) = 1 AS first FROM events k
-      WHERE k.rank = {ctx.rank} AND k.device = {d} AND k.kind = 'kernel' AND NOT k.graph),
-l AS (SELECT ts_ns, ts_ns + dur_ns AS end_ns, event_id IN (SELECT launch_id FROM k WHERE first) AS first FROM events
-      WHERE rank = {ctx.rank} AND dur_ns > 0{launch_in_steps} AND event_id IN (SELECT launch_id FROM k WHERE {short}))"""
-        sql = f"""{calls},
+    short = f"k.dur_ns < {THRESHOLDS['SHORT_KERNEL_NS']}"
+    # counted per step: the short kernels of the steady steps (warm-up and a partial last step left out)
+    in_steady = in_steps(steady, "k") if steady is not None else "TRUE"
+    calls = _calls_sql(ctx.rank, device, bool(ctx.summary["steps"]["count"]))
+    sql = f"""{calls},
 u AS ({union_of_sql("SELECT ts_ns, end_ns FROM l")}),
 uf AS ({union_of_sql("SELECT ts_ns, end_ns FROM l WHERE first")})
 SELECT count(*) FILTER (WHERE {short}) AS short_kernels, count(*) AS kernels,
@@ -87,10 +95,49 @@ SELECT count(*) FILTER (WHERE {short}) AS short_kernels, count(*) AS kernels,
   (SELECT coalesce(sum(end_ns - start_ns), 0) FROM uf)::BIGINT AS first_launch_ns,
   min(k.event_id) FILTER (WHERE {short}) AS sample_id
 FROM k"""
-        v = row(ctx.run, sql)
-        if not v["kernels_counted"] or v["short_kernels_counted"] / max(steps, 1) < THRESHOLDS["SHORT_KERNELS_PER_STEP_MIN"] \
-                or v["short_kernels"] / v["kernels"] < THRESHOLDS["SHORT_KERNEL_FRACTION_MIN"] \
-                or not ctx.analysed_ns or v["launch_ns"] / ctx.analysed_ns < THRESHOLDS["LAUNCH_SHARE_MIN"]:
+    return row(ctx.run, sql), sql, calls, steps
+
+
+def _many_launches(ctx: Context, v: dict, steps: int, launch_ns: int) -> bool:
+    """The counts and the launch time (`launch_ns`: the launches' union, or with steps their time on
+    the critical path) the finding needs: SHORT_KERNELS_PER_STEP_MIN, SHORT_KERNEL_FRACTION_MIN,
+    LAUNCH_SHARE_MIN of the analysed time."""
+    return bool(v["kernels_counted"]) and v["short_kernels_counted"] / max(steps, 1) >= THRESHOLDS["SHORT_KERNELS_PER_STEP_MIN"] \
+        and v["short_kernels"] / v["kernels"] >= THRESHOLDS["SHORT_KERNEL_FRACTION_MIN"] \
+        and bool(ctx.analysed_ns) and launch_ns / ctx.analysed_ns >= THRESHOLDS["LAUNCH_SHARE_MIN"]
+
+
+def first_launches(ctx: Context) -> tuple[np.ndarray, str | None]:
+    """Without profiler steps, the launch calls that this rule's findings name as first launches (the
+    devices whose finding says its launch time is mostly kernels' first launches, `_mostly_first`):
+    their union, and SQL that selects them (ts_ns, end_ns); else (empty, None). device-idle leaves
+    the device's idle while the host is in them to this rule (TraceLens's normalisation test on an
+    MI300X: 726.51 of the 727.21 ms launching, inside device-idle's 1,187.80 ms). With steps the
+    critical path's one-off launch is that call (critical_path.one_off_launch)."""
+    none = np.empty((0, 2), dtype=np.int64), None
+    if ctx.summary["steps"]["count"] or not ctx.has_device():
+        return none
+    parts = []
+    for dev in ctx.summary["devices"]:
+        v, _, calls, steps = _figures(ctx, dev["device"])
+        if _many_launches(ctx, v, steps, v["launch_ns"]) and _mostly_first(v):
+            parts.append(f"{calls} SELECT ts_ns, end_ns FROM l WHERE first")
+    if not parts:
+        return none
+    sql = " UNION ALL ".join(f"SELECT * FROM ({p})" for p in parts)
+    got = np.asarray(ctx.run.sql(sql).fetchall(), dtype=np.int64).reshape(-1, 2)
+    return metrics.union_array(got[:, 0], got[:, 1]), sql
+
+
+def check(ctx: Context) -> list:
+    ctx.require_device()
+    out = []
+    for dev in ctx.summary["devices"]:
+        d = dev["device"]
+        v, sql, calls, steps = _figures(ctx, d)
+        steady = ctx.steady_steps
+        in_steady = in_steps(steady, "k") if steady is not None else "TRUE"
+        if not _many_launches(ctx, v, steps, v["launch_ns"]):
             continue
         # with steps, what the launches cost is their time on the critical path: while the device works through what
         # was launched before, a launch costs the step nothing
