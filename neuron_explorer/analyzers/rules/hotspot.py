@@ -353,7 +353,7 @@ def _line_finding(ctx: Context):
                                      "device_backward_ns")}, "graph_replay_ns": replayed["ns"],
                 "graph_replay_captured_ns": replayed["captured_ns"],
                 "graph_replay_capture_ops": [{"op": op, "top_op": top_name, "device_ns": ns} for op, top_name, ns in replayed["ops"]]},
-        sample_event_ids=[], uses_source=True, recommendation=_line_advice(v, key, replayed))
+        sample_event_ids=[], uses_source=True, recommendation=_line_advice(v, key, replayed, 'HIP' if graph_tip(ctx).startswith('HIP') else 'CUDA'))
 
 
 def _replayed(ctx: Context, source: str) -> dict:
@@ -377,23 +377,24 @@ def _captured_ops(ops: list[tuple], shown: int = 3) -> str:
     return ", ".join(words) + (f" and {more} other operator{'' if more == 1 else 's'}" if more > 0 else "")
 
 
-def _line_advice(v: dict, key: str, replayed: dict) -> str:
+def _line_advice(v: dict, key: str, replayed: dict, graph_kind: str = "CUDA") -> str:
     """The statement's advice. A statement most of whose device time is a graph it replays
     (`events.graph`: vLLM's `cuda_graph.py:208`, the replay call) is not where that work was
     written: the graph's kernels are, by the statements that captured them, which a capture's trace
     gives (graph_capture.py, `import --capture`). Imported with that trace, the replayed work is
     paired with its capture (`capture_op`) and takes the statement that launched it then: such a
     statement is where the work was written, and its advice names the operators it captured
-    (vLLM's `gpt_oss_triton_kernels_moe.py:269`: vllm::moe_forward, 7.17 ms), not the import it had."""
+    (vLLM's `gpt_oss_triton_kernels_moe.py:269`: vllm::moe_forward, 7.17 ms), not the import it had.
+    `graph_kind`: the device's graphs, 'CUDA' or 'HIP' (peaks.graph_advice)."""
     total = v[key] if key == "device_ns" else 0
     them, it, its = ("that operator", "it", "its") if len(replayed["ops"]) == 1 else ("those operators", "them", "their")
     if total and replayed["captured_ns"] * 2 >= total:
-        return (f"{ms(replayed['captured_ns'])} of this statement's {ms(total)} of device time is work a CUDA/HIP graph "
+        return (f"{ms(replayed['captured_ns'])} of this statement's {ms(total)} of device time is work a {graph_kind} graph "
                 f"replays, which this statement launched when the graph was captured, inside {_captured_ops(replayed['ops'])}: "
                 f"this is where that work was written (the replay only saves its launches). Make {them} cheaper "
                 f"(shapes, dtype, a better tuned or fused kernel) or run {it} less often; {its} kernels are below.")
     if total and replayed["ns"] * 2 >= total:
-        return (f"{ms(replayed['ns'])} of this statement's {ms(total)} of device time is a CUDA/HIP graph it replays: the "
+        return (f"{ms(replayed['ns'])} of this statement's {ms(total)} of device time is a {graph_kind} graph it replays: the "
                 "statement is the replay, not the work. The graph's kernels (below) are what to make cheaper; import the "
                 "trace with its capture's trace (`neuron-explorer import TRACE --capture CAPTURE`) to see them by the "
                 "statements that captured them.")
