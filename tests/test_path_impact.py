@@ -297,3 +297,38 @@ def test_an_operator_heading_the_paths_host_time_is_the_host_class_finding_alone
     (host,) = [x for x in rep.findings if x.rule_id == "critical-path" and x.evidence.values["class"] == "host"]
     assert [x for x in rep.findings if x.title.startswith("Hotspot operator: Torch-Compiled Region: 0/0")], \
         [x.title for x in rep.findings]
+
+
+def _python_loop(stall_us: int) -> list[dict]:
+    """Three steps of 200 aten::mul (20 µs of host time each, a 4 µs launch of a 2 µs kernel, 30 µs
+    apart), then, with `stall_us`, one host call of that long with no kernel."""
+    events, corr, t = [], 0, 0
+    for step in range(3):
+        t0, body = t, []
+        for _ in range(200):
+            corr += 1
+            body += [X("aten::mul", "cpu_op", t + 2, 20, **{"External id": corr}), _launch(t + 15, corr, corr, dur=4),
+                     _kernel("vectorized_elementwise_kernel", t + 20, 2, corr)]
+            t += 30
+        if stall_us:
+            body.append(X("aten::index", "cpu_op", t, stall_us))
+            t += stall_us
+        events += [X(f"ProfilerStep#{step + 1}", "user_annotation", t0, t - t0)] + body
+        t += 5
+    return events
+
+
+def test_idle_spread_over_a_host_bound_loop_is_the_paths_host_finding(tmp_path):
+    """A host-bound loop whose device idles 93% of the time in 600 gaps of 28 µs: the time between its
+    kernels all through, which the path's host class names with what the host ran (HTA's MTIA training
+    trace: 'Device 9 idle 42.2% (5,634.54 ms)' spread over 22,268 gaps beside the path's launches and
+    host time, its steps host-bound (100%): one cause, three findings). One stall of 8 ms a step is a
+    few gaps that hold the idle: device-idle names them, beside the host class."""
+    spread = _report(tmp_path / "spread", _python_loop(0)).findings
+    assert not [f for f in spread if f.rule_id == "device-idle"], [f.title for f in spread]
+    (host,) = [f for f in spread if f.rule_id == "critical-path" and f.evidence.values["class"] == "host"]
+    assert host.evidence.values["bound"] == "host" and host.evidence.values["heaviest"][0]["op"] == "aten::mul"
+    stalls = _report(tmp_path / "stalls", _python_loop(8000)).findings
+    (idle,) = [f for f in stalls if f.rule_id == "device-idle"]
+    assert idle.evidence.values["gaps_ns"] >= 3 * 8000 * US and "aten::index" in idle.recommendation
+    assert [f for f in stalls if f.rule_id == "critical-path" and f.evidence.values["class"] == "host"]
