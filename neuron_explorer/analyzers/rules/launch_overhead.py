@@ -73,10 +73,10 @@ l AS (SELECT ts_ns, ts_ns + dur_ns AS end_ns, event_id IN (SELECT launch_id FROM
       WHERE rank = {int(rank)} AND dur_ns > 0{launch_in_steps} AND event_id IN (SELECT launch_id FROM k WHERE {short}))"""
 
 
-def _figures(ctx: Context, device: int) -> tuple[dict, str, str, int]:
+def _figures(ctx: Context, device: int) -> tuple[dict, str, str, int, str]:
     """The device's figures (one row: short kernels, launches, `launch_ns`, first launches...), the
-    query that gives them, its launch calls' CTEs (`_calls_sql`) and the steady steps counted (0:
-    over the window)."""
+    query that gives them, its launch calls' CTEs (`_calls_sql`), the steady steps counted (0: over
+    the window) and the SQL test of a kernel `k` in them."""
     steady = ctx.steady_steps
     steps = len(steady) if steady is not None else 0  # per steady step; 0: over the window
     short = f"k.dur_ns < {THRESHOLDS['SHORT_KERNEL_NS']}"
@@ -95,7 +95,7 @@ SELECT count(*) FILTER (WHERE {short}) AS short_kernels, count(*) AS kernels,
   (SELECT coalesce(sum(end_ns - start_ns), 0) FROM uf)::BIGINT AS first_launch_ns,
   min(k.event_id) FILTER (WHERE {short}) AS sample_id
 FROM k"""
-    return row(ctx.run, sql), sql, calls, steps
+    return row(ctx.run, sql), sql, calls, steps, in_steady
 
 
 def _many_launches(ctx: Context, v: dict, steps: int, launch_ns: int) -> bool:
@@ -119,7 +119,7 @@ def first_launches(ctx: Context) -> tuple[np.ndarray, str | None]:
         return none
     parts = []
     for dev in ctx.summary["devices"]:
-        v, _, calls, steps = _figures(ctx, dev["device"])
+        v, _, calls, steps, _ = _figures(ctx, dev["device"])
         if _many_launches(ctx, v, steps, v["launch_ns"]) and _mostly_first(v):
             parts.append(f"{calls} SELECT ts_ns, end_ns FROM l WHERE first")
     if not parts:
@@ -134,9 +134,7 @@ def check(ctx: Context) -> list:
     out = []
     for dev in ctx.summary["devices"]:
         d = dev["device"]
-        v, sql, calls, steps = _figures(ctx, d)
-        steady = ctx.steady_steps
-        in_steady = in_steps(steady, "k") if steady is not None else "TRUE"
+        v, sql, calls, steps, in_steady = _figures(ctx, d)
         if not _many_launches(ctx, v, steps, v["launch_ns"]):
             continue
         # with steps, what the launches cost is their time on the critical path: while the device works through what
