@@ -486,6 +486,17 @@ def test_a_job_of_ranks_with_and_without_steps_reads_each_ranks_claimed_calls_as
         assert (found[r].impact_ns, found[r].evidence.values) == (g.impact_ns, g.evidence.values), r
 
 
+def _first_launch_loop(first_us: int) -> tuple[list[dict], int]:
+    """No steps: 120 kernels of 2 µs, ten names launched twelve times each, every launch 5 µs but the
+    first of each name, `first_us`; and the time the loop ends."""
+    out, t = [], 0
+    for i in range(120):
+        dur = first_us if i < 10 else 5
+        out += [_rt("cudaLaunchKernel", t, dur, i + 1), _k(f"elementwise_kernel_{i % 10}", t + dur + 1, 2, i + 1)]
+        t += dur + 10
+    return out, t
+
+
 def test_short_kernels_whose_launch_time_is_their_first_launches_are_a_one_off(tmp_path):
     """No steps: 120 kernels of 2 µs, ten names launched twelve times each, every launch 5 µs but the
     first of each name, 2,000 µs (loading the kernel's code). Launch time 20,550 µs, 20,000 of it the
@@ -493,12 +504,7 @@ def test_short_kernels_whose_launch_time_is_their_first_launches_are_a_one_off(t
     147 short kernels launched in 727.21 ms, 726.51 of it their 31 first launches, was told to fuse
     them). With every launch 5 µs, the same kernels get the advice to fuse."""
     def events(first_us):
-        out, t = [], 0
-        for i in range(120):
-            dur = first_us if i < 10 else 5
-            out += [_rt("cudaLaunchKernel", t, dur, i + 1), _k(f"elementwise_kernel_{i % 10}", t + dur + 1, 2, i + 1)]
-            t += dur + 10
-        return out
+        return _first_launch_loop(first_us)[0]
     (f,) = _findings(_run(tmp_path / "first", events(2000)), "launch-overhead")
     v = f.evidence.values
     assert (v["launches"], v["first_launches"], v["launch_ns"], v["first_launch_ns"]) == (120, 10, 20_550 * US, 20_000 * US)
@@ -521,11 +527,7 @@ def test_the_idle_while_the_host_loads_kernels_code_is_launch_overheads(tmp_path
     evidence query gives the same, and the first launches are counted once. With every launch 5 µs,
     nothing is left out."""
     def events(first_us):
-        out, t = [], 0
-        for i in range(120):
-            dur = first_us if i < 10 else 5
-            out += [_rt("cudaLaunchKernel", t, dur, i + 1), _k(f"elementwise_kernel_{i % 10}", t + dur + 1, 2, i + 1)]
-            t += dur + 10
+        out, t = _first_launch_loop(first_us)
         return out + [X("aten::nonzero", "cpu_op", t, 5000), _rt("cudaLaunchKernel", t + 5000, 5, 999),
                       _k("elementwise_kernel_0", t + 5006, 2, 999)]
     run_dir = _run(tmp_path / "first", events(2000))
