@@ -74,7 +74,8 @@ def test_frees_in_every_step_are_the_caching_allocator_off_and_rank_first(tmp_pa
     assert v["frees_in_ops"] == 27
     assert "hipFree x30" in f.title
     assert report.findings[0] is f  # it ranks first: aten::conv2d's host time is the allocator's
-    assert "caching allocator is off" in f.recommendation and "PYTORCH_NO_HIP_MEMORY_CACHING=1" in f.recommendation
+    assert "caching allocator is off (PYTORCH_NO_HIP_MEMORY_CACHING=1, or PYTORCH_NO_CUDA_MEMORY_CACHING=1, which ROCm reads too" \
+        in f.recommendation
     assert "expandable_segments" not in f.recommendation
     assert "aten::conv2d: 27 calls, 5.40 ms" in f.recommendation
 
@@ -104,8 +105,23 @@ def test_mallocs_in_one_step_only_are_fragmentation_not_the_allocator_off(tmp_pa
     assert v["calls"] == 2 and v["mallocs"] == 2 and v["frees"] == 0
     assert v["mallocs_per_step"] == [0, 2, 0] and v["steps_with_calls"] == 1
     assert f.impact_ns == 600 * US and f.location.steps == [2]
-    assert "expandable_segments:True" in f.recommendation
+    assert "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in f.recommendation
     assert "caching allocator is off" not in f.recommendation and "empty_cache" not in f.recommendation
+
+
+def test_the_allocators_environment_variables_are_the_runtimes(tmp_path):
+    """The advice names PyTorch's variables as they are spelled: the cache is turned off by
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 (it had said PYTORCH_NO_CUDA_CACHING_ALLOCATOR, which PyTorch does
+    not read), on ROCm by PYTORCH_NO_HIP_MEMORY_CACHING=1, and its options go in PYTORCH_CUDA_ALLOC_CONF,
+    on ROCm PYTORCH_HIP_ALLOC_CONF: the calls' own names (cudaFree, hipMalloc) say which runtime it is."""
+    cuda_frees = [{**e, "name": "cudaFree"} if e["name"] == "hipFree" else e for k in (1, 2, 3) for e in _step(k)]
+    (f,) = _churn(_report(tmp_path / "cuda", cuda_frees))
+    assert "(PYTORCH_NO_CUDA_MEMORY_CACHING=1 is set in the environment: unset it)" in f.recommendation
+    assert "HIP" not in f.recommendation and "CACHING_ALLOCATOR" not in f.recommendation
+    hip_mallocs = [e for k in (1, 2, 3) for e in _step(k, frees=False, mallocs=[(300, 300), (700, 300)] if k == 2 else (),
+                                                       name_malloc="hipMalloc")]
+    (g,) = _churn(_report(tmp_path / "rocm", hip_mallocs))
+    assert "Set PYTORCH_HIP_ALLOC_CONF=expandable_segments:True" in g.recommendation
 
 
 def test_calls_outside_the_steps_or_partly_outside_count_only_inside(tmp_path):

@@ -8,8 +8,8 @@ with the caching allocator off the host spends the step in them and the operator
 look slow. Names the operators the calls sit in (the innermost operator around each call, its
 top-level operator with it), the user's source line where stacks exist, and the calls per step,
 which choose the advice: frees in every steady step (at least FREES_PER_STEP_MIN each) mean the
-cache is not caching — the caching allocator is off (PYTORCH_NO_CUDA_CACHING_ALLOCATOR=1,
-PYTORCH_NO_HIP_MEMORY_CACHING=1) or `torch.cuda.empty_cache()` runs in the loop; calls in some
+cache is not caching — the caching allocator is off (PYTORCH_NO_CUDA_MEMORY_CACHING=1, on ROCm
+PYTORCH_NO_HIP_MEMORY_CACHING=1: `ENVIRONMENT`, by the calls' runtime) or `torch.cuda.empty_cache()` runs in the loop; calls in some
 steps only, or mallocs without frees, mean the cache grows or is fragmented
 (`expandable_segments:True`). Without steps the calls per step are unknown: the advice says so, and
 says when one long call makes most of their time (first-use initialisation more likely than churn).
@@ -115,10 +115,22 @@ def screen(run, summaries: dict) -> set[int]:
     return no_device(summaries) | (set(summaries) - runtime) | found
 
 
-def _advice(v: dict, stepped: bool) -> str:
+ENVIRONMENT = {"cuda": ("PYTORCH_NO_CUDA_MEMORY_CACHING=1 is set in the environment", "PYTORCH_CUDA_ALLOC_CONF"),
+               "rocm": ("PYTORCH_NO_HIP_MEMORY_CACHING=1, or PYTORCH_NO_CUDA_MEMORY_CACHING=1, which ROCm reads too, is set in "
+                        "the environment", "PYTORCH_HIP_ALLOC_CONF")}
+"""PyTorch's environment variables for the caching allocator, by runtime: what turns it off, and
+where its options go (the HIP (ROCm) semantics notes name the HIP ones)."""
+
+
+def _runtime(call_names) -> str:
+    """'rocm' where the allocator calls are HIP's (hipMalloc, hipFree...), else 'cuda'."""
+    return "rocm" if any((n or "").startswith("hip") for n in call_names) else "cuda"
+
+
+def _advice(v: dict, stepped: bool, runtime: str = "cuda") -> str:
     t = THRESHOLDS
-    off = ("the caching allocator is off (PYTORCH_NO_CUDA_CACHING_ALLOCATOR=1 on CUDA or PYTORCH_NO_HIP_MEMORY_CACHING=1 "
-           "on ROCm is set in the environment: unset it)")
+    turned_off, conf = ENVIRONMENT[runtime]
+    off = f"the caching allocator is off ({turned_off}: unset it)"
     empty = "torch.cuda.empty_cache() is called in the loop (remove it; it returns the cache to the driver every time)"
     frees, inside = v["frees"] or 0, v["frees_in_ops"] or 0
     # frees inside operators are tensors released to the driver (no cache); a burst outside every
@@ -127,7 +139,7 @@ def _advice(v: dict, stepped: bool) -> str:
     where = f" {inside} of the {frees} frees sit inside operators." if frees else ""
     grow = ("the caching allocator had to go to the driver for more memory: the cache grows (new tensor sizes, "
             "e.g. variable sequence lengths) or is fragmented (a free means it released cached blocks to retry an "
-            "allocation). Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, keep shapes stable (pad or bucket "
+            f"allocation). Set {conf}=expandable_segments:True, keep shapes stable (pad or bucket "
             "variable lengths) and check the memory peak against the device's capacity")
     if not stepped:
         longest = v["longest_call_ns"] or 0
@@ -187,6 +199,6 @@ def check(ctx: Context) -> list:
                           steps=[s for s, n_f, n_m in zip(v["step_numbers"], v["frees_per_step"], v["mallocs_per_step"]) if n_f or n_m]
                           if stepped else []),
         sql=sql, values=values, sample_event_ids=[o["sample_id"] for o in ops], uses_source=True,
-        recommendation=_advice(v, stepped) + (f" Where: {op_txt}." if op_txt else "")
+        recommendation=_advice(v, stepped, _runtime(n["name"] for n in by_name)) + (f" Where: {op_txt}." if op_txt else "")
         + (f" Source line: {source}." if source else ""),
     )]
