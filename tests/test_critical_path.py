@@ -1026,8 +1026,8 @@ def test_rule_says_channels_last_for_nchw_convolutions_on_the_path(tmp_path):
 
 
 @pytest.mark.parametrize("device, says, never", [
-    ("NVIDIA A100-SXM4-80GB", "CUDA graphs (torch.cuda.graphs", "Neuron compiler"),
-    ("AMD Instinct MI300X", "HIP graphs (torch.cuda.graphs, which ROCm runs as HIP graphs", "CUDA graphs"),
+    ("NVIDIA A100-SXM4-80GB", "CUDA graphs (torch.cuda.graph,", "Neuron compiler"),
+    ("AMD Instinct MI300X", "HIP graphs (torch.cuda.graph, which ROCm runs as HIP graphs", "CUDA graphs"),
     ("AWS Trainium2", "the Neuron compiler runs each compiled region as one device program", "CUDA graphs"),
 ])
 def test_launch_advice_fits_the_device(tmp_path, device, says, never):
@@ -1522,7 +1522,7 @@ def test_a_compiled_models_host_time_is_not_told_to_compile(tmp_path, kernel):
                "each ATen operator's own kernel (as backend='aot_eager' does), so nothing is fused; the default backend, inductor, "
                "generates fused kernels. ")
     assert (unfused in rec) == kernel.startswith("ampere")
-    assert "torch.compile cuts" not in rec and "CUDA graphs (torch.cuda.graphs, or torch.compile(mode='reduce-overhead')) " in rec
+    assert "torch.compile cuts" not in rec and "CUDA graphs (torch.cuda.graph, or torch.compile(mode='reduce-overhead')) " in rec
     assert not [f for f in report.findings if f.rule_id == "hotspot" and f.location.op == "CompiledFunction"]
     from neuron_explorer.analyzers.engine import analyze_run
     from neuron_explorer.analyzers.rules import hotspot
@@ -1678,7 +1678,7 @@ def test_short_kernels_of_compiled_code_are_not_told_to_compile(tmp_path):
     report = _device_step(tmp_path, [triton] * 12, H100_PROPS)
     (f,) = [f for f in report.findings if f.rule_id == "critical-path" and f.evidence.values["class"] == "elementwise"]
     assert f.recommendation.startswith("12 short kernels per step, most from torch.compile'd code already: CUDA graphs "
-                                       "(torch.cuda.graphs, or torch.compile(mode='reduce-overhead')) replay them"), f.recommendation
+                                       "(torch.cuda.graph, or torch.compile(mode='reduce-overhead')) replay them"), f.recommendation
 
 
 def test_an_aligned_bf16_gemm_far_below_the_roofline_is_one_finding(tmp_path):

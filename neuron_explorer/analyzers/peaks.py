@@ -306,7 +306,7 @@ KERNELS_PATTERN = "(?i)(" + "|".join(a.kernels for a in ARCHS if a.kernels) + ")
 
 def graph_advice(device_name: str | None, props: list[dict] | None = None, arch: Arch | None = None) -> str:
     """How to launch fewer, larger device programs, in the device's own terms: CUDA graphs on NVIDIA
-    (and where the device is not known), HIP graphs on AMD (the same torch.cuda.graphs API); on AWS Trainium (TorchNeuron's `neuron` device, or a
+    (and where the device is not known), HIP graphs on AMD (the same torch.cuda.graph API); on AWS Trainium (TorchNeuron's `neuron` device, or a
     device named Trainium) torch.compile, whose compiled region the Neuron compiler runs as one
     device program — CUDA graphs do not exist there; on Meta's MTIA torch.compile, which fuses the
     kernels (CUDA graphs are NVIDIA's and AMD's). `arch`: the rank's detected architecture, where the
@@ -317,8 +317,8 @@ def graph_advice(device_name: str | None, props: list[dict] | None = None, arch:
     if arch is not None and arch.vendor == "meta":
         return "torch.compile (it fuses kernels into fewer, larger ones)"
     if arch is not None and arch.vendor == "amd":  # (PyTorch's API is torch.cuda's on ROCm too)
-        return "HIP graphs (torch.cuda.graphs, which ROCm runs as HIP graphs, or torch.compile(mode='reduce-overhead'))"
-    return "CUDA graphs (torch.cuda.graphs, or torch.compile(mode='reduce-overhead'))"
+        return "HIP graphs (torch.cuda.graph, which ROCm runs as HIP graphs, or torch.compile(mode='reduce-overhead'))"
+    return "CUDA graphs (torch.cuda.graph, or torch.compile(mode='reduce-overhead'))"
 
 
 SYSTEM_PROFILERS = {"nvidia": "Nsight Systems", "amd": "rocprof", "aws": "the Neuron profiler (neuron-profile)",
@@ -391,12 +391,12 @@ def precision_advice(arch: Arch | None, *, tf32_already: bool = False, not_tf32:
                f"fp32 ({not_tf32}: torch.set_float32_matmul_precision('high'), torch.backends.cudnn.allow_tf32 = True)")
     if arch is None:
         text = ("run them in lower precision on the matrix units: bf16 autocast (torch.autocast(device_type='cuda', dtype=torch.bfloat16)) "
-                "on GPUs that have bf16 (NVIDIA A100 and later, AMD MI200 and later), else fp16 autocast with torch.cuda.amp.GradScaler; ")
+                "on GPUs that have bf16 (NVIDIA A100 and later, AMD MI200 and later), else fp16 autocast with torch.amp.GradScaler('cuda'); ")
         return text + (ran if tf32_already else "TF32 (torch.set_float32_matmul_precision('high')) on NVIDIA A100 and later")
     dev = arch.autocast_device
     if not arch.has("bf16") and arch.has("fp16"):
         return (f"run them in fp16 on the {arch.name} Tensor Cores: torch.autocast(device_type='{dev}', dtype=torch.float16) with "
-                "torch.cuda.amp.GradScaler for training (this device has no bf16 or TF32 matrix units)")
+                f"torch.amp.GradScaler('{dev}') for training (this device has no bf16 or TF32 matrix units)")
     text = (f"run them in bf16 on the {arch.name} matrix units: torch.autocast(device_type='{dev}', dtype=torch.bfloat16) "
             "(no GradScaler needed)")
     if arch.has("tf32") and arch.vendor == "aws":
