@@ -1126,16 +1126,17 @@ def host_union(run: Run, rank: int) -> np.ndarray:
     return got
 
 
-def on_host_path_ns(run: Run, rank: int, starts, ends) -> int | None:
-    """The part of the intervals [starts, ends) (merged first) in which the rank's steps' critical
-    paths run on the host (`host_union`): what host work there costs the steps (tiny-ops' and
-    launch-overhead's `on_path_ns`). None where the walk fails on odd data (the critical-path rule
-    says why): the callers keep the host time."""
+def on_host_path_ns(run: Run, rank: int, intervals_sql: str) -> int | None:
+    """The part of the intervals `intervals_sql` selects (start_ns, end_ns; merged first) in which the
+    rank's steps' critical paths run on the host (`host_union`): what host work there costs the steps
+    (tiny-ops' and launch-overhead's `on_path_ns`). None where the walk fails on odd data (the
+    critical-path rule says why): the callers keep the host time."""
     try:
         host = host_union(run, rank)
     except Exception:  # noqa: BLE001 - no path to measure against
         return None
-    return covered_within(union_array(starts, ends), host)
+    got = run.sql(intervals_sql).fetchnumpy()
+    return covered_within(union_array(np.asarray(got["start_ns"], dtype=np.int64), np.asarray(got["end_ns"], dtype=np.int64)), host)
 
 
 NOT_LAUNCHES_WORDS = "runtime calls other than launches"

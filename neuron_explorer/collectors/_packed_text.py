@@ -43,6 +43,10 @@ class _Block:
     def array(self) -> pa.StringArray:
         return pa.StringArray.from_buffers(self.rows, pa.py_buffer(self.offsets), self.unpack(), self.validity, self.nulls)
 
+    def valid_rows(self) -> np.ndarray | None:
+        """One bool per row, False for a null; None when no row is null."""
+        return _bits(self.validity, 0, self.rows) if self.nulls else None
+
 
 def _bits(buffer: pa.Buffer | None, offset: int, n: int) -> np.ndarray | None:
     """One bool per row of an Arrow validity bitmap (None: no bitmap). No pyarrow conversion: that
@@ -157,10 +161,10 @@ class PackedText:
             b = int(block[lo])
             blk, local, pos = self.blocks[b], rows[lo:hi] - self.starts[b], at[lo:hi]
             lengths[pos] = blk.offsets[local + 1] - blk.offsets[local]
-            if blk.nulls:
+            if (rows_valid := blk.valid_rows()) is not None:
                 if valid is None:
                     valid = np.ones(n, dtype=bool)
-                valid[pos] = _bits(blk.validity, 0, blk.rows)[local]
+                valid[pos] = rows_valid[local]
             parts.append((blk, local, np.ascontiguousarray(pos)))
         if valid is not None:
             lengths[~valid] = 0  # (a null's bytes, if its block kept any, are not copied)

@@ -84,8 +84,8 @@ def sequence_numbers(args, rows: np.ndarray) -> np.ndarray:
             if lib.nxt_int_after(block.offsets.ctypes.data, text.address, local.ctypes.data, len(local), _SEQUENCE_KEY,
                                  len(_SEQUENCE_KEY), -1, found.ctypes.data) != 0:
                 found = _sequence_in(block.array().take(pa.array(local)))  # (a number past int64: the regex's error)
-            elif block.nulls:
-                found[~np.unpackbits(np.frombuffer(block.validity, np.uint8), bitorder="little")[local].astype(bool)] = -1
+            elif (valid := block.valid_rows()) is not None:
+                found[~valid[local]] = -1
             out[at] = found
         return out
     if isinstance(args, PackedText):

@@ -105,6 +105,12 @@ def graph_tip(ctx) -> str:
     return peaks.graph_advice(device, props, _arch_of(ctx, device))
 
 
+def graph_kind(graphs: str) -> str:
+    """'HIP' or 'CUDA': the graphs a device's graph advice (`graph_tip`, peaks.graph_advice) names, for
+    words about graphs a trace replays (CUDA where the device runs none, or is not known)."""
+    return "HIP" if graphs.startswith("HIP") else "CUDA"
+
+
 def profiler_tip(ctx) -> str:
     """peaks.profiler_advice for the rank's device: the profiler that shows what held it beyond the trace."""
     from .. import peaks

@@ -131,6 +131,7 @@ from ._util import (
     SEE_UNTRACED,
     SET_TO_NONE,
     STEADY_STEPS,
+    graph_kind,
     graph_tip,
     ms,
     pct,
@@ -483,7 +484,7 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
         if _many_small(events, charged, step_count):
             if replayed:  # no launch each already: graphs are advice taken (xDiT FLUX's Inductor kernels, replayed by hipGraphLaunch)
                 tips.append(f"{per_step:.0f} short kernels per step, " + ("most from torch.compile'd code and " if from_compiled else "")
-                            + f"replayed from a {'HIP' if graphs.startswith('HIP') else 'CUDA'} graph already (no launch each): "
+                            + f"replayed from a {graph_kind(graphs)} graph already (no launch each): "
                             "what is left is fewer, larger kernels, "
                             + ("letting the compiler fuse more (graph-break names any breaks)" if from_compiled else
                                "fused (torch.compile the module, fused or foreach implementations)"))

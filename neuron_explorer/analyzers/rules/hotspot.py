@@ -88,7 +88,7 @@ from ..rank_rows import RankQuery
 from ..rank_rows import rows as rank_rows
 from ..utilisation import detect_device, device_name
 from . import python_loop
-from ._util import STEADY_STEPS, graph_tip, ms, pct, q, row, share_at_least, unfused_backend_words
+from ._util import STEADY_STEPS, graph_kind, graph_tip, ms, pct, q, row, share_at_least, unfused_backend_words
 from .host_sync import waiting_calls_sql
 from .input_pipeline import LOADER_NAME
 
@@ -353,7 +353,7 @@ def _line_finding(ctx: Context):
                                      "device_backward_ns")}, "graph_replay_ns": replayed["ns"],
                 "graph_replay_captured_ns": replayed["captured_ns"],
                 "graph_replay_capture_ops": [{"op": op, "top_op": top_name, "device_ns": ns} for op, top_name, ns in replayed["ops"]]},
-        sample_event_ids=[], uses_source=True, recommendation=_line_advice(v, key, replayed, 'HIP' if graph_tip(ctx).startswith('HIP') else 'CUDA'))
+        sample_event_ids=[], uses_source=True, recommendation=_line_advice(v, key, replayed, graph_kind(graph_tip(ctx))))
 
 
 def _replayed(ctx: Context, source: str) -> dict:
@@ -385,7 +385,7 @@ def _line_advice(v: dict, key: str, replayed: dict, graph_kind: str = "CUDA") ->
     paired with its capture (`capture_op`) and takes the statement that launched it then: such a
     statement is where the work was written, and its advice names the operators it captured
     (vLLM's `gpt_oss_triton_kernels_moe.py:269`: vllm::moe_forward, 7.17 ms), not the import it had.
-    `graph_kind`: the device's graphs, 'CUDA' or 'HIP' (peaks.graph_advice)."""
+    `graph_kind`: the device's graphs, 'CUDA' or 'HIP' (_util.graph_kind)."""
     total = v[key] if key == "device_ns" else 0
     them, it, its = ("that operator", "it", "its") if len(replayed["ops"]) == 1 else ("those operators", "them", "their")
     if total and replayed["captured_ns"] * 2 >= total:

@@ -141,7 +141,7 @@ def check(ctx: Context) -> list:
         # was launched before, a launch costs the step nothing
         on_path = _on_path_ns(ctx, calls) if ctx.summary["steps"]["count"] else None
         impact = v["launch_ns"] if on_path is None else on_path
-        if impact / ctx.analysed_ns < THRESHOLDS["LAUNCH_SHARE_MIN"]:
+        if on_path is not None and not _many_launches(ctx, v, steps, on_path):
             continue
         rate = (f" ({per_step_words(v['short_kernels_counted'], steps)} over {steps} steady steps)" if steps
                 else f" {per_step_words(v['short_kernels'], 0)} ({ms(ctx.analysed_ns)})")
@@ -187,8 +187,7 @@ def _first_launch_words(v: dict) -> str:
 def _on_path_ns(ctx: Context, calls: str) -> int | None:
     """The part of the launch calls' union (`calls`: the check's CTEs, `l` the calls) in which the
     steps' critical path runs on the host (critical_path.host_union)."""
-    got = ctx.run.sql(calls + " SELECT ts_ns, end_ns FROM l").fetchnumpy()
-    return cp.on_host_path_ns(ctx.run, ctx.rank, np.asarray(got["ts_ns"], dtype=np.int64), np.asarray(got["end_ns"], dtype=np.int64))
+    return cp.on_host_path_ns(ctx.run, ctx.rank, calls + " SELECT ts_ns AS start_ns, end_ns FROM l")
 
 
 def _mostly_first(v: dict) -> bool:

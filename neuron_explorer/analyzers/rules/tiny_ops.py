@@ -15,8 +15,6 @@ The share test (TINY_SHARE_MIN) is of the impact. Saving bound: the same.
 
 from __future__ import annotations
 
-import numpy as np
-
 from ...vocab import in_steps, top_op
 from .. import critical_path as cp
 from ..engine import Context
@@ -91,6 +89,5 @@ FROM ops"""
 def _on_path_ns(ctx: Context) -> int | None:
     """The part of the tiny operators' host time (each call, and the gaps under TINY_GAP_NS before it
     on its thread) in which the steps' critical path runs on the host (critical_path.host_union)."""
-    got = ctx.run.sql(f"""SELECT ts_ns - CASE WHEN gap_ns >= 0 AND gap_ns < {THRESHOLDS['TINY_GAP_NS']} THEN gap_ns ELSE 0 END AS start_ns,
-        ts_ns + dur_ns AS end_ns FROM ({_ops_sql(ctx.rank)})""").fetchnumpy()  # (a call and the Python just before it)
-    return cp.on_host_path_ns(ctx.run, ctx.rank, np.asarray(got["start_ns"], dtype=np.int64), np.asarray(got["end_ns"], dtype=np.int64))
+    return cp.on_host_path_ns(ctx.run, ctx.rank, f"""SELECT ts_ns - CASE WHEN gap_ns >= 0 AND gap_ns < {THRESHOLDS['TINY_GAP_NS']}
+        THEN gap_ns ELSE 0 END AS start_ns, ts_ns + dur_ns AS end_ns FROM ({_ops_sql(ctx.rank)})""")  # (a call and the Python just before it)
