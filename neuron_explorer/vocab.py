@@ -182,6 +182,23 @@ def call_inputs(alias: str = "") -> str:
             f"ELSE concat_ws(chr(31), json_extract_string({a}args, '$.grid'), json_extract_string({a}args, '$.block')) END")
 
 
+SERVING_ENGINES = (("vLLM", "vllm::", "vllm"), ("SGLang", "sgl_kernel::", "sglang"))
+"""Inference servers that capture and replay CUDA/HIP graphs themselves, and how their traces show
+them: (name, the namespace of their custom operators, their package's folder in a Python event's
+file: `vllm/v1/worker/gpu_model_runner.py(2000): execute_model`,
+`/sgl-workspace/sglang/python/sglang/srt/…`). Graph advice for such a rank names the engine's own
+switch, not torch.cuda.graph: its model runner is not the user's code to wrap."""
+
+
+def serving_engine(alias: str = "") -> str:
+    """SQL: the SERVING_ENGINES name an event shows (an operator in its namespace, a Python call in its
+    package), else NULL; the file test only on Python calls (a regexp over every operator's name costs)."""
+    a = _a(alias)
+    return ("CASE " + " ".join(f"WHEN ({a}kind = 'cpu_op' AND starts_with({a}name, {sql_literal(ns)})) OR ({a}kind = 'python' "
+                               f"AND regexp_matches({a}name, {sql_literal(f'(^|/){folder}/')})) THEN {sql_literal(name)}"
+                               for name, ns, folder in SERVING_ENGINES) + " END")
+
+
 OPTIMIZER_STEP_RANGE = "Optimizer.step#"
 """The start of torch's range around an optimizer's step (`Optimizer.step#AdamW.step`): the
 optimizer's class is between `#` and `.step`."""

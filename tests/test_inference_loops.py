@@ -188,6 +188,72 @@ def test_short_kernels_a_graph_replays_are_no_launch_overhead(tmp_path):
     assert launch.evidence.values["launch_ns"] == 100 * 4_000
 
 
+# ---- a serving engine's graphs are its own switches -----------------------------------------------
+
+def test_vllm_eager_is_told_vllms_graph_switches_not_torch_cuda_graph(tmp_path):
+    """b200_vllm_eager (vLLM decode, no CUDA graph launched: its operators are vllm::…, its Python calls
+    vllm/…): 585 short kernels launched one by one. The advice said to capture them with
+    torch.cuda.graph, but vLLM's model runner, not the user's code, captures graphs: it runs eager
+    because enforce_eager=True (--enforce-eager) or its compilation_config says so. Both findings that
+    advise graphs now name those switches, and torch.compile by vLLM's compilation_config."""
+    raw = json.loads(__import__("gzip").open(TRACES / "b200_vllm_eager_rank0_of_8.json.gz").read())
+    names = [e.get("name", "") for e in raw["traceEvents"]]
+    assert not [n for n in names if "GraphLaunch" in n]  # eager: no graph replayed
+    assert sum(n.startswith("vllm::") for n in names) == 146
+    run = import_traces(TRACES / "b200_vllm_eager_rank0_of_8.json.gz", tmp_path / "run").run_dir
+    report = _report(run)
+    (launch,) = [f for f in report.findings if f.rule_id == "launch-overhead"]
+    (idle,) = [f for f in report.findings if f.rule_id == "device-idle"]
+    assert launch.recommendation.endswith(
+        "Fuse them: torch.compile (vLLM's compilation_config), CUDA graphs (which vLLM captures itself unless it runs eager: "
+        "enforce_eager=True (--enforce-eager) turns them off, and compilation_config's cudagraph_mode "
+        "and cudagraph_capture_sizes choose which batches replay one), larger batches.")
+    assert "use CUDA graphs (which vLLM captures itself unless it runs eager: enforce_eager=True (--enforce-eager)" in idle.recommendation
+    assert "torch.cuda.graph" not in launch.recommendation + idle.recommendation
+
+
+def _sglang_decode(graph: bool):
+    """A step-less SGLang decode (its model runner's Python call around everything): 150 short kernels
+    launched one by one and, with `graph`, 150 more replayed by one cudaGraphLaunch."""
+    events = [X("/sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py(2210): forward", "python_function", 0, 3000)]
+    events += _stepless_training_free()
+    if graph:
+        events += [X("aten::add", "cpu_op", 1600, 30, **{"External id": 900}),
+                   X("cudaGraphLaunch", "cuda_runtime", 1601, 25, correlation=999, **{"External id": 900})]
+        events += [X("add_kernel", "kernel", 1630 + 3 * i, 2, pid=0, tid=7, correlation=999, stream=7, device=0) for i in range(150)]
+    return events
+
+
+def test_an_sglang_rank_is_told_sglangs_switches_and_whether_it_replays_graphs_already(tmp_path):
+    """The same 150 short kernels under SGLang's model runner: the advice names SGLang's server
+    arguments (--disable-cuda-graph, --cuda-graph-max-bs, --enable-torch-compile), not
+    torch.cuda.graph; where the rank replays a graph already, it says so and names what graphs leave
+    out. The same kernels with no engine's call around them keep torch.cuda.graph."""
+    words = {}
+    for name, events in (("plain", _stepless_training_free()), ("eager", _sglang_decode(False)), ("replaying", _sglang_decode(True))):
+        run = import_traces(write_trace(tmp_path / f"{name}.json", events), tmp_path / name).run_dir
+        (launch,) = [f for f in _report(run).findings if f.rule_id == "launch-overhead"]
+        assert launch.title.startswith("150 short kernels on device 0 in the analysed window"), launch.title
+        words[name] = launch.recommendation[launch.recommendation.index("Fuse them: "):]
+    assert words["plain"] == "Fuse them: torch.compile, CUDA graphs (torch.cuda.graph, or torch.compile(mode='reduce-overhead')), larger batches."
+    assert words["eager"] == ("Fuse them: torch.compile (SGLang's --enable-torch-compile), CUDA graphs (which SGLang captures itself for "
+                              "decode batches up to --cuda-graph-max-bs unless --disable-cuda-graph turns them off), larger batches.")
+    assert words["replaying"] == ("Fuse them: torch.compile (SGLang's --enable-torch-compile), CUDA graphs (which SGLang replays here "
+                                  "already for decode: what launches kernels one by one is what its graphs leave out, such as prefill "
+                                  "and batches above --cuda-graph-max-bs), larger batches.")
+
+
+def test_an_engine_on_an_amd_device_is_told_hip_graphs_and_no_engine_on_trainium():
+    from neuron_explorer.analyzers import peaks as P
+
+    amd = P.arch_named("AMD Instinct MI300X")
+    assert P.graph_advice(None, arch=amd, engine="vLLM").startswith("HIP graphs (which vLLM captures itself unless it runs eager")
+    assert P.graph_advice(None, arch=amd, engine="vLLM", replays=True).startswith("HIP graphs (which vLLM replays here already")
+    assert P.graph_advice(None, arch=amd) == ("HIP graphs (torch.cuda.graph, which ROCm runs as HIP graphs, or "
+                                              "torch.compile(mode='reduce-overhead'))")
+    assert P.graph_advice("Trainium2", engine="vLLM").startswith("torch.compile (the Neuron compiler")  # no graphs there
+
+
 # ---- item 10: a device run that lost its device events --------------------------------------------
 
 def test_a_trace_with_launches_but_no_kernels_says_device_events_lost_not_cpu_only(tmp_path):

@@ -304,19 +304,51 @@ KERNELS_PATTERN = "(?i)(" + "|".join(a.kernels for a in ARCHS if a.kernels) + ")
 """A kernel name that shows the architecture it was built for (any ARCHS kernel pattern; RE2 and Python)."""
 
 
-def graph_advice(device_name: str | None, props: list[dict] | None = None, arch: Arch | None = None) -> str:
+ENGINE_GRAPHS = {
+    "vLLM": ("which vLLM captures itself unless it runs eager: enforce_eager=True (--enforce-eager) turns them off, "
+             "and compilation_config's cudagraph_mode and cudagraph_capture_sizes choose which batches replay one",
+             "which vLLM replays here already: what launches kernels one by one is what its graphs leave out, batches "
+             "larger than its capture sizes (compilation_config's cudagraph_capture_sizes) or steps its cudagraph_mode "
+             "runs eager"),
+    "SGLang": ("which SGLang captures itself for decode batches up to --cuda-graph-max-bs unless --disable-cuda-graph "
+               "turns them off",
+               "which SGLang replays here already for decode: what launches kernels one by one is what its graphs "
+               "leave out, such as prefill and batches above --cuda-graph-max-bs"),
+}
+"""How a serving engine (vocab.SERVING_ENGINES) is told to replay graphs: its own switches (vLLM's
+engine arguments and `vllm serve` flags; SGLang's server arguments), since its model runner, not the
+user's code, captures them. (Where the rank replays none, where it replays some.)"""
+
+
+ENGINE_COMPILE = {"vLLM": "vLLM's compilation_config", "SGLang": "SGLang's --enable-torch-compile"}
+"""Where a serving engine (vocab.SERVING_ENGINES) is told to torch.compile its model: it compiles the
+model itself, so the switch is its, not a torch.compile call in the user's code."""
+
+
+def compile_advice(engine: str | None = None) -> str:
+    """'torch.compile', with the serving engine's own switch for it (ENGINE_COMPILE) where it runs one."""
+    return f"torch.compile ({ENGINE_COMPILE[engine]})" if engine in ENGINE_COMPILE else "torch.compile"
+
+
+def graph_advice(device_name: str | None, props: list[dict] | None = None, arch: Arch | None = None,
+                 engine: str | None = None, replays: bool = False) -> str:
     """How to launch fewer, larger device programs, in the device's own terms: CUDA graphs on NVIDIA
     (and where the device is not known), HIP graphs on AMD (the same torch.cuda.graph API); on AWS Trainium (TorchNeuron's `neuron` device, or a
     device named Trainium) torch.compile, whose compiled region the Neuron compiler runs as one
     device program — CUDA graphs do not exist there; on Meta's MTIA torch.compile, which fuses the
     kernels (CUDA graphs are NVIDIA's and AMD's). `arch`: the rank's detected architecture, where the
-    name does not say it (`detect`)."""
+    name does not say it (`detect`). `engine`: the serving engine the rank runs (vocab.SERVING_ENGINES):
+    its graphs are its own switches' (ENGINE_GRAPHS), not torch.cuda.graph around its model runner;
+    `replays`: the rank replays graphs already (metrics.graph_replays), which the engine's words say."""
     arch = arch_named(device_name) or arch
     if is_torchneuron_device(device_name, props) or (arch is not None and arch.vendor == "aws"):
         return "torch.compile (the Neuron compiler runs each compiled region as one device program)"
     if arch is not None and arch.vendor == "meta":
         return "torch.compile (it fuses kernels into fewer, larger ones)"
-    if arch is not None and arch.vendor == "amd":  # (PyTorch's API is torch.cuda's on ROCm too)
+    kind = "HIP" if arch is not None and arch.vendor == "amd" else "CUDA"
+    if engine in ENGINE_GRAPHS:
+        return f"{kind} graphs ({ENGINE_GRAPHS[engine][1 if replays else 0]})"
+    if kind == "HIP":  # (PyTorch's API is torch.cuda's on ROCm too)
         return "HIP graphs (torch.cuda.graph, which ROCm runs as HIP graphs, or torch.compile(mode='reduce-overhead'))"
     return "CUDA graphs (torch.cuda.graph, or torch.compile(mode='reduce-overhead'))"
 

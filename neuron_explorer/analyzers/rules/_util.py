@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...store import sql_literal as q  # noqa: F401  (rules write q(...) for a SQL string literal)
+from ...vocab import serving_engine
 
 STEADY_STEPS = "Profile steady steps (torch.profiler.schedule(wait=1, warmup=1, active=3) with prof.step())"
 """How the advice says to see what each iteration costs, where what the trace shows may be a one-off."""
@@ -98,11 +99,28 @@ def _arch_of(ctx, device: str | None):
 
 
 def graph_tip(ctx) -> str:
-    """peaks.graph_advice for the rank's device."""
+    """peaks.graph_advice for the rank's device, and the serving engine it runs (`serving_engine_of`),
+    which replays graphs already or not (metrics.graph_replays)."""
     from .. import peaks
+    from ..metrics import graph_replays, rank_entry
 
     device, props = _device_of(ctx)
-    return peaks.graph_advice(device, props, _arch_of(ctx, device))
+    return peaks.graph_advice(device, props, _arch_of(ctx, device), serving_engine_of(ctx.run, ctx.rank),
+                              graph_replays(rank_entry(ctx.run, ctx.rank)) is not None)
+
+
+_ENGINE_SQL = (f"SELECT engine FROM (SELECT {serving_engine()} AS engine, count(*) AS n FROM events "
+               "WHERE rank = ? AND kind IN ('cpu_op', 'python') GROUP BY 1) WHERE engine IS NOT NULL ORDER BY n DESC, engine LIMIT 1")
+
+
+def serving_engine_of(run, rank: int) -> str | None:
+    """The serving engine a rank runs (vocab.SERVING_ENGINES: the one most of its operators and Python
+    calls show), None for none; read once per rank and kept on `run`."""
+    kept = run.prepared.setdefault("serving_engine", {})
+    if int(rank) not in kept:
+        got = run.sql(_ENGINE_SQL, [int(rank)]).fetchone()
+        kept[int(rank)] = got[0] if got else None
+    return kept[int(rank)]
 
 
 def graph_kind(graphs: str) -> str:

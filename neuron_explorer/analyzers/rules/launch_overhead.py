@@ -19,6 +19,12 @@ of those counted or more, the advice first names them (a step's count) and set_t
 torch 2.0 zero_grad zeroed each gradient with a kernel of its own. Where the first launch of each
 kernel name holds half the launch time or more (`first_launch_ns`: loading the kernels' code, as
 critical-path's one-off launch is for one call), the advice says so first, and to profile steady steps.
+On a rank that runs a serving engine (its operators or Python calls show vLLM or SGLang:
+vocab.SERVING_ENGINES), the advice names the engine's own switches for graphs and torch.compile
+(peaks.ENGINE_GRAPHS, ENGINE_COMPILE: vLLM's enforce_eager and compilation_config, SGLang's
+--disable-cuda-graph, --cuda-graph-max-bs and --enable-torch-compile), as every rule's graph advice
+does (_util.graph_tip): the engine's model runner captures the graphs, not the user's code, and where
+the rank replays some already, it says so and names what graphs leave out.
 """
 
 from __future__ import annotations
@@ -28,10 +34,11 @@ import numpy as np
 from ...vocab import ZERO_GRAD_RANGE, in_steps
 from .. import critical_path as cp
 from .. import metrics
+from .. import peaks as P
 from ..engine import Context
 from ..metrics import per_step_words, union_of_sql
 from ..model import Location
-from ._util import SET_TO_NONE, STEADY_STEPS, graph_tip, ms, no_device, q, row
+from ._util import SET_TO_NONE, STEADY_STEPS, graph_tip, ms, no_device, q, row, serving_engine_of
 
 RULE_ID = "launch-overhead"
 TITLE = "Kernel launch overhead: many short kernels"
@@ -164,7 +171,8 @@ def check(ctx: Context) -> list:
             sample_event_ids=[v["sample_id"]] if v["sample_id"] else [], uses_source=True,
             recommendation=(first := _first_launch_words(v)) + f"{'m' if first else 'M'}ost kernels run under "
             f"{THRESHOLDS['SHORT_KERNEL_NS'] // 1000} us, so launches dominate"
-            + (f" (most under {top['op']})" if top["op"] else "") + ". " + zeroing + "Fuse them: " + _fuse(graph_tip(ctx)) + ", "
+            + (f" (most under {top['op']})" if top["op"] else "") + ". " + zeroing
+            + "Fuse them: " + _fuse(graph_tip(ctx), serving_engine_of(ctx.run, ctx.rank)) + ", "
             + ("foreach/fused optimizers, " if ctx.trains() else "") + "larger batches.",
         ))
     return out
@@ -197,9 +205,10 @@ def _mostly_first(v: dict) -> bool:
     return bool(total) and first * 2 >= total
 
 
-def _fuse(graphs: str) -> str:
-    """torch.compile and the device's way to launch fewer programs (once, where they are the same)."""
-    return graphs if graphs.startswith("torch.compile") else "torch.compile, " + graphs
+def _fuse(graphs: str, engine: str | None = None) -> str:
+    """torch.compile and the device's way to launch fewer programs (once, where they are the same), each
+    by a serving engine's own switch where the rank runs one (vocab.SERVING_ENGINES, peaks.compile_advice)."""
+    return graphs if graphs.startswith("torch.compile") else P.compile_advice(engine) + ", " + graphs
 
 
 def _zero_grad_words(ctx: Context, device: int, in_steady: str, counted: int, steps: int) -> str:
