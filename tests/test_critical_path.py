@@ -1033,10 +1033,11 @@ def test_rule_says_channels_last_for_nchw_convolutions_on_the_path(tmp_path):
 def test_launch_advice_fits_the_device(tmp_path, device, says, never):
     """The host-bound loop above on an NVIDIA GPU, an AMD GPU and on Trainium (the device named in the
     trace's deviceProperties): graphs are advised where they exist, in the device's own name (ROCm's are
-    HIP graphs, through the same torch.cuda API), never on a device without them."""
+    HIP graphs, through the same torch.cuda API), never on a device without them. (The operators fill
+    the step: host time in no traced call has advice of its own.)"""
     events = [X("ProfilerStep#1", "user_annotation", 0, 100)]
-    for i, t in enumerate((10, 30, 50), 1):
-        events += [X("aten::add", "cpu_op", t, 10, **{"External id": i}),
+    for i, t in enumerate((5, 35, 65), 1):
+        events += [X("aten::add", "cpu_op", t, 30, **{"External id": i}),
                    X("cudaLaunchKernel", "cuda_runtime", t + 4, 4, correlation=i, **{"External id": i}),
                    _k("elementwise_kernel", "kernel", i, t + 9, 2)]
     from neuron_explorer.analyzers import analyze

@@ -153,19 +153,25 @@ def test_idle_while_the_path_runs_python_is_the_host_class_finding_alone(tmp_pat
     that the host ran 'no traced call' in its gaps (and to record stacks, which the trace has), beside
     critical-path's host class naming prep.py's normalize: one cause, two findings (h100_timesformer:
     224.10 ms of idle and 225.02 ms of host time). The host class is the finding; the idle's evidence
-    says how much of it lies under the path's host time. Without Python in the trace, the host class
-    cannot name the work either, and device-idle stays, with its gaps (the three operators' 0.30 ms
-    in them: no traced call for the rest)."""
+    says how much of it lies under the path's host time. Without Python in the trace, the host class's
+    time is in no traced call but for the three operators' 0.30 ms: it says so, and to record stacks
+    or sample the process (it said to compile and capture graphs, which do not touch such time, beside
+    device-idle saying the host ran no traced call: HTA's trace_compare base, 222.43 ms of host time
+    and 220.76 ms of idle, one cause); device-idle leaves its finding to it."""
     rep = _report(tmp_path / "py", _preprocessing_steps(python=True))
     assert not [x for x in rep.findings if x.rule_id == "device-idle"]
     (host,) = [x for x in rep.findings if x.rule_id == "critical-path" and x.evidence.values["class"] == "host"]
     assert "prep.py(12): normalize" in host.title
     idle = rep.summary["ranks"][0]["device_time"][0]["idle_ns"]
     assert idle >= 0.8 * 30_000 * US and host.impact_ns >= 0.8 * idle
+    assert "in no traced call" not in host.recommendation
     bare = _report(tmp_path / "bare", _preprocessing_steps(python=False))
-    (f,) = [x for x in bare.findings if x.rule_id == "device-idle"]
-    v = f.evidence.values
-    assert v["host_calls_in_gaps_ns"] == 300 * US and v["gaps_ns"] >= 24_000 * US
+    assert not [x for x in bare.findings if x.rule_id == "device-idle"]
+    (host,) = [x for x in bare.findings if x.rule_id == "critical-path" and x.evidence.values["class"] == "host"]
+    assert host.evidence.values["untraced_ns"] == 3 * (10_000 - 100) * US  # each step but its operator's 0.10 ms
+    assert host.recommendation.startswith("29.70 ms of this time is in no traced call: ")
+    assert host.recommendation.endswith("Record with with_stack=True, or sample the process (py-spy), to see what it did.")
+    assert "torch.compile" not in host.recommendation
 
 
 def test_a_bf16_elementwise_kernel_bounding_the_step_is_not_told_a_lower_precision(tmp_path):

@@ -92,7 +92,8 @@ PATH_COLUMNS = ("rank", "step", "seq", "ts_ns", "charged_ns", "event_id", "categ
 
 _DEVICE_COMPUTE, _COMMUNICATION, _MEMCPY, _HOST_COMPUTE, _LAUNCH_OVERHEAD, _INPUT_PIPELINE, _IDLE = range(len(CATEGORIES))
 _OWN_TIME = "the call's own time after the device work it waited for"
-_UNTRACED = "host time outside every traced call"
+UNTRACED = "host time outside every traced call"
+"""The path's host time in no event the trace records, as the verdict and the findings name it."""
 WAITING_IN_COPY = "the host waiting in a blocking copy for the device"
 """The cause of host time inside a blocking copy (a memcpy call that returns after its own copy) before
 that copy ran: the path came back to the host there (from device work with no recorded launch, or
@@ -154,7 +155,7 @@ class _Walker:
         self.first = array("q", [0])  # node i's segments: [first[i], first[i + 1])
         self.out_t, self.out_dev, self.link = array("q"), array("q"), array("q")  # node's next state, next node (-1: not known)
         self.breaks: list[int] = []  # nodes whose next node is not the node after them (sorted)
-        self.causes: dict[str | None, int] = {None: 0, _OWN_TIME: 1, _UNTRACED: 2, WAITING_IN_COPY: 3}
+        self.causes: dict[str | None, int] = {None: 0, _OWN_TIME: 1, UNTRACED: 2, WAITING_IN_COPY: 3}
 
     def cause_texts(self) -> list[str | None]:
         """Cause code -> text."""
@@ -1311,7 +1312,7 @@ def heaviest_words(items: list[dict], name=lambda s: s) -> str:
         if it["category"] == "idle":
             return f"idle before {name(it['item'] or '?')}" + (f" ({it['cause']})" if it["cause"] else "")
         if it["item"] is None:
-            return _UNTRACED
+            return UNTRACED
         return name(it["item"]) + (" (runtime calls)" if it["category"] == "launch_overhead" else "")
     return ", ".join(f"{label(it)} {duration(it['ns'])}" for it in items)
 

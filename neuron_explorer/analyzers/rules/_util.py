@@ -17,6 +17,15 @@ FUSED_ATTENTION_LEFT = ("cut the padding (pack sequences of different lengths), 
 device-underuse's attention below the roofline say it alike."""
 
 
+def see_untraced(ctx, where: str = "") -> str:
+    """How the advice says to see host time in no traced call: the Python calls the trace records
+    `where` (the import counted some), else SEE_UNTRACED."""
+    from ..metrics import rank_entry
+
+    python = bool((rank_entry(ctx.run, ctx.rank).get("counts") or {}).get("python"))
+    return f"Read the Python the trace records{where} (the timeline's Python rows), or sample the process (py-spy)" if python else SEE_UNTRACED
+
+
 def ms(ns: float | int | None) -> str:
     """A finding's time in ms, thousands separated as fmt.duration writes it (13,336.25 ms, not 13336.25)."""
     return "n/a" if ns is None else f"{ns / 1e6:,.2f} ms"

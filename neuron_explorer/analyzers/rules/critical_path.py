@@ -59,7 +59,12 @@ pieces of LONG_STRETCH_NS or more, each charged whole to one operator or record_
 nothing recorded beneath it) → not the dispatcher overhead between operators that compiling removes
 but a wait the trace does not show (a sync inside a library, the autograd engine's thread, a
 collective waiting for another rank) or Python it does not record: record stacks or sample the
-process to see which; otherwise, where DistributedDataParallel's broadcast of the module's buffers
+process to see which; host time at least half of which is in no traced call (`untraced_ns`: the path's
+host time outside every operator, Python call and range, critical_path.UNTRACED) → not what compiling
+or graphs remove but time the trace does not explain: read the Python it records there, or record
+stacks or sample the process (_util.see_untraced; device-idle leaves its finding of the same idle to
+this one, HTA's trace_compare base: 222.43 ms of host time, 220.76 ms of idle); otherwise, where
+DistributedDataParallel's broadcast of the module's buffers
 at every forward (vocab.DDP_BUFFER_BROADCAST_OPS) is KNOWN_HOST_SHARE_MIN of the host time or
 more, it is named first with its time → broadcast_buffers=False, or SyncBatchNorm; and so is an
 optimizer's zero_grad (vocab.ZERO_GRAD_RANGE) → set_to_none=True; host time at least half of which is
@@ -137,6 +142,7 @@ from ._util import (
     pct,
     profiler_tip,
     q,
+    see_untraced,
     unfused_backend_words,
     unseen_queue_words,
 )
@@ -437,7 +443,7 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
             one_off_ns: int = 0, has_modules: bool = False, unrecorded_ns: int = 0,
             stretches: tuple[int, list[tuple[str, int]]] = (0, []), attention: list[dict] = (), path_ns: int = 0,
             attention_parts: dict[str, list[dict]] | None = None, profiler: str = "", compiled: str = "",
-            replayed: bool = False) -> str:
+            replayed: bool = False, untraced: tuple[int, str] = (0, "")) -> str:
     """The class's advice. `one_off_ns`: the launch class's one-off, the ns the path charges the one
     call that holds most of it (`critical_path.one_off_launch`: a kernel's first launch loading its code), 0 for none.
     `has_modules`: the rank's path items carry nn.Module paths (so Python without one is outside the model).
@@ -447,7 +453,8 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
     (`_unfused_attention`): SDPA first, then the normalisation advice for the rest where it is
     CLASS_SHARE_MIN of the path (`path_ns`) or more. `compiled`: the host class's words where most of it
     runs torch.compile'd code (`_compiled_words`), which replace the advice to compile. `replayed`: most of
-    the class's kernels' time is kernels a CUDA/HIP graph replays (`_replayed`), so graphs are not advised."""
+    the class's kernels' time is kernels a CUDA/HIP graph replays (`_replayed`), so graphs are not advised.
+    `untraced`: the host class's time in no traced call (`_untraced_ns`) and how to see it (_util.see_untraced)."""
     if cls == "host" and unrecorded_ns * 2 >= charged:
         return (f"{ms(unrecorded_ns)} of the step's time is its range running on after the last event the trace holds: nothing "
                 "was recorded there, so it is no Python to speed up and no saving (this finding's impact and saving bound leave it "
@@ -564,6 +571,12 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
                 "optimizer, the autograd engine's thread, a collective waiting for another rank) or Python it does not "
                 "record. " + SEE_UNTRACED + ", to see which before compiling; "
                 "where ranks wait for each other, collective-wait and rank-skew say for how long.")
+    untraced_ns, see = untraced
+    if cls == "host" and untraced_ns * 2 >= charged:
+        return (f"{ms(untraced_ns)} of this time is in no traced call: the host ran code or waited where the trace records no "
+                "operator, Python call or range (Python between operators, a sleep, a wait the profiler does not record such as a "
+                "sync inside a library), so it does not say what to make faster, and compiling or capturing graphs may not touch "
+                f"it. {see}, to see what it did.")
     if compiled:
         return _known_host_costs(cls, members, charged) + compiled
     tools = (graphs + " cuts Python and dispatcher overhead and per-kernel launches" if graphs.startswith("torch.compile") else
@@ -631,6 +644,12 @@ def _fp32_advice(members: list[dict], arch) -> str:
     return P.precision_advice(arch, tf32_already=True, not_tf32=_names_of(plain) + more if plain else "")
 
 
+def _untraced_ns(members: list[dict]) -> int:
+    """The host class's time in no traced call: its members with no item (critical_path.UNTRACED, host
+    time outside every operator, Python call and range the trace records)."""
+    return sum(m["charged_ns"] for m in members if m["item"] is None and m["category"] == "host_compute")
+
+
 def _names_of(members: list[dict]) -> str:
     """Members with their charged time, heaviest first, at most three (kernels that would read alike told apart)."""
     shown = members[:3]
@@ -647,7 +666,7 @@ def _describe(it: dict, labels: dict | None = None) -> str:
     """An item as people read it; a kernel by its label among the items shown beside it (`labels`)."""
     cat, item = it["category"], it["item"]
     if item is None:
-        return "Python outside every traced call"
+        return cp.UNTRACED
     if cat in DEVICE:
         return ((labels or {}).get(item) or kernel_name(item, 48)) + (f" of {it['op']}" if it["op"] else "")
     short = item if len(item) <= 48 else item[:45] + "…"
@@ -933,6 +952,7 @@ def check(ctx: Context) -> list:
         # (the Python between the last call and the step's end)
         left_out = unrecorded if unrecorded and unrecorded * 2 >= charged else 0
         stretches = _long_stretches(ctx.run, path) if cls == "host" else (0, [])
+        untraced = _untraced_ns(members) if cls == "host" else 0
         compiled = _compiled_words(ctx, members, charged) if cls == "host" else ""
         unseen = _unseen_waits(ctx, path) if cls == "host_sync" else (0, 0)
         step_ns: dict = {}
@@ -968,7 +988,8 @@ def check(ctx: Context) -> list:
                     "bound": bound["overall"]["bound"], "path_ns": total,
                     "heaviest": [{"item": m["item"], "op": m["op"], "charged_ns": m["charged_ns"]} for m in (shown if as_attention else members)[:3]],
                     "device_arch": arch.name if arch else None,
-                    **({"unrecorded_ns": unrecorded, "left_out_ns": left_out, "long_stretches_ns": stretches[0]} if cls == "host" else {}),
+                    **({"unrecorded_ns": unrecorded, "left_out_ns": left_out, "long_stretches_ns": stretches[0],
+                        "untraced_ns": untraced} if cls == "host" else {}),
                     **({"waits_ns": unseen[0], "waits_device_idle_ns": unseen[1]} if cls == "host_sync" else {}),
                     **({"tf32_ns": sum(m["charged_ns"] for m in members if kernel_runs_tf32(m["item"]))} if cls == "fp32_matmul" else {}),
                     **({"unfused_attention_ns": attention_ns,
@@ -982,6 +1003,7 @@ def check(ctx: Context) -> list:
                                                         longest if one_off else 0, has_modules, unrecorded, stretches,
                                                         attention if cls == "norm" else [], total, folded, profiler, compiled,
                                                         cls in WORK_CLASSES and _many_small(events, charged, step_count)
-                                                        and _replayed(ctx.run, ctx.rank, members)),
+                                                        and _replayed(ctx.run, ctx.rank, members),
+                                                        (untraced, see_untraced(ctx, " there")) if untraced else (0, "")),
                                                 host_sync.unseen_words(unseen[0], unseen[1], _names_of(members), profiler)) if x)))
     return out

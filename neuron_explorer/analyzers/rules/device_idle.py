@@ -24,9 +24,10 @@ the critical path names: cuda_triton's one step idled 13,335 ms there, with no c
 host-sync counts the idle the syncs cause after they return, and the idle during a wait stays
 here. The evidence gives the whole idle (`idle_ns`) and the parts left out. Saving bound: the same.
 Where HOST_PATH_SHARE of the idle left here or more lies where the steps' critical path runs on the
-host (`idle_under_host_path_ns`, where the trace records Python) and the host's traced operators fill
+host (`idle_under_host_path_ns`) and the host's traced operators fill
 under UNTRACED_HOST_SHARE of the named gaps (`host_calls_in_gaps_ns` of `gaps_ns`), critical-path's host class is the finding for it
-(`leaves_to`): it names the Python and calls that kept the device waiting. So are its host and launch
+(`leaves_to`): it names the Python and calls that kept the device waiting, or, where the trace records
+no Python (`python_recorded`), the time in no traced call that most of it is and how to see it. So are its host and launch
 classes, with the steps host-bound, for idle spread over many gaps (the named ones under SPREAD_SHARE
 of it): the host's time between the device's work all through, not stalls this finding could name.
 When the longest gap holds half the idle and one host operator runs through nearly all of it, the
@@ -67,7 +68,7 @@ from ..rank_rows import arrays as rank_arrays
 from ..rank_rows import rows as rank_rows
 from . import allocator_churn, host_sync, input_pipeline, launch_overhead
 from . import critical_path as critical_path_rule
-from ._util import SEE_UNTRACED, STEADY_STEPS, graph_tip, ms, pct, profiler_tip, unseen_queue_words
+from ._util import SEE_UNTRACED, STEADY_STEPS, graph_tip, ms, pct, profiler_tip, see_untraced, unseen_queue_words
 
 RULE_ID = "device-idle"
 TITLE = "Device idle between kernels (host-bound gaps)"
@@ -417,10 +418,8 @@ def _unrecorded(ctx: Context) -> np.ndarray:
 
 def _host_path(ctx: Context) -> np.ndarray:
     """Where the steps' critical path runs on the host in CPU operators and Python (its host class,
-    category host_compute), as a union; empty without steps or a path, and where the trace records
-    no Python (the path's host class could not name the functions either: this finding's advice to
-    record them is the one to give)."""
-    if not ctx.summary["steps"]["count"] or not ctx.has_user_frames():
+    category host_compute), as a union; empty without steps or a path."""
+    if not ctx.summary["steps"]["count"]:
         return np.empty((0, 2), dtype=np.int64)
     try:
         path = critical_path.path_of(ctx.run, ctx.rank)
@@ -450,7 +449,11 @@ def leaves_to(finding) -> list:
     owners = []
     if v.get("idle_under_host_path_ns", 0) >= THRESHOLDS["HOST_PATH_SHARE"] * finding.impact_ns \
             and v.get("host_calls_in_gaps_ns", 0) < UNTRACED_HOST_SHARE * v.get("gaps_ns", 0):  # the gaps do not name the host's calls
-        owners.append((critical_path_rule.RULE_ID, lambda g: g.evidence.values.get("class") == "host"))
+        # (where the trace records no Python, the host class names nothing more, unless most of it is in no traced
+        # call: then its advice to see that time is this finding's)
+        python = v.get("python_recorded", True)
+        owners.append((critical_path_rule.RULE_ID, lambda g: g.evidence.values.get("class") == "host" and (
+            python or 2 * g.evidence.values.get("untraced_ns", 0) >= g.impact_ns)))
     if v.get("gaps_ns", 0) < SPREAD_SHARE * finding.impact_ns:
         owners.append((critical_path_rule.RULE_ID, lambda g: g.evidence.values.get("class") in ("host", "launch")
                        and g.evidence.values.get("bound") == "host"))
@@ -519,9 +522,7 @@ def _untraced_gaps(ctx: Context, gaps_ns: int, calls_ns: int) -> str:
     it (the Python the trace records, where it records Python; else stacks or a sampler); else ""."""
     if not gaps_ns or calls_ns >= UNTRACED_GAPS_SHARE * gaps_ns:
         return ""
-    python = bool((metrics.rank_entry(ctx.run, ctx.rank).get("counts") or {}).get("python"))  # (the import counted them)
-    see = ("Read the Python the trace records in those gaps (the timeline's Python rows), or sample the process (py-spy)" if python
-           else SEE_UNTRACED)
+    see = see_untraced(ctx, " in those gaps")
     return (f"In the longest gaps ({ms(gaps_ns)}) the host's traced calls take {ms(min(calls_ns, gaps_ns))}: for the rest it ran "
             "no traced call (Python between operators, a sleep, or a wait the profiler does not record, such as a sync inside a "
             f"library). {see}, to see what it did, before moving work off the host. ")
@@ -793,6 +794,7 @@ def check(ctx: Context) -> list:
                              "idle_left_out_ns": left_out["either"],
                              # (of the idle left here, where the steps' critical path ran on the host: leaves_to)
                              "idle_under_host_path_ns": v["idle_under_host_path_ns"],
+                             "python_recorded": ctx.has_user_frames(),  # (the trace records Python the host class can name)
                              "gaps_ns": named_gaps_ns, "host_calls_in_gaps_ns": calls_in_gaps_ns,  # (the named gaps, the host's calls in them)
                              # the gaps' calls many times the other calls of their name and inputs (_repeat_calls)
                              "outlier_calls": [{"event_id": int(e), **c} for e, c in repeats.items() if e in compared],
