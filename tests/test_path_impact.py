@@ -174,6 +174,21 @@ def test_idle_while_the_path_runs_python_is_the_host_class_finding_alone(tmp_pat
     assert "torch.compile" not in host.recommendation
 
 
+def test_host_time_outside_the_python_the_trace_records_is_native_code_or_a_wait(tmp_path):
+    """The same steps where the trace records Python calls, but only one short call a step: the rest of
+    the host's time is in no traced call, not even a Python one. Stacks are recorded already; what
+    is left is native code or a wait outside Python, which a sampler with native frames shows."""
+    events = [e for e in _preprocessing_steps(python=False)]
+    events += [X("infer.py(30): run", "python_function", i * 10_000 + 10, 50) for i in range(3)]
+    rep = _report(tmp_path, events)
+    assert not [x for x in rep.findings if x.rule_id == "device-idle"]
+    (host,) = [x for x in rep.findings if x.rule_id == "critical-path" and x.evidence.values["class"] == "host"]
+    assert host.evidence.values["untraced_ns"] == 3 * (10_000 - 100 - 50) * US
+    assert host.recommendation.startswith("29.55 ms of this time is in no traced call, not even a Python one: the host was in "
+                                          "native code or waiting outside Python")
+    assert host.recommendation.endswith("Sample the process with its native frames (py-spy record --native) to see it.")
+
+
 def test_a_bf16_elementwise_kernel_bounding_the_step_is_not_told_a_lower_precision(tmp_path):
     """One step where a memory-bound kernel dominates the path (the host waits for it): a bf16 elementwise kernel is told to
     fuse (it runs in bf16 already: there is no lower precision to move fewer bytes in; h100_timesformer's

@@ -17,13 +17,18 @@ FUSED_ATTENTION_LEFT = ("cut the padding (pack sequences of different lengths), 
 device-underuse's attention below the roofline say it alike."""
 
 
-def see_untraced(ctx, where: str = "") -> str:
-    """How the advice says to see host time in no traced call: the Python calls the trace records
-    `where` (the import counted some), else SEE_UNTRACED."""
+def records_python(ctx) -> bool:
+    """Whether the rank's trace records Python calls (the import counted some: with_stack's Python tracer)."""
     from ..metrics import rank_entry
 
-    python = bool((rank_entry(ctx.run, ctx.rank).get("counts") or {}).get("python"))
-    return f"Read the Python the trace records{where} (the timeline's Python rows), or sample the process (py-spy)" if python else SEE_UNTRACED
+    return bool((rank_entry(ctx.run, ctx.rank).get("counts") or {}).get("python"))
+
+
+def see_untraced(ctx, where: str = "") -> str:
+    """How the advice says to see host time in no traced operator: the Python calls the trace records
+    `where`, where it records some (`records_python`), else SEE_UNTRACED."""
+    return (f"Read the Python the trace records{where} (the timeline's Python rows), or sample the process (py-spy)"
+            if records_python(ctx) else SEE_UNTRACED)
 
 
 def ms(ns: float | int | None) -> str:

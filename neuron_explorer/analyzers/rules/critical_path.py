@@ -61,9 +61,10 @@ but a wait the trace does not show (a sync inside a library, the autograd engine
 collective waiting for another rank) or Python it does not record: record stacks or sample the
 process to see which; host time at least half of which is in no traced call (`untraced_ns`: the path's
 host time outside every operator, Python call and range, critical_path.UNTRACED) → not what compiling
-or graphs remove but time the trace does not explain: read the Python it records there, or record
-stacks or sample the process (_util.see_untraced; device-idle leaves its finding of the same idle to
-this one, HTA's trace_compare base: 222.43 ms of host time, 220.76 ms of idle); otherwise, where
+or graphs remove but time the trace does not explain: record stacks or sample the process, or, where
+the trace records Python calls (_util.records_python) and none ran then, native code or a wait
+outside Python, which a sampler with native frames shows (device-idle leaves its finding of the same
+idle to this one, HTA's trace_compare base: 222.43 ms of host time, 220.76 ms of idle); otherwise, where
 DistributedDataParallel's broadcast of the module's buffers
 at every forward (vocab.DDP_BUFFER_BROADCAST_OPS) is KNOWN_HOST_SHARE_MIN of the host time or
 more, it is named first with its time → broadcast_buffers=False, or SyncBatchNorm; and so is an
@@ -142,7 +143,7 @@ from ._util import (
     pct,
     profiler_tip,
     q,
-    see_untraced,
+    records_python,
     unfused_backend_words,
     unseen_queue_words,
 )
@@ -443,7 +444,7 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
             one_off_ns: int = 0, has_modules: bool = False, unrecorded_ns: int = 0,
             stretches: tuple[int, list[tuple[str, int]]] = (0, []), attention: list[dict] = (), path_ns: int = 0,
             attention_parts: dict[str, list[dict]] | None = None, profiler: str = "", compiled: str = "",
-            replayed: bool = False, untraced: tuple[int, str] = (0, "")) -> str:
+            replayed: bool = False, untraced: tuple[int, bool] = (0, False)) -> str:
     """The class's advice. `one_off_ns`: the launch class's one-off, the ns the path charges the one
     call that holds most of it (`critical_path.one_off_launch`: a kernel's first launch loading its code), 0 for none.
     `has_modules`: the rank's path items carry nn.Module paths (so Python without one is outside the model).
@@ -454,7 +455,8 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
     CLASS_SHARE_MIN of the path (`path_ns`) or more. `compiled`: the host class's words where most of it
     runs torch.compile'd code (`_compiled_words`), which replace the advice to compile. `replayed`: most of
     the class's kernels' time is kernels a CUDA/HIP graph replays (`_replayed`), so graphs are not advised.
-    `untraced`: the host class's time in no traced call (`_untraced_ns`) and how to see it (_util.see_untraced)."""
+    `untraced`: the host class's time in no traced call (`_untraced_ns`), and whether the trace records
+    Python calls (then none ran in that time: native code or a wait outside Python)."""
     if cls == "host" and unrecorded_ns * 2 >= charged:
         return (f"{ms(unrecorded_ns)} of the step's time is its range running on after the last event the trace holds: nothing "
                 "was recorded there, so it is no Python to speed up and no saving (this finding's impact and saving bound leave it "
@@ -571,12 +573,17 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
                 "optimizer, the autograd engine's thread, a collective waiting for another rank) or Python it does not "
                 "record. " + SEE_UNTRACED + ", to see which before compiling; "
                 "where ranks wait for each other, collective-wait and rank-skew say for how long.")
-    untraced_ns, see = untraced
+    untraced_ns, python = untraced
+    if cls == "host" and untraced_ns * 2 >= charged and python:
+        return (f"{ms(untraced_ns)} of this time is in no traced call, not even a Python one: the host was in native code or "
+                "waiting outside Python (a sleep, a sync inside a library, the GIL held by another thread), so the trace does not "
+                "say what to make faster, and compiling or capturing graphs may not touch it. Sample the process with its native "
+                "frames (py-spy record --native) to see it.")
     if cls == "host" and untraced_ns * 2 >= charged:
         return (f"{ms(untraced_ns)} of this time is in no traced call: the host ran code or waited where the trace records no "
                 "operator, Python call or range (Python between operators, a sleep, a wait the profiler does not record such as a "
                 "sync inside a library), so it does not say what to make faster, and compiling or capturing graphs may not touch "
-                f"it. {see}, to see what it did.")
+                f"it. {SEE_UNTRACED}, to see what it did.")
     if compiled:
         return _known_host_costs(cls, members, charged) + compiled
     tools = (graphs + " cuts Python and dispatcher overhead and per-kernel launches" if graphs.startswith("torch.compile") else
@@ -1004,6 +1011,6 @@ def check(ctx: Context) -> list:
                                                         attention if cls == "norm" else [], total, folded, profiler, compiled,
                                                         cls in WORK_CLASSES and _many_small(events, charged, step_count)
                                                         and _replayed(ctx.run, ctx.rank, members),
-                                                        (untraced, see_untraced(ctx, " there")) if untraced else (0, "")),
+                                                        (untraced, records_python(ctx)) if untraced else (0, False)),
                                                 host_sync.unseen_words(unseen[0], unseen[1], _names_of(members), profiler)) if x)))
     return out
