@@ -243,6 +243,29 @@ def test_an_sglang_rank_is_told_sglangs_switches_and_whether_it_replays_graphs_a
                                   "and batches above --cuda-graph-max-bs), larger batches.")
 
 
+def test_each_rank_of_a_job_is_told_its_own_engine_from_one_query_of_the_batch(tmp_path, monkeypatch):
+    """Two ranks of one job, rank 0 under vLLM's custom operators, rank 1 plain PyTorch, each with the
+    150 short kernels: each rank's graph advice is its own, and the engine is read once for the batch
+    (_util.ENGINE among the rules' per-rank queries), not once per rank."""
+    from neuron_explorer import store
+    from neuron_explorer.analyzers.rules._util import ENGINE
+
+    for r in (0, 1):
+        events = _stepless_training_free()
+        if r == 0:
+            events.append(X("vllm::unified_attention_with_output", "cpu_op", 0, 1600))
+        write_trace(tmp_path / "traces" / f"rank{r}.json", events, distributedInfo={"rank": r, "world_size": 2})
+    run = import_traces(tmp_path / "traces", tmp_path / "run").run_dir
+    seen = []
+    real = store.Run.sql
+    monkeypatch.setattr(store.Run, "sql", lambda self, query, params=None: seen.append(query) or real(self, query, params))
+    report = _report(run)
+    advice = {f.location.rank: f.recommendation for f in report.findings if f.rule_id == "launch-overhead"}
+    assert "CUDA graphs (which vLLM captures itself unless it runs eager" in advice[0]
+    assert "CUDA graphs (torch.cuda.graph, or torch.compile(mode='reduce-overhead'))" in advice[1]
+    assert seen.count(ENGINE.many) == 1 and ENGINE.one not in seen
+
+
 def test_an_engine_on_an_amd_device_is_told_hip_graphs_and_no_engine_on_trainium():
     from neuron_explorer.analyzers import peaks as P
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from ...store import sql_literal as q  # noqa: F401  (rules write q(...) for a SQL string literal)
 from ...vocab import serving_engine
+from ..rank_rows import RankQuery
+from ..rank_rows import rows as rank_rows
 
 STEADY_STEPS = "Profile steady steps (torch.profiler.schedule(wait=1, warmup=1, active=3) with prof.step())"
 """How the advice says to see what each iteration costs, where what the trace shows may be a one-off."""
@@ -123,18 +125,21 @@ def graph_tip(ctx) -> str:
                               graph_replays(rank_entry(ctx.run, ctx.rank)) is not None)
 
 
-_ENGINE_SQL = (f"SELECT engine FROM (SELECT {serving_engine()} AS engine, count(*) AS n FROM events "
-               "WHERE rank = ? AND kind IN ('cpu_op', 'python') GROUP BY 1) WHERE engine IS NOT NULL ORDER BY n DESC, engine LIMIT 1")
+ENGINE = RankQuery(
+    "serving_engine",
+    f"SELECT {serving_engine()} AS engine, count(*) AS n FROM events WHERE rank = ? AND kind IN ('cpu_op', 'python') "
+    "GROUP BY 1 HAVING engine IS NOT NULL ORDER BY n DESC, engine",
+    f"SELECT rank, {serving_engine()} AS engine, count(*) AS n FROM events WHERE kind IN ('cpu_op', 'python') "
+    "GROUP BY 1, 2 HAVING engine IS NOT NULL ORDER BY 1, n DESC, engine")
+"""The serving engines a rank's operators and Python calls show, most shown first (`serving_engine_of`);
+a rule that gives graph advice lists it in its RANK_QUERIES, so that a batch of ranks reads it once."""
 
 
 def serving_engine_of(run, rank: int) -> str | None:
     """The serving engine a rank runs (vocab.SERVING_ENGINES: the one most of its operators and Python
-    calls show), None for none; read once per rank and kept on `run`."""
-    kept = run.prepared.setdefault("serving_engine", {})
-    if int(rank) not in kept:
-        got = run.sql(_ENGINE_SQL, [int(rank)]).fetchone()
-        kept[int(rank)] = got[0] if got else None
-    return kept[int(rank)]
+    calls show), None for none (ENGINE's rows: the batch's, else one query of the rank's)."""
+    got = rank_rows(run, ENGINE, int(rank))
+    return got[0][0] if got else None
 
 
 def graph_kind(graphs: str) -> str:

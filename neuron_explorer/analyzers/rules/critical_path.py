@@ -133,6 +133,7 @@ from ..model import Location
 from ..utilisation import rank_work
 from . import host_sync
 from ._util import (
+    ENGINE,
     FUSED_ATTENTION_LEFT,
     SEE_UNTRACED,
     SET_TO_NONE,
@@ -161,9 +162,10 @@ THRESHOLDS = {
     "KNOWN_HOST_SHARE_MIN": 0.05,  # a known host cost (DDP's buffer broadcast, zero_grad's kernels) / the host class: named first
     "NCHW_SHARE_MIN": 0.25,  # convolution work / its class, with an NCHW convolution in it: channels_last advised
 }
-RANK_QUERIES = (DEVICE_WORK_NAMED,)
-"""The device work the saving bound leaves an item's names out of, read once per batch of ranks
-(the last recorded event's end, metrics.LAST_RECORDED, the summary prepares)."""
+RANK_QUERIES = (DEVICE_WORK_NAMED, ENGINE)
+"""The device work the saving bound leaves an item's names out of, and the serving engine the graph
+advice names (_util.ENGINE), read once per batch of ranks (the last recorded event's end,
+metrics.LAST_RECORDED, the summary prepares)."""
 CONV = CONV_KERNEL_RE
 NHWC = re.compile(r"(?i)(nhwc|channels_?last)")
 DEVICE = ("device_compute", "communication", "memcpy")

@@ -68,7 +68,7 @@ from ..rank_rows import arrays as rank_arrays
 from ..rank_rows import rows as rank_rows
 from . import allocator_churn, host_sync, input_pipeline, launch_overhead
 from . import critical_path as critical_path_rule
-from ._util import SEE_UNTRACED, STEADY_STEPS, graph_tip, ms, pct, profiler_tip, see_untraced, unseen_queue_words
+from ._util import ENGINE, SEE_UNTRACED, STEADY_STEPS, graph_tip, ms, pct, profiler_tip, see_untraced, unseen_queue_words
 
 RULE_ID = "device-idle"
 TITLE = "Device idle between kernels (host-bound gaps)"
@@ -377,7 +377,7 @@ CLAIMED = RankQuery("device_idle_claimed", _claimed_sql(True), _claimed_sql(Fals
 """Each rank's allocator calls, host syncs' waiting calls (ranks without steps), DataLoader fetches
 and steps: one query for a batch."""
 
-RANK_QUERIES = (GAPS, HOST, CLAIMED, REPEATS, WAITS)
+RANK_QUERIES = (GAPS, HOST, CLAIMED, REPEATS, WAITS, ENGINE)
 """The largest gaps of every device, what the host ran in them and the host calls other rules name,
 for all ranks of a batch at once. The gaps and the host's work are read (`read`) from the devices'
 busy unions the summary reads anyway; `one` and `many` are the same rows in SQL alone

@@ -88,7 +88,7 @@ from ..rank_rows import RankQuery
 from ..rank_rows import rows as rank_rows
 from ..utilisation import detect_device, device_name
 from . import python_loop
-from ._util import STEADY_STEPS, graph_kind, graph_tip, ms, pct, q, row, share_at_least, unfused_backend_words
+from ._util import ENGINE, STEADY_STEPS, graph_kind, graph_tip, ms, pct, q, row, share_at_least, unfused_backend_words
 from .host_sync import waiting_calls_sql
 from .input_pipeline import LOADER_NAME
 
@@ -408,8 +408,9 @@ TOP_KERNEL = RankQuery(
     "ORDER BY 2 DESC, name LIMIT 1",
     "SELECT rank, name, ns FROM (SELECT rank, name, sum(dur_ns)::BIGINT AS ns FROM events WHERE kind = 'kernel' GROUP BY rank, name"
     ") QUALIFY row_number() OVER (PARTITION BY rank ORDER BY ns DESC, name) = 1 ORDER BY rank")
-RANK_QUERIES = (TOP_KERNEL,)
-"""The kernel name with the most device time, for a batch of ranks at once."""
+RANK_QUERIES = (TOP_KERNEL, ENGINE)
+"""The kernel name with the most device time, and the serving engine the graph advice names
+(_util.ENGINE), for a batch of ranks at once."""
 
 
 def screen(run, summaries: dict) -> set[int]:

@@ -38,7 +38,7 @@ from .. import peaks as P
 from ..engine import Context
 from ..metrics import per_step_words, union_of_sql
 from ..model import Location
-from ._util import SET_TO_NONE, STEADY_STEPS, graph_tip, ms, no_device, q, row, serving_engine_of
+from ._util import ENGINE, SET_TO_NONE, STEADY_STEPS, graph_tip, ms, no_device, q, row, serving_engine_of
 
 RULE_ID = "launch-overhead"
 TITLE = "Kernel launch overhead: many short kernels"
@@ -51,6 +51,8 @@ THRESHOLDS = {
     "LAUNCH_SHARE_MIN": 0.01,  # and their launch calls at least this share of the analysed time
     "ZERO_GRAD_SHARE_MIN": 0.10,  # short kernels launched inside Optimizer.zero_grad / those counted: named in the advice
 }
+RANK_QUERIES = (ENGINE,)
+"""The serving engine each rank runs, for the graph advice (_util.serving_engine_of): once per batch."""
 
 
 def screen(run, summaries: dict) -> set[int]:
