@@ -26,13 +26,6 @@ def records_python(ctx) -> bool:
     return bool((rank_entry(ctx.run, ctx.rank).get("counts") or {}).get("python"))
 
 
-def see_untraced(ctx, where: str = "") -> str:
-    """How the advice says to see host time in no traced operator: the Python calls the trace records
-    `where`, where it records some (`records_python`), else SEE_UNTRACED."""
-    return (f"Read the Python the trace records{where} (the timeline's Python rows), or sample the process (py-spy)"
-            if records_python(ctx) else SEE_UNTRACED)
-
-
 def ms(ns: float | int | None) -> str:
     """A finding's time in ms, thousands separated as fmt.duration writes it (13,336.25 ms, not 13336.25)."""
     return "n/a" if ns is None else f"{ns / 1e6:,.2f} ms"

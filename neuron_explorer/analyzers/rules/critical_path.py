@@ -576,16 +576,15 @@ def _advice(cls: str, members: list[dict], events: int, charged: int, step_count
                 "record. " + SEE_UNTRACED + ", to see which before compiling; "
                 "where ranks wait for each other, collective-wait and rank-skew say for how long.")
     untraced_ns, python = untraced
-    if cls == "host" and untraced_ns * 2 >= charged and python:
-        return (f"{ms(untraced_ns)} of this time is in no traced call, not even a Python one: the host was in native code or "
-                "waiting outside Python (a sleep, a sync inside a library, the GIL held by another thread), so the trace does not "
-                "say what to make faster, and compiling or capturing graphs may not touch it. Sample the process with its native "
-                "frames (py-spy record --native) to see it.")
     if cls == "host" and untraced_ns * 2 >= charged:
-        return (f"{ms(untraced_ns)} of this time is in no traced call: the host ran code or waited where the trace records no "
-                "operator, Python call or range (Python between operators, a sleep, a wait the profiler does not record such as a "
-                "sync inside a library), so it does not say what to make faster, and compiling or capturing graphs may not touch "
-                f"it. {SEE_UNTRACED}, to see what it did.")
+        what, see = (("in no traced call, not even a Python one: the host was in native code or waiting outside Python (a sleep, "
+                      "a sync inside a library, the GIL held by another thread), so the trace does not say what to make faster",
+                      "Sample the process with its native frames (py-spy record --native) to see it.") if python else
+                     ("in no traced call: the host ran code or waited where the trace records no operator, Python call or range "
+                      "(Python between operators, a sleep, a wait the profiler does not record such as a sync inside a library), so it "
+                      "does not say what to make faster",
+                      SEE_UNTRACED + ", to see what it did."))
+        return f"{ms(untraced_ns)} of this time is {what}, and compiling or capturing graphs may not touch it. {see}"
     if compiled:
         return _known_host_costs(cls, members, charged) + compiled
     tools = (graphs + " cuts Python and dispatcher overhead and per-kernel launches" if graphs.startswith("torch.compile") else

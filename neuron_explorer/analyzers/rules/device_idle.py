@@ -27,7 +27,8 @@ Where HOST_PATH_SHARE of the idle left here or more lies where the steps' critic
 host (`idle_under_host_path_ns`) and the host's traced operators fill
 under UNTRACED_HOST_SHARE of the named gaps (`host_calls_in_gaps_ns` of `gaps_ns`), critical-path's host class is the finding for it
 (`leaves_to`): it names the Python and calls that kept the device waiting, or, where the trace records
-no Python (`python_recorded`), the time in no traced call that most of it is and how to see it. So are its host and launch
+no Python the host class can name (no user frames: `user_frames`), the time in no traced call that
+most of it is and how to see it. So are its host and launch
 classes, with the steps host-bound, for idle spread over many gaps (the named ones under SPREAD_SHARE
 of it): the host's time between the device's work all through, not stalls this finding could name.
 When the longest gap holds half the idle and one host operator runs through nearly all of it, the
@@ -68,7 +69,7 @@ from ..rank_rows import arrays as rank_arrays
 from ..rank_rows import rows as rank_rows
 from . import allocator_churn, host_sync, input_pipeline, launch_overhead
 from . import critical_path as critical_path_rule
-from ._util import ENGINE, SEE_UNTRACED, STEADY_STEPS, graph_tip, ms, pct, profiler_tip, see_untraced, unseen_queue_words
+from ._util import ENGINE, SEE_UNTRACED, STEADY_STEPS, graph_tip, ms, pct, profiler_tip, records_python, unseen_queue_words
 
 RULE_ID = "device-idle"
 TITLE = "Device idle between kernels (host-bound gaps)"
@@ -451,9 +452,9 @@ def leaves_to(finding) -> list:
             and v.get("host_calls_in_gaps_ns", 0) < UNTRACED_HOST_SHARE * v.get("gaps_ns", 0):  # the gaps do not name the host's calls
         # (where the trace records no Python, the host class names nothing more, unless most of it is in no traced
         # call: then its advice to see that time is this finding's)
-        python = v.get("python_recorded", True)
+        frames = v.get("user_frames", True)
         owners.append((critical_path_rule.RULE_ID, lambda g: g.evidence.values.get("class") == "host" and (
-            python or 2 * g.evidence.values.get("untraced_ns", 0) >= g.impact_ns)))
+            frames or 2 * g.evidence.values.get("untraced_ns", 0) >= g.impact_ns)))
     if v.get("gaps_ns", 0) < SPREAD_SHARE * finding.impact_ns:
         owners.append((critical_path_rule.RULE_ID, lambda g: g.evidence.values.get("class") in ("host", "launch")
                        and g.evidence.values.get("bound") == "host"))
@@ -522,7 +523,8 @@ def _untraced_gaps(ctx: Context, gaps_ns: int, calls_ns: int) -> str:
     it (the Python the trace records, where it records Python; else stacks or a sampler); else ""."""
     if not gaps_ns or calls_ns >= UNTRACED_GAPS_SHARE * gaps_ns:
         return ""
-    see = see_untraced(ctx, " in those gaps")
+    see = ("Read the Python the trace records in those gaps (the timeline's Python rows), or sample the process (py-spy)"
+           if records_python(ctx) else SEE_UNTRACED)
     return (f"In the longest gaps ({ms(gaps_ns)}) the host's traced calls take {ms(min(calls_ns, gaps_ns))}: for the rest it ran "
             "no traced call (Python between operators, a sleep, or a wait the profiler does not record, such as a sync inside a "
             f"library). {see}, to see what it did, before moving work off the host. ")
@@ -794,7 +796,7 @@ def check(ctx: Context) -> list:
                              "idle_left_out_ns": left_out["either"],
                              # (of the idle left here, where the steps' critical path ran on the host: leaves_to)
                              "idle_under_host_path_ns": v["idle_under_host_path_ns"],
-                             "python_recorded": ctx.has_user_frames(),  # (the trace records Python the host class can name)
+                             "user_frames": ctx.has_user_frames(),  # (the trace records Python the host class can name)
                              "gaps_ns": named_gaps_ns, "host_calls_in_gaps_ns": calls_in_gaps_ns,  # (the named gaps, the host's calls in them)
                              # the gaps' calls many times the other calls of their name and inputs (_repeat_calls)
                              "outlier_calls": [{"event_id": int(e), **c} for e, c in repeats.items() if e in compared],
