@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from neuron_explorer.analyzers import critical_path as cp
-from neuron_explorer.analyzers._path_index import RankIndex, _innermost
+from neuron_explorer.analyzers._path_index import RankIndex, _innermost, factorize_rows
 from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.store import open_run
 
@@ -72,6 +72,23 @@ def _copied(src: Path, dst: Path, copies: int) -> Path:
     d["traceEvents"] = out
     dst.write_text(json.dumps(d))
     return dst
+
+
+def test_rows_are_numbered_in_the_order_of_the_distinct_rows():
+    """factorize_rows (hashed rows, the distinct ones sorted) against numpy's sort of whole rows: the
+    same first row of each distinct row and the same code per row, on random int columns of mixed
+    widths, with values at the int64 extremes the index uses for a null."""
+    rng = np.random.default_rng(5)
+    for trial in range(300):
+        n, m = int(rng.integers(1, 300)), int(rng.integers(1, 5))
+        cols = [rng.integers(-3, int(rng.integers(1, 20)), n).astype(rng.choice([np.int8, np.int32, np.int64])) for _ in range(m)]
+        if trial % 5 == 0:
+            cols[0] = np.where(rng.random(n) < 0.3, -(2**62), cols[0].astype(np.int64))
+        _, first, code = np.unique(np.stack([c.astype(np.int64) for c in cols], axis=1), axis=0, return_index=True, return_inverse=True)
+        got_first, got_code = factorize_rows(*cols)
+        assert got_first.tolist() == first.tolist() and got_code.tolist() == code.ravel().tolist()
+    first, code = factorize_rows(np.zeros(0, np.int64), np.zeros(0, np.int32))
+    assert len(first) == len(code) == 0
 
 
 def test_overlapping_steps_get_the_path_each_gets_alone(tmp_path):

@@ -27,10 +27,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from neuron_explorer import open_run
 from neuron_explorer.collectors.chrome_trace import import_traces
+from neuron_explorer.collectors.device_clock import DeviceClockError, check_device_clock
+from neuron_explorer.collectors.raw import RawRank
 from neuron_explorer.errors import InputError
 
 from .conftest import X, cli, write_trace
@@ -186,3 +189,43 @@ def test_a_first_work_that_waits_alone_is_warned_about_not_moved(tmp_path: Path)
     assert "device_clock_shift_ns" not in quality and quality["first_work_wait_ns"] == 5003 * 1000
     assert any("device 0's first work started 5.00 ms after its launch returned" in w for w in warnings)
     assert not any("clock is offset" in w for w in warnings)
+
+
+def _raw(chunks: list[list[tuple]]) -> RawRank:
+    """A rank's events as the importer's decode hands them over: one table chunk per piece of the
+    file. Rows: (category, ts_ns, dur_ns or None, pid, correlation)."""
+    def table(rows):
+        cat, ts, dur, pid, corr = zip(*rows)
+        return pa.table({"category": pa.array(cat).dictionary_encode(), "ts_ns": pa.array(ts, pa.int64()),
+                         "dur_ns": pa.array(dur, pa.int64()), "pid": pa.array(pid, pa.int64()), "tid": pa.array([1] * len(rows), pa.int64()),
+                         "correlation": pa.array(corr, pa.int64())})
+    empty = pa.table({"ts_ns": pa.array([], pa.int64()), "pid": pa.array([], pa.int64()), "tid": pa.array([], pa.int64())})
+    return RawRank(rank=0, events=pa.concat_tables([table(c) for c in chunks]), flows=empty, memory=empty, counters=empty)
+
+
+def test_the_units_are_judged_over_every_chunk_of_the_decode():
+    """The host's span and each group's are taken over all the decode's chunks (the host's last event
+    in the last chunk, the device's µs events in two others): the same scaling as of one chunk, on
+    exactly the device's rows, a null duration read as none."""
+    t = T * 1000  # ns
+    rows = [[("cpu_op", t, 20_000, 1, None), ("kernel", (t + 15_000) // 1000, 5, 0, 1)],
+            [("privateuse1_runtime", t + 12_000, 2_000, 1, 1), ("kernel", (t + 40_000) // 1000, None, 0, 2)],
+            [("cpu_op", t + 30_000, 50_000, 1, None)]]
+    chunked, whole = _raw(rows), _raw([[r for c in rows for r in c]])
+    assert chunked.events["ts_ns"].num_chunks == 3
+    warned = [check_device_clock(raw, align=False) for raw in (chunked, whole)]
+    assert warned[0] == warned[1] and len(warned[0]) == 1 and "device events' timestamps were in µs" in warned[0][0]
+    for raw in (chunked, whole):
+        assert raw.events["ts_ns"].to_pylist() == [t, t + 15_000, t + 12_000, t + 40_000, t + 30_000]
+        assert raw.events["dur_ns"].to_pylist() == [20_000, 5_000, 2_000, None, 50_000]
+
+
+def test_a_refusal_names_the_hosts_span_over_every_chunk():
+    """A device clock no unit places is refused with the host's span, its first start in the first
+    chunk and its last end (30 ms + 50 ms on) in the last: 1,700,000,000.000 s to 1,700,000,000.080 s."""
+    t = T * 1000
+    raw = _raw([[("cpu_op", t, 20_000, 1, None)], [("kernel", 5, 5, 0, 1), ("kernel", 7, 5, 0, 2)],
+                [("cpu_op", t + 30_000_000, 50_000_000, 1, None)]])
+    with pytest.raises(DeviceClockError) as err:
+        check_device_clock(raw)
+    assert "(0.000 s to 0.000 s) lie outside the host's span (1,700,000,000.000 s to 1,700,000,000.080 s)" in str(err.value)

@@ -110,7 +110,8 @@ del arrays  # 300 MiB of free heap, still resident
 held = anon_mib()
 time.sleep(0.3)
 idle = anon_mib()
-with trimming(0.02):
+above = None if sys.argv[1] == "none" else int((held + float(sys.argv[1])) * 2**20)  # MiB over what is held now
+with trimming(0.02, above=above):
     time.sleep(0.3)
 print(held, idle, anon_mib())
 """
@@ -121,10 +122,39 @@ def test_trimming_hands_the_freed_heap_back_while_the_build_runs():
     """Arrays the build frees in the middle of the heap stay resident until a trim; inside
     `_malloc.trimming` (what a batch import's build and write run in) they go back within its
     interval. In a child process: the allocator's settings are process-wide."""
-    out = subprocess.run([sys.executable, "-c", _TRIM_CHILD], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-c", _TRIM_CHILD, "none"], capture_output=True, text=True, check=True).stdout
     held, idle, trimmed = map(float, out.split())
     assert idle > held - 50  # without a trim, the 300 MiB freed stay
     assert trimmed < idle - 250  # trimmed, they go back
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim: Linux only (a no-op elsewhere)")
+def test_trimming_with_a_budget_trims_only_above_it():
+    """A batch import trims only while it holds more than its budget (chrome_trace._trim_budget:
+    TRIM_ABOVE_JSON of the trace's JSON): under it the freed heap stays to be reused without a page
+    fault; over it, it goes back as before."""
+    def run(over_mib: str) -> tuple[float, float, float]:
+        out = subprocess.run([sys.executable, "-c", _TRIM_CHILD, over_mib], capture_output=True, text=True, check=True).stdout
+        return tuple(map(float, out.split()))
+
+    held, idle, kept = run("200")  # the budget 200 MiB above what the process holds: nothing trimmed
+    assert kept > idle - 50
+    held, idle, trimmed = run("-100")  # the budget under it: trimmed
+    assert trimmed < idle - 250
+
+
+def test_the_trim_budget_is_under_the_traces_json(tmp_path: Path):
+    """A plain trace's budget is TRIM_ABOVE_JSON of its size; a gzip's, of the JSON the memory check
+    counted (none before it counted: trimmed all along, as without a budget)."""
+    gz = TRACES / "cuda_simple_add.json.gz"
+    chrome_trace._GUNZIPPED.clear()
+    assert chrome_trace._trim_budget(gz) is None
+    chrome_trace.json_bytes(gz)  # (counted, as check_memory does before an import)
+    assert chrome_trace._trim_budget(gz) == int(chrome_trace.TRIM_ABOVE_JSON * len(gzip.decompress(gz.read_bytes())))
+    js = tmp_path / "t.json"
+    js.write_bytes(gzip.decompress(gz.read_bytes()))
+    assert chrome_trace._trim_budget(js) == int(0.9 * js.stat().st_size) < js.stat().st_size
+    assert chrome_trace._trim_budget(tmp_path / "gone.json") is None
 
 
 _HUGE_CHILD = """

@@ -22,6 +22,8 @@ from array import array
 from bisect import bisect_left, bisect_right
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..collectors.kineto_names import DATALOADER_NEXT, EVENT_SYNC, STREAM_SYNC, SYNC_KIND_ARG, WAIT_ON_STREAM_ARG, launched_before_trace
 from ..store import Run
@@ -93,15 +95,27 @@ def factorize(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def factorize_rows(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(index of each distinct row's first occurrence, code of each row) of int columns."""
-    key = np.zeros(len(cols[0]), dtype=np.int64)
-    for c in cols:
-        u, _, code = factorize(c)
-        if len(u) and (int(key.max()) + 1) * len(u) >= 2**62:  # would overflow: renumber first
-            key = factorize(key)[2]
-        key = key * len(u) + code
-    _, first, inv = factorize(key)
-    return first, inv
+    """(index of each distinct row's first occurrence, code of each row) of int columns, the codes
+    in the order of the distinct rows (lexicographic, first column first). The rows are hashed once
+    (Arrow's dictionary_encode of each row's values as one fixed-size key) and only the distinct
+    ones sorted: a stable sort of every column, as `factorize` of each would, took 0.14 s of a
+    1.45M-event rank's index against 0.03 s."""
+    n = len(cols[0])
+    if not n:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    packed = np.empty((n, len(cols)), dtype=np.int64)
+    for i, c in enumerate(cols):
+        packed[:, i] = c
+    keys = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8 * len(cols)), n, [None, pa.py_buffer(packed)])
+    seen = np.asarray(pc.dictionary_encode(keys).indices, dtype=np.int64)  # in order of first occurrence
+    del keys, packed
+    new = np.ones(n, dtype=bool)  # a row whose code is above every code before it is its code's first row
+    new[1:] = seen[1:] > np.maximum.accumulate(seen)[:-1]
+    first = np.flatnonzero(new)
+    order = np.lexsort([c[first] for c in reversed(cols)])  # the distinct rows, sorted
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[order] = np.arange(len(first), dtype=np.int64)
+    return first[order], rank[seen]
 
 
 def _innermost(ts: np.ndarray, end: np.ndarray, ids: np.ndarray, pos: np.ndarray, native: bool = True) -> tuple[array, array]:

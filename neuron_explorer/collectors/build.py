@@ -367,8 +367,9 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
         depth = depth_of(parent)
         python_ancestors = depth_of(parent, is_python)
         # self time: the duration less the slices directly inside it on its track
-        nested = parent >= 0  # (float sums are exact below 2^53 ns, about 104 days)
-        inner = np.bincount(parent[nested], weights=np.maximum(dur[nested], 0), minlength=n).astype(np.int64)
+        nested = parent >= 0  # (summed in int64, exact: the durations' sum fits, trace_rank._check_ranges)
+        inner = np.zeros(n, dtype=np.int64)
+        np.add.at(inner, parent[nested], np.maximum(dur[nested], 0))
         self_ns = narrow(np.maximum(np.maximum(dur, 0) - inner, 0))
         del inner, nested
 

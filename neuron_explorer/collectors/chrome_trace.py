@@ -33,7 +33,16 @@ from ..errors import InputError
 from ..no_pandas import without_pandas
 from . import graph_capture, provenance, remote, sources
 from ._forked import keep_inherited
-from ._malloc import BUILD_MMAP_THRESHOLD, DECODE_MMAP_THRESHOLD, WRITE_MMAP_THRESHOLD, arrow_on_malloc, no_huge_pages, set_mmap_threshold, trimming
+from ._malloc import (
+    BUILD_MMAP_THRESHOLD,
+    DECODE_MMAP_THRESHOLD,
+    TRIM_ABOVE_JSON,
+    WRITE_MMAP_THRESHOLD,
+    arrow_on_malloc,
+    no_huge_pages,
+    set_mmap_threshold,
+    trimming,
+)
 from .build import build_rank
 from .rank_entry import quality_warnings, rank_entry
 from .trace_rank import TIME_LIMIT_NS, decode_rank  # noqa: F401  (TIME_LIMIT_NS: export.py cites it here)
@@ -285,6 +294,7 @@ def _import_rank_in(index: int, path: Path, tmp: Path, tune_allocator: bool, dec
                 raise InputError(path, e.problem) from None
             raw, meta, w, category_counts = decode_rank(local, progress, workers=decode_workers, source=path,
                                                         align_clock=not keep_device_clock)
+            budget = _trim_budget(local)
     else:
         before = _identity(path, "is gone")
         try:
@@ -294,12 +304,13 @@ def _import_rank_in(index: int, path: Path, tmp: Path, tune_allocator: bool, dec
         if _identity(path, "disappeared while it was being imported; nothing was written") != before:
             raise InputError(path, "the file changed while it was being imported (rewritten or replaced); nothing was "
                                    "written: import it again once it is complete")
+        budget = _trim_budget(path)
     if tune_allocator:
         set_mmap_threshold(BUILD_MMAP_THRESHOLD)
     if captures is not None and not captures.whole:
         captures = captures.for_rank(raw.rank)
-    # the build's and the write's freed heap pages go back as they go (batch imports: _malloc.trimming)
-    with trimming() if tune_allocator else contextlib.nullcontext():
+    # the build's and the write's freed heap pages go back as they go, near the trace's JSON size (batch imports: _malloc.trimming)
+    with trimming(above=budget) if tune_allocator else contextlib.nullcontext():
         built = build_rank(raw, captures)
         del raw  # build_rank took what it needs; let the raw columns go before writing
         charged = provenance.charge_rank(built.tables, built.rank, kernel_provenance) if kernel_provenance else None
@@ -314,6 +325,23 @@ def _import_rank_in(index: int, path: Path, tmp: Path, tune_allocator: bool, dec
         part.mkdir()
         store.write_partition(part, built.tables, release=True)  # (built.tables is not read after: each goes once written)
     return index, built.rank, entry, w + quality_warnings(entry)
+
+
+def _trim_budget(path: Path) -> int | None:
+    """What the build and the write may hold before they trim (`_malloc.trimming`'s `above`):
+    TRIM_ABOVE_JSON of the trace's JSON, where its size is known without reading the file again
+    (a plain file's size, a gzip's count made by the memory check); else None: trimmed all along."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    size = st.st_size
+    if path.name.endswith(".gz"):
+        counted, whole = _GUNZIPPED.get((str(path), st.st_size, st.st_mtime_ns), (0, False))
+        if not whole:
+            return None
+        size = max(size, counted)
+    return int(TRIM_ABOVE_JSON * size)
 
 
 def _identity(path: Path, gone: str) -> tuple[int, int, int, int]:

@@ -84,25 +84,36 @@ def _check_units(raw: RawRank, codes: np.ndarray, kinds: list[str]) -> list[str]
     groups = [(what, of_code) for what, of_code in groups if of_code.any()]
     if not groups:  # no device plugin's events (a CPU-only recording): nothing to check
         return []
-    host = np.array([k in _HOST_KINDS for k in kinds])[codes]
+    present = np.bincount(codes, minlength=len(kinds)) > 0
+    host = np.array([k in _HOST_KINDS for k in kinds]) & present
     if not host.any():
         return []
-    ts = np.asarray(ev["ts_ns"].fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64) + raw.base_ns
-    dur = np.maximum(np.asarray(ev["dur_ns"].fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64), 0)
-    lo, hi = int(ts[host].min()), int((ts[host] + dur[host]).max())
+    # each kind's first start and last end (a null start or duration read as 0), one pass over the
+    # decode's chunks in place; a span of kinds is read from them
+    first = np.full(len(kinds), np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.full(len(kinds), np.iinfo(np.int64).min, dtype=np.int64)
+    at = 0
+    for ts_chunk, dur_chunk in zip(*_aligned(ev["ts_ns"], ev["dur_ns"])):
+        ts = _filled(ts_chunk) + raw.base_ns
+        rows = codes[at:at + len(ts)]
+        np.minimum.at(first, rows, ts)
+        np.maximum.at(last, rows, ts + np.maximum(_filled(dur_chunk), 0))
+        at += len(ts)
+    lo, hi = int(first[host].min()), int(last[host].max())
     slack = max(100 * (hi - lo), 60_000_000_000)  # generous: a wrong unit or epoch misses by a factor of 1000 or by years
     lo, hi = lo - slack, hi + slack
     warnings: list[str] = []
-    scale = np.zeros(len(ts), dtype=bool)
+    scale = None
     for what, of_code in groups:
-        rows = of_code[codes]
-        if not rows.any():
+        of_code = of_code & present
+        if not of_code.any():
             continue
-        g_lo, g_hi = int(ts[rows].min()), int((ts[rows] + dur[rows]).max())
+        g_lo, g_hi = int(first[of_code].min()), int(last[of_code].max())
         if g_lo <= hi and lo <= g_hi:
             continue  # it meets the host's (widened) span: one clock; a unit or epoch apart would miss it entirely
         if abs(g_hi) < _LIMIT_NS // SCALE and lo <= g_lo * SCALE and g_hi * SCALE <= hi:
-            scale |= rows
+            rows = of_code[codes]
+            scale = rows if scale is None else scale | rows
             warnings.append(f"{what}' timestamps were in µs, not ns (they lay {_text(lo + slack - g_lo)} before the host's): "
                             f"scaled ×{SCALE}")
             continue
@@ -111,9 +122,23 @@ def _check_units(raw: RawRank, codes: np.ndarray, kinds: list[str]) -> list[str]
         raise DeviceClockError(f"{what}' timestamps ({_text(g_lo)} to {_text(g_hi)}) lie outside the host's span "
                                f"({_text(lo + slack)} to {_text(hi - slack)}), in ns and in µs alike{clamped}: a device clock of "
                                "another unit or epoch, which cannot be placed on the host's; not imported")
-    if scale.any():
+    if scale is not None:
+        ts = np.asarray(ev["ts_ns"].fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64) + raw.base_ns
+        dur = np.maximum(np.asarray(ev["dur_ns"].fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64), 0)
         _scale_rows(raw, scale, ts, dur, lo, hi)
     return warnings
+
+
+def _aligned(*columns: pa.ChunkedArray) -> list[list[pa.Array]]:
+    """The chunks of columns of one table, cut alike (each column's own, when they already are)."""
+    if len({tuple(len(c) for c in col.chunks) for col in columns}) == 1:
+        return [col.chunks for col in columns]
+    return [[col.combine_chunks()] for col in columns]
+
+
+def _filled(values: pa.Array) -> np.ndarray:
+    """An int64 column's values, a null as 0 (no copy where there is none)."""
+    return np.asarray((values.fill_null(0) if values.null_count else values).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 def _scale_rows(raw: RawRank, scale: np.ndarray, ts: np.ndarray, dur: np.ndarray, lo: int, hi: int) -> None:
