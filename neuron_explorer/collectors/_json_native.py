@@ -32,6 +32,8 @@ from ..native_build import NativeLibrary
 
 SOURCES = tuple(Path(__file__).parent / "native" / f for f in ("kineto_json.cpp", "forest.cpp", "packed_text.cpp"))
 _TEXTS = ("s_cat", "s_name", "s_pid_text", "s_tid_text", "s_args", "f_cat", "f_name", "f_phase", "f_bp")
+_CODED = ("s_cat", "s_name", "f_cat", "f_name", "f_phase", "f_bp")
+"""Text the reader codes: its text fields hold the distinct values, and the codes follow the others, in this order."""
 _INTS = ("s_ts", "s_dur", "s_pid", "s_tid", "s_corr", "s_ext", "s_stream", "s_pyid", "s_pypid", "f_id", "f_ts", "f_pid", "f_tid")
 _UNREAD = ("s_pyid", "s_pypid")
 """Fields the reader checks (a 'Python id' it cannot read exactly sends the piece to the Python
@@ -144,6 +146,14 @@ def _take(lib, handle, i: int) -> pa.Buffer:
     return pa.foreign_buffer(data.value, n.value, base=held) if n.value else pa.py_buffer(b"")
 
 
+def _coded(lib, handle, i: int, values: pa.Array) -> pa.DictionaryArray:
+    """A text column the reader coded (field `i`: int32 codes into `values`, -1 for a null), as
+    Arrow's dictionary_encode of its text would give it (the values in order of first occurrence)."""
+    codes = _take(lib, handle, i)
+    bitmap, nulls = _validity(np.frombuffer(codes, dtype=np.int32) >= 0) if codes.size else (None, 0)
+    return pa.DictionaryArray.from_arrays(pa.Array.from_buffers(pa.int32(), codes.size // 4, [bitmap, codes], nulls), values)
+
+
 def _validity(valid: np.ndarray) -> tuple[pa.Buffer | None, int]:
     """(Arrow validity bitmap or None, null count) of one byte per row, 1 = a value."""
     nulls = int(len(valid) - np.count_nonzero(valid))
@@ -174,7 +184,7 @@ def _tables(lib, handle, pack_args: Callable[[pa.Array], object] | None = None) 
         offsets = _take(lib, handle, i)
         n = offsets.size // 8 - 1
         large = pa.LargeStringArray.from_buffers(n, offsets, _take(lib, handle, i + 1), bitmap, nulls)
-        fields[name] = large.cast(pa.string())
+        fields[name] = large.cast(pa.string())  # (of a _CODED column, its distinct values)
         i += 3
     for name in _INTS:
         if name in _UNREAD:  # (left to the reader, freed with its result)
@@ -188,9 +198,10 @@ def _tables(lib, handle, pack_args: Callable[[pa.Array], object] | None = None) 
     phase_codes = pa.Array.from_buffers(pa.int32(), len(phase), [None, pa.py_buffer((phase != ord("X")).astype(np.int32))])
     others = _view(lib, handle, i + 1).view(np.int64).tolist()  # (flat: no tuple per event for the collector to track)
     f = fields
+    coded = {name: _coded(lib, handle, i + 2 + k, f[name]) for k, name in enumerate(_CODED)}
     events = {
-        "category": f["s_cat"].dictionary_encode(),
-        "name": f["s_name"].dictionary_encode(),
+        "category": coded["s_cat"],
+        "name": coded["s_name"],
         "phase": pa.DictionaryArray.from_arrays(phase_codes, _PHASES),
         "ts_ns": f["s_ts"],
         "dur_ns": f["s_dur"],
@@ -206,13 +217,13 @@ def _tables(lib, handle, pack_args: Callable[[pa.Array], object] | None = None) 
         events["args"] = f["s_args"]
     flows = pa.table({
         "flow_id": f["f_id"],
-        "category": f["f_cat"],
-        "name": f["f_name"],
-        "phase": f["f_phase"],
+        "category": coded["f_cat"],
+        "name": coded["f_name"],
+        "phase": coded["f_phase"],
         "ts_ns": f["f_ts"],
         "pid": f["f_pid"],
         "tid": f["f_tid"],
-        "binding_point": f["f_bp"],
+        "binding_point": coded["f_bp"],
     })
     return NativeChunk(pa.table(events), flows, others, args=packed)
 

@@ -352,13 +352,13 @@ def _flow_table(path: str, evs: list[_Event]) -> pa.Table:
     return pa.table(
         {
             "flow_id": _opt_int(path, [e.id for e in evs], "flow 'id'"),
-            "category": pa.array([e.cat or "" for e in evs], pa.string()),
-            "name": _names([e.name for e in evs]),
-            "phase": pa.array([e.ph for e in evs], pa.string()),
+            "category": pa.array([e.cat or "" for e in evs], pa.string()).dictionary_encode(),
+            "name": _names([e.name for e in evs]).dictionary_encode(),
+            "phase": pa.array([e.ph for e in evs], pa.string()).dictionary_encode(),
             "ts_ns": _ns(path, [e.ts for e in evs], "ts"),
             "pid": pid,
             "tid": tid,
-            "binding_point": pa.array([e.bp for e in evs], pa.string()),
+            "binding_point": pa.array([e.bp for e in evs], pa.string()).dictionary_encode(),
         }
     )
 

@@ -40,10 +40,10 @@ RAW_MEMORY = pa.schema({
 })
 """`[memory]` instants: one row per allocation (bytes > 0) or free (bytes < 0)."""
 RAW_FLOWS = pa.schema({
-    "flow_id": _I64, "category": pa.string(), "name": pa.string(), "phase": pa.string(), "ts_ns": _I64,
-    "pid": _I64, "tid": _I64, "binding_point": pa.string(),
+    "flow_id": _I64, "category": TEXT_CODES, "name": TEXT_CODES, "phase": TEXT_CODES, "ts_ns": _I64,
+    "pid": _I64, "tid": _I64, "binding_point": TEXT_CODES,
 })
-"""Flow endpoints ('s', 'f', 't')."""
+"""Flow endpoints ('s', 'f', 't'). Their text takes a few values ('ac2g', 's', 'e')."""
 RAW_COUNTERS = pa.schema({
     "ts_ns": _I64, "pid": _I64, "name": pa.string(), "series": pa.string(), "value": pa.float64(),
     "category": pa.string(),

@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -29,6 +31,22 @@ struct Text {  // Arrow large_string layout: offsets (n + 1), data, validity (1 
   void null() { off.push_back((int64_t)data.size()); valid.push_back(0); }
 };
 
+// Text as codes into its distinct values, numbered in order of first occurrence (as Arrow's
+// dictionary_encode numbers them); -1: null. A slice's category and name repeat (a few thousand
+// distinct in a million events): coded here, their text is written once, not once per event and
+// hashed again by the caller. The index's keys are views into the piece being read: cleared with it.
+struct Coded {
+  Text values;
+  std::vector<int32_t> code;
+  std::unordered_map<std::string_view, int32_t> index;
+  void add(const char* p, size_t n) {
+    auto [it, fresh] = index.try_emplace(std::string_view(p, n), (int32_t)index.size());
+    if (fresh) values.add(p, n);
+    code.push_back(it->second);
+  }
+  void null() { code.push_back(-1); }
+};
+
 struct Ints {
   std::vector<int64_t> v;
   std::vector<uint8_t> valid;
@@ -41,11 +59,12 @@ struct Out {
   int64_t at = 0;  // where it gave up
   int64_t end = -1;  // where the array closed (its ']'), when a piece may end it; -1: not in this piece
   // slices
-  Text s_cat, s_name, s_pid_text, s_tid_text, s_args;
+  Coded s_cat, s_name;
+  Text s_pid_text, s_tid_text, s_args;
   std::vector<uint8_t> s_phase;  // 'X' or 'i'
   Ints s_ts, s_dur, s_pid, s_tid, s_corr, s_ext, s_stream, s_pyid, s_pypid;
   // flows
-  Text f_cat, f_name, f_phase, f_bp;
+  Coded f_cat, f_name, f_phase, f_bp;
   Ints f_id, f_ts, f_pid, f_tid;
   // everything else: byte ranges [start, end)
   std::vector<int64_t> other;
@@ -58,13 +77,12 @@ struct Out {
       c->v.reserve(n);
       c->valid.reserve(n);
     }
-    for (Text* t : {&s_cat, &s_name, &s_pid_text, &s_tid_text, &s_args}) {
+    for (Text* t : {&s_pid_text, &s_tid_text, &s_args}) {
       t->off.reserve(n + 1);
       t->valid.reserve(n);
     }
     s_phase.reserve(n);
-    s_cat.data.reserve(n * 8);
-    s_name.data.reserve(n * 32);
+    for (Coded* c : {&s_cat, &s_name, &f_cat, &f_name, &f_phase, &f_bp}) c->code.reserve(n);
     // args can hold most of a piece (two thirds of a memory-profiled trace): room for all of it,
     // as a string that outgrew half of it was copied into one twice as large (8 MB of page faults
     // and copying per 16 MB piece)
@@ -583,17 +601,12 @@ void event(Parser& ps, Out& o) {
   }
   int64_t ts;
   if (!to_ns(ev.ts, ev.ts_k, ts)) ps.fail(8);
-  Text& cat = slice ? o.s_cat : o.f_cat;
-  Text& name = slice ? o.s_name : o.f_name;
-  if (ev.cat_k == K_STRING) {
-    cat.add(ev.cat.p, ev.cat.n);
+  if (slice) {
+    if (ev.cat_k == K_STRING) o.s_cat.add(ev.cat.p, ev.cat.n); else o.s_cat.add("", 0);
+    if (ev.name_k == K_STRING) o.s_name.add(ev.name.p, ev.name.n); else o.s_name.null();
   } else {
-    cat.add("", 0);
-  }
-  if (ev.name_k == K_STRING) {
-    name.add(ev.name.p, ev.name.n);
-  } else {
-    name.null();
+    if (ev.cat_k == K_STRING) o.f_cat.add(ev.cat.p, ev.cat.n); else o.f_cat.add("", 0);
+    if (ev.name_k == K_STRING) o.f_name.add(ev.name.p, ev.name.n); else o.f_name.null();
   }
   if (slice) {
     int64_t dur = 0;
@@ -665,6 +678,7 @@ void* nxj_read(const char* data, int64_t size, int32_t max_nesting, int32_t bare
     }
     ps.ws();
     if (ps.p != ps.e) ps.fail(9);
+    for (Coded* c : {&o->s_cat, &o->s_name, &o->f_cat, &o->f_name, &o->f_phase, &o->f_bp}) c->index.clear();  // (its keys view the piece)
   } catch (const GiveUp& g) {
     o->status = g.code;
     o->at = ps.p - data;
@@ -684,10 +698,14 @@ struct FieldRef {
   std::vector<int64_t>* ints = nullptr;
   std::string* text = nullptr;
   std::vector<uint8_t>* bytes = nullptr;
+  std::vector<int32_t>* codes = nullptr;
 };
 
+// (a coded column's text fields are its distinct values; the codes come last)
 FieldRef field_of(Out& o, int32_t i) {
-  Text* texts[] = {&o.s_cat, &o.s_name, &o.s_pid_text, &o.s_tid_text, &o.s_args, &o.f_cat, &o.f_name, &o.f_phase, &o.f_bp};
+  Text* texts[] = {&o.s_cat.values, &o.s_name.values, &o.s_pid_text, &o.s_tid_text, &o.s_args,
+                   &o.f_cat.values, &o.f_name.values, &o.f_phase.values, &o.f_bp.values};
+  Coded* coded[] = {&o.s_cat, &o.s_name, &o.f_cat, &o.f_name, &o.f_phase, &o.f_bp};
   Ints* numbers[] = {&o.s_ts, &o.s_dur, &o.s_pid, &o.s_tid, &o.s_corr, &o.s_ext, &o.s_stream, &o.s_pyid, &o.s_pypid,
                      &o.f_id, &o.f_ts, &o.f_pid, &o.f_tid};
   const int nt = 9, nn = 13;
@@ -706,14 +724,17 @@ FieldRef field_of(Out& o, int32_t i) {
   i -= nn * 2;
   if (i == 0) f.bytes = &o.s_phase;
   if (i == 1) f.ints = &o.other;
+  if (i >= 2 && i < 8) f.codes = &coded[i - 2]->code;
   return f;
 }
 
 // Field `i` of the result: its address and size in bytes.
 const void* nxj_field(void* h, int32_t i, int64_t* nbytes) {
   FieldRef f = field_of(*(Out*)h, i);
-  *nbytes = f.ints ? (int64_t)(f.ints->size() * 8) : f.text ? (int64_t)f.text->size() : f.bytes ? (int64_t)f.bytes->size() : 0;
-  return f.ints ? (const void*)f.ints->data() : f.text ? (const void*)f.text->data() : f.bytes ? (const void*)f.bytes->data() : nullptr;
+  *nbytes = f.ints ? (int64_t)(f.ints->size() * 8) : f.text ? (int64_t)f.text->size() : f.bytes ? (int64_t)f.bytes->size()
+           : f.codes ? (int64_t)(f.codes->size() * 4) : 0;
+  return f.ints ? (const void*)f.ints->data() : f.text ? (const void*)f.text->data() : f.bytes ? (const void*)f.bytes->data()
+         : f.codes ? (const void*)f.codes->data() : nullptr;
 }
 
 void nxj_free(void* h) {
@@ -722,12 +743,13 @@ void nxj_free(void* h) {
   delete o;
 }
 
-// Moves field `i` (64-bit values or text) out of the result into memory of its own, freed by
+// Moves field `i` (64-bit values, text or codes) out of the result into memory of its own, freed by
 // nxj_release: an Arrow buffer can then wrap it without a copy, and hold only that column, not the
 // whole result, for as long as it lives. Byte fields (validity, phase) are not moved.
 struct Held {
   std::vector<int64_t> ints;
   std::string text;
+  std::vector<int32_t> codes;
 };
 
 void* nxj_take(void* h, int32_t i, const void** data, int64_t* nbytes) {
@@ -735,8 +757,9 @@ void* nxj_take(void* h, int32_t i, const void** data, int64_t* nbytes) {
   Held* held = new Held();
   if (f.ints) held->ints = std::move(*f.ints);
   if (f.text) held->text = std::move(*f.text);
-  *data = f.text ? (const void*)held->text.data() : (const void*)held->ints.data();
-  *nbytes = f.text ? (int64_t)held->text.size() : (int64_t)(held->ints.size() * 8);
+  if (f.codes) held->codes = std::move(*f.codes);
+  *data = f.text ? (const void*)held->text.data() : f.codes ? (const void*)held->codes.data() : (const void*)held->ints.data();
+  *nbytes = f.text ? (int64_t)held->text.size() : f.codes ? (int64_t)(held->codes.size() * 4) : (int64_t)(held->ints.size() * 8);
   return held;
 }
 
