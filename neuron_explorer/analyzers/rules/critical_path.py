@@ -273,33 +273,46 @@ def _scores_shape(args: dict) -> list[int] | None:
     return dims if dim in ("", None, "-1", "3") else None
 
 
-def _softmax_between_products_sql(rank: int, event_id: int) -> str:
-    """The softmax operator (top-level) of a kernel (`event_id`: its forward operator's for backward
-    work, `fwd_op_id`), its name and args, and whether on its statement (`source_frame_id`, same
-    thread) the nearest top-level matrix product or softmax before it and after it are both matrix
-    products (vocab.ATTENTION_PRODUCT_OPS): `softmax(q @ k.T) @ v`. Where the statement is a def line
-    (an imported trace's Python frames), only the operators inside the same call of its function
-    count: the outermost Python call of that frame around the softmax."""
+def _softmax_op(run, rank: int, event_id: int) -> tuple | None:
+    """The top-level operator of a kernel (`event_id`) or of its forward operator for backward work
+    (`fwd_op_id`): (event_id, name, args, tid, start, end, source_frame_id), None where there is none.
+    Three lookups of one event each, which the events' row groups' bounds on event_id keep to a
+    row group (a join of the events with themselves read the whole rank: 80-100 ms a kernel)."""
+    r = int(rank)
+    got = run.sql(f"SELECT coalesce(fwd_op_id, top_op_id) FROM events WHERE rank = {r} AND event_id = {int(event_id)}").fetchone()
+    if got and got[0] is not None:
+        got = run.sql(f"SELECT top_op_id FROM events WHERE rank = {r} AND event_id = {int(got[0])}").fetchone()
+    if not got or got[0] is None:
+        return None
+    return run.sql(f"SELECT event_id, name, args, tid, ts_ns, ts_ns + dur_ns, source_frame_id FROM events "
+                   f"WHERE rank = {r} AND event_id = {int(got[0])}").fetchone()
+
+
+def _between_products_sql(rank: int, op: tuple) -> str:
+    """Whether on the statement of the softmax operator `op` (_softmax_op's row; same thread) the
+    nearest top-level matrix product or softmax before it and after it are both matrix products
+    (vocab.ATTENTION_PRODUCT_OPS): `softmax(q @ k.T) @ v`. Where the statement is a def line (an
+    imported trace's Python frames), only the operators inside the same call of its function count:
+    the outermost Python call of that frame around the softmax."""
     both = kinds_sql(sorted(ATTENTION_PRODUCT_OPS | SOFTMAX_OPS))
-    return f"""WITH k AS (SELECT coalesce(fwd_op_id, top_op_id) AS op FROM events WHERE rank = {int(rank)} AND event_id = {int(event_id)}),
-s AS (SELECT t.event_id AS id, t.name, t.args, t.tid, t.ts_ns AS t0, t.ts_ns + t.dur_ns AS t1, t.source_frame_id AS fr
-  FROM k JOIN events o ON o.rank = {int(rank)} AND o.event_id = k.op JOIN events t ON t.rank = {int(rank)} AND t.event_id = o.top_op_id),
-c AS (SELECT p.ts_ns AS c0, p.ts_ns + p.dur_ns AS c1 FROM events p JOIN s ON p.tid = s.tid AND p.frame_id = s.fr
-  WHERE p.rank = {int(rank)} AND p.kind = 'python' AND p.ts_ns <= s.t0 AND p.ts_ns + p.dur_ns >= s.t1 ORDER BY p.ts_ns, p.dur_ns DESC LIMIT 1),
+    products = kinds_sql(sorted(ATTENTION_PRODUCT_OPS))
+    op_id, tid, t0, t1, fr = (int(op[i]) for i in (0, 3, 4, 5, 6))
+    return f"""WITH c AS (SELECT p.ts_ns AS c0, p.ts_ns + p.dur_ns AS c1 FROM events p
+  WHERE p.rank = {int(rank)} AND p.tid = {tid} AND p.frame_id = {fr} AND p.kind = 'python' AND p.ts_ns <= {t0}
+    AND p.ts_ns + p.dur_ns >= {t1} ORDER BY p.ts_ns, p.dur_ns DESC LIMIT 1),
 seq AS (SELECT e.event_id, lag(e.name) OVER w AS before, lead(e.name) OVER w AS after
-  FROM events e JOIN s ON e.tid = s.tid AND e.source_frame_id = s.fr LEFT JOIN c ON true
-  WHERE e.rank = {int(rank)} AND {top_op('e')} AND e.name IN {both}
+  FROM events e LEFT JOIN c ON true
+  WHERE e.rank = {int(rank)} AND e.tid = {tid} AND e.source_frame_id = {fr} AND {top_op('e')} AND e.name IN {both}
     AND (c.c0 IS NULL OR e.ts_ns BETWEEN c.c0 AND c.c1)
   WINDOW w AS (ORDER BY e.ts_ns, e.event_id))
-SELECT s.name, s.args, coalesce(seq.before IN {kinds_sql(sorted(ATTENTION_PRODUCT_OPS))}
-  AND seq.after IN {kinds_sql(sorted(ATTENTION_PRODUCT_OPS))}, false) AS between FROM s LEFT JOIN seq ON seq.event_id = s.id"""
+SELECT coalesce(bool_or(before IN {products} AND after IN {products}) FILTER (WHERE event_id = {op_id}), false) FROM seq"""
 
 
 def _unfused_attention(run, rank: int, members: list[dict]) -> list[dict]:
     """The normalisation class's members that are the softmax of hand-written attention, heaviest
     first, each with `scores` (the softmax's input shape where it is [B, heads, L, L], `_scores_shape`),
     `dtype` (its input's, flops.DTYPE) and `between` (a matrix product before and after it on its
-    statement, `_softmax_between_products_sql`): a kernel named softmax (or of a softmax operator)
+    statement, `_between_products_sql`): a kernel named softmax (or of a softmax operator)
     whose softmax operator, the forward one for backward work, is either. h100_timesformer_inference:
     cunn_SoftMaxForward over [8×12×3137×3137] bf16 inside linear → matmul → mul → softmax → dropout →
     matmul of modeling_timesformer.py:200, 68.69 ms, was told to use a fused LayerNorm in lower precision."""
@@ -307,14 +320,16 @@ def _unfused_attention(run, rank: int, members: list[dict]) -> list[dict]:
     for m in members:
         if m["sample_id"] is None or not (_SOFTMAX_KERNEL.search(m["item"] or "") or _SOFTMAX_KERNEL.search(m["op"] or "")):
             continue
-        got = run.sql(_softmax_between_products_sql(rank, m["sample_id"])).fetchone()
-        if not got or got[0] not in SOFTMAX_OPS:
+        op = _softmax_op(run, rank, m["sample_id"])
+        if not op or op[1] not in SOFTMAX_OPS:
             continue
-        args = _args(got[1])
+        # (no thread or no statement: nothing is on its statement)
+        between = op[3] is not None and op[6] is not None and bool(run.sql(_between_products_sql(rank, op)).fetchone()[0])
+        args = _args(op[2])
         scores = _scores_shape(args)
-        if scores is None and not got[2]:
+        if scores is None and not between:
             continue
-        out.append({**m, "scores": scores, "dtype": _input_dtype(args), "between": bool(got[2])})
+        out.append({**m, "scores": scores, "dtype": _input_dtype(args), "between": between})
     return out
 
 
