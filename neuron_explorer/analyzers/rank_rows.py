@@ -113,7 +113,8 @@ def take(run: Run, q: RankQuery, rank: int):
 
 def rows(run: Run, q: RankQuery, rank: int) -> list[tuple]:
     """One rank's rows of `q` (tuples, in `q.one`'s order; an Arrow table for an `arrow` query; for a
-    query with its own `read`, what `read` gives one rank)."""
+    query with its own `read`, what `read` gives one rank). Tuples read by `q.one` are kept on the
+    run's `prepared` rows, where it has them, for the rank's next ask."""
     got = prepared_rows(run, q, rank)
     if got is not None:
         return got
@@ -121,7 +122,11 @@ def rows(run: Run, q: RankQuery, rank: int) -> list[tuple]:
         return q.read(run, [int(rank)])[int(rank)]
     if q.arrow:
         return arrow_of(run, q.one, [int(rank)])
-    return [tuple(r) for r in run.sql(q.one, [int(rank)]).fetchall()]
+    got = [tuple(r) for r in run.sql(q.one, [int(rank)]).fetchall()]
+    kept = getattr(run, "prepared", None)
+    if kept is not None:  # kept for the rank's other asks (the serving engine: three rules of a rank ask)
+        kept.setdefault(q.name, {})[int(rank)] = got
+    return got
 
 
 def arrow_of(run: Run, query: str, params: list, tables: dict | None = None):
