@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import msgspec
@@ -206,11 +207,20 @@ def decode_rank(path: Path, progress: Callable[[int, int], None] | None = None,
     )
     metadata_events = _merged_metadata(c.metadata for c in chunks)
     del chunks, decoded, events, args
-    _check_ranges(path, raw)
-    try:
-        warnings += [f"{path.name}: {w}" for w in check_device_clock(raw, align=align_clock)]
-    except DeviceClockError as e:
-        raise InputError(path, str(e)) from None
+    # the ranges and the category counts read the columns as decoded, on a thread of their own while
+    # this one checks the device clock (each pass runs without the GIL); a range error is the one raised
+    with ThreadPoolExecutor(max_workers=1) as helper:
+        ranges = helper.submit(_check_ranges, path, raw)
+        category_counts = helper.submit(_category_counts, raw)
+        try:
+            moved = check_device_clock(raw, align=align_clock)
+        except Exception as e:
+            ranges.result()  # (the clock's arithmetic assumes the ranges: out of range, that is the error)
+            if isinstance(e, DeviceClockError):
+                raise InputError(path, str(e)) from None
+            raise
+        ranges.result()
+        warnings += [f"{path.name}: {w}" for w in moved]
     meta = {
         "source": str(path),
         "base_ns": base,
@@ -223,7 +233,7 @@ def decode_rank(path: Path, progress: Callable[[int, int], None] | None = None,
     }
     if unsupported:
         warnings.append(f"{path.name}: events of unsupported phases skipped: {unsupported}")
-    return raw, meta, warnings, _category_counts(raw)
+    return raw, meta, warnings, category_counts.result()
 
 
 def _odd_times_warning(dropped: int, read: int) -> str:
