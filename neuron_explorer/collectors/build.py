@@ -368,8 +368,8 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
         python_ancestors = depth_of(parent, is_python)
         # self time: the duration less the slices directly inside it on its track
         nested = parent >= 0  # (summed in int64, exact: the durations' sum fits, trace_rank._check_ranges)
-        inner = np.zeros(n, dtype=np.int64)
-        np.add.at(inner, parent[nested], np.maximum(dur[nested], 0))
+        inner = np.zeros(n, dtype=np.int64)  # (ufunc.at's fast loop needs its operands in the array's type)
+        np.add.at(inner, parent[nested].astype(np.intp), np.maximum(dur[nested], 0).astype(np.int64))
         self_ns = narrow(np.maximum(np.maximum(dur, 0) - inner, 0))
         del inner, nested
 
