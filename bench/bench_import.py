@@ -2,7 +2,8 @@
 
 Each tool runs in its own process; the benchmark polls the whole process tree (the importer uses
 worker processes) every 50 ms and reports the peak of the summed RSS and of the summed USS
-(memory private to each process, so pages shared after fork are not counted twice). Targets
+(memory private to each process, so pages shared after fork are not counted twice; with --uss only:
+reading it slows the import measured). Targets
 (DESIGN.md): at least 25x faster than HTA's `TraceAnalysis(trace_dir=...)`, at least 250 MB/s of
 JSON, peak memory no larger than the JSON.
 
@@ -45,31 +46,38 @@ TraceAnalysis(trace_dir=sys.argv[1])
 """
 
 
-def measure(cmd: list[str], env: dict | None = None, cwd: Path | None = None) -> dict:
-    """Wall time and peak summed RSS/USS of a command's whole process tree."""
+def measure(cmd: list[str], env: dict | None = None, cwd: Path | None = None, uss: bool = False) -> dict:
+    """Wall time and peak summed RSS (and, with `uss`, USS) of a command's whole process tree.
+
+    USS is read from each process's smaps, which the kernel builds by walking its page tables:
+    every 50 ms on a 400 MB importer it took a sixth of a core (its import read 2.09-2.17 s polled so,
+    1.72-1.85 s unpolled, same tree, same hour). RSS is read from statm, at no such cost."""
     start = time.perf_counter()
     proc = psutil.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd)
     peak_rss = peak_uss = 0
     while proc.poll() is None:
-        rss = uss = 0
+        rss = uss_now = 0
         try:
             procs = [proc, *proc.children(recursive=True)]
         except psutil.NoSuchProcess:
             break
         for p in procs:
             try:
-                m = p.memory_full_info()
-                rss += m.rss
-                uss += m.uss
+                if uss:
+                    m = p.memory_full_info()
+                    rss += m.rss
+                    uss_now += m.uss
+                else:
+                    rss += p.memory_info().rss
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 pass
-        peak_rss, peak_uss = max(peak_rss, rss), max(peak_uss, uss)
+        peak_rss, peak_uss = max(peak_rss, rss), max(peak_uss, uss_now)
         time.sleep(0.05)
     wall = time.perf_counter() - start
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-2000:]}")
-    return {"wall_s": wall, "peak_rss_mb": peak_rss / 2**20, "peak_uss_mb": peak_uss / 2**20}
+    return {"wall_s": wall, "peak_rss_mb": peak_rss / 2**20, "peak_uss_mb": peak_uss / 2**20 if uss else float("nan")}
 
 
 def _best(runs: list[dict]) -> dict:
@@ -78,6 +86,10 @@ def _best(runs: list[dict]) -> dict:
     best["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
     best["peak_uss_mb"] = max(r["peak_uss_mb"] for r in runs)
     return best
+
+
+def _mb(v: float) -> str:
+    return "-" if v != v else f"{v:.0f}"  # (nan: not measured)
 
 
 def _walls(runs: list[dict]) -> str:
@@ -93,6 +105,7 @@ def main() -> None:
     ap.add_argument("--skip-hta", action="store_true", help="only time Neuron Explorer")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--baseline", type=Path, help="another source tree whose neuron_explorer package is timed too, alternating")
+    ap.add_argument("--uss", action="store_true", help="also poll each process's USS (smaps: slows what it measures, see measure)")
     ap.add_argument("--python-reader", action="store_true",
                     help="also time the import with the C++ trace reader off (NEURON_EXPLORER_NATIVE=0), alternating")
     args = ap.parse_args()
@@ -121,20 +134,20 @@ def main() -> None:
             out = work / f"run{i}"
             # `python -m` imports the package of its working directory first: this tree, or the baseline
             ours_runs.append(measure([sys.executable, "-m", "neuron_explorer", "import", str(args.trace.resolve()), "-o", str(out)],
-                                     cwd=REPO))
+                                     cwd=REPO, uss=args.uss))
             run_bytes = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
             shutil.rmtree(out)
             if args.python_reader:
                 py_runs.append(measure([sys.executable, "-m", "neuron_explorer", "import", str(args.trace.resolve()), "-o", str(out)],
-                                       cwd=REPO, env={**os.environ, "NEURON_EXPLORER_NATIVE": "0"}))
+                                       cwd=REPO, env={**os.environ, "NEURON_EXPLORER_NATIVE": "0"}, uss=args.uss))
                 shutil.rmtree(out)
             if args.baseline:
                 base_runs.append(measure([sys.executable, "-m", "neuron_explorer", "import", str(args.trace.resolve()), "-o", str(out)],
-                                         cwd=args.baseline.resolve()))
+                                         cwd=args.baseline.resolve(), uss=args.uss))
                 shutil.rmtree(out)
         ours = _best(ours_runs)
         baseline = _best(base_runs) if base_runs else None
-        hta = None if args.skip_hta else measure([args.hta_python, "-c", HTA_SCRIPT, str(trace_dir)])
+        hta = None if args.skip_hta else measure([args.hta_python, "-c", HTA_SCRIPT, str(trace_dir)], uss=args.uss)
         load_after = os.getloadavg()
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -165,17 +178,17 @@ def main() -> None:
     gz = f", {result['file_mb']:.0f} MB compressed" if result["file_mb"] != result["trace_mb"] else ""
     print(f"trace: {args.trace} ({result['trace_mb']:.0f} MB of JSON{gz}), {os.cpu_count()} CPUs")
     print(f"{'':22}{'wall s':>10}{'peak RSS MB':>14}{'peak USS MB':>14}")
-    print(f"{'neuron-explorer':22}{ours['wall_s']:>10.2f}{ours['peak_rss_mb']:>14.0f}{ours['peak_uss_mb']:>14.0f}"
+    print(f"{'neuron-explorer':22}{ours['wall_s']:>10.2f}{ours['peak_rss_mb']:>14.0f}{_mb(ours['peak_uss_mb']):>14}"
           f"   (runs: {_walls(ours_runs)})")
     if py_runs:
         py = result["python_reader"]
-        print(f"{'  Python reader only':22}{py['wall_s']:>10.2f}{py['peak_rss_mb']:>14.0f}{py['peak_uss_mb']:>14.0f}"
+        print(f"{'  Python reader only':22}{py['wall_s']:>10.2f}{py['peak_rss_mb']:>14.0f}{_mb(py['peak_uss_mb']):>14}"
               f"   (runs: {_walls(py_runs)})")
     if baseline:
-        print(f"{'baseline':22}{baseline['wall_s']:>10.2f}{baseline['peak_rss_mb']:>14.0f}{baseline['peak_uss_mb']:>14.0f}"
+        print(f"{'baseline':22}{baseline['wall_s']:>10.2f}{baseline['peak_rss_mb']:>14.0f}{_mb(baseline['peak_uss_mb']):>14}"
               f"   (runs: {_walls(base_runs)}; {args.baseline})")
     if hta:
-        print(f"{'HTA TraceAnalysis':22}{hta['wall_s']:>10.2f}{hta['peak_rss_mb']:>14.0f}{hta['peak_uss_mb']:>14.0f}")
+        print(f"{'HTA TraceAnalysis':22}{hta['wall_s']:>10.2f}{hta['peak_rss_mb']:>14.0f}{_mb(hta['peak_uss_mb']):>14}")
         print(f"speedup {result['speedup']:.1f}x (target >= 25x); memory {result['rss_ratio']:.2f}x RSS, "
               f"{result['uss_ratio']:.2f}x USS of HTA")
     print(f"{result['mb_per_s']:.0f} MB/s of JSON (target >= 250); peak RSS {ours['peak_rss_mb'] / result['trace_mb']:.2f}x the "
