@@ -2,8 +2,9 @@
 
 Each tool runs in its own process; the benchmark polls the whole process tree (the importer uses
 worker processes) every 50 ms and reports the peak of the summed RSS and of the summed USS
-(memory private to each process, so pages shared after fork are not counted twice; with --uss only:
-reading it slows the import measured). Targets
+(memory private to each process, so pages shared after fork are not counted twice) with --uss only:
+polling slows the import measured, and each run's peak RSS is otherwise the kernel's count for the
+process (wait4). Targets
 (DESIGN.md): at least 25x faster than HTA's `TraceAnalysis(trace_dir=...)`, at least 250 MB/s of
 JSON, peak memory no larger than the JSON.
 
@@ -47,12 +48,22 @@ TraceAnalysis(trace_dir=sys.argv[1])
 
 
 def measure(cmd: list[str], env: dict | None = None, cwd: Path | None = None, uss: bool = False) -> dict:
-    """Wall time and peak summed RSS (and, with `uss`, USS) of a command's whole process tree.
-
-    USS is read from each process's smaps, which the kernel builds by walking its page tables:
-    every 50 ms on a 400 MB importer it took a sixth of a core (its import read 2.09-2.17 s polled so,
-    1.72-1.85 s unpolled, same tree, same hour). RSS is read from statm, at no such cost."""
+    """Wall time and peak RSS of a command: its own peak, from the kernel when it is reaped (wait4's
+    ru_maxrss; one process, as the import of one trace is: it reads a trace on threads). With `uss`,
+    the peak summed RSS and USS of its whole process tree, polled every 50 ms instead: USS is read
+    from each process's smaps, which the kernel builds by walking its page tables, and the polling
+    slows what it measures (the import read 2.09-2.17 s polled so, 1.72-1.85 s unpolled, the same
+    tree in the same half hour; polling RSS alone still cost it 0.05-0.1 s)."""
     start = time.perf_counter()
+    if not uss:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd)
+        err = proc.stderr.read().decode(errors="replace")  # (until it exits: its stderr is small)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-2000:]}")
+        return {"wall_s": wall, "peak_rss_mb": usage.ru_maxrss / 1024, "peak_uss_mb": float("nan")}
     proc = psutil.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd)
     peak_rss = peak_uss = 0
     while proc.poll() is None:
@@ -63,12 +74,9 @@ def measure(cmd: list[str], env: dict | None = None, cwd: Path | None = None, us
             break
         for p in procs:
             try:
-                if uss:
-                    m = p.memory_full_info()
-                    rss += m.rss
-                    uss_now += m.uss
-                else:
-                    rss += p.memory_info().rss
+                m = p.memory_full_info()
+                rss += m.rss
+                uss_now += m.uss
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 pass
         peak_rss, peak_uss = max(peak_rss, rss), max(peak_uss, uss_now)
@@ -77,7 +85,7 @@ def measure(cmd: list[str], env: dict | None = None, cwd: Path | None = None, us
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-2000:]}")
-    return {"wall_s": wall, "peak_rss_mb": peak_rss / 2**20, "peak_uss_mb": peak_uss / 2**20 if uss else float("nan")}
+    return {"wall_s": wall, "peak_rss_mb": peak_rss / 2**20, "peak_uss_mb": peak_uss / 2**20}
 
 
 def _best(runs: list[dict]) -> dict:

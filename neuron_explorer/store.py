@@ -408,6 +408,7 @@ def finish_run(tmp: Path, out: Path, manifest: dict, *, force: bool = False) -> 
         raise InputError(out, "a run was written here while this one was being made (another import or recording); "
                               "it was not replaced: write elsewhere, or pass --force (overwrite=True) to replace it")
     move_into_place(tmp, out)
+    run_check.written_here(out)
 
 
 def move_into_place(tmp: Path, final: Path) -> None:

@@ -229,3 +229,21 @@ def test_a_small_run_gets_no_record(good, tmp_path, monkeypatch):
     monkeypatch.setattr(run_check, "_CHECKED", {})
     read_manifest(run)
     assert not (run / "derived").exists()
+
+
+def test_the_importing_process_reads_no_footer_it_wrote_and_a_rewrite_is_checked(tmp_path, monkeypatch):
+    """The summary `import` prints opens the run it just wrote: its partitions count as checked in that
+    process (run_check.written_here), and no footer is read back; a partition rewritten after is read
+    again, its problem one line naming it."""
+    read = []
+    check = run_check.partition_problem
+    monkeypatch.setattr(run_check, "partition_problem", lambda path, table: read.append(path.name) or check(path, table))
+    monkeypatch.setattr(run_check, "_CHECKED", {})
+    events = [X("ProfilerStep#1", "user_annotation", 0, 1000)] + [X("aten::mm", "cpu_op", 10 + 100 * i, 50) for i in range(5)]
+    run = import_traces(write_trace(tmp_path / "t.json", events), tmp_path / "run").run_dir
+    read_manifest(run)
+    assert read == []
+    _edit_events(run, PARTITIONS["a column missing"][0])
+    with pytest.raises(InputError, match="column 'dur_ns' of events is missing"):
+        read_manifest(run)
+    assert read == ["events.parquet"]
