@@ -51,7 +51,7 @@ RANK_TYPES: dict[str, tuple[type, ...]] = {
     "counts": (dict,), "devices": (list,), "devices_used": (list,), "devices_listed_without_events": (list,),
     "devices_without_properties": (list,), "steps": (list,), "data_quality": (dict,), "source": (str, _NONE),
     "distributed_info": (dict, _NONE), "device_properties": (list, _NONE), "trace_metadata": (dict, _NONE),
-    "metadata_events": (list, _NONE), "unsupported_phases": (dict,), "category_counts": (dict,),
+    "metadata_events": (list, _NONE), "unsupported_phases": (dict,), "category_counts": (dict,), "op_args_named": (bool, _NONE),
 }
 """The JSON types of the keys of one `ranks` entry (`rank` itself: an int from 0 to 2^31-1)."""
 _COUNT_DICTS = ("counts", "data_quality", "unsupported_phases", "category_counts")
@@ -72,13 +72,13 @@ def _kind(v: object) -> str:
 
 
 def _names(types: tuple[type, ...]) -> str:
-    words = {int: "a whole number", str: "text", list: "a list", dict: "an object", _NONE: "null"}
+    words = {int: "a whole number", str: "text", list: "a list", dict: "an object", bool: "true/false", _NONE: "null"}
     return " or ".join(dict.fromkeys(words[t] for t in types))
 
 
 def _is(v: object, types: tuple[type, ...]) -> bool:
     if isinstance(v, bool):  # JSON true/false is never a number here
-        return False
+        return bool in types
     return isinstance(v, types)
 
 

@@ -397,7 +397,9 @@ MANIFEST_KEYS: dict[str, str] = {
     "sources": "imported files: path, size, rank",
     "command": "command line that produced the run",
     "ranks": "per rank: rank, world_size, event counts, span_ns (first event start to last event end), devices, distributedInfo, "
-             "trace metadata keys, metadata events (identical ones once, `count`: how many the trace holds)",
+             "trace metadata keys, metadata events (identical ones once, `count`: how many the trace holds), op_args_named (whether "
+             "any operator's args name its inputs or flops: a trace recorded with shapes or flops; absent in runs written before "
+             "it was kept)",
     "devices": "device properties (Kineto `deviceProperties`) per rank",
     "steps": "profiler steps found, per rank (`number_in_trace`: a renumbered step's N in the trace)",
     "warnings": "data-quality problems: counted, never raised (see `data_quality`)",

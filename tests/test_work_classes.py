@@ -287,3 +287,40 @@ def test_the_cutlass_80_traces_name_their_device(tmp_path):
     assert u["device"]["arch"] == "NVIDIA Ampere (sm80: A100, A30)" and u["device"]["how"].startswith("kernel names (340 kernels")
     assert u["mfu_missing"].startswith("the trace does not name the device")
     assert "no device peak (CPU)" not in _text(report)
+
+
+def _queries_of(run) -> list[str]:
+    """The queries `run.sql` runs from now on."""
+    queries: list[str] = []
+    sql = run.sql
+    run.sql = lambda q, params=None: queries.append(q) or sql(q, params)
+    return queries
+
+
+def test_whether_operators_name_their_inputs_is_kept_in_the_manifest_and_read_back(tmp_path):
+    """The import finds whether any operator's args name its inputs or flops (the rank's op_args_named
+    in the manifest: False without shapes, True with them), and the analysis takes it from there
+    without reading the operators' args; a run whose manifest does not say (written before the key)
+    reads them, with the same answer."""
+    import json
+
+    from neuron_explorer.analyzers import utilisation
+    from neuron_explorer.store import open_run
+
+    props = {"deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-40GB", "computeMajor": 8, "computeMinor": 0}]}
+    for shapes in (False, True):
+        run_dir = import_traces(write_trace(tmp_path / f"{shapes}.json", _step_with_gemm(props, shapes), **props),
+                                tmp_path / f"r{shapes}").run_dir
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        assert manifest["ranks"][0]["op_args_named"] is shapes
+        with open_run(run_dir) as run:
+            queries = _queries_of(run)
+            assert utilisation.args_named(run, 0) is shapes
+            assert utilisation._ARGS_NAMED not in queries
+        del manifest["ranks"][0]["op_args_named"]
+        (run_dir / "manifest.json").write_text(json.dumps(manifest))
+        with open_run(run_dir) as run:
+            queries = _queries_of(run)
+            assert utilisation.args_named_known(run, 0) is None
+            assert utilisation.args_named(run, 0) is shapes
+            assert utilisation._ARGS_NAMED in queries

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from ..collectors.kineto_names import ARGS_NAMING_INPUTS
 from ..errors import InputError
 from ..store import Run
 from ..vocab import CONV_OPS, is_comm_kernel_name, sql_literal
@@ -83,26 +84,33 @@ rank needs them. The pattern is matched once per distinct name of a rank, not on
 RANK_QUERIES = (OPS, KERNELS, KERNEL_NAMES)
 """The per-rank queries of the utilisation figures, which the engine runs once per batch of ranks (rank_rows.py)."""
 
-_ARGS_NAMED = ("SELECT count(*) FROM (SELECT 1 FROM events WHERE rank = ? AND kind = 'cpu_op' "
-               """AND (contains(args, '"Input') OR contains(args, '"flops"')) LIMIT 1)""")
-"""An operator's args name its inputs (`Input Dims`, `Input type`, ...) or its flops: the first
-found ends the read."""
+_ARGS_NAMED = ("SELECT count(*) FROM (SELECT 1 FROM events WHERE rank = ? AND kind = 'cpu_op' AND ("
+               + " OR ".join(f"contains(args, {sql_literal(k)})" for k in ARGS_NAMING_INPUTS) + ") LIMIT 1)")
+"""An operator's args name its inputs (`Input Dims`, `Input type`, ...) or its flops
+(kineto_names.ARGS_NAMING_INPUTS): the first found ends the read."""
 
 
 def args_named(run: Run, rank: int) -> bool:
-    """Whether any operator of the rank has args naming its inputs or flops (`_ARGS_NAMED`), read
-    once and kept on `run`. False (a trace recorded without shapes) answers at once what OPS,
-    `mfu_missing` and precision's TYPED would each read every operator's args for (0.2 s of CPU
-    each on a 1M-event rank); True costs a read up to the first such operator, and they read as before."""
+    """Whether any operator of the rank has args naming its inputs or flops, as the importer and the
+    collector found it (the rank's `op_args_named` in the manifest), else read (`_ARGS_NAMED`, a run
+    written before they did), once and kept on `run`. False (a trace recorded without shapes, as
+    torch.profiler records by default) answers at once what OPS, `mfu_missing` and precision's TYPED
+    would each read every operator's args for (0.2 s of CPU each on a 1M-event rank); the read it
+    takes, where the manifest does not say, is every operator's args (64 ms on a 1.45M-event rank)."""
     kept = run.prepared.setdefault("op_args_named", {})
     if int(rank) not in kept:
-        kept[int(rank)] = bool(run.sql(_ARGS_NAMED, [int(rank)]).fetchone()[0])
+        known = args_named_known(run, rank)
+        kept[int(rank)] = known if known is not None else bool(run.sql(_ARGS_NAMED, [int(rank)]).fetchone()[0])
     return kept[int(rank)]
 
 
 def args_named_known(run: Run, rank: int) -> bool | None:
-    """`args_named`'s answer for the rank if this analysis has read it already, else None (nothing is read)."""
-    return run.prepared.get("op_args_named", {}).get(int(rank))
+    """`args_named`'s answer for the rank where it is known without a read (the manifest's, or this
+    analysis's), else None (nothing is read)."""
+    got = run.prepared.get("op_args_named", {}).get(int(rank)) if run.prepared is not None else None
+    if got is None:
+        got = rank_entry(run, rank).get("op_args_named")
+    return got if isinstance(got, bool) else None
 
 
 def rows_if_args_named(run: Run, query: RankQuery, rank: int) -> list:

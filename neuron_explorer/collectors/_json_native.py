@@ -64,6 +64,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.nxt_take.argtypes = [ptr, ptr, ptr, ptr, i64, ptr, ptr]
     lib.nxt_int_after.restype = i32
     lib.nxt_int_after.argtypes = [ptr, ptr, ptr, i64, ctypes.c_char_p, i64, i64, ptr]
+    lib.nxt_any_holds.restype = i32
+    lib.nxt_any_holds.argtypes = [ptr, ptr, ptr, i64, ctypes.c_char_p, i64]
 
 
 LIBRARY = NativeLibrary("nx_json", SOURCES, "the fast trace reader", "about 5 s on 2 cores",  # 3.5 s measured under a load of 4

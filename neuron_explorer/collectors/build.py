@@ -58,6 +58,7 @@ class RankTables:
     counts: dict[str, int]
     devices: list[int]
     span_ns: int | None = None  # the rank's events from the first start to the last end (None: no events)
+    op_args_named: bool | None = None  # whether an operator's args name its inputs or flops (passes.args_name_inputs)
 
 
 # --- the build ------------------------------------------------------------------------------
@@ -410,6 +411,9 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
         launch[flow_dev[need]] = flow_src[need]
         del flow_src, flow_dev, need
         quality |= _launches_without_device_work(kind, is_runtime, name_codes, name_values, fl)
+        # whether any operator's args name its inputs (a trace recorded with shapes), read while the helper
+        # links backward work: the analysis then knows it from the manifest instead of reading every operator's args
+        op_args_named = passes.args_name_inputs(args, order[is_op])
         # backward work: the forward operator that built its autograd node, and every event's pass
         fwd, pass_code, backward_counts = backward_links.result()
 
@@ -574,7 +578,7 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
     devices = np.unique(device[device >= 0]).tolist()
     span = int((ts + dur).max() - ts[0]) if n else None  # ts is sorted
     return RankTables(rank, {"events": events, "frames": frames, "flows": flows, "memory": memory, "counters": counters},
-                      steps, quality, counts, devices, span)
+                      steps, quality, counts, devices, span, op_args_named)
 
 
 _DEVICE_WORK = [_KIND_CODE["kernel"], _KIND_CODE["memcpy"], _KIND_CODE["memset"]]

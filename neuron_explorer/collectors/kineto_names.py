@@ -130,6 +130,9 @@ INPUT_TYPE_ARG = "Input type"
 FWD_THREAD_ARG = "Fwd thread id"
 FLOPS_ARG = "flops"
 """An operator's args that the live collectors write as the JSON trace does (record_shapes, with_flops)."""
+ARGS_NAMING_INPUTS = ('"Input', f'"{FLOPS_ARG}"')
+"""Text in an operator's args that names its inputs ("Input Dims", "Input type", ...) or its flops: a
+trace recorded with shapes or flops (the build's `op_args_named`, utilisation's args_named)."""
 MEMORY_ARGS = {"addr": "Addr", "bytes": "Bytes", "total_allocated": "Total Allocated",
                "total_reserved": "Total Reserved", "device_type": "Device Type", "device": "Device Id"}
 """raw memory column → the `[memory]` event's arg."""

@@ -45,9 +45,9 @@ from ..vocab import COMM_OP_RE, GRAPH_BREAK_EVENT, RECOMPILE_EVENT
 from . import _json_native
 from ._forest import nearest_marked, root_of
 from ._packed_text import PackedText
+from .kineto_names import ARGS_NAMING_INPUTS, COMPILED_REGION_PREFIX, EVALUATE_PREFIX, SEQUENCE_NUMBER
 from .kineto_names import BACKWARD_CALL as _BACKWARD_CALL
 from .kineto_names import BACKWARD_NODE as _BACKWARD_NODE
-from .kineto_names import COMPILED_REGION_PREFIX, EVALUATE_PREFIX, SEQUENCE_NUMBER
 from .kineto_names import DATALOADER_NEXT as _DATA
 from .kineto_names import OPTIMIZER_STEP as _OPTIMIZER
 from .kineto_names import SEQUENCE_NUMBER_ARG as _SEQUENCE
@@ -97,6 +97,35 @@ def sequence_numbers(args, rows: np.ndarray) -> np.ndarray:
     for at, text in parts:
         out[at] = _sequence_in(text)
     return out
+
+
+def args_name_inputs(args, rows: np.ndarray) -> bool:
+    """Whether the args of any of the given rows hold kineto_names.ARGS_NAMING_INPUTS (an operator's
+    args naming its inputs or flops: a trace recorded with shapes or flops). `args`: an Arrow string
+    array or the importer's PackedText, read a block at a time up to the first row found."""
+    if args is None or not len(rows):
+        return False
+    lib = _json_native.loaded() if isinstance(args, PackedText) else None
+    if lib is not None:  # each block's rows read where they lie in it (native/packed_text.cpp)
+        for _, local, block in args.rows_by_block(rows):
+            text = block.unpack()
+            if lib.nxt_any_holds(block.offsets.ctypes.data, text.address, local.ctypes.data, len(local), _NAMING_KEYS, len(_NAMING_KEYS)):
+                return True
+        return False
+    if isinstance(args, PackedText):
+        parts = (text for _, text in args.take_by_block(rows))
+    else:
+        rows = np.sort(np.asarray(rows, dtype=np.int64))
+        parts = (args.take(pa.array(rows[at:at + _SEQUENCE_BLOCK])) for at in range(0, len(rows), _SEQUENCE_BLOCK))
+    for text in parts:
+        for needle in ARGS_NAMING_INPUTS:
+            if pc.any(pc.match_substring(text, needle)).as_py():
+                return True
+    return False
+
+
+_NAMING_KEYS = b"".join(k.encode() + b"\0" for k in ARGS_NAMING_INPUTS)
+"""kineto_names.ARGS_NAMING_INPUTS as the C++ library reads them (NUL-terminated)."""
 
 
 def _sequence_in(text: pa.StringArray) -> np.ndarray:

@@ -36,6 +36,7 @@ def rank_entry(built: RankTables, meta: dict, quality_extra: dict | None = None)
         "world_size": world,
         "events": built.tables["events"].num_rows,
         "span_ns": built.span_ns,
+        "op_args_named": built.op_args_named,
         "counts": built.counts,
         "devices": built.devices,
         **device_list(built.devices, meta.get("device_properties") or []),

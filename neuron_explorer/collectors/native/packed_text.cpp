@@ -82,4 +82,17 @@ int32_t nxt_int_after(const int32_t* src_offsets, const uint8_t* src, const int6
   }
   return 0;
 }
+
+// Whether any row rows[k] (k < n) of a block holds one of the `needles` (NUL-terminated, one after
+// another, nlen bytes in all): 1, at the first found; else 0.
+int32_t nxt_any_holds(const int32_t* src_offsets, const uint8_t* src, const int64_t* rows, int64_t n, const char* needles,
+                      int64_t nlen) {
+  for (int64_t k = 0; k < n; ++k) {
+    const char* p = (const char*)src + src_offsets[rows[k]];
+    const size_t len = (size_t)(src_offsets[rows[k] + 1] - src_offsets[rows[k]]);
+    for (const char* needle = needles; needle < needles + nlen; needle += strlen(needle) + 1)
+      if (memmem(p, len, needle, strlen(needle))) return 1;
+  }
+  return 0;
+}
 }
