@@ -93,8 +93,8 @@ whether to trim."""
 TRIM_ABOVE_JSON = 0.9
 """A batch import's budget: the build and the write trim only while the process holds more than this
 share of the trace's JSON (the import's peak must stay under the JSON's size). On the 2.2M-event
-tiling (410 MiB of JSON) the peak was 377-385 MiB at 0.9 and at 0.85, 367-369 MiB trimming all along,
-and 0.9 cut the write's page faults by 40% (bench/README.md)."""
+tiling (410 MiB of JSON): a peak of 378-384 MiB at 0.9 (377-381 at 0.85, and slower; 368-369 trimmed
+all along), the write's page faults 116-120k -> 65-77k (bench/README.md)."""
 
 
 def resident_bytes() -> int | None:
