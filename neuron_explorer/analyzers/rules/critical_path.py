@@ -296,7 +296,7 @@ def _between_products_sql(rank: int, op: tuple) -> str:
     the outermost Python call of that frame around the softmax."""
     both = kinds_sql(sorted(ATTENTION_PRODUCT_OPS | SOFTMAX_OPS))
     products = kinds_sql(sorted(ATTENTION_PRODUCT_OPS))
-    op_id, tid, t0, t1, fr = (int(op[i]) for i in (0, 3, 4, 5, 6))
+    op_id, tid, t0, t1, fr = ("NULL" if op[i] is None else int(op[i]) for i in (0, 3, 4, 5, 6))  # (a null compares as in a join)
     return f"""WITH c AS (SELECT p.ts_ns AS c0, p.ts_ns + p.dur_ns AS c1 FROM events p
   WHERE p.rank = {int(rank)} AND p.tid = {tid} AND p.frame_id = {fr} AND p.kind = 'python' AND p.ts_ns <= {t0}
     AND p.ts_ns + p.dur_ns >= {t1} ORDER BY p.ts_ns, p.dur_ns DESC LIMIT 1),
