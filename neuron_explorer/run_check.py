@@ -258,7 +258,11 @@ def written_here(run_dir: Path) -> None:
     import os
 
     files = rank_files(run_dir)
-    keys = [(os.path.abspath(path), size, mtime_ns) for table in schema.RANK_TABLES for path, size, mtime_ns in files.get(table.file, [])]
+    _remember([(os.path.abspath(path), size, mtime_ns) for table in schema.RANK_TABLES for path, size, mtime_ns in files.get(table.file, [])])
+
+
+def _remember(keys: list[tuple[str, int, int]]) -> None:
+    """Footers found good in this process (path, size, mtime_ns), at most _CHECKED_MAX remembered."""
     with _CHECKED_LOCK:
         if len(_CHECKED) + len(keys) > _CHECKED_MAX:
             _CHECKED.clear()
@@ -296,9 +300,6 @@ def check_partitions(run_dir: Path) -> dict[str, list[tuple[str, int, int]]]:
     for (_, path, _), problem in zip(todo, problems):
         if problem:
             raise InputError(path, problem)
-    with _CHECKED_LOCK:
-        if len(_CHECKED) + len(todo) > _CHECKED_MAX:
-            _CHECKED.clear()
-        _CHECKED.update(dict.fromkeys(key for key, _, _ in todo))
+    _remember([key for key, _, _ in todo])
     _record(run_dir, every)
     return files

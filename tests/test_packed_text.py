@@ -130,6 +130,23 @@ def test_sequence_numbers_are_read_as_the_regex_reads_them(small_blocks, monkeyp
             sequence_numbers(PackedText.pack(pa.array(texts + ['{"Sequence number": %s}' % past])), np.arange(len(texts) + 1))
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["c++", "arrow"])
+def test_whether_any_of_the_rows_names_inputs_is_read_in_each_of_them(small_blocks, monkeypatch, native):
+    """passes.args_name_inputs: true only where one of the rows asked for (not another row) holds
+    '"Input' or '"flops"', in packed args and in an Arrow array, nulls read as nothing."""
+    from neuron_explorer.collectors.passes import args_name_inputs
+
+    _native_or_not(monkeypatch, native)
+    texts = ['{"External id": %d}' % i if i % 5 else None for i in range(600)]
+    texts[431] = '{"External id": 431, "Input Dims": [[2, 3]]}'
+    texts[77] = '{"External id": 77, "flops": 12}'
+    for args in (PackedText.pack(pa.array(texts)), pa.array(texts)):
+        assert args_name_inputs(args, np.array([5, 431, 10]))
+        assert args_name_inputs(args, np.array([77]))
+        assert not args_name_inputs(args, np.array([i for i in range(600) if i not in (431, 77)]))
+        assert not args_name_inputs(args, np.array([], dtype=np.int64))
+
+
 def _native_or_not(monkeypatch, native: bool) -> None:
     from neuron_explorer.collectors import _json_native
 

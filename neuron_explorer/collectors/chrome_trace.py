@@ -157,16 +157,19 @@ def json_bytes(path: Path, cap: int | None = None) -> int:
     bomb or a >4 GiB trace would lie there); the count stops past `cap`."""
     if isinstance(path, remote.RemoteTrace):
         return remote.json_bytes(path)
-    size = path.stat().st_size
+    st = path.stat()
     if path.name.endswith(".gz"):
-        st = path.stat()
-        key = (str(path), st.st_size, st.st_mtime_ns)
-        counted, whole = _GUNZIPPED.get(key, (0, False))
+        counted, whole = _GUNZIPPED.get(_gz_key(path, st), (0, False))
         if not (whole or (cap is not None and counted > cap)):
             counted, whole = _gunzipped_bytes(path, cap)
-            _GUNZIPPED[key] = (counted, whole)
-        return max(size, counted)
-    return size
+            _GUNZIPPED[_gz_key(path, st)] = (counted, whole)
+        return max(st.st_size, counted)
+    return st.st_size
+
+
+def _gz_key(path: Path, st: os.stat_result) -> tuple[str, int, int]:
+    """A gzip's entry in _GUNZIPPED: the same path, size and modification time count the same."""
+    return str(path), st.st_size, st.st_mtime_ns
 
 
 _GUNZIPPED: dict[tuple[str, int, int], tuple[int, bool]] = {}
@@ -337,7 +340,7 @@ def _trim_budget(path: Path) -> int | None:
         return None
     size = st.st_size
     if path.name.endswith(".gz"):
-        counted, whole = _GUNZIPPED.get((str(path), st.st_size, st.st_mtime_ns), (0, False))
+        counted, whole = _GUNZIPPED.get(_gz_key(path, st), (0, False))
         if not whole:
             return None
         size = max(size, counted)

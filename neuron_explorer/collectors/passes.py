@@ -88,15 +88,22 @@ def sequence_numbers(args, rows: np.ndarray) -> np.ndarray:
                 found[~valid[local]] = -1
             out[at] = found
         return out
-    if isinstance(args, PackedText):
-        parts = args.take_by_block(rows)
-    else:
-        by_row = np.argsort(rows, kind="stable")
-        parts = ((at, args.take(pa.array(rows[at]))) for at in
-                 (by_row[start:start + _SEQUENCE_BLOCK] for start in range(0, len(rows), _SEQUENCE_BLOCK)))
-    for at, text in parts:
+    for at, text in _texts(args, rows):
         out[at] = _sequence_in(text)
     return out
+
+
+def _texts(args, rows: np.ndarray):
+    """The given rows' text a part at a time, where the C++ library does not read it in place: (their
+    positions in `rows`, an Arrow string array of them), a PackedText's block by block, an Arrow
+    array's _SEQUENCE_BLOCK rows at a time."""
+    if isinstance(args, PackedText):
+        yield from args.take_by_block(rows)
+        return
+    by_row = np.argsort(rows, kind="stable")
+    for start in range(0, len(rows), _SEQUENCE_BLOCK):
+        at = by_row[start:start + _SEQUENCE_BLOCK]
+        yield at, args.take(pa.array(rows[at]))
 
 
 def args_name_inputs(args, rows: np.ndarray) -> bool:
@@ -112,12 +119,7 @@ def args_name_inputs(args, rows: np.ndarray) -> bool:
             if lib.nxt_any_holds(block.offsets.ctypes.data, text.address, local.ctypes.data, len(local), _NAMING_KEYS, len(_NAMING_KEYS)):
                 return True
         return False
-    if isinstance(args, PackedText):
-        parts = (text for _, text in args.take_by_block(rows))
-    else:
-        rows = np.sort(np.asarray(rows, dtype=np.int64))
-        parts = (args.take(pa.array(rows[at:at + _SEQUENCE_BLOCK])) for at in range(0, len(rows), _SEQUENCE_BLOCK))
-    for text in parts:
+    for _, text in _texts(args, rows):
         for needle in ARGS_NAMING_INPUTS:
             if pc.any(pc.match_substring(text, needle)).as_py():
                 return True
