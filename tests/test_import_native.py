@@ -124,6 +124,9 @@ _SHAPES = {
     "pid beyond int64": ('{"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 9223372036854775808}', False),
     "ts beyond int64 ns": ('{"ph": "X", "name": "a", "ts": 9223372036854775.808, "dur": 1}', False),
     "correlation beyond int64": ('{"ph": "X", "name": "a", "ts": 1, "dur": 1, "args": {"correlation": 9223372036854775808}}', False),
+    # an operator of many inputs (a foreach op over a model's parameters): many lists, none deep
+    "many inputs": ('{"ph": "X", "cat": "cpu_op", "name": "aten::_foreach_add_", "ts": 1, "dur": 1, "args": {"Input Dims": ['
+                    + ", ".join(["[64, 3, 7, 7]", "[]", "[[1], [2]]"] * 100) + '], "Concrete Inputs": [' + ", ".join(['""'] * 300) + "]}}", True),
     "deep args": ('{"ph": "X", "name": "a", "ts": 1, "dur": 1, "args": {"x": ' + "[" * 120 + "]" * 120 + "}}", False),
     "float pid": ('{"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1.5}', False),
     "null phase": ('{"ph": null, "name": "a", "ts": 1}', False),

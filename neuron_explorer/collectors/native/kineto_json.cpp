@@ -116,7 +116,6 @@ struct Parser {
   const char* p;
   const char* e;
   int max_nesting;
-  int64_t containers = 0;  // objects and arrays opened so far
 
   [[noreturn]] void fail(int code) { throw GiveUp{code}; }
   void ws() {
@@ -256,7 +255,6 @@ struct Parser {
       return K_STRING;
     } else if (c == '{' || c == '[') {
       if (depth >= max_nesting) fail(3);
-      ++containers;
       char close = c == '{' ? '}' : ']';
       ++p;
       ws();
@@ -412,7 +410,6 @@ struct ArgsRead {  // what an args object holds of kArgKeys, read in the one pas
   uint32_t seen = 0;  // bit i: key i was there
   int64_t val[NKEYS];  // read only where `has` says
   int fail = 0;  // the first reason a slice with these args makes the piece give up (0: none)
-  int64_t containers = 0;  // objects and arrays in the args, the args object included
   bool get(int i) const { return has >> i & 1; }
 };
 
@@ -446,7 +443,6 @@ Kind args_object(Parser& ps, ArgsRead& a, Span& s) {
   if (1 >= ps.max_nesting) ps.fail(3);
   a.has = a.seen = 0;
   a.fail = 0;
-  int64_t containers = ps.containers;
   ++ps.p;
   ps.ws();
   auto give_up = [&](int code) { if (!a.fail) a.fail = code; };
@@ -479,7 +475,6 @@ Kind args_object(Parser& ps, ArgsRead& a, Span& s) {
       if (!ps.more('}')) break;
     }
   }
-  a.containers = 1 + ps.containers - containers;
   s.p = start;
   s.n = (size_t)(ps.p - start);
   s.set = true;
@@ -523,7 +518,6 @@ void id_column(Parser& ps, const Span& s, Kind k, Ints& ints, Text* text) {
 void slice_args(Parser& ps, Out& o, const Event& ev) {
   const ArgsRead& a = ev.a;
   if (ev.args_k == K_OTHER && ev.args.p[0] == '{') {
-    if (a.containers > ps.max_nesting) ps.fail(3);  // (more than the depth: what is certainly within it)
     if (a.fail) ps.fail(a.fail);
   } else if (ev.args_k != K_NONE && ev.args_k != K_NULL) {
     ps.fail(7);  // args that are not an object
