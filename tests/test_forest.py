@@ -75,25 +75,36 @@ def test_a_forest_in_another_order_takes_pointer_jumping(monkeypatch):
         np.testing.assert_array_equal(a, b)
 
 
-def test_enclosing_slices_in_cpp_equal_pointer_jumping(monkeypatch):
+@pytest.mark.parametrize("track_type", [np.int32, np.int64])
+@pytest.mark.parametrize("with_uncounted", [False, True])
+def test_enclosing_slices_in_cpp_equal_pointer_jumping(monkeypatch, track_type, with_uncounted):
     """The walk that makes the forest: slices on a few threads with nesting, overlaps (a slice that
-    ends after its parent), instants and zero-length slices, shared start times."""
+    ends after its parent), instants and zero-length slices, shared start times. The one C++ pass in
+    time order, the C++ walk over the rows sorted by track, and numpy's pointer jumping agree, on the
+    parents and on the overlaps counted (some rows left out of them: the profiler's steps)."""
+    from neuron_explorer.collectors import _forest
     from neuron_explorer.collectors._forest import enclosing_parents, time_order
 
     rng = np.random.default_rng(11)
     n = 30_000
-    track = rng.integers(0, 5, n).astype(np.int64)
+    track = rng.integers(0, 5, n).astype(track_type)
     ts = rng.integers(0, 200_000, n).astype(np.int64) // 7 * 7  # many equal starts
     dur = np.where(rng.random(n) < 0.1, 0, rng.exponential(300, n).astype(np.int64))
     order = time_order(ts, dur)
     track, ts, dur = track[order], ts[order], dur[order]
     end = ts + dur
     can = (dur > 0) & (rng.random(n) < 0.95)  # 5% instants, some of them with a duration
-    native = enclosing_parents(track, ts, end, can)
+    uncounted = rng.random(n) < 0.2 if with_uncounted else None
+    assert _forest._native_enclosing(track, ts, end, can, uncounted, np.int32) is not None, "the one-pass C++ walk did not run"
+    native = enclosing_parents(track, ts, end, can, uncounted)
+    monkeypatch.setattr(_forest, "_native_enclosing", lambda *a: None)
+    by_track = enclosing_parents(track, ts, end, can, uncounted)
     _numpy_only(monkeypatch)
-    jumped = enclosing_parents(track, ts, end, can)
-    np.testing.assert_array_equal(native[0], jumped[0])
-    assert native[1] == jumped[1] and native[1] > 0  # overlaps counted, and there are some
+    jumped = enclosing_parents(track, ts, end, can, uncounted)
+    for other in (by_track, jumped):
+        np.testing.assert_array_equal(native[0], other[0])
+        assert native[1] == other[1]
+    assert native[1] > 0  # overlaps counted, and there are some
     parent = native[0]
     has = parent >= 0
     assert has.sum() > n // 2
@@ -102,3 +113,47 @@ def test_enclosing_slices_in_cpp_equal_pointer_jumping(monkeypatch):
     # instant is a point at its start)
     assert (track[p] == track[has]).all() and can[p].all()
     assert (ts[p] <= ts[has]).all() and (end[p] >= np.where(can, end, ts)[has]).all()
+
+
+def test_tracks_that_are_not_numbers_from_zero_take_the_sort_by_track():
+    """Tracks given as any numbers (negative, sparse): the walk sorts by track, and the forest is the same
+    as with the same tracks numbered 0, 1, 2."""
+    from neuron_explorer.collectors._forest import enclosing_parents, time_order
+
+    rng = np.random.default_rng(5)
+    n = 10_000
+    dense = rng.integers(0, 3, n)
+    ts = rng.integers(0, 50_000, n).astype(np.int64)
+    dur = rng.exponential(200, n).astype(np.int64)
+    order = time_order(ts, dur)
+    dense, ts, dur = dense[order], ts[order], dur[order]
+    can = dur > 0
+    sparse = np.array([-7, 10**12, 3])[dense]
+    a, b = enclosing_parents(dense, ts, ts + dur, can), enclosing_parents(sparse, ts, ts + dur, can)
+    np.testing.assert_array_equal(a[0], b[0])
+    assert a[1] == b[1]
+
+
+@pytest.mark.parametrize("ids", ["int32", "wide"])
+def test_tracks_are_numbered_by_first_appearance_of_pid_tid_and_their_names(ids):
+    """One track per distinct (pid, tid, pid name, tid name), numbered as the rows first show it: pids and
+    tids as a trace gives them (negative ones, and ones past 32 bits, where a key of both in 64 bits would
+    not be one-to-one), names on a few rows only."""
+    import pyarrow as pa
+
+    rng = np.random.default_rng(3)
+    n = 5000
+    pids = [0, 1, -1, 7] if ids == "int32" else [0, 1, -1, 2**33 + 1, 1 - 2**32]
+    tids = [5, -5, 2**31 - 1] if ids == "int32" else [5, -5, 2**32 + 5, 2**31 - 1]
+    pid = np.array(pids, np.int64)[rng.integers(len(pids), size=n)]
+    tid = np.array(tids, np.int64)[rng.integers(len(tids), size=n)]
+    if ids == "int32":
+        pid, tid = pid.astype(np.int32), tid.astype(np.int32)
+    names = [None] * 20 + ["GPU 0", "stream 7", "Traces"]
+    pid_text = pa.array([names[i] for i in rng.integers(len(names), size=n)], pa.string())
+    tid_text = pa.array([names[i] for i in rng.integers(len(names), size=n)], pa.string())
+    for texts in ((None, None), (pid_text, None), (pid_text, tid_text), (pa.nulls(n, pa.string()), tid_text)):
+        seen: dict = {}
+        rows = zip(pid.tolist(), tid.tolist(), *(t.to_pylist() if t is not None else [None] * n for t in texts))
+        expected = [seen.setdefault(key, len(seen)) for key in rows]
+        assert _forest.tracks_of(pid, tid, *texts).tolist() == expected

@@ -77,6 +77,30 @@ def test_ranges_left_to_the_python_decoder_are_decoded_in_order_with_the_rest(tm
     assert len(calls) > 5 and calls == sorted(calls) and calls[-1] == (src.stat().st_size,) * 2
 
 
+def test_cuts_beyond_the_first_look_and_a_late_events_array_are_found(tmp_path: Path, monkeypatch):
+    """A byte range's cut is looked for in the first bytes of its window, then in the whole window:
+    with events of ~40 KB (no cut in the first look) and a header of ~100 KB before traceEvents (not
+    in the first bytes read), the ranges are those the whole window gives, and the run is the one-piece import."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 1700000000000000 + i, "dur": 1,
+               "args": {"External id": i, "Input Dims": [[i % 7] * (20000 if i % 3 == 0 else 1)]}} for i in range(120)]
+    src = tmp_path / "t.json"
+    src.write_text(json.dumps({"deviceProperties": [{"id": 0, "pad": "x" * 100_000}], "traceEvents": events}))
+    whole = import_traces(src, tmp_path / "whole").run_dir
+    monkeypatch.setattr(_kineto_json, "CHUNK_BYTES", 256 << 10)
+    monkeypatch.setattr(_kineto_json, "PARALLEL_MIN_BYTES", 0)
+    size = src.stat().st_size
+    plan = _kineto_json._plan_ranges(str(src), size)
+    monkeypatch.setattr(_kineto_json, "_FIRST_LOOK", _kineto_json._WINDOW)  # the whole window at once
+    assert plan == _kineto_json._plan_ranges(str(src), size)
+    monkeypatch.undo()
+    monkeypatch.setattr(_kineto_json, "CHUNK_BYTES", 256 << 10)
+    monkeypatch.setattr(_kineto_json, "PARALLEL_MIN_BYTES", 0)
+    assert len(plan.ranges) > 3 and plan.prefix.endswith(b'"traceEvents": [') and len(plan.prefix) > 100_000
+    pieces = import_traces(src, tmp_path / "pieces").run_dir
+    assert _rows(pieces) == _rows(whole)
+    assert len(_rows(pieces)["events"]) == 120
+
+
 def test_streamed_pieces_with_events_longer_than_a_block_and_escaped_names(tmp_path: Path, monkeypatch):
     """A gzip trace is cut as it is decompressed, a cut near each block's end. An event longer than
     a block (no cut in it) is carried on to the next; pieces with escaped names are decoded by the

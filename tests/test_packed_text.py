@@ -103,7 +103,7 @@ def test_sequence_numbers_are_read_as_the_regex_reads_them(small_blocks, monkeyp
     regex's answer, both ways, and a number past int64 is the regex's error either way."""
     import re
 
-    from neuron_explorer.collectors.kineto_names import SEQUENCE_NUMBER_ARG
+    from neuron_explorer.collectors.kineto_names import SEQUENCE_NUMBER_ARG, SEQUENCE_NUMBER_KEY
     from neuron_explorer.collectors.passes import sequence_numbers
 
     values = ["7", "-12", "0", "123456789012345678", "9223372036854775807", "3.5", '"4"', "null", "[1]", "+5", "00042", "8e3"]
@@ -123,28 +123,72 @@ def test_sequence_numbers_are_read_as_the_regex_reads_them(small_blocks, monkeyp
               '{"Sequence number": "x", "Sequence number": 6}', '{"x": "Sequence number": 3}', '"Sequence number":4', '"Sequence number":-']
     rows = np.random.default_rng(5).permutation(len(texts))
     expected = [by_regex(texts[r]) for r in rows]
+    read_when_packed = PackedText.pack(pa.array(texts), number_after=SEQUENCE_NUMBER_KEY)  # (as the importer packs args)
+    assert read_when_packed.number_after == (SEQUENCE_NUMBER_KEY if native else None)
     assert sequence_numbers(pa.array(texts), rows).tolist() == expected
     assert sequence_numbers(PackedText.pack(pa.array(texts)), rows).tolist() == expected
+    assert sequence_numbers(read_when_packed, rows).tolist() == expected
+    assert sequence_numbers(read_when_packed, rows[:0]).tolist() == []
     for past in ("9223372036854775808", "-9223372036854775809", "99999999999999999999"):
-        with pytest.raises(pa.ArrowInvalid, match=past):
-            sequence_numbers(PackedText.pack(pa.array(texts + ['{"Sequence number": %s}' % past])), np.arange(len(texts) + 1))
+        with_past = pa.array(texts + ['{"Sequence number": %s}' % past])
+        packed = PackedText.pack(with_past, number_after=SEQUENCE_NUMBER_KEY)
+        assert packed.number_after is None  # (not read as packed: read when asked, which raises as the regex does)
+        for args in (packed, PackedText.pack(with_past)):
+            with pytest.raises(pa.ArrowInvalid, match=past):
+                sequence_numbers(args, np.arange(len(texts) + 1))
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["c++", "arrow"])
 def test_whether_any_of_the_rows_names_inputs_is_read_in_each_of_them(small_blocks, monkeypatch, native):
     """passes.args_name_inputs: true only where one of the rows asked for (not another row) holds
-    '"Input' or '"flops"', in packed args and in an Arrow array, nulls read as nothing."""
+    '"Input' or '"flops"', in packed args (their rows marked as they were packed, as the importer
+    packs them, or read when asked) and in an Arrow array, nulls read as nothing."""
+    from neuron_explorer.collectors.kineto_names import ARGS_NAMING_INPUTS
     from neuron_explorer.collectors.passes import args_name_inputs
 
     _native_or_not(monkeypatch, native)
     texts = ['{"External id": %d}' % i if i % 5 else None for i in range(600)]
     texts[431] = '{"External id": 431, "Input Dims": [[2, 3]]}'
     texts[77] = '{"External id": 77, "flops": 12}'
-    for args in (PackedText.pack(pa.array(texts)), pa.array(texts)):
+    marked = PackedText.pack(pa.array(texts), ARGS_NAMING_INPUTS)
+    assert marked.marks == (ARGS_NAMING_INPUTS if native else None)  # (marked by the C++ library only)
+    for args in (marked, PackedText.pack(pa.array(texts)), pa.array(texts)):
         assert args_name_inputs(args, np.array([5, 431, 10]))
         assert args_name_inputs(args, np.array([77]))
         assert not args_name_inputs(args, np.array([i for i in range(600) if i not in (431, 77)]))
         assert not args_name_inputs(args, np.array([], dtype=np.int64))
+
+
+def test_rows_holding_a_substring_are_marked_as_they_are_packed(small_blocks):
+    """Each row that holds one of the substrings asked for is marked, and no other: not a row whose
+    end and the next row's start spell one together, not a null, not a row holding only part of one;
+    the marks survive joining packed pieces and dropping long rows (the rows left keep theirs)."""
+    marks = ('"Input', '"flops"')
+    rng = np.random.default_rng(2)
+    choices = ['{"Input Dims": [[1]]}', '{"a": 1, "flops": 3}', '{"x": "Input"}', 'ends "Inpu', 't" starts', '"flops',
+               '{"External id": 4}', None, "é€ \"Input\"", '"Input']
+    texts = [choices[i] for i in rng.integers(len(choices), size=700)]
+    holds = [t is not None and any(m in t for m in marks) for t in texts]
+    packed = PackedText.pack(pa.array(texts), marks)
+    assert packed.marks == marks and len(packed.blocks) > 10
+    held = np.concatenate([b.holding if b.holding is not None else np.zeros(b.rows, bool) for b in packed.blocks])
+    assert held.tolist() == holds and 100 < sum(holds) < 600
+    for rows in (np.flatnonzero(holds)[:1], np.flatnonzero(~np.array(holds)), np.arange(700)):
+        assert packed.any_marked(rows) == any(holds[r] for r in rows)
+    joined = PackedText.concat([PackedText.pack(pa.array(texts[:300]), marks), PackedText.pack(pa.array(texts[300:]), marks)])
+    assert joined.marks == marks and joined.any_marked([350]) == holds[350]
+    assert PackedText.concat([joined, PackedText.pack(pa.array(texts))]).marks is None  # (one part not marked)
+    kept, dropped = packed.with_rows_longer_dropped(15)
+    assert dropped and kept.marks == marks and kept.number_after is None
+    numbered = PackedText.pack(pa.array([t and f'{t}, "n": {i}' for i, t in enumerate(texts)]), marks, '"n"')
+    kept_numbers, _ = numbered.with_rows_longer_dropped(30)
+    assert kept_numbers.number_after == '"n"'
+    assert kept_numbers.numbers_of(np.arange(700)).tolist() == [
+        i if t is not None and len(f'{t}, "n": {i}') <= 30 else -1 for i, t in enumerate(texts)]
+    left = [t is not None and len(t) <= 15 and any(m in t for m in marks) for t in texts]
+    assert np.concatenate([b.holding if b.holding is not None else np.zeros(b.rows, bool) for b in kept.blocks]).tolist() == left
+    with pytest.raises(ValueError):
+        PackedText.pack(pa.array(texts)).any_marked([0])
 
 
 def _native_or_not(monkeypatch, native: bool) -> None:

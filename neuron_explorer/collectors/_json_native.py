@@ -60,10 +60,16 @@ def _declare(lib: ctypes.CDLL) -> None:
                                 ("nxf_depth_of", i32, [ptr, ptr, i64, i32, ptr]), ("nxf_enclosing", None, [ptr, ptr, ptr, i64, i32, ptr])):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, args
+    lib.nxf_enclosing_parents.restype = i64
+    lib.nxf_enclosing_parents.argtypes = [ptr, i32, ptr, ptr, ptr, ptr, i64, i64, i32, ptr]
     lib.nxt_take.restype = None
     lib.nxt_take.argtypes = [ptr, ptr, ptr, ptr, i64, ptr, ptr]
     lib.nxt_int_after.restype = i32
     lib.nxt_int_after.argtypes = [ptr, ptr, ptr, i64, ctypes.c_char_p, i64, i64, ptr]
+    lib.nxt_ints_after_all.restype = i64
+    lib.nxt_ints_after_all.argtypes = [ptr, ptr, i64, ptr, ctypes.c_char_p, i64, ptr, ptr]
+    lib.nxt_mark_holding.restype = i64
+    lib.nxt_mark_holding.argtypes = [ptr, ptr, i64, ctypes.c_char_p, i64, ptr]
     lib.nxt_any_holds.restype = i32
     lib.nxt_any_holds.argtypes = [ptr, ptr, ptr, i64, ctypes.c_char_p, i64]
 

@@ -35,6 +35,8 @@ class _Block:
     validity: pa.Buffer | None  # Arrow bitmap, None when no row is null
     nulls: int
     longest: int  # bytes of the longest value
+    holding: np.ndarray | None = None  # with the text's `marks`: one bool per row, True where it holds one (None: no row does)
+    numbers: tuple[np.ndarray, np.ndarray] | None = None  # with its `number_after`: (rows, their integers) of the rows with one
 
     def unpack(self) -> pa.Buffer:
         """The block's text, decompressed."""
@@ -48,6 +50,46 @@ class _Block:
         return _bits(self.validity, 0, self.rows) if self.nulls else None
 
 
+def _library():
+    from . import _json_native  # (it imports this module)
+
+    return _json_native.loaded()
+
+
+def _needles(texts) -> bytes:
+    """Texts as the C++ library reads a list of them (each NUL-terminated)."""
+    return b"".join(t.encode() + b"\0" for t in texts)
+
+
+def _holding(lib, needles: bytes, offsets: np.ndarray, address: int, valid: np.ndarray | None) -> np.ndarray | None:
+    """One bool per row of a block (its `offsets` from 0, its text at `address`, `valid` False for a
+    null): whether it holds one of the `needles` (a null holds nothing, whatever bytes it spans);
+    None where no row does."""
+    out = np.empty(len(offsets) - 1, np.uint8)
+    if not lib.nxt_mark_holding(offsets.ctypes.data, address, len(out), needles, len(needles), out.ctypes.data):
+        return None
+    holding = out.view(bool)
+    if valid is not None:
+        holding &= valid
+    return holding if holding.any() else None
+
+
+class _Overflow(Exception):
+    """An integer after the key that does not fit an int64 (the numbers are then not kept)."""
+
+
+def _numbers(lib, key: bytes, offsets: np.ndarray, address: int, valid: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """(rows, integers) of the rows of a block with an integer after `key` (see PackedText); None where none has."""
+    n = len(offsets) - 1
+    rows, values = np.empty(n, np.int32), np.empty(n, np.int64)
+    v = None if valid is None else np.ascontiguousarray(valid, dtype=bool).view(np.uint8)
+    found = lib.nxt_ints_after_all(offsets.ctypes.data, address, n, None if v is None else v.ctypes.data, key, len(key),
+                                   rows.ctypes.data, values.ctypes.data)
+    if found < 0:
+        raise _Overflow
+    return (rows[:found].copy(), values[:found].copy()) if found else None
+
+
 def _bits(buffer: pa.Buffer | None, offset: int, n: int) -> np.ndarray | None:
     """One bool per row of an Arrow validity bitmap (None: no bitmap). No pyarrow conversion: that
     would import pandas, which the decode's threads must not wait for."""
@@ -57,21 +99,33 @@ def _bits(buffer: pa.Buffer | None, offset: int, n: int) -> np.ndarray | None:
 
 
 class PackedText:
-    """Rows of text (string or null), compressed in blocks. `take` gives rows back as a StringArray."""
+    """Rows of text (string or null), compressed in blocks. `take` gives rows back as a StringArray.
 
-    def __init__(self, blocks: list[_Block]):
+    What a pass over many rows would otherwise unpack every block for can be read as the rows are
+    packed, while their text is at hand (with the C++ library): `marks`, substrings, each row that
+    holds one marked (`any_marked`); `number_after`, a key, the integer after it in each row that has
+    one (`numbers_of`: the key, then `\\s*:\\s*-?\\d+`, its leftmost match). Each is None where it was
+    not asked for or not read (no library; an integer past int64)."""
+
+    def __init__(self, blocks: list[_Block], marks: tuple[str, ...] | None = None, number_after: str | None = None):
         self.blocks = blocks
+        self.marks = marks
+        self.number_after = number_after
         rows = np.array([b.rows for b in blocks], dtype=np.int64)
         self.starts = np.concatenate(([0], np.cumsum(rows)))  # first row of each block, and the end
 
     @classmethod
-    def pack(cls, array: pa.Array | pa.ChunkedArray) -> PackedText:
-        """A string or large_string array (or chunked array), compressed."""
+    def pack(cls, array: pa.Array | pa.ChunkedArray, marks: tuple[str, ...] | None = None,
+             number_after: str | None = None) -> PackedText:
+        """A string or large_string array (or chunked array), compressed; with `marks` and
+        `number_after`, those read from each row (see the class)."""
+        lib = _library() if marks or number_after else None
+        marks, number_after = (tuple(marks) if marks else None, number_after) if lib is not None else (None, None)
         if isinstance(array, pa.ChunkedArray):
-            return cls.concat([cls.pack(c) for c in array.chunks])
+            return cls.concat([cls.pack(c, marks, number_after) for c in array.chunks]) if array.num_chunks else cls([], marks, number_after)
         n = len(array)
         if n == 0:
-            return cls([])
+            return cls([], marks, number_after)
         validity, offsets_buf, data = array.buffers()
         wide = np.int64 if pa.types.is_large_string(array.type) else np.int32
         offsets = np.frombuffer(offsets_buf, wide)[array.offset:array.offset + n + 1]
@@ -81,6 +135,7 @@ class PackedText:
         ends = np.searchsorted(offsets, np.arange(offsets[0] + BLOCK_BYTES, offsets[-1], BLOCK_BYTES), side="right") - 1
         ends = np.union1d(ends[ends > 0], np.arange(BLOCK_ROWS, n, BLOCK_ROWS))
         bounds = np.concatenate(([0], ends, [n])).astype(np.int64)
+        needles, key = marks and _needles(marks), number_after and number_after.encode()
         blocks = []
         for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
             if b <= a:
@@ -88,17 +143,62 @@ class PackedText:
             lo, hi = int(offsets[a]), int(offsets[b])
             v = None if valid is None else valid[a:b]
             nulls = 0 if v is None else int(b - a - np.count_nonzero(v))
-            blocks.append(_Block(
-                rows=b - a, offsets=(offsets[a:b + 1] - lo).astype(np.int32), size=hi - lo,
+            block_offsets = (offsets[a:b + 1] - lo).astype(np.int32)
+            block = _Block(
+                rows=b - a, offsets=block_offsets, size=hi - lo,
                 # (as bytes: the codec's own buffer keeps the room of an uncompressible input)
                 text=CODEC.compress(data.slice(lo, hi - lo), asbytes=True) if hi > lo else b"",
                 validity=pa.py_buffer(np.packbits(v, bitorder="little")) if nulls else None, nulls=nulls,
-                longest=int(lengths[a:b].max())))
-        return cls(blocks)
+                longest=int(lengths[a:b].max()))
+            if hi > lo and needles:
+                block.holding = _holding(lib, needles, block_offsets, data.address + lo, v)
+            if hi > lo and key:
+                try:
+                    block.numbers = _numbers(lib, key, block_offsets, data.address + lo, v)
+                except _Overflow:  # (read from the text when asked, which raises as the regex does)
+                    key, number_after = None, None
+            blocks.append(block)
+        if number_after is None:
+            for block in blocks:
+                block.numbers = None
+        return cls(blocks, marks, number_after)
 
     @classmethod
     def concat(cls, parts: list[PackedText]) -> PackedText:
-        return cls([b for p in parts for b in p.blocks])
+        # (each read only where every part read it alike)
+        marks, numbers = {p.marks for p in parts}, {p.number_after for p in parts}
+        return cls([b for p in parts for b in p.blocks], marks.pop() if len(marks) == 1 else None,
+                   numbers.pop() if len(numbers) == 1 else None)
+
+    def any_marked(self, rows) -> bool:
+        """Whether any of the given rows holds one of `marks` (which must not be None)."""
+        if self.marks is None:
+            raise ValueError("no substrings were marked when this text was packed")
+        rows = np.asarray(rows, dtype=np.int64)
+        if not len(rows) or all(b.holding is None for b in self.blocks):
+            return False
+        return bool(np.concatenate([b.holding if b.holding is not None else np.zeros(b.rows, bool) for b in self.blocks])[rows].any())
+
+    def forget_reads(self) -> None:
+        """Let go of what was read as the rows were packed (`marks` and `number_after` become None)."""
+        self.marks = self.number_after = None
+        for b in self.blocks:
+            b.holding = b.numbers = None
+
+    def numbers_of(self, rows) -> np.ndarray:
+        """The integer after `number_after` (which must not be None) in each of the given rows, -1 where there is none."""
+        if self.number_after is None:
+            raise ValueError("no integers were read when this text was packed")
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.full(len(rows), -1, dtype=np.int64)
+        have = [(self.starts[i] + b.numbers[0], b.numbers[1]) for i, b in enumerate(self.blocks) if b.numbers is not None]
+        if not len(rows) or not have:
+            return out
+        at, values = np.concatenate([h[0] for h in have]), np.concatenate([h[1] for h in have])  # (rows in order)
+        i = np.minimum(np.searchsorted(at, rows), len(at) - 1)
+        hit = at[i] == rows
+        out[hit] = values[i[hit]]
+        return out
 
     def __len__(self) -> int:
         return int(self.starts[-1])
@@ -222,13 +322,13 @@ class PackedText:
             return self, 0
         import pyarrow.compute as pc
 
-        blocks, dropped = [], 0
+        parts, dropped = [], 0
         for b in self.blocks:
             if b.longest <= limit:
-                blocks.append(b)
+                parts.append(PackedText([b], self.marks, self.number_after))
                 continue
             arr = b.array()
             long = pc.greater(pc.utf8_length(arr), limit)
             dropped += pc.sum(long).as_py() or 0
-            blocks += PackedText.pack(pc.if_else(long, pa.scalar(None, pa.string()), arr)).blocks
-        return (PackedText(blocks), dropped) if dropped else (self, 0)
+            parts.append(PackedText.pack(pc.if_else(long, pa.scalar(None, pa.string()), arr), self.marks, self.number_after))
+        return (PackedText.concat(parts), dropped) if dropped else (self, 0)

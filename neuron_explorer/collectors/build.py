@@ -30,6 +30,7 @@ from ..vocab import DEVICE_DMA_RE, DEVICE_WAIT_KERNEL_RE
 from . import graph_capture, passes
 from ._forest import BLOCK_ROWS as _BLOCK
 from ._forest import depth_of, enclosing_parents, index_dtype, nearest_marked, root_of, slice_at, time_order, track_lookup, tracks_of
+from ._packed_text import PackedText
 from .kineto_names import (
     FORWARD_BACKWARD_FLOW,
     GRAPH_LAUNCH_CALL,
@@ -411,37 +412,39 @@ def build_rank(raw: RawRank, captures: graph_capture.Captures | None = None) -> 
         launch[flow_dev[need]] = flow_src[need]
         del flow_src, flow_dev, need
         quality |= _launches_without_device_work(kind, is_runtime, name_codes, name_values, fl)
-        # whether any operator's args name its inputs (a trace recorded with shapes), read while the helper
-        # links backward work: the analysis then knows it from the manifest instead of reading every operator's args
+        # whether any operator's args name its inputs (a trace recorded with shapes; the analysis then knows it from
+        # the manifest instead of reading every operator's args): marked as the decode packed the args, else read here
         op_args_named = passes.args_name_inputs(args, order[is_op])
+        # (what needs the launches but not the backward links, while the helper links them)
+        has_launch = launch >= 0
+        li = np.maximum(launch, 0)
+        quality["device_before_launch"] = int(np.count_nonzero(has_launch & (ts < ts[li]))) if n else 0
+        quality |= _first_work_wait(kind, device, launch, ts, dur)
+        if clock_shift:  # device_clock moved this device's events to its launches: the longest move
+            moved = max(clock_shift, key=lambda d: (clock_shift[d], -d))
+            quality |= {"device_clock_shift_ns": clock_shift[moved], "device_clock_shift_device": moved}
+        # a device event with neither a runtime call nor a flow (plugins that give kernels only the
+        # operator's External id) joins the operator of that External id: operator, step, statement,
+        # module and pass come from it; it still has no launch
+        by_external = _device_by_external_id(is_device & ~has_launch & (kind != K["gpu_annotation"]), is_op, external_id, external_null)
+        linked_by_external = by_external >= 0
+        quality["device_linked_by_external_id"] = int(np.count_nonzero(linked_by_external))
+        dev_no_launch = is_device & ~has_launch & ~linked_by_external & (kind != K["gpu_annotation"])
+        if is_dma is not None:  # a DMA the device makes for its work has no launch to lose
+            dev_no_launch &= ~is_dma
+        quality["device_events_without_launch"] = int(np.count_nonzero(dev_no_launch))
+        # of those, the work queued before the trace's host side recorded (its correlation id before every runtime call's,
+        # or its start before the first runtime call's)
+        quality["device_launched_before_trace"] = int(np.count_nonzero(launched_before_trace(
+            correlation, ~correlation_null, ts, dev_no_launch, is_runtime)))
+        # the event each device event inherits from: its launch, else its operator by External id
+        anchor = np.where(has_launch, launch, by_external)
+        del has_launch, li, by_external
+        quality["negative_timestamps"] = int(np.count_nonzero(ts < 0))
         # backward work: the forward operator that built its autograd node, and every event's pass
         fwd, pass_code, backward_counts = backward_links.result()
-
-    has_launch = launch >= 0
-    li = np.maximum(launch, 0)
-    quality["device_before_launch"] = int(np.count_nonzero(has_launch & (ts < ts[li]))) if n else 0
-    quality |= _first_work_wait(kind, device, launch, ts, dur)
-    if clock_shift:  # device_clock moved this device's events to its launches: the longest move
-        moved = max(clock_shift, key=lambda d: (clock_shift[d], -d))
-        quality |= {"device_clock_shift_ns": clock_shift[moved], "device_clock_shift_device": moved}
-    # a device event with neither a runtime call nor a flow (plugins that give kernels only the
-    # operator's External id) joins the operator of that External id: operator, step, statement,
-    # module and pass come from it; it still has no launch
-    by_external = _device_by_external_id(is_device & ~has_launch & (kind != K["gpu_annotation"]), is_op, external_id, external_null)
-    linked_by_external = by_external >= 0
-    quality["device_linked_by_external_id"] = int(np.count_nonzero(linked_by_external))
-    dev_no_launch = is_device & ~has_launch & ~linked_by_external & (kind != K["gpu_annotation"])
-    if is_dma is not None:  # a DMA the device makes for its work has no launch to lose
-        dev_no_launch &= ~is_dma
-    quality["device_events_without_launch"] = int(np.count_nonzero(dev_no_launch))
-    # of those, the work queued before the trace's host side recorded (its correlation id before every runtime call's,
-    # or its start before the first runtime call's)
-    quality["device_launched_before_trace"] = int(np.count_nonzero(launched_before_trace(
-        correlation, ~correlation_null, ts, dev_no_launch, is_runtime)))
-    # the event each device event inherits from: its launch, else its operator by External id
-    anchor = np.where(has_launch, launch, by_external)
-    del has_launch, li, by_external
-    quality["negative_timestamps"] = int(np.count_nonzero(ts < 0))
+    if isinstance(args, PackedText):  # (what the decode read from the args is used: not held through the write)
+        args.forget_reads()
 
     # backward work's statement is its forward operator's (in place, as below: a column per event
     # rewritten whole by np.where was two temporaries of its size at the build's peak)

@@ -45,6 +45,8 @@ OPTIMIZER_STEP = re.compile(r"^Optimizer\.(step|zero_grad)#")
 DATALOADER_NEXT = re.compile(r"^enumerate\(DataLoader\)#")
 SEQUENCE_NUMBER = "Sequence number"
 """An operator's arg: the autograd sequence number its backward node carries too."""
+SEQUENCE_NUMBER_KEY = f'"{SEQUENCE_NUMBER}"'
+"""Its key in an event's args JSON text."""
 SEQUENCE_NUMBER_ARG = rf'"{SEQUENCE_NUMBER}"\s*:\s*(?P<seq>-?\d+)'
 """The `Sequence number` arg in an event's args JSON text (a regex for pyarrow's extract_regex)."""
 

@@ -45,7 +45,7 @@ from ..vocab import COMM_OP_RE, GRAPH_BREAK_EVENT, RECOMPILE_EVENT
 from . import _json_native
 from ._forest import nearest_marked, root_of
 from ._packed_text import PackedText
-from .kineto_names import ARGS_NAMING_INPUTS, COMPILED_REGION_PREFIX, EVALUATE_PREFIX, SEQUENCE_NUMBER
+from .kineto_names import ARGS_NAMING_INPUTS, COMPILED_REGION_PREFIX, EVALUATE_PREFIX, SEQUENCE_NUMBER_KEY
 from .kineto_names import BACKWARD_CALL as _BACKWARD_CALL
 from .kineto_names import BACKWARD_NODE as _BACKWARD_NODE
 from .kineto_names import DATALOADER_NEXT as _DATA
@@ -62,7 +62,7 @@ def _name_flags(name_values: list, pattern) -> np.ndarray:
     return np.array([bool(v) and bool(pattern(v)) for v in name_values], dtype=bool)
 
 
-_SEQUENCE_KEY = f'"{SEQUENCE_NUMBER}"'.encode()
+_SEQUENCE_KEY = SEQUENCE_NUMBER_KEY.encode()
 """The key whose integer the C++ library reads as the regex `_SEQUENCE` does: the same key, then
 \\s*:\\s*-?\\d+, its leftmost match."""
 _SEQUENCE_BLOCK = 1 << 16
@@ -77,6 +77,8 @@ def sequence_numbers(args, rows: np.ndarray) -> np.ndarray:
     out = np.full(len(rows), -1, dtype=np.int64)
     if args is None or not len(rows):
         return out
+    if isinstance(args, PackedText) and args.number_after == SEQUENCE_NUMBER_KEY:  # (read as the decode packed them)
+        return args.numbers_of(rows)
     lib = _json_native.loaded() if isinstance(args, PackedText) else None
     if lib is not None:  # each block's rows read where they lie in it (native/packed_text.cpp), else as below
         for at, local, block in args.rows_by_block(rows):
@@ -112,6 +114,8 @@ def args_name_inputs(args, rows: np.ndarray) -> bool:
     array or the importer's PackedText, read a block at a time up to the first row found."""
     if args is None or not len(rows):
         return False
+    if isinstance(args, PackedText) and args.marks == ARGS_NAMING_INPUTS:  # (marked as the decode packed them)
+        return args.any_marked(rows)
     lib = _json_native.loaded() if isinstance(args, PackedText) else None
     if lib is not None:  # each block's rows read where they lie in it (native/packed_text.cpp)
         for _, local, block in args.rows_by_block(rows):

@@ -9,6 +9,7 @@
 // Must not: know what the nodes are.
 
 #include <cstdint>
+#include <vector>
 
 namespace {
 
@@ -58,9 +59,46 @@ void enclosing(const int64_t* track, const int64_t* end, const uint8_t* can, int
   }
 }
 
+// Rows sorted by (start, longest first), on dense tracks 0..ntracks-1: `enclosing` without sorting
+// the rows by track first. The rows of a track keep their order in any stable sort by track, so the
+// previous row of the track is the one this pass saw last on it, and the walk is the same. A row that
+// cannot contain others is a point at its start (its end is its start). Also counts the overlaps:
+// rows not `uncounted` (nullptr: all count) that start inside the counted row before them on their
+// track, which can contain, and end after it.
+template <typename T, typename I>
+int64_t enclosing_parents(const T* track, const int64_t* ts, const int64_t* end, const uint8_t* can, const uint8_t* uncounted,
+                          int64_t n, int64_t ntracks, I* out) {
+  std::vector<int64_t> last((std::size_t)ntracks, -1), last_counted((std::size_t)ntracks, -1);
+  int64_t overlaps = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = (int64_t)track[i];
+    const int64_t e = can[i] ? end[i] : ts[i];
+    int64_t c = last[t];
+    while (c >= 0 && !(can[c] && end[c] >= e)) c = (int64_t)out[c];
+    out[i] = (I)c;
+    last[t] = i;
+    if (uncounted == nullptr || !uncounted[i]) {
+      const int64_t p = last_counted[t];
+      if (p >= 0 && can[p] && ts[i] < end[p] && end[p] < e) ++overlaps;
+      last_counted[t] = i;
+    }
+  }
+  return overlaps;
+}
+
 }  // namespace
 
 extern "C" {
+
+// `track_wide`: track is int64 (else int32); `wide`: out is int64 (else int32). Returns the overlaps.
+int64_t nxf_enclosing_parents(const void* track, int32_t track_wide, const int64_t* ts, const int64_t* end, const uint8_t* can,
+                              const uint8_t* uncounted, int64_t n, int64_t ntracks, int32_t wide, void* out) {
+  if (track_wide)
+    return wide ? enclosing_parents((const int64_t*)track, ts, end, can, uncounted, n, ntracks, (int64_t*)out)
+                : enclosing_parents((const int64_t*)track, ts, end, can, uncounted, n, ntracks, (int32_t*)out);
+  return wide ? enclosing_parents((const int32_t*)track, ts, end, can, uncounted, n, ntracks, (int64_t*)out)
+              : enclosing_parents((const int32_t*)track, ts, end, can, uncounted, n, ntracks, (int32_t*)out);
+}
 
 void nxf_enclosing(const int64_t* track, const int64_t* end, const uint8_t* can, int64_t n, int32_t wide, void* out) {
   wide ? enclosing(track, end, can, n, (int64_t*)out) : enclosing(track, end, can, n, (int32_t*)out);
