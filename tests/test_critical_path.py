@@ -1766,3 +1766,51 @@ def test_short_kernels_a_graph_replays_are_not_told_to_capture_a_graph(tmp_path)
                                       "already (no launch each): what is left is fewer, larger kernels, letting the compiler fuse "
                                       "more (graph-break names any breaks).")
     assert finding("launched", False).startswith("12 short kernels per step, most from torch.compile'd code already: CUDA graphs ")
+
+
+# ---- a one-rank batch's path begun on a thread of its own while its summary's queries run ---------
+
+def test_a_ranks_path_begun_ahead_is_the_one_the_summary_takes(tmp_path, monkeypatch):
+    """The analysis of a one-rank run begins the rank's critical path on a thread beside the summary's
+    queries (engine._path_ahead); the summary takes that path, not a second walk, and the report is the
+    one made without it (a shared trace recorded with steps, CUDA and NCCL)."""
+    import threading
+
+    from neuron_explorer.analyzers import analyze, engine
+
+    run_dir = import_traces(TRACES / "cuda_nccl_rank0_of_2.json.gz", tmp_path / "run").run_dir
+    walked, started = [], []
+    real_walk, real_start = cp._computed, threading.Thread.start
+    monkeypatch.setattr(cp, "_computed", lambda run, rank: walked.append(threading.current_thread().name) or real_walk(run, rank))
+    monkeypatch.setattr(threading.Thread, "start", lambda t: started.append(t.name) or real_start(t))
+    cp._CACHE.clear()
+    ahead = analyze(run_dir, write=False)
+    assert walked == ["nx-critical-path"] and "nx-critical-path" in started  # walked once, on its own thread
+    assert not cp._AHEAD
+    cp._CACHE.clear()
+    monkeypatch.setattr(engine, "_path_ahead", lambda *a: None)
+    walked.clear()
+    alone = analyze(run_dir, write=False)
+    assert walked == ["MainThread"]
+    assert ahead.to_dict()["summary"] == alone.to_dict()["summary"] and ahead.summary["ranks"][0]["bound"]["overall"]
+    assert [f.to_dict() for f in ahead.findings] == [f.to_dict() for f in alone.findings]
+
+
+def test_a_path_begun_ahead_that_nobody_takes_is_stopped_with_its_batch(tmp_path, monkeypatch):
+    """A batch that fails after its rank's path was begun ahead (here its summary's first query): the
+    error is the batch's, the path's thread is stopped and gone, and the run's connection closes."""
+    import threading
+
+    from neuron_explorer.analyzers import analyze, summary
+
+    run_dir = import_traces(TRACES / "cuda_nccl_rank0_of_2.json.gz", tmp_path / "run").run_dir
+    cp._CACHE.clear()
+
+    def fails(*a, **k):
+        raise RuntimeError("the summary's query failed")
+
+    monkeypatch.setattr(summary, "rank_summaries", fails)
+    with pytest.raises(RuntimeError, match="the summary's query failed"):
+        analyze(run_dir, write=False)
+    assert not cp._AHEAD
+    assert not [t for t in threading.enumerate() if t.name == "nx-critical-path"]

@@ -52,6 +52,7 @@ from bisect import bisect_left
 import numpy as np
 
 from ..fmt import duration
+from ..no_pandas import without_pandas
 from ..store import Run
 from ..vocab import DEVICE_WORK_KINDS, DEVICE_WORK_SQL, charged_top_op, is_kernel_launch_call_name, is_launch_call_name, is_sync_call_name
 from ._path_index import (  # noqa: F401 (the model's thresholds)
@@ -601,19 +602,67 @@ def adopt_paths(run: Run, paths: dict[int, Path]) -> None:
         _keep(_key(run, rank), path)
 
 
+_AHEAD: dict[tuple, tuple[threading.Thread, list]] = {}
+"""Paths being computed ahead (`path_ahead`), by path_of's key: the thread, and its outcome once done."""
+
+
+def path_ahead(run: Run, rank: int) -> None:
+    """Begin `path_of(run, rank)` on a thread of its own, for a caller that will ask for it after other
+    work: the walk's index is read and built (numpy and Python, mostly one core) while that work's
+    queries run. `run`: a Run of its own (its own cursor), not used by anyone else meanwhile. The one
+    who asks next takes the outcome (path_of), or it is let go (`settle_ahead`)."""
+    key = _key(run, rank)
+    with _CACHE_LOCK:
+        if key in _CACHE or key in _AHEAD:
+            return
+        outcome: list = []
+
+        def work() -> None:
+            try:
+                with without_pandas():  # (on this thread too: pyarrow's first conversion would import it)
+                    outcome.append(_computed(run, rank))
+            except BaseException as e:  # noqa: BLE001 - path_of computes it again where it is asked, and raises there
+                outcome.append(e)
+
+        thread = threading.Thread(target=work, name="nx-critical-path", daemon=True)
+        _AHEAD[key] = (thread, outcome)
+    thread.start()
+
+
+def settle_ahead(run: Run, rank: int) -> None:
+    """Before the connection `run` (path_ahead's) reads from is closed: a path begun ahead for (run,
+    rank) that nobody took is stopped (its query interrupted) and let go."""
+    with _CACHE_LOCK:
+        ahead = _AHEAD.pop(_key(run, rank), None)
+    if ahead is not None:
+        run.con.interrupt()
+        ahead[0].join()
+
+
 def path_of(run: Run, rank: int) -> Path:
     """The critical path of every profiler step of a rank, as columns. Computed once per run and
-    rank per process."""
+    rank per process (or taken from `path_ahead`)."""
     key = _key(run, rank)
     with _CACHE_LOCK:
         got = _CACHE.pop(key, None)
         if got is not None:  # used: the newest again
             _CACHE[key] = got
             return got
+        ahead = _AHEAD.pop(key, None)
+    if ahead is not None:
+        ahead[0].join()
+        if ahead[1] and isinstance(ahead[1][0], Path):
+            _keep(key, ahead[1][0])
+            return ahead[1][0]
+    path = _computed(run, rank)
+    _keep(key, path)
+    return path
+
+
+def _computed(run: Run, rank: int) -> Path:
     path = _taken(run, rank)
     if path is None:
         path = _walked(run, rank, rank_rows(run, PATH_STEPS, rank), native=True)
-    _keep(key, path)
     return path
 
 

@@ -41,8 +41,8 @@ from pathlib import Path
 from types import ModuleType
 
 from ..no_pandas import without_pandas
-from ..store import Run, create_views, hold_events, new_connection, open_run, point_views, release_events, stopping
-from . import metrics
+from ..store import Run, create_views, cursor, hold_events, new_connection, open_run, point_views, release_events, stopping
+from . import critical_path, metrics
 from . import summary as summary_
 from .advice import attach as attach_contents
 from .batch_processes import PROCESSES_ENV, analyze_shared
@@ -471,7 +471,8 @@ def analyze_batches(run: Run, batches: list[list[int]], rank_rules: list[ModuleT
                     compress_parts: bool | None = None) -> dict[int, tuple[dict, dict]]:
     """For each batch, the summary numbers of all its ranks,
     each rule's screening and the rows of the per-rank queries (`batch_rows`) are queries grouped by
-    rank over the batch's views; then each rank
+    rank over the batch's views (a batch of one rank begins its critical path meanwhile, on a thread
+    of its own: `_path_ahead`); then each rank
     adds the figures computed rank by rank and runs the checks its screening selected, on views
     over its own partition, by `n_workers` threads; last, what is inside every finding of the
     batch (`advice.attach`) is two queries grouped by finding over the batch's views. `parts`:
@@ -485,10 +486,12 @@ def analyze_batches(run: Run, batches: list[list[int]], rank_rules: list[ModuleT
         if duck_threads is not None:
             con.execute(f"SET threads = {int(duck_threads)}")
         batch_run = Run(run.path, run.manifest, con)
+        ahead = None
         try:
             create_views(batch_run, batch)
             # many small files: the batch's queries read the events once, held in memory
             hold_events(batch_run, sum(events.get(r, 0) for r in batch))
+            ahead = _path_ahead(batch_run, batch, rank_rules)
             partial = summary_.rank_summaries(batch_run, batch, per_rank=False)
             screened = [rule for rule in rank_rules if len(batch) > 1 or getattr(rule, "SCREEN_ONE_RANK", True)]
             _screen_wheres(batch_run, screened)
@@ -506,10 +509,27 @@ def analyze_batches(run: Run, batches: list[list[int]], rank_rules: list[ModuleT
             # what is inside every finding of the batch: grouped queries over the batch's views
             attach_contents(batch_run, [f for rank in batch for what, value in done[rank][1].values() if what == "findings" for f in value])
         finally:
+            if ahead is not None:  # (taken by the summary, unless the batch failed first: then stopped and let go)
+                critical_path.settle_ahead(ahead, batch[0])
+                ahead.close()
             release_events(batch_run)
             con.close()
         out.update(done)
     return out
+
+
+def _path_ahead(batch_run: Run, batch: list[int], rank_rules: list[ModuleType]) -> Run | None:
+    """For a batch of one rank: its critical path begun on a thread of its own (critical_path.path_ahead)
+    over a cursor of the batch's connection, while the batch's summary and screening queries run; the
+    Run it reads from (the caller settles the path and closes it). None for a batch of many ranks (their
+    paths are prepared with their other rows) or a rank with no profiler steps to walk."""
+    if len(batch) != 1:
+        return None
+    ahead = Run(batch_run.path, batch_run.manifest, cursor(batch_run.con), view_ranks=batch_run.view_ranks, listed=batch_run.listed,
+                prepared=batch_run.prepared)  # (the rows either reads are kept for both)
+    ahead.held, ahead.held_files = batch_run.held, batch_run.held_files
+    critical_path.path_ahead(ahead, batch[0])
+    return ahead
 
 
 def batch_rows(batch_run: Run, batch: list[int], rank_rules: list[ModuleType], skips: dict[int, frozenset]) -> dict[str, dict]:
