@@ -197,8 +197,8 @@ def main() -> None:
               f"   (runs: {_walls(base_runs)}; {args.baseline})")
     if hta:
         print(f"{'HTA TraceAnalysis':22}{hta['wall_s']:>10.2f}{hta['peak_rss_mb']:>14.0f}{_mb(hta['peak_uss_mb']):>14}")
-        print(f"speedup {result['speedup']:.1f}x (target >= 25x); memory {result['rss_ratio']:.2f}x RSS, "
-              f"{result['uss_ratio']:.2f}x USS of HTA")
+        uss = "" if result["uss_ratio"] != result["uss_ratio"] else f", {result['uss_ratio']:.2f}x USS"  # (NaN: USS not polled, --uss)
+        print(f"speedup {result['speedup']:.1f}x (target >= 25x); memory {result['rss_ratio']:.2f}x RSS{uss} of HTA")
     print(f"{result['mb_per_s']:.0f} MB/s of JSON (target >= 250); peak RSS {ours['peak_rss_mb'] / result['trace_mb']:.2f}x the "
           f"JSON (target <= 1); run size {result['run_mb']:.0f} MB = {result['run_vs_json']:.2f}x the JSON")
     print("load average (1, 5, 15 min) before {:.1f} {:.1f} {:.1f}, after {:.1f} {:.1f} {:.1f} on {} CPUs".format(
