@@ -136,6 +136,7 @@ WITHOUT_PATHS = """
 from neuron_explorer.analyzers import engine, summary
 from neuron_explorer.analyzers.rules import hotspot
 summary._bound = summary._utilisation = lambda run, rank: {}
+engine._path_ahead = lambda *a: None  # (nor begun on its own thread)
 hotspot.on_path_ns = lambda *a, **k: None
 import pyarrow as pa
 from neuron_explorer.analyzers import outputs
