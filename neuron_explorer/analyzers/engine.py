@@ -491,7 +491,7 @@ def analyze_batches(run: Run, batches: list[list[int]], rank_rules: list[ModuleT
             create_views(batch_run, batch)
             # many small files: the batch's queries read the events once, held in memory
             hold_events(batch_run, sum(events.get(r, 0) for r in batch))
-            ahead = _path_ahead(batch_run, batch, rank_rules)
+            ahead = _path_ahead(batch_run, batch)
             partial = summary_.rank_summaries(batch_run, batch, per_rank=False)
             screened = [rule for rule in rank_rules if len(batch) > 1 or getattr(rule, "SCREEN_ONE_RANK", True)]
             _screen_wheres(batch_run, screened)
@@ -518,11 +518,11 @@ def analyze_batches(run: Run, batches: list[list[int]], rank_rules: list[ModuleT
     return out
 
 
-def _path_ahead(batch_run: Run, batch: list[int], rank_rules: list[ModuleType]) -> Run | None:
+def _path_ahead(batch_run: Run, batch: list[int]) -> Run | None:
     """For a batch of one rank: its critical path begun on a thread of its own (critical_path.path_ahead)
     over a cursor of the batch's connection, while the batch's summary and screening queries run; the
     Run it reads from (the caller settles the path and closes it). None for a batch of many ranks (their
-    paths are prepared with their other rows) or a rank with no profiler steps to walk."""
+    paths are prepared with their other rows)."""
     if len(batch) != 1:
         return None
     ahead = Run(batch_run.path, batch_run.manifest, cursor(batch_run.con), view_ranks=batch_run.view_ranks, listed=batch_run.listed,

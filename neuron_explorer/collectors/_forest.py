@@ -193,14 +193,17 @@ def _native_enclosing(track: np.ndarray, ts: np.ndarray, end: np.ndarray, can_co
     are not dense numbers from 0 (tracks_of's are)."""
     n = len(ts)
     lib = _json_native.loaded() if n >= NATIVE_MIN_NODES else None
-    if lib is None or track.dtype not in (np.int32, np.int64) or int(track.min()) < 0 or int(track.max()) >= n:
+    if lib is None or track.dtype not in (np.int32, np.int64):
+        return None
+    ntracks = int(track.max()) + 1
+    if int(track.min()) < 0 or ntracks > n:
         return None
     t, s, e = np.ascontiguousarray(track), np.ascontiguousarray(ts, dtype=np.int64), np.ascontiguousarray(end, dtype=np.int64)
     c = np.ascontiguousarray(can_contain, dtype=bool).view(np.uint8)
     u = None if uncounted is None else np.ascontiguousarray(uncounted, dtype=bool).view(np.uint8)
     parent = np.empty(n, idx)
     overlaps = lib.nxf_enclosing_parents(_ptr(t), int(t.dtype == np.int64), _ptr(s), _ptr(e), _ptr(c), None if u is None else _ptr(u),
-                                         n, int(t.max()) + 1, int(np.dtype(idx) == np.int64), _ptr(parent))
+                                         n, ntracks, int(np.dtype(idx) == np.int64), _ptr(parent))
     return parent, int(overlaps)
 
 

@@ -40,12 +40,14 @@ from .kineto_names import (
 )
 from .raw import RAW_COUNTERS, RAW_MEMORY
 
-ARGS_MARKED = ARGS_NAMING_INPUTS
-ARGS_NUMBER = SEQUENCE_NUMBER_KEY
-"""What is read from each event's args as they are packed (PackedText's `marks` and `number_after`),
-where the decode has their text at hand: whether they name the operator's inputs, and the operator's
-sequence number. The build asks both of every operator (passes.args_name_inputs, sequence_numbers),
-which otherwise unpacked every block of args twice (a 2.2M-event trace: 70 and 40 ms)."""
+
+def pack_args(args: pa.Array | pa.ChunkedArray) -> PackedText:
+    """Events' args packed (PackedText), with what the build asks of every operator's args read from
+    them while the decode has their text at hand (`marks` and `number_after`): whether they name the
+    operator's inputs, and its sequence number (passes.args_name_inputs, sequence_numbers), which
+    otherwise unpacked every block of args twice (a 2.2M-event trace: 70 and 40 ms)."""
+    return PackedText.pack(args, ARGS_NAMING_INPUTS, SEQUENCE_NUMBER_KEY)
+
 
 MAX_NESTING = 100
 """Deepest nesting of arrays and objects accepted in an event's args or in the trace's metadata.
@@ -113,9 +115,9 @@ class Chunk:
         if self.args is None:
             i = self.events.schema.get_field_index("args")
             if i < 0:  # (no args column: every event's args are null)
-                self.args = PackedText.pack(pa.nulls(self.events.num_rows, pa.string()), ARGS_MARKED, ARGS_NUMBER)
+                self.args = pack_args(pa.nulls(self.events.num_rows, pa.string()))
                 return self
-            self.args = PackedText.pack(self.events.column(i), ARGS_MARKED, ARGS_NUMBER)
+            self.args = pack_args(self.events.column(i))
             self.events = self.events.remove_column(i)
         return self
 

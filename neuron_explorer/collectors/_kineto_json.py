@@ -43,8 +43,6 @@ from ._forked import keep_inherited
 from ._json_read import _events_start, _find_cut, _os_reason, _read_all, _read_range, _read_range_into, _Reader, _short
 from ._json_tables import (
     _RAW_DECODER,
-    ARGS_MARKED,
-    ARGS_NUMBER,
     MAX_NESTING,
     Chunk,
     _closing_bracket,
@@ -54,8 +52,8 @@ from ._json_tables import (
     _with_native,
     check_nesting,
 )
+from ._json_tables import pack_args as _pack_args  # (decode_trace's `pack_args` is whether to)
 from ._malloc import set_mmap_threshold
-from ._packed_text import PackedText
 
 CHUNK_BYTES = 16 << 20
 """Target size of one decoded chunk of the traceEvents array."""
@@ -456,10 +454,6 @@ def _native_piece(path: str, piece: bytes | memoryview, pack: bool = False) -> C
     chunk = _with_native(path, piece, fast)
     chunk.array_end = fast.array_end
     return chunk
-
-
-def _pack_args(args) -> PackedText:
-    return PackedText.pack(args, ARGS_MARKED, ARGS_NUMBER)
 
 
 def _decode_chunk(path: str, piece: bytes, last: bool = False, pack: bool = False) -> Chunk:

@@ -56,7 +56,7 @@ def _library():
     return _json_native.loaded()
 
 
-def _needles(texts) -> bytes:
+def needles(texts) -> bytes:
     """Texts as the C++ library reads a list of them (each NUL-terminated)."""
     return b"".join(t.encode() + b"\0" for t in texts)
 
@@ -135,7 +135,7 @@ class PackedText:
         ends = np.searchsorted(offsets, np.arange(offsets[0] + BLOCK_BYTES, offsets[-1], BLOCK_BYTES), side="right") - 1
         ends = np.union1d(ends[ends > 0], np.arange(BLOCK_ROWS, n, BLOCK_ROWS))
         bounds = np.concatenate(([0], ends, [n])).astype(np.int64)
-        needles, key = marks and _needles(marks), number_after and number_after.encode()
+        needles_, key = marks and needles(marks), number_after and number_after.encode()
         blocks = []
         for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
             if b <= a:
@@ -150,8 +150,8 @@ class PackedText:
                 text=CODEC.compress(data.slice(lo, hi - lo), asbytes=True) if hi > lo else b"",
                 validity=pa.py_buffer(np.packbits(v, bitorder="little")) if nulls else None, nulls=nulls,
                 longest=int(lengths[a:b].max()))
-            if hi > lo and needles:
-                block.holding = _holding(lib, needles, block_offsets, data.address + lo, v)
+            if hi > lo and needles_:
+                block.holding = _holding(lib, needles_, block_offsets, data.address + lo, v)
             if hi > lo and key:
                 try:
                     block.numbers = _numbers(lib, key, block_offsets, data.address + lo, v)
@@ -229,9 +229,7 @@ class PackedText:
         if by_block is not None:
             rows, block = rows[by_block], block[by_block]
         bounds = np.concatenate(([0], np.flatnonzero(np.diff(block)) + 1, [len(block)])).tolist()
-        from . import _json_native  # (it imports this module)
-
-        lib = _json_native.loaded()
+        lib = _library()
         if lib is not None:
             taken = self._take_native(lib, rows, block, bounds, np.arange(len(rows)) if by_block is None else by_block)
             if taken is not None:

@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 from ..vocab import COMM_OP_RE, GRAPH_BREAK_EVENT, RECOMPILE_EVENT
 from . import _json_native
 from ._forest import nearest_marked, root_of
-from ._packed_text import PackedText
+from ._packed_text import PackedText, needles
 from .kineto_names import ARGS_NAMING_INPUTS, COMPILED_REGION_PREFIX, EVALUATE_PREFIX, SEQUENCE_NUMBER_KEY
 from .kineto_names import BACKWARD_CALL as _BACKWARD_CALL
 from .kineto_names import BACKWARD_NODE as _BACKWARD_NODE
@@ -130,8 +130,8 @@ def args_name_inputs(args, rows: np.ndarray) -> bool:
     return False
 
 
-_NAMING_KEYS = b"".join(k.encode() + b"\0" for k in ARGS_NAMING_INPUTS)
-"""kineto_names.ARGS_NAMING_INPUTS as the C++ library reads them (NUL-terminated)."""
+_NAMING_KEYS = needles(ARGS_NAMING_INPUTS)
+"""kineto_names.ARGS_NAMING_INPUTS as the C++ library reads them."""
 
 
 def _sequence_in(text: pa.StringArray) -> np.ndarray:

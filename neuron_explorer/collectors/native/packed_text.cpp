@@ -52,6 +52,27 @@ int64_t int_after(const char* p, const char* e, const char* key, int64_t klen, b
   return 0;
 }
 
+// Calls each(r, k) once for each row r < n of a block (its bytes from src + src_offsets[r]) where `key`
+// is found starting in the row (k: the first such place), in row order, until each returns false:
+// the block is searched whole (memmem: gigabytes a second), each place found gives its row, and the
+// search goes on from the next row (a place that runs past its row's end is given too: the caller
+// decides).
+template <typename F>
+void rows_with(const int32_t* src_offsets, const uint8_t* src, int64_t n, const char* key, size_t klen, F each) {
+  const char* text = (const char*)src;
+  const char* end = text + src_offsets[n];
+  const char* p = text;
+  int64_t r = 0;
+  while (klen && (size_t)(end - p) >= klen) {
+    const char* k = (const char*)memmem(p, (size_t)(end - p), key, klen);
+    if (!k) return;
+    // the row it starts in: the last whose start is at or before it (rows only go forward)
+    r = (int64_t)(std::upper_bound(src_offsets + r, src_offsets + n + 1, (int32_t)(k - text)) - src_offsets) - 1;
+    if (!each(r, k)) return;
+    p = text + src_offsets[r + 1];  // (a later place in this row is in it as well, or past its end)
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -84,62 +105,47 @@ int32_t nxt_int_after(const int32_t* src_offsets, const uint8_t* src, const int6
   return 0;
 }
 
-// For each row r < n of a block (its bytes from src + src_offsets[r]): out[r] = 1 where the row holds one
-// of the `needles` (NUL-terminated, one after another, nlen bytes in all), else 0. The block is searched
-// whole, a needle at a time (memmem: gigabytes a second), and each place found gives its row; a place
-// that runs past its row's end is in no row. Returns how many rows hold one.
+// For each row r < n of a block: out[r] = 1 where the row holds one of the `needles` (NUL-terminated,
+// one after another, nlen bytes in all), else 0; a place that runs past its row's end is in no row.
+// Returns how many rows hold one.
 int64_t nxt_mark_holding(const int32_t* src_offsets, const uint8_t* src, int64_t n, const char* needles, int64_t nlen,
                          uint8_t* out) {
   memset(out, 0, (size_t)n);
   int64_t marked = 0;
-  const char* text = (const char*)src;
-  const char* end = text + src_offsets[n];
   for (const char* needle = needles; needle < needles + nlen; needle += strlen(needle) + 1) {
     const size_t len = strlen(needle);
-    const char* p = text;
-    int64_t r = 0;
-    while (len && (int64_t)(end - p) >= (int64_t)len) {
-      const char* k = (const char*)memmem(p, (size_t)(end - p), needle, len);
-      if (!k) break;
-      // the row it starts in: the last whose start is at or before it (rows only go forward)
-      const int32_t at = (int32_t)(k - text);
-      r = (int64_t)(std::upper_bound(src_offsets + r, src_offsets + n + 1, at) - src_offsets) - 1;
-      if (k + len <= text + src_offsets[r + 1] && !out[r]) {
+    rows_with(src_offsets, src, n, needle, len, [&](int64_t r, const char* k) {
+      if (k + len <= (const char*)src + src_offsets[r + 1] && !out[r]) {
         out[r] = 1;
         ++marked;
       }
-      p = text + src_offsets[r + 1];  // (a later place in this row is in it as well, or past its end)
-    }
+      return true;
+    });
   }
   return marked;
 }
 
 // For each row r < n of a block with an integer after `key` (as int_after reads it; a row where
 // valid[r] == 0 is a null and has none; valid may be nullptr): its row in rows_out and the integer in
-// values_out, in row order (both hold n). The block is searched whole for the key, and only the rows
-// it is found in are read. Returns how many rows have one, or -1 where an integer does not fit an int64.
+// values_out, in row order (both hold n). Only the rows the key is found in are read. Returns how
+// many rows have one, or -1 where an integer does not fit an int64.
 int64_t nxt_ints_after_all(const int32_t* src_offsets, const uint8_t* src, int64_t n, const uint8_t* valid, const char* key,
                            int64_t klen, int32_t* rows_out, int64_t* values_out) {
   const char* text = (const char*)src;
-  const char* end = text + src_offsets[n];
-  const char* p = text;
-  int64_t r = 0, found_rows = 0;
-  while (klen > 0 && (int64_t)(end - p) >= klen) {
-    const char* k = (const char*)memmem(p, (size_t)(end - p), key, (size_t)klen);
-    if (!k) break;
-    r = (int64_t)(std::upper_bound(src_offsets + r, src_offsets + n + 1, (int32_t)(k - text)) - src_offsets) - 1;
-    if (valid == nullptr || valid[r]) {
-      bool found, overflow;
-      const int64_t v = int_after(text + src_offsets[r], text + src_offsets[r + 1], key, klen, &found, &overflow);
-      if (overflow) return -1;
-      if (found) {
-        rows_out[found_rows] = (int32_t)r;
-        values_out[found_rows++] = v;
-      }
+  int64_t found_rows = 0;
+  bool overflowed = false;
+  rows_with(src_offsets, src, n, key, (size_t)(klen > 0 ? klen : 0), [&](int64_t r, const char*) {
+    if (valid != nullptr && !valid[r]) return true;
+    bool found, overflow;
+    const int64_t v = int_after(text + src_offsets[r], text + src_offsets[r + 1], key, klen, &found, &overflow);
+    if (overflow) return !(overflowed = true);
+    if (found) {
+      rows_out[found_rows] = (int32_t)r;
+      values_out[found_rows++] = v;
     }
-    p = text + src_offsets[r + 1];
-  }
-  return found_rows;
+    return true;
+  });
+  return overflowed ? -1 : found_rows;
 }
 
 // Whether any row rows[k] (k < n) of a block holds one of the `needles` (NUL-terminated, one after
