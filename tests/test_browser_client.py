@@ -28,7 +28,7 @@ from neuron_explorer.collectors.chrome_trace import import_traces
 from neuron_explorer.dashboard import queries
 
 from .conftest import TRACES, dashboard_server
-from .test_browser_dashboard import ARTIFACTS, GD, SAMPLE, STATUS, _browser_installed, _mouse_click, browser, plot_box, wait_for  # noqa: F401
+from .test_browser_dashboard import ARTIFACTS, GD, SAMPLE, STATUS, _browser_installed, _mouse_click, browser, choose_run, plot_box, wait_for  # noqa: F401
 
 pytestmark = pytest.mark.browser  # tier: drives chromium
 
@@ -552,12 +552,10 @@ def test_three_quick_presses_of_d_move_the_window_by_0_6_of_its_width(page):
 
 
 def test_keys_after_a_dropdown_choice_zoom_the_timeline_and_type_nothing(page):
-    from selenium.webdriver.common.by import By
 
     drv, rs = page
     status = drv.execute_script(f"return {STATUS}")
-    drv.find_element(By.ID, "run-select").click()
-    wait_for(drv, "return document.querySelector('[role=option][data-option-index=\"1\"]')", what="run menu").click()
+    choose_run(drv, 1)
     status = wait_for(drv, f"const s = {STATUS}; return s !== {status!r} && s", what="the GPU run drawn")
     box = plot_box(drv)
     _keys(drv, "w")
@@ -648,8 +646,7 @@ def test_the_event_drawer_is_in_view_after_each_kind_of_selection(page):
     # a search hit, on the GPU run
     drv.execute_script("window.scrollTo(0, 0)")
     status = drv.execute_script(f"return {STATUS}")
-    drv.find_element(By.ID, "run-select").click()
-    wait_for(drv, "return document.querySelector('[role=option][data-option-index=\"1\"]')", what="run menu").click()
+    choose_run(drv, 1)
     wait_for(drv, f"const s = {STATUS}; return s !== {status!r} && s", what="the GPU run drawn")
     kernel = queries.kernels(rs, run=1)["rows"][0]["name"]
     hit = queries.search(rs, run=1, text=kernel)["hits"][0]

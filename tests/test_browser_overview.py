@@ -20,7 +20,7 @@ from neuron_explorer.dashboard import queries
 from neuron_explorer.dashboard.views import overview as ov
 
 from .conftest import TRACES, dashboard_server
-from .test_browser_dashboard import ARTIFACTS, CHROMEDRIVER, CHROMIUM, STATUS, _browser_installed, browser, wait_for  # noqa: F401
+from .test_browser_dashboard import ARTIFACTS, CHROMEDRIVER, CHROMIUM, STATUS, _browser_installed, browser, choose_run, wait_for  # noqa: F401
 
 pytestmark = pytest.mark.browser  # tier: drives chromium
 
@@ -102,8 +102,7 @@ def test_overview_first_on_a_gpu_training_trace(server, browser):
     # 6. the ResNet run: kernels with FLOPs on the roofline, under the V100's ceilings; MFU per step
     want1 = ov.overview(rs, run=1)
     drv.execute_script("window.scrollTo(0, 0)")
-    drv.find_element(By.ID, "run-select").click()
-    wait_for(drv, "return document.querySelector('[role=option][data-option-index=\"1\"]')", what="run menu").click()
+    choose_run(drv, 1)
     wait_for(drv, f"const e = document.getElementById('overview-verdict'); return e && e.innerText === {want1['verdict']!r}",
              timeout=180, what="the ResNet run's verdict")  # its first open computes the run's critical path
     roof = wait_for(drv, f"const d = {PLOT.format('overview-roofline')}; return d && d.data && d.data.length > 1 && d.data", what="roofline")

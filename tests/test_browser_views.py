@@ -12,7 +12,7 @@ import pytest
 from neuron_explorer.collectors.chrome_trace import import_traces
 
 from .conftest import TRACES, dashboard_server
-from .test_browser_dashboard import ARTIFACTS, CHROMEDRIVER, CHROMIUM, SAMPLE, STATUS, _browser_installed, wait_for  # noqa: F401
+from .test_browser_dashboard import ARTIFACTS, CHROMEDRIVER, CHROMIUM, SAMPLE, STATUS, _browser_installed, choose_run, wait_for  # noqa: F401
 
 pytestmark = pytest.mark.browser  # tier: drives chromium
 
@@ -55,14 +55,6 @@ def _tab(drv, label: str):
     drv.find_element(By.XPATH, f"//div[@id='tabs']//*[text()='{label}']").click()
 
 
-def _choose_run(drv, index: int):
-    from selenium.webdriver.common.by import By
-
-    wait_for(drv, "return document.getElementById('run-select')", what="run menu drawn")
-    drv.find_element(By.ID, "run-select").click()
-    wait_for(drv, f"return document.querySelector('[role=option][data-option-index=\"{index}\"]')", what="run menu").click()
-
-
 def test_a_load_logs_no_console_error(server, browser):
     url, _ = server
     browser.get(url)
@@ -97,7 +89,7 @@ def test_flame_graph_headline_and_click_to_zoom(server, browser):
     drv = browser
     drv.get(url)
     wait_for(drv, f"return {STATUS}", what="status")
-    _choose_run(drv, 1)
+    choose_run(drv, 1)
     wait_for(drv, f"return {STATUS}.includes('45,')", what="the GPU run drawn")
     _tab(drv, "Flame")
     head = wait_for(drv, "const e = document.getElementById('flame-head'); return e && e.innerText", what="flame headline")
@@ -135,7 +127,7 @@ def test_sql_page_error_inline_and_show_on_timeline(server, browser):
     drv = browser
     drv.get(url)
     wait_for(drv, f"return {STATUS}", what="status")
-    _choose_run(drv, 1)
+    choose_run(drv, 1)
     wait_for(drv, f"return {STATUS}.includes('45,')", what="the GPU run drawn")
     _tab(drv, "SQL")
     assert drv.execute_script("return document.getElementById('sql-schema-events') !== null")
@@ -181,7 +173,7 @@ def test_a_run_switch_clears_the_selection_and_the_search(server, browser):
     assert count.startswith("1 / "), count
     wait_for(drv, "const e = document.getElementById('detail-name'); return e && e.innerText === 'aten::addmm'", what="hit selected")
     assert drv.execute_script(f"return {DRAWER_SHOWN}")
-    _choose_run(drv, 1)
+    choose_run(drv, 1)
     wait_for(drv, f"return {STATUS}.includes('45,')", what="the GPU run drawn")
     wait_for(drv, "return document.getElementById('detail-name') === null && document.querySelector('.nx-detail h3').innerText === "
                   "'Nothing selected'", what="event panel cleared")
