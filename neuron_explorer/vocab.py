@@ -354,7 +354,10 @@ def cpu_collective(alias: str = "") -> str:
     return f"{a}kind IN ('cpu_op', 'user_annotation') AND regexp_matches({a}name, {sql_literal(COMM_OP_PATTERN)})"
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def is_comm_kernel_name(name: str | None) -> bool:
+    """A kernel of this name is a collective's (`comm_kernel_name` in Python). Kept per name: the
+    ranks of a job launch the same few hundred kernels, asked again for each rank."""
     return bool(name) and COMM_KERNEL_RE.search(name) is not None
 
 

@@ -31,7 +31,8 @@ from bisect import bisect_right
 from ..fmt import kernel_labels, kernel_name
 from ..store import Run
 from ..vocab import DEVICE_WORK_SQL, charged_top_op, comm_kernel_name, cpu_collective, top_op
-from .metrics import Coverage, device_unions_many, span, union_sql
+from .metrics import STEPS, Coverage, device_unions_many, span, union_sql
+from .rank_rows import prepared_rows
 
 CLASSES = ("compute", "communication", "memory", "idle")
 """The classes of device time, in precedence order (idle last: no work)."""
@@ -72,10 +73,19 @@ def _in_ranks(ranks: list[int], col: str = "rank") -> str:
 
 
 def windows_many(run: Run, ranks: list[int]) -> dict[int, list[tuple[int | None, int, int]]]:
-    """`windows` of every rank of `ranks`, by two queries grouped by rank."""
+    """`windows` of every rank of `ranks`: the steps' rows the batch prepared (metrics.STEPS, read by
+    the summary), else by two queries grouped by rank."""
     out: dict[int, list] = {int(r): [] for r in ranks}
-    for r, st, ts, dur in run.sql(f"SELECT rank, step, ts_ns, dur_ns FROM steps WHERE {_in_ranks(ranks)} ORDER BY rank, step").fetchall():
-        out[int(r)].append((int(st), int(ts), int(ts) + int(dur)))
+    asked = []
+    for r in out:
+        got = prepared_rows(run, STEPS, r)
+        if got is None:
+            asked.append(r)
+        else:
+            out[r] = [(int(st), int(ts), int(ts) + int(dur)) for st, ts, dur in got]
+    if asked:
+        for r, st, ts, dur in run.sql(f"SELECT rank, step, ts_ns, dur_ns FROM steps WHERE {_in_ranks(asked)} ORDER BY rank, step").fetchall():
+            out[int(r)].append((int(st), int(ts), int(ts) + int(dur)))
     bare = [r for r, w in out.items() if not w]
     if bare:
         for r, lo, hi in run.sql(f"SELECT rank, min(ts_ns), max(ts_ns + dur_ns) FROM events WHERE {_in_ranks(bare)} AND kind <> 'other' "
