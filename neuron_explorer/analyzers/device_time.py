@@ -372,7 +372,11 @@ _CLIPPED_NS = "least(u.end_ns, w.hi) - greatest(u.start_ns, w.lo)"
 """A union's piece `u` overlapping an analysed window `w` (rows of `windows_sql`), and its ns inside it."""
 
 
-def cpu_comm_sql(ranks: str) -> str:
+WINDOWS_WRITTEN = 20_000
+"""`cpu_comm_sql`'s windows written in its text up to this many (a longer VALUES list costs more to parse than the read)."""
+
+
+def cpu_comm_sql(ranks: str, host_only: list[int] | None = None, windows: list[tuple[int, int, int]] | None = None) -> str:
     """The host's collectives (vocab.cpu_collective: collective operators, and the ranges gloo records
     around the collectives it runs on its own threads) of the ranks `ranks` lists (SQL, as
     `windows_sql` takes), within each rank's analysed window (its profiler steps, or its span): rows
@@ -382,16 +386,31 @@ def cpu_comm_sql(ranks: str) -> str:
     operator runs on any thread of the rank (CPU_COMPUTE), what a CPU job waits for (with K that
     union of host work: |(C ∪ K) ∩ W| − |K ∩ W|, never more than comm_cpu_ns); `comm_cpu_intervals`:
     the union's pieces in the window. Ranks with no collective in their window have no row. Plain
-    DuckDB on the `events` view alone: the comm-exposed finding's evidence on a rank without a device."""
+    DuckDB on the `events` view alone: the comm-exposed finding's evidence on a rank without a device.
+    `host_only`: the ranks of `ranks` without device work where the caller knows them (the summary
+    does): the host work's unions are then made for those alone, none for a job whose every rank
+    has a device (each union's filter scans every operator's name: ~20 ms a million events).
+    `windows`: the ranks' analysed windows as rows (rank, lo, hi), where the caller has read them
+    (`windows_sql`'s rows: the summary has the steps and spans), written in the query instead of
+    read again (at most WINDOWS_WRITTEN of them)."""
     coll, work = cpu_collective(), CPU_COMPUTE
-    host_only = f"rank IN ({ranks}) AND rank NOT IN (SELECT rank FROM dev)"
-    parts = {"c": union_sql(f"rank IN ({ranks}) AND {coll}", ("rank",)),
-             "k": union_sql(f"{host_only} AND {work}", ("rank",)),  # every top-level operator: only where it is read
-             "ck": union_sql(f"{host_only} AND (({coll}) OR ({work}))", ("rank",))}
+    w = windows_sql(ranks) if windows is None or len(windows) > WINDOWS_WRITTEN else \
+        "SELECT * FROM (VALUES " + (", ".join(f"({int(r)}, {int(lo)}, {int(hi)})" for r, lo, hi in windows) or "(NULL, NULL, NULL)") + \
+        ") v(rank, lo, hi) WHERE rank IS NOT NULL"
+    if host_only is None:
+        host, dev = f"rank IN ({ranks}) AND rank NOT IN (SELECT rank FROM dev)", \
+            f"dev AS (SELECT DISTINCT rank FROM events WHERE rank IN ({ranks}) AND kind IN {DEVICE_WORK_SQL}),\n"
+    else:
+        host, dev = f"rank IN ({', '.join(str(int(r)) for r in host_only) or 'NULL'})", ""
+    parts = {"c": union_sql(f"rank IN ({ranks}) AND {coll}", ("rank",))}
+    if host_only is None or host_only:
+        parts |= {"k": union_sql(f"{host} AND {work}", ("rank",)),  # every top-level operator: only where it is read
+                  "ck": union_sql(f"{host} AND (({coll}) OR ({work}))", ("rank",))}
     covered = ",\n".join(
-        f"{name} AS (SELECT u.rank, sum({_CLIPPED_NS})::BIGINT AS ns, count(*) AS pieces "
-        f"FROM ({u}) u JOIN w ON u.rank = w.rank AND {_IN_WINDOW} GROUP BY u.rank)" for name, u in parts.items())
-    return (f"WITH w AS ({windows_sql(ranks)}),\ndev AS (SELECT DISTINCT rank FROM events WHERE rank IN ({ranks}) AND kind IN {DEVICE_WORK_SQL}),\n"
+        [f"{name} AS (SELECT u.rank, sum({_CLIPPED_NS})::BIGINT AS ns, count(*) AS pieces "
+         f"FROM ({u}) u JOIN w ON u.rank = w.rank AND {_IN_WINDOW} GROUP BY u.rank)" for name, u in parts.items()]
+        + [f"{name} AS (SELECT NULL::INTEGER AS rank, NULL::BIGINT AS ns WHERE false)" for name in ("k", "ck") if name not in parts])
+    return (f"WITH w AS ({w}),\n{dev}"
             f"{covered}\n"
             "SELECT c.rank, c.ns AS comm_cpu_ns, (ck.ns - coalesce(k.ns, 0))::BIGINT AS comm_cpu_exposed_ns, c.pieces AS comm_cpu_intervals "
             "FROM c LEFT JOIN ck ON ck.rank = c.rank LEFT JOIN k ON k.rank = c.rank ORDER BY c.rank")

@@ -159,7 +159,12 @@ def rank_summaries(run: Run, ranks_: list[int], *, per_rank: bool = True) -> dic
     for r, d, kind, ns in run.sql("SELECT rank, device, kind, sum(dur_ns)::BIGINT FROM events WHERE device IS NOT NULL "
                                   "GROUP BY rank, device, kind").fetchall():
         sums.setdefault((int(r), d), {})[kind] = ns
-    cpu = {int(r): row for r, *row in run.sql(cpu_comm_sql(", ".join(str(r) for r in want))).fetchall()} if want else {}
+    # the host's collectives, over the windows read above (each rank's steps, else its span), the host
+    # work's unions only for the ranks without a device
+    windows = [(r, int(ts), int(ts) + int(dur)) for r in want for _, ts, dur in steps_of[r]] + \
+        [(r, int(spans[r][0]), int(spans[r][1])) for r in want if not steps_of[r] and spans.get(r, (None,))[0] is not None]
+    cpu = {int(r): row for r, *row in run.sql(cpu_comm_sql(", ".join(str(r) for r in want), [r for r in want if not devs[r]],
+                                                            windows)).fetchall()} if want else {}
     tops: dict[int, list] = {r: [] for r in want}
     for r, *row in run.sql(top_level_ops_sql(None)).fetchall():
         if int(r) in keep:
