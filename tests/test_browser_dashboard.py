@@ -98,28 +98,34 @@ def plot_box(drv) -> dict:
                  y0: ya.range[0], y1: ya.range[1], ylen: ya._length, yoff: ya._offset}};""")
 
 
-def choose_run(drv, index: int, tries: int = 3):
-    """Choose run `index` in the run menu as a person does: open the menu, click the run, see its
-    name in the menu's box. A click the menu did not take (seen once in CI, on a loaded machine,
-    right after other answers of the server: the run stayed the first one) is made again, as a
-    person would make it; `tries` misses fail, naming what the menu showed."""
+def choose(drv, menu: str, label: str, *, prefix: bool = False, tries: int = 3):
+    """Choose the entry `label` (with `prefix`, the one whose text begins with it) in the dropdown whose
+    id is `menu`, as a person does: open the menu, click the entry, see it in the menu's box. Dash's
+    dropdown does not always take a click made while its list is still opening on a loaded machine (seen
+    in CI: the run menu stayed on the first run; and in the Compare view's menus): the click is made
+    again, as a person would make it; `tries` misses fail, naming what the box shows."""
     from selenium.webdriver.common.by import By
 
-    option = f"return Array.from(document.querySelectorAll('[role=option]')).find(o => o.innerText.startsWith('{index}: '))"
+    test = f"o.innerText.startsWith({label!r})" if prefix else f"o.innerText === {label!r}"
+    option = f"return Array.from(document.querySelectorAll('[role=option]')).find(o => {test})"
     shown = None
     for _ in range(tries):
-        wait_for(drv, "return document.getElementById('run-select')", what="run menu drawn")
+        wait_for(drv, f"return document.getElementById({menu!r})", what=f"{menu} drawn")
         if not drv.execute_script(option):  # the menu is not open
-            drv.find_element(By.ID, "run-select").click()
-        wait_for(drv, option, what="run menu").click()
+            drv.find_element(By.ID, menu).click()
+        wait_for(drv, option, what=f"{label!r} in {menu}").click()
         end = time.time() + 5
         while time.time() < end:
-            shown = drv.execute_script("return document.getElementById('run-select').innerText")
-            if shown.startswith(f"{index}: "):
+            shown = drv.execute_script(f"return document.getElementById({menu!r}).innerText")
+            if (shown.startswith(label) if prefix else label in shown):
                 return
             time.sleep(0.1)
-    raise AssertionError(f"run {index} not chosen after {tries} clicks: the run menu shows {shown!r}")
+    raise AssertionError(f"{label!r} not chosen in {menu} after {tries} clicks: it shows {shown!r}")
 
+
+def choose_run(drv, index: int):
+    """Choose run `index` in the run menu (`choose`: its entries read "index: name")."""
+    choose(drv, "run-select", f"{index}: ", prefix=True)
 
 def test_dashboard_in_chromium(server, browser):
     from selenium.webdriver.common.by import By

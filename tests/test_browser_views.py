@@ -12,7 +12,7 @@ import pytest
 from neuron_explorer.collectors.chrome_trace import import_traces
 
 from .conftest import TRACES, dashboard_server
-from .test_browser_dashboard import ARTIFACTS, CHROMEDRIVER, CHROMIUM, SAMPLE, STATUS, _browser_installed, choose_run, wait_for  # noqa: F401
+from .test_browser_dashboard import ARTIFACTS, CHROMEDRIVER, CHROMIUM, SAMPLE, STATUS, _browser_installed, choose, choose_run, wait_for  # noqa: F401
 
 pytestmark = pytest.mark.browser  # tier: drives chromium
 
@@ -108,9 +108,7 @@ def test_flame_graph_headline_and_click_to_zoom(server, browser):
     zoom = wait_for(drv, "const e = document.getElementById('flame-zoom'); return e && e.innerText", what="zoom words")
     assert zoom.startswith("zoomed to step 103 → thread 1262"), zoom
     # the steady steps, then a search
-    drv.find_element(By.ID, "flame-step").click()
-    wait_for(drv, "return Array.from(document.querySelectorAll('[role=option]')).find(o => o.innerText === 'steady steps')",
-             what="steady option").click()
+    choose(drv, "flame-step", "steady steps")
     wait_for(drv, "return document.getElementById('flame-head').innerText.startsWith('steady steps ')", what="steady headline")
     box = drv.find_element(By.ID, "flame-search")
     box.send_keys("cudaLaunchKernel\n")

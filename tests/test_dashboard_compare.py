@@ -34,7 +34,7 @@ from neuron_explorer.errors import NeuronExplorerError
 from neuron_explorer.fmt import duration
 
 from .conftest import REPO, dashboard_server, write_trace
-from .test_browser_dashboard import GRID_COLUMN, _browser_installed, browser, wait_for  # noqa: F401  (shared browser fixtures)
+from .test_browser_dashboard import GRID_COLUMN, _browser_installed, browser, choose, wait_for  # noqa: F401  (shared browser fixtures)
 
 pytestmark = pytest.mark.browser  # tier: one test drives chromium; its recordings import torch
 
@@ -311,9 +311,7 @@ def test_compare_view_in_chromium(server, browser):  # noqa: F811  (the shared f
     assert wait_for(drv, f"return {GRID_COLUMN}('cmp-table-source_line', 'significant')", what="sig. column") == ["yes", "yes"]
 
     # another step: both timelines follow, still on one scale
-    drv.find_element(By.ID, "cmp-step").click()
-    wait_for(drv, "return Array.from(document.querySelectorAll('[role=option]')).find(o => o.innerText === 'step 0')",
-             what="step menu").click()
+    choose(drv, "cmp-step", "step 0")
     wait_for(drv, "const e = document.getElementById('cmp-test-caption'); return e && e.innerText.includes('step 0')", what="step 0")
     wait_for(drv, f"const r = {_graph('cmp-base-timeline')}._fullLayout.xaxis.range; return Math.abs(r[1] - 13624) < 1",
              what="the step-0 window (13.1 ms x 1.04)")
@@ -336,9 +334,7 @@ def test_compare_view_in_chromium(server, browser):  # noqa: F811  (the shared f
     assert wait_for(drv, f"return {GRID_COLUMN}('cmp-table-kernel', 'key')", what="kernel deltas") == ["slow_k"]
     drv.find_element(By.XPATH, "//div[@id='cmp-tabs']//*[contains(text(), 'Source lines')]").click()
     wait_for(drv, f"return {GRID_COLUMN}('cmp-table-source_line', 'key')", what="source-line deltas")
-    drv.find_element(By.ID, "cmp-step").click()
-    wait_for(drv, "return Array.from(document.querySelectorAll('[role=option]')).find(o => o.innerText === 'step 2')",
-             what="step menu").click()
+    choose(drv, "cmp-step", "step 2")
     wait_for(drv, "const e = document.getElementById('cmp-test-caption'); return e && e.innerText.includes('step 2')", what="step 2")
     errors = drv.execute_script("return document.getElementById('error').innerText")
     assert not errors.strip(), errors
@@ -350,24 +346,9 @@ def test_compare_view_in_chromium(server, browser):  # noqa: F811  (the shared f
     assert drv.execute_script("return document.getElementById('status').offsetParent === null")  # explore's status line hidden
 
     # the same run twice is a message, not a crash; swapping the runs turns the verdict around
-    def pick(menu, label):
-        """Choose `label` in the dropdown `menu`; a click that lands while the menu is still opening (a
-        loaded machine) is tried again, until the dropdown shows the label."""
-        for _ in range(3):
-            drv.find_element(By.ID, menu).click()
-            wait_for(drv, f"return Array.from(document.querySelectorAll('[role=option]')).find(o => o.innerText === {label!r})",
-                     what=f"{label} in {menu}").click()
-            try:
-                wait_for(drv, f"return document.getElementById({menu!r}).innerText.includes({label!r})", timeout=10,
-                         what=f"{menu} showing {label}")
-                return
-            except AssertionError:
-                continue
-        raise AssertionError(f"{menu} never showed {label}")
-
-    pick("cmp-test", "0: base")
+    choose(drv, "cmp-test", "0: base")
     wait_for(drv, "return document.getElementById('error').innerText.includes('same run')", what="same-run message")
-    pick("cmp-base", "1: test")
+    choose(drv, "cmp-base", "1: test")
     wait_for(drv, "const e = document.getElementById('cmp-verdict-badge'); return e && e.innerText === 'FASTER'", what="FASTER")
     wait_for(drv, f"const e = document.getElementById('cmp-base-caption'); return e && e.innerText.includes('{duration(13_200_000)}')",
              what="base timeline now run 1")
