@@ -318,14 +318,11 @@ def test_device_unions_of_a_batch_equal_each_rank_alone(five, where):
 
 
 
-def test_the_analysed_windows_of_a_batch_come_from_the_steps_it_read(five, monkeypatch):
-    """The analysed windows (each rank's steps: device_time.windows_many) that device-idle and the
-    exposed communication read for a rank of a batch of several are the steps' rows the batch read
-    once: no query on views re-pointed at one rank reads the steps (each such query re-points the
-    views and pays DuckDB's fixed cost: ~3 ms a rank, 256 ranks 0.8 s, when they were asked rank by rank)."""
+def _windows_asked(run_dir, monkeypatch):
+    """The run analysed with workers=1: its report, the ranks each call of device_time.windows_many
+    asked for, and the queries run on views re-pointed at one rank (`alone`) and on the batch's."""
     from neuron_explorer import store
 
-    run_dir, _ = five
     alone, grouped = [], []
     real_sql, real_cursor = store.Run.sql, store.Run.query_cursor
 
@@ -337,8 +334,31 @@ def test_the_analysed_windows_of_a_batch_come_from_the_steps_it_read(five, monke
     calls = []
     real_windows = device_time.windows_many
     monkeypatch.setattr(device_time, "windows_many", lambda run, ranks: calls.append(ranks) or real_windows(run, ranks))
-    report = analyze(run_dir, write=False, workers=1)
+    return analyze(run_dir, write=False, workers=1), calls, alone, grouped
+
+
+def test_the_analysed_windows_of_a_batch_come_from_the_steps_it_read(five, monkeypatch):
+    """The analysed windows (each rank's steps: device_time.windows_many) that device-idle and the
+    exposed communication read for a rank of a batch of several are the steps' rows the batch read
+    once: no query on views re-pointed at one rank reads the steps (each such query re-points the
+    views and pays DuckDB's fixed cost: ~3 ms a rank, 256 ranks 0.8 s, when they were asked rank by rank)."""
+    run_dir, _ = five
+    report, calls, alone, grouped = _windows_asked(run_dir, monkeypatch)
     assert {f["location"]["rank"] for f in report.to_dict()["findings"] if f["rule_id"] == "device-idle"} == set(range(RANKS))
     assert {r for ranks in calls if len(ranks) == 1 for r in ranks} == set(range(RANKS))  # asked rank by rank
     assert any("FROM steps" in q for q in grouped)  # read once, for the batch
     assert not [q for q in alone if "FROM steps" in q]
+
+
+def test_the_analysed_windows_of_ranks_without_steps_come_from_the_spans_the_batch_read(tmp_path, monkeypatch):
+    """Ranks recorded without profiler steps are analysed over their span: that window too is the row
+    the batch's summary read for every rank (metrics.SPANS), not a query of each rank's own."""
+    for r in range(RANKS):
+        write_trace(tmp_path / "traces" / f"rank{r}.json", [e for e in _rank(r) if not e["name"].startswith("ProfilerStep")],
+                    baseTimeNanoseconds=BASE, distributedInfo={"rank": r, "world_size": RANKS})
+    run_dir = import_traces(tmp_path / "traces", tmp_path / "run").run_dir
+    report, calls, alone, _ = _windows_asked(run_dir, monkeypatch)
+    idle = [f for f in report.to_dict()["findings"] if f["rule_id"] == "device-idle"]
+    assert {f["location"]["rank"] for f in idle} == set(range(RANKS))
+    assert {r for ranks in calls if len(ranks) == 1 for r in ranks} == set(range(RANKS))  # asked rank by rank
+    assert not [q for q in alone if "min(ts_ns), max(ts_ns + dur_ns)" in q]

@@ -31,7 +31,7 @@ from bisect import bisect_right
 from ..fmt import kernel_labels, kernel_name
 from ..store import Run
 from ..vocab import DEVICE_WORK_SQL, charged_top_op, comm_kernel_name, cpu_collective, top_op
-from .metrics import STEPS, Coverage, device_unions_many, span, union_sql
+from .metrics import SPANS, STEPS, Coverage, device_unions_many, span, union_sql
 from .rank_rows import prepared_rows
 
 CLASSES = ("compute", "communication", "memory", "idle")
@@ -73,25 +73,26 @@ def _in_ranks(ranks: list[int], col: str = "rank") -> str:
 
 
 def windows_many(run: Run, ranks: list[int]) -> dict[int, list[tuple[int | None, int, int]]]:
-    """`windows` of every rank of `ranks`: the steps' rows the batch prepared (metrics.STEPS, read by
-    the summary), else by two queries grouped by rank."""
-    out: dict[int, list] = {int(r): [] for r in ranks}
-    asked = []
-    for r in out:
-        got = prepared_rows(run, STEPS, r)
-        if got is None:
-            asked.append(r)
-        else:
-            out[r] = [(int(st), int(ts), int(ts) + int(dur)) for st, ts, dur in got]
+    """`windows` of every rank of `ranks`: from the steps' and spans' rows the batch prepared
+    (metrics.STEPS and SPANS: the summary reads both for every rank), else by a query grouped by rank
+    for each of the two."""
+    steps = {int(r): prepared_rows(run, STEPS, r) for r in ranks}
+    asked = [r for r, got in steps.items() if got is None]
     if asked:
-        for r, st, ts, dur in run.sql(f"SELECT rank, step, ts_ns, dur_ns FROM steps WHERE {_in_ranks(asked)} ORDER BY rank, step").fetchall():
-            out[int(r)].append((int(st), int(ts), int(ts) + int(dur)))
-    bare = [r for r, w in out.items() if not w]
-    if bare:
-        for r, lo, hi in run.sql(f"SELECT rank, min(ts_ns), max(ts_ns + dur_ns) FROM events WHERE {_in_ranks(bare)} AND kind <> 'other' "
+        steps.update({r: [] for r in asked})
+        for r, *row in run.sql(f"SELECT rank, step, ts_ns, dur_ns FROM steps WHERE {_in_ranks(asked)} ORDER BY rank, step").fetchall():
+            steps[int(r)].append(row)
+    out: dict[int, list] = {r: [(int(st), int(ts), int(ts) + int(dur)) for st, ts, dur in rows] for r, rows in steps.items()}
+    spans = {r: prepared_rows(run, SPANS, r) for r, w in out.items() if not w}
+    asked = [r for r, got in spans.items() if got is None]
+    if asked:
+        spans.update({r: [] for r in asked})
+        for r, lo, hi in run.sql(f"SELECT rank, min(ts_ns), max(ts_ns + dur_ns) FROM events WHERE {_in_ranks(asked)} AND kind <> 'other' "
                                  "GROUP BY rank").fetchall():
-            if lo is not None:
-                out[int(r)] = [(None, int(lo), int(hi))]
+            spans[int(r)] = [(lo, hi)]
+    for r, rows in spans.items():
+        if rows and rows[0][0] is not None:
+            out[r] = [(None, int(rows[0][0]), int(rows[0][1]))]
     return out
 
 
@@ -391,7 +392,7 @@ def cpu_comm_sql(ranks: str, host_only: list[int] | None = None, windows: list[t
     does): the host work's unions are then made for those alone, none for a job whose every rank
     has a device (each union's filter scans every operator's name: ~20 ms a million events).
     `windows`: the ranks' analysed windows as rows (rank, lo, hi), where the caller has read them
-    (`windows_sql`'s rows: the summary has the steps and spans), written in the query instead of
+    (`windows_many`: the summary has read the steps and spans), written in the query instead of
     read again (at most WINDOWS_WRITTEN of them)."""
     coll, work = cpu_collective(), CPU_COMPUTE
     w = windows_sql(ranks) if windows is None or len(windows) > WINDOWS_WRITTEN else \

@@ -138,7 +138,12 @@ LAST_RECORDED = RankQuery("last_recorded", "SELECT max(ts_ns + dur_ns) FROM even
                           "SELECT rank, max(ts_ns + dur_ns) FROM events WHERE kind NOT IN ('step', 'other') GROUP BY rank ORDER BY rank")
 """When the last event the rank's trace holds ends (its steps' and the profiler's own ranges left
 out): the summary's batch query of the spans prepares it for every rank (summary.rank_summaries)."""
-RANK_QUERIES = (DEVICES, STEPS, DEVICE_BUSY, PEAK_MEMORY, LAST_RECORDED)
+SPANS = RankQuery("spans", "SELECT min(ts_ns), max(ts_ns + dur_ns) FROM events WHERE rank = ? AND kind <> 'other' HAVING count(*) > 0",
+                  "SELECT rank, min(ts_ns), max(ts_ns + dur_ns) FROM events WHERE kind <> 'other' GROUP BY rank ORDER BY rank")
+"""The rank's span (`span`) as a row (start, end), none for a rank without events: the summary's batch
+query of the spans prepares it for every rank, for the analysed windows of the ranks without steps
+(device_time.windows_many)."""
+RANK_QUERIES = (DEVICES, STEPS, DEVICE_BUSY, PEAK_MEMORY, LAST_RECORDED, SPANS)
 """The per-rank queries of this module's figures, which the engine runs once per batch of ranks (rank_rows.py)."""
 
 def _device_work_sql(one: bool) -> str:

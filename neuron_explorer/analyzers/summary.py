@@ -20,13 +20,14 @@ from .critical_path import bound as _step_bound
 from .device_time import achieved as _achieved
 from .device_time import breakdown as _device_time
 from .device_time import breakdowns as _device_times
-from .device_time import cpu_comm, cpu_comm_of, cpu_comm_sql
+from .device_time import cpu_comm, cpu_comm_of, cpu_comm_sql, windows_many
 from .lines import RANK_QUERIES as _LINES_QUERIES
 from .lines import rank_top_level_ops, self_and_total, top_level_ops, top_level_ops_sql
 from .metrics import (
     DEVICE_BUSY,
     DEVICES,
     LAST_RECORDED,
+    SPANS,
     STEPS,
     busy_rows,
     covered_within,
@@ -125,7 +126,7 @@ def rank_summaries(run: Run, ranks_: list[int], *, per_rank: bool = True) -> dic
                                        "FROM events WHERE kind <> 'other' GROUP BY rank").fetchall():
         spans[int(r)] = (lo, hi)
         if int(r) in keep and recorded is not None:
-            last[int(r)] = [(recorded,)]  # LAST_RECORDED's rows, from the same scan
+            last[int(r)] = [(recorded,)]  # LAST_RECORDED's rows, from the same scan (and SPANS', below)
     # the steps' and devices' rows are STEPS' and DEVICES' (metrics.py), prepared on the run for the
     # figures computed rank by rank that read them again
     steps_of: dict[int, list] = {r: [] for r in want}
@@ -138,7 +139,8 @@ def rank_summaries(run: Run, ranks_: list[int], *, per_rank: bool = True) -> dic
     for r, d in run.sql(DEVICES.many).fetchall():
         if int(r) in keep:
             devs[int(r)].append(d)
-    for q, got in ((STEPS, steps_of), (DEVICES, {r: [(d,) for d in ds] for r, ds in devs.items()}), (LAST_RECORDED, last)):
+    for q, got in ((STEPS, steps_of), (DEVICES, {r: [(d,) for d in ds] for r, ds in devs.items()}), (LAST_RECORDED, last),
+                   (SPANS, {r: [spans[r]] if r in spans else [] for r in want})):
         run.prepared.setdefault(q.name, {}).update(got)
     # every device union of the batch's ranks, merged once from one read of their device work: the busy
     # figures, communication and its overlap here, device time below and device-idle's gaps (DEVICE_BUSY)
@@ -159,10 +161,9 @@ def rank_summaries(run: Run, ranks_: list[int], *, per_rank: bool = True) -> dic
     for r, d, kind, ns in run.sql("SELECT rank, device, kind, sum(dur_ns)::BIGINT FROM events WHERE device IS NOT NULL "
                                   "GROUP BY rank, device, kind").fetchall():
         sums.setdefault((int(r), d), {})[kind] = ns
-    # the host's collectives, over the windows read above (each rank's steps, else its span), the host
-    # work's unions only for the ranks without a device
-    windows = [(r, int(ts), int(ts) + int(dur)) for r in want for _, ts, dur in steps_of[r]] + \
-        [(r, int(spans[r][0]), int(spans[r][1])) for r in want if not steps_of[r] and spans.get(r, (None,))[0] is not None]
+    # the host's collectives, over the analysed windows of the rows read above, the host work's unions
+    # only for the ranks without a device
+    windows = [(r, lo, hi) for r, ws in windows_many(run, want).items() for _, lo, hi in ws]
     cpu = {int(r): row for r, *row in run.sql(cpu_comm_sql(", ".join(str(r) for r in want), [r for r in want if not devs[r]],
                                                             windows)).fetchall()} if want else {}
     tops: dict[int, list] = {r: [] for r in want}
